@@ -1,0 +1,131 @@
+/* The transfer planner: intersect what a capture needs with what the sources
+ * publish and emit the exact byte runs to read. A plan is immutable once
+ * built; it owns every record it returns. */
+#ifndef RESHARD_PLAN_H
+#define RESHARD_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "reshard/capture.h"
+#include "reshard/sources.h"
+#include "reshard/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rs_plan *rs_plan_h;
+
+#define RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY 64
+
+/* Planner options. Always start from rs_plan_params_init. */
+typedef struct rs_plan_params {
+    /* A copy needing more segments than this is a candidate for a full pull. */
+    int64_t max_segments_per_copy;
+    /* Glob patterns (fnmatch) over parameter names; NULL/0 = every parameter. */
+    const char *const *only;
+    size_t nonly;
+    /* Rotates the deterministic replica choice so that receivers with
+     * different salts (their rank, say) spread over different replicas. */
+    uint64_t replica_salt;
+} rs_plan_params_t;
+
+/* Defaults; max_segments_per_copy comes from RESHARD_MAX_SEGMENTS_PER_COPY
+ * when that variable holds a positive integer, else 64. */
+RS_API void rs_plan_params_init(rs_plan_params_t *params);
+
+/* One byte run to read: nbytes at src_addr of session into the target
+ * (a parameter for exact segments, else the group's staging buffer). */
+typedef struct rs_segment {
+    uint32_t session;  /* index into rs_plan_session_name */
+    uint32_t param;    /* capture param index (exact segments only) */
+    uint64_t src_addr;
+    uint64_t dst_byte;
+    uint64_t nbytes;
+} rs_segment_t;
+
+/* A copy whose source dtype differs from its destination: its segments fill
+ * a row-major staging buffer of dest_shape in src_dtype, which is then cast
+ * into the copy's destination region. */
+typedef struct rs_convert {
+    size_t copy;       /* index into the capture's copies */
+    uint32_t param;
+    rs_dtype_t src_dtype;
+    rs_dtype_t dest_dtype;
+    uint64_t staging_bytes;
+    const rs_segment_t *segments;
+    size_t nsegments;
+} rs_convert_t;
+
+/* A source pulled whole into a row-major staging buffer, from which its
+ * captured copies are replayed locally. */
+typedef struct rs_full_pull {
+    const char *src;
+    int ndim;
+    const int64_t *global_shape;
+    rs_dtype_t dtype;
+    uint64_t staging_bytes;
+    const size_t *copies;  /* indices into the capture's copies */
+    size_t ncopies;
+    const rs_segment_t *segments;
+    size_t nsegments;
+} rs_full_pull_t;
+
+typedef struct rs_uncovered {
+    size_t copy;
+    const char *src;
+    const char *param;
+    uint64_t missing_elements;
+} rs_uncovered_t;
+
+typedef struct rs_plan_stats {
+    uint64_t bytes_planned;
+    uint64_t descriptor_count;
+    uint64_t exact_descriptor_count;
+    uint64_t exact_bytes;
+    uint64_t descriptor_savings;
+    uint64_t extra_wire_bytes;
+    size_t nsessions_used;
+} rs_plan_stats_t;
+
+/* Builds a plan. Unsupported, unknown or rejected sources do not fail the
+ * call: they land in the plan's fallback list. Returns RS_ERR_INPUT only for
+ * inconsistent inputs (a copy naming an undeclared parameter, a destination
+ * dtype differing from its parameter), RS_ERR_NO_MEMORY on exhaustion. */
+RS_API rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
+                                 const rs_plan_params_t *params,
+                                 rs_diag_t *diag, rs_plan_h *plan_p);
+RS_API void rs_plan_destroy(rs_plan_h plan);
+
+/* 1 when nothing is in fallback or uncovered. */
+RS_API int rs_plan_is_complete(rs_plan_h plan);
+
+RS_API const rs_segment_t *rs_plan_segments(rs_plan_h plan, size_t *count_p);
+RS_API const rs_convert_t *rs_plan_converts(rs_plan_h plan, size_t *count_p);
+RS_API const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p);
+RS_API const rs_uncovered_t *rs_plan_uncovered(rs_plan_h plan, size_t *count_p);
+RS_API size_t rs_plan_num_fallback(rs_plan_h plan);
+RS_API void rs_plan_fallback(rs_plan_h plan, size_t index, const char **src_p,
+                             const char **reason_p);
+RS_API size_t rs_plan_num_unbounded(rs_plan_h plan);
+RS_API const char *rs_plan_unbounded(rs_plan_h plan, size_t index);
+
+/* Every session any source publishes (index space of rs_segment_t.session). */
+RS_API size_t rs_plan_num_sessions(rs_plan_h plan);
+RS_API const char *rs_plan_session_name(rs_plan_h plan, uint32_t session);
+/* Bytes the plan reads from a session (0 for sessions it does not use). */
+RS_API uint64_t rs_plan_session_bytes(rs_plan_h plan, uint32_t session);
+
+RS_API void rs_plan_stats(rs_plan_h plan, rs_plan_stats_t *stats_p);
+
+/* reshard.plan.v1 JSON, and the human summary that `reshard plan` prints. */
+RS_API rs_status_t rs_plan_write_json(rs_plan_h plan, FILE *out,
+                                      rs_diag_t *diag);
+RS_API rs_status_t rs_plan_write_summary(rs_plan_h plan, FILE *out,
+                                         rs_diag_t *diag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,75 @@
+/* Published sources: the merged shard tables of every trainer rank. Each
+ * table (mx.reshard.shard_table.v1) says which box of which full tensor a
+ * session holds and at which address. Tables from many ranks merge into one
+ * rs_sources; identical boxes from several sessions are replicas. */
+#ifndef RESHARD_SOURCES_H
+#define RESHARD_SOURCES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "reshard/capture.h"
+#include "reshard/dtype.h"
+#include "reshard/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rs_sources *rs_sources_h;
+
+/* One published shard. */
+typedef struct rs_shard_desc {
+    const char *tensor;       /* full source tensor name */
+    rs_dtype_t dtype;
+    size_t elsize;            /* must equal rs_dtype_size(dtype) */
+    int ndim;
+    const int64_t *full_shape;
+    const char *session;      /* the publishing agent */
+    int64_t device_id;
+    uint64_t addr;            /* address of element 0 of the row-major shard */
+    const int64_t *offset;    /* shard_offset, per dim */
+    const int64_t *shape;     /* shard shape, per dim */
+    const char *digest;       /* optional, may be NULL */
+} rs_shard_desc_t;
+
+/* Per-table metadata, kept for the control plane. */
+typedef struct rs_table_info {
+    const char *agent_name;
+    const char *metadata_endpoint; /* NULL when absent */
+    const char *agent_meta_b64;    /* NULL when absent */
+    int64_t publisher_step;        /* -1 when absent */
+} rs_table_info_t;
+
+RS_API rs_status_t rs_sources_create(rs_sources_h *sources_p);
+RS_API void rs_sources_destroy(rs_sources_h sources);
+
+/* Adds one shard. RS_ERR_INPUT when it disagrees with earlier shards of the
+ * same tensor (full shape, dtype, elsize), leaves the full shape, or its
+ * byte range overflows the address space. */
+RS_API rs_status_t rs_sources_add_shard(rs_sources_h sources,
+                                        const rs_shard_desc_t *shard,
+                                        rs_diag_t *diag);
+
+/* Records a table's metadata (one per publishing agent). */
+RS_API rs_status_t rs_sources_add_table(rs_sources_h sources,
+                                        const rs_table_info_t *table,
+                                        rs_diag_t *diag);
+
+/* Loads a file holding one shard-table blob or a JSON array of blobs and
+ * merges it in. All-or-nothing: on failure nothing of this file is added. */
+RS_API rs_status_t rs_sources_load_file(rs_sources_h sources, const char *path,
+                                        rs_diag_t *diag);
+RS_API rs_status_t rs_sources_load_string(rs_sources_h sources,
+                                          const char *json, size_t len,
+                                          const char *origin, rs_diag_t *diag);
+
+RS_API size_t rs_sources_num_tensors(rs_sources_h sources);
+RS_API size_t rs_sources_num_shards(rs_sources_h sources);
+RS_API size_t rs_sources_num_tables(rs_sources_h sources);
+RS_API void rs_sources_table(rs_sources_h sources, size_t index,
+                             rs_table_info_t *table_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

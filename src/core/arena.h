@@ -1,0 +1,23 @@
+/* Arena allocator for the many small records a capture or a plan makes:
+ * everything is freed at once with the owner. */
+#ifndef RS_CORE_ARENA_H
+#define RS_CORE_ARENA_H
+
+#include <stddef.h>
+
+typedef struct rs_arena_chunk rs_arena_chunk_t;
+
+typedef struct rs_arena {
+    rs_arena_chunk_t *head;
+    size_t used;  /* bytes used in head */
+    size_t cap;   /* capacity of head */
+} rs_arena_t;
+
+void rs_arena_init(rs_arena_t *arena);
+void rs_arena_free(rs_arena_t *arena);
+/* 16-byte aligned, zeroed memory; NULL on exhaustion or overflow. */
+void *rs_arena_alloc(rs_arena_t *arena, size_t size);
+void *rs_arena_memdup(rs_arena_t *arena, const void *src, size_t size);
+char *rs_arena_strdup(rs_arena_t *arena, const char *s);
+
+#endif

@@ -1,0 +1,57 @@
+/* Overflow-checked 64-bit arithmetic. Every product or sum of shapes,
+ * strides, offsets and addresses goes through these: they return 0 on
+ * overflow and leave *out untouched. */
+#ifndef RS_CORE_CHECKED_H
+#define RS_CORE_CHECKED_H
+
+#include <stdint.h>
+
+static inline int rs_mul_i64(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return 0;
+    *out = r;
+    return 1;
+}
+
+static inline int rs_add_i64(int64_t a, int64_t b, int64_t *out)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return 0;
+    *out = r;
+    return 1;
+}
+
+static inline int rs_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return 0;
+    *out = r;
+    return 1;
+}
+
+static inline int rs_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    uint64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return 0;
+    *out = r;
+    return 1;
+}
+
+/* Product of n non-negative sizes; 0 on overflow or a negative size. */
+static inline int rs_numel(const int64_t *shape, int n, int64_t *out)
+{
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) {
+        if (shape[i] < 0 || !rs_mul_i64(p, shape[i], &p))
+            return 0;
+    }
+    *out = p;
+    return 1;
+}
+
+#endif

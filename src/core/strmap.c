@@ -1,0 +1,81 @@
+/* Open-addressing hash map keyed by strings, linear probing, load <= 1/2. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/strmap.h"
+
+uint64_t rs_hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 29);
+}
+
+void rs_strmap_init(rs_strmap_t *map) { memset(map, 0, sizeof(*map)); }
+
+void rs_strmap_free(rs_strmap_t *map)
+{
+    free(map->keys);
+    free(map->values);
+    rs_strmap_init(map);
+}
+
+static size_t strmap_slot(const rs_strmap_t *map, const char *key)
+{
+    size_t mask = map->cap - 1;
+    size_t i = (size_t)rs_hash_str(key) & mask;
+    while (map->keys[i] != NULL && strcmp(map->keys[i], key) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+int rs_strmap_get(const rs_strmap_t *map, const char *key, uint32_t *value_p)
+{
+    if (map->cap == 0)
+        return 0;
+    size_t i = strmap_slot(map, key);
+    if (map->keys[i] == NULL)
+        return 0;
+    *value_p = map->values[i];
+    return 1;
+}
+
+static int strmap_grow(rs_strmap_t *map)
+{
+    size_t ncap = map->cap ? map->cap * 2 : 16;
+    rs_strmap_t bigger = {calloc(ncap, sizeof(char *)),
+                          calloc(ncap, sizeof(uint32_t)), ncap, 0};
+    if (bigger.keys == NULL || bigger.values == NULL) {
+        free(bigger.keys);
+        free(bigger.values);
+        return 0;
+    }
+    for (size_t i = 0; i < map->cap; i++) {
+        if (map->keys[i] != NULL) {
+            size_t j = strmap_slot(&bigger, map->keys[i]);
+            bigger.keys[j] = map->keys[i];
+            bigger.values[j] = map->values[i];
+            bigger.len++;
+        }
+    }
+    free(map->keys);
+    free(map->values);
+    *map = bigger;
+    return 1;
+}
+
+int rs_strmap_put(rs_strmap_t *map, const char *key, uint32_t value)
+{
+    if ((map->len + 1) * 2 > map->cap && !strmap_grow(map))
+        return 0;
+    size_t i = strmap_slot(map, key);
+    if (map->keys[i] == NULL) {
+        map->keys[i] = key;
+        map->len++;
+    }
+    map->values[i] = value;
+    return 1;
+}

@@ -1,0 +1,48 @@
+/* The box a view reads: per source dim an arithmetic progression
+ * (start, count, step), and the factors that say in which order the view
+ * visits it. A factor is one digit of a source dim's index: `count` values,
+ * `mult` apart in that dim's progression index, landing `dstride` elements
+ * apart in the destination. */
+#ifndef RS_GEOM_BOX_H
+#define RS_GEOM_BOX_H
+
+#include <stdint.h>
+#include "geom/view.h"
+
+#define RS_MAX_FACTORS 64
+
+typedef struct rs_factor {
+    int sdim;        /* source dim */
+    int64_t count;   /* > 1 */
+    int64_t mult;    /* index step inside the dim's progression */
+    int64_t dstride; /* destination stride in elements */
+} rs_factor_t;
+
+typedef struct rs_box {
+    int ndim;                     /* source rank */
+    int64_t start[RS_MAX_DIMS];
+    int64_t count[RS_MAX_DIMS];
+    int64_t step[RS_MAX_DIMS];
+    int nfactors;
+    rs_factor_t factors[RS_MAX_FACTORS]; /* sorted by (sdim, mult) */
+    int64_t numel;                /* product of counts */
+} rs_box_t;
+
+/* Maps a replayed view onto its source (row-major `src_shape`) and pairs it
+ * with a destination stride per view dim. RS_ERR_UNSUPPORTED (with a reason
+ * in `why`) when the view is not a strided box of the source. */
+rs_status_t rs_box_from_view(const rs_view_t *view, int src_ndim,
+                             const int64_t *src_shape,
+                             const int64_t *dest_stride, rs_box_t *box,
+                             char *why, size_t whylen);
+
+/* Replays a whole chain from the full source and maps it: the one call the
+ * planner makes per copy. On failure *bad_op is the index of the failing op
+ * (nops when the failure is in the final mapping or the destination). */
+rs_status_t rs_geom_resolve(int src_ndim, const int64_t *src_shape,
+                            const rs_op_t *ops, size_t nops, int dest_ndim,
+                            const int64_t *dest_shape,
+                            const int64_t *dest_stride, rs_box_t *box,
+                            size_t *bad_op, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,251 @@
+/* The capture model: parameters, copies and unsupported sources, built by the
+ * JSON loader or by callers directly. Deep-copies everything into an arena. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/diag.h"
+#include "plan/capture_impl.h"
+
+static const char *const op_names[] = {
+    [RS_OP_NARROW] = "narrow",       [RS_OP_SLICE] = "slice",
+    [RS_OP_SELECT] = "select",       [RS_OP_GETITEM] = "getitem",
+    [RS_OP_TRANSPOSE] = "transpose", [RS_OP_T] = "t",
+    [RS_OP_PERMUTE] = "permute",     [RS_OP_VIEW] = "view",
+    [RS_OP_RESHAPE] = "reshape",     [RS_OP_FLATTEN] = "flatten",
+    [RS_OP_UNFLATTEN] = "unflatten", [RS_OP_UNSQUEEZE] = "unsqueeze",
+    [RS_OP_SQUEEZE] = "squeeze",     [RS_OP_CHUNK] = "chunk",
+    [RS_OP_SPLIT] = "split",         [RS_OP_UNBIND] = "unbind",
+    [RS_OP_CONTIGUOUS] = "contiguous",
+};
+
+const char *rs_op_name(rs_op_kind_t kind)
+{
+    if ((int)kind <= 0 || (size_t)kind >= sizeof(op_names) / sizeof(op_names[0]))
+        return "?";
+    return op_names[kind];
+}
+
+rs_status_t rs_capture_create(rs_capture_h *capture_p)
+{
+    if (capture_p == NULL)
+        return RS_ERR_INVALID_ARG;
+    rs_capture_h c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return RS_ERR_NO_MEMORY;
+    rs_arena_init(&c->arena);
+    rs_strmap_init(&c->param_index);
+    rs_strmap_init(&c->unsupported_index);
+    *capture_p = c;
+    return RS_OK;
+}
+
+void rs_capture_destroy(rs_capture_h capture)
+{
+    if (capture == NULL)
+        return;
+    rs_strmap_free(&capture->param_index);
+    rs_strmap_free(&capture->unsupported_index);
+    free(capture->params);
+    free(capture->copies);
+    free(capture->unsupported);
+    rs_arena_free(&capture->arena);
+    free(capture);
+}
+
+static int64_t *dup_dims(rs_arena_t *a, const int64_t *dims, int n)
+{
+    return rs_arena_memdup(a, dims, (size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+}
+
+rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
+                                 int ndim, const int64_t *shape,
+                                 rs_dtype_t dtype, rs_diag_t *diag)
+{
+    rs_cap_param_t p = {0};
+    uint32_t ignored;
+    int64_t bytes;
+
+    if (capture == NULL || name == NULL || (ndim > 0 && shape == NULL))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    if (ndim < 0 || ndim > RS_MAX_DIMS)
+        return rs__diag_set(diag, RS_ERR_INPUT,
+                            "param '%s': rank %d outside 0..%d", name, ndim,
+                            RS_MAX_DIMS);
+    if (rs_dtype_size(dtype) == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "param '%s': invalid dtype",
+                            name);
+    if (!rs_numel(shape, ndim, &p.numel) ||
+        !rs_mul_i64(p.numel, (int64_t)rs_dtype_size(dtype), &bytes))
+        return rs__diag_set(diag, RS_ERR_INPUT,
+                            "param '%s': shape is negative or overflows", name);
+    if (rs_strmap_get(&capture->param_index, name, &ignored))
+        return rs__diag_set(diag, RS_ERR_INPUT, "param '%s' declared twice",
+                            name);
+    p.name = rs_arena_strdup(&capture->arena, name);
+    p.ndim = ndim;
+    p.shape = dup_dims(&capture->arena, shape, ndim);
+    p.dtype = dtype;
+    p.nbytes = (uint64_t)bytes;
+    if (p.name == NULL || p.shape == NULL ||
+        !rs_strmap_put(&capture->param_index, p.name,
+                       (uint32_t)capture->params_len) ||
+        !RS_VEC_PUSH(capture, params, p))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    return RS_OK;
+}
+
+/* Copies the variable-length parts of an op into the arena. */
+static int dup_op(rs_arena_t *a, const rs_op_t *in, rs_op_t *out)
+{
+    *out = *in;
+    out->list = NULL;
+    out->keys = NULL;
+    if (in->nlist > 0) {
+        out->list = rs_arena_memdup(a, in->list, in->nlist * sizeof(int64_t));
+        if (out->list == NULL)
+            return 0;
+    }
+    if (in->nkeys > 0) {
+        out->keys = rs_arena_memdup(a, in->keys, in->nkeys * sizeof(rs_key_t));
+        if (out->keys == NULL)
+            return 0;
+    }
+    return 1;
+}
+
+static rs_status_t check_copy_shape(const rs_copy_desc_t *c, rs_diag_t *diag)
+{
+    int64_t numel;
+    if (c->ndim < 0 || c->ndim > RS_MAX_DIMS)
+        return rs__diag_set(diag, RS_ERR_INPUT,
+                            "copy of '%s' into '%s': rank %d outside 0..%d",
+                            c->src, c->param, c->ndim, RS_MAX_DIMS);
+    if (c->ndim > 0 && (c->dest_shape == NULL || c->dest_stride == NULL))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL dest shape");
+    if (!rs_numel(c->dest_shape, c->ndim, &numel))
+        return rs__diag_set(diag, RS_ERR_INPUT,
+                            "copy of '%s' into '%s': dest_shape is negative "
+                            "or overflows", c->src, c->param);
+    for (int i = 0; i < c->ndim; i++) {
+        if (c->dest_stride[i] < 0)
+            return rs__diag_set(diag, RS_ERR_INPUT,
+                                "copy of '%s' into '%s': dest_stride[%d] is "
+                                "negative", c->src, c->param, i);
+    }
+    if (c->dest_offset < 0)
+        return rs__diag_set(diag, RS_ERR_INPUT,
+                            "copy of '%s' into '%s': dest_offset is negative",
+                            c->src, c->param);
+    return RS_OK;
+}
+
+rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy,
+                                rs_diag_t *diag)
+{
+    rs_cap_copy_t c = {0};
+    rs_arena_t *a;
+
+    if (capture == NULL || copy == NULL || copy->src == NULL ||
+        copy->param == NULL || (copy->nops > 0 && copy->ops == NULL))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    rs_status_t st = check_copy_shape(copy, diag);
+    if (st != RS_OK)
+        return st;
+    a = &capture->arena;
+    c.src = rs_arena_strdup(a, copy->src);
+    c.param = rs_arena_strdup(a, copy->param);
+    c.nops = copy->nops;
+    c.ops = rs_arena_alloc(a, (copy->nops ? copy->nops : 1) * sizeof(rs_op_t));
+    c.dest_offset = copy->dest_offset;
+    c.ndim = copy->ndim;
+    c.dest_shape = dup_dims(a, copy->dest_shape, copy->ndim);
+    c.dest_stride = dup_dims(a, copy->dest_stride, copy->ndim);
+    c.dest_dtype = copy->dest_dtype;
+    if (c.src == NULL || c.param == NULL || c.ops == NULL ||
+        c.dest_shape == NULL || c.dest_stride == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < copy->nops; i++) {
+        if (!dup_op(a, &copy->ops[i], &c.ops[i]))
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
+    if (!RS_VEC_PUSH(capture, copies, c))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    return RS_OK;
+}
+
+rs_status_t rs_capture_add_unsupported(rs_capture_h capture, const char *src,
+                                       const char *reason, rs_diag_t *diag)
+{
+    rs_cap_unsupported_t u;
+    uint32_t ignored;
+
+    if (capture == NULL || src == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    if (rs_strmap_get(&capture->unsupported_index, src, &ignored))
+        return RS_OK;
+    u.src = rs_arena_strdup(&capture->arena, src);
+    u.reason = rs_arena_strdup(&capture->arena, reason ? reason : "unsupported");
+    if (u.src == NULL || u.reason == NULL ||
+        !rs_strmap_put(&capture->unsupported_index, u.src,
+                       (uint32_t)capture->unsupported_len) ||
+        !RS_VEC_PUSH(capture, unsupported, u))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    return RS_OK;
+}
+
+void rs__capture_set_unattributed(rs_capture_h capture, int64_t count)
+{
+    capture->unattributed = count;
+}
+
+size_t rs_capture_num_params(rs_capture_h capture) { return capture->params_len; }
+
+void rs_capture_param(rs_capture_h capture, size_t index, rs_param_info_t *info_p)
+{
+    const rs_cap_param_t *p = &capture->params[index];
+    info_p->name = p->name;
+    info_p->ndim = p->ndim;
+    info_p->shape = p->shape;
+    info_p->dtype = p->dtype;
+    info_p->nbytes = p->nbytes;
+}
+
+long rs_capture_find_param(rs_capture_h capture, const char *name)
+{
+    uint32_t idx;
+    return rs_strmap_get(&capture->param_index, name, &idx) ? (long)idx : -1;
+}
+
+size_t rs_capture_num_copies(rs_capture_h capture) { return capture->copies_len; }
+
+void rs_capture_copy(rs_capture_h capture, size_t index, rs_copy_desc_t *copy_p)
+{
+    const rs_cap_copy_t *c = &capture->copies[index];
+    copy_p->src = c->src;
+    copy_p->param = c->param;
+    copy_p->ops = c->ops;
+    copy_p->nops = c->nops;
+    copy_p->dest_offset = c->dest_offset;
+    copy_p->ndim = c->ndim;
+    copy_p->dest_shape = c->dest_shape;
+    copy_p->dest_stride = c->dest_stride;
+    copy_p->dest_dtype = c->dest_dtype;
+}
+
+size_t rs_capture_num_unsupported(rs_capture_h capture)
+{
+    return capture->unsupported_len;
+}
+
+void rs_capture_unsupported(rs_capture_h capture, size_t index,
+                            const char **src_p, const char **reason_p)
+{
+    *src_p = capture->unsupported[index].src;
+    *reason_p = capture->unsupported[index].reason;
+}
+
+int64_t rs_capture_unattributed(rs_capture_h capture)
+{
+    return capture->unattributed;
+}

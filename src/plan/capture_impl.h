@@ -1,0 +1,49 @@
+/* Internal layout of a capture, shared by the capture model, its JSON
+ * loader and the planner. */
+#ifndef RS_PLAN_CAPTURE_IMPL_H
+#define RS_PLAN_CAPTURE_IMPL_H
+
+#include "core/arena.h"
+#include "core/strmap.h"
+#include "core/vec.h"
+#include "reshard/capture.h"
+
+typedef struct rs_cap_param {
+    const char *name;
+    int ndim;
+    int64_t *shape;
+    rs_dtype_t dtype;
+    int64_t numel;
+    uint64_t nbytes;
+} rs_cap_param_t;
+
+typedef struct rs_cap_copy {
+    const char *src;
+    const char *param;
+    rs_op_t *ops;
+    size_t nops;
+    int64_t dest_offset;
+    int ndim;
+    int64_t *dest_shape;
+    int64_t *dest_stride;
+    rs_dtype_t dest_dtype;
+} rs_cap_copy_t;
+
+typedef struct rs_cap_unsupported {
+    const char *src;
+    const char *reason;
+} rs_cap_unsupported_t;
+
+struct rs_capture {
+    rs_arena_t arena;
+    RS_VEC(rs_cap_param_t, params);
+    rs_strmap_t param_index;
+    RS_VEC(rs_cap_copy_t, copies);
+    RS_VEC(rs_cap_unsupported_t, unsupported);
+    rs_strmap_t unsupported_index;
+    int64_t unattributed;
+};
+
+void rs__capture_set_unattributed(rs_capture_h capture, int64_t count);
+
+#endif

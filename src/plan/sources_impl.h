@@ -1,0 +1,56 @@
+/* Internal layout of merged shard tables, shared by the sources model, its
+ * JSON loader and the planner. */
+#ifndef RS_PLAN_SOURCES_IMPL_H
+#define RS_PLAN_SOURCES_IMPL_H
+
+#include "core/arena.h"
+#include "core/strmap.h"
+#include "core/vec.h"
+#include "reshard/sources.h"
+
+typedef struct rs_src_shard {
+    uint32_t session;
+    int64_t device_id;
+    uint64_t addr;
+    int64_t *offset;
+    int64_t *shape;
+    int64_t numel;
+    const char *digest;
+} rs_src_shard_t;
+
+struct rs_grid; /* the planner's disjoint cell index, see plan/grid.h */
+
+typedef struct rs_src_tensor {
+    const char *name;
+    rs_dtype_t dtype;
+    size_t elsize;
+    int ndim;
+    int64_t *shape;
+    RS_VEC(rs_src_shard_t, shards);
+    struct rs_grid *grid; /* built on demand, dropped when shards change */
+} rs_src_tensor_t;
+
+/* A rollback point: counts at the time of the mark. */
+typedef struct rs_sources_mark {
+    size_t tensors, tables, sessions;
+    size_t *shard_counts; /* per tensor existing at the mark */
+} rs_sources_mark_t;
+
+struct rs_sources {
+    rs_arena_t arena;
+    RS_VEC(rs_src_tensor_t, tensors);
+    rs_strmap_t tensor_index;
+    RS_VEC(const char *, sessions);
+    rs_strmap_t session_index;
+    RS_VEC(rs_table_info_t, tables);
+};
+
+/* Loaders use these to make a whole file all-or-nothing. */
+rs_status_t rs__sources_mark(rs_sources_h s, rs_sources_mark_t *mark);
+void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark);
+void rs__sources_mark_free(rs_sources_mark_t *mark);
+
+/* Tensor by name, or NULL. */
+rs_src_tensor_t *rs__sources_find(rs_sources_h s, const char *name);
+
+#endif
