@@ -148,7 +148,7 @@ static rs_status_t check_shard(const rs_shard_desc_t *d, rs_diag_t *diag,
 rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
                                  rs_diag_t *diag)
 {
-    rs_src_tensor_t *t;
+    rs_src_tensor_t *t = NULL;
     rs_src_shard_t sh = {0};
     rs_status_t st;
 
