@@ -119,6 +119,11 @@ RS_API uint64_t rs_plan_session_bytes(rs_plan_h plan, uint32_t session);
 
 RS_API void rs_plan_stats(rs_plan_h plan, rs_plan_stats_t *stats_p);
 
+/* The capture the plan was built from (borrowed: the caller keeps it alive
+ * for the life of the plan). Convert records and full pulls refer to its
+ * copies by index. */
+RS_API rs_capture_h rs_plan_capture(rs_plan_h plan);
+
 /* reshard.plan.v1 JSON, and the human summary that `reshard plan` prints. */
 RS_API rs_status_t rs_plan_write_json(rs_plan_h plan, FILE *out,
                                       rs_diag_t *diag);
