@@ -10,6 +10,8 @@
 #include "geom/view.h"
 
 #define RS_MAX_FACTORS 64
+/* Factors one source dim may be cut into (digits of its mixed radix). */
+#define RS_MAX_DIM_FACTORS 8
 
 typedef struct rs_factor {
     int sdim;        /* source dim */

@@ -1,0 +1,215 @@
+/* Run walking. A source dim's index range [lo, hi) is not a box in the space
+ * of its factors (digits of a mixed radix), so it is first cut into at most
+ * 2m-1 aligned blocks; the cartesian product of every dim's blocks gives
+ * boxes in factor space, and each is walked as an odometer over the factors
+ * that do not fold into the contiguous run. */
+#include <string.h>
+
+#include "geom/walk.h"
+
+/* One factor-space box under construction: a start digit and a count per
+ * factor of the box. */
+typedef struct {
+    int64_t start[RS_MAX_FACTORS];
+    int64_t count[RS_MAX_FACTORS];
+} fbox_t;
+
+typedef struct {
+    const rs_box_t *box;
+    const rs_src_buf_t *buf;
+    int64_t pitch[RS_MAX_DIMS];       /* row-major strides of the buffer */
+    int64_t src_stride[RS_MAX_FACTORS];
+    int first[RS_MAX_DIMS];           /* first factor index of each dim */
+    int nf[RS_MAX_DIMS];              /* factor count of each dim */
+    int64_t radix[RS_MAX_FACTORS];    /* digit weight inside its dim */
+    int64_t src_base, dst_base;       /* buffer/dest offset of k = 0 */
+    rs_run_cb cb;
+    void *ctx;
+} walk_t;
+
+/* Odometer over the factors that do not fold into the run, outermost
+ * destination stride first so runs come out in destination order. */
+static void walk_fbox(const walk_t *w, const fbox_t *fb)
+{
+    const rs_factor_t *f = w->box->factors;
+    int n = w->box->nfactors, order[RS_MAX_FACTORS], no = 0;
+    int64_t src = w->src_base, dst = w->dst_base, run = 1;
+    int used[RS_MAX_FACTORS] = {0};
+
+    for (int j = 0; j < n; j++) {
+        src += fb->start[j] * w->src_stride[j];
+        dst += fb->start[j] * f[j].dstride;
+    }
+    /* Grow the run while some factor continues it in both buffers. */
+    for (int grew = 1; grew;) {
+        grew = 0;
+        for (int j = 0; j < n; j++) {
+            if (!used[j] && fb->count[j] > 1 && w->src_stride[j] == run &&
+                f[j].dstride == run) {
+                run *= fb->count[j];
+                used[j] = grew = 1;
+            }
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        if (!used[j] && fb->count[j] > 1)
+            order[no++] = j;
+    }
+    for (int a = 1; a < no; a++) { /* few factors: insertion sort */
+        int t = order[a], b = a;
+        for (; b > 0 && f[order[b - 1]].dstride < f[t].dstride; b--)
+            order[b] = order[b - 1];
+        order[b] = t;
+    }
+    int64_t idx[RS_MAX_FACTORS] = {0};
+    for (;;) {
+        w->cb(w->ctx, src, dst, run);
+        int k = no - 1;
+        for (; k >= 0; k--) {
+            int j = order[k];
+            if (++idx[k] < fb->count[j]) {
+                src += w->src_stride[j];
+                dst += f[j].dstride;
+                break;
+            }
+            src -= (fb->count[j] - 1) * w->src_stride[j];
+            dst -= (fb->count[j] - 1) * f[j].dstride;
+            idx[k] = 0;
+        }
+        if (k < 0)
+            return;
+    }
+}
+
+/* The aligned blocks of one dim: digits relative to the dim's first factor. */
+typedef struct {
+    int n;
+    int64_t start[2 * RS_MAX_DIM_FACTORS][RS_MAX_DIM_FACTORS];
+    int64_t count[2 * RS_MAX_DIM_FACTORS][RS_MAX_DIM_FACTORS];
+} blocks_t;
+
+static void push_block(blocks_t *out, const fbox_t *fb, int first, int nf)
+{
+    for (int k = 0; k < nf; k++) {
+        out->start[out->n][k] = fb->start[first + k];
+        out->count[out->n][k] = fb->count[first + k];
+    }
+    out->n++;
+}
+
+/* Cuts [lo, hi) over digits first..first+j of one dim into aligned blocks;
+ * `fixed` carries the digits already pinned by outer levels. */
+static void cut_range(const walk_t *w, int first, int j, int64_t lo,
+                      int64_t hi, fbox_t *fixed, blocks_t *out)
+{
+    if (lo >= hi)
+        return;
+    int fj = first + j;
+    int64_t r = w->radix[fj];
+    if (j == 0) {
+        fixed->start[fj] = lo;
+        fixed->count[fj] = hi - lo;
+        push_block(out, fixed, first, w->nf[w->box->factors[first].sdim]);
+        return;
+    }
+    int64_t dl = lo / r, dh = hi / r;
+    if (dl == dh) {
+        fixed->start[fj] = dl;
+        fixed->count[fj] = 1;
+        cut_range(w, first, j - 1, lo - dl * r, hi - dl * r, fixed, out);
+        return;
+    }
+    if (lo % r != 0) {
+        fixed->start[fj] = dl;
+        fixed->count[fj] = 1;
+        cut_range(w, first, j - 1, lo % r, r, fixed, out);
+        dl++;
+    }
+    if (dh > dl) {
+        fbox_t full = *fixed;
+        full.start[fj] = dl;
+        full.count[fj] = dh - dl;
+        for (int k = first; k < fj; k++) {
+            full.start[k] = 0;
+            full.count[k] = w->box->factors[k].count;
+        }
+        push_block(out, &full, first, w->nf[w->box->factors[first].sdim]);
+    }
+    if (hi % r != 0) {
+        fixed->start[fj] = dh;
+        fixed->count[fj] = 1;
+        cut_range(w, first, j - 1, 0, hi % r, fixed, out);
+    }
+}
+
+/* Cartesian product of every dim's blocks, recursing dim by dim. */
+static void product(const walk_t *w, blocks_t *per_dim, int d, fbox_t *acc)
+{
+    if (d == w->box->ndim) {
+        walk_fbox(w, acc);
+        return;
+    }
+    if (w->nf[d] == 0) {
+        product(w, per_dim, d + 1, acc);
+        return;
+    }
+    for (int b = 0; b < per_dim[d].n; b++) {
+        for (int k = 0; k < w->nf[d]; k++) {
+            acc->start[w->first[d] + k] = per_dim[d].start[b][k];
+            acc->count[w->first[d] + k] = per_dim[d].count[b][k];
+        }
+        product(w, per_dim, d + 1, acc);
+    }
+}
+
+static void walk_init(walk_t *w, const rs_box_t *box, const rs_src_buf_t *buf,
+                      int64_t dst_base, rs_run_cb cb, void *ctx)
+{
+    int64_t p = 1;
+    memset(w, 0, sizeof(*w));
+    w->box = box;
+    w->buf = buf;
+    w->cb = cb;
+    w->ctx = ctx;
+    w->dst_base = dst_base;
+    for (int d = box->ndim - 1; d >= 0; d--) {
+        w->pitch[d] = p;
+        p *= buf->shape[d];
+        w->first[d] = -1;
+    }
+    for (int j = 0; j < box->nfactors; j++) {
+        const rs_factor_t *f = &box->factors[j];
+        if (w->first[f->sdim] < 0)
+            w->first[f->sdim] = j;
+        w->nf[f->sdim]++;
+        w->radix[j] = f->mult;
+        w->src_stride[j] = box->step[f->sdim] * f->mult * w->pitch[f->sdim];
+    }
+    for (int d = 0; d < box->ndim; d++)
+        w->src_base += (box->start[d] - buf->offset[d]) * w->pitch[d];
+}
+
+void rs_walk_runs(const rs_box_t *box, const rs_krange_t *kr,
+                  const rs_src_buf_t *buf, int64_t dst_base, rs_run_cb cb,
+                  void *ctx)
+{
+    walk_t w;
+    blocks_t per_dim[RS_MAX_DIMS];
+    fbox_t acc, fixed;
+
+    for (int d = 0; d < box->ndim; d++) {
+        if (kr->lo[d] >= kr->hi[d])
+            return;
+    }
+    walk_init(&w, box, buf, dst_base, cb, ctx);
+    memset(&acc, 0, sizeof(acc));
+    for (int d = 0; d < box->ndim; d++) {
+        per_dim[d].n = 0;
+        if (w.nf[d] == 0)
+            continue;
+        memset(&fixed, 0, sizeof(fixed));
+        cut_range(&w, w.first[d], w.nf[d] - 1, kr->lo[d], kr->hi[d], &fixed,
+                  &per_dim[d]);
+    }
+    product(&w, per_dim, 0, &acc);
+}

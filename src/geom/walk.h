@@ -1,0 +1,34 @@
+/* Walks part of a box as maximal runs that are contiguous in both the
+ * buffer read (a row-major shard) and the destination. Cost is proportional
+ * to the runs emitted, never to the elements. */
+#ifndef RS_GEOM_WALK_H
+#define RS_GEOM_WALK_H
+
+#include <stdint.h>
+#include "geom/box.h"
+
+/* Per source dim, the progression indices [lo, hi) of the box to walk. */
+typedef struct rs_krange {
+    int64_t lo[RS_MAX_DIMS];
+    int64_t hi[RS_MAX_DIMS];
+} rs_krange_t;
+
+/* The row-major buffer the box is read from: its box inside the source. */
+typedef struct rs_src_buf {
+    const int64_t *offset; /* per source dim */
+    const int64_t *shape;  /* per source dim */
+} rs_src_buf_t;
+
+/* Receives one run: nelem elements at src_elem (from element 0 of the
+ * buffer) landing at dst_elem (from the destination's element 0). */
+typedef void (*rs_run_cb)(void *ctx, int64_t src_elem, int64_t dst_elem,
+                          int64_t nelem);
+
+/* Walks the sub-box `kr` of `box` (which must lie inside `buf`), with the
+ * destination offset of the box's first element at dst_base. Runs come in
+ * increasing destination order within each aligned block. */
+void rs_walk_runs(const rs_box_t *box, const rs_krange_t *kr,
+                  const rs_src_buf_t *buf, int64_t dst_base, rs_run_cb cb,
+                  void *ctx);
+
+#endif
