@@ -1,4 +1,275 @@
-/* Placeholder until the grid lands. */
+/* Grid construction and lookup. Boundaries per dim are the sorted union of
+ * every shard's edges; a cell is one interval per dim. Cell lists are kept
+ * in compressed rows (one offsets array, one shard-id array). */
 #include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
 #include "plan/grid.h"
-void rs_grid_destroy(rs_grid_t *grid) { free(grid); }
+#include "plan/sources_impl.h"
+
+struct rs_grid {
+    int ndim;
+    int64_t *bounds[RS_MAX_DIMS];
+    size_t nint[RS_MAX_DIMS];    /* intervals per dim */
+    size_t cstride[RS_MAX_DIMS]; /* row-major cell strides */
+    size_t ncells;
+    uint32_t *row;               /* ncells + 1 offsets into ids */
+    uint32_t *ids;
+};
+
+void rs_grid_destroy(rs_grid_t *g)
+{
+    if (g == NULL)
+        return;
+    for (int d = 0; d < g->ndim; d++)
+        free(g->bounds[d]);
+    free(g->row);
+    free(g->ids);
+    free(g);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorted unique edges of dim d over non-empty shards, plus 0 and the size. */
+static rs_status_t build_bounds(rs_grid_t *g, const rs_src_tensor_t *t, int d)
+{
+    size_t n = 0;
+    int64_t *b = malloc((2 * t->shards_len + 2) * sizeof(int64_t));
+    if (b == NULL)
+        return RS_ERR_NO_MEMORY;
+    b[n++] = 0;
+    b[n++] = t->shape[d];
+    for (size_t i = 0; i < t->shards_len; i++) {
+        if (t->shards[i].numel == 0)
+            continue;
+        b[n++] = t->shards[i].offset[d];
+        b[n++] = t->shards[i].offset[d] + t->shards[i].shape[d];
+    }
+    qsort(b, n, sizeof(int64_t), cmp_i64);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (u == 0 || b[u - 1] != b[i])
+            b[u++] = b[i];
+    }
+    g->bounds[d] = b;
+    g->nint[d] = u - 1;
+    return RS_OK;
+}
+
+/* Index of the interval of dim d starting at coordinate x (x is an edge). */
+static size_t interval_at(const rs_grid_t *g, int d, int64_t x)
+{
+    size_t lo = 0, hi = g->nint[d];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (g->bounds[d][mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Calls fn for every cell inside shard s (as a box of intervals). */
+typedef void (*cell_fn)(rs_grid_t *g, size_t cell, uint32_t shard);
+
+static void for_shard_cells(rs_grid_t *g, const rs_src_shard_t *s,
+                            uint32_t id, cell_fn fn)
+{
+    size_t lo[RS_MAX_DIMS], hi[RS_MAX_DIMS], idx[RS_MAX_DIMS];
+    size_t cell = 0;
+    for (int d = 0; d < g->ndim; d++) {
+        lo[d] = interval_at(g, d, s->offset[d]);
+        hi[d] = interval_at(g, d, s->offset[d] + s->shape[d]);
+        idx[d] = lo[d];
+        cell += lo[d] * g->cstride[d];
+    }
+    for (;;) {
+        fn(g, cell, id);
+        int d = g->ndim - 1;
+        for (; d >= 0; d--) {
+            if (++idx[d] < hi[d]) {
+                cell += g->cstride[d];
+                break;
+            }
+            cell -= (idx[d] - 1 - lo[d]) * g->cstride[d];
+            idx[d] = lo[d];
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+static void count_cell(rs_grid_t *g, size_t cell, uint32_t shard)
+{
+    (void)shard;
+    g->row[cell + 1]++;
+}
+
+static void fill_cell(rs_grid_t *g, size_t cell, uint32_t shard)
+{
+    g->ids[g->row[cell]++] = shard;
+}
+
+/* Counts cells; sets ncells and strides, 0 when over the ceiling. */
+static int size_cells(rs_grid_t *g, size_t max_cells)
+{
+    size_t n = 1;
+    for (int d = g->ndim - 1; d >= 0; d--) {
+        g->cstride[d] = n;
+        if (g->nint[d] != 0 && n > max_cells / g->nint[d])
+            return 0;
+        n *= g->nint[d];
+    }
+    g->ncells = n;
+    return 1;
+}
+
+static rs_status_t fill_rows(rs_grid_t *g, const rs_src_tensor_t *t,
+                             size_t max_cells)
+{
+    size_t total = 0;
+    g->row = calloc(g->ncells + 1, sizeof(uint32_t));
+    if (g->row == NULL)
+        return RS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < t->shards_len; i++) {
+        if (t->shards[i].numel != 0)
+            for_shard_cells(g, &t->shards[i], (uint32_t)i, count_cell);
+    }
+    for (size_t c = 0; c < g->ncells; c++) {
+        total += g->row[c + 1];
+        if (total > max_cells)
+            return RS_ERR_UNSUPPORTED;
+        g->row[c + 1] = (uint32_t)total;
+    }
+    g->ids = malloc((total ? total : 1) * sizeof(uint32_t));
+    if (g->ids == NULL)
+        return RS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < t->shards_len; i++) {
+        if (t->shards[i].numel != 0)
+            for_shard_cells(g, &t->shards[i], (uint32_t)i, fill_cell);
+    }
+    /* fill_cell advanced each row start to the next row's: shift back. */
+    memmove(g->row + 1, g->row, g->ncells * sizeof(uint32_t));
+    g->row[0] = 0;
+    return RS_OK;
+}
+
+rs_status_t rs_grid_build(const rs_src_tensor_t *t, size_t max_cells,
+                          rs_grid_t **grid_p)
+{
+    rs_status_t st = RS_OK;
+    rs_grid_t *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return RS_ERR_NO_MEMORY;
+    g->ndim = t->ndim;
+    for (int d = 0; d < t->ndim && st == RS_OK; d++)
+        st = build_bounds(g, t, d);
+    if (st == RS_OK && !size_cells(g, max_cells))
+        st = RS_ERR_UNSUPPORTED;
+    if (st == RS_OK)
+        st = fill_rows(g, t, max_cells);
+    if (st != RS_OK) {
+        rs_grid_destroy(g);
+        return st;
+    }
+    *grid_p = g;
+    return RS_OK;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
+
+/* Per dim, the intervals a progression touches and its index range in each. */
+typedef struct {
+    size_t n;
+    size_t *cell;
+    int64_t *lo, *hi;
+} dim_hits_t;
+
+static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
+                                int d, dim_hits_t *h)
+{
+    int64_t s = box->start[d], t = box->step[d], c = box->count[d];
+    int64_t last = s + t * (c - 1);
+    size_t first = interval_at(g, d, s + 1) - 1; /* interval holding s */
+    size_t end = interval_at(g, d, last + 1);
+    size_t cap = end - first;
+    h->n = 0;
+    h->cell = malloc(cap * sizeof(size_t));
+    h->lo = malloc(cap * sizeof(int64_t));
+    h->hi = malloc(cap * sizeof(int64_t));
+    if (h->cell == NULL || h->lo == NULL || h->hi == NULL)
+        return RS_ERR_NO_MEMORY;
+    for (size_t i = first; i < end; i++) {
+        int64_t lo = ceil_div(g->bounds[d][i] - s, t);
+        int64_t hi = ceil_div(g->bounds[d][i + 1] - s, t);
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > c ? c : hi;
+        if (lo >= hi)
+            continue; /* the step jumps over this interval */
+        h->cell[h->n] = i;
+        h->lo[h->n] = lo;
+        h->hi[h->n] = hi;
+        h->n++;
+    }
+    return RS_OK;
+}
+
+static void visit_product(const rs_grid_t *g, const dim_hits_t *h,
+                          rs_cell_cb cb, void *ctx)
+{
+    size_t idx[RS_MAX_DIMS] = {0};
+    rs_krange_t kr;
+    for (int d = 0; d < g->ndim; d++) {
+        if (h[d].n == 0)
+            return;
+    }
+    for (;;) {
+        size_t cell = 0;
+        for (int d = 0; d < g->ndim; d++) {
+            cell += h[d].cell[idx[d]] * g->cstride[d];
+            kr.lo[d] = h[d].lo[idx[d]];
+            kr.hi[d] = h[d].hi[idx[d]];
+        }
+        cb(ctx, cell, &kr, g->ids + g->row[cell],
+           g->row[cell + 1] - g->row[cell]);
+        int d = g->ndim - 1;
+        for (; d >= 0; d--) {
+            if (++idx[d] < h[d].n)
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+rs_status_t rs_grid_visit(const rs_grid_t *g, const rs_box_t *box,
+                          rs_cell_cb cb, void *ctx)
+{
+    dim_hits_t h[RS_MAX_DIMS];
+    rs_status_t st = RS_OK;
+    int built = 0;
+
+    if (box->numel == 0)
+        return RS_OK;
+    memset(h, 0, sizeof(h));
+    for (; built < g->ndim && st == RS_OK; built++)
+        st = hits_for_dim(g, box, built, &h[built]);
+    if (st == RS_OK)
+        visit_product(g, h, cb, ctx);
+    for (int d = 0; d < built; d++) {
+        free(h[d].cell);
+        free(h[d].lo);
+        free(h[d].hi);
+    }
+    return st;
+}

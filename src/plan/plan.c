@@ -1,0 +1,97 @@
+/* Read access to a built plan, its defaults and its destruction. */
+#include <stdlib.h>
+
+#include "plan/plan_impl.h"
+
+void rs_plan_params_init(rs_plan_params_t *params)
+{
+    const char *env = getenv("RESHARD_MAX_SEGMENTS_PER_COPY");
+    params->max_segments_per_copy = RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY;
+    params->only = NULL;
+    params->nonly = 0;
+    params->replica_salt = 0;
+    if (env != NULL && *env != '\0') {
+        char *end;
+        long long v = strtoll(env, &end, 10);
+        if (*end == '\0' && v > 0)
+            params->max_segments_per_copy = v;
+    }
+}
+
+void rs_plan_destroy(rs_plan_h plan)
+{
+    if (plan == NULL)
+        return;
+    free(plan->segments);
+    free(plan->converts);
+    free(plan->full_pulls);
+    free(plan->uncovered);
+    free(plan->fallback);
+    free(plan->unbounded);
+    rs_arena_free(&plan->arena);
+    free(plan);
+}
+
+int rs_plan_is_complete(rs_plan_h plan)
+{
+    return plan->fallback_len == 0 && plan->uncovered_len == 0;
+}
+
+rs_capture_h rs_plan_capture(rs_plan_h plan) { return plan->capture; }
+
+const rs_segment_t *rs_plan_segments(rs_plan_h plan, size_t *count_p)
+{
+    *count_p = plan->segments_len;
+    return plan->segments;
+}
+
+const rs_convert_t *rs_plan_converts(rs_plan_h plan, size_t *count_p)
+{
+    *count_p = plan->converts_len;
+    return plan->converts;
+}
+
+const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p)
+{
+    *count_p = plan->full_pulls_len;
+    return plan->full_pulls;
+}
+
+const rs_uncovered_t *rs_plan_uncovered(rs_plan_h plan, size_t *count_p)
+{
+    *count_p = plan->uncovered_len;
+    return plan->uncovered;
+}
+
+size_t rs_plan_num_fallback(rs_plan_h plan) { return plan->fallback_len; }
+
+void rs_plan_fallback(rs_plan_h plan, size_t index, const char **src_p,
+                      const char **reason_p)
+{
+    *src_p = plan->fallback[index].src;
+    *reason_p = plan->fallback[index].reason;
+}
+
+size_t rs_plan_num_unbounded(rs_plan_h plan) { return plan->unbounded_len; }
+
+const char *rs_plan_unbounded(rs_plan_h plan, size_t index)
+{
+    return plan->unbounded[index];
+}
+
+size_t rs_plan_num_sessions(rs_plan_h plan) { return plan->nsessions; }
+
+const char *rs_plan_session_name(rs_plan_h plan, uint32_t session)
+{
+    return session < plan->nsessions ? plan->sessions[session] : NULL;
+}
+
+uint64_t rs_plan_session_bytes(rs_plan_h plan, uint32_t session)
+{
+    return session < plan->nsessions ? plan->session_bytes[session] : 0;
+}
+
+void rs_plan_stats(rs_plan_h plan, rs_plan_stats_t *stats_p)
+{
+    *stats_p = plan->stats;
+}

@@ -1,0 +1,160 @@
+/* Assembly: per-copy segments become the plan's exact segments (merged
+ * across copies where runs continue each other), converts and full-pull copy
+ * lists; copies of fallback sources are dropped; then the stats. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/diag.h"
+#include "plan/capture_impl.h"
+#include "plan/planner.h"
+
+#define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
+
+static int live(const rs_planner_t *b, const rs_pcopy_t *pc)
+{
+    return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
+}
+
+static rs_status_t append_exact(rs_planner_t *b, const rs_pcopy_t *pc)
+{
+    rs_plan_h plan = b->plan;
+    for (size_t i = pc->seg_begin; i < pc->seg_end; i++) {
+        const rs_segment_t *s = &b->tmp.v[i];
+        if (plan->segments_len > 0) {
+            rs_segment_t *last = &plan->segments[plan->segments_len - 1];
+            if (last->session == s->session && last->param == s->param &&
+                last->src_addr + last->nbytes == s->src_addr &&
+                last->dst_byte + last->nbytes == s->dst_byte) {
+                last->nbytes += s->nbytes;
+                continue;
+            }
+        }
+        if (!RS_VEC_PUSH(plan, segments, *s))
+            return OOM(b);
+    }
+    return RS_OK;
+}
+
+static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc)
+{
+    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    const rs_psrc_t *s = &b->psrc[pc->src];
+    rs_convert_t cv;
+    int64_t numel = 1, bytes;
+
+    for (int i = 0; i < c->ndim; i++)
+        numel *= c->dest_shape[i]; /* checked when the copy was added */
+    if (!rs_mul_i64(numel, (int64_t)s->tensor->elsize, &bytes))
+        return rs__diag_set(b->diag, RS_ERR_INPUT, "copy %zu: staging size "
+                            "overflows", ci);
+    cv.copy = ci;
+    cv.param = pc->param;
+    cv.src_dtype = s->tensor->dtype;
+    cv.dest_dtype = c->dest_dtype;
+    cv.staging_bytes = (uint64_t)bytes;
+    cv.nsegments = pc->seg_end - pc->seg_begin;
+    cv.segments = rs_arena_memdup(&b->plan->arena, b->tmp.v + pc->seg_begin,
+                                  cv.nsegments * sizeof(rs_segment_t));
+    if (cv.segments == NULL || !RS_VEC_PUSH(b->plan, converts, cv))
+        return OOM(b);
+    return RS_OK;
+}
+
+static rs_status_t add_uncovered(rs_planner_t *b, size_t ci,
+                                 const rs_pcopy_t *pc)
+{
+    rs_uncovered_t u = {ci, b->psrc[pc->src].name, b->cap->copies[ci].param,
+                        pc->missing};
+    return RS_VEC_PUSH(b->plan, uncovered, u) ? RS_OK : OOM(b);
+}
+
+/* Sizes each full pull's copy list before filling it. */
+static rs_status_t alloc_full_pull_copies(rs_planner_t *b)
+{
+    rs_plan_h plan = b->plan;
+    size_t *counts = calloc(plan->full_pulls_len + 1, sizeof(size_t));
+    if (counts == NULL)
+        return OOM(b);
+    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
+        const rs_pcopy_t *pc = &b->copies[ci];
+        if (live(b, pc) && pc->kind == RS_PCOPY_EXACT &&
+            b->psrc[pc->src].full_pull >= 0)
+            counts[b->psrc[pc->src].full_pull]++;
+    }
+    for (size_t i = 0; i < plan->full_pulls_len; i++) {
+        plan->full_pulls[i].copies =
+            rs_arena_alloc(&plan->arena, (counts[i] + 1) * sizeof(size_t));
+        plan->full_pulls[i].ncopies = 0;
+        if (plan->full_pulls[i].copies == NULL) {
+            free(counts);
+            return OOM(b);
+        }
+    }
+    free(counts);
+    return RS_OK;
+}
+
+static rs_status_t place_copy(rs_planner_t *b, size_t ci)
+{
+    const rs_pcopy_t *pc = &b->copies[ci];
+    rs_status_t st = RS_OK;
+    long fp = b->psrc[pc->src].full_pull;
+
+    if (pc->missing > 0 && (st = add_uncovered(b, ci, pc)) != RS_OK)
+        return st;
+    if (pc->kind == RS_PCOPY_CONVERT)
+        return add_convert(b, ci, pc);
+    if (fp >= 0) {
+        rs_full_pull_t *f = &b->plan->full_pulls[fp];
+        ((size_t *)f->copies)[f->ncopies++] = ci;
+        return RS_OK;
+    }
+    return append_exact(b, pc);
+}
+
+static void tally(rs_plan_h plan, const rs_segment_t *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        plan->session_bytes[s[i].session] += s[i].nbytes;
+        plan->stats.bytes_planned += s[i].nbytes;
+    }
+    plan->stats.descriptor_count += n;
+}
+
+static void compute_stats(rs_planner_t *b)
+{
+    rs_plan_h plan = b->plan;
+    rs_plan_stats_t *st = &plan->stats;
+    tally(plan, plan->segments, plan->segments_len);
+    for (size_t i = 0; i < plan->converts_len; i++)
+        tally(plan, plan->converts[i].segments, plan->converts[i].nsegments);
+    for (size_t i = 0; i < plan->full_pulls_len; i++)
+        tally(plan, plan->full_pulls[i].segments, plan->full_pulls[i].nsegments);
+    for (size_t i = 0; i < b->cap->copies_len; i++) {
+        const rs_pcopy_t *pc = &b->copies[i];
+        if (!live(b, pc))
+            continue;
+        st->exact_descriptor_count += pc->seg_end - pc->seg_begin;
+        for (size_t k = pc->seg_begin; k < pc->seg_end; k++)
+            st->exact_bytes += b->tmp.v[k].nbytes;
+    }
+    st->descriptor_savings = st->exact_descriptor_count > st->descriptor_count
+        ? st->exact_descriptor_count - st->descriptor_count : 0;
+    st->extra_wire_bytes = st->bytes_planned > st->exact_bytes
+        ? st->bytes_planned - st->exact_bytes : 0;
+    for (size_t i = 0; i < plan->nsessions; i++)
+        st->nsessions_used += plan->session_bytes[i] > 0;
+}
+
+rs_status_t rs__planner_assemble(rs_planner_t *b)
+{
+    rs_status_t st = alloc_full_pull_copies(b);
+    for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
+        if (live(b, &b->copies[ci]))
+            st = place_copy(b, ci);
+    }
+    if (st == RS_OK)
+        compute_stats(b);
+    return st;
+}

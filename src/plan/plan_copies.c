@@ -1,0 +1,284 @@
+/* The planner's main pass: every selected copy is resolved to a box of its
+ * source and walked into per-copy segments; a rejected copy sends its whole
+ * source to fallback. Also the builder's set-up and tear-down. */
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/diag.h"
+#include "plan/capture_impl.h"
+#include "plan/planner.h"
+
+#define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
+
+static rs_status_t copy_sessions(rs_plan_h plan, rs_sources_h srcs)
+{
+    plan->nsessions = srcs->sessions_len;
+    plan->sessions = rs_arena_alloc(&plan->arena,
+                                    (plan->nsessions + 1) * sizeof(char *));
+    plan->session_bytes = rs_arena_alloc(&plan->arena,
+                                         (plan->nsessions + 1) * sizeof(uint64_t));
+    if (plan->sessions == NULL || plan->session_bytes == NULL)
+        return RS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < plan->nsessions; i++) {
+        plan->sessions[i] = rs_arena_strdup(&plan->arena, srcs->sessions[i]);
+        if (plan->sessions[i] == NULL)
+            return RS_ERR_NO_MEMORY;
+    }
+    return RS_OK;
+}
+
+rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
+                             rs_sources_h srcs, const rs_plan_params_t *params,
+                             rs_diag_t *diag)
+{
+    memset(b, 0, sizeof(*b));
+    b->cap = cap;
+    b->srcs = srcs;
+    b->params = params;
+    b->diag = diag;
+    rs_strmap_init(&b->psrc_index);
+    b->plan = calloc(1, sizeof(*b->plan));
+    b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
+    b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
+    if (b->plan == NULL || b->copies == NULL || b->load == NULL)
+        return OOM(b);
+    rs_arena_init(&b->plan->arena);
+    b->plan->capture = cap;
+    if (copy_sessions(b->plan, srcs) != RS_OK)
+        return OOM(b);
+    return RS_OK;
+}
+
+void rs__planner_free(rs_planner_t *b)
+{
+    rs_plan_destroy(b->plan);
+    free(b->psrc);
+    rs_strmap_free(&b->psrc_index);
+    free(b->copies);
+    free(b->tmp.v);
+    free(b->load);
+}
+
+rs_plan_h rs__planner_take(rs_planner_t *b)
+{
+    rs_plan_h plan = b->plan;
+    b->plan = NULL;
+    return plan;
+}
+
+rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
+                                 const char *reason)
+{
+    rs_psrc_t *s = &b->psrc[src];
+    rs_plan_fallback_t f;
+    if (s->fallback != NULL)
+        return RS_OK;
+    s->fallback = rs_arena_strdup(&b->plan->arena, reason);
+    f.src = s->name;
+    f.reason = s->fallback;
+    if (s->fallback == NULL || !RS_VEC_PUSH(b->plan, fallback, f))
+        return OOM(b);
+    return RS_OK;
+}
+
+/* The planner's record for a source name, created on first use. */
+static rs_status_t psrc_for(rs_planner_t *b, const char *name, uint32_t *id_p)
+{
+    uint32_t id;
+    if (rs_strmap_get(&b->psrc_index, name, &id)) {
+        *id_p = id;
+        return RS_OK;
+    }
+    rs_psrc_t s = {name, rs__sources_find(b->srcs, name), NULL, 0, 0, -1};
+    id = (uint32_t)b->psrc_len;
+    if (!RS_VEC_PUSH(b, psrc, s) || !rs_strmap_put(&b->psrc_index, name, id))
+        return OOM(b);
+    *id_p = id;
+    return RS_OK;
+}
+
+static int selected(const rs_plan_params_t *p, const char *param)
+{
+    if (p->nonly == 0)
+        return 1;
+    for (size_t i = 0; i < p->nonly; i++) {
+        if (fnmatch(p->only[i], param, 0) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Capture-flagged sources are fallback up front; with a selection, only
+ * those that a selected copy reads. */
+static rs_status_t flag_unsupported(rs_planner_t *b)
+{
+    rs_capture_h cap = b->cap;
+    for (size_t i = 0; i < cap->unsupported_len; i++) {
+        const rs_cap_unsupported_t *u = &cap->unsupported[i];
+        int wanted = b->params->nonly == 0;
+        for (size_t c = 0; !wanted && c < cap->copies_len; c++)
+            wanted = strcmp(cap->copies[c].src, u->src) == 0 &&
+                     selected(b->params, cap->copies[c].param);
+        if (!wanted)
+            continue;
+        uint32_t id;
+        rs_status_t st = psrc_for(b, u->src, &id);
+        if (st == RS_OK)
+            st = rs__planner_fallback(b, id, u->reason);
+        if (st != RS_OK)
+            return st;
+    }
+    return RS_OK;
+}
+
+/* Highest element the destination view touches must stay inside the
+ * param, and the view must not write any element twice (sufficient test:
+ * sorted by stride, each dim steps past everything the inner dims span). */
+static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
+{
+    int64_t numel = 1, last = c->dest_offset, span[RS_MAX_DIMS];
+    int order[RS_MAX_DIMS], n = 0;
+    for (int i = 0; i < c->ndim; i++)
+        numel *= c->dest_shape[i]; /* checked when the copy was added */
+    if (numel == 0)
+        return NULL;
+    for (int i = 0; i < c->ndim; i++) {
+        if (c->dest_shape[i] == 1)
+            continue;
+        if (!rs_mul_i64(c->dest_shape[i] - 1, c->dest_stride[i], &span[i]) ||
+            !rs_add_i64(last, span[i], &last))
+            return "destination region overflows";
+        order[n++] = i;
+    }
+    if (last >= p->numel)
+        return "destination region leaves its parameter";
+    for (int a = 1; a < n; a++) {
+        int t = order[a], k = a;
+        for (; k > 0 && c->dest_stride[order[k - 1]] > c->dest_stride[t]; k--)
+            order[k] = order[k - 1];
+        order[k] = t;
+    }
+    int64_t reach = 0; /* elements spanned by the dims so far, minus one */
+    for (int a = 0; a < n; a++) {
+        if (c->dest_stride[order[a]] <= reach)
+            return "destination view writes some elements twice";
+        reach += span[order[a]];
+    }
+    return NULL;
+}
+
+static void row_major(const int64_t *shape, int n, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+/* Resolves the copy's geometry; on rejection the source goes to fallback. */
+static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
+                                const int64_t *dest_stride, rs_box_t *box,
+                                int *ok)
+{
+    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    const rs_cap_param_t *p = &b->cap->params[b->copies[ci].param];
+    char why[512], reason[768];
+    size_t bad_op;
+    rs_status_t st = rs_geom_resolve(s->tensor->ndim, s->tensor->shape, c->ops,
+                                     c->nops, c->ndim, c->dest_shape,
+                                     dest_stride, box, &bad_op, why,
+                                     sizeof(why));
+    const char *dest_err = st == RS_OK ? check_dest(c, p) : NULL;
+    *ok = st == RS_OK && dest_err == NULL;
+    if (*ok)
+        return RS_OK;
+    if (dest_err != NULL)
+        snprintf(reason, sizeof(reason), "copy %zu into '%s': %s", ci,
+                 c->param, dest_err);
+    else if (bad_op < c->nops)
+        snprintf(reason, sizeof(reason), "copy %zu into '%s': op %zu (%s): %s",
+                 ci, c->param, bad_op, rs_op_name(c->ops[bad_op].kind), why);
+    else
+        snprintf(reason, sizeof(reason), "copy %zu into '%s': %s", ci,
+                 c->param, why);
+    return rs__planner_fallback(b, b->copies[ci].src, reason);
+}
+
+/* Checks the copy against its parameter; an inconsistency here is bad
+ * input, not an unsupported source. */
+static rs_status_t bind_param(rs_planner_t *b, size_t ci)
+{
+    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    uint32_t p;
+    if (!rs_strmap_get(&b->cap->param_index, c->param, &p))
+        return rs__diag_set(b->diag, RS_ERR_INPUT, "copy %zu: param '%s' is "
+                            "not declared", ci, c->param);
+    if (b->cap->params[p].dtype != c->dest_dtype)
+        return rs__diag_set(b->diag, RS_ERR_INPUT, "copy %zu: dest_dtype %s "
+                            "differs from param '%s' dtype %s", ci,
+                            rs_dtype_name(c->dest_dtype), c->param,
+                            rs_dtype_name(b->cap->params[p].dtype));
+    b->copies[ci].param = p;
+    return RS_OK;
+}
+
+static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
+{
+    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    rs_pcopy_t *pc = &b->copies[ci];
+    rs_box_t box;
+    int64_t staging[RS_MAX_DIMS];
+    int ok;
+    rs_status_t st;
+
+    if ((st = bind_param(b, ci)) != RS_OK || (st = psrc_for(b, c->src, &pc->src)))
+        return st;
+    rs_psrc_t *s = &b->psrc[pc->src];
+    if (s->fallback != NULL)
+        return RS_OK;
+    if (s->tensor == NULL)
+        return rs__planner_fallback(b, pc->src, "not published by any shard "
+                                    "table");
+    int convert = s->tensor->dtype != c->dest_dtype;
+    if ((st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok)) != RS_OK || !ok)
+        return st;
+    if (convert) { /* same geometry, landing in row-major staging */
+        row_major(c->dest_shape, c->ndim, staging);
+        if ((st = resolve_copy(b, ci, s, staging, &box, &ok)) != RS_OK || !ok)
+            return st;
+    }
+    pc->seg_begin = b->tmp.v_len;
+    st = rs__planner_walk(b, s, &box, pc->param, convert ? 0 : c->dest_offset,
+                          &b->tmp, &pc->missing);
+    if (st == RS_ERR_UNSUPPORTED)
+        return rs__planner_fallback(b, pc->src, "shard layout too fragmented "
+                                    "to index");
+    if (st != RS_OK)
+        return rs__diag_set(b->diag, st, "out of memory");
+    pc->seg_end = b->tmp.v_len;
+    pc->kind = convert ? RS_PCOPY_CONVERT : RS_PCOPY_EXACT;
+    if (!convert) {
+        s->exact_segments += pc->seg_end - pc->seg_begin;
+        if (pc->seg_end - pc->seg_begin > (uint64_t)b->params->max_segments_per_copy)
+            s->candidate = 1;
+    }
+    return RS_OK;
+}
+
+rs_status_t rs__planner_run(rs_planner_t *b)
+{
+    rs_status_t st = flag_unsupported(b);
+    for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
+        if (selected(b->params, b->cap->copies[ci].param))
+            st = plan_copy(b, ci);
+    }
+    if (st == RS_OK)
+        st = rs__planner_full_pulls(b);
+    if (st == RS_OK)
+        st = rs__planner_assemble(b);
+    return st;
+}

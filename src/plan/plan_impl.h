@@ -1,0 +1,30 @@
+/* Internal layout of a built plan: what the planner fills and the accessors
+ * read. */
+#ifndef RS_PLAN_PLAN_IMPL_H
+#define RS_PLAN_PLAN_IMPL_H
+
+#include "core/arena.h"
+#include "core/vec.h"
+#include "reshard/plan.h"
+
+typedef struct rs_plan_fallback {
+    const char *src;
+    const char *reason;
+} rs_plan_fallback_t;
+
+struct rs_plan {
+    rs_arena_t arena;
+    rs_capture_h capture;
+    size_t nsessions;
+    const char **sessions;
+    uint64_t *session_bytes;
+    RS_VEC(rs_segment_t, segments);
+    RS_VEC(rs_convert_t, converts);
+    RS_VEC(rs_full_pull_t, full_pulls);
+    RS_VEC(rs_uncovered_t, uncovered);
+    RS_VEC(rs_plan_fallback_t, fallback);
+    RS_VEC(const char *, unbounded);
+    rs_plan_stats_t stats;
+};
+
+#endif

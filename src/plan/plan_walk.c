@@ -1,0 +1,97 @@
+/* From a resolved box to segments: visit the source grid's cells, choose one
+ * shard per cell, and turn each run into a segment, merging runs that
+ * continue the previous one in both the shard and the destination. */
+#include "core/checked.h"
+#include "plan/grid.h"
+#include "plan/planner.h"
+
+typedef struct {
+    rs_planner_t *b;
+    const rs_src_tensor_t *t;
+    const rs_box_t *box;
+    int64_t dst_base;
+    uint32_t param;
+    rs_segvec_t *out;
+    size_t floor;       /* first segment of this walk: merge only from here */
+    uint32_t session;   /* of the shard being walked */
+    uint64_t addr;
+    uint64_t *missing;
+} walk_ctx_t;
+
+static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
+                     int64_t nelem)
+{
+    walk_ctx_t *w = ctx;
+    uint64_t es = w->t->elsize;
+    rs_segment_t s = {w->session, w->param, w->addr + (uint64_t)src_elem * es,
+                      (uint64_t)dst_elem * es, (uint64_t)nelem * es};
+    rs_segvec_t *o = w->out;
+    if (o->v_len > w->floor) {
+        rs_segment_t *last = &o->v[o->v_len - 1];
+        if (last->session == s.session && last->param == s.param &&
+            last->src_addr + last->nbytes == s.src_addr &&
+            last->dst_byte + last->nbytes == s.dst_byte) {
+            last->nbytes += s.nbytes;
+            return;
+        }
+    }
+    if (!RS_VEC_PUSH(o, v, s))
+        w->b->oom = 1;
+}
+
+/* The replica (or overlapping shard) with the least load so far; ties go to
+ * a rotation that depends on the cell and the caller's salt, so that
+ * receivers with different salts start on different replicas. */
+static uint32_t choose_shard(const walk_ctx_t *w, size_t cell,
+                             const uint32_t *shards, size_t n)
+{
+    size_t rot = (size_t)((w->b->params->replica_salt + cell) % n);
+    uint32_t pick = shards[rot];
+    uint64_t best = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id = shards[(rot + i) % n];
+        uint64_t load = w->b->load[w->t->shards[id].session];
+        if (load < best) {
+            best = load;
+            pick = id;
+        }
+    }
+    return pick;
+}
+
+static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
+                      const uint32_t *shards, size_t n)
+{
+    walk_ctx_t *w = ctx;
+    uint64_t elems = 1;
+    for (int d = 0; d < w->box->ndim; d++)
+        elems *= (uint64_t)(kr->hi[d] - kr->lo[d]); /* <= box numel */
+    if (n == 0) {
+        *w->missing += elems;
+        return;
+    }
+    const rs_src_shard_t *sh = &w->t->shards[choose_shard(w, cell, shards, n)];
+    rs_src_buf_t buf = {sh->offset, sh->shape};
+    w->b->load[sh->session] += elems * w->t->elsize;
+    w->session = sh->session;
+    w->addr = sh->addr;
+    rs_walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
+}
+
+rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
+                             const rs_box_t *box, uint32_t param,
+                             int64_t dst_base, rs_segvec_t *out,
+                             uint64_t *missing)
+{
+    rs_src_tensor_t *t = src->tensor;
+    walk_ctx_t w = {b, t, box, dst_base, param, out, out->v_len, 0, 0, missing};
+    if (t->grid == NULL) {
+        rs_status_t st = rs_grid_build(t, RS_GRID_MAX_CELLS, &t->grid);
+        if (st != RS_OK)
+            return st;
+    }
+    rs_status_t st = rs_grid_visit(t->grid, box, plan_cell, &w);
+    if (st == RS_OK && b->oom)
+        st = RS_ERR_NO_MEMORY;
+    return st;
+}
