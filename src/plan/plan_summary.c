@@ -1,0 +1,342 @@
+/* The human summary `reshard plan` prints without --json: counts, bytes,
+ * sessions, fallback sources grouped by cause, uncovered copies, and a final
+ * verdict line. Reads the plan through its public accessors only. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "reshard/plan.h"
+
+/* How many example names or records a list shows before "and N more". */
+#define SUMMARY_EXAMPLES 3
+#define SUMMARY_UNCOVERED_SHOWN 5
+
+static void fmt_bytes(char *buf, size_t size, uint64_t v)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    double x = (double)v;
+    int u = -1;
+
+    while (x >= 1024.0 && u < 4) {
+        x /= 1024.0;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, size, "%" PRIu64 " B", v);
+    else
+        snprintf(buf, size, "%" PRIu64 " B (%.1f %s)", v, x, units[u]);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Fallback source names, sorted for bsearch; caller frees. */
+static const char **sorted_fallback(rs_plan_h plan, size_t *count_p)
+{
+    size_t n = rs_plan_num_fallback(plan);
+    const char **names = malloc((n ? n : 1) * sizeof(*names));
+    const char *reason;
+
+    if (names == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        rs_plan_fallback(plan, i, &names[i], &reason);
+    qsort(names, n, sizeof(*names), cmp_str);
+    *count_p = n;
+    return names;
+}
+
+/* Marks the params the plan writes (segments, converts, full pulls). */
+static void mark_params(rs_plan_h plan, rs_capture_h cap, unsigned char *touched,
+                        size_t nparams)
+{
+    size_t n;
+    const rs_segment_t *segs = rs_plan_segments(plan, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (segs[i].param < nparams)
+            touched[segs[i].param] = 1;
+    }
+    const rs_convert_t *cv = rs_plan_converts(plan, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (cv[i].param < nparams)
+            touched[cv[i].param] = 1;
+    }
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < fp[i].ncopies; j++) {
+            rs_copy_desc_t c;
+            rs_capture_copy(cap, fp[i].copies[j], &c);
+            long p = rs_capture_find_param(cap, c.param);
+            if (p >= 0 && (size_t)p < nparams)
+                touched[p] = 1;
+        }
+    }
+}
+
+/* The plan does not record which copies the selection kept, so a copy counts
+ * as planned when its parameter receives bytes (or it is listed uncovered)
+ * and its source is not on the fallback list. */
+static int count_planned(rs_plan_h plan, rs_capture_h cap, size_t *planned_p)
+{
+    size_t nparams = rs_capture_num_params(cap);
+    size_t ncopies = rs_capture_num_copies(cap), nfb, nunc, planned = 0;
+    unsigned char *touched = calloc(nparams ? nparams : 1, 1);
+    unsigned char *uncov = calloc(ncopies ? ncopies : 1, 1);
+    const char **fb = sorted_fallback(plan, &nfb);
+    const rs_uncovered_t *u = rs_plan_uncovered(plan, &nunc);
+    int ok = touched != NULL && uncov != NULL && fb != NULL;
+
+    if (ok) {
+        mark_params(plan, cap, touched, nparams);
+        for (size_t i = 0; i < nunc; i++) {
+            if (u[i].copy < ncopies)
+                uncov[u[i].copy] = 1;
+        }
+        for (size_t i = 0; i < ncopies; i++) {
+            rs_copy_desc_t c;
+            rs_capture_copy(cap, i, &c);
+            long p = rs_capture_find_param(cap, c.param);
+            int selected = uncov[i] || (p >= 0 && touched[p]);
+            if (selected && !bsearch(&c.src, fb, nfb, sizeof(*fb), cmp_str))
+                planned++;
+        }
+        *planned_p = planned;
+    }
+    free(touched);
+    free(uncov);
+    free(fb);
+    return ok;
+}
+
+static size_t staging_segments(rs_plan_h plan, int full_pulls)
+{
+    size_t n, total = 0;
+    if (full_pulls) {
+        const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+        for (size_t i = 0; i < n; i++)
+            total += fp[i].nsegments;
+    } else {
+        const rs_convert_t *cv = rs_plan_converts(plan, &n);
+        for (size_t i = 0; i < n; i++)
+            total += cv[i].nsegments;
+    }
+    return total;
+}
+
+static void print_counts(rs_plan_h plan, FILE *out, size_t planned)
+{
+    size_t nseg, nconv, nfull;
+    rs_capture_h cap = rs_plan_capture(plan);
+
+    rs_plan_segments(plan, &nseg);
+    rs_plan_converts(plan, &nconv);
+    rs_plan_full_pulls(plan, &nfull);
+    fprintf(out, "  copies planned      %zu of %zu captured\n", planned,
+            rs_capture_num_copies(cap));
+    fprintf(out, "  segments            %zu exact, %zu into convert staging, "
+                 "%zu into full-pull staging\n",
+            nseg, staging_segments(plan, 0), staging_segments(plan, 1));
+    fprintf(out, "  converts            %zu\n", nconv);
+    fprintf(out, "  full pulls          %zu\n", nfull);
+}
+
+static void print_bytes(rs_plan_h plan, FILE *out)
+{
+    rs_plan_stats_t st;
+    char planned[64], exact[64], extra[64];
+
+    rs_plan_stats(plan, &st);
+    fmt_bytes(planned, sizeof(planned), st.bytes_planned);
+    fmt_bytes(exact, sizeof(exact), st.exact_bytes);
+    fmt_bytes(extra, sizeof(extra), st.extra_wire_bytes);
+    fprintf(out, "  bytes planned       %s\n", planned);
+    fprintf(out, "  bytes if exact      %s (extra on the wire: %s)\n", exact,
+            extra);
+    fprintf(out, "  descriptors         %" PRIu64 " (exact plan: %" PRIu64
+                 ", saved: %" PRIu64 ")\n",
+            st.descriptor_count, st.exact_descriptor_count,
+            st.descriptor_savings);
+}
+
+typedef struct named_bytes {
+    const char *name;
+    uint64_t bytes;
+} named_bytes_t;
+
+static int cmp_named(const void *a, const void *b)
+{
+    return strcmp(((const named_bytes_t *)a)->name,
+                  ((const named_bytes_t *)b)->name);
+}
+
+static int print_sessions(rs_plan_h plan, FILE *out)
+{
+    size_t total = rs_plan_num_sessions(plan), n = 0;
+    named_bytes_t *used = malloc((total ? total : 1) * sizeof(*used));
+    char buf[64];
+
+    if (used == NULL)
+        return 0;
+    for (uint32_t i = 0; i < total; i++) {
+        uint64_t b = rs_plan_session_bytes(plan, i);
+        if (b > 0) {
+            used[n].name = rs_plan_session_name(plan, i);
+            used[n++].bytes = b;
+        }
+    }
+    qsort(used, n, sizeof(*used), cmp_named);
+    fprintf(out, "  sessions used       %zu of %zu\n", n, total);
+    for (size_t i = 0; i < n; i++) {
+        fmt_bytes(buf, sizeof(buf), used[i].bytes);
+        fprintf(out, "    %-30s %s\n", used[i].name, buf);
+    }
+    free(used);
+    return 1;
+}
+
+/* A fallback source and its reason, sortable by reason to group causes. */
+typedef struct fb_entry {
+    const char *src;
+    const char *reason;
+} fb_entry_t;
+
+static int cmp_fb(const void *a, const void *b)
+{
+    const fb_entry_t *x = a, *y = b;
+    int c = strcmp(x->reason, y->reason);
+    return c ? c : strcmp(x->src, y->src);
+}
+
+static void print_group(FILE *out, const fb_entry_t *e, size_t n)
+{
+    fprintf(out, "    %zu x %s\n      ", n, e[0].reason);
+    for (size_t i = 0; i < n && i < SUMMARY_EXAMPLES; i++)
+        fprintf(out, "%s%s", i ? ", " : "", e[i].src);
+    if (n > SUMMARY_EXAMPLES)
+        fprintf(out, " and %zu more", n - SUMMARY_EXAMPLES);
+    fputc('\n', out);
+}
+
+/* A run of fallback entries sharing one reason. */
+typedef struct fb_group {
+    const fb_entry_t *first;
+    size_t count;
+} fb_group_t;
+
+/* Most common cause first; ties by reason text, so the output is stable. */
+static int cmp_group(const void *a, const void *b)
+{
+    const fb_group_t *x = a, *y = b;
+    if (x->count != y->count)
+        return x->count > y->count ? -1 : 1;
+    return strcmp(x->first->reason, y->first->reason);
+}
+
+static int print_groups(FILE *out, const fb_entry_t *e, size_t n)
+{
+    fb_group_t *groups = malloc((n ? n : 1) * sizeof(*groups));
+    size_t ngroups = 0;
+
+    if (groups == NULL)
+        return 0;
+    for (size_t start = 0, end; start < n; start = end) {
+        for (end = start + 1;
+             end < n && strcmp(e[end].reason, e[start].reason) == 0; end++)
+            ;
+        groups[ngroups].first = e + start;
+        groups[ngroups++].count = end - start;
+    }
+    qsort(groups, ngroups, sizeof(*groups), cmp_group);
+    for (size_t i = 0; i < ngroups; i++)
+        print_group(out, groups[i].first, groups[i].count);
+    free(groups);
+    return 1;
+}
+
+static int print_fallback(rs_plan_h plan, FILE *out)
+{
+    size_t n = rs_plan_num_fallback(plan);
+    fb_entry_t *e = malloc((n ? n : 1) * sizeof(*e));
+    int ok;
+
+    if (e == NULL)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        rs_plan_fallback(plan, i, &e[i].src, &e[i].reason);
+        if (e[i].reason == NULL)
+            e[i].reason = "(no reason given)";
+    }
+    qsort(e, n, sizeof(*e), cmp_fb);
+    fprintf(out, "  fallback sources    %zu\n", n);
+    ok = print_groups(out, e, n);
+    free(e);
+    return ok;
+}
+
+static void print_unbounded(rs_plan_h plan, FILE *out)
+{
+    size_t n = rs_plan_num_unbounded(plan);
+    fprintf(out, "  unbounded sources   %zu", n);
+    for (size_t i = 0; i < n && i < SUMMARY_EXAMPLES; i++)
+        fprintf(out, "%s%s", i ? ", " : ": ", rs_plan_unbounded(plan, i));
+    if (n > SUMMARY_EXAMPLES)
+        fprintf(out, " and %zu more", n - SUMMARY_EXAMPLES);
+    fputc('\n', out);
+}
+
+static void print_uncovered(rs_plan_h plan, FILE *out)
+{
+    size_t n;
+    uint64_t missing = 0;
+    const rs_uncovered_t *u = rs_plan_uncovered(plan, &n);
+
+    for (size_t i = 0; i < n; i++)
+        missing += u[i].missing_elements;
+    fprintf(out, "  uncovered copies    %zu", n);
+    if (n > 0)
+        fprintf(out, " (%" PRIu64 " elements missing)", missing);
+    fputc('\n', out);
+    for (size_t i = 0; i < n && i < SUMMARY_UNCOVERED_SHOWN; i++)
+        fprintf(out, "    copy %zu: %s -> %s, %" PRIu64 " elements missing\n",
+                u[i].copy, u[i].src, u[i].param, u[i].missing_elements);
+    if (n > SUMMARY_UNCOVERED_SHOWN)
+        fprintf(out, "    and %zu more\n", n - SUMMARY_UNCOVERED_SHOWN);
+}
+
+static void print_verdict(rs_plan_h plan, FILE *out)
+{
+    size_t nunc;
+    rs_plan_uncovered(plan, &nunc);
+    if (rs_plan_is_complete(plan))
+        fprintf(out, "plan complete\n");
+    else
+        fprintf(out, "plan INCOMPLETE: %zu fallback source(s), %zu uncovered "
+                     "copy(ies)\n",
+                rs_plan_num_fallback(plan), nunc);
+}
+
+rs_status_t rs_plan_write_summary(rs_plan_h plan, FILE *out, rs_diag_t *diag)
+{
+    size_t planned;
+
+    if (plan == NULL || out == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    if (rs_plan_capture(plan) == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "plan has no capture");
+    if (!count_planned(plan, rs_plan_capture(plan), &planned))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    fprintf(out, "reshard plan\n");
+    print_counts(plan, out, planned);
+    print_bytes(plan, out);
+    if (!print_sessions(plan, out) || !print_fallback(plan, out))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    print_unbounded(plan, out);
+    print_uncovered(plan, out);
+    print_verdict(plan, out);
+    if (fflush(out) != 0 || ferror(out))
+        return rs__diag_set(diag, RS_ERR_IO, "writing the summary failed");
+    return RS_OK;
+}

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# CLI tests of `reshard plan`: exit codes and error messages for bad usage and
+# bad input, the JSON plan of the tiny example (shape, byte-exact execution),
+# incomplete plans, --only and --max-segments-per-copy.
+# usage: bash test_plan_cli.sh <reshard-binary> <source-dir>
+set -u
+BIN=${1:?usage: test_plan_cli.sh <reshard-binary> <source-dir>}
+SRC=${2:?usage: test_plan_cli.sh <reshard-binary> <source-dir>}
+CAP=$SRC/examples/tiny/capture.json
+SOURCES=$SRC/examples/tiny/sources.json
+EXEC=$SRC/tests/cli/plan_exec.py
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+checks=0
+
+ok() { checks=$((checks + 1)); echo "ok   - $1"; }
+bad() {
+    checks=$((checks + 1)); failures=$((failures + 1))
+    echo "FAIL - $1"
+    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -5
+}
+
+# run ARGS...: runs the binary, leaving stdout, stderr and the exit code.
+run() { "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?; }
+
+# expect_rc NAME CODE: checks the last exit code (and that nothing crashed).
+expect_rc() {
+    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
+}
+
+# expect_input_error NAME NEEDLE...: exit 2, empty stdout, and stderr naming
+# every needle (case-insensitive).
+expect_input_error() {
+    local name=$1 needle missing=""
+    shift
+    expect_rc "$name" 2
+    if [ -s "$TMP/out" ]; then bad "$name: printed a plan on bad input"; fi
+    for needle in "$@"; do
+        grep -qiF -- "$needle" "$TMP/err" || missing="$missing '$needle'"
+    done
+    if [ -z "$missing" ]; then ok "$name: stderr names$(printf " '%s'" "$@")"
+    else bad "$name: stderr lacks$missing"; fi
+}
+
+# py NAME CODE: runs a python check over $TMP/out (as `plan`), prints result.
+py() {
+    local name=$1 code=$2
+    if python3 - "$TMP/out" >"$TMP/pyout" 2>&1 <<PYEOF
+import json, sys
+plan = json.load(open(sys.argv[1]))
+$code
+PYEOF
+    then ok "$name"; else bad "$name"; sed 's/^/       /' "$TMP/pyout" | tail -5; fi
+}
+
+# mutate IN OUT CODE: writes OUT = IN (JSON, as `d`) after running CODE on it.
+mutate() {
+    python3 - "$1" "$2" <<PYEOF
+import json, sys
+d = json.load(open(sys.argv[1]))
+$3
+json.dump(d, open(sys.argv[2], "w"))
+PYEOF
+}
+
+plan_ok() { run plan --capture "$1" --sources "${2:-$SOURCES}" "${@:3}"; }
+
+# ---- help, version, usage --------------------------------------------------
+run --help; expect_rc "reshard --help" 0
+grep -q "plan" "$TMP/out" && ok "reshard --help lists plan" || bad "reshard --help lists plan"
+run --version; expect_rc "reshard --version" 0
+grep -qE "^reshard [0-9]+\.[0-9]+\.[0-9]+" "$TMP/out" && ok "--version prints a version" \
+    || bad "--version prints a version"
+run plan --help; expect_rc "reshard plan --help" 0
+missing=""
+for opt in --capture --sources --max-segments-per-copy --only --salt --json --help; do
+    grep -qF -- "$opt" "$TMP/out" || missing="$missing $opt"
+done
+[ -z "$missing" ] && ok "plan --help explains every option" || bad "plan --help lacks$missing"
+run; expect_input_error "no command" "usage"
+run frobnicate; expect_input_error "unknown command" "frobnicate" "--help"
+run --frobnicate; expect_input_error "unknown top-level option" "--frobnicate"
+run plan --capture "$CAP" --sources "$SOURCES" --frobnicate
+expect_input_error "unknown plan option" "--frobnicate" "--help"
+run plan --sources "$SOURCES"; expect_input_error "missing --capture" "--capture"
+run plan --capture "$CAP"; expect_input_error "missing --sources" "--sources"
+run plan --capture "$CAP" --sources "$SOURCES" stray
+expect_input_error "stray argument" "stray"
+run plan --capture "$CAP" --sources; expect_input_error "option without argument" "--sources"
+for v in 0 -3 abc 12x "" 99999999999999999999999; do
+    run plan --capture "$CAP" --sources "$SOURCES" --max-segments-per-copy "$v"
+    expect_input_error "--max-segments-per-copy '$v'" "--max-segments-per-copy"
+done
+run plan --capture "$CAP" --sources "$SOURCES" --salt -1
+expect_input_error "--salt -1" "--salt"
+
+# ---- bad input files -------------------------------------------------------
+run plan --capture "$TMP/nonexistent.json" --sources "$SOURCES"
+expect_input_error "missing capture file" "nonexistent.json"
+run plan --capture "$CAP" --sources "$TMP/absent_sources.json"
+expect_input_error "missing sources file" "absent_sources.json"
+
+printf '{"schema": "reshard.capture.v1", "params": {"w": {"shape": [2,' >"$TMP/truncated.json"
+run plan --capture "$TMP/truncated.json" --sources "$SOURCES"
+expect_input_error "malformed capture JSON" "truncated.json"
+printf '[{"schema": "mx.reshard.shard_table.v1" "tensors": []}]' >"$TMP/nocomma.json"
+run plan --capture "$CAP" --sources "$TMP/nocomma.json"
+expect_input_error "malformed sources JSON" "nocomma.json"
+printf '' >"$TMP/empty.json"
+run plan --capture "$TMP/empty.json" --sources "$SOURCES"
+expect_input_error "empty capture file" "empty.json"
+
+mutate "$CAP" "$TMP/schema.json" 'd["schema"] = "reshard.capture.v9"'
+run plan --capture "$TMP/schema.json" --sources "$SOURCES"
+expect_input_error "wrong capture schema" "schema.json" "schema"
+mutate "$SOURCES" "$TMP/srcschema.json" 'd[1]["schema"] = "mx.reshard.shard_table.v0"'
+run plan --capture "$CAP" --sources "$TMP/srcschema.json"
+expect_input_error "wrong sources schema" "srcschema.json" "schema"
+mutate "$CAP" "$TMP/nocopies.json" 'del d["copies"]'
+run plan --capture "$TMP/nocopies.json" --sources "$SOURCES"
+expect_input_error "capture without copies" "nocopies.json" "copies"
+mutate "$CAP" "$TMP/noparam.json" 'del d["copies"][2]["param"]'
+run plan --capture "$TMP/noparam.json" --sources "$SOURCES"
+expect_input_error "copy without param" "noparam.json" "copies[2]" "param"
+mutate "$SOURCES" "$TMP/noaddr.json" 'del d[0]["tensors"][3]["shards"][0]["addr"]'
+run plan --capture "$CAP" --sources "$TMP/noaddr.json"
+expect_input_error "shard without addr" "noaddr.json" "addr"
+mutate "$CAP" "$TMP/negshape.json" \
+    'd["params"]["model.layers.0.mlp.up_proj.weight"]["shape"] = [-8, 2]'
+run plan --capture "$TMP/negshape.json" --sources "$SOURCES"
+expect_input_error "negative param shape" "negshape.json" "shape"
+mutate "$CAP" "$TMP/bigshape.json" \
+    'd["params"]["model.layers.0.mlp.up_proj.weight"]["shape"] = [4294967296, 4294967296]'
+run plan --capture "$TMP/bigshape.json" --sources "$SOURCES"
+expect_input_error "overflowing param shape" "bigshape.json" "shape"
+mutate "$CAP" "$TMP/negdest.json" 'd["copies"][1]["dest_shape"] = [2, -4]'
+run plan --capture "$TMP/negdest.json" --sources "$SOURCES"
+expect_input_error "negative dest_shape" "negdest.json" "dest_shape"
+mutate "$SOURCES" "$TMP/negfull.json" 'd[0]["tensors"][0]["full_shape"] = [-8, 4]'
+run plan --capture "$CAP" --sources "$TMP/negfull.json"
+expect_input_error "negative full_shape" "negfull.json" "full_shape"
+mutate "$SOURCES" "$TMP/bigfull.json" \
+    'd[0]["tensors"][0]["full_shape"] = [3037000500, 3037000500, 2]'
+run plan --capture "$CAP" --sources "$TMP/bigfull.json"
+expect_input_error "overflowing full_shape" "bigfull.json" "full_shape"
+mutate "$SOURCES" "$TMP/negaddr.json" 'd[1]["tensors"][0]["shards"][0]["addr"] = -64'
+run plan --capture "$CAP" --sources "$TMP/negaddr.json"
+expect_input_error "negative addr" "negaddr.json" "addr"
+sed 's/"addr": 2097152,/"addr": 18446744073709551616,/' "$SOURCES" >"$TMP/hugeaddr.json"
+run plan --capture "$CAP" --sources "$TMP/hugeaddr.json"
+expect_input_error "addr beyond 64 bits" "hugeaddr.json"
+mutate "$SOURCES" "$TMP/outside.json" 'd[1]["tensors"][0]["shards"][0]["shard_offset"] = [6, 0]'
+run plan --capture "$CAP" --sources "$TMP/outside.json"
+expect_input_error "shard leaving its full shape" "outside.json" "q_proj"
+mutate "$SOURCES" "$TMP/disagree.json" 'd[1]["tensors"][2]["full_shape"] = [4, 8]'
+run plan --capture "$CAP" --sources "$TMP/disagree.json"
+expect_input_error "tables disagreeing on full_shape" "v_proj" "full_shape"
+
+# ---- the tiny example ------------------------------------------------------
+plan_ok "$CAP"; expect_rc "tiny example summary" 0
+tail -n 1 "$TMP/out" | grep -qx "plan complete" && ok "summary ends with 'plan complete'" \
+    || bad "summary ends with 'plan complete'"
+grep -q "trainer-1" "$TMP/out" && ok "summary lists the sessions used" \
+    || bad "summary lists the sessions used"
+
+plan_ok "$CAP" "$SOURCES" --json; expect_rc "tiny example --json" 0
+cp "$TMP/out" "$TMP/tiny_plan.json"
+py "JSON parses with the reshard.plan.v1 key set" '
+assert list(plan) == ["schema", "segments", "converts", "full_pulls", "fallback",
+    "fallback_reasons", "unbounded_sources", "uncovered", "stats"], list(plan)
+assert plan["schema"] == "reshard.plan.v1"
+assert all(set(s) == {"session", "src_addr", "param", "dst_byte", "nbytes"} for s in plan["segments"])
+assert set(plan["stats"]) == {"bytes_planned", "descriptor_count", "exact_descriptor_count",
+    "exact_bytes", "descriptor_savings", "extra_wire_bytes", "sessions", "session_bytes"}'
+py "tiny plan: stats agree with the segments" '
+st = plan["stats"]
+# qkv 64 B + up 32 B + down 32 B + norm 8 B (bf16 staging of an f32 param)
+assert st["bytes_planned"] == 136 and st["exact_bytes"] == 136, st
+nseg = len(plan["segments"]) + sum(len(c["segments"]) for c in plan["converts"])
+assert st["descriptor_count"] == nseg, (st, nseg)
+assert st["sessions"] == ["trainer-0", "trainer-1"], st["sessions"]
+assert sum(st["session_bytes"].values()) == 136, st["session_bytes"]
+segs = plan["segments"] + [s for c in plan["converts"] for s in c["segments"]]
+assert sum(s["nbytes"] for s in segs) == 136
+for name in st["sessions"]:
+    assert st["session_bytes"][name] == sum(s["nbytes"] for s in segs if s["session"] == name)
+assert plan["fallback"] == [] and plan["uncovered"] == [] and plan["full_pulls"] == []'
+py "tiny plan: the bf16 norm becomes one f32 convert" '
+(c,) = plan["converts"]
+assert c["copy"] == 5 and c["param"] == "model.layers.0.input_layernorm.weight", c
+assert (c["src_dtype"], c["dest_dtype"]) == ("bf16", "f32"), c
+assert c["dest_shape"] == [4] and c["dest_stride"] == [1] and c["dest_offset"] == 0, c
+assert sum(s["nbytes"] for s in c["segments"]) == 8
+assert all(set(s) == {"session", "src_addr", "dst_byte", "nbytes"} for s in c["segments"])'
+if python3 "$EXEC" "$TMP/tiny_plan.json" "$CAP" "$SOURCES" >"$TMP/exec" 2>&1; then
+    ok "tiny plan executes byte-exact"
+else bad "tiny plan executes byte-exact"; sed 's/^/       /' "$TMP/exec" | head -8; fi
+
+# A descriptor-heavy transposed copy becomes a full pull when the bound is low.
+plan_ok "$CAP" "$SOURCES" --json --max-segments-per-copy 4
+expect_rc "--max-segments-per-copy 4" 0
+cp "$TMP/out" "$TMP/pull_plan.json"
+py "low descriptor bound: down_proj is pulled whole" '
+pulls = {p["src"]: p for p in plan["full_pulls"]}
+p = pulls["model.layers.0.mlp.down_proj.weight"]
+assert p["copies"] == [4] and p["global_shape"] == [4, 8] and p["dtype"] == "bf16", p
+assert sum(s["nbytes"] for s in p["segments"]) == 64, p
+assert plan["stats"]["descriptor_count"] < plan["stats"]["exact_descriptor_count"]'
+if python3 "$EXEC" "$TMP/pull_plan.json" "$CAP" "$SOURCES" >"$TMP/exec" 2>&1; then
+    ok "full-pull plan executes byte-exact"
+else bad "full-pull plan executes byte-exact"; sed 's/^/       /' "$TMP/exec" | head -8; fi
+RESHARD_MAX_SEGMENTS_PER_COPY=4 "$BIN" plan --capture "$CAP" --sources "$SOURCES" --json \
+    >"$TMP/out" 2>"$TMP/err"; rc=$?
+expect_rc "RESHARD_MAX_SEGMENTS_PER_COPY=4" 0
+py "the environment variable sets the bound too" '
+assert "model.layers.0.mlp.down_proj.weight" in [p["src"] for p in plan["full_pulls"]]'
+
+# ---- --only ----------------------------------------------------------------
+plan_ok "$CAP" "$SOURCES" --json --only '*.qkv_proj.*'
+expect_rc "--only qkv" 0
+py "--only keeps just the matching param" '
+assert plan["segments"], "no segments"
+assert {s["param"] for s in plan["segments"]} == {"model.layers.0.self_attn.qkv_proj.weight"}
+assert plan["converts"] == [] and plan["full_pulls"] == []
+assert plan["stats"]["bytes_planned"] == 64, plan["stats"]'
+plan_ok "$CAP" "$SOURCES" --json --only '*qkv*' --only '*layernorm*'
+expect_rc "two --only patterns" 0
+py "two --only patterns union their matches" '
+assert {s["param"] for s in plan["segments"]} == {"model.layers.0.self_attn.qkv_proj.weight"}
+assert [c["param"] for c in plan["converts"]] == ["model.layers.0.input_layernorm.weight"]
+assert plan["stats"]["bytes_planned"] == 72, plan["stats"]'
+plan_ok "$CAP" "$SOURCES" --json --only 'no.such.param'
+expect_rc "--only matching nothing" 0
+py "--only matching nothing plans nothing" '
+assert plan["segments"] == [] and plan["stats"]["bytes_planned"] == 0
+assert plan["stats"]["sessions"] == [] and plan["stats"]["session_bytes"] == {}'
+
+# ---- incomplete plans ------------------------------------------------------
+mutate "$CAP" "$TMP/unpublished.json" '
+d["params"]["model.layers.0.mlp.gate_proj.weight"] = {"shape": [8, 2], "dtype": "bf16"}
+d["copies"].append({"src": "model.layers.0.mlp.gate_proj.weight", "ops": [["narrow", 1, 0, 2]],
+    "param": "model.layers.0.mlp.gate_proj.weight", "dest_offset": 0, "dest_shape": [8, 2],
+    "dest_stride": [2, 1], "dest_dtype": "bf16"})'
+plan_ok "$TMP/unpublished.json" "$SOURCES" --json
+expect_rc "capture needing an unpublished tensor" 1
+py "unpublished tensor: on fallback, the rest still planned" '
+assert plan["fallback"] == ["model.layers.0.mlp.gate_proj.weight"], plan["fallback"]
+assert plan["fallback_reasons"]["model.layers.0.mlp.gate_proj.weight"]
+assert plan["stats"]["bytes_planned"] == 136, plan["stats"]'
+plan_ok "$TMP/unpublished.json"
+expect_rc "unpublished tensor, summary" 1
+grep -q "INCOMPLETE" "$TMP/out" && ok "summary says INCOMPLETE" || bad "summary says INCOMPLETE"
+grep -q "gate_proj" "$TMP/out" && ok "summary names the fallback source" \
+    || bad "summary names the fallback source"
+
+mutate "$SOURCES" "$TMP/gap.json" '
+d[1]["tensors"] = [t for t in d[1]["tensors"] if t["name"] != "model.layers.0.mlp.up_proj.weight"]'
+plan_ok "$CAP" "$TMP/gap.json" --json
+expect_rc "a gap in the published shards" 1
+cp "$TMP/out" "$TMP/gap_plan.json"
+py "gap: the copy is uncovered with its missing element count" '
+assert plan["uncovered"] == [{"copy": 3, "src": "model.layers.0.mlp.up_proj.weight",
+    "param": "model.layers.0.mlp.up_proj.weight", "missing_elements": 8}], plan["uncovered"]
+assert plan["fallback"] == []'
+plan_ok "$CAP" "$TMP/gap.json"
+expect_rc "gap, summary" 1
+grep -q "uncovered copies *1 (8 elements missing)" "$TMP/out" && ok "summary counts missing elements" \
+    || bad "summary counts missing elements"
+
+# Names needing JSON escapes survive the round trip; equal reasons group.
+mutate "$CAP" "$TMP/weird.json" '
+d["unsupported"] = {"rotary \"inv_freq\"\\\t\u0001": "computed at load time",
+                    "model.embed.scale": "computed at load time",
+                    "lm_head.bias": "materializing copy"}'
+plan_ok "$TMP/weird.json" "$SOURCES" --json
+expect_rc "unsupported sources" 1
+py "escaped names parse back exactly" '
+assert "rotary \"inv_freq\"\\\t\u0001" in plan["fallback"], plan["fallback"]
+assert plan["fallback_reasons"]["lm_head.bias"] == "materializing copy"
+assert plan["stats"]["bytes_planned"] == 136'
+plan_ok "$TMP/weird.json"
+expect_rc "unsupported sources, summary" 1
+grep -qE "^ +2 x computed at load time" "$TMP/out" && ok "summary groups fallback reasons" \
+    || bad "summary groups fallback reasons"
+
+echo "# $checks checks, $failures failed"
+[ "$failures" -eq 0 ]

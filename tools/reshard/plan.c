@@ -1,0 +1,250 @@
+/* `reshard plan`: load a capture and shard tables, build the transfer plan
+ * and print it (a summary, or reshard.plan.v1 JSON). Inputs are checked in
+ * full before anything reaches stdout, so bad input never yields a partial
+ * plan. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "reshard/reshard.h"
+
+typedef struct plan_args {
+    const char *capture;
+    const char **sources;
+    size_t nsources;
+    const char **only;
+    size_t nonly;
+    int64_t max_segments; /* 0 = not given */
+    uint64_t salt;
+    int json;
+} plan_args_t;
+
+enum { OPT_CAPTURE = 256, OPT_SOURCES, OPT_MAX_SEGS, OPT_ONLY, OPT_SALT, OPT_JSON };
+
+static const struct option long_opts[] = {
+    {"capture", required_argument, NULL, OPT_CAPTURE},
+    {"sources", required_argument, NULL, OPT_SOURCES},
+    {"max-segments-per-copy", required_argument, NULL, OPT_MAX_SEGS},
+    {"only", required_argument, NULL, OPT_ONLY},
+    {"salt", required_argument, NULL, OPT_SALT},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static void plan_usage(FILE *out)
+{
+    fprintf(out,
+        "usage: reshard plan --capture CAP.json --sources SRC.json [--sources ...]\n"
+        "                    [--max-segments-per-copy N] [--only GLOB ...]\n"
+        "                    [--salt N] [--json]\n"
+        "\n"
+        "Intersects what an inference rank's loader reads (the capture) with what\n"
+        "the trainer ranks publish (shard tables) and prints the byte runs to read.\n"
+        "\n"
+        "options:\n"
+        "  --capture FILE        reshard.capture.v1 JSON of one inference rank\n"
+        "                        (required, once)\n"
+        "  --sources FILE        shard tables (mx.reshard.shard_table.v1): one blob\n"
+        "                        or an array of blobs per file; repeat for several\n"
+        "                        files, all are merged (required)\n"
+        "  --max-segments-per-copy N\n"
+        "                        a copy needing more than N segments may be served\n"
+        "                        by pulling its whole source once (a full pull);\n"
+        "                        positive integer, default from the environment\n"
+        "                        variable RESHARD_MAX_SEGMENTS_PER_COPY, else %d\n"
+        "  --only GLOB           plan only parameters whose name matches the shell\n"
+        "                        glob (partial refit); repeat to add patterns;\n"
+        "                        stats then count only those parameters\n"
+        "  --salt N              replica choice salt (say, this rank's index) so\n"
+        "                        that receivers spread over replicas; default 0\n"
+        "  --json                print the plan as reshard.plan.v1 JSON instead of\n"
+        "                        the human summary\n"
+        "  -h, --help            show this help and exit\n"
+        "\n"
+        "exit status: 0 complete plan; 1 incomplete plan (sources on fallback or\n"
+        "uncovered copies; the plan is still printed); 2 bad usage or bad input\n"
+        "(a message on stderr names the file, the JSON path and the problem).\n",
+        RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY);
+}
+
+static int usage_error(const char *fmt, const char *what)
+{
+    fputs("reshard plan: ", stderr);
+    fprintf(stderr, fmt, what);
+    fputs("\nTry 'reshard plan --help'.\n", stderr);
+    return RS_CLI_USAGE;
+}
+
+/* Digits only: no sign, no blanks, no suffix; 0 on anything else. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    if (s[0] < '0' || s[0] > '9')
+        return 0;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+static int take_option(plan_args_t *a, int c, const char *arg)
+{
+    uint64_t v;
+    switch (c) {
+    case OPT_CAPTURE:
+        if (a->capture != NULL)
+            return usage_error("--capture given twice (%s)", arg);
+        a->capture = arg;
+        return RS_CLI_OK;
+    case OPT_SOURCES:
+        a->sources[a->nsources++] = arg;
+        return RS_CLI_OK;
+    case OPT_MAX_SEGS:
+        if (!parse_u64(arg, &v) || v == 0 || v > INT64_MAX)
+            return usage_error("--max-segments-per-copy must be a positive "
+                               "integer, got '%s'", arg);
+        a->max_segments = (int64_t)v;
+        return RS_CLI_OK;
+    case OPT_ONLY:
+        a->only[a->nonly++] = arg;
+        return RS_CLI_OK;
+    case OPT_SALT:
+        if (!parse_u64(arg, &a->salt))
+            return usage_error("--salt must be a non-negative integer, got '%s'",
+                               arg);
+        return RS_CLI_OK;
+    case OPT_JSON:
+        a->json = 1;
+        return RS_CLI_OK;
+    }
+    return RS_CLI_USAGE;
+}
+
+/* Names the option getopt choked on: argv[optind-1] holds it. */
+static int bad_option(int c, char **argv)
+{
+    const char *opt = argv[optind - 1];
+    if (c == ':')
+        return usage_error("option '%s' needs an argument", opt);
+    return usage_error("unknown option '%s'", opt);
+}
+
+static int parse_args(int argc, char **argv, plan_args_t *a)
+{
+    int c, rc;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+        if (c == 'h') {
+            plan_usage(stdout);
+            return -1;
+        }
+        if (c == '?' || c == ':')
+            return bad_option(c, argv);
+        if ((rc = take_option(a, c, optarg)) != RS_CLI_OK)
+            return rc;
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (a->capture == NULL)
+        return usage_error("%s", "--capture FILE is required");
+    if (a->nsources == 0)
+        return usage_error("%s", "at least one --sources FILE is required");
+    return RS_CLI_OK;
+}
+
+static int input_error(const rs_diag_t *diag, rs_status_t st, const char *what)
+{
+    if (diag->msg[0] != '\0')
+        fprintf(stderr, "reshard plan: %s\n", diag->msg);
+    else
+        fprintf(stderr, "reshard plan: %s: %s\n", what, rs_status_str(st));
+    return RS_CLI_USAGE;
+}
+
+static int load_inputs(const plan_args_t *a, rs_capture_h *cap_p,
+                       rs_sources_h *src_p)
+{
+    rs_diag_t diag;
+    rs_status_t st;
+
+    rs_diag_clear(&diag);
+    if ((st = rs_capture_load_file(a->capture, &diag, cap_p)) != RS_OK)
+        return input_error(&diag, st, a->capture);
+    if ((st = rs_sources_create(src_p)) != RS_OK)
+        return input_error(&diag, st, "creating sources");
+    for (size_t i = 0; i < a->nsources; i++) {
+        rs_diag_clear(&diag);
+        st = rs_sources_load_file(*src_p, a->sources[i], &diag);
+        if (st != RS_OK)
+            return input_error(&diag, st, a->sources[i]);
+    }
+    return RS_CLI_OK;
+}
+
+static int build_and_print(const plan_args_t *a, rs_capture_h cap,
+                           rs_sources_h src)
+{
+    rs_plan_params_t params;
+    rs_plan_h plan = NULL;
+    rs_diag_t diag;
+    rs_status_t st;
+
+    rs_diag_clear(&diag);
+    rs_plan_params_init(&params);
+    if (a->max_segments > 0)
+        params.max_segments_per_copy = a->max_segments;
+    params.only = a->only;
+    params.nonly = a->nonly;
+    params.replica_salt = a->salt;
+    if ((st = rs_plan_build(cap, src, &params, &diag, &plan)) != RS_OK)
+        return input_error(&diag, st, "planning");
+    if (a->json)
+        st = rs_plan_write_json(plan, stdout, &diag);
+    else
+        st = rs_plan_write_summary(plan, stdout, &diag);
+    int rc = rs_plan_is_complete(plan) ? RS_CLI_OK : RS_CLI_INCOMPLETE;
+    rs_plan_destroy(plan);
+    if (st != RS_OK)
+        return input_error(&diag, st, "writing the plan");
+    return rc;
+}
+
+int rs_cli_plan(int argc, char **argv)
+{
+    plan_args_t a = {0};
+    rs_capture_h cap = NULL;
+    rs_sources_h src = NULL;
+    int rc;
+
+    /* Each list can hold at most one entry per argument. */
+    a.sources = calloc((size_t)argc, sizeof(*a.sources));
+    a.only = calloc((size_t)argc, sizeof(*a.only));
+    if (a.sources == NULL || a.only == NULL) {
+        fprintf(stderr, "reshard plan: out of memory\n");
+        rc = RS_CLI_USAGE;
+        goto free_args;
+    }
+    rc = parse_args(argc, argv, &a);
+    if (rc < 0) {
+        rc = RS_CLI_OK; /* --help */
+        goto free_args;
+    }
+    if (rc != RS_CLI_OK)
+        goto free_args;
+    rc = load_inputs(&a, &cap, &src);
+    if (rc == RS_CLI_OK)
+        rc = build_and_print(&a, cap, src);
+    rs_sources_destroy(src);
+    rs_capture_destroy(cap);
+free_args:
+    free(a.only);
+    free(a.sources);
+    return rc;
+}
