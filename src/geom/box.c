@@ -87,7 +87,7 @@ static rs_status_t split_view_dim(const src_layout_t *l, int vd, int64_t n,
             return refuse(why, whylen, "view dim %d (stride %lld) mixes "
                           "source dims", vd, (long long)s);
         int64_t q = s / l->pitch[d], span;
-        if (rs_mul_i64(n, q, &span) && span <= l->shape[d])
+        if (rs_mul_i64(n - 1, q, &span) && span < l->shape[d])
             return push_factor(fl, d, n, q, dstride) ? RS_OK
                    : refuse(why, whylen, "too many factors");
         /* The dim runs past source dim d: it must wrap into the next outer
