@@ -1,0 +1,41 @@
+/* The backend ops table behind rs_transport_h, and the state shared by the
+ * dispatch layer (transport.c) and every backend under transports/. */
+#ifndef RS_EXEC_TRANSPORT_IMPL_H
+#define RS_EXEC_TRANSPORT_IMPL_H
+
+#include "reshard/transport.h"
+
+typedef struct rs_transport_ops {
+    const char *name;
+    rs_status_t (*open)(rs_transport_h t, rs_diag_t *diag);
+    void (*close)(rs_transport_h t);
+    rs_status_t (*connect)(rs_transport_h t, uint32_t session,
+                           const rs_peer_t *peer, rs_diag_t *diag);
+    /* reads all belong to `session` */
+    rs_status_t (*post)(rs_transport_h t, uint32_t session,
+                        const rs_read_t *reads, size_t n, rs_diag_t *diag);
+    rs_status_t (*wait)(rs_transport_h t, double timeout_s, rs_diag_t *diag);
+    void (*cancel)(rs_transport_h t);
+} rs_transport_ops_t;
+
+struct rs_transport {
+    const rs_transport_ops_t *ops;
+    rs_transport_params_t params;
+    rs_transport_counters_t counters;
+    void *priv; /* the backend's own state */
+};
+
+/* Shared stub for operations a backend does not support. */
+rs_status_t rs__transport_unsupported(rs_transport_h t, rs_diag_t *diag);
+
+/* Registered backends (transports/<name>.c). */
+extern const rs_transport_ops_t rs__transport_local;
+extern const rs_transport_ops_t rs__transport_local_mt;
+extern const rs_transport_ops_t rs__transport_cma;
+
+/* Region lookup shared by backends: the region of `regions` holding
+ * [addr, addr + nbytes), or NULL. Regions are sorted by addr. */
+const rs_region_t *rs__region_find(const rs_region_t *regions, size_t n,
+                                   uint64_t addr, uint64_t nbytes);
+
+#endif
