@@ -512,6 +512,38 @@ static void test_path_indices(void **state)
     load_bad(text, ": copies[3].ops[1][2]: ", "expected an integer, got null");
 }
 
+/* Keys longer than the path buffer are cut with "..." instead of
+ * overflowing; keys with quotes are escaped. */
+static void test_long_and_odd_keys(void **state)
+{
+    (void)state;
+    size_t n = 3000;
+    char *text = malloc(n + 256);
+    int len = snprintf(text, n + 256, "{\"schema\": \"reshard.capture.v1\", "
+                       "\"params\": {\"");
+    memset(text + len, 'p', n);
+    snprintf(text + len + n, 256, "\": {\"shape\": [1], \"dtype\": 7}}, "
+             "\"copies\": []}");
+    rs_diag_t d;
+    rs_capture_h cap = NULL;
+    assert_int_equal(rs_capture_load_string(text, strlen(text), ORIGIN, &d,
+                                            &cap), RS_ERR_INPUT);
+    assert_null(cap);
+    assert_non_null(strstr(d.msg, "cap.json: params.pppp"));
+    assert_non_null(strstr(d.msg, "...: expected a string, got an integer"));
+    free(text);
+
+    load_bad("{\"schema\": \"reshard.capture.v1\", \"params\": "
+             "{\"a\\\"b\": {\"shape\": [1], \"dtype\": 7}}, \"copies\": []}",
+             ": params[\"a\\\"b\"].dtype: ", "expected a string");
+    /* a NULL origin still yields a well-formed message */
+    assert_int_equal(rs_capture_load_string("[", 1, NULL, &d, &cap),
+                     RS_ERR_INPUT);
+    assert_non_null(strstr(d.msg, "<json>: line 1"));
+    assert_int_equal(rs_capture_load_string("{}", 2, "x", &d, NULL),
+                     RS_ERR_INVALID_ARG);
+}
+
 static char *write_temp(const char *text)
 {
     char *path = strdup("/tmp/rs_capture_json_XXXXXX");
@@ -608,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_param_and_dtype_checks),
         cmocka_unit_test(test_path_indices),
+        cmocka_unit_test(test_long_and_odd_keys),
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_size_limit),
     };
