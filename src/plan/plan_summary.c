@@ -28,6 +28,30 @@ static void fmt_bytes(char *buf, size_t size, uint64_t v)
         snprintf(buf, size, "%" PRIu64 " B (%.1f %s)", v, x, units[u]);
 }
 
+/* Writes a name with control bytes shown as \xNN, so a hostile or odd name
+ * cannot break the layout of the summary; returns the columns written. */
+static size_t put_name(FILE *out, const char *s)
+{
+    size_t cols = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            fprintf(out, "\\x%02x", *p);
+            cols += 4;
+        } else {
+            fputc(*p, out);
+            cols++;
+        }
+    }
+    return cols;
+}
+
+/* A list separator then a name. */
+static void put_item(FILE *out, const char *sep, const char *name)
+{
+    fputs(sep, out);
+    put_name(out, name);
+}
+
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -191,7 +215,10 @@ static int print_sessions(rs_plan_h plan, FILE *out)
     fprintf(out, "  sessions used       %zu of %zu\n", n, total);
     for (size_t i = 0; i < n; i++) {
         fmt_bytes(buf, sizeof(buf), used[i].bytes);
-        fprintf(out, "    %-30s %s\n", used[i].name, buf);
+        fputs("    ", out);
+        for (size_t w = put_name(out, used[i].name); w < 30; w++)
+            fputc(' ', out);
+        fprintf(out, " %s\n", buf);
     }
     free(used);
     return 1;
@@ -212,9 +239,11 @@ static int cmp_fb(const void *a, const void *b)
 
 static void print_group(FILE *out, const fb_entry_t *e, size_t n)
 {
-    fprintf(out, "    %zu x %s\n      ", n, e[0].reason);
+    fprintf(out, "    %zu x ", n);
+    put_name(out, e[0].reason);
+    fputs("\n      ", out);
     for (size_t i = 0; i < n && i < SUMMARY_EXAMPLES; i++)
-        fprintf(out, "%s%s", i ? ", " : "", e[i].src);
+        put_item(out, i ? ", " : "", e[i].src);
     if (n > SUMMARY_EXAMPLES)
         fprintf(out, " and %zu more", n - SUMMARY_EXAMPLES);
     fputc('\n', out);
@@ -281,7 +310,7 @@ static void print_unbounded(rs_plan_h plan, FILE *out)
     size_t n = rs_plan_num_unbounded(plan);
     fprintf(out, "  unbounded sources   %zu", n);
     for (size_t i = 0; i < n && i < SUMMARY_EXAMPLES; i++)
-        fprintf(out, "%s%s", i ? ", " : ": ", rs_plan_unbounded(plan, i));
+        put_item(out, i ? ", " : ": ", rs_plan_unbounded(plan, i));
     if (n > SUMMARY_EXAMPLES)
         fprintf(out, " and %zu more", n - SUMMARY_EXAMPLES);
     fputc('\n', out);
@@ -299,9 +328,12 @@ static void print_uncovered(rs_plan_h plan, FILE *out)
     if (n > 0)
         fprintf(out, " (%" PRIu64 " elements missing)", missing);
     fputc('\n', out);
-    for (size_t i = 0; i < n && i < SUMMARY_UNCOVERED_SHOWN; i++)
-        fprintf(out, "    copy %zu: %s -> %s, %" PRIu64 " elements missing\n",
-                u[i].copy, u[i].src, u[i].param, u[i].missing_elements);
+    for (size_t i = 0; i < n && i < SUMMARY_UNCOVERED_SHOWN; i++) {
+        fprintf(out, "    copy %zu: ", u[i].copy);
+        put_name(out, u[i].src);
+        put_item(out, " -> ", u[i].param);
+        fprintf(out, ", %" PRIu64 " elements missing\n", u[i].missing_elements);
+    }
     if (n > SUMMARY_UNCOVERED_SHOWN)
         fprintf(out, "    and %zu more\n", n - SUMMARY_UNCOVERED_SHOWN);
 }

@@ -216,6 +216,15 @@ expect_rc "RESHARD_MAX_SEGMENTS_PER_COPY=4" 0
 py "the environment variable sets the bound too" '
 assert "model.layers.0.mlp.down_proj.weight" in [p["src"] for p in plan["full_pulls"]]'
 
+# A full disk is an error, not a silent truncation.
+if [ -w /dev/full ]; then
+    for mode in --json ""; do
+        "$BIN" plan --capture "$CAP" --sources "$SOURCES" $mode >/dev/full 2>"$TMP/err"; rc=$?
+        : >"$TMP/out"
+        expect_input_error "writing to a full disk ${mode:-summary}" "writing"
+    done
+fi
+
 # ---- --only ----------------------------------------------------------------
 plan_ok "$CAP" "$SOURCES" --json --only '*.qkv_proj.*'
 expect_rc "--only qkv" 0
@@ -283,6 +292,8 @@ plan_ok "$TMP/weird.json"
 expect_rc "unsupported sources, summary" 1
 grep -qE "^ +2 x computed at load time" "$TMP/out" && ok "summary groups fallback reasons" \
     || bad "summary groups fallback reasons"
+grep -qF 'inv_freq"\\x09\x01' "$TMP/out" && ok "summary shows control bytes as \\xNN" \
+    || bad "summary shows control bytes as \\xNN"
 
 echo "# $checks checks, $failures failed"
 [ "$failures" -eq 0 ]
