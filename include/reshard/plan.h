@@ -87,6 +87,8 @@ typedef struct rs_plan_stats {
     uint64_t descriptor_savings;
     uint64_t extra_wire_bytes;
     size_t nsessions_used;
+    size_t copies_selected; /* copies whose param the selection keeps */
+    size_t copies_planned;  /* of those, copies whose source is planned */
 } rs_plan_stats_t;
 
 /* Builds a plan. Unsupported, unknown or rejected sources do not fail the
@@ -118,6 +120,19 @@ RS_API const char *rs_plan_session_name(rs_plan_h plan, uint32_t session);
 RS_API uint64_t rs_plan_session_bytes(rs_plan_h plan, uint32_t session);
 
 RS_API void rs_plan_stats(rs_plan_h plan, rs_plan_stats_t *stats_p);
+
+/* A published shard of a source the plan reads from. */
+typedef struct rs_shard_ref {
+    uint32_t session;
+    uint64_t addr;
+    uint64_t nbytes;
+    const char *tensor;
+    const char *digest; /* NULL when the table gave none */
+} rs_shard_ref_t;
+
+/* Every shard of every source the plan reads (fallback sources excluded),
+ * sorted by (session, addr): what digest verification checks against. */
+RS_API const rs_shard_ref_t *rs_plan_shards(rs_plan_h plan, size_t *count_p);
 
 /* The capture the plan was built from (borrowed: the caller keeps it alive
  * for the life of the plan). Convert records and full pulls refer to its

@@ -65,6 +65,11 @@ RS_API rs_status_t rs_sources_load_string(rs_sources_h sources,
 
 RS_API size_t rs_sources_num_tensors(rs_sources_h sources);
 RS_API size_t rs_sources_num_shards(rs_sources_h sources);
+/* Shards in a stable order (tensor by tensor, in insertion order); index
+ * ranges over 0..rs_sources_num_shards()-1. Strings and arrays are borrowed
+ * from the sources. */
+RS_API void rs_sources_shard(rs_sources_h sources, size_t index,
+                             rs_shard_desc_t *shard_p);
 RS_API size_t rs_sources_num_tables(rs_sources_h sources);
 RS_API void rs_sources_table(rs_sources_h sources, size_t index,
                              rs_table_info_t *table_p);

@@ -28,6 +28,7 @@ void rs_plan_destroy(rs_plan_h plan)
     free(plan->uncovered);
     free(plan->fallback);
     free(plan->unbounded);
+    free(plan->shards);
     rs_arena_free(&plan->arena);
     free(plan);
 }
@@ -94,4 +95,10 @@ uint64_t rs_plan_session_bytes(rs_plan_h plan, uint32_t session)
 void rs_plan_stats(rs_plan_h plan, rs_plan_stats_t *stats_p)
 {
     *stats_p = plan->stats;
+}
+
+const rs_shard_ref_t *rs_plan_shards(rs_plan_h plan, size_t *count_p)
+{
+    *count_p = plan->shards_len;
+    return plan->shards;
 }

@@ -135,6 +135,7 @@ static void compute_stats(rs_planner_t *b)
         const rs_pcopy_t *pc = &b->copies[i];
         if (!live(b, pc))
             continue;
+        st->copies_planned++;
         st->exact_descriptor_count += pc->seg_end - pc->seg_begin;
         for (size_t k = pc->seg_begin; k < pc->seg_end; k++)
             st->exact_bytes += b->tmp.v[k].nbytes;
@@ -147,9 +148,44 @@ static void compute_stats(rs_planner_t *b)
         st->nsessions_used += plan->session_bytes[i] > 0;
 }
 
+static int cmp_shard_ref(const void *a, const void *b)
+{
+    const rs_shard_ref_t *x = a, *y = b;
+    if (x->session != y->session)
+        return x->session < y->session ? -1 : 1;
+    return (x->addr > y->addr) - (x->addr < y->addr);
+}
+
+/* Lists the shards of every live source, for digest checks downstream. */
+static rs_status_t list_shards(rs_planner_t *b)
+{
+    rs_plan_h plan = b->plan;
+    for (size_t i = 0; i < b->psrc_len; i++) {
+        const rs_psrc_t *s = &b->psrc[i];
+        if (s->fallback != NULL || s->tensor == NULL)
+            continue;
+        for (size_t k = 0; k < s->tensor->shards_len; k++) {
+            const rs_src_shard_t *sh = &s->tensor->shards[k];
+            rs_shard_ref_t r = {sh->session, sh->addr,
+                                (uint64_t)sh->numel * s->tensor->elsize,
+                                s->name, NULL};
+            if (sh->digest != NULL &&
+                (r.digest = rs_arena_strdup(&plan->arena, sh->digest)) == NULL)
+                return OOM(b);
+            if (!RS_VEC_PUSH(plan, shards, r))
+                return OOM(b);
+        }
+    }
+    qsort(plan->shards, plan->shards_len, sizeof(rs_shard_ref_t),
+          cmp_shard_ref);
+    return RS_OK;
+}
+
 rs_status_t rs__planner_assemble(rs_planner_t *b)
 {
     rs_status_t st = alloc_full_pull_copies(b);
+    if (st == RS_OK)
+        st = list_shards(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
         if (live(b, &b->copies[ci]))
             st = place_copy(b, ci);

@@ -273,8 +273,10 @@ rs_status_t rs__planner_run(rs_planner_t *b)
 {
     rs_status_t st = flag_unsupported(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
-        if (selected(b->params, b->cap->copies[ci].param))
+        if (selected(b->params, b->cap->copies[ci].param)) {
+            b->plan->stats.copies_selected++;
             st = plan_copy(b, ci);
+        }
     }
     if (st == RS_OK)
         st = rs__planner_full_pulls(b);

@@ -52,89 +52,6 @@ static void put_item(FILE *out, const char *sep, const char *name)
     put_name(out, name);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Fallback source names, sorted for bsearch; caller frees. */
-static const char **sorted_fallback(rs_plan_h plan, size_t *count_p)
-{
-    size_t n = rs_plan_num_fallback(plan);
-    const char **names = malloc((n ? n : 1) * sizeof(*names));
-    const char *reason;
-
-    if (names == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        rs_plan_fallback(plan, i, &names[i], &reason);
-    qsort(names, n, sizeof(*names), cmp_str);
-    *count_p = n;
-    return names;
-}
-
-/* Marks the params the plan writes (segments, converts, full pulls). */
-static void mark_params(rs_plan_h plan, rs_capture_h cap, unsigned char *touched,
-                        size_t nparams)
-{
-    size_t n;
-    const rs_segment_t *segs = rs_plan_segments(plan, &n);
-    for (size_t i = 0; i < n; i++) {
-        if (segs[i].param < nparams)
-            touched[segs[i].param] = 1;
-    }
-    const rs_convert_t *cv = rs_plan_converts(plan, &n);
-    for (size_t i = 0; i < n; i++) {
-        if (cv[i].param < nparams)
-            touched[cv[i].param] = 1;
-    }
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
-    for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < fp[i].ncopies; j++) {
-            rs_copy_desc_t c;
-            rs_capture_copy(cap, fp[i].copies[j], &c);
-            long p = rs_capture_find_param(cap, c.param);
-            if (p >= 0 && (size_t)p < nparams)
-                touched[p] = 1;
-        }
-    }
-}
-
-/* The plan does not record which copies the selection kept, so a copy counts
- * as planned when its parameter receives bytes (or it is listed uncovered)
- * and its source is not on the fallback list. */
-static int count_planned(rs_plan_h plan, rs_capture_h cap, size_t *planned_p)
-{
-    size_t nparams = rs_capture_num_params(cap);
-    size_t ncopies = rs_capture_num_copies(cap), nfb, nunc, planned = 0;
-    unsigned char *touched = calloc(nparams ? nparams : 1, 1);
-    unsigned char *uncov = calloc(ncopies ? ncopies : 1, 1);
-    const char **fb = sorted_fallback(plan, &nfb);
-    const rs_uncovered_t *u = rs_plan_uncovered(plan, &nunc);
-    int ok = touched != NULL && uncov != NULL && fb != NULL;
-
-    if (ok) {
-        mark_params(plan, cap, touched, nparams);
-        for (size_t i = 0; i < nunc; i++) {
-            if (u[i].copy < ncopies)
-                uncov[u[i].copy] = 1;
-        }
-        for (size_t i = 0; i < ncopies; i++) {
-            rs_copy_desc_t c;
-            rs_capture_copy(cap, i, &c);
-            long p = rs_capture_find_param(cap, c.param);
-            int selected = uncov[i] || (p >= 0 && touched[p]);
-            if (selected && !bsearch(&c.src, fb, nfb, sizeof(*fb), cmp_str))
-                planned++;
-        }
-        *planned_p = planned;
-    }
-    free(touched);
-    free(uncov);
-    free(fb);
-    return ok;
-}
-
 static size_t staging_segments(rs_plan_h plan, int full_pulls)
 {
     size_t n, total = 0;
@@ -150,15 +67,18 @@ static size_t staging_segments(rs_plan_h plan, int full_pulls)
     return total;
 }
 
-static void print_counts(rs_plan_h plan, FILE *out, size_t planned)
+static void print_counts(rs_plan_h plan, FILE *out)
 {
     size_t nseg, nconv, nfull;
     rs_capture_h cap = rs_plan_capture(plan);
+    rs_plan_stats_t st;
 
+    rs_plan_stats(plan, &st);
     rs_plan_segments(plan, &nseg);
     rs_plan_converts(plan, &nconv);
     rs_plan_full_pulls(plan, &nfull);
-    fprintf(out, "  copies planned      %zu of %zu captured\n", planned,
+    fprintf(out, "  copies planned      %zu of %zu selected (%zu captured)\n",
+            st.copies_planned, st.copies_selected,
             rs_capture_num_copies(cap));
     fprintf(out, "  segments            %zu exact, %zu into convert staging, "
                  "%zu into full-pull staging\n",
@@ -352,16 +272,12 @@ static void print_verdict(rs_plan_h plan, FILE *out)
 
 rs_status_t rs_plan_write_summary(rs_plan_h plan, FILE *out, rs_diag_t *diag)
 {
-    size_t planned;
-
     if (plan == NULL || out == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
     if (rs_plan_capture(plan) == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "plan has no capture");
-    if (!count_planned(plan, rs_plan_capture(plan), &planned))
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     fprintf(out, "reshard plan\n");
-    print_counts(plan, out, planned);
+    print_counts(plan, out);
     print_bytes(plan, out);
     if (!print_sessions(plan, out) || !print_fallback(plan, out))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");

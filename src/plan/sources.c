@@ -205,6 +205,28 @@ size_t rs_sources_num_shards(rs_sources_h s)
     return n;
 }
 
+void rs_sources_shard(rs_sources_h s, size_t index, rs_shard_desc_t *shard_p)
+{
+    size_t t = 0;
+    while (index >= s->tensors[t].shards_len) {
+        index -= s->tensors[t].shards_len;
+        t++;
+    }
+    const rs_src_tensor_t *tensor = &s->tensors[t];
+    const rs_src_shard_t *sh = &tensor->shards[index];
+    shard_p->tensor = tensor->name;
+    shard_p->dtype = tensor->dtype;
+    shard_p->elsize = tensor->elsize;
+    shard_p->ndim = tensor->ndim;
+    shard_p->full_shape = tensor->shape;
+    shard_p->session = s->sessions[sh->session];
+    shard_p->device_id = sh->device_id;
+    shard_p->addr = sh->addr;
+    shard_p->offset = sh->offset;
+    shard_p->shape = sh->shape;
+    shard_p->digest = sh->digest;
+}
+
 size_t rs_sources_num_tables(rs_sources_h s) { return s->tables_len; }
 
 void rs_sources_table(rs_sources_h s, size_t index, rs_table_info_t *table_p)
