@@ -670,3 +670,49 @@ int gt_is_box(const gt_tensor_t *t, int src_ndim, const int64_t *src_shape)
     free(all);
     return ok && (t->numel == 0 || prod == t->numel);
 }
+
+/* The single source coordinate that differs between a and b, -1 when none
+ * or several do. */
+static int moved_coordinate(int64_t a, int64_t b, int src_ndim,
+                            const int64_t *src_shape)
+{
+    int64_t ma[RS_MAX_DIMS], mb[RS_MAX_DIMS];
+    int moved = -1;
+    gt_unravel(a, src_ndim, src_shape, ma);
+    gt_unravel(b, src_ndim, src_shape, mb);
+    for (int d = 0; d < src_ndim; d++) {
+        if (ma[d] == mb[d])
+            continue;
+        if (moved >= 0)
+            return -1;
+        moved = d;
+    }
+    return moved;
+}
+
+int gt_is_aligned_box(const gt_tensor_t *t, int src_ndim,
+                      const int64_t *src_shape)
+{
+    int64_t cs[RS_MAX_DIMS], m[RS_MAX_DIMS], s = 1;
+    int dim_of[RS_MAX_DIMS];
+    if (!gt_is_box(t, src_ndim, src_shape))
+        return 0;
+    for (int k = t->ndim - 1; k >= 0; k--) {
+        cs[k] = s;
+        s *= t->shape[k];
+        dim_of[k] = -2; /* not seen yet */
+    }
+    for (int64_t j = 0; j < t->numel; j++) {
+        gt_unravel(j, t->ndim, t->shape, m);
+        for (int k = 0; k < t->ndim; k++) {
+            if (m[k] + 1 >= t->shape[k])
+                continue;
+            int d = moved_coordinate(t->idx[j], t->idx[j + cs[k]], src_ndim,
+                                     src_shape);
+            if (d < 0 || (dim_of[k] != -2 && dim_of[k] != d))
+                return 0;
+            dim_of[k] = d;
+        }
+    }
+    return 1;
+}

@@ -48,6 +48,13 @@ int gt_is_contiguous(const gt_tensor_t *t);
  * source dim), whatever the visiting order. */
 int gt_is_box(const gt_tensor_t *t, int src_ndim, const int64_t *src_shape);
 
+/* gt_is_box, and moreover every step along any dim of t changes exactly
+ * one source coordinate, the same one for the whole dim: each dim lies
+ * within one source dim (a [3,2] source flattened and unflattened to
+ * [2,3] is a box, but its dims straddle source rows). */
+int gt_is_aligned_box(const gt_tensor_t *t, int src_ndim,
+                      const int64_t *src_shape);
+
 /* Row-major position of multi-index m in shape (helpers shared by tests). */
 void gt_unravel(int64_t pos, int ndim, const int64_t *shape, int64_t *m);
 

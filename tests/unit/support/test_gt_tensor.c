@@ -296,7 +296,28 @@ static void test_is_box(void **state)
                     op2(RS_OP_TRANSPOSE, 0, 1), op3(RS_OP_NARROW, 1, 1, 2)};
     assert_int_equal(gt_replay(2, s46, st, 3, &t, NULL, 0), GT_OK);
     assert_true(gt_is_box(&t, 2, s46));
+    assert_true(gt_is_aligned_box(&t, 2, s46));
     assert_false(gt_is_contiguous(&t));
+    gt_free(&t);
+
+    /* Every element, but the [2,3] dims straddle the rows of [3,2]. */
+    int64_t s32[] = {3, 2}, v23[] = {2, 3};
+    rs_op_t fu[] = {{.kind = RS_OP_FLATTEN}, oplist(RS_OP_UNFLATTEN, 0, v23, 2)};
+    assert_int_equal(gt_replay(2, s32, fu, 2, &t, NULL, 0), GT_OK);
+    assert_true(gt_is_box(&t, 2, s32));
+    assert_false(gt_is_aligned_box(&t, 2, s32));
+    gt_free(&t);
+    /* A whole dim split in two and the halves swapped stays aligned. */
+    rs_op_t ut[] = {oplist(RS_OP_UNFLATTEN, 0, v34, 2), op2(RS_OP_TRANSPOSE, 0, 1)};
+    assert_int_equal(gt_replay(1, s12, ut, 2, &t, NULL, 0), GT_OK);
+    assert_true(gt_is_aligned_box(&t, 1, s12));
+    gt_free(&t);
+    /* [2,8,3] as [2,12,2]: the last dim crosses the size-3 source dim. */
+    int64_t s283[] = {2, 8, 3}, v2122[] = {2, 12, 2};
+    rs_op_t vv[] = {oplist(RS_OP_VIEW, 0, v2122, 3)};
+    assert_int_equal(gt_replay(3, s283, vv, 1, &t, NULL, 0), GT_OK);
+    assert_true(gt_is_box(&t, 3, s283));
+    assert_false(gt_is_aligned_box(&t, 3, s283));
     gt_free(&t);
 }
 
