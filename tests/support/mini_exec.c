@@ -119,18 +119,37 @@ uint64_t mini_exec_skipped_elements(mini_exec_t *mx)
     return mx->skipped;
 }
 
-/* The registered bytes [addr, addr+nbytes) of session, or NULL. */
-static const uint8_t *find_source(mini_exec_t *mx, const char *session,
-                                  uint64_t addr, uint64_t nbytes)
+/* The registered buffer of session holding byte addr, or NULL. */
+static const mx_shard_t *find_shard(mini_exec_t *mx, const char *session,
+                                    uint64_t addr)
 {
     for (size_t i = 0; i < mx->nshards; i++) {
         const mx_shard_t *s = &mx->shards[i];
-        if (strcmp(s->session, session) != 0 || addr < s->addr)
-            continue;
-        if (addr - s->addr <= s->nbytes && nbytes <= s->nbytes - (addr - s->addr))
-            return s->buf + (addr - s->addr);
+        if (strcmp(s->session, session) == 0 && addr >= s->addr
+            && addr - s->addr < s->nbytes)
+            return s;
     }
     return NULL;
+}
+
+/* Copies [addr, addr+nbytes) of session into out. A read may span shards
+ * that are adjacent in the session's address space (coalesced fused
+ * tensors), but every byte must lie in a registered shard. */
+static int read_source(mini_exec_t *mx, const char *session, uint64_t addr,
+                       uint64_t nbytes, uint8_t *out)
+{
+    while (nbytes > 0) {
+        const mx_shard_t *s = find_shard(mx, session, addr);
+        if (s == NULL)
+            return 0;
+        uint64_t take = s->nbytes - (addr - s->addr);
+        take = take < nbytes ? take : nbytes;
+        memcpy(out, s->buf + (addr - s->addr), take);
+        out += take;
+        addr += take;
+        nbytes -= take;
+    }
+    return 1;
 }
 
 static void count_writes(mx_target_t *t, uint64_t at, uint64_t n)
@@ -148,18 +167,17 @@ static int run_segment(mini_exec_t *mx, const rs_segment_t *seg,
     const char *session = rs_plan_session_name(mx->plan, seg->session);
     if (session == NULL)
         return fail(mx, "segment names unknown session %u", seg->session);
-    const uint8_t *src = find_source(mx, session, seg->src_addr, seg->nbytes);
-    if (src == NULL)
-        return fail(mx, "read of %llu bytes at %s:0x%llx lies outside every "
-                    "registered shard", (unsigned long long)seg->nbytes,
-                    session, (unsigned long long)seg->src_addr);
     if (seg->nbytes == 0 || seg->dst_byte > t->nbytes
         || seg->nbytes > t->nbytes - seg->dst_byte)
         return fail(mx, "write of %llu bytes at %s byte %llu outside its %llu "
                     "bytes", (unsigned long long)seg->nbytes, t->what,
                     (unsigned long long)seg->dst_byte,
                     (unsigned long long)t->nbytes);
-    memcpy(t->buf + seg->dst_byte, src, seg->nbytes);
+    if (!read_source(mx, session, seg->src_addr, seg->nbytes,
+                     t->buf + seg->dst_byte))
+        return fail(mx, "read of %llu bytes at %s:0x%llx lies outside every "
+                    "registered shard", (unsigned long long)seg->nbytes,
+                    session, (unsigned long long)seg->src_addr);
     count_writes(t, seg->dst_byte, seg->nbytes);
     return 0;
 }

@@ -14,7 +14,8 @@ typedef struct mini_exec mini_exec_t;
 mini_exec_t *mini_exec_create(rs_plan_h plan);
 void mini_exec_destroy(mini_exec_t *mx);
 
-/* Registers nbytes of buf as what session publishes at addr. */
+/* Registers nbytes of buf as what session publishes at addr. A read may
+ * span registered buffers that are adjacent in the session's addresses. */
 void mini_exec_add_shard(mini_exec_t *mx, const char *session, uint64_t addr,
                          const void *buf, uint64_t nbytes);
 
