@@ -2,7 +2,6 @@
  * and print it (a summary, or reshard.plan.v1 JSON). Inputs are checked in
  * full before anything reaches stdout, so bad input never yields a partial
  * plan. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,20 +78,6 @@ static int usage_error(const char *fmt, const char *what)
     return RS_CLI_USAGE;
 }
 
-/* Digits only: no sign, no blanks, no suffix; 0 on anything else. */
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    if (s[0] < '0' || s[0] > '9')
-        return 0;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return 0;
-    *out = (uint64_t)v;
-    return 1;
-}
-
 static int take_option(plan_args_t *a, int c, const char *arg)
 {
     uint64_t v;
@@ -106,7 +91,7 @@ static int take_option(plan_args_t *a, int c, const char *arg)
         a->sources[a->nsources++] = arg;
         return RS_CLI_OK;
     case OPT_MAX_SEGS:
-        if (!parse_u64(arg, &v) || v == 0 || v > INT64_MAX)
+        if (!rs_cli_parse_u64(arg, &v) || v == 0 || v > INT64_MAX)
             return usage_error("--max-segments-per-copy must be a positive "
                                "integer, got '%s'", arg);
         a->max_segments = (int64_t)v;
@@ -115,7 +100,7 @@ static int take_option(plan_args_t *a, int c, const char *arg)
         a->only[a->nonly++] = arg;
         return RS_CLI_OK;
     case OPT_SALT:
-        if (!parse_u64(arg, &a->salt))
+        if (!rs_cli_parse_u64(arg, &a->salt))
             return usage_error("--salt must be a non-negative integer, got '%s'",
                                arg);
         return RS_CLI_OK;
@@ -159,35 +144,6 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
     return RS_CLI_OK;
 }
 
-static int input_error(const rs_diag_t *diag, rs_status_t st, const char *what)
-{
-    if (diag->msg[0] != '\0')
-        fprintf(stderr, "reshard plan: %s\n", diag->msg);
-    else
-        fprintf(stderr, "reshard plan: %s: %s\n", what, rs_status_str(st));
-    return RS_CLI_USAGE;
-}
-
-static int load_inputs(const plan_args_t *a, rs_capture_h *cap_p,
-                       rs_sources_h *src_p)
-{
-    rs_diag_t diag;
-    rs_status_t st;
-
-    rs_diag_clear(&diag);
-    if ((st = rs_capture_load_file(a->capture, &diag, cap_p)) != RS_OK)
-        return input_error(&diag, st, a->capture);
-    if ((st = rs_sources_create(src_p)) != RS_OK)
-        return input_error(&diag, st, "creating sources");
-    for (size_t i = 0; i < a->nsources; i++) {
-        rs_diag_clear(&diag);
-        st = rs_sources_load_file(*src_p, a->sources[i], &diag);
-        if (st != RS_OK)
-            return input_error(&diag, st, a->sources[i]);
-    }
-    return RS_CLI_OK;
-}
-
 static int build_and_print(const plan_args_t *a, rs_capture_h cap,
                            rs_sources_h src)
 {
@@ -204,7 +160,7 @@ static int build_and_print(const plan_args_t *a, rs_capture_h cap,
     params.nonly = a->nonly;
     params.replica_salt = a->salt;
     if ((st = rs_plan_build(cap, src, &params, &diag, &plan)) != RS_OK)
-        return input_error(&diag, st, "planning");
+        return rs_cli_input_error("plan", &diag, st, "planning");
     if (a->json)
         st = rs_plan_write_json(plan, stdout, &diag);
     else
@@ -212,7 +168,7 @@ static int build_and_print(const plan_args_t *a, rs_capture_h cap,
     int rc = rs_plan_is_complete(plan) ? RS_CLI_OK : RS_CLI_INCOMPLETE;
     rs_plan_destroy(plan);
     if (st != RS_OK)
-        return input_error(&diag, st, "writing the plan");
+        return rs_cli_input_error("plan", &diag, st, "writing the plan");
     return rc;
 }
 
@@ -238,7 +194,8 @@ int rs_cli_plan(int argc, char **argv)
     }
     if (rc != RS_CLI_OK)
         goto free_args;
-    rc = load_inputs(&a, &cap, &src);
+    rc = rs_cli_load_inputs("plan", a.capture, a.sources, a.nsources, &cap,
+                            &src);
     if (rc == RS_CLI_OK)
         rc = build_and_print(&a, cap, src);
     rs_sources_destroy(src);

@@ -1,0 +1,50 @@
+/* Helpers every verb shares: integer options and loading the inputs. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+int rs_cli_parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    if (s[0] < '0' || s[0] > '9')
+        return 0;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+int rs_cli_input_error(const char *verb, const rs_diag_t *diag, rs_status_t st,
+                       const char *what)
+{
+    if (diag->msg[0] != '\0')
+        fprintf(stderr, "reshard %s: %s\n", verb, diag->msg);
+    else
+        fprintf(stderr, "reshard %s: %s: %s\n", verb, what, rs_status_str(st));
+    return RS_CLI_USAGE;
+}
+
+int rs_cli_load_inputs(const char *verb, const char *capture,
+                       const char **sources, size_t nsources,
+                       rs_capture_h *cap_p, rs_sources_h *src_p)
+{
+    rs_diag_t diag;
+    rs_status_t st;
+
+    rs_diag_clear(&diag);
+    if ((st = rs_capture_load_file(capture, &diag, cap_p)) != RS_OK)
+        return rs_cli_input_error(verb, &diag, st, capture);
+    if ((st = rs_sources_create(src_p)) != RS_OK)
+        return rs_cli_input_error(verb, &diag, st, "creating sources");
+    for (size_t i = 0; i < nsources; i++) {
+        rs_diag_clear(&diag);
+        st = rs_sources_load_file(*src_p, sources[i], &diag);
+        if (st != RS_OK)
+            return rs_cli_input_error(verb, &diag, st, sources[i]);
+    }
+    return RS_CLI_OK;
+}
