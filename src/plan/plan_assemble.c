@@ -176,8 +176,9 @@ static rs_status_t list_shards(rs_planner_t *b)
                 return OOM(b);
         }
     }
-    qsort(plan->shards, plan->shards_len, sizeof(rs_shard_ref_t),
-          cmp_shard_ref);
+    if (plan->shards_len > 1)
+        qsort(plan->shards, plan->shards_len, sizeof(rs_shard_ref_t),
+              cmp_shard_ref);
     return RS_OK;
 }
 
