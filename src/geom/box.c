@@ -67,7 +67,7 @@ static int push_factor(factor_list_t *fl, int d, int64_t count, int64_t q,
 {
     if (fl->n >= RS_MAX_FACTORS)
         return 0;
-    fl->f[fl->n] = (rs_factor_t){d, count, 0, dstride};
+    fl->f[fl->n] = (rs_factor_t){d, count, 0, q, dstride};
     fl->q[fl->n] = q;
     fl->n++;
     return 1;
@@ -113,12 +113,14 @@ static int cmp_factor(const void *a, const void *b)
     return (x->mult > y->mult) - (x->mult < y->mult);
 }
 
-/* Checks each source dim's factors form a mixed radix and fills the box. */
+/* Checks that each source dim's factors are ordered (every digit steps
+ * past all the inner digits span, so indices grow with k and never repeat)
+ * and fills the box. */
 static rs_status_t close_box(const src_layout_t *l, factor_list_t *fl,
                              rs_box_t *box, char *why, size_t whylen)
 {
     for (int i = 0; i < fl->n; i++)
-        fl->f[i].mult = fl->q[i]; /* sort key for now, in dim units */
+        fl->f[i].mult = fl->f[i].dmult; /* sort key */
     qsort(fl->f, (size_t)fl->n, sizeof(rs_factor_t), cmp_factor);
     box->numel = 1;
     for (int d = 0; d < l->ndim; d++) {
@@ -126,25 +128,22 @@ static rs_status_t close_box(const src_layout_t *l, factor_list_t *fl,
         box->step[d] = 1;
     }
     for (int i = 0; i < fl->n;) {
-        int d = fl->f[i].sdim;
-        int64_t step = fl->f[i].mult, expect = step, count = 1;
-        int begin = i;
+        int d = fl->f[i].sdim, begin = i;
+        int64_t span = 0, count = 1; /* span: largest inner index offset */
+        box->step[d] = fl->f[i].dmult;
         for (; i < fl->n && fl->f[i].sdim == d; i++) {
             if (i - begin >= RS_MAX_DIM_FACTORS)
                 return refuse(why, whylen, "source dim %d is cut into more "
                               "than %d pieces", d, RS_MAX_DIM_FACTORS);
-            if (fl->f[i].mult != expect)
-                return refuse(why, whylen, "source dim %d is visited at "
-                              "irregular positions (not a strided box)", d);
-            fl->f[i].mult = expect / step; /* now in progression units */
-            expect *= fl->f[i].count;      /* bounded by the dim extent */
+            if (fl->f[i].dmult <= span)
+                return refuse(why, whylen, "source dim %d is visited out of "
+                              "order (not a strided box)", d);
+            fl->f[i].mult = count;
+            span += (fl->f[i].count - 1) * fl->f[i].dmult; /* < dim extent */
             count *= fl->f[i].count;
         }
         box->count[d] = count;
-        box->step[d] = step;
-        int64_t last;
-        if (!rs_mul_i64(step, count - 1, &last) ||
-            !rs_add_i64(last, box->start[d], &last) || last >= l->shape[d])
+        if (span >= l->shape[d] - box->start[d])
             return refuse(why, whylen, "source dim %d is left by the view "
                           "(not a strided box)", d);
     }
@@ -153,6 +152,52 @@ static rs_status_t close_box(const src_layout_t *l, factor_list_t *fl,
     box->nfactors = fl->n;
     memcpy(box->factors, fl->f, (size_t)fl->n * sizeof(rs_factor_t));
     return RS_OK;
+}
+
+/* The factors of dim d: [first, first + n). */
+static int dim_factors(const rs_box_t *box, int d, int *first)
+{
+    int n = 0;
+    *first = -1;
+    for (int j = 0; j < box->nfactors; j++) {
+        if (box->factors[j].sdim == d) {
+            if (*first < 0)
+                *first = j;
+            n++;
+        }
+    }
+    return n;
+}
+
+int64_t rs_box_coord(const rs_box_t *box, int d, int64_t k)
+{
+    int first, n = dim_factors(box, d, &first);
+    int64_t c = box->start[d];
+    for (int j = first; j < first + n; j++) {
+        const rs_factor_t *f = &box->factors[j];
+        c += (k / f->mult) % f->count * f->dmult;
+    }
+    return c;
+}
+
+int64_t rs_box_count_below(const rs_box_t *box, int d, int64_t x)
+{
+    int first, n = dim_factors(box, d, &first);
+    int64_t below = 0;
+    x -= box->start[d];
+    /* Outermost digit first: whole blocks below x, then recurse inside the
+     * block x falls in (inner digits span less than one outer step). */
+    for (int j = first + n - 1; j >= first; j--) {
+        const rs_factor_t *f = &box->factors[j];
+        if (x <= 0)
+            return below;
+        int64_t q = x / f->dmult;
+        if (q >= f->count)
+            return below + f->count * f->mult;
+        below += q * f->mult;
+        x -= q * f->dmult;
+    }
+    return below + (x > 0 ? 1 : 0);
 }
 
 rs_status_t rs_box_from_view(const rs_view_t *v, int src_ndim,

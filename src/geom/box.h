@@ -1,8 +1,12 @@
-/* The box a view reads: per source dim an arithmetic progression
- * (start, count, step), and the factors that say in which order the view
- * visits it. A factor is one digit of a source dim's index: `count` values,
- * `mult` apart in that dim's progression index, landing `dstride` elements
- * apart in the destination. */
+/* What a view reads, per source dim: the indices start + sum(digit_j *
+ * dmult_j) over the dim's factors, a set that the view visits in increasing
+ * order of its visit index k (the digits read as a mixed radix). When the
+ * factors chain exactly (dmult_{j+1} = dmult_j * count_j) the set is an
+ * arithmetic progression (a strided box); looser chains (the gate half of a
+ * fused [E*2*I] dim) are still ordered sets and are planned the same way. A
+ * factor is one digit: `count` values, `mult` its weight in k, `dmult` its
+ * step in source indices, landing `dstride` elements apart in the
+ * destination. */
 #ifndef RS_GEOM_BOX_H
 #define RS_GEOM_BOX_H
 
@@ -16,15 +20,16 @@
 typedef struct rs_factor {
     int sdim;        /* source dim */
     int64_t count;   /* > 1 */
-    int64_t mult;    /* index step inside the dim's progression */
+    int64_t mult;    /* weight in the dim's visit index k */
+    int64_t dmult;   /* step in source indices */
     int64_t dstride; /* destination stride in elements */
 } rs_factor_t;
 
 typedef struct rs_box {
     int ndim;                     /* source rank */
     int64_t start[RS_MAX_DIMS];
-    int64_t count[RS_MAX_DIMS];
-    int64_t step[RS_MAX_DIMS];
+    int64_t count[RS_MAX_DIMS];   /* indices visited */
+    int64_t step[RS_MAX_DIMS];    /* smallest factor step (1 without factors) */
     int nfactors;
     rs_factor_t factors[RS_MAX_FACTORS]; /* sorted by (sdim, mult) */
     int64_t numel;                /* product of counts */
@@ -37,6 +42,12 @@ rs_status_t rs_box_from_view(const rs_view_t *view, int src_ndim,
                              const int64_t *src_shape,
                              const int64_t *dest_stride, rs_box_t *box,
                              char *why, size_t whylen);
+
+/* The source index that visit index k of dim d reaches. */
+int64_t rs_box_coord(const rs_box_t *box, int d, int64_t k);
+
+/* How many visited indices of dim d lie below source index x. */
+int64_t rs_box_count_below(const rs_box_t *box, int d, int64_t x);
 
 /* Replays a whole chain from the full source and maps it: the one call the
  * planner makes per copy. On failure *bad_op is the index of the failing op

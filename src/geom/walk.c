@@ -183,7 +183,7 @@ static void walk_init(walk_t *w, const rs_box_t *box, const rs_src_buf_t *buf,
             w->first[f->sdim] = j;
         w->nf[f->sdim]++;
         w->radix[j] = f->mult;
-        w->src_stride[j] = box->step[f->sdim] * f->mult * w->pitch[f->sdim];
+        w->src_stride[j] = f->dmult * w->pitch[f->sdim];
     }
     for (int d = 0; d < box->ndim; d++)
         w->src_base += (box->start[d] - buf->offset[d]) * w->pitch[d];

@@ -182,12 +182,7 @@ rs_status_t rs_grid_build(const rs_src_tensor_t *t, size_t max_cells,
     return RS_OK;
 }
 
-static int64_t ceil_div(int64_t a, int64_t b)
-{
-    return a >= 0 ? (a + b - 1) / b : -((-a) / b);
-}
-
-/* Per dim, the intervals a progression touches and its index range in each. */
+/* Per dim, the intervals the visited indices touch and its index range in each. */
 typedef struct {
     size_t n;
     size_t *cell;
@@ -197,8 +192,8 @@ typedef struct {
 static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
                                 int d, dim_hits_t *h)
 {
-    int64_t s = box->start[d], t = box->step[d], c = box->count[d];
-    int64_t last = s + t * (c - 1);
+    int64_t s = box->start[d], c = box->count[d];
+    int64_t last = rs_box_coord(box, d, c - 1);
     size_t first = interval_at(g, d, s + 1) - 1; /* interval holding s */
     size_t end = interval_at(g, d, last + 1);
     size_t cap = end - first;
@@ -209,12 +204,10 @@ static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
     if (h->cell == NULL || h->lo == NULL || h->hi == NULL)
         return RS_ERR_NO_MEMORY;
     for (size_t i = first; i < end; i++) {
-        int64_t lo = ceil_div(g->bounds[d][i] - s, t);
-        int64_t hi = ceil_div(g->bounds[d][i + 1] - s, t);
-        lo = lo < 0 ? 0 : lo;
-        hi = hi > c ? c : hi;
+        int64_t lo = rs_box_count_below(box, d, g->bounds[d][i]);
+        int64_t hi = rs_box_count_below(box, d, g->bounds[d][i + 1]);
         if (lo >= hi)
-            continue; /* the step jumps over this interval */
+            continue; /* the view steps over this interval */
         h->cell[h->n] = i;
         h->lo[h->n] = lo;
         h->hi[h->n] = hi;

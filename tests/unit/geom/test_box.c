@@ -247,8 +247,8 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
         int64_t c = box.count[d];
         kr.lo[d] = c ? (int64_t)rnd((uint64_t)c) : 0;
         kr.hi[d] = c ? kr.lo[d] + 1 + (int64_t)rnd((uint64_t)(c - kr.lo[d])) : 0;
-        int64_t first = box.start[d] + box.step[d] * kr.lo[d];
-        int64_t last = box.start[d] + box.step[d] * (kr.hi[d] - 1);
+        int64_t first = c ? rs_box_coord(&box, d, kr.lo[d]) : 0;
+        int64_t last = c ? rs_box_coord(&box, d, kr.hi[d] - 1) : 0;
         off[d] = first - (int64_t)rnd((uint64_t)first + 1);
         int64_t end = last + 1 + (int64_t)rnd((uint64_t)(shape[d] - last));
         bshape[d] = end - off[d];
@@ -270,7 +270,8 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
         int inside = 1;
         for (int d = 0; d < ndim; d++) {
             int64_t c = (e.src[k] / pitch_src[d]) % shape[d];
-            int64_t idx = (c - box.start[d]) / box.step[d];
+            int64_t idx = rs_box_count_below(&box, d, c);
+            assert_int_equal(rs_box_coord(&box, d, idx), c);
             if (idx < kr.lo[d] || idx >= kr.hi[d])
                 inside = 0;
         }
@@ -325,6 +326,22 @@ static void test_known_boxes(void **state)
     assert_int_equal(rs_box_from_view(&v, 2, shape, ds, &box, why, sizeof(why)),
                      RS_ERR_UNSUPPORTED);
     assert_true(strlen(why) > 0);
+    /* the up half of a fused [E*2*I, H] expert dim: ordered, not an AP */
+    int64_t fused[2] = {3 * 2 * 4, 5}, eig[3] = {3, 2, 4}, ds3[2] = {5, 1};
+    rs_op_t unf = {.kind = RS_OP_UNFLATTEN, .arg = {0}, .list = eig, .nlist = 3};
+    rs_op_t up = {.kind = RS_OP_SELECT, .arg = {1, 1}};
+    assert_int_equal(rs_view_init(&v, 2, fused), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &unf, NULL, 0), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &up, NULL, 0), RS_OK);
+    int64_t ds_up[3] = {20, 5, 1};
+    assert_int_equal(rs_box_from_view(&v, 2, fused, ds_up, &box, NULL, 0), RS_OK);
+    assert_int_equal(box.count[0], 12);
+    assert_int_equal(rs_box_coord(&box, 0, 0), 4);   /* expert 0, row I */
+    assert_int_equal(rs_box_coord(&box, 0, 4), 12);  /* expert 1, row 3I */
+    assert_int_equal(rs_box_count_below(&box, 0, 12), 4);
+    assert_int_equal(rs_box_count_below(&box, 0, 11), 4);
+    assert_int_equal(rs_box_count_below(&box, 0, 24), 12);
+    (void)ds3;
 }
 
 int main(void)
