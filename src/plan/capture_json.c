@@ -389,12 +389,15 @@ static rs_status_t load_copy(rs_json_ctx_t *c, rs_capture_h cap,
         (st = check_param(c, cap, &d)) != RS_OK)
         return st;
     if (unknown != NULL) {
+        /* The copy keeps its place (plans refer to copies by index) but no
+         * ops: its source is unsupported, so it is never planned. */
         char reason[RS_DIAG_MSG_MAX];
         snprintf(reason, sizeof(reason), "op '%s' is not supported", unknown);
         st = rs_capture_add_unsupported(cap, d.src, reason, c->diag);
-    } else {
-        st = rs_capture_add_copy(cap, &d, c->diag);
+        d.nops = 0;
     }
+    if (st == RS_OK)
+        st = rs_capture_add_copy(cap, &d, c->diag);
     return st == RS_OK ? RS_OK : rs_json_prefix(c);
 }
 

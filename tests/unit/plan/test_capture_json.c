@@ -317,8 +317,12 @@ static void test_unknown_op_is_unsupported(void **state)
     rs_capture_h cap = load_ok(text);
     rs_copy_desc_t c;
     const char *src, *reason;
-    assert_int_equal(rs_capture_num_copies(cap), 1);
+    /* the copy keeps its index (plans name copies by position) */
+    assert_int_equal(rs_capture_num_copies(cap), 2);
     rs_capture_copy(cap, 0, &c);
+    assert_string_equal(c.src, "a");
+    assert_int_equal(c.nops, 0);
+    rs_capture_copy(cap, 1, &c);
     assert_string_equal(c.src, "b");
     assert_int_equal(rs_capture_num_unsupported(cap), 1);
     rs_capture_unsupported(cap, 0, &src, &reason);
