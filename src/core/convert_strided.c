@@ -1,0 +1,165 @@
+/* Strided conversion (and strided copy, for equal dtypes): validates the
+ * geometry, drops unit dims, merges dims whose strides chain on both sides,
+ * then walks the outer dims and hands each innermost row to the contiguous
+ * or the strided kernel. Rows with a large stride on one side are walked in
+ * tiles so a transpose touches each cache line once. */
+#include "core/checked.h"
+#include "core/convert_impl.h"
+#include "reshard/convert.h"
+
+#define CV_MAX_DIMS 16
+
+/* Tile edge for two-dim walks where one side is contiguous and the other
+ * is not: 64 rows x 64 columns keeps both tiles in L1/L2. */
+#define CV_TILE 64
+
+typedef struct cv_geom {
+    int ndim;
+    int64_t shape[CV_MAX_DIMS];
+    int64_t ds[CV_MAX_DIMS], ss[CV_MAX_DIMS];
+    size_t dsize, ssize;
+} cv_geom_t;
+
+/* Highest element offset reachable on one side must fit, in bytes. */
+static int extent_ok(const int64_t *shape, const int64_t *stride, int ndim,
+                     size_t elsize)
+{
+    int64_t total = 0, term;
+    for (int i = 0; i < ndim; i++) {
+        if (stride[i] < 0)
+            return 0;
+        if (!rs_mul_i64(shape[i] - 1, stride[i], &term) ||
+            !rs_add_i64(total, term, &total))
+            return 0;
+    }
+    return rs_mul_i64(total, (int64_t)elsize, &total) && total < PTRDIFF_MAX;
+}
+
+/* Drops unit dims and merges an outer dim into the next inner one when
+ * both sides' strides chain. Leaves at least one dim. */
+static void coalesce(cv_geom_t *g, const int64_t *shape, const int64_t *ds,
+                     const int64_t *ss, int ndim)
+{
+    int n = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1)
+            continue;
+        int64_t dchain, schain;
+        if (n > 0 && rs_mul_i64(ds[i], shape[i], &dchain) &&
+            rs_mul_i64(ss[i], shape[i], &schain) && dchain == g->ds[n - 1] &&
+            schain == g->ss[n - 1]) {
+            g->shape[n - 1] *= shape[i];
+            g->ds[n - 1] = ds[i];
+            g->ss[n - 1] = ss[i];
+            continue;
+        }
+        g->shape[n] = shape[i];
+        g->ds[n] = ds[i];
+        g->ss[n] = ss[i];
+        n++;
+    }
+    if (n == 0) {
+        g->shape[0] = 1;
+        g->ds[0] = g->ss[0] = 1;
+        n = 1;
+    }
+    g->ndim = n;
+}
+
+static void run_row(const rs__cv_kernel_t *k, unsigned char *d, int64_t ds,
+                    const unsigned char *s, int64_t ss, int64_t n)
+{
+    if (ds == 1 && ss == 1)
+        k->contig(d, s, (size_t)n);
+    else
+        k->strided(d, ds, s, ss, (size_t)n);
+}
+
+/* Two innermost dims (rows r, columns c) in square tiles: within a tile the
+ * kernel runs along the columns, and the tile's lines on the other side stay
+ * cached until every row has used them. */
+static void run_tiled(const rs__cv_kernel_t *k, const cv_geom_t *g, int r,
+                      unsigned char *d, const unsigned char *s)
+{
+    const int c = r + 1;
+    for (int64_t r0 = 0; r0 < g->shape[r]; r0 += CV_TILE) {
+        int64_t r1 = r0 + CV_TILE < g->shape[r] ? r0 + CV_TILE : g->shape[r];
+        for (int64_t c0 = 0; c0 < g->shape[c]; c0 += CV_TILE) {
+            int64_t nc = g->shape[c] - c0 < CV_TILE ? g->shape[c] - c0
+                                                    : CV_TILE;
+            for (int64_t i = r0; i < r1; i++)
+                run_row(k, d + (size_t)(i * g->ds[r] + c0 * g->ds[c]) * g->dsize,
+                        g->ds[c],
+                        s + (size_t)(i * g->ss[r] + c0 * g->ss[c]) * g->ssize,
+                        g->ss[c], nc);
+        }
+    }
+}
+
+/* A transpose-like pair of inner dims: the columns are contiguous on one
+ * side only and the rows are long enough for tiling to pay. */
+static int wants_tiles(const cv_geom_t *g)
+{
+    if (g->ndim < 2)
+        return 0;
+    const int c = g->ndim - 1, r = c - 1;
+    if (g->shape[c] < CV_TILE || g->shape[r] < CV_TILE)
+        return 0;
+    return (g->ds[c] == 1) != (g->ss[c] == 1);
+}
+
+static void walk(const rs__cv_kernel_t *k, const cv_geom_t *g,
+                 unsigned char *dst, const unsigned char *src)
+{
+    const int tiled = wants_tiles(g);
+    const int inner = g->ndim - (tiled ? 2 : 1); /* dims walked below */
+    int64_t idx[CV_MAX_DIMS] = {0};
+    for (;;) {
+        int64_t doff = 0, soff = 0;
+        for (int i = 0; i < inner; i++) {
+            doff += idx[i] * g->ds[i];
+            soff += idx[i] * g->ss[i];
+        }
+        unsigned char *d = dst + (size_t)doff * g->dsize;
+        const unsigned char *s = src + (size_t)soff * g->ssize;
+        if (tiled)
+            run_tiled(k, g, inner, d, s);
+        else
+            run_row(k, d, g->ds[inner], s, g->ss[inner], g->shape[inner]);
+        int i = inner - 1;
+        while (i >= 0 && ++idx[i] == g->shape[i])
+            idx[i--] = 0;
+        if (i < 0)
+            return;
+    }
+}
+
+rs_status_t rs_convert_strided(rs_dtype_t to, void *dst,
+                               const int64_t *dst_stride, rs_dtype_t from,
+                               const void *src, const int64_t *src_stride,
+                               int ndim, const int64_t *shape)
+{
+    rs__cv_kernel_t k;
+    if (!rs__convert_kernel(to, from, &k))
+        return RS_ERR_UNSUPPORTED;
+    if (ndim < 0 || ndim > CV_MAX_DIMS ||
+        (ndim > 0 && (shape == NULL || dst_stride == NULL ||
+                      src_stride == NULL)))
+        return RS_ERR_INVALID_ARG;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return RS_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0)
+            return RS_OK;
+    }
+    cv_geom_t g = {.dsize = rs_dtype_size(to), .ssize = rs_dtype_size(from)};
+    if (!extent_ok(shape, dst_stride, ndim, g.dsize) ||
+        !extent_ok(shape, src_stride, ndim, g.ssize) || dst == NULL ||
+        src == NULL)
+        return RS_ERR_INVALID_ARG;
+    coalesce(&g, shape, dst_stride, src_stride, ndim);
+    walk(&k, &g, dst, src);
+    return RS_OK;
+}
