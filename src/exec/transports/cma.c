@@ -1,0 +1,263 @@
+/* The `cma` transport: same-host reads from another process's memory with
+ * process_vm_readv (cross-memory attach). Sessions map to pids; a peer's
+ * regions, when given, bound what may be read. Reads are checked at post
+ * and moved at wait in iovec batches of at most IOV_MAX entries per side. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "core/diag.h"
+#include "exec/transports/local_work.h"
+
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+/* Stay well under the kernel's per-call byte limit; short reads resume. */
+#define CMA_IOV_LEN_MAX (1ull << 30)
+
+typedef struct cma_item {
+    uint64_t remote;
+    uint8_t *dst;
+    uint64_t n;
+    uint32_t group;
+} cma_item_t;
+
+typedef struct cma_state {
+    rs__peers_t peers;
+    RS_VEC(cma_item_t, items);
+    RS_VEC(rs__group_t, groups);
+    struct iovec liov[IOV_MAX];
+    struct iovec riov[IOV_MAX];
+} cma_state_t;
+
+/* Where wait is: item index and bytes of it already read. */
+typedef struct cma_cursor {
+    size_t item;
+    uint64_t done;
+} cma_cursor_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static rs_status_t cma_open(rs_transport_h t, rs_diag_t *diag)
+{
+    t->priv = calloc(1, sizeof(cma_state_t));
+    if (t->priv == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "cma transport state");
+    return RS_OK;
+}
+
+static void cma_close(rs_transport_h t)
+{
+    cma_state_t *s = t->priv;
+    rs__peers_free(&s->peers);
+    free(s->items);
+    free(s->groups);
+    free(s);
+    t->priv = NULL;
+}
+
+static rs_status_t cma_connect(rs_transport_h t, uint32_t session,
+                               const rs_peer_t *peer, rs_diag_t *diag)
+{
+    cma_state_t *s = t->priv;
+    return rs__peers_connect(&s->peers, session, peer, RS_PEER_NEED_PID, diag);
+}
+
+static int push_item(cma_state_t *s, const rs_read_t *r, uint32_t group,
+                     size_t first)
+{
+    if (s->items_len > first) {
+        cma_item_t *last = &s->items[s->items_len - 1];
+        if (last->remote + last->n == r->src_addr &&
+            (uintptr_t)last->dst + last->n == (uintptr_t)r->dst) {
+            last->n += r->nbytes;
+            return 1;
+        }
+    }
+    cma_item_t it = {r->src_addr, r->dst, r->nbytes, group};
+    return RS_VEC_PUSH(s, items, it);
+}
+
+static rs_status_t cma_post(rs_transport_h t, uint32_t session,
+                            const rs_read_t *reads, size_t n, rs_diag_t *diag)
+{
+    cma_state_t *s = t->priv;
+    const rs__peer_t *peer = rs__peers_get(&s->peers, session, diag);
+    if (peer == NULL)
+        return RS_ERR_TRANSPORT;
+    size_t first = s->items_len;
+    rs__group_t g = {session, n, 0};
+    rs_status_t st = RS_OK;
+    for (size_t i = 0; i < n && st == RS_OK; i++) {
+        const rs_region_t *r;
+        st = rs__peer_check_read(peer, session, &reads[i], 1, &r, diag);
+        if (st != RS_OK || reads[i].nbytes == 0)
+            continue;
+        if (!push_item(s, &reads[i], (uint32_t)s->groups_len, first))
+            st = rs__diag_set(diag, RS_ERR_NO_MEMORY,
+                              "session %" PRIu32 ": work list", session);
+        g.bytes += reads[i].nbytes;
+    }
+    if (st == RS_OK && !RS_VEC_PUSH(s, groups, g))
+        st = rs__diag_set(diag, RS_ERR_NO_MEMORY,
+                          "session %" PRIu32 ": work list", session);
+    if (st != RS_OK)
+        s->items_len = first;
+    return st;
+}
+
+static void cma_cancel(rs_transport_h t)
+{
+    cma_state_t *s = t->priv;
+    s->items_len = 0;
+    s->groups_len = 0;
+}
+
+/* Fills the iovecs from the cursor with items of one group; returns the
+ * count. */
+static int fill_iovs(cma_state_t *s, cma_cursor_t c)
+{
+    uint32_t group = s->items[c.item].group;
+    int k = 0;
+    for (size_t i = c.item; i < s->items_len && k < IOV_MAX; i++) {
+        const cma_item_t *it = &s->items[i];
+        if (it->group != group)
+            break;
+        uint64_t skip = i == c.item ? c.done : 0;
+        uint64_t len = it->n - skip;
+        len = len < CMA_IOV_LEN_MAX ? len : CMA_IOV_LEN_MAX;
+        s->liov[k].iov_base = it->dst + skip;
+        s->liov[k].iov_len = (size_t)len;
+        s->riov[k].iov_base = (void *)(uintptr_t)(it->remote + skip);
+        s->riov[k].iov_len = (size_t)len;
+        k++;
+        if (len < it->n - skip)
+            break; /* the next iovec must continue this item */
+    }
+    return k;
+}
+
+/* Moves the cursor over `got` bytes. */
+static void advance(const cma_state_t *s, cma_cursor_t *c, uint64_t got)
+{
+    while (got > 0) {
+        uint64_t left = s->items[c->item].n - c->done;
+        uint64_t step = got < left ? got : left;
+        c->done += step;
+        got -= step;
+        if (c->done == s->items[c->item].n) {
+            c->item++;
+            c->done = 0;
+        }
+    }
+}
+
+static rs_status_t read_error(const cma_state_t *s, cma_cursor_t c, int err,
+                              rs_diag_t *diag)
+{
+    const cma_item_t *it = &s->items[c.item];
+    uint32_t session = s->groups[it->group].session;
+    const rs__peer_t *p = &s->peers.v[session];
+    char where[160];
+    snprintf(where, sizeof(where), "session %" PRIu32 " (%s), pid %" PRId64,
+             session, p->name, p->pid);
+    switch (err) {
+    case EPERM:
+        return rs__diag_set(diag, RS_ERR_TRANSPORT,
+                            "%s: process_vm_readv not permitted (EPERM): "
+                            "reading another process needs the same user "
+                            "and a permissive kernel.yama.ptrace_scope, or "
+                            "CAP_SYS_PTRACE", where);
+    case ESRCH:
+        return rs__diag_set(diag, RS_ERR_TRANSPORT,
+                            "%s: no such process (ESRCH): the peer is gone",
+                            where);
+    case EFAULT:
+        return rs__diag_set(diag, RS_ERR_TRANSPORT,
+                            "%s: bad address (EFAULT) reading %" PRIu64
+                            " bytes at 0x%" PRIx64 ": not mapped in the "
+                            "peer, or a bad local destination", where,
+                            it->n - c.done, it->remote + c.done);
+    case 0:
+        return rs__diag_set(diag, RS_ERR_TRANSPORT,
+                            "%s: process_vm_readv made no progress at 0x%"
+                            PRIx64, where, it->remote + c.done);
+    default:
+        return rs__diag_set(diag, RS_ERR_TRANSPORT,
+                            "%s: process_vm_readv failed: %s", where,
+                            strerror(err));
+    }
+}
+
+/* Credits the groups finished before the cursor, then forgets the batch. */
+static void settle(rs_transport_h t, cma_cursor_t c)
+{
+    cma_state_t *s = t->priv;
+    uint32_t stop = c.item < s->items_len ? s->items[c.item].group
+                                          : (uint32_t)s->groups_len;
+    for (size_t g = 0; g < s->groups_len && g < stop; g++) {
+        t->counters.reads += s->groups[g].reads;
+        t->counters.bytes += s->groups[g].bytes;
+    }
+    cma_cancel(t);
+}
+
+static rs_status_t timed_out(rs_transport_h t, cma_cursor_t c,
+                             double timeout_s, rs_diag_t *diag)
+{
+    cma_state_t *s = t->priv;
+    rs_status_t st = rs__timeout_begin(diag, timeout_s);
+    for (size_t g = s->items[c.item].group; g < s->groups_len; g++) {
+        if (g == s->items[c.item].group ||
+            s->groups[g].session != s->groups[g - 1].session)
+            rs__timeout_add(diag, &s->peers, s->groups[g].session);
+    }
+    settle(t, c);
+    return st;
+}
+
+static rs_status_t cma_wait(rs_transport_h t, double timeout_s,
+                            rs_diag_t *diag)
+{
+    cma_state_t *s = t->priv;
+    double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
+    cma_cursor_t c = {0, 0};
+    while (c.item < s->items_len) {
+        if (deadline > 0 && now_s() > deadline)
+            return timed_out(t, c, timeout_s, diag);
+        int k = fill_iovs(s, c);
+        int64_t pid = s->peers.v[s->groups[s->items[c.item].group].session].pid;
+        ssize_t got = process_vm_readv((pid_t)pid, s->liov, (unsigned long)k,
+                                       s->riov, (unsigned long)k, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            rs_status_t st = read_error(s, c, got < 0 ? errno : 0, diag);
+            settle(t, c);
+            return st;
+        }
+        advance(s, &c, (uint64_t)got);
+    }
+    settle(t, c);
+    return RS_OK;
+}
+
+const rs_transport_ops_t rs__transport_cma = {
+    .name = "cma",
+    .open = cma_open,
+    .close = cma_close,
+    .connect = cma_connect,
+    .post = cma_post,
+    .wait = cma_wait,
+    .cancel = cma_cancel,
+};

@@ -1,0 +1,317 @@
+/* The `local-mt` transport: the local backend's reads run by a thread pool
+ * made once at open. At wait the batch's bytes are seen as one stream cut
+ * into equal tasks, so huge segments are split and small ones batched, and
+ * workers take tasks in turn until the stream is done or cancelled. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/diag.h"
+#include "exec/transports/local_work.h"
+
+#define MT_MAX_THREADS 256
+#define MT_TASK_MIN (256u << 10)
+#define MT_TASK_MAX (16u << 20)
+#define MT_TASKS_PER_THREAD 4
+
+typedef struct mt_state {
+    rs__peers_t peers;
+    rs__worklist_t work;
+    _Atomic uint64_t *remaining; /* bytes left per group of `work` */
+    size_t remaining_cap;
+
+    pthread_t *threads;
+    unsigned nthreads;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* a new generation of tasks, or quit */
+    pthread_cond_t done_cv; /* active dropped to zero */
+    uint64_t gen;
+    unsigned active;
+    int quit;
+
+    uint64_t task_bytes, ntasks;
+    atomic_uint_fast64_t next_task;
+    atomic_int cancel;
+} mt_state_t;
+
+/* The copy holding stream offset `off` (copies are in stream order). */
+static size_t find_copy(const rs__worklist_t *w, uint64_t off)
+{
+    size_t lo = 0, hi = w->copies_len;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (w->copies[mid].off <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Copies stream bytes [start, end), crediting each group as it goes. */
+static void run_task(mt_state_t *s, uint64_t start, uint64_t end)
+{
+    const rs__worklist_t *w = &s->work;
+    size_t i = find_copy(w, start);
+    uint32_t group = w->copies[i].group;
+    uint64_t credit = 0;
+    for (uint64_t pos = start; pos < end; i++) {
+        const rs__copy_t *c = &w->copies[i];
+        uint64_t skip = pos - c->off;
+        uint64_t n = c->n - skip < end - pos ? c->n - skip : end - pos;
+        if (c->group != group) {
+            atomic_fetch_sub(&s->remaining[group], credit);
+            group = c->group;
+            credit = 0;
+        }
+        memcpy(c->dst + skip, c->src + skip, n);
+        credit += n;
+        pos += n;
+    }
+    atomic_fetch_sub(&s->remaining[group], credit);
+}
+
+static void run_tasks(mt_state_t *s)
+{
+    for (;;) {
+        if (atomic_load(&s->cancel))
+            return;
+        uint64_t k = atomic_fetch_add(&s->next_task, 1);
+        if (k >= s->ntasks)
+            return;
+        uint64_t start = k * s->task_bytes;
+        uint64_t end = start + s->task_bytes;
+        run_task(s, start, end < s->work.bytes ? end : s->work.bytes);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    mt_state_t *s = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->gen == seen && !s->quit)
+            pthread_cond_wait(&s->work_cv, &s->mu);
+        if (s->quit)
+            break;
+        seen = s->gen;
+        pthread_mutex_unlock(&s->mu);
+        run_tasks(s);
+        pthread_mutex_lock(&s->mu);
+        if (--s->active == 0)
+            pthread_cond_signal(&s->done_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void stop_threads(mt_state_t *s, unsigned n)
+{
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    for (unsigned i = 0; i < n; i++)
+        pthread_join(s->threads[i], NULL);
+}
+
+static unsigned pick_threads(unsigned asked)
+{
+    long n = asked;
+    if (n == 0)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    return n > MT_MAX_THREADS ? MT_MAX_THREADS : (unsigned)n;
+}
+
+static rs_status_t init_sync(mt_state_t *s, rs_diag_t *diag)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int bad = pthread_mutex_init(&s->mu, NULL) ||
+              pthread_cond_init(&s->work_cv, NULL) ||
+              pthread_cond_init(&s->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (bad)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY,
+                            "local-mt: pthread mutex/condition init failed");
+    return RS_OK;
+}
+
+static rs_status_t mt_open(rs_transport_h t, rs_diag_t *diag)
+{
+    mt_state_t *s = calloc(1, sizeof(*s));
+    if (s == NULL || init_sync(s, diag) != RS_OK) {
+        free(s);
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "local-mt: state");
+    }
+    s->nthreads = pick_threads(t->params.threads);
+    s->threads = calloc(s->nthreads, sizeof(pthread_t));
+    unsigned made = 0;
+    while (s->threads != NULL && made < s->nthreads &&
+           pthread_create(&s->threads[made], NULL, worker_main, s) == 0)
+        made++;
+    if (made < s->nthreads) {
+        if (s->threads != NULL)
+            stop_threads(s, made);
+        free(s->threads);
+        free(s);
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY,
+                            "local-mt: could not start %u threads (started "
+                            "%u)", pick_threads(t->params.threads), made);
+    }
+    t->priv = s;
+    return RS_OK;
+}
+
+static void mt_close(rs_transport_h t)
+{
+    mt_state_t *s = t->priv;
+    stop_threads(s, s->nthreads);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_cond_destroy(&s->done_cv);
+    pthread_mutex_destroy(&s->mu);
+    rs__peers_free(&s->peers);
+    rs__worklist_free(&s->work);
+    free(s->remaining);
+    free(s->threads);
+    free(s);
+    t->priv = NULL;
+}
+
+static rs_status_t mt_connect(rs_transport_h t, uint32_t session,
+                              const rs_peer_t *peer, rs_diag_t *diag)
+{
+    mt_state_t *s = t->priv;
+    return rs__peers_connect(&s->peers, session, peer, RS_PEER_NEED_LOCAL,
+                             diag);
+}
+
+static rs_status_t mt_post(rs_transport_h t, uint32_t session,
+                           const rs_read_t *reads, size_t n, rs_diag_t *diag)
+{
+    mt_state_t *s = t->priv;
+    return rs__worklist_add(&s->work, &s->peers, session, reads, n, diag);
+}
+
+static void mt_cancel(rs_transport_h t)
+{
+    mt_state_t *s = t->priv;
+    rs__worklist_clear(&s->work); /* the pool only runs inside wait */
+}
+
+/* Sizes tasks and the per-group byte counts for the batch. */
+static rs_status_t plan_tasks(mt_state_t *s, rs_diag_t *diag)
+{
+    const rs__worklist_t *w = &s->work;
+    if (w->groups_len > s->remaining_cap) {
+        void *p = realloc(s->remaining, w->groups_len * sizeof(*s->remaining));
+        if (p == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY,
+                                "local-mt: %zu groups", w->groups_len);
+        s->remaining = p;
+        s->remaining_cap = w->groups_len;
+    }
+    for (size_t g = 0; g < w->groups_len; g++)
+        atomic_init(&s->remaining[g], w->groups[g].bytes);
+    uint64_t grain = w->bytes / ((uint64_t)s->nthreads * MT_TASKS_PER_THREAD);
+    grain = grain < MT_TASK_MIN ? MT_TASK_MIN : grain;
+    s->task_bytes = grain > MT_TASK_MAX ? MT_TASK_MAX : grain;
+    s->ntasks = (w->bytes + s->task_bytes - 1) / s->task_bytes;
+    atomic_store(&s->next_task, 0);
+    atomic_store(&s->cancel, 0);
+    return RS_OK;
+}
+
+static struct timespec deadline_after(double timeout_s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double whole = (double)(time_t)timeout_s;
+    ts.tv_sec += (time_t)timeout_s;
+    ts.tv_nsec += (long)((timeout_s - whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Wakes the pool and waits for it; on timeout cancels the remaining tasks
+ * and drains the ones in flight (settle then finds what is left). */
+static void run_pool(mt_state_t *s, double timeout_s)
+{
+    struct timespec until = deadline_after(timeout_s > 0 ? timeout_s : 0);
+    int in_time = 1;
+    pthread_mutex_lock(&s->mu);
+    s->active = s->nthreads;
+    s->gen++;
+    pthread_cond_broadcast(&s->work_cv);
+    while (s->active > 0) {
+        if (timeout_s <= 0 || !in_time) {
+            pthread_cond_wait(&s->done_cv, &s->mu);
+        } else if (pthread_cond_timedwait(&s->done_cv, &s->mu, &until) ==
+                   ETIMEDOUT) {
+            in_time = 0;
+            atomic_store(&s->cancel, 1);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Credits what completed and names the groups that did not. */
+static rs_status_t settle(rs_transport_h t, double timeout_s, rs_diag_t *diag)
+{
+    mt_state_t *s = t->priv;
+    const rs__worklist_t *w = &s->work;
+    rs_status_t st = RS_OK;
+    int32_t last_named = -1;
+    for (size_t g = 0; g < w->groups_len; g++) {
+        uint64_t left = atomic_load(&s->remaining[g]);
+        t->counters.bytes += w->groups[g].bytes - left;
+        if (left == 0) {
+            t->counters.reads += w->groups[g].reads;
+            continue;
+        }
+        if (st == RS_OK)
+            st = rs__timeout_begin(diag, timeout_s);
+        if ((int64_t)w->groups[g].session != last_named)
+            rs__timeout_add(diag, &s->peers, w->groups[g].session);
+        last_named = (int32_t)w->groups[g].session;
+    }
+    rs__worklist_clear(&s->work);
+    return st;
+}
+
+static rs_status_t mt_wait(rs_transport_h t, double timeout_s,
+                           rs_diag_t *diag)
+{
+    mt_state_t *s = t->priv;
+    rs_status_t st = plan_tasks(s, diag);
+    if (st != RS_OK) {
+        rs__worklist_clear(&s->work);
+        return st;
+    }
+    if (s->ntasks == 1)
+        run_tasks(s); /* not worth waking the pool */
+    else if (s->ntasks > 1)
+        run_pool(s, timeout_s);
+    return settle(t, timeout_s, diag);
+}
+
+const rs_transport_ops_t rs__transport_local_mt = {
+    .name = "local-mt",
+    .open = mt_open,
+    .close = mt_close,
+    .connect = mt_connect,
+    .post = mt_post,
+    .wait = mt_wait,
+    .cancel = mt_cancel,
+};

@@ -1,0 +1,88 @@
+/* Resolving reads of in-process peers into copies: the region lookup and
+ * the refusal happen here, once per read, at post time. */
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "core/diag.h"
+#include "exec/transports/local_work.h"
+
+static int push_copy(rs__worklist_t *w, const uint8_t *src, uint8_t *dst,
+                     uint64_t n, uint32_t group, size_t first)
+{
+    if (w->copies_len > first) {
+        rs__copy_t *last = &w->copies[w->copies_len - 1];
+        if ((uintptr_t)last->src + last->n == (uintptr_t)src &&
+            (uintptr_t)last->dst + last->n == (uintptr_t)dst) {
+            last->n += n;
+            w->bytes += n;
+            return 1;
+        }
+    }
+    rs__copy_t c = {src, dst, n, w->bytes, group};
+    if (!RS_VEC_PUSH(w, copies, c))
+        return 0;
+    w->bytes += n;
+    return 1;
+}
+
+/* Undoes a partial append. */
+static rs_status_t roll_back(rs__worklist_t *w, size_t copies, uint64_t bytes,
+                             rs_status_t st)
+{
+    w->copies_len = copies;
+    w->bytes = bytes;
+    return st;
+}
+
+rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
+                             uint32_t session, const rs_read_t *reads,
+                             size_t n, rs_diag_t *diag)
+{
+    const rs__peer_t *peer = rs__peers_get(peers, session, diag);
+    if (peer == NULL)
+        return RS_ERR_TRANSPORT;
+    size_t first = w->copies_len;
+    uint64_t bytes0 = w->bytes;
+    uint32_t group = (uint32_t)w->groups_len;
+    for (size_t i = 0; i < n; i++) {
+        const rs_region_t *r;
+        rs_status_t st = rs__peer_check_read(peer, session, &reads[i], 0, &r,
+                                             diag);
+        if (st != RS_OK)
+            return roll_back(w, first, bytes0, st);
+        if (reads[i].nbytes == 0)
+            continue;
+        const uint8_t *src = (const uint8_t *)r->local +
+                             (reads[i].src_addr - r->addr);
+        if (!push_copy(w, src, reads[i].dst, reads[i].nbytes, group, first))
+            return roll_back(w, first, bytes0,
+                             rs__diag_set(diag, RS_ERR_NO_MEMORY,
+                                          "session %" PRIu32 ": work list",
+                                          session));
+    }
+    rs__group_t g = {session, n, w->bytes - bytes0};
+    if (!RS_VEC_PUSH(w, groups, g))
+        return roll_back(w, first, bytes0,
+                         rs__diag_set(diag, RS_ERR_NO_MEMORY,
+                                      "session %" PRIu32 ": work list",
+                                      session));
+    return RS_OK;
+}
+
+void rs__worklist_clear(rs__worklist_t *w)
+{
+    w->copies_len = 0;
+    w->groups_len = 0;
+    w->bytes = 0;
+}
+
+void rs__worklist_free(rs__worklist_t *w)
+{
+    free(w->copies);
+    free(w->groups);
+    w->copies = NULL;
+    w->groups = NULL;
+    w->copies_len = w->copies_cap = 0;
+    w->groups_len = w->groups_cap = 0;
+    w->bytes = 0;
+}

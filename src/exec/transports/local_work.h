@@ -1,0 +1,42 @@
+/* The work list of the in-process backends (local, local-mt): reads checked
+ * against their session's regions and resolved to plain (src, dst, n)
+ * copies at post time, run at wait time, so a refused batch moves nothing. */
+#ifndef RS_EXEC_TRANSPORTS_LOCAL_WORK_H
+#define RS_EXEC_TRANSPORTS_LOCAL_WORK_H
+
+#include <stdint.h>
+#include "core/vec.h"
+#include "exec/transports/peers.h"
+
+typedef struct rs__copy {
+    const uint8_t *src;
+    uint8_t *dst;
+    uint64_t n;
+    uint64_t off;   /* where this copy starts in the list's byte stream */
+    uint32_t group; /* index into groups */
+} rs__copy_t;
+
+/* One post: a session's reads, as counted by the transport counters. */
+typedef struct rs__group {
+    uint32_t session;
+    uint64_t reads;
+    uint64_t bytes;
+} rs__group_t;
+
+typedef struct rs__worklist {
+    RS_VEC(rs__copy_t, copies);
+    RS_VEC(rs__group_t, groups);
+    uint64_t bytes; /* total over copies */
+} rs__worklist_t;
+
+/* Appends one session's reads, or nothing (with the refusal in diag).
+ * Copies contiguous in both source and destination are merged. */
+rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
+                             uint32_t session, const rs_read_t *reads,
+                             size_t n, rs_diag_t *diag);
+
+/* Forgets the work but keeps the buffers for the next batch. */
+void rs__worklist_clear(rs__worklist_t *w);
+void rs__worklist_free(rs__worklist_t *w);
+
+#endif

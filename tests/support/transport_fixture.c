@@ -1,0 +1,267 @@
+/* Transport test worlds: the pattern, the in-process and child-hosted
+ * region sets, and cleanup of the child on every path. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "transport_fixture.h"
+
+const tfx_backend_t tfx_backends[] = {
+    {"local", 0, 0},
+    {"local-mt", 1, 0},
+    {"local-mt", 3, 0},
+    {"cma", 0, 1},
+};
+const size_t tfx_nbackends = sizeof(tfx_backends) / sizeof(tfx_backends[0]);
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t word_at(uint32_t session, size_t region, uint64_t word)
+{
+    uint64_t seed = ((uint64_t)session << 40) ^ ((uint64_t)region << 32);
+    return mix(seed + word);
+}
+
+uint8_t tfx_byte(uint32_t session, size_t region, uint64_t off)
+{
+    return (uint8_t)(word_at(session, region, off / 8) >> (8 * (off % 8)));
+}
+
+/* Fills by whole words; tfx_byte reads them back byte by byte. */
+static void fill(uint8_t *p, uint32_t session, size_t region, uint64_t n)
+{
+    for (uint64_t w = 0; w * 8 < n; w++) {
+        uint64_t v = word_at(session, region, w);
+        for (uint64_t b = 0; b < 8 && w * 8 + b < n; b++)
+            p[w * 8 + b] = (uint8_t)(v >> (8 * b));
+    }
+}
+
+const rs_region_t *tfx_region(const tfx_world_t *w, uint32_t session,
+                              size_t region)
+{
+    return &w->regions[(size_t)session * w->nregions + region];
+}
+
+/* Allocates and fills every region here; returns 0 or -1. */
+static int fill_all(tfx_world_t *w, const uint64_t *sizes, void **mem)
+{
+    for (uint32_t s = 0; s < w->nsessions; s++) {
+        for (size_t r = 0; r < w->nregions; r++) {
+            size_t k = (size_t)s * w->nregions + r;
+            mem[k] = malloc(sizes[r]);
+            if (mem[k] == NULL)
+                return -1;
+            fill(mem[k], s, r, sizes[r]);
+        }
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t k = read(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* The child: fill its own regions, send their addresses, wait for the
+ * parent to close the done pipe (or die), exit. Never returns. */
+static void child_main(tfx_world_t *w, const uint64_t *sizes, int addr_fd,
+                       int done_fd)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    size_t n = (size_t)w->nsessions * w->nregions;
+    void **mem = calloc(n, sizeof(void *));
+    uint64_t *addrs = calloc(n, sizeof(uint64_t));
+    if (mem == NULL || addrs == NULL || fill_all(w, sizes, mem) != 0)
+        _exit(3);
+    for (size_t k = 0; k < n; k++)
+        addrs[k] = (uint64_t)(uintptr_t)mem[k];
+    if (write_all(addr_fd, addrs, n * sizeof(uint64_t)) != 0)
+        _exit(4);
+    char c;
+    while (read(done_fd, &c, 1) < 0 && errno == EINTR)
+        ;
+    _exit(0);
+}
+
+/* Can this process read the child at all? 0, or 1 with the reason. */
+static int probe_cma(const tfx_world_t *w, char *why, size_t whylen)
+{
+    uint8_t b;
+    struct iovec l = {&b, 1};
+    struct iovec r = {(void *)(uintptr_t)w->regions[0].addr, 1};
+    if (process_vm_readv(w->child, &l, 1, &r, 1, 0) == 1)
+        return 0;
+    snprintf(why, whylen,
+             "cma: process_vm_readv of a child process failed (%s); this "
+             "environment forbids cross-memory attach (ptrace_scope, "
+             "seccomp or missing CAP_SYS_PTRACE)", strerror(errno));
+    return 1;
+}
+
+static int open_child(tfx_world_t *w, const uint64_t *sizes, char *why,
+                      size_t whylen)
+{
+    int addr_pipe[2], done_pipe[2];
+    if (pipe(addr_pipe) != 0)
+        return snprintf(why, whylen, "pipe: %s", strerror(errno)), -1;
+    if (pipe(done_pipe) != 0) {
+        close(addr_pipe[0]);
+        close(addr_pipe[1]);
+        return snprintf(why, whylen, "pipe: %s", strerror(errno)), -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(addr_pipe[0]);
+        close(done_pipe[1]);
+        child_main(w, sizes, addr_pipe[1], done_pipe[0]);
+    }
+    close(addr_pipe[1]);
+    close(done_pipe[0]);
+    w->done_fd = done_pipe[1];
+    if (pid < 0) {
+        close(addr_pipe[0]);
+        return snprintf(why, whylen, "fork: %s", strerror(errno)), -1;
+    }
+    w->child = pid;
+    size_t n = (size_t)w->nsessions * w->nregions;
+    uint64_t *addrs = calloc(n, sizeof(uint64_t));
+    int rc = addrs != NULL && read_all(addr_pipe[0], addrs, n * 8) == 0;
+    close(addr_pipe[0]);
+    for (size_t k = 0; rc && k < n; k++)
+        w->regions[k].addr = addrs[k];
+    free(addrs);
+    if (!rc)
+        return snprintf(why, whylen, "child sent no region addresses"), -1;
+    return probe_cma(w, why, whylen);
+}
+
+/* In-process regions get made-up addresses with gaps between them, so the
+ * translation to `local` pointers is really exercised. */
+static int open_local(tfx_world_t *w, const uint64_t *sizes, char *why,
+                      size_t whylen)
+{
+    if (fill_all(w, sizes, w->mem) != 0)
+        return snprintf(why, whylen, "out of memory"), -1;
+    for (uint32_t s = 0; s < w->nsessions; s++) {
+        for (size_t r = 0; r < w->nregions; r++) {
+            size_t k = (size_t)s * w->nregions + r;
+            w->regions[k].addr = ((uint64_t)(s + 1) << 40) |
+                                 ((uint64_t)(r + 1) << 33);
+            w->regions[k].local = w->mem[k];
+        }
+    }
+    return 0;
+}
+
+int tfx_world_open(tfx_world_t *w, const tfx_backend_t *backend,
+                   uint32_t nsessions, const uint64_t *sizes, size_t nregions,
+                   char *why, size_t whylen)
+{
+    memset(w, 0, sizeof(*w));
+    w->backend = *backend;
+    w->nsessions = nsessions;
+    w->nregions = nregions;
+    w->done_fd = -1;
+    size_t n = (size_t)nsessions * nregions;
+    w->regions = calloc(n, sizeof(rs_region_t));
+    w->mem = calloc(n, sizeof(void *));
+    if (w->regions == NULL || w->mem == NULL)
+        return snprintf(why, whylen, "out of memory"), -1;
+    for (size_t k = 0; k < n; k++)
+        w->regions[k].nbytes = sizes[k % nregions];
+    if (backend->remote)
+        return open_child(w, sizes, why, whylen);
+    return open_local(w, sizes, why, whylen);
+}
+
+void tfx_world_close(tfx_world_t *w)
+{
+    if (w->done_fd >= 0)
+        close(w->done_fd);
+    if (w->child > 0) {
+        kill(w->child, SIGKILL);
+        while (waitpid(w->child, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    size_t n = (size_t)w->nsessions * w->nregions;
+    for (size_t k = 0; w->mem != NULL && k < n; k++)
+        free(w->mem[k]);
+    free(w->mem);
+    free(w->regions);
+    memset(w, 0, sizeof(*w));
+    w->done_fd = -1;
+}
+
+rs_status_t tfx_transport(const tfx_world_t *w, rs_diag_t *diag,
+                          rs_transport_h *t_p)
+{
+    rs_transport_params_t p;
+    rs_transport_params_init(&p);
+    p.backend = w->backend.name;
+    p.threads = w->backend.threads;
+    rs_transport_h t;
+    rs_status_t st = rs_transport_create(&p, diag, &t);
+    for (uint32_t s = 0; st == RS_OK && s < w->nsessions; s++) {
+        char name[32];
+        snprintf(name, sizeof(name), "s%u", s);
+        rs_peer_t peer = {name, w->child, tfx_region(w, s, 0), w->nregions,
+                          NULL, 0};
+        st = rs_transport_connect(t, s, &peer, diag);
+        if (st != RS_OK)
+            rs_transport_destroy(t);
+    }
+    if (st == RS_OK)
+        *t_p = t;
+    return st;
+}
+
+pid_t tfx_dead_pid(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    if (pid > 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    return pid;
+}
