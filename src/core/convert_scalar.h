@@ -36,6 +36,21 @@ static inline double rs__f64_from(uint64_t u)
     return f;
 }
 
+/* Branch-free selects: the float operations feeding them must run
+ * unconditionally, or the compiler sinks them into a branch (they "could
+ * trap") and the loop no longer vectorizes. */
+static inline uint32_t rs__sel32(int c, uint32_t a, uint32_t b)
+{
+    const uint32_t m = 0u - (uint32_t)(c != 0);
+    return (a & m) | (b & ~m);
+}
+
+static inline uint64_t rs__sel64(int c, uint64_t a, uint64_t b)
+{
+    const uint64_t m = 0u - (uint64_t)(c != 0);
+    return (a & m) | (b & ~m);
+}
+
 /* A narrow format: E exponent bits, M mantissa bits, bias 2^(E-1)-1.
  * `fn` marks the e4m3fn style: no infinities, only all-ones is NaN, and
  * finite overflow saturates at the largest finite value. */
@@ -55,11 +70,11 @@ static inline float rs__widen(uint32_t h, int E, int M, int fn)
     const uint32_t special = 0x7f800000u | (m << (23 - M)) |
                              (m != 0 ? 0x400000u : 0);
     const uint32_t fn_nan = 0x7fc00000u;
-    uint32_t r;
+    uint32_t r = rs__sel32(e == 0, sub, normal);
     if (fn)
-        r = a == (1u << (E + M)) - 1 ? fn_nan : (e == 0 ? sub : normal);
+        r = rs__sel32(a == (1u << (E + M)) - 1, fn_nan, r);
     else
-        r = e == (1u << E) - 1 ? special : (e == 0 ? sub : normal);
+        r = rs__sel32(e == (1u << E) - 1, special, r);
     return rs__f32_from(sign | r);
 }
 
@@ -80,12 +95,11 @@ static inline uint32_t rs__narrow32(float f, int E, int M, int fn)
     const uint32_t sr = rs__f32_bits(rs__f32_from(a) + magic) -
                         rs__f32_bits(magic);
     const uint32_t top = fn ? (1u << (E + M)) - 2 : ((1u << E) - 1) << M;
-    uint32_t r = a < min_normal ? sr : nr;
+    uint32_t r = rs__sel32(a < min_normal, sr, nr);
     r = r < top ? r : top;
     const uint32_t nan = fn ? (1u << (E + M)) - 1
                             : top | (1u << (M - 1)) | ((a & 0x7fffffu) >> sh);
-    if (a > 0x7f800000u || (fn && a == 0x7f800000u))
-        r = nan;
+    r = rs__sel32(a > 0x7f800000u || (fn && a == 0x7f800000u), nan, r);
     return sign | r;
 }
 
@@ -104,13 +118,12 @@ static inline uint32_t rs__narrow64(double f, int E, int M, int fn)
     const uint64_t sr = rs__f64_bits(rs__f64_from(a) + magic) -
                         rs__f64_bits(magic);
     const uint64_t top = fn ? (1u << (E + M)) - 2 : ((1u << E) - 1) << M;
-    uint64_t r = a < min_normal ? sr : nr;
+    uint64_t r = rs__sel64(a < min_normal, sr, nr);
     r = r < top ? r : top;
     const uint64_t nan = fn ? (1u << (E + M)) - 1
                             : top | (1u << (M - 1)) |
                                   ((a & 0xfffffffffffffull) >> sh);
-    if (a > inf || (fn && a == inf))
-        r = nan;
+    r = rs__sel64(a > inf || (fn && a == inf), nan, r);
     return sign | (uint32_t)r;
 }
 
@@ -124,12 +137,15 @@ static inline float rs__bf16_to_f32(uint16_t h)
     return rs__f32_from(u);
 }
 
+/* Arithmetic shifts keep each result a sign-extended 16-bit value, which
+ * lets the vectorizer narrow 32 -> 16 bits with one saturating pack. */
 static inline uint16_t rs__f32_to_bf16(float f)
 {
     const uint32_t x = rs__f32_bits(f);
-    const uint32_t r = (x + 0x7fffu + ((x >> 16) & 1)) >> 16;
-    const uint32_t nan = (x >> 16) | 0x40u;
-    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r);
+    const int32_t r = (int32_t)(x + 0x7fffu + ((x >> 16) & 1)) >> 16;
+    const int32_t nan = ((int32_t)x >> 16) | 0x40;
+    const int32_t m = -(int32_t)((x & 0x7fffffffu) > 0x7f800000u);
+    return (uint16_t)(int16_t)((nan & m) | (r & ~m));
 }
 
 #define RS__F16 5, 10, 0
