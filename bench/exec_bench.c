@@ -5,14 +5,17 @@
  * as further section_* functions called from main.
  *
  *   exec_bench [MiB]    (output bytes per operation, default 256) */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "reshard/convert.h"
 #include "reshard/digest.h"
+#include "reshard/transport.h"
 
 #define REPEATS 5
 
@@ -167,6 +170,160 @@ static void section_digest(const bench_cfg_t *cfg)
     free(buf);
 }
 
+/* Transport: `local` and `local-mt` reading segments of one region against
+ * memcpy loops over the same segments (one thread, and one per core). */
+
+typedef struct seg_ctx {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t seg, first, count, nseg;
+} seg_ctx_t;
+
+/* Destination slot i reads source slot (i * 7919) mod nseg: with a power of
+ * two count neighbours never stay neighbours, so no reads coalesce. */
+static size_t seg_src(size_t i, size_t nseg)
+{
+    return (i * 7919) % nseg;
+}
+
+static void run_seg_memcpy(void *ctx)
+{
+    seg_ctx_t *c = ctx;
+    for (size_t i = c->first; i < c->first + c->count; i++)
+        memcpy(c->dst + i * c->seg, c->src + seg_src(i, c->nseg) * c->seg,
+               c->seg);
+}
+
+static void *seg_thread(void *ctx)
+{
+    run_seg_memcpy(ctx);
+    return NULL;
+}
+
+typedef struct seg_mt_ctx {
+    seg_ctx_t all;
+    unsigned nthreads;
+} seg_mt_ctx_t;
+
+/* The plain multi-threaded baseline: an equal share of segments each. */
+static void run_seg_memcpy_mt(void *ctx)
+{
+    seg_mt_ctx_t *m = ctx;
+    pthread_t th[256];
+    seg_ctx_t part[256];
+    unsigned n = m->nthreads;
+    for (unsigned k = 0; k < n; k++) {
+        part[k] = m->all;
+        part[k].first = m->all.nseg * k / n;
+        part[k].count = m->all.nseg * (k + 1) / n - part[k].first;
+        if (pthread_create(&th[k], NULL, seg_thread, &part[k]) != 0) {
+            fprintf(stderr, "exec_bench: pthread_create failed\n");
+            exit(1);
+        }
+    }
+    for (unsigned k = 0; k < n; k++)
+        pthread_join(th[k], NULL);
+}
+
+typedef struct xport_ctx {
+    rs_transport_h t;
+    const rs_read_t *reads;
+    size_t n;
+} xport_ctx_t;
+
+static void run_transport(void *ctx)
+{
+    xport_ctx_t *x = ctx;
+    rs_diag_t d;
+    if (rs_transport_post(x->t, x->reads, x->n, &d) != RS_OK ||
+        rs_transport_wait(x->t, 0, &d) != RS_OK) {
+        fprintf(stderr, "exec_bench: transport: %s\n", d.msg);
+        exit(1);
+    }
+}
+
+static xport_ctx_t open_transport(const char *backend, const seg_ctx_t *c,
+                                  rs_read_t *reads)
+{
+    rs_transport_params_t p;
+    rs_transport_params_init(&p);
+    p.backend = backend;
+    xport_ctx_t x = {NULL, reads, c->nseg};
+    rs_diag_t d;
+    rs_region_t region = {0x10000, c->nseg * c->seg, c->src};
+    rs_peer_t peer = {"bench", 0, &region, 1, NULL, 0};
+    if (rs_transport_create(&p, &d, &x.t) != RS_OK ||
+        rs_transport_connect(x.t, 0, &peer, &d) != RS_OK) {
+        fprintf(stderr, "exec_bench: transport %s: %s\n", backend, d.msg);
+        exit(1);
+    }
+    for (size_t i = 0; i < c->nseg; i++) {
+        reads[i].session = 0;
+        reads[i].src_addr = region.addr + seg_src(i, c->nseg) * c->seg;
+        reads[i].dst = c->dst + i * c->seg;
+        reads[i].nbytes = c->seg;
+    }
+    return x;
+}
+
+/* Best of REPEATS for fn and its baseline, alternated. */
+static void best_pair(bench_fn fn, void *ctx, bench_fn base_fn,
+                      void *base_ctx, double *t_p, double *base_p)
+{
+    double t = 1e30, base = 1e30;
+    for (int r = 0; r < REPEATS; r++) {
+        double b = time_once(base_fn, base_ctx), x = time_once(fn, ctx);
+        base = b < base ? b : base;
+        t = x < t ? x : t;
+    }
+    *t_p = t;
+    *base_p = base;
+}
+
+static void bench_segments(uint8_t *dst, const uint8_t *src, size_t bytes,
+                           size_t seg, unsigned cores)
+{
+    seg_ctx_t c = {dst, src, seg, 0, bytes / seg, bytes / seg};
+    seg_mt_ctx_t m = {c, cores};
+    rs_read_t *reads = malloc(c.nseg * sizeof(rs_read_t));
+    double t, base, t1, base1;
+    char what[64];
+    xport_ctx_t x = open_transport("local", &c, reads);
+    best_pair(run_transport, &x, run_seg_memcpy, &c, &t, &base);
+    snprintf(what, sizeof(what), "%6zu KiB x %-6zu local", seg >> 10,
+             c.nseg);
+    report(what, bytes, t, base);
+    rs_transport_destroy(x.t);
+    x = open_transport("local-mt", &c, reads);
+    best_pair(run_transport, &x, run_seg_memcpy_mt, &m, &t, &base);
+    best_pair(run_seg_memcpy_mt, &m, run_seg_memcpy, &c, &t1, &base1);
+    snprintf(what, sizeof(what), "%6zu KiB x %-6zu local-mt", seg >> 10,
+             c.nseg);
+    report(what, bytes, t, base);
+    printf("  %-28s (%u-thread memcpy %.2f GB/s = %.2fx one thread)\n", "",
+           cores, (double)bytes / t1 * 1e-9, base1 / t1);
+    rs_transport_destroy(x.t);
+    free(reads);
+}
+
+static void section_transport(const bench_cfg_t *cfg)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned cores = online < 1 ? 1 : online > 256 ? 256 : (unsigned)online;
+    static const size_t segs[] = {4 << 10, 64 << 10, 1 << 20, 64 << 20};
+    printf("transport (%zu MiB per case, segments in shuffled order; local "
+           "vs 1-thread memcpy loop, local-mt vs %u-thread memcpy loop)\n",
+           cfg->bytes >> 20, cores);
+    uint8_t *src = bench_alloc(cfg->bytes, 3);
+    uint8_t *dst = bench_alloc(cfg->bytes, 4);
+    for (size_t k = 0; k < sizeof(segs) / sizeof(segs[0]); k++) {
+        if (cfg->bytes / segs[k] >= 2)
+            bench_segments(dst, src, cfg->bytes, segs[k], cores);
+    }
+    free(dst);
+    free(src);
+}
+
 int main(int argc, char **argv)
 {
     bench_cfg_t cfg = {(size_t)256 << 20};
@@ -180,5 +337,6 @@ int main(int argc, char **argv)
     }
     section_cast(&cfg);
     section_digest(&cfg);
+    section_transport(&cfg);
     return 0;
 }
