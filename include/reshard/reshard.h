@@ -15,6 +15,10 @@
 #include "reshard/capture.h"
 #include "reshard/sources.h"
 #include "reshard/plan.h"
+#include "reshard/convert.h"
+#include "reshard/digest.h"
+#include "reshard/transport.h"
+#include "reshard/exec.h"
 
 #ifdef __cplusplus
 extern "C" {

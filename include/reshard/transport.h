@@ -15,8 +15,11 @@ extern "C" {
 
 typedef struct rs_transport *rs_transport_h;
 
-/* A published memory range of a peer. `local` is where the range lives in
- * this process, for in-process backends (local, local-mt); NULL otherwise. */
+/* A published memory range of a peer: `addr` is the address its table
+ * publishes; `local` is where the bytes really are: in this process for the
+ * in-process backends (local, local-mt; required), in the peer process for
+ * cma (optional: NULL means the published address is the peer's own).
+ * Regions back to back in published addresses may be read across. */
 typedef struct rs_region {
     uint64_t addr;
     uint64_t nbytes;
@@ -24,8 +27,8 @@ typedef struct rs_region {
 } rs_region_t;
 
 /* How to reach one session. Backends read the fields they need: local and
- * local-mt the regions (with `local` set), cma the pid (and the regions as
- * the ranges it may read), ucx the packed address blob. */
+ * local-mt the regions, cma the pid (and the regions, which then bound
+ * what may be read and translate addresses), ucx the packed address blob. */
 typedef struct rs_peer {
     const char *name;
     int64_t pid;
@@ -57,7 +60,8 @@ typedef struct rs_transport_counters {
 
 RS_API void rs_transport_params_init(rs_transport_params_t *params);
 
-/* RS_ERR_UNSUPPORTED for an unknown backend name. */
+/* NULL params mean the defaults (local). RS_ERR_UNSUPPORTED for an unknown
+ * backend name. */
 RS_API rs_status_t rs_transport_create(const rs_transport_params_t *params,
                                        rs_diag_t *diag,
                                        rs_transport_h *transport_p);

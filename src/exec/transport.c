@@ -35,10 +35,14 @@ static const rs_transport_ops_t *find_backend(const char *name)
 rs_status_t rs_transport_create(const rs_transport_params_t *params,
                                 rs_diag_t *diag, rs_transport_h *transport_p)
 {
-    if (params == NULL || params->backend == NULL || transport_p == NULL)
+    rs_transport_params_t defaults;
+    if (params == NULL) { /* NULL means the defaults: the local backend */
+        rs_transport_params_init(&defaults);
+        params = &defaults;
+    }
+    if (params->backend == NULL || transport_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
-                            "transport: params, backend name and output "
-                            "are required");
+                            "transport: backend name and output are required");
     const rs_transport_ops_t *ops = find_backend(params->backend);
     if (ops == NULL)
         return rs__diag_set(diag, RS_ERR_UNSUPPORTED,

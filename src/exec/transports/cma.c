@@ -73,18 +73,31 @@ static rs_status_t cma_connect(rs_transport_h t, uint32_t session,
     return rs__peers_connect(&s->peers, session, peer, RS_PEER_NEED_PID, diag);
 }
 
-static int push_item(cma_state_t *s, const rs_read_t *r, uint32_t group,
-                     size_t first)
+typedef struct {
+    cma_state_t *s;
+    uint32_t group;
+    size_t first;
+} piece_ctx_t;
+
+/* Queues one piece. A region whose `local` is set says where its bytes sit
+ * in the peer (the published address is then only a name for them);
+ * otherwise the published address is the peer's own. */
+static int push_item(void *ctx, const rs_region_t *r, uint64_t addr,
+                     uint8_t *dst, uint64_t n)
 {
-    if (s->items_len > first) {
+    piece_ctx_t *p = ctx;
+    cma_state_t *s = p->s;
+    uint64_t remote = r != NULL && r->local != NULL
+        ? (uint64_t)(uintptr_t)r->local + (addr - r->addr) : addr;
+    if (s->items_len > p->first) {
         cma_item_t *last = &s->items[s->items_len - 1];
-        if (last->remote + last->n == r->src_addr &&
-            (uintptr_t)last->dst + last->n == (uintptr_t)r->dst) {
-            last->n += r->nbytes;
+        if (last->remote + last->n == remote &&
+            (uintptr_t)last->dst + last->n == (uintptr_t)dst) {
+            last->n += n;
             return 1;
         }
     }
-    cma_item_t it = {r->src_addr, r->dst, r->nbytes, group};
+    cma_item_t it = {remote, dst, n, p->group};
     return RS_VEC_PUSH(s, items, it);
 }
 
@@ -98,14 +111,10 @@ static rs_status_t cma_post(rs_transport_h t, uint32_t session,
     size_t first = s->items_len;
     rs__group_t g = {session, n, 0};
     rs_status_t st = RS_OK;
+    piece_ctx_t ctx = {s, (uint32_t)s->groups_len, first};
     for (size_t i = 0; i < n && st == RS_OK; i++) {
-        const rs_region_t *r;
-        st = rs__peer_check_read(peer, session, &reads[i], 1, &r, diag);
-        if (st != RS_OK || reads[i].nbytes == 0)
-            continue;
-        if (!push_item(s, &reads[i], (uint32_t)s->groups_len, first))
-            st = rs__diag_set(diag, RS_ERR_NO_MEMORY,
-                              "session %" PRIu32 ": work list", session);
+        st = rs__peer_for_pieces(peer, session, &reads[i], 1, push_item, &ctx,
+                                 diag);
         g.bytes += reads[i].nbytes;
     }
     if (st == RS_OK && !RS_VEC_PUSH(s, groups, g))

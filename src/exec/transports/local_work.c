@@ -34,6 +34,20 @@ static rs_status_t roll_back(rs__worklist_t *w, size_t copies, uint64_t bytes,
     return st;
 }
 
+typedef struct {
+    rs__worklist_t *w;
+    uint32_t group;
+    size_t first;
+} piece_ctx_t;
+
+static int local_piece(void *ctx, const rs_region_t *r, uint64_t addr,
+                       uint8_t *dst, uint64_t n)
+{
+    piece_ctx_t *p = ctx;
+    const uint8_t *src = (const uint8_t *)r->local + (addr - r->addr);
+    return push_copy(p->w, src, dst, n, p->group, p->first);
+}
+
 rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
                              uint32_t session, const rs_read_t *reads,
                              size_t n, rs_diag_t *diag)
@@ -44,21 +58,12 @@ rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
     size_t first = w->copies_len;
     uint64_t bytes0 = w->bytes;
     uint32_t group = (uint32_t)w->groups_len;
+    piece_ctx_t ctx = {w, group, first};
     for (size_t i = 0; i < n; i++) {
-        const rs_region_t *r;
-        rs_status_t st = rs__peer_check_read(peer, session, &reads[i], 0, &r,
-                                             diag);
+        rs_status_t st = rs__peer_for_pieces(peer, session, &reads[i], 0,
+                                             local_piece, &ctx, diag);
         if (st != RS_OK)
             return roll_back(w, first, bytes0, st);
-        if (reads[i].nbytes == 0)
-            continue;
-        const uint8_t *src = (const uint8_t *)r->local +
-                             (reads[i].src_addr - r->addr);
-        if (!push_copy(w, src, reads[i].dst, reads[i].nbytes, group, first))
-            return roll_back(w, first, bytes0,
-                             rs__diag_set(diag, RS_ERR_NO_MEMORY,
-                                          "session %" PRIu32 ": work list",
-                                          session));
     }
     rs__group_t g = {session, n, w->bytes - bytes0};
     if (!RS_VEC_PUSH(w, groups, g))

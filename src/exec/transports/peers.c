@@ -155,6 +155,37 @@ rs_status_t rs__peer_check_read(const rs__peer_t *peer, uint32_t session,
     return RS_OK;
 }
 
+rs_status_t rs__peer_for_pieces(const rs__peer_t *peer, uint32_t session,
+                                const rs_read_t *read, int unbounded,
+                                rs__piece_fn fn, void *ctx, rs_diag_t *diag)
+{
+    const rs_region_t *r = NULL;
+    rs_read_t rest = *read;
+    rs_status_t st = RS_OK;
+    if (read->nbytes == 0 || (unbounded && peer->nregions == 0)) {
+        st = rs__peer_check_read(peer, session, read, unbounded, &r, diag);
+        if (st == RS_OK && read->nbytes > 0 &&
+            !fn(ctx, NULL, read->src_addr, read->dst, read->nbytes))
+            st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "session %" PRIu32
+                              ": work list", session);
+        return st;
+    }
+    while (rest.nbytes > 0) {
+        r = rs__region_find(peer->regions, peer->nregions, rest.src_addr, 1);
+        if (r == NULL) /* names the whole read, not just the tail */
+            return rs__peer_check_read(peer, session, read, 0, &r, diag);
+        uint64_t room = r->nbytes - (rest.src_addr - r->addr);
+        uint64_t take = rest.nbytes < room ? rest.nbytes : room;
+        if (!fn(ctx, r, rest.src_addr, rest.dst, take))
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "session %" PRIu32
+                                ": work list", session);
+        rest.src_addr += take;
+        rest.dst = (uint8_t *)rest.dst + take;
+        rest.nbytes -= take;
+    }
+    return RS_OK;
+}
+
 const char *rs__peers_name(const rs__peers_t *peers, uint32_t session)
 {
     if (session < peers->len && peers->v[session].connected)

@@ -48,6 +48,19 @@ rs_status_t rs__peer_check_read(const rs__peer_t *peer, uint32_t session,
                                 const rs_read_t *read, int unbounded,
                                 const rs_region_t **region_p, rs_diag_t *diag);
 
+/* Receives one piece of a read that lies inside region r (NULL when the
+ * peer is unbounded); returns 0 on exhaustion. */
+typedef int (*rs__piece_fn)(void *ctx, const rs_region_t *r, uint64_t addr,
+                            uint8_t *dst, uint64_t n);
+
+/* Like rs__peer_check_read, but a read may run across regions that sit back
+ * to back in the peer's address space (a publisher packs its shards in one
+ * range and the planner merges runs that continue from one shard into the
+ * next): it is handed to fn one region at a time. */
+rs_status_t rs__peer_for_pieces(const rs__peer_t *peer, uint32_t session,
+                                const rs_read_t *read, int unbounded,
+                                rs__piece_fn fn, void *ctx, rs_diag_t *diag);
+
 /* Name of a session for messages: the peer's name or "?". */
 const char *rs__peers_name(const rs__peers_t *peers, uint32_t session);
 

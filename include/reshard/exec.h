@@ -1,0 +1,103 @@
+/* The executor: turns a plan into reads on a transport, replays full pulls,
+ * casts converts, checks coverage and digests, and only then calls the
+ * caller's install callback. Prepare once, run many times: descriptors,
+ * staging buffers and resolved addresses are built on the first run and
+ * reused while the plan and the bindings are unchanged. */
+#ifndef RESHARD_EXEC_H
+#define RESHARD_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "reshard/plan.h"
+#include "reshard/status.h"
+#include "reshard/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rs_exec *rs_exec_h;
+
+/* Called after every byte moved and every check passed. A non-RS_OK return
+ * fails the run with that status. */
+typedef rs_status_t (*rs_install_cb)(void *ctx, rs_exec_h exec);
+
+#define RS_EXEC_DEFAULT_COVERAGE_FLOOR 0.995
+#define RS_EXEC_DEFAULT_TIMEOUT_S 60.0
+
+typedef struct rs_exec_params {
+    int phased;                /* one transport batch per kind (debugging) */
+    double timeout_s;          /* per transport wait; <= 0 waits forever */
+    int require_full_coverage; /* fail (RS_ERR_INCOMPLETE) below the floor */
+    double coverage_floor;     /* fraction of parameter bytes, default 0.995 */
+    int verify_digests;        /* re-digest fully reassembled shards */
+    int verify_partial;        /* also pull partly read shards to check them */
+    double max_gbps;           /* > 0: fail runs that imply a faster wire */
+    rs_install_cb install;
+    void *install_ctx;
+} rs_exec_params_t;
+
+RS_API void rs_exec_params_init(rs_exec_params_t *params);
+
+/* The executor borrows the plan, its capture and the transport; they must
+ * outlive it. The transport's sessions are the plan's session indices and
+ * must be connected before the first run. */
+RS_API rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
+                                  const rs_exec_params_t *params,
+                                  rs_diag_t *diag, rs_exec_h *exec_p);
+RS_API void rs_exec_destroy(rs_exec_h exec);
+
+/* Binds a capture parameter (by index) to its storage: `nbytes` must be at
+ * least the parameter's size. Rebinding invalidates the prepared state. */
+RS_API rs_status_t rs_exec_bind(rs_exec_h exec, size_t param, void *base,
+                                uint64_t nbytes, rs_diag_t *diag);
+
+/* One refit. Errors: RS_ERR_UNSUPPORTED (the plan has fallback sources or a
+ * cast it cannot do), RS_ERR_INCOMPLETE (uncovered copies, or coverage
+ * below the floor when required), RS_ERR_INVALID_ARG (an unbound
+ * parameter), RS_ERR_TRANSPORT / RS_ERR_TIMEOUT (reads), RS_ERR_VERIFY (a
+ * digest mismatch or an implausible throughput). On any error the install
+ * callback is not called. */
+RS_API rs_status_t rs_exec_run(rs_exec_h exec, rs_diag_t *diag);
+
+/* Coverage of the parameters by the plan, computed before any byte moves. */
+typedef struct rs_coverage {
+    size_t params_total;
+    size_t params_full;      /* every byte written */
+    size_t params_partial;   /* some bytes written */
+    size_t params_missing;   /* never written */
+    uint64_t bytes_total;
+    uint64_t bytes_covered;
+    uint64_t bytes_multi;    /* written by more than one copy */
+    double fraction;         /* bytes_covered / bytes_total (1 when empty) */
+} rs_coverage_t;
+
+RS_API rs_status_t rs_exec_coverage(rs_exec_h exec, rs_diag_t *diag,
+                                    rs_coverage_t *coverage_p);
+
+/* The coverage record (JSON, see docs/formats.md). */
+RS_API rs_status_t rs_exec_write_coverage_json(rs_exec_h exec, FILE *out,
+                                               rs_diag_t *diag);
+
+/* The stage record of the last run (reshard.stage.v1). plan_seconds < 0
+ * leaves the planning stage out. */
+RS_API rs_status_t rs_exec_write_stage_json(rs_exec_h exec, double plan_seconds,
+                                            FILE *out, rs_diag_t *diag);
+
+/* Counters of the last run. */
+typedef struct rs_exec_stats {
+    uint64_t runs;
+    uint64_t prepares;        /* times the prepared state was (re)built */
+    uint64_t bytes;           /* read in the last run */
+    uint64_t descriptors;
+    uint64_t shards_verified; /* digests checked in the last run */
+    double wire_seconds;
+} rs_exec_stats_t;
+
+RS_API void rs_exec_stats(rs_exec_h exec, rs_exec_stats_t *stats_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,222 @@
+/* The executor's lifecycle and one run: gate, wire, replay, casts, verify,
+ * throughput check, install. Each stage is timed; a failure anywhere stops
+ * the run before install. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/diag.h"
+#include "exec/exec_impl.h"
+#include "reshard/convert.h"
+
+double rs__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void rs_exec_params_init(rs_exec_params_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->timeout_s = RS_EXEC_DEFAULT_TIMEOUT_S;
+    p->coverage_floor = RS_EXEC_DEFAULT_COVERAGE_FLOOR;
+}
+
+rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
+                           const rs_exec_params_t *params, rs_diag_t *diag,
+                           rs_exec_h *exec_p)
+{
+    if (plan == NULL || transport == NULL || exec_p == NULL ||
+        rs_plan_capture(plan) == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    rs_exec_h x = calloc(1, sizeof(*x));
+    if (x == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    x->plan = plan;
+    x->cap = rs_plan_capture(plan);
+    x->t = transport;
+    if (params != NULL)
+        x->params = *params;
+    else
+        rs_exec_params_init(&x->params);
+    x->nparams = rs_capture_num_params(x->cap);
+    x->binds = calloc(x->nparams + 1, sizeof(rs_bind_t));
+    if (x->binds == NULL) {
+        free(x);
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
+    for (int s = 0; s < RS_STAGE_COUNT_; s++)
+        x->stage[s] = -1;
+    *exec_p = x;
+    return RS_OK;
+}
+
+void rs_exec_destroy(rs_exec_h x)
+{
+    if (x == NULL)
+        return;
+    rs__exec_release(x);
+    free(x->param_state);
+    free(x->binds);
+    free(x);
+}
+
+rs_status_t rs_exec_bind(rs_exec_h x, size_t param, void *base,
+                         uint64_t nbytes, rs_diag_t *diag)
+{
+    rs_param_info_t info;
+    if (x == NULL || param >= x->nparams)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "no param %zu", param);
+    rs_capture_param(x->cap, param, &info);
+    if (nbytes < info.nbytes)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "param '%s' needs "
+                            "%llu bytes, %llu bound", info.name,
+                            (unsigned long long)info.nbytes,
+                            (unsigned long long)nbytes);
+    if (x->binds[param].base != base)
+        x->prepared = 0; /* addresses changed: descriptors must be rebuilt */
+    x->binds[param] = (rs_bind_t){base, nbytes};
+    return RS_OK;
+}
+
+static rs_status_t fail(rs_exec_h x, rs_status_t st, const char *cause)
+{
+    x->failure = cause;
+    return st;
+}
+
+/* Refuses plans that cannot be installed, before any byte moves. */
+static rs_status_t gate(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t nunc;
+    const char *src, *reason;
+    rs_plan_uncovered(x->plan, &nunc);
+    if (rs_plan_num_fallback(x->plan) > 0) {
+        rs_plan_fallback(x->plan, 0, &src, &reason);
+        rs__diag_set(diag, RS_ERR_UNSUPPORTED, "unsupported geometry: %zu "
+                     "source(s) in fallback, first '%s': %s",
+                     rs_plan_num_fallback(x->plan), src, reason);
+        return fail(x, RS_ERR_UNSUPPORTED, "fallback");
+    }
+    if (nunc > 0) {
+        rs__diag_set(diag, RS_ERR_INCOMPLETE, "incomplete refit: %zu copies "
+                     "are not fully published", nunc);
+        return fail(x, RS_ERR_INCOMPLETE, "uncovered");
+    }
+    if (x->params.require_full_coverage &&
+        x->cov.fraction < x->params.coverage_floor) {
+        rs__diag_set(diag, RS_ERR_INCOMPLETE, "incomplete refit: the plan "
+                     "covers %.4f of parameter bytes, below the floor %.4f",
+                     x->cov.fraction, x->params.coverage_floor);
+        return fail(x, RS_ERR_INCOMPLETE, "coverage");
+    }
+    return RS_OK;
+}
+
+static rs_status_t wire(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t begin = 0;
+    for (int phase = 0; phase < 3; phase++) {
+        size_t end = x->params.phased ? x->phase_end[phase] : x->nreads;
+        if (end > begin) {
+            rs_status_t st = rs_transport_post(x->t, x->reads + begin,
+                                               end - begin, diag);
+            if (st == RS_OK)
+                st = rs_transport_wait(x->t, x->params.timeout_s, diag);
+            if (st != RS_OK)
+                return fail(x, st, "transport");
+        }
+        begin = end;
+        if (!x->params.phased)
+            break;
+    }
+    return RS_OK;
+}
+
+static rs_status_t run_copies(rs_exec_h x, const rs_xcopy_t *c, size_t n,
+                              rs_diag_t *diag)
+{
+    for (size_t i = 0; i < n; i++) {
+        rs_status_t st = rs_convert_strided(c[i].to, c[i].dst, c[i].dst_stride,
+                                            c[i].from, c[i].src,
+                                            c[i].src_stride, c[i].ndim,
+                                            c[i].shape);
+        if (st != RS_OK) {
+            rs__diag_set(diag, st, "local copy %zu failed", i);
+            return fail(x, st, "local copy");
+        }
+    }
+    return RS_OK;
+}
+
+static rs_status_t check_throughput(rs_exec_h x, rs_diag_t *diag)
+{
+    double secs = x->stage[RS_STAGE_WIRE];
+    if (x->params.max_gbps <= 0 || x->plan_bytes == 0)
+        return RS_OK;
+    double gbps = secs > 0 ? (double)x->plan_bytes * 8 / secs / 1e9 : 1e300;
+    if (gbps <= x->params.max_gbps)
+        return RS_OK;
+    rs__diag_set(diag, RS_ERR_VERIFY, "implausible throughput: %llu bytes in "
+                 "%.9f s is %.1f Gb/s, above the ceiling of %.1f Gb/s",
+                 (unsigned long long)x->plan_bytes, secs, gbps,
+                 x->params.max_gbps);
+    return fail(x, RS_ERR_VERIFY, "throughput");
+}
+
+/* Runs fn as a timed stage unless skip; a skipped stage stays absent. */
+#define STAGE(x, idx, skip, call)                                             \
+    do {                                                                      \
+        if (!(skip)) {                                                        \
+            double t_ = rs__now();                                            \
+            rs_status_t st_ = (call);                                         \
+            (x)->stage[idx] = rs__now() - t_;                                 \
+            if (st_ != RS_OK)                                                 \
+                return st_;                                                   \
+        }                                                                     \
+    } while (0)
+
+static rs_status_t install(rs_exec_h x, rs_diag_t *diag)
+{
+    rs_status_t st = x->params.install(x->params.install_ctx, x);
+    if (st != RS_OK) {
+        if (diag != NULL && diag->status == RS_OK)
+            rs__diag_set(diag, st, "install callback failed");
+        return fail(x, st, "install");
+    }
+    return RS_OK;
+}
+
+rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
+{
+    rs_status_t st;
+    if (x == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    for (int s = 0; s < RS_STAGE_COUNT_; s++)
+        x->stage[s] = -1;
+    x->failure = NULL;
+    x->stats.runs++;
+    x->stats.shards_verified = 0;
+    if (!x->have_coverage && (st = rs__exec_compute_coverage(x, diag)) != RS_OK)
+        return fail(x, st, "coverage");
+    if ((st = gate(x, diag)) != RS_OK)
+        return st;
+    if (!x->prepared && (st = rs__exec_prepare(x, diag)) != RS_OK)
+        return fail(x, st, "prepare");
+    x->stats.bytes = x->plan_bytes;
+    x->stats.descriptors = x->nreads;
+    STAGE(x, RS_STAGE_WIRE, 0, wire(x, diag));
+    x->stats.wire_seconds = x->stage[RS_STAGE_WIRE];
+    STAGE(x, RS_STAGE_REPLAY, x->replays_len == 0,
+          run_copies(x, x->replays, x->replays_len, diag));
+    STAGE(x, RS_STAGE_CONVERT, x->casts_len == 0,
+          run_copies(x, x->casts, x->casts_len, diag));
+    STAGE(x, RS_STAGE_VERIFY, !x->params.verify_digests, rs__exec_verify(x, diag));
+    if ((st = check_throughput(x, diag)) != RS_OK)
+        return st;
+    STAGE(x, RS_STAGE_INSTALL, x->params.install == NULL, install(x, diag));
+    return RS_OK;
+}
+
+void rs_exec_stats(rs_exec_h x, rs_exec_stats_t *stats_p) { *stats_p = x->stats; }

@@ -1,0 +1,267 @@
+/* Preparing a plan for execution: resolve every segment to an absolute
+ * destination (refusing any that would leave its parameter or staging
+ * buffer), allocate staging, and build the replay and cast programs. Done
+ * once; later runs reuse all of it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "exec/exec_impl.h"
+#include "geom/view.h"
+#include "reshard/convert.h"
+
+#define OOM(diag) rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory")
+
+static rs_status_t bound_param(rs_exec_h x, size_t p, rs_diag_t *diag)
+{
+    rs_param_info_t info;
+    rs_capture_param(x->cap, p, &info);
+    if (x->binds[p].base == NULL && info.nbytes > 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "param '%s' is written by the plan but not bound",
+                            info.name);
+    return RS_OK;
+}
+
+static rs_status_t add_reads(rs_exec_h x, const rs_segment_t *segs, size_t n,
+                             unsigned char *base, uint64_t limit,
+                             const char *what, rs_diag_t *diag)
+{
+    for (size_t i = 0; i < n; i++) {
+        const rs_segment_t *s = &segs[i];
+        if (s->dst_byte > limit || s->nbytes > limit - s->dst_byte)
+            return rs__diag_set(diag, RS_ERR_INPUT, "segment of %llu bytes "
+                                "at byte %llu leaves %s (%llu bytes)",
+                                (unsigned long long)s->nbytes,
+                                (unsigned long long)s->dst_byte, what,
+                                (unsigned long long)limit);
+        x->reads[x->nreads++] = (rs_read_t){s->session, s->src_addr,
+                                            base + s->dst_byte, s->nbytes};
+        x->plan_bytes += s->nbytes;
+    }
+    return RS_OK;
+}
+
+static rs_status_t prepare_exact(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t n;
+    const rs_segment_t *segs = rs_plan_segments(x->plan, &n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t p = segs[i].param;
+        rs_param_info_t info;
+        rs_status_t st = bound_param(x, p, diag);
+        if (st != RS_OK)
+            return st;
+        rs_capture_param(x->cap, p, &info);
+        st = add_reads(x, &segs[i], 1, x->binds[p].base, info.nbytes,
+                       info.name, diag);
+        if (st != RS_OK)
+            return st;
+    }
+    return RS_OK;
+}
+
+static void row_major(const int64_t *shape, int n, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+/* The destination side of a copy: its bound parameter storage. */
+static rs_status_t dest_of(rs_exec_h x, size_t ci, rs_xcopy_t *xc,
+                           rs_diag_t *diag)
+{
+    rs_copy_desc_t c;
+    rs_capture_copy(x->cap, ci, &c);
+    long p = rs_capture_find_param(x->cap, c.param);
+    if (p < 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: unknown param "
+                            "'%s'", ci, c.param);
+    rs_status_t st = bound_param(x, (size_t)p, diag);
+    if (st != RS_OK)
+        return st;
+    xc->ndim = c.ndim;
+    memcpy(xc->shape, c.dest_shape, (size_t)c.ndim * sizeof(int64_t));
+    memcpy(xc->dst_stride, c.dest_stride, (size_t)c.ndim * sizeof(int64_t));
+    xc->dst = x->binds[p].base +
+              (size_t)c.dest_offset * rs_dtype_size(c.dest_dtype);
+    xc->to = c.dest_dtype;
+    return RS_OK;
+}
+
+/* Replays copy ci's op chain over the source staging of a full pull. */
+static rs_status_t replay_program(rs_exec_h x, const rs_full_pull_t *fp,
+                                  unsigned char *staging, size_t ci,
+                                  rs_diag_t *diag)
+{
+    rs_copy_desc_t c;
+    rs_view_t v;
+    rs_xcopy_t xc;
+    char why[256];
+
+    memset(&xc, 0, sizeof(xc));
+    rs_capture_copy(x->cap, ci, &c);
+    rs_status_t st = rs_view_init(&v, fp->ndim, fp->global_shape);
+    for (size_t i = 0; st == RS_OK && i < c.nops; i++)
+        st = rs_view_apply(&v, &c.ops[i], why, sizeof(why));
+    if (st != RS_OK || v.ndim != c.ndim)
+        return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu of '%s': its ops "
+                            "no longer resolve against the full pull", ci,
+                            fp->src);
+    if ((st = dest_of(x, ci, &xc, diag)) != RS_OK)
+        return st;
+    memcpy(xc.src_stride, v.stride, (size_t)v.ndim * sizeof(int64_t));
+    xc.src = staging + (size_t)v.offset * rs_dtype_size(fp->dtype);
+    xc.from = fp->dtype;
+    return RS_VEC_PUSH(x, replays, xc) ? RS_OK : OOM(diag);
+}
+
+static unsigned char *alloc_staging(uint64_t nbytes)
+{
+    return malloc(nbytes ? (size_t)nbytes : 1);
+}
+
+static rs_status_t prepare_full_pulls(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t n;
+    const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &n);
+    x->fp_staging = calloc(n + 1, sizeof(unsigned char *));
+    if (x->fp_staging == NULL)
+        return OOM(diag);
+    for (size_t i = 0; i < n; i++) {
+        rs_status_t st;
+        if ((x->fp_staging[i] = alloc_staging(fp[i].staging_bytes)) == NULL)
+            return OOM(diag);
+        st = add_reads(x, fp[i].segments, fp[i].nsegments, x->fp_staging[i],
+                       fp[i].staging_bytes, "its full-pull staging", diag);
+        for (size_t k = 0; st == RS_OK && k < fp[i].ncopies; k++)
+            st = replay_program(x, &fp[i], x->fp_staging[i], fp[i].copies[k],
+                                diag);
+        if (st != RS_OK)
+            return st;
+    }
+    return RS_OK;
+}
+
+static rs_status_t cast_program(rs_exec_h x, const rs_convert_t *cv,
+                                unsigned char *staging, rs_diag_t *diag)
+{
+    rs_xcopy_t xc;
+    memset(&xc, 0, sizeof(xc));
+    rs_status_t st = dest_of(x, cv->copy, &xc, diag);
+    if (st != RS_OK)
+        return st;
+    if (!rs_convert_supported(cv->src_dtype, cv->dest_dtype))
+        return rs__diag_set(diag, RS_ERR_UNSUPPORTED, "copy %zu: no cast "
+                            "from %s to %s", cv->copy,
+                            rs_dtype_name(cv->src_dtype),
+                            rs_dtype_name(cv->dest_dtype));
+    row_major(xc.shape, xc.ndim, xc.src_stride);
+    xc.src = staging;
+    xc.from = cv->src_dtype;
+    return RS_VEC_PUSH(x, casts, xc) ? RS_OK : OOM(diag);
+}
+
+static rs_status_t prepare_converts(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t n;
+    const rs_convert_t *cv = rs_plan_converts(x->plan, &n);
+    x->cv_staging = calloc(n + 1, sizeof(unsigned char *));
+    if (x->cv_staging == NULL)
+        return OOM(diag);
+    for (size_t i = 0; i < n; i++) {
+        rs_status_t st;
+        if ((x->cv_staging[i] = alloc_staging(cv[i].staging_bytes)) == NULL)
+            return OOM(diag);
+        st = add_reads(x, cv[i].segments, cv[i].nsegments, x->cv_staging[i],
+                       cv[i].staging_bytes, "its convert staging", diag);
+        if (st == RS_OK)
+            st = cast_program(x, &cv[i], x->cv_staging[i], diag);
+        if (st != RS_OK)
+            return st;
+    }
+    return RS_OK;
+}
+
+/* Total reads, so the read array is sized once. */
+static size_t count_reads(rs_plan_h plan)
+{
+    size_t n, total, k;
+    rs_plan_segments(plan, &total);
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    for (k = 0; k < n; k++)
+        total += fp[k].nsegments;
+    const rs_convert_t *cv = rs_plan_converts(plan, &n);
+    for (k = 0; k < n; k++)
+        total += cv[k].nsegments;
+    return total;
+}
+
+void rs__exec_release(rs_exec_h x)
+{
+    size_t n;
+    if (x->fp_staging != NULL) {
+        rs_plan_full_pulls(x->plan, &n);
+        for (size_t i = 0; i < n; i++)
+            free(x->fp_staging[i]);
+    }
+    if (x->cv_staging != NULL) {
+        rs_plan_converts(x->plan, &n);
+        for (size_t i = 0; i < n; i++)
+            free(x->cv_staging[i]);
+    }
+    free(x->fp_staging);
+    free(x->cv_staging);
+    free(x->reads);
+    free(x->replays);
+    free(x->casts);
+    free(x->pieces);
+    free(x->partial);
+    free(x->verify_buf);
+    x->fp_staging = x->cv_staging = NULL;
+    x->reads = NULL;
+    x->replays = x->casts = NULL;
+    x->pieces = NULL;
+    x->partial = NULL;
+    x->verify_buf = NULL;
+    x->nreads = x->replays_len = x->replays_cap = x->casts_len =
+        x->casts_cap = x->pieces_len = x->pieces_cap = x->partial_len =
+            x->partial_cap = 0;
+    x->verify_buf_len = x->plan_bytes = 0;
+    x->prepared = 0;
+}
+
+rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag);
+
+rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
+{
+    rs_status_t st;
+    double t0 = rs__now();
+    rs__exec_release(x);
+    x->reads = malloc((count_reads(x->plan) + 1) * sizeof(rs_read_t));
+    if (x->reads == NULL)
+        return OOM(diag);
+    if ((st = prepare_exact(x, diag)) != RS_OK)
+        goto fail;
+    x->phase_end[0] = x->nreads;
+    if ((st = prepare_full_pulls(x, diag)) != RS_OK)
+        goto fail;
+    x->phase_end[1] = x->nreads;
+    if ((st = prepare_converts(x, diag)) != RS_OK)
+        goto fail;
+    x->phase_end[2] = x->nreads;
+    x->stage[RS_STAGE_DESCRIPTORS] = rs__now() - t0;
+    if (x->params.verify_digests &&
+        (st = rs__exec_prepare_pieces(x, diag)) != RS_OK)
+        goto fail;
+    x->prepared = 1;
+    x->stats.prepares++;
+    x->stage[RS_STAGE_PREPARE] = rs__now() - t0;
+    return RS_OK;
+fail:
+    rs__exec_release(x);
+    return st;
+}

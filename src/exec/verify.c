@@ -1,0 +1,175 @@
+/* Digest verification: every published shard whose bytes a run reassembled
+ * completely (in parameters or staging) is re-digested in shard order from
+ * where its pieces landed and compared with the digest its table published.
+ * Optionally, shards read only in part are pulled whole to be checked. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "exec/exec_impl.h"
+#include "reshard/digest.h"
+
+/* The shard holding [addr, addr + nbytes) of a session, or -1. */
+static long find_shard(const rs_shard_ref_t *sh, size_t n, uint32_t session,
+                       uint64_t addr, uint64_t nbytes)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) { /* first shard after (session, addr) */
+        size_t mid = (lo + hi) / 2;
+        if (sh[mid].session < session ||
+            (sh[mid].session == session && sh[mid].addr <= addr))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return -1;
+    const rs_shard_ref_t *s = &sh[lo - 1];
+    if (s->session != session || addr - s->addr > s->nbytes ||
+        nbytes > s->nbytes - (addr - s->addr))
+        return -1;
+    return (long)(lo - 1);
+}
+
+static int cmp_piece(const void *a, const void *b)
+{
+    const rs_piece_t *x = a, *y = b;
+    if (x->shard != y->shard)
+        return x->shard < y->shard ? -1 : 1;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* Bytes of the shard covered by pieces [i, end) (sorted by offset). */
+static uint64_t covered(const rs_piece_t *p, size_t i, size_t end)
+{
+    uint64_t reach = 0, total = 0;
+    for (; i < end; i++) {
+        uint64_t e = p[i].offset + p[i].nbytes;
+        if (e > reach) {
+            total += e - (p[i].offset > reach ? p[i].offset : reach);
+            reach = e;
+        }
+    }
+    return total;
+}
+
+static size_t group_end(const rs_piece_t *p, size_t n, size_t i)
+{
+    size_t e = i;
+    while (e < n && p[e].shard == p[i].shard)
+        e++;
+    return e;
+}
+
+rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t ns;
+    const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
+    for (size_t i = 0; i < x->nreads; i++) {
+        const rs_read_t *r = &x->reads[i];
+        long s = find_shard(sh, ns, r->session, r->src_addr, r->nbytes);
+        if (s < 0 || sh[s].digest == NULL)
+            continue;
+        rs_piece_t p = {(size_t)s, r->src_addr - sh[s].addr, r->nbytes, r->dst};
+        if (!RS_VEC_PUSH(x, pieces, p))
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
+    if (x->pieces_len > 1)
+        qsort(x->pieces, x->pieces_len, sizeof(rs_piece_t), cmp_piece);
+    for (size_t i = 0; i < x->pieces_len; i = group_end(x->pieces, x->pieces_len, i)) {
+        size_t s = x->pieces[i].shard;
+        size_t end = group_end(x->pieces, x->pieces_len, i);
+        if (covered(x->pieces, i, end) == sh[s].nbytes || !x->params.verify_partial)
+            continue;
+        if (!RS_VEC_PUSH(x, partial, s))
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+        if (sh[s].nbytes > x->verify_buf_len)
+            x->verify_buf_len = sh[s].nbytes;
+    }
+    if (x->partial_len > 0 &&
+        (x->verify_buf = malloc((size_t)x->verify_buf_len)) == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    return RS_OK;
+}
+
+static rs_status_t compare(rs_exec_h x, const rs_shard_ref_t *s, uint64_t got,
+                           rs_diag_t *diag)
+{
+    uint64_t want;
+    char want_s[RS_DIGEST_STR_LEN + 1], got_s[RS_DIGEST_STR_LEN + 1];
+    if (rs_digest_parse(s->digest, &want) != RS_OK)
+        return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': shard of "
+                            "session '%s' at addr %llu has a malformed digest "
+                            "'%s'", s->tensor,
+                            rs_plan_session_name(x->plan, s->session),
+                            (unsigned long long)s->addr, s->digest);
+    x->stats.shards_verified++;
+    if (want == got)
+        return RS_OK;
+    rs_digest_format(want, want_s);
+    rs_digest_format(got, got_s);
+    return rs__diag_set(diag, RS_ERR_VERIFY, "digest mismatch: tensor '%s', "
+                        "shard of session '%s' at addr %llu: published %s, "
+                        "received %s", s->tensor,
+                        rs_plan_session_name(x->plan, s->session),
+                        (unsigned long long)s->addr, want_s, got_s);
+}
+
+/* Digests a fully covered shard from its pieces, in shard order; a byte
+ * read twice is taken from the first piece holding it. */
+static uint64_t digest_pieces(const rs_piece_t *p, size_t i, size_t end)
+{
+    rs_digest_t d;
+    uint64_t pos = 0;
+    rs_digest_init(&d);
+    for (; i < end; i++) {
+        uint64_t e = p[i].offset + p[i].nbytes;
+        if (e <= pos)
+            continue;
+        uint64_t skip = pos - p[i].offset;
+        rs_digest_update(&d, p[i].at + skip, (size_t)(p[i].nbytes - skip));
+        pos = e;
+    }
+    return rs_digest_final(&d);
+}
+
+static rs_status_t verify_partial(rs_exec_h x, const rs_shard_ref_t *sh,
+                                  rs_diag_t *diag)
+{
+    for (size_t i = 0; i < x->partial_len; i++) {
+        const rs_shard_ref_t *s = &sh[x->partial[i]];
+        rs_read_t r = {s->session, s->addr, x->verify_buf, s->nbytes};
+        rs_status_t st = rs_transport_post(x->t, &r, 1, diag);
+        if (st == RS_OK)
+            st = rs_transport_wait(x->t, x->params.timeout_s, diag);
+        if (st == RS_OK)
+            st = compare(x, s, rs_digest(x->verify_buf, (size_t)s->nbytes),
+                         diag);
+        if (st != RS_OK)
+            return st;
+    }
+    return RS_OK;
+}
+
+rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t ns;
+    const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
+    const rs_piece_t *p = x->pieces;
+    for (size_t i = 0; i < x->pieces_len;) {
+        size_t end = group_end(p, x->pieces_len, i);
+        const rs_shard_ref_t *s = &sh[p[i].shard];
+        if (covered(p, i, end) == s->nbytes) {
+            rs_status_t st = compare(x, s, digest_pieces(p, i, end), diag);
+            if (st != RS_OK) {
+                x->failure = "digest";
+                return st;
+            }
+        }
+        i = end;
+    }
+    rs_status_t st = verify_partial(x, sh, diag);
+    if (st != RS_OK)
+        x->failure = "digest";
+    return st;
+}
