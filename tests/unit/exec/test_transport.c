@@ -379,8 +379,50 @@ static void test_unknown_backend(void **state)
     assert_int_equal(rs_transport_create(&p, &d, &t), RS_ERR_UNSUPPORTED);
     assert_non_null(strstr(d.msg, "carrier-pigeon"));
     assert_ptr_equal(t, (rs_transport_h)0x1);
-    assert_int_equal(rs_transport_create(NULL, &d, &t), RS_ERR_INVALID_ARG);
+    assert_int_equal(rs_transport_create(&p, &d, NULL), RS_ERR_INVALID_ARG);
+    p.backend = NULL;
+    assert_int_equal(rs_transport_create(&p, &d, &t), RS_ERR_INVALID_ARG);
+    /* NULL params mean the defaults. */
+    assert_int_equal(rs_transport_create(NULL, &d, &t), RS_OK);
+    assert_string_equal(rs_transport_backend(t), "local");
+    rs_transport_destroy(t);
     rs_transport_destroy(NULL);
+}
+
+/* Regions back to back in published addresses may be read across, each
+ * piece from its own local buffer; a gap after them is still refused. */
+static void test_read_across_regions(void **state)
+{
+    (void)state;
+    static const char *names[] = {"local", "local-mt"};
+    uint8_t a[100], b[50], out[160];
+    for (int i = 0; i < 100; i++)
+        a[i] = (uint8_t)i;
+    for (int i = 0; i < 50; i++)
+        b[i] = (uint8_t)(200 + i);
+    rs_region_t regs[] = {{0x1064, 50, b}, {0x1000, 100, a}};
+    rs_peer_t peer = {"packed", 0, regs, 2, NULL, 0};
+    for (int k = 0; k < 2; k++) {
+        rs_transport_params_t p;
+        rs_transport_params_init(&p);
+        p.backend = names[k];
+        rs_transport_h t;
+        rs_diag_t d;
+        assert_int_equal(rs_transport_create(&p, &d, &t), RS_OK);
+        assert_int_equal(rs_transport_connect(t, 0, &peer, &d), RS_OK);
+        memset(out, FILL, sizeof(out));
+        rs_read_t r = {0, 0x1000 + 90, out + 1, 30};
+        assert_int_equal(rs_transport_post(t, &r, 1, &d), RS_OK);
+        assert_int_equal(rs_transport_wait(t, 0, &d), RS_OK);
+        assert_int_equal(out[0], FILL);
+        for (int i = 0; i < 30; i++)
+            assert_int_equal(out[1 + i], i < 10 ? 90 + i : 200 + i - 10);
+        assert_int_equal(out[31], FILL);
+        r.nbytes = 61; /* one byte past the second region */
+        assert_int_equal(rs_transport_post(t, &r, 1, &d), RS_ERR_TRANSPORT);
+        assert_non_null(strstr(d.msg, "61 bytes at 0x105a"));
+        rs_transport_destroy(t);
+    }
 }
 
 static rs_status_t connect_one(const char *backend, const rs_peer_t *peer,
@@ -506,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_unknown_backend),
         cmocka_unit_test(test_connect_validation),
         cmocka_unit_test(test_region_find),
+        cmocka_unit_test(test_read_across_regions),
         ALL_BACKENDS(test_random_batches),
         ALL_BACKENDS(test_many_small_reads),
         ALL_BACKENDS(test_refuse_outside),
