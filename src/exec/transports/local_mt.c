@@ -248,6 +248,8 @@ static struct timespec deadline_after(double timeout_s)
  * and drains the ones in flight (settle then finds what is left). */
 static void run_pool(mt_state_t *s, double timeout_s)
 {
+    if (timeout_s > 1e9)
+        timeout_s = 0; /* decades: the same as no limit, and no overflow */
     struct timespec until = deadline_after(timeout_s > 0 ? timeout_s : 0);
     int in_time = 1;
     pthread_mutex_lock(&s->mu);
