@@ -10,8 +10,11 @@
 #define CV_MAX_DIMS 16
 
 /* Tile edge for two-dim walks where one side is contiguous and the other
- * is not: 64 rows x 64 columns keeps both tiles in L1/L2. */
-#define CV_TILE 64
+ * is not: a 32 x 32 tile of 8-byte elements is an 8 KiB stack buffer. */
+#define CV_TILE 32
+#ifndef CV_BLOCK
+#define CV_BLOCK 256
+#endif
 
 typedef struct cv_geom {
     int ndim;
@@ -75,25 +78,46 @@ static void run_row(const rs__cv_kernel_t *k, unsigned char *d, int64_t ds,
         k->strided(d, ds, s, ss, (size_t)n);
 }
 
-/* Two innermost dims (rows r, columns c) in square tiles: within a tile the
- * kernel runs along the columns, and the tile's lines on the other side stay
- * cached until every row has used them. */
-static void run_tiled(const rs__cv_kernel_t *k, const cv_geom_t *g, int r,
-                      unsigned char *d, const unsigned char *s)
+/* One tile of a transpose-like pair (see run_tiled): converted into a small
+ * buffer along p (contiguous reads), then copied out along q (contiguous
+ * writes). */
+static void run_tile(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
+                     const cv_geom_t *g, int p, int q, int64_t np,
+                     int64_t nq, unsigned char *d, const unsigned char *s)
 {
-    const int c = r + 1;
-    for (int64_t r0 = 0; r0 < g->shape[r]; r0 += CV_TILE) {
-        int64_t r1 = r0 + CV_TILE < g->shape[r] ? r0 + CV_TILE : g->shape[r];
-        for (int64_t c0 = 0; c0 < g->shape[c]; c0 += CV_TILE) {
-            int64_t nc = g->shape[c] - c0 < CV_TILE ? g->shape[c] - c0
-                                                    : CV_TILE;
-            for (int64_t i = r0; i < r1; i++)
-                run_row(k, d + (size_t)(i * g->ds[r] + c0 * g->ds[c]) * g->dsize,
-                        g->ds[c],
-                        s + (size_t)(i * g->ss[r] + c0 * g->ss[c]) * g->ssize,
-                        g->ss[c], nc);
-        }
-    }
+    unsigned char tmp[CV_TILE * CV_TILE * 8];
+    const size_t row = CV_TILE * g->dsize;
+    for (int64_t j = 0; j < nq; j++)
+        run_row(k, tmp + (size_t)j * g->dsize, CV_TILE,
+                s + (size_t)(j * g->ss[q]) * g->ssize, g->ss[p], np);
+    for (int64_t i = 0; i < np; i++)
+        run_row(copy, d + (size_t)(i * g->ds[p]) * g->dsize, g->ds[q],
+                tmp + (size_t)i * row, 1, nq);
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Two innermost dims where p is the dim the source is contiguous along and
+ * q the one the destination is. Blocks of CV_BLOCK x CV_BLOCK keep the pages
+ * both sides touch within the TLB's reach; inside a block, tiles small
+ * enough for L1 make every cache line on either side be touched once. */
+static void run_tiled(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
+                      const cv_geom_t *g, int r, unsigned char *d,
+                      const unsigned char *s)
+{
+    const int p = g->ss[r + 1] == 1 ? r + 1 : r, q = p == r ? r + 1 : r;
+    const int64_t P = g->shape[p], Q = g->shape[q];
+    for (int64_t bq = 0; bq < Q; bq += CV_BLOCK)
+        for (int64_t bp = 0; bp < P; bp += CV_BLOCK)
+            for (int64_t q0 = bq; q0 < min64(Q, bq + CV_BLOCK); q0 += CV_TILE)
+                for (int64_t p0 = bp; p0 < min64(P, bp + CV_BLOCK);
+                     p0 += CV_TILE)
+                    run_tile(k, copy, g, p, q, min64(CV_TILE, P - p0),
+                             min64(CV_TILE, Q - q0),
+                             d + (size_t)(p0 * g->ds[p] + q0 * g->ds[q]) *
+                                     g->dsize,
+                             s + (size_t)(p0 * g->ss[p] + q0 * g->ss[q]) *
+                                     g->ssize);
 }
 
 /* A transpose-like pair of inner dims: the columns are contiguous on one
@@ -108,8 +132,9 @@ static int wants_tiles(const cv_geom_t *g)
     return (g->ds[c] == 1) != (g->ss[c] == 1);
 }
 
-static void walk(const rs__cv_kernel_t *k, const cv_geom_t *g,
-                 unsigned char *dst, const unsigned char *src)
+static void walk(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
+                 const cv_geom_t *g, unsigned char *dst,
+                 const unsigned char *src)
 {
     const int tiled = wants_tiles(g);
     const int inner = g->ndim - (tiled ? 2 : 1); /* dims walked below */
@@ -123,7 +148,7 @@ static void walk(const rs__cv_kernel_t *k, const cv_geom_t *g,
         unsigned char *d = dst + (size_t)doff * g->dsize;
         const unsigned char *s = src + (size_t)soff * g->ssize;
         if (tiled)
-            run_tiled(k, g, inner, d, s);
+            run_tiled(k, copy, g, inner, d, s);
         else
             run_row(k, d, g->ds[inner], s, g->ss[inner], g->shape[inner]);
         int i = inner - 1;
@@ -139,8 +164,9 @@ rs_status_t rs_convert_strided(rs_dtype_t to, void *dst,
                                const void *src, const int64_t *src_stride,
                                int ndim, const int64_t *shape)
 {
-    rs__cv_kernel_t k;
-    if (!rs__convert_kernel(to, from, &k))
+    rs__cv_kernel_t k, copy;
+    if (!rs__convert_kernel(to, from, &k) ||
+        !rs__convert_kernel(to, to, &copy))
         return RS_ERR_UNSUPPORTED;
     if (ndim < 0 || ndim > CV_MAX_DIMS ||
         (ndim > 0 && (shape == NULL || dst_stride == NULL ||
@@ -160,6 +186,6 @@ rs_status_t rs_convert_strided(rs_dtype_t to, void *dst,
         src == NULL)
         return RS_ERR_INVALID_ARG;
     coalesce(&g, shape, dst_stride, src_stride, ndim);
-    walk(&k, &g, dst, src);
+    walk(&k, &copy, &g, dst, src);
     return RS_OK;
 }

@@ -464,7 +464,8 @@ static void test_strided_transpose(void **state)
 {
     (void)state;
     static const int64_t sizes[][2] = {{1, 1}, {3, 5}, {64, 64}, {70, 130},
-                                       {200, 65}, {1, 300}, {129, 2}};
+                                       {200, 65}, {1, 300}, {129, 2},
+                                       {300, 520}};
     static const int id[2] = {0, 1}, tr[2] = {1, 0};
     static const int64_t nopad[2] = {0, 0};
     rng_state = 11;
