@@ -168,7 +168,7 @@ corrupt() {
         "$@" --json >"$TMP/plan.json" 2>/dev/null
     local what
     what=$(python3 "$RD" corrupt "$TMP/plan.json" "$TMP/$ex/sources.json" \
-           "$TMP/bad" $tensor) || { bad "$name: cannot corrupt"; return; }
+           "$TMP/bad" ${tensor:+"$tensor"}) || { bad "$name: cannot corrupt"; return; }
     local t=${what%%$'\t'*} rest=${what#*$'\t'}
     local s=${rest%%$'\t'*}
     for tr in "${TRANSPORTS[@]}"; do
