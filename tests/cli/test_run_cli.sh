@@ -200,6 +200,39 @@ expect_rc "digest mismatch --json" 1
 py "digest mismatch --json: stage record says why" '
 assert stage["ok"] is False and stage["failure"] == "digest", stage'
 
+# Row 1 of gate_up_proj is read by no copy: a corrupt byte there is outside
+# what --verify checks (the shard is read only in part) but --verify-partial
+# pulls the shard whole and must catch it.
+rm -rf "$TMP/bad" && cp -r "$TMP/fused/data" "$TMP/bad"
+python3 - "$TMP/fused/sources.json" "$TMP/bad" <<'PYEOF'
+import json, os, sys
+for blob in json.load(open(sys.argv[1])):
+    for t in blob["tensors"]:
+        if t["name"] == "layers.0.mlp.gate_up_proj.weight":
+            for sh in t["shards"]:
+                if sh["shard_offset"] == [0, 0]:
+                    p = os.path.join(sys.argv[2], sh["agent_name"], "%d.bin" % sh["addr"])
+                    b = bytearray(open(p, "rb").read())
+                    b[16] ^= 0x01  # element (1, 0)
+                    open(p, "wb").write(b)
+PYEOF
+for tr in "${TRANSPORTS[@]}"; do
+    # shellcheck disable=SC2086
+    run --capture "$FUSED/capture.json" --sources "$TMP/fused/sources.json" \
+        --data "$TMP/bad" --transport $tr --verify --out "$TMP/out-unread-$n"
+    expect_rc "unread byte corrupt, --verify via $tr" 0
+    expect_exact "unread byte corrupt, --verify via $tr" "$FUSED/capture.json" \
+        "$FUSED/sources.json" "$TMP/out-unread-$n"
+    n=$((n + 1))
+    # shellcheck disable=SC2086
+    run --capture "$FUSED/capture.json" --sources "$TMP/fused/sources.json" \
+        --data "$TMP/bad" --transport $tr --verify --verify-partial --out "$TMP/out-vp"
+    expect_rc "unread byte corrupt, --verify-partial via $tr" 1
+    expect_err "unread byte corrupt, --verify-partial via $tr" "digest" \
+        "layers.0.mlp.gate_up_proj.weight"
+    expect_no_out "unread byte corrupt, --verify-partial via $tr" "$TMP/out-vp"
+done
+
 # --- missing and short data files ----------------------------------------
 rm -rf "$TMP/bad" && cp -r "$TMP/tiny/data" "$TMP/bad"
 rm "$TMP/bad/trainer-1/2097280.bin"
