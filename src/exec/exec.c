@@ -100,8 +100,11 @@ static rs_status_t gate(rs_exec_h x, rs_diag_t *diag)
         return fail(x, RS_ERR_UNSUPPORTED, "fallback");
     }
     if (nunc > 0) {
+        const rs_uncovered_t *u = rs_plan_uncovered(x->plan, &nunc);
         rs__diag_set(diag, RS_ERR_INCOMPLETE, "incomplete refit: %zu copies "
-                     "are not fully published", nunc);
+                     "are not fully published, first copy %zu of '%s' into "
+                     "'%s' (%llu elements missing)", nunc, u[0].copy, u[0].src,
+                     u[0].param, (unsigned long long)u[0].missing_elements);
         return fail(x, RS_ERR_INCOMPLETE, "uncovered");
     }
     if (x->params.require_full_coverage &&

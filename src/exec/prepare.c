@@ -236,6 +236,33 @@ void rs__exec_release(rs_exec_h x)
 
 rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag);
 
+/* Groups reads [begin, end) by session, keeping plan order inside each
+ * session (a counting sort): the transport then posts each session's reads
+ * as they lie, with no copy and no allocation on later runs. */
+static int group_by_session(rs_exec_h x, size_t begin, size_t end)
+{
+    size_t nsess = rs_plan_num_sessions(x->plan), n = end - begin;
+    if (n < 2)
+        return 1;
+    size_t *at = calloc(nsess + 1, sizeof(size_t));
+    rs_read_t *tmp = malloc(n * sizeof(rs_read_t));
+    if (at == NULL || tmp == NULL) {
+        free(at);
+        free(tmp);
+        return 0;
+    }
+    for (size_t i = begin; i < end; i++)
+        at[x->reads[i].session + 1]++;
+    for (size_t k = 1; k <= nsess; k++)
+        at[k] += at[k - 1];
+    for (size_t i = begin; i < end; i++)
+        tmp[at[x->reads[i].session]++] = x->reads[i];
+    memcpy(x->reads + begin, tmp, n * sizeof(rs_read_t));
+    free(at);
+    free(tmp);
+    return 1;
+}
+
 rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
 {
     rs_status_t st;
@@ -253,6 +280,16 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
     if ((st = prepare_converts(x, diag)) != RS_OK)
         goto fail;
     x->phase_end[2] = x->nreads;
+    if (!group_by_session(x, 0, x->phase_end[0]) ||
+        !group_by_session(x, x->phase_end[0], x->phase_end[1]) ||
+        !group_by_session(x, x->phase_end[1], x->phase_end[2])) {
+        st = OOM(diag);
+        goto fail;
+    }
+    if (!x->params.phased && !group_by_session(x, 0, x->nreads)) {
+        st = OOM(diag);
+        goto fail;
+    }
     x->stage[RS_STAGE_DESCRIPTORS] = rs__now() - t0;
     if (x->params.verify_digests &&
         (st = rs__exec_prepare_pieces(x, diag)) != RS_OK)

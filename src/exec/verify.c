@@ -61,18 +61,37 @@ static size_t group_end(const rs_piece_t *p, size_t n, size_t i)
     return e;
 }
 
+/* Cuts one read into pieces, one per shard it runs through (a session may
+ * publish shards back to back and one read may span them). */
+static rs_status_t add_pieces(rs_exec_h x, const rs_shard_ref_t *sh, size_t ns,
+                              const rs_read_t *r, rs_diag_t *diag)
+{
+    uint64_t addr = r->src_addr, left = r->nbytes;
+    const unsigned char *at = r->dst;
+    while (left > 0) {
+        long s = find_shard(sh, ns, r->session, addr, 1);
+        if (s < 0)
+            return RS_OK;
+        uint64_t room = sh[s].addr + sh[s].nbytes - addr;
+        uint64_t take = left < room ? left : room;
+        rs_piece_t p = {(size_t)s, addr - sh[s].addr, take, at};
+        if (sh[s].digest != NULL && !RS_VEC_PUSH(x, pieces, p))
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+        addr += take;
+        at += take;
+        left -= take;
+    }
+    return RS_OK;
+}
+
 rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag)
 {
     size_t ns;
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
     for (size_t i = 0; i < x->nreads; i++) {
-        const rs_read_t *r = &x->reads[i];
-        long s = find_shard(sh, ns, r->session, r->src_addr, r->nbytes);
-        if (s < 0 || sh[s].digest == NULL)
-            continue;
-        rs_piece_t p = {(size_t)s, r->src_addr - sh[s].addr, r->nbytes, r->dst};
-        if (!RS_VEC_PUSH(x, pieces, p))
-            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+        rs_status_t st = add_pieces(x, sh, ns, &x->reads[i], diag);
+        if (st != RS_OK)
+            return st;
     }
     if (x->pieces_len > 1)
         qsort(x->pieces, x->pieces_len, sizeof(rs_piece_t), cmp_piece);

@@ -255,13 +255,23 @@ static long shard_of(const rs_shard_ref_t *sh, size_t n, uint32_t session,
     return (long)(lo - 1);
 }
 
+/* Marks every shard a segment reads: one read may run from a shard into
+ * the next when a session publishes them back to back. */
 static void mark(const rs_shard_ref_t *sh, size_t n, const rs_segment_t *seg,
                  size_t nseg, unsigned char *needed)
 {
     for (size_t i = 0; i < nseg; i++) {
-        long k = shard_of(sh, n, seg[i].session, seg[i].src_addr);
-        if (k >= 0)
+        uint64_t addr = seg[i].src_addr, left = seg[i].nbytes;
+        long k = shard_of(sh, n, seg[i].session, addr);
+        while (k >= 0 && left > 0) {
             needed[k] = 1;
+            uint64_t room = sh[k].addr + sh[k].nbytes - addr;
+            if (left <= room)
+                break;
+            addr += room;
+            left -= room;
+            k = shard_of(sh, n, seg[i].session, addr);
+        }
     }
 }
 
