@@ -1,0 +1,86 @@
+/* Parallel layouts: which shards each trainer rank publishes (fsdp,
+ * megatron) and what each inference rank's weight loaders capture (vllm),
+ * generated from a model manifest. Used by `reshard simulate`, the demo and
+ * the tests; docs/layouts.md says what each layout does and why. */
+#ifndef RESHARD_LAYOUT_H
+#define RESHARD_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "reshard/capture.h"
+#include "reshard/model.h"
+#include "reshard/sources.h"
+#include "reshard/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rs_layout_kind {
+    RS_LAYOUT_FSDP = 1, /* fsdp:N */
+    RS_LAYOUT_MEGATRON, /* megatron:tp=T,pp=P,ep=E,dp=D,etp=X */
+    RS_LAYOUT_VLLM,     /* vllm:tp=T,pp=P,ep=E,dp=D */
+} rs_layout_kind_t;
+
+typedef struct rs_layout {
+    rs_layout_kind_t kind;
+    int64_t tp, pp, ep, dp, etp; /* 1 when not given; dp 0 = derive */
+    int64_t fsdp;                /* fsdp:N */
+    int64_t world;               /* ranks, set by rs_layout_check */
+} rs_layout_t;
+
+/* Parses "fsdp:4", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=8,dp=16".
+ * RS_ERR_INPUT names the bad part. */
+RS_API rs_status_t rs_layout_parse(const char *spec, rs_diag_t *diag,
+                                   rs_layout_t *layout_p);
+
+/* Validates a layout against a model (divisibility of heads, experts,
+ * layers; megatron's ep*etp dividing tp*dp) and fills world (and dp when
+ * derived). RS_ERR_INPUT says which constraint fails. */
+RS_API rs_status_t rs_layout_check(rs_layout_t *layout, rs_model_h model,
+                                   rs_diag_t *diag);
+
+/* Session name of a trainer rank: "trainer-<rank>". */
+RS_API void rs_layout_trainer_session(int64_t rank, char *out, size_t outlen);
+
+/* Receives one shard of a trainer rank. A non-RS_OK return stops the walk
+ * and is returned. */
+typedef rs_status_t (*rs_shard_cb)(void *ctx, const rs_shard_desc_t *shard);
+
+/* The shards trainer `rank` publishes under a fsdp or megatron layout, in
+ * Hugging Face names and shapes, packed in one address range per rank. */
+RS_API rs_status_t rs_layout_trainer_shards(rs_model_h model,
+                                            const rs_layout_t *layout,
+                                            int64_t rank, rs_shard_cb cb,
+                                            void *ctx, rs_diag_t *diag);
+
+/* Adds every shard of every trainer rank to `sources`. */
+RS_API rs_status_t rs_layout_publish_all(rs_model_h model,
+                                         const rs_layout_t *layout,
+                                         rs_sources_h sources,
+                                         rs_diag_t *diag);
+
+/* Writes trainer `rank`'s mx.reshard.shard_table.v1 blob. */
+RS_API rs_status_t rs_layout_write_table(rs_model_h model,
+                                         const rs_layout_t *layout,
+                                         int64_t rank, FILE *out,
+                                         rs_diag_t *diag);
+
+/* The capture inference `rank` records under a vllm layout: fused qkv and
+ * gate_up, vocab-parallel embedding and head padded to a multiple of 64 per
+ * rank, fused MoE experts, MLA projections. *padding_bytes_p receives the
+ * parameter bytes the loaders never write by design (vocab padding). */
+RS_API rs_status_t rs_layout_capture(rs_model_h model,
+                                     const rs_layout_t *layout, int64_t rank,
+                                     rs_diag_t *diag, rs_capture_h *capture_p,
+                                     uint64_t *padding_bytes_p);
+
+/* Writes a capture as reshard.capture.v1 JSON. */
+RS_API rs_status_t rs_capture_write_json(rs_capture_h capture, FILE *out,
+                                         rs_diag_t *diag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
