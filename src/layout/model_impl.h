@@ -1,0 +1,94 @@
+/* Internal layout of a model manifest, shared by the config loader
+ * (model.c, model_keys.c) and the per-architecture manifest builders
+ * (model_dense.c, model_moe.c, model_deepseek.c). */
+#ifndef RS_LAYOUT_MODEL_IMPL_H
+#define RS_LAYOUT_MODEL_IMPL_H
+
+#include <jansson.h>
+
+#include "core/arena.h"
+#include "core/json.h"
+#include "core/strmap.h"
+#include "core/vec.h"
+#include "reshard/model.h"
+
+/* A manifest never has more tensors than this (Kimi-K2 has ~70k); a config
+ * implying more is refused before anything is allocated. */
+#define RS_MODEL_MAX_TENSORS ((int64_t)1 << 21)
+
+/* One tensor: its name lives in the model's arena, its shape inline (every
+ * manifest tensor has one or two dims), so 70k tensors stay a few MB. */
+typedef struct rs_model_rec {
+    const char *name;
+    int64_t shape[2];
+    int32_t layer;  /* -1 outside the decoder layers */
+    int32_t expert; /* -1 unless a routed expert's tensor */
+    uint8_t ndim;
+    uint8_t dtype;  /* rs_dtype_t */
+} rs_model_rec_t;
+
+/* Variations within an architecture, set by the model_type table. */
+enum {
+    RS_FAM_QKV_BIAS = 1u << 0,      /* q/k/v projections carry a bias */
+    RS_FAM_QK_NORM = 1u << 1,       /* per-head RMSNorm of q and k */
+    RS_FAM_SHARED_EXPERT = 1u << 2, /* qwen2_moe: gated shared expert */
+};
+
+struct rs_model {
+    rs_model_config_t cfg;
+    rs_arena_t arena;
+    RS_VEC(rs_model_rec_t, tensors);
+    rs_strmap_t index;
+    uint64_t params, bytes;
+    /* Only while loading. */
+    rs_json_ctx_t *ctx;
+    unsigned flags;        /* RS_FAM_* */
+    uint8_t *moe_layer;    /* per layer: 1 when its MLP is a routed MoE */
+};
+
+/* Reads the keys every architecture shares into m->cfg (model_keys.c). */
+rs_status_t rs__model_read_common(rs_json_ctx_t *c, const json_t *root,
+                                  rs_model_h m);
+/* Reads an integer key with bounds; absent or null leaves *out_p alone
+ * unless required. */
+rs_status_t rs__model_read_int(rs_json_ctx_t *c, const json_t *root,
+                               const char *key, int required, int64_t min,
+                               int64_t max, int64_t *out_p);
+/* Reads a boolean key; absent or null leaves *out_p alone. */
+rs_status_t rs__model_read_bool(rs_json_ctx_t *c, const json_t *root,
+                                const char *key, int *out_p);
+/* RS_ERR_UNSUPPORTED "<origin>: <key>: <message>". */
+rs_status_t rs__model_unsupported(rs_json_ctx_t *c, const char *key,
+                                  const char *fmt, ...) RS_PRINTF(3, 4);
+
+/* Appends a tensor (ndim 1 or 2) named by a printf format; checks that its
+ * size fits and that the name is new; keeps the totals. */
+rs_status_t rs__model_add(rs_model_h m, int64_t layer, int64_t expert,
+                          rs_dtype_t dtype, int ndim, int64_t d0, int64_t d1,
+                          const char *fmt, ...) RS_PRINTF(8, 9);
+/* "model.layers.<layer>.<suffix>" in the model's dtype. */
+rs_status_t rs__model_add_layer(rs_model_h m, int64_t layer, const char *suffix,
+                                int ndim, int64_t d0, int64_t d1);
+
+/* Dense building blocks (model_dense.c). */
+rs_status_t rs__model_gqa_attention(rs_model_h m, int64_t layer);
+rs_status_t rs__model_dense_mlp(rs_model_h m, int64_t layer,
+                                const char *prefix, int64_t inter);
+
+/* The router (mlp.gate, with DeepSeek's score bias) and every routed
+ * expert's gate/up/down projections (model_moe.c). */
+rs_status_t rs__model_router_and_experts(rs_model_h m, int64_t layer);
+
+/* Per-architecture key readers and layer builders. A key reader checks the
+ * architecture's own keys and fills m->moe_layer. */
+rs_status_t rs__model_dense_keys(rs_json_ctx_t *c, const json_t *root,
+                                 rs_model_h m);
+rs_status_t rs__model_dense_layer(rs_model_h m, int64_t layer);
+rs_status_t rs__model_moe_keys(rs_json_ctx_t *c, const json_t *root,
+                               rs_model_h m);
+rs_status_t rs__model_moe_layer(rs_model_h m, int64_t layer);
+rs_status_t rs__model_deepseek_keys(rs_json_ctx_t *c, const json_t *root,
+                                    rs_model_h m);
+rs_status_t rs__model_deepseek_layer(rs_model_h m, int64_t layer);
+
+#endif
