@@ -1,0 +1,92 @@
+/* Internal state of a vllm capture being built (one inference rank), shared
+ * by the entry point and the per-part builders: embeddings and head
+ * (vllm.c), attention (vllm_attn.c) and MLPs and experts (vllm_mlp.c). */
+#ifndef RS_LAYOUT_VLLM_IMPL_H
+#define RS_LAYOUT_VLLM_IMPL_H
+
+#include <stdint.h>
+
+#include "core/diag.h"
+#include "reshard/capture.h"
+#include "reshard/layout.h"
+#include "reshard/model.h"
+
+/* Longest tensor or parameter name we build ("model.layers.N.mlp.experts.
+ * E.gate_proj.weight" and the like are far shorter). */
+#define VB_NAME_MAX 160
+
+typedef struct vb {
+    rs_model_h model;
+    const rs_model_config_t *cfg;
+    rs_capture_h cap;
+    rs_diag_t *diag;
+    int64_t rank;
+    int64_t tp, pp, dp, ep;
+    int64_t tp_rank, pp_rank, dp_rank;
+    int64_t layer_begin, layer_end; /* this stage's decoder layers */
+    uint64_t padding;               /* parameter bytes never written */
+} vb_t;
+
+/* Canonical ops (every argument marked given, as the JSON loader does). */
+rs_op_t rs__vb_narrow(int64_t dim, int64_t start, int64_t length);
+rs_op_t rs__vb_select(int64_t dim, int64_t index);
+rs_op_t rs__vb_unsqueeze(int64_t dim);
+
+/* "model.layers.<layer>.<suffix>" into buf. */
+void rs__vb_lname(char *buf, int64_t layer, const char *suffix);
+
+/* Declares a parameter whose dtype is that of manifest tensor `like`. */
+rs_status_t rs__vb_param(vb_t *b, const char *name, const char *like,
+                         int ndim, const int64_t *shape);
+
+/* One copy of manifest tensor `src` (checked to exist with the expected
+ * full shape) through `ops` into `param`, landing at dest_offset with
+ * dest_shape and the parameter's own row-major strides for those dims. */
+rs_status_t rs__vb_copy(vb_t *b, const char *src, int src_ndim,
+                        const int64_t *src_shape, const rs_op_t *ops,
+                        size_t nops, const char *param, int64_t dest_offset,
+                        int ndim, const int64_t *dest_shape);
+
+/* A replicated parameter: the whole source, same name and shape. */
+rs_status_t rs__vb_whole(vb_t *b, const char *name);
+/* Same with a layer's suffix. */
+rs_status_t rs__vb_whole_layer(vb_t *b, int64_t layer, const char *suffix);
+
+/* Shape of a manifest tensor (RS_ERR_INPUT naming it when absent). */
+rs_status_t rs__vb_src_shape(vb_t *b, const char *name, int *ndim_p,
+                             int64_t *shape_p);
+
+/* RS_ERR_INPUT "vllm layout, rank R: <message>". */
+rs_status_t rs__vb_fail(vb_t *b, const char *fmt, ...)
+    RS_PRINTF(2, 3);
+
+/* One source's rows in a parameter fused along dim 0. */
+typedef struct vb_part {
+    const char *suffix;  /* manifest tensor after "model.layers.N." */
+    int64_t src_rows;    /* its dim 0 */
+    int64_t start, rows; /* the rows taken */
+    int split;           /* 1: a narrow picks them; 0: the whole tensor */
+} vb_part_t;
+
+/* A parameter "model.layers.N.<suffix>" of [sum of parts' rows, cols]
+ * (cols 0: 1-D, a bias) filled part after part, as vLLM's merged and qkv
+ * column-parallel loaders do. */
+rs_status_t rs__vb_fused_rows(vb_t *b, int64_t layer, const char *suffix,
+                              const vb_part_t *parts, int nparts, int64_t cols);
+
+/* A row-parallel parameter [rows, cols]: columns [start, start + cols) of
+ * the source of the same name, [rows, src_cols]. */
+rs_status_t rs__vb_split_cols(vb_t *b, int64_t layer, const char *suffix,
+                              int64_t rows, int64_t src_cols, int64_t start,
+                              int64_t cols);
+
+/* Per-layer parts. */
+rs_status_t rs__vb_gqa_attention(vb_t *b, int64_t layer);
+rs_status_t rs__vb_mla_attention(vb_t *b, int64_t layer);
+/* A gate/up/down MLP under `prefix` ("mlp", "mlp.shared_experts"), fused
+ * into gate_up_proj and split by tp. */
+rs_status_t rs__vb_dense_mlp(vb_t *b, int64_t layer, const char *prefix);
+/* The MLP of a layer: dense, or router, fused experts and shared experts. */
+rs_status_t rs__vb_layer_mlp(vb_t *b, int64_t layer);
+
+#endif
