@@ -295,9 +295,9 @@ static void e_layer(expect_t *x, int64_t l)
     else
         e_gqa(x, l);
     e_whole_l(x, l, "post_attention_layernorm.weight");
-    int moe = g->arch == RS_ARCH_QWEN_MOE ||
-              (g->arch == RS_ARCH_DEEPSEEK && l >= g->first_dense);
-    if (!moe) {
+    char gate[160];
+    lname(gate, l, "mlp.gate.weight"); /* the manifest says which are MoE */
+    if (rs_model_find(x->model, gate) < 0) {
         e_mlp(x, l, "mlp", g->intermediate);
         return;
     }
@@ -308,6 +308,10 @@ static void e_layer(expect_t *x, int64_t l)
     if (g->arch == RS_ARCH_DEEPSEEK)
         e_mlp(x, l, "mlp.shared_experts",
               g->moe_intermediate * g->shared_experts);
+    if (g->shared_expert_intermediate > 0) { /* qwen2_moe */
+        e_mlp(x, l, "mlp.shared_expert", g->shared_expert_intermediate);
+        e_whole_l(x, l, "mlp.shared_expert_gate.weight");
+    }
 }
 
 static void expect_rank(expect_t *x, int64_t rank)
@@ -555,7 +559,8 @@ static void test_tiny_deepseek(void **state)
 
 /* Edge cases the bundled tiny configs do not reach: ranks holding vocab
  * padding only, one kv head shared by all ranks, q/k norms, an untied head
- * on a five-layer stack split unevenly, and MLA without a q LoRA. */
+ * on a five-layer stack split unevenly, MLA without a q LoRA, and qwen2_moe
+ * (qkv biases, a gated shared expert, a dense layer among MoE layers). */
 static void test_edges(void **state)
 {
     (void)state;
@@ -574,9 +579,25 @@ static void test_edges(void **state)
         " \"qk_nope_head_dim\": 8, \"qk_rope_head_dim\": 4,"
         " \"v_head_dim\": 8, \"vocab_size\": 130, \"num_experts_per_tok\": 2,"
         " \"tie_word_embeddings\": true, \"torch_dtype\": \"float32\"}";
+    static const char qwen2_moe[] =
+        "{\"model_type\": \"qwen2_moe\", \"hidden_size\": 32,"
+        " \"num_hidden_layers\": 3, \"num_attention_heads\": 4,"
+        " \"num_key_value_heads\": 2, \"intermediate_size\": 64,"
+        " \"moe_intermediate_size\": 16, \"num_experts\": 4,"
+        " \"shared_expert_intermediate_size\": 48, \"decoder_sparse_step\": 1,"
+        " \"mlp_only_layers\": [1], \"num_experts_per_tok\": 2,"
+        " \"vocab_size\": 200, \"tie_word_embeddings\": false}";
     rs_diag_t d;
     rs_model_h m = NULL;
     rs_diag_clear(&d);
+    if (rs_model_load_string(qwen2_moe, strlen(qwen2_moe), "qwen2_moe", &d,
+                             &m) != RS_OK)
+        fail_msg("%s", d.msg);
+    const char *qspecs[] = {"vllm:tp=2", "vllm:tp=4,ep=2", "vllm:tp=2,pp=2",
+                            "vllm:tp=1,ep=4,dp=4"};
+    for (size_t i = 0; i < sizeof(qspecs) / sizeof(qspecs[0]); i++)
+        check_layout(m, qspecs[i]);
+    rs_model_destroy(m);
     if (rs_model_load_string(qwen3, strlen(qwen3), "qwen3", &d, &m) != RS_OK)
         fail_msg("%s", d.msg);
     const char *specs[] = {"vllm:tp=4", "vllm:tp=8,pp=2", "vllm:tp=2,pp=3",
