@@ -83,9 +83,6 @@ static rs_status_t place(vb_t *b, const rs_layout_t *layout, int64_t rank)
     b->ep = layout->ep;
     b->dp = layout->dp > 0 ? layout->dp : 1;
     b->rank = rank;
-    if (layout->kind != RS_LAYOUT_VLLM)
-        return rs__diag_set(b->diag, RS_ERR_INVALID_ARG, "rs_layout_capture "
-                            "takes a vllm layout");
     if (b->tp < 1 || b->pp < 1 || b->ep < 1 ||
         !rs_mul_i64(b->tp, b->pp, &world) || !rs_mul_i64(world, b->dp, &world))
         return rs__vb_fail(b, "tp, pp, ep and dp must be >= 1");
@@ -108,16 +105,25 @@ rs_status_t rs_layout_capture(rs_model_h model, const rs_layout_t *layout,
                               rs_capture_h *capture_p,
                               uint64_t *padding_bytes_p)
 {
+    rs_layout_t checked;
     vb_t b;
     rs_status_t st;
 
     if (model == NULL || layout == NULL || capture_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    if (layout->kind != RS_LAYOUT_VLLM)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_layout_capture "
+                            "takes a vllm layout");
+    /* The spec checks name the failing constraint the way every layout
+     * reports it; the builders below still guard their own arithmetic. */
+    checked = *layout;
+    if ((st = rs_layout_check(&checked, model, diag)) != RS_OK)
+        return st;
     memset(&b, 0, sizeof(b));
     b.model = model;
     b.cfg = rs_model_config(model);
     b.diag = diag;
-    if ((st = place(&b, layout, rank)) != RS_OK)
+    if ((st = place(&b, &checked, rank)) != RS_OK)
         return st;
     if (rs_capture_create(&b.cap) != RS_OK)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
