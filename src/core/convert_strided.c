@@ -2,9 +2,14 @@
  * geometry, drops unit dims, merges dims whose strides chain on both sides,
  * then walks the outer dims and hands each innermost row to the contiguous
  * or the strided kernel. Rows with a large stride on one side are walked in
- * tiles so a transpose touches each cache line once. */
+ * tiles so a transpose touches each cache line once; a true transpose of
+ * 1, 2, 4 or 8 byte elements goes through the register kernels of
+ * transpose.c and leaves each tile as contiguous rows (cast on the way). */
+#include <string.h>
+
 #include "core/checked.h"
 #include "core/convert_impl.h"
+#include "core/transpose.h"
 #include "reshard/convert.h"
 
 #define CV_MAX_DIMS 16
@@ -16,8 +21,16 @@
 #define CV_BLOCK 256
 #endif
 
+/* Register transposes take tiles whose source rows span CV_FAST_ROW bytes
+ * (two cache lines): the tile buffer stays in L1 and every line on either
+ * side is read or written whole while its tile is in flight. */
+#ifndef CV_FAST_ROW
+#define CV_FAST_ROW 128
+#endif
+
 typedef struct cv_geom {
     int ndim;
+    int same; /* equal dtypes: a plain copy */
     int64_t shape[CV_MAX_DIMS];
     int64_t ds[CV_MAX_DIMS], ss[CV_MAX_DIMS];
     size_t dsize, ssize;
@@ -97,6 +110,90 @@ static void run_tile(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* One tile of a true transpose (source contiguous along p, destination along
+ * q): a register transpose into a buffer whose rows are destination rows,
+ * then each row copied (or cast) out contiguously. */
+static void run_tile_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
+                          int p, int q, int64_t np, int64_t nq,
+                          unsigned char *d, const unsigned char *s)
+{
+    unsigned char tmp[CV_FAST_ROW * CV_FAST_ROW];
+    const int64_t edge = CV_FAST_ROW / (int64_t)g->ssize;
+    const size_t row = CV_FAST_ROW, dstep = (size_t)g->ds[p] * g->dsize;
+    rs__transpose_tile(tmp, edge, s, g->ss[q], nq, np, g->ssize);
+    if (g->same && nq == edge) {
+        for (int64_t i = 0; i < np; i++)
+            memcpy(d + (size_t)i * dstep, tmp + (size_t)i * row, CV_FAST_ROW);
+        return;
+    }
+    for (int64_t i = 0; i < np; i++)
+        k->contig(d + (size_t)i * dstep, tmp + (size_t)i * row, (size_t)nq);
+}
+
+/* The pair (p, q) is a true transpose the register kernels can take. */
+static int fast_pair(const cv_geom_t *g, int p, int q)
+{
+    return g->ss[p] == 1 && g->ds[q] == 1 && rs__transpose_ok(g->ssize);
+}
+
+#if defined(__GNUC__)
+#define CV_PREFETCH(addr, rw) __builtin_prefetch((addr), (rw))
+#else
+#define CV_PREFETCH(addr, rw) ((void)(addr))
+#endif
+
+/* Hints for every line of the next tile on both sides (the destination for
+ * writing): a tile touches a hundred or so lines in as many pages, more than
+ * the core would otherwise have in flight. */
+static void prefetch_tile(const cv_geom_t *g, int p, int q, int64_t np,
+                          int64_t nq, const unsigned char *d,
+                          const unsigned char *s)
+{
+    const size_t sbytes = (size_t)np * g->ssize, dbytes = (size_t)nq * g->dsize;
+    for (int64_t j = 0; j < nq; j++)
+        for (size_t b = 0; b < sbytes; b += 64)
+            CV_PREFETCH(s + (size_t)(j * g->ss[q]) * g->ssize + b, 0);
+    for (int64_t i = 0; i < np; i++)
+        for (size_t b = 0; b < dbytes; b += 64)
+            CV_PREFETCH(d + (size_t)(i * g->ds[p]) * g->dsize + b, 1);
+}
+
+/* The tile at (p0, q0) of a true transpose, with hints for the next one
+ * along p (`more`: there is one in this block). */
+static void fast_tile_at(const rs__cv_kernel_t *k, const cv_geom_t *g, int p,
+                         int q, int64_t p0, int64_t q0, int more,
+                         unsigned char *d, const unsigned char *s)
+{
+    const int64_t t = CV_FAST_ROW / (int64_t)g->ssize;
+    const int64_t np = min64(t, g->shape[p] - p0);
+    const int64_t nq = min64(t, g->shape[q] - q0);
+    unsigned char *td = d + (size_t)(p0 * g->ds[p] + q0) * g->dsize;
+    const unsigned char *ts = s + (size_t)(p0 + q0 * g->ss[q]) * g->ssize;
+    if (more)
+        prefetch_tile(g, p, q, min64(t, g->shape[p] - p0 - t), nq,
+                      td + (size_t)(t * g->ds[p]) * g->dsize,
+                      ts + (size_t)t * g->ssize);
+    run_tile_fast(k, g, p, q, np, nq, td, ts);
+}
+
+/* Tiles of a true transpose, in blocks of `blk` x `blk` elements that keep
+ * the pages both sides touch within the TLB's reach. */
+static void run_tiled_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
+                           int p, int q, unsigned char *d,
+                           const unsigned char *s)
+{
+    const int64_t P = g->shape[p], Q = g->shape[q];
+    const int64_t t = CV_FAST_ROW / (int64_t)g->ssize;
+    const int64_t blk = t > CV_BLOCK ? t : CV_BLOCK;
+    for (int64_t bq = 0; bq < Q; bq += blk)
+        for (int64_t bp = 0; bp < P; bp += blk) {
+            const int64_t pend = min64(P, bp + blk);
+            for (int64_t q0 = bq; q0 < min64(Q, bq + blk); q0 += t)
+                for (int64_t p0 = bp; p0 < pend; p0 += t)
+                    fast_tile_at(k, g, p, q, p0, q0, p0 + t < pend, d, s);
+        }
+}
+
 /* Two innermost dims where p is the dim the source is contiguous along and
  * q the one the destination is. Blocks of CV_BLOCK x CV_BLOCK keep the pages
  * both sides touch within the TLB's reach; inside a block, tiles small
@@ -107,6 +204,10 @@ static void run_tiled(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
 {
     const int p = g->ss[r + 1] == 1 ? r + 1 : r, q = p == r ? r + 1 : r;
     const int64_t P = g->shape[p], Q = g->shape[q];
+    if (fast_pair(g, p, q)) {
+        run_tiled_fast(k, g, p, q, d, s);
+        return;
+    }
     for (int64_t bq = 0; bq < Q; bq += CV_BLOCK)
         for (int64_t bp = 0; bp < P; bp += CV_BLOCK)
             for (int64_t q0 = bq; q0 < min64(Q, bq + CV_BLOCK); q0 += CV_TILE)
@@ -180,7 +281,8 @@ rs_status_t rs_convert_strided(rs_dtype_t to, void *dst,
         if (shape[i] == 0)
             return RS_OK;
     }
-    cv_geom_t g = {.dsize = rs_dtype_size(to), .ssize = rs_dtype_size(from)};
+    cv_geom_t g = {.same = to == from, .dsize = rs_dtype_size(to),
+                   .ssize = rs_dtype_size(from)};
     if (!extent_ok(shape, dst_stride, ndim, g.dsize) ||
         !extent_ok(shape, src_stride, ndim, g.ssize) || dst == NULL ||
         src == NULL)
