@@ -558,6 +558,102 @@ static void test_strided_random(void **state)
     }
 }
 
+/* Equal-dtype transposes, both ways round, of every element size the
+ * register kernels take, over every shape up to 67 x 67 (ragged micro-block
+ * and tile edges everywhere) and shapes around the tile (16 to 128
+ * elements) and block (256) edges; guard bytes around the destination. */
+static const rs_dtype_t by_size[] = {RS_DTYPE_U8, RS_DTYPE_BF16, RS_DTYPE_F32,
+                                     RS_DTYPE_I64};
+
+static void check_transpose(rs_dtype_t dt, int64_t rows, int64_t cols,
+                            int64_t pad)
+{
+    static const int id[2] = {0, 1}, tr[2] = {1, 0};
+    const int64_t nopad[2] = {0, 0}, padded[2] = {pad, pad};
+    sgeom_t g = {.ndim = 2, .from = dt, .to = dt};
+    g.shape[0] = rows;
+    g.shape[1] = cols;
+    g.src_elems = layout(g.shape, 2, tr, padded, g.ss);
+    g.dst_elems = layout(g.shape, 2, id, nopad, g.ds);
+    check_strided(&g);
+    g.src_elems = layout(g.shape, 2, id, nopad, g.ss);
+    g.dst_elems = layout(g.shape, 2, tr, padded, g.ds);
+    check_strided(&g);
+}
+
+static void test_transpose_small_shapes(void **state)
+{
+    (void)state;
+    rng_state = 15;
+    for (size_t k = 0; k < 4; k++)
+        for (int64_t r = 1; r <= 67; r++)
+            for (int64_t c = 1; c <= 67; c++)
+                check_transpose(by_size[k], r, c, (r + c) % 3 == 0);
+}
+
+static void test_transpose_tile_edges(void **state)
+{
+    (void)state;
+    static const int64_t sizes[][2] = {
+        {15, 17},  {16, 16},  {31, 33},   {32, 32},   {63, 65},
+        {64, 64},  {127, 129}, {128, 128}, {129, 127}, {255, 257},
+        {256, 256}, {257, 300}, {520, 33}, {33, 520},  {513, 70}};
+    rng_state = 16;
+    for (size_t k = 0; k < 4; k++)
+        for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+            check_transpose(by_size[k], sizes[z][0], sizes[z][1], 0);
+            check_transpose(by_size[k], sizes[z][0], sizes[z][1], 5);
+        }
+}
+
+/* permute(0, 2, 1) of [E, I, H]: a batch of transposes, with and without
+ * padding between rows and batches, as copies and as casts. */
+static void test_transpose_batched(void **state)
+{
+    (void)state;
+    static const int id[3] = {0, 1, 2}, perm[3] = {0, 2, 1};
+    static const int64_t shapes[][3] = {
+        {3, 70, 130}, {5, 64, 64}, {2, 129, 33}, {4, 1, 200}, {3, 200, 1}};
+    static const rs_dtype_t pairs[][2] = {
+        {RS_DTYPE_U8, RS_DTYPE_U8},     {RS_DTYPE_BF16, RS_DTYPE_BF16},
+        {RS_DTYPE_F32, RS_DTYPE_F32},   {RS_DTYPE_F64, RS_DTYPE_F64},
+        {RS_DTYPE_BF16, RS_DTYPE_F32},  {RS_DTYPE_F32, RS_DTYPE_BF16},
+        {RS_DTYPE_F8E4M3, RS_DTYPE_F16}, {RS_DTYPE_F64, RS_DTYPE_F8E5M2}};
+    const int64_t nopad[3] = {0, 0, 0}, pad[3] = {1, 3, 2};
+    rng_state = 17;
+    for (size_t z = 0; z < sizeof(shapes) / sizeof(shapes[0]); z++)
+        for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++)
+            for (int padded = 0; padded < 2; padded++) {
+                sgeom_t g = {.ndim = 3, .from = pairs[k][0],
+                             .to = pairs[k][1]};
+                memcpy(g.shape, shapes[z], sizeof(shapes[z]));
+                g.src_elems = layout(g.shape, 3, perm,
+                                     padded ? pad : nopad, g.ss);
+                g.dst_elems = layout(g.shape, 3, id, padded ? pad : nopad,
+                                     g.ds);
+                check_strided(&g);
+            }
+}
+
+/* A cast through the tiled transpose at sizes crossing tile edges on both
+ * sides, for every float pair. */
+static void test_transpose_casts(void **state)
+{
+    (void)state;
+    static const int id[2] = {0, 1}, tr[2] = {1, 0};
+    static const int64_t nopad[2] = {0, 0};
+    rng_state = 18;
+    for (size_t f = 0; f < NFLOATS; f++)
+        for (size_t t = 0; t < NFLOATS; t++) {
+            sgeom_t g = {.ndim = 2, .from = floats[f], .to = floats[t]};
+            g.shape[0] = 67 + (int64_t)f * 31;
+            g.shape[1] = 129 - (int64_t)t * 13;
+            g.src_elems = layout(g.shape, 2, tr, nopad, g.ss);
+            g.dst_elems = layout(g.shape, 2, id, nopad, g.ds);
+            check_strided(&g);
+        }
+}
+
 static void test_strided_errors(void **state)
 {
     (void)state;
@@ -618,6 +714,10 @@ int main(void)
         cmocka_unit_test(test_strided_ndim0),
         cmocka_unit_test(test_strided_random),
         cmocka_unit_test(test_strided_errors),
+        cmocka_unit_test(test_transpose_small_shapes),
+        cmocka_unit_test(test_transpose_tile_edges),
+        cmocka_unit_test(test_transpose_batched),
+        cmocka_unit_test(test_transpose_casts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
