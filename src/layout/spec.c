@@ -173,12 +173,14 @@ static rs_status_t check_tp(const rs_layout_t *l, const rs_model_config_t *c,
                             (long long)c->kv_heads, (long long)tp);
     if ((c->arch == RS_ARCH_DENSE || c->first_dense > 0) && c->intermediate > 0)
         CHECK_DIV("intermediate size", c->intermediate, "tp", tp);
-    if (c->shared_experts > 0 && c->moe_intermediate > 0)
-        CHECK_DIV("shared experts' intermediate size",
-                  c->shared_experts * c->moe_intermediate, "tp", tp);
+    /* qwen2_moe sizes its shared expert apart; deepseek's shared experts
+     * are fused into one MLP of shared_experts * moe_intermediate. */
     if (c->shared_expert_intermediate > 0)
         CHECK_DIV("shared expert intermediate size",
                   c->shared_expert_intermediate, "tp", tp);
+    else if (c->shared_experts > 0 && c->moe_intermediate > 0)
+        CHECK_DIV("shared experts' intermediate size",
+                  c->shared_experts * c->moe_intermediate, "tp", tp);
     return RS_OK;
 }
 
