@@ -1,8 +1,9 @@
 /* Executor building blocks against memcpy, measured in the same run: each
  * section times an operation and a memcpy of the same output bytes (best of
- * several repetitions) and prints GB/s and the ratio. Sections so far: dtype
- * casts and the rsd64 digest; transport and strided replay sections plug in
- * as further section_* functions called from main.
+ * several repetitions) and prints GB/s and the ratio. Sections: dtype casts,
+ * the rsd64 digest, transports (local and local-mt against memcpy loops) and
+ * strided replay (rs_convert_strided with equal dtypes, as the executor's
+ * full-pull replay runs it: a transpose, a narrow, a batched transpose).
  *
  *   exec_bench [MiB]    (output bytes per operation, default 256) */
 #include <pthread.h>
@@ -324,6 +325,61 @@ static void section_transport(const bench_cfg_t *cfg)
     free(src);
 }
 
+/* Strided replay: rs_convert_strided with equal dtypes over fixed bf16
+ * shapes (independent of the MiB argument), against memcpy of the bytes each
+ * case writes. */
+
+typedef struct replay_ctx {
+    void *dst;
+    const void *src;
+    int ndim;
+    int64_t shape[3], ds[3], ss[3];
+} replay_ctx_t;
+
+static void run_replay(void *ctx)
+{
+    replay_ctx_t *c = ctx;
+    if (rs_convert_strided(RS_DTYPE_BF16, c->dst, c->ds, RS_DTYPE_BF16,
+                           c->src, c->ss, c->ndim, c->shape) != RS_OK) {
+        fprintf(stderr, "exec_bench: rs_convert_strided failed\n");
+        exit(1);
+    }
+}
+
+static void bench_replay(const char *what, replay_ctx_t *c, size_t src_bytes)
+{
+    size_t elems = 1;
+    for (int i = 0; i < c->ndim; i++)
+        elems *= (size_t)c->shape[i];
+    const size_t bytes = elems * 2;
+    c->src = bench_alloc(src_bytes, 0x3f);
+    c->dst = bench_alloc(bytes, 0);
+    double t, base;
+    best_vs_memcpy(run_replay, c, bytes, &t, &base);
+    report(what, bytes, t, base);
+    free(c->dst);
+    free((void *)c->src);
+}
+
+static void section_replay(void)
+{
+    printf("strided replay, bf16 (ratio = rs_convert_strided GB/s over "
+           "memcpy GB/s of the bytes written)\n");
+    const int64_t n = 8192;
+    /* dst[i][j] = src[j][i]: destination rows read source columns. */
+    replay_ctx_t tr = {.ndim = 2, .shape = {n, n}, .ds = {n, 1},
+                       .ss = {1, n}};
+    bench_replay("transpose 8192x8192", &tr, (size_t)(n * n * 2));
+    /* narrow(1, 0, 4096): rows of 4096 out of 8192. */
+    replay_ctx_t nr = {.ndim = 2, .shape = {n, n / 2}, .ds = {n / 2, 1},
+                       .ss = {n, 1}};
+    bench_replay("narrow 8192x(4096 of 8192)", &nr, (size_t)(n * n * 2));
+    /* permute(0, 2, 1) of [64, 1024, 1024]. */
+    replay_ctx_t bt = {.ndim = 3, .shape = {64, 1024, 1024},
+                       .ds = {1 << 20, 1024, 1}, .ss = {1 << 20, 1, 1024}};
+    bench_replay("batched transpose 64x1Kx1K", &bt, (size_t)64 << 21);
+}
+
 int main(int argc, char **argv)
 {
     bench_cfg_t cfg = {(size_t)256 << 20};
@@ -338,5 +394,6 @@ int main(int argc, char **argv)
     section_cast(&cfg);
     section_digest(&cfg);
     section_transport(&cfg);
+    section_replay();
     return 0;
 }
