@@ -19,6 +19,8 @@
 #include "reshard/digest.h"
 #include "reshard/transport.h"
 #include "reshard/exec.h"
+#include "reshard/model.h"
+#include "reshard/layout.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -20,6 +20,9 @@ int rs_cli_plan(int argc, char **argv);
 /* `reshard run ...`: plan and execute locally from shard files. */
 int rs_cli_run(int argc, char **argv);
 
+/* `reshard simulate ...`: plan a whole layout pair, move nothing. */
+int rs_cli_simulate(int argc, char **argv);
+
 /* Digits only: no sign, no blanks, no suffix; 0 on anything else. */
 int rs_cli_parse_u64(const char *s, uint64_t *out);
 

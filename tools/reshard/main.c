@@ -15,6 +15,8 @@ typedef struct verb {
 static const verb_t verbs[] = {
     {"plan", rs_cli_plan,
      "intersect a capture with published shard tables and print the plan"},
+    {"simulate", rs_cli_simulate,
+     "plan every inference rank of a layout pair and report the cost"},
     {"run", rs_cli_run,
      "plan and execute on this machine from shard files, then verify"},
 };
