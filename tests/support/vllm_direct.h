@@ -1,0 +1,55 @@
+/* vLLM's weight loaders rebuilt with plain loops, independent of the layout
+ * code: every parameter an inference rank holds under a vllm layout, filled
+ * from deterministic full tensors (value = f(tensor name, element index)).
+ * Tests of captures and of whole refits compare against it. */
+#ifndef RS_TEST_VLLM_DIRECT_H
+#define RS_TEST_VLLM_DIRECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "reshard/layout.h"
+#include "reshard/model.h"
+
+#define VD_NAME_MAX 160
+
+typedef struct vd_param {
+    char name[VD_NAME_MAX];
+    int ndim;
+    int64_t shape[3];
+    rs_dtype_t dtype;
+    int64_t numel;
+    uint8_t *bytes;  /* the fill byte where nothing is written */
+    int64_t padding; /* elements deliberately left unwritten */
+} vd_param_t;
+
+typedef struct vd_expect {
+    rs_model_h model;
+    const rs_model_config_t *g;
+    int64_t T, P, D, E;   /* the vllm layout */
+    int64_t tp, pp, dp;   /* coordinates of the rank being built */
+    uint8_t fill;         /* prefill of every expected parameter */
+    vd_param_t *p;
+    size_t n, cap;
+} vd_expect_t;
+
+/* Hash of a full tensor's name: the first argument of vd_put_value. */
+uint64_t vd_name_hash(const char *s);
+
+/* Writes element idx of the full tensor whose name hashes to h: bytes that
+ * are a finite value of dtype (never NaN or infinity). */
+void vd_put_value(uint8_t *dst, rs_dtype_t dtype, uint64_t h, int64_t idx);
+
+/* Prepares a builder for a checked vllm layout; parameters start as `fill`. */
+void vd_init(vd_expect_t *x, rs_model_h model, const rs_layout_t *vllm,
+             uint8_t fill);
+
+/* Builds every parameter of vllm rank `rank` (after vd_free of the last). */
+void vd_expect_rank(vd_expect_t *x, int64_t rank);
+
+/* The expected parameter called name, or NULL. */
+const vd_param_t *vd_find(const vd_expect_t *x, const char *name);
+
+/* Frees the parameters; the builder may build another rank. */
+void vd_free(vd_expect_t *x);
+
+#endif
