@@ -3,7 +3,8 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
-DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev
+DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
+               python3 libucx-dev ucx-utils redis-server libhiredis-dev
 
 .PHONY: all deps build build-asan test test-asan demo bench clean
 
