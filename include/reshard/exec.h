@@ -85,6 +85,13 @@ RS_API rs_status_t rs_exec_write_coverage_json(rs_exec_h exec, FILE *out,
 RS_API rs_status_t rs_exec_write_stage_json(rs_exec_h exec, double plan_seconds,
                                             FILE *out, rs_diag_t *diag);
 
+/* Takes the digests to verify against from `sources` (the tables of the
+ * version about to be pulled with this prepared plan): shards are matched by
+ * session, address and tensor. The strings are borrowed until the next call
+ * or destroy. */
+RS_API rs_status_t rs_exec_set_digests(rs_exec_h exec, rs_sources_h sources,
+                                       rs_diag_t *diag);
+
 /* Counters of the last run. */
 typedef struct rs_exec_stats {
     uint64_t runs;

@@ -58,6 +58,7 @@ void rs_exec_destroy(rs_exec_h x)
         return;
     rs__exec_release(x);
     free(x->param_state);
+    free(x->digests);
     free(x->binds);
     free(x);
 }

@@ -56,6 +56,7 @@ struct rs_exec {
     RS_VEC(rs_xcopy_t, casts);
     RS_VEC(rs_piece_t, pieces);  /* sorted by (shard, offset) */
     RS_VEC(size_t, partial);     /* shards with a digest, only partly read */
+    const char **digests;        /* per plan shard, from rs_exec_set_digests */
     unsigned char *verify_buf;   /* for verify_partial */
     uint64_t verify_buf_len;
     uint64_t plan_bytes;

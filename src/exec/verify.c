@@ -75,7 +75,7 @@ static rs_status_t add_pieces(rs_exec_h x, const rs_shard_ref_t *sh, size_t ns,
         uint64_t room = sh[s].addr + sh[s].nbytes - addr;
         uint64_t take = left < room ? left : room;
         rs_piece_t p = {(size_t)s, addr - sh[s].addr, take, at};
-        if (sh[s].digest != NULL && !RS_VEC_PUSH(x, pieces, p))
+        if (!RS_VEC_PUSH(x, pieces, p))
             return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
         addr += take;
         at += take;
@@ -111,17 +111,33 @@ rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
-static rs_status_t compare(rs_exec_h x, const rs_shard_ref_t *s, uint64_t got,
+/* The digest a shard is checked against: the latest one handed to
+ * rs_exec_set_digests, else the plan's. */
+static const char *digest_of(rs_exec_h x, size_t shard)
+{
+    size_t ns;
+    const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
+    if (x->digests != NULL)
+        return x->digests[shard];
+    return sh[shard].digest;
+}
+
+static rs_status_t compare(rs_exec_h x, size_t shard, uint64_t got,
                            rs_diag_t *diag)
 {
+    size_t ns;
+    const rs_shard_ref_t *s = &rs_plan_shards(x->plan, &ns)[shard];
+    const char *digest = digest_of(x, shard);
     uint64_t want;
     char want_s[RS_DIGEST_STR_LEN + 1], got_s[RS_DIGEST_STR_LEN + 1];
-    if (rs_digest_parse(s->digest, &want) != RS_OK)
+    if (digest == NULL)
+        return RS_OK;
+    if (rs_digest_parse(digest, &want) != RS_OK)
         return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': shard of "
                             "session '%s' at addr %llu has a malformed digest "
                             "'%s'", s->tensor,
                             rs_plan_session_name(x->plan, s->session),
-                            (unsigned long long)s->addr, s->digest);
+                            (unsigned long long)s->addr, digest);
     x->stats.shards_verified++;
     if (want == got)
         return RS_OK;
@@ -162,7 +178,8 @@ static rs_status_t verify_partial(rs_exec_h x, const rs_shard_ref_t *sh,
         if (st == RS_OK)
             st = rs_transport_wait(x->t, x->params.timeout_s, diag);
         if (st == RS_OK)
-            st = compare(x, s, rs_digest(x->verify_buf, (size_t)s->nbytes),
+            st = compare(x, x->partial[i],
+                         rs_digest(x->verify_buf, (size_t)s->nbytes),
                          diag);
         if (st != RS_OK)
             return st;
@@ -179,7 +196,8 @@ rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)
         size_t end = group_end(p, x->pieces_len, i);
         const rs_shard_ref_t *s = &sh[p[i].shard];
         if (covered(p, i, end) == s->nbytes) {
-            rs_status_t st = compare(x, s, digest_pieces(p, i, end), diag);
+            rs_status_t st = compare(x, p[i].shard, digest_pieces(p, i, end),
+                                     diag);
             if (st != RS_OK) {
                 x->failure = "digest";
                 return st;
@@ -191,4 +209,35 @@ rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)
     if (st != RS_OK)
         x->failure = "digest";
     return st;
+}
+
+/* Finds the digest the sources publish for a plan shard (same session name
+ * and address), or NULL. */
+static const char *lookup_digest(rs_exec_h x, rs_sources_h sources,
+                                 const rs_shard_ref_t *ref)
+{
+    const char *session = rs_plan_session_name(x->plan, ref->session);
+    for (size_t i = 0; i < rs_sources_num_shards(sources); i++) {
+        rs_shard_desc_t d;
+        rs_sources_shard(sources, i, &d);
+        if (d.addr == ref->addr && strcmp(d.session, session) == 0 &&
+            strcmp(d.tensor, ref->tensor) == 0)
+            return d.digest;
+    }
+    return NULL;
+}
+
+rs_status_t rs_exec_set_digests(rs_exec_h x, rs_sources_h sources,
+                                rs_diag_t *diag)
+{
+    size_t ns;
+    const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
+    const char **d = calloc(ns + 1, sizeof(char *));
+    if (d == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < ns; i++)
+        d[i] = lookup_digest(x, sources, &sh[i]);
+    free(x->digests);
+    x->digests = d;
+    return RS_OK;
 }
