@@ -1,0 +1,113 @@
+/* Refit lifecycles over a directory and a transport. A publisher (one per
+ * trainer rank) registers the shards it owns, exposes them for one-sided
+ * reads and publishes its table for each version; a receiver (one per
+ * inference rank) discovers a READY version, plans its capture against every
+ * table of that version, pulls, verifies and installs. Plans, connections
+ * and prepared descriptors are cached while the topology (every publisher's
+ * identity, shard geometry, addresses and keys) stays the same, and rebuilt
+ * automatically when it changes. */
+#ifndef RESHARD_REFIT_H
+#define RESHARD_REFIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "reshard/capture.h"
+#include "reshard/exec.h"
+#include "reshard/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rs_publisher *rs_publisher_h;
+typedef struct rs_receiver *rs_receiver_h;
+
+typedef struct rs_publisher_params {
+    const char *directory;  /* "file:DIR" or "redis://host:port" */
+    const char *model;
+    int64_t rank, world;    /* this trainer's slot and the slot count */
+    const char *backend;    /* exposer backend: "ucx" (default) or "cma" */
+    const char *session;    /* agent name; default "trainer-<rank>" */
+    int digests;            /* publish an rsd64 digest per shard */
+    double heartbeat_s;     /* heartbeat period; default 1 s, <= 0 none */
+} rs_publisher_params_t;
+
+RS_API void rs_publisher_params_init(rs_publisher_params_t *params);
+RS_API rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
+                                       rs_diag_t *diag,
+                                       rs_publisher_h *publisher_p);
+/* Stops heartbeats, unexposes every region, closes the directory. */
+RS_API void rs_publisher_destroy(rs_publisher_h publisher);
+
+/* Registers one shard: `ptr` holds the row-major box (offset, shape) of the
+ * full tensor. Registration after the first publish is allowed; the next
+ * publish re-exposes (new addresses mean a new topology for receivers). */
+RS_API rs_status_t rs_publisher_register(rs_publisher_h publisher,
+                                         const char *tensor, rs_dtype_t dtype,
+                                         int ndim, const int64_t *full_shape,
+                                         const int64_t *offset,
+                                         const int64_t *shape, void *ptr,
+                                         rs_diag_t *diag);
+
+/* Publishes this rank's table for `version` (creating the version with
+ * `world` slots if needed): the shards' bytes must be final. */
+RS_API rs_status_t rs_publisher_publish(rs_publisher_h publisher,
+                                        int64_t version, rs_diag_t *diag);
+
+/* Waits until `version` is released by the directory (every receiver's
+ * lease ended and someone released it). */
+RS_API rs_status_t rs_publisher_wait_released(rs_publisher_h publisher,
+                                              int64_t version,
+                                              double timeout_s,
+                                              rs_diag_t *diag);
+
+typedef struct rs_receiver_params {
+    const char *directory;
+    const char *model;
+    const char *backend;    /* transport: "ucx" (default) or "cma" */
+    uint64_t salt;          /* replica choice (this rank's index) */
+    const char *holder;     /* lease holder name; default "receiver-<salt>" */
+    double discover_timeout_s; /* waiting for READY; default 60 */
+    double stale_s;         /* publishers silent longer are stale; 0 = off */
+    double lease_ttl_s;     /* default 60 */
+    int release_after;      /* release the version after installing */
+    int64_t max_segments_per_copy; /* 0 = planner default */
+    rs_exec_params_t exec;  /* timeouts, verification, install callback */
+} rs_receiver_params_t;
+
+RS_API void rs_receiver_params_init(rs_receiver_params_t *params);
+
+/* The receiver borrows the capture (it must outlive the receiver). */
+RS_API rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
+                                      rs_capture_h capture, rs_diag_t *diag,
+                                      rs_receiver_h *receiver_p);
+RS_API void rs_receiver_destroy(rs_receiver_h receiver);
+
+/* Binds a capture parameter to its live storage. */
+RS_API rs_status_t rs_receiver_bind(rs_receiver_h receiver, size_t param,
+                                    void *base, uint64_t nbytes,
+                                    rs_diag_t *diag);
+
+typedef struct rs_pull_result {
+    int64_t version;
+    int replanned;          /* 1 when the plan was (re)built for this pull */
+    double discover_s, plan_s, connect_s;
+    rs_exec_stats_t exec;
+} rs_pull_result_t;
+
+/* Discovers `version` (< 0: the newest READY one), plans (or reuses the
+ * cached plan when the topology is unchanged), connects, pulls, verifies and
+ * installs, holding a lease for the duration. On any error the install
+ * callback is not called. */
+RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
+                                    rs_diag_t *diag,
+                                    rs_pull_result_t *result_p);
+
+/* The executor of the last pull (for its stage and coverage records), or
+ * NULL before the first. */
+RS_API rs_exec_h rs_receiver_exec(rs_receiver_h receiver);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
