@@ -21,6 +21,9 @@
 #include "reshard/exec.h"
 #include "reshard/model.h"
 #include "reshard/layout.h"
+#include "reshard/expose.h"
+#include "reshard/dir.h"
+#include "reshard/refit.h"
 
 #ifdef __cplusplus
 extern "C" {
