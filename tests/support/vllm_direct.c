@@ -23,47 +23,63 @@ uint64_t vd_name_hash(const char *s)
     return h;
 }
 
-/* One mixed 64-bit word per element; its low bytes are the element, with
- * the lowest exponent bit cleared when the exponent would be all ones so
- * that floats stay finite (refits compare values that went through casts
- * nowhere, but NaN payloads would make any float comparison meaningless). */
-void vd_put_value(uint8_t *dst, rs_dtype_t dtype, uint64_t h, int64_t idx)
+static inline uint64_t mix(uint64_t h, int64_t idx)
 {
     uint64_t z = h + (uint64_t)idx * 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    return z ^ (z >> 31);
+}
+
+/* Clears the lowest exponent bit when the exponent would be all ones, so
+ * that floats stay finite: NaN payloads would make float comparisons
+ * meaningless wherever a value is compared as a number. */
+static inline uint64_t keep_finite(uint64_t z, rs_dtype_t dtype)
+{
     switch (dtype) {
     case RS_DTYPE_BF16:
-        if ((z & 0x7f80u) == 0x7f80u)
-            z ^= 0x0080u;
-        break;
+        return (z & 0x7f80u) == 0x7f80u ? z ^ 0x0080u : z;
     case RS_DTYPE_F16:
-        if ((z & 0x7c00u) == 0x7c00u)
-            z ^= 0x0400u;
-        break;
+        return (z & 0x7c00u) == 0x7c00u ? z ^ 0x0400u : z;
     case RS_DTYPE_F32:
-        if ((z & 0x7f800000u) == 0x7f800000u)
-            z ^= 0x00800000u;
-        break;
+        return (z & 0x7f800000u) == 0x7f800000u ? z ^ 0x00800000u : z;
     case RS_DTYPE_F64:
-        if ((z & 0x7ff0000000000000ull) == 0x7ff0000000000000ull)
-            z ^= 0x0010000000000000ull;
-        break;
+        return (z & 0x7ff0000000000000ull) == 0x7ff0000000000000ull
+                   ? z ^ 0x0010000000000000ull : z;
     case RS_DTYPE_F8E4M3:
-        if ((z & 0x7fu) == 0x7fu)
-            z ^= 0x08u;
-        break;
+        return (z & 0x7fu) == 0x7fu ? z ^ 0x08u : z;
     case RS_DTYPE_F8E5M2:
-        if ((z & 0x7cu) == 0x7cu)
-            z ^= 0x04u;
-        break;
+        return (z & 0x7cu) == 0x7cu ? z ^ 0x04u : z;
     default:
-        break;
+        return z;
     }
+}
+
+/* The element is the low bytes of one mixed 64-bit word (little-endian). */
+void vd_put_value(uint8_t *dst, rs_dtype_t dtype, uint64_t h, int64_t idx)
+{
+    uint64_t z = keep_finite(mix(h, idx), dtype);
     size_t es = rs_dtype_size(dtype);
     for (size_t k = 0; k < es; k++)
-        dst[k] = (uint8_t)(z >> (8 * k)); /* little-endian element bytes */
+        dst[k] = (uint8_t)(z >> (8 * k));
+}
+
+void vd_put_run(uint8_t *dst, rs_dtype_t dtype, uint64_t h, int64_t idx,
+                int64_t n)
+{
+    if (dtype != RS_DTYPE_BF16) {
+        size_t es = rs_dtype_size(dtype);
+        for (int64_t j = 0; j < n; j++)
+            vd_put_value(dst + (size_t)j * es, dtype, h, idx + j);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) { /* the common case, kept tight */
+        uint64_t z = mix(h, idx + j);
+        if ((z & 0x7f80u) == 0x7f80u)
+            z ^= 0x0080u;
+        dst[2 * j] = (uint8_t)z;
+        dst[2 * j + 1] = (uint8_t)(z >> 8);
+    }
 }
 
 /* ---- expected parameters, built with plain loops --------------------- */
@@ -115,12 +131,9 @@ static void put_block(vd_param_t *p, int64_t base, int64_t width,
     uint64_t h = vd_name_hash(src);
     size_t es = rs_dtype_size(p->dtype);
     assert_true(base >= 0 && base + nrows * width <= p->numel);
-    for (int64_t i = 0; i < nrows; i++) {
-        uint8_t *row = p->bytes + (size_t)(base + i * width) * es;
-        int64_t first = (row0 + i) * src_cols + col0;
-        for (int64_t j = 0; j < width; j++)
-            vd_put_value(row + (size_t)j * es, p->dtype, h, first + j);
-    }
+    for (int64_t i = 0; i < nrows; i++)
+        vd_put_run(p->bytes + (size_t)(base + i * width) * es, p->dtype, h,
+                   (row0 + i) * src_cols + col0, width);
 }
 
 static void lname(char *buf, int64_t l, const char *suffix)

@@ -39,6 +39,10 @@ uint64_t vd_name_hash(const char *s);
  * are a finite value of dtype (never NaN or infinity). */
 void vd_put_value(uint8_t *dst, rs_dtype_t dtype, uint64_t h, int64_t idx);
 
+/* Elements idx .. idx + n - 1 of that tensor, back to back from dst. */
+void vd_put_run(uint8_t *dst, rs_dtype_t dtype, uint64_t h, int64_t idx,
+                int64_t n);
+
 /* Prepares a builder for a checked vllm layout; parameters start as `fill`. */
 void vd_init(vd_expect_t *x, rs_model_h model, const rs_layout_t *vllm,
              uint8_t fill);

@@ -1,0 +1,545 @@
+/* Whole refits between real layouts: every trainer shard materialized with
+ * deterministic contents, every vllm rank captured, planned against all the
+ * published tables and executed by the local transport into parameters
+ * prefilled with 0xEE, then compared byte for byte with the parameters
+ * vLLM's loaders would build straight from the full tensors
+ * (tests/support/vllm_direct.c), with full coverage but for vocab padding. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "reshard/exec.h"
+#include "reshard/layout.h"
+#include "reshard/model.h"
+#include "reshard/plan.h"
+#include "reshard/transport.h"
+#include "vllm_direct.h"
+
+#define PREFILL 0xEE
+
+/* Under AddressSanitizer every byte costs several times more: Qwen2.5-0.5B
+ * then runs with a few of its layers (same shapes, same vocab). */
+#if defined(__SANITIZE_ADDRESS__)
+#define REFIT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REFIT_ASAN 1
+#endif
+#endif
+#ifndef REFIT_ASAN
+#define REFIT_ASAN 0
+#endif
+
+/* ---- trainer memory: one buffer per published shard ----------------- */
+
+typedef struct rank_mem {
+    rs_region_t *regions; /* addr, nbytes, local = the shard's own buffer */
+    size_t n, cap;
+} rank_mem_t;
+
+typedef struct trainer_mem {
+    int64_t world;
+    rank_mem_t *ranks;
+    uint64_t bytes;
+} trainer_mem_t;
+
+/* Element values of a box of a full tensor, row-major over the box: the
+ * value of each element depends on the tensor and its global index only,
+ * so every replica holds the same bytes. */
+static void fill_box(uint8_t *dst, const rs_shard_desc_t *s)
+{
+    int nd = s->ndim;
+    int64_t gstride[RS_MAX_DIMS], m[RS_MAX_DIMS] = {0}, rows = 1;
+    int64_t last = nd > 0 ? s->shape[nd - 1] : 1;
+    uint64_t h = vd_name_hash(s->tensor);
+    for (int d = nd - 1; d >= 0; d--)
+        gstride[d] = d == nd - 1 ? 1 : gstride[d + 1] * s->full_shape[d + 1];
+    for (int d = 0; d < nd - 1; d++)
+        rows *= s->shape[d];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t g = 0;
+        for (int d = 0; d < nd; d++)
+            g += (s->offset[d] + m[d]) * gstride[d];
+        vd_put_run(dst, s->dtype, h, g, last);
+        dst += (size_t)last * s->elsize;
+        for (int d = nd - 2; d >= 0; d--) { /* next row of the box */
+            if (++m[d] < s->shape[d])
+                break;
+            m[d] = 0;
+        }
+    }
+}
+
+typedef struct shard_ctx {
+    rank_mem_t *rank;
+    uint64_t *bytes;
+} shard_ctx_t;
+
+static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *s)
+{
+    shard_ctx_t *c = ctx;
+    rank_mem_t *rm = c->rank;
+    uint64_t numel = 1;
+    assert_int_equal(s->elsize, rs_dtype_size(s->dtype));
+    for (int d = 0; d < s->ndim; d++)
+        numel *= (uint64_t)s->shape[d];
+    if (numel == 0) /* fsdp's trailing empty shards publish no bytes */
+        return RS_OK;
+    uint8_t *buf = malloc(numel * s->elsize);
+    assert_non_null(buf);
+    fill_box(buf, s);
+    if (rm->n == rm->cap) {
+        rm->cap = rm->cap ? 2 * rm->cap : 64;
+        rm->regions = realloc(rm->regions, rm->cap * sizeof(rs_region_t));
+        assert_non_null(rm->regions);
+    }
+    rm->regions[rm->n++] = (rs_region_t){s->addr, numel * s->elsize, buf};
+    *c->bytes += numel * s->elsize;
+    return RS_OK;
+}
+
+static void trainer_materialize(rs_model_h m, const rs_layout_t *l,
+                                trainer_mem_t *tm)
+{
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    tm->world = l->world;
+    tm->bytes = 0;
+    tm->ranks = calloc((size_t)l->world, sizeof(rank_mem_t));
+    assert_non_null(tm->ranks);
+    for (int64_t r = 0; r < l->world; r++) {
+        shard_ctx_t c = {&tm->ranks[r], &tm->bytes};
+        if (rs_layout_trainer_shards(m, l, r, on_shard, &c, &d) != RS_OK)
+            fail_msg("trainer rank %lld: %s", (long long)r, d.msg);
+    }
+}
+
+static void trainer_free(trainer_mem_t *tm)
+{
+    for (int64_t r = 0; r < tm->world; r++) {
+        for (size_t i = 0; i < tm->ranks[r].n; i++)
+            free((void *)tm->ranks[r].regions[i].local);
+        free(tm->ranks[r].regions);
+    }
+    free(tm->ranks);
+}
+
+/* ---- one inference rank ---------------------------------------------- */
+
+typedef struct refit {
+    rs_model_h model;
+    rs_layout_t train, infer;
+    const char *what;     /* "model: train -> infer", for messages */
+    rs_sources_h sources;
+    trainer_mem_t mem;
+} refit_t;
+
+static void connect_sessions(refit_t *rf, rs_transport_h t, rs_plan_h plan)
+{
+    rs_diag_t d;
+    for (uint32_t s = 0; s < rs_plan_num_sessions(plan); s++) {
+        const char *name = rs_plan_session_name(plan, s);
+        long long r = -1;
+        char tail;
+        if (sscanf(name, "trainer-%lld%c", &r, &tail) != 1 || r < 0 ||
+            r >= rf->mem.world)
+            fail_msg("%s: unexpected session %s", rf->what, name);
+        rank_mem_t *rm = &rf->mem.ranks[r];
+        rs_peer_t peer = {name, 0, rm->regions, rm->n, NULL, 0};
+        if (rs_transport_connect(t, s, &peer, &d) != RS_OK)
+            fail_msg("%s: connecting %s: %s", rf->what, name, d.msg);
+    }
+}
+
+static void check_plan(refit_t *rf, int64_t rank, rs_plan_h plan)
+{
+    size_t nunc = 0;
+    const rs_uncovered_t *unc = rs_plan_uncovered(plan, &nunc);
+    if (nunc > 0)
+        fail_msg("%s rank %lld: copy of %s into %s misses %llu elements",
+                 rf->what, (long long)rank, unc[0].src, unc[0].param,
+                 (unsigned long long)unc[0].missing_elements);
+    if (rs_plan_num_fallback(plan) > 0) {
+        const char *src, *why;
+        rs_plan_fallback(plan, 0, &src, &why);
+        fail_msg("%s rank %lld: %s in fallback: %s", rf->what,
+                 (long long)rank, src, why);
+    }
+    assert_true(rs_plan_is_complete(plan));
+}
+
+static void check_coverage(refit_t *rf, int64_t rank, rs_exec_h x,
+                           uint64_t padding)
+{
+    rs_coverage_t cov;
+    rs_diag_t d;
+    assert_int_equal(rs_exec_coverage(x, &d, &cov), RS_OK);
+    if (cov.bytes_total - cov.bytes_covered != padding || cov.bytes_multi)
+        fail_msg("%s rank %lld: %llu of %llu bytes covered (%llu written "
+                 "twice), padding %llu", rf->what, (long long)rank,
+                 (unsigned long long)cov.bytes_covered,
+                 (unsigned long long)cov.bytes_total,
+                 (unsigned long long)cov.bytes_multi,
+                 (unsigned long long)padding);
+}
+
+/* Parameters that differ from the direct build; the first is described in
+ * msg. Also checks names, shapes, dtypes and the padding count. */
+static size_t compare(refit_t *rf, int64_t rank, rs_capture_h cap,
+                      uint8_t **bufs, const vd_expect_t *x, uint64_t padding,
+                      char *msg, size_t msglen)
+{
+    size_t np = rs_capture_num_params(cap), bad = 0;
+    uint64_t expect_pad = 0;
+    assert_int_equal(np, x->n);
+    for (size_t i = 0; i < np; i++) {
+        rs_param_info_t p;
+        rs_capture_param(cap, i, &p);
+        const vd_param_t *e = vd_find(x, p.name);
+        if (e == NULL)
+            fail_msg("%s rank %lld: unexpected parameter %s", rf->what,
+                     (long long)rank, p.name);
+        assert_int_equal(p.ndim, e->ndim);
+        for (int k = 0; k < p.ndim; k++)
+            assert_int_equal(p.shape[k], e->shape[k]);
+        assert_int_equal(p.dtype, e->dtype);
+        expect_pad += (uint64_t)e->padding * rs_dtype_size(e->dtype);
+        if (memcmp(bufs[i], e->bytes, p.nbytes) == 0)
+            continue;
+        uint64_t b = 0;
+        while (bufs[i][b] == e->bytes[b])
+            b++;
+        if (bad++ == 0)
+            snprintf(msg, msglen, "%s rank %lld: %s differs from vLLM's "
+                     "loader at byte %llu of %llu (0x%02x, expected 0x%02x)",
+                     rf->what, (long long)rank, p.name, (unsigned long long)b,
+                     (unsigned long long)p.nbytes, bufs[i][b], e->bytes[b]);
+    }
+    assert_int_equal(expect_pad, padding);
+    return bad;
+}
+
+/* Plans `cap` for `rank`, executes it and returns how many parameters
+ * differ from the direct build in x (0 for a correct refit). */
+static size_t refit_rank(refit_t *rf, int64_t rank, rs_capture_h cap,
+                         uint64_t padding, const vd_expect_t *x, char *msg,
+                         size_t msglen)
+{
+    rs_plan_params_t pp;
+    rs_plan_h plan;
+    rs_transport_h t;
+    rs_exec_h ex;
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    rs_plan_params_init(&pp);
+    pp.replica_salt = (uint64_t)rank;
+    if (rs_plan_build(cap, rf->sources, &pp, &d, &plan) != RS_OK)
+        fail_msg("%s rank %lld: %s", rf->what, (long long)rank, d.msg);
+    check_plan(rf, rank, plan);
+    assert_int_equal(rs_transport_create(NULL, &d, &t), RS_OK);
+    connect_sessions(rf, t, plan);
+    assert_int_equal(rs_exec_create(plan, t, NULL, &d, &ex), RS_OK);
+    check_coverage(rf, rank, ex, padding);
+    size_t np = rs_capture_num_params(cap);
+    uint8_t **bufs = calloc(np + 1, sizeof(uint8_t *));
+    assert_non_null(bufs);
+    for (size_t i = 0; i < np; i++) {
+        rs_param_info_t p;
+        rs_capture_param(cap, i, &p);
+        bufs[i] = malloc(p.nbytes ? p.nbytes : 1);
+        assert_non_null(bufs[i]);
+        memset(bufs[i], PREFILL, p.nbytes);
+        assert_int_equal(rs_exec_bind(ex, i, bufs[i], p.nbytes, &d), RS_OK);
+    }
+    if (rs_exec_run(ex, &d) != RS_OK)
+        fail_msg("%s rank %lld: %s", rf->what, (long long)rank, d.msg);
+    size_t bad = compare(rf, rank, cap, bufs, x, padding, msg, msglen);
+    for (size_t i = 0; i < np; i++)
+        free(bufs[i]);
+    free(bufs);
+    rs_exec_destroy(ex);
+    rs_transport_destroy(t);
+    rs_plan_destroy(plan);
+    return bad;
+}
+
+static rs_capture_h capture(refit_t *rf, int64_t rank, uint64_t *padding)
+{
+    rs_capture_h cap = NULL;
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    if (rs_layout_capture(rf->model, &rf->infer, rank, &d, &cap, padding) !=
+        RS_OK)
+        fail_msg("%s rank %lld: %s", rf->what, (long long)rank, d.msg);
+    return cap;
+}
+
+/* ---- drivers --------------------------------------------------------- */
+
+static void layout(rs_model_h m, const char *spec, rs_layout_t *l)
+{
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    if (rs_layout_parse(spec, &d, l) != RS_OK ||
+        rs_layout_check(l, m, &d) != RS_OK)
+        fail_msg("%s: %s", spec, d.msg);
+}
+
+static void refit_open(refit_t *rf, rs_model_h m, const char *train,
+                       const char *infer, char *what, size_t whatlen)
+{
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    memset(rf, 0, sizeof(*rf));
+    snprintf(what, whatlen, "%s: %s -> %s", rs_model_config(m)->model_type,
+             train, infer);
+    rf->what = what;
+    rf->model = m;
+    layout(m, train, &rf->train);
+    layout(m, infer, &rf->infer);
+    assert_int_equal(rs_sources_create(&rf->sources), RS_OK);
+    if (rs_layout_publish_all(m, &rf->train, rf->sources, &d) != RS_OK)
+        fail_msg("%s: %s", what, d.msg);
+    trainer_materialize(m, &rf->train, &rf->mem);
+    /* every replica set publishes the whole model once */
+    assert_true(rf->mem.bytes >= rs_model_num_bytes(m));
+}
+
+static void refit_close(refit_t *rf)
+{
+    trainer_free(&rf->mem);
+    rs_sources_destroy(rf->sources);
+}
+
+/* Every inference rank of one layout pair. Without expert parallelism the
+ * dp replicas of a rank hold the same parameters, so the direct build of a
+ * (tp, pp) position serves all its replicas. */
+static void check_pair(rs_model_h m, const char *train, const char *infer)
+{
+    refit_t rf;
+    char what[256], msg[512] = "";
+    refit_open(&rf, m, train, infer, what, sizeof(what));
+    int64_t plane = rf.infer.tp * rf.infer.pp, dp = rf.infer.dp;
+    int shared = rf.infer.ep == 1;
+    vd_expect_t x;
+    vd_init(&x, m, &rf.infer, PREFILL);
+    assert_int_equal(rf.infer.world, plane * dp);
+    for (int64_t p = 0; p < plane; p++) {
+        for (int64_t k = 0; k < dp; k++) {
+            int64_t rank = p + plane * k;
+            uint64_t padding = 0;
+            if (k == 0 || !shared) {
+                vd_free(&x);
+                vd_expect_rank(&x, rank);
+            }
+            rs_capture_h cap = capture(&rf, rank, &padding);
+            if (refit_rank(&rf, rank, cap, padding, &x, msg, sizeof(msg)))
+                fail_msg("%s", msg);
+            rs_capture_destroy(cap);
+        }
+    }
+    vd_free(&x);
+    refit_close(&rf);
+}
+
+static rs_model_h load_text(const char *text, const char *origin)
+{
+    rs_diag_t d;
+    rs_model_h m = NULL;
+    rs_diag_clear(&d);
+    if (rs_model_load_string(text, strlen(text), origin, &d, &m) != RS_OK)
+        fail_msg("%s: %s", origin, d.msg);
+    return m;
+}
+
+static char *read_example(const char *file)
+{
+    const char *dir = getenv("RESHARD_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/examples/models/%s", dir ? dir : ".",
+             file);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    char *text = calloc(1, 1 << 20);
+    assert_non_null(text);
+    size_t n = fread(text, 1, (1 << 20) - 1, f);
+    fclose(f);
+    assert_true(n > 0);
+    return text;
+}
+
+/* The bundled config, with num_hidden_layers cut to `layers` when > 0. */
+static rs_model_h load_example(const char *file, int layers)
+{
+    char *text = read_example(file), *fixed = text;
+    if (layers > 0) {
+        const char *key = "\"num_hidden_layers\":";
+        char *at = strstr(text, key);
+        assert_non_null(at);
+        char *end = at + strlen(key);
+        strtol(end, &end, 10);
+        size_t len = strlen(text) + 32;
+        fixed = malloc(len);
+        assert_non_null(fixed);
+        snprintf(fixed, len, "%.*s %d%s", (int)(at + strlen(key) - text), text,
+                 layers, end);
+    }
+    rs_model_h m = load_text(fixed, file);
+    if (fixed != text)
+        free(fixed);
+    free(text);
+    return m;
+}
+
+static void test_qwen2_5_0_5b(void **state)
+{
+    (void)state;
+    rs_model_h m = load_example("qwen2.5-0.5b.json", REFIT_ASAN ? 3 : 0);
+    if (!REFIT_ASAN)
+        assert_int_equal(rs_model_num_params(m), 494032768);
+    /* 14 heads: vllm tp is 1, 2 or 7 */
+    check_pair(m, "fsdp:4", "vllm:tp=2");
+    check_pair(m, "megatron:tp=2,pp=2", "vllm:tp=2");
+    check_pair(m, "megatron:tp=2,dp=2", "vllm:tp=2,dp=2");
+    rs_model_destroy(m);
+}
+
+static void test_tiny_moe(void **state)
+{
+    (void)state;
+    rs_model_h m = load_example("tiny-moe.json", 0);
+    check_pair(m, "fsdp:4", "vllm:tp=2");
+    check_pair(m, "megatron:tp=2,pp=2", "vllm:tp=4");
+    check_pair(m, "megatron:ep=4", "vllm:tp=2,ep=2");
+    check_pair(m, "megatron:tp=2,dp=2", "vllm:tp=2,dp=2");
+    check_pair(m, "megatron:tp=2,ep=4", "vllm:tp=2,ep=4,dp=2");
+    check_pair(m, "megatron:tp=2,ep=2,etp=2", "vllm:tp=4");
+    check_pair(m, "fsdp:3", "vllm:tp=2,pp=3");
+    check_pair(m, "megatron:tp=4,pp=3,ep=2", "vllm:tp=1,ep=2,dp=2");
+    rs_model_destroy(m);
+}
+
+static void test_tiny_deepseek(void **state)
+{
+    (void)state;
+    rs_model_h m = load_example("tiny-deepseek.json", 0);
+    check_pair(m, "fsdp:4", "vllm:tp=2");
+    check_pair(m, "megatron:tp=2,pp=2", "vllm:tp=4");
+    check_pair(m, "megatron:ep=4", "vllm:tp=2,ep=2");
+    check_pair(m, "megatron:tp=2,dp=2,ep=2", "vllm:tp=2,dp=2,ep=4");
+    check_pair(m, "megatron:tp=4,pp=3", "vllm:tp=2,pp=2,dp=2");
+    rs_model_destroy(m);
+}
+
+static void test_tiny_llama(void **state)
+{
+    (void)state;
+    rs_model_h m = load_example("tiny-llama.json", 0);
+    check_pair(m, "fsdp:4", "vllm:tp=2");
+    check_pair(m, "megatron:tp=2,pp=2", "vllm:tp=4");
+    check_pair(m, "megatron:tp=4,dp=2", "vllm:tp=2,pp=2,dp=2");
+    rs_model_destroy(m);
+}
+
+/* ---- the comparison catches a broken refit --------------------------- */
+
+/* A copy of `cap` in which copies a and b trade destination offsets: what a
+ * planner or layout that sends the gate rows of an expert where its up rows
+ * belong would produce. */
+static rs_capture_h swapped(rs_capture_h cap, size_t a, size_t b)
+{
+    rs_capture_h out;
+    assert_int_equal(rs_capture_create(&out), RS_OK);
+    for (size_t i = 0; i < rs_capture_num_params(cap); i++) {
+        rs_param_info_t p;
+        rs_capture_param(cap, i, &p);
+        assert_int_equal(rs_capture_add_param(out, p.name, p.ndim, p.shape,
+                                              p.dtype, NULL), RS_OK);
+    }
+    rs_copy_desc_t ca, cb;
+    rs_capture_copy(cap, a, &ca);
+    rs_capture_copy(cap, b, &cb);
+    for (size_t i = 0; i < rs_capture_num_copies(cap); i++) {
+        rs_copy_desc_t c;
+        rs_capture_copy(cap, i, &c);
+        if (i == a)
+            c.dest_offset = cb.dest_offset;
+        else if (i == b)
+            c.dest_offset = ca.dest_offset;
+        assert_int_equal(rs_capture_add_copy(out, &c, NULL), RS_OK);
+    }
+    return out;
+}
+
+/* Two copies of the same shape into the same parameter, different
+ * sources (the gate and up halves of an expert's w13 slot, say). */
+static int find_twins(rs_capture_h cap, size_t *a_p, size_t *b_p)
+{
+    size_t n = rs_capture_num_copies(cap);
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = a + 1; b < n; b++) {
+            rs_copy_desc_t ca, cb;
+            rs_capture_copy(cap, a, &ca);
+            rs_capture_copy(cap, b, &cb);
+            if (strcmp(ca.param, cb.param) != 0 ||
+                strcmp(ca.src, cb.src) == 0 || ca.ndim != cb.ndim ||
+                ca.dest_offset == cb.dest_offset)
+                continue;
+            int same = 1;
+            for (int k = 0; k < ca.ndim; k++)
+                same &= ca.dest_shape[k] == cb.dest_shape[k] &&
+                        ca.dest_stride[k] == cb.dest_stride[k];
+            if (same) {
+                *a_p = a;
+                *b_p = b;
+                return 1;
+            }
+        }
+    return 0;
+}
+
+static void test_detects_broken_refit(void **state)
+{
+    (void)state;
+    rs_model_h m = load_example("tiny-moe.json", 0);
+    refit_t rf;
+    char what[256], msg[512] = "";
+    refit_open(&rf, m, "megatron:tp=2,ep=2", "vllm:tp=2", what, sizeof(what));
+    vd_expect_t x;
+    vd_init(&x, m, &rf.infer, PREFILL);
+    vd_expect_rank(&x, 1);
+    uint64_t padding = 0;
+    rs_capture_h cap = capture(&rf, 1, &padding);
+    assert_int_equal(refit_rank(&rf, 1, cap, padding, &x, msg, sizeof(msg)), 0);
+    size_t a = 0, b = 0;
+    assert_true(find_twins(cap, &a, &b));
+    rs_capture_h bad = swapped(cap, a, b);
+    rs_copy_desc_t ca;
+    rs_capture_copy(cap, a, &ca);
+    assert_int_equal(refit_rank(&rf, 1, bad, padding, &x, msg, sizeof(msg)), 1);
+    assert_non_null(strstr(msg, ca.param));
+    rs_capture_destroy(bad);
+    rs_capture_destroy(cap);
+    vd_free(&x);
+    refit_close(&rf);
+    rs_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detects_broken_refit),
+        cmocka_unit_test(test_tiny_llama),
+        cmocka_unit_test(test_tiny_moe),
+        cmocka_unit_test(test_tiny_deepseek),
+        cmocka_unit_test(test_qwen2_5_0_5b),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
