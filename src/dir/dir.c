@@ -1,0 +1,288 @@
+/* The version directory's public entry points: URL parsing, the checks
+ * every backend shares (names, versions, slots, ttls), and dispatch through
+ * the backend's ops table. Waiting lives in dir_wait.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "dir/dir_impl.h"
+
+static const struct {
+    const char *prefix;
+    const rs_dir_ops_t *ops;
+} schemes[] = {
+    {"file:", &rs__dir_file},
+    {"redis://", &rs__dir_redis},
+};
+
+rs_status_t rs__dir_unsupported(rs_dir_h dir, rs_dir_req_t *req,
+                                rs_diag_t *diag)
+{
+    (void)req;
+    return rs__diag_set(diag, RS_ERR_UNSUPPORTED,
+                        "directory backend '%s': operation not supported",
+                        dir != NULL ? dir->ops->name : "?");
+}
+
+const char *rs__dir_state_name(rs_version_state_t state)
+{
+    switch (state) {
+    case RS_VERSION_PENDING: return "PENDING";
+    case RS_VERSION_READY: return "READY";
+    case RS_VERSION_RELEASED: return "RELEASED";
+    }
+    return "MISSING";
+}
+
+rs_status_t rs_dir_open(const char *url, rs_diag_t *diag, rs_dir_h *dir_p)
+{
+    if (url == NULL || dir_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "rs_dir_open: NULL url or output");
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
+        size_t plen = strlen(schemes[i].prefix);
+        if (strncmp(url, schemes[i].prefix, plen) != 0)
+            continue;
+        rs_dir_h dir = calloc(1, sizeof(*dir));
+        if (dir == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
+                                "memory");
+        dir->ops = schemes[i].ops;
+        rs_status_t st = dir->ops->open(dir, url + plen, diag);
+        if (st != RS_OK) {
+            free(dir);
+            return st;
+        }
+        *dir_p = dir;
+        return RS_OK;
+    }
+    /* the URL is not echoed: it may hold a password */
+    return rs__diag_set(diag, RS_ERR_INPUT, "directory URL: unknown scheme "
+                        "(expected file:DIR or "
+                        "redis://[:password@]host:port)");
+}
+
+void rs_dir_close(rs_dir_h dir)
+{
+    if (dir == NULL)
+        return;
+    dir->ops->close(dir);
+    free(dir);
+}
+
+/* Names become file names and key parts: a conservative alphabet keeps
+ * both safe ('/', ':', braces and spaces are refused). */
+static rs_status_t check_name(const char *kind, const char *name,
+                              rs_diag_t *diag)
+{
+    if (name == NULL || name[0] == '\0')
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s name is empty", kind);
+    size_t n = strnlen(name, RS_DIR_NAME_MAX + 1);
+    if (n > RS_DIR_NAME_MAX)
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s name is longer than %d "
+                            "characters", kind, RS_DIR_NAME_MAX);
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s name '%s' is not "
+                            "allowed", kind, name);
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                 (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return rs__diag_set(diag, RS_ERR_INPUT, "%s name '%s': "
+                                "character %zu is not one of "
+                                "[A-Za-z0-9._-]", kind, name, i);
+    }
+    return RS_OK;
+}
+
+/* Common checks of (dir, model, version); fills the request's key. */
+static rs_status_t start(rs_dir_h dir, const char *model, int64_t version,
+                         rs_diag_t *diag, rs_dir_req_t *req)
+{
+    if (dir == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL directory");
+    rs_status_t st = check_name("model", model, diag);
+    if (st != RS_OK)
+        return st;
+    if (version < 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "model '%s': version %lld "
+                            "is negative", model, (long long)version);
+    memset(req, 0, sizeof(*req));
+    req->model = model;
+    req->version = version;
+    return RS_OK;
+}
+
+static rs_status_t check_slot(const rs_dir_req_t *req, int64_t slot,
+                              rs_diag_t *diag)
+{
+    if (slot < 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': slot "
+                            "%lld is negative", (long long)req->version,
+                            req->model, (long long)slot);
+    return RS_OK;
+}
+
+rs_status_t rs_dir_create_version(rs_dir_h dir, const char *model,
+                                  int64_t version, int64_t slots,
+                                  rs_diag_t *diag)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st != RS_OK)
+        return st;
+    if (slots < 1 || slots > RS_DIR_SLOTS_MAX)
+        return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': %lld "
+                            "slots (expected 1 to %lld)", (long long)version,
+                            model, (long long)slots,
+                            (long long)RS_DIR_SLOTS_MAX);
+    req.slots = slots;
+    return dir->ops->create(dir, &req, diag);
+}
+
+rs_status_t rs_dir_publish(rs_dir_h dir, const char *model, int64_t version,
+                           int64_t slot, const void *table, size_t len,
+                           rs_diag_t *diag)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st == RS_OK)
+        st = check_slot(&req, slot, diag);
+    if (st != RS_OK)
+        return st;
+    if (table == NULL && len > 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_publish: NULL "
+                            "table of %zu bytes", len);
+    if (len > RS_DIR_TABLE_MAX)
+        return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': slot "
+                            "%lld table is %zu bytes, more than the %zu-byte "
+                            "limit", (long long)version, model,
+                            (long long)slot, len, RS_DIR_TABLE_MAX);
+    req.slot = slot;
+    req.table = table != NULL ? table : "";
+    req.len = len;
+    return dir->ops->publish(dir, &req, diag);
+}
+
+rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model, int64_t version,
+                             int64_t slot, rs_diag_t *diag)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st == RS_OK)
+        st = check_slot(&req, slot, diag);
+    if (st != RS_OK)
+        return st;
+    req.slot = slot;
+    return dir->ops->heartbeat(dir, &req, diag);
+}
+
+rs_status_t rs_dir_info(rs_dir_h dir, const char *model, int64_t version,
+                        rs_diag_t *diag, rs_version_info_t *info_p)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st != RS_OK)
+        return st;
+    if (info_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_info: NULL "
+                            "output");
+    st = dir->ops->lookup(dir, &req, diag);
+    if (st != RS_OK)
+        return st;
+    if (req.info.state == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "model '%s' has no version "
+                            "%lld", model, (long long)version);
+    *info_p = req.info;
+    return RS_OK;
+}
+
+rs_status_t rs_dir_read(rs_dir_h dir, const char *model, int64_t version,
+                        int64_t slot, rs_diag_t *diag, void **table_p,
+                        size_t *len_p)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st == RS_OK)
+        st = check_slot(&req, slot, diag);
+    if (st != RS_OK)
+        return st;
+    if (table_p == NULL || len_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read: NULL "
+                            "output");
+    req.slot = slot;
+    st = dir->ops->read(dir, &req, diag);
+    if (st != RS_OK)
+        return st;
+    *table_p = req.data;
+    *len_p = req.data_len;
+    return RS_OK;
+}
+
+rs_status_t rs_dir_list(rs_dir_h dir, const char *model, rs_diag_t *diag,
+                        rs_version_info_t **infos_p, size_t *count_p)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, 0, diag, &req);
+    if (st != RS_OK)
+        return st;
+    if (infos_p == NULL || count_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_list: NULL "
+                            "output");
+    st = dir->ops->list(dir, &req, diag);
+    if (st != RS_OK)
+        return st;
+    *infos_p = req.infos;
+    *count_p = req.count;
+    return RS_OK;
+}
+
+rs_status_t rs_dir_lease(rs_dir_h dir, const char *model, int64_t version,
+                         const char *holder, double ttl_s, rs_diag_t *diag)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st == RS_OK)
+        st = check_name("lease holder", holder, diag);
+    if (st != RS_OK)
+        return st;
+    if (!isfinite(ttl_s) || ttl_s <= 0 || ttl_s > 1e9)
+        return rs__diag_set(diag, RS_ERR_INPUT, "lease '%s' on version %lld "
+                            "of '%s': ttl %g s (expected more than 0, at most "
+                            "1e9)", holder, (long long)version, model, ttl_s);
+    req.holder = holder;
+    req.ttl_s = ttl_s;
+    return dir->ops->lease(dir, &req, diag);
+}
+
+rs_status_t rs_dir_unlease(rs_dir_h dir, const char *model, int64_t version,
+                           const char *holder, rs_diag_t *diag)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st == RS_OK)
+        st = check_name("lease holder", holder, diag);
+    if (st != RS_OK)
+        return st;
+    req.holder = holder;
+    return dir->ops->unlease(dir, &req, diag);
+}
+
+rs_status_t rs_dir_release(rs_dir_h dir, const char *model, int64_t version,
+                           rs_diag_t *diag)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st != RS_OK)
+        return st;
+    return dir->ops->release(dir, &req, diag);
+}
+
+/* For dir_wait.c: the same checks as the public calls. */
+rs_status_t rs__dir_start(rs_dir_h dir, const char *model, int64_t version,
+                          rs_diag_t *diag, rs_dir_req_t *req)
+{
+    return start(dir, model, version, diag, req);
+}

@@ -1,0 +1,85 @@
+/* The backend ops table behind rs_dir_h and the request record every op
+ * takes. dir.c parses the URL, validates arguments once and dispatches;
+ * backends (file.c, redis.c) only implement storage and atomicity. */
+#ifndef RS_DIR_DIR_IMPL_H
+#define RS_DIR_DIR_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reshard/dir.h"
+
+/* Limits shared by both backends (checked in dir.c). */
+#define RS_DIR_NAME_MAX 128              /* model and holder names */
+#define RS_DIR_SLOTS_MAX ((int64_t)1 << 20)
+#define RS_DIR_TABLE_MAX ((size_t)256 << 20)
+
+/* One request: the inputs an op needs (already validated) and the outputs
+ * it fills on success. One record for every op keeps a single signature, so
+ * one stub can stand for any op a backend lacks. */
+typedef struct rs_dir_req {
+    const char *model;
+    int64_t version;
+    int64_t slot;        /* publish, heartbeat, read */
+    int64_t slots;       /* create */
+    const void *table;   /* publish */
+    size_t len;          /* publish */
+    const char *holder;  /* lease, unlease */
+    double ttl_s;        /* lease */
+
+    /* lookup: state 0 when the version does not exist */
+    rs_version_info_t info;
+    /* slot_status: caller-provided arrays of info.slots entries; age is
+     * seconds since the slot's last heartbeat or publish, < 0 if none */
+    uint8_t *present;
+    double *age;
+    /* read */
+    void *data;
+    size_t data_len;
+    /* list (ascending) */
+    rs_version_info_t *infos;
+    size_t count;
+} rs_dir_req_t;
+
+typedef rs_status_t (*rs_dir_op_fn)(rs_dir_h dir, rs_dir_req_t *req,
+                                    rs_diag_t *diag);
+
+typedef struct rs_dir_ops {
+    const char *name;
+    /* `target` is the URL without its scheme ("DIR", "host:port") */
+    rs_status_t (*open)(rs_dir_h dir, const char *target, rs_diag_t *diag);
+    void (*close)(rs_dir_h dir);
+    rs_dir_op_fn create;
+    rs_dir_op_fn publish;
+    rs_dir_op_fn heartbeat;
+    rs_dir_op_fn lookup;
+    rs_dir_op_fn slot_status;
+    rs_dir_op_fn read;
+    rs_dir_op_fn list;
+    rs_dir_op_fn lease;
+    rs_dir_op_fn unlease;
+    rs_dir_op_fn release;
+} rs_dir_ops_t;
+
+struct rs_dir {
+    const rs_dir_ops_t *ops;
+    void *priv; /* the backend's own state */
+};
+
+/* Shared stub for operations a backend does not support. */
+rs_status_t rs__dir_unsupported(rs_dir_h dir, rs_dir_req_t *req,
+                                rs_diag_t *diag);
+
+/* The checks every public call makes of (dir, model, version), filling the
+ * request's key; for dir_wait.c. */
+rs_status_t rs__dir_start(rs_dir_h dir, const char *model, int64_t version,
+                          rs_diag_t *diag, rs_dir_req_t *req);
+
+/* Name of a state as written in files, keys and messages. */
+const char *rs__dir_state_name(rs_version_state_t state);
+
+/* Registered backends. */
+extern const rs_dir_ops_t rs__dir_file;
+extern const rs_dir_ops_t rs__dir_redis;
+
+#endif

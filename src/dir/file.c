@@ -1,0 +1,331 @@
+/* The file:DIR directory backend: one directory per model and version
+ * (DIR/<model>/<version>/) holding meta, slot tables, heartbeats, leases and
+ * the READY and RELEASED markers (docs/formats.md, "Directory"). This file
+ * opens the root, creates versions, answers lookups and lists; publishing
+ * and leases are in file_publish.c and file_lease.c. */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/diag.h"
+#include "dir/file_impl.h"
+
+/* mkdir -p: every missing component of path. */
+static rs_status_t make_dirs(const char *path, rs_diag_t *diag)
+{
+    char buf[PATH_MAX];
+    size_t n = strlen(path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return rs__diag_set(diag, RS_ERR_IO, "directory %s: cannot "
+                                "create %s: %s", path, buf, strerror(errno));
+        buf[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return rs__diag_set(diag, RS_ERR_IO, "directory %s: not a directory",
+                            path);
+    return RS_OK;
+}
+
+static rs_status_t file_open(rs_dir_h dir, const char *target,
+                             rs_diag_t *diag)
+{
+    size_t n = strlen(target);
+    while (n > 1 && target[n - 1] == '/')
+        n--;
+    if (n == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "directory URL 'file:': "
+                            "expected file:DIR with a directory path");
+    if (n + 64 + 2 * RS_DIR_NAME_MAX >= PATH_MAX)
+        return rs__diag_set(diag, RS_ERR_INPUT, "directory URL 'file:%s': "
+                            "path too long", target);
+    rs_fdir_t *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
+                            "memory");
+    memcpy(f->root, target, n);
+    f->root[n] = '\0';
+    rs_status_t st = make_dirs(f->root, diag);
+    if (st != RS_OK) {
+        free(f);
+        return st;
+    }
+    dir->priv = f;
+    return RS_OK;
+}
+
+static void file_close(rs_dir_h dir)
+{
+    free(dir->priv);
+}
+
+/* meta: {"format": "reshard.dir.v1", "slots": N}. */
+static rs_status_t parse_meta(const char *path, const char *text, size_t len,
+                              rs_diag_t *diag, int64_t *slots_p)
+{
+    json_error_t err;
+    json_t *root = json_loadb(text, len, 0, &err);
+    json_t *slots = json_object_get(root, "slots");
+    json_t *format = json_object_get(root, "format");
+    int ok = json_is_integer(slots) && json_integer_value(slots) >= 1 &&
+             json_is_string(format) &&
+             strcmp(json_string_value(format), RS_FDIR_META_FORMAT) == 0;
+    if (ok)
+        *slots_p = json_integer_value(slots);
+    json_decref(root);
+    if (!ok)
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s: expected {\"format\": "
+                            "\"%s\", \"slots\": N >= 1}", path,
+                            RS_FDIR_META_FORMAT);
+    return RS_OK;
+}
+
+static rs_status_t read_slots(const char *vdir, rs_diag_t *diag,
+                              int64_t *slots_p)
+{
+    char path[PATH_MAX], *text = NULL;
+    size_t len;
+    int absent;
+    rs__fdir_join(vdir, RS_FDIR_META, path);
+    rs_status_t st = rs__fdir_read(path, 4096, diag, &absent, &text, &len);
+    if (st != RS_OK)
+        return st;
+    *slots_p = 0;
+    if (!absent)
+        st = parse_meta(path, text, len, diag, slots_p);
+    free(text);
+    return st;
+}
+
+/* Marks present[i] for every slot table in vdir (slot < n); counts them. */
+static rs_status_t scan_slots(const char *vdir, int64_t n, uint8_t *present,
+                              rs_diag_t *diag, int64_t *count_p)
+{
+    DIR *d = opendir(vdir);
+    if (d == NULL && errno == ENOENT) {
+        *count_p = 0;
+        return RS_OK;
+    }
+    if (d == NULL)
+        return rs__diag_set(diag, RS_ERR_IO, "cannot list %s: %s", vdir,
+                            strerror(errno));
+    int64_t count = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long slot;
+        char canon[64];
+        if (sscanf(e->d_name, "slot-%lld", &slot) != 1 || slot < 0 ||
+            slot >= n)
+            continue;
+        rs__fdir_slot_name(slot, canon); /* only our own spelling counts */
+        if (strcmp(canon, e->d_name) != 0)
+            continue;
+        count++;
+        if (present != NULL)
+            present[slot] = 1;
+    }
+    closedir(d);
+    *count_p = count;
+    return RS_OK;
+}
+
+rs_status_t rs__fdir_scan_slots(const char *vdir, int64_t n, uint8_t *present,
+                                rs_diag_t *diag, int64_t *count_p)
+{
+    return scan_slots(vdir, n, present, diag, count_p);
+}
+
+/* Tables are counted before the markers are looked at: READY is only ever
+ * created after the last table and tables are only removed after RELEASED,
+ * so no reader sees READY with a table missing. */
+rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
+                            rs_diag_t *diag, rs_version_info_t *info_p)
+{
+    char vdir[PATH_MAX], marker[PATH_MAX];
+    rs_version_info_t info = {.version = req->version};
+    rs_status_t st = rs__fdir_path(dir, req, NULL, diag, vdir);
+    if (st == RS_OK)
+        st = read_slots(vdir, diag, &info.slots);
+    if (st == RS_OK && info.slots > 0)
+        st = scan_slots(vdir, info.slots, NULL, diag, &info.published);
+    if (st != RS_OK)
+        return st;
+    if (info.slots > 0) {
+        info.state = RS_VERSION_PENDING;
+        rs__fdir_join(vdir, RS_FDIR_RELEASED, marker);
+        if (rs__fdir_exists(marker)) {
+            info.state = RS_VERSION_RELEASED;
+            info.published = 0;
+        } else {
+            rs__fdir_join(vdir, RS_FDIR_READY, marker);
+            if (rs__fdir_exists(marker))
+                info.state = RS_VERSION_READY;
+        }
+    }
+    *info_p = info;
+    return RS_OK;
+}
+
+rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
+                              rs_diag_t *diag, rs_version_info_t *info_p)
+{
+    rs_version_info_t info;
+    rs_status_t st = rs__fdir_lookup(dir, req, diag, &info);
+    if (st != RS_OK)
+        return st;
+    if (info.state == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s' was "
+                            "never created", (long long)req->version,
+                            req->model);
+    *info_p = info;
+    return RS_OK;
+}
+
+static rs_status_t file_lookup(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag)
+{
+    return rs__fdir_lookup(dir, req, diag, &req->info);
+}
+
+static rs_status_t check_same_slots(const rs_dir_req_t *req, const char *vdir,
+                                    rs_diag_t *diag)
+{
+    int64_t slots;
+    rs_status_t st = read_slots(vdir, diag, &slots);
+    if (st == RS_OK && slots != req->slots)
+        st = rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s' exists "
+                          "with %lld slots, not %lld", (long long)req->version,
+                          req->model, (long long)slots, (long long)req->slots);
+    return st;
+}
+
+/* meta is linked into place: of two racing creators exactly one writes it,
+ * the other compares slot counts. */
+static rs_status_t file_create(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag)
+{
+    char vdir[PATH_MAX], tmp[PATH_MAX], meta[PATH_MAX], text[128];
+    rs_status_t st = rs__fdir_path(dir, req, NULL, diag, vdir);
+    if (st == RS_OK)
+        st = make_dirs(vdir, diag);
+    if (st != RS_OK)
+        return st;
+    rs__fdir_join(vdir, RS_FDIR_META, meta);
+    if (rs__fdir_exists(meta))
+        return check_same_slots(req, vdir, diag);
+    int n = snprintf(text, sizeof(text), "{\"format\": \"%s\", \"slots\": "
+                     "%lld}\n", RS_FDIR_META_FORMAT, (long long)req->slots);
+    st = rs__fdir_write_tmp(vdir, RS_FDIR_META, text, (size_t)n, diag, tmp);
+    if (st != RS_OK)
+        return st;
+    int rc = link(tmp, meta), err = errno;
+    unlink(tmp);
+    if (rc != 0 && err == EEXIST)
+        return check_same_slots(req, vdir, diag);
+    if (rc != 0)
+        return rs__diag_set(diag, RS_ERR_IO, "cannot create %s: %s", meta,
+                            strerror(err));
+    rs__fdir_sync_dir(vdir);
+    return RS_OK;
+}
+
+/* Version directory names: decimal, no sign, no leading zero. */
+static int parse_version(const char *name, int64_t *v_p)
+{
+    if (name[0] < '0' || name[0] > '9' || (name[0] == '0' && name[1] != '\0'))
+        return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(name, &end, 10);
+    if (*end != '\0' || errno != 0)
+        return 0;
+    *v_p = v;
+    return 1;
+}
+
+static int cmp_info(const void *a, const void *b)
+{
+    int64_t x = ((const rs_version_info_t *)a)->version;
+    int64_t y = ((const rs_version_info_t *)b)->version;
+    return (x > y) - (x < y);
+}
+
+static rs_status_t list_add(rs_dir_h dir, rs_dir_req_t *req, int64_t v,
+                            size_t *cap, rs_diag_t *diag)
+{
+    rs_dir_req_t one = *req;
+    rs_version_info_t info;
+    one.version = v;
+    rs_status_t st = rs__fdir_lookup(dir, &one, diag, &info);
+    if (st != RS_OK || info.state == 0) /* 0: still being created */
+        return st;
+    if (req->count == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        void *p = realloc(req->infos, ncap * sizeof(*req->infos));
+        if (p == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
+                                "memory");
+        req->infos = p;
+        *cap = ncap;
+    }
+    req->infos[req->count++] = info;
+    return RS_OK;
+}
+
+static rs_status_t file_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    const rs_fdir_t *f = dir->priv;
+    char mdir[PATH_MAX];
+    rs__fdir_join(f->root, req->model, mdir);
+    req->infos = NULL;
+    req->count = 0;
+    DIR *d = opendir(mdir);
+    if (d == NULL)
+        return errno == ENOENT ? RS_OK
+                               : rs__diag_set(diag, RS_ERR_IO, "cannot list "
+                                              "%s: %s", mdir, strerror(errno));
+    size_t cap = 0;
+    rs_status_t st = RS_OK;
+    struct dirent *e;
+    while (st == RS_OK && (e = readdir(d)) != NULL) {
+        int64_t v;
+        if (parse_version(e->d_name, &v))
+            st = list_add(dir, req, v, &cap, diag);
+    }
+    closedir(d);
+    if (st != RS_OK) {
+        free(req->infos);
+        req->infos = NULL;
+        return st;
+    }
+    if (req->count > 1)
+        qsort(req->infos, req->count, sizeof(*req->infos), cmp_info);
+    return RS_OK;
+}
+
+const rs_dir_ops_t rs__dir_file = {
+    .name = "file",
+    .open = file_open,
+    .close = file_close,
+    .create = file_create,
+    .publish = rs__fdir_publish,
+    .heartbeat = rs__fdir_heartbeat,
+    .lookup = file_lookup,
+    .slot_status = rs__fdir_slot_status,
+    .read = rs__fdir_read_slot,
+    .list = file_list,
+    .lease = rs__fdir_lease,
+    .unlease = rs__fdir_unlease,
+    .release = rs__fdir_release,
+};

@@ -1,0 +1,100 @@
+/* Shared pieces of the file:DIR directory backend: the layout of a version
+ * directory (DIR/<model>/<version>/...), atomic file writes, whole-file
+ * reads, the per-version lock and the wall clock all publishers share. */
+#ifndef RS_DIR_FILE_IMPL_H
+#define RS_DIR_FILE_IMPL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dir/dir_impl.h"
+
+#define RS_FDIR_META "meta"
+#define RS_FDIR_READY "READY"
+#define RS_FDIR_RELEASED "RELEASED"
+#define RS_FDIR_LOCK "lock"
+#define RS_FDIR_META_FORMAT "reshard.dir.v1"
+
+typedef struct rs_fdir {
+    char root[PATH_MAX];
+} rs_fdir_t;
+
+/* A version's directory and, when name != NULL, a file inside it. */
+rs_status_t rs__fdir_path(rs_dir_h dir, const rs_dir_req_t *req,
+                          const char *name, rs_diag_t *diag,
+                          char out[PATH_MAX]);
+
+/* dir/name into out. Names are bounded (RS_DIR_NAME_MAX) and the root's
+ * length is checked at open, so every join fits. */
+void rs__fdir_join(const char *dir, const char *name, char out[PATH_MAX]);
+
+/* Seconds since the epoch (CLOCK_REALTIME): every process on the machine,
+ * and every machine on a time-synchronised shared filesystem, agrees. */
+double rs__fdir_now(void);
+
+/* 1 if the path exists, 0 if not. */
+int rs__fdir_exists(const char *path);
+
+/* Writes data to a new temporary file in dir (fsynced); its path goes to
+ * tmp. The caller renames or links it into place and unlinks it. */
+rs_status_t rs__fdir_write_tmp(const char *dir, const char *name,
+                               const void *data, size_t len, rs_diag_t *diag,
+                               char tmp[PATH_MAX]);
+
+/* Replaces dir/name atomically with data (temporary file, fsync, rename). */
+rs_status_t rs__fdir_replace(const char *dir, const char *name,
+                             const void *data, size_t len, rs_diag_t *diag);
+
+/* Flushes a directory's entries (after a rename, link or create). */
+void rs__fdir_sync_dir(const char *dir);
+
+/* Reads a whole file (NUL terminated, not counted). *absent_p = 1 and
+ * RS_OK, data untouched, when the file does not exist. */
+rs_status_t rs__fdir_read(const char *path, size_t limit, rs_diag_t *diag,
+                          int *absent_p, char **data_p, size_t *len_p);
+
+/* Reads a file holding one decimal time; *absent_p as rs__fdir_read. */
+rs_status_t rs__fdir_read_time(const char *path, rs_diag_t *diag,
+                               int *absent_p, double *t_p);
+
+/* Writes a file holding one decimal time, atomically. */
+rs_status_t rs__fdir_write_time(const char *dir, const char *name, double t,
+                                rs_diag_t *diag);
+
+/* Takes the version's exclusive lock (flock on its lock file); release it
+ * with rs__fdir_unlock. */
+rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p);
+void rs__fdir_unlock(int fd);
+
+/* The version's slot count (0 when it was never created) and state as its
+ * markers say; published counts slot tables (0 once released). */
+rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
+                            rs_diag_t *diag, rs_version_info_t *info_p);
+
+/* Like lookup, but a version that was never created is RS_ERR_INPUT. */
+rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
+                              rs_diag_t *diag, rs_version_info_t *info_p);
+
+/* Marks present[i] (when not NULL) for every slot table in vdir with
+ * slot < n and counts them; a missing vdir has none. */
+rs_status_t rs__fdir_scan_slots(const char *vdir, int64_t n, uint8_t *present,
+                                rs_diag_t *diag, int64_t *count_p);
+
+/* Name of slot i's table and heartbeat files. */
+void rs__fdir_slot_name(int64_t slot, char out[64]);
+void rs__fdir_hb_name(int64_t slot, char out[64]);
+
+/* Ops in file_publish.c and file_lease.c. */
+rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag);
+rs_status_t rs__fdir_read_slot(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag);
+rs_status_t rs__fdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
+                                 rs_diag_t *diag);
+rs_status_t rs__fdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__fdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+
+#endif

@@ -1,0 +1,162 @@
+/* Leases and release in the file:DIR backend. A lease is a file
+ * lease-<holder> holding its expiry (seconds since the epoch); release,
+ * under the version lock, is refused while any lease has not expired, then
+ * creates RELEASED and removes tables, heartbeats and leases. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/diag.h"
+#include "dir/file_impl.h"
+
+#define LEASE_PREFIX "lease-"
+
+static void lease_name(const char *holder, char out[PATH_MAX])
+{
+    snprintf(out, PATH_MAX, LEASE_PREFIX "%s", holder);
+}
+
+static int released(const char *vdir)
+{
+    char path[PATH_MAX];
+    rs__fdir_join(vdir, RS_FDIR_RELEASED, path);
+    return rs__fdir_exists(path);
+}
+
+/* Runs fn under the version lock of an existing version. */
+static rs_status_t locked(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag,
+                          rs_status_t (*fn)(const char *vdir,
+                                            rs_dir_req_t *req,
+                                            rs_diag_t *diag))
+{
+    rs_version_info_t info;
+    char vdir[PATH_MAX];
+    int lock = -1;
+    rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
+    if (st == RS_OK)
+        st = rs__fdir_path(dir, req, NULL, diag, vdir);
+    if (st == RS_OK)
+        st = rs__fdir_lock(vdir, diag, &lock);
+    if (st == RS_OK)
+        st = fn(vdir, req, diag);
+    rs__fdir_unlock(lock);
+    return st;
+}
+
+static rs_status_t do_lease(const char *vdir, rs_dir_req_t *req,
+                            rs_diag_t *diag)
+{
+    char name[PATH_MAX];
+    if (released(vdir))
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
+                            "is released: no lease can be taken",
+                            (long long)req->version, req->model);
+    lease_name(req->holder, name);
+    return rs__fdir_write_time(vdir, name, rs__fdir_now() + req->ttl_s, diag);
+}
+
+static rs_status_t do_unlease(const char *vdir, rs_dir_req_t *req,
+                              rs_diag_t *diag)
+{
+    char name[PATH_MAX], path[PATH_MAX * 2];
+    lease_name(req->holder, name);
+    rs__fdir_join(vdir, name, path);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return rs__diag_set(diag, RS_ERR_IO, "cannot remove %s: %s", path,
+                            strerror(errno));
+    return RS_OK;
+}
+
+rs_status_t rs__fdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return locked(dir, req, diag, do_lease);
+}
+
+rs_status_t rs__fdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return locked(dir, req, diag, do_unlease);
+}
+
+/* The first live lease (expiry after now) and how many there are. */
+static rs_status_t live_leases(const char *vdir, rs_diag_t *diag,
+                               char holder[PATH_MAX], double *expiry_p,
+                               size_t *count_p)
+{
+    DIR *d = opendir(vdir);
+    if (d == NULL)
+        return rs__diag_set(diag, RS_ERR_IO, "cannot list %s: %s", vdir,
+                            strerror(errno));
+    double now = rs__fdir_now();
+    size_t count = 0;
+    rs_status_t st = RS_OK;
+    struct dirent *e;
+    while (st == RS_OK && (e = readdir(d)) != NULL) {
+        char path[PATH_MAX];
+        int absent;
+        double expiry = 0;
+        if (strncmp(e->d_name, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0)
+            continue;
+        rs__fdir_join(vdir, e->d_name, path);
+        st = rs__fdir_read_time(path, diag, &absent, &expiry);
+        if (st != RS_OK || absent || expiry <= now)
+            continue;
+        if (count++ == 0) {
+            snprintf(holder, PATH_MAX, "%s",
+                     e->d_name + strlen(LEASE_PREFIX));
+            *expiry_p = expiry - now;
+        }
+    }
+    closedir(d);
+    *count_p = count;
+    return st;
+}
+
+/* Tables, heartbeats and leases go once RELEASED exists. */
+static void remove_contents(const char *vdir)
+{
+    DIR *d = opendir(vdir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strncmp(n, "slot-", 5) != 0 && strncmp(n, "hb-", 3) != 0 &&
+            strncmp(n, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0)
+            continue;
+        char path[PATH_MAX];
+        rs__fdir_join(vdir, n, path);
+        unlink(path);
+    }
+    closedir(d);
+}
+
+static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
+                              rs_diag_t *diag)
+{
+    char holder[PATH_MAX];
+    double left = 0;
+    size_t live = 0;
+    if (released(vdir))
+        return RS_OK;
+    rs_status_t st = live_leases(vdir, diag, holder, &left, &live);
+    if (st != RS_OK)
+        return st;
+    if (live > 0)
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
+                            "cannot be released: leased by '%s' for %.2f s "
+                            "more (%zu live lease%s)", (long long)req->version,
+                            req->model, holder, left, live,
+                            live == 1 ? "" : "s");
+    st = rs__fdir_replace(vdir, RS_FDIR_RELEASED, "", 0, diag);
+    if (st == RS_OK)
+        remove_contents(vdir);
+    return st;
+}
+
+rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return locked(dir, req, diag, do_release);
+}

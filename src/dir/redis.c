@@ -1,0 +1,399 @@
+/* The redis:// directory backend: URL parsing, a connection with bounded
+ * connect and command timeouts (AUTH when a password is given; reconnect
+ * on the next call after a failure), and running the operation scripts of
+ * redis_lua.c by EVALSHA, loading them again when the server lost them. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "core/diag.h"
+#include "dir/redis_impl.h"
+
+#define DEFAULT_PORT 6379
+#define DEFAULT_TIMEOUT_S 5.0
+#define NKEYS 5
+#define MAX_ARGS 4 /* ARGV[2..] of any script */
+
+static rs_status_t bad_url(rs_diag_t *diag, const char *what)
+{
+    /* the URL itself is not echoed: it may hold a password */
+    return rs__diag_set(diag, RS_ERR_INPUT, "directory URL "
+                        "redis://[[user]:password@]host[:port][?timeout=S]: "
+                        "%s", what);
+}
+
+static int copy_part(char *dst, size_t cap, const char *src, size_t n)
+{
+    if (n >= cap)
+        return 0;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    return 1;
+}
+
+/* "[user]:password" before the last '@'. */
+static rs_status_t parse_auth(rs_rdir_t *r, const char *s, size_t n,
+                              rs_diag_t *diag)
+{
+    const char *colon = memchr(s, ':', n);
+    if (colon == NULL)
+        return bad_url(diag, "credentials before '@' must be "
+                       "[user]:password");
+    size_t ulen = (size_t)(colon - s), plen = n - ulen - 1;
+    if (plen == 0)
+        return bad_url(diag, "empty password before '@'");
+    if (!copy_part(r->user, sizeof(r->user), s, ulen) ||
+        !copy_part(r->password, sizeof(r->password), colon + 1, plen))
+        return bad_url(diag, "user or password too long");
+    r->has_password = 1;
+    return RS_OK;
+}
+
+static rs_status_t parse_port(rs_rdir_t *r, const char *s, size_t n,
+                              rs_diag_t *diag)
+{
+    long port = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9' || port > 65535)
+            return bad_url(diag, "port is not a number in 1..65535");
+        port = port * 10 + (s[i] - '0');
+    }
+    if (n == 0 || port < 1 || port > 65535)
+        return bad_url(diag, "port is not a number in 1..65535");
+    r->port = (int)port;
+    return RS_OK;
+}
+
+/* "host", "host:port", "[v6addr]" or "[v6addr]:port". */
+static rs_status_t parse_hostport(rs_rdir_t *r, const char *s, size_t n,
+                                  rs_diag_t *diag)
+{
+    const char *host = s, *port = NULL;
+    size_t hlen = n;
+    if (n > 0 && s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (close == NULL)
+            return bad_url(diag, "'[' without ']' in the host");
+        host = s + 1;
+        hlen = (size_t)(close - host);
+        if (close + 1 < s + n && close[1] != ':')
+            return bad_url(diag, "unexpected text after ']'");
+        port = close + 1 < s + n ? close + 2 : NULL;
+    } else {
+        const char *colon = memchr(s, ':', n);
+        if (colon != NULL) {
+            hlen = (size_t)(colon - s);
+            port = colon + 1;
+        }
+    }
+    if (hlen == 0)
+        return bad_url(diag, "empty host");
+    if (!copy_part(r->host, sizeof(r->host), host, hlen))
+        return bad_url(diag, "host too long");
+    r->port = DEFAULT_PORT;
+    return port != NULL ? parse_port(r, port, (size_t)(s + n - port), diag)
+                        : RS_OK;
+}
+
+static rs_status_t parse_query(rs_rdir_t *r, const char *q, rs_diag_t *diag)
+{
+    char *end;
+    if (strncmp(q, "timeout=", 8) != 0)
+        return bad_url(diag, "the only query parameter is timeout=SECONDS");
+    double t = strtod(q + 8, &end);
+    if (end == q + 8 || *end != '\0' || !isfinite(t) || t <= 0 || t > 3600)
+        return bad_url(diag, "timeout must be a number of seconds in "
+                       "(0, 3600]");
+    r->timeout_s = t;
+    return RS_OK;
+}
+
+static rs_status_t parse_url(rs_rdir_t *r, const char *target,
+                             rs_diag_t *diag)
+{
+    /* the password may hold any character: split at the last '@' first */
+    const char *at = strrchr(target, '@');
+    const char *hp = at != NULL ? at + 1 : target;
+    const char *q = strchr(hp, '?');
+    size_t n = q != NULL ? (size_t)(q - hp) : strlen(hp);
+    if (n > 0 && hp[n - 1] == '/')
+        n--; /* "redis://host:port/" */
+    if (memchr(hp, '/', n) != NULL)
+        return bad_url(diag, "unexpected path after host:port");
+    rs_status_t st = RS_OK;
+    r->timeout_s = DEFAULT_TIMEOUT_S;
+    if (at != NULL)
+        st = parse_auth(r, target, (size_t)(at - target), diag);
+    if (st == RS_OK)
+        st = parse_hostport(r, hp, n, diag);
+    if (st == RS_OK && q != NULL)
+        st = parse_query(r, q + 1, diag);
+    if (st == RS_OK)
+        snprintf(r->where, sizeof(r->where), "%s:%d", r->host, r->port);
+    return st;
+}
+
+static struct timeval to_tv(double s)
+{
+    struct timeval tv;
+    tv.tv_sec = (time_t)s;
+    tv.tv_usec = (suseconds_t)((s - (double)tv.tv_sec) * 1e6);
+    return tv;
+}
+
+/* hiredis writes with write(): on a socket the server closed that raises
+ * SIGPIPE, which would kill the caller. It is blocked around the command
+ * and a SIGPIPE raised by it is consumed, leaving the process's handlers
+ * alone. */
+static redisReply *command(redisContext *c, int argc, const char **argv,
+                           const size_t *lens)
+{
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    sigpending(&pending);
+    int had = sigismember(&pending, SIGPIPE);
+    redisReply *reply = redisCommandArgv(c, argc, argv, lens);
+    sigpending(&pending);
+    if (!had && sigismember(&pending, SIGPIPE)) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return reply;
+}
+
+static void drop(rs_rdir_t *r)
+{
+    if (r->c != NULL)
+        redisFree(r->c);
+    r->c = NULL;
+}
+
+/* A failed command leaves the context unusable: drop it and say why. */
+static rs_status_t lost(rs_rdir_t *r, rs_diag_t *diag)
+{
+    rs_status_t st = rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: %s "
+                                  "(timeout %g s)", r->where,
+                                  r->c->errstr[0] ? r->c->errstr
+                                                  : "connection lost",
+                                  r->timeout_s);
+    drop(r);
+    return st;
+}
+
+static rs_status_t simple(rs_rdir_t *r, int argc, const char **argv,
+                          const char *what, rs_diag_t *diag)
+{
+    redisReply *rep = command(r->c, argc, argv, NULL);
+    if (rep == NULL)
+        return lost(r, diag);
+    rs_status_t st = RS_OK;
+    if (rep->type == REDIS_REPLY_ERROR)
+        st = rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: %s refused: %s",
+                          r->where, what, rep->str);
+    freeReplyObject(rep);
+    return st;
+}
+
+static rs_status_t handshake(rs_rdir_t *r, rs_diag_t *diag)
+{
+    rs_status_t st = RS_OK;
+    if (r->has_password && r->user[0] != '\0') {
+        const char *argv[] = {"AUTH", r->user, r->password};
+        st = simple(r, 3, argv, "authentication", diag);
+    } else if (r->has_password) {
+        const char *argv[] = {"AUTH", r->password};
+        st = simple(r, 2, argv, "authentication", diag);
+    }
+    if (st == RS_OK && r->c != NULL) {
+        /* NOAUTH here: the server wants a password the URL lacks */
+        const char *argv[] = {"PING"};
+        st = simple(r, 1, argv, "PING", diag);
+    }
+    return st;
+}
+
+static rs_status_t ensure_connected(rs_rdir_t *r, rs_diag_t *diag)
+{
+    if (r->c != NULL && r->c->err == 0)
+        return RS_OK;
+    drop(r);
+    r->c = redisConnectWithTimeout(r->host, r->port, to_tv(r->timeout_s));
+    if (r->c == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "redis %s: out of "
+                            "memory", r->where);
+    if (r->c->err != 0) {
+        rs_status_t st = rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: "
+                                      "cannot connect: %s", r->where,
+                                      r->c->errstr);
+        drop(r);
+        return st;
+    }
+    redisSetTimeout(r->c, to_tv(r->timeout_s));
+    rs_status_t st = handshake(r, diag);
+    if (st != RS_OK)
+        drop(r);
+    return st;
+}
+
+static rs_status_t redis_open(rs_dir_h dir, const char *target,
+                              rs_diag_t *diag)
+{
+    rs_rdir_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
+                            "memory");
+    rs_status_t st = parse_url(r, target, diag);
+    if (st == RS_OK)
+        st = ensure_connected(r, diag);
+    if (st != RS_OK) {
+        free(r);
+        return st;
+    }
+    dir->priv = r;
+    return RS_OK;
+}
+
+static void redis_close(rs_dir_h dir)
+{
+    rs_rdir_t *r = dir->priv;
+    if (r == NULL)
+        return;
+    drop(r);
+    memset(r->password, 0, sizeof(r->password));
+    free(r);
+}
+
+rs_status_t rs__rdir_bad_reply(rs_dir_h dir, const char *what,
+                               rs_diag_t *diag)
+{
+    const rs_rdir_t *r = dir->priv;
+    return rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: unexpected reply "
+                        "to %s", r->where, what);
+}
+
+static rs_status_t load_script(rs_rdir_t *r, rs_rlua_t id, rs_diag_t *diag)
+{
+    const char *argv[] = {"SCRIPT", "LOAD", rs__rlua_src[id]};
+    redisReply *rep = command(r->c, 3, argv, NULL);
+    if (rep == NULL)
+        return lost(r, diag);
+    rs_status_t st = RS_OK;
+    if (rep->type != REDIS_REPLY_STRING || rep->len != 40)
+        st = rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: SCRIPT LOAD "
+                          "refused: %s", r->where,
+                          rep->type == REDIS_REPLY_ERROR ? rep->str
+                                                         : "unexpected reply");
+    else
+        memcpy(r->sha[id], rep->str, 41);
+    freeReplyObject(rep);
+    return st;
+}
+
+/* Script errors carry a code word: RSINPUT or RSINCOMPLETE. */
+static rs_status_t script_error(rs_rdir_t *r, const char *msg,
+                                rs_diag_t *diag)
+{
+    if (strncmp(msg, "RSINPUT ", 8) == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s", msg + 8);
+    if (strncmp(msg, "RSINCOMPLETE ", 13) == 0)
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "%s", msg + 13);
+    return rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: %s", r->where,
+                        msg);
+}
+
+typedef struct keys {
+    char text[NKEYS][RS_DIR_NAME_MAX + 64];
+    char desc[RS_DIR_NAME_MAX + 64];
+} keys_t;
+
+/* The model in braces is the key's hash tag: all keys of a model live on
+ * one cluster node, as a script touching several of them needs. */
+static void make_keys(const rs_dir_req_t *req, keys_t *k)
+{
+    static const char *const suffix[NKEYS] = {"meta", "slots", "hb",
+                                              "leases"};
+    for (int i = 0; i < NKEYS - 1; i++)
+        snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:%lld:%s",
+                 req->model, (long long)req->version, suffix[i]);
+    snprintf(k->text[NKEYS - 1], sizeof(k->text[0]), "rs:{%s}:versions",
+             req->model);
+    snprintf(k->desc, sizeof(k->desc), "version %lld of '%s'",
+             (long long)req->version, req->model);
+}
+
+static redisReply *evalsha(rs_rdir_t *r, rs_rlua_t id, const keys_t *k,
+                           const char **args, const size_t *lens, int nargs)
+{
+    const char *argv[3 + NKEYS + 1 + MAX_ARGS];
+    size_t alen[3 + NKEYS + 1 + MAX_ARGS];
+    int n = 0;
+    argv[n++] = "EVALSHA";
+    argv[n++] = r->sha[id];
+    argv[n++] = "5";
+    for (int i = 0; i < NKEYS; i++)
+        argv[n++] = k->text[i];
+    argv[n++] = k->desc;
+    for (int i = 0; i < n; i++)
+        alen[i] = strlen(argv[i]);
+    for (int i = 0; i < nargs; i++) {
+        argv[n] = args[i];
+        alen[n++] = lens[i];
+    }
+    return command(r->c, n, argv, alen);
+}
+
+rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
+                          const char **args, const size_t *lens, int nargs,
+                          rs_diag_t *diag, redisReply **reply_p)
+{
+    rs_rdir_t *r = dir->priv;
+    keys_t k;
+    make_keys(req, &k);
+    rs_status_t st = ensure_connected(r, diag);
+    for (int attempt = 0; st == RS_OK && attempt < 2; attempt++) {
+        if (r->sha[id][0] == '\0' && (st = load_script(r, id, diag)) != RS_OK)
+            break;
+        redisReply *rep = evalsha(r, id, &k, args, lens, nargs);
+        if (rep == NULL)
+            return lost(r, diag);
+        if (rep->type == REDIS_REPLY_ERROR &&
+            strncmp(rep->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
+            r->sha[id][0] = '\0'; /* flushed or restarted: load again */
+            freeReplyObject(rep);
+            continue;
+        }
+        if (rep->type == REDIS_REPLY_ERROR) {
+            st = script_error(r, rep->str, diag);
+            freeReplyObject(rep);
+            return st;
+        }
+        *reply_p = rep;
+        return RS_OK;
+    }
+    return st != RS_OK ? st : rs__rdir_bad_reply(dir, "EVALSHA", diag);
+}
+
+const rs_dir_ops_t rs__dir_redis = {
+    .name = "redis",
+    .open = redis_open,
+    .close = redis_close,
+    .create = rs__rdir_create,
+    .publish = rs__rdir_publish,
+    .heartbeat = rs__rdir_heartbeat,
+    .lookup = rs__rdir_lookup,
+    .slot_status = rs__rdir_slot_status,
+    .read = rs__rdir_read,
+    .list = rs__rdir_list,
+    .lease = rs__rdir_lease,
+    .unlease = rs__rdir_unlease,
+    .release = rs__rdir_release,
+};

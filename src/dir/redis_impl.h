@@ -1,0 +1,71 @@
+/* Shared pieces of the redis:// directory backend: the connection state,
+ * the Lua scripts that make each operation atomic (redis_lua.c) and the
+ * call that runs one of them against a version's keys (redis.c). */
+#ifndef RS_DIR_REDIS_IMPL_H
+#define RS_DIR_REDIS_IMPL_H
+
+#include <hiredis/hiredis.h>
+
+#include "dir/dir_impl.h"
+
+/* Scripts, one per operation (redis_lua.c). */
+typedef enum rs_rlua {
+    RS_RLUA_CREATE,
+    RS_RLUA_PUBLISH,
+    RS_RLUA_HEARTBEAT,
+    RS_RLUA_LOOKUP,
+    RS_RLUA_SLOT_STATUS,
+    RS_RLUA_READ,
+    RS_RLUA_LIST,
+    RS_RLUA_LEASE,
+    RS_RLUA_UNLEASE,
+    RS_RLUA_RELEASE,
+    RS_RLUA_COUNT
+} rs_rlua_t;
+
+/* Every script gets KEYS = meta, slots, hb, leases, versions of the
+ * request's version and ARGV[1] = "version V of 'M'" for its messages. */
+extern const char *const rs__rlua_src[RS_RLUA_COUNT];
+
+#define RS_RDIR_HOST_MAX 256
+#define RS_RDIR_SECRET_MAX 256
+
+typedef struct rs_rdir {
+    char host[RS_RDIR_HOST_MAX];
+    int port;
+    char user[RS_RDIR_SECRET_MAX];     /* empty: none */
+    char password[RS_RDIR_SECRET_MAX]; /* empty: no AUTH */
+    int has_password;
+    double timeout_s;                  /* connect and each command */
+    char where[RS_RDIR_HOST_MAX + 16]; /* "host:port" for messages */
+    redisContext *c;                   /* NULL or broken: reconnect */
+    char sha[RS_RLUA_COUNT][41];       /* loaded scripts; "" until loaded */
+} rs_rdir_t;
+
+/* Runs script `id` for req's version with ARGV[2..] = args (binary safe).
+ * Script errors "RSINPUT ..." and "RSINCOMPLETE ..." become RS_ERR_INPUT
+ * and RS_ERR_INCOMPLETE; a lost or refused connection RS_ERR_TRANSPORT
+ * naming host:port. The caller frees *reply_p (never an error reply). */
+rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
+                          const char **args, const size_t *lens, int nargs,
+                          rs_diag_t *diag, redisReply **reply_p);
+
+/* Messages about malformed replies (a server that is not ours). */
+rs_status_t rs__rdir_bad_reply(rs_dir_h dir, const char *what,
+                               rs_diag_t *diag);
+
+/* Ops in redis_ops.c. */
+rs_status_t rs__rdir_create(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__rdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag);
+rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__rdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
+                                 rs_diag_t *diag);
+rs_status_t rs__rdir_read(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__rdir_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+
+#endif

@@ -1,0 +1,184 @@
+/* The Lua scripts of the redis:// directory backend. Each operation is one
+ * script, so Redis runs it atomically: the identical-replay check, the
+ * conflict error and READY happen in the same step as the publish, and
+ * release compares lease expiries with the server's own TIME. Scripts fail
+ * before their first write, so a refused call changes nothing.
+ * KEYS: 1 meta (hash: slots, state), 2 slots (hash slot -> table),
+ * 3 hb (hash slot -> time), 4 leases (hash holder -> expiry), 5 versions
+ * (sorted set). ARGV[1]: "version V of 'M'" for messages. */
+#include "dir/redis_impl.h"
+
+#define PRELUDE                                                             \
+    "local function now()\n"                                                \
+    "  local t = redis.call('TIME')\n"                                      \
+    "  return tonumber(t[1]) + tonumber(t[2]) / 1000000\n"                  \
+    "end\n"                                                                 \
+    "local function fail(code, msg)\n"                                      \
+    "  return redis.error_reply(code .. ' ' .. msg)\n"                      \
+    "end\n"                                                                 \
+    "local function meta()\n"                                               \
+    "  local m = redis.call('HMGET', KEYS[1], 'slots', 'state')\n"          \
+    "  if not m[1] then return nil, nil end\n"                              \
+    "  return tonumber(m[1]), m[2]\n"                                       \
+    "end\n"                                                                 \
+    "local function missing()\n"                                            \
+    "  return fail('RSINPUT', ARGV[1] .. ' was never created')\n"           \
+    "end\n"                                                                 \
+    "local function out_of_range(n, slot)\n"                                \
+    "  return fail('RSINPUT', ARGV[1] .. ' has ' .. n .. ' slots: slot ' .. " \
+    "slot .. ' is out of range')\n"                                         \
+    "end\n"
+
+/* ARGV: 2 slots, 3 version */
+static const char create_src[] = PRELUDE
+    "local s = redis.call('HGET', KEYS[1], 'slots')\n"
+    "if s then\n"
+    "  if s ~= ARGV[2] then\n"
+    "    return fail('RSINPUT', ARGV[1] .. ' exists with ' .. s ..\n"
+    "                ' slots, not ' .. ARGV[2])\n"
+    "  end\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'slots', ARGV[2], 'state', 'PENDING')\n"
+    "redis.call('ZADD', KEYS[5], ARGV[3], ARGV[3])\n"
+    "return 1\n";
+
+/* ARGV: 2 slot, 3 table */
+static const char publish_src[] = PRELUDE
+    "local n, state = meta()\n"
+    "if not n then return missing() end\n"
+    "local slot = tonumber(ARGV[2])\n"
+    "if slot >= n then return out_of_range(n, ARGV[2]) end\n"
+    "if state == 'RELEASED' then\n"
+    "  return fail('RSINPUT', ARGV[1] .. ' is released: slot ' .. ARGV[2] ..\n"
+    "              ' cannot be published')\n"
+    "end\n"
+    "local old = redis.call('HGET', KEYS[2], ARGV[2])\n"
+    "if old and old ~= ARGV[3] then\n"
+    "  local new, k = ARGV[3], 0\n"
+    "  local m = math.min(#old, #new)\n"
+    "  while k < m and string.byte(old, k + 1) == string.byte(new, k + 1) do\n"
+    "    k = k + 1\n"
+    "  end\n"
+    "  return fail('RSINPUT', ARGV[1] .. ': conflicting replay for slot ' ..\n"
+    "    ARGV[2] .. ' (published table has ' .. #old .. ' bytes, this one ' ..\n"
+    "    #new .. '; first difference at byte ' .. k .. ')')\n"
+    "end\n"
+    "if not old then redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]) end\n"
+    "redis.call('HSET', KEYS[3], ARGV[2], string.format('%.6f', now()))\n"
+    "if state ~= 'READY' and redis.call('HLEN', KEYS[2]) == n then\n"
+    "  redis.call('HSET', KEYS[1], 'state', 'READY')\n"
+    "end\n"
+    "return 1\n";
+
+/* ARGV: 2 slot. A heartbeat after release writes nothing. */
+static const char heartbeat_src[] = PRELUDE
+    "local n, state = meta()\n"
+    "if not n then return missing() end\n"
+    "if tonumber(ARGV[2]) >= n then return out_of_range(n, ARGV[2]) end\n"
+    "if state == 'RELEASED' then return 0 end\n"
+    "redis.call('HSET', KEYS[3], ARGV[2], string.format('%.6f', now()))\n"
+    "return 1\n";
+
+/* -> {} or {slots, state, published} */
+static const char lookup_src[] =
+    "local m = redis.call('HMGET', KEYS[1], 'slots', 'state')\n"
+    "if not m[1] then return {} end\n"
+    "local p = 0\n"
+    "if m[2] ~= 'RELEASED' then p = redis.call('HLEN', KEYS[2]) end\n"
+    "return {m[1], m[2], p}\n";
+
+/* -> {time sec, time usec, {published slots}, {slot, time, ...}} */
+static const char slot_status_src[] =
+    "local t = redis.call('TIME')\n"
+    "return {t[1], t[2], redis.call('HKEYS', KEYS[2]),\n"
+    "        redis.call('HGETALL', KEYS[3])}\n";
+
+/* ARGV: 2 slot -> table */
+static const char read_src[] = PRELUDE
+    "local n, state = meta()\n"
+    "if not n then return missing() end\n"
+    "if state ~= 'READY' then\n"
+    "  local p = 0\n"
+    "  if state ~= 'RELEASED' then p = redis.call('HLEN', KEYS[2]) end\n"
+    "  return fail('RSINCOMPLETE', ARGV[1] .. ' is ' .. state .. ' (' ..\n"
+    "    p .. ' of ' .. n .. ' slots published): tables are read only ' ..\n"
+    "    'from READY versions')\n"
+    "end\n"
+    "if tonumber(ARGV[2]) >= n then return out_of_range(n, ARGV[2]) end\n"
+    "return redis.call('HGET', KEYS[2], ARGV[2])\n";
+
+/* ARGV: 2 key prefix "rs:{M}:" -> {version, slots, state, published, ...}.
+ * The versions' keys share the model's hash tag with KEYS[5]. */
+static const char list_src[] =
+    "local out = {}\n"
+    "for _, v in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do\n"
+    "  local base = ARGV[2] .. v\n"
+    "  local m = redis.call('HMGET', base .. ':meta', 'slots', 'state')\n"
+    "  if m[1] then\n"
+    "    local p = 0\n"
+    "    if m[2] ~= 'RELEASED' then\n"
+    "      p = redis.call('HLEN', base .. ':slots')\n"
+    "    end\n"
+    "    table.insert(out, v)\n"
+    "    table.insert(out, m[1])\n"
+    "    table.insert(out, m[2])\n"
+    "    table.insert(out, p)\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+/* ARGV: 2 holder, 3 ttl seconds */
+static const char lease_src[] = PRELUDE
+    "local n, state = meta()\n"
+    "if not n then return missing() end\n"
+    "if state == 'RELEASED' then\n"
+    "  return fail('RSINCOMPLETE', ARGV[1] ..\n"
+    "              ' is released: no lease can be taken')\n"
+    "end\n"
+    "local expiry = now() + tonumber(ARGV[3])\n"
+    "redis.call('HSET', KEYS[4], ARGV[2], string.format('%.6f', expiry))\n"
+    "return 1\n";
+
+/* ARGV: 2 holder */
+static const char unlease_src[] = PRELUDE
+    "local n = meta()\n"
+    "if not n then return missing() end\n"
+    "return redis.call('HDEL', KEYS[4], ARGV[2])\n";
+
+static const char release_src[] = PRELUDE
+    "local n, state = meta()\n"
+    "if not n then return missing() end\n"
+    "if state == 'RELEASED' then return 0 end\n"
+    "local t = now()\n"
+    "local l = redis.call('HGETALL', KEYS[4])\n"
+    "local live, first, left = 0, nil, 0\n"
+    "for i = 1, #l, 2 do\n"
+    "  local e = tonumber(l[i + 1])\n"
+    "  if e and e > t then\n"
+    "    live = live + 1\n"
+    "    if not first then first, left = l[i], e - t end\n"
+    "  end\n"
+    "end\n"
+    "if live > 0 then\n"
+    "  return fail('RSINCOMPLETE', ARGV[1] .. \" cannot be released: \" ..\n"
+    "    \"leased by '\" .. first .. \"' for \" ..\n"
+    "    string.format('%.2f', left) .. ' s more (' .. live ..\n"
+    "    ' live lease' .. (live == 1 and '' or 's') .. ')')\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'state', 'RELEASED')\n"
+    "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])\n"
+    "return 1\n";
+
+const char *const rs__rlua_src[RS_RLUA_COUNT] = {
+    [RS_RLUA_CREATE] = create_src,
+    [RS_RLUA_PUBLISH] = publish_src,
+    [RS_RLUA_HEARTBEAT] = heartbeat_src,
+    [RS_RLUA_LOOKUP] = lookup_src,
+    [RS_RLUA_SLOT_STATUS] = slot_status_src,
+    [RS_RLUA_READ] = read_src,
+    [RS_RLUA_LIST] = list_src,
+    [RS_RLUA_LEASE] = lease_src,
+    [RS_RLUA_UNLEASE] = unlease_src,
+    [RS_RLUA_RELEASE] = release_src,
+};

@@ -1,0 +1,270 @@
+/* The directory operations of the redis:// backend: each passes its
+ * arguments to one script (redis_lua.c) and turns the reply into the
+ * request's outputs. Replies that do not have the shape our scripts return
+ * are refused, naming the server. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "dir/redis_impl.h"
+
+typedef struct num {
+    char text[32];
+} num_t;
+
+static const char *num(num_t *n, int64_t v)
+{
+    snprintf(n->text, sizeof(n->text), "%lld", (long long)v);
+    return n->text;
+}
+
+/* A script run with text arguments whose reply is not needed. */
+static rs_status_t run(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
+                       const char **args, int nargs, rs_diag_t *diag)
+{
+    size_t lens[4] = {0, 0, 0, 0};
+    redisReply *rep = NULL;
+    for (int i = 0; i < nargs; i++)
+        lens[i] = strlen(args[i]);
+    rs_status_t st = rs__rdir_eval(dir, id, req, args, lens, nargs, diag,
+                                   &rep);
+    if (rep != NULL)
+        freeReplyObject(rep);
+    return st;
+}
+
+/* An integer from a bulk string or an integer reply. */
+static int get_i64(const redisReply *e, int64_t *out)
+{
+    if (e->type == REDIS_REPLY_INTEGER) {
+        *out = e->integer;
+        return 1;
+    }
+    if (e->type != REDIS_REPLY_STRING || e->len == 0 || e->len > 20)
+        return 0;
+    char *end;
+    long long v = strtoll(e->str, &end, 10);
+    if (end != e->str + e->len)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static rs_version_state_t get_state(const redisReply *e)
+{
+    static const rs_version_state_t states[] = {
+        RS_VERSION_PENDING, RS_VERSION_READY, RS_VERSION_RELEASED};
+    for (size_t i = 0; e->type == REDIS_REPLY_STRING && i < 3; i++)
+        if (strcmp(e->str, rs__dir_state_name(states[i])) == 0)
+            return states[i];
+    return 0;
+}
+
+/* {slots, state, published} at e[0..2] into info. */
+static int get_info(redisReply *const *e, int64_t version,
+                    rs_version_info_t *info)
+{
+    info->version = version;
+    info->state = get_state(e[1]);
+    return get_i64(e[0], &info->slots) && info->slots >= 1 &&
+           info->state != 0 && get_i64(e[2], &info->published);
+}
+
+rs_status_t rs__rdir_create(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    num_t s, v;
+    const char *args[] = {num(&s, req->slots), num(&v, req->version)};
+    return run(dir, RS_RLUA_CREATE, req, args, 2, diag);
+}
+
+rs_status_t rs__rdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    num_t s;
+    const char *args[] = {num(&s, req->slot), (const char *)req->table};
+    size_t lens[] = {strlen(s.text), req->len};
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_PUBLISH, req, args, lens, 2,
+                                   diag, &rep);
+    if (rep != NULL)
+        freeReplyObject(rep);
+    return st;
+}
+
+rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag)
+{
+    num_t s;
+    const char *args[] = {num(&s, req->slot)};
+    return run(dir, RS_RLUA_HEARTBEAT, req, args, 1, diag);
+}
+
+rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LOOKUP, req, NULL, NULL, 0,
+                                   diag, &rep);
+    if (st != RS_OK)
+        return st;
+    rs_version_info_t info = {.version = req->version};
+    int ok = rep->type == REDIS_REPLY_ARRAY &&
+             (rep->elements == 0 ||
+              (rep->elements == 3 && get_info(rep->element, req->version,
+                                              &info)));
+    freeReplyObject(rep);
+    if (!ok)
+        return rs__rdir_bad_reply(dir, "the lookup script", diag);
+    req->info = info;
+    return RS_OK;
+}
+
+/* Marks the published slots (HKEYS of the tables). */
+static int mark_present(const redisReply *keys, rs_dir_req_t *req)
+{
+    for (size_t i = 0; i < keys->elements; i++) {
+        int64_t slot;
+        if (!get_i64(keys->element[i], &slot))
+            return 0;
+        if (slot >= 0 && slot < req->info.slots)
+            req->present[slot] = 1;
+    }
+    return 1;
+}
+
+/* Ages from the heartbeat hash (HGETALL: slot, time, ...) and TIME. */
+static int fill_ages(const redisReply *rep, rs_dir_req_t *req)
+{
+    const redisReply *hb = rep->element[3];
+    int64_t sec, usec;
+    if (!get_i64(rep->element[0], &sec) || !get_i64(rep->element[1], &usec))
+        return 0;
+    double now = (double)sec + (double)usec * 1e-6;
+    for (int64_t i = 0; i < req->info.slots; i++)
+        req->age[i] = -1.0;
+    for (size_t i = 0; i + 1 < hb->elements; i += 2) {
+        int64_t slot;
+        const redisReply *t = hb->element[i + 1];
+        if (!get_i64(hb->element[i], &slot) || t->type != REDIS_REPLY_STRING)
+            return 0;
+        double at = strtod(t->str, NULL);
+        if (slot >= 0 && slot < req->info.slots)
+            req->age[slot] = now > at ? now - at : 0.0;
+    }
+    return 1;
+}
+
+rs_status_t rs__rdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
+                                 rs_diag_t *diag)
+{
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_SLOT_STATUS, req, NULL, NULL,
+                                   0, diag, &rep);
+    if (st != RS_OK)
+        return st;
+    int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 4 &&
+             rep->element[2]->type == REDIS_REPLY_ARRAY &&
+             rep->element[3]->type == REDIS_REPLY_ARRAY &&
+             mark_present(rep->element[2], req) && fill_ages(rep, req);
+    freeReplyObject(rep);
+    return ok ? RS_OK : rs__rdir_bad_reply(dir, "the slot status script",
+                                           diag);
+}
+
+rs_status_t rs__rdir_read(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    num_t s;
+    const char *args[] = {num(&s, req->slot)};
+    size_t lens[] = {strlen(s.text)};
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_READ, req, args, lens, 1,
+                                   diag, &rep);
+    if (st != RS_OK)
+        return st;
+    if (rep->type != REDIS_REPLY_STRING) {
+        freeReplyObject(rep);
+        return rs__rdir_bad_reply(dir, "the read script", diag);
+    }
+    char *data = malloc(rep->len + 1);
+    if (data != NULL) {
+        memcpy(data, rep->str, rep->len);
+        data[rep->len] = '\0';
+        req->data = data;
+        req->data_len = rep->len;
+    }
+    freeReplyObject(rep);
+    return data != NULL ? RS_OK
+                        : rs__diag_set(diag, RS_ERR_NO_MEMORY, "slot %lld "
+                                       "table: out of memory",
+                                       (long long)req->slot);
+}
+
+static int cmp_info(const void *a, const void *b)
+{
+    int64_t x = ((const rs_version_info_t *)a)->version;
+    int64_t y = ((const rs_version_info_t *)b)->version;
+    return (x > y) - (x < y);
+}
+
+/* Flat {version, slots, state, published, ...} into req->infos, sorted
+ * here: sorted-set scores are doubles, exact only up to 2^53. */
+static rs_status_t fill_list(rs_dir_h dir, const redisReply *rep,
+                             rs_dir_req_t *req, rs_diag_t *diag)
+{
+    size_t n = rep->elements / 4;
+    if (rep->elements % 4 != 0)
+        return rs__rdir_bad_reply(dir, "the list script", diag);
+    rs_version_info_t *infos = calloc(n > 0 ? n : 1, sizeof(*infos));
+    if (infos == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
+                            "memory");
+    for (size_t i = 0; i < n; i++) {
+        int64_t v;
+        if (!get_i64(rep->element[4 * i], &v) || v < 0 ||
+            !get_info(rep->element + 4 * i + 1, v, &infos[i])) {
+            free(infos);
+            return rs__rdir_bad_reply(dir, "the list script", diag);
+        }
+    }
+    qsort(infos, n, sizeof(*infos), cmp_info);
+    req->infos = infos;
+    req->count = n;
+    return RS_OK;
+}
+
+rs_status_t rs__rdir_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    char prefix[RS_DIR_NAME_MAX + 16];
+    snprintf(prefix, sizeof(prefix), "rs:{%s}:", req->model);
+    const char *args[] = {prefix};
+    size_t lens[] = {strlen(prefix)};
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LIST, req, args, lens, 1,
+                                   diag, &rep);
+    if (st != RS_OK)
+        return st;
+    if (rep->type == REDIS_REPLY_ARRAY)
+        st = fill_list(dir, rep, req, diag);
+    else
+        st = rs__rdir_bad_reply(dir, "the list script", diag);
+    freeReplyObject(rep);
+    return st;
+}
+
+rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    char ttl[40];
+    snprintf(ttl, sizeof(ttl), "%.17g", req->ttl_s);
+    const char *args[] = {req->holder, ttl};
+    return run(dir, RS_RLUA_LEASE, req, args, 2, diag);
+}
+
+rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    const char *args[] = {req->holder};
+    return run(dir, RS_RLUA_UNLEASE, req, args, 1, diag);
+}
+
+rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return run(dir, RS_RLUA_RELEASE, req, NULL, 0, diag);
+}
