@@ -1,0 +1,213 @@
+/* What `reshard simulate` costs at real sizes: Llama-3.1-70B
+ * (megatron:tp=8,pp=4,dp=2 -> vllm:tp=8,dp=4) and Kimi-K2
+ * (megatron:tp=8,pp=16,ep=16 -> vllm:tp=8,ep=8,dp=16). Each run publishes
+ * every trainer table, then captures, plans and coverage-checks every
+ * inference rank, in a child process so that its peak RSS is its own.
+ * Prints planning time per rank and in total against the time to generate
+ * the same captures (the baseline), descriptors per rank and peak memory.
+ * usage: simulate_bench [SOURCE_DIR] (default: the current directory) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reshard/reshard.h"
+
+typedef struct scenario {
+    const char *config, *train, *infer;
+} scenario_t;
+
+static const scenario_t scenarios[] = {
+    {"llama-3.1-70b.json", "megatron:tp=8,pp=4,dp=2", "vllm:tp=8,dp=4"},
+    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=8,dp=16"},
+};
+
+typedef struct rank_fig {
+    double plan_s, capture_s;
+    uint64_t descriptors, bytes;
+} rank_fig_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void check(rs_status_t st, const rs_diag_t *diag, const char *what)
+{
+    if (st == RS_OK)
+        return;
+    fprintf(stderr, "simulate_bench: %s: %s: %s\n", what, rs_status_str(st),
+            diag->msg);
+    exit(1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* min, median and max of n values (sorted in place). */
+static void spread(double *v, size_t n, double out[3])
+{
+    qsort(v, n, sizeof(double), cmp_double);
+    out[0] = v[0];
+    out[1] = v[n / 2];
+    out[2] = v[n - 1];
+}
+
+/* Every byte of rank r's parameters written but the vocab padding. */
+static void check_coverage(rs_plan_h plan, rs_transport_h t, int64_t r,
+                           uint64_t padding)
+{
+    rs_exec_h x;
+    rs_coverage_t cov;
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    check(rs_exec_create(plan, t, NULL, &d, &x), &d, "rs_exec_create");
+    check(rs_exec_coverage(x, &d, &cov), &d, "rs_exec_coverage");
+    rs_exec_destroy(x);
+    if (!rs_plan_is_complete(plan) || cov.bytes_multi != 0 ||
+        cov.bytes_total - cov.bytes_covered != padding) {
+        fprintf(stderr, "simulate_bench: inference rank %lld is not fully "
+                "covered\n", (long long)r);
+        exit(1);
+    }
+}
+
+static void plan_rank(rs_model_h m, const rs_layout_t *infer,
+                      rs_sources_h src, rs_transport_h t, int64_t r,
+                      rank_fig_t *f)
+{
+    rs_capture_h cap;
+    rs_plan_h plan;
+    rs_plan_params_t pp;
+    rs_plan_stats_t st;
+    rs_diag_t d;
+    uint64_t padding = 0;
+    rs_diag_clear(&d);
+    double t0 = now_s();
+    check(rs_layout_capture(m, infer, r, &d, &cap, &padding), &d,
+          "rs_layout_capture");
+    double t1 = now_s();
+    rs_plan_params_init(&pp);
+    pp.replica_salt = (uint64_t)r;
+    check(rs_plan_build(cap, src, &pp, &d, &plan), &d, "rs_plan_build");
+    double t2 = now_s();
+    check_coverage(plan, t, r, padding);
+    rs_plan_stats(plan, &st);
+    f->capture_s = t1 - t0;
+    f->plan_s = t2 - t1;
+    f->descriptors = st.descriptor_count;
+    f->bytes = st.bytes_planned;
+    rs_plan_destroy(plan);
+    rs_capture_destroy(cap);
+}
+
+static void layout(rs_model_h m, const char *spec, rs_layout_t *l)
+{
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    check(rs_layout_parse(spec, &d, l), &d, spec);
+    check(rs_layout_check(l, m, &d), &d, spec);
+}
+
+static void print_spread(const char *what, double *v, size_t n, double k,
+                         const char *unit)
+{
+    double s[3];
+    spread(v, n, s);
+    printf("  %-28s min %.4g  median %.4g  max %.4g %s\n", what, s[0] * k,
+           s[1] * k, s[2] * k, unit);
+}
+
+static void report(const rank_fig_t *f, size_t n, double publish_s)
+{
+    double *v = malloc(n * sizeof(double));
+    double plan = 0, capture = 0;
+    if (v == NULL)
+        exit(1);
+    for (size_t i = 0; i < n; i++) {
+        plan += f[i].plan_s;
+        capture += f[i].capture_s;
+    }
+    printf("  publishing every table       %.3f s\n", publish_s);
+    printf("  planning, all ranks          %.3f s  (%.2fx the %.3f s to "
+           "generate the captures)\n", plan, capture > 0 ? plan / capture : 0,
+           capture);
+    for (size_t i = 0; i < n; i++)
+        v[i] = f[i].plan_s;
+    print_spread("planning per rank", v, n, 1e3, "ms");
+    for (size_t i = 0; i < n; i++)
+        v[i] = (double)f[i].descriptors;
+    print_spread("descriptors per rank", v, n, 1, "");
+    for (size_t i = 0; i < n; i++)
+        v[i] = (double)f[i].bytes;
+    print_spread("bytes per rank", v, n, 1e-9, "GB");
+    free(v);
+}
+
+static void run(const char *dir, const scenario_t *s)
+{
+    char path[4096];
+    rs_model_h m;
+    rs_layout_t train, infer;
+    rs_sources_h src;
+    rs_transport_h t;
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    snprintf(path, sizeof(path), "%s/examples/models/%s", dir, s->config);
+    check(rs_model_load(path, &d, &m), &d, path);
+    layout(m, s->train, &train);
+    layout(m, s->infer, &infer);
+    printf("%s: %s (%lld ranks) -> %s (%lld ranks), %.1f B parameters\n",
+           s->config, s->train, (long long)train.world, s->infer,
+           (long long)infer.world, (double)rs_model_num_params(m) / 1e9);
+    fflush(stdout);
+    double t0 = now_s();
+    check(rs_sources_create(&src), &d, "rs_sources_create");
+    check(rs_layout_publish_all(m, &train, src, &d), &d, "publish_all");
+    double publish_s = now_s() - t0;
+    check(rs_transport_create(NULL, &d, &t), &d, "rs_transport_create");
+    rank_fig_t *f = calloc((size_t)infer.world, sizeof(rank_fig_t));
+    if (f == NULL)
+        exit(1);
+    for (int64_t r = 0; r < infer.world; r++)
+        plan_rank(m, &infer, src, t, r, &f[r]);
+    report(f, (size_t)infer.world, publish_s);
+    fflush(stdout);
+    free(f);
+    rs_transport_destroy(t);
+    rs_sources_destroy(src);
+    rs_model_destroy(m);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = argc > 1 ? argv[1] : ".";
+    for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child < 0)
+            return 1;
+        if (child == 0) {
+            run(dir, &scenarios[i]);
+            _exit(0);
+        }
+        int status;
+        struct rusage ru;
+        if (wait4(child, &status, 0, &ru) < 0 || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0)
+            return 1;
+        printf("  peak memory (max RSS)        %.1f MiB\n\n",
+               (double)ru.ru_maxrss / 1024.0);
+    }
+    return 0;
+}
