@@ -176,8 +176,8 @@ static rs_status_t probe(rs_dir_h dir, rs_dir_req_t *req, double stale_s,
     if (stale_s > 0) {
         size_t nbad = 0;
         if (explain)
-            why_add(w, "%sversion %lld of '%s' is READY but a publisher is "
-                    "stale (no heartbeat for %g s)",
+            why_add(w, "%sversion %lld of '%s' is READY but not every "
+                    "publisher sent a heartbeat in the last %g s",
                     req->version < 0 ? "newest READY " : "",
                     (long long)info.version, req->model, stale_s);
         st = bad_slots(dir, req, &info, stale_s, explain, w, diag, &nbad);

@@ -146,9 +146,11 @@ rs_status_t rs__fdir_scan_slots(const char *vdir, int64_t n, uint8_t *present,
     return scan_slots(vdir, n, present, diag, count_p);
 }
 
-/* Tables are counted before the markers are looked at: READY is only ever
- * created after the last table and tables are only removed after RELEASED,
- * so no reader sees READY with a table missing. */
+/* The order of the looks matters. READY is created only after the last
+ * table and tables are removed only after RELEASED, so: READY is looked at
+ * before the tables are counted (a READY seen earlier implies a full
+ * count), and RELEASED after (absent then, no table was removed yet). No
+ * reader sees READY with a table missing. */
 rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
                             rs_diag_t *diag, rs_version_info_t *info_p)
 {
@@ -157,21 +159,21 @@ rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
     rs_status_t st = rs__fdir_path(dir, req, NULL, diag, vdir);
     if (st == RS_OK)
         st = read_slots(vdir, diag, &info.slots);
-    if (st == RS_OK && info.slots > 0)
-        st = scan_slots(vdir, info.slots, NULL, diag, &info.published);
+    if (st != RS_OK || info.slots == 0) {
+        if (st == RS_OK)
+            *info_p = info; /* never created: state 0 */
+        return st;
+    }
+    rs__fdir_join(vdir, RS_FDIR_READY, marker);
+    int ready = rs__fdir_exists(marker);
+    st = scan_slots(vdir, info.slots, NULL, diag, &info.published);
     if (st != RS_OK)
         return st;
-    if (info.slots > 0) {
-        info.state = RS_VERSION_PENDING;
-        rs__fdir_join(vdir, RS_FDIR_RELEASED, marker);
-        if (rs__fdir_exists(marker)) {
-            info.state = RS_VERSION_RELEASED;
-            info.published = 0;
-        } else {
-            rs__fdir_join(vdir, RS_FDIR_READY, marker);
-            if (rs__fdir_exists(marker))
-                info.state = RS_VERSION_READY;
-        }
+    rs__fdir_join(vdir, RS_FDIR_RELEASED, marker);
+    info.state = ready ? RS_VERSION_READY : RS_VERSION_PENDING;
+    if (rs__fdir_exists(marker)) {
+        info.state = RS_VERSION_RELEASED;
+        info.published = 0;
     }
     *info_p = info;
     return RS_OK;

@@ -1,0 +1,744 @@
+/* The version directory against one test body run on both backends (file:
+ * in a temporary directory, redis:// on a private redis-server): idempotent
+ * creation, replays and conflicts, forked publishers racing on the same
+ * version while a reader checks that READY never shows a missing table,
+ * newest-READY discovery, stale publishers, leases and release, malformed
+ * URLs; then Redis alone: password auth and a server that dies or hangs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "redis_fixture.h"
+#include "reshard/dir.h"
+
+typedef struct env {
+    const char *backend;
+    int redis;
+    int skip;
+    char why[512];
+    char tmp[PATH_MAX];
+    char url[PATH_MAX + 64];
+    rfx_server_t server;
+} env_t;
+
+static env_t *g;
+
+#define NEED_BACKEND()                                                        \
+    do {                                                                      \
+        if (g->skip) {                                                        \
+            fprintf(stderr, "skipped: %s\n", g->why);                         \
+            skip();                                                           \
+        }                                                                     \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Table bytes of (version, slot, variant): binary, with zero bytes, and
+ * computed here alone so every read is checked against them. */
+static size_t table_of(int64_t version, int64_t slot, int variant,
+                       unsigned char *buf, size_t cap)
+{
+    size_t len = 200 + (size_t)((version * 37 + slot * 11) % 300);
+    uint64_t x = (uint64_t)(version * 1000003 + slot * 7919 + variant * 31);
+    if (len > cap)
+        len = cap;
+    for (size_t i = 0; i < len; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = (i % 7 == 0) ? 0 : (unsigned char)(x >> 56);
+    }
+    return len;
+}
+
+static rs_dir_h open_dir(void)
+{
+    rs_diag_t d;
+    rs_dir_h dir = NULL;
+    rs_status_t st = rs_dir_open(g->url, &d, &dir);
+    if (st != RS_OK)
+        fail_msg("open %s: %s", g->backend, d.msg);
+    return dir;
+}
+
+#define ASSERT_ST(call, want, d)                                              \
+    do {                                                                      \
+        rs_status_t got_ = (call);                                            \
+        if (got_ != (want))                                                   \
+            fail_msg("%s: got %s, want %s (%s)", #call,                       \
+                     rs_status_str(got_), rs_status_str(want),                \
+                     got_ != RS_OK ? (d).msg : "");                           \
+    } while (0)
+
+#define ASSERT_MSG_HAS(d, text)                                               \
+    do {                                                                      \
+        if (strstr((d).msg, (text)) == NULL)                                  \
+            fail_msg("message '%s' lacks '%s'", (d).msg, (text));             \
+    } while (0)
+
+static void publish_ok(rs_dir_h dir, const char *model, int64_t v,
+                       int64_t slot)
+{
+    unsigned char buf[1024];
+    rs_diag_t d;
+    size_t len = table_of(v, slot, 0, buf, sizeof(buf));
+    ASSERT_ST(rs_dir_publish(dir, model, v, slot, buf, len, &d), RS_OK, d);
+}
+
+static void read_exact(rs_dir_h dir, const char *model, int64_t v,
+                       int64_t slot)
+{
+    unsigned char want[1024];
+    void *got = NULL;
+    size_t len = 0;
+    rs_diag_t d;
+    size_t wlen = table_of(v, slot, 0, want, sizeof(want));
+    ASSERT_ST(rs_dir_read(dir, model, v, slot, &d, &got, &len), RS_OK, d);
+    assert_int_equal(len, wlen);
+    assert_memory_equal(got, want, wlen);
+    free(got);
+}
+
+static void expect_info(rs_dir_h dir, const char *model, int64_t v,
+                        rs_version_state_t state, int64_t slots,
+                        int64_t published)
+{
+    rs_version_info_t info;
+    rs_diag_t d;
+    ASSERT_ST(rs_dir_info(dir, model, v, &d, &info), RS_OK, d);
+    assert_int_equal(info.version, v);
+    assert_int_equal(info.state, state);
+    assert_int_equal(info.slots, slots);
+    assert_int_equal(info.published, published);
+}
+
+static void test_create_and_validate(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    rs_version_info_t info;
+    const char *m = "create.model-1";
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 3, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 3, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 4, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "exists with 3 slots, not 4");
+    expect_info(dir, m, 1, RS_VERSION_PENDING, 3, 0);
+    ASSERT_ST(rs_dir_info(dir, m, 2, &d, &info), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "has no version 2");
+
+    ASSERT_ST(rs_dir_create_version(dir, "a/b", 1, 1, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "a/b");
+    ASSERT_ST(rs_dir_create_version(dir, "", 1, 1, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_create_version(dir, "..", 1, 1, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_create_version(dir, "x{y}", 1, 1, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_create_version(dir, m, -1, 1, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_create_version(dir, m, 2, 0, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_publish(dir, m, 1, 3, "x", 1, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "slot 3 is out of range");
+    ASSERT_ST(rs_dir_publish(dir, m, 1, -1, "x", 1, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_publish(dir, m, 9, 0, "x", 1, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "never created");
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 1, 3, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 9, 0, &d), RS_ERR_INPUT, d);
+    rs_dir_close(dir);
+}
+
+static void test_replay_conflict_pending(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    unsigned char a[1024], b[1024];
+    void *got = NULL;
+    size_t len = 0;
+    const char *m = "replay";
+    size_t alen = table_of(4, 0, 0, a, sizeof(a));
+    size_t blen = table_of(4, 0, 1, b, sizeof(b));
+    ASSERT_ST(rs_dir_create_version(dir, m, 4, 3, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_publish(dir, m, 4, 0, a, alen, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_read(dir, m, 4, 0, &d, &got, &len), RS_ERR_INCOMPLETE,
+              d);
+    ASSERT_MSG_HAS(d, "PENDING");
+    expect_info(dir, m, 4, RS_VERSION_PENDING, 3, 1);
+    ASSERT_ST(rs_dir_publish(dir, m, 4, 0, a, alen, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_publish(dir, m, 4, 0, b, blen, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "conflicting replay for slot 0");
+    ASSERT_ST(rs_dir_publish(dir, m, 4, 0, a, alen - 1, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "conflicting replay for slot 0");
+    publish_ok(dir, m, 4, 2);
+    expect_info(dir, m, 4, RS_VERSION_PENDING, 3, 2);
+    ASSERT_ST(rs_dir_publish(dir, m, 4, 1, "", 0, &d), RS_OK, d);
+    expect_info(dir, m, 4, RS_VERSION_READY, 3, 3);
+    read_exact(dir, m, 4, 0);
+    read_exact(dir, m, 4, 2);
+    ASSERT_ST(rs_dir_read(dir, m, 4, 1, &d, &got, &len), RS_OK, d);
+    assert_int_equal(len, 0);
+    free(got);
+    /* after READY: replays still fine, conflicts still refused */
+    ASSERT_ST(rs_dir_publish(dir, m, 4, 0, a, alen, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_publish(dir, m, 4, 1, "z", 1, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "conflicting replay for slot 1");
+    ASSERT_ST(rs_dir_read(dir, m, 4, 3, &d, &got, &len), RS_ERR_INPUT, d);
+    read_exact(dir, m, 4, 0);
+    rs_dir_close(dir);
+}
+
+#define RACE_PROCS 6
+#define RACE_VERSIONS 3
+#define RACE_SLOTS 4
+#define RACE_DEADLINE_S 15.0
+
+/* A racing publisher: creates every version and publishes every slot in
+ * its own order, so each slot is won by one process and replayed by the
+ * others. Exit status 0 when every call succeeded. */
+static void race_child(int id, int gate)
+{
+    char c;
+    rs_diag_t d;
+    rs_dir_h dir = NULL;
+    if (read(gate, &c, 1) < 0 || rs_dir_open(g->url, &d, &dir) != RS_OK)
+        _exit(2);
+    for (int v = 0; v < RACE_VERSIONS; v++) {
+        if (rs_dir_create_version(dir, "race", v, RACE_SLOTS, &d) != RS_OK)
+            goto fail;
+        for (int k = 0; k < RACE_SLOTS; k++) {
+            unsigned char buf[1024];
+            int slot = (k + id) % RACE_SLOTS;
+            size_t len = table_of(v, slot, 0, buf, sizeof(buf));
+            if (rs_dir_publish(dir, "race", v, slot, buf, len, &d) != RS_OK)
+                goto fail;
+        }
+    }
+    rs_dir_close(dir);
+    _exit(0);
+fail:
+    fprintf(stderr, "racing publisher %d: %s\n", id, d.msg);
+    _exit(1);
+}
+
+/* The reader's check: a READY version shows every table, byte-exact. */
+static int observe(rs_dir_h dir)
+{
+    int ready = 0;
+    for (int v = 0; v < RACE_VERSIONS; v++) {
+        rs_version_info_t info;
+        rs_diag_t d;
+        if (rs_dir_info(dir, "race", v, &d, &info) != RS_OK ||
+            info.state != RS_VERSION_READY)
+            continue;
+        assert_int_equal(info.published, RACE_SLOTS);
+        for (int s = 0; s < RACE_SLOTS; s++)
+            read_exact(dir, "race", v, s);
+        ready++;
+    }
+    return ready;
+}
+
+static void reap_all(pid_t *pids, int n, int *failed)
+{
+    double deadline = now_s() + RACE_DEADLINE_S;
+    for (int i = 0; i < n; i++) {
+        int status = 0;
+        while (waitpid(pids[i], &status, WNOHANG) == 0) {
+            if (now_s() > deadline)
+                kill(pids[i], SIGKILL);
+            sleep_s(0.005);
+        }
+        *failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+}
+
+static void test_racing_publishers(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    int gate[2];
+    pid_t pids[RACE_PROCS];
+    assert_int_equal(pipe(gate), 0);
+    for (int i = 0; i < RACE_PROCS; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            close(gate[1]);
+            race_child(i, gate[0]);
+        }
+    }
+    close(gate[0]);
+    close(gate[1]); /* every child starts at once */
+    int seen_ready = 0, failed = 0;
+    double deadline = now_s() + RACE_DEADLINE_S;
+    while (seen_ready < RACE_VERSIONS && now_s() < deadline)
+        seen_ready = observe(dir);
+    reap_all(pids, RACE_PROCS, &failed);
+    assert_int_equal(failed, 0);
+    assert_int_equal(observe(dir), RACE_VERSIONS);
+
+    rs_version_info_t *infos = NULL;
+    size_t n = 0;
+    rs_diag_t d;
+    ASSERT_ST(rs_dir_list(dir, "race", &d, &infos, &n), RS_OK, d);
+    assert_int_equal(n, RACE_VERSIONS);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(infos[i].version, (int64_t)i);
+        assert_int_equal(infos[i].state, RS_VERSION_READY);
+        assert_int_equal(infos[i].published, RACE_SLOTS);
+    }
+    free(infos);
+    ASSERT_ST(rs_dir_publish(dir, "race", 1, 2, "other", 5, &d), RS_ERR_INPUT,
+              d);
+    ASSERT_MSG_HAS(d, "conflicting replay for slot 2");
+    read_exact(dir, "race", 1, 2);
+    rs_dir_close(dir);
+}
+
+/* A child that creates and completes a version after a short delay: the
+ * parent's wait must see a version another process made. */
+static pid_t publish_later(const char *model, int64_t v, double delay)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    sleep_s(delay);
+    rs_diag_t d;
+    rs_dir_h dir = NULL;
+    unsigned char buf[1024];
+    size_t len = table_of(v, 0, 0, buf, sizeof(buf));
+    int ok = rs_dir_open(g->url, &d, &dir) == RS_OK &&
+             rs_dir_create_version(dir, model, v, 1, &d) == RS_OK &&
+             rs_dir_publish(dir, model, v, 0, buf, len, &d) == RS_OK;
+    rs_dir_close(dir);
+    _exit(ok ? 0 : 1);
+}
+
+static void test_newest_ready(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    rs_version_info_t info;
+    const char *m = "newest";
+    ASSERT_ST(rs_dir_wait_ready(dir, m, -1, 0.1, 0, &d, &info),
+              RS_ERR_TIMEOUT, d);
+    ASSERT_MSG_HAS(d, "no READY version");
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 1, &d), RS_OK, d);
+    publish_ok(dir, m, 1, 0);
+    ASSERT_ST(rs_dir_create_version(dir, m, 5, 3, &d), RS_OK, d);
+    publish_ok(dir, m, 5, 1);
+    ASSERT_ST(rs_dir_create_version(dir, m, 3, 1, &d), RS_OK, d);
+    publish_ok(dir, m, 3, 0);
+    ASSERT_ST(rs_dir_wait_ready(dir, m, -1, 1.0, 0, &d, &info), RS_OK, d);
+    assert_int_equal(info.version, 3);
+    assert_int_equal(info.state, RS_VERSION_READY);
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 5, 0.1, 0, &d, &info),
+              RS_ERR_TIMEOUT, d);
+    ASSERT_MSG_HAS(d, "1 of 3 slots published; missing slots: 0, 2");
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 6, 0.05, 0, &d, &info),
+              RS_ERR_TIMEOUT, d);
+    ASSERT_MSG_HAS(d, "has no version 6");
+    publish_ok(dir, m, 5, 0);
+    publish_ok(dir, m, 5, 2);
+    ASSERT_ST(rs_dir_wait_ready(dir, m, -1, 1.0, 0, &d, &info), RS_OK, d);
+    assert_int_equal(info.version, 5);
+    assert_int_equal(info.slots, 3);
+
+    pid_t child = publish_later(m, 12, 0.2);
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 12, 10.0, 0, &d, &info), RS_OK, d);
+    read_exact(dir, m, 12, 0);
+    int status = 0;
+    waitpid(child, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    rs_version_info_t *infos = NULL;
+    size_t n = 0;
+    ASSERT_ST(rs_dir_list(dir, m, &d, &infos, &n), RS_OK, d);
+    assert_int_equal(n, 4);
+    int64_t want[] = {1, 3, 5, 12};
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(infos[i].version, want[i]);
+        assert_int_equal(infos[i].state, RS_VERSION_READY);
+    }
+    free(infos);
+    ASSERT_ST(rs_dir_list(dir, "no-such-model", &d, &infos, &n), RS_OK, d);
+    assert_int_equal(n, 0);
+    free(infos);
+    rs_dir_close(dir);
+}
+
+static void test_stale_publisher(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    rs_version_info_t info;
+    const char *m = "stale";
+    ASSERT_ST(rs_dir_create_version(dir, m, 2, 2, &d), RS_OK, d);
+    publish_ok(dir, m, 2, 0);
+    publish_ok(dir, m, 2, 1);
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 2, 1.0, 60, &d, &info), RS_OK, d);
+    sleep_s(1.2);
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 2, 0, &d), RS_OK, d);
+    /* slot 1 said nothing for 1.2 s: never counted as a live publisher */
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 2, 0.2, 1.0, &d, &info),
+              RS_ERR_TIMEOUT, d);
+    ASSERT_MSG_HAS(d, "stale slot");
+    ASSERT_MSG_HAS(d, "1 (last heartbeat");
+    ASSERT_ST(rs_dir_wait_ready(dir, m, -1, 0.1, 1.0, &d, &info),
+              RS_ERR_TIMEOUT, d);
+    ASSERT_MSG_HAS(d, "newest READY version 2");
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 2, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 2, 2.0, 1.0, &d, &info), RS_OK, d);
+    assert_int_equal(info.version, 2);
+    rs_dir_close(dir);
+}
+
+static void test_lease_release(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    rs_version_info_t info;
+    void *got = NULL;
+    size_t len = 0;
+    const char *m = "lease";
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 1, &d), RS_OK, d);
+    publish_ok(dir, m, 1, 0);
+    ASSERT_ST(rs_dir_lease(dir, m, 1, "recv-0", 30, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "leased by 'recv-0'");
+    ASSERT_ST(rs_dir_lease(dir, m, 1, "recv-1", 30, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "2 live leases");
+    ASSERT_ST(rs_dir_unlease(dir, m, 1, "recv-0", &d), RS_OK, d);
+    ASSERT_ST(rs_dir_unlease(dir, m, 1, "recv-0", &d), RS_OK, d);
+    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "leased by 'recv-1'");
+    expect_info(dir, m, 1, RS_VERSION_READY, 1, 1);
+    ASSERT_ST(rs_dir_unlease(dir, m, 1, "recv-1", &d), RS_OK, d);
+    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_OK, d);
+    expect_info(dir, m, 1, RS_VERSION_RELEASED, 1, 0);
+    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_read(dir, m, 1, 0, &d, &got, &len), RS_ERR_INCOMPLETE,
+              d);
+    ASSERT_ST(rs_dir_publish(dir, m, 1, 0, "x", 1, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "released");
+    ASSERT_ST(rs_dir_lease(dir, m, 1, "late", 30, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 1, 0, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_wait_released(dir, m, 1, 0, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 1, 1.0, 0, &d, &info),
+              RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "was released");
+
+    ASSERT_ST(rs_dir_lease(dir, m, 1, "bad holder", 1, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_lease(dir, m, 7, "r", 1, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_create_version(dir, m, 2, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_lease(dir, m, 2, "r", 0, &d), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_lease(dir, m, 2, "r", NAN, &d), RS_ERR_INPUT, d);
+    rs_dir_close(dir);
+}
+
+static void test_lease_expiry(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    const char *m = "expiry";
+    ASSERT_ST(rs_dir_create_version(dir, m, 3, 1, &d), RS_OK, d);
+    publish_ok(dir, m, 3, 0);
+    /* renewed: the second ttl counts, not the first */
+    ASSERT_ST(rs_dir_lease(dir, m, 3, "renewed", 0.2, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_lease(dir, m, 3, "renewed", 30, &d), RS_OK, d);
+    sleep_s(0.4);
+    ASSERT_ST(rs_dir_release(dir, m, 3, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "leased by 'renewed'");
+    ASSERT_ST(rs_dir_unlease(dir, m, 3, "renewed", &d), RS_OK, d);
+    ASSERT_ST(rs_dir_lease(dir, m, 3, "short", 0.3, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_release(dir, m, 3, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "leased by 'short'");
+    rs_status_t st = RS_ERR_INCOMPLETE;
+    double deadline = now_s() + 5.0;
+    while (st == RS_ERR_INCOMPLETE && now_s() < deadline) {
+        sleep_s(0.05);
+        st = rs_dir_release(dir, m, 3, &d);
+    }
+    ASSERT_ST(st, RS_OK, d);
+    expect_info(dir, m, 3, RS_VERSION_RELEASED, 1, 0);
+    rs_dir_close(dir);
+}
+
+static void test_wait_released(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    const char *m = "released";
+    ASSERT_ST(rs_dir_create_version(dir, m, 8, 2, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_wait_released(dir, m, 8, 0.1, &d), RS_ERR_TIMEOUT, d);
+    ASSERT_MSG_HAS(d, "still PENDING");
+    ASSERT_ST(rs_dir_wait_released(dir, m, 9, 0.1, &d), RS_ERR_INPUT, d);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        rs_dir_h other = NULL;
+        sleep_s(0.2);
+        int ok = rs_dir_open(g->url, &d, &other) == RS_OK &&
+                 rs_dir_release(other, m, 8, &d) == RS_OK;
+        rs_dir_close(other);
+        _exit(ok ? 0 : 1);
+    }
+    ASSERT_ST(rs_dir_wait_released(dir, m, 8, 10.0, &d), RS_OK, d);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    expect_info(dir, m, 8, RS_VERSION_RELEASED, 2, 0);
+    rs_dir_close(dir);
+}
+
+static void test_malformed_urls(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "", "ftp://host", "file:", "redis://", "redis://host:",
+        "redis://host:abc", "redis://host:0", "redis://host:70000",
+        "redis://user@host:1", "redis://:@host:1", "redis://host:1/db",
+        "redis://host:1?x=1", "redis://host:1?timeout=-1", "redis://[::1",
+        "redis://:s3cret@host:x1", "redis://:s3cret@/",
+    };
+    rs_diag_t d;
+    rs_dir_h dir = NULL;
+    ASSERT_ST(rs_dir_open(NULL, &d, &dir), RS_ERR_INVALID_ARG, d);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rs_status_t st = rs_dir_open(bad[i], &d, &dir);
+        if (st != RS_ERR_INPUT)
+            fail_msg("'%s': got %s (%s)", bad[i], rs_status_str(st), d.msg);
+        assert_null(strstr(d.msg, "s3cret")); /* never echo a password */
+    }
+    char url[128];
+    int port = rfx_free_port();
+    snprintf(url, sizeof(url), "redis://:pw@127.0.0.1:%d?timeout=2", port);
+    double t0 = now_s();
+    ASSERT_ST(rs_dir_open(url, &d, &dir), RS_ERR_TRANSPORT, d);
+    char where[64];
+    snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+    ASSERT_MSG_HAS(d, where);
+    assert_true(now_s() - t0 < 10.0);
+}
+
+/* The file backend's layout is what docs/formats.md says. */
+static void test_file_layout(void **state)
+{
+    (void)state;
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    const char *m = "layout";
+    ASSERT_ST(rs_dir_create_version(dir, m, 7, 2, &d), RS_OK, d);
+    publish_ok(dir, m, 7, 1);
+    char p[PATH_MAX + 64];
+    struct stat st;
+    const char *present[] = {"meta", "slot-1.json", "hb-1", "lock"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(p, sizeof(p), "%s/dir/%s/7/%s", g->tmp, m, present[i]);
+        assert_int_equal(stat(p, &st), 0);
+    }
+    snprintf(p, sizeof(p), "%s/dir/%s/7/READY", g->tmp, m);
+    assert_int_not_equal(stat(p, &st), 0);
+    publish_ok(dir, m, 7, 0);
+    assert_int_equal(stat(p, &st), 0);
+    ASSERT_ST(rs_dir_lease(dir, m, 7, "h", 30, &d), RS_OK, d);
+    snprintf(p, sizeof(p), "%s/dir/%s/7/lease-h", g->tmp, m);
+    assert_int_equal(stat(p, &st), 0);
+    rs_dir_close(dir);
+}
+
+static void test_redis_auth(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rfx_server_t s;
+    char why[512], url[256];
+    rs_diag_t d;
+    rs_dir_h dir = NULL;
+    if (rfx_start(&s, "right-pw", why, sizeof(why)) != 0)
+        fail_msg("%s", why);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", s.port);
+    rs_status_t st1 = rs_dir_open(url, &d, &dir);
+    rs_diag_t d1 = d;
+    snprintf(url, sizeof(url), "redis://:wrong-pw@127.0.0.1:%d", s.port);
+    rs_status_t st2 = rs_dir_open(url, &d, &dir);
+    rs_diag_t d2 = d;
+    rs_status_t st3 = rs_dir_open(s.url, &d, &dir);
+    rs_status_t st4 = st3 == RS_OK
+                          ? rs_dir_create_version(dir, "auth", 1, 1, &d)
+                          : st3;
+    rs_dir_close(dir);
+    rfx_stop(&s);
+    ASSERT_ST(st1, RS_ERR_TRANSPORT, d1);
+    ASSERT_MSG_HAS(d1, "NOAUTH");
+    ASSERT_ST(st2, RS_ERR_TRANSPORT, d2);
+    ASSERT_MSG_HAS(d2, "authentication refused");
+    assert_null(strstr(d2.msg, "wrong-pw"));
+    ASSERT_ST(st4, RS_OK, d);
+}
+
+static redisReply *raw(int port, const char *cmd)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = c != NULL && c->err == 0 ? redisCommand(c, cmd) : NULL;
+    if (c != NULL)
+        redisFree(c);
+    return r;
+}
+
+static void test_redis_dead_server(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rfx_server_t s;
+    char why[512], url[PATH_MAX + 128], where[64];
+    rs_diag_t d;
+    rs_dir_h dir = NULL;
+    if (rfx_start(&s, NULL, why, sizeof(why)) != 0)
+        fail_msg("%s", why);
+    snprintf(url, sizeof(url), "%s?timeout=0.5", s.url);
+    snprintf(where, sizeof(where), "127.0.0.1:%d", s.port);
+    rs_status_t st = rs_dir_open(url, &d, &dir);
+    if (st == RS_OK)
+        st = rs_dir_create_version(dir, "dead", 1, 2, &d);
+    /* scripts flushed behind our back are loaded again */
+    redisReply *r = raw(s.port, "SCRIPT FLUSH");
+    if (r != NULL)
+        freeReplyObject(r);
+    rs_status_t st_flushed = st == RS_OK ? rs_dir_create_version(dir, "dead",
+                                                                 1, 2, &d)
+                                         : st;
+    kill(s.pid, SIGSTOP); /* hangs: every call must still return */
+    double t0 = now_s();
+    rs_status_t st_hung = rs_dir_heartbeat(dir, "dead", 1, 0, &d);
+    rs_diag_t d_hung = d;
+    double hung_s = now_s() - t0;
+    kill(s.pid, SIGKILL);
+    rs_status_t st_dead = rs_dir_create_version(dir, "dead", 1, 2, &d);
+    rs_diag_t d_dead = d;
+    rs_dir_close(dir);
+    rfx_stop(&s);
+    ASSERT_ST(st, RS_OK, d);
+    ASSERT_ST(st_flushed, RS_OK, d);
+    ASSERT_ST(st_hung, RS_ERR_TRANSPORT, d_hung);
+    ASSERT_MSG_HAS(d_hung, where);
+    assert_true(hung_s < 10.0);
+    ASSERT_ST(st_dead, RS_ERR_TRANSPORT, d_dead);
+    ASSERT_MSG_HAS(d_dead, where);
+}
+
+static int setup_file(void)
+{
+    snprintf(g->tmp, sizeof(g->tmp), "/tmp/rs-dir-test-XXXXXX");
+    if (mkdtemp(g->tmp) == NULL)
+        return -1;
+    snprintf(g->url, sizeof(g->url), "file:%s/dir", g->tmp);
+    return 0;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (!g->redis)
+        return setup_file();
+    int rc = rfx_start(&g->server, NULL, g->why, sizeof(g->why));
+    if (rc < 0) {
+        fprintf(stderr, "redis fixture: %s\n", g->why);
+        return -1;
+    }
+    g->skip = rc == 1;
+    if (g->skip)
+        fprintf(stderr, "%s\n", g->why);
+    snprintf(g->url, sizeof(g->url), "%s", g->server.url);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    if (g->redis) {
+        rfx_stop(&g->server);
+    } else if (g->tmp[0] != '\0') {
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g->tmp);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", g->tmp);
+    }
+    return 0;
+}
+
+static int run_group(const char *name, const struct CMUnitTest *extra,
+                     size_t nextra)
+{
+    const struct CMUnitTest common[] = {
+        cmocka_unit_test(test_create_and_validate),
+        cmocka_unit_test(test_replay_conflict_pending),
+        cmocka_unit_test(test_racing_publishers),
+        cmocka_unit_test(test_newest_ready),
+        cmocka_unit_test(test_stale_publisher),
+        cmocka_unit_test(test_lease_release),
+        cmocka_unit_test(test_lease_expiry),
+        cmocka_unit_test(test_wait_released),
+        cmocka_unit_test(test_malformed_urls),
+    };
+    enum { NCOMMON = sizeof(common) / sizeof(common[0]) };
+    struct CMUnitTest all[NCOMMON + 4];
+    memcpy(all, common, sizeof(common));
+    memcpy(all + NCOMMON, extra, nextra * sizeof(*extra));
+    fprintf(stderr, "== directory backend: %s\n", name);
+    return _cmocka_run_group_tests(name, all, NCOMMON + nextra, group_setup,
+                                   group_teardown);
+}
+
+int main(void)
+{
+    static env_t file_env = {.backend = "file"};
+    static env_t redis_env = {.backend = "redis", .redis = 1};
+    const struct CMUnitTest file_only[] = {
+        cmocka_unit_test(test_file_layout),
+    };
+    const struct CMUnitTest redis_only[] = {
+        cmocka_unit_test(test_redis_auth),
+        cmocka_unit_test(test_redis_dead_server),
+    };
+    int failed = 0;
+    g = &file_env;
+    failed += run_group("file", file_only, 1);
+    g = &redis_env;
+    failed += run_group("redis", redis_only, 2);
+    return failed;
+}
