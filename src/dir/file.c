@@ -47,7 +47,8 @@ static rs_status_t file_open(rs_dir_h dir, const char *target,
     if (n == 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "directory URL 'file:': "
                             "expected file:DIR with a directory path");
-    if (n + 64 + 2 * RS_DIR_NAME_MAX >= PATH_MAX)
+    /* room for /<model>/<version>/.tmp-<pid>-<n>-lease-<holder> */
+    if (n + 128 + 3 * RS_DIR_NAME_MAX >= PATH_MAX)
         return rs__diag_set(diag, RS_ERR_INPUT, "directory URL 'file:%s': "
                             "path too long", target);
     rs_fdir_t *f = calloc(1, sizeof(*f));

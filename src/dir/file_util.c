@@ -32,6 +32,15 @@ rs_status_t rs__fdir_path(rs_dir_h dir, const rs_dir_req_t *req,
     return RS_OK;
 }
 
+#define LOCK_WAIT_S 10.0
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 double rs__fdir_now(void)
 {
     struct timespec ts;
@@ -232,12 +241,23 @@ rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p)
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return io_fail(diag, "cannot open lock file", path);
-    while (flock(fd, LOCK_EX) != 0) {
-        if (errno != EINTR) {
-            rs_status_t st = io_fail(diag, "cannot lock", path);
+    /* holders keep the lock for a few file operations: a lock held much
+     * longer belongs to a stopped process, and waiting on it must end */
+    double deadline = mono_now() + LOCK_WAIT_S;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        rs_status_t st = RS_OK;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            st = io_fail(diag, "cannot lock", path);
+        else if (mono_now() > deadline)
+            st = rs__diag_set(diag, RS_ERR_TIMEOUT, "%s: held by another "
+                              "process for more than %g s", path,
+                              LOCK_WAIT_S);
+        if (st != RS_OK) {
             close(fd);
             return st;
         }
+        struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
     }
     *fd_p = fd;
     return RS_OK;
