@@ -13,6 +13,7 @@ static const rs_transport_ops_t *const backends[] = {
     &rs__transport_local,
     &rs__transport_local_mt,
     &rs__transport_cma,
+    &rs__transport_ucx,
 };
 
 void rs_transport_params_init(rs_transport_params_t *params)
@@ -47,7 +48,7 @@ rs_status_t rs_transport_create(const rs_transport_params_t *params,
     if (ops == NULL)
         return rs__diag_set(diag, RS_ERR_UNSUPPORTED,
                             "transport: unknown backend '%s' (known: local, "
-                            "local-mt, cma)", params->backend);
+                            "local-mt, cma, ucx)", params->backend);
     rs_transport_h t = calloc(1, sizeof(*t));
     if (t == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "transport: handle");

@@ -32,6 +32,7 @@ rs_status_t rs__transport_unsupported(rs_transport_h t, rs_diag_t *diag);
 extern const rs_transport_ops_t rs__transport_local;
 extern const rs_transport_ops_t rs__transport_local_mt;
 extern const rs_transport_ops_t rs__transport_cma;
+extern const rs_transport_ops_t rs__transport_ucx;
 
 /* Region lookup shared by backends: the region of `regions` holding
  * [addr, addr + nbytes), or NULL. Regions are sorted by addr. */

@@ -1,6 +1,7 @@
 /* Transport test worlds: the pattern, the in-process and child-hosted
  * region sets, and cleanup of the child on every path. */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,15 +11,28 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "reshard/expose.h"
 #include "transport_fixture.h"
 
 const tfx_backend_t tfx_backends[] = {
-    {"local", 0, 0},
-    {"local-mt", 1, 0},
-    {"local-mt", 3, 0},
-    {"cma", 0, 1},
+    {"local", 0, 0, NULL, 0},
+    {"local-mt", 1, 0, NULL, 0},
+    {"local-mt", 3, 0, NULL, 0},
+    {"cma", 0, 1, NULL, 0},
 };
 const size_t tfx_nbackends = sizeof(tfx_backends) / sizeof(tfx_backends[0]);
+
+const tfx_backend_t tfx_ucx_backends[] = {
+    {"ucx", 0, 1, "sm", 0},
+    {"ucx", 0, 1, "tcp", 0},
+};
+const size_t tfx_nucx_backends =
+    sizeof(tfx_ucx_backends) / sizeof(tfx_ucx_backends[0]);
+
+/* The child answers within this long or the world fails to open. */
+#define CHILD_ANSWER_MS 30000
+/* A child's failure message on the pipe: UINT64_MAX, then this many bytes. */
+#define CHILD_WHY_LEN 256
 
 static uint64_t mix(uint64_t x)
 {
@@ -85,10 +99,18 @@ static int write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
+/* Reads exactly n bytes, giving up when the writer is silent for
+ * CHILD_ANSWER_MS (a child stuck in setup must not hang the test). */
 static int read_all(int fd, void *buf, size_t n)
 {
     char *p = buf;
     while (n > 0) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int ready = poll(&pfd, 1, CHILD_ANSWER_MS);
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0)
+            return -1;
         ssize_t k = read(fd, p, n);
         if (k < 0 && errno == EINTR)
             continue;
@@ -100,12 +122,19 @@ static int read_all(int fd, void *buf, size_t n)
     return 0;
 }
 
-/* The child: fill its own regions, send their addresses, wait for the
- * parent to close the done pipe (or die), exit. Never returns. */
-static void child_main(tfx_world_t *w, const uint64_t *sizes, int addr_fd,
-                       int done_fd)
+/* Blocks until the parent closes the done pipe (or dies). */
+static void await_done(int done_fd)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    char c;
+    while (read(done_fd, &c, 1) < 0 && errno == EINTR)
+        ;
+}
+
+/* The cma child: fill its own regions, send their addresses, wait until
+ * released, exit. Never returns. */
+static void cma_child(tfx_world_t *w, const uint64_t *sizes, int out_fd,
+                      int done_fd)
+{
     size_t n = (size_t)w->nsessions * w->nregions;
     void **mem = calloc(n, sizeof(void *));
     uint64_t *addrs = calloc(n, sizeof(uint64_t));
@@ -113,11 +142,80 @@ static void child_main(tfx_world_t *w, const uint64_t *sizes, int addr_fd,
         _exit(3);
     for (size_t k = 0; k < n; k++)
         addrs[k] = (uint64_t)(uintptr_t)mem[k];
-    if (write_all(addr_fd, addrs, n * sizeof(uint64_t)) != 0)
+    if (write_all(out_fd, addrs, n * sizeof(uint64_t)) != 0)
         _exit(4);
-    char c;
-    while (read(done_fd, &c, 1) < 0 && errno == EINTR)
-        ;
+    await_done(done_fd);
+    _exit(0);
+}
+
+/* Made-up published addresses, with gaps between regions (or back to back
+ * when the backend says `packed`), so translation is really exercised. */
+static uint64_t published_addr(const tfx_world_t *w, uint32_t s, size_t r,
+                               const uint64_t *sizes)
+{
+    uint64_t base = (uint64_t)(s + 1) << 40;
+    if (!w->backend.packed)
+        return base | ((uint64_t)(r + 1) << 33);
+    for (size_t k = 0; k < r; k++)
+        base += sizes[k];
+    return base;
+}
+
+/* One exposer serving session s's regions; its blob goes to out_fd as a
+ * u64 length and the bytes. 0, or -1 with the reason in d. */
+static int serve_session(tfx_world_t *w, const uint64_t *sizes, uint32_t s,
+                         void **mem, int out_fd, rs_exposer_h *x_p,
+                         rs_diag_t *d)
+{
+    if (rs_exposer_create("ucx", d, x_p) != RS_OK)
+        return -1;
+    for (size_t r = 0; r < w->nregions; r++) {
+        if (rs_exposer_add_region(*x_p, published_addr(w, s, r, sizes),
+                                  mem[(size_t)s * w->nregions + r], sizes[r],
+                                  d) != RS_OK)
+            return -1;
+    }
+    const void *blob;
+    size_t len;
+    if (rs_exposer_start(*x_p, d) != RS_OK ||
+        rs_exposer_blob(*x_p, &blob, &len) != RS_OK)
+        return -1;
+    uint64_t len64 = len;
+    if (write_all(out_fd, &len64, 8) != 0 ||
+        write_all(out_fd, blob, len) != 0)
+        _exit(4);
+    return 0;
+}
+
+/* The ucx child: one exposer per session over its pattern-filled regions,
+ * the blobs sent up the pipe, served until released. A setup failure is
+ * sent as UINT64_MAX and a message. Never returns. */
+static void ucx_child(tfx_world_t *w, const uint64_t *sizes, int out_fd,
+                      int done_fd)
+{
+    size_t n = (size_t)w->nsessions * w->nregions;
+    void **mem = calloc(n, sizeof(void *));
+    rs_exposer_h *xs = calloc(w->nsessions, sizeof(rs_exposer_h));
+    if (mem == NULL || xs == NULL || fill_all(w, sizes, mem) != 0)
+        _exit(3);
+    rs_diag_t d;
+    for (uint32_t s = 0; s < w->nsessions; s++) {
+        if (serve_session(w, sizes, s, mem, out_fd, &xs[s], &d) != 0) {
+            char why[CHILD_WHY_LEN] = {0};
+            uint64_t mark = UINT64_MAX;
+            snprintf(why, sizeof(why), "session %u: %.200s", s, d.msg);
+            if (write_all(out_fd, &mark, 8) == 0)
+                write_all(out_fd, why, sizeof(why));
+            _exit(5);
+        }
+    }
+    await_done(done_fd);
+    for (uint32_t s = 0; s < w->nsessions; s++)
+        rs_exposer_destroy(xs[s]);
+    for (size_t k = 0; k < n; k++)
+        free(mem[k]);
+    free(mem);
+    free(xs);
     _exit(0);
 }
 
@@ -136,36 +234,50 @@ static int probe_cma(const tfx_world_t *w, char *why, size_t whylen)
     return 1;
 }
 
-static int open_child(tfx_world_t *w, const uint64_t *sizes, char *why,
-                      size_t whylen)
+typedef void (*child_fn)(tfx_world_t *w, const uint64_t *sizes, int out_fd,
+                         int done_fd);
+
+/* Forks a child running fn; returns the read end of its pipe, or -1. */
+static int spawn(tfx_world_t *w, const uint64_t *sizes, child_fn fn,
+                 char *why, size_t whylen)
 {
-    int addr_pipe[2], done_pipe[2];
-    if (pipe(addr_pipe) != 0)
+    int out_pipe[2], done_pipe[2];
+    if (pipe(out_pipe) != 0)
         return snprintf(why, whylen, "pipe: %s", strerror(errno)), -1;
     if (pipe(done_pipe) != 0) {
-        close(addr_pipe[0]);
-        close(addr_pipe[1]);
+        close(out_pipe[0]);
+        close(out_pipe[1]);
         return snprintf(why, whylen, "pipe: %s", strerror(errno)), -1;
     }
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        close(addr_pipe[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(out_pipe[0]);
         close(done_pipe[1]);
-        child_main(w, sizes, addr_pipe[1], done_pipe[0]);
+        fn(w, sizes, out_pipe[1], done_pipe[0]);
     }
-    close(addr_pipe[1]);
+    close(out_pipe[1]);
     close(done_pipe[0]);
     w->done_fd = done_pipe[1];
     if (pid < 0) {
-        close(addr_pipe[0]);
+        close(out_pipe[0]);
         return snprintf(why, whylen, "fork: %s", strerror(errno)), -1;
     }
     w->child = pid;
+    return out_pipe[0];
+}
+
+static int open_child(tfx_world_t *w, const uint64_t *sizes, char *why,
+                      size_t whylen)
+{
+    int fd = spawn(w, sizes, cma_child, why, whylen);
+    if (fd < 0)
+        return -1;
     size_t n = (size_t)w->nsessions * w->nregions;
     uint64_t *addrs = calloc(n, sizeof(uint64_t));
-    int rc = addrs != NULL && read_all(addr_pipe[0], addrs, n * 8) == 0;
-    close(addr_pipe[0]);
+    int rc = addrs != NULL && read_all(fd, addrs, n * 8) == 0;
+    close(fd);
     for (size_t k = 0; rc && k < n; k++)
         w->regions[k].addr = addrs[k];
     free(addrs);
@@ -174,8 +286,56 @@ static int open_child(tfx_world_t *w, const uint64_t *sizes, char *why,
     return probe_cma(w, why, whylen);
 }
 
-/* In-process regions get made-up addresses with gaps between them, so the
- * translation to `local` pointers is really exercised. */
+/* Reads the blob of session s, or the child's failure message. */
+static int read_blob(tfx_world_t *w, int fd, uint32_t s, char *why,
+                     size_t whylen)
+{
+    uint64_t len;
+    if (read_all(fd, &len, 8) != 0)
+        return snprintf(why, whylen, "ucx child sent no blob for session "
+                        "%u", s), -1;
+    if (len == UINT64_MAX) {
+        char msg[CHILD_WHY_LEN];
+        if (read_all(fd, msg, sizeof(msg)) != 0)
+            msg[0] = '\0';
+        msg[sizeof(msg) - 1] = '\0';
+        return snprintf(why, whylen, "ucx child: %s", msg), -1;
+    }
+    w->blobs[s] = malloc(len > 0 ? len : 1);
+    w->blob_lens[s] = len;
+    if (w->blobs[s] == NULL || read_all(fd, w->blobs[s], len) != 0)
+        return snprintf(why, whylen, "ucx child: blob of session %u cut "
+                        "short", s), -1;
+    return 0;
+}
+
+/* The ucx world: UCX_TLS is set before the fork so the child's exposers and
+ * this process's transport pick the same transports. */
+static int open_ucx(tfx_world_t *w, const uint64_t *sizes, char *why,
+                    size_t whylen)
+{
+    setenv("UCX_TLS", w->backend.tls, 1);
+    w->blobs = calloc(w->nsessions, sizeof(void *));
+    w->blob_lens = calloc(w->nsessions, sizeof(size_t));
+    if (w->blobs == NULL || w->blob_lens == NULL)
+        return snprintf(why, whylen, "out of memory"), -1;
+    for (uint32_t s = 0; s < w->nsessions; s++) {
+        for (size_t r = 0; r < w->nregions; r++)
+            w->regions[(size_t)s * w->nregions + r].addr =
+                published_addr(w, s, r, sizes);
+    }
+    int fd = spawn(w, sizes, ucx_child, why, whylen);
+    if (fd < 0)
+        return -1;
+    int rc = 0;
+    for (uint32_t s = 0; rc == 0 && s < w->nsessions; s++)
+        rc = read_blob(w, fd, s, why, whylen);
+    close(fd);
+    return rc;
+}
+
+/* In-process regions get made-up addresses, so the translation to `local`
+ * pointers is really exercised. */
 static int open_local(tfx_world_t *w, const uint64_t *sizes, char *why,
                       size_t whylen)
 {
@@ -184,8 +344,7 @@ static int open_local(tfx_world_t *w, const uint64_t *sizes, char *why,
     for (uint32_t s = 0; s < w->nsessions; s++) {
         for (size_t r = 0; r < w->nregions; r++) {
             size_t k = (size_t)s * w->nregions + r;
-            w->regions[k].addr = ((uint64_t)(s + 1) << 40) |
-                                 ((uint64_t)(r + 1) << 33);
+            w->regions[k].addr = published_addr(w, s, r, sizes);
             w->regions[k].local = w->mem[k];
         }
     }
@@ -208,6 +367,8 @@ int tfx_world_open(tfx_world_t *w, const tfx_backend_t *backend,
         return snprintf(why, whylen, "out of memory"), -1;
     for (size_t k = 0; k < n; k++)
         w->regions[k].nbytes = sizes[k % nregions];
+    if (backend->remote && backend->tls != NULL)
+        return open_ucx(w, sizes, why, whylen);
     if (backend->remote)
         return open_child(w, sizes, why, whylen);
     return open_local(w, sizes, why, whylen);
@@ -217,11 +378,11 @@ void tfx_world_close(tfx_world_t *w)
 {
     if (w->done_fd >= 0)
         close(w->done_fd);
-    if (w->child > 0) {
-        kill(w->child, SIGKILL);
-        while (waitpid(w->child, NULL, 0) < 0 && errno == EINTR)
-            ;
-    }
+    tfx_world_kill(w);
+    for (uint32_t s = 0; w->blobs != NULL && s < w->nsessions; s++)
+        free(w->blobs[s]);
+    free(w->blobs);
+    free(w->blob_lens);
     size_t n = (size_t)w->nsessions * w->nregions;
     for (size_t k = 0; w->mem != NULL && k < n; k++)
         free(w->mem[k]);
@@ -229,6 +390,16 @@ void tfx_world_close(tfx_world_t *w)
     free(w->regions);
     memset(w, 0, sizeof(*w));
     w->done_fd = -1;
+}
+
+void tfx_world_kill(tfx_world_t *w)
+{
+    if (w->child <= 0)
+        return;
+    kill(w->child, SIGKILL);
+    while (waitpid(w->child, NULL, 0) < 0 && errno == EINTR)
+        ;
+    w->child = 0;
 }
 
 rs_status_t tfx_transport(const tfx_world_t *w, rs_diag_t *diag,
@@ -244,7 +415,8 @@ rs_status_t tfx_transport(const tfx_world_t *w, rs_diag_t *diag,
         char name[32];
         snprintf(name, sizeof(name), "s%u", s);
         rs_peer_t peer = {name, w->child, tfx_region(w, s, 0), w->nregions,
-                          NULL, 0};
+                          w->blobs != NULL ? w->blobs[s] : NULL,
+                          w->blob_lens != NULL ? w->blob_lens[s] : 0};
         st = rs_transport_connect(t, s, &peer, diag);
         if (st != RS_OK)
             rs_transport_destroy(t);

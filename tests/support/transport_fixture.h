@@ -1,7 +1,8 @@
 /* A test world for transports: sessions publishing regions filled with a
  * known byte pattern, hosted in this process (local, local-mt) or in a
- * forked child process (cma), so one test body runs against every backend
- * with the pattern as independent ground truth. */
+ * forked child process (cma; ucx, where the child serves every session
+ * through its own exposer and sends the blobs back), so one test body runs
+ * against every backend with the pattern as independent ground truth. */
 #ifndef RS_TEST_TRANSPORT_FIXTURE_H
 #define RS_TEST_TRANSPORT_FIXTURE_H
 
@@ -14,11 +15,17 @@ typedef struct tfx_backend {
     const char *name;
     unsigned threads;
     int remote; /* regions live in a child process */
+    const char *tls; /* ucx: UCX_TLS for the child and the transport */
+    int packed; /* a session's regions sit back to back in published
+                 * addresses (not for cma, which publishes real ones) */
 } tfx_backend_t;
 
 /* local, local-mt with 1 and 3 threads, cma. */
 extern const tfx_backend_t tfx_backends[];
 extern const size_t tfx_nbackends;
+/* ucx over shared memory (UCX_TLS=sm) and over tcp on loopback. */
+extern const tfx_backend_t tfx_ucx_backends[];
+extern const size_t tfx_nucx_backends;
 
 typedef struct tfx_world {
     tfx_backend_t backend;
@@ -28,6 +35,8 @@ typedef struct tfx_world {
     void **mem;             /* local copies (in-process backends) */
     pid_t child;            /* 0 when none */
     int done_fd;            /* closing it releases the child */
+    void **blobs;           /* ucx: each session's blob */
+    size_t *blob_lens;
 } tfx_world_t;
 
 /* Opens a world of nsessions, each with nregions regions of sizes[]. Returns
@@ -45,8 +54,11 @@ uint8_t tfx_byte(uint32_t session, size_t region, uint64_t off);
 const rs_region_t *tfx_region(const tfx_world_t *w, uint32_t session,
                               size_t region);
 
+/* Kills the child now (SIGKILL) and reaps it: its sessions are dead. */
+void tfx_world_kill(tfx_world_t *w);
+
 /* Creates a transport of the world's backend and connects every session
- * (peer name "s<N>", pid of the child for cma). */
+ * (peer name "s<N>", pid of the child for cma, the blob for ucx). */
 rs_status_t tfx_transport(const tfx_world_t *w, rs_diag_t *diag,
                           rs_transport_h *t_p);
 

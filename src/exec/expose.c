@@ -1,0 +1,177 @@
+/* Exposers: the publishing side of transports. Picks a backend by name,
+ * checks regions once for every backend (non-empty, no wrap, no overlap in
+ * published addresses), and hosts the cma exposer, whose blob is just this
+ * process's pid and where each region really lives. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/checked.h"
+#include "core/diag.h"
+#include "exec/expose_impl.h"
+
+static rs_status_t cma_open(rs_exposer_h x, rs_diag_t *diag)
+{
+    (void)x;
+    (void)diag;
+    return RS_OK;
+}
+
+static void cma_close(rs_exposer_h x)
+{
+    (void)x;
+}
+
+static rs_status_t cma_add(rs_exposer_h x, const rs__xregion_t *r,
+                           rs_diag_t *diag)
+{
+    (void)x;
+    (void)r;
+    (void)diag;
+    return RS_OK;
+}
+
+/* Readers use process_vm_readv on our pid, so the blob needs nothing but
+ * the pid and each region's real address. */
+static rs_status_t cma_start(rs_exposer_h x, rs_diag_t *diag)
+{
+    rs__blob_writer_t *w = &x->blob;
+    rs__bw_header(w, RS_BLOB_CMA);
+    rs__bw_u64(w, (uint64_t)getpid());
+    rs__bw_u32(w, (uint32_t)x->regions_len);
+    for (size_t i = 0; i < x->regions_len; i++) {
+        rs__bw_u64(w, x->regions[i].addr);
+        rs__bw_u64(w, x->regions[i].nbytes);
+        rs__bw_u64(w, (uint64_t)(uintptr_t)x->regions[i].ptr);
+    }
+    if (w->failed)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (cma): blob");
+    return RS_OK;
+}
+
+static const rs__exposer_ops_t exposer_cma = {
+    .name = "cma",
+    .open = cma_open,
+    .close = cma_close,
+    .add = cma_add,
+    .start = cma_start,
+};
+
+static const rs__exposer_ops_t *const backends[] = {
+    &rs__exposer_ucx,
+    &exposer_cma,
+};
+
+rs_status_t rs_exposer_create(const char *backend, rs_diag_t *diag,
+                              rs_exposer_h *exposer_p)
+{
+    if (backend == NULL || exposer_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "exposer: backend name and output are required");
+    const rs__exposer_ops_t *ops = NULL;
+    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+        if (strcmp(backends[i]->name, backend) == 0)
+            ops = backends[i];
+    }
+    if (ops == NULL)
+        return rs__diag_set(diag, RS_ERR_UNSUPPORTED,
+                            "exposer: unknown backend '%s' (known: ucx, cma)",
+                            backend);
+    rs_exposer_h x = calloc(1, sizeof(*x));
+    if (x == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer: handle");
+    x->ops = ops;
+    rs_status_t st = ops->open(x, diag);
+    if (st != RS_OK) {
+        free(x);
+        return st;
+    }
+    *exposer_p = x;
+    return RS_OK;
+}
+
+void rs_exposer_destroy(rs_exposer_h x)
+{
+    if (x == NULL)
+        return;
+    x->ops->close(x);
+    rs__bw_free(&x->blob);
+    free(x->regions);
+    free(x);
+}
+
+/* Refuses a region that overlaps one already exposed. */
+static rs_status_t check_overlap(rs_exposer_h x, uint64_t addr, uint64_t end,
+                                 rs_diag_t *diag)
+{
+    for (size_t i = 0; i < x->regions_len; i++) {
+        const rs__xregion_t *r = &x->regions[i];
+        if (addr < r->addr + r->nbytes && r->addr < end)
+            return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                                "exposer (%s): region [0x%" PRIx64 ", +%"
+                                PRIu64 ") overlaps region [0x%" PRIx64
+                                ", +%" PRIu64 ")", x->ops->name, addr,
+                                end - addr, r->addr, r->nbytes);
+    }
+    return RS_OK;
+}
+
+rs_status_t rs_exposer_add_region(rs_exposer_h x, uint64_t addr, void *ptr,
+                                  uint64_t nbytes, rs_diag_t *diag)
+{
+    uint64_t end;
+    if (x == NULL || ptr == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "exposer: add_region needs an exposer and memory");
+    if (x->started)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "exposer (%s): region at 0x%" PRIx64 " added "
+                            "after start", x->ops->name, addr);
+    if (nbytes == 0 || !rs_add_u64(addr, nbytes, &end) ||
+        (uint64_t)(uintptr_t)ptr + nbytes < (uint64_t)(uintptr_t)ptr)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "exposer (%s): region [0x%" PRIx64 ", +%" PRIu64
+                            ") is empty or wraps", x->ops->name, addr, nbytes);
+    rs_status_t st = check_overlap(x, addr, end, diag);
+    if (st != RS_OK)
+        return st;
+    rs__xregion_t r = {addr, ptr, nbytes};
+    if (!RS_VEC_PUSH(x, regions, r))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer: region list");
+    st = x->ops->add(x, &x->regions[x->regions_len - 1], diag);
+    if (st != RS_OK)
+        x->regions_len--;
+    return st;
+}
+
+rs_status_t rs_exposer_start(rs_exposer_h x, rs_diag_t *diag)
+{
+    if (x == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "exposer: start needs an exposer");
+    if (x->started)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "exposer (%s): already started", x->ops->name);
+    if (x->regions_len > UINT32_MAX)
+        return rs__diag_set(diag, RS_ERR_UNSUPPORTED,
+                            "exposer (%s): %zu regions do not fit a blob",
+                            x->ops->name, x->regions_len);
+    rs_status_t st = x->ops->start(x, diag);
+    if (st != RS_OK) {
+        rs__bw_free(&x->blob);
+        return st;
+    }
+    x->started = 1;
+    return RS_OK;
+}
+
+rs_status_t rs_exposer_blob(rs_exposer_h x, const void **blob_p,
+                            size_t *len_p)
+{
+    if (x == NULL || blob_p == NULL || len_p == NULL || !x->started)
+        return RS_ERR_INVALID_ARG;
+    *blob_p = x->blob.p;
+    *len_p = x->blob.len;
+    return RS_OK;
+}

@@ -1,0 +1,116 @@
+/* Little-endian packing for transport blobs, written byte by byte so the
+ * format does not depend on the host's endianness or alignment. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/vec.h"
+#include "exec/transports/blob.h"
+
+void rs__bw_bytes(rs__blob_writer_t *w, const void *data, size_t n)
+{
+    if (w->failed || n == 0)
+        return;
+    if (n > SIZE_MAX - w->len ||
+        !rs_vec_reserve((void **)&w->p, &w->cap, w->len + n, 1)) {
+        w->failed = 1;
+        return;
+    }
+    memcpy(w->p + w->len, data, n);
+    w->len += n;
+}
+
+void rs__bw_u8(rs__blob_writer_t *w, uint8_t v)
+{
+    rs__bw_bytes(w, &v, 1);
+}
+
+void rs__bw_u32(rs__blob_writer_t *w, uint32_t v)
+{
+    uint8_t b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    rs__bw_bytes(w, b, 4);
+}
+
+void rs__bw_u64(rs__blob_writer_t *w, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    rs__bw_bytes(w, b, 8);
+}
+
+void rs__bw_header(rs__blob_writer_t *w, uint8_t backend)
+{
+    rs__bw_bytes(w, RS_BLOB_MAGIC, RS_BLOB_MAGIC_LEN);
+    rs__bw_u8(w, backend);
+}
+
+void rs__bw_free(rs__blob_writer_t *w)
+{
+    free(w->p);
+    memset(w, 0, sizeof(*w));
+}
+
+int rs__br_bytes(rs__blob_reader_t *r, size_t n, const uint8_t **p)
+{
+    if (n > r->len - r->off)
+        return 0;
+    *p = r->p + r->off;
+    r->off += n;
+    return 1;
+}
+
+int rs__br_u8(rs__blob_reader_t *r, uint8_t *v)
+{
+    const uint8_t *b;
+    if (!rs__br_bytes(r, 1, &b))
+        return 0;
+    *v = b[0];
+    return 1;
+}
+
+int rs__br_u32(rs__blob_reader_t *r, uint32_t *v)
+{
+    const uint8_t *b;
+    if (!rs__br_bytes(r, 4, &b))
+        return 0;
+    *v = 0;
+    for (int i = 3; i >= 0; i--)
+        *v = *v << 8 | b[i];
+    return 1;
+}
+
+int rs__br_u64(rs__blob_reader_t *r, uint64_t *v)
+{
+    const uint8_t *b;
+    if (!rs__br_bytes(r, 8, &b))
+        return 0;
+    *v = 0;
+    for (int i = 7; i >= 0; i--)
+        *v = *v << 8 | b[i];
+    return 1;
+}
+
+int rs__br_header(rs__blob_reader_t *r)
+{
+    const uint8_t *m;
+    uint8_t backend;
+    size_t start = r->off;
+    if (!rs__br_bytes(r, RS_BLOB_MAGIC_LEN, &m) ||
+        memcmp(m, RS_BLOB_MAGIC, RS_BLOB_MAGIC_LEN) != 0 ||
+        !rs__br_u8(r, &backend)) {
+        r->off = start;
+        return -1;
+    }
+    return backend;
+}
+
+const char *rs__blob_backend_name(int backend)
+{
+    switch (backend) {
+    case RS_BLOB_CMA: return "cma";
+    case RS_BLOB_UCX: return "ucx";
+    default: return "unknown";
+    }
+}

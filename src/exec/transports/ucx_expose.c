@@ -1,0 +1,190 @@
+/* The ucx exposer: maps each region for remote access (ucp_mem_map), packs
+ * the rkeys and the worker address into the blob, and runs a progress
+ * thread until destroyed, because UCX emulates one-sided reads over tcp and
+ * shared memory with messages the target has to answer. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/diag.h"
+#include "exec/expose_impl.h"
+#include "exec/transports/ucx_ctx.h"
+
+/* Progress calls without events before the thread sleeps on the event fd:
+ * long enough to keep a busy transfer on the fast path, short enough not
+ * to burn a core while idle. */
+#define SPIN_BEFORE_SLEEP 2000
+/* Upper bound of one sleep; the stop flag is also checked this often. */
+#define SLEEP_MS 100
+
+typedef struct ucx_exposer {
+    rs__ucx_t u;
+    RS_VEC(ucp_mem_h, mems); /* parallel to x->regions */
+    pthread_t thread;
+    int running;
+    atomic_int stop;
+} ucx_exposer_t;
+
+static rs_status_t ux_open(rs_exposer_h x, rs_diag_t *diag)
+{
+    ucx_exposer_t *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (ucx): state");
+    /* Serialized: the progress thread owns the worker once started; the
+     * creating thread only touches it before start and after the join. */
+    rs_status_t st = rs__ucx_open(&e->u, 1, UCS_THREAD_MODE_SERIALIZED,
+                                  "exposer (ucx)", diag);
+    if (st != RS_OK) {
+        free(e);
+        return st;
+    }
+    atomic_init(&e->stop, 0);
+    x->priv = e;
+    return RS_OK;
+}
+
+static void ux_close(rs_exposer_h x)
+{
+    ucx_exposer_t *e = x->priv;
+    if (e->running) {
+        atomic_store(&e->stop, 1);
+        ucp_worker_signal(e->u.worker);
+        pthread_join(e->thread, NULL);
+    }
+    for (size_t i = 0; i < e->mems_len; i++)
+        ucp_mem_unmap(e->u.ctx, e->mems[i]);
+    free(e->mems);
+    rs__ucx_close(&e->u);
+    free(e);
+    x->priv = NULL;
+}
+
+static rs_status_t ux_add(rs_exposer_h x, const rs__xregion_t *r,
+                          rs_diag_t *diag)
+{
+    ucx_exposer_t *e = x->priv;
+    if (!rs_vec_reserve((void **)&e->mems, &e->mems_cap, e->mems_len + 1,
+                        sizeof(ucp_mem_h)))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (ucx): maps");
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = r->ptr;
+    mp.length = (size_t)r->nbytes;
+    ucs_status_t us = ucp_mem_map(e->u.ctx, &mp, &e->mems[e->mems_len]);
+    if (us != UCS_OK)
+        return rs__diag_set(diag, RS_ERR_TRANSPORT,
+                            "exposer (ucx): ucp_mem_map of %llu bytes at %p "
+                            "(published 0x%llx): %s",
+                            (unsigned long long)r->nbytes, r->ptr,
+                            (unsigned long long)r->addr,
+                            ucs_status_string(us));
+    e->mems_len++;
+    return RS_OK;
+}
+
+/* One region of the blob: published address, size, real address, rkey. */
+static rs_status_t write_region(rs_exposer_h x, size_t i, rs_diag_t *diag)
+{
+    ucx_exposer_t *e = x->priv;
+    const rs__xregion_t *r = &x->regions[i];
+    void *rkey;
+    size_t rkey_len;
+    ucs_status_t us = ucp_rkey_pack(e->u.ctx, e->mems[i], &rkey, &rkey_len);
+    if (us != UCS_OK)
+        return rs__diag_set(diag, RS_ERR_TRANSPORT,
+                            "exposer (ucx): ucp_rkey_pack of region %zu: %s",
+                            i, ucs_status_string(us));
+    rs__bw_u64(&x->blob, r->addr);
+    rs__bw_u64(&x->blob, r->nbytes);
+    rs__bw_u64(&x->blob, (uint64_t)(uintptr_t)r->ptr);
+    rs__bw_u32(&x->blob, (uint32_t)rkey_len);
+    rs__bw_bytes(&x->blob, rkey, rkey_len);
+    ucp_rkey_buffer_release(rkey);
+    return RS_OK;
+}
+
+static rs_status_t write_blob(rs_exposer_h x, rs_diag_t *diag)
+{
+    ucx_exposer_t *e = x->priv;
+    ucp_address_t *addr;
+    size_t addr_len;
+    ucs_status_t us = ucp_worker_get_address(e->u.worker, &addr, &addr_len);
+    if (us != UCS_OK)
+        return rs__diag_set(diag, RS_ERR_TRANSPORT,
+                            "exposer (ucx): ucp_worker_get_address: %s",
+                            ucs_status_string(us));
+    rs__bw_header(&x->blob, RS_BLOB_UCX);
+    rs__bw_u32(&x->blob, (uint32_t)addr_len);
+    rs__bw_bytes(&x->blob, addr, addr_len);
+    ucp_worker_release_address(e->u.worker, addr);
+    rs__bw_u32(&x->blob, (uint32_t)x->regions_len);
+    for (size_t i = 0; i < x->regions_len; i++) {
+        rs_status_t st = write_region(x, i, diag);
+        if (st != RS_OK)
+            return st;
+    }
+    if (x->blob.failed)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (ucx): blob");
+    return RS_OK;
+}
+
+/* Sleeps until the worker has events, the stop signal, or SLEEP_MS. */
+static void sleep_for_events(ucx_exposer_t *e)
+{
+    if (e->u.efd < 0) {
+        struct timespec ts = {0, 50 * 1000};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    if (ucp_worker_arm(e->u.worker) != UCS_OK)
+        return; /* events are pending: progress them first */
+    struct pollfd p = {e->u.efd, POLLIN, 0};
+    while (poll(&p, 1, SLEEP_MS) < 0 && errno == EINTR)
+        ;
+}
+
+static void *progress_main(void *arg)
+{
+    ucx_exposer_t *e = arg;
+    unsigned idle = 0;
+    while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
+        if (ucp_worker_progress(e->u.worker) != 0) {
+            idle = 0;
+            continue;
+        }
+        if (++idle >= SPIN_BEFORE_SLEEP) {
+            sleep_for_events(e);
+            idle = 0;
+        }
+    }
+    return NULL;
+}
+
+static rs_status_t ux_start(rs_exposer_h x, rs_diag_t *diag)
+{
+    ucx_exposer_t *e = x->priv;
+    rs_status_t st = write_blob(x, diag);
+    if (st != RS_OK)
+        return st;
+    int rc = pthread_create(&e->thread, NULL, progress_main, e);
+    if (rc != 0)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY,
+                            "exposer (ucx): progress thread: %s",
+                            strerror(rc));
+    e->running = 1;
+    return RS_OK;
+}
+
+const rs__exposer_ops_t rs__exposer_ucx = {
+    .name = "ucx",
+    .open = ux_open,
+    .close = ux_close,
+    .add = ux_add,
+    .start = ux_start,
+};

@@ -1,0 +1,72 @@
+/* State of the `ucx` transport shared by its two files: ucx.c (sessions:
+ * blob decoding, endpoints, rkeys, checked queueing of reads at post) and
+ * ucx_wait.c (issuing every queued read, progress, timeout and drain). */
+#ifndef RS_EXEC_TRANSPORTS_UCX_IMPL_H
+#define RS_EXEC_TRANSPORTS_UCX_IMPL_H
+
+#include "core/vec.h"
+#include "exec/transports/peers.h"
+#include "exec/transports/ucx_ctx.h"
+
+/* One published region of a session, in the session table's sorted order. */
+typedef struct ucx_rinfo {
+    uint64_t remote;   /* the region's address in the exposing process */
+    size_t rkey_off;   /* packed rkey inside the session's blob copy */
+    uint32_t rkey_len;
+    ucp_rkey_h rkey;   /* unpacked while the endpoint is up */
+} ucx_rinfo_t;
+
+/* A session's endpoint and keys. Kept at a stable address (the endpoint's
+ * error handler points at it) and rebuilt from the blob copy after a
+ * forced close, so a timeout does not cost the caller a reconnect. */
+typedef struct ucx_sess {
+    uint32_t session;
+    ucp_ep_h ep;          /* NULL while down */
+    ucs_status_t failed;  /* set by the error handler */
+    uint8_t *blob;        /* owned copy of the peer's blob */
+    size_t addr_off, addr_len;
+    size_t nregions;
+    ucx_rinfo_t *regions;
+} ucx_sess_t;
+
+/* One get: part of a read inside one region. */
+typedef struct ucx_piece {
+    uint8_t *dst;
+    uint64_t remote;
+    uint64_t n;
+    uint32_t region;
+} ucx_piece_t;
+
+/* One post (a session's reads), its pieces and its flush. */
+typedef struct ucx_group {
+    uint32_t session;
+    uint64_t reads, bytes;
+    size_t first, end;    /* pieces */
+    void *flush;          /* in-flight ucp_ep_flush_nbx request */
+    ucs_status_t status;  /* UCS_INPROGRESS until settled */
+} ucx_group_t;
+
+typedef struct ucx_state {
+    rs__ucx_t u;
+    rs__peers_t peers;
+    ucx_sess_t **sess;    /* by session index, NULL when never connected */
+    size_t nsess;
+    RS_VEC(ucx_piece_t, pieces);
+    RS_VEC(ucx_group_t, groups);
+} ucx_state_t;
+
+/* Seconds on CLOCK_MONOTONIC. */
+double rs__ucx_now(void);
+
+/* Creates the endpoint and unpacks every rkey; RS_ERR_TRANSPORT names the
+ * session (`name` is for messages). No-op when already up. */
+rs_status_t rs__ucx_sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
+                            rs_diag_t *diag);
+
+/* Releases the rkeys and closes the endpoint: forced (outstanding gets
+ * complete as cancelled and write nothing more) or flushed. Bounded. */
+void rs__ucx_sess_down(ucx_state_t *s, ucx_sess_t *x, int force);
+
+rs_status_t rs__ucx_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag);
+
+#endif
