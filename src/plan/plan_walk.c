@@ -39,43 +39,86 @@ static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
         w->b->oom = 1;
 }
 
-/* The replica (or overlapping shard) with the least load so far; ties go to
- * a rotation that depends on the cell and the caller's salt, so that
- * receivers with different salts start on different replicas. */
+/* Cells below this many bytes go to a session the plan already reads from
+ * when a replica there holds them, so small replicated tensors (norms,
+ * routers) do not add a connection to every trainer. */
+#define RS_PLAN_AFFINITY_BYTES ((uint64_t)64 << 10)
+/* Cells above this many bytes with several replicas are cut along their
+ * outermost dim and spread over the replicas. */
+#define RS_PLAN_SPLIT_BYTES ((uint64_t)8 << 20)
+
+/* The replica (or overlapping shard) with the least load so far, among the
+ * sessions already read from when `affine` and any qualifies; ties go to a
+ * rotation that depends on the cell and the caller's salt, so receivers with
+ * different salts start on different replicas. */
 static uint32_t choose_shard(const walk_ctx_t *w, size_t cell,
-                             const uint32_t *shards, size_t n)
+                             const uint32_t *shards, size_t n, int affine)
 {
     size_t rot = (size_t)((w->b->params->replica_salt + cell) % n);
     uint32_t pick = shards[rot];
     uint64_t best = UINT64_MAX;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t id = shards[(rot + i) % n];
-        uint64_t load = w->b->load[w->t->shards[id].session];
-        if (load < best) {
-            best = load;
-            pick = id;
+    for (int pass = affine ? 0 : 1; pass < 2 && best == UINT64_MAX; pass++) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t id = shards[(rot + i) % n];
+            uint64_t load = w->b->load[w->t->shards[id].session];
+            if (pass == 0 && load == 0)
+                continue; /* first pass: only sessions already in use */
+            if (load < best) {
+                best = load;
+                pick = id;
+            }
         }
     }
     return pick;
+}
+
+static uint64_t krange_elems(const rs_box_t *box, const rs_krange_t *kr)
+{
+    uint64_t elems = 1;
+    for (int d = 0; d < box->ndim; d++)
+        elems *= (uint64_t)(kr->hi[d] - kr->lo[d]); /* <= box numel */
+    return elems;
+}
+
+static void walk_part(walk_ctx_t *w, size_t cell, const rs_krange_t *kr,
+                      const uint32_t *shards, size_t n)
+{
+    uint64_t bytes = krange_elems(w->box, kr) * w->t->elsize;
+    const rs_src_shard_t *sh =
+        &w->t->shards[choose_shard(w, cell, shards, n,
+                                   bytes < RS_PLAN_AFFINITY_BYTES)];
+    rs_src_buf_t buf = {sh->offset, sh->shape};
+    w->b->load[sh->session] += bytes;
+    w->session = sh->session;
+    w->addr = sh->addr;
+    rs_walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
 }
 
 static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
                       const uint32_t *shards, size_t n)
 {
     walk_ctx_t *w = ctx;
-    uint64_t elems = 1;
-    for (int d = 0; d < w->box->ndim; d++)
-        elems *= (uint64_t)(kr->hi[d] - kr->lo[d]); /* <= box numel */
+    uint64_t elems = krange_elems(w->box, kr);
+    int d = 0;
     if (n == 0) {
         *w->missing += elems;
         return;
     }
-    const rs_src_shard_t *sh = &w->t->shards[choose_shard(w, cell, shards, n)];
-    rs_src_buf_t buf = {sh->offset, sh->shape};
-    w->b->load[sh->session] += elems * w->t->elsize;
-    w->session = sh->session;
-    w->addr = sh->addr;
-    rs_walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
+    while (d < w->box->ndim && kr->hi[d] - kr->lo[d] < 2)
+        d++;
+    if (n < 2 || d == w->box->ndim || elems * w->t->elsize < RS_PLAN_SPLIT_BYTES) {
+        walk_part(w, cell, kr, shards, n);
+        return;
+    }
+    /* A large replicated cell: one slice of its outermost dim per replica. */
+    int64_t len = kr->hi[d] - kr->lo[d];
+    int64_t parts = (int64_t)n < len ? (int64_t)n : len;
+    for (int64_t i = 0; i < parts; i++) {
+        rs_krange_t part = *kr;
+        part.lo[d] = kr->lo[d] + len * i / parts;
+        part.hi[d] = kr->lo[d] + len * (i + 1) / parts;
+        walk_part(w, cell + (size_t)i, &part, shards, n);
+    }
 }
 
 rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,

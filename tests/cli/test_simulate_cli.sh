@@ -56,7 +56,8 @@ fsdp = sys.argv[6].startswith("fsdp:")
 ninfer = T * P * D
 need = ["params_total", "bytes_total", "trainer_ranks", "inference_ranks",
         "plan_seconds", "receivers", "sources", "imbalance",
-        "redundant_bytes", "wire_lower_bound_s", "coverage_ok"]
+        "redundant_bytes", "extra_wire_bytes", "wire_lower_bound_s",
+        "coverage_ok"]
 missing = [k for k in need if k not in rep]
 assert not missing, f"missing keys {missing}"
 
@@ -107,13 +108,15 @@ worst = max(max(r["bytes"] for r in recv), max(served))
 wire = worst * 8 / (nic * 1e9)
 assert abs(rep["wire_lower_bound_s"] - wire) <= 1e-6 + 1e-6 * wire, \
     (rep["wire_lower_bound_s"], wire)
-# Megatron shards line up with vllm's slices; fsdp's dim-0 shards make
-# dim-1 slices need a segment per row, which the planner may trade for a
-# full pull of the tensor (bytes read beyond what is written: redundant).
+# No destination byte is ever read twice. Megatron shards line up with
+# vllm's slices; fsdp's dim-0 shards make dim-1 slices need a segment per
+# row, which the planner may trade for a full pull of the tensor (bytes read
+# beyond what is installed: extra_wire_bytes).
+assert rep["redundant_bytes"] == 0, rep["redundant_bytes"]
 if not fsdp:
-    assert rep["redundant_bytes"] == 0, rep["redundant_bytes"]
+    assert rep["extra_wire_bytes"] == 0, rep["extra_wire_bytes"]
 total = sum(r["bytes"] for r in recv)
-assert 0 <= rep["redundant_bytes"] < total, rep["redundant_bytes"]
+assert 0 <= rep["extra_wire_bytes"] < total, rep["extra_wire_bytes"]
 assert rep["coverage_ok"] is True
 
 # a dense model on one stage whose kv heads are not replicated reads every
@@ -124,7 +127,7 @@ if cfg["model_type"] in ("llama", "qwen2", "qwen3") and P == 1 and \
     if cfg["model_type"] == "qwen3":
         norms += 2 * 2 * hd * L
     want = D * (rep["bytes_total"] + (T - 1) * norms)
-    assert total - rep["redundant_bytes"] == want, (total, want)
+    assert total - rep["extra_wire_bytes"] == want, (total, want)
 print("imbalance", rep["imbalance"])
 PYEOF
     then ok "$1"; else bad "$1"; sed 's/^/       /' "$TMP/pyout" | tail -5; fi

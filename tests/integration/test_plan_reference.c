@@ -586,19 +586,21 @@ static void test_unsupported_does_not_stop_others(void **state)
     env_free(&e);
 }
 
-/* Eight row tiles of w[64,64], each published by three ranks: every byte
+/* Eight row tiles of w[512,512], each published by three ranks: every byte
  * is read once, the reads spread over ranks, and the salt moves them. */
 static void test_replicas_spread(void **state)
 {
     (void)state;
     ref_env_t e;
     static const char *const ranks[] = {"rank-0", "rank-1", "rank-2"};
-    int64_t full[] = {64, 64}, tile[] = {8, 64}, st[] = {64, 1};
+    /* tiles of 128 KiB: above the size below which reads stick to
+     * sessions already in use */
+    int64_t full[] = {512, 512}, tile[] = {64, 512}, st[] = {512, 1};
     uint64_t bytes[2][3];
     env_init(&e);
     env_tensor(&e, "w", RS_DTYPE_F32, 2, full, 0);
     for (int t = 0; t < 8; t++) {
-        int64_t off[] = {8 * t, 0};
+        int64_t off[] = {64 * t, 0};
         for (int r = 0; r < 3; r++)
             env_shard(&e, "w", ranks[r], off, tile);
     }
@@ -610,10 +612,10 @@ static void test_replicas_spread(void **state)
         params.replica_salt = (uint64_t)salt;
         rs_plan_h plan = env_plan(&e, &params);
         assert_true(rs_plan_is_complete(plan));
-        assert_int_equal(segment_bytes(plan), 64 * 64 * 4);
+        assert_int_equal(segment_bytes(plan), 512 * 512 * 4);
         memset(e.params[p], 0xEE, e.param_bytes[p]);
         env_exec(&e, plan); /* fails on any byte written twice */
-        for (int i = 0; i < 64 * 64; i++)
+        for (int i = 0; i < 512 * 512; i++)
             assert_true(f32_at(&e, p, i) == (float)i);
         rs_plan_stats_t s;
         rs_plan_stats(plan, &s);
@@ -630,6 +632,55 @@ static void test_replicas_spread(void **state)
         rs_plan_destroy(plan);
     }
     assert_true(memcmp(bytes[0], bytes[1], sizeof(bytes[0])) != 0);
+    env_free(&e);
+}
+
+/* A large cell held by three replicas is cut across them; a small tensor
+ * replicated everywhere is read from a session already in use. */
+static void test_replica_split_and_affinity(void **state)
+{
+    (void)state;
+    ref_env_t e;
+    static const char *const ranks[] = {"rank-0", "rank-1", "rank-2"};
+    int64_t big[] = {2048, 2048}, bst[] = {2048, 1}, zero[] = {0, 0};
+    int64_t small[] = {64}, sst[] = {1}, zero1[] = {0};
+    env_init(&e);
+    env_tensor(&e, "big", RS_DTYPE_F32, 2, big, 0);
+    env_tensor(&e, "norm", RS_DTYPE_F32, 1, small, 0);
+    for (int r = 0; r < 3; r++) {
+        env_shard(&e, "big", ranks[r], zero, big);
+        env_shard(&e, "norm", ranks[r], zero1, small);
+    }
+    env_shard(&e, "norm", "rank-3", zero1, small); /* idle otherwise */
+    int pb = env_param(&e, "big", 2, big, RS_DTYPE_F32);
+    int pn = env_param(&e, "norm", 1, small, RS_DTYPE_F32);
+    env_copy(&e, "big", "big", NULL, 0, 0, 2, big, bst, RS_DTYPE_F32);
+    env_copy(&e, "norm", "norm", NULL, 0, 0, 1, small, sst, RS_DTYPE_F32);
+    rs_plan_h plan = env_plan(&e, NULL);
+    assert_true(rs_plan_is_complete(plan));
+    memset(e.params[pb], 0xEE, e.param_bytes[pb]);
+    memset(e.params[pn], 0xEE, e.param_bytes[pn]);
+    env_exec(&e, plan); /* fails on any byte written twice */
+    for (int i = 0; i < 2048 * 2048; i += 4099)
+        assert_true(f32_at(&e, pb, i) == (float)i);
+    for (int i = 0; i < 64; i++)
+        assert_true(f32_at(&e, pn, i) == (float)i);
+    rs_plan_stats_t s;
+    rs_plan_stats(plan, &s);
+    /* 16 MiB spread over all three; the norm not read from idle rank-3 */
+    assert_int_equal(s.nsessions_used, 3);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++) {
+        uint64_t b = rs_plan_session_bytes(plan, k);
+        if (strcmp(rs_plan_session_name(plan, k), "rank-3") == 0) {
+            assert_int_equal(b, 0);
+            continue;
+        }
+        lo = b < lo ? b : lo;
+        hi = b > hi ? b : hi;
+    }
+    assert_true(hi - lo <= 2048 * 4 + 64 * 4); /* one row apart, plus norm */
+    rs_plan_destroy(plan);
     env_free(&e);
 }
 
@@ -688,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_full_pull),
         cmocka_unit_test(test_gap_prevents_full_pull),
         cmocka_unit_test(test_unsupported_does_not_stop_others),
+        cmocka_unit_test(test_replica_split_and_affinity),
         cmocka_unit_test(test_replicas_spread),
         cmocka_unit_test(test_only_selection),
     };

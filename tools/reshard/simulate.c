@@ -18,6 +18,7 @@
 typedef struct sim_args {
     const char *model, *train, *infer, *emit;
     double nic_gbps;
+    uint64_t max_segments;
     int json;
 } sim_args_t;
 
@@ -38,13 +39,15 @@ typedef struct sim {
     char **names;          /* per trainer session (plan session order) */
     uint64_t *served;      /* bytes per trainer session */
     uint64_t *fan_out;     /* receivers per trainer session */
-    uint64_t redundant;
+    uint64_t redundant;    /* destination bytes read more than once */
+    uint64_t extra_wire;   /* bytes pulled beyond those installed (full pulls) */
     double plan_seconds;
     int coverage_ok;
     char first_problem[512];
 } sim_t;
 
-enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT };
+enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
+       OPT_MAX_SEGS };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -53,6 +56,7 @@ static const struct option long_opts[] = {
     {"nic-gbps", required_argument, NULL, OPT_NIC},
     {"json", no_argument, NULL, OPT_JSON},
     {"emit", required_argument, NULL, OPT_EMIT},
+    {"max-segments-per-copy", required_argument, NULL, OPT_MAX_SEGS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -73,6 +77,9 @@ static void sim_usage(FILE *out)
         "  --nic-gbps G     per-rank NIC line rate for the wire-time bound\n"
         "                   (default 400)\n"
         "  --json           print one JSON object instead of the summary\n"
+        "  --max-segments-per-copy N\n"
+        "                   descriptor bound before a full pull (default from\n"
+        "                   RESHARD_MAX_SEGMENTS_PER_COPY, else 64)\n"
         "  --emit DIR       also write DIR/sources/<rank>.json (trainer tables)\n"
         "                   and DIR/captures/<rank>.json (inference captures)\n"
         "  -h, --help       show this help and exit\n"
@@ -105,6 +112,12 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
         case OPT_INFER: a->infer = optarg; break;
         case OPT_EMIT: a->emit = optarg; break;
         case OPT_JSON: a->json = 1; break;
+        case OPT_MAX_SEGS:
+            if (!rs_cli_parse_u64(optarg, &a->max_segments) ||
+                a->max_segments == 0 || a->max_segments > INT64_MAX)
+                return usage_error("--max-segments-per-copy must be a positive "
+                                   "integer, got '%s'", optarg);
+            break;
         case OPT_NIC:
             a->nic_gbps = strtod(optarg, &end);
             if (*end != '\0' || end == optarg || !(a->nic_gbps > 0))
@@ -219,11 +232,12 @@ static int check_coverage(sim_t *s, rs_plan_h plan, receiver_t *r,
     rs_exec_h x;
     rs_coverage_t cov;
     rs_status_t st = rs_exec_create(plan, s->transport, NULL, diag, &x);
-    if (st == RS_OK)
-        st = rs_exec_coverage(x, diag, &cov);
     if (st != RS_OK)
         return 0;
+    st = rs_exec_coverage(x, diag, &cov);
     rs_exec_destroy(x);
+    if (st != RS_OK)
+        return 0;
     r->uncovered = cov.bytes_total - cov.bytes_covered;
     r->coverage_ok = rs_plan_is_complete(plan) && cov.bytes_multi == 0 &&
                      r->uncovered == r->padding;
@@ -231,7 +245,8 @@ static int check_coverage(sim_t *s, rs_plan_h plan, receiver_t *r,
         note_problem(s, "inference rank %lld: %lld parameter bytes unwritten "
                         "or the plan is incomplete", (long long)r->rank,
                      (long long)(r->uncovered - r->padding));
-    s->redundant += r->bytes > cov.bytes_covered ? r->bytes - cov.bytes_covered : 0;
+    s->redundant += cov.bytes_multi;
+    s->extra_wire += r->bytes > cov.bytes_covered ? r->bytes - cov.bytes_covered : 0;
     return 1;
 }
 
@@ -284,6 +299,8 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
         return fail_input(&diag, st, "capturing");
     rs_plan_params_init(&pp);
     pp.replica_salt = (uint64_t)rank;
+    if (a->max_segments > 0)
+        pp.max_segments_per_copy = (int64_t)a->max_segments;
     double t0 = now();
     st = rs_plan_build(cap, s->sources, &pp, &diag, &plan);
     r->plan_seconds = now() - t0;
@@ -392,8 +409,10 @@ static void print_json(const sim_args_t *a, const sim_t *s)
                (unsigned long long)s->served[k],
                (unsigned long long)s->fan_out[k]);
     printf("],\n \"imbalance\": %.6f, \"redundant_bytes\": %llu, "
+           "\"extra_wire_bytes\": %llu, "
            "\"wire_lower_bound_s\": %.6f, \"nic_gbps\": %.3f, \"coverage_ok\": %s}\n",
-           t.imbalance, (unsigned long long)s->redundant, t.wire_bound,
+           t.imbalance, (unsigned long long)s->redundant,
+           (unsigned long long)s->extra_wire, t.wire_bound,
            a->nic_gbps, s->coverage_ok ? "true" : "false");
 }
 
@@ -436,6 +455,8 @@ static void print_summary(const sim_args_t *a, const sim_t *s)
     printf("  bytes served per trainer   max %llu  mean %.6g  (imbalance %.3f)\n",
            (unsigned long long)t.max_served, t.mean_served, t.imbalance);
     printf("  redundant bytes            %llu\n", (unsigned long long)s->redundant);
+    printf("  extra wire bytes           %llu (full pulls trading bytes for "
+           "descriptors)\n", (unsigned long long)s->extra_wire);
     printf("  wire lower bound           %.6f s at %.0f Gb/s per rank\n",
            t.wire_bound, a->nic_gbps);
     if (s->coverage_ok)
