@@ -18,6 +18,7 @@ extern "C" {
 typedef struct rs_plan *rs_plan_h;
 
 #define RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY 64
+#define RS_PLAN_DEFAULT_SPLIT_BYTES ((uint64_t)64 << 20)
 
 /* Planner options. Always start from rs_plan_params_init. */
 typedef struct rs_plan_params {
@@ -29,6 +30,9 @@ typedef struct rs_plan_params {
     /* Rotates the deterministic replica choice so that receivers with
      * different salts (their rank, say) spread over different replicas. */
     uint64_t replica_salt;
+    /* A cell of at least this many bytes held by several replicas is cut
+     * across them (one slice per replica); 0 never cuts. Default 64 MiB. */
+    uint64_t split_bytes;
 } rs_plan_params_t;
 
 /* Defaults; max_segments_per_copy comes from RESHARD_MAX_SEGMENTS_PER_COPY

@@ -10,6 +10,7 @@ void rs_plan_params_init(rs_plan_params_t *params)
     params->only = NULL;
     params->nonly = 0;
     params->replica_salt = 0;
+    params->split_bytes = RS_PLAN_DEFAULT_SPLIT_BYTES;
     if (env != NULL && *env != '\0') {
         char *end;
         long long v = strtoll(env, &end, 10);

@@ -43,9 +43,6 @@ static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
  * when a replica there holds them, so small replicated tensors (norms,
  * routers) do not add a connection to every trainer. */
 #define RS_PLAN_AFFINITY_BYTES ((uint64_t)64 << 10)
-/* Cells above this many bytes with several replicas are cut along their
- * outermost dim and spread over the replicas. */
-#define RS_PLAN_SPLIT_BYTES ((uint64_t)8 << 20)
 
 /* The replica (or overlapping shard) with the least load so far, among the
  * sessions already read from when `affine` and any qualifies; ties go to a
@@ -106,7 +103,9 @@ static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
     }
     while (d < w->box->ndim && kr->hi[d] - kr->lo[d] < 2)
         d++;
-    if (n < 2 || d == w->box->ndim || elems * w->t->elsize < RS_PLAN_SPLIT_BYTES) {
+    uint64_t split = w->b->params->split_bytes;
+    if (n < 2 || d == w->box->ndim || split == 0 ||
+        elems * w->t->elsize < split) {
         walk_part(w, cell, kr, shards, n);
         return;
     }

@@ -656,7 +656,10 @@ static void test_replica_split_and_affinity(void **state)
     int pn = env_param(&e, "norm", 1, small, RS_DTYPE_F32);
     env_copy(&e, "big", "big", NULL, 0, 0, 2, big, bst, RS_DTYPE_F32);
     env_copy(&e, "norm", "norm", NULL, 0, 0, 1, small, sst, RS_DTYPE_F32);
-    rs_plan_h plan = env_plan(&e, NULL);
+    rs_plan_params_t params;
+    rs_plan_params_init(&params);
+    params.split_bytes = 8 << 20; /* the cell is 16 MiB */
+    rs_plan_h plan = env_plan(&e, &params);
     assert_true(rs_plan_is_complete(plan));
     memset(e.params[pb], 0xEE, e.param_bytes[pb]);
     memset(e.params[pn], 0xEE, e.param_bytes[pn]);
@@ -669,6 +672,12 @@ static void test_replica_split_and_affinity(void **state)
     rs_plan_stats(plan, &s);
     /* 16 MiB spread over all three; the norm not read from idle rank-3 */
     assert_int_equal(s.nsessions_used, 3);
+    rs_plan_stats_t whole;
+    rs_plan_params_init(&params); /* default: 16 MiB is below the cut */
+    rs_plan_h plan2 = env_plan(&e, &params);
+    rs_plan_stats(plan2, &whole);
+    assert_int_equal(whole.nsessions_used, 1);
+    rs_plan_destroy(plan2);
     uint64_t lo = UINT64_MAX, hi = 0;
     for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++) {
         uint64_t b = rs_plan_session_bytes(plan, k);
