@@ -14,12 +14,16 @@
 #include "exec/expose_impl.h"
 #include "exec/transports/ucx_ctx.h"
 
-/* Progress calls without events before the thread sleeps on the event fd:
- * long enough to keep a busy transfer on the fast path, short enough not
- * to burn a core while idle. */
-#define SPIN_BEFORE_SLEEP 2000
-/* Upper bound of one sleep; the stop flag is also checked this often. */
-#define SLEEP_MS 100
+/* The thread spins while events keep coming and for SPIN_IDLE_S after the
+ * last one, then sleeps on the worker's event fd. A reply stalled on a
+ * full queue resumes without any event to wake a sleeper, so sleeps are
+ * short (SLEEP_SHORT_MS) for WARM_S after activity and long
+ * (SLEEP_LONG_MS, also how often an idle thread checks the stop flag)
+ * once the exposer has gone quiet. */
+#define SPIN_IDLE_S 0.005
+#define WARM_S 1.0
+#define SLEEP_SHORT_MS 1
+#define SLEEP_LONG_MS 50
 
 typedef struct ucx_exposer {
     rs__ucx_t u;
@@ -134,8 +138,8 @@ static rs_status_t write_blob(rs_exposer_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
-/* Sleeps until the worker has events, the stop signal, or SLEEP_MS. */
-static void sleep_for_events(ucx_exposer_t *e)
+/* Sleeps until the worker has events, the stop signal, or `ms`. */
+static void sleep_for_events(ucx_exposer_t *e, int ms)
 {
     if (e->u.efd < 0) {
         struct timespec ts = {0, 50 * 1000};
@@ -145,22 +149,38 @@ static void sleep_for_events(ucx_exposer_t *e)
     if (ucp_worker_arm(e->u.worker) != UCS_OK)
         return; /* events are pending: progress them first */
     struct pollfd p = {e->u.efd, POLLIN, 0};
-    while (poll(&p, 1, SLEEP_MS) < 0 && errno == EINTR)
+    while (poll(&p, 1, ms) < 0 && errno == EINTR)
         ;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void *progress_main(void *arg)
 {
     ucx_exposer_t *e = arg;
+    double last = now_s(); /* of the last event seen */
     unsigned idle = 0;
+    int active = 0;
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         if (ucp_worker_progress(e->u.worker) != 0) {
-            idle = 0;
+            active = 1;
             continue;
         }
-        if (++idle >= SPIN_BEFORE_SLEEP) {
-            sleep_for_events(e);
-            idle = 0;
+        if (++idle < 64) /* read the clock only now and then */
+            continue;
+        idle = 0;
+        double now = now_s();
+        if (active) {
+            last = now;
+            active = 0;
+        } else if (now - last >= SPIN_IDLE_S) {
+            sleep_for_events(e, now - last < WARM_S ? SLEEP_SHORT_MS
+                                                    : SLEEP_LONG_MS);
         }
     }
     return NULL;
