@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "exec/transports/blob.h"
 #include "exec/transports/local_work.h"
 
 #ifndef IOV_MAX
@@ -66,11 +67,55 @@ static void cma_close(rs_transport_h t)
     t->priv = NULL;
 }
 
+/* A cma blob (docs/formats.md, "Transport blobs"): the exposing pid, then
+ * per region its published address, size and real address in that
+ * process. Decoded into the peer form the session table keeps. */
+static rs_status_t decode_blob(const rs_peer_t *peer, uint32_t session,
+                               rs_peer_t *out, rs_region_t **regions_p,
+                               rs_diag_t *diag)
+{
+    rs__blob_reader_t r = {peer->blob, peer->blob_len, 0};
+    uint64_t pid;
+    uint32_t n;
+    if (rs__br_header(&r) != RS_BLOB_CMA || !rs__br_u64(&r, &pid) ||
+        !rs__br_u32(&r, &n) || n > (peer->blob_len - r.off) / 24)
+        return rs__diag_set(diag, RS_ERR_INPUT, "session %" PRIu32 " (%s): "
+                            "not a cma blob or truncated", session,
+                            peer->name ? peer->name : "?");
+    rs_region_t *reg = calloc((size_t)n + 1, sizeof(rs_region_t));
+    if (reg == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "cma: regions");
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t real;
+        rs__br_u64(&r, &reg[i].addr); /* sizes checked above */
+        rs__br_u64(&r, &reg[i].nbytes);
+        rs__br_u64(&r, &real);
+        reg[i].local = (const void *)(uintptr_t)real;
+    }
+    *out = *peer;
+    out->pid = (int64_t)pid;
+    out->regions = reg;
+    out->nregions = n;
+    *regions_p = reg;
+    return RS_OK;
+}
+
 static rs_status_t cma_connect(rs_transport_h t, uint32_t session,
                                const rs_peer_t *peer, rs_diag_t *diag)
 {
     cma_state_t *s = t->priv;
-    return rs__peers_connect(&s->peers, session, peer, RS_PEER_NEED_PID, diag);
+    rs_peer_t decoded;
+    rs_region_t *regions = NULL;
+    if (peer != NULL && peer->blob != NULL && peer->pid <= 0) {
+        rs_status_t st = decode_blob(peer, session, &decoded, &regions, diag);
+        if (st != RS_OK)
+            return st;
+        peer = &decoded;
+    }
+    rs_status_t st = rs__peers_connect(&s->peers, session, peer,
+                                       RS_PEER_NEED_PID, diag);
+    free(regions); /* the session table keeps its own copy */
+    return st;
 }
 
 typedef struct {

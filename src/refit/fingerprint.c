@@ -1,0 +1,46 @@
+/* The topology fingerprint that decides whether a cached plan still holds. */
+#include <string.h>
+
+#include "refit/refit_impl.h"
+#include "reshard/digest.h"
+
+static void feed_str(rs_digest_t *d, const char *s)
+{
+    uint64_t n = s ? strlen(s) : UINT64_MAX;
+    rs_digest_update(d, &n, sizeof(n));
+    if (s != NULL)
+        rs_digest_update(d, s, (size_t)n);
+}
+
+static void feed_i64(rs_digest_t *d, const int64_t *v, int n)
+{
+    rs_digest_update(d, v, (size_t)n * sizeof(int64_t));
+}
+
+uint64_t rs__topology_fingerprint(rs_sources_h sources)
+{
+    rs_digest_t d;
+    rs_digest_init(&d);
+    for (size_t i = 0; i < rs_sources_num_tables(sources); i++) {
+        rs_table_info_t t;
+        rs_sources_table(sources, i, &t);
+        feed_str(&d, t.agent_name);
+        feed_str(&d, t.agent_meta_b64);
+    }
+    for (size_t i = 0; i < rs_sources_num_shards(sources); i++) {
+        rs_shard_desc_t s;
+        int64_t head[4];
+        rs_sources_shard(sources, i, &s);
+        feed_str(&d, s.tensor);
+        feed_str(&d, s.session);
+        head[0] = s.dtype;
+        head[1] = s.ndim;
+        head[2] = (int64_t)s.addr;
+        head[3] = s.device_id;
+        feed_i64(&d, head, 4);
+        feed_i64(&d, s.full_shape, s.ndim);
+        feed_i64(&d, s.offset, s.ndim);
+        feed_i64(&d, s.shape, s.ndim);
+    }
+    return rs_digest_final(&d);
+}

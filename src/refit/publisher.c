@@ -1,0 +1,222 @@
+/* The publisher lifecycle: register shards, expose them (once, until the
+ * registrations change), publish this rank's table for each version, keep a
+ * heartbeat going, and wait for the version's release. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/checked.h"
+#include "core/diag.h"
+#include "core/vec.h"
+#include "refit/refit_impl.h"
+#include "reshard/digest.h"
+#include "reshard/dir.h"
+#include "reshard/expose.h"
+
+void rs_publisher_params_init(rs_publisher_params_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->backend = "ucx";
+    p->heartbeat_s = 1.0;
+    p->digests = 1;
+}
+
+rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
+                                rs_diag_t *diag, rs_publisher_h *pub_p)
+{
+    if (params == NULL || pub_p == NULL || params->directory == NULL ||
+        params->model == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: directory "
+                            "and model are required");
+    if (params->world < 1 || params->rank < 0 || params->rank >= params->world)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: rank %lld "
+                            "outside world %lld", (long long)params->rank,
+                            (long long)params->world);
+    rs_publisher_h p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    p->params = *params;
+    p->model = strdup(params->model);
+    p->backend = strdup(params->backend ? params->backend : "ucx");
+    if (params->session != NULL)
+        p->session = strdup(params->session);
+    else if ((p->session = malloc(32)) != NULL)
+        snprintf(p->session, 32, "trainer-%lld", (long long)params->rank);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    p->version = -1;
+    rs_status_t st = p->model && p->backend && p->session
+        ? rs_dir_open(params->directory, diag, &p->dir)
+        : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (st != RS_OK) {
+        rs_publisher_destroy(p);
+        return st;
+    }
+    *pub_p = p;
+    return RS_OK;
+}
+
+static void stop_heartbeat(rs_publisher_h p)
+{
+    if (!p->hb_running)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->hb_stop = 1;
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->hb_thread, NULL);
+    p->hb_running = 0;
+    p->hb_stop = 0;
+}
+
+void rs_publisher_destroy(rs_publisher_h p)
+{
+    if (p == NULL)
+        return;
+    stop_heartbeat(p);
+    rs_exposer_destroy(p->exposer);
+    for (size_t i = 0; i < p->shards_len; i++)
+        free(p->shards[i].tensor);
+    free(p->shards);
+    rs_dir_close(p->dir);
+    rs_dir_close(p->hb_dir);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->wake);
+    free(p->model);
+    free(p->backend);
+    free(p->session);
+    free(p);
+}
+
+rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
+                                  rs_dtype_t dtype, int ndim,
+                                  const int64_t *full_shape,
+                                  const int64_t *offset, const int64_t *shape,
+                                  void *ptr, rs_diag_t *diag)
+{
+    rs_pub_shard_t s;
+    int64_t numel, nbytes;
+    memset(&s, 0, sizeof(s));
+    if (p == NULL || tensor == NULL || ndim < 0 || ndim > RS_MAX_DIMS ||
+        rs_dtype_size(dtype) == 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad shard "
+                            "of '%s'", tensor ? tensor : "?");
+    if (!rs_numel(shape, ndim, &numel) ||
+        !rs_mul_i64(numel, (int64_t)rs_dtype_size(dtype), &nbytes))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: tensor "
+                            "'%s': shard shape overflows", tensor);
+    s.tensor = strdup(tensor);
+    s.dtype = dtype;
+    s.ndim = ndim;
+    memcpy(s.full_shape, full_shape, (size_t)ndim * sizeof(int64_t));
+    memcpy(s.offset, offset, (size_t)ndim * sizeof(int64_t));
+    memcpy(s.shape, shape, (size_t)ndim * sizeof(int64_t));
+    s.ptr = ptr;
+    s.nbytes = (uint64_t)nbytes;
+    if (s.tensor == NULL || !RS_VEC_PUSH(p, shards, s)) {
+        free(s.tensor);
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
+    p->dirty = 1;
+    return RS_OK;
+}
+
+/* (Re)exposes every registered non-empty shard at its own address. */
+static rs_status_t expose(rs_publisher_h p, rs_diag_t *diag)
+{
+    rs_exposer_h e = NULL;
+    rs_status_t st = rs_exposer_create(p->backend, diag, &e);
+    for (size_t i = 0; st == RS_OK && i < p->shards_len; i++) {
+        const rs_pub_shard_t *s = &p->shards[i];
+        if (s->nbytes > 0)
+            st = rs_exposer_add_region(e, (uint64_t)(uintptr_t)s->ptr, s->ptr,
+                                       s->nbytes, diag);
+    }
+    if (st == RS_OK)
+        st = rs_exposer_start(e, diag);
+    if (st != RS_OK) {
+        rs_exposer_destroy(e);
+        return st;
+    }
+    rs_exposer_destroy(p->exposer);
+    p->exposer = e;
+    p->dirty = 0;
+    return RS_OK;
+}
+
+static void *heartbeat_main(void *arg)
+{
+    rs_publisher_h p = arg;
+    pthread_mutex_lock(&p->lock);
+    while (!p->hb_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        double t = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 +
+                   p->params.heartbeat_s;
+        until.tv_sec = (time_t)t;
+        until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+        pthread_cond_timedwait(&p->wake, &p->lock, &until);
+        if (p->hb_stop)
+            break;
+        int64_t v = p->version;
+        pthread_mutex_unlock(&p->lock);
+        rs_dir_heartbeat(p->hb_dir, p->model, v, p->params.rank, NULL);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* Heartbeats run on their own directory connection (hiredis contexts are
+ * not shared across threads). */
+static rs_status_t start_heartbeat(rs_publisher_h p, rs_diag_t *diag)
+{
+    if (p->params.heartbeat_s <= 0 || p->hb_running)
+        return RS_OK;
+    if (p->hb_dir == NULL) {
+        rs_status_t st = rs_dir_open(p->params.directory, diag, &p->hb_dir);
+        if (st != RS_OK)
+            return st;
+    }
+    if (pthread_create(&p->hb_thread, NULL, heartbeat_main, p) != 0)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "publisher: cannot start "
+                            "the heartbeat thread");
+    p->hb_running = 1;
+    return RS_OK;
+}
+
+rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
+                                 rs_diag_t *diag)
+{
+    char *table = NULL;
+    size_t len = 0;
+    rs_status_t st = RS_OK;
+    if (p == NULL || version < 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad version");
+    if (p->exposer == NULL || p->dirty)
+        st = expose(p, diag);
+    if (st == RS_OK)
+        st = rs__publisher_table(p, version, &table, &len, diag);
+    if (st == RS_OK)
+        st = rs_dir_create_version(p->dir, p->model, version, p->params.world,
+                                   diag);
+    if (st == RS_OK)
+        st = rs_dir_publish(p->dir, p->model, version, p->params.rank, table,
+                            len, diag);
+    free(table);
+    if (st != RS_OK)
+        return st;
+    rs_dir_heartbeat(p->dir, p->model, version, p->params.rank, NULL);
+    pthread_mutex_lock(&p->lock);
+    p->version = version;
+    pthread_mutex_unlock(&p->lock);
+    return start_heartbeat(p, diag);
+}
+
+rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
+                                       double timeout_s, rs_diag_t *diag)
+{
+    return rs_dir_wait_released(p->dir, p->model, version, timeout_s, diag);
+}
