@@ -23,6 +23,33 @@ int rs_cli_run(int argc, char **argv);
 /* `reshard simulate ...`: plan a whole layout pair, move nothing. */
 int rs_cli_simulate(int argc, char **argv);
 
+/* `reshard publish ...`: serve one trainer rank's demo shards until released. */
+int rs_cli_publish(int argc, char **argv);
+
+/* `reshard pull ...`: pull one inference rank from a directory. */
+int rs_cli_pull(int argc, char **argv);
+
+/* `reshard demo ...`: trainers and inference ranks as processes, two versions. */
+int rs_cli_demo(int argc, char **argv);
+
+/* Demo contents (fill.c, docs/formats.md "Demo contents"): the seed of a
+ * tensor at a version, whether a dtype can be filled (bf16, f16, f32, f64),
+ * and the fill of a row-major box (offset, shape) of a full tensor into dst.
+ * RS_ERR_UNSUPPORTED for other dtypes. */
+uint64_t rs_cli_fill_seed(const char *tensor, int64_t version);
+int rs_cli_fill_supported(rs_dtype_t dtype);
+rs_status_t rs_cli_fill_box(const char *tensor, rs_dtype_t dtype,
+                            int64_t version, int ndim,
+                            const int64_t *full_shape, const int64_t *offset,
+                            const int64_t *shape, void *dst);
+
+/* Loads a config.json and parses and checks a layout (given as option
+ * `opt`) against it; want_vllm says which side the layout must be. Prints the error and returns
+ * RS_CLI_USAGE on failure (*model_p may then need destroying). */
+int rs_cli_load_layout(const char *verb, const char *opt, const char *config,
+                       const char *spec, int want_vllm, rs_model_h *model_p,
+                       rs_layout_t *layout_p);
+
 /* Digits only: no sign, no blanks, no suffix; 0 on anything else. */
 int rs_cli_parse_u64(const char *s, uint64_t *out);
 

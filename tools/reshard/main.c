@@ -1,5 +1,5 @@
 /* reshard: the command-line front end. Dispatches to one verb per file
- * (today: plan) and answers --help and --version itself. */
+ * (plan, simulate, run, publish, pull, demo) and answers --help and --version itself. */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +19,12 @@ static const verb_t verbs[] = {
      "plan every inference rank of a layout pair and report the cost"},
     {"run", rs_cli_run,
      "plan and execute on this machine from shard files, then verify"},
+    {"publish", rs_cli_publish,
+     "serve one trainer rank's shards through a directory until released"},
+    {"pull", rs_cli_pull,
+     "pull one inference rank's parameters from a directory"},
+    {"demo", rs_cli_demo,
+     "trainer and inference processes move two versions, then verify"},
 };
 
 #define NVERBS (sizeof(verbs) / sizeof(verbs[0]))

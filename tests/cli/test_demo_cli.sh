@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# CLI tests of `reshard demo`, `reshard publish` and `reshard pull`: the demo
+# on a tiny model over ucx and cma exits 0 with its summary and leaves no
+# process and no file behind (also when interrupted); publish + pull by hand
+# through a file: directory pass --check; a version holding another
+# version's bytes fails --check although its digests match; an unpublished
+# version times out with exit 1; bad usage exits 2.
+# usage: bash test_demo_cli.sh <reshard-binary> <source-dir>
+set -u
+BIN=${1:?usage: test_demo_cli.sh <reshard-binary> <source-dir>}
+SRC=${2:?usage: test_demo_cli.sh <reshard-binary> <source-dir>}
+TINY="$SRC/examples/models/tiny-llama.json"
+QWEN="$SRC/examples/models/qwen2.5-0.5b.json"
+TMP=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+failures=0
+checks=0
+
+ok() { checks=$((checks + 1)); echo "ok   - $1"; }
+bad() {
+    checks=$((checks + 1)); failures=$((failures + 1))
+    echo "FAIL - $1"
+    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -8
+}
+
+expect_rc() {
+    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
+}
+
+# expect_in NAME FILE NEEDLE...: FILE holds every needle.
+expect_in() {
+    local name=$1 file=$2 needle missing=""
+    shift 2
+    for needle in "$@"; do
+        grep -qiF -- "$needle" "$file" || missing="$missing '$needle'"
+    done
+    if [ -z "$missing" ]; then ok "$name: $(basename "$file") names$(printf " '%s'" "$@")"
+    else bad "$name: $(basename "$file") lacks$missing"; fi
+}
+
+# expect_clean NAME DIR: no process mentions DIR and DIR is empty.
+expect_clean() {
+    local left
+    left=$(pgrep -f -- "$2" || true)
+    if [ -z "$left" ]; then ok "$1: no process left"
+    else bad "$1: processes left: $(echo $left)"; pkill -KILL -f -- "$2"; fi
+    if [ -z "$(ls -A "$2")" ]; then ok "$1: no file left in TMPDIR"
+    else bad "$1: files left: $(ls -A "$2" | head -3 | tr '\n' ' ')"; fi
+}
+
+# ---- the demo -----------------------------------------------------------
+
+for backend in ucx cma; do
+    T="$TMP/tmpdir-$backend"
+    mkdir -p "$T"
+    TMPDIR="$T" "$BIN" demo --model-config "$TINY" --train megatron:tp=2 \
+        --infer vllm:tp=2 --backend "$backend" --timeout 60 \
+        >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    expect_rc "demo $backend" 0
+    expect_in "demo $backend" "$TMP/out" "2 processes (megatron:tp=2)" \
+        "version 1, cold" "version 2, warm" "byte-exact" \
+        "every parameter of 2 inference ranks byte-exact for 2 versions"
+    # two rank rows per version, each byte-exact with digests checked
+    rows=$(grep -cE '^ +[01] +[0-9]+ +[0-9]+ .* [1-9][0-9]* +byte-exact$' "$TMP/out")
+    if [ "$rows" -eq 4 ]; then ok "demo $backend: 4 rank rows, digests and check"
+    else bad "demo $backend: $rows good rank rows, want 4"; fi
+    expect_clean "demo $backend" "$T"
+done
+
+# Interrupted mid-run (Qwen2.5-0.5B takes seconds): children killed and
+# reaped, the temporary folder removed, a non-zero exit.
+T="$TMP/tmpdir-int"
+mkdir -p "$T"
+TMPDIR="$T" "$BIN" demo --model-config "$QWEN" --backend cma --timeout 60 \
+    >"$TMP/out" 2>"$TMP/err" &
+demo=$!
+pids+=("$demo")
+sleep 1.5
+kill -INT "$demo"
+wait "$demo"
+rc=$?
+if [ "$rc" -ne 0 ]; then ok "demo interrupted: exit $rc"
+else bad "demo interrupted: exit 0"; fi
+expect_in "demo interrupted" "$TMP/err" "interrupted"
+expect_clean "demo interrupted" "$T"
+
+# ---- publish and pull by hand ---------------------------------------------
+
+D="file:$TMP/dir"
+pub() {
+    "$BIN" publish --directory "$D" --model m --version "$1" --rank "$2" \
+        --world 2 --layout megatron:tp=2 --model-config "$TINY" \
+        --backend cma --timeout 30 >"$TMP/pub$2.out" 2>"$TMP/pub$2.err" &
+    pids+=("$!")
+}
+pull() {
+    "$BIN" pull --directory "$D" --model m --layout vllm:tp=2 \
+        --model-config "$TINY" --backend cma "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+}
+
+pub 1 0
+pub1_0=$!
+pub 1 1
+pub1_1=$!
+pull --version 1 --rank 0 --check --verify --json --timeout 20
+expect_rc "pull rank 0" 0
+expect_in "pull rank 0" "$TMP/out" '"version":1' '"ok":true' '"check":true' \
+    '"replanned":true' '"schema":"reshard.stage.v1"' \
+    '"schema":"reshard.coverage.v1"'
+if grep -qE '"shards_verified":[1-9]' "$TMP/out"; then ok "pull rank 0: digests verified"
+else bad "pull rank 0: no shard verified"; fi
+
+# Version 2 made of version 1's tables: the bytes are version 1's, so the
+# digests match but the independent check must fail.
+mkdir "$TMP/dir/m/2"
+cp "$TMP/dir/m/1/meta" "$TMP/dir/m/1/"slot-*.json "$TMP/dir/m/1/READY" "$TMP/dir/m/2/"
+pull --version 2 --rank 1 --check --verify --timeout 5
+expect_rc "pull of relabelled bytes" 1
+expect_in "pull of relabelled bytes" "$TMP/err" "check failed: parameter" \
+    "bytes differ"
+
+pull --version -1 --rank 1 --check --verify --release --timeout 20
+# -1 is the newest READY version: 2, the relabelled one, which fails again
+expect_rc "pull newest (relabelled)" 1
+pull --version 1 --rank 1 --check --verify --release --timeout 20
+expect_rc "pull rank 1 with --release" 0
+expect_in "pull rank 1" "$TMP/out" "reshard pull: rank 1 version 1" \
+    "shards verified" "byte-exact" '"schema": "reshard.stage.v1"'
+wait "$pub1_0"; rc=$?
+expect_rc "publisher 0 after release" 0
+wait "$pub1_1"; rc=$?
+expect_rc "publisher 1 after release" 0
+expect_in "publisher 0" "$TMP/pub0.out" "rank 0 published version 1"
+
+pull --version 7 --rank 0 --timeout 1
+expect_rc "pull of an unpublished version" 1
+expect_in "pull of an unpublished version" "$TMP/err" "version 7" "1 s"
+
+# ---- bad usage ------------------------------------------------------------
+
+usage() {
+    local name=$1
+    shift
+    "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    expect_rc "$name" 2
+}
+usage "pull without options" pull
+usage "pull --timeout -1" pull --directory "$D" --model m --version 1 --rank 0 \
+    --layout vllm:tp=2 --model-config "$TINY" --timeout -1
+usage "pull with a trainer layout" pull --directory "$D" --model m --version 1 \
+    --rank 0 --layout megatron:tp=2 --model-config "$TINY"
+expect_in "pull with a trainer layout" "$TMP/err" "--layout" "vllm"
+usage "pull rank outside the layout" pull --directory "$D" --model m \
+    --version 1 --rank 2 --layout vllm:tp=2 --model-config "$TINY"
+usage "pull with a bad directory URL" pull --directory nowhere:x --model m \
+    --version 1 --rank 0 --layout vllm:tp=2 --model-config "$TINY"
+usage "publish world mismatch" publish --directory "$D" --model m --version 1 \
+    --rank 0 --world 4 --layout megatron:tp=2 --model-config "$TINY"
+expect_in "publish world mismatch" "$TMP/err" "--world 4" "2 ranks"
+usage "publish bad backend" publish --directory "$D" --model m --version 1 \
+    --rank 0 --world 2 --layout megatron:tp=2 --model-config "$TINY" \
+    --backend tcp
+usage "publish missing config" publish --directory "$D" --model m --version 1 \
+    --rank 0 --world 2 --layout megatron:tp=2 --model-config "$TMP/none.json"
+expect_in "publish missing config" "$TMP/err" "none.json"
+usage "demo unknown option" demo --bogus
+usage "demo bad inference layout" demo --model-config "$TINY" --infer fsdp:2
+usage "demo bad backend" demo --backend rdma
+"$BIN" demo --help >"$TMP/out" 2>&1; rc=$?
+expect_rc "demo --help" 0
+expect_in "demo --help" "$TMP/out" "--model-config" "--train" "--infer" \
+    "--backend" "--directory" "UCX_TLS"
+"$BIN" --help >"$TMP/out" 2>&1; rc=$?
+expect_in "reshard --help" "$TMP/out" "publish" "pull" "demo"
+
+echo "$checks checks, $failures failures"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,702 @@
+/* `reshard demo`: the main job on one machine. Starts one process per
+ * trainer rank (`reshard publish`) and per inference rank (`reshard pull`)
+ * of a real layout pair around a directory in a temporary folder, moves two
+ * versions (the second over the cached plan), has every inference rank check
+ * every parameter byte and every digest, releases the versions, and prints
+ * a summary. Every child is killed and reaped and the folder removed on
+ * every path, including errors and Ctrl-C. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define DEMO_VERSIONS 2
+#define DEMO_MAX_ARGS 40
+
+typedef struct demo_args {
+    const char *config, *train, *infer, *backend, *directory;
+    double timeout_s;
+} demo_args_t;
+
+typedef struct child {
+    pid_t pid;          /* 0 once reaped */
+    int status;
+    int fd;             /* pullers: read end of their stdout; else -1 */
+    char *buf;          /* bytes read but not yet a whole line */
+    size_t len, cap;
+    int lines;          /* JSON lines received */
+    int64_t rank;
+    int trainer;
+} child_t;
+
+typedef struct demo {
+    rs_model_h model;
+    rs_layout_t train, infer;
+    char self[PATH_MAX];
+    char tmp[PATH_MAX];       /* the temporary folder we own, or "" */
+    char url[PATH_MAX + 8];
+    char name[64];            /* model name in the directory */
+    child_t *kids;
+    size_t nkids, ntrainers;
+    json_t *res[DEMO_VERSIONS][64 + 1]; /* per version, per inference rank */
+    double t0, deadline, version_s[DEMO_VERSIONS];
+} demo_t;
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    interrupted = sig;
+}
+
+enum { OPT_CONFIG = 256, OPT_TRAIN, OPT_INFER, OPT_BACKEND, OPT_DIRECTORY,
+       OPT_TIMEOUT };
+
+static const struct option long_opts[] = {
+    {"model-config", required_argument, NULL, OPT_CONFIG},
+    {"train", required_argument, NULL, OPT_TRAIN},
+    {"infer", required_argument, NULL, OPT_INFER},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"directory", required_argument, NULL, OPT_DIRECTORY},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static void demo_usage(FILE *out)
+{
+    fprintf(out,
+        "usage: reshard demo [--model-config CONFIG.json] [--train LAYOUT]\n"
+        "                    [--infer LAYOUT] [--backend ucx|cma]\n"
+        "                    [--directory file:DIR|redis://...] [--timeout S]\n"
+        "\n"
+        "Runs the whole refit on this machine: one `reshard publish` process per\n"
+        "trainer rank and one `reshard pull` process per inference rank move two\n"
+        "versions through a directory (the second reuses the cached plan); every\n"
+        "inference rank checks every parameter byte against contents computed\n"
+        "independently and every reassembled shard against its digest. Prints a\n"
+        "summary per inference rank and version.\n"
+        "\n"
+        "options:\n"
+        "  --model-config FILE  Hugging Face config.json\n"
+        "                       (default examples/models/qwen2.5-0.5b.json)\n"
+        "  --train LAYOUT       trainer layout (default megatron:tp=2,pp=2)\n"
+        "  --infer LAYOUT       inference layout (default vllm:tp=2)\n"
+        "  --backend B          ucx (default) or cma; for ucx, UCX_TLS defaults\n"
+        "                       to sm (shared memory) when it is not set\n"
+        "  --directory URL      use this directory instead of a file: directory\n"
+        "                       in a new temporary folder (removed at the end)\n"
+        "  --timeout S          give up after S seconds (default 300)\n"
+        "  -h, --help           show this help and exit\n"
+        "\n"
+        "exit status: 0 every byte of both versions verified; 1 a process\n"
+        "failed, a check failed or the run timed out; 2 bad usage or input.\n");
+}
+
+static int usage_error(const char *fmt, const char *what)
+{
+    fputs("reshard demo: ", stderr);
+    fprintf(stderr, fmt, what);
+    fputs("\nTry 'reshard demo --help'.\n", stderr);
+    return RS_CLI_USAGE;
+}
+
+static int parse_args(int argc, char **argv, demo_args_t *a)
+{
+    int c;
+    char *end;
+    opterr = 0;
+    optind = 1;
+    *a = (demo_args_t){"examples/models/qwen2.5-0.5b.json",
+                       "megatron:tp=2,pp=2", "vllm:tp=2", "ucx", NULL, 300};
+    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': demo_usage(stdout); return -1;
+        case OPT_CONFIG: a->config = optarg; break;
+        case OPT_TRAIN: a->train = optarg; break;
+        case OPT_INFER: a->infer = optarg; break;
+        case OPT_BACKEND: a->backend = optarg; break;
+        case OPT_DIRECTORY: a->directory = optarg; break;
+        case OPT_TIMEOUT:
+            a->timeout_s = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(a->timeout_s > 0) ||
+                a->timeout_s > 1e6)
+                return usage_error("--timeout must be a positive number of "
+                                   "seconds, got '%s'", optarg);
+            break;
+        case ':':
+            return usage_error("option '%s' needs an argument", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (strcmp(a->backend, "ucx") != 0 && strcmp(a->backend, "cma") != 0)
+        return usage_error("--backend takes ucx or cma, got '%s'", a->backend);
+    return RS_CLI_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("reshard demo: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return RS_CLI_INCOMPLETE;
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+static int load(const demo_args_t *a, demo_t *d)
+{
+    rs_diag_t diag;
+    rs_status_t st;
+    int rc = rs_cli_load_layout("demo", "--train", a->config, a->train, 0,
+                                &d->model, &d->train);
+    if (rc != RS_CLI_OK)
+        return rc;
+    rs_diag_clear(&diag);
+    if ((st = rs_layout_parse(a->infer, &diag, &d->infer)) != RS_OK ||
+        (st = rs_layout_check(&d->infer, d->model, &diag)) != RS_OK)
+        return rs_cli_input_error("demo", &diag, st, "--infer");
+    if (d->infer.kind != RS_LAYOUT_VLLM)
+        return usage_error("--infer takes a vllm layout, got '%s'", a->infer);
+    if (d->infer.world > 64 || d->train.world > 256)
+        return usage_error("%s", "the demo runs at most 256 trainer and 64 "
+                           "inference processes on one machine");
+    ssize_t n = readlink("/proc/self/exe", d->self, sizeof(d->self) - 1);
+    if (n <= 0)
+        return fail("cannot find this program (/proc/self/exe): %s",
+                    strerror(errno));
+    d->self[n] = '\0';
+    return RS_CLI_OK;
+}
+
+/* The directory: a file: one in a new temporary folder unless given. */
+static int make_directory(const demo_args_t *a, demo_t *d)
+{
+    if (a->directory != NULL) {
+        snprintf(d->url, sizeof(d->url), "%s", a->directory);
+        snprintf(d->name, sizeof(d->name), "demo-%ld", (long)getpid());
+        return RS_CLI_OK;
+    }
+    const char *base = getenv("TMPDIR");
+    snprintf(d->tmp, sizeof(d->tmp), "%s/reshard-demo-XXXXXX",
+             base && *base ? base : "/tmp");
+    if (mkdtemp(d->tmp) == NULL) {
+        int e = errno;
+        d->tmp[0] = '\0';
+        return fail("cannot create a temporary folder: %s", strerror(e));
+    }
+    snprintf(d->url, sizeof(d->url), "file:%s", d->tmp);
+    snprintf(d->name, sizeof(d->name), "demo");
+    return RS_CLI_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag,
+                        struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* ---- children ------------------------------------------------------------ */
+
+typedef struct argv_buf {
+    char *argv[DEMO_MAX_ARGS];
+    char num[6][32];
+    int n, nnum;
+} argv_buf_t;
+
+static void push(argv_buf_t *b, const char *s)
+{
+    if (b->n < DEMO_MAX_ARGS - 1)
+        b->argv[b->n++] = (char *)s;
+    b->argv[b->n] = NULL;
+}
+
+static void push_num(argv_buf_t *b, const char *opt, long long v)
+{
+    snprintf(b->num[b->nnum], sizeof(b->num[0]), "%lld", v);
+    push(b, opt);
+    push(b, b->num[b->nnum++]);
+}
+
+static void common_args(argv_buf_t *b, const demo_args_t *a, const demo_t *d,
+                        const char *verb, int64_t rank)
+{
+    memset(b, 0, sizeof(*b));
+    push(b, d->self);
+    push(b, verb);
+    push(b, "--directory");
+    push(b, d->url);
+    push(b, "--model");
+    push(b, d->name);
+    push_num(b, "--version", 1);
+    push_num(b, "--rank", rank);
+    push(b, "--model-config");
+    push(b, a->config);
+    push(b, "--backend");
+    push(b, a->backend);
+    push_num(b, "--timeout", (long long)a->timeout_s + 1);
+}
+
+/* fork + exec of this binary; a puller's stdout comes back on a pipe,
+ * a trainer's goes to /dev/null (errors still reach our stderr). */
+static int spawn(demo_t *d, argv_buf_t *b, int64_t rank, int trainer)
+{
+    int p[2] = {-1, -1};
+    if (!trainer && pipe2(p, O_CLOEXEC) != 0)
+        return fail("pipe: %s", strerror(errno));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        if (!trainer) {
+            close(p[0]);
+            close(p[1]);
+        }
+        return fail("fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        int out = trainer ? open("/dev/null", O_WRONLY) : p[1];
+        if (out < 0 || dup2(out, STDOUT_FILENO) < 0)
+            _exit(127);
+        execv(d->self, b->argv);
+        _exit(127);
+    }
+    child_t *c = &d->kids[d->nkids++];
+    memset(c, 0, sizeof(*c));
+    c->pid = pid;
+    c->fd = trainer ? -1 : p[0];
+    c->rank = rank;
+    c->trainer = trainer;
+    if (!trainer)
+        close(p[1]);
+    return RS_CLI_OK;
+}
+
+static int spawn_all(const demo_args_t *a, demo_t *d)
+{
+    argv_buf_t b;
+    int rc = RS_CLI_OK;
+    d->kids = calloc((size_t)(d->train.world + d->infer.world), sizeof(child_t));
+    if (d->kids == NULL)
+        return fail("out of memory");
+    for (int64_t r = 0; rc == RS_CLI_OK && r < d->train.world; r++) {
+        common_args(&b, a, d, "publish", r);
+        push_num(&b, "--world", d->train.world);
+        push(&b, "--layout");
+        push(&b, a->train);
+        push_num(&b, "--versions", DEMO_VERSIONS);
+        rc = spawn(d, &b, r, 1);
+    }
+    d->ntrainers = d->nkids;
+    for (int64_t r = 0; rc == RS_CLI_OK && r < d->infer.world; r++) {
+        common_args(&b, a, d, "pull", r);
+        push(&b, "--layout");
+        push(&b, a->infer);
+        push_num(&b, "--versions", DEMO_VERSIONS);
+        push(&b, "--check");
+        push(&b, "--verify");
+        push(&b, "--json");
+        rc = spawn(d, &b, r, 0);
+    }
+    return rc;
+}
+
+static const char *describe_exit(int status, char *buf, size_t n)
+{
+    if (WIFEXITED(status))
+        snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, n, "was killed by signal %d", WTERMSIG(status));
+    else
+        snprintf(buf, n, "stopped");
+    return buf;
+}
+
+static int child_failed(const child_t *c)
+{
+    char why[64];
+    return fail("%s rank %lld %s", c->trainer ? "trainer" : "inference",
+                (long long)c->rank, describe_exit(c->status, why, sizeof(why)));
+}
+
+/* Reaps whoever exited; a child that exited early or badly is an error. */
+static int reap(demo_t *d, int expect_exit)
+{
+    for (size_t i = 0; i < d->nkids; i++) {
+        child_t *c = &d->kids[i];
+        if (c->pid == 0 || waitpid(c->pid, &c->status, WNOHANG) != c->pid)
+            continue;
+        c->pid = 0;
+        int clean = WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0;
+        if (!clean || (!expect_exit && c->trainer))
+            return child_failed(c);
+    }
+    return RS_CLI_OK;
+}
+
+/* Stops every live child: SIGTERM, a short grace, then SIGKILL; reaps all. */
+static void kill_all(demo_t *d)
+{
+    double until = now_s() + 3;
+    for (size_t i = 0; i < d->nkids; i++)
+        if (d->kids[i].pid > 0)
+            kill(d->kids[i].pid, SIGTERM);
+    for (size_t i = 0; i < d->nkids; i++) {
+        child_t *c = &d->kids[i];
+        while (c->pid > 0 && waitpid(c->pid, &c->status, WNOHANG) == 0 &&
+               now_s() < until)
+            usleep(20000);
+        if (c->pid > 0 && waitpid(c->pid, &c->status, WNOHANG) == 0) {
+            kill(c->pid, SIGKILL);
+            waitpid(c->pid, &c->status, 0);
+        }
+        c->pid = 0;
+    }
+}
+
+/* ---- collecting the inference ranks' records --------------------------- */
+
+static int take_line(demo_t *d, child_t *c, const char *line)
+{
+    json_error_t err;
+    json_t *v = json_loads(line, 0, &err);
+    if (v == NULL || !json_is_object(v) || c->lines >= DEMO_VERSIONS) {
+        json_decref(v);
+        return fail("inference rank %lld printed something that is not its "
+                    "JSON record: %.200s", (long long)c->rank, line);
+    }
+    d->res[c->lines++][c->rank] = v;
+    if (!json_is_true(json_object_get(v, "ok"))) {
+        const char *e = json_string_value(json_object_get(v, "error"));
+        return fail("inference rank %lld, version %d: %s", (long long)c->rank,
+                    c->lines, e ? e : "failed");
+    }
+    return RS_CLI_OK;
+}
+
+static int read_child(demo_t *d, child_t *c)
+{
+    if (c->cap - c->len < 4096) {
+        size_t cap = c->cap ? 2 * c->cap : 16384;
+        char *grown = realloc(c->buf, cap);
+        if (grown == NULL)
+            return fail("out of memory");
+        c->buf = grown;
+        c->cap = cap;
+    }
+    ssize_t n = read(c->fd, c->buf + c->len, c->cap - c->len - 1);
+    if (n < 0)
+        return errno == EINTR ? RS_CLI_OK : fail("read: %s", strerror(errno));
+    if (n == 0) {
+        close(c->fd);
+        c->fd = -1;
+        return c->lines < DEMO_VERSIONS
+            ? fail("inference rank %lld stopped after %d of %d versions (its "
+                   "messages are above)", (long long)c->rank, c->lines,
+                   DEMO_VERSIONS) : RS_CLI_OK;
+    }
+    c->len += (size_t)n;
+    c->buf[c->len] = '\0';
+    char *nl;
+    while ((nl = memchr(c->buf, '\n', c->len)) != NULL) {
+        *nl = '\0';
+        int rc = take_line(d, c, c->buf);
+        c->len -= (size_t)(nl + 1 - c->buf);
+        memmove(c->buf, nl + 1, c->len);
+        if (rc != RS_CLI_OK)
+            return rc;
+    }
+    return RS_CLI_OK;
+}
+
+static int all_have(const demo_t *d, int lines)
+{
+    for (size_t i = d->ntrainers; i < d->nkids; i++)
+        if (d->kids[i].lines < lines)
+            return 0;
+    return 1;
+}
+
+/* Waits until every inference rank reported version index `k`. */
+static int collect(demo_t *d, int k)
+{
+    struct pollfd fds[64];
+    child_t *who[64];
+    while (!all_have(d, k + 1)) {
+        int rc = reap(d, 0);
+        if (rc != RS_CLI_OK)
+            return rc;
+        if (interrupted)
+            return fail("interrupted");
+        if (now_s() > d->deadline)
+            return fail("timed out waiting for version %d", k + 1);
+        nfds_t n = 0;
+        for (size_t i = d->ntrainers; i < d->nkids; i++) {
+            if (d->kids[i].fd >= 0) {
+                fds[n] = (struct pollfd){d->kids[i].fd, POLLIN, 0};
+                who[n++] = &d->kids[i];
+            }
+        }
+        if (poll(fds, n, 200) < 0 && errno != EINTR)
+            return fail("poll: %s", strerror(errno));
+        for (nfds_t i = 0; i < n; i++) {
+            if (fds[i].revents != 0 && (rc = read_child(d, who[i])) != RS_CLI_OK)
+                return rc;
+        }
+    }
+    return RS_CLI_OK;
+}
+
+/* Every inference rank is done with the version (its lease is gone): let
+ * the trainers move on. */
+static int release(demo_t *d, int64_t version)
+{
+    rs_dir_h dir = NULL;
+    rs_diag_t diag;
+    rs_diag_clear(&diag);
+    rs_status_t st = rs_dir_open(d->url, &diag, &dir);
+    double until = now_s() + 10;
+    while (st == RS_OK) {
+        st = rs_dir_release(dir, d->name, version, &diag);
+        if (st != RS_ERR_INCOMPLETE || now_s() > until || interrupted)
+            break;
+        usleep(20000);
+    }
+    rs_dir_close(dir);
+    if (st != RS_OK)
+        return fail("releasing version %lld: %s", (long long)version,
+                    diag.msg[0] ? diag.msg : rs_status_str(st));
+    return RS_CLI_OK;
+}
+
+/* After the last release every child exits on its own. */
+static int wait_exit(demo_t *d)
+{
+    for (;;) {
+        int rc = reap(d, 1);
+        if (rc != RS_CLI_OK)
+            return rc;
+        size_t live = 0;
+        for (size_t i = 0; i < d->nkids; i++)
+            live += d->kids[i].pid > 0;
+        if (live == 0)
+            return RS_CLI_OK;
+        if (interrupted)
+            return fail("interrupted");
+        if (now_s() > d->deadline)
+            return fail("timed out waiting for %zu process(es) to exit", live);
+        usleep(20000);
+    }
+}
+
+/* ---- the summary --------------------------------------------------------- */
+
+static double num(json_t *o, const char *path)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "%s", path);
+    for (char *k = key, *dot; o != NULL; k = dot + 1) {
+        dot = strchr(k, '.');
+        if (dot != NULL)
+            *dot = '\0';
+        o = json_object_get(o, k);
+        if (dot == NULL)
+            return json_is_number(o) ? json_number_value(o) : 0.0;
+    }
+    return 0.0;
+}
+
+static int version_summary(const demo_t *d, int k)
+{
+    int replanned = 0;
+    for (int64_t r = 0; r < d->infer.world; r++)
+        replanned += json_is_true(json_object_get(d->res[k][r], "replanned"));
+    printf("\nversion %d, %s (all ranks done %.2f s after %s)\n", k + 1,
+           k == 0 ? "cold: discover, plan, connect, prepare, read"
+                  : replanned ? "NOT warm: re-planned although no trainer "
+                                "changed"
+                              : "warm: cached plan, connections and "
+                                "descriptors reused",
+           d->version_s[k], k == 0 ? "start" : "the previous version");
+    printf("  rank       bytes  descr   wait s   plan s   wire s   pull s"
+           "    GB/s  digests  check\n");
+    for (int64_t r = 0; r < d->infer.world; r++) {
+        json_t *o = d->res[k][r];
+        double wire = num(o, "stage.stages.wire"), bytes = num(o, "stage.bytes");
+        printf("  %4lld  %10.0f  %5.0f  %7.3f  %7.3f  %7.3f  %7.3f  %6.2f  "
+               "%7.0f  %s\n", (long long)r, bytes, num(o, "stage.descriptors"),
+               num(o, "discover_s"), num(o, "plan_s"), wire,
+               num(o, "wall_s") - num(o, "discover_s"),
+               wire > 0 ? bytes / wire / 1e9 : 0.0,
+               num(o, "stage.shards_verified"),
+               json_is_true(json_object_get(o, "check")) ? "byte-exact" : "-");
+    }
+    return k > 0 && replanned > 0;
+}
+
+static void pull_times(const demo_t *d, int k, double *pull, double *wire)
+{
+    *pull = *wire = 0;
+    for (int64_t r = 0; r < d->infer.world; r++) {
+        json_t *o = d->res[k][r];
+        double p = num(o, "wall_s") - num(o, "discover_s");
+        *pull = p > *pull ? p : *pull;
+        *wire = num(o, "stage.stages.wire") > *wire ? num(o, "stage.stages.wire")
+                                                    : *wire;
+    }
+}
+
+static int summary(const demo_args_t *a, const demo_t *d)
+{
+    int bad = 0;
+    double cold, warm, cold_wire, warm_wire;
+    for (int k = 0; k < DEMO_VERSIONS; k++)
+        bad |= version_summary(d, k);
+    pull_times(d, 0, &cold, &cold_wire);
+    pull_times(d, 1, &warm, &warm_wire);
+    printf("\n  wait: discovering the READY version and reading every table;"
+           " plan: planning\n  and connecting (0 when cached); pull: "
+           "everything after discovery (plan,\n  prepare, read, verify, "
+           "install); GB/s: bytes over wire time; digests:\n  reassembled "
+           "shards re-digested; check: every parameter byte compared with\n"
+           "  contents computed independently of the transfer.\n");
+    printf("\ncold vs warm: slowest pull %.3f s -> %.3f s, slowest wire %.3f s "
+           "-> %.3f s\n", cold, warm, cold_wire, warm_wire);
+    printf("every parameter of %lld inference ranks byte-exact for %d versions;"
+           " %s backend; total %.1f s\n", (long long)d->infer.world,
+           DEMO_VERSIONS, a->backend, now_s() - d->t0);
+    if (bad)
+        return fail("version 2 was re-planned although no trainer changed");
+    return RS_CLI_OK;
+}
+
+/* ---- the job ------------------------------------------------------------- */
+
+static void header(const demo_args_t *a, const demo_t *d)
+{
+    const char *tls = getenv("UCX_TLS");
+    printf("reshard demo: %s, %llu parameters (%.3f GB)\n",
+           rs_model_config(d->model)->model_type,
+           (unsigned long long)rs_model_num_params(d->model),
+           (double)rs_model_num_bytes(d->model) / 1e9);
+    printf("  trainers   %lld processes (%s), `reshard publish`\n",
+           (long long)d->train.world, a->train);
+    printf("  inference  %lld processes (%s), `reshard pull --check --verify`\n",
+           (long long)d->infer.world, a->infer);
+    printf("  transport  %s%s%s%s\n", a->backend,
+           strcmp(a->backend, "ucx") == 0 ? " (UCX_TLS=" : "",
+           strcmp(a->backend, "ucx") == 0 ? (tls ? tls : "") : "",
+           strcmp(a->backend, "ucx") == 0 ? ")" : "");
+    printf("  directory  %s (model '%s')\n", d->url, d->name);
+    fflush(stdout);
+}
+
+static int run(const demo_args_t *a, demo_t *d)
+{
+    int rc = spawn_all(a, d);
+    double t = now_s();
+    for (int k = 0; rc == RS_CLI_OK && k < DEMO_VERSIONS; k++) {
+        rc = collect(d, k);
+        d->version_s[k] = now_s() - t;
+        t = now_s();
+        if (rc == RS_CLI_OK)
+            rc = release(d, k + 1);
+    }
+    if (rc == RS_CLI_OK)
+        rc = wait_exit(d);
+    if (rc == RS_CLI_OK)
+        rc = summary(a, d);
+    return rc;
+}
+
+static void install_signals(struct sigaction *old_int, struct sigaction *old_term)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, old_int);
+    sigaction(SIGTERM, &sa, old_term);
+}
+
+static void teardown(demo_t *d)
+{
+    kill_all(d);
+    for (size_t i = 0; i < d->nkids; i++) {
+        if (d->kids[i].fd >= 0)
+            close(d->kids[i].fd);
+        free(d->kids[i].buf);
+    }
+    free(d->kids);
+    for (int k = 0; k < DEMO_VERSIONS; k++)
+        for (int r = 0; r <= 64; r++)
+            json_decref(d->res[k][r]);
+    if (d->tmp[0] != '\0')
+        nftw(d->tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    rs_model_destroy(d->model);
+}
+
+int rs_cli_demo(int argc, char **argv)
+{
+    demo_args_t a;
+    demo_t d;
+    struct sigaction old_int, old_term;
+    memset(&d, 0, sizeof(d));
+    int rc = parse_args(argc, argv, &a);
+    if (rc < 0)
+        return RS_CLI_OK;
+    if (rc != RS_CLI_OK)
+        return rc;
+    d.t0 = now_s();
+    d.deadline = d.t0 + a.timeout_s;
+    /* One machine out of the box: shared memory unless told otherwise. */
+    if (strcmp(a.backend, "ucx") == 0)
+        setenv("UCX_TLS", "sm", 0);
+    interrupted = 0;
+    install_signals(&old_int, &old_term);
+    rc = load(&a, &d);
+    if (rc == RS_CLI_OK)
+        rc = make_directory(&a, &d);
+    if (rc == RS_CLI_OK) {
+        header(&a, &d);
+        rc = run(&a, &d);
+    }
+    teardown(&d);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    return rc;
+}

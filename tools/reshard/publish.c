@@ -1,0 +1,351 @@
+/* `reshard publish`: one trainer rank of a layout serving its shards. Builds
+ * the rank's shards in one buffer laid out as the layout's address plan,
+ * fills them with the demo contents, publishes each version through the
+ * directory and waits for its release before refilling the same buffers
+ * for the next one (same addresses, so receivers keep their plans). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include "cli.h"
+
+typedef struct pub_args {
+    const char *directory, *model, *layout, *config, *backend;
+    uint64_t version, rank, world, versions;
+    double timeout_s;
+    int have_version, have_rank, have_world;
+} pub_args_t;
+
+typedef struct pub_shard {
+    const char *tensor; /* borrowed from the model manifest */
+    rs_dtype_t dtype;
+    int ndim;
+    int64_t full_shape[RS_MAX_DIMS], offset[RS_MAX_DIMS], shape[RS_MAX_DIMS];
+    uint64_t addr, nbytes;
+    unsigned char *ptr;
+} pub_shard_t;
+
+typedef struct pub_state {
+    rs_model_h model;
+    rs_layout_t layout;
+    pub_shard_t *shards;
+    size_t n, cap;
+    unsigned char *buf;
+    uint64_t bytes;
+    rs_publisher_h pub;
+} pub_state_t;
+
+enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_WORLD,
+       OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT };
+
+static const struct option long_opts[] = {
+    {"directory", required_argument, NULL, OPT_DIRECTORY},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"version", required_argument, NULL, OPT_VERSION},
+    {"rank", required_argument, NULL, OPT_RANK},
+    {"world", required_argument, NULL, OPT_WORLD},
+    {"layout", required_argument, NULL, OPT_LAYOUT},
+    {"model-config", required_argument, NULL, OPT_CONFIG},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"versions", required_argument, NULL, OPT_VERSIONS},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static void pub_usage(FILE *out)
+{
+    fprintf(out,
+        "usage: reshard publish --directory D --model M --version V --rank R\n"
+        "                       --world N --layout LAYOUT --model-config CONFIG.json\n"
+        "                       [--backend ucx|cma] [--versions K] [--timeout S]\n"
+        "\n"
+        "Serves trainer rank R's shards of LAYOUT with deterministic contents\n"
+        "(docs/formats.md, \"Demo contents\"): publishes version V, waits until\n"
+        "it is released, then refills the same buffers for V+1 ... V+K-1.\n"
+        "\n"
+        "options:\n"
+        "  --directory D       file:DIR or redis://[:password@]host:port\n"
+        "  --model M           model name in the directory\n"
+        "  --version V         first version to publish (>= 0)\n"
+        "  --rank R            this trainer rank (0 <= R < N)\n"
+        "  --world N           trainer ranks; must equal the layout's world\n"
+        "  --layout LAYOUT     fsdp:N or megatron:tp=T,pp=P,ep=E,dp=D,etp=X\n"
+        "  --model-config FILE a Hugging Face config.json (examples/models/)\n"
+        "  --backend B         exposer: ucx (default; UCX_TLS picks the wire) or cma\n"
+        "  --versions K        versions to publish one after another (default 1)\n"
+        "  --timeout S         wait at most S seconds for each release (default 300)\n"
+        "  -h, --help          show this help and exit\n"
+        "\n"
+        "exit status: 0 every version published and released; 1 publishing\n"
+        "failed or a release did not come in time; 2 bad usage or input.\n");
+}
+
+static int usage_error(const char *fmt, const char *what)
+{
+    fputs("reshard publish: ", stderr);
+    fprintf(stderr, fmt, what);
+    fputs("\nTry 'reshard publish --help'.\n", stderr);
+    return RS_CLI_USAGE;
+}
+
+static int parse_u64(const char *opt, const char *arg, uint64_t *out, int *have)
+{
+    if (!rs_cli_parse_u64(arg, out) || *out > INT64_MAX / 2) {
+        fprintf(stderr, "reshard publish: %s must be a non-negative integer, "
+                "got '%s'\nTry 'reshard publish --help'.\n", opt, arg);
+        return RS_CLI_USAGE;
+    }
+    if (have != NULL)
+        *have = 1;
+    return RS_CLI_OK;
+}
+
+static int parse_timeout(const char *arg, double *out)
+{
+    char *end;
+    *out = strtod(arg, &end);
+    if (end == arg || *end != '\0' || !(*out > 0) || *out > 1e7)
+        return usage_error("--timeout must be a positive number of seconds, "
+                           "got '%s'", arg);
+    return RS_CLI_OK;
+}
+
+static int parse_opt(int c, pub_args_t *a)
+{
+    switch (c) {
+    case OPT_DIRECTORY: a->directory = optarg; return RS_CLI_OK;
+    case OPT_MODEL: a->model = optarg; return RS_CLI_OK;
+    case OPT_LAYOUT: a->layout = optarg; return RS_CLI_OK;
+    case OPT_CONFIG: a->config = optarg; return RS_CLI_OK;
+    case OPT_BACKEND: a->backend = optarg; return RS_CLI_OK;
+    case OPT_VERSION: return parse_u64("--version", optarg, &a->version,
+                                       &a->have_version);
+    case OPT_RANK: return parse_u64("--rank", optarg, &a->rank, &a->have_rank);
+    case OPT_WORLD: return parse_u64("--world", optarg, &a->world,
+                                     &a->have_world);
+    case OPT_VERSIONS: return parse_u64("--versions", optarg, &a->versions,
+                                        NULL);
+    case OPT_TIMEOUT: return parse_timeout(optarg, &a->timeout_s);
+    default: return usage_error("%s", "unknown option");
+    }
+}
+
+static int check_args(int argc, char **argv, const pub_args_t *a)
+{
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (a->directory == NULL || a->model == NULL || !a->have_version ||
+        !a->have_rank || !a->have_world || a->layout == NULL ||
+        a->config == NULL)
+        return usage_error("%s", "--directory, --model, --version, --rank, "
+                           "--world, --layout and --model-config are required");
+    if (strcmp(a->backend, "ucx") != 0 && strcmp(a->backend, "cma") != 0)
+        return usage_error("--backend takes ucx or cma, got '%s'", a->backend);
+    if (a->versions == 0)
+        return usage_error("%s", "--versions must be at least 1");
+    if (a->world == 0 || a->rank >= a->world)
+        return usage_error("%s", "--rank must be below --world");
+    return RS_CLI_OK;
+}
+
+static int parse_args(int argc, char **argv, pub_args_t *a)
+{
+    int c, rc;
+    opterr = 0;
+    optind = 1;
+    a->backend = "ucx";
+    a->versions = 1;
+    a->timeout_s = 300;
+    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+        if (c == 'h') {
+            pub_usage(stdout);
+            return -1;
+        }
+        if (c == ':')
+            return usage_error("option '%s' needs an argument", argv[optind - 1]);
+        if (c == '?')
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        if ((rc = parse_opt(c, a)) != RS_CLI_OK)
+            return rc;
+    }
+    return check_args(argc, argv, a);
+}
+
+static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
+{
+    pub_state_t *s = ctx;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        pub_shard_t *grown = realloc(s->shards, cap * sizeof(*grown));
+        if (grown == NULL)
+            return RS_ERR_NO_MEMORY;
+        s->shards = grown;
+        s->cap = cap;
+    }
+    pub_shard_t *p = &s->shards[s->n++];
+    uint64_t numel = 1;
+    memset(p, 0, sizeof(*p));
+    p->tensor = d->tensor;
+    p->dtype = d->dtype;
+    p->ndim = d->ndim;
+    for (int i = 0; i < d->ndim; i++) {
+        p->full_shape[i] = d->full_shape[i];
+        p->offset[i] = d->offset[i];
+        p->shape[i] = d->shape[i];
+        numel *= (uint64_t)d->shape[i];
+    }
+    p->addr = d->addr;
+    p->nbytes = numel * d->elsize;
+    return RS_OK;
+}
+
+/* One page-aligned buffer holding every shard at its planned offset. */
+static int allocate(pub_state_t *s)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->shards[i].addr < lo)
+            lo = s->shards[i].addr;
+        if (s->shards[i].addr + s->shards[i].nbytes > hi)
+            hi = s->shards[i].addr + s->shards[i].nbytes;
+        s->bytes += s->shards[i].nbytes;
+    }
+    uint64_t span = s->n ? hi - lo : 0;
+    if (posix_memalign((void **)&s->buf, 4096, span ? (size_t)span : 1) != 0) {
+        fprintf(stderr, "reshard publish: cannot allocate %llu bytes of "
+                "shards\n", (unsigned long long)span);
+        return 0;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        s->shards[i].ptr = s->buf + (s->shards[i].addr - lo);
+    return 1;
+}
+
+static int build_shards(const pub_args_t *a, pub_state_t *s)
+{
+    rs_diag_t diag;
+    int rc = rs_cli_load_layout("publish", "--layout", a->config, a->layout,
+                                0, &s->model, &s->layout);
+    if (rc != RS_CLI_OK)
+        return rc;
+    if ((uint64_t)s->layout.world != a->world) {
+        fprintf(stderr, "reshard publish: --world %llu does not match the "
+                "layout '%s', which has %lld ranks\n",
+                (unsigned long long)a->world, a->layout,
+                (long long)s->layout.world);
+        return RS_CLI_USAGE;
+    }
+    rs_diag_clear(&diag);
+    rs_status_t st = rs_layout_trainer_shards(s->model, &s->layout,
+                                              (int64_t)a->rank, on_shard, s,
+                                              &diag);
+    if (st != RS_OK)
+        return rs_cli_input_error("publish", &diag, st, "building the shards");
+    for (size_t i = 0; i < s->n; i++) {
+        if (!rs_cli_fill_supported(s->shards[i].dtype)) {
+            fprintf(stderr, "reshard publish: tensor '%s': dtype %s has no "
+                    "demo contents (bf16, f16, f32, f64 only)\n",
+                    s->shards[i].tensor, rs_dtype_name(s->shards[i].dtype));
+            return RS_CLI_USAGE;
+        }
+    }
+    return allocate(s) ? RS_CLI_OK : RS_CLI_INCOMPLETE;
+}
+
+static void fill_all(pub_state_t *s, int64_t version)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const pub_shard_t *p = &s->shards[i];
+        rs_cli_fill_box(p->tensor, p->dtype, version, p->ndim, p->full_shape,
+                        p->offset, p->shape, p->ptr);
+    }
+}
+
+static int runtime_error(const pub_args_t *a, const rs_diag_t *diag,
+                         rs_status_t st, const char *what)
+{
+    fprintf(stderr, "reshard publish: rank %llu: %s: %s\n",
+            (unsigned long long)a->rank, what,
+            diag->msg[0] ? diag->msg : rs_status_str(st));
+    return st == RS_ERR_INPUT || st == RS_ERR_INVALID_ARG ? RS_CLI_USAGE
+                                                          : RS_CLI_INCOMPLETE;
+}
+
+static int open_publisher(const pub_args_t *a, pub_state_t *s)
+{
+    rs_publisher_params_t pp;
+    rs_diag_t diag;
+    rs_status_t st;
+    rs_publisher_params_init(&pp);
+    pp.directory = a->directory;
+    pp.model = a->model;
+    pp.rank = (int64_t)a->rank;
+    pp.world = (int64_t)a->world;
+    pp.backend = a->backend;
+    pp.digests = 1;
+    rs_diag_clear(&diag);
+    if ((st = rs_publisher_create(&pp, &diag, &s->pub)) != RS_OK)
+        return runtime_error(a, &diag, st, a->directory);
+    for (size_t i = 0; i < s->n; i++) {
+        const pub_shard_t *p = &s->shards[i];
+        st = rs_publisher_register(s->pub, p->tensor, p->dtype, p->ndim,
+                                   p->full_shape, p->offset, p->shape, p->ptr,
+                                   &diag);
+        if (st != RS_OK)
+            return runtime_error(a, &diag, st, "registering");
+    }
+    return RS_CLI_OK;
+}
+
+/* Publish, wait for the release, refill in place, next version. */
+static int serve(const pub_args_t *a, pub_state_t *s)
+{
+    rs_diag_t diag;
+    rs_status_t st;
+    for (uint64_t k = 0; k < a->versions; k++) {
+        int64_t v = (int64_t)(a->version + k);
+        char what[64];
+        fill_all(s, v);
+        rs_diag_clear(&diag);
+        snprintf(what, sizeof(what), "version %lld", (long long)v);
+        if ((st = rs_publisher_publish(s->pub, v, &diag)) != RS_OK)
+            return runtime_error(a, &diag, st, what);
+        printf("reshard publish: rank %llu published version %lld (%zu shards, "
+               "%llu bytes)\n", (unsigned long long)a->rank, (long long)v,
+               s->n, (unsigned long long)s->bytes);
+        fflush(stdout);
+        st = rs_publisher_wait_released(s->pub, v, a->timeout_s, &diag);
+        if (st != RS_OK)
+            return runtime_error(a, &diag, st, what);
+    }
+    return RS_CLI_OK;
+}
+
+int rs_cli_publish(int argc, char **argv)
+{
+    pub_args_t a;
+    pub_state_t s;
+    memset(&a, 0, sizeof(a));
+    memset(&s, 0, sizeof(s));
+    int rc = parse_args(argc, argv, &a);
+    if (rc < 0)
+        return RS_CLI_OK;
+    /* cma readers are siblings, not ancestors: let any of them attach where
+     * the Yama LSM would otherwise refuse process_vm_readv. */
+    if (rc == RS_CLI_OK && strcmp(a.backend, "cma") == 0)
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    if (rc == RS_CLI_OK)
+        rc = build_shards(&a, &s);
+    if (rc == RS_CLI_OK)
+        rc = open_publisher(&a, &s);
+    if (rc == RS_CLI_OK)
+        rc = serve(&a, &s);
+    rs_publisher_destroy(s.pub);
+    free(s.buf);
+    free(s.shards);
+    rs_model_destroy(s.model);
+    return rc;
+}

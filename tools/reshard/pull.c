@@ -1,0 +1,739 @@
+/* `reshard pull`: one inference rank of a vllm layout pulling its
+ * parameters from the publishers of a directory, printing the stage record,
+ * and with --check comparing every parameter byte with contents rebuilt
+ * independently of the transfer (whole sources filled locally, the same
+ * capture replayed over them with the local transport; no directory, no
+ * publisher, no wire). */
+#include <getopt.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct pull_args {
+    const char *directory, *model, *layout, *config, *backend;
+    int64_t version;
+    uint64_t rank, versions;
+    double timeout_s;
+    int have_version, have_rank, verify, check, release, json;
+} pull_args_t;
+
+typedef struct pull_state {
+    rs_model_h model;
+    rs_layout_t layout;
+    rs_capture_h cap;
+    size_t nparams;
+    unsigned char **param;    /* live parameter storage, bound to the receiver */
+    unsigned char **expected; /* --check: what each parameter must hold */
+    rs_receiver_h recv;
+} pull_state_t;
+
+/* One pulled version, as the JSON line and the summary report it. */
+typedef struct pull_outcome {
+    int64_t version;
+    int ok, checked, check_ok;
+    rs_pull_result_t res;
+    double wall_s, check_s;
+    char error[RS_DIAG_MSG_MAX + 64];
+} pull_outcome_t;
+
+enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
+       OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
+       OPT_TIMEOUT, OPT_VERSIONS };
+
+static const struct option long_opts[] = {
+    {"directory", required_argument, NULL, OPT_DIRECTORY},
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"version", required_argument, NULL, OPT_VERSION},
+    {"rank", required_argument, NULL, OPT_RANK},
+    {"layout", required_argument, NULL, OPT_LAYOUT},
+    {"model-config", required_argument, NULL, OPT_CONFIG},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"verify", no_argument, NULL, OPT_VERIFY},
+    {"check", no_argument, NULL, OPT_CHECK},
+    {"release", no_argument, NULL, OPT_RELEASE},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"versions", required_argument, NULL, OPT_VERSIONS},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static void pull_usage(FILE *out)
+{
+    fprintf(out,
+        "usage: reshard pull --directory D --model M --version V --rank R\n"
+        "                    --layout LAYOUT --model-config CONFIG.json\n"
+        "                    [--backend ucx|cma] [--verify] [--check] [--release]\n"
+        "                    [--json] [--timeout S] [--versions K]\n"
+        "\n"
+        "Pulls inference rank R's parameters of version V (-1: the newest READY\n"
+        "version) from the publishers of directory D, and prints the stage\n"
+        "record. Parameters start filled with the byte 0xEE.\n"
+        "\n"
+        "options:\n"
+        "  --directory D       file:DIR or redis://[:password@]host:port\n"
+        "  --model M           model name in the directory\n"
+        "  --version V         version to pull, or -1 for the newest READY one\n"
+        "  --rank R            this inference rank (0 <= R < the layout's world)\n"
+        "  --layout LAYOUT     vllm:tp=T,pp=P,ep=E,dp=D\n"
+        "  --model-config FILE a Hugging Face config.json (examples/models/)\n"
+        "  --backend B         transport: ucx (default; UCX_TLS picks the wire) or cma\n"
+        "  --verify            re-digest reassembled shards against the table's digests\n"
+        "  --check             compare every parameter byte with the demo contents\n"
+        "                      (docs/formats.md, \"Demo contents\") computed locally\n"
+        "  --release           release the version after installing it\n"
+        "  --json              print one JSON object per version on one line\n"
+        "  --timeout S         wait at most S seconds for a READY version (default 60)\n"
+        "  --versions K        pull K versions one after another, V, V+1, ...,\n"
+        "                      reusing the plan while the topology is unchanged\n"
+        "  -h, --help          show this help and exit\n"
+        "\n"
+        "On a terminal, a pull taking longer than a second shows the time spent\n"
+        "so far (the executor has no progress hook), then one line per stage.\n"
+        "\n"
+        "exit status: 0 every version pulled (and checked); 1 a pull failed or\n"
+        "timed out, or a check found a wrong byte; 2 bad usage or input.\n");
+}
+
+static int usage_error(const char *fmt, const char *what)
+{
+    fputs("reshard pull: ", stderr);
+    fprintf(stderr, fmt, what);
+    fputs("\nTry 'reshard pull --help'.\n", stderr);
+    return RS_CLI_USAGE;
+}
+
+static int parse_version(const char *arg, pull_args_t *a)
+{
+    uint64_t v;
+    a->have_version = 1;
+    if (strcmp(arg, "-1") == 0) {
+        a->version = -1;
+        return RS_CLI_OK;
+    }
+    if (!rs_cli_parse_u64(arg, &v) || v > INT64_MAX / 2)
+        return usage_error("--version must be a non-negative integer or -1, "
+                           "got '%s'", arg);
+    a->version = (int64_t)v;
+    return RS_CLI_OK;
+}
+
+static int parse_count(const char *opt, const char *arg, uint64_t *out)
+{
+    if (!rs_cli_parse_u64(arg, out) || *out > INT64_MAX / 2) {
+        fprintf(stderr, "reshard pull: %s must be a non-negative integer, got "
+                "'%s'\nTry 'reshard pull --help'.\n", opt, arg);
+        return RS_CLI_USAGE;
+    }
+    return RS_CLI_OK;
+}
+
+static int parse_opt(int c, pull_args_t *a)
+{
+    char *end;
+    switch (c) {
+    case OPT_DIRECTORY: a->directory = optarg; return RS_CLI_OK;
+    case OPT_MODEL: a->model = optarg; return RS_CLI_OK;
+    case OPT_LAYOUT: a->layout = optarg; return RS_CLI_OK;
+    case OPT_CONFIG: a->config = optarg; return RS_CLI_OK;
+    case OPT_BACKEND: a->backend = optarg; return RS_CLI_OK;
+    case OPT_VERIFY: a->verify = 1; return RS_CLI_OK;
+    case OPT_CHECK: a->check = 1; return RS_CLI_OK;
+    case OPT_RELEASE: a->release = 1; return RS_CLI_OK;
+    case OPT_JSON: a->json = 1; return RS_CLI_OK;
+    case OPT_VERSION: return parse_version(optarg, a);
+    case OPT_RANK:
+        a->have_rank = 1;
+        return parse_count("--rank", optarg, &a->rank);
+    case OPT_VERSIONS: return parse_count("--versions", optarg, &a->versions);
+    case OPT_TIMEOUT:
+        a->timeout_s = strtod(optarg, &end);
+        if (end == optarg || *end != '\0' || !(a->timeout_s > 0) ||
+            a->timeout_s > 1e7)
+            return usage_error("--timeout must be a positive number of "
+                               "seconds, got '%s'", optarg);
+        return RS_CLI_OK;
+    default: return usage_error("%s", "unknown option");
+    }
+}
+
+static int parse_args(int argc, char **argv, pull_args_t *a)
+{
+    int c, rc;
+    opterr = 0;
+    optind = 1;
+    a->backend = "ucx";
+    a->versions = 1;
+    a->timeout_s = 60;
+    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+        if (c == 'h') {
+            pull_usage(stdout);
+            return -1;
+        }
+        if (c == ':')
+            return usage_error("option '%s' needs an argument", argv[optind - 1]);
+        if (c == '?')
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        if ((rc = parse_opt(c, a)) != RS_CLI_OK)
+            return rc;
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (a->directory == NULL || a->model == NULL || !a->have_version ||
+        !a->have_rank || a->layout == NULL || a->config == NULL)
+        return usage_error("%s", "--directory, --model, --version, --rank, "
+                           "--layout and --model-config are required");
+    if (strcmp(a->backend, "ucx") != 0 && strcmp(a->backend, "cma") != 0)
+        return usage_error("--backend takes ucx or cma, got '%s'", a->backend);
+    if (a->versions == 0)
+        return usage_error("%s", "--versions must be at least 1");
+    return RS_CLI_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- the independent check ------------------------------------------- */
+
+typedef struct src_copy {
+    const char *src;
+    size_t copy;
+} src_copy_t;
+
+static int by_src(const void *a, const void *b)
+{
+    const src_copy_t *x = a, *y = b;
+    int c = strcmp(x->src, y->src);
+    return c != 0 ? c : (x->copy > y->copy) - (x->copy < y->copy);
+}
+
+/* A capture holding only `n` copies of one source, with the parameters
+ * they land in; map[i] is sub-parameter i's index in the full capture. */
+static rs_status_t sub_capture(rs_capture_h cap, const src_copy_t *g, size_t n,
+                               size_t *map, size_t *nmap, rs_diag_t *diag,
+                               rs_capture_h *sub_p)
+{
+    rs_capture_h sub;
+    rs_status_t st = rs_capture_create(&sub);
+    *nmap = 0;
+    for (size_t i = 0; st == RS_OK && i < n; i++) {
+        rs_copy_desc_t c;
+        rs_param_info_t p;
+        rs_capture_copy(cap, g[i].copy, &c);
+        size_t gp = (size_t)rs_capture_find_param(cap, c.param);
+        if (rs_capture_find_param(sub, c.param) < 0) {
+            rs_capture_param(cap, gp, &p);
+            st = rs_capture_add_param(sub, p.name, p.ndim, p.shape, p.dtype,
+                                      diag);
+            map[(*nmap)++] = gp;
+        }
+        if (st == RS_OK)
+            st = rs_capture_add_copy(sub, &c, diag);
+    }
+    if (st != RS_OK) {
+        rs_capture_destroy(sub);
+        return st;
+    }
+    *sub_p = sub;
+    return RS_OK;
+}
+
+/* The whole source tensor, filled with the demo contents of `version`, as
+ * one shard at its own address. */
+static rs_status_t whole_source(rs_model_h model, const char *src,
+                                int64_t version, rs_diag_t *diag,
+                                unsigned char **buf_p, uint64_t *nbytes_p,
+                                rs_sources_h *sources_p)
+{
+    long t = rs_model_find(model, src);
+    rs_tensor_info_t info;
+    int64_t zero[RS_MAX_DIMS] = {0};
+    uint64_t numel = 1;
+    if (t < 0) {
+        snprintf(diag->msg, sizeof(diag->msg), "source '%s' is not a tensor "
+                 "of the model", src);
+        return RS_ERR_INPUT;
+    }
+    rs_model_tensor(model, (size_t)t, &info);
+    for (int d = 0; d < info.ndim; d++)
+        numel *= (uint64_t)info.shape[d];
+    uint64_t nbytes = numel * rs_dtype_size(info.dtype);
+    unsigned char *buf = malloc(nbytes ? nbytes : 1);
+    if (buf == NULL)
+        return RS_ERR_NO_MEMORY;
+    rs_status_t st = rs_cli_fill_box(src, info.dtype, version, info.ndim,
+                                     info.shape, zero, info.shape, buf);
+    rs_shard_desc_t sh = {src, info.dtype, rs_dtype_size(info.dtype),
+                          info.ndim, info.shape, "check", 0,
+                          (uint64_t)(uintptr_t)buf, zero, info.shape, NULL};
+    rs_sources_h s = NULL;
+    if (st == RS_OK)
+        st = rs_sources_create(&s);
+    if (st == RS_OK)
+        st = rs_sources_add_shard(s, &sh, diag);
+    if (st != RS_OK) {
+        rs_sources_destroy(s);
+        free(buf);
+        return st;
+    }
+    *buf_p = buf;
+    *nbytes_p = nbytes;
+    *sources_p = s;
+    return RS_OK;
+}
+
+/* Plans the sub-capture against the one-shard source and runs it with the
+ * local transport into the expected parameters. */
+static rs_status_t replay_local(rs_capture_h sub, rs_sources_h src,
+                                const unsigned char *buf, uint64_t nbytes,
+                                unsigned char **targets, rs_diag_t *diag)
+{
+    rs_plan_params_t pp;
+    rs_plan_h plan = NULL;
+    rs_transport_h t = NULL;
+    rs_exec_h x = NULL;
+    rs_region_t region = {(uint64_t)(uintptr_t)buf, nbytes, buf};
+    rs_plan_params_init(&pp);
+    rs_status_t st = rs_plan_build(sub, src, &pp, diag, &plan);
+    if (st == RS_OK && !rs_plan_is_complete(plan)) {
+        snprintf(diag->msg, sizeof(diag->msg), "the local replay plan is "
+                 "incomplete (unsupported geometry or uncovered copies)");
+        st = RS_ERR_INCOMPLETE;
+    }
+    if (st == RS_OK)
+        st = rs_transport_create(NULL, diag, &t);
+    for (uint32_t k = 0; st == RS_OK && k < rs_plan_num_sessions(plan); k++) {
+        rs_peer_t peer = {rs_plan_session_name(plan, k), 0, &region, 1, NULL, 0};
+        st = rs_transport_connect(t, k, &peer, diag);
+    }
+    if (st == RS_OK)
+        st = rs_exec_create(plan, t, NULL, diag, &x);
+    for (size_t p = 0; st == RS_OK && p < rs_capture_num_params(sub); p++) {
+        rs_param_info_t info;
+        rs_capture_param(sub, p, &info);
+        st = rs_exec_bind(x, p, targets[p], info.nbytes, diag);
+    }
+    if (st == RS_OK)
+        st = rs_exec_run(x, diag);
+    rs_exec_destroy(x);
+    rs_transport_destroy(t);
+    rs_plan_destroy(plan);
+    return st;
+}
+
+static rs_status_t replay_group(pull_state_t *s, const src_copy_t *g, size_t n,
+                                int64_t version, rs_diag_t *diag)
+{
+    size_t *map = calloc(n, sizeof(size_t));
+    unsigned char **targets = calloc(n, sizeof(unsigned char *));
+    size_t nmap = 0;
+    rs_capture_h sub = NULL;
+    rs_sources_h src = NULL;
+    unsigned char *buf = NULL;
+    uint64_t nbytes = 0;
+    rs_status_t st = map && targets ? RS_OK : RS_ERR_NO_MEMORY;
+    if (st == RS_OK)
+        st = sub_capture(s->cap, g, n, map, &nmap, diag, &sub);
+    if (st == RS_OK)
+        st = whole_source(s->model, g[0].src, version, diag, &buf, &nbytes,
+                          &src);
+    for (size_t i = 0; i < nmap; i++)
+        targets[i] = s->expected[map[i]];
+    if (st == RS_OK)
+        st = replay_local(sub, src, buf, nbytes, targets, diag);
+    rs_sources_destroy(src);
+    rs_capture_destroy(sub);
+    free(buf);
+    free(targets);
+    free(map);
+    return st;
+}
+
+/* Fills s->expected: 0xEE, then every copy replayed source by source. */
+static rs_status_t expected_contents(pull_state_t *s, int64_t version,
+                                     rs_diag_t *diag, const char **failed_p)
+{
+    size_t n = rs_capture_num_copies(s->cap);
+    src_copy_t *order = calloc(n + 1, sizeof(*order));
+    rs_status_t st = order ? RS_OK : RS_ERR_NO_MEMORY;
+    for (size_t p = 0; p < s->nparams; p++) {
+        rs_param_info_t info;
+        rs_capture_param(s->cap, p, &info);
+        memset(s->expected[p], 0xEE, info.nbytes);
+    }
+    for (size_t i = 0; st == RS_OK && i < n; i++) {
+        rs_copy_desc_t c;
+        rs_capture_copy(s->cap, i, &c);
+        order[i] = (src_copy_t){c.src, i};
+    }
+    if (st == RS_OK)
+        qsort(order, n, sizeof(*order), by_src);
+    for (size_t i = 0, j; st == RS_OK && i < n; i = j) {
+        for (j = i + 1; j < n && strcmp(order[j].src, order[i].src) == 0; j++)
+            ;
+        st = replay_group(s, order + i, j - i, version, diag);
+        if (st != RS_OK)
+            *failed_p = order[i].src; /* borrowed from the capture */
+    }
+    free(order);
+    return st;
+}
+
+/* Byte-for-byte comparison; names the first wrong parameter and byte. */
+static int compare(pull_state_t *s, char *err, size_t errlen)
+{
+    for (size_t p = 0; p < s->nparams; p++) {
+        rs_param_info_t info;
+        rs_capture_param(s->cap, p, &info);
+        if (memcmp(s->param[p], s->expected[p], info.nbytes) == 0)
+            continue;
+        uint64_t first = UINT64_MAX, bad = 0;
+        for (uint64_t b = 0; b < info.nbytes; b++) {
+            if (s->param[p][b] != s->expected[p][b]) {
+                first = first == UINT64_MAX ? b : first;
+                bad++;
+            }
+        }
+        snprintf(err, errlen, "check failed: parameter '%s': %llu of %llu "
+                 "bytes differ, first at byte %llu (got 0x%02x, expected "
+                 "0x%02x)", info.name, (unsigned long long)bad,
+                 (unsigned long long)info.nbytes, (unsigned long long)first,
+                 s->param[p][first], s->expected[p][first]);
+        return 0;
+    }
+    return 1;
+}
+
+static void run_check(pull_state_t *s, pull_outcome_t *o)
+{
+    rs_diag_t diag;
+    const char *src = "?";
+    double t0 = now_s();
+    rs_diag_clear(&diag);
+    o->checked = 1;
+    rs_status_t st = expected_contents(s, o->version, &diag, &src);
+    if (st != RS_OK) {
+        snprintf(o->error, sizeof(o->error), "check could not replay source "
+                 "'%.200s' locally: %.700s", src,
+                 diag.msg[0] ? diag.msg : rs_status_str(st));
+        o->check_ok = 0;
+    } else {
+        o->check_ok = compare(s, o->error, sizeof(o->error));
+    }
+    o->check_s = now_s() - t0;
+}
+
+/* ---- setting up and pulling ------------------------------------------ */
+
+static int allocate_params(pull_state_t *s, int check)
+{
+    s->nparams = rs_capture_num_params(s->cap);
+    s->param = calloc(s->nparams + 1, sizeof(unsigned char *));
+    s->expected = calloc(s->nparams + 1, sizeof(unsigned char *));
+    if (s->param == NULL || s->expected == NULL)
+        return 0;
+    for (size_t p = 0; p < s->nparams; p++) {
+        rs_param_info_t info;
+        rs_capture_param(s->cap, p, &info);
+        s->param[p] = malloc(info.nbytes ? info.nbytes : 1);
+        if (s->param[p] == NULL)
+            return 0;
+        memset(s->param[p], 0xEE, info.nbytes);
+        if (check && (s->expected[p] = malloc(info.nbytes ? info.nbytes : 1)) ==
+                         NULL)
+            return 0;
+    }
+    return 1;
+}
+
+static int setup(const pull_args_t *a, pull_state_t *s)
+{
+    rs_diag_t diag;
+    rs_status_t st;
+    uint64_t padding = 0;
+    int rc = rs_cli_load_layout("pull", "--layout", a->config, a->layout, 1,
+                                &s->model, &s->layout);
+    if (rc != RS_CLI_OK)
+        return rc;
+    if (a->rank >= (uint64_t)s->layout.world) {
+        fprintf(stderr, "reshard pull: --rank %llu is outside the layout '%s', "
+                "which has %lld ranks\n", (unsigned long long)a->rank,
+                a->layout, (long long)s->layout.world);
+        return RS_CLI_USAGE;
+    }
+    rs_diag_clear(&diag);
+    st = rs_layout_capture(s->model, &s->layout, (int64_t)a->rank, &diag,
+                           &s->cap, &padding);
+    if (st != RS_OK)
+        return rs_cli_input_error("pull", &diag, st, "capturing");
+    if (!allocate_params(s, a->check)) {
+        fprintf(stderr, "reshard pull: out of memory for the parameters\n");
+        return RS_CLI_INCOMPLETE;
+    }
+    return RS_CLI_OK;
+}
+
+static int open_receiver(const pull_args_t *a, pull_state_t *s)
+{
+    rs_receiver_params_t rp;
+    rs_diag_t diag;
+    rs_status_t st;
+    rs_receiver_params_init(&rp);
+    rp.directory = a->directory;
+    rp.model = a->model;
+    rp.backend = a->backend;
+    rp.salt = a->rank;
+    rp.discover_timeout_s = a->timeout_s;
+    rp.release_after = a->release;
+    rp.exec.verify_digests = a->verify;
+    rs_diag_clear(&diag);
+    st = rs_receiver_create(&rp, s->cap, &diag, &s->recv);
+    for (size_t p = 0; st == RS_OK && p < s->nparams; p++) {
+        rs_param_info_t info;
+        rs_capture_param(s->cap, p, &info);
+        st = rs_receiver_bind(s->recv, p, s->param[p], info.nbytes, &diag);
+    }
+    if (st == RS_OK)
+        return RS_CLI_OK;
+    fprintf(stderr, "reshard pull: %s: %s\n", a->directory,
+            diag.msg[0] ? diag.msg : rs_status_str(st));
+    return st == RS_ERR_INPUT || st == RS_ERR_INVALID_ARG ? RS_CLI_USAGE
+                                                          : RS_CLI_INCOMPLETE;
+}
+
+/* The terminal ticker: the executor reports nothing while it runs, so the
+ * line says how long the pull has taken; stage lines follow at the end. */
+typedef struct ticker {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t done_cv;
+    int done, shown, running;
+    int64_t rank, version;
+    double t0;
+} ticker_t;
+
+static void *tick_main(void *arg)
+{
+    ticker_t *t = arg;
+    pthread_mutex_lock(&t->lock);
+    while (!t->done) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 250000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&t->done_cv, &t->lock, &until);
+        double el = now_s() - t->t0;
+        if (!t->done && el >= 1.0) {
+            fprintf(stderr, "\rreshard pull: rank %lld version %lld: %.1f s "
+                    "(discover, plan, connect, read; stage times follow)",
+                    (long long)t->rank, (long long)t->version, el);
+            t->shown = 1;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+static void ticker_start(ticker_t *t, int64_t rank, int64_t version)
+{
+    memset(t, 0, sizeof(*t));
+    if (!isatty(STDOUT_FILENO))
+        return;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->done_cv, NULL);
+    t->rank = rank;
+    t->version = version;
+    t->t0 = now_s();
+    t->running = pthread_create(&t->thread, NULL, tick_main, t) == 0;
+}
+
+static void ticker_stop(ticker_t *t, const pull_outcome_t *o)
+{
+    if (!t->running)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->done = 1;
+    pthread_cond_signal(&t->done_cv);
+    pthread_mutex_unlock(&t->lock);
+    pthread_join(t->thread, NULL);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->done_cv);
+    if (!t->shown)
+        return;
+    const rs_pull_result_t *r = &o->res;
+    fprintf(stderr, "\n  discover %.3f s\n  plan+connect %.3f s\n  "
+            "wire %.3f s (%llu bytes, %.2f GB/s)\n  total %.3f s\n",
+            r->discover_s, r->plan_s, r->exec.wire_seconds,
+            (unsigned long long)r->exec.bytes,
+            r->exec.wire_seconds > 0 ? (double)r->exec.bytes /
+                                           r->exec.wire_seconds / 1e9 : 0.0,
+            o->wall_s);
+}
+
+static void pull_one(const pull_args_t *a, pull_state_t *s, int64_t version,
+                     pull_outcome_t *o)
+{
+    rs_diag_t diag;
+    ticker_t tick;
+    memset(o, 0, sizeof(*o));
+    o->version = version;
+    rs_diag_clear(&diag);
+    ticker_start(&tick, (int64_t)a->rank, version);
+    double t0 = now_s();
+    rs_status_t st = rs_receiver_pull(s->recv, version, &diag, &o->res);
+    o->wall_s = now_s() - t0;
+    ticker_stop(&tick, o);
+    if (st != RS_OK) {
+        snprintf(o->error, sizeof(o->error), "%s",
+                 diag.msg[0] ? diag.msg : rs_status_str(st));
+        return;
+    }
+    o->ok = 1;
+    o->version = o->res.version;
+    if (a->check)
+        run_check(s, o);
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+/* A record the library writes, read back as a JSON value. */
+static json_t *record_json(rs_exec_h x, int coverage)
+{
+    char *text = NULL;
+    size_t len = 0;
+    rs_diag_t diag;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return NULL;
+    if (coverage)
+        rs_exec_write_coverage_json(x, f, &diag);
+    else
+        rs_exec_write_stage_json(x, -1, f, &diag);
+    fclose(f);
+    json_t *v = json_loadb(text, len, 0, NULL);
+    free(text);
+    return v;
+}
+
+static void print_json(const pull_args_t *a, pull_state_t *s,
+                       const pull_outcome_t *o)
+{
+    rs_exec_h x = rs_receiver_exec(s->recv);
+    json_t *root = json_object();
+    json_object_set_new(root, "version", json_integer(o->version));
+    json_object_set_new(root, "rank", json_integer((json_int_t)a->rank));
+    json_object_set_new(root, "ok", json_boolean(o->ok && (!o->checked ||
+                                                          o->check_ok)));
+    json_object_set_new(root, "replanned", json_boolean(o->res.replanned));
+    if (x != NULL) {
+        json_object_set_new(root, "stage", record_json(x, 0));
+        json_object_set_new(root, "coverage", record_json(x, 1));
+    }
+    json_object_set_new(root, "discover_s", json_real(o->res.discover_s));
+    json_object_set_new(root, "plan_s", json_real(o->res.plan_s));
+    json_object_set_new(root, "wall_s", json_real(o->wall_s));
+    if (o->checked) {
+        json_object_set_new(root, "check", json_boolean(o->check_ok));
+        json_object_set_new(root, "check_s", json_real(o->check_s));
+    }
+    if (o->error[0] != '\0')
+        json_object_set_new(root, "error", json_string(o->error));
+    json_dumpf(root, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    fputc('\n', stdout);
+}
+
+static void print_human(const pull_args_t *a, pull_state_t *s,
+                        const pull_outcome_t *o)
+{
+    const rs_pull_result_t *r = &o->res;
+    rs_diag_t diag;
+    if (!o->ok)
+        return;
+    printf("reshard pull: rank %llu version %lld: %llu bytes in %llu "
+           "descriptors, %.3f s (discover %.3f, plan+connect %.3f, wire %.3f, "
+           "%.2f GB/s), %s", (unsigned long long)a->rank,
+           (long long)o->version, (unsigned long long)r->exec.bytes,
+           (unsigned long long)r->exec.descriptors, o->wall_s, r->discover_s,
+           r->plan_s, r->exec.wire_seconds,
+           r->exec.wire_seconds > 0 ? (double)r->exec.bytes /
+                                          r->exec.wire_seconds / 1e9 : 0.0,
+           r->replanned ? "planned" : "cached plan");
+    if (a->verify)
+        printf(", %llu shards verified",
+               (unsigned long long)r->exec.shards_verified);
+    if (o->checked && o->check_ok)
+        printf(", check: %zu parameters byte-exact", s->nparams);
+    printf("\n");
+    rs_exec_write_stage_json(rs_receiver_exec(s->recv), r->plan_s, stdout,
+                             &diag);
+}
+
+static int pull_all(const pull_args_t *a, pull_state_t *s)
+{
+    int64_t v = a->version;
+    for (uint64_t k = 0; k < a->versions; k++) {
+        pull_outcome_t o;
+        pull_one(a, s, v, &o);
+        if (a->json)
+            print_json(a, s, &o);
+        else
+            print_human(a, s, &o);
+        fflush(stdout);
+        if (!o.ok || (o.checked && !o.check_ok)) {
+            fprintf(stderr, "reshard pull: rank %llu version %lld: %s\n",
+                    (unsigned long long)a->rank, (long long)o.version,
+                    o.error);
+            return RS_CLI_INCOMPLETE;
+        }
+        v = o.version + 1;
+    }
+    return RS_CLI_OK;
+}
+
+static void teardown(pull_state_t *s)
+{
+    rs_receiver_destroy(s->recv);
+    for (size_t p = 0; p < s->nparams; p++) {
+        if (s->param != NULL)
+            free(s->param[p]);
+        if (s->expected != NULL)
+            free(s->expected[p]);
+    }
+    free(s->param);
+    free(s->expected);
+    rs_capture_destroy(s->cap);
+    rs_model_destroy(s->model);
+}
+
+int rs_cli_pull(int argc, char **argv)
+{
+    pull_args_t a;
+    pull_state_t s;
+    memset(&a, 0, sizeof(a));
+    memset(&s, 0, sizeof(s));
+    int rc = parse_args(argc, argv, &a);
+    if (rc < 0)
+        return RS_CLI_OK;
+    if (rc == RS_CLI_OK)
+        rc = setup(&a, &s);
+    if (rc == RS_CLI_OK)
+        rc = open_receiver(&a, &s);
+    if (rc == RS_CLI_OK)
+        rc = pull_all(&a, &s);
+    teardown(&s);
+    return rc;
+}
