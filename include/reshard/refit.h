@@ -72,6 +72,12 @@ typedef struct rs_receiver_params {
     double lease_ttl_s;     /* default 60 */
     int release_after;      /* release the version after installing */
     int64_t max_segments_per_copy; /* 0 = planner default */
+    /* 1 (default): pull into receiver-owned shadow buffers and copy them
+     * into the bound storage only after every check passed, so a failed
+     * pull never touches the bound parameters. 0: read straight into the
+     * bound storage (half the memory; a failed pull may leave it partly
+     * written, though install is still not called). */
+    int shadow;
     rs_exec_params_t exec;  /* timeouts, verification, install callback */
 } rs_receiver_params_t;
 

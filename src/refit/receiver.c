@@ -14,6 +14,7 @@
 typedef struct rs_rbind {
     void *base;
     uint64_t nbytes;
+    void *shadow; /* receiver-owned copy the pull lands in, when shadowing */
 } rs_rbind_t;
 
 struct rs_receiver {
@@ -30,7 +31,12 @@ struct rs_receiver {
     rs_plan_h plan;
     rs_transport_h transport;
     rs_exec_h exec;
+    rs_install_cb user_install;
+    void *user_install_ctx;
 };
+
+static void *target_of(const rs_rbind_t *b);
+static rs_status_t install_shadows(void *ctx, rs_exec_h exec);
 
 static double now_s(void)
 {
@@ -45,6 +51,7 @@ void rs_receiver_params_init(rs_receiver_params_t *p)
     p->backend = "ucx";
     p->discover_timeout_s = 60;
     p->lease_ttl_s = 60;
+    p->shadow = 1;
     rs_exec_params_init(&p->exec);
 }
 
@@ -61,6 +68,10 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     r->params = *params;
     r->cap = capture;
+    r->user_install = params->exec.install;
+    r->user_install_ctx = params->exec.install_ctx;
+    r->params.exec.install = install_shadows;
+    r->params.exec.install_ctx = r;
     r->model = strdup(params->model);
     r->directory = strdup(params->directory);
     r->backend = strdup(params->backend ? params->backend : "ucx");
@@ -102,6 +113,8 @@ void rs_receiver_destroy(rs_receiver_h r)
         return;
     drop_cache(r);
     rs_dir_close(r->dir);
+    for (size_t p = 0; r->binds != NULL && p < r->nparams; p++)
+        free(r->binds[p].shadow);
     free(r->binds);
     free(r->model);
     free(r->directory);
@@ -116,13 +129,43 @@ rs_status_t rs_receiver_bind(rs_receiver_h r, size_t param, void *base,
     if (r == NULL || param >= r->nparams)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: no param %zu",
                             param);
-    r->binds[param] = (rs_rbind_t){base, nbytes};
+    free(r->binds[param].shadow);
+    r->binds[param] = (rs_rbind_t){base, nbytes, NULL};
+    if (r->params.shadow && nbytes > 0) {
+        r->binds[param].shadow = malloc((size_t)nbytes);
+        if (r->binds[param].shadow == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "receiver: shadow of "
+                                "param %zu", param);
+        memcpy(r->binds[param].shadow, base, (size_t)nbytes);
+    }
     if (r->exec != NULL)
-        return rs_exec_bind(r->exec, param, base, nbytes, diag);
+        return rs_exec_bind(r->exec, param, target_of(&r->binds[param]),
+                            nbytes, diag);
     return RS_OK;
 }
 
 rs_exec_h rs_receiver_exec(rs_receiver_h r) { return r->exec; }
+
+/* Where the executor writes a parameter: its shadow, or the bound storage. */
+static void *target_of(const rs_rbind_t *b)
+{
+    return b->shadow != NULL ? b->shadow : b->base;
+}
+
+/* Called by the executor after every check passed: the shadows become the
+ * bound parameters, then the caller's own install runs. */
+static rs_status_t install_shadows(void *ctx, rs_exec_h exec)
+{
+    rs_receiver_h r = ctx;
+    for (size_t p = 0; p < r->nparams; p++) {
+        const rs_rbind_t *b = &r->binds[p];
+        if (b->shadow != NULL)
+            memcpy(b->base, b->shadow, (size_t)b->nbytes);
+    }
+    if (r->user_install != NULL)
+        return r->user_install(r->user_install_ctx, exec);
+    return RS_OK;
+}
 
 /* Every slot's table of a READY version, merged. */
 static rs_status_t read_tables(rs_receiver_h r, const rs_version_info_t *v,
@@ -231,8 +274,8 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
                             &r->exec);
     for (size_t p = 0; st == RS_OK && p < r->nparams; p++) {
         if (r->binds[p].base != NULL)
-            st = rs_exec_bind(r->exec, p, r->binds[p].base, r->binds[p].nbytes,
-                              diag);
+            st = rs_exec_bind(r->exec, p, target_of(&r->binds[p]),
+                              r->binds[p].nbytes, diag);
     }
     if (st != RS_OK) {
         drop_cache(r);
