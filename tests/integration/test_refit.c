@@ -407,6 +407,20 @@ static int publisher_entry(const char *arg)
     return 0;
 }
 
+static void test_redis_ucx_tcp(void **state)
+{
+    (void)state;
+    rfx_server_t s;
+    char why[256];
+    int rc = rfx_start(&s, "secret", why, sizeof(why));
+    if (rc == 1)
+        skip();
+    assert_int_equal(rc, 0);
+    setenv("UCX_TLS", "tcp", 1);
+    scenario(s.url, "ucx"); /* with a password */
+    rfx_stop(&s);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--publisher") == 0)
@@ -417,6 +431,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_file_ucx_sm),
         cmocka_unit_test(test_file_ucx_tcp),
         cmocka_unit_test(test_redis_ucx_sm),
+        cmocka_unit_test(test_redis_ucx_tcp),
     };
     if (only != NULL)
         cmocka_set_test_filter(only);
