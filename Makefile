@@ -37,9 +37,10 @@ test-asan: build-asan
 test: test-asan build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The main job: trainer and inference processes move two versions of
+# Qwen2.5-0.5B over UCX (UCX_TLS=sm unless set) and verify every byte.
 demo: build
-	./$(BUILD)/reshard plan --capture examples/tiny/capture.json \
-	  --sources examples/tiny/sources.json
+	./$(BUILD)/reshard demo
 
 bench: build
 	./$(BUILD)/bench/plan_bench
