@@ -457,11 +457,11 @@ static int collect(demo_t *d, int k)
     struct pollfd fds[64];
     child_t *who[64];
     while (!all_have(d, k + 1)) {
+        if (interrupted) /* before reaping: Ctrl-C also hit the children */
+            return fail("interrupted");
         int rc = reap(d, 0);
         if (rc != RS_CLI_OK)
             return rc;
-        if (interrupted)
-            return fail("interrupted");
         if (now_s() > d->deadline)
             return fail("timed out waiting for version %d", k + 1);
         nfds_t n = 0;
@@ -507,6 +507,8 @@ static int release(demo_t *d, int64_t version)
 static int wait_exit(demo_t *d)
 {
     for (;;) {
+        if (interrupted)
+            return fail("interrupted");
         int rc = reap(d, 1);
         if (rc != RS_CLI_OK)
             return rc;
@@ -515,8 +517,6 @@ static int wait_exit(demo_t *d)
             live += d->kids[i].pid > 0;
         if (live == 0)
             return RS_CLI_OK;
-        if (interrupted)
-            return fail("interrupted");
         if (now_s() > d->deadline)
             return fail("timed out waiting for %zu process(es) to exit", live);
         usleep(20000);
