@@ -42,15 +42,23 @@ static inline int rs_add_u64(uint64_t a, uint64_t b, uint64_t *out)
     return 1;
 }
 
-/* Product of n non-negative sizes; 0 on overflow or a negative size. */
+/* Product of n non-negative sizes; 0 on overflow or a negative size. A
+ * zero size does not hide an overflow of the others: a zero-size tensor
+ * still has row-major strides (the product of the inner sizes), and those
+ * must fit too. */
 static inline int rs_numel(const int64_t *shape, int n, int64_t *out)
 {
     int64_t p = 1;
+    int empty = 0;
     for (int i = 0; i < n; i++) {
-        if (shape[i] < 0 || !rs_mul_i64(p, shape[i], &p))
+        if (shape[i] < 0)
+            return 0;
+        if (shape[i] == 0)
+            empty = 1;
+        else if (!rs_mul_i64(p, shape[i], &p))
             return 0;
     }
-    *out = p;
+    *out = empty ? 0 : p;
     return 1;
 }
 
