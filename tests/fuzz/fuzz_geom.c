@@ -184,7 +184,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t src_shape[RS_MAX_DIMS], numel = 1;
     for (int d = 0; d < src_ndim; d++) {
         src_shape[d] = fz_dim(&in, 0, 7);
-        numel *= src_shape[d] > 0 && src_shape[d] < 64 ? src_shape[d] : 64;
+        /* too large for the replay: any dim of 64 or more counts as 4096 */
+        numel *= src_shape[d] >= 0 && src_shape[d] < 64 ? src_shape[d] : MAX_NUMEL + 1;
+        numel = numel > MAX_NUMEL ? MAX_NUMEL + 1 : numel;
     }
     fz_chain_t chain;
     fz_chain(&in, &chain);

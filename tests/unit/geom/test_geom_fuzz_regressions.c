@@ -29,6 +29,25 @@ static void test_zero_dim_beside_huge_dim(void **state)
     assert_int_equal(v.stride[0], (int64_t)2 << 20);
 }
 
+/* A slice step near INT64_MAX overflowed the element count; PyTorch gives
+ * one element (x[0:4:huge] is x[0:1]). */
+static void test_slice_huge_step(void **state)
+{
+    (void)state;
+    const int64_t shape[1] = {4};
+    rs_view_t v;
+    rs_op_t op = {.kind = RS_OP_SLICE, .arg = {0, 0, 4, INT64_MAX}, .has = 0xf};
+    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(v.ndim, 1);
+    assert_int_equal(v.shape[0], 1);
+    op.arg[1] = 3; /* x[3:4:huge] is x[3:4] */
+    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(v.shape[0], 1);
+    assert_int_equal(v.offset, 3);
+}
+
 static void test_replay_saved_inputs(void **state)
 {
     (void)state;
@@ -39,6 +58,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_dim_beside_huge_dim),
+        cmocka_unit_test(test_slice_huge_step),
         cmocka_unit_test(test_replay_saved_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
