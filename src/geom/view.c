@@ -148,7 +148,8 @@ static rs_status_t slice_bounds(int64_t size, int has_start, int64_t start,
         start += size;
     if (stop < 0)
         stop += size;
-    int64_t count = stop > start ? (stop - start + step - 1) / step : 0;
+    /* ceil((stop - start) / step) without overflow for steps near the max */
+    int64_t count = stop > start ? 1 + (stop - start - 1) / step : 0;
     *start_p = start;
     *count_p = count;
     return RS_OK;
