@@ -48,6 +48,24 @@ static void test_slice_huge_step(void **state)
     assert_int_equal(v.offset, 3);
 }
 
+/* flatten on a 0-d view returned [1] before checking its dims; PyTorch
+ * wraps them first (a 0-d tensor names dims 0 and -1 only). */
+static void test_flatten_0d_checks_dims(void **state)
+{
+    (void)state;
+    rs_view_t v;
+    char why[128] = "";
+    rs_op_t bad = {.kind = RS_OP_FLATTEN, .arg = {0, -2}, .has = 2};
+    assert_int_equal(rs_view_init(&v, 0, NULL), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &bad, why, sizeof(why)), RS_ERR_INPUT);
+    assert_non_null(strstr(why, "end_dim -2"));
+    rs_op_t ok = {.kind = RS_OP_FLATTEN, .arg = {-1, 0}, .has = 3};
+    assert_int_equal(rs_view_init(&v, 0, NULL), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &ok, NULL, 0), RS_OK);
+    assert_int_equal(v.ndim, 1);
+    assert_int_equal(v.shape[0], 1);
+}
+
 static void test_replay_saved_inputs(void **state)
 {
     (void)state;
@@ -59,6 +77,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_dim_beside_huge_dim),
         cmocka_unit_test(test_slice_huge_step),
+        cmocka_unit_test(test_flatten_0d_checks_dims),
         cmocka_unit_test(test_replay_saved_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,6 +9,37 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+/* A convert (bf16 source into an f32 param) of an empty destination has
+ * no segments: the planner took their address from an empty vector (null
+ * plus zero, undefined behaviour under UBSan). */
+static void test_convert_without_segments(void **state)
+{
+    (void)state;
+    rs_capture_h cap;
+    rs_sources_h srcs;
+    rs_plan_h plan = NULL;
+    rs_diag_t diag;
+    const int64_t pshape[1] = {4}, full[1] = {4}, off[1] = {0}, zero[1] = {0};
+    const int64_t stride[1] = {1};
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_sources_create(&srcs), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "p", 1, pshape, RS_DTYPE_F32, &diag), RS_OK);
+    rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 0, 0}};
+    rs_copy_desc_t cd = {"w", "p", &op, 1, 0, 1, zero, stride, RS_DTYPE_F32};
+    assert_int_equal(rs_capture_add_copy(cap, &cd, &diag), RS_OK);
+    rs_shard_desc_t sd = {"w", RS_DTYPE_BF16, 2, 1, full, "t0", 0, 4096,
+                          off, full, NULL};
+    assert_int_equal(rs_sources_add_shard(srcs, &sd, &diag), RS_OK);
+    assert_int_equal(rs_plan_build(cap, srcs, NULL, &diag, &plan), RS_OK);
+    size_t n = 0;
+    const rs_convert_t *cv = rs_plan_converts(plan, &n);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(cv[i].staging_bytes, 0);
+    rs_plan_destroy(plan);
+    rs_sources_destroy(srcs);
+    rs_capture_destroy(cap);
+}
+
 static void test_replay_plan_inputs(void **state)
 {
     (void)state;
@@ -18,6 +49,7 @@ static void test_replay_plan_inputs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_convert_without_segments),
         cmocka_unit_test(test_replay_plan_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
