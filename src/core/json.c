@@ -11,6 +11,21 @@
 #include "core/checked.h"
 #include "core/json.h"
 
+size_t rs_json_max_bytes(void)
+{
+    const char *env = getenv("RESHARD_JSON_MAX_BYTES");
+    char *end = NULL;
+    unsigned long long v;
+
+    if (env == NULL || *env < '0' || *env > '9')
+        return RS_JSON_MAX_BYTES;
+    errno = 0;
+    v = strtoull(env, &end, 10);
+    if (errno != 0 || *end != '\0' || v == 0 || (size_t)v != v)
+        return RS_JSON_MAX_BYTES;
+    return (size_t)v;
+}
+
 void rs_json_ctx_init(rs_json_ctx_t *c, const char *origin, rs_diag_t *diag)
 {
     c->origin = origin != NULL ? origin : "<json>";

@@ -17,6 +17,11 @@
  * several times its text, and no capture or shard table comes near it. */
 #define RS_JSON_MAX_BYTES ((size_t)1 << 30)
 
+/* The limit loaders apply: RESHARD_JSON_MAX_BYTES when that variable holds
+ * a positive integer (to raise it, or to lower it in tests), else
+ * RS_JSON_MAX_BYTES. */
+size_t rs_json_max_bytes(void);
+
 #define RS_JSON_PATH_MAX 512
 
 /* Where we are in a document: its origin (file path or caller-given name),

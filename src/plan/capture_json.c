@@ -510,7 +510,7 @@ static rs_status_t load_text(rs_json_ctx_t *c, const char *json, size_t len,
 {
     json_t *root = NULL;
     rs_capture_h cap = NULL;
-    rs_status_t st = rs_json_parse(c, json, len, RS_JSON_MAX_BYTES, &root);
+    rs_status_t st = rs_json_parse(c, json, len, rs_json_max_bytes(), &root);
 
     if (st != RS_OK)
         return st;
@@ -550,7 +550,7 @@ rs_status_t rs_capture_load_file(const char *path, rs_diag_t *diag,
 
     if (capture_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL capture_p");
-    rs_status_t st = rs_json_read_file(path, RS_JSON_MAX_BYTES, diag, &text,
+    rs_status_t st = rs_json_read_file(path, rs_json_max_bytes(), diag, &text,
                                        &len);
     if (st != RS_OK)
         return st;

@@ -233,7 +233,7 @@ static rs_status_t load_text(rs_json_ctx_t *c, rs_sources_h s,
 {
     rs_sources_mark_t mark;
     json_t *root = NULL;
-    rs_status_t st = rs_json_parse(c, json, len, RS_JSON_MAX_BYTES, &root);
+    rs_status_t st = rs_json_parse(c, json, len, rs_json_max_bytes(), &root);
 
     if (st != RS_OK)
         return st;
@@ -271,7 +271,7 @@ rs_status_t rs_sources_load_file(rs_sources_h s, const char *path,
 
     if (s == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
-    rs_status_t st = rs_json_read_file(path, RS_JSON_MAX_BYTES, diag, &text,
+    rs_status_t st = rs_json_read_file(path, rs_json_max_bytes(), diag, &text,
                                        &len);
     if (st != RS_OK)
         return st;
