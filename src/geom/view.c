@@ -373,14 +373,14 @@ static rs_status_t op_flatten(rs_view_t *v, const rs_op_t *op, char *why,
 {
     int s = 0, e = v->ndim - 1;
     int64_t sizes[RS_MAX_DIMS];
-    if (v->ndim == 0)
-        return reshape_to(v, (int64_t[]){1}, 1, "flatten", why, whylen);
     if ((op->has & 1u) && !wrap_dim(op->arg[0], v->ndim, &s))
         return BAD("start_dim %lld out of range for rank %d",
                    (long long)op->arg[0], v->ndim);
     if ((op->has & 2u) && !wrap_dim(op->arg[1], v->ndim, &e))
         return BAD("end_dim %lld out of range for rank %d",
                    (long long)op->arg[1], v->ndim);
+    if (v->ndim == 0) /* dims checked first, as PyTorch does */
+        return reshape_to(v, (int64_t[]){1}, 1, "flatten", why, whylen);
     if (s > e)
         return BAD("start_dim %d is after end_dim %d", s, e);
     int n = 0;

@@ -54,7 +54,10 @@ static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc)
     cv.dest_dtype = c->dest_dtype;
     cv.staging_bytes = (uint64_t)bytes;
     cv.nsegments = pc->seg_end - pc->seg_begin;
-    cv.segments = rs_arena_memdup(&b->plan->arena, b->tmp.v + pc->seg_begin,
+    /* an empty copy has no segments, and tmp may still be unallocated */
+    cv.segments = rs_arena_memdup(&b->plan->arena,
+                                  cv.nsegments > 0 ? b->tmp.v + pc->seg_begin
+                                                   : NULL,
                                   cv.nsegments * sizeof(rs_segment_t));
     if (cv.segments == NULL || !RS_VEC_PUSH(b->plan, converts, cv))
         return OOM(b);
