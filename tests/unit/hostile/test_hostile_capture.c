@@ -1,0 +1,332 @@
+/* Hostile captures: destination regions that leave their parameter or
+ * overflow, op chains out of range or overflowing, dtypes that do not
+ * exist, and a million copies planned within a memory budget. Bad geometry
+ * puts the source in the plan's fallback list with a reason naming the
+ * copy, the op and the parameter; nothing is ever written for it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "hostile.h"
+#include "mini_exec.h"
+#include "reshard/reshard.h"
+
+/* Sources: "w" is a [8, 8] u8 tensor published whole by session "r0". */
+static rs_sources_h sources_8x8(void)
+{
+    int64_t full[2] = {8, 8}, off[2] = {0, 0};
+    rs_shard_desc_t d = {.tensor = "w", .dtype = RS_DTYPE_U8, .elsize = 1,
+                         .ndim = 2, .full_shape = full, .session = "r0",
+                         .addr = 0x1000, .offset = off, .shape = full};
+    rs_sources_h s = NULL;
+    rs_diag_t diag;
+    assert_int_equal(rs_sources_create(&s), RS_OK);
+    assert_int_equal(rs_sources_add_shard(s, &d, &diag), RS_OK);
+    return s;
+}
+
+/* Plans one copy of "w" into a [4, 16] u8 parameter "p" and expects "w" in
+ * fallback with a reason holding `frag`, and no byte planned. */
+static void expect_fallback(const rs_op_t *ops, size_t nops, int ndim,
+                            const int64_t *shape, const int64_t *stride,
+                            int64_t dest_offset, const char *frag)
+{
+    int64_t pshape[2] = {4, 16};
+    rs_copy_desc_t c = {.src = "w", .param = "p", .ops = ops, .nops = nops,
+                        .dest_offset = dest_offset, .ndim = ndim,
+                        .dest_shape = shape, .dest_stride = stride,
+                        .dest_dtype = RS_DTYPE_U8};
+    rs_sources_h s = sources_8x8();
+    rs_capture_h cap = NULL;
+    rs_plan_h plan = NULL;
+    rs_plan_params_t params;
+    rs_diag_t diag;
+    const char *src = NULL, *reason = NULL;
+    size_t n = 0;
+
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "p", 2, pshape, RS_DTYPE_U8,
+                                          &diag), RS_OK);
+    assert_int_equal(rs_capture_add_copy(cap, &c, &diag), RS_OK);
+    rs_plan_params_init(&params);
+    assert_int_equal(rs_plan_build(cap, s, &params, &diag, &plan), RS_OK);
+    assert_false(rs_plan_is_complete(plan));
+    assert_int_equal(rs_plan_num_fallback(plan), 1);
+    rs_plan_fallback(plan, 0, &src, &reason);
+    assert_string_equal(src, "w");
+    if (strstr(reason, frag) == NULL || strstr(reason, "'p'") == NULL)
+        fail_msg("fallback reason \"%s\" lacks \"%s\" or 'p'", reason, frag);
+    rs_plan_segments(plan, &n);
+    assert_int_equal(n, 0);
+    rs_plan_full_pulls(plan, &n);
+    assert_int_equal(n, 0);
+    rs_plan_destroy(plan);
+    rs_capture_destroy(cap);
+    rs_sources_destroy(s);
+}
+
+static void test_dest_leaves_param(void **state)
+{
+    (void)state;
+    int64_t shape[2] = {8, 8}, stride[2] = {16, 1};
+    /* rows 0..7 of stride 16: the last element is 7*16+7 = 119 >= 64 */
+    expect_fallback(NULL, 0, 2, shape, stride, 0,
+                    "destination region leaves its parameter");
+    /* in shape, but shifted one element past the end */
+    int64_t flat[1] = {64}, unit[1] = {1};
+    rs_op_t view = {.kind = RS_OP_VIEW, .list = flat, .nlist = 1};
+    expect_fallback(&view, 1, 1, flat, unit, 1,
+                    "destination region leaves its parameter");
+    /* strides whose span overflows int64 */
+    int64_t huge[2] = {INT64_MAX / 4, 1};
+    expect_fallback(NULL, 0, 2, shape, huge, 0,
+                    "destination region overflows");
+    /* a view that writes elements twice */
+    int64_t twice[2] = {1, 1};
+    expect_fallback(NULL, 0, 2, shape, twice, 0, "writes some elements twice");
+}
+
+static void test_ops_out_of_range(void **state)
+{
+    (void)state;
+    int64_t shape[2] = {8, 4}, stride[2] = {16, 1}, row[1] = {8},
+            unit[1] = {1};
+    rs_op_t narrow = {.kind = RS_OP_NARROW, .arg = {1, 6, 4}, .has = 7};
+    expect_fallback(&narrow, 1, 2, shape, stride, 0, "op 0 (narrow)");
+    rs_op_t narrow_dim = {.kind = RS_OP_NARROW, .arg = {5, 0, 4}, .has = 7};
+    expect_fallback(&narrow_dim, 1, 2, shape, stride, 0, "op 0 (narrow)");
+    rs_op_t select = {.kind = RS_OP_SELECT, .arg = {0, 100}, .has = 3};
+    expect_fallback(&select, 1, 1, row, unit, 0, "op 0 (select)");
+    rs_op_t sel_neg = {.kind = RS_OP_SELECT, .arg = {0, -9}, .has = 3};
+    expect_fallback(&sel_neg, 1, 1, row, unit, 0, "op 0 (select)");
+    rs_op_t transpose = {.kind = RS_OP_TRANSPOSE, .arg = {0, 7}, .has = 3};
+    int64_t sq[2] = {8, 8};
+    expect_fallback(&transpose, 1, 2, sq, stride, 0, "op 0 (transpose)");
+    int64_t perm_list[2] = {0, 0};
+    rs_op_t permute = {.kind = RS_OP_PERMUTE, .list = perm_list, .nlist = 2};
+    expect_fallback(&permute, 1, 2, sq, stride, 0, "op 0 (permute)");
+    /* the second op of a chain is the culprit */
+    rs_op_t chain[2] = {{.kind = RS_OP_SELECT, .arg = {0, 1}, .has = 3},
+                        {.kind = RS_OP_NARROW, .arg = {0, 4, 8}, .has = 7}};
+    expect_fallback(chain, 2, 1, row, unit, 0, "op 1 (narrow)");
+    /* the chain's result does not match the destination shape */
+    expect_fallback(&chain[0], 1, 2, sq, stride, 0, "copy 0 into 'p'");
+}
+
+static void test_ops_overflow(void **state)
+{
+    (void)state;
+    int64_t shape[2] = {8, 4}, stride[2] = {16, 1}, sq[2] = {8, 8};
+    rs_op_t narrow = {.kind = RS_OP_NARROW, .arg = {1, INT64_MAX, 2},
+                      .has = 7};
+    expect_fallback(&narrow, 1, 2, shape, stride, 0, "op 0 (narrow)");
+    rs_op_t narrow_len = {.kind = RS_OP_NARROW, .arg = {1, 2, INT64_MAX},
+                          .has = 7};
+    expect_fallback(&narrow_len, 1, 2, shape, stride, 0, "op 0 (narrow)");
+    int64_t sizes[3] = {INT64_MAX / 2, 4, 2};
+    rs_op_t view = {.kind = RS_OP_VIEW, .list = sizes, .nlist = 3};
+    expect_fallback(&view, 1, 2, sq, stride, 0, "op 0 (view)");
+    int64_t neg[2] = {-1, -1};
+    rs_op_t view2 = {.kind = RS_OP_VIEW, .list = neg, .nlist = 2};
+    expect_fallback(&view2, 1, 2, sq, stride, 0, "op 0 (view)");
+    rs_op_t slice = {.kind = RS_OP_SLICE, .arg = {0, INT64_MIN, INT64_MAX,
+                                                  INT64_MAX}, .has = 15};
+    int64_t one[2] = {1, 8};
+    expect_fallback(&slice, 1, 2, one, stride, 0, "op 0 (slice)");
+    rs_op_t chunk = {.kind = RS_OP_CHUNK, .arg = {0, 0, 0}, .has = 7};
+    expect_fallback(&chunk, 1, 2, sq, stride, 0, "op 0 (chunk)");
+    int64_t unfl[2] = {INT64_MAX, 2};
+    rs_op_t unflatten = {.kind = RS_OP_UNFLATTEN, .arg = {0}, .has = 1,
+                         .list = unfl, .nlist = 2};
+    expect_fallback(&unflatten, 1, 2, sq, stride, 0, "op 0 (unflatten)");
+}
+
+/* Shapes that overflow, ranks out of range and bad dtypes are refused when
+ * the capture is built, naming the copy or parameter. */
+static void test_capture_entry_checks(void **state)
+{
+    (void)state;
+    rs_capture_h cap = NULL;
+    rs_diag_t diag;
+    int64_t big[2] = {INT64_MAX, 2}, neg[1] = {-3}, ok[1] = {4}, st1[1] = {1};
+    int64_t st2[2] = {1, 1};
+
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    HOSTILE_EXPECT(rs_capture_add_param(cap, "big", 2, big, RS_DTYPE_U8,
+                                        &diag), RS_ERR_INPUT, &diag, "'big'");
+    HOSTILE_EXPECT(rs_capture_add_param(cap, "neg", 1, neg, RS_DTYPE_U8,
+                                        &diag), RS_ERR_INPUT, &diag, "'neg'");
+    HOSTILE_EXPECT(rs_capture_add_param(cap, "dt", 1, ok, (rs_dtype_t)77,
+                                        &diag), RS_ERR_INPUT, &diag, "'dt'");
+    HOSTILE_EXPECT(rs_capture_add_param(cap, "rank", 17, ok, RS_DTYPE_U8,
+                                        &diag), RS_ERR_INPUT, &diag, "'rank'",
+                   "rank 17");
+    assert_int_equal(rs_capture_num_params(cap), 0);
+    assert_int_equal(rs_capture_add_param(cap, "p", 1, ok, RS_DTYPE_U8,
+                                          &diag), RS_OK);
+    HOSTILE_EXPECT(rs_capture_add_param(cap, "p", 1, ok, RS_DTYPE_U8, &diag),
+                   RS_ERR_INPUT, &diag, "'p'");
+
+    rs_copy_desc_t c = {.src = "w", .param = "p", .ndim = 2,
+                        .dest_shape = big, .dest_stride = st2,
+                        .dest_dtype = RS_DTYPE_U8};
+    HOSTILE_EXPECT(rs_capture_add_copy(cap, &c, &diag), RS_ERR_INPUT, &diag,
+                   "'w'", "'p'", "overflows");
+    c.ndim = 1;
+    c.dest_shape = ok;
+    c.dest_stride = st1;
+    c.dest_offset = -1;
+    HOSTILE_EXPECT(rs_capture_add_copy(cap, &c, &diag), RS_ERR_INPUT, &diag,
+                   "'w'", "dest_offset is negative");
+    c.dest_offset = 0;
+    c.ndim = 40;
+    HOSTILE_EXPECT(rs_capture_add_copy(cap, &c, &diag), RS_ERR_INPUT, &diag,
+                   "rank 40");
+    assert_int_equal(rs_capture_num_copies(cap), 0);
+    rs_capture_destroy(cap);
+}
+
+static void expect_capture_refused(const char *json, const char *frag1,
+                                   const char *frag2)
+{
+    rs_capture_h cap = NULL;
+    rs_diag_t diag;
+    HOSTILE_EXPECT(rs_capture_load_string(json, strlen(json), "cap.json",
+                                          &diag, &cap),
+                   RS_ERR_INPUT, &diag, "cap.json", frag1, frag2);
+    assert_null(cap);
+}
+
+static void test_capture_json_dtypes(void **state)
+{
+    (void)state;
+    expect_capture_refused(
+        "{\"schema\": \"reshard.capture.v1\", \"params\": {\"p\": {\"shape\":"
+        " [4], \"dtype\": \"f7\"}}, \"copies\": []}",
+        "params.p.dtype", "unknown dtype \"f7\"");
+    expect_capture_refused(
+        "{\"schema\": \"reshard.capture.v1\", \"params\": {\"p\": {\"shape\":"
+        " [4], \"dtype\": \"u8\"}}, \"copies\": [{\"src\": \"w\", \"ops\": [],"
+        " \"param\": \"p\", \"dest_offset\": 0, \"dest_shape\": [4],"
+        " \"dest_stride\": [1], \"dest_dtype\": 7}]}",
+        "copies[0].dest_dtype", "expected a string");
+    expect_capture_refused(
+        "{\"schema\": \"reshard.capture.v1\", \"params\": {\"p\": {\"shape\":"
+        " [4], \"dtype\": \"u8\"}}, \"copies\": [{\"src\": \"w\", \"ops\": [],"
+        " \"param\": \"p\", \"dest_offset\": 0, \"dest_shape\": [4],"
+        " \"dest_stride\": [1], \"dest_dtype\": \"torch.quint4\"}]}",
+        "copies[0].dest_dtype", "unknown dtype");
+    expect_capture_refused(
+        "{\"schema\": \"reshard.capture.v1\", \"params\": {\"p\": {\"shape\":"
+        " [4], \"dtype\": \"u8\"}}, \"copies\": [{\"src\": \"w\", \"ops\":"
+        " [[\"narrow\", 0, 1]], \"param\": \"p\", \"dest_offset\": 0,"
+        " \"dest_shape\": [4], \"dest_stride\": [1], \"dest_dtype\": \"u8\"}]}",
+        "copies[0].ops[0]", "narrow");
+    expect_capture_refused(
+        "{\"schema\": \"reshard.capture.v1\", \"params\": {\"p\": {\"shape\":"
+        " [4], \"dtype\": \"u8\"}}, \"copies\": [{\"src\": \"w\", \"ops\": [],"
+        " \"param\": \"q\", \"dest_offset\": 0, \"dest_shape\": [4],"
+        " \"dest_stride\": [1], \"dest_dtype\": \"u8\"}]}",
+        "copies[0].param", "'q'");
+}
+
+static long max_rss_kib(void)
+{
+    struct rusage ru;
+    assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_maxrss;
+}
+
+/* 10^6 one-element copies of a 10^6-element source, each narrowing one
+ * element into its own place, built through the API and planned; bytes are
+ * checked for every copy. The peak RSS this adds must stay under 640 bytes
+ * per copy (about twice what it takes: ~320) and 1280 under ASan, whose
+ * redzones and quarantine double it. */
+#define MANY 1000000
+#define PER_COPY 640L
+#define PER_COPY_ASAN 1280L
+
+static void test_million_copies(void **state)
+{
+    (void)state;
+    int64_t full = MANY, off = 0, one = 1, unit = 1;
+    rs_shard_desc_t d = {.tensor = "w", .dtype = RS_DTYPE_U8, .elsize = 1,
+                         .ndim = 1, .full_shape = &full, .session = "r0",
+                         .addr = 0x10000, .offset = &off, .shape = &full};
+    rs_op_t op = {.kind = RS_OP_NARROW, .has = 7};
+    rs_copy_desc_t c = {.src = "w", .param = "p", .ops = &op, .nops = 1,
+                        .ndim = 1, .dest_shape = &one, .dest_stride = &unit,
+                        .dest_dtype = RS_DTYPE_U8};
+    rs_sources_h s = NULL;
+    rs_capture_h cap = NULL;
+    rs_plan_h plan = NULL;
+    rs_plan_params_t params;
+    rs_diag_t diag;
+    long before = max_rss_kib();
+
+    assert_int_equal(rs_sources_create(&s), RS_OK);
+    assert_int_equal(rs_sources_add_shard(s, &d, &diag), RS_OK);
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "p", 1, &full, RS_DTYPE_U8,
+                                          &diag), RS_OK);
+    /* reversed, so nothing is adjacent in capture order */
+    for (int64_t i = 0; i < MANY; i++) {
+        int64_t e = MANY - 1 - i;
+        op.arg[0] = 0;
+        op.arg[1] = e;
+        op.arg[2] = 1;
+        c.dest_offset = e;
+        if (rs_capture_add_copy(cap, &c, &diag) != RS_OK)
+            fail_msg("copy %lld: %s", (long long)i, diag.msg);
+    }
+    rs_plan_params_init(&params);
+    assert_int_equal(rs_plan_build(cap, s, &params, &diag, &plan), RS_OK);
+    assert_true(rs_plan_is_complete(plan));
+    size_t n = 0;
+    const rs_segment_t *seg = rs_plan_segments(plan, &n);
+    uint8_t *seen = calloc(MANY, 1);
+    assert_non_null(seen);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(seg[i].src_addr - 0x10000 == seg[i].dst_byte);
+        assert_true(seg[i].dst_byte + seg[i].nbytes <= MANY);
+        for (uint64_t b = 0; b < seg[i].nbytes; b++)
+            seen[seg[i].dst_byte + b]++;
+        total += seg[i].nbytes;
+    }
+    assert_int_equal(total, MANY);
+    for (int64_t i = 0; i < MANY; i++)
+        assert_int_equal(seen[i], 1);
+    free(seen);
+    long grown = max_rss_kib() - before;
+#if defined(__SANITIZE_ADDRESS__)
+    long limit_kib = (long)(MANY * PER_COPY_ASAN / 1024);
+#else
+    long limit_kib = (long)(MANY * PER_COPY / 1024);
+#endif
+    fprintf(stderr, "10^6 copies: %zu segments, peak RSS grew %ld KiB "
+            "(limit %ld KiB)\n", n, grown, limit_kib);
+    assert_true(grown <= limit_kib);
+    rs_plan_destroy(plan);
+    rs_capture_destroy(cap);
+    rs_sources_destroy(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dest_leaves_param),
+        cmocka_unit_test(test_ops_out_of_range),
+        cmocka_unit_test(test_ops_overflow),
+        cmocka_unit_test(test_capture_entry_checks),
+        cmocka_unit_test(test_capture_json_dtypes),
+        cmocka_unit_test(test_million_copies),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
