@@ -305,13 +305,16 @@ static void world_free(world_t *w)
 
 /* ---- ground truth ------------------------------------------------------ */
 
-/* Destination element of view position k of copy c. */
+/* Destination element of view position k of copy c; -1 when it
+ * overflows (a hostile offset the planner must refuse). */
 static int64_t dest_elem(const fcopy_t *c, int64_t k)
 {
-    int64_t m[RS_MAX_DIMS], e = c->dest_offset;
+    int64_t m[RS_MAX_DIMS], e = c->dest_offset, t;
     gt_unravel(k, c->gt.ndim, c->gt.shape, m);
     for (int d = 0; d < c->gt.ndim; d++)
-        e += m[d] * c->dstride[d];
+        if (__builtin_mul_overflow(m[d], c->dstride[d], &t) ||
+            __builtin_add_overflow(e, t, &e))
+            return -1;
     return e;
 }
 

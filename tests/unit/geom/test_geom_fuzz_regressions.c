@@ -66,6 +66,31 @@ static void test_flatten_0d_checks_dims(void **state)
     assert_int_equal(v.shape[0], 1);
 }
 
+/* Reshaping a zero-size view: a 0 in the new sizes hid the overflow of
+ * the others, whose strides then overflowed. */
+static void test_reshape_zero_size_overflow(void **state)
+{
+    (void)state;
+    const int64_t shape[1] = {0};
+    const int64_t sizes[5] = {1, 0, (int64_t)1 << 40, (int64_t)1 << 40,
+                              (int64_t)1 << 40};
+    rs_view_t v;
+    char why[128] = "";
+    rs_op_t op = {.kind = RS_OP_RESHAPE, .list = sizes, .nlist = 5};
+    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
+    assert_non_null(strstr(why, "overflow"));
+    op.kind = RS_OP_VIEW;
+    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_ERR_INPUT);
+    const int64_t fine[3] = {4, 0, 1 << 20}; /* strides fit: still a view */
+    op.list = fine;
+    op.nlist = 3;
+    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(v.ndim, 3);
+}
+
 static void test_replay_saved_inputs(void **state)
 {
     (void)state;
@@ -78,6 +103,7 @@ int main(void)
         cmocka_unit_test(test_zero_dim_beside_huge_dim),
         cmocka_unit_test(test_slice_huge_step),
         cmocka_unit_test(test_flatten_0d_checks_dims),
+        cmocka_unit_test(test_reshape_zero_size_overflow),
         cmocka_unit_test(test_replay_saved_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
