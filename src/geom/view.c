@@ -307,6 +307,9 @@ static rs_status_t infer_sizes(const int64_t *in, size_t n, int64_t numel,
     if (prod != numel)
         return BAD("sizes of product %lld do not match %lld elements",
                    (long long)prod, (long long)numel);
+    /* a 0 among the sizes hides an overflow of the others' strides */
+    if (!rs_numel(out, (int)n, &prod))
+        return BAD("sizes overflow");
     return RS_OK;
 }
 
