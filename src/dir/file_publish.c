@@ -193,9 +193,10 @@ rs_status_t rs__fdir_read_slot(rs_dir_h dir, rs_dir_req_t *req,
     char *data = NULL;
     size_t len = 0;
     st = rs__fdir_read(path, RS_DIR_TABLE_MAX, diag, &absent, &data, &len);
-    if (st == RS_OK && absent) /* released between lookup and read */
-        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
-                            "was released while slot %lld was read",
+    if (st == RS_OK && absent) /* released (or deleted) since the lookup */
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
+                            "slot %lld's table vanished while it was read "
+                            "(released, or removed from the directory)",
                             (long long)req->version, req->model,
                             (long long)req->slot);
     if (st != RS_OK)

@@ -161,12 +161,14 @@ static redisReply *command(redisContext *c, int argc, const char **argv,
     sigpending(&pending);
     int had = sigismember(&pending, SIGPIPE);
     redisReply *reply = redisCommandArgv(c, argc, argv, lens);
+    int err = errno; /* lost() tells a timeout from other failures by it */
     sigpending(&pending);
     if (!had && sigismember(&pending, SIGPIPE)) {
         struct timespec zero = {0, 0};
         sigtimedwait(&pipe_set, NULL, &zero);
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = err;
     return reply;
 }
 
@@ -180,10 +182,15 @@ static void drop(rs_rdir_t *r)
 /* A failed command leaves the context unusable: drop it and say why. */
 static rs_status_t lost(rs_rdir_t *r, rs_diag_t *diag)
 {
+    /* A read that timed out reports EAGAIN, which hiredis words as
+     * "Resource temporarily unavailable": say what happened instead. */
+    int timed_out = r->c->err == REDIS_ERR_IO &&
+                    (errno == EAGAIN || errno == EWOULDBLOCK);
     rs_status_t st = rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: %s "
                                   "(timeout %g s)", r->where,
-                                  r->c->errstr[0] ? r->c->errstr
-                                                  : "connection lost",
+                                  timed_out ? "no reply within the timeout"
+                                  : r->c->errstr[0] ? r->c->errstr
+                                                    : "connection lost",
                                   r->timeout_s);
     drop(r);
     return st;
