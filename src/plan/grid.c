@@ -81,7 +81,9 @@ typedef void (*cell_fn)(rs_grid_t *g, size_t cell, uint32_t shard);
 static void for_shard_cells(rs_grid_t *g, const rs_src_shard_t *s,
                             uint32_t id, cell_fn fn)
 {
-    size_t lo[RS_MAX_DIMS], hi[RS_MAX_DIMS], idx[RS_MAX_DIMS];
+    /* zeroed: a rank-0 shard reads none of them, which analyzers miss */
+    size_t lo[RS_MAX_DIMS] = {0}, hi[RS_MAX_DIMS] = {0};
+    size_t idx[RS_MAX_DIMS] = {0};
     size_t cell = 0;
     for (int d = 0; d < g->ndim; d++) {
         lo[d] = interval_at(g, d, s->offset[d]);

@@ -344,10 +344,13 @@ static spread_t spread(const sim_t *s, size_t field_offset, int seconds)
     }
     for (size_t i = 0; i < n; i++) {
         const char *base = (const char *)&s->recv[i];
-        if (seconds)
-            v[i] = (uint64_t)(*(const double *)(base + field_offset) * 1e9);
-        else
-            v[i] = *(const uint64_t *)(base + field_offset);
+        double sec;
+        if (seconds) {
+            memcpy(&sec, base + field_offset, sizeof(sec));
+            v[i] = (uint64_t)(sec * 1e9);
+        } else {
+            memcpy(&v[i], base + field_offset, sizeof(v[i]));
+        }
     }
     qsort(v, n, sizeof(uint64_t), cmp_u64);
     double k = seconds ? 1e-9 : 1;
