@@ -213,7 +213,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (numel > MAX_NUMEL)
         return 0;
     gt_tensor_t t;
-    CHECK(gt_replay(src_ndim, src_shape, chain.ops, chain.nops, &t, NULL, 0) == GT_OK);
+    if (gt_replay(src_ndim, src_shape, chain.ops, chain.nops, &t, NULL, 0) != GT_OK) {
+        /* The replay splits an empty dim into one piece where PyTorch's
+         * chunk makes `chunks` empty ones; an empty view reads nothing
+         * either way. Anything else the replay refuses must be refused. */
+        CHECK(box.numel == 0);
+        return 0;
+    }
     CHECK(t.ndim == d.ndim &&
           memcmp(t.shape, d.shape, sizeof(int64_t) * (size_t)t.ndim) == 0);
     check_box(&in, src_ndim, src_shape, &box, &t, &d);

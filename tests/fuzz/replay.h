@@ -40,11 +40,11 @@ static inline uint8_t *fz_read_file(const char *path, size_t *len_p)
  * through RESHARD_SOURCE_DIR (set by CTest), else the working directory. */
 static inline int fz_replay(const char *target, fz_target_cb fn)
 {
-    const char *root = getenv("RESHARD_SOURCE_DIR");
-    char dir[4096], path[8192];
-    snprintf(dir, sizeof(dir), "%s/tests/fuzz/regressions/%s",
-             root != NULL ? root : ".", target);
-    DIR *d = opendir(dir);
+    const char *top = getenv("RESHARD_SOURCE_DIR");
+    char folder[4096], path[8192];
+    snprintf(folder, sizeof(folder), "%s/tests/fuzz/regressions/%s",
+             top != NULL ? top : ".", target);
+    DIR *d = opendir(folder);
     if (d == NULL)
         return -1;
     int count = 0;
@@ -52,7 +52,7 @@ static inline int fz_replay(const char *target, fz_target_cb fn)
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        snprintf(path, sizeof(path), "%s/%s", folder, e->d_name);
         size_t len = 0;
         uint8_t *data = fz_read_file(path, &len);
         if (data == NULL)
