@@ -71,7 +71,8 @@ static void file_close(rs_dir_h dir)
     free(dir->priv);
 }
 
-/* meta: {"format": "reshard.dir.v1", "slots": N}. */
+/* meta: {"format": "reshard.dir.v1", "slots": N}. N is bounded like at
+ * creation: readers size per-slot arrays and walk every slot by it. */
 static rs_status_t parse_meta(const char *path, const char *text, size_t len,
                               rs_diag_t *diag, int64_t *slots_p)
 {
@@ -80,6 +81,7 @@ static rs_status_t parse_meta(const char *path, const char *text, size_t len,
     json_t *slots = json_object_get(root, "slots");
     json_t *format = json_object_get(root, "format");
     int ok = json_is_integer(slots) && json_integer_value(slots) >= 1 &&
+             json_integer_value(slots) <= RS_DIR_SLOTS_MAX &&
              json_is_string(format) &&
              strcmp(json_string_value(format), RS_FDIR_META_FORMAT) == 0;
     if (ok)
@@ -87,8 +89,8 @@ static rs_status_t parse_meta(const char *path, const char *text, size_t len,
     json_decref(root);
     if (!ok)
         return rs__diag_set(diag, RS_ERR_INPUT, "%s: expected {\"format\": "
-                            "\"%s\", \"slots\": N >= 1}", path,
-                            RS_FDIR_META_FORMAT);
+                            "\"%s\", \"slots\": N} with N in 1..%lld", path,
+                            RS_FDIR_META_FORMAT, (long long)RS_DIR_SLOTS_MAX);
     return RS_OK;
 }
 
