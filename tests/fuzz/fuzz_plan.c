@@ -57,7 +57,7 @@
 #define CANARY 0xC3
 
 typedef struct fsrc {
-    char name[8];
+    char name[16];
     int ndim;
     int64_t shape[RS_MAX_DIMS];
     rs_dtype_t dtype;
@@ -71,7 +71,7 @@ typedef struct fshard {
 } fshard_t;
 
 typedef struct fparam {
-    char name[8];
+    char name[16];
     int64_t shape[2];
     int ndim;
     rs_dtype_t dtype;
