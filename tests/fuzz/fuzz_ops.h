@@ -71,4 +71,22 @@ static inline void fz_chain(fz_in_t *in, fz_chain_t *c)
         fz_op(in, c, i);
 }
 
+/* 1 when the gt_tensor replay can take the chain: it counts slice
+ * elements as (stop - start + step - 1) / step, which overflows for steps
+ * near INT64_MAX (the library does not), so such chains skip the replay. */
+static inline int fz_chain_replayable(const fz_chain_t *c)
+{
+    const int64_t big = (int64_t)1 << 40;
+    for (size_t i = 0; i < c->nops; i++) {
+        const rs_op_t *op = &c->ops[i];
+        if (op->kind == RS_OP_SLICE && (op->has & 8u) && op->arg[3] > big)
+            return 0;
+        for (size_t k = 0; op->kind == RS_OP_GETITEM && k < op->nkeys; k++)
+            if (op->keys[k].kind == RS_KEY_SLICE && op->keys[k].has_step &&
+                op->keys[k].step > big)
+                return 0;
+    }
+    return 1;
+}
+
 #endif

@@ -16,7 +16,7 @@ TARGETS="fuzz_capture fuzz_sources fuzz_geom fuzz_plan fuzz_dir"
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 if ! command -v clang >/dev/null; then
-    echo "run.sh: clang is required (apt-get install clang libclang-rt-dev)" >&2
+    echo "run.sh: clang is required (Debian: apt-get install clang libclang-rt-14-dev)" >&2
     exit 2
 fi
 CC=clang cmake -S "$SRC_DIR" -B "$BUILD_DIR" -DRESHARD_FUZZ=ON \
