@@ -210,7 +210,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(why[0] != '\0' && bad <= chain.nops);
         return 0;
     }
-    if (numel > MAX_NUMEL || !fz_chain_replayable(&chain))
+    if (numel > MAX_NUMEL || !fz_chain_replayable(&chain, src_ndim, src_shape))
         return 0;
     gt_tensor_t t;
     if (gt_replay(src_ndim, src_shape, chain.ops, chain.nops, &t, NULL, 0) != GT_OK) {

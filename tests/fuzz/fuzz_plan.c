@@ -284,8 +284,8 @@ static void add_copy(fz_in_t *in, world_t *w)
     }
     if (c->src >= 0 && w->runnable) {
         gt_tensor_t full;
-        if (gt_full(f->ndim, f->shape, &full) != GT_OK ||
-            !fz_chain_replayable(&chain))
+        if (!fz_chain_replayable(&chain, f->ndim, f->shape) ||
+            gt_full(f->ndim, f->shape, &full) != GT_OK)
             w->replayed = 0; /* too large or hostile for the replay */
         else
             gt_free(&full);
