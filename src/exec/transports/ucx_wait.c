@@ -5,6 +5,7 @@
  * gets complete as cancelled and write nothing more) and are reconnected
  * from the blob on the next batch. */
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -225,8 +226,12 @@ rs_status_t rs__ucx_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag)
     for (size_t i = 0; i < s->groups_len; i++)
         issue_group(&w, &s->groups[i], &gp);
     size_t pending = poll_groups(&w);
+    unsigned idle = 0;
     while (pending > 0) {
-        ucp_worker_progress(s->u.worker);
+        /* The exposer may share this core: give it the core when there is
+         * nothing to do (see the exposer's progress loop). */
+        if (ucp_worker_progress(s->u.worker) == 0 && ++idle % 16 == 0)
+            sched_yield();
         pending = poll_groups(&w);
         if (pending > 0 && deadline > 0 && rs__ucx_now() > deadline)
             break;
