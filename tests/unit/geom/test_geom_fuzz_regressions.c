@@ -91,6 +91,28 @@ static void test_reshape_zero_size_overflow(void **state)
     assert_int_equal(v.ndim, 3);
 }
 
+/* unflatten of an empty dim checked only its own sizes: beside the other
+ * dims of the view their product (and the strides) overflowed. */
+static void test_unflatten_empty_view_overflow(void **state)
+{
+    (void)state;
+    const int64_t shape[2] = {0, 1 << 20};
+    const int64_t sizes[3] = {(int64_t)1 << 30, (int64_t)1 << 30, -1};
+    rs_view_t v;
+    char why[128] = "";
+    rs_op_t op = {.kind = RS_OP_UNFLATTEN, .arg = {0}, .list = sizes,
+                  .nlist = 3};
+    assert_int_equal(rs_view_init(&v, 2, shape), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
+    assert_non_null(strstr(why, "overflow"));
+    const int64_t fine[3] = {4, 4, -1};
+    op.list = fine;
+    assert_int_equal(rs_view_init(&v, 2, shape), RS_OK);
+    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(v.ndim, 4);
+    assert_int_equal(v.shape[2], 0);
+}
+
 static void test_replay_saved_inputs(void **state)
 {
     (void)state;
@@ -104,6 +126,7 @@ int main(void)
         cmocka_unit_test(test_slice_huge_step),
         cmocka_unit_test(test_flatten_0d_checks_dims),
         cmocka_unit_test(test_reshape_zero_size_overflow),
+        cmocka_unit_test(test_unflatten_empty_view_overflow),
         cmocka_unit_test(test_replay_saved_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
