@@ -412,12 +412,16 @@ static rs_status_t op_unflatten(rs_view_t *v, const rs_op_t *op, char *why,
                                  whylen);
     if (st != RS_OK)
         return st;
-    int64_t stride = v->stride[d];
+    int64_t stride = v->stride[d], numel;
     remove_dim(v, d);
     for (int i = (int)op->nlist - 1; i >= 0; i--) {
         insert_dim(v, d, sizes[i], stride);
-        stride *= sizes[i] > 0 ? sizes[i] : 1;
+        if (!rs_mul_i64(stride, sizes[i] > 0 ? sizes[i] : 1, &stride))
+            return BAD("sizes overflow");
     }
+    /* an empty dim's sizes fit alone but may overflow beside the others */
+    if (!rs_numel(v->shape, v->ndim, &numel))
+        return BAD("sizes overflow the view");
     return RS_OK;
 }
 
