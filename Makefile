@@ -4,10 +4,12 @@ BUILD       ?= build
 ASAN_BUILD  ?= build-asan
 TSAN_BUILD  ?= build-tsan
 CLANG_BUILD ?= build-clang
+FUZZ_BUILD  ?= build-fuzz
+FUZZ_SECONDS ?= 30
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
                python3 libucx-dev ucx-utils redis-server libhiredis-dev \
-               clang clang-tidy cppcheck
+               clang clang-tidy cppcheck libclang-rt-14-dev
 
 # The tests that start threads: local-mt's pool, the executor over it, the
 # publisher's heartbeat and UCX progress threads, the directory's racing
@@ -28,7 +30,7 @@ CPPCHECK_FLAGS = --enable=warning,performance,portability --error-exitcode=1 \
                  -D__linux__ -D_GNU_SOURCE -I include -I src
 
 .PHONY: all deps build build-asan build-tsan build-clang test test-asan \
-        test-tsan analyze cppcheck tidy demo bench clean
+        test-tsan analyze cppcheck tidy fuzz demo bench clean
 
 all: build
 
@@ -78,10 +80,15 @@ tidy: build-clang
 	ls src/*/*.c src/*/*/*.c tools/*/*.c | \
 	  xargs -P $(JOBS) -n 4 clang-tidy -p $(CLANG_BUILD) --quiet
 
+# libFuzzer targets (tests/fuzz/), each run FUZZ_SECONDS from its seed
+# corpus; any crash, leak or timeout fails and keeps its reproducer.
+fuzz: deps
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BUILD)
+
 # The whole suite: cppcheck, the sanitizer builds (ASan+UBSan on everything,
-# TSan on the threaded tests), the clang build, then the release build,
-# whose CTest summary closes the output.
-test: cppcheck test-asan test-tsan build-clang build
+# TSan on the threaded tests), the clang build, a short run of every fuzz
+# target, then the release build, whose CTest summary closes the output.
+test: cppcheck test-asan test-tsan build-clang fuzz build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The main job: trainer and inference processes move two versions of
@@ -93,4 +100,4 @@ bench: build
 	./$(BUILD)/bench/plan_bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(CLANG_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD)
