@@ -23,6 +23,16 @@ typedef struct rs_exec *rs_exec_h;
  * fails the run with that status. */
 typedef rs_status_t (*rs_install_cb)(void *ctx, rs_exec_h exec);
 
+/* Where the wire stage stands, reported between chunks of reads. */
+typedef struct rs_progress {
+    uint64_t bytes_done;
+    uint64_t bytes_total;
+    double elapsed_s;            /* since the wire stage started */
+    size_t sessions_outstanding; /* sessions with reads still to come */
+} rs_progress_t;
+
+typedef void (*rs_progress_cb)(void *ctx, const rs_progress_t *progress);
+
 #define RS_EXEC_DEFAULT_COVERAGE_FLOOR 0.995
 #define RS_EXEC_DEFAULT_TIMEOUT_S 60.0
 
@@ -36,6 +46,13 @@ typedef struct rs_exec_params {
     double max_gbps;           /* > 0: fail runs that imply a faster wire */
     rs_install_cb install;
     void *install_ctx;
+    /* When set, the wire stage posts its reads in chunks of about
+     * progress_chunk_bytes (default 64 MiB), each taking a share of every
+     * session still outstanding (so all sessions stay in flight), and calls
+     * progress after each chunk. */
+    rs_progress_cb progress;
+    void *progress_ctx;
+    uint64_t progress_chunk_bytes;
 } rs_exec_params_t;
 
 RS_API void rs_exec_params_init(rs_exec_params_t *params);

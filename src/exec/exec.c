@@ -118,8 +118,78 @@ static rs_status_t gate(rs_exec_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
+/* Session runs of the (session-grouped) reads: group_at[2g], [2g+1] are
+ * the begin and end of run g, followed by a terminator. Built once. */
+static size_t session_runs(rs_exec_h x)
+{
+    size_t g = 0;
+    for (size_t i = 0; i < x->nreads; g++) {
+        size_t e = i;
+        while (e < x->nreads && x->reads[e].session == x->reads[i].session)
+            e++;
+        x->group_at[2 * g] = i;
+        x->group_at[2 * g + 1] = e;
+        i = e;
+    }
+    return g;
+}
+
+/* Fills x->chunk with a share of every outstanding session's reads. */
+static size_t next_chunk(rs_exec_h x, size_t ngroups, uint64_t chunk_bytes,
+                         size_t *active_p)
+{
+    size_t active = 0, n = 0;
+    for (size_t g = 0; g < ngroups; g++)
+        active += x->group_at[2 * g] < x->group_at[2 * g + 1];
+    uint64_t share = active ? chunk_bytes / active : 0;
+    for (size_t g = 0; g < ngroups; g++) {
+        size_t *at = &x->group_at[2 * g], end = x->group_at[2 * g + 1];
+        uint64_t taken = 0;
+        while (*at < end && (taken == 0 || taken < share)) {
+            taken += x->reads[*at].nbytes;
+            x->chunk[n++] = x->reads[(*at)++];
+        }
+    }
+    *active_p = active;
+    return n;
+}
+
+static rs_status_t wire_with_progress(rs_exec_h x, rs_diag_t *diag)
+{
+    uint64_t chunk_bytes = x->params.progress_chunk_bytes
+        ? x->params.progress_chunk_bytes : (uint64_t)64 << 20;
+    if (x->chunk == NULL) {
+        x->chunk = malloc((x->nreads + 1) * sizeof(rs_read_t));
+        x->group_at = malloc((2 * x->nreads + 2) * sizeof(size_t));
+        if (x->chunk == NULL || x->group_at == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
+    size_t ngroups = session_runs(x), active;
+    rs_progress_t p = {0, x->plan_bytes, 0, 0};
+    double t0 = rs__now();
+    for (;;) {
+        size_t n = next_chunk(x, ngroups, chunk_bytes, &active);
+        if (n == 0)
+            return RS_OK;
+        rs_status_t st = rs_transport_post(x->t, x->chunk, n, diag);
+        if (st == RS_OK)
+            st = rs_transport_wait(x->t, x->params.timeout_s, diag);
+        if (st != RS_OK)
+            return fail(x, st, "transport");
+        for (size_t i = 0; i < n; i++)
+            p.bytes_done += x->chunk[i].nbytes;
+        p.elapsed_s = rs__now() - t0;
+        p.sessions_outstanding = 0;
+        for (size_t g = 0; g < ngroups; g++)
+            p.sessions_outstanding += x->group_at[2 * g] < x->group_at[2 * g + 1];
+        x->params.progress(x->params.progress_ctx, &p);
+    }
+}
+
 static rs_status_t wire(rs_exec_h x, rs_diag_t *diag)
 {
+    if (x->params.progress != NULL && !x->params.phased)
+        return wire_with_progress(x, diag);
     size_t begin = 0;
     for (int phase = 0; phase < 3; phase++) {
         size_t end = x->params.phased ? x->phase_end[phase] : x->nreads;

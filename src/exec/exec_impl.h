@@ -49,6 +49,8 @@ struct rs_exec {
 
     rs_read_t *reads;
     size_t nreads;
+    rs_read_t *chunk;            /* progress mode: one chunk of reads */
+    size_t *group_at;            /* progress mode: per-session cursors */
     size_t phase_end[3];         /* exact, full-pull, convert read ranges */
     unsigned char **fp_staging;  /* per full pull */
     unsigned char **cv_staging;  /* per convert */

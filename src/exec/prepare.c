@@ -216,6 +216,10 @@ void rs__exec_release(rs_exec_h x)
     free(x->fp_staging);
     free(x->cv_staging);
     free(x->reads);
+    free(x->chunk);
+    free(x->group_at);
+    x->chunk = NULL;
+    x->group_at = NULL;
     free(x->replays);
     free(x->casts);
     free(x->pieces);

@@ -528,6 +528,74 @@ static void test_gates(void **state)
     scenario_free(&sc);
 }
 
+typedef struct progress_log {
+    int calls;
+    uint64_t last, total;
+    int monotonic;
+} progress_log_t;
+
+static void on_progress(void *ctx, const rs_progress_t *p)
+{
+    progress_log_t *l = ctx;
+    if (p->bytes_done < l->last || p->bytes_done > p->bytes_total)
+        l->monotonic = 0;
+    l->last = p->bytes_done;
+    l->total = p->bytes_total;
+    l->calls++;
+}
+
+/* Chunked wire with progress: same bytes, reported as they land. */
+static void test_progress(void **state)
+{
+    (void)state;
+    for (int b = 0; b < 3; b++) {
+        scenario_t sc;
+        rs_plan_h plan;
+        rs_transport_h t;
+        rs_exec_h x;
+        rs_diag_t diag;
+        rs_transport_params_t tp;
+        rs_exec_params_t ep;
+        progress_log_t log = {0, 0, 0, 1};
+        rng = 4242 + (uint64_t)b;
+        make_scenario(&sc, 0);
+        assert_int_equal(rs_plan_build(sc.cap, sc.srcs, NULL, &diag, &plan), RS_OK);
+        rs_transport_params_init(&tp);
+        tp.backend = backends[b];
+        assert_int_equal(rs_transport_create(&tp, &diag, &t), RS_OK);
+        pid_t child = connect_all(t, plan, &sc, b == 2);
+        rs_exec_params_init(&ep);
+        ep.progress = on_progress;
+        ep.progress_ctx = &log;
+        ep.progress_chunk_bytes = 16;
+        assert_int_equal(rs_exec_create(plan, t, &ep, &diag, &x), RS_OK);
+        unsigned char *buf[2];
+        for (int p = 0; p < 2; p++) {
+            buf[p] = malloc(sc.pbytes[p]);
+            memset(buf[p], 0xEE, sc.pbytes[p]);
+            assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc.pbytes[p], &diag), RS_OK);
+        }
+        if (rs_exec_run(x, &diag) != RS_OK)
+            fail_msg("%s: %s", backends[b], diag.msg);
+        for (int p = 0; p < 2; p++)
+            assert_memory_equal(buf[p], sc.expect[p], sc.pbytes[p]);
+        rs_exec_stats_t es;
+        rs_exec_stats(x, &es);
+        assert_true(log.monotonic);
+        assert_int_equal(log.last, es.bytes);
+        assert_int_equal(log.total, es.bytes);
+        if (es.bytes > 64)
+            assert_true(log.calls > 1);
+        rs_exec_destroy(x);
+        stop_child(child);
+        rs_transport_destroy(t);
+        rs_plan_destroy(plan);
+        free(buf[0]);
+        free(buf[1]);
+        scenario_free(&sc);
+    }
+}
+
 static void test_coverage_record(void **state)
 {
     (void)state;
@@ -566,6 +634,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gates),
         cmocka_unit_test(test_coverage_record),
+        cmocka_unit_test(test_progress),
         cmocka_unit_test(test_random_refits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -94,8 +94,8 @@ static void pull_usage(FILE *out)
         "                      reusing the plan while the topology is unchanged\n"
         "  -h, --help          show this help and exit\n"
         "\n"
-        "On a terminal, a pull taking longer than a second shows the time spent\n"
-        "so far (the executor has no progress hook), then one line per stage.\n"
+        "On a terminal, a pull taking longer than a second shows a progress line\n"
+        "(bytes pulled, rate, sessions outstanding), then one line per stage.\n"
         "\n"
         "exit status: 0 every version pulled (and checked); 1 a pull failed or\n"
         "timed out, or a check found a wrong byte; 2 bad usage or input.\n");
@@ -483,6 +483,8 @@ static int setup(const pull_args_t *a, pull_state_t *s)
     return RS_CLI_OK;
 }
 
+static void on_wire_progress(void *ctx, const rs_progress_t *p);
+
 static int open_receiver(const pull_args_t *a, pull_state_t *s)
 {
     rs_receiver_params_t rp;
@@ -496,6 +498,8 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.discover_timeout_s = a->timeout_s;
     rp.release_after = a->release;
     rp.exec.verify_digests = a->verify;
+    if (isatty(STDOUT_FILENO)) /* a progress line on a terminal */
+        rp.exec.progress = on_wire_progress;
     rs_diag_clear(&diag);
     st = rs_receiver_create(&rp, s->cap, &diag, &s->recv);
     for (size_t p = 0; st == RS_OK && p < s->nparams; p++) {
@@ -520,7 +524,25 @@ typedef struct ticker {
     int done, shown, running;
     int64_t rank, version;
     double t0;
+    int have_progress;     /* the wire stage has reported at least once */
+    rs_progress_t progress;
 } ticker_t;
+
+/* The ticker of the pull in flight, fed by the executor's progress
+ * callback (which runs on the pulling thread). */
+static ticker_t *active_ticker;
+
+static void on_wire_progress(void *ctx, const rs_progress_t *p)
+{
+    (void)ctx;
+    ticker_t *t = active_ticker;
+    if (t == NULL || !t->running)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->progress = *p;
+    t->have_progress = 1;
+    pthread_mutex_unlock(&t->lock);
+}
 
 static void *tick_main(void *arg)
 {
@@ -536,9 +558,19 @@ static void *tick_main(void *arg)
         }
         pthread_cond_timedwait(&t->done_cv, &t->lock, &until);
         double el = now_s() - t->t0;
-        if (!t->done && el >= 1.0) {
+        if (!t->done && el >= 1.0 && t->have_progress) {
+            const rs_progress_t *p = &t->progress;
+            fprintf(stderr, "\rreshard pull: rank %lld version %lld: %.1f of "
+                    "%.1f MB, %.2f GB/s, %zu sessions outstanding   ",
+                    (long long)t->rank, (long long)t->version,
+                    (double)p->bytes_done / 1e6, (double)p->bytes_total / 1e6,
+                    p->elapsed_s > 0 ? (double)p->bytes_done / p->elapsed_s / 1e9
+                                     : 0.0,
+                    p->sessions_outstanding);
+            t->shown = 1;
+        } else if (!t->done && el >= 1.0) {
             fprintf(stderr, "\rreshard pull: rank %lld version %lld: %.1f s "
-                    "(discover, plan, connect, read; stage times follow)",
+                    "(discovering, planning, connecting)   ",
                     (long long)t->rank, (long long)t->version, el);
             t->shown = 1;
         }
@@ -558,6 +590,8 @@ static void ticker_start(ticker_t *t, int64_t rank, int64_t version)
     t->version = version;
     t->t0 = now_s();
     t->running = pthread_create(&t->thread, NULL, tick_main, t) == 0;
+    if (t->running)
+        active_ticker = t;
 }
 
 static void ticker_stop(ticker_t *t, const pull_outcome_t *o)
@@ -565,6 +599,7 @@ static void ticker_stop(ticker_t *t, const pull_outcome_t *o)
     if (!t->running)
         return;
     pthread_mutex_lock(&t->lock);
+    active_ticker = NULL;
     t->done = 1;
     pthread_cond_signal(&t->done_cv);
     pthread_mutex_unlock(&t->lock);
