@@ -160,12 +160,12 @@ static void copy_contig(void *dst, const void *src, size_t n, size_t elsize)
         const unsigned char *s = src;                                         \
         unsigned char *d = dst;                                               \
         for (size_t i = 0; i < n; i++)                                        \
-            memcpy(d + (size_t)ds * i * BYTES, s + (size_t)ss * i * BYTES,    \
-                   BYTES);                                                    \
+            memcpy(d + (size_t)ds * i * (BYTES),                              \
+                   s + (size_t)ss * i * (BYTES), (BYTES));                    \
     }                                                                         \
     static void copy_contig_##BYTES(void *dst, const void *src, size_t n)     \
     {                                                                         \
-        copy_contig(dst, src, n, BYTES);                                      \
+        copy_contig(dst, src, n, (BYTES));                                    \
     }
 
 RS_COPY_STRIDED(1)

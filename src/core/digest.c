@@ -54,7 +54,7 @@ static inline uint64_t lane_round(uint64_t v, uint64_t w)
 #else
 #define RS_PREFETCH(p) ((void)0)
 #endif
-#define PREFETCH_STRIPES 128 /* 4 KiB ahead */
+#define PREFETCH_STRIPES ((size_t)128) /* 4 KiB ahead */
 
 static void feed_stripes(uint64_t lane[4], const unsigned char *p, size_t n)
 {

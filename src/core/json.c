@@ -105,7 +105,7 @@ const char *rs_json_path(const rs_json_ctx_t *c)
     return c->len > 0 ? c->path : "(root)";
 }
 
-rs_status_t rs_json_fail(rs_json_ctx_t *c, const char *fmt, ...)
+rs_status_t (rs_json_fail)(rs_json_ctx_t *c, const char *fmt, ...)
 {
     char msg[RS_DIAG_MSG_MAX];
     va_list ap;

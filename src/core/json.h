@@ -47,6 +47,10 @@ const char *rs_json_path(const rs_json_ctx_t *c);
 /* Sets RS_ERR_INPUT with "<origin>: <path>: <message>"; returns it. */
 rs_status_t rs_json_fail(rs_json_ctx_t *c, const char *fmt, ...)
     RS_PRINTF(2, 3);
+#if defined(__clang_analyzer__) /* see diag.h */
+#define rs_json_fail(c, ...)                                                 \
+    RS__RETURNS(RS_ERR_INPUT, (rs_json_fail)((c), __VA_ARGS__))
+#endif
 
 /* Prefixes a message a callee already put in c->diag with origin and path;
  * returns the callee's status. */

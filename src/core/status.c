@@ -30,8 +30,8 @@ void rs_diag_clear(rs_diag_t *diag)
     diag->msg[0] = '\0';
 }
 
-rs_status_t rs__diag_set(rs_diag_t *diag, rs_status_t status, const char *fmt,
-                         ...)
+rs_status_t (rs__diag_set)(rs_diag_t *diag, rs_status_t status,
+                           const char *fmt, ...)
 {
     if (diag != NULL) {
         va_list ap;

@@ -61,9 +61,14 @@ static int strmap_grow(rs_strmap_t *map)
             bigger.len++;
         }
     }
+    /* Field by field rather than `*map = bigger`: clang's analyzer (LLVM 14)
+     * loses track of the struct copy and reports the old arrays as live. */
     free(map->keys);
     free(map->values);
-    *map = bigger;
+    map->keys = bigger.keys;
+    map->values = bigger.values;
+    map->cap = bigger.cap;
+    map->len = bigger.len;
     return 1;
 }
 

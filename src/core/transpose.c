@@ -105,11 +105,11 @@ static inline void micro_8(unsigned char *d, size_t dld, const unsigned char *s,
                     size_t sld)
 {
     uint64_t r[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
+    for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 4; j++)
             r[i][j] = ld64(s + i * sld + j * 8);
-    for (int j = 0; j < 4; j++)
-        for (int i = 0; i < 4; i++)
+    for (size_t j = 0; j < 4; j++)
+        for (size_t i = 0; i < 4; i++)
             st64(d + j * dld + i * 8, r[i][j]);
 }
 
@@ -136,13 +136,14 @@ static void edge_loop(unsigned char *d, size_t dld, const unsigned char *s,
                           const unsigned char *s, size_t sld, int64_t rows,   \
                           int64_t cols)                                       \
     {                                                                         \
-        const int64_t rfull = rows - rows % EDGE, cfull = cols - cols % EDGE; \
-        for (int64_t i = 0; i < rfull; i += EDGE)                             \
-            for (int64_t j = 0; j < cfull; j += EDGE)                         \
-                micro_##ES(d + (size_t)j * dld + (size_t)i * ES, dld,         \
-                           s + (size_t)i * sld + (size_t)j * ES, sld);        \
-        edge_loop(d, dld, s, sld, ES, 0, rfull, cfull, cols);                 \
-        edge_loop(d, dld, s, sld, ES, rfull, rows, 0, cols);                  \
+        const int64_t rfull = rows - rows % (EDGE);                           \
+        const int64_t cfull = cols - cols % (EDGE);                           \
+        for (int64_t i = 0; i < rfull; i += (EDGE))                           \
+            for (int64_t j = 0; j < cfull; j += (EDGE))                       \
+                micro_##ES(d + (size_t)j * dld + (size_t)i * (ES), dld,       \
+                           s + (size_t)i * sld + (size_t)j * (ES), sld);      \
+        edge_loop(d, dld, s, sld, (ES), 0, rfull, cfull, cols);               \
+        edge_loop(d, dld, s, sld, (ES), rfull, rows, 0, cols);                \
     }
 
 TR_TILE(1, 8)

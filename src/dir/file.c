@@ -48,7 +48,7 @@ static rs_status_t file_open(rs_dir_h dir, const char *target,
         return rs__diag_set(diag, RS_ERR_INPUT, "directory URL 'file:': "
                             "expected file:DIR with a directory path");
     /* room for /<model>/<version>/.tmp-<pid>-<n>-lease-<holder> */
-    if (n + 128 + 3 * RS_DIR_NAME_MAX >= PATH_MAX)
+    if (n + 128 + 3 * (size_t)RS_DIR_NAME_MAX >= PATH_MAX)
         return rs__diag_set(diag, RS_ERR_INPUT, "directory URL 'file:%s': "
                             "path too long", target);
     rs_fdir_t *f = calloc(1, sizeof(*f));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/diag.h"
 #include "geom/view.h"
 
 static rs_status_t fail(rs_status_t st, char *why, size_t n, const char *fmt,
@@ -23,8 +24,16 @@ static rs_status_t fail(rs_status_t st, char *why, size_t n, const char *fmt,
     return st;
 }
 
+#if defined(__clang_analyzer__) /* fail()'s result made visible: core/diag.h */
+#define BAD(...)                                                             \
+    RS__RETURNS(RS_ERR_INPUT, fail(RS_ERR_INPUT, why, whylen, __VA_ARGS__))
+#define UNSUP(...)                                                           \
+    RS__RETURNS(RS_ERR_UNSUPPORTED,                                          \
+                fail(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__))
+#else
 #define BAD(...) fail(RS_ERR_INPUT, why, whylen, __VA_ARGS__)
 #define UNSUP(...) fail(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__)
+#endif
 
 rs_status_t rs_view_init(rs_view_t *v, int ndim, const int64_t *shape)
 {
@@ -543,8 +552,9 @@ rs_status_t rs_view_apply(rs_view_t *v, const rs_op_t *op, char *why,
     switch (op->kind) {
     case RS_OP_NARROW: return op_narrow(v, op, why, whylen);
     case RS_OP_SLICE: return op_slice(v, op, why, whylen);
-    case RS_OP_SELECT: return op_select(v, op, why, whylen);
-    case RS_OP_UNBIND: return op_select(v, op, why, whylen);
+    case RS_OP_SELECT:
+    case RS_OP_UNBIND: /* the piece unbind yields is a select */
+        return op_select(v, op, why, whylen);
     case RS_OP_GETITEM: return op_getitem(v, op, why, whylen);
     case RS_OP_TRANSPOSE: return op_transpose(v, op, why, whylen);
     case RS_OP_T: return op_t(v, why, whylen);

@@ -203,8 +203,9 @@ void rs_walk_runs(const rs_box_t *box, const rs_krange_t *kr,
     }
     walk_init(&w, box, buf, dst_base, cb, ctx);
     memset(&acc, 0, sizeof(acc));
-    for (int d = 0; d < box->ndim; d++) {
+    for (int d = 0; d < RS_MAX_DIMS; d++) /* every dim starts blockless */
         per_dim[d].n = 0;
+    for (int d = 0; d < box->ndim; d++) {
         if (w.nf[d] == 0)
             continue;
         memset(&fixed, 0, sizeof(fixed));

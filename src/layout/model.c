@@ -59,8 +59,8 @@ void rs_model_destroy(rs_model_h m)
     free(m);
 }
 
-rs_status_t rs__model_unsupported(rs_json_ctx_t *c, const char *key,
-                                  const char *fmt, ...)
+rs_status_t (rs__model_unsupported)(rs_json_ctx_t *c, const char *key,
+                                    const char *fmt, ...)
 {
     char msg[RS_DIAG_MSG_MAX];
     va_list ap;
@@ -83,6 +83,10 @@ rs_status_t rs__model_add(rs_model_h m, int64_t layer, int64_t expert,
     va_start(ap, fmt);
     vsnprintf(name, sizeof(name), fmt, ap);
     va_end(ap);
+    if (ndim != 1 && ndim != 2) /* shape[] holds two dims */
+        return rs__diag_set(m->ctx->diag, RS_ERR_INVALID_ARG, "%s: tensor "
+                            "%s: %d dims, not 1 or 2", m->ctx->origin, name,
+                            ndim);
     size_t elsize = rs_dtype_size(dtype);
     if (!rs_numel(shape, ndim, &numel) ||
         !rs_mul_i64(numel, (int64_t)elsize, &bytes) ||

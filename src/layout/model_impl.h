@@ -60,6 +60,11 @@ rs_status_t rs__model_read_bool(rs_json_ctx_t *c, const json_t *root,
 /* RS_ERR_UNSUPPORTED "<origin>: <key>: <message>". */
 rs_status_t rs__model_unsupported(rs_json_ctx_t *c, const char *key,
                                   const char *fmt, ...) RS_PRINTF(3, 4);
+#if defined(__clang_analyzer__) /* see core/diag.h */
+#define rs__model_unsupported(c, key, ...)                                   \
+    RS__RETURNS(RS_ERR_UNSUPPORTED,                                          \
+                (rs__model_unsupported)((c), (key), __VA_ARGS__))
+#endif
 
 /* Appends a tensor (ndim 1 or 2) named by a printf format; checks that its
  * size fits and that the name is new; keeps the totals. */

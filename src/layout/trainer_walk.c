@@ -131,11 +131,12 @@ static rs_status_t megatron_box(const walk_t *w, size_t index,
 static void fsdp_box(const walk_t *w, const rs_tensor_info_t *t, int64_t *off,
                      int64_t *shape, int *have_p)
 {
-    int64_t n = w->plan->layout.fsdp, rows = shape[0], chunk, start;
+    int64_t n = w->plan->layout.fsdp, rows, chunk, start;
     if (t->ndim == 0) {
         *have_p = w->rank == 0;
         return;
     }
+    rows = shape[0];
     chunk = rows / n + (rows % n != 0);
     *have_p = rs_mul_i64(w->rank, chunk, &start) && start < rows;
     if (!*have_p)
@@ -180,7 +181,9 @@ static rs_status_t emit(walk_t *w, const rs_tensor_info_t *t,
 
 static rs_status_t walk_tensor(walk_t *w, size_t i)
 {
-    int64_t off[RS_MAX_DIMS] = {0}, shape[RS_MAX_DIMS];
+    /* Dims past t.ndim stay 0: the roles (trainer_plan.c) only split dims
+     * the tensor has, and a 0-d tensor's box reads none. */
+    int64_t off[RS_MAX_DIMS] = {0}, shape[RS_MAX_DIMS] = {0};
     rs_tensor_info_t t;
     int have = 0;
     rs_status_t st = RS_OK;

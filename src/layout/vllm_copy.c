@@ -8,7 +8,7 @@
 #include "core/checked.h"
 #include "layout/vllm_impl.h"
 
-rs_status_t rs__vb_fail(vb_t *b, const char *fmt, ...)
+rs_status_t (rs__vb_fail)(vb_t *b, const char *fmt, ...)
 {
     char msg[RS_DIAG_MSG_MAX];
     va_list ap;

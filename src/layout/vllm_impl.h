@@ -59,6 +59,10 @@ rs_status_t rs__vb_src_shape(vb_t *b, const char *name, int *ndim_p,
 /* RS_ERR_INPUT "vllm layout, rank R: <message>". */
 rs_status_t rs__vb_fail(vb_t *b, const char *fmt, ...)
     RS_PRINTF(2, 3);
+#if defined(__clang_analyzer__) /* see core/diag.h */
+#define rs__vb_fail(b, ...)                                                  \
+    RS__RETURNS(RS_ERR_INPUT, (rs__vb_fail)((b), __VA_ARGS__))
+#endif
 
 /* One source's rows in a parameter fused along dim 0. */
 typedef struct vb_part {

@@ -53,10 +53,11 @@ static rs_status_t place_experts(vb_t *b, experts_t *x)
 {
     int64_t E = b->cfg->experts, I = b->cfg->moe_intermediate, T = b->tp;
     if (b->ep > 1) {
-        if ((T * b->dp) % b->ep != 0 || E % b->ep != 0)
+        int64_t plane = T * b->dp;
+        if (plane % b->ep != 0 || E % b->ep != 0)
             return rs__vb_fail(b, "ep=%lld must divide tp*dp=%lld and the "
                                "%lld experts", (long long)b->ep,
-                               (long long)(T * b->dp), (long long)E);
+                               (long long)plane, (long long)E);
         /* The expert group is the stage's tp x dp plane. */
         int64_t ep_rank = (b->tp_rank + T * b->dp_rank) % b->ep;
         x->local = E / b->ep;
@@ -86,8 +87,9 @@ static rs_status_t w13_half(vb_t *b, int64_t layer, const experts_t *x,
     rs_op_t ops[3] = {rs__vb_unsqueeze(0), rs__vb_select(0, 0),
                       rs__vb_narrow(0, b->tp_rank * it, it)};
 
+    int64_t expert = x->first + l;
     snprintf(suffix, sizeof(suffix), "mlp.experts.%lld.%s.weight",
-             (long long)(x->first + l), projs[half]);
+             (long long)expert, projs[half]);
     rs__vb_lname(src, layer, suffix);
     return rs__vb_copy(b, src, 2, src_shape, ops, x->split ? 3 : 2, param,
                        (2 * l + half) * it * H, 2, dest);
@@ -101,8 +103,9 @@ static rs_status_t w2_expert(vb_t *b, int64_t layer, const experts_t *x,
     int64_t src_shape[2] = {H, I}, dest[2] = {H, it};
     rs_op_t op = rs__vb_narrow(1, b->tp_rank * it, it);
 
+    int64_t expert = x->first + l;
     snprintf(suffix, sizeof(suffix), "mlp.experts.%lld.down_proj.weight",
-             (long long)(x->first + l));
+             (long long)expert);
     rs__vb_lname(src, layer, suffix);
     return rs__vb_copy(b, src, 2, src_shape, &op, x->split ? 1 : 0, param,
                        l * H * it, 2, dest);

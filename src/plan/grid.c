@@ -198,8 +198,10 @@ static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
     int64_t last = rs_box_coord(box, d, c - 1);
     size_t first = interval_at(g, d, s + 1) - 1; /* interval holding s */
     size_t end = interval_at(g, d, last + 1);
-    size_t cap = end - first;
     h->n = 0;
+    if (end <= first) /* no interval touched (never for a non-empty box) */
+        return RS_OK;
+    size_t cap = end - first;
     h->cell = malloc(cap * sizeof(size_t));
     h->lo = malloc(cap * sizeof(int64_t));
     h->hi = malloc(cap * sizeof(int64_t));

@@ -90,10 +90,12 @@ static void put_escaped(char *dst, const char *s)
             *dst++ = '\\';
             *dst++ = (char)*p;
         } else if (*p < 0x20) {
-            memcpy(dst, "\\u00", 4);
-            dst[4] = hex[*p >> 4];
-            dst[5] = hex[*p & 15];
-            dst += 6;
+            *dst++ = '\\'; /* backslash, u, 00, two hex digits */
+            *dst++ = 'u';
+            *dst++ = '0';
+            *dst++ = '0';
+            *dst++ = hex[*p >> 4];
+            *dst++ = hex[*p & 15];
         } else {
             *dst++ = (char)*p;
         }

@@ -420,8 +420,8 @@ static int connect_sessions(const run_args_t *a, run_state_t *s)
             e++;
         rs_peer_t peer = {rs_plan_session_name(s->plan, s->bufs[i].session),
                           cma ? s->child : 0, regions + i, e - i, NULL, 0};
-        if ((st = rs_transport_connect(s->t, s->bufs[i].session, &peer,
-                                       &diag)) != RS_OK) {
+        if (rs_transport_connect(s->t, s->bufs[i].session, &peer, &diag) !=
+            RS_OK) {
             free(regions);
             fprintf(stderr, "reshard run: %s\n", diag.msg);
             return RS_CLI_INCOMPLETE;

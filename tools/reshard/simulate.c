@@ -354,7 +354,8 @@ static spread_t spread(const sim_t *s, size_t field_offset, int seconds)
     }
     qsort(v, n, sizeof(uint64_t), cmp_u64);
     double k = seconds ? 1e-9 : 1;
-    out = (spread_t){v[0] * k, v[n / 2] * k, v[n - 1] * k};
+    size_t mid = n / 2; /* the median's index */
+    out = (spread_t){v[0] * k, v[mid] * k, v[n - 1] * k};
     free(v);
     return out;
 }

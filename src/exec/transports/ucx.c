@@ -310,9 +310,11 @@ static rs_status_t slot(ucx_state_t *s, uint32_t session, rs_diag_t *diag)
     size_t len = (size_t)session + 1;
     if (len < 2 * s->nsess)
         len = 2 * s->nsess;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers
     ucx_sess_t **v = realloc(s->sess, len * sizeof(*v));
     if (v == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "ucx sessions: %zu", len);
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers
     memset(v + s->nsess, 0, (len - s->nsess) * sizeof(*v));
     s->sess = v;
     s->nsess = len;

@@ -143,7 +143,7 @@ static rs_status_t write_blob(rs_exposer_h x, rs_diag_t *diag)
 static void sleep_for_events(ucx_exposer_t *e, int ms)
 {
     if (e->u.efd < 0) {
-        struct timespec ts = {0, 50 * 1000};
+        struct timespec ts = {0, 50000}; /* 50 us */
         nanosleep(&ts, NULL);
         return;
     }
