@@ -12,6 +12,7 @@ enum {
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "reshard/reshard.h"
 
 /* `reshard plan ...`; argv[0] is "plan". Returns the exit code. */
@@ -49,6 +50,22 @@ rs_status_t rs_cli_fill_box(const char *tensor, rs_dtype_t dtype,
 int rs_cli_load_layout(const char *verb, const char *opt, const char *config,
                        const char *spec, int want_vllm, rs_model_h *model_p,
                        rs_layout_t *layout_p);
+
+/* Prints "reshard VERB: <fmt with what>" and the --help hint to stderr;
+ * returns RS_CLI_USAGE. */
+int rs_cli_usage_error(const char *verb, const char *fmt, const char *what);
+
+struct option;
+/* Takes one parsed option (its getopt code and argument) into `args`;
+ * returns RS_CLI_OK or an exit code. */
+typedef int (*rs_cli_take_cb)(void *args, int opt, const char *arg);
+
+/* The option loop every verb shares: -h/--help prints usage and returns
+ * -1; a missing argument, an unknown option or a leftover positional
+ * argument is a usage error naming it; every other option goes to take. */
+int rs_cli_options(const char *verb, int argc, char **argv,
+                   const struct option *opts, void (*usage)(FILE *out),
+                   rs_cli_take_cb take, void *args);
 
 /* Digits only: no sign, no blanks, no suffix; 0 on anything else. */
 int rs_cli_parse_u64(const char *s, uint64_t *out);

@@ -1,5 +1,6 @@
 /* Helpers every verb shares: integer options and loading the inputs. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -46,5 +47,40 @@ int rs_cli_load_inputs(const char *verb, const char *capture,
         if (st != RS_OK)
             return rs_cli_input_error(verb, &diag, st, sources[i]);
     }
+    return RS_CLI_OK;
+}
+
+int rs_cli_usage_error(const char *verb, const char *fmt, const char *what)
+{
+    fprintf(stderr, "reshard %s: ", verb);
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, "\nTry 'reshard %s --help'.\n", verb);
+    return RS_CLI_USAGE;
+}
+
+int rs_cli_options(const char *verb, int argc, char **argv,
+                   const struct option *opts, void (*usage)(FILE *out),
+                   rs_cli_take_cb take, void *args)
+{
+    int c, rc;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        if (c == 'h') {
+            usage(stdout);
+            return -1;
+        }
+        if (c == ':')
+            return rs_cli_usage_error(verb, "option '%s' needs an argument",
+                                      argv[optind - 1]);
+        if (c == '?')
+            return rs_cli_usage_error(verb, "unknown option '%s'",
+                                      argv[optind - 1]);
+        if ((rc = take(args, c, optarg)) != RS_CLI_OK)
+            return rc;
+    }
+    if (optind < argc)
+        return rs_cli_usage_error(verb, "unexpected argument '%s'",
+                                  argv[optind]);
     return RS_CLI_OK;
 }

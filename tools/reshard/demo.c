@@ -112,43 +112,40 @@ static void demo_usage(FILE *out)
 
 static int usage_error(const char *fmt, const char *what)
 {
-    fputs("reshard demo: ", stderr);
-    fprintf(stderr, fmt, what);
-    fputs("\nTry 'reshard demo --help'.\n", stderr);
-    return RS_CLI_USAGE;
+    return rs_cli_usage_error("demo", fmt, what);
+}
+
+static int take_option(void *args, int c, const char *arg)
+{
+    demo_args_t *a = args;
+    char *end;
+    switch (c) {
+    case OPT_CONFIG: a->config = arg; break;
+    case OPT_TRAIN: a->train = arg; break;
+    case OPT_INFER: a->infer = arg; break;
+    case OPT_BACKEND: a->backend = arg; break;
+    case OPT_DIRECTORY: a->directory = arg; break;
+    case OPT_TIMEOUT:
+        a->timeout_s = strtod(arg, &end);
+        if (end == arg || *end != '\0' || !(a->timeout_s > 0) ||
+            a->timeout_s > 1e6)
+            return usage_error("--timeout must be a positive number of "
+                               "seconds, got '%s'", arg);
+        break;
+    default:
+        return RS_CLI_USAGE;
+    }
+    return RS_CLI_OK;
 }
 
 static int parse_args(int argc, char **argv, demo_args_t *a)
 {
-    int c;
-    char *end;
-    opterr = 0;
-    optind = 1;
     *a = (demo_args_t){"examples/models/qwen2.5-0.5b.json",
                        "megatron:tp=2,pp=2", "vllm:tp=2", "ucx", NULL, 300};
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        switch (c) {
-        case 'h': demo_usage(stdout); return -1;
-        case OPT_CONFIG: a->config = optarg; break;
-        case OPT_TRAIN: a->train = optarg; break;
-        case OPT_INFER: a->infer = optarg; break;
-        case OPT_BACKEND: a->backend = optarg; break;
-        case OPT_DIRECTORY: a->directory = optarg; break;
-        case OPT_TIMEOUT:
-            a->timeout_s = strtod(optarg, &end);
-            if (end == optarg || *end != '\0' || !(a->timeout_s > 0) ||
-                a->timeout_s > 1e6)
-                return usage_error("--timeout must be a positive number of "
-                                   "seconds, got '%s'", optarg);
-            break;
-        case ':':
-            return usage_error("option '%s' needs an argument", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
+    int rc = rs_cli_options("demo", argc, argv, long_opts, demo_usage,
+                            take_option, a);
+    if (rc != RS_CLI_OK)
+        return rc;
     if (strcmp(a->backend, "ucx") != 0 && strcmp(a->backend, "cma") != 0)
         return usage_error("--backend takes ucx or cma, got '%s'", a->backend);
     return RS_CLI_OK;

@@ -72,14 +72,12 @@ static void plan_usage(FILE *out)
 
 static int usage_error(const char *fmt, const char *what)
 {
-    fputs("reshard plan: ", stderr);
-    fprintf(stderr, fmt, what);
-    fputs("\nTry 'reshard plan --help'.\n", stderr);
-    return RS_CLI_USAGE;
+    return rs_cli_usage_error("plan", fmt, what);
 }
 
-static int take_option(plan_args_t *a, int c, const char *arg)
+static int take_option(void *args, int c, const char *arg)
 {
+    plan_args_t *a = args;
     uint64_t v;
     switch (c) {
     case OPT_CAPTURE:
@@ -111,32 +109,12 @@ static int take_option(plan_args_t *a, int c, const char *arg)
     return RS_CLI_USAGE;
 }
 
-/* Names the option getopt choked on: argv[optind-1] holds it. */
-static int bad_option(int c, char **argv)
-{
-    const char *opt = argv[optind - 1];
-    if (c == ':')
-        return usage_error("option '%s' needs an argument", opt);
-    return usage_error("unknown option '%s'", opt);
-}
-
 static int parse_args(int argc, char **argv, plan_args_t *a)
 {
-    int c, rc;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if (c == 'h') {
-            plan_usage(stdout);
-            return -1;
-        }
-        if (c == '?' || c == ':')
-            return bad_option(c, argv);
-        if ((rc = take_option(a, c, optarg)) != RS_CLI_OK)
-            return rc;
-    }
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
+    int rc = rs_cli_options("plan", argc, argv, long_opts, plan_usage,
+                            take_option, a);
+    if (rc != RS_CLI_OK)
+        return rc;
     if (a->capture == NULL)
         return usage_error("%s", "--capture FILE is required");
     if (a->nsources == 0)

@@ -85,10 +85,7 @@ static void pub_usage(FILE *out)
 
 static int usage_error(const char *fmt, const char *what)
 {
-    fputs("reshard publish: ", stderr);
-    fprintf(stderr, fmt, what);
-    fputs("\nTry 'reshard publish --help'.\n", stderr);
-    return RS_CLI_USAGE;
+    return rs_cli_usage_error("publish", fmt, what);
 }
 
 static int parse_u64(const char *opt, const char *arg, uint64_t *out, int *have)
@@ -113,30 +110,29 @@ static int parse_timeout(const char *arg, double *out)
     return RS_CLI_OK;
 }
 
-static int parse_opt(int c, pub_args_t *a)
+static int take_option(void *args, int c, const char *arg)
 {
+    pub_args_t *a = args;
     switch (c) {
-    case OPT_DIRECTORY: a->directory = optarg; return RS_CLI_OK;
-    case OPT_MODEL: a->model = optarg; return RS_CLI_OK;
-    case OPT_LAYOUT: a->layout = optarg; return RS_CLI_OK;
-    case OPT_CONFIG: a->config = optarg; return RS_CLI_OK;
-    case OPT_BACKEND: a->backend = optarg; return RS_CLI_OK;
-    case OPT_VERSION: return parse_u64("--version", optarg, &a->version,
+    case OPT_DIRECTORY: a->directory = arg; return RS_CLI_OK;
+    case OPT_MODEL: a->model = arg; return RS_CLI_OK;
+    case OPT_LAYOUT: a->layout = arg; return RS_CLI_OK;
+    case OPT_CONFIG: a->config = arg; return RS_CLI_OK;
+    case OPT_BACKEND: a->backend = arg; return RS_CLI_OK;
+    case OPT_VERSION: return parse_u64("--version", arg, &a->version,
                                        &a->have_version);
-    case OPT_RANK: return parse_u64("--rank", optarg, &a->rank, &a->have_rank);
-    case OPT_WORLD: return parse_u64("--world", optarg, &a->world,
+    case OPT_RANK: return parse_u64("--rank", arg, &a->rank, &a->have_rank);
+    case OPT_WORLD: return parse_u64("--world", arg, &a->world,
                                      &a->have_world);
-    case OPT_VERSIONS: return parse_u64("--versions", optarg, &a->versions,
+    case OPT_VERSIONS: return parse_u64("--versions", arg, &a->versions,
                                         NULL);
-    case OPT_TIMEOUT: return parse_timeout(optarg, &a->timeout_s);
+    case OPT_TIMEOUT: return parse_timeout(arg, &a->timeout_s);
     default: return usage_error("%s", "unknown option");
     }
 }
 
-static int check_args(int argc, char **argv, const pub_args_t *a)
+static int check_args(const pub_args_t *a)
 {
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
     if (a->directory == NULL || a->model == NULL || !a->have_version ||
         !a->have_rank || !a->have_world || a->layout == NULL ||
         a->config == NULL)
@@ -153,25 +149,15 @@ static int check_args(int argc, char **argv, const pub_args_t *a)
 
 static int parse_args(int argc, char **argv, pub_args_t *a)
 {
-    int c, rc;
-    opterr = 0;
-    optind = 1;
+    int rc;
     a->backend = "ucx";
     a->versions = 1;
     a->timeout_s = 300;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if (c == 'h') {
-            pub_usage(stdout);
-            return -1;
-        }
-        if (c == ':')
-            return usage_error("option '%s' needs an argument", argv[optind - 1]);
-        if (c == '?')
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        if ((rc = parse_opt(c, a)) != RS_CLI_OK)
-            return rc;
-    }
-    return check_args(argc, argv, a);
+    rc = rs_cli_options("publish", argc, argv, long_opts, pub_usage,
+                        take_option, a);
+    if (rc != RS_CLI_OK)
+        return rc;
+    return check_args(a);
 }
 
 static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)

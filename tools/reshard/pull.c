@@ -103,10 +103,7 @@ static void pull_usage(FILE *out)
 
 static int usage_error(const char *fmt, const char *what)
 {
-    fputs("reshard pull: ", stderr);
-    fprintf(stderr, fmt, what);
-    fputs("\nTry 'reshard pull --help'.\n", stderr);
-    return RS_CLI_USAGE;
+    return rs_cli_usage_error("pull", fmt, what);
 }
 
 static int parse_version(const char *arg, pull_args_t *a)
@@ -134,30 +131,31 @@ static int parse_count(const char *opt, const char *arg, uint64_t *out)
     return RS_CLI_OK;
 }
 
-static int parse_opt(int c, pull_args_t *a)
+static int take_option(void *args, int c, const char *arg)
 {
+    pull_args_t *a = args;
     char *end;
     switch (c) {
-    case OPT_DIRECTORY: a->directory = optarg; return RS_CLI_OK;
-    case OPT_MODEL: a->model = optarg; return RS_CLI_OK;
-    case OPT_LAYOUT: a->layout = optarg; return RS_CLI_OK;
-    case OPT_CONFIG: a->config = optarg; return RS_CLI_OK;
-    case OPT_BACKEND: a->backend = optarg; return RS_CLI_OK;
+    case OPT_DIRECTORY: a->directory = arg; return RS_CLI_OK;
+    case OPT_MODEL: a->model = arg; return RS_CLI_OK;
+    case OPT_LAYOUT: a->layout = arg; return RS_CLI_OK;
+    case OPT_CONFIG: a->config = arg; return RS_CLI_OK;
+    case OPT_BACKEND: a->backend = arg; return RS_CLI_OK;
     case OPT_VERIFY: a->verify = 1; return RS_CLI_OK;
     case OPT_CHECK: a->check = 1; return RS_CLI_OK;
     case OPT_RELEASE: a->release = 1; return RS_CLI_OK;
     case OPT_JSON: a->json = 1; return RS_CLI_OK;
-    case OPT_VERSION: return parse_version(optarg, a);
+    case OPT_VERSION: return parse_version(arg, a);
     case OPT_RANK:
         a->have_rank = 1;
-        return parse_count("--rank", optarg, &a->rank);
-    case OPT_VERSIONS: return parse_count("--versions", optarg, &a->versions);
+        return parse_count("--rank", arg, &a->rank);
+    case OPT_VERSIONS: return parse_count("--versions", arg, &a->versions);
     case OPT_TIMEOUT:
-        a->timeout_s = strtod(optarg, &end);
-        if (end == optarg || *end != '\0' || !(a->timeout_s > 0) ||
+        a->timeout_s = strtod(arg, &end);
+        if (end == arg || *end != '\0' || !(a->timeout_s > 0) ||
             a->timeout_s > 1e7)
             return usage_error("--timeout must be a positive number of "
-                               "seconds, got '%s'", optarg);
+                               "seconds, got '%s'", arg);
         return RS_CLI_OK;
     default: return usage_error("%s", "unknown option");
     }
@@ -165,26 +163,14 @@ static int parse_opt(int c, pull_args_t *a)
 
 static int parse_args(int argc, char **argv, pull_args_t *a)
 {
-    int c, rc;
-    opterr = 0;
-    optind = 1;
+    int rc;
     a->backend = "ucx";
     a->versions = 1;
     a->timeout_s = 60;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if (c == 'h') {
-            pull_usage(stdout);
-            return -1;
-        }
-        if (c == ':')
-            return usage_error("option '%s' needs an argument", argv[optind - 1]);
-        if (c == '?')
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        if ((rc = parse_opt(c, a)) != RS_CLI_OK)
-            return rc;
-    }
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
+    rc = rs_cli_options("pull", argc, argv, long_opts, pull_usage,
+                        take_option, a);
+    if (rc != RS_CLI_OK)
+        return rc;
     if (a->directory == NULL || a->model == NULL || !a->have_version ||
         !a->have_rank || a->layout == NULL || a->config == NULL)
         return usage_error("%s", "--directory, --model, --version, --rank, "

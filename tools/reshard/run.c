@@ -127,10 +127,7 @@ static void run_usage(FILE *out)
 
 static int usage_error(const char *fmt, const char *what)
 {
-    fputs("reshard run: ", stderr);
-    fprintf(stderr, fmt, what);
-    fputs("\nTry 'reshard run --help'.\n", stderr);
-    return RS_CLI_USAGE;
+    return rs_cli_usage_error("run", fmt, what);
 }
 
 static int take_number(const char *opt, const char *arg, uint64_t min,
@@ -145,8 +142,9 @@ static int take_number(const char *opt, const char *arg, uint64_t min,
     return RS_CLI_OK;
 }
 
-static int take_option(run_args_t *a, int c, const char *arg)
+static int take_option(void *args, int c, const char *arg)
 {
+    run_args_t *a = args;
     uint64_t v;
     char *end;
     switch (c) {
@@ -180,23 +178,10 @@ static int take_option(run_args_t *a, int c, const char *arg)
 
 static int parse_args(int argc, char **argv, run_args_t *a)
 {
-    int c, rc;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if (c == 'h') {
-            run_usage(stdout);
-            return -1;
-        }
-        if (c == ':')
-            return usage_error("option '%s' needs an argument", argv[optind - 1]);
-        if (c == '?')
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        if ((rc = take_option(a, c, optarg)) != RS_CLI_OK)
-            return rc;
-    }
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
+    int rc = rs_cli_options("run", argc, argv, long_opts, run_usage,
+                            take_option, a);
+    if (rc != RS_CLI_OK)
+        return rc;
     if (a->capture == NULL)
         return usage_error("%s", "--capture FILE is required");
     if (a->nsources == 0)

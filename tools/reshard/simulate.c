@@ -91,47 +91,44 @@ static void sim_usage(FILE *out)
 
 static int usage_error(const char *fmt, const char *what)
 {
-    fputs("reshard simulate: ", stderr);
-    fprintf(stderr, fmt, what);
-    fputs("\nTry 'reshard simulate --help'.\n", stderr);
-    return RS_CLI_USAGE;
+    return rs_cli_usage_error("simulate", fmt, what);
+}
+
+static int take_option(void *args, int c, const char *arg)
+{
+    sim_args_t *a = args;
+    char *end;
+    switch (c) {
+    case OPT_MODEL: a->model = arg; break;
+    case OPT_TRAIN: a->train = arg; break;
+    case OPT_INFER: a->infer = arg; break;
+    case OPT_EMIT: a->emit = arg; break;
+    case OPT_JSON: a->json = 1; break;
+    case OPT_MAX_SEGS:
+        if (!rs_cli_parse_u64(arg, &a->max_segments) ||
+            a->max_segments == 0 || a->max_segments > INT64_MAX)
+            return usage_error("--max-segments-per-copy must be a positive "
+                               "integer, got '%s'", arg);
+        break;
+    case OPT_NIC:
+        a->nic_gbps = strtod(arg, &end);
+        if (*end != '\0' || end == arg || !(a->nic_gbps > 0))
+            return usage_error("--nic-gbps must be a positive number, got "
+                               "'%s'", arg);
+        break;
+    default:
+        return RS_CLI_USAGE;
+    }
+    return RS_CLI_OK;
 }
 
 static int parse_args(int argc, char **argv, sim_args_t *a)
 {
-    int c;
-    char *end;
-    opterr = 0;
-    optind = 1;
     a->nic_gbps = 400;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        switch (c) {
-        case 'h': sim_usage(stdout); return -1;
-        case OPT_MODEL: a->model = optarg; break;
-        case OPT_TRAIN: a->train = optarg; break;
-        case OPT_INFER: a->infer = optarg; break;
-        case OPT_EMIT: a->emit = optarg; break;
-        case OPT_JSON: a->json = 1; break;
-        case OPT_MAX_SEGS:
-            if (!rs_cli_parse_u64(optarg, &a->max_segments) ||
-                a->max_segments == 0 || a->max_segments > INT64_MAX)
-                return usage_error("--max-segments-per-copy must be a positive "
-                                   "integer, got '%s'", optarg);
-            break;
-        case OPT_NIC:
-            a->nic_gbps = strtod(optarg, &end);
-            if (*end != '\0' || end == optarg || !(a->nic_gbps > 0))
-                return usage_error("--nic-gbps must be a positive number, got "
-                                   "'%s'", optarg);
-            break;
-        case ':':
-            return usage_error("option '%s' needs an argument", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
+    int rc = rs_cli_options("simulate", argc, argv, long_opts, sim_usage,
+                            take_option, a);
+    if (rc != RS_CLI_OK)
+        return rc;
     if (a->model == NULL || a->train == NULL || a->infer == NULL)
         return usage_error("%s", "--model, --train and --infer are required");
     return RS_CLI_OK;
