@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "reshard/dtype.h"
 #include "reshard/status.h"
 
@@ -149,6 +150,11 @@ RS_API size_t rs_capture_num_unsupported(rs_capture_h capture);
 RS_API void rs_capture_unsupported(rs_capture_h capture, size_t index,
                                    const char **src_p, const char **reason_p);
 RS_API int64_t rs_capture_unattributed(rs_capture_h capture);
+
+/* Writes a capture as reshard.capture.v1 JSON (it loads back identically).
+ * RS_ERR_IO when the stream fails. */
+RS_API rs_status_t rs_capture_write_json(rs_capture_h capture, FILE *out,
+                                         rs_diag_t *diag);
 
 #ifdef __cplusplus
 }

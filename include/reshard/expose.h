@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "reshard/base64.h"
 #include "reshard/status.h"
 
 #ifdef __cplusplus
@@ -41,12 +42,6 @@ RS_API rs_status_t rs_exposer_start(rs_exposer_h exposer, rs_diag_t *diag);
 RS_API rs_status_t rs_exposer_blob(rs_exposer_h exposer, const void **blob_p,
                                    size_t *len_p);
 
-/* Base64 (RFC 4648, with padding) for carrying blobs in shard tables'
- * agent_meta_b64. Output is NUL-terminated; the caller frees it. */
-RS_API rs_status_t rs_base64_encode(const void *data, size_t len,
-                                    char **text_p);
-RS_API rs_status_t rs_base64_decode(const char *text, void **data_p,
-                                    size_t *len_p);
 
 #ifdef __cplusplus
 }

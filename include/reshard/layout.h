@@ -76,10 +76,6 @@ RS_API rs_status_t rs_layout_capture(rs_model_h model,
                                      rs_diag_t *diag, rs_capture_h *capture_p,
                                      uint64_t *padding_bytes_p);
 
-/* Writes a capture as reshard.capture.v1 JSON. */
-RS_API rs_status_t rs_capture_write_json(rs_capture_h capture, FILE *out,
-                                         rs_diag_t *diag);
-
 #ifdef __cplusplus
 }
 #endif

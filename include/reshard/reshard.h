@@ -21,6 +21,7 @@
 #include "reshard/exec.h"
 #include "reshard/model.h"
 #include "reshard/layout.h"
+#include "reshard/base64.h"
 #include "reshard/expose.h"
 #include "reshard/dir.h"
 #include "reshard/refit.h"

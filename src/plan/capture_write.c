@@ -8,7 +8,7 @@
 
 #include "core/diag.h"
 #include "plan/capture_impl.h"
-#include "reshard/layout.h"
+#include "reshard/capture.h"
 
 /* A JSON string literal. Control characters become \u escapes; bytes >= 0x80
  * pass through (names are UTF-8, as the loader requires). */
