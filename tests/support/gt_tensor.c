@@ -326,7 +326,7 @@ static gt_status_t piece_bounds(int64_t size, int64_t piece, int64_t i,
 static gt_status_t op_chunk(sv_t *v, const rs_op_t *op, char *why, size_t n)
 {
     int d;
-    int64_t start, len;
+    int64_t start = 0, len = 0;
     if (op->arg[0] <= 0)
         return fail(why, n, GT_ERR_OP, "chunks %lld must be positive",
                     (long long)op->arg[0]);
@@ -342,7 +342,7 @@ static gt_status_t op_chunk(sv_t *v, const rs_op_t *op, char *why, size_t n)
 static gt_status_t op_split(sv_t *v, const rs_op_t *op, char *why, size_t n)
 {
     int d;
-    int64_t start = 0, len;
+    int64_t start = 0, len = 0;
     if (v->ndim == 0 || !wrap_dim(op->arg[1], v->ndim, &d))
         return fail(why, n, GT_ERR_OP, "dim %lld out of range",
                     (long long)op->arg[1]);
