@@ -83,11 +83,26 @@ static rs_status_t dest_of(rs_exec_h x, size_t ci, rs_xcopy_t *xc,
     rs_status_t st = bound_param(x, (size_t)p, diag);
     if (st != RS_OK)
         return st;
+    /* The planner checked the whole region; the start is checked again
+     * here because forming a pointer outside the storage is itself
+     * undefined, whatever is later written through it. */
+    rs_param_info_t info;
+    rs_capture_param(x->cap, (size_t)p, &info);
+    size_t esize = rs_dtype_size(c.dest_dtype);
+    if (c.dest_offset < 0 || esize == 0 ||
+        (uint64_t)c.dest_offset > info.nbytes / esize)
+        return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: dest_offset %lld "
+                            "leaves param '%s' (%llu bytes)", ci,
+                            (long long)c.dest_offset, c.param,
+                            (unsigned long long)info.nbytes);
     xc->ndim = c.ndim;
     memcpy(xc->shape, c.dest_shape, (size_t)c.ndim * sizeof(int64_t));
     memcpy(xc->dst_stride, c.dest_stride, (size_t)c.ndim * sizeof(int64_t));
-    xc->dst = x->binds[p].base +
-              (size_t)c.dest_offset * rs_dtype_size(c.dest_dtype);
+    /* An unbound param holds no bytes (bound_param), so nothing is written
+     * through dst; null plus an offset would itself be undefined. */
+    xc->dst = x->binds[p].base != NULL
+                  ? x->binds[p].base + (size_t)c.dest_offset * esize
+                  : NULL;
     xc->to = c.dest_dtype;
     return RS_OK;
 }

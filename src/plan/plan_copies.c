@@ -136,7 +136,10 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
 
 /* Highest element the destination view touches must stay inside the
  * param, and the view must not write any element twice (sufficient test:
- * sorted by stride, each dim steps past everything the inner dims span). */
+ * sorted by stride, each dim steps past everything the inner dims span).
+ * An empty view writes nothing but still names a place in the param: it
+ * must start inside it or at its end, since the executor forms its
+ * destination pointer from dest_offset. */
 static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
 {
     int64_t numel = 1, last = c->dest_offset, span[RS_MAX_DIMS];
@@ -144,7 +147,9 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
     for (int i = 0; i < c->ndim; i++)
         numel *= c->dest_shape[i]; /* checked when the copy was added */
     if (numel == 0)
-        return NULL;
+        return c->dest_offset > p->numel
+                   ? "destination region leaves its parameter"
+                   : NULL;
     for (int i = 0; i < c->ndim; i++) {
         if (c->dest_shape[i] == 1)
             continue;

@@ -40,6 +40,75 @@ static void test_convert_without_segments(void **state)
     rs_capture_destroy(cap);
 }
 
+/* An empty destination (narrow to 0 elements) whose dest_offset lies far
+ * past its parameter: the destination check skipped empty views, so the
+ * executor formed the cast's destination pointer that far outside (past the
+ * end of the address space, so it wrapped to before the parameter), which
+ * UBSan reports as pointer overflow. An empty view still has to start inside
+ * (or at the end of) its parameter. */
+static void test_empty_dest_offset_outside(void **state)
+{
+    (void)state;
+    const int64_t offsets[] = {5, ((int64_t)1 << 61) + 3, INT64_MAX};
+    for (size_t t = 0; t < sizeof(offsets) / sizeof(offsets[0]); t++) {
+        rs_capture_h cap;
+        rs_sources_h srcs;
+        rs_plan_h plan = NULL;
+        rs_diag_t diag;
+        const int64_t pshape[1] = {4}, full[1] = {4}, off[1] = {0};
+        const int64_t zero[1] = {0}, stride[1] = {1};
+        assert_int_equal(rs_capture_create(&cap), RS_OK);
+        assert_int_equal(rs_sources_create(&srcs), RS_OK);
+        assert_int_equal(rs_capture_add_param(cap, "p", 1, pshape, RS_DTYPE_F32, &diag), RS_OK);
+        rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 0, 0}};
+        rs_copy_desc_t cd = {"w", "p", &op, 1, offsets[t], 1, zero, stride,
+                             RS_DTYPE_F32};
+        assert_int_equal(rs_capture_add_copy(cap, &cd, &diag), RS_OK);
+        rs_shard_desc_t sd = {"w", RS_DTYPE_BF16, 2, 1, full, "t0", 0, 4096,
+                              off, full, NULL};
+        assert_int_equal(rs_sources_add_shard(srcs, &sd, &diag), RS_OK);
+        assert_int_equal(rs_plan_build(cap, srcs, NULL, &diag, &plan), RS_OK);
+        size_t n = 0;
+        rs_plan_converts(plan, &n);
+        assert_int_equal(n, 0);
+        assert_int_equal(rs_plan_num_fallback(plan), 1);
+        const char *src = NULL, *reason = NULL;
+        rs_plan_fallback(plan, 0, &src, &reason);
+        assert_string_equal(src, "w");
+        assert_non_null(strstr(reason, "leaves its parameter"));
+        rs_plan_destroy(plan);
+        rs_sources_destroy(srcs);
+        rs_capture_destroy(cap);
+    }
+}
+
+/* At the end of its parameter an empty destination is fine (PyTorch
+ * narrows to [n, n) all the time): planned, nothing written. */
+static void test_empty_dest_at_end(void **state)
+{
+    (void)state;
+    rs_capture_h cap;
+    rs_sources_h srcs;
+    rs_plan_h plan = NULL;
+    rs_diag_t diag;
+    const int64_t pshape[1] = {4}, full[1] = {4}, off[1] = {0};
+    const int64_t zero[1] = {0}, stride[1] = {1};
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_sources_create(&srcs), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "p", 1, pshape, RS_DTYPE_F32, &diag), RS_OK);
+    rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 4, 0}};
+    rs_copy_desc_t cd = {"w", "p", &op, 1, 4, 1, zero, stride, RS_DTYPE_F32};
+    assert_int_equal(rs_capture_add_copy(cap, &cd, &diag), RS_OK);
+    rs_shard_desc_t sd = {"w", RS_DTYPE_F32, 4, 1, full, "t0", 0, 4096,
+                          off, full, NULL};
+    assert_int_equal(rs_sources_add_shard(srcs, &sd, &diag), RS_OK);
+    assert_int_equal(rs_plan_build(cap, srcs, NULL, &diag, &plan), RS_OK);
+    assert_int_equal(rs_plan_num_fallback(plan), 0);
+    rs_plan_destroy(plan);
+    rs_sources_destroy(srcs);
+    rs_capture_destroy(cap);
+}
+
 static void test_replay_plan_inputs(void **state)
 {
     (void)state;
@@ -50,6 +119,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_convert_without_segments),
+        cmocka_unit_test(test_empty_dest_offset_outside),
+        cmocka_unit_test(test_empty_dest_at_end),
         cmocka_unit_test(test_replay_plan_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
