@@ -1,19 +1,65 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (RESHARD_FUZZ=ON) and runs each
-# for a bounded time on a scratch copy of its seed corpus (the repo's corpus
-# is never written). Prints executions per target and in total; exits
-# non-zero on any crash, leak, timeout or sanitizer report, keeping the
+# Builds the libFuzzer targets with clang (RESHARD_FUZZ=ON) and runs each on
+# a scratch copy of its seed corpus and saved regressions (the repo's
+# folders are never written). Prints executions per target and in total;
+# exits non-zero on any crash, leak, hang or sanitizer report, keeping the
 # reproducer in BUILD_DIR/fuzz-artifacts/<target>/.
 #
-# usage: tests/fuzz/run.sh [SECONDS_PER_TARGET] [BUILD_DIR]
+# Two modes:
+#   run.sh --runs N [--seed S] [BUILD_DIR]   the gate (make test): every
+#       corpus and regression input replayed, then exactly N mutations per
+#       target from seed S (default 1). Same commit, same inputs, same
+#       verdict.
+#   run.sh [--seconds] SECONDS [BUILD_DIR]   open-ended search (make fuzz,
+#       the pre-release step): each target for SECONDS, seeded by the clock.
 set -u
 
-SECONDS_PER_TARGET=${1:-30}
-BUILD_DIR=${2:-build-fuzz}
+MODE=seconds
+SECONDS_PER_TARGET=30
+RUNS=0
+SEED=1
+BUILD_DIR=build-fuzz
+positional=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --runs) MODE=runs; RUNS=${2:?--runs needs a count}; shift 2 ;;
+        --seed) SEED=${2:?--seed needs a number}; shift 2 ;;
+        --seconds) SECONDS_PER_TARGET=${2:?--seconds needs a number}; shift 2 ;;
+        -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+        *) positional+=("$1"); shift ;;
+    esac
+done
+# Old form: run.sh SECONDS [BUILD_DIR]; a lone non-number is the build dir.
+if [ ${#positional[@]} -ge 1 ]; then
+    case ${positional[0]} in
+        *[!0-9]*) BUILD_DIR=${positional[0]} ;;
+        *) SECONDS_PER_TARGET=${positional[0]}
+           [ ${#positional[@]} -ge 2 ] && BUILD_DIR=${positional[1]} ;;
+    esac
+fi
+for n in "$RUNS" "$SEED" "$SECONDS_PER_TARGET"; do
+    case $n in ''|*[!0-9]*) echo "run.sh: '$n' is not a whole number" >&2; exit 2 ;; esac
+done
 SRC_DIR=$(cd "$(dirname "$0")/../.." && pwd)
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$SRC_DIR/$BUILD_DIR ;; esac
 TARGETS="fuzz_capture fuzz_sources fuzz_geom fuzz_plan fuzz_dir"
 JOBS=$(nproc 2>/dev/null || echo 2)
+if [ "$MODE" = runs ]; then
+    # What runs is fixed by the seed and the count, not by the clock:
+    # -reload=0 stops the once-a-second rereading of the corpus folder, and
+    # -use_cmp=0 keeps compared values (stack addresses among them, which
+    # ASLR moves) out of the mutations, and -detect_leaks=0 drops the
+    # per-input leak rerun, whose trigger (more mallocs than frees in one
+    # input) follows one-time allocations in libc and jansson rather than
+    # the input. Leaks are still fatal: LeakSanitizer checks the whole run
+    # at exit (ASAN_OPTIONS below). -timeout only guards against a hang;
+    # no input comes near it.
+    LIMITS="-runs=$RUNS -seed=$SEED -reload=0 -use_cmp=0 -detect_leaks=0 -timeout=600"
+    echo "fuzz gate: corpus and regressions replayed, then $RUNS runs per target, seed $SEED"
+else
+    LIMITS="-max_total_time=$SECONDS_PER_TARGET -timeout=10"
+    echo "fuzz search: $SECONDS_PER_TARGET s per target"
+fi
 
 if ! command -v clang >/dev/null; then
     echo "run.sh: clang is required (Debian: apt-get install clang libclang-rt-14-dev)" >&2
@@ -41,9 +87,10 @@ for t in $TARGETS; do
     artifacts=$BUILD_DIR/fuzz-artifacts/$t
     mkdir -p "$corpus" "$artifacts"
     cp "$SRC_DIR"/tests/fuzz/corpus/$t/* "$corpus"/ 2>/dev/null
+    cp "$SRC_DIR"/tests/fuzz/regressions/$t/* "$corpus"/ 2>/dev/null
     log=$BUILD_DIR/fuzz-artifacts/$t.log
-    (cd "$scratch" && "$BUILD_DIR/tests/fuzz/$t" -max_total_time="$SECONDS_PER_TARGET" \
-        -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    (cd "$scratch" && "$BUILD_DIR/tests/fuzz/$t" $LIMITS \
+        -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$artifacts/" "$corpus" >"$log" 2>&1)
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
@@ -58,7 +105,8 @@ for t in $TARGETS; do
         echo "    replay: $BUILD_DIR/tests/fuzz/$t ${repro:-<input>}"
         failed="$failed $t"
     else
-        printf '%-14s %10s executions  ok\n' "$t" "$execs"
+        cov=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 | grep -oE 'cov: [0-9]+ ft: [0-9]+')
+        printf '%-14s %10s executions  ok  %s\n' "$t" "$execs" "$cov"
     fi
 done
 printf '%-14s %10s executions\n' total "$total"
