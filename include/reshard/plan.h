@@ -97,9 +97,10 @@ typedef struct rs_plan_stats {
 
 /* Builds a plan. Unsupported, unknown, mismatched (published with another
  * shape or dtype than the capture declares) or rejected sources do not fail
- * the call: they land in the plan's fallback list. Returns RS_ERR_INPUT only for
- * inconsistent inputs (a copy naming an undeclared parameter, a destination
- * dtype differing from its parameter), RS_ERR_NO_MEMORY on exhaustion. */
+ * the call: they land in the plan's fallback list. Returns RS_ERR_INPUT only
+ * for inconsistent inputs (a copy naming an undeclared parameter, a
+ * destination dtype differing from its parameter), RS_ERR_NO_MEMORY on
+ * exhaustion. */
 RS_API rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
                                  const rs_plan_params_t *params,
                                  rs_diag_t *diag, rs_plan_h *plan_p);
