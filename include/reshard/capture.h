@@ -1,7 +1,12 @@
 /* Captures: what one inference rank's weight loader reads. A capture lists the
- * destination parameters and, for every copy, a chain of view ops over a full
- * source tensor and the strided destination region it lands in. Captures are
- * loaded from reshard.capture.v1 JSON or built programmatically. */
+ * destination parameters, the full shape and dtype the loader assumed for each
+ * source it reads, and, for every copy, a chain of view ops over a full source
+ * tensor and the strided destination region it lands in. Captures are loaded
+ * from reshard.capture.v1 JSON or built programmatically.
+ *
+ * Threads: a capture is not locked; build it from one thread at a time. A
+ * built capture is only read (by the accessors and the planner), from any
+ * number of threads. Accessors are O(1); the find functions hash the name. */
 #ifndef RESHARD_CAPTURE_H
 #define RESHARD_CAPTURE_H
 
@@ -114,6 +119,26 @@ RS_API rs_status_t rs_capture_add_copy(rs_capture_h capture,
                                        const rs_copy_desc_t *copy,
                                        rs_diag_t *diag);
 
+/* Declares the full shape and dtype the loader assumed for source `src`:
+ * the tensor its ops were computed against (for a Hugging Face loader, the
+ * checkpoint tensor as the model config describes it). The planner compares
+ * every declared source a planned copy reads with what the shard tables
+ * publish and refuses one whose full shape or dtype differs: the source goes
+ * to the plan's fallback list with a reason naming the tensor and both
+ * shapes and dtypes, so the plan is incomplete and nothing of it is
+ * installed. A source no declaration names is planned against whatever is
+ * published, as captures without declarations always were.
+ *
+ * Declaring a source again with the same shape and dtype is a no-op.
+ * RS_ERR_INPUT when it was declared with another shape or dtype, for a rank
+ * outside 0..RS_MAX_DIMS, a negative or overflowing shape or an invalid
+ * dtype; RS_ERR_INVALID_ARG for NULL arguments; RS_ERR_NO_MEMORY. The
+ * capture copies the name and the shape. */
+RS_API rs_status_t rs_capture_declare_source(rs_capture_h capture,
+                                             const char *src, int ndim,
+                                             const int64_t *shape,
+                                             rs_dtype_t dtype, rs_diag_t *diag);
+
 /* Records a source the loader read through an op capture could not express. */
 RS_API rs_status_t rs_capture_add_unsupported(rs_capture_h capture,
                                               const char *src,
@@ -146,6 +171,20 @@ RS_API long rs_capture_find_param(rs_capture_h capture, const char *name);
 RS_API size_t rs_capture_num_copies(rs_capture_h capture);
 RS_API void rs_capture_copy(rs_capture_h capture, size_t index,
                             rs_copy_desc_t *copy_p);
+/* Declared sources (rs_capture_declare_source, or the "sources" key of the
+ * JSON), in declaration order. */
+typedef struct rs_source_info {
+    const char *name;
+    int ndim;
+    const int64_t *shape;
+    rs_dtype_t dtype;
+} rs_source_info_t;
+
+RS_API size_t rs_capture_num_sources(rs_capture_h capture);
+RS_API void rs_capture_source(rs_capture_h capture, size_t index,
+                              rs_source_info_t *info_p);
+/* Index of a declared source by name, or -1 when it is not declared. */
+RS_API long rs_capture_find_source(rs_capture_h capture, const char *name);
 RS_API size_t rs_capture_num_unsupported(rs_capture_h capture);
 RS_API void rs_capture_unsupported(rs_capture_h capture, size_t index,
                                    const char **src_p, const char **reason_p);

@@ -70,11 +70,14 @@ RS_API void rs_exec_destroy(rs_exec_h exec);
 RS_API rs_status_t rs_exec_bind(rs_exec_h exec, size_t param, void *base,
                                 uint64_t nbytes, rs_diag_t *diag);
 
-/* One refit. Errors: RS_ERR_UNSUPPORTED (the plan has fallback sources or a
- * cast it cannot do), RS_ERR_INCOMPLETE (uncovered copies, or coverage
- * below the floor when required), RS_ERR_INVALID_ARG (an unbound
- * parameter), RS_ERR_TRANSPORT / RS_ERR_TIMEOUT (reads), RS_ERR_VERIFY (a
- * digest mismatch or an implausible throughput). On any error the install
+/* One refit. Errors: RS_ERR_INCOMPLETE (the plan refused a source published
+ * with another shape or dtype than the capture assumes, a model mismatch
+ * whose message names the first such tensor and both shapes; uncovered
+ * copies; or coverage below the floor when required), RS_ERR_UNSUPPORTED
+ * (other fallback sources, or a cast it cannot do), RS_ERR_INVALID_ARG (an
+ * unbound parameter), RS_ERR_TRANSPORT / RS_ERR_TIMEOUT (reads),
+ * RS_ERR_VERIFY (a digest mismatch or an implausible throughput). The plan's
+ * refusals are found before any byte moves. On any error the install
  * callback is not called. */
 RS_API rs_status_t rs_exec_run(rs_exec_h exec, rs_diag_t *diag);
 

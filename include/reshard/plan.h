@@ -95,10 +95,12 @@ typedef struct rs_plan_stats {
     size_t copies_planned;  /* of those, copies whose source is planned */
 } rs_plan_stats_t;
 
-/* Builds a plan. Unsupported, unknown or rejected sources do not fail the
- * call: they land in the plan's fallback list. Returns RS_ERR_INPUT only for
- * inconsistent inputs (a copy naming an undeclared parameter, a destination
- * dtype differing from its parameter), RS_ERR_NO_MEMORY on exhaustion. */
+/* Builds a plan. Unsupported, unknown, mismatched (published with another
+ * shape or dtype than the capture declares) or rejected sources do not fail
+ * the call: they land in the plan's fallback list. Returns RS_ERR_INPUT only
+ * for inconsistent inputs (a copy naming an undeclared parameter, a
+ * destination dtype differing from its parameter), RS_ERR_NO_MEMORY on
+ * exhaustion. */
 RS_API rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
                                  const rs_plan_params_t *params,
                                  rs_diag_t *diag, rs_plan_h *plan_p);
@@ -114,6 +116,13 @@ RS_API const rs_uncovered_t *rs_plan_uncovered(rs_plan_h plan, size_t *count_p);
 RS_API size_t rs_plan_num_fallback(rs_plan_h plan);
 RS_API void rs_plan_fallback(rs_plan_h plan, size_t index, const char **src_p,
                              const char **reason_p);
+/* Of the fallback sources, how many the planner refused because the shard
+ * tables publish them with another full shape or dtype than the capture
+ * declares (rs_capture_declare_source): a model mismatch, which no other way
+ * of moving the bytes fixes. They are fallback entries 0 .. n-1, each with a
+ * reason "tensor 'x': capture assumes shape [a, b] bf16, published [c, d]
+ * bf16". */
+RS_API size_t rs_plan_num_mismatched(rs_plan_h plan);
 RS_API size_t rs_plan_num_unbounded(rs_plan_h plan);
 RS_API const char *rs_plan_unbounded(rs_plan_h plan, size_t index);
 

@@ -2,6 +2,9 @@
 #ifndef RS_CORE_DIAG_H
 #define RS_CORE_DIAG_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "reshard/status.h"
 
 #if defined(__GNUC__)
@@ -37,5 +40,10 @@ rs_status_t rs__diag_set(rs_diag_t *diag, rs_status_t status, const char *fmt,
  * the status already in diag. */
 rs_status_t rs__diag_prefix(rs_diag_t *diag, const char *fmt, ...)
     RS_PRINTF(2, 3);
+
+/* Writes a shape as "[a, b, c]" into buf (cut short to fit len >= 1);
+ * returns buf, for use in messages. */
+const char *rs__format_dims(char *buf, size_t len, const int64_t *dims,
+                            int ndim);
 
 #endif

@@ -1,4 +1,5 @@
-/* Status names and the diagnostic record helpers. */
+/* Status names, the diagnostic record helpers and the shape formatting
+ * their messages share. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,4 +64,17 @@ rs_status_t rs__diag_prefix(rs_diag_t *diag, const char *fmt, ...)
     joined[plen + rest] = '\0';
     memcpy(diag->msg, joined, sizeof(diag->msg));
     return diag->status;
+}
+
+const char *rs__format_dims(char *buf, size_t len, const int64_t *dims,
+                            int ndim)
+{
+    size_t used = 0;
+    int n = snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && n >= 0 && (used += (size_t)n) < len; i++)
+        n = snprintf(buf + used, len - used, "%s%lld", i ? ", " : "",
+                     (long long)dims[i]);
+    if (n >= 0 && (used += (size_t)n) < len)
+        snprintf(buf + used, len - used, "]");
+    return buf;
 }

@@ -93,6 +93,14 @@ static rs_status_t gate(rs_exec_h x, rs_diag_t *diag)
     size_t nunc;
     const char *src, *reason;
     rs_plan_uncovered(x->plan, &nunc);
+    if (rs_plan_num_mismatched(x->plan) > 0) { /* fallback entry 0 */
+        rs_plan_fallback(x->plan, 0, &src, &reason);
+        rs__diag_set(diag, RS_ERR_INCOMPLETE, "model mismatch: %zu "
+                     "source(s) published with another shape or dtype than "
+                     "the capture assumes, first %s",
+                     rs_plan_num_mismatched(x->plan), reason);
+        return fail(x, RS_ERR_INCOMPLETE, "mismatch");
+    }
     if (rs_plan_num_fallback(x->plan) > 0) {
         rs_plan_fallback(x->plan, 0, &src, &reason);
         rs__diag_set(diag, RS_ERR_UNSUPPORTED, "unsupported geometry: %zu "

@@ -1,6 +1,7 @@
 /* Shared helpers of the vllm capture builders: errors, canonical ops,
  * manifest lookups that check shapes, parameters, copies into row-major
- * regions of them, and the fused and split shapes every part uses. */
+ * regions of them (each declaring its source's shape and dtype), and the
+ * fused and split shapes every part uses. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,15 +86,11 @@ static rs_status_t check_src(vb_t *b, const rs_tensor_info_t *t, int ndim,
         same = t->shape[i] == shape[i];
     if (same)
         return RS_OK;
-    char want[96] = "", got[96] = "";
-    for (int i = 0; i < ndim; i++)
-        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld",
-                 i ? ", " : "", (long long)shape[i]);
-    for (int i = 0; i < t->ndim; i++)
-        snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld",
-                 i ? ", " : "", (long long)t->shape[i]);
-    return rs__vb_fail(b, "tensor '%s' has shape [%s], the config implies "
-                       "[%s]", t->name, got, want);
+    char want[96], got[96];
+    return rs__vb_fail(b, "tensor '%s' has shape %s, the config implies %s",
+                       t->name, rs__format_dims(got, sizeof(got), t->shape,
+                                                t->ndim),
+                       rs__format_dims(want, sizeof(want), shape, ndim));
 }
 
 rs_status_t rs__vb_copy(vb_t *b, const char *src, int src_ndim,
@@ -109,6 +106,10 @@ rs_status_t rs__vb_copy(vb_t *b, const char *src, int src_ndim,
 
     if (st == RS_OK)
         st = check_src(b, &t, src_ndim, src_shape);
+    /* The planner refuses the copy if the publisher's tensor differs. */
+    if (st == RS_OK)
+        st = rs_capture_declare_source(b->cap, src, t.ndim, t.shape, t.dtype,
+                                       b->diag);
     if (st != RS_OK)
         return st;
     if (pidx < 0)

@@ -1,5 +1,6 @@
-/* The capture model: parameters, copies and unsupported sources, built by the
- * JSON loader or by callers directly. Deep-copies everything into an arena. */
+/* The capture model: parameters, declared sources, copies and unsupported
+ * sources, built by the JSON loader or by callers directly. Deep-copies
+ * everything into an arena. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,7 @@ rs_status_t rs_capture_create(rs_capture_h *capture_p)
         return RS_ERR_NO_MEMORY;
     rs_arena_init(&c->arena);
     rs_strmap_init(&c->param_index);
+    rs_strmap_init(&c->source_index);
     rs_strmap_init(&c->unsupported_index);
     *capture_p = c;
     return RS_OK;
@@ -45,8 +47,10 @@ void rs_capture_destroy(rs_capture_h capture)
     if (capture == NULL)
         return;
     rs_strmap_free(&capture->param_index);
+    rs_strmap_free(&capture->source_index);
     rs_strmap_free(&capture->unsupported_index);
     free(capture->params);
+    free(capture->sources);
     free(capture->copies);
     free(capture->unsupported);
     rs_arena_free(&capture->arena);
@@ -91,6 +95,69 @@ rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
         !rs_strmap_put(&capture->param_index, p.name,
                        (uint32_t)capture->params_len) ||
         !RS_VEC_PUSH(capture, params, p))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    return RS_OK;
+}
+
+static int same_source(const rs_cap_source_t *s, int ndim,
+                       const int64_t *shape, rs_dtype_t dtype)
+{
+    if (s->ndim != ndim || s->dtype != dtype)
+        return 0;
+    for (int i = 0; i < ndim; i++) {
+        if (s->shape[i] != shape[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* A second declaration must say the same; it then adds nothing. */
+static rs_status_t redeclared(const rs_cap_source_t *s, int ndim,
+                              const int64_t *shape, rs_dtype_t dtype,
+                              rs_diag_t *diag)
+{
+    char was[160], now[160];
+    if (same_source(s, ndim, shape, dtype))
+        return RS_OK;
+    return rs__diag_set(diag, RS_ERR_INPUT, "source '%s' declared twice: %s "
+                        "%s, then %s %s", s->name,
+                        rs__format_dims(was, sizeof(was), s->shape, s->ndim),
+                        rs_dtype_name(s->dtype),
+                        rs__format_dims(now, sizeof(now), shape, ndim),
+                        rs_dtype_name(dtype));
+}
+
+rs_status_t rs_capture_declare_source(rs_capture_h capture, const char *src,
+                                      int ndim, const int64_t *shape,
+                                      rs_dtype_t dtype, rs_diag_t *diag)
+{
+    rs_cap_source_t s = {0};
+    uint32_t idx;
+    int64_t numel, bytes;
+
+    if (capture == NULL || src == NULL || (ndim > 0 && shape == NULL))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    if (ndim < 0 || ndim > RS_MAX_DIMS)
+        return rs__diag_set(diag, RS_ERR_INPUT,
+                            "source '%s': rank %d outside 0..%d", src, ndim,
+                            RS_MAX_DIMS);
+    if (rs_dtype_size(dtype) == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "source '%s': invalid dtype",
+                            src);
+    if (!rs_numel(shape, ndim, &numel) ||
+        !rs_mul_i64(numel, (int64_t)rs_dtype_size(dtype), &bytes))
+        return rs__diag_set(diag, RS_ERR_INPUT,
+                            "source '%s': shape is negative or overflows", src);
+    if (rs_strmap_get(&capture->source_index, src, &idx))
+        return redeclared(&capture->sources[idx], ndim, shape, dtype, diag);
+    s.name = rs_arena_strdup(&capture->arena, src);
+    s.ndim = ndim;
+    s.shape = dup_dims(&capture->arena, shape, ndim);
+    s.dtype = dtype;
+    if (s.name == NULL || s.shape == NULL ||
+        !rs_strmap_put(&capture->source_index, s.name,
+                       (uint32_t)capture->sources_len) ||
+        !RS_VEC_PUSH(capture, sources, s))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     return RS_OK;
 }
@@ -231,6 +298,35 @@ void rs_capture_copy(rs_capture_h capture, size_t index, rs_copy_desc_t *copy_p)
     copy_p->dest_shape = c->dest_shape;
     copy_p->dest_stride = c->dest_stride;
     copy_p->dest_dtype = c->dest_dtype;
+}
+
+const rs_cap_source_t *rs__capture_find_source(rs_capture_h capture,
+                                               const char *name)
+{
+    uint32_t idx;
+    return rs_strmap_get(&capture->source_index, name, &idx)
+               ? &capture->sources[idx] : NULL;
+}
+
+size_t rs_capture_num_sources(rs_capture_h capture)
+{
+    return capture->sources_len;
+}
+
+void rs_capture_source(rs_capture_h capture, size_t index,
+                       rs_source_info_t *info_p)
+{
+    const rs_cap_source_t *s = &capture->sources[index];
+    info_p->name = s->name;
+    info_p->ndim = s->ndim;
+    info_p->shape = s->shape;
+    info_p->dtype = s->dtype;
+}
+
+long rs_capture_find_source(rs_capture_h capture, const char *name)
+{
+    uint32_t idx;
+    return rs_strmap_get(&capture->source_index, name, &idx) ? (long)idx : -1;
 }
 
 size_t rs_capture_num_unsupported(rs_capture_h capture)

@@ -29,6 +29,14 @@ typedef struct rs_cap_copy {
     rs_dtype_t dest_dtype;
 } rs_cap_copy_t;
 
+/* The full shape and dtype the loader assumed for one source. */
+typedef struct rs_cap_source {
+    const char *name;
+    int ndim;
+    int64_t *shape;
+    rs_dtype_t dtype;
+} rs_cap_source_t;
+
 typedef struct rs_cap_unsupported {
     const char *src;
     const char *reason;
@@ -39,11 +47,18 @@ struct rs_capture {
     RS_VEC(rs_cap_param_t, params);
     rs_strmap_t param_index;
     RS_VEC(rs_cap_copy_t, copies);
+    RS_VEC(rs_cap_source_t, sources);
+    rs_strmap_t source_index;
     RS_VEC(rs_cap_unsupported_t, unsupported);
     rs_strmap_t unsupported_index;
     int64_t unattributed;
 };
 
 void rs__capture_set_unattributed(rs_capture_h capture, int64_t count);
+
+/* The declared source of that name, or NULL (an older capture, or a source
+ * its producer did not declare). */
+const rs_cap_source_t *rs__capture_find_source(rs_capture_h capture,
+                                               const char *name);
 
 #endif

@@ -1,6 +1,7 @@
-/* Loader for reshard.capture.v1 JSON: parameters, copies with their op
- * chains converted to rs_op_t, unsupported sources and the unattributed
- * count. Ops we do not know make their source unsupported, not the file bad. */
+/* Loader for reshard.capture.v1 JSON: parameters, declared sources (the
+ * shape and dtype the loader assumed for each), copies with their op chains
+ * converted to rs_op_t, unsupported sources and the unattributed count. Ops
+ * we do not know make their source unsupported, not the file bad. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -420,21 +421,30 @@ static rs_status_t load_copies(rs_json_ctx_t *c, rs_capture_h cap,
     return st;
 }
 
+/* {"shape": [...], "dtype": "..."}, as params and sources hold them. */
+static rs_status_t load_shape_dtype(rs_json_ctx_t *c, const json_t *obj,
+                                    int64_t *shape, int *ndim_p,
+                                    rs_dtype_t *dtype_p)
+{
+    rs_status_t st;
+    if ((st = rs_json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
+        (st = rs_json_field_dims(c, obj, "shape", shape, ndim_p)) != RS_OK ||
+        (st = rs_json_field_dtype(c, obj, "dtype", dtype_p)) != RS_OK)
+        return st;
+    size_t mark = rs_json_push_key(c, "shape");
+    st = rs_json_check_numel(c, shape, *ndim_p, rs_dtype_size(*dtype_p));
+    rs_json_pop(c, mark);
+    return st;
+}
+
 static rs_status_t load_param(rs_json_ctx_t *c, rs_capture_h cap,
                               const char *name, const json_t *obj)
 {
     int64_t shape[RS_MAX_DIMS];
     int ndim = 0;
     rs_dtype_t dtype = RS_DTYPE_INVALID;
-    rs_status_t st;
+    rs_status_t st = load_shape_dtype(c, obj, shape, &ndim, &dtype);
 
-    if ((st = rs_json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
-        (st = rs_json_field_dims(c, obj, "shape", shape, &ndim)) != RS_OK ||
-        (st = rs_json_field_dtype(c, obj, "dtype", &dtype)) != RS_OK)
-        return st;
-    size_t mark = rs_json_push_key(c, "shape");
-    st = rs_json_check_numel(c, shape, ndim, rs_dtype_size(dtype));
-    rs_json_pop(c, mark);
     if (st != RS_OK)
         return st;
     if (rs_capture_add_param(cap, name, ndim, shape, dtype, c->diag) != RS_OK)
@@ -454,6 +464,46 @@ static rs_status_t load_params(rs_json_ctx_t *c, rs_capture_h cap,
         json_object_foreach(params, name, v) {
             size_t kmark = rs_json_push_key(c, name);
             st = load_param(c, cap, name, v);
+            rs_json_pop(c, kmark);
+            if (st != RS_OK)
+                break;
+        }
+    }
+    rs_json_pop(c, mark);
+    return st;
+}
+
+/* One "sources" entry: the full shape and dtype the loader assumed. */
+static rs_status_t load_source(rs_json_ctx_t *c, rs_capture_h cap,
+                               const char *name, const json_t *obj)
+{
+    int64_t shape[RS_MAX_DIMS];
+    int ndim = 0;
+    rs_dtype_t dtype = RS_DTYPE_INVALID;
+    rs_status_t st = load_shape_dtype(c, obj, shape, &ndim, &dtype);
+
+    if (st != RS_OK)
+        return st;
+    if (rs_capture_declare_source(cap, name, ndim, shape, dtype, c->diag) !=
+        RS_OK)
+        return rs_json_prefix(c);
+    return RS_OK;
+}
+
+/* Optional: captures written before sources were declared have none. */
+static rs_status_t load_sources(rs_json_ctx_t *c, rs_capture_h cap,
+                                const json_t *root)
+{
+    json_t *sources = NULL, *v;
+    const char *name;
+    rs_status_t st = rs_json_field(c, root, "sources", 0, JSON_OBJECT,
+                                   &sources);
+    size_t mark = rs_json_push_key(c, "sources");
+
+    if (st == RS_OK && sources != NULL) {
+        json_object_foreach(sources, name, v) {
+            size_t kmark = rs_json_push_key(c, name);
+            st = load_source(c, cap, name, v);
             rs_json_pop(c, kmark);
             if (st != RS_OK)
                 break;
@@ -496,6 +546,7 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_capture_h cap,
 
     if ((st = rs_json_check_schema(c, root, CAPTURE_SCHEMA)) != RS_OK ||
         (st = load_params(c, cap, root)) != RS_OK ||
+        (st = load_sources(c, cap, root)) != RS_OK ||
         (st = load_unsupported(c, cap, root)) != RS_OK ||
         (st = load_copies(c, cap, root)) != RS_OK ||
         (st = rs_json_field_int(c, root, "unattributed", 0, 0,

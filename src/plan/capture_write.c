@@ -219,6 +219,24 @@ static void put_params(FILE *out, rs_capture_h cap)
     fputs("},\n", out);
 }
 
+/* Always written, so that a loaded capture writes back byte for byte the
+ * same text whether or not the file it came from had the key. */
+static void put_sources(FILE *out, rs_capture_h cap)
+{
+    fputs(" \"sources\": {", out);
+    for (size_t i = 0; i < cap->sources_len; i++) {
+        const rs_cap_source_t *s = &cap->sources[i];
+        fputs(i > 0 ? ",\n  " : "\n  ", out);
+        put_str(out, s->name);
+        fputs(": {\"shape\": ", out);
+        put_ints(out, s->shape, (size_t)s->ndim);
+        fputs(", \"dtype\": ", out);
+        put_str(out, rs_dtype_name(s->dtype));
+        putc('}', out);
+    }
+    fputs("},\n", out);
+}
+
 static void put_unsupported(FILE *out, rs_capture_h cap)
 {
     fputs(" \"unsupported\": {", out);
@@ -240,6 +258,7 @@ rs_status_t rs_capture_write_json(rs_capture_h capture, FILE *out,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
     fputs("{\"schema\": \"reshard.capture.v1\",\n", out);
     put_params(out, capture);
+    put_sources(out, capture);
     fputs(" \"copies\": [", out);
     for (size_t i = 0; i < capture->copies_len && st == RS_OK; i++) {
         fputs(i > 0 ? ",\n" : "\n", out);

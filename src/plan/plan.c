@@ -74,6 +74,8 @@ void rs_plan_fallback(rs_plan_h plan, size_t index, const char **src_p,
     *reason_p = plan->fallback[index].reason;
 }
 
+size_t rs_plan_num_mismatched(rs_plan_h plan) { return plan->mismatched; }
+
 size_t rs_plan_num_unbounded(rs_plan_h plan) { return plan->unbounded_len; }
 
 const char *rs_plan_unbounded(rs_plan_h plan, size_t index)

@@ -1,6 +1,8 @@
-/* The planner's main pass: every selected copy is resolved to a box of its
- * source and walked into per-copy segments; a rejected copy sends its whole
- * source to fallback. Also the builder's set-up and tear-down. */
+/* The planner's main pass: sources whose published shape or dtype differs
+ * from what the capture declares are refused, then every selected copy is
+ * resolved to a box of its source and walked into per-copy segments; a
+ * rejected copy sends its whole source to fallback. Also the builder's
+ * set-up and tear-down. */
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +111,58 @@ static int selected(const rs_plan_params_t *p, const char *param)
             return 1;
     }
     return 0;
+}
+
+static int same_tensor(const rs_cap_source_t *d, const rs_src_tensor_t *t)
+{
+    if (d->ndim != t->ndim || d->dtype != t->dtype)
+        return 0;
+    for (int i = 0; i < d->ndim; i++) {
+        if (d->shape[i] != t->shape[i])
+            return 0;
+    }
+    return 1;
+}
+
+static rs_status_t refuse_mismatch(rs_planner_t *b, uint32_t id,
+                                   const rs_cap_source_t *d)
+{
+    const rs_src_tensor_t *t = b->psrc[id].tensor;
+    char want[160], got[160], reason[512];
+    snprintf(reason, sizeof(reason), "tensor '%s': capture assumes shape %s "
+             "%s, published %s %s", d->name,
+             rs__format_dims(want, sizeof(want), d->shape, d->ndim),
+             rs_dtype_name(d->dtype),
+             rs__format_dims(got, sizeof(got), t->shape, t->ndim),
+             rs_dtype_name(t->dtype));
+    b->plan->mismatched++;
+    return rs__planner_fallback(b, id, reason);
+}
+
+/* A declared source read by a selected copy must be published with the
+ * declared full shape and dtype: the copies' ops were computed against it,
+ * and on another tensor they may still resolve, to the wrong elements.
+ * Runs first, so that refused sources lead the fallback list. */
+static rs_status_t refuse_mismatches(rs_planner_t *b)
+{
+    rs_capture_h cap = b->cap;
+    for (size_t ci = 0; ci < cap->copies_len; ci++) {
+        const rs_cap_copy_t *c = &cap->copies[ci];
+        const rs_cap_source_t *d = rs__capture_find_source(cap, c->src);
+        uint32_t id;
+        if (d == NULL || !selected(b->params, c->param))
+            continue;
+        rs_status_t st = psrc_for(b, c->src, &id);
+        if (st != RS_OK)
+            return st;
+        const rs_psrc_t *s = &b->psrc[id];
+        if (s->fallback != NULL || s->tensor == NULL ||
+            same_tensor(d, s->tensor))
+            continue;
+        if ((st = refuse_mismatch(b, id, d)) != RS_OK)
+            return st;
+    }
+    return RS_OK;
 }
 
 /* Capture-flagged sources are fallback up front; with a selection, only
@@ -276,7 +330,9 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
 
 rs_status_t rs__planner_run(rs_planner_t *b)
 {
-    rs_status_t st = flag_unsupported(b);
+    rs_status_t st = refuse_mismatches(b);
+    if (st == RS_OK)
+        st = flag_unsupported(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
         if (selected(b->params, b->cap->copies[ci].param)) {
             b->plan->stats.copies_selected++;

@@ -23,6 +23,7 @@ struct rs_plan {
     RS_VEC(rs_full_pull_t, full_pulls);
     RS_VEC(rs_uncovered_t, uncovered);
     RS_VEC(rs_plan_fallback_t, fallback);
+    size_t mismatched; /* the first fallback entries: model mismatches */
     RS_VEC(const char *, unbounded);
     RS_VEC(rs_shard_ref_t, shards);
     rs_plan_stats_t stats;

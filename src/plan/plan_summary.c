@@ -220,6 +220,10 @@ static int print_fallback(rs_plan_h plan, FILE *out)
     }
     qsort(e, n, sizeof(*e), cmp_fb);
     fprintf(out, "  fallback sources    %zu\n", n);
+    if (rs_plan_num_mismatched(plan) > 0)
+        fprintf(out, "    of which %zu model mismatch(es): published with "
+                "another shape or dtype than the capture assumes\n",
+                rs_plan_num_mismatched(plan));
     ok = print_groups(out, e, n);
     free(e);
     return ok;

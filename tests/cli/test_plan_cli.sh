@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CLI tests of `reshard plan`: exit codes and error messages for bad usage and
 # bad input, the JSON plan of the tiny example (shape, byte-exact execution),
-# incomplete plans, --only and --max-segments-per-copy.
+# incomplete plans (among them a capture assuming another source shape or
+# dtype than published), --only and --max-segments-per-copy.
 # usage: bash test_plan_cli.sh <reshard-binary> <source-dir>
 set -u
 BIN=${1:?usage: test_plan_cli.sh <reshard-binary> <source-dir>}
@@ -294,6 +295,59 @@ grep -qE "^ +2 x computed at load time" "$TMP/out" && ok "summary groups fallbac
     || bad "summary groups fallback reasons"
 grep -qF 'inv_freq"\\x09\x01' "$TMP/out" && ok "summary shows control bytes as \\xNN" \
     || bad "summary shows control bytes as \\xNN"
+
+# ---- a model mismatch: the capture assumes another shape or dtype ----------
+UP=model.layers.0.mlp.up_proj.weight
+mutate "$CAP" "$TMP/mismatch.json" '
+d["sources"]["model.layers.0.mlp.up_proj.weight"]["shape"] = [16, 4]'
+plan_ok "$TMP/mismatch.json" "$SOURCES" --json
+expect_rc "capture assuming another shape" 1
+py "shape mismatch: refused with both shapes, the rest planned" '
+up = "model.layers.0.mlp.up_proj.weight"
+assert plan["fallback"] == [up], plan["fallback"]
+assert plan["fallback_reasons"][up] == ("tensor \x27" + up + "\x27: capture assumes "
+    "shape [16, 4] bf16, published [8, 4] bf16"), plan["fallback_reasons"]
+assert all(s["param"] != up for s in plan["segments"]), plan["segments"]
+assert plan["stats"]["bytes_planned"] == 136 - 32, plan["stats"]'
+plan_ok "$TMP/mismatch.json"
+expect_rc "shape mismatch, summary" 1
+grep -qF "of which 1 model mismatch" "$TMP/out" && ok "summary counts the mismatch" \
+    || bad "summary counts the mismatch"
+grep -qF "tensor '$UP': capture assumes shape [16, 4] bf16, published [8, 4] bf16" "$TMP/out" \
+    && ok "summary names the tensor and both shapes" \
+    || bad "summary names the tensor and both shapes"
+grep -q "plan INCOMPLETE" "$TMP/out" && ok "shape mismatch: plan INCOMPLETE" \
+    || bad "shape mismatch: plan INCOMPLETE"
+
+mutate "$CAP" "$TMP/mismatch_dtype.json" '
+d["sources"]["model.layers.0.self_attn.q_proj.weight"]["dtype"] = "torch.float16"'
+plan_ok "$TMP/mismatch_dtype.json" "$SOURCES" --json
+expect_rc "capture assuming another dtype" 1
+py "dtype mismatch: refused naming both dtypes" '
+q = "model.layers.0.self_attn.q_proj.weight"
+assert plan["fallback"] == [q], plan["fallback"]
+assert plan["fallback_reasons"][q] == ("tensor \x27" + q + "\x27: capture assumes "
+    "shape [8, 4] f16, published [8, 4] bf16"), plan["fallback_reasons"]'
+
+mutate "$CAP" "$TMP/undeclared.json" 'del d["sources"]'
+plan_ok "$TMP/undeclared.json" "$SOURCES" --json
+expect_rc "capture without sources (older format)" 0
+py "capture without sources plans as before" '
+assert plan["fallback"] == [] and plan["stats"]["bytes_planned"] == 136, plan["stats"]'
+
+mutate "$CAP" "$TMP/unused_source.json" '
+d["sources"]["lm_head.weight"] = {"shape": [1000, 64], "dtype": "bf16"}'
+plan_ok "$TMP/unused_source.json" "$SOURCES" --json
+expect_rc "a declared source no copy reads" 0
+
+mutate "$CAP" "$TMP/badsources.json" 'd["sources"] = [1, 2]'
+run plan --capture "$TMP/badsources.json" --sources "$SOURCES"
+expect_input_error "sources not an object" "badsources.json" "sources" "expected an object"
+mutate "$CAP" "$TMP/negsource.json" '
+d["sources"]["model.layers.0.mlp.up_proj.weight"]["shape"] = [8, -4]'
+run plan --capture "$TMP/negsource.json" --sources "$SOURCES"
+expect_input_error "negative source dim" "negsource.json" \
+    'sources["model.layers.0.mlp.up_proj.weight"].shape[1]'
 
 echo "# $checks checks, $failures failed"
 [ "$failures" -eq 0 ]

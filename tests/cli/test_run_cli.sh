@@ -316,6 +316,20 @@ run --capture "$TINY/capture.json" --sources "$TINY/sources.json" --data "$TMP/t
 py "--max-gbps --json: stage record says why" '
 assert stage["ok"] is False and stage["failure"] == "throughput", stage'
 
+# --- a model mismatch: refused before any byte moves -------------------------
+mutate "$TINY/capture.json" "$TMP/mismatch.json" '
+d["sources"]["model.layers.0.mlp.down_proj.weight"]["shape"] = [4, 16]'
+run --capture "$TMP/mismatch.json" --sources "$TINY/sources.json" --data "$TMP/tiny/data" \
+    --out "$TMP/out-mismatch"
+expect_rc "capture assuming another shape" 1
+expect_err "capture assuming another shape" "model mismatch" \
+    "tensor 'model.layers.0.mlp.down_proj.weight'" "[4, 16] bf16" "published [4, 8] bf16"
+expect_no_out "capture assuming another shape" "$TMP/out-mismatch"
+run --capture "$TMP/mismatch.json" --sources "$TINY/sources.json" --data "$TMP/tiny/data" --json
+py "mismatch --json: nothing read, nothing installed" '
+assert stage["ok"] is False and stage["failure"] == "mismatch", stage
+assert stage["bytes"] == 0 and "install" not in stage["stages"], stage'
+
 # --- bad usage ----------------------------------------------------------------
 run --capture "$TINY/capture.json" --sources "$TINY/sources.json" --data "$TMP/tiny/data" \
     --transport carrier-pigeon

@@ -2,7 +2,9 @@
 # CLI tests of `reshard simulate`: the --json report on tiny configs and on
 # Qwen2.5-0.5B (keys, parameter counts computed here from config.json,
 # bytes that add up, the wire-time bound, coverage), replica balance with
-# dp=4, --emit files that `reshard plan` plans completely, errors, --help.
+# dp=4, --emit files that `reshard plan` plans completely (their captures
+# declaring every source as published; captures emitted for another config
+# refused by name), errors, --help.
 # usage: bash test_simulate_cli.sh <reshard-binary> <source-dir>
 set -u
 BIN=${1:?usage: test_simulate_cli.sh <reshard-binary> <source-dir>}
@@ -216,6 +218,25 @@ emit_check() {
         fi
     done
     ok "$name: reshard plan plans every emitted capture completely"
+    if python3 - "$dir" >"$TMP/pyout" 2>&1 <<'PYEOF'
+import glob, json, sys
+short = {"bfloat16": "bf16", "float32": "f32", "float16": "f16"}
+pub = {}
+for f in glob.glob(sys.argv[1] + "/sources/*.json"):
+    d = json.load(open(f))
+    for b in d if isinstance(d, list) else [d]:
+        for t in b["tensors"]:
+            pub[t["name"]] = (t["full_shape"], short[t["dtype"].replace("torch.", "")])
+for f in glob.glob(sys.argv[1] + "/captures/*.json"):
+    cap = json.load(open(f))
+    srcs = cap["sources"]
+    for c in cap["copies"]:
+        s = srcs[c["src"]]
+        assert (s["shape"], s["dtype"]) == pub[c["src"]], (f, c["src"], s)
+    assert set(srcs) == {c["src"] for c in cap["copies"]}, f
+PYEOF
+    then ok "$name: every emitted capture declares each source it reads as published"
+    else bad "$name: declared sources"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
 }
 emit_check "tiny-moe megatron:tp=2,ep=4 -> vllm:tp=2,ep=2" \
     "$MODELS/tiny-moe.json" megatron:tp=2,ep=4 vllm:tp=2,ep=2 4 2
@@ -243,6 +264,29 @@ PYEOF
     then ok "emitted rank $r: reshard plan agrees with simulate's figures"
     else bad "emitted rank $r: figures"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
 done
+
+# Captures emitted for another config than the tables (intermediate_size
+# doubled): reshard plan refuses the MLP sources by name, exit 1.
+python3 - "$MODELS/tiny-llama.json" "$TMP/llama-wide.json" <<'PYEOF'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["intermediate_size"] *= 2
+json.dump(cfg, open(sys.argv[2], "w"))
+PYEOF
+run simulate --model "$MODELS/tiny-llama.json" --train megatron:tp=2 \
+    --infer vllm:tp=2 --emit "$TMP/emit-narrow"
+expect_rc "tiny-llama --emit" 0
+run simulate --model "$TMP/llama-wide.json" --train megatron:tp=2 \
+    --infer vllm:tp=2 --emit "$TMP/emit-wide"
+expect_rc "tiny-llama, intermediate_size doubled: --emit" 0
+run plan --capture "$TMP/emit-wide/captures/0.json" \
+    --sources "$TMP/emit-narrow/sources/0.json" \
+    --sources "$TMP/emit-narrow/sources/1.json"
+expect_rc "doubled capture against the published tables" 1
+if grep -qF "of which 12 model mismatch" "$TMP/out" &&
+    grep -qF "tensor 'model.layers.0.mlp.gate_proj.weight': capture assumes shape [256, 64] bf16, published [128, 64] bf16" "$TMP/out"
+then ok "doubled capture: the 12 MLP sources refused, naming both shapes"
+else bad "doubled capture: summary"; sed 's/^/       /' "$TMP/out" | head -20; fi
 
 # ---- errors -----------------------------------------------------------------
 

@@ -9,7 +9,8 @@
 #include "reshard/capture.h"
 
 /* Reads every record back, so that whatever the loader kept is well formed
- * (shapes within RS_MAX_DIMS, non-negative, copies naming known params). */
+ * (shapes within RS_MAX_DIMS, non-negative, declared sources with a real
+ * dtype, copies naming known params). */
 static void walk(rs_capture_h cap)
 {
     for (size_t i = 0; i < rs_capture_num_params(cap); i++) {
@@ -22,6 +23,17 @@ static void walk(rs_capture_h cap)
                 abort();
         if (rs_capture_find_param(cap, p.name) != (long)i)
             abort();
+    }
+    for (size_t i = 0; i < rs_capture_num_sources(cap); i++) {
+        rs_source_info_t s;
+        rs_capture_source(cap, i, &s);
+        if (s.ndim < 0 || s.ndim > RS_MAX_DIMS || s.name == NULL ||
+            rs_dtype_size(s.dtype) == 0 ||
+            rs_capture_find_source(cap, s.name) != (long)i)
+            abort();
+        for (int d = 0; d < s.ndim; d++)
+            if (s.shape[d] < 0)
+                abort();
     }
     for (size_t i = 0; i < rs_capture_num_copies(cap); i++) {
         rs_copy_desc_t c;

@@ -7,8 +7,10 @@
  * no read outside a shard, no write outside a parameter (ASan and canary
  * guards), no byte written more often than copies cover it (exactly that
  * often when the plan is complete), every singly covered element holds the
- * source value the op chain selects (gt_tensor replay), and rs_exec writes
- * exactly the bytes the plan names, with the same values. */
+ * source value the op chain selects (gt_tensor replay), rs_exec writes
+ * exactly the bytes the plan names, with the same values, and a source the
+ * capture declares with another shape or dtype than published is never
+ * read. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,8 @@ typedef struct fsrc {
     int ndim;
     int64_t shape[RS_MAX_DIMS];
     rs_dtype_t dtype;
+    int published; /* some shard of it was accepted */
+    int declared;  /* 0 no, 1 as published, 2 another shape, 3 another dtype */
 } fsrc_t;
 
 typedef struct fshard {
@@ -184,6 +188,7 @@ static void add_shard(fz_in_t *in, world_t *w, uint64_t *next)
         CHECK(diag.msg[0] != '\0');
         return;
     }
+    w->src[sh->src].published = 1;
     next[sh->sess] = sh->addr + sh->nbytes;
     if (sh->nbytes > MAX_BYTES) {
         w->runnable = 0;
@@ -557,6 +562,69 @@ static void run_exec(world_t *w, rs_plan_h plan, mini_exec_t *mx)
     rs_transport_destroy(t);
 }
 
+/* ---- declared sources ------------------------------------------------ */
+
+/* Decided after everything else, so that inputs saved before declarations
+ * existed decode as they did (an exhausted input declares nothing): per
+ * source none, as published, with one dim off, or with the other dtype. */
+static void declare_sources(fz_in_t *in, world_t *w)
+{
+    for (int s = 0; s < w->nsrc; s++) {
+        fsrc_t *f = &w->src[s];
+        int mode = (int)fz_below(in, 4);
+        int64_t shape[RS_MAX_DIMS];
+        rs_dtype_t dt = f->dtype;
+        if (mode == 0)
+            continue;
+        memcpy(shape, f->shape, sizeof(shape));
+        if (mode == 2) {
+            int d = (int)fz_below(in, f->ndim);
+            shape[d] = shape[d] != 3 ? 3 : 4;
+        }
+        if (mode == 3)
+            dt = dt == RS_DTYPE_F32 ? RS_DTYPE_BF16 : RS_DTYPE_F32;
+        rs_diag_t diag;
+        if (rs_capture_declare_source(w->cap, f->name, f->ndim, shape, dt,
+                                      &diag) != RS_OK) {
+            CHECK(diag.msg[0] != '\0'); /* a hostile published shape */
+            continue;
+        }
+        f->declared = mode;
+    }
+}
+
+/* A published source declared otherwise is refused and never read: no
+ * shard of it is listed, no full pull or convert reads it; the refusals
+ * lead the fallback list with their reason. */
+static void check_declared(const world_t *w, rs_plan_h plan)
+{
+    size_t nmis = rs_plan_num_mismatched(plan), nsh, n;
+    const rs_shard_ref_t *sh = rs_plan_shards(plan, &nsh);
+    CHECK(nmis <= rs_plan_num_fallback(plan));
+    for (size_t i = 0; i < nmis; i++) {
+        const char *src, *why;
+        rs_plan_fallback(plan, i, &src, &why);
+        CHECK(strncmp(why, "tensor '", 8) == 0 &&
+              strstr(why, "capture assumes shape") != NULL);
+    }
+    for (int s = 0; s < w->nsrc; s++) {
+        const fsrc_t *f = &w->src[s];
+        if (f->declared < 2 || !f->published)
+            continue;
+        for (size_t i = 0; i < nsh; i++)
+            CHECK(strcmp(sh[i].tensor, f->name) != 0);
+        const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+        for (size_t i = 0; i < n; i++)
+            CHECK(strcmp(fp[i].src, f->name) != 0);
+        const rs_convert_t *cv = rs_plan_converts(plan, &n);
+        for (size_t i = 0; i < n; i++) {
+            rs_copy_desc_t c;
+            rs_capture_copy(w->cap, cv[i].copy, &c);
+            CHECK(strcmp(c.src, f->name) != 0);
+        }
+    }
+}
+
 /* ---- the target -------------------------------------------------------- */
 
 static void plan_world(fz_in_t *in, world_t *w)
@@ -568,6 +636,7 @@ static void plan_world(fz_in_t *in, world_t *w)
     if (fz_below(in, 2))
         params.split_bytes = 8 * (uint64_t)fz_below(in, 4);
     params.replica_salt = fz_u8(in);
+    declare_sources(in, w);
     rs_plan_h plan = NULL;
     rs_diag_t diag;
     rs_diag_clear(&diag);
@@ -576,6 +645,7 @@ static void plan_world(fz_in_t *in, world_t *w)
         CHECK(plan == NULL && diag.msg[0] != '\0');
         return;
     }
+    check_declared(w, plan);
     if (w->runnable) {
         mini_exec_t *mx = run_mini(w, plan);
         if (w->replayed)

@@ -1,6 +1,8 @@
 /* Hostile captures: destination regions that leave their parameter or
  * overflow, op chains out of range or overflowing, dtypes that do not
- * exist, and a million copies planned within a memory budget. Bad geometry
+ * exist, declared source shapes and dtypes that are malformed or
+ * contradict each other, and a million copies planned within a memory
+ * budget. Bad geometry
  * puts the source in the plan's fallback list with a reason naming the
  * copy, the op and the parameter; nothing is ever written for it. */
 #include <setjmp.h>
@@ -236,6 +238,143 @@ static void test_capture_json_dtypes(void **state)
         "copies[0].param", "'q'");
 }
 
+/* Declared sources: bad ranks, shapes and dtypes are refused naming the
+ * source; a second declaration must repeat the first. */
+static void test_declare_source_checks(void **state)
+{
+    (void)state;
+    rs_capture_h cap = NULL;
+    rs_diag_t diag;
+    int64_t big[2] = {INT64_MAX, 2}, neg[2] = {4, -1}, ok[2] = {4, 8};
+    int64_t other[2] = {8, 8}, half[2] = {INT64_MAX / 2 + 1, 1};
+
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "big", 2, big, RS_DTYPE_U8,
+                                             &diag), RS_ERR_INPUT, &diag,
+                   "source 'big'", "overflows");
+    /* fits as elements, not as bytes */
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "half", 2, half,
+                                             RS_DTYPE_BF16, &diag),
+                   RS_ERR_INPUT, &diag, "source 'half'", "overflows");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "neg", 2, neg, RS_DTYPE_U8,
+                                             &diag), RS_ERR_INPUT, &diag,
+                   "source 'neg'", "negative");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "dt", 2, ok, (rs_dtype_t)77,
+                                             &diag), RS_ERR_INPUT, &diag,
+                   "source 'dt'", "invalid dtype");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "dt0", 2, ok,
+                                             RS_DTYPE_INVALID, &diag),
+                   RS_ERR_INPUT, &diag, "source 'dt0'", "invalid dtype");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "rank", 17, ok, RS_DTYPE_U8,
+                                             &diag), RS_ERR_INPUT, &diag,
+                   "source 'rank'", "rank 17");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "rank", -1, ok, RS_DTYPE_U8,
+                                             &diag), RS_ERR_INPUT, &diag,
+                   "source 'rank'", "rank -1");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, NULL, 2, ok, RS_DTYPE_U8,
+                                             &diag), RS_ERR_INVALID_ARG, &diag,
+                   "NULL");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "w", 2, NULL, RS_DTYPE_U8,
+                                             &diag), RS_ERR_INVALID_ARG, &diag,
+                   "NULL");
+    HOSTILE_EXPECT(rs_capture_declare_source(NULL, "w", 2, ok, RS_DTYPE_U8,
+                                             &diag), RS_ERR_INVALID_ARG, &diag,
+                   "NULL");
+    assert_int_equal(rs_capture_num_sources(cap), 0);
+
+    assert_int_equal(rs_capture_declare_source(cap, "w", 2, ok, RS_DTYPE_BF16,
+                                               &diag), RS_OK);
+    assert_int_equal(rs_capture_declare_source(cap, "w", 2, ok, RS_DTYPE_BF16,
+                                               &diag), RS_OK);
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "w", 2, other,
+                                             RS_DTYPE_BF16, &diag),
+                   RS_ERR_INPUT, &diag, "source 'w' declared twice",
+                   "[4, 8] bf16", "[8, 8] bf16");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "w", 2, ok, RS_DTYPE_F32,
+                                             &diag), RS_ERR_INPUT, &diag,
+                   "source 'w' declared twice", "[4, 8] bf16", "[4, 8] f32");
+    HOSTILE_EXPECT(rs_capture_declare_source(cap, "w", 1, ok, RS_DTYPE_BF16,
+                                             &diag), RS_ERR_INPUT, &diag,
+                   "[4, 8] bf16, then [4] bf16");
+    /* the first declaration stands */
+    rs_source_info_t info;
+    assert_int_equal(rs_capture_num_sources(cap), 1);
+    assert_int_equal(rs_capture_find_source(cap, "w"), 0);
+    rs_capture_source(cap, 0, &info);
+    assert_string_equal(info.name, "w");
+    assert_int_equal(info.ndim, 2);
+    assert_int_equal(info.shape[0], 4);
+    assert_int_equal(info.shape[1], 8);
+    assert_int_equal(info.dtype, RS_DTYPE_BF16);
+    rs_capture_destroy(cap);
+}
+
+/* A capture with `sources` spliced in as the value of the "sources" key. */
+static const char *with_sources(const char *sources)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof(buf),
+             "{\"schema\": \"reshard.capture.v1\", \"params\": {\"p\": "
+             "{\"shape\": [4], \"dtype\": \"u8\"}}, \"sources\": %s, "
+             "\"copies\": [{\"src\": \"w\", \"ops\": [], \"param\": \"p\", "
+             "\"dest_offset\": 0, \"dest_shape\": [4], \"dest_stride\": [1], "
+             "\"dest_dtype\": \"u8\"}]}", sources);
+    return buf;
+}
+
+/* Bad input in the "sources" key is a load error naming the JSON path. */
+static void test_capture_json_sources(void **state)
+{
+    (void)state;
+    int fds = hostile_count_fds();
+    expect_capture_refused(with_sources("[]"), "sources",
+                           "expected an object, got an array");
+    expect_capture_refused(with_sources("\"w\""), "sources",
+                           "expected an object, got a string");
+    expect_capture_refused(with_sources("{\"w\": [4]}"), "sources.w",
+                           "expected an object, got an array");
+    expect_capture_refused(with_sources("{\"w\": {\"dtype\": \"u8\"}}"),
+                           "sources.w.shape", "missing");
+    expect_capture_refused(with_sources("{\"w\": {\"shape\": [4]}}"),
+                           "sources.w.dtype", "missing");
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": [4, -2], \"dtype\": \"u8\"}}"),
+        "sources.w.shape[1]", "-2");
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": [4, 2.5], \"dtype\": \"u8\"}}"),
+        "sources.w.shape[1]", "integer");
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": \"4x2\", \"dtype\": \"u8\"}}"),
+        "sources.w.shape", "array");
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"
+                     " \"dtype\": \"u8\"}}"),
+        "sources.w.shape", "16");
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": [4611686018427387904, 4], "
+                     "\"dtype\": \"u8\"}}"),
+        "sources.w.shape", "overflow");
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": [4], \"dtype\": \"f7\"}}"),
+        "sources.w.dtype", "unknown dtype \"f7\"");
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": [4], \"dtype\": 2}}"),
+        "sources.w.dtype", "expected a string");
+    expect_capture_refused(
+        with_sources("{\"model.w\": {\"shape\": [4], \"dtype\": \"BF16\"}}"),
+        "sources[\"model.w\"].dtype", "unknown dtype");
+    /* duplicate keys are refused while parsing, at their position */
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": [4], \"dtype\": \"u8\"}, "
+                     "\"w\": {\"shape\": [8], \"dtype\": \"u8\"}}"),
+        "duplicate object key", "\"w\"");
+    expect_capture_refused(
+        with_sources("{\"w\": {\"shape\": [4], \"shape\": [8], "
+                     "\"dtype\": \"u8\"}}"),
+        "duplicate object key", "shape");
+    assert_int_equal(hostile_count_fds(), fds);
+}
+
 static long max_rss_kib(void)
 {
     struct rusage ru;
@@ -326,6 +465,8 @@ int main(void)
         cmocka_unit_test(test_ops_overflow),
         cmocka_unit_test(test_capture_entry_checks),
         cmocka_unit_test(test_capture_json_dtypes),
+        cmocka_unit_test(test_declare_source_checks),
+        cmocka_unit_test(test_capture_json_sources),
         cmocka_unit_test(test_million_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 /* Tests of the reshard.capture.v1 loader: every op kind lands in the rs_op_t
- * fields documented in capture.h, and every kind of bad input is refused
- * with a message naming the origin, the JSON path and the cause. */
+ * fields documented in capture.h, declared sources land in order, and every
+ * kind of bad input is refused with a message naming the origin, the JSON
+ * path and the cause. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,8 +154,54 @@ static void test_optional_keys_absent(void **state)
     rs_capture_h cap = load_ok("{\"schema\": \"reshard.capture.v1\", "
                                "\"params\": {}, \"copies\": []}");
     assert_int_equal(rs_capture_num_params(cap), 0);
+    assert_int_equal(rs_capture_num_sources(cap), 0);
     assert_int_equal(rs_capture_num_unsupported(cap), 0);
     assert_int_equal(rs_capture_unattributed(cap), 0);
+    rs_capture_destroy(cap);
+    /* a null "sources" is absent, like any optional key */
+    cap = load_ok("{\"schema\": \"reshard.capture.v1\", \"params\": {}, "
+                  "\"sources\": null, \"copies\": []}");
+    assert_int_equal(rs_capture_num_sources(cap), 0);
+    rs_capture_destroy(cap);
+}
+
+/* "sources": every entry lands in declaration order with its shape (rank 0
+ * included) and its dtype in any accepted spelling; a declared source no
+ * copy reads is kept. */
+static void test_sources_key(void **state)
+{
+    (void)state;
+    const char *text =
+        "{\"schema\": \"reshard.capture.v1\","
+        " \"params\": {\"w\": {\"shape\": [4, 4], \"dtype\": \"bf16\"}},"
+        " \"sources\": {\"q\": {\"shape\": [8, 4], \"dtype\": \"torch.bfloat16\"},"
+        "  \"scale\": {\"shape\": [], \"dtype\": \"float32\", \"note\": 1},"
+        "  \"unread\": {\"shape\": [0, 3], \"dtype\": \"f8e4m3\"}},"
+        " \"copies\": [{\"src\": \"q\", \"ops\": [[\"narrow\", 0, 0, 4]],"
+        "  \"param\": \"w\", \"dest_offset\": 0, \"dest_shape\": [4, 4],"
+        "  \"dest_stride\": [4, 1], \"dest_dtype\": \"bf16\"}]}";
+    rs_capture_h cap = load_ok(text);
+    rs_source_info_t s;
+
+    assert_int_equal(rs_capture_num_sources(cap), 3);
+    rs_capture_source(cap, 0, &s);
+    assert_string_equal(s.name, "q");
+    assert_int_equal(s.ndim, 2);
+    assert_int_equal(s.shape[0], 8);
+    assert_int_equal(s.shape[1], 4);
+    assert_int_equal(s.dtype, RS_DTYPE_BF16);
+    rs_capture_source(cap, 1, &s);
+    assert_string_equal(s.name, "scale");
+    assert_int_equal(s.ndim, 0);
+    assert_int_equal(s.dtype, RS_DTYPE_F32);
+    rs_capture_source(cap, 2, &s);
+    assert_string_equal(s.name, "unread");
+    assert_int_equal(s.ndim, 2);
+    assert_int_equal(s.shape[0], 0);
+    assert_int_equal(s.dtype, RS_DTYPE_F8E4M3);
+    assert_int_equal(rs_capture_find_source(cap, "scale"), 1);
+    assert_int_equal(rs_capture_find_source(cap, "w"), -1);
+    assert_int_equal(rs_capture_num_copies(cap), 1);
     rs_capture_destroy(cap);
 }
 
@@ -630,6 +677,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_capture),
         cmocka_unit_test(test_optional_keys_absent),
+        cmocka_unit_test(test_sources_key),
         cmocka_unit_test(test_ops_int_args),
         cmocka_unit_test(test_op_slice),
         cmocka_unit_test(test_op_lists),

@@ -1,7 +1,8 @@
 /* Tests of the reshard.capture.v1 writer: random captures holding every op
- * kind, getitem keys, odd names, unsupported sources and an unattributed
- * count go through write -> load -> write byte for byte, and the reloaded
- * capture equals the original field by field. */
+ * kind, getitem keys, odd names, declared source shapes and dtypes,
+ * unsupported sources and an unattributed count go through write -> load ->
+ * write byte for byte, and the reloaded capture equals the original field by
+ * field. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -242,6 +243,24 @@ static void add_copy(rs_capture_h cap, size_t index)
     assert_int_equal(rs_capture_add_copy(cap, &c, NULL), RS_OK);
 }
 
+/* Declares some of the copies' sources (named as add_copy names them) and
+ * one no copy reads, each with a random shape (rank 0 to 5) and dtype. */
+static void add_sources(rs_capture_h cap)
+{
+    char name[128];
+    int64_t shape[RS_MAX_DIMS];
+    size_t n = (size_t)rnd_in(0, 8);
+    for (size_t i = 0; i < n; i++) {
+        int ndim = (int)rnd_in(0, 5);
+        for (int d = 0; d < ndim; d++)
+            shape[d] = rnd_in(0, 5000);
+        rnd_name(name, sizeof(name), i == 7 ? "unused" : "s", i);
+        rs_dtype_t dt = dtypes[rnd() % (sizeof(dtypes) / sizeof(dtypes[0]))];
+        assert_int_equal(rs_capture_declare_source(cap, name, ndim, shape, dt,
+                                                   NULL), RS_OK);
+    }
+}
+
 static rs_capture_h random_capture(void)
 {
     rs_capture_h cap = NULL;
@@ -249,6 +268,7 @@ static rs_capture_h random_capture(void)
 
     assert_int_equal(rs_capture_create(&cap), RS_OK);
     add_params(cap, (size_t)rnd_in(1, 12));
+    add_sources(cap);
     size_t ncopies = (size_t)rnd_in(0, 40);
     for (size_t i = 0; i < ncopies; i++)
         add_copy(cap, i);
@@ -319,6 +339,18 @@ static void assert_capture_equal(rs_capture_h a, rs_capture_h b)
             assert_int_equal(pa.shape[d], pb.shape[d]);
         assert_int_equal(pa.dtype, pb.dtype);
     }
+    assert_int_equal(rs_capture_num_sources(a), rs_capture_num_sources(b));
+    for (size_t i = 0; i < rs_capture_num_sources(a); i++) {
+        rs_source_info_t sa, sb;
+        rs_capture_source(a, i, &sa);
+        rs_capture_source(b, i, &sb);
+        assert_string_equal(sa.name, sb.name);
+        assert_int_equal(sa.ndim, sb.ndim);
+        for (int d = 0; d < sa.ndim; d++)
+            assert_int_equal(sa.shape[d], sb.shape[d]);
+        assert_int_equal(sa.dtype, sb.dtype);
+        assert_int_equal(rs_capture_find_source(b, sa.name), (long)i);
+    }
     assert_int_equal(rs_capture_num_copies(a), rs_capture_num_copies(b));
     for (size_t i = 0; i < rs_capture_num_copies(a); i++) {
         rs_copy_desc_t ca, cb;
@@ -357,12 +389,15 @@ static void round_trip(rs_capture_h cap)
 static void test_random_round_trip(void **state)
 {
     (void)state;
+    size_t declared = 0;
     for (uint64_t seed = 1; seed <= 300; seed++) {
         rng_state = seed * 0x9e3779b97f4a7c15ull;
         rs_capture_h cap = random_capture();
+        declared += rs_capture_num_sources(cap);
         round_trip(cap);
         rs_capture_destroy(cap);
     }
+    assert_true(declared > 300); /* the key was exercised, not left empty */
 }
 
 /* Every op kind at least once, plus every getitem key kind. */
@@ -427,6 +462,9 @@ static void test_exact_text(void **state)
         "{\"schema\": \"reshard.capture.v1\",\n"
         " \"params\": {\n"
         "  \"w\": {\"shape\": [8, 4], \"dtype\": \"bf16\"}},\n"
+        " \"sources\": {\n"
+        "  \"q\\\"\\u0001\": {\"shape\": [8, 8], \"dtype\": \"bf16\"},\n"
+        "  \"scale\": {\"shape\": [], \"dtype\": \"f32\"}},\n"
         " \"copies\": [\n"
         "  {\"src\": \"q\\\"\\u0001\", \"ops\": [[\"narrow\", 0, 4, 4], "
         "[\"t\"]], \"param\": \"w\", \"dest_offset\": 16, \"dest_shape\": "
@@ -437,6 +475,33 @@ static void test_exact_text(void **state)
     size_t len;
     char *got = write_text(cap, &len);
     assert_string_equal(got, want);
+    free(got);
+    rs_capture_destroy(cap);
+}
+
+/* A capture written before sources were declared loads with none and is
+ * written with an empty "sources" object, which loads back the same. */
+static void test_older_capture(void **state)
+{
+    (void)state;
+    const char *old =
+        "{\"schema\": \"reshard.capture.v1\",\n"
+        " \"params\": {\n"
+        "  \"w\": {\"shape\": [4], \"dtype\": \"f32\"}},\n"
+        " \"copies\": [\n"
+        "  {\"src\": \"a\", \"ops\": [], \"param\": \"w\", \"dest_offset\": 0, "
+        "\"dest_shape\": [4], \"dest_stride\": [1], \"dest_dtype\": \"f32\"}],\n"
+        " \"unsupported\": {},\n"
+        " \"unattributed\": 0}\n";
+    rs_capture_h cap = load_text(old, strlen(old));
+    size_t len;
+    assert_int_equal(rs_capture_num_sources(cap), 0);
+    assert_int_equal(rs_capture_find_source(cap, "a"), -1);
+    char *got = write_text(cap, &len);
+    const char *key = strstr(got, " \"sources\": {},\n \"copies\"");
+    if (key == NULL)
+        fail_msg("no empty sources object before copies:\n%s", got);
+    round_trip(cap);
     free(got);
     rs_capture_destroy(cap);
 }
@@ -484,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_every_op_kind),
         cmocka_unit_test(test_loaded_unknown_op),
         cmocka_unit_test(test_exact_text),
+        cmocka_unit_test(test_older_capture),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
