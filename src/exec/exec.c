@@ -99,8 +99,8 @@ void rs_exec_set_run_timeout(rs_exec_h x, double timeout_s)
 static rs_status_t deadline_passed(rs_exec_h x, const char *where,
                                    const char *detail, rs_diag_t *diag)
 {
-    rs__diag_set(diag, RS_ERR_TIMEOUT, "the run's %g s deadline passed %s%s",
-                 x->params.run_timeout_s, where, detail);
+    rs__diag_set(diag, RS_ERR_TIMEOUT, "deadline passed %s after %.3g s%s",
+                 where, x->params.run_timeout_s, detail);
     return fail(x, RS_ERR_TIMEOUT, "deadline");
 }
 

@@ -379,6 +379,7 @@ static void test_lapsed_lease_refuses(void **state)
     assert_true(w.waited_ok); /* the refill really came mid-pull */
     assert_int_equal(one_version_or_untouched(st), 0);
     ASSERT_ST(st, RS_ERR_VERIFY, d);
+    fprintf(stderr, "refused as expected: %s\n", d.msg);
     ASSERT_MSG_HAS(d, "refusing to install");
     ASSERT_MSG_HAS(d, "'" HOLDER "'");
     ASSERT_MSG_HAS(d, "was not held throughout the pull");
@@ -438,6 +439,7 @@ static void test_taken_lease_refuses(void **state)
     rs_status_t st = pull(recv, 1, &d, &res);
     assert_int_equal(w.steal_st, RS_OK);
     ASSERT_ST(st, RS_ERR_VERIFY, d);
+    fprintf(stderr, "refused as expected: %s\n", d.msg);
     ASSERT_MSG_HAS(d, "refusing to install");
     ASSERT_MSG_HAS(d, "was taken again");
     assert_int_equal(one_version_or_untouched(st), 0);
@@ -457,6 +459,7 @@ static void test_deadline_in_wire(void **state)
     rs_receiver_h recv = open_receiver(&o);
     rs_status_t st = pull(recv, 1, &d, &res);
     ASSERT_ST(st, RS_ERR_TIMEOUT, d);
+    fprintf(stderr, "refused as expected: %s\n", d.msg);
     char subject[96];
     snprintf(subject, sizeof(subject), "version 1 of '%s' (timeout 1 s)",
              model);
@@ -487,6 +490,7 @@ static void test_deadline_in_discover(void **state)
     rs_status_t st = pull(recv, 7, &d, &res);
     double took = now_s() - t0;
     ASSERT_ST(st, RS_ERR_TIMEOUT, d);
+    fprintf(stderr, "refused as expected: %s\n", d.msg);
     char subject[96];
     snprintf(subject, sizeof(subject), "version 7 of '%s' (timeout 0.5 s)",
              model);
