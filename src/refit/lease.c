@@ -106,6 +106,7 @@ rs_status_t rs__lease_start(rs__lease_t *l, rs_dir_h dir, rs_dir_h renew_dir,
     l->running = pthread_create(&l->thread, NULL, renew_main, l) == 0;
     if (!l->running) {
         rs__lease_stop(l);
+        rs_dir_unlease(dir, model, version, holder, NULL);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "version %lld of '%s': "
                             "cannot start the lease renewal thread",
                             (long long)version, model);
