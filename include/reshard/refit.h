@@ -66,7 +66,10 @@ typedef struct rs_receiver_params {
     const char *model;
     const char *backend;    /* transport: "ucx" (default) or "cma" */
     uint64_t salt;          /* replica choice (this rank's index) */
-    const char *holder;     /* lease holder name; default "receiver-<salt>" */
+    /* Lease holder name; default "receiver-<salt>-<host>-<pid>". Names
+     * must be unique: a take under the same name ends the other holder's
+     * lease epoch, and its pull then refuses to install. */
+    const char *holder;
     double discover_timeout_s; /* waiting for READY; default 60 */
     double stale_s;         /* publishers silent longer are stale; 0 = off */
     /* The lease a pull holds on its version (see rs_receiver_pull): its

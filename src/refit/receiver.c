@@ -7,10 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/diag.h"
 #include "refit/refit_impl.h"
 #include "reshard/plan.h"
+
+#define HOLDER_MAX 128 /* a directory name's limit */
 
 typedef struct rs_rbind {
     void *base;
@@ -52,6 +55,26 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* "receiver-<salt>-<host>-<pid>": unique per process, since a lease taken
+ * under a shared name by another receiver would end this one's epoch. */
+static char *default_holder(uint64_t salt)
+{
+    char host[64] = "";
+    char *name = malloc(HOLDER_MAX);
+    if (name == NULL)
+        return NULL;
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        host[0] = '\0';
+    for (char *c = host; *c != '\0'; c++) {
+        int ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+                 (*c >= '0' && *c <= '9') || *c == '.' || *c == '_';
+        *c = ok ? *c : '-';
+    }
+    snprintf(name, HOLDER_MAX, "receiver-%llu-%s-%ld",
+             (unsigned long long)salt, host[0] ? host : "host", (long)getpid());
+    return name;
+}
+
 void rs_receiver_params_init(rs_receiver_params_t *p)
 {
     memset(p, 0, sizeof(*p));
@@ -82,11 +105,8 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
     r->model = strdup(params->model);
     r->directory = strdup(params->directory);
     r->backend = strdup(params->backend ? params->backend : "ucx");
-    if (params->holder != NULL)
-        r->holder = strdup(params->holder);
-    else if ((r->holder = malloc(48)) != NULL)
-        snprintf(r->holder, 48, "receiver-%llu",
-                 (unsigned long long)params->salt);
+    r->holder = params->holder != NULL ? strdup(params->holder)
+                                       : default_holder(params->salt);
     r->nparams = rs_capture_num_params(capture);
     r->binds = calloc(r->nparams + 1, sizeof(rs_rbind_t));
     rs_status_t st = r->model && r->directory && r->backend && r->holder &&
