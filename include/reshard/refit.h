@@ -5,7 +5,12 @@
  * table of that version, pulls, verifies and installs. Plans, connections
  * and prepared descriptors are cached while the topology (every publisher's
  * identity, shard geometry, addresses and keys) stays the same, and rebuilt
- * automatically when it changes. */
+ * automatically when it changes.
+ *
+ * Threads: a publisher or a receiver is used by one thread at a time. Each
+ * runs one thread of its own on a second directory connection: the
+ * publisher's heartbeat, and, during a pull, the receiver's lease
+ * renewal. */
 #ifndef RESHARD_REFIT_H
 #define RESHARD_REFIT_H
 
