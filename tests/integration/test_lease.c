@@ -8,7 +8,8 @@
  * installs byte for byte; with the lease lapsed, taken by another party or
  * released, the pull refuses with the destination untouched and install not
  * called. Also the overall deadline, in the wire and the discover stage.
- * Every case runs on a file: and a redis:// directory. */
+ * Every case runs on a file: and a redis:// directory; on redis also a
+ * directory that goes away mid-pull. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,6 +40,7 @@ typedef enum slow_mode {
     SLOW_SLEEP = 1, /* sleep a fixed time after every chunk */
     SLOW_REFILL,    /* after the first chunk, wait for the refill */
     SLOW_STEAL,     /* after the first chunk, take the lease's name */
+    SLOW_OUTAGE,    /* after the first chunk, stop the redis server */
 } slow_mode_t;
 
 typedef struct env {
@@ -248,6 +250,9 @@ static void on_progress(void *ctx, const rs_progress_t *p)
             w.steal_st = rs_dir_lease(dir, MODEL, 1, HOLDER, 30, &d);
         rs_dir_close(dir);
         sleep_s(TTL_S); /* a renewal or two come and fail */
+    } else if (w.chunks == 0 && w.mode == SLOW_OUTAGE) {
+        rfx_stop(&g->server);
+        sleep_s(TTL_S); /* renewals cannot reach the directory */
     }
     w.chunks++;
 }
@@ -446,6 +451,33 @@ static void test_taken_lease_refuses(void **state)
     rs_receiver_destroy(recv);
 }
 
+/* The directory goes away mid-pull: renewals fail without saying anything
+ * about the lease, and the lease cannot be proven at the end, so the pull
+ * refuses (the bytes may be fine, but nothing shows they are one version). */
+static void test_directory_outage_refuses(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_diag_t d;
+    rs_pull_result_t res;
+    opts_t o = {0, 0, 1};
+    w.mode = SLOW_OUTAGE;
+    rs_receiver_h recv = open_receiver(&o);
+    rs_status_t st = pull(recv, 1, &d, &res);
+    assert_int_equal(one_version_or_untouched(st), 0);
+    ASSERT_ST(st, RS_ERR_VERIFY, d);
+    fprintf(stderr, "refused as expected: %s\n", d.msg);
+    ASSERT_MSG_HAS(d, "refusing to install");
+    ASSERT_MSG_HAS(d, "renewal error");
+    if (strstr(d.msg, " 0 renewal errors") != NULL)
+        fail_msg("no renewal error was recorded: %s", d.msg);
+    rs_receiver_destroy(recv);
+    /* the next tests need a server */
+    if (rfx_start(&g->server, NULL, g->why, sizeof(g->why)) != 0)
+        fail_msg("redis restart: %s", g->why);
+    snprintf(g->url, sizeof(g->url), "%s", g->server.url);
+}
+
 /* One deadline for the whole pull: the slow wire runs past it. */
 static void test_deadline_in_wire(void **state)
 {
@@ -580,14 +612,19 @@ int main(void)
         CASE(test_deadline_in_wire),
         CASE(test_deadline_in_discover),
     };
+    const struct CMUnitTest redis_tests[] = {
+        CASE(test_directory_outage_refuses), /* a file: one does not go away */
+    };
+    enum { N = sizeof(tests) / sizeof(tests[0]) };
+    struct CMUnitTest all[N + 1];
+    memcpy(all, tests, sizeof(tests));
+    all[N] = redis_tests[0];
     int failed = 0;
     g = &file_env;
-    failed += _cmocka_run_group_tests("file", tests, sizeof(tests) / sizeof(tests[0]),
-                                      group_setup,
+    failed += _cmocka_run_group_tests("file", tests, N, group_setup,
                                       group_teardown);
     g = &redis_env;
-    failed += _cmocka_run_group_tests("redis", tests, sizeof(tests) / sizeof(tests[0]),
-                                      group_setup,
+    failed += _cmocka_run_group_tests("redis", all, N + 1, group_setup,
                                       group_teardown);
     return failed;
 }
