@@ -118,6 +118,9 @@ rs_status_t rs__lease_confirm(rs__lease_t *l, rs_dir_h dir, rs_diag_t *diag)
 {
     char why[RS_DIAG_MSG_MAX];
     rs_diag_t d;
+    if (!l->taken) /* the executor run outside rs_receiver_pull */
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: no pull in "
+                            "flight holds a lease, nothing may be installed");
     rs_diag_clear(&d);
     pthread_mutex_lock(&l->lock);
     int lost = l->lost;
