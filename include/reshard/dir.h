@@ -85,7 +85,38 @@ RS_API rs_status_t rs_dir_list(rs_dir_h dir, const char *model,
                                rs_diag_t *diag, rs_version_info_t **infos_p,
                                size_t *count_p);
 
-/* Takes or renews a lease named `holder` on a version for ttl_s seconds. */
+/* Leases. A lease (holder, expiry) keeps a version from being released
+ * while its holder may still read the version's memory. Every take starts a
+ * new lease *epoch*: a number the directory hands out once per version
+ * (1, 2, ...), so a lease taken again, after it lapsed or was dropped, never
+ * has the epoch of the one before. Renewing by epoch is the proof of
+ * continuity: it succeeds only while that very lease is live, so a holder
+ * whose every renewal succeeded held the version without a gap, and the
+ * version cannot have been released in between. */
+
+/* Takes a fresh lease named `holder` on a version that is not RELEASED, for
+ * ttl_s seconds, and sets *epoch_p to its epoch. A live lease of the same
+ * holder is replaced (its epoch ends). RS_ERR_INCOMPLETE when the version
+ * is released, RS_ERR_INPUT when it was never created or an argument is
+ * bad. */
+RS_API rs_status_t rs_dir_lease_take(rs_dir_h dir, const char *model,
+                                     int64_t version, const char *holder,
+                                     double ttl_s, rs_diag_t *diag,
+                                     uint64_t *epoch_p);
+
+/* Renews lease `epoch` of `holder` for ttl_s seconds from now, in one
+ * atomic step with the check that the lease is still continuous: held by
+ * `holder`, of that epoch, not expired, on a version that is not RELEASED.
+ * Otherwise RS_ERR_INCOMPLETE, changing nothing, with a message saying
+ * which: "lapsed T s ago", "was taken again (now epoch N)", "is not held",
+ * "is released". Other errors (RS_ERR_TRANSPORT, RS_ERR_IO, RS_ERR_TIMEOUT)
+ * say nothing about the lease: it may still be live. */
+RS_API rs_status_t rs_dir_lease_renew(rs_dir_h dir, const char *model,
+                                      int64_t version, const char *holder,
+                                      uint64_t epoch, double ttl_s,
+                                      rs_diag_t *diag);
+
+/* rs_dir_lease_take without the epoch. */
 RS_API rs_status_t rs_dir_lease(rs_dir_h dir, const char *model,
                                 int64_t version, const char *holder,
                                 double ttl_s, rs_diag_t *diag);

@@ -39,6 +39,11 @@ typedef void (*rs_progress_cb)(void *ctx, const rs_progress_t *progress);
 typedef struct rs_exec_params {
     int phased;                /* one transport batch per kind (debugging) */
     double timeout_s;          /* per transport wait; <= 0 waits forever */
+    /* > 0: one deadline for the whole run (wire, replay, casts, verify),
+     * counted from the start of rs_exec_run; each transport wait gets at
+     * most what is left of it. A run past it is RS_ERR_TIMEOUT naming the
+     * stage, before install. Default 0: no overall bound. */
+    double run_timeout_s;
     int require_full_coverage; /* fail (RS_ERR_INCOMPLETE) below the floor */
     double coverage_floor;     /* fraction of parameter bytes, default 0.995 */
     int verify_digests;        /* re-digest fully reassembled shards */
@@ -70,15 +75,18 @@ RS_API void rs_exec_destroy(rs_exec_h exec);
 RS_API rs_status_t rs_exec_bind(rs_exec_h exec, size_t param, void *base,
                                 uint64_t nbytes, rs_diag_t *diag);
 
+/* Sets run_timeout_s for the following runs (the prepared state stays). */
+RS_API void rs_exec_set_run_timeout(rs_exec_h exec, double timeout_s);
+
 /* One refit. Errors: RS_ERR_INCOMPLETE (the plan refused a source published
  * with another shape or dtype than the capture assumes, a model mismatch
  * whose message names the first such tensor and both shapes; uncovered
  * copies; or coverage below the floor when required), RS_ERR_UNSUPPORTED
  * (other fallback sources, or a cast it cannot do), RS_ERR_INVALID_ARG (an
- * unbound parameter), RS_ERR_TRANSPORT / RS_ERR_TIMEOUT (reads),
- * RS_ERR_VERIFY (a digest mismatch or an implausible throughput). The plan's
- * refusals are found before any byte moves. On any error the install
- * callback is not called. */
+ * unbound parameter), RS_ERR_TRANSPORT / RS_ERR_TIMEOUT (reads, or the
+ * run's deadline), RS_ERR_VERIFY (a digest mismatch or an implausible
+ * throughput). The plan's refusals are found before any byte moves. On any
+ * error the install callback is not called. */
 RS_API rs_status_t rs_exec_run(rs_exec_h exec, rs_diag_t *diag);
 
 /* Coverage of the parameters by the plan, computed before any byte moves. */

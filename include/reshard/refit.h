@@ -5,7 +5,12 @@
  * table of that version, pulls, verifies and installs. Plans, connections
  * and prepared descriptors are cached while the topology (every publisher's
  * identity, shard geometry, addresses and keys) stays the same, and rebuilt
- * automatically when it changes. */
+ * automatically when it changes.
+ *
+ * Threads: a publisher or a receiver is used by one thread at a time. Each
+ * runs one thread of its own on a second directory connection: the
+ * publisher's heartbeat, and, during a pull, the receiver's lease
+ * renewal. */
 #ifndef RESHARD_REFIT_H
 #define RESHARD_REFIT_H
 
@@ -66,10 +71,25 @@ typedef struct rs_receiver_params {
     const char *model;
     const char *backend;    /* transport: "ucx" (default) or "cma" */
     uint64_t salt;          /* replica choice (this rank's index) */
-    const char *holder;     /* lease holder name; default "receiver-<salt>" */
+    /* Lease holder name; default "receiver-<salt>-<host>-<pid>". Names
+     * must be unique: a take under the same name ends the other holder's
+     * lease epoch, and its pull then refuses to install. */
+    const char *holder;
     double discover_timeout_s; /* waiting for READY; default 60 */
     double stale_s;         /* publishers silent longer are stale; 0 = off */
-    double lease_ttl_s;     /* default 60 */
+    /* The lease a pull holds on its version (see rs_receiver_pull): its
+     * ttl (default 60 s) and how often a thread renews it while the pull
+     * runs (<= 0, the default: ttl / 3). A period at or above the ttl lets
+     * the lease lapse between renewals, and such a pull refuses to install
+     * whenever the lapse is seen. */
+    double lease_ttl_s;
+    double lease_renew_s;
+    /* > 0: one deadline for the whole pull (discover, lease, tables, plan,
+     * connect, wire, replay, casts, verify), in seconds from the call. Every
+     * wait inside gets at most what is left; a pull past it fails with
+     * RS_ERR_TIMEOUT naming the stage it was in, before install. Default 0:
+     * no overall bound (each wait keeps its own timeout). */
+    double pull_timeout_s;
     int release_after;      /* release the version after installing */
     int64_t max_segments_per_copy; /* 0 = planner default */
     /* 1 (default): pull into receiver-owned shadow buffers and copy them
@@ -99,12 +119,33 @@ typedef struct rs_pull_result {
     int replanned;          /* 1 when the plan was (re)built for this pull */
     double discover_s, plan_s, connect_s;
     rs_exec_stats_t exec;
+    uint64_t lease_epoch;        /* the epoch of the pull's lease */
+    uint64_t lease_renewals;     /* renewals by the renewal thread */
+    uint64_t lease_renew_errors; /* renewals that could not reach the
+                                  * directory (retried) */
 } rs_pull_result_t;
 
 /* Discovers `version` (< 0: the newest READY one), plans (or reuses the
  * cached plan when the topology is unchanged), connects, pulls, verifies and
  * installs, holding a lease for the duration. On any error the install
- * callback is not called. */
+ * callback is not called (and, with shadow = 1, the bound storage is
+ * untouched).
+ *
+ * The lease is taken with a fresh epoch right after discovery and renewed
+ * by a thread every lease_renew_s until the pull ends, also while the wire
+ * is stalled. Before install the receiver proves the lease was held without
+ * a gap: no renewal found it over, and a last renewal, atomic with the
+ * check that the same epoch is still live, succeeds. A live lease makes
+ * release impossible, so the version was not released and the publishers
+ * did not refill their buffers while any byte was read. Otherwise
+ * RS_ERR_VERIFY ("refusing to install: lease ... was not held throughout
+ * the pull", with the cause): never a mix of two versions. A renewal that
+ * only failed to reach the directory is retried; it breaks nothing unless
+ * the lease lapsed meanwhile, which the next renewal reports.
+ *
+ * Errors: those of the directory (discovery), planning, connecting and
+ * rs_exec_run; RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed
+ * in the <stage> stage"); RS_ERR_VERIFY for a lease not held throughout. */
 RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
                                     rs_diag_t *diag,
                                     rs_pull_result_t *result_p);

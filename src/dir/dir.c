@@ -239,11 +239,13 @@ rs_status_t rs_dir_list(rs_dir_h dir, const char *model, rs_diag_t *diag,
     return RS_OK;
 }
 
-rs_status_t rs_dir_lease(rs_dir_h dir, const char *model, int64_t version,
-                         const char *holder, double ttl_s, rs_diag_t *diag)
+/* Checks of every lease call; fills the request. */
+static rs_status_t lease_request(rs_dir_h dir, const char *model,
+                                 int64_t version, const char *holder,
+                                 double ttl_s, rs_diag_t *diag,
+                                 rs_dir_req_t *req)
 {
-    rs_dir_req_t req;
-    rs_status_t st = start(dir, model, version, diag, &req);
+    rs_status_t st = start(dir, model, version, diag, req);
     if (st == RS_OK)
         st = check_name("lease holder", holder, diag);
     if (st != RS_OK)
@@ -252,9 +254,48 @@ rs_status_t rs_dir_lease(rs_dir_h dir, const char *model, int64_t version,
         return rs__diag_set(diag, RS_ERR_INPUT, "lease '%s' on version %lld "
                             "of '%s': ttl %g s (expected more than 0, at most "
                             "1e9)", holder, (long long)version, model, ttl_s);
-    req.holder = holder;
-    req.ttl_s = ttl_s;
+    req->holder = holder;
+    req->ttl_s = ttl_s;
+    return RS_OK;
+}
+
+rs_status_t rs_dir_lease_take(rs_dir_h dir, const char *model,
+                              int64_t version, const char *holder,
+                              double ttl_s, rs_diag_t *diag,
+                              uint64_t *epoch_p)
+{
+    rs_dir_req_t req;
+    rs_status_t st = lease_request(dir, model, version, holder, ttl_s, diag,
+                                   &req);
+    if (st == RS_OK)
+        st = dir->ops->lease(dir, &req, diag);
+    if (st == RS_OK && epoch_p != NULL)
+        *epoch_p = req.epoch;
+    return st;
+}
+
+rs_status_t rs_dir_lease_renew(rs_dir_h dir, const char *model,
+                               int64_t version, const char *holder,
+                               uint64_t epoch, double ttl_s, rs_diag_t *diag)
+{
+    rs_dir_req_t req;
+    rs_status_t st = lease_request(dir, model, version, holder, ttl_s, diag,
+                                   &req);
+    if (st != RS_OK)
+        return st;
+    if (epoch == 0 || epoch > RS_DIR_EPOCH_MAX)
+        return rs__diag_set(diag, RS_ERR_INPUT, "lease '%s' on version %lld "
+                            "of '%s': epoch %llu (expected 1 to 2^53)",
+                            holder, (long long)version, model,
+                            (unsigned long long)epoch);
+    req.epoch = epoch;
     return dir->ops->lease(dir, &req, diag);
+}
+
+rs_status_t rs_dir_lease(rs_dir_h dir, const char *model, int64_t version,
+                         const char *holder, double ttl_s, rs_diag_t *diag)
+{
+    return rs_dir_lease_take(dir, model, version, holder, ttl_s, diag, NULL);
 }
 
 rs_status_t rs_dir_unlease(rs_dir_h dir, const char *model, int64_t version,

@@ -13,6 +13,8 @@
 #define RS_DIR_NAME_MAX 128              /* model and holder names */
 #define RS_DIR_SLOTS_MAX ((int64_t)1 << 20)
 #define RS_DIR_TABLE_MAX ((size_t)256 << 20)
+/* Lease epochs stay exact in a Lua number (a double) */
+#define RS_DIR_EPOCH_MAX ((uint64_t)1 << 53)
 
 /* One request: the inputs an op needs (already validated) and the outputs
  * it fills on success. One record for every op keeps a single signature, so
@@ -26,6 +28,8 @@ typedef struct rs_dir_req {
     size_t len;          /* publish */
     const char *holder;  /* lease, unlease */
     double ttl_s;        /* lease */
+    uint64_t epoch;      /* lease: 0 takes a new lease, else renews this
+                          * epoch; on success the lease's epoch */
 
     /* lookup: state 0 when the version does not exist */
     rs_version_info_t info;

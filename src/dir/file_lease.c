@@ -1,9 +1,12 @@
 /* Leases and release in the file:DIR backend. A lease is a file
- * lease-<holder> holding its expiry (seconds since the epoch); release,
- * under the version lock, is refused while any lease has not expired, then
- * creates RELEASED and removes tables, heartbeats and leases. */
+ * lease-<holder> holding its expiry (seconds since the epoch) and its epoch;
+ * the file `epoch` holds the last epoch handed out. Takes, renewals and
+ * release run under the version lock; release is refused while any lease has
+ * not expired, then creates RELEASED and removes tables, heartbeats and
+ * leases. */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "dir/file_impl.h"
 
 #define LEASE_PREFIX "lease-"
+#define EPOCH_FILE "epoch"
 
 static void lease_name(const char *holder, char out[PATH_MAX])
 {
@@ -46,16 +50,119 @@ static rs_status_t locked(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag,
     return st;
 }
 
+/* A lease file: "<expiry> <epoch>\n" ("<expiry>\n", epoch 0, as older
+ * versions wrote it). *absent_p as rs__fdir_read. */
+static rs_status_t read_lease(const char *path, rs_diag_t *diag,
+                              int *absent_p, double *expiry_p,
+                              uint64_t *epoch_p)
+{
+    char *text = NULL, *end;
+    size_t len;
+    rs_status_t st = rs__fdir_read(path, 64, diag, absent_p, &text, &len);
+    if (st != RS_OK || *absent_p)
+        return st;
+    uint64_t epoch = 0;
+    double expiry = strtod(text, &end);
+    int ok = end != text;
+    if (ok && *end == ' ') {
+        char *num = end + 1;
+        epoch = strtoull(num, &end, 10);
+        ok = end != num && num[0] >= '0' && num[0] <= '9';
+    }
+    ok = ok && (*end == '\n' || *end == '\0');
+    free(text);
+    if (!ok)
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s: expected '<expiry in "
+                            "seconds> <epoch>'", path);
+    *expiry_p = expiry;
+    *epoch_p = epoch;
+    return RS_OK;
+}
+
+/* The next epoch of this version, recorded before any lease carries it. */
+static rs_status_t next_epoch(const char *vdir, rs_diag_t *diag,
+                              uint64_t *epoch_p)
+{
+    char path[PATH_MAX], text[32];
+    char *old = NULL;
+    size_t len;
+    int absent;
+    uint64_t last = 0;
+    rs__fdir_join(vdir, EPOCH_FILE, path);
+    rs_status_t st = rs__fdir_read(path, 32, diag, &absent, &old, &len);
+    if (st != RS_OK)
+        return st;
+    if (!absent) {
+        char *end;
+        last = strtoull(old, &end, 10);
+        int ok = end != old && (*end == '\n' || *end == '\0');
+        free(old);
+        if (!ok || last >= RS_DIR_EPOCH_MAX)
+            return rs__diag_set(diag, RS_ERR_INPUT, "%s: expected the last "
+                                "lease epoch (an integer below 2^53)", path);
+    }
+    int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", last + 1);
+    st = rs__fdir_replace(vdir, EPOCH_FILE, text, (size_t)n, diag);
+    if (st == RS_OK)
+        *epoch_p = last + 1;
+    return st;
+}
+
+/* A renewal goes ahead only while lease req->epoch is live. */
+static rs_status_t check_continuous(const char *vdir, const char *name,
+                                    const rs_dir_req_t *req, rs_diag_t *diag)
+{
+    char path[PATH_MAX];
+    int absent;
+    double expiry = 0, now;
+    uint64_t epoch = 0;
+    rs__fdir_join(vdir, name, path);
+    rs_status_t st = read_lease(path, diag, &absent, &expiry, &epoch);
+    if (st != RS_OK)
+        return st;
+    if (absent)
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
+                            "lease '%s' (epoch %" PRIu64 ") is not held "
+                            "(dropped or never taken)", (long long)req->version,
+                            req->model, req->holder, req->epoch);
+    if (epoch != req->epoch)
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
+                            "lease '%s' (epoch %" PRIu64 ") was taken again "
+                            "(now epoch %" PRIu64 ")", (long long)req->version,
+                            req->model, req->holder, req->epoch, epoch);
+    if (expiry <= (now = rs__fdir_now()))
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
+                            "lease '%s' (epoch %" PRIu64 ") lapsed %.2f s ago",
+                            (long long)req->version, req->model, req->holder,
+                            req->epoch, now - expiry);
+    return RS_OK;
+}
+
 static rs_status_t do_lease(const char *vdir, rs_dir_req_t *req,
                             rs_diag_t *diag)
 {
-    char name[PATH_MAX];
-    if (released(vdir))
+    char name[PATH_MAX], text[64];
+    uint64_t epoch = req->epoch;
+    if (released(vdir) && req->epoch == 0)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
                             "is released: no lease can be taken",
                             (long long)req->version, req->model);
+    if (released(vdir))
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
+                            "is released: lease '%s' (epoch %" PRIu64 ") "
+                            "ended with it", (long long)req->version,
+                            req->model, req->holder, req->epoch);
     lease_name(req->holder, name);
-    return rs__fdir_write_time(vdir, name, rs__fdir_now() + req->ttl_s, diag);
+    rs_status_t st = req->epoch != 0 ? check_continuous(vdir, name, req, diag)
+                                     : next_epoch(vdir, diag, &epoch);
+    if (st != RS_OK)
+        return st;
+    int n = snprintf(text, sizeof(text), "%.6f %" PRIu64 "\n",
+                     rs__fdir_now() + req->ttl_s, epoch);
+    st = rs__fdir_replace(vdir, name, text, (size_t)n, diag);
+    if (st == RS_OK)
+        req->epoch = epoch;
+    return st;
 }
 
 static rs_status_t do_unlease(const char *vdir, rs_dir_req_t *req,
@@ -97,10 +204,11 @@ static rs_status_t live_leases(const char *vdir, rs_diag_t *diag,
         char path[PATH_MAX];
         int absent;
         double expiry = 0;
+        uint64_t epoch;
         if (strncmp(e->d_name, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0)
             continue;
         rs__fdir_join(vdir, e->d_name, path);
-        st = rs__fdir_read_time(path, diag, &absent, &expiry);
+        st = read_lease(path, diag, &absent, &expiry, &epoch);
         if (st != RS_OK || absent || expiry <= now)
             continue;
         if (count++ == 0) {

@@ -4,7 +4,7 @@
  * release compares lease expiries with the server's own TIME. Scripts fail
  * before their first write, so a refused call changes nothing.
  * KEYS: 1 meta (hash: slots, state), 2 slots (hash slot -> table),
- * 3 hb (hash slot -> time), 4 leases (hash holder -> expiry), 5 versions
+ * 3 hb (hash slot -> time), 4 leases (hash holder -> "expiry epoch"), 5 versions
  * (sorted set). ARGV[1]: "version V of 'M'" for messages. */
 #include "dir/redis_impl.h"
 
@@ -128,17 +128,46 @@ static const char list_src[] =
     "end\n"
     "return out\n";
 
-/* ARGV: 2 holder, 3 ttl seconds */
+/* ARGV: 2 holder, 3 ttl seconds, 4 epoch to renew ("0": take a new one)
+ * -> the lease's epoch. A lease is "<expiry> <epoch>"; meta's lease_epoch
+ * is the last epoch handed out. */
 static const char lease_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
+    "local who = \"lease '\" .. ARGV[2] .. \"' (epoch \" .. ARGV[4] .. ')'\n"
     "if state == 'RELEASED' then\n"
-    "  return fail('RSINCOMPLETE', ARGV[1] ..\n"
-    "              ' is released: no lease can be taken')\n"
+    "  if ARGV[4] == '0' then\n"
+    "    return fail('RSINCOMPLETE', ARGV[1] ..\n"
+    "                ' is released: no lease can be taken')\n"
+    "  end\n"
+    "  return fail('RSINCOMPLETE', ARGV[1] .. ' is released: ' .. who ..\n"
+    "              ' ended with it')\n"
     "end\n"
-    "local expiry = now() + tonumber(ARGV[3])\n"
-    "redis.call('HSET', KEYS[4], ARGV[2], string.format('%.6f', expiry))\n"
-    "return 1\n";
+    "local t = now()\n"
+    "local epoch\n"
+    "if ARGV[4] == '0' then\n"
+    "  epoch = redis.call('HINCRBY', KEYS[1], 'lease_epoch', 1)\n"
+    "else\n"
+    "  local v = redis.call('HGET', KEYS[4], ARGV[2])\n"
+    "  if not v then\n"
+    "    return fail('RSINCOMPLETE', ARGV[1] .. ': ' .. who ..\n"
+    "                ' is not held (dropped or never taken)')\n"
+    "  end\n"
+    "  local e, g = string.match(v, '^(%S+) (%d+)$')\n"
+    "  if g ~= ARGV[4] then\n"
+    "    return fail('RSINCOMPLETE', ARGV[1] .. ': ' .. who ..\n"
+    "                ' was taken again (now epoch ' .. (g or '0') .. ')')\n"
+    "  end\n"
+    "  if tonumber(e) <= t then\n"
+    "    return fail('RSINCOMPLETE', ARGV[1] .. ': ' .. who .. ' lapsed ' ..\n"
+    "                string.format('%.2f', t - tonumber(e)) .. ' s ago')\n"
+    "  end\n"
+    "  epoch = tonumber(ARGV[4])\n"
+    "end\n"
+    "local expiry = t + tonumber(ARGV[3])\n"
+    "redis.call('HSET', KEYS[4], ARGV[2],\n"
+    "           string.format('%.6f %d', expiry, epoch))\n"
+    "return epoch\n";
 
 /* ARGV: 2 holder */
 static const char unlease_src[] = PRELUDE
@@ -154,7 +183,7 @@ static const char release_src[] = PRELUDE
     "local l = redis.call('HGETALL', KEYS[4])\n"
     "local live, first, left = 0, nil, 0\n"
     "for i = 1, #l, 2 do\n"
-    "  local e = tonumber(l[i + 1])\n"
+    "  local e = tonumber(string.match(l[i + 1], '^%S+'))\n"
     "  if e and e > t then\n"
     "    live = live + 1\n"
     "    if not first then first, left = l[i], e - t end\n"

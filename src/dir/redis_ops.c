@@ -252,10 +252,24 @@ rs_status_t rs__rdir_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 
 rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
-    char ttl[40];
+    char ttl[40], epoch[24];
     snprintf(ttl, sizeof(ttl), "%.17g", req->ttl_s);
-    const char *args[] = {req->holder, ttl};
-    return run(dir, RS_RLUA_LEASE, req, args, 2, diag);
+    snprintf(epoch, sizeof(epoch), "%llu", (unsigned long long)req->epoch);
+    const char *args[] = {req->holder, ttl, epoch};
+    size_t lens[] = {strlen(req->holder), strlen(ttl), strlen(epoch)};
+    redisReply *rep = NULL;
+    int64_t got = 0;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LEASE, req, args, lens, 3,
+                                   diag, &rep);
+    if (st != RS_OK)
+        return st;
+    int ok = get_i64(rep, &got) && got >= 1 &&
+             (uint64_t)got <= RS_DIR_EPOCH_MAX;
+    freeReplyObject(rep);
+    if (!ok)
+        return rs__rdir_bad_reply(dir, "the lease script", diag);
+    req->epoch = (uint64_t)got;
+    return RS_OK;
 }
 
 rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)

@@ -1,6 +1,7 @@
 /* The executor's lifecycle and one run: gate, wire, replay, casts, verify,
  * throughput check, install. Each stage is timed; a failure anywhere stops
  * the run before install. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -85,6 +86,54 @@ static rs_status_t fail(rs_exec_h x, rs_status_t st, const char *cause)
 {
     x->failure = cause;
     return st;
+}
+
+void rs_exec_set_run_timeout(rs_exec_h x, double timeout_s)
+{
+    if (x != NULL)
+        x->params.run_timeout_s = timeout_s;
+}
+
+/* RS_ERR_TIMEOUT: the run's deadline passed `where` ("in the wire stage"),
+ * followed by `detail` (may be empty). */
+static rs_status_t deadline_passed(rs_exec_h x, const char *where,
+                                   const char *detail, rs_diag_t *diag)
+{
+    rs__diag_set(diag, RS_ERR_TIMEOUT, "deadline passed %s after %.3g s%s",
+                 where, x->params.run_timeout_s, detail);
+    return fail(x, RS_ERR_TIMEOUT, "deadline");
+}
+
+/* Before a stage: has the deadline passed already? */
+static rs_status_t check_deadline(rs_exec_h x, const char *stage,
+                                  rs_diag_t *diag)
+{
+    char where[64];
+    if (x->deadline <= 0 || rs__now() < x->deadline)
+        return RS_OK;
+    snprintf(where, sizeof(where), "before the %s stage", stage);
+    return deadline_passed(x, where, "", diag);
+}
+
+rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag)
+{
+    double t = x->params.timeout_s, left = 0;
+    int clipped = 0;
+    if (x->deadline > 0) {
+        left = x->deadline - rs__now();
+        if (left < 1e-3)
+            left = 1e-3; /* still wait: the transport drains what it posted */
+        clipped = t <= 0 || left < t;
+        if (clipped)
+            t = left;
+    }
+    rs_status_t st = rs_transport_wait(x->t, t, diag);
+    if (st != RS_ERR_TIMEOUT || !clipped)
+        return st;
+    char where[64], detail[RS_DIAG_MSG_MAX + 2];
+    snprintf(where, sizeof(where), "in the %s stage", stage);
+    snprintf(detail, sizeof(detail), ": %s", diag != NULL ? diag->msg : "");
+    return deadline_passed(x, where, detail, diag);
 }
 
 /* Refuses plans that cannot be installed, before any byte moves. */
@@ -181,9 +230,9 @@ static rs_status_t wire_with_progress(rs_exec_h x, rs_diag_t *diag)
             return RS_OK;
         rs_status_t st = rs_transport_post(x->t, x->chunk, n, diag);
         if (st == RS_OK)
-            st = rs_transport_wait(x->t, x->params.timeout_s, diag);
+            st = rs__exec_wait(x, "wire", diag);
         if (st != RS_OK)
-            return fail(x, st, "transport");
+            return x->failure != NULL ? st : fail(x, st, "transport");
         for (size_t i = 0; i < n; i++)
             p.bytes_done += x->chunk[i].nbytes;
         p.elapsed_s = rs__now() - t0;
@@ -191,6 +240,14 @@ static rs_status_t wire_with_progress(rs_exec_h x, rs_diag_t *diag)
         for (size_t g = 0; g < ngroups; g++)
             p.sessions_outstanding += x->group_at[2 * g] < x->group_at[2 * g + 1];
         x->params.progress(x->params.progress_ctx, &p);
+        if (x->deadline > 0 && rs__now() >= x->deadline &&
+            p.sessions_outstanding > 0) {
+            char detail[96];
+            snprintf(detail, sizeof(detail), " (%llu of %llu bytes read)",
+                     (unsigned long long)p.bytes_done,
+                     (unsigned long long)p.bytes_total);
+            return deadline_passed(x, "in the wire stage", detail, diag);
+        }
     }
 }
 
@@ -205,9 +262,9 @@ static rs_status_t wire(rs_exec_h x, rs_diag_t *diag)
             rs_status_t st = rs_transport_post(x->t, x->reads + begin,
                                                end - begin, diag);
             if (st == RS_OK)
-                st = rs_transport_wait(x->t, x->params.timeout_s, diag);
+                st = rs__exec_wait(x, "wire", diag);
             if (st != RS_OK)
-                return fail(x, st, "transport");
+                return x->failure != NULL ? st : fail(x, st, "transport");
         }
         begin = end;
         if (!x->params.phased)
@@ -278,6 +335,8 @@ rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
     for (int s = 0; s < RS_STAGE_COUNT_; s++)
         x->stage[s] = -1;
     x->failure = NULL;
+    x->deadline = x->params.run_timeout_s > 0
+                      ? rs__now() + x->params.run_timeout_s : 0;
     x->stats.runs++;
     x->stats.shards_verified = 0;
     if (!x->have_coverage && (st = rs__exec_compute_coverage(x, diag)) != RS_OK)
@@ -288,14 +347,21 @@ rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
         return fail(x, st, "prepare");
     x->stats.bytes = x->plan_bytes;
     x->stats.descriptors = x->nreads;
+    if ((st = check_deadline(x, "wire", diag)) != RS_OK)
+        return st;
     STAGE(x, RS_STAGE_WIRE, 0, wire(x, diag));
     x->stats.wire_seconds = x->stage[RS_STAGE_WIRE];
     STAGE(x, RS_STAGE_REPLAY, x->replays_len == 0,
           run_copies(x, x->replays, x->replays_len, diag));
     STAGE(x, RS_STAGE_CONVERT, x->casts_len == 0,
           run_copies(x, x->casts, x->casts_len, diag));
+    if (x->params.verify_digests &&
+        (st = check_deadline(x, "verify", diag)) != RS_OK)
+        return st;
     STAGE(x, RS_STAGE_VERIFY, !x->params.verify_digests, rs__exec_verify(x, diag));
     if ((st = check_throughput(x, diag)) != RS_OK)
+        return st;
+    if ((st = check_deadline(x, "install", diag)) != RS_OK)
         return st;
     STAGE(x, RS_STAGE_INSTALL, x->params.install == NULL, install(x, diag));
     return RS_OK;

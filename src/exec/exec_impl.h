@@ -68,6 +68,7 @@ struct rs_exec {
     unsigned char *param_state;  /* 0 missing, 1 partial, 2 full */
 
     double stage[RS_STAGE_COUNT_];
+    double deadline;             /* of the run in flight (rs__now); 0: none */
     const char *failure;         /* short cause of the last failed run */
     char failure_msg[256];
     rs_exec_stats_t stats;
@@ -77,6 +78,10 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag);
 void rs__exec_release(rs_exec_h x);
 rs_status_t rs__exec_compute_coverage(rs_exec_h x, rs_diag_t *diag);
 rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag);
+/* Waits for the posted reads, for at most the per-wait timeout and what is
+ * left of the run's deadline; a wait the deadline cut short is
+ * RS_ERR_TIMEOUT naming `stage`. */
+rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag);
 double rs__now(void);
 
 #endif

@@ -176,7 +176,7 @@ static rs_status_t verify_partial(rs_exec_h x, const rs_shard_ref_t *sh,
         rs_read_t r = {s->session, s->addr, x->verify_buf, s->nbytes};
         rs_status_t st = rs_transport_post(x->t, &r, 1, diag);
         if (st == RS_OK)
-            st = rs_transport_wait(x->t, x->params.timeout_s, diag);
+            st = rs__exec_wait(x, "verify", diag);
         if (st == RS_OK)
             st = compare(x, x->partial[i],
                          rs_digest(x->verify_buf, (size_t)s->nbytes),

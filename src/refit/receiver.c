@@ -1,15 +1,19 @@
 /* The receiver lifecycle: discover a READY version, read every slot's
  * table, plan (or reuse the cached plan while the topology fingerprint is
  * unchanged), connect to the publishers the plan reads from, pull, verify,
- * install, all under a lease on the version. */
+ * install, all under a lease on the version that is renewed throughout
+ * (lease.c) and proven unbroken before install, and within one deadline. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/diag.h"
 #include "refit/refit_impl.h"
 #include "reshard/plan.h"
+
+#define HOLDER_MAX 128 /* a directory name's limit */
 
 typedef struct rs_rbind {
     void *base;
@@ -33,6 +37,12 @@ struct rs_receiver {
     rs_exec_h exec;
     rs_install_cb user_install;
     void *user_install_ctx;
+    /* the pull in flight */
+    rs_dir_h lease_dir;  /* the renewal thread's connection, opened once */
+    rs__lease_t lease;
+    double deadline;     /* now_s() time; 0: none */
+    const char *stage;   /* for deadline messages; NULL inside the executor */
+    rs_diag_t *diag;     /* the pull's, for the install-time lease proof */
 };
 
 static void *target_of(const rs_rbind_t *b);
@@ -43,6 +53,26 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* "receiver-<salt>-<host>-<pid>": unique per process, since a lease taken
+ * under a shared name by another receiver would end this one's epoch. */
+static char *default_holder(uint64_t salt)
+{
+    char host[64] = "";
+    char *name = malloc(HOLDER_MAX);
+    if (name == NULL)
+        return NULL;
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        host[0] = '\0';
+    for (char *c = host; *c != '\0'; c++) {
+        int ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+                 (*c >= '0' && *c <= '9') || *c == '.' || *c == '_';
+        *c = ok ? *c : '-';
+    }
+    snprintf(name, HOLDER_MAX, "receiver-%llu-%s-%ld",
+             (unsigned long long)salt, host[0] ? host : "host", (long)getpid());
+    return name;
 }
 
 void rs_receiver_params_init(rs_receiver_params_t *p)
@@ -75,11 +105,8 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
     r->model = strdup(params->model);
     r->directory = strdup(params->directory);
     r->backend = strdup(params->backend ? params->backend : "ucx");
-    if (params->holder != NULL)
-        r->holder = strdup(params->holder);
-    else if ((r->holder = malloc(48)) != NULL)
-        snprintf(r->holder, 48, "receiver-%llu",
-                 (unsigned long long)params->salt);
+    r->holder = params->holder != NULL ? strdup(params->holder)
+                                       : default_holder(params->salt);
     r->nparams = rs_capture_num_params(capture);
     r->binds = calloc(r->nparams + 1, sizeof(rs_rbind_t));
     rs_status_t st = r->model && r->directory && r->backend && r->holder &&
@@ -113,6 +140,7 @@ void rs_receiver_destroy(rs_receiver_h r)
         return;
     drop_cache(r);
     rs_dir_close(r->dir);
+    rs_dir_close(r->lease_dir);
     for (size_t p = 0; r->binds != NULL && p < r->nparams; p++)
         free(r->binds[p].shadow);
     free(r->binds);
@@ -152,11 +180,16 @@ static void *target_of(const rs_rbind_t *b)
     return b->shadow != NULL ? b->shadow : b->base;
 }
 
-/* Called by the executor after every check passed: the shadows become the
- * bound parameters, then the caller's own install runs. */
+/* Called by the executor after every check passed: once the lease is
+ * proven unbroken (every byte was read while the version could not be
+ * released, hence not refilled), the shadows become the bound parameters,
+ * then the caller's own install runs. */
 static rs_status_t install_shadows(void *ctx, rs_exec_h exec)
 {
     rs_receiver_h r = ctx;
+    rs_status_t st = rs__lease_confirm(&r->lease, r->dir, r->diag);
+    if (st != RS_OK)
+        return st;
     for (size_t p = 0; p < r->nparams; p++) {
         const rs_rbind_t *b = &r->binds[p];
         if (b->shadow != NULL)
@@ -219,6 +252,8 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
     char failed[512] = "";
     size_t nfailed = 0;
     double deadline = now_s() + r->params.discover_timeout_s;
+    if (r->deadline > 0 && r->deadline < deadline)
+        deadline = r->deadline;
     for (uint32_t k = 0; k < rs_plan_num_sessions(r->plan); k++) {
         if (rs_plan_session_bytes(r->plan, k) == 0)
             continue;
@@ -267,6 +302,7 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     rs_status_t st = rs_plan_build(r->cap, sources, &pp, diag, &r->plan);
     if (st == RS_OK)
         st = rs_transport_create(&tp, diag, &r->transport);
+    r->stage = "connect";
     if (st == RS_OK)
         st = connect_all(r, diag);
     if (st == RS_OK)
@@ -305,34 +341,126 @@ static rs_status_t prepare(rs_receiver_h r, rs_sources_h sources,
     return st;
 }
 
+/* What is left of the pull's deadline, capped at `cap` (<= 0: no cap). */
+static double budget(const rs_receiver_h r, double cap)
+{
+    if (r->deadline <= 0)
+        return cap;
+    double left = r->deadline - now_s();
+    left = left > 1e-3 ? left : 1e-3;
+    return cap > 0 && cap < left ? cap : left;
+}
+
+static int past_deadline(const rs_receiver_h r)
+{
+    return r->deadline > 0 && now_s() >= r->deadline;
+}
+
+/* A stage that failed once the deadline had passed failed because of it:
+ * RS_ERR_TIMEOUT naming the stage (the executor names its own). */
+static rs_status_t deadline_status(rs_receiver_h r, int64_t version,
+                                   rs_status_t st, rs_diag_t *diag)
+{
+    if (st == RS_OK || !past_deadline(r) ||
+        (r->stage == NULL && st != RS_ERR_TIMEOUT))
+        return st;
+    char subject[192];
+    if (version >= 0)
+        snprintf(subject, sizeof(subject), "version %lld of '%s'",
+                 (long long)version, r->model);
+    else
+        snprintf(subject, sizeof(subject), "the newest READY version of "
+                 "'%s'", r->model);
+    if (r->stage == NULL)
+        return rs__diag_prefix(diag, "pull of %s (timeout %g s): ", subject,
+                               r->params.pull_timeout_s);
+    char cause[RS_DIAG_MSG_MAX];
+    snprintf(cause, sizeof(cause), "%s", diag != NULL && diag->msg[0]
+                                             ? diag->msg : rs_status_str(st));
+    return rs__diag_set(diag, RS_ERR_TIMEOUT, "pull of %s (timeout %g s): "
+                        "deadline passed in the %s stage: %s", subject,
+                        r->params.pull_timeout_s, r->stage, cause);
+}
+
+/* Moves on to `stage`, unless the deadline passed already. */
+static rs_status_t enter(rs_receiver_h r, const char *stage, int64_t version,
+                         rs_diag_t *diag)
+{
+    if (past_deadline(r))
+        return deadline_status(r, version, rs__diag_set(diag, RS_ERR_TIMEOUT,
+                               "the %s stage did not start", stage), diag);
+    r->stage = stage;
+    return RS_OK;
+}
+
+static rs_status_t start_lease(rs_receiver_h r, int64_t version,
+                               rs_diag_t *diag)
+{
+    rs_status_t st = RS_OK;
+    if (r->lease_dir == NULL)
+        st = rs_dir_open(r->directory, diag, &r->lease_dir);
+    if (st == RS_OK)
+        st = rs__lease_start(&r->lease, r->dir, r->lease_dir, r->model,
+                             version, r->holder, r->params.lease_ttl_s,
+                             r->params.lease_renew_s, diag);
+    return st;
+}
+
+/* Plans (or reuses the plan), connects and runs the executor. */
+static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
+                            double t0, rs_pull_result_t *res, rs_diag_t *diag)
+{
+    rs_sources_h sources = NULL;
+    rs_status_t st = read_tables(r, v, diag, &sources);
+    res->discover_s = now_s() - t0;
+    if (st == RS_OK && (st = enter(r, "plan", v->version, diag)) != RS_OK)
+        rs_sources_destroy(sources);
+    if (st == RS_OK)
+        st = prepare(r, sources, res, diag);
+    if (st == RS_OK)
+        st = enter(r, "wire", v->version, diag);
+    if (st == RS_OK) {
+        double cap = r->params.exec.run_timeout_s;
+        rs_exec_set_run_timeout(r->exec, r->deadline > 0 ? budget(r, cap)
+                                                         : cap);
+        r->stage = NULL; /* the executor names its stages itself */
+        st = rs_exec_run(r->exec, diag);
+    }
+    return deadline_status(r, v->version, st, diag);
+}
+
 rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
                              rs_pull_result_t *result_p)
 {
     rs_version_info_t v;
-    rs_sources_h sources = NULL;
     rs_pull_result_t res;
     memset(&res, 0, sizeof(res));
     double t0 = now_s();
+    r->deadline = r->params.pull_timeout_s > 0 ? t0 + r->params.pull_timeout_s
+                                               : 0;
+    r->stage = "discover";
+    r->diag = diag;
     rs_status_t st = rs_dir_wait_ready(r->dir, r->model, version,
-                                       r->params.discover_timeout_s,
+                                       budget(r, r->params.discover_timeout_s),
                                        r->params.stale_s, diag, &v);
     if (st == RS_OK)
-        st = rs_dir_lease(r->dir, r->model, v.version, r->holder,
-                          r->params.lease_ttl_s, diag);
-    if (st != RS_OK)
-        return st;
+        st = start_lease(r, v.version, diag);
+    if (st != RS_OK) {
+        r->diag = NULL;
+        return deadline_status(r, version, st, diag);
+    }
     res.version = v.version;
-    st = read_tables(r, &v, diag, &sources);
-    res.discover_s = now_s() - t0;
-    if (st == RS_OK)
-        st = prepare(r, sources, &res, diag);
-    if (st == RS_OK)
-        st = rs_exec_run(r->exec, diag);
+    st = transfer(r, &v, t0, &res, diag);
     if (r->exec != NULL)
         rs_exec_stats(r->exec, &res.exec);
     if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
         drop_cache(r); /* a peer failed: reconnect from scratch next time */
+    rs__lease_stop(&r->lease);
+    res.lease_epoch = r->lease.epoch;
+    res.lease_renewals = r->lease.renewals;
+    res.lease_renew_errors = r->lease.errors;
     rs_dir_unlease(r->dir, r->model, v.version, r->holder, NULL);
+    r->diag = NULL;
     if (st == RS_OK && r->params.release_after)
         rs_dir_release(r->dir, r->model, v.version, NULL);
     if (st == RS_OK && result_p != NULL)

@@ -36,6 +36,43 @@ struct rs_publisher {
     int64_t version;              /* heartbeat target */
 };
 
+/* A receiver's lease for one pull (lease.c). */
+typedef struct rs__lease {
+    rs_dir_h dir;               /* the renewal thread's own connection */
+    const char *model, *holder; /* borrowed from the receiver */
+    int64_t version;
+    uint64_t epoch;
+    double ttl_s, period_s;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int taken, running, stop;
+    /* under lock: */
+    int lost;                   /* the directory said the lease is over */
+    uint64_t renewals, errors;  /* renewals that succeeded / failed */
+    char why[RS_DIAG_MSG_MAX];  /* how it was lost */
+    char last_error[RS_DIAG_MSG_MAX];
+} rs__lease_t;
+
+/* Takes a fresh lease on `dir` and starts renewing it on `renew_dir` every
+ * period_s (<= 0: ttl_s / 3), sooner after an error that leaves the lease's
+ * state unknown. On error nothing is left running and no lease taken. */
+rs_status_t rs__lease_start(rs__lease_t *lease, rs_dir_h dir,
+                            rs_dir_h renew_dir, const char *model,
+                            int64_t version, const char *holder, double ttl_s,
+                            double period_s, rs_diag_t *diag);
+
+/* The proof before install: no renewal found the lease over, and one more
+ * renewal on `dir` (atomic with the check that the same epoch is live and
+ * the version not RELEASED) succeeds. Otherwise RS_ERR_VERIFY, saying why
+ * (RS_ERR_INVALID_ARG when no lease was started). */
+rs_status_t rs__lease_confirm(rs__lease_t *lease, rs_dir_h dir,
+                              rs_diag_t *diag);
+
+/* Stops the renewals (the lease itself stays until unleased or expired).
+ * Accepts a lease that was never started. */
+void rs__lease_stop(rs__lease_t *lease);
+
 /* This rank's mx.reshard.shard_table.v1 for a version (caller frees). */
 rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,
                                 char **json_p, size_t *len_p, rs_diag_t *diag);

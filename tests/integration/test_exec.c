@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -596,6 +597,81 @@ static void test_progress(void **state)
     }
 }
 
+typedef struct slow_log {
+    int calls;
+} slow_log_t;
+
+static void on_slow_progress(void *ctx, const rs_progress_t *p)
+{
+    (void)p;
+    struct timespec nap = {0, 40 * 1000 * 1000};
+    ((slow_log_t *)ctx)->calls++;
+    nanosleep(&nap, NULL);
+}
+
+/* One deadline for the whole run: a wire slowed between chunks runs past
+ * it, fails with RS_ERR_TIMEOUT naming the wire stage before install; with
+ * the deadline lifted the same prepared executor delivers exact bytes. */
+static void test_run_deadline(void **state)
+{
+    (void)state;
+    scenario_t sc;
+    rs_plan_h plan;
+    rs_transport_h t;
+    rs_exec_h x;
+    rs_diag_t diag;
+    rs_transport_params_t tp;
+    rs_exec_params_t ep;
+    install_log_t log = {0};
+    slow_log_t slow = {0};
+    rng = 777;
+    make_scenario(&sc, 0);
+    assert_int_equal(rs_plan_build(sc.cap, sc.srcs, NULL, &diag, &plan), RS_OK);
+    rs_transport_params_init(&tp);
+    tp.backend = "local";
+    assert_int_equal(rs_transport_create(&tp, &diag, &t), RS_OK);
+    connect_all(t, plan, &sc, 0);
+    rs_exec_params_init(&ep);
+    ep.install = on_install;
+    ep.install_ctx = &log;
+    ep.progress = on_slow_progress;
+    ep.progress_ctx = &slow;
+    ep.progress_chunk_bytes = 8;
+    ep.run_timeout_s = 0.1;
+    assert_int_equal(rs_exec_create(plan, t, &ep, &diag, &x), RS_OK);
+    unsigned char *buf[2];
+    for (int p = 0; p < 2; p++) {
+        buf[p] = malloc(sc.pbytes[p]);
+        memset(buf[p], 0xEE, sc.pbytes[p]);
+        assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc.pbytes[p], &diag), RS_OK);
+    }
+    rs_status_t st = rs_exec_run(x, &diag);
+    rs_exec_stats_t es;
+    rs_exec_stats(x, &es);
+    if (es.bytes <= 8 * 4) /* the fixed seed gives a wire of many chunks */
+        fail_msg("scenario of %llu bytes: too small", (unsigned long long)es.bytes);
+    if (st != RS_ERR_TIMEOUT)
+        fail_msg("got %s (%s), want RS_ERR_TIMEOUT", rs_status_str(st), diag.msg);
+    assert_non_null(strstr(diag.msg, "deadline passed in the wire stage"));
+    assert_non_null(strstr(diag.msg, "bytes read"));
+    assert_int_equal(log.calls, 0);
+    int slow_calls = slow.calls;
+    assert_true(slow_calls >= 1 && (uint64_t)slow_calls * 8 < es.bytes);
+    rs_exec_set_run_timeout(x, 0);
+    st = rs_exec_run(x, &diag);
+    if (st != RS_OK)
+        fail_msg("without a deadline: %s", diag.msg);
+    for (int p = 0; p < 2; p++)
+        assert_memory_equal(buf[p], sc.expect[p], sc.pbytes[p]);
+    assert_int_equal(log.calls, 1);
+    rs_exec_destroy(x);
+    rs_transport_destroy(t);
+    rs_plan_destroy(plan);
+    free(buf[0]);
+    free(buf[1]);
+    scenario_free(&sc);
+}
+
 static void test_coverage_record(void **state)
 {
     (void)state;
@@ -635,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_gates),
         cmocka_unit_test(test_coverage_record),
         cmocka_unit_test(test_progress),
+        cmocka_unit_test(test_run_deadline),
         cmocka_unit_test(test_random_refits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

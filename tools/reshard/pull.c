@@ -89,7 +89,10 @@ static void pull_usage(FILE *out)
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
-        "  --timeout S         wait at most S seconds for a READY version (default 60)\n"
+        "  --timeout S         the whole pull of a version (waiting for READY,\n"
+        "                      planning, connecting, reading, verifying) must end\n"
+        "                      within S seconds (default 60), or it fails naming\n"
+        "                      the stage it was in, with nothing installed\n"
         "  --versions K        pull K versions one after another, V, V+1, ...,\n"
         "                      reusing the plan while the topology is unchanged\n"
         "  -h, --help          show this help and exit\n"
@@ -482,6 +485,7 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.backend = a->backend;
     rp.salt = a->rank;
     rp.discover_timeout_s = a->timeout_s;
+    rp.pull_timeout_s = a->timeout_s; /* one deadline for each whole pull */
     rp.release_after = a->release;
     rp.exec.verify_digests = a->verify;
     if (isatty(STDOUT_FILENO)) /* a progress line on a terminal */

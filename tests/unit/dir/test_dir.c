@@ -495,6 +495,73 @@ static void test_lease_expiry(void **state)
     rs_dir_close(dir);
 }
 
+/* Lease epochs: every take starts a new one, and a renewal succeeds only
+ * for the live lease of its epoch, so a lapse, a re-take, a dropped lease
+ * and a release each end the proof of continuity; a refused renewal
+ * changes nothing. */
+static void test_lease_epochs(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    uint64_t e1 = 0, e2 = 0, e3 = 0, other = 0;
+    const char *m = "epochs";
+    ASSERT_ST(rs_dir_create_version(dir, m, 4, 1, &d), RS_OK, d);
+    publish_ok(dir, m, 4, 0);
+    ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 30, &d, &e1), RS_OK, d);
+    assert_true(e1 >= 1);
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e1, 30, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_lease_take(dir, m, 4, "other", 30, &d, &other), RS_OK, d);
+    assert_true(other != e1);
+    /* taken again under the same name: the old epoch is over */
+    ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 30, &d, &e2), RS_OK, d);
+    assert_true(e2 != e1 && e2 != other);
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e1, 30, &d),
+              RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "was taken again (now epoch");
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e2, 30, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_unlease(dir, m, 4, "other", &d), RS_OK, d);
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "other", other, 30, &d),
+              RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "is not held");
+    /* a renewal extends: the short first ttl no longer counts */
+    ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 0.2, &d, &e3), RS_OK, d);
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 30, &d), RS_OK, d);
+    sleep_s(0.4);
+    ASSERT_ST(rs_dir_release(dir, m, 4, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "leased by 'h'");
+    /* a lapse ends the epoch even though nobody took the name since */
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 0.2, &d), RS_OK, d);
+    sleep_s(0.4);
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 30, &d),
+              RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "lapsed");
+    ASSERT_MSG_HAS(d, "'h'");
+    /* the refused renewal did not revive it: release goes ahead */
+    ASSERT_ST(rs_dir_release(dir, m, 4, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 30, &d),
+              RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "is released");
+    ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 30, &d, &e1),
+              RS_ERR_INCOMPLETE, d);
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", 0, 30, &d), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "epoch 0");
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 99, "h", 1, 30, &d), RS_ERR_INPUT,
+              d);
+    /* epochs are per version and never repeat within one */
+    ASSERT_ST(rs_dir_create_version(dir, m, 5, 1, &d), RS_OK, d);
+    uint64_t prev = 0;
+    for (int i = 0; i < 5; i++) {
+        uint64_t e = 0;
+        ASSERT_ST(rs_dir_lease_take(dir, m, 5, "h", 30, &d, &e), RS_OK, d);
+        assert_true(e > prev);
+        prev = e;
+        ASSERT_ST(rs_dir_unlease(dir, m, 5, "h", &d), RS_OK, d);
+    }
+    rs_dir_close(dir);
+}
+
 static void test_wait_released(void **state)
 {
     (void)state;
@@ -574,9 +641,25 @@ static void test_file_layout(void **state)
     assert_int_not_equal(stat(p, &st), 0);
     publish_ok(dir, m, 7, 0);
     assert_int_equal(stat(p, &st), 0);
-    ASSERT_ST(rs_dir_lease(dir, m, 7, "h", 30, &d), RS_OK, d);
+    uint64_t epoch = 0;
+    ASSERT_ST(rs_dir_lease_take(dir, m, 7, "h", 30, &d, &epoch), RS_OK, d);
     snprintf(p, sizeof(p), "%s/dir/%s/7/lease-h", g->tmp, m);
     assert_int_equal(stat(p, &st), 0);
+    /* "<expiry> <epoch>\n", and `epoch` holds the last one handed out */
+    char text[128] = "", want[32];
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(text, sizeof(text), f));
+    fclose(f);
+    snprintf(want, sizeof(want), " %llu\n", (unsigned long long)epoch);
+    assert_non_null(strstr(text, want));
+    assert_true(strtod(text, NULL) > (double)time(NULL));
+    snprintf(p, sizeof(p), "%s/dir/%s/7/epoch", g->tmp, m);
+    f = fopen(p, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(text, sizeof(text), f));
+    fclose(f);
+    assert_int_equal(strtoull(text, NULL, 10), epoch);
     rs_dir_close(dir);
 }
 
@@ -749,6 +832,7 @@ static int run_group(const char *name, const struct CMUnitTest *extra,
         cmocka_unit_test(test_stale_publisher),
         cmocka_unit_test(test_lease_release),
         cmocka_unit_test(test_lease_expiry),
+        cmocka_unit_test(test_lease_epochs),
         cmocka_unit_test(test_wait_released),
         cmocka_unit_test(test_malformed_urls),
     };
