@@ -1,31 +1,21 @@
 #!/usr/bin/env bash
 # A refit across hosts: network namespaces this test creates stand in for
 # machines. Two trainer hosts each run `reshard publish` (megatron:tp=2), an
-# inference host runs `reshard pull --check --verify` (vllm:tp=1), Redis runs
-# on a host of its own, and UCX reads over tcp on the hosts' veths. The
-# scenarios: a clean refit, byte-exact; a publisher killed mid-wire and a
-# trainer's link set down mid-wire (the pull fails in bounded time naming the
-# publisher, installs nothing, leaves no process); Redis stopped (SIGSTOP)
-# for longer than its client timeout during discovery and during serving (the
-# refit still completes byte-exact). A table of outcomes ends the output.
-# Needs root and `ip netns`; exits 77 (skipped) without them.
+# inference host runs `reshard pull --check` (vllm:tp=1), Redis runs on a
+# host of its own, and UCX reads over tcp on the hosts' veths. Scenarios: a
+# clean refit, byte-exact; a publisher killed mid-wire, a publisher leaving
+# mid-wire through its own exit path and a trainer's link set down mid-wire
+# (the pull fails in bounded time naming the publisher, installs nothing,
+# leaves no process); Redis stopped (SIGSTOP) for longer than its client
+# timeout during discovery and during the wire stage (the refit still
+# completes byte-exact, the publishers survive). A table of outcomes ends
+# the output. Needs root and `ip netns`; exits 77 (skipped) without them.
+# docs/design.md, "Across hosts, in network namespaces", explains the set-up
+# (and how to build it by hand), the rate limit that stretches the wire
+# stage, and the per-host settings that make the faults bite.
 #
-# The set-up, for running a refit across namespaces by hand:
-#   ip netns add SW; ip -n SW link add br0 type bridge; ip -n SW link set br0 up
-#   per host H with address A:
-#     ip netns add H
-#     ip -n SW link add p-H type veth peer name eth0 netns H
-#     ip -n SW link set p-H master br0 up
-#     ip -n H addr add A/24 dev eth0; ip -n H link set eth0 up; ip -n H link set lo up
-#   then run each process as
-#     ip netns exec H env UCX_TLS=tcp UCX_NET_DEVICES=eth0 reshard ...
-#   Each host's UCX worker address names the address of eth0, so a peer in
-#   another namespace connects to it across the bridge; nothing leaves the
-#   namespaces. Deleting the namespaces removes the veths and the bridge.
-# The wire is slowed on each trainer's eth0 with an htb class for traffic to
-# the inference host (Redis traffic is not limited); the class's byte
-# counter (`tc -s class show`) tells when the wire stage has started, so the
-# faults land on that event rather than on a guess of how long set-up takes.
+# RESHARD_MULTIHOST_ONLY="link-down ..." runs only those scenarios (after the
+# baseline); RESHARD_MULTIHOST_RATE changes the trainer links' rate.
 #
 # usage: bash test_multihost.sh <reshard-binary> <source-dir>
 set -u
@@ -55,18 +45,24 @@ TMP=$(mktemp -d)
 made_ns=()
 redis_pid=""
 
+# ns_pids: every process in a namespace of this run. Only these are ever
+# killed: a pid the shell has reaped may already belong to someone else.
+ns_pids() {
+    local ns
+    for ns in "${made_ns[@]}"; do ip netns pids "$ns" 2>/dev/null; done
+}
+
 cleanup() {
-    local ns p
+    local ns p try
     exec 2>/dev/null # no job-status noise from the kills
-    [ -n "$redis_pid" ] && kill -CONT "$redis_pid" 2>/dev/null
-    # only unreaped children (jobs -p) and processes inside our namespaces:
-    # a reaped pid may already belong to someone else
-    for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
-    for ns in "${made_ns[@]}"; do
-        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    for try in 1 2 3 4 5 6 7 8 9 10; do
+        p=$(ns_pids)
+        [ -z "$p" ] && break
+        kill -KILL $p
+        sleep 0.1
     done
-    wait 2>/dev/null
-    for ns in "${made_ns[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    wait
+    for ns in "${made_ns[@]}"; do ip netns del "$ns"; done
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -100,8 +96,15 @@ show() { [ -s "$1" ] && sed 's/^/       '"$(basename "$1")"': /' "$1" | tail -6;
 
 # Every reshard process runs as `ip netns exec "$P-HOST" env "${UCX_ENV[@]}"
 # reshard ...`, backgrounded as a simple command so that $! is the reshard
-# process itself (ip and env exec, they do not fork).
-UCX_ENV=(UCX_TLS=tcp UCX_NET_DEVICES=eth0)
+# process itself (ip and env exec, they do not fork). UCX reads over tcp on
+# the host's veth; an idle connection to a peer that vanished is probed
+# after 2 s and dropped after 3 unanswered probes, 1 s apart (UCX's
+# defaults: 10 s, then the kernel's 9 probes 2 s apart). Without these
+# settings and the inference host's tcp_retries2 a link down mid-wire is
+# noticed only by the executor's wait timeout (RS_EXEC_DEFAULT_TIMEOUT_S,
+# 60 s), whatever the pull's --timeout.
+UCX_ENV=(UCX_TLS=tcp UCX_NET_DEVICES=eth0 UCX_TCP_KEEPIDLE=2s
+         UCX_TCP_KEEPINTVL=1s UCX_TCP_KEEPCNT=3)
 
 make_hosts() {
     local h
@@ -128,17 +131,22 @@ make_hosts() {
         ip netns exec "$P-$h" sysctl -qw net.ipv4.tcp_wmem="4096 16384 16384" ||
             return 1
     done
+    # The inference host gives a connection up after 3 retransmissions
+    # (about 4 s here, 15 by default: some 15 minutes), so a trainer whose
+    # link went down while a read request was unacknowledged is noticed by
+    # TCP; UCX's keepalive (UCX_ENV) covers the idle case.
+    ip netns exec "$P-inf" sysctl -qw net.ipv4.tcp_retries2=3 || return 1
 }
 
 # shape HOST: traffic from trainer HOST to the inference host goes through
 # an htb class at WIRE_RATE (1:10); everything else through a fast one.
-# Re-creating the classes zeroes their counters.
+# Re-creating the classes zeroes their counters. RATE: WIRE_RATE unless given.
 shape() {
-    local h=$1
+    local h=$1 rate=${2:-$WIRE_RATE}
     ip netns exec "$P-$h" tc qdisc del dev eth0 root 2>/dev/null
     ip netns exec "$P-$h" tc qdisc add dev eth0 root handle 1: htb default 20 &&
     ip netns exec "$P-$h" tc class add dev eth0 parent 1: classid 1:10 htb \
-        rate "$WIRE_RATE" ceil "$WIRE_RATE" burst 4kb &&
+        rate "$rate" ceil "$rate" burst 4kb &&
     ip netns exec "$P-$h" tc class add dev eth0 parent 1: classid 1:20 htb \
         rate 1gbit quantum 60000 &&
     ip netns exec "$P-$h" tc filter add dev eth0 parent 1: protocol ip u32 \
@@ -167,8 +175,12 @@ wait_for() {
 }
 
 wire_started() { [ "$(wire_bytes "$1")" -ge "$2" ] 2>/dev/null; }
-alive() { kill -0 "$1" 2>/dev/null; }
-dead() { ! kill -0 "$1" 2>/dev/null; }
+# alive PID: PID runs in one of this run's namespaces (an exited process,
+# reaped or not, has left it).
+alive() { ns_pids | grep -qx -- "$1"; }
+dead() { ! alive "$1"; }
+# signal SIG PID: sends SIG to PID if it is still one of ours.
+signal() { alive "$2" && kill -"$1" "$2"; }
 in_file() { grep -qF -- "$2" "$1" 2>/dev/null; }
 
 # reap PID VAR: waits for PID at most BOUND seconds; VAR gets its exit status,
@@ -179,8 +191,8 @@ reap() {
         wait "$pid"
         printf -v "$2" '%s' "$?"
     else
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
+        signal KILL "$pid"
+        { wait "$pid"; } 2>/dev/null
         printf -v "$2" '%s' 124
     fi
 }
@@ -209,25 +221,27 @@ redis_client_of() {
 
 # ---- the refit ------------------------------------------------------------------
 
-# publish NAME RANK URL: trainer rank RANK on host tRANK serves version 1 of
-# model NAME; its pid goes to pub_pid[RANK], its output to TMP/NAME.pubRANK.*
+# publish NAME RANK URL [WAIT]: trainer rank RANK on host tRANK serves
+# version 1 of model NAME, waiting WAIT s (default 40) for its release; its
+# pid goes to pub_pid[RANK], its output to TMP/NAME.pubRANK.*
 declare -a pub_pid=()
 publish() {
-    local name=$1 r=$2 url=$3
+    local name=$1 r=$2 url=$3 wait=${4:-40}
     ip netns exec "$P-t$r" env "${UCX_ENV[@]}" "$BIN" publish --directory "$url" --model "$name" --version 1 \
         --rank "$r" --world 2 --layout "$TRAIN" --model-config "$CONFIG" \
-        --timeout 40 >"$TMP/$name.pub$r.out" 2>"$TMP/$name.pub$r.err" &
+        --timeout "$wait" >"$TMP/$name.pub$r.out" 2>"$TMP/$name.pub$r.err" &
     pub_pid[$r]=$!
 }
 
 # pull NAME URL [ARGS...]: the inference rank pulls version 1 in the
-# background; its pid is pull_pid, its output TMP/NAME.pull.{out,err}.
+# background and checks every byte; its pid is pull_pid, its output
+# TMP/NAME.pull.{out,err}.
 pull_pid=""
 pull() {
     local name=$1 url=$2
     shift 2
     ip netns exec "$P-inf" env "${UCX_ENV[@]}" "$BIN" pull --directory "$url" --model "$name" --version 1 \
-        --rank 0 --layout "$INFER" --model-config "$CONFIG" --check --verify \
+        --rank 0 --layout "$INFER" --model-config "$CONFIG" --check \
         --release --json "$@" >"$TMP/$name.pull.out" 2>"$TMP/$name.pull.err" &
     pull_pid=$!
 }
@@ -297,9 +311,9 @@ finish() {
     if [ -z "$left" ]; then ok "$name: no stray process on the hosts"
     else bad "$name: stray processes on the hosts:$left (publishers:$known)"; fi
     for h in t0 t1 inf; do
-        for p in $(ip netns pids "$P-$h" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+        for p in $(ip netns pids "$P-$h" 2>/dev/null); do kill -KILL "$p"; done
     done
-    for p in "${pub_pid[@]}"; do wait "$p" 2>/dev/null; done
+    for p in "${pub_pid[@]}"; do { wait "$p"; } 2>/dev/null; done
     pub_pid=()
     pull_pid=""
 }
@@ -341,7 +355,7 @@ baseline() {
     local n=baseline rc fine=1
     shape t0 && shape t1
     start_publishers "$n" "$URL" || { outcome "$n" FAIL; finish "$n"; return; }
-    pull "$n" "$URL" --timeout 60
+    pull "$n" "$URL" --verify --timeout 60
     reap "$pull_pid" rc
     expect_exact "$n" "$rc" || fine=0
     expect_publishers "$n" || fine=0
@@ -359,7 +373,7 @@ wire_fault() {
     local n=$1 what=$2 rc sent
     shape t0 && shape t1
     start_publishers "$n" "$URL" || { outcome "$n" FAIL; finish "$n"; return; }
-    pull "$n" "$URL" --timeout 20
+    pull "$n" "$URL" --verify --timeout 20
     if ! wait_for 30 wire_started t0 "$MID"; then
         bad "$n: trainer 0 never sent $MID wire bytes"; show "$TMP/$n.pull.err"
         reap "$pull_pid" rc; finish "$n"; outcome "$n" FAIL; return
@@ -373,6 +387,7 @@ wire_fault() {
     reap "$pull_pid" rc
     t1=$(date +%s.%N)
     echo "#    the pull ended $(echo "$t0 $t1" | awk '{ printf "%.1f", $2 - $1 }') s after the fault"
+    sed 's/^/#    pull: /' "$TMP/$n.pull.err" | tail -3
     expect_failed "$n" "$rc" trainer-0 || fine=0
     finish "$n"
     if [ "$fine" = 1 ]; then outcome "$n" "ok: exit 1 naming trainer-0, nothing installed"
@@ -381,9 +396,47 @@ wire_fault() {
 }
 
 # 2. Trainer 0's publisher is killed mid-wire.
-kill_publisher() { kill -KILL "${pub_pid[0]}"; }
+kill_publisher() { signal KILL "${pub_pid[0]}"; }
 # 3. Trainer 0's link goes down mid-wire (back up once the scenario is over).
 link_down() { ip -n "$P-t0" link set eth0 down; }
+
+# 2b. Trainer 0's publisher leaves mid-wire through its own exit path (its
+# wait for the release times out after 3 s; it destroys its publisher and
+# exits 1) rather than dying: the pull must fail the same way. The links
+# run at a third of the rate here so that 3 s after publishing the wire is
+# well under way and far from done. This pull does not ask for --verify:
+# the reads themselves must fail (re-digesting would catch the missing
+# bytes too, but a pull must not depend on it to refuse them).
+publisher_exits() {
+    local n=publisher-exits rc prc fine=1 sent
+    shape t0 200kbit && shape t1 200kbit
+    publish "$n" 0 "$URL" 3
+    publish "$n" 1 "$URL"
+    if ! wait_for 30 published "$n" 0 || ! wait_for 30 published "$n" 1; then
+        bad "$n: publishers did not publish within 30 s"
+        finish "$n"; outcome "$n" FAIL; return
+    fi
+    pull "$n" "$URL" --timeout 20
+    if ! wait_for 30 wire_started t0 "$MID"; then
+        bad "$n: trainer 0 never sent $MID wire bytes"; fine=0
+    fi
+    reap "${pub_pid[0]}" prc
+    sent=$(wire_bytes t0)
+    if [ "$prc" -eq 1 ] && in_file "$TMP/$n.pub0.err" "READY"; then
+        ok "$n: publisher 0 gave up waiting for the release (exit 1)"
+    else
+        bad "$n: publisher 0 exit $prc, want 1 (release wait timed out)"
+        show "$TMP/$n.pub0.err"; fine=0
+    fi
+    expect_mid_wire "$n" "$sent" || fine=0
+    reap "$pull_pid" rc
+    sed 's/^/#    pull: /' "$TMP/$n.pull.err" | tail -3
+    expect_failed "$n" "$rc" trainer-0 || fine=0
+    finish "$n"
+    if [ "$fine" = 1 ]; then outcome "$n" "ok: exit 1 naming trainer-0, nothing installed"
+    elif [ "$rc" = 124 ]; then outcome "$n" "FAIL: pull hung (killed after $BOUND s)"
+    else outcome "$n" "FAIL: exit $rc: $(tail -1 "$TMP/$n.pull.err" | cut -c1-100)"; fi
+}
 
 # 4. Redis stops, for three times the pull's one-second client timeout,
 # while the pull discovers the version; it resumes and the pull completes.
@@ -393,8 +446,8 @@ redis_stop_discovery() {
     local n=redis-stop-discovery rc fine=1
     shape t0 && shape t1
     start_publishers "$n" "$URL" || { outcome "$n" FAIL; finish "$n"; return; }
-    kill -STOP "$redis_pid"
-    pull "$n" "$FAST" --timeout 30
+    signal STOP "$redis_pid"
+    pull "$n" "$FAST" --verify --timeout 30
     if wait_for 10 redis_client_of inf; then
         sleep 3
         if alive "$pull_pid"; then ok "$n: the pull still waits after 3 s of stopped Redis"
@@ -402,7 +455,7 @@ redis_stop_discovery() {
     else
         bad "$n: the pull never connected to Redis"; fine=0
     fi
-    kill -CONT "$redis_pid"
+    signal CONT "$redis_pid"
     reap "$pull_pid" rc
     if expect_exact "$n" "$rc"; then expect_publishers "$n" || fine=0
     else fine=0; fi
@@ -420,9 +473,9 @@ redis_stop_serving() {
     local n=redis-stop-serving rc fine=1
     shape t0 && shape t1
     start_publishers "$n" "$FAST" || { outcome "$n" FAIL; finish "$n"; return; }
-    pull "$n" "$FAST" --timeout 30
+    pull "$n" "$FAST" --verify --timeout 30
     if wait_for 30 wire_started t0 "$MID"; then
-        kill -STOP "$redis_pid"
+        signal STOP "$redis_pid"
         expect_mid_wire "$n" "$(wire_bytes t0)" || fine=0
         sleep 4
         if alive "${pub_pid[0]}" && alive "${pub_pid[1]}"; then
@@ -431,7 +484,7 @@ redis_stop_serving() {
             bad "$n: a publisher exited while Redis was stopped"; fine=0
             show "$TMP/$n.pub0.err"; show "$TMP/$n.pub1.err"
         fi
-        kill -CONT "$redis_pid"
+        signal CONT "$redis_pid"
     else
         bad "$n: trainer 0 never sent $MID wire bytes"; fine=0
     fi
@@ -452,6 +505,7 @@ main() {
     ok "4 hosts on a bridge, trainer links at $WIRE_RATE"
     baseline
     want publisher-killed && wire_fault publisher-killed kill_publisher
+    want publisher-exits && publisher_exits
     if want link-down; then
         wire_fault link-down link_down
         ip -n "$P-t0" link set eth0 up
