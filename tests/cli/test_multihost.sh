@@ -310,10 +310,12 @@ finish() {
     done
     if [ -z "$left" ]; then ok "$name: no stray process on the hosts"
     else bad "$name: stray processes on the hosts:$left (publishers:$known)"; fi
-    for h in t0 t1 inf; do
-        for p in $(ip netns pids "$P-$h" 2>/dev/null); do kill -KILL "$p"; done
-    done
-    for p in "${pub_pid[@]}"; do { wait "$p"; } 2>/dev/null; done
+    { # stderr off: bash reports each killed job there
+        for h in t0 t1 inf; do
+            for p in $(ip netns pids "$P-$h"); do kill -KILL "$p"; done
+        done
+        for p in "${pub_pid[@]}"; do wait "$p"; done
+    } 2>/dev/null
     pub_pid=()
     pull_pid=""
 }
@@ -396,7 +398,7 @@ wire_fault() {
 }
 
 # 2. Trainer 0's publisher is killed mid-wire.
-kill_publisher() { signal KILL "${pub_pid[0]}"; }
+kill_publisher() { { signal KILL "${pub_pid[0]}"; wait "${pub_pid[0]}"; } 2>/dev/null; }
 # 3. Trainer 0's link goes down mid-wire (back up once the scenario is over).
 link_down() { ip -n "$P-t0" link set eth0 down; }
 
