@@ -28,7 +28,7 @@ INFER=vllm:tp=1
 
 skip() { echo "SKIP: $*"; exit "$SKIP"; }
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
-for tool in ip tc redis-server; do
+for tool in ip tc ss sysctl redis-server redis-cli; do
     command -v "$tool" >/dev/null || skip "$tool is not installed"
 done
 BIN=$(readlink -f "$BIN")
