@@ -14,7 +14,8 @@ FUZZ_SEED   ?= 1
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
                python3 libucx-dev ucx-utils redis-server libhiredis-dev \
-               clang clang-tidy cppcheck libclang-rt-14-dev
+               clang clang-tidy cppcheck libclang-rt-14-dev \
+               iproute2 procps
 
 # The tests that start threads: local-mt's pool, the executor over it, the
 # publisher's heartbeat and UCX progress threads, the directory's racing
