@@ -167,6 +167,9 @@ static void *progress_main(void *arg)
     double last = now_s(); /* of the last event seen */
     unsigned idle = 0;
     int active = 0;
+    /* A receiver that goes away (it finished, died or lost its link) is
+     * ordinary here: UCX's lines about it stay quiet. */
+    rs__ucx_quiet_begin();
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         if (ucp_worker_progress(e->u.worker) != 0) {
             active = 1;
@@ -190,6 +193,7 @@ static void *progress_main(void *arg)
                                                     : SLEEP_LONG_MS);
         }
     }
+    rs__ucx_quiet_end();
     return NULL;
 }
 
