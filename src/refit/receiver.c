@@ -282,14 +282,14 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
         if (st != RS_OK) {
             size_t used = strlen(failed);
             snprintf(failed + used, sizeof(failed) - used, "%s%s",
-                     nfailed ? ", " : "", peer_name);
+                     nfailed ? "; " : "", peer_name);
             if (nfailed++ == 0 && diag != NULL)
                 snprintf(cause, sizeof(cause), "%s", diag->msg);
         }
     }
     if (nfailed > 0)
         return rs__diag_set(diag, RS_ERR_TRANSPORT, "could not connect to "
-                            "%zu publisher(s): %.400s; first: %.500s",
+                            "%zu publisher(s) (%.400s); the first: %.500s",
                             nfailed, failed, cause);
     return RS_OK;
 }

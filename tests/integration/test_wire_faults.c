@@ -8,7 +8,10 @@
  * unreadable, so its progress thread faults on the reply it is sending).
  * Each case asserts: the pull fails with a transport error or timeout
  * naming trainer 1 and its slot, install is not called, the bound
- * parameters keep their prior bytes. A pull with no fault is the control:
+ * parameters keep their prior bytes, and UCX printed no line of its own
+ * during the pull.
+ * A third way of striking freezes trainer 1 (SIGSTOP: its gets stay in
+ * flight) and kills it while the pull waits on them. A pull with no fault is the control:
  * byte-exact against an independent build of vLLM's loaders, digests
  * verified by default. */
 #include <setjmp.h>
@@ -17,6 +20,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -437,6 +441,20 @@ static void expect_installed(world_t *w, const rank_t *ir)
     vd_free(&x);
 }
 
+/* No line UCX printed itself ("... UCX  ERROR ...", "UCX  WARN"). */
+static void expect_no_ucx_lines(const char *path)
+{
+    char line[1024];
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strstr(line, "UCX  ERROR") != NULL ||
+            strstr(line, "UCX  WARN") != NULL)
+            fail_msg("UCX printed during the pull: %s", line);
+    }
+    fclose(f);
+}
+
 /* ---- the cases ------------------------------------------------------------ */
 
 static void pull_case(const char *tls, int how, int at)
@@ -450,7 +468,26 @@ static void pull_case(const char *tls, int how, int at)
         start_publisher(w, r);
     open_rank(w, &ir, how, at);
     rs_diag_clear(&diag);
+    /* UCX's own lines about the failing peer must stay quiet: stdout (where
+     * UCX logs by default) and stderr are caught during the pull. */
+    char outpath[96];
+    snprintf(outpath, sizeof(outpath), "%.60s/output", w->tmp);
+    fflush(stdout);
+    fflush(stderr);
+    int saved1 = dup(1), saved2 = dup(2);
+    int caught = open(outpath, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    assert_true(saved1 >= 0 && saved2 >= 0 && caught >= 0);
+    dup2(caught, 1);
+    dup2(caught, 2);
     rs_status_t st = rs_receiver_pull(ir.recv, 1, &diag, &res);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved1, 1);
+    dup2(saved2, 2);
+    close(saved1);
+    close(saved2);
+    close(caught);
+    expect_no_ucx_lines(outpath);
     fprintf(stderr, "%s, strike %d at %d (%llu of %llu bytes): %s: %s\n",
             tls, how, at, (unsigned long long)ir.strike.done_at,
             (unsigned long long)ir.strike.total, rs_status_str(st), diag.msg);

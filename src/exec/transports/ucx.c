@@ -83,15 +83,15 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
         x->failed = status;
 }
 
-/* ucp_ep_create in PEER mode without UCX's error log: over shared memory
- * the refusal is expected and answered by retrying without it. Any other
- * failure is logged by the retry. */
+/* ucp_ep_create in PEER mode without UCX's error log (unless UCX_LOG_LEVEL
+ * asks for it): over shared memory the refusal is expected and answered by
+ * retrying without it. */
 static ucs_status_t create_quietly(ucp_worker_h worker,
                                    const ucp_ep_params_t *params,
                                    ucp_ep_h *ep_p)
 {
     ucs_log_level_t level = ucs_global_opts.log_component.log_level;
-    if (level > UCS_LOG_LEVEL_FATAL)
+    if (level > UCS_LOG_LEVEL_FATAL && getenv("UCX_LOG_LEVEL") == NULL)
         ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_FATAL;
     ucs_status_t us = ucp_ep_create(worker, params, ep_p);
     ucs_global_opts.log_component.log_level = level;
