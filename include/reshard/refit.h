@@ -78,7 +78,9 @@ typedef struct rs_receiver_params {
      * bound storage (half the memory; a failed pull may leave it partly
      * written, though install is still not called). */
     int shadow;
-    rs_exec_params_t exec;  /* timeouts, verification, install callback */
+    /* timeouts, verification (on by default here: exec.verify_digests = 1),
+     * install callback */
+    rs_exec_params_t exec;
 } rs_receiver_params_t;
 
 RS_API void rs_receiver_params_init(rs_receiver_params_t *params);
@@ -104,7 +106,9 @@ typedef struct rs_pull_result {
 /* Discovers `version` (< 0: the newest READY one), plans (or reuses the
  * cached plan when the topology is unchanged), connects, pulls, verifies and
  * installs, holding a lease for the duration. On any error the install
- * callback is not called. */
+ * callback is not called. A read that failed or timed out is
+ * RS_ERR_TRANSPORT / RS_ERR_TIMEOUT, its message naming the publisher as
+ * "<agent>, slot <S>" and the cause. */
 RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
                                     rs_diag_t *diag,
                                     rs_pull_result_t *result_p);

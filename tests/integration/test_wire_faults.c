@@ -366,6 +366,7 @@ static void open_rank(world_t *w, rank_t *ir, int how, int at)
     assert_int_equal(rs_layout_capture(w->model, &w->infer, 0, &diag,
                                        &ir->cap, &padding), RS_OK);
     rs_receiver_params_init(&rp);
+    assert_int_equal(rp.exec.verify_digests, 1); /* verify is the default */
     rp.directory = w->directory;
     rp.model = MODEL;
     rp.backend = "ucx";
