@@ -60,10 +60,13 @@ static void ux_close(rs_exposer_h x)
         ucp_worker_signal(e->u.worker);
         pthread_join(e->thread, NULL);
     }
+    /* Endpoints of receivers that went away are torn down here. */
+    rs__ucx_quiet_begin();
     for (size_t i = 0; i < e->mems_len; i++)
         ucp_mem_unmap(e->u.ctx, e->mems[i]);
     free(e->mems);
     rs__ucx_close(&e->u);
+    rs__ucx_quiet_end();
     free(e);
     x->priv = NULL;
 }
