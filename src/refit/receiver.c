@@ -370,9 +370,11 @@ rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
     res.discover_s = now_s() - t0;
     if (st == RS_OK)
         st = prepare(r, sources, &res, diag);
-    if (st == RS_OK && (st = rs_exec_run(r->exec, diag)) != RS_OK &&
-        (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT))
-        rs__diag_prefix(diag, "reading from the publishers: ");
+    if (st == RS_OK) {
+        st = rs_exec_run(r->exec, diag);
+        if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
+            rs__diag_prefix(diag, "reading from the publishers: ");
+    }
     if (r->exec != NULL)
         rs_exec_stats(r->exec, &res.exec);
     if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
