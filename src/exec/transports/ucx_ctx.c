@@ -79,7 +79,7 @@ static void quiet_install(void)
 
 unsigned long rs__ucx_quiet_begin(void)
 {
-    pthread_once(&quiet_once, quiet_install);
+    pthread_once(&quiet_once, quiet_install); /* done already by open */
     atomic_fetch_add(&quiet_depth, 1);
     pthread_mutex_lock(&quiet_lock);
     unsigned long mark = quiet_seq;
@@ -112,6 +112,9 @@ rs_status_t rs__ucx_open(rs__ucx_t *u, int wakeup, ucs_thread_mode_t mode,
 {
     memset(u, 0, sizeof(*u));
     u->efd = -1;
+    /* Before the first worker exists, so no UCX thread of ours can be
+     * logging while the handler goes in. */
+    pthread_once(&quiet_once, quiet_install);
     rs_status_t st = init_context(u, wakeup, who, diag);
     if (st != RS_OK)
         return st;
