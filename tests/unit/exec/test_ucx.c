@@ -2,8 +2,10 @@
  * (test_transport.c, pattern-filled regions as ground truth) run against a
  * child process serving its regions through ucx exposers over shared memory
  * (UCX_TLS=sm) and tcp on loopback; then reads across back-to-back regions,
- * malformed blobs, reconnects, endpoint reuse, a killed peer, and the
- * exposer API with the cma blob layout. */
+ * malformed blobs, reconnects, endpoint reuse, a killed peer, how a post
+ * is settled (a failed get, an endpoint failure after every get came back,
+ * the same inside a real wait), and the exposer API with the cma blob
+ * layout. */
 
 /* The read-correctness body is shared verbatim with the other backends;
  * its cma-only tests go unused here. */
