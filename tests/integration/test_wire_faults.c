@@ -179,6 +179,18 @@ static int publisher_entry(const char *arg)
 
 /* ---- the world ----------------------------------------------------------- */
 
+/* Adds handle_segv=0 to a sanitizer's options variable. */
+static void no_segv_handler(const char *var)
+{
+    char opts[1024];
+    const char *prev = getenv(var);
+    snprintf(opts, sizeof(opts), "%.900s%shandle_segv=0", prev ? prev : "",
+             prev && prev[0] ? (strchr(prev, ':') || !strchr(prev, ' ')
+                                    ? ":" : " ")
+                             : "");
+    setenv(var, opts, 1);
+}
+
 static void start_publisher(world_t *w, int rank)
 {
     int cmd[2], ack[2];
@@ -191,12 +203,9 @@ static void start_publisher(world_t *w, int rank)
         close(cmd[1]);
         close(ack[0]);
         /* A fault in the publisher just ends it: no backtrace or freeze
-         * from UCX, no report from AddressSanitizer in a sanitized build. */
-        char asan[1024];
-        const char *prev = getenv("ASAN_OPTIONS");
-        snprintf(asan, sizeof(asan), "%.900s%shandle_segv=0",
-                 prev ? prev : "", prev && prev[0] ? ":" : "");
-        setenv("ASAN_OPTIONS", asan, 1);
+         * from UCX, no report from a sanitizer in a sanitized build. */
+        no_segv_handler("ASAN_OPTIONS");
+        no_segv_handler("TSAN_OPTIONS");
         setenv("UCX_HANDLE_ERRORS", "none", 1);
         snprintf(arg, sizeof(arg), "%s|%s|%d|%d|%d", w->config, w->directory,
                  rank, cmd[0], ack[1]);
