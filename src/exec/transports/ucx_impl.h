@@ -57,9 +57,10 @@ typedef struct ucx_state {
     size_t nsess;
     RS_VEC(ucx_piece_t, pieces);
     RS_VEC(ucx_group_t, groups);
-    /* For tests: when not UCS_OK, the endpoint of every post is marked
-     * failed with it right after the gets are issued, as its error handler
-     * would mark it when the peer fails during the post. */
+    /* For tests: when not UCS_OK, the wait lets every get of the batch
+     * complete, then marks the endpoint of every post failed with it, as
+     * its error handler would when the peer fails before the post is
+     * settled. */
     ucs_status_t fail_after_issue;
 } ucx_state_t;
 

@@ -242,8 +242,11 @@ static rs_status_t wait_quietly(rs_transport_h t, double timeout_s,
     gp.cb.send = rs__ucx_get_done;
     for (size_t i = 0; i < s->groups_len; i++)
         issue_group(&w, &s->groups[i], &gp);
-    for (size_t i = 0; s->fail_after_issue != UCS_OK && i < s->groups_len; i++)
-        s->sess[s->groups[i].session]->failed = s->fail_after_issue;
+    if (s->fail_after_issue != UCS_OK) {
+        await_gets(s, DRAIN_IDLE_S, DRAIN_MAX_S); /* every get is back */
+        for (size_t i = 0; i < s->groups_len; i++)
+            s->sess[s->groups[i].session]->failed = s->fail_after_issue;
+    }
     size_t pending = poll_groups(&w);
     unsigned idle = 0;
     while (pending > 0) {

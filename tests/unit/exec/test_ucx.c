@@ -358,8 +358,8 @@ static void test_endpoint_error_fails_post(void **state)
     assert_int_equal(rs__ucx_group_verdict(&g, UCS_OK, &what), UCS_OK);
 }
 
-/* The same through the wait: an endpoint failure recorded while the
- * batch's gets succeed fails the batch, naming the session, and credits
+/* The same through the wait: an endpoint failure recorded after the
+ * batch's gets succeeded fails the batch, naming the session, and credits
  * none of its bytes; the next batch reconnects and reads correctly. */
 static void test_endpoint_error_during_wait(void **state)
 {
@@ -372,10 +372,11 @@ static void test_endpoint_error_during_wait(void **state)
     rs_transport_counters_t c0, c1;
     rs_transport_counters(f->t, &c0);
     assert_int_equal(rs_transport_post(f->t, &r, 1, &d), RS_OK);
-    /* What the endpoint's error handler records, after the endpoint was
-     * checked at issue (ready_sess), as a failure mid-post would be: the
-     * post is issued with the flag clear, then it is set before any
-     * completion is looked at. */
+    /* What the endpoint's error handler records when the peer fails
+     * before the post is settled: the wait lets every get come back (with
+     * UCS_OK: the peer is alive), then the endpoint is marked failed before
+     * the post is looked at. A wait that settled posts by their flush (or
+     * their gets) alone returned RS_OK here. */
     ucx_sess_t *x = sess_of(f, 2);
     assert_non_null(x->ep);
     assert_int_equal(st->groups_len, 1);
