@@ -46,7 +46,10 @@ typedef struct rs_exec_params {
     double run_timeout_s;
     int require_full_coverage; /* fail (RS_ERR_INCOMPLETE) below the floor */
     double coverage_floor;     /* fraction of parameter bytes, default 0.995 */
-    int verify_digests;        /* re-digest fully reassembled shards */
+    int verify_digests;        /* re-digest fully reassembled shards; off
+                                * by default. Strict: a shard to verify
+                                * published without a digest fails the run
+                                * before any byte moves */
     int verify_partial;        /* also pull partly read shards to check them */
     double max_gbps;           /* > 0: fail runs that imply a faster wire */
     rs_install_cb install;
@@ -83,10 +86,11 @@ RS_API void rs_exec_set_run_timeout(rs_exec_h exec, double timeout_s);
  * whose message names the first such tensor and both shapes; uncovered
  * copies; or coverage below the floor when required), RS_ERR_UNSUPPORTED
  * (other fallback sources, or a cast it cannot do), RS_ERR_INVALID_ARG (an
- * unbound parameter), RS_ERR_TRANSPORT / RS_ERR_TIMEOUT (reads, or the
- * run's deadline), RS_ERR_VERIFY (a digest mismatch or an implausible
- * throughput). The plan's refusals are found before any byte moves. On any
- * error the install callback is not called. */
+ * unbound parameter), RS_ERR_TRANSPORT / RS_ERR_TIMEOUT (a read that failed
+ * or did not complete, naming the session, or the run's deadline),
+ * RS_ERR_VERIFY (a digest mismatch, a shard to verify without a digest, or
+ * an implausible throughput). The plan's refusals are found before any byte
+ * moves. On any error the install callback is not called. */
 RS_API rs_status_t rs_exec_run(rs_exec_h exec, rs_diag_t *diag);
 
 /* Coverage of the parameters by the plan, computed before any byte moves. */

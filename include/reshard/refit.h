@@ -98,7 +98,9 @@ typedef struct rs_receiver_params {
      * bound storage (half the memory; a failed pull may leave it partly
      * written, though install is still not called). */
     int shadow;
-    rs_exec_params_t exec;  /* timeouts, verification, install callback */
+    /* timeouts, verification (on by default here: exec.verify_digests = 1),
+     * install callback */
+    rs_exec_params_t exec;
 } rs_receiver_params_t;
 
 RS_API void rs_receiver_params_init(rs_receiver_params_t *params);
@@ -144,7 +146,9 @@ typedef struct rs_pull_result {
  * the lease lapsed meanwhile, which the next renewal reports.
  *
  * Errors: those of the directory (discovery), planning, connecting and
- * rs_exec_run; RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed
+ * rs_exec_run (a read that failed or timed out is RS_ERR_TRANSPORT /
+ * RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
+ * and the cause); RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed
  * in the <stage> stage"); RS_ERR_VERIFY for a lease not held throughout. */
 RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
                                     rs_diag_t *diag,

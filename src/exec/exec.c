@@ -347,6 +347,9 @@ rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
         return fail(x, st, "prepare");
     x->stats.bytes = x->plan_bytes;
     x->stats.descriptors = x->nreads;
+    if (x->params.verify_digests &&
+        (st = rs__exec_check_digests(x, diag)) != RS_OK)
+        return st;
     if ((st = check_deadline(x, "wire", diag)) != RS_OK)
         return st;
     STAGE(x, RS_STAGE_WIRE, 0, wire(x, diag));

@@ -77,6 +77,9 @@ struct rs_exec {
 rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag);
 void rs__exec_release(rs_exec_h x);
 rs_status_t rs__exec_compute_coverage(rs_exec_h x, rs_diag_t *diag);
+/* Before the wire stage: every shard the run will verify has a
+ * well-formed digest (RS_ERR_VERIFY names a shard without one). */
+rs_status_t rs__exec_check_digests(rs_exec_h x, rs_diag_t *diag);
 rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag);
 /* Waits for the posted reads, for at most the per-wait timeout and what is
  * left of the run's deadline; a wait the deadline cut short is

@@ -1,7 +1,9 @@
 /* Digest verification: every published shard whose bytes a run reassembled
  * completely (in parameters or staging) is re-digested in shard order from
  * where its pieces landed and compared with the digest its table published.
- * Optionally, shards read only in part are pulled whole to be checked. */
+ * Optionally, shards read only in part are pulled whole to be checked.
+ * Strict: before any byte moves, every shard to be verified must have
+ * been published with a well-formed digest. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,22 +124,41 @@ static const char *digest_of(rs_exec_h x, size_t shard)
     return sh[shard].digest;
 }
 
-static rs_status_t compare(rs_exec_h x, size_t shard, uint64_t got,
-                           rs_diag_t *diag)
+/* The digest a shard to be verified was published with: a shard without
+ * one cannot be verified, which fails the run rather than passing it
+ * unchecked. */
+static rs_status_t check_digest(rs_exec_h x, size_t shard, uint64_t *want_p,
+                                rs_diag_t *diag)
 {
     size_t ns;
     const rs_shard_ref_t *s = &rs_plan_shards(x->plan, &ns)[shard];
     const char *digest = digest_of(x, shard);
-    uint64_t want;
-    char want_s[RS_DIGEST_STR_LEN + 1], got_s[RS_DIGEST_STR_LEN + 1];
-    if (digest == NULL)
-        return RS_OK;
-    if (rs_digest_parse(digest, &want) != RS_OK)
+    if (digest == NULL || digest[0] == '\0')
+        return rs__diag_set(diag, RS_ERR_VERIFY, "tensor '%s': shard of "
+                            "session '%s' at addr %llu was published without "
+                            "a digest, so it cannot be verified (turn "
+                            "verification off to accept it)", s->tensor,
+                            rs_plan_session_name(x->plan, s->session),
+                            (unsigned long long)s->addr);
+    if (rs_digest_parse(digest, want_p) != RS_OK)
         return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': shard of "
                             "session '%s' at addr %llu has a malformed digest "
                             "'%s'", s->tensor,
                             rs_plan_session_name(x->plan, s->session),
                             (unsigned long long)s->addr, digest);
+    return RS_OK;
+}
+
+static rs_status_t compare(rs_exec_h x, size_t shard, uint64_t got,
+                           rs_diag_t *diag)
+{
+    size_t ns;
+    const rs_shard_ref_t *s = &rs_plan_shards(x->plan, &ns)[shard];
+    uint64_t want;
+    char want_s[RS_DIGEST_STR_LEN + 1], got_s[RS_DIGEST_STR_LEN + 1];
+    rs_status_t st = check_digest(x, shard, &want, diag);
+    if (st != RS_OK)
+        return st;
     x->stats.shards_verified++;
     if (want == got)
         return RS_OK;
@@ -185,6 +206,26 @@ static rs_status_t verify_partial(rs_exec_h x, const rs_shard_ref_t *sh,
             return st;
     }
     return RS_OK;
+}
+
+rs_status_t rs__exec_check_digests(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t ns;
+    const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
+    const rs_piece_t *p = x->pieces;
+    uint64_t want;
+    rs_status_t st = RS_OK;
+    for (size_t i = 0; i < x->pieces_len && st == RS_OK;) {
+        size_t end = group_end(p, x->pieces_len, i);
+        if (covered(p, i, end) == sh[p[i].shard].nbytes)
+            st = check_digest(x, p[i].shard, &want, diag);
+        i = end;
+    }
+    for (size_t i = 0; i < x->partial_len && st == RS_OK; i++)
+        st = check_digest(x, x->partial[i], &want, diag);
+    if (st != RS_OK)
+        x->failure = "digest";
+    return st;
 }
 
 rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)

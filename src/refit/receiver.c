@@ -43,6 +43,9 @@ struct rs_receiver {
     double deadline;     /* now_s() time; 0: none */
     const char *stage;   /* for deadline messages; NULL inside the executor */
     rs_diag_t *diag;     /* the pull's, for the install-time lease proof */
+    /* the directory slot of each table in `sources`, for messages */
+    int64_t *table_slot;
+    size_t ntable_slot;
 };
 
 static void *target_of(const rs_rbind_t *b);
@@ -83,6 +86,7 @@ void rs_receiver_params_init(rs_receiver_params_t *p)
     p->lease_ttl_s = 60;
     p->shadow = 1;
     rs_exec_params_init(&p->exec);
+    p->exec.verify_digests = 1;
 }
 
 rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
@@ -148,6 +152,7 @@ void rs_receiver_destroy(rs_receiver_h r)
     free(r->directory);
     free(r->backend);
     free(r->holder);
+    free(r->table_slot);
     free(r);
 }
 
@@ -200,12 +205,42 @@ static rs_status_t install_shadows(void *ctx, rs_exec_h exec)
     return RS_OK;
 }
 
+/* Records that the tables of `s` from index r->ntable_slot on came from
+ * `slot`. */
+static rs_status_t note_slot(rs_receiver_h r, rs_sources_h s, int64_t slot,
+                             rs_diag_t *diag)
+{
+    size_t n = rs_sources_num_tables(s);
+    int64_t *v = realloc(r->table_slot, (n + 1) * sizeof(*v));
+    if (v == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = r->ntable_slot; i < n; i++)
+        v[i] = slot;
+    r->table_slot = v;
+    r->ntable_slot = n;
+    return RS_OK;
+}
+
+/* The directory slot a session's table came from, or -1. */
+static int64_t slot_of(rs_receiver_h r, const char *session)
+{
+    for (size_t i = 0; i < rs_sources_num_tables(r->sources) &&
+                       i < r->ntable_slot; i++) {
+        rs_table_info_t t;
+        rs_sources_table(r->sources, i, &t);
+        if (strcmp(t.agent_name, session) == 0)
+            return r->table_slot[i];
+    }
+    return -1;
+}
+
 /* Every slot's table of a READY version, merged. */
 static rs_status_t read_tables(rs_receiver_h r, const rs_version_info_t *v,
                                rs_diag_t *diag, rs_sources_h *sources_p)
 {
     rs_sources_h s;
     rs_status_t st = rs_sources_create(&s);
+    r->ntable_slot = 0;
     for (int64_t slot = 0; st == RS_OK && slot < v->slots; slot++) {
         void *table = NULL;
         size_t len = 0;
@@ -215,6 +250,8 @@ static rs_status_t read_tables(rs_receiver_h r, const rs_version_info_t *v,
         st = rs_dir_read(r->dir, r->model, v->version, slot, diag, &table, &len);
         if (st == RS_OK)
             st = rs_sources_load_string(s, table, len, origin, diag);
+        if (st == RS_OK)
+            st = note_slot(r, s, slot, diag);
         free(table);
     }
     if (st != RS_OK) {
@@ -246,10 +283,12 @@ static rs_status_t blob_of(rs_sources_h s, const char *session, void **blob_p,
 }
 
 /* Connects every session the plan reads from, retrying each a few times
- * under one deadline; names every session that never connected. */
+ * under one deadline; names every session that never connected and the
+ * first one's cause. Peers are named "<agent>, slot <S>" in transport
+ * messages. */
 static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
 {
-    char failed[512] = "";
+    char failed[512] = "", cause[RS_DIAG_MSG_MAX] = "";
     size_t nfailed = 0;
     double deadline = now_s() + r->params.discover_timeout_s;
     if (r->deadline > 0 && r->deadline < deadline)
@@ -258,6 +297,9 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
         if (rs_plan_session_bytes(r->plan, k) == 0)
             continue;
         const char *name = rs_plan_session_name(r->plan, k);
+        char peer_name[160];
+        snprintf(peer_name, sizeof(peer_name), "%.120s, slot %lld", name,
+                 (long long)slot_of(r, name));
         rs_status_t st = RS_ERR_TRANSPORT;
         for (int attempt = 0; attempt < 3 && st != RS_OK && now_s() < deadline;
              attempt++) {
@@ -265,7 +307,7 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
             size_t len = 0;
             st = blob_of(r->sources, name, &blob, &len, diag);
             if (st == RS_OK) {
-                rs_peer_t peer = {name, 0, NULL, 0, blob, len};
+                rs_peer_t peer = {peer_name, 0, NULL, 0, blob, len};
                 st = rs_transport_connect(r->transport, k, &peer, diag);
             }
             free(blob);
@@ -275,13 +317,15 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
         if (st != RS_OK) {
             size_t used = strlen(failed);
             snprintf(failed + used, sizeof(failed) - used, "%s%s",
-                     nfailed ? ", " : "", name);
-            nfailed++;
+                     nfailed ? "; " : "", peer_name);
+            if (nfailed++ == 0 && diag != NULL)
+                snprintf(cause, sizeof(cause), "%s", diag->msg);
         }
     }
     if (nfailed > 0)
         return rs__diag_set(diag, RS_ERR_TRANSPORT, "could not connect to "
-                            "%zu publisher(s): %s", nfailed, failed);
+                            "%zu publisher(s) (%.400s); the first: %.500s",
+                            nfailed, failed, cause);
     return RS_OK;
 }
 
@@ -425,6 +469,8 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
                                                          : cap);
         r->stage = NULL; /* the executor names its stages itself */
         st = rs_exec_run(r->exec, diag);
+        if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
+            rs__diag_prefix(diag, "reading from the publishers: ");
     }
     return deadline_status(r, v->version, st, diag);
 }

@@ -398,6 +398,10 @@ static void test_random_refits(void **state)
 }
 
 /* A small fixed plan: a [4, 6] bf16 source split in two row halves. */
+/* The digests fixed() publishes: the shards' own (0), none as a table
+ * without digests spells it, "" (1), or none at all, NULL (2). */
+static int fixed_digests;
+
 static void fixed(scenario_t *sc, int drop_half)
 {
     memset(sc, 0, sizeof(*sc));
@@ -417,7 +421,9 @@ static void fixed(scenario_t *sc, int drop_half)
         char dg[RS_DIGEST_STR_LEN + 1];
         rs_digest_format(rs_digest(sh->data, sh->nbytes), dg);
         rs_shard_desc_t d = {"src0", RS_DTYPE_BF16, 2, 2, sc->shape[0], sh->session, 0,
-                             sh->addr, sh->off, sh->shape, dg};
+                             sh->addr, sh->off, sh->shape,
+                             fixed_digests == 0 ? dg
+                             : fixed_digests == 1 ? "" : NULL};
         assert_int_equal(rs_sources_add_shard(sc->srcs, &d, NULL), RS_OK);
     }
     assert_int_equal(rs_capture_create(&sc->cap), RS_OK);
@@ -543,6 +549,37 @@ static void on_progress(void *ctx, const rs_progress_t *p)
     l->last = p->bytes_done;
     l->total = p->bytes_total;
     l->calls++;
+}
+
+/* Verification is strict: a shard published without a digest (missing or
+ * empty) fails a verifying run before any byte moves, naming it; without
+ * verification the same plan runs. */
+static void test_verify_needs_digests(void **state)
+{
+    (void)state;
+    for (int k = 1; k <= 2; k++) {
+        scenario_t sc;
+        rs_exec_params_t ep;
+        gate_run_t r;
+        fixed_digests = k;
+        fixed(&sc, 0);
+        fixed_digests = 0;
+        rs_exec_params_init(&ep);
+        ep.verify_digests = 1;
+        r = gate_run(&sc, ep, 0);
+        assert_int_equal(r.st, RS_ERR_VERIFY);
+        if (strstr(r.msg, "tensor 'src0'") == NULL ||
+            strstr(r.msg, "without a digest") == NULL ||
+            strstr(r.msg, "at addr 4096") == NULL)
+            fail_msg("message: %s", r.msg);
+        assert_int_equal(r.installs, 0);
+        assert_true(r.untouched);
+        ep.verify_digests = 0;
+        r = gate_run(&sc, ep, 0);
+        assert_int_equal(r.st, RS_OK);
+        assert_int_equal(r.installs, 1);
+        scenario_free(&sc);
+    }
 }
 
 /* Chunked wire with progress: same bytes, reported as they land. */
@@ -709,6 +746,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gates),
+        cmocka_unit_test(test_verify_needs_digests),
         cmocka_unit_test(test_coverage_record),
         cmocka_unit_test(test_progress),
         cmocka_unit_test(test_run_deadline),

@@ -15,7 +15,7 @@ typedef struct pub_args {
     const char *directory, *model, *layout, *config, *backend;
     uint64_t version, rank, world, versions;
     double timeout_s;
-    int have_version, have_rank, have_world;
+    int have_version, have_rank, have_world, no_digests;
 } pub_args_t;
 
 typedef struct pub_shard {
@@ -38,7 +38,8 @@ typedef struct pub_state {
 } pub_state_t;
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_WORLD,
-       OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT };
+       OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT,
+       OPT_NO_DIGESTS };
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -51,6 +52,7 @@ static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"versions", required_argument, NULL, OPT_VERSIONS},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"no-digests", no_argument, NULL, OPT_NO_DIGESTS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -61,6 +63,7 @@ static void pub_usage(FILE *out)
         "usage: reshard publish --directory D --model M --version V --rank R\n"
         "                       --world N --layout LAYOUT --model-config CONFIG.json\n"
         "                       [--backend ucx|cma] [--versions K] [--timeout S]\n"
+        "                       [--no-digests]\n"
         "\n"
         "Serves trainer rank R's shards of LAYOUT with deterministic contents\n"
         "(docs/formats.md, \"Demo contents\"): publishes version V, waits until\n"
@@ -77,6 +80,8 @@ static void pub_usage(FILE *out)
         "  --backend B         exposer: ucx (default; UCX_TLS picks the wire) or cma\n"
         "  --versions K        versions to publish one after another (default 1)\n"
         "  --timeout S         wait at most S seconds for each release (default 300)\n"
+        "  --no-digests        publish tables without shard digests (receivers that\n"
+        "                      verify, the default, refuse them)\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "exit status: 0 every version published and released; 1 publishing\n"
@@ -119,6 +124,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_LAYOUT: a->layout = arg; return RS_CLI_OK;
     case OPT_CONFIG: a->config = arg; return RS_CLI_OK;
     case OPT_BACKEND: a->backend = arg; return RS_CLI_OK;
+    case OPT_NO_DIGESTS: a->no_digests = 1; return RS_CLI_OK;
     case OPT_VERSION: return parse_u64("--version", arg, &a->version,
                                        &a->have_version);
     case OPT_RANK: return parse_u64("--rank", arg, &a->rank, &a->have_rank);
@@ -271,7 +277,7 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
     pp.rank = (int64_t)a->rank;
     pp.world = (int64_t)a->world;
     pp.backend = a->backend;
-    pp.digests = 1;
+    pp.digests = !a->no_digests;
     rs_diag_clear(&diag);
     if ((st = rs_publisher_create(&pp, &diag, &s->pub)) != RS_OK)
         return runtime_error(a, &diag, st, a->directory);

@@ -44,7 +44,7 @@ typedef struct pull_outcome {
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
-       OPT_TIMEOUT, OPT_VERSIONS };
+       OPT_TIMEOUT, OPT_VERSIONS, OPT_NO_VERIFY };
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -55,6 +55,7 @@ static const struct option long_opts[] = {
     {"model-config", required_argument, NULL, OPT_CONFIG},
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"verify", no_argument, NULL, OPT_VERIFY},
+    {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
     {"check", no_argument, NULL, OPT_CHECK},
     {"release", no_argument, NULL, OPT_RELEASE},
     {"json", no_argument, NULL, OPT_JSON},
@@ -69,7 +70,7 @@ static void pull_usage(FILE *out)
     fprintf(out,
         "usage: reshard pull --directory D --model M --version V --rank R\n"
         "                    --layout LAYOUT --model-config CONFIG.json\n"
-        "                    [--backend ucx|cma] [--verify] [--check] [--release]\n"
+        "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
         "                    [--json] [--timeout S] [--versions K]\n"
         "\n"
         "Pulls inference rank R's parameters of version V (-1: the newest READY\n"
@@ -84,7 +85,10 @@ static void pull_usage(FILE *out)
         "  --layout LAYOUT     vllm:tp=T,pp=P,ep=E,dp=D\n"
         "  --model-config FILE a Hugging Face config.json (examples/models/)\n"
         "  --backend B         transport: ucx (default; UCX_TLS picks the wire) or cma\n"
-        "  --verify            re-digest reassembled shards against the table's digests\n"
+        "  --no-verify         do not re-digest reassembled shards against the digests\n"
+        "                      their tables published (verification is on by default,\n"
+        "                      and a shard published without a digest fails the pull;\n"
+        "                      --verify, the default, is still accepted)\n"
         "  --check             compare every parameter byte with the demo contents\n"
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
         "  --release           release the version after installing it\n"
@@ -145,6 +149,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_CONFIG: a->config = arg; return RS_CLI_OK;
     case OPT_BACKEND: a->backend = arg; return RS_CLI_OK;
     case OPT_VERIFY: a->verify = 1; return RS_CLI_OK;
+    case OPT_NO_VERIFY: a->verify = 0; return RS_CLI_OK;
     case OPT_CHECK: a->check = 1; return RS_CLI_OK;
     case OPT_RELEASE: a->release = 1; return RS_CLI_OK;
     case OPT_JSON: a->json = 1; return RS_CLI_OK;
@@ -168,6 +173,7 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
 {
     int rc;
     a->backend = "ucx";
+    a->verify = 1;
     a->versions = 1;
     a->timeout_s = 60;
     rc = rs_cli_options("pull", argc, argv, long_opts, pull_usage,

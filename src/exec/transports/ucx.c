@@ -58,13 +58,19 @@ static void sess_free(ucx_state_t *s, ucx_sess_t *x)
 static void ucx_close(rs_transport_h t)
 {
     ucx_state_t *s = t->priv;
+    rs__ucx_quiet_begin();
     for (size_t i = 0; i < s->nsess; i++)
         sess_free(s, s->sess[i]);
+    rs__ucx_quiet_end();
     free(s->sess);
     rs__peers_free(&s->peers);
     free(s->pieces);
     free(s->groups);
+    /* Requests left behind by a peer that died over a transport that
+     * cannot tell (shared memory) make UCX warn at cleanup. */
+    rs__ucx_quiet_begin();
     rs__ucx_close(&s->u);
+    rs__ucx_quiet_end();
     free(s);
     t->priv = NULL;
 }
@@ -77,26 +83,33 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
         x->failed = status;
 }
 
-/* ucp_ep_create in PEER mode without UCX's error log: over shared memory
- * the refusal is expected and answered by retrying without it. Any other
- * failure is logged by the retry. */
+/* ucp_ep_create in PEER mode without UCX's error log (unless UCX_LOG_LEVEL
+ * asks for it): over shared memory the refusal is expected and answered by
+ * retrying without it. */
 static ucs_status_t create_quietly(ucp_worker_h worker,
                                    const ucp_ep_params_t *params,
                                    ucp_ep_h *ep_p)
 {
     ucs_log_level_t level = ucs_global_opts.log_component.log_level;
-    if (level > UCS_LOG_LEVEL_FATAL)
+    if (level > UCS_LOG_LEVEL_FATAL && getenv("UCX_LOG_LEVEL") == NULL)
         ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_FATAL;
     ucs_status_t us = ucp_ep_create(worker, params, ep_p);
     ucs_global_opts.log_component.log_level = level;
     return us;
 }
 
-rs_status_t rs__ucx_sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
-                            rs_diag_t *diag)
+void rs__ucx_add_cause(rs_diag_t *diag, unsigned long mark)
 {
-    if (x->ep != NULL)
-        return RS_OK;
+    char cause[200];
+    if (diag == NULL || !rs__ucx_quiet_cause(mark, cause, sizeof(cause)))
+        return;
+    size_t len = strlen(diag->msg);
+    snprintf(diag->msg + len, sizeof(diag->msg) - len, " (UCX: %s)", cause);
+}
+
+static rs_status_t sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
+                           rs_diag_t *diag)
+{
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof(ep));
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
@@ -138,6 +151,19 @@ rs_status_t rs__ucx_sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
     return RS_OK;
 }
 
+rs_status_t rs__ucx_sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
+                            rs_diag_t *diag)
+{
+    if (x->ep != NULL)
+        return RS_OK;
+    unsigned long mark = rs__ucx_quiet_begin();
+    rs_status_t st = sess_up(s, x, name, diag);
+    rs__ucx_quiet_end();
+    if (st != RS_OK)
+        rs__ucx_add_cause(diag, mark);
+    return st;
+}
+
 static void destroy_rkeys(ucx_sess_t *x)
 {
     for (size_t i = 0; i < x->nregions; i++) {
@@ -147,7 +173,7 @@ static void destroy_rkeys(ucx_sess_t *x)
     }
 }
 
-void rs__ucx_sess_down(ucx_state_t *s, ucx_sess_t *x, int force)
+static void sess_down(ucx_state_t *s, ucx_sess_t *x, int force)
 {
     if (!force) /* nothing is outstanding: keys go before their endpoint */
         destroy_rkeys(x);
@@ -171,6 +197,13 @@ void rs__ucx_sess_down(ucx_state_t *s, ucx_sess_t *x, int force)
            rs__ucx_now() < end)
         ucp_worker_progress(s->u.worker);
     ucp_request_free(req);
+}
+
+void rs__ucx_sess_down(ucx_state_t *s, ucx_sess_t *x, int force)
+{
+    rs__ucx_quiet_begin();
+    sess_down(s, x, force);
+    rs__ucx_quiet_end();
 }
 
 /* ---- blob decoding ---------------------------------------------------- */
@@ -448,7 +481,7 @@ static int push_piece(void *ctx, const rs_region_t *r, uint64_t addr,
             return 1;
         }
     }
-    ucx_piece_t piece = {dst, remote, n, region};
+    ucx_piece_t piece = {dst, remote, n, region, NULL};
     return RS_VEC_PUSH(s, pieces, piece);
 }
 
@@ -462,7 +495,8 @@ static rs_status_t ucx_post(rs_transport_h t, uint32_t session,
     if (peer == NULL)
         return RS_ERR_TRANSPORT;
     piece_ctx_t ctx = {s, peer, s->sess[session], s->pieces_len};
-    ucx_group_t g = {session, n, 0, ctx.first, 0, NULL, UCS_INPROGRESS};
+    ucx_group_t g = {session, n, 0, ctx.first, 0, 0, UCS_OK,
+                     UCS_INPROGRESS};
     rs_status_t st = RS_OK;
     for (size_t i = 0; i < n && st == RS_OK; i++) {
         st = rs__peer_for_pieces(peer, session, &reads[i], 0, push_piece,

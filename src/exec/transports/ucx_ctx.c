@@ -1,6 +1,12 @@
 /* UCP context and worker setup shared by the ucx transport and the ucx
- * exposer. */
+ * exposer, and the log handler behind their quiet sections. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <ucs/debug/log_def.h>
 
 #include "core/diag.h"
 #include "exec/transports/ucx_ctx.h"
@@ -27,11 +33,88 @@ static rs_status_t init_context(rs__ucx_t *u, int wakeup, const char *who,
     return RS_OK;
 }
 
+/* ---- quiet sections ------------------------------------------------- */
+
+static pthread_once_t quiet_once = PTHREAD_ONCE_INIT;
+static atomic_int quiet_depth;
+static pthread_mutex_t quiet_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The latest errors kept, by sequence number (under quiet_lock). */
+#define QUIET_KEPT 8
+static unsigned long quiet_seq; /* errors kept so far */
+static char quiet_msgs[QUIET_KEPT][256];
+
+/* UCX calls its handlers newest first; this one stops errors and warnings
+ * inside quiet sections and lets everything else through. */
+static ucs_log_func_rc_t quiet_log(const char *file, unsigned line,
+                                   const char *function, ucs_log_level_t level,
+                                   const ucs_log_component_config_t *comp,
+                                   const char *fmt, va_list ap)
+{
+    (void)file;
+    (void)line;
+    (void)function;
+    (void)comp;
+    if (level == UCS_LOG_LEVEL_FATAL || level > UCS_LOG_LEVEL_WARN ||
+        atomic_load(&quiet_depth) == 0)
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    if (level == UCS_LOG_LEVEL_ERROR) {
+        char msg[sizeof(quiet_msgs[0])];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        const char *m = msg + strspn(msg, " ");
+        pthread_mutex_lock(&quiet_lock);
+        snprintf(quiet_msgs[quiet_seq % QUIET_KEPT], sizeof(quiet_msgs[0]),
+                 "%s", m);
+        quiet_seq++;
+        pthread_mutex_unlock(&quiet_lock);
+    }
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+static void quiet_install(void)
+{
+    /* Whoever sets UCX_LOG_LEVEL wants to read UCX's own lines. */
+    if (getenv("UCX_LOG_LEVEL") == NULL)
+        ucs_log_push_handler(quiet_log);
+}
+
+unsigned long rs__ucx_quiet_begin(void)
+{
+    pthread_once(&quiet_once, quiet_install); /* done already by open */
+    atomic_fetch_add(&quiet_depth, 1);
+    pthread_mutex_lock(&quiet_lock);
+    unsigned long mark = quiet_seq;
+    pthread_mutex_unlock(&quiet_lock);
+    return mark;
+}
+
+void rs__ucx_quiet_end(void)
+{
+    atomic_fetch_sub(&quiet_depth, 1);
+}
+
+int rs__ucx_quiet_cause(unsigned long mark, char *buf, size_t len)
+{
+    pthread_mutex_lock(&quiet_lock);
+    int kept = quiet_seq != mark;
+    /* The first error since the mark, or the oldest one still kept. */
+    unsigned long first = quiet_seq - mark > QUIET_KEPT
+        ? quiet_seq - QUIET_KEPT : mark;
+    if (kept && len > 0)
+        snprintf(buf, len, "%s", quiet_msgs[first % QUIET_KEPT]);
+    pthread_mutex_unlock(&quiet_lock);
+    return kept;
+}
+
+/* ---- context and worker ---------------------------------------------- */
+
 rs_status_t rs__ucx_open(rs__ucx_t *u, int wakeup, ucs_thread_mode_t mode,
                          const char *who, rs_diag_t *diag)
 {
     memset(u, 0, sizeof(*u));
     u->efd = -1;
+    /* Before the first worker exists, so no UCX thread of ours can be
+     * logging while the handler goes in. */
+    pthread_once(&quiet_once, quiet_install);
     rs_status_t st = init_context(u, wakeup, who, diag);
     if (st != RS_OK)
         return st;

@@ -1,9 +1,13 @@
 /* A UCP context and one worker, set up the same way for both sides of the
  * ucx transport. UCX chooses its transports from its own environment
- * (UCX_TLS, UCX_NET_DEVICES, ...), read here at every setup. */
+ * (UCX_TLS, UCX_NET_DEVICES, ...), read here at every setup. Also UCX's
+ * log inside quiet sections: a peer that dies or is unreachable makes UCX
+ * print errors and warnings of its own that reshard reports in its own
+ * words (naming the publisher), so there they are kept, not printed. */
 #ifndef RS_EXEC_TRANSPORTS_UCX_CTX_H
 #define RS_EXEC_TRANSPORTS_UCX_CTX_H
 
+#include <stddef.h>
 #include <ucp/api/ucp.h>
 #include "reshard/status.h"
 
@@ -18,5 +22,16 @@ typedef struct rs__ucx {
 rs_status_t rs__ucx_open(rs__ucx_t *u, int wakeup, ucs_thread_mode_t mode,
                          const char *who, rs_diag_t *diag);
 void rs__ucx_close(rs__ucx_t *u);
+
+/* Quiet sections nest and may overlap across threads: while any is open,
+ * UCX's error and warning lines are not printed; the latest few errors
+ * are kept for rs__ucx_quiet_cause. When UCX_LOG_LEVEL is set, UCX prints as it
+ * was told and nothing is kept. Returns a mark for rs__ucx_quiet_cause. */
+unsigned long rs__ucx_quiet_begin(void);
+void rs__ucx_quiet_end(void);
+
+/* Copies (truncated to `len`) the first UCX error kept since `mark` (or
+ * the oldest still kept) into buf and returns 1; 0 when there is none. */
+int rs__ucx_quiet_cause(unsigned long mark, char *buf, size_t len);
 
 #endif

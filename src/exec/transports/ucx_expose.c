@@ -60,10 +60,13 @@ static void ux_close(rs_exposer_h x)
         ucp_worker_signal(e->u.worker);
         pthread_join(e->thread, NULL);
     }
+    /* Endpoints of receivers that went away are torn down here. */
+    rs__ucx_quiet_begin();
     for (size_t i = 0; i < e->mems_len; i++)
         ucp_mem_unmap(e->u.ctx, e->mems[i]);
     free(e->mems);
     rs__ucx_close(&e->u);
+    rs__ucx_quiet_end();
     free(e);
     x->priv = NULL;
 }
@@ -167,6 +170,9 @@ static void *progress_main(void *arg)
     double last = now_s(); /* of the last event seen */
     unsigned idle = 0;
     int active = 0;
+    /* A receiver that goes away (it finished, died or lost its link) is
+     * ordinary here: UCX's lines about it stay quiet. */
+    rs__ucx_quiet_begin();
     while (!atomic_load_explicit(&e->stop, memory_order_acquire)) {
         if (ucp_worker_progress(e->u.worker) != 0) {
             active = 1;
@@ -190,6 +196,7 @@ static void *progress_main(void *arg)
                                                     : SLEEP_LONG_MS);
         }
     }
+    rs__ucx_quiet_end();
     return NULL;
 }
 

@@ -1,6 +1,7 @@
 /* State of the `ucx` transport shared by its two files: ucx.c (sessions:
  * blob decoding, endpoints, rkeys, checked queueing of reads at post) and
- * ucx_wait.c (issuing every queued read, progress, timeout and drain). */
+ * ucx_wait.c (issuing every queued read, checking each one's completion,
+ * progress, timeout and drain). */
 #ifndef RS_EXEC_TRANSPORTS_UCX_IMPL_H
 #define RS_EXEC_TRANSPORTS_UCX_IMPL_H
 
@@ -35,14 +36,17 @@ typedef struct ucx_piece {
     uint64_t remote;
     uint64_t n;
     uint32_t region;
+    void *req;            /* its request until the wait releases it */
 } ucx_piece_t;
 
-/* One post (a session's reads), its pieces and its flush. */
+/* One post (a session's reads) and its pieces. A get's completion callback
+ * counts it off and keeps the first failed status. */
 typedef struct ucx_group {
     uint32_t session;
     uint64_t reads, bytes;
     size_t first, end;    /* pieces */
-    void *flush;          /* in-flight ucp_ep_flush_nbx request */
+    size_t outstanding;   /* gets issued and not yet completed */
+    ucs_status_t get_status; /* UCS_OK, or the first get that failed */
     ucs_status_t status;  /* UCS_INPROGRESS until settled */
 } ucx_group_t;
 
@@ -53,6 +57,11 @@ typedef struct ucx_state {
     size_t nsess;
     RS_VEC(ucx_piece_t, pieces);
     RS_VEC(ucx_group_t, groups);
+    /* For tests: when not UCS_OK, the wait lets every get of the batch
+     * complete, then marks the endpoint of every post failed with it, as
+     * its error handler would when the peer fails before the post is
+     * settled. */
+    ucs_status_t fail_after_issue;
 } ucx_state_t;
 
 /* Seconds on CLOCK_MONOTONIC. */
@@ -67,6 +76,22 @@ rs_status_t rs__ucx_sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
  * complete as cancelled and write nothing more) or flushed. Bounded. */
 void rs__ucx_sess_down(ucx_state_t *s, ucx_sess_t *x, int force);
 
+/* Appends " (UCX: <its latest error line>)" when UCX kept one in a quiet
+ * section since `mark` (see ucx_ctx.h). */
+void rs__ucx_add_cause(rs_diag_t *diag, unsigned long mark);
+
 rs_status_t rs__ucx_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag);
+
+/* The completion callback of every get (user_data: its group). */
+void rs__ucx_get_done(void *request, ucs_status_t status, void *user_data);
+
+/* What a post has come to, given its endpoint's state (UCS_OK, or what
+ * the error handler recorded): the first failed get's status, else the
+ * endpoint's failure (even when every get has completed: a peer that
+ * failed during the post fails the post), else UCS_OK once every get has
+ * completed, else UCS_INPROGRESS. `what_p` gets "read failed" or
+ * "endpoint failed" with an error. */
+ucs_status_t rs__ucx_group_verdict(const ucx_group_t *g, ucs_status_t ep,
+                                   const char **what_p);
 
 #endif

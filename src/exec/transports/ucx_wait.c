@@ -1,9 +1,12 @@
-/* Wait of the `ucx` transport: issues the gets of every queued session and
- * one flush per post before awaiting any, progresses the worker until each
- * flush completes, fails or the deadline passes, then drains: sessions that
- * failed or are still outstanding get their endpoint force-closed (their
- * gets complete as cancelled and write nothing more) and are reconnected
- * from the blob on the next batch. */
+/* Wait of the `ucx` transport: issues the gets of every queued session
+ * before awaiting any, each with a completion callback, and progresses the
+ * worker until every get has completed, one has failed, an endpoint has
+ * failed or the deadline passes. A post succeeds only when every one of
+ * its gets completed with UCS_OK on an endpoint that never failed. Then it
+ * drains: sessions that failed or are still outstanding get their endpoint
+ * force-closed (their gets complete as cancelled and write nothing more)
+ * and are reconnected from the blob on the next batch; every request is
+ * released before wait returns, so no callback outlives its batch. */
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
@@ -22,6 +25,29 @@ typedef struct wait_ctx {
     rs_diag_t first;   /* the first failure */
     int failed;        /* groups that failed */
 } wait_ctx_t;
+
+void rs__ucx_get_done(void *request, ucs_status_t status, void *user_data)
+{
+    (void)request; /* released by the wait, with every other request */
+    ucx_group_t *g = user_data;
+    g->outstanding--;
+    if (status != UCS_OK && g->get_status == UCS_OK)
+        g->get_status = status;
+}
+
+ucs_status_t rs__ucx_group_verdict(const ucx_group_t *g, ucs_status_t ep,
+                                   const char **what_p)
+{
+    if (g->get_status != UCS_OK) {
+        *what_p = "read failed";
+        return g->get_status;
+    }
+    if (ep != UCS_OK) {
+        *what_p = "endpoint failed";
+        return ep;
+    }
+    return g->outstanding == 0 ? UCS_OK : UCS_INPROGRESS;
+}
 
 static void group_failed(wait_ctx_t *w, ucx_group_t *g, ucs_status_t us,
                          const char *what)
@@ -55,34 +81,29 @@ static ucx_sess_t *ready_sess(wait_ctx_t *w, ucx_group_t *g)
     return x;
 }
 
-static void issue_group(wait_ctx_t *w, ucx_group_t *g,
-                        const ucp_request_param_t *gp)
+static void issue_group(wait_ctx_t *w, ucx_group_t *g, ucp_request_param_t *gp)
 {
     ucx_state_t *s = w->s;
     ucx_sess_t *x = ready_sess(w, g);
     if (x == NULL)
         return;
+    gp->user_data = g;
     for (size_t i = g->first; i < g->end; i++) {
-        const ucx_piece_t *p = &s->pieces[i];
+        ucx_piece_t *p = &s->pieces[i];
+        /* Counted before the call: its callback may come at any time
+         * after. A get done at once (NULL) has no callback. */
+        g->outstanding++;
         void *req = ucp_get_nbx(x->ep, p->dst, (size_t)p->n, p->remote,
                                 x->regions[p->region].rkey, gp);
         if (UCS_PTR_IS_ERR(req)) {
+            g->outstanding--;
             group_failed(w, g, UCS_PTR_STATUS(req), "ucp_get_nbx");
             return;
         }
-        /* Completion is observed through the flush below. */
-        if (req != NULL)
-            ucp_request_free(req);
+        if (req == NULL)
+            g->outstanding--;
+        p->req = req;
     }
-    ucp_request_param_t fp;
-    memset(&fp, 0, sizeof(fp));
-    void *req = ucp_ep_flush_nbx(x->ep, &fp);
-    if (UCS_PTR_IS_ERR(req))
-        group_failed(w, g, UCS_PTR_STATUS(req), "read failed");
-    else if (req == NULL)
-        g->status = UCS_OK;
-    else
-        g->flush = req;
 }
 
 /* Settles what has finished; returns the groups still outstanding. */
@@ -94,41 +115,35 @@ static size_t poll_groups(wait_ctx_t *w)
         ucx_group_t *g = &s->groups[i];
         if (g->status != UCS_INPROGRESS)
             continue;
-        ucs_status_t us = ucp_request_check_status(g->flush);
-        if (us != UCS_INPROGRESS) {
-            ucp_request_free(g->flush);
-            g->flush = NULL;
-            if (us == UCS_OK)
-                g->status = UCS_OK;
-            else
-                group_failed(w, g, us, "read failed");
-        } else if (s->sess[g->session]->failed != UCS_OK) {
-            group_failed(w, g, s->sess[g->session]->failed,
-                         "endpoint failed");
-        } else {
+        const char *what = NULL;
+        ucs_status_t us = rs__ucx_group_verdict(g, s->sess[g->session]->failed,
+                                                &what);
+        if (us == UCS_OK)
+            g->status = UCS_OK;
+        else if (us != UCS_INPROGRESS)
+            group_failed(w, g, us, what);
+        else
             pending++;
-        }
     }
     return pending;
 }
 
-static int flushes_pending(const ucx_state_t *s)
+static int gets_pending(const ucx_state_t *s)
 {
     for (size_t i = 0; i < s->groups_len; i++) {
-        if (s->groups[i].flush != NULL &&
-            ucp_request_check_status(s->groups[i].flush) == UCS_INPROGRESS)
+        if (s->groups[i].outstanding > 0)
             return 1;
     }
     return 0;
 }
 
-/* Progresses until every flush is back, or nothing has happened for
+/* Progresses until every get is back, or nothing has happened for
  * `idle_s` seconds (a dead peer over a transport that cannot say so), or
  * `max_s` have passed. */
-static void await_flushes(ucx_state_t *s, double idle_s, double max_s)
+static void await_gets(ucx_state_t *s, double idle_s, double max_s)
 {
     double start = rs__ucx_now(), last = start;
-    while (flushes_pending(s)) {
+    while (gets_pending(s)) {
         double now = rs__ucx_now();
         if (now - last > idle_s || now - start > max_s)
             return;
@@ -137,34 +152,29 @@ static void await_flushes(ucx_state_t *s, double idle_s, double max_s)
     }
 }
 
-/* After a failure or timeout: reads still moving are let finish (over
+/* After a failure or timeout: gets still moving are let finish (over
  * shared memory a forced close does not stop replies already on their way
  * from landing in the destination, so stopping early would let bytes
- * arrive after wait returned); what has stalled gets its endpoint
- * force-closed, and every flush request is released. */
+ * arrive after wait returned); the sessions of every post that did not
+ * succeed get their endpoint force-closed. */
 static void drain(ucx_state_t *s)
 {
-    await_flushes(s, DRAIN_IDLE_S, DRAIN_MAX_S);
-    for (size_t i = 0; i < s->groups_len; i++) {
-        ucx_group_t *g = &s->groups[i];
-        ucs_status_t us = g->flush != NULL
-            ? ucp_request_check_status(g->flush) : UCS_INPROGRESS;
-        if (us == UCS_INPROGRESS)
-            continue;
-        if (g->status == UCS_INPROGRESS) /* late: already reported */
-            g->status = us;
-        ucp_request_free(g->flush);
-        g->flush = NULL;
-    }
+    await_gets(s, DRAIN_IDLE_S, DRAIN_MAX_S);
     for (size_t i = 0; i < s->groups_len; i++) {
         if (s->groups[i].status != UCS_OK)
             rs__ucx_sess_down(s, s->sess[s->groups[i].session], 1);
     }
-    await_flushes(s, DRAIN_IDLE_S, DRAIN_IDLE_S);
-    for (size_t i = 0; i < s->groups_len; i++) {
-        if (s->groups[i].flush != NULL)
-            ucp_request_free(s->groups[i].flush);
-        s->groups[i].flush = NULL;
+    await_gets(s, DRAIN_IDLE_S, DRAIN_IDLE_S);
+}
+
+/* Releases every request of the batch: from here on UCX calls none of
+ * their callbacks, so the group records can be reused. */
+static void release_requests(ucx_state_t *s)
+{
+    for (size_t i = 0; i < s->pieces_len; i++) {
+        if (s->pieces[i].req != NULL)
+            ucp_request_free(s->pieces[i].req);
+        s->pieces[i].req = NULL;
     }
 }
 
@@ -186,7 +196,8 @@ static rs_status_t timed_out(ucx_state_t *s, double timeout_s,
 
 /* Credits the groups that completed, drains the rest, forgets the batch. */
 static rs_status_t finish(rs_transport_h t, wait_ctx_t *w, size_t pending,
-                          double timeout_s, rs_diag_t *diag)
+                          double timeout_s, unsigned long mark,
+                          rs_diag_t *diag)
 {
     ucx_state_t *s = t->priv;
     for (size_t i = 0; i < s->groups_len; i++) {
@@ -206,14 +217,18 @@ static rs_status_t finish(rs_transport_h t, wait_ctx_t *w, size_t pending,
     } else if (pending > 0) {
         st = timed_out(s, timeout_s, diag);
     }
-    if (st != RS_OK)
+    if (st != RS_OK) {
         drain(s);
+        rs__ucx_add_cause(diag, mark);
+    }
+    release_requests(s);
     s->pieces_len = 0;
     s->groups_len = 0;
     return st;
 }
 
-rs_status_t rs__ucx_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag)
+static rs_status_t wait_quietly(rs_transport_h t, double timeout_s,
+                                unsigned long mark, rs_diag_t *diag)
 {
     ucx_state_t *s = t->priv;
     wait_ctx_t w = {s, {RS_OK, ""}, 0};
@@ -221,10 +236,17 @@ rs_status_t rs__ucx_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag)
     ucp_request_param_t gp;
     memset(&gp, 0, sizeof(gp));
     /* Saves a memory-type lookup per get: destinations are host memory. */
-    gp.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    gp.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     gp.memory_type = UCS_MEMORY_TYPE_HOST;
+    gp.cb.send = rs__ucx_get_done;
     for (size_t i = 0; i < s->groups_len; i++)
         issue_group(&w, &s->groups[i], &gp);
+    if (s->fail_after_issue != UCS_OK) {
+        await_gets(s, DRAIN_IDLE_S, DRAIN_MAX_S); /* every get is back */
+        for (size_t i = 0; i < s->groups_len; i++)
+            s->sess[s->groups[i].session]->failed = s->fail_after_issue;
+    }
     size_t pending = poll_groups(&w);
     unsigned idle = 0;
     while (pending > 0) {
@@ -236,5 +258,15 @@ rs_status_t rs__ucx_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag)
         if (pending > 0 && deadline > 0 && rs__ucx_now() > deadline)
             break;
     }
-    return finish(t, &w, pending, timeout_s, diag);
+    return finish(t, &w, pending, timeout_s, mark, diag);
+}
+
+/* UCX's own lines about a failing peer stay quiet: the failure comes back
+ * in diag, with UCX's latest error line as its cause. */
+rs_status_t rs__ucx_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag)
+{
+    unsigned long mark = rs__ucx_quiet_begin();
+    rs_status_t st = wait_quietly(t, timeout_s, mark, diag);
+    rs__ucx_quiet_end();
+    return st;
 }

@@ -2,8 +2,10 @@
  * (test_transport.c, pattern-filled regions as ground truth) run against a
  * child process serving its regions through ucx exposers over shared memory
  * (UCX_TLS=sm) and tcp on loopback; then reads across back-to-back regions,
- * malformed blobs, reconnects, endpoint reuse, a killed peer, and the
- * exposer API with the cma blob layout. */
+ * malformed blobs, reconnects, endpoint reuse, a killed peer, how a post
+ * is settled (a failed get, an endpoint failure after every get came back,
+ * the same inside a real wait), and the exposer API with the cma blob
+ * layout. */
 
 /* The read-correctness body is shared verbatim with the other backends;
  * its cma-only tests go unused here. */
@@ -310,6 +312,85 @@ static void test_no_write_after_timeout(void **state)
             f->backend->tls, timeouts);
 }
 
+/* ---- how a post is settled ------------------------------------------------ */
+
+/* A get completing with an error fails its post, even when every other
+ * get of the post succeeded and the endpoint never reported anything. */
+static void test_get_error_fails_post(void **state)
+{
+    (void)state;
+    ucx_group_t g = {0, 3, 300, 0, 3, 0, UCS_OK, UCS_INPROGRESS};
+    const char *what = NULL;
+    g.outstanding = 3;
+    assert_int_equal(rs__ucx_group_verdict(&g, UCS_OK, &what),
+                     UCS_INPROGRESS);
+    rs__ucx_get_done(NULL, UCS_OK, &g);
+    rs__ucx_get_done(NULL, UCS_ERR_CONNECTION_RESET, &g);
+    assert_int_equal(g.outstanding, 1);
+    assert_int_equal(rs__ucx_group_verdict(&g, UCS_OK, &what),
+                     UCS_ERR_CONNECTION_RESET);
+    assert_string_equal(what, "read failed");
+    /* The first failure is the one kept; the last get's success changes
+     * nothing. */
+    rs__ucx_get_done(NULL, UCS_ERR_CANCELED, &g);
+    assert_int_equal(g.outstanding, 0);
+    assert_int_equal(rs__ucx_group_verdict(&g, UCS_OK, &what),
+                     UCS_ERR_CONNECTION_RESET);
+}
+
+/* An endpoint whose error handler has run fails the post, even after
+ * every get has come back UCS_OK (a peer that failed during the post). */
+static void test_endpoint_error_fails_post(void **state)
+{
+    (void)state;
+    ucx_group_t g = {0, 2, 200, 0, 2, 2, UCS_OK, UCS_INPROGRESS};
+    const char *what = NULL;
+    assert_int_equal(rs__ucx_group_verdict(&g, UCS_ERR_ENDPOINT_TIMEOUT,
+                                           &what), UCS_ERR_ENDPOINT_TIMEOUT);
+    assert_string_equal(what, "endpoint failed");
+    rs__ucx_get_done(NULL, UCS_OK, &g);
+    rs__ucx_get_done(NULL, UCS_OK, &g);
+    assert_int_equal(g.outstanding, 0);
+    assert_int_equal(rs__ucx_group_verdict(&g, UCS_ERR_ENDPOINT_TIMEOUT,
+                                           &what), UCS_ERR_ENDPOINT_TIMEOUT);
+    assert_string_equal(what, "endpoint failed");
+    /* Healthy endpoint, every get back: done. */
+    assert_int_equal(rs__ucx_group_verdict(&g, UCS_OK, &what), UCS_OK);
+}
+
+/* The same through the wait: an endpoint failure recorded after the
+ * batch's gets succeeded fails the batch, naming the session, and credits
+ * none of its bytes; the next batch reconnects and reads correctly. */
+static void test_endpoint_error_during_wait(void **state)
+{
+    fx_t *f = fx_get(state);
+    ucx_state_t *st = f->t->priv;
+    uint8_t got[4096];
+    rs_diag_t d;
+    const rs_region_t *reg = tfx_region(&f->world, 2, 1);
+    rs_read_t r = {2, reg->addr + 10, got, sizeof(got)};
+    rs_transport_counters_t c0, c1;
+    rs_transport_counters(f->t, &c0);
+    assert_int_equal(rs_transport_post(f->t, &r, 1, &d), RS_OK);
+    /* What the endpoint's error handler records when the peer fails
+     * before the post is settled: the wait lets every get come back (with
+     * UCS_OK: the peer is alive), then the endpoint is marked failed before
+     * the post is looked at. A wait that settled posts by their flush (or
+     * their gets) alone returned RS_OK here. */
+    ucx_sess_t *x = sess_of(f, 2);
+    assert_non_null(x->ep);
+    assert_int_equal(st->groups_len, 1);
+    st->fail_after_issue = UCS_ERR_CONNECTION_RESET;
+    rs_status_t rc = rs_transport_wait(f->t, 5, &d);
+    st->fail_after_issue = UCS_OK;
+    assert_int_equal(rc, RS_ERR_TRANSPORT);
+    if (strstr(d.msg, "session 2 (s2): endpoint failed") == NULL)
+        fail_msg("message: %s", d.msg);
+    rs_transport_counters(f->t, &c1);
+    assert_int_equal(c1.bytes - c0.bytes, 0);
+    read_and_check(f, 2, reg->addr + 10, sizeof(got));
+}
+
 /* ---- the exposer API ---------------------------------------------------- */
 
 static uint64_t get_le(const uint8_t *p, int n)
@@ -431,6 +512,9 @@ int main(void)
         BOTH_TLS(test_reconnect_replaces),
         UCX(test_malformed_blob, 0),
         BOTH_TLS(test_no_write_after_timeout),
+        cmocka_unit_test(test_get_error_fails_post),
+        cmocka_unit_test(test_endpoint_error_fails_post),
+        BOTH_TLS(test_endpoint_error_during_wait),
         BOTH_TLS(test_killed_peer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# CLI tests of digest verification and of how a pull from a dead publisher
+# ends: `reshard pull` verifies by default (no flag) and `--no-verify`
+# turns it off; tables published without digests (`publish --no-digests`)
+# fail a verifying pull and `run --verify`, naming the tensor and shard,
+# and pass with verification off (byte-exact under --check); a pull whose
+# publishers were killed over UCX tcp fails with one line naming the
+# publisher and its slot, and no line of UCX's own.
+# usage: bash test_verify_cli.sh <reshard-binary> <source-dir>
+set -u
+BIN=${1:?usage: test_verify_cli.sh <reshard-binary> <source-dir>}
+SRC=${2:?usage: test_verify_cli.sh <reshard-binary> <source-dir>}
+TINY="$SRC/examples/models/tiny-llama.json"
+TMP=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+failures=0
+checks=0
+
+ok() { checks=$((checks + 1)); echo "ok   - $1"; }
+bad() {
+    checks=$((checks + 1)); failures=$((failures + 1))
+    echo "FAIL - $1"
+    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -8
+}
+expect_rc() {
+    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
+}
+# expect_in NAME FILE NEEDLE...: FILE holds every needle.
+expect_in() {
+    local name=$1 file=$2 needle missing=""
+    shift 2
+    for needle in "$@"; do
+        grep -qF -- "$needle" "$file" || missing="$missing '$needle'"
+    done
+    if [ -z "$missing" ]; then ok "$name: $(basename "$file") names$(printf " '%s'" "$@")"
+    else bad "$name: $(basename "$file") lacks$missing"; fi
+}
+expect_not_in() {
+    if grep -qF -- "$3" "$2"; then bad "$1: $(basename "$2") holds '$3'"
+    else ok "$1: $(basename "$2") has no '$3'"; fi
+}
+
+# pub DIR VERSION RANK BACKEND [publish options...]
+pub() {
+    local dir=$1 version=$2 rank=$3 backend=$4
+    shift 4
+    "$BIN" publish --directory "file:$dir" --model m --version "$version" \
+        --rank "$rank" --world 2 --layout megatron:tp=2 --model-config "$TINY" \
+        --backend "$backend" --timeout 60 "$@" \
+        >"$TMP/pub$rank.out" 2>"$TMP/pub$rank.err" &
+    pids+=("$!")
+}
+# pull DIR BACKEND [pull options...]
+pull() {
+    local dir=$1 backend=$2
+    shift 2
+    "$BIN" pull --directory "file:$dir" --model m --layout vllm:tp=2 \
+        --model-config "$TINY" --backend "$backend" --timeout 20 "$@" \
+        >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+}
+
+# ---- verification is on by default ---------------------------------------
+
+D="$TMP/digests"
+pub "$D" 1 0 cma
+pub "$D" 1 1 cma
+pull "$D" cma --version 1 --rank 0
+expect_rc "pull, no flags" 0
+expect_in "pull, no flags" "$TMP/out" "shards verified"
+if grep -qE ', [1-9][0-9]* shards verified' "$TMP/out"; then
+    ok "pull, no flags: shards were verified"
+else bad "pull, no flags: no shard verified"; fi
+pull "$D" cma --version 1 --rank 0 --json
+if grep -qE '"shards_verified":[1-9]' "$TMP/out"; then
+    ok "pull --json, no flags: shards were verified"
+else bad "pull --json, no flags: no shard verified"; fi
+pull "$D" cma --version 1 --rank 1 --no-verify --json --check
+expect_rc "pull --no-verify" 0
+expect_in "pull --no-verify" "$TMP/out" '"check":true' '"shards_verified":0'
+
+# ---- tables without digests -------------------------------------------------
+
+N="$TMP/nodigests"
+pub "$N" 1 0 cma --no-digests
+pub "$N" 1 1 cma --no-digests
+pull "$N" cma --version 1 --rank 0
+expect_rc "pull of tables without digests" 1
+expect_in "pull of tables without digests" "$TMP/err" "tensor '" \
+    "shard of session 'trainer-" "without a digest"
+expect_not_in "pull of tables without digests" "$TMP/err" "malformed"
+pull "$N" cma --version 1 --rank 0 --no-verify --check
+expect_rc "pull --no-verify of tables without digests" 0
+expect_in "pull --no-verify of tables without digests" "$TMP/out" "byte-exact"
+
+# `run --verify` on the bundled example, whose tables carry empty digests.
+python3 "$SRC/tests/cli/run_data.py" make "$SRC/examples/tiny/sources.json" \
+    "$TMP/tiny-data" >/dev/null 2>"$TMP/err"
+"$BIN" run --capture "$SRC/examples/tiny/capture.json" \
+    --sources "$SRC/examples/tiny/sources.json" --data "$TMP/tiny-data" \
+    --verify >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc "run --verify without digests" 1
+expect_in "run --verify without digests" "$TMP/err" "tensor 'model.layers.0." \
+    "shard of session 'trainer-" "at addr" "without a digest"
+expect_not_in "run --verify without digests" "$TMP/err" "malformed digest"
+"$BIN" run --capture "$SRC/examples/tiny/capture.json" \
+    --sources "$SRC/examples/tiny/sources.json" --data "$TMP/tiny-data" \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc "run without --verify, no digests" 0
+
+# ---- publishers killed: one line in reshard's words --------------------------
+
+K="$TMP/killed"
+export UCX_TLS=tcp UCX_NET_DEVICES=lo
+unset UCX_LOG_LEVEL
+pub "$K" 1 0 ucx
+k0=$!
+pub "$K" 1 1 ucx
+k1=$!
+for _ in $(seq 200); do [ -e "$K/m/1/READY" ] && break; sleep 0.1; done
+if [ -e "$K/m/1/READY" ]; then ok "ucx publishers: version 1 READY"
+else bad "ucx publishers: version 1 never READY"; fi
+kill -KILL "$k0" "$k1"
+wait "$k0" "$k1" 2>/dev/null
+pull "$K" ucx --version 1 --rank 0
+expect_rc "pull from killed publishers" 1
+expect_in "pull from killed publishers" "$TMP/err" "reshard pull: rank 0 version 1:" \
+    "trainer-" ", slot "
+# UCX logs to stdout unless told otherwise.
+for f in "$TMP/out" "$TMP/err"; do
+    expect_not_in "pull from killed publishers" "$f" "UCX  ERROR"
+    expect_not_in "pull from killed publishers" "$f" "UCX  WARN"
+done
+lines=$(wc -l <"$TMP/err")
+if [ "$lines" -eq 1 ]; then ok "pull from killed publishers: one line on stderr"
+else bad "pull from killed publishers: $lines lines on stderr"; fi
+
+echo "$checks checks, $failures failures"
+[ "$failures" -eq 0 ]
