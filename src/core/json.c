@@ -9,21 +9,17 @@
 #include <sys/stat.h>
 
 #include "core/checked.h"
+#include "core/env.h"
 #include "core/json.h"
 
-size_t rs_json_max_bytes(void)
+rs_status_t rs_json_max_bytes(rs_diag_t *diag, size_t *max_p)
 {
-    const char *env = getenv("RESHARD_JSON_MAX_BYTES");
-    char *end = NULL;
-    unsigned long long v;
-
-    if (env == NULL || *env < '0' || *env > '9')
-        return RS_JSON_MAX_BYTES;
-    errno = 0;
-    v = strtoull(env, &end, 10);
-    if (errno != 0 || *end != '\0' || v == 0 || (size_t)v != v)
-        return RS_JSON_MAX_BYTES;
-    return (size_t)v;
+    uint64_t v;
+    rs_status_t st = rs__env_count("RESHARD_JSON_MAX_BYTES", RS_JSON_MAX_BYTES,
+                                   SIZE_MAX, diag, &v);
+    if (st == RS_OK)
+        *max_p = (size_t)v;
+    return st;
 }
 
 void rs_json_ctx_init(rs_json_ctx_t *c, const char *origin, rs_diag_t *diag)

@@ -17,10 +17,10 @@
  * several times its text, and no capture or shard table comes near it. */
 #define RS_JSON_MAX_BYTES ((size_t)1 << 30)
 
-/* The limit loaders apply: RESHARD_JSON_MAX_BYTES when that variable holds
- * a positive integer (to raise it, or to lower it in tests), else
- * RS_JSON_MAX_BYTES. */
-size_t rs_json_max_bytes(void);
+/* The limit loaders apply: RESHARD_JSON_MAX_BYTES when set (to raise it,
+ * or to lower it in tests), else RS_JSON_MAX_BYTES. A value that is not a
+ * positive whole number is RS_ERR_INPUT naming the variable. */
+rs_status_t rs_json_max_bytes(rs_diag_t *diag, size_t *max_p);
 
 #define RS_JSON_PATH_MAX 512
 

@@ -561,8 +561,11 @@ static rs_status_t load_text(rs_json_ctx_t *c, const char *json, size_t len,
 {
     json_t *root = NULL;
     rs_capture_h cap = NULL;
-    rs_status_t st = rs_json_parse(c, json, len, rs_json_max_bytes(), &root);
+    size_t max = 0;
+    rs_status_t st = rs_json_max_bytes(c->diag, &max);
 
+    if (st == RS_OK)
+        st = rs_json_parse(c, json, len, max, &root);
     if (st != RS_OK)
         return st;
     if (rs_capture_create(&cap) != RS_OK) {
@@ -601,8 +604,10 @@ rs_status_t rs_capture_load_file(const char *path, rs_diag_t *diag,
 
     if (capture_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL capture_p");
-    rs_status_t st = rs_json_read_file(path, rs_json_max_bytes(), diag, &text,
-                                       &len);
+    size_t max = 0;
+    rs_status_t st = rs_json_max_bytes(diag, &max);
+    if (st == RS_OK)
+        st = rs_json_read_file(path, max, diag, &text, &len);
     if (st != RS_OK)
         return st;
     rs_json_ctx_init(&c, path, diag);

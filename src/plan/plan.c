@@ -1,22 +1,21 @@
 /* Read access to a built plan, its defaults and its destruction. */
 #include <stdlib.h>
 
+#include "core/env.h"
 #include "plan/plan_impl.h"
 
 void rs_plan_params_init(rs_plan_params_t *params)
 {
-    const char *env = getenv("RESHARD_MAX_SEGMENTS_PER_COPY");
-    params->max_segments_per_copy = RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY;
+    uint64_t v = RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY;
+    /* A value that does not parse keeps the default here; rs_plan_build
+     * then refuses it, naming the variable. */
+    rs__env_count(RS_PLAN_ENV_MAX_SEGMENTS, RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY,
+                  INT64_MAX, NULL, &v);
+    params->max_segments_per_copy = (int64_t)v;
     params->only = NULL;
     params->nonly = 0;
     params->replica_salt = 0;
     params->split_bytes = RS_PLAN_DEFAULT_SPLIT_BYTES;
-    if (env != NULL && *env != '\0') {
-        char *end;
-        long long v = strtoll(env, &end, 10);
-        if (*end == '\0' && v > 0)
-            params->max_segments_per_copy = v;
-    }
 }
 
 void rs_plan_destroy(rs_plan_h plan)

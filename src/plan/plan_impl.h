@@ -7,6 +7,9 @@
 #include "core/vec.h"
 #include "reshard/plan.h"
 
+/* Overrides RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY (rs_plan_params_init). */
+#define RS_PLAN_ENV_MAX_SEGMENTS "RESHARD_MAX_SEGMENTS_PER_COPY"
+
 typedef struct rs_plan_fallback {
     const char *src;
     const char *reason;

@@ -10,6 +10,7 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
+#include "core/env.h"
 #include "geom/box.h"
 #include "geom/walk.h"
 #include "plan/capture_impl.h"
@@ -17,6 +18,39 @@
 #include "plan/plan_impl.h"
 #include "plan/planner.h"
 #include "plan/sources_impl.h"
+
+/* A set RESHARD_MAX_SEGMENTS_PER_COPY that does not parse is refused, even
+ * when the caller set the field itself: the operator meant something. */
+static rs_status_t check_env(rs_diag_t *diag)
+{
+    uint64_t v;
+    return rs__env_count(RS_PLAN_ENV_MAX_SEGMENTS, 1, INT64_MAX, diag, &v);
+}
+
+/* Every --only pattern must select some parameter: a pattern that matches
+ * nothing is a typo, and planning nothing would look like success. */
+static rs_status_t check_only(rs_capture_h capture,
+                              const rs_plan_params_t *params, rs_diag_t *diag)
+{
+    size_t n = rs_capture_num_params(capture);
+    for (size_t i = 0; i < params->nonly; i++) {
+        size_t k = 0;
+        rs_param_info_t info;
+        if (params->only[i] == NULL)
+            return rs__diag_set(diag, RS_ERR_INVALID_ARG, "only[%zu] is NULL",
+                                i);
+        for (; k < n; k++) {
+            rs_capture_param(capture, k, &info);
+            if (fnmatch(params->only[i], info.name, 0) == 0)
+                break;
+        }
+        if (k == n)
+            return rs__diag_set(diag, RS_ERR_INPUT, "--only pattern '%s' "
+                                "matches no parameter of the capture (%zu "
+                                "parameters)", params->only[i], n);
+    }
+    return RS_OK;
+}
 
 rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
                           const rs_plan_params_t *params, rs_diag_t *diag,
@@ -35,6 +69,9 @@ rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
     if (params->max_segments_per_copy < 1)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "max_segments_per_copy must be at least 1");
+    if ((st = check_env(diag)) != RS_OK ||
+        (st = check_only(capture, params, diag)) != RS_OK)
+        return st;
     st = rs__planner_init(&b, capture, sources, params, diag);
     if (st == RS_OK)
         st = rs__planner_run(&b);

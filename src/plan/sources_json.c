@@ -233,8 +233,11 @@ static rs_status_t load_text(rs_json_ctx_t *c, rs_sources_h s,
 {
     rs_sources_mark_t mark;
     json_t *root = NULL;
-    rs_status_t st = rs_json_parse(c, json, len, rs_json_max_bytes(), &root);
+    size_t max = 0;
+    rs_status_t st = rs_json_max_bytes(c->diag, &max);
 
+    if (st == RS_OK)
+        st = rs_json_parse(c, json, len, max, &root);
     if (st != RS_OK)
         return st;
     if (rs__sources_mark(s, &mark) != RS_OK) {
@@ -271,8 +274,10 @@ rs_status_t rs_sources_load_file(rs_sources_h s, const char *path,
 
     if (s == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
-    rs_status_t st = rs_json_read_file(path, rs_json_max_bytes(), diag, &text,
-                                       &len);
+    size_t max = 0;
+    rs_status_t st = rs_json_max_bytes(diag, &max);
+    if (st == RS_OK)
+        st = rs_json_read_file(path, max, diag, &text, &len);
     if (st != RS_OK)
         return st;
     rs_json_ctx_init(&c, path, diag);

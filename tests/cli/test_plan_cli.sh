@@ -240,11 +240,31 @@ py "two --only patterns union their matches" '
 assert {s["param"] for s in plan["segments"]} == {"model.layers.0.self_attn.qkv_proj.weight"}
 assert [c["param"] for c in plan["converts"]] == ["model.layers.0.input_layernorm.weight"]
 assert plan["stats"]["bytes_planned"] == 72, plan["stats"]'
-plan_ok "$CAP" "$SOURCES" --json --only 'no.such.param'
-expect_rc "--only matching nothing" 0
-py "--only matching nothing plans nothing" '
-assert plan["segments"] == [] and plan["stats"]["bytes_planned"] == 0
-assert plan["stats"]["sessions"] == [] and plan["stats"]["session_bytes"] == {}'
+# A pattern that selects nothing is a typo, not an empty success; one such
+# pattern among good ones is still refused, by name.
+run plan --capture "$CAP" --sources "$SOURCES" --json --only 'no.such.param'
+expect_input_error "--only matching nothing" "--only pattern 'no.such.param'" \
+    "matches no parameter"
+run plan --capture "$CAP" --sources "$SOURCES" --only '*qkv_proj*' --only 'typo*'
+expect_input_error "one of two --only patterns matching nothing" "'typo*'" \
+    "matches no parameter"
+run run --capture "$CAP" --sources "$SOURCES" --data "$TMP" --only 'nope'
+expect_input_error "run --only matching nothing" "'nope'" "matches no parameter"
+
+# RESHARD_* values that do not parse are errors naming the variable, never
+# a silent default.
+for v in abc 0 -3 4x 1.5 99999999999999999999999; do
+    RESHARD_MAX_SEGMENTS_PER_COPY=$v "$BIN" plan --capture "$CAP" \
+        --sources "$SOURCES" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    expect_input_error "RESHARD_MAX_SEGMENTS_PER_COPY=$v" \
+        "RESHARD_MAX_SEGMENTS_PER_COPY='$v'" "not a whole number"
+done
+RESHARD_JSON_MAX_BYTES=lots "$BIN" plan --capture "$CAP" --sources "$SOURCES" \
+    >"$TMP/out" 2>"$TMP/err"; rc=$?
+expect_input_error "RESHARD_JSON_MAX_BYTES=lots" "RESHARD_JSON_MAX_BYTES='lots'"
+RESHARD_MAX_SEGMENTS_PER_COPY= "$BIN" plan --capture "$CAP" --sources "$SOURCES" \
+    >"$TMP/out" 2>"$TMP/err"; rc=$?
+expect_rc "an empty RESHARD_MAX_SEGMENTS_PER_COPY means unset" 0
 
 # ---- incomplete plans ------------------------------------------------------
 mutate "$CAP" "$TMP/unpublished.json" '

@@ -112,10 +112,25 @@ static void test_oversized(void **state)
                    RS_ERR_INPUT, &diag, "larger than the 64-byte limit");
     assert_int_equal(hostile_count_fds(), fds);
 
-    /* nonsense values fall back to the default */
-    assert_int_equal(setenv("RESHARD_JSON_MAX_BYTES", "0", 1), 0);
-    assert_int_equal(rs_sources_load_file(s, tpath, &diag), RS_OK);
-    assert_int_equal(setenv("RESHARD_JSON_MAX_BYTES", "-5", 1), 0);
+    /* values that do not parse are refused, naming the variable and the
+     * value, never replaced by the default */
+    static const char *const bad[] = {"0", "-5", "12abc", "1e6", " 64",
+                                      "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char want[96];
+        assert_int_equal(setenv("RESHARD_JSON_MAX_BYTES", bad[i], 1), 0);
+        snprintf(want, sizeof(want), "RESHARD_JSON_MAX_BYTES='%s'", bad[i]);
+        HOSTILE_EXPECT(rs_sources_load_file(s, tpath, &diag), RS_ERR_INPUT,
+                       &diag, want, "not a whole number");
+        HOSTILE_EXPECT(rs_capture_load_file(cpath, &diag, &cap), RS_ERR_INPUT,
+                       &diag, want, "not a whole number");
+        HOSTILE_EXPECT(rs_capture_load_string(good_capture,
+                                              strlen(good_capture), "x",
+                                              &diag, &cap),
+                       RS_ERR_INPUT, &diag, want, "not a whole number");
+    }
+    /* empty means unset: the default */
+    assert_int_equal(setenv("RESHARD_JSON_MAX_BYTES", "", 1), 0);
     assert_int_equal(rs_capture_load_file(cpath, &diag, &cap), RS_OK);
     rs_capture_destroy(cap);
     assert_int_equal(unsetenv("RESHARD_JSON_MAX_BYTES"), 0);
