@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "reshard/capture.h"
+#include "reshard/dir.h"
 #include "reshard/exec.h"
 #include "reshard/status.h"
 
@@ -30,6 +31,14 @@ typedef struct rs_publisher_params {
     const char *session;    /* agent name; default "trainer-<rank>" */
     int digests;            /* publish an rsd64 digest per shard */
     double heartbeat_s;     /* heartbeat period; default 1 s, <= 0 none */
+    /* Directory outages while serving: a failed heartbeat is retried with
+     * capped exponential backoff (heartbeat_s doubling up to
+     * heartbeat_max_s, default 4 s) while the exposed memory keeps being
+     * served; one notice when the outage begins, one when it ends. NULL
+     * notice: stderr. */
+    double heartbeat_max_s;
+    rs_dir_notice_cb notice;
+    void *notice_ctx;
 } rs_publisher_params_t;
 
 RS_API void rs_publisher_params_init(rs_publisher_params_t *params);
@@ -55,7 +64,8 @@ RS_API rs_status_t rs_publisher_publish(rs_publisher_h publisher,
                                         int64_t version, rs_diag_t *diag);
 
 /* Waits until `version` is released by the directory (every receiver's
- * lease ended and someone released it). */
+ * lease ended and someone released it). A directory outage does not end
+ * the wait: it is retried until timeout_s (RS_ERR_TIMEOUT then names it). */
 RS_API rs_status_t rs_publisher_wait_released(rs_publisher_h publisher,
                                               int64_t version,
                                               double timeout_s,
@@ -68,7 +78,8 @@ typedef struct rs_receiver_params {
     uint64_t salt;          /* replica choice (this rank's index) */
     const char *holder;     /* lease holder name; default "receiver-<salt>" */
     double discover_timeout_s; /* waiting for READY; default 60 */
-    double stale_s;         /* publishers silent longer are stale; 0 = off */
+    double stale_s;         /* publishers silent longer are stale; 0 = off.
+                             * Stale versions are skipped by version -1 */
     double lease_ttl_s;     /* default 60 */
     int release_after;      /* release the version after installing */
     int64_t max_segments_per_copy; /* 0 = planner default */
@@ -79,6 +90,10 @@ typedef struct rs_receiver_params {
      * written, though install is still not called). */
     int shadow;
     rs_exec_params_t exec;  /* timeouts, verification, install callback */
+    /* Notices of directory outages during discovery (retried until
+     * discover_timeout_s); NULL: stderr. */
+    rs_dir_notice_cb notice;
+    void *notice_ctx;
 } rs_receiver_params_t;
 
 RS_API void rs_receiver_params_init(rs_receiver_params_t *params);
@@ -99,6 +114,11 @@ typedef struct rs_pull_result {
     int replanned;          /* 1 when the plan was (re)built for this pull */
     double discover_s, plan_s, connect_s;
     rs_exec_stats_t exec;
+    /* release_after: RS_OK when the version was released, else why not
+     * (RS_ERR_INCOMPLETE: another receiver's live lease, named in
+     * release_msg). The pull itself succeeded either way. */
+    rs_status_t release_status;
+    char release_msg[RS_DIAG_MSG_MAX];
 } rs_pull_result_t;
 
 /* Discovers `version` (< 0: the newest READY one), plans (or reuses the

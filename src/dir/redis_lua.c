@@ -146,6 +146,8 @@ static const char unlease_src[] = PRELUDE
     "if not n then return missing() end\n"
     "return redis.call('HDEL', KEYS[4], ARGV[2])\n";
 
+/* ARGV: 2 "1" to release whatever the leases (abandon) -> live leases
+ * dropped */
 static const char release_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
@@ -160,7 +162,7 @@ static const char release_src[] = PRELUDE
     "    if not first then first, left = l[i], e - t end\n"
     "  end\n"
     "end\n"
-    "if live > 0 then\n"
+    "if live > 0 and ARGV[2] ~= '1' then\n"
     "  return fail('RSINCOMPLETE', ARGV[1] .. \" cannot be released: \" ..\n"
     "    \"leased by '\" .. first .. \"' for \" ..\n"
     "    string.format('%.2f', left) .. ' s more (' .. live ..\n"
@@ -168,7 +170,7 @@ static const char release_src[] = PRELUDE
     "end\n"
     "redis.call('HSET', KEYS[1], 'state', 'RELEASED')\n"
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])\n"
-    "return 1\n";
+    "return live\n";
 
 const char *const rs__rlua_src[RS_RLUA_COUNT] = {
     [RS_RLUA_CREATE] = create_src,

@@ -1,6 +1,10 @@
 /* The publisher lifecycle: register shards, expose them (once, until the
  * registrations change), publish this rank's table for each version, keep a
- * heartbeat going, and wait for the version's release. */
+ * heartbeat going, and wait for the version's release. A directory outage
+ * never stops the serving: heartbeats back off and resume, the release
+ * wait retries, and each outage is reported once when it begins and once
+ * when it ends. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +24,50 @@ void rs_publisher_params_init(rs_publisher_params_t *p)
     memset(p, 0, sizeof(*p));
     p->backend = "ucx";
     p->heartbeat_s = 1.0;
+    p->heartbeat_max_s = 4.0;
     p->digests = 1;
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Where this publisher's notices go: the caller's callback or stderr. */
+static void notify(rs_publisher_h p, const char *msg)
+{
+    if (p->params.notice != NULL)
+        p->params.notice(p->params.notice_ctx, msg);
+    else
+        rs_dir_notice(NULL, "%s", msg);
+}
+
+/* Notices of the main connection (the release wait). While heartbeats run
+ * they report outages, so the same outage is told once. */
+static void main_notice(void *ctx, const char *msg)
+{
+    rs_publisher_h p = ctx;
+    char line[RS_DIAG_MSG_MAX + 512];
+    if (p->hb_running)
+        return;
+    snprintf(line, sizeof(line), "publisher rank %lld: %s",
+             (long long)p->params.rank, msg);
+    notify(p, line);
+}
+
+static rs_status_t open_dir(rs_publisher_h p, int main, rs_diag_t *diag,
+                            rs_dir_h *dir_p)
+{
+    rs_dir_params_t dp;
+    rs_dir_params_init(&dp);
+    dp.create = 1; /* publishers may create a file: directory */
+    if (main) {
+        dp.notice = main_notice;
+        dp.notice_ctx = p;
+    }
+    return rs_dir_open_params(p->params.directory, &dp, diag, dir_p);
 }
 
 rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
@@ -48,7 +95,7 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
     pthread_cond_init(&p->wake, NULL);
     p->version = -1;
     rs_status_t st = p->model && p->backend && p->session
-        ? rs_dir_open(params->directory, diag, &p->dir)
+        ? open_dir(p, 1, diag, &p->dir)
         : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     if (st != RS_OK) {
         rs_publisher_destroy(p);
@@ -146,15 +193,48 @@ static rs_status_t expose(rs_publisher_h p, rs_diag_t *diag)
     return RS_OK;
 }
 
+/* The wait before the next heartbeat after one that returned st: the
+ * period while the directory answers, doubling up to heartbeat_max_s while
+ * it does not; the outage's start and end are reported. */
+static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
+                             const rs_diag_t *d, double wait,
+                             double *down_since)
+{
+    char line[RS_DIAG_MSG_MAX + 512];
+    double period = p->params.heartbeat_s;
+    double cap = fmax(period, p->params.heartbeat_max_s);
+    if (st == RS_OK) {
+        if (*down_since >= 0) {
+            snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
+                     "reachable again after %.1f s; heartbeats of version "
+                     "%lld resumed", (long long)p->params.rank,
+                     rs_dir_name(p->hb_dir), mono_now() - *down_since,
+                     (long long)v);
+            notify(p, line);
+        }
+        *down_since = -1;
+        return period;
+    }
+    if (*down_since >= 0)
+        return fmin(wait * 2, cap);
+    *down_since = mono_now();
+    snprintf(line, sizeof(line), "publisher rank %lld: heartbeat of version "
+             "%lld failed: %s; still serving, retrying every %g s up to %g "
+             "s", (long long)p->params.rank, (long long)v,
+             d->msg[0] ? d->msg : rs_status_str(st), period, cap);
+    notify(p, line);
+    return fmin(period * 2, cap);
+}
+
 static void *heartbeat_main(void *arg)
 {
     rs_publisher_h p = arg;
+    double wait = p->params.heartbeat_s, down_since = -1;
     pthread_mutex_lock(&p->lock);
     while (!p->hb_stop) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        double t = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 +
-                   p->params.heartbeat_s;
+        double t = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 + wait;
         until.tv_sec = (time_t)t;
         until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
         pthread_cond_timedwait(&p->wake, &p->lock, &until);
@@ -162,7 +242,11 @@ static void *heartbeat_main(void *arg)
             break;
         int64_t v = p->version;
         pthread_mutex_unlock(&p->lock);
-        rs_dir_heartbeat(p->hb_dir, p->model, v, p->params.rank, NULL);
+        rs_diag_t d;
+        rs_diag_clear(&d);
+        rs_status_t st = rs_dir_heartbeat(p->hb_dir, p->model, v,
+                                          p->params.rank, &d);
+        wait = heartbeat_next(p, v, st, &d, wait, &down_since);
         pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);
@@ -176,7 +260,7 @@ static rs_status_t start_heartbeat(rs_publisher_h p, rs_diag_t *diag)
     if (p->params.heartbeat_s <= 0 || p->hb_running)
         return RS_OK;
     if (p->hb_dir == NULL) {
-        rs_status_t st = rs_dir_open(p->params.directory, diag, &p->hb_dir);
+        rs_status_t st = open_dir(p, 0, diag, &p->hb_dir);
         if (st != RS_OK)
             return st;
     }

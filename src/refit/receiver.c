@@ -55,6 +55,20 @@ void rs_receiver_params_init(rs_receiver_params_t *p)
     rs_exec_params_init(&p->exec);
 }
 
+/* A receiver never creates a file: directory (a mistyped path fails with
+ * "no such directory"), and a server unreachable at start is waited for
+ * by discovery, within its deadline. */
+static rs_status_t open_dir(rs_receiver_h r, rs_diag_t *diag)
+{
+    rs_dir_params_t dp;
+    rs_dir_params_init(&dp);
+    dp.create = 0;
+    dp.connect_later = 1;
+    dp.notice = r->params.notice;
+    dp.notice_ctx = r->params.notice_ctx;
+    return rs_dir_open_params(r->directory, &dp, diag, &r->dir);
+}
+
 rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
                                rs_capture_h capture, rs_diag_t *diag,
                                rs_receiver_h *receiver_p)
@@ -83,7 +97,7 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
     r->nparams = rs_capture_num_params(capture);
     r->binds = calloc(r->nparams + 1, sizeof(rs_rbind_t));
     rs_status_t st = r->model && r->directory && r->backend && r->holder &&
-                     r->binds ? rs_dir_open(r->directory, diag, &r->dir)
+                     r->binds ? open_dir(r, diag)
                               : rs__diag_set(diag, RS_ERR_NO_MEMORY,
                                              "out of memory");
     if (st != RS_OK) {
@@ -305,6 +319,18 @@ static rs_status_t prepare(rs_receiver_h r, rs_sources_h sources,
     return st;
 }
 
+/* release_after: a refused release (another receiver's live lease) or a
+ * failed one is kept in the result, not dropped. */
+static void release_now(rs_receiver_h r, int64_t version,
+                        rs_pull_result_t *res)
+{
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    res->release_status = rs_dir_release(r->dir, r->model, version, &d);
+    snprintf(res->release_msg, sizeof(res->release_msg), "%s",
+             res->release_status == RS_OK ? "" : d.msg);
+}
+
 rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
                              rs_pull_result_t *result_p)
 {
@@ -334,7 +360,7 @@ rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
         drop_cache(r); /* a peer failed: reconnect from scratch next time */
     rs_dir_unlease(r->dir, r->model, v.version, r->holder, NULL);
     if (st == RS_OK && r->params.release_after)
-        rs_dir_release(r->dir, r->model, v.version, NULL);
+        release_now(r, v.version, &res);
     if (st == RS_OK && result_p != NULL)
         *result_p = res;
     return st;
