@@ -37,6 +37,10 @@ typedef struct rs_publisher_params {
      * served; one notice when the outage begins, one when it ends. NULL
      * notice: stderr. */
     double heartbeat_max_s;
+    /* Publishing while the directory is unreachable (also at create: the
+     * server is connected on first use) is retried this long (default
+     * 60 s) before rs_publisher_publish fails. */
+    double publish_retry_s;
     rs_dir_notice_cb notice;
     void *notice_ctx;
 } rs_publisher_params_t;

@@ -25,6 +25,7 @@ void rs_publisher_params_init(rs_publisher_params_t *p)
     p->backend = "ucx";
     p->heartbeat_s = 1.0;
     p->heartbeat_max_s = 4.0;
+    p->publish_retry_s = 60.0;
     p->digests = 1;
 }
 
@@ -62,7 +63,8 @@ static rs_status_t open_dir(rs_publisher_h p, int main, rs_diag_t *diag,
 {
     rs_dir_params_t dp;
     rs_dir_params_init(&dp);
-    dp.create = 1; /* publishers may create a file: directory */
+    dp.create = 1;        /* publishers may create a file: directory */
+    dp.connect_later = 1; /* unreachable now: publishing retries */
     if (main) {
         dp.notice = main_notice;
         dp.notice_ctx = p;
@@ -271,6 +273,62 @@ static rs_status_t start_heartbeat(rs_publisher_h p, rs_diag_t *diag)
     return RS_OK;
 }
 
+static void nap(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static rs_status_t create_and_publish(rs_publisher_h p, int64_t version,
+                                      const char *table, size_t len,
+                                      rs_diag_t *diag)
+{
+    rs_status_t st = rs_dir_create_version(p->dir, p->model, version,
+                                           p->params.world, diag);
+    if (st == RS_OK)
+        st = rs_dir_publish(p->dir, p->model, version, p->params.rank, table,
+                            len, diag);
+    return st;
+}
+
+/* Creates the version and publishes the table, riding out a directory
+ * outage for up to publish_retry_s (both steps are idempotent, so a step
+ * whose reply was lost is simply done again). */
+static rs_status_t publish_table(rs_publisher_h p, int64_t version,
+                                 const char *table, size_t len,
+                                 rs_diag_t *diag)
+{
+    char line[RS_DIAG_MSG_MAX + 512];
+    double deadline = mono_now() + p->params.publish_retry_s, delay = 0.05;
+    double down_since = -1;
+    for (;;) {
+        rs_status_t st = create_and_publish(p, version, table, len, diag);
+        double now = mono_now();
+        if (st == RS_OK && down_since >= 0) {
+            snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
+                     "reachable again after %.1f s; version %lld published",
+                     (long long)p->params.rank, rs_dir_name(p->dir),
+                     now - down_since, (long long)version);
+            notify(p, line);
+        }
+        if (st == RS_OK || !rs_dir_transient(p->dir) || now >= deadline)
+            return st;
+        if (down_since < 0) {
+            down_since = now;
+            snprintf(line, sizeof(line), "publisher rank %lld: publishing "
+                     "version %lld: directory unreachable: %s; retrying for "
+                     "up to %.1f s", (long long)p->params.rank,
+                     (long long)version, diag != NULL ? diag->msg : "",
+                     deadline - now);
+            notify(p, line);
+        }
+        nap(fmin(delay, deadline - now));
+        delay = fmin(delay * 2, 1.0);
+    }
+}
+
 rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
                                  rs_diag_t *diag)
 {
@@ -284,11 +342,7 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     if (st == RS_OK)
         st = rs__publisher_table(p, version, &table, &len, diag);
     if (st == RS_OK)
-        st = rs_dir_create_version(p->dir, p->model, version, p->params.world,
-                                   diag);
-    if (st == RS_OK)
-        st = rs_dir_publish(p->dir, p->model, version, p->params.rank, table,
-                            len, diag);
+        st = publish_table(p, version, table, len, diag);
     free(table);
     if (st != RS_OK)
         return st;

@@ -4,7 +4,7 @@
 # report the outage once when it begins and once when it ends, survive, and
 # a later pull is byte-exact) and during a receiver's discovery (it retries
 # and succeeds once the server resumes, or fails naming the outage when it
-# does not); stale versions skipped by --version -1 and an explicit stale
+# does not), and while publishers start (publishing waits for it); stale versions skipped by --version -1 and an explicit stale
 # version failing with its stale slots; `reshard release` and --abandon; a
 # refused --release reported with exit 1; a mistyped file: directory never
 # created by a receiver; a Redis password never printed (wrong password,
@@ -19,6 +19,7 @@ TMP=$(mktemp -d)
 pids=()
 redis_pids=()
 cleanup() {
+    exec 2>/dev/null # no "Killed" job notices for the servers
     for p in "${redis_pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
     for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
     wait 2>/dev/null
@@ -269,6 +270,27 @@ wait "$p0"; rc=$?
 expect_rc "publisher 0 after the outages" 0
 wait "$p1"; rc=$?
 expect_rc "publisher 1 after the outages" 0
+
+# publishers started while the server is stopped: publishing waits for it
+kill -STOP "$RPID"
+pub "$R" 2 0; p0=$PUB_PID
+pub "$R" 2 1; p1=$PUB_PID
+wait_for "$TMP/pub0.err" "publishing version 2: directory unreachable"
+wait_for "$TMP/pub1.err" "publishing version 2: directory unreachable"
+kill -CONT "$RPID"
+wait_for "$TMP/pub0.out" "published version 2" && wait_for "$TMP/pub1.out" "published version 2"
+for r in 0 1; do
+    expect_in "publisher $r started during an outage" "$TMP/pub$r.err" \
+        "reachable again after" "version 2 published"
+done
+pull "$R" --version -1 --rank 1 --check --release --json --timeout 30
+expect_rc "pull from publishers started during an outage" 0
+expect_in "pull from publishers started during an outage" "$TMP/out" \
+    '"version":2' '"check":true' '"released":true'
+wait "$p0"; rc=$?
+expect_rc "publisher 0 of version 2" 0
+wait "$p1"; rc=$?
+expect_rc "publisher 1 of version 2" 0
 
 # ---- redis: the password is never printed -----------------------------------
 

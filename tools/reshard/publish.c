@@ -78,7 +78,8 @@ static void pub_usage(FILE *out)
         "  --model-config FILE a Hugging Face config.json (examples/models/)\n"
         "  --backend B         exposer: ucx (default; UCX_TLS picks the wire) or cma\n"
         "  --versions K        versions to publish one after another (default 1)\n"
-        "  --timeout S         wait at most S seconds for each release (default 300)\n"
+        "  --timeout S         wait at most S seconds for each release, and for an\n"
+        "                      unreachable directory when publishing (default 300)\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "A directory outage while serving is reported (one line when it begins,\n"
@@ -278,6 +279,7 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
     pp.world = (int64_t)a->world;
     pp.backend = a->backend;
     pp.digests = 1;
+    pp.publish_retry_s = a->timeout_s; /* ride out an outage that long */
     rs_diag_clear(&diag);
     if ((st = rs_publisher_create(&pp, &diag, &s->pub)) != RS_OK) {
         char shown[512];
