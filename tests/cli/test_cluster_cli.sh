@@ -2,10 +2,11 @@
 # CLI tests of what a cluster does to a directory: a private redis-server
 # stopped (SIGSTOP) for longer than its timeout while publishers serve (they
 # report the outage once when it begins and once when it ends, survive, and
-# a later pull is byte-exact) and during a receiver's discovery (it retries
+# a later pull is byte-exact), during a receiver's discovery (it retries
 # and succeeds once the server resumes, or fails naming the outage when it
-# does not), and while publishers start (publishing waits for it); stale versions skipped by --version -1 and an explicit stale
-# version failing with its stale slots; `reshard release` and --abandon; a
+# does not) and while publishers start (publishing waits for it); stale
+# versions skipped by --version -1 and an explicit stale version failing
+# with its stale slots; `reshard release` and --abandon; a
 # refused --release reported with exit 1; a mistyped file: directory never
 # created by a receiver; a Redis password never printed (wrong password,
 # unreachable server, RESHARD_REDIS_PASSWORD and password_file).
