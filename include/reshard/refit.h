@@ -69,7 +69,9 @@ RS_API rs_status_t rs_publisher_publish(rs_publisher_h publisher,
 
 /* Waits until `version` is released by the directory (every receiver's
  * lease ended and someone released it). A directory outage does not end
- * the wait: it is retried until timeout_s (RS_ERR_TIMEOUT then names it). */
+ * the wait: it is retried until timeout_s (RS_ERR_TIMEOUT then names it).
+ * A version that vanished from the directory (a server restarted without
+ * its data) is published again, with a notice, and the wait goes on. */
 RS_API rs_status_t rs_publisher_wait_released(rs_publisher_h publisher,
                                               int64_t version,
                                               double timeout_s,

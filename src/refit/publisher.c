@@ -353,8 +353,34 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     return start_heartbeat(p, diag);
 }
 
+/* 1 when the directory answers that `version` does not exist (a server
+ * restarted without its data, a file: directory removed). */
+static int vanished(rs_publisher_h p, int64_t version)
+{
+    rs_version_info_t info;
+    rs_diag_t d;
+    return rs_dir_info(p->dir, p->model, version, &d, &info) == RS_ERR_INPUT;
+}
+
 rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
                                        double timeout_s, rs_diag_t *diag)
 {
-    return rs_dir_wait_released(p->dir, p->model, version, timeout_s, diag);
+    char line[RS_DIAG_MSG_MAX + 256];
+    double deadline = mono_now() + timeout_s;
+    for (;;) {
+        double left = fmax(0, deadline - mono_now());
+        rs_status_t st = rs_dir_wait_released(p->dir, p->model, version, left,
+                                              diag);
+        if (st != RS_ERR_INPUT || !vanished(p, version))
+            return st;
+        /* still serving the same bytes: publish them again */
+        snprintf(line, sizeof(line), "publisher rank %lld: version %lld "
+                 "vanished from directory %s (restarted without its data?); "
+                 "publishing it again", (long long)p->params.rank,
+                 (long long)version, rs_dir_name(p->dir));
+        notify(p, line);
+        st = rs_publisher_publish(p, version, diag);
+        if (st != RS_OK)
+            return st;
+    }
 }

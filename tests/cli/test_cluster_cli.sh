@@ -242,6 +242,17 @@ pull "$R" --version 1 --rank 0 --check --timeout 30
 expect_rc "pull after the outage" 0
 expect_in "pull after the outage" "$TMP/out" "byte-exact"
 
+# the server loses its data (as a restart without persistence does): the
+# publishers publish their version again and a pull is byte-exact
+redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+wait_for "$TMP/pub0.err" "version 1 vanished from directory"
+wait_for "$TMP/pub1.err" "version 1 vanished from directory"
+pull "$R" --version 1 --rank 0 --check --timeout 30
+expect_rc "pull after the server lost its data" 0
+expect_in "pull after the server lost its data" "$TMP/out" "byte-exact"
+if alive "$p0" && alive "$p1"; then ok "publishers survive the data loss"
+else bad "a publisher exited after the data loss"; fi
+
 # a receiver's discovery while the server is stopped: it retries, reports,
 # and succeeds once the server resumes
 kill -STOP "$RPID"
