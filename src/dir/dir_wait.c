@@ -221,7 +221,6 @@ typedef struct waiter {
     const char *what;     /* "version 3 of 'm'", for notices */
     double timeout_s, deadline, delay;
     double down_since;    /* < 0: the directory answers */
-    char down_msg[RS_DIAG_MSG_MAX];
 } waiter_t;
 
 static void waiter_init(waiter_t *wt, rs_dir_h dir, const char *what,
@@ -241,17 +240,19 @@ static void waiter_init(waiter_t *wt, rs_dir_h dir, const char *what,
 static int outage_retry(waiter_t *wt, const rs_diag_t *diag)
 {
     double now = mono_now();
-    if (!rs_dir_transient(wt->dir) || now >= wt->deadline)
+    if (!rs_dir_transient(wt->dir))
         return 0;
-    snprintf(wt->down_msg, sizeof(wt->down_msg), "%s",
-             diag != NULL ? diag->msg : "");
-    if (wt->down_since < 0) {
+    int first = wt->down_since < 0;
+    if (first)
         wt->down_since = now;
+    if (now >= wt->deadline)
+        return 0;
+    if (first) {
         wt->delay = OUTAGE_NAP_FIRST_S;
         rs_dir_notice(wt->dir, "directory %s unreachable while waiting for "
                       "%s: %s; retrying for up to %.1f s more",
-                      rs_dir_name(wt->dir), wt->what, wt->down_msg,
-                      wt->deadline - now);
+                      rs_dir_name(wt->dir), wt->what,
+                      diag != NULL ? diag->msg : "", wt->deadline - now);
     }
     nap(fmin(wt->delay, wt->deadline - now));
     wt->delay = fmin(wt->delay * 2, OUTAGE_NAP_MAX_S);

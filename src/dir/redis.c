@@ -344,7 +344,7 @@ static rs_status_t ensure_connected(rs_rdir_t *r, rs_diag_t *diag)
     return st;
 }
 
-/* Runs fn and hands a transient failure on to the handle. */
+/* Connects when needed, handing a transient failure on to the handle. */
 static rs_status_t connected(rs_dir_h dir, rs_rdir_t *r, rs_diag_t *diag)
 {
     r->transient = 0;
