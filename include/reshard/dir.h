@@ -111,7 +111,11 @@ RS_API rs_status_t rs_dir_publish(rs_dir_h dir, const char *model,
                                   rs_diag_t *diag);
 
 /* Refreshes a slot's heartbeat. A READY version whose slots' heartbeats
- * are all older than stale_s is reported stale by rs_dir_wait_ready. */
+ * are all older than stale_s is reported stale by rs_dir_wait_ready. A
+ * heartbeat of a released version succeeds and writes nothing; of a slot
+ * without a table (never published, or lost by the directory) it is
+ * RS_ERR_INCOMPLETE, and of a version that does not exist RS_ERR_INPUT:
+ * a publisher then publishes its table again. */
 RS_API rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model,
                                     int64_t version, int64_t slot,
                                     rs_diag_t *diag);

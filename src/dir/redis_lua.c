@@ -71,12 +71,17 @@ static const char publish_src[] = PRELUDE
     "end\n"
     "return 1\n";
 
-/* ARGV: 2 slot. A heartbeat after release writes nothing. */
+/* ARGV: 2 slot. A heartbeat after release writes nothing; one of a slot
+ * without a table (never published, or lost by the server) is refused. */
 static const char heartbeat_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
     "if tonumber(ARGV[2]) >= n then return out_of_range(n, ARGV[2]) end\n"
     "if state == 'RELEASED' then return 0 end\n"
+    "if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then\n"
+    "  return fail('RSINCOMPLETE', ARGV[1] .. ': slot ' .. ARGV[2] ..\n"
+    "              ' has no table (never published, or lost)')\n"
+    "end\n"
     "redis.call('HSET', KEYS[3], ARGV[2], string.format('%.6f', now()))\n"
     "return 1\n";
 

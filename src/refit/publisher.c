@@ -133,6 +133,7 @@ void rs_publisher_destroy(rs_publisher_h p)
     rs_dir_close(p->hb_dir);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
+    free(p->table);
     free(p->model);
     free(p->backend);
     free(p->session);
@@ -228,6 +229,36 @@ static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
     return fmin(period * 2, cap);
 }
 
+static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
+                                      int64_t version, const char *table,
+                                      size_t len, rs_diag_t *diag);
+
+/* A heartbeat found this slot's table gone (the directory lost its data):
+ * the same bytes are still served, so the table is published again. */
+static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
+{
+    char line[RS_DIAG_MSG_MAX + 512];
+    pthread_mutex_lock(&p->lock);
+    char *table = p->version == v && p->table != NULL
+                      ? malloc(p->table_len + 1) : NULL;
+    size_t len = p->table_len;
+    if (table != NULL)
+        memcpy(table, p->table, len);
+    pthread_mutex_unlock(&p->lock);
+    if (table == NULL)
+        return rs__diag_set(d, RS_ERR_NO_MEMORY, "publisher: no table of "
+                            "version %lld to publish again", (long long)v);
+    snprintf(line, sizeof(line), "publisher rank %lld: version %lld lost its "
+             "table in directory %s (%s); publishing it again",
+             (long long)p->params.rank, (long long)v, rs_dir_name(p->hb_dir),
+             d->msg);
+    rs_status_t st = create_and_publish(p, p->hb_dir, v, table, len, d);
+    free(table);
+    if (st == RS_OK)
+        notify(p, line);
+    return st;
+}
+
 static void *heartbeat_main(void *arg)
 {
     rs_publisher_h p = arg;
@@ -248,6 +279,9 @@ static void *heartbeat_main(void *arg)
         rs_diag_clear(&d);
         rs_status_t st = rs_dir_heartbeat(p->hb_dir, p->model, v,
                                           p->params.rank, &d);
+        if (st == RS_ERR_INCOMPLETE ||
+            (st == RS_ERR_INPUT && !rs_dir_transient(p->hb_dir)))
+            st = republish_lost(p, v, &d);
         wait = heartbeat_next(p, v, st, &d, wait, &down_since);
         pthread_mutex_lock(&p->lock);
     }
@@ -281,14 +315,15 @@ static void nap(double s)
     nanosleep(&ts, NULL);
 }
 
-static rs_status_t create_and_publish(rs_publisher_h p, int64_t version,
-                                      const char *table, size_t len,
-                                      rs_diag_t *diag)
+/* On `dir`: the main connection, or the heartbeat thread's own. */
+static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
+                                      int64_t version, const char *table,
+                                      size_t len, rs_diag_t *diag)
 {
-    rs_status_t st = rs_dir_create_version(p->dir, p->model, version,
+    rs_status_t st = rs_dir_create_version(dir, p->model, version,
                                            p->params.world, diag);
     if (st == RS_OK)
-        st = rs_dir_publish(p->dir, p->model, version, p->params.rank, table,
+        st = rs_dir_publish(dir, p->model, version, p->params.rank, table,
                             len, diag);
     return st;
 }
@@ -304,7 +339,8 @@ static rs_status_t publish_table(rs_publisher_h p, int64_t version,
     double deadline = mono_now() + p->params.publish_retry_s, delay = 0.05;
     double down_since = -1;
     for (;;) {
-        rs_status_t st = create_and_publish(p, version, table, len, diag);
+        rs_status_t st = create_and_publish(p, p->dir, version, table, len,
+                                            diag);
         double now = mono_now();
         if (st == RS_OK && down_since >= 0) {
             snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
@@ -343,35 +379,36 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
         st = rs__publisher_table(p, version, &table, &len, diag);
     if (st == RS_OK)
         st = publish_table(p, version, table, len, diag);
-    free(table);
-    if (st != RS_OK)
+    if (st != RS_OK) {
+        free(table);
         return st;
+    }
     rs_dir_heartbeat(p->dir, p->model, version, p->params.rank, NULL);
     pthread_mutex_lock(&p->lock);
     p->version = version;
+    free(p->table);
+    p->table = table; /* kept for publishing it again */
+    p->table_len = len;
     pthread_mutex_unlock(&p->lock);
     return start_heartbeat(p, diag);
-}
-
-/* 1 when the directory answers that `version` does not exist (a server
- * restarted without its data, a file: directory removed). */
-static int vanished(rs_publisher_h p, int64_t version)
-{
-    rs_version_info_t info;
-    rs_diag_t d;
-    return rs_dir_info(p->dir, p->model, version, &d, &info) == RS_ERR_INPUT;
 }
 
 rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
                                        double timeout_s, rs_diag_t *diag)
 {
     char line[RS_DIAG_MSG_MAX + 256];
+    if (p == NULL || !isfinite(timeout_s) || timeout_s < 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad "
+                            "release wait");
     double deadline = mono_now() + timeout_s;
     for (;;) {
         double left = fmax(0, deadline - mono_now());
         rs_status_t st = rs_dir_wait_released(p->dir, p->model, version, left,
                                               diag);
-        if (st != RS_ERR_INPUT || !vanished(p, version))
+        /* the arguments were good for the publish: RS_ERR_INPUT means the
+         * version did not exist (another rank may have created it again
+         * since, without this rank's table) */
+        if (st != RS_ERR_INPUT || mono_now() >= deadline)
             return st;
         /* still serving the same bytes: publish them again */
         snprintf(line, sizeof(line), "publisher rank %lld: version %lld "

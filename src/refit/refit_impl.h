@@ -34,6 +34,8 @@ struct rs_publisher {
     pthread_t hb_thread;
     int hb_running, hb_stop;
     int64_t version;              /* heartbeat target */
+    char *table;                  /* its published table, for republishing */
+    size_t table_len;
 };
 
 /* This rank's mx.reshard.shard_table.v1 for a version (caller frees). */

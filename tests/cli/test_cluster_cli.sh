@@ -68,13 +68,15 @@ expect_count() {
 }
 
 # wait_for FILE NEEDLE: until FILE holds NEEDLE (bounded so a broken build
-# cannot hang the test; not a timing check). 1 if it never came.
+# cannot hang the test; not a timing check); a failed check if it never came.
 wait_for() {
     local i
     for i in $(seq 1 600); do
         grep -qF -- "$2" "$1" 2>/dev/null && return 0
         sleep 0.1
     done
+    bad "$(basename "$1") never showed '$2'"
+    sed 's/^/       /' "$1" | head -8
     return 1
 }
 
@@ -102,10 +104,13 @@ start_redis() {
 }
 
 # pub DIR VERSION RANK [publish options...]: a cma publisher of tiny-llama
-# rank RANK of megatron:tp=2 in the background; its pid in PUB_PID.
+# rank RANK of megatron:tp=2 in the background, its output in
+# $TMP/pub<rank>.out and .err (the previous .err kept as .before-v<V>.err);
+# its pid in PUB_PID.
 pub() {
     local d=$1 v=$2 r=$3
     shift 3
+    [ -e "$TMP/pub$r.err" ] && mv "$TMP/pub$r.err" "$TMP/pub$r.before-v$v.err"
     "$BIN" publish --directory "$d" --model m --version "$v" --rank "$r" \
         --world 2 --layout megatron:tp=2 --model-config "$TINY" \
         --backend cma --timeout 120 "$@" >"$TMP/pub$r.out" 2>"$TMP/pub$r.err" &
@@ -245,8 +250,9 @@ expect_in "pull after the outage" "$TMP/out" "byte-exact"
 # the server loses its data (as a restart without persistence does): the
 # publishers publish their version again and a pull is byte-exact
 redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
-wait_for "$TMP/pub0.err" "version 1 vanished from directory"
-wait_for "$TMP/pub1.err" "version 1 vanished from directory"
+# (told by whichever of the heartbeat and the release wait sees it first)
+wait_for "$TMP/pub0.err" "publishing it again"
+wait_for "$TMP/pub1.err" "publishing it again"
 pull "$R" --version 1 --rank 0 --check --timeout 30
 expect_rc "pull after the server lost its data" 0
 expect_in "pull after the server lost its data" "$TMP/out" "byte-exact"

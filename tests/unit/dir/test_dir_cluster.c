@@ -1,5 +1,6 @@
 /* What a cluster does to the directory, on both backends where it applies:
- * URLs shown redacted; abandon releasing whatever the leases; the newest
+ * URLs shown redacted; abandon releasing whatever the leases; heartbeats
+ * refused for a slot without a table; the newest
  * version wait skipping stale versions; a receiver's file: directory never
  * created; then Redis alone: which failures are transient, a wait riding
  * out a stopped server (resumed from the outage notice itself, so the test
@@ -136,6 +137,29 @@ static void test_abandon(void **state)
     rs_dir_close(dir);
 }
 
+/* A heartbeat keeps a table alive: without one (never published, or lost
+ * by the directory) it is refused, so the publisher knows to publish
+ * again. */
+static void test_heartbeat_needs_table(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    const char *m = "beat";
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 2, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_publish(dir, m, 1, 0, "t0", 2, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 1, 0, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 1, 1, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_HAS(d.msg, "slot 1 has no table");
+    assert_false(rs_dir_transient(dir));
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 5, 0, &d), RS_ERR_INPUT, d);
+    ASSERT_HAS(d.msg, "never created");
+    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_heartbeat(dir, m, 1, 1, &d), RS_OK, d); /* writes nothing */
+    rs_dir_close(dir);
+}
+
 static void test_stale_skipped(void **state)
 {
     (void)state;
@@ -240,6 +264,8 @@ static void test_transient(void **state)
         ? rs_dir_create_version(dir, "bad name", 1, 1, &d) : st_open;
     int t_input = rs_dir_transient(dir);
     rs_status_t st_ok = rs_dir_create_version(dir, "t", 1, 1, &d);
+    if (st_ok == RS_OK)
+        st_ok = rs_dir_publish(dir, "t", 1, 0, "x", 1, &d);
     int t_ok = rs_dir_transient(dir);
     snprintf(url, sizeof(url), "redis://:wrong-pw@127.0.0.1:%d", s.port);
     rs_status_t st_auth = rs_dir_open(url, &d, &bad);
@@ -423,11 +449,13 @@ int main(void)
     const struct CMUnitTest file_tests[] = {
         cmocka_unit_test(test_redact),
         cmocka_unit_test(test_abandon),
+        cmocka_unit_test(test_heartbeat_needs_table),
         cmocka_unit_test(test_stale_skipped),
         cmocka_unit_test(test_file_not_created),
     };
     const struct CMUnitTest redis_tests[] = {
         cmocka_unit_test(test_abandon),
+        cmocka_unit_test(test_heartbeat_needs_table),
         cmocka_unit_test(test_stale_skipped),
         cmocka_unit_test(test_transient),
         cmocka_unit_test(test_wait_rides_outage),
