@@ -162,6 +162,9 @@ pull "$D" --version 2 --rank 0 --timeout 1
 expect_rc "pull of a stale version" 1
 expect_in "pull of a stale version" "$TMP/err" "version 2 of 'm' is READY but not every publisher" \
     "stale slots: 0 (no heartbeat), 1 (no heartbeat)"
+pull "$D" --version -1 --rank 0 --timeout 1 --stale-after -1
+expect_rc "pull --stale-after -1" 2
+expect_in "pull --stale-after -1" "$TMP/err" "--stale-after"
 pull "$D" --version -1 --rank 0 --timeout 1 --stale-after 0 --json
 expect_rc "pull -1 --stale-after 0" 0
 expect_in "pull -1 --stale-after 0 takes the newest READY" "$TMP/out" '"version":2'
