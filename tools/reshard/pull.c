@@ -492,6 +492,15 @@ static int setup(const pull_args_t *a, pull_state_t *s)
 
 static void on_wire_progress(void *ctx, const rs_progress_t *p);
 
+/* Directory outage notices, one line each, naming the rank. */
+static void on_notice(void *ctx, const char *msg)
+{
+    const pull_args_t *a = ctx;
+    fprintf(stderr, "reshard pull: rank %llu: %s\n",
+            (unsigned long long)a->rank, msg);
+    fflush(stderr);
+}
+
 static int open_receiver(const pull_args_t *a, pull_state_t *s)
 {
     rs_receiver_params_t rp;
@@ -505,6 +514,8 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.discover_timeout_s = a->timeout_s;
     rp.release_after = a->release;
     rp.stale_s = a->stale_s;
+    rp.notice = on_notice;
+    rp.notice_ctx = (void *)a;
     rp.exec.verify_digests = a->verify;
     if (isatty(STDOUT_FILENO)) /* a progress line on a terminal */
         rp.exec.progress = on_wire_progress;
