@@ -4,9 +4,13 @@
  * expected slot arrives. Receivers wait for READY, read every slot's table,
  * and hold leases that keep the version from being released. Backends:
  * "file:DIR" (embedded; one machine or a shared filesystem) and
- * "redis://[:password@]host:port" (each operation atomic in a Lua script).
- * No table byte passes through the data plane and no byte of data through
- * the directory. */
+ * "redis://[[user]:password@]host[:port][/][?timeout=S&password_file=F]"
+ * (each operation atomic in a Lua script; without a password in the URL or
+ * a password_file, the environment variable RESHARD_REDIS_PASSWORD is used
+ * when set). No message, notice or error ever holds a password: URLs are
+ * shown redacted (rs_dir_redact_url). No table byte passes through the data
+ * plane and no byte of data through the directory.
+ * A handle is used by one thread at a time; open one per thread. */
 #ifndef RESHARD_DIR_H
 #define RESHARD_DIR_H
 
@@ -33,10 +37,61 @@ typedef struct rs_version_info {
     int64_t published;   /* present */
 } rs_version_info_t;
 
-/* Opens a directory by URL. RS_ERR_INPUT for a malformed URL,
- * RS_ERR_TRANSPORT when the backend cannot be reached. */
+/* Receives notices about the directory's health (an outage began or
+ * ended), one line of text without a newline; never an error a call also
+ * returns, never a password. */
+typedef void (*rs_dir_notice_cb)(void *ctx, const char *msg);
+
+typedef struct rs_dir_params {
+    /* file:DIR: create DIR when it is missing (default 1; publishers). 0:
+     * a missing DIR is RS_ERR_INPUT "no such directory" (receivers, so a
+     * mistyped path is never created). */
+    int create;
+    /* 1: a server that cannot be reached at open (refused, reset, timed
+     * out) is not an error: the handle connects on its first call, and
+     * every call until then fails with a transient error (default 0). An
+     * unusable URL, a refused password or a missing file: DIR still fail. */
+    int connect_later;
+    /* Notices (outages of the directory seen by the bounded waits, and any
+     * rs_dir_notice): NULL prints "reshard: <msg>" on stderr. */
+    rs_dir_notice_cb notice;
+    void *notice_ctx;
+} rs_dir_params_t;
+
+RS_API void rs_dir_params_init(rs_dir_params_t *params);
+
+/* Opens a directory by URL. RS_ERR_INPUT for a malformed URL or a missing
+ * file: DIR when params->create is 0 ("no such directory", naming it);
+ * RS_ERR_TRANSPORT when the backend cannot be reached (unless
+ * params->connect_later) or refuses the password. params NULL: defaults. */
+RS_API rs_status_t rs_dir_open_params(const char *url,
+                                      const rs_dir_params_t *params,
+                                      rs_diag_t *diag, rs_dir_h *dir_p);
+/* rs_dir_open_params with the defaults. */
 RS_API rs_status_t rs_dir_open(const char *url, rs_diag_t *diag,
                                rs_dir_h *dir_p);
+
+/* Writes url into out (cap bytes, always terminated) with any password
+ * replaced by "***": "redis://:***@host:port". Other URLs are copied. */
+RS_API void rs_dir_redact_url(const char *url, char *out, size_t cap);
+
+/* The URL this handle was opened with, redacted. */
+RS_API const char *rs_dir_name(rs_dir_h dir);
+
+/* 1 when the last failed call on this handle failed for a reason that may
+ * pass by itself (server unreachable, connection refused, reset or lost, no
+ * reply within the timeout, a file: lock held too long); 0 for permanent
+ * failures (bad input, a refused password, no such directory, a reply that
+ * makes no sense) and after a call that succeeded. */
+RS_API int rs_dir_transient(rs_dir_h dir);
+
+/* Sends one notice (printf format) through the handle's notice callback;
+ * dir NULL (or no callback): "reshard: <msg>" on stderr. */
+RS_API void rs_dir_notice(rs_dir_h dir, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 RS_API void rs_dir_close(rs_dir_h dir);
 
 /* Creates version `version` of `model` expecting `slots` tables. Creating
@@ -56,7 +111,11 @@ RS_API rs_status_t rs_dir_publish(rs_dir_h dir, const char *model,
                                   rs_diag_t *diag);
 
 /* Refreshes a slot's heartbeat. A READY version whose slots' heartbeats
- * are all older than stale_s is reported stale by rs_dir_wait_ready. */
+ * are all older than stale_s is reported stale by rs_dir_wait_ready. A
+ * heartbeat of a released version succeeds and writes nothing; of a slot
+ * without a table (never published, or lost by the directory) it is
+ * RS_ERR_INCOMPLETE, and of a version that does not exist RS_ERR_INPUT:
+ * a publisher then publishes its table again. */
 RS_API rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model,
                                     int64_t version, int64_t slot,
                                     rs_diag_t *diag);
@@ -66,9 +125,14 @@ RS_API rs_status_t rs_dir_info(rs_dir_h dir, const char *model,
                                rs_version_info_t *info_p);
 
 /* Waits until `version` is READY (version < 0: the newest READY version)
- * and no slot's heartbeat is older than stale_s (<= 0: no check).
+ * and no slot's heartbeat is older than stale_s (<= 0: no check). With
+ * version < 0 and stale_s > 0, READY versions with a stale slot are skipped
+ * in favour of the newest READY version whose publishers are all alive.
  * RS_ERR_TIMEOUT after timeout_s with a message saying which slots are
- * missing or stale. */
+ * missing or stale. Transient directory errors (rs_dir_transient) are
+ * retried until timeout_s, with a notice when the outage begins and one
+ * when it ends; RS_ERR_TIMEOUT then names the outage. Permanent errors
+ * return at once. */
 RS_API rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
                                      int64_t version, double timeout_s,
                                      double stale_s, rs_diag_t *diag,
@@ -125,12 +189,22 @@ RS_API rs_status_t rs_dir_unlease(rs_dir_h dir, const char *model,
                                   rs_diag_t *diag);
 
 /* Releases a version: refused (RS_ERR_INCOMPLETE, naming a live holder)
- * while any lease is live; afterwards the state is RELEASED. */
+ * while any lease is live; afterwards the state is RELEASED. Releasing a
+ * released version succeeds; one never created is RS_ERR_INPUT. */
 RS_API rs_status_t rs_dir_release(rs_dir_h dir, const char *model,
                                   int64_t version, rs_diag_t *diag);
 
+/* Abandons a version: RELEASED whatever its leases (they are dropped), for
+ * versions whose publishers or receivers died. Returns as rs_dir_release
+ * otherwise; *dropped_p (may be NULL) is the number of live leases
+ * dropped. */
+RS_API rs_status_t rs_dir_abandon(rs_dir_h dir, const char *model,
+                                  int64_t version, rs_diag_t *diag,
+                                  size_t *dropped_p);
+
 /* Waits until the version is RELEASED (publishers use it to know when
- * their memory may be unregistered). RS_ERR_TIMEOUT after timeout_s. */
+ * their memory may be unregistered). RS_ERR_TIMEOUT after timeout_s.
+ * Transient directory errors are retried as in rs_dir_wait_ready. */
 RS_API rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
                                         int64_t version, double timeout_s,
                                         rs_diag_t *diag);

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "reshard/capture.h"
+#include "reshard/dir.h"
 #include "reshard/exec.h"
 #include "reshard/status.h"
 
@@ -35,6 +36,18 @@ typedef struct rs_publisher_params {
     const char *session;    /* agent name; default "trainer-<rank>" */
     int digests;            /* publish an rsd64 digest per shard */
     double heartbeat_s;     /* heartbeat period; default 1 s, <= 0 none */
+    /* Directory outages while serving: a failed heartbeat is retried with
+     * capped exponential backoff (heartbeat_s doubling up to
+     * heartbeat_max_s, default 4 s) while the exposed memory keeps being
+     * served; one notice when the outage begins, one when it ends. NULL
+     * notice: stderr. */
+    double heartbeat_max_s;
+    /* Publishing while the directory is unreachable (also at create: the
+     * server is connected on first use) is retried this long (default
+     * 60 s) before rs_publisher_publish fails. */
+    double publish_retry_s;
+    rs_dir_notice_cb notice;
+    void *notice_ctx;
 } rs_publisher_params_t;
 
 RS_API void rs_publisher_params_init(rs_publisher_params_t *params);
@@ -60,7 +73,10 @@ RS_API rs_status_t rs_publisher_publish(rs_publisher_h publisher,
                                         int64_t version, rs_diag_t *diag);
 
 /* Waits until `version` is released by the directory (every receiver's
- * lease ended and someone released it). */
+ * lease ended and someone released it). A directory outage does not end
+ * the wait: it is retried until timeout_s (RS_ERR_TIMEOUT then names it).
+ * A version that vanished from the directory (a server restarted without
+ * its data) is published again, with a notice, and the wait goes on. */
 RS_API rs_status_t rs_publisher_wait_released(rs_publisher_h publisher,
                                               int64_t version,
                                               double timeout_s,
@@ -76,7 +92,8 @@ typedef struct rs_receiver_params {
      * lease epoch, and its pull then refuses to install. */
     const char *holder;
     double discover_timeout_s; /* waiting for READY; default 60 */
-    double stale_s;         /* publishers silent longer are stale; 0 = off */
+    double stale_s;         /* publishers silent longer are stale; 0 = off.
+                             * Stale versions are skipped by version -1 */
     /* The lease a pull holds on its version (see rs_receiver_pull): its
      * ttl (default 60 s) and how often a thread renews it while the pull
      * runs (<= 0, the default: ttl / 3). A period at or above the ttl lets
@@ -101,6 +118,10 @@ typedef struct rs_receiver_params {
     /* timeouts, verification (on by default here: exec.verify_digests = 1),
      * install callback */
     rs_exec_params_t exec;
+    /* Notices of directory outages during discovery (retried until
+     * discover_timeout_s); NULL: stderr. */
+    rs_dir_notice_cb notice;
+    void *notice_ctx;
 } rs_receiver_params_t;
 
 RS_API void rs_receiver_params_init(rs_receiver_params_t *params);
@@ -125,6 +146,11 @@ typedef struct rs_pull_result {
     uint64_t lease_renewals;     /* renewals by the renewal thread */
     uint64_t lease_renew_errors; /* renewals that could not reach the
                                   * directory (retried) */
+    /* release_after: RS_OK when the version was released, else why not
+     * (RS_ERR_INCOMPLETE: another receiver's live lease, named in
+     * release_msg). The pull itself succeeded either way. */
+    rs_status_t release_status;
+    char release_msg[RS_DIAG_MSG_MAX];
 } rs_pull_result_t;
 
 /* Discovers `version` (< 0: the newest READY one), plans (or reuses the

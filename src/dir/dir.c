@@ -2,6 +2,8 @@
  * every backend shares (names, versions, slots, ttls), and dispatch through
  * the backend's ops table. Waiting lives in dir_wait.c. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,11 +37,78 @@ const char *rs__dir_state_name(rs_version_state_t state)
     return "MISSING";
 }
 
-rs_status_t rs_dir_open(const char *url, rs_diag_t *diag, rs_dir_h *dir_p)
+void rs_dir_params_init(rs_dir_params_t *params)
 {
+    memset(params, 0, sizeof(*params));
+    params->create = 1;
+}
+
+/* "scheme://[user[:password]@]rest": everything between the last '@' and
+ * the first ':' of the user part is the password. */
+void rs_dir_redact_url(const char *url, char *out, size_t cap)
+{
+    if (out == NULL || cap == 0)
+        return;
+    if (url == NULL) {
+        snprintf(out, cap, "(null)");
+        return;
+    }
+    const char *sep = strstr(url, "://");
+    const char *auth = sep != NULL ? sep + 3 : NULL;
+    const char *at = auth != NULL ? strrchr(auth, '@') : NULL;
+    if (at == NULL) {
+        snprintf(out, cap, "%s", url);
+        return;
+    }
+    /* "user:password@" keeps the user; "password@" (no colon) keeps none */
+    const char *colon = memchr(auth, ':', (size_t)(at - auth));
+    size_t keep = (size_t)((colon != NULL ? colon + 1 : auth) - url);
+    snprintf(out, cap, "%.*s***%s", (int)keep, url, at);
+}
+
+const char *rs_dir_name(rs_dir_h dir)
+{
+    return dir != NULL ? dir->shown : "(no directory)";
+}
+
+int rs_dir_transient(rs_dir_h dir)
+{
+    return dir != NULL && dir->transient;
+}
+
+rs_status_t rs__dir_transient(rs_dir_h dir, rs_status_t st)
+{
+    if (dir != NULL && st != RS_OK)
+        dir->transient = 1;
+    return st;
+}
+
+void rs_dir_notice(rs_dir_h dir, const char *fmt, ...)
+{
+    char msg[RS_DIAG_MSG_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (dir != NULL && dir->notice != NULL) {
+        dir->notice(dir->notice_ctx, msg);
+        return;
+    }
+    fprintf(stderr, "reshard: %s\n", msg);
+    fflush(stderr);
+}
+
+rs_status_t rs_dir_open_params(const char *url, const rs_dir_params_t *params,
+                               rs_diag_t *diag, rs_dir_h *dir_p)
+{
+    rs_dir_params_t defaults;
     if (url == NULL || dir_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "rs_dir_open: NULL url or output");
+    if (params == NULL) {
+        rs_dir_params_init(&defaults);
+        params = &defaults;
+    }
     for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
         size_t plen = strlen(schemes[i].prefix);
         if (strncmp(url, schemes[i].prefix, plen) != 0)
@@ -49,7 +118,10 @@ rs_status_t rs_dir_open(const char *url, rs_diag_t *diag, rs_dir_h *dir_p)
             return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
                                 "memory");
         dir->ops = schemes[i].ops;
-        rs_status_t st = dir->ops->open(dir, url + plen, diag);
+        dir->notice = params->notice;
+        dir->notice_ctx = params->notice_ctx;
+        rs_dir_redact_url(url, dir->shown, sizeof(dir->shown));
+        rs_status_t st = dir->ops->open(dir, url + plen, params, diag);
         if (st != RS_OK) {
             free(dir);
             return st;
@@ -61,6 +133,20 @@ rs_status_t rs_dir_open(const char *url, rs_diag_t *diag, rs_dir_h *dir_p)
     return rs__diag_set(diag, RS_ERR_INPUT, "directory URL: unknown scheme "
                         "(expected file:DIR or "
                         "redis://[:password@]host:port)");
+}
+
+rs_status_t rs_dir_open(const char *url, rs_diag_t *diag, rs_dir_h *dir_p)
+{
+    return rs_dir_open_params(url, NULL, diag, dir_p);
+}
+
+/* Every dispatch starts with a clean transient flag: it describes the
+ * last call only. */
+static rs_status_t call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
+                        rs_diag_t *diag)
+{
+    dir->transient = 0;
+    return op(dir, req, diag);
 }
 
 void rs_dir_close(rs_dir_h dir)
@@ -103,6 +189,7 @@ static rs_status_t start(rs_dir_h dir, const char *model, int64_t version,
 {
     if (dir == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL directory");
+    dir->transient = 0;
     rs_status_t st = check_name("model", model, diag);
     if (st != RS_OK)
         return st;
@@ -139,7 +226,7 @@ rs_status_t rs_dir_create_version(rs_dir_h dir, const char *model,
                             model, (long long)slots,
                             (long long)RS_DIR_SLOTS_MAX);
     req.slots = slots;
-    return dir->ops->create(dir, &req, diag);
+    return call(dir, dir->ops->create, &req, diag);
 }
 
 rs_status_t rs_dir_publish(rs_dir_h dir, const char *model, int64_t version,
@@ -163,7 +250,7 @@ rs_status_t rs_dir_publish(rs_dir_h dir, const char *model, int64_t version,
     req.slot = slot;
     req.table = table != NULL ? table : "";
     req.len = len;
-    return dir->ops->publish(dir, &req, diag);
+    return call(dir, dir->ops->publish, &req, diag);
 }
 
 rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model, int64_t version,
@@ -176,7 +263,7 @@ rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model, int64_t version,
     if (st != RS_OK)
         return st;
     req.slot = slot;
-    return dir->ops->heartbeat(dir, &req, diag);
+    return call(dir, dir->ops->heartbeat, &req, diag);
 }
 
 rs_status_t rs_dir_info(rs_dir_h dir, const char *model, int64_t version,
@@ -189,7 +276,7 @@ rs_status_t rs_dir_info(rs_dir_h dir, const char *model, int64_t version,
     if (info_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_info: NULL "
                             "output");
-    st = dir->ops->lookup(dir, &req, diag);
+    st = call(dir, dir->ops->lookup, &req, diag);
     if (st != RS_OK)
         return st;
     if (req.info.state == 0)
@@ -213,7 +300,7 @@ rs_status_t rs_dir_read(rs_dir_h dir, const char *model, int64_t version,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read: NULL "
                             "output");
     req.slot = slot;
-    st = dir->ops->read(dir, &req, diag);
+    st = call(dir, dir->ops->read, &req, diag);
     if (st != RS_OK)
         return st;
     *table_p = req.data;
@@ -231,7 +318,7 @@ rs_status_t rs_dir_list(rs_dir_h dir, const char *model, rs_diag_t *diag,
     if (infos_p == NULL || count_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_list: NULL "
                             "output");
-    st = dir->ops->list(dir, &req, diag);
+    st = call(dir, dir->ops->list, &req, diag);
     if (st != RS_OK)
         return st;
     *infos_p = req.infos;
@@ -268,7 +355,7 @@ rs_status_t rs_dir_lease_take(rs_dir_h dir, const char *model,
     rs_status_t st = lease_request(dir, model, version, holder, ttl_s, diag,
                                    &req);
     if (st == RS_OK)
-        st = dir->ops->lease(dir, &req, diag);
+        st = call(dir, dir->ops->lease, &req, diag);
     if (st == RS_OK && epoch_p != NULL)
         *epoch_p = req.epoch;
     return st;
@@ -289,7 +376,7 @@ rs_status_t rs_dir_lease_renew(rs_dir_h dir, const char *model,
                             holder, (long long)version, model,
                             (unsigned long long)epoch);
     req.epoch = epoch;
-    return dir->ops->lease(dir, &req, diag);
+    return call(dir, dir->ops->lease, &req, diag);
 }
 
 rs_status_t rs_dir_lease(rs_dir_h dir, const char *model, int64_t version,
@@ -308,7 +395,7 @@ rs_status_t rs_dir_unlease(rs_dir_h dir, const char *model, int64_t version,
     if (st != RS_OK)
         return st;
     req.holder = holder;
-    return dir->ops->unlease(dir, &req, diag);
+    return call(dir, dir->ops->unlease, &req, diag);
 }
 
 rs_status_t rs_dir_release(rs_dir_h dir, const char *model, int64_t version,
@@ -318,7 +405,27 @@ rs_status_t rs_dir_release(rs_dir_h dir, const char *model, int64_t version,
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st != RS_OK)
         return st;
-    return dir->ops->release(dir, &req, diag);
+    return call(dir, dir->ops->release, &req, diag);
+}
+
+rs_status_t rs_dir_abandon(rs_dir_h dir, const char *model, int64_t version,
+                           rs_diag_t *diag, size_t *dropped_p)
+{
+    rs_dir_req_t req;
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st != RS_OK)
+        return st;
+    req.force = 1;
+    st = call(dir, dir->ops->release, &req, diag);
+    if (st == RS_OK && dropped_p != NULL)
+        *dropped_p = req.count;
+    return st;
+}
+
+rs_status_t rs__dir_call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
+                         rs_diag_t *diag)
+{
+    return call(dir, op, req, diag);
 }
 
 /* For dir_wait.c: the same checks as the public calls. */

@@ -30,6 +30,7 @@ typedef struct rs_dir_req {
     double ttl_s;        /* lease */
     uint64_t epoch;      /* lease: 0 takes a new lease, else renews this
                           * epoch; on success the lease's epoch */
+    int force;           /* release: drop live leases (abandon) */
 
     /* lookup: state 0 when the version does not exist */
     rs_version_info_t info;
@@ -40,7 +41,7 @@ typedef struct rs_dir_req {
     /* read */
     void *data;
     size_t data_len;
-    /* list (ascending) */
+    /* list (ascending); release: live leases dropped by force */
     rs_version_info_t *infos;
     size_t count;
 } rs_dir_req_t;
@@ -51,7 +52,8 @@ typedef rs_status_t (*rs_dir_op_fn)(rs_dir_h dir, rs_dir_req_t *req,
 typedef struct rs_dir_ops {
     const char *name;
     /* `target` is the URL without its scheme ("DIR", "host:port") */
-    rs_status_t (*open)(rs_dir_h dir, const char *target, rs_diag_t *diag);
+    rs_status_t (*open)(rs_dir_h dir, const char *target,
+                        const rs_dir_params_t *params, rs_diag_t *diag);
     void (*close)(rs_dir_h dir);
     rs_dir_op_fn create;
     rs_dir_op_fn publish;
@@ -65,10 +67,20 @@ typedef struct rs_dir_ops {
     rs_dir_op_fn release;
 } rs_dir_ops_t;
 
+#define RS_DIR_URL_SHOWN_MAX 512
+
 struct rs_dir {
     const rs_dir_ops_t *ops;
-    void *priv; /* the backend's own state */
+    void *priv;      /* the backend's own state */
+    int transient;   /* the last failure may pass (rs_dir_transient) */
+    rs_dir_notice_cb notice;
+    void *notice_ctx;
+    char shown[RS_DIR_URL_SHOWN_MAX]; /* the URL, redacted, for messages */
 };
+
+/* Backends call this with the status of a failure that may pass (server
+ * unreachable, connection lost, timeout); returns st. */
+rs_status_t rs__dir_transient(rs_dir_h dir, rs_status_t st);
 
 /* Shared stub for operations a backend does not support. */
 rs_status_t rs__dir_unsupported(rs_dir_h dir, rs_dir_req_t *req,
@@ -78,6 +90,11 @@ rs_status_t rs__dir_unsupported(rs_dir_h dir, rs_dir_req_t *req,
  * request's key; for dir_wait.c. */
 rs_status_t rs__dir_start(rs_dir_h dir, const char *model, int64_t version,
                           rs_diag_t *diag, rs_dir_req_t *req);
+
+/* Runs one backend op with the transient flag reset first; for
+ * dir_wait.c. */
+rs_status_t rs__dir_call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
+                         rs_diag_t *diag);
 
 /* Name of a state as written in files, keys and messages. */
 const char *rs__dir_state_name(rs_version_state_t state);

@@ -1,7 +1,10 @@
 /* Bounded waits on the directory: for a READY version whose publishers are
- * all alive (no stale slot is ever counted towards a complete version) and
- * for a RELEASED one. Backends only answer lookups; polling, deadlines and
- * the "which slots are missing or stale" messages live here. */
+ * all alive (no stale slot is ever counted towards a complete version; the
+ * newest-version wait skips stale versions) and for a RELEASED one.
+ * Backends only answer lookups; polling, deadlines, riding out directory
+ * outages (transient errors retried with backoff until the deadline, one
+ * notice when an outage begins and one when it ends) and the "which slots
+ * are missing or stale" messages live here. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +17,8 @@
 
 #define NAP_FIRST_S 0.005
 #define NAP_MAX_S 0.05
+#define OUTAGE_NAP_FIRST_S 0.05 /* retries of an unreachable directory */
+#define OUTAGE_NAP_MAX_S 1.0
 #define WHY_SLOTS_MAX 16 /* slots named in a message before "and N more" */
 
 typedef struct why {
@@ -51,24 +56,6 @@ static void nap(double s)
     ts.tv_sec = (time_t)s;
     ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
     nanosleep(&ts, NULL);
-}
-
-static rs_status_t newest_ready(rs_dir_h dir, const rs_dir_req_t *req,
-                                rs_diag_t *diag, rs_version_info_t *out)
-{
-    rs_dir_req_t lr = *req;
-    rs_status_t st = dir->ops->list(dir, &lr, diag);
-    if (st != RS_OK)
-        return st;
-    memset(out, 0, sizeof(*out));
-    for (size_t i = lr.count; i-- > 0;) {
-        if (lr.infos[i].state == RS_VERSION_READY) {
-            *out = lr.infos[i];
-            break;
-        }
-    }
-    free(lr.infos);
-    return RS_OK;
 }
 
 /* Names the bad slots of one kind ("missing" or "stale") in w. */
@@ -110,7 +97,7 @@ static rs_status_t bad_slots(rs_dir_h dir, const rs_dir_req_t *req,
     if (sr.present == NULL || sr.age == NULL || bad == NULL)
         st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of memory");
     if (st == RS_OK)
-        st = dir->ops->slot_status(dir, &sr, diag);
+        st = rs__dir_call(dir, dir->ops->slot_status, &sr, diag);
     size_t nbad = 0;
     for (int64_t i = 0; st == RS_OK && i < n; i++) {
         if (stale_s > 0)
@@ -136,7 +123,7 @@ static rs_status_t probe_version(rs_dir_h dir, rs_dir_req_t *req, int explain,
                                  why_t *w, rs_diag_t *diag,
                                  rs_version_info_t *info)
 {
-    rs_status_t st = dir->ops->lookup(dir, req, diag);
+    rs_status_t st = rs__dir_call(dir, dir->ops->lookup, req, diag);
     if (st != RS_OK)
         return st;
     *info = req->info;
@@ -156,6 +143,51 @@ static rs_status_t probe_version(rs_dir_h dir, rs_dir_req_t *req, int explain,
     return bad_slots(dir, req, info, 0, 1, w, diag, &nbad);
 }
 
+/* Explains why READY version `info` does not count: stale slots. */
+static rs_status_t explain_stale(rs_dir_h dir, const rs_dir_req_t *req,
+                                 const rs_version_info_t *info, double stale_s,
+                                 int newest, why_t *w, rs_diag_t *diag)
+{
+    size_t nbad = 0;
+    why_add(w, "%sversion %lld of '%s' is READY but not every publisher sent "
+            "a heartbeat in the last %g s", newest ? "newest READY " : "",
+            (long long)info->version, req->model, stale_s);
+    return bad_slots(dir, req, info, stale_s, 1, w, diag, &nbad);
+}
+
+/* The newest READY version whose slots are all alive (stale_s > 0), or
+ * simply the newest READY one; state 0 in *out when there is none. */
+static rs_status_t newest_live(rs_dir_h dir, const rs_dir_req_t *req,
+                               double stale_s, int explain, why_t *w,
+                               rs_diag_t *diag, rs_version_info_t *out)
+{
+    rs_dir_req_t lr = *req;
+    rs_status_t st = rs__dir_call(dir, dir->ops->list, &lr, diag);
+    if (st != RS_OK)
+        return st;
+    const rs_version_info_t *newest_stale = NULL;
+    memset(out, 0, sizeof(*out));
+    for (size_t i = lr.count; st == RS_OK && i-- > 0;) {
+        if (lr.infos[i].state != RS_VERSION_READY)
+            continue;
+        size_t nbad = 0;
+        if (stale_s > 0)
+            st = bad_slots(dir, req, &lr.infos[i], stale_s, 0, w, diag, &nbad);
+        if (st == RS_OK && nbad == 0) {
+            *out = lr.infos[i];
+            break;
+        }
+        if (newest_stale == NULL)
+            newest_stale = &lr.infos[i];
+    }
+    if (st == RS_OK && out->state == 0 && explain && newest_stale == NULL)
+        why_add(w, "model '%s' has no READY version", req->model);
+    else if (st == RS_OK && out->state == 0 && explain)
+        st = explain_stale(dir, req, newest_stale, stale_s, 1, w, diag);
+    free(lr.infos);
+    return st;
+}
+
 /* One look: *ready_p says whether the wait is over (info_p then set). */
 static rs_status_t probe(rs_dir_h dir, rs_dir_req_t *req, double stale_s,
                          int explain, why_t *w, rs_diag_t *diag,
@@ -164,29 +196,101 @@ static rs_status_t probe(rs_dir_h dir, rs_dir_req_t *req, double stale_s,
     rs_version_info_t info;
     rs_status_t st;
     *ready_p = 0;
-    if (req->version < 0) {
-        st = newest_ready(dir, req, diag, &info);
-        if (st == RS_OK && info.state == 0 && explain)
-            why_add(w, "model '%s' has no READY version", req->model);
-    } else {
+    if (req->version < 0)
+        st = newest_live(dir, req, stale_s, explain, w, diag, &info);
+    else
         st = probe_version(dir, req, explain, w, diag, &info);
-    }
     if (st != RS_OK || info.state != RS_VERSION_READY)
         return st;
-    if (stale_s > 0) {
+    if (stale_s > 0 && req->version >= 0) {
         size_t nbad = 0;
-        if (explain)
-            why_add(w, "%sversion %lld of '%s' is READY but not every "
-                    "publisher sent a heartbeat in the last %g s",
-                    req->version < 0 ? "newest READY " : "",
-                    (long long)info.version, req->model, stale_s);
-        st = bad_slots(dir, req, &info, stale_s, explain, w, diag, &nbad);
+        st = bad_slots(dir, req, &info, stale_s, 0, w, diag, &nbad);
+        if (st == RS_OK && nbad > 0 && explain)
+            st = explain_stale(dir, req, &info, stale_s, 0, w, diag);
         if (st != RS_OK || nbad > 0)
             return st;
     }
     *ready_p = 1;
     *info_p = info;
     return RS_OK;
+}
+
+/* A wait's deadline and the directory outage it may be riding out. */
+typedef struct waiter {
+    rs_dir_h dir;
+    const char *what;     /* "version 3 of 'm'", for notices */
+    double timeout_s, deadline, delay;
+    double down_since;    /* < 0: the directory answers */
+} waiter_t;
+
+static void waiter_init(waiter_t *wt, rs_dir_h dir, const char *what,
+                        double timeout_s)
+{
+    memset(wt, 0, sizeof(*wt));
+    wt->dir = dir;
+    wt->what = what;
+    wt->timeout_s = timeout_s;
+    wt->deadline = mono_now() + timeout_s;
+    wt->delay = NAP_FIRST_S;
+    wt->down_since = -1;
+}
+
+/* After a failed look: 1 when the failure is transient and time is left
+ * (the wait naps and goes on), 0 to return it. */
+static int outage_retry(waiter_t *wt, const rs_diag_t *diag)
+{
+    double now = mono_now();
+    if (!rs_dir_transient(wt->dir))
+        return 0;
+    int first = wt->down_since < 0;
+    if (first)
+        wt->down_since = now;
+    if (now >= wt->deadline)
+        return 0;
+    if (first) {
+        wt->delay = OUTAGE_NAP_FIRST_S;
+        rs_dir_notice(wt->dir, "directory %s unreachable while waiting for "
+                      "%s: %s; retrying for up to %.1f s more",
+                      rs_dir_name(wt->dir), wt->what,
+                      diag != NULL ? diag->msg : "", wt->deadline - now);
+    }
+    nap(fmin(wt->delay, wt->deadline - now));
+    wt->delay = fmin(wt->delay * 2, OUTAGE_NAP_MAX_S);
+    return 1;
+}
+
+/* A look succeeded: an outage in progress is over. */
+static void outage_over(waiter_t *wt)
+{
+    if (wt->down_since < 0)
+        return;
+    rs_dir_notice(wt->dir, "directory %s reachable again after %.1f s "
+                  "(waiting for %s)", rs_dir_name(wt->dir),
+                  mono_now() - wt->down_since, wt->what);
+    wt->down_since = -1;
+    wt->delay = NAP_FIRST_S;
+}
+
+/* The failure a wait returns: a transient one at the deadline becomes a
+ * timeout naming the outage. */
+static rs_status_t wait_failed(const waiter_t *wt, rs_status_t st,
+                               rs_diag_t *diag)
+{
+    if (!rs_dir_transient(wt->dir))
+        return st;
+    char cause[RS_DIAG_MSG_MAX];
+    snprintf(cause, sizeof(cause), "%s", diag != NULL ? diag->msg : "");
+    double down = wt->down_since >= 0 ? mono_now() - wt->down_since : 0;
+    return rs__diag_set(diag, RS_ERR_TIMEOUT, "timed out after %g s waiting "
+                        "for %s: directory %s unreachable for the last %.1f "
+                        "s (%s)", wt->timeout_s, wt->what,
+                        rs_dir_name(wt->dir), down, cause);
+}
+
+static void wait_nap(waiter_t *wt)
+{
+    nap(fmin(wt->delay, wt->deadline - mono_now()));
+    wt->delay = fmin(wt->delay * 2, NAP_MAX_S);
 }
 
 static rs_status_t check_timeout(const char *what, double timeout_s,
@@ -214,14 +318,25 @@ rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_wait_ready: "
                             "NULL output or NaN stale_s");
     req.version = version < 0 ? -1 : version;
-    double deadline = mono_now() + timeout_s, delay = NAP_FIRST_S;
+    char what[RS_DIR_NAME_MAX + 64];
+    if (version < 0)
+        snprintf(what, sizeof(what), "the newest READY version of '%s'",
+                 model);
+    else
+        snprintf(what, sizeof(what), "version %lld of '%s'",
+                 (long long)version, model);
+    waiter_t wt;
+    waiter_init(&wt, dir, what, timeout_s);
     for (;;) {
-        int last = mono_now() >= deadline, ready;
+        int last = mono_now() >= wt.deadline, ready;
         why_t w = {.len = 0};
         rs_version_info_t info;
         st = probe(dir, &req, stale_s, last, &w, diag, &ready, &info);
+        if (st != RS_OK && outage_retry(&wt, diag))
+            continue;
         if (st != RS_OK)
-            return st;
+            return wait_failed(&wt, st, diag);
+        outage_over(&wt);
         if (ready) {
             *info_p = info;
             return RS_OK;
@@ -229,8 +344,7 @@ rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
         if (last)
             return rs__diag_set(diag, RS_ERR_TIMEOUT, "%s (after waiting %g "
                                 "s)", w.buf, timeout_s);
-        nap(fmin(delay, deadline - mono_now()));
-        delay = fmin(delay * 2, NAP_MAX_S);
+        wait_nap(&wt);
     }
 }
 
@@ -244,12 +358,19 @@ rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
         st = check_timeout("rs_dir_wait_released", timeout_s, diag);
     if (st != RS_OK)
         return st;
-    double deadline = mono_now() + timeout_s, delay = NAP_FIRST_S;
+    char what[RS_DIR_NAME_MAX + 64];
+    snprintf(what, sizeof(what), "the release of version %lld of '%s'",
+             (long long)version, model);
+    waiter_t wt;
+    waiter_init(&wt, dir, what, timeout_s);
     for (;;) {
-        int last = mono_now() >= deadline;
-        st = dir->ops->lookup(dir, &req, diag);
+        int last = mono_now() >= wt.deadline;
+        st = rs__dir_call(dir, dir->ops->lookup, &req, diag);
+        if (st != RS_OK && outage_retry(&wt, diag))
+            continue;
         if (st != RS_OK)
-            return st;
+            return wait_failed(&wt, st, diag);
+        outage_over(&wt);
         if (req.info.state == 0)
             return rs__diag_set(diag, RS_ERR_INPUT, "model '%s' has no "
                                 "version %lld", model, (long long)version);
@@ -261,7 +382,6 @@ rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
                                 (long long)version, model,
                                 rs__dir_state_name(req.info.state),
                                 timeout_s);
-        nap(fmin(delay, deadline - mono_now()));
-        delay = fmin(delay * 2, NAP_MAX_S);
+        wait_nap(&wt);
     }
 }

@@ -38,8 +38,25 @@ static rs_status_t make_dirs(const char *path, rs_diag_t *diag)
     return RS_OK;
 }
 
+/* A receiver's root must exist: a mistyped path is never created. */
+static rs_status_t check_root(const char *root, rs_diag_t *diag)
+{
+    struct stat st;
+    if (stat(root, &st) != 0 && errno == ENOENT)
+        return rs__diag_set(diag, RS_ERR_INPUT, "directory file:%s: no such "
+                            "directory (receivers never create it; check "
+                            "the path, or start a publisher first)", root);
+    if (stat(root, &st) != 0)
+        return rs__diag_set(diag, RS_ERR_IO, "directory file:%s: %s", root,
+                            strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return rs__diag_set(diag, RS_ERR_INPUT, "directory file:%s: not a "
+                            "directory", root);
+    return RS_OK;
+}
+
 static rs_status_t file_open(rs_dir_h dir, const char *target,
-                             rs_diag_t *diag)
+                             const rs_dir_params_t *params, rs_diag_t *diag)
 {
     size_t n = strlen(target);
     while (n > 1 && target[n - 1] == '/')
@@ -57,7 +74,8 @@ static rs_status_t file_open(rs_dir_h dir, const char *target,
                             "memory");
     memcpy(f->root, target, n);
     f->root[n] = '\0';
-    rs_status_t st = make_dirs(f->root, diag);
+    rs_status_t st = params->create ? make_dirs(f->root, diag)
+                                    : check_root(f->root, diag);
     if (st != RS_OK) {
         free(f);
         return st;

@@ -2,7 +2,8 @@
  * lease-<holder> holding its expiry (seconds since the epoch) and its epoch;
  * the file `epoch` holds the last epoch handed out. Takes, renewals and
  * release run under the version lock; release is refused while any lease has
- * not expired, then creates RELEASED and removes tables, heartbeats and
+ * not expired (unless forced: abandon), then creates RELEASED and removes
+ * tables, heartbeats and
  * leases. */
 #include <dirent.h>
 #include <errno.h>
@@ -252,7 +253,7 @@ static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
     rs_status_t st = live_leases(vdir, diag, holder, &left, &live);
     if (st != RS_OK)
         return st;
-    if (live > 0)
+    if (live > 0 && !req->force)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
                             "cannot be released: leased by '%s' for %.2f s "
                             "more (%zu live lease%s)", (long long)req->version,
@@ -261,6 +262,8 @@ static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
     st = rs__fdir_replace(vdir, RS_FDIR_RELEASED, "", 0, diag);
     if (st == RS_OK)
         remove_contents(vdir);
+    if (st == RS_OK)
+        req->count = live; /* dropped by force (abandon) */
     return st;
 }
 

@@ -142,11 +142,28 @@ rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     return st;
 }
 
+/* Under the lock: a slot without a table (never published, or removed)
+ * has nothing to keep alive. */
+static rs_status_t beat(const char *vdir, const rs_dir_req_t *req,
+                        rs_diag_t *diag)
+{
+    char name[64], table[PATH_MAX];
+    rs__fdir_slot_name(req->slot, name);
+    rs__fdir_join(vdir, name, table);
+    if (!rs__fdir_exists(table))
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
+                            "slot %lld has no table (never published, or "
+                            "lost)", (long long)req->version, req->model,
+                            (long long)req->slot);
+    rs__fdir_hb_name(req->slot, name);
+    return rs__fdir_write_time(vdir, name, rs__fdir_now(), diag);
+}
+
 rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag)
 {
     rs_version_info_t info;
-    char vdir[PATH_MAX], name[64];
+    char vdir[PATH_MAX];
     int lock = -1;
     rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
     if (st == RS_OK)
@@ -156,10 +173,8 @@ rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
     if (st == RS_OK)
         st = rs__fdir_lock(vdir, diag, &lock);
     /* a heartbeat racing the release is harmless and writes nothing */
-    if (st == RS_OK && !is_released(vdir)) {
-        rs__fdir_hb_name(req->slot, name);
-        st = rs__fdir_write_time(vdir, name, rs__fdir_now(), diag);
-    }
+    if (st == RS_OK && !is_released(vdir))
+        st = beat(vdir, req, diag);
     rs__fdir_unlock(lock);
     return st;
 }

@@ -1,8 +1,11 @@
-/* The redis:// directory backend: URL parsing, a connection with bounded
- * connect and command timeouts (AUTH when a password is given; reconnect
- * on the next call after a failure), and running the operation scripts of
- * redis_lua.c by EVALSHA, loading them again when the server lost them. */
+/* The redis:// directory backend: URL parsing (the password from the URL,
+ * a password_file or RESHARD_REDIS_PASSWORD; never echoed), a connection
+ * with bounded connect and command timeouts (AUTH when a password is given;
+ * reconnect on the next call after a failure, which is marked transient),
+ * and running the operation scripts of redis_lua.c by EVALSHA, loading them
+ * again when the server lost them. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,8 +27,8 @@ static rs_status_t bad_url(rs_diag_t *diag, const char *what)
 {
     /* the URL itself is not echoed: it may hold a password */
     return rs__diag_set(diag, RS_ERR_INPUT, "directory URL "
-                        "redis://[[user]:password@]host[:port][?timeout=S]: "
-                        "%s", what);
+                        "redis://[[user]:password@]host[:port]"
+                        "[?timeout=S&password_file=F]: %s", what);
 }
 
 static int copy_part(char *dst, size_t cap, const char *src, size_t n)
@@ -101,16 +104,90 @@ static rs_status_t parse_hostport(rs_rdir_t *r, const char *s, size_t n,
                         : RS_OK;
 }
 
+/* A password kept in a file: its first line (a final newline and CR are
+ * not part of it). The path is named in messages, the content never. */
+static rs_status_t read_password_file(rs_rdir_t *r, const char *path,
+                                      rs_diag_t *diag)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return rs__diag_set(diag, RS_ERR_INPUT, "directory URL: "
+                            "password_file %s: %s", path, strerror(errno));
+    char buf[RS_RDIR_SECRET_MAX + 2];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    n = strcspn(buf, "\r\n");
+    buf[n] = '\0';
+    rs_status_t st = RS_OK;
+    if (n == 0)
+        st = rs__diag_set(diag, RS_ERR_INPUT, "directory URL: password_file "
+                          "%s: empty first line", path);
+    else if (n >= RS_RDIR_SECRET_MAX)
+        st = rs__diag_set(diag, RS_ERR_INPUT, "directory URL: password_file "
+                          "%s: password longer than %d bytes", path,
+                          RS_RDIR_SECRET_MAX - 1);
+    else
+        memcpy(r->password, buf, n + 1);
+    memset(buf, 0, sizeof(buf));
+    if (st == RS_OK)
+        r->has_password = 1;
+    return st;
+}
+
+/* One "name=value" of the query. */
+static rs_status_t parse_param(rs_rdir_t *r, const char *q, size_t n,
+                               rs_diag_t *diag)
+{
+    char val[PATH_MAX], *end;
+    if (n > 8 && strncmp(q, "timeout=", 8) == 0) {
+        if (!copy_part(val, sizeof(val), q + 8, n - 8))
+            return bad_url(diag, "timeout value too long");
+        double t = strtod(val, &end);
+        if (end == val || *end != '\0' || !isfinite(t) || t <= 0 ||
+            t > 3600)
+            return bad_url(diag, "timeout must be a number of seconds in "
+                           "(0, 3600]");
+        r->timeout_s = t;
+        return RS_OK;
+    }
+    if (n > 14 && strncmp(q, "password_file=", 14) == 0) {
+        if (r->has_password)
+            return bad_url(diag, "a password in the URL and a "
+                           "password_file: give one");
+        if (!copy_part(val, sizeof(val), q + 14, n - 14))
+            return bad_url(diag, "password_file path too long");
+        return read_password_file(r, val, diag);
+    }
+    return bad_url(diag, "query parameters are timeout=SECONDS and "
+                   "password_file=PATH");
+}
+
 static rs_status_t parse_query(rs_rdir_t *r, const char *q, rs_diag_t *diag)
 {
-    char *end;
-    if (strncmp(q, "timeout=", 8) != 0)
-        return bad_url(diag, "the only query parameter is timeout=SECONDS");
-    double t = strtod(q + 8, &end);
-    if (end == q + 8 || *end != '\0' || !isfinite(t) || t <= 0 || t > 3600)
-        return bad_url(diag, "timeout must be a number of seconds in "
-                       "(0, 3600]");
-    r->timeout_s = t;
+    rs_status_t st = RS_OK;
+    while (st == RS_OK) {
+        size_t n = strcspn(q, "&");
+        st = parse_param(r, q, n, diag);
+        if (q[n] == '\0')
+            break;
+        q += n + 1;
+    }
+    return st;
+}
+
+/* Without a password in the URL or a file: RESHARD_REDIS_PASSWORD. */
+static rs_status_t password_from_env(rs_rdir_t *r, rs_diag_t *diag)
+{
+    const char *pw = getenv("RESHARD_REDIS_PASSWORD");
+    if (r->has_password || pw == NULL || pw[0] == '\0')
+        return RS_OK;
+    if (strlen(pw) >= sizeof(r->password))
+        return rs__diag_set(diag, RS_ERR_INPUT, "RESHARD_REDIS_PASSWORD is "
+                            "longer than %d bytes",
+                            (int)sizeof(r->password) - 1);
+    snprintf(r->password, sizeof(r->password), "%s", pw);
+    r->has_password = 1;
     return RS_OK;
 }
 
@@ -134,6 +211,8 @@ static rs_status_t parse_url(rs_rdir_t *r, const char *target,
         st = parse_hostport(r, hp, n, diag);
     if (st == RS_OK && q != NULL)
         st = parse_query(r, q + 1, diag);
+    if (st == RS_OK)
+        st = password_from_env(r, diag);
     if (st == RS_OK)
         snprintf(r->where, sizeof(r->where), "%s:%d", r->host, r->port);
     return st;
@@ -186,6 +265,7 @@ static rs_status_t lost(rs_rdir_t *r, rs_diag_t *diag)
      * "Resource temporarily unavailable": say what happened instead. */
     int timed_out = r->c->err == REDIS_ERR_IO &&
                     (errno == EAGAIN || errno == EWOULDBLOCK);
+    r->transient = 1;
     rs_status_t st = rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: %s "
                                   "(timeout %g s)", r->where,
                                   timed_out ? "no reply within the timeout"
@@ -196,6 +276,14 @@ static rs_status_t lost(rs_rdir_t *r, rs_diag_t *diag)
     return st;
 }
 
+/* Errors a server gives while it cannot serve yet: they pass. */
+static int server_busy(const char *msg)
+{
+    return strncmp(msg, "LOADING", 7) == 0 || strncmp(msg, "BUSY", 4) == 0 ||
+           strncmp(msg, "MASTERDOWN", 10) == 0 ||
+           strncmp(msg, "TRYAGAIN", 8) == 0;
+}
+
 static rs_status_t simple(rs_rdir_t *r, int argc, const char **argv,
                           const char *what, rs_diag_t *diag)
 {
@@ -203,9 +291,11 @@ static rs_status_t simple(rs_rdir_t *r, int argc, const char **argv,
     if (rep == NULL)
         return lost(r, diag);
     rs_status_t st = RS_OK;
-    if (rep->type == REDIS_REPLY_ERROR)
+    if (rep->type == REDIS_REPLY_ERROR) {
+        r->transient = server_busy(rep->str);
         st = rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: %s refused: %s",
                           r->where, what, rep->str);
+    }
     freeReplyObject(rep);
     return st;
 }
@@ -238,6 +328,9 @@ static rs_status_t ensure_connected(rs_rdir_t *r, rs_diag_t *diag)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "redis %s: out of "
                             "memory", r->where);
     if (r->c->err != 0) {
+        /* refused, reset, timed out, or a name that did not resolve now:
+         * every one may pass */
+        r->transient = 1;
         rs_status_t st = rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: "
                                       "cannot connect: %s", r->where,
                                       r->c->errstr);
@@ -251,8 +344,18 @@ static rs_status_t ensure_connected(rs_rdir_t *r, rs_diag_t *diag)
     return st;
 }
 
+/* Connects when needed, handing a transient failure on to the handle. */
+static rs_status_t connected(rs_dir_h dir, rs_rdir_t *r, rs_diag_t *diag)
+{
+    r->transient = 0;
+    rs_status_t st = ensure_connected(r, diag);
+    if (st != RS_OK && r->transient)
+        rs__dir_transient(dir, st);
+    return st;
+}
+
 static rs_status_t redis_open(rs_dir_h dir, const char *target,
-                              rs_diag_t *diag)
+                              const rs_dir_params_t *params, rs_diag_t *diag)
 {
     rs_rdir_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -260,8 +363,11 @@ static rs_status_t redis_open(rs_dir_h dir, const char *target,
                             "memory");
     rs_status_t st = parse_url(r, target, diag);
     if (st == RS_OK)
-        st = ensure_connected(r, diag);
+        st = connected(dir, r, diag);
+    if (st != RS_OK && r->transient && params->connect_later)
+        st = RS_OK; /* the first call connects */
     if (st != RS_OK) {
+        memset(r->password, 0, sizeof(r->password));
         free(r);
         return st;
     }
@@ -365,13 +471,16 @@ rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
     rs_rdir_t *r = dir->priv;
     keys_t k;
     make_keys(req, &k);
-    rs_status_t st = ensure_connected(r, diag);
+    rs_status_t st = connected(dir, r, diag);
     for (int attempt = 0; st == RS_OK && attempt < 2; attempt++) {
-        if (r->sha[id][0] == '\0' && (st = load_script(r, id, diag)) != RS_OK)
+        if (r->sha[id][0] == '\0' && (st = load_script(r, id, diag)) != RS_OK) {
+            if (r->transient) /* the connection was lost loading it */
+                rs__dir_transient(dir, st);
             break;
+        }
         redisReply *rep = evalsha(r, id, &k, args, lens, nargs);
         if (rep == NULL)
-            return lost(r, diag);
+            return rs__dir_transient(dir, lost(r, diag));
         if (rep->type == REDIS_REPLY_ERROR &&
             strncmp(rep->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
             r->sha[id][0] = '\0'; /* flushed or restarted: load again */
@@ -380,6 +489,8 @@ rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
         }
         if (rep->type == REDIS_REPLY_ERROR) {
             st = script_error(r, rep->str, diag);
+            if (server_busy(rep->str))
+                rs__dir_transient(dir, st);
             freeReplyObject(rep);
             return st;
         }

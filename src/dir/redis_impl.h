@@ -39,6 +39,7 @@ typedef struct rs_rdir {
     double timeout_s;                  /* connect and each command */
     char where[RS_RDIR_HOST_MAX + 16]; /* "host:port" for messages */
     redisContext *c;                   /* NULL or broken: reconnect */
+    int transient;                     /* the last failure may pass */
     char sha[RS_RLUA_COUNT][41];       /* loaded scripts; "" until loaded */
 } rs_rdir_t;
 

@@ -71,12 +71,17 @@ static const char publish_src[] = PRELUDE
     "end\n"
     "return 1\n";
 
-/* ARGV: 2 slot. A heartbeat after release writes nothing. */
+/* ARGV: 2 slot. A heartbeat after release writes nothing; one of a slot
+ * without a table (never published, or lost by the server) is refused. */
 static const char heartbeat_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
     "if tonumber(ARGV[2]) >= n then return out_of_range(n, ARGV[2]) end\n"
     "if state == 'RELEASED' then return 0 end\n"
+    "if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then\n"
+    "  return fail('RSINCOMPLETE', ARGV[1] .. ': slot ' .. ARGV[2] ..\n"
+    "              ' has no table (never published, or lost)')\n"
+    "end\n"
     "redis.call('HSET', KEYS[3], ARGV[2], string.format('%.6f', now()))\n"
     "return 1\n";
 
@@ -175,6 +180,8 @@ static const char unlease_src[] = PRELUDE
     "if not n then return missing() end\n"
     "return redis.call('HDEL', KEYS[4], ARGV[2])\n";
 
+/* ARGV: 2 "1" to release whatever the leases (abandon) -> live leases
+ * dropped */
 static const char release_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
@@ -189,7 +196,7 @@ static const char release_src[] = PRELUDE
     "    if not first then first, left = l[i], e - t end\n"
     "  end\n"
     "end\n"
-    "if live > 0 then\n"
+    "if live > 0 and ARGV[2] ~= '1' then\n"
     "  return fail('RSINCOMPLETE', ARGV[1] .. \" cannot be released: \" ..\n"
     "    \"leased by '\" .. first .. \"' for \" ..\n"
     "    string.format('%.2f', left) .. ' s more (' .. live ..\n"
@@ -197,7 +204,7 @@ static const char release_src[] = PRELUDE
     "end\n"
     "redis.call('HSET', KEYS[1], 'state', 'RELEASED')\n"
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])\n"
-    "return 1\n";
+    "return live\n";
 
 const char *const rs__rlua_src[RS_RLUA_COUNT] = {
     [RS_RLUA_CREATE] = create_src,

@@ -280,5 +280,18 @@ rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 
 rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
-    return run(dir, RS_RLUA_RELEASE, req, NULL, 0, diag);
+    const char *args[] = {req->force ? "1" : "0"};
+    size_t lens[] = {1};
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_RELEASE, req, args, lens, 1,
+                                   diag, &rep);
+    if (st != RS_OK)
+        return st;
+    int64_t dropped = 0;
+    int ok = get_i64(rep, &dropped) && dropped >= 0;
+    freeReplyObject(rep);
+    if (!ok)
+        return rs__rdir_bad_reply(dir, "the release script", diag);
+    req->count = (size_t)dropped;
+    return RS_OK;
 }

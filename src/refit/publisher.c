@@ -1,6 +1,10 @@
 /* The publisher lifecycle: register shards, expose them (once, until the
  * registrations change), publish this rank's table for each version, keep a
- * heartbeat going, and wait for the version's release. */
+ * heartbeat going, and wait for the version's release. A directory outage
+ * never stops the serving: heartbeats back off and resume, the release
+ * wait retries, and each outage is reported once when it begins and once
+ * when it ends. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +24,52 @@ void rs_publisher_params_init(rs_publisher_params_t *p)
     memset(p, 0, sizeof(*p));
     p->backend = "ucx";
     p->heartbeat_s = 1.0;
+    p->heartbeat_max_s = 4.0;
+    p->publish_retry_s = 60.0;
     p->digests = 1;
+}
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Where this publisher's notices go: the caller's callback or stderr. */
+static void notify(rs_publisher_h p, const char *msg)
+{
+    if (p->params.notice != NULL)
+        p->params.notice(p->params.notice_ctx, msg);
+    else
+        rs_dir_notice(NULL, "%s", msg);
+}
+
+/* Notices of the main connection (the release wait). While heartbeats run
+ * they report outages, so the same outage is told once. */
+static void main_notice(void *ctx, const char *msg)
+{
+    rs_publisher_h p = ctx;
+    char line[RS_DIAG_MSG_MAX + 512];
+    if (p->hb_running)
+        return;
+    snprintf(line, sizeof(line), "publisher rank %lld: %s",
+             (long long)p->params.rank, msg);
+    notify(p, line);
+}
+
+static rs_status_t open_dir(rs_publisher_h p, int main, rs_diag_t *diag,
+                            rs_dir_h *dir_p)
+{
+    rs_dir_params_t dp;
+    rs_dir_params_init(&dp);
+    dp.create = 1;        /* publishers may create a file: directory */
+    dp.connect_later = 1; /* unreachable now: publishing retries */
+    if (main) {
+        dp.notice = main_notice;
+        dp.notice_ctx = p;
+    }
+    return rs_dir_open_params(p->params.directory, &dp, diag, dir_p);
 }
 
 rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
@@ -48,7 +97,7 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
     pthread_cond_init(&p->wake, NULL);
     p->version = -1;
     rs_status_t st = p->model && p->backend && p->session
-        ? rs_dir_open(params->directory, diag, &p->dir)
+        ? open_dir(p, 1, diag, &p->dir)
         : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     if (st != RS_OK) {
         rs_publisher_destroy(p);
@@ -84,6 +133,7 @@ void rs_publisher_destroy(rs_publisher_h p)
     rs_dir_close(p->hb_dir);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
+    free(p->table);
     free(p->model);
     free(p->backend);
     free(p->session);
@@ -146,15 +196,78 @@ static rs_status_t expose(rs_publisher_h p, rs_diag_t *diag)
     return RS_OK;
 }
 
+/* The wait before the next heartbeat after one that returned st: the
+ * period while the directory answers, doubling up to heartbeat_max_s while
+ * it does not; the outage's start and end are reported. */
+static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
+                             const rs_diag_t *d, double wait,
+                             double *down_since)
+{
+    char line[RS_DIAG_MSG_MAX + 512];
+    double period = p->params.heartbeat_s;
+    double cap = fmax(period, p->params.heartbeat_max_s);
+    if (st == RS_OK) {
+        if (*down_since >= 0) {
+            snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
+                     "reachable again after %.1f s; heartbeats of version "
+                     "%lld resumed", (long long)p->params.rank,
+                     rs_dir_name(p->hb_dir), mono_now() - *down_since,
+                     (long long)v);
+            notify(p, line);
+        }
+        *down_since = -1;
+        return period;
+    }
+    if (*down_since >= 0)
+        return fmin(wait * 2, cap);
+    *down_since = mono_now();
+    snprintf(line, sizeof(line), "publisher rank %lld: heartbeat of version "
+             "%lld failed: %s; still serving, retrying every %g s up to %g "
+             "s", (long long)p->params.rank, (long long)v,
+             d->msg[0] ? d->msg : rs_status_str(st), period, cap);
+    notify(p, line);
+    return fmin(period * 2, cap);
+}
+
+static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
+                                      int64_t version, const char *table,
+                                      size_t len, rs_diag_t *diag);
+
+/* A heartbeat found this slot's table gone (the directory lost its data):
+ * the same bytes are still served, so the table is published again. */
+static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
+{
+    char line[RS_DIAG_MSG_MAX + 512];
+    pthread_mutex_lock(&p->lock);
+    char *table = p->version == v && p->table != NULL
+                      ? malloc(p->table_len + 1) : NULL;
+    size_t len = p->table_len;
+    if (table != NULL)
+        memcpy(table, p->table, len);
+    pthread_mutex_unlock(&p->lock);
+    if (table == NULL)
+        return rs__diag_set(d, RS_ERR_NO_MEMORY, "publisher: no table of "
+                            "version %lld to publish again", (long long)v);
+    snprintf(line, sizeof(line), "publisher rank %lld: version %lld lost its "
+             "table in directory %s (%s); publishing it again",
+             (long long)p->params.rank, (long long)v, rs_dir_name(p->hb_dir),
+             d->msg);
+    rs_status_t st = create_and_publish(p, p->hb_dir, v, table, len, d);
+    free(table);
+    if (st == RS_OK)
+        notify(p, line);
+    return st;
+}
+
 static void *heartbeat_main(void *arg)
 {
     rs_publisher_h p = arg;
+    double wait = p->params.heartbeat_s, down_since = -1;
     pthread_mutex_lock(&p->lock);
     while (!p->hb_stop) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        double t = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 +
-                   p->params.heartbeat_s;
+        double t = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 + wait;
         until.tv_sec = (time_t)t;
         until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
         pthread_cond_timedwait(&p->wake, &p->lock, &until);
@@ -162,7 +275,14 @@ static void *heartbeat_main(void *arg)
             break;
         int64_t v = p->version;
         pthread_mutex_unlock(&p->lock);
-        rs_dir_heartbeat(p->hb_dir, p->model, v, p->params.rank, NULL);
+        rs_diag_t d;
+        rs_diag_clear(&d);
+        rs_status_t st = rs_dir_heartbeat(p->hb_dir, p->model, v,
+                                          p->params.rank, &d);
+        if (st == RS_ERR_INCOMPLETE ||
+            (st == RS_ERR_INPUT && !rs_dir_transient(p->hb_dir)))
+            st = republish_lost(p, v, &d);
+        wait = heartbeat_next(p, v, st, &d, wait, &down_since);
         pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);
@@ -176,7 +296,7 @@ static rs_status_t start_heartbeat(rs_publisher_h p, rs_diag_t *diag)
     if (p->params.heartbeat_s <= 0 || p->hb_running)
         return RS_OK;
     if (p->hb_dir == NULL) {
-        rs_status_t st = rs_dir_open(p->params.directory, diag, &p->hb_dir);
+        rs_status_t st = open_dir(p, 0, diag, &p->hb_dir);
         if (st != RS_OK)
             return st;
     }
@@ -185,6 +305,64 @@ static rs_status_t start_heartbeat(rs_publisher_h p, rs_diag_t *diag)
                             "the heartbeat thread");
     p->hb_running = 1;
     return RS_OK;
+}
+
+static void nap(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* On `dir`: the main connection, or the heartbeat thread's own. */
+static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
+                                      int64_t version, const char *table,
+                                      size_t len, rs_diag_t *diag)
+{
+    rs_status_t st = rs_dir_create_version(dir, p->model, version,
+                                           p->params.world, diag);
+    if (st == RS_OK)
+        st = rs_dir_publish(dir, p->model, version, p->params.rank, table,
+                            len, diag);
+    return st;
+}
+
+/* Creates the version and publishes the table, riding out a directory
+ * outage for up to publish_retry_s (both steps are idempotent, so a step
+ * whose reply was lost is simply done again). */
+static rs_status_t publish_table(rs_publisher_h p, int64_t version,
+                                 const char *table, size_t len,
+                                 rs_diag_t *diag)
+{
+    char line[RS_DIAG_MSG_MAX + 512];
+    double deadline = mono_now() + p->params.publish_retry_s, delay = 0.05;
+    double down_since = -1;
+    for (;;) {
+        rs_status_t st = create_and_publish(p, p->dir, version, table, len,
+                                            diag);
+        double now = mono_now();
+        if (st == RS_OK && down_since >= 0) {
+            snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
+                     "reachable again after %.1f s; version %lld published",
+                     (long long)p->params.rank, rs_dir_name(p->dir),
+                     now - down_since, (long long)version);
+            notify(p, line);
+        }
+        if (st == RS_OK || !rs_dir_transient(p->dir) || now >= deadline)
+            return st;
+        if (down_since < 0) {
+            down_since = now;
+            snprintf(line, sizeof(line), "publisher rank %lld: publishing "
+                     "version %lld: directory unreachable: %s; retrying for "
+                     "up to %.1f s", (long long)p->params.rank,
+                     (long long)version, diag != NULL ? diag->msg : "",
+                     deadline - now);
+            notify(p, line);
+        }
+        nap(fmin(delay, deadline - now));
+        delay = fmin(delay * 2, 1.0);
+    }
 }
 
 rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
@@ -200,17 +378,17 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     if (st == RS_OK)
         st = rs__publisher_table(p, version, &table, &len, diag);
     if (st == RS_OK)
-        st = rs_dir_create_version(p->dir, p->model, version, p->params.world,
-                                   diag);
-    if (st == RS_OK)
-        st = rs_dir_publish(p->dir, p->model, version, p->params.rank, table,
-                            len, diag);
-    free(table);
-    if (st != RS_OK)
+        st = publish_table(p, version, table, len, diag);
+    if (st != RS_OK) {
+        free(table);
         return st;
+    }
     rs_dir_heartbeat(p->dir, p->model, version, p->params.rank, NULL);
     pthread_mutex_lock(&p->lock);
     p->version = version;
+    free(p->table);
+    p->table = table; /* kept for publishing it again */
+    p->table_len = len;
     pthread_mutex_unlock(&p->lock);
     return start_heartbeat(p, diag);
 }
@@ -218,5 +396,28 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
 rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
                                        double timeout_s, rs_diag_t *diag)
 {
-    return rs_dir_wait_released(p->dir, p->model, version, timeout_s, diag);
+    char line[RS_DIAG_MSG_MAX + 256];
+    if (p == NULL || !isfinite(timeout_s) || timeout_s < 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad "
+                            "release wait");
+    double deadline = mono_now() + timeout_s;
+    for (;;) {
+        double left = fmax(0, deadline - mono_now());
+        rs_status_t st = rs_dir_wait_released(p->dir, p->model, version, left,
+                                              diag);
+        /* the arguments were good for the publish: RS_ERR_INPUT means the
+         * version did not exist (another rank may have created it again
+         * since, without this rank's table) */
+        if (st != RS_ERR_INPUT || mono_now() >= deadline)
+            return st;
+        /* still serving the same bytes: publish them again */
+        snprintf(line, sizeof(line), "publisher rank %lld: version %lld "
+                 "vanished from directory %s (restarted without its data?); "
+                 "publishing it again", (long long)p->params.rank,
+                 (long long)version, rs_dir_name(p->dir));
+        notify(p, line);
+        st = rs_publisher_publish(p, version, diag);
+        if (st != RS_OK)
+            return st;
+    }
 }

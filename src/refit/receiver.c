@@ -89,6 +89,25 @@ void rs_receiver_params_init(rs_receiver_params_t *p)
     p->exec.verify_digests = 1;
 }
 
+/* How long the end of a pull keeps trying to drop its lease through a
+ * directory outage (each try also waits up to the client's timeout). */
+#define UNLEASE_RETRY_S 15.0
+
+/* A receiver never creates a file: directory (a mistyped path fails with
+ * "no such directory"), and a server unreachable at start is waited for
+ * by discovery, within its deadline. */
+static rs_status_t open_dir(rs_receiver_h r, rs_diag_t *diag,
+                            rs_dir_h *dir_p)
+{
+    rs_dir_params_t dp;
+    rs_dir_params_init(&dp);
+    dp.create = 0;
+    dp.connect_later = 1;
+    dp.notice = r->params.notice;
+    dp.notice_ctx = r->params.notice_ctx;
+    return rs_dir_open_params(r->directory, &dp, diag, dir_p);
+}
+
 rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
                                rs_capture_h capture, rs_diag_t *diag,
                                rs_receiver_h *receiver_p)
@@ -114,7 +133,7 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
     r->nparams = rs_capture_num_params(capture);
     r->binds = calloc(r->nparams + 1, sizeof(rs_rbind_t));
     rs_status_t st = r->model && r->directory && r->backend && r->holder &&
-                     r->binds ? rs_dir_open(r->directory, diag, &r->dir)
+                     r->binds ? open_dir(r, diag, &r->dir)
                               : rs__diag_set(diag, RS_ERR_NO_MEMORY,
                                              "out of memory");
     if (st != RS_OK) {
@@ -442,7 +461,7 @@ static rs_status_t start_lease(rs_receiver_h r, int64_t version,
 {
     rs_status_t st = RS_OK;
     if (r->lease_dir == NULL)
-        st = rs_dir_open(r->directory, diag, &r->lease_dir);
+        st = open_dir(r, diag, &r->lease_dir);
     if (st == RS_OK)
         st = rs__lease_start(&r->lease, r->dir, r->lease_dir, r->model,
                              version, r->holder, r->params.lease_ttl_s,
@@ -475,6 +494,34 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
     return deadline_status(r, v->version, st, diag);
 }
 
+/* Drops the pull's lease, riding out a short directory outage: a lease
+ * left behind would make this receiver's own release_after refuse, and
+ * block every other rank's release until its ttl ran out. */
+static void unlease_now(rs_receiver_h r, int64_t version)
+{
+    double wait = 0.05, until = now_s() + UNLEASE_RETRY_S;
+    while (rs_dir_unlease(r->dir, r->model, version, r->holder, NULL) !=
+               RS_OK &&
+           rs_dir_transient(r->dir) && now_s() + wait < until) {
+        struct timespec ts = {(time_t)wait,
+                              (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
+        wait = wait * 2 < 1 ? wait * 2 : 1;
+    }
+}
+
+/* release_after: a refused release (another receiver's live lease) or a
+ * failed one is kept in the result, not dropped. */
+static void release_now(rs_receiver_h r, int64_t version,
+                        rs_pull_result_t *res)
+{
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    res->release_status = rs_dir_release(r->dir, r->model, version, &d);
+    snprintf(res->release_msg, sizeof(res->release_msg), "%s",
+             res->release_status == RS_OK ? "" : d.msg);
+}
+
 rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
                              rs_pull_result_t *result_p)
 {
@@ -505,10 +552,10 @@ rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
     res.lease_epoch = r->lease.epoch;
     res.lease_renewals = r->lease.renewals;
     res.lease_renew_errors = r->lease.errors;
-    rs_dir_unlease(r->dir, r->model, v.version, r->holder, NULL);
+    unlease_now(r, v.version);
     r->diag = NULL;
     if (st == RS_OK && r->params.release_after)
-        rs_dir_release(r->dir, r->model, v.version, NULL);
+        release_now(r, v.version, &res);
     if (st == RS_OK && result_p != NULL)
         *result_p = res;
     return st;

@@ -34,6 +34,8 @@ struct rs_publisher {
     pthread_t hb_thread;
     int hb_running, hb_stop;
     int64_t version;              /* heartbeat target */
+    char *table;                  /* its published table, for republishing */
+    size_t table_len;
 };
 
 /* A receiver's lease for one pull (lease.c). */

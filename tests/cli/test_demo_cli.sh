@@ -119,15 +119,16 @@ if grep -qE '"shards_verified":[1-9]' "$TMP/out"; then ok "pull rank 0: digests 
 else bad "pull rank 0: no shard verified"; fi
 
 # Version 2 made of version 1's tables: the bytes are version 1's, so the
-# digests match but the independent check must fail.
+# digests match but the independent check must fail. It has no heartbeats
+# (stale), so these pulls turn the staleness check off.
 mkdir "$TMP/dir/m/2"
 cp "$TMP/dir/m/1/meta" "$TMP/dir/m/1/"slot-*.json "$TMP/dir/m/1/READY" "$TMP/dir/m/2/"
-pull --version 2 --rank 1 --check --verify --timeout 5
+pull --version 2 --rank 1 --check --verify --timeout 5 --stale-after 0
 expect_rc "pull of relabelled bytes" 1
 expect_in "pull of relabelled bytes" "$TMP/err" "check failed: parameter" \
     "bytes differ"
 
-pull --version -1 --rank 1 --check --verify --release --timeout 20
+pull --version -1 --rank 1 --check --verify --release --timeout 20 --stale-after 0
 # -1 is the newest READY version: 2, the relabelled one, which fails again
 expect_rc "pull newest (relabelled)" 1
 pull --version 1 --rank 1 --check --verify --release --timeout 20

@@ -30,6 +30,9 @@ int rs_cli_publish(int argc, char **argv);
 /* `reshard pull ...`: pull one inference rank from a directory. */
 int rs_cli_pull(int argc, char **argv);
 
+/* `reshard release ...`: release or abandon a version in a directory. */
+int rs_cli_release(int argc, char **argv);
+
 /* `reshard demo ...`: trainers and inference ranks as processes, two versions. */
 int rs_cli_demo(int argc, char **argv);
 

@@ -618,7 +618,9 @@ static void header(const demo_args_t *a, const demo_t *d)
            strcmp(a->backend, "ucx") == 0 ? " (UCX_TLS=" : "",
            strcmp(a->backend, "ucx") == 0 ? (tls ? tls : "") : "",
            strcmp(a->backend, "ucx") == 0 ? ")" : "");
-    printf("  directory  %s (model '%s')\n", d->url, d->name);
+    char shown[sizeof(d->url)];
+    rs_dir_redact_url(d->url, shown, sizeof(shown));
+    printf("  directory  %s (model '%s')\n", shown, d->name);
     fflush(stdout);
 }
 

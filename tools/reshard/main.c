@@ -1,5 +1,5 @@
 /* reshard: the command-line front end. Dispatches to one verb per file
- * (plan, simulate, run, publish, pull, demo) and answers --help and --version itself. */
+ * (plan, simulate, run, publish, pull, release, demo) and answers --help and --version itself. */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +23,8 @@ static const verb_t verbs[] = {
      "serve one trainer rank's shards through a directory until released"},
     {"pull", rs_cli_pull,
      "pull one inference rank's parameters from a directory"},
+    {"release", rs_cli_release,
+     "release a version (or abandon one whose publishers died)"},
     {"demo", rs_cli_demo,
      "trainer and inference processes move two versions, then verify"},
 };

@@ -70,7 +70,9 @@ static void pub_usage(FILE *out)
         "it is released, then refills the same buffers for V+1 ... V+K-1.\n"
         "\n"
         "options:\n"
-        "  --directory D       file:DIR or redis://[:password@]host:port\n"
+        "  --directory D       file:DIR (created if missing) or\n"
+        "                      redis://[:password@]host:port[?timeout=S&password_file=F]\n"
+        "                      (or the password in RESHARD_REDIS_PASSWORD)\n"
         "  --model M           model name in the directory\n"
         "  --version V         first version to publish (>= 0)\n"
         "  --rank R            this trainer rank (0 <= R < N)\n"
@@ -79,10 +81,15 @@ static void pub_usage(FILE *out)
         "  --model-config FILE a Hugging Face config.json (examples/models/)\n"
         "  --backend B         exposer: ucx (default; UCX_TLS picks the wire) or cma\n"
         "  --versions K        versions to publish one after another (default 1)\n"
-        "  --timeout S         wait at most S seconds for each release (default 300)\n"
+        "  --timeout S         wait at most S seconds for each release, and for an\n"
+        "                      unreachable directory when publishing (default 300)\n"
         "  --no-digests        publish tables without shard digests (receivers that\n"
         "                      verify, the default, refuse them)\n"
         "  -h, --help          show this help and exit\n"
+        "\n"
+        "A directory outage while serving is reported (one line when it begins,\n"
+        "one when it ends) and ridden out: the shards stay served, heartbeats\n"
+        "back off and resume, the release wait goes on until --timeout.\n"
         "\n"
         "exit status: 0 every version published and released; 1 publishing\n"
         "failed or a release did not come in time; 2 bad usage or input.\n");
@@ -278,9 +285,13 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
     pp.world = (int64_t)a->world;
     pp.backend = a->backend;
     pp.digests = !a->no_digests;
+    pp.publish_retry_s = a->timeout_s; /* ride out an outage that long */
     rs_diag_clear(&diag);
-    if ((st = rs_publisher_create(&pp, &diag, &s->pub)) != RS_OK)
-        return runtime_error(a, &diag, st, a->directory);
+    if ((st = rs_publisher_create(&pp, &diag, &s->pub)) != RS_OK) {
+        char shown[512];
+        rs_dir_redact_url(a->directory, shown, sizeof(shown));
+        return runtime_error(a, &diag, st, shown);
+    }
     for (size_t i = 0; i < s->n; i++) {
         const pub_shard_t *p = &s->shards[i];
         st = rs_publisher_register(s->pub, p->tensor, p->dtype, p->ndim,

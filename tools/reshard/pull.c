@@ -19,7 +19,7 @@ typedef struct pull_args {
     const char *directory, *model, *layout, *config, *backend;
     int64_t version;
     uint64_t rank, versions;
-    double timeout_s;
+    double timeout_s, stale_s;
     int have_version, have_rank, verify, check, release, json;
 } pull_args_t;
 
@@ -44,7 +44,11 @@ typedef struct pull_outcome {
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
-       OPT_TIMEOUT, OPT_VERSIONS, OPT_NO_VERIFY };
+       OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY };
+
+/* Publishers heartbeat every second: five silent periods make a version
+ * stale. */
+#define DEFAULT_STALE_S 5.0
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -61,6 +65,7 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"versions", required_argument, NULL, OPT_VERSIONS},
+    {"stale-after", required_argument, NULL, OPT_STALE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -71,14 +76,15 @@ static void pull_usage(FILE *out)
         "usage: reshard pull --directory D --model M --version V --rank R\n"
         "                    --layout LAYOUT --model-config CONFIG.json\n"
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
-        "                    [--json] [--timeout S] [--versions K]\n"
+        "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
         "\n"
         "Pulls inference rank R's parameters of version V (-1: the newest READY\n"
         "version) from the publishers of directory D, and prints the stage\n"
         "record. Parameters start filled with the byte 0xEE.\n"
         "\n"
         "options:\n"
-        "  --directory D       file:DIR or redis://[:password@]host:port\n"
+        "  --directory D       file:DIR (must exist) or redis://[:password@]host:port\n"
+        "                      [?timeout=S&password_file=F] (or RESHARD_REDIS_PASSWORD)\n"
         "  --model M           model name in the directory\n"
         "  --version V         version to pull, or -1 for the newest READY one\n"
         "  --rank R            this inference rank (0 <= R < the layout's world)\n"
@@ -97,6 +103,11 @@ static void pull_usage(FILE *out)
         "                      planning, connecting, reading, verifying) must end\n"
         "                      within S seconds (default 60), or it fails naming\n"
         "                      the stage it was in, with nothing installed\n"
+        "                      (directory outages are ridden out until then)\n"
+        "  --stale-after S     a READY version with a publisher silent for S seconds\n"
+        "                      is stale (default 5; 0: off): -1 skips it for the\n"
+        "                      newest live one, an explicit V waits, then fails\n"
+        "                      naming the stale slots\n"
         "  --versions K        pull K versions one after another, V, V+1, ...,\n"
         "                      reusing the plan while the topology is unchanged\n"
         "  -h, --help          show this help and exit\n"
@@ -104,8 +115,10 @@ static void pull_usage(FILE *out)
         "On a terminal, a pull taking longer than a second shows a progress line\n"
         "(bytes pulled, rate, sessions outstanding), then one line per stage.\n"
         "\n"
-        "exit status: 0 every version pulled (and checked); 1 a pull failed or\n"
-        "timed out, or a check found a wrong byte; 2 bad usage or input.\n");
+        "exit status: 0 every version pulled (and checked, and released); 1 a pull\n"
+        "failed or timed out, a check found a wrong byte, or --release was refused\n"
+        "(another receiver's live lease, named); 2 bad usage or input (a file:\n"
+        "directory that does not exist: \"no such directory\").\n");
 }
 
 static int usage_error(const char *fmt, const char *what)
@@ -158,6 +171,13 @@ static int take_option(void *args, int c, const char *arg)
         a->have_rank = 1;
         return parse_count("--rank", arg, &a->rank);
     case OPT_VERSIONS: return parse_count("--versions", arg, &a->versions);
+    case OPT_STALE:
+        a->stale_s = strtod(arg, &end);
+        if (end == arg || *end != '\0' || !(a->stale_s >= 0) ||
+            a->stale_s > 1e7)
+            return usage_error("--stale-after must be a number of seconds "
+                               ">= 0, got '%s'", arg);
+        return RS_CLI_OK;
     case OPT_TIMEOUT:
         a->timeout_s = strtod(arg, &end);
         if (end == arg || *end != '\0' || !(a->timeout_s > 0) ||
@@ -176,6 +196,7 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     a->verify = 1;
     a->versions = 1;
     a->timeout_s = 60;
+    a->stale_s = DEFAULT_STALE_S;
     rc = rs_cli_options("pull", argc, argv, long_opts, pull_usage,
                         take_option, a);
     if (rc != RS_CLI_OK)
@@ -480,6 +501,15 @@ static int setup(const pull_args_t *a, pull_state_t *s)
 
 static void on_wire_progress(void *ctx, const rs_progress_t *p);
 
+/* Directory outage notices, one line each, naming the rank. */
+static void on_notice(void *ctx, const char *msg)
+{
+    const pull_args_t *a = ctx;
+    fprintf(stderr, "reshard pull: rank %llu: %s\n",
+            (unsigned long long)a->rank, msg);
+    fflush(stderr);
+}
+
 static int open_receiver(const pull_args_t *a, pull_state_t *s)
 {
     rs_receiver_params_t rp;
@@ -493,6 +523,9 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.discover_timeout_s = a->timeout_s;
     rp.pull_timeout_s = a->timeout_s; /* one deadline for each whole pull */
     rp.release_after = a->release;
+    rp.stale_s = a->stale_s;
+    rp.notice = on_notice;
+    rp.notice_ctx = (void *)a;
     rp.exec.verify_digests = a->verify;
     if (isatty(STDOUT_FILENO)) /* a progress line on a terminal */
         rp.exec.progress = on_wire_progress;
@@ -505,7 +538,9 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     }
     if (st == RS_OK)
         return RS_CLI_OK;
-    fprintf(stderr, "reshard pull: %s: %s\n", a->directory,
+    char shown[512];
+    rs_dir_redact_url(a->directory, shown, sizeof(shown));
+    fprintf(stderr, "reshard pull: %s: %s\n", shown,
             diag.msg[0] ? diag.msg : rs_status_str(st));
     return st == RS_ERR_INPUT || st == RS_ERR_INVALID_ARG ? RS_CLI_USAGE
                                                           : RS_CLI_INCOMPLETE;
@@ -636,6 +671,11 @@ static void pull_one(const pull_args_t *a, pull_state_t *s, int64_t version,
     o->version = o->res.version;
     if (a->check)
         run_check(s, o);
+    if (a->release && o->res.release_status != RS_OK && o->error[0] == '\0')
+        snprintf(o->error, sizeof(o->error), "pulled, but --release was "
+                 "refused: %s", o->res.release_msg[0]
+                     ? o->res.release_msg
+                     : rs_status_str(o->res.release_status));
 }
 
 /* ---- output ------------------------------------------------------------ */
@@ -680,6 +720,10 @@ static void print_json(const pull_args_t *a, pull_state_t *s,
         json_object_set_new(root, "check", json_boolean(o->check_ok));
         json_object_set_new(root, "check_s", json_real(o->check_s));
     }
+    if (a->release)
+        json_object_set_new(root, "released",
+                            json_boolean(o->ok && o->res.release_status ==
+                                                      RS_OK));
     if (o->error[0] != '\0')
         json_object_set_new(root, "error", json_string(o->error));
     json_dumpf(root, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -724,7 +768,8 @@ static int pull_all(const pull_args_t *a, pull_state_t *s)
         else
             print_human(a, s, &o);
         fflush(stdout);
-        if (!o.ok || (o.checked && !o.check_ok)) {
+        if (!o.ok || (o.checked && !o.check_ok) ||
+            (a->release && o.res.release_status != RS_OK)) {
             fprintf(stderr, "reshard pull: rank %llu version %lld: %s\n",
                     (unsigned long long)a->rank, (long long)o.version,
                     o.error);
