@@ -114,7 +114,36 @@ rs_status_t rs__lease_start(rs__lease_t *l, rs_dir_h dir, rs_dir_h renew_dir,
     return RS_OK;
 }
 
-rs_status_t rs__lease_confirm(rs__lease_t *l, rs_dir_h dir, rs_diag_t *diag)
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The last renewal, riding out a directory outage for up to patience_s
+ * (never past the ttl: a lease not renewed for that long has lapsed, and
+ * the renewal would say so). Only an answer from the directory proves
+ * anything; until one comes, nothing is installed. */
+static rs_status_t final_renewal(rs__lease_t *l, rs_dir_h dir,
+                                 double patience_s, rs_diag_t *d)
+{
+    double wait = RETRY_MIN_S, until = mono_now() +
+                  (patience_s < l->ttl_s ? patience_s : l->ttl_s);
+    for (;;) {
+        rs_status_t st = rs_dir_lease_renew(dir, l->model, l->version,
+                                            l->holder, l->epoch, l->ttl_s, d);
+        if (st == RS_OK || !rs_dir_transient(dir) ||
+            mono_now() + wait >= until)
+            return st;
+        struct timespec ts = mono_after(wait);
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        wait = wait * 2 < 1 ? wait * 2 : 1;
+    }
+}
+
+rs_status_t rs__lease_confirm(rs__lease_t *l, rs_dir_h dir, double patience_s,
+                              rs_diag_t *diag)
 {
     char why[RS_DIAG_MSG_MAX];
     rs_diag_t d;
@@ -126,10 +155,8 @@ rs_status_t rs__lease_confirm(rs__lease_t *l, rs_dir_h dir, rs_diag_t *diag)
     int lost = l->lost;
     snprintf(why, sizeof(why), "%s", l->why);
     pthread_mutex_unlock(&l->lock);
-    rs_status_t st = lost ? RS_ERR_INCOMPLETE
-                          : rs_dir_lease_renew(dir, l->model, l->version,
-                                               l->holder, l->epoch, l->ttl_s,
-                                               &d);
+    rs_status_t st = lost ? RS_ERR_INCOMPLETE : final_renewal(l, dir,
+                                                              patience_s, &d);
     if (st == RS_OK)
         return RS_OK;
     if (!lost)

@@ -211,7 +211,9 @@ static void *target_of(const rs_rbind_t *b)
 static rs_status_t install_shadows(void *ctx, rs_exec_h exec)
 {
     rs_receiver_h r = ctx;
-    rs_status_t st = rs__lease_confirm(&r->lease, r->dir, r->diag);
+    double patience = r->deadline > 0 ? r->deadline - now_s()
+                                      : r->params.lease_ttl_s;
+    rs_status_t st = rs__lease_confirm(&r->lease, r->dir, patience, r->diag);
     if (st != RS_OK)
         return st;
     for (size_t p = 0; p < r->nparams; p++) {

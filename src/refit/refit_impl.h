@@ -66,10 +66,11 @@ rs_status_t rs__lease_start(rs__lease_t *lease, rs_dir_h dir,
 
 /* The proof before install: no renewal found the lease over, and one more
  * renewal on `dir` (atomic with the check that the same epoch is live and
- * the version not RELEASED) succeeds. Otherwise RS_ERR_VERIFY, saying why
- * (RS_ERR_INVALID_ARG when no lease was started). */
+ * the version not RELEASED) succeeds, retried through a directory outage
+ * for up to patience_s (and never past the ttl). Otherwise RS_ERR_VERIFY,
+ * saying why (RS_ERR_INVALID_ARG when no lease was started). */
 rs_status_t rs__lease_confirm(rs__lease_t *lease, rs_dir_h dir,
-                              rs_diag_t *diag);
+                              double patience_s, rs_diag_t *diag);
 
 /* Stops the renewals (the lease itself stays until unleased or expired).
  * Accepts a lease that was never started. */

@@ -50,6 +50,9 @@ cfg["intermediate_size"] *= 2
 json.dump(cfg, open(sys.argv[2], "w"))
 PYEOF
 
+# Receivers never create a file: directory; the publishers may not have
+# made it yet when the first pull starts.
+mkdir -p "$TMP/dir"
 D="file:$TMP/dir"
 for r in 0 1; do
     "$BIN" publish --directory "$D" --model m --version 1 --rank "$r" \

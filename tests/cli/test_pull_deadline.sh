@@ -20,6 +20,9 @@ check() { # NAME CONDITION...
         failures=$((failures + 1)); fi
 }
 
+# An existing directory in which version 3 never becomes READY (receivers
+# never create the directory itself).
+mkdir -p "$TMP/dir"
 for t in 1 0.5; do
     "$BIN" pull --directory "file:$TMP/dir" --model m --version 3 --rank 0 \
         --layout vllm:tp=2 --model-config "$TINY" --backend cma \
