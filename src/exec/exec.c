@@ -297,10 +297,13 @@ static rs_status_t check_throughput(rs_exec_h x, rs_diag_t *diag)
     double gbps = secs > 0 ? (double)x->plan_bytes * 8 / secs / 1e9 : 1e300;
     if (gbps <= x->params.max_gbps)
         return RS_OK;
+    char rate[64], ceiling[64];
+    rs__format_rate(rate, sizeof(rate), gbps * 1e9 / 8);
+    rs__format_rate(ceiling, sizeof(ceiling), x->params.max_gbps * 1e9 / 8);
     rs__diag_set(diag, RS_ERR_VERIFY, "implausible throughput: %llu bytes in "
-                 "%.9f s is %.1f Gb/s, above the ceiling of %.1f Gb/s",
-                 (unsigned long long)x->plan_bytes, secs, gbps,
-                 x->params.max_gbps);
+                 "%.6f s is %s, above the ceiling of %s (max_gbps, given in "
+                 "gigabits per second)", (unsigned long long)x->plan_bytes,
+                 secs, rate, ceiling);
     return fail(x, RS_ERR_VERIFY, "throughput");
 }
 

@@ -78,7 +78,9 @@ done
 # reaped, the temporary folder removed, a non-zero exit.
 T="$TMP/tmpdir-int"
 mkdir -p "$T"
-TMPDIR="$T" "$BIN" demo --model-config "$QWEN" --backend cma --timeout 60 \
+# Started from / with no --model-config: the bundled default
+# (Qwen2.5-0.5B) is found from any working directory.
+(cd / && exec env TMPDIR="$T" "$BIN" demo --backend cma --timeout 60) \
     >"$TMP/out" 2>"$TMP/err" &
 demo=$!
 pids+=("$demo")
@@ -90,6 +92,9 @@ if [ "$rc" -ne 0 ]; then ok "demo interrupted: exit $rc"
 else bad "demo interrupted: exit 0"; fi
 expect_in "demo interrupted" "$TMP/err" "interrupted"
 expect_clean "demo interrupted" "$T"
+if grep -q "cannot open\|No such file" "$TMP/err"; then
+    bad "demo from / found its default model config"
+else ok "demo from / found its default model config"; fi
 
 # ---- publish and pull by hand ---------------------------------------------
 

@@ -274,6 +274,10 @@ d["copies"].append({"src": "model.layers.0.mlp.gate_proj.weight", "ops": [["narr
     "dest_stride": [2, 1], "dest_dtype": "bf16"})'
 plan_ok "$TMP/unpublished.json" "$SOURCES" --json
 expect_rc "capture needing an unpublished tensor" 1
+if [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "incomplete plan: 1 source(s) in fallback" "$TMP/err" \
+    && grep -q "gate_proj" "$TMP/err"; then
+    ok "--json, incomplete: one line on stderr says why"
+else bad "--json, incomplete: one line on stderr says why"; fi
 py "unpublished tensor: on fallback, the rest still planned" '
 assert plan["fallback"] == ["model.layers.0.mlp.gate_proj.weight"], plan["fallback"]
 assert plan["fallback_reasons"]["model.layers.0.mlp.gate_proj.weight"]

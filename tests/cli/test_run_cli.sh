@@ -309,7 +309,10 @@ assert cov["bytes_multi_written"] == 0, cov'
 run --capture "$TINY/capture.json" --sources "$TINY/sources.json" --data "$TMP/tiny/data" \
     --max-gbps 0.000001 --out "$TMP/out-gbps"
 expect_rc "--max-gbps 0.000001" 1
-expect_err "--max-gbps 0.000001" "throughput"
+expect_err "--max-gbps 0.000001" "throughput" "above the ceiling of 0.0000001"
+if grep -qE '0\.0 G|[0-9]e[-+][0-9]' "$TMP/err"; then
+    bad "--max-gbps 0.000001: a rate printed as 0.0 or in scientific notation"
+else ok "--max-gbps 0.000001: rates in GB/s with their digits"; fi
 expect_no_out "--max-gbps 0.000001" "$TMP/out-gbps"
 run --capture "$TINY/capture.json" --sources "$TINY/sources.json" --data "$TMP/tiny/data" \
     --max-gbps 0.000001 --json

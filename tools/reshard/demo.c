@@ -96,7 +96,8 @@ static void demo_usage(FILE *out)
         "\n"
         "options:\n"
         "  --model-config FILE  Hugging Face config.json\n"
-        "                       (default examples/models/qwen2.5-0.5b.json)\n"
+        "                       (default: the bundled examples/models/qwen2.5-0.5b.json,\n"
+        "                       found from any working directory)\n"
         "  --train LAYOUT       trainer layout (default megatron:tp=2,pp=2)\n"
         "  --infer LAYOUT       inference layout (default vllm:tp=2)\n"
         "  --backend B          ucx (default) or cma; for ucx, UCX_TLS defaults\n"
@@ -138,9 +139,38 @@ static int take_option(void *args, int c, const char *arg)
     return RS_CLI_OK;
 }
 
+#define DEFAULT_CONFIG "examples/models/qwen2.5-0.5b.json"
+
+/* The bundled default config, found from any working directory: beside
+ * the working directory, then beside the binary (build/reshard in a source
+ * tree, bin/reshard under a prefix with share/reshard), then in the source
+ * tree the binary was built from. An absolute path, since the children
+ * get it too. NULL when none exists. */
+static const char *find_default_config(void)
+{
+    static char found[PATH_MAX];
+    char exe[PATH_MAX], cand[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    const char *const fmts[] = {"%s" DEFAULT_CONFIG, "%s/../" DEFAULT_CONFIG,
+                                "%s/../share/reshard/" DEFAULT_CONFIG,
+                                "%s/" DEFAULT_CONFIG};
+    const char *const bases[] = {"", exe, exe, RESHARD_SOURCE_DIR};
+    for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
+        snprintf(cand, sizeof(cand), fmts[i], bases[i]);
+        if (realpath(cand, found) != NULL)
+            return found;
+    }
+    return NULL;
+}
+
 static int parse_args(int argc, char **argv, demo_args_t *a)
 {
-    *a = (demo_args_t){"examples/models/qwen2.5-0.5b.json",
+    const char *config = find_default_config();
+    *a = (demo_args_t){config != NULL ? config : DEFAULT_CONFIG,
                        "megatron:tp=2,pp=2", "vllm:tp=2", "ucx", NULL, 300};
     int rc = rs_cli_options("demo", argc, argv, long_opts, demo_usage,
                             take_option, a);

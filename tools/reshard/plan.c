@@ -122,6 +122,25 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
     return RS_CLI_OK;
 }
 
+/* With --json the plan goes to stdout for a program; a person (or a log)
+ * still learns on stderr why the exit status is 1. */
+static void say_why_incomplete(rs_plan_h plan)
+{
+    size_t nfb = rs_plan_num_fallback(plan), nun = 0;
+    const rs_uncovered_t *un = rs_plan_uncovered(plan, &nun);
+    fprintf(stderr, "reshard plan: incomplete plan: %zu source(s) in "
+            "fallback, %zu copy(ies) uncovered", nfb, nun);
+    if (nfb > 0) {
+        const char *src = NULL, *reason = NULL;
+        rs_plan_fallback(plan, 0, &src, &reason);
+        fprintf(stderr, "; first: '%s': %s", src, reason);
+    } else if (nun > 0) {
+        fprintf(stderr, "; first: copy %zu of '%s' into '%s'", un[0].copy,
+                un[0].src, un[0].param);
+    }
+    fputc('\n', stderr);
+}
+
 static int build_and_print(const plan_args_t *a, rs_capture_h cap,
                            rs_sources_h src)
 {
@@ -144,6 +163,8 @@ static int build_and_print(const plan_args_t *a, rs_capture_h cap,
     else
         st = rs_plan_write_summary(plan, stdout, &diag);
     int rc = rs_plan_is_complete(plan) ? RS_CLI_OK : RS_CLI_INCOMPLETE;
+    if (rc == RS_CLI_INCOMPLETE && a->json && st == RS_OK)
+        say_why_incomplete(plan);
     rs_plan_destroy(plan);
     if (st != RS_OK)
         return rs_cli_input_error("plan", &diag, st, "writing the plan");
