@@ -98,6 +98,7 @@ else ok "demo from / found its default model config"; fi
 
 # ---- publish and pull by hand ---------------------------------------------
 
+mkdir -p "$TMP/dir" # receivers never create it; a pull may start first
 D="file:$TMP/dir"
 pub() {
     "$BIN" publish --directory "$D" --model m --version "$1" --rank "$2" \

@@ -50,6 +50,7 @@ expect_not_in() {
 pub() {
     local dir=$1 version=$2 rank=$3 backend=$4
     shift 4
+    mkdir -p "$dir" # receivers never create it; a pull may start first
     "$BIN" publish --directory "file:$dir" --model m --version "$version" \
         --rank "$rank" --world 2 --layout megatron:tp=2 --model-config "$TINY" \
         --backend "$backend" --timeout 60 "$@" \
