@@ -342,7 +342,7 @@ rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
             return RS_OK;
         }
         if (last)
-            return rs__diag_set(diag, RS_ERR_TIMEOUT, "%s (after waiting %g "
+            return rs__diag_set(diag, RS_ERR_TIMEOUT, "%s (after waiting %.2f "
                                 "s)", w.buf, timeout_s);
         wait_nap(&wt);
     }
@@ -378,7 +378,7 @@ rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
             return RS_OK;
         if (last)
             return rs__diag_set(diag, RS_ERR_TIMEOUT, "version %lld of '%s' "
-                                "is still %s after waiting %g s",
+                                "is still %s after waiting %.2f s",
                                 (long long)version, model,
                                 rs__dir_state_name(req.info.state),
                                 timeout_s);

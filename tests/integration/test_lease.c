@@ -3,7 +3,7 @@
  * releaser thread keeps trying to release it and a refiller thread, as soon
  * as it is released, overwrites the publishers' buffers with version 2 and
  * publishes that. The receiver's wire is slowed by its progress callback
- * (which sleeps, or waits for the refill, between chunks) past a 1 s lease
+ * (which sleeps, or waits for the refill, between chunks) past a 2 s lease
  * ttl. With renewal the release is refused for the whole pull and version 1
  * installs byte for byte; with the lease lapsed, taken by another party or
  * released, the pull refuses with the destination untouched and install not
@@ -32,7 +32,8 @@
 #define CHUNK 4096      /* bytes per wire chunk: one row of each publisher,
                          * so 8 chunks per pull */
 #define NCHUNKS (ROWS * COLS / CHUNK)
-#define TTL_S 1.0
+#define TTL_S 2.0 /* renewals every ttl/3: a renewal thread stalled for 1.3 s
+                     * on a loaded machine still keeps the lease */
 #define HOLDER "recv-0"
 #define UNTOUCHED 0xEE
 
@@ -526,7 +527,12 @@ static void test_deadline_in_discover(void **state)
              model);
     ASSERT_MSG_HAS(d, subject);
     ASSERT_MSG_HAS(d, "deadline passed in the discover stage");
-    ASSERT_MSG_HAS(d, "after waiting 0.5 s"); /* not discover_timeout_s */
+    /* the wait got what was left of the deadline, not discover_timeout_s
+     * (10 s); how much was left depends on the machine, so only the
+     * wrong value is looked for */
+    ASSERT_MSG_HAS(d, "after waiting 0.");
+    if (strstr(d.msg, "after waiting 10") != NULL)
+        fail_msg("discovery waited discover_timeout_s: %s", d.msg);
     assert_int_equal(one_version_or_untouched(st), 0);
     rs_receiver_destroy(recv);
 }
