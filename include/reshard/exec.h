@@ -112,7 +112,7 @@ RS_API rs_status_t rs_exec_coverage(rs_exec_h exec, rs_diag_t *diag,
 RS_API rs_status_t rs_exec_write_coverage_json(rs_exec_h exec, FILE *out,
                                                rs_diag_t *diag);
 
-/* The stage record of the last run (reshard.stage.v1). plan_seconds < 0
+/* The stage record of the last run (reshard.stage.v2). plan_seconds < 0
  * leaves the planning stage out. */
 RS_API rs_status_t rs_exec_write_stage_json(rs_exec_h exec, double plan_seconds,
                                             FILE *out, rs_diag_t *diag);

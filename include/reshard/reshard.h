@@ -11,6 +11,7 @@
 #define RS_VERSION_STRING "0.1.0"
 
 #include "reshard/status.h"
+#include "reshard/units.h"
 #include "reshard/dtype.h"
 #include "reshard/capture.h"
 #include "reshard/sources.h"

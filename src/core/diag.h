@@ -46,9 +46,5 @@ rs_status_t rs__diag_prefix(rs_diag_t *diag, const char *fmt, ...)
 const char *rs__format_dims(char *buf, size_t len, const int64_t *dims,
                             int ndim);
 
-/* Writes a rate in bytes per second as GB/s (10^9 bytes), the one unit
- * messages use for rates: never in scientific notation, with enough
- * decimals that a small rate does not print as 0.0. Returns buf. */
-const char *rs__format_rate(char *buf, size_t len, double bytes_per_s);
 
 #endif

@@ -78,17 +78,3 @@ const char *rs__format_dims(char *buf, size_t len, const int64_t *dims,
         snprintf(buf + used, len - used, "]");
     return buf;
 }
-
-const char *rs__format_rate(char *buf, size_t len, double bytes_per_s)
-{
-    double g = bytes_per_s / 1e9;
-    int decimals = 2;
-    /* two significant digits at least, down to a byte per second */
-    for (double t = 0.1; g > 0 && g < t && decimals < 9; t /= 10)
-        decimals++;
-    if (!(g < 1e12)) /* no time measured: an unbounded rate */
-        snprintf(buf, len, "more than 1000000000000 GB/s");
-    else
-        snprintf(buf, len, "%.*f GB/s", decimals, g);
-    return buf;
-}

@@ -9,6 +9,7 @@
 #include "core/diag.h"
 #include "exec/exec_impl.h"
 #include "reshard/convert.h"
+#include "reshard/units.h"
 
 double rs__now(void)
 {
@@ -298,8 +299,8 @@ static rs_status_t check_throughput(rs_exec_h x, rs_diag_t *diag)
     if (gbps <= x->params.max_gbps)
         return RS_OK;
     char rate[64], ceiling[64];
-    rs__format_rate(rate, sizeof(rate), gbps * 1e9 / 8);
-    rs__format_rate(ceiling, sizeof(ceiling), x->params.max_gbps * 1e9 / 8);
+    rs_format_rate(rate, sizeof(rate), gbps * 1e9 / 8);
+    rs_format_rate(ceiling, sizeof(ceiling), x->params.max_gbps * 1e9 / 8);
     rs__diag_set(diag, RS_ERR_VERIFY, "implausible throughput: %llu bytes in "
                  "%.6f s is %s, above the ceiling of %s (max_gbps, given in "
                  "gigabits per second)", (unsigned long long)x->plan_bytes,

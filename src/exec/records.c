@@ -1,4 +1,4 @@
-/* The JSON records of a run: the stage record (reshard.stage.v1) and the
+/* The JSON records of a run: the stage record (reshard.stage.v2) and the
  * coverage record (reshard.coverage.v1). Small, so built with jansson. */
 #include <ctype.h>
 #include <jansson.h>
@@ -35,14 +35,14 @@ rs_status_t rs_exec_write_stage_json(rs_exec_h x, double plan_seconds,
     json_t *root = json_object(), *stages = json_object();
     rs_plan_full_pulls(x->plan, &nfp);
     rs_plan_converts(x->plan, &ncv);
-    json_object_set_new(root, "schema", json_string("reshard.stage.v1"));
+    json_object_set_new(root, "schema", json_string("reshard.stage.v2"));
     if (plan_seconds >= 0)
         json_object_set_new(stages, "plan", json_real(plan_seconds));
     for (int s = 0; s < RS_STAGE_COUNT_; s++) {
         if (x->stage[s] >= 0)
             json_object_set_new(stages, stage_names[s], json_real(x->stage[s]));
     }
-    json_object_set_new(root, "stages", stages);
+    json_object_set_new(root, "stages_s", stages);
     json_object_set_new(root, "bytes", json_integer((json_int_t)x->stats.bytes));
     json_object_set_new(root, "descriptors",
                         json_integer((json_int_t)x->stats.descriptors));
@@ -53,8 +53,8 @@ rs_status_t rs_exec_write_stage_json(rs_exec_h x, double plan_seconds,
     json_object_set_new(root, "shards_verified",
                         json_integer((json_int_t)x->stats.shards_verified));
     if (x->stage[RS_STAGE_WIRE] > 0)
-        json_object_set_new(root, "wire_gbps",
-                            json_real((double)x->stats.bytes * 8 /
+        json_object_set_new(root, "wire_GB_per_s",
+                            json_real((double)x->stats.bytes /
                                       x->stage[RS_STAGE_WIRE] / 1e9));
     json_object_set_new(root, "ok", json_boolean(x->failure == NULL));
     if (x->failure != NULL)

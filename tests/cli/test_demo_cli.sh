@@ -64,11 +64,11 @@ for backend in ucx cma; do
         >"$TMP/out" 2>"$TMP/err"
     rc=$?
     expect_rc "demo $backend" 0
-    expect_in "demo $backend" "$TMP/out" "2 processes (megatron:tp=2)" \
+    expect_in "demo $backend" "$TMP/out" "2 processes (megatron:tp=2)" "415 KiB" \
         "version 1, cold" "version 2, warm" "byte-exact" \
         "every parameter of 2 inference ranks byte-exact for 2 versions"
     # two rank rows per version, each byte-exact with digests checked
-    rows=$(grep -cE '^ +[01] +[0-9]+ +[0-9]+ .* [1-9][0-9]* +byte-exact$' "$TMP/out")
+    rows=$(grep -cE '^ +[01] +[0-9.]+ (B|KiB|MiB|GiB) +[0-9]+ .* GB/s +[1-9][0-9]* +byte-exact$' "$TMP/out")
     if [ "$rows" -eq 4 ]; then ok "demo $backend: 4 rank rows, digests and check"
     else bad "demo $backend: $rows good rank rows, want 4"; fi
     expect_clean "demo $backend" "$T"
@@ -119,7 +119,7 @@ pub1_1=$!
 pull --version 1 --rank 0 --check --verify --json --timeout 20
 expect_rc "pull rank 0" 0
 expect_in "pull rank 0" "$TMP/out" '"version":1' '"ok":true' '"check":true' \
-    '"replanned":true' '"schema":"reshard.stage.v1"' \
+    '"replanned":true' '"schema":"reshard.stage.v2"' \
     '"schema":"reshard.coverage.v1"'
 if grep -qE '"shards_verified":[1-9]' "$TMP/out"; then ok "pull rank 0: digests verified"
 else bad "pull rank 0: no shard verified"; fi
@@ -140,7 +140,7 @@ expect_rc "pull newest (relabelled)" 1
 pull --version 1 --rank 1 --check --verify --release --timeout 20
 expect_rc "pull rank 1 with --release" 0
 expect_in "pull rank 1" "$TMP/out" "reshard pull: rank 1 version 1" \
-    "shards verified" "byte-exact" '"schema": "reshard.stage.v1"'
+    "shards verified" "byte-exact" '"schema": "reshard.stage.v2"'
 wait "$pub1_0"; rc=$?
 expect_rc "publisher 0 after release" 0
 wait "$pub1_1"; rc=$?

@@ -82,7 +82,7 @@ assert rec["ok"] is False, rec
 st = rec["stage"]
 assert st["ok"] is False and st["failure"] == "mismatch", st
 assert st["bytes"] == 0 and st["descriptors"] == 0, st
-assert "wire" not in st["stages"] and "install" not in st["stages"], st
+assert "wire" not in st["stages_s"] and "install" not in st["stages_s"], st
 assert "model mismatch" in rec["error"], rec["error"]
 PYEOF
     then ok "rank $r: no byte read, nothing installed (stage record)"

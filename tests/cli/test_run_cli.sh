@@ -123,9 +123,9 @@ run --capture "$TINY/capture.json" --sources "$TINY/sources.json" \
     --data "$TMP/tiny/data" --json
 expect_rc "tiny --json" 0
 py "tiny --json: schemas, wire stage, absent stages, counts" '
-assert stage["schema"] == "reshard.stage.v1", stage["schema"]
+assert stage["schema"] == "reshard.stage.v2", stage["schema"]
 assert cov["schema"] == "reshard.coverage.v1", cov["schema"]
-st = stage["stages"]
+st = stage["stages_s"]
 assert "wire" in st and st["wire"] >= 0, st
 assert "plan" in st and "convert" in st, st
 assert "replay" not in st, "replay ran without a full pull: %r" % st
@@ -140,7 +140,7 @@ run --capture "$FUSED/capture.json" --sources "$FUSED/sources.json" \
     --data "$TMP/fused/data" --max-segments-per-copy 1 --json
 expect_rc "fused full pull --json" 0
 py "fused full pull --json: replay stage present, 5 full pulls" '
-assert "replay" in stage["stages"] and "wire" in stage["stages"], stage["stages"]
+assert "replay" in stage["stages_s"] and "wire" in stage["stages_s"], stage["stages_s"]
 assert stage["full_pulls"] == 5, stage
 assert stage["bytes"] > 0 and stage["descriptors"] > 0, stage'
 
@@ -154,7 +154,7 @@ for ex in tiny fused; do
         expect_rc "$ex --verify via $tr" 0
         py "$ex --verify via $tr: shards verified, verify stage" '
 assert stage["shards_verified"] > 0, stage
-assert "verify" in stage["stages"], stage["stages"]'
+assert "verify" in stage["stages_s"], stage["stages_s"]'
     done
 done
 
@@ -331,7 +331,7 @@ expect_no_out "capture assuming another shape" "$TMP/out-mismatch"
 run --capture "$TMP/mismatch.json" --sources "$TINY/sources.json" --data "$TMP/tiny/data" --json
 py "mismatch --json: nothing read, nothing installed" '
 assert stage["ok"] is False and stage["failure"] == "mismatch", stage
-assert stage["bytes"] == 0 and "install" not in stage["stages"], stage'
+assert stage["bytes"] == 0 and "install" not in stage["stages_s"], stage'
 
 # --- bad usage ----------------------------------------------------------------
 run --capture "$TINY/capture.json" --sources "$TINY/sources.json" --data "$TMP/tiny/data" \

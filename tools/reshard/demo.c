@@ -579,16 +579,18 @@ static int version_summary(const demo_t *d, int k)
                               : "warm: cached plan, connections and "
                                 "descriptors reused",
            d->version_s[k], k == 0 ? "start" : "the previous version");
-    printf("  rank       bytes  descr   wait s   plan s   wire s   pull s"
-           "    GB/s  digests  check\n");
+    printf("  rank        size  descr   wait s   plan s   wire s   pull s"
+           "         rate  digests  check\n");
     for (int64_t r = 0; r < d->infer.world; r++) {
         json_t *o = d->res[k][r];
-        double wire = num(o, "stage.stages.wire"), bytes = num(o, "stage.bytes");
-        printf("  %4lld  %10.0f  %5.0f  %7.3f  %7.3f  %7.3f  %7.3f  %6.2f  "
-               "%7.0f  %s\n", (long long)r, bytes, num(o, "stage.descriptors"),
-               num(o, "discover_s"), num(o, "plan_s"), wire,
-               num(o, "wall_s") - num(o, "discover_s"),
-               wire > 0 ? bytes / wire / 1e9 : 0.0,
+        double wire = num(o, "stage.stages_s.wire"), bytes = num(o, "stage.bytes");
+        char size[RS_UNITS_TEXT_MAX], rate[RS_UNITS_TEXT_MAX];
+        printf("  %4lld  %10s  %5.0f  %7.3f  %7.3f  %7.3f  %7.3f  %11s  "
+               "%7.0f  %s\n", (long long)r,
+               rs_format_bytes(size, sizeof(size), (uint64_t)bytes),
+               num(o, "stage.descriptors"), num(o, "discover_s"),
+               num(o, "plan_s"), wire, num(o, "wall_s") - num(o, "discover_s"),
+               rs_format_rate(rate, sizeof(rate), wire > 0 ? bytes / wire : 0),
                num(o, "stage.shards_verified"),
                json_is_true(json_object_get(o, "check")) ? "byte-exact" : "-");
     }
@@ -602,7 +604,7 @@ static void pull_times(const demo_t *d, int k, double *pull, double *wire)
         json_t *o = d->res[k][r];
         double p = num(o, "wall_s") - num(o, "discover_s");
         *pull = p > *pull ? p : *pull;
-        *wire = num(o, "stage.stages.wire") > *wire ? num(o, "stage.stages.wire")
+        *wire = num(o, "stage.stages_s.wire") > *wire ? num(o, "stage.stages_s.wire")
                                                     : *wire;
     }
 }
@@ -618,7 +620,7 @@ static int summary(const demo_args_t *a, const demo_t *d)
     printf("\n  wait: discovering the READY version and reading every table;"
            " plan: planning\n  and connecting (0 when cached); pull: "
            "everything after discovery (plan,\n  prepare, read, verify, "
-           "install); GB/s: bytes over wire time; digests:\n  reassembled "
+           "install); rate: bytes over wire time; digests:\n  reassembled "
            "shards re-digested; check: every parameter byte compared with\n"
            "  contents computed independently of the transfer.\n");
     printf("\ncold vs warm: slowest pull %.3f s -> %.3f s, slowest wire %.3f s "
@@ -636,10 +638,11 @@ static int summary(const demo_args_t *a, const demo_t *d)
 static void header(const demo_args_t *a, const demo_t *d)
 {
     const char *tls = getenv("UCX_TLS");
-    printf("reshard demo: %s, %llu parameters (%.3f GB)\n",
+    char size[RS_UNITS_TEXT_MAX];
+    printf("reshard demo: %s, %llu parameters (%s)\n",
            rs_model_config(d->model)->model_type,
            (unsigned long long)rs_model_num_params(d->model),
-           (double)rs_model_num_bytes(d->model) / 1e9);
+           rs_format_bytes(size, sizeof(size), rs_model_num_bytes(d->model)));
     printf("  trainers   %lld processes (%s), `reshard publish`\n",
            (long long)d->train.world, a->train);
     printf("  inference  %lld processes (%s), `reshard pull --check --verify`\n",

@@ -563,6 +563,15 @@ typedef struct ticker {
  * callback (which runs on the pulling thread). */
 static ticker_t *active_ticker;
 
+/* The pull's wire rate, as every human line prints it. */
+static const char *wire_rate(const rs_pull_result_t *r, char *buf, size_t len)
+{
+    return rs_format_rate(buf, len, r->exec.wire_seconds > 0
+                                        ? (double)r->exec.bytes /
+                                              r->exec.wire_seconds
+                                        : 0.0);
+}
+
 static void on_wire_progress(void *ctx, const rs_progress_t *p)
 {
     (void)ctx;
@@ -591,12 +600,17 @@ static void *tick_main(void *arg)
         double el = now_s() - t->t0;
         if (!t->done && el >= 1.0 && t->have_progress) {
             const rs_progress_t *p = &t->progress;
-            fprintf(stderr, "\rreshard pull: rank %lld version %lld: %.1f of "
-                    "%.1f MB, %.2f GB/s, %zu sessions outstanding   ",
+            char done[RS_UNITS_TEXT_MAX], total[RS_UNITS_TEXT_MAX];
+            char rate[RS_UNITS_TEXT_MAX];
+            fprintf(stderr, "\rreshard pull: rank %lld version %lld: %s of "
+                    "%s, %s, %zu sessions outstanding   ",
                     (long long)t->rank, (long long)t->version,
-                    (double)p->bytes_done / 1e6, (double)p->bytes_total / 1e6,
-                    p->elapsed_s > 0 ? (double)p->bytes_done / p->elapsed_s / 1e9
-                                     : 0.0,
+                    rs_format_bytes(done, sizeof(done), p->bytes_done),
+                    rs_format_bytes(total, sizeof(total), p->bytes_total),
+                    rs_format_rate(rate, sizeof(rate),
+                                   p->elapsed_s > 0 ? (double)p->bytes_done /
+                                                          p->elapsed_s
+                                                    : 0.0),
                     p->sessions_outstanding);
             t->shown = 1;
         } else if (!t->done && el >= 1.0) {
@@ -640,13 +654,12 @@ static void ticker_stop(ticker_t *t, const pull_outcome_t *o)
     if (!t->shown)
         return;
     const rs_pull_result_t *r = &o->res;
+    char size[RS_UNITS_TEXT_MAX], rate[RS_UNITS_TEXT_MAX];
     fprintf(stderr, "\n  discover %.3f s\n  plan+connect %.3f s\n  "
-            "wire %.3f s (%llu bytes, %.2f GB/s)\n  total %.3f s\n",
+            "wire %.3f s (%s, %s)\n  total %.3f s\n",
             r->discover_s, r->plan_s, r->exec.wire_seconds,
-            (unsigned long long)r->exec.bytes,
-            r->exec.wire_seconds > 0 ? (double)r->exec.bytes /
-                                           r->exec.wire_seconds / 1e9 : 0.0,
-            o->wall_s);
+            rs_format_bytes(size, sizeof(size), r->exec.bytes),
+            wire_rate(r, rate, sizeof(rate)), o->wall_s);
 }
 
 static void pull_one(const pull_args_t *a, pull_state_t *s, int64_t version,
@@ -738,14 +751,14 @@ static void print_human(const pull_args_t *a, pull_state_t *s,
     rs_diag_t diag;
     if (!o->ok)
         return;
-    printf("reshard pull: rank %llu version %lld: %llu bytes in %llu "
+    char size[RS_UNITS_TEXT_MAX], rate[RS_UNITS_TEXT_MAX];
+    printf("reshard pull: rank %llu version %lld: %s in %llu "
            "descriptors, %.3f s (discover %.3f, plan+connect %.3f, wire %.3f, "
-           "%.2f GB/s), %s", (unsigned long long)a->rank,
-           (long long)o->version, (unsigned long long)r->exec.bytes,
+           "%s), %s", (unsigned long long)a->rank,
+           (long long)o->version,
+           rs_format_bytes(size, sizeof(size), r->exec.bytes),
            (unsigned long long)r->exec.descriptors, o->wall_s, r->discover_s,
-           r->plan_s, r->exec.wire_seconds,
-           r->exec.wire_seconds > 0 ? (double)r->exec.bytes /
-                                          r->exec.wire_seconds / 1e9 : 0.0,
+           r->plan_s, r->exec.wire_seconds, wire_rate(r, rate, sizeof(rate)),
            r->replanned ? "planned" : "cached plan");
     if (a->verify)
         printf(", %llu shards verified",

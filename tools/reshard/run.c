@@ -487,8 +487,10 @@ static void print_records(const run_args_t *a, run_state_t *s)
     rs_exec_coverage(s->exec, &diag, &cov);
     printf("reshard run (%s)\n", a->transport);
     printf("  planned in        %.6f s\n", s->plan_seconds);
-    printf("  bytes read        %llu in %llu descriptors\n",
-           (unsigned long long)st.bytes, (unsigned long long)st.descriptors);
+    char size[RS_UNITS_TEXT_MAX];
+    printf("  bytes read        %s in %llu descriptors\n",
+           rs_format_bytes(size, sizeof(size), st.bytes),
+           (unsigned long long)st.descriptors);
     printf("  wire time         %.6f s\n", st.wire_seconds);
     printf("  params installed  %zu of %zu (%zu partial, %zu missing)\n",
            cov.params_full, cov.params_total, cov.params_partial,

@@ -417,10 +417,24 @@ static void print_json(const sim_args_t *a, const sim_t *s)
            a->nic_gbps, s->coverage_ok ? "true" : "false");
 }
 
-static void print_spread(const char *what, spread_t v)
+enum { AS_SECONDS, AS_BYTES, AS_COUNT };
+
+/* One value of a spread in its unit: seconds, a size, or a plain count. */
+static const char *spread_value(char *buf, size_t len, double v, int unit)
 {
-    printf("  %-26s min %.6g  median %.6g  max %.6g\n", what, v.min, v.median,
-           v.max);
+    if (unit == AS_BYTES)
+        return rs_format_bytes(buf, len, (uint64_t)v);
+    snprintf(buf, len, unit == AS_SECONDS ? "%.6f s" : "%.0f", v);
+    return buf;
+}
+
+static void print_spread(const char *what, spread_t v, int unit)
+{
+    char lo[RS_UNITS_TEXT_MAX], mid[RS_UNITS_TEXT_MAX], hi[RS_UNITS_TEXT_MAX];
+    printf("  %-26s min %s  median %s  max %s\n", what,
+           spread_value(lo, sizeof(lo), v.min, unit),
+           spread_value(mid, sizeof(mid), v.median, unit),
+           spread_value(hi, sizeof(hi), v.max, unit));
 }
 
 static void print_summary(const sim_args_t *a, const sim_t *s)
@@ -435,31 +449,38 @@ static void print_summary(const sim_args_t *a, const sim_t *s)
         fan_max = s->fan_out[k] > fan_max ? s->fan_out[k] : fan_max;
     }
     printf("reshard simulate: %s\n", rs_model_config(s->model)->model_type);
-    printf("  model                      %llu parameters, %.3f GB\n",
+    char b1[RS_UNITS_TEXT_MAX], b2[RS_UNITS_TEXT_MAX], rate[RS_UNITS_TEXT_MAX];
+    printf("  model                      %llu parameters, %s\n",
            (unsigned long long)rs_model_num_params(s->model),
-           (double)rs_model_num_bytes(s->model) / 1e9);
+           rs_format_bytes(b1, sizeof(b1), rs_model_num_bytes(s->model)));
     printf("  trainer ranks              %lld (%s)\n", (long long)s->train.world,
            a->train);
     printf("  inference ranks            %lld (%s)\n", (long long)s->infer.world,
            a->infer);
     printf("  planning                   %.3f s total\n", s->plan_seconds);
-    print_spread("planning per rank (s)",
-                 spread(s, offsetof(receiver_t, plan_seconds), 1));
-    print_spread("bytes per receiver", spread(s, offsetof(receiver_t, bytes), 0));
+    print_spread("planning per rank",
+                 spread(s, offsetof(receiver_t, plan_seconds), 1), AS_SECONDS);
+    print_spread("bytes per receiver", spread(s, offsetof(receiver_t, bytes), 0),
+                 AS_BYTES);
     print_spread("descriptors per receiver",
-                 spread(s, offsetof(receiver_t, descriptors), 0));
+                 spread(s, offsetof(receiver_t, descriptors), 0), AS_COUNT);
     print_spread("sources per receiver",
-                 spread(s, offsetof(receiver_t, sources), 0));
-    printf("  receivers per source       mean %.3g  max %llu\n",
+                 spread(s, offsetof(receiver_t, sources), 0), AS_COUNT);
+    printf("  receivers per source       mean %.2f  max %llu\n",
            fan_n ? (double)fan_sum / (double)fan_n : 0.0,
            (unsigned long long)fan_max);
-    printf("  bytes served per trainer   max %llu  mean %.6g  (imbalance %.3f)\n",
-           (unsigned long long)t.max_served, t.mean_served, t.imbalance);
-    printf("  redundant bytes            %llu\n", (unsigned long long)s->redundant);
-    printf("  extra wire bytes           %llu (full pulls trading bytes for "
-           "descriptors)\n", (unsigned long long)s->extra_wire);
-    printf("  wire lower bound           %.6f s at %.0f Gb/s per rank\n",
-           t.wire_bound, a->nic_gbps);
+    printf("  bytes served per trainer   max %s  mean %s  (imbalance %.3f)\n",
+           rs_format_bytes(b1, sizeof(b1), t.max_served),
+           rs_format_bytes(b2, sizeof(b2), (uint64_t)t.mean_served),
+           t.imbalance);
+    printf("  redundant bytes            %s\n",
+           rs_format_bytes(b1, sizeof(b1), s->redundant));
+    printf("  extra wire bytes           %s (full pulls trading bytes for "
+           "descriptors)\n", rs_format_bytes(b1, sizeof(b1), s->extra_wire));
+    printf("  wire lower bound           %.6f s at %s per rank (--nic-gbps "
+           "%.0f)\n", t.wire_bound,
+           rs_format_rate(rate, sizeof(rate), a->nic_gbps * 1e9 / 8),
+           a->nic_gbps);
     if (s->coverage_ok)
         printf("  coverage                   every rank complete (vocab padding "
                "excepted)\n");
