@@ -452,27 +452,6 @@ static rs_status_t load_param(rs_json_ctx_t *c, rs_capture_h cap,
     return RS_OK;
 }
 
-static rs_status_t load_params(rs_json_ctx_t *c, rs_capture_h cap,
-                               const json_t *root)
-{
-    json_t *params = NULL, *v;
-    const char *name;
-    rs_status_t st = rs_json_field(c, root, "params", 1, JSON_OBJECT, &params);
-    size_t mark = rs_json_push_key(c, "params");
-
-    if (st == RS_OK) {
-        json_object_foreach(params, name, v) {
-            size_t kmark = rs_json_push_key(c, name);
-            st = load_param(c, cap, name, v);
-            rs_json_pop(c, kmark);
-            if (st != RS_OK)
-                break;
-        }
-    }
-    rs_json_pop(c, mark);
-    return st;
-}
-
 /* One "sources" entry: the full shape and dtype the loader assumed. */
 static rs_status_t load_source(rs_json_ctx_t *c, rs_capture_h cap,
                                const char *name, const json_t *obj)
@@ -490,45 +469,35 @@ static rs_status_t load_source(rs_json_ctx_t *c, rs_capture_h cap,
     return RS_OK;
 }
 
-/* Optional: captures written before sources were declared have none. */
-static rs_status_t load_sources(rs_json_ctx_t *c, rs_capture_h cap,
-                                const json_t *root)
+static rs_status_t load_reason(rs_json_ctx_t *c, rs_capture_h cap,
+                               const char *src, const json_t *v)
 {
-    json_t *sources = NULL, *v;
-    const char *name;
-    rs_status_t st = rs_json_field(c, root, "sources", 0, JSON_OBJECT,
-                                   &sources);
-    size_t mark = rs_json_push_key(c, "sources");
-
-    if (st == RS_OK && sources != NULL) {
-        json_object_foreach(sources, name, v) {
-            size_t kmark = rs_json_push_key(c, name);
-            st = load_source(c, cap, name, v);
-            rs_json_pop(c, kmark);
-            if (st != RS_OK)
-                break;
-        }
-    }
-    rs_json_pop(c, mark);
+    const char *reason = NULL;
+    rs_status_t st = rs_json_as_string(c, v, &reason);
+    if (st == RS_OK &&
+        rs_capture_add_unsupported(cap, src, reason, c->diag) != RS_OK)
+        st = rs_json_prefix(c);
     return st;
 }
 
-static rs_status_t load_unsupported(rs_json_ctx_t *c, rs_capture_h cap,
-                                    const json_t *root)
-{
-    json_t *unsup = NULL, *v;
-    const char *src, *reason = NULL;
-    rs_status_t st = rs_json_field(c, root, "unsupported", 0, JSON_OBJECT,
-                                   &unsup);
-    size_t mark = rs_json_push_key(c, "unsupported");
+typedef rs_status_t (*entry_fn)(rs_json_ctx_t *c, rs_capture_h cap,
+                                const char *name, const json_t *v);
 
-    if (st == RS_OK && unsup != NULL) {
-        json_object_foreach(unsup, src, v) {
-            size_t kmark = rs_json_push_key(c, src);
-            st = rs_json_as_string(c, v, &reason);
-            if (st == RS_OK &&
-                rs_capture_add_unsupported(cap, src, reason, c->diag) != RS_OK)
-                st = rs_json_prefix(c);
+/* Walks the object under `key` (an error when required and absent), one
+ * entry at a time with the JSON path pointing at it. */
+static rs_status_t load_map(rs_json_ctx_t *c, rs_capture_h cap,
+                            const json_t *root, const char *key, int required,
+                            entry_fn fn)
+{
+    json_t *map = NULL, *v;
+    const char *name;
+    rs_status_t st = rs_json_field(c, root, key, required, JSON_OBJECT, &map);
+    size_t mark = rs_json_push_key(c, key);
+
+    if (st == RS_OK && map != NULL) {
+        json_object_foreach(map, name, v) {
+            size_t kmark = rs_json_push_key(c, name);
+            st = fn(c, cap, name, v);
             rs_json_pop(c, kmark);
             if (st != RS_OK)
                 break;
@@ -545,9 +514,11 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_capture_h cap,
     rs_status_t st;
 
     if ((st = rs_json_check_schema(c, root, CAPTURE_SCHEMA)) != RS_OK ||
-        (st = load_params(c, cap, root)) != RS_OK ||
-        (st = load_sources(c, cap, root)) != RS_OK ||
-        (st = load_unsupported(c, cap, root)) != RS_OK ||
+        (st = load_map(c, cap, root, "params", 1, load_param)) != RS_OK ||
+        /* optional: captures written before sources were declared */
+        (st = load_map(c, cap, root, "sources", 0, load_source)) != RS_OK ||
+        (st = load_map(c, cap, root, "unsupported", 0, load_reason)) !=
+            RS_OK ||
         (st = load_copies(c, cap, root)) != RS_OK ||
         (st = rs_json_field_int(c, root, "unattributed", 0, 0,
                                 &unattributed)) != RS_OK)
