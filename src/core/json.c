@@ -192,6 +192,9 @@ rs_status_t rs_json_read_file(const char *path, size_t limit, rs_diag_t *diag,
 
     if (path == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL file path");
+    if (limit == RS_JSON_LIMIT_CONFIGURED &&
+        (status = rs_json_max_bytes(diag, &limit)) != RS_OK)
+        return status;
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return rs__diag_set(diag, RS_ERR_IO, "%s: cannot open file: %s", path,
@@ -216,7 +219,11 @@ rs_status_t rs_json_parse(rs_json_ctx_t *c, const char *data, size_t len,
 {
     json_error_t err;
     json_t *root;
+    rs_status_t st;
 
+    if (limit == RS_JSON_LIMIT_CONFIGURED &&
+        (st = rs_json_max_bytes(c->diag, &limit)) != RS_OK)
+        return st;
     if (data == NULL && len > 0)
         return rs__diag_set(c->diag, RS_ERR_INVALID_ARG, "%s: NULL JSON text",
                             c->origin);

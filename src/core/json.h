@@ -59,6 +59,11 @@ rs_status_t rs_json_prefix(rs_json_ctx_t *c);
 /* Human name of a value's JSON type ("string", "boolean", ...). */
 const char *rs_json_type_name(const json_t *v);
 
+/* As `limit` of the two calls below: the configured limit
+ * (rs_json_max_bytes), a RESHARD_JSON_MAX_BYTES that does not parse being
+ * RS_ERR_INPUT. */
+#define RS_JSON_LIMIT_CONFIGURED ((size_t)0)
+
 /* Reads a whole file of at most `limit` bytes into a malloc'd buffer (NUL
  * terminated, not counted in *len_p). RS_ERR_IO when it cannot be read,
  * RS_ERR_INPUT when it is too large. */

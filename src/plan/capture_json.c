@@ -532,11 +532,9 @@ static rs_status_t load_text(rs_json_ctx_t *c, const char *json, size_t len,
 {
     json_t *root = NULL;
     rs_capture_h cap = NULL;
-    size_t max = 0;
-    rs_status_t st = rs_json_max_bytes(c->diag, &max);
+    rs_status_t st = rs_json_parse(c, json, len, RS_JSON_LIMIT_CONFIGURED,
+                                   &root);
 
-    if (st == RS_OK)
-        st = rs_json_parse(c, json, len, max, &root);
     if (st != RS_OK)
         return st;
     if (rs_capture_create(&cap) != RS_OK) {
@@ -575,10 +573,8 @@ rs_status_t rs_capture_load_file(const char *path, rs_diag_t *diag,
 
     if (capture_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL capture_p");
-    size_t max = 0;
-    rs_status_t st = rs_json_max_bytes(diag, &max);
-    if (st == RS_OK)
-        st = rs_json_read_file(path, max, diag, &text, &len);
+    rs_status_t st = rs_json_read_file(path, RS_JSON_LIMIT_CONFIGURED, diag,
+                                       &text, &len);
     if (st != RS_OK)
         return st;
     rs_json_ctx_init(&c, path, diag);

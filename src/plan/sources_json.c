@@ -233,11 +233,9 @@ static rs_status_t load_text(rs_json_ctx_t *c, rs_sources_h s,
 {
     rs_sources_mark_t mark;
     json_t *root = NULL;
-    size_t max = 0;
-    rs_status_t st = rs_json_max_bytes(c->diag, &max);
+    rs_status_t st = rs_json_parse(c, json, len, RS_JSON_LIMIT_CONFIGURED,
+                                   &root);
 
-    if (st == RS_OK)
-        st = rs_json_parse(c, json, len, max, &root);
     if (st != RS_OK)
         return st;
     if (rs__sources_mark(s, &mark) != RS_OK) {
@@ -274,10 +272,8 @@ rs_status_t rs_sources_load_file(rs_sources_h s, const char *path,
 
     if (s == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
-    size_t max = 0;
-    rs_status_t st = rs_json_max_bytes(diag, &max);
-    if (st == RS_OK)
-        st = rs_json_read_file(path, max, diag, &text, &len);
+    rs_status_t st = rs_json_read_file(path, RS_JSON_LIMIT_CONFIGURED, diag,
+                                       &text, &len);
     if (st != RS_OK)
         return st;
     rs_json_ctx_init(&c, path, diag);
