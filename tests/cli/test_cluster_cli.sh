@@ -16,48 +16,12 @@ set -u
 BIN=${1:?usage: test_cluster_cli.sh <reshard-binary> <source-dir>}
 SRC=${2:?usage: test_cluster_cli.sh <reshard-binary> <source-dir>}
 TINY="$SRC/examples/models/tiny-llama.json"
-TMP=$(mktemp -d)
-pids=()
+. "$(dirname "$0")/lib.sh"
 redis_pids=()
-cleanup() {
-    exec 2>/dev/null # no "Killed" job notices for the servers
-    for p in "${redis_pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    [ -n "${KEEP_TMP:-}" ] && echo "kept $TMP" || rm -rf "$TMP"
+cli_cleanup_hook() {
+    for p in "${redis_pids[@]}"; do kill -CONT "$p"; kill -KILL "$p"; done
 }
-trap cleanup EXIT
-failures=0
-checks=0
 unset RESHARD_REDIS_PASSWORD
-
-ok() { checks=$((checks + 1)); echo "ok   - $1"; }
-bad() {
-    checks=$((checks + 1)); failures=$((failures + 1))
-    echo "FAIL - $1"
-    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -8
-}
-
-expect_rc() {
-    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
-}
-
-# expect_in NAME FILE NEEDLE...: FILE holds every needle.
-expect_in() {
-    local name=$1 file=$2 needle missing=""
-    shift 2
-    for needle in "$@"; do
-        grep -qF -- "$needle" "$file" || missing="$missing '$needle'"
-    done
-    if [ -z "$missing" ]; then ok "$name: $(basename "$file") names$(printf " '%s'" "$@")"
-    else bad "$name: $(basename "$file") lacks$missing"; sed 's/^/       /' "$file" | head -8; fi
-}
-
-# expect_not_in NAME FILE NEEDLE: FILE does not hold NEEDLE.
-expect_not_in() {
-    if grep -qF -- "$3" "$2"; then bad "$1: $(basename "$2") shows '$3'"
-    else ok "$1: $(basename "$2") does not show it"; fi
-}
 
 # expect_count NAME FILE NEEDLE N: NEEDLE appears on exactly N lines.
 expect_count() {
@@ -359,5 +323,4 @@ expect_not_in "password_file" "$TMP/err" "$PW"
 expect_rc "missing password_file" 2
 expect_in "missing password_file" "$TMP/err" "$TMP/none"
 
-echo "$checks checks, $failures failures"
-[ "$failures" -eq 0 ]
+cli_done

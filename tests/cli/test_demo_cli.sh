@@ -11,38 +11,7 @@ BIN=${1:?usage: test_demo_cli.sh <reshard-binary> <source-dir>}
 SRC=${2:?usage: test_demo_cli.sh <reshard-binary> <source-dir>}
 TINY="$SRC/examples/models/tiny-llama.json"
 QWEN="$SRC/examples/models/qwen2.5-0.5b.json"
-TMP=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-failures=0
-checks=0
-
-ok() { checks=$((checks + 1)); echo "ok   - $1"; }
-bad() {
-    checks=$((checks + 1)); failures=$((failures + 1))
-    echo "FAIL - $1"
-    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -8
-}
-
-expect_rc() {
-    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
-}
-
-# expect_in NAME FILE NEEDLE...: FILE holds every needle.
-expect_in() {
-    local name=$1 file=$2 needle missing=""
-    shift 2
-    for needle in "$@"; do
-        grep -qiF -- "$needle" "$file" || missing="$missing '$needle'"
-    done
-    if [ -z "$missing" ]; then ok "$name: $(basename "$file") names$(printf " '%s'" "$@")"
-    else bad "$name: $(basename "$file") lacks$missing"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # expect_clean NAME DIR: no process mentions DIR and DIR is empty.
 expect_clean() {
@@ -189,5 +158,4 @@ expect_in "demo --help" "$TMP/out" "--model-config" "--train" "--infer" \
 "$BIN" --help >"$TMP/out" 2>&1; rc=$?
 expect_in "reshard --help" "$TMP/out" "publish" "pull" "demo"
 
-echo "$checks checks, $failures failures"
-[ "$failures" -eq 0 ]
+cli_done

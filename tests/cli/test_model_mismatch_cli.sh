@@ -10,38 +10,7 @@ set -u
 BIN=${1:?usage: test_model_mismatch_cli.sh <reshard-binary> <source-dir>}
 SRC=${2:?usage: test_model_mismatch_cli.sh <reshard-binary> <source-dir>}
 TINY="$SRC/examples/models/tiny-llama.json"
-TMP=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-failures=0
-checks=0
-
-ok() { checks=$((checks + 1)); echo "ok   - $1"; }
-bad() {
-    checks=$((checks + 1)); failures=$((failures + 1))
-    echo "FAIL - $1"
-    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -8
-}
-
-expect_rc() {
-    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
-}
-
-# expect_in NAME FILE NEEDLE...: FILE holds every needle (fixed strings).
-expect_in() {
-    local name=$1 file=$2 needle missing=""
-    shift 2
-    for needle in "$@"; do
-        grep -qF -- "$needle" "$file" || missing="$missing '$needle'"
-    done
-    if [ -z "$missing" ]; then ok "$name: $(basename "$file") names$(printf " '%s'" "$@")"
-    else bad "$name: $(basename "$file") lacks$missing"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 python3 - "$TINY" "$TMP/tiny-llama-2x.json" <<'PYEOF'
 import json, sys
@@ -108,5 +77,4 @@ for r in 0 1; do
 done
 pids=()
 
-echo "# $checks checks, $failures failed"
-[ "$failures" -eq 0 ]
+cli_done

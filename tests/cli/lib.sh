@@ -1,0 +1,54 @@
+# Shared by the CLI tests (sourced after BIN is set): a scratch folder, a
+# list of background processes, and typed checks that count themselves.
+# On exit every process in `pids` is resumed and killed, `cli_cleanup_hook`
+# runs if the test defines one, and the scratch folder is removed
+# (KEEP_TMP=1 keeps it). End a test with `cli_done`.
+TMP=$(mktemp -d)
+pids=()
+failures=0
+checks=0
+
+cli_cleanup() {
+    exec 2>/dev/null # no "Killed" job notices
+    if declare -F cli_cleanup_hook >/dev/null; then cli_cleanup_hook; fi
+    for p in "${pids[@]}"; do kill -CONT "$p"; kill -KILL "$p"; done
+    wait
+    if [ -n "${KEEP_TMP:-}" ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cli_cleanup EXIT
+
+ok() { checks=$((checks + 1)); echo "ok   - $1"; }
+bad() {
+    checks=$((checks + 1)); failures=$((failures + 1))
+    echo "FAIL - $1"
+    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -8
+}
+
+# expect_rc NAME CODE: the last command's exit code ($rc) is CODE.
+expect_rc() {
+    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
+}
+
+# expect_in NAME FILE NEEDLE...: FILE holds every needle (fixed strings).
+expect_in() {
+    local name=$1 file=$2 needle missing=""
+    shift 2
+    for needle in "$@"; do
+        grep -qF -- "$needle" "$file" || missing="$missing '$needle'"
+    done
+    if [ -z "$missing" ]; then ok "$name: $(basename "$file") names$(printf " '%s'" "$@")"
+    else bad "$name: $(basename "$file") lacks$missing"; sed 's/^/       /' "$file" | head -8; fi
+}
+
+# expect_not_in NAME FILE NEEDLE: FILE does not hold NEEDLE.
+expect_not_in() {
+    if grep -qF -- "$3" "$2"; then bad "$1: $(basename "$2") holds '$3'"
+    else ok "$1: $(basename "$2") has no '$3'"; fi
+}
+
+# Prints the count and exits 0 only when every check passed.
+cli_done() {
+    echo "$checks checks, $failures failures"
+    [ "$failures" -eq 0 ]
+    exit
+}
