@@ -53,7 +53,9 @@ if [ "$MODE" = runs ]; then
     # input) follows one-time allocations in libc and jansson rather than
     # the input. Leaks are still fatal: LeakSanitizer checks the whole run
     # at exit (ASAN_OPTIONS below). -timeout only guards against a hang;
-    # no input comes near it.
+    # no input comes near it. The targets are built without stack-depth
+    # coverage, which follows where the kernel put the stack
+    # (tests/fuzz/CMakeLists.txt).
     LIMITS="-runs=$RUNS -seed=$SEED -reload=0 -use_cmp=0 -detect_leaks=0 -timeout=600"
     echo "fuzz gate: corpus and regressions replayed, then $RUNS runs per target, seed $SEED"
 else
