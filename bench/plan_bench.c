@@ -230,8 +230,8 @@ static void report(const char *label, const run_result_t *r, size_t ncopies,
     printf("  bytes planned            %10.1f GiB (extra on the wire %.1f GiB)\n",
            (double)r->stats.bytes_planned / (1u << 30),
            (double)r->stats.extra_wire_bytes / (1u << 30));
-    printf("  copies/s                 %10.3g\n", (double)ncopies / r->best_s);
-    printf("  segments/s               %10.3g   (%.3f x memcpy of the records)\n",
+    printf("  copies/s                 %10.0f\n", (double)ncopies / r->best_s);
+    printf("  segments/s               %10.0f   (%.3f x memcpy of the records)\n",
            seg_rate, seg_rate / baseline);
 }
 
@@ -249,7 +249,7 @@ int main(void)
     run_result_t exact = time_build(cap, src, INT64_MAX);
     run_result_t bounded = time_build(cap, src, 16);
     double baseline = memcpy_records_per_s(exact.segments);
-    printf("baseline: memcpy of %zu segment records (%zu B each): %.3g "
+    printf("baseline: memcpy of %zu segment records (%zu B each): %.0f "
            "records/s\n\n", exact.segments, sizeof(rs_segment_t), baseline);
     report("exact plan (no descriptor bound)", &exact, ncopies, baseline);
     report("\nbounded plan (--max-segments-per-copy 16: column reads become "

@@ -119,13 +119,27 @@ static void layout(rs_model_h m, const char *spec, rs_layout_t *l)
     check(rs_layout_check(l, m, &d), &d, spec);
 }
 
+/* unit "B": a size (B/KiB/MiB/GiB); otherwise v * k with two decimals
+ * and the unit after it; never in scientific notation. */
+static const char *fig(char *buf, size_t len, double v, double k,
+                       const char *unit)
+{
+    if (strcmp(unit, "B") == 0)
+        return rs_format_bytes(buf, len, (uint64_t)v);
+    snprintf(buf, len, k == 1 ? "%.0f%s%s" : "%.2f%s%s", v * k,
+             *unit ? " " : "", unit);
+    return buf;
+}
+
 static void print_spread(const char *what, double *v, size_t n, double k,
                          const char *unit)
 {
     double s[3];
+    char a[RS_UNITS_TEXT_MAX], b[RS_UNITS_TEXT_MAX], c[RS_UNITS_TEXT_MAX];
     spread(v, n, s);
-    printf("  %-28s min %.4g  median %.4g  max %.4g %s\n", what, s[0] * k,
-           s[1] * k, s[2] * k, unit);
+    printf("  %-28s min %s  median %s  max %s\n", what,
+           fig(a, sizeof(a), s[0], k, unit), fig(b, sizeof(b), s[1], k, unit),
+           fig(c, sizeof(c), s[2], k, unit));
 }
 
 static void report(const rank_fig_t *f, size_t n, double publish_s)
@@ -150,7 +164,7 @@ static void report(const rank_fig_t *f, size_t n, double publish_s)
     print_spread("descriptors per rank", v, n, 1, "");
     for (size_t i = 0; i < n; i++)
         v[i] = (double)f[i].bytes;
-    print_spread("bytes per rank", v, n, 1e-9, "GB");
+    print_spread("bytes per rank", v, n, 1, "B");
     free(v);
 }
 
