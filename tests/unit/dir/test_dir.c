@@ -21,28 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "redis_fixture.h"
+#include "dir_env.h"
 #include "reshard/dir.h"
 
-typedef struct env {
-    const char *backend;
-    int redis;
-    int skip;
-    char why[512];
-    char tmp[PATH_MAX];
-    char url[PATH_MAX + 64];
-    rfx_server_t server;
-} env_t;
+typedef dir_env_t env_t;
 
 static env_t *g;
 
-#define NEED_BACKEND()                                                        \
-    do {                                                                      \
-        if (g->skip) {                                                        \
-            fprintf(stderr, "skipped: %s\n", g->why);                         \
-            skip();                                                           \
-        }                                                                     \
-    } while (0)
+#define NEED_BACKEND() DIR_ENV_NEED(g)
 
 static double now_s(void)
 {
@@ -781,43 +767,16 @@ static void test_redis_hung_server(void **state)
     assert_true(hung_s < 20.0); /* a bound, not a measurement */
 }
 
-static int setup_file(void)
-{
-    snprintf(g->tmp, sizeof(g->tmp), "/tmp/rs-dir-test-XXXXXX");
-    if (mkdtemp(g->tmp) == NULL)
-        return -1;
-    snprintf(g->url, sizeof(g->url), "file:%s/dir", g->tmp);
-    return 0;
-}
-
 static int group_setup(void **state)
 {
     (void)state;
-    if (!g->redis)
-        return setup_file();
-    int rc = rfx_start(&g->server, NULL, g->why, sizeof(g->why));
-    if (rc < 0) {
-        fprintf(stderr, "redis fixture: %s\n", g->why);
-        return -1;
-    }
-    g->skip = rc == 1;
-    if (g->skip)
-        fprintf(stderr, "%s\n", g->why);
-    snprintf(g->url, sizeof(g->url), "%s", g->server.url);
-    return 0;
+    return dir_env_setup(g, "dir-test");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    if (g->redis) {
-        rfx_stop(&g->server);
-    } else if (g->tmp[0] != '\0') {
-        char cmd[PATH_MAX + 16];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g->tmp);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", g->tmp);
-    }
+    dir_env_teardown(g);
     return 0;
 }
 

@@ -1,0 +1,43 @@
+/* Backends for the directory tests (dir_env.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dir_env.h"
+
+int dir_env_setup(dir_env_t *e, const char *tag)
+{
+    e->tmp[0] = '\0';
+    if (!e->redis) {
+        snprintf(e->tmp, sizeof(e->tmp), "/tmp/rs-%s-XXXXXX", tag);
+        if (mkdtemp(e->tmp) == NULL) {
+            perror("dir_env: mkdtemp");
+            e->tmp[0] = '\0';
+            return -1;
+        }
+        snprintf(e->url, sizeof(e->url), "file:%s/dir", e->tmp);
+        return 0;
+    }
+    int rc = rfx_start(&e->server, NULL, e->why, sizeof(e->why));
+    if (rc < 0) {
+        fprintf(stderr, "redis fixture: %s\n", e->why);
+        return -1;
+    }
+    e->skip = rc == 1;
+    if (e->skip)
+        fprintf(stderr, "%s\n", e->why);
+    snprintf(e->url, sizeof(e->url), "%s", e->server.url);
+    return 0;
+}
+
+void dir_env_teardown(dir_env_t *e)
+{
+    if (e->redis)
+        rfx_stop(&e->server);
+    if (e->tmp[0] != '\0') {
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->tmp);
+        if (system(cmd) != 0)
+            fprintf(stderr, "dir_env: could not remove %s\n", e->tmp);
+        e->tmp[0] = '\0';
+    }
+}

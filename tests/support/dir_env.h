@@ -1,0 +1,36 @@
+/* The backend a directory test runs against: a file: directory in a fresh
+ * temporary folder, or a private redis-server (redis_fixture.h). The same
+ * test bodies run on both; a missing redis-server skips the redis group. */
+#ifndef RS_TEST_DIR_ENV_H
+#define RS_TEST_DIR_ENV_H
+
+#include <limits.h>
+#include <stdio.h>
+
+#include "redis_fixture.h"
+
+typedef struct dir_env {
+    const char *backend; /* "file" or "redis" */
+    int redis, skip;
+    char why[512];
+    char tmp[PATH_MAX];       /* file: the folder holding dir/ */
+    char url[PATH_MAX + 64];  /* file:<tmp>/dir or the server's URL */
+    rfx_server_t server;
+} dir_env_t;
+
+/* Sets up e's backend; `tag` names the temporary folder. 0, or -1 with
+ * the reason on stderr. */
+int dir_env_setup(dir_env_t *e, const char *tag);
+/* Stops the server or removes the folder; accepts a failed setup. */
+void dir_env_teardown(dir_env_t *e);
+
+/* Inside a cmocka test: skips it when the backend is unavailable. */
+#define DIR_ENV_NEED(e)                                                       \
+    do {                                                                      \
+        if ((e)->skip) {                                                      \
+            fprintf(stderr, "skipped: %s\n", (e)->why);                       \
+            skip();                                                           \
+        }                                                                     \
+    } while (0)
+
+#endif
