@@ -203,18 +203,25 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
     return RS_OK;
 }
 
+/* One entry of "params" or "sources": name: {"shape": [..], "dtype": ..}. */
+static void put_shaped(FILE *out, size_t i, const char *name, int ndim,
+                       const int64_t *shape, rs_dtype_t dtype)
+{
+    fputs(i > 0 ? ",\n  " : "\n  ", out);
+    put_str(out, name);
+    fputs(": {\"shape\": ", out);
+    put_ints(out, shape, (size_t)ndim);
+    fputs(", \"dtype\": ", out);
+    put_str(out, rs_dtype_name(dtype));
+    putc('}', out);
+}
+
 static void put_params(FILE *out, rs_capture_h cap)
 {
     fputs(" \"params\": {", out);
     for (size_t i = 0; i < cap->params_len; i++) {
         const rs_cap_param_t *p = &cap->params[i];
-        fputs(i > 0 ? ",\n  " : "\n  ", out);
-        put_str(out, p->name);
-        fputs(": {\"shape\": ", out);
-        put_ints(out, p->shape, (size_t)p->ndim);
-        fputs(", \"dtype\": ", out);
-        put_str(out, rs_dtype_name(p->dtype));
-        putc('}', out);
+        put_shaped(out, i, p->name, p->ndim, p->shape, p->dtype);
     }
     fputs("},\n", out);
 }
@@ -226,13 +233,7 @@ static void put_sources(FILE *out, rs_capture_h cap)
     fputs(" \"sources\": {", out);
     for (size_t i = 0; i < cap->sources_len; i++) {
         const rs_cap_source_t *s = &cap->sources[i];
-        fputs(i > 0 ? ",\n  " : "\n  ", out);
-        put_str(out, s->name);
-        fputs(": {\"shape\": ", out);
-        put_ints(out, s->shape, (size_t)s->ndim);
-        fputs(", \"dtype\": ", out);
-        put_str(out, rs_dtype_name(s->dtype));
-        putc('}', out);
+        put_shaped(out, i, s->name, s->ndim, s->shape, s->dtype);
     }
     fputs("},\n", out);
 }
