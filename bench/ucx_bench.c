@@ -68,7 +68,7 @@ static void child_main(int out_fd, int done_fd)
     const void *blob;
     size_t len;
     if (mem == NULL || rs_exposer_create("ucx", &d, &x) != RS_OK ||
-        rs_exposer_add_region(x, 0x10000000, mem, REGION_BYTES, &d) != RS_OK ||
+        rs_exposer_add_region(x, 0x10000000, mem, REGION_BYTES, RS_MEM_HOST, &d) != RS_OK ||
         rs_exposer_start(x, &d) != RS_OK ||
         rs_exposer_blob(x, &blob, &len) != RS_OK) {
         fprintf(stderr, "exposer: %s\n", d.msg);

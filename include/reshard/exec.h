@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "reshard/memory.h"
 #include "reshard/plan.h"
 #include "reshard/status.h"
 #include "reshard/transport.h"
@@ -73,10 +74,16 @@ RS_API rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
                                   rs_diag_t *diag, rs_exec_h *exec_p);
 RS_API void rs_exec_destroy(rs_exec_h exec);
 
-/* Binds a capture parameter (by index) to its storage: `nbytes` must be at
- * least the parameter's size. Rebinding invalidates the prepared state. */
+/* Binds a capture parameter (by index) to its storage, memory of type
+ * `mem` borrowed until rebound: `nbytes` must be at least the parameter's
+ * size. Rebinding invalidates the prepared state. Errors:
+ * RS_ERR_UNSUPPORTED for any mem but RS_MEM_HOST (naming the type and the
+ * param; base is not read), RS_ERR_INVALID_ARG for a mem outside
+ * rs_mem_type_t, no such param or too few bytes; the previous binding
+ * stays then. */
 RS_API rs_status_t rs_exec_bind(rs_exec_h exec, size_t param, void *base,
-                                uint64_t nbytes, rs_diag_t *diag);
+                                uint64_t nbytes, rs_mem_type_t mem,
+                                rs_diag_t *diag);
 
 /* Sets run_timeout_s for the following runs (the prepared state stays). */
 RS_API void rs_exec_set_run_timeout(rs_exec_h exec, double timeout_s);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "reshard/base64.h"
+#include "reshard/memory.h"
 #include "reshard/status.h"
 
 #ifdef __cplusplus
@@ -24,12 +25,17 @@ RS_API rs_status_t rs_exposer_create(const char *backend, rs_diag_t *diag,
 /* Stops progress, unregisters every region, frees. Accepts NULL. */
 RS_API void rs_exposer_destroy(rs_exposer_h exposer);
 
-/* Exposes nbytes at ptr under the published address `addr` (the shard
- * table's addr; for ucx and cma it may simply be (uint64_t)ptr). Regions
- * must not overlap in published addresses. */
+/* Exposes nbytes at ptr (memory of type `mem`, borrowed until the exposer
+ * is destroyed) under the published address `addr` (the shard table's addr;
+ * for ucx and cma it may simply be (uint64_t)ptr). Regions must not overlap
+ * in published addresses. Errors: RS_ERR_UNSUPPORTED for any mem but
+ * RS_MEM_HOST (naming the type and the address; ptr is not read),
+ * RS_ERR_INVALID_ARG for a mem outside rs_mem_type_t, an empty, wrapping or
+ * overlapping region, or a region added after start; nothing is added
+ * then. */
 RS_API rs_status_t rs_exposer_add_region(rs_exposer_h exposer, uint64_t addr,
                                          void *ptr, uint64_t nbytes,
-                                         rs_diag_t *diag);
+                                         rs_mem_type_t mem, rs_diag_t *diag);
 
 /* Starts serving (ucx: a progress thread, since UCX emulates RMA over tcp
  * and shared memory and the target must keep progressing). Regions added

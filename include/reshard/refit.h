@@ -19,6 +19,7 @@
 #include "reshard/capture.h"
 #include "reshard/dir.h"
 #include "reshard/exec.h"
+#include "reshard/memory.h"
 #include "reshard/status.h"
 
 #ifdef __cplusplus
@@ -58,14 +59,18 @@ RS_API rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
 RS_API void rs_publisher_destroy(rs_publisher_h publisher);
 
 /* Registers one shard: `ptr` holds the row-major box (offset, shape) of the
- * full tensor. Registration after the first publish is allowed; the next
- * publish re-exposes (new addresses mean a new topology for receivers). */
+ * full tensor, in memory of type `mem`. Registration after the first publish
+ * is allowed; the next publish re-exposes (new addresses mean a new topology
+ * for receivers). The publisher borrows ptr until it is destroyed.
+ * Errors: RS_ERR_UNSUPPORTED for any mem but RS_MEM_HOST (naming the type
+ * and the tensor; ptr is not read), RS_ERR_INVALID_ARG for a mem outside
+ * rs_mem_type_t or a bad shard; nothing is registered then. */
 RS_API rs_status_t rs_publisher_register(rs_publisher_h publisher,
                                          const char *tensor, rs_dtype_t dtype,
                                          int ndim, const int64_t *full_shape,
                                          const int64_t *offset,
                                          const int64_t *shape, void *ptr,
-                                         rs_diag_t *diag);
+                                         rs_mem_type_t mem, rs_diag_t *diag);
 
 /* Publishes this rank's table for `version` (creating the version with
  * `world` slots if needed): the shards' bytes must be final. */
@@ -132,10 +137,15 @@ RS_API rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
                                       rs_receiver_h *receiver_p);
 RS_API void rs_receiver_destroy(rs_receiver_h receiver);
 
-/* Binds a capture parameter to its live storage. */
+/* Binds a capture parameter to its live storage (memory of type `mem`),
+ * borrowed until rebound or the receiver is destroyed. With shadow = 1 its
+ * current bytes are copied into a new shadow buffer (O(nbytes)).
+ * Errors: RS_ERR_UNSUPPORTED for any mem but RS_MEM_HOST (naming the type
+ * and the param; base is not read), RS_ERR_INVALID_ARG for a mem outside
+ * rs_mem_type_t or no such param; the previous binding stays then. */
 RS_API rs_status_t rs_receiver_bind(rs_receiver_h receiver, size_t param,
                                     void *base, uint64_t nbytes,
-                                    rs_diag_t *diag);
+                                    rs_mem_type_t mem, rs_diag_t *diag);
 
 typedef struct rs_pull_result {
     int64_t version;

@@ -13,6 +13,7 @@
 #include "reshard/status.h"
 #include "reshard/units.h"
 #include "reshard/dtype.h"
+#include "reshard/memory.h"
 #include "reshard/capture.h"
 #include "reshard/sources.h"
 #include "reshard/plan.h"

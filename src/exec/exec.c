@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "core/memory.h"
 #include "exec/exec_impl.h"
 #include "reshard/convert.h"
 #include "reshard/units.h"
@@ -66,12 +67,17 @@ void rs_exec_destroy(rs_exec_h x)
 }
 
 rs_status_t rs_exec_bind(rs_exec_h x, size_t param, void *base,
-                         uint64_t nbytes, rs_diag_t *diag)
+                         uint64_t nbytes, rs_mem_type_t mem, rs_diag_t *diag)
 {
     rs_param_info_t info;
+    char who[RS_DIAG_MSG_MAX];
     if (x == NULL || param >= x->nparams)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "no param %zu", param);
     rs_capture_param(x->cap, param, &info);
+    snprintf(who, sizeof(who), "exec: param '%s'", info.name);
+    rs_status_t st = rs__mem_check(mem, who, diag);
+    if (st != RS_OK)
+        return st;
     if (nbytes < info.nbytes)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "param '%s' needs "
                             "%llu bytes, %llu bound", info.name,

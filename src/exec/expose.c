@@ -3,12 +3,14 @@
  * published addresses), and hosts the cma exposer, whose blob is just this
  * process's pid and where each region really lives. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/checked.h"
 #include "core/diag.h"
+#include "core/memory.h"
 #include "exec/expose_impl.h"
 
 static rs_status_t cma_open(rs_exposer_h x, rs_diag_t *diag)
@@ -118,12 +120,19 @@ static rs_status_t check_overlap(rs_exposer_h x, uint64_t addr, uint64_t end,
 }
 
 rs_status_t rs_exposer_add_region(rs_exposer_h x, uint64_t addr, void *ptr,
-                                  uint64_t nbytes, rs_diag_t *diag)
+                                  uint64_t nbytes, rs_mem_type_t mem,
+                                  rs_diag_t *diag)
 {
     uint64_t end;
+    char who[96];
     if (x == NULL || ptr == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "exposer: add_region needs an exposer and memory");
+    snprintf(who, sizeof(who), "exposer (%s): region at 0x%" PRIx64,
+             x->ops->name, addr);
+    rs_status_t st = rs__mem_check(mem, who, diag);
+    if (st != RS_OK)
+        return st;
     if (x->started)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "exposer (%s): region at 0x%" PRIx64 " added "
@@ -133,7 +142,7 @@ rs_status_t rs_exposer_add_region(rs_exposer_h x, uint64_t addr, void *ptr,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "exposer (%s): region [0x%" PRIx64 ", +%" PRIu64
                             ") is empty or wraps", x->ops->name, addr, nbytes);
-    rs_status_t st = check_overlap(x, addr, end, diag);
+    st = check_overlap(x, addr, end, diag);
     if (st != RS_OK)
         return st;
     rs__xregion_t r = {addr, ptr, nbytes};

@@ -13,6 +13,7 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
+#include "core/memory.h"
 #include "core/vec.h"
 #include "refit/refit_impl.h"
 #include "reshard/digest.h"
@@ -144,15 +145,22 @@ rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
                                   rs_dtype_t dtype, int ndim,
                                   const int64_t *full_shape,
                                   const int64_t *offset, const int64_t *shape,
-                                  void *ptr, rs_diag_t *diag)
+                                  void *ptr, rs_mem_type_t mem,
+                                  rs_diag_t *diag)
 {
     rs_pub_shard_t s;
     int64_t numel, nbytes;
+    char who[RS_DIAG_MSG_MAX];
     memset(&s, 0, sizeof(s));
     if (p == NULL || tensor == NULL || ndim < 0 || ndim > RS_MAX_DIMS ||
         rs_dtype_size(dtype) == 0)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad shard "
                             "of '%s'", tensor ? tensor : "?");
+    /* before anything reads ptr (the digest at publish, the exposer) */
+    snprintf(who, sizeof(who), "publisher: tensor '%s'", tensor);
+    rs_status_t st = rs__mem_check(mem, who, diag);
+    if (st != RS_OK)
+        return st;
     if (!rs_numel(shape, ndim, &numel) ||
         !rs_mul_i64(numel, (int64_t)rs_dtype_size(dtype), &nbytes))
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: tensor "
@@ -182,7 +190,7 @@ static rs_status_t expose(rs_publisher_h p, rs_diag_t *diag)
         const rs_pub_shard_t *s = &p->shards[i];
         if (s->nbytes > 0)
             st = rs_exposer_add_region(e, (uint64_t)(uintptr_t)s->ptr, s->ptr,
-                                       s->nbytes, diag);
+                                       s->nbytes, RS_MEM_HOST, diag);
     }
     if (st == RS_OK)
         st = rs_exposer_start(e, diag);

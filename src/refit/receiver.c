@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "core/memory.h"
 #include "refit/refit_impl.h"
 #include "reshard/plan.h"
 
@@ -175,12 +176,28 @@ void rs_receiver_destroy(rs_receiver_h r)
     free(r);
 }
 
+/* Only host memory is bound (bind refuses the rest), so the executor is
+ * always handed RS_MEM_HOST. */
+static rs_status_t bind_mem_check(rs_receiver_h r, size_t param,
+                                  rs_mem_type_t mem, rs_diag_t *diag)
+{
+    rs_param_info_t info;
+    char who[RS_DIAG_MSG_MAX];
+    rs_capture_param(r->cap, param, &info);
+    snprintf(who, sizeof(who), "receiver: param '%s'", info.name);
+    return rs__mem_check(mem, who, diag);
+}
+
 rs_status_t rs_receiver_bind(rs_receiver_h r, size_t param, void *base,
-                             uint64_t nbytes, rs_diag_t *diag)
+                             uint64_t nbytes, rs_mem_type_t mem,
+                             rs_diag_t *diag)
 {
     if (r == NULL || param >= r->nparams)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: no param %zu",
                             param);
+    rs_status_t st = bind_mem_check(r, param, mem, diag);
+    if (st != RS_OK)
+        return st; /* before the shadow copy reads base */
     free(r->binds[param].shadow);
     r->binds[param] = (rs_rbind_t){base, nbytes, NULL};
     if (r->params.shadow && nbytes > 0) {
@@ -192,7 +209,7 @@ rs_status_t rs_receiver_bind(rs_receiver_h r, size_t param, void *base,
     }
     if (r->exec != NULL)
         return rs_exec_bind(r->exec, param, target_of(&r->binds[param]),
-                            nbytes, diag);
+                            nbytes, RS_MEM_HOST, diag);
     return RS_OK;
 }
 
@@ -376,7 +393,7 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     for (size_t p = 0; st == RS_OK && p < r->nparams; p++) {
         if (r->binds[p].base != NULL)
             st = rs_exec_bind(r->exec, p, target_of(&r->binds[p]),
-                              r->binds[p].nbytes, diag);
+                              r->binds[p].nbytes, RS_MEM_HOST, diag);
     }
     if (st != RS_OK) {
         drop_cache(r);

@@ -499,7 +499,7 @@ static void bind_params(world_t *w, rs_exec_h x)
         FZ_POISON(f->block, GUARD);
         FZ_POISON(f->block + GUARD + f->nbytes, GUARD);
         rs_diag_t diag;
-        CHECK(rs_exec_bind(x, (size_t)idx, f->block + GUARD, f->nbytes, &diag) == RS_OK);
+        CHECK(rs_exec_bind(x, (size_t)idx, f->block + GUARD, f->nbytes, RS_MEM_HOST, &diag) == RS_OK);
     }
 }
 

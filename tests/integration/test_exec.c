@@ -358,7 +358,7 @@ static void run_one(scenario_t *sc, const char *backend, int64_t max_segs, int v
     unsigned char *buf[2];
     for (int p = 0; p < 2; p++) {
         buf[p] = malloc(sc->pbytes[p]);
-        assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc->pbytes[p], &diag), RS_OK);
+        assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc->pbytes[p], RS_MEM_HOST, &diag), RS_OK);
     }
     for (int round = 0; round < 2; round++) { /* the second reuses the prepared state */
         for (int p = 0; p < 2; p++)
@@ -463,7 +463,7 @@ static gate_run_t gate_run(scenario_t *sc, rs_exec_params_t ep, int corrupt)
     ep.install_ctx = &log;
     assert_int_equal(rs_exec_create(plan, t, &ep, &diag, &x), RS_OK);
     memset(buf, 0xEE, sizeof(buf));
-    assert_int_equal(rs_exec_bind(x, 0, buf, sizeof(buf), &diag), RS_OK);
+    assert_int_equal(rs_exec_bind(x, 0, buf, sizeof(buf), RS_MEM_HOST, &diag), RS_OK);
     rs_diag_clear(&diag);
     r.st = rs_exec_run(x, &diag);
     memcpy(r.msg, diag.msg, sizeof(r.msg));
@@ -611,7 +611,7 @@ static void test_progress(void **state)
         for (int p = 0; p < 2; p++) {
             buf[p] = malloc(sc.pbytes[p]);
             memset(buf[p], 0xEE, sc.pbytes[p]);
-            assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc.pbytes[p], &diag), RS_OK);
+            assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc.pbytes[p], RS_MEM_HOST, &diag), RS_OK);
         }
         if (rs_exec_run(x, &diag) != RS_OK)
             fail_msg("%s: %s", backends[b], diag.msg);
@@ -680,7 +680,7 @@ static void test_run_deadline(void **state)
     for (int p = 0; p < 2; p++) {
         buf[p] = malloc(sc.pbytes[p]);
         memset(buf[p], 0xEE, sc.pbytes[p]);
-        assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc.pbytes[p], &diag), RS_OK);
+        assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc.pbytes[p], RS_MEM_HOST, &diag), RS_OK);
     }
     rs_status_t st = rs_exec_run(x, &diag);
     rs_exec_stats_t es;

@@ -255,7 +255,7 @@ static size_t refit_rank(refit_t *rf, int64_t rank, rs_capture_h cap,
         bufs[i] = malloc(p.nbytes ? p.nbytes : 1);
         assert_non_null(bufs[i]);
         memset(bufs[i], PREFILL, p.nbytes);
-        assert_int_equal(rs_exec_bind(ex, i, bufs[i], p.nbytes, &d), RS_OK);
+        assert_int_equal(rs_exec_bind(ex, i, bufs[i], p.nbytes, RS_MEM_HOST, &d), RS_OK);
     }
     if (rs_exec_run(ex, &d) != RS_OK)
         fail_msg("%s rank %lld: %s", rf->what, (long long)rank, d.msg);

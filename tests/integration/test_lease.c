@@ -157,7 +157,7 @@ static void open_publishers(void)
         fill_row(i, 1);
         const int64_t offset[2] = {i, 0};
         ASSERT_ST(rs_publisher_register(w.pub[i % PUBS], "w", RS_DTYPE_U8, 2,
-                                        full, offset, shape, w.rows[i], &d),
+                                        full, offset, shape, w.rows[i], RS_MEM_HOST, &d),
                   RS_OK, d);
     }
     publish(1);
@@ -292,7 +292,7 @@ static rs_receiver_h open_receiver(const opts_t *o)
     rp.exec.progress = on_progress;
     rp.exec.progress_chunk_bytes = CHUNK;
     ASSERT_ST(rs_receiver_create(&rp, w.cap, &d, &recv), RS_OK, d);
-    ASSERT_ST(rs_receiver_bind(recv, 0, w.dest, ROWS * COLS, &d), RS_OK, d);
+    ASSERT_ST(rs_receiver_bind(recv, 0, w.dest, ROWS * COLS, RS_MEM_HOST, &d), RS_OK, d);
     return recv;
 }
 

@@ -357,8 +357,8 @@ static void test_exec_refuses(void **state)
     memset(pbuf, 0xEE, sizeof(pbuf));
     memset(qbuf, 0xEE, sizeof(qbuf));
     memset(want, 0xEE, sizeof(want));
-    assert_int_equal(rs_exec_bind(x, 0, pbuf, sizeof(pbuf), &d), RS_OK);
-    assert_int_equal(rs_exec_bind(x, 1, qbuf, sizeof(qbuf), &d), RS_OK);
+    assert_int_equal(rs_exec_bind(x, 0, pbuf, sizeof(pbuf), RS_MEM_HOST, &d), RS_OK);
+    assert_int_equal(rs_exec_bind(x, 1, qbuf, sizeof(qbuf), RS_MEM_HOST, &d), RS_OK);
     rs_diag_clear(&d);
     rs_status_t st = rs_exec_run(x, &d);
     assert_int_equal(st, RS_ERR_INCOMPLETE);

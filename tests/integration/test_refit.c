@@ -67,7 +67,7 @@ static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
     }
     f->bufs[f->nbufs++] = buf;
     return rs_publisher_register(f->pub, d->tensor, d->dtype, d->ndim,
-                                 d->full_shape, d->offset, d->shape, buf, NULL);
+                                 d->full_shape, d->offset, d->shape, buf, RS_MEM_HOST, NULL);
 }
 
 /* A trainer rank: publish version 1, then one more version per byte read
@@ -188,7 +188,7 @@ static void open_rank(world_t *w, int64_t rank, inference_rank_t *ir, double tim
         rs_capture_param(ir->cap, p, &info);
         ir->params[p] = malloc(info.nbytes ? info.nbytes : 1);
         memset(ir->params[p], 0xEE, info.nbytes);
-        assert_int_equal(rs_receiver_bind(ir->recv, p, ir->params[p], info.nbytes, &diag), RS_OK);
+        assert_int_equal(rs_receiver_bind(ir->recv, p, ir->params[p], info.nbytes, RS_MEM_HOST, &diag), RS_OK);
     }
 }
 

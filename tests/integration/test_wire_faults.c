@@ -119,7 +119,7 @@ static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
     pub_buf[pub_nbufs] = buf;
     pub_len[pub_nbufs++] = len;
     return rs_publisher_register(f->pub, d->tensor, d->dtype, d->ndim,
-                                 d->full_shape, d->offset, d->shape, buf, NULL);
+                                 d->full_shape, d->offset, d->shape, buf, RS_MEM_HOST, NULL);
 }
 
 /* `--publisher CONFIG|DIRECTORY|RANK|CMD_FD|ACK_FD`: publishes version 1
@@ -407,7 +407,7 @@ static void open_rank(world_t *w, rank_t *ir, int how, int at)
             ir->params[p][b] = (uint8_t)(b * 131 + p * 7 + 1);
         memcpy(ir->prior[p], ir->params[p], n);
         assert_int_equal(rs_receiver_bind(ir->recv, p, ir->params[p],
-                                          info.nbytes, &diag), RS_OK);
+                                          info.nbytes, RS_MEM_HOST, &diag), RS_OK);
     }
 }
 

@@ -172,7 +172,7 @@ static int serve_session(tfx_world_t *w, const uint64_t *sizes, uint32_t s,
     for (size_t r = 0; r < w->nregions; r++) {
         if (rs_exposer_add_region(*x_p, published_addr(w, s, r, sizes),
                                   mem[(size_t)s * w->nregions + r], sizes[r],
-                                  d) != RS_OK)
+                                  RS_MEM_HOST, d) != RS_OK)
             return -1;
     }
     const void *blob;

@@ -296,7 +296,7 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
         const pub_shard_t *p = &s->shards[i];
         st = rs_publisher_register(s->pub, p->tensor, p->dtype, p->ndim,
                                    p->full_shape, p->offset, p->shape, p->ptr,
-                                   &diag);
+                                   RS_MEM_HOST, &diag);
         if (st != RS_OK)
             return runtime_error(a, &diag, st, "registering");
     }

@@ -337,7 +337,7 @@ static rs_status_t replay_local(rs_capture_h sub, rs_sources_h src,
     for (size_t p = 0; st == RS_OK && p < rs_capture_num_params(sub); p++) {
         rs_param_info_t info;
         rs_capture_param(sub, p, &info);
-        st = rs_exec_bind(x, p, targets[p], info.nbytes, diag);
+        st = rs_exec_bind(x, p, targets[p], info.nbytes, RS_MEM_HOST, diag);
     }
     if (st == RS_OK)
         st = rs_exec_run(x, diag);
@@ -534,7 +534,7 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     for (size_t p = 0; st == RS_OK && p < s->nparams; p++) {
         rs_param_info_t info;
         rs_capture_param(s->cap, p, &info);
-        st = rs_receiver_bind(s->recv, p, s->param[p], info.nbytes, &diag);
+        st = rs_receiver_bind(s->recv, p, s->param[p], info.nbytes, RS_MEM_HOST, &diag);
     }
     if (st == RS_OK)
         return RS_CLI_OK;

@@ -434,7 +434,7 @@ static int bind_params(run_state_t *s)
             return RS_CLI_USAGE;
         }
         memset(s->params[p], 0xEE, (size_t)info.nbytes);
-        if (rs_exec_bind(s->exec, p, s->params[p], info.nbytes, &diag) != RS_OK)
+        if (rs_exec_bind(s->exec, p, s->params[p], info.nbytes, RS_MEM_HOST, &diag) != RS_OK)
             return rs_cli_input_error("run", &diag, diag.status, "bind");
     }
     return RS_CLI_OK;

@@ -415,19 +415,19 @@ static void test_exposer_api(void **state)
     const void *blob;
     size_t len;
     assert_int_equal(rs_exposer_blob(x, &blob, &len), RS_ERR_INVALID_ARG);
-    assert_int_equal(rs_exposer_add_region(x, 0x5000, mem + 100, 900, &d),
+    assert_int_equal(rs_exposer_add_region(x, 0x5000, mem + 100, 900, RS_MEM_HOST, &d),
                      RS_OK);
-    assert_int_equal(rs_exposer_add_region(x, 0x1000, mem, 100, &d), RS_OK);
-    assert_int_equal(rs_exposer_add_region(x, 0x5000 + 899, mem, 2, &d),
+    assert_int_equal(rs_exposer_add_region(x, 0x1000, mem, 100, RS_MEM_HOST, &d), RS_OK);
+    assert_int_equal(rs_exposer_add_region(x, 0x5000 + 899, mem, 2, RS_MEM_HOST, &d),
                      RS_ERR_INVALID_ARG);
     assert_non_null(strstr(d.msg, "overlaps"));
-    assert_int_equal(rs_exposer_add_region(x, 0x9000, mem, 0, &d),
+    assert_int_equal(rs_exposer_add_region(x, 0x9000, mem, 0, RS_MEM_HOST, &d),
                      RS_ERR_INVALID_ARG);
-    assert_int_equal(rs_exposer_add_region(x, UINT64_MAX - 3, mem, 8, &d),
+    assert_int_equal(rs_exposer_add_region(x, UINT64_MAX - 3, mem, 8, RS_MEM_HOST, &d),
                      RS_ERR_INVALID_ARG);
     assert_non_null(strstr(d.msg, "wraps"));
     assert_int_equal(rs_exposer_start(x, &d), RS_OK);
-    assert_int_equal(rs_exposer_add_region(x, 0x9000, mem, 8, &d),
+    assert_int_equal(rs_exposer_add_region(x, 0x9000, mem, 8, RS_MEM_HOST, &d),
                      RS_ERR_INVALID_ARG);
     assert_non_null(strstr(d.msg, "after start"));
     assert_int_equal(rs_exposer_start(x, &d), RS_ERR_INVALID_ARG);
@@ -460,7 +460,7 @@ static void test_ucx_exposer_blob(void **state)
     assert_int_equal(rs_exposer_create("ucx", &d, &x), RS_OK);
     for (int i = 0; i < 3; i++)
         assert_int_equal(rs_exposer_add_region(x, 0x100000 * (uint64_t)(3 - i),
-                                               mem[i], 1000, &d), RS_OK);
+                                               mem[i], 1000, RS_MEM_HOST, &d), RS_OK);
     assert_int_equal(rs_exposer_start(x, &d), RS_OK);
     const void *blob;
     size_t len;
