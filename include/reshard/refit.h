@@ -2,7 +2,9 @@
  * trainer rank) registers the shards it owns, exposes them for one-sided
  * reads and publishes its table for each version; a receiver (one per
  * inference rank) discovers a READY version, plans its capture against every
- * table of that version, pulls, verifies and installs. Plans, connections
+ * table of that version, pulls, verifies and installs, in one call or as a
+ * stage (everything but install, the bound parameters untouched) and a
+ * later apply at a safe point. Plans, connections
  * and prepared descriptors are cached while the topology (every publisher's
  * identity, shard geometry, addresses and keys) stays the same, and rebuilt
  * automatically when it changes.
@@ -154,9 +156,14 @@ RS_API void rs_receiver_params_init(rs_receiver_params_t *params);
 RS_API rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
                                       rs_capture_h capture, rs_diag_t *diag,
                                       rs_receiver_h *receiver_p);
+/* Discards a staged version (dropping its lease), closes everything. */
 RS_API void rs_receiver_destroy(rs_receiver_h receiver);
 
-/* Binds a capture parameter to its live storage. */
+/* Binds a capture parameter to its live storage. With shadow = 1 it also
+ * allocates the parameter's staging (nbytes) and copies the storage into
+ * it, so bytes no copy writes (padding) keep their values on apply: O(nbytes).
+ * Errors: RS_ERR_INVALID_ARG (no such parameter; a version is staged),
+ * RS_ERR_NO_MEMORY (the staging; the parameter is then left unbound). */
 RS_API rs_status_t rs_receiver_bind(rs_receiver_h receiver, size_t param,
                                     void *base, uint64_t nbytes,
                                     rs_diag_t *diag);
