@@ -97,8 +97,21 @@ RS_API void rs_exec_set_run_timeout(rs_exec_h exec, double timeout_s);
  * or did not complete, naming the session, or the run's deadline),
  * RS_ERR_VERIFY (a digest mismatch, a shard to verify without a digest, or
  * an implausible throughput). The plan's refusals are found before any byte
- * moves. On any error the install callback is not called. */
+ * moves. On any error the install callback is not called.
+ * rs_exec_run = rs_exec_run_staged, a deadline check, rs_exec_install. */
 RS_API rs_status_t rs_exec_run(rs_exec_h exec, rs_diag_t *diag);
+
+/* rs_exec_run without its install stage: every byte moved and every check
+ * passed (same errors), the install callback not called. The run's
+ * deadline (run_timeout_s) ends with it. */
+RS_API rs_status_t rs_exec_run_staged(rs_exec_h exec, rs_diag_t *diag);
+
+/* The install stage of the last rs_exec_run_staged, which must have
+ * succeeded with no run since (else RS_ERR_INVALID_ARG): calls the install
+ * callback (none: RS_OK, the stage absent from the record), timed as the
+ * `install` stage, with no deadline. A failing callback's status is
+ * returned and recorded (failure "install"). Once per staged run. */
+RS_API rs_status_t rs_exec_install(rs_exec_h exec, rs_diag_t *diag);
 
 /* Coverage of the parameters by the plan, computed before any byte moves. */
 typedef struct rs_coverage {
@@ -119,8 +132,9 @@ RS_API rs_status_t rs_exec_coverage(rs_exec_h exec, rs_diag_t *diag,
 RS_API rs_status_t rs_exec_write_coverage_json(rs_exec_h exec, FILE *out,
                                                rs_diag_t *diag);
 
-/* The stage record of the last run (reshard.stage.v2). plan_seconds < 0
- * leaves the planning stage out. */
+/* The stage record of the last run (reshard.stage.v2): rs_exec_stages with
+ * plan_s = plan_seconds (< 0 leaves the planning stage out), written by
+ * rs_exec_write_stages. */
 RS_API rs_status_t rs_exec_write_stage_json(rs_exec_h exec, double plan_seconds,
                                             FILE *out, rs_diag_t *diag);
 
@@ -130,6 +144,47 @@ RS_API rs_status_t rs_exec_write_stage_json(rs_exec_h exec, double plan_seconds,
  * or destroy. */
 RS_API rs_status_t rs_exec_set_digests(rs_exec_h exec, rs_sources_h sources,
                                        rs_diag_t *diag);
+
+/* The figures of the last run, one source for the stage record and for
+ * callers that read them without parsing JSON. Seconds < 0: the stage did
+ * not run (it is absent from the record, never zero). */
+typedef struct rs_exec_stages {
+    double plan_s;          /* planning, measured by the caller: the record
+                             * has it when >= 0; rs_exec_stages sets -1 */
+    double prepare_s;       /* building descriptors, staging, programs */
+    double descriptors_s;   /* the descriptor part of prepare_s */
+    double wire_s;          /* posting every read and waiting for them */
+    double replay_s;        /* full-pull staging -> destinations */
+    double convert_s;       /* casts */
+    double verify_s;        /* digest verification */
+    double install_s;       /* the install callback */
+    uint64_t bytes;         /* bytes the plan reads (on the wire) */
+    uint64_t descriptors;   /* read descriptors posted */
+    uint64_t full_pulls, converts, fallback; /* of the plan */
+    uint64_t shards_verified;
+    int ok;                 /* the last run (and its install) succeeded */
+    const char *failure;    /* !ok: the short cause (docs/formats.md),
+                             * a string with static storage; else NULL */
+} rs_exec_stages_t;
+
+/* Fills *stages_p from the last run (all stages < 0 before the first).
+ * Cost: O(plan's full pulls + converts). */
+RS_API void rs_exec_stages(rs_exec_h exec, rs_exec_stages_t *stages_p);
+
+/* Record writers' flags: one line, no spaces (the default is indented). */
+#define RS_RECORD_COMPACT 1u
+
+/* Writes `stages` as the stage record (reshard.stage.v2, docs/formats.md),
+ * followed by a newline unless RS_RECORD_COMPACT. RS_ERR_IO when `out`
+ * fails. */
+RS_API rs_status_t rs_exec_write_stages(const rs_exec_stages_t *stages,
+                                        unsigned flags, FILE *out,
+                                        rs_diag_t *diag);
+
+/* rs_exec_write_coverage_json with flags (RS_RECORD_COMPACT). */
+RS_API rs_status_t rs_exec_write_coverage_record(rs_exec_h exec,
+                                                 unsigned flags, FILE *out,
+                                                 rs_diag_t *diag);
 
 /* Counters of the last run. */
 typedef struct rs_exec_stats {

@@ -2,15 +2,22 @@
  * trainer rank) registers the shards it owns, exposes them for one-sided
  * reads and publishes its table for each version; a receiver (one per
  * inference rank) discovers a READY version, plans its capture against every
- * table of that version, pulls, verifies and installs. Plans, connections
+ * table of that version, pulls, verifies and installs, in one call or as a
+ * stage (everything but install, the bound parameters untouched) and a
+ * later apply at a safe point. Plans, connections
  * and prepared descriptors are cached while the topology (every publisher's
  * identity, shard geometry, addresses and keys) stays the same, and rebuilt
  * automatically when it changes.
  *
- * Threads: a publisher or a receiver is used by one thread at a time. Each
- * runs one thread of its own on a second directory connection: the
- * publisher's heartbeat, and, during a pull, the receiver's lease
- * renewal. */
+ * Threads: a publisher or a receiver is used by one thread at a time: no
+ * two calls on the same handle may overlap. Consecutive calls may come
+ * from different threads when the caller orders them (a mutex, a join):
+ * a version staged on a background thread may be applied or discarded on
+ * another. The bound parameters are not touched by rs_receiver_stage, so
+ * other threads may use them while it runs; rs_receiver_apply (and pull)
+ * write them. Each handle runs one thread of its own on a second
+ * directory connection: the publisher's heartbeat, and, while a version
+ * is being pulled or is staged, the receiver's lease renewal. */
 #ifndef RESHARD_REFIT_H
 #define RESHARD_REFIT_H
 
@@ -99,30 +106,49 @@ typedef struct rs_receiver_params {
     double discover_timeout_s; /* waiting for READY; default 60 */
     double stale_s;         /* publishers silent longer are stale; 0 = off.
                              * Stale versions are skipped by version -1 */
-    /* The lease a pull holds on its version (see rs_receiver_pull): its
-     * ttl (default 60 s) and how often a thread renews it while the pull
-     * runs (<= 0, the default: ttl / 3). A period at or above the ttl lets
-     * the lease lapse between renewals, and such a pull refuses to install
-     * whenever the lapse is seen. */
+    /* The lease a pull or a stage holds on its version (see
+     * rs_receiver_stage): its ttl (default 60 s) and how often a thread
+     * renews it while the version is pulled or staged (<= 0, the default:
+     * ttl / 3). A period at or above the ttl lets the lease lapse between
+     * renewals, and such a pull refuses to install whenever the lapse is
+     * seen. */
     double lease_ttl_s;
     double lease_renew_s;
-    /* > 0: one deadline for the whole pull (discover, lease, tables, plan,
-     * connect, wire, replay, casts, verify), in seconds from the call. Every
+    /* > 0: one deadline for the whole pull or stage (discover, lease,
+     * tables, plan, connect, wire, replay, casts, verify), in seconds from
+     * the call (a separate apply has none). Every
      * wait inside gets at most what is left; a pull past it fails with
      * RS_ERR_TIMEOUT naming the stage it was in, before install. Default 0:
      * no overall bound (each wait keeps its own timeout). */
     double pull_timeout_s;
     int release_after;      /* release the version after installing */
     int64_t max_segments_per_copy; /* 0 = planner default */
-    /* 1 (default): pull into receiver-owned shadow buffers and copy them
-     * into the bound storage only after every check passed, so a failed
-     * pull never touches the bound parameters. 0: read straight into the
-     * bound storage (half the memory; a failed pull may leave it partly
-     * written, though install is still not called). */
+    /* 1 (default): the executor reads into receiver-owned staging buffers
+     * (one per bound parameter, allocated by rs_receiver_bind), copied into
+     * the bound storage only by apply, after every check passed, so a
+     * failed pull never touches the bound parameters. 0: rs_receiver_pull
+     * reads straight into the bound storage (half the memory; a failed pull
+     * may leave it partly written, though install is still not called), and
+     * rs_receiver_stage is refused (RS_ERR_INVALID_ARG): a stage never
+     * writes the bound parameters. */
     int shadow;
-    /* timeouts, verification (on by default here: exec.verify_digests = 1),
-     * install callback */
-    rs_exec_params_t exec;
+    /* The executor's settings (see rs_exec_params_t): */
+    double timeout_s;          /* per transport wait; default 60 s */
+    int verify_digests;        /* default 1 here (off in the executor) */
+    int verify_partial;
+    int require_full_coverage;
+    double coverage_floor;     /* default RS_EXEC_DEFAULT_COVERAGE_FLOOR */
+    double max_gbps;
+    /* Called by apply once the staged bytes are in the bound parameters
+     * (the exec handle is rs_receiver_exec's); a non-RS_OK return fails the
+     * apply with that status, the bytes already copied. */
+    rs_install_cb install;
+    void *install_ctx;
+    /* Wire progress, as in rs_exec_params_t (called on the staging
+     * thread). */
+    rs_progress_cb progress;
+    void *progress_ctx;
+    uint64_t progress_chunk_bytes;
     /* Notices of directory outages during discovery (retried until
      * discover_timeout_s); NULL: stderr. */
     rs_dir_notice_cb notice;
@@ -135,21 +161,31 @@ RS_API void rs_receiver_params_init(rs_receiver_params_t *params);
 RS_API rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
                                       rs_capture_h capture, rs_diag_t *diag,
                                       rs_receiver_h *receiver_p);
+/* Discards a staged version (dropping its lease), closes everything. */
 RS_API void rs_receiver_destroy(rs_receiver_h receiver);
 
 /* Binds a capture parameter to its live storage (memory of type `mem`),
- * borrowed until rebound or the receiver is destroyed. With shadow = 1 its
- * current bytes are copied into a new shadow buffer (O(nbytes)).
+ * borrowed until rebound or the receiver is destroyed. With shadow = 1 it
+ * also allocates the parameter's staging (nbytes) and copies the storage
+ * into it, so bytes no copy writes (padding) keep their values on apply:
+ * O(nbytes).
  * Errors: RS_ERR_UNSUPPORTED for any mem but RS_MEM_HOST (naming the type
  * and the param; base is not read), RS_ERR_INVALID_ARG for a mem outside
- * rs_mem_type_t or no such param; the previous binding stays then. */
+ * rs_mem_type_t, no such parameter, or a version staged (the previous
+ * binding stays then), RS_ERR_NO_MEMORY (the staging; the parameter is
+ * then left unbound). */
 RS_API rs_status_t rs_receiver_bind(rs_receiver_h receiver, size_t param,
                                     void *base, uint64_t nbytes,
                                     rs_mem_type_t mem, rs_diag_t *diag);
 
+typedef struct rs_staged *rs_staged_h;
+
 typedef struct rs_pull_result {
     int64_t version;
     int replanned;          /* 1 when the plan was (re)built for this pull */
+    /* discover_s: waiting for READY, taking the lease and reading every
+     * table (tables_s of it); plan_s: planning, connecting (connect_s of
+     * it) and creating the executor, 0 when the cached plan was reused. */
     double discover_s, plan_s, connect_s;
     rs_exec_stats_t exec;
     uint64_t lease_epoch;        /* the epoch of the pull's lease */
@@ -161,37 +197,97 @@ typedef struct rs_pull_result {
      * release_msg). The pull itself succeeded either way. */
     rs_status_t release_status;
     char release_msg[RS_DIAG_MSG_MAX];
+    /* The figures without JSON: the executor's stages of this pull (wire,
+     * replay, convert, verify; install: the lease proof, the copy from
+     * staging into the bound parameters and the install callback), bytes
+     * on the wire and descriptors. The same figures as the stage record of
+     * rs_receiver_exec (rs_exec_write_stages writes this struct). */
+    rs_exec_stages_t stages;
+    double tables_s;          /* reading and merging every slot's table */
+    double stage_s, apply_s;  /* the whole stage, the whole apply */
+    uint64_t bytes_installed; /* copied from staging into the bound
+                               * parameters (0 with shadow = 0) */
+    uint32_t sessions;        /* publishers the plan reads from */
 } rs_pull_result_t;
 
-/* Discovers `version` (< 0: the newest READY one), plans (or reuses the
- * cached plan when the topology is unchanged), connects, pulls, verifies and
- * installs, holding a lease for the duration. On any error the install
- * callback is not called (and, with shadow = 1, the bound storage is
- * untouched).
+/* Pulls `version` (< 0: the newest READY one): rs_receiver_stage then
+ * rs_receiver_apply, within one deadline (pull_timeout_s, also checked
+ * before apply). With shadow = 0 the bytes land straight in the bound
+ * storage and apply only proves the lease and installs. On any error the
+ * install callback is not called (and, with shadow = 1, the bound storage is
+ * untouched), and nothing stays staged or leased. Refused while a version
+ * is staged (RS_ERR_INVALID_ARG).
  *
- * The lease is taken with a fresh epoch right after discovery and renewed
- * by a thread every lease_renew_s until the pull ends, also while the wire
- * is stalled. Before install the receiver proves the lease was held without
- * a gap: no renewal found it over, and a last renewal, atomic with the
- * check that the same epoch is still live, succeeds. A live lease makes
- * release impossible, so the version was not released and the publishers
- * did not refill their buffers while any byte was read. Otherwise
- * RS_ERR_VERIFY ("refusing to install: lease ... was not held throughout
- * the pull", with the cause): never a mix of two versions. A renewal that
- * only failed to reach the directory is retried; it breaks nothing unless
- * the lease lapsed meanwhile, which the next renewal reports.
- *
- * Errors: those of the directory (discovery), planning, connecting and
- * rs_exec_run (a read that failed or timed out is RS_ERR_TRANSPORT /
- * RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
- * and the cause); RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed
- * in the <stage> stage"); RS_ERR_VERIFY for a lease not held throughout. */
+ * Errors: those of rs_receiver_stage and rs_receiver_apply; a deadline
+ * passed before apply is RS_ERR_TIMEOUT ("deadline passed in the install
+ * stage"). */
 RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
                                     rs_diag_t *diag,
                                     rs_pull_result_t *result_p);
 
-/* The executor of the last pull (for its stage and coverage records), or
- * NULL before the first. */
+/* Stages `version` (< 0: the newest READY one) without touching the bound
+ * parameters: discovers it, takes a lease on it, reads every table, plans
+ * (or reuses the cached plan when the topology is unchanged), connects,
+ * reads into the staging buffers, replays, casts and verifies. The bound
+ * parameters may be read and written by other threads meanwhile.
+ *
+ * The lease is taken with a fresh epoch right after discovery and renewed
+ * by a thread every lease_renew_s for as long as the version stays staged
+ * (also while the wire is stalled, and after this call returns), until
+ * apply or discard. Apply proves the lease was held without a gap: no
+ * renewal found it over, and a last renewal, atomic with the check that
+ * the same epoch is still live, succeeds. A live lease makes release
+ * impossible, so the version was not released and the publishers did not
+ * refill their buffers while any byte was read. A renewal that only failed
+ * to reach the directory is retried; it breaks nothing unless the lease
+ * lapsed meanwhile, which the next renewal reports.
+ *
+ * On success *staged_p is the receiver's staged version: one per receiver,
+ * owned by it, valid until rs_receiver_apply or rs_receiver_discard
+ * consumes it (or the receiver is destroyed). While staged,
+ * rs_receiver_bind is refused.
+ *
+ * Errors (nothing staged, no lease left, bound parameters untouched):
+ * RS_ERR_INVALID_ARG (a version is staged already, naming it; shadow = 0);
+ * those of the directory (discovery), planning, connecting and the
+ * executor's run (a read that failed or timed out is RS_ERR_TRANSPORT /
+ * RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
+ * and the cause; the connections are dropped and rebuilt next time);
+ * RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed in the
+ * <stage> stage"). */
+RS_API rs_status_t rs_receiver_stage(rs_receiver_h receiver, int64_t version,
+                                     rs_diag_t *diag, rs_staged_h *staged_p);
+
+/* Installs a staged version: proves its lease (above), copies the staged
+ * bytes into the bound parameters, calls the install callback, drops the
+ * lease and, with release_after, releases the version (the outcome in
+ * result_p's release_status). No deadline applies (pull_timeout_s bounds
+ * the stage); the lease proof rides out a directory outage for up to
+ * lease_ttl_s. `staged` is consumed either way (RS_OK or not).
+ *
+ * Errors: RS_ERR_INVALID_ARG (`staged` is not this receiver's staged
+ * version: NULL, applied or discarded already, or from a failed stage);
+ * RS_ERR_VERIFY when the lease was not held throughout ("refusing to
+ * install: lease ... was not held throughout the pull", with the cause:
+ * lapsed, taken again, version released): the bound parameters untouched
+ * and install not called, never a mix of two versions. A failing install
+ * callback's status (the bound parameters then hold the new version). */
+RS_API rs_status_t rs_receiver_apply(rs_receiver_h receiver,
+                                     rs_staged_h staged, rs_diag_t *diag,
+                                     rs_pull_result_t *result_p);
+
+/* Drops a staged version: stops its lease renewal and drops the lease (so
+ * the version can be released). The bound parameters are untouched.
+ * Accepts NULL and a handle already consumed (no-op). */
+RS_API void rs_receiver_discard(rs_receiver_h receiver, rs_staged_h staged);
+
+/* The version a staged handle holds, or -1 for a consumed one. */
+RS_API int64_t rs_staged_version(rs_staged_h staged);
+
+/* The executor of the last stage or pull (for its stage and coverage
+ * records), or NULL before the first and after a transport failure. Its
+ * records describe the last run: a failed apply shows as failure
+ * "install". */
 RS_API rs_exec_h rs_receiver_exec(rs_receiver_h receiver);
 
 #ifdef __cplusplus

@@ -1,5 +1,6 @@
 /* The executor's lifecycle and one run: gate, wire, replay, casts, verify,
- * throughput check, install. Each stage is timed; a failure anywhere stops
+ * throughput check (the staged part), then install, which a caller may
+ * also run later on its own. Each stage is timed; a failure anywhere stops
  * the run before install. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,7 +338,7 @@ static rs_status_t install(rs_exec_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
-rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
+rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
 {
     rs_status_t st;
     if (x == NULL)
@@ -345,6 +346,7 @@ rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
     for (int s = 0; s < RS_STAGE_COUNT_; s++)
         x->stage[s] = -1;
     x->failure = NULL;
+    x->staged = 0;
     x->deadline = x->params.run_timeout_s > 0
                       ? rs__now() + x->params.run_timeout_s : 0;
     x->stats.runs++;
@@ -374,10 +376,29 @@ rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
     STAGE(x, RS_STAGE_VERIFY, !x->params.verify_digests, rs__exec_verify(x, diag));
     if ((st = check_throughput(x, diag)) != RS_OK)
         return st;
-    if ((st = check_deadline(x, "install", diag)) != RS_OK)
-        return st;
+    x->staged = 1;
+    return RS_OK;
+}
+
+/* No deadline here: a staged run may be installed long after it ended
+ * (rs_exec_run checks the run's deadline before calling this). */
+rs_status_t rs_exec_install(rs_exec_h x, rs_diag_t *diag)
+{
+    if (x == NULL || !x->staged)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "exec: no staged run "
+                            "to install (the last run failed, or was "
+                            "installed already)");
+    x->staged = 0;
     STAGE(x, RS_STAGE_INSTALL, x->params.install == NULL, install(x, diag));
     return RS_OK;
+}
+
+rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
+{
+    rs_status_t st = rs_exec_run_staged(x, diag);
+    if (st == RS_OK && (st = check_deadline(x, "install", diag)) != RS_OK)
+        x->staged = 0;
+    return st == RS_OK ? rs_exec_install(x, diag) : st;
 }
 
 void rs_exec_stats(rs_exec_h x, rs_exec_stats_t *stats_p) { *stats_p = x->stats; }

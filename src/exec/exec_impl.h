@@ -69,6 +69,8 @@ struct rs_exec {
 
     double stage[RS_STAGE_COUNT_];
     double deadline;             /* of the run in flight (rs__now); 0: none */
+    int staged;                  /* the last run passed every check and
+                                  * has not been installed yet */
     const char *failure;         /* short cause of the last failed run */
     char failure_msg[256];
     rs_exec_stats_t stats;

@@ -1,5 +1,6 @@
-/* The JSON records of a run: the stage record (reshard.stage.v2) and the
- * coverage record (reshard.coverage.v1). Small, so built with jansson. */
+/* The JSON records of a run: the stage record (reshard.stage.v2, written
+ * from the public rs_exec_stages_t figures) and the coverage record
+ * (reshard.coverage.v1). Small, so built with jansson. */
 #include <ctype.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -10,56 +11,97 @@
 
 #define RS_RECORD_LIST_MAX 8
 
-static const char *const stage_names[RS_STAGE_COUNT_] = {
-    [RS_STAGE_PREPARE] = "prepare",     [RS_STAGE_DESCRIPTORS] = "descriptors",
-    [RS_STAGE_WIRE] = "wire",           [RS_STAGE_REPLAY] = "replay",
-    [RS_STAGE_CONVERT] = "convert",     [RS_STAGE_VERIFY] = "verify",
-    [RS_STAGE_INSTALL] = "install",
-};
-
-static rs_status_t dump(json_t *root, FILE *out, rs_diag_t *diag)
+static rs_status_t dump(json_t *root, unsigned flags, FILE *out,
+                        rs_diag_t *diag)
 {
     if (root == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    int rc = json_dumpf(root, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    int compact = (flags & RS_RECORD_COMPACT) != 0;
+    int rc = json_dumpf(root, out, (compact ? JSON_COMPACT : JSON_INDENT(2)) |
+                                       JSON_PRESERVE_ORDER);
     json_decref(root);
-    if (rc != 0 || fputc('\n', out) == EOF)
+    if (rc != 0 || (!compact && fputc('\n', out) == EOF))
         return rs__diag_set(diag, RS_ERR_IO, "cannot write the record");
     return RS_OK;
+}
+
+void rs_exec_stages(rs_exec_h x, rs_exec_stages_t *s)
+{
+    size_t nfp, ncv;
+    rs_plan_full_pulls(x->plan, &nfp);
+    rs_plan_converts(x->plan, &ncv);
+    *s = (rs_exec_stages_t){
+        .plan_s = -1,
+        .prepare_s = x->stage[RS_STAGE_PREPARE],
+        .descriptors_s = x->stage[RS_STAGE_DESCRIPTORS],
+        .wire_s = x->stage[RS_STAGE_WIRE],
+        .replay_s = x->stage[RS_STAGE_REPLAY],
+        .convert_s = x->stage[RS_STAGE_CONVERT],
+        .verify_s = x->stage[RS_STAGE_VERIFY],
+        .install_s = x->stage[RS_STAGE_INSTALL],
+        .bytes = x->stats.bytes,
+        .descriptors = x->stats.descriptors,
+        .full_pulls = nfp,
+        .converts = ncv,
+        .fallback = rs_plan_num_fallback(x->plan),
+        .shards_verified = x->stats.shards_verified,
+        .ok = x->failure == NULL,
+        .failure = x->failure,
+    };
+}
+
+/* stages_s: the stages that ran, in the order they run. */
+static json_t *stage_times(const rs_exec_stages_t *s)
+{
+    const struct { const char *name; double secs; } t[] = {
+        {"plan", s->plan_s},       {"prepare", s->prepare_s},
+        {"descriptors", s->descriptors_s}, {"wire", s->wire_s},
+        {"replay", s->replay_s},   {"convert", s->convert_s},
+        {"verify", s->verify_s},   {"install", s->install_s},
+    };
+    json_t *stages = json_object();
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        if (t[i].secs >= 0)
+            json_object_set_new(stages, t[i].name, json_real(t[i].secs));
+    }
+    return stages;
+}
+
+rs_status_t rs_exec_write_stages(const rs_exec_stages_t *s, unsigned flags,
+                                 FILE *out, rs_diag_t *diag)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "schema", json_string("reshard.stage.v2"));
+    json_object_set_new(root, "stages_s", stage_times(s));
+    json_object_set_new(root, "bytes", json_integer((json_int_t)s->bytes));
+    json_object_set_new(root, "descriptors",
+                        json_integer((json_int_t)s->descriptors));
+    json_object_set_new(root, "full_pulls",
+                        json_integer((json_int_t)s->full_pulls));
+    json_object_set_new(root, "converts",
+                        json_integer((json_int_t)s->converts));
+    json_object_set_new(root, "fallback",
+                        json_integer((json_int_t)s->fallback));
+    json_object_set_new(root, "shards_verified",
+                        json_integer((json_int_t)s->shards_verified));
+    if (s->wire_s > 0)
+        json_object_set_new(root, "wire_GB_per_s",
+                            json_real((double)s->bytes / s->wire_s / 1e9));
+    json_object_set_new(root, "ok", json_boolean(s->ok));
+    if (!s->ok)
+        json_object_set_new(root, "failure", json_string(s->failure != NULL
+                                                             ? s->failure
+                                                             : "unknown"));
+    return dump(root, flags, out, diag);
 }
 
 rs_status_t rs_exec_write_stage_json(rs_exec_h x, double plan_seconds,
                                      FILE *out, rs_diag_t *diag)
 {
-    size_t nfp, ncv;
-    json_t *root = json_object(), *stages = json_object();
-    rs_plan_full_pulls(x->plan, &nfp);
-    rs_plan_converts(x->plan, &ncv);
-    json_object_set_new(root, "schema", json_string("reshard.stage.v2"));
-    if (plan_seconds >= 0)
-        json_object_set_new(stages, "plan", json_real(plan_seconds));
-    for (int s = 0; s < RS_STAGE_COUNT_; s++) {
-        if (x->stage[s] >= 0)
-            json_object_set_new(stages, stage_names[s], json_real(x->stage[s]));
-    }
-    json_object_set_new(root, "stages_s", stages);
-    json_object_set_new(root, "bytes", json_integer((json_int_t)x->stats.bytes));
-    json_object_set_new(root, "descriptors",
-                        json_integer((json_int_t)x->stats.descriptors));
-    json_object_set_new(root, "full_pulls", json_integer((json_int_t)nfp));
-    json_object_set_new(root, "converts", json_integer((json_int_t)ncv));
-    json_object_set_new(root, "fallback",
-                        json_integer((json_int_t)rs_plan_num_fallback(x->plan)));
-    json_object_set_new(root, "shards_verified",
-                        json_integer((json_int_t)x->stats.shards_verified));
-    if (x->stage[RS_STAGE_WIRE] > 0)
-        json_object_set_new(root, "wire_GB_per_s",
-                            json_real((double)x->stats.bytes /
-                                      x->stage[RS_STAGE_WIRE] / 1e9));
-    json_object_set_new(root, "ok", json_boolean(x->failure == NULL));
-    if (x->failure != NULL)
-        json_object_set_new(root, "failure", json_string(x->failure));
-    return dump(root, out, diag);
+    rs_exec_stages_t s;
+    rs_exec_stages(x, &s);
+    s.plan_s = plan_seconds;
+    return rs_exec_write_stages(&s, 0, out, diag);
 }
 
 /* A fallback reason without its copy prefix and with numbers folded, so
@@ -131,6 +173,12 @@ static json_t *uncovered_list(rs_plan_h plan)
 
 rs_status_t rs_exec_write_coverage_json(rs_exec_h x, FILE *out, rs_diag_t *diag)
 {
+    return rs_exec_write_coverage_record(x, 0, out, diag);
+}
+
+rs_status_t rs_exec_write_coverage_record(rs_exec_h x, unsigned flags,
+                                          FILE *out, rs_diag_t *diag)
+{
     rs_coverage_t c;
     size_t nunc;
     rs_status_t st = rs_exec_coverage(x, diag, &c);
@@ -152,5 +200,5 @@ rs_status_t rs_exec_write_coverage_json(rs_exec_h x, FILE *out, rs_diag_t *diag)
     json_object_set_new(root, "uncovered_count", json_integer((json_int_t)nunc));
     json_object_set_new(root, "uncovered_copies", uncovered_list(x->plan));
     json_object_set_new(root, "fallback_causes", fallback_causes(x->plan));
-    return dump(root, out, diag);
+    return dump(root, flags, out, diag);
 }

@@ -1,8 +1,10 @@
-/* The receiver lifecycle: discover a READY version, read every slot's
- * table, plan (or reuse the cached plan while the topology fingerprint is
- * unchanged), connect to the publishers the plan reads from, pull, verify,
- * install, all under a lease on the version that is renewed throughout
- * (lease.c) and proven unbroken before install, and within one deadline. */
+/* The receiver lifecycle: stage (discover a READY version, read every
+ * slot's table, plan or reuse the cached plan while the topology
+ * fingerprint is unchanged, connect to the publishers the plan reads from,
+ * read into staging, verify), then apply (copy the staging into the bound
+ * parameters, install) or discard, all under a lease on the version that is
+ * renewed until apply or discard (lease.c) and proven unbroken before
+ * install. A pull is a stage and an apply within one deadline. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +21,16 @@
 typedef struct rs_rbind {
     void *base;
     uint64_t nbytes;
-    void *shadow; /* receiver-owned copy the pull lands in, when shadowing */
+    void *shadow; /* receiver-owned staging the pull lands in (shadow = 1) */
 } rs_rbind_t;
+
+/* The receiver's one staged version: its lease is r->lease, its bytes the
+ * staging buffers; `res` gathers the figures from stage to apply. */
+struct rs_staged {
+    int active;
+    int64_t version;
+    rs_pull_result_t res;
+};
 
 struct rs_receiver {
     rs_receiver_params_t params;
@@ -36,21 +46,20 @@ struct rs_receiver {
     rs_plan_h plan;
     rs_transport_h transport;
     rs_exec_h exec;
-    rs_install_cb user_install;
-    void *user_install_ctx;
+    struct rs_staged slot; /* the staged version, when slot.active */
     /* the pull in flight */
     rs_dir_h lease_dir;  /* the renewal thread's connection, opened once */
     rs__lease_t lease;
     double deadline;     /* now_s() time; 0: none */
     const char *stage;   /* for deadline messages; NULL inside the executor */
-    rs_diag_t *diag;     /* the pull's, for the install-time lease proof */
+    rs_diag_t *diag;     /* apply's, for the install-time lease proof */
     /* the directory slot of each table in `sources`, for messages */
     int64_t *table_slot;
     size_t ntable_slot;
 };
 
 static void *target_of(const rs_rbind_t *b);
-static rs_status_t install_shadows(void *ctx, rs_exec_h exec);
+static rs_status_t install_staged(void *ctx, rs_exec_h exec);
 
 static double now_s(void)
 {
@@ -86,8 +95,28 @@ void rs_receiver_params_init(rs_receiver_params_t *p)
     p->discover_timeout_s = 60;
     p->lease_ttl_s = 60;
     p->shadow = 1;
-    rs_exec_params_init(&p->exec);
-    p->exec.verify_digests = 1;
+    p->timeout_s = RS_EXEC_DEFAULT_TIMEOUT_S;
+    p->coverage_floor = RS_EXEC_DEFAULT_COVERAGE_FLOOR;
+    p->verify_digests = 1;
+}
+
+/* The executor's parameters: the receiver's settings, and its own install
+ * step (lease proof, then staging -> bound parameters, then the user's). */
+static void exec_params(rs_receiver_h r, rs_exec_params_t *ep)
+{
+    const rs_receiver_params_t *p = &r->params;
+    rs_exec_params_init(ep);
+    ep->timeout_s = p->timeout_s;
+    ep->verify_digests = p->verify_digests;
+    ep->verify_partial = p->verify_partial;
+    ep->require_full_coverage = p->require_full_coverage;
+    ep->coverage_floor = p->coverage_floor;
+    ep->max_gbps = p->max_gbps;
+    ep->progress = p->progress;
+    ep->progress_ctx = p->progress_ctx;
+    ep->progress_chunk_bytes = p->progress_chunk_bytes;
+    ep->install = install_staged;
+    ep->install_ctx = r;
 }
 
 /* How long the end of a pull keeps trying to drop its lease through a
@@ -122,10 +151,6 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     r->params = *params;
     r->cap = capture;
-    r->user_install = params->exec.install;
-    r->user_install_ctx = params->exec.install_ctx;
-    r->params.exec.install = install_shadows;
-    r->params.exec.install_ctx = r;
     r->model = strdup(params->model);
     r->directory = strdup(params->directory);
     r->backend = strdup(params->backend ? params->backend : "ucx");
@@ -162,6 +187,7 @@ void rs_receiver_destroy(rs_receiver_h r)
 {
     if (r == NULL)
         return;
+    rs_receiver_discard(r, &r->slot);
     drop_cache(r);
     rs_dir_close(r->dir);
     rs_dir_close(r->lease_dir);
@@ -195,6 +221,11 @@ rs_status_t rs_receiver_bind(rs_receiver_h r, size_t param, void *base,
     if (r == NULL || param >= r->nparams)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: no param %zu",
                             param);
+    if (r->slot.active) /* its staging holds the staged bytes */
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: param %zu "
+                            "cannot be bound while version %lld is staged "
+                            "(apply or discard it first)", param,
+                            (long long)r->slot.version);
     rs_status_t st = bind_mem_check(r, param, mem, diag);
     if (st != RS_OK)
         return st; /* before the shadow copy reads base */
@@ -202,9 +233,12 @@ rs_status_t rs_receiver_bind(rs_receiver_h r, size_t param, void *base,
     r->binds[param] = (rs_rbind_t){base, nbytes, NULL};
     if (r->params.shadow && nbytes > 0) {
         r->binds[param].shadow = malloc((size_t)nbytes);
-        if (r->binds[param].shadow == NULL)
-            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "receiver: shadow of "
-                                "param %zu", param);
+        if (r->binds[param].shadow == NULL) {
+            /* unbound: a pull must not fall back to the bound storage */
+            r->binds[param] = (rs_rbind_t){NULL, 0, NULL};
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "receiver: staging "
+                                "of param %zu", param);
+        }
         memcpy(r->binds[param].shadow, base, (size_t)nbytes);
     }
     if (r->exec != NULL)
@@ -221,11 +255,11 @@ static void *target_of(const rs_rbind_t *b)
     return b->shadow != NULL ? b->shadow : b->base;
 }
 
-/* Called by the executor after every check passed: once the lease is
- * proven unbroken (every byte was read while the version could not be
- * released, hence not refilled), the shadows become the bound parameters,
- * then the caller's own install runs. */
-static rs_status_t install_shadows(void *ctx, rs_exec_h exec)
+/* The executor's install stage, run by apply (rs_exec_install): once the
+ * lease is proven unbroken (every byte was read while the version could
+ * not be released, hence not refilled), the staging is copied into the
+ * bound parameters, then the caller's own install runs. */
+static rs_status_t install_staged(void *ctx, rs_exec_h exec)
 {
     rs_receiver_h r = ctx;
     double patience = r->deadline > 0 ? r->deadline - now_s()
@@ -235,11 +269,13 @@ static rs_status_t install_shadows(void *ctx, rs_exec_h exec)
         return st;
     for (size_t p = 0; p < r->nparams; p++) {
         const rs_rbind_t *b = &r->binds[p];
-        if (b->shadow != NULL)
+        if (b->shadow != NULL) {
             memcpy(b->base, b->shadow, (size_t)b->nbytes);
+            r->slot.res.bytes_installed += b->nbytes;
+        }
     }
-    if (r->user_install != NULL)
-        return r->user_install(r->user_install_ctx, exec);
+    if (r->params.install != NULL)
+        return r->params.install(r->params.install_ctx, exec);
     return RS_OK;
 }
 
@@ -369,10 +405,12 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
 
 /* Builds plan, transport and executor for a new topology. */
 static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
-                           uint64_t fingerprint, rs_diag_t *diag)
+                           uint64_t fingerprint, rs_pull_result_t *res,
+                           rs_diag_t *diag)
 {
     rs_plan_params_t pp;
     rs_transport_params_t tp;
+    rs_exec_params_t ep;
     drop_cache(r);
     r->sources = sources;
     rs_plan_params_init(&pp);
@@ -385,11 +423,13 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     if (st == RS_OK)
         st = rs_transport_create(&tp, diag, &r->transport);
     r->stage = "connect";
+    double t0 = now_s();
     if (st == RS_OK)
         st = connect_all(r, diag);
+    res->connect_s = now_s() - t0;
+    exec_params(r, &ep);
     if (st == RS_OK)
-        st = rs_exec_create(r->plan, r->transport, &r->params.exec, diag,
-                            &r->exec);
+        st = rs_exec_create(r->plan, r->transport, &ep, diag, &r->exec);
     for (size_t p = 0; st == RS_OK && p < r->nparams; p++) {
         if (r->binds[p].base != NULL)
             st = rs_exec_bind(r->exec, p, target_of(&r->binds[p]),
@@ -418,7 +458,7 @@ static rs_status_t prepare(rs_receiver_h r, rs_sources_h sources,
         return st;
     }
     res->replanned = 1;
-    rs_status_t st = rebuild(r, sources, fp, diag);
+    rs_status_t st = rebuild(r, sources, fp, res, diag);
     res->plan_s = now_s() - t0;
     return st;
 }
@@ -488,12 +528,15 @@ static rs_status_t start_lease(rs_receiver_h r, int64_t version,
     return st;
 }
 
-/* Plans (or reuses the plan), connects and runs the executor. */
+/* The transfer: reads the tables, plans (or reuses the plan), connects and
+ * runs the executor into the staging, stopping before install. */
 static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
                             double t0, rs_pull_result_t *res, rs_diag_t *diag)
 {
     rs_sources_h sources = NULL;
+    double tt = now_s();
     rs_status_t st = read_tables(r, v, diag, &sources);
+    res->tables_s = now_s() - tt;
     res->discover_s = now_s() - t0;
     if (st == RS_OK && (st = enter(r, "plan", v->version, diag)) != RS_OK)
         rs_sources_destroy(sources);
@@ -502,11 +545,9 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
     if (st == RS_OK)
         st = enter(r, "wire", v->version, diag);
     if (st == RS_OK) {
-        double cap = r->params.exec.run_timeout_s;
-        rs_exec_set_run_timeout(r->exec, r->deadline > 0 ? budget(r, cap)
-                                                         : cap);
+        rs_exec_set_run_timeout(r->exec, r->deadline > 0 ? budget(r, 0) : 0);
         r->stage = NULL; /* the executor names its stages itself */
-        st = rs_exec_run(r->exec, diag);
+        st = rs_exec_run_staged(r->exec, diag);
         if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
             rs__diag_prefix(diag, "reading from the publishers: ");
     }
@@ -541,41 +582,154 @@ static void release_now(rs_receiver_h r, int64_t version,
              res->release_status == RS_OK ? "" : d.msg);
 }
 
-rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
-                             rs_pull_result_t *result_p)
+/* Stops the renewals, keeps their figures, drops the lease. */
+static void end_lease(rs_receiver_h r, int64_t version, rs_pull_result_t *res)
+{
+    rs__lease_stop(&r->lease);
+    res->lease_epoch = r->lease.epoch;
+    res->lease_renewals = r->lease.renewals;
+    res->lease_renew_errors = r->lease.errors;
+    unlease_now(r, version);
+}
+
+static uint32_t sessions_read(rs_plan_h plan)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++)
+        n += rs_plan_session_bytes(plan, k) > 0;
+    return n;
+}
+
+/* Discover, lease, transfer: into r->slot on success; on error nothing is
+ * staged and the lease is dropped. */
+static rs_status_t stage_version(rs_receiver_h r, int64_t version,
+                                 rs_diag_t *diag)
 {
     rs_version_info_t v;
-    rs_pull_result_t res;
-    memset(&res, 0, sizeof(res));
+    rs_pull_result_t *res = &r->slot.res;
+    memset(res, 0, sizeof(*res));
     double t0 = now_s();
     r->deadline = r->params.pull_timeout_s > 0 ? t0 + r->params.pull_timeout_s
                                                : 0;
     r->stage = "discover";
-    r->diag = diag;
     rs_status_t st = rs_dir_wait_ready(r->dir, r->model, version,
                                        budget(r, r->params.discover_timeout_s),
                                        r->params.stale_s, diag, &v);
     if (st == RS_OK)
         st = start_lease(r, v.version, diag);
-    if (st != RS_OK) {
-        r->diag = NULL;
+    if (st != RS_OK)
         return deadline_status(r, version, st, diag);
+    res->version = v.version;
+    st = transfer(r, &v, t0, res, diag);
+    if (st != RS_OK) {
+        if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
+            drop_cache(r); /* a peer failed: reconnect from scratch next time */
+        end_lease(r, v.version, res);
+        return st;
     }
-    res.version = v.version;
-    st = transfer(r, &v, t0, &res, diag);
-    if (r->exec != NULL)
-        rs_exec_stats(r->exec, &res.exec);
-    if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
-        drop_cache(r); /* a peer failed: reconnect from scratch next time */
-    rs__lease_stop(&r->lease);
-    res.lease_epoch = r->lease.epoch;
-    res.lease_renewals = r->lease.renewals;
-    res.lease_renew_errors = r->lease.errors;
-    unlease_now(r, v.version);
+    res->lease_epoch = r->lease.epoch;
+    res->sessions = sessions_read(r->plan);
+    res->stage_s = now_s() - t0;
+    r->slot.version = v.version;
+    r->slot.active = 1;
+    return RS_OK;
+}
+
+/* The staged version's install under the deadline in r->deadline (0: none),
+ * then the end of its lease, consuming the slot either way. */
+static rs_status_t apply_slot(rs_receiver_h r, rs_diag_t *diag,
+                              rs_pull_result_t *result_p)
+{
+    rs_pull_result_t *res = &r->slot.res;
+    double t0 = now_s();
+    res->bytes_installed = 0;
+    r->diag = diag;
+    rs_status_t st = rs_exec_install(r->exec, diag);
     r->diag = NULL;
+    rs_exec_stats(r->exec, &res->exec);
+    rs_exec_stages(r->exec, &res->stages);
+    end_lease(r, r->slot.version, res);
+    r->slot.active = 0;
     if (st == RS_OK && r->params.release_after)
-        release_now(r, v.version, &res);
+        release_now(r, r->slot.version, res);
+    res->apply_s = now_s() - t0;
     if (st == RS_OK && result_p != NULL)
-        *result_p = res;
+        *result_p = *res;
     return st;
+}
+
+static rs_status_t refuse_if_staged(rs_receiver_h r, const char *what,
+                                    rs_diag_t *diag)
+{
+    if (r == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: NULL");
+    if (!r->slot.active)
+        return RS_OK;
+    return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: cannot %s: "
+                        "version %lld of '%s' is staged (apply or discard it "
+                        "first)", what, (long long)r->slot.version, r->model);
+}
+
+rs_status_t rs_receiver_stage(rs_receiver_h r, int64_t version,
+                              rs_diag_t *diag, rs_staged_h *staged_p)
+{
+    rs_status_t st = refuse_if_staged(r, "stage another version", diag);
+    if (st != RS_OK)
+        return st;
+    if (staged_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: NULL "
+                            "staged_p");
+    if (!r->params.shadow)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: staging "
+                            "needs shadow = 1 (with shadow = 0 the bytes "
+                            "would land in the bound parameters: use "
+                            "rs_receiver_pull)");
+    if ((st = stage_version(r, version, diag)) != RS_OK)
+        return st;
+    *staged_p = &r->slot;
+    return RS_OK;
+}
+
+rs_status_t rs_receiver_apply(rs_receiver_h r, rs_staged_h staged,
+                              rs_diag_t *diag, rs_pull_result_t *result_p)
+{
+    if (r == NULL || staged == NULL || staged != &r->slot || !staged->active)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: nothing to "
+                            "apply: the handle is not this receiver's staged "
+                            "version (it was applied or discarded already, "
+                            "or its stage failed)");
+    r->deadline = 0; /* the deadline bounds the stage, not the safe point */
+    return apply_slot(r, diag, result_p);
+}
+
+void rs_receiver_discard(rs_receiver_h r, rs_staged_h staged)
+{
+    if (r == NULL || staged == NULL || staged != &r->slot || !staged->active)
+        return;
+    end_lease(r, staged->version, &staged->res);
+    staged->active = 0;
+}
+
+int64_t rs_staged_version(rs_staged_h staged)
+{
+    return staged != NULL && staged->active ? staged->version : -1;
+}
+
+rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
+                             rs_pull_result_t *result_p)
+{
+    rs_status_t st = refuse_if_staged(r, "pull", diag);
+    if (st == RS_OK)
+        st = stage_version(r, version, diag);
+    if (st != RS_OK)
+        return st;
+    if (past_deadline(r)) { /* as the executor's own check before install */
+        r->stage = NULL;
+        st = deadline_status(r, version, rs__diag_set(diag, RS_ERR_TIMEOUT,
+                             "deadline passed before the install stage"),
+                             diag);
+        rs_receiver_discard(r, &r->slot);
+        return st;
+    }
+    return apply_slot(r, diag, result_p);
 }

@@ -53,6 +53,46 @@ pull "$D" cma --version 1 --rank 1 --no-verify --json --check
 expect_rc "pull --no-verify" 0
 expect_in "pull --no-verify" "$TMP/out" '"check":true' '"shards_verified":0'
 
+# ---- the keys of `pull --json`, in order (a contract: docs/formats.md) -----
+
+# json_keys FILE: the keys of every object on FILE's first line, depth
+# first, one "path: key key ..." line per object.
+json_keys() {
+    python3 -c '
+import json, sys
+def walk(path, v):
+    if isinstance(v, dict):
+        print((path + ": " + " ".join(v)).rstrip())
+        for k, x in v.items():
+            walk(path + "." + k, x)
+walk("", json.loads(open(sys.argv[1]).readline()))' "$1"
+}
+# expect_keys NAME FILE WANT...: FILE's key lines are exactly WANT...
+expect_keys() {
+    local name=$1 file=$2
+    shift 2
+    printf '%s\n' "$@" >"$TMP/want"
+    json_keys "$file" >"$TMP/keys" 2>&1
+    if diff "$TMP/want" "$TMP/keys" >"$TMP/keys.diff"; then
+        ok "$name: keys as documented"
+    else
+        bad "$name: keys differ"
+        sed 's/^/       /' "$TMP/keys.diff" | head -12
+    fi
+}
+COVERAGE=".coverage: schema params_total params_installed params_partial params_missing bytes_total bytes_covered bytes_multi_written percent missing_params partial_params uncovered_count uncovered_copies fallback_causes"
+STAGE=".stage: schema stages_s bytes descriptors full_pulls converts fallback shards_verified wire_GB_per_s ok"
+expect_keys "pull --json --check --no-verify" "$TMP/out" \
+    ": version rank ok replanned stage coverage discover_s plan_s wall_s check check_s" \
+    "$STAGE" ".stage.stages_s: prepare descriptors wire install" \
+    "$COVERAGE" ".coverage.fallback_causes:"
+pull "$D" cma --version 1 --rank 0 --json --release
+expect_rc "pull --json --release" 0
+expect_keys "pull --json --release" "$TMP/out" \
+    ": version rank ok replanned stage coverage discover_s plan_s wall_s released" \
+    "$STAGE" ".stage.stages_s: prepare descriptors wire verify install" \
+    "$COVERAGE" ".coverage.fallback_causes:"
+
 # ---- tables without digests -------------------------------------------------
 
 N="$TMP/nodigests"
@@ -63,6 +103,15 @@ expect_rc "pull of tables without digests" 1
 expect_in "pull of tables without digests" "$TMP/err" "tensor '" \
     "shard of session 'trainer-" "without a digest"
 expect_not_in "pull of tables without digests" "$TMP/err" "malformed"
+pull "$N" cma --version 1 --rank 0 --json
+expect_rc "pull --json of tables without digests" 1
+expect_in "pull --json of tables without digests" "$TMP/out" \
+    '"ok":false,"failure":"digest"}'
+expect_keys "pull --json of tables without digests" "$TMP/out" \
+    ": version rank ok replanned stage coverage discover_s plan_s wall_s error" \
+    ".stage: schema stages_s bytes descriptors full_pulls converts fallback shards_verified ok failure" \
+    ".stage.stages_s: prepare descriptors" \
+    "$COVERAGE" ".coverage.fallback_causes:"
 pull "$N" cma --version 1 --rank 0 --no-verify --check
 expect_rc "pull --no-verify of tables without digests" 0
 expect_in "pull --no-verify of tables without digests" "$TMP/out" "byte-exact"

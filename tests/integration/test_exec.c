@@ -369,10 +369,32 @@ static void run_one(scenario_t *sc, const char *backend, int64_t max_segs, int v
         for (int p = 0; p < 2; p++)
             assert_memory_equal(buf[p], sc->expect[p], sc->pbytes[p]);
     }
+    /* a staged run: every byte in place, install not called until
+     * rs_exec_install, which runs once */
+    for (int p = 0; p < 2; p++)
+        memset(buf[p], 0xEE, sc->pbytes[p]);
+    if (rs_exec_run_staged(x, &diag) != RS_OK)
+        fail_msg("%s staged: %s", backend, diag.msg);
+    for (int p = 0; p < 2; p++)
+        assert_memory_equal(buf[p], sc->expect[p], sc->pbytes[p]);
+    assert_int_equal(log.calls, 2);
+    rs_exec_stages_t sg;
+    rs_exec_stages(x, &sg);
+    assert_true(sg.ok);
+    assert_true(sg.wire_s >= 0);
+    assert_true(sg.install_s < 0); /* not run yet: absent */
+    assert_int_equal(rs_exec_install(x, &diag), RS_OK);
+    assert_int_equal(log.calls, 3);
+    rs_exec_stages(x, &sg);
+    assert_true(sg.install_s >= 0);
+    assert_int_equal(rs_exec_install(x, &diag), RS_ERR_INVALID_ARG);
+    assert_int_equal(log.calls, 3);
     rs_exec_stats_t es;
     rs_exec_stats(x, &es);
     assert_int_equal(es.prepares, 1);
-    assert_int_equal(log.calls, 2);
+    assert_int_equal(sg.bytes, es.bytes);
+    assert_int_equal(sg.descriptors, es.descriptors);
+    assert_int_equal(sg.shards_verified, es.shards_verified);
     rs_exec_destroy(x);
     stop_child(child);
     rs_transport_destroy(t);
@@ -467,6 +489,9 @@ static gate_run_t gate_run(scenario_t *sc, rs_exec_params_t ep, int corrupt)
     rs_diag_clear(&diag);
     r.st = rs_exec_run(x, &diag);
     memcpy(r.msg, diag.msg, sizeof(r.msg));
+    /* nothing staged is left to install, after a failure or an install */
+    rs_diag_t later;
+    assert_int_equal(rs_exec_install(x, &later), RS_ERR_INVALID_ARG);
     r.installs = log.calls;
     r.untouched = 1;
     for (size_t i = 0; i < sizeof(buf); i++)

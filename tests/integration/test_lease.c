@@ -286,11 +286,11 @@ static rs_receiver_h open_receiver(const opts_t *o)
     rp.lease_ttl_s = TTL_S;
     rp.lease_renew_s = o->renew_s;
     rp.pull_timeout_s = o->timeout_s;
-    rp.exec.timeout_s = 10;
-    rp.exec.verify_digests = o->verify;
-    rp.exec.install = on_install;
-    rp.exec.progress = on_progress;
-    rp.exec.progress_chunk_bytes = CHUNK;
+    rp.timeout_s = 10;
+    rp.verify_digests = o->verify;
+    rp.install = on_install;
+    rp.progress = on_progress;
+    rp.progress_chunk_bytes = CHUNK;
     ASSERT_ST(rs_receiver_create(&rp, w.cap, &d, &recv), RS_OK, d);
     ASSERT_ST(rs_receiver_bind(recv, 0, w.dest, ROWS * COLS, RS_MEM_HOST, &d), RS_OK, d);
     return recv;

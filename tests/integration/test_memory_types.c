@@ -181,9 +181,9 @@ static rs_receiver_h open_receiver(world_t *w)
     rp.model = MODEL;
     rp.backend = "cma";
     rp.discover_timeout_s = 10;
-    rp.exec.timeout_s = 10;
-    rp.exec.install = on_install;
-    rp.exec.install_ctx = w;
+    rp.timeout_s = 10;
+    rp.install = on_install;
+    rp.install_ctx = w;
     ASSERT_ST(rs_receiver_create(&rp, w->cap, &d, &r), RS_OK, d);
     return r;
 }

@@ -176,10 +176,10 @@ static void open_rank(world_t *w, int64_t rank, inference_rank_t *ir, double tim
     rp.backend = w->backend;
     rp.salt = (uint64_t)rank;
     rp.discover_timeout_s = timeout;
-    rp.exec.timeout_s = timeout;
-    rp.exec.verify_digests = 1;
-    rp.exec.install = on_install;
-    rp.exec.install_ctx = ir;
+    rp.timeout_s = timeout;
+    rp.verify_digests = 1;
+    rp.install = on_install;
+    rp.install_ctx = ir;
     assert_int_equal(rs_receiver_create(&rp, ir->cap, &diag, &ir->recv), RS_OK);
     ir->nparams = rs_capture_num_params(ir->cap);
     ir->params = calloc(ir->nparams, sizeof(uint8_t *));

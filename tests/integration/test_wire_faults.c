@@ -381,17 +381,17 @@ static void open_rank(world_t *w, rank_t *ir, int how, int at)
     assert_int_equal(rs_layout_capture(w->model, &w->infer, 0, &diag,
                                        &ir->cap, &padding), RS_OK);
     rs_receiver_params_init(&rp);
-    assert_int_equal(rp.exec.verify_digests, 1); /* verify is the default */
+    assert_int_equal(rp.verify_digests, 1); /* verify is the default */
     rp.directory = w->directory;
     rp.model = MODEL;
     rp.backend = "ucx";
     rp.discover_timeout_s = 20;
-    rp.exec.timeout_s = WAIT_TIMEOUT_S;
-    rp.exec.install = on_install;
-    rp.exec.install_ctx = ir;
-    rp.exec.progress = on_progress;
-    rp.exec.progress_ctx = &ir->strike;
-    rp.exec.progress_chunk_bytes = CHUNK_BYTES;
+    rp.timeout_s = WAIT_TIMEOUT_S;
+    rp.install = on_install;
+    rp.install_ctx = ir;
+    rp.progress = on_progress;
+    rp.progress_ctx = &ir->strike;
+    rp.progress_chunk_bytes = CHUNK_BYTES;
     assert_int_equal(rs_receiver_create(&rp, ir->cap, &diag, &ir->recv),
                      RS_OK);
     ir->nparams = rs_capture_num_params(ir->cap);

@@ -526,9 +526,9 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.stale_s = a->stale_s;
     rp.notice = on_notice;
     rp.notice_ctx = (void *)a;
-    rp.exec.verify_digests = a->verify;
+    rp.verify_digests = a->verify;
     if (isatty(STDOUT_FILENO)) /* a progress line on a terminal */
-        rp.exec.progress = on_wire_progress;
+        rp.progress = on_wire_progress;
     rs_diag_clear(&diag);
     st = rs_receiver_create(&rp, s->cap, &diag, &s->recv);
     for (size_t p = 0; st == RS_OK && p < s->nparams; p++) {
@@ -693,55 +693,76 @@ static void pull_one(const pull_args_t *a, pull_state_t *s, int64_t version,
 
 /* ---- output ------------------------------------------------------------ */
 
-/* A record the library writes, read back as a JSON value. */
-static json_t *record_json(rs_exec_h x, int coverage)
+/* The JSON line is written key by key: scalars through jansson, the two
+ * records by the library's own writers (one writer per format), from the
+ * figures it hands over as structs; nothing is parsed back. */
+typedef struct json_line {
+    FILE *out;
+    int keys;
+} json_line_t;
+
+static void put_key(json_line_t *l, const char *key)
 {
-    char *text = NULL;
-    size_t len = 0;
+    fputs(l->keys++ == 0 ? "{" : ",", l->out);
+    json_t *k = json_string(key);
+    json_dumpf(k, l->out, JSON_ENCODE_ANY);
+    json_decref(k);
+    fputc(':', l->out);
+}
+
+static void put(json_line_t *l, const char *key, json_t *value)
+{
+    put_key(l, key);
+    json_dumpf(value, l->out, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(value);
+}
+
+/* The executor's records of this pull: a successful pull's figures are in
+ * its result; a failed one's in the executor it left (if any). */
+static void put_records(json_line_t *l, pull_state_t *s,
+                        const pull_outcome_t *o)
+{
+    rs_exec_h x = rs_receiver_exec(s->recv);
+    rs_exec_stages_t stages;
+    rs_coverage_t cov;
     rs_diag_t diag;
-    FILE *f = open_memstream(&text, &len);
-    if (f == NULL)
-        return NULL;
-    if (coverage)
-        rs_exec_write_coverage_json(x, f, &diag);
+    if (x == NULL)
+        return;
+    if (o->ok)
+        stages = o->res.stages;
     else
-        rs_exec_write_stage_json(x, -1, f, &diag);
-    fclose(f);
-    json_t *v = json_loadb(text, len, 0, NULL);
-    free(text);
-    return v;
+        rs_exec_stages(x, &stages);
+    stages.plan_s = -1;
+    put_key(l, "stage");
+    rs_exec_write_stages(&stages, RS_RECORD_COMPACT, l->out, &diag);
+    if (rs_exec_coverage(x, &diag, &cov) == RS_OK) {
+        put_key(l, "coverage");
+        rs_exec_write_coverage_record(x, RS_RECORD_COMPACT, l->out, &diag);
+    }
 }
 
 static void print_json(const pull_args_t *a, pull_state_t *s,
                        const pull_outcome_t *o)
 {
-    rs_exec_h x = rs_receiver_exec(s->recv);
-    json_t *root = json_object();
-    json_object_set_new(root, "version", json_integer(o->version));
-    json_object_set_new(root, "rank", json_integer((json_int_t)a->rank));
-    json_object_set_new(root, "ok", json_boolean(o->ok && (!o->checked ||
-                                                          o->check_ok)));
-    json_object_set_new(root, "replanned", json_boolean(o->res.replanned));
-    if (x != NULL) {
-        json_object_set_new(root, "stage", record_json(x, 0));
-        json_object_set_new(root, "coverage", record_json(x, 1));
-    }
-    json_object_set_new(root, "discover_s", json_real(o->res.discover_s));
-    json_object_set_new(root, "plan_s", json_real(o->res.plan_s));
-    json_object_set_new(root, "wall_s", json_real(o->wall_s));
+    json_line_t l = {stdout, 0};
+    put(&l, "version", json_integer(o->version));
+    put(&l, "rank", json_integer((json_int_t)a->rank));
+    put(&l, "ok", json_boolean(o->ok && (!o->checked || o->check_ok)));
+    put(&l, "replanned", json_boolean(o->res.replanned));
+    put_records(&l, s, o);
+    put(&l, "discover_s", json_real(o->res.discover_s));
+    put(&l, "plan_s", json_real(o->res.plan_s));
+    put(&l, "wall_s", json_real(o->wall_s));
     if (o->checked) {
-        json_object_set_new(root, "check", json_boolean(o->check_ok));
-        json_object_set_new(root, "check_s", json_real(o->check_s));
+        put(&l, "check", json_boolean(o->check_ok));
+        put(&l, "check_s", json_real(o->check_s));
     }
     if (a->release)
-        json_object_set_new(root, "released",
-                            json_boolean(o->ok && o->res.release_status ==
+        put(&l, "released", json_boolean(o->ok && o->res.release_status ==
                                                       RS_OK));
     if (o->error[0] != '\0')
-        json_object_set_new(root, "error", json_string(o->error));
-    json_dumpf(root, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(root);
-    fputc('\n', stdout);
+        put(&l, "error", json_string(o->error));
+    fputs("}\n", stdout);
 }
 
 static void print_human(const pull_args_t *a, pull_state_t *s,
@@ -766,8 +787,9 @@ static void print_human(const pull_args_t *a, pull_state_t *s,
     if (o->checked && o->check_ok)
         printf(", check: %zu parameters byte-exact", s->nparams);
     printf("\n");
-    rs_exec_write_stage_json(rs_receiver_exec(s->recv), r->plan_s, stdout,
-                             &diag);
+    rs_exec_stages_t stages = r->stages;
+    stages.plan_s = r->plan_s;
+    rs_exec_write_stages(&stages, 0, stdout, &diag);
 }
 
 static int pull_all(const pull_args_t *a, pull_state_t *s)
