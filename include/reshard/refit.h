@@ -9,8 +9,14 @@
  *
  * Threads: a publisher or a receiver is used by one thread at a time. Each
  * runs one thread of its own on a second directory connection: the
- * publisher's heartbeat, and, during a pull, the receiver's lease
- * renewal. */
+ * publisher's heartbeat (started by publish, stopped by unregister and
+ * destroy), and, during a pull, the receiver's lease renewal; with ucx the
+ * publisher's exposer runs a progress thread too. The notice callbacks may
+ * be called from those threads as well as from the caller's, so they must
+ * be safe to call from any thread. The install callback runs on the thread
+ * calling rs_receiver_pull. Publishers and receivers on different threads
+ * share nothing and may run at once (tests/integration/test_lease.c runs
+ * them beside directory handles on other threads). */
 #ifndef RESHARD_REFIT_H
 #define RESHARD_REFIT_H
 
