@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "reshard/layout.h"
 #include "reshard/reshard.h"
 
 typedef struct scenario {

@@ -4,9 +4,12 @@
  * tensor and the strided destination region it lands in. Captures are loaded
  * from reshard.capture.v1 JSON or built programmatically.
  *
- * Threads: a capture is not locked; build it from one thread at a time. A
- * built capture is only read (by the accessors and the planner), from any
- * number of threads. Accessors are O(1); the find functions hash the name. */
+ * Threads: a capture is not locked; build it (add, declare, load) from one
+ * thread at a time, with no reader meanwhile. A built capture is only read
+ * (by the accessors, rs_capture_write_json and the planner), from any number
+ * of threads at once: several plans may be built from one capture
+ * concurrently (tests/unit/plan/test_plan_threads.c). Accessors are O(1);
+ * the find functions hash the name. */
 #ifndef RESHARD_CAPTURE_H
 #define RESHARD_CAPTURE_H
 

@@ -10,7 +10,11 @@
  * when set). No message, notice or error ever holds a password: URLs are
  * shown redacted (rs_dir_redact_url). No table byte passes through the data
  * plane and no byte of data through the directory.
- * A handle is used by one thread at a time; open one per thread. */
+ * Threads: a handle is used by one thread at a time (a hiredis context
+ * belongs to one handle); open one per thread.
+ * Handles of the same directory on several threads or processes are what
+ * the atomic operations are for. A handle's notice callback runs on the
+ * thread making the call. */
 #ifndef RESHARD_DIR_H
 #define RESHARD_DIR_H
 

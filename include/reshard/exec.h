@@ -2,7 +2,14 @@
  * casts converts, checks coverage and digests, and only then calls the
  * caller's install callback. Prepare once, run many times: descriptors,
  * staging buffers and resolved addresses are built on the first run and
- * reused while the plan and the bindings are unchanged. */
+ * reused while the plan and the bindings are unchanged.
+ *
+ * Threads: an executor is used by one thread at a time, and so is the
+ * transport it runs on (two executors on one transport must not run at
+ * once). The install and progress callbacks run on the thread calling
+ * rs_exec_run. The plan is only read, so executors on several threads may
+ * share one plan, each with its own transport and bindings
+ * (tests/unit/plan/test_plan_threads.c). */
 #ifndef RESHARD_EXEC_H
 #define RESHARD_EXEC_H
 

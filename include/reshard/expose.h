@@ -3,7 +3,13 @@
  * hand to rs_transport_connect. For ucx the blob carries the worker address
  * and one rkey per region; for cma the pid and the regions. Publishers keep
  * an exposer alive (and, for ucx, progressing) until their version is
- * released. */
+ * released.
+ *
+ * Threads: an exposer is set up (create, add_region, start) and destroyed
+ * by one thread at a time. Once started, ucx runs a progress thread of its
+ * own, stopped and joined by rs_exposer_destroy; the blob does not change
+ * after start, so rs_exposer_blob and its bytes may be read from any
+ * thread until the exposer is destroyed. */
 #ifndef RESHARD_EXPOSE_H
 #define RESHARD_EXPOSE_H
 

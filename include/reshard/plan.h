@@ -1,6 +1,16 @@
 /* The transfer planner: intersect what a capture needs with what the sources
  * publish and emit the exact byte runs to read. A plan is immutable once
- * built; it owns every record it returns. */
+ * built; it owns every record it returns, and borrows its capture.
+ *
+ * Threads: rs_plan_build only reads its capture and sources (see
+ * sources.h for the one index it builds there under a lock), so plans may
+ * be built on several threads at once from the same inputs. A built plan is
+ * only read: its accessors and writers (each with its own FILE) may be
+ * called from any number of threads at once, and several executors may run
+ * over one plan concurrently, each with its own transport
+ * (tests/unit/plan/test_plan_threads.c). Accessors are O(1); the writers
+ * cost O(plan size); what rs_plan_build costs is in docs/design.md
+ * (Planning, Cost). */
 #ifndef RESHARD_PLAN_H
 #define RESHARD_PLAN_H
 

@@ -16,8 +16,16 @@
  * another. The bound parameters are not touched by rs_receiver_stage, so
  * other threads may use them while it runs; rs_receiver_apply (and pull)
  * write them. Each handle runs one thread of its own on a second
- * directory connection: the publisher's heartbeat, and, while a version
- * is being pulled or is staged, the receiver's lease renewal. */
+ * directory connection: the publisher's heartbeat (started by publish,
+ * stopped by unregister and destroy), and, while a version is being
+ * pulled or is staged, the receiver's lease renewal; with ucx the
+ * publisher's exposer runs a progress thread too. The notice callbacks may
+ * be called from those threads as well as from the caller's, so they must
+ * be safe to call from any thread. The install callback runs on the thread
+ * calling rs_receiver_apply (or rs_receiver_pull). Publishers and receivers
+ * on different threads share nothing and may run at once
+ * (tests/integration/test_lease.c runs them beside directory handles on
+ * other threads). */
 #ifndef RESHARD_REFIT_H
 #define RESHARD_REFIT_H
 
@@ -78,6 +86,25 @@ RS_API rs_status_t rs_publisher_register(rs_publisher_h publisher,
                                          const int64_t *offset,
                                          const int64_t *shape, void *ptr,
                                          rs_mem_type_t mem, rs_diag_t *diag);
+
+/* Unregisters the shard of `tensor` whose box starts at `offset` (as many
+ * entries as the tensor has dims, as given to rs_publisher_register; every
+ * shard registered with that tensor and offset goes). From the moment it
+ * returns its memory is no longer exposed and may be freed: a running
+ * exposer is torn down and the heartbeat stopped, so the version published
+ * last is no longer served, and the next rs_publisher_publish exposes the
+ * remaining shards and lists only them. Call it after
+ * rs_publisher_wait_released: a receiver still pulling the last version
+ * fails and does not install (ucx: its reads are refused; cma, which reads
+ * the process without an exposer, may read whatever the memory holds by
+ * then, which digest verification, on by default, refuses). Errors: RS_ERR_INVALID_ARG when no such shard is
+ * registered ("publisher: cannot unregister tensor 'w': no shard of it is
+ * registered at offset [2, 0]"); nothing changes then. Cost:
+ * O(registered shards), plus the exposer's teardown. */
+RS_API rs_status_t rs_publisher_unregister(rs_publisher_h publisher,
+                                           const char *tensor,
+                                           const int64_t *offset,
+                                           rs_diag_t *diag);
 
 /* Publishes this rank's table for `version` (creating the version with
  * `world` slots if needed): the shards' bytes must be final. */

@@ -1,7 +1,17 @@
 /* Published sources: the merged shard tables of every trainer rank. Each
  * table (mx.reshard.shard_table.v1) says which box of which full tensor a
  * session holds and at which address. Tables from many ranks merge into one
- * rs_sources; identical boxes from several sessions are replicas. */
+ * rs_sources; identical boxes from several sessions are replicas.
+ *
+ * Threads: sources are not locked while they are built: add and load from
+ * one thread at a time, with no reader meanwhile. Built sources are only
+ * read (by the accessors, rs_plan_build and rs_exec_set_digests), from any
+ * number of threads at once; the one thing a plan build writes into them,
+ * each tensor's cell index, is built once under the sources' own lock, so
+ * plans may be built against one sources concurrently
+ * (tests/unit/plan/test_plan_threads.c). Adding shards later is building
+ * again: no plan build may run meanwhile. Accessors are O(1) except rs_sources_num_shards and rs_sources_shard,
+ * which walk the tensors (O(tensors)). */
 #ifndef RESHARD_SOURCES_H
 #define RESHARD_SOURCES_H
 

@@ -1,7 +1,11 @@
 /* Transports move bytes for the executor: one-sided reads of (session,
  * src_addr, nbytes) into local memory. A backend (local, local-mt, cma, and
  * later ucx) is chosen by name at creation and fills one ops table; the
- * calls below never branch on the backend. */
+ * calls below never branch on the backend.
+ *
+ * Threads: a transport is used by one thread at a time (connect, post,
+ * wait, cancel, counters); use one per thread. local-mt runs worker threads
+ * of its own, joined by rs_transport_destroy; the others run none. */
 #ifndef RESHARD_TRANSPORT_H
 #define RESHARD_TRANSPORT_H
 

@@ -120,6 +120,30 @@ static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
     }
 }
 
+/* The tensor's cell grid, built by the first plan that needs it. Plans may
+ * be built from several threads against one sources, and the grid is the
+ * only part of the sources a build writes: it is built under the sources'
+ * lock and published with release order; once there it is only read. */
+static rs_status_t tensor_grid(rs_sources_h s, rs_src_tensor_t *t,
+                               const rs_grid_t **grid_p)
+{
+    rs_grid_t *g = __atomic_load_n(&t->grid, __ATOMIC_ACQUIRE);
+    rs_status_t st = RS_OK;
+    if (g == NULL) {
+        pthread_mutex_lock(&s->grid_lock);
+        g = __atomic_load_n(&t->grid, __ATOMIC_ACQUIRE);
+        if (g == NULL) {
+            st = rs_grid_build(t, RS_GRID_MAX_CELLS, &g);
+            if (st == RS_OK)
+                __atomic_store_n(&t->grid, g, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&s->grid_lock);
+    }
+    if (st == RS_OK)
+        *grid_p = g;
+    return st;
+}
+
 rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
                              const rs_box_t *box, uint32_t param,
                              int64_t dst_base, rs_segvec_t *out,
@@ -127,12 +151,11 @@ rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
 {
     rs_src_tensor_t *t = src->tensor;
     walk_ctx_t w = {b, t, box, dst_base, param, out, out->v_len, 0, 0, missing};
-    if (t->grid == NULL) {
-        rs_status_t st = rs_grid_build(t, RS_GRID_MAX_CELLS, &t->grid);
-        if (st != RS_OK)
-            return st;
-    }
-    rs_status_t st = rs_grid_visit(t->grid, box, plan_cell, &w);
+    const rs_grid_t *grid = NULL;
+    rs_status_t st = tensor_grid(b->srcs, t, &grid);
+    if (st != RS_OK)
+        return st;
+    st = rs_grid_visit(grid, box, plan_cell, &w);
     if (st == RS_OK && b->oom)
         st = RS_ERR_NO_MEMORY;
     return st;

@@ -19,6 +19,7 @@ rs_status_t rs_sources_create(rs_sources_h *sources_p)
     rs_arena_init(&s->arena);
     rs_strmap_init(&s->tensor_index);
     rs_strmap_init(&s->session_index);
+    pthread_mutex_init(&s->grid_lock, NULL);
     *sources_p = s;
     return RS_OK;
 }
@@ -37,6 +38,7 @@ void rs_sources_destroy(rs_sources_h s)
     rs_strmap_free(&s->tensor_index);
     rs_strmap_free(&s->session_index);
     rs_arena_free(&s->arena);
+    pthread_mutex_destroy(&s->grid_lock);
     free(s);
 }
 

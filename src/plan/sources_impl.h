@@ -3,6 +3,8 @@
 #ifndef RS_PLAN_SOURCES_IMPL_H
 #define RS_PLAN_SOURCES_IMPL_H
 
+#include <pthread.h>
+
 #include "core/arena.h"
 #include "core/strmap.h"
 #include "core/vec.h"
@@ -43,6 +45,9 @@ struct rs_sources {
     RS_VEC(const char *, sessions);
     rs_strmap_t session_index;
     RS_VEC(rs_table_info_t, tables);
+    /* Plans built concurrently against these sources build each tensor's
+     * grid once, under this lock (rs__planner_walk). */
+    pthread_mutex_t grid_lock;
 };
 
 /* Loaders use these to make a whole file all-or-nothing. */

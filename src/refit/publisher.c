@@ -108,7 +108,7 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
     return RS_OK;
 }
 
-static void stop_heartbeat(rs_publisher_h p)
+void rs__publisher_stop_heartbeat(rs_publisher_h p)
 {
     if (!p->hb_running)
         return;
@@ -125,7 +125,7 @@ void rs_publisher_destroy(rs_publisher_h p)
 {
     if (p == NULL)
         return;
-    stop_heartbeat(p);
+    rs__publisher_stop_heartbeat(p);
     rs_exposer_destroy(p->exposer);
     for (size_t i = 0; i < p->shards_len; i++)
         free(p->shards[i].tensor);

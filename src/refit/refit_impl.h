@@ -76,6 +76,10 @@ rs_status_t rs__lease_confirm(rs__lease_t *lease, rs_dir_h dir,
  * Accepts a lease that was never started. */
 void rs__lease_stop(rs__lease_t *lease);
 
+/* Stops and joins the heartbeat thread; a no-op when none runs. The next
+ * rs_publisher_publish starts it again. */
+void rs__publisher_stop_heartbeat(rs_publisher_h p);
+
 /* This rank's mx.reshard.shard_table.v1 for a version (caller frees). */
 rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,
                                 char **json_p, size_t *len_p, rs_diag_t *diag);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "mini_exec.h"
+#include "reshard/layout.h"
 #include "reshard/reshard.h"
 
 /* ---- hand-built captures ------------------------------------------------ */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "redis_fixture.h"
+#include "reshard/layout.h"
 #include "reshard/reshard.h"
 #include "vllm_direct.h"
 

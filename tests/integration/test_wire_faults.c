@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "reshard/layout.h"
 #include "reshard/reshard.h"
 #include "vllm_direct.h"
 
