@@ -281,8 +281,8 @@ static void test_file_corrupt_heartbeat_and_lease(void **state)
     char hb[160];
 
     fenv_init(&e);
-    snprintf(hb, sizeof(hb), "%s/hb-1", e.vdir);
-    put_file(e.vdir, "hb-1", "yesterday\n");
+    snprintf(hb, sizeof(hb), "%s/hb-1@default", e.vdir);
+    put_file(e.vdir, "hb-1@default", "yesterday\n");
     int fds = hostile_count_fds();
     /* staleness needs the heartbeat: a bad one is named */
     HOSTILE_EXPECT(rs_dir_wait_ready(e.dir, "m", 1, 0.2, 30, &diag, &info),
@@ -315,7 +315,7 @@ static void test_file_table_vanishes(void **state)
     assert_memory_equal(table, "t0", 2);
     free(table);
     table = NULL;
-    snprintf(path, sizeof(path), "%s/slot-1.json", e.vdir);
+    snprintf(path, sizeof(path), "%s/slot-1@default", e.vdir);
     assert_int_equal(unlink(path), 0);
     int fds = hostile_count_fds();
     HOSTILE_EXPECT(rs_dir_read(e.dir, "m", 1, 1, &diag, &table, &len),
@@ -325,7 +325,7 @@ static void test_file_table_vanishes(void **state)
     assert_int_equal(mkdir(path, 0755), 0);
     rs_status_t st = rs_dir_read(e.dir, "m", 1, 1, &diag, &table, &len);
     assert_int_not_equal(st, RS_OK);
-    assert_non_null(strstr(diag.msg, "slot-1.json"));
+    assert_non_null(strstr(diag.msg, "slot-1@default"));
     assert_null(table);
     assert_int_equal(hostile_count_fds(), fds);
     fenv_free(&e);
