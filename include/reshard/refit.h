@@ -33,7 +33,17 @@ typedef struct rs_publisher_params {
     const char *model;
     int64_t rank, world;    /* this trainer's slot and the slot count */
     const char *backend;    /* exposer backend: "ucx" (default) or "cma" */
-    const char *session;    /* agent name; default "trainer-<rank>" */
+    /* Agent name, also this publisher's name in its directory slot;
+     * default "trainer-<rank>" (replica 0) or "trainer-<rank>-r<replica>".
+     * Publishers of one slot need distinct names: a publish under a name
+     * already in the slot replaces that publisher's entry (a restarted
+     * rank). */
+    const char *session;
+    /* Data-parallel replica index of this rank (default 0): replicas of a
+     * rank publish to the same slot with identical shard geometry, and a
+     * receiver reads each slot from one of them, failing over to another
+     * when a read fails. */
+    int64_t replica;
     int digests;            /* publish an rsd64 digest per shard */
     double heartbeat_s;     /* heartbeat period; default 1 s, <= 0 none */
     /* Directory outages while serving: a failed heartbeat is retried with
@@ -151,6 +161,11 @@ typedef struct rs_pull_result {
      * release_msg). The pull itself succeeded either way. */
     rs_status_t release_status;
     char release_msg[RS_DIAG_MSG_MAX];
+    /* Publishers replaced within this pull after reading from them failed
+     * (a slot with several publishers), and which: "<agent>, slot <S> ->
+     * <agent>; ..." (empty when none). */
+    uint32_t failovers;
+    char failover_msg[RS_DIAG_MSG_MAX];
 } rs_pull_result_t;
 
 /* Discovers `version` (< 0: the newest READY one), plans (or reuses the
@@ -171,10 +186,18 @@ typedef struct rs_pull_result {
  * only failed to reach the directory is retried; it breaks nothing unless
  * the lease lapsed meanwhile, which the next renewal reports.
  *
- * Errors: those of the directory (discovery), planning, connecting and
- * rs_exec_run (a read that failed or timed out is RS_ERR_TRANSPORT /
- * RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
- * and the cause); RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed
+ * Slots with several publishers: each slot is read from one of them
+ * (chosen by salt, preferring publishers whose heartbeat is younger than
+ * stale_s); when reading from it fails (connect, RS_ERR_TRANSPORT or
+ * RS_ERR_TIMEOUT of a read), the same pull transfers again from another
+ * publisher of that slot, under the same deadline and still into the
+ * shadows, recording the failover in the result. When every publisher of
+ * a slot failed, the error names each ("<agent>, slot <S>: <cause>").
+ *
+ * Errors: those of the directory (discovery; RS_ERR_VERIFY for a table
+ * corrupted in the directory), planning, connecting and rs_exec_run (a
+ * read that failed or timed out is RS_ERR_TRANSPORT / RS_ERR_TIMEOUT, its
+ * message naming the publisher as "<agent>, slot <S>" and the cause); RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed
  * in the <stage> stage"); RS_ERR_VERIFY for a lease not held throughout. */
 RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
                                     rs_diag_t *diag,

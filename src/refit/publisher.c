@@ -72,6 +72,18 @@ static rs_status_t open_dir(rs_publisher_h p, int main, rs_diag_t *diag,
     return rs_dir_open_params(p->params.directory, &dp, diag, dir_p);
 }
 
+/* "trainer-<rank>", or "trainer-<rank>-r<replica>" for the other replicas
+ * of a rank: distinct names, since a name already in the slot replaces. */
+static void default_session(const rs_publisher_params_t *params, char *out,
+                            size_t cap)
+{
+    if (params->replica > 0)
+        snprintf(out, cap, "trainer-%lld-r%lld", (long long)params->rank,
+                 (long long)params->replica);
+    else
+        snprintf(out, cap, "trainer-%lld", (long long)params->rank);
+}
+
 rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
                                 rs_diag_t *diag, rs_publisher_h *pub_p)
 {
@@ -83,6 +95,9 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: rank %lld "
                             "outside world %lld", (long long)params->rank,
                             (long long)params->world);
+    if (params->replica < 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: replica "
+                            "%lld is negative", (long long)params->replica);
     rs_publisher_h p = calloc(1, sizeof(*p));
     if (p == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -91,8 +106,8 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
     p->backend = strdup(params->backend ? params->backend : "ucx");
     if (params->session != NULL)
         p->session = strdup(params->session);
-    else if ((p->session = malloc(32)) != NULL)
-        snprintf(p->session, 32, "trainer-%lld", (long long)params->rank);
+    else if ((p->session = malloc(64)) != NULL)
+        default_session(params, p->session, 64);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->version = -1;
