@@ -722,6 +722,8 @@ static void print_json(const pull_args_t *a, pull_state_t *s,
     json_object_set_new(root, "ok", json_boolean(o->ok && (!o->checked ||
                                                           o->check_ok)));
     json_object_set_new(root, "replanned", json_boolean(o->res.replanned));
+    json_object_set_new(root, "failovers",
+                        json_integer((json_int_t)o->res.failovers));
     if (x != NULL) {
         json_object_set_new(root, "stage", record_json(x, 0));
         json_object_set_new(root, "coverage", record_json(x, 1));
@@ -765,6 +767,8 @@ static void print_human(const pull_args_t *a, pull_state_t *s,
                (unsigned long long)r->exec.shards_verified);
     if (o->checked && o->check_ok)
         printf(", check: %zu parameters byte-exact", s->nparams);
+    if (r->failovers > 0)
+        printf(", failed over: %s", r->failover_msg);
     printf("\n");
     rs_exec_write_stage_json(rs_receiver_exec(s->recv), r->plan_s, stdout,
                              &diag);
