@@ -130,12 +130,15 @@ static void append(char *buf, size_t cap, const char *fmt, const char *a,
                  (long long)slot, b);
 }
 
-/* Every publisher of an exhausted slot and why reading it failed. */
+/* Every publisher of an exhausted slot and why reading it failed; a
+ * slot's only publisher keeps the message it failed with. */
 static rs_status_t exhausted(const rs__replicas_t *set, int64_t slot,
                              rs_status_t st, rs_diag_t *diag)
 {
     const rs__replica_slot_t *sl = &set->slots[slot];
     char list[RS_DIAG_MSG_MAX] = "";
+    if (sl->count == 1)
+        return st;
     for (size_t i = 0; i < sl->count; i++)
         append(list, sizeof(list), "%s%s, slot %lld: %s",
                sl->entries[i].publisher, slot,

@@ -46,8 +46,8 @@ const rs_dir_entry_t *rs__replicas_chosen(const rs__replicas_t *set,
  * publisher the message names as failed and chooses an untried one for its
  * slot. Returns 1 when each such slot has one (retry the transfer); 0
  * otherwise, diag then naming every publisher tried for the exhausted slot
- * and its cause (or unchanged, when the message names no chosen
- * publisher). */
+ * and its cause (unchanged when that slot has one publisher, or when the
+ * message names no chosen publisher). */
 int rs__replicas_failover(rs__replicas_t *set, rs_status_t st,
                           rs_diag_t *diag);
 
