@@ -110,7 +110,12 @@ rs_status_t rs__fdir_slot_write(const char *vdir, int64_t slot,
 /* The index of `publisher` in rec, or -1. */
 int rs__fdir_slot_find(const rs_fdir_slot_t *rec, const char *publisher);
 
-/* Ops in file_publish.c and file_lease.c. */
+/* RS_ERR_INPUT when req->slot is not below the version's slot count. */
+rs_status_t rs__fdir_check_range(const rs_dir_req_t *req,
+                                 const rs_version_info_t *info,
+                                 rs_diag_t *diag);
+
+/* Ops in file_publish.c, file_read.c and file_lease.c. */
 rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag);
