@@ -191,8 +191,10 @@ typedef struct rs_pull_result {
  * stale_s); when reading from it fails (connect, RS_ERR_TRANSPORT or
  * RS_ERR_TIMEOUT of a read), the same pull transfers again from another
  * publisher of that slot, under the same deadline and still into the
- * shadows, recording the failover in the result. When every publisher of
- * a slot failed, the error names each ("<agent>, slot <S>: <cause>").
+ * shadows, recording the failover in the result; later pulls of this
+ * receiver choose a publisher that failed last, until it publishes another
+ * table (restarted). When every publisher of a slot failed, the error
+ * names each ("<agent>, slot <S>: <cause>").
  *
  * Errors: those of the directory (discovery; RS_ERR_VERIFY for a table
  * corrupted in the directory), planning, connecting and rs_exec_run (a

@@ -3,29 +3,57 @@
  * slot (rotated by the receiver's salt, so receivers spread over the
  * replicas), and when reading from a chosen publisher fails the receiver
  * chooses another publisher of that slot and transfers again, until the
- * slot runs out of publishers. A failed peer is recognised by the name the
- * receiver gave it ("<agent>, slot <S>"), which every transport and
- * connect error carries. */
+ * slot runs out of publishers; later pulls choose it last while it
+ * publishes the table it failed with. A failed peer is recognised by the
+ * name the receiver gave it ("<agent>, slot <S>"), which every transport
+ * and connect error carries. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
 #include "refit/replicas.h"
-
-#define CAUSE_MAX 320 /* of each failure, in the final message */
+#include "reshard/digest.h"
 
 void rs__replicas_reset(rs__replicas_t *set)
 {
     for (int64_t s = 0; set->slots != NULL && s < set->nslots; s++) {
         rs__replica_slot_t *sl = &set->slots[s];
-        for (size_t i = 0; sl->failed != NULL && i < sl->count; i++)
-            free(sl->failed[i]);
-        free(sl->failed);
+        free(sl->tries);
         rs_dir_entries_free(sl->entries, sl->count);
     }
     free(set->slots);
-    memset(set, 0, sizeof(*set));
+    set->slots = NULL;
+    set->nslots = 0;
+    set->loaded = 0;
+    set->failovers = 0;
+    set->record[0] = '\0';
+}
+
+static int suspect(const rs__replicas_t *set, int64_t slot,
+                   const rs_dir_entry_t *e)
+{
+    for (size_t i = 0; i < set->nsuspects; i++) {
+        const rs__suspect_t *x = &set->suspects[i];
+        if (x->slot == slot && strcmp(x->publisher, e->publisher) == 0 &&
+            x->table_digest == rs_digest(e->table, e->len))
+            return 1;
+    }
+    return 0;
+}
+
+static void add_suspect(rs__replicas_t *set, int64_t slot,
+                        const rs_dir_entry_t *e)
+{
+    if (suspect(set, slot, e))
+        return;
+    rs__suspect_t *x = &set->suspects[set->next_suspect];
+    x->slot = slot;
+    snprintf(x->publisher, sizeof(x->publisher), "%s", e->publisher);
+    x->table_digest = rs_digest(e->table, e->len);
+    set->next_suspect = (set->next_suspect + 1) % RS_REPLICAS_SUSPECTS_MAX;
+    if (set->nsuspects < RS_REPLICAS_SUSPECTS_MAX)
+        set->nsuspects++;
 }
 
 static int fresh(const rs__replicas_t *set, const rs_dir_entry_t *e)
@@ -33,17 +61,31 @@ static int fresh(const rs__replicas_t *set, const rs_dir_entry_t *e)
     return set->stale_s <= 0 || (e->age_s >= 0 && e->age_s < set->stale_s);
 }
 
-/* The first entry from the slot's rotation start that has not failed,
- * preferring live ones; 0 when every entry failed. */
+/* Whether entry i may be chosen in pass `pass`: live and unsuspected,
+ * then any unsuspected, then any; never one that failed in this pull. */
+static int eligible(const rs__replicas_t *set, int64_t slot, size_t i,
+                    int pass)
+{
+    const rs__replica_slot_t *sl = &set->slots[slot];
+    const rs_dir_entry_t *e = &sl->entries[i];
+    if (sl->tries[i].failed)
+        return 0;
+    if (pass == 2)
+        return 1;
+    int ok = set->nsuspects == 0 || !suspect(set, slot, e);
+    return pass == 1 ? ok : ok && fresh(set, e);
+}
+
+/* The first eligible entry from the slot's rotation start, in the first
+ * pass that has one; 0 when every entry failed. */
 static int pick(const rs__replicas_t *set, int64_t slot, size_t *chosen_p)
 {
     const rs__replica_slot_t *sl = &set->slots[slot];
     size_t start = (size_t)((set->salt + (uint64_t)slot) % sl->count);
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         for (size_t k = 0; k < sl->count; k++) {
             size_t i = (start + k) % sl->count;
-            if (sl->failed[i] == NULL &&
-                (pass == 1 || fresh(set, &sl->entries[i]))) {
+            if (eligible(set, slot, i, pass)) {
                 *chosen_p = i;
                 return 1;
             }
@@ -60,8 +102,8 @@ static rs_status_t load_slot(rs__replicas_t *set, rs_dir_h dir,
                                       &sl->entries, &sl->count);
     if (st != RS_OK)
         return st;
-    sl->failed = calloc(sl->count, sizeof(*sl->failed));
-    if (sl->failed == NULL)
+    sl->tries = calloc(sl->count, sizeof(*sl->tries));
+    if (sl->tries == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     pick(set, slot, &sl->chosen);
     return RS_OK;
@@ -142,7 +184,7 @@ static rs_status_t exhausted(const rs__replicas_t *set, int64_t slot,
     for (size_t i = 0; i < sl->count; i++)
         append(list, sizeof(list), "%s%s, slot %lld: %s",
                sl->entries[i].publisher, slot,
-               sl->failed[i] != NULL ? sl->failed[i] : "not tried");
+               sl->tries[i].failed ? sl->tries[i].why : "not tried");
     return rs__diag_set(diag, st, "slot %lld of version %lld: reading from "
                         "each of its %zu publisher%s failed: %s",
                         (long long)slot, (long long)set->version, sl->count,
@@ -155,7 +197,10 @@ static int replace_chosen(rs__replicas_t *set, int64_t slot,
 {
     rs__replica_slot_t *sl = &set->slots[slot];
     const char *was = sl->entries[sl->chosen].publisher;
-    sl->failed[sl->chosen] = strndup(cause, CAUSE_MAX);
+    rs__replica_try_t *t = &sl->tries[sl->chosen];
+    t->failed = 1;
+    snprintf(t->why, sizeof(t->why), "%.*s", (int)sizeof(t->why) - 1, cause);
+    add_suspect(set, slot, &sl->entries[sl->chosen]);
     size_t next;
     if (!pick(set, slot, &next))
         return 0;

@@ -10,15 +10,37 @@
 
 #include "reshard/dir.h"
 
+#define RS_REPLICA_CAUSE_MAX 320 /* of each failure, in the final message */
+
+/* Whether reading from one publisher failed in this pull, and why. */
+typedef struct rs__replica_try {
+    int failed;
+    char why[RS_REPLICA_CAUSE_MAX];
+} rs__replica_try_t;
+
 typedef struct rs__replica_slot {
     rs_dir_entry_t *entries; /* the slot's publishers, in joining order */
     size_t count;
     size_t chosen;           /* the entry the next transfer reads from */
-    char **failed;           /* per entry: why a read from it failed, or
-                              * NULL while it has not */
+    rs__replica_try_t *tries; /* per entry */
 } rs__replica_slot_t;
 
+/* A publisher whose reads failed in an earlier pull, identified with the
+ * exact table it failed with: it is chosen last while it publishes that
+ * same table (a restarted publisher publishes a new one). */
+typedef struct rs__suspect {
+    int64_t slot;
+    char publisher[RS_DIR_NAME_MAX + 1];
+    uint64_t table_digest;
+} rs__suspect_t;
+
+#define RS_REPLICAS_SUSPECTS_MAX 64
+
 typedef struct rs__replicas {
+    /* kept across pulls (a ring, oldest replaced first) */
+    rs__suspect_t suspects[RS_REPLICAS_SUSPECTS_MAX];
+    size_t nsuspects, next_suspect;
+    /* this pull's */
     int loaded;
     int64_t version, nslots;
     uint64_t salt;
@@ -31,8 +53,9 @@ typedef struct rs__replicas {
 /* Reads every slot's publishers of READY version v (once per pull: a
  * loaded set of the same version is kept) and chooses one per slot:
  * starting at entry (salt + slot) mod count, the first whose heartbeat is
- * younger than stale_s (<= 0: any), else the first. Errors are those of
- * rs_dir_read_slot (RS_ERR_VERIFY for a corrupted table). O(tables). */
+ * younger than stale_s (<= 0: any) and that is no suspect, else the first
+ * live one, else the first. Errors are those of rs_dir_read_slot
+ * (RS_ERR_VERIFY for a corrupted table). O(tables). */
 rs_status_t rs__replicas_load(rs__replicas_t *set, rs_dir_h dir,
                               const char *model, const rs_version_info_t *v,
                               uint64_t salt, double stale_s, rs_diag_t *diag);
@@ -51,7 +74,8 @@ const rs_dir_entry_t *rs__replicas_chosen(const rs__replicas_t *set,
 int rs__replicas_failover(rs__replicas_t *set, rs_status_t st,
                           rs_diag_t *diag);
 
-/* Frees the entries; the set may be loaded again. */
+/* Frees this pull's entries (the suspects stay); the set may be loaded
+ * again. A zeroed set is empty; reset is all it needs at the end. */
 void rs__replicas_reset(rs__replicas_t *set);
 
 #endif

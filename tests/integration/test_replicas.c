@@ -7,7 +7,7 @@
  * - one replica of slot 1, the one the receiver reads from, is SIGKILLed
  *   mid-pull: the same pull completes from the other replica, byte-exact
  *   against an independent build of vLLM's loaders, and the result records
- *   the failover;
+ *   the failover; the next pull reads from the live replica directly;
  * - both replicas of slot 1 are SIGKILLed mid-pull: the pull fails naming
  *   both, install is not called, the bound parameters keep their bytes;
  * - a rank (one publisher per slot) is killed after a pull and started
@@ -423,6 +423,14 @@ static void test_replica_killed_mid_pull(void **state)
     expect_installed(w, &ir);
     assert_int_equal(res.failovers, 1);
     assert_string_equal(res.failover_msg, "trainer-1, slot 1 -> trainer-1-r1");
+    /* the next pull goes to the live replica first */
+    restore_prior(&ir);
+    st = rs_receiver_pull(ir.recv, 1, &diag, &res);
+    if (st != RS_OK)
+        fail_msg("pull after the failover: %s", diag.msg);
+    assert_int_equal(res.failovers, 0);
+    assert_int_equal(ir.installs, 2);
+    expect_installed(w, &ir);
     close_rank(&ir);
     stop_publisher(w, 1, 0, 0);
     assert_true(WIFSIGNALED(w->status[1][0]));

@@ -3,8 +3,9 @@
  * publishers come before stale ones, a failure naming the chosen publisher
  * ("<agent>, slot <S>", as a whole name) moves its slot to the next one
  * and records it, a message naming no chosen publisher changes nothing,
- * and a slot whose every publisher failed ends with a message naming each
- * and its cause. */
+ * a slot whose every publisher failed ends with a message naming each and
+ * its cause, and a publisher that failed is chosen last by later pulls
+ * until it publishes another table (restarted). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -156,6 +157,34 @@ static void test_failover(void **state)
     rs_dir_close(dir);
 }
 
+static void test_suspect_until_restarted(void **state)
+{
+    (void)state;
+    rs_version_info_t v;
+    rs_diag_t d;
+    rs__replicas_t set;
+    memset(&set, 0, sizeof(set));
+    rs_dir_h dir = make_dir("suspect", &v);
+    assert_int_equal(rs__replicas_load(&set, dir, "suspect", &v, 0, 0, &d),
+                     RS_OK);
+    fail_with(&d, "session 0 (p0, slot 0): reset");
+    assert_int_equal(rs__replicas_failover(&set, RS_ERR_TRANSPORT, &d), 1);
+    rs__replicas_reset(&set); /* the next pull */
+    assert_int_equal(set.failovers, 0);
+    assert_int_equal(rs__replicas_load(&set, dir, "suspect", &v, 0, 0, &d),
+                     RS_OK);
+    assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p1");
+    rs__replicas_reset(&set);
+    /* p0 restarted: a new table under the same name */
+    assert_int_equal(rs_dir_publish_as(dir, "suspect", 1, 0, "p0", 7, "P0", 2,
+                                       &d), RS_OK);
+    assert_int_equal(rs__replicas_load(&set, dir, "suspect", &v, 0, 0, &d),
+                     RS_OK);
+    assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p0");
+    rs__replicas_reset(&set);
+    rs_dir_close(dir);
+}
+
 /* A slot's only publisher keeps the message it failed with. */
 static void test_single_publisher(void **state)
 {
@@ -182,6 +211,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_salt_rotates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_live_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_suspect_until_restarted, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_single_publisher, setup,
                                         teardown),
     };
