@@ -12,7 +12,11 @@
  *   both, install is not called, the bound parameters keep their bytes;
  * - a rank (one publisher per slot) is killed after a pull and started
  *   again with the same geometry at new addresses: it rejoins its slot of
- *   the same version and the next pull of that version is byte-exact. */
+ *   the same version and the next pull of that version is byte-exact;
+ * - a table changed in the directory after it was published (one byte of
+ *   its file) is refused before it is parsed: the pull fails with
+ *   RS_ERR_VERIFY naming model, version, slot and publisher, and nothing
+ *   is installed or touched. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -490,6 +494,37 @@ static void test_restarted_rank_rejoins(void **state)
     close_rank(&ir);
 }
 
+static void test_corrupted_table_refused(void **state)
+{
+    (void)state;
+    world_t *w = &world;
+    rank_t ir;
+    rs_diag_t diag;
+    rs_pull_result_t res;
+    char path[512];
+    start_all(w, 1);
+    /* one byte near the end of trainer-1's table (its JSON, past the
+     * digest line), flipped behind the directory's back */
+    snprintf(path, sizeof(path), "%s/%s/1/slot-1@trainer-1", w->tmp, MODEL);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, -3, SEEK_END), 0);
+    int c = fgetc(f);
+    assert_true(c != EOF);
+    assert_int_equal(fseek(f, -3, SEEK_END), 0);
+    assert_int_equal(fputc(c ^ 0x01, f), c ^ 0x01);
+    assert_int_equal(fclose(f), 0);
+    open_rank(w, &ir, 0);
+    rs_status_t st = rs_receiver_pull(ir.recv, 1, &diag, &res);
+    fprintf(stderr, "corrupted table: %s: %s\n", rs_status_str(st), diag.msg);
+    assert_int_equal(st, RS_ERR_VERIFY);
+    expect_message(&diag, "table of publisher 'trainer-1' of slot 1 of "
+                   "version 1 of 'tiny' is corrupted");
+    assert_int_equal(ir.installs, 0);
+    expect_untouched(&ir);
+    close_rank(&ir);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, world_setup, world_teardown)
 
 int main(int argc, char **argv)
@@ -500,6 +535,7 @@ int main(int argc, char **argv)
         T(test_replica_killed_mid_pull),
         T(test_both_replicas_killed),
         T(test_restarted_rank_rejoins),
+        T(test_corrupted_table_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
