@@ -83,7 +83,7 @@ rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,
 
 /* The key of this publisher's shard geometry for its directory slot
  * (geometry.c): tensor names, dtypes, full shapes, offsets and shapes of
- * its non-empty shards, in registration order. O(shards). */
+ * its non-empty shards, in any registration order. O(shards). */
 uint64_t rs__publisher_geometry(rs_publisher_h p);
 
 /* A fingerprint of everything a plan and its connections depend on: each
