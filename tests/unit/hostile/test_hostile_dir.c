@@ -294,6 +294,42 @@ static void test_file_corrupt_heartbeat_and_lease(void **state)
     fenv_free(&e);
 }
 
+/* A slot record (geometry key and publisher names) that is not one: every
+ * call that reads it names the file, none follows a name out of the
+ * version directory. */
+static void test_file_corrupt_slot_record(void **state)
+{
+    (void)state;
+    static const char *bad[] = {"", "0123\n", "00000000000000zz default\n",
+                                "0000000000000000\n",
+                                "0000000000000000 ../../x\n",
+                                "0000000000000000 a/b\n",
+                                "0000000000000000 default"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fenv_t e;
+        rs_diag_t diag;
+        rs_version_info_t info;
+        char rec[160];
+        void *table = NULL;
+        size_t len = 0;
+        fenv_init(&e);
+        snprintf(rec, sizeof(rec), "%s/slot-1", e.vdir);
+        put_file(e.vdir, "slot-1", bad[i]);
+        int fds = hostile_count_fds();
+        HOSTILE_EXPECT(rs_dir_read(e.dir, "m", 1, 1, &diag, &table, &len),
+                       RS_ERR_INPUT, &diag, rec, "slot record");
+        assert_null(table);
+        HOSTILE_EXPECT(rs_dir_wait_ready(e.dir, "m", 1, 0.2, 30, &diag,
+                                         &info), RS_ERR_INPUT, &diag, rec);
+        HOSTILE_EXPECT(rs_dir_publish(e.dir, "m", 1, 1, "t1", 2, &diag),
+                       RS_ERR_INPUT, &diag, rec);
+        HOSTILE_EXPECT(rs_dir_heartbeat(e.dir, "m", 1, 1, &diag),
+                       RS_ERR_INPUT, &diag, rec);
+        assert_int_equal(hostile_count_fds(), fds);
+        fenv_free(&e);
+    }
+}
+
 /* A slot table removed after READY was seen and before it was read. */
 static void test_file_table_vanishes(void **state)
 {
@@ -341,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_file_corrupt_meta),
         cmocka_unit_test(test_file_corrupt_heartbeat_and_lease),
         cmocka_unit_test(test_file_table_vanishes),
+        cmocka_unit_test(test_file_corrupt_slot_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
