@@ -1,8 +1,10 @@
 /* The control plane: a directory of model versions. Publishers create a
- * version with a number of expected slots (trainer ranks) and publish one
- * shard table per slot; the version becomes READY atomically when the last
- * expected slot arrives. Receivers wait for READY, read every slot's table,
- * and hold leases that keep the version from being released. Backends:
+ * version with a number of expected slots (trainer ranks) and publish
+ * shard tables into them, one per publisher (a slot may have several:
+ * data-parallel replicas with identical shards); the version becomes READY
+ * atomically when the last slot gets its first publisher. Receivers wait
+ * for READY, read every slot's tables (checked against the digest stored
+ * with each), and hold leases that keep the version from being released. Backends:
  * "file:DIR" (embedded; one machine or a shared filesystem) and
  * "redis://[[user]:password@]host[:port][/][?timeout=S&password_file=F]"
  * (each operation atomic in a Lua script; without a password in the URL or
