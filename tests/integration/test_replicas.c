@@ -8,6 +8,7 @@
  *   mid-pull: the same pull completes from the other replica, byte-exact
  *   against an independent build of vLLM's loaders, and the result records
  *   the failover; the next pull reads from the live replica directly;
+ *   a replica frozen mid-pull (SIGSTOP: its reads time out) the same;
  * - both replicas of slot 1 are SIGKILLed mid-pull: the pull fails naming
  *   both, install is not called, the bound parameters keep their bytes;
  * - a rank (one publisher per slot) is killed after a pull and started
@@ -268,7 +269,8 @@ static void start_all(world_t *w, int replicas)
 
 typedef struct strike {
     world_t *w;
-    int nvictims;          /* replicas of rank 1 to kill: 0, 1 or 2 */
+    int nvictims;          /* replicas of rank 1 to strike: 0, 1 or 2 */
+    int freeze;            /* stop them (SIGSTOP) instead of killing */
     int fired;
 } strike_t;
 
@@ -289,7 +291,8 @@ static rs_status_t on_install(void *ctx, rs_exec_h exec)
 }
 
 /* Halfway through the first transfer, while both slots' publishers still
- * have reads to serve: rank 1's replicas are killed and reaped. */
+ * have reads to serve: rank 1's replicas are killed and reaped, or
+ * frozen. */
 static void on_progress(void *ctx, const rs_progress_t *p)
 {
     strike_t *s = ctx;
@@ -297,17 +300,21 @@ static void on_progress(void *ctx, const rs_progress_t *p)
         p->sessions_outstanding < 2 || p->bytes_done * 2 < p->bytes_total)
         return;
     s->fired = 1;
-    for (int k = 0; k < s->nvictims; k++)
-        stop_publisher(s->w, 1, k, 1);
+    for (int k = 0; k < s->nvictims; k++) {
+        if (s->freeze)
+            kill(s->w->pubs[1][k], SIGSTOP); /* its gets stay in flight */
+        else
+            stop_publisher(s->w, 1, k, 1);
+    }
 }
 
-static void open_rank(world_t *w, rank_t *ir, int nvictims)
+static void open_rank(world_t *w, rank_t *ir, int nvictims, int freeze)
 {
     rs_receiver_params_t rp;
     rs_diag_t diag;
     uint64_t padding;
     memset(ir, 0, sizeof(*ir));
-    ir->strike = (strike_t){w, nvictims, 0};
+    ir->strike = (strike_t){w, nvictims, freeze, 0};
     assert_int_equal(rs_layout_capture(w->model, &w->infer, 0, &diag,
                                        &ir->cap, &padding), RS_OK);
     rs_receiver_params_init(&rp);
@@ -414,7 +421,7 @@ static void test_replica_killed_mid_pull(void **state)
     rs_diag_t diag;
     rs_pull_result_t res;
     start_all(w, 2);
-    open_rank(w, &ir, 1);
+    open_rank(w, &ir, 1, 0);
     rs_status_t st = rs_receiver_pull(ir.recv, 1, &diag, &res);
     fprintf(stderr, "one replica of slot 1 killed: %s: %s; failovers %u: "
             "%s\n", rs_status_str(st), st ? diag.msg : "", res.failovers,
@@ -441,6 +448,31 @@ static void test_replica_killed_mid_pull(void **state)
     assert_int_equal(WTERMSIG(w->status[1][0]), SIGKILL);
 }
 
+/* A frozen replica answers nothing: its reads time out (exec.timeout_s)
+ * and the pull moves to the other replica. */
+static void test_replica_frozen_mid_pull(void **state)
+{
+    (void)state;
+    world_t *w = &world;
+    rank_t ir;
+    rs_diag_t diag;
+    rs_pull_result_t res;
+    start_all(w, 2);
+    open_rank(w, &ir, 1, 1);
+    rs_status_t st = rs_receiver_pull(ir.recv, 1, &diag, &res);
+    fprintf(stderr, "one replica of slot 1 frozen: %s: %s; failovers %u: "
+            "%s\n", rs_status_str(st), st ? diag.msg : "", res.failovers,
+            st == RS_OK ? res.failover_msg : "");
+    assert_true(ir.strike.fired);
+    if (st != RS_OK)
+        fail_msg("pull with a replica frozen: %s", diag.msg);
+    assert_int_equal(ir.installs, 1);
+    expect_installed(w, &ir);
+    assert_int_equal(res.failovers, 1);
+    assert_string_equal(res.failover_msg, "trainer-1, slot 1 -> trainer-1-r1");
+    close_rank(&ir);
+}
+
 static void test_both_replicas_killed(void **state)
 {
     (void)state;
@@ -449,7 +481,7 @@ static void test_both_replicas_killed(void **state)
     rs_diag_t diag;
     rs_pull_result_t res;
     start_all(w, 2);
-    open_rank(w, &ir, 2);
+    open_rank(w, &ir, 2, 0);
     rs_status_t st = rs_receiver_pull(ir.recv, 1, &diag, &res);
     fprintf(stderr, "both replicas of slot 1 killed: %s: %s\n",
             rs_status_str(st), diag.msg);
@@ -474,7 +506,7 @@ static void test_restarted_rank_rejoins(void **state)
     rs_diag_t diag;
     rs_pull_result_t res;
     start_all(w, 1);
-    open_rank(w, &ir, 0);
+    open_rank(w, &ir, 0, 0);
     rs_status_t st = rs_receiver_pull(ir.recv, 1, &diag, &res);
     if (st != RS_OK)
         fail_msg("first pull: %s", diag.msg);
@@ -514,7 +546,7 @@ static void test_corrupted_table_refused(void **state)
     assert_int_equal(fseek(f, -3, SEEK_END), 0);
     assert_int_equal(fputc(c ^ 0x01, f), c ^ 0x01);
     assert_int_equal(fclose(f), 0);
-    open_rank(w, &ir, 0);
+    open_rank(w, &ir, 0, 0);
     rs_status_t st = rs_receiver_pull(ir.recv, 1, &diag, &res);
     fprintf(stderr, "corrupted table: %s: %s\n", rs_status_str(st), diag.msg);
     assert_int_equal(st, RS_ERR_VERIFY);
@@ -533,6 +565,7 @@ int main(int argc, char **argv)
         return publisher_entry(argv[2]);
     const struct CMUnitTest tests[] = {
         T(test_replica_killed_mid_pull),
+        T(test_replica_frozen_mid_pull),
         T(test_both_replicas_killed),
         T(test_restarted_rank_rejoins),
         T(test_corrupted_table_refused),
