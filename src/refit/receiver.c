@@ -508,6 +508,11 @@ static rs_status_t transfer_replicas(rs_receiver_h r,
                                      const rs_version_info_t *v, double t0,
                                      rs_pull_result_t *res, rs_diag_t *diag)
 {
+    rs_diag_t own; /* failures name their peers, also for a NULL diag */
+    if (diag == NULL) {
+        rs_diag_clear(&own);
+        diag = &own;
+    }
     rs__replicas_reset(&r->replicas);
     rs_status_t st = transfer(r, v, t0, res, diag);
     while ((st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT) &&
