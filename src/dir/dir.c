@@ -160,6 +160,12 @@ void rs_dir_close(rs_dir_h dir)
 
 /* Names become file names and key parts: a conservative alphabet keeps
  * both safe ('/', ':', braces and spaces are refused). */
+int rs__dir_name_char(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
 static rs_status_t check_name(const char *kind, const char *name,
                               rs_diag_t *diag)
 {
@@ -173,10 +179,7 @@ static rs_status_t check_name(const char *kind, const char *name,
         return rs__diag_set(diag, RS_ERR_INPUT, "%s name '%s' is not "
                             "allowed", kind, name);
     for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                 (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        if (!ok)
+        if (!rs__dir_name_char(name[i]))
             return rs__diag_set(diag, RS_ERR_INPUT, "%s name '%s': "
                                 "character %zu is not one of "
                                 "[A-Za-z0-9._-]", kind, name, i);

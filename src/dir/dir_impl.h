@@ -113,6 +113,10 @@ rs_status_t rs__dir_entry_decode(const rs_dir_req_t *req, rs_dir_entry_t *e,
 /* A geometry key as the backends store it: 16 lowercase hex digits. */
 void rs__dir_geometry_hex(uint64_t geometry, char out[17]);
 
+/* 1 for the characters of model, holder and publisher names
+ * ([A-Za-z0-9._-]). */
+int rs__dir_name_char(char c);
+
 /* Name of a state as written in files, keys and messages. */
 const char *rs__dir_state_name(rs_version_state_t state);
 

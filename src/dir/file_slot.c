@@ -12,18 +12,12 @@
 
 #define RECORD_MAX (17 + RS_DIR_PUBLISHERS_MAX * (RS_DIR_NAME_MAX + 1) + 2)
 
-static int name_char(char c)
-{
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-}
-
 /* One publisher name at *p, ending at ' ' or '\n'; names become file
  * names, so only the directory's own alphabet is taken. */
 static int parse_name(const char **p, char out[RS_DIR_NAME_MAX + 1])
 {
     size_t n = 0;
-    while (name_char((*p)[n]) && n <= RS_DIR_NAME_MAX)
+    while (rs__dir_name_char((*p)[n]) && n <= RS_DIR_NAME_MAX)
         n++;
     if (n == 0 || n > RS_DIR_NAME_MAX || ((*p)[n] != ' ' && (*p)[n] != '\n'))
         return 0;

@@ -141,13 +141,8 @@ const rs_dir_entry_t *rs__replicas_chosen(const rs__replicas_t *set,
     return &sl->entries[sl->chosen];
 }
 
-static int name_char(char c)
-{
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-}
-
-/* Whether msg names the peer "<agent>, slot <S>" (as a whole name). */
+/* Whether msg names the peer "<agent>, slot <S>" as a whole name: peer
+ * names stand after "(", " " or at the start (names hold neither). */
 static int names_peer(const char *msg, const char *agent, int64_t slot)
 {
     char peer[RS_DIR_NAME_MAX + 32];
@@ -156,7 +151,7 @@ static int names_peer(const char *msg, const char *agent, int64_t slot)
     for (const char *at = strstr(msg, peer); at != NULL;
          at = strstr(at + 1, peer)) {
         char after = at[n];
-        if ((at == msg || !name_char(at[-1])) &&
+        if ((at == msg || at[-1] == '(' || at[-1] == ' ') &&
             !(after >= '0' && after <= '9'))
             return 1;
     }
