@@ -1,8 +1,10 @@
 /* The control plane: a directory of model versions. Publishers create a
- * version with a number of expected slots (trainer ranks) and publish one
- * shard table per slot; the version becomes READY atomically when the last
- * expected slot arrives. Receivers wait for READY, read every slot's table,
- * and hold leases that keep the version from being released. Backends:
+ * version with a number of expected slots (trainer ranks) and publish
+ * shard tables into them, one per publisher (a slot may have several:
+ * data-parallel replicas with identical shards); the version becomes READY
+ * atomically when the last slot gets its first publisher. Receivers wait
+ * for READY, read every slot's tables (checked against the digest stored
+ * with each), and hold leases that keep the version from being released. Backends:
  * "file:DIR" (embedded; one machine or a shared filesystem) and
  * "redis://[[user]:password@]host[:port][/][?timeout=S&password_file=F]"
  * (each operation atomic in a Lua script; without a password in the URL or
@@ -105,24 +107,76 @@ RS_API rs_status_t rs_dir_create_version(rs_dir_h dir, const char *model,
                                          int64_t version, int64_t slots,
                                          rs_diag_t *diag);
 
-/* Publishes slot `slot`'s table (bytes, usually JSON). A byte-identical
- * replay succeeds; a different table for a published slot is RS_ERR_INPUT
- * ("conflicting replay"). The call that adds the last expected slot makes
- * the version READY in the same atomic step. */
+/* Publishers, tables and replicas. A slot may be served by several
+ * publishers (data-parallel replicas of a trainer rank, holding identical
+ * shards). Each publisher of a slot has a name (its session, the same
+ * alphabet as model names) and publishes its own table together with a
+ * *geometry key*: a 64-bit key the publisher computes over everything its
+ * table says except names, addresses, transport keys and digests (tensor
+ * names, dtypes, full shapes, shard offsets and shapes). The first
+ * publisher of a slot fixes the slot's key; every later one must bring the
+ * same key. A version is READY once every slot has at least one publisher.
+ *
+ * The directory stores beside every table an rsd64 digest of its bytes
+ * (computed here when publishing) and checks it when a table is read,
+ * before the caller parses it: a table changed in the directory is refused
+ * with RS_ERR_VERIFY, naming model, version, slot and publisher. */
+
+/* Longest model, holder or publisher name. */
+#define RS_DIR_NAME_MAX 128
+/* Most publishers one slot accepts. */
+#define RS_DIR_PUBLISHERS_MAX 64
+
+/* Adds `publisher` to slot `slot` with its table (bytes, usually JSON) and
+ * geometry key (the version must exist: rs_dir_create_version). A publisher
+ * already in the slot replaces its own entry (a restarted rank serving the
+ * same shards at new addresses; publishing the same bytes again is a
+ * no-op replay). A geometry key other than the slot's is RS_ERR_INPUT
+ * ("slot S: conflicting geometry from publisher 'P'", naming the key, the
+ * slot's key and its publishers), as is a publisher beyond
+ * RS_DIR_PUBLISHERS_MAX or a bad name. The call that gives the last slot
+ * its first publisher makes the version READY in the same atomic step.
+ * Publishing to a RELEASED version is RS_ERR_INPUT. O(table bytes). */
+RS_API rs_status_t rs_dir_publish_as(rs_dir_h dir, const char *model,
+                                     int64_t version, int64_t slot,
+                                     const char *publisher, uint64_t geometry,
+                                     const void *table, size_t len,
+                                     rs_diag_t *diag);
+
+/* The single-publisher form: publishes as publisher "default" with the
+ * table's own digest as its geometry key, so a byte-identical replay
+ * succeeds and a different table for the slot is RS_ERR_INPUT
+ * ("conflicting geometry"). */
 RS_API rs_status_t rs_dir_publish(rs_dir_h dir, const char *model,
                                   int64_t version, int64_t slot,
                                   const void *table, size_t len,
                                   rs_diag_t *diag);
 
-/* Refreshes a slot's heartbeat. A READY version whose slots' heartbeats
- * are all older than stale_s is reported stale by rs_dir_wait_ready. A
- * heartbeat of a released version succeeds and writes nothing; of a slot
- * without a table (never published, or lost by the directory) it is
- * RS_ERR_INCOMPLETE, and of a version that does not exist RS_ERR_INPUT:
- * a publisher then publishes its table again. */
+/* Refreshes publisher `publisher`'s heartbeat in slot `slot`. A READY
+ * version whose slots' heartbeats are all older than stale_s is reported
+ * stale by rs_dir_wait_ready (a slot is as fresh as its freshest
+ * publisher). A heartbeat of a released version succeeds and writes
+ * nothing; of a publisher without a table in the slot (never published,
+ * or lost by the directory) it is RS_ERR_INCOMPLETE, and of a version that
+ * does not exist RS_ERR_INPUT: a publisher then publishes its table
+ * again. */
+RS_API rs_status_t rs_dir_heartbeat_as(rs_dir_h dir, const char *model,
+                                       int64_t version, int64_t slot,
+                                       const char *publisher,
+                                       rs_diag_t *diag);
+/* rs_dir_heartbeat_as for publisher "default". */
 RS_API rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model,
                                     int64_t version, int64_t slot,
                                     rs_diag_t *diag);
+
+/* One publisher of a slot, as rs_dir_read_slot returns it. */
+typedef struct rs_dir_entry {
+    char publisher[RS_DIR_NAME_MAX + 1];
+    uint64_t geometry;  /* the slot's geometry key */
+    char *table;        /* the table's bytes, NUL-terminated (not counted) */
+    size_t len;
+    double age_s;       /* since its last heartbeat or publish; < 0: none */
+} rs_dir_entry_t;
 
 RS_API rs_status_t rs_dir_info(rs_dir_h dir, const char *model,
                                int64_t version, rs_diag_t *diag,
@@ -142,8 +196,23 @@ RS_API rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
                                      double stale_s, rs_diag_t *diag,
                                      rs_version_info_t *info_p);
 
-/* Reads slot `slot`'s table of a READY version; the caller frees *table_p.
- * RS_ERR_INCOMPLETE when the version is not READY. */
+/* Every publisher of slot `slot` of a READY version, in the order they
+ * joined the slot (at least one). Each table's digest is checked before it
+ * is returned: a table whose bytes no longer match is RS_ERR_VERIFY ("table
+ * of publisher 'P' of slot S of version V of 'M' is corrupted"), and so is
+ * an entry whose digest record is unreadable. RS_ERR_INCOMPLETE when the
+ * version is not READY (or a table vanished: released meanwhile). The
+ * caller frees the array with rs_dir_entries_free. O(slot's table bytes). */
+RS_API rs_status_t rs_dir_read_slot(rs_dir_h dir, const char *model,
+                                    int64_t version, int64_t slot,
+                                    rs_diag_t *diag,
+                                    rs_dir_entry_t **entries_p,
+                                    size_t *count_p);
+/* Frees what rs_dir_read_slot returned; accepts NULL. */
+RS_API void rs_dir_entries_free(rs_dir_entry_t *entries, size_t count);
+
+/* The table of slot `slot`'s first publisher (rs_dir_read_slot's first
+ * entry), with the same checks; the caller frees *table_p. */
 RS_API rs_status_t rs_dir_read(rs_dir_h dir, const char *model,
                                int64_t version, int64_t slot, rs_diag_t *diag,
                                void **table_p, size_t *len_p);

@@ -49,7 +49,17 @@ typedef struct rs_publisher_params {
     const char *model;
     int64_t rank, world;    /* this trainer's slot and the slot count */
     const char *backend;    /* exposer backend: "ucx" (default) or "cma" */
-    const char *session;    /* agent name; default "trainer-<rank>" */
+    /* Agent name, also this publisher's name in its directory slot;
+     * default "trainer-<rank>" (replica 0) or "trainer-<rank>-r<replica>".
+     * Publishers of one slot need distinct names: a publish under a name
+     * already in the slot replaces that publisher's entry (a restarted
+     * rank). */
+    const char *session;
+    /* Data-parallel replica index of this rank (default 0): replicas of a
+     * rank publish to the same slot with identical shard geometry, and a
+     * receiver reads each slot from one of them, failing over to another
+     * when a read fails. */
+    int64_t replica;
     int digests;            /* publish an rsd64 digest per shard */
     double heartbeat_s;     /* heartbeat period; default 1 s, <= 0 none */
     /* Directory outages while serving: a failed heartbeat is retried with
@@ -235,6 +245,11 @@ typedef struct rs_pull_result {
     uint64_t bytes_installed; /* copied from staging into the bound
                                * parameters (0 with shadow = 0) */
     uint32_t sessions;        /* publishers the plan reads from */
+    /* Publishers replaced within this pull after reading from them failed
+     * (a slot with several publishers), and which: "<agent>, slot <S> ->
+     * <agent>; ..." (empty when none). */
+    uint32_t failovers;
+    char failover_msg[RS_DIAG_MSG_MAX];
 } rs_pull_result_t;
 
 /* Pulls `version` (< 0: the newest READY one): rs_receiver_stage then
@@ -269,6 +284,16 @@ RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
  * to reach the directory is retried; it breaks nothing unless the lease
  * lapsed meanwhile, which the next renewal reports.
  *
+ * Slots with several publishers: each slot is read from one of them
+ * (chosen by salt, preferring publishers whose heartbeat is younger than
+ * stale_s); when reading from it fails (connect, RS_ERR_TRANSPORT or
+ * RS_ERR_TIMEOUT of a read), the same stage transfers again from another
+ * publisher of that slot, under the same deadline and still into the
+ * staging buffers, recording the failover in the result; later pulls of this
+ * receiver choose a publisher that failed last, until it publishes another
+ * table (restarted). When every publisher of a slot failed, the error
+ * names each ("<agent>, slot <S>: <cause>").
+ *
  * On success *staged_p is the receiver's staged version: one per receiver,
  * owned by it, valid until rs_receiver_apply or rs_receiver_discard
  * consumes it (or the receiver is destroyed). While staged,
@@ -276,8 +301,8 @@ RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
  *
  * Errors (nothing staged, no lease left, bound parameters untouched):
  * RS_ERR_INVALID_ARG (a version is staged already, naming it; shadow = 0);
- * those of the directory (discovery), planning, connecting and the
- * executor's run (a read that failed or timed out is RS_ERR_TRANSPORT /
+ * those of the directory (discovery; RS_ERR_VERIFY for a table corrupted
+ * in the directory), planning, connecting and the executor's run (a read that failed or timed out is RS_ERR_TRANSPORT /
  * RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
  * and the cause; the connections are dropped and rebuilt next time);
  * RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed in the

@@ -9,6 +9,7 @@
 
 #include "core/diag.h"
 #include "dir/dir_impl.h"
+#include "reshard/digest.h"
 
 static const struct {
     const char *prefix;
@@ -159,6 +160,12 @@ void rs_dir_close(rs_dir_h dir)
 
 /* Names become file names and key parts: a conservative alphabet keeps
  * both safe ('/', ':', braces and spaces are refused). */
+int rs__dir_name_char(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
 static rs_status_t check_name(const char *kind, const char *name,
                               rs_diag_t *diag)
 {
@@ -172,10 +179,7 @@ static rs_status_t check_name(const char *kind, const char *name,
         return rs__diag_set(diag, RS_ERR_INPUT, "%s name '%s' is not "
                             "allowed", kind, name);
     for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                 (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        if (!ok)
+        if (!rs__dir_name_char(name[i]))
             return rs__diag_set(diag, RS_ERR_INPUT, "%s name '%s': "
                                 "character %zu is not one of "
                                 "[A-Za-z0-9._-]", kind, name, i);
@@ -229,14 +233,17 @@ rs_status_t rs_dir_create_version(rs_dir_h dir, const char *model,
     return call(dir, dir->ops->create, &req, diag);
 }
 
-rs_status_t rs_dir_publish(rs_dir_h dir, const char *model, int64_t version,
-                           int64_t slot, const void *table, size_t len,
-                           rs_diag_t *diag)
+rs_status_t rs_dir_publish_as(rs_dir_h dir, const char *model,
+                              int64_t version, int64_t slot,
+                              const char *publisher, uint64_t geometry,
+                              const void *table, size_t len, rs_diag_t *diag)
 {
     rs_dir_req_t req;
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st == RS_OK)
         st = check_slot(&req, slot, diag);
+    if (st == RS_OK)
+        st = check_name("publisher", publisher, diag);
     if (st != RS_OK)
         return st;
     if (table == NULL && len > 0)
@@ -247,23 +254,53 @@ rs_status_t rs_dir_publish(rs_dir_h dir, const char *model, int64_t version,
                             "%lld table is %zu bytes, more than the %zu-byte "
                             "limit", (long long)version, model,
                             (long long)slot, len, RS_DIR_TABLE_MAX);
+    char *entry = NULL;
+    st = rs__dir_entry_encode(geometry, table, len, diag, &entry);
+    if (st != RS_OK)
+        return st;
     req.slot = slot;
-    req.table = table != NULL ? table : "";
-    req.len = len;
-    return call(dir, dir->ops->publish, &req, diag);
+    req.publisher = publisher;
+    rs__dir_geometry_hex(geometry, req.geometry);
+    req.table = entry;
+    req.len = RS_DIR_ENTRY_HEADER + len;
+    st = call(dir, dir->ops->publish, &req, diag);
+    free(entry);
+    return st;
 }
 
-rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model, int64_t version,
-                             int64_t slot, rs_diag_t *diag)
+#define DEFAULT_PUBLISHER "default"
+
+rs_status_t rs_dir_publish(rs_dir_h dir, const char *model, int64_t version,
+                           int64_t slot, const void *table, size_t len,
+                           rs_diag_t *diag)
+{
+    uint64_t geometry = rs_digest(table != NULL ? table : "", len);
+    return rs_dir_publish_as(dir, model, version, slot, DEFAULT_PUBLISHER,
+                             geometry, table, len, diag);
+}
+
+rs_status_t rs_dir_heartbeat_as(rs_dir_h dir, const char *model,
+                                int64_t version, int64_t slot,
+                                const char *publisher, rs_diag_t *diag)
 {
     rs_dir_req_t req;
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st == RS_OK)
         st = check_slot(&req, slot, diag);
+    if (st == RS_OK)
+        st = check_name("publisher", publisher, diag);
     if (st != RS_OK)
         return st;
     req.slot = slot;
+    req.publisher = publisher;
     return call(dir, dir->ops->heartbeat, &req, diag);
+}
+
+rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model, int64_t version,
+                             int64_t slot, rs_diag_t *diag)
+{
+    return rs_dir_heartbeat_as(dir, model, version, slot, DEFAULT_PUBLISHER,
+                               diag);
 }
 
 rs_status_t rs_dir_info(rs_dir_h dir, const char *model, int64_t version,
@@ -286,9 +323,32 @@ rs_status_t rs_dir_info(rs_dir_h dir, const char *model, int64_t version,
     return RS_OK;
 }
 
-rs_status_t rs_dir_read(rs_dir_h dir, const char *model, int64_t version,
-                        int64_t slot, rs_diag_t *diag, void **table_p,
-                        size_t *len_p)
+void rs_dir_entries_free(rs_dir_entry_t *entries, size_t count)
+{
+    for (size_t i = 0; entries != NULL && i < count; i++)
+        free(entries[i].table);
+    free(entries);
+}
+
+/* Every entry's digest is checked before any table leaves this file. */
+static rs_status_t decode_all(rs_dir_req_t *req, rs_diag_t *diag)
+{
+    if (req->nentries == 0)
+        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
+                            "slot %lld has no publisher",
+                            (long long)req->version, req->model,
+                            (long long)req->slot);
+    for (size_t i = 0; i < req->nentries; i++) {
+        rs_status_t st = rs__dir_entry_decode(req, &req->entries[i], diag);
+        if (st != RS_OK)
+            return st;
+    }
+    return RS_OK;
+}
+
+rs_status_t rs_dir_read_slot(rs_dir_h dir, const char *model,
+                             int64_t version, int64_t slot, rs_diag_t *diag,
+                             rs_dir_entry_t **entries_p, size_t *count_p)
 {
     rs_dir_req_t req;
     rs_status_t st = start(dir, model, version, diag, &req);
@@ -296,15 +356,39 @@ rs_status_t rs_dir_read(rs_dir_h dir, const char *model, int64_t version,
         st = check_slot(&req, slot, diag);
     if (st != RS_OK)
         return st;
+    if (entries_p == NULL || count_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read_slot: "
+                            "NULL output");
+    req.slot = slot;
+    st = call(dir, dir->ops->read, &req, diag);
+    if (st == RS_OK)
+        st = decode_all(&req, diag);
+    if (st != RS_OK) {
+        rs_dir_entries_free(req.entries, req.nentries);
+        return st;
+    }
+    *entries_p = req.entries;
+    *count_p = req.nentries;
+    return RS_OK;
+}
+
+rs_status_t rs_dir_read(rs_dir_h dir, const char *model, int64_t version,
+                        int64_t slot, rs_diag_t *diag, void **table_p,
+                        size_t *len_p)
+{
+    rs_dir_entry_t *e = NULL;
+    size_t n = 0;
     if (table_p == NULL || len_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read: NULL "
                             "output");
-    req.slot = slot;
-    st = call(dir, dir->ops->read, &req, diag);
+    rs_status_t st = rs_dir_read_slot(dir, model, version, slot, diag, &e,
+                                      &n);
     if (st != RS_OK)
         return st;
-    *table_p = req.data;
-    *len_p = req.data_len;
+    *table_p = e[0].table;
+    *len_p = e[0].len;
+    e[0].table = NULL;
+    rs_dir_entries_free(e, n);
     return RS_OK;
 }
 

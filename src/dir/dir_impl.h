@@ -10,7 +10,6 @@
 #include "reshard/dir.h"
 
 /* Limits shared by both backends (checked in dir.c). */
-#define RS_DIR_NAME_MAX 128              /* model and holder names */
 #define RS_DIR_SLOTS_MAX ((int64_t)1 << 20)
 #define RS_DIR_TABLE_MAX ((size_t)256 << 20)
 /* Lease epochs stay exact in a Lua number (a double) */
@@ -23,8 +22,10 @@ typedef struct rs_dir_req {
     const char *model;
     int64_t version;
     int64_t slot;        /* publish, heartbeat, read */
+    const char *publisher; /* publish, heartbeat */
+    char geometry[17];   /* publish: the geometry key, 16 hex digits */
     int64_t slots;       /* create */
-    const void *table;   /* publish */
+    const void *table;   /* publish: the encoded entry (rs__dir_entry_encode) */
     size_t len;          /* publish */
     const char *holder;  /* lease, unlease */
     double ttl_s;        /* lease */
@@ -38,9 +39,10 @@ typedef struct rs_dir_req {
      * seconds since the slot's last heartbeat or publish, < 0 if none */
     uint8_t *present;
     double *age;
-    /* read */
-    void *data;
-    size_t data_len;
+    /* read: every publisher of the slot, in joining order, each `table`
+     * holding the stored entry (header and table, checked by dir.c) */
+    rs_dir_entry_t *entries;
+    size_t nentries;
     /* list (ascending); release: live leases dropped by force */
     rs_version_info_t *infos;
     size_t count;
@@ -60,7 +62,7 @@ typedef struct rs_dir_ops {
     rs_dir_op_fn heartbeat;
     rs_dir_op_fn lookup;
     rs_dir_op_fn slot_status;
-    rs_dir_op_fn read;
+    rs_dir_op_fn read;   /* every entry of a slot (req->entries) */
     rs_dir_op_fn list;
     rs_dir_op_fn lease;
     rs_dir_op_fn unlease;
@@ -95,6 +97,25 @@ rs_status_t rs__dir_start(rs_dir_h dir, const char *model, int64_t version,
  * dir_wait.c. */
 rs_status_t rs__dir_call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
                          rs_diag_t *diag);
+
+/* A stored entry: "rsd64:<16 hex> <16 hex geometry>\n" followed by the
+ * table's bytes (entry.c). The caller frees *out_p. */
+#define RS_DIR_ENTRY_HEADER 40
+rs_status_t rs__dir_entry_encode(uint64_t geometry, const void *table,
+                                 size_t len, rs_diag_t *diag, char **out_p);
+
+/* Checks entry e (as a backend returned it) against its digest and leaves
+ * only the table in it, with e->geometry set. RS_ERR_VERIFY naming the
+ * publisher, slot, version and model when the bytes do not match. */
+rs_status_t rs__dir_entry_decode(const rs_dir_req_t *req, rs_dir_entry_t *e,
+                                 rs_diag_t *diag);
+
+/* A geometry key as the backends store it: 16 lowercase hex digits. */
+void rs__dir_geometry_hex(uint64_t geometry, char out[17]);
+
+/* 1 for the characters of model, holder and publisher names
+ * ([A-Za-z0-9._-]). */
+int rs__dir_name_char(char c);
 
 /* Name of a state as written in files, keys and messages. */
 const char *rs__dir_state_name(rs_version_state_t state);

@@ -145,7 +145,7 @@ static rs_status_t scan_slots(const char *vdir, int64_t n, uint8_t *present,
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long long slot;
-        char canon[64];
+        char canon[RS_FDIR_NAME_LEN];
         if (sscanf(e->d_name, "slot-%lld", &slot) != 1 || slot < 0 ||
             slot >= n)
             continue;

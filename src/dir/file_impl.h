@@ -82,11 +82,40 @@ rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
 rs_status_t rs__fdir_scan_slots(const char *vdir, int64_t n, uint8_t *present,
                                 rs_diag_t *diag, int64_t *count_p);
 
-/* Name of slot i's table and heartbeat files. */
-void rs__fdir_slot_name(int64_t slot, char out[64]);
-void rs__fdir_hb_name(int64_t slot, char out[64]);
+/* File names inside a version directory: slot i's record, publisher P's
+ * entry (digest line and table) in slot i, and P's heartbeat there. */
+#define RS_FDIR_NAME_LEN (RS_DIR_NAME_MAX + 48)
+void rs__fdir_slot_name(int64_t slot, char out[RS_FDIR_NAME_LEN]);
+void rs__fdir_entry_name(int64_t slot, const char *publisher,
+                         char out[RS_FDIR_NAME_LEN]);
+void rs__fdir_hb_name(int64_t slot, const char *publisher,
+                      char out[RS_FDIR_NAME_LEN]);
 
-/* Ops in file_publish.c and file_lease.c. */
+/* A slot record: the slot's geometry key and its publishers in joining
+ * order; written (under the version lock) after the entry it names. */
+typedef struct rs_fdir_slot {
+    int present;
+    char geometry[17];
+    size_t n;
+    char names[RS_DIR_PUBLISHERS_MAX][RS_DIR_NAME_MAX + 1];
+} rs_fdir_slot_t;
+
+/* Reads slot `slot`'s record into rec (rec->present = 0 when absent).
+ * RS_ERR_INPUT naming the file when it is not a record. */
+rs_status_t rs__fdir_slot_read(const char *vdir, int64_t slot,
+                               rs_diag_t *diag, rs_fdir_slot_t *rec);
+/* Replaces slot `slot`'s record with rec, atomically. */
+rs_status_t rs__fdir_slot_write(const char *vdir, int64_t slot,
+                                const rs_fdir_slot_t *rec, rs_diag_t *diag);
+/* The index of `publisher` in rec, or -1. */
+int rs__fdir_slot_find(const rs_fdir_slot_t *rec, const char *publisher);
+
+/* RS_ERR_INPUT when req->slot is not below the version's slot count. */
+rs_status_t rs__fdir_check_range(const rs_dir_req_t *req,
+                                 const rs_version_info_t *info,
+                                 rs_diag_t *diag);
+
+/* Ops in file_publish.c, file_read.c and file_lease.c. */
 rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag);

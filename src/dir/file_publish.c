@@ -1,8 +1,11 @@
-/* Publishing in the file:DIR backend: a slot's table is written to a
- * temporary file and linked to its final name, so of racing publishers of
- * one slot exactly one wins and the others compare bytes (identical replay
- * or conflict). Under the version lock, the publisher that completes the
- * set creates READY. Also heartbeats, reads and per-slot status. */
+/* Publishing in the file:DIR backend. Each publisher of a slot has an
+ * entry file `slot-<i>@<publisher>` (digest line and table), written to a
+ * temporary file first; under the version lock the slot record (file_slot.c)
+ * is checked for the geometry key, the entry is renamed into place
+ * (replacing the publisher's own older entry), the record gains the
+ * publisher, and the publisher that gives the last slot its first entry
+ * creates READY. Also heartbeats (one file per publisher); reads are in
+ * file_read.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,8 +16,9 @@
 #include "core/diag.h"
 #include "dir/file_impl.h"
 
-static rs_status_t check_range(const rs_dir_req_t *req,
-                               const rs_version_info_t *info, rs_diag_t *diag)
+rs_status_t rs__fdir_check_range(const rs_dir_req_t *req,
+                                 const rs_version_info_t *info,
+                                 rs_diag_t *diag)
 {
     if (req->slot >= info->slots)
         return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s' has "
@@ -39,29 +43,57 @@ static int is_released(const char *vdir)
     return rs__fdir_exists(path);
 }
 
-/* A slot already holds a table: the same bytes are a replay. */
-static rs_status_t compare_replay(const char *path, const rs_dir_req_t *req,
-                                  rs_diag_t *diag)
+/* "p1", "p2" of a record, for messages. */
+static void list_names(const rs_fdir_slot_t *rec, char *out, size_t cap)
 {
-    char *old = NULL;
-    size_t len = 0;
-    int absent;
-    rs_status_t st = rs__fdir_read(path, RS_DIR_TABLE_MAX, diag, &absent,
-                                   &old, &len);
-    if (st != RS_OK)
-        return st;
-    size_t k = 0;
-    while (!absent && k < len && k < req->len &&
-           old[k] == ((const char *)req->table)[k])
-        k++;
-    free(old);
-    if (!absent && k == len && len == req->len)
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < rec->n && used + 1 < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%s'%s'",
+                                 i ? ", " : "", rec->names[i]);
+}
+
+/* A publisher may join (or rejoin) the slot its record describes. */
+static rs_status_t check_join(const rs_fdir_slot_t *rec,
+                              const rs_dir_req_t *req, rs_diag_t *diag)
+{
+    char names[512];
+    if (!rec->present)
         return RS_OK;
-    return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': "
-                        "conflicting replay for slot %lld (published table "
-                        "has %zu bytes, this one %zu; first difference at "
-                        "byte %zu)", (long long)req->version, req->model,
-                        (long long)req->slot, len, req->len, k);
+    list_names(rec, names, sizeof(names));
+    if (strcmp(rec->geometry, req->geometry) != 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': slot "
+                            "%lld: conflicting geometry from publisher '%s' "
+                            "(key %s; the slot's key is %s, published by "
+                            "%s): the publishers of a slot must hold "
+                            "identical shards (tensor names, dtypes, full "
+                            "shapes, offsets, shapes)",
+                            (long long)req->version, req->model,
+                            (long long)req->slot, req->publisher,
+                            req->geometry, rec->geometry, names);
+    if (rs__fdir_slot_find(rec, req->publisher) < 0 &&
+        rec->n >= RS_DIR_PUBLISHERS_MAX)
+        return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': slot "
+                            "%lld already has %d publishers: '%s' cannot "
+                            "join", (long long)req->version, req->model,
+                            (long long)req->slot, RS_DIR_PUBLISHERS_MAX,
+                            req->publisher);
+    return RS_OK;
+}
+
+/* Adds the publisher to the record (a new slot takes the key). */
+static rs_status_t join_record(const char *vdir, rs_fdir_slot_t *rec,
+                               const rs_dir_req_t *req, rs_diag_t *diag)
+{
+    if (rec->present && rs__fdir_slot_find(rec, req->publisher) >= 0)
+        return RS_OK;
+    if (!rec->present) {
+        memcpy(rec->geometry, req->geometry, sizeof(rec->geometry));
+        rec->n = 0;
+    }
+    snprintf(rec->names[rec->n++], sizeof(rec->names[0]), "%s",
+             req->publisher);
+    return rs__fdir_slot_write(vdir, req->slot, rec, diag);
 }
 
 /* Any publisher that sees every table creates READY; O_EXCL makes the
@@ -87,27 +119,31 @@ static rs_status_t mark_ready(const char *vdir, int64_t slots,
     return RS_OK;
 }
 
-/* Under the lock: link the written table into place (or compare), record
+/* Under the lock: check the slot's key, move the written entry into
+ * place (the publisher's own older entry goes), record the publisher and
  * the publish as a heartbeat, and mark READY when the set is complete. */
 static rs_status_t place(const char *vdir, const char *tmp,
                          const rs_dir_req_t *req, int64_t slots,
                          rs_diag_t *diag)
 {
-    char name[64], final[PATH_MAX];
-    rs__fdir_slot_name(req->slot, name);
-    rs__fdir_join(vdir, name, final);
+    char name[RS_FDIR_NAME_LEN], final[PATH_MAX];
+    rs_fdir_slot_t rec;
     if (is_released(vdir))
         return refuse_released(req, diag);
-    rs_status_t st = RS_OK;
-    if (link(tmp, final) == 0)
-        rs__fdir_sync_dir(vdir);
-    else if (errno == EEXIST)
-        st = compare_replay(final, req, diag);
-    else
-        st = rs__diag_set(diag, RS_ERR_IO, "cannot create %s: %s", final,
-                          strerror(errno));
+    rs_status_t st = rs__fdir_slot_read(vdir, req->slot, diag, &rec);
+    if (st == RS_OK)
+        st = check_join(&rec, req, diag);
+    if (st != RS_OK)
+        return st;
+    rs__fdir_entry_name(req->slot, req->publisher, name);
+    rs__fdir_join(vdir, name, final);
+    if (rename(tmp, final) != 0)
+        return rs__diag_set(diag, RS_ERR_IO, "cannot rename into %s: %s",
+                            final, strerror(errno));
+    rs__fdir_sync_dir(vdir);
+    st = join_record(vdir, &rec, req, diag);
     if (st == RS_OK) {
-        rs__fdir_hb_name(req->slot, name);
+        rs__fdir_hb_name(req->slot, req->publisher, name);
         st = rs__fdir_write_time(vdir, name, rs__fdir_now(), diag);
     }
     if (st == RS_OK)
@@ -118,18 +154,18 @@ static rs_status_t place(const char *vdir, const char *tmp,
 rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
     rs_version_info_t info;
-    char vdir[PATH_MAX], tmp[PATH_MAX], name[64];
+    char vdir[PATH_MAX], tmp[PATH_MAX], name[RS_FDIR_NAME_LEN];
     int lock = -1;
     rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
     if (st == RS_OK)
-        st = check_range(req, &info, diag);
+        st = rs__fdir_check_range(req, &info, diag);
     if (st == RS_OK && info.state == RS_VERSION_RELEASED)
         st = refuse_released(req, diag);
     if (st == RS_OK)
         st = rs__fdir_path(dir, req, NULL, diag, vdir);
     if (st != RS_OK)
         return st;
-    rs__fdir_slot_name(req->slot, name);
+    rs__fdir_entry_name(req->slot, req->publisher, name);
     /* the bytes are written and synced before the lock is taken */
     st = rs__fdir_write_tmp(vdir, name, req->table, req->len, diag, tmp);
     if (st != RS_OK)
@@ -142,20 +178,23 @@ rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     return st;
 }
 
-/* Under the lock: a slot without a table (never published, or removed)
- * has nothing to keep alive. */
+/* Under the lock: a publisher without an entry in the slot (never
+ * published, or removed) has nothing to keep alive. */
 static rs_status_t beat(const char *vdir, const rs_dir_req_t *req,
                         rs_diag_t *diag)
 {
-    char name[64], table[PATH_MAX];
-    rs__fdir_slot_name(req->slot, name);
-    rs__fdir_join(vdir, name, table);
-    if (!rs__fdir_exists(table))
+    char name[RS_FDIR_NAME_LEN];
+    rs_fdir_slot_t rec;
+    rs_status_t st = rs__fdir_slot_read(vdir, req->slot, diag, &rec);
+    if (st != RS_OK)
+        return st;
+    if (!rec.present || rs__fdir_slot_find(&rec, req->publisher) < 0)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
-                            "slot %lld has no table (never published, or "
-                            "lost)", (long long)req->version, req->model,
-                            (long long)req->slot);
-    rs__fdir_hb_name(req->slot, name);
+                            "slot %lld has no table of publisher '%s' (never "
+                            "published, or lost)", (long long)req->version,
+                            req->model, (long long)req->slot,
+                            req->publisher);
+    rs__fdir_hb_name(req->slot, req->publisher, name);
     return rs__fdir_write_time(vdir, name, rs__fdir_now(), diag);
 }
 
@@ -167,7 +206,7 @@ rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
     int lock = -1;
     rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
     if (st == RS_OK)
-        st = check_range(req, &info, diag);
+        st = rs__fdir_check_range(req, &info, diag);
     if (st == RS_OK)
         st = rs__fdir_path(dir, req, NULL, diag, vdir);
     if (st == RS_OK)
@@ -176,67 +215,5 @@ rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
     if (st == RS_OK && !is_released(vdir))
         st = beat(vdir, req, diag);
     rs__fdir_unlock(lock);
-    return st;
-}
-
-static rs_status_t not_ready(const rs_dir_req_t *req,
-                             const rs_version_info_t *info, rs_diag_t *diag)
-{
-    return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' is "
-                        "%s (%lld of %lld slots published): tables are read "
-                        "only from READY versions", (long long)req->version,
-                        req->model, rs__dir_state_name(info->state),
-                        (long long)info->published, (long long)info->slots);
-}
-
-rs_status_t rs__fdir_read_slot(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag)
-{
-    rs_version_info_t info;
-    char path[PATH_MAX], name[64];
-    rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
-    if (st == RS_OK && info.state != RS_VERSION_READY)
-        st = not_ready(req, &info, diag);
-    if (st == RS_OK)
-        st = check_range(req, &info, diag);
-    rs__fdir_slot_name(req->slot, name);
-    if (st == RS_OK)
-        st = rs__fdir_path(dir, req, name, diag, path);
-    if (st != RS_OK)
-        return st;
-    int absent;
-    char *data = NULL;
-    size_t len = 0;
-    st = rs__fdir_read(path, RS_DIR_TABLE_MAX, diag, &absent, &data, &len);
-    if (st == RS_OK && absent) /* released (or deleted) since the lookup */
-        return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
-                            "slot %lld's table vanished while it was read "
-                            "(released, or removed from the directory)",
-                            (long long)req->version, req->model,
-                            (long long)req->slot);
-    if (st != RS_OK)
-        return st;
-    req->data = data;
-    req->data_len = len;
-    return RS_OK;
-}
-
-rs_status_t rs__fdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
-                                 rs_diag_t *diag)
-{
-    char vdir[PATH_MAX], path[PATH_MAX], name[64];
-    int64_t n = req->info.slots, count;
-    rs_status_t st = rs__fdir_path(dir, req, NULL, diag, vdir);
-    if (st == RS_OK)
-        st = rs__fdir_scan_slots(vdir, n, req->present, diag, &count);
-    double now = rs__fdir_now();
-    for (int64_t i = 0; st == RS_OK && i < n; i++) {
-        int absent;
-        double t = 0;
-        rs__fdir_hb_name(i, name);
-        rs__fdir_join(vdir, name, path);
-        st = rs__fdir_read_time(path, diag, &absent, &t);
-        req->age[i] = absent ? -1.0 : (now > t ? now - t : 0.0);
-    }
     return st;
 }

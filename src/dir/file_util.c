@@ -61,14 +61,22 @@ void rs__fdir_join(const char *dir, const char *name, char out[PATH_MAX])
         out[0] = '\0'; /* not reached: file_open bounds the root's length */
 }
 
-void rs__fdir_slot_name(int64_t slot, char out[64])
+void rs__fdir_slot_name(int64_t slot, char out[RS_FDIR_NAME_LEN])
 {
-    snprintf(out, 64, "slot-%lld.json", (long long)slot);
+    snprintf(out, RS_FDIR_NAME_LEN, "slot-%lld", (long long)slot);
 }
 
-void rs__fdir_hb_name(int64_t slot, char out[64])
+void rs__fdir_entry_name(int64_t slot, const char *publisher,
+                         char out[RS_FDIR_NAME_LEN])
 {
-    snprintf(out, 64, "hb-%lld", (long long)slot);
+    snprintf(out, RS_FDIR_NAME_LEN, "slot-%lld@%s", (long long)slot,
+             publisher);
+}
+
+void rs__fdir_hb_name(int64_t slot, const char *publisher,
+                      char out[RS_FDIR_NAME_LEN])
+{
+    snprintf(out, RS_FDIR_NAME_LEN, "hb-%lld@%s", (long long)slot, publisher);
 }
 
 static rs_status_t io_fail(rs_diag_t *diag, const char *what,

@@ -20,7 +20,7 @@
 
 #define DEFAULT_PORT 6379
 #define DEFAULT_TIMEOUT_S 5.0
-#define NKEYS 5
+#define NKEYS 6
 #define MAX_ARGS 4 /* ARGV[2..] of any script */
 
 static rs_status_t bad_url(rs_diag_t *diag, const char *what)
@@ -432,13 +432,17 @@ typedef struct keys {
  * one cluster node, as a script touching several of them needs. */
 static void make_keys(const rs_dir_req_t *req, keys_t *k)
 {
+    /* KEYS[5] is the model's; the others belong to the version */
     static const char *const suffix[NKEYS] = {"meta", "slots", "hb",
-                                              "leases"};
-    for (int i = 0; i < NKEYS - 1; i++)
-        snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:%lld:%s",
-                 req->model, (long long)req->version, suffix[i]);
-    snprintf(k->text[NKEYS - 1], sizeof(k->text[0]), "rs:{%s}:versions",
-             req->model);
+                                              "leases", NULL, "members"};
+    for (int i = 0; i < NKEYS; i++) {
+        if (suffix[i] != NULL)
+            snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:%lld:%s",
+                     req->model, (long long)req->version, suffix[i]);
+        else
+            snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:versions",
+                     req->model);
+    }
     snprintf(k->desc, sizeof(k->desc), "version %lld of '%s'",
              (long long)req->version, req->model);
 }
@@ -451,7 +455,7 @@ static redisReply *evalsha(rs_rdir_t *r, rs_rlua_t id, const keys_t *k,
     int n = 0;
     argv[n++] = "EVALSHA";
     argv[n++] = r->sha[id];
-    argv[n++] = "5";
+    argv[n++] = "6";
     for (int i = 0; i < NKEYS; i++)
         argv[n++] = k->text[i];
     argv[n++] = k->desc;

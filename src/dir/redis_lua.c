@@ -3,9 +3,11 @@
  * conflict error and READY happen in the same step as the publish, and
  * release compares lease expiries with the server's own TIME. Scripts fail
  * before their first write, so a refused call changes nothing.
- * KEYS: 1 meta (hash: slots, state), 2 slots (hash slot -> table),
- * 3 hb (hash slot -> time), 4 leases (hash holder -> "expiry epoch"), 5 versions
- * (sorted set). ARGV[1]: "version V of 'M'" for messages. */
+ * KEYS: 1 meta (hash: slots, state), 2 slots (hash "<slot>@<publisher>" ->
+ * entry: digest line and table), 3 hb (hash "<slot>@<publisher>" -> time),
+ * 4 leases (hash holder -> "expiry epoch"), 5 versions (sorted set),
+ * 6 members (hash slot -> "<geometry> <publisher> ..." in joining order).
+ * ARGV[1]: "version V of 'M'" for messages. */
 #include "dir/redis_impl.h"
 
 #define PRELUDE                                                             \
@@ -23,6 +25,13 @@
     "end\n"                                                                 \
     "local function missing()\n"                                            \
     "  return fail('RSINPUT', ARGV[1] .. ' was never created')\n"           \
+    "end\n"                                                                 \
+    "local function publishers(rec)\n"                                      \
+    "  local out = {}\n"                                                    \
+    "  for p in string.gmatch(string.sub(rec, 18), '%S+') do\n"             \
+    "    table.insert(out, p)\n"                                            \
+    "  end\n"                                                               \
+    "  return out\n"                                                        \
     "end\n"                                                                 \
     "local function out_of_range(n, slot)\n"                                \
     "  return fail('RSINPUT', ARGV[1] .. ' has ' .. n .. ' slots: slot ' .. " \
@@ -43,7 +52,8 @@ static const char create_src[] = PRELUDE
     "redis.call('ZADD', KEYS[5], ARGV[3], ARGV[3])\n"
     "return 1\n";
 
-/* ARGV: 2 slot, 3 table */
+/* ARGV: 2 slot, 3 publisher, 4 geometry key (16 hex), 5 entry. A
+ * publisher already in the slot replaces its own entry. */
 static const char publish_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
@@ -53,36 +63,55 @@ static const char publish_src[] = PRELUDE
     "  return fail('RSINPUT', ARGV[1] .. ' is released: slot ' .. ARGV[2] ..\n"
     "              ' cannot be published')\n"
     "end\n"
-    "local old = redis.call('HGET', KEYS[2], ARGV[2])\n"
-    "if old and old ~= ARGV[3] then\n"
-    "  local new, k = ARGV[3], 0\n"
-    "  local m = math.min(#old, #new)\n"
-    "  while k < m and string.byte(old, k + 1) == string.byte(new, k + 1) do\n"
-    "    k = k + 1\n"
+    "local rec = redis.call('HGET', KEYS[6], ARGV[2])\n"
+    "local pubs, member = {}, false\n"
+    "if rec then\n"
+    "  pubs = publishers(rec)\n"
+    "  local g = string.sub(rec, 1, 16)\n"
+    "  if g ~= ARGV[4] then\n"
+    "    return fail('RSINPUT', ARGV[1] .. ': slot ' .. ARGV[2] ..\n"
+    "      \": conflicting geometry from publisher '\" .. ARGV[3] ..\n"
+    "      \"' (key \" .. ARGV[4] .. \"; the slot's key is \" .. g ..\n"
+    "      \", published by '\" .. table.concat(pubs, \"', '\") ..\n"
+    "      \"'): the publishers of a slot must hold identical shards \" ..\n"
+    "      '(tensor names, dtypes, full shapes, offsets, shapes)')\n"
     "  end\n"
-    "  return fail('RSINPUT', ARGV[1] .. ': conflicting replay for slot ' ..\n"
-    "    ARGV[2] .. ' (published table has ' .. #old .. ' bytes, this one ' ..\n"
-    "    #new .. '; first difference at byte ' .. k .. ')')\n"
+    "  for _, p in ipairs(pubs) do\n"
+    "    if p == ARGV[3] then member = true end\n"
+    "  end\n"
+    "  if not member and #pubs >= 64 then\n"
+    "    return fail('RSINPUT', ARGV[1] .. ': slot ' .. ARGV[2] ..\n"
+    "      \" already has 64 publishers: '\" .. ARGV[3] .. \"' cannot join\")\n"
+    "  end\n"
     "end\n"
-    "if not old then redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]) end\n"
-    "redis.call('HSET', KEYS[3], ARGV[2], string.format('%.6f', now()))\n"
-    "if state ~= 'READY' and redis.call('HLEN', KEYS[2]) == n then\n"
+    "local field = ARGV[2] .. '@' .. ARGV[3]\n"
+    "redis.call('HSET', KEYS[2], field, ARGV[5])\n"
+    "if not rec then\n"
+    "  redis.call('HSET', KEYS[6], ARGV[2], ARGV[4] .. ' ' .. ARGV[3])\n"
+    "elseif not member then\n"
+    "  redis.call('HSET', KEYS[6], ARGV[2], rec .. ' ' .. ARGV[3])\n"
+    "end\n"
+    "redis.call('HSET', KEYS[3], field, string.format('%.6f', now()))\n"
+    "if state ~= 'READY' and redis.call('HLEN', KEYS[6]) == n then\n"
     "  redis.call('HSET', KEYS[1], 'state', 'READY')\n"
     "end\n"
     "return 1\n";
 
-/* ARGV: 2 slot. A heartbeat after release writes nothing; one of a slot
- * without a table (never published, or lost by the server) is refused. */
+/* ARGV: 2 slot, 3 publisher. A heartbeat after release writes nothing;
+ * one of a publisher without an entry in the slot (never published, or
+ * lost by the server) is refused. */
 static const char heartbeat_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
     "if tonumber(ARGV[2]) >= n then return out_of_range(n, ARGV[2]) end\n"
     "if state == 'RELEASED' then return 0 end\n"
-    "if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then\n"
+    "local field = ARGV[2] .. '@' .. ARGV[3]\n"
+    "if redis.call('HEXISTS', KEYS[2], field) == 0 then\n"
     "  return fail('RSINCOMPLETE', ARGV[1] .. ': slot ' .. ARGV[2] ..\n"
-    "              ' has no table (never published, or lost)')\n"
+    "    \" has no table of publisher '\" .. ARGV[3] ..\n"
+    "    \"' (never published, or lost)\")\n"
     "end\n"
-    "redis.call('HSET', KEYS[3], ARGV[2], string.format('%.6f', now()))\n"
+    "redis.call('HSET', KEYS[3], field, string.format('%.6f', now()))\n"
     "return 1\n";
 
 /* -> {} or {slots, state, published} */
@@ -90,28 +119,45 @@ static const char lookup_src[] =
     "local m = redis.call('HMGET', KEYS[1], 'slots', 'state')\n"
     "if not m[1] then return {} end\n"
     "local p = 0\n"
-    "if m[2] ~= 'RELEASED' then p = redis.call('HLEN', KEYS[2]) end\n"
+    "if m[2] ~= 'RELEASED' then p = redis.call('HLEN', KEYS[6]) end\n"
     "return {m[1], m[2], p}\n";
 
-/* -> {time sec, time usec, {published slots}, {slot, time, ...}} */
+/* -> {time sec, time usec, {published slots},
+ *     {"<slot>@<publisher>", time, ...}} */
 static const char slot_status_src[] =
     "local t = redis.call('TIME')\n"
-    "return {t[1], t[2], redis.call('HKEYS', KEYS[2]),\n"
+    "return {t[1], t[2], redis.call('HKEYS', KEYS[6]),\n"
     "        redis.call('HGETALL', KEYS[3])}\n";
 
-/* ARGV: 2 slot -> table */
+/* ARGV: 2 slot -> {time sec, time usec, publisher, entry, heartbeat or
+ * false, ...} in joining order */
 static const char read_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
     "if state ~= 'READY' then\n"
     "  local p = 0\n"
-    "  if state ~= 'RELEASED' then p = redis.call('HLEN', KEYS[2]) end\n"
+    "  if state ~= 'RELEASED' then p = redis.call('HLEN', KEYS[6]) end\n"
     "  return fail('RSINCOMPLETE', ARGV[1] .. ' is ' .. state .. ' (' ..\n"
     "    p .. ' of ' .. n .. ' slots published): tables are read only ' ..\n"
     "    'from READY versions')\n"
     "end\n"
     "if tonumber(ARGV[2]) >= n then return out_of_range(n, ARGV[2]) end\n"
-    "return redis.call('HGET', KEYS[2], ARGV[2])\n";
+    "local t = redis.call('TIME')\n"
+    "local out = {t[1], t[2]}\n"
+    "local rec = redis.call('HGET', KEYS[6], ARGV[2])\n"
+    "if not rec then return out end\n"
+    "for _, p in ipairs(publishers(rec)) do\n"
+    "  local field = ARGV[2] .. '@' .. p\n"
+    "  local e = redis.call('HGET', KEYS[2], field)\n"
+    "  if not e then\n"
+    "    return fail('RSINCOMPLETE', ARGV[1] .. ': slot ' .. ARGV[2] ..\n"
+    "      \"'s table of publisher '\" .. p .. \"' is missing\")\n"
+    "  end\n"
+    "  table.insert(out, p)\n"
+    "  table.insert(out, e)\n"
+    "  table.insert(out, redis.call('HGET', KEYS[3], field))\n"
+    "end\n"
+    "return out\n";
 
 /* ARGV: 2 key prefix "rs:{M}:" -> {version, slots, state, published, ...}.
  * The versions' keys share the model's hash tag with KEYS[5]. */
@@ -123,7 +169,7 @@ static const char list_src[] =
     "  if m[1] then\n"
     "    local p = 0\n"
     "    if m[2] ~= 'RELEASED' then\n"
-    "      p = redis.call('HLEN', base .. ':slots')\n"
+    "      p = redis.call('HLEN', base .. ':members')\n"
     "    end\n"
     "    table.insert(out, v)\n"
     "    table.insert(out, m[1])\n"
@@ -203,7 +249,7 @@ static const char release_src[] = PRELUDE
     "    ' live lease' .. (live == 1 and '' or 's') .. ')')\n"
     "end\n"
     "redis.call('HSET', KEYS[1], 'state', 'RELEASED')\n"
-    "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])\n"
+    "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[6])\n"
     "return live\n";
 
 const char *const rs__rlua_src[RS_RLUA_COUNT] = {

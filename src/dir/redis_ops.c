@@ -81,10 +81,12 @@ rs_status_t rs__rdir_create(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 rs_status_t rs__rdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
     num_t s;
-    const char *args[] = {num(&s, req->slot), (const char *)req->table};
-    size_t lens[] = {strlen(s.text), req->len};
+    const char *args[] = {num(&s, req->slot), req->publisher, req->geometry,
+                          (const char *)req->table};
+    size_t lens[] = {strlen(s.text), strlen(req->publisher),
+                     strlen(req->geometry), req->len};
     redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_PUBLISH, req, args, lens, 2,
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_PUBLISH, req, args, lens, 4,
                                    diag, &rep);
     if (rep != NULL)
         freeReplyObject(rep);
@@ -95,8 +97,8 @@ rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag)
 {
     num_t s;
-    const char *args[] = {num(&s, req->slot)};
-    return run(dir, RS_RLUA_HEARTBEAT, req, args, 1, diag);
+    const char *args[] = {num(&s, req->slot), req->publisher};
+    return run(dir, RS_RLUA_HEARTBEAT, req, args, 2, diag);
 }
 
 rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
@@ -131,24 +133,51 @@ static int mark_present(const redisReply *keys, rs_dir_req_t *req)
     return 1;
 }
 
-/* Ages from the heartbeat hash (HGETALL: slot, time, ...) and TIME. */
+/* The slot of a "<slot>@<publisher>" field. */
+static int field_slot(const redisReply *e, int64_t *slot_p)
+{
+    if (e->type != REDIS_REPLY_STRING)
+        return 0;
+    const char *at = memchr(e->str, '@', e->len);
+    if (at == NULL || at == e->str || at - e->str > 20)
+        return 0;
+    char *end;
+    long long v = strtoll(e->str, &end, 10);
+    if (end != at)
+        return 0;
+    *slot_p = v;
+    return 1;
+}
+
+static int get_time(const redisReply *sec, const redisReply *usec,
+                    double *t_p)
+{
+    int64_t s, u;
+    if (!get_i64(sec, &s) || !get_i64(usec, &u))
+        return 0;
+    *t_p = (double)s + (double)u * 1e-6;
+    return 1;
+}
+
+/* Ages from the heartbeat hash (HGETALL: slot@publisher, time, ...) and
+ * TIME: a slot is as fresh as its freshest publisher. */
 static int fill_ages(const redisReply *rep, rs_dir_req_t *req)
 {
     const redisReply *hb = rep->element[3];
-    int64_t sec, usec;
-    if (!get_i64(rep->element[0], &sec) || !get_i64(rep->element[1], &usec))
+    double now;
+    if (!get_time(rep->element[0], rep->element[1], &now))
         return 0;
-    double now = (double)sec + (double)usec * 1e-6;
     for (int64_t i = 0; i < req->info.slots; i++)
         req->age[i] = -1.0;
     for (size_t i = 0; i + 1 < hb->elements; i += 2) {
         int64_t slot;
         const redisReply *t = hb->element[i + 1];
-        if (!get_i64(hb->element[i], &slot) || t->type != REDIS_REPLY_STRING)
+        if (!field_slot(hb->element[i], &slot) || t->type != REDIS_REPLY_STRING)
             return 0;
-        double at = strtod(t->str, NULL);
-        if (slot >= 0 && slot < req->info.slots)
-            req->age[slot] = now > at ? now - at : 0.0;
+        double at = strtod(t->str, NULL), age = now > at ? now - at : 0.0;
+        if (slot >= 0 && slot < req->info.slots &&
+            (req->age[slot] < 0 || age < req->age[slot]))
+            req->age[slot] = age;
     }
     return 1;
 }
@@ -170,6 +199,50 @@ rs_status_t rs__rdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
                                            diag);
 }
 
+/* One publisher's (name, entry, heartbeat or nil) into e; the entry is
+ * checked by dir.c. */
+static int get_entry(redisReply *const *r, double now, rs_dir_entry_t *e)
+{
+    if (r[0]->type != REDIS_REPLY_STRING || r[0]->len == 0 ||
+        r[0]->len > RS_DIR_NAME_MAX || r[1]->type != REDIS_REPLY_STRING)
+        return 0;
+    memcpy(e->publisher, r[0]->str, r[0]->len);
+    e->publisher[r[0]->len] = '\0';
+    e->age_s = -1.0;
+    if (r[2]->type == REDIS_REPLY_STRING) {
+        double at = strtod(r[2]->str, NULL);
+        e->age_s = now > at ? now - at : 0.0;
+    }
+    e->table = malloc(r[1]->len + 1);
+    if (e->table == NULL)
+        return 0;
+    memcpy(e->table, r[1]->str, r[1]->len);
+    e->table[r[1]->len] = '\0';
+    e->len = r[1]->len;
+    return 1;
+}
+
+static rs_status_t fill_entries(rs_dir_h dir, const redisReply *rep,
+                                rs_dir_req_t *req, rs_diag_t *diag)
+{
+    double now;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
+        (rep->elements - 2) % 3 != 0 ||
+        !get_time(rep->element[0], rep->element[1], &now))
+        return rs__rdir_bad_reply(dir, "the read script", diag);
+    size_t n = (rep->elements - 2) / 3;
+    req->entries = calloc(n > 0 ? n : 1, sizeof(*req->entries));
+    if (req->entries == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "slot %lld tables: out of "
+                            "memory", (long long)req->slot);
+    for (size_t i = 0; i < n; i++) {
+        req->nentries = i + 1; /* freed by the caller, also on error */
+        if (!get_entry(rep->element + 2 + 3 * i, now, &req->entries[i]))
+            return rs__rdir_bad_reply(dir, "the read script", diag);
+    }
+    return RS_OK;
+}
+
 rs_status_t rs__rdir_read(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
     num_t s;
@@ -180,22 +253,9 @@ rs_status_t rs__rdir_read(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
                                    diag, &rep);
     if (st != RS_OK)
         return st;
-    if (rep->type != REDIS_REPLY_STRING) {
-        freeReplyObject(rep);
-        return rs__rdir_bad_reply(dir, "the read script", diag);
-    }
-    char *data = malloc(rep->len + 1);
-    if (data != NULL) {
-        memcpy(data, rep->str, rep->len);
-        data[rep->len] = '\0';
-        req->data = data;
-        req->data_len = rep->len;
-    }
+    st = fill_entries(dir, rep, req, diag);
     freeReplyObject(rep);
-    return data != NULL ? RS_OK
-                        : rs__diag_set(diag, RS_ERR_NO_MEMORY, "slot %lld "
-                                       "table: out of memory",
-                                       (long long)req->slot);
+    return st;
 }
 
 static int cmp_info(const void *a, const void *b)

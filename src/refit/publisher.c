@@ -73,6 +73,18 @@ static rs_status_t open_dir(rs_publisher_h p, int main, rs_diag_t *diag,
     return rs_dir_open_params(p->params.directory, &dp, diag, dir_p);
 }
 
+/* "trainer-<rank>", or "trainer-<rank>-r<replica>" for the other replicas
+ * of a rank: distinct names, since a name already in the slot replaces. */
+static void default_session(const rs_publisher_params_t *params, char *out,
+                            size_t cap)
+{
+    if (params->replica > 0)
+        snprintf(out, cap, "trainer-%lld-r%lld", (long long)params->rank,
+                 (long long)params->replica);
+    else
+        snprintf(out, cap, "trainer-%lld", (long long)params->rank);
+}
+
 rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
                                 rs_diag_t *diag, rs_publisher_h *pub_p)
 {
@@ -84,6 +96,9 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: rank %lld "
                             "outside world %lld", (long long)params->rank,
                             (long long)params->world);
+    if (params->replica < 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: replica "
+                            "%lld is negative", (long long)params->replica);
     rs_publisher_h p = calloc(1, sizeof(*p));
     if (p == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -92,8 +107,8 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
     p->backend = strdup(params->backend ? params->backend : "ucx");
     if (params->session != NULL)
         p->session = strdup(params->session);
-    else if ((p->session = malloc(32)) != NULL)
-        snprintf(p->session, 32, "trainer-%lld", (long long)params->rank);
+    else if ((p->session = malloc(64)) != NULL)
+        default_session(params, p->session, 64);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->version = -1;
@@ -239,7 +254,8 @@ static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
 
 static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
                                       int64_t version, const char *table,
-                                      size_t len, rs_diag_t *diag);
+                                      size_t len, uint64_t geometry,
+                                      rs_diag_t *diag);
 
 /* A heartbeat found this slot's table gone (the directory lost its data):
  * the same bytes are still served, so the table is published again. */
@@ -250,6 +266,7 @@ static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
     char *table = p->version == v && p->table != NULL
                       ? malloc(p->table_len + 1) : NULL;
     size_t len = p->table_len;
+    uint64_t geometry = p->table_geometry;
     if (table != NULL)
         memcpy(table, p->table, len);
     pthread_mutex_unlock(&p->lock);
@@ -260,7 +277,8 @@ static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
              "table in directory %s (%s); publishing it again",
              (long long)p->params.rank, (long long)v, rs_dir_name(p->hb_dir),
              d->msg);
-    rs_status_t st = create_and_publish(p, p->hb_dir, v, table, len, d);
+    rs_status_t st = create_and_publish(p, p->hb_dir, v, table, len,
+                                        geometry, d);
     free(table);
     if (st == RS_OK)
         notify(p, line);
@@ -285,8 +303,8 @@ static void *heartbeat_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         rs_diag_t d;
         rs_diag_clear(&d);
-        rs_status_t st = rs_dir_heartbeat(p->hb_dir, p->model, v,
-                                          p->params.rank, &d);
+        rs_status_t st = rs_dir_heartbeat_as(p->hb_dir, p->model, v,
+                                             p->params.rank, p->session, &d);
         if (st == RS_ERR_INCOMPLETE ||
             (st == RS_ERR_INPUT && !rs_dir_transient(p->hb_dir)))
             st = republish_lost(p, v, &d);
@@ -326,13 +344,14 @@ static void nap(double s)
 /* On `dir`: the main connection, or the heartbeat thread's own. */
 static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
                                       int64_t version, const char *table,
-                                      size_t len, rs_diag_t *diag)
+                                      size_t len, uint64_t geometry,
+                                      rs_diag_t *diag)
 {
     rs_status_t st = rs_dir_create_version(dir, p->model, version,
                                            p->params.world, diag);
     if (st == RS_OK)
-        st = rs_dir_publish(dir, p->model, version, p->params.rank, table,
-                            len, diag);
+        st = rs_dir_publish_as(dir, p->model, version, p->params.rank,
+                               p->session, geometry, table, len, diag);
     return st;
 }
 
@@ -341,14 +360,14 @@ static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
  * whose reply was lost is simply done again). */
 static rs_status_t publish_table(rs_publisher_h p, int64_t version,
                                  const char *table, size_t len,
-                                 rs_diag_t *diag)
+                                 uint64_t geometry, rs_diag_t *diag)
 {
     char line[RS_DIAG_MSG_MAX + 512];
     double deadline = mono_now() + p->params.publish_retry_s, delay = 0.05;
     double down_since = -1;
     for (;;) {
         rs_status_t st = create_and_publish(p, p->dir, version, table, len,
-                                            diag);
+                                            geometry, diag);
         double now = mono_now();
         if (st == RS_OK && down_since >= 0) {
             snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
@@ -385,18 +404,21 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
         st = expose(p, diag);
     if (st == RS_OK)
         st = rs__publisher_table(p, version, &table, &len, diag);
+    uint64_t geometry = rs__publisher_geometry(p);
     if (st == RS_OK)
-        st = publish_table(p, version, table, len, diag);
+        st = publish_table(p, version, table, len, geometry, diag);
     if (st != RS_OK) {
         free(table);
         return st;
     }
-    rs_dir_heartbeat(p->dir, p->model, version, p->params.rank, NULL);
+    rs_dir_heartbeat_as(p->dir, p->model, version, p->params.rank,
+                        p->session, NULL);
     pthread_mutex_lock(&p->lock);
     p->version = version;
     free(p->table);
     p->table = table; /* kept for publishing it again */
     p->table_len = len;
+    p->table_geometry = geometry;
     pthread_mutex_unlock(&p->lock);
     return start_heartbeat(p, diag);
 }

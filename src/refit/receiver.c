@@ -14,6 +14,7 @@
 #include "core/diag.h"
 #include "core/memory.h"
 #include "refit/refit_impl.h"
+#include "refit/replicas.h"
 #include "reshard/plan.h"
 
 #define HOLDER_MAX 128 /* a directory name's limit */
@@ -56,6 +57,8 @@ struct rs_receiver {
     /* the directory slot of each table in `sources`, for messages */
     int64_t *table_slot;
     size_t ntable_slot;
+    /* the pull's publishers of every slot, and the one read from each */
+    rs__replicas_t replicas;
 };
 
 static void *target_of(const rs_rbind_t *b);
@@ -199,6 +202,7 @@ void rs_receiver_destroy(rs_receiver_h r)
     free(r->backend);
     free(r->holder);
     free(r->table_slot);
+    rs__replicas_reset(&r->replicas);
     free(r);
 }
 
@@ -308,25 +312,27 @@ static int64_t slot_of(rs_receiver_h r, const char *session)
     return -1;
 }
 
-/* Every slot's table of a READY version, merged. */
+/* The chosen publisher's table of every slot of a READY version, merged
+ * (the slots' publishers are read from the directory once per pull). */
 static rs_status_t read_tables(rs_receiver_h r, const rs_version_info_t *v,
                                rs_diag_t *diag, rs_sources_h *sources_p)
 {
-    rs_sources_h s;
-    rs_status_t st = rs_sources_create(&s);
+    rs_sources_h s = NULL;
+    rs_status_t st = rs__replicas_load(&r->replicas, r->dir, r->model, v,
+                                       r->params.salt, r->params.stale_s,
+                                       diag);
+    if (st == RS_OK)
+        st = rs_sources_create(&s);
     r->ntable_slot = 0;
     for (int64_t slot = 0; st == RS_OK && slot < v->slots; slot++) {
-        void *table = NULL;
-        size_t len = 0;
-        char origin[96];
-        snprintf(origin, sizeof(origin), "%s version %lld slot %lld", r->model,
-                 (long long)v->version, (long long)slot);
-        st = rs_dir_read(r->dir, r->model, v->version, slot, diag, &table, &len);
-        if (st == RS_OK)
-            st = rs_sources_load_string(s, table, len, origin, diag);
+        const rs_dir_entry_t *e = rs__replicas_chosen(&r->replicas, slot);
+        char origin[RS_DIR_NAME_MAX * 2 + 96];
+        snprintf(origin, sizeof(origin), "%s version %lld slot %lld "
+                 "publisher %s", r->model, (long long)v->version,
+                 (long long)slot, e->publisher);
+        st = rs_sources_load_string(s, e->table, e->len, origin, diag);
         if (st == RS_OK)
             st = note_slot(r, s, slot, diag);
-        free(table);
     }
     if (st != RS_OK) {
         rs_sources_destroy(s);
@@ -554,6 +560,31 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
     return deadline_status(r, v->version, st, diag);
 }
 
+/* transfer, again from other publishers of the slots whose chosen
+ * publisher failed, while there are any and the deadline allows. */
+static rs_status_t transfer_replicas(rs_receiver_h r,
+                                     const rs_version_info_t *v, double t0,
+                                     rs_pull_result_t *res, rs_diag_t *diag)
+{
+    rs_diag_t own; /* failures name their peers, also for a NULL diag */
+    if (diag == NULL) {
+        rs_diag_clear(&own);
+        diag = &own;
+    }
+    rs__replicas_reset(&r->replicas);
+    rs_status_t st = transfer(r, v, t0, res, diag);
+    while ((st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT) &&
+           !past_deadline(r) && rs__replicas_failover(&r->replicas, st, diag)) {
+        drop_cache(r); /* a peer failed: connect the new choice afresh */
+        st = transfer(r, v, t0, res, diag);
+    }
+    res->failovers = r->replicas.failovers;
+    snprintf(res->failover_msg, sizeof(res->failover_msg), "%s",
+             r->replicas.record);
+    rs__replicas_reset(&r->replicas);
+    return st;
+}
+
 /* Drops the pull's lease, riding out a short directory outage: a lease
  * left behind would make this receiver's own release_after refuse, and
  * block every other rank's release until its ttl ran out. */
@@ -620,7 +651,7 @@ static rs_status_t stage_version(rs_receiver_h r, int64_t version,
     if (st != RS_OK)
         return deadline_status(r, version, st, diag);
     res->version = v.version;
-    st = transfer(r, &v, t0, res, diag);
+    st = transfer_replicas(r, &v, t0, res, diag);
     if (st != RS_OK) {
         if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
             drop_cache(r); /* a peer failed: reconnect from scratch next time */

@@ -36,6 +36,7 @@ struct rs_publisher {
     int64_t version;              /* heartbeat target */
     char *table;                  /* its published table, for republishing */
     size_t table_len;
+    uint64_t table_geometry;      /* its geometry key (geometry.c) */
 };
 
 /* A receiver's lease for one pull (lease.c). */
@@ -83,6 +84,11 @@ void rs__publisher_stop_heartbeat(rs_publisher_h p);
 /* This rank's mx.reshard.shard_table.v1 for a version (caller frees). */
 rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,
                                 char **json_p, size_t *len_p, rs_diag_t *diag);
+
+/* The key of this publisher's shard geometry for its directory slot
+ * (geometry.c): tensor names, dtypes, full shapes, offsets and shapes of
+ * its non-empty shards, in any registration order. O(shards). */
+uint64_t rs__publisher_geometry(rs_publisher_h p);
 
 /* A fingerprint of everything a plan and its connections depend on: each
  * table's agent and transport blob, each shard's tensor, dtype, geometry,

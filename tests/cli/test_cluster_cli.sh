@@ -117,7 +117,7 @@ wait_for "$TMP/pub0.out" "published version 1" && wait_for "$TMP/pub1.out" "publ
 # version 2: version 1's tables under another number, no publisher behind
 # them (no heartbeat): stale
 mkdir "$TMP/dir/m/2"
-cp "$TMP/dir/m/1/meta" "$TMP/dir/m/1/"slot-*.json "$TMP/dir/m/1/READY" "$TMP/dir/m/2/"
+cp "$TMP/dir/m/1/meta" "$TMP/dir/m/1/"slot-* "$TMP/dir/m/1/READY" "$TMP/dir/m/2/"
 
 pull "$D" --version -1 --rank 0 --check --json --timeout 20
 expect_rc "pull -1 with a stale newest version" 0

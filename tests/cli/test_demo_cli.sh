@@ -97,7 +97,7 @@ else bad "pull rank 0: no shard verified"; fi
 # digests match but the independent check must fail. It has no heartbeats
 # (stale), so these pulls turn the staleness check off.
 mkdir "$TMP/dir/m/2"
-cp "$TMP/dir/m/1/meta" "$TMP/dir/m/1/"slot-*.json "$TMP/dir/m/1/READY" "$TMP/dir/m/2/"
+cp "$TMP/dir/m/1/meta" "$TMP/dir/m/1/"slot-* "$TMP/dir/m/1/READY" "$TMP/dir/m/2/"
 pull --version 2 --rank 1 --check --verify --timeout 5 --stale-after 0
 expect_rc "pull of relabelled bytes" 1
 expect_in "pull of relabelled bytes" "$TMP/err" "check failed: parameter" \

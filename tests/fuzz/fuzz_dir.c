@@ -6,7 +6,9 @@
  * decoded by rs_base64_decode and rs_transport_connect for cma and ucx.
  *
  * Input: a flags byte, then up to six pieces separated by 0x01 bytes:
- * meta, slot-0 table, hb-0, a lease file, base64 text, a raw blob. */
+ * meta, slot-0 table, hb-0, a lease file, base64 text, a raw blob. The
+ * table is stored as publisher "default"'s entry with a true digest line
+ * (flag 0x10: as raw bytes, no digest line), so it reaches the parser. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "reshard/digest.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"
 #include "reshard/sources.h"
@@ -41,7 +44,8 @@ static rs_transport_h cma, ucx;
 static void clear_vdir(void)
 {
     static const char *const names[] = {
-        "meta", "slot-0.json", "slot-1.json", "hb-0", "hb-1", "lease-h",
+        "meta", "slot-0", "slot-1", "slot-0@default", "slot-1@default",
+        "hb-0@default", "hb-1@default", "lease-h",
         "READY", "RELEASED", "lock"};
     char path[600];
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -201,6 +205,27 @@ static void expect_clean(rs_status_t st, const rs_diag_t *diag)
         CHECK(diag->msg[0] != '\0');
 }
 
+/* Slot k's record and entry for publisher "default" holding the table. */
+static void put_slot(int k, int raw, const uint8_t *table, size_t len)
+{
+    char name[64], digest[RS_DIGEST_STR_LEN + 1], head[64];
+    uint64_t key = rs_digest(table, len); /* as rs_dir_publish keys it */
+    int n = snprintf(head, sizeof(head), "%016llx default\n",
+                     (unsigned long long)key);
+    snprintf(name, sizeof(name), "slot-%d", k);
+    put(name, (const uint8_t *)head, (size_t)n);
+    uint8_t *entry = malloc(len + 64);
+    CHECK(entry != NULL);
+    rs_digest_format(rs_digest(table, len), digest);
+    n = raw ? 0 : snprintf((char *)entry, 64, "%s %016llx\n", digest,
+                           (unsigned long long)key);
+    if (len > 0)
+        memcpy(entry + n, table, len);
+    snprintf(name, sizeof(name), "slot-%d@default", k);
+    put(name, entry, (size_t)n + len);
+    free(entry);
+}
+
 static void exercise_dir(uint8_t flags, const uint8_t *slot, size_t slot_len)
 {
     rs_diag_t diag;
@@ -252,10 +277,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     clear_vdir();
     put("meta", piece[P_META], plen[P_META]);
-    put("slot-0.json", piece[P_SLOT], plen[P_SLOT]);
+    put_slot(0, flags & 0x10, piece[P_SLOT], plen[P_SLOT]);
     if (flags & 0x04)
-        put("slot-1.json", piece[P_SLOT], plen[P_SLOT]);
-    put("hb-0", piece[P_HB], plen[P_HB]);
+        put_slot(1, flags & 0x10, piece[P_SLOT], plen[P_SLOT]);
+    put("hb-0@default", piece[P_HB], plen[P_HB]);
     put("lease-h", piece[P_LEASE], plen[P_LEASE]);
     if (flags & 0x01)
         put("READY", NULL, 0);
@@ -263,7 +288,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         put("RELEASED", NULL, 0);
     if (flags & 0x08) { /* a record that is a directory, not a file */
         char path[600];
-        snprintf(path, sizeof(path), "%s/hb-1", vdir);
+        snprintf(path, sizeof(path), "%s/hb-1@default", vdir);
         mkdir(path, 0755);
     }
     exercise_dir(flags, piece[P_SLOT], plen[P_SLOT]);

@@ -13,7 +13,7 @@
 
 typedef struct pub_args {
     const char *directory, *model, *layout, *config, *backend;
-    uint64_t version, rank, world, versions;
+    uint64_t version, rank, world, versions, replica;
     double timeout_s;
     int have_version, have_rank, have_world, no_digests;
 } pub_args_t;
@@ -39,7 +39,7 @@ typedef struct pub_state {
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_WORLD,
        OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT,
-       OPT_NO_DIGESTS };
+       OPT_NO_DIGESTS, OPT_REPLICA };
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -53,6 +53,7 @@ static const struct option long_opts[] = {
     {"versions", required_argument, NULL, OPT_VERSIONS},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"no-digests", no_argument, NULL, OPT_NO_DIGESTS},
+    {"replica", required_argument, NULL, OPT_REPLICA},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -63,7 +64,7 @@ static void pub_usage(FILE *out)
         "usage: reshard publish --directory D --model M --version V --rank R\n"
         "                       --world N --layout LAYOUT --model-config CONFIG.json\n"
         "                       [--backend ucx|cma] [--versions K] [--timeout S]\n"
-        "                       [--no-digests]\n"
+        "                       [--no-digests] [--replica K]\n"
         "\n"
         "Serves trainer rank R's shards of LAYOUT with deterministic contents\n"
         "(docs/formats.md, \"Demo contents\"): publishes version V, waits until\n"
@@ -85,6 +86,11 @@ static void pub_usage(FILE *out)
         "                      unreachable directory when publishing (default 300)\n"
         "  --no-digests        publish tables without shard digests (receivers that\n"
         "                      verify, the default, refuse them)\n"
+        "  --replica K         serve as data-parallel replica K of rank R (default\n"
+        "                      0; session trainer-R-rK): replicas publish the same\n"
+        "                      shards to slot R, and receivers fail over between\n"
+        "                      them. A rank restarted with the same --replica\n"
+        "                      takes its place in the slot again\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "A directory outage while serving is reported (one line when it begins,\n"
@@ -140,6 +146,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_VERSIONS: return parse_u64("--versions", arg, &a->versions,
                                         NULL);
     case OPT_TIMEOUT: return parse_timeout(arg, &a->timeout_s);
+    case OPT_REPLICA: return parse_u64("--replica", arg, &a->replica, NULL);
     default: return usage_error("%s", "unknown option");
     }
 }
@@ -282,6 +289,7 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
     pp.directory = a->directory;
     pp.model = a->model;
     pp.rank = (int64_t)a->rank;
+    pp.replica = (int64_t)a->replica;
     pp.world = (int64_t)a->world;
     pp.backend = a->backend;
     pp.digests = !a->no_digests;
@@ -316,9 +324,13 @@ static int serve(const pub_args_t *a, pub_state_t *s)
         snprintf(what, sizeof(what), "version %lld", (long long)v);
         if ((st = rs_publisher_publish(s->pub, v, &diag)) != RS_OK)
             return runtime_error(a, &diag, st, what);
-        printf("reshard publish: rank %llu published version %lld (%zu shards, "
-               "%llu bytes)\n", (unsigned long long)a->rank, (long long)v,
-               s->n, (unsigned long long)s->bytes);
+        char who[64] = "";
+        if (a->replica > 0)
+            snprintf(who, sizeof(who), " replica %llu",
+                     (unsigned long long)a->replica);
+        printf("reshard publish: rank %llu%s published version %lld (%zu "
+               "shards, %llu bytes)\n", (unsigned long long)a->rank, who,
+               (long long)v, s->n, (unsigned long long)s->bytes);
         fflush(stdout);
         st = rs_publisher_wait_released(s->pub, v, a->timeout_s, &diag);
         if (st != RS_OK)

@@ -749,6 +749,7 @@ static void print_json(const pull_args_t *a, pull_state_t *s,
     put(&l, "rank", json_integer((json_int_t)a->rank));
     put(&l, "ok", json_boolean(o->ok && (!o->checked || o->check_ok)));
     put(&l, "replanned", json_boolean(o->res.replanned));
+    put(&l, "failovers", json_integer((json_int_t)o->res.failovers));
     put_records(&l, s, o);
     put(&l, "discover_s", json_real(o->res.discover_s));
     put(&l, "plan_s", json_real(o->res.plan_s));
@@ -786,6 +787,8 @@ static void print_human(const pull_args_t *a, pull_state_t *s,
                (unsigned long long)r->exec.shards_verified);
     if (o->checked && o->check_ok)
         printf(", check: %zu parameters byte-exact", s->nparams);
+    if (r->failovers > 0)
+        printf(", failed over: %s", r->failover_msg);
     printf("\n");
     rs_exec_stages_t stages = r->stages;
     stages.plan_s = r->plan_s;

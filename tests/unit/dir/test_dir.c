@@ -173,9 +173,9 @@ static void test_replay_conflict_pending(void **state)
     expect_info(dir, m, 4, RS_VERSION_PENDING, 3, 1);
     ASSERT_ST(rs_dir_publish(dir, m, 4, 0, a, alen, &d), RS_OK, d);
     ASSERT_ST(rs_dir_publish(dir, m, 4, 0, b, blen, &d), RS_ERR_INPUT, d);
-    ASSERT_MSG_HAS(d, "conflicting replay for slot 0");
+    ASSERT_MSG_HAS(d, "slot 0: conflicting geometry");
     ASSERT_ST(rs_dir_publish(dir, m, 4, 0, a, alen - 1, &d), RS_ERR_INPUT, d);
-    ASSERT_MSG_HAS(d, "conflicting replay for slot 0");
+    ASSERT_MSG_HAS(d, "slot 0: conflicting geometry");
     publish_ok(dir, m, 4, 2);
     expect_info(dir, m, 4, RS_VERSION_PENDING, 3, 2);
     ASSERT_ST(rs_dir_publish(dir, m, 4, 1, "", 0, &d), RS_OK, d);
@@ -188,7 +188,7 @@ static void test_replay_conflict_pending(void **state)
     /* after READY: replays still fine, conflicts still refused */
     ASSERT_ST(rs_dir_publish(dir, m, 4, 0, a, alen, &d), RS_OK, d);
     ASSERT_ST(rs_dir_publish(dir, m, 4, 1, "z", 1, &d), RS_ERR_INPUT, d);
-    ASSERT_MSG_HAS(d, "conflicting replay for slot 1");
+    ASSERT_MSG_HAS(d, "slot 1: conflicting geometry");
     ASSERT_ST(rs_dir_read(dir, m, 4, 3, &d, &got, &len), RS_ERR_INPUT, d);
     read_exact(dir, m, 4, 0);
     rs_dir_close(dir);
@@ -298,7 +298,7 @@ static void test_racing_publishers(void **state)
     free(infos);
     ASSERT_ST(rs_dir_publish(dir, "race", 1, 2, "other", 5, &d), RS_ERR_INPUT,
               d);
-    ASSERT_MSG_HAS(d, "conflicting replay for slot 2");
+    ASSERT_MSG_HAS(d, "slot 2: conflicting geometry");
     read_exact(dir, "race", 1, 2);
     rs_dir_close(dir);
 }
@@ -618,8 +618,9 @@ static void test_file_layout(void **state)
     publish_ok(dir, m, 7, 1);
     char p[PATH_MAX + 64];
     struct stat st;
-    const char *present[] = {"meta", "slot-1.json", "hb-1", "lock"};
-    for (size_t i = 0; i < 4; i++) {
+    const char *present[] = {"meta", "slot-1", "slot-1@default",
+                             "hb-1@default", "lock"};
+    for (size_t i = 0; i < 5; i++) {
         snprintf(p, sizeof(p), "%s/dir/%s/7/%s", g->tmp, m, present[i]);
         assert_int_equal(stat(p, &st), 0);
     }

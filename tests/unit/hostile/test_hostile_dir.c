@@ -281,8 +281,8 @@ static void test_file_corrupt_heartbeat_and_lease(void **state)
     char hb[160];
 
     fenv_init(&e);
-    snprintf(hb, sizeof(hb), "%s/hb-1", e.vdir);
-    put_file(e.vdir, "hb-1", "yesterday\n");
+    snprintf(hb, sizeof(hb), "%s/hb-1@default", e.vdir);
+    put_file(e.vdir, "hb-1@default", "yesterday\n");
     int fds = hostile_count_fds();
     /* staleness needs the heartbeat: a bad one is named */
     HOSTILE_EXPECT(rs_dir_wait_ready(e.dir, "m", 1, 0.2, 30, &diag, &info),
@@ -292,6 +292,42 @@ static void test_file_corrupt_heartbeat_and_lease(void **state)
                    "lease-bob");
     assert_int_equal(hostile_count_fds(), fds);
     fenv_free(&e);
+}
+
+/* A slot record (geometry key and publisher names) that is not one: every
+ * call that reads it names the file, none follows a name out of the
+ * version directory. */
+static void test_file_corrupt_slot_record(void **state)
+{
+    (void)state;
+    static const char *bad[] = {"", "0123\n", "00000000000000zz default\n",
+                                "0000000000000000\n",
+                                "0000000000000000 ../../x\n",
+                                "0000000000000000 a/b\n",
+                                "0000000000000000 default"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fenv_t e;
+        rs_diag_t diag;
+        rs_version_info_t info;
+        char rec[160];
+        void *table = NULL;
+        size_t len = 0;
+        fenv_init(&e);
+        snprintf(rec, sizeof(rec), "%s/slot-1", e.vdir);
+        put_file(e.vdir, "slot-1", bad[i]);
+        int fds = hostile_count_fds();
+        HOSTILE_EXPECT(rs_dir_read(e.dir, "m", 1, 1, &diag, &table, &len),
+                       RS_ERR_INPUT, &diag, rec, "slot record");
+        assert_null(table);
+        HOSTILE_EXPECT(rs_dir_wait_ready(e.dir, "m", 1, 0.2, 30, &diag,
+                                         &info), RS_ERR_INPUT, &diag, rec);
+        HOSTILE_EXPECT(rs_dir_publish(e.dir, "m", 1, 1, "t1", 2, &diag),
+                       RS_ERR_INPUT, &diag, rec);
+        HOSTILE_EXPECT(rs_dir_heartbeat(e.dir, "m", 1, 1, &diag),
+                       RS_ERR_INPUT, &diag, rec);
+        assert_int_equal(hostile_count_fds(), fds);
+        fenv_free(&e);
+    }
 }
 
 /* A slot table removed after READY was seen and before it was read. */
@@ -315,7 +351,7 @@ static void test_file_table_vanishes(void **state)
     assert_memory_equal(table, "t0", 2);
     free(table);
     table = NULL;
-    snprintf(path, sizeof(path), "%s/slot-1.json", e.vdir);
+    snprintf(path, sizeof(path), "%s/slot-1@default", e.vdir);
     assert_int_equal(unlink(path), 0);
     int fds = hostile_count_fds();
     HOSTILE_EXPECT(rs_dir_read(e.dir, "m", 1, 1, &diag, &table, &len),
@@ -325,7 +361,7 @@ static void test_file_table_vanishes(void **state)
     assert_int_equal(mkdir(path, 0755), 0);
     rs_status_t st = rs_dir_read(e.dir, "m", 1, 1, &diag, &table, &len);
     assert_int_not_equal(st, RS_OK);
-    assert_non_null(strstr(diag.msg, "slot-1.json"));
+    assert_non_null(strstr(diag.msg, "slot-1@default"));
     assert_null(table);
     assert_int_equal(hostile_count_fds(), fds);
     fenv_free(&e);
@@ -341,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_file_corrupt_meta),
         cmocka_unit_test(test_file_corrupt_heartbeat_and_lease),
         cmocka_unit_test(test_file_table_vanishes),
+        cmocka_unit_test(test_file_corrupt_slot_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,98 @@
+/* The stored form of one publisher's table in a slot: a header line with
+ * the rsd64 digest of the table's bytes and the slot's geometry key, then
+ * the table. Both backends keep it as one value (one file, one hash
+ * field), so digest and table are replaced together; the reading side
+ * checks the digest before anyone parses the table. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "dir/dir_impl.h"
+#include "reshard/digest.h"
+
+/* "rsd64:" and 16 hex digits (RS_DIGEST_STR_LEN counts one more) */
+#define DIGEST_TEXT 22
+
+void rs__dir_geometry_hex(uint64_t geometry, char out[17])
+{
+    snprintf(out, 17, "%016" PRIx64, geometry);
+}
+
+rs_status_t rs__dir_entry_encode(uint64_t geometry, const void *table,
+                                 size_t len, rs_diag_t *diag, char **out_p)
+{
+    char digest[RS_DIGEST_STR_LEN + 1], geo[17];
+    char *out = malloc(RS_DIR_ENTRY_HEADER + len + 1);
+    if (out == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
+                            "memory for a %zu-byte table", len);
+    rs_digest_format(rs_digest(table, len), digest);
+    rs__dir_geometry_hex(geometry, geo);
+    memcpy(out, digest, DIGEST_TEXT);
+    out[DIGEST_TEXT] = ' ';
+    memcpy(out + DIGEST_TEXT + 1, geo, 16);
+    out[RS_DIR_ENTRY_HEADER - 1] = '\n';
+    if (len > 0)
+        memcpy(out + RS_DIR_ENTRY_HEADER, table, len);
+    out[RS_DIR_ENTRY_HEADER + len] = '\0';
+    *out_p = out;
+    return RS_OK;
+}
+
+static int parse_hex16(const char *s, uint64_t *v_p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    *v_p = v;
+    return 1;
+}
+
+static rs_status_t corrupted(const rs_dir_req_t *req, const rs_dir_entry_t *e,
+                             const char *why, rs_diag_t *diag)
+{
+    return rs__diag_set(diag, RS_ERR_VERIFY, "table of publisher '%s' of "
+                        "slot %lld of version %lld of '%s' is corrupted: %s; "
+                        "refusing it before parsing", e->publisher,
+                        (long long)req->slot, (long long)req->version,
+                        req->model, why);
+}
+
+rs_status_t rs__dir_entry_decode(const rs_dir_req_t *req, rs_dir_entry_t *e,
+                                 rs_diag_t *diag)
+{
+    char stored[RS_DIGEST_STR_LEN + 1], got[RS_DIGEST_STR_LEN + 1];
+    char why[128];
+    uint64_t want = 0, geometry = 0;
+    const char *h = e->table;
+    if (e->len < RS_DIR_ENTRY_HEADER || h[DIGEST_TEXT] != ' ' ||
+        h[RS_DIR_ENTRY_HEADER - 1] != '\n')
+        return corrupted(req, e, "its digest record (\"rsd64:<hex> "
+                         "<geometry>\" line) is missing or malformed", diag);
+    memcpy(stored, h, DIGEST_TEXT);
+    stored[DIGEST_TEXT] = '\0';
+    if (rs_digest_parse(stored, &want) != RS_OK ||
+        !parse_hex16(h + DIGEST_TEXT + 1, &geometry))
+        return corrupted(req, e, "its digest record is malformed", diag);
+    size_t len = e->len - RS_DIR_ENTRY_HEADER;
+    uint64_t have = rs_digest(h + RS_DIR_ENTRY_HEADER, len);
+    if (have != want) {
+        rs_digest_format(have, got);
+        snprintf(why, sizeof(why), "its %zu bytes digest to %s, the stored "
+                 "digest is %s", len, got, stored);
+        return corrupted(req, e, why, diag);
+    }
+    memmove(e->table, e->table + RS_DIR_ENTRY_HEADER, len);
+    e->table[len] = '\0';
+    e->len = len;
+    e->geometry = geometry;
+    return RS_OK;
+}

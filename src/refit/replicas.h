@@ -1,0 +1,81 @@
+/* The publishers a receiver may read each slot of a version from
+ * (replicas.c): read once per pull, one chosen per slot (spread by the
+ * receiver's salt), and the next one chosen when a read from the chosen
+ * one failed. */
+#ifndef RS_REFIT_REPLICAS_H
+#define RS_REFIT_REPLICAS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reshard/dir.h"
+
+#define RS_REPLICA_CAUSE_MAX 320 /* of each failure, in the final message */
+
+/* Whether reading from one publisher failed in this pull, and why. */
+typedef struct rs__replica_try {
+    int failed;
+    char why[RS_REPLICA_CAUSE_MAX];
+} rs__replica_try_t;
+
+typedef struct rs__replica_slot {
+    rs_dir_entry_t *entries; /* the slot's publishers, in joining order */
+    size_t count;
+    size_t chosen;           /* the entry the next transfer reads from */
+    rs__replica_try_t *tries; /* per entry */
+} rs__replica_slot_t;
+
+/* A publisher whose reads failed in an earlier pull, identified with the
+ * exact table it failed with: it is chosen last while it publishes that
+ * same table (a restarted publisher publishes a new one). */
+typedef struct rs__suspect {
+    int64_t slot;
+    char publisher[RS_DIR_NAME_MAX + 1];
+    uint64_t table_digest;
+} rs__suspect_t;
+
+#define RS_REPLICAS_SUSPECTS_MAX 64
+
+typedef struct rs__replicas {
+    /* kept across pulls (a ring, oldest replaced first) */
+    rs__suspect_t suspects[RS_REPLICAS_SUSPECTS_MAX];
+    size_t nsuspects, next_suspect;
+    /* this pull's */
+    int loaded;
+    int64_t version, nslots;
+    uint64_t salt;
+    double stale_s;
+    rs__replica_slot_t *slots;
+    uint32_t failovers;              /* publishers replaced in this pull */
+    char record[RS_DIAG_MSG_MAX];    /* "<agent>, slot <S> -> <agent>; ..." */
+} rs__replicas_t;
+
+/* Reads every slot's publishers of READY version v (once per pull: a
+ * loaded set of the same version is kept) and chooses one per slot:
+ * starting at entry (salt + slot) mod count, the first whose heartbeat is
+ * younger than stale_s (<= 0: any) and that is no suspect, else the first
+ * live one, else the first. Errors are those of rs_dir_read_slot
+ * (RS_ERR_VERIFY for a corrupted table). O(tables). */
+rs_status_t rs__replicas_load(rs__replicas_t *set, rs_dir_h dir,
+                              const char *model, const rs_version_info_t *v,
+                              uint64_t salt, double stale_s, rs_diag_t *diag);
+
+/* The entry chosen for `slot` (loaded set, slot < nslots). */
+const rs_dir_entry_t *rs__replicas_chosen(const rs__replicas_t *set,
+                                          int64_t slot);
+
+/* After a transfer failed with st (RS_ERR_TRANSPORT or RS_ERR_TIMEOUT) and
+ * diag naming the failed peers as "<agent>, slot <S>": marks every chosen
+ * publisher the message names as failed and chooses an untried one for its
+ * slot. Returns 1 when each such slot has one (retry the transfer); 0
+ * otherwise, diag then naming every publisher tried for the exhausted slot
+ * and its cause (unchanged when that slot has one publisher, or when the
+ * message names no chosen publisher). */
+int rs__replicas_failover(rs__replicas_t *set, rs_status_t st,
+                          rs_diag_t *diag);
+
+/* Frees this pull's entries (the suspects stay); the set may be loaded
+ * again. A zeroed set is empty; reset is all it needs at the end. */
+void rs__replicas_reset(rs__replicas_t *set);
+
+#endif
