@@ -1,6 +1,11 @@
 /* The transfer planner: intersect what a capture needs with what the sources
  * publish and emit the exact byte runs to read. A plan is immutable once
- * built; it owns every record it returns. */
+ * built; it owns every record it returns.
+ *
+ * Threads: a built plan is only read, from any number of threads.
+ * Cost: every accessor is O(1) (arrays are returned whole); building is
+ * roughly linear in the capture's copies and the shards of the sources they
+ * read (indexed by a per-tensor grid); the writers are linear in the plan. */
 #ifndef RESHARD_PLAN_H
 #define RESHARD_PLAN_H
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/strmap.h"
 #include "exec/exec_impl.h"
 #include "reshard/digest.h"
 
@@ -252,32 +253,79 @@ rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)
     return st;
 }
 
-/* Finds the digest the sources publish for a plan shard (same session name
- * and address), or NULL. */
-static const char *lookup_digest(rs_exec_h x, rs_sources_h sources,
-                                 const rs_shard_ref_t *ref)
+/* First plan shard at or after (session, addr) in the (session, addr)
+ * order of rs_plan_shards. */
+static size_t lower_bound(const rs_shard_ref_t *sh, size_t n, uint32_t session,
+                          uint64_t addr)
 {
-    const char *session = rs_plan_session_name(x->plan, ref->session);
-    for (size_t i = 0; i < rs_sources_num_shards(sources); i++) {
-        rs_shard_desc_t d;
-        rs_sources_shard(sources, i, &d);
-        if (d.addr == ref->addr && strcmp(d.session, session) == 0 &&
-            strcmp(d.tensor, ref->tensor) == 0)
-            return d.digest;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sh[mid].session < session ||
+            (sh[mid].session == session && sh[mid].addr < addr))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return NULL;
+    return lo;
 }
 
+/* The plan's sessions by name, so each published shard finds its plan
+ * session by one hash instead of a scan. */
+static int session_map(rs_plan_h plan, rs_strmap_t *map)
+{
+    for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++) {
+        const char *name = rs_plan_session_name(plan, k);
+        uint32_t seen;
+        if (name != NULL && !rs_strmap_get(map, name, &seen) &&
+            !rs_strmap_put(map, name, k))
+            return 0;
+    }
+    return 1;
+}
+
+/* Gives one published shard's digest to the plan shards it is (same
+ * session name, address and tensor); the first published match wins. */
+static void match_shard(const rs_shard_ref_t *sh, size_t ns, uint32_t session,
+                        const rs_shard_desc_t *d, const char **digests,
+                        unsigned char *done)
+{
+    for (size_t j = lower_bound(sh, ns, session, d->addr);
+         j < ns && sh[j].session == session && sh[j].addr == d->addr; j++) {
+        if (!done[j] && strcmp(sh[j].tensor, d->tensor) == 0) {
+            digests[j] = d->digest;
+            done[j] = 1;
+        }
+    }
+}
+
+/* O(shards x log(plan shards)): one pass over the published shards, each
+ * placed by hash and binary search. */
 rs_status_t rs_exec_set_digests(rs_exec_h x, rs_sources_h sources,
                                 rs_diag_t *diag)
 {
     size_t ns;
+    rs_strmap_t map;
+    if (x == NULL || sources == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    rs_strmap_init(&map);
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
     const char **d = calloc(ns + 1, sizeof(char *));
-    if (d == NULL)
+    unsigned char *done = calloc(ns + 1, 1);
+    int ok = d != NULL && done != NULL && session_map(x->plan, &map);
+    for (size_t i = 0; ok && i < rs_sources_num_shards(sources); i++) {
+        rs_shard_desc_t desc;
+        uint32_t k;
+        rs_sources_shard(sources, i, &desc);
+        if (rs_strmap_get(&map, desc.session, &k))
+            match_shard(sh, ns, k, &desc, d, done);
+    }
+    rs_strmap_free(&map);
+    free(done);
+    if (!ok) {
+        free(d);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < ns; i++)
-        d[i] = lookup_digest(x, sources, &sh[i]);
+    }
     free(x->digests);
     x->digests = d;
     return RS_OK;

@@ -43,6 +43,14 @@ struct rs_sources {
     RS_VEC(const char *, sessions);
     rs_strmap_t session_index;
     RS_VEC(rs_table_info_t, tables);
+    rs_strmap_t table_index;  /* agent name -> first table of that agent */
+    size_t nshards;           /* kept by add_shard and rollback */
+    /* Global shard order (tensor by tensor) as (tensor, shard) pairs, so
+     * rs_sources_shard is O(1). Extended while shards arrive in that order,
+     * dropped otherwise and rebuilt in O(shards) by the next lookup. */
+    uint32_t *flat_tensor, *flat_shard;
+    size_t flat_len, flat_cap;
+    int flat_valid;
 };
 
 /* Loaders use these to make a whole file all-or-nothing. */

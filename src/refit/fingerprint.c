@@ -1,4 +1,6 @@
-/* The topology fingerprint that decides whether a cached plan still holds. */
+/* The topology fingerprint that decides whether a cached plan still holds.
+ * One pass over tables and shards through the O(1) accessors: O(tables +
+ * shards) per pull. */
 #include <string.h>
 
 #include "refit/refit_impl.h"
@@ -21,13 +23,15 @@ uint64_t rs__topology_fingerprint(rs_sources_h sources)
 {
     rs_digest_t d;
     rs_digest_init(&d);
-    for (size_t i = 0; i < rs_sources_num_tables(sources); i++) {
+    size_t ntables = rs_sources_num_tables(sources);
+    size_t nshards = rs_sources_num_shards(sources);
+    for (size_t i = 0; i < ntables; i++) {
         rs_table_info_t t;
         rs_sources_table(sources, i, &t);
         feed_str(&d, t.agent_name);
         feed_str(&d, t.agent_meta_b64);
     }
-    for (size_t i = 0; i < rs_sources_num_shards(sources); i++) {
+    for (size_t i = 0; i < nshards; i++) {
         rs_shard_desc_t s;
         int64_t head[4];
         rs_sources_shard(sources, i, &s);

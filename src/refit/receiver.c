@@ -242,17 +242,11 @@ static rs_status_t note_slot(rs_receiver_h r, rs_sources_h s, int64_t slot,
     return RS_OK;
 }
 
-/* The directory slot a session's table came from, or -1. */
+/* The directory slot a session's table came from, or -1. O(1). */
 static int64_t slot_of(rs_receiver_h r, const char *session)
 {
-    for (size_t i = 0; i < rs_sources_num_tables(r->sources) &&
-                       i < r->ntable_slot; i++) {
-        rs_table_info_t t;
-        rs_sources_table(r->sources, i, &t);
-        if (strcmp(t.agent_name, session) == 0)
-            return r->table_slot[i];
-    }
-    return -1;
+    long i = rs_sources_find_table(r->sources, session);
+    return i >= 0 && (size_t)i < r->ntable_slot ? r->table_slot[i] : -1;
 }
 
 /* Every slot's table of a READY version, merged. */
@@ -283,24 +277,21 @@ static rs_status_t read_tables(rs_receiver_h r, const rs_version_info_t *v,
     return RS_OK;
 }
 
-/* The transport blob a session's table carries, decoded. */
+/* The transport blob a session's table carries, decoded. O(1) lookup. */
 static rs_status_t blob_of(rs_sources_h s, const char *session, void **blob_p,
                            size_t *len_p, rs_diag_t *diag)
 {
-    for (size_t i = 0; i < rs_sources_num_tables(s); i++) {
-        rs_table_info_t t;
-        rs_sources_table(s, i, &t);
-        if (strcmp(t.agent_name, session) != 0)
-            continue;
-        if (t.agent_meta_b64 == NULL)
-            break;
-        if (rs_base64_decode(t.agent_meta_b64, blob_p, len_p) != RS_OK)
-            return rs__diag_set(diag, RS_ERR_INPUT, "session '%s': "
-                                "agent_meta_b64 is not base64", session);
-        return RS_OK;
-    }
-    return rs__diag_set(diag, RS_ERR_INPUT, "session '%s' published no "
-                        "transport blob (agent_meta_b64)", session);
+    long i = rs_sources_find_table(s, session);
+    rs_table_info_t t = {0};
+    if (i >= 0)
+        rs_sources_table(s, (size_t)i, &t);
+    if (t.agent_meta_b64 == NULL)
+        return rs__diag_set(diag, RS_ERR_INPUT, "session '%s' published no "
+                            "transport blob (agent_meta_b64)", session);
+    if (rs_base64_decode(t.agent_meta_b64, blob_p, len_p) != RS_OK)
+        return rs__diag_set(diag, RS_ERR_INPUT, "session '%s': "
+                            "agent_meta_b64 is not base64", session);
+    return RS_OK;
 }
 
 /* Connects every session the plan reads from, retrying each a few times
