@@ -30,6 +30,8 @@ struct rs_receiver {
     size_t nparams;
     /* the cache: valid while `fingerprint` matches the tables */
     int cached;
+    int connected;       /* the cached transport reaches the plan's sessions
+                          * (a dry run plans without connecting) */
     uint64_t fingerprint;
     rs_sources_h sources;
     rs_plan_h plan;
@@ -155,6 +157,7 @@ static void drop_cache(rs_receiver_h r)
     r->plan = NULL;
     r->sources = NULL;
     r->cached = 0;
+    r->connected = 0;
 }
 
 void rs_receiver_destroy(rs_receiver_h r)
@@ -341,9 +344,10 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
     return RS_OK;
 }
 
-/* Builds plan, transport and executor for a new topology. */
+/* Builds plan, transport and executor for a new topology; connects the
+ * plan's sessions when `connect`. */
 static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
-                           uint64_t fingerprint, rs_diag_t *diag)
+                           uint64_t fingerprint, int connect, rs_diag_t *diag)
 {
     rs_plan_params_t pp;
     rs_transport_params_t tp;
@@ -359,7 +363,7 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     if (st == RS_OK)
         st = rs_transport_create(&tp, diag, &r->transport);
     r->stage = "connect";
-    if (st == RS_OK)
+    if (st == RS_OK && connect)
         st = connect_all(r, diag);
     if (st == RS_OK)
         st = rs_exec_create(r->plan, r->transport, &r->params.exec, diag,
@@ -375,24 +379,28 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     }
     r->fingerprint = fingerprint;
     r->cached = 1;
+    r->connected = connect;
     return RS_OK;
 }
 
-/* Plans for this version's tables, or keeps the cached plan (taking the
- * new digests) when the topology is the same. Owns `sources` either way. */
-static rs_status_t prepare(rs_receiver_h r, rs_sources_h sources,
-                           rs_pull_result_t *res, rs_diag_t *diag)
+rs_status_t rs__receiver_prepare(rs_receiver_h r, rs_sources_h sources,
+                                 uint64_t fp, int connect,
+                                 rs_pull_result_t *res, rs_diag_t *diag)
 {
-    uint64_t fp = rs__topology_fingerprint(sources);
     double t0 = now_s();
     if (r->cached && fp == r->fingerprint) {
         rs_status_t st = rs_exec_set_digests(r->exec, sources, diag);
         rs_sources_destroy(r->sources);
         r->sources = sources;
+        if (st == RS_OK && connect && !r->connected) {
+            r->stage = "connect"; /* planned by a dry run: connect now */
+            st = connect_all(r, diag);
+            r->connected = st == RS_OK;
+        }
         return st;
     }
     res->replanned = 1;
-    rs_status_t st = rebuild(r, sources, fp, diag);
+    rs_status_t st = rebuild(r, sources, fp, connect, diag);
     res->plan_s = now_s() - t0;
     return st;
 }
@@ -472,7 +480,8 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
     if (st == RS_OK && (st = enter(r, "plan", v->version, diag)) != RS_OK)
         rs_sources_destroy(sources);
     if (st == RS_OK)
-        st = prepare(r, sources, res, diag);
+        st = rs__receiver_prepare(r, sources, rs__topology_fingerprint(sources),
+                                  1, res, diag);
     if (st == RS_OK)
         st = enter(r, "wire", v->version, diag);
     if (st == RS_OK) {
@@ -513,6 +522,31 @@ static void release_now(rs_receiver_h r, int64_t version,
     res->release_status = rs_dir_release(r->dir, r->model, version, &d);
     snprintf(res->release_msg, sizeof(res->release_msg), "%s",
              res->release_status == RS_OK ? "" : d.msg);
+}
+
+rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
+                                  rs_diag_t *diag, rs_version_info_t *v_p)
+{
+    r->deadline = r->params.pull_timeout_s > 0
+                      ? now_s() + r->params.pull_timeout_s : 0;
+    r->stage = "discover";
+    rs_status_t st = rs_dir_wait_ready(r->dir, r->model, version,
+                                       budget(r, r->params.discover_timeout_s),
+                                       r->params.stale_s, diag, v_p);
+    return deadline_status(r, version, st, diag);
+}
+
+rs_status_t rs__receiver_tables(rs_receiver_h r, const rs_version_info_t *v,
+                                rs_diag_t *diag, rs_sources_h *sources_p)
+{
+    r->stage = "tables";
+    return deadline_status(r, v->version, read_tables(r, v, diag, sources_p),
+                           diag);
+}
+
+rs_plan_h rs_receiver_plan(rs_receiver_h r)
+{
+    return r != NULL && r->cached ? r->plan : NULL;
 }
 
 rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
