@@ -40,6 +40,7 @@ void rs_sources_destroy(rs_sources_h s)
     free(s->tables);
     free(s->flat_tensor);
     free(s->flat_shard);
+    free(s->undo);
     rs_strmap_free(&s->tensor_index);
     rs_strmap_free(&s->session_index);
     rs_strmap_free(&s->table_index);
@@ -152,6 +153,8 @@ static rs_status_t check_shard(const rs_shard_desc_t *d, rs_diag_t *diag,
     return RS_OK;
 }
 
+static int log_undo(rs_sources_h s, rs_src_tensor_t *t);
+
 static int grow_flat(rs_sources_h s, size_t need)
 {
     if (need <= s->flat_cap)
@@ -229,7 +232,7 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
     if (t->shards_len >= UINT32_MAX)
         return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': more than %u "
                             "shards", d->tensor, (unsigned)UINT32_MAX);
-    if (sh.offset == NULL || sh.shape == NULL || (d->digest && !sh.digest) ||
+    if (!log_undo(s, t) || sh.offset == NULL || sh.shape == NULL || (d->digest && !sh.digest) ||
         !RS_VEC_PUSH(t, shards, sh))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     s->nshards++;
@@ -322,38 +325,32 @@ void rs_sources_table(rs_sources_h s, size_t index, rs_table_info_t *table_p)
 
 rs_status_t rs__sources_mark(rs_sources_h s, rs_sources_mark_t *mark)
 {
+    mark->sources = s;
     mark->tensors = s->tensors_len;
     mark->tables = s->tables_len;
     mark->sessions = s->sessions_len;
-    mark->shard_counts = malloc((s->tensors_len + 1) * sizeof(size_t));
-    if (mark->shard_counts == NULL)
-        return RS_ERR_NO_MEMORY;
-    for (size_t i = 0; i < s->tensors_len; i++)
-        mark->shard_counts[i] = s->tensors[i].shards_len;
+    mark->nshards = s->nshards;
+    s->undo_gen = ++s->undo_next;
+    s->undo_tensors = s->tensors_len;
+    s->undo_len = 0;
     return RS_OK;
 }
 
-/* Drops everything added since the mark. Arena memory stays allocated (it is
- * freed with the sources); indexes are rebuilt from what remains. */
-void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
+/* Before tensor t changes under a mark: logs its shard count once. */
+static int log_undo(rs_sources_h s, rs_src_tensor_t *t)
 {
-    size_t nshards = 0;
-    for (size_t i = 0; i < s->tensors_len; i++) {
-        if (i >= mark->tensors) {
-            free(s->tensors[i].shards);
-        } else if (s->tensors[i].shards_len != mark->shard_counts[i]) {
-            s->tensors[i].shards_len = mark->shard_counts[i];
-        }
-        if (i < mark->tensors)
-            nshards += mark->shard_counts[i];
-        rs_grid_destroy(s->tensors[i].grid);
-        s->tensors[i].grid = NULL;
-    }
-    s->tensors_len = mark->tensors;
-    s->tables_len = mark->tables;
-    s->sessions_len = mark->sessions;
-    s->nshards = nshards;
-    s->flat_valid = 0;
+    size_t ti = (size_t)(t - s->tensors);
+    if (s->undo_gen == 0 || ti >= s->undo_tensors || t->undo_gen == s->undo_gen)
+        return 1;
+    rs_src_undo_t u = {ti, t->shards_len};
+    if (!RS_VEC_PUSH(s, undo, u))
+        return 0;
+    t->undo_gen = s->undo_gen;
+    return 1;
+}
+
+static void rebuild_indexes(rs_sources_h s)
+{
     rs_strmap_free(&s->tensor_index);
     rs_strmap_free(&s->session_index);
     rs_strmap_free(&s->table_index);
@@ -365,8 +362,36 @@ void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
         rs_strmap_put(&s->table_index, s->tables[i].agent_name, (uint32_t)i);
 }
 
+/* Drops everything added since the mark: tensors created since are freed,
+ * tensors that grew get their logged counts back. Arena memory stays
+ * allocated (it is freed with the sources); the name indexes are rebuilt
+ * from what remains. */
+void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
+{
+    for (size_t i = mark->tensors; i < s->tensors_len; i++) {
+        free(s->tensors[i].shards);
+        rs_grid_destroy(s->tensors[i].grid);
+    }
+    for (size_t k = 0; k < s->undo_len; k++) {
+        rs_src_tensor_t *t = &s->tensors[s->undo[k].tensor];
+        t->shards_len = s->undo[k].shards_len;
+        rs_grid_destroy(t->grid);
+        t->grid = NULL;
+    }
+    s->undo_len = 0;
+    s->tensors_len = mark->tensors;
+    s->tables_len = mark->tables;
+    s->sessions_len = mark->sessions;
+    s->nshards = mark->nshards;
+    s->flat_valid = 0;
+    rebuild_indexes(s);
+}
+
 void rs__sources_mark_free(rs_sources_mark_t *mark)
 {
-    free(mark->shard_counts);
-    mark->shard_counts = NULL;
+    if (mark->sources == NULL)
+        return;
+    mark->sources->undo_gen = 0;
+    mark->sources->undo_len = 0;
+    mark->sources = NULL;
 }

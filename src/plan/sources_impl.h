@@ -28,13 +28,22 @@ typedef struct rs_src_tensor {
     int64_t *shape;
     RS_VEC(rs_src_shard_t, shards);
     struct rs_grid *grid; /* built on demand, dropped when shards change */
+    uint64_t undo_gen;    /* the mark whose undo log holds its shard count */
 } rs_src_tensor_t;
 
-/* A rollback point: counts at the time of the mark. */
+/* A rollback point: counts at the time of the mark. The shard counts of
+ * tensors that existed then are logged by add_shard on their first change
+ * after the mark, so marking and rolling back cost what changed, not the
+ * number of tensors. One mark at a time. */
 typedef struct rs_sources_mark {
-    size_t tensors, tables, sessions;
-    size_t *shard_counts; /* per tensor existing at the mark */
+    rs_sources_h sources;
+    size_t tensors, tables, sessions, nshards;
 } rs_sources_mark_t;
+
+typedef struct rs_src_undo {
+    size_t tensor;
+    size_t shards_len; /* before the mark's first change */
+} rs_src_undo_t;
 
 struct rs_sources {
     rs_arena_t arena;
@@ -51,6 +60,10 @@ struct rs_sources {
     uint32_t *flat_tensor, *flat_shard;
     size_t flat_len, flat_cap;
     int flat_valid;
+    /* the mark in force (undo_gen != 0): tensors it covers, its log */
+    uint64_t undo_gen, undo_next;
+    size_t undo_tensors;
+    RS_VEC(rs_src_undo_t, undo);
 };
 
 /* Loaders use these to make a whole file all-or-nothing. */
