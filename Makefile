@@ -20,7 +20,7 @@ DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
 # The tests that start threads: local-mt's pool, the executor over it, the
 # publisher's heartbeat and UCX progress threads, the directory's racing
 # publishers.
-TSAN_TESTS = ^(test_transport|test_exec|test_refit|test_dir|test_lease)$$
+TSAN_TESTS = ^(test_transport|test_exec|test_refit|test_dir|test_lease|test_dry_run)$$
 # UCX's memory hooks (libucm) intercept madvise() as glibc frees a finished
 # thread's stack, after TSan has torn down that thread's state, and crash
 # there. We do not use UCX memory events (buffers are registered explicitly),
