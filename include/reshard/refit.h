@@ -180,8 +180,9 @@ RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
                                     rs_diag_t *diag,
                                     rs_pull_result_t *result_p);
 
-/* The executor of the last pull (for its stage and coverage records), or
- * NULL before the first. */
+/* The executor of the last pull or dry run (for its stage and coverage
+ * records), or NULL before the first. After a dry run its sessions are not
+ * connected yet: run it only through rs_receiver_pull. */
 RS_API rs_exec_h rs_receiver_exec(rs_receiver_h receiver);
 
 /* What a pull of a version would do, found without doing it. */
