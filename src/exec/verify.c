@@ -253,80 +253,118 @@ rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)
     return st;
 }
 
-/* First plan shard at or after (session, addr) in the (session, addr)
- * order of rs_plan_shards. */
-static size_t lower_bound(const rs_shard_ref_t *sh, size_t n, uint32_t session,
-                          uint64_t addr)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (sh[mid].session < session ||
-            (sh[mid].session == session && sh[mid].addr < addr))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
+/* Placing published shards among the plan's: plan sessions by name (with
+ * a small cache keyed by the name's address, since sources intern their
+ * session names), and each plan session's range of rs_plan_shards (sorted
+ * by session, then address). */
+#define NAME_CACHE 256
 
-/* The plan's sessions by name, so each published shard finds its plan
- * session by one hash instead of a scan. */
-static int session_map(rs_plan_h plan, rs_strmap_t *map)
+typedef struct digest_ctx {
+    const rs_shard_ref_t *sh;
+    size_t ns;
+    size_t *first;    /* per plan session: its first plan shard; then ns */
+    rs_strmap_t map;  /* plan session by name */
+    struct {
+        const char *name;
+        uint32_t k;
+        int found;
+    } cache[NAME_CACHE];
+    const char **digests;
+    unsigned char *done;
+} digest_ctx_t;
+
+static int digest_ctx_init(digest_ctx_t *c, rs_plan_h plan)
 {
-    for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++) {
+    size_t nsess = rs_plan_num_sessions(plan);
+    memset(c, 0, sizeof(*c));
+    rs_strmap_init(&c->map);
+    c->sh = rs_plan_shards(plan, &c->ns);
+    c->digests = calloc(c->ns + 1, sizeof(char *));
+    c->done = calloc(c->ns + 1, 1);
+    c->first = malloc((nsess + 1) * sizeof(size_t));
+    if (c->digests == NULL || c->done == NULL || c->first == NULL)
+        return 0;
+    for (size_t k = 0, j = 0; k <= nsess; k++) {
+        while (j < c->ns && c->sh[j].session < k)
+            j++;
+        c->first[k] = j;
+    }
+    for (uint32_t k = 0; k < nsess; k++) {
         const char *name = rs_plan_session_name(plan, k);
         uint32_t seen;
-        if (name != NULL && !rs_strmap_get(map, name, &seen) &&
-            !rs_strmap_put(map, name, k))
+        if (name != NULL && !rs_strmap_get(&c->map, name, &seen) &&
+            !rs_strmap_put(&c->map, name, k))
             return 0;
     }
     return 1;
 }
 
+/* Keeps the digests (on success), frees the rest. */
+static void digest_ctx_free(digest_ctx_t *c, int keep)
+{
+    rs_strmap_free(&c->map);
+    free(c->first);
+    free(c->done);
+    if (!keep)
+        free(c->digests);
+}
+
+static int plan_session(digest_ctx_t *c, const char *name, uint32_t *k_p)
+{
+    size_t h = ((uintptr_t)name >> 3) % NAME_CACHE;
+    if (c->cache[h].name != name) {
+        c->cache[h].name = name;
+        c->cache[h].found = rs_strmap_get(&c->map, name, &c->cache[h].k);
+    }
+    *k_p = c->cache[h].k;
+    return c->cache[h].found;
+}
+
 /* Gives one published shard's digest to the plan shards it is (same
  * session name, address and tensor); the first published match wins. */
-static void match_shard(const rs_shard_ref_t *sh, size_t ns, uint32_t session,
-                        const rs_shard_desc_t *d, const char **digests,
-                        unsigned char *done)
+static void match_shard(digest_ctx_t *c, uint32_t k, const rs_shard_desc_t *d)
 {
-    for (size_t j = lower_bound(sh, ns, session, d->addr);
-         j < ns && sh[j].session == session && sh[j].addr == d->addr; j++) {
-        if (!done[j] && strcmp(sh[j].tensor, d->tensor) == 0) {
-            digests[j] = d->digest;
-            done[j] = 1;
+    size_t lo = c->first[k], hi = c->first[k + 1];
+    while (lo < hi) { /* first plan shard of session k at or after addr */
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->sh[mid].addr < d->addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t j = lo; j < c->first[k + 1] && c->sh[j].addr == d->addr; j++) {
+        if (!c->done[j] && strcmp(c->sh[j].tensor, d->tensor) == 0) {
+            c->digests[j] = d->digest;
+            c->done[j] = 1;
         }
     }
 }
 
-/* O(shards x log(plan shards)): one pass over the published shards, each
- * placed by hash and binary search. */
+/* O(S log(P / sessions) + P) for S published and P plan shards: one pass
+ * over the published shards, each placed by its session (cached by name
+ * address, else hashed) and a binary search inside that session's range. */
 rs_status_t rs_exec_set_digests(rs_exec_h x, rs_sources_h sources,
                                 rs_diag_t *diag)
 {
-    size_t ns;
-    rs_strmap_t map;
+    digest_ctx_t *c;
     if (x == NULL || sources == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    rs_strmap_init(&map);
-    const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
-    const char **d = calloc(ns + 1, sizeof(char *));
-    unsigned char *done = calloc(ns + 1, 1);
-    int ok = d != NULL && done != NULL && session_map(x->plan, &map);
-    for (size_t i = 0; ok && i < rs_sources_num_shards(sources); i++) {
+    if ((c = malloc(sizeof(*c))) == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    int ok = digest_ctx_init(c, x->plan);
+    size_t n = rs_sources_num_shards(sources);
+    for (size_t i = 0; ok && i < n; i++) {
         rs_shard_desc_t desc;
         uint32_t k;
         rs_sources_shard(sources, i, &desc);
-        if (rs_strmap_get(&map, desc.session, &k))
-            match_shard(sh, ns, k, &desc, d, done);
+        if (plan_session(c, desc.session, &k))
+            match_shard(c, k, &desc);
     }
-    rs_strmap_free(&map);
-    free(done);
-    if (!ok) {
-        free(d);
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (ok) {
+        free(x->digests);
+        x->digests = c->digests;
     }
-    free(x->digests);
-    x->digests = d;
-    return RS_OK;
+    digest_ctx_free(c, ok);
+    free(c);
+    return ok ? RS_OK : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
 }
