@@ -8,7 +8,8 @@
  * Cost: create, bind, set_run_timeout and stats are O(1); preparing (the
  * first run, rs_exec_prepare) is O(plan records); coverage is
  * O(R log R) in the destination runs R of the plan; a run is linear in its
- * reads plus the bytes it moves, casts and digests. */
+ * reads plus the bytes it moves, casts and digests; the records are linear
+ * in the plan. */
 #ifndef RESHARD_EXEC_H
 #define RESHARD_EXEC_H
 
