@@ -9,7 +9,12 @@
  * once). The install and progress callbacks run on the thread calling
  * rs_exec_run. The plan is only read, so executors on several threads may
  * share one plan, each with its own transport and bindings
- * (tests/unit/plan/test_plan_threads.c). */
+ * (tests/unit/plan/test_plan_threads.c).
+ * Cost: create, bind, set_run_timeout and stats are O(1); preparing (the
+ * first run, rs_exec_prepare) is O(plan records); coverage is
+ * O(R log R) in the destination runs R of the plan; a run is linear in its
+ * reads plus the bytes it moves, casts and digests; the records are linear
+ * in the plan. */
 #ifndef RESHARD_EXEC_H
 #define RESHARD_EXEC_H
 
@@ -92,6 +97,20 @@ RS_API rs_status_t rs_exec_bind(rs_exec_h exec, size_t param, void *base,
                                 uint64_t nbytes, rs_mem_type_t mem,
                                 rs_diag_t *diag);
 
+/* Builds the prepared state now (descriptors, staging, replay and cast
+ * programs, verification pieces) instead of in the first run, touching no
+ * transport: the sessions need not be connected yet. Rebuilt only after a
+ * rebind. Errors: RS_ERR_INVALID_ARG (a parameter the plan writes is not
+ * bound), RS_ERR_INPUT (a segment leaving its buffer), RS_ERR_UNSUPPORTED (a
+ * cast it cannot do), RS_ERR_NO_MEMORY. O(plan records) plus the staging it
+ * allocates. */
+RS_API rs_status_t rs_exec_prepare(rs_exec_h exec, rs_diag_t *diag);
+
+/* What the prepared state reads per run: bytes and descriptors (reads), 0
+ * and 0 before it was prepared. O(1). */
+RS_API void rs_exec_prepared(rs_exec_h exec, uint64_t *bytes_p,
+                             uint64_t *descriptors_p);
+
 /* Sets run_timeout_s for the following runs (the prepared state stays). */
 RS_API void rs_exec_set_run_timeout(rs_exec_h exec, double timeout_s);
 
@@ -147,8 +166,11 @@ RS_API rs_status_t rs_exec_write_stage_json(rs_exec_h exec, double plan_seconds,
 
 /* Takes the digests to verify against from `sources` (the tables of the
  * version about to be pulled with this prepared plan): shards are matched by
- * session, address and tensor. The strings are borrowed until the next call
- * or destroy. */
+ * session, address and tensor; the first published match wins and a plan
+ * shard with none gets no digest. The strings are borrowed from `sources`
+ * (keep it alive) until the next call or destroy. RS_ERR_INVALID_ARG for
+ * NULL arguments, RS_ERR_NO_MEMORY. Cost: O(S log P + P) for S published
+ * and P plan shards (one hash and one binary search per published shard). */
 RS_API rs_status_t rs_exec_set_digests(rs_exec_h exec, rs_sources_h sources,
                                        rs_diag_t *diag);
 

@@ -8,9 +8,11 @@
  * only read: its accessors and writers (each with its own FILE) may be
  * called from any number of threads at once, and several executors may run
  * over one plan concurrently, each with its own transport
- * (tests/unit/plan/test_plan_threads.c). Accessors are O(1); the writers
- * cost O(plan size); what rs_plan_build costs is in docs/design.md
- * (Planning, Cost). */
+ * (tests/unit/plan/test_plan_threads.c).
+ * Cost: every accessor is O(1) (arrays are returned whole); building is
+ * roughly linear in the capture's copies and the shards of the sources they
+ * read (indexed by a per-tensor grid; docs/design.md, Planning, Cost); the
+ * writers are linear in the plan. */
 #ifndef RESHARD_PLAN_H
 #define RESHARD_PLAN_H
 

@@ -336,11 +336,56 @@ RS_API void rs_receiver_discard(rs_receiver_h receiver, rs_staged_h staged);
 /* The version a staged handle holds, or -1 for a consumed one. */
 RS_API int64_t rs_staged_version(rs_staged_h staged);
 
-/* The executor of the last stage or pull (for its stage and coverage
- * records), or NULL before the first and after a transport failure. Its
+/* The executor of the last stage, pull or dry run (for its stage and
+ * coverage records), or NULL before the first and after a transport
+ * failure. After a dry run its sessions are not connected yet: run it only
+ * through rs_receiver_stage or rs_receiver_pull. Its
  * records describe the last run: a failed apply shows as failure
  * "install". */
 RS_API rs_exec_h rs_receiver_exec(rs_receiver_h receiver);
+
+/* What a pull of a version would do, found without doing it. */
+typedef struct rs_dry_run {
+    int64_t version;
+    int replanned;          /* 1: this call built the plan; 0: the cached
+                             * plan was reused (with the version's digests) */
+    int complete;           /* rs_plan_is_complete: a pull would not refuse
+                             * it for fallback or uncovered copies */
+    uint64_t bytes;         /* bytes a pull would read */
+    uint64_t descriptors;   /* reads it would post */
+    size_t sessions;        /* publishers it would read from (connect to) */
+    size_t tables, shards;  /* tables read, shards they publish */
+    /* seconds: waiting for READY, reading and parsing the tables, the
+     * topology fingerprint, planning (or renewing digests of the cached
+     * plan), preparing descriptors (0 when already prepared), the call */
+    double discover_s, tables_s, fingerprint_s, plan_s, prepare_s, total_s;
+} rs_dry_run_t;
+
+/* A pull of `version` (< 0: the newest READY one) up to the wire: waits for
+ * READY (within discover_timeout_s and pull_timeout_s), reads every slot's
+ * table, fingerprints the topology, plans (or reuses the cached plan, taking
+ * the new digests) and prepares the executor's descriptors. It connects to
+ * no publisher, reads no shard byte, takes no lease (the lease guards the
+ * bytes a pull reads; the tables are read by discovery alone, with or
+ * without one) and calls no install. The transport is created (for ucx its
+ * context and worker) but left unconnected: a later pull reusing this plan
+ * connects first. Every parameter the plan writes must be bound, as for a
+ * pull (the descriptors point into the storage).
+ *
+ * A plan that is not complete is not an error: result_p->complete says so.
+ * Errors: RS_ERR_INVALID_ARG while a version is staged (its executor holds
+ * the staged bytes); those of discovery, the tables, planning and preparing
+ * (RS_ERR_INVALID_ARG names an unbound parameter). On error the cache is
+ * dropped only if planning failed. Cost: O(tables + shards + plan) on a
+ * reused plan, plus planning otherwise. */
+RS_API rs_status_t rs_receiver_dry_run(rs_receiver_h receiver, int64_t version,
+                                       rs_diag_t *diag,
+                                       rs_dry_run_t *result_p);
+
+/* The cached plan (of the last pull or dry run), or NULL when there is
+ * none, for per-session figures (rs_plan_session_bytes). Borrowed until the
+ * next pull, dry run or destroy. O(1). */
+RS_API rs_plan_h rs_receiver_plan(rs_receiver_h receiver);
 
 #ifdef __cplusplus
 }

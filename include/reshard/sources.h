@@ -6,12 +6,17 @@
  * Threads: sources are not locked while they are built: add and load from
  * one thread at a time, with no reader meanwhile. Built sources are only
  * read (by the accessors, rs_plan_build and rs_exec_set_digests), from any
- * number of threads at once; the one thing a plan build writes into them,
- * each tensor's cell index, is built once under the sources' own lock, so
- * plans may be built against one sources concurrently
+ * number of threads at once; the two indexes a reader may build in them
+ * (each tensor's cell grid, and rs_sources_shard's position index) are
+ * built once under the sources' own lock, so plans may be built against
+ * one sources concurrently
  * (tests/unit/plan/test_plan_threads.c). Adding shards later is building
- * again: no plan build may run meanwhile. Accessors are O(1) except rs_sources_num_shards and rs_sources_shard,
- * which walk the tensors (O(tensors)). */
+ * again: no plan build may run meanwhile.
+ * Cost: adding a shard or a table is amortized O(1) plus its validation;
+ * loading is linear in the text. Every accessor below is O(1), except that
+ * the first rs_sources_shard after shards arrived out of the global order
+ * rebuilds its position index in O(shards), so a walk over all shards is
+ * O(shards) whatever the tables. */
 #ifndef RESHARD_SOURCES_H
 #define RESHARD_SOURCES_H
 
@@ -73,16 +78,22 @@ RS_API rs_status_t rs_sources_load_string(rs_sources_h sources,
                                           const char *json, size_t len,
                                           const char *origin, rs_diag_t *diag);
 
+/* Counts, O(1). */
 RS_API size_t rs_sources_num_tensors(rs_sources_h sources);
 RS_API size_t rs_sources_num_shards(rs_sources_h sources);
 /* Shards in a stable order (tensor by tensor, in insertion order); index
  * ranges over 0..rs_sources_num_shards()-1. Strings and arrays are borrowed
- * from the sources. */
+ * from the sources until the next change. O(1) (see the cost note above). */
 RS_API void rs_sources_shard(rs_sources_h sources, size_t index,
                              rs_shard_desc_t *shard_p);
+/* Tables in the order they were added; O(1). */
 RS_API size_t rs_sources_num_tables(rs_sources_h sources);
 RS_API void rs_sources_table(rs_sources_h sources, size_t index,
                              rs_table_info_t *table_p);
+/* Index of the first table added with this agent_name, or -1 (also for
+ * NULL arguments). O(1) expected: the names are hashed. */
+RS_API long rs_sources_find_table(rs_sources_h sources,
+                                  const char *agent_name);
 
 #ifdef __cplusplus
 }

@@ -68,13 +68,35 @@ static int is_identifier(const char *s)
 
 /* Keys that are not identifiers (parameter names like "layers.0.w") are
  * written as ["..."] so the path stays unambiguous. */
+/* Appends n bytes of text when they fit, else falls back to path_append
+ * (which truncates with "..."): the common case of every key and index of
+ * every loaded record without a vsnprintf. */
+static size_t path_put(rs_json_ctx_t *c, const char *text, size_t n)
+{
+    size_t mark = c->len;
+    if (n < sizeof(c->path) - c->len) {
+        memcpy(c->path + c->len, text, n);
+        c->len += n;
+        c->path[c->len] = '\0';
+        return mark;
+    }
+    return path_append(c, "%.*s", (int)n, text);
+}
+
 size_t rs_json_push_key(rs_json_ctx_t *c, const char *key)
 {
     char quoted[RS_JSON_PATH_MAX];
     size_t q = 0;
 
-    if (is_identifier(key))
-        return path_append(c, "%s%s", c->len > 0 ? "." : "", key);
+    if (is_identifier(key)) {
+        size_t n = strlen(key);
+        if (c->len == 0 || n + 1 >= sizeof(quoted))
+            return c->len == 0 ? path_put(c, key, n)
+                               : path_append(c, ".%s", key);
+        quoted[0] = '.';
+        memcpy(quoted + 1, key, n);
+        return path_put(c, quoted, n + 1);
+    }
     for (const char *p = key; *p != '\0' && q + 3 < sizeof(quoted); p++) {
         unsigned char ch = (unsigned char)*p;
         if (ch == '"' || ch == '\\')
@@ -87,7 +109,14 @@ size_t rs_json_push_key(rs_json_ctx_t *c, const char *key)
 
 size_t rs_json_push_index(rs_json_ctx_t *c, size_t index)
 {
-    return path_append(c, "[%zu]", index);
+    char text[32], *p = text + sizeof(text);
+    *--p = ']';
+    do {
+        *--p = (char)('0' + index % 10);
+        index /= 10;
+    } while (index > 0);
+    *--p = '[';
+    return path_put(c, p, (size_t)(text + sizeof(text) - p));
 }
 
 void rs_json_pop(rs_json_ctx_t *c, size_t mark)

@@ -4,13 +4,23 @@
 
 #include "core/strmap.h"
 
+/* Eight bytes per multiply (names of tensors run to 60 bytes and are hashed
+ * several times per shard while tables load), mixed so the low bits the
+ * table indexes by depend on every byte. */
 uint64_t rs_hash_str(const char *s)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
+    size_t n = strlen(s);
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n, w;
+    for (; n >= 8; s += 8, n -= 8) {
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
     }
+    w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
     return h ^ (h >> 29);
 }
 

@@ -172,8 +172,9 @@ rs_status_t rs__fdir_scan_slots(const char *vdir, int64_t n, uint8_t *present,
  * before the tables are counted (a READY seen earlier implies a full
  * count), and RELEASED after (absent then, no table was removed yet). No
  * reader sees READY with a table missing. */
-rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
-                            rs_diag_t *diag, rs_version_info_t *info_p)
+static rs_status_t lookup(rs_dir_h dir, const rs_dir_req_t *req,
+                          int count_ready, rs_diag_t *diag,
+                          rs_version_info_t *info_p)
 {
     char vdir[PATH_MAX], marker[PATH_MAX];
     rs_version_info_t info = {.version = req->version};
@@ -187,7 +188,9 @@ rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
     }
     rs__fdir_join(vdir, RS_FDIR_READY, marker);
     int ready = rs__fdir_exists(marker);
-    st = scan_slots(vdir, info.slots, NULL, diag, &info.published);
+    info.published = info.slots; /* READY: every table is there */
+    if (!ready || count_ready)
+        st = scan_slots(vdir, info.slots, NULL, diag, &info.published);
     if (st != RS_OK)
         return st;
     rs__fdir_join(vdir, RS_FDIR_RELEASED, marker);
@@ -200,11 +203,18 @@ rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
     return RS_OK;
 }
 
-rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
-                              rs_diag_t *diag, rs_version_info_t *info_p)
+rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
+                            rs_diag_t *diag, rs_version_info_t *info_p)
+{
+    return lookup(dir, req, 1, diag, info_p);
+}
+
+static rs_status_t existing(rs_dir_h dir, const rs_dir_req_t *req,
+                            int count_ready, rs_diag_t *diag,
+                            rs_version_info_t *info_p)
 {
     rs_version_info_t info;
-    rs_status_t st = rs__fdir_lookup(dir, req, diag, &info);
+    rs_status_t st = lookup(dir, req, count_ready, diag, &info);
     if (st != RS_OK)
         return st;
     if (info.state == 0)
@@ -213,6 +223,18 @@ rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
                             req->model);
     *info_p = info;
     return RS_OK;
+}
+
+rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
+                              rs_diag_t *diag, rs_version_info_t *info_p)
+{
+    return existing(dir, req, 1, diag, info_p);
+}
+
+rs_status_t rs__fdir_existing_ready(rs_dir_h dir, const rs_dir_req_t *req,
+                                    rs_diag_t *diag, rs_version_info_t *info_p)
+{
+    return existing(dir, req, 0, diag, info_p);
 }
 
 static rs_status_t file_lookup(rs_dir_h dir, rs_dir_req_t *req,

@@ -77,6 +77,13 @@ rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
 rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
                               rs_diag_t *diag, rs_version_info_t *info_p);
 
+/* Like existing, but a READY version's tables are not counted (READY is
+ * made after the last table, and tables go only after RELEASED, so they
+ * are all there): O(1) instead of a listing, for the per-slot reads of a
+ * pull, which would otherwise list the version once per slot. */
+rs_status_t rs__fdir_existing_ready(rs_dir_h dir, const rs_dir_req_t *req,
+                                    rs_diag_t *diag, rs_version_info_t *info_p);
+
 /* Marks present[i] (when not NULL) for every slot table in vdir with
  * slot < n and counts them; a missing vdir has none. */
 rs_status_t rs__fdir_scan_slots(const char *vdir, int64_t n, uint8_t *present,

@@ -402,3 +402,16 @@ rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
 }
 
 void rs_exec_stats(rs_exec_h x, rs_exec_stats_t *stats_p) { *stats_p = x->stats; }
+
+rs_status_t rs_exec_prepare(rs_exec_h x, rs_diag_t *diag)
+{
+    if (x == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    return x->prepared ? RS_OK : rs__exec_prepare(x, diag);
+}
+
+void rs_exec_prepared(rs_exec_h x, uint64_t *bytes_p, uint64_t *descriptors_p)
+{
+    *bytes_p = x->prepared ? x->plan_bytes : 0;
+    *descriptors_p = x->prepared ? x->nreads : 0;
+}

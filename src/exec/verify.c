@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/strmap.h"
 #include "exec/exec_impl.h"
 #include "reshard/digest.h"
 
@@ -252,33 +253,118 @@ rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)
     return st;
 }
 
-/* Finds the digest the sources publish for a plan shard (same session name
- * and address), or NULL. */
-static const char *lookup_digest(rs_exec_h x, rs_sources_h sources,
-                                 const rs_shard_ref_t *ref)
+/* Placing published shards among the plan's: plan sessions by name (with
+ * a small cache keyed by the name's address, since sources intern their
+ * session names), and each plan session's range of rs_plan_shards (sorted
+ * by session, then address). */
+#define NAME_CACHE 256
+
+typedef struct digest_ctx {
+    const rs_shard_ref_t *sh;
+    size_t ns;
+    size_t *first;    /* per plan session: its first plan shard; then ns */
+    rs_strmap_t map;  /* plan session by name */
+    struct {
+        const char *name;
+        uint32_t k;
+        int found;
+    } cache[NAME_CACHE];
+    const char **digests;
+    unsigned char *done;
+} digest_ctx_t;
+
+static int digest_ctx_init(digest_ctx_t *c, rs_plan_h plan)
 {
-    const char *session = rs_plan_session_name(x->plan, ref->session);
-    for (size_t i = 0; i < rs_sources_num_shards(sources); i++) {
-        rs_shard_desc_t d;
-        rs_sources_shard(sources, i, &d);
-        if (d.addr == ref->addr && strcmp(d.session, session) == 0 &&
-            strcmp(d.tensor, ref->tensor) == 0)
-            return d.digest;
+    size_t nsess = rs_plan_num_sessions(plan);
+    memset(c, 0, sizeof(*c));
+    rs_strmap_init(&c->map);
+    c->sh = rs_plan_shards(plan, &c->ns);
+    c->digests = calloc(c->ns + 1, sizeof(char *));
+    c->done = calloc(c->ns + 1, 1);
+    c->first = malloc((nsess + 1) * sizeof(size_t));
+    if (c->digests == NULL || c->done == NULL || c->first == NULL)
+        return 0;
+    for (size_t k = 0, j = 0; k <= nsess; k++) {
+        while (j < c->ns && c->sh[j].session < k)
+            j++;
+        c->first[k] = j;
     }
-    return NULL;
+    for (uint32_t k = 0; k < nsess; k++) {
+        const char *name = rs_plan_session_name(plan, k);
+        uint32_t seen;
+        if (name != NULL && !rs_strmap_get(&c->map, name, &seen) &&
+            !rs_strmap_put(&c->map, name, k))
+            return 0;
+    }
+    return 1;
 }
 
+/* Keeps the digests (on success), frees the rest. */
+static void digest_ctx_free(digest_ctx_t *c, int keep)
+{
+    rs_strmap_free(&c->map);
+    free(c->first);
+    free(c->done);
+    if (!keep)
+        free(c->digests);
+}
+
+static int plan_session(digest_ctx_t *c, const char *name, uint32_t *k_p)
+{
+    size_t h = ((uintptr_t)name >> 3) % NAME_CACHE;
+    if (c->cache[h].name != name) {
+        c->cache[h].name = name;
+        c->cache[h].found = rs_strmap_get(&c->map, name, &c->cache[h].k);
+    }
+    *k_p = c->cache[h].k;
+    return c->cache[h].found;
+}
+
+/* Gives one published shard's digest to the plan shards it is (same
+ * session name, address and tensor); the first published match wins. */
+static void match_shard(digest_ctx_t *c, uint32_t k, const rs_shard_desc_t *d)
+{
+    size_t lo = c->first[k], hi = c->first[k + 1];
+    while (lo < hi) { /* first plan shard of session k at or after addr */
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->sh[mid].addr < d->addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t j = lo; j < c->first[k + 1] && c->sh[j].addr == d->addr; j++) {
+        if (!c->done[j] && strcmp(c->sh[j].tensor, d->tensor) == 0) {
+            c->digests[j] = d->digest;
+            c->done[j] = 1;
+        }
+    }
+}
+
+/* O(S log(P / sessions) + P) for S published and P plan shards: one pass
+ * over the published shards, each placed by its session (cached by name
+ * address, else hashed) and a binary search inside that session's range. */
 rs_status_t rs_exec_set_digests(rs_exec_h x, rs_sources_h sources,
                                 rs_diag_t *diag)
 {
-    size_t ns;
-    const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
-    const char **d = calloc(ns + 1, sizeof(char *));
-    if (d == NULL)
+    digest_ctx_t *c;
+    if (x == NULL || sources == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    if ((c = malloc(sizeof(*c))) == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < ns; i++)
-        d[i] = lookup_digest(x, sources, &sh[i]);
-    free(x->digests);
-    x->digests = d;
-    return RS_OK;
+    int ok = digest_ctx_init(c, x->plan);
+    size_t n = rs_sources_num_shards(sources);
+    for (size_t i = 0; ok && i < n; i++) {
+        rs_shard_desc_t desc;
+        uint32_t k;
+        rs_sources_shard(sources, i, &desc);
+        if (plan_session(c, desc.session, &k))
+            match_shard(c, k, &desc);
+    }
+    if (ok) {
+        free(x->digests);
+        x->digests = c->digests;
+    }
+    digest_ctx_free(c, ok);
+    free(c);
+    return ok ? RS_OK : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
 }

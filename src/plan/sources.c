@@ -1,6 +1,8 @@
 /* The merged-sources model: tensors by name, their shards, the sessions that
  * publish them, and the tables' metadata. Validates every shard on entry so
- * the planner can trust boxes and address ranges. */
+ * the planner can trust boxes and address ranges. Lookups are indexed
+ * (tensor, session and agent by hash, shard by position) so a caller that
+ * walks every shard pays O(shards), not O(shards x tensors). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +22,8 @@ rs_status_t rs_sources_create(rs_sources_h *sources_p)
     rs_strmap_init(&s->tensor_index);
     rs_strmap_init(&s->session_index);
     pthread_mutex_init(&s->grid_lock, NULL);
+    rs_strmap_init(&s->table_index);
+    s->flat_valid = 1; /* the empty order */
     *sources_p = s;
     return RS_OK;
 }
@@ -35,8 +39,12 @@ void rs_sources_destroy(rs_sources_h s)
     free(s->tensors);
     free(s->sessions);
     free(s->tables);
+    free(s->flat_tensor);
+    free(s->flat_shard);
+    free(s->undo);
     rs_strmap_free(&s->tensor_index);
     rs_strmap_free(&s->session_index);
+    rs_strmap_free(&s->table_index);
     rs_arena_free(&s->arena);
     pthread_mutex_destroy(&s->grid_lock);
     free(s);
@@ -147,6 +155,60 @@ static rs_status_t check_shard(const rs_shard_desc_t *d, rs_diag_t *diag,
     return RS_OK;
 }
 
+static int log_undo(rs_sources_h s, rs_src_tensor_t *t);
+
+static int grow_flat(rs_sources_h s, size_t need)
+{
+    if (need <= s->flat_cap)
+        return 1;
+    size_t cap = s->flat_cap ? s->flat_cap * 2 : 256;
+    while (cap < need)
+        cap *= 2;
+    uint32_t *t = realloc(s->flat_tensor, cap * sizeof(uint32_t));
+    if (t != NULL)
+        s->flat_tensor = t;
+    uint32_t *k = realloc(s->flat_shard, cap * sizeof(uint32_t));
+    if (k != NULL)
+        s->flat_shard = k;
+    if (t == NULL || k == NULL)
+        return 0;
+    s->flat_cap = cap;
+    return 1;
+}
+
+/* A shard just appended to tensor t: it is also last in the global order
+ * when t is the last tensor, so the position index extends; otherwise every
+ * later position moves and the index is dropped until the next lookup. */
+static void note_flat(rs_sources_h s, const rs_src_tensor_t *t)
+{
+    size_t ti = (size_t)(t - s->tensors);
+    if (!s->flat_valid || ti + 1 != s->tensors_len ||
+        !grow_flat(s, s->flat_len + 1)) {
+        s->flat_valid = 0;
+        return;
+    }
+    s->flat_tensor[s->flat_len] = (uint32_t)ti;
+    s->flat_shard[s->flat_len] = (uint32_t)(t->shards_len - 1);
+    s->flat_len++;
+}
+
+/* Rebuilds the position index in O(shards); 0 on exhaustion. */
+static int build_flat(rs_sources_h s)
+{
+    if (!grow_flat(s, s->nshards + 1))
+        return 0;
+    size_t n = 0;
+    for (size_t t = 0; t < s->tensors_len; t++) {
+        for (size_t k = 0; k < s->tensors[t].shards_len; k++, n++) {
+            s->flat_tensor[n] = (uint32_t)t;
+            s->flat_shard[n] = (uint32_t)k;
+        }
+    }
+    s->flat_len = n;
+    __atomic_store_n(&s->flat_valid, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
 rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
                                  rs_diag_t *diag)
 {
@@ -169,9 +231,14 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
     sh.offset = rs_arena_memdup(&s->arena, d->offset, dims);
     sh.shape = rs_arena_memdup(&s->arena, d->shape, dims);
     sh.digest = d->digest ? rs_arena_strdup(&s->arena, d->digest) : NULL;
-    if (sh.offset == NULL || sh.shape == NULL || (d->digest && !sh.digest) ||
+    if (t->shards_len >= UINT32_MAX)
+        return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': more than %u "
+                            "shards", d->tensor, (unsigned)UINT32_MAX);
+    if (!log_undo(s, t) || sh.offset == NULL || sh.shape == NULL || (d->digest && !sh.digest) ||
         !RS_VEC_PUSH(t, shards, sh))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    s->nshards++;
+    note_flat(s, t);
     rs_grid_destroy(t->grid);
     t->grid = NULL;
     return RS_OK;
@@ -192,30 +259,59 @@ rs_status_t rs_sources_add_table(rs_sources_h s, const rs_table_info_t *table,
     t.metadata_endpoint = dup_opt(&s->arena, table->metadata_endpoint);
     t.agent_meta_b64 = dup_opt(&s->arena, table->agent_meta_b64);
     t.publisher_step = table->publisher_step;
-    if (t.agent_name == NULL || !RS_VEC_PUSH(s, tables, t))
+    uint32_t first;
+    if (t.agent_name == NULL || !RS_VEC_PUSH(s, tables, t) ||
+        (!rs_strmap_get(&s->table_index, t.agent_name, &first) &&
+         !rs_strmap_put(&s->table_index, t.agent_name,
+                        (uint32_t)(s->tables_len - 1))))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     return RS_OK;
 }
 
-size_t rs_sources_num_tensors(rs_sources_h s) { return s->tensors_len; }
-
-size_t rs_sources_num_shards(rs_sources_h s)
+long rs_sources_find_table(rs_sources_h s, const char *agent_name)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < s->tensors_len; i++)
-        n += s->tensors[i].shards_len;
-    return n;
+    uint32_t idx;
+    if (s == NULL || agent_name == NULL ||
+        !rs_strmap_get(&s->table_index, agent_name, &idx))
+        return -1;
+    return (long)idx;
 }
 
-void rs_sources_shard(rs_sources_h s, size_t index, rs_shard_desc_t *shard_p)
+size_t rs_sources_num_tensors(rs_sources_h s) { return s->tensors_len; }
+
+size_t rs_sources_num_shards(rs_sources_h s) { return s->nshards; }
+
+/* Position -> (tensor, shard): the index, or a walk when it cannot be
+ * built for want of memory. Built sources are read from several threads at
+ * once, so the index is rebuilt under the sources' lock. */
+static void locate(rs_sources_h s, size_t index, size_t *t_p, size_t *k_p)
 {
+    if (!__atomic_load_n(&s->flat_valid, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&s->grid_lock);
+        if (!s->flat_valid)
+            build_flat(s);
+        pthread_mutex_unlock(&s->grid_lock);
+    }
+    if (__atomic_load_n(&s->flat_valid, __ATOMIC_ACQUIRE)) {
+        *t_p = s->flat_tensor[index];
+        *k_p = s->flat_shard[index];
+        return;
+    }
     size_t t = 0;
     while (index >= s->tensors[t].shards_len) {
         index -= s->tensors[t].shards_len;
         t++;
     }
+    *t_p = t;
+    *k_p = index;
+}
+
+void rs_sources_shard(rs_sources_h s, size_t index, rs_shard_desc_t *shard_p)
+{
+    size_t t, k;
+    locate(s, index, &t, &k);
     const rs_src_tensor_t *tensor = &s->tensors[t];
-    const rs_src_shard_t *sh = &tensor->shards[index];
+    const rs_src_shard_t *sh = &tensor->shards[k];
     shard_p->tensor = tensor->name;
     shard_p->dtype = tensor->dtype;
     shard_p->elsize = tensor->elsize;
@@ -238,43 +334,73 @@ void rs_sources_table(rs_sources_h s, size_t index, rs_table_info_t *table_p)
 
 rs_status_t rs__sources_mark(rs_sources_h s, rs_sources_mark_t *mark)
 {
+    mark->sources = s;
     mark->tensors = s->tensors_len;
     mark->tables = s->tables_len;
     mark->sessions = s->sessions_len;
-    mark->shard_counts = malloc((s->tensors_len + 1) * sizeof(size_t));
-    if (mark->shard_counts == NULL)
-        return RS_ERR_NO_MEMORY;
-    for (size_t i = 0; i < s->tensors_len; i++)
-        mark->shard_counts[i] = s->tensors[i].shards_len;
+    mark->nshards = s->nshards;
+    s->undo_gen = ++s->undo_next;
+    s->undo_tensors = s->tensors_len;
+    s->undo_len = 0;
     return RS_OK;
 }
 
-/* Drops everything added since the mark. Arena memory stays allocated (it is
- * freed with the sources); indexes are rebuilt from what remains. */
-void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
+/* Before tensor t changes under a mark: logs its shard count once. */
+static int log_undo(rs_sources_h s, rs_src_tensor_t *t)
 {
-    for (size_t i = 0; i < s->tensors_len; i++) {
-        if (i >= mark->tensors) {
-            free(s->tensors[i].shards);
-        } else if (s->tensors[i].shards_len != mark->shard_counts[i]) {
-            s->tensors[i].shards_len = mark->shard_counts[i];
-        }
-        rs_grid_destroy(s->tensors[i].grid);
-        s->tensors[i].grid = NULL;
-    }
-    s->tensors_len = mark->tensors;
-    s->tables_len = mark->tables;
-    s->sessions_len = mark->sessions;
+    size_t ti = (size_t)(t - s->tensors);
+    if (s->undo_gen == 0 || ti >= s->undo_tensors || t->undo_gen == s->undo_gen)
+        return 1;
+    rs_src_undo_t u = {ti, t->shards_len};
+    if (!RS_VEC_PUSH(s, undo, u))
+        return 0;
+    t->undo_gen = s->undo_gen;
+    return 1;
+}
+
+static void rebuild_indexes(rs_sources_h s)
+{
     rs_strmap_free(&s->tensor_index);
     rs_strmap_free(&s->session_index);
+    rs_strmap_free(&s->table_index);
     for (size_t i = 0; i < s->tensors_len; i++)
         rs_strmap_put(&s->tensor_index, s->tensors[i].name, (uint32_t)i);
     for (size_t i = 0; i < s->sessions_len; i++)
         rs_strmap_put(&s->session_index, s->sessions[i], (uint32_t)i);
+    for (size_t i = s->tables_len; i-- > 0;)
+        rs_strmap_put(&s->table_index, s->tables[i].agent_name, (uint32_t)i);
+}
+
+/* Drops everything added since the mark: tensors created since are freed,
+ * tensors that grew get their logged counts back. Arena memory stays
+ * allocated (it is freed with the sources); the name indexes are rebuilt
+ * from what remains. */
+void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
+{
+    for (size_t i = mark->tensors; i < s->tensors_len; i++) {
+        free(s->tensors[i].shards);
+        rs_grid_destroy(s->tensors[i].grid);
+    }
+    for (size_t k = 0; k < s->undo_len; k++) {
+        rs_src_tensor_t *t = &s->tensors[s->undo[k].tensor];
+        t->shards_len = s->undo[k].shards_len;
+        rs_grid_destroy(t->grid);
+        t->grid = NULL;
+    }
+    s->undo_len = 0;
+    s->tensors_len = mark->tensors;
+    s->tables_len = mark->tables;
+    s->sessions_len = mark->sessions;
+    s->nshards = mark->nshards;
+    s->flat_valid = 0;
+    rebuild_indexes(s);
 }
 
 void rs__sources_mark_free(rs_sources_mark_t *mark)
 {
-    free(mark->shard_counts);
-    mark->shard_counts = NULL;
+    if (mark->sources == NULL)
+        return;
+    mark->sources->undo_gen = 0;
+    mark->sources->undo_len = 0;
+    mark->sources = NULL;
 }

@@ -30,13 +30,22 @@ typedef struct rs_src_tensor {
     int64_t *shape;
     RS_VEC(rs_src_shard_t, shards);
     struct rs_grid *grid; /* built on demand, dropped when shards change */
+    uint64_t undo_gen;    /* the mark whose undo log holds its shard count */
 } rs_src_tensor_t;
 
-/* A rollback point: counts at the time of the mark. */
+/* A rollback point: counts at the time of the mark. The shard counts of
+ * tensors that existed then are logged by add_shard on their first change
+ * after the mark, so marking and rolling back cost what changed, not the
+ * number of tensors. One mark at a time. */
 typedef struct rs_sources_mark {
-    size_t tensors, tables, sessions;
-    size_t *shard_counts; /* per tensor existing at the mark */
+    rs_sources_h sources;
+    size_t tensors, tables, sessions, nshards;
 } rs_sources_mark_t;
+
+typedef struct rs_src_undo {
+    size_t tensor;
+    size_t shards_len; /* before the mark's first change */
+} rs_src_undo_t;
 
 struct rs_sources {
     rs_arena_t arena;
@@ -46,8 +55,21 @@ struct rs_sources {
     rs_strmap_t session_index;
     RS_VEC(rs_table_info_t, tables);
     /* Plans built concurrently against these sources build each tensor's
-     * grid once, under this lock (rs__planner_walk). */
+     * grid once, under this lock (rs__planner_walk), and so do readers of
+     * the position index below (locate in sources.c). */
     pthread_mutex_t grid_lock;
+    rs_strmap_t table_index;  /* agent name -> first table of that agent */
+    size_t nshards;           /* kept by add_shard and rollback */
+    /* Global shard order (tensor by tensor) as (tensor, shard) pairs, so
+     * rs_sources_shard is O(1). Extended while shards arrive in that order,
+     * dropped otherwise and rebuilt in O(shards) by the next lookup. */
+    uint32_t *flat_tensor, *flat_shard;
+    size_t flat_len, flat_cap;
+    int flat_valid;
+    /* the mark in force (undo_gen != 0): tensors it covers, its log */
+    uint64_t undo_gen, undo_next;
+    size_t undo_tensors;
+    RS_VEC(rs_src_undo_t, undo);
 };
 
 /* Loaders use these to make a whole file all-or-nothing. */

@@ -1,4 +1,6 @@
-/* The topology fingerprint that decides whether a cached plan still holds. */
+/* The topology fingerprint that decides whether a cached plan still holds.
+ * One pass over tables and shards through the O(1) accessors: O(tables +
+ * shards) per pull. */
 #include <string.h>
 
 #include "refit/refit_impl.h"
@@ -21,24 +23,34 @@ uint64_t rs__topology_fingerprint(rs_sources_h sources)
 {
     rs_digest_t d;
     rs_digest_init(&d);
-    for (size_t i = 0; i < rs_sources_num_tables(sources); i++) {
+    size_t ntables = rs_sources_num_tables(sources);
+    size_t nshards = rs_sources_num_shards(sources);
+    for (size_t i = 0; i < ntables; i++) {
         rs_table_info_t t;
         rs_sources_table(sources, i, &t);
         feed_str(&d, t.agent_name);
         feed_str(&d, t.agent_meta_b64);
     }
-    for (size_t i = 0; i < rs_sources_num_shards(sources); i++) {
+    const char *tensor = NULL;
+    for (size_t i = 0; i < nshards; i++) {
         rs_shard_desc_t s;
-        int64_t head[4];
+        int64_t head[2];
         rs_sources_shard(sources, i, &s);
-        feed_str(&d, s.tensor);
+        /* Shards come tensor by tensor and share their tensor's name
+         * string: the tensor's own fields are fed once, where it starts. */
+        uint8_t starts = s.tensor != tensor;
+        rs_digest_update(&d, &starts, 1);
+        if (starts) {
+            int64_t t[2] = {s.dtype, s.ndim};
+            feed_str(&d, s.tensor);
+            feed_i64(&d, t, 2);
+            feed_i64(&d, s.full_shape, s.ndim);
+            tensor = s.tensor;
+        }
         feed_str(&d, s.session);
-        head[0] = s.dtype;
-        head[1] = s.ndim;
-        head[2] = (int64_t)s.addr;
-        head[3] = s.device_id;
-        feed_i64(&d, head, 4);
-        feed_i64(&d, s.full_shape, s.ndim);
+        head[0] = (int64_t)s.addr;
+        head[1] = s.device_id;
+        feed_i64(&d, head, 2);
         feed_i64(&d, s.offset, s.ndim);
         feed_i64(&d, s.shape, s.ndim);
     }

@@ -42,6 +42,8 @@ struct rs_receiver {
     size_t nparams;
     /* the cache: valid while `fingerprint` matches the tables */
     int cached;
+    int connected;       /* the cached transport reaches the plan's sessions
+                          * (a dry run plans without connecting) */
     uint64_t fingerprint;
     rs_sources_h sources;
     rs_plan_h plan;
@@ -184,6 +186,7 @@ static void drop_cache(rs_receiver_h r)
     r->plan = NULL;
     r->sources = NULL;
     r->cached = 0;
+    r->connected = 0;
 }
 
 void rs_receiver_destroy(rs_receiver_h r)
@@ -299,17 +302,11 @@ static rs_status_t note_slot(rs_receiver_h r, rs_sources_h s, int64_t slot,
     return RS_OK;
 }
 
-/* The directory slot a session's table came from, or -1. */
+/* The directory slot a session's table came from, or -1. O(1). */
 static int64_t slot_of(rs_receiver_h r, const char *session)
 {
-    for (size_t i = 0; i < rs_sources_num_tables(r->sources) &&
-                       i < r->ntable_slot; i++) {
-        rs_table_info_t t;
-        rs_sources_table(r->sources, i, &t);
-        if (strcmp(t.agent_name, session) == 0)
-            return r->table_slot[i];
-    }
-    return -1;
+    long i = rs_sources_find_table(r->sources, session);
+    return i >= 0 && (size_t)i < r->ntable_slot ? r->table_slot[i] : -1;
 }
 
 /* The chosen publisher's table of every slot of a READY version, merged
@@ -342,24 +339,21 @@ static rs_status_t read_tables(rs_receiver_h r, const rs_version_info_t *v,
     return RS_OK;
 }
 
-/* The transport blob a session's table carries, decoded. */
+/* The transport blob a session's table carries, decoded. O(1) lookup. */
 static rs_status_t blob_of(rs_sources_h s, const char *session, void **blob_p,
                            size_t *len_p, rs_diag_t *diag)
 {
-    for (size_t i = 0; i < rs_sources_num_tables(s); i++) {
-        rs_table_info_t t;
-        rs_sources_table(s, i, &t);
-        if (strcmp(t.agent_name, session) != 0)
-            continue;
-        if (t.agent_meta_b64 == NULL)
-            break;
-        if (rs_base64_decode(t.agent_meta_b64, blob_p, len_p) != RS_OK)
-            return rs__diag_set(diag, RS_ERR_INPUT, "session '%s': "
-                                "agent_meta_b64 is not base64", session);
-        return RS_OK;
-    }
-    return rs__diag_set(diag, RS_ERR_INPUT, "session '%s' published no "
-                        "transport blob (agent_meta_b64)", session);
+    long i = rs_sources_find_table(s, session);
+    rs_table_info_t t = {0};
+    if (i >= 0)
+        rs_sources_table(s, (size_t)i, &t);
+    if (t.agent_meta_b64 == NULL)
+        return rs__diag_set(diag, RS_ERR_INPUT, "session '%s' published no "
+                            "transport blob (agent_meta_b64)", session);
+    if (rs_base64_decode(t.agent_meta_b64, blob_p, len_p) != RS_OK)
+        return rs__diag_set(diag, RS_ERR_INPUT, "session '%s': "
+                            "agent_meta_b64 is not base64", session);
+    return RS_OK;
 }
 
 /* Connects every session the plan reads from, retrying each a few times
@@ -409,10 +403,11 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
     return RS_OK;
 }
 
-/* Builds plan, transport and executor for a new topology. */
+/* Builds plan, transport and executor for a new topology; connects the
+ * plan's sessions when `connect`. */
 static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
-                           uint64_t fingerprint, rs_pull_result_t *res,
-                           rs_diag_t *diag)
+                           uint64_t fingerprint, int connect,
+                           rs_pull_result_t *res, rs_diag_t *diag)
 {
     rs_plan_params_t pp;
     rs_transport_params_t tp;
@@ -430,7 +425,7 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
         st = rs_transport_create(&tp, diag, &r->transport);
     r->stage = "connect";
     double t0 = now_s();
-    if (st == RS_OK)
+    if (st == RS_OK && connect)
         st = connect_all(r, diag);
     res->connect_s = now_s() - t0;
     exec_params(r, &ep);
@@ -447,24 +442,28 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     }
     r->fingerprint = fingerprint;
     r->cached = 1;
+    r->connected = connect;
     return RS_OK;
 }
 
-/* Plans for this version's tables, or keeps the cached plan (taking the
- * new digests) when the topology is the same. Owns `sources` either way. */
-static rs_status_t prepare(rs_receiver_h r, rs_sources_h sources,
-                           rs_pull_result_t *res, rs_diag_t *diag)
+rs_status_t rs__receiver_prepare(rs_receiver_h r, rs_sources_h sources,
+                                 uint64_t fp, int connect,
+                                 rs_pull_result_t *res, rs_diag_t *diag)
 {
-    uint64_t fp = rs__topology_fingerprint(sources);
     double t0 = now_s();
     if (r->cached && fp == r->fingerprint) {
         rs_status_t st = rs_exec_set_digests(r->exec, sources, diag);
         rs_sources_destroy(r->sources);
         r->sources = sources;
+        if (st == RS_OK && connect && !r->connected) {
+            r->stage = "connect"; /* planned by a dry run: connect now */
+            st = connect_all(r, diag);
+            r->connected = st == RS_OK;
+        }
         return st;
     }
     res->replanned = 1;
-    rs_status_t st = rebuild(r, sources, fp, res, diag);
+    rs_status_t st = rebuild(r, sources, fp, connect, res, diag);
     res->plan_s = now_s() - t0;
     return st;
 }
@@ -547,7 +546,8 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
     if (st == RS_OK && (st = enter(r, "plan", v->version, diag)) != RS_OK)
         rs_sources_destroy(sources);
     if (st == RS_OK)
-        st = prepare(r, sources, res, diag);
+        st = rs__receiver_prepare(r, sources, rs__topology_fingerprint(sources),
+                                  1, res, diag);
     if (st == RS_OK)
         st = enter(r, "wire", v->version, diag);
     if (st == RS_OK) {
@@ -613,6 +613,31 @@ static void release_now(rs_receiver_h r, int64_t version,
              res->release_status == RS_OK ? "" : d.msg);
 }
 
+rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
+                                  rs_diag_t *diag, rs_version_info_t *v_p)
+{
+    r->deadline = r->params.pull_timeout_s > 0
+                      ? now_s() + r->params.pull_timeout_s : 0;
+    r->stage = "discover";
+    rs_status_t st = rs_dir_wait_ready(r->dir, r->model, version,
+                                       budget(r, r->params.discover_timeout_s),
+                                       r->params.stale_s, diag, v_p);
+    return deadline_status(r, version, st, diag);
+}
+
+rs_status_t rs__receiver_tables(rs_receiver_h r, const rs_version_info_t *v,
+                                rs_diag_t *diag, rs_sources_h *sources_p)
+{
+    r->stage = "tables";
+    return deadline_status(r, v->version, read_tables(r, v, diag, sources_p),
+                           diag);
+}
+
+rs_plan_h rs_receiver_plan(rs_receiver_h r)
+{
+    return r != NULL && r->cached ? r->plan : NULL;
+}
+
 /* Stops the renewals, keeps their figures, drops the lease. */
 static void end_lease(rs_receiver_h r, int64_t version, rs_pull_result_t *res)
 {
@@ -640,12 +665,7 @@ static rs_status_t stage_version(rs_receiver_h r, int64_t version,
     rs_pull_result_t *res = &r->slot.res;
     memset(res, 0, sizeof(*res));
     double t0 = now_s();
-    r->deadline = r->params.pull_timeout_s > 0 ? t0 + r->params.pull_timeout_s
-                                               : 0;
-    r->stage = "discover";
-    rs_status_t st = rs_dir_wait_ready(r->dir, r->model, version,
-                                       budget(r, r->params.discover_timeout_s),
-                                       r->params.stale_s, diag, &v);
+    rs_status_t st = rs__receiver_discover(r, version, diag, &v);
     if (st == RS_OK)
         st = start_lease(r, v.version, diag);
     if (st != RS_OK)
@@ -689,8 +709,8 @@ static rs_status_t apply_slot(rs_receiver_h r, rs_diag_t *diag,
     return st;
 }
 
-static rs_status_t refuse_if_staged(rs_receiver_h r, const char *what,
-                                    rs_diag_t *diag)
+rs_status_t rs__receiver_refuse_if_staged(rs_receiver_h r, const char *what,
+                                         rs_diag_t *diag)
 {
     if (r == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: NULL");
@@ -704,7 +724,7 @@ static rs_status_t refuse_if_staged(rs_receiver_h r, const char *what,
 rs_status_t rs_receiver_stage(rs_receiver_h r, int64_t version,
                               rs_diag_t *diag, rs_staged_h *staged_p)
 {
-    rs_status_t st = refuse_if_staged(r, "stage another version", diag);
+    rs_status_t st = rs__receiver_refuse_if_staged(r, "stage another version", diag);
     if (st != RS_OK)
         return st;
     if (staged_p == NULL)
@@ -749,7 +769,7 @@ int64_t rs_staged_version(rs_staged_h staged)
 rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
                              rs_pull_result_t *result_p)
 {
-    rs_status_t st = refuse_if_staged(r, "pull", diag);
+    rs_status_t st = rs__receiver_refuse_if_staged(r, "pull", diag);
     if (st == RS_OK)
         st = stage_version(r, version, diag);
     if (st != RS_OK)

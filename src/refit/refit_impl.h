@@ -96,4 +96,26 @@ uint64_t rs__publisher_geometry(rs_publisher_h p);
  * version without changing the topology. */
 uint64_t rs__topology_fingerprint(rs_sources_h sources);
 
+/* The steps of a pull that a dry run (dry_run.c) shares, in receiver.c. */
+
+/* Starts the pull's deadline (pull_timeout_s) and waits for `version`
+ * (< 0: the newest READY one) to be READY. */
+rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
+                                  rs_diag_t *diag, rs_version_info_t *v_p);
+/* Reads and merges every slot's table of `v`. */
+rs_status_t rs__receiver_tables(rs_receiver_h r, const rs_version_info_t *v,
+                                rs_diag_t *diag, rs_sources_h *sources_p);
+/* Keeps the cached plan (taking the digests of `sources`) when `fp` is the
+ * cached topology's, else builds plan, transport and executor; with
+ * `connect` the plan's sessions are connected too (also those of a plan a
+ * dry run built). Owns `sources` either way. Sets res->replanned and
+ * res->plan_s when it planned. */
+rs_status_t rs__receiver_prepare(rs_receiver_h r, rs_sources_h sources,
+                                 uint64_t fp, int connect,
+                                 rs_pull_result_t *res, rs_diag_t *diag);
+/* RS_ERR_INVALID_ARG ("cannot <what>", naming the staged version) while a
+ * version is staged: its executor holds the staged run. */
+rs_status_t rs__receiver_refuse_if_staged(rs_receiver_h r, const char *what,
+                                          rs_diag_t *diag);
+
 #endif

@@ -31,6 +31,13 @@ int rs_cli_publish(int argc, char **argv);
 /* `reshard pull ...`: pull one inference rank from a directory. */
 int rs_cli_pull(int argc, char **argv);
 
+/* `reshard pull --dry-run`: runs the receiver's dry run of `version` and
+ * prints what a pull would move (text, or one JSON line). RS_CLI_OK for a
+ * complete plan, RS_CLI_INCOMPLETE for an incomplete one, RS_CLI_USAGE when
+ * the dry run failed (the message on stderr). */
+int rs_cli_pull_dry_run(rs_receiver_h recv, int64_t version, uint64_t rank,
+                        int json);
+
 /* `reshard release ...`: release or abandon a version in a directory. */
 int rs_cli_release(int argc, char **argv);
 

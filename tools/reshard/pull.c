@@ -21,6 +21,7 @@ typedef struct pull_args {
     uint64_t rank, versions;
     double timeout_s, stale_s;
     int have_version, have_rank, verify, check, release, json;
+    int dry_run;
 } pull_args_t;
 
 typedef struct pull_state {
@@ -44,7 +45,7 @@ typedef struct pull_outcome {
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
-       OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY };
+       OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -63,6 +64,7 @@ static const struct option long_opts[] = {
     {"check", no_argument, NULL, OPT_CHECK},
     {"release", no_argument, NULL, OPT_RELEASE},
     {"json", no_argument, NULL, OPT_JSON},
+    {"dry-run", no_argument, NULL, OPT_DRY_RUN},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"versions", required_argument, NULL, OPT_VERSIONS},
     {"stale-after", required_argument, NULL, OPT_STALE},
@@ -77,6 +79,7 @@ static void pull_usage(FILE *out)
         "                    --layout LAYOUT --model-config CONFIG.json\n"
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
+        "                    [--dry-run]\n"
         "\n"
         "Pulls inference rank R's parameters of version V (-1: the newest READY\n"
         "version) from the publishers of directory D, and prints the stage\n"
@@ -99,6 +102,14 @@ static void pull_usage(FILE *out)
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
+        "  --dry-run           read the tables, plan (as `reshard plan --salt R`\n"
+        "                      would) and prepare, then print what the pull would\n"
+        "                      move: bytes, descriptors, sessions and the bytes of\n"
+        "                      each (with --json one object, docs/formats.md); it\n"
+        "                      connects to no publisher, takes no lease and moves\n"
+        "                      no byte. Exit 0 complete plan, 1 incomplete, 2 on\n"
+        "                      bad usage or when the dry run fails. Not with\n"
+        "                      --check, --release or --versions\n"
         "  --timeout S         the whole pull of a version (waiting for READY,\n"
         "                      planning, connecting, reading, verifying) must end\n"
         "                      within S seconds (default 60), or it fails naming\n"
@@ -166,6 +177,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_CHECK: a->check = 1; return RS_CLI_OK;
     case OPT_RELEASE: a->release = 1; return RS_CLI_OK;
     case OPT_JSON: a->json = 1; return RS_CLI_OK;
+    case OPT_DRY_RUN: a->dry_run = 1; return RS_CLI_OK;
     case OPT_VERSION: return parse_version(arg, a);
     case OPT_RANK:
         a->have_rank = 1;
@@ -209,6 +221,9 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
         return usage_error("--backend takes ucx or cma, got '%s'", a->backend);
     if (a->versions == 0)
         return usage_error("%s", "--versions must be at least 1");
+    if (a->dry_run && (a->check || a->release || a->versions != 1))
+        return usage_error("%s", "--dry-run moves nothing: not with --check, "
+                           "--release or --versions");
     return RS_CLI_OK;
 }
 
@@ -847,7 +862,8 @@ int rs_cli_pull(int argc, char **argv)
     if (rc == RS_CLI_OK)
         rc = open_receiver(&a, &s);
     if (rc == RS_CLI_OK)
-        rc = pull_all(&a, &s);
+        rc = a.dry_run ? rs_cli_pull_dry_run(s.recv, a.version, a.rank, a.json)
+                       : pull_all(&a, &s);
     teardown(&s);
     return rc;
 }

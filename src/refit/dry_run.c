@@ -1,0 +1,82 @@
+/* The receiver's dry run: every per-pull step short of the wire (discover,
+ * tables, fingerprint, plan or reuse, prepare), against the real directory,
+ * so an operator sees what a pull would move, and a benchmark sees what the
+ * control path costs, without connecting to a publisher or taking a lease. */
+#include <string.h>
+#include <time.h>
+
+#include "core/diag.h"
+#include "refit/refit_impl.h"
+#include "reshard/plan.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The figures a pull would see, from the prepared executor and the plan. */
+static void figures(rs_receiver_h r, rs_dry_run_t *res)
+{
+    rs_plan_h plan = rs_receiver_plan(r);
+    rs_exec_prepared(rs_receiver_exec(r), &res->bytes, &res->descriptors);
+    res->complete = rs_plan_is_complete(plan);
+    res->sessions = 0;
+    for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++)
+        res->sessions += rs_plan_session_bytes(plan, k) > 0;
+}
+
+/* Fingerprint, plan or reuse, prepare: the step after the tables. Owns
+ * `sources`. */
+static rs_status_t plan_step(rs_receiver_h r, rs_sources_h sources,
+                             rs_dry_run_t *res, rs_diag_t *diag)
+{
+    rs_pull_result_t pr;
+    memset(&pr, 0, sizeof(pr));
+    res->tables = rs_sources_num_tables(sources);
+    res->shards = rs_sources_num_shards(sources);
+    double t0 = now_s();
+    uint64_t fp = rs__topology_fingerprint(sources);
+    double t1 = now_s();
+    res->fingerprint_s = t1 - t0;
+    rs_status_t st = rs__receiver_prepare(r, sources, fp, 0, &pr, diag);
+    double t2 = now_s();
+    res->plan_s = t2 - t1;
+    res->replanned = pr.replanned;
+    if (st == RS_OK)
+        st = rs_exec_prepare(rs_receiver_exec(r), diag);
+    res->prepare_s = now_s() - t2;
+    return st;
+}
+
+rs_status_t rs_receiver_dry_run(rs_receiver_h r, int64_t version,
+                                rs_diag_t *diag, rs_dry_run_t *result_p)
+{
+    rs_version_info_t v;
+    rs_sources_h sources = NULL;
+    rs_dry_run_t res;
+    rs_status_t st = rs__receiver_refuse_if_staged(r, "dry-run", diag);
+    if (st != RS_OK)
+        return st;
+    memset(&res, 0, sizeof(res));
+    double t0 = now_s();
+    st = rs__receiver_discover(r, version, diag, &v);
+    double t1 = now_s();
+    res.discover_s = t1 - t0;
+    if (st != RS_OK)
+        return st;
+    res.version = v.version;
+    st = rs__receiver_tables(r, &v, diag, &sources);
+    res.tables_s = now_s() - t1;
+    if (st != RS_OK)
+        return st;
+    st = plan_step(r, sources, &res, diag);
+    if (st != RS_OK)
+        return st;
+    figures(r, &res);
+    res.total_s = now_s() - t0;
+    if (result_p != NULL)
+        *result_p = res;
+    return RS_OK;
+}
