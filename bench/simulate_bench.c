@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 
 typedef struct scenario {
     const char *config, *train, *infer;

@@ -20,8 +20,6 @@
 #include "reshard/digest.h"
 #include "reshard/transport.h"
 #include "reshard/exec.h"
-#include "reshard/model.h"
-#include "reshard/layout.h"
 #include "reshard/base64.h"
 #include "reshard/expose.h"
 #include "reshard/dir.h"

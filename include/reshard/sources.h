@@ -63,6 +63,14 @@ RS_API rs_status_t rs_sources_load_string(rs_sources_h sources,
                                           const char *json, size_t len,
                                           const char *origin, rs_diag_t *diag);
 
+/* Adds every session, shard and table of `from` to `sources`, in `from`'s
+ * order, as rs_sources_add_shard and rs_sources_add_table would. All or
+ * nothing: on failure (RS_ERR_INPUT naming the tensor that disagrees,
+ * RS_ERR_NO_MEMORY) `sources` is as it was. `from` is only read. Not
+ * thread-safe on `sources`; O(shards of `from`). */
+RS_API rs_status_t rs_sources_merge(rs_sources_h sources, rs_sources_h from,
+                                    rs_diag_t *diag);
+
 RS_API size_t rs_sources_num_tensors(rs_sources_h sources);
 RS_API size_t rs_sources_num_shards(rs_sources_h sources);
 /* Shards in a stable order (tensor by tensor, in insertion order); index

@@ -10,7 +10,7 @@
 #include "core/json.h"
 #include "core/strmap.h"
 #include "core/vec.h"
-#include "reshard/model.h"
+#include "reshard_layout/model.h"
 
 /* A manifest never has more tensors than this (Kimi-K2 has ~70k); a config
  * implying more is refused before anything is allocated. */

@@ -18,6 +18,7 @@
 
 #include "mini_exec.h"
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 
 /* ---- hand-built captures ------------------------------------------------ */
 

@@ -21,6 +21,7 @@
 
 #include "redis_fixture.h"
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 #include "vllm_direct.h"
 
 #define TRAIN "megatron:tp=2,dp=2"

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 #include "vllm_direct.h"
 
 #define TRAIN "megatron:tp=2"

@@ -14,6 +14,7 @@ enum {
 #include <stdint.h>
 #include <stdio.h>
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 
 /* `reshard plan ...`; argv[0] is "plan". Returns the exit code. */
 int rs_cli_plan(int argc, char **argv);
