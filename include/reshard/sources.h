@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "reshard/capture.h"
 #include "reshard/dtype.h"
 #include "reshard/status.h"
@@ -81,6 +82,39 @@ RS_API void rs_sources_shard(rs_sources_h sources, size_t index,
 RS_API size_t rs_sources_num_tables(rs_sources_h sources);
 RS_API void rs_sources_table(rs_sources_h sources, size_t index,
                              rs_table_info_t *table_p);
+
+/* Writing shard tables: the one writer of mx.reshard.shard_table.v1
+ * (docs/formats.md), which rs_sources_load_* read back. Dtypes are written
+ * with their PyTorch names ("torch.bfloat16"). A writer streams one blob to
+ * `out`: open it with the table's metadata (metadata_endpoint and
+ * agent_meta_b64 are written when not NULL, publisher_step when >= 0), add
+ * shards (their `session` is the shard's agent_name; `digest` is written
+ * when neither NULL nor empty), close it. Shards of one tensor should come
+ * back to back: a tensor given again after another opens a second entry,
+ * which loaders merge. A writer is used by one thread at a time; each call
+ * costs O(size of what it writes). */
+typedef struct rs_table_writer *rs_table_writer_h;
+
+/* Writes the blob's head. RS_ERR_INVALID_ARG for a NULL out, table or
+ * agent_name; RS_ERR_NO_MEMORY. *writer_p is set only on success. */
+RS_API rs_status_t rs_table_writer_open(FILE *out,
+                                        const rs_table_info_t *table,
+                                        rs_diag_t *diag,
+                                        rs_table_writer_h *writer_p);
+/* Writes one shard. RS_ERR_INVALID_ARG for NULL pointers, RS_ERR_IO when
+ * `out` reports an error, RS_ERR_NO_MEMORY. The writer stays open either
+ * way (close or discard it). */
+RS_API rs_status_t rs_table_writer_add(rs_table_writer_h writer,
+                                       const rs_shard_desc_t *shard,
+                                       rs_diag_t *diag);
+/* Ends the blob (with a newline), flushes `out` and frees the writer, which
+ * is gone whatever the result: RS_ERR_IO when writing or flushing failed.
+ * `out` stays open (the caller's). */
+RS_API rs_status_t rs_table_writer_close(rs_table_writer_h writer,
+                                         rs_diag_t *diag);
+/* Frees a writer without ending the blob (after an error); NULL is a
+ * no-op. */
+RS_API void rs_table_writer_discard(rs_table_writer_h writer);
 
 #ifdef __cplusplus
 }
