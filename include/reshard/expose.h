@@ -9,7 +9,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "reshard/base64.h"
 #include "reshard/status.h"
 
 #ifdef __cplusplus

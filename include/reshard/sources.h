@@ -8,7 +8,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "reshard/capture.h"
 #include "reshard/dtype.h"
 #include "reshard/status.h"
 

@@ -10,7 +10,7 @@
 #include <jansson.h>
 
 #include "core/diag.h"
-#include "reshard/capture.h" /* RS_MAX_DIMS */
+#include "reshard/view.h" /* RS_MAX_DIMS */
 #include "reshard/dtype.h"
 #include "reshard/status.h"
 

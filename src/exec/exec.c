@@ -8,7 +8,7 @@
 
 #include "core/diag.h"
 #include "exec/exec_impl.h"
-#include "reshard/convert.h"
+#include "core/convert.h"
 #include "reshard/units.h"
 
 double rs__now(void)

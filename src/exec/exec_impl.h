@@ -4,7 +4,8 @@
 #define RS_EXEC_EXEC_IMPL_H
 
 #include "core/vec.h"
-#include "reshard/capture.h"
+#include "reshard/plan.h" /* the plan's capture, rs_plan_capture */
+#include "reshard/view.h"
 #include "reshard/exec.h"
 
 /* One strided local copy (full-pull replay or cast). */

@@ -8,7 +8,7 @@
 #include "core/diag.h"
 #include "exec/exec_impl.h"
 #include "geom/view.h"
-#include "reshard/convert.h"
+#include "core/convert.h"
 
 #define OOM(diag) rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory")
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reshard/base64.h"
+#include "core/base64.h"
 #include "core/diag.h"
 #include "core/strmap.h"
 #include "refit/refit_impl.h"

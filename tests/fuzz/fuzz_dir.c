@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/base64.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"
 #include "reshard/sources.h"
