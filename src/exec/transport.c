@@ -7,14 +7,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "exec/transport_impl.h"
-
-static const rs_transport_ops_t *const backends[] = {
-    &rs__transport_local,
-    &rs__transport_local_mt,
-    &rs__transport_cma,
-    &rs__transport_ucx,
-};
+#include "exec/backend.h"
 
 void rs_transport_params_init(rs_transport_params_t *params)
 {
@@ -26,11 +19,8 @@ void rs_transport_params_init(rs_transport_params_t *params)
 
 static const rs_transport_ops_t *find_backend(const char *name)
 {
-    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
-        if (strcmp(backends[i]->name, name) == 0)
-            return backends[i];
-    }
-    return NULL;
+    const rs__backend_t *b = rs__backend_find(name);
+    return b != NULL ? b->transport : NULL;
 }
 
 rs_status_t rs_transport_create(const rs_transport_params_t *params,

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "exec/transports/ucx_impl.h"
+#include "exec/transports/ucx/ucx_impl.h"
 
 /* Draining waits while the worker still makes progress, giving up after
  * this long without any event or this long in all. */

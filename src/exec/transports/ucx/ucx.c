@@ -13,8 +13,9 @@
 #include <ucs/config/global_opts.h>
 
 #include "core/diag.h"
+#include "exec/backend.h"
 #include "exec/transports/blob.h"
-#include "exec/transports/ucx_impl.h"
+#include "exec/transports/ucx/ucx_impl.h"
 
 /* A flushed close gets this long before the endpoint is abandoned to the
  * worker's own cleanup. */
@@ -530,3 +531,7 @@ const rs_transport_ops_t rs__transport_ucx = {
     .wait = rs__ucx_wait,
     .cancel = ucx_cancel,
 };
+
+/* The backend's one table: this transport and its exposer. */
+const rs__backend_t rs__backend_ucx = {
+    "ucx", &rs__transport_ucx, &rs__exposer_ucx};

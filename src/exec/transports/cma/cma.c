@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "exec/backend.h"
 #include "exec/transports/blob.h"
 #include "exec/transports/local_work.h"
 
@@ -315,3 +316,7 @@ const rs_transport_ops_t rs__transport_cma = {
     .wait = cma_wait,
     .cancel = cma_cancel,
 };
+
+/* The backend's one table: this transport and its exposer. */
+const rs__backend_t rs__backend_cma = {
+    "cma", &rs__transport_cma, &rs__exposer_cma};

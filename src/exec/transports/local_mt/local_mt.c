@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/diag.h"
+#include "exec/backend.h"
 #include "exec/transports/local_work.h"
 
 #define MT_MAX_THREADS 256
@@ -317,3 +318,7 @@ const rs_transport_ops_t rs__transport_local_mt = {
     .wait = mt_wait,
     .cancel = mt_cancel,
 };
+
+/* The backend's one table: this transport (it exposes nothing). */
+const rs__backend_t rs__backend_local_mt = {
+    "local-mt", &rs__transport_local_mt, NULL};

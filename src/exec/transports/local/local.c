@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/diag.h"
+#include "exec/backend.h"
 #include "exec/transports/local_work.h"
 
 typedef struct local_state {
@@ -124,3 +125,7 @@ const rs_transport_ops_t rs__transport_local = {
     .wait = local_wait,
     .cancel = local_cancel,
 };
+
+/* The backend's one table: this transport (it exposes nothing). */
+const rs__backend_t rs__backend_local = {
+    "local", &rs__transport_local, NULL};

@@ -13,7 +13,7 @@
 
 #include "core/diag.h"
 #include "exec/expose_impl.h"
-#include "exec/transports/ucx_ctx.h"
+#include "exec/transports/ucx/ucx_ctx.h"
 
 /* The thread spins while events keep coming and for SPIN_IDLE_S after the
  * last one, then sleeps on the worker's event fd. A reply stalled on a

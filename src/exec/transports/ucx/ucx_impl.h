@@ -7,7 +7,7 @@
 
 #include "core/vec.h"
 #include "exec/transports/peers.h"
-#include "exec/transports/ucx_ctx.h"
+#include "exec/transports/ucx/ucx_ctx.h"
 
 /* One published region of a session, in the session table's sorted order. */
 typedef struct ucx_rinfo {
