@@ -6,17 +6,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "exec/exec_impl.h"
 #include "core/convert.h"
 #include "reshard/units.h"
-
-double rs__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void rs_exec_params_init(rs_exec_params_t *p)
 {
@@ -110,7 +104,7 @@ static rs_status_t check_deadline(rs_exec_h x, const char *stage,
                                   rs_diag_t *diag)
 {
     char where[64];
-    if (x->deadline <= 0 || rs__now() < x->deadline)
+    if (x->deadline <= 0 || rs__now_s() < x->deadline)
         return RS_OK;
     snprintf(where, sizeof(where), "before the %s stage", stage);
     return deadline_passed(x, where, "", diag);
@@ -121,7 +115,7 @@ rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag)
     double t = x->params.timeout_s, left = 0;
     int clipped = 0;
     if (x->deadline > 0) {
-        left = x->deadline - rs__now();
+        left = x->deadline - rs__now_s();
         if (left < 1e-3)
             left = 1e-3; /* still wait: the transport drains what it posted */
         clipped = t <= 0 || left < t;
@@ -224,7 +218,7 @@ static rs_status_t wire_with_progress(rs_exec_h x, rs_diag_t *diag)
     }
     size_t ngroups = session_runs(x), active;
     rs_progress_t p = {0, x->plan_bytes, 0, 0};
-    double t0 = rs__now();
+    double t0 = rs__now_s();
     for (;;) {
         size_t n = next_chunk(x, ngroups, chunk_bytes, &active);
         if (n == 0)
@@ -236,12 +230,12 @@ static rs_status_t wire_with_progress(rs_exec_h x, rs_diag_t *diag)
             return x->failure != NULL ? st : fail(x, st, "transport");
         for (size_t i = 0; i < n; i++)
             p.bytes_done += x->chunk[i].nbytes;
-        p.elapsed_s = rs__now() - t0;
+        p.elapsed_s = rs__now_s() - t0;
         p.sessions_outstanding = 0;
         for (size_t g = 0; g < ngroups; g++)
             p.sessions_outstanding += x->group_at[2 * g] < x->group_at[2 * g + 1];
         x->params.progress(x->params.progress_ctx, &p);
-        if (x->deadline > 0 && rs__now() >= x->deadline &&
+        if (x->deadline > 0 && rs__now_s() >= x->deadline &&
             p.sessions_outstanding > 0) {
             char detail[96];
             snprintf(detail, sizeof(detail), " (%llu of %llu bytes read)",
@@ -312,9 +306,9 @@ static rs_status_t check_throughput(rs_exec_h x, rs_diag_t *diag)
 #define STAGE(x, idx, skip, call)                                             \
     do {                                                                      \
         if (!(skip)) {                                                        \
-            double t_ = rs__now();                                            \
+            double t_ = rs__now_s();                                            \
             rs_status_t st_ = (call);                                         \
-            (x)->stage[idx] = rs__now() - t_;                                 \
+            (x)->stage[idx] = rs__now_s() - t_;                                 \
             if (st_ != RS_OK)                                                 \
                 return st_;                                                   \
         }                                                                     \
@@ -340,7 +334,7 @@ rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
         x->stage[s] = -1;
     x->failure = NULL;
     x->deadline = x->params.run_timeout_s > 0
-                      ? rs__now() + x->params.run_timeout_s : 0;
+                      ? rs__now_s() + x->params.run_timeout_s : 0;
     x->stats.runs++;
     x->stats.shards_verified = 0;
     if (!x->have_coverage && (st = rs__exec_compute_coverage(x, diag)) != RS_OK)

@@ -42,13 +42,9 @@ rs_status_t rs_view_init(rs_view_t *v, int ndim, const int64_t *shape)
         return RS_ERR_INPUT;
     v->offset = 0;
     v->ndim = ndim;
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
+    for (int i = 0; i < ndim; i++)
         v->shape[i] = shape[i];
-        v->stride[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1; /* cannot overflow: numel checked */
-    }
-    return RS_OK;
+    return rs_row_major(shape, ndim, v->stride) ? RS_OK : RS_ERR_INPUT;
 }
 
 int rs_view_is_contiguous(const rs_view_t *v)
@@ -331,14 +327,8 @@ static int view_strides(const rs_view_t *v, const int64_t *shape, int n,
 {
     int64_t numel = 0;
     rs_numel(v->shape, v->ndim, &numel);
-    if (numel == 0 || v->ndim == 0) {
-        int64_t s = 1;
-        for (int i = n - 1; i >= 0; i--) {
-            stride[i] = s;
-            s *= shape[i] > 0 ? shape[i] : 1;
-        }
-        return 1;
-    }
+    if (numel == 0 || v->ndim == 0)
+        return rs_row_major(shape, n, stride);
     int nd = n - 1;
     int64_t base = v->stride[v->ndim - 1], chunk = 1, got = 1;
     for (int od = v->ndim - 1; od >= 0; od--) {

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "refit/refit_impl.h"
 #include "reshard/plan.h"
@@ -51,12 +52,8 @@ struct rs_receiver {
 static void *target_of(const rs_rbind_t *b);
 static rs_status_t install_shadows(void *ctx, rs_exec_h exec);
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+/* The one monotonic clock (core/clock.h), under the name this file uses. */
+static double now_s(void) { return rs__now_s(); }
 
 /* "receiver-<salt>-<host>-<pid>": unique per process, since a lease taken
  * under a shared name by another receiver would end this one's epoch. */

@@ -12,6 +12,7 @@
 
 #include <ucs/config/global_opts.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "exec/backend.h"
 #include "exec/transports/blob.h"
@@ -22,13 +23,6 @@
 #define CLOSE_WAIT_S 2.0
 /* address, size, remote address, rkey length */
 #define REGION_MIN_BYTES 28u
-
-double rs__ucx_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static rs_status_t ucx_open(rs_transport_h t, rs_diag_t *diag)
 {
@@ -193,9 +187,9 @@ static void sess_down(ucx_state_t *s, ucx_sess_t *x, int force)
     destroy_rkeys(x);
     if (req == NULL || UCS_PTR_IS_ERR(req))
         return;
-    double end = rs__ucx_now() + CLOSE_WAIT_S;
+    double end = rs__now_s() + CLOSE_WAIT_S;
     while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-           rs__ucx_now() < end)
+           rs__now_s() < end)
         ucp_worker_progress(s->u.worker);
     ucp_request_free(req);
 }
