@@ -13,8 +13,8 @@ static const rs__backend_t *const backends[] = {
 
 const rs__backend_t *rs__backend_find(const char *name)
 {
-    for (size_t i = 0; name != NULL && i < sizeof(backends) / sizeof(backends[0]);
-         i++) {
+    size_t n = sizeof(backends) / sizeof(backends[0]);
+    for (size_t i = 0; name != NULL && i < n; i++) {
         if (strcmp(backends[i]->name, name) == 0)
             return backends[i];
     }

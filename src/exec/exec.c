@@ -7,17 +7,20 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/params.h"
 #include "core/diag.h"
 #include "exec/exec_impl.h"
 #include "core/convert.h"
 #include "reshard/units.h"
 
-void rs_exec_params_init(rs_exec_params_t *p)
+static void exec_defaults(rs_exec_params_t *p)
 {
     memset(p, 0, sizeof(*p));
     p->timeout_s = RS_EXEC_DEFAULT_TIMEOUT_S;
     p->coverage_floor = RS_EXEC_DEFAULT_COVERAGE_FLOOR;
 }
+
+RS__PARAMS_DEFINE(exec, exec_defaults, progress_chunk_bytes)
 
 rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
                            const rs_exec_params_t *params, rs_diag_t *diag,
@@ -32,10 +35,11 @@ rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
     x->plan = plan;
     x->cap = rs_plan_capture(plan);
     x->t = transport;
-    if (params != NULL)
-        x->params = *params;
-    else
-        rs_exec_params_init(&x->params);
+    rs_status_t st = rs__exec_params_take(params, diag, &x->params);
+    if (st != RS_OK) {
+        free(x);
+        return st;
+    }
     x->nparams = rs_capture_num_params(x->cap);
     x->binds = calloc(x->nparams + 1, sizeof(rs_bind_t));
     if (x->binds == NULL) {

@@ -14,13 +14,14 @@
 #include "core/checked.h"
 #include "core/clock.h"
 #include "core/diag.h"
+#include "core/params.h"
 #include "core/vec.h"
 #include "refit/refit_impl.h"
 #include "reshard/digest.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"
 
-void rs_publisher_params_init(rs_publisher_params_t *p)
+static void publisher_defaults(rs_publisher_params_t *p)
 {
     memset(p, 0, sizeof(*p));
     p->backend = "ucx";
@@ -29,6 +30,8 @@ void rs_publisher_params_init(rs_publisher_params_t *p)
     p->publish_retry_s = 60.0;
     p->digests = 1;
 }
+
+RS__PARAMS_DEFINE(publisher, publisher_defaults, notice_ctx)
 
 /* Where this publisher's notices go: the caller's callback or stderr. */
 static void notify(rs_publisher_h p, const char *msg)
@@ -66,9 +69,14 @@ static rs_status_t open_dir(rs_publisher_h p, int main, rs_diag_t *diag,
     return rs_dir_open_params(p->params.directory, &dp, diag, dir_p);
 }
 
-rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
+rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
                                 rs_diag_t *diag, rs_publisher_h *pub_p)
 {
+    rs_publisher_params_t given; /* the caller's fields over the defaults */
+    const rs_publisher_params_t *params = params_in != NULL ? &given : NULL;
+    if (params_in != NULL &&
+        rs__publisher_params_take(params_in, diag, &given) != RS_OK)
+        return RS_ERR_INVALID_ARG;
     if (params == NULL || pub_p == NULL || params->directory == NULL ||
         params->model == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: directory "

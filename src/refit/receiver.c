@@ -11,6 +11,7 @@
 
 #include "core/clock.h"
 #include "core/diag.h"
+#include "core/params.h"
 #include "refit/refit_impl.h"
 #include "reshard/plan.h"
 
@@ -75,7 +76,7 @@ static char *default_holder(uint64_t salt)
     return name;
 }
 
-void rs_receiver_params_init(rs_receiver_params_t *p)
+static void receiver_defaults(rs_receiver_params_t *p)
 {
     memset(p, 0, sizeof(*p));
     p->backend = "ucx";
@@ -85,6 +86,8 @@ void rs_receiver_params_init(rs_receiver_params_t *p)
     rs_exec_params_init(&p->exec);
     p->exec.verify_digests = 1;
 }
+
+RS__PARAMS_DEFINE(receiver, receiver_defaults, notice_ctx)
 
 /* How long the end of a pull keeps trying to drop its lease through a
  * directory outage (each try also waits up to the client's timeout). */
@@ -105,10 +108,15 @@ static rs_status_t open_dir(rs_receiver_h r, rs_diag_t *diag,
     return rs_dir_open_params(r->directory, &dp, diag, dir_p);
 }
 
-rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
+rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
                                rs_capture_h capture, rs_diag_t *diag,
                                rs_receiver_h *receiver_p)
 {
+    rs_receiver_params_t given; /* the caller's fields over the defaults */
+    const rs_receiver_params_t *params = params_in != NULL ? &given : NULL;
+    if (params_in != NULL &&
+        rs__receiver_params_take(params_in, diag, &given) != RS_OK)
+        return RS_ERR_INVALID_ARG;
     if (params == NULL || capture == NULL || receiver_p == NULL ||
         params->directory == NULL || params->model == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: directory, "
