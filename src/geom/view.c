@@ -1,38 +1,23 @@
 /* Op-chain replay: each op transforms a strided view exactly as PyTorch's
  * view functions do. Ops that would copy (a non-view reshape, contiguous on a
  * non-contiguous view) are refused rather than approximated. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/checked.h"
 #include "core/diag.h"
 #include "geom/view.h"
+#include "geom/why.h"
 
-static rs_status_t fail(rs_status_t st, char *why, size_t n, const char *fmt,
-                        ...) __attribute__((format(printf, 4, 5)));
-
-static rs_status_t fail(rs_status_t st, char *why, size_t n, const char *fmt,
-                        ...)
-{
-    if (why != NULL && n > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-#if defined(__clang_analyzer__) /* fail()'s result made visible: core/diag.h */
+#if defined(__clang_analyzer__) /* rs__geom_why()'s result made visible: core/diag.h */
 #define BAD(...)                                                             \
-    RS__RETURNS(RS_ERR_INPUT, fail(RS_ERR_INPUT, why, whylen, __VA_ARGS__))
+    RS__RETURNS(RS_ERR_INPUT, rs__geom_why(RS_ERR_INPUT, why, whylen, __VA_ARGS__))
 #define UNSUP(...)                                                           \
     RS__RETURNS(RS_ERR_UNSUPPORTED,                                          \
-                fail(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__))
+                rs__geom_why(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__))
 #else
-#define BAD(...) fail(RS_ERR_INPUT, why, whylen, __VA_ARGS__)
-#define UNSUP(...) fail(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__)
+#define BAD(...) rs__geom_why(RS_ERR_INPUT, why, whylen, __VA_ARGS__)
+#define UNSUP(...) rs__geom_why(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__)
 #endif
 
 rs_status_t rs_view_init(rs_view_t *v, int ndim, const int64_t *shape)

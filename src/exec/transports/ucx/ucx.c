@@ -329,24 +329,12 @@ static rs_status_t decode(uint32_t session, const rs_peer_t *peer,
 
 static rs_status_t slot(ucx_state_t *s, uint32_t session, rs_diag_t *diag)
 {
-    if (session < s->nsess)
-        return RS_OK;
-    if (session >= RS_PEERS_MAX_SESSIONS)
-        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
-                            "session %" PRIu32 " is out of range (max %u)",
-                            session, RS_PEERS_MAX_SESSIONS - 1);
-    size_t len = (size_t)session + 1;
-    if (len < 2 * s->nsess)
-        len = 2 * s->nsess;
+    void *v = s->sess;
     // NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers
-    ucx_sess_t **v = realloc(s->sess, len * sizeof(*v));
-    if (v == NULL)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "ucx sessions: %zu", len);
-    // NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers
-    memset(v + s->nsess, 0, (len - s->nsess) * sizeof(*v));
+    rs_status_t st = rs__session_table_grow(&v, &s->nsess, sizeof(*s->sess),
+                                            session, "ucx sessions", diag);
     s->sess = v;
-    s->nsess = len;
-    return RS_OK;
+    return st;
 }
 
 /* Region table entries of the decoded session (sorted like raw). */
