@@ -55,10 +55,11 @@ void rs_json_put_string(FILE *out, const char *s)
     char esc[6];
     putc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (escaped_size(*p) == 1)
-            putc(*p, out);
+        size_t n = escape_byte(esc, *p);
+        if (n == 1) /* the common case, without fwrite's overhead */
+            putc(esc[0], out);
         else
-            fwrite(esc, 1, escape_byte(esc, *p), out);
+            fwrite(esc, 1, n, out);
     }
     putc('"', out);
 }

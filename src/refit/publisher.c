@@ -73,10 +73,12 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
                                 rs_diag_t *diag, rs_publisher_h *pub_p)
 {
     rs_publisher_params_t given; /* the caller's fields over the defaults */
-    const rs_publisher_params_t *params = params_in != NULL ? &given : NULL;
-    if (params_in != NULL &&
-        rs__publisher_params_take(params_in, diag, &given) != RS_OK)
-        return RS_ERR_INVALID_ARG;
+    const rs_publisher_params_t *params = NULL;
+    if (params_in != NULL) {
+        if (rs__publisher_params_take(params_in, diag, &given) != RS_OK)
+            return RS_ERR_INVALID_ARG;
+        params = &given;
+    }
     if (params == NULL || pub_p == NULL || params->directory == NULL ||
         params->model == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: directory "

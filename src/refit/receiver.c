@@ -113,10 +113,12 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
                                rs_receiver_h *receiver_p)
 {
     rs_receiver_params_t given; /* the caller's fields over the defaults */
-    const rs_receiver_params_t *params = params_in != NULL ? &given : NULL;
-    if (params_in != NULL &&
-        rs__receiver_params_take(params_in, diag, &given) != RS_OK)
-        return RS_ERR_INVALID_ARG;
+    const rs_receiver_params_t *params = NULL;
+    if (params_in != NULL) {
+        if (rs__receiver_params_take(params_in, diag, &given) != RS_OK)
+            return RS_ERR_INVALID_ARG;
+        params = &given;
+    }
     if (params == NULL || capture == NULL || receiver_p == NULL ||
         params->directory == NULL || params->model == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: directory, "
