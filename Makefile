@@ -101,7 +101,7 @@ cppcheck: deps
 # `make test` runs it. .clang-tidy makes every finding an error
 # (WarningsAsErrors), so any finding fails the target.
 tidy: build-clang
-	ls src/*/*.c src/*/*/*.c tools/*/*.c | \
+	ls src/*/*.c src/*/*/*.c src/*/*/*/*.c tools/*/*.c | \
 	  xargs -P $(JOBS) -n 4 clang-tidy -p $(CLANG_BUILD) --quiet || \
 	  { echo "clang-tidy: findings above (fix them, or suppress one with" \
 	         "// NOLINT(check): why)"; exit 1; }

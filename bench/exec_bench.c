@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "reshard/convert.h"
+#include "core/convert.h"
 #include "reshard/digest.h"
 #include "reshard/transport.h"
 

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
 
 #define MODEL_NAME "bench"

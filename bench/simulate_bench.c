@@ -16,8 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 
 typedef struct scenario {
     const char *config, *train, *infer;

@@ -49,6 +49,7 @@ typedef struct rs_version_info {
 typedef void (*rs_dir_notice_cb)(void *ctx, const char *msg);
 
 typedef struct rs_dir_params {
+    size_t size; /* the caller's sizeof, set by rs_dir_params_init */
     /* file:DIR: create DIR when it is missing (default 1; publishers). 0:
      * a missing DIR is RS_ERR_INPUT "no such directory" (receivers, so a
      * mistyped path is never created). */
@@ -64,7 +65,13 @@ typedef struct rs_dir_params {
     void *notice_ctx;
 } rs_dir_params_t;
 
-RS_API void rs_dir_params_init(rs_dir_params_t *params);
+/* Fills *params with the defaults; `size` is the caller's sizeof (the
+ * macro passes it), so a program built against older headers gets the
+ * defaults it knew. The call taking the struct refuses a size below the
+ * first version's or above this library's with RS_ERR_INVALID_ARG naming
+ * the struct (docs/design.md, "Option structs"). */
+RS_API void rs_dir_params_init_sized(rs_dir_params_t *params, size_t size);
+#define rs_dir_params_init(p) rs_dir_params_init_sized((p), sizeof(*(p)))
 
 /* Opens a directory by URL. RS_ERR_INPUT for a malformed URL or a missing
  * file: DIR when params->create is 0 ("no such directory", naming it);

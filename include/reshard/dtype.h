@@ -33,6 +33,10 @@ RS_API rs_dtype_t rs_dtype_parse(const char *name);
 /* Short canonical name ("bf16"); "invalid" for RS_DTYPE_INVALID. */
 RS_API const char *rs_dtype_name(rs_dtype_t dtype);
 
+/* The name PyTorch prints ("torch.bfloat16"), which shard tables carry;
+ * "invalid" for RS_DTYPE_INVALID. */
+RS_API const char *rs_dtype_torch_name(rs_dtype_t dtype);
+
 /* Size of one element in bytes; 0 for RS_DTYPE_INVALID. */
 RS_API size_t rs_dtype_size(rs_dtype_t dtype);
 

@@ -50,6 +50,7 @@ typedef void (*rs_progress_cb)(void *ctx, const rs_progress_t *progress);
 #define RS_EXEC_DEFAULT_TIMEOUT_S 60.0
 
 typedef struct rs_exec_params {
+    size_t size; /* the caller's sizeof, set by rs_exec_params_init */
     int phased;                /* one transport batch per kind (debugging) */
     double timeout_s;          /* per transport wait; <= 0 waits forever */
     /* > 0: one deadline for the whole run (wire, replay, casts, verify),
@@ -76,7 +77,13 @@ typedef struct rs_exec_params {
     uint64_t progress_chunk_bytes;
 } rs_exec_params_t;
 
-RS_API void rs_exec_params_init(rs_exec_params_t *params);
+/* Fills *params with the defaults; `size` is the caller's sizeof (the
+ * macro passes it), so a program built against older headers gets the
+ * defaults it knew. The call taking the struct refuses a size below the
+ * first version's or above this library's with RS_ERR_INVALID_ARG naming
+ * the struct (docs/design.md, "Option structs"). */
+RS_API void rs_exec_params_init_sized(rs_exec_params_t *params, size_t size);
+#define rs_exec_params_init(p) rs_exec_params_init_sized((p), sizeof(*(p)))
 
 /* The executor borrows the plan, its capture and the transport; they must
  * outlive it. The transport's sessions are the plan's session indices and

@@ -15,7 +15,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "reshard/base64.h"
 #include "reshard/memory.h"
 #include "reshard/status.h"
 

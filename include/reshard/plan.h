@@ -34,6 +34,7 @@ typedef struct rs_plan *rs_plan_h;
 
 /* Planner options. Always start from rs_plan_params_init. */
 typedef struct rs_plan_params {
+    size_t size; /* the caller's sizeof, set by rs_plan_params_init */
     /* A copy needing more segments than this is a candidate for a full pull. */
     int64_t max_segments_per_copy;
     /* Glob patterns (fnmatch) over parameter names; NULL/0 = every parameter. */
@@ -49,7 +50,13 @@ typedef struct rs_plan_params {
 
 /* Defaults; max_segments_per_copy comes from RESHARD_MAX_SEGMENTS_PER_COPY
  * when that variable holds a positive integer, else 64. */
-RS_API void rs_plan_params_init(rs_plan_params_t *params);
+/* Fills *params with the defaults; `size` is the caller's sizeof (the
+ * macro passes it), so a program built against older headers gets the
+ * defaults it knew. The call taking the struct refuses a size below the
+ * first version's or above this library's with RS_ERR_INVALID_ARG naming
+ * the struct (docs/design.md, "Option structs"). */
+RS_API void rs_plan_params_init_sized(rs_plan_params_t *params, size_t size);
+#define rs_plan_params_init(p) rs_plan_params_init_sized((p), sizeof(*(p)))
 
 /* One byte run to read: nbytes at src_addr of session into the target
  * (a parameter for exact segments, else the group's staging buffer). */

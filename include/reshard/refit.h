@@ -45,6 +45,7 @@ typedef struct rs_publisher *rs_publisher_h;
 typedef struct rs_receiver *rs_receiver_h;
 
 typedef struct rs_publisher_params {
+    size_t size; /* the caller's sizeof, set by rs_publisher_params_init */
     const char *directory;  /* "file:DIR" or "redis://host:port" */
     const char *model;
     int64_t rank, world;    /* this trainer's slot and the slot count */
@@ -76,7 +77,15 @@ typedef struct rs_publisher_params {
     void *notice_ctx;
 } rs_publisher_params_t;
 
-RS_API void rs_publisher_params_init(rs_publisher_params_t *params);
+/* Fills *params with the defaults; `size` is the caller's sizeof (the
+ * macro passes it), so a program built against older headers gets the
+ * defaults it knew. The call taking the struct refuses a size below the
+ * first version's or above this library's with RS_ERR_INVALID_ARG naming
+ * the struct (docs/design.md, "Option structs"). */
+RS_API void rs_publisher_params_init_sized(rs_publisher_params_t *params,
+                                           size_t size);
+#define rs_publisher_params_init(p) \
+    rs_publisher_params_init_sized((p), sizeof(*(p)))
 RS_API rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
                                        rs_diag_t *diag,
                                        rs_publisher_h *publisher_p);
@@ -132,6 +141,7 @@ RS_API rs_status_t rs_publisher_wait_released(rs_publisher_h publisher,
                                               rs_diag_t *diag);
 
 typedef struct rs_receiver_params {
+    size_t size; /* the caller's sizeof, set by rs_receiver_params_init */
     const char *directory;
     const char *model;
     const char *backend;    /* transport: "ucx" (default) or "cma" */
@@ -192,7 +202,15 @@ typedef struct rs_receiver_params {
     void *notice_ctx;
 } rs_receiver_params_t;
 
-RS_API void rs_receiver_params_init(rs_receiver_params_t *params);
+/* Fills *params with the defaults; `size` is the caller's sizeof (the
+ * macro passes it), so a program built against older headers gets the
+ * defaults it knew. The call taking the struct refuses a size below the
+ * first version's or above this library's with RS_ERR_INVALID_ARG naming
+ * the struct (docs/design.md, "Option structs"). */
+RS_API void rs_receiver_params_init_sized(rs_receiver_params_t *params,
+                                          size_t size);
+#define rs_receiver_params_init(p) \
+    rs_receiver_params_init_sized((p), sizeof(*(p)))
 
 /* The receiver borrows the capture (it must outlive the receiver). */
 RS_API rs_status_t rs_receiver_create(const rs_receiver_params_t *params,

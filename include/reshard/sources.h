@@ -22,7 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "reshard/capture.h"
+#include <stdio.h>
 #include "reshard/dtype.h"
 #include "reshard/status.h"
 
@@ -78,6 +78,14 @@ RS_API rs_status_t rs_sources_load_string(rs_sources_h sources,
                                           const char *json, size_t len,
                                           const char *origin, rs_diag_t *diag);
 
+/* Adds every session, shard and table of `from` to `sources`, in `from`'s
+ * order, as rs_sources_add_shard and rs_sources_add_table would. All or
+ * nothing: on failure (RS_ERR_INPUT naming the tensor that disagrees,
+ * RS_ERR_NO_MEMORY) `sources` is as it was. `from` is only read. Not
+ * thread-safe on `sources`; O(shards of `from`). */
+RS_API rs_status_t rs_sources_merge(rs_sources_h sources, rs_sources_h from,
+                                    rs_diag_t *diag);
+
 /* Counts, O(1). */
 RS_API size_t rs_sources_num_tensors(rs_sources_h sources);
 RS_API size_t rs_sources_num_shards(rs_sources_h sources);
@@ -94,6 +102,39 @@ RS_API void rs_sources_table(rs_sources_h sources, size_t index,
  * NULL arguments). O(1) expected: the names are hashed. */
 RS_API long rs_sources_find_table(rs_sources_h sources,
                                   const char *agent_name);
+
+/* Writing shard tables: the one writer of mx.reshard.shard_table.v1
+ * (docs/formats.md), which rs_sources_load_* read back. Dtypes are written
+ * with their PyTorch names ("torch.bfloat16"). A writer streams one blob to
+ * `out`: open it with the table's metadata (metadata_endpoint and
+ * agent_meta_b64 are written when not NULL, publisher_step when >= 0), add
+ * shards (their `session` is the shard's agent_name; `digest` is written
+ * when neither NULL nor empty), close it. Shards of one tensor should come
+ * back to back: a tensor given again after another opens a second entry,
+ * which loaders merge. A writer is used by one thread at a time; each call
+ * costs O(size of what it writes). */
+typedef struct rs_table_writer *rs_table_writer_h;
+
+/* Writes the blob's head. RS_ERR_INVALID_ARG for a NULL out, table or
+ * agent_name; RS_ERR_NO_MEMORY. *writer_p is set only on success. */
+RS_API rs_status_t rs_table_writer_open(FILE *out,
+                                        const rs_table_info_t *table,
+                                        rs_diag_t *diag,
+                                        rs_table_writer_h *writer_p);
+/* Writes one shard. RS_ERR_INVALID_ARG for NULL pointers, RS_ERR_IO when
+ * `out` reports an error, RS_ERR_NO_MEMORY. The writer stays open either
+ * way (close or discard it). */
+RS_API rs_status_t rs_table_writer_add(rs_table_writer_h writer,
+                                       const rs_shard_desc_t *shard,
+                                       rs_diag_t *diag);
+/* Ends the blob (with a newline), flushes `out` and frees the writer, which
+ * is gone whatever the result: RS_ERR_IO when writing or flushing failed.
+ * `out` stays open (the caller's). */
+RS_API rs_status_t rs_table_writer_close(rs_table_writer_h writer,
+                                         rs_diag_t *diag);
+/* Frees a writer without ending the blob (after an error); NULL is a
+ * no-op. */
+RS_API void rs_table_writer_discard(rs_table_writer_h writer);
 
 #ifdef __cplusplus
 }

@@ -51,6 +51,7 @@ typedef struct rs_read {
 } rs_read_t;
 
 typedef struct rs_transport_params {
+    size_t size; /* the caller's sizeof, set by rs_transport_params_init */
     const char *backend; /* "local", "local-mt", "cma" */
     unsigned threads;    /* local-mt workers; 0 = one per online core */
 } rs_transport_params_t;
@@ -62,7 +63,15 @@ typedef struct rs_transport_counters {
     uint64_t errors;
 } rs_transport_counters_t;
 
-RS_API void rs_transport_params_init(rs_transport_params_t *params);
+/* Fills *params with the defaults; `size` is the caller's sizeof (the
+ * macro passes it), so a program built against older headers gets the
+ * defaults it knew. The call taking the struct refuses a size below the
+ * first version's or above this library's with RS_ERR_INVALID_ARG naming
+ * the struct (docs/design.md, "Option structs"). */
+RS_API void rs_transport_params_init_sized(rs_transport_params_t *params,
+                                           size_t size);
+#define rs_transport_params_init(p) \
+    rs_transport_params_init_sized((p), sizeof(*(p)))
 
 /* NULL params mean the defaults (local). RS_ERR_UNSUPPORTED for an unknown
  * backend name. */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reshard/base64.h"
+#include "core/base64.h"
 
 static const char alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

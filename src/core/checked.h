@@ -62,4 +62,18 @@ static inline int rs_numel(const int64_t *shape, int n, int64_t *out)
     return 1;
 }
 
+/* Row-major strides (in elements) of a shape, the one copy every layer
+ * uses. A size <= 0 counts as 1, so the strides of an empty tensor are
+ * still those of its inner sizes. 0 when a stride overflows int64. */
+static inline int rs_row_major(const int64_t *shape, int n, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        stride[i] = s;
+        if (i > 0 && !rs_mul_i64(s, shape[i] > 0 ? shape[i] : 1, &s))
+            return 0;
+    }
+    return 1;
+}
+
 #endif

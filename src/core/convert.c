@@ -5,7 +5,7 @@
 
 #include "core/convert_impl.h"
 #include "core/convert_scalar.h"
-#include "reshard/convert.h"
+#include "core/convert.h"
 
 /* Element loads into f32 (exact) and stores from f32 (one rounding). */
 static inline float ld_f32(float v) { return v; }

@@ -10,7 +10,7 @@
 #include "core/checked.h"
 #include "core/convert_impl.h"
 #include "core/transpose.h"
-#include "reshard/convert.h"
+#include "core/convert.h"
 
 #define CV_MAX_DIMS 16
 

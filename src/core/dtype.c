@@ -54,6 +54,17 @@ const char *rs_dtype_name(rs_dtype_t dtype)
     return e != NULL ? e->names[0] : "invalid";
 }
 
+/* Every entry has its torch.* spelling among its names. */
+const char *rs_dtype_torch_name(rs_dtype_t dtype)
+{
+    const dtype_entry_t *e = dtype_lookup(dtype);
+    for (size_t j = 0; e != NULL && j < 4 && e->names[j] != NULL; j++) {
+        if (strncmp(e->names[j], "torch.", 6) == 0)
+            return e->names[j];
+    }
+    return "invalid";
+}
+
 size_t rs_dtype_size(rs_dtype_t dtype)
 {
     const dtype_entry_t *e = dtype_lookup(dtype);

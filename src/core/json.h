@@ -5,11 +5,12 @@
 #define RS_CORE_JSON_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <jansson.h>
 
 #include "core/diag.h"
-#include "reshard/capture.h" /* RS_MAX_DIMS */
+#include "reshard/view.h" /* RS_MAX_DIMS */
 #include "reshard/dtype.h"
 #include "reshard/status.h"
 
@@ -108,5 +109,13 @@ rs_status_t rs_json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
 /* A required string that must equal `schema` exactly. */
 rs_status_t rs_json_check_schema(rs_json_ctx_t *c, const json_t *obj,
                                  const char *schema);
+
+/* Writing (json_write.c): the one string escaper every JSON writer uses.
+ * rs_json_quoted_len is the length of s as a quoted, escaped literal;
+ * rs_json_quote writes exactly that many bytes (no NUL) to dst;
+ * rs_json_put_string writes the literal to out (errors stay in ferror). */
+size_t rs_json_quoted_len(const char *s);
+void rs_json_quote(char *dst, const char *s);
+void rs_json_put_string(FILE *out, const char *s);
 
 #endif

@@ -1,5 +1,5 @@
 /* Run-time version of the library. */
-#include "reshard/reshard.h"
+#include "reshard/version.h"
 
 unsigned rs_version_number(void) { return RS_VERSION_NUMBER; }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/params.h"
 #include "dir/dir_impl.h"
 #include "reshard/digest.h"
 
@@ -38,11 +39,12 @@ const char *rs__dir_state_name(rs_version_state_t state)
     return "MISSING";
 }
 
-void rs_dir_params_init(rs_dir_params_t *params)
+static void dir_defaults(rs_dir_params_t *params)
 {
-    memset(params, 0, sizeof(*params));
     params->create = 1;
 }
+
+RS__PARAMS_DEFINE(dir, dir_defaults, notice_ctx)
 
 /* "scheme://[user[:password]@]rest": everything between the last '@' and
  * the first ':' of the user part is the password. */
@@ -102,14 +104,13 @@ void rs_dir_notice(rs_dir_h dir, const char *fmt, ...)
 rs_status_t rs_dir_open_params(const char *url, const rs_dir_params_t *params,
                                rs_diag_t *diag, rs_dir_h *dir_p)
 {
-    rs_dir_params_t defaults;
+    rs_dir_params_t given;
     if (url == NULL || dir_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "rs_dir_open: NULL url or output");
-    if (params == NULL) {
-        rs_dir_params_init(&defaults);
-        params = &defaults;
-    }
+    if (rs__dir_params_take(params, diag, &given) != RS_OK)
+        return RS_ERR_INVALID_ARG;
+    params = &given;
     for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++) {
         size_t plen = strlen(schemes[i].prefix);
         if (strncmp(url, schemes[i].prefix, plen) != 0)

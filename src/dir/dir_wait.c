@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "dir/dir_impl.h"
 
@@ -39,13 +40,6 @@ static void why_add(why_t *w, const char *fmt, ...)
         w->len += (size_t)n < sizeof(w->buf) - w->len
                       ? (size_t)n
                       : sizeof(w->buf) - w->len - 1;
-}
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void nap(double s)
@@ -230,7 +224,7 @@ static void waiter_init(waiter_t *wt, rs_dir_h dir, const char *what,
     wt->dir = dir;
     wt->what = what;
     wt->timeout_s = timeout_s;
-    wt->deadline = mono_now() + timeout_s;
+    wt->deadline = rs__now_s() + timeout_s;
     wt->delay = NAP_FIRST_S;
     wt->down_since = -1;
 }
@@ -239,7 +233,7 @@ static void waiter_init(waiter_t *wt, rs_dir_h dir, const char *what,
  * (the wait naps and goes on), 0 to return it. */
 static int outage_retry(waiter_t *wt, const rs_diag_t *diag)
 {
-    double now = mono_now();
+    double now = rs__now_s();
     if (!rs_dir_transient(wt->dir))
         return 0;
     int first = wt->down_since < 0;
@@ -266,7 +260,7 @@ static void outage_over(waiter_t *wt)
         return;
     rs_dir_notice(wt->dir, "directory %s reachable again after %.1f s "
                   "(waiting for %s)", rs_dir_name(wt->dir),
-                  mono_now() - wt->down_since, wt->what);
+                  rs__now_s() - wt->down_since, wt->what);
     wt->down_since = -1;
     wt->delay = NAP_FIRST_S;
 }
@@ -280,7 +274,7 @@ static rs_status_t wait_failed(const waiter_t *wt, rs_status_t st,
         return st;
     char cause[RS_DIAG_MSG_MAX];
     snprintf(cause, sizeof(cause), "%s", diag != NULL ? diag->msg : "");
-    double down = wt->down_since >= 0 ? mono_now() - wt->down_since : 0;
+    double down = wt->down_since >= 0 ? rs__now_s() - wt->down_since : 0;
     return rs__diag_set(diag, RS_ERR_TIMEOUT, "timed out after %g s waiting "
                         "for %s: directory %s unreachable for the last %.1f "
                         "s (%s)", wt->timeout_s, wt->what,
@@ -289,7 +283,7 @@ static rs_status_t wait_failed(const waiter_t *wt, rs_status_t st,
 
 static void wait_nap(waiter_t *wt)
 {
-    nap(fmin(wt->delay, wt->deadline - mono_now()));
+    nap(fmin(wt->delay, wt->deadline - rs__now_s()));
     wt->delay = fmin(wt->delay * 2, NAP_MAX_S);
 }
 
@@ -328,7 +322,7 @@ rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
     waiter_t wt;
     waiter_init(&wt, dir, what, timeout_s);
     for (;;) {
-        int last = mono_now() >= wt.deadline, ready;
+        int last = rs__now_s() >= wt.deadline, ready;
         why_t w = {.len = 0};
         rs_version_info_t info;
         st = probe(dir, &req, stale_s, last, &w, diag, &ready, &info);
@@ -364,7 +358,7 @@ rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
     waiter_t wt;
     waiter_init(&wt, dir, what, timeout_s);
     for (;;) {
-        int last = mono_now() >= wt.deadline;
+        int last = rs__now_s() >= wt.deadline;
         st = rs__dir_call(dir, dir->ops->lookup, &req, diag);
         if (st != RS_OK && outage_retry(&wt, diag))
             continue;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "dir/file_impl.h"
 
@@ -34,19 +35,7 @@ rs_status_t rs__fdir_path(rs_dir_h dir, const rs_dir_req_t *req,
 
 #define LOCK_WAIT_S 10.0
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-double rs__fdir_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double rs__fdir_now(void) { return rs__wall_s(); }
 
 int rs__fdir_exists(const char *path)
 {
@@ -251,12 +240,12 @@ rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p)
         return io_fail(diag, "cannot open lock file", path);
     /* holders keep the lock for a few file operations: a lock held much
      * longer belongs to a stopped process, and waiting on it must end */
-    double deadline = mono_now() + LOCK_WAIT_S;
+    double deadline = rs__now_s() + LOCK_WAIT_S;
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         rs_status_t st = RS_OK;
         if (errno != EWOULDBLOCK && errno != EINTR)
             st = io_fail(diag, "cannot lock", path);
-        else if (mono_now() > deadline)
+        else if (rs__now_s() > deadline)
             st = rs__diag_set(diag, RS_ERR_TIMEOUT, "%s: held by another "
                               "process for more than %g s", path,
                               LOCK_WAIT_S);

@@ -7,25 +7,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
+#include "core/params.h"
 #include "core/diag.h"
 #include "core/memory.h"
 #include "exec/exec_impl.h"
-#include "reshard/convert.h"
+#include "core/convert.h"
 #include "reshard/units.h"
 
-double rs__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void rs_exec_params_init(rs_exec_params_t *p)
+static void exec_defaults(rs_exec_params_t *p)
 {
     memset(p, 0, sizeof(*p));
     p->timeout_s = RS_EXEC_DEFAULT_TIMEOUT_S;
     p->coverage_floor = RS_EXEC_DEFAULT_COVERAGE_FLOOR;
 }
+
+RS__PARAMS_DEFINE(exec, exec_defaults, progress_chunk_bytes)
 
 rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
                            const rs_exec_params_t *params, rs_diag_t *diag,
@@ -40,10 +37,11 @@ rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
     x->plan = plan;
     x->cap = rs_plan_capture(plan);
     x->t = transport;
-    if (params != NULL)
-        x->params = *params;
-    else
-        rs_exec_params_init(&x->params);
+    rs_status_t st = rs__exec_params_take(params, diag, &x->params);
+    if (st != RS_OK) {
+        free(x);
+        return st;
+    }
     x->nparams = rs_capture_num_params(x->cap);
     x->binds = calloc(x->nparams + 1, sizeof(rs_bind_t));
     if (x->binds == NULL) {
@@ -117,7 +115,7 @@ static rs_status_t check_deadline(rs_exec_h x, const char *stage,
                                   rs_diag_t *diag)
 {
     char where[64];
-    if (x->deadline <= 0 || rs__now() < x->deadline)
+    if (x->deadline <= 0 || rs__now_s() < x->deadline)
         return RS_OK;
     snprintf(where, sizeof(where), "before the %s stage", stage);
     return deadline_passed(x, where, "", diag);
@@ -128,7 +126,7 @@ rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag)
     double t = x->params.timeout_s, left = 0;
     int clipped = 0;
     if (x->deadline > 0) {
-        left = x->deadline - rs__now();
+        left = x->deadline - rs__now_s();
         if (left < 1e-3)
             left = 1e-3; /* still wait: the transport drains what it posted */
         clipped = t <= 0 || left < t;
@@ -231,7 +229,7 @@ static rs_status_t wire_with_progress(rs_exec_h x, rs_diag_t *diag)
     }
     size_t ngroups = session_runs(x), active;
     rs_progress_t p = {0, x->plan_bytes, 0, 0};
-    double t0 = rs__now();
+    double t0 = rs__now_s();
     for (;;) {
         size_t n = next_chunk(x, ngroups, chunk_bytes, &active);
         if (n == 0)
@@ -243,12 +241,12 @@ static rs_status_t wire_with_progress(rs_exec_h x, rs_diag_t *diag)
             return x->failure != NULL ? st : fail(x, st, "transport");
         for (size_t i = 0; i < n; i++)
             p.bytes_done += x->chunk[i].nbytes;
-        p.elapsed_s = rs__now() - t0;
+        p.elapsed_s = rs__now_s() - t0;
         p.sessions_outstanding = 0;
         for (size_t g = 0; g < ngroups; g++)
             p.sessions_outstanding += x->group_at[2 * g] < x->group_at[2 * g + 1];
         x->params.progress(x->params.progress_ctx, &p);
-        if (x->deadline > 0 && rs__now() >= x->deadline &&
+        if (x->deadline > 0 && rs__now_s() >= x->deadline &&
             p.sessions_outstanding > 0) {
             char detail[96];
             snprintf(detail, sizeof(detail), " (%llu of %llu bytes read)",
@@ -319,9 +317,9 @@ static rs_status_t check_throughput(rs_exec_h x, rs_diag_t *diag)
 #define STAGE(x, idx, skip, call)                                             \
     do {                                                                      \
         if (!(skip)) {                                                        \
-            double t_ = rs__now();                                            \
+            double t_ = rs__now_s();                                            \
             rs_status_t st_ = (call);                                         \
-            (x)->stage[idx] = rs__now() - t_;                                 \
+            (x)->stage[idx] = rs__now_s() - t_;                                 \
             if (st_ != RS_OK)                                                 \
                 return st_;                                                   \
         }                                                                     \
@@ -348,7 +346,7 @@ rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
     x->failure = NULL;
     x->staged = 0;
     x->deadline = x->params.run_timeout_s > 0
-                      ? rs__now() + x->params.run_timeout_s : 0;
+                      ? rs__now_s() + x->params.run_timeout_s : 0;
     x->stats.runs++;
     x->stats.shards_verified = 0;
     if (!x->have_coverage && (st = rs__exec_compute_coverage(x, diag)) != RS_OK)

@@ -3,8 +3,10 @@
 #ifndef RS_EXEC_EXEC_IMPL_H
 #define RS_EXEC_EXEC_IMPL_H
 
+#include "core/clock.h"
 #include "core/vec.h"
-#include "reshard/capture.h"
+#include "reshard/plan.h" /* the plan's capture, rs_plan_capture */
+#include "reshard/view.h"
 #include "reshard/exec.h"
 
 /* One strided local copy (full-pull replay or cast). */
@@ -68,7 +70,7 @@ struct rs_exec {
     unsigned char *param_state;  /* 0 missing, 1 partial, 2 full */
 
     double stage[RS_STAGE_COUNT_];
-    double deadline;             /* of the run in flight (rs__now); 0: none */
+    double deadline;             /* of the run in flight (rs__now_s); 0: none */
     int staged;                  /* the last run passed every check and
                                   * has not been installed yet */
     const char *failure;         /* short cause of the last failed run */
@@ -87,6 +89,5 @@ rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag);
  * left of the run's deadline; a wait the deadline cut short is
  * RS_ERR_TIMEOUT naming `stage`. */
 rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag);
-double rs__now(void);
 
 #endif

@@ -1,7 +1,7 @@
 /* Exposers: the publishing side of transports. Picks a backend by name,
- * checks regions once for every backend (non-empty, no wrap, no overlap in
- * published addresses), and hosts the cma exposer, whose blob is just this
- * process's pid and where each region really lives. */
+ * and checks regions once for every backend (non-empty, no wrap, no overlap
+ * in published addresses); the backends' halves live in their folders under
+ * transports/. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,59 +11,7 @@
 #include "core/checked.h"
 #include "core/diag.h"
 #include "core/memory.h"
-#include "exec/expose_impl.h"
-
-static rs_status_t cma_open(rs_exposer_h x, rs_diag_t *diag)
-{
-    (void)x;
-    (void)diag;
-    return RS_OK;
-}
-
-static void cma_close(rs_exposer_h x)
-{
-    (void)x;
-}
-
-static rs_status_t cma_add(rs_exposer_h x, const rs__xregion_t *r,
-                           rs_diag_t *diag)
-{
-    (void)x;
-    (void)r;
-    (void)diag;
-    return RS_OK;
-}
-
-/* Readers use process_vm_readv on our pid, so the blob needs nothing but
- * the pid and each region's real address. */
-static rs_status_t cma_start(rs_exposer_h x, rs_diag_t *diag)
-{
-    rs__blob_writer_t *w = &x->blob;
-    rs__bw_header(w, RS_BLOB_CMA);
-    rs__bw_u64(w, (uint64_t)getpid());
-    rs__bw_u32(w, (uint32_t)x->regions_len);
-    for (size_t i = 0; i < x->regions_len; i++) {
-        rs__bw_u64(w, x->regions[i].addr);
-        rs__bw_u64(w, x->regions[i].nbytes);
-        rs__bw_u64(w, (uint64_t)(uintptr_t)x->regions[i].ptr);
-    }
-    if (w->failed)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (cma): blob");
-    return RS_OK;
-}
-
-static const rs__exposer_ops_t exposer_cma = {
-    .name = "cma",
-    .open = cma_open,
-    .close = cma_close,
-    .add = cma_add,
-    .start = cma_start,
-};
-
-static const rs__exposer_ops_t *const backends[] = {
-    &rs__exposer_ucx,
-    &exposer_cma,
-};
+#include "exec/backend.h"
 
 rs_status_t rs_exposer_create(const char *backend, rs_diag_t *diag,
                               rs_exposer_h *exposer_p)
@@ -71,11 +19,8 @@ rs_status_t rs_exposer_create(const char *backend, rs_diag_t *diag,
     if (backend == NULL || exposer_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "exposer: backend name and output are required");
-    const rs__exposer_ops_t *ops = NULL;
-    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
-        if (strcmp(backends[i]->name, backend) == 0)
-            ops = backends[i];
-    }
+    const rs__backend_t *b = rs__backend_find(backend);
+    const rs__exposer_ops_t *ops = b != NULL ? b->exposer : NULL;
     if (ops == NULL)
         return rs__diag_set(diag, RS_ERR_UNSUPPORTED,
                             "exposer: unknown backend '%s' (known: ucx, cma)",

@@ -1,6 +1,6 @@
 /* The exposer behind rs_exposer_h: the regions every backend shares (checked
  * once in expose.c), the blob it publishes, and the hooks a backend fills
- * (the cma one in expose.c, the ucx one in transports/ucx_expose.c). */
+ * (transports/cma/cma_expose.c, transports/ucx/ucx_expose.c). */
 #ifndef RS_EXEC_EXPOSE_IMPL_H
 #define RS_EXEC_EXPOSE_IMPL_H
 
@@ -36,5 +36,6 @@ struct rs_exposer {
 };
 
 extern const rs__exposer_ops_t rs__exposer_ucx;
+extern const rs__exposer_ops_t rs__exposer_cma;
 
 #endif

@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/diag.h"
 #include "exec/exec_impl.h"
 #include "geom/view.h"
-#include "reshard/convert.h"
+#include "core/convert.h"
 
 #define OOM(diag) rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory")
 
@@ -59,15 +60,6 @@ static rs_status_t prepare_exact(rs_exec_h x, rs_diag_t *diag)
             return st;
     }
     return RS_OK;
-}
-
-static void row_major(const int64_t *shape, int n, int64_t *stride)
-{
-    int64_t s = 1;
-    for (int i = n - 1; i >= 0; i--) {
-        stride[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
-    }
 }
 
 /* The destination side of a copy: its bound parameter storage. */
@@ -174,7 +166,9 @@ static rs_status_t cast_program(rs_exec_h x, const rs_convert_t *cv,
                             "from %s to %s", cv->copy,
                             rs_dtype_name(cv->src_dtype),
                             rs_dtype_name(cv->dest_dtype));
-    row_major(xc.shape, xc.ndim, xc.src_stride);
+    if (!rs_row_major(xc.shape, xc.ndim, xc.src_stride))
+        return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: destination "
+                            "strides overflow int64", cv->copy);
     xc.src = staging;
     xc.from = cv->src_dtype;
     return RS_VEC_PUSH(x, casts, xc) ? RS_OK : OOM(diag);
@@ -285,7 +279,7 @@ static int group_by_session(rs_exec_h x, size_t begin, size_t end)
 rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
 {
     rs_status_t st;
-    double t0 = rs__now();
+    double t0 = rs__now_s();
     rs__exec_release(x);
     x->reads = malloc((count_reads(x->plan) + 1) * sizeof(rs_read_t));
     if (x->reads == NULL)
@@ -309,13 +303,13 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
         st = OOM(diag);
         goto fail;
     }
-    x->stage[RS_STAGE_DESCRIPTORS] = rs__now() - t0;
+    x->stage[RS_STAGE_DESCRIPTORS] = rs__now_s() - t0;
     if (x->params.verify_digests &&
         (st = rs__exec_prepare_pieces(x, diag)) != RS_OK)
         goto fail;
     x->prepared = 1;
     x->stats.prepares++;
-    x->stage[RS_STAGE_PREPARE] = rs__now() - t0;
+    x->stage[RS_STAGE_PREPARE] = rs__now_s() - t0;
     return RS_OK;
 fail:
     rs__exec_release(x);

@@ -7,40 +7,30 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "exec/transport_impl.h"
+#include "core/params.h"
+#include "exec/backend.h"
 
-static const rs_transport_ops_t *const backends[] = {
-    &rs__transport_local,
-    &rs__transport_local_mt,
-    &rs__transport_cma,
-    &rs__transport_ucx,
-};
-
-void rs_transport_params_init(rs_transport_params_t *params)
+static void transport_defaults(rs_transport_params_t *params)
 {
-    if (params == NULL)
-        return;
-    memset(params, 0, sizeof(*params));
     params->backend = "local";
 }
 
+RS__PARAMS_DEFINE(transport, transport_defaults, threads)
+
 static const rs_transport_ops_t *find_backend(const char *name)
 {
-    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
-        if (strcmp(backends[i]->name, name) == 0)
-            return backends[i];
-    }
-    return NULL;
+    const rs__backend_t *b = rs__backend_find(name);
+    return b != NULL ? b->transport : NULL;
 }
 
 rs_status_t rs_transport_create(const rs_transport_params_t *params,
                                 rs_diag_t *diag, rs_transport_h *transport_p)
 {
-    rs_transport_params_t defaults;
-    if (params == NULL) { /* NULL means the defaults: the local backend */
-        rs_transport_params_init(&defaults);
-        params = &defaults;
-    }
+    rs_transport_params_t given; /* NULL means the defaults: local */
+    rs_status_t st = rs__transport_params_take(params, diag, &given);
+    if (st != RS_OK)
+        return st;
+    params = &given;
     if (params->backend == NULL || transport_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "transport: backend name and output are required");
@@ -55,7 +45,7 @@ rs_status_t rs_transport_create(const rs_transport_params_t *params,
     t->ops = ops;
     t->params = *params;
     t->params.backend = ops->name; /* the caller's string may not outlive us */
-    rs_status_t st = ops->open(t, diag);
+    st = ops->open(t, diag);
     if (st != RS_OK) {
         free(t);
         return st;

@@ -28,7 +28,8 @@ struct rs_transport {
 /* Shared stub for operations a backend does not support. */
 rs_status_t rs__transport_unsupported(rs_transport_h t, rs_diag_t *diag);
 
-/* Registered backends (transports/<name>.c). */
+/* Each backend's reading half (transports/<name>/), listed in its
+ * rs__backend_t (exec/backend.h). */
 extern const rs_transport_ops_t rs__transport_local;
 extern const rs_transport_ops_t rs__transport_local_mt;
 extern const rs_transport_ops_t rs__transport_cma;

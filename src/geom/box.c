@@ -4,27 +4,18 @@
  * wraps from one into the next); the factors of one source dim must form a
  * mixed radix, which is exactly when the dim's visited indices are an
  * arithmetic progression. Anything else is refused, never approximated. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/checked.h"
 #include "geom/box.h"
+#include "geom/why.h"
 
-static rs_status_t refuse(char *why, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static rs_status_t refuse(char *why, size_t n, const char *fmt, ...)
-{
-    if (why != NULL && n > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return RS_ERR_UNSUPPORTED;
-}
+/* Refusals (geom/why.h): a chain this geometry cannot express, and input
+ * that is wrong. */
+#define refuse(...) rs__geom_why(RS_ERR_UNSUPPORTED, __VA_ARGS__)
+#define resolve_fail(...) rs__geom_why(RS_ERR_INPUT, __VA_ARGS__)
 
 typedef struct {
     int ndim;
@@ -231,20 +222,6 @@ rs_status_t rs_box_from_view(const rs_view_t *v, int src_ndim,
             return st;
     }
     return close_box(&l, &fl, box, why, whylen);
-}
-
-static rs_status_t resolve_fail(char *why, size_t whylen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static rs_status_t resolve_fail(char *why, size_t whylen, const char *fmt, ...)
-{
-    if (why != NULL && whylen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, whylen, fmt, ap);
-        va_end(ap);
-    }
-    return RS_ERR_INPUT;
 }
 
 rs_status_t rs_geom_resolve(int src_ndim, const int64_t *src_shape,

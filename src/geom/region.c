@@ -1,7 +1,7 @@
 /* Region runs: dims sorted by stride, the innermost ones folded into one run
  * while each continues the last, the rest walked as an odometer. */
 #include "geom/region.h"
-#include "reshard/capture.h"
+#include "reshard/view.h"
 
 void rs_region_runs(int ndim, const int64_t *shape, const int64_t *stride,
                     int64_t offset, rs_region_cb cb, void *ctx)

@@ -1,38 +1,23 @@
 /* Op-chain replay: each op transforms a strided view exactly as PyTorch's
  * view functions do. Ops that would copy (a non-view reshape, contiguous on a
  * non-contiguous view) are refused rather than approximated. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/checked.h"
 #include "core/diag.h"
 #include "geom/view.h"
+#include "geom/why.h"
 
-static rs_status_t fail(rs_status_t st, char *why, size_t n, const char *fmt,
-                        ...) __attribute__((format(printf, 4, 5)));
-
-static rs_status_t fail(rs_status_t st, char *why, size_t n, const char *fmt,
-                        ...)
-{
-    if (why != NULL && n > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, n, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-#if defined(__clang_analyzer__) /* fail()'s result made visible: core/diag.h */
+#if defined(__clang_analyzer__) /* rs__geom_why()'s result made visible: core/diag.h */
 #define BAD(...)                                                             \
-    RS__RETURNS(RS_ERR_INPUT, fail(RS_ERR_INPUT, why, whylen, __VA_ARGS__))
+    RS__RETURNS(RS_ERR_INPUT, rs__geom_why(RS_ERR_INPUT, why, whylen, __VA_ARGS__))
 #define UNSUP(...)                                                           \
     RS__RETURNS(RS_ERR_UNSUPPORTED,                                          \
-                fail(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__))
+                rs__geom_why(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__))
 #else
-#define BAD(...) fail(RS_ERR_INPUT, why, whylen, __VA_ARGS__)
-#define UNSUP(...) fail(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__)
+#define BAD(...) rs__geom_why(RS_ERR_INPUT, why, whylen, __VA_ARGS__)
+#define UNSUP(...) rs__geom_why(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__)
 #endif
 
 rs_status_t rs_view_init(rs_view_t *v, int ndim, const int64_t *shape)
@@ -42,13 +27,9 @@ rs_status_t rs_view_init(rs_view_t *v, int ndim, const int64_t *shape)
         return RS_ERR_INPUT;
     v->offset = 0;
     v->ndim = ndim;
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
+    for (int i = 0; i < ndim; i++)
         v->shape[i] = shape[i];
-        v->stride[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1; /* cannot overflow: numel checked */
-    }
-    return RS_OK;
+    return rs_row_major(shape, ndim, v->stride) ? RS_OK : RS_ERR_INPUT;
 }
 
 int rs_view_is_contiguous(const rs_view_t *v)
@@ -331,14 +312,8 @@ static int view_strides(const rs_view_t *v, const int64_t *shape, int n,
 {
     int64_t numel = 0;
     rs_numel(v->shape, v->ndim, &numel);
-    if (numel == 0 || v->ndim == 0) {
-        int64_t s = 1;
-        for (int i = n - 1; i >= 0; i--) {
-            stride[i] = s;
-            s *= shape[i] > 0 ? shape[i] : 1;
-        }
-        return 1;
-    }
+    if (numel == 0 || v->ndim == 0)
+        return rs_row_major(shape, n, stride);
     int nd = n - 1;
     int64_t base = v->stride[v->ndim - 1], chunk = 1, got = 1;
     for (int od = v->ndim - 1; od >= 0; od--) {

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "reshard/capture.h"
+#include "reshard/view.h"
 #include "reshard/status.h"
 
 typedef struct rs_view {

@@ -95,7 +95,8 @@ rs_status_t rs__model_dense_mlp(rs_model_h m, int64_t layer,
     return st;
 }
 
-rs_status_t rs__model_dense_layer(rs_model_h m, int64_t layer)
+rs_status_t rs__model_gqa_layer(rs_model_h m, int64_t layer,
+                                rs_status_t (*mlp)(rs_model_h, int64_t))
 {
     int64_t hidden = m->cfg.hidden;
     rs_status_t st = rs__model_add_layer(m, layer, "input_layernorm.weight", 1,
@@ -106,6 +107,16 @@ rs_status_t rs__model_dense_layer(rs_model_h m, int64_t layer)
         st = rs__model_add_layer(m, layer, "post_attention_layernorm.weight",
                                  1, hidden, 0);
     if (st == RS_OK)
-        st = rs__model_dense_mlp(m, layer, "mlp", m->cfg.intermediate);
+        st = mlp(m, layer);
     return st;
+}
+
+static rs_status_t dense_mlp(rs_model_h m, int64_t layer)
+{
+    return rs__model_dense_mlp(m, layer, "mlp", m->cfg.intermediate);
+}
+
+rs_status_t rs__model_dense_layer(rs_model_h m, int64_t layer)
+{
+    return rs__model_gqa_layer(m, layer, dense_mlp);
 }

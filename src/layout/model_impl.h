@@ -10,7 +10,7 @@
 #include "core/json.h"
 #include "core/strmap.h"
 #include "core/vec.h"
-#include "reshard/model.h"
+#include "reshard_layout/model.h"
 
 /* A manifest never has more tensors than this (Kimi-K2 has ~70k); a config
  * implying more is refused before anything is allocated. */
@@ -89,6 +89,9 @@ rs_status_t rs__model_router_and_experts(rs_model_h m, int64_t layer);
 rs_status_t rs__model_dense_keys(rs_json_ctx_t *c, const json_t *root,
                                  rs_model_h m);
 rs_status_t rs__model_dense_layer(rs_model_h m, int64_t layer);
+/* A decoder layer with GQA attention between its two norms, and `mlp`. */
+rs_status_t rs__model_gqa_layer(rs_model_h m, int64_t layer,
+                                rs_status_t (*mlp)(rs_model_h, int64_t));
 rs_status_t rs__model_moe_keys(rs_json_ctx_t *c, const json_t *root,
                                rs_model_h m);
 rs_status_t rs__model_moe_layer(rs_model_h m, int64_t layer);

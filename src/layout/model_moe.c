@@ -128,19 +128,15 @@ static rs_status_t moe_mlp(rs_model_h m, int64_t layer)
     return st;
 }
 
+/* Routed experts where the config puts them, a dense MLP elsewhere. */
+static rs_status_t layer_mlp(rs_model_h m, int64_t layer)
+{
+    return m->moe_layer[layer]
+               ? moe_mlp(m, layer)
+               : rs__model_dense_mlp(m, layer, "mlp", m->cfg.intermediate);
+}
+
 rs_status_t rs__model_moe_layer(rs_model_h m, int64_t layer)
 {
-    int64_t hidden = m->cfg.hidden;
-    rs_status_t st = rs__model_add_layer(m, layer, "input_layernorm.weight", 1,
-                                         hidden, 0);
-    if (st == RS_OK)
-        st = rs__model_gqa_attention(m, layer);
-    if (st == RS_OK)
-        st = rs__model_add_layer(m, layer, "post_attention_layernorm.weight",
-                                 1, hidden, 0);
-    if (st == RS_OK)
-        st = m->moe_layer[layer]
-                 ? moe_mlp(m, layer)
-                 : rs__model_dense_mlp(m, layer, "mlp", m->cfg.intermediate);
-    return st;
+    return rs__model_gqa_layer(m, layer, layer_mlp);
 }

@@ -6,7 +6,7 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 
 /* Larger parallel degrees than this are surely typos, and the cap keeps
  * world = tp * pp * dp far from overflow. */

@@ -1,9 +1,8 @@
 /* Trainer layouts, public side: the shards one rank publishes, and every
  * rank's shards and tables added to a set of sources at once (all or
- * nothing). */
+ * nothing: built in a scratch set, then merged with rs_sources_merge). */
 #include "core/diag.h"
 #include "layout/trainer_impl.h"
-#include "plan/sources_impl.h"
 
 rs_status_t rs_layout_trainer_shards(rs_model_h model,
                                      const rs_layout_t *layout, int64_t rank,
@@ -54,23 +53,24 @@ rs_status_t rs_layout_publish_all(rs_model_h model, const rs_layout_t *layout,
                                   rs_sources_h sources, rs_diag_t *diag)
 {
     rs_trainer_plan_t plan;
-    rs_sources_mark_t mark;
-    publish_ctx_t p = {sources, diag};
+    rs_sources_h scratch = NULL;
+    publish_ctx_t p = {NULL, diag};
     rs_status_t st;
 
     if (sources == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
     if ((st = rs__trainer_plan_init(&plan, model, layout, diag)) != RS_OK)
         return st;
-    if (rs__sources_mark(sources, &mark) != RS_OK) {
+    if (rs_sources_create(&scratch) != RS_OK) {
         rs__trainer_plan_free(&plan);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     }
+    p.sources = scratch;
     for (int64_t r = 0; st == RS_OK && r < plan.layout.world; r++)
         st = publish_rank(&plan, r, &p);
-    if (st != RS_OK)
-        rs__sources_rollback(sources, &mark);
-    rs__sources_mark_free(&mark);
+    if (st == RS_OK)
+        st = rs_sources_merge(sources, scratch, diag);
+    rs_sources_destroy(scratch);
     rs__trainer_plan_free(&plan);
     return st;
 }

@@ -5,7 +5,7 @@
 #define RS_LAYOUT_TRAINER_IMPL_H
 
 #include <stdint.h>
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 
 /* How megatron splits a tensor across the tp ranks of its stage. */
 typedef enum rs_tensor_role {

@@ -8,8 +8,8 @@
 
 #include "core/diag.h"
 #include "reshard/capture.h"
-#include "reshard/layout.h"
-#include "reshard/model.h"
+#include "reshard_layout/layout.h"
+#include "reshard_layout/model.h"
 
 /* Longest tensor or parameter name we build ("model.layers.N.mlp.experts.
  * E.gate_proj.weight" and the like are far shorter). */

@@ -437,8 +437,14 @@ static rs_status_t load_shape_dtype(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-static rs_status_t load_param(rs_json_ctx_t *c, rs_capture_h cap,
-                              const char *name, const json_t *obj)
+typedef rs_status_t (*shaped_add_fn)(rs_capture_h cap, const char *name,
+                                     int ndim, const int64_t *shape,
+                                     rs_dtype_t dtype, rs_diag_t *diag);
+
+/* A "params" or "sources" entry: a shape and dtype handed to `add`. */
+static rs_status_t load_shaped(rs_json_ctx_t *c, rs_capture_h cap,
+                               const char *name, const json_t *obj,
+                               shaped_add_fn add)
 {
     int64_t shape[RS_MAX_DIMS];
     int ndim = 0;
@@ -447,26 +453,22 @@ static rs_status_t load_param(rs_json_ctx_t *c, rs_capture_h cap,
 
     if (st != RS_OK)
         return st;
-    if (rs_capture_add_param(cap, name, ndim, shape, dtype, c->diag) != RS_OK)
+    if (add(cap, name, ndim, shape, dtype, c->diag) != RS_OK)
         return rs_json_prefix(c);
     return RS_OK;
+}
+
+static rs_status_t load_param(rs_json_ctx_t *c, rs_capture_h cap,
+                              const char *name, const json_t *obj)
+{
+    return load_shaped(c, cap, name, obj, rs_capture_add_param);
 }
 
 /* One "sources" entry: the full shape and dtype the loader assumed. */
 static rs_status_t load_source(rs_json_ctx_t *c, rs_capture_h cap,
                                const char *name, const json_t *obj)
 {
-    int64_t shape[RS_MAX_DIMS];
-    int ndim = 0;
-    rs_dtype_t dtype = RS_DTYPE_INVALID;
-    rs_status_t st = load_shape_dtype(c, obj, shape, &ndim, &dtype);
-
-    if (st != RS_OK)
-        return st;
-    if (rs_capture_declare_source(cap, name, ndim, shape, dtype, c->diag) !=
-        RS_OK)
-        return rs_json_prefix(c);
-    return RS_OK;
+    return load_shaped(c, cap, name, obj, rs_capture_declare_source);
 }
 
 static rs_status_t load_reason(rs_json_ctx_t *c, rs_capture_h cap,

@@ -7,26 +7,9 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/json.h"
 #include "plan/capture_impl.h"
 #include "reshard/capture.h"
-
-/* A JSON string literal. Control characters become \u escapes; bytes >= 0x80
- * pass through (names are UTF-8, as the loader requires). */
-static void put_str(FILE *out, const char *s)
-{
-    putc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            putc('\\', out);
-            putc(*p, out);
-        } else if (*p < 0x20) {
-            fprintf(out, "\\u%04x", *p);
-        } else {
-            putc(*p, out);
-        }
-    }
-    putc('"', out);
-}
 
 static void put_int(FILE *out, int64_t v) { fprintf(out, "%" PRId64, v); }
 
@@ -177,7 +160,7 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
                             rs_diag_t *diag)
 {
     fputs("  {\"src\": ", out);
-    put_str(out, c->src);
+    rs_json_put_string(out, c->src);
     fputs(", \"ops\": [", out);
     for (size_t i = 0; i < c->nops; i++) {
         fputs(i > 0 ? ", [" : "[", out);
@@ -185,12 +168,12 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
             return rs__diag_set(diag, RS_ERR_INPUT, "copies[%zu].ops[%zu] "
                                 "(copy of '%s'): unknown op kind %d", index, i,
                                 c->src, (int)c->ops[i].kind);
-        put_str(out, rs_op_name(c->ops[i].kind));
+        rs_json_put_string(out, rs_op_name(c->ops[i].kind));
         put_op_args(out, &c->ops[i]);
         putc(']', out);
     }
     fputs("], \"param\": ", out);
-    put_str(out, c->param);
+    rs_json_put_string(out, c->param);
     fputs(", \"dest_offset\": ", out);
     put_int(out, c->dest_offset);
     fputs(", \"dest_shape\": ", out);
@@ -198,7 +181,7 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
     fputs(", \"dest_stride\": ", out);
     put_ints(out, c->dest_stride, (size_t)c->ndim);
     fputs(", \"dest_dtype\": ", out);
-    put_str(out, rs_dtype_name(c->dest_dtype));
+    rs_json_put_string(out, rs_dtype_name(c->dest_dtype));
     putc('}', out);
     return RS_OK;
 }
@@ -208,11 +191,11 @@ static void put_shaped(FILE *out, size_t i, const char *name, int ndim,
                        const int64_t *shape, rs_dtype_t dtype)
 {
     fputs(i > 0 ? ",\n  " : "\n  ", out);
-    put_str(out, name);
+    rs_json_put_string(out, name);
     fputs(": {\"shape\": ", out);
     put_ints(out, shape, (size_t)ndim);
     fputs(", \"dtype\": ", out);
-    put_str(out, rs_dtype_name(dtype));
+    rs_json_put_string(out, rs_dtype_name(dtype));
     putc('}', out);
 }
 
@@ -243,9 +226,9 @@ static void put_unsupported(FILE *out, rs_capture_h cap)
     fputs(" \"unsupported\": {", out);
     for (size_t i = 0; i < cap->unsupported_len; i++) {
         fputs(i > 0 ? ",\n  " : "\n  ", out);
-        put_str(out, cap->unsupported[i].src);
+        rs_json_put_string(out, cap->unsupported[i].src);
         fputs(": ", out);
-        put_str(out, cap->unsupported[i].reason);
+        rs_json_put_string(out, cap->unsupported[i].reason);
     }
     fputs("},\n", out);
 }

@@ -2,9 +2,10 @@
 #include <stdlib.h>
 
 #include "core/env.h"
+#include "core/params.h"
 #include "plan/plan_impl.h"
 
-void rs_plan_params_init(rs_plan_params_t *params)
+static void plan_defaults(rs_plan_params_t *params)
 {
     uint64_t v = RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY;
     /* A value that does not parse keeps the default here; rs_plan_build
@@ -17,6 +18,8 @@ void rs_plan_params_init(rs_plan_params_t *params)
     params->replica_salt = 0;
     params->split_bytes = RS_PLAN_DEFAULT_SPLIT_BYTES;
 }
+
+RS__PARAMS_DEFINE(plan, plan_defaults, split_bytes)
 
 void rs_plan_destroy(rs_plan_h plan)
 {

@@ -229,15 +229,6 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
     return NULL;
 }
 
-static void row_major(const int64_t *shape, int n, int64_t *stride)
-{
-    int64_t s = 1;
-    for (int i = n - 1; i >= 0; i--) {
-        stride[i] = s;
-        s *= shape[i] > 0 ? shape[i] : 1;
-    }
-}
-
 /* Resolves the copy's geometry; on rejection the source goes to fallback. */
 static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
                                 const int64_t *dest_stride, rs_box_t *box,
@@ -306,7 +297,9 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     if ((st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok)) != RS_OK || !ok)
         return st;
     if (convert) { /* same geometry, landing in row-major staging */
-        row_major(c->dest_shape, c->ndim, staging);
+        if (!rs_row_major(c->dest_shape, c->ndim, staging))
+            return rs__planner_fallback(b, pc->src, "destination strides "
+                                        "overflow int64");
         if ((st = resolve_copy(b, ci, s, staging, &box, &ok)) != RS_OK || !ok)
             return st;
     }

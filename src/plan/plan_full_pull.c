@@ -4,6 +4,7 @@
  * without gaps and the pull needs fewer descriptors than the exact plan. */
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/diag.h"
 #include "plan/planner.h"
 
@@ -42,17 +43,14 @@ static rs_status_t add_full_pull(rs_planner_t *b, rs_psrc_t *s,
 static rs_status_t consider(rs_planner_t *b, rs_psrc_t *s)
 {
     const rs_src_tensor_t *t = s->tensor;
-    int64_t stride[RS_MAX_DIMS], acc = 1;
+    int64_t stride[RS_MAX_DIMS];
     rs_segvec_t segs = {0};
     uint64_t missing = 0;
     rs_box_t box;
     size_t bad_op;
 
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        stride[d] = acc;
-        acc *= t->shape[d] > 0 ? t->shape[d] : 1;
-    }
-    if (rs_geom_resolve(t->ndim, t->shape, NULL, 0, t->ndim, t->shape, stride,
+    if (!rs_row_major(t->shape, t->ndim, stride) ||
+        rs_geom_resolve(t->ndim, t->shape, NULL, 0, t->ndim, t->shape, stride,
                         &box, &bad_op, NULL, 0) != RS_OK)
         return keep_exact(b, s);
     rs_status_t st = rs__planner_walk(b, s, &box, UINT32_MAX, 0, &segs,

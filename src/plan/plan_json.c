@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/json.h"
 #include "reshard/plan.h"
 
 #define JW_BUF 65536
@@ -70,57 +71,24 @@ static void jw_i64(jw_t *w, int64_t v)
     jw_u64(w, (uint64_t)v);
 }
 
-/* Escaped length of s with its quotes; the escape rules live in put_escaped. */
-static size_t escaped_len(const char *s)
-{
-    size_t n = 2;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        n += (*p == '"' || *p == '\\') ? 2 : (*p < 0x20 ? 6 : 1);
-    return n;
-}
-
-/* Writes "s" JSON-escaped into dst (escaped_len(s) bytes). Bytes >= 0x80 pass
- * through: names come from validated UTF-8 or from the caller. */
-static void put_escaped(char *dst, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    *dst++ = '"';
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            *dst++ = '\\';
-            *dst++ = (char)*p;
-        } else if (*p < 0x20) {
-            *dst++ = '\\'; /* backslash, u, 00, two hex digits */
-            *dst++ = 'u';
-            *dst++ = '0';
-            *dst++ = '0';
-            *dst++ = hex[*p >> 4];
-            *dst++ = hex[*p & 15];
-        } else {
-            *dst++ = (char)*p;
-        }
-    }
-    *dst = '"';
-}
-
 static int qname_make(qname_t *q, const char *s)
 {
-    q->len = escaped_len(s);
+    q->len = rs_json_quoted_len(s);
     q->text = malloc(q->len);
     if (q->text == NULL)
         return 0;
-    put_escaped(q->text, s);
+    rs_json_quote(q->text, s);
     return 1;
 }
 
 static void jw_str(jw_t *w, const char *s)
 {
     qname_t q;
-    size_t need = escaped_len(s);
+    size_t need = rs_json_quoted_len(s);
     if (need <= JW_BUF) {
         if (need > JW_BUF - w->len)
             jw_flush(w);
-        put_escaped(w->buf + w->len, s);
+        rs_json_quote(w->buf + w->len, s);
         w->len += need;
         return;
     }

@@ -18,6 +18,9 @@
 #include "plan/plan_impl.h"
 #include "plan/planner.h"
 #include "plan/sources_impl.h"
+#include "core/params.h"
+
+RS__PARAMS_DECLARE(plan); /* plan.c */
 
 /* A set RESHARD_MAX_SEGMENTS_PER_COPY that does not parse is refused, even
  * when the caller set the field itself: the operator meant something. */
@@ -56,16 +59,15 @@ rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
                           const rs_plan_params_t *params, rs_diag_t *diag,
                           rs_plan_h *plan_p)
 {
-    rs_plan_params_t defaults;
+    rs_plan_params_t given;
     rs_planner_t b;
     rs_status_t st;
 
     if (capture == NULL || sources == NULL || plan_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    if (params == NULL) {
-        rs_plan_params_init(&defaults);
-        params = &defaults;
-    }
+    if ((st = rs__plan_params_take(params, diag, &given)) != RS_OK)
+        return st;
+    params = &given;
     if (params->max_segments_per_copy < 1)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "max_segments_per_copy must be at least 1");

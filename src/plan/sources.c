@@ -306,12 +306,9 @@ static void locate(rs_sources_h s, size_t index, size_t *t_p, size_t *k_p)
     *k_p = index;
 }
 
-void rs_sources_shard(rs_sources_h s, size_t index, rs_shard_desc_t *shard_p)
+static void shard_desc(rs_sources_h s, const rs_src_tensor_t *tensor,
+                       const rs_src_shard_t *sh, rs_shard_desc_t *shard_p)
 {
-    size_t t, k;
-    locate(s, index, &t, &k);
-    const rs_src_tensor_t *tensor = &s->tensors[t];
-    const rs_src_shard_t *sh = &tensor->shards[k];
     shard_p->tensor = tensor->name;
     shard_p->dtype = tensor->dtype;
     shard_p->elsize = tensor->elsize;
@@ -323,6 +320,13 @@ void rs_sources_shard(rs_sources_h s, size_t index, rs_shard_desc_t *shard_p)
     shard_p->offset = sh->offset;
     shard_p->shape = sh->shape;
     shard_p->digest = sh->digest;
+}
+
+void rs_sources_shard(rs_sources_h s, size_t index, rs_shard_desc_t *shard_p)
+{
+    size_t t, k;
+    locate(s, index, &t, &k);
+    shard_desc(s, &s->tensors[t], &s->tensors[t].shards[k], shard_p);
 }
 
 size_t rs_sources_num_tables(rs_sources_h s) { return s->tables_len; }
@@ -403,4 +407,46 @@ void rs__sources_mark_free(rs_sources_mark_t *mark)
     mark->sources->undo_gen = 0;
     mark->sources->undo_len = 0;
     mark->sources = NULL;
+}
+
+/* Sessions first, in `from`'s order, so session ids come out as if the
+ * shards had been added here directly. */
+static rs_status_t merge_all(rs_sources_h s, rs_sources_h from,
+                             rs_diag_t *diag)
+{
+    rs_status_t st = RS_OK;
+    uint32_t id;
+
+    for (size_t i = 0; i < from->sessions_len; i++)
+        if (intern_session(s, from->sessions[i], &id) != RS_OK)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t t = 0; st == RS_OK && t < from->tensors_len; t++) {
+        const rs_src_tensor_t *tensor = &from->tensors[t];
+        for (size_t j = 0; st == RS_OK && j < tensor->shards_len; j++) {
+            rs_shard_desc_t d;
+            shard_desc(from, tensor, &tensor->shards[j], &d);
+            st = rs_sources_add_shard(s, &d, diag);
+        }
+    }
+    for (size_t i = 0; st == RS_OK && i < from->tables_len; i++)
+        st = rs_sources_add_table(s, &from->tables[i], diag);
+    return st;
+}
+
+rs_status_t rs_sources_merge(rs_sources_h s, rs_sources_h from,
+                             rs_diag_t *diag)
+{
+    rs_sources_mark_t mark;
+    rs_status_t st;
+
+    if (s == NULL || from == NULL || s == from)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "rs_sources_merge: NULL or identical sources");
+    if (rs__sources_mark(s, &mark) != RS_OK)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    st = merge_all(s, from, diag);
+    if (st != RS_OK)
+        rs__sources_rollback(s, &mark);
+    rs__sources_mark_free(&mark);
+    return st;
 }

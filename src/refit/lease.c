@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "refit/refit_impl.h"
 
@@ -16,16 +17,6 @@
  * the next attempt comes sooner, but not in a busy loop. */
 #define RETRY_FRACTION 0.1
 #define RETRY_MIN_S 0.05
-
-static struct timespec mono_after(double s)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + s;
-    ts.tv_sec = (time_t)t;
-    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-    return ts;
-}
 
 /* One renewal, outside the lock; records its outcome under it. Returns the
  * delay until the next one, or < 0 when the lease is lost. */
@@ -64,7 +55,7 @@ static void *renew_main(void *arg)
     double delay = l->period_s;
     pthread_mutex_lock(&l->lock);
     while (!l->stop && delay >= 0) {
-        struct timespec until = mono_after(delay);
+        struct timespec until = rs__mono_after(delay);
         while (!l->stop &&
                pthread_cond_timedwait(&l->wake, &l->lock, &until) == 0)
             ; /* woken without a stop: keep waiting for the deadline */
@@ -114,13 +105,6 @@ rs_status_t rs__lease_start(rs__lease_t *l, rs_dir_h dir, rs_dir_h renew_dir,
     return RS_OK;
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The last renewal, riding out a directory outage for up to patience_s
  * (never past the ttl: a lease not renewed for that long has lapsed, and
  * the renewal would say so). Only an answer from the directory proves
@@ -128,15 +112,15 @@ static double mono_now(void)
 static rs_status_t final_renewal(rs__lease_t *l, rs_dir_h dir,
                                  double patience_s, rs_diag_t *d)
 {
-    double wait = RETRY_MIN_S, until = mono_now() +
+    double wait = RETRY_MIN_S, until = rs__now_s() +
                   (patience_s < l->ttl_s ? patience_s : l->ttl_s);
     for (;;) {
         rs_status_t st = rs_dir_lease_renew(dir, l->model, l->version,
                                             l->holder, l->epoch, l->ttl_s, d);
         if (st == RS_OK || !rs_dir_transient(dir) ||
-            mono_now() + wait >= until)
+            rs__now_s() + wait >= until)
             return st;
-        struct timespec ts = mono_after(wait);
+        struct timespec ts = rs__mono_after(wait);
         clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
         wait = wait * 2 < 1 ? wait * 2 : 1;
     }

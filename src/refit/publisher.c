@@ -12,15 +12,17 @@
 #include <time.h>
 
 #include "core/checked.h"
+#include "core/clock.h"
 #include "core/diag.h"
 #include "core/memory.h"
+#include "core/params.h"
 #include "core/vec.h"
 #include "refit/refit_impl.h"
 #include "reshard/digest.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"
 
-void rs_publisher_params_init(rs_publisher_params_t *p)
+static void publisher_defaults(rs_publisher_params_t *p)
 {
     memset(p, 0, sizeof(*p));
     p->backend = "ucx";
@@ -30,12 +32,7 @@ void rs_publisher_params_init(rs_publisher_params_t *p)
     p->digests = 1;
 }
 
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+RS__PARAMS_DEFINE(publisher, publisher_defaults, notice_ctx)
 
 /* Where this publisher's notices go: the caller's callback or stderr. */
 static void notify(rs_publisher_h p, const char *msg)
@@ -85,9 +82,16 @@ static void default_session(const rs_publisher_params_t *params, char *out,
         snprintf(out, cap, "trainer-%lld", (long long)params->rank);
 }
 
-rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
+rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
                                 rs_diag_t *diag, rs_publisher_h *pub_p)
 {
+    rs_publisher_params_t given; /* the caller's fields over the defaults */
+    const rs_publisher_params_t *params = NULL;
+    if (params_in != NULL) {
+        if (rs__publisher_params_take(params_in, diag, &given) != RS_OK)
+            return RS_ERR_INVALID_ARG;
+        params = &given;
+    }
     if (params == NULL || pub_p == NULL || params->directory == NULL ||
         params->model == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: directory "
@@ -234,7 +238,7 @@ static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
             snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
                      "reachable again after %.1f s; heartbeats of version "
                      "%lld resumed", (long long)p->params.rank,
-                     rs_dir_name(p->hb_dir), mono_now() - *down_since,
+                     rs_dir_name(p->hb_dir), rs__now_s() - *down_since,
                      (long long)v);
             notify(p, line);
         }
@@ -243,7 +247,7 @@ static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
     }
     if (*down_since >= 0)
         return fmin(wait * 2, cap);
-    *down_since = mono_now();
+    *down_since = rs__now_s();
     snprintf(line, sizeof(line), "publisher rank %lld: heartbeat of version "
              "%lld failed: %s; still serving, retrying every %g s up to %g "
              "s", (long long)p->params.rank, (long long)v,
@@ -291,11 +295,7 @@ static void *heartbeat_main(void *arg)
     double wait = p->params.heartbeat_s, down_since = -1;
     pthread_mutex_lock(&p->lock);
     while (!p->hb_stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        double t = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 + wait;
-        until.tv_sec = (time_t)t;
-        until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+        struct timespec until = rs__wall_after(wait);
         pthread_cond_timedwait(&p->wake, &p->lock, &until);
         if (p->hb_stop)
             break;
@@ -363,12 +363,12 @@ static rs_status_t publish_table(rs_publisher_h p, int64_t version,
                                  uint64_t geometry, rs_diag_t *diag)
 {
     char line[RS_DIAG_MSG_MAX + 512];
-    double deadline = mono_now() + p->params.publish_retry_s, delay = 0.05;
+    double deadline = rs__now_s() + p->params.publish_retry_s, delay = 0.05;
     double down_since = -1;
     for (;;) {
         rs_status_t st = create_and_publish(p, p->dir, version, table, len,
                                             geometry, diag);
-        double now = mono_now();
+        double now = rs__now_s();
         if (st == RS_OK && down_since >= 0) {
             snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
                      "reachable again after %.1f s; version %lld published",
@@ -430,15 +430,15 @@ rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
     if (p == NULL || !isfinite(timeout_s) || timeout_s < 0)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad "
                             "release wait");
-    double deadline = mono_now() + timeout_s;
+    double deadline = rs__now_s() + timeout_s;
     for (;;) {
-        double left = fmax(0, deadline - mono_now());
+        double left = fmax(0, deadline - rs__now_s());
         rs_status_t st = rs_dir_wait_released(p->dir, p->model, version, left,
                                               diag);
         /* the arguments were good for the publish: RS_ERR_INPUT means the
          * version did not exist (another rank may have created it again
          * since, without this rank's table) */
-        if (st != RS_ERR_INPUT || mono_now() >= deadline)
+        if (st != RS_ERR_INPUT || rs__now_s() >= deadline)
             return st;
         /* still serving the same bytes: publish them again */
         snprintf(line, sizeof(line), "publisher rank %lld: version %lld "

@@ -11,8 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "core/memory.h"
+#include "core/params.h"
 #include "refit/refit_impl.h"
 #include "refit/replicas.h"
 #include "reshard/plan.h"
@@ -66,12 +68,8 @@ struct rs_receiver {
 static void *target_of(const rs_rbind_t *b);
 static rs_status_t install_staged(void *ctx, rs_exec_h exec);
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+/* The one monotonic clock (core/clock.h), under the name this file uses. */
+static double now_s(void) { return rs__now_s(); }
 
 /* "receiver-<salt>-<host>-<pid>": unique per process, since a lease taken
  * under a shared name by another receiver would end this one's epoch. */
@@ -93,7 +91,7 @@ static char *default_holder(uint64_t salt)
     return name;
 }
 
-void rs_receiver_params_init(rs_receiver_params_t *p)
+static void receiver_defaults(rs_receiver_params_t *p)
 {
     memset(p, 0, sizeof(*p));
     p->backend = "ucx";
@@ -124,6 +122,8 @@ static void exec_params(rs_receiver_h r, rs_exec_params_t *ep)
     ep->install_ctx = r;
 }
 
+RS__PARAMS_DEFINE(receiver, receiver_defaults, notice_ctx)
+
 /* How long the end of a pull keeps trying to drop its lease through a
  * directory outage (each try also waits up to the client's timeout). */
 #define UNLEASE_RETRY_S 15.0
@@ -143,10 +143,17 @@ static rs_status_t open_dir(rs_receiver_h r, rs_diag_t *diag,
     return rs_dir_open_params(r->directory, &dp, diag, dir_p);
 }
 
-rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
+rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
                                rs_capture_h capture, rs_diag_t *diag,
                                rs_receiver_h *receiver_p)
 {
+    rs_receiver_params_t given; /* the caller's fields over the defaults */
+    const rs_receiver_params_t *params = NULL;
+    if (params_in != NULL) {
+        if (rs__receiver_params_take(params_in, diag, &given) != RS_OK)
+            return RS_ERR_INVALID_ARG;
+        params = &given;
+    }
     if (params == NULL || capture == NULL || receiver_p == NULL ||
         params->directory == NULL || params->model == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: directory, "

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include "core/base64.h" /* receivers decode agent_meta_b64 */
 #include "core/vec.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"

@@ -1,89 +1,129 @@
-/* The table a publisher writes for a version: its shards grouped by tensor,
- * with addresses, the exposer's blob (base64, in agent_meta_b64) and, when
- * asked, an rsd64 digest per shard computed from the bytes being served. */
-#include <jansson.h>
+/* The table a publisher writes for a version: its shards grouped by tensor
+ * (tensors in the order they were first registered), with addresses, the
+ * exposer's blob (base64, in agent_meta_b64) and, when asked, an rsd64
+ * digest per shard computed from the bytes being served. Written by the
+ * library's one shard-table writer (rs_table_writer_*). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base64.h"
 #include "core/diag.h"
+#include "core/strmap.h"
 #include "refit/refit_impl.h"
 #include "reshard/digest.h"
 
-static json_t *dims(const int64_t *d, int n)
+typedef struct order_entry {
+    uint32_t group; /* position of the shard's tensor's first registration */
+    size_t index;
+} order_entry_t;
+
+static int by_group(const void *a, const void *b)
 {
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(a, json_integer((json_int_t)d[i]));
-    return a;
+    const order_entry_t *x = a, *y = b;
+    if (x->group != y->group)
+        return x->group < y->group ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static json_t *shard_json(rs_publisher_h p, const rs_pub_shard_t *s)
+/* The shards to publish (non-empty ones), grouped by tensor. */
+static rs_status_t shard_order(rs_publisher_h p, order_entry_t **order_p,
+                               size_t *n_p)
 {
-    json_t *o = json_object();
-    json_object_set_new(o, "agent_name", json_string(p->session));
-    json_object_set_new(o, "device_id", json_integer(0));
-    json_object_set_new(o, "addr", json_integer((json_int_t)(uintptr_t)s->ptr));
-    json_object_set_new(o, "shard_offset", dims(s->offset, s->ndim));
-    json_object_set_new(o, "shape", dims(s->shape, s->ndim));
-    if (p->params.digests) {
-        char text[RS_DIGEST_STR_LEN + 1];
-        rs_digest_format(rs_digest(s->ptr, (size_t)s->nbytes), text);
-        json_object_set_new(o, "digest", json_string(text));
+    rs_strmap_t first;
+    size_t n = 0;
+    int ok = 1;
+    order_entry_t *order = malloc((p->shards_len + 1) * sizeof(*order));
+
+    rs_strmap_init(&first);
+    for (size_t i = 0; ok && order != NULL && i < p->shards_len; i++) {
+        const rs_pub_shard_t *s = &p->shards[i];
+        uint32_t g;
+        if (s->nbytes == 0)
+            continue;
+        if (!rs_strmap_get(&first, s->tensor, &g)) {
+            g = (uint32_t)i;
+            ok = rs_strmap_put(&first, s->tensor, g);
+        }
+        order[n++] = (order_entry_t){g, i};
     }
-    return o;
+    rs_strmap_free(&first);
+    if (order == NULL || !ok) {
+        free(order);
+        return RS_ERR_NO_MEMORY;
+    }
+    qsort(order, n, sizeof(*order), by_group);
+    *order_p = order;
+    *n_p = n;
+    return RS_OK;
 }
 
-/* The tensor entry for s->tensor, created on first use (tensors keep the
- * order in which they were first registered). */
-static json_t *tensor_entry(json_t *tensors, json_t *index,
-                            const rs_pub_shard_t *s)
+static rs_status_t put_shard(rs_publisher_h p, rs_table_writer_h w,
+                             const rs_pub_shard_t *s, rs_diag_t *diag)
 {
-    json_t *t = json_object_get(index, s->tensor);
-    if (t != NULL)
-        return t;
-    t = json_object();
-    json_object_set_new(t, "name", json_string(s->tensor));
-    json_object_set_new(t, "dtype", json_string(rs_dtype_name(s->dtype)));
-    json_object_set_new(t, "elsize", json_integer((json_int_t)rs_dtype_size(s->dtype)));
-    json_object_set_new(t, "full_shape", dims(s->full_shape, s->ndim));
-    json_object_set_new(t, "shards", json_array());
-    json_array_append_new(tensors, t);
-    json_object_set(index, s->tensor, t);
-    return t;
+    char text[RS_DIGEST_STR_LEN + 1];
+    rs_shard_desc_t d = {s->tensor, s->dtype, rs_dtype_size(s->dtype),
+                         s->ndim, s->full_shape, p->session, 0,
+                         (uint64_t)(uintptr_t)s->ptr, s->offset, s->shape,
+                         NULL};
+    if (p->params.digests) {
+        rs_digest_format(rs_digest(s->ptr, (size_t)s->nbytes), text);
+        d.digest = text;
+    }
+    return rs_table_writer_add(w, &d, diag);
+}
+
+static rs_status_t write_table(rs_publisher_h p, FILE *out,
+                               const rs_table_info_t *info, rs_diag_t *diag)
+{
+    order_entry_t *order;
+    size_t n;
+    rs_table_writer_h w;
+    rs_status_t st = shard_order(p, &order, &n);
+
+    if (st != RS_OK)
+        return rs__diag_set(diag, st, "out of memory");
+    if ((st = rs_table_writer_open(out, info, diag, &w)) != RS_OK) {
+        free(order);
+        return st;
+    }
+    for (size_t i = 0; st == RS_OK && i < n; i++)
+        st = put_shard(p, w, &p->shards[order[i].index], diag);
+    free(order);
+    if (st != RS_OK) {
+        rs_table_writer_discard(w);
+        return st;
+    }
+    return rs_table_writer_close(w, diag);
 }
 
 rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,
                                 char **json_p, size_t *len_p, rs_diag_t *diag)
 {
     const void *blob;
-    size_t blob_len;
-    char *b64 = NULL;
+    size_t blob_len, len = 0;
+    char *b64 = NULL, *text = NULL;
+    rs_table_info_t info = {p->session, NULL, NULL, version};
     rs_status_t st = rs_exposer_blob(p->exposer, &blob, &blob_len);
     if (st == RS_OK)
         st = rs_base64_encode(blob, blob_len, &b64);
     if (st != RS_OK)
         return rs__diag_set(diag, st, "publisher: cannot encode the "
                             "transport blob");
-    json_t *root = json_object(), *tensors = json_array(), *index = json_object();
-    json_object_set_new(root, "schema", json_string("mx.reshard.shard_table.v1"));
-    json_object_set_new(root, "agent_name", json_string(p->session));
-    json_object_set_new(root, "agent_meta_b64", json_string(b64));
-    free(b64);
-    for (size_t i = 0; i < p->shards_len; i++) {
-        const rs_pub_shard_t *s = &p->shards[i];
-        if (s->nbytes == 0)
-            continue;
-        json_t *t = tensor_entry(tensors, index, s);
-        json_array_append_new(json_object_get(t, "shards"), shard_json(p, s));
-    }
-    json_object_set_new(root, "tensors", tensors);
-    json_object_set_new(root, "publisher_step", json_integer((json_int_t)version));
-    json_decref(index);
-    char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(root);
-    if (text == NULL)
+    info.agent_meta_b64 = b64;
+    FILE *out = open_memstream(&text, &len);
+    if (out == NULL) {
+        free(b64);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
+    st = write_table(p, out, &info, diag);
+    fclose(out);
+    free(b64);
+    if (st != RS_OK) {
+        free(text);
+        return st;
+    }
     *json_p = text;
-    *len_p = strlen(text);
+    *len_p = len;
     return RS_OK;
 }

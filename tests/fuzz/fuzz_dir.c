@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/base64.h"
 #include "reshard/digest.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "reshard/exec.h"
-#include "reshard/layout.h"
-#include "reshard/model.h"
+#include "reshard_layout/layout.h"
+#include "reshard_layout/model.h"
 #include "reshard/plan.h"
 #include "reshard/transport.h"
 #include "vllm_direct.h"

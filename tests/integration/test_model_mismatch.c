@@ -17,8 +17,9 @@
 #include <string.h>
 
 #include "mini_exec.h"
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 
 /* ---- hand-built captures ------------------------------------------------ */
 

@@ -20,8 +20,9 @@
 #include <unistd.h>
 
 #include "redis_fixture.h"
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 #include "vllm_direct.h"
 
 #define TRAIN "megatron:tp=2,dp=2"

@@ -33,8 +33,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 #include "vllm_direct.h"
 
 #define TRAIN "megatron:tp=2"

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "reshard/layout.h"
-#include "reshard/model.h"
+#include "reshard_layout/layout.h"
+#include "reshard_layout/model.h"
 
 #define VD_NAME_MAX 160
 

@@ -13,7 +13,7 @@ enum {
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
 
 /* `reshard plan ...`; argv[0] is "plan". Returns the exit code. */

@@ -12,8 +12,8 @@
 #include <time.h>
 
 #include "cli.h"
-#include "reshard/layout.h"
-#include "reshard/model.h"
+#include "reshard_layout/layout.h"
+#include "reshard_layout/model.h"
 
 typedef struct sim_args {
     const char *model, *train, *infer, *emit;

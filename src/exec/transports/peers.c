@@ -50,25 +50,36 @@ static void peer_clear(rs__peer_t *p)
     memset(p, 0, sizeof(*p));
 }
 
-static rs_status_t grow(rs__peers_t *peers, uint32_t session, rs_diag_t *diag)
+rs_status_t rs__session_table_grow(void **table, size_t *len, size_t elsize,
+                                   uint32_t session, const char *what,
+                                   rs_diag_t *diag)
 {
-    if (session < peers->len)
+    if (session < *len)
         return RS_OK;
     if (session >= RS_PEERS_MAX_SESSIONS)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "session %" PRIu32 " is out of range (max %u)",
                             session, RS_PEERS_MAX_SESSIONS - 1);
-    size_t len = (size_t)session + 1;
-    if (len < 2 * peers->len)
-        len = 2 * peers->len;
-    rs__peer_t *v = realloc(peers->v, len * sizeof(*v));
+    size_t n = (size_t)session + 1;
+    if (n < 2 * *len)
+        n = 2 * *len;
+    unsigned char *v = realloc(*table, n * elsize);
     if (v == NULL)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "session table of %zu",
-                            len);
-    memset(v + peers->len, 0, (len - peers->len) * sizeof(*v));
-    peers->v = v;
-    peers->len = len;
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "%s: %zu sessions", what,
+                            n);
+    memset(v + *len * elsize, 0, (n - *len) * elsize);
+    *table = v;
+    *len = n;
     return RS_OK;
+}
+
+static rs_status_t grow(rs__peers_t *peers, uint32_t session, rs_diag_t *diag)
+{
+    void *v = peers->v;
+    rs_status_t st = rs__session_table_grow(&v, &peers->len, sizeof(*peers->v),
+                                            session, "session table", diag);
+    peers->v = v;
+    return st;
 }
 
 static rs_status_t copy_peer(const rs_peer_t *peer, uint32_t session,

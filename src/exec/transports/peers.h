@@ -31,6 +31,14 @@ enum {
     RS_PEER_NEED_PID = 2,   /* pid > 0 */
 };
 
+/* Grows a zero-filled table of per-session entries (`elsize` bytes each,
+ * *len of them) so that `session` indexes it, at least doubling; sessions
+ * at or past RS_PEERS_MAX_SESSIONS are RS_ERR_INVALID_ARG. On failure the
+ * table is as it was. `what` names the table in messages. */
+rs_status_t rs__session_table_grow(void **table, size_t *len, size_t elsize,
+                                   uint32_t session, const char *what,
+                                   rs_diag_t *diag);
+
 /* Copies, sorts and validates the peer into slot `session` (replacing any
  * previous peer). RS_ERR_INVALID_ARG names what is wrong. */
 rs_status_t rs__peers_connect(rs__peers_t *peers, uint32_t session,

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reshard/expose.h"
+#include "core/base64.h"
 
 static uint64_t rng_state;
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "ref_float.h"
-#include "reshard/convert.h"
+#include "core/convert.h"
 
 static const rs_dtype_t floats[] = {RS_DTYPE_F32,    RS_DTYPE_F64,
                                     RS_DTYPE_BF16,   RS_DTYPE_F16,

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "exec/transports/blob.h"
-#include "exec/transports/ucx_impl.h"
+#include "exec/transports/ucx/ucx_impl.h"
 #include "reshard/expose.h"
 
 static const tfx_backend_t packed_backends[] = {

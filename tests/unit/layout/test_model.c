@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "reshard/model.h"
+#include "reshard_layout/model.h"
 
 static char *model_path(const char *file)
 {

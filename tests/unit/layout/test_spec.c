@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 
 /* Dense qwen2: 4 heads, 2 kv heads, intermediate 128, 5 layers. */
 static const char dense_cfg[] =

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "gt_tensor.h"
-#include "reshard/layout.h"
-#include "reshard/model.h"
+#include "reshard_layout/layout.h"
+#include "reshard_layout/model.h"
 #include "vllm_direct.h"
 
 #define SENTINEL 0xA5

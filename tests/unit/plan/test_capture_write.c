@@ -15,7 +15,7 @@
 
 #include "plan/capture_impl.h"
 #include "reshard/capture.h"
-#include "reshard/layout.h"
+#include "reshard_layout/layout.h"
 
 static uint64_t rng_state;
 

@@ -10,7 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
+#include "exec/backend.h"
 #include "exec/transports/local_work.h"
 
 #define MT_MAX_THREADS 256
@@ -230,27 +232,13 @@ static rs_status_t plan_tasks(mt_state_t *s, rs_diag_t *diag)
     return RS_OK;
 }
 
-static struct timespec deadline_after(double timeout_s)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double whole = (double)(time_t)timeout_s;
-    ts.tv_sec += (time_t)timeout_s;
-    ts.tv_nsec += (long)((timeout_s - whole) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Wakes the pool and waits for it; on timeout cancels the remaining tasks
  * and drains the ones in flight (settle then finds what is left). */
 static void run_pool(mt_state_t *s, double timeout_s)
 {
     if (timeout_s > 1e9)
         timeout_s = 0; /* decades: the same as no limit, and no overflow */
-    struct timespec until = deadline_after(timeout_s > 0 ? timeout_s : 0);
+    struct timespec until = rs__mono_after(timeout_s > 0 ? timeout_s : 0);
     int in_time = 1;
     pthread_mutex_lock(&s->mu);
     s->active = s->nthreads;
@@ -317,3 +305,7 @@ const rs_transport_ops_t rs__transport_local_mt = {
     .wait = mt_wait,
     .cancel = mt_cancel,
 };
+
+/* The backend's one table: this transport (it exposes nothing). */
+const rs__backend_t rs__backend_local_mt = {
+    "local-mt", &rs__transport_local_mt, NULL};

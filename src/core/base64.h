@@ -1,7 +1,7 @@
 /* Base64 (RFC 4648, with padding), used to carry transport blobs in shard
  * tables' agent_meta_b64. */
-#ifndef RESHARD_BASE64_H
-#define RESHARD_BASE64_H
+#ifndef RS_CORE_BASE64_H
+#define RS_CORE_BASE64_H
 
 #include <stddef.h>
 #include "reshard/status.h"
@@ -12,9 +12,9 @@ extern "C" {
 
 /* Base64 (RFC 4648, with padding) for carrying blobs in shard tables'
  * agent_meta_b64. Output is NUL-terminated; the caller frees it. */
-RS_API rs_status_t rs_base64_encode(const void *data, size_t len,
+rs_status_t rs_base64_encode(const void *data, size_t len,
                                     char **text_p);
-RS_API rs_status_t rs_base64_decode(const char *text, void **data_p,
+rs_status_t rs_base64_decode(const char *text, void **data_p,
                                     size_t *len_p);
 
 #ifdef __cplusplus

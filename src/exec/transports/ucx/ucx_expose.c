@@ -11,9 +11,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "exec/expose_impl.h"
-#include "exec/transports/ucx_ctx.h"
+#include "exec/transports/ucx/ucx_ctx.h"
 
 /* The thread spins while events keep coming and for SPIN_IDLE_S after the
  * last one, then sleeps on the worker's event fd. A reply stalled on a
@@ -157,17 +158,10 @@ static void sleep_for_events(ucx_exposer_t *e, int ms)
         ;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void *progress_main(void *arg)
 {
     ucx_exposer_t *e = arg;
-    double last = now_s(); /* of the last event seen */
+    double last = rs__now_s(); /* of the last event seen */
     unsigned idle = 0;
     int active = 0;
     /* A receiver that goes away (it finished, died or lost its link) is
@@ -187,7 +181,7 @@ static void *progress_main(void *arg)
         if (idle < 64) /* read the clock only now and then */
             continue;
         idle = 0;
-        double now = now_s();
+        double now = rs__now_s();
         if (active) {
             last = now;
             active = 0;

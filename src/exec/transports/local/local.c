@@ -6,7 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
+#include "exec/backend.h"
 #include "exec/transports/local_work.h"
 
 typedef struct local_state {
@@ -17,13 +19,6 @@ typedef struct local_state {
 /* Checking the clock costs little next to a megabyte of copying. */
 #define LOCAL_CLOCK_EVERY_BYTES (1u << 20)
 #define LOCAL_CLOCK_EVERY_COPIES 64
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static rs_status_t local_open(rs_transport_h t, rs_diag_t *diag)
 {
@@ -91,13 +86,13 @@ static rs_status_t local_wait(rs_transport_h t, double timeout_s,
 {
     local_state_t *s = t->priv;
     const rs__worklist_t *w = &s->work;
-    double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
+    double deadline = timeout_s > 0 ? rs__now_s() + timeout_s : 0;
     uint64_t since_clock = 0;
     for (size_t i = 0; i < w->copies_len; i++) {
         const rs__copy_t *c = &w->copies[i];
         if (deadline > 0 && (since_clock >= LOCAL_CLOCK_EVERY_BYTES ||
                              i % LOCAL_CLOCK_EVERY_COPIES == 0)) {
-            if (now_s() > deadline)
+            if (rs__now_s() > deadline)
                 return local_timed_out(t, i, timeout_s, diag);
             since_clock = 0;
         }
@@ -124,3 +119,7 @@ const rs_transport_ops_t rs__transport_local = {
     .wait = local_wait,
     .cancel = local_cancel,
 };
+
+/* The backend's one table: this transport (it exposes nothing). */
+const rs__backend_t rs__backend_local = {
+    "local", &rs__transport_local, NULL};

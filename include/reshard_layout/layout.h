@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "reshard/capture.h"
-#include "reshard/model.h"
+#include "reshard_layout/model.h"
 #include "reshard/sources.h"
 #include "reshard/status.h"
 

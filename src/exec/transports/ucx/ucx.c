@@ -12,22 +12,17 @@
 
 #include <ucs/config/global_opts.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
+#include "exec/backend.h"
 #include "exec/transports/blob.h"
-#include "exec/transports/ucx_impl.h"
+#include "exec/transports/ucx/ucx_impl.h"
 
 /* A flushed close gets this long before the endpoint is abandoned to the
  * worker's own cleanup. */
 #define CLOSE_WAIT_S 2.0
 /* address, size, remote address, rkey length */
 #define REGION_MIN_BYTES 28u
-
-double rs__ucx_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static rs_status_t ucx_open(rs_transport_h t, rs_diag_t *diag)
 {
@@ -192,9 +187,9 @@ static void sess_down(ucx_state_t *s, ucx_sess_t *x, int force)
     destroy_rkeys(x);
     if (req == NULL || UCS_PTR_IS_ERR(req))
         return;
-    double end = rs__ucx_now() + CLOSE_WAIT_S;
+    double end = rs__now_s() + CLOSE_WAIT_S;
     while (ucp_request_check_status(req) == UCS_INPROGRESS &&
-           rs__ucx_now() < end)
+           rs__now_s() < end)
         ucp_worker_progress(s->u.worker);
     ucp_request_free(req);
 }
@@ -334,24 +329,12 @@ static rs_status_t decode(uint32_t session, const rs_peer_t *peer,
 
 static rs_status_t slot(ucx_state_t *s, uint32_t session, rs_diag_t *diag)
 {
-    if (session < s->nsess)
-        return RS_OK;
-    if (session >= RS_PEERS_MAX_SESSIONS)
-        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
-                            "session %" PRIu32 " is out of range (max %u)",
-                            session, RS_PEERS_MAX_SESSIONS - 1);
-    size_t len = (size_t)session + 1;
-    if (len < 2 * s->nsess)
-        len = 2 * s->nsess;
+    void *v = s->sess;
     // NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers
-    ucx_sess_t **v = realloc(s->sess, len * sizeof(*v));
-    if (v == NULL)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "ucx sessions: %zu", len);
-    // NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers
-    memset(v + s->nsess, 0, (len - s->nsess) * sizeof(*v));
+    rs_status_t st = rs__session_table_grow(&v, &s->nsess, sizeof(*s->sess),
+                                            session, "ucx sessions", diag);
     s->sess = v;
-    s->nsess = len;
-    return RS_OK;
+    return st;
 }
 
 /* Region table entries of the decoded session (sorted like raw). */
@@ -530,3 +513,7 @@ const rs_transport_ops_t rs__transport_ucx = {
     .wait = rs__ucx_wait,
     .cancel = ucx_cancel,
 };
+
+/* The backend's one table: this transport and its exposer. */
+const rs__backend_t rs__backend_ucx = {
+    "ucx", &rs__transport_ucx, &rs__exposer_ucx};

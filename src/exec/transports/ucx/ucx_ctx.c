@@ -9,7 +9,7 @@
 #include <ucs/debug/log_def.h>
 
 #include "core/diag.h"
-#include "exec/transports/ucx_ctx.h"
+#include "exec/transports/ucx/ucx_ctx.h"
 
 static rs_status_t init_context(rs__ucx_t *u, int wakeup, const char *who,
                                 rs_diag_t *diag)

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "exec/transports/ucx_impl.h"
+#include "exec/transports/ucx/ucx_impl.h"
 
 /* Draining waits while the worker still makes progress, giving up after
  * this long without any event or this long in all. */
@@ -142,9 +142,9 @@ static int gets_pending(const ucx_state_t *s)
  * `max_s` have passed. */
 static void await_gets(ucx_state_t *s, double idle_s, double max_s)
 {
-    double start = rs__ucx_now(), last = start;
+    double start = rs__now_s(), last = start;
     while (gets_pending(s)) {
-        double now = rs__ucx_now();
+        double now = rs__now_s();
         if (now - last > idle_s || now - start > max_s)
             return;
         if (ucp_worker_progress(s->u.worker) != 0)
@@ -232,7 +232,7 @@ static rs_status_t wait_quietly(rs_transport_h t, double timeout_s,
 {
     ucx_state_t *s = t->priv;
     wait_ctx_t w = {s, {RS_OK, ""}, 0};
-    double deadline = timeout_s > 0 ? rs__ucx_now() + timeout_s : 0;
+    double deadline = timeout_s > 0 ? rs__now_s() + timeout_s : 0;
     ucp_request_param_t gp;
     memset(&gp, 0, sizeof(gp));
     /* Saves a memory-type lookup per get: destinations are host memory. */
@@ -255,7 +255,7 @@ static rs_status_t wait_quietly(rs_transport_h t, double timeout_s,
         if (ucp_worker_progress(s->u.worker) == 0 && ++idle % 16 == 0)
             sched_yield();
         pending = poll_groups(&w);
-        if (pending > 0 && deadline > 0 && rs__ucx_now() > deadline)
+        if (pending > 0 && deadline > 0 && rs__now_s() > deadline)
             break;
     }
     return finish(t, &w, pending, timeout_s, mark, diag);

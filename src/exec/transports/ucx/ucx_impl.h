@@ -6,8 +6,9 @@
 #define RS_EXEC_TRANSPORTS_UCX_IMPL_H
 
 #include "core/vec.h"
+#include "core/clock.h"
 #include "exec/transports/peers.h"
-#include "exec/transports/ucx_ctx.h"
+#include "exec/transports/ucx/ucx_ctx.h"
 
 /* One published region of a session, in the session table's sorted order. */
 typedef struct ucx_rinfo {
@@ -63,9 +64,6 @@ typedef struct ucx_state {
      * settled. */
     ucs_status_t fail_after_issue;
 } ucx_state_t;
-
-/* Seconds on CLOCK_MONOTONIC. */
-double rs__ucx_now(void);
 
 /* Creates the endpoint and unpacks every rkey; RS_ERR_TRANSPORT names the
  * session (`name` is for messages). No-op when already up. */

@@ -11,7 +11,9 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
+#include "exec/backend.h"
 #include "exec/transports/blob.h"
 #include "exec/transports/local_work.h"
 
@@ -41,13 +43,6 @@ typedef struct cma_cursor {
     size_t item;
     uint64_t done;
 } cma_cursor_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static rs_status_t cma_open(rs_transport_h t, rs_diag_t *diag)
 {
@@ -284,10 +279,10 @@ static rs_status_t cma_wait(rs_transport_h t, double timeout_s,
                             rs_diag_t *diag)
 {
     cma_state_t *s = t->priv;
-    double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
+    double deadline = timeout_s > 0 ? rs__now_s() + timeout_s : 0;
     cma_cursor_t c = {0, 0};
     while (c.item < s->items_len) {
-        if (deadline > 0 && now_s() > deadline)
+        if (deadline > 0 && rs__now_s() > deadline)
             return timed_out(t, c, timeout_s, diag);
         int k = fill_iovs(s, c);
         int64_t pid = s->peers.v[s->groups[s->items[c.item].group].session].pid;
@@ -315,3 +310,7 @@ const rs_transport_ops_t rs__transport_cma = {
     .wait = cma_wait,
     .cancel = cma_cancel,
 };
+
+/* The backend's one table: this transport and its exposer. */
+const rs__backend_t rs__backend_cma = {
+    "cma", &rs__transport_cma, &rs__exposer_cma};

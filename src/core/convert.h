@@ -3,8 +3,8 @@
  * zeros and subnormals exact, e4m3fn saturates on overflow (it has no
  * infinities), and strided conversion for casting staging into a
  * destination region. */
-#ifndef RESHARD_CONVERT_H
-#define RESHARD_CONVERT_H
+#ifndef RS_CORE_CONVERT_H
+#define RS_CORE_CONVERT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -16,18 +16,18 @@ extern "C" {
 #endif
 
 /* 1 when rs_convert can turn `from` into `to` (equal dtypes always can). */
-RS_API int rs_convert_supported(rs_dtype_t from, rs_dtype_t to);
+int rs_convert_supported(rs_dtype_t from, rs_dtype_t to);
 
 /* Converts n contiguous elements. RS_ERR_UNSUPPORTED for a pair that
  * rs_convert_supported refuses. Buffers must not overlap. */
-RS_API rs_status_t rs_convert(rs_dtype_t to, void *dst, rs_dtype_t from,
+rs_status_t rs_convert(rs_dtype_t to, void *dst, rs_dtype_t from,
                               const void *src, size_t n);
 
 /* Strided copy with conversion: walks `shape` (ndim dims), reading from
  * src + sum(i*src_stride) and writing dst + sum(i*dst_stride), strides in
  * elements of each side's dtype. Contiguous inner dims are coalesced so
  * common layouts run as long contiguous loops. */
-RS_API rs_status_t rs_convert_strided(rs_dtype_t to, void *dst,
+rs_status_t rs_convert_strided(rs_dtype_t to, void *dst,
                                       const int64_t *dst_stride,
                                       rs_dtype_t from, const void *src,
                                       const int64_t *src_stride, int ndim,
