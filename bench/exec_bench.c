@@ -99,8 +99,8 @@ typedef struct cast_ctx {
 static void run_cast(void *ctx)
 {
     cast_ctx_t *c = ctx;
-    if (rs_convert(c->to, c->dst, c->from, c->src, c->n) != RS_OK) {
-        fprintf(stderr, "exec_bench: rs_convert failed\n");
+    if (rs__convert(c->to, c->dst, c->from, c->src, c->n) != RS_OK) {
+        fprintf(stderr, "exec_bench: rs__convert failed\n");
         exit(1);
     }
 }
@@ -339,7 +339,7 @@ typedef struct replay_ctx {
 static void run_replay(void *ctx)
 {
     replay_ctx_t *c = ctx;
-    if (rs_convert_strided(RS_DTYPE_BF16, c->dst, c->ds, RS_DTYPE_BF16,
+    if (rs__convert_strided(RS_DTYPE_BF16, c->dst, c->ds, RS_DTYPE_BF16,
                            c->src, c->ss, c->ndim, c->shape) != RS_OK) {
         fprintf(stderr, "exec_bench: rs_convert_strided failed\n");
         exit(1);

@@ -14,14 +14,14 @@ struct rs_arena_chunk {
 #define ARENA_MIN_CHUNK ((size_t)4096)
 #define ARENA_MAX_CHUNK ((size_t)1 << 22)
 
-void rs_arena_init(rs_arena_t *arena)
+void rs__arena_init(rs_arena_t *arena)
 {
     arena->head = NULL;
     arena->used = 0;
     arena->cap = 0;
 }
 
-void rs_arena_free(rs_arena_t *arena)
+void rs__arena_free(rs_arena_t *arena)
 {
     rs_arena_chunk_t *c = arena->head;
     while (c != NULL) {
@@ -29,7 +29,7 @@ void rs_arena_free(rs_arena_t *arena)
         free(c);
         c = next;
     }
-    rs_arena_init(arena);
+    rs__arena_init(arena);
 }
 
 static int arena_grow(rs_arena_t *arena, size_t need)
@@ -54,7 +54,7 @@ static int arena_grow(rs_arena_t *arena, size_t need)
     return 1;
 }
 
-void *rs_arena_alloc(rs_arena_t *arena, size_t size)
+void *rs__arena_alloc(rs_arena_t *arena, size_t size)
 {
     if (size > SIZE_MAX - 15)
         return NULL;
@@ -71,15 +71,15 @@ void *rs_arena_alloc(rs_arena_t *arena, size_t size)
     return p;
 }
 
-void *rs_arena_memdup(rs_arena_t *arena, const void *src, size_t size)
+void *rs__arena_memdup(rs_arena_t *arena, const void *src, size_t size)
 {
-    void *p = rs_arena_alloc(arena, size);
+    void *p = rs__arena_alloc(arena, size);
     if (p != NULL && size > 0)
         memcpy(p, src, size);
     return p;
 }
 
-char *rs_arena_strdup(rs_arena_t *arena, const char *s)
+char *rs__arena_strdup(rs_arena_t *arena, const char *s)
 {
-    return rs_arena_memdup(arena, s, strlen(s) + 1);
+    return rs__arena_memdup(arena, s, strlen(s) + 1);
 }

@@ -13,11 +13,11 @@ typedef struct rs_arena {
     size_t cap;   /* capacity of head */
 } rs_arena_t;
 
-void rs_arena_init(rs_arena_t *arena);
-void rs_arena_free(rs_arena_t *arena);
+void rs__arena_init(rs_arena_t *arena);
+void rs__arena_free(rs_arena_t *arena);
 /* 16-byte aligned, zeroed memory; NULL on exhaustion or overflow. */
-void *rs_arena_alloc(rs_arena_t *arena, size_t size);
-void *rs_arena_memdup(rs_arena_t *arena, const void *src, size_t size);
-char *rs_arena_strdup(rs_arena_t *arena, const char *s);
+void *rs__arena_alloc(rs_arena_t *arena, size_t size);
+void *rs__arena_memdup(rs_arena_t *arena, const void *src, size_t size);
+char *rs__arena_strdup(rs_arena_t *arena, const char *s);
 
 #endif

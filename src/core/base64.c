@@ -11,7 +11,7 @@
 static const char alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-rs_status_t rs_base64_encode(const void *data, size_t len, char **text_p)
+rs_status_t rs__base64_encode(const void *data, size_t len, char **text_p)
 {
     if ((data == NULL && len > 0) || text_p == NULL)
         return RS_ERR_INVALID_ARG;
@@ -81,7 +81,7 @@ static int decode_group(const char *g, int last, uint8_t *out)
     return 3 - pad;
 }
 
-rs_status_t rs_base64_decode(const char *text, void **data_p, size_t *len_p)
+rs_status_t rs__base64_decode(const char *text, void **data_p, size_t *len_p)
 {
     if (text == NULL || data_p == NULL || len_p == NULL)
         return RS_ERR_INVALID_ARG;

@@ -12,9 +12,9 @@ extern "C" {
 
 /* Base64 (RFC 4648, with padding) for carrying blobs in shard tables'
  * agent_meta_b64. Output is NUL-terminated; the caller frees it. */
-rs_status_t rs_base64_encode(const void *data, size_t len,
+rs_status_t rs__base64_encode(const void *data, size_t len,
                                     char **text_p);
-rs_status_t rs_base64_decode(const char *text, void **data_p,
+rs_status_t rs__base64_decode(const char *text, void **data_p,
                                     size_t *len_p);
 
 #ifdef __cplusplus

@@ -230,13 +230,13 @@ int rs__convert_kernel(rs_dtype_t to, rs_dtype_t from, rs__cv_kernel_t *k_p)
     return 1;
 }
 
-int rs_convert_supported(rs_dtype_t from, rs_dtype_t to)
+int rs__convert_supported(rs_dtype_t from, rs_dtype_t to)
 {
     rs__cv_kernel_t k;
     return rs__convert_kernel(to, from, &k);
 }
 
-rs_status_t rs_convert(rs_dtype_t to, void *dst, rs_dtype_t from,
+rs_status_t rs__convert(rs_dtype_t to, void *dst, rs_dtype_t from,
                        const void *src, size_t n)
 {
     rs__cv_kernel_t k;

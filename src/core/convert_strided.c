@@ -44,11 +44,11 @@ static int extent_ok(const int64_t *shape, const int64_t *stride, int ndim,
     for (int i = 0; i < ndim; i++) {
         if (stride[i] < 0)
             return 0;
-        if (!rs_mul_i64(shape[i] - 1, stride[i], &term) ||
-            !rs_add_i64(total, term, &total))
+        if (!rs__mul_i64(shape[i] - 1, stride[i], &term) ||
+            !rs__add_i64(total, term, &total))
             return 0;
     }
-    return rs_mul_i64(total, (int64_t)elsize, &total) && total < PTRDIFF_MAX;
+    return rs__mul_i64(total, (int64_t)elsize, &total) && total < PTRDIFF_MAX;
 }
 
 /* Drops unit dims and merges an outer dim into the next inner one when
@@ -61,8 +61,8 @@ static void coalesce(cv_geom_t *g, const int64_t *shape, const int64_t *ds,
         if (shape[i] == 1)
             continue;
         int64_t dchain, schain;
-        if (n > 0 && rs_mul_i64(ds[i], shape[i], &dchain) &&
-            rs_mul_i64(ss[i], shape[i], &schain) && dchain == g->ds[n - 1] &&
+        if (n > 0 && rs__mul_i64(ds[i], shape[i], &dchain) &&
+            rs__mul_i64(ss[i], shape[i], &schain) && dchain == g->ds[n - 1] &&
             schain == g->ss[n - 1]) {
             g->shape[n - 1] *= shape[i];
             g->ds[n - 1] = ds[i];
@@ -260,7 +260,7 @@ static void walk(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
     }
 }
 
-rs_status_t rs_convert_strided(rs_dtype_t to, void *dst,
+rs_status_t rs__convert_strided(rs_dtype_t to, void *dst,
                                const int64_t *dst_stride, rs_dtype_t from,
                                const void *src, const int64_t *src_stride,
                                int ndim, const int64_t *shape)

@@ -12,7 +12,7 @@
 #include "core/env.h"
 #include "core/json.h"
 
-rs_status_t rs_json_max_bytes(rs_diag_t *diag, size_t *max_p)
+rs_status_t rs__json_max_bytes(rs_diag_t *diag, size_t *max_p)
 {
     uint64_t v;
     rs_status_t st = rs__env_count("RESHARD_JSON_MAX_BYTES", RS_JSON_MAX_BYTES,
@@ -22,7 +22,7 @@ rs_status_t rs_json_max_bytes(rs_diag_t *diag, size_t *max_p)
     return st;
 }
 
-void rs_json_ctx_init(rs_json_ctx_t *c, const char *origin, rs_diag_t *diag)
+void rs__json_ctx_init(rs_json_ctx_t *c, const char *origin, rs_diag_t *diag)
 {
     c->origin = origin != NULL ? origin : "<json>";
     c->diag = diag != NULL ? diag : &c->own_diag;
@@ -83,7 +83,7 @@ static size_t path_put(rs_json_ctx_t *c, const char *text, size_t n)
     return path_append(c, "%.*s", (int)n, text);
 }
 
-size_t rs_json_push_key(rs_json_ctx_t *c, const char *key)
+size_t rs__json_push_key(rs_json_ctx_t *c, const char *key)
 {
     char quoted[RS_JSON_PATH_MAX];
     size_t q = 0;
@@ -107,7 +107,7 @@ size_t rs_json_push_key(rs_json_ctx_t *c, const char *key)
     return path_append(c, "[\"%s\"]", quoted);
 }
 
-size_t rs_json_push_index(rs_json_ctx_t *c, size_t index)
+size_t rs__json_push_index(rs_json_ctx_t *c, size_t index)
 {
     char text[32], *p = text + sizeof(text);
     *--p = ']';
@@ -119,18 +119,18 @@ size_t rs_json_push_index(rs_json_ctx_t *c, size_t index)
     return path_put(c, p, (size_t)(text + sizeof(text) - p));
 }
 
-void rs_json_pop(rs_json_ctx_t *c, size_t mark)
+void rs__json_pop(rs_json_ctx_t *c, size_t mark)
 {
     c->len = mark;
     c->path[mark] = '\0';
 }
 
-const char *rs_json_path(const rs_json_ctx_t *c)
+const char *rs__json_path(const rs_json_ctx_t *c)
 {
     return c->len > 0 ? c->path : "(root)";
 }
 
-rs_status_t (rs_json_fail)(rs_json_ctx_t *c, const char *fmt, ...)
+rs_status_t (rs__json_fail)(rs_json_ctx_t *c, const char *fmt, ...)
 {
     char msg[RS_DIAG_MSG_MAX];
     va_list ap;
@@ -139,12 +139,12 @@ rs_status_t (rs_json_fail)(rs_json_ctx_t *c, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     return rs__diag_set(c->diag, RS_ERR_INPUT, "%s: %s: %s", c->origin,
-                        rs_json_path(c), msg);
+                        rs__json_path(c), msg);
 }
 
-rs_status_t rs_json_prefix(rs_json_ctx_t *c)
+rs_status_t rs__json_prefix(rs_json_ctx_t *c)
 {
-    return rs__diag_prefix(c->diag, "%s: %s: ", c->origin, rs_json_path(c));
+    return rs__diag_prefix(c->diag, "%s: %s: ", c->origin, rs__json_path(c));
 }
 
 static const char *type_desc(json_type t)
@@ -162,7 +162,7 @@ static const char *type_desc(json_type t)
     return "an unknown value";
 }
 
-const char *rs_json_type_name(const json_t *v)
+const char *rs__json_type_name(const json_t *v)
 {
     return v == NULL ? "nothing" : type_desc(json_typeof(v));
 }
@@ -212,7 +212,7 @@ static rs_status_t read_all(FILE *f, const char *path, size_t limit,
     return RS_OK;
 }
 
-rs_status_t rs_json_read_file(const char *path, size_t limit, rs_diag_t *diag,
+rs_status_t rs__json_read_file(const char *path, size_t limit, rs_diag_t *diag,
                               char **data_p, size_t *len_p)
 {
     struct stat st;
@@ -222,7 +222,7 @@ rs_status_t rs_json_read_file(const char *path, size_t limit, rs_diag_t *diag,
     if (path == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL file path");
     if (limit == RS_JSON_LIMIT_CONFIGURED &&
-        (status = rs_json_max_bytes(diag, &limit)) != RS_OK)
+        (status = rs__json_max_bytes(diag, &limit)) != RS_OK)
         return status;
     FILE *f = fopen(path, "rb");
     if (f == NULL)
@@ -243,7 +243,7 @@ rs_status_t rs_json_read_file(const char *path, size_t limit, rs_diag_t *diag,
     return status;
 }
 
-rs_status_t rs_json_parse(rs_json_ctx_t *c, const char *data, size_t len,
+rs_status_t rs__json_parse(rs_json_ctx_t *c, const char *data, size_t len,
                           size_t limit, json_t **root_p)
 {
     json_error_t err;
@@ -251,7 +251,7 @@ rs_status_t rs_json_parse(rs_json_ctx_t *c, const char *data, size_t len,
     rs_status_t st;
 
     if (limit == RS_JSON_LIMIT_CONFIGURED &&
-        (st = rs_json_max_bytes(c->diag, &limit)) != RS_OK)
+        (st = rs__json_max_bytes(c->diag, &limit)) != RS_OK)
         return st;
     if (data == NULL && len > 0)
         return rs__diag_set(c->diag, RS_ERR_INVALID_ARG, "%s: NULL JSON text",
@@ -274,56 +274,56 @@ rs_status_t rs_json_parse(rs_json_ctx_t *c, const char *data, size_t len,
     return RS_OK;
 }
 
-rs_status_t rs_json_expect(rs_json_ctx_t *c, const json_t *v, json_type type)
+rs_status_t rs__json_expect(rs_json_ctx_t *c, const json_t *v, json_type type)
 {
     if (v != NULL && json_typeof(v) == type)
         return RS_OK;
-    return rs_json_fail(c, "expected %s, got %s", type_desc(type),
-                        rs_json_type_name(v));
+    return rs__json_fail(c, "expected %s, got %s", type_desc(type),
+                        rs__json_type_name(v));
 }
 
-rs_status_t rs_json_as_int(rs_json_ctx_t *c, const json_t *v, int64_t min,
+rs_status_t rs__json_as_int(rs_json_ctx_t *c, const json_t *v, int64_t min,
                            int64_t *out_p)
 {
     if (v == NULL || !json_is_integer(v))
-        return rs_json_fail(c, "expected %s, got %s",
+        return rs__json_fail(c, "expected %s, got %s",
                             min == 0 ? "a non-negative integer" : "an integer",
-                            rs_json_type_name(v));
+                            rs__json_type_name(v));
     int64_t x = (int64_t)json_integer_value(v);
     if (x < min) {
         if (min == 0)
-            return rs_json_fail(c, "expected a non-negative integer, got %lld",
+            return rs__json_fail(c, "expected a non-negative integer, got %lld",
                                 (long long)x);
-        return rs_json_fail(c, "must be at least %lld, got %lld",
+        return rs__json_fail(c, "must be at least %lld, got %lld",
                             (long long)min, (long long)x);
     }
     *out_p = x;
     return RS_OK;
 }
 
-rs_status_t rs_json_as_string(rs_json_ctx_t *c, const json_t *v,
+rs_status_t rs__json_as_string(rs_json_ctx_t *c, const json_t *v,
                               const char **out_p)
 {
-    rs_status_t st = rs_json_expect(c, v, JSON_STRING);
+    rs_status_t st = rs__json_expect(c, v, JSON_STRING);
     if (st == RS_OK)
         *out_p = json_string_value(v);
     return st;
 }
 
-rs_status_t rs_json_as_ints(rs_json_ctx_t *c, const json_t *v, int64_t min,
+rs_status_t rs__json_as_ints(rs_json_ctx_t *c, const json_t *v, int64_t min,
                             size_t max, int64_t *out, size_t *n_p)
 {
-    rs_status_t st = rs_json_expect(c, v, JSON_ARRAY);
+    rs_status_t st = rs__json_expect(c, v, JSON_ARRAY);
     if (st != RS_OK)
         return st;
     size_t n = json_array_size(v);
     if (n > max)
-        return rs_json_fail(c, "has %zu elements, more than the limit of %zu",
+        return rs__json_fail(c, "has %zu elements, more than the limit of %zu",
                             n, max);
     for (size_t i = 0; i < n; i++) {
-        size_t mark = rs_json_push_index(c, i);
-        st = rs_json_as_int(c, json_array_get(v, i), min, &out[i]);
-        rs_json_pop(c, mark);
+        size_t mark = rs__json_push_index(c, i);
+        st = rs__json_as_int(c, json_array_get(v, i), min, &out[i]);
+        rs__json_pop(c, mark);
         if (st != RS_OK)
             return st;
     }
@@ -331,95 +331,95 @@ rs_status_t rs_json_as_ints(rs_json_ctx_t *c, const json_t *v, int64_t min,
     return RS_OK;
 }
 
-rs_status_t rs_json_check_numel(rs_json_ctx_t *c, const int64_t *dims, int n,
+rs_status_t rs__json_check_numel(rs_json_ctx_t *c, const int64_t *dims, int n,
                                 size_t elsize)
 {
     int64_t numel, bytes;
     char text[RS_JSON_PATH_MAX];
     size_t used = 0;
 
-    if (rs_numel(dims, n, &numel) && rs_mul_i64(numel, (int64_t)elsize, &bytes))
+    if (rs__numel(dims, n, &numel) && rs__mul_i64(numel, (int64_t)elsize, &bytes))
         return RS_OK;
     text[0] = '\0';
     for (int i = 0; i < n && used + 24 < sizeof(text); i++)
         used += (size_t)snprintf(text + used, sizeof(text) - used, "%s%lld",
                                  i ? ", " : "", (long long)dims[i]);
     if (elsize > 1)
-        return rs_json_fail(c, "shape [%s] overflows: its size in bytes (%zu "
+        return rs__json_fail(c, "shape [%s] overflows: its size in bytes (%zu "
                             "per element) exceeds 2^63-1", text, elsize);
-    return rs_json_fail(c, "shape [%s] overflows: its element count exceeds "
+    return rs__json_fail(c, "shape [%s] overflows: its element count exceeds "
                         "2^63-1", text);
 }
 
-rs_status_t rs_json_field(rs_json_ctx_t *c, const json_t *obj, const char *key,
+rs_status_t rs__json_field(rs_json_ctx_t *c, const json_t *obj, const char *key,
                           int required, json_type type, json_t **v_p)
 {
     json_t *v = json_object_get(obj, key);
     rs_status_t st = RS_OK;
-    size_t mark = rs_json_push_key(c, key);
+    size_t mark = rs__json_push_key(c, key);
 
     if (v == NULL || json_is_null(v)) {
         if (required)
-            st = rs_json_fail(c, v == NULL ? "required key is missing"
+            st = rs__json_fail(c, v == NULL ? "required key is missing"
                                            : "required key is null");
-    } else if ((st = rs_json_expect(c, v, type)) == RS_OK) {
+    } else if ((st = rs__json_expect(c, v, type)) == RS_OK) {
         *v_p = v;
     }
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 
-rs_status_t rs_json_field_int(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_int(rs_json_ctx_t *c, const json_t *obj,
                               const char *key, int required, int64_t min,
                               int64_t *out_p)
 {
     json_t *v = json_object_get(obj, key);
     rs_status_t st = RS_OK;
-    size_t mark = rs_json_push_key(c, key);
+    size_t mark = rs__json_push_key(c, key);
 
     if (v == NULL || json_is_null(v)) {
         if (required)
-            st = rs_json_fail(c, v == NULL ? "required key is missing"
+            st = rs__json_fail(c, v == NULL ? "required key is missing"
                                            : "required key is null");
     } else {
-        st = rs_json_as_int(c, v, min, out_p);
+        st = rs__json_as_int(c, v, min, out_p);
     }
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 
-rs_status_t rs_json_field_string(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_string(rs_json_ctx_t *c, const json_t *obj,
                                  const char *key, int required,
                                  const char **out_p)
 {
     json_t *v = NULL;
-    rs_status_t st = rs_json_field(c, obj, key, required, JSON_STRING, &v);
+    rs_status_t st = rs__json_field(c, obj, key, required, JSON_STRING, &v);
     if (st == RS_OK && v != NULL)
         *out_p = json_string_value(v);
     return st;
 }
 
-rs_status_t rs_json_field_dims(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_dims(rs_json_ctx_t *c, const json_t *obj,
                                const char *key, int64_t *dims, int *ndim_p)
 {
     json_t *v = NULL;
     size_t n = 0;
-    rs_status_t st = rs_json_field(c, obj, key, 1, JSON_ARRAY, &v);
+    rs_status_t st = rs__json_field(c, obj, key, 1, JSON_ARRAY, &v);
     if (st != RS_OK)
         return st;
-    size_t mark = rs_json_push_key(c, key);
-    st = rs_json_as_ints(c, v, 0, RS_MAX_DIMS, dims, &n);
-    rs_json_pop(c, mark);
+    size_t mark = rs__json_push_key(c, key);
+    st = rs__json_as_ints(c, v, 0, RS_MAX_DIMS, dims, &n);
+    rs__json_pop(c, mark);
     if (st == RS_OK)
         *ndim_p = (int)n;
     return st;
 }
 
-rs_status_t rs_json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
                                 const char *key, rs_dtype_t *out_p)
 {
     const char *name = NULL;
-    rs_status_t st = rs_json_field_string(c, obj, key, 1, &name);
+    rs_status_t st = rs__json_field_string(c, obj, key, 1, &name);
     if (st != RS_OK)
         return st;
     rs_dtype_t dtype = rs_dtype_parse(name);
@@ -427,25 +427,25 @@ rs_status_t rs_json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
         *out_p = dtype;
         return RS_OK;
     }
-    size_t mark = rs_json_push_key(c, key);
-    st = rs_json_fail(c, "unknown dtype \"%s\" (accepted: f32, bf16, f16, "
+    size_t mark = rs__json_push_key(c, key);
+    st = rs__json_fail(c, "unknown dtype \"%s\" (accepted: f32, bf16, f16, "
                       "f8e4m3, f8e5m2, f64, i8, u8, i16, i32, i64, bool, or "
                       "their long and torch. spellings)", name);
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 
-rs_status_t rs_json_check_schema(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_check_schema(rs_json_ctx_t *c, const json_t *obj,
                                  const char *schema)
 {
     const char *got = NULL;
-    rs_status_t st = rs_json_expect(c, obj, JSON_OBJECT);
+    rs_status_t st = rs__json_expect(c, obj, JSON_OBJECT);
     if (st == RS_OK)
-        st = rs_json_field_string(c, obj, "schema", 1, &got);
+        st = rs__json_field_string(c, obj, "schema", 1, &got);
     if (st != RS_OK || strcmp(got, schema) == 0)
         return st;
-    size_t mark = rs_json_push_key(c, "schema");
-    st = rs_json_fail(c, "expected \"%s\", got \"%s\"", schema, got);
-    rs_json_pop(c, mark);
+    size_t mark = rs__json_push_key(c, "schema");
+    st = rs__json_fail(c, "expected \"%s\", got \"%s\"", schema, got);
+    rs__json_pop(c, mark);
     return st;
 }

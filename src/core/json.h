@@ -21,7 +21,7 @@
 /* The limit loaders apply: RESHARD_JSON_MAX_BYTES when set (to raise it,
  * or to lower it in tests), else RS_JSON_MAX_BYTES. A value that is not a
  * positive whole number is RS_ERR_INPUT naming the variable. */
-rs_status_t rs_json_max_bytes(rs_diag_t *diag, size_t *max_p);
+rs_status_t rs__json_max_bytes(rs_diag_t *diag, size_t *max_p);
 
 #define RS_JSON_PATH_MAX 512
 
@@ -35,87 +35,87 @@ typedef struct rs_json_ctx {
     size_t len;
 } rs_json_ctx_t;
 
-void rs_json_ctx_init(rs_json_ctx_t *c, const char *origin, rs_diag_t *diag);
+void rs__json_ctx_init(rs_json_ctx_t *c, const char *origin, rs_diag_t *diag);
 
-/* Path steps. Each returns the previous length to hand to rs_json_pop. */
-size_t rs_json_push_key(rs_json_ctx_t *c, const char *key);
-size_t rs_json_push_index(rs_json_ctx_t *c, size_t index);
-void rs_json_pop(rs_json_ctx_t *c, size_t mark);
+/* Path steps. Each returns the previous length to hand to rs__json_pop. */
+size_t rs__json_push_key(rs_json_ctx_t *c, const char *key);
+size_t rs__json_push_index(rs_json_ctx_t *c, size_t index);
+void rs__json_pop(rs_json_ctx_t *c, size_t mark);
 
 /* The current path as printed in messages ("(root)" when empty). */
-const char *rs_json_path(const rs_json_ctx_t *c);
+const char *rs__json_path(const rs_json_ctx_t *c);
 
 /* Sets RS_ERR_INPUT with "<origin>: <path>: <message>"; returns it. */
-rs_status_t rs_json_fail(rs_json_ctx_t *c, const char *fmt, ...)
+rs_status_t rs__json_fail(rs_json_ctx_t *c, const char *fmt, ...)
     RS_PRINTF(2, 3);
 #if defined(__clang_analyzer__) /* see diag.h */
-#define rs_json_fail(c, ...)                                                 \
-    RS__RETURNS(RS_ERR_INPUT, (rs_json_fail)((c), __VA_ARGS__))
+#define rs__json_fail(c, ...)                                                 \
+    RS__RETURNS(RS_ERR_INPUT, (rs__json_fail)((c), __VA_ARGS__))
 #endif
 
 /* Prefixes a message a callee already put in c->diag with origin and path;
  * returns the callee's status. */
-rs_status_t rs_json_prefix(rs_json_ctx_t *c);
+rs_status_t rs__json_prefix(rs_json_ctx_t *c);
 
 /* Human name of a value's JSON type ("string", "boolean", ...). */
-const char *rs_json_type_name(const json_t *v);
+const char *rs__json_type_name(const json_t *v);
 
 /* As `limit` of the two calls below: the configured limit
- * (rs_json_max_bytes), a RESHARD_JSON_MAX_BYTES that does not parse being
+ * (rs__json_max_bytes), a RESHARD_JSON_MAX_BYTES that does not parse being
  * RS_ERR_INPUT. */
 #define RS_JSON_LIMIT_CONFIGURED ((size_t)0)
 
 /* Reads a whole file of at most `limit` bytes into a malloc'd buffer (NUL
  * terminated, not counted in *len_p). RS_ERR_IO when it cannot be read,
  * RS_ERR_INPUT when it is too large. */
-rs_status_t rs_json_read_file(const char *path, size_t limit, rs_diag_t *diag,
+rs_status_t rs__json_read_file(const char *path, size_t limit, rs_diag_t *diag,
                               char **data_p, size_t *len_p);
 
 /* Parses a document (object or array at the top) rejecting duplicate keys;
  * malformed text is reported with line, column and byte position. */
-rs_status_t rs_json_parse(rs_json_ctx_t *c, const char *data, size_t len,
+rs_status_t rs__json_parse(rs_json_ctx_t *c, const char *data, size_t len,
                           size_t limit, json_t **root_p);
 
 /* Checks of the value at the current path. */
-rs_status_t rs_json_expect(rs_json_ctx_t *c, const json_t *v, json_type type);
-rs_status_t rs_json_as_int(rs_json_ctx_t *c, const json_t *v, int64_t min,
+rs_status_t rs__json_expect(rs_json_ctx_t *c, const json_t *v, json_type type);
+rs_status_t rs__json_as_int(rs_json_ctx_t *c, const json_t *v, int64_t min,
                            int64_t *out_p);
-rs_status_t rs_json_as_string(rs_json_ctx_t *c, const json_t *v,
+rs_status_t rs__json_as_string(rs_json_ctx_t *c, const json_t *v,
                               const char **out_p);
 /* An array of at most `max` integers, each >= min, into out[]. */
-rs_status_t rs_json_as_ints(rs_json_ctx_t *c, const json_t *v, int64_t min,
+rs_status_t rs__json_as_ints(rs_json_ctx_t *c, const json_t *v, int64_t min,
                             size_t max, int64_t *out, size_t *n_p);
 /* Checks that prod(dims) * elsize fits int64 (elsize 1 for element counts). */
-rs_status_t rs_json_check_numel(rs_json_ctx_t *c, const int64_t *dims, int n,
+rs_status_t rs__json_check_numel(rs_json_ctx_t *c, const int64_t *dims, int n,
                                 size_t elsize);
 
 /* Members of an object, the key pushed on the path while it is checked.
  * An absent key or a JSON null is "missing": an error when required, else
  * RS_OK with the output untouched (so callers preset defaults). */
-rs_status_t rs_json_field(rs_json_ctx_t *c, const json_t *obj, const char *key,
+rs_status_t rs__json_field(rs_json_ctx_t *c, const json_t *obj, const char *key,
                           int required, json_type type, json_t **v_p);
-rs_status_t rs_json_field_int(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_int(rs_json_ctx_t *c, const json_t *obj,
                               const char *key, int required, int64_t min,
                               int64_t *out_p);
-rs_status_t rs_json_field_string(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_string(rs_json_ctx_t *c, const json_t *obj,
                                  const char *key, int required,
                                  const char **out_p);
 /* A required shape-like array: at most RS_MAX_DIMS non-negative integers. */
-rs_status_t rs_json_field_dims(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_dims(rs_json_ctx_t *c, const json_t *obj,
                                const char *key, int64_t *dims, int *ndim_p);
 /* A required dtype name in any accepted spelling. */
-rs_status_t rs_json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
                                 const char *key, rs_dtype_t *out_p);
 /* A required string that must equal `schema` exactly. */
-rs_status_t rs_json_check_schema(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_check_schema(rs_json_ctx_t *c, const json_t *obj,
                                  const char *schema);
 
 /* Writing (json_write.c): the one string escaper every JSON writer uses.
  * rs_json_quoted_len is the length of s as a quoted, escaped literal;
  * rs_json_quote writes exactly that many bytes (no NUL) to dst;
  * rs_json_put_string writes the literal to out (errors stay in ferror). */
-size_t rs_json_quoted_len(const char *s);
-void rs_json_quote(char *dst, const char *s);
-void rs_json_put_string(FILE *out, const char *s);
+size_t rs__json_quoted_len(const char *s);
+void rs__json_quote(char *dst, const char *s);
+void rs__json_put_string(FILE *out, const char *s);
 
 #endif

@@ -34,7 +34,7 @@ static size_t escape_byte(char *dst, unsigned char ch)
     return 1;
 }
 
-size_t rs_json_quoted_len(const char *s)
+size_t rs__json_quoted_len(const char *s)
 {
     size_t n = 2;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
@@ -42,7 +42,7 @@ size_t rs_json_quoted_len(const char *s)
     return n;
 }
 
-void rs_json_quote(char *dst, const char *s)
+void rs__json_quote(char *dst, const char *s)
 {
     *dst++ = '"';
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
@@ -50,7 +50,7 @@ void rs_json_quote(char *dst, const char *s)
     *dst = '"';
 }
 
-void rs_json_put_string(FILE *out, const char *s)
+void rs__json_put_string(FILE *out, const char *s)
 {
     char esc[6];
     putc('"', out);

@@ -7,7 +7,7 @@
 /* Eight bytes per multiply (names of tensors run to 60 bytes and are hashed
  * several times per shard while tables load), mixed so the low bits the
  * table indexes by depend on every byte. */
-uint64_t rs_hash_str(const char *s)
+uint64_t rs__hash_str(const char *s)
 {
     size_t n = strlen(s);
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n, w;
@@ -24,25 +24,25 @@ uint64_t rs_hash_str(const char *s)
     return h ^ (h >> 29);
 }
 
-void rs_strmap_init(rs_strmap_t *map) { memset(map, 0, sizeof(*map)); }
+void rs__strmap_init(rs_strmap_t *map) { memset(map, 0, sizeof(*map)); }
 
-void rs_strmap_free(rs_strmap_t *map)
+void rs__strmap_free(rs_strmap_t *map)
 {
     free(map->keys);
     free(map->values);
-    rs_strmap_init(map);
+    rs__strmap_init(map);
 }
 
 static size_t strmap_slot(const rs_strmap_t *map, const char *key)
 {
     size_t mask = map->cap - 1;
-    size_t i = (size_t)rs_hash_str(key) & mask;
+    size_t i = (size_t)rs__hash_str(key) & mask;
     while (map->keys[i] != NULL && strcmp(map->keys[i], key) != 0)
         i = (i + 1) & mask;
     return i;
 }
 
-int rs_strmap_get(const rs_strmap_t *map, const char *key, uint32_t *value_p)
+int rs__strmap_get(const rs_strmap_t *map, const char *key, uint32_t *value_p)
 {
     if (map->cap == 0)
         return 0;
@@ -82,7 +82,7 @@ static int strmap_grow(rs_strmap_t *map)
     return 1;
 }
 
-int rs_strmap_put(rs_strmap_t *map, const char *key, uint32_t value)
+int rs__strmap_put(rs_strmap_t *map, const char *key, uint32_t value)
 {
     if ((map->len + 1) * 2 > map->cap && !strmap_grow(map))
         return 0;

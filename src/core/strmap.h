@@ -13,12 +13,12 @@ typedef struct rs_strmap {
     size_t len;
 } rs_strmap_t;
 
-void rs_strmap_init(rs_strmap_t *map);
-void rs_strmap_free(rs_strmap_t *map);
+void rs__strmap_init(rs_strmap_t *map);
+void rs__strmap_free(rs_strmap_t *map);
 /* Looks a key up; returns 1 and sets *value_p when present. */
-int rs_strmap_get(const rs_strmap_t *map, const char *key, uint32_t *value_p);
+int rs__strmap_get(const rs_strmap_t *map, const char *key, uint32_t *value_p);
 /* Inserts or replaces; 0 on exhaustion. */
-int rs_strmap_put(rs_strmap_t *map, const char *key, uint32_t value);
-uint64_t rs_hash_str(const char *s);
+int rs__strmap_put(rs_strmap_t *map, const char *key, uint32_t value);
+uint64_t rs__hash_str(const char *s);
 
 #endif

@@ -1,4 +1,4 @@
-/* Growable arrays: rs_vec_reserve grows a (data, cap) pair geometrically. */
+/* Growable arrays: rs__vec_reserve grows a (data, cap) pair geometrically. */
 #ifndef RS_CORE_VEC_H
 #define RS_CORE_VEC_H
 
@@ -8,7 +8,7 @@
 
 /* Ensures room for `need` elements of `elsize`; 0 on exhaustion (the old
  * buffer stays valid). */
-static inline int rs_vec_reserve(void **data, size_t *cap, size_t need,
+static inline int rs__vec_reserve(void **data, size_t *cap, size_t need,
                                  size_t elsize)
 {
     if (need <= *cap)
@@ -37,7 +37,7 @@ static inline int rs_vec_reserve(void **data, size_t *cap, size_t need,
 
 /* Appends one element; evaluates to 0 on exhaustion. */
 #define RS_VEC_PUSH(owner, name, value)                                       \
-    (rs_vec_reserve((void **)&(owner)->name, &(owner)->name##_cap,            \
+    (rs__vec_reserve((void **)&(owner)->name, &(owner)->name##_cap,            \
                     (owner)->name##_len + 1, sizeof(*(owner)->name))          \
          ? ((owner)->name[(owner)->name##_len++] = (value), 1)                \
          : 0)

@@ -43,7 +43,7 @@ static void add_copy_region(rs_exec_h x, size_t ci, ivs_t *v)
         return;
     v->param = (uint32_t)p;
     v->elsize = rs_dtype_size(c.dest_dtype);
-    rs_region_runs(c.ndim, c.dest_shape, c.dest_stride, c.dest_offset,
+    rs__region_runs(c.ndim, c.dest_shape, c.dest_stride, c.dest_offset,
                    on_region_run, v);
 }
 

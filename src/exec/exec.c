@@ -283,7 +283,7 @@ static rs_status_t run_copies(rs_exec_h x, const rs_xcopy_t *c, size_t n,
                               rs_diag_t *diag)
 {
     for (size_t i = 0; i < n; i++) {
-        rs_status_t st = rs_convert_strided(c[i].to, c[i].dst, c[i].dst_stride,
+        rs_status_t st = rs__convert_strided(c[i].to, c[i].dst, c[i].dst_stride,
                                             c[i].from, c[i].src,
                                             c[i].src_stride, c[i].ndim,
                                             c[i].shape);

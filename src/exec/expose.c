@@ -82,7 +82,7 @@ rs_status_t rs_exposer_add_region(rs_exposer_h x, uint64_t addr, void *ptr,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "exposer (%s): region at 0x%" PRIx64 " added "
                             "after start", x->ops->name, addr);
-    if (nbytes == 0 || !rs_add_u64(addr, nbytes, &end) ||
+    if (nbytes == 0 || !rs__add_u64(addr, nbytes, &end) ||
         (uint64_t)(uintptr_t)ptr + nbytes < (uint64_t)(uintptr_t)ptr)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "exposer (%s): region [0x%" PRIx64 ", +%" PRIu64

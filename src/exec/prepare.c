@@ -111,9 +111,9 @@ static rs_status_t replay_program(rs_exec_h x, const rs_full_pull_t *fp,
 
     memset(&xc, 0, sizeof(xc));
     rs_capture_copy(x->cap, ci, &c);
-    rs_status_t st = rs_view_init(&v, fp->ndim, fp->global_shape);
+    rs_status_t st = rs__view_init(&v, fp->ndim, fp->global_shape);
     for (size_t i = 0; st == RS_OK && i < c.nops; i++)
-        st = rs_view_apply(&v, &c.ops[i], why, sizeof(why));
+        st = rs__view_apply(&v, &c.ops[i], why, sizeof(why));
     if (st != RS_OK || v.ndim != c.ndim)
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu of '%s': its ops "
                             "no longer resolve against the full pull", ci,
@@ -161,12 +161,12 @@ static rs_status_t cast_program(rs_exec_h x, const rs_convert_t *cv,
     rs_status_t st = dest_of(x, cv->copy, &xc, diag);
     if (st != RS_OK)
         return st;
-    if (!rs_convert_supported(cv->src_dtype, cv->dest_dtype))
+    if (!rs__convert_supported(cv->src_dtype, cv->dest_dtype))
         return rs__diag_set(diag, RS_ERR_UNSUPPORTED, "copy %zu: no cast "
                             "from %s to %s", cv->copy,
                             rs_dtype_name(cv->src_dtype),
                             rs_dtype_name(cv->dest_dtype));
-    if (!rs_row_major(xc.shape, xc.ndim, xc.src_stride))
+    if (!rs__row_major(xc.shape, xc.ndim, xc.src_stride))
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: destination "
                             "strides overflow int64", cv->copy);
     xc.src = staging;

@@ -277,7 +277,7 @@ static int digest_ctx_init(digest_ctx_t *c, rs_plan_h plan)
 {
     size_t nsess = rs_plan_num_sessions(plan);
     memset(c, 0, sizeof(*c));
-    rs_strmap_init(&c->map);
+    rs__strmap_init(&c->map);
     c->sh = rs_plan_shards(plan, &c->ns);
     c->digests = calloc(c->ns + 1, sizeof(char *));
     c->done = calloc(c->ns + 1, 1);
@@ -292,8 +292,8 @@ static int digest_ctx_init(digest_ctx_t *c, rs_plan_h plan)
     for (uint32_t k = 0; k < nsess; k++) {
         const char *name = rs_plan_session_name(plan, k);
         uint32_t seen;
-        if (name != NULL && !rs_strmap_get(&c->map, name, &seen) &&
-            !rs_strmap_put(&c->map, name, k))
+        if (name != NULL && !rs__strmap_get(&c->map, name, &seen) &&
+            !rs__strmap_put(&c->map, name, k))
             return 0;
     }
     return 1;
@@ -302,7 +302,7 @@ static int digest_ctx_init(digest_ctx_t *c, rs_plan_h plan)
 /* Keeps the digests (on success), frees the rest. */
 static void digest_ctx_free(digest_ctx_t *c, int keep)
 {
-    rs_strmap_free(&c->map);
+    rs__strmap_free(&c->map);
     free(c->first);
     free(c->done);
     if (!keep)
@@ -314,7 +314,7 @@ static int plan_session(digest_ctx_t *c, const char *name, uint32_t *k_p)
     size_t h = ((uintptr_t)name >> 3) % NAME_CACHE;
     if (c->cache[h].name != name) {
         c->cache[h].name = name;
-        c->cache[h].found = rs_strmap_get(&c->map, name, &c->cache[h].k);
+        c->cache[h].found = rs__strmap_get(&c->map, name, &c->cache[h].k);
     }
     *k_p = c->cache[h].k;
     return c->cache[h].found;

@@ -78,7 +78,7 @@ static rs_status_t split_view_dim(const src_layout_t *l, int vd, int64_t n,
             return refuse(why, whylen, "view dim %d (stride %lld) mixes "
                           "source dims", vd, (long long)s);
         int64_t q = s / l->pitch[d], span;
-        if (rs_mul_i64(n - 1, q, &span) && span < l->shape[d])
+        if (rs__mul_i64(n - 1, q, &span) && span < l->shape[d])
             return push_factor(fl, d, n, q, dstride) ? RS_OK
                    : refuse(why, whylen, "too many factors");
         /* The dim runs past source dim d: it must wrap into the next outer
@@ -88,7 +88,7 @@ static rs_status_t split_view_dim(const src_layout_t *l, int vd, int64_t n,
             return refuse(why, whylen, "view dim %d merges a partial source "
                           "dim %d", vd, d);
         if (!push_factor(fl, d, inner, q, dstride) ||
-            !rs_mul_i64(dstride, inner, &dstride))
+            !rs__mul_i64(dstride, inner, &dstride))
             return refuse(why, whylen, "too many factors");
         n /= inner;
         s = l->pitch[d] * l->shape[d];
@@ -160,7 +160,7 @@ static int dim_factors(const rs_box_t *box, int d, int *first)
     return n;
 }
 
-int64_t rs_box_coord(const rs_box_t *box, int d, int64_t k)
+int64_t rs__box_coord(const rs_box_t *box, int d, int64_t k)
 {
     int first, n = dim_factors(box, d, &first);
     int64_t c = box->start[d];
@@ -171,7 +171,7 @@ int64_t rs_box_coord(const rs_box_t *box, int d, int64_t k)
     return c;
 }
 
-int64_t rs_box_count_below(const rs_box_t *box, int d, int64_t x)
+int64_t rs__box_count_below(const rs_box_t *box, int d, int64_t x)
 {
     int first, n = dim_factors(box, d, &first);
     int64_t below = 0;
@@ -191,7 +191,7 @@ int64_t rs_box_count_below(const rs_box_t *box, int d, int64_t x)
     return below + (x > 0 ? 1 : 0);
 }
 
-rs_status_t rs_box_from_view(const rs_view_t *v, int src_ndim,
+rs_status_t rs__box_from_view(const rs_view_t *v, int src_ndim,
                              const int64_t *src_shape,
                              const int64_t *dest_stride, rs_box_t *box,
                              char *why, size_t whylen)
@@ -224,7 +224,7 @@ rs_status_t rs_box_from_view(const rs_view_t *v, int src_ndim,
     return close_box(&l, &fl, box, why, whylen);
 }
 
-rs_status_t rs_geom_resolve(int src_ndim, const int64_t *src_shape,
+rs_status_t rs__geom_resolve(int src_ndim, const int64_t *src_shape,
                             const rs_op_t *ops, size_t nops, int dest_ndim,
                             const int64_t *dest_shape,
                             const int64_t *dest_stride, rs_box_t *box,
@@ -232,10 +232,10 @@ rs_status_t rs_geom_resolve(int src_ndim, const int64_t *src_shape,
 {
     rs_view_t v;
     *bad_op = nops;
-    if (rs_view_init(&v, src_ndim, src_shape) != RS_OK)
+    if (rs__view_init(&v, src_ndim, src_shape) != RS_OK)
         return resolve_fail(why, whylen, "source shape is invalid");
     for (size_t i = 0; i < nops; i++) {
-        rs_status_t st = rs_view_apply(&v, &ops[i], why, whylen);
+        rs_status_t st = rs__view_apply(&v, &ops[i], why, whylen);
         if (st != RS_OK) {
             *bad_op = i;
             return st;
@@ -247,6 +247,6 @@ rs_status_t rs_geom_resolve(int src_ndim, const int64_t *src_shape,
         return resolve_fail(why, whylen, "the ops yield a view of rank %d "
                             "whose shape differs from dest_shape (rank %d)",
                             v.ndim, dest_ndim);
-    return rs_box_from_view(&v, src_ndim, src_shape, dest_stride, box, why,
+    return rs__box_from_view(&v, src_ndim, src_shape, dest_stride, box, why,
                             whylen);
 }

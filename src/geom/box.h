@@ -38,21 +38,21 @@ typedef struct rs_box {
 /* Maps a replayed view onto its source (row-major `src_shape`) and pairs it
  * with a destination stride per view dim. RS_ERR_UNSUPPORTED (with a reason
  * in `why`) when the view is not a strided box of the source. */
-rs_status_t rs_box_from_view(const rs_view_t *view, int src_ndim,
+rs_status_t rs__box_from_view(const rs_view_t *view, int src_ndim,
                              const int64_t *src_shape,
                              const int64_t *dest_stride, rs_box_t *box,
                              char *why, size_t whylen);
 
 /* The source index that visit index k of dim d reaches. */
-int64_t rs_box_coord(const rs_box_t *box, int d, int64_t k);
+int64_t rs__box_coord(const rs_box_t *box, int d, int64_t k);
 
 /* How many visited indices of dim d lie below source index x. */
-int64_t rs_box_count_below(const rs_box_t *box, int d, int64_t x);
+int64_t rs__box_count_below(const rs_box_t *box, int d, int64_t x);
 
 /* Replays a whole chain from the full source and maps it: the one call the
  * planner makes per copy. On failure *bad_op is the index of the failing op
  * (nops when the failure is in the final mapping or the destination). */
-rs_status_t rs_geom_resolve(int src_ndim, const int64_t *src_shape,
+rs_status_t rs__geom_resolve(int src_ndim, const int64_t *src_shape,
                             const rs_op_t *ops, size_t nops, int dest_ndim,
                             const int64_t *dest_shape,
                             const int64_t *dest_stride, rs_box_t *box,

@@ -3,7 +3,7 @@
 #include "geom/region.h"
 #include "reshard/view.h"
 
-void rs_region_runs(int ndim, const int64_t *shape, const int64_t *stride,
+void rs__region_runs(int ndim, const int64_t *shape, const int64_t *stride,
                     int64_t offset, rs_region_cb cb, void *ctx)
 {
     int order[RS_MAX_DIMS], n = 0;

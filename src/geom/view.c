@@ -20,19 +20,19 @@
 #define UNSUP(...) rs__geom_why(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__)
 #endif
 
-rs_status_t rs_view_init(rs_view_t *v, int ndim, const int64_t *shape)
+rs_status_t rs__view_init(rs_view_t *v, int ndim, const int64_t *shape)
 {
     int64_t numel;
-    if (ndim < 0 || ndim > RS_MAX_DIMS || !rs_numel(shape, ndim, &numel))
+    if (ndim < 0 || ndim > RS_MAX_DIMS || !rs__numel(shape, ndim, &numel))
         return RS_ERR_INPUT;
     v->offset = 0;
     v->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         v->shape[i] = shape[i];
-    return rs_row_major(shape, ndim, v->stride) ? RS_OK : RS_ERR_INPUT;
+    return rs__row_major(shape, ndim, v->stride) ? RS_OK : RS_ERR_INPUT;
 }
 
-int rs_view_is_contiguous(const rs_view_t *v)
+int rs__view_is_contiguous(const rs_view_t *v)
 {
     int64_t expected = 1;
     for (int i = v->ndim - 1; i >= 0; i--) {
@@ -283,7 +283,7 @@ static rs_status_t infer_sizes(const int64_t *in, size_t n, int64_t numel,
             infer = (int)i;
         } else if (in[i] < 0) {
             return BAD("size %lld is negative", (long long)in[i]);
-        } else if (!rs_mul_i64(prod, in[i], &prod)) {
+        } else if (!rs__mul_i64(prod, in[i], &prod)) {
             return BAD("sizes overflow");
         }
     }
@@ -298,7 +298,7 @@ static rs_status_t infer_sizes(const int64_t *in, size_t n, int64_t numel,
         return BAD("sizes of product %lld do not match %lld elements",
                    (long long)prod, (long long)numel);
     /* a 0 among the sizes hides an overflow of the others' strides */
-    if (!rs_numel(out, (int)n, &prod))
+    if (!rs__numel(out, (int)n, &prod))
         return BAD("sizes overflow");
     return RS_OK;
 }
@@ -311,9 +311,9 @@ static int view_strides(const rs_view_t *v, const int64_t *shape, int n,
                         int64_t *stride)
 {
     int64_t numel = 0;
-    rs_numel(v->shape, v->ndim, &numel);
+    rs__numel(v->shape, v->ndim, &numel);
     if (numel == 0 || v->ndim == 0)
-        return rs_row_major(shape, n, stride);
+        return rs__row_major(shape, n, stride);
     int nd = n - 1;
     int64_t base = v->stride[v->ndim - 1], chunk = 1, got = 1;
     for (int od = v->ndim - 1; od >= 0; od--) {
@@ -342,7 +342,7 @@ static rs_status_t reshape_to(rs_view_t *v, const int64_t *sizes, size_t n,
                               const char *what, char *why, size_t whylen)
 {
     int64_t shape[RS_MAX_DIMS], stride[RS_MAX_DIMS], numel = 0;
-    rs_numel(v->shape, v->ndim, &numel);
+    rs__numel(v->shape, v->ndim, &numel);
     rs_status_t st = infer_sizes(sizes, n, numel, shape, why, whylen);
     if (st != RS_OK)
         return st;
@@ -400,11 +400,11 @@ static rs_status_t op_unflatten(rs_view_t *v, const rs_op_t *op, char *why,
     remove_dim(v, d);
     for (int i = (int)op->nlist - 1; i >= 0; i--) {
         insert_dim(v, d, sizes[i], stride);
-        if (!rs_mul_i64(stride, sizes[i] > 0 ? sizes[i] : 1, &stride))
+        if (!rs__mul_i64(stride, sizes[i] > 0 ? sizes[i] : 1, &stride))
             return BAD("sizes overflow");
     }
     /* an empty dim's sizes fit alone but may overflow beside the others */
-    if (!rs_numel(v->shape, v->ndim, &numel))
+    if (!rs__numel(v->shape, v->ndim, &numel))
         return BAD("sizes overflow the view");
     return RS_OK;
 }
@@ -511,7 +511,7 @@ static rs_status_t op_split(rs_view_t *v, const rs_op_t *op, char *why,
     }
     int64_t total = 0;
     for (size_t k = 0; k < op->nlist; k++) {
-        if (op->list[k] < 0 || !rs_add_i64(total, op->list[k], &total))
+        if (op->list[k] < 0 || !rs__add_i64(total, op->list[k], &total))
             return BAD("split size %lld is negative or overflows",
                        (long long)op->list[k]);
     }
@@ -521,7 +521,7 @@ static rs_status_t op_split(rs_view_t *v, const rs_op_t *op, char *why,
     return take_piece(v, d, op->list, op->nlist, op->arg[2], why, whylen);
 }
 
-rs_status_t rs_view_apply(rs_view_t *v, const rs_op_t *op, char *why,
+rs_status_t rs__view_apply(rs_view_t *v, const rs_op_t *op, char *why,
                           size_t whylen)
 {
     switch (op->kind) {
@@ -544,7 +544,7 @@ rs_status_t rs_view_apply(rs_view_t *v, const rs_op_t *op, char *why,
     case RS_OP_CHUNK: return op_chunk(v, op, why, whylen);
     case RS_OP_SPLIT: return op_split(v, op, why, whylen);
     case RS_OP_CONTIGUOUS:
-        if (!rs_view_is_contiguous(v))
+        if (!rs__view_is_contiguous(v))
             return UNSUP("contiguous() on a non-contiguous view would copy");
         return RS_OK;
     }

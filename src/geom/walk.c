@@ -189,7 +189,7 @@ static void walk_init(walk_t *w, const rs_box_t *box, const rs_src_buf_t *buf,
         w->src_base += (box->start[d] - buf->offset[d]) * w->pitch[d];
 }
 
-void rs_walk_runs(const rs_box_t *box, const rs_krange_t *kr,
+void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
                   const rs_src_buf_t *buf, int64_t dst_base, rs_run_cb cb,
                   void *ctx)
 {

@@ -27,7 +27,7 @@ typedef void (*rs_run_cb)(void *ctx, int64_t src_elem, int64_t dst_elem,
 /* Walks the sub-box `kr` of `box` (which must lie inside `buf`), with the
  * destination offset of the box's first element at dst_base. Runs come in
  * increasing destination order within each aligned block. */
-void rs_walk_runs(const rs_box_t *box, const rs_krange_t *kr,
+void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
                   const rs_src_buf_t *buf, int64_t dst_base, rs_run_cb cb,
                   void *ctx);
 

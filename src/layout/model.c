@@ -54,8 +54,8 @@ void rs_model_destroy(rs_model_h m)
     if (m == NULL)
         return;
     free(m->tensors);
-    rs_strmap_free(&m->index);
-    rs_arena_free(&m->arena);
+    rs__strmap_free(&m->index);
+    rs__arena_free(&m->arena);
     free(m);
 }
 
@@ -88,24 +88,24 @@ rs_status_t rs__model_add(rs_model_h m, int64_t layer, int64_t expert,
                             "%s: %d dims, not 1 or 2", m->ctx->origin, name,
                             ndim);
     size_t elsize = rs_dtype_size(dtype);
-    if (!rs_numel(shape, ndim, &numel) ||
-        !rs_mul_i64(numel, (int64_t)elsize, &bytes) ||
-        !rs_add_u64(m->bytes, (uint64_t)bytes, &m->bytes) ||
-        !rs_add_u64(m->params, (uint64_t)numel, &m->params))
+    if (!rs__numel(shape, ndim, &numel) ||
+        !rs__mul_i64(numel, (int64_t)elsize, &bytes) ||
+        !rs__add_u64(m->bytes, (uint64_t)bytes, &m->bytes) ||
+        !rs__add_u64(m->params, (uint64_t)numel, &m->params))
         return rs__diag_set(m->ctx->diag, RS_ERR_INPUT, "%s: tensor %s of "
                             "shape [%lld, %lld] makes the manifest's size "
                             "overflow 64 bits", m->ctx->origin, name,
                             (long long)d0, ndim > 1 ? (long long)d1 : 1LL);
     uint32_t dup;
-    if (rs_strmap_get(&m->index, name, &dup))
+    if (rs__strmap_get(&m->index, name, &dup))
         return rs__diag_set(m->ctx->diag, RS_ERR_INPUT, "%s: tensor %s "
                             "appears twice in the manifest", m->ctx->origin,
                             name);
-    rs_model_rec_t rec = {rs_arena_strdup(&m->arena, name), {d0, ndim > 1 ? d1 : 0},
+    rs_model_rec_t rec = {rs__arena_strdup(&m->arena, name), {d0, ndim > 1 ? d1 : 0},
                           (int32_t)layer, (int32_t)expert, (uint8_t)ndim,
                           (uint8_t)dtype};
     if (rec.name == NULL ||
-        !rs_strmap_put(&m->index, rec.name, (uint32_t)m->tensors_len) ||
+        !rs__strmap_put(&m->index, rec.name, (uint32_t)m->tensors_len) ||
         !RS_VEC_PUSH(m, tensors, rec))
         return rs__diag_set(m->ctx->diag, RS_ERR_NO_MEMORY, "%s: out of "
                             "memory building the manifest", m->ctx->origin);
@@ -143,9 +143,9 @@ static rs_status_t check_size(rs_json_ctx_t *c, rs_model_h m, size_t *bound_p)
     const rs_model_config_t *g = &m->cfg;
     int64_t per_layer, all;
 
-    if (!rs_mul_i64(g->experts, 3, &per_layer) ||
-        !rs_add_i64(per_layer, 32, &per_layer) ||
-        !rs_mul_i64(per_layer, g->layers, &all) || !rs_add_i64(all, 3, &all) ||
+    if (!rs__mul_i64(g->experts, 3, &per_layer) ||
+        !rs__add_i64(per_layer, 32, &per_layer) ||
+        !rs__mul_i64(per_layer, g->layers, &all) || !rs__add_i64(all, 3, &all) ||
         all > RS_MODEL_MAX_TENSORS)
         return rs__diag_set(c->diag, RS_ERR_INPUT, "%s: %lld layers of %lld "
                             "experts make more than the %lld tensors a "
@@ -161,7 +161,7 @@ static rs_status_t read_model_type(rs_json_ctx_t *c, const json_t *root,
                                    const rs_model_family_t **fam_p)
 {
     const char *type = NULL;
-    rs_status_t st = rs_json_field_string(c, root, "model_type", 1, &type);
+    rs_status_t st = rs__json_field_string(c, root, "model_type", 1, &type);
     if (st != RS_OK)
         return st;
     const rs_model_family_t *fam = find_family(type);
@@ -181,7 +181,7 @@ static rs_status_t load_root(rs_json_ctx_t *c, const json_t *root,
 {
     const rs_model_family_t *fam = NULL;
     size_t bound = 0;
-    rs_status_t st = rs_json_expect(c, root, JSON_OBJECT);
+    rs_status_t st = rs__json_expect(c, root, JSON_OBJECT);
 
     if (st == RS_OK)
         st = read_model_type(c, root, m, &fam);
@@ -192,7 +192,7 @@ static rs_status_t load_root(rs_json_ctx_t *c, const json_t *root,
     if (st == RS_OK)
         st = check_size(c, m, &bound);
     if (st == RS_OK &&
-        !rs_vec_reserve((void **)&m->tensors, &m->tensors_cap, bound,
+        !rs__vec_reserve((void **)&m->tensors, &m->tensors_cap, bound,
                         sizeof(*m->tensors)))
         st = rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "%s: out of memory "
                           "for %zu tensors", c->origin, bound);
@@ -210,15 +210,15 @@ rs_status_t rs_model_load_string(const char *json, size_t len,
 
     if (model_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL model_p");
-    rs_json_ctx_init(&c, origin != NULL ? origin : "<config>", diag);
+    rs__json_ctx_init(&c, origin != NULL ? origin : "<config>", diag);
     rs_model_h m = calloc(1, sizeof(*m));
     if (m == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "%s: out of memory",
                             c.origin);
-    rs_arena_init(&m->arena);
-    rs_strmap_init(&m->index);
+    rs__arena_init(&m->arena);
+    rs__strmap_init(&m->index);
     m->ctx = &c;
-    rs_status_t st = rs_json_parse(&c, json, len, RS_MODEL_CONFIG_MAX_BYTES,
+    rs_status_t st = rs__json_parse(&c, json, len, RS_MODEL_CONFIG_MAX_BYTES,
                                    &root);
     if (st == RS_OK)
         st = load_root(&c, root, m);
@@ -241,7 +241,7 @@ rs_status_t rs_model_load(const char *config_path, rs_diag_t *diag,
 
     if (model_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL model_p");
-    rs_status_t st = rs_json_read_file(config_path, RS_MODEL_CONFIG_MAX_BYTES,
+    rs_status_t st = rs__json_read_file(config_path, RS_MODEL_CONFIG_MAX_BYTES,
                                        diag, &data, &len);
     if (st != RS_OK)
         return st;
@@ -279,7 +279,7 @@ void rs_model_tensor(rs_model_h m, size_t index, rs_tensor_info_t *info_p)
 long rs_model_find(rs_model_h m, const char *name)
 {
     uint32_t idx;
-    if (m == NULL || name == NULL || !rs_strmap_get(&m->index, name, &idx))
+    if (m == NULL || name == NULL || !rs__strmap_get(&m->index, name, &idx))
         return -1;
     return (long)idx;
 }

@@ -66,7 +66,7 @@ rs_status_t rs__model_deepseek_keys(rs_json_ctx_t *c, const json_t *root,
                                      "supported");
     if (g->first_dense > g->layers)
         g->first_dense = g->layers;
-    m->moe_layer = rs_arena_alloc(&m->arena, (size_t)g->layers);
+    m->moe_layer = rs__arena_alloc(&m->arena, (size_t)g->layers);
     if (m->moe_layer == NULL)
         return rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "%s: out of memory",
                             c->origin);

@@ -18,7 +18,7 @@ rs_status_t rs__model_dense_keys(rs_json_ctx_t *c, const json_t *root,
     rs_status_t st;
 
     if (g->hidden % g->heads != 0 && json_object_get(root, "head_dim") == NULL)
-        return rs_json_fail(c, "hidden_size %lld is not a multiple of "
+        return rs__json_fail(c, "hidden_size %lld is not a multiple of "
                             "num_attention_heads %lld and head_dim is not "
                             "given", (long long)g->hidden, (long long)g->heads);
     g->head_dim = g->hidden / g->heads;
@@ -29,7 +29,7 @@ rs_status_t rs__model_dense_keys(rs_json_ctx_t *c, const json_t *root,
         (st = rs__model_read_bool(c, root, "mlp_bias", &mlp_bias)) != RS_OK)
         return st;
     if (g->heads % g->kv_heads != 0)
-        return rs_json_fail(c, "num_attention_heads %lld is not a multiple "
+        return rs__json_fail(c, "num_attention_heads %lld is not a multiple "
                             "of num_key_value_heads %lld", (long long)g->heads,
                             (long long)g->kv_heads);
     /* qwen2 always has q/k/v biases and never reads attention_bias. */

@@ -18,14 +18,14 @@ rs_status_t rs__model_read_int(rs_json_ctx_t *c, const json_t *root,
                                int64_t max, int64_t *out_p)
 {
     int64_t v = min - 1;
-    rs_status_t st = rs_json_field_int(c, root, key, required, min, &v);
+    rs_status_t st = rs__json_field_int(c, root, key, required, min, &v);
     if (st != RS_OK || v == min - 1)
         return st; /* error, or absent and optional */
     if (v > max) {
-        size_t mark = rs_json_push_key(c, key);
-        st = rs_json_fail(c, "%lld is larger than the supported maximum %lld",
+        size_t mark = rs__json_push_key(c, key);
+        st = rs__json_fail(c, "%lld is larger than the supported maximum %lld",
                           (long long)v, (long long)max);
-        rs_json_pop(c, mark);
+        rs__json_pop(c, mark);
         return st;
     }
     *out_p = v;
@@ -40,13 +40,13 @@ rs_status_t rs__model_read_bool(rs_json_ctx_t *c, const json_t *root,
 
     if (v == NULL || json_is_null(v))
         return RS_OK;
-    size_t mark = rs_json_push_key(c, key);
+    size_t mark = rs__json_push_key(c, key);
     if (json_is_boolean(v))
         *out_p = json_is_true(v);
     else
-        st = rs_json_fail(c, "expected a boolean, got %s",
-                          rs_json_type_name(v));
-    rs_json_pop(c, mark);
+        st = rs__json_fail(c, "expected a boolean, got %s",
+                          rs__json_type_name(v));
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -57,7 +57,7 @@ static rs_status_t read_dtype(rs_json_ctx_t *c, const json_t *root,
     const char *key = json_object_get(root, "torch_dtype") != NULL
                           ? "torch_dtype" : "dtype";
     const char *name = NULL;
-    rs_status_t st = rs_json_field_string(c, root, key, 0, &name);
+    rs_status_t st = rs__json_field_string(c, root, key, 0, &name);
     if (st != RS_OK)
         return st;
     if (name == NULL) {
@@ -69,10 +69,10 @@ static rs_status_t read_dtype(rs_json_ctx_t *c, const json_t *root,
         *out_p = d;
         return RS_OK;
     }
-    size_t mark = rs_json_push_key(c, key);
-    st = rs_json_fail(c, "unsupported dtype \"%s\" (accepted: bfloat16, "
+    size_t mark = rs__json_push_key(c, key);
+    st = rs__json_fail(c, "unsupported dtype \"%s\" (accepted: bfloat16, "
                       "float16, float32)", name);
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 

@@ -12,7 +12,7 @@
 
 static rs_status_t alloc_moe_layers(rs_json_ctx_t *c, rs_model_h m)
 {
-    m->moe_layer = rs_arena_alloc(&m->arena, (size_t)m->cfg.layers);
+    m->moe_layer = rs__arena_alloc(&m->arena, (size_t)m->cfg.layers);
     if (m->moe_layer == NULL)
         return rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "%s: out of memory",
                             c->origin);
@@ -24,19 +24,19 @@ static rs_status_t read_mlp_only(rs_json_ctx_t *c, const json_t *root,
                                  rs_model_h m)
 {
     json_t *list = NULL;
-    rs_status_t st = rs_json_field(c, root, "mlp_only_layers", 0, JSON_ARRAY,
+    rs_status_t st = rs__json_field(c, root, "mlp_only_layers", 0, JSON_ARRAY,
                                    &list);
     for (size_t i = 0; st == RS_OK && list != NULL && i < json_array_size(list);
          i++) {
         int64_t layer = 0;
-        size_t mark = rs_json_push_key(c, "mlp_only_layers");
-        rs_json_push_index(c, i);
-        st = rs_json_as_int(c, json_array_get(list, i), 0, &layer);
+        size_t mark = rs__json_push_key(c, "mlp_only_layers");
+        rs__json_push_index(c, i);
+        st = rs__json_as_int(c, json_array_get(list, i), 0, &layer);
         if (st == RS_OK && layer >= m->cfg.layers)
-            st = rs_json_fail(c, "layer %lld is past the last layer (%lld "
+            st = rs__json_fail(c, "layer %lld is past the last layer (%lld "
                               "layers)", (long long)layer,
                               (long long)m->cfg.layers);
-        rs_json_pop(c, mark);
+        rs__json_pop(c, mark);
         if (st == RS_OK)
             m->moe_layer[layer] = 2;
     }

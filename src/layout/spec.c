@@ -223,7 +223,7 @@ static rs_status_t check_dp(rs_layout_t *l, char *name, size_t cap,
         l->dp = experts_plane / a;
         layout_name(l, name, cap);
     }
-    if (!rs_mul_i64(l->tp, l->dp, &plane))
+    if (!rs__mul_i64(l->tp, l->dp, &plane))
         return rs__diag_set(diag, RS_ERR_INPUT, "layout %s: tp * dp overflows",
                             name);
     if (l->kind == RS_LAYOUT_MEGATRON && plane % experts_plane != 0)
@@ -252,7 +252,7 @@ static rs_status_t check_parallel(rs_layout_t *l, const rs_model_config_t *c,
         (st = check_tp(l, c, name, diag)) != RS_OK ||
         (st = check_pp_ep(l, c, name, diag)) != RS_OK)
         return st;
-    if (!rs_mul_i64(l->tp * l->dp, l->pp, world_p))
+    if (!rs__mul_i64(l->tp * l->dp, l->pp, world_p))
         return rs__diag_set(diag, RS_ERR_INPUT, "layout %s: tp * pp * dp "
                             "overflows", name);
     return RS_OK;

@@ -138,7 +138,7 @@ static void fsdp_box(const walk_t *w, const rs_tensor_info_t *t, int64_t *off,
     }
     rows = shape[0];
     chunk = rows / n + (rows % n != 0);
-    *have_p = rs_mul_i64(w->rank, chunk, &start) && start < rows;
+    *have_p = rs__mul_i64(w->rank, chunk, &start) && start < rows;
     if (!*have_p)
         return;
     off[0] = start;
@@ -154,8 +154,8 @@ static rs_status_t emit(walk_t *w, const rs_tensor_info_t *t,
     uint64_t end;
     rs_shard_desc_t d = {0};
 
-    if (!rs_numel(shape, t->ndim, &numel) ||
-        !rs_mul_i64(numel, (int64_t)elsize, &nbytes))
+    if (!rs__numel(shape, t->ndim, &numel) ||
+        !rs__mul_i64(numel, (int64_t)elsize, &nbytes))
         return rs__diag_set(w->diag, RS_ERR_INPUT, "tensor '%s': shard size "
                             "overflows", t->name);
     if (numel == 0)

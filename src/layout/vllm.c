@@ -13,7 +13,7 @@
 static rs_status_t vocab_parallel(vb_t *b, const char *param, const char *src)
 {
     int64_t V = b->cfg->vocab, H = b->cfg->hidden, align;
-    if (!rs_mul_i64(64, b->tp, &align) || V > INT64_MAX - align)
+    if (!rs__mul_i64(64, b->tp, &align) || V > INT64_MAX - align)
         return rs__vb_fail(b, "tp=%lld is too large", (long long)b->tp);
     int64_t vp = (V + align - 1) / align * align / b->tp;
     int64_t start = b->tp_rank * vp;
@@ -84,7 +84,7 @@ static rs_status_t place(vb_t *b, const rs_layout_t *layout, int64_t rank)
     b->dp = layout->dp > 0 ? layout->dp : 1;
     b->rank = rank;
     if (b->tp < 1 || b->pp < 1 || b->ep < 1 ||
-        !rs_mul_i64(b->tp, b->pp, &world) || !rs_mul_i64(world, b->dp, &world))
+        !rs__mul_i64(b->tp, b->pp, &world) || !rs__mul_i64(world, b->dp, &world))
         return rs__vb_fail(b, "tp, pp, ep and dp must be >= 1");
     if (rank < 0 || rank >= world)
         return rs__diag_set(b->diag, RS_ERR_INVALID_ARG, "vllm layout: rank "

@@ -125,7 +125,7 @@ rs_status_t rs__vb_copy(vb_t *b, const char *src, int src_ndim,
     int64_t s = 1;
     for (int i = p.ndim - 1, j = ndim - 1; j >= 0; i--, j--) {
         stride[j] = s;
-        if (!rs_mul_i64(s, p.shape[i], &s))
+        if (!rs__mul_i64(s, p.shape[i], &s))
             return rs__vb_fail(b, "parameter '%s' overflows", param);
     }
     rs_copy_desc_t c = {src,    param,      ops,    nops,   dest_offset,

@@ -15,10 +15,10 @@ rs_status_t rs_capture_create(rs_capture_h *capture_p)
     rs_capture_h c = calloc(1, sizeof(*c));
     if (c == NULL)
         return RS_ERR_NO_MEMORY;
-    rs_arena_init(&c->arena);
-    rs_strmap_init(&c->param_index);
-    rs_strmap_init(&c->source_index);
-    rs_strmap_init(&c->unsupported_index);
+    rs__arena_init(&c->arena);
+    rs__strmap_init(&c->param_index);
+    rs__strmap_init(&c->source_index);
+    rs__strmap_init(&c->unsupported_index);
     *capture_p = c;
     return RS_OK;
 }
@@ -27,20 +27,20 @@ void rs_capture_destroy(rs_capture_h capture)
 {
     if (capture == NULL)
         return;
-    rs_strmap_free(&capture->param_index);
-    rs_strmap_free(&capture->source_index);
-    rs_strmap_free(&capture->unsupported_index);
+    rs__strmap_free(&capture->param_index);
+    rs__strmap_free(&capture->source_index);
+    rs__strmap_free(&capture->unsupported_index);
     free(capture->params);
     free(capture->sources);
     free(capture->copies);
     free(capture->unsupported);
-    rs_arena_free(&capture->arena);
+    rs__arena_free(&capture->arena);
     free(capture);
 }
 
 static int64_t *dup_dims(rs_arena_t *a, const int64_t *dims, int n)
 {
-    return rs_arena_memdup(a, dims, (size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    return rs__arena_memdup(a, dims, (size_t)(n > 0 ? n : 1) * sizeof(int64_t));
 }
 
 rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
@@ -60,20 +60,20 @@ rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
     if (rs_dtype_size(dtype) == 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "param '%s': invalid dtype",
                             name);
-    if (!rs_numel(shape, ndim, &p.numel) ||
-        !rs_mul_i64(p.numel, (int64_t)rs_dtype_size(dtype), &bytes))
+    if (!rs__numel(shape, ndim, &p.numel) ||
+        !rs__mul_i64(p.numel, (int64_t)rs_dtype_size(dtype), &bytes))
         return rs__diag_set(diag, RS_ERR_INPUT,
                             "param '%s': shape is negative or overflows", name);
-    if (rs_strmap_get(&capture->param_index, name, &ignored))
+    if (rs__strmap_get(&capture->param_index, name, &ignored))
         return rs__diag_set(diag, RS_ERR_INPUT, "param '%s' declared twice",
                             name);
-    p.name = rs_arena_strdup(&capture->arena, name);
+    p.name = rs__arena_strdup(&capture->arena, name);
     p.ndim = ndim;
     p.shape = dup_dims(&capture->arena, shape, ndim);
     p.dtype = dtype;
     p.nbytes = (uint64_t)bytes;
     if (p.name == NULL || p.shape == NULL ||
-        !rs_strmap_put(&capture->param_index, p.name,
+        !rs__strmap_put(&capture->param_index, p.name,
                        (uint32_t)capture->params_len) ||
         !RS_VEC_PUSH(capture, params, p))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -125,18 +125,18 @@ rs_status_t rs_capture_declare_source(rs_capture_h capture, const char *src,
     if (rs_dtype_size(dtype) == 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "source '%s': invalid dtype",
                             src);
-    if (!rs_numel(shape, ndim, &numel) ||
-        !rs_mul_i64(numel, (int64_t)rs_dtype_size(dtype), &bytes))
+    if (!rs__numel(shape, ndim, &numel) ||
+        !rs__mul_i64(numel, (int64_t)rs_dtype_size(dtype), &bytes))
         return rs__diag_set(diag, RS_ERR_INPUT,
                             "source '%s': shape is negative or overflows", src);
-    if (rs_strmap_get(&capture->source_index, src, &idx))
+    if (rs__strmap_get(&capture->source_index, src, &idx))
         return redeclared(&capture->sources[idx], ndim, shape, dtype, diag);
-    s.name = rs_arena_strdup(&capture->arena, src);
+    s.name = rs__arena_strdup(&capture->arena, src);
     s.ndim = ndim;
     s.shape = dup_dims(&capture->arena, shape, ndim);
     s.dtype = dtype;
     if (s.name == NULL || s.shape == NULL ||
-        !rs_strmap_put(&capture->source_index, s.name,
+        !rs__strmap_put(&capture->source_index, s.name,
                        (uint32_t)capture->sources_len) ||
         !RS_VEC_PUSH(capture, sources, s))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -150,12 +150,12 @@ static int dup_op(rs_arena_t *a, const rs_op_t *in, rs_op_t *out)
     out->list = NULL;
     out->keys = NULL;
     if (in->nlist > 0) {
-        out->list = rs_arena_memdup(a, in->list, in->nlist * sizeof(int64_t));
+        out->list = rs__arena_memdup(a, in->list, in->nlist * sizeof(int64_t));
         if (out->list == NULL)
             return 0;
     }
     if (in->nkeys > 0) {
-        out->keys = rs_arena_memdup(a, in->keys, in->nkeys * sizeof(rs_key_t));
+        out->keys = rs__arena_memdup(a, in->keys, in->nkeys * sizeof(rs_key_t));
         if (out->keys == NULL)
             return 0;
     }
@@ -171,7 +171,7 @@ static rs_status_t check_copy_shape(const rs_copy_desc_t *c, rs_diag_t *diag)
                             c->src, c->param, c->ndim, RS_MAX_DIMS);
     if (c->ndim > 0 && (c->dest_shape == NULL || c->dest_stride == NULL))
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL dest shape");
-    if (!rs_numel(c->dest_shape, c->ndim, &numel))
+    if (!rs__numel(c->dest_shape, c->ndim, &numel))
         return rs__diag_set(diag, RS_ERR_INPUT,
                             "copy of '%s' into '%s': dest_shape is negative "
                             "or overflows", c->src, c->param);
@@ -201,10 +201,10 @@ rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy
     if (st != RS_OK)
         return st;
     a = &capture->arena;
-    c.src = rs_arena_strdup(a, copy->src);
-    c.param = rs_arena_strdup(a, copy->param);
+    c.src = rs__arena_strdup(a, copy->src);
+    c.param = rs__arena_strdup(a, copy->param);
     c.nops = copy->nops;
-    c.ops = rs_arena_alloc(a, (copy->nops ? copy->nops : 1) * sizeof(rs_op_t));
+    c.ops = rs__arena_alloc(a, (copy->nops ? copy->nops : 1) * sizeof(rs_op_t));
     c.dest_offset = copy->dest_offset;
     c.ndim = copy->ndim;
     c.dest_shape = dup_dims(a, copy->dest_shape, copy->ndim);
@@ -230,12 +230,12 @@ rs_status_t rs_capture_add_unsupported(rs_capture_h capture, const char *src,
 
     if (capture == NULL || src == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    if (rs_strmap_get(&capture->unsupported_index, src, &ignored))
+    if (rs__strmap_get(&capture->unsupported_index, src, &ignored))
         return RS_OK;
-    u.src = rs_arena_strdup(&capture->arena, src);
-    u.reason = rs_arena_strdup(&capture->arena, reason ? reason : "unsupported");
+    u.src = rs__arena_strdup(&capture->arena, src);
+    u.reason = rs__arena_strdup(&capture->arena, reason ? reason : "unsupported");
     if (u.src == NULL || u.reason == NULL ||
-        !rs_strmap_put(&capture->unsupported_index, u.src,
+        !rs__strmap_put(&capture->unsupported_index, u.src,
                        (uint32_t)capture->unsupported_len) ||
         !RS_VEC_PUSH(capture, unsupported, u))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -262,7 +262,7 @@ void rs_capture_param(rs_capture_h capture, size_t index, rs_param_info_t *info_
 long rs_capture_find_param(rs_capture_h capture, const char *name)
 {
     uint32_t idx;
-    return rs_strmap_get(&capture->param_index, name, &idx) ? (long)idx : -1;
+    return rs__strmap_get(&capture->param_index, name, &idx) ? (long)idx : -1;
 }
 
 size_t rs_capture_num_copies(rs_capture_h capture) { return capture->copies_len; }
@@ -285,7 +285,7 @@ const rs_cap_source_t *rs__capture_find_source(rs_capture_h capture,
                                                const char *name)
 {
     uint32_t idx;
-    return rs_strmap_get(&capture->source_index, name, &idx)
+    return rs__strmap_get(&capture->source_index, name, &idx)
                ? &capture->sources[idx] : NULL;
 }
 
@@ -307,7 +307,7 @@ void rs_capture_source(rs_capture_h capture, size_t index,
 long rs_capture_find_source(rs_capture_h capture, const char *name)
 {
     uint32_t idx;
-    return rs_strmap_get(&capture->source_index, name, &idx) ? (long)idx : -1;
+    return rs__strmap_get(&capture->source_index, name, &idx) ? (long)idx : -1;
 }
 
 size_t rs_capture_num_unsupported(rs_capture_h capture)

@@ -32,9 +32,9 @@ typedef struct op_spec {
 /* Argument i (1-based in the op array) as an integer >= min. */
 static rs_status_t arg_int(op_in_t *in, size_t i, int64_t min, int64_t *out)
 {
-    size_t mark = rs_json_push_index(in->c, i);
-    rs_status_t st = rs_json_as_int(in->c, json_array_get(in->arr, i), min, out);
-    rs_json_pop(in->c, mark);
+    size_t mark = rs__json_push_index(in->c, i);
+    rs_status_t st = rs__json_as_int(in->c, json_array_get(in->arr, i), min, out);
+    rs__json_pop(in->c, mark);
     return st;
 }
 
@@ -54,19 +54,19 @@ static rs_status_t arg_list(op_in_t *in, size_t i, int64_t min, size_t max,
                             const int64_t **list_p, size_t *n_p)
 {
     const json_t *v = json_array_get(in->arr, i);
-    size_t mark = rs_json_push_index(in->c, i);
-    rs_status_t st = rs_json_expect(in->c, v, JSON_ARRAY);
+    size_t mark = rs__json_push_index(in->c, i);
+    rs_status_t st = rs__json_expect(in->c, v, JSON_ARRAY);
     int64_t *list = NULL;
 
     if (st == RS_OK) {
-        list = rs_arena_alloc(in->scratch,
+        list = rs__arena_alloc(in->scratch,
                               (json_array_size(v) + 1) * sizeof(int64_t));
         if (list == NULL)
             st = rs__diag_set(in->c->diag, RS_ERR_NO_MEMORY, "out of memory");
     }
     if (st == RS_OK)
-        st = rs_json_as_ints(in->c, v, min, max, list, n_p);
-    rs_json_pop(in->c, mark);
+        st = rs__json_as_ints(in->c, v, min, max, list, n_p);
+    rs__json_pop(in->c, mark);
     if (st == RS_OK)
         *list_p = list;
     return st;
@@ -117,7 +117,7 @@ static rs_status_t parse_slice_key(rs_json_ctx_t *c, const json_t *v,
     rs_status_t st = RS_OK;
 
     if (json_array_size(v) != 3)
-        return rs_json_fail(c, "a slice key is [start|null, stop|null, "
+        return rs__json_fail(c, "a slice key is [start|null, stop|null, "
                             "step|null], got %zu elements", json_array_size(v));
     k->kind = RS_KEY_SLICE;
     k->step = 1;
@@ -126,9 +126,9 @@ static rs_status_t parse_slice_key(rs_json_ctx_t *c, const json_t *v,
         *given[j] = !json_is_null(e);
         if (!*given[j])
             continue;
-        size_t mark = rs_json_push_index(c, j);
-        st = rs_json_as_int(c, e, j == 2 ? 1 : INT64_MIN, fields[j]);
-        rs_json_pop(c, mark);
+        size_t mark = rs__json_push_index(c, j);
+        st = rs__json_as_int(c, e, j == 2 ? 1 : INT64_MIN, fields[j]);
+        rs__json_pop(c, mark);
     }
     return st;
 }
@@ -143,9 +143,9 @@ static rs_status_t parse_key(rs_json_ctx_t *c, const json_t *v, rs_key_t *k)
     if (json_is_array(v))
         return parse_slice_key(c, v, k);
     if (!json_is_integer(v))
-        return rs_json_fail(c, "a getitem key is an integer, null or "
+        return rs__json_fail(c, "a getitem key is an integer, null or "
                             "[start, stop, step], got %s",
-                            rs_json_type_name(v));
+                            rs__json_type_name(v));
     k->kind = RS_KEY_INDEX;
     k->index = (int64_t)json_integer_value(v);
     return RS_OK;
@@ -154,23 +154,23 @@ static rs_status_t parse_key(rs_json_ctx_t *c, const json_t *v, rs_key_t *k)
 static rs_status_t parse_getitem(op_in_t *in, rs_op_t *op)
 {
     const json_t *keys = json_array_get(in->arr, 1);
-    size_t mark = rs_json_push_index(in->c, 1);
-    rs_status_t st = rs_json_expect(in->c, keys, JSON_ARRAY);
+    size_t mark = rs__json_push_index(in->c, 1);
+    rs_status_t st = rs__json_expect(in->c, keys, JSON_ARRAY);
     size_t n = json_array_size(keys);
     rs_key_t *out = NULL;
 
     if (st == RS_OK && n > RS_MAX_DIMS)
-        st = rs_json_fail(in->c, "%zu keys, more than the rank limit of %d",
+        st = rs__json_fail(in->c, "%zu keys, more than the rank limit of %d",
                           n, RS_MAX_DIMS);
-    if (st == RS_OK && (out = rs_arena_alloc(in->scratch, (n + 1) *
+    if (st == RS_OK && (out = rs__arena_alloc(in->scratch, (n + 1) *
                                              sizeof(rs_key_t))) == NULL)
         st = rs__diag_set(in->c->diag, RS_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < n && st == RS_OK; i++) {
-        size_t kmark = rs_json_push_index(in->c, i);
+        size_t kmark = rs__json_push_index(in->c, i);
         st = parse_key(in->c, json_array_get(keys, i), &out[i]);
-        rs_json_pop(in->c, kmark);
+        rs__json_pop(in->c, kmark);
     }
-    rs_json_pop(in->c, mark);
+    rs__json_pop(in->c, mark);
     if (st == RS_OK) {
         op->keys = out;
         op->nkeys = n;
@@ -200,9 +200,9 @@ static rs_status_t parse_split(op_in_t *in, rs_op_t *op)
     if (json_is_array(json_array_get(in->arr, 1))) {
         st = arg_list(in, 1, 0, SIZE_MAX, &op->list, &op->nlist);
         if (st == RS_OK && op->nlist == 0) {
-            size_t mark = rs_json_push_index(in->c, 1);
-            st = rs_json_fail(in->c, "split sizes must not be empty");
-            rs_json_pop(in->c, mark);
+            size_t mark = rs__json_push_index(in->c, 1);
+            st = rs__json_fail(in->c, "split sizes must not be empty");
+            rs__json_pop(in->c, mark);
         }
     } else {
         st = arg_int(in, 1, INT64_MIN, &op->arg[0]);
@@ -262,16 +262,16 @@ static rs_status_t parse_op(rs_json_ctx_t *c, rs_arena_t *scratch,
 {
     op_in_t in = {c, arr, scratch};
     const char *name = NULL;
-    rs_status_t st = rs_json_expect(c, arr, JSON_ARRAY);
+    rs_status_t st = rs__json_expect(c, arr, JSON_ARRAY);
 
     if (st != RS_OK)
         return st;
     if (json_array_size(arr) == 0)
-        return rs_json_fail(c, "an op is [\"name\", args...], got an empty "
+        return rs__json_fail(c, "an op is [\"name\", args...], got an empty "
                             "array");
-    size_t mark = rs_json_push_index(c, 0);
-    st = rs_json_as_string(c, json_array_get(arr, 0), &name);
-    rs_json_pop(c, mark);
+    size_t mark = rs__json_push_index(c, 0);
+    st = rs__json_as_string(c, json_array_get(arr, 0), &name);
+    rs__json_pop(c, mark);
     if (st != RS_OK)
         return st;
     const op_spec_t *spec = find_op(name);
@@ -282,7 +282,7 @@ static rs_status_t parse_op(rs_json_ctx_t *c, rs_arena_t *scratch,
     }
     int nargs = (int)json_array_size(arr) - 1;
     if (nargs < spec->min_args || nargs > spec->max_args)
-        return rs_json_fail(c, "op '%s' takes %s, got %d argument%s", name,
+        return rs__json_fail(c, "op '%s' takes %s, got %d argument%s", name,
                             spec->usage, nargs, nargs == 1 ? "" : "s");
     memset(op, 0, sizeof(*op));
     op->kind = spec->kind;
@@ -294,18 +294,18 @@ static rs_status_t parse_ops(rs_json_ctx_t *c, rs_arena_t *scratch,
                              const char **unknown_p)
 {
     size_t n = json_array_size(ops);
-    rs_op_t *out = rs_arena_alloc(scratch, (n + 1) * sizeof(rs_op_t));
+    rs_op_t *out = rs__arena_alloc(scratch, (n + 1) * sizeof(rs_op_t));
     rs_status_t st = RS_OK;
-    size_t mark = rs_json_push_key(c, "ops");
+    size_t mark = rs__json_push_key(c, "ops");
 
     if (out == NULL)
         st = rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < n && st == RS_OK; i++) {
-        size_t imark = rs_json_push_index(c, i);
+        size_t imark = rs__json_push_index(c, i);
         st = parse_op(c, scratch, json_array_get(ops, i), &out[i], unknown_p);
-        rs_json_pop(c, imark);
+        rs__json_pop(c, imark);
     }
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     d->ops = out;
     d->nops = n;
     return st;
@@ -321,28 +321,28 @@ static rs_status_t parse_dest(rs_json_ctx_t *c, const json_t *obj,
     size_t nstride = 0;
     int ndim = 0;
 
-    if ((st = rs_json_field_int(c, obj, "dest_offset", 1, 0,
+    if ((st = rs__json_field_int(c, obj, "dest_offset", 1, 0,
                                 &d->dest_offset)) != RS_OK ||
-        (st = rs_json_field_dims(c, obj, "dest_shape", shape, &ndim)) != RS_OK ||
-        (st = rs_json_field(c, obj, "dest_stride", 1, JSON_ARRAY, &v)) != RS_OK)
+        (st = rs__json_field_dims(c, obj, "dest_shape", shape, &ndim)) != RS_OK ||
+        (st = rs__json_field(c, obj, "dest_stride", 1, JSON_ARRAY, &v)) != RS_OK)
         return st;
-    size_t mark = rs_json_push_key(c, "dest_stride");
-    st = rs_json_as_ints(c, v, 0, RS_MAX_DIMS, stride, &nstride);
+    size_t mark = rs__json_push_key(c, "dest_stride");
+    st = rs__json_as_ints(c, v, 0, RS_MAX_DIMS, stride, &nstride);
     if (st == RS_OK && nstride != (size_t)ndim)
-        st = rs_json_fail(c, "has %zu entries but dest_shape has %d", nstride,
+        st = rs__json_fail(c, "has %zu entries but dest_shape has %d", nstride,
                           ndim);
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     if (st != RS_OK)
         return st;
-    mark = rs_json_push_key(c, "dest_shape");
-    st = rs_json_check_numel(c, shape, ndim, 1);
-    rs_json_pop(c, mark);
+    mark = rs__json_push_key(c, "dest_shape");
+    st = rs__json_check_numel(c, shape, ndim, 1);
+    rs__json_pop(c, mark);
     if (st != RS_OK)
         return st;
     d->ndim = ndim;
     d->dest_shape = shape;
     d->dest_stride = stride;
-    return rs_json_field_dtype(c, obj, "dest_dtype", &d->dest_dtype);
+    return rs__json_field_dtype(c, obj, "dest_dtype", &d->dest_dtype);
 }
 
 /* The copy's parameter must be declared, with the copy's dtype. */
@@ -354,20 +354,20 @@ static rs_status_t check_param(rs_json_ctx_t *c, rs_capture_h cap,
     size_t mark;
 
     if (idx < 0) {
-        mark = rs_json_push_key(c, "param");
-        st = rs_json_fail(c, "parameter '%s' (copy of '%s') is not declared "
+        mark = rs__json_push_key(c, "param");
+        st = rs__json_fail(c, "parameter '%s' (copy of '%s') is not declared "
                           "in params", d->param, d->src);
-        rs_json_pop(c, mark);
+        rs__json_pop(c, mark);
         return st;
     }
     rs_param_info_t info;
     rs_capture_param(cap, (size_t)idx, &info);
     if (info.dtype != d->dest_dtype) {
-        mark = rs_json_push_key(c, "dest_dtype");
-        st = rs_json_fail(c, "%s differs from parameter '%s' dtype %s",
+        mark = rs__json_push_key(c, "dest_dtype");
+        st = rs__json_fail(c, "%s differs from parameter '%s' dtype %s",
                           rs_dtype_name(d->dest_dtype), d->param,
                           rs_dtype_name(info.dtype));
-        rs_json_pop(c, mark);
+        rs__json_pop(c, mark);
     }
     return st;
 }
@@ -381,10 +381,10 @@ static rs_status_t load_copy(rs_json_ctx_t *c, rs_capture_h cap,
     json_t *ops = NULL;
     rs_status_t st;
 
-    if ((st = rs_json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
-        (st = rs_json_field_string(c, obj, "src", 1, &d.src)) != RS_OK ||
-        (st = rs_json_field_string(c, obj, "param", 1, &d.param)) != RS_OK ||
-        (st = rs_json_field(c, obj, "ops", 1, JSON_ARRAY, &ops)) != RS_OK ||
+    if ((st = rs__json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
+        (st = rs__json_field_string(c, obj, "src", 1, &d.src)) != RS_OK ||
+        (st = rs__json_field_string(c, obj, "param", 1, &d.param)) != RS_OK ||
+        (st = rs__json_field(c, obj, "ops", 1, JSON_ARRAY, &ops)) != RS_OK ||
         (st = parse_ops(c, scratch, ops, &d, &unknown)) != RS_OK ||
         (st = parse_dest(c, obj, &d, shape, stride)) != RS_OK ||
         (st = check_param(c, cap, &d)) != RS_OK)
@@ -399,25 +399,25 @@ static rs_status_t load_copy(rs_json_ctx_t *c, rs_capture_h cap,
     }
     if (st == RS_OK)
         st = rs_capture_add_copy(cap, &d, c->diag);
-    return st == RS_OK ? RS_OK : rs_json_prefix(c);
+    return st == RS_OK ? RS_OK : rs__json_prefix(c);
 }
 
 static rs_status_t load_copies(rs_json_ctx_t *c, rs_capture_h cap,
                                const json_t *root)
 {
     json_t *copies = NULL;
-    rs_status_t st = rs_json_field(c, root, "copies", 1, JSON_ARRAY, &copies);
-    size_t mark = rs_json_push_key(c, "copies");
+    rs_status_t st = rs__json_field(c, root, "copies", 1, JSON_ARRAY, &copies);
+    size_t mark = rs__json_push_key(c, "copies");
 
     for (size_t i = 0; st == RS_OK && i < json_array_size(copies); i++) {
         rs_arena_t scratch; /* per copy, so temporaries do not pile up */
-        rs_arena_init(&scratch);
-        size_t imark = rs_json_push_index(c, i);
+        rs__arena_init(&scratch);
+        size_t imark = rs__json_push_index(c, i);
         st = load_copy(c, cap, &scratch, json_array_get(copies, i));
-        rs_json_pop(c, imark);
-        rs_arena_free(&scratch);
+        rs__json_pop(c, imark);
+        rs__arena_free(&scratch);
     }
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -427,13 +427,13 @@ static rs_status_t load_shape_dtype(rs_json_ctx_t *c, const json_t *obj,
                                     rs_dtype_t *dtype_p)
 {
     rs_status_t st;
-    if ((st = rs_json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
-        (st = rs_json_field_dims(c, obj, "shape", shape, ndim_p)) != RS_OK ||
-        (st = rs_json_field_dtype(c, obj, "dtype", dtype_p)) != RS_OK)
+    if ((st = rs__json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
+        (st = rs__json_field_dims(c, obj, "shape", shape, ndim_p)) != RS_OK ||
+        (st = rs__json_field_dtype(c, obj, "dtype", dtype_p)) != RS_OK)
         return st;
-    size_t mark = rs_json_push_key(c, "shape");
-    st = rs_json_check_numel(c, shape, *ndim_p, rs_dtype_size(*dtype_p));
-    rs_json_pop(c, mark);
+    size_t mark = rs__json_push_key(c, "shape");
+    st = rs__json_check_numel(c, shape, *ndim_p, rs_dtype_size(*dtype_p));
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -454,7 +454,7 @@ static rs_status_t load_shaped(rs_json_ctx_t *c, rs_capture_h cap,
     if (st != RS_OK)
         return st;
     if (add(cap, name, ndim, shape, dtype, c->diag) != RS_OK)
-        return rs_json_prefix(c);
+        return rs__json_prefix(c);
     return RS_OK;
 }
 
@@ -475,10 +475,10 @@ static rs_status_t load_reason(rs_json_ctx_t *c, rs_capture_h cap,
                                const char *src, const json_t *v)
 {
     const char *reason = NULL;
-    rs_status_t st = rs_json_as_string(c, v, &reason);
+    rs_status_t st = rs__json_as_string(c, v, &reason);
     if (st == RS_OK &&
         rs_capture_add_unsupported(cap, src, reason, c->diag) != RS_OK)
-        st = rs_json_prefix(c);
+        st = rs__json_prefix(c);
     return st;
 }
 
@@ -493,19 +493,19 @@ static rs_status_t load_map(rs_json_ctx_t *c, rs_capture_h cap,
 {
     json_t *map = NULL, *v;
     const char *name;
-    rs_status_t st = rs_json_field(c, root, key, required, JSON_OBJECT, &map);
-    size_t mark = rs_json_push_key(c, key);
+    rs_status_t st = rs__json_field(c, root, key, required, JSON_OBJECT, &map);
+    size_t mark = rs__json_push_key(c, key);
 
     if (st == RS_OK && map != NULL) {
         json_object_foreach(map, name, v) {
-            size_t kmark = rs_json_push_key(c, name);
+            size_t kmark = rs__json_push_key(c, name);
             st = fn(c, cap, name, v);
-            rs_json_pop(c, kmark);
+            rs__json_pop(c, kmark);
             if (st != RS_OK)
                 break;
         }
     }
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -515,14 +515,14 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_capture_h cap,
     int64_t unattributed = 0;
     rs_status_t st;
 
-    if ((st = rs_json_check_schema(c, root, CAPTURE_SCHEMA)) != RS_OK ||
+    if ((st = rs__json_check_schema(c, root, CAPTURE_SCHEMA)) != RS_OK ||
         (st = load_map(c, cap, root, "params", 1, load_param)) != RS_OK ||
         /* optional: captures written before sources were declared */
         (st = load_map(c, cap, root, "sources", 0, load_source)) != RS_OK ||
         (st = load_map(c, cap, root, "unsupported", 0, load_reason)) !=
             RS_OK ||
         (st = load_copies(c, cap, root)) != RS_OK ||
-        (st = rs_json_field_int(c, root, "unattributed", 0, 0,
+        (st = rs__json_field_int(c, root, "unattributed", 0, 0,
                                 &unattributed)) != RS_OK)
         return st;
     rs__capture_set_unattributed(cap, unattributed);
@@ -534,7 +534,7 @@ static rs_status_t load_text(rs_json_ctx_t *c, const char *json, size_t len,
 {
     json_t *root = NULL;
     rs_capture_h cap = NULL;
-    rs_status_t st = rs_json_parse(c, json, len, RS_JSON_LIMIT_CONFIGURED,
+    rs_status_t st = rs__json_parse(c, json, len, RS_JSON_LIMIT_CONFIGURED,
                                    &root);
 
     if (st != RS_OK)
@@ -562,7 +562,7 @@ rs_status_t rs_capture_load_string(const char *json, size_t len,
 
     if (capture_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL capture_p");
-    rs_json_ctx_init(&c, origin, diag);
+    rs__json_ctx_init(&c, origin, diag);
     return load_text(&c, json, len, capture_p);
 }
 
@@ -575,11 +575,11 @@ rs_status_t rs_capture_load_file(const char *path, rs_diag_t *diag,
 
     if (capture_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL capture_p");
-    rs_status_t st = rs_json_read_file(path, RS_JSON_LIMIT_CONFIGURED, diag,
+    rs_status_t st = rs__json_read_file(path, RS_JSON_LIMIT_CONFIGURED, diag,
                                        &text, &len);
     if (st != RS_OK)
         return st;
-    rs_json_ctx_init(&c, path, diag);
+    rs__json_ctx_init(&c, path, diag);
     st = load_text(&c, text, len, capture_p);
     free(text);
     return st;

@@ -160,7 +160,7 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
                             rs_diag_t *diag)
 {
     fputs("  {\"src\": ", out);
-    rs_json_put_string(out, c->src);
+    rs__json_put_string(out, c->src);
     fputs(", \"ops\": [", out);
     for (size_t i = 0; i < c->nops; i++) {
         fputs(i > 0 ? ", [" : "[", out);
@@ -168,12 +168,12 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
             return rs__diag_set(diag, RS_ERR_INPUT, "copies[%zu].ops[%zu] "
                                 "(copy of '%s'): unknown op kind %d", index, i,
                                 c->src, (int)c->ops[i].kind);
-        rs_json_put_string(out, rs_op_name(c->ops[i].kind));
+        rs__json_put_string(out, rs_op_name(c->ops[i].kind));
         put_op_args(out, &c->ops[i]);
         putc(']', out);
     }
     fputs("], \"param\": ", out);
-    rs_json_put_string(out, c->param);
+    rs__json_put_string(out, c->param);
     fputs(", \"dest_offset\": ", out);
     put_int(out, c->dest_offset);
     fputs(", \"dest_shape\": ", out);
@@ -181,7 +181,7 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
     fputs(", \"dest_stride\": ", out);
     put_ints(out, c->dest_stride, (size_t)c->ndim);
     fputs(", \"dest_dtype\": ", out);
-    rs_json_put_string(out, rs_dtype_name(c->dest_dtype));
+    rs__json_put_string(out, rs_dtype_name(c->dest_dtype));
     putc('}', out);
     return RS_OK;
 }
@@ -191,11 +191,11 @@ static void put_shaped(FILE *out, size_t i, const char *name, int ndim,
                        const int64_t *shape, rs_dtype_t dtype)
 {
     fputs(i > 0 ? ",\n  " : "\n  ", out);
-    rs_json_put_string(out, name);
+    rs__json_put_string(out, name);
     fputs(": {\"shape\": ", out);
     put_ints(out, shape, (size_t)ndim);
     fputs(", \"dtype\": ", out);
-    rs_json_put_string(out, rs_dtype_name(dtype));
+    rs__json_put_string(out, rs_dtype_name(dtype));
     putc('}', out);
 }
 
@@ -226,9 +226,9 @@ static void put_unsupported(FILE *out, rs_capture_h cap)
     fputs(" \"unsupported\": {", out);
     for (size_t i = 0; i < cap->unsupported_len; i++) {
         fputs(i > 0 ? ",\n  " : "\n  ", out);
-        rs_json_put_string(out, cap->unsupported[i].src);
+        rs__json_put_string(out, cap->unsupported[i].src);
         fputs(": ", out);
-        rs_json_put_string(out, cap->unsupported[i].reason);
+        rs__json_put_string(out, cap->unsupported[i].reason);
     }
     fputs("},\n", out);
 }

@@ -18,7 +18,7 @@ struct rs_grid {
     uint32_t *ids;
 };
 
-void rs_grid_destroy(rs_grid_t *g)
+void rs__grid_destroy(rs_grid_t *g)
 {
     if (g == NULL)
         return;
@@ -162,7 +162,7 @@ static rs_status_t fill_rows(rs_grid_t *g, const rs_src_tensor_t *t,
     return RS_OK;
 }
 
-rs_status_t rs_grid_build(const rs_src_tensor_t *t, size_t max_cells,
+rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
                           rs_grid_t **grid_p)
 {
     rs_status_t st = RS_OK;
@@ -177,7 +177,7 @@ rs_status_t rs_grid_build(const rs_src_tensor_t *t, size_t max_cells,
     if (st == RS_OK)
         st = fill_rows(g, t, max_cells);
     if (st != RS_OK) {
-        rs_grid_destroy(g);
+        rs__grid_destroy(g);
         return st;
     }
     *grid_p = g;
@@ -195,7 +195,7 @@ static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
                                 int d, dim_hits_t *h)
 {
     int64_t s = box->start[d], c = box->count[d];
-    int64_t last = rs_box_coord(box, d, c - 1);
+    int64_t last = rs__box_coord(box, d, c - 1);
     size_t first = interval_at(g, d, s + 1) - 1; /* interval holding s */
     size_t end = interval_at(g, d, last + 1);
     h->n = 0;
@@ -208,8 +208,8 @@ static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
     if (h->cell == NULL || h->lo == NULL || h->hi == NULL)
         return RS_ERR_NO_MEMORY;
     for (size_t i = first; i < end; i++) {
-        int64_t lo = rs_box_count_below(box, d, g->bounds[d][i]);
-        int64_t hi = rs_box_count_below(box, d, g->bounds[d][i + 1]);
+        int64_t lo = rs__box_count_below(box, d, g->bounds[d][i]);
+        int64_t hi = rs__box_count_below(box, d, g->bounds[d][i + 1]);
         if (lo >= hi)
             continue; /* the view steps over this interval */
         h->cell[h->n] = i;
@@ -249,7 +249,7 @@ static void visit_product(const rs_grid_t *g, const dim_hits_t *h,
     }
 }
 
-rs_status_t rs_grid_visit(const rs_grid_t *g, const rs_box_t *box,
+rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
                           rs_cell_cb cb, void *ctx)
 {
     dim_hits_t h[RS_MAX_DIMS];

@@ -20,9 +20,9 @@ typedef struct rs_grid rs_grid_t;
 
 /* Builds the grid of a tensor's non-empty shards. RS_ERR_UNSUPPORTED when
  * the layout is too fragmented (more than max_cells), RS_ERR_NO_MEMORY. */
-rs_status_t rs_grid_build(const struct rs_src_tensor *tensor, size_t max_cells,
+rs_status_t rs__grid_build(const struct rs_src_tensor *tensor, size_t max_cells,
                           rs_grid_t **grid_p);
-void rs_grid_destroy(rs_grid_t *grid);
+void rs__grid_destroy(rs_grid_t *grid);
 
 /* Receives each cell a box touches: the box's progression indices inside the
  * cell, and the shards (indices into the tensor's shards) holding the cell,
@@ -32,7 +32,7 @@ typedef void (*rs_cell_cb)(void *ctx, size_t cell, const rs_krange_t *kr,
 
 /* Visits every cell holding at least one element of the box, in row-major
  * cell order. RS_ERR_NO_MEMORY only. */
-rs_status_t rs_grid_visit(const rs_grid_t *grid, const rs_box_t *box,
+rs_status_t rs__grid_visit(const rs_grid_t *grid, const rs_box_t *box,
                           rs_cell_cb cb, void *ctx);
 
 #endif

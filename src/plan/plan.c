@@ -32,7 +32,7 @@ void rs_plan_destroy(rs_plan_h plan)
     free(plan->fallback);
     free(plan->unbounded);
     free(plan->shards);
-    rs_arena_free(&plan->arena);
+    rs__arena_free(&plan->arena);
     free(plan);
 }
 

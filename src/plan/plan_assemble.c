@@ -45,7 +45,7 @@ static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc)
 
     for (int i = 0; i < c->ndim; i++)
         numel *= c->dest_shape[i]; /* checked when the copy was added */
-    if (!rs_mul_i64(numel, (int64_t)s->tensor->elsize, &bytes))
+    if (!rs__mul_i64(numel, (int64_t)s->tensor->elsize, &bytes))
         return rs__diag_set(b->diag, RS_ERR_INPUT, "copy %zu: staging size "
                             "overflows", ci);
     cv.copy = ci;
@@ -55,7 +55,7 @@ static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc)
     cv.staging_bytes = (uint64_t)bytes;
     cv.nsegments = pc->seg_end - pc->seg_begin;
     /* an empty copy has no segments, and tmp may still be unallocated */
-    cv.segments = rs_arena_memdup(&b->plan->arena,
+    cv.segments = rs__arena_memdup(&b->plan->arena,
                                   cv.nsegments > 0 ? b->tmp.v + pc->seg_begin
                                                    : NULL,
                                   cv.nsegments * sizeof(rs_segment_t));
@@ -87,7 +87,7 @@ static rs_status_t alloc_full_pull_copies(rs_planner_t *b)
     }
     for (size_t i = 0; i < plan->full_pulls_len; i++) {
         plan->full_pulls[i].copies =
-            rs_arena_alloc(&plan->arena, (counts[i] + 1) * sizeof(size_t));
+            rs__arena_alloc(&plan->arena, (counts[i] + 1) * sizeof(size_t));
         plan->full_pulls[i].ncopies = 0;
         if (plan->full_pulls[i].copies == NULL) {
             free(counts);
@@ -173,7 +173,7 @@ static rs_status_t list_shards(rs_planner_t *b)
                                 (uint64_t)sh->numel * s->tensor->elsize,
                                 s->name, NULL};
             if (sh->digest != NULL &&
-                (r.digest = rs_arena_strdup(&plan->arena, sh->digest)) == NULL)
+                (r.digest = rs__arena_strdup(&plan->arena, sh->digest)) == NULL)
                 return OOM(b);
             if (!RS_VEC_PUSH(plan, shards, r))
                 return OOM(b);

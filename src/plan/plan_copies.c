@@ -18,14 +18,14 @@
 static rs_status_t copy_sessions(rs_plan_h plan, rs_sources_h srcs)
 {
     plan->nsessions = srcs->sessions_len;
-    plan->sessions = rs_arena_alloc(&plan->arena,
+    plan->sessions = rs__arena_alloc(&plan->arena,
                                     (plan->nsessions + 1) * sizeof(char *));
-    plan->session_bytes = rs_arena_alloc(&plan->arena,
+    plan->session_bytes = rs__arena_alloc(&plan->arena,
                                          (plan->nsessions + 1) * sizeof(uint64_t));
     if (plan->sessions == NULL || plan->session_bytes == NULL)
         return RS_ERR_NO_MEMORY;
     for (size_t i = 0; i < plan->nsessions; i++) {
-        plan->sessions[i] = rs_arena_strdup(&plan->arena, srcs->sessions[i]);
+        plan->sessions[i] = rs__arena_strdup(&plan->arena, srcs->sessions[i]);
         if (plan->sessions[i] == NULL)
             return RS_ERR_NO_MEMORY;
     }
@@ -41,13 +41,13 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->srcs = srcs;
     b->params = params;
     b->diag = diag;
-    rs_strmap_init(&b->psrc_index);
+    rs__strmap_init(&b->psrc_index);
     b->plan = calloc(1, sizeof(*b->plan));
     b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
     if (b->plan == NULL || b->copies == NULL || b->load == NULL)
         return OOM(b);
-    rs_arena_init(&b->plan->arena);
+    rs__arena_init(&b->plan->arena);
     b->plan->capture = cap;
     if (copy_sessions(b->plan, srcs) != RS_OK)
         return OOM(b);
@@ -58,7 +58,7 @@ void rs__planner_free(rs_planner_t *b)
 {
     rs_plan_destroy(b->plan);
     free(b->psrc);
-    rs_strmap_free(&b->psrc_index);
+    rs__strmap_free(&b->psrc_index);
     free(b->copies);
     free(b->tmp.v);
     free(b->load);
@@ -78,7 +78,7 @@ rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
     rs_plan_fallback_t f;
     if (s->fallback != NULL)
         return RS_OK;
-    s->fallback = rs_arena_strdup(&b->plan->arena, reason);
+    s->fallback = rs__arena_strdup(&b->plan->arena, reason);
     f.src = s->name;
     f.reason = s->fallback;
     if (s->fallback == NULL || !RS_VEC_PUSH(b->plan, fallback, f))
@@ -90,13 +90,13 @@ rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
 static rs_status_t psrc_for(rs_planner_t *b, const char *name, uint32_t *id_p)
 {
     uint32_t id;
-    if (rs_strmap_get(&b->psrc_index, name, &id)) {
+    if (rs__strmap_get(&b->psrc_index, name, &id)) {
         *id_p = id;
         return RS_OK;
     }
     rs_psrc_t s = {name, rs__sources_find(b->srcs, name), NULL, 0, 0, -1};
     id = (uint32_t)b->psrc_len;
-    if (!RS_VEC_PUSH(b, psrc, s) || !rs_strmap_put(&b->psrc_index, name, id))
+    if (!RS_VEC_PUSH(b, psrc, s) || !rs__strmap_put(&b->psrc_index, name, id))
         return OOM(b);
     *id_p = id;
     return RS_OK;
@@ -207,8 +207,8 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
     for (int i = 0; i < c->ndim; i++) {
         if (c->dest_shape[i] == 1)
             continue;
-        if (!rs_mul_i64(c->dest_shape[i] - 1, c->dest_stride[i], &span[i]) ||
-            !rs_add_i64(last, span[i], &last))
+        if (!rs__mul_i64(c->dest_shape[i] - 1, c->dest_stride[i], &span[i]) ||
+            !rs__add_i64(last, span[i], &last))
             return "destination region overflows";
         order[n++] = i;
     }
@@ -238,7 +238,7 @@ static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
     const rs_cap_param_t *p = &b->cap->params[b->copies[ci].param];
     char why[512], reason[768];
     size_t bad_op;
-    rs_status_t st = rs_geom_resolve(s->tensor->ndim, s->tensor->shape, c->ops,
+    rs_status_t st = rs__geom_resolve(s->tensor->ndim, s->tensor->shape, c->ops,
                                      c->nops, c->ndim, c->dest_shape,
                                      dest_stride, box, &bad_op, why,
                                      sizeof(why));
@@ -264,7 +264,7 @@ static rs_status_t bind_param(rs_planner_t *b, size_t ci)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     uint32_t p;
-    if (!rs_strmap_get(&b->cap->param_index, c->param, &p))
+    if (!rs__strmap_get(&b->cap->param_index, c->param, &p))
         return rs__diag_set(b->diag, RS_ERR_INPUT, "copy %zu: param '%s' is "
                             "not declared", ci, c->param);
     if (b->cap->params[p].dtype != c->dest_dtype)
@@ -297,7 +297,7 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     if ((st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok)) != RS_OK || !ok)
         return st;
     if (convert) { /* same geometry, landing in row-major staging */
-        if (!rs_row_major(c->dest_shape, c->ndim, staging))
+        if (!rs__row_major(c->dest_shape, c->ndim, staging))
             return rs__planner_fallback(b, pc->src, "destination strides "
                                         "overflow int64");
         if ((st = resolve_copy(b, ci, s, staging, &box, &ok)) != RS_OK || !ok)

@@ -32,7 +32,7 @@ static rs_status_t add_full_pull(rs_planner_t *b, rs_psrc_t *s,
     fp.dtype = t->dtype;
     fp.staging_bytes = numel * t->elsize;
     fp.nsegments = segs->v_len;
-    fp.segments = rs_arena_memdup(&plan->arena, segs->v,
+    fp.segments = rs__arena_memdup(&plan->arena, segs->v,
                                   segs->v_len * sizeof(rs_segment_t));
     if (fp.segments == NULL || !RS_VEC_PUSH(plan, full_pulls, fp))
         return rs__diag_set(b->diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -49,8 +49,8 @@ static rs_status_t consider(rs_planner_t *b, rs_psrc_t *s)
     rs_box_t box;
     size_t bad_op;
 
-    if (!rs_row_major(t->shape, t->ndim, stride) ||
-        rs_geom_resolve(t->ndim, t->shape, NULL, 0, t->ndim, t->shape, stride,
+    if (!rs__row_major(t->shape, t->ndim, stride) ||
+        rs__geom_resolve(t->ndim, t->shape, NULL, 0, t->ndim, t->shape, stride,
                         &box, &bad_op, NULL, 0) != RS_OK)
         return keep_exact(b, s);
     rs_status_t st = rs__planner_walk(b, s, &box, UINT32_MAX, 0, &segs,

@@ -73,22 +73,22 @@ static void jw_i64(jw_t *w, int64_t v)
 
 static int qname_make(qname_t *q, const char *s)
 {
-    q->len = rs_json_quoted_len(s);
+    q->len = rs__json_quoted_len(s);
     q->text = malloc(q->len);
     if (q->text == NULL)
         return 0;
-    rs_json_quote(q->text, s);
+    rs__json_quote(q->text, s);
     return 1;
 }
 
 static void jw_str(jw_t *w, const char *s)
 {
     qname_t q;
-    size_t need = rs_json_quoted_len(s);
+    size_t need = rs__json_quoted_len(s);
     if (need <= JW_BUF) {
         if (need > JW_BUF - w->len)
             jw_flush(w);
-        rs_json_quote(w->buf + w->len, s);
+        rs__json_quote(w->buf + w->len, s);
         w->len += need;
         return;
     }

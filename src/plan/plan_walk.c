@@ -88,7 +88,7 @@ static void walk_part(walk_ctx_t *w, size_t cell, const rs_krange_t *kr,
     w->b->load[sh->session] += bytes;
     w->session = sh->session;
     w->addr = sh->addr;
-    rs_walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
+    rs__walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
 }
 
 static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
@@ -133,7 +133,7 @@ static rs_status_t tensor_grid(rs_sources_h s, rs_src_tensor_t *t,
         pthread_mutex_lock(&s->grid_lock);
         g = __atomic_load_n(&t->grid, __ATOMIC_ACQUIRE);
         if (g == NULL) {
-            st = rs_grid_build(t, RS_GRID_MAX_CELLS, &g);
+            st = rs__grid_build(t, RS_GRID_MAX_CELLS, &g);
             if (st == RS_OK)
                 __atomic_store_n(&t->grid, g, __ATOMIC_RELEASE);
         }
@@ -155,7 +155,7 @@ rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
     rs_status_t st = tensor_grid(b->srcs, t, &grid);
     if (st != RS_OK)
         return st;
-    st = rs_grid_visit(grid, box, plan_cell, &w);
+    st = rs__grid_visit(grid, box, plan_cell, &w);
     if (st == RS_OK && b->oom)
         st = RS_ERR_NO_MEMORY;
     return st;

@@ -18,11 +18,11 @@ rs_status_t rs_sources_create(rs_sources_h *sources_p)
     rs_sources_h s = calloc(1, sizeof(*s));
     if (s == NULL)
         return RS_ERR_NO_MEMORY;
-    rs_arena_init(&s->arena);
-    rs_strmap_init(&s->tensor_index);
-    rs_strmap_init(&s->session_index);
+    rs__arena_init(&s->arena);
+    rs__strmap_init(&s->tensor_index);
+    rs__strmap_init(&s->session_index);
     pthread_mutex_init(&s->grid_lock, NULL);
-    rs_strmap_init(&s->table_index);
+    rs__strmap_init(&s->table_index);
     s->flat_valid = 1; /* the empty order */
     *sources_p = s;
     return RS_OK;
@@ -34,7 +34,7 @@ void rs_sources_destroy(rs_sources_h s)
         return;
     for (size_t i = 0; i < s->tensors_len; i++) {
         free(s->tensors[i].shards);
-        rs_grid_destroy(s->tensors[i].grid);
+        rs__grid_destroy(s->tensors[i].grid);
     }
     free(s->tensors);
     free(s->sessions);
@@ -42,10 +42,10 @@ void rs_sources_destroy(rs_sources_h s)
     free(s->flat_tensor);
     free(s->flat_shard);
     free(s->undo);
-    rs_strmap_free(&s->tensor_index);
-    rs_strmap_free(&s->session_index);
-    rs_strmap_free(&s->table_index);
-    rs_arena_free(&s->arena);
+    rs__strmap_free(&s->tensor_index);
+    rs__strmap_free(&s->session_index);
+    rs__strmap_free(&s->table_index);
+    rs__arena_free(&s->arena);
     pthread_mutex_destroy(&s->grid_lock);
     free(s);
 }
@@ -53,21 +53,21 @@ void rs_sources_destroy(rs_sources_h s)
 rs_src_tensor_t *rs__sources_find(rs_sources_h s, const char *name)
 {
     uint32_t idx;
-    return rs_strmap_get(&s->tensor_index, name, &idx) ? &s->tensors[idx] : NULL;
+    return rs__strmap_get(&s->tensor_index, name, &idx) ? &s->tensors[idx] : NULL;
 }
 
 static rs_status_t intern_session(rs_sources_h s, const char *name,
                                   uint32_t *id_p)
 {
     uint32_t id;
-    if (rs_strmap_get(&s->session_index, name, &id)) {
+    if (rs__strmap_get(&s->session_index, name, &id)) {
         *id_p = id;
         return RS_OK;
     }
-    const char *copy = rs_arena_strdup(&s->arena, name);
+    const char *copy = rs__arena_strdup(&s->arena, name);
     id = (uint32_t)s->sessions_len;
     if (copy == NULL || !RS_VEC_PUSH(s, sessions, copy) ||
-        !rs_strmap_put(&s->session_index, copy, id))
+        !rs__strmap_put(&s->session_index, copy, id))
         return RS_ERR_NO_MEMORY;
     *id_p = id;
     return RS_OK;
@@ -96,14 +96,14 @@ static rs_status_t tensor_for(rs_sources_h s, const rs_shard_desc_t *d,
         return RS_OK;
     }
     rs_src_tensor_t nt = {0};
-    nt.name = rs_arena_strdup(&s->arena, d->tensor);
+    nt.name = rs__arena_strdup(&s->arena, d->tensor);
     nt.dtype = d->dtype;
     nt.elsize = d->elsize;
     nt.ndim = d->ndim;
-    nt.shape = rs_arena_memdup(&s->arena, d->full_shape,
+    nt.shape = rs__arena_memdup(&s->arena, d->full_shape,
                                (size_t)(d->ndim ? d->ndim : 1) * sizeof(int64_t));
     if (nt.name == NULL || nt.shape == NULL ||
-        !rs_strmap_put(&s->tensor_index, nt.name, (uint32_t)s->tensors_len) ||
+        !rs__strmap_put(&s->tensor_index, nt.name, (uint32_t)s->tensors_len) ||
         !RS_VEC_PUSH(s, tensors, nt))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     *t_p = &s->tensors[s->tensors_len - 1];
@@ -128,14 +128,14 @@ static rs_status_t check_shard(const rs_shard_desc_t *d, rs_diag_t *diag,
                             "disagrees with dtype %s (%zu bytes)", d->tensor,
                             d->elsize, rs_dtype_name(d->dtype),
                             rs_dtype_size(d->dtype));
-    if (!rs_numel(d->full_shape, d->ndim, &full_numel) ||
-        !rs_mul_i64(full_numel, (int64_t)d->elsize, &nbytes))
+    if (!rs__numel(d->full_shape, d->ndim, &full_numel) ||
+        !rs__mul_i64(full_numel, (int64_t)d->elsize, &nbytes))
         return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': full_shape is "
                             "negative or overflows", d->tensor);
     for (int i = 0; i < d->ndim; i++) {
         int64_t end_i;
         if (d->offset[i] < 0 || d->shape[i] < 0 ||
-            !rs_add_i64(d->offset[i], d->shape[i], &end_i) ||
+            !rs__add_i64(d->offset[i], d->shape[i], &end_i) ||
             end_i > d->full_shape[i])
             return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': shard of "
                                 "session '%s' leaves the full shape in dim %d "
@@ -144,9 +144,9 @@ static rs_status_t check_shard(const rs_shard_desc_t *d, rs_diag_t *diag,
                                 (long long)d->offset[i], (long long)d->shape[i],
                                 (long long)d->full_shape[i]);
     }
-    if (!rs_numel(d->shape, d->ndim, &numel) ||
-        !rs_mul_i64(numel, (int64_t)d->elsize, &nbytes) ||
-        !rs_add_u64(d->addr, (uint64_t)nbytes, &end))
+    if (!rs__numel(d->shape, d->ndim, &numel) ||
+        !rs__mul_i64(numel, (int64_t)d->elsize, &nbytes) ||
+        !rs__add_u64(d->addr, (uint64_t)nbytes, &end))
         return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': shard of session "
                             "'%s' at addr %llu overflows the address space",
                             d->tensor, d->session,
@@ -228,9 +228,9 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
     size_t dims = (size_t)(d->ndim ? d->ndim : 1) * sizeof(int64_t);
     sh.device_id = d->device_id;
     sh.addr = d->addr;
-    sh.offset = rs_arena_memdup(&s->arena, d->offset, dims);
-    sh.shape = rs_arena_memdup(&s->arena, d->shape, dims);
-    sh.digest = d->digest ? rs_arena_strdup(&s->arena, d->digest) : NULL;
+    sh.offset = rs__arena_memdup(&s->arena, d->offset, dims);
+    sh.shape = rs__arena_memdup(&s->arena, d->shape, dims);
+    sh.digest = d->digest ? rs__arena_strdup(&s->arena, d->digest) : NULL;
     if (t->shards_len >= UINT32_MAX)
         return rs__diag_set(diag, RS_ERR_INPUT, "tensor '%s': more than %u "
                             "shards", d->tensor, (unsigned)UINT32_MAX);
@@ -239,14 +239,14 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     s->nshards++;
     note_flat(s, t);
-    rs_grid_destroy(t->grid);
+    rs__grid_destroy(t->grid);
     t->grid = NULL;
     return RS_OK;
 }
 
 static const char *dup_opt(rs_arena_t *a, const char *s)
 {
-    return s != NULL ? rs_arena_strdup(a, s) : NULL;
+    return s != NULL ? rs__arena_strdup(a, s) : NULL;
 }
 
 rs_status_t rs_sources_add_table(rs_sources_h s, const rs_table_info_t *table,
@@ -255,14 +255,14 @@ rs_status_t rs_sources_add_table(rs_sources_h s, const rs_table_info_t *table,
     rs_table_info_t t;
     if (s == NULL || table == NULL || table->agent_name == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    t.agent_name = rs_arena_strdup(&s->arena, table->agent_name);
+    t.agent_name = rs__arena_strdup(&s->arena, table->agent_name);
     t.metadata_endpoint = dup_opt(&s->arena, table->metadata_endpoint);
     t.agent_meta_b64 = dup_opt(&s->arena, table->agent_meta_b64);
     t.publisher_step = table->publisher_step;
     uint32_t first;
     if (t.agent_name == NULL || !RS_VEC_PUSH(s, tables, t) ||
-        (!rs_strmap_get(&s->table_index, t.agent_name, &first) &&
-         !rs_strmap_put(&s->table_index, t.agent_name,
+        (!rs__strmap_get(&s->table_index, t.agent_name, &first) &&
+         !rs__strmap_put(&s->table_index, t.agent_name,
                         (uint32_t)(s->tables_len - 1))))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     return RS_OK;
@@ -272,7 +272,7 @@ long rs_sources_find_table(rs_sources_h s, const char *agent_name)
 {
     uint32_t idx;
     if (s == NULL || agent_name == NULL ||
-        !rs_strmap_get(&s->table_index, agent_name, &idx))
+        !rs__strmap_get(&s->table_index, agent_name, &idx))
         return -1;
     return (long)idx;
 }
@@ -364,15 +364,15 @@ static int log_undo(rs_sources_h s, rs_src_tensor_t *t)
 
 static void rebuild_indexes(rs_sources_h s)
 {
-    rs_strmap_free(&s->tensor_index);
-    rs_strmap_free(&s->session_index);
-    rs_strmap_free(&s->table_index);
+    rs__strmap_free(&s->tensor_index);
+    rs__strmap_free(&s->session_index);
+    rs__strmap_free(&s->table_index);
     for (size_t i = 0; i < s->tensors_len; i++)
-        rs_strmap_put(&s->tensor_index, s->tensors[i].name, (uint32_t)i);
+        rs__strmap_put(&s->tensor_index, s->tensors[i].name, (uint32_t)i);
     for (size_t i = 0; i < s->sessions_len; i++)
-        rs_strmap_put(&s->session_index, s->sessions[i], (uint32_t)i);
+        rs__strmap_put(&s->session_index, s->sessions[i], (uint32_t)i);
     for (size_t i = s->tables_len; i-- > 0;)
-        rs_strmap_put(&s->table_index, s->tables[i].agent_name, (uint32_t)i);
+        rs__strmap_put(&s->table_index, s->tables[i].agent_name, (uint32_t)i);
 }
 
 /* Drops everything added since the mark: tensors created since are freed,
@@ -383,12 +383,12 @@ void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
 {
     for (size_t i = mark->tensors; i < s->tensors_len; i++) {
         free(s->tensors[i].shards);
-        rs_grid_destroy(s->tensors[i].grid);
+        rs__grid_destroy(s->tensors[i].grid);
     }
     for (size_t k = 0; k < s->undo_len; k++) {
         rs_src_tensor_t *t = &s->tensors[s->undo[k].tensor];
         t->shards_len = s->undo[k].shards_len;
-        rs_grid_destroy(t->grid);
+        rs__grid_destroy(t->grid);
         t->grid = NULL;
     }
     s->undo_len = 0;

@@ -25,12 +25,12 @@ static rs_status_t shard_dims(rs_json_ctx_t *c, const json_t *obj,
                               const char *key, int ndim, int64_t *dims)
 {
     int n = 0;
-    rs_status_t st = rs_json_field_dims(c, obj, key, dims, &n);
+    rs_status_t st = rs__json_field_dims(c, obj, key, dims, &n);
     if (st != RS_OK || n == ndim)
         return st;
-    size_t mark = rs_json_push_key(c, key);
-    st = rs_json_fail(c, "rank %d differs from full_shape rank %d", n, ndim);
-    rs_json_pop(c, mark);
+    size_t mark = rs__json_push_key(c, key);
+    st = rs__json_fail(c, "rank %d differs from full_shape rank %d", n, ndim);
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -41,16 +41,16 @@ static rs_status_t check_addr_range(rs_json_ctx_t *c, const tensor_decl_t *t,
                                     int64_t addr, const int64_t *shape)
 {
     int64_t numel, nbytes, end;
-    if (!rs_numel(shape, t->ndim, &numel) ||
-        !rs_mul_i64(numel, (int64_t)t->elsize, &nbytes) ||
-        rs_add_i64(addr, nbytes, &end))
+    if (!rs__numel(shape, t->ndim, &numel) ||
+        !rs__mul_i64(numel, (int64_t)t->elsize, &nbytes) ||
+        rs__add_i64(addr, nbytes, &end))
         return RS_OK;
-    size_t mark = rs_json_push_key(c, "addr");
-    rs_status_t st = rs_json_fail(c, "tensor '%s': shard at addr %lld with "
+    size_t mark = rs__json_push_key(c, "addr");
+    rs_status_t st = rs__json_fail(c, "tensor '%s': shard at addr %lld with "
                                   "%lld bytes overflows the address space "
                                   "(ends past 2^63-1)", t->name,
                                   (long long)addr, (long long)nbytes);
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -63,15 +63,15 @@ static rs_status_t load_shard(rs_json_ctx_t *c, rs_sources_h s,
     rs_status_t st;
 
     d.session = agent;
-    if ((st = rs_json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
-        (st = rs_json_field_string(c, obj, "agent_name", 0, &d.session)) !=
+    if ((st = rs__json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
+        (st = rs__json_field_string(c, obj, "agent_name", 0, &d.session)) !=
             RS_OK ||
-        (st = rs_json_field_int(c, obj, "device_id", 0, 0, &d.device_id)) !=
+        (st = rs__json_field_int(c, obj, "device_id", 0, 0, &d.device_id)) !=
             RS_OK ||
-        (st = rs_json_field_int(c, obj, "addr", 1, 0, &addr)) != RS_OK ||
+        (st = rs__json_field_int(c, obj, "addr", 1, 0, &addr)) != RS_OK ||
         (st = shard_dims(c, obj, "shard_offset", t->ndim, offset)) != RS_OK ||
         (st = shard_dims(c, obj, "shape", t->ndim, shape)) != RS_OK ||
-        (st = rs_json_field_string(c, obj, "digest", 0, &d.digest)) != RS_OK ||
+        (st = rs__json_field_string(c, obj, "digest", 0, &d.digest)) != RS_OK ||
         (st = check_addr_range(c, t, addr, shape)) != RS_OK)
         return st;
     d.tensor = t->name;
@@ -83,7 +83,7 @@ static rs_status_t load_shard(rs_json_ctx_t *c, rs_sources_h s,
     d.offset = offset;
     d.shape = shape;
     if (rs_sources_add_shard(s, &d, c->diag) != RS_OK)
-        return rs_json_prefix(c);
+        return rs__json_prefix(c);
     return RS_OK;
 }
 
@@ -115,18 +115,18 @@ static rs_status_t check_agreement(rs_json_ctx_t *c, rs_sources_h s,
                                (size_t)t->ndim * sizeof(int64_t)) != 0)) {
         format_dims(a, sizeof(a), t->full_shape, t->ndim);
         format_dims(b, sizeof(b), old->shape, old->ndim);
-        mark = rs_json_push_key(c, "full_shape");
-        st = rs_json_fail(c, "tensor '%s': full_shape %s disagrees with %s "
+        mark = rs__json_push_key(c, "full_shape");
+        st = rs__json_fail(c, "tensor '%s': full_shape %s disagrees with %s "
                           "from an earlier table", t->name, a, b);
     } else if (old->dtype != t->dtype) {
-        mark = rs_json_push_key(c, "dtype");
-        st = rs_json_fail(c, "tensor '%s': dtype %s disagrees with %s from an "
+        mark = rs__json_push_key(c, "dtype");
+        st = rs__json_fail(c, "tensor '%s': dtype %s disagrees with %s from an "
                           "earlier table", t->name, rs_dtype_name(t->dtype),
                           rs_dtype_name(old->dtype));
     } else {
         return RS_OK;
     }
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -137,26 +137,26 @@ static rs_status_t load_tensor_decl(rs_json_ctx_t *c, const json_t *obj,
     size_t mark;
     rs_status_t st;
 
-    if ((st = rs_json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
-        (st = rs_json_field_string(c, obj, "name", 1, &t->name)) != RS_OK ||
-        (st = rs_json_field_dtype(c, obj, "dtype", &t->dtype)) != RS_OK ||
-        (st = rs_json_field_int(c, obj, "elsize", 1, 0, &elsize)) != RS_OK)
+    if ((st = rs__json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
+        (st = rs__json_field_string(c, obj, "name", 1, &t->name)) != RS_OK ||
+        (st = rs__json_field_dtype(c, obj, "dtype", &t->dtype)) != RS_OK ||
+        (st = rs__json_field_int(c, obj, "elsize", 1, 0, &elsize)) != RS_OK)
         return st;
     t->elsize = rs_dtype_size(t->dtype);
     if ((uint64_t)elsize != t->elsize) {
-        mark = rs_json_push_key(c, "elsize");
-        st = rs_json_fail(c, "tensor '%s': elsize %lld disagrees with dtype %s "
+        mark = rs__json_push_key(c, "elsize");
+        st = rs__json_fail(c, "tensor '%s': elsize %lld disagrees with dtype %s "
                           "(%zu bytes)", t->name, (long long)elsize,
                           rs_dtype_name(t->dtype), t->elsize);
-        rs_json_pop(c, mark);
+        rs__json_pop(c, mark);
         return st;
     }
-    if ((st = rs_json_field_dims(c, obj, "full_shape", t->full_shape,
+    if ((st = rs__json_field_dims(c, obj, "full_shape", t->full_shape,
                                  &t->ndim)) != RS_OK)
         return st;
-    mark = rs_json_push_key(c, "full_shape");
-    st = rs_json_check_numel(c, t->full_shape, t->ndim, t->elsize);
-    rs_json_pop(c, mark);
+    mark = rs__json_push_key(c, "full_shape");
+    st = rs__json_check_numel(c, t->full_shape, t->ndim, t->elsize);
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -169,15 +169,15 @@ static rs_status_t load_tensor(rs_json_ctx_t *c, rs_sources_h s,
 
     if ((st = load_tensor_decl(c, obj, &t)) != RS_OK ||
         (st = check_agreement(c, s, &t)) != RS_OK ||
-        (st = rs_json_field(c, obj, "shards", 1, JSON_ARRAY, &shards)) != RS_OK)
+        (st = rs__json_field(c, obj, "shards", 1, JSON_ARRAY, &shards)) != RS_OK)
         return st;
-    size_t mark = rs_json_push_key(c, "shards");
+    size_t mark = rs__json_push_key(c, "shards");
     for (size_t i = 0; st == RS_OK && i < json_array_size(shards); i++) {
-        size_t imark = rs_json_push_index(c, i);
+        size_t imark = rs__json_push_index(c, i);
         st = load_shard(c, s, &t, agent, json_array_get(shards, i));
-        rs_json_pop(c, imark);
+        rs__json_pop(c, imark);
     }
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     return st;
 }
 
@@ -189,27 +189,27 @@ static rs_status_t load_blob(rs_json_ctx_t *c, rs_sources_h s,
     rs_status_t st;
 
     info.publisher_step = -1;
-    if ((st = rs_json_check_schema(c, blob, SHARD_TABLE_SCHEMA)) != RS_OK ||
-        (st = rs_json_field_string(c, blob, "agent_name", 1,
+    if ((st = rs__json_check_schema(c, blob, SHARD_TABLE_SCHEMA)) != RS_OK ||
+        (st = rs__json_field_string(c, blob, "agent_name", 1,
                                    &info.agent_name)) != RS_OK ||
-        (st = rs_json_field_string(c, blob, "metadata_endpoint", 0,
+        (st = rs__json_field_string(c, blob, "metadata_endpoint", 0,
                                    &info.metadata_endpoint)) != RS_OK ||
-        (st = rs_json_field_string(c, blob, "agent_meta_b64", 0,
+        (st = rs__json_field_string(c, blob, "agent_meta_b64", 0,
                                    &info.agent_meta_b64)) != RS_OK ||
-        (st = rs_json_field_int(c, blob, "publisher_step", 0, 0,
+        (st = rs__json_field_int(c, blob, "publisher_step", 0, 0,
                                 &info.publisher_step)) != RS_OK ||
-        (st = rs_json_field(c, blob, "tensors", 1, JSON_ARRAY, &tensors)) !=
+        (st = rs__json_field(c, blob, "tensors", 1, JSON_ARRAY, &tensors)) !=
             RS_OK)
         return st;
-    size_t mark = rs_json_push_key(c, "tensors");
+    size_t mark = rs__json_push_key(c, "tensors");
     for (size_t i = 0; st == RS_OK && i < json_array_size(tensors); i++) {
-        size_t imark = rs_json_push_index(c, i);
+        size_t imark = rs__json_push_index(c, i);
         st = load_tensor(c, s, info.agent_name, json_array_get(tensors, i));
-        rs_json_pop(c, imark);
+        rs__json_pop(c, imark);
     }
-    rs_json_pop(c, mark);
+    rs__json_pop(c, mark);
     if (st == RS_OK && rs_sources_add_table(s, &info, c->diag) != RS_OK)
-        st = rs_json_prefix(c);
+        st = rs__json_prefix(c);
     return st;
 }
 
@@ -221,9 +221,9 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_sources_h s,
     if (!json_is_array(root))
         return load_blob(c, s, root);
     for (size_t i = 0; st == RS_OK && i < json_array_size(root); i++) {
-        size_t mark = rs_json_push_index(c, i);
+        size_t mark = rs__json_push_index(c, i);
         st = load_blob(c, s, json_array_get(root, i));
-        rs_json_pop(c, mark);
+        rs__json_pop(c, mark);
     }
     return st;
 }
@@ -233,7 +233,7 @@ static rs_status_t load_text(rs_json_ctx_t *c, rs_sources_h s,
 {
     rs_sources_mark_t mark;
     json_t *root = NULL;
-    rs_status_t st = rs_json_parse(c, json, len, RS_JSON_LIMIT_CONFIGURED,
+    rs_status_t st = rs__json_parse(c, json, len, RS_JSON_LIMIT_CONFIGURED,
                                    &root);
 
     if (st != RS_OK)
@@ -259,7 +259,7 @@ rs_status_t rs_sources_load_string(rs_sources_h s, const char *json,
 
     if (s == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
-    rs_json_ctx_init(&c, origin, diag);
+    rs__json_ctx_init(&c, origin, diag);
     return load_text(&c, s, json, len);
 }
 
@@ -272,11 +272,11 @@ rs_status_t rs_sources_load_file(rs_sources_h s, const char *path,
 
     if (s == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
-    rs_status_t st = rs_json_read_file(path, RS_JSON_LIMIT_CONFIGURED, diag,
+    rs_status_t st = rs__json_read_file(path, RS_JSON_LIMIT_CONFIGURED, diag,
                                        &text, &len);
     if (st != RS_OK)
         return st;
-    rs_json_ctx_init(&c, path, diag);
+    rs__json_ctx_init(&c, path, diag);
     st = load_text(&c, s, text, len);
     free(text);
     return st;

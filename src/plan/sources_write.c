@@ -31,7 +31,7 @@ static void put_opt(FILE *out, const char *key, const char *value)
     if (value == NULL)
         return;
     fprintf(out, ", \"%s\": ", key);
-    rs_json_put_string(out, value);
+    rs__json_put_string(out, value);
 }
 
 rs_status_t rs_table_writer_open(FILE *out, const rs_table_info_t *table,
@@ -46,7 +46,7 @@ rs_status_t rs_table_writer_open(FILE *out, const rs_table_info_t *table,
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     w->out = out;
     fputs("{\"schema\": \"mx.reshard.shard_table.v1\", \"agent_name\": ", out);
-    rs_json_put_string(out, table->agent_name);
+    rs__json_put_string(out, table->agent_name);
     put_opt(out, "metadata_endpoint", table->metadata_endpoint);
     put_opt(out, "agent_meta_b64", table->agent_meta_b64);
     if (table->publisher_step >= 0)
@@ -68,9 +68,9 @@ static int open_tensor(rs_table_writer_h w, const rs_shard_desc_t *d)
     free(w->open_tensor);
     w->open_tensor = name;
     fputs(w->tensors++ ? ",\n  {\"name\": " : "\n  {\"name\": ", w->out);
-    rs_json_put_string(w->out, d->tensor);
+    rs__json_put_string(w->out, d->tensor);
     fputs(", \"dtype\": ", w->out);
-    rs_json_put_string(w->out, rs_dtype_torch_name(d->dtype));
+    rs__json_put_string(w->out, rs_dtype_torch_name(d->dtype));
     fprintf(w->out, ", \"elsize\": %zu, \"full_shape\": ", d->elsize);
     put_dims(w->out, d->full_shape, d->ndim);
     fputs(", \"shards\": [", w->out);
@@ -88,7 +88,7 @@ rs_status_t rs_table_writer_add(rs_table_writer_h w,
     else if (!open_tensor(w, d))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     fputs("{\"agent_name\": ", w->out);
-    rs_json_put_string(w->out, d->session);
+    rs__json_put_string(w->out, d->session);
     fprintf(w->out, ", \"device_id\": %lld, \"addr\": %llu, \"shard_offset\": ",
             (long long)d->device_id, (unsigned long long)d->addr);
     put_dims(w->out, d->offset, d->ndim);

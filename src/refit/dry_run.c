@@ -5,16 +5,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "refit/refit_impl.h"
 #include "reshard/plan.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The figures a pull would see, from the prepared executor and the plan. */
 static void figures(rs_receiver_h r, rs_dry_run_t *res)
@@ -36,17 +30,17 @@ static rs_status_t plan_step(rs_receiver_h r, rs_sources_h sources,
     memset(&pr, 0, sizeof(pr));
     res->tables = rs_sources_num_tables(sources);
     res->shards = rs_sources_num_shards(sources);
-    double t0 = now_s();
+    double t0 = rs__now_s();
     uint64_t fp = rs__topology_fingerprint(sources);
-    double t1 = now_s();
+    double t1 = rs__now_s();
     res->fingerprint_s = t1 - t0;
     rs_status_t st = rs__receiver_prepare(r, sources, fp, 0, &pr, diag);
-    double t2 = now_s();
+    double t2 = rs__now_s();
     res->plan_s = t2 - t1;
     res->replanned = pr.replanned;
     if (st == RS_OK)
         st = rs_exec_prepare(rs_receiver_exec(r), diag);
-    res->prepare_s = now_s() - t2;
+    res->prepare_s = rs__now_s() - t2;
     return st;
 }
 
@@ -60,22 +54,22 @@ rs_status_t rs_receiver_dry_run(rs_receiver_h r, int64_t version,
     if (st != RS_OK)
         return st;
     memset(&res, 0, sizeof(res));
-    double t0 = now_s();
+    double t0 = rs__now_s();
     st = rs__receiver_discover(r, version, diag, &v);
-    double t1 = now_s();
+    double t1 = rs__now_s();
     res.discover_s = t1 - t0;
     if (st != RS_OK)
         return st;
     res.version = v.version;
     st = rs__receiver_tables(r, &v, diag, &sources);
-    res.tables_s = now_s() - t1;
+    res.tables_s = rs__now_s() - t1;
     if (st != RS_OK)
         return st;
     st = plan_step(r, sources, &res, diag);
     if (st != RS_OK)
         return st;
     figures(r, &res);
-    res.total_s = now_s() - t0;
+    res.total_s = rs__now_s() - t0;
     if (result_p != NULL)
         *result_p = res;
     return RS_OK;

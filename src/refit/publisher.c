@@ -180,8 +180,8 @@ rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
     rs_status_t st = rs__mem_check(mem, who, diag);
     if (st != RS_OK)
         return st;
-    if (!rs_numel(shape, ndim, &numel) ||
-        !rs_mul_i64(numel, (int64_t)rs_dtype_size(dtype), &nbytes))
+    if (!rs__numel(shape, ndim, &numel) ||
+        !rs__mul_i64(numel, (int64_t)rs_dtype_size(dtype), &nbytes))
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: tensor "
                             "'%s': shard shape overflows", tensor);
     s.tensor = strdup(tensor);

@@ -55,7 +55,7 @@ struct rs_receiver {
     /* the pull in flight */
     rs_dir_h lease_dir;  /* the renewal thread's connection, opened once */
     rs__lease_t lease;
-    double deadline;     /* now_s() time; 0: none */
+    double deadline;     /* rs__now_s() time; 0: none */
     const char *stage;   /* for deadline messages; NULL inside the executor */
     rs_diag_t *diag;     /* apply's, for the install-time lease proof */
     /* the directory slot of each table in `sources`, for messages */
@@ -67,9 +67,6 @@ struct rs_receiver {
 
 static void *target_of(const rs_rbind_t *b);
 static rs_status_t install_staged(void *ctx, rs_exec_h exec);
-
-/* The one monotonic clock (core/clock.h), under the name this file uses. */
-static double now_s(void) { return rs__now_s(); }
 
 /* "receiver-<salt>-<host>-<pid>": unique per process, since a lease taken
  * under a shared name by another receiver would end this one's epoch. */
@@ -276,7 +273,7 @@ static void *target_of(const rs_rbind_t *b)
 static rs_status_t install_staged(void *ctx, rs_exec_h exec)
 {
     rs_receiver_h r = ctx;
-    double patience = r->deadline > 0 ? r->deadline - now_s()
+    double patience = r->deadline > 0 ? r->deadline - rs__now_s()
                                       : r->params.lease_ttl_s;
     rs_status_t st = rs__lease_confirm(&r->lease, r->dir, patience, r->diag);
     if (st != RS_OK)
@@ -357,7 +354,7 @@ static rs_status_t blob_of(rs_sources_h s, const char *session, void **blob_p,
     if (t.agent_meta_b64 == NULL)
         return rs__diag_set(diag, RS_ERR_INPUT, "session '%s' published no "
                             "transport blob (agent_meta_b64)", session);
-    if (rs_base64_decode(t.agent_meta_b64, blob_p, len_p) != RS_OK)
+    if (rs__base64_decode(t.agent_meta_b64, blob_p, len_p) != RS_OK)
         return rs__diag_set(diag, RS_ERR_INPUT, "session '%s': "
                             "agent_meta_b64 is not base64", session);
     return RS_OK;
@@ -371,7 +368,7 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
 {
     char failed[512] = "", cause[RS_DIAG_MSG_MAX] = "";
     size_t nfailed = 0;
-    double deadline = now_s() + r->params.discover_timeout_s;
+    double deadline = rs__now_s() + r->params.discover_timeout_s;
     if (r->deadline > 0 && r->deadline < deadline)
         deadline = r->deadline;
     for (uint32_t k = 0; k < rs_plan_num_sessions(r->plan); k++) {
@@ -382,7 +379,7 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
         snprintf(peer_name, sizeof(peer_name), "%.120s, slot %lld", name,
                  (long long)slot_of(r, name));
         rs_status_t st = RS_ERR_TRANSPORT;
-        for (int attempt = 0; attempt < 3 && st != RS_OK && now_s() < deadline;
+        for (int attempt = 0; attempt < 3 && st != RS_OK && rs__now_s() < deadline;
              attempt++) {
             void *blob = NULL;
             size_t len = 0;
@@ -431,10 +428,10 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     if (st == RS_OK)
         st = rs_transport_create(&tp, diag, &r->transport);
     r->stage = "connect";
-    double t0 = now_s();
+    double t0 = rs__now_s();
     if (st == RS_OK && connect)
         st = connect_all(r, diag);
-    res->connect_s = now_s() - t0;
+    res->connect_s = rs__now_s() - t0;
     exec_params(r, &ep);
     if (st == RS_OK)
         st = rs_exec_create(r->plan, r->transport, &ep, diag, &r->exec);
@@ -457,7 +454,7 @@ rs_status_t rs__receiver_prepare(rs_receiver_h r, rs_sources_h sources,
                                  uint64_t fp, int connect,
                                  rs_pull_result_t *res, rs_diag_t *diag)
 {
-    double t0 = now_s();
+    double t0 = rs__now_s();
     if (r->cached && fp == r->fingerprint) {
         rs_status_t st = rs_exec_set_digests(r->exec, sources, diag);
         rs_sources_destroy(r->sources);
@@ -471,7 +468,7 @@ rs_status_t rs__receiver_prepare(rs_receiver_h r, rs_sources_h sources,
     }
     res->replanned = 1;
     rs_status_t st = rebuild(r, sources, fp, connect, res, diag);
-    res->plan_s = now_s() - t0;
+    res->plan_s = rs__now_s() - t0;
     return st;
 }
 
@@ -480,14 +477,14 @@ static double budget(const rs_receiver_h r, double cap)
 {
     if (r->deadline <= 0)
         return cap;
-    double left = r->deadline - now_s();
+    double left = r->deadline - rs__now_s();
     left = left > 1e-3 ? left : 1e-3;
     return cap > 0 && cap < left ? cap : left;
 }
 
 static int past_deadline(const rs_receiver_h r)
 {
-    return r->deadline > 0 && now_s() >= r->deadline;
+    return r->deadline > 0 && rs__now_s() >= r->deadline;
 }
 
 /* A stage that failed once the deadline had passed failed because of it:
@@ -546,10 +543,10 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
                             double t0, rs_pull_result_t *res, rs_diag_t *diag)
 {
     rs_sources_h sources = NULL;
-    double tt = now_s();
+    double tt = rs__now_s();
     rs_status_t st = read_tables(r, v, diag, &sources);
-    res->tables_s = now_s() - tt;
-    res->discover_s = now_s() - t0;
+    res->tables_s = rs__now_s() - tt;
+    res->discover_s = rs__now_s() - t0;
     if (st == RS_OK && (st = enter(r, "plan", v->version, diag)) != RS_OK)
         rs_sources_destroy(sources);
     if (st == RS_OK)
@@ -597,10 +594,10 @@ static rs_status_t transfer_replicas(rs_receiver_h r,
  * block every other rank's release until its ttl ran out. */
 static void unlease_now(rs_receiver_h r, int64_t version)
 {
-    double wait = 0.05, until = now_s() + UNLEASE_RETRY_S;
+    double wait = 0.05, until = rs__now_s() + UNLEASE_RETRY_S;
     while (rs_dir_unlease(r->dir, r->model, version, r->holder, NULL) !=
                RS_OK &&
-           rs_dir_transient(r->dir) && now_s() + wait < until) {
+           rs_dir_transient(r->dir) && rs__now_s() + wait < until) {
         struct timespec ts = {(time_t)wait,
                               (long)((wait - (double)(time_t)wait) * 1e9)};
         nanosleep(&ts, NULL);
@@ -624,7 +621,7 @@ rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
                                   rs_diag_t *diag, rs_version_info_t *v_p)
 {
     r->deadline = r->params.pull_timeout_s > 0
-                      ? now_s() + r->params.pull_timeout_s : 0;
+                      ? rs__now_s() + r->params.pull_timeout_s : 0;
     r->stage = "discover";
     rs_status_t st = rs_dir_wait_ready(r->dir, r->model, version,
                                        budget(r, r->params.discover_timeout_s),
@@ -671,7 +668,7 @@ static rs_status_t stage_version(rs_receiver_h r, int64_t version,
     rs_version_info_t v;
     rs_pull_result_t *res = &r->slot.res;
     memset(res, 0, sizeof(*res));
-    double t0 = now_s();
+    double t0 = rs__now_s();
     rs_status_t st = rs__receiver_discover(r, version, diag, &v);
     if (st == RS_OK)
         st = start_lease(r, v.version, diag);
@@ -687,7 +684,7 @@ static rs_status_t stage_version(rs_receiver_h r, int64_t version,
     }
     res->lease_epoch = r->lease.epoch;
     res->sessions = sessions_read(r->plan);
-    res->stage_s = now_s() - t0;
+    res->stage_s = rs__now_s() - t0;
     r->slot.version = v.version;
     r->slot.active = 1;
     return RS_OK;
@@ -699,7 +696,7 @@ static rs_status_t apply_slot(rs_receiver_h r, rs_diag_t *diag,
                               rs_pull_result_t *result_p)
 {
     rs_pull_result_t *res = &r->slot.res;
-    double t0 = now_s();
+    double t0 = rs__now_s();
     res->bytes_installed = 0;
     r->diag = diag;
     rs_status_t st = rs_exec_install(r->exec, diag);
@@ -710,7 +707,7 @@ static rs_status_t apply_slot(rs_receiver_h r, rs_diag_t *diag,
     r->slot.active = 0;
     if (st == RS_OK && r->params.release_after)
         release_now(r, r->slot.version, res);
-    res->apply_s = now_s() - t0;
+    res->apply_s = rs__now_s() - t0;
     if (st == RS_OK && result_p != NULL)
         *result_p = *res;
     return st;

@@ -35,19 +35,19 @@ static rs_status_t shard_order(rs_publisher_h p, order_entry_t **order_p,
     int ok = 1;
     order_entry_t *order = malloc((p->shards_len + 1) * sizeof(*order));
 
-    rs_strmap_init(&first);
+    rs__strmap_init(&first);
     for (size_t i = 0; ok && order != NULL && i < p->shards_len; i++) {
         const rs_pub_shard_t *s = &p->shards[i];
         uint32_t g;
         if (s->nbytes == 0)
             continue;
-        if (!rs_strmap_get(&first, s->tensor, &g)) {
+        if (!rs__strmap_get(&first, s->tensor, &g)) {
             g = (uint32_t)i;
-            ok = rs_strmap_put(&first, s->tensor, g);
+            ok = rs__strmap_put(&first, s->tensor, g);
         }
         order[n++] = (order_entry_t){g, i};
     }
-    rs_strmap_free(&first);
+    rs__strmap_free(&first);
     if (order == NULL || !ok) {
         free(order);
         return RS_ERR_NO_MEMORY;
@@ -106,7 +106,7 @@ rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,
     rs_table_info_t info = {p->session, NULL, NULL, version};
     rs_status_t st = rs_exposer_blob(p->exposer, &blob, &blob_len);
     if (st == RS_OK)
-        st = rs_base64_encode(blob, blob_len, &b64);
+        st = rs__base64_encode(blob, blob_len, &b64);
     if (st != RS_OK)
         return rs__diag_set(diag, st, "publisher: cannot encode the "
                             "transport blob");

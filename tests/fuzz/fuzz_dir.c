@@ -3,7 +3,7 @@
  * fuzzed bytes into a version directory and read through rs_dir_*; a slot
  * table that reads back is loaded as shard tables like the receiver does,
  * and transport blobs (from the table's agent_meta_b64 and raw) are
- * decoded by rs_base64_decode and rs_transport_connect for cma and ucx.
+ * decoded by rs__base64_decode and rs_transport_connect for cma and ucx.
  *
  * Input: a flags byte, then up to six pieces separated by 0x01 bytes:
  * meta, slot-0 table, hb-0, a lease file, base64 text, a raw blob. The
@@ -166,13 +166,13 @@ static void decode_b64(const char *text)
 {
     void *data = NULL;
     size_t len = 0;
-    if (rs_base64_decode(text, &data, &len) != RS_OK)
+    if (rs__base64_decode(text, &data, &len) != RS_OK)
         return;
     char *again = NULL;
-    CHECK(rs_base64_encode(data, len, &again) == RS_OK);
+    CHECK(rs__base64_encode(data, len, &again) == RS_OK);
     void *back = NULL;
     size_t blen = 0;
-    CHECK(rs_base64_decode(again, &back, &blen) == RS_OK);
+    CHECK(rs__base64_decode(again, &back, &blen) == RS_OK);
     CHECK(blen == len && memcmp(back, data, len) == 0);
     connect_blob(data, len);
     free(back);

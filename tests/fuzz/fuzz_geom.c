@@ -1,6 +1,6 @@
 /* Fuzz target for op-chain resolution: a random source shape and op chain
- * go through rs_geom_resolve; when it succeeds the box is walked with
- * rs_walk_runs (whole, and a random sub-box out of a tight buffer) and
+ * go through rs__geom_resolve; when it succeeds the box is walked with
+ * rs__walk_runs (whole, and a random sub-box out of a tight buffer) and
  * every run is checked against an independent replay (tests/support
  * gt_tensor): inside the destination extent and the buffer, reading
  * exactly the source element the view puts at that destination. */
@@ -51,9 +51,9 @@ static int64_t global_of(const walk_ctx_t *w, int64_t e)
 /* 1 when source coordinate x of dim d is visited by k in [lo, hi). */
 static int in_krange(const walk_ctx_t *w, int d, int64_t x)
 {
-    int64_t below = rs_box_count_below(w->box, d, x);
+    int64_t below = rs__box_count_below(w->box, d, x);
     return below >= w->kr->lo[d] && below < w->kr->hi[d] &&
-           rs_box_coord(w->box, d, below) == x;
+           rs__box_coord(w->box, d, below) == x;
 }
 
 static void on_run(void *ctx, int64_t src, int64_t dst, int64_t n)
@@ -123,8 +123,8 @@ static void pick_sub(fz_in_t *in, const rs_box_t *box, rs_krange_t *kr,
         int64_t c = box->count[d];
         kr->lo[d] = fz_below(in, c);
         kr->hi[d] = kr->lo[d] + 1 + fz_below(in, c - kr->lo[d]);
-        off[d] = rs_box_coord(box, d, kr->lo[d]);
-        shape[d] = rs_box_coord(box, d, kr->hi[d] - 1) - off[d] + 1;
+        off[d] = rs__box_coord(box, d, kr->lo[d]);
+        shape[d] = rs__box_coord(box, d, kr->hi[d] - 1) - off[d] + 1;
     }
 }
 
@@ -143,7 +143,7 @@ static void walk_check(walk_ctx_t *w, const rs_box_t *box, const rs_krange_t *kr
     }
     memset(w->hits, 0, (size_t)w->extent);
     w->walked = 0;
-    rs_walk_runs(box, kr, &buf, 0, on_run, w);
+    rs__walk_runs(box, kr, &buf, 0, on_run, w);
     CHECK(w->walked == want);
 }
 
@@ -194,16 +194,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the destination takes the view's shape, as a capture records it */
     rs_view_t v;
     dest_t d = {0};
-    if (rs_view_init(&v, src_ndim, src_shape) == RS_OK) {
+    if (rs__view_init(&v, src_ndim, src_shape) == RS_OK) {
         size_t i = 0;
-        while (i < chain.nops && rs_view_apply(&v, &chain.ops[i], NULL, 0) == RS_OK)
+        while (i < chain.nops && rs__view_apply(&v, &chain.ops[i], NULL, 0) == RS_OK)
             i++;
         pick_dest(&in, &v, &d);
     }
     rs_box_t box;
     size_t bad = 0;
     char why[256] = "";
-    rs_status_t st = rs_geom_resolve(src_ndim, src_shape, chain.ops, chain.nops,
+    rs_status_t st = rs__geom_resolve(src_ndim, src_shape, chain.ops, chain.nops,
                                      d.ndim, d.shape, d.stride, &box, &bad,
                                      why, sizeof(why));
     if (st != RS_OK) {

@@ -264,10 +264,10 @@ static void add_copy(fz_in_t *in, world_t *w)
     fz_chain(in, &chain);
     const fsrc_t *f = c->src >= 0 ? &w->src[c->src] : &w->src[0];
     rs_view_t v;
-    if (rs_view_init(&v, f->ndim, f->shape) != RS_OK)
+    if (rs__view_init(&v, f->ndim, f->shape) != RS_OK)
         v.ndim = 0;
     for (size_t i = 0; i < chain.nops; i++)
-        if (rs_view_apply(&v, &chain.ops[i], NULL, 0) != RS_OK)
+        if (rs__view_apply(&v, &chain.ops[i], NULL, 0) != RS_OK)
             break;
     pick_dest(in, c, &v);
     int64_t pnumel = 1;

@@ -11,7 +11,7 @@ void rs__bw_bytes(rs__blob_writer_t *w, const void *data, size_t n)
     if (w->failed || n == 0)
         return;
     if (n > SIZE_MAX - w->len ||
-        !rs_vec_reserve((void **)&w->p, &w->cap, w->len + n, 1)) {
+        !rs__vec_reserve((void **)&w->p, &w->cap, w->len + n, 1)) {
         w->failed = 1;
         return;
     }

@@ -23,7 +23,7 @@ static rs_status_t check_regions(const rs_region_t *r, size_t n,
 {
     for (size_t i = 0; i < n; i++) {
         uint64_t end;
-        if (r[i].nbytes == 0 || !rs_add_u64(r[i].addr, r[i].nbytes, &end))
+        if (r[i].nbytes == 0 || !rs__add_u64(r[i].addr, r[i].nbytes, &end))
             return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                                 "session %" PRIu32 ": region [0x%" PRIx64
                                 ", +%" PRIu64 ") is empty or wraps",

@@ -22,11 +22,11 @@ static uint64_t rnd(uint64_t n)
 static void check_vector(const char *plain, const char *want)
 {
     char *text;
-    assert_int_equal(rs_base64_encode(plain, strlen(plain), &text), RS_OK);
+    assert_int_equal(rs__base64_encode(plain, strlen(plain), &text), RS_OK);
     assert_string_equal(text, want);
     void *back;
     size_t len;
-    assert_int_equal(rs_base64_decode(want, &back, &len), RS_OK);
+    assert_int_equal(rs__base64_decode(want, &back, &len), RS_OK);
     assert_int_equal(len, strlen(plain));
     assert_memory_equal(back, plain, len);
     free(back);
@@ -75,11 +75,11 @@ static void test_random_round_trips(void **state)
         for (size_t i = 0; i < n; i++)
             data[i] = (uint8_t)rnd(256);
         char *text, *want = reference_encode(data, n);
-        assert_int_equal(rs_base64_encode(data, n, &text), RS_OK);
+        assert_int_equal(rs__base64_encode(data, n, &text), RS_OK);
         assert_string_equal(text, want);
         void *back;
         size_t len = 12345;
-        assert_int_equal(rs_base64_decode(text, &back, &len), RS_OK);
+        assert_int_equal(rs__base64_decode(text, &back, &len), RS_OK);
         assert_int_equal(len, n);
         assert_memory_equal(back, data, n);
         free(back);
@@ -93,7 +93,7 @@ static void expect_refused(const char *text)
 {
     void *out = (void *)0x1;
     size_t len = 77;
-    if (rs_base64_decode(text, &out, &len) != RS_ERR_INPUT)
+    if (rs__base64_decode(text, &out, &len) != RS_ERR_INPUT)
         fail_msg("'%s' was not refused", text);
     assert_ptr_equal(out, (void *)0x1);
     assert_int_equal(len, 77);
@@ -119,7 +119,7 @@ static void test_refused_spellings(void **state)
     /* The canonical neighbours are accepted. */
     void *out;
     size_t len;
-    assert_int_equal(rs_base64_decode("Zm8=", &out, &len), RS_OK);
+    assert_int_equal(rs__base64_decode("Zm8=", &out, &len), RS_OK);
     free(out);
 }
 
@@ -129,14 +129,14 @@ static void test_invalid_args(void **state)
     char *text;
     void *out;
     size_t len;
-    assert_int_equal(rs_base64_encode(NULL, 3, &text), RS_ERR_INVALID_ARG);
-    assert_int_equal(rs_base64_encode("abc", 3, NULL), RS_ERR_INVALID_ARG);
-    assert_int_equal(rs_base64_encode(NULL, 0, &text), RS_OK);
+    assert_int_equal(rs__base64_encode(NULL, 3, &text), RS_ERR_INVALID_ARG);
+    assert_int_equal(rs__base64_encode("abc", 3, NULL), RS_ERR_INVALID_ARG);
+    assert_int_equal(rs__base64_encode(NULL, 0, &text), RS_OK);
     assert_string_equal(text, "");
     free(text);
-    assert_int_equal(rs_base64_decode(NULL, &out, &len), RS_ERR_INVALID_ARG);
-    assert_int_equal(rs_base64_decode("", NULL, &len), RS_ERR_INVALID_ARG);
-    assert_int_equal(rs_base64_decode("", &out, NULL), RS_ERR_INVALID_ARG);
+    assert_int_equal(rs__base64_decode(NULL, &out, &len), RS_ERR_INVALID_ARG);
+    assert_int_equal(rs__base64_decode("", NULL, &len), RS_ERR_INVALID_ARG);
+    assert_int_equal(rs__base64_decode("", &out, NULL), RS_ERR_INVALID_ARG);
 }
 
 int main(void)

@@ -16,16 +16,16 @@ static void test_row_major(void **state)
     (void)state;
     const int64_t shape[4] = {2, 3, 4, 5}, empty[3] = {4, 0, 7};
     int64_t st[4];
-    assert_true(rs_row_major(shape, 4, st));
+    assert_true(rs__row_major(shape, 4, st));
     assert_int_equal(st[0], 60);
     assert_int_equal(st[1], 20);
     assert_int_equal(st[2], 5);
     assert_int_equal(st[3], 1);
-    assert_true(rs_row_major(empty, 3, st)); /* a size-0 dim counts as 1 */
+    assert_true(rs__row_major(empty, 3, st)); /* a size-0 dim counts as 1 */
     assert_int_equal(st[0], 7);
     assert_int_equal(st[1], 7);
     assert_int_equal(st[2], 1);
-    assert_true(rs_row_major(shape, 0, st));
+    assert_true(rs__row_major(shape, 0, st));
 }
 
 static void test_row_major_overflow(void **state)
@@ -35,12 +35,12 @@ static void test_row_major_overflow(void **state)
     const int64_t fits[2] = {INT64_MAX, 1}; /* the outer size is no stride */
     const int64_t over[3] = {1, INT64_C(1) << 32, INT64_C(1) << 31};
     int64_t st[3];
-    assert_true(rs_row_major(big, 3, st));
+    assert_true(rs__row_major(big, 3, st));
     assert_int_equal(st[0], INT64_C(1) << 62);
     assert_int_equal(st[1], INT64_C(1) << 31);
-    assert_true(rs_row_major(fits, 2, st));
+    assert_true(rs__row_major(fits, 2, st));
     assert_int_equal(st[0], 1);
-    assert_false(rs_row_major(over, 3, st)); /* st[0] would be 2^63 */
+    assert_false(rs__row_major(over, 3, st)); /* st[0] would be 2^63 */
 }
 
 static void test_clock(void **state)

@@ -136,7 +136,7 @@ static void add_specials64(pats_t *p)
 
 /* ---- the comparison ---- */
 
-/* Converts the whole pattern list with one rs_convert call and compares
+/* Converts the whole pattern list with one rs__convert call and compares
  * every element with the reference; prints the first few differences. */
 static size_t check_list(rs_dtype_t from, rs_dtype_t to, const uint64_t *pats,
                          size_t n)
@@ -147,7 +147,7 @@ static size_t check_list(rs_dtype_t from, rs_dtype_t to, const uint64_t *pats,
     assert_non_null(dst);
     for (size_t i = 0; i < n; i++)
         ref_float_store(from, src + i * fs, pats[i]);
-    assert_int_equal(rs_convert(to, dst, from, src, n), RS_OK);
+    assert_int_equal(rs__convert(to, dst, from, src, n), RS_OK);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t got = ref_float_load(to, dst + i * ts);
@@ -299,7 +299,7 @@ static void test_hand_cases(void **state)
         const hand_t *c = &cases[i];
         unsigned char in[8], out[8];
         ref_float_store(c->from, in, c->in);
-        assert_int_equal(rs_convert(c->to, out, c->from, in, 1), RS_OK);
+        assert_int_equal(rs__convert(c->to, out, c->from, in, 1), RS_OK);
         uint64_t got = ref_float_load(c->to, out);
         if (got != c->out && bad++ < 8)
             fprintf(stderr, "case %zu: got 0x%llx want 0x%llx\n", i,
@@ -317,7 +317,7 @@ static void test_nan_stays_nan(void **state)
     for (size_t i = 0; i < sizeof(nans) / sizeof(nans[0]); i++) {
         for (size_t t = 0; t < NFLOATS; t++) {
             unsigned char out[8];
-            assert_int_equal(rs_convert(floats[t], out, RS_DTYPE_F32,
+            assert_int_equal(rs__convert(floats[t], out, RS_DTYPE_F32,
                                         &nans[i], 1), RS_OK);
             assert_true(ref_float_is_nan(floats[t],
                                          ref_float_load(floats[t], out)));
@@ -339,11 +339,11 @@ static void test_unaligned(void **state)
             for (size_t i = 0; i < n * fs + 1; i++)
                 src[i] = (unsigned char)rnd(256);
             memmove(src + 1, src, n * fs); /* keep the aligned copy too */
-            assert_int_equal(rs_convert(floats[b], d0, floats[a], src + 1, n),
+            assert_int_equal(rs__convert(floats[b], d0, floats[a], src + 1, n),
                              RS_OK);
             unsigned char *al = malloc(n * fs);
             memcpy(al, src + 1, n * fs);
-            assert_int_equal(rs_convert(floats[b], d1 + 1, floats[a], al, n),
+            assert_int_equal(rs__convert(floats[b], d1 + 1, floats[a], al, n),
                              RS_OK);
             assert_memory_equal(d0, d1 + 1, n * ts);
             free(al);
@@ -359,21 +359,21 @@ static void test_supported(void **state)
     (void)state;
     for (size_t a = 0; a < NFLOATS; a++)
         for (size_t b = 0; b < NFLOATS; b++)
-            assert_true(rs_convert_supported(floats[a], floats[b]));
+            assert_true(rs__convert_supported(floats[a], floats[b]));
     for (int d = RS_DTYPE_F32; d < RS_DTYPE_COUNT_; d++)
-        assert_true(rs_convert_supported((rs_dtype_t)d, (rs_dtype_t)d));
-    assert_false(rs_convert_supported(RS_DTYPE_I32, RS_DTYPE_F32));
-    assert_false(rs_convert_supported(RS_DTYPE_F32, RS_DTYPE_I64));
-    assert_false(rs_convert_supported(RS_DTYPE_I8, RS_DTYPE_U8));
-    assert_false(rs_convert_supported(RS_DTYPE_INVALID, RS_DTYPE_INVALID));
+        assert_true(rs__convert_supported((rs_dtype_t)d, (rs_dtype_t)d));
+    assert_false(rs__convert_supported(RS_DTYPE_I32, RS_DTYPE_F32));
+    assert_false(rs__convert_supported(RS_DTYPE_F32, RS_DTYPE_I64));
+    assert_false(rs__convert_supported(RS_DTYPE_I8, RS_DTYPE_U8));
+    assert_false(rs__convert_supported(RS_DTYPE_INVALID, RS_DTYPE_INVALID));
     float f = 1.0f;
     int32_t i = 0;
-    assert_int_equal(rs_convert(RS_DTYPE_I32, &i, RS_DTYPE_F32, &f, 1),
+    assert_int_equal(rs__convert(RS_DTYPE_I32, &i, RS_DTYPE_F32, &f, 1),
                      RS_ERR_UNSUPPORTED);
     assert_int_equal(i, 0);
     /* Equal dtypes copy any kind bit for bit. */
     int64_t a[3] = {-1, 5, INT64_MIN}, b[3] = {0};
-    assert_int_equal(rs_convert(RS_DTYPE_I64, b, RS_DTYPE_I64, a, 3), RS_OK);
+    assert_int_equal(rs__convert(RS_DTYPE_I64, b, RS_DTYPE_I64, a, 3), RS_OK);
     assert_memory_equal(a, b, sizeof(a));
 }
 
@@ -430,7 +430,7 @@ static void check_strided(const sgeom_t *g)
         ref_elem(g->to, want + GUARD + (size_t)dof * ts, g->from,
                  src + (size_t)so * fs);
     }
-    assert_int_equal(rs_convert_strided(g->to, dst + GUARD, g->ds, g->from,
+    assert_int_equal(rs__convert_strided(g->to, dst + GUARD, g->ds, g->from,
                                         src, g->ss, g->ndim, g->shape),
                      RS_OK);
     /* Any NaN matches any NaN: take the produced NaN bytes as expected. */
@@ -664,32 +664,32 @@ static void test_strided_errors(void **state)
         shape[i] = 1;
         st[i] = 1;
     }
-    assert_int_equal(rs_convert_strided(RS_DTYPE_BF16, dst, st, RS_DTYPE_F32,
+    assert_int_equal(rs__convert_strided(RS_DTYPE_BF16, dst, st, RS_DTYPE_F32,
                                         src, st, 17, shape),
                      RS_ERR_INVALID_ARG);
-    assert_int_equal(rs_convert_strided(RS_DTYPE_BF16, dst, st, RS_DTYPE_F32,
+    assert_int_equal(rs__convert_strided(RS_DTYPE_BF16, dst, st, RS_DTYPE_F32,
                                         src, st, -1, shape),
                      RS_ERR_INVALID_ARG);
     shape[0] = -2;
-    assert_int_equal(rs_convert_strided(RS_DTYPE_BF16, dst, st, RS_DTYPE_F32,
+    assert_int_equal(rs__convert_strided(RS_DTYPE_BF16, dst, st, RS_DTYPE_F32,
                                         src, st, 1, shape),
                      RS_ERR_INVALID_ARG);
     shape[0] = 4;
     st[0] = -1;
-    assert_int_equal(rs_convert_strided(RS_DTYPE_BF16, dst + 3, st,
+    assert_int_equal(rs__convert_strided(RS_DTYPE_BF16, dst + 3, st,
                                         RS_DTYPE_F32, src, st + 1, 1, shape),
                      RS_ERR_INVALID_ARG);
     st[0] = INT64_MAX / 2;
-    assert_int_equal(rs_convert_strided(RS_DTYPE_BF16, dst, st, RS_DTYPE_F32,
+    assert_int_equal(rs__convert_strided(RS_DTYPE_BF16, dst, st, RS_DTYPE_F32,
                                         src, st + 1, 1, shape),
                      RS_ERR_INVALID_ARG);
     st[0] = 1;
-    assert_int_equal(rs_convert_strided(RS_DTYPE_I32, dst, st, RS_DTYPE_F32,
+    assert_int_equal(rs__convert_strided(RS_DTYPE_I32, dst, st, RS_DTYPE_F32,
                                         src, st, 1, shape),
                      RS_ERR_UNSUPPORTED);
     /* An empty region writes nothing, even with a huge other dim. */
     int64_t shp2[2] = {0, 1000000}, st2[2] = {1000000, 1};
-    assert_int_equal(rs_convert_strided(RS_DTYPE_BF16, dst, st2, RS_DTYPE_F32,
+    assert_int_equal(rs__convert_strided(RS_DTYPE_BF16, dst, st2, RS_DTYPE_F32,
                                         src, st2, 2, shp2),
                      RS_OK);
     for (int i = 0; i < 4; i++)

@@ -16,10 +16,10 @@
 
 static char *quoted(const char *s)
 {
-    size_t n = rs_json_quoted_len(s);
+    size_t n = rs__json_quoted_len(s);
     char *buf = malloc(n + 1);
     assert_non_null(buf);
-    rs_json_quote(buf, s);
+    rs__json_quote(buf, s);
     buf[n] = '\0';
     return buf;
 }
@@ -30,7 +30,7 @@ static char *streamed(const char *s)
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
     assert_non_null(out);
-    rs_json_put_string(out, s);
+    rs__json_put_string(out, s);
     fclose(out);
     return text;
 }
@@ -43,7 +43,7 @@ static void test_escapes(void **state)
     char *q = quoted(in), *w = streamed(in);
     assert_string_equal(q, want);
     assert_string_equal(w, want);
-    assert_int_equal(rs_json_quoted_len(""), 2);
+    assert_int_equal(rs__json_quoted_len(""), 2);
     free(q);
     free(w);
 }

@@ -185,7 +185,7 @@ static int random_chain(rs_view_t *v, int64_t *perm_store, int64_t *sizes_store)
             op = (rs_op_t){.kind = RS_OP_PERMUTE, .list = perm_store, .nlist = (size_t)v->ndim};
         }
         rs_view_t keep = *v;
-        if (rs_view_apply(v, &op, NULL, 0) != RS_OK) {
+        if (rs__view_apply(v, &op, NULL, 0) != RS_OK) {
             *v = keep; /* refused ops leave the chain where it was */
             continue;
         }
@@ -204,7 +204,7 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
     for (int d = 0; d < ndim; d++)
         shape[d] = 1 + (int64_t)rnd(6);
     rs_view_t v;
-    assert_int_equal(rs_view_init(&v, ndim, shape), RS_OK);
+    assert_int_equal(rs__view_init(&v, ndim, shape), RS_OK);
     int regrouped = random_chain(&v, perm, sizes);
     /* destination: the view's shape laid out row-major with padding */
     int64_t dstride[RS_MAX_DIMS], acc = 1, dst_base = (int64_t)rnd(5);
@@ -214,7 +214,7 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
     }
     elems_t e = enumerate(&v, dstride, dst_base);
     rs_box_t box;
-    rs_status_t st = rs_box_from_view(&v, ndim, shape, dstride, &box, NULL, 0);
+    rs_status_t st = rs__box_from_view(&v, ndim, shape, dstride, &box, NULL, 0);
     if (st != RS_OK) {
         assert_int_equal(st, RS_ERR_UNSUPPORTED);
         if (regrouped && is_box(&e, ndim, shape)) {
@@ -225,7 +225,7 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
         }
         if (is_box(&e, ndim, shape)) {
             char why[300];
-            rs_box_from_view(&v, ndim, shape, dstride, &box, why, sizeof(why));
+            rs__box_from_view(&v, ndim, shape, dstride, &box, why, sizeof(why));
             print_message("wrongly refused: %s\n src", why);
             for (int d = 0; d < ndim; d++) print_message(" %lld", (long long)shape[d]);
             print_message("\n view off %lld:", (long long)v.offset);
@@ -247,8 +247,8 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
         int64_t c = box.count[d];
         kr.lo[d] = c ? (int64_t)rnd((uint64_t)c) : 0;
         kr.hi[d] = c ? kr.lo[d] + 1 + (int64_t)rnd((uint64_t)(c - kr.lo[d])) : 0;
-        int64_t first = c ? rs_box_coord(&box, d, kr.lo[d]) : 0;
-        int64_t last = c ? rs_box_coord(&box, d, kr.hi[d] - 1) : 0;
+        int64_t first = c ? rs__box_coord(&box, d, kr.lo[d]) : 0;
+        int64_t last = c ? rs__box_coord(&box, d, kr.hi[d] - 1) : 0;
         off[d] = first - (int64_t)rnd((uint64_t)first + 1);
         int64_t end = last + 1 + (int64_t)rnd((uint64_t)(shape[d] - last));
         bshape[d] = end - off[d];
@@ -265,13 +265,13 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
                 pitch_buf, off, ndim, pitch_src};
     rs_src_buf_t buf = {off, bshape};
     if (e.n > 0)
-        rs_walk_runs(&box, &kr, &buf, dst_base, on_run, &s);
+        rs__walk_runs(&box, &kr, &buf, dst_base, on_run, &s);
     for (int64_t k = 0; k < e.n; k++) {
         int inside = 1;
         for (int d = 0; d < ndim; d++) {
             int64_t c = (e.src[k] / pitch_src[d]) % shape[d];
-            int64_t idx = rs_box_count_below(&box, d, c);
-            assert_int_equal(rs_box_coord(&box, d, idx), c);
+            int64_t idx = rs__box_count_below(&box, d, c);
+            assert_int_equal(rs__box_coord(&box, d, idx), c);
             if (idx < kr.lo[d] || idx >= kr.hi[d])
                 inside = 0;
         }
@@ -309,10 +309,10 @@ static void test_known_boxes(void **state)
     rs_op_t step = {.kind = RS_OP_SLICE, .arg = {1, 1, 6, 2}, .has = 0xf};
     rs_op_t view = {.kind = RS_OP_VIEW, .list = flat, .nlist = 1};
     /* w[:, 1::2].view(-1): dim 1 from 1 step 2, all of dim 0 */
-    assert_int_equal(rs_view_init(&v, 2, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &step, NULL, 0), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &view, NULL, 0), RS_OK);
-    assert_int_equal(rs_box_from_view(&v, 2, shape, ds, &box, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_init(&v, 2, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &step, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &view, NULL, 0), RS_OK);
+    assert_int_equal(rs__box_from_view(&v, 2, shape, ds, &box, NULL, 0), RS_OK);
     assert_int_equal(box.start[1], 1);
     assert_int_equal(box.step[1], 2);
     assert_int_equal(box.count[1], 3);
@@ -320,27 +320,27 @@ static void test_known_boxes(void **state)
     /* a flat narrow crossing a row boundary is not a box */
     rs_op_t nar = {.kind = RS_OP_NARROW, .arg = {0, 3, 6}};
     char why[200] = "";
-    assert_int_equal(rs_view_init(&v, 2, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &view, NULL, 0), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &nar, NULL, 0), RS_OK);
-    assert_int_equal(rs_box_from_view(&v, 2, shape, ds, &box, why, sizeof(why)),
+    assert_int_equal(rs__view_init(&v, 2, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &view, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &nar, NULL, 0), RS_OK);
+    assert_int_equal(rs__box_from_view(&v, 2, shape, ds, &box, why, sizeof(why)),
                      RS_ERR_UNSUPPORTED);
     assert_true(strlen(why) > 0);
     /* the up half of a fused [E*2*I, H] expert dim: ordered, not an AP */
     int64_t fused[2] = {3 * 2 * 4, 5}, eig[3] = {3, 2, 4}, ds3[2] = {5, 1};
     rs_op_t unf = {.kind = RS_OP_UNFLATTEN, .arg = {0}, .list = eig, .nlist = 3};
     rs_op_t up = {.kind = RS_OP_SELECT, .arg = {1, 1}};
-    assert_int_equal(rs_view_init(&v, 2, fused), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &unf, NULL, 0), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &up, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_init(&v, 2, fused), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &unf, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &up, NULL, 0), RS_OK);
     int64_t ds_up[3] = {20, 5, 1};
-    assert_int_equal(rs_box_from_view(&v, 2, fused, ds_up, &box, NULL, 0), RS_OK);
+    assert_int_equal(rs__box_from_view(&v, 2, fused, ds_up, &box, NULL, 0), RS_OK);
     assert_int_equal(box.count[0], 12);
-    assert_int_equal(rs_box_coord(&box, 0, 0), 4);   /* expert 0, row I */
-    assert_int_equal(rs_box_coord(&box, 0, 4), 12);  /* expert 1, row 3I */
-    assert_int_equal(rs_box_count_below(&box, 0, 12), 4);
-    assert_int_equal(rs_box_count_below(&box, 0, 11), 4);
-    assert_int_equal(rs_box_count_below(&box, 0, 24), 12);
+    assert_int_equal(rs__box_coord(&box, 0, 0), 4);   /* expert 0, row I */
+    assert_int_equal(rs__box_coord(&box, 0, 4), 12);  /* expert 1, row 3I */
+    assert_int_equal(rs__box_count_below(&box, 0, 12), 4);
+    assert_int_equal(rs__box_count_below(&box, 0, 11), 4);
+    assert_int_equal(rs__box_count_below(&box, 0, 24), 12);
     (void)ds3;
 }
 

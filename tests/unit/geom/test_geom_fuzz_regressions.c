@@ -18,14 +18,14 @@ static void test_zero_dim_beside_huge_dim(void **state)
     rs_box_t box;
     size_t bad = 99;
     char why[256] = "";
-    assert_int_equal(rs_view_init(&v, 3, shape), RS_ERR_INPUT);
-    assert_int_equal(rs_geom_resolve(3, shape, NULL, 0, 3, shape, stride, &box,
+    assert_int_equal(rs__view_init(&v, 3, shape), RS_ERR_INPUT);
+    assert_int_equal(rs__geom_resolve(3, shape, NULL, 0, 3, shape, stride, &box,
                                      &bad, why, sizeof(why)),
                      RS_ERR_INPUT);
     assert_string_equal(why, "source shape is invalid");
     /* zero-size tensors whose strides fit stay valid */
     const int64_t small[3] = {0, 1 << 20, 2};
-    assert_int_equal(rs_view_init(&v, 3, small), RS_OK);
+    assert_int_equal(rs__view_init(&v, 3, small), RS_OK);
     assert_int_equal(v.stride[0], (int64_t)2 << 20);
 }
 
@@ -37,13 +37,13 @@ static void test_slice_huge_step(void **state)
     const int64_t shape[1] = {4};
     rs_view_t v;
     rs_op_t op = {.kind = RS_OP_SLICE, .arg = {0, 0, 4, INT64_MAX}, .has = 0xf};
-    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &op, NULL, 0), RS_OK);
     assert_int_equal(v.ndim, 1);
     assert_int_equal(v.shape[0], 1);
     op.arg[1] = 3; /* x[3:4:huge] is x[3:4] */
-    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &op, NULL, 0), RS_OK);
     assert_int_equal(v.shape[0], 1);
     assert_int_equal(v.offset, 3);
 }
@@ -56,12 +56,12 @@ static void test_flatten_0d_checks_dims(void **state)
     rs_view_t v;
     char why[128] = "";
     rs_op_t bad = {.kind = RS_OP_FLATTEN, .arg = {0, -2}, .has = 2};
-    assert_int_equal(rs_view_init(&v, 0, NULL), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &bad, why, sizeof(why)), RS_ERR_INPUT);
+    assert_int_equal(rs__view_init(&v, 0, NULL), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &bad, why, sizeof(why)), RS_ERR_INPUT);
     assert_non_null(strstr(why, "end_dim -2"));
     rs_op_t ok = {.kind = RS_OP_FLATTEN, .arg = {-1, 0}, .has = 3};
-    assert_int_equal(rs_view_init(&v, 0, NULL), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &ok, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_init(&v, 0, NULL), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &ok, NULL, 0), RS_OK);
     assert_int_equal(v.ndim, 1);
     assert_int_equal(v.shape[0], 1);
 }
@@ -77,17 +77,17 @@ static void test_reshape_zero_size_overflow(void **state)
     rs_view_t v;
     char why[128] = "";
     rs_op_t op = {.kind = RS_OP_RESHAPE, .list = sizes, .nlist = 5};
-    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
+    assert_int_equal(rs__view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
     assert_non_null(strstr(why, "overflow"));
     op.kind = RS_OP_VIEW;
-    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_ERR_INPUT);
+    assert_int_equal(rs__view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &op, NULL, 0), RS_ERR_INPUT);
     const int64_t fine[3] = {4, 0, 1 << 20}; /* strides fit: still a view */
     op.list = fine;
     op.nlist = 3;
-    assert_int_equal(rs_view_init(&v, 1, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_init(&v, 1, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &op, NULL, 0), RS_OK);
     assert_int_equal(v.ndim, 3);
 }
 
@@ -102,13 +102,13 @@ static void test_unflatten_empty_view_overflow(void **state)
     char why[128] = "";
     rs_op_t op = {.kind = RS_OP_UNFLATTEN, .arg = {0}, .list = sizes,
                   .nlist = 3};
-    assert_int_equal(rs_view_init(&v, 2, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
+    assert_int_equal(rs__view_init(&v, 2, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
     assert_non_null(strstr(why, "overflow"));
     const int64_t fine[3] = {4, 4, -1};
     op.list = fine;
-    assert_int_equal(rs_view_init(&v, 2, shape), RS_OK);
-    assert_int_equal(rs_view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(rs__view_init(&v, 2, shape), RS_OK);
+    assert_int_equal(rs__view_apply(&v, &op, NULL, 0), RS_OK);
     assert_int_equal(v.ndim, 4);
     assert_int_equal(v.shape[2], 0);
 }

@@ -12,7 +12,7 @@
 static rs_view_t base(int ndim, const int64_t *shape)
 {
     rs_view_t v;
-    assert_int_equal(rs_view_init(&v, ndim, shape), RS_OK);
+    assert_int_equal(rs__view_init(&v, ndim, shape), RS_OK);
     return v;
 }
 
@@ -31,7 +31,7 @@ static void expect_view(const rs_view_t *v, int64_t offset, int ndim,
 static rs_status_t apply(rs_view_t *v, rs_op_t op)
 {
     char why[256];
-    return rs_view_apply(v, &op, why, sizeof(why));
+    return rs__view_apply(v, &op, why, sizeof(why));
 }
 
 #define OP(k, ...) ((rs_op_t){.kind = (k), .arg = {__VA_ARGS__}, .has = 0xf})
@@ -272,7 +272,7 @@ static void test_reason_is_given(void **state)
     char why[256] = "";
     rs_view_t v = base(2, (int64_t[]){4, 6});
     rs_op_t op = OP(RS_OP_NARROW, 1, 4, 3);
-    assert_int_equal(rs_view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
+    assert_int_equal(rs__view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
     assert_non_null(strstr(why, "length 3"));
 }
 

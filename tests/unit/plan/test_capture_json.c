@@ -651,22 +651,22 @@ static void test_size_limit(void **state)
     json_t *root = NULL;
     char *path = write_temp("{\"schema\": \"reshard.capture.v1\"}");
 
-    assert_int_equal(rs_json_read_file(path, 10, &d, &data, &len), RS_ERR_INPUT);
+    assert_int_equal(rs__json_read_file(path, 10, &d, &data, &len), RS_ERR_INPUT);
     assert_null(data);
     assert_non_null(strstr(d.msg, "more than the 10-byte limit"));
-    assert_int_equal(rs_json_read_file(path, 32, &d, &data, &len), RS_OK);
+    assert_int_equal(rs__json_read_file(path, 32, &d, &data, &len), RS_OK);
     assert_int_equal(len, 32);
     assert_string_equal(data, "{\"schema\": \"reshard.capture.v1\"}");
     free(data);
     /* files whose size is not known up front are capped while reading */
-    assert_int_equal(rs_json_read_file("/proc/self/status", 16, &d, &data,
+    assert_int_equal(rs__json_read_file("/proc/self/status", 16, &d, &data,
                                        &len), RS_ERR_INPUT);
     assert_non_null(strstr(d.msg, "larger than the 16-byte limit"));
     unlink(path);
     free(path);
 
-    rs_json_ctx_init(&c, "mem", &d);
-    assert_int_equal(rs_json_parse(&c, "[1, 2]", 6, 5, &root), RS_ERR_INPUT);
+    rs__json_ctx_init(&c, "mem", &d);
+    assert_int_equal(rs__json_parse(&c, "[1, 2]", 6, 5, &root), RS_ERR_INPUT);
     assert_null(root);
     assert_non_null(strstr(d.msg, "mem: document is 6 bytes, more than the "
                                   "5-byte limit"));

@@ -76,7 +76,7 @@ static rs_status_t ux_add(rs_exposer_h x, const rs__xregion_t *r,
                           rs_diag_t *diag)
 {
     ucx_exposer_t *e = x->priv;
-    if (!rs_vec_reserve((void **)&e->mems, &e->mems_cap, e->mems_len + 1,
+    if (!rs__vec_reserve((void **)&e->mems, &e->mems_cap, e->mems_len + 1,
                         sizeof(ucp_mem_h)))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (ucx): maps");
     ucp_mem_map_params_t mp;
