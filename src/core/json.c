@@ -274,6 +274,37 @@ rs_status_t rs__json_parse(rs_json_ctx_t *c, const char *data, size_t len,
     return RS_OK;
 }
 
+rs_status_t rs__json_load_text(const char *text, size_t len,
+                               const char *origin, size_t limit,
+                               rs_diag_t *diag, rs__json_root_fn fn,
+                               void *arg)
+{
+    rs_json_ctx_t c;
+    json_t *root = NULL;
+
+    rs__json_ctx_init(&c, origin, diag);
+    rs_status_t st = rs__json_parse(&c, text, len, limit, &root);
+    if (st != RS_OK)
+        return st;
+    st = fn(&c, root, arg);
+    json_decref(root);
+    return st;
+}
+
+rs_status_t rs__json_load_file(const char *path, size_t limit,
+                               rs_diag_t *diag, rs__json_root_fn fn,
+                               void *arg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    rs_status_t st = rs__json_read_file(path, limit, diag, &text, &len);
+    if (st != RS_OK)
+        return st;
+    st = rs__json_load_text(text, len, path, limit, diag, fn, arg);
+    free(text);
+    return st;
+}
+
 rs_status_t rs__json_expect(rs_json_ctx_t *c, const json_t *v, json_type type)
 {
     if (v != NULL && json_typeof(v) == type)
