@@ -91,3 +91,30 @@ void rs__worklist_free(rs__worklist_t *w)
     w->groups_len = w->groups_cap = 0;
     w->bytes = 0;
 }
+
+void rs__local_base_free(rs__local_base_t *b)
+{
+    rs__peers_free(&b->peers);
+    rs__worklist_free(&b->work);
+}
+
+rs_status_t rs__local_connect(rs_transport_h t, uint32_t session,
+                              const rs_peer_t *peer, rs_diag_t *diag)
+{
+    rs__local_base_t *b = t->priv;
+    return rs__peers_connect(&b->peers, session, peer, RS_PEER_NEED_LOCAL,
+                             diag);
+}
+
+rs_status_t rs__local_post(rs_transport_h t, uint32_t session,
+                           const rs_read_t *reads, size_t n, rs_diag_t *diag)
+{
+    rs__local_base_t *b = t->priv;
+    return rs__worklist_add(&b->work, &b->peers, session, reads, n, diag);
+}
+
+void rs__local_cancel(rs_transport_h t)
+{
+    rs__local_base_t *b = t->priv;
+    rs__worklist_clear(&b->work);
+}

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include "core/vec.h"
+#include "exec/transport_impl.h"
 #include "exec/transports/peers.h"
 
 typedef struct rs__copy {
@@ -38,5 +39,24 @@ rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
 /* Forgets the work but keeps the buffers for the next batch. */
 void rs__worklist_clear(rs__worklist_t *w);
 void rs__worklist_free(rs__worklist_t *w);
+
+/* What the state of both in-process backends starts with: their sessions
+ * and their work list. */
+typedef struct rs__local_base {
+    rs__peers_t peers;
+    rs__worklist_t work;
+} rs__local_base_t;
+
+void rs__local_base_free(rs__local_base_t *b);
+
+/* Transport ops both in-process backends share; t->priv must point at a
+ * state whose first member is an rs__local_base_t. connect needs each
+ * region's `local` pointer, post resolves the reads into the work list (or
+ * refuses the whole batch), cancel forgets the work list. */
+rs_status_t rs__local_connect(rs_transport_h t, uint32_t session,
+                              const rs_peer_t *peer, rs_diag_t *diag);
+rs_status_t rs__local_post(rs_transport_h t, uint32_t session,
+                           const rs_read_t *reads, size_t n, rs_diag_t *diag);
+void rs__local_cancel(rs_transport_h t);
 
 #endif

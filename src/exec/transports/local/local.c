@@ -11,10 +11,8 @@
 #include "exec/backend.h"
 #include "exec/transports/local_work.h"
 
-typedef struct local_state {
-    rs__peers_t peers;
-    rs__worklist_t work;
-} local_state_t;
+/* The state is the shared in-process base alone. */
+typedef rs__local_base_t local_state_t;
 
 /* Checking the clock costs little next to a megabyte of copying. */
 #define LOCAL_CLOCK_EVERY_BYTES (1u << 20)
@@ -30,27 +28,9 @@ static rs_status_t local_open(rs_transport_h t, rs_diag_t *diag)
 
 static void local_close(rs_transport_h t)
 {
-    local_state_t *s = t->priv;
-    rs__peers_free(&s->peers);
-    rs__worklist_free(&s->work);
-    free(s);
+    rs__local_base_free(t->priv);
+    free(t->priv);
     t->priv = NULL;
-}
-
-static rs_status_t local_connect(rs_transport_h t, uint32_t session,
-                                 const rs_peer_t *peer, rs_diag_t *diag)
-{
-    local_state_t *s = t->priv;
-    return rs__peers_connect(&s->peers, session, peer, RS_PEER_NEED_LOCAL,
-                             diag);
-}
-
-static rs_status_t local_post(rs_transport_h t, uint32_t session,
-                              const rs_read_t *reads, size_t n,
-                              rs_diag_t *diag)
-{
-    local_state_t *s = t->priv;
-    return rs__worklist_add(&s->work, &s->peers, session, reads, n, diag);
 }
 
 /* Counts the groups before `stop` as done, names the others, drops all. */
@@ -104,20 +84,14 @@ static rs_status_t local_wait(rs_transport_h t, double timeout_s,
     return RS_OK;
 }
 
-static void local_cancel(rs_transport_h t)
-{
-    local_state_t *s = t->priv;
-    rs__worklist_clear(&s->work);
-}
-
 const rs_transport_ops_t rs__transport_local = {
     .name = "local",
     .open = local_open,
     .close = local_close,
-    .connect = local_connect,
-    .post = local_post,
+    .connect = rs__local_connect,
+    .post = rs__local_post,
     .wait = local_wait,
-    .cancel = local_cancel,
+    .cancel = rs__local_cancel,
 };
 
 /* The backend's one table: this transport (it exposes nothing). */
