@@ -74,6 +74,23 @@ rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
     return RS_OK;
 }
 
+rs_status_t rs__groups_timed_out(rs_transport_h t, const rs__peers_t *peers,
+                                 const rs__group_t *groups, size_t n,
+                                 size_t first, double timeout_s,
+                                 rs_diag_t *diag)
+{
+    rs_status_t st = rs__timeout_begin(diag, timeout_s);
+    for (size_t g = 0; g < n; g++) {
+        if (g < first) {
+            t->counters.reads += groups[g].reads;
+            t->counters.bytes += groups[g].bytes;
+        } else if (g == first || groups[g].session != groups[g - 1].session) {
+            rs__timeout_add(diag, peers, groups[g].session);
+        }
+    }
+    return st;
+}
+
 void rs__worklist_clear(rs__worklist_t *w)
 {
     w->copies_len = 0;

@@ -36,6 +36,16 @@ rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
                              uint32_t session, const rs_read_t *reads,
                              size_t n, rs_diag_t *diag);
 
+/* The end of a batch that ran out of time at group `first` of
+ * groups[0..n) (as local, local-mt's serial path and cma keep them): the
+ * groups before `first` are credited to the counters, and the sessions of
+ * the rest are named in diag, once per run of one session. Returns
+ * RS_ERR_TIMEOUT. */
+rs_status_t rs__groups_timed_out(rs_transport_h t, const rs__peers_t *peers,
+                                 const rs__group_t *groups, size_t n,
+                                 size_t first, double timeout_s,
+                                 rs_diag_t *diag);
+
 /* Forgets the work but keeps the buffers for the next batch. */
 void rs__worklist_clear(rs__worklist_t *w);
 void rs__worklist_free(rs__worklist_t *w);

@@ -39,17 +39,9 @@ static rs_status_t local_timed_out(rs_transport_h t, size_t stop,
 {
     local_state_t *s = t->priv;
     const rs__worklist_t *w = &s->work;
-    uint32_t first = w->copies[stop].group;
-    rs_status_t st = rs__timeout_begin(diag, timeout_s);
-    for (size_t g = 0; g < w->groups_len; g++) {
-        if (g < first) {
-            t->counters.reads += w->groups[g].reads;
-            t->counters.bytes += w->groups[g].bytes;
-        } else if (g == first || w->groups[g].session !=
-                                     w->groups[g - 1].session) {
-            rs__timeout_add(diag, &s->peers, w->groups[g].session);
-        }
-    }
+    rs_status_t st = rs__groups_timed_out(t, &s->peers, w->groups,
+                                          w->groups_len, w->copies[stop].group,
+                                          timeout_s, diag);
     rs__worklist_clear(&s->work);
     return st;
 }
