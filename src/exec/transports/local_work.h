@@ -1,6 +1,8 @@
 /* The work list of the in-process backends (local, local-mt): reads checked
  * against their session's regions and resolved to plain (src, dst, n)
- * copies at post time, run at wait time, so a refused batch moves nothing. */
+ * copies at post time, run at wait time, so a refused batch moves nothing.
+ * Also what those backends share (state, connect/post/cancel) and the
+ * timeout settlement of the in-order backends (local, cma). */
 #ifndef RS_EXEC_TRANSPORTS_LOCAL_WORK_H
 #define RS_EXEC_TRANSPORTS_LOCAL_WORK_H
 
@@ -37,7 +39,7 @@ rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
                              size_t n, rs_diag_t *diag);
 
 /* The end of a batch that ran out of time at group `first` of
- * groups[0..n) (as local, local-mt's serial path and cma keep them): the
+ * groups[0..n) for the backends that run groups in order (local, cma): the
  * groups before `first` are credited to the counters, and the sessions of
  * the rest are named in diag, once per run of one session. Returns
  * RS_ERR_TIMEOUT. */
