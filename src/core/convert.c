@@ -106,12 +106,8 @@ typedef uint8_t t_e5m2;
         unsigned char *d = dst;                                               \
         const size_t sstep = (size_t)ss * sizeof(t_##F);                      \
         const size_t dstep = (size_t)ds * sizeof(t_##T);                      \
-        for (size_t i = 0; i < n; i++, s += sstep, d += dstep) {              \
-            t_##F v;                                                          \
-            memcpy(&v, s, sizeof(v));                                         \
-            t_##T r = ST(LD(v));                                              \
-            memcpy(d, &r, sizeof(r));                                         \
-        }                                                                     \
+        for (size_t i = 0; i < n; i++, s += sstep, d += dstep)                \
+            RS_CV_ELEM(F, T, LD, ST, s, d, 0);                                \
     }
 
 /* Every ordered pair of distinct float dtypes. */

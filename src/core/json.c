@@ -274,6 +274,37 @@ rs_status_t rs__json_parse(rs_json_ctx_t *c, const char *data, size_t len,
     return RS_OK;
 }
 
+rs_status_t rs__json_load_text(const char *text, size_t len,
+                               const char *origin, size_t limit,
+                               rs_diag_t *diag, rs__json_root_fn fn,
+                               void *arg)
+{
+    rs_json_ctx_t c;
+    json_t *root = NULL;
+
+    rs__json_ctx_init(&c, origin, diag);
+    rs_status_t st = rs__json_parse(&c, text, len, limit, &root);
+    if (st != RS_OK)
+        return st;
+    st = fn(&c, root, arg);
+    json_decref(root);
+    return st;
+}
+
+rs_status_t rs__json_load_file(const char *path, size_t limit,
+                               rs_diag_t *diag, rs__json_root_fn fn,
+                               void *arg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    rs_status_t st = rs__json_read_file(path, limit, diag, &text, &len);
+    if (st != RS_OK)
+        return st;
+    st = rs__json_load_text(text, len, path, limit, diag, fn, arg);
+    free(text);
+    return st;
+}
+
 rs_status_t rs__json_expect(rs_json_ctx_t *c, const json_t *v, json_type type)
 {
     if (v != NULL && json_typeof(v) == type)
@@ -351,21 +382,38 @@ rs_status_t rs__json_check_numel(rs_json_ctx_t *c, const int64_t *dims, int n,
                         "2^63-1", text);
 }
 
-rs_status_t rs__json_field(rs_json_ctx_t *c, const json_t *obj, const char *key,
-                          int required, json_type type, json_t **v_p)
+/* The lookup every rs__json_field_* shares: *v_p is the key's value, or
+ * NULL when the key is absent or null and not required. */
+static rs_status_t field_value(rs_json_ctx_t *c, const json_t *obj,
+                               const char *key, int required, json_t **v_p)
 {
     json_t *v = json_object_get(obj, key);
     rs_status_t st = RS_OK;
-    size_t mark = rs__json_push_key(c, key);
 
     if (v == NULL || json_is_null(v)) {
+        size_t mark = rs__json_push_key(c, key);
         if (required)
             st = rs__json_fail(c, v == NULL ? "required key is missing"
                                            : "required key is null");
-    } else if ((st = rs__json_expect(c, v, type)) == RS_OK) {
-        *v_p = v;
+        rs__json_pop(c, mark);
+        v = NULL;
     }
+    *v_p = v;
+    return st;
+}
+
+rs_status_t rs__json_field(rs_json_ctx_t *c, const json_t *obj, const char *key,
+                          int required, json_type type, json_t **v_p)
+{
+    json_t *v = NULL;
+    rs_status_t st = field_value(c, obj, key, required, &v);
+    if (st != RS_OK || v == NULL)
+        return st;
+    size_t mark = rs__json_push_key(c, key);
+    st = rs__json_expect(c, v, type);
     rs__json_pop(c, mark);
+    if (st == RS_OK)
+        *v_p = v;
     return st;
 }
 
@@ -373,17 +421,12 @@ rs_status_t rs__json_field_int(rs_json_ctx_t *c, const json_t *obj,
                               const char *key, int required, int64_t min,
                               int64_t *out_p)
 {
-    json_t *v = json_object_get(obj, key);
-    rs_status_t st = RS_OK;
+    json_t *v = NULL;
+    rs_status_t st = field_value(c, obj, key, required, &v);
+    if (st != RS_OK || v == NULL)
+        return st;
     size_t mark = rs__json_push_key(c, key);
-
-    if (v == NULL || json_is_null(v)) {
-        if (required)
-            st = rs__json_fail(c, v == NULL ? "required key is missing"
-                                           : "required key is null");
-    } else {
-        st = rs__json_as_int(c, v, min, out_p);
-    }
+    st = rs__json_as_int(c, v, min, out_p);
     rs__json_pop(c, mark);
     return st;
 }

@@ -76,6 +76,25 @@ rs_status_t rs__json_read_file(const char *path, size_t limit, rs_diag_t *diag,
 rs_status_t rs__json_parse(rs_json_ctx_t *c, const char *data, size_t len,
                           size_t limit, json_t **root_p);
 
+/* What a loader does with a parsed document: reads `root` (which it does
+ * not own) with the context whose origin names the document. */
+typedef rs_status_t (*rs__json_root_fn)(rs_json_ctx_t *c, json_t *root,
+                                        void *arg);
+
+/* The steps every document loader shares: rs__json_parse of `text` under
+ * `limit` (origin names it in errors), then fn on the root, which is freed
+ * after fn returns. Returns the parse's error or fn's status. */
+rs_status_t rs__json_load_text(const char *text, size_t len,
+                               const char *origin, size_t limit,
+                               rs_diag_t *diag, rs__json_root_fn fn,
+                               void *arg);
+
+/* rs__json_read_file of `path` under `limit`, then rs__json_load_text of
+ * its text with the path as origin. */
+rs_status_t rs__json_load_file(const char *path, size_t limit,
+                               rs_diag_t *diag, rs__json_root_fn fn,
+                               void *arg);
+
 /* Checks of the value at the current path. */
 rs_status_t rs__json_expect(rs_json_ctx_t *c, const json_t *v, json_type type);
 rs_status_t rs__json_as_int(rs_json_ctx_t *c, const json_t *v, int64_t min,

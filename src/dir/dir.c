@@ -207,13 +207,35 @@ static rs_status_t start(rs_dir_h dir, const char *model, int64_t version,
     return RS_OK;
 }
 
-static rs_status_t check_slot(const rs_dir_req_t *req, int64_t slot,
-                              rs_diag_t *diag)
+/* The checks of every call on one slot: start's and a non-negative slot;
+ * fills the request's slot. */
+static rs_status_t slot_request(rs_dir_h dir, const char *model,
+                                int64_t version, int64_t slot,
+                                rs_diag_t *diag, rs_dir_req_t *req)
 {
+    rs_status_t st = start(dir, model, version, diag, req);
+    if (st != RS_OK)
+        return st;
     if (slot < 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': slot "
-                            "%lld is negative", (long long)req->version,
-                            req->model, (long long)slot);
+                            "%lld is negative", (long long)version, model,
+                            (long long)slot);
+    req->slot = slot;
+    return RS_OK;
+}
+
+/* slot_request's checks and a valid publisher name; fills the publisher. */
+static rs_status_t publisher_request(rs_dir_h dir, const char *model,
+                                     int64_t version, int64_t slot,
+                                     const char *publisher, rs_diag_t *diag,
+                                     rs_dir_req_t *req)
+{
+    rs_status_t st = slot_request(dir, model, version, slot, diag, req);
+    if (st == RS_OK)
+        st = check_name("publisher", publisher, diag);
+    if (st != RS_OK)
+        return st;
+    req->publisher = publisher;
     return RS_OK;
 }
 
@@ -240,11 +262,8 @@ rs_status_t rs_dir_publish_as(rs_dir_h dir, const char *model,
                               const void *table, size_t len, rs_diag_t *diag)
 {
     rs_dir_req_t req;
-    rs_status_t st = start(dir, model, version, diag, &req);
-    if (st == RS_OK)
-        st = check_slot(&req, slot, diag);
-    if (st == RS_OK)
-        st = check_name("publisher", publisher, diag);
+    rs_status_t st = publisher_request(dir, model, version, slot, publisher,
+                                       diag, &req);
     if (st != RS_OK)
         return st;
     if (table == NULL && len > 0)
@@ -259,8 +278,6 @@ rs_status_t rs_dir_publish_as(rs_dir_h dir, const char *model,
     st = rs__dir_entry_encode(geometry, table, len, diag, &entry);
     if (st != RS_OK)
         return st;
-    req.slot = slot;
-    req.publisher = publisher;
     rs__dir_geometry_hex(geometry, req.geometry);
     req.table = entry;
     req.len = RS_DIR_ENTRY_HEADER + len;
@@ -285,15 +302,10 @@ rs_status_t rs_dir_heartbeat_as(rs_dir_h dir, const char *model,
                                 const char *publisher, rs_diag_t *diag)
 {
     rs_dir_req_t req;
-    rs_status_t st = start(dir, model, version, diag, &req);
-    if (st == RS_OK)
-        st = check_slot(&req, slot, diag);
-    if (st == RS_OK)
-        st = check_name("publisher", publisher, diag);
+    rs_status_t st = publisher_request(dir, model, version, slot, publisher,
+                                       diag, &req);
     if (st != RS_OK)
         return st;
-    req.slot = slot;
-    req.publisher = publisher;
     return call(dir, dir->ops->heartbeat, &req, diag);
 }
 
@@ -352,15 +364,12 @@ rs_status_t rs_dir_read_slot(rs_dir_h dir, const char *model,
                              rs_dir_entry_t **entries_p, size_t *count_p)
 {
     rs_dir_req_t req;
-    rs_status_t st = start(dir, model, version, diag, &req);
-    if (st == RS_OK)
-        st = check_slot(&req, slot, diag);
+    rs_status_t st = slot_request(dir, model, version, slot, diag, &req);
     if (st != RS_OK)
         return st;
     if (entries_p == NULL || count_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read_slot: "
                             "NULL output");
-    req.slot = slot;
     st = call(dir, dir->ops->read, &req, diag);
     if (st == RS_OK)
         st = decode_all(&req, diag);

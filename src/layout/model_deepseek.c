@@ -127,19 +127,16 @@ static rs_status_t deepseek_moe(rs_model_h m, int64_t layer)
     return st;
 }
 
+/* MoE layers (moe_layer[]) take the routed experts, the others a dense
+ * MLP. */
+static rs_status_t deepseek_mlp(rs_model_h m, int64_t layer)
+{
+    if (m->moe_layer[layer])
+        return deepseek_moe(m, layer);
+    return rs__model_dense_mlp(m, layer, "mlp", m->cfg.intermediate);
+}
+
 rs_status_t rs__model_deepseek_layer(rs_model_h m, int64_t layer)
 {
-    int64_t hidden = m->cfg.hidden;
-    rs_status_t st = rs__model_add_layer(m, layer, "input_layernorm.weight", 1,
-                                         hidden, 0);
-    if (st == RS_OK)
-        st = mla_attention(m, layer);
-    if (st == RS_OK)
-        st = rs__model_add_layer(m, layer, "post_attention_layernorm.weight",
-                                 1, hidden, 0);
-    if (st == RS_OK)
-        st = m->moe_layer[layer]
-                 ? deepseek_moe(m, layer)
-                 : rs__model_dense_mlp(m, layer, "mlp", m->cfg.intermediate);
-    return st;
+    return rs__model_decoder_layer(m, layer, mla_attention, deepseek_mlp);
 }

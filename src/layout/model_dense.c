@@ -95,14 +95,15 @@ rs_status_t rs__model_dense_mlp(rs_model_h m, int64_t layer,
     return st;
 }
 
-rs_status_t rs__model_gqa_layer(rs_model_h m, int64_t layer,
-                                rs_status_t (*mlp)(rs_model_h, int64_t))
+rs_status_t rs__model_decoder_layer(rs_model_h m, int64_t layer,
+                                    rs__model_block_fn attention,
+                                    rs__model_block_fn mlp)
 {
     int64_t hidden = m->cfg.hidden;
     rs_status_t st = rs__model_add_layer(m, layer, "input_layernorm.weight", 1,
                                          hidden, 0);
     if (st == RS_OK)
-        st = rs__model_gqa_attention(m, layer);
+        st = attention(m, layer);
     if (st == RS_OK)
         st = rs__model_add_layer(m, layer, "post_attention_layernorm.weight",
                                  1, hidden, 0);
@@ -118,5 +119,6 @@ static rs_status_t dense_mlp(rs_model_h m, int64_t layer)
 
 rs_status_t rs__model_dense_layer(rs_model_h m, int64_t layer)
 {
-    return rs__model_gqa_layer(m, layer, dense_mlp);
+    return rs__model_decoder_layer(m, layer, rs__model_gqa_attention,
+                                   dense_mlp);
 }

@@ -89,9 +89,13 @@ rs_status_t rs__model_router_and_experts(rs_model_h m, int64_t layer);
 rs_status_t rs__model_dense_keys(rs_json_ctx_t *c, const json_t *root,
                                  rs_model_h m);
 rs_status_t rs__model_dense_layer(rs_model_h m, int64_t layer);
-/* A decoder layer with GQA attention between its two norms, and `mlp`. */
-rs_status_t rs__model_gqa_layer(rs_model_h m, int64_t layer,
-                                rs_status_t (*mlp)(rs_model_h, int64_t));
+/* One part of a layer (attention or MLP) that a builder adds. */
+typedef rs_status_t (*rs__model_block_fn)(rs_model_h m, int64_t layer);
+/* The decoder layer every architecture shares: input_layernorm, `attention`,
+ * post_attention_layernorm, then `mlp` (model_dense.c). */
+rs_status_t rs__model_decoder_layer(rs_model_h m, int64_t layer,
+                                    rs__model_block_fn attention,
+                                    rs__model_block_fn mlp);
 rs_status_t rs__model_moe_keys(rs_json_ctx_t *c, const json_t *root,
                                rs_model_h m);
 rs_status_t rs__model_moe_layer(rs_model_h m, int64_t layer);

@@ -138,5 +138,6 @@ static rs_status_t layer_mlp(rs_model_h m, int64_t layer)
 
 rs_status_t rs__model_moe_layer(rs_model_h m, int64_t layer)
 {
-    return rs__model_gqa_layer(m, layer, layer_mlp);
+    return rs__model_decoder_layer(m, layer, rs__model_gqa_attention,
+                                   layer_mlp);
 }

@@ -43,6 +43,33 @@ static int64_t *dup_dims(rs_arena_t *a, const int64_t *dims, int n)
     return rs__arena_memdup(a, dims, (size_t)(n > 0 ? n : 1) * sizeof(int64_t));
 }
 
+/* The checks a declared parameter and a declared source share: a name, a
+ * rank within RS_MAX_DIMS, a valid dtype and a shape whose element count
+ * and size in bytes fit int64. `kind` names the declaration in errors. */
+static rs_status_t check_declared(const char *kind, const char *name,
+                                  int ndim, const int64_t *shape,
+                                  rs_dtype_t dtype, rs_diag_t *diag,
+                                  int64_t *numel_p, int64_t *bytes_p)
+{
+    int64_t numel, bytes;
+
+    if (name == NULL || (ndim > 0 && shape == NULL))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    if (ndim < 0 || ndim > RS_MAX_DIMS)
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s '%s': rank %d outside "
+                            "0..%d", kind, name, ndim, RS_MAX_DIMS);
+    if (rs_dtype_size(dtype) == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s '%s': invalid dtype",
+                            kind, name);
+    if (!rs__numel(shape, ndim, &numel) ||
+        !rs__mul_i64(numel, (int64_t)rs_dtype_size(dtype), &bytes))
+        return rs__diag_set(diag, RS_ERR_INPUT, "%s '%s': shape is negative "
+                            "or overflows", kind, name);
+    *numel_p = numel;
+    *bytes_p = bytes;
+    return RS_OK;
+}
+
 rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
                                  int ndim, const int64_t *shape,
                                  rs_dtype_t dtype, rs_diag_t *diag)
@@ -51,19 +78,12 @@ rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
     uint32_t ignored;
     int64_t bytes;
 
-    if (capture == NULL || name == NULL || (ndim > 0 && shape == NULL))
+    if (capture == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    if (ndim < 0 || ndim > RS_MAX_DIMS)
-        return rs__diag_set(diag, RS_ERR_INPUT,
-                            "param '%s': rank %d outside 0..%d", name, ndim,
-                            RS_MAX_DIMS);
-    if (rs_dtype_size(dtype) == 0)
-        return rs__diag_set(diag, RS_ERR_INPUT, "param '%s': invalid dtype",
-                            name);
-    if (!rs__numel(shape, ndim, &p.numel) ||
-        !rs__mul_i64(p.numel, (int64_t)rs_dtype_size(dtype), &bytes))
-        return rs__diag_set(diag, RS_ERR_INPUT,
-                            "param '%s': shape is negative or overflows", name);
+    rs_status_t st = check_declared("param", name, ndim, shape, dtype, diag,
+                                    &p.numel, &bytes);
+    if (st != RS_OK)
+        return st;
     if (rs__strmap_get(&capture->param_index, name, &ignored))
         return rs__diag_set(diag, RS_ERR_INPUT, "param '%s' declared twice",
                             name);
@@ -116,19 +136,12 @@ rs_status_t rs_capture_declare_source(rs_capture_h capture, const char *src,
     uint32_t idx;
     int64_t numel, bytes;
 
-    if (capture == NULL || src == NULL || (ndim > 0 && shape == NULL))
+    if (capture == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    if (ndim < 0 || ndim > RS_MAX_DIMS)
-        return rs__diag_set(diag, RS_ERR_INPUT,
-                            "source '%s': rank %d outside 0..%d", src, ndim,
-                            RS_MAX_DIMS);
-    if (rs_dtype_size(dtype) == 0)
-        return rs__diag_set(diag, RS_ERR_INPUT, "source '%s': invalid dtype",
-                            src);
-    if (!rs__numel(shape, ndim, &numel) ||
-        !rs__mul_i64(numel, (int64_t)rs_dtype_size(dtype), &bytes))
-        return rs__diag_set(diag, RS_ERR_INPUT,
-                            "source '%s': shape is negative or overflows", src);
+    rs_status_t st = check_declared("source", src, ndim, shape, dtype, diag,
+                                    &numel, &bytes);
+    if (st != RS_OK)
+        return st;
     if (rs__strmap_get(&capture->source_index, src, &idx))
         return redeclared(&capture->sources[idx], ndim, shape, dtype, diag);
     s.name = rs__arena_strdup(&capture->arena, src);

@@ -529,23 +529,16 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_capture_h cap,
     return RS_OK;
 }
 
-static rs_status_t load_text(rs_json_ctx_t *c, const char *json, size_t len,
-                             rs_capture_h *capture_p)
+/* rs__json_root_fn: a new capture from the document, into *arg. */
+static rs_status_t load_doc(rs_json_ctx_t *c, json_t *root, void *arg)
 {
-    json_t *root = NULL;
+    rs_capture_h *capture_p = arg;
     rs_capture_h cap = NULL;
-    rs_status_t st = rs__json_parse(c, json, len, RS_JSON_LIMIT_CONFIGURED,
-                                   &root);
 
-    if (st != RS_OK)
-        return st;
-    if (rs_capture_create(&cap) != RS_OK) {
-        json_decref(root);
+    if (rs_capture_create(&cap) != RS_OK)
         return rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "%s: out of memory",
                             c->origin);
-    }
-    st = load_root(c, cap, root);
-    json_decref(root);
+    rs_status_t st = load_root(c, cap, root);
     if (st != RS_OK) {
         rs_capture_destroy(cap);
         return st;
@@ -558,29 +551,17 @@ rs_status_t rs_capture_load_string(const char *json, size_t len,
                                    const char *origin, rs_diag_t *diag,
                                    rs_capture_h *capture_p)
 {
-    rs_json_ctx_t c;
-
     if (capture_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL capture_p");
-    rs__json_ctx_init(&c, origin, diag);
-    return load_text(&c, json, len, capture_p);
+    return rs__json_load_text(json, len, origin, RS_JSON_LIMIT_CONFIGURED,
+                              diag, load_doc, capture_p);
 }
 
 rs_status_t rs_capture_load_file(const char *path, rs_diag_t *diag,
                                  rs_capture_h *capture_p)
 {
-    rs_json_ctx_t c;
-    char *text = NULL;
-    size_t len = 0;
-
     if (capture_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL capture_p");
-    rs_status_t st = rs__json_read_file(path, RS_JSON_LIMIT_CONFIGURED, diag,
-                                       &text, &len);
-    if (st != RS_OK)
-        return st;
-    rs__json_ctx_init(&c, path, diag);
-    st = load_text(&c, text, len, capture_p);
-    free(text);
-    return st;
+    return rs__json_load_file(path, RS_JSON_LIMIT_CONFIGURED, diag, load_doc,
+                              capture_p);
 }

@@ -228,26 +228,20 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_sources_h s,
     return st;
 }
 
-static rs_status_t load_text(rs_json_ctx_t *c, rs_sources_h s,
-                             const char *json, size_t len)
+/* rs__json_root_fn: the document's blobs into the sources *arg, all or
+ * none of them. */
+static rs_status_t load_doc(rs_json_ctx_t *c, json_t *root, void *arg)
 {
+    rs_sources_h s = arg;
     rs_sources_mark_t mark;
-    json_t *root = NULL;
-    rs_status_t st = rs__json_parse(c, json, len, RS_JSON_LIMIT_CONFIGURED,
-                                   &root);
 
-    if (st != RS_OK)
-        return st;
-    if (rs__sources_mark(s, &mark) != RS_OK) {
-        json_decref(root);
+    if (rs__sources_mark(s, &mark) != RS_OK)
         return rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "%s: out of memory",
                             c->origin);
-    }
-    st = load_root(c, s, root);
+    rs_status_t st = load_root(c, s, root);
     if (st != RS_OK)
         rs__sources_rollback(s, &mark);
     rs__sources_mark_free(&mark);
-    json_decref(root);
     return st;
 }
 
@@ -255,29 +249,17 @@ rs_status_t rs_sources_load_string(rs_sources_h s, const char *json,
                                    size_t len, const char *origin,
                                    rs_diag_t *diag)
 {
-    rs_json_ctx_t c;
-
     if (s == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
-    rs__json_ctx_init(&c, origin, diag);
-    return load_text(&c, s, json, len);
+    return rs__json_load_text(json, len, origin, RS_JSON_LIMIT_CONFIGURED,
+                              diag, load_doc, s);
 }
 
 rs_status_t rs_sources_load_file(rs_sources_h s, const char *path,
                                  rs_diag_t *diag)
 {
-    rs_json_ctx_t c;
-    char *text = NULL;
-    size_t len = 0;
-
     if (s == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
-    rs_status_t st = rs__json_read_file(path, RS_JSON_LIMIT_CONFIGURED, diag,
-                                       &text, &len);
-    if (st != RS_OK)
-        return st;
-    rs__json_ctx_init(&c, path, diag);
-    st = load_text(&c, s, text, len);
-    free(text);
-    return st;
+    return rs__json_load_file(path, RS_JSON_LIMIT_CONFIGURED, diag, load_doc,
+                              s);
 }

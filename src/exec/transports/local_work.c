@@ -74,6 +74,23 @@ rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
     return RS_OK;
 }
 
+rs_status_t rs__groups_timed_out(rs_transport_h t, const rs__peers_t *peers,
+                                 const rs__group_t *groups, size_t n,
+                                 size_t first, double timeout_s,
+                                 rs_diag_t *diag)
+{
+    rs_status_t st = rs__timeout_begin(diag, timeout_s);
+    for (size_t g = 0; g < n; g++) {
+        if (g < first) {
+            t->counters.reads += groups[g].reads;
+            t->counters.bytes += groups[g].bytes;
+        } else if (g == first || groups[g].session != groups[g - 1].session) {
+            rs__timeout_add(diag, peers, groups[g].session);
+        }
+    }
+    return st;
+}
+
 void rs__worklist_clear(rs__worklist_t *w)
 {
     w->copies_len = 0;
@@ -90,4 +107,31 @@ void rs__worklist_free(rs__worklist_t *w)
     w->copies_len = w->copies_cap = 0;
     w->groups_len = w->groups_cap = 0;
     w->bytes = 0;
+}
+
+void rs__local_base_free(rs__local_base_t *b)
+{
+    rs__peers_free(&b->peers);
+    rs__worklist_free(&b->work);
+}
+
+rs_status_t rs__local_connect(rs_transport_h t, uint32_t session,
+                              const rs_peer_t *peer, rs_diag_t *diag)
+{
+    rs__local_base_t *b = t->priv;
+    return rs__peers_connect(&b->peers, session, peer, RS_PEER_NEED_LOCAL,
+                             diag);
+}
+
+rs_status_t rs__local_post(rs_transport_h t, uint32_t session,
+                           const rs_read_t *reads, size_t n, rs_diag_t *diag)
+{
+    rs__local_base_t *b = t->priv;
+    return rs__worklist_add(&b->work, &b->peers, session, reads, n, diag);
+}
+
+void rs__local_cancel(rs_transport_h t)
+{
+    rs__local_base_t *b = t->priv;
+    rs__worklist_clear(&b->work);
 }

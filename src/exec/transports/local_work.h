@@ -1,11 +1,14 @@
 /* The work list of the in-process backends (local, local-mt): reads checked
  * against their session's regions and resolved to plain (src, dst, n)
- * copies at post time, run at wait time, so a refused batch moves nothing. */
+ * copies at post time, run at wait time, so a refused batch moves nothing.
+ * Also what those backends share (state, connect/post/cancel) and the
+ * timeout settlement of the in-order backends (local, cma). */
 #ifndef RS_EXEC_TRANSPORTS_LOCAL_WORK_H
 #define RS_EXEC_TRANSPORTS_LOCAL_WORK_H
 
 #include <stdint.h>
 #include "core/vec.h"
+#include "exec/transport_impl.h"
 #include "exec/transports/peers.h"
 
 typedef struct rs__copy {
@@ -35,8 +38,37 @@ rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
                              uint32_t session, const rs_read_t *reads,
                              size_t n, rs_diag_t *diag);
 
+/* The end of a batch that ran out of time at group `first` of
+ * groups[0..n) for the backends that run groups in order (local, cma): the
+ * groups before `first` are credited to the counters, and the sessions of
+ * the rest are named in diag, once per run of one session. Returns
+ * RS_ERR_TIMEOUT. */
+rs_status_t rs__groups_timed_out(rs_transport_h t, const rs__peers_t *peers,
+                                 const rs__group_t *groups, size_t n,
+                                 size_t first, double timeout_s,
+                                 rs_diag_t *diag);
+
 /* Forgets the work but keeps the buffers for the next batch. */
 void rs__worklist_clear(rs__worklist_t *w);
 void rs__worklist_free(rs__worklist_t *w);
+
+/* What the state of both in-process backends starts with: their sessions
+ * and their work list. */
+typedef struct rs__local_base {
+    rs__peers_t peers;
+    rs__worklist_t work;
+} rs__local_base_t;
+
+void rs__local_base_free(rs__local_base_t *b);
+
+/* Transport ops both in-process backends share; t->priv must point at a
+ * state whose first member is an rs__local_base_t. connect needs each
+ * region's `local` pointer, post resolves the reads into the work list (or
+ * refuses the whole batch), cancel forgets the work list. */
+rs_status_t rs__local_connect(rs_transport_h t, uint32_t session,
+                              const rs_peer_t *peer, rs_diag_t *diag);
+rs_status_t rs__local_post(rs_transport_h t, uint32_t session,
+                           const rs_read_t *reads, size_t n, rs_diag_t *diag);
+void rs__local_cancel(rs_transport_h t);
 
 #endif

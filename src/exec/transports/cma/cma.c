@@ -265,13 +265,11 @@ static rs_status_t timed_out(rs_transport_h t, cma_cursor_t c,
                              double timeout_s, rs_diag_t *diag)
 {
     cma_state_t *s = t->priv;
-    rs_status_t st = rs__timeout_begin(diag, timeout_s);
-    for (size_t g = s->items[c.item].group; g < s->groups_len; g++) {
-        if (g == s->items[c.item].group ||
-            s->groups[g].session != s->groups[g - 1].session)
-            rs__timeout_add(diag, &s->peers, s->groups[g].session);
-    }
-    settle(t, c);
+    rs_status_t st = rs__groups_timed_out(t, &s->peers, s->groups,
+                                          s->groups_len,
+                                          s->items[c.item].group, timeout_s,
+                                          diag);
+    cma_cancel(t);
     return st;
 }
 

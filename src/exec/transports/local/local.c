@@ -11,10 +11,8 @@
 #include "exec/backend.h"
 #include "exec/transports/local_work.h"
 
-typedef struct local_state {
-    rs__peers_t peers;
-    rs__worklist_t work;
-} local_state_t;
+/* The state is the shared in-process base alone. */
+typedef rs__local_base_t local_state_t;
 
 /* Checking the clock costs little next to a megabyte of copying. */
 #define LOCAL_CLOCK_EVERY_BYTES (1u << 20)
@@ -30,27 +28,9 @@ static rs_status_t local_open(rs_transport_h t, rs_diag_t *diag)
 
 static void local_close(rs_transport_h t)
 {
-    local_state_t *s = t->priv;
-    rs__peers_free(&s->peers);
-    rs__worklist_free(&s->work);
-    free(s);
+    rs__local_base_free(t->priv);
+    free(t->priv);
     t->priv = NULL;
-}
-
-static rs_status_t local_connect(rs_transport_h t, uint32_t session,
-                                 const rs_peer_t *peer, rs_diag_t *diag)
-{
-    local_state_t *s = t->priv;
-    return rs__peers_connect(&s->peers, session, peer, RS_PEER_NEED_LOCAL,
-                             diag);
-}
-
-static rs_status_t local_post(rs_transport_h t, uint32_t session,
-                              const rs_read_t *reads, size_t n,
-                              rs_diag_t *diag)
-{
-    local_state_t *s = t->priv;
-    return rs__worklist_add(&s->work, &s->peers, session, reads, n, diag);
 }
 
 /* Counts the groups before `stop` as done, names the others, drops all. */
@@ -59,17 +39,9 @@ static rs_status_t local_timed_out(rs_transport_h t, size_t stop,
 {
     local_state_t *s = t->priv;
     const rs__worklist_t *w = &s->work;
-    uint32_t first = w->copies[stop].group;
-    rs_status_t st = rs__timeout_begin(diag, timeout_s);
-    for (size_t g = 0; g < w->groups_len; g++) {
-        if (g < first) {
-            t->counters.reads += w->groups[g].reads;
-            t->counters.bytes += w->groups[g].bytes;
-        } else if (g == first || w->groups[g].session !=
-                                     w->groups[g - 1].session) {
-            rs__timeout_add(diag, &s->peers, w->groups[g].session);
-        }
-    }
+    rs_status_t st = rs__groups_timed_out(t, &s->peers, w->groups,
+                                          w->groups_len, w->copies[stop].group,
+                                          timeout_s, diag);
     rs__worklist_clear(&s->work);
     return st;
 }
@@ -104,20 +76,14 @@ static rs_status_t local_wait(rs_transport_h t, double timeout_s,
     return RS_OK;
 }
 
-static void local_cancel(rs_transport_h t)
-{
-    local_state_t *s = t->priv;
-    rs__worklist_clear(&s->work);
-}
-
 const rs_transport_ops_t rs__transport_local = {
     .name = "local",
     .open = local_open,
     .close = local_close,
-    .connect = local_connect,
-    .post = local_post,
+    .connect = rs__local_connect,
+    .post = rs__local_post,
     .wait = local_wait,
-    .cancel = local_cancel,
+    .cancel = rs__local_cancel,
 };
 
 /* The backend's one table: this transport (it exposes nothing). */

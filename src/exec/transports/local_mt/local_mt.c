@@ -21,8 +21,7 @@
 #define MT_TASKS_PER_THREAD 4
 
 typedef struct mt_state {
-    rs__peers_t peers;
-    rs__worklist_t work;
+    rs__local_base_t base; /* first: the shared ops take t->priv as one */
     _Atomic uint64_t *remaining; /* bytes left per group of `work` */
     size_t remaining_cap;
 
@@ -57,7 +56,7 @@ static size_t find_copy(const rs__worklist_t *w, uint64_t off)
 /* Copies stream bytes [start, end), crediting each group as it goes. */
 static void run_task(mt_state_t *s, uint64_t start, uint64_t end)
 {
-    const rs__worklist_t *w = &s->work;
+    const rs__worklist_t *w = &s->base.work;
     size_t i = find_copy(w, start);
     uint32_t group = w->copies[i].group;
     uint64_t credit = 0;
@@ -87,7 +86,8 @@ static void run_tasks(mt_state_t *s)
             return;
         uint64_t start = k * s->task_bytes;
         uint64_t end = start + s->task_bytes;
-        run_task(s, start, end < s->work.bytes ? end : s->work.bytes);
+        uint64_t total = s->base.work.bytes;
+        run_task(s, start, end < total ? end : total);
     }
 }
 
@@ -180,39 +180,17 @@ static void mt_close(rs_transport_h t)
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->done_cv);
     pthread_mutex_destroy(&s->mu);
-    rs__peers_free(&s->peers);
-    rs__worklist_free(&s->work);
+    rs__local_base_free(&s->base);
     free(s->remaining);
     free(s->threads);
     free(s);
     t->priv = NULL;
 }
 
-static rs_status_t mt_connect(rs_transport_h t, uint32_t session,
-                              const rs_peer_t *peer, rs_diag_t *diag)
-{
-    mt_state_t *s = t->priv;
-    return rs__peers_connect(&s->peers, session, peer, RS_PEER_NEED_LOCAL,
-                             diag);
-}
-
-static rs_status_t mt_post(rs_transport_h t, uint32_t session,
-                           const rs_read_t *reads, size_t n, rs_diag_t *diag)
-{
-    mt_state_t *s = t->priv;
-    return rs__worklist_add(&s->work, &s->peers, session, reads, n, diag);
-}
-
-static void mt_cancel(rs_transport_h t)
-{
-    mt_state_t *s = t->priv;
-    rs__worklist_clear(&s->work); /* the pool only runs inside wait */
-}
-
 /* Sizes tasks and the per-group byte counts for the batch. */
 static rs_status_t plan_tasks(mt_state_t *s, rs_diag_t *diag)
 {
-    const rs__worklist_t *w = &s->work;
+    const rs__worklist_t *w = &s->base.work;
     if (w->groups_len > s->remaining_cap) {
         void *p = realloc(s->remaining, w->groups_len * sizeof(*s->remaining));
         if (p == NULL)
@@ -260,7 +238,7 @@ static void run_pool(mt_state_t *s, double timeout_s)
 static rs_status_t settle(rs_transport_h t, double timeout_s, rs_diag_t *diag)
 {
     mt_state_t *s = t->priv;
-    const rs__worklist_t *w = &s->work;
+    const rs__worklist_t *w = &s->base.work;
     rs_status_t st = RS_OK;
     int32_t last_named = -1;
     for (size_t g = 0; g < w->groups_len; g++) {
@@ -273,10 +251,10 @@ static rs_status_t settle(rs_transport_h t, double timeout_s, rs_diag_t *diag)
         if (st == RS_OK)
             st = rs__timeout_begin(diag, timeout_s);
         if ((int64_t)w->groups[g].session != last_named)
-            rs__timeout_add(diag, &s->peers, w->groups[g].session);
+            rs__timeout_add(diag, &s->base.peers, w->groups[g].session);
         last_named = (int32_t)w->groups[g].session;
     }
-    rs__worklist_clear(&s->work);
+    rs__worklist_clear(&s->base.work);
     return st;
 }
 
@@ -286,7 +264,7 @@ static rs_status_t mt_wait(rs_transport_h t, double timeout_s,
     mt_state_t *s = t->priv;
     rs_status_t st = plan_tasks(s, diag);
     if (st != RS_OK) {
-        rs__worklist_clear(&s->work);
+        rs__worklist_clear(&s->base.work);
         return st;
     }
     if (s->ntasks == 1)
@@ -300,10 +278,10 @@ const rs_transport_ops_t rs__transport_local_mt = {
     .name = "local-mt",
     .open = mt_open,
     .close = mt_close,
-    .connect = mt_connect,
-    .post = mt_post,
+    .connect = rs__local_connect,
+    .post = rs__local_post,
     .wait = mt_wait,
-    .cancel = mt_cancel,
+    .cancel = rs__local_cancel, /* the pool only runs inside wait */
 };
 
 /* The backend's one table: this transport (it exposes nothing). */
