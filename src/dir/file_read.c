@@ -91,7 +91,8 @@ rs_status_t rs__fdir_read_slot(rs_dir_h dir, rs_dir_req_t *req,
 {
     rs_version_info_t info;
     char vdir[PATH_MAX];
-    rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
+    /* a READY version holds every slot: no directory scan per slot read */
+    rs_status_t st = rs__fdir_existing_ready(dir, req, diag, &info);
     if (st == RS_OK && info.state != RS_VERSION_READY)
         st = not_ready(req, &info, diag);
     if (st == RS_OK)

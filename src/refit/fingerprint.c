@@ -34,7 +34,6 @@ uint64_t rs__topology_fingerprint(rs_sources_h sources)
     const char *tensor = NULL;
     for (size_t i = 0; i < nshards; i++) {
         rs_shard_desc_t s;
-        int64_t head[2];
         rs_sources_shard(sources, i, &s);
         /* Shards come tensor by tensor and share their tensor's name
          * string: the tensor's own fields are fed once, where it starts. */
@@ -47,12 +46,18 @@ uint64_t rs__topology_fingerprint(rs_sources_h sources)
             feed_i64(&d, s.full_shape, s.ndim);
             tensor = s.tensor;
         }
-        feed_str(&d, s.session);
-        head[0] = (int64_t)s.addr;
-        head[1] = s.device_id;
-        feed_i64(&d, head, 2);
-        feed_i64(&d, s.offset, s.ndim);
-        feed_i64(&d, s.shape, s.ndim);
+        /* One update per shard: its session, address, device, box. */
+        int64_t rec[3 + 2 * RS_MAX_DIMS];
+        size_t n = strlen(s.session), k = 0;
+        rec[k++] = (int64_t)n;
+        rec[k++] = (int64_t)s.addr;
+        rec[k++] = s.device_id;
+        memcpy(&rec[k], s.offset, (size_t)s.ndim * sizeof(int64_t));
+        k += (size_t)s.ndim;
+        memcpy(&rec[k], s.shape, (size_t)s.ndim * sizeof(int64_t));
+        k += (size_t)s.ndim;
+        rs_digest_update(&d, rec, k * sizeof(int64_t));
+        rs_digest_update(&d, s.session, n);
     }
     return rs_digest_final(&d);
 }
