@@ -76,7 +76,7 @@ rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
 {
     rs_cap_param_t p = {0};
     uint32_t ignored;
-    int64_t bytes;
+    int64_t bytes = 0; /* set on RS_OK; gcc -O3 cannot tell */
 
     if (capture == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
