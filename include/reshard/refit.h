@@ -116,8 +116,8 @@ RS_API rs_status_t rs_publisher_register(rs_publisher_h publisher,
  * rs_publisher_wait_released: a receiver still pulling the last version
  * fails and does not install (ucx: its reads are refused; cma, which reads
  * the process without an exposer, may read whatever the memory holds by
- * then, which digest verification, on by default, refuses). Errors: RS_ERR_INVALID_ARG when no such shard is
- * registered ("publisher: cannot unregister tensor 'w': no shard of it is
+ * then, which digest verification, on by default, refuses).
+ * Errors: RS_ERR_INVALID_ARG when no such shard is registered ("publisher: cannot unregister tensor 'w': no shard of it is
  * registered at offset [2, 0]"); nothing changes then. Cost:
  * O(registered shards), plus the exposer's teardown. */
 RS_API rs_status_t rs_publisher_unregister(rs_publisher_h publisher,
@@ -320,8 +320,8 @@ RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
  * Errors (nothing staged, no lease left, bound parameters untouched):
  * RS_ERR_INVALID_ARG (a version is staged already, naming it; shadow = 0);
  * those of the directory (discovery; RS_ERR_VERIFY for a table corrupted
- * in the directory), planning, connecting and the executor's run (a read that failed or timed out is RS_ERR_TRANSPORT /
- * RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
+ * in the directory), planning, connecting and the executor's run (a read
+ * that failed or timed out is RS_ERR_TRANSPORT / RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
  * and the cause; the connections are dropped and rebuilt next time);
  * RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed in the
  * <stage> stage"). */

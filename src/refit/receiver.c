@@ -379,7 +379,8 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
         snprintf(peer_name, sizeof(peer_name), "%.120s, slot %lld", name,
                  (long long)slot_of(r, name));
         rs_status_t st = RS_ERR_TRANSPORT;
-        for (int attempt = 0; attempt < 3 && st != RS_OK && rs__now_s() < deadline;
+        for (int attempt = 0;
+             attempt < 3 && st != RS_OK && rs__now_s() < deadline;
              attempt++) {
             void *blob = NULL;
             size_t len = 0;
@@ -728,7 +729,8 @@ rs_status_t rs__receiver_refuse_if_staged(rs_receiver_h r, const char *what,
 rs_status_t rs_receiver_stage(rs_receiver_h r, int64_t version,
                               rs_diag_t *diag, rs_staged_h *staged_p)
 {
-    rs_status_t st = rs__receiver_refuse_if_staged(r, "stage another version", diag);
+    rs_status_t st = rs__receiver_refuse_if_staged(r, "stage another version",
+                                                   diag);
     if (st != RS_OK)
         return st;
     if (staged_p == NULL)
