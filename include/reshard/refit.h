@@ -117,8 +117,9 @@ RS_API rs_status_t rs_publisher_register(rs_publisher_h publisher,
  * fails and does not install (ucx: its reads are refused; cma, which reads
  * the process without an exposer, may read whatever the memory holds by
  * then, which digest verification, on by default, refuses).
- * Errors: RS_ERR_INVALID_ARG when no such shard is registered ("publisher: cannot unregister tensor 'w': no shard of it is
- * registered at offset [2, 0]"); nothing changes then. Cost:
+ * Errors: RS_ERR_INVALID_ARG when no such shard is registered
+ * ("publisher: cannot unregister tensor 'w': no shard of it is registered
+ * at offset [2, 0]"); nothing changes then. Cost:
  * O(registered shards), plus the exposer's teardown. */
 RS_API rs_status_t rs_publisher_unregister(rs_publisher_h publisher,
                                            const char *tensor,
