@@ -448,6 +448,38 @@ static void test_replica_killed_mid_pull(void **state)
     assert_int_equal(WTERMSIG(w->status[1][0]), SIGKILL);
 }
 
+/* The same failover inside rs_receiver_stage: the stage completes from the
+ * other replica into staging, the bound parameters keep their prior bytes
+ * until apply, and apply installs the version byte-exact. */
+static void test_replica_killed_mid_stage(void **state)
+{
+    (void)state;
+    world_t *w = &world;
+    rank_t ir;
+    rs_diag_t diag;
+    rs_pull_result_t res;
+    rs_staged_h staged = NULL;
+    start_all(w, 2);
+    open_rank(w, &ir, 1, 0);
+    rs_status_t st = rs_receiver_stage(ir.recv, 1, &diag, &staged);
+    assert_true(ir.strike.fired);
+    if (st != RS_OK)
+        fail_msg("stage with a replica killed: %s", diag.msg);
+    assert_int_equal(rs_staged_version(staged), 1);
+    assert_int_equal(ir.installs, 0);
+    expect_untouched(&ir); /* staged, not applied */
+    st = rs_receiver_apply(ir.recv, staged, &diag, &res);
+    if (st != RS_OK)
+        fail_msg("apply after a failover: %s", diag.msg);
+    assert_int_equal(ir.installs, 1);
+    assert_int_equal(res.failovers, 1);
+    assert_string_equal(res.failover_msg, "trainer-1, slot 1 -> trainer-1-r1");
+    expect_installed(w, &ir);
+    close_rank(&ir);
+    stop_publisher(w, 1, 0, 0);
+    assert_true(WIFSIGNALED(w->status[1][0]));
+}
+
 /* A frozen replica answers nothing: its reads time out (exec.timeout_s)
  * and the pull moves to the other replica. */
 static void test_replica_frozen_mid_pull(void **state)
@@ -564,6 +596,7 @@ int main(int argc, char **argv)
         return publisher_entry(argv[2]);
     const struct CMUnitTest tests[] = {
         T(test_replica_killed_mid_pull),
+        T(test_replica_killed_mid_stage),
         T(test_replica_frozen_mid_pull),
         T(test_both_replicas_killed),
         T(test_restarted_rank_rejoins),
