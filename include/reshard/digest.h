@@ -1,7 +1,10 @@
 /* Position-sensitive digest of shard bytes ("rsd64"), computed by publishers
  * over each shard's row-major bytes and re-computed by receivers over what
  * they reassembled. Streaming: feeding a buffer in pieces gives the same
- * digest as feeding it whole. The algorithm is specified in docs/formats.md. */
+ * digest as feeding it whole. The algorithm is specified in docs/formats.md.
+ * Threads: an rs_digest_t is used by one thread at a time; the functions
+ * keep no other state, so distinct digests run on any threads at once.
+ * Cost: linear in the bytes fed. */
 #ifndef RESHARD_DIGEST_H
 #define RESHARD_DIGEST_H
 

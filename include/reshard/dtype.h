@@ -1,4 +1,6 @@
-/* Element types reshard understands, their sizes and their names. */
+/* Element types reshard understands, their sizes and their names.
+ * Threads: the functions read constant tables only: callable from any
+ * thread. Every function is O(1) except name lookups, O(dtypes). */
 #ifndef RESHARD_DTYPE_H
 #define RESHARD_DTYPE_H
 

@@ -1,7 +1,9 @@
 /* reshard status codes and the diagnostic record that carries the detail.
  * Every fallible public function returns an rs_status_t; when the caller passes
  * an rs_diag_t, it receives a message naming what is wrong (file, tensor, op,
- * field). */
+ * field).
+ * Threads: an rs_diag_t belongs to the call it is passed to; rs_status_str
+ * returns constant strings and may be called from any thread. */
 #ifndef RESHARD_STATUS_H
 #define RESHARD_STATUS_H
 

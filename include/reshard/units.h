@@ -2,7 +2,8 @@
  * TiB (powers of 1024), rates in GB/s (10^9 bytes per second), never in
  * scientific notation. Every human-facing line of the library and the CLI
  * goes through these two, so a quantity has one unit everywhere. JSON
- * records carry plain numbers under keys that name their unit instead. */
+ * records carry plain numbers under keys that name their unit instead.
+ * Threads: both write only the caller's buffer: callable from any thread. */
 #ifndef RESHARD_UNITS_H
 #define RESHARD_UNITS_H
 

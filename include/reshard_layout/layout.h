@@ -1,7 +1,8 @@
 /* Parallel layouts: which shards each trainer rank publishes (fsdp,
  * megatron) and what each inference rank's weight loaders capture (vllm),
  * generated from a model manifest. Used by `reshard simulate`, the demo and
- * the tests; docs/layouts.md says what each layout does and why. */
+ * the tests; docs/layouts.md says what each layout does and why.
+ * Threads: as model.h: one thread at a time per model. */
 #ifndef RESHARD_LAYOUT_H
 #define RESHARD_LAYOUT_H
 

@@ -1,7 +1,9 @@
 /* Model manifests: the full tensors of a model (Hugging Face checkpoint
  * names, shapes, dtype), derived from its Hugging Face config.json. Layout
  * generators turn a manifest into what trainers publish and what inference
- * loaders capture. */
+ * loaders capture.
+ * Threads: a model is used by one thread at a time (a tool and test
+ * library: concurrent use is not claimed). */
 #ifndef RESHARD_MODEL_H
 #define RESHARD_MODEL_H
 
