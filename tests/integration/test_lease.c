@@ -25,6 +25,7 @@
 
 #include "redis_fixture.h"
 #include "reshard/reshard.h"
+#include "assert_status.h"
 
 #define PUBS 2          /* publishers */
 #define ROWS 16         /* rows of the tensor, each a shard of its own */
@@ -113,20 +114,6 @@ static void fill_row(int r, int64_t v)
             fprintf(stderr, "skipped: %s\n", g->why);                         \
             skip();                                                           \
         }                                                                     \
-    } while (0)
-
-#define ASSERT_ST(call, want, d)                                              \
-    do {                                                                      \
-        rs_status_t got_ = (call);                                            \
-        if (got_ != (want))                                                   \
-            fail_msg("%s: got %s, want %s (%s)", #call,                       \
-                     rs_status_str(got_), rs_status_str(want), (d).msg);      \
-    } while (0)
-
-#define ASSERT_MSG_HAS(d, text)                                               \
-    do {                                                                      \
-        if (strstr((d).msg, (text)) == NULL)                                  \
-            fail_msg("message '%s' lacks '%s'", (d).msg, (text));             \
     } while (0)
 
 static void publish(int64_t v)

@@ -19,6 +19,7 @@
 
 #include "dir_env.h"
 #include "reshard/reshard.h"
+#include "assert_status.h"
 
 #define MODEL "memtypes"
 #define ROWS 4
@@ -35,20 +36,6 @@ typedef struct world {
     rs_capture_h cap;
     int installs;
 } world_t;
-
-#define ASSERT_ST(call, want, d)                                              \
-    do {                                                                      \
-        rs_status_t got_ = (call);                                            \
-        if (got_ != (want))                                                   \
-            fail_msg("%s: got %s, want %s (%s)", #call,                       \
-                     rs_status_str(got_), rs_status_str(want), (d).msg);      \
-    } while (0)
-
-#define ASSERT_MSG_HAS(d, text)                                               \
-    do {                                                                      \
-        if (strstr((d).msg, (text)) == NULL)                                  \
-            fail_msg("message \"%s\" lacks \"%s\"", (d).msg, (text));         \
-    } while (0)
 
 /* The ground truth: element (r, c) of tensor "a". */
 static uint8_t value_at(int r, int c) { return (uint8_t)(r * 37 + c * 5 + 1); }

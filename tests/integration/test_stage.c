@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "reshard/reshard.h"
+#include "assert_status.h"
 
 #define PUBS 2
 #define ROWS 16
@@ -48,20 +49,6 @@ typedef struct world {
 } world_t;
 
 static world_t w;
-
-#define ASSERT_ST(call, want, d)                                              \
-    do {                                                                      \
-        rs_status_t got_ = (call);                                            \
-        if (got_ != (want))                                                   \
-            fail_msg("%s: got %s, want %s (%s)", #call,                       \
-                     rs_status_str(got_), rs_status_str(want), (d).msg);      \
-    } while (0)
-
-#define ASSERT_MSG_HAS(d, text)                                               \
-    do {                                                                      \
-        if (strstr((d).msg, (text)) == NULL)                                  \
-            fail_msg("message '%s' lacks '%s'", (d).msg, (text));             \
-    } while (0)
 
 static void sleep_s(double s)
 {

@@ -18,26 +18,13 @@
 
 #include "dir_env.h"
 #include "reshard/reshard.h"
+#include "assert_status.h"
 
 #define MODEL "unreg"
 #define ROWS 8
 #define HALF 4
 #define COLS 64
 #define UNTOUCHED 0xEE
-
-#define ASSERT_ST(call, want, d)                                              \
-    do {                                                                      \
-        rs_status_t got_ = (call);                                            \
-        if (got_ != (want))                                                   \
-            fail_msg("%s: got %s, want %s (%s)", #call,                       \
-                     rs_status_str(got_), rs_status_str(want), (d).msg);      \
-    } while (0)
-
-#define ASSERT_MSG_HAS(d, text)                                               \
-    do {                                                                      \
-        if (strstr((d).msg, (text)) == NULL)                                  \
-            fail_msg("message \"%s\" lacks \"%s\"", (d).msg, (text));         \
-    } while (0)
 
 typedef struct world {
     dir_env_t env;

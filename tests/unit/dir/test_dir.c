@@ -23,6 +23,7 @@
 
 #include "dir_env.h"
 #include "reshard/dir.h"
+#include "assert_status.h"
 
 typedef dir_env_t env_t;
 
@@ -68,21 +69,6 @@ static rs_dir_h open_dir(void)
         fail_msg("open %s: %s", g->backend, d.msg);
     return dir;
 }
-
-#define ASSERT_ST(call, want, d)                                              \
-    do {                                                                      \
-        rs_status_t got_ = (call);                                            \
-        if (got_ != (want))                                                   \
-            fail_msg("%s: got %s, want %s (%s)", #call,                       \
-                     rs_status_str(got_), rs_status_str(want),                \
-                     got_ != RS_OK ? (d).msg : "");                           \
-    } while (0)
-
-#define ASSERT_MSG_HAS(d, text)                                               \
-    do {                                                                      \
-        if (strstr((d).msg, (text)) == NULL)                                  \
-            fail_msg("message '%s' lacks '%s'", (d).msg, (text));             \
-    } while (0)
 
 static void publish_ok(rs_dir_h dir, const char *model, int64_t v,
                        int64_t slot)

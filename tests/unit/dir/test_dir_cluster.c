@@ -23,21 +23,13 @@
 
 #include "dir_env.h"
 #include "reshard/dir.h"
+#include "assert_status.h"
 
 typedef dir_env_t env_t;
 
 static env_t *g;
 
 #define NEED_BACKEND() DIR_ENV_NEED(g)
-
-#define ASSERT_ST(call, want, d)                                              \
-    do {                                                                      \
-        rs_status_t got_ = (call);                                            \
-        if (got_ != (want))                                                   \
-            fail_msg("%s: got %s, want %s (%s)", #call,                       \
-                     rs_status_str(got_), rs_status_str(want),                \
-                     got_ != RS_OK ? (d).msg : "");                           \
-    } while (0)
 
 #define ASSERT_HAS(text, needle)                                              \
     do {                                                                      \

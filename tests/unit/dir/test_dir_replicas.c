@@ -21,26 +21,12 @@
 
 #include "dir_env.h"
 #include "reshard/dir.h"
+#include "assert_status.h"
 
 static dir_env_t *g;
 
 #define GEO_A 0x1234abcd5678ef00ull
 #define GEO_B 0x00000000000000ffull
-
-#define ASSERT_ST(call, want, d)                                              \
-    do {                                                                      \
-        rs_status_t got_ = (call);                                            \
-        if (got_ != (want))                                                   \
-            fail_msg("%s: got %s, want %s (%s)", #call,                       \
-                     rs_status_str(got_), rs_status_str(want),                \
-                     got_ != RS_OK ? (d).msg : "");                           \
-    } while (0)
-
-#define ASSERT_MSG_HAS(d, text)                                               \
-    do {                                                                      \
-        if (strstr((d).msg, (text)) == NULL)                                  \
-            fail_msg("message '%s' lacks '%s'", (d).msg, (text));             \
-    } while (0)
 
 static rs_dir_h open_dir(void)
 {
