@@ -49,33 +49,6 @@ typedef struct trainer_mem {
     uint64_t bytes;
 } trainer_mem_t;
 
-/* Element values of a box of a full tensor, row-major over the box: the
- * value of each element depends on the tensor and its global index only,
- * so every replica holds the same bytes. */
-static void fill_box(uint8_t *dst, const rs_shard_desc_t *s)
-{
-    int nd = s->ndim;
-    int64_t gstride[RS_MAX_DIMS], m[RS_MAX_DIMS] = {0}, rows = 1;
-    int64_t last = nd > 0 ? s->shape[nd - 1] : 1;
-    uint64_t h = vd_name_hash(s->tensor);
-    for (int d = nd - 1; d >= 0; d--)
-        gstride[d] = d == nd - 1 ? 1 : gstride[d + 1] * s->full_shape[d + 1];
-    for (int d = 0; d < nd - 1; d++)
-        rows *= s->shape[d];
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t g = 0;
-        for (int d = 0; d < nd; d++)
-            g += (s->offset[d] + m[d]) * gstride[d];
-        vd_put_run(dst, s->dtype, h, g, last);
-        dst += (size_t)last * s->elsize;
-        for (int d = nd - 2; d >= 0; d--) { /* next row of the box */
-            if (++m[d] < s->shape[d])
-                break;
-            m[d] = 0;
-        }
-    }
-}
-
 typedef struct shard_ctx {
     rank_mem_t *rank;
     uint64_t *bytes;
@@ -93,7 +66,7 @@ static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *s)
         return RS_OK;
     uint8_t *buf = malloc(numel * s->elsize);
     assert_non_null(buf);
-    fill_box(buf, s);
+    vd_fill_box(buf, s);
     if (rm->n == rm->cap) {
         rm->cap = rm->cap ? 2 * rm->cap : 64;
         rm->regions = realloc(rm->regions, rm->cap * sizeof(rs_region_t));

@@ -78,7 +78,7 @@ typedef struct fill_ctx {
 static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
 {
     fill_ctx_t *f = ctx;
-    int64_t n = 1, m[RS_MAX_DIMS];
+    int64_t n = 1;
     for (int i = 0; i < d->ndim; i++)
         n *= d->shape[i];
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -87,19 +87,7 @@ static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED || pub_nbufs == MAX_BUFS)
         return RS_ERR_NO_MEMORY;
-    uint64_t h = vd_name_hash(d->tensor);
-    for (int64_t k = 0; k < n; k++) {
-        int64_t rem = k, g = 0, mult = 1;
-        for (int i = d->ndim - 1; i >= 0; i--) {
-            m[i] = rem % d->shape[i];
-            rem /= d->shape[i];
-        }
-        for (int i = d->ndim - 1; i >= 0; i--) {
-            g += (m[i] + d->offset[i]) * mult;
-            mult *= d->full_shape[i];
-        }
-        vd_put_value(buf + k * (int64_t)d->elsize, d->dtype, h, g);
-    }
+    vd_fill_box(buf, d);
     pub_buf[pub_nbufs] = buf;
     pub_len[pub_nbufs++] = len;
     return rs_publisher_register(f->pub, d->tensor, d->dtype, d->ndim,

@@ -385,3 +385,30 @@ const vd_param_t *vd_find(const vd_expect_t *x, const char *name)
             return &x->p[k];
     return NULL;
 }
+
+/* Element values of a box of a full tensor, row-major over the box: the
+ * value of each element depends on the tensor and its global index only,
+ * so every replica holds the same bytes. */
+void vd_fill_box(uint8_t *dst, const rs_shard_desc_t *s)
+{
+    int nd = s->ndim;
+    int64_t gstride[RS_MAX_DIMS], m[RS_MAX_DIMS] = {0}, rows = 1;
+    int64_t last = nd > 0 ? s->shape[nd - 1] : 1;
+    uint64_t h = vd_name_hash(s->tensor);
+    for (int d = nd - 1; d >= 0; d--)
+        gstride[d] = d == nd - 1 ? 1 : gstride[d + 1] * s->full_shape[d + 1];
+    for (int d = 0; d < nd - 1; d++)
+        rows *= s->shape[d];
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t g = 0;
+        for (int d = 0; d < nd; d++)
+            g += (s->offset[d] + m[d]) * gstride[d];
+        vd_put_run(dst, s->dtype, h, g, last);
+        dst += (size_t)last * s->elsize;
+        for (int d = nd - 2; d >= 0; d--) { /* next row of the box */
+            if (++m[d] < s->shape[d])
+                break;
+            m[d] = 0;
+        }
+    }
+}

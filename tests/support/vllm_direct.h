@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "reshard_layout/layout.h"
 #include "reshard_layout/model.h"
+#include "reshard/sources.h"
 
 #define VD_NAME_MAX 160
 
@@ -42,6 +43,11 @@ void vd_put_value(uint8_t *dst, rs_dtype_t dtype, uint64_t h, int64_t idx);
 /* Elements idx .. idx + n - 1 of that tensor, back to back from dst. */
 void vd_put_run(uint8_t *dst, rs_dtype_t dtype, uint64_t h, int64_t idx,
                 int64_t n);
+
+/* The shard box `s` of its full tensor, row-major from dst: the values
+ * vd_put_value gives each element by its global index, so every replica of
+ * a box holds the same bytes. */
+void vd_fill_box(uint8_t *dst, const rs_shard_desc_t *s);
 
 /* Prepares a builder for a checked vllm layout; parameters start as `fill`. */
 void vd_init(vd_expect_t *x, rs_model_h model, const rs_layout_t *vllm,
