@@ -18,18 +18,14 @@
 #include "reshard/digest.h"
 #include "reshard/transport.h"
 
+#define BENCH_NAME "exec_bench"
+#include "bench_util.h"
+
 #define REPEATS 5
 
 typedef struct bench_cfg {
     size_t bytes; /* output bytes per operation */
 } bench_cfg_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Allocates and touches every page, so no timing includes page faults. */
 static void *bench_alloc(size_t bytes, int fill)

@@ -10,6 +10,9 @@
 
 #include "reshard/reshard.h"
 
+#define BENCH_NAME "plan_bench"
+#include "bench_util.h"
+
 #define NSOURCES 12500
 #define NSESSIONS 8
 #define ROWS 4096
@@ -18,22 +21,6 @@
 #define COPIES_PER_SOURCE 8
 #define ELSIZE 2
 #define REPEATS 3
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void check(rs_status_t st, const rs_diag_t *diag, const char *what)
-{
-    if (st == RS_OK)
-        return;
-    fprintf(stderr, "plan_bench: %s: %s: %s\n", what, rs_status_str(st),
-            diag->msg);
-    exit(1);
-}
 
 static void source_name(char *buf, size_t size, int s)
 {

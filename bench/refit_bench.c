@@ -26,6 +26,9 @@
 #include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
 
+#define BENCH_NAME "refit_bench"
+#include "bench_util.h"
+
 #define MODEL_NAME "bench"
 #define REPEATS 5 /* best of: the machine may be shared */
 
@@ -39,22 +42,6 @@ typedef struct bench {
     size_t *lens;
     uint64_t table_bytes;
 } bench_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void check(rs_status_t st, const rs_diag_t *diag, const char *what)
-{
-    if (st == RS_OK)
-        return;
-    fprintf(stderr, "refit_bench: %s: %s: %s\n", what, rs_status_str(st),
-            diag->msg);
-    exit(1);
-}
 
 static void *xmalloc(size_t n)
 {

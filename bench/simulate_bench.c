@@ -20,6 +20,9 @@
 #include "reshard/reshard.h"
 #include "reshard_layout/layout.h"
 
+#define BENCH_NAME "simulate_bench"
+#include "bench_util.h"
+
 typedef struct scenario {
     const char *config, *train, *infer;
 } scenario_t;
@@ -33,22 +36,6 @@ typedef struct rank_fig {
     double plan_s, capture_s;
     uint64_t descriptors, bytes;
 } rank_fig_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void check(rs_status_t st, const rs_diag_t *diag, const char *what)
-{
-    if (st == RS_OK)
-        return;
-    fprintf(stderr, "simulate_bench: %s: %s: %s\n", what, rs_status_str(st),
-            diag->msg);
-    exit(1);
-}
 
 static int cmp_double(const void *a, const void *b)
 {

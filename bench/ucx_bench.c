@@ -21,17 +21,13 @@
 #include "reshard/expose.h"
 #include "reshard/transport.h"
 
+#define BENCH_NAME "ucx_bench"
+#include "bench_util.h"
+
 #define REGION_BYTES (64u << 20)
 #define SMALL_READS 100000
 #define SMALL_BYTES 64
 #define SMALL_STRIDE 256
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int io_all(int fd, void *buf, size_t n, int writing)
 {
