@@ -1,0 +1,69 @@
+"""Element types: torch dtypes and the names reshard's formats use.
+
+The short names are what reshard.capture.v1 and the shard tables write
+(docs/formats.md, "Dtype names"); the codes are rs_dtype_t's values
+(include/reshard/dtype.h), which the ctypes layer passes to the library.
+"""
+import torch
+
+# (torch dtype, short name, rs_dtype_t value), in rs_dtype_t order.
+_TABLE = [
+    (torch.float32, "f32", 1),
+    (torch.bfloat16, "bf16", 2),
+    (torch.float16, "f16", 3),
+    (getattr(torch, "float8_e4m3fn", None), "f8e4m3", 4),
+    (getattr(torch, "float8_e5m2", None), "f8e5m2", 5),
+    (torch.float64, "f64", 6),
+    (torch.int8, "i8", 7),
+    (torch.uint8, "u8", 8),
+    (torch.int16, "i16", 9),
+    (torch.int32, "i32", 10),
+    (torch.int64, "i64", 11),
+    (torch.bool, "bool", 12),
+]
+
+_BY_TORCH = {t: (name, code) for t, name, code in _TABLE if t is not None}
+_BY_NAME = {name: (t, code) for t, name, code in _TABLE}
+_ALIASES = {
+    "float32": "f32", "bfloat16": "bf16", "float16": "f16", "half": "f16",
+    "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2", "float64": "f64",
+    "int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32",
+    "int64": "i64",
+}
+
+
+def _short(name):
+    if name.startswith("torch."):
+        name = name[len("torch."):]
+        if name == "bool":
+            return "bool"
+    return _ALIASES.get(name, name)
+
+
+def name_of(dtype):
+    """The short name of a torch dtype ("bf16"); ValueError for a dtype
+    reshard does not move (complex, quantized, ...)."""
+    try:
+        return _BY_TORCH[dtype][0]
+    except (KeyError, TypeError):
+        raise ValueError(f"dtype {dtype} is not supported by reshard") from None
+
+
+def code_of(dtype):
+    """rs_dtype_t value of a torch dtype."""
+    name_of(dtype)
+    return _BY_TORCH[dtype][1]
+
+
+def from_name(name):
+    """The torch dtype of any spelling the formats accept ("bf16",
+    "bfloat16", "torch.bfloat16"); ValueError naming the spelling."""
+    entry = _BY_NAME.get(_short(str(name)))
+    if entry is None or entry[0] is None:
+        raise ValueError(f"unknown dtype '{name}'")
+    return entry[0]
+
+
+def size_of(dtype):
+    """Bytes per element."""
+    return torch.empty((), dtype=dtype).element_size()
