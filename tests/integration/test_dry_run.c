@@ -270,12 +270,40 @@ static void test_pull_after_dry_run(void **state)
     fixture_close(&f);
 }
 
+/* A capture with writes it could not tie to a source is refused when the
+ * receiver is created, naming the count; nothing is created. */
+static void test_unattributed_capture_refused(void **state)
+{
+    (void)state;
+    fixture_t f;
+    fixture_open(&f);
+    static const char json[] =
+        "{\"schema\": \"reshard.capture.v1\", \"params\": {\"p\": "
+        "{\"shape\": [8, 4], \"dtype\": \"f32\"}}, \"copies\": [], "
+        "\"unattributed\": 3}";
+    rs_capture_h cap = NULL;
+    assert_int_equal(rs_capture_load_string(json, sizeof(json) - 1, "c.json",
+                                            NULL, &cap), RS_OK);
+    rs_receiver_params_t rp;
+    rs_receiver_params_init(&rp);
+    rp.directory = f.url;
+    rp.model = "m";
+    rs_diag_t d;
+    rs_receiver_h r = (rs_receiver_h)&f; /* must stay untouched */
+    assert_int_equal(rs_receiver_create(&rp, cap, &d, &r), RS_ERR_INPUT);
+    assert_ptr_equal(r, (rs_receiver_h)&f);
+    assert_non_null(strstr(d.msg, "3 unattributed write(s)"));
+    rs_capture_destroy(cap);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dry_run_figures_no_lease),
         cmocka_unit_test(test_dry_run_unbound_and_missing),
         cmocka_unit_test(test_pull_after_dry_run),
+        cmocka_unit_test(test_unattributed_capture_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
