@@ -1,0 +1,25 @@
+"""reshard from PyTorch: capture what a weight loader reads, publish live
+tensors from trainer ranks, stage and apply new versions into a live model.
+
+The work is done by libreshard (loaded with ctypes on first use; set
+RESHARD_LIB to its path to choose one). See docs/python.md.
+"""
+from .errors import (ReshardError, InvalidArgument, InputError, ReshardIOError,
+                     UnsupportedReshard, IncompleteRefit, VerifyError,
+                     TransportError, ReshardTimeout, NoMemory)
+from .layouts import Box, LayoutError, chunk_range
+from .publisher import Publisher
+from .receiver import Receiver, Staged, PullResult
+
+__all__ = [
+    "Publisher", "Receiver", "Staged", "PullResult", "Box", "LayoutError",
+    "chunk_range", "ReshardError", "InvalidArgument", "InputError",
+    "ReshardIOError", "UnsupportedReshard", "IncompleteRefit", "VerifyError",
+    "TransportError", "ReshardTimeout", "NoMemory",
+]
+
+
+def library_version():
+    """The loaded libreshard's version string."""
+    from . import _lib
+    return _lib.lib().rs_version_string().decode()

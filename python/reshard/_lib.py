@@ -1,0 +1,294 @@
+"""libreshard through ctypes: finding the library, its prototypes and
+mirrors of the public structs the package passes.
+
+The mirrors follow include/reshard/*.h field for field; tests/python/
+test_abi.py compares every size and offset with what a C compiler reports
+(tests/python/abi_probe.c), so a header change that is not mirrored here
+fails the tests instead of corrupting memory. Option structs start with
+`size`, which the library checks against its own sizeof.
+
+The library is loaded on first use, so `import reshard` (and capture, which
+needs no library) works without it.
+"""
+import ctypes
+import ctypes.util
+import os
+import threading
+from pathlib import Path
+
+from . import errors
+
+RS_MEM_HOST = 0
+DIAG_MSG_MAX = 1024
+
+c_int64_p = ctypes.POINTER(ctypes.c_int64)
+NOTICE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
+
+
+class Diag(ctypes.Structure):
+    _fields_ = [("status", ctypes.c_int), ("msg", ctypes.c_char * DIAG_MSG_MAX)]
+
+
+class PublisherParams(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("directory", ctypes.c_char_p),
+        ("model", ctypes.c_char_p),
+        ("rank", ctypes.c_int64), ("world", ctypes.c_int64),
+        ("backend", ctypes.c_char_p),
+        ("session", ctypes.c_char_p),
+        ("replica", ctypes.c_int64),
+        ("digests", ctypes.c_int),
+        ("heartbeat_s", ctypes.c_double),
+        ("heartbeat_max_s", ctypes.c_double),
+        ("publish_retry_s", ctypes.c_double),
+        ("notice", NOTICE_CB),
+        ("notice_ctx", ctypes.c_void_p),
+    ]
+
+
+class ReceiverParams(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("directory", ctypes.c_char_p),
+        ("model", ctypes.c_char_p),
+        ("backend", ctypes.c_char_p),
+        ("salt", ctypes.c_uint64),
+        ("holder", ctypes.c_char_p),
+        ("discover_timeout_s", ctypes.c_double),
+        ("stale_s", ctypes.c_double),
+        ("lease_ttl_s", ctypes.c_double),
+        ("lease_renew_s", ctypes.c_double),
+        ("pull_timeout_s", ctypes.c_double),
+        ("release_after", ctypes.c_int),
+        ("max_segments_per_copy", ctypes.c_int64),
+        ("shadow", ctypes.c_int),
+        ("timeout_s", ctypes.c_double),
+        ("verify_digests", ctypes.c_int),
+        ("verify_partial", ctypes.c_int),
+        ("require_full_coverage", ctypes.c_int),
+        ("coverage_floor", ctypes.c_double),
+        ("max_gbps", ctypes.c_double),
+        ("install", ctypes.c_void_p),
+        ("install_ctx", ctypes.c_void_p),
+        ("progress", ctypes.c_void_p),
+        ("progress_ctx", ctypes.c_void_p),
+        ("progress_chunk_bytes", ctypes.c_uint64),
+        ("notice", NOTICE_CB),
+        ("notice_ctx", ctypes.c_void_p),
+    ]
+
+
+class ExecStats(ctypes.Structure):
+    _fields_ = [
+        ("runs", ctypes.c_uint64), ("prepares", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64), ("descriptors", ctypes.c_uint64),
+        ("shards_verified", ctypes.c_uint64),
+        ("wire_seconds", ctypes.c_double),
+    ]
+
+
+class ExecStages(ctypes.Structure):
+    _fields_ = [
+        ("plan_s", ctypes.c_double), ("prepare_s", ctypes.c_double),
+        ("descriptors_s", ctypes.c_double), ("wire_s", ctypes.c_double),
+        ("replay_s", ctypes.c_double), ("convert_s", ctypes.c_double),
+        ("verify_s", ctypes.c_double), ("install_s", ctypes.c_double),
+        ("bytes", ctypes.c_uint64), ("descriptors", ctypes.c_uint64),
+        ("full_pulls", ctypes.c_uint64), ("converts", ctypes.c_uint64),
+        ("fallback", ctypes.c_uint64), ("shards_verified", ctypes.c_uint64),
+        ("ok", ctypes.c_int),
+        ("failure", ctypes.c_char_p),
+    ]
+
+
+class PullResult(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int64),
+        ("replanned", ctypes.c_int),
+        ("discover_s", ctypes.c_double), ("plan_s", ctypes.c_double),
+        ("connect_s", ctypes.c_double),
+        ("exec", ExecStats),
+        ("lease_epoch", ctypes.c_uint64),
+        ("lease_renewals", ctypes.c_uint64),
+        ("lease_renew_errors", ctypes.c_uint64),
+        ("release_status", ctypes.c_int),
+        ("release_msg", ctypes.c_char * DIAG_MSG_MAX),
+        ("stages", ExecStages),
+        ("tables_s", ctypes.c_double),
+        ("stage_s", ctypes.c_double), ("apply_s", ctypes.c_double),
+        ("bytes_installed", ctypes.c_uint64),
+        ("sessions", ctypes.c_uint32),
+        ("failovers", ctypes.c_uint32),
+        ("failover_msg", ctypes.c_char * DIAG_MSG_MAX),
+    ]
+
+
+class DryRun(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int64),
+        ("replanned", ctypes.c_int), ("complete", ctypes.c_int),
+        ("bytes", ctypes.c_uint64), ("descriptors", ctypes.c_uint64),
+        ("sessions", ctypes.c_size_t),
+        ("tables", ctypes.c_size_t), ("shards", ctypes.c_size_t),
+        ("discover_s", ctypes.c_double), ("tables_s", ctypes.c_double),
+        ("fingerprint_s", ctypes.c_double), ("plan_s", ctypes.c_double),
+        ("prepare_s", ctypes.c_double), ("total_s", ctypes.c_double),
+    ]
+
+
+class ParamInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p), ("ndim", ctypes.c_int),
+        ("shape", c_int64_p), ("dtype", ctypes.c_int),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+# The structs test_abi.py checks against the C compiler, by C name.
+MIRRORS = {
+    "rs_diag_t": Diag,
+    "rs_publisher_params_t": PublisherParams,
+    "rs_receiver_params_t": ReceiverParams,
+    "rs_exec_stats_t": ExecStats,
+    "rs_exec_stages_t": ExecStages,
+    "rs_pull_result_t": PullResult,
+    "rs_dry_run_t": DryRun,
+    "rs_param_info_t": ParamInfo,
+}
+
+_vp = ctypes.c_void_p
+_st = ctypes.c_int
+_diag_p = ctypes.POINTER(Diag)
+_PROTOS = {
+    "rs_status_str": (ctypes.c_char_p, [_st]),
+    "rs_version_string": (ctypes.c_char_p, []),
+    "rs_publisher_params_init_sized": (None, [ctypes.POINTER(PublisherParams), ctypes.c_size_t]),
+    "rs_publisher_create": (_st, [ctypes.POINTER(PublisherParams), _diag_p, ctypes.POINTER(_vp)]),
+    "rs_publisher_destroy": (None, [_vp]),
+    "rs_publisher_register": (_st, [_vp, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, c_int64_p,
+                                    c_int64_p, c_int64_p, _vp, ctypes.c_int, _diag_p]),
+    "rs_publisher_unregister": (_st, [_vp, ctypes.c_char_p, c_int64_p, _diag_p]),
+    "rs_publisher_publish": (_st, [_vp, ctypes.c_int64, _diag_p]),
+    "rs_publisher_wait_released": (_st, [_vp, ctypes.c_int64, ctypes.c_double, _diag_p]),
+    "rs_receiver_params_init_sized": (None, [ctypes.POINTER(ReceiverParams), ctypes.c_size_t]),
+    "rs_receiver_create": (_st, [ctypes.POINTER(ReceiverParams), _vp, _diag_p, ctypes.POINTER(_vp)]),
+    "rs_receiver_destroy": (None, [_vp]),
+    "rs_receiver_bind": (_st, [_vp, ctypes.c_size_t, _vp, ctypes.c_uint64, ctypes.c_int, _diag_p]),
+    "rs_receiver_pull": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(PullResult)]),
+    "rs_receiver_stage": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(_vp)]),
+    "rs_receiver_apply": (_st, [_vp, _vp, _diag_p, ctypes.POINTER(PullResult)]),
+    "rs_receiver_discard": (None, [_vp, _vp]),
+    "rs_staged_version": (ctypes.c_int64, [_vp]),
+    "rs_receiver_exec": (_vp, [_vp]),
+    "rs_receiver_dry_run": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(DryRun)]),
+    "rs_capture_load_string": (_st, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, _diag_p,
+                                     ctypes.POINTER(_vp)]),
+    "rs_capture_destroy": (None, [_vp]),
+    "rs_capture_num_params": (ctypes.c_size_t, [_vp]),
+    "rs_capture_param": (None, [_vp, ctypes.c_size_t, ctypes.POINTER(ParamInfo)]),
+    "rs_capture_unattributed": (ctypes.c_int64, [_vp]),
+    "rs_exec_write_stage_json": (_st, [_vp, ctypes.c_double, _vp, _diag_p]),
+    "rs_exec_write_coverage_json": (_st, [_vp, _vp, _diag_p]),
+}
+
+_lock = threading.Lock()
+_lib = None
+_libc = None
+
+
+def _candidates():
+    env = os.environ.get("RESHARD_LIB")
+    if env:
+        return [env]
+    root = Path(__file__).resolve().parents[2]
+    built = [root / d / "libreshard.so" for d in ("build-release", "build")]
+    built = sorted((p for p in built if p.exists()),
+                   key=lambda p: p.stat().st_mtime, reverse=True)
+    system = ctypes.util.find_library("reshard")
+    return [str(p) for p in built] + ([system] if system else [])
+
+
+def _load():
+    tried = _candidates()
+    if not tried:
+        raise OSError("libreshard.so not found: set RESHARD_LIB to its path "
+                      "or build the library (make build)")
+    try:
+        lib = ctypes.CDLL(tried[0])
+    except OSError as e:
+        raise OSError(f"cannot load libreshard from {tried[0]}: {e}") from None
+    for name, (restype, argtypes) in _PROTOS.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+def lib():
+    """The loaded library (loaded once, on first use)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            _lib = _load()
+        return _lib
+
+
+def libc():
+    """The C library, for open_memstream (records are written to FILE *)."""
+    global _libc
+    with _lock:
+        if _libc is None:
+            c = ctypes.CDLL(None)
+            c.open_memstream.restype = ctypes.c_void_p
+            c.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p),
+                                         ctypes.POINTER(ctypes.c_size_t)]
+            c.fclose.argtypes = [ctypes.c_void_p]
+            c.free.argtypes = [ctypes.c_void_p]
+            _libc = c
+        return _libc
+
+
+def check(status, diag):
+    """Raises the exception of a failed call's status and message."""
+    if status != 0:
+        msg = diag.msg.decode("utf-8", "replace") if diag is not None else ""
+        raise errors.error_for(status, msg or f"status {status}")
+
+
+def call(name, *args):
+    """Calls a fallible function with a fresh diag as its argument before
+    the outputs (`args` holds the outputs after the marker DIAG)."""
+    diag = Diag()
+    full = [diag if a is DIAG else a for a in args]
+    check(getattr(lib(), name)(*full), diag)
+
+
+DIAG = object()
+
+
+def memstream(write):
+    """Runs write(FILE *) against an in-memory stream; returns its text."""
+    c = libc()
+    buf = ctypes.c_void_p()
+    size = ctypes.c_size_t()
+    f = c.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not f:
+        raise MemoryError("open_memstream failed")
+    try:
+        write(f)
+    finally:
+        c.fclose(f)
+        text = ctypes.string_at(buf, size.value).decode("utf-8") if buf else ""
+        c.free(buf)
+    return text
+
+
+def ints(values):
+    """A C int64 array of `values` (kept alive by the caller)."""
+    values = [int(v) for v in values]
+    return (ctypes.c_int64 * max(1, len(values)))(*values)
+
+
+def enc(s):
+    return None if s is None else str(s).encode("utf-8")

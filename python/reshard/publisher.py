@@ -1,0 +1,191 @@
+"""A trainer rank's publisher over live PyTorch tensors.
+
+Each registered box points into the tensor's own storage, so what a
+version serves is what the tensor holds when publish() is called: train,
+publish(step), wait_released(step), train again. A CPU tensor is served in
+place; a tensor on another device is copied into host memory at each
+publish (the library never dereferences a device pointer). A tensor whose
+storage moved between versions (`param.data = new`) is re-registered at
+its new address before the version is published.
+"""
+import threading
+
+import torch
+
+from . import _lib, dtypes, layouts
+from ._lib import DIAG
+
+
+class _Entry:
+    """One registered box and where its bytes are served from."""
+
+    def __init__(self, bx):
+        self.box = bx
+        self.host = None if bx.view.device.type == "cpu" else \
+            torch.empty(bx.view.shape, dtype=bx.view.dtype,
+                        pin_memory=torch.cuda.is_available())
+        self.ptr = None
+
+    def served(self):
+        """The host tensor whose bytes the library serves."""
+        return self.box.view if self.host is None else self.host
+
+
+class Publisher:
+    """Publishes this rank's shards of every version to a directory.
+
+    directory: "file:DIR" or "redis://host:port"; model: the model's name in
+    the directory; rank, world: this trainer's slot and the slot count;
+    backend: "ucx" or "cma"; replica: data-parallel replica index of this
+    rank (replicas publish identical geometry to one slot); session: the
+    agent name (default trainer-<rank>[-r<replica>]); digests: publish a
+    digest per shard (receivers verify them by default)."""
+
+    def __init__(self, directory, model, rank, world, backend="ucx", *,
+                 replica=0, session=None, digests=True, heartbeat_s=1.0,
+                 publish_retry_s=60.0, notice=None):
+        p = _lib.PublisherParams()
+        _lib.lib().rs_publisher_params_init_sized(p, ctypes_sizeof(p))
+        self._keep = [_lib.enc(directory), _lib.enc(model),
+                      _lib.enc(backend), _lib.enc(session)]
+        p.directory, p.model, p.backend, p.session = self._keep
+        p.rank, p.world, p.replica = int(rank), int(world), int(replica)
+        p.digests = 1 if digests else 0
+        p.heartbeat_s = float(heartbeat_s)
+        p.publish_retry_s = float(publish_retry_s)
+        self._notice = _notice_cb(notice)
+        if self._notice is not None:
+            p.notice = self._notice
+        h = _lib.ctypes.c_void_p()
+        _lib.call("rs_publisher_create", p, DIAG, _lib.ctypes.byref(h))
+        self._h = h
+        self._entries = []
+        self._lock = threading.Lock()
+
+    # -- registering ---------------------------------------------------
+    def register(self, name, tensor, full_shape=None, offset=None):
+        """Publishes `tensor` (contiguous) as the block of the full tensor
+        `name` at `offset` (default: the whole tensor at offset 0)."""
+        self._add([layouts.box(name, tensor, full_shape, offset)])
+
+    def register_shard(self, name, tensor, full_shape, dim, rank, world):
+        """`tensor` is rank's torch.chunk piece of `full_shape` on `dim`."""
+        self._add(layouts.shard(name, tensor, full_shape, dim, rank, world))
+
+    def register_replicated(self, name, tensor):
+        """`tensor` is the whole of `name` (every rank holds it)."""
+        self._add(layouts.replicated(name, tensor))
+
+    def register_fused(self, names, tensor, full_shapes, rank=0, world=1):
+        """Fused storage on dim 0 holding each name's piece in order (see
+        layouts.fused); published without a copy."""
+        self._add(layouts.fused(names, tensor, full_shapes, rank, world))
+
+    def register_fused_qkv(self, names, tensor, num_heads, num_kv_heads,
+                           head_dim, rank=0, world=1):
+        """Megatron's fused QKV under the q/k/v names (layouts.fused_qkv)."""
+        self._add(layouts.fused_qkv(names, tensor, num_heads, num_kv_heads,
+                                    head_dim, rank, world))
+
+    def _add(self, boxes):
+        with self._lock:
+            self._open()
+            entries = [_Entry(b) for b in boxes]
+            for e in entries:
+                dtypes.code_of(e.box.view.dtype)
+            done = []
+            try:
+                for e in entries:
+                    self._register(e)
+                    done.append(e)
+            except BaseException:
+                for e in done:
+                    self._unregister(e)
+                raise
+            self._entries.extend(entries)
+
+    def _register(self, e):
+        b, t = e.box, e.served()
+        n = len(b.full_shape)
+        full, off, shape = (_lib.ints(b.full_shape), _lib.ints(b.offset),
+                            _lib.ints(t.shape))
+        ptr = t.data_ptr()
+        _lib.call("rs_publisher_register", self._h, _lib.enc(b.name),
+                  dtypes.code_of(t.dtype), n, full, off, shape,
+                  _lib.ctypes.c_void_p(ptr), _lib.RS_MEM_HOST, DIAG)
+        e.ptr = ptr
+
+    def _unregister(self, e):
+        _lib.call("rs_publisher_unregister", self._h, _lib.enc(e.box.name),
+                  _lib.ints(e.box.offset), DIAG)
+        e.ptr = None
+
+    # -- versions ------------------------------------------------------
+    def publish(self, version):
+        """Publishes this rank's table for `version`: the tensors' bytes
+        now are what the version serves."""
+        with self._lock:
+            self._open()
+            for e in self._entries:
+                self._refresh(e)
+            _lib.call("rs_publisher_publish", self._h, int(version), DIAG)
+
+    def _refresh(self, e):
+        if e.host is not None:
+            e.host.copy_(e.box.view)
+            return
+        view = e.box.view
+        if view.data_ptr() == e.ptr:
+            return
+        layouts.box(e.box.name, view, e.box.full_shape, e.box.offset)
+        self._unregister(e)
+        self._register(e)
+
+    def wait_released(self, version, timeout_s=60.0):
+        """Blocks until every receiver is done with `version` (released in
+        the directory); ReshardTimeout after timeout_s."""
+        with self._lock:
+            self._open()
+            _lib.call("rs_publisher_wait_released", self._h, int(version),
+                      float(timeout_s), DIAG)
+
+    def close(self):
+        """Stops serving: heartbeats stop, memory is no longer exposed."""
+        with self._lock:
+            if self._h is not None:
+                _lib.lib().rs_publisher_destroy(self._h)
+                self._h = None
+                self._entries = []
+
+    def _open(self):
+        if self._h is None:
+            raise _lib.errors.InvalidArgument("publisher is closed")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def ctypes_sizeof(obj):
+    return _lib.ctypes.sizeof(obj)
+
+
+def _notice_cb(fn):
+    """A C notice callback calling fn(message), or None for stderr."""
+    if fn is None:
+        return None
+
+    def call(_ctx, msg):
+        try:
+            fn(msg.decode("utf-8", "replace"))
+        except Exception:
+            pass
+    return _lib.NOTICE_CB(call)

@@ -1,0 +1,379 @@
+"""An inference rank's receiver over a live PyTorch model.
+
+The receiver binds the model's live parameters, stages a version (pulled,
+replayed, cast and verified into receiver-owned staging while the model
+keeps serving the old weights) and applies it at the caller's safe point.
+A contiguous CPU parameter is bound in place; any other parameter (on a
+device, or not contiguous) gets a host mirror that apply copies into it
+with `param.copy_(mirror)`, so the library never dereferences a device
+pointer.
+"""
+import ctypes
+import json
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from . import _lib, dtypes, errors
+from ._lib import DIAG
+
+
+@dataclass
+class PullResult:
+    """What a pull or an apply did (seconds, bytes, publishers)."""
+    version: int
+    replanned: bool
+    discover_s: float
+    tables_s: float
+    plan_s: float
+    connect_s: float
+    stage_s: float
+    apply_s: float
+    bytes: int
+    descriptors: int
+    bytes_installed: int
+    sessions: int
+    failovers: int
+    failover_msg: str
+    release_status: str
+    release_msg: str
+    stages: dict = field(default_factory=dict)
+
+
+def _stages_dict(s):
+    out = {}
+    for name in ("plan_s", "prepare_s", "descriptors_s", "wire_s",
+                 "replay_s", "convert_s", "verify_s", "install_s"):
+        v = getattr(s, name)
+        if v >= 0:
+            out[name] = v
+    for name in ("bytes", "descriptors", "full_pulls", "converts",
+                 "fallback", "shards_verified"):
+        out[name] = getattr(s, name)
+    out["ok"] = bool(s.ok)
+    out["failure"] = s.failure.decode() if s.failure else None
+    return out
+
+
+def _result(r):
+    lib = _lib.lib()
+    return PullResult(
+        version=r.version, replanned=bool(r.replanned),
+        discover_s=r.discover_s, tables_s=r.tables_s, plan_s=r.plan_s,
+        connect_s=r.connect_s, stage_s=r.stage_s, apply_s=r.apply_s,
+        bytes=r.stages.bytes, descriptors=r.stages.descriptors,
+        bytes_installed=r.bytes_installed, sessions=r.sessions,
+        failovers=r.failovers,
+        failover_msg=r.failover_msg.decode("utf-8", "replace"),
+        release_status=lib.rs_status_str(r.release_status).decode(),
+        release_msg=r.release_msg.decode("utf-8", "replace"),
+        stages=_stages_dict(r.stages))
+
+
+class Staged:
+    """A staged version: pulled and verified, not yet applied. Consumed by
+    Receiver.apply or Receiver.discard."""
+
+    def __init__(self, handle, version, receiver):
+        self._h = handle
+        self.version = version
+        self._receiver = receiver
+
+    @property
+    def consumed(self):
+        return self._h is None
+
+    def __repr__(self):
+        state = "consumed" if self._h is None else "staged"
+        return f"<reshard.Staged version {self.version} ({state})>"
+
+
+class _Binding:
+    """A capture parameter, its live tensor and the host memory bound for
+    it (the tensor itself, or a mirror)."""
+
+    def __init__(self, name, tensor):
+        self.name = name
+        self.tensor = tensor
+        direct = tensor.device.type == "cpu" and tensor.is_contiguous()
+        self.mirror = None if direct else torch.empty(
+            tensor.shape, dtype=tensor.dtype,
+            pin_memory=torch.cuda.is_available())
+        if self.mirror is not None:
+            self.mirror.copy_(tensor.detach())
+
+    def host(self):
+        return self.tensor.detach() if self.mirror is None else self.mirror
+
+    def install(self):
+        if self.mirror is not None:
+            with torch.no_grad():
+                self.tensor.copy_(self.mirror)
+
+
+def _load_capture(capture):
+    """A C capture handle from a Capture, its JSON text or a path."""
+    if hasattr(capture, "to_json"):
+        text, origin = capture.to_json(), "capture"
+    elif isinstance(capture, str) and capture.lstrip().startswith("{"):
+        text, origin = capture, "capture"
+    else:
+        with open(capture, "r", encoding="utf-8") as f:
+            text, origin = f.read(), str(capture)
+    raw = text.encode("utf-8")
+    h = ctypes.c_void_p()
+    _lib.call("rs_capture_load_string", raw, len(raw), _lib.enc(origin), DIAG,
+              ctypes.byref(h))
+    return h
+
+
+def _capture_params(cap):
+    lib = _lib.lib()
+    out = []
+    for i in range(lib.rs_capture_num_params(cap)):
+        info = _lib.ParamInfo()
+        lib.rs_capture_param(cap, i, info)
+        shape = tuple(info.shape[d] for d in range(info.ndim))
+        out.append((info.name.decode(), shape, info.dtype, info.nbytes))
+    return out
+
+
+class Receiver:
+    """Receives versions of `model` into the live tensors `params`
+    ({name: tensor}, every parameter of the capture) as `capture`
+    (a reshard.Capture, its JSON or a capture file) reads them.
+
+    directory: "file:DIR" or "redis://host:port"; backend: "ucx" or "cma";
+    salt: this rank's index (spreads replica choice); holder: the lease
+    holder name (unique per receiver); release_after: release each version
+    once applied (publishers' wait_released returns when every receiver
+    did); timeouts in seconds (pull_timeout_s 0: no overall bound)."""
+
+    def __init__(self, directory, model, capture, params, backend="ucx", *,
+                 salt=0, holder=None, discover_timeout_s=60.0,
+                 pull_timeout_s=0.0, lease_ttl_s=60.0, timeout_s=60.0,
+                 verify_digests=True, release_after=True, stale_s=0.0,
+                 notice=None):
+        self._lock = threading.Lock()
+        self._h = None
+        self._cap = _load_capture(capture)
+        try:
+            self._bindings = self._match(params)
+            self._fill(capture)
+            self._create(directory, model, backend, salt, holder,
+                         discover_timeout_s, pull_timeout_s, lease_ttl_s,
+                         timeout_s, verify_digests, release_after, stale_s,
+                         notice)
+            self._bind()
+        except BaseException:
+            self.close()
+            raise
+        self._staged = None
+        self._last_plan_s = -1.0
+
+    def _match(self, params):
+        """Each capture parameter's live tensor, checked against the
+        capture's shape and dtype."""
+        params = dict(params)
+        bindings = []
+        for name, shape, code, _ in _capture_params(self._cap):
+            t = params.pop(name, None)
+            if t is None:
+                raise errors.InvalidArgument(
+                    f"receiver: parameter '{name}' of the capture is not in "
+                    "params")
+            if tuple(t.shape) != shape or dtypes.code_of(t.dtype) != code:
+                raise errors.InputError(
+                    f"receiver: parameter '{name}' is {list(t.shape)} "
+                    f"{dtypes.name_of(t.dtype)}, the capture has {list(shape)} "
+                    f"{_code_name(code)}")
+            bindings.append(_Binding(name, t))
+        if params:
+            raise errors.InvalidArgument(
+                "receiver: params not in the capture: "
+                + ", ".join(sorted(params)[:8]))
+        return bindings
+
+    def _fill(self, capture):
+        """Constant writes the loader makes (zeroed padding rows), done once
+        into the memory bound for each parameter."""
+        by_name = {b.name: b for b in self._bindings}
+        for f in getattr(capture, "fills", None) or []:
+            b = by_name[f["param"]]
+            region = b.host().as_strided(f["dest_shape"], f["dest_stride"],
+                                         b.host().storage_offset()
+                                         + f["dest_offset"])
+            with torch.no_grad():
+                region.fill_(f["value"])
+            b.install()
+
+    def _create(self, directory, model, backend, salt, holder,
+                discover_timeout_s, pull_timeout_s, lease_ttl_s, timeout_s,
+                verify_digests, release_after, stale_s, notice):
+        p = _lib.ReceiverParams()
+        _lib.lib().rs_receiver_params_init_sized(p, ctypes.sizeof(p))
+        self._keep = [_lib.enc(directory), _lib.enc(model),
+                      _lib.enc(backend), _lib.enc(holder)]
+        p.directory, p.model, p.backend, p.holder = self._keep
+        p.salt = int(salt)
+        p.discover_timeout_s = float(discover_timeout_s)
+        p.pull_timeout_s = float(pull_timeout_s)
+        p.lease_ttl_s = float(lease_ttl_s)
+        p.timeout_s = float(timeout_s)
+        p.verify_digests = 1 if verify_digests else 0
+        p.release_after = 1 if release_after else 0
+        p.stale_s = float(stale_s)
+        from .publisher import _notice_cb
+        self._notice = _notice_cb(notice)
+        if self._notice is not None:
+            p.notice = self._notice
+        h = ctypes.c_void_p()
+        _lib.call("rs_receiver_create", p, self._cap, DIAG, ctypes.byref(h))
+        self._h = h
+
+    def _bind(self):
+        for i, b in enumerate(self._bindings):
+            t = b.host()
+            nbytes = t.numel() * t.element_size()
+            _lib.call("rs_receiver_bind", self._h, i,
+                      ctypes.c_void_p(t.data_ptr()), nbytes,
+                      _lib.RS_MEM_HOST, DIAG)
+
+    # -- versions ------------------------------------------------------
+    def stage(self, version=-1):
+        """Pulls, replays, casts and verifies `version` (-1: the newest
+        READY one) into staging; the live parameters are untouched. Holds a
+        lease on the version until apply or discard."""
+        with self._lock:
+            self._open()
+            h = ctypes.c_void_p()
+            _lib.call("rs_receiver_stage", self._h, int(version), DIAG,
+                      ctypes.byref(h))
+            staged = Staged(h, _lib.lib().rs_staged_version(h), self)
+            self._staged = staged
+            return staged
+
+    def apply(self, staged):
+        """Installs a staged version into the live parameters (the caller's
+        safe point). The handle is consumed, also when apply fails (then
+        nothing is installed)."""
+        with self._lock:
+            self._open()
+            h = self._take(staged)
+            r = _lib.PullResult()
+            try:
+                _lib.call("rs_receiver_apply", self._h, h, DIAG, r)
+            finally:
+                self._staged = None
+            self._install_mirrors()
+            self._last_plan_s = r.plan_s if r.replanned else -1.0
+            return _result(r)
+
+    def discard(self, staged):
+        """Drops a staged version (and its lease); live parameters
+        untouched. A consumed handle is a no-op."""
+        with self._lock:
+            if self._h is None or staged is None or staged._h is None:
+                return
+            h = self._take(staged)
+            _lib.lib().rs_receiver_discard(self._h, h)
+            self._staged = None
+
+    def pull(self, version=-1):
+        """stage + apply in one call."""
+        with self._lock:
+            self._open()
+            if self._staged is not None and not self._staged.consumed:
+                raise errors.InvalidArgument(
+                    f"receiver: version {self._staged.version} is staged; "
+                    "apply or discard it first")
+            r = _lib.PullResult()
+            _lib.call("rs_receiver_pull", self._h, int(version), DIAG, r)
+            self._install_mirrors()
+            self._last_plan_s = r.plan_s if r.replanned else -1.0
+            return _result(r)
+
+    def dry_run(self, version=-1):
+        """What a pull of `version` would read, without reading it."""
+        with self._lock:
+            self._open()
+            d = _lib.DryRun()
+            _lib.call("rs_receiver_dry_run", self._h, int(version), DIAG, d)
+            return {name: getattr(d, name) for name, _ in d._fields_}
+
+    def _take(self, staged):
+        if not isinstance(staged, Staged) or staged._receiver is not self:
+            raise errors.InvalidArgument(
+                "receiver: not a version staged by this receiver")
+        if staged._h is None:
+            raise errors.InvalidArgument(
+                f"receiver: staged version {staged.version} was applied or "
+                "discarded already")
+        h, staged._h = staged._h, None
+        return h
+
+    def _install_mirrors(self):
+        for b in self._bindings:
+            b.install()
+
+    # -- records -------------------------------------------------------
+    def stage_record(self):
+        """The stage record (reshard.stage.v2) of the last stage or pull,
+        or None before the first."""
+        return self._record(lambda e, f, d: _lib.lib().rs_exec_write_stage_json(
+            e, self._last_plan_s, f, d))
+
+    def coverage(self):
+        """The coverage record (reshard.coverage.v1) of the last run."""
+        return self._record(lambda e, f, d:
+                            _lib.lib().rs_exec_write_coverage_json(e, f, d))
+
+    def _record(self, write):
+        with self._lock:
+            self._open()
+            ex = _lib.lib().rs_receiver_exec(self._h)
+            if not ex:
+                return None
+            diag = _lib.Diag()
+            status = []
+            text = _lib.memstream(lambda f: status.append(write(ex, f, diag)))
+            _lib.check(status[0], diag)
+            return json.loads(text)
+
+    # -- lifetime ------------------------------------------------------
+    def close(self):
+        """Discards a staged version, closes connections and the directory."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            if getattr(self, "_h", None) is not None:
+                _lib.lib().rs_receiver_destroy(self._h)
+                self._h = None
+            if getattr(self, "_cap", None) is not None:
+                _lib.lib().rs_capture_destroy(self._cap)
+                self._cap = None
+
+    def _open(self):
+        if self._h is None:
+            raise errors.InvalidArgument("receiver is closed")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _code_name(code):
+    for t, (name, c) in dtypes._BY_TORCH.items():
+        if c == code:
+            return name
+    return f"dtype {code}"

@@ -1,0 +1,258 @@
+"""Publisher and Receiver in one process over a hand-written capture: two
+trainer ranks publish halves of live tensors, a receiver stages (the live
+parameters untouched), applies (byte-exact against torch's own slicing and
+cast of the full tensors), discards, and reports errors as exceptions with
+reshard's status and message. Both directories, both transports."""
+import json
+
+import pytest
+import torch
+
+import reshard
+
+W_SHAPE, W2_SHAPE = (8, 4), (8, 8)
+
+CAPTURE = {
+    "schema": "reshard.capture.v1",
+    "params": {"p": {"shape": [8, 4], "dtype": "f32"},
+               "q": {"shape": [4, 8], "dtype": "bf16"}},
+    "sources": {"w": {"shape": [8, 4], "dtype": "f32"},
+                "w2": {"shape": [8, 8], "dtype": "f32"}},
+    "copies": [
+        {"src": "w", "ops": [], "param": "p", "dest_offset": 0,
+         "dest_shape": [8, 4], "dest_stride": [4, 1], "dest_dtype": "f32"},
+        {"src": "w2", "ops": [["narrow", 0, 2, 4]], "param": "q",
+         "dest_offset": 0, "dest_shape": [4, 8], "dest_stride": [8, 1],
+         "dest_dtype": "bf16"},
+    ],
+}
+
+
+def _fulls(seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(W_SHAPE, generator=g), torch.randn(W2_SHAPE, generator=g)
+
+
+def _truth(w, w2):
+    p = torch.empty(8, 4)
+    p.copy_(w)
+    q = torch.empty(4, 8, dtype=torch.bfloat16)
+    q.copy_(w2.narrow(0, 2, 4))
+    return {"p": p, "q": q}
+
+
+class Trainers:
+    """Two publisher ranks holding row halves of w and w2 as live tensors."""
+
+    def __init__(self, directory, backend, seed=1):
+        w, w2 = _fulls(seed)
+        self.shards = [(w[r * 4:(r + 1) * 4].clone(),
+                        w2[r * 4:(r + 1) * 4].clone()) for r in range(2)]
+        self.pubs = []
+        for r in range(2):
+            p = reshard.Publisher(directory, "m", r, 2, backend=backend)
+            p.register_shard("w", self.shards[r][0], W_SHAPE, 0, r, 2)
+            p.register_shard("w2", self.shards[r][1], W2_SHAPE, 0, r, 2)
+            self.pubs.append(p)
+
+    def fulls(self):
+        return (torch.cat([s[0] for s in self.shards]),
+                torch.cat([s[1] for s in self.shards]))
+
+    def set(self, seed):
+        """New weights written in place into the live shards."""
+        w, w2 = _fulls(seed)
+        for r, (a, b) in enumerate(self.shards):
+            a.copy_(w[r * 4:(r + 1) * 4])
+            b.copy_(w2[r * 4:(r + 1) * 4])
+
+    def publish(self, version):
+        for p in self.pubs:
+            p.publish(version)
+
+    def close(self):
+        for p in self.pubs:
+            p.close()
+
+
+@pytest.fixture(params=["cma", "ucx"])
+def backend(request):
+    return request.param
+
+
+@pytest.fixture
+def trainers(directory, backend):
+    t = Trainers(directory, backend)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def _params():
+    return {"p": torch.full((8, 4), -1.0),
+            "q": torch.full((4, 8), -2.0, dtype=torch.bfloat16)}
+
+
+def _receiver(directory, backend, params, **kw):
+    kw.setdefault("discover_timeout_s", 20)
+    return reshard.Receiver(directory, "m", json.dumps(CAPTURE), params,
+                            backend=backend, **kw)
+
+
+def test_stage_then_apply(directory, backend, trainers):
+    trainers.publish(1)
+    params = _params()
+    before = {n: t.clone() for n, t in params.items()}
+    with _receiver(directory, backend, params) as r:
+        staged = r.stage(1)
+        assert staged.version == 1 and not staged.consumed
+        for n in params:
+            assert torch.equal(params[n], before[n]), n
+        res = r.apply(staged)
+        assert staged.consumed
+        assert res.version == 1 and res.bytes > 0 and res.sessions == 2
+        assert res.bytes_installed == 8 * 4 * 4 + 4 * 8 * 2
+        truth = _truth(*trainers.fulls())
+        for n in params:
+            assert torch.equal(params[n], truth[n]), n
+        rec = r.stage_record()
+        assert rec["schema"] == "reshard.stage.v2"
+        cov = r.coverage()
+        assert cov["schema"] == "reshard.coverage.v1"
+        with pytest.raises(reshard.InvalidArgument, match="applied or discarded"):
+            r.apply(staged)
+
+
+def test_versions_follow_live_storage(directory, backend, trainers):
+    params = _params()
+    with _receiver(directory, backend, params) as r:
+        for version in (1, 2, 3):
+            trainers.set(seed=version * 7)
+            trainers.publish(version)
+            res = r.pull(version)
+            assert res.version == version
+            truth = _truth(*trainers.fulls())
+            for n in params:
+                assert torch.equal(params[n], truth[n]), (version, n)
+            for p in trainers.pubs:
+                p.wait_released(version, timeout_s=20)
+
+
+def test_moved_storage_is_reregistered(file_dir):
+    t = Trainers(file_dir, "cma")
+    try:
+        t.publish(1)
+        params = _params()
+        with _receiver(file_dir, "cma", params) as r:
+            r.pull(1)
+            for p in t.pubs:
+                p.wait_released(1, timeout_s=20)
+            w, w2 = _fulls(99)
+            # A new tensor object replaces the old storage (param.data = ...).
+            for rank, (a, b) in enumerate(t.shards):
+                a.data = w[rank * 4:(rank + 1) * 4].clone()
+                b.data = w2[rank * 4:(rank + 1) * 4].clone()
+            t.publish(2)
+            res = r.pull(2)
+            assert res.replanned
+            truth = _truth(w, w2)
+            for n in params:
+                assert torch.equal(params[n], truth[n]), n
+    finally:
+        t.close()
+
+
+def test_discard_leaves_params_and_allows_next_stage(file_dir):
+    t = Trainers(file_dir, "cma")
+    try:
+        t.publish(1)
+        params = _params()
+        before = {n: x.clone() for n, x in params.items()}
+        with _receiver(file_dir, "cma", params) as r:
+            s = r.stage(1)
+            with pytest.raises(reshard.InvalidArgument, match="staged"):
+                r.stage(1)
+            r.discard(s)
+            r.discard(s)  # a consumed handle is a no-op
+            for n in params:
+                assert torch.equal(params[n], before[n]), n
+            r.apply(r.stage(1))
+            truth = _truth(*t.fulls())
+            assert torch.equal(params["p"], truth["p"])
+    finally:
+        t.close()
+
+
+def test_mirrored_param_gets_copied(file_dir):
+    """A parameter that is not a contiguous CPU tensor (here a transposed
+    view; a CUDA tensor takes the same path) is staged through host memory
+    and installed with copy_."""
+    t = Trainers(file_dir, "cma")
+    try:
+        t.publish(1)
+        base = torch.full((4, 8), -1.0)
+        params = {"p": base.t(), "q": torch.zeros(4, 8, dtype=torch.bfloat16)}
+        assert not params["p"].is_contiguous()
+        with _receiver(file_dir, "cma", params) as r:
+            s = r.stage(1)
+            assert torch.equal(base, torch.full((4, 8), -1.0))
+            r.apply(s)
+        truth = _truth(*t.fulls())
+        assert torch.equal(params["p"], truth["p"])
+        assert torch.equal(base, truth["p"].t())
+    finally:
+        t.close()
+
+
+def test_errors_are_exceptions_with_status(file_dir):
+    t = Trainers(file_dir, "cma")
+    try:
+        t.publish(1)
+        with pytest.raises(reshard.InvalidArgument, match="'q' of the capture is not in params"):
+            _receiver(file_dir, "cma", {"p": torch.zeros(8, 4)})
+        with pytest.raises(reshard.InputError, match="parameter 'p' is \\[4, 8\\] f32, the capture has \\[8, 4\\] f32"):
+            _receiver(file_dir, "cma", {"p": torch.zeros(4, 8),
+                                         "q": torch.zeros(4, 8, dtype=torch.bfloat16)})
+        bad = dict(CAPTURE, unattributed=2)
+        with pytest.raises(reshard.InputError) as e:
+            reshard.Receiver(file_dir, "m", json.dumps(bad), _params(),
+                             backend="cma")
+        assert e.value.status == "RS_ERR_INPUT"
+        assert "2 unattributed write(s)" in e.value.message
+        broken = json.dumps(CAPTURE).replace('"narrow", 0, 2, 4', '"narrow", 0, 2')
+        with pytest.raises(reshard.InputError, match="copies\\[1\\].ops\\[0\\]"):
+            reshard.Receiver(file_dir, "m", broken, _params(), backend="cma")
+        params = _params()
+        before = {n: x.clone() for n, x in params.items()}
+        with _receiver(file_dir, "cma", params, discover_timeout_s=0.5) as r:
+            with pytest.raises(reshard.ReshardTimeout) as e:
+                r.stage(5)
+            assert isinstance(e.value, TimeoutError)
+            assert "5" in e.value.message
+            for n in params:
+                assert torch.equal(params[n], before[n]), n
+    finally:
+        t.close()
+
+
+def test_mismatched_model_is_refused(file_dir):
+    """The trainers publish w2 as [8, 8]; a capture assuming [16, 8] is the
+    wrong model config: IncompleteRefit naming the tensor, nothing
+    installed."""
+    t = Trainers(file_dir, "cma")
+    try:
+        t.publish(1)
+        cap = json.loads(json.dumps(CAPTURE))
+        cap["sources"]["w2"]["shape"] = [16, 8]
+        params = _params()
+        before = {n: x.clone() for n, x in params.items()}
+        with reshard.Receiver(file_dir, "m", json.dumps(cap), params,
+                              backend="cma", discover_timeout_s=20) as r:
+            with pytest.raises(reshard.IncompleteRefit) as e:
+                r.pull(1)
+            assert "tensor 'w2'" in e.value.message
+        for n in params:
+            assert torch.equal(params[n], before[n]), n
+    finally:
+        t.close()
