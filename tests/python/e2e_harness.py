@@ -1,0 +1,245 @@
+"""Test side of the end-to-end tests: trainer processes (started in their
+own process group, driven over a pipe, stopped or killed on demand and
+always reaped), the receiver's capture and live model, and the byte-exact
+comparison with the ground truth.
+"""
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+import e2e_models
+import reshard
+
+HERE = Path(__file__).resolve().parent
+TRAINER = HERE / "e2e_trainer.py"
+MODEL = "e2e"
+# Bounds, never synchronization: a healthy step takes well under a second.
+REPLY_TIMEOUT_S = 60.0
+LIVE_FILL = 3.0   # what receiver parameters hold before the first apply
+
+
+class TrainerError(RuntimeError):
+    pass
+
+
+class TrainerProc:
+    """One trainer rank (or data-parallel replica) in its own process."""
+
+    def __init__(self, directory, rank, world, backend, cfg, layout="tp",
+                 replica=0, model=MODEL):
+        self.rank, self.replica = rank, replica
+        args = dict(directory=directory, model=model, rank=rank, world=world,
+                    replica=replica, backend=backend, layout=layout, cfg=cfg)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(HERE.parents[1] / "python"), str(HERE),
+             env.get("PYTHONPATH", "")])
+        self.proc = subprocess.Popen(
+            [sys.executable, str(TRAINER), json.dumps(args)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            start_new_session=True, text=True, bufsize=1)
+        self.stopped = False
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def __repr__(self):
+        return f"<trainer rank {self.rank} replica {self.replica}>"
+
+    def send(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self, timeout_s=REPLY_TIMEOUT_S):
+        """The next reply line; TrainerError if it exits or says error."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        if not ready:
+            raise TrainerError(f"{self!r}: no reply in {timeout_s} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise TrainerError(f"{self!r} exited ({self.proc.wait(10)})")
+        msg = json.loads(line)
+        if "error" in msg:
+            raise TrainerError(f"{self!r}: {msg['error']}")
+        return msg
+
+    def request(self, **cmd):
+        self.send(**cmd)
+        return self.read()
+
+    def signal(self, sig):
+        os.killpg(self.proc.pid, sig)
+
+    def freeze(self):
+        self.signal(signal.SIGSTOP)
+        self.stopped = True
+
+    def thaw(self):
+        self.signal(signal.SIGCONT)
+        self.stopped = False
+
+    def kill(self):
+        """SIGKILL the process group and reap it."""
+        if self.proc.poll() is None:
+            try:
+                self.signal(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=10)
+
+    def close(self):
+        """Asks it to quit; kills it if it does not within a bound."""
+        if self.proc.poll() is None and not self.stopped:
+            try:
+                self.send(cmd="quit")
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class Trainers:
+    """A trainer world: `world` ranks, each with `replicas` data-parallel
+    replicas, publishing one model. Versions are published rank by rank,
+    replica 0 of every rank first, so the order in which publishers join
+    a slot (and hence which one a receiver's salt picks) is fixed."""
+
+    def __init__(self, directory, backend, cfg, world=2, replicas=1,
+                 layout="tp", base_seed=1, model=MODEL):
+        self.cfg, self.base_seed = cfg, base_seed
+        self.procs = []
+        try:
+            for k in range(replicas):
+                for r in range(world):
+                    self.procs.append(TrainerProc(directory, r, world, backend,
+                                                  cfg, layout, k, model))
+            for p in self.procs:
+                p.read()  # "ready": torch imported, tensors registered
+        except BaseException:
+            self.close()
+            raise
+
+    def proc(self, rank, replica=0):
+        return next(p for p in self.procs
+                    if p.rank == rank and p.replica == replica)
+
+    def seed(self, version):
+        return e2e_models.version_seed(self.base_seed, version)
+
+    def fulls(self, version):
+        """The full tensors version `version` publishes."""
+        return e2e_models.full_tensors(self.cfg, self.seed(version))
+
+    def publish(self, version):
+        for p in self.procs:
+            if p.proc.poll() is None:
+                p.request(cmd="publish", version=version,
+                          seed=self.seed(version))
+
+    def wait_released(self, version, timeout_s=30):
+        live = [p for p in self.procs if p.proc.poll() is None]
+        for p in live:
+            p.send(cmd="wait_released", version=version, timeout_s=timeout_s)
+        for p in live:
+            p.read(timeout_s + 10)
+
+    def close(self):
+        for p in self.procs:
+            p.close()
+
+
+# -- the receiver side -------------------------------------------------------
+def capture(cfg, tp_rank, tp_size):
+    """A live model rank (parameters at LIVE_FILL) and reshard's capture of
+    its loader over placeholders of the published full tensors."""
+    model = e2e_models.build(cfg, tp_rank, tp_size, fill=LIVE_FILL)
+    before = snapshot(model)
+    cap = reshard.capture(model, e2e_models.sources(cfg))
+    assert_equal(model, before, "capture touched the live model")
+    return model, cap
+
+
+def params_of(model):
+    return dict(model.named_parameters())
+
+
+def snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_equal(model, want, what):
+    """Every parameter byte-equal (torch.equal) to `want`."""
+    got = params_of(model)
+    assert set(got) == set(want), what
+    bad = [n for n in want if not torch.equal(got[n].detach(), want[n])]
+    assert not bad, f"{what}: parameters differ: {bad}"
+
+
+def receiver(directory, backend, cap, model, salt=0, holder=None, **kw):
+    kw.setdefault("discover_timeout_s", 20)
+    kw.setdefault("timeout_s", 20)
+    return reshard.Receiver(directory, MODEL, cap, params_of(model),
+                            backend=backend, salt=salt, holder=holder, **kw)
+
+
+# -- fault helpers -----------------------------------------------------------
+def file_dir_path(directory):
+    assert directory.startswith("file:"), directory
+    return Path(directory[len("file:"):])
+
+
+def wait_for(cond, timeout_s, what):
+    """Polls cond() until true (a bound, not a synchronization: used only
+    for events the library exposes no handshake for)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def lease_taken(directory, version, holder):
+    """True once `holder`'s lease on `version` is in a file: directory
+    (the receiver takes it when its stage begins)."""
+    return (file_dir_path(directory) / MODEL / str(version)
+            / f"lease-{holder}").exists()
+
+
+class InThread:
+    """Runs fn() in a thread; .result() re-raises what it raised."""
+
+    def __init__(self, fn):
+        self._out = {}
+        self._t = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._t.start()
+
+    def _run(self, fn):
+        try:
+            self._out["value"] = fn()
+        except BaseException as e:  # handed back to the test
+            self._out["error"] = e
+
+    def done(self):
+        return not self._t.is_alive()
+
+    def result(self, timeout_s=REPLY_TIMEOUT_S):
+        self._t.join(timeout_s)
+        if self._t.is_alive():
+            raise AssertionError(f"call still running after {timeout_s} s")
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["value"]
