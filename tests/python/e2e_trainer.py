@@ -68,21 +68,21 @@ class Shards:
         self.fill(e2e_models.full_tensors(cfg, 0), allocate=True)
 
     def _fused_groups(self, shapes):
+        """Megatron's fused tensors: q/k/v of every layer (weight, bias)
+        and every gate/up pair (dense MLP, or each expert)."""
         names = set()
-        for i in range(2):
-            p = f"model.layers.{i}.self_attn."
+        for i in range(self.cfg.layers):
+            p = f"model.layers.{i}."
             for kind in ("weight", "bias"):
-                qkv = tuple(f"{p}{x}_proj.{kind}" for x in "qkv")
-                self.groups.append(("qkv", qkv, None))
-                names.update(qkv)
-        pairs = [("model.layers.0.mlp.gate_proj.weight",
-                  "model.layers.0.mlp.up_proj.weight")]
-        for e in range(self.cfg["experts"]):
-            p = f"model.layers.1.mlp.experts.{e}."
-            pairs.append((p + "gate_proj.weight", p + "up_proj.weight"))
-        for pair in pairs:
-            self.groups.append(("gate_up", pair, None))
-            names.update(pair)
+                qkv = tuple(f"{p}self_attn.{x}_proj.{kind}" for x in "qkv")
+                if qkv[0] in shapes:
+                    self.groups.append(("qkv", qkv, None))
+                    names.update(qkv)
+            experts = [f"{p}mlp.experts.{e}." for e in range(self.cfg.experts)]
+            for q in experts or [p + "mlp."]:
+                pair = (q + "gate_proj.weight", q + "up_proj.weight")
+                self.groups.append(("gate_up", pair, None))
+                names.update(pair)
         return names
 
     def _build(self, kind, names, fulls):
@@ -98,9 +98,9 @@ class Shards:
     def _megatron_qkv(self, names, fulls):
         """Rank's KV-head groups, each [its q heads, its k, its v]."""
         q, k, v = (fulls[n] for n in names)
-        cfg, hd = self.cfg, self.cfg["head_dim"]
-        q_per = cfg["heads"] // cfg["kv_heads"]
-        per_rank = cfg["kv_heads"] // self.world
+        cfg, hd = self.cfg, self.cfg.head_dim
+        q_per = cfg.heads // cfg.kv_heads
+        per_rank = cfg.kv_heads // self.world
         bands = []
         for g in range(self.rank * per_rank, (self.rank + 1) * per_rank):
             bands += [q.narrow(0, g * q_per * hd, q_per * hd),
@@ -122,8 +122,8 @@ class Shards:
         for kind, names, live in self.groups:
             if kind == "qkv":
                 cfg = self.cfg
-                pub.register_fused_qkv(names, live, cfg["heads"],
-                                       cfg["kv_heads"], cfg["head_dim"], r, w)
+                pub.register_fused_qkv(names, live, cfg.heads, cfg.kv_heads,
+                                       cfg.head_dim, r, w)
             elif kind == "gate_up":
                 pub.register_fused(names, live, shapes[names[0]], r, w)
             elif split_dim(names[0]) is None:
@@ -159,7 +159,7 @@ def serve(pub, shards, cfg):
 
 def main():
     a = json.loads(sys.argv[1])
-    cfg = a["cfg"]
+    cfg = e2e_models.from_json(a["cfg"])
     shards = Shards(cfg, a["layout"], a["rank"], a["world"])
     with reshard.Publisher(a["directory"], a["model"], a["rank"], a["world"],
                            backend=a["backend"], replica=a["replica"]) as pub:
