@@ -7,6 +7,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,7 +38,8 @@ class TrainerProc:
                  replica=0, model=MODEL):
         self.rank, self.replica = rank, replica
         args = dict(directory=directory, model=model, rank=rank, world=world,
-                    replica=replica, backend=backend, layout=layout, cfg=cfg)
+                    replica=replica, backend=backend, layout=layout,
+                    cfg=e2e_models.to_json(cfg))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(HERE.parents[1] / "python"), str(HERE),
@@ -163,14 +165,29 @@ class Trainers:
 
 
 # -- the receiver side -------------------------------------------------------
-def capture(cfg, tp_rank, tp_size):
-    """A live model rank (parameters at LIVE_FILL) and reshard's capture of
-    its loader over placeholders of the published full tensors."""
+def capture(cfg, tp_rank, tp_size, loaded=True):
+    """A live model rank and reshard's capture of its loader over
+    placeholders of the published full tensors. Its parameters hold
+    LIVE_FILL (no loader writes it) except, when `loaded`, the constants
+    the loader writes (zeroed padding rows): a serving model was loaded
+    once, so those bytes are what every version holds there."""
     model = e2e_models.build(cfg, tp_rank, tp_size, fill=LIVE_FILL)
     before = snapshot(model)
     cap = reshard.capture(model, e2e_models.sources(cfg))
     assert_equal(model, before, "capture touched the live model")
+    if loaded:
+        write_fills(model, cap)
     return model, cap
+
+
+def write_fills(model, cap):
+    params = params_of(model)
+    with torch.no_grad():
+        for f in cap.fills:
+            p = params[f["param"]].detach()
+            p.as_strided(f["dest_shape"], f["dest_stride"],
+                         p.storage_offset() + f["dest_offset"]).fill_(
+                             f["value"])
 
 
 def params_of(model):
@@ -212,9 +229,22 @@ def wait_for(cond, timeout_s, what):
         time.sleep(0.01)
 
 
+def redis_call(url, *args, timeout_s=5.0):
+    """One command to a redis server (RESP); the reply's first line."""
+    host, port = url[len("redis://"):].rsplit(":", 1)
+    req = f"*{len(args)}\r\n" + "".join(
+        f"${len(str(a).encode())}\r\n{a}\r\n" for a in args)
+    with socket.create_connection((host, int(port)), timeout_s) as s:
+        s.sendall(req.encode())
+        return s.makefile("rb").readline().decode().strip()
+
+
 def lease_taken(directory, version, holder):
-    """True once `holder`'s lease on `version` is in a file: directory
-    (the receiver takes it when its stage begins)."""
+    """True once `holder`'s lease on `version` is in the directory (the
+    receiver takes it when its stage begins)."""
+    if directory.startswith("redis://"):
+        key = f"rs:{{{MODEL}}}:{version}:leases"
+        return redis_call(directory, "HEXISTS", key, holder) == ":1"
     return (file_dir_path(directory) / MODEL / str(version)
             / f"lease-{holder}").exists()
 

@@ -81,6 +81,8 @@ def build(cfg, tp_rank=0, tp_size=1, fill=None):
 
 def truth(cfg, tp_rank, tp_size, fulls):
     """The ground truth: the loaders run by torch on the real full tensors
-    into a fresh model's real parameters."""
-    m = zoo.reference_model(cfg, tp_size, tp_rank, fulls)
+    (those of cfg's checkpoint) into a fresh model's real parameters."""
+    names = sources(cfg)
+    m = zoo.reference_model(cfg, tp_size, tp_rank,
+                            {n: t for n, t in fulls.items() if n in names})
     return {n: p.detach().clone() for n, p in m.named_parameters()}
