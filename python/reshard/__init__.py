@@ -7,12 +7,13 @@ RESHARD_LIB to its path to choose one). See docs/python.md.
 from .errors import (ReshardError, InvalidArgument, InputError, ReshardIOError,
                      UnsupportedReshard, IncompleteRefit, VerifyError,
                      TransportError, ReshardTimeout, NoMemory)
+from .directory import release
 from .layouts import Box, LayoutError, chunk_range
 from .publisher import Publisher
 from .receiver import Receiver, Staged, PullResult
 
 __all__ = [
-    "Publisher", "Receiver", "Staged", "PullResult", "Box", "LayoutError",
+    "Publisher", "Receiver", "release", "Staged", "PullResult", "Box", "LayoutError",
     "chunk_range", "ReshardError", "InvalidArgument", "InputError",
     "ReshardIOError", "UnsupportedReshard", "IncompleteRefit", "VerifyError",
     "TransportError", "ReshardTimeout", "NoMemory",

@@ -256,3 +256,30 @@ def test_mismatched_model_is_refused(file_dir):
             assert torch.equal(params[n], before[n]), n
     finally:
         t.close()
+
+
+def test_release_by_the_coordinator(file_dir):
+    """Receivers that do not release (several inference ranks): the version
+    stays unreleased after apply, and reshard.release ends it, after which
+    the publishers' wait_released returns."""
+    t = Trainers(file_dir, "cma")
+    try:
+        t.publish(1)
+        params = _params()
+        with _receiver(file_dir, "cma", params, release_after=False) as r:
+            res = r.pull(1)
+            assert res.release_status == "RS_OK" and res.release_msg == ""
+            with pytest.raises(reshard.ReshardTimeout):
+                t.pubs[0].wait_released(1, timeout_s=0.3)
+            s = r.stage(1)
+            with pytest.raises(reshard.IncompleteRefit) as e:
+                reshard.release(file_dir, "m", 1)
+            assert "lease" in e.value.message
+            r.discard(s)
+        reshard.release(file_dir, "m", 1)
+        for p in t.pubs:
+            p.wait_released(1, timeout_s=20)
+        with pytest.raises(reshard.InputError):
+            reshard.release(file_dir, "m", 9)
+    finally:
+        t.close()
