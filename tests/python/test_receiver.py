@@ -283,3 +283,25 @@ def test_release_by_the_coordinator(file_dir):
             reshard.release(file_dir, "m", 9)
     finally:
         t.close()
+
+
+def test_unregister_drops_a_tensor(file_dir):
+    """After unregister the next version lists only what is left: a receiver
+    whose capture reads the dropped tensor finds it unpublished."""
+    t = Trainers(file_dir, "cma")
+    try:
+        for p in t.pubs:
+            p.unregister("w2")
+            with pytest.raises(reshard.InvalidArgument, match="'w2' is not registered"):
+                p.unregister("w2")
+        t.publish(1)
+        params = _params()
+        before = {n: x.clone() for n, x in params.items()}
+        with _receiver(file_dir, "cma", params) as r:
+            with pytest.raises(reshard.IncompleteRefit) as e:
+                r.pull(1)
+            assert "w2" in e.value.message
+        for n in params:
+            assert torch.equal(params[n], before[n]), n
+    finally:
+        t.close()
