@@ -202,11 +202,15 @@ class Recorder:
     """Collects copies, fills, unsupported sources and unattributed writes
     while one loader runs."""
 
-    def __init__(self, params):
+    def __init__(self, params, protected=()):
         self.params = params                  # name -> tensor
         self.by_storage = {}                  # storage key -> [names]
         for name, p in params.items():
             self.by_storage.setdefault(storage_key(p), []).append(name)
+        # Storages no write may reach: the params and whatever else the
+        # model holds (parameters left out of `params`, buffers).
+        self.protected = set(self.by_storage)
+        self.protected.update(storage_key(t) for t in protected)
         self.copies, self.fills = [], []
         self.unsupported = {}                 # src -> reason
         self.unattributed_details = []
@@ -385,7 +389,7 @@ class Recorder:
 
     def owns(self, t):
         return isinstance(t, torch.Tensor) and \
-            storage_key(t) in self.by_storage
+            storage_key(t) in self.protected
 
     def guarded_write(self, name, args, kwargs):
         """A write into a parameter that involves no source: recorded as a
@@ -401,11 +405,14 @@ class Recorder:
                                              "__setitem__") else None
         region = self.attribute(dst)
         where = location()
-        if const is None or region is None:
-            target = f"parameter '{region[0]}'" if region else "a parameter"
+        if region is None:
             self.unattributed_details.append(
-                f"'{name}' at {where} writes into {target} data that comes "
-                f"from no source")
+                f"'{name}' at {where} writes {list(dst.shape)} into a model "
+                f"tensor that is no captured parameter")
+        elif const is None:
+            self.unattributed_details.append(
+                f"'{name}' at {where} writes into parameter '{region[0]}' "
+                f"data that comes from no source")
         else:
             self.fills.append({
                 "param": region[0], "dest_offset": region[1],
