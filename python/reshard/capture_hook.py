@@ -281,6 +281,9 @@ class Recorder:
         return make_placeholder(self, result, x._rs_srcs, x._rs_ops + ops)
 
     def _identity(self, name, func, x, args, kwargs):
+        if any(isinstance(a, str) for a in args[1:]) and name == "type":
+            return self._unsupported(name, func, args, kwargs,
+                                     f"op '{name}' converts by type name")
         target = _target_dtype(name, x, args[1:], kwargs)
         if target is not None and target != x._rs_raw.dtype:
             why = (f"op '{name}' casts {name_of(x._rs_raw.dtype)} to "

@@ -96,8 +96,10 @@ ZOO = {
     "kv-replicated-tp4-r3": (zoo.ZooConfig(heads=8, kv_heads=2,
                                            head_dim=2), 4, 3),
     "uneven-vocab-tp4-r3": (zoo.ZooConfig(vocab=37), 4, 3),
+    "rank-without-vocab-rows-tp4-r3": (zoo.ZooConfig(vocab=20), 4, 3),
     "moe-cast-tp2-r0": (zoo.ZooConfig(experts=3, src_dtype=torch.float32),
                         2, 0),
+    "qwen2.5-0.5b-tp2-r1": (zoo.QWEN2_5_0_5B, 2, 1),
     "arith-tp2-r1": (zoo.ZooConfig(arith=True, layers=2), 2, 1),
 }
 

@@ -80,6 +80,7 @@ CASES = [
     ("getitem-two-slices", lambda w: w[1::3, 2:], (6, 8),
      [["slice", 0, 1, 5, 3], ["slice", 1, 2, 8, 1]]),
     ("getitem-clamped", lambda w: w[:100], (6, 8), []),
+    ("getitem-empty", lambda w: w[2:1], (6, 8), [["slice", 0, 2, 2, 1]]),
     ("getitem-neg-slice", lambda w: w[-3:-1], (6, 8),
      [["slice", 0, 3, 5, 1]]),
     ("getitem-none", lambda w: w[None], (6, 8), [["unsqueeze", 0]]),

@@ -20,6 +20,7 @@ CONFIGS = {
     "kv-replicated": zoo.ZooConfig(heads=8, kv_heads=2, head_dim=2),
     "single-kv-head": zoo.ZooConfig(heads=4, kv_heads=1),
     "uneven-vocab": zoo.ZooConfig(vocab=37, vocab_pad=16),
+    "rank-without-vocab-rows": zoo.ZooConfig(vocab=20, vocab_pad=16),
     "cast-f32-into-bf16": zoo.ZooConfig(src_dtype=torch.float32),
     "moe": zoo.ZooConfig(experts=3, moe_ffn=8, dtype=torch.float32),
     "moe-bf16-no-bias": zoo.ZooConfig(experts=2, qkv_bias=False,

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 __all__ = [
-    "ZooConfig", "ZooModel", "source_specs", "make_weights",
+    "ZooConfig", "QWEN2_5_0_5B", "ZooModel", "source_specs", "make_weights",
     "reference_model", "fill_params", "default_weight_loader",
     "ColumnParallelLinear", "RowParallelLinear", "QKVParallelLinear",
     "MergedColumnParallelLinear", "VocabParallelEmbedding",
@@ -65,6 +65,11 @@ class ZooConfig:
     @property
     def checkpoint_dtype(self):
         return self.src_dtype or self.dtype
+
+
+# The shapes of Qwen2.5-0.5B (its config.json; embeddings untied here).
+QWEN2_5_0_5B = ZooConfig(hidden=896, heads=14, kv_heads=2, head_dim=64,
+                         ffn=4864, vocab=151936, layers=24, vocab_pad=64)
 
 
 def divide(a, b):
