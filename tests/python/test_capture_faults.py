@@ -41,7 +41,8 @@ def run_pair(bad_read, bad_shape=(4, 6), bad_dtype=torch.float32,
         params["pg"].copy_(ws["good"].narrow(0, 1, 2))
 
     cap = reshard.capture(
-        sources={"bad": (bad_shape, bad_dtype), "good": ((4, 6), torch.float32)},
+        sources={"bad": (bad_shape, bad_dtype),
+                 "good": ((4, 6), torch.float32)},
         load=load, params=params)
     return cap, load
 
@@ -267,7 +268,8 @@ def test_loader_exception_propagates_and_releases_the_guard():
      '"dtype": "f99"}}, "copies": []}', "params['p'].dtype"),
     ('{"schema": "reshard.capture.v1", "params": {"p": {"shape": [-2], '
      '"dtype": "f32"}}, "copies": []}', "params['p'].shape"),
-    ('{"schema": "reshard.capture.v1", "params": {}, "copies": [{"src": "w"}]}',
+    ('{"schema": "reshard.capture.v1", "params": {}, '
+     '"copies": [{"src": "w"}]}',
      "copies[0]"),
 ])
 def test_from_json_names_what_is_wrong(text, words):
