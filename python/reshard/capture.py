@@ -26,9 +26,10 @@ SCHEMA = "reshard.capture.v1"
 class Capture:
     """What one inference rank's loader reads and writes.
 
-    Attributes: `params` {name: (shape, dtype)}, `sources` {name: (shape,
-    dtype)}, `copies` [dict(src, ops, param, dest_offset, dest_shape,
-    dest_stride, dest_dtype)], `fills` [dict(param, dest_offset,
+    Attributes: `params` {name: (shape, torch dtype)}, `sources` {name:
+    (shape, torch dtype)}, `copies` [dict(src, ops (JSON form lists), param,
+    dest_offset, dest_shape, dest_stride, dest_dtype (torch dtype))],
+    `fills` [dict(param, dest_offset,
     dest_shape, dest_stride, value, at)] where `at` is the number of copies
     performed before the fill, `unsupported` {src: reason},
     `unattributed_details` [str], `unattributed` (their count) and

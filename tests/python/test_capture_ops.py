@@ -202,6 +202,10 @@ DEST_CASES = [
      (3, 4, 6), (2, 6)),
     ("flat-view", lambda p, w: p.view(-1)[4:10].copy_(w.view(-1)[::2]),
      (4, 6), (3, 4)),
+    ("function-form-copy", lambda p, w: torch.Tensor.copy_(p.data, w),
+     (4, 6), (4, 6)),
+    ("torch.select-dest", lambda p, w: torch.select(p.data, 1, 2).copy_(w),
+     (4, 6), (4,)),
     ("torch-function-dest", lambda p, w: torch.narrow(p.data, 1, 1, 4)
      .copy_(w), (4, 6), (4, 4)),
 ]
