@@ -205,6 +205,12 @@ class Receiver:
         """Constant writes the loader makes (zeroed padding rows), done once
         into the memory bound for each parameter."""
         by_name = {b.name: b for b in self._bindings}
+        for i, f in enumerate(capture.fills):
+            b = by_name.get(f["param"])
+            if b is None or not _inside(f, b.tensor.numel()):
+                raise errors.InputError(
+                    f"receiver: fills[{i}] of parameter '{f['param']}' "
+                    "is not inside that parameter")
         for f in capture.fills:
             b = by_name[f["param"]]
             region = b.host().as_strided(f["dest_shape"], f["dest_stride"],
@@ -376,6 +382,19 @@ class Receiver:
             self.close()
         except Exception:
             pass
+
+
+def _inside(fill, numel):
+    """Whether a fill's strided region lies inside a parameter of numel
+    elements (empty regions must still start inside it or at its end)."""
+    shape, stride = fill["dest_shape"], fill["dest_stride"]
+    first = fill["dest_offset"]
+    if len(shape) != len(stride) or first < 0 or min(stride, default=0) < 0:
+        return False
+    if any(s == 0 for s in shape):
+        return first <= numel
+    last = first + sum((n - 1) * st for n, st in zip(shape, stride))
+    return last < numel
 
 
 def _code_name(code):

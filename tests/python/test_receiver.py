@@ -306,3 +306,22 @@ def test_unregister_drops_a_tensor(file_dir):
             assert torch.equal(params[n], before[n]), n
     finally:
         t.close()
+
+
+def test_fills_outside_a_param_are_refused(file_dir):
+    """A capture whose fill reaches past its parameter (a corrupt or forged
+    file) is refused before anything is written."""
+    cap = reshard.Capture.from_json(json.dumps(CAPTURE))
+    params = _params()
+    before = {n: x.clone() for n, x in params.items()}
+    cap.fills = [{"param": "p", "dest_offset": 30, "dest_shape": [4],
+                  "dest_stride": [1], "value": 0.0, "at": 0}]
+    with pytest.raises(reshard.InputError, match="fills\\[0\\] of parameter 'p'"):
+        reshard.Receiver(file_dir, "m", cap, params, backend="cma")
+    for n in params:
+        assert torch.equal(params[n], before[n]), n
+    cap.fills = [{"param": "p", "dest_offset": 28, "dest_shape": [4],
+                  "dest_stride": [1], "value": 0.0, "at": 0}]
+    with reshard.Receiver(file_dir, "m", cap, params, backend="cma"):
+        assert torch.equal(params["p"].flatten()[28:], torch.zeros(4))
+        assert torch.equal(params["p"].flatten()[:28], before["p"].flatten()[:28])
