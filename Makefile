@@ -15,7 +15,7 @@ JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
                python3 libucx-dev ucx-utils redis-server libhiredis-dev \
                clang clang-tidy cppcheck libclang-rt-14-dev \
-               iproute2 procps
+               iproute2 procps python3-torch python3-pytest
 
 # The tests that start threads: local-mt's pool, the executor over it, the
 # publisher's heartbeat and UCX progress threads, the directory's racing

@@ -190,6 +190,9 @@ _PROTOS = {
     "rs_capture_unattributed": (ctypes.c_int64, [_vp]),
     "rs_exec_write_stage_json": (_st, [_vp, ctypes.c_double, _vp, _diag_p]),
     "rs_exec_write_coverage_json": (_st, [_vp, _vp, _diag_p]),
+    "rs_dir_open": (_st, [ctypes.c_char_p, _diag_p, ctypes.POINTER(_vp)]),
+    "rs_dir_release": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, _diag_p]),
+    "rs_dir_close": (None, [_vp]),
 }
 
 _lock = threading.Lock()

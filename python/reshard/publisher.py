@@ -8,11 +8,12 @@ publish (the library never dereferences a device pointer). A tensor whose
 storage moved between versions (`param.data = new`) is re-registered at
 its new address before the version is published.
 """
+import ctypes
 import threading
 
 import torch
 
-from . import _lib, dtypes, layouts
+from . import _lib, dtypes, errors, layouts
 from ._lib import DIAG
 
 
@@ -45,7 +46,7 @@ class Publisher:
                  replica=0, session=None, digests=True, heartbeat_s=1.0,
                  publish_retry_s=60.0, notice=None):
         p = _lib.PublisherParams()
-        _lib.lib().rs_publisher_params_init_sized(p, ctypes_sizeof(p))
+        _lib.lib().rs_publisher_params_init_sized(p, ctypes.sizeof(p))
         self._keep = [_lib.enc(directory), _lib.enc(model),
                       _lib.enc(backend), _lib.enc(session)]
         p.directory, p.model, p.backend, p.session = self._keep
@@ -56,8 +57,8 @@ class Publisher:
         self._notice = _notice_cb(notice)
         if self._notice is not None:
             p.notice = self._notice
-        h = _lib.ctypes.c_void_p()
-        _lib.call("rs_publisher_create", p, DIAG, _lib.ctypes.byref(h))
+        h = ctypes.c_void_p()
+        _lib.call("rs_publisher_create", p, DIAG, ctypes.byref(h))
         self._h = h
         self._entries = []
         self._lock = threading.Lock()
@@ -87,6 +88,20 @@ class Publisher:
         self._add(layouts.fused_qkv(names, tensor, num_heads, num_kv_heads,
                                     head_dim, rank, world))
 
+    def unregister(self, name):
+        """Stops publishing every box of `name` (call after wait_released:
+        the version published last is no longer served). InvalidArgument
+        when nothing of `name` is registered."""
+        with self._lock:
+            self._open()
+            mine = [e for e in self._entries if e.box.name == name]
+            if not mine:
+                raise errors.InvalidArgument(
+                    f"publisher: tensor '{name}' is not registered")
+            for e in mine:
+                self._unregister(e)
+                self._entries.remove(e)
+
     def _add(self, boxes):
         with self._lock:
             self._open()
@@ -112,7 +127,7 @@ class Publisher:
         ptr = t.data_ptr()
         _lib.call("rs_publisher_register", self._h, _lib.enc(b.name),
                   dtypes.code_of(t.dtype), n, full, off, shape,
-                  _lib.ctypes.c_void_p(ptr), _lib.RS_MEM_HOST, DIAG)
+                  ctypes.c_void_p(ptr), _lib.RS_MEM_HOST, DIAG)
         e.ptr = ptr
 
     def _unregister(self, e):
@@ -159,7 +174,7 @@ class Publisher:
 
     def _open(self):
         if self._h is None:
-            raise _lib.errors.InvalidArgument("publisher is closed")
+            raise errors.InvalidArgument("publisher is closed")
 
     def __enter__(self):
         return self
@@ -172,10 +187,6 @@ class Publisher:
             self.close()
         except Exception:
             pass
-
-
-def ctypes_sizeof(obj):
-    return _lib.ctypes.sizeof(obj)
 
 
 def _notice_cb(fn):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _lib, dtypes, errors
+from .capture import Capture
 from ._lib import DIAG
 
 
@@ -112,18 +113,21 @@ class _Binding:
                 self.tensor.copy_(self.mirror)
 
 
+def _as_capture(capture):
+    """A Capture from a Capture, its JSON text or a capture file (so the
+    fills of a saved capture are applied as well)."""
+    if isinstance(capture, Capture):
+        return capture
+    if isinstance(capture, str) and capture.lstrip().startswith("{"):
+        return Capture.from_json(capture)
+    return Capture.load(capture)
+
+
 def _load_capture(capture):
-    """A C capture handle from a Capture, its JSON text or a path."""
-    if hasattr(capture, "to_json"):
-        text, origin = capture.to_json(), "capture"
-    elif isinstance(capture, str) and capture.lstrip().startswith("{"):
-        text, origin = capture, "capture"
-    else:
-        with open(capture, "r", encoding="utf-8") as f:
-            text, origin = f.read(), str(capture)
-    raw = text.encode("utf-8")
+    """The library's handle of a Capture (its reshard.capture.v1 JSON)."""
+    raw = capture.to_json().encode("utf-8")
     h = ctypes.c_void_p()
-    _lib.call("rs_capture_load_string", raw, len(raw), _lib.enc(origin), DIAG,
+    _lib.call("rs_capture_load_string", raw, len(raw), b"capture", DIAG,
               ctypes.byref(h))
     return h
 
@@ -157,6 +161,8 @@ class Receiver:
                  notice=None):
         self._lock = threading.Lock()
         self._h = None
+        self._cap = None
+        capture = _as_capture(capture)
         self._cap = _load_capture(capture)
         try:
             self._bindings = self._match(params)
@@ -199,7 +205,13 @@ class Receiver:
         """Constant writes the loader makes (zeroed padding rows), done once
         into the memory bound for each parameter."""
         by_name = {b.name: b for b in self._bindings}
-        for f in getattr(capture, "fills", None) or []:
+        for i, f in enumerate(capture.fills):
+            b = by_name.get(f["param"])
+            if b is None or not _inside(f, b.tensor.numel()):
+                raise errors.InputError(
+                    f"receiver: fills[{i}] of parameter '{f['param']}' "
+                    "is not inside that parameter")
+        for f in capture.fills:
             b = by_name[f["param"]]
             region = b.host().as_strided(f["dest_shape"], f["dest_stride"],
                                          b.host().storage_offset()
@@ -370,6 +382,19 @@ class Receiver:
             self.close()
         except Exception:
             pass
+
+
+def _inside(fill, numel):
+    """Whether a fill's strided region lies inside a parameter of numel
+    elements (empty regions must still start inside it or at its end)."""
+    shape, stride = fill["dest_shape"], fill["dest_stride"]
+    first = fill["dest_offset"]
+    if len(shape) != len(stride) or first < 0 or min(stride, default=0) < 0:
+        return False
+    if any(s == 0 for s in shape):
+        return first <= numel
+    last = first + sum((n - 1) * st for n, st in zip(shape, stride))
+    return last < numel
 
 
 def _code_name(code):

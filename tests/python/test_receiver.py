@@ -256,3 +256,72 @@ def test_mismatched_model_is_refused(file_dir):
             assert torch.equal(params[n], before[n]), n
     finally:
         t.close()
+
+
+def test_release_by_the_coordinator(file_dir):
+    """Receivers that do not release (several inference ranks): the version
+    stays unreleased after apply, and reshard.release ends it, after which
+    the publishers' wait_released returns."""
+    t = Trainers(file_dir, "cma")
+    try:
+        t.publish(1)
+        params = _params()
+        with _receiver(file_dir, "cma", params, release_after=False) as r:
+            res = r.pull(1)
+            assert res.release_status == "RS_OK" and res.release_msg == ""
+            with pytest.raises(reshard.ReshardTimeout):
+                t.pubs[0].wait_released(1, timeout_s=0.3)
+            s = r.stage(1)
+            with pytest.raises(reshard.IncompleteRefit) as e:
+                reshard.release(file_dir, "m", 1)
+            assert "lease" in e.value.message
+            r.discard(s)
+        reshard.release(file_dir, "m", 1)
+        for p in t.pubs:
+            p.wait_released(1, timeout_s=20)
+        with pytest.raises(reshard.InputError):
+            reshard.release(file_dir, "m", 9)
+    finally:
+        t.close()
+
+
+def test_unregister_drops_a_tensor(file_dir):
+    """After unregister the next version lists only what is left: a receiver
+    whose capture reads the dropped tensor finds it unpublished (the plan's
+    fallback: UnsupportedReshard), nothing installed."""
+    t = Trainers(file_dir, "cma")
+    try:
+        for p in t.pubs:
+            p.unregister("w2")
+            with pytest.raises(reshard.InvalidArgument, match="'w2' is not registered"):
+                p.unregister("w2")
+        t.publish(1)
+        params = _params()
+        before = {n: x.clone() for n, x in params.items()}
+        with _receiver(file_dir, "cma", params) as r:
+            with pytest.raises(reshard.UnsupportedReshard) as e:
+                r.pull(1)
+            assert "'w2': not published by any shard table" in e.value.message
+        for n in params:
+            assert torch.equal(params[n], before[n]), n
+    finally:
+        t.close()
+
+
+def test_fills_outside_a_param_are_refused(file_dir):
+    """A capture whose fill reaches past its parameter (a corrupt or forged
+    file) is refused before anything is written."""
+    cap = reshard.Capture.from_json(json.dumps(CAPTURE))
+    params = _params()
+    before = {n: x.clone() for n, x in params.items()}
+    cap.fills = [{"param": "p", "dest_offset": 30, "dest_shape": [4],
+                  "dest_stride": [1], "value": 0.0, "at": 0}]
+    with pytest.raises(reshard.InputError, match="fills\\[0\\] of parameter 'p'"):
+        reshard.Receiver(file_dir, "m", cap, params, backend="cma")
+    for n in params:
+        assert torch.equal(params[n], before[n]), n
+    cap.fills = [{"param": "p", "dest_offset": 28, "dest_shape": [4],
+                  "dest_stride": [1], "value": 0.0, "at": 0}]
+    with reshard.Receiver(file_dir, "m", cap, params, backend="cma"):
+        assert torch.equal(params["p"].flatten()[28:], torch.zeros(4))
+        assert torch.equal(params["p"].flatten()[:28], before["p"].flatten()[:28])

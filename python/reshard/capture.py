@@ -1,0 +1,338 @@
+"""Capture: record what an engine's weight loader really reads.
+
+`capture()` runs a loader (a model's `load_weights`, or any callable) over
+placeholder tensors that have each source's full shape and dtype but no
+storage, and returns a `Capture`: the destination parameters, the sources,
+every copy (the view ops applied to the full source and the strided region
+of the parameter written), the constant fills, the sources the loader used
+in a way the format cannot express, and the writes that could not be tied
+to a source. `Capture.to_json()` is the reshard.capture.v1 document the
+library plans from (docs/formats.md); `Capture.replay()` performs the same
+copies in pure torch, which is how tests check a capture byte for byte.
+"""
+import json
+import math
+import time
+
+import torch
+
+from . import capture_hook, capture_ops
+from .dtypes import from_name, name_of
+from .errors import InputError, InvalidArgument
+
+SCHEMA = "reshard.capture.v1"
+
+
+class Capture:
+    """What one inference rank's loader reads and writes.
+
+    Attributes: `params` {name: (shape, torch dtype)}, `sources` {name:
+    (shape, torch dtype)}, `copies` [dict(src, ops (JSON form lists), param,
+    dest_offset, dest_shape, dest_stride, dest_dtype (torch dtype))],
+    `fills` [dict(param, dest_offset,
+    dest_shape, dest_stride, value, at)] where `at` is the number of copies
+    performed before the fill, `unsupported` {src: reason},
+    `unattributed_details` [str], `unattributed` (their count) and
+    `seconds` (time the capture took)."""
+
+    def __init__(self, params, sources, copies=(), fills=(),
+                 unsupported=None, unattributed_details=(), seconds=0.0,
+                 unattributed=None):
+        self.params = dict(params)
+        self.sources = dict(sources)
+        self.copies = list(copies)
+        self.fills = list(fills)
+        self.unsupported = dict(unsupported or {})
+        self.unattributed_details = list(unattributed_details)
+        self._unattributed = unattributed
+        self.seconds = seconds
+
+    @property
+    def unattributed(self):
+        """Writes (and viewed sources) not tied to a source and parameter."""
+        if self._unattributed is not None:
+            return max(self._unattributed, len(self.unattributed_details))
+        return len(self.unattributed_details)
+
+    def __repr__(self):
+        return (f"Capture({len(self.params)} params, {len(self.sources)} "
+                f"sources, {len(self.copies)} copies, {len(self.fills)} "
+                f"fills, {len(self.unsupported)} unsupported, "
+                f"{self.unattributed} unattributed)")
+
+    # ------------------------------------------------------------ JSON
+
+    def to_dict(self):
+        """The reshard.capture.v1 document as Python objects."""
+        return {
+            "schema": SCHEMA,
+            "params": _specs_to_json(self.params),
+            "sources": _specs_to_json(self.sources),
+            "copies": [_copy_to_json(c) for c in self.copies],
+            "unsupported": dict(self.unsupported),
+            "unattributed": self.unattributed,
+            "unattributed_details": list(self.unattributed_details),
+            "fills": [_fill_to_json(f) for f in self.fills],
+            "seconds": self.seconds,
+        }
+
+    def to_json(self, indent=None):
+        """reshard.capture.v1 text (`fills`, `unattributed_details` and
+        `seconds` are extra keys the library ignores)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json(indent=1))
+            f.write("\n")
+
+    @classmethod
+    def from_json(cls, text, origin="capture"):
+        """A Capture from reshard.capture.v1 text; InputError naming the
+        field that is wrong."""
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise InputError(f"{origin}: malformed JSON: {e}") from None
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            raise InputError(f"{origin}: schema: expected '{SCHEMA}'")
+        return cls(
+            params=_specs_from_json(doc, "params", origin),
+            sources=_specs_from_json(doc, "sources", origin),
+            copies=[_copy_from_json(c, f"{origin}: copies[{i}]")
+                    for i, c in enumerate(_list(doc, "copies", origin))],
+            fills=[_fill_from_json(f, f"{origin}: fills[{i}]")
+                   for i, f in enumerate(_list(doc, "fills", origin))],
+            unsupported=doc.get("unsupported") or {},
+            unattributed_details=doc.get("unattributed_details") or [],
+            unattributed=doc.get("unattributed") or 0,
+            seconds=doc.get("seconds") or 0.0)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(f.read(), origin=path)
+
+    # ------------------------------------------------------------ replay
+
+    def replay(self, full_tensors, params):
+        """Perform the copies and fills in pure torch: read each copy's view
+        of `full_tensors[src]` and write it into `params[param]`. Sources
+        listed as unsupported have no copies and are left alone."""
+        steps = _ordered(self.copies, self.fills)
+        with torch.no_grad():
+            for kind, item in steps:
+                dest = self._region(params, item)
+                if kind == "fill":
+                    dest.fill_(item["value"])
+                    continue
+                view = self._source_view(full_tensors, item)
+                if tuple(view.shape) != tuple(dest.shape):
+                    raise InputError(
+                        f"copy of '{item['src']}' into '{item['param']}': "
+                        f"ops give {list(view.shape)}, destination is "
+                        f"{list(dest.shape)}")
+                dest.copy_(view)
+
+    def _source_view(self, full_tensors, copy):
+        src = copy["src"]
+        if src not in full_tensors:
+            raise InputError(f"replay: no tensor for source '{src}'")
+        full = full_tensors[src]
+        spec = self.sources.get(src)
+        if spec is not None and tuple(full.shape) != tuple(spec[0]):
+            raise InputError(
+                f"tensor '{src}': capture assumes shape {list(spec[0])}, "
+                f"given {list(full.shape)}")
+        try:
+            return capture_ops.apply_ops(full, copy["ops"])
+        except ValueError as e:
+            raise InputError(f"copy of '{src}': {e}") from None
+
+    def _region(self, params, item):
+        name = item["param"]
+        if name not in params:
+            raise InputError(f"replay: no tensor for parameter '{name}'")
+        p = params[name]
+        shape, dtype = self.params[name]
+        if tuple(p.shape) != tuple(shape) or p.dtype != dtype:
+            raise InputError(
+                f"parameter '{name}': capture has {list(shape)} "
+                f"{name_of(dtype)}, given {list(p.shape)} {name_of(p.dtype)}")
+        return p.as_strided(item["dest_shape"], item["dest_stride"],
+                            p.storage_offset() + item["dest_offset"])
+
+
+def _ordered(copies, fills):
+    """Copies and fills in the order the loader made them."""
+    steps, fi = [], 0
+    fills = sorted(fills, key=lambda f: f.get("at", 0))
+    for ci, c in enumerate(copies):
+        while fi < len(fills) and fills[fi].get("at", 0) <= ci:
+            steps.append(("fill", fills[fi]))
+            fi += 1
+        steps.append(("copy", c))
+    steps.extend(("fill", f) for f in fills[fi:])
+    return steps
+
+
+# ---------------------------------------------------------------- JSON parts
+
+def _specs_to_json(specs):
+    return {n: {"shape": list(s), "dtype": name_of(d)}
+            for n, (s, d) in specs.items()}
+
+
+def _copy_to_json(c):
+    out = dict(c)
+    out["ops"] = [list(op) for op in c["ops"]]
+    out["dest_dtype"] = name_of(c["dest_dtype"])
+    return out
+
+
+def _fill_to_json(f):
+    out = dict(f)
+    value = f["value"]
+    if isinstance(value, float) and not math.isfinite(value):
+        out["value"] = str(value)          # JSON has no NaN or infinity
+    return out
+
+
+def _list(doc, key, origin):
+    value = doc.get(key) or []
+    if not isinstance(value, list):
+        raise InputError(f"{origin}: {key}: expected an array")
+    return value
+
+
+def _shape(value, where):
+    if not isinstance(value, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0
+            for s in value):
+        raise InputError(f"{where}: expected an array of non-negative "
+                         f"integers")
+    return tuple(value)
+
+
+def _dtype(value, where):
+    try:
+        return from_name(value)
+    except ValueError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
+def _specs_from_json(doc, key, origin):
+    specs = doc.get(key) or {}
+    if not isinstance(specs, dict):
+        raise InputError(f"{origin}: {key}: expected an object")
+    out = {}
+    for name, spec in specs.items():
+        where = f"{origin}: {key}[{name!r}]"
+        if not isinstance(spec, dict):
+            raise InputError(f"{where}: expected an object")
+        out[name] = (_shape(spec.get("shape"), where + ".shape"),
+                     _dtype(spec.get("dtype"), where + ".dtype"))
+    return out
+
+
+def _copy_from_json(c, where):
+    keys = ("src", "ops", "param", "dest_offset", "dest_shape",
+            "dest_stride", "dest_dtype")
+    if not isinstance(c, dict) or any(k not in c for k in keys):
+        raise InputError(f"{where}: expected an object with {list(keys)}")
+    return {"src": c["src"], "ops": c["ops"], "param": c["param"],
+            "dest_offset": c["dest_offset"],
+            "dest_shape": list(_shape(c["dest_shape"], where + ".dest_shape")),
+            "dest_stride": list(_shape(c["dest_stride"],
+                                       where + ".dest_stride")),
+            "dest_dtype": _dtype(c["dest_dtype"], where + ".dest_dtype")}
+
+
+def _fill_from_json(f, where):
+    keys = ("param", "dest_offset", "dest_shape", "dest_stride", "value")
+    if not isinstance(f, dict) or any(k not in f for k in keys):
+        raise InputError(f"{where}: expected an object with {list(keys)}")
+    out = dict(f)
+    if isinstance(out["value"], str):
+        out["value"] = float(out["value"])
+    return out
+
+
+# ---------------------------------------------------------------- capture()
+
+def _source_specs(sources):
+    if not isinstance(sources, dict) or not sources:
+        raise InvalidArgument("capture: sources must be a non-empty dict "
+                              "name -> (shape, dtype) or tensor")
+    specs = {}
+    for name, spec in sources.items():
+        if isinstance(spec, torch.Tensor):
+            shape, dtype = tuple(spec.shape), spec.dtype
+        else:
+            try:
+                shape, dtype = spec
+                shape = tuple(int(s) for s in shape)
+            except (TypeError, ValueError):
+                raise InvalidArgument(
+                    f"capture: source '{name}': expected (shape, dtype) or "
+                    f"a tensor, got {spec!r}") from None
+        if isinstance(dtype, str):
+            dtype = from_name(dtype)
+        try:
+            name_of(dtype)
+        except ValueError as e:
+            raise InvalidArgument(f"capture: source '{name}': {e}") from None
+        specs[name] = (shape, dtype)
+    return specs
+
+
+def _param_tensors(model, params):
+    if params is None:
+        if model is None:
+            raise InvalidArgument("capture: give a model or params")
+        params = dict(model.named_parameters())
+    for name, p in params.items():
+        if not isinstance(p, torch.Tensor):
+            raise InvalidArgument(f"capture: parameter '{name}' is not a "
+                                  f"tensor")
+        try:
+            name_of(p.dtype)
+        except ValueError as e:
+            raise InvalidArgument(f"capture: parameter '{name}': {e}") \
+                from None
+    return dict(params)
+
+
+def capture(model=None, sources=None, load=None, *, params=None):
+    """Run a loader over placeholders and return the Capture.
+
+    `sources`: {name: (shape, dtype) or tensor}, the full checkpoint
+    tensors in the order the loader receives them. `load`: callable taking
+    an iterable of (name, placeholder); default `model.load_weights`.
+    `params`: {name: tensor}; default `model.named_parameters()`. The
+    model may live on `meta` or hold live weights: no parameter byte is
+    written."""
+    start = time.perf_counter()
+    specs = _source_specs(sources)
+    tensors = _param_tensors(model, params)
+    if load is None:
+        load = getattr(model, "load_weights", None)
+        if load is None:
+            raise InvalidArgument("capture: model has no load_weights; "
+                                  "pass load=")
+    model_tensors = []
+    if model is not None:
+        model_tensors = list(model.parameters()) + list(model.buffers())
+    rec = capture_hook.Recorder(tensors, model_tensors)
+    weights = [(n, rec.placeholder(n, s, d)) for n, (s, d) in specs.items()]
+    try:
+        with capture_hook.WriteGuard(rec):
+            load(iter(weights))
+    finally:
+        rec.finish()
+    return Capture(
+        params={n: (tuple(p.shape), p.dtype) for n, p in tensors.items()},
+        sources=specs, copies=rec.copies, fills=rec.fills,
+        unsupported=rec.unsupported,
+        unattributed_details=rec.unattributed_details,
+        seconds=time.perf_counter() - start)

@@ -1,0 +1,512 @@
+"""Interception of a weight loader's tensor calls during capture.
+
+A `Placeholder` is a `torch.Tensor` subclass on the `meta` device with a
+source's full shape and dtype and no storage. Every torch call that touches
+one reaches `Recorder.handle` through `__torch_function__`: metadata queries
+are answered, view ops extend the placeholder's op chain, a `copy_` or
+`__setitem__` into a parameter becomes a recorded copy, and anything else
+marks the source unsupported (with the op and the loader's file:line) while
+handing back a placeholder so that the loader keeps running.
+
+`WriteGuard`, a `TorchFunctionMode`, sees the calls that involve no
+placeholder: in-place writes into a parameter's storage (vLLM zeroes padded
+vocabulary rows with `param[n:].data.fill_(0)`) are recorded as fills or
+counted as unattributed and are never performed, so capturing on a live
+model leaves every parameter's bytes unchanged.
+"""
+import os
+import sys
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import capture_ops
+from .dtypes import name_of
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def location():
+    """file:line of the innermost frame outside torch and this package: the
+    loader line that made the call."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith((_TORCH_DIR, _OWN_DIR)):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def func_name(func):
+    """The name capture reports for a torch callable: `narrow` for both
+    Tensor.narrow and torch.narrow, `shape` for the property getter."""
+    name = getattr(func, "__name__", None) or repr(func)
+    if name in ("__get__", "__set__"):
+        prop = getattr(getattr(func, "__self__", None), "__name__", "?")
+        return prop if name == "__get__" else prop + ".__set__"
+    return name
+
+
+def storage_key(t):
+    """What identifies a tensor's storage (also for meta tensors, whose
+    data pointers are all 0): the address of its StorageImpl."""
+    with torch._C.DisableTorchFunction():
+        if hasattr(t, "untyped_storage"):
+            return t.untyped_storage()._cdata
+        return t.storage()._cdata
+
+
+def extent(t):
+    """(first, last) element of a view within its storage."""
+    first = t.storage_offset()
+    if t.numel() == 0:
+        return first, first - 1
+    last = first + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return first, last
+
+
+# Calls answered from the meta tensor, result returned unchanged.
+METADATA = {
+    "shape", "size", "dim", "ndimension", "ndim", "dtype", "numel",
+    "nelement", "device", "stride", "is_contiguous", "storage_offset",
+    "element_size", "__len__", "layout", "requires_grad", "is_leaf",
+    "is_cuda", "is_meta", "is_cpu", "is_floating_point", "is_complex",
+    "is_signed", "names", "is_sparse", "is_quantized", "is_mkldnn",
+    "nbytes", "itemsize", "grad", "grad_fn", "output_nr", "_version",
+    "get_device", "is_nested", "is_inference", "has_names", "_base",
+    "is_shared", "is_pinned", "type",
+}
+
+# Calls that return their input unchanged as far as values go.
+IDENTITY = {"detach", "data", "cpu", "cuda", "requires_grad_", "to",
+            "float", "double", "half", "bfloat16", "int", "long", "short",
+            "bool", "byte", "char", "type_as", "type", "pin_memory"}
+
+_CASTS = {"float": torch.float32, "double": torch.float64,
+          "half": torch.float16, "bfloat16": torch.bfloat16,
+          "int": torch.int32, "long": torch.int64, "short": torch.int16,
+          "bool": torch.bool, "byte": torch.uint8, "char": torch.int8}
+
+_INPLACE_DUNDER = {
+    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+    "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
+    "__ilshift__", "__irshift__", "__imatmul__"}
+
+_NOT_WRITES = {"requires_grad_", "retain_grad", "share_memory_", "rename_"}
+
+
+def is_write(name):
+    """Whether a call of this name modifies its first argument."""
+    if name in _NOT_WRITES:
+        return False
+    if name == "__setitem__" or name in _INPLACE_DUNDER:
+        return True
+    return name.endswith("_") and not name.startswith("_")
+
+
+class Placeholder(torch.Tensor):
+    """A source tensor (or a view of one) with shape and dtype only.
+
+    `_rs_srcs` names the source(s) it was derived from and `_rs_ops` is
+    its op chain from the full source, or None when an unsupported call
+    produced it."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        rec = _recorder_of(args, kwargs)
+        return rec.handle(func, args, kwargs or {})
+
+    def __repr__(self):
+        srcs = ",".join(self._rs_srcs)
+        return (f"Placeholder({srcs!r}, shape={list(self._rs_raw.shape)}, "
+                f"dtype={self._rs_raw.dtype}, ops={self._rs_ops})")
+
+
+def make_placeholder(rec, raw, srcs, ops):
+    with torch._C.DisableTorchFunction():
+        ph = torch.Tensor._make_subclass(Placeholder, raw)
+    ph._rs_rec, ph._rs_raw = rec, raw
+    ph._rs_srcs, ph._rs_ops = tuple(srcs), ops
+    return ph
+
+
+def _walk(obj):
+    """Every object nested in tuples, lists and dict values."""
+    if isinstance(obj, (tuple, list)):
+        for o in obj:
+            yield from _walk(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _walk(o)
+    else:
+        yield obj
+
+
+def placeholders_in(args, kwargs):
+    return [o for o in _walk((args, kwargs)) if isinstance(o, Placeholder)]
+
+
+def _recorder_of(args, kwargs):
+    return placeholders_in(args, kwargs)[0]._rs_rec
+
+
+def _to_meta(obj):
+    """Arguments with placeholders unwrapped and other tensors replaced by
+    meta tensors of the same geometry, to compute result shapes."""
+    if isinstance(obj, Placeholder):
+        return obj._rs_raw
+    if isinstance(obj, torch.Tensor):
+        with torch._C.DisableTorchFunction():
+            return torch.empty_strided(obj.shape, obj.stride(),
+                                       dtype=obj.dtype, device="meta")
+    if isinstance(obj, tuple):
+        return tuple(_to_meta(o) for o in obj)
+    if isinstance(obj, list):
+        return [_to_meta(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _to_meta(v) for k, v in obj.items()}
+    return obj
+
+
+def _unwrap(obj):
+    """Placeholders replaced by their meta tensors, other values kept."""
+    if isinstance(obj, Placeholder):
+        return obj._rs_raw
+    if isinstance(obj, tuple):
+        return tuple(_unwrap(o) for o in obj)
+    if isinstance(obj, list):
+        return [_unwrap(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _unwrap(v) for k, v in obj.items()}
+    return obj
+
+
+def _target_dtype(name, x, args, kwargs):
+    """The dtype an identity-like call converts to, or None."""
+    if name in _CASTS:
+        return _CASTS[name]
+    if name in ("to", "type"):
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.dtype):
+                return a
+            if isinstance(a, torch.Tensor):
+                return a.dtype
+    if name == "type_as":
+        return args[0].dtype
+    return None
+
+
+class Recorder:
+    """Collects copies, fills, unsupported sources and unattributed writes
+    while one loader runs."""
+
+    def __init__(self, params, protected=()):
+        self.params = params                  # name -> tensor
+        self.by_storage = {}                  # storage key -> [names]
+        for name, p in params.items():
+            self.by_storage.setdefault(storage_key(p), []).append(name)
+        # Storages no write may reach: the params and whatever else the
+        # model holds (parameters left out of `params`, buffers).
+        self.protected = set(self.by_storage)
+        self.protected.update(storage_key(t) for t in protected)
+        self.copies, self.fills = [], []
+        self.unsupported = {}                 # src -> reason
+        self.unattributed_details = []
+        self.viewed = {}                      # src -> first view location
+        self.written = set()
+        self.closed = False
+
+    # ------------------------------------------------------------ entry
+
+    def placeholder(self, name, shape, dtype):
+        raw = torch.empty(shape, dtype=dtype, device="meta")
+        return make_placeholder(self, raw, (name,), [])
+
+    def handle(self, func, args, kwargs):
+        name = func_name(func)
+        if name in METADATA and not (name == "type" and (args[1:] or kwargs)):
+            with torch._C.DisableTorchFunction():
+                return func(*_unwrap(args), **_unwrap(kwargs))
+        if name in ("__repr__", "__str__", "__format__"):
+            return Placeholder.__repr__(args[0])
+        if self.closed:
+            raise RuntimeError(
+                f"placeholder used by '{name}' after its capture ended "
+                f"at {location()}")
+        if name in ("copy_", "__setitem__") and args \
+                and not isinstance(args[0], Placeholder):
+            return self._write(name, args, kwargs)
+        x = args[0] if args else None
+        if isinstance(x, Placeholder) and x._rs_ops is not None:
+            if name in capture_ops.SINGLE or name in capture_ops.MULTI:
+                return self._view(name, func, x, args, kwargs)
+            if name in IDENTITY:
+                return self._identity(name, func, x, args, kwargs)
+        return self._unsupported(name, func, args, kwargs,
+                                 f"op '{name}'")
+
+    # ------------------------------------------------------------ views
+
+    def _view(self, name, func, x, args, kwargs):
+        try:
+            with torch._C.DisableTorchFunction():
+                result = func(*_unwrap(args), **_unwrap(kwargs))
+        except Exception:
+            # Advanced indexing may not compute on meta; a genuine argument
+            # error reaches the loader as torch raised it.
+            try:
+                capture_ops.translate(name, x._rs_raw, args[1:], kwargs)
+            except capture_ops.NotAView as e:
+                return self._unsupported(name, func, args, kwargs,
+                                         f"op '{name}' {e}")
+            raise
+        try:
+            ops = capture_ops.translate(name, x._rs_raw, args[1:], kwargs)
+        except capture_ops.NotAView as e:
+            return self._poison(name, args, kwargs, result,
+                                f"op '{name}' {e}")
+        if name in capture_ops.MUST_VIEW and result.numel() and \
+                storage_key(result) != storage_key(x._rs_raw):
+            return self._poison(name, args, kwargs, result,
+                                f"op '{name}' copies here (not a view)")
+        src = x._rs_srcs[0]
+        self.viewed.setdefault(src, f"'{name}' at {location()}")
+        if name in capture_ops.MULTI:
+            return tuple(
+                make_placeholder(self, piece, x._rs_srcs,
+                                 x._rs_ops + ops(i))
+                for i, piece in enumerate(result))
+        return make_placeholder(self, result, x._rs_srcs, x._rs_ops + ops)
+
+    def _identity(self, name, func, x, args, kwargs):
+        if any(isinstance(a, str) for a in args[1:]) and name == "type":
+            return self._unsupported(name, func, args, kwargs,
+                                     f"op '{name}' converts by type name")
+        target = _target_dtype(name, x, args[1:], kwargs)
+        if target is not None and target != x._rs_raw.dtype:
+            why = (f"op '{name}' casts {name_of(x._rs_raw.dtype)} to "
+                   f"{_dtype_text(target)}")
+            return self._unsupported(name, func, args, kwargs, why)
+        return x
+
+    # ------------------------------------------------------------ failures
+
+    def _mark(self, placeholders, why):
+        where = location()
+        for ph in placeholders:
+            for src in ph._rs_srcs:
+                self.unsupported.setdefault(src, f"{why} at {where}")
+
+    def _unsupported(self, name, func, args, kwargs, why):
+        """Record the sources as unsupported and return something the
+        loader can keep working with."""
+        phs = placeholders_in(args, kwargs)
+        self._mark(phs, why)
+        if is_write(name) and isinstance(args[0], Placeholder):
+            # The source's own values change: poison that object in place.
+            args[0]._rs_ops = None
+            return args[0] if name != "__setitem__" else None
+        try:
+            with torch._C.DisableTorchFunction():
+                result = func(*_to_meta(args), **_to_meta(kwargs))
+        except Exception:
+            return _fallback(name, phs[0], self)
+        return self._wrap_poisoned(result, phs)
+
+    def _poison(self, name, args, kwargs, result, why):
+        phs = placeholders_in(args, kwargs)
+        self._mark(phs, why)
+        return self._wrap_poisoned(result, phs)
+
+    def _wrap_poisoned(self, result, phs):
+        srcs = tuple(dict.fromkeys(s for p in phs for s in p._rs_srcs))
+        if isinstance(result, torch.Tensor):
+            return make_placeholder(self, _meta_like(result), srcs, None)
+        if isinstance(result, (tuple, list)):
+            return type(result)(self._wrap_poisoned(r, phs) for r in result)
+        return result
+
+    # ------------------------------------------------------------ writes
+
+    def _write(self, name, args, kwargs):
+        dst, value = _write_parts(name, args, kwargs)
+        phs = placeholders_in((value,), {})
+        if name == "__setitem__":
+            try:
+                capture_ops._index_keys(args[1])
+            except capture_ops.NotAView as e:
+                self._mark(phs, f"op '__setitem__' {e}")
+                return None
+            with torch._C.DisableTorchFunction():
+                dst = dst[_unwrap(args[1])]
+        result = dst if name == "copy_" else None
+        if not isinstance(value, Placeholder):
+            # A placeholder hidden in the key or elsewhere: not a copy.
+            self._mark(phs, f"op '{name}' uses a source as an index")
+            return result
+        self._copy(name, dst, value)
+        return result
+
+    def _copy(self, name, dst, ph):
+        src, where = ph._rs_srcs[0], location()
+        for s in ph._rs_srcs:
+            self.written.add(s)
+        if ph._rs_ops is None:
+            return
+        shape, dshape = tuple(ph._rs_raw.shape), tuple(dst.shape)
+        if shape != dshape:
+            torch.broadcast_shapes(shape, dshape)   # raise like torch would
+            self.unsupported.setdefault(
+                src, f"op '{name}' broadcasts {list(shape)} into "
+                     f"{list(dshape)} at {where}")
+            return
+        region = self.attribute(dst)
+        if region is None:
+            self.unattributed_details.append(
+                f"'{name}' of source '{src}' at {where} writes "
+                f"{list(dshape)} into a tensor that is no parameter")
+            return
+        param, offset = region
+        self.copies.append({
+            "src": src, "ops": [list(op) for op in ph._rs_ops],
+            "param": param, "dest_offset": offset,
+            "dest_shape": list(dshape), "dest_stride": list(dst.stride()),
+            "dest_dtype": self.params[param].dtype})
+
+    def attribute(self, view):
+        """(parameter name, element offset) of a view lying inside one
+        parameter's storage, or None."""
+        names = self.by_storage.get(storage_key(view))
+        if not names:
+            return None
+        lo, hi = extent(view)
+        for name in names:
+            p = self.params[name]
+            plo, phi = extent(p)
+            if p.dtype == view.dtype and plo <= lo and hi <= phi \
+                    and (view.numel() == 0 or lo <= hi):
+                return name, lo - p.storage_offset()
+        return None
+
+    def owns(self, t):
+        return isinstance(t, torch.Tensor) and \
+            storage_key(t) in self.protected
+
+    def guarded_write(self, name, args, kwargs):
+        """A write into a parameter that involves no source: recorded as a
+        fill when it writes a constant, else counted unattributed; never
+        performed."""
+        dst, value = _write_parts(name, args, kwargs)
+        if name == "__setitem__":
+            with torch._C.DisableTorchFunction():
+                dst = dst[args[1]]
+        if name == "zero_":
+            value = 0
+        const = _constant(value) if name in ("fill_", "zero_",
+                                             "__setitem__") else None
+        region = self.attribute(dst)
+        where = location()
+        if region is None:
+            self.unattributed_details.append(
+                f"'{name}' at {where} writes {list(dst.shape)} into a model "
+                f"tensor that is no captured parameter")
+        elif const is None:
+            self.unattributed_details.append(
+                f"'{name}' at {where} writes into parameter '{region[0]}' "
+                f"data that comes from no source")
+        else:
+            self.fills.append({
+                "param": region[0], "dest_offset": region[1],
+                "dest_shape": list(dst.shape),
+                "dest_stride": list(dst.stride()), "value": const,
+                "at": len(self.copies)})
+        return None if name == "__setitem__" else args[0]
+
+    # ------------------------------------------------------------ end
+
+    def finish(self):
+        """Close the recorder: drop copies of unsupported sources and count
+        sources that were viewed but never written."""
+        self.closed = True
+        self.copies = [c for c in self.copies
+                       if c["src"] not in self.unsupported]
+        for src, where in self.viewed.items():
+            if src not in self.written and src not in self.unsupported:
+                self.unattributed_details.append(
+                    f"source '{src}' was viewed ({where}) but never "
+                    f"written into a parameter")
+
+
+def _write_parts(name, args, kwargs):
+    """(destination, value written) of a write call."""
+    dst = args[0]
+    if name == "__setitem__":
+        return dst, args[2] if len(args) > 2 else kwargs.get("value")
+    if name == "copy_":
+        return dst, args[1] if len(args) > 1 else kwargs.get("src")
+    rest = list(args[1:]) + list(kwargs.values())
+    return dst, rest[0] if rest else None
+
+
+def _constant(value):
+    """A Python scalar for a constant write value, or None."""
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, torch.Tensor) and value.dim() == 0 \
+            and not value.is_meta and not isinstance(value, Placeholder):
+        return value.item()
+    return None
+
+
+def _meta_like(t):
+    if t.is_meta and not isinstance(t, Placeholder):
+        return t
+    with torch._C.DisableTorchFunction():
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                   device="meta")
+
+
+def _fallback(name, ph, rec):
+    """What an unsupported call that meta tensors cannot compute returns:
+    a neutral Python value for data-dependent calls, else a poisoned copy
+    of the first placeholder."""
+    if name in ("__bool__", "equal", "allclose", "is_nonzero"):
+        return False
+    if name in ("item", "__int__", "__float__", "__index__"):
+        return 0
+    if name == "tolist":
+        return []
+    return make_placeholder(rec, ph._rs_raw, ph._rs_srcs, None)
+
+
+def _dtype_text(dtype):
+    try:
+        return name_of(dtype)
+    except ValueError:
+        return str(dtype)
+
+
+class WriteGuard(TorchFunctionMode):
+    """Routes calls with placeholders to the recorder and stops in-place
+    writes into parameters that involve none."""
+
+    def __init__(self, rec):
+        super().__init__()
+        self.rec = rec
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if placeholders_in(args, kwargs):
+            return self.rec.handle(func, args, kwargs)
+        name = func_name(func)
+        if is_write(name) and args and self.rec.owns(args[0]):
+            return self.rec.guarded_write(name, args, kwargs)
+        out = kwargs.get("out")
+        if out is not None and self.rec.owns(out):
+            self.rec.unattributed_details.append(
+                f"'{name}' at {location()} writes out= into a parameter "
+                f"data that comes from no source")
+            return out
+        return func(*args, **kwargs)
