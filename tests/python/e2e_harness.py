@@ -165,22 +165,23 @@ class Trainers:
 
 
 # -- the receiver side -------------------------------------------------------
-def capture(cfg, tp_rank, tp_size, loaded=True):
+def capture(cfg, tp_rank, tp_size):
     """A live model rank and reshard's capture of its loader over
     placeholders of the published full tensors. Its parameters hold
-    LIVE_FILL (no loader writes it) except, when `loaded`, the constants
-    the loader writes (zeroed padding rows): a serving model was loaded
-    once, so those bytes are what every version holds there."""
+    LIVE_FILL (no loader writes it) except the constants the loader writes
+    (zeroed padding rows): a serving model was loaded once, so those bytes
+    are what it holds there (and what the receiver writes when it is
+    created)."""
     model = e2e_models.build(cfg, tp_rank, tp_size, fill=LIVE_FILL)
     before = snapshot(model)
     cap = reshard.capture(model, e2e_models.sources(cfg))
     assert_equal(model, before, "capture touched the live model")
-    if loaded:
-        write_fills(model, cap)
+    write_fills(model, cap)
     return model, cap
 
 
 def write_fills(model, cap):
+    """Performs the capture's constant writes on the model."""
     params = params_of(model)
     with torch.no_grad():
         for f in cap.fills:

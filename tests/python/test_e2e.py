@@ -13,6 +13,7 @@ import pytest
 
 import e2e_harness as H
 import e2e_models as M
+import reshard
 
 # (tp_size, tp_rank) of every inference rank a world is read by.
 INFERENCE = [(1, 0), (2, 0), (2, 1)]
@@ -23,7 +24,6 @@ class Rank:
 
     def __init__(self, directory, backend, cfg, tp_size, tp_rank, **kw):
         self.cfg, self.tp = cfg, (tp_size, tp_rank)
-        self.releases = kw.get("release_after", True)
         self.model, self.cap = H.capture(cfg, tp_rank, tp_size)
         assert self.cap.unsupported == {}, self.cap.unsupported
         assert self.cap.unattributed == 0, self.cap.unattributed_details
@@ -49,51 +49,60 @@ def ranks():
 
 
 def open_ranks(opened, directory, backend, cfg):
-    """The inference ranks of INFERENCE, read in that order each version.
-    A version is released once its last lease ends, and a released version
-    can no longer be staged, so only the last rank releases (what a
-    framework's coordinator does once every rank has reported)."""
-    for i, (tp_size, tp_rank) in enumerate(INFERENCE):
-        last = i == len(INFERENCE) - 1
+    """The inference ranks of INFERENCE. None releases a version itself:
+    a rank that has not begun staging holds no lease, so the first rank's
+    release would end the version for the others; the test, as a
+    framework's coordinator, releases once every rank applied."""
+    for tp_size, tp_rank in INFERENCE:
         opened.append(Rank(directory, backend, cfg, tp_size, tp_rank,
-                           release_after=last))
+                           release_after=False))
     return opened
 
 
-def stage_and_apply(rank, version, fulls):
-    """Stages (live parameters untouched), applies (every parameter equal
-    to the ground truth of `fulls`)."""
-    before = H.snapshot(rank.model)
-    staged = rank.recv.stage(version)
-    assert staged.version == version
-    H.assert_equal(rank.model, before, f"{rank.tp}: stage wrote live params")
-    res = rank.recv.apply(staged)
-    assert res.version == version and res.failovers == 0
-    if rank.releases:
-        assert res.release_status == "RS_OK", res.release_msg
-    assert res.bytes_installed == sum(
-        p.numel() * p.element_size() for p in rank.model.parameters())
-    H.assert_equal(rank.model, rank.truth(fulls),
-                   f"rank {rank.tp}, version {version}")
-    return res
+def stage_all(ranks, version):
+    """Every rank stages `version` (leases live on all at once); the live
+    parameters are untouched."""
+    staged = []
+    for rank in ranks:
+        before = H.snapshot(rank.model)
+        staged.append(rank.recv.stage(version))
+        assert staged[-1].version == version
+        H.assert_equal(rank.model, before, f"{rank.tp}: stage wrote params")
+    return staged
+
+
+def apply_all(ranks, staged, fulls):
+    """Every rank applies; every parameter equals the ground truth."""
+    for rank, s in zip(ranks, staged):
+        res = rank.recv.apply(s)
+        assert res.version == s.version and res.failovers == 0
+        assert res.sessions == 2, res
+        assert res.bytes_installed == sum(
+            p.numel() * p.element_size() for p in rank.model.parameters())
+        H.assert_equal(rank.model, rank.truth(fulls),
+                       f"rank {rank.tp}, version {s.version}")
 
 
 @pytest.mark.parametrize("backend", ["ucx", "cma"])
 def test_tp2_replicas_to_tp1_and_tp2(directory, backend, ranks):
     """Trainer TP 2 (torch.chunk shards, uneven vocabulary rows), two
     replicas of each rank; inference TP 1 and TP 2 ranks 0/1 with the
-    single KV head replicated; three versions, each staged and applied
-    by every rank, released before the trainers write the next."""
+    single KV head replicated; three versions, each staged by every rank
+    (live parameters untouched), applied by every rank (byte-exact), then
+    released by the coordinator (refused while any lease is live) before
+    the trainers write the next."""
     cfg = M.config(**M.DENSE)
     trainers = H.Trainers(directory, backend, cfg, world=2, replicas=2)
     try:
         open_ranks(ranks, directory, backend, cfg)
         for version in (1, 2, 3):
             trainers.publish(version)
-            fulls = trainers.fulls(version)
-            for rank in ranks:
-                res = stage_and_apply(rank, version, fulls)
-                assert res.sessions == 2, res
+            staged = stage_all(ranks, version)
+            # A live lease blocks the release, naming its holder.
+            with pytest.raises(reshard.IncompleteRefit, match="infer-"):
+                reshard.release(directory, H.MODEL, version)
+            apply_all(ranks, staged, trainers.fulls(version))
+            reshard.release(directory, H.MODEL, version)
             trainers.wait_released(version)
     finally:
         trainers.close()
@@ -116,6 +125,7 @@ def test_megatron_fused_moe(file_dir, ranks):
                 assert res.version == version
                 H.assert_equal(rank.model, rank.truth(fulls),
                                f"rank {rank.tp}, version {version}")
+            reshard.release(file_dir, H.MODEL, version)
             trainers.wait_released(version)
     finally:
         trainers.close()
@@ -139,6 +149,7 @@ def test_megatron_dense_replicas_redis_cma(redis_url, ranks):
                 rank.recv.apply(staged)
                 H.assert_equal(rank.model, rank.truth(fulls),
                                f"rank {rank.tp}, version {version}")
+            reshard.release(redis_url, H.MODEL, version)
             trainers.wait_released(version)
     finally:
         trainers.close()

@@ -288,12 +288,15 @@ def test_replica_killed_mid_stage(file_dir):
 
 
 def test_redis_stopped_mid_stage(redis_server):
-    """The directory goes away while a stage waits on a frozen publisher
-    (then thawed): the stage completes (its bytes are verified; a lease
-    renewal that cannot reach the directory is retried), but apply cannot
-    prove the lease was held throughout, so it refuses (after riding out
-    the outage for lease_ttl_s, and trying to drop the lease) and the live
-    parameters stay untouched."""
+    """The directory goes away while a stage is in flight (its lease taken,
+    a publisher frozen, then thawed). Either the stage had read every
+    table: it completes (its bytes are verified; renewals that cannot
+    reach the directory are retried), but apply cannot prove the lease was
+    held throughout and refuses (VerifyError, after riding out the outage
+    for lease_ttl_s); or it had not: the stage fails naming the directory.
+    Which one depends on how far the stage got when the lease showed (no
+    handshake tells), but either way the error is clear, comes in bounded
+    time, and the live parameters are untouched."""
     url = redis_server.url
     trainers = H.Trainers(url, "ucx", CFG, world=2)
     try:
@@ -301,21 +304,27 @@ def test_redis_stopped_mid_stage(redis_server):
         model, cap = H.capture(CFG, 0, 1)
         before = H.snapshot(model)
         with H.receiver(url, "ucx", cap, model, holder="r", timeout_s=5,
-                        pull_timeout_s=30, lease_ttl_s=3) as r:
+                        pull_timeout_s=10, lease_ttl_s=3) as r:
             trainers.proc(1).freeze()
 
             def strike():
                 redis_server.stop()
                 trainers.proc(1).thaw()
             job = strike_mid_stage(url, r, 1, "r", strike)
-            staged = job.result()
-            assert staged.version == 1
+            try:
+                staged = job.result()
+            except reshard.ReshardError as e:
+                assert url[len("redis://"):] in e.message, e.message
+                staged = None
             H.assert_equal(model, before, "stage touched params")
-            with pytest.raises(reshard.VerifyError) as e:
-                r.apply(staged)
-            msg = e.value.message
-            assert "refusing to install" in msg and "lease 'r'" in msg, msg
-            H.assert_equal(model, before, "refused apply touched params")
+            if staged is not None:
+                assert staged.version == 1
+                with pytest.raises(reshard.VerifyError) as e:
+                    r.apply(staged)
+                msg = e.value.message
+                assert "refusing to install" in msg and "lease 'r'" in msg, \
+                    msg
+                H.assert_equal(model, before, "refused apply touched params")
     finally:
         trainers.close()
 
@@ -342,23 +351,18 @@ def test_redis_down_before_stage(redis_server):
         trainers.close()
 
 
-# -- binding a receiver must not write the serving model ---------------------
+# -- a refused receiver must not write the serving model --------------------
 @pytest.mark.xfail(strict=True, reason="Receiver() writes the capture's "
                    "fills (zeroed padding rows) into the live parameters "
-                   "when it is constructed, before any apply, also when the "
-                   "library then refuses the capture")
-@pytest.mark.parametrize("refused", [False, True])
-def test_binding_leaves_live_params(world, refused):
-    """Creating a receiver over a serving model changes no byte of it
-    (here the padding rows hold what the engine left there), whether the
-    capture is accepted or refused (unattributed)."""
-    model, cap = H.capture(CFG, 1, 2, loaded=False)
-    if refused:
-        cap = reshard.capture(model, M.sources(CFG),
-                              load=scratch_loader(model))
+                   "before the library refuses the capture")
+def test_refused_receiver_leaves_live_params(world):
+    """A receiver refused at construction (an unattributed capture)
+    changes no byte of the serving model, here one whose padding rows hold
+    what the engine left there rather than the loader's zeros."""
+    model = M.build(CFG, 1, 2, H.LIVE_FILL)
+    cap = reshard.capture(model, M.sources(CFG), load=scratch_loader(model))
+    assert cap.fills and cap.unattributed
     before = H.snapshot(model)
-    try:
-        receiver(world, cap, model).close()
-    except reshard.InputError:
-        assert refused
-    H.assert_equal(model, before, "binding a receiver wrote live params")
+    with pytest.raises(reshard.InputError, match="unattributed"):
+        receiver(world, cap, model)
+    H.assert_equal(model, before, "a refused receiver wrote live params")
