@@ -22,13 +22,14 @@ INFERENCE = [(1, 0), (2, 0), (2, 1)]
 class Rank:
     """One inference rank: its captured live model and receiver."""
 
-    def __init__(self, directory, backend, cfg, tp_size, tp_rank, **kw):
+    def __init__(self, directory, backend, cfg, tp_size, tp_rank, salt,
+                 **kw):
         self.cfg, self.tp = cfg, (tp_size, tp_rank)
         self.model, self.cap = H.capture(cfg, tp_rank, tp_size)
         assert self.cap.unsupported == {}, self.cap.unsupported
         assert self.cap.unattributed == 0, self.cap.unattributed_details
         self.recv = H.receiver(directory, backend, self.cap, self.model,
-                               salt=tp_rank, holder=f"infer-{tp_size}-{tp_rank}",
+                               salt=salt, holder=f"infer-{tp_size}-{tp_rank}",
                                **kw)
 
     def truth(self, fulls):
@@ -52,9 +53,10 @@ def open_ranks(opened, directory, backend, cfg):
     """The inference ranks of INFERENCE. None releases a version itself:
     a rank that has not begun staging holds no lease, so the first rank's
     release would end the version for the others; the test, as a
-    framework's coordinator, releases once every rank applied."""
-    for tp_size, tp_rank in INFERENCE:
-        opened.append(Rank(directory, backend, cfg, tp_size, tp_rank,
+    framework's coordinator, releases once every rank applied. Salts
+    differ, so with replicas both publishers of a slot serve someone."""
+    for i, (tp_size, tp_rank) in enumerate(INFERENCE):
+        opened.append(Rank(directory, backend, cfg, tp_size, tp_rank, i,
                            release_after=False))
     return opened
 
