@@ -165,12 +165,16 @@ class Receiver:
         capture = _as_capture(capture)
         self._cap = _load_capture(capture)
         try:
+            # Nothing is written into the model until the library accepted
+            # the capture and the parameters matched it; the fills precede
+            # the bind, whose staging starts as a copy of the parameters.
             self._bindings = self._match(params)
-            self._fill(capture)
+            self._check_fills(capture)
             self._create(directory, model, backend, salt, holder,
                          discover_timeout_s, pull_timeout_s, lease_ttl_s,
                          timeout_s, verify_digests, release_after, stale_s,
                          notice)
+            self._fill(capture)
             self._bind()
         except BaseException:
             self.close()
@@ -201,9 +205,8 @@ class Receiver:
                 + ", ".join(sorted(params)[:8]))
         return bindings
 
-    def _fill(self, capture):
-        """Constant writes the loader makes (zeroed padding rows), done once
-        into the memory bound for each parameter."""
+    def _check_fills(self, capture):
+        """Every fill names a parameter and lies inside it."""
         by_name = {b.name: b for b in self._bindings}
         for i, f in enumerate(capture.fills):
             b = by_name.get(f["param"])
@@ -211,6 +214,11 @@ class Receiver:
                 raise errors.InputError(
                     f"receiver: fills[{i}] of parameter '{f['param']}' "
                     "is not inside that parameter")
+
+    def _fill(self, capture):
+        """Constant writes the loader makes (zeroed padding rows), done once
+        into the memory bound for each parameter."""
+        by_name = {b.name: b for b in self._bindings}
         for f in capture.fills:
             b = by_name[f["param"]]
             region = b.host().as_strided(f["dest_shape"], f["dest_stride"],

@@ -599,10 +599,14 @@ static rs_status_t transfer_replicas(rs_receiver_h r,
 
 /* Drops the pull's lease, riding out a short directory outage: a lease
  * left behind would make this receiver's own release_after refuse, and
- * block every other rank's release until its ttl ran out. */
+ * block every other rank's release until its ttl ran out. Never longer
+ * than the ttl: by then the lease has ended by itself. */
 static void unlease_now(rs_receiver_h r, int64_t version)
 {
-    double wait = 0.05, until = rs__now_s() + UNLEASE_RETRY_S;
+    double retry = r->params.lease_ttl_s > 0 &&
+                           r->params.lease_ttl_s < UNLEASE_RETRY_S
+                       ? r->params.lease_ttl_s : UNLEASE_RETRY_S;
+    double wait = 0.05, until = rs__now_s() + retry;
     while (rs_dir_unlease(r->dir, r->model, version, r->holder, NULL) !=
                RS_OK &&
            rs_dir_transient(r->dir) && rs__now_s() + wait < until) {
@@ -678,10 +682,10 @@ static rs_status_t stage_version(rs_receiver_h r, int64_t version,
     memset(res, 0, sizeof(*res));
     double t0 = rs__now_s();
     rs_status_t st = rs__receiver_discover(r, version, diag, &v);
-    if (st == RS_OK)
-        st = start_lease(r, v.version, diag);
+    if (st == RS_OK && (st = start_lease(r, v.version, diag)) != RS_OK)
+        st = deadline_status(r, version, st, diag);
     if (st != RS_OK)
-        return deadline_status(r, version, st, diag);
+        return st; /* discovery named the deadline itself */
     res->version = v.version;
     st = transfer_replicas(r, &v, t0, res, diag);
     if (st != RS_OK) {

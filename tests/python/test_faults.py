@@ -352,9 +352,6 @@ def test_redis_down_before_stage(redis_server):
 
 
 # -- a refused receiver must not write the serving model --------------------
-@pytest.mark.xfail(strict=True, reason="Receiver() writes the capture's "
-                   "fills (zeroed padding rows) into the live parameters "
-                   "before the library refuses the capture")
 def test_refused_receiver_leaves_live_params(world):
     """A receiver refused at construction (an unattributed capture)
     changes no byte of the serving model, here one whose padding rows hold

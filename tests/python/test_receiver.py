@@ -325,3 +325,16 @@ def test_fills_outside_a_param_are_refused(file_dir):
     with reshard.Receiver(file_dir, "m", cap, params, backend="cma"):
         assert torch.equal(params["p"].flatten()[28:], torch.zeros(4))
         assert torch.equal(params["p"].flatten()[:28], before["p"].flatten()[:28])
+
+
+def test_deadline_in_discovery_is_named_once(file_dir):
+    """pull_timeout_s running out while waiting for a version that never
+    comes: ReshardTimeout naming the discover stage once, with the cause."""
+    params = _params()
+    with _receiver(file_dir, "cma", params, pull_timeout_s=0.5,
+                   discover_timeout_s=30) as r:
+        with pytest.raises(reshard.ReshardTimeout) as e:
+            r.stage(1)
+    msg = e.value.message
+    assert msg.count("deadline passed in the discover stage") == 1, msg
+    assert "(timeout 0.5 s)" in msg, msg
