@@ -33,7 +33,7 @@ rs_status_t rs__fdir_path(rs_dir_h dir, const rs_dir_req_t *req,
     return RS_OK;
 }
 
-#define LOCK_WAIT_S 10.0
+#define LOCK_WAIT_S 30.0 /* one hold can span an fsync of a busy disk */
 
 double rs__fdir_now(void) { return rs__wall_s(); }
 
@@ -229,6 +229,24 @@ rs_status_t rs__fdir_write_time(const char *dir, const char *name, double t,
     return rs__fdir_replace(dir, name, text, (size_t)n, diag);
 }
 
+/* Every holder bumps a counter at the start of the lock file, so a waiter
+ * can tell a lock that keeps changing hands (busy: many publishers) from
+ * one held by a stopped process (nothing moves). */
+static uint64_t lock_generation(int fd)
+{
+    uint64_t gen = 0;
+    if (pread(fd, &gen, sizeof(gen), 0) != (ssize_t)sizeof(gen))
+        gen = 0;
+    return gen;
+}
+
+static void lock_taken(int fd)
+{
+    uint64_t gen = lock_generation(fd) + 1;
+    if (pwrite(fd, &gen, sizeof(gen), 0) != (ssize_t)sizeof(gen))
+        return; /* only waiters' patience depends on it */
+}
+
 rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p)
 {
     char path[PATH_MAX];
@@ -238,15 +256,24 @@ rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p)
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return io_fail(diag, "cannot open lock file", path);
-    /* holders keep the lock for a few file operations: a lock held much
-     * longer belongs to a stopped process, and waiting on it must end */
+    /* holders keep the lock for a few file operations: a lock that has not
+     * changed hands for LOCK_WAIT_S belongs to a stopped process, and
+     * waiting on it must end; one that keeps changing hands is only busy */
+    uint64_t seen = lock_generation(fd);
     double deadline = rs__now_s() + LOCK_WAIT_S;
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
         rs_status_t st = RS_OK;
-        if (errno != EWOULDBLOCK && errno != EINTR)
+        uint64_t gen = lock_generation(fd);
+        if (gen != seen) {
+            seen = gen;
+            deadline = rs__now_s() + LOCK_WAIT_S;
+        }
+        if (err != EWOULDBLOCK && err != EINTR) {
+            errno = err;
             st = io_fail(diag, "cannot lock", path);
-        else if (rs__now_s() > deadline)
-            st = rs__diag_set(diag, RS_ERR_TIMEOUT, "%s: held by another "
+        } else if (rs__now_s() > deadline)
+            st = rs__diag_set(diag, RS_ERR_TIMEOUT, "%s: held by one "
                               "process for more than %g s", path,
                               LOCK_WAIT_S);
         if (st != RS_OK) {
@@ -256,6 +283,7 @@ rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p)
         struct timespec nap = {0, 1000000};
         nanosleep(&nap, NULL);
     }
+    lock_taken(fd);
     *fd_p = fd;
     return RS_OK;
 }
