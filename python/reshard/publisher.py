@@ -14,6 +14,7 @@ import threading
 import torch
 
 from . import _lib, dtypes, errors, layouts
+from ._handle import Handle, notice_cb
 from ._lib import DIAG
 
 
@@ -32,7 +33,7 @@ class _Entry:
         return self.box.view if self.host is None else self.host
 
 
-class Publisher:
+class Publisher(Handle):
     """Publishes this rank's shards of every version to a directory.
 
     directory: "file:DIR" or "redis://host:port"; model: the model's name in
@@ -41,6 +42,8 @@ class Publisher:
     rank (replicas publish identical geometry to one slot); session: the
     agent name (default trainer-<rank>[-r<replica>]); digests: publish a
     digest per shard (receivers verify them by default)."""
+
+    _what = "publisher"
 
     def __init__(self, directory, model, rank, world, backend="ucx", *,
                  replica=0, session=None, digests=True, heartbeat_s=1.0,
@@ -54,7 +57,7 @@ class Publisher:
         p.digests = 1 if digests else 0
         p.heartbeat_s = float(heartbeat_s)
         p.publish_retry_s = float(publish_retry_s)
-        self._notice = _notice_cb(notice)
+        self._notice = notice_cb(notice)
         if self._notice is not None:
             p.notice = self._notice
         h = ctypes.c_void_p()
@@ -171,32 +174,3 @@ class Publisher:
                 _lib.lib().rs_publisher_destroy(self._h)
                 self._h = None
                 self._entries = []
-
-    def _open(self):
-        if self._h is None:
-            raise errors.InvalidArgument("publisher is closed")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-def _notice_cb(fn):
-    """A C notice callback calling fn(message), or None for stderr."""
-    if fn is None:
-        return None
-
-    def call(_ctx, msg):
-        try:
-            fn(msg.decode("utf-8", "replace"))
-        except Exception:
-            pass
-    return _lib.NOTICE_CB(call)

@@ -17,6 +17,7 @@ import torch
 
 from . import _lib, dtypes, errors
 from .capture import Capture
+from ._handle import Handle, notice_cb
 from ._lib import DIAG
 
 
@@ -143,7 +144,7 @@ def _capture_params(cap):
     return out
 
 
-class Receiver:
+class Receiver(Handle):
     """Receives versions of `model` into the live tensors `params`
     ({name: tensor}, every parameter of the capture) as `capture`
     (a reshard.Capture, its JSON or a capture file) reads them.
@@ -153,6 +154,8 @@ class Receiver:
     holder name (unique per receiver); release_after: release each version
     once applied (publishers' wait_released returns when every receiver
     did); timeouts in seconds (pull_timeout_s 0: no overall bound)."""
+
+    _what = "receiver"
 
     def __init__(self, directory, model, capture, params, backend="ucx", *,
                  salt=0, holder=None, discover_timeout_s=60.0,
@@ -244,8 +247,7 @@ class Receiver:
         p.verify_digests = 1 if verify_digests else 0
         p.release_after = 1 if release_after else 0
         p.stale_s = float(stale_s)
-        from .publisher import _notice_cb
-        self._notice = _notice_cb(notice)
+        self._notice = notice_cb(notice)
         if self._notice is not None:
             p.notice = self._notice
         h = ctypes.c_void_p()
@@ -375,21 +377,6 @@ class Receiver:
                 _lib.lib().rs_capture_destroy(self._cap)
                 self._cap = None
 
-    def _open(self):
-        if self._h is None:
-            raise errors.InvalidArgument("receiver is closed")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def _inside(fill, numel):
