@@ -90,15 +90,16 @@ rs_status_t rs_exec_write_stages(const rs_exec_stages_t *s, unsigned flags,
     if (s->wire_s > 0)
         json_object_set_new(root, "wire_GB_per_s",
                             json_real((double)s->bytes / s->wire_s / 1e9));
-    if (s->run_s >= 0)
-        json_object_set_new(root, "run_s", json_real(s->run_s));
-    json_object_set_new(root, "waves", json_integer((json_int_t)s->waves));
-    json_object_set_new(root, "threads", json_integer((json_int_t)s->threads));
     json_object_set_new(root, "ok", json_boolean(s->ok));
     if (!s->ok)
         json_object_set_new(root, "failure", json_string(s->failure != NULL
                                                              ? s->failure
                                                              : "unknown"));
+    /* added after the first keys of v2, which readers may expect in order */
+    if (s->run_s >= 0)
+        json_object_set_new(root, "run_s", json_real(s->run_s));
+    json_object_set_new(root, "waves", json_integer((json_int_t)s->waves));
+    json_object_set_new(root, "threads", json_integer((json_int_t)s->threads));
     return dump(root, flags, out, diag);
 }
 
