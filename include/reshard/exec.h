@@ -7,7 +7,11 @@
  * Threads: an executor is used by one thread at a time, and so is the
  * transport it runs on (two executors on one transport must not run at
  * once). The install and progress callbacks run on the thread calling
- * rs_exec_run. The plan is only read, so executors on several threads may
+ * rs_exec_run. A pipelined run (rs_exec_params_t.serial) runs replays,
+ * casts and digests on threads of the executor's own, one per worker of
+ * the transport (local-mt's threads; one for the others), started by the
+ * first run that needs them and joined by rs_exec_destroy; every call
+ * returns with them idle. The plan is only read, so executors on several threads may
  * share one plan, each with its own transport and bindings
  * (tests/unit/plan/test_plan_threads.c).
  * Cost: create, bind, set_run_timeout and stats are O(1); preparing (the
@@ -75,6 +79,16 @@ typedef struct rs_exec_params {
     rs_progress_cb progress;
     void *progress_ctx;
     uint64_t progress_chunk_bytes;
+    /* Without progress and phased, a run is pipelined: its reads are
+     * posted in waves of about wave_bytes (default 0: a sixteenth of the
+     * plan's bytes, at least 4 MiB and at most 256 MiB), each wave the
+     * reads of whole full pulls, converts or direct segments, and while
+     * one wave is on the wire the replays, casts and digests of the wave
+     * before run on the executor's threads. serial = 1 runs the stages one
+     * after another instead (the baseline the pipelined run is measured
+     * against); so does a plan of fewer than two waves. */
+    int serial;
+    uint64_t wave_bytes;
 } rs_exec_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -201,6 +215,16 @@ typedef struct rs_exec_stages {
     int ok;                 /* the last run (and its install) succeeded */
     const char *failure;    /* !ok: the short cause (docs/formats.md),
                              * a string with static storage; else NULL */
+    /* A serial run's stages run one after another, each figure its wall
+     * time. In a pipelined run (waves > 0) they overlap: wire_s is the
+     * time spent posting and waiting, summed over waves; replay_s,
+     * convert_s and verify_s are busy times summed over the threads that
+     * ran them (so with several threads a figure may exceed run_s). */
+    double run_s;           /* wall time from the wire stage's start to the
+                             * end of verification; < 0: not reached */
+    uint64_t waves;         /* waves of a pipelined run; 0: serial */
+    uint64_t threads;       /* threads that ran replays, casts and digests
+                             * (1: the calling thread alone) */
 } rs_exec_stages_t;
 
 /* Fills *stages_p from the last run (all stages < 0 before the first).

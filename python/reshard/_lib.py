@@ -99,6 +99,8 @@ class ExecStages(ctypes.Structure):
         ("fallback", ctypes.c_uint64), ("shards_verified", ctypes.c_uint64),
         ("ok", ctypes.c_int),
         ("failure", ctypes.c_char_p),
+        ("run_s", ctypes.c_double),
+        ("waves", ctypes.c_uint64), ("threads", ctypes.c_uint64),
     ]
 
 

@@ -46,12 +46,12 @@ class PullResult:
 def _stages_dict(s):
     out = {}
     for name in ("plan_s", "prepare_s", "descriptors_s", "wire_s",
-                 "replay_s", "convert_s", "verify_s", "install_s"):
+                 "replay_s", "convert_s", "verify_s", "install_s", "run_s"):
         v = getattr(s, name)
         if v >= 0:
             out[name] = v
     for name in ("bytes", "descriptors", "full_pulls", "converts",
-                 "fallback", "shards_verified"):
+                 "fallback", "shards_verified", "waves", "threads"):
         out[name] = getattr(s, name)
     out["ok"] = bool(s.ok)
     out["failure"] = s.failure.decode() if s.failure else None

@@ -12,6 +12,7 @@
 #include "core/diag.h"
 #include "core/memory.h"
 #include "exec/exec_impl.h"
+#include "exec/pool.h"
 #include "core/convert.h"
 #include "reshard/units.h"
 
@@ -59,6 +60,7 @@ void rs_exec_destroy(rs_exec_h x)
     if (x == NULL)
         return;
     rs__exec_release(x);
+    rs__pool_destroy(x->pool);
     free(x->param_state);
     free(x->digests);
     free(x->binds);
@@ -111,8 +113,8 @@ static rs_status_t deadline_passed(rs_exec_h x, const char *where,
 }
 
 /* Before a stage: has the deadline passed already? */
-static rs_status_t check_deadline(rs_exec_h x, const char *stage,
-                                  rs_diag_t *diag)
+rs_status_t rs__exec_check_deadline(rs_exec_h x, const char *stage,
+                                    rs_diag_t *diag)
 {
     char where[64];
     if (x->deadline <= 0 || rs__now_s() < x->deadline)
@@ -279,22 +281,6 @@ static rs_status_t wire(rs_exec_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
-static rs_status_t run_copies(rs_exec_h x, const rs_xcopy_t *c, size_t n,
-                              rs_diag_t *diag)
-{
-    for (size_t i = 0; i < n; i++) {
-        rs_status_t st = rs__convert_strided(c[i].to, c[i].dst, c[i].dst_stride,
-                                            c[i].from, c[i].src,
-                                            c[i].src_stride, c[i].ndim,
-                                            c[i].shape);
-        if (st != RS_OK) {
-            rs__diag_set(diag, st, "local copy %zu failed", i);
-            return fail(x, st, "local copy");
-        }
-    }
-    return RS_OK;
-}
-
 static rs_status_t check_throughput(rs_exec_h x, rs_diag_t *diag)
 {
     double secs = x->stage[RS_STAGE_WIRE];
@@ -336,6 +322,26 @@ static rs_status_t install(rs_exec_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
+/* The stages one after another: wire, replays, casts, digests. */
+static rs_status_t run_serial(rs_exec_h x, rs_diag_t *diag)
+{
+    rs_status_t st;
+    if ((st = rs__exec_check_deadline(x, "wire", diag)) != RS_OK)
+        return st;
+    STAGE(x, RS_STAGE_WIRE, 0, wire(x, diag));
+    x->stats.wire_seconds = x->stage[RS_STAGE_WIRE];
+    STAGE(x, RS_STAGE_REPLAY, x->replays_len == 0,
+          rs__exec_run_copies(x, RS_STAGE_REPLAY, diag));
+    STAGE(x, RS_STAGE_CONVERT, x->casts_len == 0,
+          rs__exec_run_copies(x, RS_STAGE_CONVERT, diag));
+    if (x->params.verify_digests &&
+        (st = rs__exec_check_deadline(x, "verify", diag)) != RS_OK)
+        return st;
+    STAGE(x, RS_STAGE_VERIFY, !x->params.verify_digests,
+          rs__exec_verify(x, diag));
+    return RS_OK;
+}
+
 rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
 {
     rs_status_t st;
@@ -343,6 +349,9 @@ rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
     for (int s = 0; s < RS_STAGE_COUNT_; s++)
         x->stage[s] = -1;
+    x->run_s = -1;
+    x->run_waves = 0;
+    x->run_threads = 1;
     x->failure = NULL;
     x->staged = 0;
     x->deadline = x->params.run_timeout_s > 0
@@ -360,18 +369,11 @@ rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
     if (x->params.verify_digests &&
         (st = rs__exec_check_digests(x, diag)) != RS_OK)
         return st;
-    if ((st = check_deadline(x, "wire", diag)) != RS_OK)
+    double t0 = rs__now_s();
+    st = x->nwaves > 0 ? rs__exec_run_pipelined(x, diag) : run_serial(x, diag);
+    if (st != RS_OK)
         return st;
-    STAGE(x, RS_STAGE_WIRE, 0, wire(x, diag));
-    x->stats.wire_seconds = x->stage[RS_STAGE_WIRE];
-    STAGE(x, RS_STAGE_REPLAY, x->replays_len == 0,
-          run_copies(x, x->replays, x->replays_len, diag));
-    STAGE(x, RS_STAGE_CONVERT, x->casts_len == 0,
-          run_copies(x, x->casts, x->casts_len, diag));
-    if (x->params.verify_digests &&
-        (st = check_deadline(x, "verify", diag)) != RS_OK)
-        return st;
-    STAGE(x, RS_STAGE_VERIFY, !x->params.verify_digests, rs__exec_verify(x, diag));
+    x->run_s = rs__now_s() - t0;
     if ((st = check_throughput(x, diag)) != RS_OK)
         return st;
     x->staged = 1;
@@ -394,7 +396,7 @@ rs_status_t rs_exec_install(rs_exec_h x, rs_diag_t *diag)
 rs_status_t rs_exec_run(rs_exec_h x, rs_diag_t *diag)
 {
     rs_status_t st = rs_exec_run_staged(x, diag);
-    if (st == RS_OK && (st = check_deadline(x, "install", diag)) != RS_OK)
+    if (st == RS_OK && (st = rs__exec_check_deadline(x, "install", diag)) != RS_OK)
         x->staged = 0;
     return st == RS_OK ? rs_exec_install(x, diag) : st;
 }

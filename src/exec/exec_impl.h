@@ -3,6 +3,8 @@
 #ifndef RS_EXEC_EXEC_IMPL_H
 #define RS_EXEC_EXEC_IMPL_H
 
+#include <stdatomic.h>
+
 #include "core/clock.h"
 #include "core/vec.h"
 #include "reshard/plan.h" /* the plan's capture, rs_plan_capture */
@@ -27,13 +29,41 @@ typedef struct rs_piece {
     uint64_t offset;     /* byte offset inside the shard */
     uint64_t nbytes;
     const unsigned char *at;
+    uint32_t wave;       /* pipelined runs: the wave of its read */
+    uint8_t late;        /* its read's destination overlaps another write:
+                          * verified after every wave */
 } rs_piece_t;
+
+/* One wave of a pipelined run, as ends into the executor's wave_reads,
+ * replays, casts and verify_at (each wave starts where the one before
+ * ended; the first at 0). Its replays and casts read only its own reads'
+ * staging, and its shards are complete once its reads are. */
+typedef struct rs_wave {
+    size_t reads_end, replays_end, casts_end, verify_end;
+} rs_wave_t;
+
+/* Stage work handed to the executor's pool: replays [rep_begin, rep_end),
+ * casts [cast_begin, cast_end) and the digests of verify_at[ver_begin,
+ * ver_end), as one flat task range. The first failure is kept. */
+typedef struct rs_stage_job {
+    rs_exec_h x;
+    size_t rep_begin, rep_end, cast_begin, cast_end, ver_begin, ver_end;
+    int skip_ordered;        /* leave copies marked ordered for later */
+    atomic_int failed;
+    rs_status_t status;
+    const char *cause;       /* x->failure for the first failure */
+    rs_diag_t diag;
+    atomic_uint_fast64_t busy_ns[3]; /* replay, convert, verify */
+    atomic_uint_fast64_t verified;
+} rs_stage_job_t;
 
 /* Stage timings of a run; negative = the stage did not run. */
 enum {
     RS_STAGE_PREPARE, RS_STAGE_DESCRIPTORS, RS_STAGE_WIRE, RS_STAGE_REPLAY,
     RS_STAGE_CONVERT, RS_STAGE_VERIFY, RS_STAGE_INSTALL, RS_STAGE_COUNT_
 };
+
+struct rs__pool;
 
 typedef struct rs_bind {
     unsigned char *base;
@@ -54,10 +84,28 @@ struct rs_exec {
     rs_read_t *chunk;            /* progress mode: one chunk of reads */
     size_t *group_at;            /* progress mode: per-session cursors */
     size_t phase_end[3];         /* exact, full-pull, convert read ranges */
-    unsigned char **fp_staging;  /* per full pull */
-    unsigned char **cv_staging;  /* per convert */
+    unsigned char **fp_staging;  /* per full pull, inside `staging` */
+    unsigned char **cv_staging;  /* per convert, inside `staging` */
+    unsigned char *staging;      /* every staging buffer: whole pages */
+    size_t staging_len;
     RS_VEC(rs_xcopy_t, replays);
     RS_VEC(rs_xcopy_t, casts);
+    /* per replay / cast: 1 when its destination overlaps another write of
+     * the plan, so it runs alone, in loader order, after the others */
+    unsigned char *replay_ordered, *cast_ordered;
+    /* pipelined runs (nwaves > 0): the reads in wave order, grouped by
+     * session inside each wave; per wave read, 1 when its destination
+     * overlaps another write */
+    rs_read_t *wave_reads;
+    unsigned char *wave_late;
+    rs_wave_t *waves;
+    size_t nwaves;
+    size_t *verify_at;           /* fully read piece groups, by wave; those
+                                  * past the last wave's end run last */
+    size_t nverify;
+    struct rs__pool *pool;       /* stage threads, made by the first run
+                                  * that uses them */
+    rs_stage_job_t job;
     RS_VEC(rs_piece_t, pieces);  /* sorted by (shard, offset) */
     RS_VEC(size_t, partial);     /* shards with a digest, only partly read */
     const char **digests;        /* per plan shard, from rs_exec_set_digests */
@@ -70,6 +118,10 @@ struct rs_exec {
     unsigned char *param_state;  /* 0 missing, 1 partial, 2 full */
 
     double stage[RS_STAGE_COUNT_];
+    double run_s;                /* wall time of the last run's wire to
+                                  * verify stages; < 0: did not get there */
+    uint64_t run_waves;          /* waves of the last run; 0: serial */
+    uint64_t run_threads;        /* threads that ran its local stages */
     double deadline;             /* of the run in flight (rs__now_s); 0: none */
     int staged;                  /* the last run passed every check and
                                   * has not been installed yet */
@@ -89,5 +141,51 @@ rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag);
  * left of the run's deadline; a wait the deadline cut short is
  * RS_ERR_TIMEOUT naming `stage`. */
 rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag);
+/* RS_ERR_TIMEOUT (failure "deadline") when the run's deadline passed
+ * before `stage` starts. */
+rs_status_t rs__exec_check_deadline(rs_exec_h x, const char *stage,
+                                    rs_diag_t *diag);
+
+/* Groups reads[begin, end) by session, keeping their order inside each
+ * session; 0 when out of memory (the reads are unchanged then). */
+int rs__exec_group_reads(rs_read_t *reads, size_t begin, size_t end,
+                         size_t nsessions);
+
+/* Prepare steps (prepare.c runs them in this order after the programs):
+ * the pipelined run's waves (none when the run is serial: the `serial`,
+ * `phased` or `progress` parameters, or fewer than two waves), the
+ * overlap marks, the verification pieces and their schedule by wave. */
+rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag);
+rs_status_t rs__exec_mark_overlaps(rs_exec_h x, rs_diag_t *diag);
+rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag);
+rs_status_t rs__exec_schedule_verify(rs_exec_h x, rs_diag_t *diag);
+void rs__exec_release_waves(rs_exec_h x);
+
+/* Piece groups (one shard each, pieces sorted by offset): the end of the
+ * group starting at piece i, and the bytes of its shard it covers. */
+size_t rs__piece_group_end(const rs_piece_t *p, size_t n, size_t i);
+uint64_t rs__pieces_covered(const rs_piece_t *p, size_t i, size_t end);
+/* Digests the fully covered shard of the piece group at piece i and
+ * compares (RS_ERR_VERIFY on a mismatch; does not count it). Reads only:
+ * groups may be checked at once on several threads. */
+rs_status_t rs__exec_verify_group(rs_exec_h x, size_t i, rs_diag_t *diag);
+
+/* Runs copies[0, n) into their destinations (replays or casts, `kind`
+ * RS_STAGE_REPLAY or RS_STAGE_CONVERT): the unordered ones as one batch on
+ * the executor's pool when it has one, then the ordered ones in order. */
+rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag);
+/* Only the copies of `kind` marked ordered, in loader order. */
+rs_status_t rs__exec_run_ordered(rs_exec_h x, int kind, rs_diag_t *diag);
+/* One copy; RS_OK or the cast's error. */
+rs_status_t rs__exec_copy(const rs_xcopy_t *c);
+
+/* The stage pool (one thread per transport worker), made on first use. */
+rs_status_t rs__exec_pool(rs_exec_h x, rs_diag_t *diag);
+/* Starts the job in x->job (its ranges set) on the pool; joins it. */
+void rs__exec_job_start(rs_exec_h x);
+rs_status_t rs__exec_job_join(rs_exec_h x, rs_diag_t *diag);
+
+/* The wire, replay, cast and verify stages overlapped by waves. */
+rs_status_t rs__exec_run_pipelined(rs_exec_h x, rs_diag_t *diag);
 
 #endif

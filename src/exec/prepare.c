@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/pages.h"
 #include "core/diag.h"
 #include "exec/exec_impl.h"
 #include "geom/view.h"
@@ -126,22 +127,55 @@ static rs_status_t replay_program(rs_exec_h x, const rs_full_pull_t *fp,
     return RS_VEC_PUSH(x, replays, xc) ? RS_OK : OOM(diag);
 }
 
-static unsigned char *alloc_staging(uint64_t nbytes)
+#define STAGING_ALIGN ((uint64_t)4096)
+
+/* Adds a staging buffer of nbytes at a page boundary of the staging
+ * block; 0 when the block would pass SIZE_MAX. */
+static int reserve(uint64_t *len, uint64_t nbytes, size_t *at_p)
 {
-    return malloc(nbytes ? (size_t)nbytes : 1);
+    uint64_t room = (uint64_t)SIZE_MAX - STAGING_ALIGN;
+    if (nbytes > room || *len > room - nbytes)
+        return 0;
+    *at_p = (size_t)*len;
+    *len += (nbytes + STAGING_ALIGN - 1) & ~(STAGING_ALIGN - 1);
+    return 1;
+}
+
+/* Every full pull's and convert's staging, as one block of whole pages
+ * (huge pages when large), each buffer page-aligned: reads land on page
+ * boundaries, and one mapping per plan instead of one per buffer. */
+static rs_status_t alloc_staging(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t nfp, ncv, k;
+    const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &nfp);
+    const rs_convert_t *cv = rs_plan_converts(x->plan, &ncv);
+    uint64_t len = 0;
+    int ok = 1;
+    x->fp_staging = calloc(nfp + 1, sizeof(unsigned char *));
+    x->cv_staging = calloc(ncv + 1, sizeof(unsigned char *));
+    size_t *at = malloc((nfp + ncv + 1) * sizeof(size_t));
+    for (k = 0; ok && at != NULL && k < nfp + ncv; k++)
+        ok = reserve(&len, k < nfp ? fp[k].staging_bytes
+                                   : cv[k - nfp].staging_bytes, &at[k]);
+    if (x->fp_staging == NULL || x->cv_staging == NULL || at == NULL || !ok ||
+        (x->staging = rs__pages_alloc((size_t)len)) == NULL) {
+        free(at);
+        return OOM(diag);
+    }
+    x->staging_len = (size_t)len;
+    for (k = 0; k < nfp + ncv; k++)
+        *(k < nfp ? &x->fp_staging[k] : &x->cv_staging[k - nfp]) =
+            x->staging + at[k];
+    free(at);
+    return RS_OK;
 }
 
 static rs_status_t prepare_full_pulls(rs_exec_h x, rs_diag_t *diag)
 {
     size_t n;
     const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &n);
-    x->fp_staging = calloc(n + 1, sizeof(unsigned char *));
-    if (x->fp_staging == NULL)
-        return OOM(diag);
     for (size_t i = 0; i < n; i++) {
         rs_status_t st;
-        if ((x->fp_staging[i] = alloc_staging(fp[i].staging_bytes)) == NULL)
-            return OOM(diag);
         st = add_reads(x, fp[i].segments, fp[i].nsegments, x->fp_staging[i],
                        fp[i].staging_bytes, "its full-pull staging", diag);
         for (size_t k = 0; st == RS_OK && k < fp[i].ncopies; k++)
@@ -178,14 +212,8 @@ static rs_status_t prepare_converts(rs_exec_h x, rs_diag_t *diag)
 {
     size_t n;
     const rs_convert_t *cv = rs_plan_converts(x->plan, &n);
-    x->cv_staging = calloc(n + 1, sizeof(unsigned char *));
-    if (x->cv_staging == NULL)
-        return OOM(diag);
     for (size_t i = 0; i < n; i++) {
-        rs_status_t st;
-        if ((x->cv_staging[i] = alloc_staging(cv[i].staging_bytes)) == NULL)
-            return OOM(diag);
-        st = add_reads(x, cv[i].segments, cv[i].nsegments, x->cv_staging[i],
+        rs_status_t st = add_reads(x, cv[i].segments, cv[i].nsegments, x->cv_staging[i],
                        cv[i].staging_bytes, "its convert staging", diag);
         if (st == RS_OK)
             st = cast_program(x, &cv[i], x->cv_staging[i], diag);
@@ -211,17 +239,10 @@ static size_t count_reads(rs_plan_h plan)
 
 void rs__exec_release(rs_exec_h x)
 {
-    size_t n;
-    if (x->fp_staging != NULL) {
-        rs_plan_full_pulls(x->plan, &n);
-        for (size_t i = 0; i < n; i++)
-            free(x->fp_staging[i]);
-    }
-    if (x->cv_staging != NULL) {
-        rs_plan_converts(x->plan, &n);
-        for (size_t i = 0; i < n; i++)
-            free(x->cv_staging[i]);
-    }
+    rs__pages_free(x->staging, x->staging_len);
+    x->staging = NULL;
+    x->staging_len = 0;
+    rs__exec_release_waves(x);
     free(x->fp_staging);
     free(x->cv_staging);
     free(x->reads);
@@ -231,6 +252,9 @@ void rs__exec_release(rs_exec_h x)
     x->group_at = NULL;
     free(x->replays);
     free(x->casts);
+    free(x->replay_ordered);
+    free(x->cast_ordered);
+    x->replay_ordered = x->cast_ordered = NULL;
     free(x->pieces);
     free(x->partial);
     free(x->verify_buf);
@@ -247,14 +271,12 @@ void rs__exec_release(rs_exec_h x)
     x->prepared = 0;
 }
 
-rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag);
-
-/* Groups reads [begin, end) by session, keeping plan order inside each
- * session (a counting sort): the transport then posts each session's reads
- * as they lie, with no copy and no allocation on later runs. */
-static int group_by_session(rs_exec_h x, size_t begin, size_t end)
+/* A counting sort: the transport then posts each session's reads as they
+ * lie, with no copy and no allocation on later runs. */
+int rs__exec_group_reads(rs_read_t *reads, size_t begin, size_t end,
+                         size_t nsess)
 {
-    size_t nsess = rs_plan_num_sessions(x->plan), n = end - begin;
+    size_t n = end - begin;
     if (n < 2)
         return 1;
     size_t *at = calloc(nsess + 1, sizeof(size_t));
@@ -265,15 +287,21 @@ static int group_by_session(rs_exec_h x, size_t begin, size_t end)
         return 0;
     }
     for (size_t i = begin; i < end; i++)
-        at[x->reads[i].session + 1]++;
+        at[reads[i].session + 1]++;
     for (size_t k = 1; k <= nsess; k++)
         at[k] += at[k - 1];
     for (size_t i = begin; i < end; i++)
-        tmp[at[x->reads[i].session]++] = x->reads[i];
-    memcpy(x->reads + begin, tmp, n * sizeof(rs_read_t));
+        tmp[at[reads[i].session]++] = reads[i];
+    memcpy(reads + begin, tmp, n * sizeof(rs_read_t));
     free(at);
     free(tmp);
     return 1;
+}
+
+static int group_by_session(rs_exec_h x, size_t begin, size_t end)
+{
+    return rs__exec_group_reads(x->reads, begin, end,
+                                rs_plan_num_sessions(x->plan));
 }
 
 rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
@@ -284,7 +312,8 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
     x->reads = malloc((count_reads(x->plan) + 1) * sizeof(rs_read_t));
     if (x->reads == NULL)
         return OOM(diag);
-    if ((st = prepare_exact(x, diag)) != RS_OK)
+    if ((st = alloc_staging(x, diag)) != RS_OK ||
+        (st = prepare_exact(x, diag)) != RS_OK)
         goto fail;
     x->phase_end[0] = x->nreads;
     if ((st = prepare_full_pulls(x, diag)) != RS_OK)
@@ -293,6 +322,9 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
     if ((st = prepare_converts(x, diag)) != RS_OK)
         goto fail;
     x->phase_end[2] = x->nreads;
+    if ((st = rs__exec_prepare_waves(x, diag)) != RS_OK ||
+        (st = rs__exec_mark_overlaps(x, diag)) != RS_OK)
+        goto fail;
     if (!group_by_session(x, 0, x->phase_end[0]) ||
         !group_by_session(x, x->phase_end[0], x->phase_end[1]) ||
         !group_by_session(x, x->phase_end[1], x->phase_end[2])) {
@@ -305,7 +337,8 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
     }
     x->stage[RS_STAGE_DESCRIPTORS] = rs__now_s() - t0;
     if (x->params.verify_digests &&
-        (st = rs__exec_prepare_pieces(x, diag)) != RS_OK)
+        ((st = rs__exec_prepare_pieces(x, diag)) != RS_OK ||
+         (st = rs__exec_schedule_verify(x, diag)) != RS_OK))
         goto fail;
     x->prepared = 1;
     x->stats.prepares++;

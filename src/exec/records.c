@@ -47,6 +47,9 @@ void rs_exec_stages(rs_exec_h x, rs_exec_stages_t *s)
         .shards_verified = x->stats.shards_verified,
         .ok = x->failure == NULL,
         .failure = x->failure,
+        .run_s = x->run_s,
+        .waves = x->run_waves,
+        .threads = x->run_threads,
     };
 }
 
@@ -92,6 +95,11 @@ rs_status_t rs_exec_write_stages(const rs_exec_stages_t *s, unsigned flags,
         json_object_set_new(root, "failure", json_string(s->failure != NULL
                                                              ? s->failure
                                                              : "unknown"));
+    /* added after the first keys of v2, which readers may expect in order */
+    if (s->run_s >= 0)
+        json_object_set_new(root, "run_s", json_real(s->run_s));
+    json_object_set_new(root, "waves", json_integer((json_int_t)s->waves));
+    json_object_set_new(root, "threads", json_integer((json_int_t)s->threads));
     return dump(root, flags, out, diag);
 }
 

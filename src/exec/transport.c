@@ -176,6 +176,12 @@ void rs_transport_counters(rs_transport_h t,
         *counters_p = t->counters;
 }
 
+unsigned rs__transport_workers(rs_transport_h t)
+{
+    unsigned n = t != NULL && t->ops->workers != NULL ? t->ops->workers(t) : 1;
+    return n > 0 ? n : 1;
+}
+
 rs_status_t rs__transport_unsupported(rs_transport_h t, rs_diag_t *diag)
 {
     return rs__diag_set(diag, RS_ERR_UNSUPPORTED,

@@ -16,6 +16,9 @@ typedef struct rs_transport_ops {
                         const rs_read_t *reads, size_t n, rs_diag_t *diag);
     rs_status_t (*wait)(rs_transport_h t, double timeout_s, rs_diag_t *diag);
     void (*cancel)(rs_transport_h t);
+    /* Optional: the worker threads the backend runs its copies on (NULL:
+     * it has none of its own). Sizes the executor's own pool. */
+    unsigned (*workers)(rs_transport_h t);
 } rs_transport_ops_t;
 
 struct rs_transport {
@@ -24,6 +27,9 @@ struct rs_transport {
     rs_transport_counters_t counters;
     void *priv; /* the backend's own state */
 };
+
+/* The backend's worker threads (ops->workers), 1 for a backend without. */
+unsigned rs__transport_workers(rs_transport_h t);
 
 /* Shared stub for operations a backend does not support. */
 rs_status_t rs__transport_unsupported(rs_transport_h t, rs_diag_t *diag);

@@ -42,8 +42,7 @@ static int cmp_piece(const void *a, const void *b)
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-/* Bytes of the shard covered by pieces [i, end) (sorted by offset). */
-static uint64_t covered(const rs_piece_t *p, size_t i, size_t end)
+uint64_t rs__pieces_covered(const rs_piece_t *p, size_t i, size_t end)
 {
     uint64_t reach = 0, total = 0;
     for (; i < end; i++) {
@@ -56,7 +55,7 @@ static uint64_t covered(const rs_piece_t *p, size_t i, size_t end)
     return total;
 }
 
-static size_t group_end(const rs_piece_t *p, size_t n, size_t i)
+size_t rs__piece_group_end(const rs_piece_t *p, size_t n, size_t i)
 {
     size_t e = i;
     while (e < n && p[e].shard == p[i].shard)
@@ -67,7 +66,8 @@ static size_t group_end(const rs_piece_t *p, size_t n, size_t i)
 /* Cuts one read into pieces, one per shard it runs through (a session may
  * publish shards back to back and one read may span them). */
 static rs_status_t add_pieces(rs_exec_h x, const rs_shard_ref_t *sh, size_t ns,
-                              const rs_read_t *r, rs_diag_t *diag)
+                              const rs_read_t *r, uint32_t wave, uint8_t late,
+                              rs_diag_t *diag)
 {
     uint64_t addr = r->src_addr, left = r->nbytes;
     const unsigned char *at = r->dst;
@@ -77,7 +77,7 @@ static rs_status_t add_pieces(rs_exec_h x, const rs_shard_ref_t *sh, size_t ns,
             return RS_OK;
         uint64_t room = sh[s].addr + sh[s].nbytes - addr;
         uint64_t take = left < room ? left : room;
-        rs_piece_t p = {(size_t)s, addr - sh[s].addr, take, at};
+        rs_piece_t p = {(size_t)s, addr - sh[s].addr, take, at, wave, late};
         if (!RS_VEC_PUSH(x, pieces, p))
             return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
         addr += take;
@@ -91,17 +91,23 @@ rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag)
 {
     size_t ns;
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
+    /* a pipelined run's pieces know their wave */
+    const rs_read_t *reads = x->nwaves > 0 ? x->wave_reads : x->reads;
+    uint32_t w = 0;
     for (size_t i = 0; i < x->nreads; i++) {
-        rs_status_t st = add_pieces(x, sh, ns, &x->reads[i], diag);
+        while (x->nwaves > 0 && i >= x->waves[w].reads_end)
+            w++;
+        uint8_t late = x->nwaves > 0 && x->wave_late[i];
+        rs_status_t st = add_pieces(x, sh, ns, &reads[i], w, late, diag);
         if (st != RS_OK)
             return st;
     }
     if (x->pieces_len > 1)
         qsort(x->pieces, x->pieces_len, sizeof(rs_piece_t), cmp_piece);
-    for (size_t i = 0; i < x->pieces_len; i = group_end(x->pieces, x->pieces_len, i)) {
+    for (size_t i = 0; i < x->pieces_len; i = rs__piece_group_end(x->pieces, x->pieces_len, i)) {
         size_t s = x->pieces[i].shard;
-        size_t end = group_end(x->pieces, x->pieces_len, i);
-        if (covered(x->pieces, i, end) == sh[s].nbytes || !x->params.verify_partial)
+        size_t end = rs__piece_group_end(x->pieces, x->pieces_len, i);
+        if (rs__pieces_covered(x->pieces, i, end) == sh[s].nbytes || !x->params.verify_partial)
             continue;
         if (!RS_VEC_PUSH(x, partial, s))
             return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -160,7 +166,6 @@ static rs_status_t compare(rs_exec_h x, size_t shard, uint64_t got,
     rs_status_t st = check_digest(x, shard, &want, diag);
     if (st != RS_OK)
         return st;
-    x->stats.shards_verified++;
     if (want == got)
         return RS_OK;
     rs_digest_format(want, want_s);
@@ -205,6 +210,7 @@ static rs_status_t verify_partial(rs_exec_h x, const rs_shard_ref_t *sh,
                          diag);
         if (st != RS_OK)
             return st;
+        x->stats.shards_verified++;
     }
     return RS_OK;
 }
@@ -217,8 +223,8 @@ rs_status_t rs__exec_check_digests(rs_exec_h x, rs_diag_t *diag)
     uint64_t want;
     rs_status_t st = RS_OK;
     for (size_t i = 0; i < x->pieces_len && st == RS_OK;) {
-        size_t end = group_end(p, x->pieces_len, i);
-        if (covered(p, i, end) == sh[p[i].shard].nbytes)
+        size_t end = rs__piece_group_end(p, x->pieces_len, i);
+        if (rs__pieces_covered(p, i, end) == sh[p[i].shard].nbytes)
             st = check_digest(x, p[i].shard, &want, diag);
         i = end;
     }
@@ -229,25 +235,51 @@ rs_status_t rs__exec_check_digests(rs_exec_h x, rs_diag_t *diag)
     return st;
 }
 
-rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)
+rs_status_t rs__exec_verify_group(rs_exec_h x, size_t i, rs_diag_t *diag)
+{
+    const rs_piece_t *p = x->pieces;
+    size_t end = rs__piece_group_end(p, x->pieces_len, i);
+    return compare(x, p[i].shard, digest_pieces(p, i, end), diag);
+}
+
+static rs_status_t verify_one(rs_exec_h x, size_t group, rs_diag_t *diag)
+{
+    rs_status_t st = rs__exec_verify_group(x, group, diag);
+    if (st == RS_OK)
+        x->stats.shards_verified++;
+    return st;
+}
+
+/* A serial run: every fully read group; a pipelined run: the groups left
+ * for its end (verify_at past the last wave's end). */
+static rs_status_t verify_groups(rs_exec_h x, rs_diag_t *diag)
 {
     size_t ns;
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
     const rs_piece_t *p = x->pieces;
-    for (size_t i = 0; i < x->pieces_len;) {
-        size_t end = group_end(p, x->pieces_len, i);
-        const rs_shard_ref_t *s = &sh[p[i].shard];
-        if (covered(p, i, end) == s->nbytes) {
-            rs_status_t st = compare(x, p[i].shard, digest_pieces(p, i, end),
-                                     diag);
-            if (st != RS_OK) {
-                x->failure = "digest";
-                return st;
-            }
-        }
+    rs_status_t st = RS_OK;
+    if (x->nwaves > 0) {
+        for (size_t k = x->waves[x->nwaves - 1].verify_end;
+             st == RS_OK && k < x->nverify; k++)
+            st = verify_one(x, x->verify_at[k], diag);
+        return st;
+    }
+    for (size_t i = 0; st == RS_OK && i < x->pieces_len;) {
+        size_t end = rs__piece_group_end(p, x->pieces_len, i);
+        if (rs__pieces_covered(p, i, end) == sh[p[i].shard].nbytes)
+            st = verify_one(x, i, diag);
         i = end;
     }
-    rs_status_t st = verify_partial(x, sh, diag);
+    return st;
+}
+
+rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag)
+{
+    size_t ns;
+    const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
+    rs_status_t st = verify_groups(x, diag);
+    if (st == RS_OK)
+        st = verify_partial(x, sh, diag);
     if (st != RS_OK)
         x->failure = "digest";
     return st;

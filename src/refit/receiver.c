@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/diag.h"
 #include "core/memory.h"
+#include "core/pages.h"
 #include "core/params.h"
 #include "refit/refit_impl.h"
 #include "refit/replicas.h"
@@ -209,7 +210,7 @@ void rs_receiver_destroy(rs_receiver_h r)
     rs_dir_close(r->dir);
     rs_dir_close(r->lease_dir);
     for (size_t p = 0; r->binds != NULL && p < r->nparams; p++)
-        free(r->binds[p].shadow);
+        rs__pages_free(r->binds[p].shadow, (size_t)r->binds[p].nbytes);
     free(r->binds);
     free(r->model);
     free(r->directory);
@@ -247,10 +248,11 @@ rs_status_t rs_receiver_bind(rs_receiver_h r, size_t param, void *base,
     rs_status_t st = bind_mem_check(r, param, mem, diag);
     if (st != RS_OK)
         return st; /* before the shadow copy reads base */
-    free(r->binds[param].shadow);
+    rs__pages_free(r->binds[param].shadow, (size_t)r->binds[param].nbytes);
     r->binds[param] = (rs_rbind_t){base, nbytes, NULL};
     if (r->params.shadow && nbytes > 0) {
-        r->binds[param].shadow = malloc((size_t)nbytes);
+        /* whole pages (huge ones when large): reads land page-aligned */
+        r->binds[param].shadow = rs__pages_alloc((size_t)nbytes);
         if (r->binds[param].shadow == NULL) {
             /* unbound: a pull must not fall back to the bound storage */
             r->binds[param] = (rs_rbind_t){NULL, 0, NULL};

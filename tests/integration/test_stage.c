@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "exec/exec_impl.h" /* the executor's bindings: the shadows */
 #include "reshard/reshard.h"
 #include "assert_status.h"
 
@@ -137,6 +138,10 @@ static rs_staged_h stage_ok(rs_receiver_h recv, int64_t v)
         fail_msg("stage of version %lld: %s", (long long)v, d.msg);
     assert_non_null(h);
     assert_int_equal(rs_staged_version(h), v);
+    /* the receiver's shadows, where the pull landed, are whole pages */
+    rs_exec_h x = rs_receiver_exec(recv);
+    for (size_t p = 0; p < x->nparams; p++)
+        assert_true((uintptr_t)x->binds[p].base % 4096 == 0);
     return h;
 }
 

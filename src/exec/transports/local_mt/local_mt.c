@@ -274,6 +274,11 @@ static rs_status_t mt_wait(rs_transport_h t, double timeout_s,
     return settle(t, timeout_s, diag);
 }
 
+static unsigned mt_workers(rs_transport_h t)
+{
+    return ((const mt_state_t *)t->priv)->nthreads;
+}
+
 const rs_transport_ops_t rs__transport_local_mt = {
     .name = "local-mt",
     .open = mt_open,
@@ -282,6 +287,7 @@ const rs_transport_ops_t rs__transport_local_mt = {
     .post = rs__local_post,
     .wait = mt_wait,
     .cancel = rs__local_cancel, /* the pool only runs inside wait */
+    .workers = mt_workers,
 };
 
 /* The backend's one table: this transport (it exposes nothing). */
