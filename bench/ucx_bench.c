@@ -348,13 +348,16 @@ int main(int argc, char **argv)
         setenv("UCX_TLS", tls[k], 1);
         peer_proc_t p[2] = {{0}, {0}};
         rs_transport_h t[2];
+        /* both children first: none is forked from a process with UCX
+         * state of its own (sockets, an endpoint) */
         for (int m = 0; m < 2; m++) {
             if (peer_start(&p[m], m) != 0) {
                 fprintf(stderr, "UCX_TLS=%s: exposer child failed\n", tls[k]);
                 return 1;
             }
-            t[m] = open_transport(&p[m]);
         }
+        for (int m = 0; m < 2; m++)
+            t[m] = open_transport(&p[m]);
         bandwidth_section(tls[k], t, dst);
         small_section(tls[k], t);
         /* the second child holds the first one's pipe too: last first */
