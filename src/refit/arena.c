@@ -183,7 +183,7 @@ static rs_status_t stage_arena(rs_publisher_h p, int64_t version,
     lay_out(p, p->arena);
     p->arena_version = -1; /* mixed bytes until every copy is done */
     for (size_t i = 0; i < p->shards_len; i++)
-        if (p->shards[i].nbytes > 0)
+        if (p->shards[i].nbytes > 0 && p->shards[i].served != NULL)
             memcpy(p->shards[i].served, p->shards[i].ptr,
                    (size_t)p->shards[i].nbytes);
     p->arena_version = version;
