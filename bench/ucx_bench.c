@@ -4,8 +4,10 @@
  * sizes and UCX_TLS, as a ratio; and the per-descriptor cost of 100k small
  * reads against ucx_perftest's 64-byte get rate. ucx_perftest reads memory
  * UCX allocated itself (shared memory segments the reader maps, no target
- * involved); it is also run on heap memory (UCX_ALLOC_PRIO=heap), which is
- * what an exposer registers, as the like-for-like baseline.
+ * involved). The exposer serves either an allocation of its own
+ * (rs_exposer_alloc: what publisher arenas and in-place tensors use) or
+ * registered caller memory (malloc), each measured against the same
+ * ucx_perftest figure; destinations are page-aligned.
  * Usage: ucx_bench [tls...]   (default: sm tcp) */
 #include <errno.h>
 #include <signal.h>
@@ -28,6 +30,7 @@
 #define SMALL_READS 100000
 #define SMALL_BYTES 64
 #define SMALL_STRIDE 256
+#define REPS 3 /* best of, taking turns with ucx_perftest */
 
 static int io_all(int fd, void *buf, size_t n, int writing)
 {
@@ -53,18 +56,23 @@ typedef struct peer_proc {
     size_t blob_len;
 } peer_proc_t;
 
-static void child_main(int out_fd, int done_fd)
+/* arena: the exposer's own allocation; else malloc'd and registered. */
+static void child_main(int out_fd, int done_fd, int arena)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    uint8_t *mem = malloc(REGION_BYTES);
-    for (size_t i = 0; mem != NULL && i < REGION_BYTES; i++)
-        mem[i] = (uint8_t)(i * 131 + 7);
     rs_diag_t d;
-    rs_exposer_h x;
+    rs_exposer_h x = NULL;
+    uint8_t *mem = NULL;
     const void *blob;
     size_t len;
-    if (mem == NULL || rs_exposer_create("ucx", &d, &x) != RS_OK ||
-        rs_exposer_add_region(x, 0x10000000, mem, REGION_BYTES, RS_MEM_HOST, &d) != RS_OK ||
+    if (rs_exposer_create("ucx", &d, &x) != RS_OK)
+        _exit(3);
+    if (arena ? rs_exposer_alloc(x, REGION_BYTES, &d, (void **)&mem) != RS_OK
+              : (mem = malloc(REGION_BYTES)) == NULL)
+        _exit(3);
+    for (size_t i = 0; i < REGION_BYTES; i++)
+        mem[i] = (uint8_t)(i * 131 + 7);
+    if (rs_exposer_add_region(x, 0x10000000, mem, REGION_BYTES, RS_MEM_HOST, &d) != RS_OK ||
         rs_exposer_start(x, &d) != RS_OK ||
         rs_exposer_blob(x, &blob, &len) != RS_OK) {
         fprintf(stderr, "exposer: %s\n", d.msg);
@@ -78,11 +86,12 @@ static void child_main(int out_fd, int done_fd)
     while (read(done_fd, &c, 1) < 0 && errno == EINTR)
         ;
     rs_exposer_destroy(x);
-    free(mem);
+    if (!arena)
+        free(mem);
     _exit(0);
 }
 
-static int peer_start(peer_proc_t *p)
+static int peer_start(peer_proc_t *p, int arena)
 {
     int out[2], done[2];
     if (pipe(out) != 0 || pipe(done) != 0)
@@ -92,7 +101,7 @@ static int peer_start(peer_proc_t *p)
     if (p->pid == 0) {
         close(out[0]);
         close(done[1]);
-        child_main(out[1], done[0]);
+        child_main(out[1], done[0], arena);
     }
     close(out[1]);
     close(done[0]);
@@ -226,68 +235,100 @@ static unsigned perf_iters(const char *tls, unsigned iters)
 
 /* ---- sections ----------------------------------------------------------------- */
 
-static void bandwidth_section(const char *tls, rs_transport_h t, uint8_t *dst)
+static const char *const MODE_NAME[2] = {"caller", "arena"};
+
+static void bandwidth_section(const char *tls, rs_transport_h t[2],
+                              uint8_t *dst)
 {
     static const uint64_t sizes[] = {64u << 10, 1u << 20, 16u << 20};
     for (size_t k = 0; k < 3; k++) {
         uint64_t size = sizes[k];
-        uint64_t budget = strcmp(tls, "tcp") == 0 ? 512u << 20 : 2048u << 20;
+        uint64_t budget = strcmp(tls, "tcp") == 0 ? 256u << 20 : 1024u << 20;
         unsigned iters = (unsigned)(budget / size);
         iters = iters < 20 ? 20 : iters;
-        perf_t p, h;
-        double ours = our_bandwidth(t, dst, size, iters);
-        unsigned pi = perf_iters(tls, iters);
-        int have = perftest(size, pi, 0, &p) == 0;
-        int have_heap = perftest(size, pi, 1, &h) == 0;
-        printf("%-4s %9llu B  ours %9.1f MiB/s", tls,
-               (unsigned long long)size, ours);
+        perf_t p = {0, 0}, q;
+        int have = 0;
+        double ours[2] = {0, 0};
+        /* Best of REPS, ucx_perftest and ours taking turns, so load from
+         * elsewhere on the machine hits both alike. */
+        for (int rep = 0; rep < REPS; rep++) {
+            if (perftest(size, perf_iters(tls, iters), 0, &q) == 0) {
+                have = 1;
+                p.mbps = q.mbps > p.mbps ? q.mbps : p.mbps;
+            }
+            for (int m = 1; m >= 0; m--) {
+                double o = our_bandwidth(t[m], dst, size,
+                                         m ? iters : iters / 4 + 1);
+                ours[m] = o > ours[m] ? o : ours[m];
+            }
+        }
+        printf("%-4s %9llu B  ucx_perftest ", tls, (unsigned long long)size);
         if (have)
-            printf("  ucx_perftest %9.1f MiB/s ratio %.3f", p.mbps,
-                   ours / p.mbps);
+            printf("%9.1f MiB/s", p.mbps);
         else
-            printf("  ucx_perftest failed");
-        if (have_heap)
-            printf("  | on heap %9.1f MiB/s ratio %.3f\n", h.mbps,
-                   ours / h.mbps);
-        else
-            printf("  | on heap failed\n");
+            printf("   failed      ");
+        for (int m = 1; m >= 0; m--) {
+            printf("  | %s %9.1f MiB/s", MODE_NAME[m], ours[m]);
+            if (have)
+                printf(" ratio %.3f", ours[m] / p.mbps);
+        }
+        printf("\n");
+        fflush(stdout);
     }
 }
 
-static void small_section(const char *tls, rs_transport_h t)
+/* ns per read of SMALL_READS reads posted at once and waited for. */
+static double small_reads(rs_transport_h t, rs_read_t *r)
+{
+    rs_diag_t d;
+    run(t, r, SMALL_READS); /* warm-up */
+    double t0 = now_s();
+    if (rs_transport_post(t, r, SMALL_READS, &d) != RS_OK ||
+        rs_transport_wait(t, 60, &d) != RS_OK) {
+        fprintf(stderr, "small reads: %s\n", d.msg);
+        exit(1);
+    }
+    return (now_s() - t0) / SMALL_READS * 1e9;
+}
+
+static void small_section(const char *tls, rs_transport_h t[2])
 {
     rs_read_t *r = calloc(SMALL_READS, sizeof(*r));
-    uint8_t *dst = malloc((size_t)SMALL_READS * SMALL_STRIDE);
+    uint8_t *dst = aligned_alloc(4096, (size_t)SMALL_READS * SMALL_STRIDE);
     for (size_t i = 0; i < SMALL_READS; i++) {
         /* gaps on both sides, so no two reads merge into one get */
         r[i].src_addr = 0x10000000 + i * SMALL_STRIDE;
         r[i].dst = dst + i * SMALL_STRIDE;
         r[i].nbytes = SMALL_BYTES;
     }
-    run(t, r, SMALL_READS); /* warm-up */
-    rs_diag_t d;
-    double t0 = now_s();
-    if (rs_transport_post(t, r, SMALL_READS, &d) != RS_OK)
-        exit(1);
-    double t1 = now_s();
-    if (rs_transport_wait(t, 60, &d) != RS_OK) {
-        fprintf(stderr, "small reads: %s\n", d.msg);
-        exit(1);
+    perf_t p = {0, 0}, q;
+    int have = 0;
+    double per[2] = {1e300, 1e300};
+    for (int rep = 0; rep < REPS; rep++) {
+        if (perftest(SMALL_BYTES, perf_iters(tls, SMALL_READS), 0, &q) == 0) {
+            have = 1;
+            p.msgrate = q.msgrate > p.msgrate ? q.msgrate : p.msgrate;
+        }
+        for (int m = 1; m >= 0; m--) {
+            if (m == 0 && rep > 0)
+                continue; /* emulated: slow, once is enough */
+            double o = small_reads(t[m], r);
+            per[m] = o < per[m] ? o : per[m];
+        }
     }
-    double t2 = now_s();
-    perf_t p;
-    int have = perftest(SMALL_BYTES, perf_iters(tls, SMALL_READS), 0,
-                        &p) == 0;
-    double per = (t2 - t0) / SMALL_READS * 1e9;
-    printf("%-4s %d x %d B reads: post %.1f ns/read, wait (issue + "
-           "complete) %.1f ns/read, total %.1f ns/read", tls, SMALL_READS,
-           SMALL_BYTES, (t1 - t0) / SMALL_READS * 1e9,
-           (t2 - t1) / SMALL_READS * 1e9, per);
+    printf("%-4s %d x %d B reads: ucx_perftest ", tls, SMALL_READS,
+           SMALL_BYTES);
     if (have)
-        printf("; ucx_perftest %d B get %.1f ns/get, ratio %.3f\n",
-               SMALL_BYTES, 1e9 / p.msgrate, (1e9 / p.msgrate) / per);
+        printf("%.1f ns/get", 1e9 / p.msgrate);
     else
-        printf("; ucx_perftest failed\n");
+        printf("failed");
+    for (int m = 1; m >= 0; m--) {
+        printf("  | %s %.1f ns/read", MODE_NAME[m], per[m]);
+        if (have)
+            printf(" ratio %.3f", (1e9 / p.msgrate) / per[m]);
+    }
+    printf("\n");
+    fflush(stdout);
     free(dst);
     free(r);
 }
@@ -297,21 +338,33 @@ int main(int argc, char **argv)
     static const char *defaults[] = {"sm", "tcp"};
     const char **tls = argc > 1 ? (const char **)argv + 1 : defaults;
     int ntls = argc > 1 ? argc - 1 : 2;
-    uint8_t *dst = malloc(16u << 20);
-    printf("ucx_bench: rs_transport (ucx) reads vs ucx_perftest -t ucp_get, "
-           "loopback; ratio > 1 means faster than ucx_perftest\n");
+    uint8_t *dst = aligned_alloc(4096, 16u << 20);
+    memset(dst, 0, 16u << 20);
+    printf("ucx_bench: rs_transport (ucx) reads vs ucx_perftest -t ucp_get "
+           "(its own allocations), loopback; arena: the exposer's own "
+           "allocation; caller: malloc'd memory registered; ratio > 1 means "
+           "faster than ucx_perftest\n");
     for (int k = 0; k < ntls; k++) {
         setenv("UCX_TLS", tls[k], 1);
-        peer_proc_t p = {0};
-        if (peer_start(&p) != 0) {
-            fprintf(stderr, "UCX_TLS=%s: exposer child failed\n", tls[k]);
-            return 1;
+        peer_proc_t p[2] = {{0}, {0}};
+        rs_transport_h t[2];
+        /* both children first: none is forked from a process with UCX
+         * state of its own (sockets, an endpoint) */
+        for (int m = 0; m < 2; m++) {
+            if (peer_start(&p[m], m) != 0) {
+                fprintf(stderr, "UCX_TLS=%s: exposer child failed\n", tls[k]);
+                return 1;
+            }
         }
-        rs_transport_h t = open_transport(&p);
+        for (int m = 0; m < 2; m++)
+            t[m] = open_transport(&p[m]);
         bandwidth_section(tls[k], t, dst);
         small_section(tls[k], t);
-        rs_transport_destroy(t);
-        peer_stop(&p);
+        /* the second child holds the first one's pipe too: last first */
+        for (int m = 1; m >= 0; m--) {
+            rs_transport_destroy(t[m]);
+            peer_stop(&p[m]);
+        }
     }
     free(dst);
     return 0;

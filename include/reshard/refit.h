@@ -44,6 +44,29 @@ extern "C" {
 typedef struct rs_publisher *rs_publisher_h;
 typedef struct rs_receiver *rs_receiver_h;
 
+/* Where a publisher's served bytes live (rs_publisher_params_t.staging;
+ * docs/design.md, "Publisher staging"). */
+typedef enum rs_staging {
+    /* Registered caller memory, served where it is (the default). A
+     * version's bytes must stay as published until it is released. With
+     * ucx on one machine, reads of memory that is only registered are
+     * emulated by UCX (answered by the exposer's progress thread); shards
+     * that lie in rs_publisher_alloc memory are served one-sided. */
+    RS_STAGING_CALLER = 0,
+    /* Like CALLER, but every registered shard must lie in memory from
+     * rs_publisher_alloc (refused otherwise), so every read is one-sided
+     * where the memory allows: no copy, the fastest reads. */
+    RS_STAGING_IN_PLACE = 1,
+    /* Copy-in: each publish of a new version copies every registered
+     * shard into an arena the publisher allocates (rs_publisher_alloc's
+     * memory) and serves the arena: table addresses are arena addresses,
+     * digests are over the arena's bytes, and the trainer may change its
+     * tensors as soon as publish returns. One arena, so publishing a new
+     * version while the previous one is not released is refused (see
+     * rs_publisher_publish). */
+    RS_STAGING_ARENA = 2,
+} rs_staging_t;
+
 typedef struct rs_publisher_params {
     size_t size; /* the caller's sizeof, set by rs_publisher_params_init */
     const char *directory;  /* "file:DIR" or "redis://host:port" */
@@ -75,6 +98,9 @@ typedef struct rs_publisher_params {
     double publish_retry_s;
     rs_dir_notice_cb notice;
     void *notice_ctx;
+    /* rs_staging_t; default RS_STAGING_CALLER. Others are refused by
+     * rs_publisher_create (RS_ERR_INVALID_ARG). */
+    int staging;
 } rs_publisher_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -89,16 +115,41 @@ RS_API void rs_publisher_params_init_sized(rs_publisher_params_t *params,
 RS_API rs_status_t rs_publisher_create(const rs_publisher_params_t *params,
                                        rs_diag_t *diag,
                                        rs_publisher_h *publisher_p);
-/* Stops heartbeats, unexposes every region, closes the directory. */
+/* Stops heartbeats, unexposes every region, frees the publisher's
+ * allocations (and its arena), closes the directory. */
 RS_API void rs_publisher_destroy(rs_publisher_h publisher);
+
+/* Allocates nbytes (> 0) of zeroed, page-aligned memory from the
+ * publisher's exposer (rs_exposer_alloc): for ucx, UCX's own allocation,
+ * which readers on this machine copy one-sided; for cma, anonymous pages.
+ * A caller holds its tensors there and registers them (any staging; in
+ * RS_STAGING_IN_PLACE only such memory may be registered). The memory is
+ * the publisher's until rs_publisher_free or rs_publisher_destroy, and
+ * survives re-exposing. When UCX gives ordinary memory although shared
+ * memory is configured (sysv or /dev/shm limits), the notice callback is
+ * told once per publisher: reads of it are emulated, so slower.
+ * Errors: RS_ERR_INVALID_ARG (no publisher or output, nbytes 0),
+ * RS_ERR_NO_MEMORY, RS_ERR_TRANSPORT (the exposer could not be created).
+ * Cost: the allocation, plus for ucx a probe of the memory's key. */
+RS_API rs_status_t rs_publisher_alloc(rs_publisher_h publisher,
+                                      uint64_t nbytes, rs_diag_t *diag,
+                                      void **ptr_p);
+
+/* Frees memory from rs_publisher_alloc. RS_ERR_INVALID_ARG when ptr is not
+ * such an allocation or a registered shard lies in it (naming the
+ * tensor): unregister it first. */
+RS_API rs_status_t rs_publisher_free(rs_publisher_h publisher, void *ptr,
+                                     rs_diag_t *diag);
 
 /* Registers one shard: `ptr` holds the row-major box (offset, shape) of the
  * full tensor, in memory of type `mem`. Registration after the first publish
  * is allowed; the next publish re-exposes (new addresses mean a new topology
- * for receivers). The publisher borrows ptr until it is destroyed.
+ * for receivers). The publisher borrows ptr until it is destroyed (in arena
+ * staging it only reads it, during rs_publisher_publish).
  * Errors: RS_ERR_UNSUPPORTED for any mem but RS_MEM_HOST (naming the type
  * and the tensor; ptr is not read), RS_ERR_INVALID_ARG for a mem outside
- * rs_mem_type_t or a bad shard; nothing is registered then. */
+ * rs_mem_type_t, a bad shard, or (RS_STAGING_IN_PLACE) a shard not inside
+ * one rs_publisher_alloc allocation; nothing is registered then. */
 RS_API rs_status_t rs_publisher_register(rs_publisher_h publisher,
                                          const char *tensor, rs_dtype_t dtype,
                                          int ndim, const int64_t *full_shape,
@@ -127,7 +178,16 @@ RS_API rs_status_t rs_publisher_unregister(rs_publisher_h publisher,
                                            rs_diag_t *diag);
 
 /* Publishes this rank's table for `version` (creating the version with
- * `world` slots if needed): the shards' bytes must be final. */
+ * `world` slots if needed): the shards' bytes must be final. In
+ * RS_STAGING_ARENA the shards are first copied into the arena (O(bytes);
+ * the arena grows, at new addresses, when the registered shards outgrow
+ * it), and the caller's tensors are free again once this returns.
+ * Publishing the version the arena already holds again (a republish)
+ * copies nothing. Publishing another version while the arena's version is
+ * not released (checked once in the directory when
+ * rs_publisher_wait_released has not seen it) is refused with
+ * RS_ERR_INVALID_ARG naming both versions, the arena untouched: receivers
+ * may still be reading it. Call rs_publisher_wait_released first. */
 RS_API rs_status_t rs_publisher_publish(rs_publisher_h publisher,
                                         int64_t version, rs_diag_t *diag);
 

@@ -44,7 +44,12 @@ class PublisherParams(ctypes.Structure):
         ("publish_retry_s", ctypes.c_double),
         ("notice", NOTICE_CB),
         ("notice_ctx", ctypes.c_void_p),
+        ("staging", ctypes.c_int),
     ]
+
+
+# rs_staging_t
+STAGING = {"caller": 0, "in_place": 1, "arena": 2}
 
 
 class ReceiverParams(ctypes.Structure):
@@ -173,6 +178,8 @@ _PROTOS = {
     "rs_publisher_unregister": (_st, [_vp, ctypes.c_char_p, c_int64_p, _diag_p]),
     "rs_publisher_publish": (_st, [_vp, ctypes.c_int64, _diag_p]),
     "rs_publisher_wait_released": (_st, [_vp, ctypes.c_int64, ctypes.c_double, _diag_p]),
+    "rs_publisher_alloc": (_st, [_vp, ctypes.c_uint64, _diag_p, ctypes.POINTER(_vp)]),
+    "rs_publisher_free": (_st, [_vp, _vp, _diag_p]),
     "rs_receiver_params_init_sized": (None, [ctypes.POINTER(ReceiverParams), ctypes.c_size_t]),
     "rs_receiver_create": (_st, [ctypes.POINTER(ReceiverParams), _vp, _diag_p, ctypes.POINTER(_vp)]),
     "rs_receiver_destroy": (None, [_vp]),

@@ -7,9 +7,17 @@ place; a tensor on another device is copied into host memory at each
 publish (the library never dereferences a device pointer). A tensor whose
 storage moved between versions (`param.data = new`) is re-registered at
 its new address before the version is published.
+
+Staging says where the served bytes live: "caller" (the tensors' own
+memory), "in_place" (tensors made by alloc_tensor, in memory the
+publisher's exposer allocates, which readers on this machine copy
+one-sided), or "arena" (each publish copies the tensors into such memory,
+so training may go on as soon as publish returns).
 """
 import ctypes
+import math
 import threading
+import weakref
 
 import torch
 
@@ -41,13 +49,23 @@ class Publisher(Handle):
     backend: "ucx" or "cma"; replica: data-parallel replica index of this
     rank (replicas publish identical geometry to one slot); session: the
     agent name (default trainer-<rank>[-r<replica>]); digests: publish a
-    digest per shard (receivers verify them by default)."""
+    digest per shard (receivers verify them by default); staging:
+    "caller" (default), "in_place" (only tensors from alloc_tensor may be
+    registered) or "arena" (copy-in: publish(v) copies every registered
+    tensor into a publisher-owned arena and serves that; publishing another
+    version before v is released raises InvalidArgument); notice: called
+    with each notice (directory outages, UCX falling back to ordinary
+    memory), else they go to stderr."""
 
     _what = "publisher"
 
     def __init__(self, directory, model, rank, world, backend="ucx", *,
                  replica=0, session=None, digests=True, heartbeat_s=1.0,
-                 publish_retry_s=60.0, notice=None):
+                 publish_retry_s=60.0, notice=None, staging="caller"):
+        if staging not in _lib.STAGING:
+            raise errors.InvalidArgument(
+                f"publisher: staging must be one of "
+                f"{', '.join(_lib.STAGING)}, got {staging!r}")
         p = _lib.PublisherParams()
         _lib.lib().rs_publisher_params_init_sized(p, ctypes.sizeof(p))
         self._keep = [_lib.enc(directory), _lib.enc(model),
@@ -57,6 +75,8 @@ class Publisher(Handle):
         p.digests = 1 if digests else 0
         p.heartbeat_s = float(heartbeat_s)
         p.publish_retry_s = float(publish_retry_s)
+        p.staging = _lib.STAGING[staging]
+        self.staging = staging
         self._notice = notice_cb(notice)
         if self._notice is not None:
             p.notice = self._notice
@@ -64,7 +84,45 @@ class Publisher(Handle):
         _lib.call("rs_publisher_create", p, DIAG, ctypes.byref(h))
         self._h = h
         self._entries = []
-        self._lock = threading.Lock()
+        # Reentrant: a buffer's finalizer (_free) may run on this thread
+        # while it holds the lock, whenever a last reference goes.
+        self._lock = threading.RLock()
+        self._allocs = 0      # alloc_tensor buffers still alive
+        self._closing = None  # the handle close() left for the last one
+
+    # -- registered memory ---------------------------------------------
+    def alloc_tensor(self, shape, dtype=torch.float32):
+        """A zeroed CPU tensor of `shape` and `dtype` in memory the
+        publisher's exposer allocated (for UCX, shared memory readers on
+        this machine copy one-sided). Register it like any tensor; in
+        staging "in_place" only such tensors may be registered. The memory
+        lives while the tensor (or any view of it) does, also past
+        close()."""
+        shape = tuple(int(d) for d in shape)
+        elsize = torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * elsize
+        with self._lock:
+            self._open()
+            ptr = ctypes.c_void_p()
+            _lib.call("rs_publisher_alloc", self._h, max(nbytes, 1), DIAG,
+                      ctypes.byref(ptr))
+            mem = type("_Registered", (ctypes.c_ubyte * max(nbytes, 1),),
+                       {}).from_address(ptr.value)
+            self._allocs += 1
+        weakref.finalize(mem, self._free, ptr.value)
+        flat = torch.frombuffer(mem, dtype=torch.uint8)[:nbytes]
+        return flat.view(dtype).view(shape)
+
+    def _free(self, ptr):
+        """The last view of an alloc_tensor buffer is gone."""
+        with self._lock:
+            self._allocs -= 1
+            if self._h is not None:
+                _lib.lib().rs_publisher_free(self._h, ctypes.c_void_p(ptr),
+                                             None)
+            elif self._closing is not None and self._allocs == 0:
+                _lib.lib().rs_publisher_destroy(self._closing)
+                self._closing = None
 
     # -- registering ---------------------------------------------------
     def register(self, name, tensor, full_shape=None, offset=None):
@@ -168,9 +226,20 @@ class Publisher(Handle):
                       float(timeout_s), DIAG)
 
     def close(self):
-        """Stops serving: heartbeats stop, memory is no longer exposed."""
+        """Stops serving: heartbeats stop, memory is no longer exposed.
+        While tensors from alloc_tensor are alive their memory stays (the
+        library's handle goes with the last of them)."""
         with self._lock:
-            if self._h is not None:
+            if self._h is None:
+                return
+            if self._allocs == 0:
                 _lib.lib().rs_publisher_destroy(self._h)
-                self._h = None
-                self._entries = []
+            else:
+                for e in self._entries:
+                    try:
+                        self._unregister(e)
+                    except errors.ReshardError:
+                        pass  # a box of the same name and offset went first
+                self._closing = self._h
+            self._h = None
+            self._entries = []

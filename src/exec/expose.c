@@ -1,7 +1,7 @@
 /* Exposers: the publishing side of transports. Picks a backend by name,
  * and checks regions once for every backend (non-empty, no wrap, no overlap
- * in published addresses); the backends' halves live in their folders under
- * transports/. */
+ * in published addresses, inside or outside each allocation); the
+ * backends' halves live in their folders under transports/. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,9 +42,11 @@ void rs_exposer_destroy(rs_exposer_h x)
 {
     if (x == NULL)
         return;
+    rs_exposer_reset(x); /* no reader is served from what goes next */
+    rs__xalloc_release_all(x);
     x->ops->close(x);
-    rs__bw_free(&x->blob);
     free(x->regions);
+    free(x->allocs);
     free(x);
 }
 
@@ -90,7 +92,14 @@ rs_status_t rs_exposer_add_region(rs_exposer_h x, uint64_t addr, void *ptr,
     st = check_overlap(x, addr, end, diag);
     if (st != RS_OK)
         return st;
-    rs__xregion_t r = {addr, ptr, nbytes};
+    int straddles;
+    const rs__xalloc_t *a = rs__xalloc_find(x, ptr, nbytes, &straddles);
+    if (straddles)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                            "exposer (%s): region [%p, +%" PRIu64 ") runs "
+                            "past the end of the allocation holding its "
+                            "start", x->ops->name, ptr, nbytes);
+    rs__xregion_t r = {addr, ptr, nbytes, a != NULL ? a->handle : NULL};
     if (!RS_VEC_PUSH(x, regions, r))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer: region list");
     st = x->ops->add(x, &x->regions[x->regions_len - 1], diag);
@@ -118,6 +127,16 @@ rs_status_t rs_exposer_start(rs_exposer_h x, rs_diag_t *diag)
     }
     x->started = 1;
     return RS_OK;
+}
+
+void rs_exposer_reset(rs_exposer_h x)
+{
+    if (x == NULL)
+        return;
+    x->ops->reset(x);
+    x->regions_len = 0;
+    x->started = 0;
+    rs__bw_free(&x->blob);
 }
 
 rs_status_t rs_exposer_blob(rs_exposer_h x, const void **blob_p,

@@ -1,6 +1,7 @@
 /* The publisher lifecycle: register shards, expose them (once, until the
- * registrations change), publish this rank's table for each version, keep a
- * heartbeat going, and wait for the version's release. A directory outage
+ * registrations change; staging and allocations are in arena.c), publish
+ * this rank's table for each version, keep a heartbeat going, and wait for
+ * the version's release. A directory outage
  * never stops the serving: heartbeats back off and resume, the release
  * wait retries, and each outage is reported once when it begins and once
  * when it ends. */
@@ -30,12 +31,12 @@ static void publisher_defaults(rs_publisher_params_t *p)
     p->heartbeat_max_s = 4.0;
     p->publish_retry_s = 60.0;
     p->digests = 1;
+    p->staging = RS_STAGING_CALLER;
 }
 
 RS__PARAMS_DEFINE(publisher, publisher_defaults, notice_ctx)
 
-/* Where this publisher's notices go: the caller's callback or stderr. */
-static void notify(rs_publisher_h p, const char *msg)
+void rs__publisher_notify(rs_publisher_h p, const char *msg)
 {
     if (p->params.notice != NULL)
         p->params.notice(p->params.notice_ctx, msg);
@@ -53,7 +54,7 @@ static void main_notice(void *ctx, const char *msg)
         return;
     snprintf(line, sizeof(line), "publisher rank %lld: %s",
              (long long)p->params.rank, msg);
-    notify(p, line);
+    rs__publisher_notify(p, line);
 }
 
 static rs_status_t open_dir(rs_publisher_h p, int main, rs_diag_t *diag,
@@ -103,6 +104,11 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
     if (params->replica < 0)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: replica "
                             "%lld is negative", (long long)params->replica);
+    if (params->staging < RS_STAGING_CALLER ||
+        params->staging > RS_STAGING_ARENA)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: staging "
+                            "%d is none of caller (0), in_place (1) and "
+                            "arena (2)", params->staging);
     rs_publisher_h p = calloc(1, sizeof(*p));
     if (p == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -116,6 +122,8 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->version = -1;
+    p->arena_version = -1;
+    p->released = -1;
     rs_status_t st = p->model && p->backend && p->session
         ? open_dir(p, 1, diag, &p->dir)
         : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -145,7 +153,7 @@ void rs_publisher_destroy(rs_publisher_h p)
     if (p == NULL)
         return;
     rs__publisher_stop_heartbeat(p);
-    rs_exposer_destroy(p->exposer);
+    rs_exposer_destroy(p->exposer); /* with every allocation and the arena */
     for (size_t i = 0; i < p->shards_len; i++)
         free(p->shards[i].tensor);
     free(p->shards);
@@ -184,6 +192,10 @@ rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
         !rs__mul_i64(numel, (int64_t)rs_dtype_size(dtype), &nbytes))
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: tensor "
                             "'%s': shard shape overflows", tensor);
+    if (p->params.staging == RS_STAGING_IN_PLACE &&
+        (st = rs__publisher_check_in_place(p, tensor, ptr, (uint64_t)nbytes,
+                                           diag)) != RS_OK)
+        return st;
     s.tensor = strdup(tensor);
     s.dtype = dtype;
     s.ndim = ndim;
@@ -200,25 +212,24 @@ rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
     return RS_OK;
 }
 
-/* (Re)exposes every registered non-empty shard at its own address. */
+/* (Re)exposes the served memory on the publisher's one exposer: a reset
+ * drops the old regions (and ends receivers' endpoints), allocations stay.
+ * A failure leaves nothing exposed until a later publish succeeds. */
 static rs_status_t expose(rs_publisher_h p, rs_diag_t *diag)
 {
-    rs_exposer_h e = NULL;
-    rs_status_t st = rs_exposer_create(p->backend, diag, &e);
-    for (size_t i = 0; st == RS_OK && i < p->shards_len; i++) {
-        const rs_pub_shard_t *s = &p->shards[i];
-        if (s->nbytes > 0)
-            st = rs_exposer_add_region(e, (uint64_t)(uintptr_t)s->ptr, s->ptr,
-                                       s->nbytes, RS_MEM_HOST, diag);
-    }
+    rs_status_t st = rs__publisher_exposer(p, diag);
+    if (st != RS_OK)
+        return st;
+    rs_exposer_reset(p->exposer);
+    p->exposed = 0;
+    st = rs__publisher_add_regions(p, diag);
     if (st == RS_OK)
-        st = rs_exposer_start(e, diag);
+        st = rs_exposer_start(p->exposer, diag);
     if (st != RS_OK) {
-        rs_exposer_destroy(e);
+        rs_exposer_reset(p->exposer);
         return st;
     }
-    rs_exposer_destroy(p->exposer);
-    p->exposer = e;
+    p->exposed = 1;
     p->dirty = 0;
     return RS_OK;
 }
@@ -240,7 +251,7 @@ static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
                      "%lld resumed", (long long)p->params.rank,
                      rs_dir_name(p->hb_dir), rs__now_s() - *down_since,
                      (long long)v);
-            notify(p, line);
+            rs__publisher_notify(p, line);
         }
         *down_since = -1;
         return period;
@@ -252,7 +263,7 @@ static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
              "%lld failed: %s; still serving, retrying every %g s up to %g "
              "s", (long long)p->params.rank, (long long)v,
              d->msg[0] ? d->msg : rs_status_str(st), period, cap);
-    notify(p, line);
+    rs__publisher_notify(p, line);
     return fmin(period * 2, cap);
 }
 
@@ -285,7 +296,7 @@ static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
                                         geometry, d);
     free(table);
     if (st == RS_OK)
-        notify(p, line);
+        rs__publisher_notify(p, line);
     return st;
 }
 
@@ -374,7 +385,7 @@ static rs_status_t publish_table(rs_publisher_h p, int64_t version,
                      "reachable again after %.1f s; version %lld published",
                      (long long)p->params.rank, rs_dir_name(p->dir),
                      now - down_since, (long long)version);
-            notify(p, line);
+            rs__publisher_notify(p, line);
         }
         if (st == RS_OK || !rs_dir_transient(p->dir) || now >= deadline)
             return st;
@@ -385,7 +396,7 @@ static rs_status_t publish_table(rs_publisher_h p, int64_t version,
                      "up to %.1f s", (long long)p->params.rank,
                      (long long)version, diag != NULL ? diag->msg : "",
                      deadline - now);
-            notify(p, line);
+            rs__publisher_notify(p, line);
         }
         nap(fmin(delay, deadline - now));
         delay = fmin(delay * 2, 1.0);
@@ -400,7 +411,8 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     rs_status_t st = RS_OK;
     if (p == NULL || version < 0)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad version");
-    if (p->exposer == NULL || p->dirty)
+    st = rs__publisher_stage(p, version, diag);
+    if (st == RS_OK && (!p->exposed || p->dirty))
         st = expose(p, diag);
     if (st == RS_OK)
         st = rs__publisher_table(p, version, &table, &len, diag);
@@ -435,6 +447,8 @@ rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
         double left = fmax(0, deadline - rs__now_s());
         rs_status_t st = rs_dir_wait_released(p->dir, p->model, version, left,
                                               diag);
+        if (st == RS_OK)
+            p->released = version; /* an arena holding it may be refilled */
         /* the arguments were good for the publish: RS_ERR_INPUT means the
          * version did not exist (another rank may have created it again
          * since, without this rank's table) */
@@ -445,7 +459,7 @@ rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
                  "vanished from directory %s (restarted without its data?); "
                  "publishing it again", (long long)p->params.rank,
                  (long long)version, rs_dir_name(p->dir));
-        notify(p, line);
+        rs__publisher_notify(p, line);
         st = rs_publisher_publish(p, version, diag);
         if (st != RS_OK)
             return st;

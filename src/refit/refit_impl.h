@@ -19,16 +19,25 @@ typedef struct rs_pub_shard {
     int64_t full_shape[RS_MAX_DIMS];
     int64_t offset[RS_MAX_DIMS];
     int64_t shape[RS_MAX_DIMS];
-    void *ptr;
+    void *ptr;       /* the caller's bytes */
     uint64_t nbytes;
+    void *served;    /* where the served bytes are: ptr, or its arena slot */
 } rs_pub_shard_t;
 
 struct rs_publisher {
     rs_publisher_params_t params; /* string fields below are owned copies */
     char *model, *backend, *session;
     rs_dir_h dir, hb_dir;
-    rs_exposer_h exposer;
+    rs_exposer_h exposer;         /* made once, reset to re-expose */
+    int exposed;                  /* the exposer serves the shards */
     int dirty;                    /* registrations changed since exposing */
+    /* Copy-in staging (RS_STAGING_ARENA, arena.c): the arena and how much
+     * of it the shards use, the version it holds (-1: none) and the last
+     * version seen released. */
+    void *arena;
+    uint64_t arena_cap, arena_len;
+    int64_t arena_version, released;
+    int fallback_told;            /* the fallback notice was given */
     RS_VEC(rs_pub_shard_t, shards);
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -81,6 +90,29 @@ void rs__lease_stop(rs__lease_t *lease);
 /* Stops and joins the heartbeat thread; a no-op when none runs. The next
  * rs_publisher_publish starts it again. */
 void rs__publisher_stop_heartbeat(rs_publisher_h p);
+
+/* Where this publisher's notices go: the caller's callback or stderr. */
+void rs__publisher_notify(rs_publisher_h p, const char *msg);
+
+/* The publisher's exposer, created on first use (arena.c). */
+rs_status_t rs__publisher_exposer(rs_publisher_h p, rs_diag_t *diag);
+
+/* RS_ERR_INVALID_ARG unless [ptr, +nbytes) lies in one allocation of the
+ * publisher (staging in_place registers only such memory). */
+rs_status_t rs__publisher_check_in_place(rs_publisher_h p, const char *tensor,
+                                         const void *ptr, uint64_t nbytes,
+                                         rs_diag_t *diag);
+
+/* Makes every shard's served bytes those of `version`: in arena staging,
+ * lays the shards out in the arena (growing it, which sets p->dirty) and
+ * copies them in, refused while the arena's previous version is not
+ * released; otherwise served = ptr. O(bytes) for arenas. */
+rs_status_t rs__publisher_stage(rs_publisher_h p, int64_t version,
+                                rs_diag_t *diag);
+
+/* Adds the served memory to the (reset) exposer: the arena as one region,
+ * or each non-empty shard at its own address. */
+rs_status_t rs__publisher_add_regions(rs_publisher_h p, rs_diag_t *diag);
 
 /* This rank's mx.reshard.shard_table.v1 for a version (caller frees). */
 rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,

@@ -1,7 +1,8 @@
 /* The table a publisher writes for a version: its shards grouped by tensor
  * (tensors in the order they were first registered), with addresses, the
  * exposer's blob (base64, in agent_meta_b64) and, when asked, an rsd64
- * digest per shard computed from the bytes being served. Written by the
+ * digest per shard computed from the bytes being served (the caller's
+ * memory, or the copy-in arena: where each shard's `served` points). Written by the
  * library's one shard-table writer (rs_table_writer_*). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,10 +65,10 @@ static rs_status_t put_shard(rs_publisher_h p, rs_table_writer_h w,
     char text[RS_DIGEST_STR_LEN + 1];
     rs_shard_desc_t d = {s->tensor, s->dtype, rs_dtype_size(s->dtype),
                          s->ndim, s->full_shape, p->session, 0,
-                         (uint64_t)(uintptr_t)s->ptr, s->offset, s->shape,
+                         (uint64_t)(uintptr_t)s->served, s->offset, s->shape,
                          NULL};
     if (p->params.digests) {
-        rs_digest_format(rs_digest(s->ptr, (size_t)s->nbytes), text);
+        rs_digest_format(rs_digest(s->served, (size_t)s->nbytes), text);
         d.digest = text;
     }
     return rs_table_writer_add(w, &d, diag);

@@ -88,8 +88,8 @@ rs_status_t rs_publisher_unregister(rs_publisher_h p, const char *tensor,
      * and the exposer serves its memory: both stop before the memory may
      * go. The next publish starts them again over what remains. */
     rs__publisher_stop_heartbeat(p);
-    rs_exposer_destroy(p->exposer);
-    p->exposer = NULL;
+    rs_exposer_reset(p->exposer); /* allocations and the arena stay */
+    p->exposed = 0;
     drop_matching(p, tensor, offset);
     p->dirty = 1;
     return RS_OK;

@@ -25,23 +25,44 @@ expect_clean() {
 
 # ---- the demo -----------------------------------------------------------
 
-for backend in ucx cma; do
-    T="$TMP/tmpdir-$backend"
+# Arenas by default on both backends; the other stagings once each.
+for run in "ucx arena" "cma arena" "ucx in_place" "cma caller"; do
+    set -- $run
+    backend=$1 staging=$2
+    opt=()
+    [ "$staging" != arena ] && opt=(--staging "$staging")
+    T="$TMP/tmpdir-$backend-$staging"
     mkdir -p "$T"
     TMPDIR="$T" "$BIN" demo --model-config "$TINY" --train megatron:tp=2 \
-        --infer vllm:tp=2 --backend "$backend" --timeout 60 \
+        --infer vllm:tp=2 --backend "$backend" --timeout 60 "${opt[@]}" \
         >"$TMP/out" 2>"$TMP/err"
     rc=$?
-    expect_rc "demo $backend" 0
-    expect_in "demo $backend" "$TMP/out" "2 processes (megatron:tp=2)" "415 KiB" \
-        "version 1, cold" "version 2, warm" "byte-exact" \
-        "every parameter of 2 inference ranks byte-exact for 2 versions"
-    # two rank rows per version, each byte-exact with digests checked
-    rows=$(grep -cE '^ +[01] +[0-9.]+ (B|KiB|MiB|GiB) +[0-9]+ .* GB/s +[1-9][0-9]* +byte-exact$' "$TMP/out")
-    if [ "$rows" -eq 4 ]; then ok "demo $backend: 4 rank rows, digests and check"
-    else bad "demo $backend: $rows good rank rows, want 4"; fi
-    expect_clean "demo $backend" "$T"
+    expect_rc "demo $backend $staging" 0
+    expect_in "demo $backend $staging" "$TMP/out" \
+        "2 processes (megatron:tp=2), \`reshard publish --staging $staging\`" \
+        "415 KiB" "version 1, cold" "version 2, warm" "byte-exact" "x memcpy" \
+        "every parameter of 2 inference ranks byte-exact for 2 versions; $backend backend, $staging staging"
+    # two rank rows per version, each byte-exact with digests checked, the
+    # rate beside memcpy's
+    rows=$(grep -cE '^ +[01] +[0-9.]+ (B|KiB|MiB|GiB) +[0-9]+ .* GB/s +[0-9]+\.[0-9]+ +[1-9][0-9]* +byte-exact$' "$TMP/out")
+    if [ "$rows" -eq 4 ]; then ok "demo $backend $staging: 4 rank rows, digests and check"
+    else bad "demo $backend $staging: $rows good rank rows, want 4"; fi
+    if grep -qE '^  [0-9]+\.[0-9]+ [KMGT]?B/s\.$' "$TMP/out"; then
+        ok "demo $backend $staging: memcpy measured"
+    else bad "demo $backend $staging: no memcpy figure"; fi
+    expect_clean "demo $backend $staging" "$T"
 done
+
+"$BIN" demo --staging copy >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc "demo --staging copy" 2
+expect_in "demo --staging copy" "$TMP/err" "--staging takes arena, in_place or caller, got 'copy'"
+"$BIN" publish --directory file:/nonexistent --model m --version 1 --rank 0 \
+    --world 1 --layout fsdp:1 --model-config "$TINY" --staging heap \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc "publish --staging heap" 2
+expect_in "publish --staging heap" "$TMP/err" "--staging takes caller, in_place or arena, got 'heap'"
 
 # Interrupted mid-run (Qwen2.5-0.5B takes seconds): children killed and
 # reaped, the temporary folder removed, a non-zero exit.

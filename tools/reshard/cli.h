@@ -44,6 +44,10 @@ int rs_cli_release(int argc, char **argv);
 /* `reshard demo ...`: trainers and inference ranks as processes, two versions. */
 int rs_cli_demo(int argc, char **argv);
 
+/* The rs_staging_t named by --staging ("caller", "in_place", "arena"),
+ * or -1 (common.c). */
+int rs_cli_staging(const char *name);
+
 /* Demo contents (fill.c, docs/formats.md "Demo contents"): the seed of a
  * tensor at a version, whether a dtype can be filled (bf16, f16, f32, f64),
  * and the fill of a row-major box (offset, shape) of a full tensor into dst.

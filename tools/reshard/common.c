@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -83,4 +84,15 @@ int rs_cli_options(const char *verb, int argc, char **argv,
         return rs_cli_usage_error(verb, "unexpected argument '%s'",
                                   argv[optind]);
     return RS_CLI_OK;
+}
+
+int rs_cli_staging(const char *name)
+{
+    static const char *const names[] = {"caller", "in_place", "arena"};
+    static const int modes[] = {RS_STAGING_CALLER, RS_STAGING_IN_PLACE,
+                                RS_STAGING_ARENA};
+    for (size_t i = 0; name != NULL && i < 3; i++)
+        if (strcmp(name, names[i]) == 0)
+            return modes[i];
+    return -1;
 }

@@ -31,7 +31,7 @@
 #define DEMO_MAX_ARGS 40
 
 typedef struct demo_args {
-    const char *config, *train, *infer, *backend, *directory;
+    const char *config, *train, *infer, *backend, *directory, *staging;
     double timeout_s;
 } demo_args_t;
 
@@ -57,6 +57,7 @@ typedef struct demo {
     size_t nkids, ntrainers;
     json_t *res[DEMO_VERSIONS][64 + 1]; /* per version, per inference rank */
     double t0, deadline, version_s[DEMO_VERSIONS];
+    double memcpy_bps;        /* measured here, after the run */
 } demo_t;
 
 static volatile sig_atomic_t interrupted;
@@ -67,7 +68,7 @@ static void on_signal(int sig)
 }
 
 enum { OPT_CONFIG = 256, OPT_TRAIN, OPT_INFER, OPT_BACKEND, OPT_DIRECTORY,
-       OPT_TIMEOUT };
+       OPT_TIMEOUT, OPT_STAGING };
 
 static const struct option long_opts[] = {
     {"model-config", required_argument, NULL, OPT_CONFIG},
@@ -76,6 +77,7 @@ static const struct option long_opts[] = {
     {"backend", required_argument, NULL, OPT_BACKEND},
     {"directory", required_argument, NULL, OPT_DIRECTORY},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"staging", required_argument, NULL, OPT_STAGING},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -86,13 +88,15 @@ static void demo_usage(FILE *out)
         "usage: reshard demo [--model-config CONFIG.json] [--train LAYOUT]\n"
         "                    [--infer LAYOUT] [--backend ucx|cma]\n"
         "                    [--directory file:DIR|redis://...] [--timeout S]\n"
+        "                    [--staging arena|in_place|caller]\n"
         "\n"
         "Runs the whole refit on this machine: one `reshard publish` process per\n"
         "trainer rank and one `reshard pull` process per inference rank move two\n"
         "versions through a directory (the second reuses the cached plan); every\n"
         "inference rank checks every parameter byte against contents computed\n"
         "independently and every reassembled shard against its digest. Prints a\n"
-        "summary per inference rank and version.\n"
+        "summary per inference rank and version, each rank's read rate beside a\n"
+        "memcpy measured on this machine in the same run.\n"
         "\n"
         "options:\n"
         "  --model-config FILE  Hugging Face config.json\n"
@@ -105,6 +109,9 @@ static void demo_usage(FILE *out)
         "  --directory URL      use this directory instead of a file: directory\n"
         "                       in a new temporary folder (removed at the end)\n"
         "  --timeout S          give up after S seconds (default 300)\n"
+        "  --staging S          the trainers' `reshard publish --staging` (default\n"
+        "                       arena: each version copied into memory the exposer\n"
+        "                       allocates, which readers copy one-sided)\n"
         "  -h, --help           show this help and exit\n"
         "\n"
         "exit status: 0 every byte of both versions verified; 1 a process\n"
@@ -126,6 +133,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_INFER: a->infer = arg; break;
     case OPT_BACKEND: a->backend = arg; break;
     case OPT_DIRECTORY: a->directory = arg; break;
+    case OPT_STAGING: a->staging = arg; break;
     case OPT_TIMEOUT:
         a->timeout_s = strtod(arg, &end);
         if (end == arg || *end != '\0' || !(a->timeout_s > 0) ||
@@ -171,13 +179,17 @@ static int parse_args(int argc, char **argv, demo_args_t *a)
 {
     const char *config = find_default_config();
     *a = (demo_args_t){config != NULL ? config : DEFAULT_CONFIG,
-                       "megatron:tp=2,pp=2", "vllm:tp=2", "ucx", NULL, 300};
+                       "megatron:tp=2,pp=2", "vllm:tp=2", "ucx", NULL,
+                       "arena", 300};
     int rc = rs_cli_options("demo", argc, argv, long_opts, demo_usage,
                             take_option, a);
     if (rc != RS_CLI_OK)
         return rc;
     if (strcmp(a->backend, "ucx") != 0 && strcmp(a->backend, "cma") != 0)
         return usage_error("--backend takes ucx or cma, got '%s'", a->backend);
+    if (rs_cli_staging(a->staging) < 0)
+        return usage_error("--staging takes arena, in_place or caller, got "
+                           "'%s'", a->staging);
     return RS_CLI_OK;
 }
 
@@ -346,6 +358,8 @@ static int spawn_all(const demo_args_t *a, demo_t *d)
         push(&b, "--layout");
         push(&b, a->train);
         push_num(&b, "--versions", DEMO_VERSIONS);
+        push(&b, "--staging");
+        push(&b, a->staging);
         rc = spawn(d, &b, r, 1);
     }
     d->ntrainers = d->nkids;
@@ -580,17 +594,19 @@ static int version_summary(const demo_t *d, int k)
                                 "descriptors reused",
            d->version_s[k], k == 0 ? "start" : "the previous version");
     printf("  rank        size  descr   wait s   plan s   wire s   pull s"
-           "         rate  digests  check\n");
+           "         rate  x memcpy  digests  check\n");
     for (int64_t r = 0; r < d->infer.world; r++) {
         json_t *o = d->res[k][r];
         double wire = num(o, "stage.stages_s.wire"), bytes = num(o, "stage.bytes");
         char size[RS_UNITS_TEXT_MAX], rate[RS_UNITS_TEXT_MAX];
+        double bps = wire > 0 ? bytes / wire : 0;
         printf("  %4lld  %10s  %5.0f  %7.3f  %7.3f  %7.3f  %7.3f  %11s  "
-               "%7.0f  %s\n", (long long)r,
+               "%8.2f  %7.0f  %s\n", (long long)r,
                rs_format_bytes(size, sizeof(size), (uint64_t)bytes),
                num(o, "stage.descriptors"), num(o, "discover_s"),
                num(o, "plan_s"), wire, num(o, "wall_s") - num(o, "discover_s"),
-               rs_format_rate(rate, sizeof(rate), wire > 0 ? bytes / wire : 0),
+               rs_format_rate(rate, sizeof(rate), bps),
+               d->memcpy_bps > 0 ? bps / d->memcpy_bps : 0,
                num(o, "stage.shards_verified"),
                json_is_true(json_object_get(o, "check")) ? "byte-exact" : "-");
     }
@@ -609,8 +625,37 @@ static void pull_times(const demo_t *d, int k, double *pull, double *wire)
     }
 }
 
-static int summary(const demo_args_t *a, const demo_t *d)
+/* Bytes per second of one thread's memcpy of MEMCPY_BYTES between two
+ * touched buffers, best of MEMCPY_REPS: the baseline each rank's read rate
+ * is shown against (a read is a copy from another process's memory). */
+#define MEMCPY_BYTES (256u << 20)
+#define MEMCPY_REPS 5
+
+static double measure_memcpy(void)
 {
+    unsigned char *src = malloc(MEMCPY_BYTES), *dst = malloc(MEMCPY_BYTES);
+    double best = 0;
+    if (src != NULL && dst != NULL) {
+        memset(src, 1, MEMCPY_BYTES);
+        memset(dst, 2, MEMCPY_BYTES);
+        for (int i = 0; i < MEMCPY_REPS; i++) {
+            double t = now_s();
+            memcpy(dst, src, MEMCPY_BYTES);
+            t = now_s() - t;
+            if (t > 0 && MEMCPY_BYTES / t > best)
+                best = MEMCPY_BYTES / t;
+            src[i] = dst[MEMCPY_BYTES - 1 - i]; /* keep the copies */
+        }
+    }
+    free(src);
+    free(dst);
+    return best;
+}
+
+static int summary(const demo_args_t *a, demo_t *d)
+{
+    char rate[RS_UNITS_TEXT_MAX];
+    d->memcpy_bps = measure_memcpy();
     int bad = 0;
     double cold, warm, cold_wire, warm_wire;
     for (int k = 0; k < DEMO_VERSIONS; k++)
@@ -622,12 +667,14 @@ static int summary(const demo_args_t *a, const demo_t *d)
            "everything after discovery (plan,\n  prepare, read, verify, "
            "install); rate: bytes over wire time; digests:\n  reassembled "
            "shards re-digested; check: every parameter byte compared with\n"
-           "  contents computed independently of the transfer.\n");
+           "  contents computed independently of the transfer; x memcpy: rate\n"
+           "  over a one-thread memcpy measured on this machine after the run,\n"
+           "  %s.\n", rs_format_rate(rate, sizeof(rate), d->memcpy_bps));
     printf("\ncold vs warm: slowest pull %.3f s -> %.3f s, slowest wire %.3f s "
            "-> %.3f s\n", cold, warm, cold_wire, warm_wire);
     printf("every parameter of %lld inference ranks byte-exact for %d versions;"
-           " %s backend; total %.1f s\n", (long long)d->infer.world,
-           DEMO_VERSIONS, a->backend, now_s() - d->t0);
+           " %s backend, %s staging; total %.1f s\n", (long long)d->infer.world,
+           DEMO_VERSIONS, a->backend, a->staging, now_s() - d->t0);
     if (bad)
         return fail("version 2 was re-planned although no trainer changed");
     return RS_CLI_OK;
@@ -643,8 +690,8 @@ static void header(const demo_args_t *a, const demo_t *d)
            rs_model_config(d->model)->model_type,
            (unsigned long long)rs_model_num_params(d->model),
            rs_format_bytes(size, sizeof(size), rs_model_num_bytes(d->model)));
-    printf("  trainers   %lld processes (%s), `reshard publish`\n",
-           (long long)d->train.world, a->train);
+    printf("  trainers   %lld processes (%s), `reshard publish --staging %s`\n",
+           (long long)d->train.world, a->train, a->staging);
     printf("  inference  %lld processes (%s), `reshard pull --check --verify`\n",
            (long long)d->infer.world, a->infer);
     printf("  transport  %s%s%s%s\n", a->backend,

@@ -1,5 +1,6 @@
 /* `reshard publish`: one trainer rank of a layout serving its shards. Builds
- * the rank's shards in one buffer laid out as the layout's address plan,
+ * the rank's shards in one buffer laid out as the layout's address plan
+ * (malloc'd, or from the publisher's exposer with --staging in_place),
  * fills them with the demo contents, publishes each version through the
  * directory and waits for its release before refilling the same buffers
  * for the next one (same addresses, so receivers keep their plans). */
@@ -12,7 +13,7 @@
 #include "cli.h"
 
 typedef struct pub_args {
-    const char *directory, *model, *layout, *config, *backend;
+    const char *directory, *model, *layout, *config, *backend, *staging;
     uint64_t version, rank, world, versions, replica;
     double timeout_s;
     int have_version, have_rank, have_world, no_digests;
@@ -33,13 +34,14 @@ typedef struct pub_state {
     pub_shard_t *shards;
     size_t n, cap;
     unsigned char *buf;
+    int buf_owned;      /* buf is ours to free (not the publisher's) */
     uint64_t bytes;
     rs_publisher_h pub;
 } pub_state_t;
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_WORLD,
        OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT,
-       OPT_NO_DIGESTS, OPT_REPLICA };
+       OPT_NO_DIGESTS, OPT_REPLICA, OPT_STAGING };
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -54,6 +56,7 @@ static const struct option long_opts[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"no-digests", no_argument, NULL, OPT_NO_DIGESTS},
     {"replica", required_argument, NULL, OPT_REPLICA},
+    {"staging", required_argument, NULL, OPT_STAGING},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -65,6 +68,7 @@ static void pub_usage(FILE *out)
         "                       --world N --layout LAYOUT --model-config CONFIG.json\n"
         "                       [--backend ucx|cma] [--versions K] [--timeout S]\n"
         "                       [--no-digests] [--replica K]\n"
+        "                       [--staging caller|in_place|arena]\n"
         "\n"
         "Serves trainer rank R's shards of LAYOUT with deterministic contents\n"
         "(docs/formats.md, \"Demo contents\"): publishes version V, waits until\n"
@@ -91,6 +95,19 @@ static void pub_usage(FILE *out)
         "                      shards to slot R, and receivers fail over between\n"
         "                      them. A rank restarted with the same --replica\n"
         "                      takes its place in the slot again\n"
+        "  --staging S         where the served bytes live (default caller):\n"
+        "                      caller    the shards' own buffer, registered as\n"
+        "                                it is (ucx on one machine: reads are\n"
+        "                                emulated by UCX, answered by this process)\n"
+        "                      in_place  the shards held in memory the exposer\n"
+        "                                allocates (ucx: shared memory readers on\n"
+        "                                this machine copy one-sided); no copy\n"
+        "                      arena     each version copied from the shards into\n"
+        "                                such memory before publishing, so the\n"
+        "                                buffer is free again at once (one local\n"
+        "                                copy per version)\n"
+        "                      When UCX falls back to ordinary memory (sysv or\n"
+        "                      /dev/shm limits) a notice says so once\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "A directory outage while serving is reported (one line when it begins,\n"
@@ -137,6 +154,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_LAYOUT: a->layout = arg; return RS_CLI_OK;
     case OPT_CONFIG: a->config = arg; return RS_CLI_OK;
     case OPT_BACKEND: a->backend = arg; return RS_CLI_OK;
+    case OPT_STAGING: a->staging = arg; return RS_CLI_OK;
     case OPT_NO_DIGESTS: a->no_digests = 1; return RS_CLI_OK;
     case OPT_VERSION: return parse_u64("--version", arg, &a->version,
                                        &a->have_version);
@@ -160,6 +178,9 @@ static int check_args(const pub_args_t *a)
                            "--world, --layout and --model-config are required");
     if (strcmp(a->backend, "ucx") != 0 && strcmp(a->backend, "cma") != 0)
         return usage_error("--backend takes ucx or cma, got '%s'", a->backend);
+    if (rs_cli_staging(a->staging) < 0)
+        return usage_error("--staging takes caller, in_place or arena, got "
+                           "'%s'", a->staging);
     if (a->versions == 0)
         return usage_error("%s", "--versions must be at least 1");
     if (a->world == 0 || a->rank >= a->world)
@@ -171,6 +192,7 @@ static int parse_args(int argc, char **argv, pub_args_t *a)
 {
     int rc;
     a->backend = "ucx";
+    a->staging = "caller";
     a->versions = 1;
     a->timeout_s = 300;
     rc = rs_cli_options("publish", argc, argv, long_opts, pub_usage,
@@ -208,8 +230,9 @@ static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
     return RS_OK;
 }
 
-/* One page-aligned buffer holding every shard at its planned offset. */
-static int allocate(pub_state_t *s)
+/* One page-aligned buffer holding every shard at its planned offset: the
+ * publisher's memory in place, else our own. */
+static int allocate(const pub_args_t *a, pub_state_t *s)
 {
     uint64_t lo = UINT64_MAX, hi = 0;
     for (size_t i = 0; i < s->n; i++) {
@@ -220,10 +243,21 @@ static int allocate(pub_state_t *s)
         s->bytes += s->shards[i].nbytes;
     }
     uint64_t span = s->n ? hi - lo : 0;
-    if (posix_memalign((void **)&s->buf, 4096, span ? (size_t)span : 1) != 0) {
+    rs_diag_t diag;
+    rs_diag_clear(&diag);
+    if (rs_cli_staging(a->staging) == RS_STAGING_IN_PLACE) {
+        if (rs_publisher_alloc(s->pub, span ? span : 1, &diag,
+                               (void **)&s->buf) != RS_OK) {
+            fprintf(stderr, "reshard publish: %s\n", diag.msg);
+            return 0;
+        }
+    } else if (posix_memalign((void **)&s->buf, 4096,
+                              span ? (size_t)span : 1) != 0) {
         fprintf(stderr, "reshard publish: cannot allocate %llu bytes of "
                 "shards\n", (unsigned long long)span);
         return 0;
+    } else {
+        s->buf_owned = 1;
     }
     for (size_t i = 0; i < s->n; i++)
         s->shards[i].ptr = s->buf + (s->shards[i].addr - lo);
@@ -258,7 +292,7 @@ static int build_shards(const pub_args_t *a, pub_state_t *s)
             return RS_CLI_USAGE;
         }
     }
-    return allocate(s) ? RS_CLI_OK : RS_CLI_INCOMPLETE;
+    return RS_CLI_OK;
 }
 
 static void fill_all(pub_state_t *s, int64_t version)
@@ -294,12 +328,15 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
     pp.backend = a->backend;
     pp.digests = !a->no_digests;
     pp.publish_retry_s = a->timeout_s; /* ride out an outage that long */
+    pp.staging = rs_cli_staging(a->staging);
     rs_diag_clear(&diag);
     if ((st = rs_publisher_create(&pp, &diag, &s->pub)) != RS_OK) {
         char shown[512];
         rs_dir_redact_url(a->directory, shown, sizeof(shown));
         return runtime_error(a, &diag, st, shown);
     }
+    if (!allocate(a, s))
+        return RS_CLI_INCOMPLETE;
     for (size_t i = 0; i < s->n; i++) {
         const pub_shard_t *p = &s->shards[i];
         st = rs_publisher_register(s->pub, p->tensor, p->dtype, p->ndim,
@@ -358,8 +395,9 @@ int rs_cli_publish(int argc, char **argv)
         rc = open_publisher(&a, &s);
     if (rc == RS_CLI_OK)
         rc = serve(&a, &s);
-    rs_publisher_destroy(s.pub);
-    free(s.buf);
+    rs_publisher_destroy(s.pub); /* with an in-place buffer */
+    if (s.buf_owned)
+        free(s.buf);
     free(s.shards);
     rs_model_destroy(s.model);
     return rc;

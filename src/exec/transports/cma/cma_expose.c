@@ -1,7 +1,12 @@
 /* The `cma` exposer, the publishing half of cma: readers use
  * process_vm_readv on this process, so there is nothing to register and the
- * blob is just the pid and where each region really lives. */
+ * blob is just the pid and where each region really lives. Allocations are
+ * anonymous pages (transparent huge pages asked for where large). */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/diag.h"
@@ -46,10 +51,53 @@ static rs_status_t cma_start(rs_exposer_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
+static void cma_reset(rs_exposer_h x)
+{
+    (void)x; /* readers need no state of ours */
+}
+
+#define HUGE_BYTES (2u << 20)
+
+/* Anonymous pages are zero and page-aligned; a reader reads them with
+ * process_vm_readv like any other memory, so they are one-sided. */
+static rs_status_t cma_alloc(rs_exposer_h x, uint64_t nbytes, rs__xalloc_t *a,
+                             rs_diag_t *diag)
+{
+    (void)x;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t len = (nbytes + page - 1) / page * page;
+    void *p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (cma): cannot "
+                            "map %" PRIu64 " bytes: %s", nbytes,
+                            strerror(errno));
+#ifdef MADV_HUGEPAGE
+    if (len >= HUGE_BYTES)
+        (void)madvise(p, (size_t)len, MADV_HUGEPAGE); /* a hint only */
+#endif
+    a->ptr = p;
+    a->nbytes = len;
+    a->one_sided = 1;
+    a->fallback = 0;
+    a->handle = p;
+    a->mapped = len;
+    return RS_OK;
+}
+
+static void cma_release(rs_exposer_h x, rs__xalloc_t *a)
+{
+    (void)x;
+    munmap(a->handle, (size_t)a->mapped);
+}
+
 const rs__exposer_ops_t rs__exposer_cma = {
     .name = "cma",
     .open = cma_open,
     .close = cma_close,
     .add = cma_add,
     .start = cma_start,
+    .reset = cma_reset,
+    .alloc = cma_alloc,
+    .release = cma_release,
 };

@@ -30,7 +30,7 @@ static rs_status_t ucx_open(rs_transport_h t, rs_diag_t *diag)
     if (s == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "ucx transport state");
     /* A transport is used by one thread at a time. */
-    rs_status_t st = rs__ucx_open(&s->u, 0, UCS_THREAD_MODE_SINGLE,
+    rs_status_t st = rs__ucx_open(&s->u, 0, 0, UCS_THREAD_MODE_SINGLE,
                                   "ucx transport", diag);
     if (st != RS_OK) {
         free(s);

@@ -11,8 +11,8 @@
 #include "core/diag.h"
 #include "exec/transports/ucx/ucx_ctx.h"
 
-static rs_status_t init_context(rs__ucx_t *u, int wakeup, const char *who,
-                                rs_diag_t *diag)
+static rs_status_t init_context(rs__ucx_t *u, int wakeup, int shared,
+                                const char *who, rs_diag_t *diag)
 {
     ucp_config_t *config;
     ucs_status_t us = ucp_config_read(NULL, NULL, &config);
@@ -22,8 +22,13 @@ static rs_status_t init_context(rs__ucx_t *u, int wakeup, const char *who,
                             ucs_status_string(us));
     ucp_params_t params;
     memset(&params, 0, sizeof(params));
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.field_mask = UCP_PARAM_FIELD_FEATURES |
+                        UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = UCP_FEATURE_RMA | (wakeup ? UCP_FEATURE_WAKEUP : 0);
+    /* Shared: memory is mapped on the context from one thread while
+     * another progresses a worker of it (an exposer allocating while it
+     * serves), so UCX locks the context's own state. */
+    params.mt_workers_shared = shared ? 1 : 0;
     us = ucp_init(&params, config, &u->ctx);
     ucp_config_release(config);
     if (us != UCS_OK)
@@ -107,38 +112,58 @@ int rs__ucx_quiet_cause(unsigned long mark, char *buf, size_t len)
 
 /* ---- context and worker ---------------------------------------------- */
 
-rs_status_t rs__ucx_open(rs__ucx_t *u, int wakeup, ucs_thread_mode_t mode,
-                         const char *who, rs_diag_t *diag)
+rs_status_t rs__ucx_worker_open(rs__ucx_t *u, int wakeup,
+                                ucs_thread_mode_t mode, const char *who,
+                                rs_diag_t *diag)
 {
-    memset(u, 0, sizeof(*u));
-    u->efd = -1;
-    /* Before the first worker exists, so no UCX thread of ours can be
-     * logging while the handler goes in. */
-    pthread_once(&quiet_once, quiet_install);
-    rs_status_t st = init_context(u, wakeup, who, diag);
-    if (st != RS_OK)
-        return st;
     ucp_worker_params_t wp;
     memset(&wp, 0, sizeof(wp));
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = mode;
     ucs_status_t us = ucp_worker_create(u->ctx, &wp, &u->worker);
     if (us != UCS_OK) {
-        ucp_cleanup(u->ctx);
-        u->ctx = NULL;
+        u->worker = NULL;
         return rs__diag_set(diag, RS_ERR_TRANSPORT,
                             "%s: ucp_worker_create: %s", who,
                             ucs_status_string(us));
     }
+    u->efd = -1;
     if (wakeup && ucp_worker_get_efd(u->worker, &u->efd) != UCS_OK)
         u->efd = -1; /* progress by polling instead */
     return RS_OK;
 }
 
-void rs__ucx_close(rs__ucx_t *u)
+void rs__ucx_worker_close(rs__ucx_t *u)
 {
     if (u->worker != NULL)
         ucp_worker_destroy(u->worker);
+    u->worker = NULL;
+    u->efd = -1;
+}
+
+rs_status_t rs__ucx_open(rs__ucx_t *u, int wakeup, int shared,
+                         ucs_thread_mode_t mode, const char *who,
+                         rs_diag_t *diag)
+{
+    memset(u, 0, sizeof(*u));
+    u->efd = -1;
+    /* Before the first worker exists, so no UCX thread of ours can be
+     * logging while the handler goes in. */
+    pthread_once(&quiet_once, quiet_install);
+    rs_status_t st = init_context(u, wakeup, shared, who, diag);
+    if (st != RS_OK)
+        return st;
+    st = rs__ucx_worker_open(u, wakeup, mode, who, diag);
+    if (st != RS_OK) {
+        ucp_cleanup(u->ctx);
+        u->ctx = NULL;
+    }
+    return st;
+}
+
+void rs__ucx_close(rs__ucx_t *u)
+{
+    rs__ucx_worker_close(u);
     if (u->ctx != NULL)
         ucp_cleanup(u->ctx);
     memset(u, 0, sizeof(*u));

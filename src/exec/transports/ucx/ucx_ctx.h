@@ -18,10 +18,20 @@ typedef struct rs__ucx {
 } rs__ucx_t;
 
 /* RMA, plus wakeup when `wakeup` is set (then efd is filled when UCX offers
- * it). `who` prefixes messages ("ucx transport", "exposer (ucx)"). */
-rs_status_t rs__ucx_open(rs__ucx_t *u, int wakeup, ucs_thread_mode_t mode,
-                         const char *who, rs_diag_t *diag);
+ * it); `shared`: the context is used from several threads at once (memory
+ * mapped beside a progressing worker). `who` prefixes messages ("ucx
+ * transport", "exposer (ucx)"). */
+rs_status_t rs__ucx_open(rs__ucx_t *u, int wakeup, int shared,
+                         ucs_thread_mode_t mode, const char *who,
+                         rs_diag_t *diag);
 void rs__ucx_close(rs__ucx_t *u);
+
+/* The worker alone, on u's open context: closing it closes every endpoint
+ * peers had to it, while memory mapped on the context stays. */
+rs_status_t rs__ucx_worker_open(rs__ucx_t *u, int wakeup,
+                                ucs_thread_mode_t mode, const char *who,
+                                rs_diag_t *diag);
+void rs__ucx_worker_close(rs__ucx_t *u);
 
 /* Quiet sections nest and may overlap across threads: while any is open,
  * UCX's error and warning lines are not printed; the latest few errors

@@ -1,7 +1,10 @@
-/* The ucx exposer: maps each region for remote access (ucp_mem_map), packs
- * the rkeys and the worker address into the blob, and runs a progress
- * thread until destroyed, because UCX emulates one-sided reads over tcp and
- * shared memory with messages the target has to answer. */
+/* The ucx exposer: maps each region for remote access (ucp_mem_map, or the
+ * holding allocation's own mapping), packs the rkeys and the worker
+ * address into the blob, and runs a progress thread until reset or
+ * destroyed, because UCX emulates one-sided reads of registered memory
+ * over tcp and shared memory with messages the target has to answer. The
+ * context outlives resets (allocations live on it, ucx_xalloc.c); the
+ * worker does not, so a reset ends every receiver's endpoint. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -14,7 +17,7 @@
 #include "core/clock.h"
 #include "core/diag.h"
 #include "exec/expose_impl.h"
-#include "exec/transports/ucx/ucx_ctx.h"
+#include "exec/transports/ucx/ucx_expose.h"
 
 /* The thread spins while events keep coming and for SPIN_IDLE_S after the
  * last one, then sleeps on the worker's event fd. A reply stalled on a
@@ -27,44 +30,53 @@
 #define SLEEP_SHORT_MS 1
 #define SLEEP_LONG_MS 50
 
-typedef struct ucx_exposer {
-    rs__ucx_t u;
-    RS_VEC(ucp_mem_h, mems); /* parallel to x->regions */
-    pthread_t thread;
-    int running;
-    atomic_int stop;
-} ucx_exposer_t;
-
 static rs_status_t ux_open(rs_exposer_h x, rs_diag_t *diag)
 {
     ucx_exposer_t *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (ucx): state");
     /* Serialized: the progress thread owns the worker once started; the
-     * creating thread only touches it before start and after the join. */
-    rs_status_t st = rs__ucx_open(&e->u, 1, UCS_THREAD_MODE_SERIALIZED,
+     * creating thread only touches it before start and after the join.
+     * The context is shared: allocations are mapped while it serves. */
+    rs_status_t st = rs__ucx_open(&e->u, 1, 1, UCS_THREAD_MODE_SERIALIZED,
                                   "exposer (ucx)", diag);
     if (st != RS_OK) {
         free(e);
         return st;
     }
     atomic_init(&e->stop, 0);
+    e->shm_offered = -1;
     x->priv = e;
     return RS_OK;
 }
 
-static void ux_close(rs_exposer_h x)
+/* Stops the thread, unmaps the regions' own mappings and closes the
+ * worker; the context and allocations stay. */
+static void ux_reset(rs_exposer_h x)
 {
     ucx_exposer_t *e = x->priv;
     if (e->running) {
         atomic_store(&e->stop, 1);
         ucp_worker_signal(e->u.worker);
         pthread_join(e->thread, NULL);
+        e->running = 0;
+        atomic_store(&e->stop, 0);
     }
     /* Endpoints of receivers that went away are torn down here. */
     rs__ucx_quiet_begin();
     for (size_t i = 0; i < e->mems_len; i++)
-        ucp_mem_unmap(e->u.ctx, e->mems[i]);
+        if (e->mems[i] != NULL)
+            ucp_mem_unmap(e->u.ctx, e->mems[i]);
+    e->mems_len = 0;
+    rs__ucx_worker_close(&e->u);
+    rs__ucx_quiet_end();
+}
+
+static void ux_close(rs_exposer_h x)
+{
+    ucx_exposer_t *e = x->priv;
+    ux_reset(x);
+    rs__ucx_quiet_begin();
     free(e->mems);
     rs__ucx_close(&e->u);
     rs__ucx_quiet_end();
@@ -79,6 +91,10 @@ static rs_status_t ux_add(rs_exposer_h x, const rs__xregion_t *r,
     if (!rs__vec_reserve((void **)&e->mems, &e->mems_cap, e->mems_len + 1,
                         sizeof(ucp_mem_h)))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (ucx): maps");
+    if (r->alloc != NULL) { /* served under its allocation's own key */
+        e->mems[e->mems_len++] = NULL;
+        return RS_OK;
+    }
     ucp_mem_map_params_t mp;
     memset(&mp, 0, sizeof(mp));
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
@@ -104,7 +120,8 @@ static rs_status_t write_region(rs_exposer_h x, size_t i, rs_diag_t *diag)
     const rs__xregion_t *r = &x->regions[i];
     void *rkey;
     size_t rkey_len;
-    ucs_status_t us = ucp_rkey_pack(e->u.ctx, e->mems[i], &rkey, &rkey_len);
+    ucp_mem_h m = e->mems[i] != NULL ? e->mems[i] : (ucp_mem_h)r->alloc;
+    ucs_status_t us = ucp_rkey_pack(e->u.ctx, m, &rkey, &rkey_len);
     if (us != UCS_OK)
         return rs__diag_set(diag, RS_ERR_TRANSPORT,
                             "exposer (ucx): ucp_rkey_pack of region %zu: %s",
@@ -197,7 +214,12 @@ static void *progress_main(void *arg)
 static rs_status_t ux_start(rs_exposer_h x, rs_diag_t *diag)
 {
     ucx_exposer_t *e = x->priv;
-    rs_status_t st = write_blob(x, diag);
+    rs_status_t st = RS_OK;
+    if (e->u.worker == NULL) /* closed by a reset: a fresh one */
+        st = rs__ucx_worker_open(&e->u, 1, UCS_THREAD_MODE_SERIALIZED,
+                                 "exposer (ucx)", diag);
+    if (st == RS_OK)
+        st = write_blob(x, diag);
     if (st != RS_OK)
         return st;
     int rc = pthread_create(&e->thread, NULL, progress_main, e);
@@ -215,4 +237,7 @@ const rs__exposer_ops_t rs__exposer_ucx = {
     .close = ux_close,
     .add = ux_add,
     .start = ux_start,
+    .reset = ux_reset,
+    .alloc = rs__ux_alloc,
+    .release = rs__ux_release,
 };
