@@ -36,7 +36,9 @@ static void start_wave(rs_exec_h x, size_t w)
     j->rep_begin = prev != NULL ? prev->replays_end : 0;
     j->cast_begin = prev != NULL ? prev->casts_end : 0;
     j->ver_begin = prev != NULL ? prev->verify_end : 0;
-    j->rep_end = x->waves[w].replays_end;
+    /* waves exist (run_waves checked); the analyzer forgets it across the
+     * transport calls between */
+    j->rep_end = x->waves[w].replays_end; // NOLINT(clang-analyzer-core.NullDereference)
     j->cast_end = x->waves[w].casts_end;
     j->ver_end = x->params.verify_digests ? x->waves[w].verify_end
                                           : j->ver_begin;
@@ -49,6 +51,9 @@ static void start_wave(rs_exec_h x, size_t w)
  * that landed earlier). */
 static rs_status_t run_waves(rs_exec_h x, rs_diag_t *diag)
 {
+    if (x->waves == NULL) /* a pipelined run is only chosen with waves */
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "executor: a "
+                            "pipelined run without waves");
     rs_status_t st = wire_wave(x, 0, diag);
     for (size_t w = 0; st == RS_OK && w < x->nwaves; w++) {
         rs_diag_t wire_diag = {RS_OK, ""};

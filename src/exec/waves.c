@@ -26,28 +26,39 @@ static uint64_t wave_target(const rs_exec_h x)
     return t < WAVE_MIN ? WAVE_MIN : t > WAVE_MAX ? WAVE_MAX : t;
 }
 
-/* Cutting state: reads copied so far and the running totals. */
+/* Cutting state: where reads and waves go (the executor's arrays, held
+ * here so the cut never reloads them through the executor), reads copied
+ * so far and the running totals. */
 typedef struct cutter {
     rs_exec_h x;
+    rs_read_t *out;
+    rs_wave_t *waves;
+    size_t nwaves;
     uint64_t target, bytes;
     size_t nreads, replays, casts;
 } cutter_t;
 
+static void close_wave(cutter_t *c)
+{
+    /* waves is non-NULL (checked after its malloc); the analyzer assumes a
+     * read copied through c->out may have overwritten the cutter itself */
+    c->waves[c->nwaves++] = // NOLINT(clang-analyzer-core.NullDereference)
+        (rs_wave_t){c->nreads, c->replays, c->casts, 0};
+    c->bytes = 0;
+}
+
 static void add_item(cutter_t *c, size_t first, size_t n, size_t replays,
                      size_t casts)
 {
-    rs_exec_h x = c->x;
+    const rs_read_t *reads = c->x->reads;
     for (size_t i = first; i < first + n; i++) {
-        x->wave_reads[c->nreads++] = x->reads[i];
-        c->bytes += x->reads[i].nbytes;
+        c->out[c->nreads++] = reads[i];
+        c->bytes += reads[i].nbytes;
     }
     c->replays += replays;
     c->casts += casts;
-    if (c->bytes >= c->target) {
-        x->waves[x->nwaves++] =
-            (rs_wave_t){c->nreads, c->replays, c->casts, 0};
-        c->bytes = 0;
-    }
+    if (c->bytes >= c->target)
+        close_wave(c);
 }
 
 static void cut_waves(cutter_t *c)
@@ -62,10 +73,11 @@ static void cut_waves(cutter_t *c)
         add_item(c, at, cv[i].nsegments, 0, 1);
     for (size_t i = 0; i < x->phase_end[0]; i++)
         add_item(c, i, 1, 0, 0);
-    rs_wave_t *last = x->nwaves ? &x->waves[x->nwaves - 1] : NULL;
+    const rs_wave_t *last = c->nwaves ? &c->waves[c->nwaves - 1] : NULL;
     if (last == NULL || last->reads_end < c->nreads ||
         last->replays_end < c->replays || last->casts_end < c->casts)
-        x->waves[x->nwaves++] = (rs_wave_t){c->nreads, c->replays, c->casts, 0};
+        close_wave(c);
+    x->nwaves = c->nwaves;
 }
 
 rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag)
@@ -80,7 +92,7 @@ rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag)
     x->waves = malloc((nfp + ncv + x->phase_end[0] + 1) * sizeof(rs_wave_t));
     if (x->wave_reads == NULL || x->waves == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    cutter_t c = {x, wave_target(x), 0, 0, 0, 0};
+    cutter_t c = {x, x->wave_reads, x->waves, 0, wave_target(x), 0, 0, 0, 0};
     cut_waves(&c);
     size_t nsess = rs_plan_num_sessions(x->plan);
     for (size_t w = 0, begin = 0; w < x->nwaves; w++) {
