@@ -21,12 +21,19 @@
 #define CV_BLOCK 256
 #endif
 
-/* Register transposes take tiles whose source rows span CV_FAST_ROW bytes
- * (two cache lines): the tile buffer stays in L1 and every line on either
- * side is read or written whole while its tile is in flight. */
-#ifndef CV_FAST_ROW
-#define CV_FAST_ROW 128
-#endif
+/* A transpose with a cast goes through square tiles of CV_CAST_TILE
+ * elements (CV_CAST_TILE_8 for 8-byte sources), transposed into a buffer
+ * in L1 and cast out row by row: 64 elements is one whole block of the
+ * vectorized cast loops (shorter rows would take their scalar tail), and
+ * every line on either side is read or written whole while its tile is in
+ * flight. */
+#define CV_CAST_TILE 64
+#define CV_CAST_TILE_8 16
+
+static int64_t cast_tile(size_t ssize)
+{
+    return ssize == 8 ? CV_CAST_TILE_8 : CV_CAST_TILE;
+}
 
 typedef struct cv_geom {
     int ndim;
@@ -119,9 +126,10 @@ static void run_tile_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
                           int p, int q, int64_t np, int64_t nq,
                           unsigned char *d, const unsigned char *s)
 {
-    _Alignas(64) unsigned char tmp[CV_FAST_ROW * CV_FAST_ROW];
-    const int64_t edge = CV_FAST_ROW / (int64_t)g->ssize;
-    const size_t row = CV_FAST_ROW, dstep = (size_t)g->ds[p] * g->dsize;
+    _Alignas(64) unsigned char tmp[CV_CAST_TILE * CV_CAST_TILE * 4];
+    const int64_t edge = cast_tile(g->ssize);
+    const size_t row = (size_t)edge * g->ssize;
+    const size_t dstep = (size_t)g->ds[p] * g->dsize;
     rs__transpose(tmp, edge, s, g->ss[q], nq, np, g->ssize, 0);
     for (int64_t i = 0; i < np; i++)
         k->contig(d + (size_t)i * dstep, tmp + (size_t)i * row, (size_t)nq);
@@ -161,7 +169,7 @@ static void fast_tile_at(const rs__cv_kernel_t *k, const cv_geom_t *g, int p,
                          int q, int64_t p0, int64_t q0, int more,
                          unsigned char *d, const unsigned char *s)
 {
-    const int64_t t = CV_FAST_ROW / (int64_t)g->ssize;
+    const int64_t t = cast_tile(g->ssize);
     const int64_t np = min64(t, g->shape[p] - p0);
     const int64_t nq = min64(t, g->shape[q] - q0);
     unsigned char *td = d + (size_t)(p0 * g->ds[p] + q0) * g->dsize;
@@ -187,7 +195,7 @@ static void run_tiled_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
         rs__transpose(d, g->ds[p], s, g->ss[q], Q, P, g->ssize, g->stream);
         return;
     }
-    const int64_t t = CV_FAST_ROW / (int64_t)g->ssize;
+    const int64_t t = cast_tile(g->ssize);
     const int64_t blk = t > CV_BLOCK ? t : CV_BLOCK;
     for (int64_t bq = 0; bq < Q; bq += blk)
         for (int64_t bp = 0; bp < P; bp += blk) {

@@ -297,16 +297,16 @@ static void run_cached(const tr_job_t *j, int64_t rows, int64_t cols)
         }
 }
 
-void rs__transpose(void *dst, int64_t dst_ld, const void *src, int64_t src_ld,
-                   int64_t rows, int64_t cols, size_t elsize, int stream)
+/* The transpose with its tile grid at (0, 0). */
+static void transpose_grid(const rs__tr_ops_t *ops, unsigned char *d,
+                           size_t dld, const unsigned char *s, size_t sld,
+                           int64_t rows, int64_t cols, size_t es, int stream)
 {
-    const rs__tr_ops_t *ops = ops_for(rs__simd_active());
-    const int k = elsize == 1 ? 0 : elsize == 2 ? 1 : elsize == 4 ? 2 : 3;
-    tr_job_t j = {dst, src, (size_t)dst_ld * elsize, (size_t)src_ld * elsize,
-                  elsize, RS__TR_LINE / (int64_t)elsize, ops->line[k], NULL,
-                  NULL};
+    const int k = es == 1 ? 0 : es == 2 ? 1 : es == 4 ? 2 : 3;
+    tr_job_t j = {d, s, dld, sld, es, RS__TR_LINE / (int64_t)es, ops->line[k],
+                  NULL, NULL};
     if (stream && ops->stream != NULL &&
-        ((uintptr_t)dst % RS__TR_LINE | j.dld % RS__TR_LINE) == 0) {
+        ((uintptr_t)d % RS__TR_LINE | dld % RS__TR_LINE) == 0) {
         j.stream = ops->stream;
         j.line_nt = ops->line_nt[k];
     }
@@ -316,11 +316,44 @@ void rs__transpose(void *dst, int64_t dst_ld, const void *src, int64_t src_ld,
     else
         run_cached(&j, rfull, cfull);
     if (cfull < cols)
-        edge_tile(j.d + (size_t)cfull * j.dld, j.dld, j.s + (size_t)cfull * elsize,
-                  j.sld, elsize, rfull, cols - cfull);
+        edge_tile(d + (size_t)cfull * dld, dld, s + (size_t)cfull * es, sld,
+                  es, rfull, cols - cfull);
     if (rfull < rows)
-        edge_tile(j.d + (size_t)rfull * elsize, j.dld, j.s + (size_t)rfull * j.sld,
-                  j.sld, elsize, rows - rfull, cols);
+        edge_tile(d + (size_t)rfull * es, dld, s + (size_t)rfull * sld, sld,
+                  es, rows - rfull, cols);
     if (j.stream != NULL)
         ops->fence();
+}
+
+/* Elements before the first cache line boundary of every row of a side
+ * whose rows start at p, ld bytes apart; 0 when no shift makes them line
+ * up (ld not a multiple of a line, or p not a multiple of es). */
+static int64_t lead(const void *p, size_t ld, size_t es, int64_t limit)
+{
+    const size_t mis = (uintptr_t)p % RS__TR_LINE;
+    if (ld % RS__TR_LINE != 0 || mis % es != 0)
+        return 0;
+    const int64_t n = (int64_t)((RS__TR_LINE - mis) % RS__TR_LINE / es);
+    return n < limit ? n : limit;
+}
+
+/* The tile grid is shifted so that tiles start on cache lines on both
+ * sides: a source row offset lines up the destination, a column offset the
+ * source. The rows and columns before the grid take the edge blocks. */
+void rs__transpose(void *dst, int64_t dst_ld, const void *src, int64_t src_ld,
+                   int64_t rows, int64_t cols, size_t elsize, int stream)
+{
+    const rs__tr_ops_t *ops = ops_for(rs__simd_active());
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    const size_t dld = (size_t)dst_ld * elsize, sld = (size_t)src_ld * elsize;
+    const int64_t a = lead(d, dld, elsize, rows), b = lead(s, sld, elsize, cols);
+    if (a > 0)
+        edge_tile(d, dld, s, sld, elsize, a, cols);
+    if (b > 0)
+        edge_tile(d + (size_t)a * elsize, dld, s + (size_t)a * sld, sld,
+                  elsize, rows - a, b);
+    transpose_grid(ops, d + (size_t)a * elsize + (size_t)b * dld, dld,
+                   s + (size_t)a * sld + (size_t)b * elsize, sld, rows - a,
+                   cols - b, elsize, stream);
 }
