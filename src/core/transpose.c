@@ -321,7 +321,7 @@ static void transpose_grid(const rs__tr_ops_t *ops, unsigned char *d,
     if (rfull < rows)
         edge_tile(d + (size_t)rfull * es, dld, s + (size_t)rfull * sld, sld,
                   es, rows - rfull, cols);
-    if (j.stream != NULL)
+    if (j.stream != NULL && ops->fence != NULL)
         ops->fence();
 }
 
@@ -347,7 +347,8 @@ void rs__transpose(void *dst, int64_t dst_ld, const void *src, int64_t src_ld,
     unsigned char *d = dst;
     const unsigned char *s = src;
     const size_t dld = (size_t)dst_ld * elsize, sld = (size_t)src_ld * elsize;
-    const int64_t a = lead(d, dld, elsize, rows), b = lead(s, sld, elsize, cols);
+    const int64_t a = lead(d, dld, elsize, rows);
+    const int64_t b = lead(s, sld, elsize, cols);
     if (a > 0)
         edge_tile(d, dld, s, sld, elsize, a, cols);
     if (b > 0)

@@ -27,11 +27,12 @@
     do {                                                                      \
         VT y_[R];                                                             \
         UNROLL for (int st_ = (R); st_ > 1; st_ /= 2) {                       \
-            UNROLL for (int i_ = 0; i_ < (R) / 2; i_++) {                     \
-                y_[2 * i_] = LO(x[(g) + i_], x[(g) + i_ + (R) / 2]);          \
-                y_[2 * i_ + 1] = HI(x[(g) + i_], x[(g) + i_ + (R) / 2]);      \
+            UNROLL for (size_t i_ = 0; i_ < (size_t)(R) / 2; i_++) {          \
+                y_[2 * i_] = LO((x)[(g) + i_], (x)[(g) + i_ + (R) / 2]);      \
+                y_[2 * i_ + 1] = HI((x)[(g) + i_], (x)[(g) + i_ + (R) / 2]);  \
             }                                                                 \
-            UNROLL for (int i_ = 0; i_ < (R); i_++) x[(g) + i_] = y_[i_];     \
+            UNROLL for (size_t i_ = 0; i_ < (size_t)(R); i_++)                \
+                (x)[(g) + i_] = y_[i_];                                       \
         }                                                                     \
     } while (0)
 
@@ -44,8 +45,9 @@
     {                                                                         \
         enum { V = (VB) / (ES), R = 16 / (ES) };                              \
         VT x[V];                                                              \
-        UNROLL for (int i = 0; i < V; i++) x[i] = LOAD(s + (size_t)i * sld);  \
-        UNROLL for (int g = 0; g < V; g += R) TR_INLANE(VT, R, LO, HI, x, g); \
+        UNROLL for (size_t i = 0; i < V; i++) x[i] = LOAD(s + i * sld);       \
+        UNROLL for (size_t g = 0; g < V; g += R)                              \
+            TR_INLANE(VT, R, LO, HI, x, g);                                   \
         STORE_ROWS(d, dld, x, R);                                             \
     }
 
@@ -67,7 +69,7 @@
 #define ST_128(p, v) _mm_storeu_si128((__m128i *)(void *)(p), (v))
 
 #define STORE_SSE2(d, dld, x, R)                                              \
-    UNROLL for (int k = 0; k < (R); k++) ST_128((d) + (size_t)k * (dld), x[k])
+    UNROLL for (int k = 0; k < (R); k++) ST_128((d) + (size_t)k * (dld), (x)[k])
 
 TR_MICRO(micro_sse2_1, TGT_NONE, __m128i, 16, 1, LD_128, _mm_unpacklo_epi8,
          _mm_unpackhi_epi8, STORE_SSE2)
@@ -113,9 +115,9 @@ const rs__tr_ops_t rs__tr_ops_sse2 = {
 #define STORE_AVX2(d, dld, x, R)                                              \
     UNROLL for (int k = 0; k < (R); k++) {                                    \
         ST_256((d) + (size_t)k * (dld),                                       \
-               _mm256_permute2x128_si256(x[k], x[(R) + k], 0x20));            \
+               _mm256_permute2x128_si256((x)[k], (x)[(R) + k], 0x20));        \
         ST_256((d) + (size_t)((R) + k) * (dld),                               \
-               _mm256_permute2x128_si256(x[k], x[(R) + k], 0x31));            \
+               _mm256_permute2x128_si256((x)[k], (x)[(R) + k], 0x31));        \
     }
 
 TR_MICRO(micro_avx2_2, TGT_AVX2, __m256i, 32, 2, LD_256,
@@ -133,16 +135,16 @@ TR_LINE(line_avx2_8, TGT_AVX2, micro_avx2_8, 32, 8)
  * and the upper lane's to rows 16-31. */
 #define STORE_AVX2_1(d, dld, x, R)                                            \
     UNROLL for (int k = 0; k < (R); k++) {                                    \
-        ST_128((d) + (size_t)k * (dld), _mm256_castsi256_si128(x[k]));        \
+        ST_128((d) + (size_t)k * (dld), _mm256_castsi256_si128((x)[k]));      \
         ST_128((d) + (size_t)((R) + k) * (dld),                               \
-               _mm256_extracti128_si256(x[k], 1));                            \
+               _mm256_extracti128_si256((x)[k], 1));                          \
     }
 
 TGT_AVX2 static inline void micro_avx2_1(unsigned char *d, size_t dld,
                                          const unsigned char *s, size_t sld)
 {
-    __m256i x[16];
-    UNROLL for (int i = 0; i < 16; i++) x[i] = LD_256(s + (size_t)i * sld);
+    __m256i (x)[16];
+    UNROLL for (size_t i = 0; i < 16; i++) x[i] = LD_256(s + i * sld);
     TR_INLANE(__m256i, 16, _mm256_unpacklo_epi8, _mm256_unpackhi_epi8, x, 0);
     STORE_AVX2_1(d, dld, x, 16);
 }
@@ -178,15 +180,15 @@ const rs__tr_ops_t rs__tr_ops_avx2 = {
 #define LD_512(p) _mm512_loadu_si512((const void *)(p))
 #define ST_512(p, v) _mm512_storeu_si512((void *)(p), (v))
 
-/* Lane L of x[g R + k] belongs in row L R + k, lane g; ST stores a row. */
+/* Lane L of (x)[g R + k] belongs in row L R + k, lane g; ST stores a row. */
 #define STORE_LANES4(ST, d, dld, x, R)                                        \
     UNROLL for (int k = 0; k < (R); k++) {                                    \
-        const __m512i t0 = _mm512_shuffle_i64x2(x[k], x[(R) + k], 0x44);      \
-        const __m512i t1 = _mm512_shuffle_i64x2(x[k], x[(R) + k], 0xEE);      \
+        const __m512i t0 = _mm512_shuffle_i64x2((x)[k], (x)[(R) + k], 0x44);  \
+        const __m512i t1 = _mm512_shuffle_i64x2((x)[k], (x)[(R) + k], 0xEE);  \
         const __m512i t2 =                                                    \
-            _mm512_shuffle_i64x2(x[2 * (R) + k], x[3 * (R) + k], 0x44);       \
+            _mm512_shuffle_i64x2((x)[2 * (R) + k], (x)[3 * (R) + k], 0x44);   \
         const __m512i t3 =                                                    \
-            _mm512_shuffle_i64x2(x[2 * (R) + k], x[3 * (R) + k], 0xEE);       \
+            _mm512_shuffle_i64x2((x)[2 * (R) + k], (x)[3 * (R) + k], 0xEE);   \
         ST((d) + (size_t)k * (dld), _mm512_shuffle_i64x2(t0, t2, 0x88));      \
         ST((d) + (size_t)((R) + k) * (dld),                                   \
            _mm512_shuffle_i64x2(t0, t2, 0xDD));                               \

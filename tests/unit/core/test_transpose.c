@@ -204,7 +204,8 @@ static void check_strided(const scase_t *g)
     const size_t fs = rs_dtype_size(g->from), ts = rs_dtype_size(g->to);
     const size_t dbytes = g->dst_elems * ts;
     unsigned char *src = malloc(g->src_elems * fs);
-    unsigned char *dst = aligned_alloc(64, (dbytes + 2 * GUARD + 63) / 64 * 64);
+    const size_t dtotal = dbytes + 2 * (size_t)GUARD;
+    unsigned char *dst = aligned_alloc(64, (dtotal + 63) / 64 * 64);
     unsigned char *want = malloc(dbytes + 2 * GUARD);
     assert_non_null(src);
     assert_non_null(dst);
