@@ -3,8 +3,10 @@
  * then walks the outer dims and hands each innermost row to the contiguous
  * or the strided kernel. Rows with a large stride on one side are walked in
  * tiles so a transpose touches each cache line once; a true transpose of
- * 1, 2, 4 or 8 byte elements goes through the register kernels of
- * transpose.c and leaves each tile as contiguous rows (cast on the way). */
+ * 1, 2, 4 or 8 byte elements goes through the vector kernels of
+ * transpose.c, straight into the destination for equal dtypes (streamed
+ * past the caches when it is larger than them), through a tile buffer
+ * cast out row by row otherwise. */
 #include <string.h>
 
 #include "core/checked.h"

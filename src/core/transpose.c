@@ -297,6 +297,57 @@ static void run_cached(const tr_job_t *j, int64_t rows, int64_t cols)
         }
 }
 
+/* The portable walk: 64-bit registers build a destination line from 8-byte
+ * pieces, so tiles of two lines per row are built in an L1 buffer and
+ * leave it as whole rows (memcpy), in blocks of TR_BLOCK x TR_BLOCK, with
+ * hints for the next tile on both sides; measured faster than line tiles
+ * stored in place for plain C. */
+#define TR_PORT_ROW 128
+
+static void portable_tile(unsigned char *d, size_t dld, const unsigned char *s,
+                          size_t sld, size_t es, int64_t rows, int64_t cols)
+{
+    unsigned char buf[TR_PORT_ROW * TR_PORT_ROW];
+    edge_tile(buf, TR_PORT_ROW, s, sld, es, rows, cols);
+    for (int64_t c = 0; c < cols; c++)
+        memcpy(d + (size_t)c * dld, buf + (size_t)c * TR_PORT_ROW,
+               (size_t)rows * es);
+}
+
+static void portable_hints(unsigned char *d, size_t dld,
+                           const unsigned char *s, size_t sld, size_t es,
+                           int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < cols * (int64_t)es; b += 64)
+            TR_PREFETCH(s + (size_t)r * sld + (size_t)b, 0);
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t b = 0; b < rows * (int64_t)es; b += 64)
+            TR_PREFETCH(d + (size_t)c * dld + (size_t)b, 1);
+}
+
+static void run_portable(unsigned char *d, size_t dld, const unsigned char *s,
+                         size_t sld, size_t es, int64_t rows, int64_t cols)
+{
+    const int64_t t = TR_PORT_ROW / (int64_t)es;
+    for (int64_t bj = 0; bj < cols; bj += TR_BLOCK)
+        for (int64_t bi = 0; bi < rows; bi += TR_BLOCK) {
+            const int64_t iend = min64(rows, bi + TR_BLOCK);
+            for (int64_t c = bj; c < min64(cols, bj + TR_BLOCK); c += t)
+                for (int64_t i = bi; i < iend; i += t) {
+                    const int64_t nc = min64(t, cols - c);
+                    unsigned char *td = d + (size_t)c * dld + (size_t)i * es;
+                    const unsigned char *ts =
+                        s + (size_t)i * sld + (size_t)c * es;
+                    if (i + t < iend)
+                        portable_hints(td + (size_t)t * es, dld,
+                                       ts + (size_t)t * sld, sld, es,
+                                       min64(t, iend - i - t), nc);
+                    portable_tile(td, dld, ts, sld, es, min64(t, iend - i), nc);
+                }
+        }
+}
+
 /* The transpose with its tile grid at (0, 0). */
 static void transpose_grid(const rs__tr_ops_t *ops, unsigned char *d,
                            size_t dld, const unsigned char *s, size_t sld,
@@ -347,6 +398,10 @@ void rs__transpose(void *dst, int64_t dst_ld, const void *src, int64_t src_ld,
     unsigned char *d = dst;
     const unsigned char *s = src;
     const size_t dld = (size_t)dst_ld * elsize, sld = (size_t)src_ld * elsize;
+    if (ops == &rs__tr_ops_portable) {
+        run_portable(d, dld, s, sld, elsize, rows, cols);
+        return;
+    }
     const int64_t a = lead(d, dld, elsize, rows);
     const int64_t b = lead(s, sld, elsize, cols);
     if (a > 0)
