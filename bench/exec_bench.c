@@ -2,10 +2,13 @@
  * section times an operation and a memcpy of the same output bytes (best of
  * several repetitions) and prints GB/s and the ratio. Sections: dtype casts,
  * the rsd64 digest, transports (local and local-mt against memcpy loops) and
- * strided replay (rs_convert_strided with equal dtypes, as the executor's
- * full-pull replay runs it: a transpose, a narrow, a batched transpose).
+ * strided replay (rs_convert_strided as the executor's full-pull replay and
+ * casts run it: transposes of 1 to 8 byte elements, batched transposes, a
+ * narrow, transposes with a cast). RESHARD_SIMD picks the kernels' level.
  *
- *   exec_bench [MiB]    (output bytes per operation, default 256) */
+ *   exec_bench [MiB] [SECTION...]   (output bytes per operation, default
+ *                                    256; sections: cast digest transport
+ *                                    replay, default all) */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/convert.h"
+#include "core/simd.h"
 #include "reshard/digest.h"
 #include "reshard/transport.h"
 
@@ -321,11 +325,13 @@ static void section_transport(const bench_cfg_t *cfg)
     free(src);
 }
 
-/* Strided replay: rs_convert_strided with equal dtypes over fixed bf16
- * shapes (independent of the MiB argument), against memcpy of the bytes each
- * case writes. */
+/* Strided replay: rs_convert_strided as the executor's full-pull replay and
+ * casts run it (a transpose, a narrow, a batched transpose, and a transpose
+ * with a cast), over fixed shapes (independent of the MiB argument),
+ * against memcpy of the bytes each case writes. */
 
 typedef struct replay_ctx {
+    rs_dtype_t to, from;
     void *dst;
     const void *src;
     int ndim;
@@ -335,45 +341,85 @@ typedef struct replay_ctx {
 static void run_replay(void *ctx)
 {
     replay_ctx_t *c = ctx;
-    if (rs__convert_strided(RS_DTYPE_BF16, c->dst, c->ds, RS_DTYPE_BF16,
-                           c->src, c->ss, c->ndim, c->shape) != RS_OK) {
+    if (rs__convert_strided(c->to, c->dst, c->ds, c->from, c->src, c->ss,
+                            c->ndim, c->shape) != RS_OK) {
         fprintf(stderr, "exec_bench: rs_convert_strided failed\n");
         exit(1);
     }
 }
 
-static void bench_replay(const char *what, replay_ctx_t *c, size_t src_bytes)
+static void bench_replay(const char *what, replay_ctx_t *c)
 {
     size_t elems = 1;
     for (int i = 0; i < c->ndim; i++)
         elems *= (size_t)c->shape[i];
-    const size_t bytes = elems * 2;
-    c->src = bench_alloc(src_bytes, 0x3f);
+    const size_t bytes = elems * rs_dtype_size(c->to);
+    char label[64];
+    snprintf(label, sizeof(label), "%s %s%s%s", what, rs_dtype_name(c->from),
+             c->to == c->from ? "" : "->",
+             c->to == c->from ? "" : rs_dtype_name(c->to));
+    size_t src_elems = 1;
+    for (int i = 0; i < c->ndim; i++)
+        src_elems += (size_t)((c->shape[i] - 1) * c->ss[i]);
+    /* 0x3f bytes: finite, normal values in every source format. */
+    c->src = bench_alloc(src_elems * rs_dtype_size(c->from), 0x3f);
     c->dst = bench_alloc(bytes, 0);
     double t, base;
     best_vs_memcpy(run_replay, c, bytes, &t, &base);
-    report(what, bytes, t, base);
+    report(label, bytes, t, base);
     free(c->dst);
     free((void *)c->src);
 }
 
+/* dst[i][j] = src[j][i] over n x n. */
+static void bench_transpose(rs_dtype_t from, rs_dtype_t to, int64_t n)
+{
+    replay_ctx_t tr = {to, from, NULL, NULL, 2, {n, n}, {n, 1}, {1, n}};
+    char what[32];
+    snprintf(what, sizeof(what), "transpose %lldx%lld", (long long)n,
+             (long long)n);
+    bench_replay(what, &tr);
+}
+
+/* permute(0, 2, 1) of [b, n, n]. */
+static void bench_batched(rs_dtype_t dt, int64_t b, int64_t n)
+{
+    replay_ctx_t bt = {dt, dt, NULL, NULL, 3, {b, n, n}, {n * n, n, 1},
+                       {n * n, 1, n}};
+    char what[32];
+    snprintf(what, sizeof(what), "batched %lldx%lldx%lld", (long long)b,
+             (long long)n, (long long)n);
+    bench_replay(what, &bt);
+}
+
 static void section_replay(void)
 {
-    printf("strided replay, bf16 (ratio = rs_convert_strided GB/s over "
-           "memcpy GB/s of the bytes written)\n");
+    printf("strided replay (kernels: %s; ratio = rs_convert_strided GB/s "
+           "over memcpy GB/s of the bytes written)\n",
+           rs__simd_name(rs__simd_active()));
     const int64_t n = 8192;
-    /* dst[i][j] = src[j][i]: destination rows read source columns. */
-    replay_ctx_t tr = {.ndim = 2, .shape = {n, n}, .ds = {n, 1},
-                       .ss = {1, n}};
-    bench_replay("transpose 8192x8192", &tr, (size_t)(n * n * 2));
+    bench_transpose(RS_DTYPE_BF16, RS_DTYPE_BF16, n);
+    bench_transpose(RS_DTYPE_F32, RS_DTYPE_F32, n);
+    bench_batched(RS_DTYPE_BF16, 64, 1024);
+    bench_batched(RS_DTYPE_F32, 64, 1024);
+    bench_transpose(RS_DTYPE_U8, RS_DTYPE_U8, n);
+    bench_transpose(RS_DTYPE_F64, RS_DTYPE_F64, n / 2);
     /* narrow(1, 0, 4096): rows of 4096 out of 8192. */
-    replay_ctx_t nr = {.ndim = 2, .shape = {n, n / 2}, .ds = {n / 2, 1},
-                       .ss = {n, 1}};
-    bench_replay("narrow 8192x(4096 of 8192)", &nr, (size_t)(n * n * 2));
-    /* permute(0, 2, 1) of [64, 1024, 1024]. */
-    replay_ctx_t bt = {.ndim = 3, .shape = {64, 1024, 1024},
-                       .ds = {1 << 20, 1024, 1}, .ss = {1 << 20, 1, 1024}};
-    bench_replay("batched transpose 64x1Kx1K", &bt, (size_t)64 << 21);
+    replay_ctx_t nr = {RS_DTYPE_BF16, RS_DTYPE_BF16, NULL, NULL, 2,
+                       {n, n / 2}, {n / 2, 1}, {n, 1}};
+    bench_replay("narrow 8192x(4096 of 8192)", &nr);
+    bench_transpose(RS_DTYPE_BF16, RS_DTYPE_F32, n);
+    bench_transpose(RS_DTYPE_F32, RS_DTYPE_BF16, n);
+}
+
+/* Sections named after the size, or all of them when none is. */
+static int wanted(int argc, char **argv, const char *section)
+{
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], section) == 0)
+            return 1;
+    }
+    return argc <= 2;
 }
 
 int main(int argc, char **argv)
@@ -382,14 +428,19 @@ int main(int argc, char **argv)
     if (argc > 1) {
         long mib = strtol(argv[1], NULL, 10);
         if (mib <= 0) {
-            fprintf(stderr, "usage: exec_bench [MiB]\n");
+            fprintf(stderr, "usage: exec_bench [MiB] [cast|digest|transport|"
+                    "replay ...]\n");
             return 2;
         }
         cfg.bytes = (size_t)mib << 20;
     }
-    section_cast(&cfg);
-    section_digest(&cfg);
-    section_transport(&cfg);
-    section_replay();
+    if (wanted(argc, argv, "cast"))
+        section_cast(&cfg);
+    if (wanted(argc, argv, "digest"))
+        section_digest(&cfg);
+    if (wanted(argc, argv, "transport"))
+        section_transport(&cfg);
+    if (wanted(argc, argv, "replay"))
+        section_replay();
     return 0;
 }

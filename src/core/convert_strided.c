@@ -3,8 +3,10 @@
  * then walks the outer dims and hands each innermost row to the contiguous
  * or the strided kernel. Rows with a large stride on one side are walked in
  * tiles so a transpose touches each cache line once; a true transpose of
- * 1, 2, 4 or 8 byte elements goes through the register kernels of
- * transpose.c and leaves each tile as contiguous rows (cast on the way). */
+ * 1, 2, 4 or 8 byte elements goes through the vector kernels of
+ * transpose.c, straight into the destination for equal dtypes (streamed
+ * past the caches when it is larger than them), through a tile buffer
+ * cast out row by row otherwise. */
 #include <string.h>
 
 #include "core/checked.h"
@@ -21,16 +23,24 @@
 #define CV_BLOCK 256
 #endif
 
-/* Register transposes take tiles whose source rows span CV_FAST_ROW bytes
- * (two cache lines): the tile buffer stays in L1 and every line on either
- * side is read or written whole while its tile is in flight. */
-#ifndef CV_FAST_ROW
-#define CV_FAST_ROW 128
-#endif
+/* A transpose with a cast goes through square tiles of CV_CAST_TILE
+ * elements (CV_CAST_TILE_8 for 8-byte sources), transposed into a buffer
+ * in L1 and cast out row by row: 64 elements is one whole block of the
+ * vectorized cast loops (shorter rows would take their scalar tail), and
+ * every line on either side is read or written whole while its tile is in
+ * flight. */
+#define CV_CAST_TILE 64
+#define CV_CAST_TILE_8 16
+
+static int64_t cast_tile(size_t ssize)
+{
+    return ssize == 8 ? CV_CAST_TILE_8 : CV_CAST_TILE;
+}
 
 typedef struct cv_geom {
     int ndim;
-    int same; /* equal dtypes: a plain copy */
+    int same;   /* equal dtypes: a plain copy */
+    int stream; /* destination larger than the caches: stream it */
     int64_t shape[CV_MAX_DIMS];
     int64_t ds[CV_MAX_DIMS], ss[CV_MAX_DIMS];
     size_t dsize, ssize;
@@ -110,22 +120,19 @@ static void run_tile(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* One tile of a true transpose (source contiguous along p, destination along
- * q): a register transpose into a buffer whose rows are destination rows,
- * then each row copied (or cast) out contiguously. */
+/* One tile of a true transpose with a cast (source contiguous along p,
+ * destination along q): a register transpose into a buffer whose rows are
+ * destination rows in the source dtype, then each row cast out
+ * contiguously. */
 static void run_tile_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
                           int p, int q, int64_t np, int64_t nq,
                           unsigned char *d, const unsigned char *s)
 {
-    unsigned char tmp[CV_FAST_ROW * CV_FAST_ROW];
-    const int64_t edge = CV_FAST_ROW / (int64_t)g->ssize;
-    const size_t row = CV_FAST_ROW, dstep = (size_t)g->ds[p] * g->dsize;
-    rs__transpose_tile(tmp, edge, s, g->ss[q], nq, np, g->ssize);
-    if (g->same && nq == edge) {
-        for (int64_t i = 0; i < np; i++)
-            memcpy(d + (size_t)i * dstep, tmp + (size_t)i * row, CV_FAST_ROW);
-        return;
-    }
+    _Alignas(64) unsigned char tmp[CV_CAST_TILE * CV_CAST_TILE * 4];
+    const int64_t edge = cast_tile(g->ssize);
+    const size_t row = (size_t)edge * g->ssize;
+    const size_t dstep = (size_t)g->ds[p] * g->dsize;
+    rs__transpose(tmp, edge, s, g->ss[q], nq, np, g->ssize, 0);
     for (int64_t i = 0; i < np; i++)
         k->contig(d + (size_t)i * dstep, tmp + (size_t)i * row, (size_t)nq);
 }
@@ -158,13 +165,13 @@ static void prefetch_tile(const cv_geom_t *g, int p, int q, int64_t np,
             CV_PREFETCH(d + (size_t)(i * g->ds[p]) * g->dsize + b, 1);
 }
 
-/* The tile at (p0, q0) of a true transpose, with hints for the next one
- * along p (`more`: there is one in this block). */
+/* The tile at (p0, q0) of a true transpose with a cast, with hints for the
+ * next one along p (`more`: there is one in this block). */
 static void fast_tile_at(const rs__cv_kernel_t *k, const cv_geom_t *g, int p,
                          int q, int64_t p0, int64_t q0, int more,
                          unsigned char *d, const unsigned char *s)
 {
-    const int64_t t = CV_FAST_ROW / (int64_t)g->ssize;
+    const int64_t t = cast_tile(g->ssize);
     const int64_t np = min64(t, g->shape[p] - p0);
     const int64_t nq = min64(t, g->shape[q] - q0);
     unsigned char *td = d + (size_t)(p0 * g->ds[p] + q0) * g->dsize;
@@ -176,14 +183,21 @@ static void fast_tile_at(const rs__cv_kernel_t *k, const cv_geom_t *g, int p,
     run_tile_fast(k, g, p, q, np, nq, td, ts);
 }
 
-/* Tiles of a true transpose, in blocks of `blk` x `blk` elements that keep
- * the pages both sides touch within the TLB's reach. */
+/* A true transpose: with equal dtypes the transpose kernels write the
+ * destination directly (streaming past the caches when the whole copy is
+ * larger than them); with a cast, tiles go through a buffer, in blocks of
+ * `blk` x `blk` elements that keep the pages both sides touch within the
+ * TLB's reach. */
 static void run_tiled_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
                            int p, int q, unsigned char *d,
                            const unsigned char *s)
 {
     const int64_t P = g->shape[p], Q = g->shape[q];
-    const int64_t t = CV_FAST_ROW / (int64_t)g->ssize;
+    if (g->same) {
+        rs__transpose(d, g->ds[p], s, g->ss[q], Q, P, g->ssize, g->stream);
+        return;
+    }
+    const int64_t t = cast_tile(g->ssize);
     const int64_t blk = t > CV_BLOCK ? t : CV_BLOCK;
     for (int64_t bq = 0; bq < Q; bq += blk)
         for (int64_t bp = 0; bp < P; bp += blk) {
@@ -231,6 +245,18 @@ static int wants_tiles(const cv_geom_t *g)
     if (g->shape[c] < CV_TILE || g->shape[r] < CV_TILE)
         return 0;
     return (g->ds[c] == 1) != (g->ss[c] == 1);
+}
+
+/* Bytes written, from the coalesced shape: past the caches' size, the
+ * transpose kernels store around them. */
+static int wants_stream(const cv_geom_t *g)
+{
+    uint64_t n = g->dsize;
+    for (int i = 0; i < g->ndim; i++) {
+        if (!rs__mul_u64(n, (uint64_t)g->shape[i], &n))
+            return 1;
+    }
+    return n >= RS__TRANSPOSE_STREAM_MIN;
 }
 
 static void walk(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
@@ -288,6 +314,7 @@ rs_status_t rs__convert_strided(rs_dtype_t to, void *dst,
         src == NULL)
         return RS_ERR_INVALID_ARG;
     coalesce(&g, shape, dst_stride, src_stride, ndim);
+    g.stream = wants_stream(&g);
     walk(&k, &copy, &g, dst, src);
     return RS_OK;
 }
