@@ -102,6 +102,21 @@ void rs__ucx_add_cause(rs_diag_t *diag, unsigned long mark)
     snprintf(diag->msg + len, sizeof(diag->msg) - len, " (UCX: %s)", cause);
 }
 
+/* Where a region is mapped into this process, when UCX allocated it in
+ * shared memory (an exposer's arena): reading it is then a plain copy, the
+ * very copy a get over that memory makes, without the per-get cost. Any
+ * other memory (registered caller memory, remote hosts) is read with
+ * gets. */
+static const uint8_t *map_direct(const ucx_rinfo_t *r)
+{
+    void *p = NULL;
+    if (getenv("RESHARD_UCX_GETS") != NULL) /* always gets: for comparisons */
+        return NULL;
+    if (ucp_rkey_ptr(r->rkey, r->remote, &p) != UCS_OK)
+        return NULL;
+    return p;
+}
+
 static rs_status_t sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
                            rs_diag_t *diag)
 {
@@ -142,6 +157,7 @@ static rs_status_t sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
                                 name, i,
                                 ucs_status_string(us));
         }
+        r->direct = map_direct(r);
     }
     return RS_OK;
 }
@@ -165,6 +181,7 @@ static void destroy_rkeys(ucx_sess_t *x)
         if (x->regions[i].rkey != NULL)
             ucp_rkey_destroy(x->regions[i].rkey);
         x->regions[i].rkey = NULL;
+        x->regions[i].direct = NULL; /* the mapping went with the rkey */
     }
 }
 

@@ -16,6 +16,10 @@ typedef struct ucx_rinfo {
     size_t rkey_off;   /* packed rkey inside the session's blob copy */
     uint32_t rkey_len;
     ucp_rkey_h rkey;   /* unpacked while the endpoint is up */
+    /* The region mapped into this process (ucp_rkey_ptr: memory a
+     * shared-memory domain of UCX allocated), valid while rkey is; NULL
+     * when it must be read with gets. */
+    const uint8_t *direct;
 } ucx_rinfo_t;
 
 /* A session's endpoint and keys. Kept at a stable address (the endpoint's

@@ -1,0 +1,210 @@
+/* One-sided means the publisher does nothing: a child process exposes an
+ * exposer allocation (UCX's own shared memory) and a malloc'd buffer over
+ * UCX_TLS=sm, then is frozen with SIGSTOP. Reads of the allocation, every
+ * size and offset, still complete byte-exact against the fill formula (the
+ * reader maps it and copies); reads of the malloc'd buffer, which UCX can
+ * only serve through the frozen process's progress thread, time out
+ * instead of returning anything. With RESHARD_UCX_GETS=1 the allocation is
+ * read with ucp_get_nbx, which is one-sided too. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "reshard/expose.h"
+#include "reshard/transport.h"
+
+#define ARENA_BYTES (8u << 20)
+#define CALLER_BYTES (1u << 20)
+#define ARENA_ADDR 0x100000000ull
+#define CALLER_ADDR 0x200000000ull
+
+static uint8_t pattern(uint64_t i, unsigned salt)
+{
+    return (uint8_t)((i * 2654435761u + salt) >> 7);
+}
+
+static int io_all(int fd, void *buf, size_t n, int writing)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t k = writing ? write(fd, p, n) : read(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* The publisher: exposes both buffers, sends its blob, then waits to be
+ * frozen and killed. */
+static void child(int out)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    rs_exposer_h x = NULL;
+    void *arena = NULL;
+    uint8_t *caller = malloc(CALLER_BYTES);
+    if (caller == NULL || rs_exposer_create("ucx", NULL, &x) != RS_OK ||
+        rs_exposer_alloc(x, ARENA_BYTES, NULL, &arena) != RS_OK)
+        _exit(2);
+    for (uint64_t i = 0; i < ARENA_BYTES; i++)
+        ((uint8_t *)arena)[i] = pattern(i, 1);
+    for (uint64_t i = 0; i < CALLER_BYTES; i++)
+        caller[i] = pattern(i, 2);
+    const void *blob = NULL;
+    size_t len = 0;
+    if (rs_exposer_add_region(x, ARENA_ADDR, arena, ARENA_BYTES, RS_MEM_HOST,
+                              NULL) != RS_OK ||
+        rs_exposer_add_region(x, CALLER_ADDR, caller, CALLER_BYTES,
+                              RS_MEM_HOST, NULL) != RS_OK ||
+        rs_exposer_start(x, NULL) != RS_OK ||
+        rs_exposer_blob(x, &blob, &len) != RS_OK)
+        _exit(3);
+    uint64_t len64 = len;
+    if (io_all(out, &len64, 8, 1) != 0 || io_all(out, (void *)blob, len, 1))
+        _exit(4);
+    for (;;)
+        pause();
+}
+
+typedef struct peer {
+    pid_t pid;
+    void *blob;
+    size_t len;
+} peer_t;
+
+static void peer_start(peer_t *p)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    p->pid = fork();
+    assert_true(p->pid >= 0);
+    if (p->pid == 0) {
+        close(fds[0]);
+        child(fds[1]);
+    }
+    close(fds[1]);
+    uint64_t len = 0;
+    assert_int_equal(io_all(fds[0], &len, 8, 0), 0);
+    p->len = (size_t)len;
+    p->blob = malloc(p->len);
+    assert_non_null(p->blob);
+    assert_int_equal(io_all(fds[0], p->blob, p->len, 0), 0);
+    close(fds[0]);
+}
+
+static void peer_stop(peer_t *p)
+{
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    free(p->blob);
+}
+
+static rs_transport_h connect_peer(const peer_t *p)
+{
+    rs_transport_params_t tp;
+    rs_transport_params_init(&tp);
+    tp.backend = "ucx";
+    rs_transport_h t = NULL;
+    rs_diag_t d;
+    assert_int_equal(rs_transport_create(&tp, &d, &t), RS_OK);
+    rs_peer_t peer = {"publisher", p->pid, NULL, 0, p->blob, p->len};
+    if (rs_transport_connect(t, 0, &peer, &d) != RS_OK)
+        fail_msg("connect: %s", d.msg);
+    return t;
+}
+
+/* Reads of many sizes and offsets into one buffer, checked byte for
+ * byte; bytes between reads must stay as they were. */
+static void read_arena(rs_transport_h t)
+{
+    static const uint64_t sizes[] = {1, 7, 64, 4096, 65536, 1u << 20,
+                                     3u << 20};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    uint8_t *dst = malloc(ARENA_BYTES);
+    assert_non_null(dst);
+    memset(dst, 0xA5, ARENA_BYTES);
+    rs_read_t r[N];
+    uint64_t off = 3, at = 0;
+    for (size_t i = 0; i < N; i++) {
+        r[i] = (rs_read_t){0, ARENA_ADDR + off, dst + at, sizes[i]};
+        off += sizes[i] + 100;
+        at += sizes[i] + 11;
+    }
+    rs_diag_t d;
+    if (rs_transport_post(t, r, N, &d) != RS_OK ||
+        rs_transport_wait(t, 10, &d) != RS_OK)
+        fail_msg("arena reads with the publisher frozen: %s", d.msg);
+    size_t k = 0;
+    for (size_t i = 0; i < N; i++) {
+        uint64_t src = r[i].src_addr - ARENA_ADDR;
+        uint8_t *out = r[i].dst;
+        for (; dst + k < out; k++)
+            assert_int_equal(dst[k], 0xA5);
+        for (uint64_t j = 0; j < sizes[i]; j++, k++)
+            if (out[j] != pattern(src + j, 1))
+                fail_msg("read %zu byte %llu", i, (unsigned long long)j);
+    }
+    for (; k < ARENA_BYTES; k++)
+        assert_int_equal(dst[k], 0xA5);
+    free(dst);
+}
+
+static void frozen_publisher(int gets)
+{
+    setenv("UCX_TLS", "sm", 1);
+    if (gets)
+        setenv("RESHARD_UCX_GETS", "1", 1);
+    else
+        unsetenv("RESHARD_UCX_GETS");
+    peer_t p;
+    peer_start(&p);
+    rs_transport_h t = connect_peer(&p);
+    assert_int_equal(kill(p.pid, SIGSTOP), 0);
+    read_arena(t);
+
+    uint8_t buf[4096];
+    memset(buf, 0x5A, sizeof(buf));
+    rs_read_t r = {0, CALLER_ADDR + 8, buf, sizeof(buf)};
+    rs_diag_t d;
+    rs_status_t st = rs_transport_post(t, &r, 1, &d);
+    if (st == RS_OK)
+        st = rs_transport_wait(t, 1.0, &d);
+    assert_int_equal(st, RS_ERR_TIMEOUT); /* only the publisher can serve it */
+    rs_transport_destroy(t);
+    peer_stop(&p);
+    unsetenv("RESHARD_UCX_GETS");
+}
+
+static void test_arena_reads_need_no_publisher(void **state)
+{
+    (void)state;
+    frozen_publisher(0);
+}
+
+static void test_arena_gets_need_no_publisher(void **state)
+{
+    (void)state;
+    frozen_publisher(1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_arena_reads_need_no_publisher),
+        cmocka_unit_test(test_arena_gets_need_no_publisher),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
