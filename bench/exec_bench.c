@@ -4,7 +4,9 @@
  * the rsd64 digest, transports (local and local-mt against memcpy loops) and
  * strided replay (rs_convert_strided as the executor's full-pull replay and
  * casts run it: transposes of 1 to 8 byte elements, batched transposes, a
- * narrow, transposes with a cast). RESHARD_SIMD picks the kernels' level.
+ * narrow, transposes with a cast). RESHARD_SIMD picks the kernels' level;
+ * EXEC_BENCH_PAGES=1 allocates every buffer as the executor allocates its
+ * staging and the receiver its shadows (huge pages where offered).
  *
  *   exec_bench [MiB] [SECTION...]   (output bytes per operation, default
  *                                    256; sections: cast digest transport
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/convert.h"
+#include "core/pages.h"
 #include "core/simd.h"
 #include "reshard/digest.h"
 #include "reshard/transport.h"
@@ -31,16 +34,48 @@ typedef struct bench_cfg {
     size_t bytes; /* output bytes per operation */
 } bench_cfg_t;
 
+/* Buffers come from malloc, or with EXEC_BENCH_PAGES=1 from the pages
+ * the executor gives its staging and the receiver its shadows (aligned,
+ * huge pages where the kernel offers them), for operations and memcpy
+ * alike. Their sizes are kept for bench_free. */
+#define MAX_BUFS 16
+static struct { void *p; size_t n; } g_bufs[MAX_BUFS];
+
+static int use_pages(void)
+{
+    const char *v = getenv("EXEC_BENCH_PAGES");
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
 /* Allocates and touches every page, so no timing includes page faults. */
 static void *bench_alloc(size_t bytes, int fill)
 {
-    void *p = malloc(bytes);
-    if (p == NULL) {
+    void *p = use_pages() ? rs__pages_alloc(bytes) : malloc(bytes);
+    int k = 0;
+    while (k < MAX_BUFS && g_bufs[k].p != NULL)
+        k++;
+    if (p == NULL || k == MAX_BUFS) {
         fprintf(stderr, "exec_bench: cannot allocate %zu bytes\n", bytes);
         exit(1);
     }
+    g_bufs[k].p = p;
+    g_bufs[k].n = bytes;
     memset(p, fill, bytes);
     return p;
+}
+
+static void bench_free(const void *p)
+{
+    for (int k = 0; k < MAX_BUFS; k++) {
+        if (g_bufs[k].p != p)
+            continue;
+        if (use_pages())
+            rs__pages_free(g_bufs[k].p, g_bufs[k].n);
+        else
+            free(g_bufs[k].p);
+        g_bufs[k].p = NULL;
+        return;
+    }
 }
 
 typedef void (*bench_fn)(void *ctx);
@@ -77,8 +112,8 @@ static void best_vs_memcpy(bench_fn fn, void *ctx, size_t base_bytes,
         base = b < base ? b : base;
         t = x < t ? x : t;
     }
-    free(c.dst);
-    free((void *)c.src);
+    bench_free(c.dst);
+    bench_free(c.src);
     *t_p = t;
     *base_p = base;
 }
@@ -128,8 +163,8 @@ static void bench_cast(rs_dtype_t from, rs_dtype_t to, size_t out_bytes)
                "   (input bytes)\n", "", (double)in_bytes / t * 1e-9,
                (double)in_bytes / base * 1e-9, base / t);
     }
-    free(c.dst);
-    free((void *)c.src);
+    bench_free(c.dst);
+    bench_free(c.src);
 }
 
 static void section_cast(const bench_cfg_t *cfg)
@@ -168,7 +203,7 @@ static void section_digest(const bench_cfg_t *cfg)
     best_vs_memcpy(run_digest, &c, cfg->bytes, &t, &base);
     report("rs_digest", cfg->bytes, t, base);
     printf("  (digest %016llx)\n", (unsigned long long)c.sink);
-    free(buf);
+    bench_free(buf);
 }
 
 /* Transport: `local` and `local-mt` reading segments of one region against
@@ -321,8 +356,8 @@ static void section_transport(const bench_cfg_t *cfg)
         if (cfg->bytes / segs[k] >= 2)
             bench_segments(dst, src, cfg->bytes, segs[k], cores);
     }
-    free(dst);
-    free(src);
+    bench_free(dst);
+    bench_free(src);
 }
 
 /* Strided replay: rs_convert_strided as the executor's full-pull replay and
@@ -367,8 +402,8 @@ static void bench_replay(const char *what, replay_ctx_t *c)
     double t, base;
     best_vs_memcpy(run_replay, c, bytes, &t, &base);
     report(label, bytes, t, base);
-    free(c->dst);
-    free((void *)c->src);
+    bench_free(c->dst);
+    bench_free(c->src);
 }
 
 /* dst[i][j] = src[j][i] over n x n. */
@@ -394,9 +429,10 @@ static void bench_batched(rs_dtype_t dt, int64_t b, int64_t n)
 
 static void section_replay(void)
 {
-    printf("strided replay (kernels: %s; ratio = rs_convert_strided GB/s "
-           "over memcpy GB/s of the bytes written)\n",
-           rs__simd_name(rs__simd_active()));
+    printf("strided replay (kernels: %s, buffers: %s; ratio = "
+           "rs_convert_strided GB/s over memcpy GB/s of the bytes written)\n",
+           rs__simd_name(rs__simd_active()),
+           use_pages() ? "executor pages" : "malloc");
     const int64_t n = 8192;
     bench_transpose(RS_DTYPE_BF16, RS_DTYPE_BF16, n);
     bench_transpose(RS_DTYPE_F32, RS_DTYPE_F32, n);
