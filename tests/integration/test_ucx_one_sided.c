@@ -5,7 +5,8 @@
  * reader maps it and copies); reads of the malloc'd buffer, which UCX can
  * only serve through the frozen process's progress thread, time out
  * instead of returning anything. With RESHARD_UCX_GETS=1 the allocation is
- * read with ucp_get_nbx, which is one-sided too. */
+ * read with ucp_get_nbx, which is one-sided too once the endpoint is wired
+ * up (one read the running publisher serves comes first). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -172,13 +173,22 @@ static void frozen_publisher(int gets)
     peer_t p;
     peer_start(&p);
     rs_transport_h t = connect_peer(&p);
+    /* One read the publisher serves first: the endpoint's wireup finishes
+     * with its help, then it is frozen. */
+    uint8_t warm[64];
+    rs_read_t w = {0, CALLER_ADDR, warm, sizeof(warm)};
+    rs_diag_t d;
+    if (rs_transport_post(t, &w, 1, &d) != RS_OK ||
+        rs_transport_wait(t, 30, &d) != RS_OK)
+        fail_msg("read with the publisher running: %s", d.msg);
+    for (size_t i = 0; i < sizeof(warm); i++)
+        assert_int_equal(warm[i], pattern(i, 2));
     assert_int_equal(kill(p.pid, SIGSTOP), 0);
     read_arena(t);
 
     uint8_t buf[4096];
     memset(buf, 0x5A, sizeof(buf));
     rs_read_t r = {0, CALLER_ADDR + 8, buf, sizeof(buf)};
-    rs_diag_t d;
     rs_status_t st = rs_transport_post(t, &r, 1, &d);
     if (st == RS_OK)
         st = rs_transport_wait(t, 1.0, &d);
