@@ -63,7 +63,10 @@ typedef struct world {
     pthread_t releaser, refiller;
     int have_releaser, have_refiller;
     atomic_int stop;
-    atomic_int pulling;          /* 1 while rs_receiver_pull runs */
+    /* 1 while rs_receiver_pull runs and has not installed yet: the pull
+     * drops its lease after install, so a release from then on is not
+     * "mid-pull" even though rs_receiver_pull has not returned */
+    atomic_int pulling;
     atomic_int released;         /* version 1 released */
     atomic_int released_mid_pull;
     atomic_int refused;          /* release attempts refused */
@@ -250,6 +253,7 @@ static rs_status_t on_install(void *ctx, rs_exec_h exec)
     (void)ctx;
     (void)exec;
     w.installs++;
+    atomic_store(&w.pulling, 0);
     return RS_OK;
 }
 
