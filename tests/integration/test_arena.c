@@ -178,17 +178,8 @@ static void pull_exact(world_t *w, int64_t v, int release)
 /* The addresses slot 0's table of version v lists, in table order. */
 static size_t table_addrs(world_t *w, int64_t v, uint64_t *addrs, size_t cap)
 {
-    rs_dir_h dir;
-    rs_sources_h src;
-    rs_diag_t d;
-    void *table;
-    size_t len;
-    ASSERT_ST(rs_dir_open(w->env.url, &d, &dir), RS_OK, d);
-    ASSERT_ST(rs_dir_read(dir, MODEL, v, 0, &d, &table, &len), RS_OK, d);
-    rs_dir_close(dir);
-    assert_int_equal(rs_sources_create(&src), RS_OK);
-    ASSERT_ST(rs_sources_load_string(src, table, len, "slot 0", &d), RS_OK, d);
-    free(table);
+    rs_sources_h src = dir_env_table(&w->env, MODEL, v, 0);
+    assert_non_null(src);
     size_t n = rs_sources_num_shards(src);
     for (size_t i = 0; i < n && i < cap; i++) {
         rs_shard_desc_t sh;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "dir_env.h"
+#include "reshard/dir.h"
 
 int dir_env_setup(dir_env_t *e, const char *tag)
 {
@@ -40,4 +41,29 @@ void dir_env_teardown(dir_env_t *e)
             fprintf(stderr, "dir_env: could not remove %s\n", e->tmp);
         e->tmp[0] = '\0';
     }
+}
+
+rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,
+                           int64_t slot)
+{
+    rs_dir_h dir = NULL;
+    rs_sources_h src = NULL;
+    rs_diag_t d = {RS_OK, ""};
+    void *table = NULL;
+    size_t len = 0;
+    char origin[64];
+    snprintf(origin, sizeof(origin), "slot %lld", (long long)slot);
+    if (rs_dir_open(e->url, &d, &dir) == RS_OK &&
+        rs_dir_read(dir, model, v, slot, &d, &table, &len) == RS_OK &&
+        rs_sources_create(&src) == RS_OK &&
+        rs_sources_load_string(src, table, len, origin, &d) != RS_OK) {
+        rs_sources_destroy(src);
+        src = NULL;
+    }
+    if (src == NULL)
+        fprintf(stderr, "dir_env: %s of version %lld: %s\n", origin,
+                (long long)v, d.msg);
+    rs_dir_close(dir);
+    free(table);
+    return src;
 }

@@ -5,9 +5,11 @@
 #define RS_TEST_DIR_ENV_H
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "redis_fixture.h"
+#include "reshard/sources.h"
 
 typedef struct dir_env {
     const char *backend; /* "file" or "redis" */
@@ -23,6 +25,12 @@ typedef struct dir_env {
 int dir_env_setup(dir_env_t *e, const char *tag);
 /* Stops the server or removes the folder; accepts a failed setup. */
 void dir_env_teardown(dir_env_t *e);
+
+/* Slot `slot`'s table of version v of `model`, read from e's directory
+ * and loaded as sources (the caller destroys them), or NULL with the
+ * reason on stderr. */
+rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,
+                           int64_t slot);
 
 /* Inside a cmocka test: skips it when the backend is unavailable. */
 #define DIR_ENV_NEED(e)                                                       \
