@@ -12,7 +12,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 
 #include "reshard/expose.h"
 #include "reshard/transport.h"
+#include "transport_fixture.h"
 
 #define ARENA_BYTES (8u << 20)
 #define CALLER_BYTES (1u << 20)
@@ -32,21 +32,6 @@
 static uint8_t pattern(uint64_t i, unsigned salt)
 {
     return (uint8_t)((i * 2654435761u + salt) >> 7);
-}
-
-static int io_all(int fd, void *buf, size_t n, int writing)
-{
-    uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t k = writing ? write(fd, p, n) : read(fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
 }
 
 /* The publisher: exposes both buffers, sends its blob, then waits to be
@@ -74,7 +59,7 @@ static void child(int out)
         rs_exposer_blob(x, &blob, &len) != RS_OK)
         _exit(3);
     uint64_t len64 = len;
-    if (io_all(out, &len64, 8, 1) != 0 || io_all(out, (void *)blob, len, 1))
+    if (tfx_write_all(out, &len64, 8) != 0 || tfx_write_all(out, blob, len))
         _exit(4);
     for (;;)
         pause();
@@ -98,11 +83,11 @@ static void peer_start(peer_t *p)
     }
     close(fds[1]);
     uint64_t len = 0;
-    assert_int_equal(io_all(fds[0], &len, 8, 0), 0);
+    assert_int_equal(tfx_read_all(fds[0], &len, 8), 0);
     p->len = (size_t)len;
     p->blob = malloc(p->len);
     assert_non_null(p->blob);
-    assert_int_equal(io_all(fds[0], p->blob, p->len, 0), 0);
+    assert_int_equal(tfx_read_all(fds[0], p->blob, p->len), 0);
     close(fds[0]);
 }
 

@@ -84,7 +84,7 @@ static int fill_all(tfx_world_t *w, const uint64_t *sizes, void **mem)
     return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
+int tfx_write_all(int fd, const void *buf, size_t n)
 {
     const char *p = buf;
     while (n > 0) {
@@ -99,9 +99,7 @@ static int write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
-/* Reads exactly n bytes, giving up when the writer is silent for
- * CHILD_ANSWER_MS (a child stuck in setup must not hang the test). */
-static int read_all(int fd, void *buf, size_t n)
+int tfx_read_all(int fd, void *buf, size_t n)
 {
     char *p = buf;
     while (n > 0) {
@@ -142,7 +140,7 @@ static void cma_child(tfx_world_t *w, const uint64_t *sizes, int out_fd,
         _exit(3);
     for (size_t k = 0; k < n; k++)
         addrs[k] = (uint64_t)(uintptr_t)mem[k];
-    if (write_all(out_fd, addrs, n * sizeof(uint64_t)) != 0)
+    if (tfx_write_all(out_fd, addrs, n * sizeof(uint64_t)) != 0)
         _exit(4);
     await_done(done_fd);
     _exit(0);
@@ -181,8 +179,8 @@ static int serve_session(tfx_world_t *w, const uint64_t *sizes, uint32_t s,
         rs_exposer_blob(*x_p, &blob, &len) != RS_OK)
         return -1;
     uint64_t len64 = len;
-    if (write_all(out_fd, &len64, 8) != 0 ||
-        write_all(out_fd, blob, len) != 0)
+    if (tfx_write_all(out_fd, &len64, 8) != 0 ||
+        tfx_write_all(out_fd, blob, len) != 0)
         _exit(4);
     return 0;
 }
@@ -204,8 +202,8 @@ static void ucx_child(tfx_world_t *w, const uint64_t *sizes, int out_fd,
             char why[CHILD_WHY_LEN] = {0};
             uint64_t mark = UINT64_MAX;
             snprintf(why, sizeof(why), "session %u: %.200s", s, d.msg);
-            if (write_all(out_fd, &mark, 8) == 0)
-                write_all(out_fd, why, sizeof(why));
+            if (tfx_write_all(out_fd, &mark, 8) == 0)
+                tfx_write_all(out_fd, why, sizeof(why));
             _exit(5);
         }
     }
@@ -276,7 +274,7 @@ static int open_child(tfx_world_t *w, const uint64_t *sizes, char *why,
         return -1;
     size_t n = (size_t)w->nsessions * w->nregions;
     uint64_t *addrs = calloc(n, sizeof(uint64_t));
-    int rc = addrs != NULL && read_all(fd, addrs, n * 8) == 0;
+    int rc = addrs != NULL && tfx_read_all(fd, addrs, n * 8) == 0;
     close(fd);
     for (size_t k = 0; rc && k < n; k++)
         w->regions[k].addr = addrs[k];
@@ -291,19 +289,19 @@ static int read_blob(tfx_world_t *w, int fd, uint32_t s, char *why,
                      size_t whylen)
 {
     uint64_t len;
-    if (read_all(fd, &len, 8) != 0)
+    if (tfx_read_all(fd, &len, 8) != 0)
         return snprintf(why, whylen, "ucx child sent no blob for session "
                         "%u", s), -1;
     if (len == UINT64_MAX) {
         char msg[CHILD_WHY_LEN];
-        if (read_all(fd, msg, sizeof(msg)) != 0)
+        if (tfx_read_all(fd, msg, sizeof(msg)) != 0)
             msg[0] = '\0';
         msg[sizeof(msg) - 1] = '\0';
         return snprintf(why, whylen, "ucx child: %s", msg), -1;
     }
     w->blobs[s] = malloc(len > 0 ? len : 1);
     w->blob_lens[s] = len;
-    if (w->blobs[s] == NULL || read_all(fd, w->blobs[s], len) != 0)
+    if (w->blobs[s] == NULL || tfx_read_all(fd, w->blobs[s], len) != 0)
         return snprintf(why, whylen, "ucx child: blob of session %u cut "
                         "short", s), -1;
     return 0;

@@ -57,6 +57,13 @@ const rs_region_t *tfx_region(const tfx_world_t *w, uint32_t session,
 /* Kills the child now (SIGKILL) and reaps it: its sessions are dead. */
 void tfx_world_kill(tfx_world_t *w);
 
+/* Pipe helpers between a test and the processes it forks: 0 once all n
+ * bytes are written, or -1. tfx_read_all reads exactly n bytes, giving up
+ * when the writer is silent for CHILD_ANSWER_MS (a child stuck in setup
+ * must not hang the test). */
+int tfx_write_all(int fd, const void *buf, size_t n);
+int tfx_read_all(int fd, void *buf, size_t n);
+
 /* Creates a transport of the world's backend and connects every session
  * (peer name "s<N>", pid of the child for cma, the blob for ucx). */
 rs_status_t tfx_transport(const tfx_world_t *w, rs_diag_t *diag,
