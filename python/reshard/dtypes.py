@@ -55,6 +55,14 @@ def code_of(dtype):
     return _BY_TORCH[dtype][1]
 
 
+def name_of_code(code):
+    """The short name of an rs_dtype_t value ("dtype 99" for none)."""
+    for _, name, c in _TABLE:
+        if c == code:
+            return name
+    return f"dtype {code}"
+
+
 def from_name(name):
     """The torch dtype of any spelling the formats accept ("bf16",
     "bfloat16", "torch.bfloat16"); ValueError naming the spelling."""

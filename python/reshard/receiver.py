@@ -200,7 +200,7 @@ class Receiver(Handle):
                 raise errors.InputError(
                     f"receiver: parameter '{name}' is {list(t.shape)} "
                     f"{dtypes.name_of(t.dtype)}, the capture has {list(shape)} "
-                    f"{_code_name(code)}")
+                    f"{dtypes.name_of_code(code)}")
             bindings.append(_Binding(name, t))
         if params:
             raise errors.InvalidArgument(
@@ -390,10 +390,3 @@ def _inside(fill, numel):
         return first <= numel
     last = first + sum((n - 1) * st for n, st in zip(shape, stride))
     return last < numel
-
-
-def _code_name(code):
-    for t, (name, c) in dtypes._BY_TORCH.items():
-        if c == code:
-            return name
-    return f"dtype {code}"
