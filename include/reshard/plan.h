@@ -31,6 +31,8 @@ typedef struct rs_plan *rs_plan_h;
 
 #define RS_PLAN_DEFAULT_MAX_SEGMENTS_PER_COPY 64
 #define RS_PLAN_DEFAULT_SPLIT_BYTES ((uint64_t)64 << 20)
+#define RS_PLAN_DEFAULT_NIC_GBPS 400.0
+#define RS_PLAN_DEFAULT_DESCRIPTOR_NS 100.0
 
 /* Planner options. Always start from rs_plan_params_init. */
 typedef struct rs_plan_params {
@@ -46,6 +48,15 @@ typedef struct rs_plan_params {
     /* A cell of at least this many bytes held by several replicas is cut
      * across them (one slice per replica); 0 never cuts. Default 64 MiB. */
     uint64_t split_bytes;
+    /* The cost model (docs/design.md, "The cost model"): a way of moving a
+     * copy's bytes is estimated to take, on the session it loads most,
+     * its bytes over nic_gbps plus its descriptors times descriptor_ns;
+     * the planner keeps the way whose plan finishes first.
+     * max_segments_per_copy stays a hard cap on any one copy's exact runs.
+     * Defaults RS_PLAN_DEFAULT_NIC_GBPS and RS_PLAN_DEFAULT_DESCRIPTOR_NS;
+     * both must be positive and finite. */
+    double nic_gbps;
+    double descriptor_ns;
 } rs_plan_params_t;
 
 /* Defaults; max_segments_per_copy comes from RESHARD_MAX_SEGMENTS_PER_COPY
@@ -112,6 +123,13 @@ typedef struct rs_plan_stats {
     size_t nsessions_used;
     size_t copies_selected; /* copies whose param the selection keeps */
     size_t copies_planned;  /* of those, copies whose source is planned */
+    /* The bytes the planned copies need (what exact runs would read):
+     * bytes_planned - needed_bytes is what the plan reads beyond them. */
+    uint64_t needed_bytes;
+    /* The cost model's estimate of the plan's wire time in seconds, and
+     * of the plan that reads every copy by its exact runs. */
+    double est_seconds;
+    double exact_est_seconds;
 } rs_plan_stats_t;
 
 /* Builds a plan. Unsupported, unknown, mismatched (published with another

@@ -10,6 +10,7 @@
 #include "reshard/memory.h"
 #include "reshard/view.h"
 #include "reshard/capture.h"
+#include "reshard/cuts.h"
 #include "reshard/sources.h"
 #include "reshard/plan.h"
 #include "reshard/digest.h"

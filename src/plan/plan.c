@@ -17,6 +17,8 @@ static void plan_defaults(rs_plan_params_t *params)
     params->nonly = 0;
     params->replica_salt = 0;
     params->split_bytes = RS_PLAN_DEFAULT_SPLIT_BYTES;
+    params->nic_gbps = RS_PLAN_DEFAULT_NIC_GBPS;
+    params->descriptor_ns = RS_PLAN_DEFAULT_DESCRIPTOR_NS;
 }
 
 RS__PARAMS_DEFINE(plan, plan_defaults, split_bytes)

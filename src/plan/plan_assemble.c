@@ -143,6 +143,7 @@ static void compute_stats(rs_planner_t *b)
         for (size_t k = pc->seg_begin; k < pc->seg_end; k++)
             st->exact_bytes += b->tmp.v[k].nbytes;
     }
+    st->needed_bytes = st->exact_bytes;
     st->descriptor_savings = st->exact_descriptor_count > st->descriptor_count
         ? st->exact_descriptor_count - st->descriptor_count : 0;
     st->extra_wire_bytes = st->bytes_planned > st->exact_bytes
