@@ -1,0 +1,553 @@
+/* The cost model's choice of how each copy is read: by its exact runs, from
+ * a staged box (coalesced through cheap gaps, or bounded so that each
+ * shard's part is one run), or from its source's full pull. A session's
+ * time is its bytes over the NIC rate plus its descriptors times the
+ * per-descriptor cost; a plan's time is its most loaded session's.
+ * Copies are decided greedily, source by source, against the plan built so
+ * far; then the result is compared with the all-exact plan and the
+ * full-pull plan, and the fastest of the three is kept, so the choice is
+ * never estimated slower than either (docs/design.md, "The cost model"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "plan/capture_impl.h"
+#include "plan/planner.h"
+
+#define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
+
+double rs__cost_seconds(const rs_plan_params_t *p, uint64_t bytes,
+                        uint64_t descriptors)
+{
+    return (double)bytes * 8.0 / (p->nic_gbps * 1e9) +
+           (double)descriptors * p->descriptor_ns * 1e-9;
+}
+
+/* The working plan per session, and one change to it under evaluation. */
+typedef struct cost {
+    rs_planner_t *b;
+    size_t ns;
+    uint64_t *bytes, *descs;
+    double max_t;           /* its most loaded session's time, or more */
+    int64_t *db, *dd;       /* the change, on the sessions it touches */
+    uint32_t *touched;
+    size_t ntouched;
+    unsigned char *mark;
+} cost_t;
+
+typedef struct score {
+    double max_t, sum_t; /* plan time after the change; its own cost */
+} score_t;
+
+static int better(score_t a, score_t b)
+{
+    return a.max_t < b.max_t || (a.max_t == b.max_t && a.sum_t < b.sum_t);
+}
+
+static void delta_add(cost_t *c, const rs_segment_t *s, size_t n, int sign)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t k = s[i].session;
+        if (!c->mark[k]) {
+            c->mark[k] = 1;
+            c->touched[c->ntouched++] = k;
+            c->db[k] = c->dd[k] = 0;
+        }
+        c->db[k] += sign * (int64_t)s[i].nbytes;
+        c->dd[k] += sign;
+    }
+}
+
+/* Scores the pending change, then applies it when `apply`, and clears it. */
+static score_t delta_end(cost_t *c, int apply)
+{
+    const rs_plan_params_t *p = c->b->params;
+    score_t sc = {c->max_t, 0};
+    for (size_t i = 0; i < c->ntouched; i++) {
+        uint32_t k = c->touched[i];
+        uint64_t nb = (uint64_t)((int64_t)c->bytes[k] + c->db[k]);
+        uint64_t nd = (uint64_t)((int64_t)c->descs[k] + c->dd[k]);
+        double now = rs__cost_seconds(p, nb, nd);
+        sc.sum_t += now - rs__cost_seconds(p, c->bytes[k], c->descs[k]);
+        if (now > sc.max_t)
+            sc.max_t = now;
+        if (apply) {
+            c->bytes[k] = nb;
+            c->descs[k] = nd;
+        }
+        c->mark[k] = 0;
+    }
+    c->ntouched = 0;
+    if (apply)
+        c->max_t = sc.max_t;
+    return sc;
+}
+
+static int live(const rs_planner_t *b, const rs_pcopy_t *pc)
+{
+    return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
+}
+
+static const rs_segment_t *exact_segs(const rs_planner_t *b,
+                                      const rs_pcopy_t *pc, size_t *n)
+{
+    *n = pc->seg_end - pc->seg_begin;
+    return *n > 0 ? b->tmp.v + pc->seg_begin : NULL;
+}
+
+/* A copy the model may stage: same dtype, reads something, all of it
+ * published. */
+static int stageable(const rs_planner_t *b, const rs_pcopy_t *pc)
+{
+    return live(b, pc) && pc->kind == RS_PCOPY_EXACT && pc->missing == 0 &&
+           pc->seg_end > pc->seg_begin;
+}
+
+static int box_equal(const rs_pstage_t *s, int nd, const int64_t *lo,
+                     const int64_t *shape)
+{
+    for (int d = 0; d < nd; d++) {
+        if (s->lo[d] != lo[d] || s->shape[d] != shape[d])
+            return 0;
+    }
+    return 1;
+}
+
+static int box_contains(const rs_pstage_t *s, int nd, const int64_t *lo,
+                        const int64_t *shape)
+{
+    for (int d = 0; d < nd; d++) {
+        if (lo[d] < s->lo[d] || lo[d] + shape[d] > s->lo[d] + s->shape[d])
+            return 0;
+    }
+    return 1;
+}
+
+static int is_whole(int nd, const int64_t *lo, const int64_t *shape,
+                    const int64_t *full)
+{
+    for (int d = 0; d < nd; d++) {
+        if (lo[d] != 0 || shape[d] != full[d])
+            return 0;
+    }
+    return 1;
+}
+
+/* The best way found so far for one copy. */
+typedef struct pick {
+    int found;
+    score_t sc;
+    long stage;          /* existing stage, or -1 */
+    rs_pstage_t fresh;   /* a new stage when stage < 0 and found */
+} pick_t;
+
+static score_t score_stage(cost_t *c, const rs_pcopy_t *pc,
+                           const rs_segvec_t *segs, int paid)
+{
+    size_t n;
+    const rs_segment_t *ex = exact_segs(c->b, pc, &n);
+    if (!paid)
+        delta_add(c, segs->v, segs->v_len, +1);
+    delta_add(c, ex, n, -1);
+    return delta_end(c, 0);
+}
+
+/* A stage is worth reading instead of the copy's exact runs only when it
+ * takes fewer descriptors (one already read takes none): moving bytes
+ * into staging for the same descriptors would only add a local copy. */
+static int fewer(const rs_planner_t *b, const rs_pcopy_t *pc,
+                 const rs_pstage_t *st)
+{
+    (void)b;
+    return st->users > 0 || st->segs.v_len < pc->seg_end - pc->seg_begin;
+}
+
+/* The stages already made for this source that hold the copy's box. */
+static void try_existing(cost_t *c, size_t ci, size_t first, const int64_t *lo,
+                         const int64_t *shape, pick_t *pk)
+{
+    rs_planner_t *b = c->b;
+    const rs_pcopy_t *pc = &b->copies[ci];
+    int nd = b->psrc[pc->src].tensor->ndim;
+    for (size_t k = first; k < b->stages_len; k++) {
+        const rs_pstage_t *st = &b->stages[k];
+        if (!box_contains(st, nd, lo, shape) || !fewer(b, pc, st) ||
+            !rs__stage_fits(b, ci, st->lo, st->shape))
+            continue;
+        score_t sc = score_stage(c, pc, &st->segs, st->users > 0);
+        if (!pk->found || better(sc, pk->sc)) {
+            free(pk->found && pk->stage < 0 ? pk->fresh.segs.v : NULL);
+            pk->found = 1;
+            pk->sc = sc;
+            pk->stage = (long)k;
+        }
+    }
+}
+
+/* A new box for the copy, unless one of the source's stages has it. */
+static rs_status_t try_fresh(cost_t *c, size_t ci, size_t first,
+                             rs_staged_kind_t kind, const int64_t *lo,
+                             const int64_t *shape, pick_t *pk)
+{
+    rs_planner_t *b = c->b;
+    const rs_pcopy_t *pc = &b->copies[ci];
+    rs_psrc_t *s = &b->psrc[pc->src];
+    int nd = s->tensor->ndim, complete = 0;
+    for (size_t k = first; k < b->stages_len; k++) {
+        if (box_equal(&b->stages[k], nd, lo, shape))
+            return RS_OK;
+    }
+    if (is_whole(nd, lo, shape, s->tensor->shape) ||
+        !rs__stage_fits(b, ci, lo, shape))
+        return RS_OK; /* the whole source is the full stage's */
+    rs_pstage_t ps = {pc->src, kind, {0}, {0}, {0}, 0};
+    memcpy(ps.lo, lo, (size_t)nd * sizeof(int64_t));
+    memcpy(ps.shape, shape, (size_t)nd * sizeof(int64_t));
+    rs_status_t st = rs__stage_walk(b, s, lo, shape, &ps.segs, &complete);
+    if (st != RS_OK || !complete || !fewer(b, pc, &ps)) {
+        free(ps.segs.v);
+        return st;
+    }
+    score_t sc = score_stage(c, pc, &ps.segs, 0);
+    if (pk->found && !better(sc, pk->sc)) {
+        free(ps.segs.v);
+        return RS_OK;
+    }
+    free(pk->found && pk->stage < 0 ? pk->fresh.segs.v : NULL);
+    *pk = (pick_t){1, sc, -1, ps};
+    return RS_OK;
+}
+
+/* Moves the working plan from the copy's exact runs to the pick. */
+static rs_status_t take_pick(cost_t *c, size_t ci, pick_t *pk)
+{
+    rs_planner_t *b = c->b;
+    rs_pcopy_t *pc = &b->copies[ci];
+    size_t n;
+    const rs_segment_t *ex = exact_segs(b, pc, &n);
+    if (pk->stage < 0) {
+        if (!RS_VEC_PUSH(b, stages, pk->fresh)) {
+            free(pk->fresh.segs.v);
+            return OOM(b);
+        }
+        pk->stage = (long)b->stages_len - 1;
+    }
+    rs_pstage_t *st = &b->stages[pk->stage];
+    if (st->users++ == 0)
+        delta_add(c, st->segs.v, st->segs.v_len, +1);
+    delta_add(c, ex, n, -1);
+    delta_end(c, 1);
+    for (size_t i = 0; i < n; i++) /* replica balance follows the reads */
+        b->load[ex[i].session] -= ex[i].nbytes;
+    if (st->users == 1)
+        for (size_t i = 0; i < st->segs.v_len; i++)
+            b->load[st->segs.v[i].session] += st->segs.v[i].nbytes;
+    pc->stage = pk->stage;
+    return RS_OK;
+}
+
+static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
+{
+    rs_planner_t *b = c->b;
+    rs_pcopy_t *pc = &b->copies[ci];
+    const rs_psrc_t *s = &b->psrc[pc->src];
+    int64_t lo[RS_MAX_DIMS], shape[RS_MAX_DIMS], wlo[RS_MAX_DIMS],
+        wshape[RS_MAX_DIMS];
+    pick_t pk = {0, {0, 0}, -1, {0}};
+    rs_status_t st;
+    if (!stageable(b, pc) || !rs__stage_bbox(b, ci, lo, shape))
+        return RS_OK;
+    try_existing(c, ci, first, lo, shape, &pk);
+    rs__stage_coalesced(b, s, lo, shape, wlo, wshape);
+    if ((st = try_fresh(c, ci, first, RS_STAGED_COALESCED, wlo, wshape, &pk)))
+        return st;
+    rs__stage_bound(b, s, lo, shape, wlo, wshape);
+    if ((st = try_fresh(c, ci, first, RS_STAGED_BOUND, wlo, wshape, &pk)))
+        return st;
+    uint64_t runs = pc->seg_end - pc->seg_begin;
+    pc->capped = pk.found && runs > (uint64_t)b->params->max_segments_per_copy;
+    score_t exact = {c->max_t, 0};
+    if (!pk.found || (!pc->capped && !better(pk.sc, exact))) {
+        free(pk.found && pk.stage < 0 ? pk.fresh.segs.v : NULL);
+        return RS_OK;
+    }
+    return take_pick(c, ci, &pk);
+}
+
+/* The change from the ways the source's copies were given (exact runs and
+ * the stages made for them) to its full pull. */
+static void full_delta(cost_t *c, const rs_psrc_t *s, const size_t *ids,
+                       size_t nids, size_t first)
+{
+    rs_planner_t *b = c->b;
+    const rs_pstage_t *full = &b->stages[s->full_pull];
+    size_t n;
+    delta_add(c, full->segs.v, full->segs.v_len, +1);
+    for (size_t k = first; k < b->stages_len; k++)
+        if (b->stages[k].users > 0)
+            delta_add(c, b->stages[k].segs.v, b->stages[k].segs.v_len, -1);
+    for (size_t i = 0; i < nids; i++) {
+        const rs_pcopy_t *pc = &b->copies[ids[i]];
+        const rs_segment_t *ex = exact_segs(b, pc, &n);
+        if (stageable(b, pc) && pc->stage < 0)
+            delta_add(c, ex, n, -1);
+    }
+}
+
+/* A full pull is worth considering when it is possible and reads the
+ * source with fewer descriptors than its copies' exact runs. */
+static int full_worth(const rs_planner_t *b, const rs_psrc_t *s,
+                      const size_t *ids, size_t nids)
+{
+    uint64_t exact = 0;
+    if (s->full_pull < 0)
+        return 0;
+    for (size_t i = 0; i < nids; i++) {
+        const rs_pcopy_t *pc = &b->copies[ids[i]];
+        if (stageable(b, pc))
+            exact += pc->seg_end - pc->seg_begin;
+    }
+    return b->stages[s->full_pull].segs.v_len < exact;
+}
+
+/* After its copies: the whole source for all of them, when that beats the
+ * ways they were given. */
+static void decide_full(cost_t *c, rs_psrc_t *s, const size_t *ids,
+                        size_t nids, size_t first)
+{
+    rs_planner_t *b = c->b;
+    score_t stay = {c->max_t, 0};
+    if (!full_worth(b, s, ids, nids))
+        return;
+    full_delta(c, s, ids, nids, first);
+    if (!better(delta_end(c, 0), stay))
+        return;
+    full_delta(c, s, ids, nids, first);
+    delta_end(c, 1);
+    for (size_t k = first; k < b->stages_len; k++)
+        b->stages[k].users = 0;
+    for (size_t i = 0; i < nids; i++) {
+        rs_pcopy_t *pc = &b->copies[ids[i]];
+        if (stageable(b, pc)) {
+            pc->stage = s->full_pull;
+            b->stages[s->full_pull].users++;
+        }
+    }
+}
+
+/* ---- the plan's estimate, and the guarantee ---- */
+
+typedef struct est {
+    rs_planner_t *b;
+    uint64_t *bytes, *descs;
+    unsigned char *used; /* per stage */
+} est_t;
+
+static void est_add(est_t *e, const rs_segment_t *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        e->bytes[s[i].session] += s[i].nbytes;
+        e->descs[s[i].session]++;
+    }
+}
+
+/* Exact runs as assembly places them: a run continuing the last placed
+ * one (same session and param, contiguous on both sides) joins it. */
+static void est_exact(est_t *e, const rs_segment_t *s, size_t n,
+                      rs_segment_t *last, int *have)
+{
+    for (size_t i = 0; i < n; i++) {
+        e->bytes[s[i].session] += s[i].nbytes;
+        if (*have && last->session == s[i].session &&
+            last->param == s[i].param &&
+            last->src_addr + last->nbytes == s[i].src_addr &&
+            last->dst_byte + last->nbytes == s[i].dst_byte) {
+            last->nbytes += s[i].nbytes;
+            continue;
+        }
+        e->descs[s[i].session]++;
+        *last = s[i];
+        *have = 1;
+    }
+}
+
+/* The model's time for the plan that reads copy i through stage dec[i]
+ * (-1: its exact runs), computed as assembly will build it. */
+static double est_of(est_t *e, const long *dec)
+{
+    rs_planner_t *b = e->b;
+    size_t ns = b->plan->nsessions, n;
+    rs_segment_t last;
+    int have = 0;
+    double worst = 0;
+    memset(e->bytes, 0, (ns + 1) * sizeof(uint64_t));
+    memset(e->descs, 0, (ns + 1) * sizeof(uint64_t));
+    memset(e->used, 0, b->stages_len + 1);
+    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
+        const rs_pcopy_t *pc = &b->copies[ci];
+        const rs_segment_t *ex = exact_segs(b, pc, &n);
+        if (!live(b, pc))
+            continue;
+        if (pc->kind == RS_PCOPY_CONVERT) {
+            est_add(e, ex, n);
+        } else if (dec[ci] >= 0 && !e->used[dec[ci]]) {
+            e->used[dec[ci]] = 1;
+            est_add(e, b->stages[dec[ci]].segs.v, b->stages[dec[ci]].segs.v_len);
+        } else if (dec[ci] < 0) {
+            est_exact(e, ex, n, &last, &have);
+        }
+    }
+    for (size_t k = 0; k < ns; k++) {
+        double t = rs__cost_seconds(b->params, e->bytes[k], e->descs[k]);
+        worst = t > worst ? t : worst;
+    }
+    return worst;
+}
+
+/* The greedy plan, the all-exact plan (copies over the cap keep their
+ * staged way) and the full-pull plan (every source that can be pulled
+ * whole is, the rest as in the all-exact plan): the fastest is kept, the
+ * exact one on a tie, then the greedy one. */
+static rs_status_t guarantee(rs_planner_t *b)
+{
+    size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
+    est_t e = {b, calloc(ns + 1, sizeof(uint64_t)),
+               calloc(ns + 1, sizeof(uint64_t)), malloc(b->stages_len + 1)};
+    long *dec = malloc((4 * nc + 1) * sizeof(long));
+    rs_status_t st = RS_OK;
+    if (e.bytes == NULL || e.descs == NULL || e.used == NULL || dec == NULL) {
+        st = OOM(b);
+        goto out;
+    }
+    long *g = dec, *x = dec + nc, *f = dec + 2 * nc, *all = dec + 3 * nc;
+    for (size_t ci = 0; ci < nc; ci++) {
+        const rs_pcopy_t *pc = &b->copies[ci];
+        long full = live(b, pc) ? b->psrc[pc->src].full_pull : -1;
+        g[ci] = pc->stage;
+        x[ci] = pc->capped ? pc->stage : -1;
+        f[ci] = full >= 0 && stageable(b, pc) ? full : x[ci];
+        all[ci] = -1;
+    }
+    b->plan->stats.exact_est_seconds = est_of(&e, all);
+    long *best = x;
+    double t = est_of(&e, x), tg = est_of(&e, g), tf = est_of(&e, f);
+    if (tg < t) {
+        best = g;
+        t = tg;
+    }
+    if (tf < t)
+        best = f;
+    for (size_t ci = 0; ci < nc; ci++)
+        b->copies[ci].stage = best[ci];
+out:
+    free(e.bytes);
+    free(e.descs);
+    free(e.used);
+    free(dec);
+    return st;
+}
+
+/* ---- the greedy pass ---- */
+
+static rs_status_t cost_init(cost_t *c, rs_planner_t *b)
+{
+    size_t n, ns = b->plan->nsessions;
+    memset(c, 0, sizeof(*c));
+    c->b = b;
+    c->ns = ns;
+    c->bytes = calloc(ns + 1, sizeof(uint64_t));
+    c->descs = calloc(ns + 1, sizeof(uint64_t));
+    c->db = calloc(ns + 1, sizeof(int64_t));
+    c->dd = calloc(ns + 1, sizeof(int64_t));
+    c->touched = calloc(ns + 1, sizeof(uint32_t));
+    c->mark = calloc(ns + 1, 1);
+    if (c->bytes == NULL || c->descs == NULL || c->db == NULL ||
+        c->dd == NULL || c->touched == NULL || c->mark == NULL)
+        return OOM(b);
+    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
+        rs_pcopy_t *pc = &b->copies[ci];
+        const rs_segment_t *ex = exact_segs(b, pc, &n);
+        pc->stage = -1;
+        pc->capped = 0;
+        if (live(b, pc))
+            delta_add(c, ex, n, +1);
+    }
+    delta_end(c, 1);
+    return RS_OK;
+}
+
+static void cost_free(cost_t *c)
+{
+    free(c->bytes);
+    free(c->descs);
+    free(c->db);
+    free(c->dd);
+    free(c->touched);
+    free(c->mark);
+}
+
+/* The copies of each source, in capture order: ids[at[s] .. at[s + 1]). */
+static rs_status_t by_source(rs_planner_t *b, size_t **ids_p, size_t **at_p)
+{
+    size_t nc = b->cap->copies_len, np = b->psrc_len;
+    size_t *at = calloc(np + 2, sizeof(size_t)), *ids = malloc((nc + 1) *
+                                                               sizeof(size_t));
+    if (at == NULL || ids == NULL) {
+        free(at);
+        free(ids);
+        return OOM(b);
+    }
+    for (size_t ci = 0; ci < nc; ci++)
+        if (live(b, &b->copies[ci]))
+            at[b->copies[ci].src + 2]++;
+    for (size_t s = 2; s < np + 2; s++)
+        at[s] += at[s - 1];
+    for (size_t ci = 0; ci < nc; ci++)
+        if (live(b, &b->copies[ci]))
+            ids[at[b->copies[ci].src + 1]++] = ci;
+    *ids_p = ids;
+    *at_p = at;
+    return RS_OK;
+}
+
+static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
+                                 size_t nids)
+{
+    rs_planner_t *b = c->b;
+    rs_psrc_t *s = &b->psrc[si];
+    size_t first = b->stages_len;
+    int any = 0;
+    rs_status_t st = RS_OK;
+    for (size_t i = 0; i < nids && !any; i++)
+        any = stageable(b, &b->copies[ids[i]]);
+    s->full_pull = -1;
+    if (!any || (st = rs__planner_full_stage(b, s)) != RS_OK)
+        return st;
+    for (size_t i = 0; i < nids && st == RS_OK; i++)
+        st = decide_copy(c, ids[i], first);
+    if (st == RS_OK)
+        decide_full(c, s, ids, nids, first);
+    if (!full_worth(b, s, ids, nids))
+        s->full_pull = -1; /* not part of the full-pull plan */
+    return st;
+}
+
+rs_status_t rs__planner_choose(rs_planner_t *b)
+{
+    cost_t c;
+    size_t *ids = NULL, *at = NULL;
+    rs_status_t st = cost_init(&c, b);
+    if (st == RS_OK)
+        st = by_source(b, &ids, &at);
+    for (size_t s = 0; st == RS_OK && s < b->psrc_len; s++) {
+        if (b->psrc[s].fallback == NULL && b->psrc[s].tensor != NULL &&
+            at[s + 1] > at[s])
+            st = decide_source(&c, (uint32_t)s, ids + at[s], at[s + 1] - at[s]);
+    }
+    if (st == RS_OK)
+        st = guarantee(b);
+    free(ids);
+    free(at);
+    cost_free(&c);
+    return st;
+}
