@@ -81,6 +81,8 @@ class ReceiverParams(ctypes.Structure):
         ("progress_chunk_bytes", ctypes.c_uint64),
         ("notice", NOTICE_CB),
         ("notice_ctx", ctypes.c_void_p),
+        ("nic_gbps", ctypes.c_double),
+        ("descriptor_ns", ctypes.c_double),
     ]
 
 

@@ -257,13 +257,20 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
     rs_status_t st;
     if (!stageable(b, pc) || !rs__stage_bbox(b, ci, lo, shape))
         return RS_OK;
+    size_t n;
+    const rs_segment_t *ex = exact_segs(b, pc, &n);
     try_existing(c, ci, first, lo, shape, &pk);
+    rs__stage_prefer(b, ex, n, 1);
     rs__stage_coalesced(b, s, lo, shape, wlo, wshape);
-    if ((st = try_fresh(c, ci, first, RS_STAGED_COALESCED, wlo, wshape, &pk)))
-        return st;
+    st = try_fresh(c, ci, first, RS_STAGED_COALESCED, wlo, wshape, &pk);
     rs__stage_bound(b, s, lo, shape, wlo, wshape);
-    if ((st = try_fresh(c, ci, first, RS_STAGED_BOUND, wlo, wshape, &pk)))
+    if (st == RS_OK)
+        st = try_fresh(c, ci, first, RS_STAGED_BOUND, wlo, wshape, &pk);
+    rs__stage_prefer(b, ex, n, 0);
+    if (st != RS_OK) {
+        free(pk.found && pk.stage < 0 ? pk.fresh.segs.v : NULL);
         return st;
+    }
     uint64_t runs = pc->seg_end - pc->seg_begin;
     pc->capped = pk.found && runs > (uint64_t)b->params->max_segments_per_copy;
     score_t exact = {c->max_t, 0};
@@ -510,6 +517,19 @@ static rs_status_t by_source(rs_planner_t *b, size_t **ids_p, size_t **at_p)
     return RS_OK;
 }
 
+/* Prefers (on) or stops preferring the sessions the copies' exact runs
+ * read, for the walk of their source's full pull. */
+static void mark_exact(rs_planner_t *b, const size_t *ids, size_t nids, int on)
+{
+    size_t n;
+    for (size_t i = 0; i < nids; i++) {
+        const rs_pcopy_t *pc = &b->copies[ids[i]];
+        const rs_segment_t *ex = exact_segs(b, pc, &n);
+        if (stageable(b, pc))
+            rs__stage_prefer(b, ex, n, on);
+    }
+}
+
 static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
                                  size_t nids)
 {
@@ -521,7 +541,12 @@ static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
     for (size_t i = 0; i < nids && !any; i++)
         any = stageable(b, &b->copies[ids[i]]);
     s->full_pull = -1;
-    if (!any || (st = rs__planner_full_stage(b, s)) != RS_OK)
+    if (!any)
+        return RS_OK;
+    mark_exact(b, ids, nids, 1);
+    st = rs__planner_full_stage(b, s);
+    mark_exact(b, ids, nids, 0);
+    if (st != RS_OK)
         return st;
     for (size_t i = 0; i < nids && st == RS_OK; i++)
         st = decide_copy(c, ids[i], first);
@@ -537,6 +562,9 @@ rs_status_t rs__planner_choose(rs_planner_t *b)
     cost_t c;
     size_t *ids = NULL, *at = NULL;
     rs_status_t st = cost_init(&c, b);
+    b->prefer = calloc(b->plan->nsessions + 1, 1);
+    if (st == RS_OK && b->prefer == NULL)
+        st = OOM(b);
     if (st == RS_OK)
         st = by_source(b, &ids, &at);
     for (size_t s = 0; st == RS_OK && s < b->psrc_len; s++) {
@@ -548,6 +576,8 @@ rs_status_t rs__planner_choose(rs_planner_t *b)
         st = guarantee(b);
     free(ids);
     free(at);
+    free(b->prefer);
+    b->prefer = NULL;
     cost_free(&c);
     return st;
 }

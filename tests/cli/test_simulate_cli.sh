@@ -138,7 +138,10 @@ PYEOF
 # simulate NAME CONFIG TRAIN INFER TRAIN_RANKS [NIC]
 simulate() {
     local nic=${6:-400}
-    run simulate --model "$2" --train "$3" --infer "$4" --nic-gbps "$nic" --json
+    # descriptors nearly free: the checks below are about exact byte runs
+    # (the cost model's choices are checked by the planner's tests)
+    run simulate --model "$2" --train "$3" --infer "$4" --nic-gbps "$nic" \
+        --descriptor-ns 0.001 --json
     expect_rc "$1" 0
     check_report "$1: report" "$2" "$5" "$4" "$nic" "$3"
 }

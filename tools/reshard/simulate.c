@@ -17,7 +17,7 @@
 
 typedef struct sim_args {
     const char *model, *train, *infer, *emit;
-    double nic_gbps;
+    double nic_gbps, descriptor_ns;
     uint64_t max_segments;
     int json;
 } sim_args_t;
@@ -47,13 +47,14 @@ typedef struct sim {
 } sim_t;
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
-       OPT_MAX_SEGS };
+       OPT_MAX_SEGS, OPT_DESC };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
     {"train", required_argument, NULL, OPT_TRAIN},
     {"infer", required_argument, NULL, OPT_INFER},
     {"nic-gbps", required_argument, NULL, OPT_NIC},
+    {"descriptor-ns", required_argument, NULL, OPT_DESC},
     {"json", no_argument, NULL, OPT_JSON},
     {"emit", required_argument, NULL, OPT_EMIT},
     {"max-segments-per-copy", required_argument, NULL, OPT_MAX_SEGS},
@@ -74,8 +75,10 @@ static void sim_usage(FILE *out)
         "  --model FILE     a Hugging Face config.json (see examples/models/)\n"
         "  --train LAYOUT   fsdp:N or megatron:tp=T,pp=P,ep=E,dp=D,etp=X\n"
         "  --infer LAYOUT   vllm:tp=T,pp=P,ep=E,dp=D\n"
-        "  --nic-gbps G     per-rank NIC line rate for the wire-time bound\n"
-        "                   (default 400)\n"
+        "  --nic-gbps G     per-rank NIC line rate for the wire-time bound and\n"
+        "                   the planner's cost model (default 400)\n"
+        "  --descriptor-ns N  cost of one read descriptor in the planner's cost\n"
+        "                   model, ns (default 100)\n"
         "  --json           print one JSON object instead of the summary\n"
         "  --max-segments-per-copy N\n"
         "                   descriptor bound before a full pull (default from\n"
@@ -116,6 +119,11 @@ static int take_option(void *args, int c, const char *arg)
             return usage_error("--nic-gbps must be a positive number, got "
                                "'%s'", arg);
         break;
+    case OPT_DESC:
+        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
+            return usage_error("--descriptor-ns must be a positive number, "
+                               "got '%s'", arg);
+        break;
     default:
         return RS_CLI_USAGE;
     }
@@ -125,6 +133,7 @@ static int take_option(void *args, int c, const char *arg)
 static int parse_args(int argc, char **argv, sim_args_t *a)
 {
     a->nic_gbps = 400;
+    a->descriptor_ns = RS_PLAN_DEFAULT_DESCRIPTOR_NS;
     int rc = rs_cli_options("simulate", argc, argv, long_opts, sim_usage,
                             take_option, a);
     if (rc != RS_CLI_OK)
@@ -298,6 +307,8 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
     pp.replica_salt = (uint64_t)rank;
     if (a->max_segments > 0)
         pp.max_segments_per_copy = (int64_t)a->max_segments;
+    pp.nic_gbps = a->nic_gbps;
+    pp.descriptor_ns = a->descriptor_ns;
     double t0 = now();
     st = rs_plan_build(cap, s->sources, &pp, &diag, &plan);
     r->plan_seconds = now() - t0;
