@@ -281,18 +281,21 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
     return take_pick(c, ci, &pk);
 }
 
+static void mark_exact(rs_planner_t *b, const size_t *ids, size_t nids,
+                       int on);
+
 /* The change from the ways the source's copies were given (exact runs and
- * the stages made for them) to its full pull. */
-static void full_delta(cost_t *c, const rs_psrc_t *s, const size_t *ids,
-                       size_t nids, size_t first)
+ * the stages made for them) to stage k for all of them. */
+static void whole_delta(cost_t *c, long k, const size_t *ids, size_t nids,
+                        size_t first)
 {
     rs_planner_t *b = c->b;
-    const rs_pstage_t *full = &b->stages[s->full_pull];
+    const rs_pstage_t *to = &b->stages[k];
     size_t n;
-    delta_add(c, full->segs.v, full->segs.v_len, +1);
-    for (size_t k = first; k < b->stages_len; k++)
-        if (b->stages[k].users > 0)
-            delta_add(c, b->stages[k].segs.v, b->stages[k].segs.v_len, -1);
+    delta_add(c, to->segs.v, to->segs.v_len, +1);
+    for (size_t j = first; j < b->stages_len; j++)
+        if (b->stages[j].users > 0)
+            delta_add(c, b->stages[j].segs.v, b->stages[j].segs.v_len, -1);
     for (size_t i = 0; i < nids; i++) {
         const rs_pcopy_t *pc = &b->copies[ids[i]];
         const rs_segment_t *ex = exact_segs(b, pc, &n);
@@ -301,45 +304,109 @@ static void full_delta(cost_t *c, const rs_psrc_t *s, const size_t *ids,
     }
 }
 
-/* A full pull is worth considering when it is possible and reads the
- * source with fewer descriptors than its copies' exact runs. */
-static int full_worth(const rs_planner_t *b, const rs_psrc_t *s,
-                      const size_t *ids, size_t nids)
+/* A stage for all of a source's copies is worth considering when it reads
+ * them with fewer descriptors than their exact runs. */
+static int whole_worth(const rs_planner_t *b, long k, const size_t *ids,
+                       size_t nids)
 {
     uint64_t exact = 0;
-    if (s->full_pull < 0)
+    if (k < 0)
         return 0;
     for (size_t i = 0; i < nids; i++) {
         const rs_pcopy_t *pc = &b->copies[ids[i]];
         if (stageable(b, pc))
             exact += pc->seg_end - pc->seg_begin;
     }
-    return b->stages[s->full_pull].segs.v_len < exact;
+    return b->stages[k].segs.v_len < exact;
 }
 
-/* After its copies: the whole source for all of them, when that beats the
- * ways they were given. */
-static void decide_full(cost_t *c, rs_psrc_t *s, const size_t *ids,
-                        size_t nids, size_t first)
+/* After its copies: stage k (the full pull, or the bound box of all the
+ * copies) for every one of them, when that beats the ways they were
+ * given. */
+static void decide_whole(cost_t *c, long k, const size_t *ids, size_t nids,
+                         size_t first)
 {
     rs_planner_t *b = c->b;
     score_t stay = {c->max_t, 0};
-    if (!full_worth(b, s, ids, nids))
+    if (!whole_worth(b, k, ids, nids))
         return;
-    full_delta(c, s, ids, nids, first);
+    whole_delta(c, k, ids, nids, first);
     if (!better(delta_end(c, 0), stay))
         return;
-    full_delta(c, s, ids, nids, first);
+    whole_delta(c, k, ids, nids, first);
     delta_end(c, 1);
-    for (size_t k = first; k < b->stages_len; k++)
-        b->stages[k].users = 0;
+    for (size_t j = first; j < b->stages_len; j++)
+        b->stages[j].users = 0;
     for (size_t i = 0; i < nids; i++) {
         rs_pcopy_t *pc = &b->copies[ids[i]];
         if (stageable(b, pc)) {
-            pc->stage = s->full_pull;
-            b->stages[s->full_pull].users++;
+            pc->stage = k;
+            b->stages[k].users++;
         }
     }
+}
+
+/* The bounding box of every stageable copy of the source, widened as
+ * rs__stage_bound does; 0 when there is none. */
+static int union_box(rs_planner_t *b, const rs_psrc_t *s, const size_t *ids,
+                     size_t nids, int64_t *lo, int64_t *shape)
+{
+    int64_t clo[RS_MAX_DIMS], csh[RS_MAX_DIMS], hi[RS_MAX_DIMS];
+    int nd = s->tensor->ndim, any = 0;
+    for (size_t i = 0; i < nids; i++) {
+        if (!stageable(b, &b->copies[ids[i]]) ||
+            !rs__stage_bbox(b, ids[i], clo, csh))
+            continue;
+        for (int d = 0; d < nd; d++) {
+            if (!any || clo[d] < lo[d])
+                lo[d] = clo[d];
+            if (!any || clo[d] + csh[d] > hi[d])
+                hi[d] = clo[d] + csh[d];
+        }
+        any = 1;
+    }
+    for (int d = 0; any && d < nd; d++)
+        shape[d] = hi[d] - lo[d];
+    if (any)
+        rs__stage_bound(b, s, lo, shape, lo, shape);
+    return any;
+}
+
+/* The stage of the union box, made (walked) unless one of the source's
+ * stages has that box; -1 when it cannot serve every copy. */
+static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
+                               size_t nids, size_t first, long *k_p)
+{
+    rs_planner_t *b = c->b;
+    int64_t lo[RS_MAX_DIMS], shape[RS_MAX_DIMS];
+    int nd = s->tensor->ndim, complete = 0;
+    *k_p = -1;
+    if (!union_box(b, s, ids, nids, lo, shape) ||
+        is_whole(nd, lo, shape, s->tensor->shape))
+        return RS_OK; /* the whole source is the full pull's */
+    for (size_t i = 0; i < nids; i++)
+        if (stageable(b, &b->copies[ids[i]]) &&
+            !rs__stage_fits(b, ids[i], lo, shape))
+            return RS_OK;
+    for (size_t k = first; k < b->stages_len; k++) {
+        if (box_equal(&b->stages[k], nd, lo, shape)) {
+            *k_p = (long)k;
+            return RS_OK;
+        }
+    }
+    rs_pstage_t ps = {(uint32_t)(s - b->psrc), RS_STAGED_BOUND, {0}, {0},
+                      {0}, 0};
+    memcpy(ps.lo, lo, (size_t)nd * sizeof(int64_t));
+    memcpy(ps.shape, shape, (size_t)nd * sizeof(int64_t));
+    mark_exact(b, ids, nids, 1);
+    rs_status_t st = rs__stage_walk(b, s, lo, shape, &ps.segs, &complete);
+    mark_exact(b, ids, nids, 0);
+    if (st == RS_OK && complete && RS_VEC_PUSH(b, stages, ps)) {
+        *k_p = (long)b->stages_len - 1;
+        return RS_OK;
+    }
+    free(ps.segs.v);
+    return st != RS_OK || !complete ? st : OOM(b);
 }
 
 /* ---- the plan's estimate, and the guarantee ---- */
@@ -548,13 +615,18 @@ static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
     mark_exact(b, ids, nids, 0);
     if (st != RS_OK)
         return st;
+    long box = -1;
     for (size_t i = 0; i < nids && st == RS_OK; i++)
         st = decide_copy(c, ids[i], first);
-    if (st == RS_OK)
-        decide_full(c, s, ids, nids, first);
-    if (!full_worth(b, s, ids, nids))
+    if (st == RS_OK && nids > 1)
+        st = union_stage(c, s, ids, nids, first, &box);
+    if (st != RS_OK)
+        return st;
+    decide_whole(c, box, ids, nids, first);
+    decide_whole(c, s->full_pull, ids, nids, first);
+    if (!whole_worth(b, s->full_pull, ids, nids))
         s->full_pull = -1; /* not part of the full-pull plan */
-    return st;
+    return RS_OK;
 }
 
 rs_status_t rs__planner_choose(rs_planner_t *b)
