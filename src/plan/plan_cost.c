@@ -478,23 +478,13 @@ static double est_of(est_t *e, const long *dec)
     return worst;
 }
 
-/* The greedy plan, the all-exact plan (copies over the cap keep their
- * staged way) and the full-pull plan (every source that can be pulled
- * whole is, the rest as in the all-exact plan): the fastest is kept, the
- * exact one on a tie, then the greedy one. */
-static rs_status_t guarantee(rs_planner_t *b)
+/* The three contenders, per copy: g the greedy choice, x the all-exact
+ * plan (copies over the cap keep their staged way), f the full-pull plan
+ * (every source that can be pulled whole is, the rest as in x). */
+static void contenders(const rs_planner_t *b, long *g, long *x, long *f,
+                       long *all)
 {
-    size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
-    est_t e = {b, calloc(ns + 1, sizeof(uint64_t)),
-               calloc(ns + 1, sizeof(uint64_t)), malloc(b->stages_len + 1)};
-    long *dec = malloc((4 * nc + 1) * sizeof(long));
-    rs_status_t st = RS_OK;
-    if (e.bytes == NULL || e.descs == NULL || e.used == NULL || dec == NULL) {
-        st = OOM(b);
-        goto out;
-    }
-    long *g = dec, *x = dec + nc, *f = dec + 2 * nc, *all = dec + 3 * nc;
-    for (size_t ci = 0; ci < nc; ci++) {
+    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
         const rs_pcopy_t *pc = &b->copies[ci];
         long full = live(b, pc) ? b->psrc[pc->src].full_pull : -1;
         g[ci] = pc->stage;
@@ -502,9 +492,18 @@ static rs_status_t guarantee(rs_planner_t *b)
         f[ci] = full >= 0 && stageable(b, pc) ? full : x[ci];
         all[ci] = -1;
     }
-    b->plan->stats.exact_est_seconds = est_of(&e, all);
+}
+
+/* Keeps the fastest of the contenders: the exact one on a tie, then the
+ * greedy one. Also the stats' exact_est_seconds (every copy exact). */
+static void keep_fastest(rs_planner_t *b, est_t *e, long *dec)
+{
+    size_t nc = b->cap->copies_len;
+    long *g = dec, *x = dec + nc, *f = dec + 2 * nc, *all = dec + 3 * nc;
+    contenders(b, g, x, f, all);
+    b->plan->stats.exact_est_seconds = est_of(e, all);
     long *best = x;
-    double t = est_of(&e, x), tg = est_of(&e, g), tf = est_of(&e, f);
+    double t = est_of(e, x), tg = est_of(e, g), tf = est_of(e, f);
     if (tg < t) {
         best = g;
         t = tg;
@@ -513,7 +512,19 @@ static rs_status_t guarantee(rs_planner_t *b)
         best = f;
     for (size_t ci = 0; ci < nc; ci++)
         b->copies[ci].stage = best[ci];
-out:
+}
+
+static rs_status_t guarantee(rs_planner_t *b)
+{
+    size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
+    est_t e = {b, calloc(ns + 1, sizeof(uint64_t)),
+               calloc(ns + 1, sizeof(uint64_t)), malloc(b->stages_len + 1)};
+    long *dec = malloc((4 * nc + 1) * sizeof(long));
+    rs_status_t st = RS_OK;
+    if (e.bytes == NULL || e.descs == NULL || e.used == NULL || dec == NULL)
+        st = OOM(b);
+    else
+        keep_fastest(b, &e, dec);
     free(e.bytes);
     free(e.descs);
     free(e.used);
@@ -624,8 +635,6 @@ static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
         return st;
     decide_whole(c, box, ids, nids, first);
     decide_whole(c, s->full_pull, ids, nids, first);
-    if (!whole_worth(b, s->full_pull, ids, nids))
-        s->full_pull = -1; /* not part of the full-pull plan */
     return RS_OK;
 }
 

@@ -17,9 +17,7 @@ typedef struct rs_psrc {
     int candidate;              /* some copy exceeded the descriptor bound */
     uint64_t exact_segments;    /* per-copy segments of its same-dtype copies */
     long full_pull;             /* its whole-source stage (rs_planner_t
-                                 * stages) when possible and reading it
-                                 * with fewer descriptors than its copies'
-                                 * exact runs, else -1 */
+                                 * stages), or -1 when none is possible */
     int listed_unbounded;       /* already in the plan's unbounded list */
 } rs_psrc_t;
 
