@@ -145,14 +145,28 @@ static const char *format_seconds(char *buf, size_t len, double v)
     return buf;
 }
 
+/* 10,489,137: counts in the millions read at a glance. */
+static const char *group_digits(char *buf, size_t len, uint64_t n)
+{
+    char digits[32];
+    int nd = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)n);
+    size_t at = 0;
+    for (int i = 0; i < nd && at + 2 < len; i++) {
+        if (i > 0 && (nd - i) % 3 == 0)
+            buf[at++] = ',';
+        buf[at++] = digits[i];
+    }
+    buf[at] = '\0';
+    return buf;
+}
+
 static const char *format_value(char *buf, size_t len, double v, int unit)
 {
     if (unit == AS_BYTES)
         return rs_format_bytes(buf, len, (uint64_t)v);
     if (unit == AS_SECONDS)
         return format_seconds(buf, len, v);
-    snprintf(buf, len, "%.0f", v);
-    return buf;
+    return group_digits(buf, len, (uint64_t)v);
 }
 
 static void print_table(const sim_t *s)
@@ -346,7 +360,8 @@ static void print_memory(const sim_t *s)
         return;
     }
     printf("  memory                 FAILED: %lld of %lld ranks do not fit in "
-           "%s: ranks ", (long long)unfit, (long long)s->infer.world, d);
+           "%s: %s ", (long long)unfit, (long long)s->infer.world, d,
+           unfit == 1 ? "rank" : "ranks");
     put_ranks(stdout, s, 8);
     printf("\n                         largest: rank %lld with ",
            (long long)w->rank);
@@ -363,9 +378,10 @@ void rs_sim_note_unfit(const sim_t *s)
         return;
     const receiver_t *w = largest(s);
     fprintf(stderr, "reshard simulate: %lld of %lld inference ranks do not fit "
-            "in %s of device memory (--device-memory): ranks ",
+            "in %s of device memory (--device-memory): %s ",
             (long long)unfit, (long long)s->infer.world,
-            rs_format_bytes(d, sizeof(d), s->device_bytes));
+            rs_format_bytes(d, sizeof(d), s->device_bytes),
+            unfit == 1 ? "rank" : "ranks");
     put_ranks(stderr, s, 8);
     fprintf(stderr, "; the largest is rank %lld with ", (long long)w->rank);
     put_memory(stderr, w);
