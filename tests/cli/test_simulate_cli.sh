@@ -423,9 +423,9 @@ for f in llama70b tiny; do
     then ok "$f summary: no scientific notation"
     else bad "$f summary: scientific notation"; grep -E '[0-9]e[+-]?[0-9]' "$TMP/$f.txt" | head -3; fi
 done
-if grep -E '^  descriptors ' "$TMP/llama70b.txt" | grep -qE '[0-9],[0-9]{3},[0-9]{3}' &&
+if grep -qE '^  descriptors ' "$TMP/llama70b.txt" &&
     ! grep -E '^  descriptors ' "$TMP/llama70b.txt" | grep -qE '[0-9]{4}'
-then ok "llama70b: millions of descriptors grouped by thousands"
+then ok "llama70b: descriptor counts grouped by thousands"
 else bad "llama70b: descriptors row"; grep -E '^  descriptors ' "$TMP/llama70b.txt"; fi
 
 # A limit between the smallest and the largest rank: exactly the ranks above
