@@ -492,9 +492,9 @@ then ok "quantization in the JSON: fp8 e4m3 128x128, refit in bf16"
 else bad "quantization JSON"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
 run simulate --model "$TMP/fp8.json" --train megatron:tp=2,ep=4 --infer vllm:tp=2,ep=2
 expect_rc "tiny-deepseek fp8 summary" 0
-if grep -qF "checkpoint             fp8 e4m3 weights, a scale per 128x128 block, dynamic activation scales" "$TMP/out" &&
-    grep -qF "this refit is planned for bf16 weights" "$TMP/out" &&
-    grep -qF "FP8 refit" "$TMP/out" && grep -qF "is not built" "$TMP/out"
+if grep -qF "checkpoint             fp8 e4m3 weights, 128x128 scale blocks, dynamic activations (quantization_config)" "$TMP/out" &&
+    grep -qF "this refit is planned for bf16 weights (torch_dtype):" "$TMP/out" &&
+    grep -qF "FP8 refit is not built yet" "$TMP/out"
 then ok "summary says the checkpoint is fp8 and the refit is planned for bf16"
 else bad "fp8 summary"; sed -n 1,6p "$TMP/out"; fi
 run simulate --model "$TMP/fp8-bad.json" --train fsdp:2 --infer vllm:tp=2

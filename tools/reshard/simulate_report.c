@@ -218,15 +218,14 @@ static void print_checkpoint(const sim_t *s)
     }
     printf("  checkpoint             %s %s weights", q->method_name, q->fmt);
     if (q->weight_block[0] > 0)
-        printf(", a scale per %lldx%lld block", (long long)q->weight_block[0],
+        printf(", %lldx%lld scale blocks", (long long)q->weight_block[0],
                (long long)q->weight_block[1]);
     else
         printf(", a scale per tensor");
-    printf(", %s activation scales (quantization_config)\n",
-           q->activation_scheme);
+    printf(", %s activations (quantization_config)\n", q->activation_scheme);
     printf("                         this refit is planned for %s weights "
-           "(torch_dtype): FP8 refit\n                         is not built "
-           "yet, so these figures are for a %s refit\n", dtype, dtype);
+           "(torch_dtype):\n                         FP8 refit is not built "
+           "yet\n", dtype);
 }
 
 static void print_header(const sim_args_t *a, const sim_t *s)
