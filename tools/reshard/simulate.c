@@ -385,8 +385,8 @@ static void progress_rank(progress_t *p, int64_t done, int64_t world)
         t - p->start < PROGRESS_AFTER_S ||
         (p->shown && t - p->last < PROGRESS_EVERY_S && done < world))
         return;
-    fprintf(stderr, "\rreshard simulate: planning inference rank %lld of "
-            "%lld, %.0f s so far ", (long long)done, (long long)world,
+    fprintf(stderr, "\rreshard simulate: planned %lld of %lld inference "
+            "ranks, %.0f s so far ", (long long)done, (long long)world,
             t - p->start);
     p->shown = 1;
     p->last = t;
@@ -428,7 +428,8 @@ int rs_cli_simulate(int argc, char **argv)
     progress_init(&prog, a.progress);
     for (int64_t r = 0; rc == RS_CLI_OK && r < s.infer.world; r++) {
         rc = plan_rank(&a, &s, r);
-        progress_rank(&prog, r + 1, s.infer.world);
+        if (rc == RS_CLI_OK)
+            progress_rank(&prog, r + 1, s.infer.world);
     }
     progress_end(&prog);
     if (rc == RS_CLI_OK) {
