@@ -238,7 +238,8 @@ static void copy_piece(const rs_pub_shard_t *s, const rs_pub_piece_t *piece,
 {
     int nd = s->ndim, inner = nd;
     size_t es = rs_dtype_size(s->dtype);
-    int64_t stride[RS_MAX_DIMS], run = (int64_t)es, at[RS_MAX_DIMS] = {0};
+    int64_t stride[RS_MAX_DIMS] = {0}, run = (int64_t)es;
+    int64_t at[RS_MAX_DIMS] = {0};
     for (int d = nd - 1; d >= 0; d--)
         stride[d] = d == nd - 1 ? (int64_t)es : stride[d + 1] * s->shape[d + 1];
     /* the run: the innermost dims spanned whole, and the next one's piece */

@@ -122,7 +122,7 @@ static int write_out(const cuts_args_t *a, rs_cuts_h cuts)
     }
     rs_diag_clear(&diag);
     rs_status_t st = rs_cuts_write_json(cuts, f, &diag);
-    int closed = f != stdout ? fclose(f) : fflush(f);
+    int closed = f != stdout ? fclose(f) : fflush(stdout);
     if (st == RS_OK && closed != 0) {
         fprintf(stderr, "reshard cuts: cannot write %s\n",
                 a->out ? a->out : "stdout");
