@@ -6,8 +6,8 @@
 # serves version 1 whole (nobody announced yet), the two `reshard pull`
 # ranks of vllm:tp=2 announce (records vllm-tp-2-rank0/1 appear) and pass
 # --check, and version 2 is served as more sub-boxes and passes --check on
-# both ranks with fewer descriptors; `publish --cuts FILE` serves the file's
-# cuts; --cut-aligned or --cuts with another staging exits 2.
+# both ranks with fewer descriptors or bytes (no more of either);
+# `publish --cuts FILE` serves the file's cuts; --cut-aligned or --cuts with another staging exits 2.
 # usage: bash test_cut_aligned_cli.sh <reshard-binary> <source-dir>
 set -u
 BIN=${1:?usage: test_cut_aligned_cli.sh <reshard-binary> <source-dir>}
@@ -84,8 +84,9 @@ pull() {
     rc=$?
 }
 
-descriptors() {
-    python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["stage"]["descriptors"])' "$1" 2>/dev/null
+# stage FILE KEY: KEY of the stage record of a pull's JSON line.
+stage() {
+    python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["stage"][sys.argv[2]])' "$1" "$2" 2>/dev/null
 }
 
 pub aligned --version 1 --versions 2 --cut-aligned
@@ -109,11 +110,17 @@ if published aligned 1; then
             bad "version 2: $cut sub-boxes, not more than $whole"
         pull 0 2; expect_rc "pull rank 0 of version 2" 0
         pull 1 2 --release; expect_rc "pull rank 1 of version 2" 0
+        # cut-aligned is no worse in bytes or descriptors, better in one
         for r in 0 1; do
-            b=$(descriptors "$TMP/pull$r-1"); a=$(descriptors "$TMP/pull$r-2")
-            [ -n "$a" ] && [ -n "$b" ] && [ "$a" -lt "$b" ] &&
-                ok "rank $r: $a descriptors cut-aligned, $b before" ||
-                bad "rank $r: $a descriptors cut-aligned, $b before"
+            b=$(stage "$TMP/pull$r-1" descriptors); a=$(stage "$TMP/pull$r-2" descriptors)
+            bb=$(stage "$TMP/pull$r-1" bytes); ab=$(stage "$TMP/pull$r-2" bytes)
+            if [ -n "$a" ] && [ -n "$b" ] && [ -n "$ab" ] && [ -n "$bb" ] &&
+               [ "$a" -le "$b" ] && [ "$ab" -le "$bb" ] &&
+               { [ "$a" -lt "$b" ] || [ "$ab" -lt "$bb" ]; }; then
+                ok "rank $r: $a descriptors, $ab bytes cut-aligned; $b, $bb before"
+            else
+                bad "rank $r: $a descriptors, $ab bytes cut-aligned; $b, $bb before"
+            fi
         done
     fi
 fi
