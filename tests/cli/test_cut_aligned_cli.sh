@@ -7,7 +7,8 @@
 # ranks of vllm:tp=2 announce (records vllm-tp-2-rank0/1 appear) and pass
 # --check, and version 2 is served as more sub-boxes and passes --check on
 # both ranks with fewer descriptors or bytes (no more of either);
-# `publish --cuts FILE` serves the file's cuts; --cut-aligned or --cuts with another staging exits 2.
+# `publish --cuts FILE` serves the file's cuts; --cut-aligned or --cuts
+# with another staging exits 2.
 # usage: bash test_cut_aligned_cli.sh <reshard-binary> <source-dir>
 set -u
 BIN=${1:?usage: test_cut_aligned_cli.sh <reshard-binary> <source-dir>}
