@@ -12,8 +12,10 @@
  *
  * Threads: a cut set is used by one thread at a time; a set only read
  * (get, split, write) may be read from several threads at once.
- * Cost: adding is O(log cuts) per point; split is O(sub-boxes) plus a
- * binary search per dim. */
+ * Cost: adding is a binary search per point plus moving the later cuts of
+ * its dim (points arrive mostly in order); a call that adds new tensors
+ * ends by restoring name order (one insertion, or a sort of all names).
+ * Split is O(sub-boxes) plus a binary search per dim. */
 #ifndef RESHARD_CUTS_H
 #define RESHARD_CUTS_H
 
@@ -29,8 +31,18 @@ extern "C" {
 
 typedef struct rs_cuts *rs_cuts_h;
 
+/* An empty set. RS_ERR_INVALID_ARG for a NULL output, RS_ERR_NO_MEMORY. */
 RS_API rs_status_t rs_cuts_create(rs_diag_t *diag, rs_cuts_h *cuts_p);
+/* Frees the set and every name and array it returned; NULL is a no-op. */
 RS_API void rs_cuts_destroy(rs_cuts_h cuts);
+
+/* The model the cuts are for (the optional "model" of reshard.cuts.v1), or
+ * NULL; valid until the set changes it or is destroyed. */
+RS_API const char *rs_cuts_model(rs_cuts_h cuts);
+/* Names the model (copied; NULL clears it). RS_ERR_INVALID_ARG for a NULL
+ * set, RS_ERR_NO_MEMORY. */
+RS_API rs_status_t rs_cuts_set_model(rs_cuts_h cuts, const char *model,
+                                     rs_diag_t *diag);
 
 /* Adds the bounds of every box the capture reads: each copy resolved
  * against its declared source (rs_capture_declare_source); for every dim
@@ -51,16 +63,22 @@ RS_API rs_status_t rs_cuts_add(rs_cuts_h cuts, const char *tensor, int ndim,
                                const int64_t *shape, int dim, int64_t at,
                                rs_diag_t *diag);
 
-/* Adds every cut of `from` into `into` (a union); shape disagreements are
- * RS_ERR_INPUT naming the tensor, `into` unchanged then. */
+/* Adds every cut of `from` into `into` (a union), and from's model when
+ * `into` names none. Shape disagreements, and two different models, are
+ * RS_ERR_INPUT naming the tensor (or both models), `into` unchanged then;
+ * after RS_ERR_NO_MEMORY `into` may hold part of `from`. */
 RS_API rs_status_t rs_cuts_merge(rs_cuts_h into, rs_cuts_h from,
                                  rs_diag_t *diag);
 
+/* Tensors the set holds (each with its shape, with or without cuts). */
 RS_API size_t rs_cuts_num_tensors(rs_cuts_h cuts);
-/* The name of tensor `index` (in name order), NULL past the end. */
+/* The name of tensor `index` (in name order, strcmp), NULL past the end;
+ * valid until the set is destroyed. */
 RS_API const char *rs_cuts_tensor(rs_cuts_h cuts, size_t index);
 /* The cuts of dim `dim` of `tensor`, sorted and strictly inside
- * (0, shape[dim]); NULL with *count_p = 0 when there are none. */
+ * (0, shape[dim]); NULL with *count_p = 0 when there are none (or the set
+ * does not hold the tensor, or dim is out of its range). Valid until the
+ * set next changes. Cost: a hash of the name. */
 RS_API const int64_t *rs_cuts_get(rs_cuts_h cuts, const char *tensor,
                                   int dim, size_t *count_p);
 
@@ -75,7 +93,9 @@ typedef rs_status_t (*rs_cuts_box_fn)(void *ctx, const int64_t *offset,
  * it, calling fn for each sub-box; a tensor without cuts (or a box that
  * no cut crosses) is one sub-box, the box itself. An empty box calls fn
  * once with it. Errors: RS_ERR_INPUT when the set holds the tensor with
- * another ndim, RS_ERR_INVALID_ARG for a negative extent. */
+ * another ndim, RS_ERR_INVALID_ARG for a negative offset or extent, an
+ * end past 2^63-1, a rank outside 0..RS_MAX_DIMS or NULL arguments; fn's
+ * own status when it stops the split. */
 RS_API rs_status_t rs_cuts_split(rs_cuts_h cuts, const char *tensor, int ndim,
                                  const int64_t *offset, const int64_t *shape,
                                  rs_cuts_box_fn fn, void *ctx,
@@ -83,7 +103,10 @@ RS_API rs_status_t rs_cuts_split(rs_cuts_h cuts, const char *tensor, int ndim,
 
 /* reshard.cuts.v1 (docs/formats.md). The reader refuses bad input with
  * RS_ERR_INPUT naming the field and tensor; `origin` (a file name, a
- * directory record) prefixes its messages. */
+ * directory record) prefixes its messages. It makes a new set, owned by
+ * the caller; *cuts_p is set only on success. The writer writes the one
+ * spelling the reader accepts (tensors in name order, cuts increasing);
+ * RS_ERR_IO when the stream fails. */
 RS_API rs_status_t rs_cuts_read_json(const char *text, size_t len,
                                      const char *origin, rs_diag_t *diag,
                                      rs_cuts_h *cuts_p);

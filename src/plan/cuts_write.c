@@ -1,0 +1,50 @@
+/* Writer of reshard.cuts.v1 JSON, the inverse of cuts_json.c: tensors in
+ * name order, one per line, each dim's cuts in increasing order, so equal
+ * sets are equal text. Streams to the FILE* without building a tree. */
+#include <stdio.h>
+
+#include "core/diag.h"
+#include "core/json.h"
+#include "plan/cuts_impl.h"
+
+static void put_ints(FILE *out, const int64_t *v, size_t n)
+{
+    fputc('[', out);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%s%lld", i ? ", " : "", (long long)v[i]);
+    fputc(']', out);
+}
+
+static void put_tensor(FILE *out, const rs_cut_tensor_t *t, int first)
+{
+    fputs(first ? "\n  {\"name\": " : ",\n  {\"name\": ", out);
+    rs__json_put_string(out, t->name);
+    fputs(", \"shape\": ", out);
+    put_ints(out, t->shape, (size_t)t->ndim);
+    fputs(", \"cuts\": [", out);
+    for (int d = 0; d < t->ndim; d++) {
+        if (d > 0)
+            fputs(", ", out);
+        put_ints(out, t->dims[d].at, t->dims[d].at_len);
+    }
+    fputs("]}", out);
+}
+
+rs_status_t rs_cuts_write_json(rs_cuts_h cuts, FILE *out, rs_diag_t *diag)
+{
+    if (cuts == NULL || out == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "cuts: NULL set or "
+                            "output");
+    fputs("{\"schema\": \"reshard.cuts.v1\"", out);
+    if (cuts->model != NULL) {
+        fputs(", \"model\": ", out);
+        rs__json_put_string(out, cuts->model);
+    }
+    fputs(", \"tensors\": [", out);
+    for (size_t i = 0; i < cuts->order_len; i++)
+        put_tensor(out, &cuts->tensors[cuts->order[i]], i == 0);
+    fputs(cuts->order_len ? "\n]}\n" : "]}\n", out);
+    if (ferror(out) || fflush(out) != 0)
+        return rs__diag_set(diag, RS_ERR_IO, "cuts: write failed");
+    return RS_OK;
+}
