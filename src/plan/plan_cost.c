@@ -198,6 +198,7 @@ static rs_status_t try_fresh(cost_t *c, size_t ci, size_t first,
             return RS_OK;
     }
     if (is_whole(nd, lo, shape, s->tensor->shape) ||
+        rs__stage_min_runs(s, shape) >= pc->seg_end - pc->seg_begin ||
         !rs__stage_fits(b, ci, lo, shape))
         return RS_OK; /* the whole source is the full stage's */
     rs_pstage_t ps = {pc->src, kind, {0}, {0}, {0}, 0};
@@ -255,7 +256,9 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
         wshape[RS_MAX_DIMS];
     pick_t pk = {0, {0, 0}, -1, {0}};
     rs_status_t st;
-    if (!stageable(b, pc) || !rs__stage_bbox(b, ci, lo, shape))
+    /* one run is as few as a copy can take */
+    if (!stageable(b, pc) || pc->seg_end - pc->seg_begin < 2 ||
+        !rs__stage_bbox(b, ci, lo, shape))
         return RS_OK;
     size_t n;
     const rs_segment_t *ex = exact_segs(b, pc, &n);
@@ -304,20 +307,25 @@ static void whole_delta(cost_t *c, long k, const size_t *ids, size_t nids,
     }
 }
 
-/* A stage for all of a source's copies is worth considering when it reads
- * them with fewer descriptors than their exact runs. */
-static int whole_worth(const rs_planner_t *b, long k, const size_t *ids,
-                       size_t nids)
+/* The exact runs of the source's copies that a stage could serve. */
+static uint64_t exact_runs(const rs_planner_t *b, const size_t *ids,
+                           size_t nids)
 {
     uint64_t exact = 0;
-    if (k < 0)
-        return 0;
     for (size_t i = 0; i < nids; i++) {
         const rs_pcopy_t *pc = &b->copies[ids[i]];
         if (stageable(b, pc))
             exact += pc->seg_end - pc->seg_begin;
     }
-    return b->stages[k].segs.v_len < exact;
+    return exact;
+}
+
+/* A stage for all of a source's copies is worth considering when it reads
+ * them with fewer descriptors than their exact runs. */
+static int whole_worth(const rs_planner_t *b, long k, const size_t *ids,
+                       size_t nids)
+{
+    return k >= 0 && b->stages[k].segs.v_len < exact_runs(b, ids, nids);
 }
 
 /* After its copies: stage k (the full pull, or the bound box of all the
@@ -382,7 +390,8 @@ static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
     int nd = s->tensor->ndim, complete = 0;
     *k_p = -1;
     if (!union_box(b, s, ids, nids, lo, shape) ||
-        is_whole(nd, lo, shape, s->tensor->shape))
+        is_whole(nd, lo, shape, s->tensor->shape) ||
+        rs__stage_min_runs(s, shape) >= exact_runs(b, ids, nids))
         return RS_OK; /* the whole source is the full pull's */
     for (size_t i = 0; i < nids; i++)
         if (stageable(b, &b->copies[ids[i]]) &&
@@ -614,16 +623,17 @@ static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
     rs_planner_t *b = c->b;
     rs_psrc_t *s = &b->psrc[si];
     size_t first = b->stages_len;
-    int any = 0;
+    uint64_t exact = exact_runs(b, ids, nids);
     rs_status_t st = RS_OK;
-    for (size_t i = 0; i < nids && !any; i++)
-        any = stageable(b, &b->copies[ids[i]]);
     s->full_pull = -1;
-    if (!any)
+    if (exact == 0)
         return RS_OK;
-    mark_exact(b, ids, nids, 1);
-    st = rs__planner_full_stage(b, s);
-    mark_exact(b, ids, nids, 0);
+    /* no full pull where no walk of the source can take fewer runs */
+    if (rs__stage_min_runs(s, s->tensor->shape) < exact) {
+        mark_exact(b, ids, nids, 1);
+        st = rs__planner_full_stage(b, s);
+        mark_exact(b, ids, nids, 0);
+    }
     if (st != RS_OK)
         return st;
     long box = -1;

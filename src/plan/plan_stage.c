@@ -119,6 +119,18 @@ void rs__stage_bound(rs_planner_t *b, const rs_psrc_t *src, const int64_t *lo,
     }
 }
 
+uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape)
+{
+    const rs_src_tensor_t *t = src->tensor;
+    uint64_t numel = 1, most = 0;
+    for (int d = 0; d < t->ndim; d++)
+        numel *= (uint64_t)shape[d]; /* inside the checked source */
+    for (size_t i = 0; i < t->shards_len; i++)
+        if ((uint64_t)t->shards[i].numel > most)
+            most = (uint64_t)t->shards[i].numel;
+    return most == 0 ? UINT64_MAX : (numel + most - 1) / most;
+}
+
 /* The box as a planner box: narrowed per dim, landing row-major. */
 static int plain_box(const rs_src_tensor_t *t, const int64_t *lo,
                      const int64_t *shape, rs_box_t *box)

@@ -111,6 +111,10 @@ void rs__stage_bound(rs_planner_t *b, const rs_psrc_t *src, const int64_t *lo,
  * bytes rather than a reshuffle of the replica balance. */
 void rs__stage_prefer(rs_planner_t *b, const rs_segment_t *segs, size_t n,
                       int on);
+/* A lower bound on the runs any walk of a box of this shape takes (a run
+ * lies inside one shard): a box that cannot beat a copy's runs is not
+ * walked. */
+uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape);
 /* Walks a box of a source into *segs (replica loads left as they were),
  * on the preferred sessions where a replica there holds a cell; *complete
  * is 0 when some element of it is published by no shard. */
