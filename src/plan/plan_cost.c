@@ -4,14 +4,16 @@
  * time is its bytes over the NIC rate plus its descriptors times the
  * per-descriptor cost; a plan's time is its most loaded session's.
  * Copies are decided greedily, source by source, against the plan built so
- * far; then the result is compared with the all-exact plan and the
- * full-pull plan, and the fastest of the three is kept, so the choice is
- * never estimated slower than either (docs/design.md, "The cost model"). */
+ * far; then plan_cost_guard.c compares the result with the all-exact plan
+ * and the full-pull plan and keeps the fastest of the three, so the choice
+ * is never estimated slower than either (docs/design.md, "The cost
+ * model"). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
 #include "plan/capture_impl.h"
+#include "plan/plan_cost.h"
 #include "plan/planner.h"
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
@@ -83,26 +85,6 @@ static score_t delta_end(cost_t *c, int apply)
     return sc;
 }
 
-static int live(const rs_planner_t *b, const rs_pcopy_t *pc)
-{
-    return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
-}
-
-static const rs_segment_t *exact_segs(const rs_planner_t *b,
-                                      const rs_pcopy_t *pc, size_t *n)
-{
-    *n = pc->seg_end - pc->seg_begin;
-    return *n > 0 ? b->tmp.v + pc->seg_begin : NULL;
-}
-
-/* A copy the model may stage: same dtype, reads something, all of it
- * published. */
-static int stageable(const rs_planner_t *b, const rs_pcopy_t *pc)
-{
-    return live(b, pc) && pc->kind == RS_PCOPY_EXACT && pc->missing == 0 &&
-           pc->seg_end > pc->seg_begin;
-}
-
 static int box_equal(const rs_pstage_t *s, int nd, const int64_t *lo,
                      const int64_t *shape)
 {
@@ -145,7 +127,7 @@ static score_t score_stage(cost_t *c, const rs_pcopy_t *pc,
                            const rs_segvec_t *segs, int paid)
 {
     size_t n;
-    const rs_segment_t *ex = exact_segs(c->b, pc, &n);
+    const rs_segment_t *ex = rs__cost_exact(c->b, pc, &n);
     if (!paid)
         delta_add(c, segs->v, segs->v_len, +1);
     delta_add(c, ex, n, -1);
@@ -225,7 +207,7 @@ static rs_status_t take_pick(cost_t *c, size_t ci, pick_t *pk)
     rs_planner_t *b = c->b;
     rs_pcopy_t *pc = &b->copies[ci];
     size_t n;
-    const rs_segment_t *ex = exact_segs(b, pc, &n);
+    const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
     if (pk->stage < 0) {
         if (!RS_VEC_PUSH(b, stages, pk->fresh)) {
             free(pk->fresh.segs.v);
@@ -257,11 +239,11 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
     pick_t pk = {0, {0, 0}, -1, {0}};
     rs_status_t st;
     /* one run is as few as a copy can take */
-    if (!stageable(b, pc) || pc->seg_end - pc->seg_begin < 2 ||
+    if (!rs__cost_stageable(b, pc) || pc->seg_end - pc->seg_begin < 2 ||
         !rs__stage_bbox(b, ci, lo, shape))
         return RS_OK;
     size_t n;
-    const rs_segment_t *ex = exact_segs(b, pc, &n);
+    const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
     try_existing(c, ci, first, lo, shape, &pk);
     rs__stage_prefer(b, ex, n, 1);
     rs__stage_coalesced(b, s, lo, shape, wlo, wshape);
@@ -301,8 +283,8 @@ static void whole_delta(cost_t *c, long k, const size_t *ids, size_t nids,
             delta_add(c, b->stages[j].segs.v, b->stages[j].segs.v_len, -1);
     for (size_t i = 0; i < nids; i++) {
         const rs_pcopy_t *pc = &b->copies[ids[i]];
-        const rs_segment_t *ex = exact_segs(b, pc, &n);
-        if (stageable(b, pc) && pc->stage < 0)
+        const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
+        if (rs__cost_stageable(b, pc) && pc->stage < 0)
             delta_add(c, ex, n, -1);
     }
 }
@@ -314,7 +296,7 @@ static uint64_t exact_runs(const rs_planner_t *b, const size_t *ids,
     uint64_t exact = 0;
     for (size_t i = 0; i < nids; i++) {
         const rs_pcopy_t *pc = &b->copies[ids[i]];
-        if (stageable(b, pc))
+        if (rs__cost_stageable(b, pc))
             exact += pc->seg_end - pc->seg_begin;
     }
     return exact;
@@ -347,7 +329,7 @@ static void decide_whole(cost_t *c, long k, const size_t *ids, size_t nids,
         b->stages[j].users = 0;
     for (size_t i = 0; i < nids; i++) {
         rs_pcopy_t *pc = &b->copies[ids[i]];
-        if (stageable(b, pc)) {
+        if (rs__cost_stageable(b, pc)) {
             pc->stage = k;
             b->stages[k].users++;
         }
@@ -362,7 +344,7 @@ static int union_box(rs_planner_t *b, const rs_psrc_t *s, const size_t *ids,
     int64_t clo[RS_MAX_DIMS], csh[RS_MAX_DIMS], hi[RS_MAX_DIMS];
     int nd = s->tensor->ndim, any = 0;
     for (size_t i = 0; i < nids; i++) {
-        if (!stageable(b, &b->copies[ids[i]]) ||
+        if (!rs__cost_stageable(b, &b->copies[ids[i]]) ||
             !rs__stage_bbox(b, ids[i], clo, csh))
             continue;
         for (int d = 0; d < nd; d++) {
@@ -394,7 +376,7 @@ static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
         rs__stage_min_runs(s, shape) >= exact_runs(b, ids, nids))
         return RS_OK; /* the whole source is the full pull's */
     for (size_t i = 0; i < nids; i++)
-        if (stageable(b, &b->copies[ids[i]]) &&
+        if (rs__cost_stageable(b, &b->copies[ids[i]]) &&
             !rs__stage_fits(b, ids[i], lo, shape))
             return RS_OK;
     for (size_t k = first; k < b->stages_len; k++) {
@@ -418,129 +400,6 @@ static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
     return st != RS_OK || !complete ? st : OOM(b);
 }
 
-/* ---- the plan's estimate, and the guarantee ---- */
-
-typedef struct est {
-    rs_planner_t *b;
-    uint64_t *bytes, *descs;
-    unsigned char *used; /* per stage */
-} est_t;
-
-static void est_add(est_t *e, const rs_segment_t *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        e->bytes[s[i].session] += s[i].nbytes;
-        e->descs[s[i].session]++;
-    }
-}
-
-/* Exact runs as assembly places them: a run continuing the last placed
- * one (same session and param, contiguous on both sides) joins it. */
-static void est_exact(est_t *e, const rs_segment_t *s, size_t n,
-                      rs_segment_t *last, int *have)
-{
-    for (size_t i = 0; i < n; i++) {
-        e->bytes[s[i].session] += s[i].nbytes;
-        if (*have && last->session == s[i].session &&
-            last->param == s[i].param &&
-            last->src_addr + last->nbytes == s[i].src_addr &&
-            last->dst_byte + last->nbytes == s[i].dst_byte) {
-            last->nbytes += s[i].nbytes;
-            continue;
-        }
-        e->descs[s[i].session]++;
-        *last = s[i];
-        *have = 1;
-    }
-}
-
-/* The model's time for the plan that reads copy i through stage dec[i]
- * (-1: its exact runs), computed as assembly will build it. */
-static double est_of(est_t *e, const long *dec)
-{
-    rs_planner_t *b = e->b;
-    size_t ns = b->plan->nsessions, n;
-    rs_segment_t last;
-    int have = 0;
-    double worst = 0;
-    memset(e->bytes, 0, (ns + 1) * sizeof(uint64_t));
-    memset(e->descs, 0, (ns + 1) * sizeof(uint64_t));
-    memset(e->used, 0, b->stages_len + 1);
-    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
-        const rs_pcopy_t *pc = &b->copies[ci];
-        const rs_segment_t *ex = exact_segs(b, pc, &n);
-        if (!live(b, pc))
-            continue;
-        if (pc->kind == RS_PCOPY_CONVERT) {
-            est_add(e, ex, n);
-        } else if (dec[ci] >= 0 && !e->used[dec[ci]]) {
-            e->used[dec[ci]] = 1;
-            est_add(e, b->stages[dec[ci]].segs.v, b->stages[dec[ci]].segs.v_len);
-        } else if (dec[ci] < 0) {
-            est_exact(e, ex, n, &last, &have);
-        }
-    }
-    for (size_t k = 0; k < ns; k++) {
-        double t = rs__cost_seconds(b->params, e->bytes[k], e->descs[k]);
-        worst = t > worst ? t : worst;
-    }
-    return worst;
-}
-
-/* The three contenders, per copy: g the greedy choice, x the all-exact
- * plan (copies over the cap keep their staged way), f the full-pull plan
- * (every source that can be pulled whole is, the rest as in x). */
-static void contenders(const rs_planner_t *b, long *g, long *x, long *f,
-                       long *all)
-{
-    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
-        const rs_pcopy_t *pc = &b->copies[ci];
-        long full = live(b, pc) ? b->psrc[pc->src].full_pull : -1;
-        g[ci] = pc->stage;
-        x[ci] = pc->capped ? pc->stage : -1;
-        f[ci] = full >= 0 && stageable(b, pc) ? full : x[ci];
-        all[ci] = -1;
-    }
-}
-
-/* Keeps the fastest of the contenders: the exact one on a tie, then the
- * greedy one. Also the stats' exact_est_seconds (every copy exact). */
-static void keep_fastest(rs_planner_t *b, est_t *e, long *dec)
-{
-    size_t nc = b->cap->copies_len;
-    long *g = dec, *x = dec + nc, *f = dec + 2 * nc, *all = dec + 3 * nc;
-    contenders(b, g, x, f, all);
-    b->plan->stats.exact_est_seconds = est_of(e, all);
-    long *best = x;
-    double t = est_of(e, x), tg = est_of(e, g), tf = est_of(e, f);
-    if (tg < t) {
-        best = g;
-        t = tg;
-    }
-    if (tf < t)
-        best = f;
-    for (size_t ci = 0; ci < nc; ci++)
-        b->copies[ci].stage = best[ci];
-}
-
-static rs_status_t guarantee(rs_planner_t *b)
-{
-    size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
-    est_t e = {b, calloc(ns + 1, sizeof(uint64_t)),
-               calloc(ns + 1, sizeof(uint64_t)), malloc(b->stages_len + 1)};
-    long *dec = malloc((4 * nc + 1) * sizeof(long));
-    rs_status_t st = RS_OK;
-    if (e.bytes == NULL || e.descs == NULL || e.used == NULL || dec == NULL)
-        st = OOM(b);
-    else
-        keep_fastest(b, &e, dec);
-    free(e.bytes);
-    free(e.descs);
-    free(e.used);
-    free(dec);
-    return st;
-}
-
 /* ---- the greedy pass ---- */
 
 static rs_status_t cost_init(cost_t *c, rs_planner_t *b)
@@ -560,10 +419,10 @@ static rs_status_t cost_init(cost_t *c, rs_planner_t *b)
         return OOM(b);
     for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
         rs_pcopy_t *pc = &b->copies[ci];
-        const rs_segment_t *ex = exact_segs(b, pc, &n);
+        const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
         pc->stage = -1;
         pc->capped = 0;
-        if (live(b, pc))
+        if (rs__cost_live(b, pc))
             delta_add(c, ex, n, +1);
     }
     delta_end(c, 1);
@@ -592,12 +451,12 @@ static rs_status_t by_source(rs_planner_t *b, size_t **ids_p, size_t **at_p)
         return OOM(b);
     }
     for (size_t ci = 0; ci < nc; ci++)
-        if (live(b, &b->copies[ci]))
+        if (rs__cost_live(b, &b->copies[ci]))
             at[b->copies[ci].src + 2]++;
     for (size_t s = 2; s < np + 2; s++)
         at[s] += at[s - 1];
     for (size_t ci = 0; ci < nc; ci++)
-        if (live(b, &b->copies[ci]))
+        if (rs__cost_live(b, &b->copies[ci]))
             ids[at[b->copies[ci].src + 1]++] = ci;
     *ids_p = ids;
     *at_p = at;
@@ -611,8 +470,8 @@ static void mark_exact(rs_planner_t *b, const size_t *ids, size_t nids, int on)
     size_t n;
     for (size_t i = 0; i < nids; i++) {
         const rs_pcopy_t *pc = &b->copies[ids[i]];
-        const rs_segment_t *ex = exact_segs(b, pc, &n);
-        if (stageable(b, pc))
+        const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
+        if (rs__cost_stageable(b, pc))
             rs__stage_prefer(b, ex, n, on);
     }
 }
@@ -664,7 +523,7 @@ rs_status_t rs__planner_choose(rs_planner_t *b)
             st = decide_source(&c, (uint32_t)s, ids + at[s], at[s + 1] - at[s]);
     }
     if (st == RS_OK)
-        st = guarantee(b);
+        st = rs__cost_guarantee(b);
     free(ids);
     free(at);
     free(b->prefer);
