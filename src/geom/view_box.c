@@ -29,7 +29,8 @@ rs_status_t rs__view_init_box(rs_view_t *v, int ndim, const int64_t *shape,
 
 int rs__view_span(const rs_view_t *v, int64_t *lo_p, int64_t *hi_p)
 {
-    int64_t lo = v->offset, hi = v->offset;
+    int64_t lo = v->offset;
+    int64_t hi = lo;
     for (int d = 0; d < v->ndim; d++) {
         if (v->shape[d] == 0)
             return 0;

@@ -131,24 +131,29 @@ uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape)
     return most == 0 ? UINT64_MAX : (numel + most - 1) / most;
 }
 
-/* The box as a planner box: narrowed per dim, landing row-major. */
+/* The box as a planner box: the whole source narrowed per dim (one op at
+ * a time), landing row-major. */
 static int plain_box(const rs_src_tensor_t *t, const int64_t *lo,
                      const int64_t *shape, rs_box_t *box)
 {
-    rs_op_t ops[RS_MAX_DIMS];
     int64_t stride[RS_MAX_DIMS];
-    size_t bad_op;
-    memset(ops, 0, sizeof(ops));
+    rs_view_t v;
+    if (rs__view_init(&v, t->ndim, t->shape) != RS_OK ||
+        !rs__row_major(shape, t->ndim, stride))
+        return 0;
     for (int d = 0; d < t->ndim; d++) {
-        ops[d].kind = RS_OP_NARROW;
-        ops[d].arg[0] = d;
-        ops[d].arg[1] = lo[d];
-        ops[d].arg[2] = shape[d];
-        ops[d].has = 7;
+        rs_op_t op;
+        memset(&op, 0, sizeof(op));
+        op.kind = RS_OP_NARROW;
+        op.arg[0] = d;
+        op.arg[1] = lo[d];
+        op.arg[2] = shape[d];
+        op.has = 7;
+        if (rs__view_apply(&v, &op, NULL, 0) != RS_OK)
+            return 0;
     }
-    return rs__row_major(shape, t->ndim, stride) &&
-           rs__geom_resolve(t->ndim, t->shape, ops, (size_t)t->ndim, t->ndim,
-                            shape, stride, box, &bad_op, NULL, 0) == RS_OK;
+    return rs__box_from_view(&v, t->ndim, t->shape, stride, box, NULL, 0) ==
+           RS_OK;
 }
 
 void rs__stage_prefer(rs_planner_t *b, const rs_segment_t *segs, size_t n,
