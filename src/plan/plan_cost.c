@@ -29,6 +29,7 @@ double rs__cost_seconds(const rs_plan_params_t *p, uint64_t bytes,
 typedef struct cost {
     rs_planner_t *b;
     size_t ns;
+    rs_cost_aggs_t aggs;    /* every copy's exact runs per session */
     uint64_t *bytes, *descs;
     double max_t;           /* its most loaded session's time, or more */
     int64_t *db, *dd;       /* the change, on the sessions it touches */
@@ -58,6 +59,30 @@ static void delta_add(cost_t *c, const rs_segment_t *s, size_t n, int sign)
         c->db[k] += sign * (int64_t)s[i].nbytes;
         c->dd[k] += sign;
     }
+}
+
+/* delta_add for copy ci's exact runs, by their per-session sums. */
+static void delta_exact(cost_t *c, size_t ci, int sign)
+{
+    for (size_t i = c->aggs.at[ci]; i < c->aggs.at[ci + 1]; i++) {
+        const rs_cost_agg_t *a = &c->aggs.v[i];
+        uint32_t k = a->session;
+        if (!c->mark[k]) {
+            c->mark[k] = 1;
+            c->touched[c->ntouched++] = k;
+            c->db[k] = c->dd[k] = 0;
+        }
+        c->db[k] += sign * (int64_t)a->bytes;
+        c->dd[k] += sign * (int64_t)a->descs;
+    }
+}
+
+/* Prefers (on) or stops preferring the sessions copy ci's exact runs read
+ * for the staged walks of its candidates. */
+static void prefer_exact(cost_t *c, size_t ci, int on)
+{
+    for (size_t i = c->aggs.at[ci]; i < c->aggs.at[ci + 1]; i++)
+        rs__stage_prefer(c->b, c->aggs.v[i].session, on);
 }
 
 /* Scores the pending change, then applies it when `apply`, and clears it. */
@@ -123,14 +148,12 @@ typedef struct pick {
     rs_pstage_t fresh;   /* a new stage when stage < 0 and found */
 } pick_t;
 
-static score_t score_stage(cost_t *c, const rs_pcopy_t *pc,
-                           const rs_segvec_t *segs, int paid)
+static score_t score_stage(cost_t *c, size_t ci, const rs_segvec_t *segs,
+                           int paid)
 {
-    size_t n;
-    const rs_segment_t *ex = rs__cost_exact(c->b, pc, &n);
     if (!paid)
         delta_add(c, segs->v, segs->v_len, +1);
-    delta_add(c, ex, n, -1);
+    delta_exact(c, ci, -1);
     return delta_end(c, 0);
 }
 
@@ -156,7 +179,7 @@ static void try_existing(cost_t *c, size_t ci, size_t first, const int64_t *lo,
         if (!box_contains(st, nd, lo, shape) || !fewer(b, pc, st) ||
             !rs__stage_fits(b, ci, st->lo, st->shape))
             continue;
-        score_t sc = score_stage(c, pc, &st->segs, st->users > 0);
+        score_t sc = score_stage(c, ci, &st->segs, st->users > 0);
         if (!pk->found || better(sc, pk->sc)) {
             free(pk->found && pk->stage < 0 ? pk->fresh.segs.v : NULL);
             pk->found = 1;
@@ -191,7 +214,7 @@ static rs_status_t try_fresh(cost_t *c, size_t ci, size_t first,
         free(ps.segs.v);
         return st;
     }
-    score_t sc = score_stage(c, pc, &ps.segs, 0);
+    score_t sc = score_stage(c, ci, &ps.segs, 0);
     if (pk->found && !better(sc, pk->sc)) {
         free(ps.segs.v);
         return RS_OK;
@@ -206,8 +229,6 @@ static rs_status_t take_pick(cost_t *c, size_t ci, pick_t *pk)
 {
     rs_planner_t *b = c->b;
     rs_pcopy_t *pc = &b->copies[ci];
-    size_t n;
-    const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
     if (pk->stage < 0) {
         if (!RS_VEC_PUSH(b, stages, pk->fresh)) {
             free(pk->fresh.segs.v);
@@ -218,10 +239,11 @@ static rs_status_t take_pick(cost_t *c, size_t ci, pick_t *pk)
     rs_pstage_t *st = &b->stages[pk->stage];
     if (st->users++ == 0)
         delta_add(c, st->segs.v, st->segs.v_len, +1);
-    delta_add(c, ex, n, -1);
+    delta_exact(c, ci, -1);
     delta_end(c, 1);
-    for (size_t i = 0; i < n; i++) /* replica balance follows the reads */
-        b->load[ex[i].session] -= ex[i].nbytes;
+    /* replica balance follows the reads */
+    for (size_t i = c->aggs.at[ci]; i < c->aggs.at[ci + 1]; i++)
+        b->load[c->aggs.v[i].session] -= c->aggs.v[i].bytes;
     if (st->users == 1)
         for (size_t i = 0; i < st->segs.v_len; i++)
             b->load[st->segs.v[i].session] += st->segs.v[i].nbytes;
@@ -242,16 +264,14 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
     if (!rs__cost_stageable(b, pc) || pc->seg_end - pc->seg_begin < 2 ||
         !rs__stage_bbox(b, ci, lo, shape))
         return RS_OK;
-    size_t n;
-    const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
     try_existing(c, ci, first, lo, shape, &pk);
-    rs__stage_prefer(b, ex, n, 1);
+    prefer_exact(c, ci, 1);
     rs__stage_coalesced(b, s, lo, shape, wlo, wshape);
     st = try_fresh(c, ci, first, RS_STAGED_COALESCED, wlo, wshape, &pk);
     rs__stage_bound(b, s, lo, shape, wlo, wshape);
     if (st == RS_OK)
         st = try_fresh(c, ci, first, RS_STAGED_BOUND, wlo, wshape, &pk);
-    rs__stage_prefer(b, ex, n, 0);
+    prefer_exact(c, ci, 0);
     if (st != RS_OK) {
         free(pk.found && pk.stage < 0 ? pk.fresh.segs.v : NULL);
         return st;
@@ -266,8 +286,7 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
     return take_pick(c, ci, &pk);
 }
 
-static void mark_exact(rs_planner_t *b, const size_t *ids, size_t nids,
-                       int on);
+static void mark_exact(cost_t *c, const size_t *ids, size_t nids, int on);
 
 /* The change from the ways the source's copies were given (exact runs and
  * the stages made for them) to stage k for all of them. */
@@ -276,16 +295,14 @@ static void whole_delta(cost_t *c, long k, const size_t *ids, size_t nids,
 {
     rs_planner_t *b = c->b;
     const rs_pstage_t *to = &b->stages[k];
-    size_t n;
     delta_add(c, to->segs.v, to->segs.v_len, +1);
     for (size_t j = first; j < b->stages_len; j++)
         if (b->stages[j].users > 0)
             delta_add(c, b->stages[j].segs.v, b->stages[j].segs.v_len, -1);
     for (size_t i = 0; i < nids; i++) {
         const rs_pcopy_t *pc = &b->copies[ids[i]];
-        const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
         if (rs__cost_stageable(b, pc) && pc->stage < 0)
-            delta_add(c, ex, n, -1);
+            delta_exact(c, ids[i], -1);
     }
 }
 
@@ -389,9 +406,9 @@ static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
                       {0}, 0};
     memcpy(ps.lo, lo, (size_t)nd * sizeof(int64_t));
     memcpy(ps.shape, shape, (size_t)nd * sizeof(int64_t));
-    mark_exact(b, ids, nids, 1);
+    mark_exact(c, ids, nids, 1);
     rs_status_t st = rs__stage_walk(b, s, lo, shape, &ps.segs, &complete);
-    mark_exact(b, ids, nids, 0);
+    mark_exact(c, ids, nids, 0);
     if (st == RS_OK && complete && RS_VEC_PUSH(b, stages, ps)) {
         *k_p = (long)b->stages_len - 1;
         return RS_OK;
@@ -404,7 +421,7 @@ static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
 
 static rs_status_t cost_init(cost_t *c, rs_planner_t *b)
 {
-    size_t n, ns = b->plan->nsessions;
+    size_t ns = b->plan->nsessions;
     memset(c, 0, sizeof(*c));
     c->b = b;
     c->ns = ns;
@@ -417,13 +434,15 @@ static rs_status_t cost_init(cost_t *c, rs_planner_t *b)
     if (c->bytes == NULL || c->descs == NULL || c->db == NULL ||
         c->dd == NULL || c->touched == NULL || c->mark == NULL)
         return OOM(b);
+    rs_status_t st = rs__cost_aggs_build(b, &c->aggs);
+    if (st != RS_OK)
+        return st;
     for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
         rs_pcopy_t *pc = &b->copies[ci];
-        const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
         pc->stage = -1;
         pc->capped = 0;
         if (rs__cost_live(b, pc))
-            delta_add(c, ex, n, +1);
+            delta_exact(c, ci, +1);
     }
     delta_end(c, 1);
     return RS_OK;
@@ -437,6 +456,7 @@ static void cost_free(cost_t *c)
     free(c->dd);
     free(c->touched);
     free(c->mark);
+    rs__cost_aggs_free(&c->aggs);
 }
 
 /* The copies of each source, in capture order: ids[at[s] .. at[s + 1]). */
@@ -465,15 +485,11 @@ static rs_status_t by_source(rs_planner_t *b, size_t **ids_p, size_t **at_p)
 
 /* Prefers (on) or stops preferring the sessions the copies' exact runs
  * read, for the walk of their source's full pull. */
-static void mark_exact(rs_planner_t *b, const size_t *ids, size_t nids, int on)
+static void mark_exact(cost_t *c, const size_t *ids, size_t nids, int on)
 {
-    size_t n;
-    for (size_t i = 0; i < nids; i++) {
-        const rs_pcopy_t *pc = &b->copies[ids[i]];
-        const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
-        if (rs__cost_stageable(b, pc))
-            rs__stage_prefer(b, ex, n, on);
-    }
+    for (size_t i = 0; i < nids; i++)
+        if (rs__cost_stageable(c->b, &c->b->copies[ids[i]]))
+            prefer_exact(c, ids[i], on);
 }
 
 static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
@@ -489,9 +505,9 @@ static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
         return RS_OK;
     /* no full pull where no walk of the source can take fewer runs */
     if (rs__stage_min_runs(s, s->tensor->shape) < exact) {
-        mark_exact(b, ids, nids, 1);
+        mark_exact(c, ids, nids, 1);
         st = rs__planner_full_stage(b, s);
-        mark_exact(b, ids, nids, 0);
+        mark_exact(c, ids, nids, 0);
     }
     if (st != RS_OK)
         return st;
@@ -523,7 +539,7 @@ rs_status_t rs__planner_choose(rs_planner_t *b)
             st = decide_source(&c, (uint32_t)s, ids + at[s], at[s + 1] - at[s]);
     }
     if (st == RS_OK)
-        st = rs__cost_guarantee(b);
+        st = rs__cost_guarantee(b, &c.aggs);
     free(ids);
     free(at);
     free(b->prefer);

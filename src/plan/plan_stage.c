@@ -156,12 +156,10 @@ static int plain_box(const rs_src_tensor_t *t, const int64_t *lo,
            RS_OK;
 }
 
-void rs__stage_prefer(rs_planner_t *b, const rs_segment_t *segs, size_t n,
-                      int on)
+void rs__stage_prefer(rs_planner_t *b, uint32_t session, int on)
 {
-    for (size_t i = 0; i < n; i++)
-        b->prefer[segs[i].session] = (unsigned char)(on ? 1 : 0);
-    b->nprefer = on ? b->nprefer + n : 0;
+    b->prefer[session] = (unsigned char)(on ? 1 : 0);
+    b->nprefer = on ? b->nprefer + 1 : 0;
 }
 
 /* A load that no real session reaches: replicas on sessions outside the

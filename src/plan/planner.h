@@ -105,12 +105,12 @@ void rs__stage_coalesced(rs_planner_t *b, const rs_psrc_t *src,
 void rs__stage_bound(rs_planner_t *b, const rs_psrc_t *src, const int64_t *lo,
                      const int64_t *shape, int64_t *out_lo,
                      int64_t *out_shape);
-/* Marks (on) or clears the sessions of segs as the ones staged walks
- * prefer: a staged read replaces exact runs, and reading its replicas from
- * the sessions those runs use keeps the choice about descriptors and
- * bytes rather than a reshuffle of the replica balance. */
-void rs__stage_prefer(rs_planner_t *b, const rs_segment_t *segs, size_t n,
-                      int on);
+/* Marks (on) or clears a session as one staged walks prefer: a staged
+ * read replaces exact runs, and reading its replicas from the sessions
+ * those runs use keeps the choice about descriptors and bytes rather than
+ * a reshuffle of the replica balance. Whoever marks clears what it
+ * marked. */
+void rs__stage_prefer(rs_planner_t *b, uint32_t session, int on);
 /* A lower bound on the runs any walk of a box of this shape takes (a run
  * lies inside one shard): a box that cannot beat a copy's runs is not
  * walked. */

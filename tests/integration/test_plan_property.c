@@ -1291,6 +1291,12 @@ static void check_cost(pt_case_t *pc, rs_plan_h plan, const int *fallback,
     double t = plan_model_seconds(pc, plan), tol = 1e-9 * t + 1e-18;
     CHECK(fabs(t - st.est_seconds) <= tol, "est_seconds %.12g, the plan's "
           "records give %.12g", st.est_seconds, t);
+    /* without staged reads the plan is the exact one: the planner's
+     * estimate of that plan, made before assembly, must match it */
+    if (nfp == 0)
+        CHECK(fabs(st.exact_est_seconds - st.est_seconds) <= tol, "exact plan "
+              "estimated %.12g, built %.12g", st.exact_est_seconds,
+              st.est_seconds);
     if (!pc->uncapped)
         return;
     CHECK(st.est_seconds <= st.exact_est_seconds + tol, "estimate %.12g "
