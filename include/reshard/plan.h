@@ -166,6 +166,8 @@ RS_API int rs_plan_is_complete(rs_plan_h plan);
 
 RS_API const rs_segment_t *rs_plan_segments(rs_plan_h plan, size_t *count_p);
 RS_API const rs_convert_t *rs_plan_converts(rs_plan_h plan, size_t *count_p);
+/* Every staged read (full pulls and staged boxes), in the order the
+ * planner made them. */
 RS_API const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p);
 RS_API const rs_uncovered_t *rs_plan_uncovered(rs_plan_h plan, size_t *count_p);
 RS_API size_t rs_plan_num_fallback(rs_plan_h plan);
