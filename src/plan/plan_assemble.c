@@ -94,12 +94,13 @@ static rs_status_t add_staged(rs_planner_t *b, const rs_pstage_t *ps,
     fp.dtype = t->dtype;
     fp.staging_bytes = numel * t->elsize;
     fp.kind = ps->kind;
-    fp.box_lo = rs__arena_memdup(&plan->arena, ps->lo, dims + 1);
-    fp.box_shape = rs__arena_memdup(&plan->arena, ps->shape, dims + 1);
+    /* (a 0-dim source has an empty box; the arena still returns room) */
+    fp.box_lo = rs__arena_memdup(&plan->arena, ps->lo, dims);
+    fp.box_shape = rs__arena_memdup(&plan->arena, ps->shape, dims);
     fp.copies = rs__arena_alloc(&plan->arena, (ncopies + 1) * sizeof(size_t));
     fp.nsegments = ps->segs.v_len;
     fp.segments = rs__arena_memdup(&plan->arena, ps->segs.v,
-                                   (ps->segs.v_len + 1) * sizeof(rs_segment_t));
+                                   ps->segs.v_len * sizeof(rs_segment_t));
     if (fp.box_lo == NULL || fp.box_shape == NULL || fp.copies == NULL ||
         fp.segments == NULL || !RS_VEC_PUSH(plan, full_pulls, fp))
         return OOM(b);
