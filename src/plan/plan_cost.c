@@ -77,12 +77,17 @@ static void delta_exact(cost_t *c, size_t ci, int sign)
     }
 }
 
-/* Prefers (on) or stops preferring the sessions copy ci's exact runs read
- * for the staged walks of its candidates. */
-static void prefer_exact(cost_t *c, size_t ci, int on)
+/* Takes copy ci's exact runs out of the replica loads (lift) or puts them
+ * back: a candidate box replacing them is walked as if they were not
+ * read, so it balances over replicas as they would. */
+static void lift_exact(cost_t *c, size_t ci, int lift)
 {
-    for (size_t i = c->aggs.at[ci]; i < c->aggs.at[ci + 1]; i++)
-        rs__stage_prefer(c->b, c->aggs.v[i].session, on);
+    for (size_t i = c->aggs.at[ci]; i < c->aggs.at[ci + 1]; i++) {
+        if (lift)
+            c->b->load[c->aggs.v[i].session] -= c->aggs.v[i].bytes;
+        else
+            c->b->load[c->aggs.v[i].session] += c->aggs.v[i].bytes;
+    }
 }
 
 /* Scores the pending change, then applies it when `apply`, and clears it. */
@@ -265,13 +270,13 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
         !rs__stage_bbox(b, ci, lo, shape))
         return RS_OK;
     try_existing(c, ci, first, lo, shape, &pk);
-    prefer_exact(c, ci, 1);
+    lift_exact(c, ci, 1);
     rs__stage_coalesced(b, s, lo, shape, wlo, wshape);
     st = try_fresh(c, ci, first, RS_STAGED_COALESCED, wlo, wshape, &pk);
     rs__stage_bound(b, s, lo, shape, wlo, wshape);
     if (st == RS_OK)
         st = try_fresh(c, ci, first, RS_STAGED_BOUND, wlo, wshape, &pk);
-    prefer_exact(c, ci, 0);
+    lift_exact(c, ci, 0);
     if (st != RS_OK) {
         free(pk.found && pk.stage < 0 ? pk.fresh.segs.v : NULL);
         return st;
@@ -483,13 +488,13 @@ static rs_status_t by_source(rs_planner_t *b, size_t **ids_p, size_t **at_p)
     return RS_OK;
 }
 
-/* Prefers (on) or stops preferring the sessions the copies' exact runs
- * read, for the walk of their source's full pull. */
+/* Lifts (on) or restores the copies' exact runs in the replica loads,
+ * for the walk of a stage that would replace them all. */
 static void mark_exact(cost_t *c, const size_t *ids, size_t nids, int on)
 {
     for (size_t i = 0; i < nids; i++)
         if (rs__cost_stageable(c->b, &c->b->copies[ids[i]]))
-            prefer_exact(c, ids[i], on);
+            lift_exact(c, ids[i], on);
 }
 
 static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
@@ -528,9 +533,6 @@ rs_status_t rs__planner_choose(rs_planner_t *b)
     cost_t c;
     size_t *ids = NULL, *at = NULL;
     rs_status_t st = cost_init(&c, b);
-    b->prefer = calloc(b->plan->nsessions + 1, 1);
-    if (st == RS_OK && b->prefer == NULL)
-        st = OOM(b);
     if (st == RS_OK)
         st = by_source(b, &ids, &at);
     for (size_t s = 0; st == RS_OK && s < b->psrc_len; s++) {
@@ -542,8 +544,6 @@ rs_status_t rs__planner_choose(rs_planner_t *b)
         st = rs__cost_guarantee(b, &c.aggs);
     free(ids);
     free(at);
-    free(b->prefer);
-    b->prefer = NULL;
     cost_free(&c);
     return st;
 }

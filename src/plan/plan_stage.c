@@ -156,50 +156,17 @@ static int plain_box(const rs_src_tensor_t *t, const int64_t *lo,
            RS_OK;
 }
 
-void rs__stage_prefer(rs_planner_t *b, uint32_t session, int on)
-{
-    b->prefer[session] = (unsigned char)(on ? 1 : 0);
-    b->nprefer = on ? b->nprefer + 1 : 0;
-}
-
-/* A load that no real session reaches: replicas on sessions outside the
- * preferred ones are then chosen only where no preferred one holds a cell. */
-#define RS_STAGE_AVOID ((uint64_t)1 << 62)
-
-/* Adds (sign > 0) or removes the avoidance load on the sessions holding
- * shards of the tensor that are not preferred. */
-static void avoid_others(rs_planner_t *b, const rs_src_tensor_t *t, int sign)
-{
-    for (size_t i = 0; i < t->shards_len; i++) {
-        uint32_t k = t->shards[i].session;
-        if (b->prefer[k] & 1)
-            continue;
-        if (sign > 0 && !(b->prefer[k] & 2)) {
-            b->prefer[k] |= 2;
-            b->load[k] += RS_STAGE_AVOID;
-        } else if (sign < 0 && (b->prefer[k] & 2)) {
-            b->prefer[k] &= (unsigned char)~2u;
-            b->load[k] -= RS_STAGE_AVOID;
-        }
-    }
-}
-
 rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
                            const int64_t *shape, rs_segvec_t *segs,
                            int *complete)
 {
     rs_box_t box;
     uint64_t missing = 0;
-    int avoid = b->prefer != NULL && b->nprefer > 0;
     *complete = 0;
     if (!plain_box(src->tensor, lo, shape, &box))
         return RS_OK;
-    if (avoid)
-        avoid_others(b, src->tensor, +1);
     rs_status_t st = rs__planner_walk(b, src, &box, UINT32_MAX, 0, segs,
                                       &missing);
-    if (avoid)
-        avoid_others(b, src->tensor, -1);
     if (st == RS_ERR_UNSUPPORTED)
         return RS_OK; /* too fragmented to index: not a way to read it */
     if (st != RS_OK)

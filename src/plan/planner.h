@@ -59,8 +59,6 @@ typedef struct rs_planner {
     rs_segvec_t tmp;
     uint64_t *load; /* running bytes per session, for replica choice */
     RS_VEC(rs_pstage_t, stages);
-    unsigned char *prefer; /* per session: staged walks prefer it (cost) */
-    size_t nprefer;
     int oom;
 } rs_planner_t;
 
@@ -105,19 +103,14 @@ void rs__stage_coalesced(rs_planner_t *b, const rs_psrc_t *src,
 void rs__stage_bound(rs_planner_t *b, const rs_psrc_t *src, const int64_t *lo,
                      const int64_t *shape, int64_t *out_lo,
                      int64_t *out_shape);
-/* Marks (on) or clears a session as one staged walks prefer: a staged
- * read replaces exact runs, and reading its replicas from the sessions
- * those runs use keeps the choice about descriptors and bytes rather than
- * a reshuffle of the replica balance. Whoever marks clears what it
- * marked. */
-void rs__stage_prefer(rs_planner_t *b, uint32_t session, int on);
 /* A lower bound on the runs any walk of a box of this shape takes (a run
  * lies inside one shard): a box that cannot beat a copy's runs is not
  * walked. */
 uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape);
-/* Walks a box of a source into *segs (replica loads left as they were),
- * on the preferred sessions where a replica there holds a cell; *complete
- * is 0 when some element of it is published by no shard. */
+/* Walks a box of a source into *segs (replica loads left as they were);
+ * *complete is 0 when some element of it is published by no shard. The
+ * caller lifts the loads of the runs the box would replace first, so that
+ * replicas are chosen as if those runs were not read. */
 rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
                            const int64_t *shape, rs_segvec_t *segs,
                            int *complete);
