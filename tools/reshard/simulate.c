@@ -19,7 +19,7 @@ typedef struct sim_args {
     const char *model, *train, *infer, *emit;
     double nic_gbps;
     uint64_t max_segments;
-    int json;
+    int json, cut_aligned;
 } sim_args_t;
 
 typedef struct receiver {
@@ -33,6 +33,7 @@ typedef struct sim {
     rs_model_h model;
     rs_layout_t train, infer;
     rs_sources_h sources;
+    rs_cuts_h cuts;        /* --cut-aligned: what the tables are split at */
     rs_transport_h transport;
     receiver_t *recv;
     size_t nsess;
@@ -47,7 +48,7 @@ typedef struct sim {
 } sim_t;
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
-       OPT_MAX_SEGS };
+       OPT_MAX_SEGS, OPT_CUT_ALIGNED };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -57,6 +58,7 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"emit", required_argument, NULL, OPT_EMIT},
     {"max-segments-per-copy", required_argument, NULL, OPT_MAX_SEGS},
+    {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -65,7 +67,7 @@ static void sim_usage(FILE *out)
 {
     fprintf(out,
         "usage: reshard simulate --model CONFIG.json --train LAYOUT --infer LAYOUT\n"
-        "                        [--nic-gbps G] [--json] [--emit DIR]\n"
+        "                        [--nic-gbps G] [--json] [--emit DIR] [--cut-aligned]\n"
         "\n"
         "Plans every inference rank against the shard tables every trainer rank\n"
         "would publish (no bytes move) and reports what the refit costs.\n"
@@ -80,6 +82,8 @@ static void sim_usage(FILE *out)
         "  --max-segments-per-copy N\n"
         "                   descriptor bound before a full pull (default from\n"
         "                   RESHARD_MAX_SEGMENTS_PER_COPY, else 64)\n"
+        "  --cut-aligned    trainer tables split at the cuts of every inference\n"
+        "                   rank's boxes, as a cut-aligned publisher stages them\n"
         "  --emit DIR       also write DIR/sources/<rank>.json (trainer tables)\n"
         "                   and DIR/captures/<rank>.json (inference captures)\n"
         "  -h, --help       show this help and exit\n"
@@ -104,6 +108,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_INFER: a->infer = arg; break;
     case OPT_EMIT: a->emit = arg; break;
     case OPT_JSON: a->json = 1; break;
+    case OPT_CUT_ALIGNED: a->cut_aligned = 1; break;
     case OPT_MAX_SEGS:
         if (!rs_cli_parse_u64(arg, &a->max_segments) ||
             a->max_segments == 0 || a->max_segments > INT64_MAX)
@@ -163,8 +168,12 @@ static int load(const sim_args_t *a, sim_t *s)
         return fail_input(&diag, st, "--infer");
     if (s->infer.kind != RS_LAYOUT_VLLM)
         return usage_error("--infer takes a vllm layout, got '%s'", a->infer);
+    if (a->cut_aligned &&
+        (st = rs_layout_infer_cuts(s->model, &s->infer, &diag, &s->cuts)) != RS_OK)
+        return fail_input(&diag, st, "the inference layout's cuts");
     if ((st = rs_sources_create(&s->sources)) != RS_OK ||
-        (st = rs_layout_publish_all(s->model, &s->train, s->sources, &diag)) != RS_OK)
+        (st = rs_layout_publish_all_cut(s->model, &s->train, s->cuts,
+                                        s->sources, &diag)) != RS_OK)
         return fail_input(&diag, st, "publishing the trainer layout");
     if ((st = rs_transport_create(NULL, &diag, &s->transport)) != RS_OK)
         return fail_input(&diag, st, "transport");
@@ -205,8 +214,9 @@ static int emit_tables(const sim_args_t *a, sim_t *s)
         return RS_CLI_USAGE;
     for (int64_t r = 0; r < s->train.world; r++) {
         FILE *f = open_emit(a->emit, "sources", r);
-        rs_status_t st = f ? rs_layout_write_table(s->model, &s->train, r, f,
-                                                   &diag) : RS_ERR_IO;
+        rs_status_t st = f ? rs_layout_write_table_cut(s->model, &s->train, r,
+                                                       s->cuts, f, &diag)
+                           : RS_ERR_IO;
         if (f != NULL && fclose(f) != 0)
             st = RS_ERR_IO;
         if (st != RS_OK)
@@ -498,6 +508,7 @@ static void sim_free(sim_t *s)
     free(s->recv);
     rs_transport_destroy(s->transport);
     rs_sources_destroy(s->sources);
+    rs_cuts_destroy(s->cuts);
     rs_model_destroy(s->model);
 }
 
