@@ -43,6 +43,7 @@ typedef struct tables {
 
 typedef struct fig {
     double needed, wire, desc, max_per, plan_s;
+    const char *max_tensor; /* a tensor taking max_per descriptors */
 } fig_t;
 
 static int cmp_shard(const void *a, const void *b)
@@ -111,9 +112,10 @@ static void add_keys(const tables_t *t, rs_plan_h plan, const rs_segment_t *s,
     }
 }
 
-/* The most descriptors any one (tensor, publisher) takes in the plan. */
+/* The most descriptors any one (tensor, publisher) takes in the plan;
+ * *tensor_p names the first tensor that takes them. */
 static uint64_t max_per_pair(const tables_t *t, rs_plan_h plan,
-                             uint64_t total)
+                             uint64_t total, const char **tensor_p)
 {
     size_t n, len = 0, best = 0;
     key_t_ *k = calloc(total + 1, sizeof(*k));
@@ -131,7 +133,10 @@ static uint64_t max_per_pair(const tables_t *t, rs_plan_h plan,
     for (size_t i = 0, j; i < len; i = j) {
         for (j = i; j < len && cmp_key(&k[i], &k[j]) == 0; j++)
             ;
-        best = j - i > best ? j - i : best;
+        if (j - i > best) {
+            best = j - i;
+            *tensor_p = k[i].tensor;
+        }
     }
     free(k);
     return best;
@@ -163,7 +168,8 @@ static void plan_rank(rs_model_h m, const rs_layout_t *infer,
     f->needed = (double)st.needed_bytes;
     f->wire = (double)st.bytes_planned;
     f->desc = (double)st.descriptor_count;
-    f->max_per = (double)max_per_pair(t, plan, st.descriptor_count);
+    f->max_per = (double)max_per_pair(t, plan, st.descriptor_count,
+                                      &f->max_tensor);
     rs_plan_destroy(plan);
     rs_capture_destroy(cap);
 }
@@ -174,6 +180,19 @@ static ssize_t count_write(void *c, const char *buf, size_t n)
     (void)buf;
     *(uint64_t *)c += n;
     return (ssize_t)n;
+}
+
+static uint64_t cuts_bytes(rs_cuts_h cuts)
+{
+    uint64_t n = 0;
+    rs_diag_t d;
+    cookie_io_functions_t io = {NULL, count_write, NULL, NULL};
+    FILE *f = fopencookie(&n, "w", io);
+    if (f == NULL)
+        exit(1);
+    check(rs_cuts_write_json(cuts, f, &d), &d, "cuts_write_json");
+    fclose(f);
+    return n;
 }
 
 static uint64_t table_bytes(rs_model_h m, const rs_layout_t *train,
@@ -254,6 +273,8 @@ static double report(const char *name, rs_model_h m, const rs_layout_t *infer,
     printf("    %-30s %.4f\n", "worst wire / needed", worst);
     row("descriptors per rank", f, n, offsetof(fig_t, desc), 0);
     row("max per (tensor, publisher)", f, n, offsetof(fig_t, max_per), 0);
+    printf("    %-30s %s\n", "  on rank 0, e.g.",
+           f[0].max_tensor ? f[0].max_tensor : "-");
     printf("    %-30s %.3f s\n", "wire lower bound", wire_max / nic_bytes_s);
     printf("    %-30s %.3f s\n", "planning, all ranks", plan_s);
     free(f);
@@ -298,8 +319,9 @@ static void run(const char *dir, const scenario_t *s)
     uint64_t jw = table_bytes(m, &train, NULL), jc = table_bytes(m, &train,
                                                                  cuts);
     char a[RS_UNITS_TEXT_MAX], b[RS_UNITS_TEXT_MAX];
-    printf("  cuts: %zu tensors, derived in %.3f s (one capture per rank)\n",
-           rs_cuts_num_tensors(cuts), cuts_s);
+    printf("  cuts: %zu tensors, derived in %.3f s (one capture per rank), "
+           "%s as reshard.cuts.v1\n", rs_cuts_num_tensors(cuts), cuts_s,
+           rs_format_bytes(a, sizeof(a), cuts_bytes(cuts)));
     printf("  tables: %s whole, %s cut-aligned (%.2fx)\n",
            rs_format_bytes(a, sizeof(a), jw), rs_format_bytes(b, sizeof(b), jc),
            jw ? (double)jc / (double)jw : 0);
