@@ -289,6 +289,59 @@ RS_API rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
                                         int64_t version, double timeout_s,
                                         rs_diag_t *diag);
 
+/* Cut announcements (docs/design.md, "Cut-aligned publishing"): a receiver
+ * announces the cut points its capture needs (a reshard.cuts.v1 document,
+ * docs/formats.md) as one record per (model, holder), and publishers in
+ * cut-aligned staging read every record of the model before staging a
+ * version. One record per holder, each written whole: receivers never
+ * read-modify-write a shared record, so concurrent announcements cannot
+ * lose each other. Records belong to the model, not to a version: they
+ * survive versions and releases until dropped (rs_dir_drop_cuts). The
+ * directory stores the bytes without parsing them; the publisher parses
+ * (and reports a record it cannot use). */
+
+/* Largest cuts record (16 MiB): DeepSeek-V3's ~47,000 tensors with a few
+ * cuts each take about 3 MB. */
+#define RS_DIR_CUTS_MAX ((size_t)16 << 20)
+
+/* One holder's record, as rs_dir_read_cuts returns it. */
+typedef struct rs_dir_cuts_record {
+    char holder[RS_DIR_NAME_MAX + 1];
+    /* the record's bytes, NUL-terminated (not counted); NULL when the
+     * stored record is larger than RS_DIR_CUTS_MAX (written around this
+     * API): `len` is then its size and the caller reports it */
+    char *json;
+    size_t len;
+} rs_dir_cuts_record_t;
+
+/* Writes (or replaces) `holder`'s cuts record for `model`: len bytes (at
+ * most RS_DIR_CUTS_MAX), atomically (a reader sees the old record or the
+ * new one, never a mix). Errors: RS_ERR_INPUT for a bad model or holder
+ * name or a record above the cap ("cuts record of holder 'H' for 'M' is N
+ * bytes, more than the 16777216-byte limit"), RS_ERR_INVALID_ARG for NULL
+ * bytes with len > 0; the directory's errors (RS_ERR_IO, RS_ERR_TRANSPORT,
+ * transient ones flagged by rs_dir_transient). O(len). */
+RS_API rs_status_t rs_dir_put_cuts(rs_dir_h dir, const char *model,
+                                   const char *holder, const void *json,
+                                   size_t len, rs_diag_t *diag);
+
+/* Every cuts record of `model`, in holder name order (strcmp); none is not
+ * an error (*count_p = 0). The caller frees the array with
+ * rs_dir_cuts_free. Errors: RS_ERR_INPUT for a bad model name, the
+ * directory's errors. O(records' bytes). */
+RS_API rs_status_t rs_dir_read_cuts(rs_dir_h dir, const char *model,
+                                    rs_diag_t *diag,
+                                    rs_dir_cuts_record_t **records_p,
+                                    size_t *count_p);
+/* Frees what rs_dir_read_cuts returned; accepts NULL. */
+RS_API void rs_dir_cuts_free(rs_dir_cuts_record_t *records, size_t count);
+
+/* Removes `holder`'s cuts record of `model` (a receiver gone for good);
+ * removing a record that does not exist succeeds. Errors as
+ * rs_dir_put_cuts. */
+RS_API rs_status_t rs_dir_drop_cuts(rs_dir_h dir, const char *model,
+                                    const char *holder, rs_diag_t *diag);
+
 #ifdef __cplusplus
 }
 #endif

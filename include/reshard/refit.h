@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "reshard/capture.h"
+#include "reshard/cuts.h"
 #include "reshard/dir.h"
 #include "reshard/exec.h"
 #include "reshard/memory.h"
@@ -101,6 +102,31 @@ typedef struct rs_publisher_params {
     /* rs_staging_t; default RS_STAGING_CALLER. Others are refused by
      * rs_publisher_create (RS_ERR_INVALID_ARG). */
     int staging;
+    /* Cut-aligned publishing (docs/design.md, "Cut-aligned publishing"),
+     * on top of RS_STAGING_ARENA: each new version's shards are copied
+     * into the arena as the sub-boxes between the cuts that fall inside
+     * them (rs_cuts_split, one strided copy of each shard) and published
+     * as those sub-boxes (arena addresses, a digest over each), so every
+     * receiver's box of a shard is a few whole sub-boxes, each one
+     * contiguous run. The cuts are the union of: with cut_aligned = 1,
+     * every cuts record of the model in the directory (rs_dir_read_cuts),
+     * read before staging each new version; `cuts`, a set the caller owns
+     * and keeps alive (read at each staging, not changed by it); and
+     * `cuts_file`, a reshard.cuts.v1 file read once by
+     * rs_publisher_create. A record that cannot be used (unparsable, above
+     * the size cap, another model, a shape that differs from a registered
+     * tensor's) is told through `notice` once, naming its holder, and left
+     * out; a directory that cannot be read is told and the version staged
+     * with the other cuts. With no cut at all the arena holds whole shards,
+     * as RS_STAGING_ARENA does. Any of the three with another staging is
+     * refused by rs_publisher_create (RS_ERR_INVALID_ARG naming both). The
+     * slot's geometry key stays that of the registered shards, so replicas
+     * of a rank that saw different records (a receiver announced between
+     * their publishes) still share the slot; a receiver plans against the
+     * table of the replica it reads, and again after a failover. */
+    int cut_aligned;
+    rs_cuts_h cuts;
+    const char *cuts_file;
 } rs_publisher_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -191,6 +217,11 @@ RS_API rs_status_t rs_publisher_unregister(rs_publisher_h publisher,
 RS_API rs_status_t rs_publisher_publish(rs_publisher_h publisher,
                                         int64_t version, rs_diag_t *diag);
 
+/* The entries of the table published last: its non-empty shards, or in
+ * cut-aligned publishing the sub-boxes they were cut into; 0 before the
+ * first publish. O(1). */
+RS_API size_t rs_publisher_num_served(rs_publisher_h publisher);
+
 /* Waits until `version` is released by the directory (every receiver's
  * lease ended and someone released it). A directory outage does not end
  * the wait: it is retried until timeout_s (RS_ERR_TIMEOUT then names it).
@@ -261,6 +292,22 @@ typedef struct rs_receiver_params {
      * discover_timeout_s); NULL: stderr. */
     rs_dir_notice_cb notice;
     void *notice_ctx;
+    /* Cut announcement (docs/design.md, "Cut-aligned publishing"). 1 (the
+     * default): before its first stage, pull or dry run, the receiver
+     * writes the cut points its capture needs (rs_cuts_add_capture, as
+     * reshard.cuts.v1) to the directory as the cuts record `announce_as`
+     * of the model (rs_dir_put_cuts), once; cut-aligned publishers cut the
+     * versions they stage after it for this receiver. It is one small
+     * write per receiver and changes nothing for other publishers. A
+     * failed announcement is told through `notice` and tried again before
+     * the next pull; it never fails a pull. 0: no announcement (see
+     * rs_receiver_announce_cuts). */
+    int announce_cuts;
+    /* The record's name; NULL (default): the lease holder name. The default
+     * holder holds the process id, so a rank that restarts should pass a
+     * stable name ("vllm-tp2-rank0"): its record is then replaced instead
+     * of left beside the old one (rs_dir_drop_cuts removes records). */
+    const char *announce_as;
 } rs_receiver_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -279,6 +326,14 @@ RS_API rs_status_t rs_receiver_create(const rs_receiver_params_t *params,
                                       rs_receiver_h *receiver_p);
 /* Discards a staged version (dropping its lease), closes everything. */
 RS_API void rs_receiver_destroy(rs_receiver_h receiver);
+
+/* Writes this receiver's cuts record now (see announce_cuts), whatever
+ * announce_cuts says, replacing the one it wrote before. Errors: those of
+ * rs_cuts_add_capture (RS_ERR_INPUT naming a tensor) and rs_dir_put_cuts
+ * (the cap, directory errors). Cost: O(copies of the capture) plus the
+ * record's bytes. */
+RS_API rs_status_t rs_receiver_announce_cuts(rs_receiver_h receiver,
+                                             rs_diag_t *diag);
 
 /* Binds a capture parameter to its live storage (memory of type `mem`),
  * borrowed until rebound or the receiver is destroyed. With shadow = 1 it

@@ -60,8 +60,9 @@ RS_API rs_status_t rs_layout_trainer_shards(rs_model_h model,
 /* Cut-aligned tables (docs/design.md, "Cut-aligned publishing"): as
  * rs_layout_trainer_shards, with every shard published as its sub-boxes
  * at `cuts` (rs_cuts_split, in row-major order of the grid), each a
- * row-major box of its own laid back to back from where the whole shard
- * would start, as a publisher's arena stages them. NULL cuts, or a tensor
+ * row-major box of its own, laid one after another from where the whole
+ * shard would start, each on a 64-byte boundary, as a publisher's arena
+ * stages them. NULL cuts, or a tensor
  * the set does not hold, publishes whole shards. RS_ERR_INPUT when the set
  * holds a tensor with another shape than the model's. The set is only
  * read. Cost: the sub-boxes, one callback each. */

@@ -43,6 +43,27 @@ typedef struct rs_model_config {
     int64_t q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
 } rs_model_config_t;
 
+/* How a checkpoint stores its weights (config.json's quantization_config).
+ * The manifest and every plan built from it stay in the config's dtype
+ * (torch_dtype): this records what the checkpoint ships so that a tool can
+ * say so, and so that a quantized refit can build on it. */
+typedef enum rs_quant_method {
+    RS_QUANT_NONE = 0, /* no quantization_config: weights in the dtype */
+    RS_QUANT_FP8 = 1,  /* quant_method "fp8": fp8 weights, per-block scales */
+} rs_quant_method_t;
+
+typedef struct rs_model_quant {
+    rs_quant_method_t method;
+    const char *method_name;       /* "fp8" (static storage) */
+    rs_dtype_t weight_dtype;       /* fmt: RS_DTYPE_F8E4M3 or F8E5M2 */
+    const char *fmt;               /* "e4m3" or "e5m2" (default "e4m3") */
+    const char *activation_scheme; /* "dynamic" (default) or "static" */
+    /* weight_block_size: rows and columns of the weight blocks that share
+     * one scale; {0, 0} when absent or null (one scale per tensor). */
+    int64_t weight_block[2];
+    size_t modules_not_converted;  /* entries of modules_to_not_convert */
+} rs_model_quant_t;
+
 typedef struct rs_tensor_info {
     const char *name;
     int ndim;
@@ -63,6 +84,14 @@ RS_API rs_status_t rs_model_load_string(const char *json, size_t len,
 RS_API void rs_model_destroy(rs_model_h model);
 
 RS_API const rs_model_config_t *rs_model_config(rs_model_h model);
+/* The checkpoint's quantization_config, owned by the model (valid until it
+ * is destroyed), or NULL when the config has none (absent or null). A
+ * present one was validated by the loader: RS_ERR_INPUT naming
+ * quantization_config.<field> for a bad type or value (a block size that
+ * is not two positive integers, an unknown fmt or activation_scheme),
+ * RS_ERR_UNSUPPORTED naming quantization_config.quant_method for a method
+ * other than "fp8". */
+RS_API const rs_model_quant_t *rs_model_quantization(rs_model_h model);
 /* Tensors in checkpoint order (layer by layer). */
 RS_API size_t rs_model_num_tensors(rs_model_h model);
 RS_API void rs_model_tensor(rs_model_h model, size_t index,

@@ -45,6 +45,9 @@ class PublisherParams(ctypes.Structure):
         ("notice", NOTICE_CB),
         ("notice_ctx", ctypes.c_void_p),
         ("staging", ctypes.c_int),
+        ("cut_aligned", ctypes.c_int),
+        ("cuts", ctypes.c_void_p),
+        ("cuts_file", ctypes.c_char_p),
     ]
 
 
@@ -81,6 +84,8 @@ class ReceiverParams(ctypes.Structure):
         ("progress_chunk_bytes", ctypes.c_uint64),
         ("notice", NOTICE_CB),
         ("notice_ctx", ctypes.c_void_p),
+        ("announce_cuts", ctypes.c_int),
+        ("announce_as", ctypes.c_char_p),
     ]
 
 
@@ -180,9 +185,11 @@ _PROTOS = {
     "rs_publisher_wait_released": (_st, [_vp, ctypes.c_int64, ctypes.c_double, _diag_p]),
     "rs_publisher_alloc": (_st, [_vp, ctypes.c_uint64, _diag_p, ctypes.POINTER(_vp)]),
     "rs_publisher_free": (_st, [_vp, _vp, _diag_p]),
+    "rs_publisher_num_served": (ctypes.c_size_t, [_vp]),
     "rs_receiver_params_init_sized": (None, [ctypes.POINTER(ReceiverParams), ctypes.c_size_t]),
     "rs_receiver_create": (_st, [ctypes.POINTER(ReceiverParams), _vp, _diag_p, ctypes.POINTER(_vp)]),
     "rs_receiver_destroy": (None, [_vp]),
+    "rs_receiver_announce_cuts": (_st, [_vp, _diag_p]),
     "rs_receiver_bind": (_st, [_vp, ctypes.c_size_t, _vp, ctypes.c_uint64, ctypes.c_int, _diag_p]),
     "rs_receiver_pull": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(PullResult)]),
     "rs_receiver_stage": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(_vp)]),

@@ -12,7 +12,10 @@ Staging says where the served bytes live: "caller" (the tensors' own
 memory), "in_place" (tensors made by alloc_tensor, in memory the
 publisher's exposer allocates, which readers on this machine copy
 one-sided), or "arena" (each publish copies the tensors into such memory,
-so training may go on as soon as publish returns).
+so training may go on as soon as publish returns). Cut-aligned publishing
+(cut_aligned=True, or cuts_file=) works on top of "arena": each version's
+shards are copied into the arena as the sub-boxes between the cuts the
+receivers announced (docs/design.md, "Cut-aligned publishing").
 """
 import ctypes
 import math
@@ -55,13 +58,26 @@ class Publisher(Handle):
     tensor into a publisher-owned arena and serves that; publishing another
     version before v is released raises InvalidArgument); notice: called
     with each notice (directory outages, UCX falling back to ordinary
-    memory), else they go to stderr."""
+    memory, cuts records the publisher cannot use), else they go to
+    stderr. cut_aligned: before staging each version, read every receiver's
+    announced cuts from the directory and serve each shard as the sub-boxes
+    between them; cuts_file: also cut at a reshard.cuts.v1 file's cuts
+    (`reshard cuts` writes one for an inference layout). Either one implies
+    staging="arena" and refuses any other staging."""
 
     _what = "publisher"
 
     def __init__(self, directory, model, rank, world, backend="ucx", *,
                  replica=0, session=None, digests=True, heartbeat_s=1.0,
-                 publish_retry_s=60.0, notice=None, staging="caller"):
+                 publish_retry_s=60.0, notice=None, staging=None,
+                 cut_aligned=False, cuts_file=None):
+        cut = bool(cut_aligned) or cuts_file is not None
+        if staging is None:
+            staging = "arena" if cut else "caller"
+        if cut and staging != "arena":
+            raise errors.InvalidArgument(
+                f"publisher: cut-aligned publishing copies shards into the "
+                f"arena: it needs staging 'arena', not {staging!r}")
         if staging not in _lib.STAGING:
             raise errors.InvalidArgument(
                 f"publisher: staging must be one of "
@@ -69,8 +85,10 @@ class Publisher(Handle):
         p = _lib.PublisherParams()
         _lib.lib().rs_publisher_params_init_sized(p, ctypes.sizeof(p))
         self._keep = [_lib.enc(directory), _lib.enc(model),
-                      _lib.enc(backend), _lib.enc(session)]
-        p.directory, p.model, p.backend, p.session = self._keep
+                      _lib.enc(backend), _lib.enc(session),
+                      _lib.enc(cuts_file)]
+        p.directory, p.model, p.backend, p.session, p.cuts_file = self._keep
+        p.cut_aligned = 1 if cut_aligned else 0
         p.rank, p.world, p.replica = int(rank), int(world), int(replica)
         p.digests = 1 if digests else 0
         p.heartbeat_s = float(heartbeat_s)
@@ -216,6 +234,14 @@ class Publisher(Handle):
         layouts.box(e.box.name, view, e.box.full_shape, e.box.offset)
         self._unregister(e)
         self._register(e)
+
+    @property
+    def num_served(self):
+        """Entries of the table published last: the registered boxes, or
+        with cut-aligned publishing the sub-boxes they were cut into."""
+        with self._lock:
+            self._open()
+            return int(_lib.lib().rs_publisher_num_served(self._h))
 
     def wait_released(self, version, timeout_s=60.0):
         """Blocks until every receiver is done with `version` (released in

@@ -153,7 +153,12 @@ class Receiver(Handle):
     salt: this rank's index (spreads replica choice); holder: the lease
     holder name (unique per receiver); release_after: release each version
     once applied (publishers' wait_released returns when every receiver
-    did); timeouts in seconds (pull_timeout_s 0: no overall bound)."""
+    did); timeouts in seconds (pull_timeout_s 0: no overall bound);
+    announce_cuts: before the first pull, write the cut points this
+    capture reads to the directory (as record `announce_as`, default the
+    holder), so cut-aligned publishers cut their next version for it
+    (default True; a failed announcement is a notice, never a failed
+    pull)."""
 
     _what = "receiver"
 
@@ -161,7 +166,7 @@ class Receiver(Handle):
                  salt=0, holder=None, discover_timeout_s=60.0,
                  pull_timeout_s=0.0, lease_ttl_s=60.0, timeout_s=60.0,
                  verify_digests=True, release_after=True, stale_s=0.0,
-                 notice=None):
+                 notice=None, announce_cuts=True, announce_as=None):
         self._lock = threading.Lock()
         self._h = None
         self._cap = None
@@ -176,7 +181,7 @@ class Receiver(Handle):
             self._create(directory, model, backend, salt, holder,
                          discover_timeout_s, pull_timeout_s, lease_ttl_s,
                          timeout_s, verify_digests, release_after, stale_s,
-                         notice)
+                         notice, announce_cuts, announce_as)
             self._fill(capture)
             self._bind()
         except BaseException:
@@ -233,12 +238,16 @@ class Receiver(Handle):
 
     def _create(self, directory, model, backend, salt, holder,
                 discover_timeout_s, pull_timeout_s, lease_ttl_s, timeout_s,
-                verify_digests, release_after, stale_s, notice):
+                verify_digests, release_after, stale_s, notice,
+                announce_cuts, announce_as):
         p = _lib.ReceiverParams()
         _lib.lib().rs_receiver_params_init_sized(p, ctypes.sizeof(p))
         self._keep = [_lib.enc(directory), _lib.enc(model),
-                      _lib.enc(backend), _lib.enc(holder)]
-        p.directory, p.model, p.backend, p.holder = self._keep
+                      _lib.enc(backend), _lib.enc(holder),
+                      _lib.enc(announce_as)]
+        (p.directory, p.model, p.backend, p.holder,
+         p.announce_as) = self._keep
+        p.announce_cuts = 1 if announce_cuts else 0
         p.salt = int(salt)
         p.discover_timeout_s = float(discover_timeout_s)
         p.pull_timeout_s = float(pull_timeout_s)
@@ -263,6 +272,13 @@ class Receiver(Handle):
                       _lib.RS_MEM_HOST, DIAG)
 
     # -- versions ------------------------------------------------------
+    def announce_cuts(self):
+        """Writes this receiver's cuts record now (announce_cuts does it
+        once before the first pull), replacing the one written before."""
+        with self._lock:
+            self._open()
+            _lib.call("rs_receiver_announce_cuts", self._h, DIAG)
+
     def stage(self, version=-1):
         """Pulls, replays, casts and verifies `version` (-1: the newest
         READY one) into staging; the live parameters are untouched. Holds a

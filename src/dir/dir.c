@@ -167,8 +167,8 @@ int rs__dir_name_char(char c)
            (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
 }
 
-static rs_status_t check_name(const char *kind, const char *name,
-                              rs_diag_t *diag)
+rs_status_t rs__dir_check_name(const char *kind, const char *name,
+                               rs_diag_t *diag)
 {
     if (name == NULL || name[0] == '\0')
         return rs__diag_set(diag, RS_ERR_INPUT, "%s name is empty", kind);
@@ -195,7 +195,7 @@ static rs_status_t start(rs_dir_h dir, const char *model, int64_t version,
     if (dir == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL directory");
     dir->transient = 0;
-    rs_status_t st = check_name("model", model, diag);
+    rs_status_t st = rs__dir_check_name("model", model, diag);
     if (st != RS_OK)
         return st;
     if (version < 0)
@@ -232,7 +232,7 @@ static rs_status_t publisher_request(rs_dir_h dir, const char *model,
 {
     rs_status_t st = slot_request(dir, model, version, slot, diag, req);
     if (st == RS_OK)
-        st = check_name("publisher", publisher, diag);
+        st = rs__dir_check_name("publisher", publisher, diag);
     if (st != RS_OK)
         return st;
     req->publisher = publisher;
@@ -428,7 +428,7 @@ static rs_status_t lease_request(rs_dir_h dir, const char *model,
 {
     rs_status_t st = start(dir, model, version, diag, req);
     if (st == RS_OK)
-        st = check_name("lease holder", holder, diag);
+        st = rs__dir_check_name("lease holder", holder, diag);
     if (st != RS_OK)
         return st;
     if (!isfinite(ttl_s) || ttl_s <= 0 || ttl_s > 1e9)
@@ -485,7 +485,7 @@ rs_status_t rs_dir_unlease(rs_dir_h dir, const char *model, int64_t version,
     rs_dir_req_t req;
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st == RS_OK)
-        st = check_name("lease holder", holder, diag);
+        st = rs__dir_check_name("lease holder", holder, diag);
     if (st != RS_OK)
         return st;
     req.holder = holder;

@@ -46,6 +46,11 @@ typedef struct rs_dir_req {
     /* list (ascending); release: live leases dropped by force */
     rs_version_info_t *infos;
     size_t count;
+    /* put_cuts: holder, table and len are the record; read_cuts: every
+     * record of the model (in any order, sorted by dir_cuts.c);
+     * drop_cuts: holder */
+    rs_dir_cuts_record_t *cuts;
+    size_t ncuts;
 } rs_dir_req_t;
 
 typedef rs_status_t (*rs_dir_op_fn)(rs_dir_h dir, rs_dir_req_t *req,
@@ -67,6 +72,9 @@ typedef struct rs_dir_ops {
     rs_dir_op_fn lease;
     rs_dir_op_fn unlease;
     rs_dir_op_fn release;
+    rs_dir_op_fn put_cuts;  /* model-wide cuts records (dir_cuts.c) */
+    rs_dir_op_fn read_cuts;
+    rs_dir_op_fn drop_cuts;
 } rs_dir_ops_t;
 
 #define RS_DIR_URL_SHOWN_MAX 512
@@ -119,6 +127,11 @@ int rs__dir_name_char(char c);
 
 /* Name of a state as written in files, keys and messages. */
 const char *rs__dir_state_name(rs_version_state_t state);
+
+/* Checks a model, holder or publisher name: RS_ERR_INPUT naming `kind`
+ * and what is wrong. */
+rs_status_t rs__dir_check_name(const char *kind, const char *name,
+                               rs_diag_t *diag);
 
 /* Registered backends. */
 extern const rs_dir_ops_t rs__dir_file;

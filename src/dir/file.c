@@ -373,4 +373,7 @@ const rs_dir_ops_t rs__dir_file = {
     .lease = rs__fdir_lease,
     .unlease = rs__fdir_unlease,
     .release = rs__fdir_release,
+    .put_cuts = rs__fdir_put_cuts,
+    .read_cuts = rs__fdir_read_cuts,
+    .drop_cuts = rs__fdir_drop_cuts,
 };

@@ -133,5 +133,12 @@ rs_status_t rs__fdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
 rs_status_t rs__fdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__fdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+/* Cuts records (file_cuts.c): DIR/<model>/cuts/<holder>. */
+rs_status_t rs__fdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
+                              rs_diag_t *diag);
+rs_status_t rs__fdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag);
+rs_status_t rs__fdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag);
 
 #endif

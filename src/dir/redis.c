@@ -20,7 +20,9 @@
 
 #define DEFAULT_PORT 6379
 #define DEFAULT_TIMEOUT_S 5.0
-#define NKEYS 6
+#define NKEYS 7
+#define RS__STR2(x) #x
+#define RS__STR(x) RS__STR2(x)
 #define MAX_ARGS 4 /* ARGV[2..] of any script */
 
 static rs_status_t bad_url(rs_diag_t *diag, const char *what)
@@ -432,16 +434,18 @@ typedef struct keys {
  * one cluster node, as a script touching several of them needs. */
 static void make_keys(const rs_dir_req_t *req, keys_t *k)
 {
-    /* KEYS[5] is the model's; the others belong to the version */
+    /* KEYS[5] and KEYS[7] are the model's; the others belong to the
+     * version */
     static const char *const suffix[NKEYS] = {"meta", "slots", "hb",
-                                              "leases", NULL, "members"};
+                                              "leases", "versions",
+                                              "members", "cuts"};
     for (int i = 0; i < NKEYS; i++) {
-        if (suffix[i] != NULL)
+        if (i != 4 && i != 6)
             snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:%lld:%s",
                      req->model, (long long)req->version, suffix[i]);
         else
-            snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:versions",
-                     req->model);
+            snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:%s",
+                     req->model, suffix[i]);
     }
     snprintf(k->desc, sizeof(k->desc), "version %lld of '%s'",
              (long long)req->version, req->model);
@@ -455,7 +459,7 @@ static redisReply *evalsha(rs_rdir_t *r, rs_rlua_t id, const keys_t *k,
     int n = 0;
     argv[n++] = "EVALSHA";
     argv[n++] = r->sha[id];
-    argv[n++] = "6";
+    argv[n++] = RS__STR(NKEYS);
     for (int i = 0; i < NKEYS; i++)
         argv[n++] = k->text[i];
     argv[n++] = k->desc;
@@ -518,4 +522,7 @@ const rs_dir_ops_t rs__dir_redis = {
     .lease = rs__rdir_lease,
     .unlease = rs__rdir_unlease,
     .release = rs__rdir_release,
+    .put_cuts = rs__rdir_put_cuts,
+    .read_cuts = rs__rdir_read_cuts,
+    .drop_cuts = rs__rdir_drop_cuts,
 };

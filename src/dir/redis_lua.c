@@ -6,7 +6,8 @@
  * KEYS: 1 meta (hash: slots, state), 2 slots (hash "<slot>@<publisher>" ->
  * entry: digest line and table), 3 hb (hash "<slot>@<publisher>" -> time),
  * 4 leases (hash holder -> "expiry epoch"), 5 versions (sorted set),
- * 6 members (hash slot -> "<geometry> <publisher> ..." in joining order).
+ * 6 members (hash slot -> "<geometry> <publisher> ..." in joining order),
+ * 7 cuts (the model's: hash holder -> cuts record; no version involved).
  * ARGV[1]: "version V of 'M'" for messages. */
 #include "dir/redis_impl.h"
 
@@ -252,6 +253,29 @@ static const char release_src[] = PRELUDE
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[6])\n"
     "return live\n";
 
+/* ARGV: 2 holder, 3 record: one field, replaced whole (HSET is atomic, so
+ * holders writing at once never lose each other's records). */
+static const char put_cuts_src[] =
+    "redis.call('HSET', KEYS[7], ARGV[2], ARGV[3])\n"
+    "return 1\n";
+
+/* ARGV: 2 the size cap -> {holder, record or its size (an integer) when
+ * above the cap, ...} */
+static const char read_cuts_src[] =
+    "local out = {}\n"
+    "local cap = tonumber(ARGV[2])\n"
+    "for _, h in ipairs(redis.call('HKEYS', KEYS[7])) do\n"
+    "  local n = redis.call('HSTRLEN', KEYS[7], h)\n"
+    "  table.insert(out, h)\n"
+    "  if n > cap then table.insert(out, n)\n"
+    "  else table.insert(out, redis.call('HGET', KEYS[7], h)) end\n"
+    "end\n"
+    "return out\n";
+
+/* ARGV: 2 holder */
+static const char drop_cuts_src[] =
+    "return redis.call('HDEL', KEYS[7], ARGV[2])\n";
+
 const char *const rs__rlua_src[RS_RLUA_COUNT] = {
     [RS_RLUA_CREATE] = create_src,
     [RS_RLUA_PUBLISH] = publish_src,
@@ -263,4 +287,7 @@ const char *const rs__rlua_src[RS_RLUA_COUNT] = {
     [RS_RLUA_LEASE] = lease_src,
     [RS_RLUA_UNLEASE] = unlease_src,
     [RS_RLUA_RELEASE] = release_src,
+    [RS_RLUA_PUT_CUTS] = put_cuts_src,
+    [RS_RLUA_READ_CUTS] = read_cuts_src,
+    [RS_RLUA_DROP_CUTS] = drop_cuts_src,
 };

@@ -190,6 +190,8 @@ static rs_status_t load_root(rs_json_ctx_t *c, const json_t *root,
     if (st == RS_OK)
         st = fam->keys(c, root, m);
     if (st == RS_OK)
+        st = rs__model_read_quant(c, root, m);
+    if (st == RS_OK)
         st = check_size(c, m, &bound);
     if (st == RS_OK &&
         !rs__vec_reserve((void **)&m->tensors, &m->tensors_cap, bound,
@@ -253,6 +255,11 @@ rs_status_t rs_model_load(const char *config_path, rs_diag_t *diag,
 const rs_model_config_t *rs_model_config(rs_model_h m)
 {
     return m != NULL ? &m->cfg : NULL;
+}
+
+const rs_model_quant_t *rs_model_quantization(rs_model_h m)
+{
+    return m != NULL && m->quant.method != RS_QUANT_NONE ? &m->quant : NULL;
 }
 
 size_t rs_model_num_tensors(rs_model_h m)

@@ -36,6 +36,7 @@ enum {
 
 struct rs_model {
     rs_model_config_t cfg;
+    rs_model_quant_t quant; /* method RS_QUANT_NONE: no quantization_config */
     rs_arena_t arena;
     RS_VEC(rs_model_rec_t, tensors);
     rs_strmap_t index;
@@ -49,6 +50,9 @@ struct rs_model {
 /* Reads the keys every architecture shares into m->cfg (model_keys.c). */
 rs_status_t rs__model_read_common(rs_json_ctx_t *c, const json_t *root,
                                   rs_model_h m);
+/* Reads and checks quantization_config into m->quant (model_quant.c). */
+rs_status_t rs__model_read_quant(rs_json_ctx_t *c, const json_t *root,
+                                 rs_model_h m);
 /* Reads an integer key with bounds; absent or null leaves *out_p alone
  * unless required. */
 rs_status_t rs__model_read_int(rs_json_ctx_t *c, const json_t *root,

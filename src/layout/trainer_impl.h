@@ -31,8 +31,9 @@ typedef struct rs_trainer_plan {
     rs_trainer_tensor_t *tensors; /* per manifest tensor */
     size_t num_tensors;
     /* Borrowed. When set, each shard is published as its sub-boxes at
-     * these cuts (rs_cuts_split), back to back from where the whole shard
-     * would start; NULL publishes whole shards. */
+     * these cuts (rs_cuts_split), one after another from where the whole
+     * shard would start, each on a 64-byte boundary; NULL publishes whole
+     * shards. */
     rs_cuts_h cuts;
 } rs_trainer_plan_t;
 

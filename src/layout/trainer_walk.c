@@ -1,8 +1,8 @@
 /* The boxes one trainer rank holds under fsdp or megatron, and their packed
  * addresses: rank r's shards follow one another from (r + 1) << 44 in
  * manifest order, each starting on a 256-byte boundary; a cut-aligned
- * shard's sub-boxes lie back to back from there, as a publisher's arena
- * would stage them. */
+ * shard's sub-boxes follow one another from there, each on a 64-byte
+ * boundary, as a publisher's arena stages them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +12,10 @@
 
 #define RANK_SPAN ((uint64_t)1 << 44)
 #define SHARD_ALIGN ((uint64_t)256)
+/* A cut-aligned shard's sub-boxes each start a fresh 64-byte line, as the
+ * publisher's arena slots do (src/refit/arena.c), so that runs the planner
+ * could merge across sub-boxes here would be merged there too. */
+#define SUB_BOX_ALIGN ((uint64_t)64)
 
 /* One rank's coordinates and where its next shard goes. */
 typedef struct walk {
@@ -147,8 +151,8 @@ static void fsdp_box(const walk_t *w, const rs_tensor_info_t *t, int64_t *off,
     shape[0] = rows - start < chunk ? rows - start : chunk;
 }
 
-/* Places a non-empty box at the rank's cursor, unaligned (the sub-boxes of
- * a shard lie back to back), and hands it to the callback. */
+/* Places a non-empty box at the rank's cursor and hands it to the
+ * callback; the caller aligns the cursor after it. */
 static rs_status_t place(walk_t *w, const rs_tensor_info_t *t,
                          const int64_t *off, const int64_t *shape)
 {
@@ -188,7 +192,9 @@ static rs_status_t place_sub(void *ctx, const int64_t *off,
                              const int64_t *shape)
 {
     place_ctx_t *p = ctx;
-    return place(p->w, p->t, off, shape);
+    rs_status_t st = place(p->w, p->t, off, shape);
+    p->w->cursor = (p->w->cursor + SUB_BOX_ALIGN - 1) & ~(SUB_BOX_ALIGN - 1);
+    return st;
 }
 
 /* Cuts from another model (a file, a directory record) must describe this

@@ -12,7 +12,7 @@
 #include "reshard/dir.h"
 #include "reshard/expose.h"
 
-#define SLOT_ALIGN 64 /* a cache line: each slot starts a fresh one */
+#define SLOT_ALIGN RS_PUB_SLOT_ALIGN
 
 rs_status_t rs__publisher_exposer(rs_publisher_h p, rs_diag_t *diag)
 {
@@ -173,19 +173,28 @@ static rs_status_t stage_arena(rs_publisher_h p, int64_t version,
     rs_status_t st = check_released(p, version, diag);
     if (st != RS_OK)
         return st;
-    uint64_t need = lay_out(p, NULL);
-    if (need > 0 && need > p->arena_cap &&
-        (st = grow_arena(p, need, diag)) != RS_OK)
+    uint64_t need = 0;
+    if (p->cut_mode)
+        st = rs__publisher_cut(p, diag, &need); /* the served layout stays */
+    else
+        need = lay_out(p, NULL);
+    if (st == RS_OK && need > 0 && need > p->arena_cap)
+        st = grow_arena(p, need, diag);
+    if (st != RS_OK)
         return st;
     if (p->arena_len != need)
         p->dirty = 1; /* the one region changes size */
     p->arena_len = need;
-    lay_out(p, p->arena);
     p->arena_version = -1; /* mixed bytes until every copy is done */
-    for (size_t i = 0; i < p->shards_len; i++)
-        if (p->shards[i].nbytes > 0 && p->shards[i].served != NULL)
-            memcpy(p->shards[i].served, p->shards[i].ptr,
-                   (size_t)p->shards[i].nbytes);
+    if (p->cut_mode) {
+        rs__publisher_fill_pieces(p, p->arena);
+    } else {
+        lay_out(p, p->arena);
+        for (size_t i = 0; i < p->shards_len; i++)
+            if (p->shards[i].nbytes > 0 && p->shards[i].served != NULL)
+                memcpy(p->shards[i].served, p->shards[i].ptr,
+                       (size_t)p->shards[i].nbytes);
+    }
     p->arena_version = version;
     return RS_OK;
 }

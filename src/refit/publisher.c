@@ -83,6 +83,30 @@ static void default_session(const rs_publisher_params_t *params, char *out,
         snprintf(out, cap, "trainer-%lld", (long long)params->rank);
 }
 
+static const char *staging_name(int staging)
+{
+    static const char *const names[] = {"caller (0)", "in_place (1)",
+                                        "arena (2)"};
+    return staging >= 0 && staging <= RS_STAGING_ARENA ? names[staging] : "?";
+}
+
+/* Cut-aligned publishing cuts the arena: any other staging is refused. */
+static rs_status_t check_cut_aligned(const rs_publisher_params_t *params,
+                                     rs_diag_t *diag)
+{
+    if (!params->cut_aligned && params->cuts == NULL &&
+        params->cuts_file == NULL)
+        return RS_OK;
+    if (params->staging == RS_STAGING_ARENA)
+        return RS_OK;
+    return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: cut-aligned "
+                        "publishing (%s) copies shards into the arena: it "
+                        "needs staging arena (2), not staging %s",
+                        params->cut_aligned ? "cut_aligned"
+                        : params->cuts != NULL ? "cuts" : "cuts_file",
+                        staging_name(params->staging));
+}
+
 rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
                                 rs_diag_t *diag, rs_publisher_h *pub_p)
 {
@@ -109,10 +133,16 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: staging "
                             "%d is none of caller (0), in_place (1) and "
                             "arena (2)", params->staging);
+    rs_status_t st = check_cut_aligned(params, diag);
+    if (st != RS_OK)
+        return st;
     rs_publisher_h p = calloc(1, sizeof(*p));
     if (p == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     p->params = *params;
+    p->params.cuts_file = NULL; /* not borrowed: p->cuts_file */
+    p->cut_mode = params->cut_aligned || params->cuts != NULL ||
+                  params->cuts_file != NULL;
     p->model = strdup(params->model);
     p->backend = strdup(params->backend ? params->backend : "ucx");
     if (params->session != NULL)
@@ -124,9 +154,13 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
     p->version = -1;
     p->arena_version = -1;
     p->released = -1;
-    rs_status_t st = p->model && p->backend && p->session
+    st = p->model && p->backend && p->session
         ? open_dir(p, 1, diag, &p->dir)
         : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (st == RS_OK && params->cuts_file != NULL)
+        st = (p->cuts_file = strdup(params->cuts_file)) != NULL
+                 ? rs__publisher_load_cuts_file(p, diag)
+                 : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     if (st != RS_OK) {
         rs_publisher_destroy(p);
         return st;
@@ -157,6 +191,11 @@ void rs_publisher_destroy(rs_publisher_h p)
     for (size_t i = 0; i < p->shards_len; i++)
         free(p->shards[i].tensor);
     free(p->shards);
+    free(p->pieces);
+    free(p->next_pieces);
+    free(p->told);
+    rs_cuts_destroy(p->file_cuts);
+    free(p->cuts_file);
     rs_dir_close(p->dir);
     rs_dir_close(p->hb_dir);
     pthread_mutex_destroy(&p->lock);
@@ -403,6 +442,17 @@ static rs_status_t publish_table(rs_publisher_h p, int64_t version,
     }
 }
 
+/* The table's entries: the pieces, or the non-empty shards. */
+static size_t served_count(rs_publisher_h p)
+{
+    size_t n = 0;
+    if (p->cut_mode)
+        return p->pieces_len;
+    for (size_t i = 0; i < p->shards_len; i++)
+        n += p->shards[i].nbytes > 0;
+    return n;
+}
+
 rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
                                  rs_diag_t *diag)
 {
@@ -431,8 +481,14 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     p->table = table; /* kept for publishing it again */
     p->table_len = len;
     p->table_geometry = geometry;
+    p->num_served = served_count(p);
     pthread_mutex_unlock(&p->lock);
     return start_heartbeat(p, diag);
+}
+
+size_t rs_publisher_num_served(rs_publisher_h p)
+{
+    return p != NULL ? p->num_served : 0;
 }
 
 rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,

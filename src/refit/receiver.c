@@ -39,6 +39,8 @@ struct rs_staged {
 struct rs_receiver {
     rs_receiver_params_t params;
     char *model, *backend, *holder, *directory;
+    char *announce_as;   /* the cuts record's name (announce_cuts) */
+    int announced;       /* the record was written */
     rs_capture_h cap;
     rs_dir_h dir;
     rs_rbind_t *binds;
@@ -99,6 +101,7 @@ static void receiver_defaults(rs_receiver_params_t *p)
     p->timeout_s = RS_EXEC_DEFAULT_TIMEOUT_S;
     p->coverage_floor = RS_EXEC_DEFAULT_COVERAGE_FLOOR;
     p->verify_digests = 1;
+    p->announce_cuts = 1;
 }
 
 /* The executor's parameters: the receiver's settings, and its own install
@@ -173,10 +176,14 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
     r->backend = strdup(params->backend ? params->backend : "ucx");
     r->holder = params->holder != NULL ? strdup(params->holder)
                                        : default_holder(params->salt);
+    r->announce_as = params->announce_as != NULL ? strdup(params->announce_as)
+                                                 : r->holder != NULL
+                                                 ? strdup(r->holder) : NULL;
+    r->params.announce_as = NULL; /* not borrowed: r->announce_as */
     r->nparams = rs_capture_num_params(capture);
     r->binds = calloc(r->nparams + 1, sizeof(rs_rbind_t));
     rs_status_t st = r->model && r->directory && r->backend && r->holder &&
-                     r->binds ? open_dir(r, diag, &r->dir)
+                     r->announce_as && r->binds ? open_dir(r, diag, &r->dir)
                               : rs__diag_set(diag, RS_ERR_NO_MEMORY,
                                              "out of memory");
     if (st != RS_OK) {
@@ -216,6 +223,7 @@ void rs_receiver_destroy(rs_receiver_h r)
     free(r->directory);
     free(r->backend);
     free(r->holder);
+    free(r->announce_as);
     free(r->table_slot);
     rs__replicas_reset(&r->replicas);
     free(r);
@@ -631,9 +639,41 @@ static void release_now(rs_receiver_h r, int64_t version,
              res->release_status == RS_OK ? "" : d.msg);
 }
 
+rs_status_t rs_receiver_announce_cuts(rs_receiver_h r, rs_diag_t *diag)
+{
+    if (r == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: NULL");
+    rs_status_t st = rs__announce_cuts(r->dir, r->model, r->announce_as,
+                                       r->cap, diag);
+    if (st == RS_OK)
+        r->announced = 1;
+    return st;
+}
+
+/* announce_cuts: once, before the first discovery; a failure is a notice
+ * (the pull goes on without it, the next one tries again). */
+static void announce_once(rs_receiver_h r)
+{
+    rs_diag_t d;
+    char line[RS_DIAG_MSG_MAX + 128];
+    if (!r->params.announce_cuts || r->announced)
+        return;
+    rs_diag_clear(&d);
+    if (rs_receiver_announce_cuts(r, &d) == RS_OK)
+        return;
+    snprintf(line, sizeof(line), "receiver %s: %s; cut-aligned publishers "
+             "will not cut for it until an announcement succeeds", r->holder,
+             d.msg);
+    if (r->params.notice != NULL)
+        r->params.notice(r->params.notice_ctx, line);
+    else
+        rs_dir_notice(NULL, "%s", line);
+}
+
 rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
                                   rs_diag_t *diag, rs_version_info_t *v_p)
 {
+    announce_once(r);
     r->deadline = r->params.pull_timeout_s > 0
                       ? rs__now_s() + r->params.pull_timeout_s : 0;
     r->stage = "discover";

@@ -24,6 +24,25 @@ typedef struct rs_pub_shard {
     void *served;    /* where the served bytes are: ptr, or its arena slot */
 } rs_pub_shard_t;
 
+/* Each served slot of the arena starts a fresh cache line. */
+#define RS_PUB_SLOT_ALIGN 64
+
+/* One served sub-box of a shard (cut-aligned staging, arena_cuts.c). */
+typedef struct rs_pub_piece {
+    size_t shard;                /* index into the publisher's shards */
+    int64_t offset[RS_MAX_DIMS]; /* in the full tensor */
+    int64_t shape[RS_MAX_DIMS];
+    uint64_t nbytes;
+    void *served;                /* its arena slot */
+} rs_pub_piece_t;
+
+/* A cuts record told as unusable, by holder and bytes: told once while it
+ * stays the same. */
+typedef struct rs_pub_told {
+    char holder[RS_DIR_NAME_MAX + 1];
+    uint64_t digest;
+} rs_pub_told_t;
+
 struct rs_publisher {
     rs_publisher_params_t params; /* string fields below are owned copies */
     char *model, *backend, *session;
@@ -38,6 +57,16 @@ struct rs_publisher {
     uint64_t arena_cap, arena_len;
     int64_t arena_version, released;
     int fallback_told;            /* the fallback notice was given */
+    /* Cut-aligned staging (arena_cuts.c): on when cut_aligned, cuts or
+     * cuts_file is set; the cuts read from cuts_file; the sub-boxes of the
+     * arena's version (the table lists them, in shard order) and those of
+     * the staging being prepared; records told unusable. */
+    int cut_mode;
+    char *cuts_file;
+    rs_cuts_h file_cuts;
+    RS_VEC(rs_pub_piece_t, pieces);
+    RS_VEC(rs_pub_piece_t, next_pieces);
+    RS_VEC(rs_pub_told_t, told);
     RS_VEC(rs_pub_shard_t, shards);
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -47,6 +76,7 @@ struct rs_publisher {
     char *table;                  /* its published table, for republishing */
     size_t table_len;
     uint64_t table_geometry;      /* its geometry key (geometry.c) */
+    size_t num_served;            /* its entries (rs_publisher_num_served) */
 };
 
 /* A receiver's lease for one pull (lease.c). */
@@ -110,6 +140,23 @@ rs_status_t rs__publisher_check_in_place(rs_publisher_h p, const char *tensor,
 rs_status_t rs__publisher_stage(rs_publisher_h p, int64_t version,
                                 rs_diag_t *diag);
 
+/* Cut-aligned staging (arena_cuts.c). Reads p->cuts_file into p->file_cuts
+ * (at create; RS_ERR_INPUT naming the file and field). */
+rs_status_t rs__publisher_load_cuts_file(rs_publisher_h p, rs_diag_t *diag);
+
+/* Splits every non-empty shard at the cuts of this staging (the records,
+ * params.cuts, file_cuts) into p->next_pieces (p->pieces, the served
+ * version's, untouched); returns the arena bytes they need (each piece at
+ * a RS_PUB_SLOT_ALIGN boundary) in *need_p. RS_ERR_INPUT when params.cuts
+ * or cuts_file disagree with a registered tensor's shape or the model.
+ * O(records' bytes + pieces). */
+rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
+                              uint64_t *need_p);
+
+/* Lays p->next_pieces out from `base`, copies each sub-box out of its
+ * shard (a strided copy) and makes them p->pieces. O(bytes). */
+void rs__publisher_fill_pieces(rs_publisher_h p, void *base);
+
 /* Adds the served memory to the (reset) exposer: the arena as one region,
  * or each non-empty shard at its own address. */
 rs_status_t rs__publisher_add_regions(rs_publisher_h p, rs_diag_t *diag);
@@ -128,6 +175,13 @@ uint64_t rs__publisher_geometry(rs_publisher_h p);
  * session and address. Digests and steps are left out: they change every
  * version without changing the topology. */
 uint64_t rs__topology_fingerprint(rs_sources_h sources);
+
+/* Writes the cuts of `cap` (reshard.cuts.v1, naming the model) as cuts
+ * record `name` of `model` (announce.c). Errors prefixed with "announcing
+ * the cuts of 'M' as 'N': ". O(copies + record). */
+rs_status_t rs__announce_cuts(rs_dir_h dir, const char *model,
+                              const char *name, rs_capture_h cap,
+                              rs_diag_t *diag);
 
 /* The steps of a pull that a dry run (dry_run.c) shares, in receiver.c. */
 

@@ -2,7 +2,8 @@
  * (tensors in the order they were first registered), with addresses, the
  * exposer's blob (base64, in agent_meta_b64) and, when asked, an rsd64
  * digest per shard computed from the bytes being served (the caller's
- * memory, or the copy-in arena: where each shard's `served` points). Written by the
+ * memory, or the copy-in arena: where each shard's `served` points). In
+ * cut-aligned staging every sub-box of a shard is an entry of its own. Written by the
  * library's one shard-table writer (rs_table_writer_*). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,39 @@ static rs_status_t put_shard(rs_publisher_h p, rs_table_writer_h w,
     return rs_table_writer_add(w, &d, diag);
 }
 
+/* Cut-aligned staging: the shard's sub-boxes, each its own entry, from
+ * pieces[*at] on (pieces are in shard order, so a shard's are adjacent). */
+static rs_status_t put_pieces(rs_publisher_h p, rs_table_writer_h w,
+                              size_t shard, size_t at, rs_diag_t *diag)
+{
+    rs_status_t st = RS_OK;
+    for (size_t i = at; st == RS_OK && i < p->pieces_len &&
+                        p->pieces[i].shard == shard; i++) {
+        const rs_pub_piece_t *piece = &p->pieces[i];
+        rs_pub_shard_t sub = p->shards[shard];
+        memcpy(sub.offset, piece->offset, sizeof(sub.offset));
+        memcpy(sub.shape, piece->shape, sizeof(sub.shape));
+        sub.served = piece->served;
+        sub.nbytes = piece->nbytes;
+        st = put_shard(p, w, &sub, diag);
+    }
+    return st;
+}
+
+/* first[i]: the index of shard i's first piece (pieces_len when none);
+ * NULL outside cut-aligned staging. */
+static size_t *piece_starts(rs_publisher_h p)
+{
+    size_t *first = malloc((p->shards_len + 1) * sizeof(*first));
+    if (first == NULL)
+        return NULL;
+    for (size_t i = 0; i <= p->shards_len; i++)
+        first[i] = p->pieces_len;
+    for (size_t k = p->pieces_len; k-- > 0;)
+        first[p->pieces[k].shard] = k;
+    return first;
+}
+
 static rs_status_t write_table(rs_publisher_h p, FILE *out,
                                const rs_table_info_t *info, rs_diag_t *diag)
 {
@@ -88,8 +122,15 @@ static rs_status_t write_table(rs_publisher_h p, FILE *out,
         free(order);
         return st;
     }
-    for (size_t i = 0; st == RS_OK && i < n; i++)
-        st = put_shard(p, w, &p->shards[order[i].index], diag);
+    size_t *first = p->cut_mode ? piece_starts(p) : NULL;
+    if (p->cut_mode && first == NULL)
+        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; st == RS_OK && i < n; i++) {
+        size_t k = order[i].index;
+        st = first != NULL ? put_pieces(p, w, k, first[k], diag)
+                           : put_shard(p, w, &p->shards[k], diag);
+    }
+    free(first);
     free(order);
     if (st != RS_OK) {
         rs_table_writer_discard(w);

@@ -57,12 +57,18 @@ infer = dict(kv.split("=") for kv in sys.argv[4].split(":")[1].split(","))
 T, P, D = (int(infer.get(k, 1)) for k in ("tp", "pp", "dp"))
 fsdp = sys.argv[6].startswith("fsdp:")
 ninfer = T * P * D
-need = ["params_total", "bytes_total", "trainer_ranks", "inference_ranks",
-        "plan_seconds", "receivers", "sources", "imbalance",
-        "redundant_bytes", "extra_wire_bytes", "wire_lower_bound_s",
-        "coverage_ok"]
+need = ["schema", "model_type", "dtype", "quantization", "params_total",
+        "bytes_total", "trainer_ranks", "inference_ranks", "plan_seconds",
+        "device_memory_bytes", "fits", "ranks_not_fitting", "receivers",
+        "sources", "imbalance", "redundant_bytes", "extra_wire_bytes",
+        "needed_bytes", "padding_bytes", "unbounded_sources",
+        "wire_lower_bound_s", "est_seconds", "nic_gbps", "coverage_ok"]
 missing = [k for k in need if k not in rep]
 assert not missing, f"missing keys {missing}"
+assert rep["schema"] == "reshard.simulate.v1", rep["schema"]
+assert rep["model_type"] == cfg["model_type"], rep["model_type"]
+assert rep["dtype"] == "bf16" and rep["quantization"] is None, rep["dtype"]
+assert rep["device_memory_bytes"] == 80 << 30, rep["device_memory_bytes"]
 
 # parameters of a dense llama/qwen2/qwen3 config, counted here
 if cfg["model_type"] in ("llama", "qwen2", "qwen3"):
@@ -91,10 +97,29 @@ assert rep["plan_seconds"] >= 0
 recv = rep["receivers"]
 assert [r["rank"] for r in recv] == list(range(ninfer)), "one per rank"
 for r in recv:
-    for k in ("rank", "bytes", "descriptors", "sources"):
+    for k in ("rank", "bytes", "needed_bytes", "descriptors", "sources",
+              "unbounded_sources", "padding_bytes", "param_bytes",
+              "staging_bytes", "memory_bytes"):
         assert isinstance(r[k], int) and r[k] >= 0, (r, k)
     assert r["bytes"] > 0 and r["descriptors"] > 0, r
     assert 1 <= r["sources"] <= ntrain, r
+    # the wire carries at least what is needed; what is needed is what the
+    # rank installs, padding aside
+    assert r["needed_bytes"] <= r["bytes"], r
+    assert r["needed_bytes"] == r["param_bytes"] - r["padding_bytes"], r
+    assert r["memory_bytes"] == r["param_bytes"] + r["staging_bytes"], r
+    assert r["fits"] == (r["memory_bytes"] <= rep["device_memory_bytes"]), r
+    assert isinstance(r["est_seconds"], float) and r["est_seconds"] >= 0, r
+    assert r["coverage_ok"] is True, r
+assert rep["fits"] == all(r["fits"] for r in recv)
+assert rep["ranks_not_fitting"] == [r["rank"] for r in recv if not r["fits"]]
+assert rep["needed_bytes"] == sum(r["needed_bytes"] for r in recv)
+assert rep["padding_bytes"] == sum(r["padding_bytes"] for r in recv)
+assert rep["unbounded_sources"] == sum(r["unbounded_sources"] for r in recv)
+assert rep["est_seconds"] == max(r["est_seconds"] for r in recv)
+# wire bytes beyond the needed ones are the full pulls' extra bytes
+assert rep["extra_wire_bytes"] == sum(r["bytes"] - r["needed_bytes"]
+                                      for r in recv), rep["extra_wire_bytes"]
 src = rep["sources"]
 names = [s["session"] for s in src]
 assert sorted(names) == sorted(f"trainer-{k}" for k in range(ntrain)), names
@@ -169,7 +194,8 @@ then ok "qwen2.5-0.5b: params_total 494032768"; else bad "qwen2.5-0.5b: params_t
 run simulate --model "$QWEN" --train megatron:tp=2 --infer vllm:tp=2
 expect_rc "summary" 0
 for needle in "494032768 parameters" "imbalance" "wire lower bound" \
-    "redundant bytes            0" "every rank complete"; do
+    "redundant bytes        0 B" "every rank complete" \
+    "every rank fits in 80.0 GiB" "bf16 weights (no quantization_config)"; do
     if grep -qF -- "$needle" "$TMP/out"; then ok "summary: '$needle'"
     else bad "summary: lacks '$needle'"; fi
 done
@@ -211,9 +237,9 @@ assert whole["extra_wire_bytes"] > 0, whole["extra_wire_bytes"]
 assert cut["extra_wire_bytes"] == 0, cut["extra_wire_bytes"]
 assert cut["coverage_ok"], cut
 for w, c in zip(whole["receivers"], cut["receivers"]):
-    assert c["bytes"] < w["bytes"], (w, c)
+    assert w["bytes"] > w["needed_bytes"] == c["needed_bytes"] == c["bytes"], (w, c)
 PYEOF
-then ok "--cut-aligned: no extra wire bytes, fewer bytes per receiver than whole shards"
+then ok "--cut-aligned: every receiver pulls exactly its needed bytes (whole shards: more)"
 else bad "--cut-aligned: figures"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
 run plan --capture "$TMP/emit-cut/captures/0.json" --json \
     $(for f in "$TMP"/emit-cut/sources/*.json; do printf -- '--sources %s ' "$f"; done)
@@ -319,6 +345,211 @@ if grep -qF "of which 12 model mismatch" "$TMP/out" &&
     grep -qF "tensor 'model.layers.0.mlp.gate_proj.weight': capture assumes shape [256, 64] bf16, published [128, 64] bf16" "$TMP/out"
 then ok "doubled capture: the 12 MLP sources refused, naming both shapes"
 else bad "doubled capture: summary"; sed 's/^/       /' "$TMP/out" | head -20; fi
+
+# ---- the per-rank table, against the JSON and the emitted captures ----------
+
+# Each rank's parameter bytes are the sum over its emitted capture's params
+# (computed here from shapes and dtypes); its staging is the sum of what its
+# plan stages, read from `reshard plan --json` of the same capture and salt
+# (full pulls: the whole source's shape; converts: the destination box in
+# the source dtype).
+dir=$TMP/emit-mem
+run simulate --model "$QWEN" --train fsdp:4 --infer vllm:tp=2,pp=2 --emit "$dir" --json
+expect_rc "qwen2.5-0.5b fsdp:4 -> vllm:tp=2,pp=2 --emit --json" 0
+cp "$TMP/out" "$TMP/mem.json"
+for r in 0 1 2 3; do
+    "$BIN" plan --capture "$dir/captures/$r.json" --salt "$r" --json \
+        $(for f in "$dir"/sources/*.json; do printf -- '--sources %s ' "$f"; done) \
+        >"$TMP/plan-$r.json" 2>"$TMP/err"
+done
+if python3 - "$TMP/mem.json" "$dir" "$TMP" >"$TMP/pyout" 2>&1 <<'PYEOF'
+import json, math, sys
+rep = json.load(open(sys.argv[1]))
+size = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "bfloat16": 2, "float32": 4}
+staged_any = False
+for r in rep["receivers"]:
+    cap = json.load(open(f"{sys.argv[2]}/captures/{r['rank']}.json"))
+    want = sum(math.prod(p["shape"]) * size[p["dtype"]]
+               for p in cap["params"].values())
+    assert r["param_bytes"] == want, (r["rank"], r["param_bytes"], want)
+    plan = json.load(open(f"{sys.argv[3]}/plan-{r['rank']}.json"))
+    staged = sum(math.prod(f["global_shape"]) * size[f["dtype"]]
+                 for f in plan.get("full_pulls", []))
+    staged += sum(c["staging_bytes"] for c in plan.get("converts", []))
+    assert r["staging_bytes"] == staged, (r["rank"], r["staging_bytes"], staged)
+    staged_any |= staged > 0
+# fsdp's dim-0 shards make some dim-1 slices full pulls: staging is not 0
+assert staged_any, "no rank stages anything"
+PYEOF
+then ok "param_bytes = sum over the emitted capture's params; staging_bytes = the plan's full pulls and converts"
+else bad "param and staging bytes"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
+
+# The summary's table rows hold the min, median (the upper one of an even
+# count) and max of the JSON's per-rank figures, formatted as sizes here.
+run simulate --model "$QWEN" --train fsdp:4 --infer vllm:tp=2,pp=2
+expect_rc "qwen2.5-0.5b fsdp:4 -> vllm:tp=2,pp=2 summary" 0
+if python3 - "$TMP/mem.json" "$TMP/out" >"$TMP/pyout" 2>&1 <<'PYEOF'
+import json, re, sys
+rep = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+def size(b):
+    if b < 1024:
+        return f"{b} B"
+    v, units = b / 1024, ["KiB", "MiB", "GiB", "TiB", "PiB"]
+    u = 0
+    while v >= 1024 and u + 1 < len(units):
+        v /= 1024; u += 1
+    return (f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}") + " " + units[u]
+def count(n):
+    return f"{n:,}"
+rows = {"parameters held": ("param_bytes", size),
+        "staging (peak)": ("staging_bytes", size),
+        "memory needed": ("memory_bytes", size),
+        "bytes needed": ("needed_bytes", size),
+        "bytes on the wire": ("bytes", size),
+        "descriptors": ("descriptors", count),
+        "sources": ("sources", count)}
+for label, (key, fmt) in rows.items():
+    v = sorted(r[key] for r in rep["receivers"])
+    want = [fmt(v[0]), fmt(v[len(v) // 2]), fmt(v[-1])]
+    line = [l for l in text.splitlines() if l.strip().startswith(label + " ")]
+    assert len(line) == 1, (label, line)
+    got = re.split(r"\s{2,}", line[0].strip())[1:4]
+    assert got == want, (label, got, want)
+    assert len(re.split(r"\s{2,}", line[0].strip())) == 5, ("no meaning", line)
+for needle in ["per inference rank", "min", "median", "max",
+               "estimated transfer", "planning time", "unbounded sources",
+               "extra wire bytes", "vocab padding", "redundant bytes",
+               "estimated time         not estimated" if rep["est_seconds"] == 0
+               else "estimated time"]:
+    assert needle in text, needle
+# every count a reader cannot interpret alone carries its meaning
+for label in ["unbounded sources", "extra wire bytes", "vocab padding",
+              "redundant bytes", "wire lower bound"]:
+    line = [l for l in text.splitlines() if l.strip().startswith(label)][0]
+    assert "(" in line, ("no explanation", line)
+PYEOF
+then ok "summary table: min/median/max of every per-rank figure, each row explained"
+else bad "summary table"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
+
+# ---- device memory ---------------------------------------------------------
+
+# Llama-3.1-70B on one 80 GiB rank does not fit (131 GiB of bf16): exit 1
+# and a message naming the rank and what it holds beyond the limit.
+run simulate --model "$MODELS/llama-3.1-70b.json" --train megatron:tp=8 --infer vllm:tp=1
+expect_rc "llama-3.1-70b on one 80 GiB rank" 1
+if grep -qF "1 of 1 inference ranks do not fit in 80.0 GiB of device memory (--device-memory): rank 0;" "$TMP/err" &&
+    grep -qE "the largest is rank 0 with [0-9.]+ GiB = 131 GiB parameters \+ [0-9.]+ [KMG]?i?B staging, [0-9.]+ GiB over" "$TMP/err" &&
+    grep -qF "memory                 FAILED: 1 of 1 ranks do not fit in 80.0 GiB: rank 0" "$TMP/out"
+then ok "llama-3.1-70b tp=1: stderr names rank 0 and how much it is over"
+else bad "llama-3.1-70b tp=1: message"; cat "$TMP/err" | head -3; fi
+cp "$TMP/out" "$TMP/llama70b.txt"
+
+# Sizes, counts and times read without scientific notation at real sizes
+# (Llama-3.1-70B: 131 GiB, ten million descriptors) and tiny ones.
+run simulate --model "$MODELS/tiny-llama.json" --train fsdp:2 --infer vllm:tp=2
+cp "$TMP/out" "$TMP/tiny.txt"
+for f in llama70b tiny; do
+    if ! grep -qE '[0-9]e[+-]?[0-9]' "$TMP/$f.txt" &&
+        grep -qE 'parameters \([0-9.]+ (thousand|million|billion)\)' "$TMP/$f.txt"
+    then ok "$f summary: no scientific notation"
+    else bad "$f summary: scientific notation"; grep -E '[0-9]e[+-]?[0-9]' "$TMP/$f.txt" | head -3; fi
+done
+if grep -qE '^  descriptors ' "$TMP/llama70b.txt" &&
+    ! grep -E '^  descriptors ' "$TMP/llama70b.txt" | grep -qE '[0-9]{4}'
+then ok "llama70b: descriptor counts grouped by thousands"
+else bad "llama70b: descriptors row"; grep -E '^  descriptors ' "$TMP/llama70b.txt"; fi
+
+# A limit between the smallest and the largest rank: exactly the ranks above
+# it are reported, in the JSON and on stderr, and the exit status is 1.
+run simulate --model "$MODELS/tiny-llama.json" --train megatron:tp=2,pp=2 \
+    --infer vllm:tp=2,pp=2,dp=2 --json
+cp "$TMP/out" "$TMP/fit.json"
+gib=$(python3 - "$TMP/fit.json" <<'PYEOF'
+import json, sys
+m = sorted({r["memory_bytes"] for r in json.load(open(sys.argv[1]))["receivers"]})
+assert len(m) >= 2, m
+print(repr((m[0] + m[-1]) / 2 / 2**30))
+PYEOF
+)
+run simulate --model "$MODELS/tiny-llama.json" --train megatron:tp=2,pp=2 \
+    --infer vllm:tp=2,pp=2,dp=2 --json --device-memory "$gib"
+expect_rc "tiny-llama --device-memory $gib" 1
+if python3 - "$TMP/fit.json" "$TMP/out" "$gib" "$TMP/err" >"$TMP/pyout" 2>&1 <<'PYEOF'
+import json, sys
+full = json.load(open(sys.argv[1]))
+rep = json.load(open(sys.argv[2]))
+limit = int(float(sys.argv[3]) * 2**30)
+err = open(sys.argv[4]).read()
+assert rep["device_memory_bytes"] == limit, (rep["device_memory_bytes"], limit)
+want = [r["rank"] for r in full["receivers"] if r["memory_bytes"] > limit]
+assert 0 < len(want) < len(full["receivers"]), want
+assert rep["ranks_not_fitting"] == want, (rep["ranks_not_fitting"], want)
+assert rep["fits"] is False
+assert [r["fits"] for r in rep["receivers"]] == \
+    [r["rank"] not in want for r in rep["receivers"]]
+assert f"{len(want)} of {len(rep['receivers'])} inference ranks do not fit" in err, err
+PYEOF
+then ok "a limit between the ranks: exactly the ranks above it reported"
+else bad "partial fit"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
+
+for bad_gib in 0 -1 abc "" inf nan 1e30; do
+    run simulate --model "$QWEN" --train fsdp:2 --infer vllm:tp=2 --device-memory "$bad_gib"
+    expect_input_error "--device-memory '$bad_gib'" "--device-memory"
+done
+
+# ---- quantization_config ------------------------------------------------------
+
+python3 - "$MODELS/tiny-deepseek.json" "$MODELS/deepseek-v3.json" "$TMP" <<'PYEOF'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["quantization_config"] = json.load(open(sys.argv[2]))["quantization_config"]
+json.dump(cfg, open(sys.argv[3] + "/fp8.json", "w"))
+cfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, -1]}
+json.dump(cfg, open(sys.argv[3] + "/fp8-bad.json", "w"))
+cfg["quantization_config"] = {"quant_method": "awq", "bits": 4}
+json.dump(cfg, open(sys.argv[3] + "/awq.json", "w"))
+PYEOF
+run simulate --model "$TMP/fp8.json" --train megatron:tp=2,ep=4 --infer vllm:tp=2,ep=2 --json
+expect_rc "tiny-deepseek with DeepSeek-V3's quantization_config --json" 0
+if python3 - "$TMP/out" >"$TMP/pyout" 2>&1 <<'PYEOF'
+import json, sys
+q = json.load(open(sys.argv[1]))["quantization"]
+assert q == {"quant_method": "fp8", "fmt": "e4m3", "weight_dtype": "f8e4m3",
+             "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+             "modules_not_converted": 0, "refit_dtype": "bf16",
+             "quantized_refit": False}, q
+PYEOF
+then ok "quantization in the JSON: fp8 e4m3 128x128, refit in bf16"
+else bad "quantization JSON"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
+run simulate --model "$TMP/fp8.json" --train megatron:tp=2,ep=4 --infer vllm:tp=2,ep=2
+expect_rc "tiny-deepseek fp8 summary" 0
+if grep -qF "checkpoint             fp8 e4m3 weights, 128x128 scale blocks, dynamic activations (quantization_config)" "$TMP/out" &&
+    grep -qF "this refit is planned for bf16 weights (torch_dtype):" "$TMP/out" &&
+    grep -qF "FP8 refit is not built yet" "$TMP/out"
+then ok "summary says the checkpoint is fp8 and the refit is planned for bf16"
+else bad "fp8 summary"; sed -n 1,6p "$TMP/out"; fi
+run simulate --model "$TMP/fp8-bad.json" --train fsdp:2 --infer vllm:tp=2
+expect_input_error "weight_block_size [128, -1]" "fp8-bad.json" \
+    "quantization_config.weight_block_size[1]"
+run simulate --model "$TMP/awq.json" --train fsdp:2 --infer vllm:tp=2
+expect_input_error "quant_method awq" "awq.json" "quantization_config.quant_method" '"awq"'
+
+# ---- progress ------------------------------------------------------------------
+
+# --progress: one line per rank on stderr, in order, the report unchanged;
+# by default stderr is not a terminal here, so nothing is printed.
+run simulate --model "$MODELS/tiny-llama.json" --train fsdp:2 --infer vllm:tp=2,dp=2 --json --progress
+expect_rc "--progress" 0
+want=$(for k in 1 2 3 4; do echo "reshard simulate: planned inference rank $k of 4"; done)
+if [ "$(cat "$TMP/err")" = "$want" ] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$TMP/out"
+then ok "--progress: a line per rank on stderr, JSON intact on stdout"
+else bad "--progress: stderr"; head -5 "$TMP/err"; fi
+for flag in "" --no-progress; do
+    run simulate --model "$MODELS/tiny-llama.json" --train fsdp:2 --infer vllm:tp=2,dp=2 $flag
+    if [ "$rc" -eq 0 ] && [ ! -s "$TMP/err" ]; then ok "progress '${flag:-default}': stderr empty off a terminal"
+    else bad "progress '${flag:-default}': exit $rc, stderr not empty"; fi
+done
 
 # ---- errors -----------------------------------------------------------------
 

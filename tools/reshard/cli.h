@@ -27,6 +27,8 @@ int rs_cli_simulate(int argc, char **argv);
 
 /* `reshard publish ...`: serve one trainer rank's demo shards until released. */
 int rs_cli_publish(int argc, char **argv);
+/* `reshard cuts ...`: write the cut points an inference layout needs. */
+int rs_cli_cuts(int argc, char **argv);
 
 /* `reshard pull ...`: pull one inference rank from a directory. */
 int rs_cli_pull(int argc, char **argv);

@@ -1,5 +1,5 @@
 /* reshard: the command-line front end. Dispatches to one verb per file
- * (plan, simulate, run, publish, pull, release, demo) and answers --help and --version itself. */
+ * (plan, simulate, run, cuts, publish, pull, release, demo) and answers --help and --version itself. */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +19,8 @@ static const verb_t verbs[] = {
      "plan every inference rank of a layout pair and report the cost"},
     {"run", rs_cli_run,
      "plan and execute on this machine from shard files, then verify"},
+    {"cuts", rs_cli_cuts,
+     "write the cut points an inference layout needs (reshard.cuts.v1)"},
     {"publish", rs_cli_publish,
      "serve one trainer rank's shards through a directory until released"},
     {"pull", rs_cli_pull,

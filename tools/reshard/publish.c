@@ -14,9 +14,11 @@
 
 typedef struct pub_args {
     const char *directory, *model, *layout, *config, *backend, *staging;
+    const char *cuts_file;
     uint64_t version, rank, world, versions, replica;
     double timeout_s;
-    int have_version, have_rank, have_world, no_digests;
+    int have_version, have_rank, have_world, no_digests, cut_aligned;
+    int have_staging;
 } pub_args_t;
 
 typedef struct pub_shard {
@@ -41,7 +43,7 @@ typedef struct pub_state {
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_WORLD,
        OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT,
-       OPT_NO_DIGESTS, OPT_REPLICA, OPT_STAGING };
+       OPT_NO_DIGESTS, OPT_REPLICA, OPT_STAGING, OPT_CUT_ALIGNED, OPT_CUTS };
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -57,6 +59,8 @@ static const struct option long_opts[] = {
     {"no-digests", no_argument, NULL, OPT_NO_DIGESTS},
     {"replica", required_argument, NULL, OPT_REPLICA},
     {"staging", required_argument, NULL, OPT_STAGING},
+    {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
+    {"cuts", required_argument, NULL, OPT_CUTS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -69,6 +73,7 @@ static void pub_usage(FILE *out)
         "                       [--backend ucx|cma] [--versions K] [--timeout S]\n"
         "                       [--no-digests] [--replica K]\n"
         "                       [--staging caller|in_place|arena]\n"
+        "                       [--cut-aligned] [--cuts FILE]\n"
         "\n"
         "Serves trainer rank R's shards of LAYOUT with deterministic contents\n"
         "(docs/formats.md, \"Demo contents\"): publishes version V, waits until\n"
@@ -108,6 +113,16 @@ static void pub_usage(FILE *out)
         "                                copy per version)\n"
         "                      When UCX falls back to ordinary memory (sysv or\n"
         "                      /dev/shm limits) a notice says so once\n"
+        "  --cut-aligned       before staging each version, read the cuts every\n"
+        "                      receiver announced in the directory (`reshard pull`\n"
+        "                      announces) and serve each shard as the sub-boxes\n"
+        "                      between them, so every receiver reads its slices\n"
+        "                      as a few whole runs; implies --staging arena (no\n"
+        "                      other staging). An unusable record is reported\n"
+        "                      once, naming its holder, and left out\n"
+        "  --cuts FILE         also cut at the cuts of a reshard.cuts.v1 file\n"
+        "                      (`reshard cuts` writes one for an inference\n"
+        "                      layout); implies --staging arena\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "A directory outage while serving is reported (one line when it begins,\n"
@@ -154,7 +169,9 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_LAYOUT: a->layout = arg; return RS_CLI_OK;
     case OPT_CONFIG: a->config = arg; return RS_CLI_OK;
     case OPT_BACKEND: a->backend = arg; return RS_CLI_OK;
-    case OPT_STAGING: a->staging = arg; return RS_CLI_OK;
+    case OPT_STAGING: a->staging = arg; a->have_staging = 1; return RS_CLI_OK;
+    case OPT_CUT_ALIGNED: a->cut_aligned = 1; return RS_CLI_OK;
+    case OPT_CUTS: a->cuts_file = arg; return RS_CLI_OK;
     case OPT_NO_DIGESTS: a->no_digests = 1; return RS_CLI_OK;
     case OPT_VERSION: return parse_u64("--version", arg, &a->version,
                                        &a->have_version);
@@ -181,6 +198,10 @@ static int check_args(const pub_args_t *a)
     if (rs_cli_staging(a->staging) < 0)
         return usage_error("--staging takes caller, in_place or arena, got "
                            "'%s'", a->staging);
+    if ((a->cut_aligned || a->cuts_file != NULL) &&
+        rs_cli_staging(a->staging) != RS_STAGING_ARENA)
+        return usage_error("--cut-aligned and --cuts stage into the arena: "
+                           "not with --staging %s", a->staging);
     if (a->versions == 0)
         return usage_error("%s", "--versions must be at least 1");
     if (a->world == 0 || a->rank >= a->world)
@@ -199,6 +220,8 @@ static int parse_args(int argc, char **argv, pub_args_t *a)
                         take_option, a);
     if (rc != RS_CLI_OK)
         return rc;
+    if (!a->have_staging && (a->cut_aligned || a->cuts_file != NULL))
+        a->staging = "arena";
     return check_args(a);
 }
 
@@ -329,6 +352,8 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
     pp.digests = !a->no_digests;
     pp.publish_retry_s = a->timeout_s; /* ride out an outage that long */
     pp.staging = rs_cli_staging(a->staging);
+    pp.cut_aligned = a->cut_aligned;
+    pp.cuts_file = a->cuts_file;
     rs_diag_clear(&diag);
     if ((st = rs_publisher_create(&pp, &diag, &s->pub)) != RS_OK) {
         char shown[512];
@@ -365,9 +390,13 @@ static int serve(const pub_args_t *a, pub_state_t *s)
         if (a->replica > 0)
             snprintf(who, sizeof(who), " replica %llu",
                      (unsigned long long)a->replica);
+        char cut[64] = "";
+        if (a->cut_aligned || a->cuts_file != NULL)
+            snprintf(cut, sizeof(cut), ", served as %zu sub-boxes",
+                     rs_publisher_num_served(s->pub));
         printf("reshard publish: rank %llu%s published version %lld (%zu "
-               "shards, %llu bytes)\n", (unsigned long long)a->rank, who,
-               (long long)v, s->n, (unsigned long long)s->bytes);
+               "shards, %llu bytes%s)\n", (unsigned long long)a->rank, who,
+               (long long)v, s->n, (unsigned long long)s->bytes, cut);
         fflush(stdout);
         st = rs_publisher_wait_released(s->pub, v, a->timeout_s, &diag);
         if (st != RS_OK)

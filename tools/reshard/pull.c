@@ -21,7 +21,8 @@ typedef struct pull_args {
     uint64_t rank, versions;
     double timeout_s, stale_s;
     int have_version, have_rank, verify, check, release, json;
-    int dry_run;
+    int dry_run, no_announce;
+    const char *announce_as;
 } pull_args_t;
 
 typedef struct pull_state {
@@ -45,7 +46,8 @@ typedef struct pull_outcome {
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
-       OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN };
+       OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN,
+       OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -68,6 +70,8 @@ static const struct option long_opts[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"versions", required_argument, NULL, OPT_VERSIONS},
     {"stale-after", required_argument, NULL, OPT_STALE},
+    {"no-announce", no_argument, NULL, OPT_NO_ANNOUNCE},
+    {"announce-as", required_argument, NULL, OPT_ANNOUNCE_AS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -79,7 +83,7 @@ static void pull_usage(FILE *out)
         "                    --layout LAYOUT --model-config CONFIG.json\n"
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
-        "                    [--dry-run]\n"
+        "                    [--dry-run] [--no-announce] [--announce-as NAME]\n"
         "\n"
         "Pulls inference rank R's parameters of version V (-1: the newest READY\n"
         "version) from the publishers of directory D, and prints the stage\n"
@@ -121,6 +125,14 @@ static void pull_usage(FILE *out)
         "                      naming the stale slots\n"
         "  --versions K        pull K versions one after another, V, V+1, ...,\n"
         "                      reusing the plan while the topology is unchanged\n"
+        "  --announce-as NAME  before the first pull, the rank's cut points are\n"
+        "                      announced to the directory as cuts record NAME\n"
+        "                      (default <layout>-rank<R>, with every character\n"
+        "                      outside [A-Za-z0-9._-] as '-': vllm-tp-2-rank0),\n"
+        "                      which `reshard publish --cut-aligned` reads before\n"
+        "                      staging its next version; a failed announcement is\n"
+        "                      a notice, never a failed pull\n"
+        "  --no-announce       announce nothing\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "On a terminal, a pull taking longer than a second shows a progress line\n"
@@ -178,6 +190,8 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_RELEASE: a->release = 1; return RS_CLI_OK;
     case OPT_JSON: a->json = 1; return RS_CLI_OK;
     case OPT_DRY_RUN: a->dry_run = 1; return RS_CLI_OK;
+    case OPT_NO_ANNOUNCE: a->no_announce = 1; return RS_CLI_OK;
+    case OPT_ANNOUNCE_AS: a->announce_as = arg; return RS_CLI_OK;
     case OPT_VERSION: return parse_version(arg, a);
     case OPT_RANK:
         a->have_rank = 1;
@@ -525,6 +539,20 @@ static void on_notice(void *ctx, const char *msg)
     fflush(stderr);
 }
 
+/* "<layout>-rank<R>" in the directory's name alphabet: the same record
+ * for every pull of this rank, so a pull run again replaces it. */
+static void default_announce_name(const pull_args_t *a, char *out, size_t cap)
+{
+    snprintf(out, cap, "%.100s-rank%llu", a->layout,
+             (unsigned long long)a->rank);
+    for (char *c = out; *c != '\0'; c++) {
+        int ok = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+                 (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' ||
+                 *c == '-';
+        *c = ok ? *c : '-';
+    }
+}
+
 static int open_receiver(const pull_args_t *a, pull_state_t *s)
 {
     rs_receiver_params_t rp;
@@ -542,6 +570,10 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.notice = on_notice;
     rp.notice_ctx = (void *)a;
     rp.verify_digests = a->verify;
+    char announce[RS_DIR_NAME_MAX + 1];
+    default_announce_name(a, announce, sizeof(announce));
+    rp.announce_cuts = !a->no_announce;
+    rp.announce_as = a->announce_as != NULL ? a->announce_as : announce;
     if (isatty(STDOUT_FILENO)) /* a progress line on a terminal */
         rp.progress = on_wire_progress;
     rs_diag_clear(&diag);

@@ -1,7 +1,8 @@
 /* `reshard simulate`: plan every inference rank of a layout against the
  * tables every trainer rank would publish, move no bytes, and report what a
- * refit costs: bytes and descriptors per receiver, fan-in and fan-out, load
- * per trainer, redundant bytes, coverage and the wire-time lower bound. */
+ * refit costs and whether the layout fits: options, loading, planning rank
+ * by rank (with progress on long runs) and the exit status. The reports are
+ * in simulate_report.c and simulate_json.c. */
 #include <errno.h>
 #include <stddef.h>
 #include <getopt.h>
@@ -10,45 +11,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "cli.h"
-#include "reshard_layout/layout.h"
-#include "reshard_layout/model.h"
-
-typedef struct sim_args {
-    const char *model, *train, *infer, *emit;
-    double nic_gbps;
-    uint64_t max_segments;
-    int json, cut_aligned;
-} sim_args_t;
-
-typedef struct receiver {
-    int64_t rank;
-    uint64_t bytes, descriptors, sources, padding, uncovered;
-    double plan_seconds;
-    int coverage_ok;
-} receiver_t;
-
-typedef struct sim {
-    rs_model_h model;
-    rs_layout_t train, infer;
-    rs_sources_h sources;
-    rs_cuts_h cuts;        /* --cut-aligned: what the tables are split at */
-    rs_transport_h transport;
-    receiver_t *recv;
-    size_t nsess;
-    char **names;          /* per trainer session (plan session order) */
-    uint64_t *served;      /* bytes per trainer session */
-    uint64_t *fan_out;     /* receivers per trainer session */
-    uint64_t redundant;    /* destination bytes read more than once */
-    uint64_t extra_wire;   /* bytes pulled beyond those installed (full pulls) */
-    double plan_seconds;
-    int coverage_ok;
-    char first_problem[512];
-} sim_t;
+#include "simulate.h"
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
-       OPT_MAX_SEGS, OPT_CUT_ALIGNED };
+       OPT_MAX_SEGS, OPT_DEVICE_MEMORY, OPT_PROGRESS, OPT_NO_PROGRESS,
+       OPT_CUT_ALIGNED };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -58,6 +27,9 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"emit", required_argument, NULL, OPT_EMIT},
     {"max-segments-per-copy", required_argument, NULL, OPT_MAX_SEGS},
+    {"device-memory", required_argument, NULL, OPT_DEVICE_MEMORY},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -67,18 +39,28 @@ static void sim_usage(FILE *out)
 {
     fprintf(out,
         "usage: reshard simulate --model CONFIG.json --train LAYOUT --infer LAYOUT\n"
-        "                        [--nic-gbps G] [--json] [--emit DIR] [--cut-aligned]\n"
+        "                        [--nic-gbps G] [--device-memory GIB] [--json]\n"
+        "                        [--max-segments-per-copy N] [--emit DIR]\n"
+        "                        [--progress | --no-progress] [--cut-aligned]\n"
         "\n"
         "Plans every inference rank against the shard tables every trainer rank\n"
-        "would publish (no bytes move) and reports what the refit costs.\n"
+        "would publish (no bytes move), reports what the refit costs per rank\n"
+        "(min, median, max) and checks that every rank fits its device.\n"
         "\n"
         "options:\n"
-        "  --model FILE     a Hugging Face config.json (see examples/models/)\n"
+        "  --model FILE     a Hugging Face config.json (see examples/models/);\n"
+        "                   a quantization_config is read and reported, the\n"
+        "                   refit is planned in the config's torch_dtype\n"
         "  --train LAYOUT   fsdp:N or megatron:tp=T,pp=P,ep=E,dp=D,etp=X\n"
         "  --infer LAYOUT   vllm:tp=T,pp=P,ep=E,dp=D\n"
         "  --nic-gbps G     per-rank NIC line rate for the wire-time bound\n"
         "                   (default 400)\n"
-        "  --json           print one JSON object instead of the summary\n"
+        "  --device-memory GIB\n"
+        "                   memory per inference rank, in GiB (default 80): a\n"
+        "                   rank fits when its parameters plus its plan's\n"
+        "                   staging (full pulls, converts) fit in it\n"
+        "  --json           print one reshard.simulate.v1 JSON object instead\n"
+        "                   of the summary (docs/formats.md)\n"
         "  --max-segments-per-copy N\n"
         "                   descriptor bound before a full pull (default from\n"
         "                   RESHARD_MAX_SEGMENTS_PER_COPY, else 64)\n"
@@ -86,11 +68,16 @@ static void sim_usage(FILE *out)
         "                   rank's boxes, as a cut-aligned publisher stages them\n"
         "  --emit DIR       also write DIR/sources/<rank>.json (trainer tables)\n"
         "                   and DIR/captures/<rank>.json (inference captures)\n"
+        "  --progress       a line on stderr per planned rank, from the start\n"
+        "  --no-progress    no progress at all; by default a progress line is\n"
+        "                   kept on stderr once planning has run 2 s, and only\n"
+        "                   when stderr is a terminal\n"
         "  -h, --help       show this help and exit\n"
         "\n"
         "exit status: 0 every rank fully covered (but for documented vocab\n"
-        "padding); 1 some rank would be left with unwritten bytes or an\n"
-        "incomplete plan; 2 bad usage or input.\n");
+        "padding) and fitting in --device-memory; 1 some rank would be left\n"
+        "with unwritten bytes or an incomplete plan, or does not fit (stderr\n"
+        "names the ranks and by how much); 2 bad usage or input.\n");
 }
 
 static int usage_error(const char *fmt, const char *what)
@@ -121,6 +108,16 @@ static int take_option(void *args, int c, const char *arg)
             return usage_error("--nic-gbps must be a positive number, got "
                                "'%s'", arg);
         break;
+    case OPT_DEVICE_MEMORY:
+        a->device_gib = strtod(arg, &end);
+        /* below 2^34 GiB the byte count fits 64 bits */
+        if (*end != '\0' || end == arg || !(a->device_gib > 0) ||
+            !(a->device_gib < 17179869184.0))
+            return usage_error("--device-memory must be a positive number of "
+                               "GiB (below 2^34), got '%s'", arg);
+        break;
+    case OPT_PROGRESS: a->progress = RS_SIM_PROGRESS_ON; break;
+    case OPT_NO_PROGRESS: a->progress = RS_SIM_PROGRESS_OFF; break;
     default:
         return RS_CLI_USAGE;
     }
@@ -130,6 +127,7 @@ static int take_option(void *args, int c, const char *arg)
 static int parse_args(int argc, char **argv, sim_args_t *a)
 {
     a->nic_gbps = 400;
+    a->device_gib = RS_SIM_DEFAULT_DEVICE_GIB;
     int rc = rs_cli_options("simulate", argc, argv, long_opts, sim_usage,
                             take_option, a);
     if (rc != RS_CLI_OK)
@@ -177,6 +175,7 @@ static int load(const sim_args_t *a, sim_t *s)
         return fail_input(&diag, st, "publishing the trainer layout");
     if ((st = rs_transport_create(NULL, &diag, &s->transport)) != RS_OK)
         return fail_input(&diag, st, "transport");
+    s->device_bytes = (uint64_t)(a->device_gib * (double)((uint64_t)1 << 30));
     s->recv = calloc((size_t)s->infer.world + 1, sizeof(receiver_t));
     if (s->recv == NULL)
         return usage_error("%s", "out of memory");
@@ -277,13 +276,45 @@ static int sessions_init(sim_t *s, rs_plan_h plan)
     return 1;
 }
 
+/* What the rank's loader fills: every parameter of its capture. */
+static uint64_t param_bytes(rs_capture_h cap)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < rs_capture_num_params(cap); i++) {
+        rs_param_info_t p;
+        rs_capture_param(cap, i, &p);
+        sum += p.nbytes;
+    }
+    return sum;
+}
+
+/* The executor stages every full pull and convert of a plan at once, for
+ * the whole transfer, so the peak is their sum (before its rounding of each
+ * buffer to a page). */
+static uint64_t staging_bytes(rs_plan_h plan)
+{
+    size_t nfp, ncv;
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
+    const rs_convert_t *cv = rs_plan_converts(plan, &ncv);
+    uint64_t sum = 0;
+    for (size_t k = 0; k < nfp; k++)
+        sum += fp[k].staging_bytes;
+    for (size_t k = 0; k < ncv; k++)
+        sum += cv[k].staging_bytes;
+    return sum;
+}
+
 static void tally(sim_t *s, rs_plan_h plan, receiver_t *r)
 {
     rs_plan_stats_t st;
     rs_plan_stats(plan, &st);
     r->bytes = st.bytes_planned;
+    r->needed = st.needed_bytes;
+    r->est_seconds = st.est_seconds;
     r->descriptors = st.descriptor_count;
     r->sources = st.nsessions_used;
+    r->unbounded = rs_plan_num_unbounded(plan);
+    r->staging_bytes = staging_bytes(plan);
     for (uint32_t k = 0; k < s->nsess; k++) {
         uint64_t b = rs_plan_session_bytes(plan, k);
         s->served[k] += b;
@@ -304,6 +335,7 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
     if ((st = rs_layout_capture(s->model, &s->infer, rank, &diag, &cap,
                                 &r->padding)) != RS_OK)
         return fail_input(&diag, st, "capturing");
+    r->param_bytes = param_bytes(cap);
     rs_plan_params_init(&pp);
     pp.replica_salt = (uint64_t)rank;
     if (a->max_segments > 0)
@@ -331,171 +363,49 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
     return rc;
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* Progress on stderr. Off with --no-progress; with --progress one line
+ * per rank from the first, so that a log shows where a run is; by default
+ * one line rewritten in place, only on a terminal and only once planning
+ * has taken 2 s (short runs print nothing). */
+typedef struct progress {
+    int mode, tty, shown;
+    double start, last;
+} progress_t;
+
+#define PROGRESS_AFTER_S 2.0
+#define PROGRESS_EVERY_S 0.25
+
+static void progress_init(progress_t *p, int mode)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+    p->mode = mode;
+    p->tty = isatty(STDERR_FILENO);
+    p->shown = 0;
+    p->start = p->last = now();
 }
 
-/* min, median, max of one receiver field. */
-typedef struct { double min, median, max; } spread_t;
-
-static spread_t spread(const sim_t *s, size_t field_offset, int seconds)
+static void progress_rank(progress_t *p, int64_t done, int64_t world)
 {
-    size_t n = (size_t)s->infer.world;
-    uint64_t *v = malloc((n + 1) * sizeof(uint64_t));
-    spread_t out = {0, 0, 0};
-    if (v == NULL || n == 0) {
-        free(v);
-        return out;
+    if (p->mode == RS_SIM_PROGRESS_ON) {
+        fprintf(stderr, "reshard simulate: planned inference rank %lld of "
+                "%lld\n", (long long)done, (long long)world);
+        return;
     }
-    for (size_t i = 0; i < n; i++) {
-        const char *base = (const char *)&s->recv[i];
-        double sec;
-        if (seconds) {
-            memcpy(&sec, base + field_offset, sizeof(sec));
-            v[i] = (uint64_t)(sec * 1e9);
-        } else {
-            memcpy(&v[i], base + field_offset, sizeof(v[i]));
-        }
-    }
-    qsort(v, n, sizeof(uint64_t), cmp_u64);
-    double k = seconds ? 1e-9 : 1;
-    size_t mid = n / 2; /* the median's index */
-    out = (spread_t){v[0] * k, v[mid] * k, v[n - 1] * k};
-    free(v);
-    return out;
+    double t = now();
+    if (p->mode == RS_SIM_PROGRESS_OFF || !p->tty ||
+        t - p->start < PROGRESS_AFTER_S ||
+        (p->shown && t - p->last < PROGRESS_EVERY_S && done < world))
+        return;
+    fprintf(stderr, "\rreshard simulate: planned %lld of %lld inference "
+            "ranks, %.0f s so far ", (long long)done, (long long)world,
+            t - p->start);
+    p->shown = 1;
+    p->last = t;
 }
 
-typedef struct totals {
-    double imbalance, wire_bound;
-    uint64_t max_served, max_in, serving;
-    double mean_served;
-} totals_t;
-
-static totals_t totals(const sim_args_t *a, const sim_t *s)
+static void progress_end(const progress_t *p)
 {
-    totals_t t = {0};
-    uint64_t sum = 0;
-    for (size_t k = 0; k < s->nsess; k++) {
-        if (s->served[k] == 0)
-            continue;
-        t.serving++;
-        sum += s->served[k];
-        if (s->served[k] > t.max_served)
-            t.max_served = s->served[k];
-    }
-    for (int64_t r = 0; r < s->infer.world; r++) {
-        if (s->recv[r].bytes > t.max_in)
-            t.max_in = s->recv[r].bytes;
-    }
-    t.mean_served = t.serving ? (double)sum / (double)t.serving : 0;
-    t.imbalance = t.mean_served > 0 ? (double)t.max_served / t.mean_served : 0;
-    uint64_t worst = t.max_in > t.max_served ? t.max_in : t.max_served;
-    t.wire_bound = (double)worst * 8 / (a->nic_gbps * 1e9);
-    return t;
-}
-
-static void print_json(const sim_args_t *a, const sim_t *s)
-{
-    totals_t t = totals(a, s);
-    printf("{\"params_total\": %llu, \"bytes_total\": %llu, \"trainer_ranks\": %lld, "
-           "\"inference_ranks\": %lld, \"plan_seconds\": %.6f,\n \"receivers\": [",
-           (unsigned long long)rs_model_num_params(s->model),
-           (unsigned long long)rs_model_num_bytes(s->model),
-           (long long)s->train.world, (long long)s->infer.world, s->plan_seconds);
-    for (int64_t r = 0; r < s->infer.world; r++) {
-        const receiver_t *x = &s->recv[r];
-        printf("%s\n  {\"rank\": %lld, \"bytes\": %llu, \"descriptors\": %llu, "
-               "\"sources\": %llu, \"plan_seconds\": %.6f, \"padding_bytes\": %llu, "
-               "\"coverage_ok\": %s}", r ? "," : "", (long long)x->rank,
-               (unsigned long long)x->bytes, (unsigned long long)x->descriptors,
-               (unsigned long long)x->sources, x->plan_seconds,
-               (unsigned long long)x->padding, x->coverage_ok ? "true" : "false");
-    }
-    printf("],\n \"sources\": [");
-    for (size_t k = 0; k < s->nsess; k++)
-        printf("%s\n  {\"session\": \"%s\", \"bytes_served\": %llu, "
-               "\"receivers\": %llu}", k ? "," : "", s->names[k],
-               (unsigned long long)s->served[k],
-               (unsigned long long)s->fan_out[k]);
-    printf("],\n \"imbalance\": %.6f, \"redundant_bytes\": %llu, "
-           "\"extra_wire_bytes\": %llu, "
-           "\"wire_lower_bound_s\": %.6f, \"nic_gbps\": %.3f, \"coverage_ok\": %s}\n",
-           t.imbalance, (unsigned long long)s->redundant,
-           (unsigned long long)s->extra_wire, t.wire_bound,
-           a->nic_gbps, s->coverage_ok ? "true" : "false");
-}
-
-enum { AS_SECONDS, AS_BYTES, AS_COUNT };
-
-/* One value of a spread in its unit: seconds, a size, or a plain count. */
-static const char *spread_value(char *buf, size_t len, double v, int unit)
-{
-    if (unit == AS_BYTES)
-        return rs_format_bytes(buf, len, (uint64_t)v);
-    snprintf(buf, len, unit == AS_SECONDS ? "%.6f s" : "%.0f", v);
-    return buf;
-}
-
-static void print_spread(const char *what, spread_t v, int unit)
-{
-    char lo[RS_UNITS_TEXT_MAX], mid[RS_UNITS_TEXT_MAX], hi[RS_UNITS_TEXT_MAX];
-    printf("  %-26s min %s  median %s  max %s\n", what,
-           spread_value(lo, sizeof(lo), v.min, unit),
-           spread_value(mid, sizeof(mid), v.median, unit),
-           spread_value(hi, sizeof(hi), v.max, unit));
-}
-
-static void print_summary(const sim_args_t *a, const sim_t *s)
-{
-    totals_t t = totals(a, s);
-    uint64_t fan_max = 0, fan_sum = 0, fan_n = 0;
-    for (size_t k = 0; k < s->nsess; k++) {
-        if (s->fan_out[k] == 0)
-            continue;
-        fan_n++;
-        fan_sum += s->fan_out[k];
-        fan_max = s->fan_out[k] > fan_max ? s->fan_out[k] : fan_max;
-    }
-    printf("reshard simulate: %s\n", rs_model_config(s->model)->model_type);
-    char b1[RS_UNITS_TEXT_MAX], b2[RS_UNITS_TEXT_MAX], rate[RS_UNITS_TEXT_MAX];
-    printf("  model                      %llu parameters, %s\n",
-           (unsigned long long)rs_model_num_params(s->model),
-           rs_format_bytes(b1, sizeof(b1), rs_model_num_bytes(s->model)));
-    printf("  trainer ranks              %lld (%s)\n", (long long)s->train.world,
-           a->train);
-    printf("  inference ranks            %lld (%s)\n", (long long)s->infer.world,
-           a->infer);
-    printf("  planning                   %.3f s total\n", s->plan_seconds);
-    print_spread("planning per rank",
-                 spread(s, offsetof(receiver_t, plan_seconds), 1), AS_SECONDS);
-    print_spread("bytes per receiver", spread(s, offsetof(receiver_t, bytes), 0),
-                 AS_BYTES);
-    print_spread("descriptors per receiver",
-                 spread(s, offsetof(receiver_t, descriptors), 0), AS_COUNT);
-    print_spread("sources per receiver",
-                 spread(s, offsetof(receiver_t, sources), 0), AS_COUNT);
-    printf("  receivers per source       mean %.2f  max %llu\n",
-           fan_n ? (double)fan_sum / (double)fan_n : 0.0,
-           (unsigned long long)fan_max);
-    printf("  bytes served per trainer   max %s  mean %s  (imbalance %.3f)\n",
-           rs_format_bytes(b1, sizeof(b1), t.max_served),
-           rs_format_bytes(b2, sizeof(b2), (uint64_t)t.mean_served),
-           t.imbalance);
-    printf("  redundant bytes            %s\n",
-           rs_format_bytes(b1, sizeof(b1), s->redundant));
-    printf("  extra wire bytes           %s (full pulls trading bytes for "
-           "descriptors)\n", rs_format_bytes(b1, sizeof(b1), s->extra_wire));
-    printf("  wire lower bound           %.6f s at %s per rank (--nic-gbps "
-           "%.0f)\n", t.wire_bound,
-           rs_format_rate(rate, sizeof(rate), a->nic_gbps * 1e9 / 8),
-           a->nic_gbps);
-    if (s->coverage_ok)
-        printf("  coverage                   every rank complete (vocab padding "
-               "excepted)\n");
-    else
-        printf("  coverage                   FAILED: %s\n", s->first_problem);
+    if (p->shown)
+        fputc('\n', stderr);
 }
 
 static void sim_free(sim_t *s)
@@ -525,14 +435,22 @@ int rs_cli_simulate(int argc, char **argv)
         rc = load(&a, &s);
     if (rc == RS_CLI_OK)
         rc = emit_tables(&a, &s);
-    for (int64_t r = 0; rc == RS_CLI_OK && r < s.infer.world; r++)
+    progress_t prog;
+    progress_init(&prog, a.progress);
+    for (int64_t r = 0; rc == RS_CLI_OK && r < s.infer.world; r++) {
         rc = plan_rank(&a, &s, r);
+        if (rc == RS_CLI_OK)
+            progress_rank(&prog, r + 1, s.infer.world);
+    }
+    progress_end(&prog);
     if (rc == RS_CLI_OK) {
         if (a.json)
-            print_json(&a, &s);
+            rs_sim_print_json(&a, &s);
         else
-            print_summary(&a, &s);
-        rc = s.coverage_ok ? RS_CLI_OK : RS_CLI_INCOMPLETE;
+            rs_sim_print_summary(&a, &s);
+        rs_sim_note_unfit(&s);
+        rc = s.coverage_ok && rs_sim_num_unfit(&s) == 0 ? RS_CLI_OK
+                                                         : RS_CLI_INCOMPLETE;
     }
     sim_free(&s);
     return rc;

@@ -1,8 +1,8 @@
 /* Tests of model manifests: every bundled config loads, parameter counts
  * match both the published totals (within 1%) and a closed-form count
  * written independently here, exact names and shapes of chosen tensors,
- * checkpoint order, tied heads, the name index, and errors naming the file
- * and the key. */
+ * checkpoint order, tied heads, the name index, quantization_config read
+ * and refused field by field, and errors naming the file and the key. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -618,6 +618,111 @@ static void test_variants(void **state)
     rs_model_destroy(m);
 }
 
+/* tiny-llama with a quantization_config given as JSON text. */
+static json_t *with_quant(const char *quant_json)
+{
+    json_error_t err;
+    json_t *q = json_loads(quant_json, 0, &err);
+    if (q == NULL)
+        fail_msg("bad test JSON %s: %s", quant_json, err.text);
+    return with("tiny-llama.json", "quantization_config", q);
+}
+
+static void test_quantization(void **state)
+{
+    (void)state;
+    rs_diag_t d;
+    rs_model_h m = NULL;
+
+    /* The FP8 block config DeepSeek-V3 and Kimi-K2 ship, as bundled. */
+    static const char *const fp8[] = {"deepseek-v3.json", "kimi-k2.json"};
+    for (size_t i = 0; i < 2; i++) {
+        m = load(fp8[i]);
+        const rs_model_quant_t *q = rs_model_quantization(m);
+        assert_non_null(q);
+        assert_int_equal(q->method, RS_QUANT_FP8);
+        assert_string_equal(q->method_name, "fp8");
+        assert_string_equal(q->fmt, "e4m3");
+        assert_int_equal(q->weight_dtype, RS_DTYPE_F8E4M3);
+        assert_string_equal(q->activation_scheme, "dynamic");
+        assert_int_equal(q->weight_block[0], 128);
+        assert_int_equal(q->weight_block[1], 128);
+        /* the manifest stays in the config's dtype */
+        assert_int_equal(rs_model_config(m)->dtype, RS_DTYPE_BF16);
+        rs_model_destroy(m);
+    }
+    m = load("llama-3.1-8b.json");
+    assert_null(rs_model_quantization(m));
+    rs_model_destroy(m);
+    assert_null(rs_model_quantization(NULL));
+
+    /* Defaults: e4m3, dynamic, one scale per tensor; null is "none". */
+    assert_int_equal(load_json(with_quant("{\"quant_method\": \"fp8\", "
+                                          "\"fmt\": \"e5m2\", "
+                                          "\"modules_to_not_convert\": "
+                                          "[\"lm_head\", \"gate\"]}"),
+                               &d, &m), RS_OK);
+    const rs_model_quant_t *q = rs_model_quantization(m);
+    assert_non_null(q);
+    assert_int_equal(q->weight_dtype, RS_DTYPE_F8E5M2);
+    assert_string_equal(q->activation_scheme, "dynamic");
+    assert_int_equal(q->weight_block[0], 0);
+    assert_int_equal(q->weight_block[1], 0);
+    assert_int_equal(q->modules_not_converted, 2);
+    rs_model_destroy(m);
+    assert_int_equal(load_json(with("tiny-llama.json", "quantization_config",
+                                    json_null()), &d, &m), RS_OK);
+    assert_null(rs_model_quantization(m));
+    rs_model_destroy(m);
+}
+
+static void test_quantization_errors(void **state)
+{
+    (void)state;
+    expect_error(with("tiny-llama.json", "quantization_config",
+                      json_string("fp8")), RS_ERR_INPUT,
+                 "quantization_config", "expected an object");
+    expect_error(with_quant("{\"fmt\": \"e4m3\"}"), RS_ERR_INPUT,
+                 "quantization_config.quant_method", "missing");
+    expect_error(with_quant("{\"quant_method\": 8}"), RS_ERR_INPUT,
+                 "quantization_config.quant_method", "expected a string");
+    expect_error(with_quant("{\"quant_method\": \"gptq\", \"bits\": 4}"),
+                 RS_ERR_UNSUPPORTED, "quantization_config.quant_method",
+                 "\"gptq\"");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", \"fmt\": \"e3m4\"}"),
+                 RS_ERR_INPUT, "quantization_config.fmt", "\"e3m4\"");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", \"fmt\": 1}"),
+                 RS_ERR_INPUT, "quantization_config.fmt", "expected a string");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", "
+                            "\"activation_scheme\": \"lazy\"}"),
+                 RS_ERR_INPUT, "quantization_config.activation_scheme",
+                 "\"lazy\"");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", "
+                            "\"weight_block_size\": 128}"),
+                 RS_ERR_INPUT, "quantization_config.weight_block_size",
+                 "expected an array");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", "
+                            "\"weight_block_size\": [128]}"),
+                 RS_ERR_INPUT, "quantization_config.weight_block_size",
+                 "two integers");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", "
+                            "\"weight_block_size\": [128, 0]}"),
+                 RS_ERR_INPUT, "quantization_config.weight_block_size[1]",
+                 "at least 1");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", "
+                            "\"weight_block_size\": [128, \"x\"]}"),
+                 RS_ERR_INPUT, "quantization_config.weight_block_size[1]",
+                 "integer");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", "
+                            "\"weight_block_size\": [128, 2097152]}"),
+                 RS_ERR_INPUT, "quantization_config.weight_block_size",
+                 "maximum");
+    expect_error(with_quant("{\"quant_method\": \"fp8\", "
+                            "\"modules_to_not_convert\": [\"a\", 3]}"),
+                 RS_ERR_INPUT, "quantization_config.modules_to_not_convert[1]",
+                 "expected a string");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -631,6 +736,8 @@ int main(void)
         cmocka_unit_test(test_model_type),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_variants),
+        cmocka_unit_test(test_quantization),
+        cmocka_unit_test(test_quantization_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,80 @@
+/* `reshard simulate`'s state, shared by its three files: simulate.c (options,
+ * loading, planning every rank, progress), simulate_report.c (the human
+ * summary) and simulate_json.c (the reshard.simulate.v1 report). */
+#ifndef RESHARD_TOOLS_SIMULATE_H
+#define RESHARD_TOOLS_SIMULATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cli.h"
+#include "reshard_layout/layout.h"
+#include "reshard_layout/model.h"
+
+#define RS_SIM_SCHEMA "reshard.simulate.v1"
+#define RS_SIM_DEFAULT_DEVICE_GIB 80.0
+
+enum { RS_SIM_PROGRESS_AUTO = 0, RS_SIM_PROGRESS_ON, RS_SIM_PROGRESS_OFF };
+
+typedef struct sim_args {
+    const char *model, *train, *infer, *emit;
+    double nic_gbps;
+    double device_gib;      /* --device-memory */
+    uint64_t max_segments;
+    int json;
+    int progress;           /* RS_SIM_PROGRESS_* */
+    int cut_aligned;        /* --cut-aligned */
+} sim_args_t;
+
+/* One inference rank: what it holds and what its plan moves. */
+typedef struct receiver {
+    int64_t rank;
+    uint64_t bytes;         /* on the wire (rs_plan_stats_t.bytes_planned) */
+    uint64_t needed;        /* the copies' bytes (needed_bytes) */
+    uint64_t descriptors, sources, padding, uncovered, unbounded;
+    uint64_t param_bytes;   /* the capture's parameters */
+    uint64_t staging_bytes; /* the plan's full pulls and converts */
+    double plan_seconds, est_seconds;
+    int coverage_ok;
+} receiver_t;
+
+typedef struct sim {
+    rs_model_h model;
+    rs_layout_t train, infer;
+    rs_sources_h sources;
+    rs_cuts_h cuts;        /* --cut-aligned: what the tables are split at */
+    rs_transport_h transport;
+    receiver_t *recv;
+    size_t nsess;
+    char **names;          /* per trainer session (plan session order) */
+    uint64_t *served;      /* bytes per trainer session */
+    uint64_t *fan_out;     /* receivers per trainer session */
+    uint64_t redundant;    /* destination bytes read more than once */
+    uint64_t extra_wire;   /* bytes pulled beyond those installed (full pulls) */
+    uint64_t device_bytes; /* --device-memory in bytes */
+    double plan_seconds;
+    int coverage_ok;
+    char first_problem[512];
+} sim_t;
+
+/* A rank's memory: its parameters and its plan's staging, which live side
+ * by side while it refits. */
+uint64_t rs_sim_memory(const receiver_t *r);
+int rs_sim_fits(const sim_t *s, const receiver_t *r);
+/* How many ranks do not fit in s->device_bytes. */
+int64_t rs_sim_num_unfit(const sim_t *s);
+
+/* Cross-rank figures both reports print. */
+typedef struct sim_totals {
+    double imbalance, wire_bound, mean_served, est_max;
+    uint64_t max_served, max_in, serving, padding, unbounded, needed;
+} sim_totals_t;
+sim_totals_t rs_sim_totals(const sim_args_t *a, const sim_t *s);
+
+/* The reports, on stdout; the note on stderr names the ranks that do not
+ * fit (nothing when all do). */
+void rs_sim_print_summary(const sim_args_t *a, const sim_t *s);
+void rs_sim_print_json(const sim_args_t *a, const sim_t *s);
+void rs_sim_note_unfit(const sim_t *s);
+
+#endif
