@@ -6,7 +6,10 @@
  * number of descriptors one (tensor, receiver, publisher) takes, the wire
  * lower bound, the size of the tables and the time to derive the cuts.
  * usage: cuts_bench [SOURCE_DIR] [SCENARIO_INDEX] (default: ".", all) */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie */
+#endif
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
