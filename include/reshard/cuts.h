@@ -75,6 +75,11 @@ RS_API size_t rs_cuts_num_tensors(rs_cuts_h cuts);
 /* The name of tensor `index` (in name order, strcmp), NULL past the end;
  * valid until the set is destroyed. */
 RS_API const char *rs_cuts_tensor(rs_cuts_h cuts, size_t index);
+/* The full shape the set holds for `tensor` (*ndim_p entries), or NULL
+ * (*ndim_p = -1) when it does not hold the tensor. Valid until the set is
+ * destroyed. Cost: a hash of the name. */
+RS_API const int64_t *rs_cuts_shape(rs_cuts_h cuts, const char *tensor,
+                                    int *ndim_p);
 /* The cuts of dim `dim` of `tensor`, sorted and strictly inside
  * (0, shape[dim]); NULL with *count_p = 0 when there are none (or the set
  * does not hold the tensor, or dim is out of its range). Valid until the

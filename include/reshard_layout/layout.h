@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "reshard/capture.h"
+#include "reshard/cuts.h"
 #include "reshard_layout/model.h"
 #include "reshard/sources.h"
 #include "reshard/status.h"
@@ -56,17 +57,43 @@ RS_API rs_status_t rs_layout_trainer_shards(rs_model_h model,
                                             int64_t rank, rs_shard_cb cb,
                                             void *ctx, rs_diag_t *diag);
 
-/* Adds every shard of every trainer rank to `sources`. */
+/* Cut-aligned tables (docs/design.md, "Cut-aligned publishing"): as
+ * rs_layout_trainer_shards, with every shard published as its sub-boxes
+ * at `cuts` (rs_cuts_split, in row-major order of the grid), each a
+ * row-major box of its own, laid one after another from where the whole
+ * shard would start, each on a 64-byte boundary, as a publisher's arena
+ * stages them. NULL cuts, or a tensor
+ * the set does not hold, publishes whole shards. RS_ERR_INPUT when the set
+ * holds a tensor with another shape than the model's. The set is only
+ * read. Cost: the sub-boxes, one callback each. */
+RS_API rs_status_t rs_layout_trainer_shards_cut(rs_model_h model,
+                                                const rs_layout_t *layout,
+                                                int64_t rank, rs_cuts_h cuts,
+                                                rs_shard_cb cb, void *ctx,
+                                                rs_diag_t *diag);
+
+/* Adds every shard of every trainer rank to `sources` (all or nothing). */
 RS_API rs_status_t rs_layout_publish_all(rs_model_h model,
                                          const rs_layout_t *layout,
                                          rs_sources_h sources,
                                          rs_diag_t *diag);
+/* As rs_layout_publish_all with cut-aligned tables (NULL cuts: whole). */
+RS_API rs_status_t rs_layout_publish_all_cut(rs_model_h model,
+                                             const rs_layout_t *layout,
+                                             rs_cuts_h cuts,
+                                             rs_sources_h sources,
+                                             rs_diag_t *diag);
 
 /* Writes trainer `rank`'s mx.reshard.shard_table.v1 blob. */
 RS_API rs_status_t rs_layout_write_table(rs_model_h model,
                                          const rs_layout_t *layout,
                                          int64_t rank, FILE *out,
                                          rs_diag_t *diag);
+/* As rs_layout_write_table with cut-aligned tables (NULL cuts: whole). */
+RS_API rs_status_t rs_layout_write_table_cut(rs_model_h model,
+                                             const rs_layout_t *layout,
+                                             int64_t rank, rs_cuts_h cuts,
+                                             FILE *out, rs_diag_t *diag);
 
 /* The capture inference `rank` records under a vllm layout: fused qkv and
  * gate_up, vocab-parallel embedding and head padded to a multiple of 64 per
@@ -76,6 +103,15 @@ RS_API rs_status_t rs_layout_capture(rs_model_h model,
                                      const rs_layout_t *layout, int64_t rank,
                                      rs_diag_t *diag, rs_capture_h *capture_p,
                                      uint64_t *padding_bytes_p);
+
+/* The cuts every inference rank of a vllm layout reads: the union over
+ * ranks of rs_cuts_add_capture of rs_layout_capture, a new set owned by
+ * the caller (*cuts_p set only on success). What receivers of that layout
+ * announce, and what cut-aligned trainer tables are split at. Errors as
+ * rs_layout_capture's; RS_ERR_NO_MEMORY. Cost: one capture per rank. */
+RS_API rs_status_t rs_layout_infer_cuts(rs_model_h model,
+                                        const rs_layout_t *infer,
+                                        rs_diag_t *diag, rs_cuts_h *cuts_p);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,16 @@ rs_status_t rs_layout_trainer_shards(rs_model_h model,
                                      rs_shard_cb cb, void *ctx,
                                      rs_diag_t *diag)
 {
+    return rs_layout_trainer_shards_cut(model, layout, rank, NULL, cb, ctx,
+                                        diag);
+}
+
+rs_status_t rs_layout_trainer_shards_cut(rs_model_h model,
+                                         const rs_layout_t *layout,
+                                         int64_t rank, rs_cuts_h cuts,
+                                         rs_shard_cb cb, void *ctx,
+                                         rs_diag_t *diag)
+{
     rs_trainer_plan_t plan;
     rs_status_t st;
 
@@ -16,6 +26,7 @@ rs_status_t rs_layout_trainer_shards(rs_model_h model,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
     if ((st = rs__trainer_plan_init(&plan, model, layout, diag)) != RS_OK)
         return st;
+    plan.cuts = cuts;
     st = rs__trainer_plan_walk(&plan, rank, cb, ctx, diag);
     rs__trainer_plan_free(&plan);
     return st;
@@ -52,6 +63,14 @@ static rs_status_t publish_rank(const rs_trainer_plan_t *plan, int64_t rank,
 rs_status_t rs_layout_publish_all(rs_model_h model, const rs_layout_t *layout,
                                   rs_sources_h sources, rs_diag_t *diag)
 {
+    return rs_layout_publish_all_cut(model, layout, NULL, sources, diag);
+}
+
+rs_status_t rs_layout_publish_all_cut(rs_model_h model,
+                                      const rs_layout_t *layout,
+                                      rs_cuts_h cuts, rs_sources_h sources,
+                                      rs_diag_t *diag)
+{
     rs_trainer_plan_t plan;
     rs_sources_h scratch = NULL;
     publish_ctx_t p = {NULL, diag};
@@ -65,6 +84,7 @@ rs_status_t rs_layout_publish_all(rs_model_h model, const rs_layout_t *layout,
         rs__trainer_plan_free(&plan);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     }
+    plan.cuts = cuts;
     p.sources = scratch;
     for (int64_t r = 0; st == RS_OK && r < plan.layout.world; r++)
         st = publish_rank(&plan, r, &p);

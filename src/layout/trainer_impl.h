@@ -5,6 +5,7 @@
 #define RS_LAYOUT_TRAINER_IMPL_H
 
 #include <stdint.h>
+#include "reshard/cuts.h"
 #include "reshard_layout/layout.h"
 
 /* How megatron splits a tensor across the tp ranks of its stage. */
@@ -29,16 +30,21 @@ typedef struct rs_trainer_plan {
     rs_layout_t layout;          /* checked: world and dp filled */
     rs_trainer_tensor_t *tensors; /* per manifest tensor */
     size_t num_tensors;
+    /* Borrowed. When set, each shard is published as its sub-boxes at
+     * these cuts (rs_cuts_split), one after another from where the whole
+     * shard would start, each on a 64-byte boundary; NULL publishes whole
+     * shards. */
+    rs_cuts_h cuts;
 } rs_trainer_plan_t;
 
 /* Checks a copy of `layout` against the model (a trainer layout only) and
- * classifies every tensor. */
+ * classifies every tensor; cuts start NULL. */
 rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
                                   const rs_layout_t *layout, rs_diag_t *diag);
 void rs__trainer_plan_free(rs_trainer_plan_t *plan);
 
-/* Calls cb for every non-empty shard of `rank`, in manifest order, with its
- * packed address. */
+/* Calls cb for every non-empty shard of `rank` (or, with plan->cuts, every
+ * sub-box of one), in manifest order, with its packed address. */
 rs_status_t rs__trainer_plan_walk(const rs_trainer_plan_t *plan, int64_t rank,
                                   rs_shard_cb cb, void *ctx, rs_diag_t *diag);
 

@@ -132,6 +132,7 @@ rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
     plan->layout = l;
     plan->tensors = tensors;
     plan->num_tensors = n;
+    plan->cuts = NULL;
     return RS_OK;
 }
 

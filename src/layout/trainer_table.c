@@ -22,6 +22,14 @@ static rs_status_t put_shard(void *ctx, const rs_shard_desc_t *d)
 rs_status_t rs_layout_write_table(rs_model_h model, const rs_layout_t *layout,
                                   int64_t rank, FILE *out, rs_diag_t *diag)
 {
+    return rs_layout_write_table_cut(model, layout, rank, NULL, out, diag);
+}
+
+rs_status_t rs_layout_write_table_cut(rs_model_h model,
+                                      const rs_layout_t *layout, int64_t rank,
+                                      rs_cuts_h cuts, FILE *out,
+                                      rs_diag_t *diag)
+{
     rs_trainer_plan_t plan;
     table_ctx_t c = {NULL, RS_OK};
     rs_table_info_t info = {0};
@@ -32,6 +40,7 @@ rs_status_t rs_layout_write_table(rs_model_h model, const rs_layout_t *layout,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL output");
     if ((st = rs__trainer_plan_init(&plan, model, layout, diag)) != RS_OK)
         return st;
+    plan.cuts = cuts;
     rs_layout_trainer_session(rank, session, sizeof(session));
     info.agent_name = session;
     info.publisher_step = 0;

@@ -1,6 +1,8 @@
 /* The boxes one trainer rank holds under fsdp or megatron, and their packed
  * addresses: rank r's shards follow one another from (r + 1) << 44 in
- * manifest order, each starting on a 256-byte boundary. */
+ * manifest order, each starting on a 256-byte boundary; a cut-aligned
+ * shard's sub-boxes follow one another from there, each on a 64-byte
+ * boundary, as a publisher's arena stages them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +12,10 @@
 
 #define RANK_SPAN ((uint64_t)1 << 44)
 #define SHARD_ALIGN ((uint64_t)256)
+/* A cut-aligned shard's sub-boxes each start a fresh 64-byte line, as the
+ * publisher's arena slots do (src/refit/arena.c), so that runs the planner
+ * could merge across sub-boxes here would be merged there too. */
+#define SUB_BOX_ALIGN ((uint64_t)64)
 
 /* One rank's coordinates and where its next shard goes. */
 typedef struct walk {
@@ -145,23 +151,20 @@ static void fsdp_box(const walk_t *w, const rs_tensor_info_t *t, int64_t *off,
     shape[0] = rows - start < chunk ? rows - start : chunk;
 }
 
-/* Places a non-empty box at the rank's cursor and hands it to the callback. */
-static rs_status_t emit(walk_t *w, const rs_tensor_info_t *t,
-                        const int64_t *off, const int64_t *shape)
+/* Places a non-empty box at the rank's cursor and hands it to the
+ * callback; the caller aligns the cursor after it. */
+static rs_status_t place(walk_t *w, const rs_tensor_info_t *t,
+                         const int64_t *off, const int64_t *shape)
 {
     size_t elsize = rs_dtype_size(t->dtype);
     int64_t numel = 0, nbytes;
-    uint64_t end;
     rs_shard_desc_t d = {0};
 
     if (!rs__numel(shape, t->ndim, &numel) ||
         !rs__mul_i64(numel, (int64_t)elsize, &nbytes))
         return rs__diag_set(w->diag, RS_ERR_INPUT, "tensor '%s': shard size "
                             "overflows", t->name);
-    if (numel == 0)
-        return RS_OK;
-    end = w->cursor + (uint64_t)nbytes;
-    if ((uint64_t)nbytes > RANK_SPAN || end > w->limit)
+    if ((uint64_t)nbytes > RANK_SPAN || w->cursor + (uint64_t)nbytes > w->limit)
         return rs__diag_set(w->diag, RS_ERR_INPUT, "rank %lld: shards exceed "
                             "the rank's 2^44-byte address range at tensor '%s'",
                             (long long)w->rank, t->name);
@@ -175,8 +178,65 @@ static rs_status_t emit(walk_t *w, const rs_tensor_info_t *t,
     d.addr = w->cursor;
     d.offset = off;
     d.shape = shape;
-    w->cursor = (end + SHARD_ALIGN - 1) & ~(SHARD_ALIGN - 1);
+    w->cursor += (uint64_t)nbytes;
     return w->cb(w->ctx, &d);
+}
+
+typedef struct place_ctx {
+    walk_t *w;
+    const rs_tensor_info_t *t;
+} place_ctx_t;
+
+/* rs_cuts_box_fn: one sub-box of a cut-aligned shard. */
+static rs_status_t place_sub(void *ctx, const int64_t *off,
+                             const int64_t *shape)
+{
+    place_ctx_t *p = ctx;
+    rs_status_t st = place(p->w, p->t, off, shape);
+    p->w->cursor = (p->w->cursor + SUB_BOX_ALIGN - 1) & ~(SUB_BOX_ALIGN - 1);
+    return st;
+}
+
+/* Cuts from another model (a file, a directory record) must describe this
+ * tensor as the manifest does, or the sub-boxes would be nonsense. */
+static rs_status_t check_cut_shape(walk_t *w, const rs_tensor_info_t *t)
+{
+    int ndim;
+    char a[256], b[256];
+    const int64_t *held = rs_cuts_shape(w->plan->cuts, t->name, &ndim);
+    if (held == NULL ||
+        (ndim == t->ndim &&
+         (ndim == 0 || memcmp(held, t->shape, (size_t)ndim * 8) == 0)))
+        return RS_OK;
+    return rs__diag_set(w->diag, RS_ERR_INPUT, "tensor '%s': the cuts are for "
+                        "shape %s, the model has %s", t->name,
+                        rs__format_dims(a, sizeof(a), held, ndim),
+                        rs__format_dims(b, sizeof(b), t->shape, t->ndim));
+}
+
+/* Places a shard, whole or as its sub-boxes, then aligns the cursor so the
+ * next shard starts on a fresh SHARD_ALIGN boundary. */
+static rs_status_t emit(walk_t *w, const rs_tensor_info_t *t,
+                        const int64_t *off, const int64_t *shape)
+{
+    int64_t numel = 0;
+    rs_status_t st;
+
+    if (!rs__numel(shape, t->ndim, &numel))
+        return rs__diag_set(w->diag, RS_ERR_INPUT, "tensor '%s': shard size "
+                            "overflows", t->name);
+    if (numel == 0)
+        return RS_OK;
+    if (w->plan->cuts == NULL) {
+        st = place(w, t, off, shape);
+    } else {
+        place_ctx_t p = {w, t};
+        if ((st = check_cut_shape(w, t)) == RS_OK)
+            st = rs_cuts_split(w->plan->cuts, t->name, t->ndim, off, shape,
+                               place_sub, &p, w->diag);
+    }
+    w->cursor = (w->cursor + SHARD_ALIGN - 1) & ~(SHARD_ALIGN - 1);
+    return st;
 }
 
 static rs_status_t walk_tensor(walk_t *w, size_t i)

@@ -218,6 +218,14 @@ const char *rs_cuts_tensor(rs_cuts_h cuts, size_t index)
     return cuts->tensors[cuts->order[index]].name;
 }
 
+const int64_t *rs_cuts_shape(rs_cuts_h cuts, const char *tensor, int *ndim_p)
+{
+    const rs_cut_tensor_t *t =
+        cuts == NULL || tensor == NULL ? NULL : rs__cuts_find(cuts, tensor);
+    *ndim_p = t == NULL ? -1 : t->ndim;
+    return t == NULL ? NULL : t->shape;
+}
+
 const int64_t *rs_cuts_get(rs_cuts_h cuts, const char *tensor, int dim,
                            size_t *count_p)
 {

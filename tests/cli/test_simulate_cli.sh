@@ -2,7 +2,8 @@
 # CLI tests of `reshard simulate`: the --json report on tiny configs and on
 # Qwen2.5-0.5B (keys, parameter counts computed here from config.json,
 # bytes that add up, the wire-time bound, coverage), replica balance with
-# dp=4, --emit files that `reshard plan` plans completely (their captures
+# dp=4, --cut-aligned tables that serve exactly the bytes needed, --emit
+# files that `reshard plan` plans completely (their captures
 # declaring every source as published; captures emitted for another config
 # refused by name), errors, --help.
 # usage: bash test_simulate_cli.sh <reshard-binary> <source-dir>
@@ -228,6 +229,37 @@ simulate "tiny-moe megatron:tp=1,dp=4 -> vllm:tp=2,dp=2" "$MODELS/tiny-moe.json"
 if python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["imbalance"] < 1.5' "$TMP/out"
 then ok "tiny-moe dp=4 replicas: imbalance < 1.5"
 else bad "tiny-moe dp=4 replicas: imbalance $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["imbalance"])' "$TMP/out")"; fi
+
+# ---- --cut-aligned: trainer tables split at the inference ranks' cuts ------
+
+# fsdp's dim-0 shards serve tensor-parallel column slices only by full
+# pulls; split at the receivers' cuts they serve exactly the bytes needed,
+# and the emitted tables and captures plan to the same exact bytes.
+run simulate --model "$QWEN" --train fsdp:4 --infer vllm:tp=2 --json
+cp "$TMP/out" "$TMP/whole.json"
+run simulate --model "$QWEN" --train fsdp:4 --infer vllm:tp=2 --json \
+    --cut-aligned --emit "$TMP/emit-cut"
+expect_rc "qwen2.5-0.5b fsdp:4 -> vllm:tp=2 --cut-aligned" 0
+if python3 - "$TMP/whole.json" "$TMP/out" >"$TMP/pyout" 2>&1 <<'PYEOF'
+import json, sys
+whole, cut = (json.load(open(f)) for f in sys.argv[1:3])
+assert whole["extra_wire_bytes"] > 0, whole["extra_wire_bytes"]
+assert cut["extra_wire_bytes"] == 0, cut["extra_wire_bytes"]
+assert cut["coverage_ok"], cut
+for w, c in zip(whole["receivers"], cut["receivers"]):
+    assert w["bytes"] > w["needed_bytes"] == c["needed_bytes"] == c["bytes"], (w, c)
+PYEOF
+then ok "--cut-aligned: every receiver pulls exactly its needed bytes (whole shards: more)"
+else bad "--cut-aligned: figures"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
+run plan --capture "$TMP/emit-cut/captures/0.json" --json \
+    $(for f in "$TMP"/emit-cut/sources/*.json; do printf -- '--sources %s ' "$f"; done)
+if python3 - "$TMP/out" >"$TMP/pyout" 2>&1 <<'PYEOF'
+import json, sys
+st = json.load(open(sys.argv[1]))["stats"]
+assert st["bytes_planned"] == st["exact_bytes"] > 0, st
+PYEOF
+then ok "--cut-aligned --emit: reshard plan reads exactly the bytes needed"
+else bad "--cut-aligned --emit: plan"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
 
 # ---- --emit: tables and captures that reshard plan accepts ----------------
 

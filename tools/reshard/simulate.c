@@ -17,7 +17,7 @@
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
        OPT_MAX_SEGS, OPT_DEVICE_MEMORY, OPT_PROGRESS, OPT_NO_PROGRESS,
-       OPT_DESC };
+       OPT_DESC, OPT_CUT_ALIGNED };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -31,6 +31,7 @@ static const struct option long_opts[] = {
     {"descriptor-ns", required_argument, NULL, OPT_DESC},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -42,7 +43,7 @@ static void sim_usage(FILE *out)
         "                        [--nic-gbps G] [--descriptor-ns N]\n"
         "                        [--device-memory GIB] [--json]\n"
         "                        [--max-segments-per-copy N] [--emit DIR]\n"
-        "                        [--progress | --no-progress]\n"
+        "                        [--progress | --no-progress] [--cut-aligned]\n"
         "\n"
         "Plans every inference rank against the shard tables every trainer rank\n"
         "would publish (no bytes move), reports what the refit costs per rank\n"
@@ -68,6 +69,8 @@ static void sim_usage(FILE *out)
         "  --max-segments-per-copy N\n"
         "                   descriptor bound before a full pull (default from\n"
         "                   RESHARD_MAX_SEGMENTS_PER_COPY, else 64)\n"
+        "  --cut-aligned    trainer tables split at the cuts of every inference\n"
+        "                   rank's boxes, as a cut-aligned publisher stages them\n"
         "  --emit DIR       also write DIR/sources/<rank>.json (trainer tables)\n"
         "                   and DIR/captures/<rank>.json (inference captures)\n"
         "  --progress       a line on stderr per planned rank, from the start\n"
@@ -97,6 +100,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_INFER: a->infer = arg; break;
     case OPT_EMIT: a->emit = arg; break;
     case OPT_JSON: a->json = 1; break;
+    case OPT_CUT_ALIGNED: a->cut_aligned = 1; break;
     case OPT_MAX_SEGS:
         if (!rs_cli_parse_u64(arg, &a->max_segments) ||
             a->max_segments == 0 || a->max_segments > INT64_MAX)
@@ -173,8 +177,12 @@ static int load(const sim_args_t *a, sim_t *s)
         return fail_input(&diag, st, "--infer");
     if (s->infer.kind != RS_LAYOUT_VLLM)
         return usage_error("--infer takes a vllm layout, got '%s'", a->infer);
+    if (a->cut_aligned &&
+        (st = rs_layout_infer_cuts(s->model, &s->infer, &diag, &s->cuts)) != RS_OK)
+        return fail_input(&diag, st, "the inference layout's cuts");
     if ((st = rs_sources_create(&s->sources)) != RS_OK ||
-        (st = rs_layout_publish_all(s->model, &s->train, s->sources, &diag)) != RS_OK)
+        (st = rs_layout_publish_all_cut(s->model, &s->train, s->cuts,
+                                        s->sources, &diag)) != RS_OK)
         return fail_input(&diag, st, "publishing the trainer layout");
     if ((st = rs_transport_create(NULL, &diag, &s->transport)) != RS_OK)
         return fail_input(&diag, st, "transport");
@@ -216,8 +224,9 @@ static int emit_tables(const sim_args_t *a, sim_t *s)
         return RS_CLI_USAGE;
     for (int64_t r = 0; r < s->train.world; r++) {
         FILE *f = open_emit(a->emit, "sources", r);
-        rs_status_t st = f ? rs_layout_write_table(s->model, &s->train, r, f,
-                                                   &diag) : RS_ERR_IO;
+        rs_status_t st = f ? rs_layout_write_table_cut(s->model, &s->train, r,
+                                                       s->cuts, f, &diag)
+                           : RS_ERR_IO;
         if (f != NULL && fclose(f) != 0)
             st = RS_ERR_IO;
         if (st != RS_OK)
@@ -422,6 +431,7 @@ static void sim_free(sim_t *s)
     free(s->recv);
     rs_transport_destroy(s->transport);
     rs_sources_destroy(s->sources);
+    rs_cuts_destroy(s->cuts);
     rs_model_destroy(s->model);
 }
 

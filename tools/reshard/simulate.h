@@ -24,6 +24,7 @@ typedef struct sim_args {
     uint64_t max_segments;
     int json;
     int progress;           /* RS_SIM_PROGRESS_* */
+    int cut_aligned;        /* --cut-aligned */
 } sim_args_t;
 
 /* One inference rank: what it holds and what its plan moves. */
@@ -42,6 +43,7 @@ typedef struct sim {
     rs_model_h model;
     rs_layout_t train, infer;
     rs_sources_h sources;
+    rs_cuts_h cuts;        /* --cut-aligned: what the tables are split at */
     rs_transport_h transport;
     receiver_t *recv;
     size_t nsess;

@@ -56,6 +56,12 @@ static void test_add_sorted_unique(void **state)
     expect_cuts(c, "w", 1, NULL, 0);
     expect_cuts(c, "w", 2, NULL, 0);
     expect_cuts(c, "absent", 0, NULL, 0);
+    int nd = 0;
+    const int64_t *held = rs_cuts_shape(c, "w", &nd);
+    assert_int_equal(nd, 2);
+    assert_int_equal(held[1], 20);
+    assert_null(rs_cuts_shape(c, "absent", &nd));
+    assert_int_equal(nd, -1);
     ASSERT_ST(rs_cuts_add(c, "w", 2, shape, 0, 11, &d), RS_ERR_INVALID_ARG, d);
     ASSERT_ST(rs_cuts_add(c, "w", 2, shape, 0, -1, &d), RS_ERR_INVALID_ARG, d);
     ASSERT_ST(rs_cuts_add(c, "w", 2, shape, 2, 1, &d), RS_ERR_INVALID_ARG, d);
