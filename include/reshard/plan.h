@@ -37,7 +37,8 @@ typedef struct rs_plan *rs_plan_h;
 /* Planner options. Always start from rs_plan_params_init. */
 typedef struct rs_plan_params {
     size_t size; /* the caller's sizeof, set by rs_plan_params_init */
-    /* A copy needing more segments than this is a candidate for a full pull. */
+    /* A hard cap: a copy needing more exact runs than this is read through
+     * a staged box or a full pull whenever one is possible. */
     int64_t max_segments_per_copy;
     /* Glob patterns (fnmatch) over parameter names; NULL/0 = every parameter. */
     const char *const *only;
@@ -92,18 +93,35 @@ typedef struct rs_convert {
     size_t nsegments;
 } rs_convert_t;
 
-/* A source pulled whole into a row-major staging buffer, from which its
- * captured copies are replayed locally. */
+/* How a staged read's box was chosen (docs/design.md, "The cost model"). */
+typedef enum rs_staged_kind {
+    RS_STAGED_FULL = 0,      /* the whole source: a full pull */
+    RS_STAGED_COALESCED = 1, /* the copy's bounding box, widened in its inner
+                              * dims as far as the gaps it reads through are
+                              * cheaper to read than a descriptor */
+    RS_STAGED_BOUND = 2      /* the copy's bounding box widened in every dim
+                              * but the first to the shards it touches, so
+                              * that each shard's part is one run */
+} rs_staged_kind_t;
+
+/* A staged read: the box box_lo[d] .. box_lo[d] + box_shape[d] of a source
+ * read into a row-major staging buffer of box_shape, from which its
+ * captured copies are replayed locally (their op chains applied to the
+ * whole source, rebased on the box: every element they read lies inside
+ * it). A full pull is the staged read whose box is the whole source. */
 typedef struct rs_full_pull {
     const char *src;
     int ndim;
     const int64_t *global_shape;
     rs_dtype_t dtype;
-    uint64_t staging_bytes;
+    uint64_t staging_bytes; /* box elements * element size */
     const size_t *copies;  /* indices into the capture's copies */
     size_t ncopies;
-    const rs_segment_t *segments;
+    const rs_segment_t *segments; /* dst_byte: into the staging buffer */
     size_t nsegments;
+    const int64_t *box_lo;    /* ndim entries; all 0 for a full pull */
+    const int64_t *box_shape; /* ndim entries; global_shape for a full pull */
+    rs_staged_kind_t kind;
 } rs_full_pull_t;
 
 typedef struct rs_uncovered {
@@ -148,6 +166,8 @@ RS_API int rs_plan_is_complete(rs_plan_h plan);
 
 RS_API const rs_segment_t *rs_plan_segments(rs_plan_h plan, size_t *count_p);
 RS_API const rs_convert_t *rs_plan_converts(rs_plan_h plan, size_t *count_p);
+/* Every staged read (full pulls and staged boxes), in the order the
+ * planner made them. */
 RS_API const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p);
 RS_API const rs_uncovered_t *rs_plan_uncovered(rs_plan_h plan, size_t *count_p);
 RS_API size_t rs_plan_num_fallback(rs_plan_h plan);

@@ -308,6 +308,12 @@ typedef struct rs_receiver_params {
      * stable name ("vllm-tp2-rank0"): its record is then replaced instead
      * of left beside the old one (rs_dir_drop_cuts removes records). */
     const char *announce_as;
+    /* The planner's cost model (rs_plan_params_t): NIC rate in Gb/s and
+     * cost of one read descriptor in ns; defaults RS_PLAN_DEFAULT_NIC_GBPS
+     * and RS_PLAN_DEFAULT_DESCRIPTOR_NS; both must be positive and finite
+     * (the pull that plans refuses others with RS_ERR_INVALID_ARG). */
+    double nic_gbps;
+    double descriptor_ns;
 } rs_receiver_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the

@@ -86,6 +86,8 @@ class ReceiverParams(ctypes.Structure):
         ("notice_ctx", ctypes.c_void_p),
         ("announce_cuts", ctypes.c_int),
         ("announce_as", ctypes.c_char_p),
+        ("nic_gbps", ctypes.c_double),
+        ("descriptor_ns", ctypes.c_double),
     ]
 
 

@@ -10,6 +10,7 @@
 #include "core/diag.h"
 #include "exec/exec_impl.h"
 #include "geom/view.h"
+#include "geom/view_box.h"
 #include "core/convert.h"
 
 #define OOM(diag) rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory")
@@ -100,7 +101,19 @@ static rs_status_t dest_of(rs_exec_h x, size_t ci, rs_xcopy_t *xc,
     return RS_OK;
 }
 
-/* Replays copy ci's op chain over the source staging of a full pull. */
+/* The staged box of a read; a plan without one stages the whole source. */
+static rs_status_t staged_view(const rs_full_pull_t *fp, rs_view_t *v)
+{
+    int64_t lo[RS_MAX_DIMS] = {0};
+    return rs__view_init_box(v, fp->ndim, fp->global_shape,
+                             fp->box_lo != NULL ? fp->box_lo : lo,
+                             fp->box_shape != NULL ? fp->box_shape
+                                                   : fp->global_shape);
+}
+
+/* Replays copy ci's op chain over the staging of a staged read: the chain
+ * applied to the whole source, rebased on the staged box. Every element
+ * it reads must lie in the staging buffer. */
 static rs_status_t replay_program(rs_exec_h x, const rs_full_pull_t *fp,
                                   unsigned char *staging, size_t ci,
                                   rs_diag_t *diag)
@@ -109,20 +122,28 @@ static rs_status_t replay_program(rs_exec_h x, const rs_full_pull_t *fp,
     rs_view_t v;
     rs_xcopy_t xc;
     char why[256];
+    int64_t first, last;
+    size_t es = rs_dtype_size(fp->dtype);
 
     memset(&xc, 0, sizeof(xc));
     rs_capture_copy(x->cap, ci, &c);
-    rs_status_t st = rs__view_init(&v, fp->ndim, fp->global_shape);
+    rs_status_t st = staged_view(fp, &v);
     for (size_t i = 0; st == RS_OK && i < c.nops; i++)
         st = rs__view_apply(&v, &c.ops[i], why, sizeof(why));
     if (st != RS_OK || v.ndim != c.ndim)
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu of '%s': its ops "
-                            "no longer resolve against the full pull", ci,
+                            "no longer resolve against its staged read", ci,
                             fp->src);
+    int reads = rs__view_span(&v, &first, &last);
+    if (reads && (first < 0 || es == 0 ||
+                  (uint64_t)last >= fp->staging_bytes / es))
+        return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu of '%s' reads "
+                            "outside its staged box", ci, fp->src);
     if ((st = dest_of(x, ci, &xc, diag)) != RS_OK)
         return st;
     memcpy(xc.src_stride, v.stride, (size_t)v.ndim * sizeof(int64_t));
-    xc.src = staging + (size_t)v.offset * rs_dtype_size(fp->dtype);
+    /* an empty view reads nothing, and its offset may lie anywhere */
+    xc.src = staging + (reads ? (size_t)v.offset * es : 0);
     xc.from = fp->dtype;
     return RS_VEC_PUSH(x, replays, xc) ? RS_OK : OOM(diag);
 }

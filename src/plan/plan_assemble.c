@@ -1,6 +1,7 @@
 /* Assembly: per-copy segments become the plan's exact segments (merged
- * across copies where runs continue each other), converts and full-pull copy
- * lists; copies of fallback sources are dropped; then the stats. */
+ * across copies where runs continue each other), converts, and the staged
+ * reads the cost model kept with their copy lists; copies of fallback
+ * sources are dropped; then the stats, the model's estimate among them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,68 +73,142 @@ static rs_status_t add_uncovered(rs_planner_t *b, size_t ci,
     return RS_VEC_PUSH(b->plan, uncovered, u) ? RS_OK : OOM(b);
 }
 
-/* Sizes each full pull's copy list before filling it. */
-static rs_status_t alloc_full_pull_copies(rs_planner_t *b)
+/* One staged read of the plan from a stage the cost model kept, with room
+ * for the copies that read it. */
+static rs_status_t add_staged(rs_planner_t *b, const rs_pstage_t *ps,
+                              size_t ncopies)
 {
     rs_plan_h plan = b->plan;
-    size_t *counts = calloc(plan->full_pulls_len + 1, sizeof(size_t));
-    if (counts == NULL)
+    const rs_psrc_t *s = &b->psrc[ps->src];
+    const rs_src_tensor_t *t = s->tensor;
+    size_t dims = (size_t)t->ndim * sizeof(int64_t);
+    rs_full_pull_t fp;
+    uint64_t numel = 1;
+
+    memset(&fp, 0, sizeof(fp));
+    for (int d = 0; d < t->ndim; d++)
+        numel *= (uint64_t)ps->shape[d]; /* inside the checked source */
+    fp.src = s->name;
+    fp.ndim = t->ndim;
+    fp.global_shape = t->shape;
+    fp.dtype = t->dtype;
+    fp.staging_bytes = numel * t->elsize;
+    fp.kind = ps->kind;
+    /* (a 0-dim source has an empty box; the arena still returns room) */
+    fp.box_lo = rs__arena_memdup(&plan->arena, ps->lo, dims);
+    fp.box_shape = rs__arena_memdup(&plan->arena, ps->shape, dims);
+    fp.copies = rs__arena_alloc(&plan->arena, (ncopies + 1) * sizeof(size_t));
+    fp.nsegments = ps->segs.v_len;
+    fp.segments = rs__arena_memdup(&plan->arena, ps->segs.v,
+                                   ps->segs.v_len * sizeof(rs_segment_t));
+    if (fp.box_lo == NULL || fp.box_shape == NULL || fp.copies == NULL ||
+        fp.segments == NULL || !RS_VEC_PUSH(plan, full_pulls, fp))
         return OOM(b);
-    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
-        const rs_pcopy_t *pc = &b->copies[ci];
-        if (live(b, pc) && pc->kind == RS_PCOPY_EXACT &&
-            b->psrc[pc->src].full_pull >= 0)
-            counts[b->psrc[pc->src].full_pull]++;
-    }
-    for (size_t i = 0; i < plan->full_pulls_len; i++) {
-        plan->full_pulls[i].copies =
-            rs__arena_alloc(&plan->arena, (counts[i] + 1) * sizeof(size_t));
-        plan->full_pulls[i].ncopies = 0;
-        if (plan->full_pulls[i].copies == NULL) {
-            free(counts);
-            return OOM(b);
-        }
-    }
-    free(counts);
     return RS_OK;
 }
 
-static rs_status_t place_copy(rs_planner_t *b, size_t ci)
+/* The stages that some copy reads become the plan's staged reads, in the
+ * order the planner made them; *index_p maps a stage to its read. */
+static rs_status_t add_stages(rs_planner_t *b, long **index_p)
+{
+    size_t n = b->stages_len;
+    size_t *counts = calloc(n + 1, sizeof(size_t));
+    long *index = malloc((n + 1) * sizeof(long));
+    rs_status_t st = RS_OK;
+    if (counts == NULL || index == NULL) {
+        free(counts);
+        free(index);
+        return OOM(b);
+    }
+    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
+        const rs_pcopy_t *pc = &b->copies[ci];
+        if (live(b, pc) && pc->kind == RS_PCOPY_EXACT && pc->stage >= 0)
+            counts[pc->stage]++;
+    }
+    for (size_t k = 0; k < n && st == RS_OK; k++) {
+        index[k] = counts[k] > 0 ? (long)b->plan->full_pulls_len : -1;
+        if (counts[k] > 0)
+            st = add_staged(b, &b->stages[k], counts[k]);
+    }
+    free(counts);
+    if (st != RS_OK) {
+        free(index);
+        return st;
+    }
+    *index_p = index;
+    return RS_OK;
+}
+
+/* A source whose copy needs more runs than the cap and still reads them
+ * exactly (nothing else can read it) is listed once as unbounded. */
+static rs_status_t note_unbounded(rs_planner_t *b, const rs_pcopy_t *pc)
+{
+    rs_psrc_t *s = &b->psrc[pc->src];
+    if (pc->seg_end - pc->seg_begin <=
+            (uint64_t)b->params->max_segments_per_copy || s->listed_unbounded)
+        return RS_OK;
+    s->listed_unbounded = 1;
+    return RS_VEC_PUSH(b->plan, unbounded, s->name) ? RS_OK : OOM(b);
+}
+
+static rs_status_t place_copy(rs_planner_t *b, size_t ci, const long *index)
 {
     const rs_pcopy_t *pc = &b->copies[ci];
     rs_status_t st = RS_OK;
-    long fp = b->psrc[pc->src].full_pull;
 
     if (pc->missing > 0 && (st = add_uncovered(b, ci, pc)) != RS_OK)
         return st;
     if (pc->kind == RS_PCOPY_CONVERT)
         return add_convert(b, ci, pc);
-    if (fp >= 0) {
-        rs_full_pull_t *f = &b->plan->full_pulls[fp];
+    if (pc->stage >= 0) {
+        rs_full_pull_t *f = &b->plan->full_pulls[index[pc->stage]];
         ((size_t *)f->copies)[f->ncopies++] = ci;
         return RS_OK;
     }
+    if ((st = note_unbounded(b, pc)) != RS_OK)
+        return st;
     return append_exact(b, pc);
 }
 
-static void tally(rs_plan_h plan, const rs_segment_t *s, size_t n)
+static void tally(rs_plan_h plan, const rs_segment_t *s, size_t n,
+                  uint64_t *descs)
 {
     for (size_t i = 0; i < n; i++) {
         plan->session_bytes[s[i].session] += s[i].nbytes;
         plan->stats.bytes_planned += s[i].nbytes;
+        descs[s[i].session]++;
     }
     plan->stats.descriptor_count += n;
 }
 
-static void compute_stats(rs_planner_t *b)
+/* The model's time of the plan as built: its most loaded session's. */
+static double plan_seconds(const rs_planner_t *b, const uint64_t *descs)
+{
+    double worst = 0;
+    for (size_t i = 0; i < b->plan->nsessions; i++) {
+        double t = rs__cost_seconds(b->params, b->plan->session_bytes[i],
+                                    descs[i]);
+        worst = t > worst ? t : worst;
+    }
+    return worst;
+}
+
+static rs_status_t compute_stats(rs_planner_t *b)
 {
     rs_plan_h plan = b->plan;
     rs_plan_stats_t *st = &plan->stats;
-    tally(plan, plan->segments, plan->segments_len);
+    uint64_t *descs = calloc(plan->nsessions + 1, sizeof(uint64_t));
+    if (descs == NULL)
+        return OOM(b);
+    tally(plan, plan->segments, plan->segments_len, descs);
     for (size_t i = 0; i < plan->converts_len; i++)
-        tally(plan, plan->converts[i].segments, plan->converts[i].nsegments);
+        tally(plan, plan->converts[i].segments, plan->converts[i].nsegments,
+              descs);
     for (size_t i = 0; i < plan->full_pulls_len; i++)
-        tally(plan, plan->full_pulls[i].segments, plan->full_pulls[i].nsegments);
+        tally(plan, plan->full_pulls[i].segments, plan->full_pulls[i].nsegments,
+              descs);
+    st->est_seconds = plan_seconds(b, descs);
+    free(descs);
     for (size_t i = 0; i < b->cap->copies_len; i++) {
         const rs_pcopy_t *pc = &b->copies[i];
         if (!live(b, pc))
@@ -150,6 +225,7 @@ static void compute_stats(rs_planner_t *b)
         ? st->bytes_planned - st->exact_bytes : 0;
     for (size_t i = 0; i < plan->nsessions; i++)
         st->nsessions_used += plan->session_bytes[i] > 0;
+    return RS_OK;
 }
 
 static int cmp_shard_ref(const void *a, const void *b)
@@ -188,14 +264,16 @@ static rs_status_t list_shards(rs_planner_t *b)
 
 rs_status_t rs__planner_assemble(rs_planner_t *b)
 {
-    rs_status_t st = alloc_full_pull_copies(b);
+    long *index = NULL;
+    rs_status_t st = add_stages(b, &index);
     if (st == RS_OK)
         st = list_shards(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
         if (live(b, &b->copies[ci]))
-            st = place_copy(b, ci);
+            st = place_copy(b, ci, index);
     }
+    free(index);
     if (st == RS_OK)
-        compute_stats(b);
+        st = compute_stats(b);
     return st;
 }

@@ -1,7 +1,8 @@
 /* The planner's main pass: sources whose published shape or dtype differs
  * from what the capture declares are refused, then every selected copy is
  * resolved to a box of its source and walked into per-copy segments; a
- * rejected copy sends its whole source to fallback. Also the builder's
+ * rejected copy sends its whole source to fallback; then the cost model
+ * chooses how each copy is read (plan_cost.c). Also the builder's
  * set-up and tear-down. */
 #include <fnmatch.h>
 #include <stdio.h>
@@ -62,6 +63,9 @@ void rs__planner_free(rs_planner_t *b)
     free(b->copies);
     free(b->tmp.v);
     free(b->load);
+    for (size_t i = 0; i < b->stages_len; i++)
+        free(b->stages[i].segs.v);
+    free(b->stages);
 }
 
 rs_plan_h rs__planner_take(rs_planner_t *b)
@@ -94,7 +98,7 @@ static rs_status_t psrc_for(rs_planner_t *b, const char *name, uint32_t *id_p)
         *id_p = id;
         return RS_OK;
     }
-    rs_psrc_t s = {name, rs__sources_find(b->srcs, name), NULL, 0, 0, -1};
+    rs_psrc_t s = {name, rs__sources_find(b->srcs, name), NULL, 0, 0, -1, 0};
     id = (uint32_t)b->psrc_len;
     if (!RS_VEC_PUSH(b, psrc, s) || !rs__strmap_put(&b->psrc_index, name, id))
         return OOM(b);
@@ -333,7 +337,7 @@ rs_status_t rs__planner_run(rs_planner_t *b)
         }
     }
     if (st == RS_OK)
-        st = rs__planner_full_pulls(b);
+        st = rs__planner_choose(b);
     if (st == RS_OK)
         st = rs__planner_assemble(b);
     return st;

@@ -251,6 +251,21 @@ static void write_converts(plan_out_t *o)
     jw_lit(o->w, "]");
 }
 
+static const char *staged_kind_name(rs_staged_kind_t k)
+{
+    return k == RS_STAGED_COALESCED ? "coalesced"
+           : k == RS_STAGED_BOUND   ? "bound"
+                                    : "full";
+}
+
+/* Seconds as a JSON number: %.9g round-trips what the model needs. */
+static void jw_seconds(jw_t *w, double v)
+{
+    char tmp[40];
+    int n = snprintf(tmp, sizeof(tmp), "%.9g", v);
+    jw_raw(w, tmp, (size_t)n);
+}
+
 static void put_full_pull(plan_out_t *o, const rs_full_pull_t *f)
 {
     jw_t *w = o->w;
@@ -260,6 +275,14 @@ static void put_full_pull(plan_out_t *o, const rs_full_pull_t *f)
     put_dims(w, f->global_shape, f->ndim);
     jw_lit(w, ", \"dtype\": ");
     jw_str(w, rs_dtype_name(f->dtype));
+    jw_lit(w, ",\n   \"kind\": ");
+    jw_str(w, staged_kind_name(f->kind));
+    jw_lit(w, ", \"box_lo\": ");
+    put_dims(w, f->box_lo, f->ndim);
+    jw_lit(w, ", \"box_shape\": ");
+    put_dims(w, f->box_shape, f->ndim);
+    jw_lit(w, ", \"staging_bytes\": ");
+    jw_u64(w, f->staging_bytes);
     jw_lit(w, ",\n   \"copies\": [");
     for (size_t i = 0; i < f->ncopies; i++) {
         if (i > 0)
@@ -392,6 +415,11 @@ static int write_stats(plan_out_t *o)
     PUT_STAT(w, "exact_bytes", st.exact_bytes);
     PUT_STAT(w, "descriptor_savings", st.descriptor_savings);
     PUT_STAT(w, "extra_wire_bytes", st.extra_wire_bytes);
+    PUT_STAT(w, "needed_bytes", st.needed_bytes);
+    jw_lit(w, ",\n  \"est_seconds\": ");
+    jw_seconds(w, st.est_seconds);
+    jw_lit(w, ",\n  \"exact_est_seconds\": ");
+    jw_seconds(w, st.exact_est_seconds);
     jw_lit(w, ",\n  \"sessions\": [");
     for (size_t i = 0; i < n; i++) {
         if (i > 0)

@@ -67,6 +67,15 @@ static size_t staging_segments(rs_plan_h plan, int full_pulls)
     return total;
 }
 
+static size_t count_kind(rs_plan_h plan, rs_staged_kind_t kind)
+{
+    size_t n, k = 0;
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    for (size_t i = 0; i < n; i++)
+        k += fp[i].kind == kind;
+    return k;
+}
+
 static void print_counts(rs_plan_h plan, FILE *out)
 {
     size_t nseg, nconv, nfull;
@@ -84,7 +93,31 @@ static void print_counts(rs_plan_h plan, FILE *out)
                  "%zu into full-pull staging\n",
             nseg, staging_segments(plan, 0), staging_segments(plan, 1));
     fprintf(out, "  converts            %zu\n", nconv);
-    fprintf(out, "  full pulls          %zu\n", nfull);
+    fprintf(out, "  full pulls          %zu (of %zu staged reads)\n",
+            count_kind(plan, RS_STAGED_FULL), nfull);
+}
+
+static const char *const kind_names[] = {"full", "coalesced", "bound"};
+
+/* The first staged reads, each with its box, bytes and copies. */
+static void print_staged(rs_plan_h plan, FILE *out)
+{
+    size_t n;
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    char buf[64];
+    for (size_t i = 0; i < n && i < SUMMARY_EXAMPLES; i++) {
+        fmt_bytes(buf, sizeof(buf), fp[i].staging_bytes);
+        fputs("    ", out);
+        put_name(out, fp[i].src);
+        fprintf(out, " %s [", kind_names[fp[i].kind <= 2 ? fp[i].kind : 0]);
+        for (int d = 0; d < fp[i].ndim; d++)
+            fprintf(out, "%s%" PRId64 ":%" PRId64, d ? ", " : "",
+                    fp[i].box_lo[d], fp[i].box_lo[d] + fp[i].box_shape[d]);
+        fprintf(out, "] %s, %zu runs, %zu copies\n", buf, fp[i].nsegments,
+                fp[i].ncopies);
+    }
+    if (n > SUMMARY_EXAMPLES)
+        fprintf(out, "    and %zu more\n", n - SUMMARY_EXAMPLES);
 }
 
 static void print_bytes(rs_plan_h plan, FILE *out)
@@ -97,8 +130,11 @@ static void print_bytes(rs_plan_h plan, FILE *out)
     fmt_bytes(exact, sizeof(exact), st.exact_bytes);
     fmt_bytes(extra, sizeof(extra), st.extra_wire_bytes);
     fprintf(out, "  bytes planned       %s\n", planned);
-    fprintf(out, "  bytes if exact      %s (extra on the wire: %s)\n", exact,
+    fprintf(out, "  bytes needed        %s (extra on the wire: %s)\n", exact,
             extra);
+    fprintf(out, "  estimated time      %.6f s (exact plan: %.6f s; most "
+                 "loaded session, bytes over the NIC rate plus descriptors "
+                 "times their cost)\n", st.est_seconds, st.exact_est_seconds);
     fprintf(out, "  descriptors         %" PRIu64 " (exact plan: %" PRIu64
                  ", saved: %" PRIu64 ")\n",
             st.descriptor_count, st.exact_descriptor_count,
@@ -282,6 +318,7 @@ rs_status_t rs_plan_write_summary(rs_plan_h plan, FILE *out, rs_diag_t *diag)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "plan has no capture");
     fprintf(out, "reshard plan\n");
     print_counts(plan, out);
+    print_staged(plan, out);
     print_bytes(plan, out);
     if (!print_sessions(plan, out) || !print_fallback(plan, out))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");

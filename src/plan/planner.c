@@ -4,6 +4,7 @@
  * Per-copy segments are kept apart until the end so that a source can still
  * fall back (dropping every copy of it) or switch to a full pull. */
 #include <fnmatch.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,19 @@ static rs_status_t check_only(rs_capture_h capture,
     return RS_OK;
 }
 
+/* The cost model's rates: a zero, negative or non-finite one would make
+ * every estimate meaningless. */
+static rs_status_t check_rates(const rs_plan_params_t *p, rs_diag_t *diag)
+{
+    if (!isfinite(p->nic_gbps) || p->nic_gbps <= 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "nic_gbps must be "
+                            "positive and finite (got %g)", p->nic_gbps);
+    if (!isfinite(p->descriptor_ns) || p->descriptor_ns <= 0)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "descriptor_ns must be "
+                            "positive and finite (got %g)", p->descriptor_ns);
+    return RS_OK;
+}
+
 rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
                           const rs_plan_params_t *params, rs_diag_t *diag,
                           rs_plan_h *plan_p)
@@ -71,7 +85,8 @@ rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
     if (params->max_segments_per_copy < 1)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "max_segments_per_copy must be at least 1");
-    if ((st = check_env(diag)) != RS_OK ||
+    if ((st = check_rates(params, diag)) != RS_OK ||
+        (st = check_env(diag)) != RS_OK ||
         (st = check_only(capture, params, diag)) != RS_OK)
         return st;
     st = rs__planner_init(&b, capture, sources, params, diag);

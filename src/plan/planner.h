@@ -16,7 +16,9 @@ typedef struct rs_psrc {
     const char *fallback;       /* reason, non-NULL once in fallback */
     int candidate;              /* some copy exceeded the descriptor bound */
     uint64_t exact_segments;    /* per-copy segments of its same-dtype copies */
-    long full_pull;             /* index into plan full_pulls, or -1 */
+    long full_pull;             /* its whole-source stage (rs_planner_t
+                                 * stages), or -1 when none is possible */
+    int listed_unbounded;       /* already in the plan's unbounded list */
 } rs_psrc_t;
 
 enum { RS_PCOPY_SKIP = 0, RS_PCOPY_EXACT, RS_PCOPY_CONVERT };
@@ -27,11 +29,23 @@ typedef struct rs_pcopy {
     int kind;
     size_t seg_begin, seg_end; /* into rs_planner_t.tmp */
     uint64_t missing;
+    long stage;  /* read through rs_planner_t stages[stage]; -1: exact runs */
+    int capped;  /* more exact runs than the cap, and a staged way exists */
 } rs_pcopy_t;
 
 typedef struct rs_segvec {
     RS_VEC(rs_segment_t, v);
 } rs_segvec_t;
+
+/* A candidate staged read of one source (plan_stage.c): its box and the
+ * runs that fill its row-major staging. */
+typedef struct rs_pstage {
+    uint32_t src;
+    rs_staged_kind_t kind;
+    int64_t lo[RS_MAX_DIMS], shape[RS_MAX_DIMS];
+    rs_segvec_t segs;
+    size_t users; /* copies reading it in the working plan */
+} rs_pstage_t;
 
 typedef struct rs_planner {
     rs_plan_h plan;
@@ -44,6 +58,7 @@ typedef struct rs_planner {
     rs_pcopy_t *copies;
     rs_segvec_t tmp;
     uint64_t *load; /* running bytes per session, for replica choice */
+    RS_VEC(rs_pstage_t, stages);
     int oom;
 } rs_planner_t;
 
@@ -67,8 +82,45 @@ rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
                              int64_t dst_base, rs_segvec_t *out,
                              uint64_t *missing);
 
-/* Decides the full pulls among candidate sources (plan_full_pull.c). */
-rs_status_t rs__planner_full_pulls(rs_planner_t *b);
+/* The whole-source stage of a source (plan_full_pull.c): walked into
+ * b->stages and recorded in src->full_pull when every element is
+ * published, else src->full_pull stays -1. */
+rs_status_t rs__planner_full_stage(rs_planner_t *b, rs_psrc_t *src);
+
+/* Staged boxes (plan_stage.c). The bounding box [lo, lo + shape) of what
+ * copy ci reads; 0 when it reads nothing. */
+int rs__stage_bbox(rs_planner_t *b, size_t ci, int64_t *lo, int64_t *shape);
+/* 1 when copy ci's chain, replayed over the box (rs__view_init_box),
+ * reads only inside it. */
+int rs__stage_fits(rs_planner_t *b, size_t ci, const int64_t *lo,
+                   const int64_t *shape);
+/* The candidate boxes of a copy with bounding box (lo, shape): the
+ * coalesced one (inner dims widened while the gaps are cheap) and the
+ * bound one (inner dims widened to the shards touched). */
+void rs__stage_coalesced(rs_planner_t *b, const rs_psrc_t *src,
+                         const int64_t *lo, const int64_t *shape,
+                         int64_t *out_lo, int64_t *out_shape);
+void rs__stage_bound(rs_planner_t *b, const rs_psrc_t *src, const int64_t *lo,
+                     const int64_t *shape, int64_t *out_lo,
+                     int64_t *out_shape);
+/* A lower bound on the runs any walk of a box of this shape takes (a run
+ * lies inside one shard): a box that cannot beat a copy's runs is not
+ * walked. */
+uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape);
+/* Walks a box of a source into *segs (replica loads left as they were);
+ * *complete is 0 when some element of it is published by no shard. The
+ * caller lifts the loads of the runs the box would replace first, so that
+ * replicas are chosen as if those runs were not read. */
+rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
+                           const int64_t *shape, rs_segvec_t *segs,
+                           int *complete);
+
+/* Chooses how every copy is read by the cost model (plan_cost.c): sets
+ * each copy's stage, the stats' exact_est_seconds. */
+rs_status_t rs__planner_choose(rs_planner_t *b);
+/* Seconds the model gives a session's bytes and descriptors. */
+double rs__cost_seconds(const rs_plan_params_t *p, uint64_t bytes,
+                        uint64_t descriptors);
 
 /* Moves the per-copy results into the plan and computes stats. */
 rs_status_t rs__planner_assemble(rs_planner_t *b);

@@ -102,6 +102,8 @@ static void receiver_defaults(rs_receiver_params_t *p)
     p->coverage_floor = RS_EXEC_DEFAULT_COVERAGE_FLOOR;
     p->verify_digests = 1;
     p->announce_cuts = 1;
+    p->nic_gbps = RS_PLAN_DEFAULT_NIC_GBPS;
+    p->descriptor_ns = RS_PLAN_DEFAULT_DESCRIPTOR_NS;
 }
 
 /* The executor's parameters: the receiver's settings, and its own install
@@ -440,6 +442,8 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     pp.replica_salt = r->params.salt;
     if (r->params.max_segments_per_copy > 0)
         pp.max_segments_per_copy = r->params.max_segments_per_copy;
+    pp.nic_gbps = r->params.nic_gbps;
+    pp.descriptor_ns = r->params.descriptor_ns;
     rs_transport_params_init(&tp);
     tp.backend = r->backend;
     rs_status_t st = rs_plan_build(r->cap, sources, &pp, diag, &r->plan);

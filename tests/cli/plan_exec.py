@@ -76,6 +76,20 @@ def positions(off, shape, stride):
         yield off + sum(i * st for i, st in zip(idx, stride))
 
 
+def staged_at(flat, full, lo, box):
+    """Where flat element `flat` of the full tensor lies in the row-major
+    staging of the box lo .. lo + box (it must lie inside the box)."""
+    idx = []
+    for n in reversed(full):
+        idx.insert(0, flat % n)
+        flat //= n
+    at = 0
+    for i, l, n in zip(idx, lo, box):
+        assert l <= i < l + n, "a copy reads outside its staged box"
+        at = at * n + (i - l)
+    return at
+
+
 def load_memory(source_files):
     """session -> {addr: byte}; tensor -> (shape, dtype); ids are distinct."""
     mem, tensors, ids = {}, {}, {}
@@ -143,14 +157,18 @@ def main():
         put(got[seg["param"]], seg["dst_byte"], read(mem, seg), "segment")
     for fp in plan["full_pulls"]:
         es = SIZES[fp["dtype"]]
-        staging = bytearray(numel(fp["global_shape"]) * es)
+        full = fp["global_shape"]
+        lo = fp.get("box_lo", [0] * len(full))
+        box = fp.get("box_shape", full)
+        staging = bytearray(numel(box) * es)
         for seg in fp["segments"]:
-            put(staging, seg["dst_byte"], read(mem, seg), "full-pull segment")
+            put(staging, seg["dst_byte"], read(mem, seg), "staged-read segment")
         for ci in fp["copies"]:
             c = cap["copies"][ci]
             touched.add(c["param"])
-            elems = [bytes(staging[p * es:(p + 1) * es])
-                     for p in positions(*view_of(fp["global_shape"], c["ops"]))]
+            at = [staged_at(p, full, lo, box)
+                  for p in positions(*view_of(full, c["ops"]))]
+            elems = [bytes(staging[p * es:(p + 1) * es]) for p in at]
             scatter(elems, got[c["param"]], c, es)
     for cv in plan["converts"]:
         c = cap["copies"][cv["copy"]]

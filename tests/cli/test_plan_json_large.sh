@@ -45,7 +45,7 @@ json.dump(cap, open(tmp + "/capture.json", "w"))
 PYEOF
 
 "$BIN" plan --capture "$TMP/capture.json" --sources "$TMP/sources.json" --json \
-    --max-segments-per-copy 100000 >"$TMP/plan.json" 2>"$TMP/err"
+    --max-segments-per-copy 100000 --descriptor-ns 0.001 >"$TMP/plan.json" 2>"$TMP/err"
 rc=$?
 [ "$rc" -eq 1 ] && ok "large plan: exit 1 (one unsupported source)" \
     || { bad "large plan: exit $rc, want 1"; head -3 "$TMP/err"; }

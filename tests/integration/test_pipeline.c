@@ -189,6 +189,7 @@ static int rig_open(rig_t *g, const tfx_backend_t *b)
     rs_plan_params_t pp;
     rs_plan_params_init(&pp);
     pp.max_segments_per_copy = 4; /* the transposes become full pulls */
+    pp.descriptor_ns = 0.01;      /* and the rest stays exact runs */
     assert_int_equal(rs_plan_build(g->cap, g->srcs, &pp, &diag, &g->plan), RS_OK);
     assert_true(rs_plan_is_complete(g->plan));
     for (uint32_t s = 0; s < rs_plan_num_sessions(g->plan); s++) {

@@ -1,8 +1,13 @@
 /* Randomized property test of the planner: random sources, shard tilings
  * (replicas, overlaps, gaps), op chains and strided destinations, planned,
  * executed by mini_exec and compared byte for byte with the ground truth of
- * gt_tensor, which never uses the library's geometry.
+ * gt_tensor, which never uses the library's geometry; complete plans are
+ * also run by the library's executor over the local transport. Random cost
+ * model rates: the plan's estimate must match its records, and without a
+ * segment cap never exceed the exact plan's nor the full-pull plan's
+ * (computed from the case where its layout makes that plain).
  * PT_CASE=<seed> reruns one case verbosely; PT_CASES=<n> changes the count. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,6 +117,9 @@ typedef struct pt_case {
     pt_shard_t shards[PT_MAX_SHARDS];
     int64_t max_segments; /* 0 = default */
     uint64_t salt;
+    double nic_gbps, descriptor_ns; /* the cost model's rates */
+    int uncapped;         /* no segment cap: the estimate bounds must hold */
+    int plain[PT_MAX_SRC]; /* tiled once, no replica, overlap or hole */
     int bad_dest_copy;    /* copy whose region overruns its param, or -1 */
 } pt_case_t;
 
@@ -120,6 +128,7 @@ typedef struct pt_totals {
     int cases, planned_copies, fallback_expected, uncovered_cases;
     int full_pulls, converts, false_rejections, optional_rejections;
     int optional_planned, replica_cases;
+    int staged_kind[3], full_compared, exact_won, lib_executed;
 } pt_totals_t;
 
 static const char *session_name(int s)
@@ -626,6 +635,7 @@ static void gen_tiling(rng_t *r, pt_case_t *pc, int s, uint64_t *cursor,
         ntiles *= n;
     }
     int64_t missing = chance(r, 8) ? rnd(r, ntiles) : -1;
+    pc->plain[s] = missing < 0;
     for (int64_t tile = 0; tile < ntiles; tile++) {
         int64_t off[4], shape[4], rest = tile;
         for (int k = src->ndim - 1; k >= 0; k--) {
@@ -634,15 +644,20 @@ static void gen_tiling(rng_t *r, pt_case_t *pc, int s, uint64_t *cursor,
             off[k] = cuts[k][i];
             shape[k] = cuts[k][i + 1] - cuts[k][i];
         }
-        if (tile == missing || pc->nshards + 3 >= PT_MAX_SHARDS - 2)
+        if (tile == missing || pc->nshards + 3 >= PT_MAX_SHARDS - 2) {
+            pc->plain[s] &= tile == missing;
             continue;
+        }
         int nrep = chance(r, 30) ? 2 + (int)rnd(r, 2) : 1;
+        pc->plain[s] &= nrep == 1;
         int first = (int)rnd(r, PT_NSESSIONS);
         tot->replica_cases += nrep > 1;
         for (int k = 0; k < nrep; k++)
             add_shard(pc, s, (first + k) % PT_NSESSIONS, off, shape, cursor);
     }
-    for (int extra = chance(r, 30) ? 1 + (int)rnd(r, 2) : 0; extra > 0; extra--) {
+    int extras = chance(r, 30) ? 1 + (int)rnd(r, 2) : 0;
+    pc->plain[s] &= extras == 0;
+    for (int extra = extras; extra > 0; extra--) {
         int64_t off[4], shape[4];
         for (int k = 0; k < src->ndim; k++) {
             shape[k] = 1 + rnd(r, src->shape[k]);
@@ -761,6 +776,11 @@ static void gen_case(uint64_t seed, pt_case_t *pc, pt_totals_t *tot)
     finish_params(&r, pc);
     pc->max_segments = chance(&r, 30) ? 1 + rnd(&r, 8) : 0;
     pc->salt = rng_next(&r);
+    static const double nics[] = {1, 25, 400, 3200};
+    static const double descs[] = {0.01, 1, 100, 10000};
+    pc->nic_gbps = nics[rnd(&r, 4)];
+    pc->descriptor_ns = descs[rnd(&r, 4)];
+    pc->uncapped = pc->max_segments == 0 && chance(&r, 60);
 }
 
 static void free_case(pt_case_t *pc)
@@ -806,10 +826,11 @@ static void print_op(const rs_op_t *op)
 
 static void dump_case(const pt_case_t *pc)
 {
-    fprintf(stderr, "case seed %llu (rerun with PT_CASE=%llu), max_segments %lld, "
-            "salt %llu\n", (unsigned long long)pc->seed,
-            (unsigned long long)pc->seed, (long long)pc->max_segments,
-            (unsigned long long)pc->salt);
+    fprintf(stderr, "case seed %llu (rerun with PT_CASE=%llu), max_segments %lld%s, "
+            "salt %llu, nic %g Gb/s, descriptor %g ns\n",
+            (unsigned long long)pc->seed, (unsigned long long)pc->seed,
+            (long long)pc->max_segments, pc->uncapped ? " (uncapped)" : "",
+            (unsigned long long)pc->salt, pc->nic_gbps, pc->descriptor_ns);
     for (int s = 0; s < pc->nsrc; s++) {
         fprintf(stderr, "  source %s %s%s ", pc->src[s].name,
                 rs_dtype_name(pc->src[s].dtype),
@@ -1144,6 +1165,212 @@ static void check_bytes(pt_case_t *pc, rs_plan_h plan, const int *fallback)
     mini_exec_destroy(mx);
 }
 
+/* ---- the cost model ---- */
+
+static double model_seconds(const pt_case_t *pc, uint64_t bytes, uint64_t descs)
+{
+    return (double)bytes * 8.0 / (pc->nic_gbps * 1e9) +
+           (double)descs * pc->descriptor_ns * 1e-9;
+}
+
+static void count_segs(const rs_segment_t *s, size_t n, uint64_t *bytes,
+                       uint64_t *descs)
+{
+    for (size_t i = 0; i < n; i++) {
+        bytes[s[i].session] += s[i].nbytes;
+        descs[s[i].session]++;
+    }
+}
+
+/* The model's time of the plan as built, recomputed from its records. */
+static double plan_model_seconds(const pt_case_t *pc, rs_plan_h plan)
+{
+    size_t ns = rs_plan_num_sessions(plan), n;
+    uint64_t bytes[PT_NSESSIONS + 1] = {0}, descs[PT_NSESSIONS + 1] = {0};
+    assert_true(ns <= PT_NSESSIONS);
+    const rs_segment_t *seg = rs_plan_segments(plan, &n);
+    count_segs(seg, n, bytes, descs);
+    const rs_convert_t *cv = rs_plan_converts(plan, &n);
+    for (size_t i = 0; i < n; i++)
+        count_segs(cv[i].segments, cv[i].nsegments, bytes, descs);
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    for (size_t i = 0; i < n; i++)
+        count_segs(fp[i].segments, fp[i].nsegments, bytes, descs);
+    double worst = 0;
+    for (size_t k = 0; k < ns; k++) {
+        double t = model_seconds(pc, bytes[k], descs[k]);
+        worst = t > worst ? t : worst;
+    }
+    return worst;
+}
+
+static int session_index(rs_plan_h plan, int session)
+{
+    for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++) {
+        if (strcmp(rs_plan_session_name(plan, k), session_name(session)) == 0)
+            return (int)k;
+    }
+    return -1;
+}
+
+/* Runs of a shard inside the row-major staging of its whole source: dims
+ * from the innermost merge while the shard spans them whole. */
+static uint64_t shard_runs(const pt_source_t *src, const pt_shard_t *sh)
+{
+    int d = src->ndim - 1;
+    while (d > 0 && sh->shape[d] == src->shape[d])
+        d--;
+    uint64_t runs = 1;
+    for (int k = 0; k < d; k++)
+        runs *= (uint64_t)sh->shape[k];
+    return runs;
+}
+
+/* The model's time of the full-pull plan, computed from the case alone:
+ * when every planned source is tiled once without replicas, overlaps or
+ * holes, and every copy lands in its source's dtype, the full-pull plan
+ * reads every shard of every source some non-empty copy reads whole, one
+ * run per contiguous piece of it. 0 when the case is not of that kind. */
+static int full_plan_seconds(const pt_case_t *pc, rs_plan_h plan,
+                             const int *fallback, double *t_p)
+{
+    uint64_t bytes[PT_NSESSIONS + 1] = {0}, descs[PT_NSESSIONS + 1] = {0};
+    int read[PT_MAX_SRC] = {0};
+    for (int i = 0; i < pc->ncopies; i++) {
+        const pt_copy_t *c = &pc->copies[i];
+        if (fallback[c->src])
+            continue;
+        if (!pc->plain[c->src] ||
+            pc->params[c->param].dtype != pc->src[c->src].dtype)
+            return 0;
+        read[c->src] |= c->gt.numel > 0;
+    }
+    for (int i = 0; i < pc->nshards; i++) {
+        const pt_shard_t *sh = &pc->shards[i];
+        int k = session_index(plan, sh->session);
+        if (!read[sh->src] || sh->nbytes == 0)
+            continue;
+        assert_true(k >= 0);
+        bytes[k] += sh->nbytes;
+        descs[k] += shard_runs(&pc->src[sh->src], sh);
+    }
+    double worst = 0;
+    for (int k = 0; k < PT_NSESSIONS; k++) {
+        double t = model_seconds(pc, bytes[k], descs[k]);
+        worst = t > worst ? t : worst;
+    }
+    *t_p = worst;
+    return 1;
+}
+
+/* What the plan reads against what its copies need, and its estimate
+ * against the exact plan's and the full-pull plan's. */
+static void check_cost(pt_case_t *pc, rs_plan_h plan, const int *fallback,
+                       pt_totals_t *tot)
+{
+    rs_plan_stats_t st;
+    size_t nfp;
+    uint64_t needed = 0;
+    rs_plan_stats(plan, &st);
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
+    for (int i = 0; i < pc->ncopies; i++) {
+        const pt_copy_t *c = &pc->copies[i];
+        if (c->gst == GT_OK && !fallback[c->src])
+            needed += ((uint64_t)c->gt.numel - c->missing) * pc->src[c->src].es;
+    }
+    CHECK(st.needed_bytes == needed, "needed_bytes %llu, the copies need %llu",
+          (unsigned long long)st.needed_bytes, (unsigned long long)needed);
+    CHECK(st.needed_bytes == st.exact_bytes, "needed_bytes %llu, exact %llu",
+          (unsigned long long)st.needed_bytes, (unsigned long long)st.exact_bytes);
+    if (nfp == 0)
+        CHECK(st.bytes_planned == st.needed_bytes, "no staged read, yet %llu "
+              "bytes planned for %llu needed", (unsigned long long)st.bytes_planned,
+              (unsigned long long)st.needed_bytes);
+    for (size_t i = 0; i < nfp; i++)
+        tot->staged_kind[fp[i].kind <= 2 ? fp[i].kind : 0]++;
+    double t = plan_model_seconds(pc, plan), tol = 1e-9 * t + 1e-18;
+    CHECK(fabs(t - st.est_seconds) <= tol, "est_seconds %.12g, the plan's "
+          "records give %.12g", st.est_seconds, t);
+    /* without staged reads the plan is the exact one: the planner's
+     * estimate of that plan, made before assembly, must match it */
+    if (nfp == 0)
+        CHECK(fabs(st.exact_est_seconds - st.est_seconds) <= tol, "exact plan "
+              "estimated %.12g, built %.12g", st.exact_est_seconds,
+              st.est_seconds);
+    if (!pc->uncapped)
+        return;
+    CHECK(st.est_seconds <= st.exact_est_seconds + tol, "estimate %.12g "
+          "above the exact plan's %.12g", st.est_seconds, st.exact_est_seconds);
+    tot->exact_won += nfp == 0;
+    double tf;
+    if (!full_plan_seconds(pc, plan, fallback, &tf))
+        return;
+    tot->full_compared++;
+    CHECK(st.est_seconds <= tf + 1e-9 * tf + 1e-18, "estimate %.12g above the "
+          "full-pull plan's %.12g", st.est_seconds, tf);
+}
+
+/* The plan run by the library's executor over the local transport, every
+ * byte of every param compared with the ground truth. Only complete plans
+ * run (the executor refuses the others before moving a byte), and only
+ * those without casts: random bytes make NaNs, which the library's casts
+ * quiet and mini_exec_cast keeps as they are. */
+static void check_bytes_lib(pt_case_t *pc, rs_plan_h plan, const int *fallback,
+                            pt_totals_t *tot)
+{
+    uint8_t *got[PT_MAX_PARAMS], *want[PT_MAX_PARAMS], *mask[PT_MAX_PARAMS];
+    rs_region_t regions[PT_MAX_SHARDS];
+    rs_transport_h t = NULL;
+    rs_exec_h x = NULL;
+    rs_diag_t diag;
+    size_t ncv;
+    rs_plan_converts(plan, &ncv);
+    if (!rs_plan_is_complete(plan) || ncv > 0)
+        return;
+    rs_status_t st = rs_transport_create(NULL, &diag, &t);
+    for (uint32_t k = 0; st == RS_OK && k < rs_plan_num_sessions(plan); k++) {
+        size_t n = 0;
+        for (int i = 0; i < pc->nshards; i++)
+            if (strcmp(session_name(pc->shards[i].session),
+                       rs_plan_session_name(plan, k)) == 0)
+                regions[n++] = (rs_region_t){pc->shards[i].addr,
+                                             pc->shards[i].nbytes,
+                                             pc->shards[i].buf};
+        rs_peer_t peer = {rs_plan_session_name(plan, k), 0, regions, n, NULL, 0};
+        st = rs_transport_connect(t, k, &peer, &diag);
+    }
+    if (st == RS_OK)
+        st = rs_exec_create(plan, t, NULL, &diag, &x);
+    for (int p = 0; p < pc->nparams; p++) {
+        uint64_t nb = (uint64_t)pc->params[p].numel * rs_dtype_size(pc->params[p].dtype);
+        got[p] = malloc(nb + 1);
+        want[p] = malloc(nb + 1);
+        mask[p] = calloc(nb + 1, 1);
+        memset(got[p], 0xEE, nb);
+        memset(want[p], 0xEE, nb);
+        if (st == RS_OK)
+            st = rs_exec_bind(x, (size_t)p, got[p], nb, RS_MEM_HOST, &diag);
+    }
+    if (st == RS_OK)
+        st = rs_exec_run(x, &diag);
+    CHECK(st == RS_OK, "the library's executor: %s: %s", rs_status_str(st),
+          diag.msg);
+    expected_params(pc, fallback, want, mask);
+    for (int p = 0; p < pc->nparams; p++) {
+        uint64_t nb = (uint64_t)pc->params[p].numel * rs_dtype_size(pc->params[p].dtype);
+        for (uint64_t b = 0; b < nb; b++)
+            CHECK(got[p][b] == want[p][b], "library executor: param %s byte "
+                  "%llu is 0x%02x, want 0x%02x", pc->params[p].name,
+                  (unsigned long long)b, got[p][b], want[p][b]);
+        free(got[p]);
+        free(want[p]);
+        free(mask[p]);
+    }
+    tot->lib_executed++;
+    rs_exec_destroy(x);
+    rs_transport_destroy(t);
+}
+
 static void run_case(uint64_t seed, pt_totals_t *tot)
 {
     pt_case_t *pc = calloc(1, sizeof(*pc));
@@ -1160,13 +1387,19 @@ static void run_case(uint64_t seed, pt_totals_t *tot)
     rs_plan_params_init(&params);
     if (pc->max_segments > 0)
         params.max_segments_per_copy = pc->max_segments;
+    if (pc->uncapped)
+        params.max_segments_per_copy = INT64_MAX;
     params.replica_salt = pc->salt;
+    params.nic_gbps = pc->nic_gbps;
+    params.descriptor_ns = pc->descriptor_ns;
     rs_status_t st = rs_plan_build(cap, srcs, &params, &diag, &plan);
     CHECK(st == RS_OK, "rs_plan_build: %s: %s", rs_status_str(st), diag.msg);
     check_fallback(pc, plan, fallback, tot);
     check_uncovered(pc, plan, fallback);
     check_stats(pc, plan, tot);
+    check_cost(pc, plan, fallback, tot);
     check_bytes(pc, plan, fallback);
+    check_bytes_lib(pc, plan, fallback, tot);
     for (int i = 0; i < pc->ncopies; i++) {
         tot->planned_copies += !fallback[pc->copies[i].src];
         tot->uncovered_cases += pc->copies[i].missing > 0;
@@ -1199,6 +1432,11 @@ static void test_random_plans(void **state)
             tot.full_pulls, tot.converts, tot.replica_cases,
             tot.optional_rejections, tot.optional_planned,
             tot.false_rejections);
+    fprintf(stderr, "staged reads: %d full, %d coalesced, %d bound; %d plans "
+            "compared with the full-pull plan, %d uncapped plans exact, %d "
+            "run by the library's executor\n", tot.staged_kind[0],
+            tot.staged_kind[1], tot.staged_kind[2], tot.full_compared,
+            tot.exact_won, tot.lib_executed);
     /* The generator must really exercise each feature. */
     assert_true(tot.planned_copies > n / 2);
     assert_true(tot.fallback_expected > n / 50);
@@ -1206,6 +1444,12 @@ static void test_random_plans(void **state)
     assert_true(tot.full_pulls > n / 50);
     assert_true(tot.converts > n / 50);
     assert_int_equal(tot.false_rejections, 0);
+    assert_true(tot.staged_kind[RS_STAGED_FULL] > n / 20);
+    assert_true(tot.staged_kind[RS_STAGED_COALESCED] > n / 100);
+    assert_true(tot.staged_kind[RS_STAGED_BOUND] > n / 400);
+    assert_true(tot.full_compared > n / 20);
+    assert_true(tot.exact_won > n / 50);
+    assert_true(tot.lib_executed > n / 4);
 }
 
 int main(void)

@@ -262,7 +262,10 @@ static void test_column_slice_of_row_shards(void **state)
     int p = env_param(&e, "w_tp", 2, pshape, RS_DTYPE_F32);
     rs_op_t ops[] = {{.kind = RS_OP_NARROW, .arg = {1, 2, 3}, .has = 7}};
     env_copy(&e, "w", "w_tp", ops, 1, 0, 2, pshape, pstride, RS_DTYPE_F32);
-    rs_plan_h plan = env_plan(&e, NULL);
+    rs_plan_params_t params;
+    rs_plan_params_init(&params);
+    params.descriptor_ns = 0.01; /* descriptors nearly free: exact runs */
+    rs_plan_h plan = env_plan(&e, &params);
     assert_true(rs_plan_is_complete(plan));
     size_t n;
     const rs_segment_t *segs = rs_plan_segments(plan, &n);
@@ -278,6 +281,26 @@ static void test_column_slice_of_row_shards(void **state)
     rs_plan_stats(plan, &st);
     assert_int_equal(st.bytes_planned, 96);
     assert_int_equal(st.nsessions_used, 2);
+    rs_plan_destroy(plan);
+
+    /* At the default 100 ns a descriptor, the 12-byte gaps between the
+     * rows cost less to read than the 4 descriptors they save per shard:
+     * the source is pulled whole (one run per shard) and replayed. */
+    plan = env_plan(&e, NULL);
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(fp[0].kind, RS_STAGED_FULL);
+    assert_int_equal(fp[0].nsegments, 2);
+    rs_plan_stats(plan, &st);
+    assert_int_equal(st.needed_bytes, 96);
+    assert_int_equal(st.bytes_planned, 192);
+    assert_true(st.est_seconds < st.exact_est_seconds);
+    memset(e.params[p], 0, e.param_bytes[p]);
+    env_exec(&e, plan);
+    for (int r = 0; r < 8; r++) {
+        for (int c = 0; c < 3; c++)
+            assert_true(f32_at(&e, p, r * 3 + c) == (float)(1000 + r * 6 + 2 + c));
+    }
     rs_plan_destroy(plan);
     env_free(&e);
 }
@@ -468,8 +491,10 @@ static void test_full_pull(void **state)
     }
     rs_plan_destroy(plan);
 
-    /* The same copy under the default bound stays exact. */
-    plan = env_plan(&e, NULL);
+    /* With descriptors nearly free and the default bound it stays exact. */
+    rs_plan_params_init(&params);
+    params.descriptor_ns = 0.01;
+    plan = env_plan(&e, &params);
     rs_plan_full_pulls(plan, &n);
     rs_plan_segments(plan, &nseg);
     assert_int_equal(n, 0);

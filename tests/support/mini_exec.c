@@ -1,7 +1,8 @@
 /* In-memory plan execution for tests. Every byte moved is bounds-checked
  * against the registered buffers and counted, so tests can assert that each
  * destination byte is written exactly once. Full-pull replays use the
- * test ground truth (gt_tensor), not the library's geometry. */
+ * test ground truth (gt_tensor), not the library's geometry, and place
+ * each element in its staged box by index arithmetic of their own. */
 #include "mini_exec.h"
 
 #include <stdarg.h>
@@ -266,7 +267,29 @@ static int64_t dest_element(const rs_copy_desc_t *c, int64_t j)
     return e;
 }
 
-/* Replays one captured copy from a full source staging buffer. */
+/* The staged box of a read (the whole source when the plan gives none). */
+static const int64_t *box_shape_of(const rs_full_pull_t *fp)
+{
+    return fp->box_shape != NULL ? fp->box_shape : fp->global_shape;
+}
+
+/* Where global element g of the source lies in the staging of fp's box;
+ * -1 when outside the box. */
+static int64_t staged_index(const rs_full_pull_t *fp, int64_t g)
+{
+    int64_t m[RS_MAX_DIMS], at = 0;
+    const int64_t *shape = box_shape_of(fp);
+    gt_unravel(g, fp->ndim, fp->global_shape, m);
+    for (int d = 0; d < fp->ndim; d++) {
+        int64_t lo = fp->box_lo != NULL ? fp->box_lo[d] : 0;
+        if (m[d] < lo || m[d] >= lo + shape[d])
+            return -1;
+        at = at * shape[d] + (m[d] - lo);
+    }
+    return at;
+}
+
+/* Replays one captured copy from the staging of a staged read. */
 static int replay_copy(mini_exec_t *mx, const rs_full_pull_t *fp, size_t ci,
                        const mx_target_t *st)
 {
@@ -277,15 +300,21 @@ static int replay_copy(mini_exec_t *mx, const rs_full_pull_t *fp, size_t ci,
     rs_capture_copy(mx->capture, ci, &c);
     if (gt_replay(fp->ndim, fp->global_shape, c.ops, c.nops, &g, why,
                   sizeof(why)) != GT_OK)
-        return fail(mx, "full pull of %s lists copy %zu whose ops fail: %s",
+        return fail(mx, "staged read of %s lists copy %zu whose ops fail: %s",
                     fp->src, ci, why);
     long param = rs_capture_find_param(mx->capture, c.param);
     int rc = 0;
     if (param < 0 || !numel_of(c.ndim, c.dest_shape, &n) || n != (uint64_t)g.numel)
         rc = fail(mx, "copy %zu: destination does not match its ops", ci);
     for (int64_t j = 0; j < g.numel && rc == 0; j++) {
-        rc = write_element(mx, (size_t)param, dest_element(&c, j), fp->dtype,
-                           st->buf + (uint64_t)g.idx[j] * es, c.dest_dtype);
+        int64_t at = staged_index(fp, g.idx[j]);
+        if (at < 0)
+            rc = fail(mx, "copy %zu reads element %lld of %s outside its "
+                      "staged box", ci, (long long)g.idx[j], fp->src);
+        else
+            rc = write_element(mx, (size_t)param, dest_element(&c, j),
+                               fp->dtype, st->buf + (uint64_t)at * es,
+                               c.dest_dtype);
     }
     gt_free(&g);
     return rc;
@@ -299,16 +328,17 @@ static int run_full_pulls(mini_exec_t *mx)
         const rs_full_pull_t *fp = &fps[i];
         uint64_t numel;
         mx_target_t st;
-        if (!numel_of(fp->ndim, fp->global_shape, &numel)
+        if (!numel_of(fp->ndim, box_shape_of(fp), &numel)
             || numel * rs_dtype_size(fp->dtype) != fp->staging_bytes)
-            return fail(mx, "full pull of %s: staging_bytes %llu does not match "
-                        "its shape", fp->src, (unsigned long long)fp->staging_bytes);
+            return fail(mx, "staged read of %s: staging_bytes %llu does not "
+                        "match its box", fp->src,
+                        (unsigned long long)fp->staging_bytes);
         int rc = fill_staging(mx, fp->segments, fp->nsegments, fp->staging_bytes,
                               &st);
         for (uint64_t b = 0; b < fp->staging_bytes && rc == 0; b++) {
             if (st.writes[b] != 1)
-                rc = fail(mx, "full pull of %s leaves staging byte %llu unwritten",
-                          fp->src, (unsigned long long)b);
+                rc = fail(mx, "staged read of %s leaves staging byte %llu "
+                          "unwritten", fp->src, (unsigned long long)b);
         }
         for (size_t k = 0; k < fp->ncopies && rc == 0; k++)
             rc = replay_copy(mx, fp, fp->copies[k], &st);

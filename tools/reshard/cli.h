@@ -86,6 +86,16 @@ int rs_cli_options(const char *verb, int argc, char **argv,
 
 /* Digits only: no sign, no blanks, no suffix; 0 on anything else. */
 int rs_cli_parse_u64(const char *s, uint64_t *out);
+/* A positive finite number (strtod syntax, nothing after it); 0 else. */
+int rs_cli_parse_positive(const char *s, double *out);
+
+/* The cost model's options, shared by plan, pull and simulate. */
+#define RS_CLI_COST_USAGE                                                     \
+    "  --nic-gbps G          NIC rate (Gb/s) the planner's cost model assumes\n" \
+    "                        for every session; default 400\n"                \
+    "  --descriptor-ns N     cost of one read descriptor (ns: posting plus the\n" \
+    "                        NIC's per-message work) in the cost model;\n"   \
+    "                        default 100\n"
 
 /* Prints "reshard VERB: <diag message>" (or what + status) and returns
  * RS_CLI_USAGE. */

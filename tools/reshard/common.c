@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
 #include "cli.h"
 
 int rs_cli_parse_u64(const char *s, uint64_t *out)
@@ -17,6 +19,16 @@ int rs_cli_parse_u64(const char *s, uint64_t *out)
     if (errno != 0 || *end != '\0')
         return 0;
     *out = (uint64_t)v;
+    return 1;
+}
+
+int rs_cli_parse_positive(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !isfinite(v) || !(v > 0))
+        return 0;
+    *out = v;
     return 1;
 }
 

@@ -19,9 +19,11 @@ typedef struct plan_args {
     int64_t max_segments; /* 0 = not given */
     uint64_t salt;
     int json;
+    double nic_gbps, descriptor_ns; /* 0 = not given */
 } plan_args_t;
 
-enum { OPT_CAPTURE = 256, OPT_SOURCES, OPT_MAX_SEGS, OPT_ONLY, OPT_SALT, OPT_JSON };
+enum { OPT_CAPTURE = 256, OPT_SOURCES, OPT_MAX_SEGS, OPT_ONLY, OPT_SALT, OPT_JSON,
+       OPT_NIC, OPT_DESC };
 
 static const struct option long_opts[] = {
     {"capture", required_argument, NULL, OPT_CAPTURE},
@@ -30,6 +32,8 @@ static const struct option long_opts[] = {
     {"only", required_argument, NULL, OPT_ONLY},
     {"salt", required_argument, NULL, OPT_SALT},
     {"json", no_argument, NULL, OPT_JSON},
+    {"nic-gbps", required_argument, NULL, OPT_NIC},
+    {"descriptor-ns", required_argument, NULL, OPT_DESC},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -39,7 +43,7 @@ static void plan_usage(FILE *out)
     fprintf(out,
         "usage: reshard plan --capture CAP.json --sources SRC.json [--sources ...]\n"
         "                    [--max-segments-per-copy N] [--only GLOB ...]\n"
-        "                    [--salt N] [--json]\n"
+        "                    [--salt N] [--nic-gbps G] [--descriptor-ns N] [--json]\n"
         "\n"
         "Intersects what an inference rank's loader reads (the capture) with what\n"
         "the trainer ranks publish (shard tables) and prints the byte runs to read.\n"
@@ -51,10 +55,13 @@ static void plan_usage(FILE *out)
         "                        or an array of blobs per file; repeat for several\n"
         "                        files, all are merged (required)\n"
         "  --max-segments-per-copy N\n"
-        "                        a copy needing more than N segments may be served\n"
-        "                        by pulling its whole source once (a full pull);\n"
-        "                        positive integer, default from the environment\n"
-        "                        variable RESHARD_MAX_SEGMENTS_PER_COPY, else %d\n"
+        "                        a copy needing more than N runs is read through a\n"
+        "                        staged box or its source's full pull whenever one\n"
+        "                        is possible (a hard cap; below it the cost model\n"
+        "                        chooses); positive integer, default from the\n"
+        "                        environment variable RESHARD_MAX_SEGMENTS_PER_COPY,\n"
+        "                        else %d\n"
+        RS_CLI_COST_USAGE
         "  --only GLOB           plan only parameters whose name matches the shell\n"
         "                        glob (partial refit); repeat to add patterns;\n"
         "                        stats then count only those parameters\n"
@@ -104,6 +111,16 @@ static int take_option(void *args, int c, const char *arg)
         return RS_CLI_OK;
     case OPT_JSON:
         a->json = 1;
+        return RS_CLI_OK;
+    case OPT_NIC:
+        if (!rs_cli_parse_positive(arg, &a->nic_gbps))
+            return usage_error("--nic-gbps must be a positive number, got "
+                               "'%s'", arg);
+        return RS_CLI_OK;
+    case OPT_DESC:
+        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
+            return usage_error("--descriptor-ns must be a positive number, "
+                               "got '%s'", arg);
         return RS_CLI_OK;
     }
     return RS_CLI_USAGE;
@@ -156,6 +173,10 @@ static int build_and_print(const plan_args_t *a, rs_capture_h cap,
     params.only = a->only;
     params.nonly = a->nonly;
     params.replica_salt = a->salt;
+    if (a->nic_gbps > 0)
+        params.nic_gbps = a->nic_gbps;
+    if (a->descriptor_ns > 0)
+        params.descriptor_ns = a->descriptor_ns;
     if ((st = rs_plan_build(cap, src, &params, &diag, &plan)) != RS_OK)
         return rs_cli_input_error("plan", &diag, st, "planning");
     if (a->json)

@@ -20,6 +20,7 @@ typedef struct pull_args {
     int64_t version;
     uint64_t rank, versions;
     double timeout_s, stale_s;
+    double nic_gbps, descriptor_ns; /* 0 = not given */
     int have_version, have_rank, verify, check, release, json;
     int dry_run, no_announce;
     const char *announce_as;
@@ -47,7 +48,7 @@ typedef struct pull_outcome {
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
        OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN,
-       OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS };
+       OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS, OPT_NIC, OPT_DESC };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -72,6 +73,8 @@ static const struct option long_opts[] = {
     {"stale-after", required_argument, NULL, OPT_STALE},
     {"no-announce", no_argument, NULL, OPT_NO_ANNOUNCE},
     {"announce-as", required_argument, NULL, OPT_ANNOUNCE_AS},
+    {"nic-gbps", required_argument, NULL, OPT_NIC},
+    {"descriptor-ns", required_argument, NULL, OPT_DESC},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -84,6 +87,7 @@ static void pull_usage(FILE *out)
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
         "                    [--dry-run] [--no-announce] [--announce-as NAME]\n"
+        "                    [--nic-gbps G] [--descriptor-ns N]\n"
         "\n"
         "Pulls inference rank R's parameters of version V (-1: the newest READY\n"
         "version) from the publishers of directory D, and prints the stage\n"
@@ -114,6 +118,10 @@ static void pull_usage(FILE *out)
         "                      no byte. Exit 0 complete plan, 1 incomplete, 2 on\n"
         "                      bad usage or when the dry run fails. Not with\n"
         "                      --check, --release or --versions\n"
+        "  --nic-gbps G        NIC rate (Gb/s) the planner's cost model assumes for\n"
+        "                      every session; default 400\n"
+        "  --descriptor-ns N   cost of one read descriptor (ns) in the cost model;\n"
+        "                      default 100\n"
         "  --timeout S         the whole pull of a version (waiting for READY,\n"
         "                      planning, connecting, reading, verifying) must end\n"
         "                      within S seconds (default 60), or it fails naming\n"
@@ -192,6 +200,16 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_DRY_RUN: a->dry_run = 1; return RS_CLI_OK;
     case OPT_NO_ANNOUNCE: a->no_announce = 1; return RS_CLI_OK;
     case OPT_ANNOUNCE_AS: a->announce_as = arg; return RS_CLI_OK;
+    case OPT_NIC:
+        if (!rs_cli_parse_positive(arg, &a->nic_gbps))
+            return usage_error("--nic-gbps must be a positive number, got "
+                               "'%s'", arg);
+        return RS_CLI_OK;
+    case OPT_DESC:
+        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
+            return usage_error("--descriptor-ns must be a positive number, "
+                               "got '%s'", arg);
+        return RS_CLI_OK;
     case OPT_VERSION: return parse_version(arg, a);
     case OPT_RANK:
         a->have_rank = 1;
@@ -567,6 +585,10 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.pull_timeout_s = a->timeout_s; /* one deadline for each whole pull */
     rp.release_after = a->release;
     rp.stale_s = a->stale_s;
+    if (a->nic_gbps > 0)
+        rp.nic_gbps = a->nic_gbps;
+    if (a->descriptor_ns > 0)
+        rp.descriptor_ns = a->descriptor_ns;
     rp.notice = on_notice;
     rp.notice_ctx = (void *)a;
     rp.verify_digests = a->verify;

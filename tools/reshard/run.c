@@ -26,6 +26,7 @@ typedef struct run_args {
     int64_t max_segments;
     int verify, verify_partial, require_coverage, phased, json;
     double max_gbps;
+    double nic_gbps, descriptor_ns; /* 0 = not given */
 } run_args_t;
 
 typedef struct shard_buf {
@@ -52,7 +53,7 @@ typedef struct run_state {
 enum {
     OPT_CAPTURE = 256, OPT_SOURCES, OPT_DATA, OPT_TRANSPORT, OPT_THREADS,
     OPT_MAX_SEGS, OPT_VERIFY, OPT_VERIFY_PARTIAL, OPT_REQUIRE, OPT_OUT,
-    OPT_ONLY, OPT_SALT, OPT_PHASED, OPT_JSON, OPT_MAX_GBPS,
+    OPT_ONLY, OPT_SALT, OPT_PHASED, OPT_JSON, OPT_MAX_GBPS, OPT_NIC, OPT_DESC,
 };
 
 static const struct option long_opts[] = {
@@ -71,6 +72,8 @@ static const struct option long_opts[] = {
     {"phased", no_argument, NULL, OPT_PHASED},
     {"json", no_argument, NULL, OPT_JSON},
     {"max-gbps", required_argument, NULL, OPT_MAX_GBPS},
+    {"nic-gbps", required_argument, NULL, OPT_NIC},
+    {"descriptor-ns", required_argument, NULL, OPT_DESC},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -83,7 +86,7 @@ static void run_usage(FILE *out)
         "                   [--threads N] [--max-segments-per-copy N]\n"
         "                   [--verify] [--verify-partial] [--require-full-coverage]\n"
         "                   [--out DIR] [--only GLOB ...] [--salt N] [--phased]\n"
-        "                   [--max-gbps G] [--json]\n"
+        "                   [--max-gbps G] [--nic-gbps G] [--descriptor-ns N] [--json]\n"
         "\n"
         "Plans the capture against the shard tables and executes the plan on this\n"
         "machine. Each shard's bytes come from DIR/<session>/<addr>.bin (its\n"
@@ -100,8 +103,9 @@ static void run_usage(FILE *out)
         "                        process_vm_readv)\n"
         "  --threads N           local-mt workers (default: one per core)\n"
         "  --max-segments-per-copy N\n"
-        "                        descriptor bound before a full pull (default from\n"
+        "                        hard cap on one copy's exact runs (default from\n"
         "                        RESHARD_MAX_SEGMENTS_PER_COPY, else %d)\n"
+        RS_CLI_COST_USAGE
         "  --verify              re-digest every shard the run reassembled whole and\n"
         "                        compare with the digest its table published\n"
         "  --verify-partial      with --verify, also pull partly read shards whole\n"
@@ -167,6 +171,16 @@ static int take_option(void *args, int c, const char *arg)
             return usage_error("--max-gbps must be a positive number, got "
                                "'%s'", arg);
         return RS_CLI_OK;
+    case OPT_NIC:
+        if (!rs_cli_parse_positive(arg, &a->nic_gbps))
+            return usage_error("--nic-gbps must be a positive number, got "
+                               "'%s'", arg);
+        return RS_CLI_OK;
+    case OPT_DESC:
+        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
+            return usage_error("--descriptor-ns must be a positive number, "
+                               "got '%s'", arg);
+        return RS_CLI_OK;
     case OPT_VERIFY: a->verify = 1; return RS_CLI_OK;
     case OPT_VERIFY_PARTIAL: a->verify_partial = 1; return RS_CLI_OK;
     case OPT_REQUIRE: a->require_coverage = 1; return RS_CLI_OK;
@@ -211,6 +225,10 @@ static int build_plan(const run_args_t *a, run_state_t *s)
     rs_plan_params_init(&params);
     if (a->max_segments > 0)
         params.max_segments_per_copy = a->max_segments;
+    if (a->nic_gbps > 0)
+        params.nic_gbps = a->nic_gbps;
+    if (a->descriptor_ns > 0)
+        params.descriptor_ns = a->descriptor_ns;
     params.only = a->only;
     params.nonly = a->nonly;
     params.replica_salt = a->salt;

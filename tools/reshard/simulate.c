@@ -17,7 +17,7 @@
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
        OPT_MAX_SEGS, OPT_DEVICE_MEMORY, OPT_PROGRESS, OPT_NO_PROGRESS,
-       OPT_CUT_ALIGNED };
+       OPT_DESC, OPT_CUT_ALIGNED };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -28,6 +28,7 @@ static const struct option long_opts[] = {
     {"emit", required_argument, NULL, OPT_EMIT},
     {"max-segments-per-copy", required_argument, NULL, OPT_MAX_SEGS},
     {"device-memory", required_argument, NULL, OPT_DEVICE_MEMORY},
+    {"descriptor-ns", required_argument, NULL, OPT_DESC},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
@@ -39,7 +40,8 @@ static void sim_usage(FILE *out)
 {
     fprintf(out,
         "usage: reshard simulate --model CONFIG.json --train LAYOUT --infer LAYOUT\n"
-        "                        [--nic-gbps G] [--device-memory GIB] [--json]\n"
+        "                        [--nic-gbps G] [--descriptor-ns N]\n"
+        "                        [--device-memory GIB] [--json]\n"
         "                        [--max-segments-per-copy N] [--emit DIR]\n"
         "                        [--progress | --no-progress] [--cut-aligned]\n"
         "\n"
@@ -53,8 +55,11 @@ static void sim_usage(FILE *out)
         "                   refit is planned in the config's torch_dtype\n"
         "  --train LAYOUT   fsdp:N or megatron:tp=T,pp=P,ep=E,dp=D,etp=X\n"
         "  --infer LAYOUT   vllm:tp=T,pp=P,ep=E,dp=D\n"
-        "  --nic-gbps G     per-rank NIC line rate for the wire-time bound\n"
-        "                   (default 400)\n"
+        "  --nic-gbps G     per-rank NIC line rate for the wire-time bound and\n"
+        "                   the planner's cost model (default 400)\n"
+        "  --descriptor-ns N\n"
+        "                   cost of one read descriptor in the planner's cost\n"
+        "                   model, ns (default 100)\n"
         "  --device-memory GIB\n"
         "                   memory per inference rank, in GiB (default 80): a\n"
         "                   rank fits when its parameters plus its plan's\n"
@@ -116,6 +121,11 @@ static int take_option(void *args, int c, const char *arg)
             return usage_error("--device-memory must be a positive number of "
                                "GiB (below 2^34), got '%s'", arg);
         break;
+    case OPT_DESC:
+        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
+            return usage_error("--descriptor-ns must be a positive number, "
+                               "got '%s'", arg);
+        break;
     case OPT_PROGRESS: a->progress = RS_SIM_PROGRESS_ON; break;
     case OPT_NO_PROGRESS: a->progress = RS_SIM_PROGRESS_OFF; break;
     default:
@@ -127,6 +137,7 @@ static int take_option(void *args, int c, const char *arg)
 static int parse_args(int argc, char **argv, sim_args_t *a)
 {
     a->nic_gbps = 400;
+    a->descriptor_ns = RS_PLAN_DEFAULT_DESCRIPTOR_NS;
     a->device_gib = RS_SIM_DEFAULT_DEVICE_GIB;
     int rc = rs_cli_options("simulate", argc, argv, long_opts, sim_usage,
                             take_option, a);
@@ -340,6 +351,8 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
     pp.replica_salt = (uint64_t)rank;
     if (a->max_segments > 0)
         pp.max_segments_per_copy = (int64_t)a->max_segments;
+    pp.nic_gbps = a->nic_gbps;
+    pp.descriptor_ns = a->descriptor_ns;
     double t0 = now();
     st = rs_plan_build(cap, s->sources, &pp, &diag, &plan);
     r->plan_seconds = now() - t0;

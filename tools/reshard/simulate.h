@@ -18,7 +18,8 @@ enum { RS_SIM_PROGRESS_AUTO = 0, RS_SIM_PROGRESS_ON, RS_SIM_PROGRESS_OFF };
 
 typedef struct sim_args {
     const char *model, *train, *infer, *emit;
-    double nic_gbps;
+    double nic_gbps;        /* wire bound, and the planner's cost model */
+    double descriptor_ns;   /* --descriptor-ns, the cost model's */
     double device_gib;      /* --device-memory */
     uint64_t max_segments;
     int json;

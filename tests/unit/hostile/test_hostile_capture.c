@@ -427,11 +427,25 @@ static void test_million_copies(void **state)
     rs_plan_params_init(&params);
     assert_int_equal(rs_plan_build(cap, s, &params, &diag, &plan), RS_OK);
     assert_true(rs_plan_is_complete(plan));
-    size_t n = 0;
+    size_t n = 0, nfp = 0;
     const rs_segment_t *seg = rs_plan_segments(plan, &n);
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
     uint8_t *seen = calloc(MANY, 1);
     assert_non_null(seen);
     uint64_t total = 0;
+    /* The copies tile the source: its full pull reads the same bytes with
+     * one descriptor, so the cost model reads it whole and replays them. */
+    assert_int_equal(nfp, 1);
+    assert_int_equal(fp[0].kind, RS_STAGED_FULL);
+    assert_int_equal(fp[0].ncopies, MANY);
+    assert_int_equal(n, 0);
+    seg = fp[0].segments;
+    n = fp[0].nsegments;
+    for (size_t i = 0; i < fp[0].ncopies; i++)
+        seen[fp[0].copies[i]]++;
+    for (int64_t i = 0; i < MANY; i++)
+        assert_int_equal(seen[i], 1);
+    memset(seen, 0, MANY);
     for (size_t i = 0; i < n; i++) {
         assert_true(seg[i].src_addr - 0x10000 == seg[i].dst_byte);
         assert_true(seg[i].dst_byte + seg[i].nbytes <= MANY);

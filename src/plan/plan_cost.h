@@ -1,0 +1,56 @@
+/* Helpers the cost model's files share (plan_cost.c, plan_cost_guard.c):
+ * which copies it may stage, and their exact runs. */
+#ifndef RS_PLAN_PLAN_COST_H
+#define RS_PLAN_PLAN_COST_H
+
+#include "plan/planner.h"
+
+/* A copy the plan reads: planned, its source not in fallback. */
+static inline int rs__cost_live(const rs_planner_t *b, const rs_pcopy_t *pc)
+{
+    return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
+}
+
+/* The copy's exact runs (in the planner's tmp vector) and their count. */
+static inline const rs_segment_t *rs__cost_exact(const rs_planner_t *b,
+                                                 const rs_pcopy_t *pc,
+                                                 size_t *n)
+{
+    *n = pc->seg_end - pc->seg_begin;
+    return *n > 0 ? b->tmp.v + pc->seg_begin : NULL;
+}
+
+/* A copy the model may stage: same dtype, reads something, all of it
+ * published. */
+static inline int rs__cost_stageable(const rs_planner_t *b,
+                                     const rs_pcopy_t *pc)
+{
+    return rs__cost_live(b, pc) && pc->kind == RS_PCOPY_EXACT &&
+           pc->missing == 0 && pc->seg_end > pc->seg_begin;
+}
+
+/* A copy's exact runs on one session: what the model needs of them, so
+ * that a choice costs the sessions a copy reads, not its runs. */
+typedef struct rs_cost_agg {
+    uint32_t session;
+    uint64_t bytes, descs;
+} rs_cost_agg_t;
+
+/* Per copy ci, its aggregates v[at[ci] .. at[ci + 1]) (plan_cost_agg.c). */
+typedef struct rs_cost_aggs {
+    rs_cost_agg_t *v;
+    size_t *at;
+} rs_cost_aggs_t;
+
+/* Builds the aggregates of every copy's exact runs: O(runs).
+ * RS_ERR_NO_MEMORY (a diag set) or RS_OK. */
+rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a);
+void rs__cost_aggs_free(rs_cost_aggs_t *a);
+
+/* Compares the greedy choice (each copy's stage) with the all-exact and
+ * the full-pull plans, keeps the fastest, and sets the stats'
+ * exact_est_seconds (plan_cost_guard.c): O(copies' sessions + staged
+ * runs) per plan compared. */
+rs_status_t rs__cost_guarantee(rs_planner_t *b, const rs_cost_aggs_t *a);
+
+#endif
