@@ -181,16 +181,11 @@ static void tally(rs_plan_h plan, const rs_segment_t *s, size_t n,
     plan->stats.descriptor_count += n;
 }
 
-/* The model's time of the plan as built: its most loaded session's. */
+/* The model's time of the plan as built (rs__cost_plan_seconds). */
 static double plan_seconds(const rs_planner_t *b, const uint64_t *descs)
 {
-    double worst = 0;
-    for (size_t i = 0; i < b->plan->nsessions; i++) {
-        double t = rs__cost_seconds(b->params, b->plan->session_bytes[i],
-                                    descs[i]);
-        worst = t > worst ? t : worst;
-    }
-    return worst;
+    return rs__cost_plan_seconds(b->params, b->plan->session_bytes, descs,
+                                 b->plan->nsessions);
 }
 
 static rs_status_t compute_stats(rs_planner_t *b)

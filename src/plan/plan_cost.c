@@ -25,12 +25,32 @@ double rs__cost_seconds(const rs_plan_params_t *p, uint64_t bytes,
            (double)descriptors * p->descriptor_ns * 1e-9;
 }
 
+/* Every session's bytes and descriptors also cross the receiver's own NIC
+ * (and its descriptors are all posted there), so the receiver is one more
+ * session, carrying the sum: without it, a plan pulling whole sources
+ * from a thousand publishers would look as fast as its busiest one. */
+double rs__cost_plan_seconds(const rs_plan_params_t *p, const uint64_t *bytes,
+                             const uint64_t *descs, size_t nsessions)
+{
+    uint64_t tb = 0, td = 0;
+    double worst = 0;
+    for (size_t k = 0; k < nsessions; k++) {
+        double t = rs__cost_seconds(p, bytes[k], descs[k]);
+        worst = t > worst ? t : worst;
+        tb += bytes[k];
+        td += descs[k];
+    }
+    double recv = rs__cost_seconds(p, tb, td);
+    return recv > worst ? recv : worst;
+}
+
 /* The working plan per session, and one change to it under evaluation. */
 typedef struct cost {
     rs_planner_t *b;
     size_t ns;
     rs_cost_aggs_t aggs;    /* every copy's exact runs per session */
     uint64_t *bytes, *descs;
+    uint64_t tot_bytes, tot_descs; /* the receiver's: every session's sum */
     double max_t;           /* its most loaded session's time, or more */
     int64_t *db, *dd;       /* the change, on the sessions it touches */
     uint32_t *touched;
@@ -95,10 +115,13 @@ static score_t delta_end(cost_t *c, int apply)
 {
     const rs_plan_params_t *p = c->b->params;
     score_t sc = {c->max_t, 0};
+    int64_t tdb = 0, tdd = 0;
     for (size_t i = 0; i < c->ntouched; i++) {
         uint32_t k = c->touched[i];
         uint64_t nb = (uint64_t)((int64_t)c->bytes[k] + c->db[k]);
         uint64_t nd = (uint64_t)((int64_t)c->descs[k] + c->dd[k]);
+        tdb += c->db[k];
+        tdd += c->dd[k];
         double now = rs__cost_seconds(p, nb, nd);
         sc.sum_t += now - rs__cost_seconds(p, c->bytes[k], c->descs[k]);
         if (now > sc.max_t)
@@ -110,8 +133,18 @@ static score_t delta_end(cost_t *c, int apply)
         c->mark[k] = 0;
     }
     c->ntouched = 0;
-    if (apply)
+    /* the receiver (rs__cost_plan_seconds); the sum over sessions already
+     * tells its change, so sum_t needs nothing more */
+    uint64_t tb = (uint64_t)((int64_t)c->tot_bytes + tdb);
+    uint64_t td = (uint64_t)((int64_t)c->tot_descs + tdd);
+    double recv = rs__cost_seconds(p, tb, td);
+    if (recv > sc.max_t)
+        sc.max_t = recv;
+    if (apply) {
+        c->tot_bytes = tb;
+        c->tot_descs = td;
         c->max_t = sc.max_t;
+    }
     return sc;
 }
 

@@ -68,7 +68,6 @@ static double est_of(est_t *e, const long *dec)
     size_t ns = b->plan->nsessions;
     rs_segment_t last = {0, 0, 0, 0, 0};
     int have = 0;
-    double worst = 0;
     memset(e->bytes, 0, (ns + 1) * sizeof(uint64_t));
     memset(e->descs, 0, (ns + 1) * sizeof(uint64_t));
     memset(e->used, 0, b->stages_len + 1);
@@ -85,11 +84,7 @@ static double est_of(est_t *e, const long *dec)
             est_exact(e, ci, &last, &have);
         }
     }
-    for (size_t k = 0; k < ns; k++) {
-        double t = rs__cost_seconds(b->params, e->bytes[k], e->descs[k]);
-        worst = t > worst ? t : worst;
-    }
-    return worst;
+    return rs__cost_plan_seconds(b->params, e->bytes, e->descs, ns);
 }
 
 /* The three contenders, per copy: g the greedy choice, x the all-exact

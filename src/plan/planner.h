@@ -121,6 +121,10 @@ rs_status_t rs__planner_choose(rs_planner_t *b);
 /* Seconds the model gives a session's bytes and descriptors. */
 double rs__cost_seconds(const rs_plan_params_t *p, uint64_t bytes,
                         uint64_t descriptors);
+/* A plan's time: its most loaded session's, the receiver counted as one
+ * more session that carries every session's bytes and descriptors. */
+double rs__cost_plan_seconds(const rs_plan_params_t *p, const uint64_t *bytes,
+                             const uint64_t *descs, size_t nsessions);
 
 /* Moves the per-copy results into the plan and computes stats. */
 rs_status_t rs__planner_assemble(rs_planner_t *b);

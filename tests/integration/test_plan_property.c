@@ -1173,6 +1173,24 @@ static double model_seconds(const pt_case_t *pc, uint64_t bytes, uint64_t descs)
            (double)descs * pc->descriptor_ns * 1e-9;
 }
 
+/* The model's time of a plan from its per-session figures: the busiest
+ * session's, the receiver counted as one more session that carries them
+ * all. */
+static double worst_seconds(const pt_case_t *pc, const uint64_t *bytes,
+                            const uint64_t *descs, size_t ns)
+{
+    uint64_t tb = 0, td = 0;
+    double worst = 0;
+    for (size_t k = 0; k < ns; k++) {
+        double t = model_seconds(pc, bytes[k], descs[k]);
+        worst = t > worst ? t : worst;
+        tb += bytes[k];
+        td += descs[k];
+    }
+    double recv = model_seconds(pc, tb, td);
+    return recv > worst ? recv : worst;
+}
+
 static void count_segs(const rs_segment_t *s, size_t n, uint64_t *bytes,
                        uint64_t *descs)
 {
@@ -1196,12 +1214,7 @@ static double plan_model_seconds(const pt_case_t *pc, rs_plan_h plan)
     const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
     for (size_t i = 0; i < n; i++)
         count_segs(fp[i].segments, fp[i].nsegments, bytes, descs);
-    double worst = 0;
-    for (size_t k = 0; k < ns; k++) {
-        double t = model_seconds(pc, bytes[k], descs[k]);
-        worst = t > worst ? t : worst;
-    }
-    return worst;
+    return worst_seconds(pc, bytes, descs, ns);
 }
 
 static int session_index(rs_plan_h plan, int session)
@@ -1254,12 +1267,7 @@ static int full_plan_seconds(const pt_case_t *pc, rs_plan_h plan,
         bytes[k] += sh->nbytes;
         descs[k] += shard_runs(&pc->src[sh->src], sh);
     }
-    double worst = 0;
-    for (int k = 0; k < PT_NSESSIONS; k++) {
-        double t = model_seconds(pc, bytes[k], descs[k]);
-        worst = t > worst ? t : worst;
-    }
-    *t_p = worst;
+    *t_p = worst_seconds(pc, bytes, descs, PT_NSESSIONS);
     return 1;
 }
 
