@@ -41,11 +41,12 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->srcs = srcs;
     b->params = params;
     b->diag = diag;
-    rs__strmap_init(&b->psrc_index);
     b->plan = calloc(1, sizeof(*b->plan));
+    b->psrc_of_name = calloc(cap->names_len + 1, sizeof(uint32_t));
     b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
-    if (b->plan == NULL || b->copies == NULL || b->load == NULL)
+    if (b->plan == NULL || b->psrc_of_name == NULL || b->copies == NULL ||
+        b->load == NULL)
         return OOM(b);
     rs__arena_init(&b->plan->arena);
     b->plan->capture = cap;
@@ -58,7 +59,7 @@ void rs__planner_free(rs_planner_t *b)
 {
     rs_plan_destroy(b->plan);
     free(b->psrc);
-    rs__strmap_free(&b->psrc_index);
+    free(b->psrc_of_name);
     free(b->copies);
     free(b->tmp.v);
     free(b->load);
@@ -86,19 +87,20 @@ rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
     return RS_OK;
 }
 
-/* The planner's record for a source name, created on first use. */
-static rs_status_t psrc_for(rs_planner_t *b, const char *name, uint32_t *id_p)
+/* The planner's record for a capture source name (by its interned id),
+ * created on first use: records keep the order of first use. */
+static rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
 {
-    uint32_t id;
-    if (rs__strmap_get(&b->psrc_index, name, &id)) {
-        *id_p = id;
+    if (b->psrc_of_name[name_id] != 0) {
+        *id_p = b->psrc_of_name[name_id] - 1;
         return RS_OK;
     }
+    const char *name = b->cap->names[name_id].name;
     rs_psrc_t s = {name, rs__sources_find(b->srcs, name), NULL, 0, 0, -1};
-    id = (uint32_t)b->psrc_len;
-    if (!RS_VEC_PUSH(b, psrc, s) || !rs__strmap_put(&b->psrc_index, name, id))
+    if (!RS_VEC_PUSH(b, psrc, s))
         return OOM(b);
-    *id_p = id;
+    b->psrc_of_name[name_id] = (uint32_t)b->psrc_len;
+    *id_p = (uint32_t)b->psrc_len - 1;
     return RS_OK;
 }
 
@@ -148,11 +150,12 @@ static rs_status_t refuse_mismatches(rs_planner_t *b)
     rs_capture_h cap = b->cap;
     for (size_t ci = 0; ci < cap->copies_len; ci++) {
         const rs_cap_copy_t *c = &cap->copies[ci];
-        const rs_cap_source_t *d = rs__capture_find_source(cap, c->src);
+        long decl = cap->names[c->src_id].decl;
         uint32_t id;
-        if (d == NULL || !selected(b->params, c->param))
+        if (decl < 0 || !selected(b->params, c->param))
             continue;
-        rs_status_t st = psrc_for(b, c->src, &id);
+        const rs_cap_source_t *d = &cap->sources[decl];
+        rs_status_t st = psrc_for(b, c->src_id, &id);
         if (st != RS_OK)
             return st;
         const rs_psrc_t *s = &b->psrc[id];
@@ -174,12 +177,12 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
         const rs_cap_unsupported_t *u = &cap->unsupported[i];
         int wanted = b->params->nonly == 0;
         for (size_t c = 0; !wanted && c < cap->copies_len; c++)
-            wanted = strcmp(cap->copies[c].src, u->src) == 0 &&
+            wanted = cap->copies[c].src_id == u->src_id &&
                      selected(b->params, cap->copies[c].param);
         if (!wanted)
             continue;
         uint32_t id;
-        rs_status_t st = psrc_for(b, u->src, &id);
+        rs_status_t st = psrc_for(b, u->src_id, &id);
         if (st == RS_OK)
             st = rs__planner_fallback(b, id, u->reason);
         if (st != RS_OK)
@@ -263,8 +266,8 @@ static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
 static rs_status_t bind_param(rs_planner_t *b, size_t ci)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
-    uint32_t p;
-    if (!rs__strmap_get(&b->cap->param_index, c->param, &p))
+    uint32_t p = c->param_id; /* else declared after the copy was added */
+    if (p == UINT32_MAX && !rs__strmap_get(&b->cap->param_index, c->param, &p))
         return rs__diag_set(b->diag, RS_ERR_INPUT, "copy %zu: param '%s' is "
                             "not declared", ci, c->param);
     if (b->cap->params[p].dtype != c->dest_dtype)
@@ -285,7 +288,7 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     int ok;
     rs_status_t st;
 
-    if ((st = bind_param(b, ci)) != RS_OK || (st = psrc_for(b, c->src, &pc->src)))
+    if ((st = bind_param(b, ci)) != RS_OK || (st = psrc_for(b, c->src_id, &pc->src)))
         return st;
     rs_psrc_t *s = &b->psrc[pc->src];
     if (s->fallback != NULL)

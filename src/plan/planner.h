@@ -40,7 +40,7 @@ typedef struct rs_planner {
     const rs_plan_params_t *params;
     rs_diag_t *diag;
     RS_VEC(rs_psrc_t, psrc);
-    rs_strmap_t psrc_index;
+    uint32_t *psrc_of_name; /* per capture name id: psrc index + 1, or 0 */
     rs_pcopy_t *copies;
     rs_segvec_t tmp;
     uint64_t *load; /* running bytes per session, for replica choice */
