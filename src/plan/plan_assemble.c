@@ -139,9 +139,8 @@ static void compute_stats(rs_planner_t *b)
         if (!live(b, pc))
             continue;
         st->copies_planned++;
-        st->exact_descriptor_count += pc->seg_end - pc->seg_begin;
-        for (size_t k = pc->seg_begin; k < pc->seg_end; k++)
-            st->exact_bytes += b->tmp.v[k].nbytes;
+        st->exact_descriptor_count += pc->nexact;
+        st->exact_bytes += pc->exact_bytes;
     }
     st->needed_bytes = st->exact_bytes;
     st->descriptor_savings = st->exact_descriptor_count > st->descriptor_count

@@ -63,6 +63,7 @@ void rs__planner_free(rs_planner_t *b)
     free(b->copies);
     free(b->tmp.v);
     free(b->load);
+    free(b->picks);
 }
 
 rs_plan_h rs__planner_take(rs_planner_t *b)
@@ -307,8 +308,12 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
             return st;
     }
     pc->seg_begin = b->tmp.v_len;
-    st = rs__planner_walk(b, s, &box, pc->param, convert ? 0 : c->dest_offset,
-                          &b->tmp, &pc->missing);
+    pc->pick_begin = b->picks_len;
+    rs_walk_tally_t tally;
+    size_t keep = convert ? SIZE_MAX : (size_t)b->params->max_segments_per_copy;
+    st = rs__planner_walk_copy(b, s, &box, pc->param,
+                               convert ? 0 : c->dest_offset, keep, NULL,
+                               &b->tmp, &pc->missing, &tally);
     if (st == RS_ERR_UNSUPPORTED)
         return rs__planner_fallback(b, pc->src, "shard layout too fragmented "
                                     "to index");
@@ -316,10 +321,55 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
         return rs__diag_set(b->diag, st, "out of memory");
     pc->seg_end = b->tmp.v_len;
     pc->kind = convert ? RS_PCOPY_CONVERT : RS_PCOPY_EXACT;
+    pc->nexact = tally.nsegs;
+    pc->exact_bytes = tally.bytes;
+    pc->dropped = tally.dropped;
+    if (!pc->dropped)
+        b->picks_len = pc->pick_begin; /* choices only a re-walk needs */
     if (!convert) {
-        s->exact_segments += pc->seg_end - pc->seg_begin;
-        if (pc->seg_end - pc->seg_begin > (uint64_t)b->params->max_segments_per_copy)
+        s->exact_segments += tally.nsegs;
+        if (tally.nsegs > (uint64_t)b->params->max_segments_per_copy)
             s->candidate = 1;
+    }
+    return RS_OK;
+}
+
+/* A dropped copy whose source is read exactly after all (no full pull)
+ * walks again, repeating its shard choices: the same runs as if they had
+ * been kept the first time. */
+static rs_status_t rewalk(rs_planner_t *b, size_t ci)
+{
+    rs_pcopy_t *pc = &b->copies[ci];
+    rs_psrc_t *s = &b->psrc[pc->src];
+    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    rs_walk_tally_t tally;
+    uint64_t missing = 0;
+    rs_box_t box;
+    int ok;
+    rs_status_t st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok);
+    if (st != RS_OK || !ok) /* it resolved the first time; else in fallback */
+        return st;
+    pc->seg_begin = b->tmp.v_len;
+    st = rs__planner_walk_copy(b, s, &box, pc->param, c->dest_offset,
+                               SIZE_MAX, b->picks + pc->pick_begin, &b->tmp,
+                               &missing, &tally);
+    if (st != RS_OK)
+        return rs__diag_set(b->diag, st, "out of memory");
+    pc->seg_end = b->tmp.v_len;
+    pc->dropped = 0;
+    return RS_OK;
+}
+
+static rs_status_t rewalk_dropped(rs_planner_t *b)
+{
+    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
+        const rs_pcopy_t *pc = &b->copies[ci];
+        if (!pc->dropped || b->psrc[pc->src].fallback != NULL ||
+            b->psrc[pc->src].full_pull >= 0)
+            continue;
+        rs_status_t st = rewalk(b, ci);
+        if (st != RS_OK)
+            return st;
     }
     return RS_OK;
 }
@@ -337,6 +387,8 @@ rs_status_t rs__planner_run(rs_planner_t *b)
     }
     if (st == RS_OK)
         st = rs__planner_full_pulls(b);
+    if (st == RS_OK)
+        st = rewalk_dropped(b);
     if (st == RS_OK)
         st = rs__planner_assemble(b);
     return st;

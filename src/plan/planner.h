@@ -27,6 +27,14 @@ typedef struct rs_pcopy {
     int kind;
     size_t seg_begin, seg_end; /* into rs_planner_t.tmp */
     uint64_t missing;
+    /* The copy's exact runs (merged) and their bytes, kept or not. */
+    uint64_t nexact, exact_bytes;
+    /* More runs than max_segments_per_copy: tmp holds none of them (a full
+     * pull usually takes the copy instead); picks[pick_begin..] are the
+     * shards its walk chose, so that rs__planner_rewalk can produce the
+     * same runs if the copy is read exactly after all. */
+    int dropped;
+    size_t pick_begin;
 } rs_pcopy_t;
 
 typedef struct rs_segvec {
@@ -44,6 +52,7 @@ typedef struct rs_planner {
     rs_pcopy_t *copies;
     rs_segvec_t tmp;
     uint64_t *load; /* running bytes per session, for replica choice */
+    RS_VEC(uint32_t, picks); /* shard choices of dropped copies, in order */
     int oom;
 } rs_planner_t;
 
@@ -66,6 +75,23 @@ rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
                              const rs_box_t *box, uint32_t param,
                              int64_t dst_base, rs_segvec_t *out,
                              uint64_t *missing);
+
+/* What a capped walk saw: its runs (merged as if kept) and their bytes;
+ * `dropped` when there were more than `keep`, and `out` holds none. */
+typedef struct rs_walk_tally {
+    uint64_t nsegs, bytes;
+    int dropped;
+} rs_walk_tally_t;
+
+/* rs__planner_walk for one copy: keeps at most `keep` runs in `out` (beyond
+ * that it only counts them, and out is left as on entry), records each
+ * shard choice in b->picks, or, with `replay`, repeats those choices
+ * without adding to the sessions' load. */
+rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
+                                  const rs_box_t *box, uint32_t param,
+                                  int64_t dst_base, size_t keep,
+                                  const uint32_t *replay, rs_segvec_t *out,
+                                  uint64_t *missing, rs_walk_tally_t *tally);
 
 /* Decides the full pulls among candidate sources (plan_full_pull.c). */
 rs_status_t rs__planner_full_pulls(rs_planner_t *b);
