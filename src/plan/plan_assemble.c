@@ -8,6 +8,7 @@
 #include "core/diag.h"
 #include "plan/capture_impl.h"
 #include "plan/planner.h"
+#include "plan/shard_sort.h"
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
 
@@ -151,14 +152,6 @@ static void compute_stats(rs_planner_t *b)
         st->nsessions_used += plan->session_bytes[i] > 0;
 }
 
-static int cmp_shard_ref(const void *a, const void *b)
-{
-    const rs_shard_ref_t *x = a, *y = b;
-    if (x->session != y->session)
-        return x->session < y->session ? -1 : 1;
-    return (x->addr > y->addr) - (x->addr < y->addr);
-}
-
 /* Lists the shards of every live source, for digest checks downstream. */
 static rs_status_t list_shards(rs_planner_t *b)
 {
@@ -179,9 +172,8 @@ static rs_status_t list_shards(rs_planner_t *b)
                 return OOM(b);
         }
     }
-    if (plan->shards_len > 1)
-        qsort(plan->shards, plan->shards_len, sizeof(rs_shard_ref_t),
-              cmp_shard_ref);
+    if (!rs__shard_refs_sort(plan->shards, plan->shards_len))
+        return OOM(b);
     return RS_OK;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
+#include "plan/box_memo.h"
 #include "plan/capture_impl.h"
 #include "plan/planner.h"
 
@@ -43,10 +44,11 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->diag = diag;
     b->plan = calloc(1, sizeof(*b->plan));
     b->psrc_of_name = calloc(cap->names_len + 1, sizeof(uint32_t));
+    b->memo = rs__box_memo_create();
     b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
-    if (b->plan == NULL || b->psrc_of_name == NULL || b->copies == NULL ||
-        b->load == NULL)
+    if (b->plan == NULL || b->psrc_of_name == NULL || b->memo == NULL ||
+        b->copies == NULL || b->load == NULL)
         return OOM(b);
     rs__arena_init(&b->plan->arena);
     b->plan->capture = cap;
@@ -64,6 +66,7 @@ void rs__planner_free(rs_planner_t *b)
     free(b->tmp.v);
     free(b->load);
     free(b->picks);
+    rs__box_memo_destroy(b->memo);
 }
 
 rs_plan_h rs__planner_take(rs_planner_t *b)
@@ -233,19 +236,42 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
     return NULL;
 }
 
+/* The copy's box: remembered for its geometry, else resolved (and
+ * remembered when its strides are the capture's, which outlive the build). */
+static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
+                                const rs_psrc_t *s, const int64_t *dest_stride,
+                                const rs_box_t **box_p, size_t *bad_op,
+                                char *why, size_t whylen)
+{
+    rs_geom_key_t key = {s->tensor->ndim, s->tensor->shape, c->ops, c->nops,
+                         c->ndim, c->dest_shape, dest_stride};
+    int memo = dest_stride == c->dest_stride;
+    uint64_t hash = 0;
+    const rs_box_t *box = memo ? rs__box_memo_find(b->memo, &key, &hash) : NULL;
+    if (box != NULL) {
+        *box_p = box;
+        return RS_OK;
+    }
+    rs_status_t st = rs__geom_resolve(s->tensor->ndim, s->tensor->shape, c->ops,
+                                     c->nops, c->ndim, c->dest_shape,
+                                     dest_stride, &b->box, bad_op, why, whylen);
+    if (st == RS_OK && memo) /* a failed put costs a later copy a resolve */
+        (void)rs__box_memo_put(b->memo, &key, hash, &b->box);
+    *box_p = &b->box;
+    return st;
+}
+
 /* Resolves the copy's geometry; on rejection the source goes to fallback. */
 static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
-                                const int64_t *dest_stride, rs_box_t *box,
-                                int *ok)
+                                const int64_t *dest_stride,
+                                const rs_box_t **box, int *ok)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     const rs_cap_param_t *p = &b->cap->params[b->copies[ci].param];
     char why[512], reason[768];
-    size_t bad_op;
-    rs_status_t st = rs__geom_resolve(s->tensor->ndim, s->tensor->shape, c->ops,
-                                     c->nops, c->ndim, c->dest_shape,
-                                     dest_stride, box, &bad_op, why,
-                                     sizeof(why));
+    size_t bad_op = c->nops;
+    rs_status_t st = geometry_box(b, c, s, dest_stride, box, &bad_op, why,
+                                  sizeof(why));
     const char *dest_err = st == RS_OK ? check_dest(c, p) : NULL;
     *ok = st == RS_OK && dest_err == NULL;
     if (*ok)
@@ -284,7 +310,7 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     rs_pcopy_t *pc = &b->copies[ci];
-    rs_box_t box;
+    const rs_box_t *box;
     int64_t staging[RS_MAX_DIMS];
     int ok;
     rs_status_t st;
@@ -311,7 +337,7 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     pc->pick_begin = b->picks_len;
     rs_walk_tally_t tally;
     size_t keep = convert ? SIZE_MAX : (size_t)b->params->max_segments_per_copy;
-    st = rs__planner_walk_copy(b, s, &box, pc->param,
+    st = rs__planner_walk_copy(b, s, box, pc->param,
                                convert ? 0 : c->dest_offset, keep, NULL,
                                &b->tmp, &pc->missing, &tally);
     if (st == RS_ERR_UNSUPPORTED)
@@ -344,13 +370,13 @@ static rs_status_t rewalk(rs_planner_t *b, size_t ci)
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     rs_walk_tally_t tally;
     uint64_t missing = 0;
-    rs_box_t box;
+    const rs_box_t *box;
     int ok;
     rs_status_t st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok);
     if (st != RS_OK || !ok) /* it resolved the first time; else in fallback */
         return st;
     pc->seg_begin = b->tmp.v_len;
-    st = rs__planner_walk_copy(b, s, &box, pc->param, c->dest_offset,
+    st = rs__planner_walk_copy(b, s, box, pc->param, c->dest_offset,
                                SIZE_MAX, b->picks + pc->pick_begin, &b->tmp,
                                &missing, &tally);
     if (st != RS_OK)

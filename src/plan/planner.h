@@ -53,6 +53,8 @@ typedef struct rs_planner {
     rs_segvec_t tmp;
     uint64_t *load; /* running bytes per session, for replica choice */
     RS_VEC(uint32_t, picks); /* shard choices of dropped copies, in order */
+    struct rs_box_memo *memo; /* resolved boxes by geometry (box_memo.h) */
+    rs_box_t box;             /* a box resolved outside the memo */
     int oom;
 } rs_planner_t;
 

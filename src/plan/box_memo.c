@@ -1,0 +1,143 @@
+/* A direct-mapped table of resolved boxes keyed by a hash of the geometry;
+ * a hit is confirmed by comparing the whole key, so a collision only costs
+ * a resolve. Boxes are copied in up to their last factor. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/box_memo.h"
+
+#define MEMO_SLOTS 256 /* a power of two; models repeat a few dozen geometries */
+
+typedef struct {
+    uint64_t hash;
+    rs_geom_key_t key;
+    rs_box_t *box; /* NULL: the slot is empty */
+} memo_slot_t;
+
+struct rs_box_memo {
+    memo_slot_t slots[MEMO_SLOTS];
+};
+
+rs_box_memo_t *rs__box_memo_create(void)
+{
+    return calloc(1, sizeof(rs_box_memo_t));
+}
+
+void rs__box_memo_destroy(rs_box_memo_t *memo)
+{
+    if (memo == NULL)
+        return;
+    for (size_t i = 0; i < MEMO_SLOTS; i++)
+        free(memo->slots[i].box);
+    free(memo);
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 31);
+}
+
+static uint64_t mix_dims(uint64_t h, const int64_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = mix(h, (uint64_t)v[i]);
+    return h;
+}
+
+static uint64_t hash_op(uint64_t h, const rs_op_t *op)
+{
+    h = mix(h, (uint64_t)op->kind);
+    h = mix_dims(h, op->arg, 4);
+    h = mix(h, op->has);
+    h = mix_dims(mix(h, op->nlist), op->list, op->nlist);
+    h = mix(h, op->nkeys);
+    for (size_t i = 0; i < op->nkeys; i++) {
+        const rs_key_t *k = &op->keys[i];
+        h = mix(mix(h, (uint64_t)k->kind), (uint64_t)k->index);
+        h = mix(mix(mix(h, (uint64_t)k->start), (uint64_t)k->stop),
+                (uint64_t)k->step);
+        h = mix(h, (uint64_t)k->has_start | (uint64_t)k->has_stop << 8 |
+                       (uint64_t)k->has_step << 16);
+    }
+    return h;
+}
+
+static uint64_t hash_key(const rs_geom_key_t *k)
+{
+    uint64_t h = mix(0x51af, (uint64_t)k->src_ndim);
+    h = mix_dims(h, k->src_shape, (size_t)k->src_ndim);
+    h = mix(h, k->nops);
+    for (size_t i = 0; i < k->nops; i++)
+        h = hash_op(h, &k->ops[i]);
+    h = mix(h, (uint64_t)k->ndim);
+    h = mix_dims(h, k->dest_shape, (size_t)k->ndim);
+    return mix_dims(h, k->dest_stride, (size_t)k->ndim);
+}
+
+static int same_dims(const int64_t *a, const int64_t *b, size_t n)
+{
+    return n == 0 || a == b || memcmp(a, b, n * sizeof(int64_t)) == 0;
+}
+
+static int same_key(const rs_key_t *a, const rs_key_t *b)
+{
+    return a->kind == b->kind && a->index == b->index &&
+           a->start == b->start && a->stop == b->stop && a->step == b->step &&
+           a->has_start == b->has_start && a->has_stop == b->has_stop &&
+           a->has_step == b->has_step;
+}
+
+static int same_op(const rs_op_t *a, const rs_op_t *b)
+{
+    if (a->kind != b->kind || a->has != b->has || a->nlist != b->nlist ||
+        a->nkeys != b->nkeys || !same_dims(a->arg, b->arg, 4) ||
+        !same_dims(a->list, b->list, a->nlist))
+        return 0;
+    for (size_t i = 0; i < a->nkeys; i++) {
+        if (!same_key(&a->keys[i], &b->keys[i]))
+            return 0;
+    }
+    return 1;
+}
+
+static int same_geometry(const rs_geom_key_t *a, const rs_geom_key_t *b)
+{
+    if (a->src_ndim != b->src_ndim || a->nops != b->nops ||
+        a->ndim != b->ndim ||
+        !same_dims(a->src_shape, b->src_shape, (size_t)a->src_ndim) ||
+        !same_dims(a->dest_shape, b->dest_shape, (size_t)a->ndim) ||
+        !same_dims(a->dest_stride, b->dest_stride, (size_t)a->ndim))
+        return 0;
+    for (size_t i = 0; i < a->nops; i++) {
+        if (!same_op(&a->ops[i], &b->ops[i]))
+            return 0;
+    }
+    return 1;
+}
+
+const rs_box_t *rs__box_memo_find(const rs_box_memo_t *memo,
+                                  const rs_geom_key_t *key, uint64_t *hash_p)
+{
+    uint64_t h = hash_key(key);
+    const memo_slot_t *s = &memo->slots[h & (MEMO_SLOTS - 1)];
+    *hash_p = h;
+    if (s->box == NULL || s->hash != h || !same_geometry(&s->key, key))
+        return NULL;
+    return s->box;
+}
+
+int rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                     uint64_t hash, const rs_box_t *box)
+{
+    memo_slot_t *s = &memo->slots[hash & (MEMO_SLOTS - 1)];
+    if (s->box == NULL && (s->box = malloc(sizeof(rs_box_t))) == NULL)
+        return 0;
+    memcpy(s->box, box, offsetof(rs_box_t, factors) +
+                            (size_t)box->nfactors * sizeof(rs_factor_t));
+    s->box->numel = box->numel;
+    s->hash = hash;
+    s->key = *key;
+    return 1;
+}
