@@ -33,10 +33,12 @@ void rs__box_memo_destroy(rs_box_memo_t *memo)
     free(memo);
 }
 
+/* Cheap per word (a multiply-add); hash_key spreads the bits once at the
+ * end. Only what tells geometries apart in practice is hashed (a list's or
+ * a key list's length, not its values): a hit compares the whole key. */
 static uint64_t mix(uint64_t h, uint64_t v)
 {
-    h = (h ^ v) * 0x9e3779b97f4a7c15ull;
-    return h ^ (h >> 31);
+    return (h + v) * 0x9e3779b97f4a7c15ull;
 }
 
 static uint64_t mix_dims(uint64_t h, const int64_t *v, size_t n)
@@ -46,34 +48,20 @@ static uint64_t mix_dims(uint64_t h, const int64_t *v, size_t n)
     return h;
 }
 
-static uint64_t hash_op(uint64_t h, const rs_op_t *op)
-{
-    h = mix(h, (uint64_t)op->kind);
-    h = mix_dims(h, op->arg, 4);
-    h = mix(h, op->has);
-    h = mix_dims(mix(h, op->nlist), op->list, op->nlist);
-    h = mix(h, op->nkeys);
-    for (size_t i = 0; i < op->nkeys; i++) {
-        const rs_key_t *k = &op->keys[i];
-        h = mix(mix(h, (uint64_t)k->kind), (uint64_t)k->index);
-        h = mix(mix(mix(h, (uint64_t)k->start), (uint64_t)k->stop),
-                (uint64_t)k->step);
-        h = mix(h, (uint64_t)k->has_start | (uint64_t)k->has_stop << 8 |
-                       (uint64_t)k->has_step << 16);
-    }
-    return h;
-}
-
 static uint64_t hash_key(const rs_geom_key_t *k)
 {
-    uint64_t h = mix(0x51af, (uint64_t)k->src_ndim);
+    uint64_t h = mix((uint64_t)k->src_ndim, k->nops);
     h = mix_dims(h, k->src_shape, (size_t)k->src_ndim);
-    h = mix(h, k->nops);
-    for (size_t i = 0; i < k->nops; i++)
-        h = hash_op(h, &k->ops[i]);
+    for (size_t i = 0; i < k->nops; i++) {
+        const rs_op_t *op = &k->ops[i];
+        h = mix(h, (uint64_t)op->kind | (uint64_t)op->has << 8 |
+                       (uint64_t)op->nlist << 16 | (uint64_t)op->nkeys << 40);
+        h = mix_dims(h, op->arg, 4);
+    }
     h = mix(h, (uint64_t)k->ndim);
     h = mix_dims(h, k->dest_shape, (size_t)k->ndim);
-    return mix_dims(h, k->dest_stride, (size_t)k->ndim);
+    h = mix_dims(h, k->dest_stride, (size_t)k->ndim);
+    return h ^ (h >> 29);
 }
 
 static int same_dims(const int64_t *a, const int64_t *b, size_t n)

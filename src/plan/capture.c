@@ -42,8 +42,8 @@ void rs_capture_destroy(rs_capture_h capture)
 /* The id of a source name, interned on first use; 0 on exhaustion. */
 static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)
 {
-    rs_cap_name_t n = {NULL, -1};
-    if (rs__strmap_get(&capture->name_index, name, id_p))
+    rs_cap_name_t n = {NULL, -1, rs__hash_str(name)};
+    if (rs__strmap_get_hashed(&capture->name_index, name, n.hash, id_p))
         return 1;
     n.name = rs__arena_strdup(&capture->arena, name);
     if (n.name == NULL || capture->names_len >= UINT32_MAX ||

@@ -52,6 +52,7 @@ typedef struct rs_cap_unsupported {
 typedef struct rs_cap_name {
     const char *name;
     long decl;          /* index into sources, or -1 when undeclared */
+    uint64_t hash;      /* rs__hash_str(name), for the planner's lookups */
 } rs_cap_name_t;
 
 struct rs_capture {

@@ -216,6 +216,11 @@ typedef struct {
     int64_t lo_in[HITS_INLINE], hi_in[HITS_INLINE];
 } dim_hits_t;
 
+static int64_t clamp(int64_t x, int64_t hi)
+{
+    return x < 0 ? 0 : x > hi ? hi : x;
+}
+
 static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
                                 int d, dim_hits_t *h)
 {
@@ -237,9 +242,14 @@ static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
         if (h->cell == NULL || h->lo == NULL || h->hi == NULL)
             return RS_ERR_NO_MEMORY;
     }
+    /* c distinct increasing indices spanning c: the range [s, s + c) */
+    int contiguous = last - s + 1 == c;
     for (size_t i = first; i < end; i++) {
-        int64_t lo = rs__box_count_below(box, d, g->bounds[d][i]);
-        int64_t hi = rs__box_count_below(box, d, g->bounds[d][i + 1]);
+        int64_t lo = contiguous ? clamp(g->bounds[d][i] - s, c)
+                                : rs__box_count_below(box, d, g->bounds[d][i]);
+        int64_t hi = contiguous ? clamp(g->bounds[d][i + 1] - s, c)
+                                : rs__box_count_below(box, d,
+                                                      g->bounds[d][i + 1]);
         if (lo >= hi)
             continue; /* the view steps over this interval */
         h->cell[h->n] = i;

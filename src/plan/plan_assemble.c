@@ -156,6 +156,13 @@ static void compute_stats(rs_planner_t *b)
 static rs_status_t list_shards(rs_planner_t *b)
 {
     rs_plan_h plan = b->plan;
+    size_t total = 0; /* sized once: a replicated tensor lists every replica */
+    for (size_t i = 0; i < b->psrc_len; i++)
+        if (b->psrc[i].fallback == NULL && b->psrc[i].tensor != NULL)
+            total += b->psrc[i].tensor->shards_len;
+    if (!rs__vec_reserve((void **)&plan->shards, &plan->shards_cap, total,
+                         sizeof(rs_shard_ref_t)))
+        return OOM(b);
     for (size_t i = 0; i < b->psrc_len; i++) {
         const rs_psrc_t *s = &b->psrc[i];
         if (s->fallback != NULL || s->tensor == NULL)
@@ -172,8 +179,10 @@ static rs_status_t list_shards(rs_planner_t *b)
                 return OOM(b);
         }
     }
-    if (!rs__shard_refs_sort(plan->shards, plan->shards_len))
+    if (!rs__shard_refs_sort(&plan->shards, plan->shards_len))
         return OOM(b);
+    if (plan->shards_len > 1)
+        plan->shards_cap = plan->shards_len; /* a sorted copy, sized to fit */
     return RS_OK;
 }
 

@@ -52,7 +52,12 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
         return OOM(b);
     rs__arena_init(&b->plan->arena);
     b->plan->capture = cap;
-    if (copy_sessions(b->plan, srcs) != RS_OK)
+    /* most copies read one run of a source seen once: sized up front */
+    if (copy_sessions(b->plan, srcs) != RS_OK ||
+        !rs__vec_reserve((void **)&b->tmp.v, &b->tmp.v_cap, cap->copies_len,
+                         sizeof(rs_segment_t)) ||
+        !rs__vec_reserve((void **)&b->psrc, &b->psrc_cap, cap->names_len,
+                         sizeof(rs_psrc_t)))
         return OOM(b);
     return RS_OK;
 }
@@ -99,8 +104,9 @@ static rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
         *id_p = b->psrc_of_name[name_id] - 1;
         return RS_OK;
     }
-    const char *name = b->cap->names[name_id].name;
-    rs_psrc_t s = {name, rs__sources_find(b->srcs, name), NULL, 0, 0, -1};
+    const rs_cap_name_t *n = &b->cap->names[name_id];
+    rs_psrc_t s = {n->name, rs__sources_find_hashed(b->srcs, n->name, n->hash),
+                   NULL, 0, 0, -1};
     if (!RS_VEC_PUSH(b, psrc, s))
         return OOM(b);
     b->psrc_of_name[name_id] = (uint32_t)b->psrc_len;

@@ -6,10 +6,11 @@
 #include <stddef.h>
 #include "reshard/plan.h"
 
-/* Sorts refs[0..n) by (session, addr), stably (equal keys keep their
- * order, as the qsort it replaces did in glibc). O(n log n) on 16-byte
- * keys, then one pass moving the records. 0 on exhaustion (refs
- * unchanged). */
-int rs__shard_refs_sort(rs_shard_ref_t *refs, size_t n);
+/* Sorts the malloc'd array *refs_p of n records by (session, addr),
+ * stably (equal keys keep their order, as the qsort it replaces did in
+ * glibc), replacing *refs_p with a sorted copy and freeing the old one.
+ * O(n + sessions) when each session's addresses come in order, O(n log n)
+ * on 16-byte keys otherwise. 0 on exhaustion (*refs_p unchanged). */
+int rs__shard_refs_sort(rs_shard_ref_t **refs_p, size_t n);
 
 #endif
