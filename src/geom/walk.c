@@ -32,11 +32,15 @@ static void walk_fbox(const walk_t *w, const fbox_t *fb)
     const rs_factor_t *f = w->box->factors;
     int n = w->box->nfactors, order[RS_MAX_FACTORS], no = 0;
     int64_t src = w->src_base, dst = w->dst_base, run = 1;
-    int used[RS_MAX_FACTORS] = {0};
+    int used[RS_MAX_FACTORS];
+    int64_t idx[RS_MAX_FACTORS];
 
+    /* only the box's factors: the arrays are sized for the largest box */
     for (int j = 0; j < n; j++) {
         src += fb->start[j] * w->src_stride[j];
         dst += fb->start[j] * f[j].dstride;
+        used[j] = 0;
+        idx[j] = 0;
     }
     /* Grow the run while some factor continues it in both buffers. */
     for (int grew = 1; grew;) {
@@ -59,7 +63,6 @@ static void walk_fbox(const walk_t *w, const fbox_t *fb)
             order[b] = order[b - 1];
         order[b] = t;
     }
-    int64_t idx[RS_MAX_FACTORS] = {0};
     for (;;) {
         w->cb(w->ctx, src, dst, run);
         int k = no - 1;
@@ -204,13 +207,26 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
     walk_t w;
     blocks_t per_dim[RS_MAX_DIMS];
     fbox_t acc; /* product() sets every factor's digit before walk_fbox */
-    digits_t fixed = {{0}, {0}};
 
     for (int d = 0; d < box->ndim; d++) {
         if (kr->lo[d] >= kr->hi[d])
             return;
     }
     walk_init(&w, box, buf, dst_base, cb, ctx);
+    int simple = 1; /* at most one factor per dim: one block each */
+    for (int d = 0; d < box->ndim && simple; d++)
+        simple = w.nf[d] <= 1;
+    if (simple) {
+        for (int d = 0; d < box->ndim; d++) {
+            if (w.nf[d] == 1) {
+                acc.start[w.first[d]] = kr->lo[d];
+                acc.count[w.first[d]] = kr->hi[d] - kr->lo[d];
+            }
+        }
+        walk_fbox(&w, &acc);
+        return;
+    }
+    digits_t fixed = {{0}, {0}};
     for (int d = 0; d < box->ndim; d++) {
         per_dim[d].n = 0;
         if (w.nf[d] == 0)

@@ -13,6 +13,7 @@ typedef struct {
     uint64_t hash;
     rs_geom_key_t key;
     rs_box_t *box; /* NULL: the slot is empty */
+    rs_dest_fact_t dest;
 } memo_slot_t;
 
 struct rs_box_memo {
@@ -64,9 +65,14 @@ static uint64_t hash_key(const rs_geom_key_t *k)
     return h ^ (h >> 29);
 }
 
+/* A loop, not memcmp: the arrays hold two or three dims. */
 static int same_dims(const int64_t *a, const int64_t *b, size_t n)
 {
-    return n == 0 || a == b || memcmp(a, b, n * sizeof(int64_t)) == 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] != b[i])
+            return 0;
+    }
+    return 1;
 }
 
 static int same_key(const rs_key_t *a, const rs_key_t *b)
@@ -105,27 +111,29 @@ static int same_geometry(const rs_geom_key_t *a, const rs_geom_key_t *b)
     return 1;
 }
 
-const rs_box_t *rs__box_memo_find(const rs_box_memo_t *memo,
-                                  const rs_geom_key_t *key, uint64_t *hash_p)
+const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                                  uint64_t *hash_p, rs_dest_fact_t **fact_p)
 {
     uint64_t h = hash_key(key);
-    const memo_slot_t *s = &memo->slots[h & (MEMO_SLOTS - 1)];
+    memo_slot_t *s = &memo->slots[h & (MEMO_SLOTS - 1)];
     *hash_p = h;
     if (s->box == NULL || s->hash != h || !same_geometry(&s->key, key))
         return NULL;
+    *fact_p = &s->dest;
     return s->box;
 }
 
-int rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
-                     uint64_t hash, const rs_box_t *box)
+rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                                 uint64_t hash, const rs_box_t *box)
 {
     memo_slot_t *s = &memo->slots[hash & (MEMO_SLOTS - 1)];
     if (s->box == NULL && (s->box = malloc(sizeof(rs_box_t))) == NULL)
-        return 0;
+        return NULL;
     memcpy(s->box, box, offsetof(rs_box_t, factors) +
                             (size_t)box->nfactors * sizeof(rs_factor_t));
     s->box->numel = box->numel;
     s->hash = hash;
     s->key = *key;
-    return 1;
+    s->dest.known = 0;
+    return &s->dest;
 }

@@ -273,11 +273,12 @@ static void free_hits(dim_hits_t *h)
 static void visit_product(const rs_grid_t *g, const dim_hits_t *h,
                           rs_cell_cb cb, void *ctx)
 {
-    size_t idx[RS_MAX_DIMS] = {0};
+    size_t idx[RS_MAX_DIMS];
     rs_krange_t kr;
     for (int d = 0; d < g->ndim; d++) {
         if (h[d].n == 0)
             return;
+        idx[d] = 0;
     }
     for (;;) {
         size_t cell = 0;

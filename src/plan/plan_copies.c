@@ -207,7 +207,8 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
  * An empty view writes nothing but still names a place in the param: it
  * must start inside it or at its end, since the executor forms its
  * destination pointer from dest_offset. */
-static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
+static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p,
+                              rs_dest_fact_t *fact)
 {
     int64_t numel = 1, last = c->dest_offset, span[RS_MAX_DIMS];
     int order[RS_MAX_DIMS], n = 0;
@@ -239,21 +240,39 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
             return "destination view writes some elements twice";
         reach += span[order[a]];
     }
+    if (fact != NULL) { /* the shape and strides hold for any offset */
+        fact->known = 1;
+        fact->span = last - c->dest_offset;
+    }
     return NULL;
+}
+
+/* check_dest for a geometry checked before: only the offset can differ,
+ * so only the bounds are left (in check_dest's order of complaints). */
+static const char *check_dest_known(const rs_cap_copy_t *c,
+                                    const rs_cap_param_t *p,
+                                    const rs_dest_fact_t *fact)
+{
+    int64_t last;
+    if (!rs__add_i64(c->dest_offset, fact->span, &last))
+        return "destination region overflows";
+    return last >= p->numel ? "destination region leaves its parameter"
+                            : NULL;
 }
 
 /* The copy's box: remembered for its geometry, else resolved (and
  * remembered when its strides are the capture's, which outlive the build). */
 static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
                                 const rs_psrc_t *s, const int64_t *dest_stride,
-                                const rs_box_t **box_p, size_t *bad_op,
-                                char *why, size_t whylen)
+                                const rs_box_t **box_p, rs_dest_fact_t **fact_p,
+                                size_t *bad_op, char *why, size_t whylen)
 {
     rs_geom_key_t key = {s->tensor->ndim, s->tensor->shape, c->ops, c->nops,
                          c->ndim, c->dest_shape, dest_stride};
     int memo = dest_stride == c->dest_stride;
     uint64_t hash = 0;
-    const rs_box_t *box = memo ? rs__box_memo_find(b->memo, &key, &hash) : NULL;
+    const rs_box_t *box =
+        memo ? rs__box_memo_find(b->memo, &key, &hash, fact_p) : NULL;
     if (box != NULL) {
         *box_p = box;
         return RS_OK;
@@ -261,8 +280,9 @@ static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
     rs_status_t st = rs__geom_resolve(s->tensor->ndim, s->tensor->shape, c->ops,
                                      c->nops, c->ndim, c->dest_shape,
                                      dest_stride, &b->box, bad_op, why, whylen);
-    if (st == RS_OK && memo) /* a failed put costs a later copy a resolve */
-        (void)rs__box_memo_put(b->memo, &key, hash, &b->box);
+    /* a failed put costs a later copy a resolve */
+    *fact_p = st == RS_OK && memo
+                  ? rs__box_memo_put(b->memo, &key, hash, &b->box) : NULL;
     *box_p = &b->box;
     return st;
 }
@@ -276,9 +296,13 @@ static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
     const rs_cap_param_t *p = &b->cap->params[b->copies[ci].param];
     char why[512], reason[768];
     size_t bad_op = c->nops;
-    rs_status_t st = geometry_box(b, c, s, dest_stride, box, &bad_op, why,
-                                  sizeof(why));
-    const char *dest_err = st == RS_OK ? check_dest(c, p) : NULL;
+    rs_dest_fact_t *fact = NULL;
+    rs_status_t st = geometry_box(b, c, s, dest_stride, box, &fact, &bad_op,
+                                  why, sizeof(why));
+    const char *dest_err = st != RS_OK ? NULL
+                           : fact != NULL && fact->known
+                               ? check_dest_known(c, p, fact)
+                               : check_dest(c, p, fact);
     *ok = st == RS_OK && dest_err == NULL;
     if (*ok)
         return RS_OK;

@@ -802,6 +802,33 @@ static void test_dropped_copy_walks_again(void **state)
     env_free(&e);
 }
 
+/* Copies with one geometry are resolved once, and their destination's
+ * shape and strides checked once; the bounds still depend on each copy's
+ * offset: a second copy of w's rows that ends past its parameter is refused
+ * with the reason the first check would give. */
+static void test_same_geometry_bounds_per_copy(void **state)
+{
+    (void)state;
+    ref_env_t e;
+    int64_t full[] = {8, 4}, half[] = {4, 4}, st[] = {4, 1}, pshape[] = {6, 4};
+    env_init(&e);
+    env_tensor(&e, "w", RS_DTYPE_U8, 2, full, 0);
+    env_row_shards(&e, "w", 2, two_ranks);
+    env_param(&e, "p", 2, pshape, RS_DTYPE_U8);
+    rs_op_t top[] = {{.kind = RS_OP_NARROW, .arg = {0, 0, 4}, .has = 7}};
+    env_copy(&e, "w", "p", top, 1, 0, 2, half, st, RS_DTYPE_U8);
+    env_copy(&e, "w", "p", top, 1, 12, 2, half, st, RS_DTYPE_U8); /* rows 3..6 */
+    rs_plan_h plan = env_plan(&e, NULL);
+    const char *src, *reason;
+    assert_int_equal(rs_plan_num_fallback(plan), 1);
+    rs_plan_fallback(plan, 0, &src, &reason);
+    assert_string_equal(src, "w");
+    assert_string_equal(reason, "copy 1 into 'p': destination region leaves "
+                                "its parameter");
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -813,6 +840,7 @@ int main(void)
         cmocka_unit_test(test_full_pull),
         cmocka_unit_test(test_gap_prevents_full_pull),
         cmocka_unit_test(test_dropped_copy_walks_again),
+        cmocka_unit_test(test_same_geometry_bounds_per_copy),
         cmocka_unit_test(test_unsupported_does_not_stop_others),
         cmocka_unit_test(test_replica_split_and_affinity),
         cmocka_unit_test(test_replicas_spread),
