@@ -216,12 +216,11 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
     int simple = 1; /* at most one factor per dim: one block each */
     for (int d = 0; d < box->ndim && simple; d++)
         simple = w.nf[d] <= 1;
-    if (simple) {
-        for (int d = 0; d < box->ndim; d++) {
-            if (w.nf[d] == 1) {
-                acc.start[w.first[d]] = kr->lo[d];
-                acc.count[w.first[d]] = kr->hi[d] - kr->lo[d];
-            }
+    if (simple) { /* factor j is its dim's only one: the dim's range */
+        for (int j = 0; j < box->nfactors; j++) {
+            int d = box->factors[j].sdim;
+            acc.start[j] = kr->lo[d];
+            acc.count[j] = kr->hi[d] - kr->lo[d];
         }
         walk_fbox(&w, &acc);
         return;

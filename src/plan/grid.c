@@ -273,23 +273,23 @@ static void free_hits(dim_hits_t *h)
 static void visit_product(const rs_grid_t *g, const dim_hits_t *h,
                           rs_cell_cb cb, void *ctx)
 {
-    size_t idx[RS_MAX_DIMS];
+    const int ndim = g->ndim; /* read once: the callback sees g too */
+    size_t idx[RS_MAX_DIMS] = {0};
     rs_krange_t kr;
-    for (int d = 0; d < g->ndim; d++) {
+    for (int d = 0; d < ndim; d++) {
         if (h[d].n == 0)
             return;
-        idx[d] = 0;
     }
     for (;;) {
         size_t cell = 0;
-        for (int d = 0; d < g->ndim; d++) {
+        for (int d = 0; d < ndim; d++) {
             cell += h[d].cell[idx[d]] * g->cstride[d];
             kr.lo[d] = h[d].lo[idx[d]];
             kr.hi[d] = h[d].hi[idx[d]];
         }
         cb(ctx, cell, &kr, g->ids + g->row[cell],
            g->row[cell + 1] - g->row[cell]);
-        int d = g->ndim - 1;
+        int d = ndim - 1;
         for (; d >= 0; d--) {
             if (++idx[d] < h[d].n)
                 break;
@@ -309,6 +309,8 @@ rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
 
     if (box->numel == 0)
         return RS_OK;
+    for (int d = 0; d < RS_MAX_DIMS; d++)
+        h[d].n = 0; /* the inline arrays need no clearing */
     for (; built < g->ndim && st == RS_OK; built++)
         st = hits_for_dim(g, box, built, &h[built]);
     if (st == RS_OK)
