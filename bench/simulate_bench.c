@@ -1,11 +1,16 @@
 /* What `reshard simulate` costs at real sizes: Llama-3.1-70B
- * (megatron:tp=8,pp=4,dp=2 -> vllm:tp=8,dp=4) and Kimi-K2
- * (megatron:tp=8,pp=16,ep=16 -> vllm:tp=8,ep=8,dp=16). Each run publishes
- * every trainer table, then captures, plans and coverage-checks every
- * inference rank, in a child process so that its peak RSS is its own.
- * Prints planning time per rank and in total against the time to generate
- * the same captures (the baseline), descriptors per rank and peak memory.
- * usage: simulate_bench [SOURCE_DIR] (default: the current directory) */
+ * (megatron:tp=8,pp=4,dp=2 -> vllm:tp=8,dp=4), Kimi-K2
+ * (megatron:tp=8,pp=16,ep=16 -> vllm:tp=8,ep=8,dp=16), DeepSeek-V3
+ * (megatron:tp=1,pp=16,ep=64 -> vllm:tp=16), Qwen3-30B-A3B and
+ * Qwen2.5-0.5B. Each run publishes every trainer table, then captures,
+ * plans and coverage-checks every inference rank, in a child process so
+ * that its peak RSS is its own. Prints planning time per rank and in total
+ * (wall and CPU time of the planning thread, so a busy machine shows as the
+ * gap between them) against the time to generate the same captures (the
+ * baseline), and per rank the bytes the copies need, the bytes on the wire,
+ * descriptors, and peak memory.
+ * usage: simulate_bench [SOURCE_DIR [NAME]] (default: the current
+ * directory, every scenario; NAME runs those whose config starts with it) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
 #include "reshard_layout/layout.h"
 
@@ -30,12 +34,22 @@ typedef struct scenario {
 static const scenario_t scenarios[] = {
     {"llama-3.1-70b.json", "megatron:tp=8,pp=4,dp=2", "vllm:tp=8,dp=4"},
     {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=8,dp=16"},
+    {"deepseek-v3.json", "megatron:tp=1,pp=16,ep=64", "vllm:tp=16"},
+    {"qwen3-30b-a3b.json", "megatron:tp=2,ep=4", "vllm:tp=2,ep=2,dp=2"},
+    {"qwen2.5-0.5b.json", "fsdp:4", "vllm:tp=2"},
 };
 
 typedef struct rank_fig {
-    double plan_s, capture_s;
-    uint64_t descriptors, bytes;
+    double plan_s, plan_cpu_s, capture_s;
+    uint64_t descriptors, bytes, needed;
 } rank_fig_t;
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -88,14 +102,17 @@ static void plan_rank(rs_model_h m, const rs_layout_t *infer,
     double t1 = now_s();
     rs_plan_params_init(&pp);
     pp.replica_salt = (uint64_t)r;
+    double c1 = cpu_s();
     check(rs_plan_build(cap, src, &pp, &d, &plan), &d, "rs_plan_build");
     double t2 = now_s();
+    f->plan_cpu_s = cpu_s() - c1;
     check_coverage(plan, t, r, padding);
     rs_plan_stats(plan, &st);
     f->capture_s = t1 - t0;
     f->plan_s = t2 - t1;
     f->descriptors = st.descriptor_count;
     f->bytes = st.bytes_planned;
+    f->needed = st.needed_bytes;
     rs_plan_destroy(plan);
     rs_capture_destroy(cap);
 }
@@ -134,26 +151,33 @@ static void print_spread(const char *what, double *v, size_t n, double k,
 static void report(const rank_fig_t *f, size_t n, double publish_s)
 {
     double *v = malloc(n * sizeof(double));
-    double plan = 0, capture = 0;
+    double plan = 0, plan_cpu = 0, capture = 0;
     if (v == NULL)
         exit(1);
     for (size_t i = 0; i < n; i++) {
         plan += f[i].plan_s;
+        plan_cpu += f[i].plan_cpu_s;
         capture += f[i].capture_s;
     }
     printf("  publishing every table       %.3f s\n", publish_s);
-    printf("  planning, all ranks          %.3f s  (%.2fx the %.3f s to "
-           "generate the captures)\n", plan, capture > 0 ? plan / capture : 0,
-           capture);
+    printf("  planning, all ranks          %.3f s, %.3f s CPU  (%.2fx the "
+           "%.3f s to generate the captures)\n", plan, plan_cpu,
+           capture > 0 ? plan / capture : 0, capture);
     for (size_t i = 0; i < n; i++)
         v[i] = f[i].plan_s;
     print_spread("planning per rank", v, n, 1e3, "ms");
+    for (size_t i = 0; i < n; i++)
+        v[i] = f[i].plan_cpu_s;
+    print_spread("planning per rank (CPU)", v, n, 1e3, "ms");
+    for (size_t i = 0; i < n; i++)
+        v[i] = (double)f[i].needed;
+    print_spread("bytes needed per rank", v, n, 1, "B");
     for (size_t i = 0; i < n; i++)
         v[i] = (double)f[i].descriptors;
     print_spread("descriptors per rank", v, n, 1, "");
     for (size_t i = 0; i < n; i++)
         v[i] = (double)f[i].bytes;
-    print_spread("bytes per rank", v, n, 1, "B");
+    print_spread("bytes on the wire per rank", v, n, 1, "B");
     free(v);
 }
 
@@ -195,7 +219,10 @@ static void run(const char *dir, const scenario_t *s)
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : ".";
+    const char *only = argc > 2 ? argv[2] : "";
     for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+        if (strncmp(scenarios[i].config, only, strlen(only)) != 0)
+            continue;
         fflush(stdout);
         pid_t child = fork();
         if (child < 0)

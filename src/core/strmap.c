@@ -28,57 +28,64 @@ void rs__strmap_init(rs_strmap_t *map) { memset(map, 0, sizeof(*map)); }
 
 void rs__strmap_free(rs_strmap_t *map)
 {
-    free(map->keys);
-    free(map->values);
+    free(map->slots);
     rs__strmap_init(map);
 }
 
-static size_t strmap_slot(const rs_strmap_t *map, const char *key)
+static uint32_t tag_of(uint64_t hash) { return (uint32_t)(hash >> 32); }
+
+/* The key's slot, or the empty slot where it would go. */
+static size_t strmap_slot(const rs_strmap_t *map, const char *key,
+                          uint64_t hash)
 {
     size_t mask = map->cap - 1;
-    size_t i = (size_t)rs__hash_str(key) & mask;
-    while (map->keys[i] != NULL && strcmp(map->keys[i], key) != 0)
-        i = (i + 1) & mask;
-    return i;
+    size_t i = (size_t)hash & mask;
+    uint32_t tag = tag_of(hash);
+    for (;; i = (i + 1) & mask) {
+        const rs_strmap_slot_t *s = &map->slots[i];
+        if (s->key == NULL ||
+            (s->tag == tag && strcmp(s->key, key) == 0))
+            return i;
+    }
+}
+
+int rs__strmap_get_hashed(const rs_strmap_t *map, const char *key,
+                          uint64_t hash, uint32_t *value_p)
+{
+    if (map->cap == 0)
+        return 0;
+    const rs_strmap_slot_t *s = &map->slots[strmap_slot(map, key, hash)];
+    if (s->key == NULL)
+        return 0;
+    *value_p = s->value;
+    return 1;
 }
 
 int rs__strmap_get(const rs_strmap_t *map, const char *key, uint32_t *value_p)
 {
-    if (map->cap == 0)
-        return 0;
-    size_t i = strmap_slot(map, key);
-    if (map->keys[i] == NULL)
-        return 0;
-    *value_p = map->values[i];
-    return 1;
+    return map->cap != 0 &&
+           rs__strmap_get_hashed(map, key, rs__hash_str(key), value_p);
 }
 
 static int strmap_grow(rs_strmap_t *map)
 {
     size_t ncap = map->cap ? map->cap * 2 : 16;
-    rs_strmap_t bigger = {calloc(ncap, sizeof(char *)),
-                          calloc(ncap, sizeof(uint32_t)), ncap, 0};
-    if (bigger.keys == NULL || bigger.values == NULL) {
-        free(bigger.keys);
-        free(bigger.values);
+    rs_strmap_slot_t *slots = calloc(ncap, sizeof(rs_strmap_slot_t));
+    if (slots == NULL)
         return 0;
-    }
     for (size_t i = 0; i < map->cap; i++) {
-        if (map->keys[i] != NULL) {
-            size_t j = strmap_slot(&bigger, map->keys[i]);
-            bigger.keys[j] = map->keys[i];
-            bigger.values[j] = map->values[i];
-            bigger.len++;
-        }
+        const rs_strmap_slot_t *s = &map->slots[i];
+        if (s->key == NULL)
+            continue;
+        /* keys are distinct: the first empty slot from the hash is theirs */
+        size_t j = (size_t)rs__hash_str(s->key) & (ncap - 1);
+        while (slots[j].key != NULL)
+            j = (j + 1) & (ncap - 1);
+        slots[j] = *s;
     }
-    /* Field by field rather than `*map = bigger`: clang's analyzer (LLVM 14)
-     * loses track of the struct copy and reports the old arrays as live. */
-    free(map->keys);
-    free(map->values);
-    map->keys = bigger.keys;
-    map->values = bigger.values;
-    map->cap = bigger.cap;
-    map->len = bigger.len;
+    free(map->slots);
+    map->slots = slots;
+    map->cap = ncap;
     return 1;
 }
 
@@ -86,11 +93,13 @@ int rs__strmap_put(rs_strmap_t *map, const char *key, uint32_t value)
 {
     if ((map->len + 1) * 2 > map->cap && !strmap_grow(map))
         return 0;
-    size_t i = strmap_slot(map, key);
-    if (map->keys[i] == NULL) {
-        map->keys[i] = key;
+    uint64_t hash = rs__hash_str(key);
+    rs_strmap_slot_t *s = &map->slots[strmap_slot(map, key, hash)];
+    if (s->key == NULL) {
+        s->key = key;
+        s->tag = tag_of(hash);
         map->len++;
     }
-    map->values[i] = value;
+    s->value = value;
     return 1;
 }

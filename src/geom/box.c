@@ -4,8 +4,8 @@
  * wraps from one into the next); the factors of one source dim must form a
  * mixed radix, which is exactly when the dim's visited indices are an
  * arithmetic progression. Anything else is refused, never approximated. */
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/checked.h"
@@ -96,12 +96,22 @@ static rs_status_t split_view_dim(const src_layout_t *l, int vd, int64_t n,
     return RS_OK;
 }
 
-static int cmp_factor(const void *a, const void *b)
+static int factor_before(const rs_factor_t *x, const rs_factor_t *y)
 {
-    const rs_factor_t *x = a, *y = b;
-    if (x->sdim != y->sdim)
-        return x->sdim < y->sdim ? -1 : 1;
-    return (x->mult > y->mult) - (x->mult < y->mult);
+    return x->sdim != y->sdim ? x->sdim < y->sdim : x->mult < y->mult;
+}
+
+/* By (sdim, mult): a handful of factors, resolved once per copy, so an
+ * insertion sort (equal keys are refused by close_box either way). */
+static void sort_factors(rs_factor_t *f, int n)
+{
+    for (int a = 1; a < n; a++) {
+        rs_factor_t t = f[a];
+        int b = a;
+        for (; b > 0 && factor_before(&t, &f[b - 1]); b--)
+            f[b] = f[b - 1];
+        f[b] = t;
+    }
 }
 
 /* Checks that each source dim's factors are ordered (every digit steps
@@ -112,7 +122,7 @@ static rs_status_t close_box(const src_layout_t *l, factor_list_t *fl,
 {
     for (int i = 0; i < fl->n; i++)
         fl->f[i].mult = fl->f[i].dmult; /* sort key */
-    qsort(fl->f, (size_t)fl->n, sizeof(rs_factor_t), cmp_factor);
+    sort_factors(fl->f, fl->n);
     box->numel = 1;
     for (int d = 0; d < l->ndim; d++) {
         box->count[d] = 1;
@@ -201,7 +211,10 @@ rs_status_t rs__box_from_view(const rs_view_t *v, int src_ndim,
     int64_t numel = 1;
 
     layout_init(&l, src_ndim, src_shape);
-    memset(box, 0, sizeof(*box));
+    /* the header only: factors past nfactors are never read, and the
+     * whole box is kilobytes, resolved once per copy */
+    memset(box, 0, offsetof(rs_box_t, factors));
+    box->numel = 0;
     box->ndim = src_ndim;
     fl.n = 0;
     for (int i = 0; i < v->ndim; i++)

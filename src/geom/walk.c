@@ -3,8 +3,6 @@
  * 2m-1 aligned blocks; the cartesian product of every dim's blocks gives
  * boxes in factor space, and each is walked as an odometer over the factors
  * that do not fold into the contiguous run. */
-#include <string.h>
-
 #include "geom/walk.h"
 
 /* One factor-space box under construction: a start digit and a count per
@@ -34,11 +32,15 @@ static void walk_fbox(const walk_t *w, const fbox_t *fb)
     const rs_factor_t *f = w->box->factors;
     int n = w->box->nfactors, order[RS_MAX_FACTORS], no = 0;
     int64_t src = w->src_base, dst = w->dst_base, run = 1;
-    int used[RS_MAX_FACTORS] = {0};
+    int used[RS_MAX_FACTORS];
+    int64_t idx[RS_MAX_FACTORS];
 
+    /* only the box's factors: the arrays are sized for the largest box */
     for (int j = 0; j < n; j++) {
         src += fb->start[j] * w->src_stride[j];
         dst += fb->start[j] * f[j].dstride;
+        used[j] = 0;
+        idx[j] = 0;
     }
     /* Grow the run while some factor continues it in both buffers. */
     for (int grew = 1; grew;) {
@@ -61,7 +63,6 @@ static void walk_fbox(const walk_t *w, const fbox_t *fb)
             order[b] = order[b - 1];
         order[b] = t;
     }
-    int64_t idx[RS_MAX_FACTORS] = {0};
     for (;;) {
         w->cb(w->ctx, src, dst, run);
         int k = no - 1;
@@ -88,57 +89,63 @@ typedef struct {
     int64_t count[2 * RS_MAX_DIM_FACTORS][RS_MAX_DIM_FACTORS];
 } blocks_t;
 
-static void push_block(blocks_t *out, const fbox_t *fb, int first, int nf)
+/* The digits of one dim pinned so far, relative to its first factor. */
+typedef struct {
+    int64_t start[RS_MAX_DIM_FACTORS];
+    int64_t count[RS_MAX_DIM_FACTORS];
+} digits_t;
+
+static void push_block(blocks_t *out, const digits_t *dg, int nf)
 {
     for (int k = 0; k < nf; k++) {
-        out->start[out->n][k] = fb->start[first + k];
-        out->count[out->n][k] = fb->count[first + k];
+        out->start[out->n][k] = dg->start[k];
+        out->count[out->n][k] = dg->count[k];
     }
     out->n++;
 }
 
-/* Cuts [lo, hi) over digits first..first+j of one dim into aligned blocks;
- * `fixed` carries the digits already pinned by outer levels. */
-static void cut_range(const walk_t *w, int first, int j, int64_t lo,
-                      int64_t hi, fbox_t *fixed, blocks_t *out)
+/* Cuts [lo, hi) over digits 0..j of one dim (relative to its first factor
+ * `first`) into aligned blocks; `fixed` carries the digits already pinned
+ * by outer levels. */
+static void cut_range(const walk_t *w, int first, int nf, int j, int64_t lo,
+                      int64_t hi, digits_t *fixed, blocks_t *out)
 {
     if (lo >= hi)
         return;
-    int fj = first + j;
-    int64_t r = w->radix[fj];
+    int64_t r = w->radix[first + j];
     if (j == 0) {
-        fixed->start[fj] = lo;
-        fixed->count[fj] = hi - lo;
-        push_block(out, fixed, first, w->nf[w->box->factors[first].sdim]);
+        fixed->start[0] = lo;
+        fixed->count[0] = hi - lo;
+        push_block(out, fixed, nf);
         return;
     }
     int64_t dl = lo / r, dh = hi / r;
     if (dl == dh) {
-        fixed->start[fj] = dl;
-        fixed->count[fj] = 1;
-        cut_range(w, first, j - 1, lo - dl * r, hi - dl * r, fixed, out);
+        fixed->start[j] = dl;
+        fixed->count[j] = 1;
+        cut_range(w, first, nf, j - 1, lo - dl * r, hi - dl * r, fixed, out);
         return;
     }
     if (lo % r != 0) {
-        fixed->start[fj] = dl;
-        fixed->count[fj] = 1;
-        cut_range(w, first, j - 1, lo % r, r, fixed, out);
+        fixed->start[j] = dl;
+        fixed->count[j] = 1;
+        cut_range(w, first, nf, j - 1, lo % r, r, fixed, out);
         dl++;
     }
     if (dh > dl) {
-        fbox_t full = *fixed;
-        full.start[fj] = dl;
-        full.count[fj] = dh - dl;
-        for (int k = first; k < fj; k++) {
+        digits_t full = *fixed;
+        full.start[j] = dl;
+        full.count[j] = dh - dl;
+        for (int k = 0; k < j; k++) {
             full.start[k] = 0;
-            full.count[k] = w->box->factors[k].count;
+            full.count[k] = w->box->factors[first + k].count;
         }
-        push_block(out, &full, first, w->nf[w->box->factors[first].sdim]);
+        push_block(out, &full, nf);
     }
     if (hi % r != 0) {
-        fixed->start[fj] = dh;
-        fixed->count[fj] = 1;
-        cut_range(w, first, j - 1, 0, hi % r, fixed, out);
+        fixed->start[j] = dh;
+        fixed->count[j] = 1;
+        cut_range(w, first, nf, j - 1, 0, hi % r, fixed, out);
     }
 }
 
@@ -162,20 +169,24 @@ static void product(const walk_t *w, blocks_t *per_dim, int d, fbox_t *acc)
     }
 }
 
+/* Sets only what the walk reads (dims below ndim, factors below
+ * nfactors): a walk is set up once per cell, and the arrays are sized for
+ * the largest box. */
 static void walk_init(walk_t *w, const rs_box_t *box, const rs_src_buf_t *buf,
                       int64_t dst_base, rs_run_cb cb, void *ctx)
 {
     int64_t p = 1;
-    memset(w, 0, sizeof(*w));
     w->box = box;
     w->buf = buf;
     w->cb = cb;
     w->ctx = ctx;
     w->dst_base = dst_base;
+    w->src_base = 0;
     for (int d = box->ndim - 1; d >= 0; d--) {
         w->pitch[d] = p;
         p *= buf->shape[d];
         w->first[d] = -1;
+        w->nf[d] = 0;
     }
     for (int j = 0; j < box->nfactors; j++) {
         const rs_factor_t *f = &box->factors[j];
@@ -195,22 +206,32 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
 {
     walk_t w;
     blocks_t per_dim[RS_MAX_DIMS];
-    fbox_t acc, fixed;
+    fbox_t acc; /* product() sets every factor's digit before walk_fbox */
 
     for (int d = 0; d < box->ndim; d++) {
         if (kr->lo[d] >= kr->hi[d])
             return;
     }
     walk_init(&w, box, buf, dst_base, cb, ctx);
-    memset(&acc, 0, sizeof(acc));
-    for (int d = 0; d < RS_MAX_DIMS; d++) /* every dim starts blockless */
-        per_dim[d].n = 0;
+    int simple = 1; /* at most one factor per dim: one block each */
+    for (int d = 0; d < box->ndim && simple; d++)
+        simple = w.nf[d] <= 1;
+    if (simple) { /* factor j is its dim's only one: the dim's range */
+        for (int j = 0; j < box->nfactors; j++) {
+            int d = box->factors[j].sdim;
+            acc.start[j] = kr->lo[d];
+            acc.count[j] = kr->hi[d] - kr->lo[d];
+        }
+        walk_fbox(&w, &acc);
+        return;
+    }
+    digits_t fixed = {{0}, {0}};
     for (int d = 0; d < box->ndim; d++) {
+        per_dim[d].n = 0;
         if (w.nf[d] == 0)
             continue;
-        memset(&fixed, 0, sizeof(fixed));
-        cut_range(&w, w.first[d], w.nf[d] - 1, kr->lo[d], kr->hi[d], &fixed,
-                  &per_dim[d]);
+        cut_range(&w, w.first[d], w.nf[d], w.nf[d] - 1, kr->lo[d], kr->hi[d],
+                  &fixed, &per_dim[d]);
     }
     product(&w, per_dim, 0, &acc);
 }

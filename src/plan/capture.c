@@ -17,8 +17,8 @@ rs_status_t rs_capture_create(rs_capture_h *capture_p)
         return RS_ERR_NO_MEMORY;
     rs__arena_init(&c->arena);
     rs__strmap_init(&c->param_index);
-    rs__strmap_init(&c->source_index);
     rs__strmap_init(&c->unsupported_index);
+    rs__strmap_init(&c->name_index);
     *capture_p = c;
     return RS_OK;
 }
@@ -28,14 +28,31 @@ void rs_capture_destroy(rs_capture_h capture)
     if (capture == NULL)
         return;
     rs__strmap_free(&capture->param_index);
-    rs__strmap_free(&capture->source_index);
     rs__strmap_free(&capture->unsupported_index);
+    rs__strmap_free(&capture->name_index);
+    free(capture->names);
     free(capture->params);
     free(capture->sources);
     free(capture->copies);
     free(capture->unsupported);
     rs__arena_free(&capture->arena);
     free(capture);
+}
+
+/* The id of a source name, interned on first use; 0 on exhaustion. */
+static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)
+{
+    rs_cap_name_t n = {NULL, -1, rs__hash_str(name)};
+    if (rs__strmap_get_hashed(&capture->name_index, name, n.hash, id_p))
+        return 1;
+    n.name = rs__arena_strdup(&capture->arena, name);
+    if (n.name == NULL || capture->names_len >= UINT32_MAX ||
+        !rs__strmap_put(&capture->name_index, n.name,
+                       (uint32_t)capture->names_len) ||
+        !RS_VEC_PUSH(capture, names, n))
+        return 0;
+    *id_p = (uint32_t)capture->names_len - 1;
+    return 1;
 }
 
 static int64_t *dup_dims(rs_arena_t *a, const int64_t *dims, int n)
@@ -133,7 +150,7 @@ rs_status_t rs_capture_declare_source(rs_capture_h capture, const char *src,
                                       rs_dtype_t dtype, rs_diag_t *diag)
 {
     rs_cap_source_t s = {0};
-    uint32_t idx;
+    uint32_t name_id;
     int64_t numel, bytes;
 
     if (capture == NULL)
@@ -142,17 +159,18 @@ rs_status_t rs_capture_declare_source(rs_capture_h capture, const char *src,
                                     &numel, &bytes);
     if (st != RS_OK)
         return st;
-    if (rs__strmap_get(&capture->source_index, src, &idx))
-        return redeclared(&capture->sources[idx], ndim, shape, dtype, diag);
-    s.name = rs__arena_strdup(&capture->arena, src);
+    if (!intern_name(capture, src, &name_id))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (capture->names[name_id].decl >= 0)
+        return redeclared(&capture->sources[capture->names[name_id].decl],
+                          ndim, shape, dtype, diag);
+    s.name = capture->names[name_id].name;
     s.ndim = ndim;
     s.shape = dup_dims(&capture->arena, shape, ndim);
     s.dtype = dtype;
-    if (s.name == NULL || s.shape == NULL ||
-        !rs__strmap_put(&capture->source_index, s.name,
-                       (uint32_t)capture->sources_len) ||
-        !RS_VEC_PUSH(capture, sources, s))
+    if (s.shape == NULL || !RS_VEC_PUSH(capture, sources, s))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    capture->names[name_id].decl = (long)capture->sources_len - 1;
     return RS_OK;
 }
 
@@ -214,8 +232,13 @@ rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy
     if (st != RS_OK)
         return st;
     a = &capture->arena;
-    c.src = rs__arena_strdup(a, copy->src);
-    c.param = rs__arena_strdup(a, copy->param);
+    if (!intern_name(capture, copy->src, &c.src_id))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    c.src = capture->names[c.src_id].name;
+    if (!rs__strmap_get(&capture->param_index, copy->param, &c.param_id))
+        c.param_id = UINT32_MAX;
+    c.param = c.param_id != UINT32_MAX ? capture->params[c.param_id].name
+                                       : rs__arena_strdup(a, copy->param);
     c.nops = copy->nops;
     c.ops = rs__arena_alloc(a, (copy->nops ? copy->nops : 1) * sizeof(rs_op_t));
     c.dest_offset = copy->dest_offset;
@@ -223,7 +246,7 @@ rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy
     c.dest_shape = dup_dims(a, copy->dest_shape, copy->ndim);
     c.dest_stride = dup_dims(a, copy->dest_stride, copy->ndim);
     c.dest_dtype = copy->dest_dtype;
-    if (c.src == NULL || c.param == NULL || c.ops == NULL ||
+    if (c.param == NULL || c.ops == NULL ||
         c.dest_shape == NULL || c.dest_stride == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < copy->nops; i++) {
@@ -245,9 +268,11 @@ rs_status_t rs_capture_add_unsupported(rs_capture_h capture, const char *src,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
     if (rs__strmap_get(&capture->unsupported_index, src, &ignored))
         return RS_OK;
-    u.src = rs__arena_strdup(&capture->arena, src);
+    if (!intern_name(capture, src, &u.src_id))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    u.src = capture->names[u.src_id].name;
     u.reason = rs__arena_strdup(&capture->arena, reason ? reason : "unsupported");
-    if (u.src == NULL || u.reason == NULL ||
+    if (u.reason == NULL ||
         !rs__strmap_put(&capture->unsupported_index, u.src,
                        (uint32_t)capture->unsupported_len) ||
         !RS_VEC_PUSH(capture, unsupported, u))
@@ -297,9 +322,8 @@ void rs_capture_copy(rs_capture_h capture, size_t index, rs_copy_desc_t *copy_p)
 const rs_cap_source_t *rs__capture_find_source(rs_capture_h capture,
                                                const char *name)
 {
-    uint32_t idx;
-    return rs__strmap_get(&capture->source_index, name, &idx)
-               ? &capture->sources[idx] : NULL;
+    long i = rs_capture_find_source(capture, name);
+    return i >= 0 ? &capture->sources[i] : NULL;
 }
 
 size_t rs_capture_num_sources(rs_capture_h capture)
@@ -319,8 +343,9 @@ void rs_capture_source(rs_capture_h capture, size_t index,
 
 long rs_capture_find_source(rs_capture_h capture, const char *name)
 {
-    uint32_t idx;
-    return rs__strmap_get(&capture->source_index, name, &idx) ? (long)idx : -1;
+    uint32_t id;
+    return rs__strmap_get(&capture->name_index, name, &id)
+               ? capture->names[id].decl : -1;
 }
 
 size_t rs_capture_num_unsupported(rs_capture_h capture)

@@ -18,8 +18,11 @@ typedef struct rs_cap_param {
 } rs_cap_param_t;
 
 typedef struct rs_cap_copy {
-    const char *src;
+    const char *src;    /* the interned name: names[src_id].name */
     const char *param;
+    uint32_t src_id;    /* index into names */
+    uint32_t param_id;  /* index into params, or UINT32_MAX when the param
+                         * was not yet declared when the copy was added */
     rs_op_t *ops;
     size_t nops;
     int64_t dest_offset;
@@ -40,7 +43,17 @@ typedef struct rs_cap_source {
 typedef struct rs_cap_unsupported {
     const char *src;
     const char *reason;
+    uint32_t src_id;    /* index into names */
 } rs_cap_unsupported_t;
+
+/* Every source name a copy, declaration or unsupported entry uses, held
+ * once: the planner indexes its per-source records by name id instead of
+ * hashing a name per copy (docs/design.md, Planning, Cost). */
+typedef struct rs_cap_name {
+    const char *name;
+    long decl;          /* index into sources, or -1 when undeclared */
+    uint64_t hash;      /* rs__hash_str(name), for the planner's lookups */
+} rs_cap_name_t;
 
 struct rs_capture {
     rs_arena_t arena;
@@ -48,9 +61,10 @@ struct rs_capture {
     rs_strmap_t param_index;
     RS_VEC(rs_cap_copy_t, copies);
     RS_VEC(rs_cap_source_t, sources);
-    rs_strmap_t source_index;
     RS_VEC(rs_cap_unsupported_t, unsupported);
     rs_strmap_t unsupported_index;
+    RS_VEC(rs_cap_name_t, names);
+    rs_strmap_t name_index;
     int64_t unattributed;
 };
 

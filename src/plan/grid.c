@@ -35,6 +35,25 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Most tensors have a handful of shards: insertion sort below this many
+ * edges, qsort above. */
+#define SMALL_SORT 32
+
+static void sort_edges(int64_t *b, size_t n)
+{
+    if (n > SMALL_SORT) {
+        qsort(b, n, sizeof(int64_t), cmp_i64);
+        return;
+    }
+    for (size_t i = 1; i < n; i++) {
+        int64_t t = b[i];
+        size_t k = i;
+        for (; k > 0 && b[k - 1] > t; k--)
+            b[k] = b[k - 1];
+        b[k] = t;
+    }
+}
+
 /* Sorted unique edges of dim d over non-empty shards, plus 0 and the size. */
 static rs_status_t build_bounds(rs_grid_t *g, const rs_src_tensor_t *t, int d)
 {
@@ -50,7 +69,7 @@ static rs_status_t build_bounds(rs_grid_t *g, const rs_src_tensor_t *t, int d)
         b[n++] = t->shards[i].offset[d];
         b[n++] = t->shards[i].offset[d] + t->shards[i].shape[d];
     }
-    qsort(b, n, sizeof(int64_t), cmp_i64);
+    sort_edges(b, n);
     size_t u = 0;
     for (size_t i = 0; i < n; i++) {
         if (u == 0 || b[u - 1] != b[i])
@@ -184,12 +203,23 @@ rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
     return RS_OK;
 }
 
+/* Intervals per dim held on the stack; a box crossing more in some dim
+ * allocates (most copies touch one or two shards per dim). */
+#define HITS_INLINE 16
+
 /* Per dim, the intervals the visited indices touch and its index range in each. */
 typedef struct {
     size_t n;
     size_t *cell;
     int64_t *lo, *hi;
+    size_t cell_in[HITS_INLINE];
+    int64_t lo_in[HITS_INLINE], hi_in[HITS_INLINE];
 } dim_hits_t;
+
+static int64_t clamp(int64_t x, int64_t hi)
+{
+    return x < 0 ? 0 : x > hi ? hi : x;
+}
 
 static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
                                 int d, dim_hits_t *h)
@@ -199,17 +229,27 @@ static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
     size_t first = interval_at(g, d, s + 1) - 1; /* interval holding s */
     size_t end = interval_at(g, d, last + 1);
     h->n = 0;
+    h->cell = h->cell_in;
+    h->lo = h->lo_in;
+    h->hi = h->hi_in;
     if (end <= first) /* no interval touched (never for a non-empty box) */
         return RS_OK;
     size_t cap = end - first;
-    h->cell = malloc(cap * sizeof(size_t));
-    h->lo = malloc(cap * sizeof(int64_t));
-    h->hi = malloc(cap * sizeof(int64_t));
-    if (h->cell == NULL || h->lo == NULL || h->hi == NULL)
-        return RS_ERR_NO_MEMORY;
+    if (cap > HITS_INLINE) {
+        h->cell = malloc(cap * sizeof(size_t));
+        h->lo = malloc(cap * sizeof(int64_t));
+        h->hi = malloc(cap * sizeof(int64_t));
+        if (h->cell == NULL || h->lo == NULL || h->hi == NULL)
+            return RS_ERR_NO_MEMORY;
+    }
+    /* c distinct increasing indices spanning c: the range [s, s + c) */
+    int contiguous = last - s + 1 == c;
     for (size_t i = first; i < end; i++) {
-        int64_t lo = rs__box_count_below(box, d, g->bounds[d][i]);
-        int64_t hi = rs__box_count_below(box, d, g->bounds[d][i + 1]);
+        int64_t lo = contiguous ? clamp(g->bounds[d][i] - s, c)
+                                : rs__box_count_below(box, d, g->bounds[d][i]);
+        int64_t hi = contiguous ? clamp(g->bounds[d][i + 1] - s, c)
+                                : rs__box_count_below(box, d,
+                                                      g->bounds[d][i + 1]);
         if (lo >= hi)
             continue; /* the view steps over this interval */
         h->cell[h->n] = i;
@@ -220,25 +260,36 @@ static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
     return RS_OK;
 }
 
+static void free_hits(dim_hits_t *h)
+{
+    if (h->cell != h->cell_in)
+        free(h->cell);
+    if (h->lo != h->lo_in)
+        free(h->lo);
+    if (h->hi != h->hi_in)
+        free(h->hi);
+}
+
 static void visit_product(const rs_grid_t *g, const dim_hits_t *h,
                           rs_cell_cb cb, void *ctx)
 {
+    const int ndim = g->ndim; /* read once: the callback sees g too */
     size_t idx[RS_MAX_DIMS] = {0};
     rs_krange_t kr;
-    for (int d = 0; d < g->ndim; d++) {
+    for (int d = 0; d < ndim; d++) {
         if (h[d].n == 0)
             return;
     }
     for (;;) {
         size_t cell = 0;
-        for (int d = 0; d < g->ndim; d++) {
+        for (int d = 0; d < ndim; d++) {
             cell += h[d].cell[idx[d]] * g->cstride[d];
             kr.lo[d] = h[d].lo[idx[d]];
             kr.hi[d] = h[d].hi[idx[d]];
         }
         cb(ctx, cell, &kr, g->ids + g->row[cell],
            g->row[cell + 1] - g->row[cell]);
-        int d = g->ndim - 1;
+        int d = ndim - 1;
         for (; d >= 0; d--) {
             if (++idx[d] < h[d].n)
                 break;
@@ -258,15 +309,13 @@ rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
 
     if (box->numel == 0)
         return RS_OK;
-    memset(h, 0, sizeof(h));
+    for (int d = 0; d < RS_MAX_DIMS; d++)
+        h[d].n = 0; /* the inline arrays need no clearing */
     for (; built < g->ndim && st == RS_OK; built++)
         st = hits_for_dim(g, box, built, &h[built]);
     if (st == RS_OK)
         visit_product(g, h, cb, ctx);
-    for (int d = 0; d < built; d++) {
-        free(h[d].cell);
-        free(h[d].lo);
-        free(h[d].hi);
-    }
+    for (int d = 0; d < built; d++)
+        free_hits(&h[d]);
     return st;
 }

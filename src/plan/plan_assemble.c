@@ -9,6 +9,7 @@
 #include "core/diag.h"
 #include "plan/capture_impl.h"
 #include "plan/planner.h"
+#include "plan/shard_sort.h"
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
 
@@ -209,9 +210,8 @@ static rs_status_t compute_stats(rs_planner_t *b)
         if (!live(b, pc))
             continue;
         st->copies_planned++;
-        st->exact_descriptor_count += pc->seg_end - pc->seg_begin;
-        for (size_t k = pc->seg_begin; k < pc->seg_end; k++)
-            st->exact_bytes += b->tmp.v[k].nbytes;
+        st->exact_descriptor_count += pc->nexact;
+        st->exact_bytes += pc->exact_bytes;
     }
     st->needed_bytes = st->exact_bytes;
     st->descriptor_savings = st->exact_descriptor_count > st->descriptor_count
@@ -223,18 +223,17 @@ static rs_status_t compute_stats(rs_planner_t *b)
     return RS_OK;
 }
 
-static int cmp_shard_ref(const void *a, const void *b)
-{
-    const rs_shard_ref_t *x = a, *y = b;
-    if (x->session != y->session)
-        return x->session < y->session ? -1 : 1;
-    return (x->addr > y->addr) - (x->addr < y->addr);
-}
-
 /* Lists the shards of every live source, for digest checks downstream. */
 static rs_status_t list_shards(rs_planner_t *b)
 {
     rs_plan_h plan = b->plan;
+    size_t total = 0; /* sized once: a replicated tensor lists every replica */
+    for (size_t i = 0; i < b->psrc_len; i++)
+        if (b->psrc[i].fallback == NULL && b->psrc[i].tensor != NULL)
+            total += b->psrc[i].tensor->shards_len;
+    if (!rs__vec_reserve((void **)&plan->shards, &plan->shards_cap, total,
+                         sizeof(rs_shard_ref_t)))
+        return OOM(b);
     for (size_t i = 0; i < b->psrc_len; i++) {
         const rs_psrc_t *s = &b->psrc[i];
         if (s->fallback != NULL || s->tensor == NULL)
@@ -251,9 +250,10 @@ static rs_status_t list_shards(rs_planner_t *b)
                 return OOM(b);
         }
     }
+    if (!rs__shard_refs_sort(&plan->shards, plan->shards_len))
+        return OOM(b);
     if (plan->shards_len > 1)
-        qsort(plan->shards, plan->shards_len, sizeof(rs_shard_ref_t),
-              cmp_shard_ref);
+        plan->shards_cap = plan->shards_len; /* a sorted copy, sized to fit */
     return RS_OK;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
+#include "plan/box_memo.h"
 #include "plan/capture_impl.h"
 #include "plan/planner.h"
 
@@ -42,15 +43,22 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->srcs = srcs;
     b->params = params;
     b->diag = diag;
-    rs__strmap_init(&b->psrc_index);
     b->plan = calloc(1, sizeof(*b->plan));
+    b->psrc_of_name = calloc(cap->names_len + 1, sizeof(uint32_t));
+    b->memo = rs__box_memo_create();
     b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
-    if (b->plan == NULL || b->copies == NULL || b->load == NULL)
+    if (b->plan == NULL || b->psrc_of_name == NULL || b->memo == NULL ||
+        b->copies == NULL || b->load == NULL)
         return OOM(b);
     rs__arena_init(&b->plan->arena);
     b->plan->capture = cap;
-    if (copy_sessions(b->plan, srcs) != RS_OK)
+    /* most copies read one run of a source seen once: sized up front */
+    if (copy_sessions(b->plan, srcs) != RS_OK ||
+        !rs__vec_reserve((void **)&b->tmp.v, &b->tmp.v_cap, cap->copies_len,
+                         sizeof(rs_segment_t)) ||
+        !rs__vec_reserve((void **)&b->psrc, &b->psrc_cap, cap->names_len,
+                         sizeof(rs_psrc_t)))
         return OOM(b);
     return RS_OK;
 }
@@ -59,13 +67,15 @@ void rs__planner_free(rs_planner_t *b)
 {
     rs_plan_destroy(b->plan);
     free(b->psrc);
-    rs__strmap_free(&b->psrc_index);
+    free(b->psrc_of_name);
     free(b->copies);
     free(b->tmp.v);
     free(b->load);
     for (size_t i = 0; i < b->stages_len; i++)
         free(b->stages[i].segs.v);
     free(b->stages);
+    free(b->picks);
+    rs__box_memo_destroy(b->memo);
 }
 
 rs_plan_h rs__planner_take(rs_planner_t *b)
@@ -90,19 +100,21 @@ rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
     return RS_OK;
 }
 
-/* The planner's record for a source name, created on first use. */
-static rs_status_t psrc_for(rs_planner_t *b, const char *name, uint32_t *id_p)
+/* The planner's record for a capture source name (by its interned id),
+ * created on first use: records keep the order of first use. */
+static rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
 {
-    uint32_t id;
-    if (rs__strmap_get(&b->psrc_index, name, &id)) {
-        *id_p = id;
+    if (b->psrc_of_name[name_id] != 0) {
+        *id_p = b->psrc_of_name[name_id] - 1;
         return RS_OK;
     }
-    rs_psrc_t s = {name, rs__sources_find(b->srcs, name), NULL, 0, 0, -1, 0};
-    id = (uint32_t)b->psrc_len;
-    if (!RS_VEC_PUSH(b, psrc, s) || !rs__strmap_put(&b->psrc_index, name, id))
+    const rs_cap_name_t *n = &b->cap->names[name_id];
+    rs_psrc_t s = {n->name, rs__sources_find_hashed(b->srcs, n->name, n->hash),
+                   NULL, 0, 0, -1, 0};
+    if (!RS_VEC_PUSH(b, psrc, s))
         return OOM(b);
-    *id_p = id;
+    b->psrc_of_name[name_id] = (uint32_t)b->psrc_len;
+    *id_p = (uint32_t)b->psrc_len - 1;
     return RS_OK;
 }
 
@@ -152,11 +164,12 @@ static rs_status_t refuse_mismatches(rs_planner_t *b)
     rs_capture_h cap = b->cap;
     for (size_t ci = 0; ci < cap->copies_len; ci++) {
         const rs_cap_copy_t *c = &cap->copies[ci];
-        const rs_cap_source_t *d = rs__capture_find_source(cap, c->src);
+        long decl = cap->names[c->src_id].decl;
         uint32_t id;
-        if (d == NULL || !selected(b->params, c->param))
+        if (decl < 0 || !selected(b->params, c->param))
             continue;
-        rs_status_t st = psrc_for(b, c->src, &id);
+        const rs_cap_source_t *d = &cap->sources[decl];
+        rs_status_t st = psrc_for(b, c->src_id, &id);
         if (st != RS_OK)
             return st;
         const rs_psrc_t *s = &b->psrc[id];
@@ -178,12 +191,12 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
         const rs_cap_unsupported_t *u = &cap->unsupported[i];
         int wanted = b->params->nonly == 0;
         for (size_t c = 0; !wanted && c < cap->copies_len; c++)
-            wanted = strcmp(cap->copies[c].src, u->src) == 0 &&
+            wanted = cap->copies[c].src_id == u->src_id &&
                      selected(b->params, cap->copies[c].param);
         if (!wanted)
             continue;
         uint32_t id;
-        rs_status_t st = psrc_for(b, u->src, &id);
+        rs_status_t st = psrc_for(b, u->src_id, &id);
         if (st == RS_OK)
             st = rs__planner_fallback(b, id, u->reason);
         if (st != RS_OK)
@@ -198,7 +211,8 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
  * An empty view writes nothing but still names a place in the param: it
  * must start inside it or at its end, since the executor forms its
  * destination pointer from dest_offset. */
-static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
+static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p,
+                              rs_dest_fact_t *fact)
 {
     int64_t numel = 1, last = c->dest_offset, span[RS_MAX_DIMS];
     int order[RS_MAX_DIMS], n = 0;
@@ -230,23 +244,69 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p)
             return "destination view writes some elements twice";
         reach += span[order[a]];
     }
+    if (fact != NULL) { /* the shape and strides hold for any offset */
+        fact->known = 1;
+        fact->span = last - c->dest_offset;
+    }
     return NULL;
+}
+
+/* check_dest for a geometry checked before: only the offset can differ,
+ * so only the bounds are left (in check_dest's order of complaints). */
+static const char *check_dest_known(const rs_cap_copy_t *c,
+                                    const rs_cap_param_t *p,
+                                    const rs_dest_fact_t *fact)
+{
+    int64_t last;
+    if (!rs__add_i64(c->dest_offset, fact->span, &last))
+        return "destination region overflows";
+    return last >= p->numel ? "destination region leaves its parameter"
+                            : NULL;
+}
+
+/* The copy's box: remembered for its geometry, else resolved (and
+ * remembered when its strides are the capture's, which outlive the build). */
+static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
+                                const rs_psrc_t *s, const int64_t *dest_stride,
+                                const rs_box_t **box_p, rs_dest_fact_t **fact_p,
+                                size_t *bad_op, char *why, size_t whylen)
+{
+    rs_geom_key_t key = {s->tensor->ndim, s->tensor->shape, c->ops, c->nops,
+                         c->ndim, c->dest_shape, dest_stride};
+    int memo = dest_stride == c->dest_stride;
+    uint64_t hash = 0;
+    const rs_box_t *box =
+        memo ? rs__box_memo_find(b->memo, &key, &hash, fact_p) : NULL;
+    if (box != NULL) {
+        *box_p = box;
+        return RS_OK;
+    }
+    rs_status_t st = rs__geom_resolve(s->tensor->ndim, s->tensor->shape, c->ops,
+                                     c->nops, c->ndim, c->dest_shape,
+                                     dest_stride, &b->box, bad_op, why, whylen);
+    /* a failed put costs a later copy a resolve */
+    *fact_p = st == RS_OK && memo
+                  ? rs__box_memo_put(b->memo, &key, hash, &b->box) : NULL;
+    *box_p = &b->box;
+    return st;
 }
 
 /* Resolves the copy's geometry; on rejection the source goes to fallback. */
 static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
-                                const int64_t *dest_stride, rs_box_t *box,
-                                int *ok)
+                                const int64_t *dest_stride,
+                                const rs_box_t **box, int *ok)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     const rs_cap_param_t *p = &b->cap->params[b->copies[ci].param];
     char why[512], reason[768];
-    size_t bad_op;
-    rs_status_t st = rs__geom_resolve(s->tensor->ndim, s->tensor->shape, c->ops,
-                                     c->nops, c->ndim, c->dest_shape,
-                                     dest_stride, box, &bad_op, why,
-                                     sizeof(why));
-    const char *dest_err = st == RS_OK ? check_dest(c, p) : NULL;
+    size_t bad_op = c->nops;
+    rs_dest_fact_t *fact = NULL;
+    rs_status_t st = geometry_box(b, c, s, dest_stride, box, &fact, &bad_op,
+                                  why, sizeof(why));
+    const char *dest_err = st != RS_OK ? NULL
+                           : fact != NULL && fact->known
+                               ? check_dest_known(c, p, fact)
+                               : check_dest(c, p, fact);
     *ok = st == RS_OK && dest_err == NULL;
     if (*ok)
         return RS_OK;
@@ -267,8 +327,8 @@ static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
 static rs_status_t bind_param(rs_planner_t *b, size_t ci)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
-    uint32_t p;
-    if (!rs__strmap_get(&b->cap->param_index, c->param, &p))
+    uint32_t p = c->param_id; /* else declared after the copy was added */
+    if (p == UINT32_MAX && !rs__strmap_get(&b->cap->param_index, c->param, &p))
         return rs__diag_set(b->diag, RS_ERR_INPUT, "copy %zu: param '%s' is "
                             "not declared", ci, c->param);
     if (b->cap->params[p].dtype != c->dest_dtype)
@@ -284,12 +344,12 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     rs_pcopy_t *pc = &b->copies[ci];
-    rs_box_t box;
+    const rs_box_t *box;
     int64_t staging[RS_MAX_DIMS];
     int ok;
     rs_status_t st;
 
-    if ((st = bind_param(b, ci)) != RS_OK || (st = psrc_for(b, c->src, &pc->src)))
+    if ((st = bind_param(b, ci)) != RS_OK || (st = psrc_for(b, c->src_id, &pc->src)))
         return st;
     rs_psrc_t *s = &b->psrc[pc->src];
     if (s->fallback != NULL)
@@ -308,8 +368,14 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
             return st;
     }
     pc->seg_begin = b->tmp.v_len;
-    st = rs__planner_walk(b, s, &box, pc->param, convert ? 0 : c->dest_offset,
-                          &b->tmp, &pc->missing);
+    pc->pick_begin = b->picks_len;
+    rs_walk_tally_t tally;
+    /* Every copy keeps its runs: the cost model weighs each copy's runs
+     * per session (plan_cost_agg.c) before deciding how it is read. */
+    size_t keep = SIZE_MAX;
+    st = rs__planner_walk_copy(b, s, box, pc->param,
+                               convert ? 0 : c->dest_offset, keep, NULL,
+                               &b->tmp, &pc->missing, &tally);
     if (st == RS_ERR_UNSUPPORTED)
         return rs__planner_fallback(b, pc->src, "shard layout too fragmented "
                                     "to index");
@@ -317,10 +383,55 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
         return rs__diag_set(b->diag, st, "out of memory");
     pc->seg_end = b->tmp.v_len;
     pc->kind = convert ? RS_PCOPY_CONVERT : RS_PCOPY_EXACT;
+    pc->nexact = tally.nsegs;
+    pc->exact_bytes = tally.bytes;
+    pc->dropped = tally.dropped;
+    if (!pc->dropped)
+        b->picks_len = pc->pick_begin; /* choices only a re-walk needs */
     if (!convert) {
-        s->exact_segments += pc->seg_end - pc->seg_begin;
-        if (pc->seg_end - pc->seg_begin > (uint64_t)b->params->max_segments_per_copy)
+        s->exact_segments += tally.nsegs;
+        if (tally.nsegs > (uint64_t)b->params->max_segments_per_copy)
             s->candidate = 1;
+    }
+    return RS_OK;
+}
+
+/* A dropped copy whose source is read exactly after all (no full pull)
+ * walks again, repeating its shard choices: the same runs as if they had
+ * been kept the first time. */
+static rs_status_t rewalk(rs_planner_t *b, size_t ci)
+{
+    rs_pcopy_t *pc = &b->copies[ci];
+    rs_psrc_t *s = &b->psrc[pc->src];
+    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    rs_walk_tally_t tally;
+    uint64_t missing = 0;
+    const rs_box_t *box;
+    int ok;
+    rs_status_t st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok);
+    if (st != RS_OK || !ok) /* it resolved the first time; else in fallback */
+        return st;
+    pc->seg_begin = b->tmp.v_len;
+    st = rs__planner_walk_copy(b, s, box, pc->param, c->dest_offset,
+                               SIZE_MAX, b->picks + pc->pick_begin, &b->tmp,
+                               &missing, &tally);
+    if (st != RS_OK)
+        return rs__diag_set(b->diag, st, "out of memory");
+    pc->seg_end = b->tmp.v_len;
+    pc->dropped = 0;
+    return RS_OK;
+}
+
+static rs_status_t rewalk_dropped(rs_planner_t *b)
+{
+    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
+        const rs_pcopy_t *pc = &b->copies[ci];
+        if (!pc->dropped || b->psrc[pc->src].fallback != NULL ||
+            b->psrc[pc->src].full_pull >= 0)
+            continue;
+        rs_status_t st = rewalk(b, ci);
+        if (st != RS_OK)
+            return st;
     }
     return RS_OK;
 }
@@ -338,6 +449,8 @@ rs_status_t rs__planner_run(rs_planner_t *b)
     }
     if (st == RS_OK)
         st = rs__planner_choose(b);
+    if (st == RS_OK)
+        st = rewalk_dropped(b);
     if (st == RS_OK)
         st = rs__planner_assemble(b);
     return st;

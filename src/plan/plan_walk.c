@@ -1,6 +1,11 @@
 /* From a resolved box to segments: visit the source grid's cells, choose one
  * shard per cell, and turn each run into a segment, merging runs that
- * continue the previous one in both the shard and the destination. */
+ * continue the previous one in both the shard and the destination. A copy
+ * with more runs than it may keep is only counted (holding its runs would
+ * cost gigabytes where a full pull then replaces them), with its shard
+ * choices recorded so that a second walk can repeat it exactly. */
+#include <stdint.h>
+
 #include "core/checked.h"
 #include "plan/grid.h"
 #include "plan/planner.h"
@@ -16,7 +21,20 @@ typedef struct {
     uint32_t session;   /* of the shard being walked */
     uint64_t addr;
     uint64_t *missing;
+    size_t keep;        /* runs kept before the walk only counts */
+    int counting;       /* over `keep`: runs are counted, `last` is the tail */
+    rs_segment_t last;
+    const uint32_t *replay; /* shard choices to repeat, or NULL */
+    int record;         /* push each choice to b->picks */
+    rs_walk_tally_t tally;
 } walk_ctx_t;
+
+static int continues(const rs_segment_t *last, const rs_segment_t *s)
+{
+    return last->session == s->session && last->param == s->param &&
+           last->src_addr + last->nbytes == s->src_addr &&
+           last->dst_byte + last->nbytes == s->dst_byte;
+}
 
 static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
                      int64_t nelem)
@@ -26,16 +44,21 @@ static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
     rs_segment_t s = {w->session, w->param, w->addr + (uint64_t)src_elem * es,
                       (uint64_t)dst_elem * es, (uint64_t)nelem * es};
     rs_segvec_t *o = w->out;
-    if (o->v_len > w->floor) {
-        rs_segment_t *last = &o->v[o->v_len - 1];
-        if (last->session == s.session && last->param == s.param &&
-            last->src_addr + last->nbytes == s.src_addr &&
-            last->dst_byte + last->nbytes == s.dst_byte) {
-            last->nbytes += s.nbytes;
-            return;
-        }
+    rs_segment_t *last = w->counting ? &w->last
+                         : o->v_len > w->floor ? &o->v[o->v_len - 1] : NULL;
+    w->tally.bytes += s.nbytes;
+    if (last != NULL && continues(last, &s)) {
+        last->nbytes += s.nbytes;
+        return;
     }
-    if (!RS_VEC_PUSH(o, v, s))
+    w->tally.nsegs++;
+    if (!w->counting && o->v_len - w->floor >= w->keep) {
+        w->counting = 1; /* one run more than the copy may keep */
+        o->v_len = w->floor;
+    }
+    if (w->counting)
+        w->last = s;
+    else if (!RS_VEC_PUSH(o, v, s))
         w->b->oom = 1;
 }
 
@@ -81,11 +104,17 @@ static void walk_part(walk_ctx_t *w, size_t cell, const rs_krange_t *kr,
                       const uint32_t *shards, size_t n)
 {
     uint64_t bytes = krange_elems(w->box, kr) * w->t->elsize;
-    const rs_src_shard_t *sh =
-        &w->t->shards[choose_shard(w, cell, shards, n,
-                                   bytes < RS_PLAN_AFFINITY_BYTES)];
+    uint32_t id;
+    if (w->replay != NULL) {
+        id = *w->replay++; /* its load was counted by the first walk */
+    } else {
+        id = choose_shard(w, cell, shards, n, bytes < RS_PLAN_AFFINITY_BYTES);
+        w->b->load[w->t->shards[id].session] += bytes;
+        if (w->record && !RS_VEC_PUSH(w->b, picks, id))
+            w->b->oom = 1;
+    }
+    const rs_src_shard_t *sh = &w->t->shards[id];
     rs_src_buf_t buf = {sh->offset, sh->shape};
-    w->b->load[sh->session] += bytes;
     w->session = sh->session;
     w->addr = sh->addr;
     rs__walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
@@ -144,19 +173,39 @@ static rs_status_t tensor_grid(rs_sources_h s, rs_src_tensor_t *t,
     return st;
 }
 
+static rs_status_t walk(rs_planner_t *b, rs_psrc_t *src, walk_ctx_t *w)
+{
+    const rs_grid_t *grid = NULL;
+    rs_status_t st = tensor_grid(b->srcs, src->tensor, &grid);
+    if (st != RS_OK)
+        return st;
+    st = rs__grid_visit(grid, w->box, plan_cell, w);
+    if (st == RS_OK && b->oom)
+        st = RS_ERR_NO_MEMORY;
+    return st;
+}
+
 rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
                              const rs_box_t *box, uint32_t param,
                              int64_t dst_base, rs_segvec_t *out,
                              uint64_t *missing)
 {
-    rs_src_tensor_t *t = src->tensor;
-    walk_ctx_t w = {b, t, box, dst_base, param, out, out->v_len, 0, 0, missing};
-    const rs_grid_t *grid = NULL;
-    rs_status_t st = tensor_grid(b->srcs, t, &grid);
-    if (st != RS_OK)
-        return st;
-    st = rs__grid_visit(grid, box, plan_cell, &w);
-    if (st == RS_OK && b->oom)
-        st = RS_ERR_NO_MEMORY;
+    walk_ctx_t w = {b, src->tensor, box, dst_base, param, out, out->v_len, 0,
+                    0, missing, SIZE_MAX, 0, {0}, NULL, 0, {0}};
+    return walk(b, src, &w);
+}
+
+rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
+                                  const rs_box_t *box, uint32_t param,
+                                  int64_t dst_base, size_t keep,
+                                  const uint32_t *replay, rs_segvec_t *out,
+                                  uint64_t *missing, rs_walk_tally_t *tally)
+{
+    walk_ctx_t w = {b, src->tensor, box, dst_base, param, out, out->v_len, 0,
+                    0, missing, keep, 0, {0}, replay, replay == NULL, {0}};
+    rs_status_t st = walk(b, src, &w);
+    w.tally.dropped = w.counting;
+    if (st == RS_OK)
+        *tally = w.tally;
     return st;
 }

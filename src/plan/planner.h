@@ -31,6 +31,14 @@ typedef struct rs_pcopy {
     uint64_t missing;
     long stage;  /* read through rs_planner_t stages[stage]; -1: exact runs */
     int capped;  /* more exact runs than the cap, and a staged way exists */
+    /* The copy's exact runs (merged) and their bytes, kept or not. */
+    uint64_t nexact, exact_bytes;
+    /* More runs than max_segments_per_copy: tmp holds none of them (a full
+     * pull usually takes the copy instead); picks[pick_begin..] are the
+     * shards its walk chose, so that rs__planner_rewalk can produce the
+     * same runs if the copy is read exactly after all. */
+    int dropped;
+    size_t pick_begin;
 } rs_pcopy_t;
 
 typedef struct rs_segvec {
@@ -54,11 +62,14 @@ typedef struct rs_planner {
     const rs_plan_params_t *params;
     rs_diag_t *diag;
     RS_VEC(rs_psrc_t, psrc);
-    rs_strmap_t psrc_index;
+    uint32_t *psrc_of_name; /* per capture name id: psrc index + 1, or 0 */
     rs_pcopy_t *copies;
     rs_segvec_t tmp;
     uint64_t *load; /* running bytes per session, for replica choice */
     RS_VEC(rs_pstage_t, stages);
+    RS_VEC(uint32_t, picks); /* shard choices of dropped copies, in order */
+    struct rs_box_memo *memo; /* resolved boxes by geometry (box_memo.h) */
+    rs_box_t box;             /* a box resolved outside the memo */
     int oom;
 } rs_planner_t;
 
@@ -125,6 +136,23 @@ double rs__cost_seconds(const rs_plan_params_t *p, uint64_t bytes,
  * more session that carries every session's bytes and descriptors. */
 double rs__cost_plan_seconds(const rs_plan_params_t *p, const uint64_t *bytes,
                              const uint64_t *descs, size_t nsessions);
+
+/* What a capped walk saw: its runs (merged as if kept) and their bytes;
+ * `dropped` when there were more than `keep`, and `out` holds none. */
+typedef struct rs_walk_tally {
+    uint64_t nsegs, bytes;
+    int dropped;
+} rs_walk_tally_t;
+
+/* rs__planner_walk for one copy: keeps at most `keep` runs in `out` (beyond
+ * that it only counts them, and out is left as on entry), records each
+ * shard choice in b->picks, or, with `replay`, repeats those choices
+ * without adding to the sessions' load. */
+rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
+                                  const rs_box_t *box, uint32_t param,
+                                  int64_t dst_base, size_t keep,
+                                  const uint32_t *replay, rs_segvec_t *out,
+                                  uint64_t *missing, rs_walk_tally_t *tally);
 
 /* Moves the per-copy results into the plan and computes stats. */
 rs_status_t rs__planner_assemble(rs_planner_t *b);

@@ -56,6 +56,14 @@ rs_src_tensor_t *rs__sources_find(rs_sources_h s, const char *name)
     return rs__strmap_get(&s->tensor_index, name, &idx) ? &s->tensors[idx] : NULL;
 }
 
+rs_src_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
+                                         uint64_t hash)
+{
+    uint32_t idx;
+    return rs__strmap_get_hashed(&s->tensor_index, name, hash, &idx)
+               ? &s->tensors[idx] : NULL;
+}
+
 static rs_status_t intern_session(rs_sources_h s, const char *name,
                                   uint32_t *id_p)
 {

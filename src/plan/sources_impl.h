@@ -79,5 +79,8 @@ void rs__sources_mark_free(rs_sources_mark_t *mark);
 
 /* Tensor by name, or NULL. */
 rs_src_tensor_t *rs__sources_find(rs_sources_h s, const char *name);
+/* The same with rs__hash_str(name) already known. */
+rs_src_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
+                                         uint64_t hash);
 
 #endif

@@ -762,6 +762,98 @@ static void test_only_selection(void **state)
     env_free(&e);
 }
 
+/* Copies over the descriptor bound are only counted while walked; when the
+ * full pull is refused (here a gap in w) they are walked again and must
+ * repeat the first walk's replica choices: the plan equals the one built
+ * with a bound no copy reaches, segment for segment, down to the replica
+ * the later copy of v picks by load. */
+static void test_dropped_copy_walks_again(void **state)
+{
+    (void)state;
+    ref_env_t e;
+    static const char *const ranks[] = {"rank-0", "rank-1", "rank-2"};
+    /* 128 KiB tiles: above the affinity size, so choices follow load */
+    int64_t full[] = {512, 512}, tile[] = {64, 512}, half[] = {64, 256};
+    int64_t vshape[] = {64, 512}, vst[] = {512, 1}, o0[] = {0, 0};
+    int64_t lshape[] = {512, 256}, lst[] = {256, 1};
+    env_init(&e);
+    env_tensor(&e, "w", RS_DTYPE_F32, 2, full, 0);
+    env_tensor(&e, "v", RS_DTYPE_F32, 2, vshape, 7);
+    for (int t = 0; t < 8; t++) {
+        int64_t off[] = {64 * t, 0};
+        for (int r = 0; r < 3; r++) /* rows 448.. keep only cols 0..255 */
+            env_shard(&e, "w", ranks[r], off, t == 7 ? half : tile);
+    }
+    for (int r = 0; r < 3; r++)
+        env_shard(&e, "v", ranks[r], o0, vshape);
+    int pl = env_param(&e, "w_left", 2, lshape, RS_DTYPE_F32);
+    int pv = env_param(&e, "v", 2, vshape, RS_DTYPE_F32);
+    rs_op_t left[] = {{.kind = RS_OP_NARROW, .arg = {1, 0, 256}, .has = 7}};
+    env_copy(&e, "w", "w_left", left, 1, 0, 2, lshape, lst, RS_DTYPE_F32);
+    env_copy(&e, "v", "v", NULL, 0, 0, 2, vshape, vst, RS_DTYPE_F32);
+    rs_plan_params_t capped, open;
+    rs_plan_params_init(&capped);
+    rs_plan_params_init(&open);
+    capped.max_segments_per_copy = 4;
+    open.max_segments_per_copy = 100000;
+    for (uint64_t salt = 0; salt < 3; salt++) {
+        capped.replica_salt = open.replica_salt = salt;
+        rs_plan_h a = env_plan(&e, &capped), b = env_plan(&e, &open);
+        size_t na, nb, nfp;
+        const rs_segment_t *sa = rs_plan_segments(a, &na);
+        const rs_segment_t *sb = rs_plan_segments(b, &nb);
+        rs_plan_full_pulls(a, &nfp);
+        assert_int_equal(nfp, 0);
+        assert_int_equal(rs_plan_num_unbounded(a), 1);
+        assert_int_equal(rs_plan_num_unbounded(b), 0);
+        assert_int_equal(na, nb);
+        assert_int_equal(na, 448 + 1 + 1); /* a run per full-width row of w,
+                                            * the half-width tile, v */
+        assert_memory_equal(sa, sb, na * sizeof(rs_segment_t));
+        rs_plan_stats_t st;
+        rs_plan_stats(a, &st);
+        assert_int_equal(st.exact_descriptor_count, na);
+        assert_int_equal(st.exact_bytes, (512 * 256 + 64 * 512) * 4);
+        memset(e.params[pl], 0xEE, e.param_bytes[pl]);
+        memset(e.params[pv], 0xEE, e.param_bytes[pv]);
+        env_exec(&e, a);
+        for (int i = 0; i < 512 * 256; i++)
+            assert_true(f32_at(&e, pl, i) == (float)(i / 256 * 512 + i % 256));
+        for (int i = 0; i < 64 * 512; i++)
+            assert_true(f32_at(&e, pv, i) == (float)(7 + i));
+        rs_plan_destroy(a);
+        rs_plan_destroy(b);
+    }
+    env_free(&e);
+}
+
+/* Copies with one geometry are resolved once, and their destination's
+ * shape and strides checked once; the bounds still depend on each copy's
+ * offset: a second copy of w's rows that ends past its parameter is refused
+ * with the reason the first check would give. */
+static void test_same_geometry_bounds_per_copy(void **state)
+{
+    (void)state;
+    ref_env_t e;
+    int64_t full[] = {8, 4}, half[] = {4, 4}, st[] = {4, 1}, pshape[] = {6, 4};
+    env_init(&e);
+    env_tensor(&e, "w", RS_DTYPE_U8, 2, full, 0);
+    env_row_shards(&e, "w", 2, two_ranks);
+    env_param(&e, "p", 2, pshape, RS_DTYPE_U8);
+    rs_op_t top[] = {{.kind = RS_OP_NARROW, .arg = {0, 0, 4}, .has = 7}};
+    env_copy(&e, "w", "p", top, 1, 0, 2, half, st, RS_DTYPE_U8);
+    env_copy(&e, "w", "p", top, 1, 12, 2, half, st, RS_DTYPE_U8); /* rows 3..6 */
+    rs_plan_h plan = env_plan(&e, NULL);
+    const char *src, *reason;
+    assert_int_equal(rs_plan_num_fallback(plan), 1);
+    rs_plan_fallback(plan, 0, &src, &reason);
+    assert_string_equal(src, "w");
+    assert_string_equal(reason, "copy 1 into 'p': destination region leaves "
+                                "its parameter");
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -772,6 +864,8 @@ int main(void)
         cmocka_unit_test(test_casts),
         cmocka_unit_test(test_full_pull),
         cmocka_unit_test(test_gap_prevents_full_pull),
+        cmocka_unit_test(test_dropped_copy_walks_again),
+        cmocka_unit_test(test_same_geometry_bounds_per_copy),
         cmocka_unit_test(test_unsupported_does_not_stop_others),
         cmocka_unit_test(test_replica_split_and_affinity),
         cmocka_unit_test(test_replicas_spread),

@@ -1,0 +1,139 @@
+/* A direct-mapped table of resolved boxes keyed by a hash of the geometry;
+ * a hit is confirmed by comparing the whole key, so a collision only costs
+ * a resolve. Boxes are copied in up to their last factor. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/box_memo.h"
+
+#define MEMO_SLOTS 256 /* a power of two; models repeat a few dozen geometries */
+
+typedef struct {
+    uint64_t hash;
+    rs_geom_key_t key;
+    rs_box_t *box; /* NULL: the slot is empty */
+    rs_dest_fact_t dest;
+} memo_slot_t;
+
+struct rs_box_memo {
+    memo_slot_t slots[MEMO_SLOTS];
+};
+
+rs_box_memo_t *rs__box_memo_create(void)
+{
+    return calloc(1, sizeof(rs_box_memo_t));
+}
+
+void rs__box_memo_destroy(rs_box_memo_t *memo)
+{
+    if (memo == NULL)
+        return;
+    for (size_t i = 0; i < MEMO_SLOTS; i++)
+        free(memo->slots[i].box);
+    free(memo);
+}
+
+/* Cheap per word (a multiply-add); hash_key spreads the bits once at the
+ * end. Only what tells geometries apart in practice is hashed (a list's or
+ * a key list's length, not its values): a hit compares the whole key. */
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    return (h + v) * 0x9e3779b97f4a7c15ull;
+}
+
+static uint64_t mix_dims(uint64_t h, const int64_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = mix(h, (uint64_t)v[i]);
+    return h;
+}
+
+static uint64_t hash_key(const rs_geom_key_t *k)
+{
+    uint64_t h = mix((uint64_t)k->src_ndim, k->nops);
+    h = mix_dims(h, k->src_shape, (size_t)k->src_ndim);
+    for (size_t i = 0; i < k->nops; i++) {
+        const rs_op_t *op = &k->ops[i];
+        h = mix(h, (uint64_t)op->kind | (uint64_t)op->has << 8 |
+                       (uint64_t)op->nlist << 16 | (uint64_t)op->nkeys << 40);
+        h = mix_dims(h, op->arg, 4);
+    }
+    h = mix(h, (uint64_t)k->ndim);
+    h = mix_dims(h, k->dest_shape, (size_t)k->ndim);
+    h = mix_dims(h, k->dest_stride, (size_t)k->ndim);
+    return h ^ (h >> 29);
+}
+
+/* A loop, not memcmp: the arrays hold two or three dims. */
+static int same_dims(const int64_t *a, const int64_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] != b[i])
+            return 0;
+    }
+    return 1;
+}
+
+static int same_key(const rs_key_t *a, const rs_key_t *b)
+{
+    return a->kind == b->kind && a->index == b->index &&
+           a->start == b->start && a->stop == b->stop && a->step == b->step &&
+           a->has_start == b->has_start && a->has_stop == b->has_stop &&
+           a->has_step == b->has_step;
+}
+
+static int same_op(const rs_op_t *a, const rs_op_t *b)
+{
+    if (a->kind != b->kind || a->has != b->has || a->nlist != b->nlist ||
+        a->nkeys != b->nkeys || !same_dims(a->arg, b->arg, 4) ||
+        !same_dims(a->list, b->list, a->nlist))
+        return 0;
+    for (size_t i = 0; i < a->nkeys; i++) {
+        if (!same_key(&a->keys[i], &b->keys[i]))
+            return 0;
+    }
+    return 1;
+}
+
+static int same_geometry(const rs_geom_key_t *a, const rs_geom_key_t *b)
+{
+    if (a->src_ndim != b->src_ndim || a->nops != b->nops ||
+        a->ndim != b->ndim ||
+        !same_dims(a->src_shape, b->src_shape, (size_t)a->src_ndim) ||
+        !same_dims(a->dest_shape, b->dest_shape, (size_t)a->ndim) ||
+        !same_dims(a->dest_stride, b->dest_stride, (size_t)a->ndim))
+        return 0;
+    for (size_t i = 0; i < a->nops; i++) {
+        if (!same_op(&a->ops[i], &b->ops[i]))
+            return 0;
+    }
+    return 1;
+}
+
+const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                                  uint64_t *hash_p, rs_dest_fact_t **fact_p)
+{
+    uint64_t h = hash_key(key);
+    memo_slot_t *s = &memo->slots[h & (MEMO_SLOTS - 1)];
+    *hash_p = h;
+    if (s->box == NULL || s->hash != h || !same_geometry(&s->key, key))
+        return NULL;
+    *fact_p = &s->dest;
+    return s->box;
+}
+
+rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                                 uint64_t hash, const rs_box_t *box)
+{
+    memo_slot_t *s = &memo->slots[hash & (MEMO_SLOTS - 1)];
+    if (s->box == NULL && (s->box = malloc(sizeof(rs_box_t))) == NULL)
+        return NULL;
+    memcpy(s->box, box, offsetof(rs_box_t, factors) +
+                            (size_t)box->nfactors * sizeof(rs_factor_t));
+    s->box->numel = box->numel;
+    s->hash = hash;
+    s->key = *key;
+    s->dest.known = 0;
+    return &s->dest;
+}

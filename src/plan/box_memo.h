@@ -1,0 +1,54 @@
+/* The boxes a plan has resolved, by geometry: copies of a model repeat a few
+ * geometries (every expert's slice, every layer's projections) thousands of
+ * times, and replaying the ops and mapping the view costs more than the
+ * walk of a one-run copy. */
+#ifndef RS_PLAN_BOX_MEMO_H
+#define RS_PLAN_BOX_MEMO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "geom/box.h"
+
+/* A geometry: the source's full shape, the op chain and the destination's
+ * shape and strides (the dest offset does not change the box). Borrowed:
+ * it points into the capture and the sources for the life of one build. */
+typedef struct rs_geom_key {
+    int src_ndim;
+    const int64_t *src_shape;
+    const rs_op_t *ops;
+    size_t nops;
+    int ndim;
+    const int64_t *dest_shape;
+    const int64_t *dest_stride;
+} rs_geom_key_t;
+
+typedef struct rs_box_memo rs_box_memo_t;
+
+/* What the planner learnt of a geometry's destination view: `span`, the
+ * elements past its first that it reaches (the sum of (shape - 1) * stride),
+ * once a copy found it in bounds and writing no element twice (a property of
+ * the shape and strides alone). */
+typedef struct rs_dest_fact {
+    int known;
+    int64_t span;
+} rs_dest_fact_t;
+
+/* NULL on exhaustion. */
+rs_box_memo_t *rs__box_memo_create(void);
+void rs__box_memo_destroy(rs_box_memo_t *memo);
+
+/* The box remembered for an equal geometry, or NULL; *fact_p is then its
+ * destination fact, which the caller may fill. *hash_p receives the key's
+ * hash for a following rs__box_memo_put. Cost: a hash and a compare of the
+ * key's arrays. */
+const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                                  uint64_t *hash_p, rs_dest_fact_t **fact_p);
+
+/* Remembers `box` for the key (replacing what shared its slot) and returns
+ * the slot's (cleared) destination fact; NULL on exhaustion, which only
+ * costs later copies a resolve. */
+rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                                 uint64_t hash, const rs_box_t *box);
+
+#endif
