@@ -20,8 +20,9 @@
 #include "reshard/digest.h"
 
 #define CUTS_FOLDER "cuts"
-/* "rsd64:<16 hex>\n" */
-#define STAMP_LEN (RS_DIGEST_STR_LEN + 1)
+/* "rsd64:<16 hex>\n": RS_DIGEST_STR_LEN counts a NUL where the line has
+ * its newline */
+#define STAMP_LEN RS_DIGEST_STR_LEN
 
 /* DIR/<model>/cuts, created (with DIR/<model>) when `create`. */
 static rs_status_t cuts_dir(rs_dir_h dir, const rs_dir_req_t *req, int create,

@@ -54,7 +54,7 @@ static int get_generation(const redisReply *r, uint64_t *gen_p,
     if (!*stamped_p && (r->len != 45 || strncmp(r->str, "sha1:", 5) != 0))
         return 0;
     memcpy(text + 6, r->str + (*stamped_p ? 0 : 5), 16);
-    text[RS_DIGEST_STR_LEN] = '\0';
+    text[6 + 16] = '\0';
     return rs_digest_parse(text, gen_p) == RS_OK;
 }
 
