@@ -293,9 +293,9 @@ RS_API rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
  * announces the cut points its capture needs (a reshard.cuts.v1 document,
  * docs/formats.md) as one record per (model, holder), and publishers in
  * cut-aligned staging bring their copy of the model's records up to date
- * before staging a version. One record per holder, each written whole: receivers never
- * read-modify-write a shared record, so concurrent announcements cannot
- * lose each other. Records belong to the model, not to a version: they
+ * before staging a version. One record per holder, each written whole:
+ * receivers never read-modify-write a shared record, so concurrent
+ * announcements cannot lose each other. Records belong to the model, not to a version: they
  * survive versions and releases until dropped (rs_dir_drop_cuts). The
  * directory stores the bytes without parsing them; the publisher parses
  * (and reports a record it cannot use).

@@ -189,7 +189,12 @@ static rs_status_t load_record(const rs_dir_req_t *req, const char *name,
                             errno ? strerror(errno) : "truncated");
     }
     rec->json[rec->len] = '\0';
-    return o->stamped ? rs__dir_cuts_check(req, rec, diag) : RS_OK;
+    rs_status_t st = o->stamped ? rs__dir_cuts_check(req, rec, diag) : RS_OK;
+    if (st != RS_OK) { /* not handed out: the caller frees only those */
+        free(rec->json);
+        rec->json = NULL;
+    }
+    return st;
 }
 
 /* Holder names only: temporaries are dot files, and anything else a
