@@ -292,13 +292,24 @@ RS_API rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
 /* Cut announcements (docs/design.md, "Cut-aligned publishing"): a receiver
  * announces the cut points its capture needs (a reshard.cuts.v1 document,
  * docs/formats.md) as one record per (model, holder), and publishers in
- * cut-aligned staging read every record of the model before staging a
- * version. One record per holder, each written whole: receivers never
- * read-modify-write a shared record, so concurrent announcements cannot
- * lose each other. Records belong to the model, not to a version: they
+ * cut-aligned staging bring their copy of the model's records up to date
+ * before staging a version. One record per holder, each written whole:
+ * receivers never read-modify-write a shared record, so concurrent
+ * announcements cannot lose each other. Records belong to the model, not to a version: they
  * survive versions and releases until dropped (rs_dir_drop_cuts). The
  * directory stores the bytes without parsing them; the publisher parses
- * (and reports a record it cannot use). */
+ * (and reports a record it cannot use).
+ *
+ * Generations. Beside each record the directory keeps its *generation*:
+ * the rsd64 digest of the record's bytes, stored with the record in the
+ * same atomic step (docs/formats.md), so it changes exactly when the bytes
+ * change, and writing the same bytes again writes nothing. A reader lists
+ * holders with their generations and sizes without reading any record
+ * (rs_dir_list_cuts) and reads only the records whose generation it has
+ * not seen (rs_dir_read_cuts_of). A record stored around this API
+ * without a generation gets one derived from what the backend knows of it
+ * (file: its inode, size and modification time; redis: a SHA-1 of its
+ * bytes taken on the server), which changes when it is replaced. */
 
 /* Largest cuts record (16 MiB): DeepSeek-V3's ~47,000 tensors with a few
  * cuts each take about 3 MB. */
@@ -312,11 +323,22 @@ typedef struct rs_dir_cuts_record {
      * API): `len` is then its size and the caller reports it */
     char *json;
     size_t len;
+    /* the generation of these bytes, read in the same step as them */
+    uint64_t generation;
 } rs_dir_cuts_record_t;
 
+/* One holder's record as rs_dir_list_cuts lists it: no bytes. */
+typedef struct rs_dir_cuts_stamp {
+    char holder[RS_DIR_NAME_MAX + 1];
+    uint64_t generation;
+    size_t len; /* the record's size in bytes (above the cap too) */
+} rs_dir_cuts_stamp_t;
+
 /* Writes (or replaces) `holder`'s cuts record for `model`: len bytes (at
- * most RS_DIR_CUTS_MAX), atomically (a reader sees the old record or the
- * new one, never a mix). Errors: RS_ERR_INPUT for a bad model or holder
+ * most RS_DIR_CUTS_MAX), atomically with its generation (a reader sees the
+ * old record or the new one, never a mix). Writing the bytes the record
+ * already holds changes nothing (its generation stays, no file or key is
+ * written). Errors: RS_ERR_INPUT for a bad model or holder
  * name or a record above the cap ("cuts record of holder 'H' for 'M' is N
  * bytes, more than the 16777216-byte limit"), RS_ERR_INVALID_ARG for NULL
  * bytes with len > 0; the directory's errors (RS_ERR_IO, RS_ERR_TRANSPORT,
@@ -327,13 +349,40 @@ RS_API rs_status_t rs_dir_put_cuts(rs_dir_h dir, const char *model,
 
 /* Every cuts record of `model`, in holder name order (strcmp); none is not
  * an error (*count_p = 0). The caller frees the array with
- * rs_dir_cuts_free. Errors: RS_ERR_INPUT for a bad model name, the
- * directory's errors. O(records' bytes). */
+ * rs_dir_cuts_free. Errors: RS_ERR_INPUT for a bad model name,
+ * RS_ERR_VERIFY for a record whose bytes do not match the generation
+ * stored with it (changed behind the API's back: "cuts record of holder
+ * 'H' for 'M' is corrupted"), the directory's errors. O(records'
+ * bytes). */
 RS_API rs_status_t rs_dir_read_cuts(rs_dir_h dir, const char *model,
                                     rs_diag_t *diag,
                                     rs_dir_cuts_record_t **records_p,
                                     size_t *count_p);
-/* Frees what rs_dir_read_cuts returned; accepts NULL. */
+
+/* Every holder of a cuts record of `model` with its record's generation
+ * and size, in holder name order, reading no record: O(holders) small
+ * reads (file:), one script returning O(holders) short strings (redis).
+ * None is not an error (*count_p = 0). The caller frees *stamps_p with
+ * free(). Errors: RS_ERR_INPUT for a bad model name, the directory's
+ * errors. */
+RS_API rs_status_t rs_dir_list_cuts(rs_dir_h dir, const char *model,
+                                    rs_diag_t *diag,
+                                    rs_dir_cuts_stamp_t **stamps_p,
+                                    size_t *count_p);
+
+/* The cuts records of the `n` named holders (in holder name order; a
+ * holder without a record, dropped since a listing, is left out), each
+ * with the generation of the bytes returned, as rs_dir_read_cuts returns
+ * them. Errors as rs_dir_read_cuts, and RS_ERR_INPUT for a bad holder
+ * name, RS_ERR_INVALID_ARG for NULL holders with n > 0. O(the named
+ * records' bytes). */
+RS_API rs_status_t rs_dir_read_cuts_of(rs_dir_h dir, const char *model,
+                                       const char *const *holders, size_t n,
+                                       rs_diag_t *diag,
+                                       rs_dir_cuts_record_t **records_p,
+                                       size_t *count_p);
+/* Frees what rs_dir_read_cuts or rs_dir_read_cuts_of returned; accepts
+ * NULL. */
 RS_API void rs_dir_cuts_free(rs_dir_cuts_record_t *records, size_t count);
 
 /* Removes `holder`'s cuts record of `model` (a receiver gone for good);

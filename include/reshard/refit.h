@@ -109,15 +109,18 @@ typedef struct rs_publisher_params {
      * as those sub-boxes (arena addresses, a digest over each), so every
      * receiver's box of a shard is a few whole sub-boxes, each one
      * contiguous run. The cuts are the union of: with cut_aligned = 1,
-     * every cuts record of the model in the directory (rs_dir_read_cuts),
-     * read before staging each new version; `cuts`, a set the caller owns
+     * every cuts record of the model in the directory, brought up to date
+     * before staging each new version (rs_dir_list_cuts, then only the
+     * records whose generation changed are read and parsed: a version with
+     * no record changed reads none); `cuts`, a set the caller owns
      * and keeps alive (read at each staging, not changed by it); and
      * `cuts_file`, a reshard.cuts.v1 file read once by
      * rs_publisher_create. A record that cannot be used (unparsable, above
      * the size cap, another model, a shape that differs from a registered
      * tensor's) is told through `notice` once, naming its holder, and left
-     * out; a directory that cannot be read is told and the version staged
-     * with the other cuts. With no cut at all the arena holds whole shards,
+     * out, and read again only when it changes; a directory that cannot
+     * be read is told and the version staged with the records read before
+     * (and the other cuts). With no cut at all the arena holds whole shards,
      * as RS_STAGING_ARENA does. Any of the three with another staging is
      * refused by rs_publisher_create (RS_ERR_INVALID_ARG naming both). The
      * slot's geometry key stays that of the registered shards, so replicas

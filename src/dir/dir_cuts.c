@@ -1,12 +1,15 @@
 /* Cuts records: the model-wide announcements of receivers' cut points
  * (one record per holder) that cut-aligned publishers read before staging
- * a version. This file checks arguments and the size cap once, dispatches
- * to the backend and puts what it returns in holder order. */
+ * a version. This file checks arguments and the size cap once, computes
+ * each written record's generation (its digest), dispatches to the
+ * backend, puts what it returns in holder order and counts the records
+ * read. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
 #include "dir/dir_impl.h"
+#include "reshard/digest.h"
 
 /* The checks of every cuts call: a directory, the model's and (when
  * holder != NULL) the holder's names. Fills the request's model (and
@@ -43,7 +46,26 @@ rs_status_t rs_dir_put_cuts(rs_dir_h dir, const char *model,
                             "limit", holder, model, len, RS_DIR_CUTS_MAX);
     req.table = json != NULL ? json : "";
     req.len = len;
+    req.generation = rs_digest(req.table, len);
     return rs__dir_call(dir, dir->ops->put_cuts, &req, diag);
+}
+
+rs_status_t rs__dir_cuts_check(const rs_dir_req_t *req,
+                               const rs_dir_cuts_record_t *rec,
+                               rs_diag_t *diag)
+{
+    if (rec->json == NULL || rs_digest(rec->json, rec->len) == rec->generation)
+        return RS_OK;
+    return rs__diag_set(diag, RS_ERR_VERIFY, "cuts record of holder '%s' for "
+                        "'%s' is corrupted: its %zu bytes do not match the "
+                        "generation stored with it", rec->holder, req->model,
+                        rec->len);
+}
+
+void rs__dir_cuts_reads(rs_dir_h dir, uint64_t *records_p, uint64_t *bytes_p)
+{
+    *records_p = dir->cuts_read;
+    *bytes_p = dir->cuts_read_bytes;
 }
 
 static int by_holder(const void *a, const void *b)
@@ -52,26 +74,140 @@ static int by_holder(const void *a, const void *b)
                   ((const rs_dir_cuts_record_t *)b)->holder);
 }
 
+static int stamp_by_holder(const void *a, const void *b)
+{
+    return strcmp(((const rs_dir_cuts_stamp_t *)a)->holder,
+                  ((const rs_dir_cuts_stamp_t *)b)->holder);
+}
+
+/* Appends what one backend read left in `one` to `all`; `one` is emptied
+ * (freed records stay with whoever holds them on failure). */
+static rs_status_t append(rs_dir_req_t *all, size_t *cap, rs_dir_req_t *one,
+                          rs_diag_t *diag)
+{
+    if (all->ncuts + one->ncuts > *cap) {
+        size_t ncap = (all->ncuts + one->ncuts) * 2;
+        void *grown = realloc(all->cuts, ncap * sizeof(*all->cuts));
+        if (grown == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "cuts records of "
+                                "'%s': out of memory", all->model);
+        all->cuts = grown;
+        *cap = ncap;
+    }
+    if (one->ncuts > 0)
+        memcpy(all->cuts + all->ncuts, one->cuts,
+               one->ncuts * sizeof(*one->cuts));
+    all->ncuts += one->ncuts;
+    free(one->cuts);
+    one->cuts = NULL;
+    one->ncuts = 0;
+    return RS_OK;
+}
+
+/* Reads holder `holder`'s record (NULL: every record) and appends it. */
+static rs_status_t read_into(rs_dir_h dir, rs_dir_req_t *all, size_t *cap,
+                             const char *holder, rs_diag_t *diag)
+{
+    rs_dir_req_t one = *all;
+    one.holder = holder;
+    one.cuts = NULL;
+    one.ncuts = 0;
+    rs_status_t st = rs__dir_call(dir, dir->ops->read_cuts, &one, diag);
+    if (st == RS_OK)
+        st = append(all, cap, &one, diag);
+    rs_dir_cuts_free(one.cuts, one.ncuts);
+    return st;
+}
+
+/* Sorts and hands out what was read, counting it. */
+static rs_status_t hand_out(rs_dir_h dir, rs_dir_req_t *req,
+                            rs_dir_cuts_record_t **records_p, size_t *count_p)
+{
+    if (req->ncuts > 1)
+        qsort(req->cuts, req->ncuts, sizeof(*req->cuts), by_holder);
+    for (size_t i = 0; i < req->ncuts; i++) {
+        if (req->cuts[i].json == NULL)
+            continue; /* its size only */
+        dir->cuts_read++;
+        dir->cuts_read_bytes += req->cuts[i].len;
+    }
+    *records_p = req->cuts;
+    *count_p = req->ncuts;
+    return RS_OK;
+}
+
 rs_status_t rs_dir_read_cuts(rs_dir_h dir, const char *model,
                              rs_diag_t *diag, rs_dir_cuts_record_t **records_p,
                              size_t *count_p)
 {
     rs_dir_req_t req;
+    size_t cap = 0;
     rs_status_t st = cuts_request(dir, model, NULL, diag, &req);
     if (st != RS_OK)
         return st;
     if (records_p == NULL || count_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read_cuts: "
                             "NULL output");
-    st = rs__dir_call(dir, dir->ops->read_cuts, &req, diag);
+    req.cuts = NULL;
+    req.ncuts = 0;
+    st = read_into(dir, &req, &cap, NULL, diag);
     if (st != RS_OK) {
         rs_dir_cuts_free(req.cuts, req.ncuts);
         return st;
     }
-    if (req.ncuts > 1)
-        qsort(req.cuts, req.ncuts, sizeof(*req.cuts), by_holder);
-    *records_p = req.cuts;
-    *count_p = req.ncuts;
+    return hand_out(dir, &req, records_p, count_p);
+}
+
+rs_status_t rs_dir_read_cuts_of(rs_dir_h dir, const char *model,
+                                const char *const *holders, size_t n,
+                                rs_diag_t *diag,
+                                rs_dir_cuts_record_t **records_p,
+                                size_t *count_p)
+{
+    rs_dir_req_t req;
+    size_t cap = 0;
+    rs_status_t st = cuts_request(dir, model, NULL, diag, &req);
+    if (st == RS_OK && (records_p == NULL || count_p == NULL ||
+                        (holders == NULL && n > 0)))
+        st = rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read_cuts_of: "
+                          "NULL holders or output");
+    for (size_t i = 0; st == RS_OK && i < n; i++)
+        st = rs__dir_check_name("cuts holder", holders[i], diag);
+    if (st != RS_OK)
+        return st;
+    req.cuts = NULL;
+    req.ncuts = 0;
+    for (size_t i = 0; st == RS_OK && i < n; i++)
+        st = read_into(dir, &req, &cap, holders[i], diag);
+    if (st != RS_OK) {
+        rs_dir_cuts_free(req.cuts, req.ncuts);
+        return st;
+    }
+    return hand_out(dir, &req, records_p, count_p);
+}
+
+rs_status_t rs_dir_list_cuts(rs_dir_h dir, const char *model,
+                             rs_diag_t *diag, rs_dir_cuts_stamp_t **stamps_p,
+                             size_t *count_p)
+{
+    rs_dir_req_t req;
+    rs_status_t st = cuts_request(dir, model, NULL, diag, &req);
+    if (st != RS_OK)
+        return st;
+    if (stamps_p == NULL || count_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_list_cuts: "
+                            "NULL output");
+    req.stamps = NULL;
+    req.nstamps = 0;
+    st = rs__dir_call(dir, dir->ops->list_cuts, &req, diag);
+    if (st != RS_OK) {
+        free(req.stamps);
+        return st;
+    }
+    if (req.nstamps > 1)
+        qsort(req.stamps, req.nstamps, sizeof(*req.stamps), stamp_by_holder);
+    *stamps_p = req.stamps;
+    *count_p = req.nstamps;
     return RS_OK;
 }
 

@@ -46,11 +46,16 @@ typedef struct rs_dir_req {
     /* list (ascending); release: live leases dropped by force */
     rs_version_info_t *infos;
     size_t count;
-    /* put_cuts: holder, table and len are the record; read_cuts: every
-     * record of the model (in any order, sorted by dir_cuts.c);
-     * drop_cuts: holder */
+    /* put_cuts: holder, table and len are the record, generation its
+     * digest; read_cuts: with holder NULL every record of the model (in
+     * any order, sorted by dir_cuts.c), else that holder's (none when it
+     * has no record), each with its generation; drop_cuts: holder */
     rs_dir_cuts_record_t *cuts;
     size_t ncuts;
+    uint64_t generation;
+    /* list_cuts: every holder's generation and size, in any order */
+    rs_dir_cuts_stamp_t *stamps;
+    size_t nstamps;
 } rs_dir_req_t;
 
 typedef rs_status_t (*rs_dir_op_fn)(rs_dir_h dir, rs_dir_req_t *req,
@@ -75,6 +80,7 @@ typedef struct rs_dir_ops {
     rs_dir_op_fn put_cuts;  /* model-wide cuts records (dir_cuts.c) */
     rs_dir_op_fn read_cuts;
     rs_dir_op_fn drop_cuts;
+    rs_dir_op_fn list_cuts;
 } rs_dir_ops_t;
 
 #define RS_DIR_URL_SHOWN_MAX 512
@@ -86,7 +92,21 @@ struct rs_dir {
     rs_dir_notice_cb notice;
     void *notice_ctx;
     char shown[RS_DIR_URL_SHOWN_MAX]; /* the URL, redacted, for messages */
+    /* cuts records (with bytes) this handle returned, and their bytes */
+    uint64_t cuts_read, cuts_read_bytes;
 };
+
+/* How many cuts records (and bytes of them) rs_dir_read_cuts and
+ * rs_dir_read_cuts_of returned on this handle since it was opened: what
+ * tests assert a publisher reads. */
+void rs__dir_cuts_reads(rs_dir_h dir, uint64_t *records_p,
+                        uint64_t *bytes_p);
+
+/* For backends returning a record whose generation is a stored digest:
+ * RS_ERR_VERIFY naming holder and model when the bytes do not match it. */
+rs_status_t rs__dir_cuts_check(const rs_dir_req_t *req,
+                               const rs_dir_cuts_record_t *rec,
+                               rs_diag_t *diag);
 
 /* Backends call this with the status of a failure that may pass (server
  * unreachable, connection lost, timeout); returns st. */

@@ -376,4 +376,5 @@ const rs_dir_ops_t rs__dir_file = {
     .put_cuts = rs__fdir_put_cuts,
     .read_cuts = rs__fdir_read_cuts,
     .drop_cuts = rs__fdir_drop_cuts,
+    .list_cuts = rs__fdir_list_cuts,
 };

@@ -138,6 +138,8 @@ rs_status_t rs__fdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
                               rs_diag_t *diag);
 rs_status_t rs__fdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag);
+rs_status_t rs__fdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag);
 rs_status_t rs__fdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag);
 

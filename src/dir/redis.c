@@ -20,7 +20,7 @@
 
 #define DEFAULT_PORT 6379
 #define DEFAULT_TIMEOUT_S 5.0
-#define NKEYS 7
+#define NKEYS 8
 #define RS__STR2(x) #x
 #define RS__STR(x) RS__STR2(x)
 #define MAX_ARGS 4 /* ARGV[2..] of any script */
@@ -434,13 +434,13 @@ typedef struct keys {
  * one cluster node, as a script touching several of them needs. */
 static void make_keys(const rs_dir_req_t *req, keys_t *k)
 {
-    /* KEYS[5] and KEYS[7] are the model's; the others belong to the
-     * version */
+    /* KEYS[5], KEYS[7] and KEYS[8] are the model's; the others belong to
+     * the version */
     static const char *const suffix[NKEYS] = {"meta", "slots", "hb",
                                               "leases", "versions",
-                                              "members", "cuts"};
+                                              "members", "cuts", "cutgen"};
     for (int i = 0; i < NKEYS; i++) {
-        if (i != 4 && i != 6)
+        if (i != 4 && i < 6)
             snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:%lld:%s",
                      req->model, (long long)req->version, suffix[i]);
         else
@@ -525,4 +525,5 @@ const rs_dir_ops_t rs__dir_redis = {
     .put_cuts = rs__rdir_put_cuts,
     .read_cuts = rs__rdir_read_cuts,
     .drop_cuts = rs__rdir_drop_cuts,
+    .list_cuts = rs__rdir_list_cuts,
 };

@@ -1,12 +1,15 @@
-/* Cuts records of the redis:// backend: one hash per model,
- * rs:{M}:cuts, holder -> record. Each call is one script (redis_lua.c);
- * a record above the cap comes back as its size only. */
+/* Cuts records of the redis:// backend: two hashes per model,
+ * rs:{M}:cuts (holder -> record) and rs:{M}:cutgen (holder -> the
+ * record's generation, 16 hex digits), written together in one script
+ * (redis_lua.c); listing returns generations and sizes only, and a record
+ * above the cap comes back as its size only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
 #include "dir/redis_impl.h"
+#include "reshard/digest.h"
 
 static rs_status_t run_cuts(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
                             const char **args, const size_t *lens, int nargs,
@@ -23,9 +26,11 @@ static rs_status_t run_cuts(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
 rs_status_t rs__rdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
                               rs_diag_t *diag)
 {
-    const char *args[] = {req->holder, req->table};
-    size_t lens[] = {strlen(req->holder), req->len};
-    return run_cuts(dir, RS_RLUA_PUT_CUTS, req, args, lens, 2, diag);
+    char gen[RS_DIGEST_STR_LEN + 1];
+    rs_digest_format(req->generation, gen);
+    const char *args[] = {req->holder, req->table, gen + 6};
+    size_t lens[] = {strlen(req->holder), req->len, strlen(gen + 6)};
+    return run_cuts(dir, RS_RLUA_PUT_CUTS, req, args, lens, 3, diag);
 }
 
 rs_status_t rs__rdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
@@ -36,45 +41,87 @@ rs_status_t rs__rdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
     return run_cuts(dir, RS_RLUA_DROP_CUTS, req, args, lens, 1, diag);
 }
 
-/* One (holder, record or size) pair into rec; 0 for a reply our script
- * does not give. */
-static int get_record(redisReply *const *r, rs_dir_cuts_record_t *rec)
+/* A generation as the scripts return it: 16 hex digits (a stamp: the
+ * record's digest, *stamped_p = 1) or "sha1:" and 40 (the first 16 taken).
+ * 0 for anything else. */
+static int get_generation(const redisReply *r, uint64_t *gen_p,
+                          int *stamped_p)
 {
-    if (r[0]->type != REDIS_REPLY_STRING || r[0]->len == 0 ||
-        r[0]->len > RS_DIR_NAME_MAX)
+    char text[RS_DIGEST_STR_LEN + 1] = "rsd64:";
+    if (r->type != REDIS_REPLY_STRING)
         return 0;
-    memcpy(rec->holder, r[0]->str, r[0]->len);
-    rec->holder[r[0]->len] = '\0';
+    *stamped_p = r->len == 16;
+    if (!*stamped_p && (r->len != 45 || strncmp(r->str, "sha1:", 5) != 0))
+        return 0;
+    memcpy(text + 6, r->str + (*stamped_p ? 0 : 5), 16);
+    text[6 + 16] = '\0';
+    return rs_digest_parse(text, gen_p) == RS_OK;
+}
+
+static int get_holder(const redisReply *r, char out[RS_DIR_NAME_MAX + 1])
+{
+    if (r->type != REDIS_REPLY_STRING || r->len == 0 ||
+        r->len > RS_DIR_NAME_MAX)
+        return 0;
+    memcpy(out, r->str, r->len);
+    out[r->len] = '\0';
+    return 1;
+}
+
+/* One (holder, generation, record or size) triple into rec; 0 for a
+ * reply our script does not give. */
+static int get_record(redisReply *const *r, rs_dir_cuts_record_t *rec,
+                      int *stamped_p)
+{
     rec->json = NULL;
-    if (r[1]->type == REDIS_REPLY_INTEGER) { /* above the cap */
-        rec->len = r[1]->integer > 0 ? (size_t)r[1]->integer : 0;
+    if (!get_holder(r[0], rec->holder) ||
+        !get_generation(r[1], &rec->generation, stamped_p))
+        return 0;
+    if (r[2]->type == REDIS_REPLY_INTEGER) { /* above the cap */
+        rec->len = r[2]->integer > 0 ? (size_t)r[2]->integer : 0;
+        *stamped_p = 0;
         return 1;
     }
-    if (r[1]->type != REDIS_REPLY_STRING ||
-        (rec->json = malloc(r[1]->len + 1)) == NULL)
+    if (r[2]->type != REDIS_REPLY_STRING ||
+        (rec->json = malloc(r[2]->len + 1)) == NULL)
         return 0;
-    memcpy(rec->json, r[1]->str, r[1]->len);
-    rec->json[r[1]->len] = '\0';
-    rec->len = r[1]->len;
+    memcpy(rec->json, r[2]->str, r[2]->len);
+    rec->json[r[2]->len] = '\0';
+    rec->len = r[2]->len;
     return 1;
+}
+
+/* Makes room for the n triples of an array reply in *items. */
+static rs_status_t triples(rs_dir_h dir, const redisReply *rep, void **items,
+                           size_t size, const char *model, rs_diag_t *diag,
+                           size_t *n_p)
+{
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 3 != 0)
+        return rs__rdir_bad_reply(dir, "the cuts scripts", diag);
+    size_t n = rep->elements / 3;
+    *items = calloc(n > 0 ? n : 1, size);
+    if (*items == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "cuts records of '%s': "
+                            "out of memory", model);
+    *n_p = n;
+    return RS_OK;
 }
 
 static rs_status_t fill_records(rs_dir_h dir, const redisReply *rep,
                                 rs_dir_req_t *req, rs_diag_t *diag)
 {
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2 != 0)
-        return rs__rdir_bad_reply(dir, "the cuts read script", diag);
-    size_t n = rep->elements / 2;
-    req->cuts = calloc(n > 0 ? n : 1, sizeof(*req->cuts));
-    if (req->cuts == NULL)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "cuts records of '%s': "
-                            "out of memory", req->model);
-    for (size_t i = 0; i < n; i++) {
+    size_t n = 0;
+    rs_status_t st = triples(dir, rep, (void **)&req->cuts,
+                             sizeof(*req->cuts), req->model, diag, &n);
+    for (size_t i = 0; st == RS_OK && i < n; i++) {
+        int stamped = 0;
         req->ncuts = i + 1; /* freed by the caller, also on error */
-        if (!get_record(rep->element + 2 * i, &req->cuts[i]))
+        if (!get_record(rep->element + 3 * i, &req->cuts[i], &stamped))
             return rs__rdir_bad_reply(dir, "the cuts read script", diag);
+        if (stamped)
+            st = rs__dir_cuts_check(req, &req->cuts[i], diag);
     }
-    return RS_OK;
+    return st;
 }
 
 rs_status_t rs__rdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
@@ -82,14 +129,47 @@ rs_status_t rs__rdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
 {
     char cap[32];
     snprintf(cap, sizeof(cap), "%zu", RS_DIR_CUTS_MAX);
-    const char *args[] = {cap};
-    size_t lens[] = {strlen(cap)};
+    const char *args[] = {cap, req->holder};
+    size_t lens[] = {strlen(cap), req->holder ? strlen(req->holder) : 0};
     redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_READ_CUTS, req, args, lens, 1,
-                                   diag, &rep);
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_READ_CUTS, req, args, lens,
+                                   req->holder ? 2 : 1, diag, &rep);
     if (st != RS_OK)
         return st;
     st = fill_records(dir, rep, req, diag);
+    freeReplyObject(rep);
+    return st;
+}
+
+static rs_status_t fill_stamps(rs_dir_h dir, const redisReply *rep,
+                               rs_dir_req_t *req, rs_diag_t *diag)
+{
+    size_t n = 0;
+    rs_status_t st = triples(dir, rep, (void **)&req->stamps,
+                             sizeof(*req->stamps), req->model, diag, &n);
+    for (size_t i = 0; st == RS_OK && i < n; i++) {
+        redisReply *const *r = rep->element + 3 * i;
+        rs_dir_cuts_stamp_t *s = &req->stamps[i];
+        int stamped = 0;
+        req->nstamps = i + 1;
+        if (!get_holder(r[0], s->holder) ||
+            !get_generation(r[1], &s->generation, &stamped) ||
+            r[2]->type != REDIS_REPLY_INTEGER || r[2]->integer < 0)
+            return rs__rdir_bad_reply(dir, "the cuts list script", diag);
+        s->len = (size_t)r[2]->integer;
+    }
+    return st;
+}
+
+rs_status_t rs__rdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag)
+{
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LIST_CUTS, req, NULL, NULL, 0,
+                                   diag, &rep);
+    if (st != RS_OK)
+        return st;
+    st = fill_stamps(dir, rep, req, diag);
     freeReplyObject(rep);
     return st;
 }

@@ -23,11 +23,13 @@ typedef enum rs_rlua {
     RS_RLUA_PUT_CUTS,
     RS_RLUA_READ_CUTS,
     RS_RLUA_DROP_CUTS,
+    RS_RLUA_LIST_CUTS,
     RS_RLUA_COUNT
 } rs_rlua_t;
 
 /* Every script gets KEYS = meta, slots, hb, leases, versions, members of
- * the request's version, the model's cuts hash, and ARGV[1] = "version V of 'M'" for its messages. */
+ * the request's version, the model's cuts and cutgen hashes, and ARGV[1] =
+ * "version V of 'M'" for its messages. */
 extern const char *const rs__rlua_src[RS_RLUA_COUNT];
 
 #define RS_RDIR_HOST_MAX 256
@@ -61,7 +63,10 @@ rs_status_t rs__rdir_bad_reply(rs_dir_h dir, const char *what,
 /* Ops in redis_ops.c. */
 rs_status_t rs__rdir_create(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__rdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-/* Cuts records (redis_cuts.c): the hash rs:{M}:cuts, holder -> record. */
+/* Cuts records (redis_cuts.c): the hashes rs:{M}:cuts, holder -> record,
+ * and rs:{M}:cutgen, holder -> its generation (16 hex digits). */
+rs_status_t rs__rdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
+                               rs_diag_t *diag);
 rs_status_t rs__rdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
                               rs_diag_t *diag);
 rs_status_t rs__rdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,

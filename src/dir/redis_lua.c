@@ -7,7 +7,9 @@
  * entry: digest line and table), 3 hb (hash "<slot>@<publisher>" -> time),
  * 4 leases (hash holder -> "expiry epoch"), 5 versions (sorted set),
  * 6 members (hash slot -> "<geometry> <publisher> ..." in joining order),
- * 7 cuts (the model's: hash holder -> cuts record; no version involved).
+ * 7 cuts (the model's: hash holder -> cuts record; no version involved),
+ * 8 cutgen (the model's: hash holder -> the record's generation, 16 hex
+ * digits of its rsd64 digest, written in the same script as the record).
  * ARGV[1]: "version V of 'M'" for messages. */
 #include "dir/redis_impl.h"
 
@@ -253,27 +255,61 @@ static const char release_src[] = PRELUDE
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[6])\n"
     "return live\n";
 
-/* ARGV: 2 holder, 3 record: one field, replaced whole (HSET is atomic, so
- * holders writing at once never lose each other's records). */
+/* The generation of holder h's record: its stamp, or for a record stored
+ * without one (around the API) "sha1:" and a SHA-1 of its bytes taken
+ * here, so no record leaves the server to be compared. */
+#define CUT_GEN                                                             \
+    "local function gen(h)\n"                                               \
+    "  local g = redis.call('HGET', KEYS[8], h)\n"                          \
+    "  if g then return g end\n"                                            \
+    "  return 'sha1:' .. redis.sha1hex(redis.call('HGET', KEYS[7], h))\n"   \
+    "end\n"
+
+/* ARGV: 2 holder, 3 record, 4 its generation. The record and its
+ * generation are one field each, replaced together (holders writing at
+ * once never lose each other's records); the same bytes again write
+ * nothing but a missing stamp. */
 static const char put_cuts_src[] =
+    "if redis.call('HGET', KEYS[7], ARGV[2]) == ARGV[3] then\n"
+    "  if redis.call('HGET', KEYS[8], ARGV[2]) ~= ARGV[4] then\n"
+    "    redis.call('HSET', KEYS[8], ARGV[2], ARGV[4])\n"
+    "  end\n"
+    "  return 0\n"
+    "end\n"
     "redis.call('HSET', KEYS[7], ARGV[2], ARGV[3])\n"
+    "redis.call('HSET', KEYS[8], ARGV[2], ARGV[4])\n"
     "return 1\n";
 
-/* ARGV: 2 the size cap -> {holder, record or its size (an integer) when
- * above the cap, ...} */
-static const char read_cuts_src[] =
+/* ARGV: 2 the size cap, 3 (optional) one holder -> {holder, generation,
+ * record or its size (an integer) when above the cap, ...} */
+static const char read_cuts_src[] = CUT_GEN
     "local out = {}\n"
     "local cap = tonumber(ARGV[2])\n"
+    "local hs = ARGV[3] and {ARGV[3]} or redis.call('HKEYS', KEYS[7])\n"
+    "for _, h in ipairs(hs) do\n"
+    "  if redis.call('HEXISTS', KEYS[7], h) == 1 then\n"
+    "    local n = redis.call('HSTRLEN', KEYS[7], h)\n"
+    "    table.insert(out, h)\n"
+    "    table.insert(out, gen(h))\n"
+    "    if n > cap then table.insert(out, n)\n"
+    "    else table.insert(out, redis.call('HGET', KEYS[7], h)) end\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+
+/* -> {holder, generation, size, ...}: no record leaves the server */
+static const char list_cuts_src[] = CUT_GEN
+    "local out = {}\n"
     "for _, h in ipairs(redis.call('HKEYS', KEYS[7])) do\n"
-    "  local n = redis.call('HSTRLEN', KEYS[7], h)\n"
     "  table.insert(out, h)\n"
-    "  if n > cap then table.insert(out, n)\n"
-    "  else table.insert(out, redis.call('HGET', KEYS[7], h)) end\n"
+    "  table.insert(out, gen(h))\n"
+    "  table.insert(out, redis.call('HSTRLEN', KEYS[7], h))\n"
     "end\n"
     "return out\n";
 
 /* ARGV: 2 holder */
 static const char drop_cuts_src[] =
+    "redis.call('HDEL', KEYS[8], ARGV[2])\n"
     "return redis.call('HDEL', KEYS[7], ARGV[2])\n";
 
 const char *const rs__rlua_src[RS_RLUA_COUNT] = {
@@ -290,4 +326,5 @@ const char *const rs__rlua_src[RS_RLUA_COUNT] = {
     [RS_RLUA_PUT_CUTS] = put_cuts_src,
     [RS_RLUA_READ_CUTS] = read_cuts_src,
     [RS_RLUA_DROP_CUTS] = drop_cuts_src,
+    [RS_RLUA_LIST_CUTS] = list_cuts_src,
 };

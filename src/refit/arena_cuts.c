@@ -1,6 +1,8 @@
 /* Cut-aligned staging: before a new version is copied into the arena,
- * the publisher gathers the cuts receivers announced (every cuts record of
- * the model) and those it was given (a set, a reshard.cuts.v1 file), splits
+ * the publisher gathers the cuts receivers announced (its copy of the
+ * model's cuts records, cut_records.c, kept up to date by generation) and
+ * those it was given (a set, a reshard.cuts.v1 file) into a union it keeps
+ * while nothing changes, splits
  * each registered shard at the cuts inside it and copies every sub-box out
  * of the shard into its own arena slot, so each sub-box is served, and
  * published, as a contiguous row-major box (docs/design.md, "Cut-aligned
@@ -50,87 +52,6 @@ rs_status_t rs__publisher_load_cuts_file(rs_publisher_h p, rs_diag_t *diag)
     return st;
 }
 
-/* Whether (holder, bytes) was told already; records it otherwise. */
-static int told_before(rs_publisher_h p, const char *holder, uint64_t digest)
-{
-    for (size_t i = 0; i < p->told_len; i++)
-        if (p->told[i].digest == digest &&
-            strcmp(p->told[i].holder, holder) == 0)
-            return 1;
-    rs_pub_told_t t;
-    snprintf(t.holder, sizeof(t.holder), "%s", holder);
-    t.digest = digest;
-    RS_VEC_PUSH(p, told, t); /* out of memory: told again next time */
-    return 0;
-}
-
-static void tell_record(rs_publisher_h p, const rs_dir_cuts_record_t *rec,
-                        const char *why)
-{
-    char line[RS_DIAG_MSG_MAX + 512];
-    uint64_t digest = rec->json != NULL ? rs_digest(rec->json, rec->len)
-                                        : (uint64_t)rec->len;
-    if (told_before(p, rec->holder, digest))
-        return;
-    snprintf(line, sizeof(line), "publisher rank %lld: ignoring the cuts "
-             "record of holder '%s' for '%s': %s; its cuts are left out "
-             "(told once while the record stays the same)",
-             (long long)p->params.rank, rec->holder, p->model, why);
-    rs__publisher_notify(p, line);
-}
-
-/* Merges one record into `into`, or tells why it cannot be used. */
-static rs_status_t take_record(rs_publisher_h p, rs_cuts_h into,
-                               const rs_dir_cuts_record_t *rec,
-                               rs_diag_t *diag)
-{
-    char origin[RS_DIR_NAME_MAX + 64], why[RS_DIAG_MSG_MAX + 64];
-    rs_cuts_h one = NULL;
-    rs_diag_t d;
-    rs_diag_clear(&d);
-    if (rec->json == NULL) {
-        snprintf(why, sizeof(why), "%zu bytes, more than the %zu-byte limit",
-                 rec->len, RS_DIR_CUTS_MAX);
-        tell_record(p, rec, why);
-        return RS_OK;
-    }
-    snprintf(origin, sizeof(origin), "cuts record '%s'", rec->holder);
-    rs_status_t st = rs_cuts_read_json(rec->json, rec->len, origin, &d, &one);
-    if (st == RS_OK)
-        st = rs_cuts_merge(into, one, &d);
-    rs_cuts_destroy(one);
-    if (st == RS_ERR_NO_MEMORY)
-        return rs__diag_set(diag, st, "publisher: out of memory merging the "
-                            "cuts record of '%s'", rec->holder);
-    if (st != RS_OK)
-        tell_record(p, rec, d.msg[0] ? d.msg : rs_status_str(st));
-    return RS_OK;
-}
-
-/* Every record of the model; a directory that cannot be read is told and
- * the version staged without them. */
-static rs_status_t take_records(rs_publisher_h p, rs_cuts_h into,
-                                rs_diag_t *diag)
-{
-    rs_dir_cuts_record_t *recs = NULL;
-    size_t n = 0;
-    rs_diag_t d;
-    rs_diag_clear(&d);
-    rs_status_t st = rs_dir_read_cuts(p->dir, p->model, &d, &recs, &n);
-    if (st != RS_OK) {
-        char line[RS_DIAG_MSG_MAX + 256];
-        snprintf(line, sizeof(line), "publisher rank %lld: cannot read the "
-                 "cuts records of '%s' (%s); staging without them",
-                 (long long)p->params.rank, p->model, d.msg);
-        rs__publisher_notify(p, line);
-        return RS_OK;
-    }
-    for (size_t i = 0; st == RS_OK && i < n; i++)
-        st = take_record(p, into, &recs[i], diag);
-    rs_dir_cuts_free(recs, n);
-    return st;
-}
-
 /* A set naming the model and holding the shape of every registered tensor,
  * so a record about another model or shape is refused by the merge. */
 static rs_status_t base_set(rs_publisher_h p, rs_diag_t *diag,
@@ -167,12 +88,58 @@ static rs_status_t gather(rs_publisher_h p, rs_diag_t *diag,
         (st = rs_cuts_merge(cuts, p->file_cuts, diag)) != RS_OK)
         rs__diag_prefix(diag, "publisher: cuts file %s: ",
                         p->cuts_file);
-    if (st == RS_OK && p->params.cut_aligned)
-        st = take_records(p, cuts, diag);
+    if (st == RS_OK)
+        st = rs__publisher_merge_records(p, cuts, diag);
     if (st != RS_OK) {
         rs_cuts_destroy(cuts);
         return st;
     }
+    *cuts_p = cuts;
+    return RS_OK;
+}
+
+/* A digest of what base_set records: each registered tensor's name and
+ * full shape. */
+static uint64_t base_key(rs_publisher_h p)
+{
+    rs_digest_t d;
+    rs_digest_init(&d);
+    for (size_t i = 0; i < p->shards_len; i++) {
+        const rs_pub_shard_t *s = &p->shards[i];
+        int64_t nd = s->ndim;
+        rs_digest_update(&d, s->tensor, strlen(s->tensor) + 1);
+        rs_digest_update(&d, &nd, sizeof(nd));
+        rs_digest_update(&d, s->full_shape, (size_t)s->ndim * sizeof(int64_t));
+    }
+    return rs_digest_final(&d);
+}
+
+/* The union for this staging, kept in p->cut_union: rebuilt only when a
+ * record changed, the registered tensors changed (the cached records hold
+ * only the registered tensors' cuts, so they are read again) or
+ * params.cuts is set. */
+static rs_status_t current_union(rs_publisher_h p, rs_diag_t *diag,
+                                 rs_cuts_h *cuts_p)
+{
+    uint64_t key = base_key(p);
+    if (key != p->cut_key || p->cut_union == NULL)
+        rs__publisher_forget_records(p);
+    rs_status_t st = p->params.cut_aligned
+                         ? rs__publisher_sync_records(p, diag) : RS_OK;
+    if (st != RS_OK)
+        return st;
+    if (p->cut_union != NULL && !p->records_changed &&
+        p->params.cuts == NULL) {
+        *cuts_p = p->cut_union;
+        return RS_OK;
+    }
+    rs_cuts_h cuts = NULL;
+    if ((st = gather(p, diag, &cuts)) != RS_OK)
+        return st;
+    rs_cuts_destroy(p->cut_union);
+    p->cut_union = cuts;
+    p->cut_key = key;
+    p->records_changed = 0;
     *cuts_p = cuts;
     return RS_OK;
 }
@@ -208,7 +175,7 @@ rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
                               uint64_t *need_p)
 {
     rs_cuts_h cuts = NULL;
-    rs_status_t st = gather(p, diag, &cuts);
+    rs_status_t st = current_union(p, diag, &cuts);
     if (st != RS_OK)
         return st;
     cut_ctx_t c = {p, 0, 0};
@@ -221,7 +188,6 @@ rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
         st = rs_cuts_split(cuts, s->tensor, s->ndim, s->offset, s->shape,
                            add_piece, &c, diag);
     }
-    rs_cuts_destroy(cuts);
     if (st != RS_OK)
         return st == RS_ERR_NO_MEMORY
                    ? rs__diag_set(diag, st, "publisher: out of memory "

@@ -194,6 +194,9 @@ void rs_publisher_destroy(rs_publisher_h p)
     free(p->pieces);
     free(p->next_pieces);
     free(p->told);
+    rs__publisher_forget_records(p);
+    free(p->records);
+    rs_cuts_destroy(p->cut_union);
     rs_cuts_destroy(p->file_cuts);
     free(p->cuts_file);
     rs_dir_close(p->dir);

@@ -43,6 +43,18 @@ typedef struct rs_pub_told {
     uint64_t digest;
 } rs_pub_told_t;
 
+/* A receiver's cuts record as the publisher last read it (cut_records.c):
+ * its generation and its cuts on the registered tensors; cuts NULL when it
+ * cannot be used (`why`, told when the union is built, in holder order)
+ * or was never read (read 0: a read failed). */
+typedef struct rs_pub_record {
+    char holder[RS_DIR_NAME_MAX + 1];
+    uint64_t generation;
+    rs_cuts_h cuts;
+    char *why;
+    int read;
+} rs_pub_record_t;
+
 struct rs_publisher {
     rs_publisher_params_t params; /* string fields below are owned copies */
     char *model, *backend, *session;
@@ -67,6 +79,15 @@ struct rs_publisher {
     RS_VEC(rs_pub_piece_t, pieces);
     RS_VEC(rs_pub_piece_t, next_pieces);
     RS_VEC(rs_pub_told_t, told);
+    /* The directory's cuts records as last read (in holder order), and
+     * the union of every source of cuts built from them, valid while no
+     * record changed (records_changed 0) and the registered tensors are
+     * those digested in cut_key; records parsed since create (tests). */
+    RS_VEC(rs_pub_record_t, records);
+    int records_changed;
+    rs_cuts_h cut_union;
+    uint64_t cut_key;
+    uint64_t records_parsed;
     RS_VEC(rs_pub_shard_t, shards);
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -149,9 +170,30 @@ rs_status_t rs__publisher_load_cuts_file(rs_publisher_h p, rs_diag_t *diag);
  * version's, untouched); returns the arena bytes they need (each piece at
  * a RS_PUB_SLOT_ALIGN boundary) in *need_p. RS_ERR_INPUT when params.cuts
  * or cuts_file disagree with a registered tensor's shape or the model.
- * O(records' bytes + pieces). */
+ * O(holders + bytes of the records that changed + pieces); the union is
+ * rebuilt only when a record or the registered tensors changed, or
+ * params.cuts is set (the caller may change it between stagings). */
 rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
                               uint64_t *need_p);
+
+/* The cuts records (cut_records.c). Sync brings p->records up to date
+ * with the directory's generations, reading and parsing only new or
+ * changed records and setting records_changed when anything changed; a
+ * directory that cannot be read is told and the records read before are
+ * kept. Only RS_ERR_NO_MEMORY is an error. O(holders + changed records'
+ * bytes). */
+rs_status_t rs__publisher_sync_records(rs_publisher_h p, rs_diag_t *diag);
+/* Merges every usable cached record into `into`, telling (once per
+ * holder and generation) each that the merge refuses. */
+rs_status_t rs__publisher_merge_records(rs_publisher_h p, rs_cuts_h into,
+                                        rs_diag_t *diag);
+/* Drops every cached record (the registered tensors changed, or
+ * destroy). */
+void rs__publisher_forget_records(rs_publisher_h p);
+/* Tells through the notice callback, once per (holder, generation), why
+ * a record is left out. */
+void rs__publisher_tell_record(rs_publisher_h p, const char *holder,
+                               uint64_t generation, const char *why);
 
 /* Lays p->next_pieces out from `base`, copies each sub-box out of its
  * shard (a strided copy) and makes them p->pieces. O(bytes). */

@@ -5,7 +5,16 @@
  * versions and do not show up as versions; a record above the cap is
  * refused naming the holder, and one stored around the API above the cap
  * comes back as its size only; dropping removes one record; holders
- * writing at once from several threads never lose each other's records. */
+ * writing at once from several threads never lose each other's records.
+ * Generations: a listing names every holder with its record's generation
+ * (the rsd64 digest of its bytes) and size, reading no record (the
+ * handle's read counter stays); generations change exactly when a
+ * record's bytes change, and writing the same bytes again writes nothing
+ * (file: the record file keeps its inode); reading chosen holders returns
+ * only theirs, with the generation of the bytes returned; a record
+ * written around the API gets a generation that changes when it is
+ * rewritten; one whose bytes no longer match its stored generation is
+ * RS_ERR_VERIFY naming its holder. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "dir/dir_impl.h"
 #include "dir_env.h"
+#include "reshard/digest.h"
 #include "reshard/dir.h"
 #include "assert_status.h"
 
@@ -136,6 +149,9 @@ static void test_survive_versions(void **state)
     rs_dir_close(dir);
 }
 
+static uint64_t listed_gen(rs_dir_h dir, const char *m, const char *holder,
+                           size_t *len_p);
+
 /* A record stored behind the API, bypassing the cap. */
 static void stored_put(const char *m, const char *holder, size_t len)
 {
@@ -187,6 +203,9 @@ static void test_size_cap(void **state)
     assert_null(r[1].json); /* too big: its size only */
     assert_int_equal(r[1].len, RS_DIR_CUTS_MAX + 10);
     rs_dir_cuts_free(r, n);
+    size_t len = 0;
+    listed_gen(dir, m, "stored-big", &len);
+    assert_int_equal(len, RS_DIR_CUTS_MAX + 10); /* listed with its size */
     /* bad names */
     ASSERT_ST(rs_dir_put_cuts(dir, m, "a/b", "{}", 2, &d), RS_ERR_INPUT, d);
     ASSERT_MSG_HAS(d, "cuts holder name 'a/b'");
@@ -277,6 +296,216 @@ static void test_concurrent_holders(void **state)
     rs_dir_close(dir);
 }
 
+static rs_dir_cuts_stamp_t *list_all(rs_dir_h dir, const char *m,
+                                     size_t *n_p)
+{
+    rs_diag_t d;
+    rs_dir_cuts_stamp_t *s = NULL;
+    ASSERT_ST(rs_dir_list_cuts(dir, m, &d, &s, n_p), RS_OK, d);
+    return s;
+}
+
+/* The generation listed for `holder` (which must be listed). */
+static uint64_t listed_gen(rs_dir_h dir, const char *m, const char *holder,
+                           size_t *len_p)
+{
+    size_t n = 0;
+    rs_dir_cuts_stamp_t *s = list_all(dir, m, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(s[i].holder, holder) != 0)
+            continue;
+        uint64_t gen = s[i].generation;
+        if (len_p != NULL)
+            *len_p = s[i].len;
+        free(s);
+        return gen;
+    }
+    free(s);
+    fail_msg("holder '%s' is not listed", holder);
+    return 0;
+}
+
+static uint64_t gen_of(int tag, int variant)
+{
+    char buf[1024];
+    size_t len = record_of(tag, variant, buf, sizeof(buf));
+    return rs_digest(buf, len);
+}
+
+/* The record file's inode (file: only). */
+static ino_t record_inode(const char *m, const char *holder)
+{
+    char path[PATH_MAX + 256];
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/dir/%s/cuts/%s", g->tmp, m, holder);
+    assert_int_equal(stat(path, &sb), 0);
+    return sb.st_ino;
+}
+
+static void test_generations(void **state)
+{
+    (void)state;
+    rs_dir_h dir = open_dir();
+    uint64_t reads0, bytes0, reads, bytes;
+    size_t n = 99, len = 0;
+    const char *m = "generations";
+    rs_dir_cuts_stamp_t *s = list_all(dir, m, &n);
+    assert_int_equal(n, 0); /* none: not an error */
+    free(s);
+    put(dir, m, "r1", 1, 0);
+    put(dir, m, "r0", 2, 0);
+    rs__dir_cuts_reads(dir, &reads0, &bytes0);
+    s = list_all(dir, m, &n);
+    assert_int_equal(n, 2);
+    assert_string_equal(s[0].holder, "r0");
+    assert_string_equal(s[1].holder, "r1");
+    char buf[1024];
+    assert_int_equal(s[0].len, record_of(2, 0, buf, sizeof(buf)));
+    assert_int_equal(s[0].generation, gen_of(2, 0));
+    assert_int_equal(s[1].generation, gen_of(1, 0));
+    free(s);
+    rs__dir_cuts_reads(dir, &reads, &bytes);
+    assert_int_equal(reads, reads0); /* a listing reads no record */
+    ino_t ino = g->redis ? 0 : record_inode(m, "r1");
+    put(dir, m, "r1", 1, 0); /* the same bytes: nothing changes */
+    assert_int_equal(listed_gen(dir, m, "r1", NULL), gen_of(1, 0));
+    if (!g->redis)
+        assert_int_equal(record_inode(m, "r1"), ino); /* not rewritten */
+    put(dir, m, "r1", 1, 3); /* changed: a new generation, r0's stays */
+    assert_int_equal(listed_gen(dir, m, "r1", &len), gen_of(1, 3));
+    assert_int_equal(len, record_of(1, 3, buf, sizeof(buf)));
+    assert_true(gen_of(1, 3) != gen_of(1, 0));
+    assert_int_equal(listed_gen(dir, m, "r0", NULL), gen_of(2, 0));
+    put(dir, m, "r1", 1, 0); /* back to the first bytes, the first gen */
+    assert_int_equal(listed_gen(dir, m, "r1", NULL), gen_of(1, 0));
+    rs_diag_t d;
+    ASSERT_ST(rs_dir_drop_cuts(dir, m, "r0", &d), RS_OK, d);
+    s = list_all(dir, m, &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(s[0].holder, "r1");
+    free(s);
+    rs_dir_close(dir);
+}
+
+static void test_read_chosen(void **state)
+{
+    (void)state;
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    rs_dir_cuts_record_t *r = NULL;
+    uint64_t reads0, bytes0, reads, bytes;
+    size_t n = 0;
+    char buf[1024];
+    const char *m = "chosen";
+    put(dir, m, "a", 1, 0);
+    put(dir, m, "b", 2, 0);
+    put(dir, m, "c", 3, 0);
+    rs__dir_cuts_reads(dir, &reads0, &bytes0);
+    const char *want[] = {"c", "gone", "a"}; /* any order; gone: none */
+    ASSERT_ST(rs_dir_read_cuts_of(dir, m, want, 3, &d, &r, &n), RS_OK, d);
+    assert_int_equal(n, 2);
+    expect_record(&r[0], "a", 1, 0); /* holder order */
+    expect_record(&r[1], "c", 3, 0);
+    assert_int_equal(r[0].generation, gen_of(1, 0));
+    assert_int_equal(r[1].generation, gen_of(3, 0));
+    rs_dir_cuts_free(r, n);
+    rs__dir_cuts_reads(dir, &reads, &bytes);
+    assert_int_equal(reads - reads0, 2);
+    assert_int_equal(bytes - bytes0, record_of(1, 0, buf, sizeof(buf)) +
+                                         record_of(3, 0, buf, sizeof(buf)));
+    ASSERT_ST(rs_dir_read_cuts_of(dir, m, NULL, 0, &d, &r, &n), RS_OK, d);
+    assert_int_equal(n, 0);
+    rs_dir_cuts_free(r, n);
+    const char *bad[] = {"a", "x/y"};
+    ASSERT_ST(rs_dir_read_cuts_of(dir, m, bad, 2, &d, &r, &n), RS_ERR_INPUT,
+              d);
+    ASSERT_MSG_HAS(d, "cuts holder name 'x/y'");
+    ASSERT_ST(rs_dir_read_cuts_of(dir, m, NULL, 1, &d, &r, &n),
+              RS_ERR_INVALID_ARG, d);
+    /* the whole read returns generations too */
+    r = read_all(dir, m, &n);
+    assert_int_equal(n, 3);
+    assert_int_equal(r[1].generation, gen_of(2, 0));
+    rs_dir_cuts_free(r, n);
+    rs_dir_close(dir);
+}
+
+/* Overwrites holder's record behind the API with `text`: file: the whole
+ * file (keep_stamp 0) or the bytes after its stamp line (keep_stamp 1);
+ * redis: the record's field only, its generation left as it was. */
+static void stored_text(const char *m, const char *holder, const char *text,
+                        int keep_stamp)
+{
+    if (g->redis) {
+        struct timeval tv = {5, 0};
+        redisContext *c = redisConnectWithTimeout("127.0.0.1",
+                                                  g->server.port, tv);
+        assert_true(c != NULL && c->err == 0);
+        redisReply *r = redisCommand(c, "HSET rs:{%s}:cuts %s %s", m, holder,
+                                     text);
+        assert_non_null(r);
+        freeReplyObject(r);
+        redisFree(c);
+        return;
+    }
+    char path[PATH_MAX + 256], stamp[64] = "";
+    snprintf(path, sizeof(path), "%s/dir/%s", g->tmp, m);
+    mkdir(path, 0755); /* a model no call wrote yet */
+    snprintf(path, sizeof(path), "%s/dir/%s/cuts", g->tmp, m);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "%s/dir/%s/cuts/%s", g->tmp, m, holder);
+    FILE *f = fopen(path, keep_stamp ? "rb" : "wb");
+    assert_non_null(f);
+    if (keep_stamp) {
+        assert_non_null(fgets(stamp, sizeof(stamp), f));
+        fclose(f);
+        assert_non_null(f = fopen(path, "wb"));
+    }
+    fputs(stamp, f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_around_the_api(void **state)
+{
+    (void)state;
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    rs_dir_cuts_record_t *r = NULL;
+    size_t n = 0, len = 0;
+    const char *m = "by-hand";
+    const char *one[] = {"hand"};
+    stored_text(m, "hand", "{\"first\": 1}", 0);
+    uint64_t g1 = listed_gen(dir, m, "hand", &len);
+    assert_int_equal(len, 12);
+    ASSERT_ST(rs_dir_read_cuts_of(dir, m, one, 1, &d, &r, &n), RS_OK, d);
+    assert_int_equal(n, 1);
+    assert_string_equal(r[0].json, "{\"first\": 1}");
+    assert_int_equal(r[0].generation, g1); /* as listed */
+    rs_dir_cuts_free(r, n);
+    stored_text(m, "hand", "{\"second\": 22}", 0);
+    uint64_t g2 = listed_gen(dir, m, "hand", &len);
+    assert_true(g2 != g1); /* rewritten: seen */
+    assert_int_equal(len, 14);
+    /* written through the API: its digest, then changed behind its back */
+    put(dir, m, "stamped", 4, 0);
+    stored_text(m, "stamped", "{\"tampered\": true}", 1);
+    const char *two[] = {"stamped"};
+    ASSERT_ST(rs_dir_read_cuts_of(dir, m, two, 1, &d, &r, &n), RS_ERR_VERIFY,
+              d);
+    ASSERT_MSG_HAS(d, "cuts record of holder 'stamped' for 'by-hand' is "
+                   "corrupted");
+    ASSERT_ST(rs_dir_read_cuts(dir, m, &d, &r, &n), RS_ERR_VERIFY, d);
+    /* listing still works; writing through the API repairs it */
+    assert_int_equal(listed_gen(dir, m, "hand", NULL), g2);
+    put(dir, m, "stamped", 4, 0);
+    ASSERT_ST(rs_dir_read_cuts_of(dir, m, two, 1, &d, &r, &n), RS_OK, d);
+    expect_record(&r[0], "stamped", 4, 0);
+    assert_int_equal(r[0].generation, gen_of(4, 0));
+    rs_dir_cuts_free(r, n);
+    rs_dir_close(dir);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -298,6 +527,9 @@ static int run_group(const char *name)
         cmocka_unit_test(test_size_cap),
         cmocka_unit_test(test_drop),
         cmocka_unit_test(test_concurrent_holders),
+        cmocka_unit_test(test_generations),
+        cmocka_unit_test(test_read_chosen),
+        cmocka_unit_test(test_around_the_api),
     };
     fprintf(stderr, "== directory backend: %s\n", name);
     return _cmocka_run_group_tests(name, tests,
