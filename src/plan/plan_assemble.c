@@ -145,8 +145,8 @@ static rs_status_t add_stages(rs_planner_t *b, long **index_p)
 static rs_status_t note_unbounded(rs_planner_t *b, const rs_pcopy_t *pc)
 {
     rs_psrc_t *s = &b->psrc[pc->src];
-    if (pc->seg_end - pc->seg_begin <=
-            (uint64_t)b->params->max_segments_per_copy || s->listed_unbounded)
+    if (pc->nexact <= (uint64_t)b->params->max_segments_per_copy ||
+        s->listed_unbounded)
         return RS_OK;
     s->listed_unbounded = 1;
     return RS_VEC_PUSH(b->plan, unbounded, s->name) ? RS_OK : OOM(b);

@@ -48,9 +48,12 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->memo = rs__box_memo_create();
     b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
+    b->agg_slot = malloc((srcs->sessions_len + 1) * sizeof(long));
     if (b->plan == NULL || b->psrc_of_name == NULL || b->memo == NULL ||
-        b->copies == NULL || b->load == NULL)
+        b->copies == NULL || b->load == NULL || b->agg_slot == NULL)
         return OOM(b);
+    for (size_t k = 0; k <= srcs->sessions_len; k++)
+        b->agg_slot[k] = -1;
     rs__arena_init(&b->plan->arena);
     b->plan->capture = cap;
     /* most copies read one run of a source seen once: sized up front */
@@ -75,6 +78,9 @@ void rs__planner_free(rs_planner_t *b)
         free(b->stages[i].segs.v);
     free(b->stages);
     free(b->picks);
+    free(b->drops);
+    free(b->drop_aggs);
+    free(b->agg_slot);
     rs__box_memo_destroy(b->memo);
 }
 
@@ -370,9 +376,11 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     pc->seg_begin = b->tmp.v_len;
     pc->pick_begin = b->picks_len;
     rs_walk_tally_t tally;
-    /* Every copy keeps its runs: the cost model weighs each copy's runs
-     * per session (plan_cost_agg.c) before deciding how it is read. */
-    size_t keep = SIZE_MAX;
+    /* A copy over the cap keeps only its sums per session and its ends
+     * (what the cost model reads of it); a convert is always read by its
+     * runs, and keeps them. */
+    size_t keep = convert || b->keep_all
+                      ? SIZE_MAX : (size_t)b->params->max_segments_per_copy;
     st = rs__planner_walk_copy(b, s, box, pc->param,
                                convert ? 0 : c->dest_offset, keep, NULL,
                                &b->tmp, &pc->missing, &tally);
@@ -386,6 +394,10 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     pc->nexact = tally.nsegs;
     pc->exact_bytes = tally.bytes;
     pc->dropped = tally.dropped;
+    pc->drop = b->drops_len;
+    if (pc->dropped && !RS_VEC_PUSH(b, drops, tally.drop))
+        return OOM(b);
+    b->ndropped += (size_t)pc->dropped;
     if (!pc->dropped)
         b->picks_len = pc->pick_begin; /* choices only a re-walk needs */
     if (!convert) {
@@ -396,9 +408,9 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     return RS_OK;
 }
 
-/* A dropped copy whose source is read exactly after all (no full pull)
- * walks again, repeating its shard choices: the same runs as if they had
- * been kept the first time. */
+/* A dropped copy that the cost model reads by its exact runs after all
+ * (no staged way, or the all-exact plan kept) walks again, repeating its
+ * shard choices: the same runs as if they had been kept the first time. */
 static rs_status_t rewalk(rs_planner_t *b, size_t ci)
 {
     rs_pcopy_t *pc = &b->copies[ci];
@@ -419,6 +431,7 @@ static rs_status_t rewalk(rs_planner_t *b, size_t ci)
         return rs__diag_set(b->diag, st, "out of memory");
     pc->seg_end = b->tmp.v_len;
     pc->dropped = 0;
+    b->nrewalked++;
     return RS_OK;
 }
 
@@ -426,8 +439,8 @@ static rs_status_t rewalk_dropped(rs_planner_t *b)
 {
     for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
         const rs_pcopy_t *pc = &b->copies[ci];
-        if (!pc->dropped || b->psrc[pc->src].fallback != NULL ||
-            b->psrc[pc->src].full_pull >= 0)
+        if (!pc->dropped || pc->kind != RS_PCOPY_EXACT ||
+            b->psrc[pc->src].fallback != NULL || pc->stage >= 0)
             continue;
         rs_status_t st = rewalk(b, ci);
         if (st != RS_OK)

@@ -202,7 +202,7 @@ static int fewer(const rs_planner_t *b, const rs_pcopy_t *pc,
                  const rs_pstage_t *st)
 {
     (void)b;
-    return st->users > 0 || st->segs.v_len < pc->seg_end - pc->seg_begin;
+    return st->users > 0 || st->segs.v_len < pc->nexact;
 }
 
 /* The stages already made for this source that hold the copy's box. */
@@ -241,7 +241,7 @@ static rs_status_t try_fresh(cost_t *c, size_t ci, size_t first,
             return RS_OK;
     }
     if (is_whole(nd, lo, shape, s->tensor->shape) ||
-        rs__stage_min_runs(s, shape) >= pc->seg_end - pc->seg_begin ||
+        rs__stage_min_runs(s, shape) >= pc->nexact ||
         !rs__stage_fits(b, ci, lo, shape))
         return RS_OK; /* the whole source is the full stage's */
     rs_pstage_t ps = {pc->src, kind, {0}, {0}, {0}, 0};
@@ -299,7 +299,7 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
     pick_t pk = {0, {0, 0}, -1, {0}};
     rs_status_t st;
     /* one run is as few as a copy can take */
-    if (!rs__cost_stageable(b, pc) || pc->seg_end - pc->seg_begin < 2 ||
+    if (!rs__cost_stageable(b, pc) || pc->nexact < 2 ||
         !rs__stage_bbox(b, ci, lo, shape))
         return RS_OK;
     try_existing(c, ci, first, lo, shape, &pk);
@@ -314,7 +314,7 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
         free(pk.found && pk.stage < 0 ? pk.fresh.segs.v : NULL);
         return st;
     }
-    uint64_t runs = pc->seg_end - pc->seg_begin;
+    uint64_t runs = pc->nexact;
     pc->capped = pk.found && runs > (uint64_t)b->params->max_segments_per_copy;
     score_t exact = {c->max_t, 0};
     if (!pk.found || (!pc->capped && !better(pk.sc, exact))) {
@@ -352,7 +352,7 @@ static uint64_t exact_runs(const rs_planner_t *b, const size_t *ids,
     for (size_t i = 0; i < nids; i++) {
         const rs_pcopy_t *pc = &b->copies[ids[i]];
         if (rs__cost_stageable(b, pc))
-            exact += pc->seg_end - pc->seg_begin;
+            exact += pc->nexact;
     }
     return exact;
 }

@@ -11,13 +11,33 @@ static inline int rs__cost_live(const rs_planner_t *b, const rs_pcopy_t *pc)
     return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
 }
 
-/* The copy's exact runs (in the planner's tmp vector) and their count. */
+/* A kept copy's exact runs (in the planner's tmp vector) and their count;
+ * a dropped copy has none there (rs__cost_ends, rs_pdrop_t). */
 static inline const rs_segment_t *rs__cost_exact(const rs_planner_t *b,
                                                  const rs_pcopy_t *pc,
                                                  size_t *n)
 {
-    *n = pc->seg_end - pc->seg_begin;
+    *n = pc->dropped ? 0 : pc->seg_end - pc->seg_begin;
     return *n > 0 ? b->tmp.v + pc->seg_begin : NULL;
+}
+
+/* The copy's first and last exact run, kept or dropped, and the number of
+ * its runs (pc->nexact; 0 leaves *first and *last unset). */
+static inline uint64_t rs__cost_ends(const rs_planner_t *b,
+                                     const rs_pcopy_t *pc,
+                                     const rs_segment_t **first,
+                                     const rs_segment_t **last)
+{
+    if (pc->nexact == 0)
+        return 0;
+    if (pc->dropped) {
+        *first = &b->drops[pc->drop].first;
+        *last = &b->drops[pc->drop].last;
+    } else {
+        *first = &b->tmp.v[pc->seg_begin];
+        *last = &b->tmp.v[pc->seg_end - 1];
+    }
+    return pc->nexact;
 }
 
 /* A copy the model may stage: same dtype, reads something, all of it
@@ -26,15 +46,8 @@ static inline int rs__cost_stageable(const rs_planner_t *b,
                                      const rs_pcopy_t *pc)
 {
     return rs__cost_live(b, pc) && pc->kind == RS_PCOPY_EXACT &&
-           pc->missing == 0 && pc->seg_end > pc->seg_begin;
+           pc->missing == 0 && pc->nexact > 0;
 }
-
-/* A copy's exact runs on one session: what the model needs of them, so
- * that a choice costs the sessions a copy reads, not its runs. */
-typedef struct rs_cost_agg {
-    uint32_t session;
-    uint64_t bytes, descs;
-} rs_cost_agg_t;
 
 /* Per copy ci, its aggregates v[at[ci] .. at[ci + 1]) (plan_cost_agg.c). */
 typedef struct rs_cost_aggs {
@@ -42,7 +55,8 @@ typedef struct rs_cost_aggs {
     size_t *at;
 } rs_cost_aggs_t;
 
-/* Builds the aggregates of every copy's exact runs: O(runs).
+/* Builds the aggregates of every live copy's exact runs: O(kept runs +
+ * dropped copies' sessions).
  * RS_ERR_NO_MEMORY (a diag set) or RS_OK. */
 rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a);
 void rs__cost_aggs_free(rs_cost_aggs_t *a);

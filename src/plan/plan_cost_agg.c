@@ -1,6 +1,7 @@
 /* Per copy, its exact runs summed per session (rs_cost_agg_t): the cost
  * model moves a copy between ways of reading it many times, and each move
- * then costs the sessions it reads rather than its runs. */
+ * then costs the sessions it reads rather than its runs. A kept copy's
+ * runs are summed here; a dropped copy's were summed by its walk. */
 #include <stdlib.h>
 
 #include "core/diag.h"
@@ -33,6 +34,17 @@ static int sum_copy(const rs_segment_t *s, size_t n, long *slot,
     return 1;
 }
 
+/* A dropped copy's sums, made by its walk (plan_walk.c) in sum_copy's
+ * order. 0 when out of memory. */
+static int copy_sums(const rs_planner_t *b, const rs_pdrop_t *d,
+                     agg_vec_t *out)
+{
+    for (size_t i = d->agg_begin; i < d->agg_end; i++)
+        if (!RS_VEC_PUSH(out, v, b->drop_aggs[i]))
+            return 0;
+    return 1;
+}
+
 rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
 {
     size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
@@ -44,10 +56,14 @@ rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
     for (size_t k = 0; ok && k < ns; k++)
         slot[k] = -1;
     for (size_t ci = 0; ok && a->at != NULL && ci < nc; ci++) {
+        const rs_pcopy_t *pc = &b->copies[ci];
         size_t n;
-        const rs_segment_t *ex = rs__cost_exact(b, &b->copies[ci], &n);
         a->at[ci] = out.v_len;
-        ok = sum_copy(ex, n, slot, &out);
+        if (!rs__cost_live(b, pc))
+            continue; /* the model never reads it */
+        const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
+        ok = pc->dropped ? copy_sums(b, &b->drops[pc->drop], &out)
+                         : sum_copy(ex, n, slot, &out);
     }
     free(slot);
     if (!ok || a->at == NULL) {

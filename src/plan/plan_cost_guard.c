@@ -38,25 +38,25 @@ static void est_add_exact(est_t *e, size_t ci)
 /* Copy ci's exact runs as assembly places them: a run continuing the last
  * placed one (same session and param, contiguous on both sides) joins it.
  * Inside a copy the walk already joined every such pair, so only its first
- * run can join the run placed before it. */
+ * run can join the run placed before it: its ends are all it takes, kept
+ * or dropped. */
 static void est_exact(est_t *e, size_t ci, rs_segment_t *last, int *have)
 {
-    size_t n;
-    const rs_segment_t *s = rs__cost_exact(e->b, &e->b->copies[ci], &n);
+    const rs_segment_t *s0 = NULL, *sn = NULL;
+    uint64_t n = rs__cost_ends(e->b, &e->b->copies[ci], &s0, &sn);
     if (n == 0)
         return;
     est_add_exact(e, ci);
-    if (*have && last->session == s[0].session &&
-        last->param == s[0].param &&
-        last->src_addr + last->nbytes == s[0].src_addr &&
-        last->dst_byte + last->nbytes == s[0].dst_byte) {
-        e->descs[s[0].session]--;
+    if (*have && last->session == s0->session && last->param == s0->param &&
+        last->src_addr + last->nbytes == s0->src_addr &&
+        last->dst_byte + last->nbytes == s0->dst_byte) {
+        e->descs[s0->session]--;
         if (n == 1) {
-            last->nbytes += s[0].nbytes;
+            last->nbytes += s0->nbytes;
             return;
         }
     }
-    *last = s[n - 1];
+    *last = *sn;
     *have = 1;
 }
 

@@ -2,8 +2,9 @@
  * shard per cell, and turn each run into a segment, merging runs that
  * continue the previous one in both the shard and the destination. A copy
  * with more runs than it may keep is only counted (holding its runs would
- * cost gigabytes where a full pull then replaces them), with its shard
- * choices recorded so that a second walk can repeat it exactly. */
+ * cost gigabytes where a full pull then replaces them), summed per session
+ * for the cost model as its kept runs would be, with its shard choices
+ * recorded so that a second walk can repeat it exactly. */
 #include <stdint.h>
 
 #include "core/checked.h"
@@ -27,6 +28,7 @@ typedef struct {
     const uint32_t *replay; /* shard choices to repeat, or NULL */
     int record;         /* push each choice to b->picks */
     rs_walk_tally_t tally;
+    long agg;           /* b->drop_aggs entry of the last run summed, or -1 */
 } walk_ctx_t;
 
 static int continues(const rs_segment_t *last, const rs_segment_t *s)
@@ -34,6 +36,42 @@ static int continues(const rs_segment_t *last, const rs_segment_t *s)
     return last->session == s->session && last->param == s->param &&
            last->src_addr + last->nbytes == s->src_addr &&
            last->dst_byte + last->nbytes == s->dst_byte;
+}
+
+/* Adds a complete run of a dropped copy to its session's sum, entries
+ * made in the order sessions first appear (as rs__cost_aggs_build sums a
+ * kept copy's runs). */
+static void sum_run(walk_ctx_t *w, const rs_segment_t *s)
+{
+    rs_planner_t *b = w->b;
+    if (w->agg < 0 || b->drop_aggs[w->agg].session != s->session) {
+        w->agg = b->agg_slot[s->session];
+        if (w->agg < 0) {
+            rs_cost_agg_t a = {s->session, 0, 0};
+            if (!RS_VEC_PUSH(b, drop_aggs, a)) {
+                b->oom = 1;
+                return;
+            }
+            w->agg = (long)b->drop_aggs_len - 1;
+            b->agg_slot[s->session] = w->agg;
+        }
+    }
+    b->drop_aggs[w->agg].bytes += s->nbytes;
+    b->drop_aggs[w->agg].descs++;
+}
+
+/* One run more than the copy may keep: the kept runs (all complete) are
+ * summed and dropped, the first of them remembered. */
+static void start_counting(walk_ctx_t *w)
+{
+    rs_segvec_t *o = w->out;
+    w->counting = 1;
+    w->tally.drop.agg_begin = w->b->drop_aggs_len;
+    for (size_t i = w->floor; i < o->v_len; i++)
+        sum_run(w, &o->v[i]);
+    if (o->v_len > w->floor)
+        w->tally.drop.first = o->v[w->floor];
+    o->v_len = w->floor;
 }
 
 static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
@@ -52,14 +90,17 @@ static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
         return;
     }
     w->tally.nsegs++;
-    if (!w->counting && o->v_len - w->floor >= w->keep) {
-        w->counting = 1; /* one run more than the copy may keep */
-        o->v_len = w->floor;
-    }
-    if (w->counting)
+    if (w->counting) { /* the run before is complete */
+        sum_run(w, &w->last);
+        if (w->tally.nsegs == 2) /* keep 0: the first run was never kept */
+            w->tally.drop.first = w->last;
         w->last = s;
-    else if (!RS_VEC_PUSH(o, v, s))
+    } else if (o->v_len - w->floor >= w->keep) {
+        start_counting(w);
+        w->last = s;
+    } else if (!RS_VEC_PUSH(o, v, s)) {
         w->b->oom = 1;
+    }
 }
 
 /* Cells below this many bytes go to a session the plan already reads from
@@ -191,8 +232,23 @@ rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
                              uint64_t *missing)
 {
     walk_ctx_t w = {b, src->tensor, box, dst_base, param, out, out->v_len, 0,
-                    0, missing, SIZE_MAX, 0, {0}, NULL, 0, {0}};
+                    0, missing, SIZE_MAX, 0, {0}, NULL, 0, {0}, -1};
     return walk(b, src, &w);
+}
+
+/* The end of a dropped copy's walk: its last run summed, its ends and
+ * sums recorded, the session slots cleared for the next copy. */
+static void end_counting(walk_ctx_t *w)
+{
+    rs_planner_t *b = w->b;
+    rs_pdrop_t *d = &w->tally.drop;
+    sum_run(w, &w->last);
+    if (w->tally.nsegs == 1)
+        d->first = w->last;
+    d->last = w->last;
+    d->agg_end = b->drop_aggs_len;
+    for (size_t i = d->agg_begin; i < d->agg_end; i++)
+        b->agg_slot[b->drop_aggs[i].session] = -1;
 }
 
 rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
@@ -202,8 +258,12 @@ rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
                                   uint64_t *missing, rs_walk_tally_t *tally)
 {
     walk_ctx_t w = {b, src->tensor, box, dst_base, param, out, out->v_len, 0,
-                    0, missing, keep, 0, {0}, replay, replay == NULL, {0}};
+                    0, missing, keep, 0, {0}, replay, replay == NULL, {0}, -1};
     rs_status_t st = walk(b, src, &w);
+    if (w.counting)
+        end_counting(&w);
+    if (st == RS_OK && b->oom)
+        st = RS_ERR_NO_MEMORY;
     w.tally.dropped = w.counting;
     if (st == RS_OK)
         *tally = w.tally;

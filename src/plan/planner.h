@@ -33,13 +33,31 @@ typedef struct rs_pcopy {
     int capped;  /* more exact runs than the cap, and a staged way exists */
     /* The copy's exact runs (merged) and their bytes, kept or not. */
     uint64_t nexact, exact_bytes;
-    /* More runs than max_segments_per_copy: tmp holds none of them (a full
-     * pull usually takes the copy instead); picks[pick_begin..] are the
-     * shards its walk chose, so that rs__planner_rewalk can produce the
-     * same runs if the copy is read exactly after all. */
+    /* More runs than max_segments_per_copy: tmp holds none of them (a
+     * staged way usually takes the copy instead), b->drops[drop] holds
+     * what the cost model needs of them, and picks[pick_begin..] are the
+     * shards its walk chose, so that a second walk produces the same runs
+     * if the copy is read exactly after all. */
     int dropped;
+    size_t drop;
     size_t pick_begin;
 } rs_pcopy_t;
+
+/* A copy's exact runs on one session: what the cost model needs of them,
+ * so that a choice costs the sessions a copy reads, not its runs. */
+typedef struct rs_cost_agg {
+    uint32_t session;
+    uint64_t bytes, descs;
+} rs_cost_agg_t;
+
+/* What a dropped copy's walk kept of its runs (merged as if kept): its
+ * first and last run (assembly may join them to its neighbours') and its
+ * per-session sums, drop_aggs[agg_begin .. agg_end) in the order their
+ * sessions first appear. */
+typedef struct rs_pdrop {
+    rs_segment_t first, last;
+    size_t agg_begin, agg_end;
+} rs_pdrop_t;
 
 typedef struct rs_segvec {
     RS_VEC(rs_segment_t, v);
@@ -68,6 +86,11 @@ typedef struct rs_planner {
     uint64_t *load; /* running bytes per session, for replica choice */
     RS_VEC(rs_pstage_t, stages);
     RS_VEC(uint32_t, picks); /* shard choices of dropped copies, in order */
+    RS_VEC(rs_pdrop_t, drops);
+    RS_VEC(rs_cost_agg_t, drop_aggs);
+    long *agg_slot; /* per session: its drop_aggs entry in the walk, or -1 */
+    size_t ndropped, nrewalked; /* copies dropped, and walked again */
+    int keep_all; /* every copy keeps its runs (tests compare the plans) */
     struct rs_box_memo *memo; /* resolved boxes by geometry (box_memo.h) */
     rs_box_t box;             /* a box resolved outside the memo */
     int oom;
@@ -138,16 +161,19 @@ double rs__cost_plan_seconds(const rs_plan_params_t *p, const uint64_t *bytes,
                              const uint64_t *descs, size_t nsessions);
 
 /* What a capped walk saw: its runs (merged as if kept) and their bytes;
- * `dropped` when there were more than `keep`, and `out` holds none. */
+ * `dropped` when there were more than `keep`, and `out` holds none; then
+ * `drop` is what it kept of them (agg_begin .. agg_end into b->drop_aggs). */
 typedef struct rs_walk_tally {
     uint64_t nsegs, bytes;
     int dropped;
+    rs_pdrop_t drop;
 } rs_walk_tally_t;
 
 /* rs__planner_walk for one copy: keeps at most `keep` runs in `out` (beyond
- * that it only counts them, and out is left as on entry), records each
- * shard choice in b->picks, or, with `replay`, repeats those choices
- * without adding to the sessions' load. */
+ * that it only counts them, summing them per session into b->drop_aggs,
+ * and out is left as on entry), records each shard choice in b->picks, or,
+ * with `replay`, repeats those choices without adding to the sessions'
+ * load. */
 rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
                                   const rs_box_t *box, uint32_t param,
                                   int64_t dst_base, size_t keep,

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "mini_exec.h"
+#include "plan/planner.h"
 #include "reshard/reshard.h"
 
 #define REF_MAX_TENSORS 8
@@ -199,6 +200,50 @@ static rs_plan_h env_plan(ref_env_t *e, const rs_plan_params_t *params)
     if (st != RS_OK)
         fail_msg("rs_plan_build: %s", diag.msg);
     return plan;
+}
+
+/* env_plan through the planner's steps, so that a test sees how many
+ * copies were dropped while walked and walked again, or keeps every copy's
+ * runs (keep_all) for the plan to compare with. */
+static rs_plan_h env_plan_counted(ref_env_t *e, const rs_plan_params_t *params,
+                                  int keep_all, size_t *ndropped,
+                                  size_t *nrewalked)
+{
+    rs_planner_t b;
+    rs_diag_t diag;
+    rs_status_t st = rs__planner_init(&b, e->cap, e->srcs, params, &diag);
+    b.keep_all = keep_all;
+    if (st == RS_OK)
+        st = rs__planner_run(&b);
+    if (st != RS_OK) {
+        rs__planner_free(&b);
+        fail_msg("planner: %s", diag.msg);
+    }
+    *ndropped = b.ndropped;
+    *nrewalked = b.nrewalked;
+    rs_plan_h plan = rs__planner_take(&b);
+    rs__planner_free(&b);
+    return plan;
+}
+
+/* The plan as `reshard plan --json` writes it, compared byte for byte. */
+static void expect_same_json(rs_plan_h a, rs_plan_h b)
+{
+    char *ja = NULL, *jb = NULL;
+    size_t la = 0, lb = 0;
+    rs_diag_t diag;
+    FILE *fa = open_memstream(&ja, &la), *fb = open_memstream(&jb, &lb);
+    assert_non_null(fa);
+    assert_non_null(fb);
+    assert_int_equal(rs_plan_write_json(a, fa, &diag), RS_OK);
+    assert_int_equal(rs_plan_write_json(b, fb, &diag), RS_OK);
+    fclose(fa);
+    fclose(fb);
+    assert_true(la > 0);
+    assert_int_equal(la, lb);
+    assert_memory_equal(ja, jb, la);
+    free(ja);
+    free(jb);
 }
 
 /* Runs the plan into the params and checks that no byte is written twice. */
@@ -798,7 +843,16 @@ static void test_dropped_copy_walks_again(void **state)
     open.max_segments_per_copy = 100000;
     for (uint64_t salt = 0; salt < 3; salt++) {
         capped.replica_salt = open.replica_salt = salt;
-        rs_plan_h a = env_plan(&e, &capped), b = env_plan(&e, &open);
+        size_t ndrop, nrewalk, kdrop, krewalk;
+        rs_plan_h a = env_plan_counted(&e, &capped, 0, &ndrop, &nrewalk);
+        rs_plan_h kept = env_plan_counted(&e, &capped, 1, &kdrop, &krewalk);
+        rs_plan_h b = env_plan(&e, &open);
+        assert_int_equal(ndrop, 1); /* w_left: 449 runs; v: one */
+        assert_int_equal(nrewalk, 1);
+        assert_int_equal(kdrop, 0);
+        assert_int_equal(krewalk, 0);
+        expect_same_json(a, kept);
+        rs_plan_destroy(kept);
         size_t na, nb, nfp;
         const rs_segment_t *sa = rs_plan_segments(a, &na);
         const rs_segment_t *sb = rs_plan_segments(b, &nb);
@@ -823,6 +877,67 @@ static void test_dropped_copy_walks_again(void **state)
             assert_true(f32_at(&e, pv, i) == (float)(7 + i));
         rs_plan_destroy(a);
         rs_plan_destroy(b);
+    }
+    env_free(&e);
+}
+
+/* A source whose full pull is possible, read by three copies of 8 runs
+ * each (one per row shard), over a cap of 4: all three are dropped while
+ * walked. No box of one copy takes fewer runs, so only the full pull could
+ * serve them; at 100 ns a descriptor it does (24 descriptors become 16) and
+ * no copy walks again, while at 0.001 ns the model reads them exactly (768
+ * bytes instead of 4 KiB) and all three walk again. Either way the plan is
+ * the one built with every copy's runs kept, and executes byte for byte. */
+static void test_model_reads_dropped_copies_exactly(void **state)
+{
+    (void)state;
+    static const char *const ranks[] = {"rank-0", "rank-1", "rank-2",
+                                        "rank-3"};
+    static const double ns[] = {100, 0.001};
+    ref_env_t e;
+    int64_t full[] = {16, 64}, row[] = {1, 64}, box[] = {8, 8}, bst[] = {8, 1};
+    int64_t at[3][2] = {{0, 0}, {8, 0}, {0, 8}};
+    int p[3];
+    env_init(&e);
+    env_tensor(&e, "w", RS_DTYPE_F32, 2, full, 0);
+    for (int r = 0; r < 16; r++) {
+        int64_t off[] = {r, 0};
+        env_shard(&e, "w", ranks[r % 4], off, row);
+    }
+    for (int k = 0; k < 3; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "p%d", k);
+        p[k] = env_param(&e, name, 2, box, RS_DTYPE_F32);
+        rs_op_t ops[] = {{.kind = RS_OP_NARROW, .arg = {0, at[k][0], 8}, .has = 7},
+                         {.kind = RS_OP_NARROW, .arg = {1, at[k][1], 8}, .has = 7}};
+        env_copy(&e, "w", name, ops, 2, 0, 2, box, bst, RS_DTYPE_F32);
+    }
+    rs_plan_params_t params;
+    rs_plan_params_init(&params);
+    params.max_segments_per_copy = 4;
+    for (int i = 0; i < 2; i++) {
+        params.descriptor_ns = ns[i];
+        size_t ndrop, nrewalk, kdrop, krewalk, nseg, nfp;
+        rs_plan_h a = env_plan_counted(&e, &params, 0, &ndrop, &nrewalk);
+        rs_plan_h kept = env_plan_counted(&e, &params, 1, &kdrop, &krewalk);
+        assert_int_equal(ndrop, 3);
+        assert_int_equal(nrewalk, i == 0 ? 0 : 3);
+        assert_int_equal(kdrop, 0);
+        expect_same_json(a, kept);
+        rs_plan_segments(a, &nseg);
+        rs_plan_full_pulls(a, &nfp);
+        assert_int_equal(nseg, i == 0 ? 0 : 24);
+        assert_int_equal(nfp, i == 0 ? 1 : 0);
+        assert_true(rs_plan_is_complete(a));
+        for (int k = 0; k < 3; k++)
+            memset(e.params[p[k]], 0xEE, e.param_bytes[p[k]]);
+        env_exec(&e, a);
+        for (int k = 0; k < 3; k++)
+            for (int j = 0; j < 64; j++)
+                assert_true(f32_at(&e, p[k], j) ==
+                            (float)((at[k][0] + j / 8) * 64 + at[k][1] + j % 8));
+        rs_plan_destroy(a);
+        rs_plan_destroy(kept);
     }
     env_free(&e);
 }
@@ -865,6 +980,7 @@ int main(void)
         cmocka_unit_test(test_full_pull),
         cmocka_unit_test(test_gap_prevents_full_pull),
         cmocka_unit_test(test_dropped_copy_walks_again),
+        cmocka_unit_test(test_model_reads_dropped_copies_exactly),
         cmocka_unit_test(test_same_geometry_bounds_per_copy),
         cmocka_unit_test(test_unsupported_does_not_stop_others),
         cmocka_unit_test(test_replica_split_and_affinity),
