@@ -67,10 +67,11 @@ static void start_counting(walk_ctx_t *w)
     rs_segvec_t *o = w->out;
     w->counting = 1;
     w->tally.drop.agg_begin = w->b->drop_aggs_len;
-    for (size_t i = w->floor; i < o->v_len; i++)
-        sum_run(w, &o->v[i]);
-    if (o->v_len > w->floor)
-        w->tally.drop.first = o->v[w->floor];
+    const rs_segment_t *kept = o->v; /* NULL only when nothing is kept */
+    for (size_t i = w->floor; kept != NULL && i < o->v_len; i++)
+        sum_run(w, &kept[i]);
+    if (kept != NULL && o->v_len > w->floor)
+        w->tally.drop.first = kept[w->floor];
     o->v_len = w->floor;
 }
 
