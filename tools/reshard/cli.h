@@ -97,6 +97,12 @@ int rs_cli_parse_positive(const char *s, double *out);
     "                        NIC's per-message work) in the cost model;\n"   \
     "                        default 100\n"
 
+/* Takes the value of a cost-model flag (--nic-gbps, --descriptor-ns): a
+ * positive finite number into *out and RS_CLI_OK, else a usage error
+ * naming the flag and the value (RS_CLI_USAGE). */
+int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
+                     double *out);
+
 /* Prints "reshard VERB: <diag message>" (or what + status) and returns
  * RS_CLI_USAGE. */
 int rs_cli_input_error(const char *verb, const rs_diag_t *diag, rs_status_t st,

@@ -32,6 +32,17 @@ int rs_cli_parse_positive(const char *s, double *out)
     return 1;
 }
 
+int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
+                     double *out)
+{
+    char msg[128];
+    if (rs_cli_parse_positive(arg, out))
+        return RS_CLI_OK;
+    snprintf(msg, sizeof(msg), "%s must be a positive number, got '%.60s'",
+             flag, arg);
+    return rs_cli_usage_error(verb, "%s", msg);
+}
+
 int rs_cli_input_error(const char *verb, const rs_diag_t *diag, rs_status_t st,
                        const char *what)
 {

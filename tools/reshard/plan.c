@@ -113,15 +113,10 @@ static int take_option(void *args, int c, const char *arg)
         a->json = 1;
         return RS_CLI_OK;
     case OPT_NIC:
-        if (!rs_cli_parse_positive(arg, &a->nic_gbps))
-            return usage_error("--nic-gbps must be a positive number, got "
-                               "'%s'", arg);
-        return RS_CLI_OK;
+        return rs_cli_take_cost("plan", "--nic-gbps", arg, &a->nic_gbps);
     case OPT_DESC:
-        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
-            return usage_error("--descriptor-ns must be a positive number, "
-                               "got '%s'", arg);
-        return RS_CLI_OK;
+        return rs_cli_take_cost("plan", "--descriptor-ns", arg,
+                                &a->descriptor_ns);
     }
     return RS_CLI_USAGE;
 }

@@ -201,15 +201,10 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_NO_ANNOUNCE: a->no_announce = 1; return RS_CLI_OK;
     case OPT_ANNOUNCE_AS: a->announce_as = arg; return RS_CLI_OK;
     case OPT_NIC:
-        if (!rs_cli_parse_positive(arg, &a->nic_gbps))
-            return usage_error("--nic-gbps must be a positive number, got "
-                               "'%s'", arg);
-        return RS_CLI_OK;
+        return rs_cli_take_cost("pull", "--nic-gbps", arg, &a->nic_gbps);
     case OPT_DESC:
-        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
-            return usage_error("--descriptor-ns must be a positive number, "
-                               "got '%s'", arg);
-        return RS_CLI_OK;
+        return rs_cli_take_cost("pull", "--descriptor-ns", arg,
+                                &a->descriptor_ns);
     case OPT_VERSION: return parse_version(arg, a);
     case OPT_RANK:
         a->have_rank = 1;

@@ -172,15 +172,10 @@ static int take_option(void *args, int c, const char *arg)
                                "'%s'", arg);
         return RS_CLI_OK;
     case OPT_NIC:
-        if (!rs_cli_parse_positive(arg, &a->nic_gbps))
-            return usage_error("--nic-gbps must be a positive number, got "
-                               "'%s'", arg);
-        return RS_CLI_OK;
+        return rs_cli_take_cost("run", "--nic-gbps", arg, &a->nic_gbps);
     case OPT_DESC:
-        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
-            return usage_error("--descriptor-ns must be a positive number, "
-                               "got '%s'", arg);
-        return RS_CLI_OK;
+        return rs_cli_take_cost("run", "--descriptor-ns", arg,
+                                &a->descriptor_ns);
     case OPT_VERIFY: a->verify = 1; return RS_CLI_OK;
     case OPT_VERIFY_PARTIAL: a->verify_partial = 1; return RS_CLI_OK;
     case OPT_REQUIRE: a->require_coverage = 1; return RS_CLI_OK;

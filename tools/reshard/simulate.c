@@ -108,11 +108,7 @@ static int take_option(void *args, int c, const char *arg)
                                "integer, got '%s'", arg);
         break;
     case OPT_NIC:
-        a->nic_gbps = strtod(arg, &end);
-        if (*end != '\0' || end == arg || !(a->nic_gbps > 0))
-            return usage_error("--nic-gbps must be a positive number, got "
-                               "'%s'", arg);
-        break;
+        return rs_cli_take_cost("simulate", "--nic-gbps", arg, &a->nic_gbps);
     case OPT_DEVICE_MEMORY:
         a->device_gib = strtod(arg, &end);
         /* below 2^34 GiB the byte count fits 64 bits */
@@ -122,10 +118,8 @@ static int take_option(void *args, int c, const char *arg)
                                "GiB (below 2^34), got '%s'", arg);
         break;
     case OPT_DESC:
-        if (!rs_cli_parse_positive(arg, &a->descriptor_ns))
-            return usage_error("--descriptor-ns must be a positive number, "
-                               "got '%s'", arg);
-        break;
+        return rs_cli_take_cost("simulate", "--descriptor-ns", arg,
+                                &a->descriptor_ns);
     case OPT_PROGRESS: a->progress = RS_SIM_PROGRESS_ON; break;
     case OPT_NO_PROGRESS: a->progress = RS_SIM_PROGRESS_OFF; break;
     default:
