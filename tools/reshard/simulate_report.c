@@ -91,13 +91,13 @@ static const row_t rows[] = {
     {"parameters held", f_params, AS_BYTES,
      "what its loaders fill (its capture's parameters)"},
     {"staging (peak)", f_staging, AS_BYTES,
-     "full pulls and dtype converts, held during a refit"},
+     "staged reads and dtype converts, held during a refit"},
     {"memory needed", f_memory, AS_BYTES,
      "parameters + staging, against --device-memory"},
     {"bytes needed", f_needed, AS_BYTES,
      "what its copies read, each byte once"},
     {"bytes on the wire", f_wire, AS_BYTES,
-     "what its plan reads (above needed: full pulls)"},
+     "what its plan reads (above needed: staged reads)"},
     {"descriptors", f_descriptors, AS_COUNT,
      "one-sided reads its plan issues"},
     {"sources", f_sources, AS_COUNT, "trainer ranks it reads from"},
@@ -278,7 +278,7 @@ static void print_counts(const sim_args_t *a, const sim_t *s,
            "than one read; 0: each once)\n",
            rs_format_bytes(b1, sizeof(b1), s->redundant));
     printf("  extra wire bytes       %s (read beyond the bytes installed, all "
-           "ranks: full pulls trading\n                         bytes for "
+           "ranks: staged reads trading\n                         bytes for "
            "descriptors)\n", rs_format_bytes(b1, sizeof(b1), s->extra_wire));
     printf("  unbounded sources      %llu (copies of a source needing more "
            "runs than --max-segments-per-copy\n                         "
