@@ -32,29 +32,28 @@ static void walk_fbox(const walk_t *w, const fbox_t *fb)
     const rs_factor_t *f = w->box->factors;
     int n = w->box->nfactors, order[RS_MAX_FACTORS], no = 0;
     int64_t src = w->src_base, dst = w->dst_base, run = 1;
-    int used[RS_MAX_FACTORS];
+    uint64_t used = 0; /* bit j: factor j folds into the run */
     int64_t idx[RS_MAX_FACTORS];
 
     /* only the box's factors: the arrays are sized for the largest box */
     for (int j = 0; j < n; j++) {
         src += fb->start[j] * w->src_stride[j];
         dst += fb->start[j] * f[j].dstride;
-        used[j] = 0;
-        idx[j] = 0;
     }
     /* Grow the run while some factor continues it in both buffers. */
     for (int grew = 1; grew;) {
         grew = 0;
         for (int j = 0; j < n; j++) {
-            if (!used[j] && fb->count[j] > 1 && w->src_stride[j] == run &&
-                f[j].dstride == run) {
+            if (!(used >> j & 1) && fb->count[j] > 1 &&
+                w->src_stride[j] == run && f[j].dstride == run) {
                 run *= fb->count[j];
-                used[j] = grew = 1;
+                used |= (uint64_t)1 << j;
+                grew = 1;
             }
         }
     }
     for (int j = 0; j < n; j++) {
-        if (!used[j] && fb->count[j] > 1)
+        if (!(used >> j & 1) && fb->count[j] > 1)
             order[no++] = j;
     }
     for (int a = 1; a < no; a++) { /* few factors: insertion sort */
@@ -63,6 +62,8 @@ static void walk_fbox(const walk_t *w, const fbox_t *fb)
             order[b] = order[b - 1];
         order[b] = t;
     }
+    for (int k = 0; k < no; k++)
+        idx[k] = 0;
     for (;;) {
         w->cb(w->ctx, src, dst, run);
         int k = no - 1;

@@ -221,11 +221,28 @@ static int64_t clamp(int64_t x, int64_t hi)
     return x < 0 ? 0 : x > hi ? hi : x;
 }
 
+/* Per dim, the source index of the box's last visited index: what
+ * rs__box_coord(box, d, count[d] - 1) gives, for every dim in one pass over
+ * the factors, without a division for a digit that is the index itself. */
+static void last_coords(const rs_box_t *box, int64_t *last)
+{
+    for (int d = 0; d < box->ndim; d++)
+        last[d] = box->start[d];
+    for (int j = 0; j < box->nfactors; j++) {
+        const rs_factor_t *f = &box->factors[j];
+        int64_t q = box->count[f->sdim] - 1;
+        if (f->mult != 1)
+            q /= f->mult;
+        if (q >= f->count)
+            q %= f->count;
+        last[f->sdim] += q * f->dmult;
+    }
+}
+
 static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
-                                int d, dim_hits_t *h)
+                                int d, int64_t last, dim_hits_t *h)
 {
     int64_t s = box->start[d], c = box->count[d];
-    int64_t last = rs__box_coord(box, d, c - 1);
     size_t first = interval_at(g, d, s + 1) - 1; /* interval holding s */
     size_t end = interval_at(g, d, last + 1);
     h->n = 0;
@@ -303,16 +320,16 @@ static void visit_product(const rs_grid_t *g, const dim_hits_t *h,
 rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
                           rs_cell_cb cb, void *ctx)
 {
-    dim_hits_t h[RS_MAX_DIMS];
+    dim_hits_t h[RS_MAX_DIMS]; /* set by hits_for_dim, dims below ndim */
+    int64_t last[RS_MAX_DIMS];
     rs_status_t st = RS_OK;
     int built = 0;
 
     if (box->numel == 0)
         return RS_OK;
-    for (int d = 0; d < RS_MAX_DIMS; d++)
-        h[d].n = 0; /* the inline arrays need no clearing */
+    last_coords(box, last);
     for (; built < g->ndim && st == RS_OK; built++)
-        st = hits_for_dim(g, box, built, &h[built]);
+        st = hits_for_dim(g, box, built, last[built], &h[built]);
     if (st == RS_OK)
         visit_product(g, h, cb, ctx);
     for (int d = 0; d < built; d++)

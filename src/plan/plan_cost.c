@@ -296,12 +296,12 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
     const rs_psrc_t *s = &b->psrc[pc->src];
     int64_t lo[RS_MAX_DIMS], shape[RS_MAX_DIMS], wlo[RS_MAX_DIMS],
         wshape[RS_MAX_DIMS];
-    pick_t pk = {0, {0, 0}, -1, {0}};
     rs_status_t st;
     /* one run is as few as a copy can take */
     if (!rs__cost_stageable(b, pc) || pc->nexact < 2 ||
         !rs__stage_bbox(b, ci, lo, shape))
         return RS_OK;
+    pick_t pk = {0, {0, 0}, -1, {0}}; /* a few hundred bytes: only here */
     try_existing(c, ci, first, lo, shape, &pk);
     lift_exact(c, ci, 1);
     rs__stage_coalesced(b, s, lo, shape, wlo, wshape);

@@ -90,11 +90,18 @@ static double est_of(est_t *e, const long *dec)
 /* The three contenders, per copy: g the greedy choice, x the all-exact
  * plan (copies over the cap keep their staged way), f the full-pull plan
  * (every source that can be pulled whole is, the rest as in x); and every
- * copy exact. Returns whether some copy is capped (else x is that). */
-static int contenders(const rs_planner_t *b, long *g, long *x, long *f,
-                      long *all)
+ * copy exact. Sets which contenders differ from the one they are compared
+ * with (x from all, g from x, f from x): an estimate equal by construction
+ * is not computed again (most plans stage nothing, and then all four are
+ * the same). */
+typedef struct {
+    int x, g, f;
+} differs_t;
+
+static differs_t contenders(const rs_planner_t *b, long *g, long *x, long *f,
+                            long *all)
 {
-    int capped = 0;
+    differs_t df = {0, 0, 0};
     for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
         const rs_pcopy_t *pc = &b->copies[ci];
         long full = rs__cost_live(b, pc) ? b->psrc[pc->src].full_pull : -1;
@@ -102,9 +109,11 @@ static int contenders(const rs_planner_t *b, long *g, long *x, long *f,
         x[ci] = pc->capped ? pc->stage : -1;
         f[ci] = full >= 0 && rs__cost_stageable(b, pc) ? full : x[ci];
         all[ci] = -1;
-        capped |= pc->capped;
+        df.x |= pc->capped;
+        df.g |= g[ci] != x[ci];
+        df.f |= f[ci] != x[ci];
     }
-    return capped;
+    return df;
 }
 
 /* Keeps the fastest of the contenders: the exact one on a tie, then the
@@ -113,11 +122,11 @@ static void keep_fastest(rs_planner_t *b, est_t *e, long *dec)
 {
     size_t nc = b->cap->copies_len;
     long *g = dec, *x = dec + nc, *f = dec + 2 * nc, *all = dec + 3 * nc;
-    int capped = contenders(b, g, x, f, all);
+    differs_t df = contenders(b, g, x, f, all);
     b->plan->stats.exact_est_seconds = est_of(e, all);
     long *best = x;
-    double t = capped ? est_of(e, x) : b->plan->stats.exact_est_seconds;
-    double tg = est_of(e, g), tf = est_of(e, f);
+    double t = df.x ? est_of(e, x) : b->plan->stats.exact_est_seconds;
+    double tg = df.g ? est_of(e, g) : t, tf = df.f ? est_of(e, f) : t;
     if (tg < t) {
         best = g;
         t = tg;

@@ -116,6 +116,8 @@ static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
 static uint32_t choose_shard(const walk_ctx_t *w, size_t cell,
                              const uint32_t *shards, size_t n, int affine)
 {
+    if (n == 1)
+        return shards[0]; /* what the passes below pick for one shard */
     size_t rot = (size_t)((w->b->params->replica_salt + cell) % n);
     uint32_t pick = shards[rot];
     uint64_t best = UINT64_MAX;
