@@ -287,10 +287,10 @@ static void free_hits(dim_hits_t *h)
         free(h->hi);
 }
 
-static void visit_product(const rs_grid_t *g, const dim_hits_t *h,
+/* ndim: the dims whose hits are set (all of g's once built). */
+static void visit_product(const rs_grid_t *g, int ndim, const dim_hits_t *h,
                           rs_cell_cb cb, void *ctx)
 {
-    const int ndim = g->ndim; /* read once: the callback sees g too */
     size_t idx[RS_MAX_DIMS] = {0};
     rs_krange_t kr;
     for (int d = 0; d < ndim; d++) {
@@ -321,7 +321,7 @@ rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
                           rs_cell_cb cb, void *ctx)
 {
     dim_hits_t h[RS_MAX_DIMS]; /* set by hits_for_dim, dims below ndim */
-    int64_t last[RS_MAX_DIMS];
+    int64_t last[RS_MAX_DIMS] = {0}; /* set for the box's dims, g's too */
     rs_status_t st = RS_OK;
     int built = 0;
 
@@ -331,7 +331,7 @@ rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
     for (; built < g->ndim && st == RS_OK; built++)
         st = hits_for_dim(g, box, built, last[built], &h[built]);
     if (st == RS_OK)
-        visit_product(g, h, cb, ctx);
+        visit_product(g, built, h, cb, ctx);
     for (int d = 0; d < built; d++)
         free_hits(&h[d]);
     return st;
