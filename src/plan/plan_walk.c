@@ -223,7 +223,19 @@ static rs_status_t walk(rs_planner_t *b, rs_psrc_t *src, walk_ctx_t *w)
     rs_status_t st = tensor_grid(b->srcs, src->tensor, &grid);
     if (st != RS_OK)
         return st;
-    st = rs__grid_visit(grid, w->box, plan_cell, w);
+    size_t cell = 0;
+    uint32_t id = 0;
+    if (w->box->numel != 0 && rs__grid_sole(grid, w->box, &cell, &id)) {
+        /* what the visit would do: plan_cell walks a one-shard cell whole */
+        rs_krange_t kr;
+        for (int d = 0; d < w->box->ndim; d++) {
+            kr.lo[d] = 0;
+            kr.hi[d] = w->box->count[d];
+        }
+        walk_part(w, cell, &kr, &id, 1);
+    } else {
+        st = rs__grid_visit(grid, w->box, plan_cell, w);
+    }
     if (st == RS_OK && b->oom)
         st = RS_ERR_NO_MEMORY;
     return st;
