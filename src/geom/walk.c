@@ -242,7 +242,9 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
 int rs__walk_one_run(const rs_box_t *box, const rs_src_buf_t *buf,
                      int64_t *src_elem_p)
 {
-    int64_t pitch[RS_MAX_DIMS], p = 1, src = 0, run = 1;
+    /* zeroed: a rank-0 box has no factors to read it, which analyzers miss */
+    int64_t pitch[RS_MAX_DIMS] = {0};
+    int64_t p = 1, src = 0, run = 1;
     const rs_factor_t *f = box->factors;
     uint64_t used = 0, all = 0;
     for (int d = box->ndim - 1; d >= 0; d--) {

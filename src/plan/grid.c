@@ -202,11 +202,10 @@ rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
         !rs__mul_u64(nb, sizeof(int64_t), &nb) ||
         !rs__add_u64(nb, sizeof(rs_grid_t), &nb) || nb > SIZE_MAX)
         return RS_ERR_NO_MEMORY;
-    rs_grid_t *g = malloc((size_t)nb);
+    rs_grid_t *g = calloc(1, (size_t)nb);
     if (g == NULL)
         return RS_ERR_NO_MEMORY;
     g->ndim = t->ndim;
-    g->row = NULL;
     for (int d = 0; d < t->ndim; d++)
         build_bounds(g, t, d);
     if (!size_cells(g, max_cells))
@@ -326,6 +325,8 @@ static void visit_product(const rs_grid_t *g, const dim_hits_t *h,
            g->row[cell + 1] - g->row[cell]);
         int d = ndim - 1;
         for (; d >= 0; d--) {
+            /* h[d] is set for every d below ndim by rs__grid_visit */
+            // NOLINTNEXTLINE(clang-analyzer-core.UndefinedBinaryOperatorResult)
             if (++idx[d] < h[d].n)
                 break;
             idx[d] = 0;
@@ -360,7 +361,7 @@ int rs__grid_sole(const rs_grid_t *g, const rs_box_t *box, size_t *cell_p,
 {
     size_t cell = 0;
     if (g->ncells != 1) { /* one cell spans the tensor: the box is inside */
-        int64_t last[RS_MAX_DIMS];
+        int64_t last[RS_MAX_DIMS] = {0}; /* set for the box's dims */
         last_coords(box, last);
         for (int d = 0; d < g->ndim; d++) {
             size_t i = interval_at(g, d, box->start[d] + 1) - 1;
