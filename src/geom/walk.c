@@ -236,3 +236,37 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
     }
     product(&w, per_dim, 0, &acc);
 }
+
+/* The folding walk_fbox does over a whole box: when every factor folds into
+ * the run, its odometer is empty and it reports the one run from the base. */
+int rs__walk_one_run(const rs_box_t *box, const rs_src_buf_t *buf,
+                     int64_t *src_elem_p)
+{
+    /* zeroed: a rank-0 box has no factors to read it, which analyzers miss */
+    int64_t pitch[RS_MAX_DIMS] = {0};
+    int64_t p = 1, src = 0, run = 1;
+    const rs_factor_t *f = box->factors;
+    uint64_t used = 0, all = 0;
+    for (int d = box->ndim - 1; d >= 0; d--) {
+        pitch[d] = p;
+        p *= buf->shape[d];
+        src += (box->start[d] - buf->offset[d]) * pitch[d];
+    }
+    for (int j = 0; j < box->nfactors; j++)
+        all |= (uint64_t)1 << j;
+    for (int grew = 1; grew;) { /* as walk_fbox grows it (counts > 1) */
+        grew = 0;
+        for (int j = 0; j < box->nfactors; j++) {
+            if (!(used >> j & 1) && f[j].dmult * pitch[f[j].sdim] == run &&
+                f[j].dstride == run) {
+                run *= f[j].count;
+                used |= (uint64_t)1 << j;
+                grew = 1;
+            }
+        }
+    }
+    if (used != all)
+        return 0;
+    *src_elem_p = src;
+    return 1;
+}

@@ -31,4 +31,12 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
                   const rs_src_buf_t *buf, int64_t dst_base, rs_run_cb cb,
                   void *ctx);
 
+/* When the whole box (every dim's full index range) is one run contiguous
+ * in `buf` and in the destination, sets its first buffer element and
+ * returns 1: rs__walk_runs over the whole box would report exactly that one
+ * run (at dst_base, numel elements). Returns 0 (output untouched) when the
+ * box takes more runs. O(factors^2), no allocation. */
+int rs__walk_one_run(const rs_box_t *box, const rs_src_buf_t *buf,
+                     int64_t *src_elem_p);
+
 #endif

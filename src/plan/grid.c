@@ -15,17 +15,15 @@ struct rs_grid {
     size_t cstride[RS_MAX_DIMS]; /* row-major cell strides */
     size_t ncells;
     uint32_t *row;               /* ncells + 1 offsets into ids */
-    uint32_t *ids;
+    uint32_t *ids;               /* in the same block as row */
+    int64_t bound_store[];       /* every dim's bounds, one block with g */
 };
 
 void rs__grid_destroy(rs_grid_t *g)
 {
     if (g == NULL)
         return;
-    for (int d = 0; d < g->ndim; d++)
-        free(g->bounds[d]);
     free(g->row);
-    free(g->ids);
     free(g);
 }
 
@@ -54,13 +52,12 @@ static void sort_edges(int64_t *b, size_t n)
     }
 }
 
-/* Sorted unique edges of dim d over non-empty shards, plus 0 and the size. */
-static rs_status_t build_bounds(rs_grid_t *g, const rs_src_tensor_t *t, int d)
+/* Sorted unique edges of dim d over non-empty shards, plus 0 and the size,
+ * in dim d's slot of the grid's bound store. */
+static void build_bounds(rs_grid_t *g, const rs_src_tensor_t *t, int d)
 {
     size_t n = 0;
-    int64_t *b = malloc((2 * t->shards_len + 2) * sizeof(int64_t));
-    if (b == NULL)
-        return RS_ERR_NO_MEMORY;
+    int64_t *b = g->bound_store + (size_t)d * (2 * t->shards_len + 2);
     b[n++] = 0;
     b[n++] = t->shape[d];
     for (size_t i = 0; i < t->shards_len; i++) {
@@ -77,7 +74,6 @@ static rs_status_t build_bounds(rs_grid_t *g, const rs_src_tensor_t *t, int d)
     }
     g->bounds[d] = b;
     g->nint[d] = u - 1;
-    return RS_OK;
 }
 
 /* Index of the interval of dim d starting at coordinate x (x is an edge). */
@@ -151,26 +147,40 @@ static int size_cells(rs_grid_t *g, size_t max_cells)
     return 1;
 }
 
+/* Cells inside shard s: the product of its interval spans. */
+static size_t shard_cells(const rs_grid_t *g, const rs_src_shard_t *s)
+{
+    size_t n = 1;
+    for (int d = 0; d < g->ndim; d++)
+        n *= interval_at(g, d, s->offset[d] + s->shape[d]) -
+             interval_at(g, d, s->offset[d]);
+    return n;
+}
+
+/* Row offsets and shard ids in one block: the incidences are summed per
+ * shard first (each shard's cells are a box of intervals), so the block is
+ * sized before any cell is counted. */
 static rs_status_t fill_rows(rs_grid_t *g, const rs_src_tensor_t *t,
                              size_t max_cells)
 {
     size_t total = 0;
-    g->row = calloc(g->ncells + 1, sizeof(uint32_t));
+    for (size_t i = 0; i < t->shards_len; i++) {
+        if (t->shards[i].numel == 0)
+            continue;
+        total += shard_cells(g, &t->shards[i]); /* <= max_cells each */
+        if (total > max_cells)
+            return RS_ERR_UNSUPPORTED;
+    }
+    g->row = calloc(g->ncells + 1 + (total ? total : 1), sizeof(uint32_t));
     if (g->row == NULL)
         return RS_ERR_NO_MEMORY;
+    g->ids = g->row + g->ncells + 1;
     for (size_t i = 0; i < t->shards_len; i++) {
         if (t->shards[i].numel != 0)
             for_shard_cells(g, &t->shards[i], (uint32_t)i, count_cell);
     }
-    for (size_t c = 0; c < g->ncells; c++) {
-        total += g->row[c + 1];
-        if (total > max_cells)
-            return RS_ERR_UNSUPPORTED;
-        g->row[c + 1] = (uint32_t)total;
-    }
-    g->ids = malloc((total ? total : 1) * sizeof(uint32_t));
-    if (g->ids == NULL)
-        return RS_ERR_NO_MEMORY;
+    for (size_t c = 0; c < g->ncells; c++)
+        g->row[c + 1] += g->row[c];
     for (size_t i = 0; i < t->shards_len; i++) {
         if (t->shards[i].numel != 0)
             for_shard_cells(g, &t->shards[i], (uint32_t)i, fill_cell);
@@ -185,13 +195,20 @@ rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
                           rs_grid_t **grid_p)
 {
     rs_status_t st = RS_OK;
-    rs_grid_t *g = calloc(1, sizeof(*g));
+    uint64_t nb = 0, per_dim = 0;
+    if (!rs__mul_u64(t->shards_len, 2, &per_dim) ||
+        !rs__add_u64(per_dim, 2, &per_dim) ||
+        !rs__mul_u64(per_dim, (uint64_t)t->ndim, &nb) ||
+        !rs__mul_u64(nb, sizeof(int64_t), &nb) ||
+        !rs__add_u64(nb, sizeof(rs_grid_t), &nb) || nb > SIZE_MAX)
+        return RS_ERR_NO_MEMORY;
+    rs_grid_t *g = calloc(1, (size_t)nb);
     if (g == NULL)
         return RS_ERR_NO_MEMORY;
     g->ndim = t->ndim;
-    for (int d = 0; d < t->ndim && st == RS_OK; d++)
-        st = build_bounds(g, t, d);
-    if (st == RS_OK && !size_cells(g, max_cells))
+    for (int d = 0; d < t->ndim; d++)
+        build_bounds(g, t, d);
+    if (!size_cells(g, max_cells))
         st = RS_ERR_UNSUPPORTED;
     if (st == RS_OK)
         st = fill_rows(g, t, max_cells);
@@ -308,6 +325,8 @@ static void visit_product(const rs_grid_t *g, int ndim, const dim_hits_t *h,
            g->row[cell + 1] - g->row[cell]);
         int d = ndim - 1;
         for (; d >= 0; d--) {
+            /* h[d] is set for every d below ndim by rs__grid_visit */
+            // NOLINTNEXTLINE(clang-analyzer-core.UndefinedBinaryOperatorResult)
             if (++idx[d] < h[d].n)
                 break;
             idx[d] = 0;
@@ -335,4 +354,25 @@ rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
     for (int d = 0; d < built; d++)
         free_hits(&h[d]);
     return st;
+}
+
+int rs__grid_sole(const rs_grid_t *g, const rs_box_t *box, size_t *cell_p,
+                  uint32_t *shard_p)
+{
+    size_t cell = 0;
+    if (g->ncells != 1) { /* one cell spans the tensor: the box is inside */
+        int64_t last[RS_MAX_DIMS] = {0}; /* set for the box's dims */
+        last_coords(box, last);
+        for (int d = 0; d < g->ndim; d++) {
+            size_t i = interval_at(g, d, box->start[d] + 1) - 1;
+            if (last[d] >= g->bounds[d][i + 1])
+                return 0;
+            cell += i * g->cstride[d];
+        }
+    }
+    if (g->row[cell + 1] - g->row[cell] != 1)
+        return 0;
+    *cell_p = cell;
+    *shard_p = g->ids[g->row[cell]];
+    return 1;
 }

@@ -35,4 +35,11 @@ typedef void (*rs_cell_cb)(void *ctx, size_t cell, const rs_krange_t *kr,
 rs_status_t rs__grid_visit(const rs_grid_t *grid, const rs_box_t *box,
                           rs_cell_cb cb, void *ctx);
 
+/* For a non-empty box lying in one cell that exactly one shard holds: sets
+ * that cell and shard and returns 1; what rs__grid_visit would report then
+ * is that one cell with the box's whole index range ([0, count) per dim).
+ * Returns 0 (outputs untouched) otherwise. O(ndim log intervals). */
+int rs__grid_sole(const rs_grid_t *grid, const rs_box_t *box, size_t *cell_p,
+                  uint32_t *shard_p);
+
 #endif

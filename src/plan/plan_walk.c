@@ -144,10 +144,12 @@ static uint64_t krange_elems(const rs_box_t *box, const rs_krange_t *kr)
     return elems;
 }
 
-static void walk_part(walk_ctx_t *w, size_t cell, const rs_krange_t *kr,
-                      const uint32_t *shards, size_t n)
+/* The shard a part of `bytes` is read from (a replayed choice, or the
+ * least loaded one, charged), made the walk's current session and base. */
+static const rs_src_shard_t *take_shard(walk_ctx_t *w, size_t cell,
+                                        uint64_t bytes, const uint32_t *shards,
+                                        size_t n)
 {
-    uint64_t bytes = krange_elems(w->box, kr) * w->t->elsize;
     uint32_t id;
     if (w->replay != NULL) {
         id = *w->replay++; /* its load was counted by the first walk */
@@ -158,10 +160,40 @@ static void walk_part(walk_ctx_t *w, size_t cell, const rs_krange_t *kr,
             w->b->oom = 1;
     }
     const rs_src_shard_t *sh = &w->t->shards[id];
-    rs_src_buf_t buf = {sh->offset, sh->shape};
     w->session = sh->session;
     w->addr = sh->addr;
+    return sh;
+}
+
+static void walk_part(walk_ctx_t *w, size_t cell, const rs_krange_t *kr,
+                      const uint32_t *shards, size_t n)
+{
+    uint64_t bytes = krange_elems(w->box, kr) * w->t->elsize;
+    const rs_src_shard_t *sh = take_shard(w, cell, bytes, shards, n);
+    rs_src_buf_t buf = {sh->offset, sh->shape};
     rs__walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
+}
+
+/* The whole box from one shard, as plan_cell walks a one-shard cell the
+ * box lies in; a box that is one run in the shard and the destination
+ * goes straight to its segment. */
+static void walk_whole(walk_ctx_t *w, size_t cell, uint32_t id)
+{
+    const rs_box_t *box = w->box;
+    const rs_src_shard_t *sh =
+        take_shard(w, cell, (uint64_t)box->numel * w->t->elsize, &id, 1);
+    rs_src_buf_t buf = {sh->offset, sh->shape};
+    int64_t src = 0;
+    if (rs__walk_one_run(box, &buf, &src)) {
+        emit_run(w, src, w->dst_base, box->numel);
+        return;
+    }
+    rs_krange_t kr;
+    for (int d = 0; d < box->ndim; d++) {
+        kr.lo[d] = 0;
+        kr.hi[d] = box->count[d];
+    }
+    rs__walk_runs(box, &kr, &buf, w->dst_base, emit_run, w);
 }
 
 static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
@@ -223,7 +255,13 @@ static rs_status_t walk(rs_planner_t *b, rs_psrc_t *src, walk_ctx_t *w)
     rs_status_t st = tensor_grid(b->srcs, src->tensor, &grid);
     if (st != RS_OK)
         return st;
-    st = rs__grid_visit(grid, w->box, plan_cell, w);
+    size_t cell = 0;
+    uint32_t id = 0;
+    if (w->box->numel != 0 && rs__grid_sole(grid, w->box, &cell, &id)) {
+        walk_whole(w, cell, id);
+    } else {
+        st = rs__grid_visit(grid, w->box, plan_cell, w);
+    }
     if (st == RS_OK && b->oom)
         st = RS_ERR_NO_MEMORY;
     return st;
