@@ -325,8 +325,6 @@ static void visit_product(const rs_grid_t *g, int ndim, const dim_hits_t *h,
            g->row[cell + 1] - g->row[cell]);
         int d = ndim - 1;
         for (; d >= 0; d--) {
-            /* h[d] is set for every d below ndim by rs__grid_visit */
-            // NOLINTNEXTLINE(clang-analyzer-core.UndefinedBinaryOperatorResult)
             if (++idx[d] < h[d].n)
                 break;
             idx[d] = 0;
