@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "reshard/dtype.h"
+#include "reshard/quant.h"
 #include "reshard/status.h"
 #include "reshard/view.h"
 
@@ -54,6 +55,20 @@ RS_API rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
 RS_API rs_status_t rs_capture_add_copy(rs_capture_h capture,
                                        const rs_copy_desc_t *copy,
                                        rs_diag_t *diag);
+
+/* Appends a copy whose values are quantized to FP8 on the way
+ * (reshard/quant.h): copy->dest_dtype is quant->format, and the scales of
+ * the blocks the copy's view touches land in quant's scale region. The
+ * capture copies both descriptors. Checked here: the scheme, format and
+ * block (rs_quant_block_shape's rules), a declared float32 scale parameter,
+ * the scale region's rank and sizes; the diag names the copy (by index,
+ * source and parameter) and the field. Whether the scale region matches
+ * the touched blocks, and the source's dtype (bf16, f16 or f32), are
+ * checked by the planner, which needs the source's full shape. */
+RS_API rs_status_t rs_capture_add_quant_copy(rs_capture_h capture,
+                                             const rs_copy_desc_t *copy,
+                                             const rs_quant_desc_t *quant,
+                                             rs_diag_t *diag);
 
 /* Declares the full shape and dtype the loader assumed for source `src`:
  * the tensor its ops were computed against (for a Hugging Face loader, the
@@ -107,6 +122,10 @@ RS_API long rs_capture_find_param(rs_capture_h capture, const char *name);
 RS_API size_t rs_capture_num_copies(rs_capture_h capture);
 RS_API void rs_capture_copy(rs_capture_h capture, size_t index,
                             rs_copy_desc_t *copy_p);
+/* 1 and *quant_p filled (pointers owned by the capture) when copy `index`
+ * is quantized, else 0 and *quant_p untouched. */
+RS_API int rs_capture_copy_quant(rs_capture_h capture, size_t index,
+                                 rs_quant_desc_t *quant_p);
 /* Declared sources (rs_capture_declare_source, or the "sources" key of the
  * JSON), in declaration order. */
 typedef struct rs_source_info {

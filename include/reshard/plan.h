@@ -124,6 +124,40 @@ typedef struct rs_full_pull {
     rs_staged_kind_t kind;
 } rs_full_pull_t;
 
+/* How a quantized copy (rs_capture_add_quant_copy) is served
+ * (docs/design.md, "Quantized refit"). Either way the planner turns it
+ * into two plain copies, appended to the plan's capture (rs_plan_capture):
+ * weight_copy writes the FP8 values into the copy's destination and
+ * scale_copy the scales into its scale region. On the publisher path they
+ * read the FP8 tensor "<src>#<spec>" and its scales "<src>#<spec>#scale"
+ * that a publisher serves, planned like any copy. On the receiver path the
+ * block-rounded box of the bf16/f16/f32 source is read into staging
+ * (segments), quantized there by rs_quant_box, and both copies are
+ * replayed from the result. */
+typedef enum rs_quant_path {
+    RS_QUANT_PATH_RECEIVER = 0,
+    RS_QUANT_PATH_PUBLISHER = 1
+} rs_quant_path_t;
+
+typedef struct rs_quantized {
+    size_t copy;          /* the quantized copy: index into the capture the
+                           * plan was built from */
+    rs_quant_path_t path;
+    const char *why;      /* one line: why this path was taken */
+    size_t weight_copy;   /* indices into rs_plan_capture's copies */
+    size_t scale_copy;
+    /* The receiver path's staged read (unused on the publisher path). */
+    const char *src;
+    rs_dtype_t src_dtype;
+    int ndim;
+    const int64_t *global_shape;
+    const int64_t *box_lo;    /* block-aligned */
+    const int64_t *box_shape;
+    uint64_t staging_bytes;   /* box elements * size of src_dtype */
+    const rs_segment_t *segments; /* dst_byte: into the staging buffer */
+    size_t nsegments;
+} rs_quantized_t;
+
 typedef struct rs_uncovered {
     size_t copy;
     const char *src;
@@ -169,6 +203,8 @@ RS_API const rs_convert_t *rs_plan_converts(rs_plan_h plan, size_t *count_p);
 /* Every staged read (full pulls and staged boxes), in the order the
  * planner made them. */
 RS_API const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p);
+/* Every quantized copy, in capture order. */
+RS_API const rs_quantized_t *rs_plan_quantized(rs_plan_h plan, size_t *count_p);
 RS_API const rs_uncovered_t *rs_plan_uncovered(rs_plan_h plan, size_t *count_p);
 RS_API size_t rs_plan_num_fallback(rs_plan_h plan);
 RS_API void rs_plan_fallback(rs_plan_h plan, size_t index, const char **src_p,
@@ -204,9 +240,13 @@ typedef struct rs_shard_ref {
  * sorted by (session, addr): what digest verification checks against. */
 RS_API const rs_shard_ref_t *rs_plan_shards(rs_plan_h plan, size_t *count_p);
 
-/* The capture the plan was built from (borrowed: the caller keeps it alive
- * for the life of the plan). Convert records and full pulls refer to its
- * copies by index. */
+/* The capture the plan executes. Without quantized copies it is the
+ * capture the plan was built from (borrowed: the caller keeps it alive for
+ * the life of the plan). With them it is a capture the plan owns: the
+ * same params and the same copies at the same indices, followed by the
+ * derived copies of rs_quantized_t. Convert records and full pulls refer
+ * to its copies by index; a quantized copy itself is never planned
+ * directly, only its derived copies are. */
 RS_API rs_capture_h rs_plan_capture(rs_plan_h plan);
 
 /* reshard.plan.v1 JSON, and the human summary that `reshard plan` prints. */

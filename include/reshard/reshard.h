@@ -9,6 +9,7 @@
 #include "reshard/dtype.h"
 #include "reshard/memory.h"
 #include "reshard/view.h"
+#include "reshard/quant.h"
 #include "reshard/capture.h"
 #include "reshard/cuts.h"
 #include "reshard/sources.h"
