@@ -48,8 +48,8 @@ typedef struct rs_model_config {
  * (torch_dtype): this records what the checkpoint ships so that a tool can
  * say so, and so that a quantized refit can build on it. */
 typedef enum rs_quant_method {
-    RS_QUANT_NONE = 0, /* no quantization_config: weights in the dtype */
-    RS_QUANT_FP8 = 1,  /* quant_method "fp8": fp8 weights, per-block scales */
+    RS_MODEL_QUANT_NONE = 0, /* no quantization_config: weights in the dtype */
+    RS_MODEL_QUANT_FP8 = 1,  /* quant_method "fp8": fp8 weights, per-block scales */
 } rs_quant_method_t;
 
 typedef struct rs_model_quant {

@@ -259,7 +259,7 @@ const rs_model_config_t *rs_model_config(rs_model_h m)
 
 const rs_model_quant_t *rs_model_quantization(rs_model_h m)
 {
-    return m != NULL && m->quant.method != RS_QUANT_NONE ? &m->quant : NULL;
+    return m != NULL && m->quant.method != RS_MODEL_QUANT_NONE ? &m->quant : NULL;
 }
 
 size_t rs_model_num_tensors(rs_model_h m)

@@ -36,7 +36,7 @@ enum {
 
 struct rs_model {
     rs_model_config_t cfg;
-    rs_model_quant_t quant; /* method RS_QUANT_NONE: no quantization_config */
+    rs_model_quant_t quant; /* method RS_MODEL_QUANT_NONE: no quantization_config */
     rs_arena_t arena;
     RS_VEC(rs_model_rec_t, tensors);
     rs_strmap_t index;

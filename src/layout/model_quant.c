@@ -8,7 +8,7 @@
 #include "layout/model_impl.h"
 
 /* A scale block past this many rows or columns is a typo, not a block. */
-#define RS_QUANT_MAX_BLOCK ((int64_t)1 << 20)
+#define RS_MODEL_QUANT_MAX_BLOCK ((int64_t)1 << 20)
 
 static const char *const fmt_names[] = {"e4m3", "e5m2"};
 static const rs_dtype_t fmt_dtypes[] = {RS_DTYPE_F8E4M3, RS_DTYPE_F8E5M2};
@@ -54,11 +54,11 @@ static rs_status_t read_block(rs_json_ctx_t *c, const json_t *q,
     if (st == RS_OK && n != 2)
         st = rs__json_fail(c, "expected two integers [rows, columns], got "
                           "%zu", n);
-    if (st == RS_OK && (dims[0] > RS_QUANT_MAX_BLOCK ||
-                        dims[1] > RS_QUANT_MAX_BLOCK))
+    if (st == RS_OK && (dims[0] > RS_MODEL_QUANT_MAX_BLOCK ||
+                        dims[1] > RS_MODEL_QUANT_MAX_BLOCK))
         st = rs__json_fail(c, "[%lld, %lld] is larger than the supported "
                           "maximum %lld", (long long)dims[0],
-                          (long long)dims[1], (long long)RS_QUANT_MAX_BLOCK);
+                          (long long)dims[1], (long long)RS_MODEL_QUANT_MAX_BLOCK);
     rs__json_pop(c, mark);
     if (st == RS_OK) {
         block[0] = dims[0];
@@ -106,7 +106,7 @@ static rs_status_t read_fields(rs_json_ctx_t *c, const json_t *q,
         (st = read_block(c, q, out->weight_block)) != RS_OK ||
         (st = read_excluded(c, q, &out->modules_not_converted)) != RS_OK)
         return st;
-    out->method = RS_QUANT_FP8;
+    out->method = RS_MODEL_QUANT_FP8;
     out->method_name = "fp8";
     out->fmt = fmt_names[fmt];
     out->weight_dtype = fmt_dtypes[fmt];

@@ -640,7 +640,7 @@ static void test_quantization(void **state)
         m = load(fp8[i]);
         const rs_model_quant_t *q = rs_model_quantization(m);
         assert_non_null(q);
-        assert_int_equal(q->method, RS_QUANT_FP8);
+        assert_int_equal(q->method, RS_MODEL_QUANT_FP8);
         assert_string_equal(q->method_name, "fp8");
         assert_string_equal(q->fmt, "e4m3");
         assert_int_equal(q->weight_dtype, RS_DTYPE_F8E4M3);
