@@ -88,6 +88,12 @@ int rs__quant_publisher_serves(rs_sources_h sources, const rs_pquant_t *pq,
                                const int64_t *view_hi, char *why,
                                size_t whylen);
 
+/* Copy `index` of a capture as the capture format writes it (one JSON
+ * object, no newline; capture_write.c): the plan writer lists derived
+ * copies, which no capture file holds. RS_ERR_INPUT for an unknown op. */
+rs_status_t rs__capture_put_copy(FILE *out, rs_capture_h capture, size_t index,
+                                 rs_diag_t *diag);
+
 /* Shared planner helpers the quantized expansion reuses (plan_copies.c). */
 int rs__plan_selected(const rs_plan_params_t *p, const char *param);
 const char *rs__plan_check_dest(const rs_cap_copy_t *c,
