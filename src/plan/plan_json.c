@@ -383,6 +383,8 @@ static int write_quantized(plan_out_t *o, rs_diag_t *diag)
 {
     size_t n;
     const rs_quantized_t *q = rs_plan_quantized(o->plan, &n);
+    if (n == 0) /* plans without quantized copies keep their key set */
+        return 1;
     jw_lit(o->w, ",\n \"quantized\": [");
     for (size_t i = 0; i < n; i++) {
         jw_lit(o->w, "\n");
