@@ -735,14 +735,38 @@ static void test_hostile(void **state)
         expect_refused(&s.w, "x", "does not match the grid of touched blocks [2, 2]");
         single_free(&s);
     }
-    /* a scale region leaving its param */
+    /* a view that strides a dim (every other column) */
+    {
+        single_t s;
+        qcopy_t c = block_copy(0, 8, 0, 8, 4, 8);
+        single_setup(&s, RS_DTYPE_BF16, 8, 16, &c, 4);
+        publish_grid(&s.w, &s.t, rc, 1, cc, 1);
+        rs_op_t ops[1] = {{.kind = RS_OP_SLICE, .arg = {1, 0, 16, 2}, .has = 15}};
+        int64_t ds[2] = {8, 8}, dst[2] = {8, 1}, sb[2] = {4, 8}, ss[2] = {2, 2},
+                sst[2] = {2, 1};
+        rs_capture_destroy(s.w.cap);
+        assert_int_equal(rs_capture_create(&s.w.cap), RS_OK);
+        add_param(&s.w, "w", 2, 8, 8, RS_DTYPE_F8E4M3);
+        add_param(&s.w, "w_scale", 1, 4, 0, RS_DTYPE_F32);
+        rs_copy_desc_t cd = {"x", "w", ops, 1, 0, 2, ds, dst, RS_DTYPE_F8E4M3};
+        rs_quant_desc_t q = {RS_QUANT_FP8_BLOCK, RS_DTYPE_F8E4M3, 2, sb, "w_scale", 0,
+                             2, ss, sst};
+        ASSERT_ST(rs_capture_add_quant_copy(s.w.cap, &cd, &q, &d), RS_OK, d);
+        expect_refused(&s.w, "x", "its ops stride or reorder dims");
+        single_free(&s);
+    }
+    /* a destination leaving its param */
     {
         single_t s;
         qcopy_t c = block_copy(0, 8, 0, 16, 4, 8);
-        c.scale_off = 2;
         single_setup(&s, RS_DTYPE_BF16, 8, 16, &c, 4);
         publish_grid(&s.w, &s.t, rc, 1, cc, 1);
-        expect_refused(&s.w, "x", "scale region in 'w_scale'");
+        rs_capture_destroy(s.w.cap);
+        assert_int_equal(rs_capture_create(&s.w.cap), RS_OK);
+        add_param(&s.w, "w", 2, 7, 16, RS_DTYPE_F8E4M3);
+        add_param(&s.w, "w_scale", 1, 4, 0, RS_DTYPE_F32);
+        ASSERT_ST(add_qcopy(&s.w, &c, &d), RS_OK, d);
+        expect_refused(&s.w, "x", "destination region leaves its parameter");
         single_free(&s);
     }
     /* a source that is not bf16, f16 or f32 */
