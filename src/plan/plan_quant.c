@@ -254,7 +254,7 @@ static void analyze(rs_pquant_t *pq, rs_capture_h cap, rs_sources_h srcs,
                     const rs_copy_desc_t *c, const rs_quant_desc_t *q,
                     const char *qname, const char *sname)
 {
-    int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
+    int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
     rs_diag_t d = {RS_OK, ""};
     pq->src_dtype = RS_DTYPE_INVALID;
     if (!source_shape(cap, srcs, c->src, qname, pq))
