@@ -566,9 +566,16 @@ static void test_quant_copy_checks(void **state)
     expect_quant_refused(cap, &c, &q, "dest_dtype",
                          "parameter 'q' is f8e4m3");
     c.dest_dtype = RS_DTYPE_F8E4M3;
+    /* a declared source bounds the block's rank */
+    assert_int_equal(rs_capture_declare_source(cap, "w", 1, shape,
+                                               RS_DTYPE_BF16, NULL), RS_OK);
+    q = good;
+    expect_quant_refused(cap, &c, &q, "quant.block",
+                         "2 dims, source 'w' is declared with 1");
     HOSTILE_EXPECT(rs_capture_add_quant_copy(cap, &c, NULL, &diag),
                    RS_ERR_INVALID_ARG, &diag, "NULL");
     /* the good spec goes in, and the caller's arrays are not kept */
+    c.src = "w2";
     assert_int_equal(rs_capture_add_quant_copy(cap, &c, &good, &diag), RS_OK);
     block[0] = 99, sshape[0] = 99;
     assert_int_equal(rs_capture_copy_quant(cap, 1, &q), 1);

@@ -272,11 +272,18 @@ static void add_quant_copy(rs_capture_h cap, size_t index)
     rs_quant_desc_t q = {0};
     rs_op_t narrow = {.kind = RS_OP_NARROW, .arg = {0, 4, 4}, .has = 7u};
 
+    rs_source_info_t decl = {.ndim = RS_MAX_DIMS};
+    rnd_name(src, sizeof(src), "s", index % 7);
+    long di = rs_capture_find_source(cap, src);
+    if (di >= 0) /* a declared source bounds the block's rank */
+        rs_capture_source(cap, (size_t)di, &decl);
     q.scheme = (rs_quant_scheme_t)rnd_in(RS_QUANT_FP8_BLOCK,
                                          RS_QUANT_FP8_TENSOR);
+    if (decl.ndim == 0)
+        q.scheme = RS_QUANT_FP8_TENSOR;
     q.format = rnd_in(0, 1) ? RS_DTYPE_F8E4M3 : RS_DTYPE_F8E5M2;
     if (q.scheme == RS_QUANT_FP8_BLOCK) {
-        q.block_ndim = (int)rnd_in(1, RS_MAX_DIMS);
+        q.block_ndim = (int)rnd_in(1, decl.ndim);
         for (int d = 0; d < q.block_ndim; d++)
             block[d] = rnd_in(1, 256);
         q.block = block;
@@ -290,7 +297,6 @@ static void add_quant_copy(rs_capture_h cap, size_t index)
     }
     q.scale_shape = sshape;
     q.scale_stride = sstride;
-    rnd_name(src, sizeof(src), "s", index % 7);
     rs_copy_desc_t c = {src, q.format == RS_DTYPE_F8E4M3 ? "q8" : "q5",
                         &narrow, (size_t)rnd_in(0, 1), 0, 2, shape, stride,
                         q.format};
