@@ -150,6 +150,31 @@ static rs_status_t check_dest(rs_capture_h cap, const rs_copy_desc_t *copy,
     return RS_OK;
 }
 
+/* What a source declared before the copy allows (rs_quant_block_shape's
+ * rules that need its rank); an undeclared source is the planner's. */
+static rs_status_t check_declared_source(rs_capture_h cap,
+                                         const rs_copy_desc_t *copy,
+                                         const rs_quant_desc_t *q,
+                                         rs_diag_t *diag,
+                                         rs__quant_field_t *field_p)
+{
+    const rs_cap_source_t *s = rs__capture_find_source(cap, copy->src);
+
+    if (s == NULL)
+        return RS_OK;
+    *field_p = RS__QF_BLOCK;
+    if (q->scheme == RS_QUANT_FP8_BLOCK && q->block_ndim > s->ndim)
+        return rs__diag_set(diag, RS_ERR_INPUT, "%d dims, source '%s' is "
+                            "declared with %d", q->block_ndim, s->name,
+                            s->ndim);
+    *field_p = RS__QF_SCHEME;
+    if (q->scheme == RS_QUANT_FP8_CHANNEL && s->ndim < 1)
+        return rs__diag_set(diag, RS_ERR_INPUT, "fp8_channel needs a source "
+                            "of at least 1 dim, '%s' is declared with 0",
+                            s->name);
+    return RS_OK;
+}
+
 rs_status_t rs__capture_check_quant(rs_capture_h capture,
                                     const rs_copy_desc_t *copy,
                                     const rs_quant_desc_t *quant,
@@ -157,6 +182,8 @@ rs_status_t rs__capture_check_quant(rs_capture_h capture,
                                     rs__quant_field_t *field_p)
 {
     rs_status_t st = check_spec(quant, diag, field_p);
+    if (st == RS_OK)
+        st = check_declared_source(capture, copy, quant, diag, field_p);
     if (st == RS_OK)
         st = check_scale(capture, quant, diag, field_p);
     if (st == RS_OK)
