@@ -37,6 +37,13 @@ typedef struct rs__quant_ops {
 const rs__quant_ops_t *rs__quant_ops(rs__simd_t level);
 
 extern const rs__quant_ops_t rs__quant_ops_portable;
+#if defined(__x86_64__) && defined(__GNUC__)
+#define RS__QUANT_X86 1
+extern const rs__quant_ops_t rs__quant_ops_avx2; /* needs F16C too */
+extern const rs__quant_ops_t rs__quant_ops_avx512;
+#else
+#define RS__QUANT_X86 0
+#endif
 
 /* Magnitude bits of each source's infinity: amax bits at or above it mean
  * a NaN or an infinity in the row. */

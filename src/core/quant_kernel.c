@@ -79,6 +79,13 @@ const rs__quant_ops_t rs__quant_ops_portable = {
 
 const rs__quant_ops_t *rs__quant_ops(rs__simd_t level)
 {
+#if RS__QUANT_X86
+    /* F16C came with AVX2 on every x86 CPU, but is not implied by it. */
+    if (level >= RS__SIMD_AVX2 && __builtin_cpu_supports("f16c"))
+        return level >= RS__SIMD_AVX512 ? &rs__quant_ops_avx512
+                                        : &rs__quant_ops_avx2;
+#else
     (void)level;
+#endif
     return &rs__quant_ops_portable;
 }
