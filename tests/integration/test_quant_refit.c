@@ -899,6 +899,95 @@ static void test_plan_records(void **state)
     single_free(&s);
 }
 
+static uint64_t rng_state;
+static int64_t rnd(int64_t n)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return n > 0 ? (int64_t)((rng_state >> 33) % (uint64_t)n) : 0;
+}
+
+/* Cut points 0 = c[0] < .. < c[n] = len, n in 1..3; aligned to `align`
+ * (inner cuts on multiples of it) when align > 0. */
+static int random_cuts(int64_t len, int64_t align, int64_t *c)
+{
+    int n = 1;
+    c[0] = 0;
+    for (int k = 0; k < 2; k++) {
+        int64_t at = 1 + rnd(len - 1 > 0 ? len - 1 : 1);
+        if (align > 0)
+            at = at / align * align;
+        if (at > c[n - 1] && at < len)
+            c[n++] = at;
+    }
+    c[n] = len;
+    return n;
+}
+
+/* Random quantized copies (fixed seed): shapes with ragged edges, block
+ * shapes, schemes and formats, views of any rows and columns, trainer
+ * tilings, and now and then a publisher's FP8 copy tiled on block rows or
+ * across them; every plan is complete and lands byte for byte as the
+ * reference says, on the path the tiling allows. */
+static void test_random_quant(void **state)
+{
+    (void)state;
+    rng_state = 20261201;
+    int paths[2] = {0, 0};
+    for (int it = 0; it < 150; it++) {
+        single_t s;
+        int64_t R = 1 + rnd(20), C = 1 + rnd(24);
+        int scheme = 1 + (int)rnd(3);
+        qcopy_t c = block_copy(0, 1, 0, 1, 1 + rnd(6), 1 + rnd(9));
+        c.scheme = scheme;
+        c.fmt = rnd(2) ? RS_DTYPE_F8E4M3 : RS_DTYPE_F8E5M2;
+        c.r0 = rnd(R);
+        c.nr = 1 + rnd(R - c.r0);
+        c.c0 = rnd(C);
+        c.nc = 1 + rnd(C - c.c0);
+        c.pcols = c.nc;
+        int64_t blk[2];
+        ref_blocks(scheme, c.block, (int64_t[2]){R, C}, blk);
+        c.scale_shape[0] = (c.r0 + c.nr + blk[0] - 1) / blk[0] - c.r0 / blk[0];
+        c.scale_shape[1] = (c.c0 + c.nc + blk[1] - 1) / blk[1] - c.c0 / blk[1];
+        c.scale_stride[0] = c.scale_shape[1];
+        single_setup(&s, rnd(2) ? RS_DTYPE_BF16 : RS_DTYPE_F32, R, C, &c,
+                     c.scale_shape[0] * c.scale_shape[1]);
+        int64_t rc[4], cc[4];
+        int nr = random_cuts(R, 0, rc), nc = random_cuts(C, 0, cc);
+        publish_grid(&s.w, &s.t, rc, nr, cc, nc);
+        int served = (int)rnd(3); /* 0 none, 1 block rows, 2 any rows */
+        if (served > 0) {
+            char spec[64];
+            rs_quant_desc_t q = {(rs_quant_scheme_t)scheme, c.fmt,
+                                 scheme == RS_QUANT_FP8_BLOCK ? 2 : 0, c.block,
+                                 NULL, 0, 0, NULL, NULL};
+            assert_true(rs_quant_spec_format(&q, spec, sizeof(spec)) < sizeof(spec));
+            int64_t qc[4];
+            int nq = random_cuts(R, served == 1 ? blk[0] : 0, qc);
+            publish_quant(&s.w, &s.t, &s.r, spec, c.fmt, qc, nq);
+        }
+        rs_plan_h plan = plan_of(&s.w);
+        if (!rs_plan_is_complete(plan))
+            fail_msg("iteration %d: plan incomplete", it);
+        const rs_quantized_t *q = only_record(plan, 1, 0);
+        if (served == 1)
+            assert_int_equal(q->path, RS_QUANT_PATH_PUBLISHER);
+        if (served == 0)
+            assert_int_equal(q->path, RS_QUANT_PATH_RECEIVER);
+        paths[q->path]++;
+        run_t r = execute(&s.w, plan, (int)rnd(2), s.exp, NULL);
+        if (r.st != RS_OK || !r.exact)
+            fail_msg("iteration %d (%lldx%lld, scheme %d, path %d): %s %s", it,
+                     (long long)R, (long long)C, scheme, (int)q->path,
+                     rs_status_str(r.st), r.diag.msg);
+        rs_plan_destroy(plan);
+        single_free(&s);
+    }
+    /* both paths were exercised */
+    assert_true(paths[0] > 20);
+    assert_true(paths[1] > 20);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -915,6 +1004,7 @@ int main(void)
         cmocka_unit_test(test_non_finite),
         cmocka_unit_test(test_stale_shards),
         cmocka_unit_test(test_plan_records),
+        cmocka_unit_test(test_random_quant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
