@@ -2,11 +2,12 @@
  * block-rounded box of its source is read into staging (in the source's
  * dtype), quantized there by rs_quant_box into an FP8 box and its grid of
  * scales, and the record's two derived copies are replayed from those as
- * from a staged box. Quantizing runs after every read has landed and
- * before any derived copy is replayed (they are marked ordered, so the
- * local stages leave them for the end), so a refused block (NaN or inf)
- * fails the run before a byte of any quantized copy is written; nothing is
- * installed then. */
+ * from a staged box. A box is quantized once its reads have landed (a
+ * serial run: all after the wire stage; a pipelined run: as a task of its
+ * wave), and the derived copies are marked ordered, so they replay only
+ * after every box is quantized: a refused block (NaN or inf) fails the run
+ * before a byte of any quantized copy is written; nothing is installed
+ * then. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,18 +192,24 @@ void rs__exec_release_quant(rs_exec_h x)
     x->quants = NULL;
 }
 
+rs_status_t rs__exec_quantize_one(rs_exec_h x, size_t i, rs_diag_t *diag)
+{
+    struct rs_xquants *qs = x->quants;
+    const rs_xquant_t *xq = &qs->v[i];
+    const rs_quantized_t *r = xq->rec;
+    /* each box has its own three buffers: boxes quantize in parallel */
+    return rs_quant_box(&xq->q, r->src_dtype, qs->staging + xq->at_src,
+                        r->ndim, r->global_shape, r->box_lo, r->box_shape,
+                        r->src, diag, qs->staging + xq->at_fp8,
+                        (float *)(void *)(qs->staging + xq->at_scale));
+}
+
 rs_status_t rs__exec_quantize(rs_exec_h x, rs_diag_t *diag)
 {
     struct rs_xquants *qs = x->quants;
     double t0 = rs__now_s();
     for (size_t i = 0; i < rs__exec_quant_count(x); i++) {
-        const rs_xquant_t *xq = &qs->v[i];
-        const rs_quantized_t *r = xq->rec;
-        rs_status_t st = rs_quant_box(
-            &xq->q, r->src_dtype, qs->staging + xq->at_src, r->ndim,
-            r->global_shape, r->box_lo, r->box_shape, r->src, diag,
-            qs->staging + xq->at_fp8, (float *)(void *)(qs->staging +
-                                                        xq->at_scale));
+        rs_status_t st = rs__exec_quantize_one(x, i, diag);
         if (st != RS_OK) {
             x->failure = "quantize";
             return st;

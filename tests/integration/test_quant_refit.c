@@ -326,6 +326,8 @@ static void connect_all(world_t *w, rs_transport_h t, rs_plan_h plan)
 
 /* Executes the plan into the capture's params (prefilled 0xEE), serial or
  * pipelined in small waves, verifying digests; compares with exp[p]. */
+static const char *backend = "local";
+
 static run_t execute(world_t *w, rs_plan_h plan, int serial,
                      unsigned char *const *exp, void (*before)(world_t *))
 {
@@ -336,8 +338,10 @@ static run_t execute(world_t *w, rs_plan_h plan, int serial,
     rs_exec_params_t ep;
     rs_capture_h cap = rs_plan_capture(plan);
     size_t np = rs_capture_num_params(cap);
-    unsigned char *buf[8];
+    unsigned char *buf[10];
     rs_transport_params_init(&tp);
+    tp.backend = backend;
+    tp.threads = 2;
     assert_int_equal(rs_transport_create(&tp, &r.diag, &t), RS_OK);
     connect_all(w, t, plan);
     rs_exec_params_init(&ep);
@@ -349,7 +353,7 @@ static run_t execute(world_t *w, rs_plan_h plan, int serial,
     ep.install = on_install;
     ep.install_ctx = &r.installs;
     assert_int_equal(rs_exec_create(plan, t, &ep, &r.diag, &x), RS_OK);
-    assert_true(np <= 8);
+    assert_true(np <= 10);
     for (size_t p = 0; p < np; p++) {
         rs_param_info_t info;
         rs_capture_param(cap, p, &info);
@@ -899,6 +903,71 @@ static void test_plan_records(void **state)
     single_free(&s);
 }
 
+/* Several quantized copies on the receiver path, pipelined over threads
+ * (local-mt, waves of a box or two): each box is quantized in its wave,
+ * the derived copies replayed at the end; byte for byte, and a NaN in one
+ * box fails the run with nothing of any quantized copy written. */
+static void test_pipelined_boxes(void **state)
+{
+    (void)state;
+    static const char *const names[4] = {"a", "b", "c", "d"};
+    static const char *const wn[4] = {"wa", "wb", "wc", "wd"};
+    static const char *const sn[4] = {"sa", "sb", "sc", "sd"};
+    backend = "local-mt";
+    for (int poison = 0; poison < 2; poison++) {
+        world_t w;
+        tensor_t t[4];
+        refq_t r[4];
+        unsigned char *exp[8];
+        world_init(&w);
+        for (int k = 0; k < 4; k++) {
+            qcopy_t c = block_copy(2, 10, 0, 24, 4, 8);
+            c.src = names[k];
+            c.param = wn[k];
+            c.scale_param = sn[k];
+            tensor_make(&t[k], names[k], RS_DTYPE_BF16, 12, 24, (uint64_t)k + 11);
+            ref_quantize(&t[k], c.scheme, c.block, c.fmt, &r[k]);
+            add_param(&w, wn[k], 2, 10, 24, RS_DTYPE_F8E4M3);
+            add_param(&w, sn[k], 1, 3 * 3, 0, RS_DTYPE_F32);
+            rs_diag_t d;
+            ASSERT_ST(add_qcopy(&w, &c, &d), RS_OK, d);
+            exp[2 * k] = malloc(240);
+            exp[2 * k + 1] = malloc(36);
+            memset(exp[2 * k], 0xEE, 240);
+            memset(exp[2 * k + 1], 0xEE, 36);
+            expect_copy(&c, &t[k], &r[k], exp[2 * k], (float *)(void *)exp[2 * k + 1]);
+            if (poison && k == 2) /* an infinity in block (2, 1) of c */
+                ref_float_store(RS_DTYPE_BF16, t[k].raw + (9 * 24 + 13) * 2, 0x7f80);
+            int64_t rc[3] = {0, 6, 12}, cc[2] = {0, 24};
+            publish_grid(&w, &t[k], rc, 2, cc, 1);
+        }
+        rs_plan_h plan = plan_of(&w);
+        for (int serial = 0; serial < 2; serial++) {
+            run_t res = execute(&w, plan, serial, poison ? NULL : exp, NULL);
+            if (!poison) {
+                if (res.st != RS_OK || !res.exact)
+                    fail_msg("serial %d: %s %s", serial, rs_status_str(res.st),
+                             res.diag.msg);
+                continue;
+            }
+            assert_int_equal(res.st, RS_ERR_INPUT);
+            if (strstr(res.diag.msg, "c") == NULL || strstr(res.diag.msg, "2, 1") == NULL)
+                fail_msg("message: %s", res.diag.msg);
+            assert_int_equal(res.installs, 0);
+            assert_true(res.untouched);
+        }
+        rs_plan_destroy(plan);
+        for (int k = 0; k < 4; k++) {
+            free(exp[2 * k]);
+            free(exp[2 * k + 1]);
+            refq_free(&r[k]);
+            tensor_free(&t[k]);
+        }
+        world_free(&w);
+    }
+    backend = "local";
+}
+
 static uint64_t rng_state;
 static int64_t rnd(int64_t n)
 {
@@ -1005,6 +1074,7 @@ int main(void)
         cmocka_unit_test(test_stale_shards),
         cmocka_unit_test(test_plan_records),
         cmocka_unit_test(test_random_quant),
+        cmocka_unit_test(test_pipelined_boxes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
