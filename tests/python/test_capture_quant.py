@@ -339,3 +339,14 @@ def test_add_quant_copy_programmatically():
     with pytest.raises(reshard.InputError, match="not the quantization"):
         cap.add_quant_copy("w", [], "q", 0, [8, 8], [8, 1],
                            scheme="fp8_tensor", fmt="f8e5m2", scale_param="s")
+
+
+def test_uint8_tensors_hold_fp8_parameters():
+    from reshard import dtypes
+    fp8 = _lib.CONSTANTS["RS_DTYPE_F8E4M3"]
+    assert dtypes.holds(torch.uint8, fp8) == isinstance(dtypes.F8E4M3, str)
+    assert dtypes.holds(torch.uint8, _lib.CONSTANTS["RS_DTYPE_F8E5M2"]) == \
+        isinstance(dtypes.F8E5M2, str)
+    assert not dtypes.holds(torch.uint8, _lib.CONSTANTS["RS_DTYPE_BF16"])
+    assert dtypes.holds(torch.bfloat16, _lib.CONSTANTS["RS_DTYPE_BF16"])
+    assert not dtypes.holds(torch.float32, fp8)
