@@ -111,72 +111,120 @@ static size_t row_offset(const qwalk_t *w, const int64_t *o, const int64_t *r)
 
 /* Blocks are taken a chunk at a time: blocks side by side along the last
  * dim, sharing their rows, so that each pass reads the rows of the chunk
- * front to back (long runs that the prefetchers follow) rather than a
- * block's short rows one after the other; the chunk's source is kept under
- * CHUNK_BYTES, so that the second pass finds it in L2. */
-#define CHUNK_BYTES (512 * 1024)
-#define CHUNK_MAX_BLOCKS 64
+ * front to back rather than a block's short rows one after the other. A
+ * chunk is as wide as the box while its source stays under CHUNK_BYTES:
+ * rows that run over whole pages keep the hardware prefetchers streaming
+ * (on the machine measured in docs/design.md, 7168x2048 bf16 quantized at
+ * about half the speed with chunks half as wide), and the second pass
+ * finds the chunk in L2 or L3. The passes are pipelined: while a chunk is
+ * encoded (bound by arithmetic), the next chunk's largest magnitudes are
+ * taken row for row (bound by memory). */
+#define CHUNK_BYTES (4096 * 1024)
+#define CHUNK_MAX_BLOCKS 128
 
 typedef struct qchunk {
     int64_t g[RS_MAX_DIMS]; /* grid index (in the box) of its first block */
     int64_t o[RS_MAX_DIMS]; /* origin in the box */
     int64_t e[RS_MAX_DIMS]; /* extents: its blocks' rows; its width */
+    int64_t per;            /* blocks per chunk in its band */
     int nb;                 /* blocks in it */
+    uint32_t bits[CHUNK_MAX_BLOCKS]; /* amax bits of its blocks */
 } qchunk_t;
 
-/* Runs BODY for each row of the chunk, `off` the row's element offset in the
- * box; rows run along the last dim, over the chunk's width. */
-#define FOR_EACH_ROW(w, c, off, BODY)                                         \
-    do {                                                                      \
-        int64_t r_[RS_MAX_DIMS] = {0};                                        \
-        do {                                                                  \
-            const size_t off = row_offset((w), (c)->o, r_);                   \
-            BODY;                                                             \
-        } while (odometer_next(r_, (c)->e, (w)->ndim - 1));                   \
-    } while (0)
-
-static void chunk_amax(const qwalk_t *w, const unsigned char *src,
-                       const qchunk_t *c, uint32_t *bits)
+/* Blocks per chunk for bands of `rows` rows. */
+static int64_t chunk_blocks(const qwalk_t *w, int64_t rows)
 {
-    const int L = w->ndim - 1;
-    const rs__qamax_row_fn amax = w->ops->amax_row[w->src];
-    memset(bits, 0, sizeof(uint32_t) * (size_t)c->nb);
-    FOR_EACH_ROW(w, c, off, amax(src + off * w->es, (size_t)c->e[L],
-                                 (size_t)w->block[L], bits));
+    const int64_t bytes = rows * w->block[w->ndim - 1] * (int64_t)w->es;
+    const int64_t n = bytes > 0 ? CHUNK_BYTES / bytes : CHUNK_MAX_BLOCKS;
+    return n < 1 ? 1 : n > CHUNK_MAX_BLOCKS ? CHUNK_MAX_BLOCKS : n;
 }
 
-/* While a chunk is encoded (bound by arithmetic), the rows of the band
- * below are prefetched, one row per row encoded, so that the next chunk's
- * first pass (bound by memory) finds them near. Only for chunks as wide as
- * the box, where the next chunk is that band. */
-static void prefetch_below(const qwalk_t *w, const unsigned char *src,
-                           const qchunk_t *c, size_t off)
+/* Fills origin, extents and block count from c->g. */
+static void chunk_place(const qwalk_t *w, qchunk_t *c)
 {
-#if defined(__GNUC__)
     const int L = w->ndim - 1;
-    const size_t ahead = off + (size_t)(c->e[L - 1] * w->stride[L - 1]);
-    const size_t bytes = (size_t)c->e[L] * w->es;
-    if (ahead * w->es + bytes > w->bytes)
-        return;
-    for (size_t k = 0; k < bytes; k += 64)
-        __builtin_prefetch(src + ahead * w->es + k, 0, 3);
-#else
-    (void)w, (void)src, (void)c, (void)off;
-#endif
+    int64_t rows = 1;
+    for (int d = 0; d <= L; d++) {
+        c->o[d] = c->g[d] * w->block[d];
+        c->e[d] = w->box[d] - c->o[d] < w->block[d] ? w->box[d] - c->o[d]
+                                                    : w->block[d];
+        rows *= d < L ? c->e[d] : 1;
+    }
+    c->per = chunk_blocks(w, rows);
+    c->nb = (int)(w->grid[L] - c->g[L] < c->per ? w->grid[L] - c->g[L]
+                                                : c->per);
+    const int64_t width = c->nb * w->block[L];
+    c->e[L] = w->box[L] - c->o[L] < width ? w->box[L] - c->o[L] : width;
+    memset(c->bits, 0, sizeof(c->bits));
 }
 
-static void chunk_encode(const qwalk_t *w, const unsigned char *src,
-                         const qchunk_t *c, const float *scale, uint8_t *q_out)
+/* The chunk after c in grid order (bands in order, chunks along the last
+ * dim); 0 after the last. */
+static int chunk_next(const qwalk_t *w, const qchunk_t *c, qchunk_t *next)
+{
+    const int L = w->ndim - 1;
+    memcpy(next->g, c->g, sizeof(c->g));
+    next->g[L] += c->per;
+    if (next->g[L] >= w->grid[L]) {
+        next->g[L] = 0;
+        if (!odometer_next(next->g, w->grid, L))
+            return 0;
+    }
+    chunk_place(w, next);
+    return 1;
+}
+
+/* A chunk's rows one at a time: 1 and the row's element offset in the box
+ * while there are rows. */
+typedef struct rowcur {
+    int64_t r[RS_MAX_DIMS];
+    int state; /* 0 before the first row, 1 within, 2 done */
+} rowcur_t;
+
+static int row_next(const qwalk_t *w, const qchunk_t *c, rowcur_t *rc,
+                    size_t *off)
+{
+    if (rc->state == 2)
+        return 0;
+    if (rc->state == 1 && !odometer_next(rc->r, c->e, w->ndim - 1)) {
+        rc->state = 2;
+        return 0;
+    }
+    rc->state = 1;
+    *off = row_offset(w, c->o, rc->r);
+    return 1;
+}
+
+static void scan_row(const qwalk_t *w, const unsigned char *src, qchunk_t *c,
+                     size_t off)
+{
+    const int L = w->ndim - 1;
+    w->ops->amax_row[w->src](src + off * w->es, (size_t)c->e[L],
+                             (size_t)w->block[L], c->bits);
+}
+
+/* Encodes chunk c under `scale` while scanning `next` (NULL: none). */
+static void encode_and_scan(const qwalk_t *w, const unsigned char *src,
+                            const qchunk_t *c, const float *scale,
+                            qchunk_t *next, uint8_t *q_out)
 {
     const int L = w->ndim - 1;
     const rs__qenc_row_fn enc = w->ops->enc_row[w->src][w->fmt];
-    const int ahead = L > 0 && c->e[L] == w->box[L];
-    FOR_EACH_ROW(w, c, off, {
-        if (ahead)
-            prefetch_below(w, src, c, off);
-        enc(q_out + off, src + off * w->es, (size_t)c->e[L],
-            (size_t)w->block[L], scale);
-    });
+    rowcur_t a = {{0}, 0}, b = {{0}, next != NULL ? 0 : 2};
+    size_t oa = 0, ob = 0;
+    int more_a = row_next(w, c, &a, &oa);
+    int more_b = next != NULL && row_next(w, next, &b, &ob);
+    while (more_a || more_b) {
+        if (more_a) {
+            enc(q_out + oa, src + oa * w->es, (size_t)c->e[L],
+                (size_t)w->block[L], scale);
+            more_a = row_next(w, c, &a, &oa);
+        }
+        if (more_b) {
+            scan_row(w, src, next, ob);
+            more_b = row_next(w, next, &b, &ob);
+        }
+    }
 }
 
 /* The rule's scale: amax / fmax rounded once in float32; 1.0 for zero. */
@@ -214,63 +262,34 @@ static rs_status_t refuse_block(const qwalk_t *w, const qchunk_t *c, int k,
                         range);
 }
 
-/* Both passes over one chunk; its scales go to scale_out[0 .. nb). */
-static rs_status_t do_chunk(const qwalk_t *w, const unsigned char *src,
-                            const qchunk_t *c, const char *what,
-                            rs_diag_t *diag, uint8_t *q_out, float *scale_out)
-{
-    uint32_t bits[CHUNK_MAX_BLOCKS];
-    chunk_amax(w, src, c, bits);
-    for (int k = 0; k < c->nb; k++) {
-        if (bits[k] >= rs__qsrc_inf[w->src])
-            return refuse_block(w, c, k, what, diag);
-        scale_out[k] = block_scale(w->fmt, rs__qamax_value(w->src, bits[k]));
-    }
-    chunk_encode(w, src, c, scale_out, q_out);
-    return RS_OK;
-}
-
-/* Blocks per chunk for rows of `rows` block rows. */
-static int64_t chunk_blocks(const qwalk_t *w, int64_t rows)
-{
-    const int64_t bytes = rows * w->block[w->ndim - 1] * (int64_t)w->es;
-    const int64_t n = bytes > 0 ? CHUNK_BYTES / bytes : CHUNK_MAX_BLOCKS;
-    return n < 1 ? 1 : n > CHUNK_MAX_BLOCKS ? CHUNK_MAX_BLOCKS : n;
-}
-
-/* Bands (one block index for every dim but the last) in grid order, each
- * cut into chunks along the last dim: scales come out in grid order. */
+/* Chunks in grid order, so scales come out in grid order: the first is
+ * scanned alone, then each is checked and encoded while the next is
+ * scanned. */
 static rs_status_t walk_blocks(const qwalk_t *w, const unsigned char *src,
                                const char *what, rs_diag_t *diag,
                                uint8_t *q_out, float *scale_out)
 {
-    const int L = w->ndim - 1;
-    qchunk_t c;
-    size_t k = 0;
-    memset(&c, 0, sizeof(c));
-    do {
-        int64_t rows = 1;
-        for (int d = 0; d < L; d++) {
-            c.o[d] = c.g[d] * w->block[d];
-            c.e[d] = w->box[d] - c.o[d] < w->block[d] ? w->box[d] - c.o[d]
-                                                      : w->block[d];
-            rows *= c.e[d];
+    qchunk_t ch[2];
+    int cur = 0, more = 1;
+    size_t k = 0, off;
+    memset(ch, 0, sizeof(ch));
+    chunk_place(w, &ch[0]);
+    rowcur_t rc = {{0}, 0};
+    while (row_next(w, &ch[0], &rc, &off))
+        scan_row(w, src, &ch[0], off);
+    while (more) {
+        qchunk_t *c = &ch[cur], *next = &ch[cur ^ 1];
+        for (int b = 0; b < c->nb; b++) {
+            if (c->bits[b] >= rs__qsrc_inf[w->src])
+                return refuse_block(w, c, b, what, diag);
+            scale_out[k + (size_t)b] =
+                block_scale(w->fmt, rs__qamax_value(w->src, c->bits[b]));
         }
-        const int64_t per = chunk_blocks(w, rows);
-        for (int64_t j = 0; j < w->grid[L]; j += per) {
-            c.g[L] = j;
-            c.nb = (int)(w->grid[L] - j < per ? w->grid[L] - j : per);
-            c.o[L] = j * w->block[L];
-            c.e[L] = w->box[L] - c.o[L] < c.nb * w->block[L]
-                         ? w->box[L] - c.o[L] : c.nb * w->block[L];
-            rs_status_t st = do_chunk(w, src, &c, what, diag, q_out,
-                                      scale_out + k);
-            if (st != RS_OK)
-                return st;
-            k += (size_t)c.nb;
-        }
-        c.g[L] = 0;
-    } while (odometer_next(c.g, w->grid, L));
+        more = chunk_next(w, c, next);
+        encode_and_scan(w, src, c, scale_out + k, more ? next : NULL, q_out);
+        k += (size_t)c->nb;
+        cur ^= 1;
+    }
     return RS_OK;
 }
 

@@ -53,11 +53,9 @@ static INLINE void scalar_tail(uint8_t *d, const unsigned char *s, size_t n,
 
 /* ---------------------------------------------------------------- AVX2 */
 
-/* 8 quotients to 8 codes, one per 32-bit lane. */
-TGT_AVX2 static INLINE __m256i narrow8(__m256 q, narrow_k_t k)
+/* 8 non-negative quotients to 8 codes without sign, one per 32-bit lane. */
+TGT_AVX2 static INLINE __m256i narrow8_abs(__m256i a, narrow_k_t k)
 {
-    const __m256i x = _mm256_castps_si256(q);
-    __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
     a = _mm256_min_epu32(a, _mm256_set1_epi32(k.cap));
     __m256i e = _mm256_and_si256(a, _mm256_set1_epi32(0x7f800000));
     e = _mm256_max_epu32(e, _mm256_set1_epi32(k.emin));
@@ -67,9 +65,17 @@ TGT_AVX2 static INLINE __m256i narrow8(__m256 q, narrow_k_t k)
     const __m256i sig = _mm256_sub_epi32(_mm256_castps_si256(sum), magic);
     const __m256i ex = _mm256_srli_epi32(
         _mm256_sub_epi32(e, _mm256_set1_epi32(k.emin)), k.sh);
+    return _mm256_add_epi32(sig, ex);
+}
+
+/* 8 quotients to 8 codes, one per 32-bit lane. */
+TGT_AVX2 static INLINE __m256i narrow8(__m256 q, narrow_k_t k)
+{
+    const __m256i x = _mm256_castps_si256(q);
+    const __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
     const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 24),
                                           _mm256_set1_epi32(0x80));
-    return _mm256_or_si256(_mm256_add_epi32(sig, ex), sign);
+    return _mm256_or_si256(narrow8_abs(a, k), sign);
 }
 
 /* 32 codes (one per 32-bit lane of r0..r3, in order) into 32 bytes. */
@@ -114,17 +120,24 @@ TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
 ENC8_NATURAL(encv8_f32, ld8_f32, 4, RS__QSRC_F32)
 ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QSRC_F16)
 
-/* 16 bf16 to 16 codes as 16-bit lanes in order: the zero interleave gives
- * elements 0-3 | 8-11 and 4-7 | 12-15, which the pack puts back in order. */
+/* 16 bf16 to 16 codes as 16-bit lanes in order: magnitudes divided (the
+ * quotient's sign is the source's: the scale is positive), the sign put
+ * back on the codes. The zero interleave gives elements 0-3 | 8-11 and
+ * 4-7 | 12-15, which the pack puts back in order. */
 TGT_AVX2 static INLINE __m256i bf16x16(const unsigned char *p, __m256 sc,
                                        narrow_k_t k)
 {
     const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    const __m256i m = _mm256_and_si256(v, _mm256_set1_epi16(0x7fff));
     const __m256i z = _mm256_setzero_si256();
-    const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
-    const __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
-    return _mm256_packus_epi32(narrow8(_mm256_div_ps(lo, sc), k),
-                               narrow8(_mm256_div_ps(hi, sc), k));
+    const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, m));
+    const __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, m));
+    const __m256i c = _mm256_packus_epi32(
+        narrow8_abs(_mm256_castps_si256(_mm256_div_ps(lo, sc)), k),
+        narrow8_abs(_mm256_castps_si256(_mm256_div_ps(hi, sc)), k));
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi16(v, 8),
+                                          _mm256_set1_epi16(0x80));
+    return _mm256_or_si256(c, sign);
 }
 
 TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
@@ -189,10 +202,8 @@ TGT_AVX2 static INLINE uint32_t amax8_16(const void *src, size_t n)
 
 /* ------------------------------------------------------------- AVX-512 */
 
-TGT_AVX512 static INLINE __m512i narrow16(__m512 q, narrow_k_t k)
+TGT_AVX512 static INLINE __m512i narrow16_abs(__m512i a, narrow_k_t k)
 {
-    const __m512i x = _mm512_castps_si512(q);
-    __m512i a = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
     a = _mm512_min_epu32(a, _mm512_set1_epi32(k.cap));
     __m512i e = _mm512_and_si512(a, _mm512_set1_epi32(0x7f800000));
     e = _mm512_max_epu32(e, _mm512_set1_epi32(k.emin));
@@ -202,10 +213,19 @@ TGT_AVX512 static INLINE __m512i narrow16(__m512 q, narrow_k_t k)
     const __m512i sig = _mm512_sub_epi32(_mm512_castps_si512(sum), magic);
     const __m512i ex = _mm512_srli_epi32(
         _mm512_sub_epi32(e, _mm512_set1_epi32(k.emin)), k.sh);
-    /* code | (x >> 24 & 0x80), one ternary op: A | (B & C) is 0xf8 */
-    return _mm512_ternarylogic_epi32(_mm512_add_epi32(sig, ex),
+    return _mm512_add_epi32(sig, ex);
+}
+
+/* A | (B & C): ternary-logic table 0xf8, the sign put on a code. */
+#define OR_AND 0xf8
+
+TGT_AVX512 static INLINE __m512i narrow16(__m512 q, narrow_k_t k)
+{
+    const __m512i x = _mm512_castps_si512(q);
+    const __m512i a = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    return _mm512_ternarylogic_epi32(narrow16_abs(a, k),
                                      _mm512_srli_epi32(x, 24),
-                                     _mm512_set1_epi32(0x80), 0xf8);
+                                     _mm512_set1_epi32(0x80), OR_AND);
 }
 
 #define ST16(p, v) _mm_storeu_si128((__m128i *)(void *)(p), (v))
@@ -240,23 +260,29 @@ TGT_AVX512 static INLINE __m512 ld16_f16(const unsigned char *s)
 ENC16_NATURAL(encv16_f32, ld16_f32, 4, RS__QSRC_F32)
 ENC16_NATURAL(encv16_f16, ld16_f16, 2, RS__QSRC_F16)
 
-/* 32 bf16 per step: the zero interleave gives, per 128-bit lane, elements
- * 0-3 and 4-7 of that lane's eight, which the 32 -> 16 pack puts back in
- * order; one 16 -> 8 narrowing stores them. */
+/* 32 bf16 per step, as bf16x16 does with AVX2: magnitudes divided, the
+ * zero interleave gives, per 128-bit lane, elements 0-3 and 4-7 of that
+ * lane's eight, which the 32 -> 16 pack puts back in order; the signs go
+ * onto the 16-bit codes and one 16 -> 8 narrowing stores them. */
 TGT_AVX512 static INLINE void encv16_bf16(uint8_t *d, const unsigned char *s,
-                                         size_t n, float scale, narrow_k_t k,
-                                         int fmt)
+                                          size_t n, float scale, narrow_k_t k,
+                                          int fmt)
 {
     const __m512 sc = _mm512_set1_ps(scale);
     const __m512i z = _mm512_setzero_si512();
+    const __m512i mag = _mm512_set1_epi16(0x7fff), sbit = _mm512_set1_epi16(0x80);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         const __m512i v = _mm512_loadu_si512((const void *)(s + 2 * i));
-        const __m512 lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, v));
-        const __m512 hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, v));
-        const __m512i p = _mm512_packus_epi32(narrow16(_mm512_div_ps(lo, sc), k),
-                                              narrow16(_mm512_div_ps(hi, sc), k));
-        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtepi16_epi8(p));
+        const __m512i m = _mm512_and_si512(v, mag);
+        const __m512 lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, m));
+        const __m512 hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, m));
+        const __m512i c = _mm512_packus_epi32(
+            narrow16_abs(_mm512_castps_si512(_mm512_div_ps(lo, sc)), k),
+            narrow16_abs(_mm512_castps_si512(_mm512_div_ps(hi, sc)), k));
+        const __m512i r = _mm512_ternarylogic_epi32(c, _mm512_srli_epi16(v, 8),
+                                                    sbit, OR_AND);
+        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtepi16_epi8(r));
     }
     scalar_tail(d + i, s + 2 * i, n - i, scale, fmt, RS__QSRC_BF16);
 }
