@@ -47,7 +47,9 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->plan = calloc(1, sizeof(*b->plan));
     b->psrc_of_name = calloc(cap->names_len + 1, sizeof(uint32_t));
     b->memo = rs__box_memo_create();
-    b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
+    /* cleared copy by copy as rs__planner_run reaches it: a MoE rank's
+     * ten thousand records are a megabyte that calloc would clear apart */
+    b->copies = malloc((cap->copies_len + 1) * sizeof(rs_pcopy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
     b->agg_slot = malloc((srcs->sessions_len + 1) * sizeof(long));
     if (b->plan == NULL || b->psrc_of_name == NULL || b->memo == NULL ||
@@ -468,6 +470,7 @@ rs_status_t rs__planner_run(rs_planner_t *b)
     if (st == RS_OK)
         st = flag_unsupported(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
+        b->copies[ci] = (rs_pcopy_t){0};
         int role = rs__quant_role(b, ci); /* quantized copies: plan_quant.c */
         if (role == RS_QROLE_DERIVED ||
             (role == RS_QROLE_PLAIN &&
