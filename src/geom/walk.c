@@ -237,6 +237,15 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
     product(&w, per_dim, 0, &acc);
 }
 
+/* Elements between consecutive indices of dim d in buf (row-major). */
+static int64_t buf_pitch(const rs_src_buf_t *buf, int ndim, int d)
+{
+    int64_t p = 1;
+    for (int e = ndim - 1; e > d; e--)
+        p *= buf->shape[e];
+    return p;
+}
+
 /* The folding walk_fbox does over a whole box: when every factor folds into
  * the run, its odometer is empty and it reports the one run from the base.
  * walk_fbox grows the run by the factor whose source and destination steps
@@ -246,22 +255,21 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
 int rs__walk_one_run(const rs_box_t *box, const rs_src_buf_t *buf,
                      int64_t *src_elem_p)
 {
-    int64_t pitch[RS_MAX_DIMS], sstep[RS_MAX_FACTORS];
     int64_t p = 1, src = 0, run = 1;
     const rs_factor_t *f = box->factors;
     int nf = box->nfactors;
     uint64_t used = 0;
     for (int d = box->ndim - 1; d >= 0; d--) {
-        pitch[d] = p;
         src += (box->start[d] - buf->offset[d]) * p;
         p *= buf->shape[d];
     }
-    for (int k = 0; k < nf; k++) /* every factor's sdim is below ndim */
-        sstep[k] = f[k].dmult * pitch[f[k].sdim];
     for (int n = 0; n < nf; n++) {
         int k = 0;
-        while (k < nf && ((used >> k & 1) || sstep[k] != run ||
-                          f[k].dstride != run))
+        /* the destination step first: it rules out all but one factor,
+         * whose source step is then computed */
+        while (k < nf && ((used >> k & 1) || f[k].dstride != run ||
+                          f[k].dmult * buf_pitch(buf, box->ndim, f[k].sdim) !=
+                              run))
             k++;
         if (k == nf)
             return 0;

@@ -171,6 +171,7 @@ rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
     s->hash = hash;
     s->key = *key;
     s->dest.known = 0;
+    s->dest.run_known = 0;
     note_recent(memo, s);
     return &s->dest;
 }

@@ -248,13 +248,24 @@ static rs_status_t build_whole(const rs_src_tensor_t *t, size_t n,
     return RS_OK;
 }
 
+int rs__grid_whole(const rs_grid_t *g) { return g->row_in_g; }
+
+rs_status_t rs__grid_build_whole(const rs_src_tensor_t *t, size_t max_cells,
+                                rs_grid_t **grid_p)
+{
+    size_t whole = whole_shards(t);
+    if (whole > max_cells || max_cells < 1)
+        return RS_ERR_UNSUPPORTED;
+    return build_whole(t, whole, grid_p);
+}
+
 rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
                           rs_grid_t **grid_p)
 {
-    size_t whole = whole_shards(t);
-    if (whole <= max_cells && max_cells >= 1)
-        return build_whole(t, whole, grid_p);
-    rs_status_t st = RS_OK;
+    rs_status_t st = rs__grid_build_whole(t, max_cells, grid_p);
+    if (st != RS_ERR_UNSUPPORTED)
+        return st;
+    st = RS_OK;
     uint64_t nb = 0, per_dim = 0;
     if (!rs__mul_u64(t->shards_len, 2, &per_dim) ||
         !rs__add_u64(per_dim, 2, &per_dim) ||
@@ -262,7 +273,7 @@ rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
         !rs__mul_u64(nb, sizeof(int64_t), &nb) ||
         !rs__add_u64(nb, sizeof(rs_grid_t), &nb) || nb > SIZE_MAX)
         return RS_ERR_NO_MEMORY;
-    rs_grid_t *g = calloc(1, (size_t)nb);
+    rs_grid_t *g = calloc(1, (size_t)nb); /* row_in_g 0: rows apart */
     if (g == NULL)
         return RS_ERR_NO_MEMORY;
     g->ndim = t->ndim;

@@ -109,14 +109,24 @@ rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
     return RS_OK;
 }
 
+static rs_status_t psrc_new(rs_planner_t *b, uint32_t name_id,
+                            uint32_t *id_p);
+
 /* The planner's record for a capture source name (by its interned id),
- * created on first use: records keep the order of first use. */
-static rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
+ * created on first use: records keep the order of first use. Inline: every
+ * copy asks twice, and only the first time for a source creates. */
+static inline rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id,
+                                   uint32_t *id_p)
 {
     if (b->psrc_of_name[name_id] != 0) {
         *id_p = b->psrc_of_name[name_id] - 1;
         return RS_OK;
     }
+    return psrc_new(b, name_id, id_p);
+}
+
+static rs_status_t psrc_new(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
+{
     const rs_cap_name_t *n = &b->cap->names[name_id];
     rs_psrc_t s = {n->name, rs__sources_find_hashed(b->srcs, n->name, n->hash),
                    NULL, 0, 0, -1, 0};
@@ -324,6 +334,7 @@ static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
     rs_dest_fact_t *fact = NULL;
     rs_status_t st = geometry_box(b, c, s, dest_stride, box, &fact, &bad_op,
                                   why, sizeof(why));
+    b->walk_fact = *box != &b->box ? fact : NULL;
     const char *dest_err = st != RS_OK ? NULL
                            : fact != NULL && fact->known
                                ? check_dest_known(c, p, fact)
@@ -466,11 +477,14 @@ static rs_status_t rewalk_dropped(rs_planner_t *b)
 
 rs_status_t rs__planner_run(rs_planner_t *b)
 {
+    /* copied, not a compound literal: for a record this size the compiler
+     * clears with a string store, slower than the few vector moves */
+    static const rs_pcopy_t clear;
     rs_status_t st = refuse_mismatches(b);
     if (st == RS_OK)
         st = flag_unsupported(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
-        b->copies[ci] = (rs_pcopy_t){0};
+        b->copies[ci] = clear;
         int role = rs__quant_role(b, ci); /* quantized copies: plan_quant.c */
         if (role == RS_QROLE_DERIVED ||
             (role == RS_QROLE_PLAIN &&

@@ -32,6 +32,7 @@ typedef struct est {
     uint64_t *all_bytes, *all_descs;   /* the all-exact plan's */
     size_t *chain, nchain;
     unsigned char *joins;              /* per chain position */
+    const rs_segment_t *chain_last;    /* the chain's last copy's last run */
     size_t *cand, *cand_at, ncand;     /* staged by some contender: the
                                         * copy and its chain position */
     unsigned char *used;               /* per stage */
@@ -101,8 +102,8 @@ static void note_copy(est_t *e, size_t ci, differs_t *df)
     }
     if (!chained)
         return;
-    e->joins[e->nchain] = e->nchain > 0 &&
-                          continues(last_run(e, e->nchain - 1), s0);
+    e->joins[e->nchain] = e->nchain > 0 && continues(e->chain_last, s0);
+    e->chain_last = sn;
     if (e->joins[e->nchain])
         e->all_descs[s0->session]--;
     e->chain[e->nchain++] = ci;
@@ -223,7 +224,7 @@ rs_status_t rs__cost_guarantee(rs_planner_t *b, const rs_cost_aggs_t *aggs)
                malloc((ns + 1) * sizeof(uint64_t)),
                calloc(ns + 1, sizeof(uint64_t)),
                calloc(ns + 1, sizeof(uint64_t)),
-               malloc((nc + 1) * sizeof(size_t)), 0, malloc(nc + 1),
+               malloc((nc + 1) * sizeof(size_t)), 0, malloc(nc + 1), NULL,
                malloc((nc + 1) * sizeof(size_t)),
                malloc((nc + 1) * sizeof(size_t)), 0,
                malloc(b->stages_len + 1)};
