@@ -14,6 +14,7 @@
 
 #include "core/diag.h"
 #include "refit/refit_impl.h"
+#include "reshard/cuts.h"
 #include "reshard/digest.h"
 #include "reshard/quant.h"
 
@@ -155,7 +156,20 @@ static rs_status_t sync_wanted(rs_publisher_h p, rs_diag_t *diag)
     if (key != p->qrecord_key)
         rs__publisher_forget_records(p);
     p->qrecord_key = key;
-    return rs__publisher_sync_records(p, diag);
+    rs_status_t st = rs__publisher_sync_records(p, diag);
+    for (size_t i = 0; st == RS_OK && i < p->records_len; i++) {
+        const rs_pub_record_t *rec = &p->records[i];
+        const char *model = rs_cuts_model(rec->cuts);
+        char why[RS_DIAG_MSG_MAX];
+        if (rec->why != NULL)
+            rs__publisher_tell_record(p, rec->holder, rec->generation,
+                                      rec->why);
+        if (rec->cuts == NULL || model == NULL || strcmp(model, p->model) == 0)
+            continue;
+        snprintf(why, sizeof(why), "it is a record of model '%s'", model);
+        rs__publisher_tell_record(p, rec->holder, rec->generation, why);
+    }
+    return st;
 }
 
 rs_status_t rs__publisher_quant_plan(rs_publisher_h p, rs_diag_t *diag,

@@ -97,7 +97,9 @@ static rs_status_t wanted(rs_publisher_h p, const char *tensor,
     rs_status_t st = RS_OK;
     for (size_t r = 0; st == RS_OK && r < p->records_len; r++) {
         rs_cuts_h cuts = p->records[r].cuts;
-        const char *src, *spec;
+        const char *src, *spec, *model = rs_cuts_model(cuts);
+        if (model != NULL && strcmp(model, p->model) != 0)
+            continue; /* told (arena_quant.c, or the cut union's merge) */
         for (size_t i = 0; st == RS_OK && rs_cuts_quant(cuts, i, &src, &spec);
              i++)
             if (strcmp(src, tensor) == 0)
