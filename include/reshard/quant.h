@@ -92,8 +92,9 @@ RS_API rs_status_t rs_quant_spec_parse(const char *text, int64_t *block_store,
 #define RS_QUANT_NAME_SEP '#'
 #define RS_QUANT_SCALE_SUFFIX "#scale"
 
-/* Quantizes a box of a source held row-major in `src` (dtype src_dtype:
- * bf16, f16 or f32): the box starts on block boundaries of the full tensor
+/* Quantizes a box of a source tensor of full_shape: `src` holds the box's
+ * elements only, row-major in box_shape (dtype src_dtype: bf16, f16 or
+ * f32), as a shard or a staging buffer does. The box starts on block boundaries of the full tensor
  * (box_lo[d] % block[d] == 0) and each dim ends on one or at the tensor's
  * end, so every block it touches lies inside it whole. Writes the FP8
  * values row-major in box order to q_out (box elements bytes) and the

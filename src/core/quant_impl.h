@@ -1,0 +1,71 @@
+/* Internal view of the block quantization kernels: the two row loops one
+ * instruction-set level provides (the largest magnitude of a row, and the
+ * encoding of a row under a scale), as one ops table per level, and the
+ * scalar encoding every level must match bit for bit. quant_box.c walks
+ * blocks with them. */
+#ifndef RS_CORE_QUANT_IMPL_H
+#define RS_CORE_QUANT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/convert_scalar.h"
+#include "core/simd.h"
+
+/* Source dtypes and FP8 formats, as table indices. */
+enum { RS__QSRC_F32, RS__QSRC_BF16, RS__QSRC_F16, RS__QSRC_COUNT };
+enum { RS__QFMT_E4M3, RS__QFMT_E5M2, RS__QFMT_COUNT };
+
+/* The largest |x| over n elements, as the source format's bits with the
+ * sign cleared. Magnitude bits order like the magnitudes they encode, so an
+ * integer max is exact; NaN and infinities have the largest bits of all, so
+ * the result is at or above the format's infinity when any element is not
+ * finite. 0 for n == 0. Any alignment. */
+typedef uint32_t (*rs__qamax_fn)(const void *src, size_t n);
+
+/* dst[i] = rs__quant_enc(format, (float)src[i] / scale), for finite
+ * sources and a finite, nonzero scale. Any alignment. */
+typedef void (*rs__qenc_fn)(uint8_t *dst, const void *src, size_t n,
+                            float scale);
+
+typedef struct rs__quant_ops {
+    rs__qamax_fn amax[RS__QSRC_COUNT];
+    rs__qenc_fn enc[RS__QSRC_COUNT][RS__QFMT_COUNT];
+} rs__quant_ops_t;
+
+/* The kernels for `level`: the best this build has at or below it. */
+const rs__quant_ops_t *rs__quant_ops(rs__simd_t level);
+
+extern const rs__quant_ops_t rs__quant_ops_portable;
+
+/* Magnitude bits of each source's infinity: amax bits at or above it mean
+ * a NaN or an infinity in the row. */
+static const uint32_t rs__qsrc_inf[RS__QSRC_COUNT] = {0x7f800000u, 0x7f80u,
+                                                      0x7c00u};
+
+/* Largest finite value of each format and its magnitude code. */
+static const float rs__qfmt_max[RS__QFMT_COUNT] = {448.0f, 57344.0f};
+static const uint32_t rs__qfmt_top[RS__QFMT_COUNT] = {0x7eu, 0x7bu};
+
+/* The value of amax bits of a source dtype (exact). */
+static inline float rs__qamax_value(int src, uint32_t bits)
+{
+    if (src == RS__QSRC_F32)
+        return rs__f32_from(bits);
+    if (src == RS__QSRC_BF16)
+        return rs__f32_from(bits << 16);
+    return rs__f16_to_f32((uint16_t)bits);
+}
+
+/* A finite q rounded to the format to nearest even, saturating at +-fmax
+ * (e5m2 too: rs__narrow32 would carry an overflow into its infinity), the
+ * sign of zero kept. */
+static inline uint8_t rs__quant_enc(int fmt, float q)
+{
+    const uint32_t r = fmt == RS__QFMT_E4M3 ? rs__narrow32(q, RS__E4M3)
+                                            : rs__narrow32(q, RS__E5M2);
+    const uint32_t mag = r & 0x7fu, top = rs__qfmt_top[fmt];
+    return (uint8_t)((r & 0x80u) | (mag < top ? mag : top));
+}
+
+#endif

@@ -1,0 +1,84 @@
+/* The portable block quantization kernels (plain C, any machine; the
+ * reference every vector level is tested against) and the choice of the
+ * kernels for an instruction-set level. */
+#include <string.h>
+
+#include "core/quant_impl.h"
+
+static inline float ld_f32(const unsigned char *s)
+{
+    float v;
+    memcpy(&v, s, sizeof(v));
+    return v;
+}
+
+static inline float ld_bf16(const unsigned char *s)
+{
+    uint16_t v;
+    memcpy(&v, s, sizeof(v));
+    return rs__f32_from((uint32_t)v << 16);
+}
+
+static inline float ld_f16(const unsigned char *s)
+{
+    uint16_t v;
+    memcpy(&v, s, sizeof(v));
+    return rs__f16_to_f32(v);
+}
+
+static uint32_t amax_f32(const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v;
+        memcpy(&v, s + 4 * i, sizeof(v));
+        v &= 0x7fffffffu;
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
+/* bf16 and f16 alike: 15 magnitude bits under the sign. */
+static uint32_t amax_16(const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    uint16_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v;
+        memcpy(&v, s + 2 * i, sizeof(v));
+        v &= 0x7fffu;
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
+#define ENC(SRC, ES, FMT)                                                     \
+    static void enc_##SRC##_##FMT(uint8_t *dst, const void *src, size_t n,   \
+                                  float scale)                                \
+    {                                                                         \
+        const unsigned char *s = src;                                         \
+        for (size_t i = 0; i < n; i++)                                        \
+            dst[i] = rs__quant_enc(RS__QFMT_##FMT, ld_##SRC(s + (ES) * i) /  \
+                                                       scale);                \
+    }
+
+ENC(f32, 4, E4M3)
+ENC(f32, 4, E5M2)
+ENC(bf16, 2, E4M3)
+ENC(bf16, 2, E5M2)
+ENC(f16, 2, E4M3)
+ENC(f16, 2, E5M2)
+
+const rs__quant_ops_t rs__quant_ops_portable = {
+    .amax = {amax_f32, amax_16, amax_16},
+    .enc = {{enc_f32_E4M3, enc_f32_E5M2},
+            {enc_bf16_E4M3, enc_bf16_E5M2},
+            {enc_f16_E4M3, enc_f16_E5M2}},
+};
+
+const rs__quant_ops_t *rs__quant_ops(rs__simd_t level)
+{
+    (void)level;
+    return &rs__quant_ops_portable;
+}
