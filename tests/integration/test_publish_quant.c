@@ -210,8 +210,9 @@ static int nshards(const tensor_t *t)
 static void put_value(tensor_t *t, int64_t i, int64_t j, float x)
 {
     int64_t off[2], shape[2];
+    uint16_t b = float_to_bf16(x);
     if (t->dtype == RS_DTYPE_BF16)
-        x = bf16_to_float(float_to_bf16(x));
+        x = bf16_to_float(b);
     t->full[i * t->cols + j] = x;
     for (int h = 0; h < nshards(t); h++) {
         shard_box(t, h, off, shape);
@@ -220,7 +221,7 @@ static void put_value(tensor_t *t, int64_t i, int64_t j, float x)
             continue;
         int64_t k = (i - off[0]) * shape[1] + (j - off[1]);
         if (t->dtype == RS_DTYPE_BF16)
-            ((uint16_t *)t->part[h])[k] = float_to_bf16(x);
+            ((uint16_t *)t->part[h])[k] = b;
         else
             ((float *)t->part[h])[k] = x;
     }
@@ -243,8 +244,8 @@ static void scribble(world_t *w)
         for (int h = 0; h < nshards(t); h++) {
             int64_t off[2], shape[2];
             shard_box(t, h, off, shape);
-            memset(t->part[h], 0x7F, (size_t)(shape[0] * shape[1]) *
-                                         elsize(t)); /* NaN as bf16 and f32 */
+            memset(t->part[h], 0x5A, (size_t)(shape[0] * shape[1]) *
+                                         elsize(t));
         }
     }
 }
@@ -509,10 +510,13 @@ static void expect_bytes(const want_t *x, const ref_t *r, const uint8_t *got,
                              (long long)v, x->name, (long long)gi,
                              (long long)gj, (double)have, (double)want);
             } else if (got[k] != r->q[gi * r->cols + gj]) {
+                float s = r->scale[(gi / r->br) * r->gcols + gj / r->bc];
+                float in = x->t->full[gi * r->cols + gj];
                 fail_msg("version %lld %s[%lld][%lld] = 0x%02x, want 0x%02x "
-                         "(value %a)", (long long)v, x->name, (long long)gi,
-                         (long long)gj, got[k], r->q[gi * r->cols + gj],
-                         (double)x->t->full[gi * r->cols + gj]);
+                         "(value %a, scale %a, value / scale %a)",
+                         (long long)v, x->name, (long long)gi, (long long)gj,
+                         got[k], r->q[gi * r->cols + gj], (double)in,
+                         (double)s, (double)(in / s));
             }
         }
 }
@@ -611,8 +615,8 @@ static void release(world_t *w, rs_publisher_h pub, int64_t v)
     ASSERT_ST(rs_publisher_wait_released(pub, v, 20, &d), RS_OK, d);
 }
 
-/* The reference values of the full tensors are those of version v again
- * (scribble overwrote the shards, not `full`), so nothing to redo. */
+/* Two versions under the rules; scribble overwrites the shards after each
+ * publish (not `full`, the reference's input). */
 static void rules_two_versions(const char *backend)
 {
     world_t *w = world_open(backend);
@@ -755,7 +759,8 @@ static void expect_unpublished(world_t *w, int64_t v)
 }
 
 static void expect_publish_fails(world_t *w, rs_publisher_h pub, int64_t v,
-                                 const char *tensor, const char *spec)
+                                 const char *tensor, const char *spec,
+                                 const char *block)
 {
     rs_diag_t d;
     char want[96];
@@ -763,7 +768,8 @@ static void expect_publish_fails(world_t *w, rs_publisher_h pub, int64_t v,
     assert_int_equal(rs_publisher_publish(pub, v, &d), RS_ERR_INPUT);
     snprintf(want, sizeof(want), "quantizing '%s' as %s", tensor, spec);
     ASSERT_MSG_HAS(d, want);
-    ASSERT_MSG_HAS(d, "block");
+    ASSERT_MSG_HAS(d, block);
+    ASSERT_MSG_HAS(d, "NaN or an infinity");
     expect_unpublished(w, v);
 }
 
@@ -780,13 +786,13 @@ static void test_non_finite(void **state)
     release(w, pub, 1);
     fill(w, 2);
     put_value(&w->t[0], 5, 7, NAN); /* w block (0, 0) */
-    expect_publish_fails(w, pub, 2, "w", B128);
+    expect_publish_fails(w, pub, 2, "w", B128, "block [0, 0]");
     fill(w, 2);
     put_value(&w->t[1], 199, 299, INFINITY); /* u's ragged corner block */
-    expect_publish_fails(w, pub, 2, "u", B64);
+    expect_publish_fails(w, pub, 2, "u", B64, "block [3, 2]");
     fill(w, 2);
     put_value(&w->t[2], 0, 0, -INFINITY); /* v, both specs */
-    expect_publish_fails(w, pub, 2, "v", CH4);
+    expect_publish_fails(w, pub, 2, "v", CH4, "block [0, 0]");
     /* fixed: the same version publishes and is exact */
     publish(w, pub, 2);
     pull_exact(w, &ws, 2, 0, 1);
