@@ -103,6 +103,11 @@ static void add_time(rs_exec_h x, int stage, double t0)
 static rs_status_t run_tail(rs_exec_h x, rs_diag_t *diag)
 {
     static const int kinds[2] = {RS_STAGE_REPLAY, RS_STAGE_CONVERT};
+    /* every read has landed; quantized copies replay from its output */
+    rs_status_t qst = rs__exec_quantize(x, diag);
+    rs__exec_quant_time(x);
+    if (qst != RS_OK)
+        return qst;
     for (int k = 0; k < 2; k++) {
         double t0 = rs__now_s();
         rs_status_t st = rs__exec_run_ordered(x, kinds[k], diag);

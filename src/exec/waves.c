@@ -68,6 +68,11 @@ static void cut_waves(cutter_t *c)
     const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &n);
     for (size_t i = 0; i < n; at += fp[i].nsegments, i++)
         add_item(c, at, fp[i].nsegments, fp[i].ncopies, 0);
+    /* quantized boxes: their two replays are ordered, run at the end */
+    for (size_t i = 0; i < rs__exec_quant_count(x); i++) {
+        add_item(c, at, rs__exec_quant_nreads(x, i), 2, 0);
+        at += rs__exec_quant_nreads(x, i);
+    }
     const rs_convert_t *cv = rs_plan_converts(x->plan, &n);
     for (size_t i = 0; i < n; at += cv[i].nsegments, i++)
         add_item(c, at, cv[i].nsegments, 0, 1);
@@ -89,7 +94,8 @@ rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag)
     if (!pipelined(x))
         return RS_OK;
     x->wave_reads = malloc((x->nreads + 1) * sizeof(rs_read_t));
-    x->waves = malloc((nfp + ncv + x->phase_end[0] + 1) * sizeof(rs_wave_t));
+    x->waves = malloc((nfp + ncv + rs__exec_quant_count(x) + x->phase_end[0] +
+                       1) * sizeof(rs_wave_t));
     if (x->wave_reads == NULL || x->waves == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     cutter_t c = {x, x->wave_reads, x->waves, 0, wave_target(x), 0, 0, 0, 0};

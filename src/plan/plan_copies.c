@@ -13,6 +13,7 @@
 #include "core/diag.h"
 #include "plan/box_memo.h"
 #include "plan/capture_impl.h"
+#include "plan/plan_quant.h"
 #include "plan/planner.h"
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
@@ -124,7 +125,13 @@ static rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
     return RS_OK;
 }
 
-static int selected(const rs_plan_params_t *p, const char *param)
+rs_status_t rs__planner_psrc(rs_planner_t *b, uint32_t name_id,
+                             uint32_t *id_p)
+{
+    return psrc_for(b, name_id, id_p);
+}
+
+int rs__plan_selected(const rs_plan_params_t *p, const char *param)
 {
     if (p->nonly == 0)
         return 1;
@@ -172,7 +179,7 @@ static rs_status_t refuse_mismatches(rs_planner_t *b)
         const rs_cap_copy_t *c = &cap->copies[ci];
         long decl = cap->names[c->src_id].decl;
         uint32_t id;
-        if (decl < 0 || !selected(b->params, c->param))
+        if (decl < 0 || !rs__plan_selected(b->params, c->param))
             continue;
         const rs_cap_source_t *d = &cap->sources[decl];
         rs_status_t st = psrc_for(b, c->src_id, &id);
@@ -198,7 +205,7 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
         int wanted = b->params->nonly == 0;
         for (size_t c = 0; !wanted && c < cap->copies_len; c++)
             wanted = cap->copies[c].src_id == u->src_id &&
-                     selected(b->params, cap->copies[c].param);
+                     rs__plan_selected(b->params, cap->copies[c].param);
         if (!wanted)
             continue;
         uint32_t id;
@@ -255,6 +262,12 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p,
         fact->span = last - c->dest_offset;
     }
     return NULL;
+}
+
+const char *rs__plan_check_dest(const rs_cap_copy_t *c,
+                                const rs_cap_param_t *p)
+{
+    return check_dest(c, p, NULL);
 }
 
 /* check_dest for a geometry checked before: only the offset can differ,
@@ -455,11 +468,16 @@ rs_status_t rs__planner_run(rs_planner_t *b)
     if (st == RS_OK)
         st = flag_unsupported(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
-        if (selected(b->params, b->cap->copies[ci].param)) {
-            b->plan->stats.copies_selected++;
+        int role = rs__quant_role(b, ci); /* quantized copies: plan_quant.c */
+        if (role == RS_QROLE_DERIVED ||
+            (role == RS_QROLE_PLAIN &&
+             rs__plan_selected(b->params, b->cap->copies[ci].param))) {
+            b->plan->stats.copies_selected += role == RS_QROLE_PLAIN;
             st = plan_copy(b, ci);
         }
     }
+    if (st == RS_OK && b->quant != NULL)
+        st = rs__quant_plan(b);
     if (st == RS_OK)
         st = rs__planner_choose(b);
     if (st == RS_OK)
