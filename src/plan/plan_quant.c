@@ -179,10 +179,9 @@ static size_t scale_ops(const rs_pquant_t *pq, const rs_quant_desc_t *q,
 /* Its geometry: the view's box, its touched blocks, the scale region. */
 static void check_geometry(rs_pquant_t *pq, rs_capture_h cap,
                            const rs_copy_desc_t *c, const rs_quant_desc_t *q,
-                           int64_t *vlo, int64_t *vhi)
+                           rs_op_t *ops, int64_t *vlo, int64_t *vhi)
 {
     rs_box_t bx;
-    rs_op_t ops[RS_MAX_DIMS + 1];
     size_t bad = c->nops;
     char why[256] = "";
     const char *err;
@@ -252,9 +251,9 @@ static int derived_names(const char *src, const rs_quant_desc_t *q,
 /* Checks one quantized copy and chooses its path. */
 static void analyze(rs_pquant_t *pq, rs_capture_h cap, rs_sources_h srcs,
                     const rs_copy_desc_t *c, const rs_quant_desc_t *q,
-                    const char *qname, const char *sname)
+                    rs_op_t *ops, const char *qname, const char *sname)
 {
-    int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
+    int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
     rs_diag_t d = {RS_OK, ""};
     pq->src_dtype = RS_DTYPE_INVALID;
     if (!source_shape(cap, srcs, c->src, qname, pq))
@@ -266,7 +265,7 @@ static void analyze(rs_pquant_t *pq, rs_capture_h cap, rs_sources_h srcs,
                       rs_dtype_name(pq->src_dtype));
     if (rs_quant_block_shape(q, pq->ndim, pq->shape, &d, pq->block) != RS_OK)
         return refuse(pq, c, "%s", d.msg);
-    check_geometry(pq, cap, c, q, vlo, vhi);
+    check_geometry(pq, cap, c, q, ops, vlo, vhi);
     if (pq->refused != NULL)
         return;
     if (rs__quant_publisher_serves(srcs, pq, c->src, qname, sname, vlo, vhi,
@@ -333,7 +332,7 @@ static rs_status_t add_derived(rs_qexp_t *qx, rs_pquant_t *pq,
                                const rs_quant_desc_t *q, const char *qname,
                                const char *sname, rs_diag_t *diag)
 {
-    rs_op_t ops[RS_MAX_DIMS + 1];
+    rs_op_t *ops = qx->ops;
     rs_copy_desc_t w = *c, s;
     w.src = qname;
     w.dest_dtype = q->format;
@@ -372,7 +371,7 @@ static rs_status_t expand_one(rs_qexp_t *qx, rs_capture_h cap,
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: param '%s' is not "
                             "declared", ci, c.param);
     }
-    analyze(pq, cap, srcs, &c, &q, qname, sname);
+    analyze(pq, cap, srcs, &c, &q, qx->ops, qname, sname);
     rs_status_t st = pq->refused != NULL
                          ? RS_OK
                          : add_derived(qx, pq, &c, &q, qname, sname, diag);
@@ -411,7 +410,8 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
     rs_qexp_t *qx = calloc(1, sizeof(*qx));
     size_t n = rs_capture_num_copies(capture);
     rs_status_t st;
-    if (qx == NULL || (qx->q = calloc(n + 1, sizeof(rs_pquant_t))) == NULL) {
+    if (qx == NULL || (qx->q = calloc(n + 1, sizeof(rs_pquant_t))) == NULL ||
+        (qx->ops = calloc(RS_MAX_DIMS + 1, sizeof(rs_op_t))) == NULL) {
         rs__quant_free(qx);
         return OOM(diag);
     }
@@ -443,6 +443,7 @@ void rs__quant_free(rs_qexp_t *qx)
     for (size_t i = 0; i < qx->nq; i++)
         free(qx->q[i].segs.v);
     free(qx->q);
+    free(qx->ops);
     free(qx->role);
     free(qx->owner);
     rs_capture_destroy(qx->work);

@@ -51,6 +51,8 @@ typedef struct rs_qexp {
     size_t nq;
     unsigned char *role;       /* per working copy: RS_QROLE_* */
     size_t *owner;             /* per working copy: its rs_pquant_t */
+    rs_op_t *ops;              /* room for a scale copy's ops (one narrow
+                                * per dim and a view) */
 } rs_qexp_t;
 
 /* 1 when some copy of the capture is quantized. O(copies). */

@@ -69,7 +69,7 @@ static int holds(const rs_pquant_t *pq, const rs_src_shard_t *sh, grange_t *r)
 static void mark(const rs_pquant_t *pq, const grange_t *r, unsigned char *m,
                  unsigned char bit)
 {
-    int64_t g[RS_MAX_DIMS];
+    int64_t g[RS_MAX_DIMS] = {0};
     int n = pq->ndim;
     memcpy(g, r->lo, (size_t)n * sizeof(int64_t));
     for (;;) {
@@ -149,7 +149,8 @@ static void explain(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
                     const int64_t *vhi, const unsigned char *m, int64_t nb,
                     char *why, size_t whylen)
 {
-    int64_t served = 0, first = -1, g[RS_MAX_DIMS], abs_g[RS_MAX_DIMS];
+    int64_t served = 0, first = -1, g[RS_MAX_DIMS] = {0},
+            abs_g[RS_MAX_DIMS] = {0};
     char at[160];
     for (int64_t i = 0; i < nb; i++) {
         served += m[i] == 3;
@@ -189,7 +190,7 @@ int rs__quant_publisher_serves(rs_sources_h sources, const rs_pquant_t *pq,
     const rs_src_tensor_t *tq = rs__sources_find(sources, qname);
     const rs_src_tensor_t *ts = rs__sources_find(sources, sname);
     int64_t nb = 1;
-    grange_t r;
+    grange_t r = {{0}, {0}};
     if (!published(pq, tq, ts, qname, sname, why, whylen))
         return 0;
     for (int d = 0; d < pq->ndim; d++)
