@@ -1,0 +1,122 @@
+"""Publisher-side quantization from Python. A trainer rank holds w (bf16
+[12, 8]) as two row halves and publishes with quantize=[...] (staging
+"arena" implied): its table serves w#fp8_block:4x4:f8e4m3 as the rows of
+whole 4x4 blocks inside each half ([0, 4) and [8, 12); block row 1
+straddles the halves) and the matching scale rows, and each entry's digest
+equals the rsd64 (tests/support/rsd64_ref.py) of reshard.quant's PyTorch
+quantization of the full bf16 tensor, at two versions with the trainer's
+tensors overwritten after each publish. quantize_wanted alone serves
+nothing quantized until a receiver asks; bad entries and other stagings are
+refused naming them."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import reshard
+from reshard import quant
+
+_SPEC = importlib.util.spec_from_file_location(
+    "rsd64_ref", Path(__file__).resolve().parents[1] / "support" /
+    "rsd64_ref.py")
+rsd64_ref = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(rsd64_ref)
+
+SPEC = "fp8_block:4x4:f8e4m3"
+ROWS, COLS, HALF = 12, 8, 6
+
+
+def _truth(version):
+    g = torch.Generator().manual_seed(1000 + version)
+    mag = torch.tensor([2.0 ** (k % 7 - 3) for k in range(ROWS)])
+    x = torch.randn(ROWS, COLS, generator=g) * mag.view(ROWS, 1)
+    x[0:4, 4:8] = 0.0  # an all-zero block: scale 1
+    return x.to(torch.bfloat16)
+
+
+def _table(file_dir, version):
+    path = Path(file_dir[len("file:"):]) / "m" / str(version) / \
+        "slot-0@trainer-0"
+    text = path.read_text()
+    return json.loads(text[text.index("\n") + 1:])
+
+
+def _entries(table, name):
+    for t in table["tensors"]:
+        if t["name"] == name:
+            return t
+    return None
+
+
+def _digest(t):
+    return rsd64_ref.text(rsd64_ref.rsd64(t.contiguous().numpy().tobytes()))
+
+
+def test_quantize_rules_serve_whole_blocks(file_dir):
+    p = reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
+                          quantize=[f"w={SPEC}"])
+    try:
+        assert p.staging == "arena"
+        halves = [torch.zeros(HALF, COLS, dtype=torch.bfloat16)
+                  for _ in range(2)]
+        for h, a in enumerate(halves):
+            p.register("w", a, (ROWS, COLS), (h * HALF, 0))
+        for version in (1, 2):
+            w = _truth(version)
+            for h, a in enumerate(halves):
+                a.copy_(w[h * HALF:(h + 1) * HALF])
+            p.publish(version)
+            for a in halves:
+                a.fill_(-3.0)  # the arena holds the version
+            assert p.num_served == 2 + 4
+            q, scale = quant.quantize_fp8(w, "fp8_block", (4, 4), "f8e4m3")
+            table = _table(file_dir, version)
+            fp8 = _entries(table, f"w#{SPEC}")
+            sc = _entries(table, f"w#{SPEC}#scale")
+            assert fp8["dtype"] == "torch.float8_e4m3fn"
+            assert sc["dtype"] == "torch.float32"
+            assert fp8["full_shape"] == [ROWS, COLS]
+            assert sc["full_shape"] == [3, 2]
+            boxes = [(s["shard_offset"], s["shape"]) for s in fp8["shards"]]
+            assert boxes == [([0, 0], [4, 8]), ([8, 0], [4, 8])]
+            sboxes = [(s["shard_offset"], s["shape"]) for s in sc["shards"]]
+            assert sboxes == [([0, 0], [1, 2]), ([2, 0], [1, 2])]
+            for s, rows in zip(fp8["shards"], ((0, 4), (8, 12))):
+                assert s["digest"] == _digest(q[rows[0]:rows[1]])
+            for s, g in zip(sc["shards"], (0, 2)):
+                assert s["digest"] == _digest(scale[g:g + 1])
+            reshard.directory.release(file_dir, "m", version)
+            p.wait_released(version, timeout_s=20)
+    finally:
+        p.close()
+
+
+def test_quantize_wanted_alone_serves_what_is_asked(file_dir):
+    p = reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
+                          quantize_wanted=True)
+    try:
+        assert p.staging == "arena"
+        a = torch.ones(ROWS, COLS, dtype=torch.bfloat16)
+        p.register("w", a)
+        p.publish(1)
+        assert p.num_served == 1  # no receiver asked
+    finally:
+        p.close()
+
+
+def test_bad_entries_and_stagings(file_dir):
+    with pytest.raises(reshard.errors.InvalidArgument,
+                       match="quantize entry 1 'w=fp8_block:0x4:f8e4m3'"):
+        reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
+                          quantize=[f"w={SPEC}", "w=fp8_block:0x4:f8e4m3"])
+    with pytest.raises(reshard.errors.InvalidArgument,
+                       match="quantize entry 0 'w'"):
+        reshard.Publisher(file_dir, "m", 0, 1, backend="cma", quantize="w")
+    with pytest.raises(reshard.errors.InvalidArgument, match="arena"):
+        reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
+                          staging="caller", quantize=[f"w={SPEC}"])
+    with pytest.raises(reshard.errors.InvalidArgument, match="arena"):
+        reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
+                          staging="in_place", quantize_wanted=True)
