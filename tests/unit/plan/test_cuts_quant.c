@@ -5,7 +5,8 @@
  * naming them; merges are unions; the JSON form reads back to the same
  * pairs and the same text, a set without pairs writes no "quantize" key,
  * and the reader refuses unsorted, repeated and malformed entries naming
- * the entry. */
+ * the entry; a capture adds one pair per quantized copy (two copies of one
+ * source and spec: one pair), beside the cuts of the boxes they read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 
 #include "assert_status.h"
+#include "reshard/capture.h"
 #include "reshard/cuts.h"
 
 #define B128 "fp8_block:128x128:f8e4m3"
@@ -182,6 +184,54 @@ static void test_json_refusals(void **state)
     expect_bad_json("{\"w\": 1}", "quantize");
 }
 
+/* Rows [r0, r0 + 16) of "w" [32, 32] quantized in 16x16 blocks into rows
+ * of param "q" [32, 32], scales into "s" [2, 2]. */
+static void add_quant_rows(rs_capture_h cap, int64_t r0, const char *spec)
+{
+    int64_t store[8];
+    rs_quant_desc_t q;
+    rs_diag_t d;
+    const int64_t shape[2] = {16, 32}, stride[2] = {32, 1};
+    const int64_t sshape[2] = {1, 2}, sstride[2] = {2, 1};
+    ASSERT_ST(rs_quant_spec_parse(spec, store, &d, &q), RS_OK, d);
+    q.scale_param = "s";
+    q.scale_offset = r0 / 16 * 2;
+    q.scale_ndim = 2;
+    q.scale_shape = sshape;
+    q.scale_stride = sstride;
+    rs_op_t nar = {.kind = RS_OP_NARROW, .arg = {0, r0, 16}};
+    rs_copy_desc_t c = {"w", "q", &nar, 1, r0 * 32, 2, shape, stride,
+                        q.format};
+    ASSERT_ST(rs_capture_add_quant_copy(cap, &c, &q, &d), RS_OK, d);
+}
+
+static void test_from_capture(void **state)
+{
+    (void)state;
+    rs_capture_h cap = NULL;
+    rs_cuts_h c = new_set();
+    rs_diag_t d;
+    const int64_t full[2] = {32, 32}, s2[2] = {2, 2};
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    ASSERT_ST(rs_capture_declare_source(cap, "w", 2, full, RS_DTYPE_BF16, &d),
+              RS_OK, d);
+    ASSERT_ST(rs_capture_add_param(cap, "q", 2, full, RS_DTYPE_F8E4M3, &d),
+              RS_OK, d);
+    ASSERT_ST(rs_capture_add_param(cap, "s", 2, s2, RS_DTYPE_F32, &d), RS_OK,
+              d);
+    add_quant_rows(cap, 16, "fp8_block:16x16:f8e4m3");
+    add_quant_rows(cap, 0, "fp8_block:16x16:f8e4m3");
+    ASSERT_ST(rs_cuts_add_capture(c, cap, &d), RS_OK, d);
+    const char *want[] = {"w", "fp8_block:16x16:f8e4m3"};
+    expect_pairs(c, want, 1);
+    size_t n = 0;
+    const int64_t *at = rs_cuts_get(c, "w", 0, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(at[0], 16);
+    rs_cuts_destroy(c);
+    rs_capture_destroy(cap);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -190,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_merge_union),
         cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_json_refusals),
+        cmocka_unit_test(test_from_capture),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
