@@ -1,8 +1,9 @@
 /* A publisher's staging: memory it allocates from its exposer
  * (rs_publisher_alloc), shards held in place there, and the copy-in arena
  * each publish of a new version fills from the trainer's tensors (and,
- * after them, the quantized copies of arena_quant.c). The exposer lives as long as the publisher, so allocations and the arena
- * survive re-exposing (docs/design.md, "Publisher staging"). */
+ * after them, the quantized copies of arena_quant.c). The exposer lives
+ * as long as the publisher, so allocations and the arena survive
+ * re-exposing (docs/design.md, "Publisher staging"). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

@@ -5,10 +5,10 @@
  * (rs_dir_list_cuts): only records that are new or whose generation
  * changed are read and parsed, dropped holders leave. A record's requests
  * for quantized copies of registered tensors are kept with its cuts
- * (publisher-side quantization with quantize_wanted reads them). Records that cannot
- * be used are kept as unusable with the reason, told once per (holder,
- * generation) when the union is built, so they are neither read nor
- * parsed again until they change. */
+ * (publisher-side quantization with quantize_wanted reads them). Records
+ * that cannot be used are kept as unusable with the reason, told once per
+ * (holder, generation) when the union is built, so they are neither read
+ * nor parsed again until they change. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

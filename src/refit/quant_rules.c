@@ -2,8 +2,8 @@
  * "GLOB=SPEC" entries it was created with (fnmatch over tensor names,
  * checked at create), and with quantize_wanted the (source, spec) requests
  * of the receivers' cuts records it caches (cut_records.c). Each shard
- * gets every spec that names its tensor (arena_quant.c drops repeats) (docs/design.md,
- * "Publisher-side quantization"). */
+ * gets every spec that names its tensor (arena_quant.c drops repeats;
+ * docs/design.md, "Publisher-side quantization"). */
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -714,7 +714,7 @@ static void test_bad_entries(void **state)
     (void)state;
     world_t *w = world_open("cma");
     char want[160];
-    const char *bad[] = {"w", "=" B128, "w=fp8_block:0x128:f8e4m3",
+    const char *bad[] = {"w", ("=" B128), "w=fp8_block:0x128:f8e4m3",
                          "w=fp8_block:128x128:f8e4m9", "w=int8",
                          "w=fp8_block:128x128:f8e4m3:extra"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
