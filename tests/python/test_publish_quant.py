@@ -5,7 +5,8 @@ whole 4x4 blocks inside each half ([0, 4) and [8, 12); block row 1
 straddles the halves) and the matching scale rows, and each entry's digest
 equals the rsd64 (tests/support/rsd64_ref.py) of reshard.quant's PyTorch
 quantization of the full bf16 tensor, at two versions with the trainer's
-tensors overwritten after each publish. quantize_wanted alone serves
+tensors overwritten after each publish; a NaN in a served block makes the
+next publish raise InputError naming the block, no table written. quantize_wanted alone serves
 nothing quantized until a receiver asks; bad entries and other stagings are
 refused naming them."""
 import importlib.util
@@ -89,6 +90,12 @@ def test_quantize_rules_serve_whole_blocks(file_dir):
                 assert s["digest"] == _digest(scale[g:g + 1])
             reshard.directory.release(file_dir, "m", version)
             p.wait_released(version, timeout_s=20)
+        halves[1][5, 2] = float("nan")  # row 11: block (2, 0), served
+        with pytest.raises(reshard.errors.InputError,
+                           match=r"quantizing 'w' .*block \[2, 0\]"):
+            p.publish(3)
+        assert not (Path(file_dir[len("file:"):]) / "m" / "3" /
+                    "slot-0@trainer-0").exists()
     finally:
         p.close()
 
