@@ -18,7 +18,8 @@
  * nothing of that version published, while one in a straddling block does
  * not; a publisher with quantize_wanted serves what the cuts records ask
  * for, from the version after the record is written, and stops when it is
- * dropped. */
+ * dropped; with cut_aligned as well the shards are cut and the quantized
+ * boxes are not, both exact. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -179,6 +180,7 @@ typedef struct world {
     tensor_t t[NT];
     int32_t n[16];
     uint16_t norm[64];
+    int cut_aligned; /* publishers open cut-aligned too */
     int notices;
     char notice[8][RS_DIAG_MSG_MAX + 512];
 } world_t;
@@ -342,6 +344,7 @@ static rs_publisher_h open_publisher(world_t *w, int64_t replica,
     pp.quantize = q;
     pp.num_quantize = nq;
     pp.quantize_wanted = wanted;
+    pp.cut_aligned = w->cut_aligned;
     pp.notice = on_notice;
     pp.notice_ctx = w;
     ASSERT_ST(rs_publisher_create(&pp, &d, &pub), RS_OK, d);
@@ -881,6 +884,35 @@ static void test_wanted(void **state)
     world_close(w);
 }
 
+/* Cut-aligned and quantizing at once: the shards are cut at a record's
+ * cuts (w's columns at 100, u's rows at 50), the quantized boxes are not,
+ * and both read back exactly. */
+static void test_with_cut_aligned(void **state)
+{
+    (void)state;
+    world_t *w = world_open("cma");
+    wants_t ws;
+    rs_cuts_h rec = NULL;
+    rs_diag_t d;
+    const int64_t wshape[2] = {300, 260}, ushape[2] = {200, 300};
+    rule_wants(w, &ws);
+    w->cut_aligned = 1;
+    assert_int_equal(rs_cuts_create(&d, &rec), RS_OK);
+    ASSERT_ST(rs_cuts_add(rec, "w", 2, wshape, 1, 100, &d), RS_OK, d);
+    ASSERT_ST(rs_cuts_add(rec, "u", 2, ushape, 0, 50, &d), RS_OK, d);
+    put_record(w, "vllm-0", rec);
+    rs_publisher_h pub = open_publisher(w, 0, rules, 5, 0);
+    publish(w, pub, 1);
+    expect_table(w, 1, NULL, &ws, NULL);
+    /* w's halves and u's halves in two sub-boxes each, v, n, norm whole */
+    assert_int_equal(rs_publisher_num_served(pub), 4 + 4 + 3 + ws.n);
+    pull_exact(w, &ws, 1, 0, 1);
+    release(w, pub, 1);
+    rs_cuts_destroy(rec);
+    rs_publisher_destroy(pub);
+    world_close(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -890,6 +922,7 @@ int main(void)
         cmocka_unit_test(test_bad_entries),
         cmocka_unit_test(test_non_finite),
         cmocka_unit_test(test_wanted),
+        cmocka_unit_test(test_with_cut_aligned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
