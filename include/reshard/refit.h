@@ -150,7 +150,8 @@ typedef struct rs_publisher_params {
      * and with quantize_wanted = 1 every (T, S) the model's cuts records
      * ask for (rs_cuts_add_quant: receivers announce the quantized copies
      * of their captures), read as cut_aligned reads them, before staging
-     * each version. A tensor that cannot take a spec (dtype other than
+     * each version, and those of `cuts` and `cuts_file` (a cuts file of
+     * an inference layout, `reshard cuts`, lists its quantized copies). A tensor that cannot take a spec (dtype other than
      * bf16, f16, f32; rank below the block's) is told through `notice`
      * once and served without it. Any of them with another staging is
      * refused by rs_publisher_create (RS_ERR_INVALID_ARG naming both). The

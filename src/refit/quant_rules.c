@@ -1,7 +1,8 @@
 /* Which tensors a publisher quantizes, and with which specs: the
  * "GLOB=SPEC" entries it was created with (fnmatch over tensor names,
  * checked at create), and with quantize_wanted the (source, spec) requests
- * of the receivers' cuts records it caches (cut_records.c). Each shard
+ * of the receivers' cuts records it caches (cut_records.c) and of the cut
+ * set and cuts file it was given. Each shard
  * gets every spec that names its tensor (arena_quant.c drops repeats;
  * docs/design.md, "Publisher-side quantization"). */
 #include <fnmatch.h>
@@ -90,21 +91,35 @@ void rs__publisher_free_quant(rs_publisher_h p)
     free(p->qscratch);
 }
 
-/* The requests of the cached records for `tensor`. */
+/* The requests of one cut set for `tensor` (none from a set of another
+ * model: told by arena_quant.c, or by the cut union's merge). */
+static rs_status_t wanted_in(rs_publisher_h p, rs_cuts_h cuts,
+                             const char *tensor, rs__pub_spec_fn fn,
+                             void *ctx)
+{
+    const char *src, *spec, *model = rs_cuts_model(cuts);
+    rs_status_t st = RS_OK;
+    if (model != NULL && strcmp(model, p->model) != 0)
+        return RS_OK;
+    for (size_t i = 0; st == RS_OK && rs_cuts_quant(cuts, i, &src, &spec);
+         i++)
+        if (strcmp(src, tensor) == 0)
+            st = fn(ctx, spec);
+    return st;
+}
+
+/* The requests for `tensor` of the cached records, the given cut set and
+ * the cuts file. */
 static rs_status_t wanted(rs_publisher_h p, const char *tensor,
                           rs__pub_spec_fn fn, void *ctx)
 {
     rs_status_t st = RS_OK;
-    for (size_t r = 0; st == RS_OK && r < p->records_len; r++) {
-        rs_cuts_h cuts = p->records[r].cuts;
-        const char *src, *spec, *model = rs_cuts_model(cuts);
-        if (model != NULL && strcmp(model, p->model) != 0)
-            continue; /* told (arena_quant.c, or the cut union's merge) */
-        for (size_t i = 0; st == RS_OK && rs_cuts_quant(cuts, i, &src, &spec);
-             i++)
-            if (strcmp(src, tensor) == 0)
-                st = fn(ctx, spec);
-    }
+    for (size_t r = 0; st == RS_OK && r < p->records_len; r++)
+        st = wanted_in(p, p->records[r].cuts, tensor, fn, ctx);
+    if (st == RS_OK && p->params.cuts != NULL)
+        st = wanted_in(p, p->params.cuts, tensor, fn, ctx);
+    if (st == RS_OK && p->file_cuts != NULL)
+        st = wanted_in(p, p->file_cuts, tensor, fn, ctx);
     return st;
 }
 

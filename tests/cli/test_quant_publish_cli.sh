@@ -7,7 +7,9 @@
 # announce their quantized copies; version 2 is served with FP8 copies
 # (more entries) and both pulls pass --check reading fewer bytes. `publish
 # --quantize GLOB=SPEC` from fsdp:2 serves the matching tensors quantized
-# and both pulls pass --check reading fewer bytes than from bf16 tables. A bad --quantize entry exits 2 naming it,
+# and both pulls pass --check reading fewer bytes than from bf16 tables;
+# so does `publish --cuts FILE --quantize-wanted` with the file `reshard
+# cuts` writes for vllm:tp=2 (its quantized copies listed), from version 1. A bad --quantize entry exits 2 naming it,
 # and --quantize with another staging exits 2.
 # usage: bash test_quant_publish_cli.sh <reshard-binary> <source-dir>
 set -u
@@ -120,6 +122,33 @@ wait "$p0"; rc=$?
 expect_rc "publish --quantize rank 0" 0
 wait "$p1"; rc=$?
 expect_rc "publish --quantize rank 1" 0
+
+# ---- --cuts FILE --quantize-wanted: the file's requests from version 1 ----
+rm -rf "$TMP/dir/m"
+"$BIN" cuts --model-config "$FP8" --infer vllm:tp=2 -o "$TMP/tp2.cuts.json" \
+    2>"$TMP/err"
+rc=$?
+expect_rc "cuts vllm:tp=2 of the FP8 config" 0
+expect_in "cuts vllm:tp=2 of the FP8 config" "$TMP/tp2.cuts.json" \
+    '"quantize": [' '"spec": "fp8_block:16x16:f8e4m3"'
+pub f0 0 megatron:tp=2 --version 1 --cuts "$TMP/tp2.cuts.json" --quantize-wanted
+p0=$last_pid
+pub f1 1 megatron:tp=2 --version 1 --cuts "$TMP/tp2.cuts.json" --quantize-wanted
+p1=$last_pid
+if published f0 1 && published f1 1; then
+    pull 0 1 --no-announce; expect_rc "pull rank 0 of --cuts FILE" 0
+    pull 1 1 --no-announce --release; expect_rc "pull rank 1 of --cuts FILE" 0
+    for r in 0 1; do
+        b=$(stage "$TMP/plain$r" bytes); a=$(stage "$TMP/pull$r-1" bytes)
+        [ -n "$a" ] && [ -n "$b" ] && [ "$a" -lt "$b" ] &&
+            ok "rank $r: $a bytes with the file's FP8 copies, $b from bf16" ||
+            bad "rank $r: $a bytes with the file's FP8 copies, $b from bf16"
+    done
+fi
+wait "$p0"; rc=$?
+expect_rc "publish --cuts --quantize-wanted rank 0" 0
+wait "$p1"; rc=$?
+expect_rc "publish --cuts --quantize-wanted rank 1" 0
 
 # ---- refusals ----------------------------------------------------------------
 "$BIN" publish --directory "$D" --model m --version 1 --rank 0 --world 2 \
