@@ -214,7 +214,7 @@ def test_channel_scales_reshaped_to_one_dim():
         def load(ws):
             for _, w in ws:
                 q, s = quantize_fp8(w[4:], "fp8_channel", fmt="f8e5m2")
-                params["q"].copy_(q)
+                params["q"].copy_(q.contiguous().detach())
                 params["s"].copy_(s.view(-1))
         return load
 
