@@ -76,6 +76,16 @@ def code_of(dtype):
     return _BY_TORCH[dtype][1]
 
 
+def holds(tensor_dtype, code):
+    """Whether tensors of `tensor_dtype` hold values of the rs_dtype_t
+    `code`: the same dtype, or uint8 for an FP8 format torch has no dtype
+    for."""
+    for t, _, c in _TABLE:
+        if c == code:
+            return tensor_dtype == storage_dtype(t)
+    return False
+
+
 def name_of_code(code):
     """The short name of an rs_dtype_t value ("dtype 99" for none)."""
     for _, name, c in _TABLE:
