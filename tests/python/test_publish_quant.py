@@ -127,3 +127,53 @@ def test_bad_entries_and_stagings(file_dir):
     with pytest.raises(reshard.errors.InvalidArgument, match="arena"):
         reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
                           staging="in_place", quantize_wanted=True)
+
+
+def _quant_copy(r0, rows):
+    """Rows [r0, r0 + rows) of w quantized into the same rows of q, their
+    block row's scales into row r0 // 4 of s."""
+    return {"src": "w", "ops": [["narrow", 0, r0, rows]], "param": "q",
+            "dest_offset": r0 * COLS, "dest_shape": [rows, COLS],
+            "dest_stride": [COLS, 1], "dest_dtype": "f8e4m3",
+            "quant": {"scheme": "fp8_block", "format": "f8e4m3",
+                      "block": [4, 4],
+                      "scale": {"param": "s", "dest_offset": r0 // 4 * 2,
+                                "dest_shape": [1, 2],
+                                "dest_stride": [2, 1]}}}
+
+
+def test_receiver_reads_the_fp8_copies(file_dir):
+    """A receiver whose capture quantizes w (three copies of four rows:
+    block rows 0 and 2 lie inside the halves, block row 1 straddles them)
+    reads the publisher's FP8 values and scales for the first and the last,
+    quantizes the middle one itself from bf16, and lands every byte of
+    reshard.quant's quantization of the full tensor."""
+    p = reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
+                          quantize=[f"w={SPEC}"])
+    cap = {"schema": "reshard.capture.v1",
+           "params": {"q": {"shape": [ROWS, COLS], "dtype": "f8e4m3"},
+                      "s": {"shape": [3, 2], "dtype": "f32"}},
+           "sources": {"w": {"shape": [ROWS, COLS], "dtype": "bf16"}},
+           "copies": [_quant_copy(r, 4) for r in (0, 4, 8)]}
+    try:
+        w = _truth(1)
+        halves = [w[h * HALF:(h + 1) * HALF].clone() for h in range(2)]
+        for h, a in enumerate(halves):
+            p.register("w", a, (ROWS, COLS), (h * HALF, 0))
+        p.publish(1)
+        storage = reshard.dtypes.storage_dtype(reshard.dtypes.F8E4M3)
+        params = {"q": torch.zeros(ROWS, COLS, dtype=storage),
+                  "s": torch.zeros(3, 2)}
+        with reshard.Receiver(file_dir, "m", json.dumps(cap), params,
+                              backend="cma", discover_timeout_s=20,
+                              announce_cuts=False) as r:
+            res = r.pull(1)
+        q, scale = quant.quantize_fp8(w, "fp8_block", (4, 4), "f8e4m3")
+        assert torch.equal(params["q"].view(torch.uint8), q)
+        assert torch.equal(params["s"].view(torch.int32),
+                           scale.view(torch.int32))
+        # FP8 and scales for 8 rows, bf16 for the 4 straddling ones: less
+        # than the 192 bytes of the whole tensor in bf16
+        assert res.bytes < ROWS * COLS * 2, res.bytes
+    finally:
+        p.close()
