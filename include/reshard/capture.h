@@ -60,11 +60,18 @@ RS_API rs_status_t rs_capture_add_copy(rs_capture_h capture,
  * (reshard/quant.h): copy->dest_dtype is quant->format, and the scales of
  * the blocks the copy's view touches land in quant's scale region. The
  * capture copies both descriptors. Checked here: the scheme, format and
- * block (rs_quant_block_shape's rules), a declared float32 scale parameter,
- * the scale region's rank and sizes; the diag names the copy (by index,
- * source and parameter) and the field. Whether the scale region matches
- * the touched blocks, and the source's dtype (bf16, f16 or f32), are
- * checked by the planner, which needs the source's full shape. */
+ * block (rs_quant_block_shape's rules; against the source's rank when it
+ * is already declared), a declared float32 scale parameter, the scale
+ * region's rank, sizes, strides and offset and that it stays inside the
+ * scale parameter (one element for fp8_tensor), and that dest_dtype, and
+ * the copy's parameter's dtype when it is declared, is the format. The
+ * copy's own shape is checked as rs_capture_add_copy does. RS_ERR_INPUT
+ * with the diag naming the copy (by index, source and parameter) and the
+ * field ("copy 3 ('w' into 'p'): quant.scale_param: ..."); RS_ERR_INVALID_ARG
+ * for NULL arguments; RS_ERR_NO_MEMORY. Nothing is added on failure.
+ * Whether the scale region matches the touched blocks, and the source's
+ * dtype (bf16, f16 or f32), are checked by the planner, which needs the
+ * source's full shape. */
 RS_API rs_status_t rs_capture_add_quant_copy(rs_capture_h capture,
                                              const rs_copy_desc_t *copy,
                                              const rs_quant_desc_t *quant,

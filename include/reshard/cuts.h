@@ -48,11 +48,36 @@ RS_API rs_status_t rs_cuts_set_model(rs_cuts_h cuts, const char *model,
  * against its declared source (rs_capture_declare_source); for every dim
  * of the resolved box, its first index and one past its last. Copies of
  * undeclared or unsupported sources, and copies whose ops do not resolve,
- * add nothing (the planner reports them). Errors: RS_ERR_INPUT when the
+ * add nothing (the planner reports them). Each quantized copy of a
+ * source not marked unsupported also adds its (source, spec) pair (below),
+ * whether or not its ops resolve. Errors: RS_ERR_INPUT when the
  * capture declares a tensor with another shape than this set holds for
  * it (naming the tensor and both shapes), RS_ERR_NO_MEMORY. */
 RS_API rs_status_t rs_cuts_add_capture(rs_cuts_h cuts, rs_capture_h capture,
                                        rs_diag_t *diag);
+
+/* Quantized copies wanted (docs/design.md, "Publisher-side
+ * quantization"): the set also holds (source tensor, spec) pairs, sorted by
+ * source then spec and unique, each saying that a receiver's capture
+ * quantizes `src` with the spec whose canonical text (rs_quant_spec_format)
+ * is `spec`. rs_cuts_add_capture adds one per quantized copy
+ * (rs_capture_copy_quant) of a supported source, and rs_cuts_merge takes
+ * the union. A publisher serving what receivers want
+ * (rs_publisher_params_t.quantize_wanted) serves "<src>#<spec>" and its
+ * scales for every pair naming a tensor it registered. Adding a pair
+ * already held is a no-op. Errors: RS_ERR_INVALID_ARG for NULL arguments,
+ * RS_ERR_INPUT for an empty source or one holding '#', a spec that does
+ * not parse or is not in its canonical spelling (naming source and spec),
+ * RS_ERR_NO_MEMORY. Cost: a binary search, and moving the later pairs
+ * (none when pairs arrive in order). */
+RS_API rs_status_t rs_cuts_add_quant(rs_cuts_h cuts, const char *src,
+                                     const char *spec, rs_diag_t *diag);
+/* The pairs held. */
+RS_API size_t rs_cuts_num_quants(rs_cuts_h cuts);
+/* Pair `index` (in (src, spec) order): 1 and both strings set (valid until
+ * the set next changes), or 0 past the end (outputs untouched). */
+RS_API int rs_cuts_quant(rs_cuts_h cuts, size_t index, const char **src_p,
+                         const char **spec_p);
 
 /* Adds one cut: index `at` of dim `dim` of `tensor`, whose full shape is
  * (ndim, shape). Cuts at 0 and at shape[dim] are kept out (they cut
@@ -63,8 +88,8 @@ RS_API rs_status_t rs_cuts_add(rs_cuts_h cuts, const char *tensor, int ndim,
                                const int64_t *shape, int dim, int64_t at,
                                rs_diag_t *diag);
 
-/* Adds every cut of `from` into `into` (a union), and from's model when
- * `into` names none. Shape disagreements, and two different models, are
+/* Adds every cut and quantized-copy pair of `from` into `into` (a union),
+ * and from's model when `into` names none. Shape disagreements, and two different models, are
  * RS_ERR_INPUT naming the tensor (or both models), `into` unchanged then;
  * after RS_ERR_NO_MEMORY `into` may hold part of `from`. */
 RS_API rs_status_t rs_cuts_merge(rs_cuts_h into, rs_cuts_h from,

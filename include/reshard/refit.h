@@ -130,6 +130,35 @@ typedef struct rs_publisher_params {
     int cut_aligned;
     rs_cuts_h cuts;
     const char *cuts_file;
+    /* Publisher-side quantization (docs/design.md, "Publisher-side
+     * quantization"), on top of RS_STAGING_ARENA: each new version also
+     * serves, for a tensor T and a spec S (reshard/quant.h), the FP8
+     * tensor "T#S" (dtype the format, T's full shape) and its scales
+     * "T#S#scale" (float32, shape the block grid), in the same table and
+     * version as T, with digests. Each registered shard of T serves the
+     * sub-box of the blocks that lie wholly inside it (a ragged last block
+     * counts when the shard reaches the tensor's end) and the matching box
+     * of scales, quantized from the live shard by rs_quant_box into the
+     * arena, after the shards' bytes; a shard with no whole block serves
+     * nothing quantized, and receivers quantize the blocks that straddle
+     * shards themselves. A non-finite value fails rs_publisher_publish
+     * (RS_ERR_INPUT naming tensor, spec and block): nothing of that version
+     * is published. Which tensors: `quantize`, num_quantize "GLOB=SPEC"
+     * strings (fnmatch(3) over tensor names, the last '=' splitting, e.g.
+     * "*.mlp.experts.*.weight=fp8_block:128x128:f8e4m3"; copied and
+     * checked by rs_publisher_create, RS_ERR_INVALID_ARG naming the entry),
+     * and with quantize_wanted = 1 every (T, S) the model's cuts records
+     * ask for (rs_cuts_add_quant: receivers announce the quantized copies
+     * of their captures), read as cut_aligned reads them, before staging
+     * each version, and those of `cuts` and `cuts_file` (a cuts file of
+     * an inference layout, `reshard cuts`, lists its quantized copies). A tensor that cannot take a spec (dtype other than
+     * bf16, f16, f32; rank below the block's) is told through `notice`
+     * once and served without it. Any of them with another staging is
+     * refused by rs_publisher_create (RS_ERR_INVALID_ARG naming both). The
+     * slot's geometry key stays that of the registered shards. */
+    const char *const *quantize;
+    size_t num_quantize;
+    int quantize_wanted;
 } rs_publisher_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -216,13 +245,17 @@ RS_API rs_status_t rs_publisher_unregister(rs_publisher_h publisher,
  * not released (checked once in the directory when
  * rs_publisher_wait_released has not seen it) is refused with
  * RS_ERR_INVALID_ARG naming both versions, the arena untouched: receivers
- * may still be reading it. Call rs_publisher_wait_released first. */
+ * may still be reading it. Call rs_publisher_wait_released first. With
+ * publisher-side quantization (quantize, quantize_wanted) the quantized
+ * copies are made then too, O(bytes quantized) more; a non-finite value
+ * is RS_ERR_INPUT naming the tensor, spec and block, and no table of the
+ * version is published (a later publish of it stages it again). */
 RS_API rs_status_t rs_publisher_publish(rs_publisher_h publisher,
                                         int64_t version, rs_diag_t *diag);
 
 /* The entries of the table published last: its non-empty shards, or in
- * cut-aligned publishing the sub-boxes they were cut into; 0 before the
- * first publish. O(1). */
+ * cut-aligned publishing the sub-boxes they were cut into, plus two per
+ * quantized box (values and scales); 0 before the first publish. O(1). */
 RS_API size_t rs_publisher_num_served(rs_publisher_h publisher);
 
 /* Waits until `version` is released by the directory (every receiver's
@@ -300,7 +333,9 @@ typedef struct rs_receiver_params {
      * writes the cut points its capture needs (rs_cuts_add_capture, as
      * reshard.cuts.v1) to the directory as the cuts record `announce_as`
      * of the model (rs_dir_put_cuts), once; cut-aligned publishers cut the
-     * versions they stage after it for this receiver. It is one small
+     * versions they stage after it for this receiver. The record also
+     * lists the capture's quantized copies (source and spec), which
+     * publishers with quantize_wanted serve quantized from then on. It is one small
      * write per receiver and changes nothing for other publishers. A
      * failed announcement is told through `notice` and tried again before
      * the next pull; it never fails a pull. 0: no announcement (see

@@ -48,6 +48,9 @@ class PublisherParams(ctypes.Structure):
         ("cut_aligned", ctypes.c_int),
         ("cuts", ctypes.c_void_p),
         ("cuts_file", ctypes.c_char_p),
+        ("quantize", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_quantize", ctypes.c_size_t),
+        ("quantize_wanted", ctypes.c_int),
     ]
 
 

@@ -189,9 +189,11 @@ class QuantRecorder:
 
     def handle(self, name, func, x, args, kwargs):
         """A call on the values or scales of a quantize_fp8: identity calls
-        pass, the scales may gain or lose dims of extent 1, anything else
-        makes the source unsupported."""
+        and contiguous pass, the scales may gain or lose dims of extent 1,
+        anything else makes the source unsupported."""
         part = x._rs_quant[1]
+        if name == "contiguous":            # both are contiguous already
+            return x
         if name in capture_hook.IDENTITY and name not in capture_hook._CASTS:
             target = capture_hook._target_dtype(name, x, args[1:], kwargs)
             if target is None or target == x._rs_raw.dtype:

@@ -16,6 +16,11 @@ so training may go on as soon as publish returns). Cut-aligned publishing
 (cut_aligned=True, or cuts_file=) works on top of "arena": each version's
 shards are copied into the arena as the sub-boxes between the cuts the
 receivers announced (docs/design.md, "Cut-aligned publishing").
+Publisher-side quantization (quantize=["GLOB=SPEC", ...], or
+quantize_wanted=True) also works on top of "arena": each version serves an
+FP8 copy "<name>#<spec>" and its scales "<name>#<spec>#scale" of the
+matching tensors, made of the blocks wholly inside each registered box
+(docs/design.md, "Publisher-side quantization").
 """
 import ctypes
 import math
@@ -63,21 +68,38 @@ class Publisher(Handle):
     announced cuts from the directory and serve each shard as the sub-boxes
     between them; cuts_file: also cut at a reshard.cuts.v1 file's cuts
     (`reshard cuts` writes one for an inference layout). Either one implies
-    staging="arena" and refuses any other staging."""
+    staging="arena" and refuses any other staging. quantize: "GLOB=SPEC"
+    strings (fnmatch over tensor names, e.g.
+    "*.mlp.experts.*.weight=fp8_block:128x128:f8e4m3"): each version also
+    serves the matching tensors quantized to FP8 as "<name>#<spec>" with
+    their scales "<name>#<spec>#scale", each registered box serving the
+    blocks wholly inside it; a bad entry raises InvalidArgument naming it.
+    quantize_wanted: also serve the quantized copies receivers announce in
+    their cuts records (their captures' quantized copies). Either implies
+    staging="arena" too."""
 
     _what = "publisher"
 
     def __init__(self, directory, model, rank, world, backend="ucx", *,
                  replica=0, session=None, digests=True, heartbeat_s=1.0,
                  publish_retry_s=60.0, notice=None, staging=None,
-                 cut_aligned=False, cuts_file=None):
+                 cut_aligned=False, cuts_file=None, quantize=(),
+                 quantize_wanted=False):
+        if isinstance(quantize, (str, bytes)):
+            quantize = [quantize]  # one entry, not its characters
+        quantize = [str(q) for q in quantize]
         cut = bool(cut_aligned) or cuts_file is not None
+        quant = bool(quantize) or bool(quantize_wanted)
         if staging is None:
-            staging = "arena" if cut else "caller"
+            staging = "arena" if cut or quant else "caller"
         if cut and staging != "arena":
             raise errors.InvalidArgument(
                 f"publisher: cut-aligned publishing copies shards into the "
                 f"arena: it needs staging 'arena', not {staging!r}")
+        if quant and staging != "arena":
+            raise errors.InvalidArgument(
+                f"publisher: publisher-side quantization fills the arena: "
+                f"it needs staging 'arena', not {staging!r}")
         if staging not in _lib.STAGING:
             raise errors.InvalidArgument(
                 f"publisher: staging must be one of "
@@ -89,6 +111,12 @@ class Publisher(Handle):
                       _lib.enc(cuts_file)]
         p.directory, p.model, p.backend, p.session, p.cuts_file = self._keep
         p.cut_aligned = 1 if cut_aligned else 0
+        entries = (ctypes.c_char_p * max(len(quantize), 1))(
+            *[_lib.enc(q) for q in quantize])
+        self._keep.append(entries)
+        p.quantize = ctypes.cast(entries, ctypes.POINTER(ctypes.c_char_p))
+        p.num_quantize = len(quantize)
+        p.quantize_wanted = 1 if quantize_wanted else 0
         p.rank, p.world, p.replica = int(rank), int(world), int(replica)
         p.digests = 1 if digests else 0
         p.heartbeat_s = float(heartbeat_s)
@@ -238,7 +266,8 @@ class Publisher(Handle):
     @property
     def num_served(self):
         """Entries of the table published last: the registered boxes, or
-        with cut-aligned publishing the sub-boxes they were cut into."""
+        with cut-aligned publishing the sub-boxes they were cut into, and
+        two per quantized box (its FP8 values and its scales)."""
         with self._lock:
             self._open()
             return int(_lib.lib().rs_publisher_num_served(self._h))

@@ -98,27 +98,35 @@ def encode(x, fmt):
     """FP8 bit patterns (uint8) of the finite float32 tensor `x`: rounded to
     nearest even, saturating at +-fmax, the sign of zero kept."""
     bias, mbits, fmax = FORMATS[format_name(fmt)]
-    bits = x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    sign = (bits >> 31) << 7
+    bits = x.contiguous().view(torch.int32)
+    sign = (bits >> 24) & 0x80              # bit 31 to bit 7
     fmax_bits = int(torch.tensor(fmax, dtype=torch.float32)
                     .view(torch.int32).item())
     a = torch.clamp(bits & 0x7FFFFFFF, max=fmax_bits)    # saturate
-    e32 = a >> 23
     # Normal results: round the float32 mantissa to mbits, carrying into
-    # the exponent, then rebias the exponent.
+    # the exponent, then rebias the exponent (no int32 overflow: a is at
+    # most fmax's bits).
     shift = 23 - mbits
-    r = (a + ((1 << (shift - 1)) - 1) + ((a >> shift) & 1)) >> shift
-    normal = r - ((127 - bias) << mbits)
-    # Subnormal results: the value in units of 2^(1 - bias - mbits),
-    # rounded to nearest even (a carry into the first normal is right).
+    code = ((a + ((1 << (shift - 1)) - 1) + ((a >> shift) & 1)) >> shift) \
+        - ((127 - bias) << mbits)
+    sub = a < ((128 - bias) << 23)          # below the format's min normal
+    if bool(sub.any()):
+        code[sub] = _encode_subnormal(a[sub].to(torch.int64), bias, mbits)
+    return (sign | code).to(torch.uint8)
+
+
+def _encode_subnormal(a, bias, mbits):
+    """Codes of magnitudes (float32 bits, int64) below the format's least
+    normal: the value in units of 2^(1 - bias - mbits), rounded to nearest
+    even (a carry into the least normal code is right)."""
+    e32 = a >> 23
     m = (a & 0x7FFFFF) | ((e32 > 0).to(torch.int64) << 23)
     s = torch.clamp(151 - bias - mbits - torch.clamp(e32, min=1), 1, 40)
     k = m >> s
     rem = m & ((torch.ones_like(s) << s) - 1)
     half = torch.ones_like(s) << (s - 1)
     k = k + ((rem > half) | ((rem == half) & ((k & 1) == 1))).to(torch.int64)
-    code = torch.where(e32 >= 128 - bias, normal, k)
-    return (sign | code).to(torch.uint8)
+    return k.to(torch.int32)
 
 
 def decode(codes, fmt):

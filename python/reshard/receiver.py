@@ -156,9 +156,10 @@ class Receiver(Handle):
     did); timeouts in seconds (pull_timeout_s 0: no overall bound);
     announce_cuts: before the first pull, write the cut points this
     capture reads to the directory (as record `announce_as`, default the
-    holder), so cut-aligned publishers cut their next version for it
-    (default True; a failed announcement is a notice, never a failed
-    pull)."""
+    holder), so cut-aligned publishers cut their next version for it,
+    with the capture's quantized copies, so publishers created with
+    quantize_wanted=True serve them quantized (default True; a failed
+    announcement is a notice, never a failed pull)."""
 
     _what = "receiver"
 

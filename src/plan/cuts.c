@@ -33,6 +33,7 @@ void rs_cuts_destroy(rs_cuts_h cuts)
     free(cuts->tensors);
     free(cuts->order);
     rs__strmap_free(&cuts->index);
+    rs__cuts_free_quants(cuts);
     free(cuts->model);
     free(cuts);
 }
@@ -300,6 +301,8 @@ rs_status_t rs_cuts_merge(rs_cuts_h into, rs_cuts_h from, rs_diag_t *diag)
     for (size_t i = 0; st == RS_OK && i < from->tensors_len; i++)
         st = merge_tensor(into, &from->tensors[i], diag);
     rs__cuts_sort(into);
+    if (st == RS_OK)
+        st = rs__cuts_merge_quants(into, from, diag);
     return st;
 }
 

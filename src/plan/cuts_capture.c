@@ -1,7 +1,8 @@
 /* Cuts from a capture: every copy resolved against its declared source with
  * the planner's geometry (rs__geom_resolve), and the first and one past the
  * last index the resolved box reads in each source dim added as cuts. A
- * shard split there serves each copy's box as whole sub-boxes. */
+ * shard split there serves each copy's box as whole sub-boxes. Quantized
+ * copies also add their (source, spec) request (cuts_quant.c). */
 #include <string.h>
 
 #include "core/diag.h"
@@ -82,5 +83,7 @@ rs_status_t rs_cuts_add_capture(rs_cuts_h cuts, rs_capture_h capture,
     for (size_t i = 0; st == RS_OK && i < capture->copies_len; i++)
         st = add_copy(cuts, capture, &capture->copies[i], diag);
     rs__cuts_sort(cuts);
+    if (st == RS_OK)
+        st = rs__cuts_add_capture_quants(cuts, capture, diag);
     return st;
 }

@@ -20,6 +20,13 @@ typedef struct rs_cut_tensor {
     rs_cut_dim_t dims[RS_MAX_DIMS];
 } rs_cut_tensor_t;
 
+/* A quantized copy the set's receiver wants served: source tensor and
+ * canonical spec text (rs_quant_spec_format). */
+typedef struct rs_cut_quant {
+    char *src;
+    char *spec;
+} rs_cut_quant_t;
+
 struct rs_cuts {
     RS_VEC(rs_cut_tensor_t, tensors); /* in insertion order */
     rs_strmap_t index;                /* name -> tensors[] */
@@ -28,6 +35,9 @@ struct rs_cuts {
     RS_VEC(uint32_t, order);
     size_t sorted;
     char *model; /* NULL when no model is named */
+    /* Quantized copies wanted (cuts_quant.c), sorted by (src, spec) and
+     * unique. */
+    RS_VEC(rs_cut_quant_t, quants);
 };
 
 /* The tensor of that name, or NULL. */
@@ -54,5 +64,26 @@ void rs__cuts_sort(rs_cuts_h cuts);
  * and both shapes into diag and returns 0. */
 int rs__cuts_same_shape(const rs_cut_tensor_t *t, int ndim,
                         const int64_t *shape, rs_diag_t *diag);
+
+/* Frees the quantization requests (rs_cuts_destroy). */
+void rs__cuts_free_quants(rs_cuts_h cuts);
+
+/* Adds every request of `from` into `into` (a sorted merge). Only
+ * RS_ERR_NO_MEMORY; `into` may then hold part of `from`. */
+rs_status_t rs__cuts_merge_quants(rs_cuts_h into, rs_cuts_h from,
+                                  rs_diag_t *diag);
+
+/* Appends (src, spec) after the last request, which must sort before it
+ * (the JSON reader's order check); RS_ERR_NO_MEMORY. */
+rs_status_t rs__cuts_append_quant(rs_cuts_h cuts, const char *src,
+                                  const char *spec, rs_diag_t *diag);
+
+/* 1 when `spec` is a spec in its canonical spelling; else writes an
+ * RS_ERR_INPUT naming `src` and the spec into diag and returns 0. */
+int rs__cuts_check_spec(const char *src, const char *spec, rs_diag_t *diag);
+
+/* The capture's quantized copies as requests (cuts_capture.c calls it). */
+rs_status_t rs__cuts_add_capture_quants(rs_cuts_h cuts, rs_capture_h cap,
+                                        rs_diag_t *diag);
 
 #endif

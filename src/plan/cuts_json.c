@@ -1,7 +1,9 @@
 /* Reader of reshard.cuts.v1 JSON (docs/formats.md): one document is one cut
  * set, in its one spelling (tensors sorted by name and unique, each dim's
  * cuts strictly increasing inside the dim), so that what a receiver
- * announces and what a publisher reads compare byte for byte. */
+ * announces and what a publisher reads compare byte for byte. The optional
+ * "quantize" list (quantized copies the receiver wants) is read the same
+ * way: sorted by (src, spec), unique, each spec canonical. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +107,52 @@ static rs_status_t load_tensor(rs_json_ctx_t *c, rs_cuts_h cuts,
     return load_cuts(c, t, obj);
 }
 
+/* One {"src", "spec"} of "quantize": after the previous one in (src,
+ * spec) order, its spec canonical. */
+static rs_status_t load_quant(rs_json_ctx_t *c, rs_cuts_h cuts,
+                              const json_t *obj)
+{
+    const char *src = NULL, *spec = NULL;
+    rs_status_t st;
+    if ((st = rs__json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
+        (st = rs__json_field_string(c, obj, "src", 1, &src)) != RS_OK ||
+        (st = rs__json_field_string(c, obj, "spec", 1, &spec)) != RS_OK)
+        return st;
+    if (!rs__cuts_check_spec(src, spec, c->diag))
+        return rs__json_prefix(c);
+    size_t n = cuts->quants_len;
+    if (n > 0) {
+        const rs_cut_quant_t *q = &cuts->quants[n - 1];
+        int order = strcmp(q->src, src);
+        if (order > 0 || (order == 0 && strcmp(q->spec, spec) >= 0))
+            return rs__json_fail(c, "quantized source '%s' spec '%s' follows "
+                                 "'%s' spec '%s': entries must be sorted by "
+                                 "src then spec, each pair named once", src,
+                                 spec, q->src, q->spec);
+    }
+    if (rs__cuts_append_quant(cuts, src, spec, c->diag) != RS_OK)
+        return rs__json_prefix(c);
+    return RS_OK;
+}
+
+/* The optional "quantize": the quantized copies the receiver wants. */
+static rs_status_t load_quants(rs_json_ctx_t *c, rs_cuts_h cuts,
+                               const json_t *root)
+{
+    json_t *arr = NULL;
+    rs_status_t st = rs__json_field(c, root, "quantize", 0, JSON_ARRAY, &arr);
+    if (st != RS_OK || arr == NULL)
+        return st;
+    size_t mark = rs__json_push_key(c, "quantize");
+    for (size_t i = 0; st == RS_OK && i < json_array_size(arr); i++) {
+        size_t imark = rs__json_push_index(c, i);
+        st = load_quant(c, cuts, json_array_get(arr, i));
+        rs__json_pop(c, imark);
+    }
+    rs__json_pop(c, mark);
+    return st;
+}
+
 static rs_status_t load_root(rs_json_ctx_t *c, rs_cuts_h cuts,
                              const json_t *root)
 {
@@ -128,6 +176,8 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_cuts_h cuts,
     }
     rs__json_pop(c, mark);
     rs__cuts_sort(cuts);
+    if (st == RS_OK)
+        st = load_quants(c, cuts, root);
     return st;
 }
 

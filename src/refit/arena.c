@@ -1,8 +1,9 @@
 /* A publisher's staging: memory it allocates from its exposer
  * (rs_publisher_alloc), shards held in place there, and the copy-in arena
- * each publish of a new version fills from the trainer's tensors. The
- * exposer lives as long as the publisher, so allocations and the arena
- * survive re-exposing (docs/design.md, "Publisher staging"). */
+ * each publish of a new version fills from the trainer's tensors (and,
+ * after them, the quantized copies of arena_quant.c). The exposer lives
+ * as long as the publisher, so allocations and the arena survive
+ * re-exposing (docs/design.md, "Publisher staging"). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -173,18 +174,20 @@ static rs_status_t stage_arena(rs_publisher_h p, int64_t version,
     rs_status_t st = check_released(p, version, diag);
     if (st != RS_OK)
         return st;
-    uint64_t need = 0;
+    uint64_t need = 0, qneed = 0;
     if (p->cut_mode)
         st = rs__publisher_cut(p, diag, &need); /* the served layout stays */
     else
         need = lay_out(p, NULL);
-    if (st == RS_OK && need > 0 && need > p->arena_cap)
-        st = grow_arena(p, need, diag);
+    if (st == RS_OK) /* the quantized pieces follow the shards' bytes */
+        st = rs__publisher_quant_plan(p, diag, &qneed);
+    if (st == RS_OK && need + qneed > 0 && need + qneed > p->arena_cap)
+        st = grow_arena(p, need + qneed, diag);
     if (st != RS_OK)
         return st;
-    if (p->arena_len != need)
+    if (p->arena_len != need + qneed)
         p->dirty = 1; /* the one region changes size */
-    p->arena_len = need;
+    p->arena_len = need + qneed;
     p->arena_version = -1; /* mixed bytes until every copy is done */
     if (p->cut_mode) {
         rs__publisher_fill_pieces(p, p->arena);
@@ -195,6 +198,11 @@ static rs_status_t stage_arena(rs_publisher_h p, int64_t version,
                 memcpy(p->shards[i].served, p->shards[i].ptr,
                        (size_t)p->shards[i].nbytes);
     }
+    st = rs__publisher_quant_fill(p, p->arena != NULL
+                                         ? (char *)p->arena + need : NULL,
+                                  version, diag);
+    if (st != RS_OK)
+        return st; /* arena_version stays -1: nothing of it is served */
     p->arena_version = version;
     return RS_OK;
 }

@@ -100,7 +100,7 @@ static rs_status_t gather(rs_publisher_h p, rs_diag_t *diag,
 
 /* A digest of what base_set records: each registered tensor's name and
  * full shape. */
-static uint64_t base_key(rs_publisher_h p)
+uint64_t rs__publisher_tensor_key(rs_publisher_h p)
 {
     rs_digest_t d;
     rs_digest_init(&d);
@@ -121,7 +121,7 @@ static uint64_t base_key(rs_publisher_h p)
 static rs_status_t current_union(rs_publisher_h p, rs_diag_t *diag,
                                  rs_cuts_h *cuts_p)
 {
-    uint64_t key = base_key(p);
+    uint64_t key = rs__publisher_tensor_key(p);
     if (key != p->cut_key || p->cut_union == NULL)
         rs__publisher_forget_records(p);
     rs_status_t st = p->params.cut_aligned
@@ -197,10 +197,10 @@ rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
     return RS_OK;
 }
 
-/* Copies the sub-box (piece) of shard s into dst, row-major: the inner
- * dims the piece spans whole form one run, the outer ones are walked. */
-static void copy_piece(const rs_pub_shard_t *s, const rs_pub_piece_t *piece,
-                       char *dst)
+/* The inner dims the piece spans whole form one run, the outer ones are
+ * walked. */
+void rs__publisher_copy_box(const rs_pub_shard_t *s,
+                            const rs_pub_piece_t *piece, char *dst)
 {
     int nd = s->ndim, inner = nd;
     size_t es = rs_dtype_size(s->dtype);
@@ -234,7 +234,8 @@ void rs__publisher_fill_pieces(rs_publisher_h p, void *base)
     for (size_t i = 0; i < p->next_pieces_len; i++) {
         rs_pub_piece_t *piece = &p->next_pieces[i];
         piece->served = (char *)base + off;
-        copy_piece(&p->shards[piece->shard], piece, piece->served);
+        rs__publisher_copy_box(&p->shards[piece->shard], piece,
+                               piece->served);
         off += (piece->nbytes + RS_PUB_SLOT_ALIGN - 1) / RS_PUB_SLOT_ALIGN *
                RS_PUB_SLOT_ALIGN;
     }

@@ -3,15 +3,18 @@
  * the tensors this publisher registered. Before a version is staged the
  * copy is brought up to date from the directory's listing of generations
  * (rs_dir_list_cuts): only records that are new or whose generation
- * changed are read and parsed, dropped holders leave. Records that cannot
- * be used are kept as unusable with the reason, told once per (holder,
- * generation) when the union is built, so they are neither read nor
- * parsed again until they change. */
+ * changed are read and parsed, dropped holders leave. A record's requests
+ * for quantized copies of registered tensors are kept with its cuts
+ * (publisher-side quantization with quantize_wanted reads them). Records
+ * that cannot be used are kept as unusable with the reason, told once per
+ * (holder, generation) when the union is built, so they are neither read
+ * nor parsed again until they change. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/strmap.h"
 #include "refit/refit_impl.h"
 #include "reshard/cuts.h"
 
@@ -70,10 +73,35 @@ static rs_status_t copy_tensor(rs_cuts_h to, rs_cuts_h from, const char *name,
     return st;
 }
 
+/* Adds the quantized-copy requests of `from` whose source is registered
+ * (publisher-side quantization serves only those). */
+static rs_status_t copy_quants(rs_publisher_h p, rs_cuts_h to, rs_cuts_h from,
+                               rs_diag_t *diag)
+{
+    const char *src, *spec;
+    rs_strmap_t names;
+    uint32_t ignored;
+    int ok = 1;
+    if (rs_cuts_num_quants(from) == 0)
+        return RS_OK;
+    rs__strmap_init(&names);
+    for (size_t i = 0; ok && i < p->shards_len; i++)
+        ok = rs__strmap_put(&names, p->shards[i].tensor, (uint32_t)i);
+    rs_status_t st = ok ? RS_OK
+                        : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of "
+                                       "memory");
+    for (size_t i = 0; st == RS_OK && rs_cuts_quant(from, i, &src, &spec);
+         i++)
+        if (rs__strmap_get(&names, src, &ignored))
+            st = rs_cuts_add_quant(to, src, spec, diag);
+    rs__strmap_free(&names);
+    return st;
+}
+
 /* The part of a parsed record about the registered tensors (with its
  * model): what the union needs, at a fraction of a whole record's memory
  * (a DeepSeek-V3 record names 45,395 tensors, a trainer rank holds about
- * a hundred). */
+ * a hundred), and the requests for quantized copies of them. */
 static rs_status_t keep_registered(rs_publisher_h p, rs_cuts_h whole,
                                    rs_diag_t *diag, rs_cuts_h *kept_p)
 {
@@ -83,6 +111,8 @@ static rs_status_t keep_registered(rs_publisher_h p, rs_cuts_h whole,
         st = rs_cuts_set_model(kept, rs_cuts_model(whole), diag);
     for (size_t i = 0; st == RS_OK && i < p->shards_len; i++)
         st = copy_tensor(kept, whole, p->shards[i].tensor, diag);
+    if (st == RS_OK)
+        st = copy_quants(p, kept, whole, diag);
     if (st != RS_OK) {
         rs_cuts_destroy(kept);
         return st;

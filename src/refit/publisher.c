@@ -107,6 +107,22 @@ static rs_status_t check_cut_aligned(const rs_publisher_params_t *params,
                         staging_name(params->staging));
 }
 
+/* Publisher-side quantization fills arena slots: any other staging is
+ * refused. */
+static rs_status_t check_quantize(const rs_publisher_params_t *params,
+                                  rs_diag_t *diag)
+{
+    if ((params->num_quantize == 0 && !params->quantize_wanted) ||
+        params->staging == RS_STAGING_ARENA)
+        return RS_OK;
+    return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: publisher-side "
+                        "quantization (%s) fills the arena: it needs staging "
+                        "arena (2), not staging %s",
+                        params->num_quantize > 0 ? "quantize"
+                                                 : "quantize_wanted",
+                        staging_name(params->staging));
+}
+
 rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
                                 rs_diag_t *diag, rs_publisher_h *pub_p)
 {
@@ -134,6 +150,8 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
                             "%d is none of caller (0), in_place (1) and "
                             "arena (2)", params->staging);
     rs_status_t st = check_cut_aligned(params, diag);
+    if (st == RS_OK)
+        st = check_quantize(params, diag);
     if (st != RS_OK)
         return st;
     rs_publisher_h p = calloc(1, sizeof(*p));
@@ -141,6 +159,8 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     p->params = *params;
     p->params.cuts_file = NULL; /* not borrowed: p->cuts_file */
+    p->params.quantize = NULL;  /* not borrowed: p->qrules */
+    p->params.num_quantize = 0;
     p->cut_mode = params->cut_aligned || params->cuts != NULL ||
                   params->cuts_file != NULL;
     p->model = strdup(params->model);
@@ -155,8 +175,10 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
     p->arena_version = -1;
     p->released = -1;
     st = p->model && p->backend && p->session
-        ? open_dir(p, 1, diag, &p->dir)
+        ? rs__publisher_load_quant_rules(p, params, diag)
         : rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (st == RS_OK)
+        st = open_dir(p, 1, diag, &p->dir);
     if (st == RS_OK && params->cuts_file != NULL)
         st = (p->cuts_file = strdup(params->cuts_file)) != NULL
                  ? rs__publisher_load_cuts_file(p, diag)
@@ -196,6 +218,7 @@ void rs_publisher_destroy(rs_publisher_h p)
     free(p->told);
     rs__publisher_forget_records(p);
     free(p->records);
+    rs__publisher_free_quant(p);
     rs_cuts_destroy(p->cut_union);
     rs_cuts_destroy(p->file_cuts);
     free(p->cuts_file);
@@ -445,12 +468,13 @@ static rs_status_t publish_table(rs_publisher_h p, int64_t version,
     }
 }
 
-/* The table's entries: the pieces, or the non-empty shards. */
+/* The table's entries: the pieces, or the non-empty shards, and two per
+ * quantized piece (its values and its scales). */
 static size_t served_count(rs_publisher_h p)
 {
-    size_t n = 0;
+    size_t n = 2 * p->qpieces_len;
     if (p->cut_mode)
-        return p->pieces_len;
+        return n + p->pieces_len;
     for (size_t i = 0; i < p->shards_len; i++)
         n += p->shards[i].nbytes > 0;
     return n;

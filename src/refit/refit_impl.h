@@ -8,6 +8,7 @@
 #include "core/vec.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"
+#include "reshard/quant.h"
 #include "reshard/refit.h"
 #include "reshard/sources.h"
 #include "reshard/transport.h"
@@ -35,6 +36,37 @@ typedef struct rs_pub_piece {
     uint64_t nbytes;
     void *served;                /* its arena slot */
 } rs_pub_piece_t;
+
+/* The longest canonical spec text (rs_quant_spec_format) a publisher
+ * serves, with its NUL. */
+#define RS_PUB_SPEC_MAX 96
+
+/* One "GLOB=SPEC" entry of params.quantize, parsed at create
+ * (quant_rules.c): the glob, the spec parsed and in canonical text. */
+typedef struct rs_pub_qrule {
+    char *glob;
+    char spec[RS_PUB_SPEC_MAX];
+    char *entry;               /* the entry as given, for notices */
+} rs_pub_qrule_t;
+
+/* One quantized piece the arena serves (arena_quant.c): under one spec,
+ * the FP8 values of the whole blocks inside one shard, as a sub-box of
+ * "<src>#<spec>", and their scales, as a sub-box of "<src>#<spec>#scale"
+ * (the block grid). */
+typedef struct rs_pub_qpiece {
+    size_t shard;                    /* index into the publisher's shards */
+    char spec[RS_PUB_SPEC_MAX];      /* canonical text */
+    rs_quant_scheme_t scheme;
+    rs_dtype_t format;
+    int qblock_ndim;                 /* the spec's block, as parsed */
+    int64_t qblock[RS_MAX_DIMS];
+    int64_t block[RS_MAX_DIMS];      /* block extent per dim of the tensor */
+    int64_t grid[RS_MAX_DIMS];       /* blocks per dim: the scales' shape */
+    int64_t lo[RS_MAX_DIMS], len[RS_MAX_DIMS];   /* elements */
+    int64_t glo[RS_MAX_DIMS], glen[RS_MAX_DIMS]; /* blocks */
+    uint64_t nbytes, scale_nbytes;
+    void *served, *scale_served;     /* arena slots */
+} rs_pub_qpiece_t;
 
 /* A cuts record told as unusable, by holder and bytes: told once while it
  * stays the same. */
@@ -88,6 +120,18 @@ struct rs_publisher {
     rs_cuts_h cut_union;
     uint64_t cut_key;
     uint64_t records_parsed;
+    /* Publisher-side quantization (quant_rules.c, arena_quant.c): the
+     * parsed params.quantize entries; the quantized pieces of the arena's
+     * version (the table lists them after the shards) and of the staging
+     * being prepared; the buffer a shard's whole-block box is gathered into
+     * when it is not the whole shard; the tensor key the records were
+     * read for when only quantize_wanted reads them. */
+    RS_VEC(rs_pub_qrule_t, qrules);
+    RS_VEC(rs_pub_qpiece_t, qpieces);
+    RS_VEC(rs_pub_qpiece_t, next_qpieces);
+    void *qscratch;
+    uint64_t qscratch_cap;
+    uint64_t qrecord_key;
     RS_VEC(rs_pub_shard_t, shards);
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -194,6 +238,48 @@ void rs__publisher_forget_records(rs_publisher_h p);
  * a record is left out. */
 void rs__publisher_tell_record(rs_publisher_h p, const char *holder,
                                uint64_t generation, const char *why);
+
+/* A digest of each registered tensor's name and full shape: the records
+ * hold only the registered tensors, so they are read again when it
+ * changes (arena_cuts.c). */
+uint64_t rs__publisher_tensor_key(rs_publisher_h p);
+
+/* Copies the sub-box `piece` of shard s into dst, row-major (a strided
+ * copy, arena_cuts.c). */
+void rs__publisher_copy_box(const rs_pub_shard_t *s,
+                            const rs_pub_piece_t *piece, char *dst);
+
+/* Publisher-side quantization. Parses the caller's quantize entries into
+ * p->qrules (at create): RS_ERR_INVALID_ARG naming the entry (by index and
+ * text) when it has no '=', an empty glob, or a spec that does not
+ * parse. */
+rs_status_t rs__publisher_load_quant_rules(rs_publisher_h p,
+                                           const rs_publisher_params_t *pp,
+                                           rs_diag_t *diag);
+void rs__publisher_free_quant(rs_publisher_h p);
+
+/* Calls fn(ctx, spec) for each canonical spec shard i is quantized with
+ * (a spec named twice is given twice): the rules whose glob matches its tensor, and with
+ * quantize_wanted every cached record's request for it (quant_rules.c).
+ * A non-RS_OK return stops and is returned. */
+typedef rs_status_t (*rs__pub_spec_fn)(void *ctx, const char *spec);
+rs_status_t rs__publisher_specs_of(rs_publisher_h p, size_t shard,
+                                   rs__pub_spec_fn fn, void *ctx);
+
+/* Plans this staging's quantized pieces into p->next_qpieces (reading the
+ * cuts records first when only quantize_wanted needs them) and returns
+ * the arena bytes they take in *need_p (each part at a RS_PUB_SLOT_ALIGN
+ * boundary). Only RS_ERR_NO_MEMORY is an error; a tensor that cannot take
+ * a spec (its dtype, its rank) is told once and left out (arena_quant.c). */
+rs_status_t rs__publisher_quant_plan(rs_publisher_h p, rs_diag_t *diag,
+                                     uint64_t *need_p);
+
+/* Lays p->next_qpieces out from `base`, quantizes each from its live
+ * shard (rs_quant_box) and makes them p->qpieces. RS_ERR_INPUT naming the
+ * tensor, spec and block of a non-finite value (p->qpieces untouched then);
+ * RS_ERR_NO_MEMORY. O(bytes quantized). */
+rs_status_t rs__publisher_quant_fill(rs_publisher_h p, void *base,
+                                     int64_t version, rs_diag_t *diag);
 
 /* Lays p->next_pieces out from `base`, copies each sub-box out of its
  * shard (a strided copy) and makes them p->pieces. O(bytes). */

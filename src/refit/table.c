@@ -3,8 +3,10 @@
  * exposer's blob (base64, in agent_meta_b64) and, when asked, an rsd64
  * digest per shard computed from the bytes being served (the caller's
  * memory, or the copy-in arena: where each shard's `served` points). In
- * cut-aligned staging every sub-box of a shard is an entry of its own. Written by the
- * library's one shard-table writer (rs_table_writer_*). */
+ * cut-aligned staging every sub-box of a shard is an entry of its own. The
+ * quantized copies (arena_quant.c) follow, as entries of "<src>#<spec>"
+ * and "<src>#<spec>#scale". Written by the library's one shard-table
+ * writer (rs_table_writer_*). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +110,80 @@ static size_t *piece_starts(rs_publisher_h p)
     return first;
 }
 
+/* Quantized pieces in table order: by source tensor, spec, then shard,
+ * so each derived tensor's entries are adjacent. */
+static int by_qtensor(const void *a, const void *b, void *arg)
+{
+    rs_publisher_h p = arg;
+    const rs_pub_qpiece_t *x = &p->qpieces[*(const size_t *)a];
+    const rs_pub_qpiece_t *y = &p->qpieces[*(const size_t *)b];
+    int c = strcmp(p->shards[x->shard].tensor, p->shards[y->shard].tensor);
+    if (c == 0)
+        c = strcmp(x->spec, y->spec);
+    if (c == 0)
+        c = x->shard < y->shard ? -1 : x->shard > y->shard;
+    return c;
+}
+
+/* One quantized piece's entry: its FP8 values (scale 0) or its scales. */
+static rs_status_t put_qpiece(rs_publisher_h p, rs_table_writer_h w,
+                              const rs_pub_qpiece_t *q, int scale,
+                              rs_diag_t *diag)
+{
+    const rs_pub_shard_t *s = &p->shards[q->shard];
+    rs_pub_shard_t sub = *s;
+    const char *suffix = scale ? RS_QUANT_SCALE_SUFFIX : "";
+    size_t len = strlen(s->tensor) + strlen(q->spec) + strlen(suffix) + 2;
+    char *name = malloc(len);
+    if (name == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    snprintf(name, len, "%s%c%s%s", s->tensor, RS_QUANT_NAME_SEP, q->spec,
+             suffix);
+    sub.tensor = name;
+    sub.dtype = scale ? RS_DTYPE_F32 : q->format;
+    if (scale)
+        memcpy(sub.full_shape, q->grid, sizeof(sub.full_shape));
+    memcpy(sub.offset, scale ? q->glo : q->lo, sizeof(sub.offset));
+    memcpy(sub.shape, scale ? q->glen : q->len, sizeof(sub.shape));
+    sub.served = scale ? q->scale_served : q->served;
+    sub.nbytes = scale ? q->scale_nbytes : q->nbytes;
+    rs_status_t st = put_shard(p, w, &sub, diag);
+    free(name);
+    return st;
+}
+
+/* Every quantized piece, each derived tensor's entries together: a run of
+ * pieces of one (tensor, spec) is written as values, then as scales. */
+static rs_status_t put_qpieces(rs_publisher_h p, rs_table_writer_h w,
+                               rs_diag_t *diag)
+{
+    size_t n = p->qpieces_len;
+    if (n == 0)
+        return RS_OK;
+    size_t *order = malloc(n * sizeof(*order));
+    if (order == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, n, sizeof(*order), by_qtensor, p);
+    rs_status_t st = RS_OK;
+    for (size_t a = 0, b; st == RS_OK && a < n; a = b) {
+        const rs_pub_qpiece_t *first = &p->qpieces[order[a]];
+        for (b = a + 1; b < n; b++) {
+            const rs_pub_qpiece_t *q = &p->qpieces[order[b]];
+            if (strcmp(q->spec, first->spec) != 0 ||
+                strcmp(p->shards[q->shard].tensor,
+                       p->shards[first->shard].tensor) != 0)
+                break;
+        }
+        for (int scale = 0; scale < 2; scale++)
+            for (size_t k = a; st == RS_OK && k < b; k++)
+                st = put_qpiece(p, w, &p->qpieces[order[k]], scale, diag);
+    }
+    free(order);
+    return st;
+}
+
 static rs_status_t write_table(rs_publisher_h p, FILE *out,
                                const rs_table_info_t *info, rs_diag_t *diag)
 {
@@ -132,6 +208,8 @@ static rs_status_t write_table(rs_publisher_h p, FILE *out,
     }
     free(first);
     free(order);
+    if (st == RS_OK)
+        st = put_qpieces(p, w, diag);
     if (st != RS_OK) {
         rs_table_writer_discard(w);
         return st;

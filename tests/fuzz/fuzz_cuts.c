@@ -4,7 +4,8 @@
  * merge into a fixed set (or be refused naming a disagreement, leaving the
  * fixed set's text as it was), and split each tensor's full box into
  * sub-boxes whose element counts sum to the box's (for grids small enough
- * to walk) tile it: as many as the grid's cells, as many elements. */
+ * to walk) tile it: as many as the grid's cells, as many elements. Its
+ * quantized-copy pairs are strictly increasing and survive the merge. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,19 @@ static void check_sorted(rs_cuts_h c)
                 if (cut[k] <= (k ? cut[k - 1] : 0) || cut[k] >= shape[d])
                     abort();
         }
+    }
+}
+
+/* The pairs in strictly increasing (src, spec) order. */
+static void check_quants(rs_cuts_h c)
+{
+    const char *src, *spec, *psrc = NULL, *pspec = NULL;
+    for (size_t i = 0; rs_cuts_quant(c, i, &src, &spec); i++) {
+        int order = psrc == NULL ? -1 : strcmp(psrc, src);
+        if (order > 0 || (order == 0 && strcmp(pspec, spec) >= 0))
+            abort();
+        psrc = src;
+        pspec = spec;
     }
 }
 
@@ -109,6 +123,9 @@ static void check_merge(rs_cuts_h c)
         free(after);
     } else {
         check_sorted(base);
+        check_quants(base);
+        if (rs_cuts_num_quants(base) != rs_cuts_num_quants(c))
+            abort(); /* the base set asks for none */
     }
     free(before);
     rs_cuts_destroy(base);
@@ -126,6 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     check_sorted(c);
+    check_quants(c);
     char *t1 = text_of(c, &n1);
     if (rs_cuts_read_json(t1, n1, "again", NULL, &back) != RS_OK)
         abort();

@@ -18,7 +18,9 @@ typedef struct pub_args {
     uint64_t version, rank, world, versions, replica;
     double timeout_s;
     int have_version, have_rank, have_world, no_digests, cut_aligned;
-    int have_staging;
+    int have_staging, quantize_wanted;
+    const char **quantize; /* the --quantize values (argv's strings) */
+    size_t num_quantize;
 } pub_args_t;
 
 typedef struct pub_shard {
@@ -43,7 +45,8 @@ typedef struct pub_state {
 
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_WORLD,
        OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT,
-       OPT_NO_DIGESTS, OPT_REPLICA, OPT_STAGING, OPT_CUT_ALIGNED, OPT_CUTS };
+       OPT_NO_DIGESTS, OPT_REPLICA, OPT_STAGING, OPT_CUT_ALIGNED, OPT_CUTS,
+       OPT_QUANTIZE, OPT_QUANTIZE_WANTED };
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -61,6 +64,8 @@ static const struct option long_opts[] = {
     {"staging", required_argument, NULL, OPT_STAGING},
     {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
     {"cuts", required_argument, NULL, OPT_CUTS},
+    {"quantize", required_argument, NULL, OPT_QUANTIZE},
+    {"quantize-wanted", no_argument, NULL, OPT_QUANTIZE_WANTED},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -74,6 +79,7 @@ static void pub_usage(FILE *out)
         "                       [--no-digests] [--replica K]\n"
         "                       [--staging caller|in_place|arena]\n"
         "                       [--cut-aligned] [--cuts FILE]\n"
+        "                       [--quantize GLOB=SPEC]... [--quantize-wanted]\n"
         "\n"
         "Serves trainer rank R's shards of LAYOUT with deterministic contents\n"
         "(docs/formats.md, \"Demo contents\"): publishes version V, waits until\n"
@@ -123,6 +129,21 @@ static void pub_usage(FILE *out)
         "  --cuts FILE         also cut at the cuts of a reshard.cuts.v1 file\n"
         "                      (`reshard cuts` writes one for an inference\n"
         "                      layout); implies --staging arena\n"
+        "  --quantize GLOB=SPEC also serve an FP8 copy of every tensor whose name\n"
+        "                      matches GLOB (fnmatch: '*' matches dots too), as\n"
+        "                      NAME#SPEC with its scales NAME#SPEC#scale, SPEC\n"
+        "                      being fp8_block:RxC:FMT, fp8_channel:FMT or\n"
+        "                      fp8_tensor:FMT with FMT f8e4m3 or f8e5m2; each\n"
+        "                      shard serves the blocks wholly inside it, quantized\n"
+        "                      at each version (receivers quantize the blocks that\n"
+        "                      straddle shards). Repeatable; implies --staging\n"
+        "                      arena. Example:\n"
+        "                      --quantize '*.experts.*.weight=fp8_block:128x128:f8e4m3'\n"
+        "  --quantize-wanted   also serve the FP8 copies receivers ask for: before\n"
+        "                      staging each version, read their cuts records\n"
+        "                      (`reshard pull` announces the quantized copies of\n"
+        "                      its capture), and those a --cuts FILE lists;\n"
+        "                      implies --staging arena\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "A directory outage while serving is reported (one line when it begins,\n"
@@ -160,6 +181,28 @@ static int parse_timeout(const char *arg, double *out)
     return RS_CLI_OK;
 }
 
+/* One more --quantize entry (checked by rs_publisher_create, which names
+ * a bad one). */
+static int add_quantize(pub_args_t *a, const char *arg)
+{
+    const char **grown = realloc(a->quantize, (a->num_quantize + 1) *
+                                                  sizeof(*grown));
+    if (grown == NULL) {
+        fprintf(stderr, "reshard publish: out of memory\n");
+        return RS_CLI_INCOMPLETE;
+    }
+    grown[a->num_quantize++] = arg;
+    a->quantize = grown;
+    return RS_CLI_OK;
+}
+
+/* Staging arena is implied by the options that cut or quantize it. */
+static int wants_arena(const pub_args_t *a)
+{
+    return a->cut_aligned || a->cuts_file != NULL || a->num_quantize > 0 ||
+           a->quantize_wanted;
+}
+
 static int take_option(void *args, int c, const char *arg)
 {
     pub_args_t *a = args;
@@ -172,6 +215,8 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_STAGING: a->staging = arg; a->have_staging = 1; return RS_CLI_OK;
     case OPT_CUT_ALIGNED: a->cut_aligned = 1; return RS_CLI_OK;
     case OPT_CUTS: a->cuts_file = arg; return RS_CLI_OK;
+    case OPT_QUANTIZE: return add_quantize(a, arg);
+    case OPT_QUANTIZE_WANTED: a->quantize_wanted = 1; return RS_CLI_OK;
     case OPT_NO_DIGESTS: a->no_digests = 1; return RS_CLI_OK;
     case OPT_VERSION: return parse_u64("--version", arg, &a->version,
                                        &a->have_version);
@@ -198,10 +243,10 @@ static int check_args(const pub_args_t *a)
     if (rs_cli_staging(a->staging) < 0)
         return usage_error("--staging takes caller, in_place or arena, got "
                            "'%s'", a->staging);
-    if ((a->cut_aligned || a->cuts_file != NULL) &&
-        rs_cli_staging(a->staging) != RS_STAGING_ARENA)
-        return usage_error("--cut-aligned and --cuts stage into the arena: "
-                           "not with --staging %s", a->staging);
+    if (wants_arena(a) && rs_cli_staging(a->staging) != RS_STAGING_ARENA)
+        return usage_error("--cut-aligned, --cuts, --quantize and "
+                           "--quantize-wanted stage into the arena: not with "
+                           "--staging %s", a->staging);
     if (a->versions == 0)
         return usage_error("%s", "--versions must be at least 1");
     if (a->world == 0 || a->rank >= a->world)
@@ -220,7 +265,7 @@ static int parse_args(int argc, char **argv, pub_args_t *a)
                         take_option, a);
     if (rc != RS_CLI_OK)
         return rc;
-    if (!a->have_staging && (a->cut_aligned || a->cuts_file != NULL))
+    if (!a->have_staging && wants_arena(a))
         a->staging = "arena";
     return check_args(a);
 }
@@ -354,6 +399,9 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
     pp.staging = rs_cli_staging(a->staging);
     pp.cut_aligned = a->cut_aligned;
     pp.cuts_file = a->cuts_file;
+    pp.quantize = a->quantize;
+    pp.num_quantize = a->num_quantize;
+    pp.quantize_wanted = a->quantize_wanted;
     rs_diag_clear(&diag);
     if ((st = rs_publisher_create(&pp, &diag, &s->pub)) != RS_OK) {
         char shown[512];
@@ -390,8 +438,11 @@ static int serve(const pub_args_t *a, pub_state_t *s)
         if (a->replica > 0)
             snprintf(who, sizeof(who), " replica %llu",
                      (unsigned long long)a->replica);
-        char cut[64] = "";
-        if (a->cut_aligned || a->cuts_file != NULL)
+        char cut[96] = "";
+        if (a->num_quantize > 0 || a->quantize_wanted)
+            snprintf(cut, sizeof(cut), ", served as %zu entries with the "
+                     "quantized ones", rs_publisher_num_served(s->pub));
+        else if (a->cut_aligned || a->cuts_file != NULL)
             snprintf(cut, sizeof(cut), ", served as %zu sub-boxes",
                      rs_publisher_num_served(s->pub));
         printf("reshard publish: rank %llu%s published version %lld (%zu "
@@ -428,6 +479,7 @@ int rs_cli_publish(int argc, char **argv)
     if (s.buf_owned)
         free(s.buf);
     free(s.shards);
+    free(a.quantize);
     rs_model_destroy(s.model);
     return rc;
 }

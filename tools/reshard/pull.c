@@ -277,6 +277,24 @@ static int by_src(const void *a, const void *b)
 
 /* A capture holding only `n` copies of one source, with the parameters
  * they land in; map[i] is sub-parameter i's index in the full capture. */
+/* Adds parameter `name` of cap to sub (once), recording its index in
+ * map. */
+static rs_status_t sub_param(rs_capture_h cap, rs_capture_h sub,
+                             const char *name, size_t *map, size_t *nmap,
+                             rs_diag_t *diag)
+{
+    rs_param_info_t p;
+    if (rs_capture_find_param(sub, name) >= 0)
+        return RS_OK;
+    size_t gp = (size_t)rs_capture_find_param(cap, name);
+    rs_capture_param(cap, gp, &p);
+    map[(*nmap)++] = gp;
+    return rs_capture_add_param(sub, p.name, p.ndim, p.shape, p.dtype, diag);
+}
+
+/* The copies of g (one source) in a capture of their own; a quantized copy
+ * stays quantized, with its scale parameter (map has room for two
+ * parameters per copy). */
 static rs_status_t sub_capture(rs_capture_h cap, const src_copy_t *g, size_t n,
                                size_t *map, size_t *nmap, rs_diag_t *diag,
                                rs_capture_h *sub_p)
@@ -286,17 +304,15 @@ static rs_status_t sub_capture(rs_capture_h cap, const src_copy_t *g, size_t n,
     *nmap = 0;
     for (size_t i = 0; st == RS_OK && i < n; i++) {
         rs_copy_desc_t c;
-        rs_param_info_t p;
+        rs_quant_desc_t q;
         rs_capture_copy(cap, g[i].copy, &c);
-        size_t gp = (size_t)rs_capture_find_param(cap, c.param);
-        if (rs_capture_find_param(sub, c.param) < 0) {
-            rs_capture_param(cap, gp, &p);
-            st = rs_capture_add_param(sub, p.name, p.ndim, p.shape, p.dtype,
-                                      diag);
-            map[(*nmap)++] = gp;
-        }
+        int quant = rs_capture_copy_quant(cap, g[i].copy, &q);
+        st = sub_param(cap, sub, c.param, map, nmap, diag);
+        if (st == RS_OK && quant)
+            st = sub_param(cap, sub, q.scale_param, map, nmap, diag);
         if (st == RS_OK)
-            st = rs_capture_add_copy(sub, &c, diag);
+            st = quant ? rs_capture_add_quant_copy(sub, &c, &q, diag)
+                       : rs_capture_add_copy(sub, &c, diag);
     }
     if (st != RS_OK) {
         rs_capture_destroy(sub);
@@ -392,8 +408,8 @@ static rs_status_t replay_local(rs_capture_h sub, rs_sources_h src,
 static rs_status_t replay_group(pull_state_t *s, const src_copy_t *g, size_t n,
                                 int64_t version, rs_diag_t *diag)
 {
-    size_t *map = calloc(n, sizeof(size_t));
-    unsigned char **targets = calloc(n, sizeof(unsigned char *));
+    size_t *map = calloc(2 * n, sizeof(size_t));
+    unsigned char **targets = calloc(2 * n, sizeof(unsigned char *));
     size_t nmap = 0;
     rs_capture_h sub = NULL;
     rs_sources_h src = NULL;

@@ -1,0 +1,292 @@
+/* Publisher-side quantization in arena staging: for each shard and each
+ * spec it is quantized with (quant_rules.c), the box of the blocks that
+ * lie wholly inside the shard (a ragged last block counts when the shard
+ * reaches the tensor's end) is quantized from the live shard with
+ * rs_quant_box into two arena slots after the shards' bytes: the FP8
+ * values, served as that box of "<src>#<spec>", and the scales, served as
+ * the matching box of the block grid "<src>#<spec>#scale". Blocks that
+ * straddle shards are served by no one: receivers quantize those
+ * themselves (docs/design.md, "Publisher-side quantization"). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "refit/refit_impl.h"
+#include "reshard/cuts.h"
+#include "reshard/digest.h"
+#include "reshard/quant.h"
+
+#define SLOT(n) (((n) + RS_PUB_SLOT_ALIGN - 1) / RS_PUB_SLOT_ALIGN * \
+                 RS_PUB_SLOT_ALIGN)
+
+typedef struct qplan_ctx {
+    rs_publisher_h p;
+    size_t shard;
+    uint64_t need;
+} qplan_ctx_t;
+
+/* Tells, once per (tensor, spec), why the tensor is served without it. */
+static void tell_skip(rs_publisher_h p, const char *tensor, const char *spec,
+                      const char *why)
+{
+    char key[RS_DIAG_MSG_MAX], line[RS_DIAG_MSG_MAX + 512];
+    int n = snprintf(key, sizeof(key), "quantize\n%s\n%s", tensor, spec);
+    uint64_t digest = rs_digest(key, n > 0 ? (size_t)n : 0);
+    for (size_t i = 0; i < p->told_len; i++)
+        if (p->told[i].digest == digest)
+            return;
+    rs_pub_told_t t;
+    snprintf(t.holder, sizeof(t.holder), "%s", tensor);
+    t.digest = digest;
+    RS_VEC_PUSH(p, told, t); /* out of memory: told again next time */
+    snprintf(line, sizeof(line), "publisher rank %lld: tensor '%s' is not "
+             "quantized as %s: %s; served without it (told once)",
+             (long long)p->params.rank, tensor, spec, why);
+    rs__publisher_notify(p, line);
+}
+
+/* 1 when this staging already quantizes shard `shard` with `spec` (its
+ * pieces are the last ones planned). */
+static int planned(rs_publisher_h p, size_t shard, const char *spec)
+{
+    for (size_t i = p->next_qpieces_len; i-- > 0;) {
+        const rs_pub_qpiece_t *q = &p->next_qpieces[i];
+        if (q->shard != shard)
+            return 0;
+        if (strcmp(q->spec, spec) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The box of the whole blocks inside shard s, in elements and in blocks;
+ * 0 when no block lies wholly inside it. */
+static int whole_blocks(const rs_pub_shard_t *s, rs_pub_qpiece_t *q)
+{
+    for (int d = 0; d < s->ndim; d++) {
+        int64_t b = q->block[d], off = s->offset[d];
+        int64_t end = off + s->shape[d];
+        int64_t lo = off % b == 0 ? off : off + (b - off % b);
+        int64_t hi = end == s->full_shape[d] ? end : end / b * b;
+        if (hi <= lo)
+            return 0;
+        q->lo[d] = lo;
+        q->len[d] = hi - lo;
+        q->glo[d] = lo / b;
+        q->glen[d] = (hi - lo + b - 1) / b;
+        q->grid[d] = (s->full_shape[d] + b - 1) / b;
+    }
+    return 1;
+}
+
+/* Why shard s cannot take spec q, or NULL. */
+static const char *unfit(const rs_pub_shard_t *s, const rs_quant_desc_t *q,
+                         int64_t *block, char *why, size_t cap)
+{
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    if (s->dtype != RS_DTYPE_BF16 && s->dtype != RS_DTYPE_F16 &&
+        s->dtype != RS_DTYPE_F32) {
+        snprintf(why, cap, "its dtype is %s (bf16, f16 and f32 are "
+                 "quantized)", rs_dtype_name(s->dtype));
+        return why;
+    }
+    if (s->ndim == 0) {
+        snprintf(why, cap, "it is a scalar (rank 0)");
+        return why;
+    }
+    if (rs_quant_block_shape(q, s->ndim, s->full_shape, &d, block) != RS_OK) {
+        snprintf(why, cap, "%s", d.msg);
+        return why;
+    }
+    return NULL;
+}
+
+/* rs__pub_spec_fn: plans shard ctx->shard's piece under `spec`. */
+static rs_status_t add_spec(void *arg, const char *spec)
+{
+    qplan_ctx_t *c = arg;
+    rs_publisher_h p = c->p;
+    const rs_pub_shard_t *s = &p->shards[c->shard];
+    rs_pub_qpiece_t q;
+    rs_quant_desc_t desc;
+    char why[RS_DIAG_MSG_MAX];
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    if (planned(p, c->shard, spec))
+        return RS_OK;
+    memset(&q, 0, sizeof(q));
+    if (rs_quant_spec_parse(spec, q.qblock, &d, &desc) != RS_OK) {
+        tell_skip(p, s->tensor, spec, d.msg); /* canonical, so never */
+        return RS_OK;
+    }
+    if (unfit(s, &desc, q.block, why, sizeof(why)) != NULL) {
+        tell_skip(p, s->tensor, spec, why);
+        return RS_OK;
+    }
+    if (!whole_blocks(s, &q))
+        return RS_OK; /* every block straddles: receivers quantize them */
+    q.shard = c->shard;
+    snprintf(q.spec, sizeof(q.spec), "%s", spec);
+    q.scheme = desc.scheme;
+    q.format = desc.format;
+    q.qblock_ndim = desc.block_ndim;
+    q.nbytes = rs_dtype_size(desc.format);
+    q.scale_nbytes = sizeof(float);
+    for (int k = 0; k < s->ndim; k++) {
+        q.nbytes *= (uint64_t)q.len[k];        /* at most the shard's */
+        q.scale_nbytes *= (uint64_t)q.glen[k]; /* at most that */
+    }
+    if (!RS_VEC_PUSH(p, next_qpieces, q))
+        return RS_ERR_NO_MEMORY;
+    c->need += SLOT(q.nbytes) + SLOT(q.scale_nbytes);
+    return RS_OK;
+}
+
+/* With quantize_wanted alone (no cut_aligned, whose cut step reads them),
+ * the cuts records are brought up to date here, and read again whole when
+ * the registered tensors changed (the cache holds only theirs). */
+static rs_status_t sync_wanted(rs_publisher_h p, rs_diag_t *diag)
+{
+    if (!p->params.quantize_wanted || p->params.cut_aligned)
+        return RS_OK;
+    uint64_t key = rs__publisher_tensor_key(p);
+    if (key != p->qrecord_key)
+        rs__publisher_forget_records(p);
+    p->qrecord_key = key;
+    rs_status_t st = rs__publisher_sync_records(p, diag);
+    for (size_t i = 0; st == RS_OK && i < p->records_len; i++) {
+        const rs_pub_record_t *rec = &p->records[i];
+        const char *model = rs_cuts_model(rec->cuts);
+        char why[RS_DIAG_MSG_MAX];
+        if (rec->why != NULL)
+            rs__publisher_tell_record(p, rec->holder, rec->generation,
+                                      rec->why);
+        if (rec->cuts == NULL || model == NULL || strcmp(model, p->model) == 0)
+            continue;
+        snprintf(why, sizeof(why), "it is a record of model '%s'", model);
+        rs__publisher_tell_record(p, rec->holder, rec->generation, why);
+    }
+    return st;
+}
+
+rs_status_t rs__publisher_quant_plan(rs_publisher_h p, rs_diag_t *diag,
+                                     uint64_t *need_p)
+{
+    qplan_ctx_t c = {p, 0, 0};
+    p->next_qpieces_len = 0;
+    if (p->qrules_len == 0 && !p->params.quantize_wanted) {
+        *need_p = 0;
+        return RS_OK;
+    }
+    rs_status_t st = sync_wanted(p, diag);
+    for (size_t i = 0; st == RS_OK && i < p->shards_len; i++) {
+        if (p->shards[i].nbytes == 0)
+            continue;
+        c.shard = i;
+        st = rs__publisher_specs_of(p, i, add_spec, &c);
+    }
+    if (st != RS_OK)
+        return st == RS_ERR_NO_MEMORY
+                   ? rs__diag_set(diag, st, "publisher: out of memory "
+                                  "planning the quantized shards")
+                   : st;
+    *need_p = c.need;
+    return RS_OK;
+}
+
+/* The shard's bytes of q's box, row-major: the live shard itself when the
+ * box is the whole shard, else a gathered copy in p->qscratch. */
+static rs_status_t box_bytes(rs_publisher_h p, const rs_pub_qpiece_t *q,
+                             rs_diag_t *diag, const void **src_p)
+{
+    const rs_pub_shard_t *s = &p->shards[q->shard];
+    rs_pub_piece_t box;
+    uint64_t nbytes = rs_dtype_size(s->dtype);
+    int whole = 1;
+    memset(&box, 0, sizeof(box));
+    box.shard = q->shard;
+    for (int d = 0; d < s->ndim; d++) {
+        whole &= q->lo[d] == s->offset[d] && q->len[d] == s->shape[d];
+        box.offset[d] = q->lo[d];
+        box.shape[d] = q->len[d];
+        nbytes *= (uint64_t)q->len[d];
+    }
+    if (whole) {
+        *src_p = s->ptr;
+        return RS_OK;
+    }
+    if (nbytes > p->qscratch_cap) {
+        void *grown = realloc(p->qscratch, (size_t)nbytes);
+        if (grown == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "publisher: out of "
+                                "memory gathering '%s' to quantize it",
+                                s->tensor);
+        p->qscratch = grown;
+        p->qscratch_cap = nbytes;
+    }
+    rs__publisher_copy_box(s, &box, p->qscratch);
+    *src_p = p->qscratch;
+    return RS_OK;
+}
+
+static rs_status_t quantize_piece(rs_publisher_h p, const rs_pub_qpiece_t *q,
+                                  int64_t version, rs_diag_t *diag)
+{
+    const rs_pub_shard_t *s = &p->shards[q->shard];
+    const void *src = NULL;
+    rs_quant_desc_t desc;
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    memset(&desc, 0, sizeof(desc));
+    desc.scheme = q->scheme;
+    desc.format = q->format;
+    desc.block_ndim = q->qblock_ndim;
+    desc.block = q->qblock;
+    rs_status_t st = box_bytes(p, q, diag, &src);
+    if (st != RS_OK)
+        return st;
+    st = rs_quant_box(&desc, s->dtype, src, s->ndim, s->full_shape, q->lo,
+                      q->len, s->tensor, &d, q->served, q->scale_served);
+    if (st != RS_OK)
+        return rs__diag_set(diag, st, "publisher rank %lld: cannot publish "
+                            "version %lld: quantizing '%s' as %s: %s "
+                            "(nothing of version %lld is published)",
+                            (long long)p->params.rank, (long long)version,
+                            s->tensor, q->spec, d.msg[0] ? d.msg :
+                            rs_status_str(st), (long long)version);
+    return RS_OK;
+}
+
+/* Makes p->next_qpieces the served ones, keeping both buffers. */
+static void swap_qpieces(rs_publisher_h p)
+{
+    rs_pub_qpiece_t *v = p->qpieces;
+    size_t cap = p->qpieces_cap;
+    p->qpieces = p->next_qpieces;
+    p->qpieces_len = p->next_qpieces_len;
+    p->qpieces_cap = p->next_qpieces_cap;
+    p->next_qpieces = v;
+    p->next_qpieces_len = 0;
+    p->next_qpieces_cap = cap;
+}
+
+rs_status_t rs__publisher_quant_fill(rs_publisher_h p, void *base,
+                                     int64_t version, rs_diag_t *diag)
+{
+    uint64_t off = 0;
+    for (size_t i = 0; i < p->next_qpieces_len; i++) {
+        rs_pub_qpiece_t *q = &p->next_qpieces[i];
+        q->served = (char *)base + off;
+        off += SLOT(q->nbytes);
+        q->scale_served = (char *)base + off;
+        off += SLOT(q->scale_nbytes);
+        rs_status_t st = quantize_piece(p, q, version, diag);
+        if (st != RS_OK)
+            return st;
+    }
+    swap_qpieces(p);
+    return RS_OK;
+}
