@@ -4,13 +4,14 @@
  * the rsd64 digest, transports (local and local-mt against memcpy loops) and
  * strided replay (rs_convert_strided as the executor's full-pull replay and
  * casts run it: transposes of 1 to 8 byte elements, batched transposes, a
- * narrow, transposes with a cast). RESHARD_SIMD picks the kernels' level;
+ * narrow, transposes with a cast) and FP8 quantization (rs_quant_box over a
+ * weight, against memcpy of its input bytes, at every kernel level). RESHARD_SIMD picks the kernels' level;
  * EXEC_BENCH_PAGES=1 allocates every buffer as the executor allocates its
  * staging and the receiver its shadows (huge pages where offered).
  *
  *   exec_bench [MiB] [SECTION...]   (output bytes per operation, default
  *                                    256; sections: cast digest transport
- *                                    replay, default all) */
+ *                                    replay quant, default all) */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include "core/pages.h"
 #include "core/simd.h"
 #include "reshard/digest.h"
+#include "reshard/quant.h"
 #include "reshard/transport.h"
 
 #define BENCH_NAME "exec_bench"
@@ -448,6 +450,125 @@ static void section_replay(void)
     bench_transpose(RS_DTYPE_F32, RS_DTYPE_BF16, n);
 }
 
+/* Like best_vs_memcpy, timed in the thread's CPU time, best of
+ * QUANT_REPEATS: on a shared machine, time the thread waits for a core is
+ * not the kernel's; cache and memory stalls still count. */
+#define QUANT_REPEATS 25
+
+static double cpu_once(bench_fn fn, void *ctx)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    fn(ctx);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+}
+
+static void best_vs_memcpy_cpu(bench_fn fn, void *ctx, size_t base_bytes,
+                               double *t_p, double *base_p)
+{
+    memcpy_ctx_t c = {bench_alloc(base_bytes, 1), bench_alloc(base_bytes, 2),
+                      base_bytes};
+    double t = 1e30, base = 1e30;
+    for (int r = 0; r < QUANT_REPEATS; r++) {
+        double b = cpu_once(run_memcpy, &c), x = cpu_once(fn, ctx);
+        base = b < base ? b : base;
+        t = x < t ? x : t;
+    }
+    bench_free(c.dst);
+    bench_free(c.src);
+    *t_p = t;
+    *base_p = base;
+}
+
+typedef struct quant_ctx {
+    rs_quant_desc_t q;
+    rs_dtype_t from;
+    int64_t shape[2];
+    const void *src;
+    uint8_t *dst;
+    float *scale;
+} quant_ctx_t;
+
+static void run_quant(void *ctx)
+{
+    quant_ctx_t *c = ctx;
+    const int64_t lo[2] = {0, 0};
+    rs_diag_t diag;
+    check(rs_quant_box(&c->q, c->from, c->src, 2, c->shape, lo, c->shape,
+                       "bench", &diag, c->dst, c->scale), &diag, "rs_quant_box");
+}
+
+/* Finite values of a trained weight's spread: magnitudes over 2^-8..2^2,
+ * both signs, in the source dtype (bf16 or f32). */
+static void fill_weights(void *p, rs_dtype_t dt, size_t n)
+{
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const uint32_t bits = (uint32_t)((x & 1) << 31) |
+                              (uint32_t)(119 + (x >> 1) % 11) << 23 |
+                              (uint32_t)(x >> 8 & 0x7fffff);
+        if (dt == RS_DTYPE_F32)
+            memcpy((char *)p + 4 * i, &bits, 4);
+        else {
+            const uint16_t h = (uint16_t)(bits >> 16);
+            memcpy((char *)p + 2 * i, &h, 2);
+        }
+    }
+}
+
+/* One tensor quantized whole at every level, against memcpy of its input
+ * bytes: rows x cols of `from`, blocks of `block` (NULL: per channel). */
+static void bench_quant(rs_dtype_t from, rs_dtype_t fmt, const int64_t *block,
+                        int64_t rows, int64_t cols)
+{
+    const size_t n = (size_t)(rows * cols), in_bytes = n * rs_dtype_size(from);
+    const size_t nscale = block ? (size_t)(((rows + block[0] - 1) / block[0]) *
+                                           ((cols + block[1] - 1) / block[1]))
+                                : (size_t)rows;
+    quant_ctx_t c = {{block ? RS_QUANT_FP8_BLOCK : RS_QUANT_FP8_CHANNEL, fmt,
+                      block ? 2 : 0, block, NULL, 0, 0, NULL, NULL},
+                     from, {rows, cols}, bench_alloc(in_bytes, 0),
+                     bench_alloc(n, 0), bench_alloc(nscale * 4, 0)};
+    fill_weights((void *)(uintptr_t)c.src, from, n);
+    char spec[64];
+    rs_quant_spec_format(&c.q, spec, sizeof(spec));
+    for (int lv = 0; lv <= (int)rs__simd_best(); lv++) {
+        if (lv == RS__SIMD_SSE2)
+            continue; /* the portable kernels, compiled for the baseline */
+        rs__simd_force((rs__simd_t)lv);
+        double t, base;
+        char what[96];
+        snprintf(what, sizeof(what), "%s %lldx%lld %s [%s]", rs_dtype_name(from),
+                 (long long)rows, (long long)cols, spec,
+                 rs__simd_name((rs__simd_t)lv));
+        best_vs_memcpy_cpu(run_quant, &c, in_bytes, &t, &base);
+        printf("  %-50s %6.2f GB/s in  memcpy %6.2f GB/s  ratio %.2f\n", what,
+               (double)in_bytes / t * 1e-9, (double)in_bytes / base * 1e-9,
+               base / t);
+    }
+    rs__simd_force(rs__simd_best());
+    bench_free(c.src);
+    bench_free(c.dst);
+    bench_free(c.scale);
+}
+
+static void section_quant(void)
+{
+    static const int64_t b128[2] = {128, 128};
+    printf("FP8 quantization, one core, thread CPU time (ratio = input "
+           "bytes/s over memcpy bytes/s of the input bytes; 7168x2048 bf16 is "
+           "28 MiB in, 14 MiB out: past L2, most of L3; 256x2048 is 1 MiB "
+           "in: within L2 and L3)\n");
+    bench_quant(RS_DTYPE_BF16, RS_DTYPE_F8E4M3, b128, 2048, 7168);
+    bench_quant(RS_DTYPE_BF16, RS_DTYPE_F8E4M3, b128, 7168, 2048);
+    bench_quant(RS_DTYPE_BF16, RS_DTYPE_F8E4M3, b128, 256, 2048);
+    bench_quant(RS_DTYPE_BF16, RS_DTYPE_F8E5M2, b128, 7168, 2048);
+    bench_quant(RS_DTYPE_F32, RS_DTYPE_F8E4M3, b128, 7168, 2048);
+    bench_quant(RS_DTYPE_BF16, RS_DTYPE_F8E4M3, NULL, 7168, 2048);
+}
+
 /* Sections named after the size, or all of them when none is. */
 static int wanted(int argc, char **argv, const char *section)
 {
@@ -465,7 +586,7 @@ int main(int argc, char **argv)
         long mib = strtol(argv[1], NULL, 10);
         if (mib <= 0) {
             fprintf(stderr, "usage: exec_bench [MiB] [cast|digest|transport|"
-                    "replay ...]\n");
+                    "replay|quant ...]\n");
             return 2;
         }
         cfg.bytes = (size_t)mib << 20;
@@ -478,5 +599,7 @@ int main(int argc, char **argv)
         section_transport(&cfg);
     if (wanted(argc, argv, "replay"))
         section_replay();
+    if (wanted(argc, argv, "quant"))
+        section_quant();
     return 0;
 }

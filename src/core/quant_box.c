@@ -1,9 +1,8 @@
 /* rs_quant_box: checks that a box is made of whole blocks of the full
- * tensor, then walks its blocks in grid order, each in two passes over its
- * rows (the largest magnitude, then the encoding under the block's scale),
- * with the kernels of the active instruction-set level. A block's rows are
- * contiguous runs of the box; a 128 x 128 bf16 block is 32 KiB, so the
- * second pass reads what the first left in cache. */
+ * tensor, then walks its blocks in grid order, a chunk of neighbouring
+ * blocks at a time, each chunk in two passes over its rows (the largest
+ * magnitude of every block, then the encoding under the blocks' scales),
+ * with the kernels of the active instruction-set level. */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +18,7 @@ typedef struct qwalk {
     const rs__quant_ops_t *ops;
     int64_t lo[RS_MAX_DIMS], box[RS_MAX_DIMS], block[RS_MAX_DIMS];
     int64_t grid[RS_MAX_DIMS], stride[RS_MAX_DIMS];
+    size_t bytes; /* of the source box */
 } qwalk_t;
 
 static int src_index(rs_dtype_t dtype)
@@ -109,31 +109,122 @@ static size_t row_offset(const qwalk_t *w, const int64_t *o, const int64_t *r)
     return (size_t)off;
 }
 
-static uint32_t block_amax(const qwalk_t *w, const unsigned char *src,
-                           const int64_t *o, const int64_t *e)
+/* Blocks are taken a chunk at a time: blocks side by side along the last
+ * dim, sharing their rows, so that each pass reads the rows of the chunk
+ * front to back rather than a block's short rows one after the other. A
+ * chunk is as wide as the box while its source stays under CHUNK_BYTES:
+ * rows that run over whole pages keep the hardware prefetchers streaming
+ * (on the machine measured in docs/design.md, 7168x2048 bf16 quantized at
+ * about half the speed with chunks half as wide), and the second pass
+ * finds the chunk in L2 or L3. The passes are pipelined: while a chunk is
+ * encoded (bound by arithmetic), the next chunk's largest magnitudes are
+ * taken row for row (bound by memory). */
+#define CHUNK_BYTES (4096 * 1024)
+#define CHUNK_MAX_BLOCKS 128
+
+typedef struct qchunk {
+    int64_t g[RS_MAX_DIMS]; /* grid index (in the box) of its first block */
+    int64_t o[RS_MAX_DIMS]; /* origin in the box */
+    int64_t e[RS_MAX_DIMS]; /* extents: its blocks' rows; its width */
+    int64_t per;            /* blocks per chunk in its band */
+    int nb;                 /* blocks in it */
+    uint32_t bits[CHUNK_MAX_BLOCKS]; /* amax bits of its blocks */
+} qchunk_t;
+
+/* Blocks per chunk for bands of `rows` rows. */
+static int64_t chunk_blocks(const qwalk_t *w, int64_t rows)
 {
-    int64_t r[RS_MAX_DIMS] = {0};
-    const size_t len = (size_t)e[w->ndim - 1];
-    uint32_t m = 0;
-    do {
-        const uint32_t v =
-            w->ops->amax[w->src](src + row_offset(w, o, r) * w->es, len);
-        m = v > m ? v : m;
-    } while (odometer_next(r, e, w->ndim - 1));
-    return m;
+    const int64_t bytes = rows * w->block[w->ndim - 1] * (int64_t)w->es;
+    const int64_t n = bytes > 0 ? CHUNK_BYTES / bytes : CHUNK_MAX_BLOCKS;
+    return n < 1 ? 1 : n > CHUNK_MAX_BLOCKS ? CHUNK_MAX_BLOCKS : n;
 }
 
-static void block_encode(const qwalk_t *w, const unsigned char *src,
-                         const int64_t *o, const int64_t *e, float scale,
-                         uint8_t *q_out)
+/* Fills origin, extents and block count from c->g. */
+static void chunk_place(const qwalk_t *w, qchunk_t *c)
 {
-    int64_t r[RS_MAX_DIMS] = {0};
-    const size_t len = (size_t)e[w->ndim - 1];
-    const rs__qenc_fn enc = w->ops->enc[w->src][w->fmt];
-    do {
-        const size_t off = row_offset(w, o, r);
-        enc(q_out + off, src + off * w->es, len, scale);
-    } while (odometer_next(r, e, w->ndim - 1));
+    const int L = w->ndim - 1;
+    int64_t rows = 1;
+    for (int d = 0; d <= L; d++) {
+        c->o[d] = c->g[d] * w->block[d];
+        c->e[d] = w->box[d] - c->o[d] < w->block[d] ? w->box[d] - c->o[d]
+                                                    : w->block[d];
+        rows *= d < L ? c->e[d] : 1;
+    }
+    c->per = chunk_blocks(w, rows);
+    c->nb = (int)(w->grid[L] - c->g[L] < c->per ? w->grid[L] - c->g[L]
+                                                : c->per);
+    const int64_t width = c->nb * w->block[L];
+    c->e[L] = w->box[L] - c->o[L] < width ? w->box[L] - c->o[L] : width;
+    memset(c->bits, 0, sizeof(c->bits));
+}
+
+/* The chunk after c in grid order (bands in order, chunks along the last
+ * dim); 0 after the last. */
+static int chunk_next(const qwalk_t *w, const qchunk_t *c, qchunk_t *next)
+{
+    const int L = w->ndim - 1;
+    memcpy(next->g, c->g, sizeof(c->g));
+    next->g[L] += c->per;
+    if (next->g[L] >= w->grid[L]) {
+        next->g[L] = 0;
+        if (!odometer_next(next->g, w->grid, L))
+            return 0;
+    }
+    chunk_place(w, next);
+    return 1;
+}
+
+/* A chunk's rows one at a time: 1 and the row's element offset in the box
+ * while there are rows. */
+typedef struct rowcur {
+    int64_t r[RS_MAX_DIMS];
+    int state; /* 0 before the first row, 1 within, 2 done */
+} rowcur_t;
+
+static int row_next(const qwalk_t *w, const qchunk_t *c, rowcur_t *rc,
+                    size_t *off)
+{
+    if (rc->state == 2)
+        return 0;
+    if (rc->state == 1 && !odometer_next(rc->r, c->e, w->ndim - 1)) {
+        rc->state = 2;
+        return 0;
+    }
+    rc->state = 1;
+    *off = row_offset(w, c->o, rc->r);
+    return 1;
+}
+
+static void scan_row(const qwalk_t *w, const unsigned char *src, qchunk_t *c,
+                     size_t off)
+{
+    const int L = w->ndim - 1;
+    w->ops->amax_row[w->src](src + off * w->es, (size_t)c->e[L],
+                             (size_t)w->block[L], c->bits);
+}
+
+/* Encodes chunk c under `scale` while scanning `next` (NULL: none). */
+static void encode_and_scan(const qwalk_t *w, const unsigned char *src,
+                            const qchunk_t *c, const float *scale,
+                            qchunk_t *next, uint8_t *q_out)
+{
+    const int L = w->ndim - 1;
+    const rs__qenc_row_fn enc = w->ops->enc_row[w->src][w->fmt];
+    rowcur_t a = {{0}, 0}, b = {{0}, next != NULL ? 0 : 2};
+    size_t oa = 0, ob = 0;
+    int more_a = row_next(w, c, &a, &oa);
+    int more_b = next != NULL && row_next(w, next, &b, &ob);
+    while (more_a || more_b) {
+        if (more_a) {
+            enc(q_out + oa, src + oa * w->es, (size_t)c->e[L],
+                (size_t)w->block[L], scale);
+            more_a = row_next(w, c, &a, &oa);
+        }
+        if (more_b) {
+            scan_row(w, src, next, ob);
+            more_b = row_next(w, next, &b, &ob);
+        }
+    }
 }
 
 /* The rule's scale: amax / fmax rounded once in float32; 1.0 for zero. */
@@ -143,21 +234,24 @@ static float block_scale(int fmt, float amax)
     return s == 0.0f ? 1.0f : s;
 }
 
-/* Names the block of the full tensor's grid and the elements it covers. */
-static rs_status_t refuse_block(const qwalk_t *w, const int64_t *g,
-                                const int64_t *o, const int64_t *e,
+/* Names block k of the chunk by its index in the full tensor's grid and
+ * the elements it covers. */
+static rs_status_t refuse_block(const qwalk_t *w, const qchunk_t *c, int k,
                                 const char *what, rs_diag_t *diag)
 {
     char idx[256], range[512];
     int64_t full_g[RS_MAX_DIMS];
     size_t n = 0;
+    const int L = w->ndim - 1;
     for (int d = 0; d < w->ndim; d++) {
-        full_g[d] = w->lo[d] / w->block[d] + g[d];
-        const long long a = (long long)(w->lo[d] + o[d]);
-        n += (size_t)snprintf(range + n, n < sizeof(range) ? sizeof(range) - n
-                                                           : 0,
-                              "%s%lld:%lld", d > 0 ? ", " : "", a,
-                              a + (long long)e[d]);
+        const int64_t gd = c->g[d] + (d == L ? k : 0);
+        const int64_t a = gd * w->block[d];
+        const int64_t len = w->box[d] - a < w->block[d] ? w->box[d] - a
+                                                        : w->block[d];
+        full_g[d] = w->lo[d] / w->block[d] + gd;
+        n += (size_t)snprintf(range + n, sizeof(range) - n, "%s%lld:%lld",
+                              d > 0 ? ", " : "", (long long)(w->lo[d] + a),
+                              (long long)(w->lo[d] + a + len));
         if (n >= sizeof(range))
             n = sizeof(range) - 1;
     }
@@ -168,27 +262,61 @@ static rs_status_t refuse_block(const qwalk_t *w, const int64_t *g,
                         range);
 }
 
+/* Chunks in grid order, so scales come out in grid order: the first is
+ * scanned alone, then each is checked and encoded while the next is
+ * scanned. */
 static rs_status_t walk_blocks(const qwalk_t *w, const unsigned char *src,
                                const char *what, rs_diag_t *diag,
                                uint8_t *q_out, float *scale_out)
 {
-    int64_t g[RS_MAX_DIMS] = {0}, o[RS_MAX_DIMS], e[RS_MAX_DIMS];
-    size_t k = 0;
-    do {
-        for (int d = 0; d < w->ndim; d++) {
-            o[d] = g[d] * w->block[d];
-            e[d] = w->box[d] - o[d] < w->block[d] ? w->box[d] - o[d]
-                                                  : w->block[d];
+    qchunk_t ch[2];
+    int cur = 0, more = 1;
+    size_t k = 0, off;
+    memset(ch, 0, sizeof(ch));
+    chunk_place(w, &ch[0]);
+    rowcur_t rc = {{0}, 0};
+    while (row_next(w, &ch[0], &rc, &off))
+        scan_row(w, src, &ch[0], off);
+    while (more) {
+        qchunk_t *c = &ch[cur], *next = &ch[cur ^ 1];
+        for (int b = 0; b < c->nb; b++) {
+            if (c->bits[b] >= rs__qsrc_inf[w->src])
+                return refuse_block(w, c, b, what, diag);
+            scale_out[k + (size_t)b] =
+                block_scale(w->fmt, rs__qamax_value(w->src, c->bits[b]));
         }
-        const uint32_t bits = block_amax(w, src, o, e);
-        if (bits >= rs__qsrc_inf[w->src])
-            return refuse_block(w, g, o, e, what, diag);
-        const float scale = block_scale(w->fmt, rs__qamax_value(w->src, bits));
-        block_encode(w, src, o, e, scale, q_out);
-        scale_out[k++] = scale;
-    } while (odometer_next(g, w->grid, w->ndim));
+        more = chunk_next(w, c, next);
+        encode_and_scan(w, src, c, scale_out + k, more ? next : NULL, q_out);
+        k += (size_t)c->nb;
+        cur ^= 1;
+    }
     return RS_OK;
 }
+
+/* The rule is IEEE arithmetic: division and rounding to nearest even,
+ * with subnormals. A thread may run with other settings (PyTorch's
+ * set_flush_denormal sets flush-to-zero and denormals-are-zero), so the
+ * walk runs under the default SSE control bits, restored after. */
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#define MXCSR_IEEE_MASK 0xe040u /* FTZ, rounding control, DAZ */
+static unsigned ieee_enter(void)
+{
+    const unsigned csr = _mm_getcsr();
+    if (csr & MXCSR_IEEE_MASK)
+        _mm_setcsr(csr & ~MXCSR_IEEE_MASK);
+    return csr;
+}
+
+static void ieee_leave(unsigned csr)
+{
+    if (csr & MXCSR_IEEE_MASK)
+        _mm_setcsr(csr);
+}
+#else
+static unsigned ieee_enter(void) { return 0; }
+static void ieee_leave(unsigned csr) { (void)csr; }
+#endif
 
 rs_status_t rs_quant_box(const rs_quant_desc_t *q, rs_dtype_t src_dtype,
                          const void *src, int ndim, const int64_t *full_shape,
@@ -197,14 +325,15 @@ rs_status_t rs_quant_box(const rs_quant_desc_t *q, rs_dtype_t src_dtype,
                          float *scale_out)
 {
     qwalk_t w;
-    int64_t numel;
+    int64_t numel, bytes;
     if (what == NULL)
         what = "(unnamed)";
     rs_status_t st = walk_init(q, src_dtype, ndim, full_shape, box_lo,
                                box_shape, what, diag, &w);
     if (st != RS_OK)
         return st;
-    if (!rs__numel(w.box, w.ndim, &numel))
+    if (!rs__numel(w.box, w.ndim, &numel) ||
+        !rs__mul_i64(numel, (int64_t)w.es, &bytes))
         return rs__diag_set(diag, RS_ERR_INPUT, "quantizing '%s': box "
                             "overflows int64", what);
     if (numel == 0)
@@ -212,5 +341,9 @@ rs_status_t rs_quant_box(const rs_quant_desc_t *q, rs_dtype_t src_dtype,
     if (src == NULL || q_out == NULL || scale_out == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "quantizing '%s': NULL "
                             "source or output", what);
-    return walk_blocks(&w, src, what, diag, q_out, scale_out);
+    w.bytes = (size_t)bytes;
+    const unsigned csr = ieee_enter();
+    st = walk_blocks(&w, src, what, diag, q_out, scale_out);
+    ieee_leave(csr);
+    return st;
 }

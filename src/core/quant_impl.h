@@ -1,6 +1,7 @@
-/* Internal view of the block quantization kernels: the two row loops one
- * instruction-set level provides (the largest magnitude of a row, and the
- * encoding of a row under a scale), as one ops table per level, and the
+/* Internal view of the block quantization kernels: the loops one
+ * instruction-set level provides (the largest magnitude of a run, and the
+ * encoding of a run under a scale, alone and over a row of blocks), as one
+ * ops table per level, and the
  * scalar encoding every level must match bit for bit. quant_box.c walks
  * blocks with them. */
 #ifndef RS_CORE_QUANT_IMPL_H
@@ -28,15 +29,60 @@ typedef uint32_t (*rs__qamax_fn)(const void *src, size_t n);
 typedef void (*rs__qenc_fn)(uint8_t *dst, const void *src, size_t n,
                             float scale);
 
+/* A row of `width` elements cut into segments of `seg` (the last may be
+ * shorter), one block each: bits[k] = max(bits[k], the amax bits of
+ * segment k). */
+typedef void (*rs__qamax_row_fn)(const void *src, size_t width, size_t seg,
+                                 uint32_t *bits);
+
+/* The same row encoded, segment k under scale[k]. */
+typedef void (*rs__qenc_row_fn)(uint8_t *dst, const void *src, size_t width,
+                                size_t seg, const float *scale);
+
 typedef struct rs__quant_ops {
     rs__qamax_fn amax[RS__QSRC_COUNT];
     rs__qenc_fn enc[RS__QSRC_COUNT][RS__QFMT_COUNT];
+    rs__qamax_row_fn amax_row[RS__QSRC_COUNT];
+    rs__qenc_row_fn enc_row[RS__QSRC_COUNT][RS__QFMT_COUNT];
 } rs__quant_ops_t;
+
+/* Row loops over a level's segment kernels: AMAX_FN(src, n) and
+ * ENC_FN(dst, src, n, scale), elements ES bytes. Defined in each level's
+ * file, so that the segment kernels inline into them. */
+#define RS__QUANT_AMAX_ROW(TGT, NAME, ES, AMAX_FN)                            \
+    TGT static void NAME(const void *src, size_t width, size_t seg,          \
+                         uint32_t *bits)                                      \
+    {                                                                         \
+        const unsigned char *s = src;                                         \
+        for (size_t k = 0, c = 0; c < width; k++, c += seg) {                 \
+            const size_t n = width - c < seg ? width - c : seg;               \
+            const uint32_t v = AMAX_FN(s + (ES) * c, n);                      \
+            bits[k] = v > bits[k] ? v : bits[k];                              \
+        }                                                                     \
+    }
+
+#define RS__QUANT_ENC_ROW(TGT, NAME, ES, ENC_FN)                              \
+    TGT static void NAME(uint8_t *dst, const void *src, size_t width,        \
+                         size_t seg, const float *scale)                      \
+    {                                                                         \
+        const unsigned char *s = src;                                         \
+        for (size_t k = 0, c = 0; c < width; k++, c += seg) {                 \
+            const size_t n = width - c < seg ? width - c : seg;               \
+            ENC_FN(dst + c, s + (ES) * c, n, scale[k]);                       \
+        }                                                                     \
+    }
 
 /* The kernels for `level`: the best this build has at or below it. */
 const rs__quant_ops_t *rs__quant_ops(rs__simd_t level);
 
 extern const rs__quant_ops_t rs__quant_ops_portable;
+#if defined(__x86_64__) && defined(__GNUC__)
+#define RS__QUANT_X86 1
+extern const rs__quant_ops_t rs__quant_ops_avx2; /* needs F16C too */
+extern const rs__quant_ops_t rs__quant_ops_avx512;
+#else
+#define RS__QUANT_X86 0
+#endif
 
 /* Magnitude bits of each source's infinity: amax bits at or above it mean
  * a NaN or an infinity in the row. */

@@ -70,15 +70,35 @@ ENC(bf16, 2, E5M2)
 ENC(f16, 2, E4M3)
 ENC(f16, 2, E5M2)
 
+RS__QUANT_AMAX_ROW(, amax_row_f32, 4, amax_f32)
+RS__QUANT_AMAX_ROW(, amax_row_16, 2, amax_16)
+RS__QUANT_ENC_ROW(, row_f32_E4M3, 4, enc_f32_E4M3)
+RS__QUANT_ENC_ROW(, row_f32_E5M2, 4, enc_f32_E5M2)
+RS__QUANT_ENC_ROW(, row_bf16_E4M3, 2, enc_bf16_E4M3)
+RS__QUANT_ENC_ROW(, row_bf16_E5M2, 2, enc_bf16_E5M2)
+RS__QUANT_ENC_ROW(, row_f16_E4M3, 2, enc_f16_E4M3)
+RS__QUANT_ENC_ROW(, row_f16_E5M2, 2, enc_f16_E5M2)
+
 const rs__quant_ops_t rs__quant_ops_portable = {
     .amax = {amax_f32, amax_16, amax_16},
     .enc = {{enc_f32_E4M3, enc_f32_E5M2},
             {enc_bf16_E4M3, enc_bf16_E5M2},
             {enc_f16_E4M3, enc_f16_E5M2}},
+    .amax_row = {amax_row_f32, amax_row_16, amax_row_16},
+    .enc_row = {{row_f32_E4M3, row_f32_E5M2},
+                {row_bf16_E4M3, row_bf16_E5M2},
+                {row_f16_E4M3, row_f16_E5M2}},
 };
 
 const rs__quant_ops_t *rs__quant_ops(rs__simd_t level)
 {
+#if RS__QUANT_X86
+    /* F16C came with AVX2 on every x86 CPU, but is not implied by it. */
+    if (level >= RS__SIMD_AVX2 && __builtin_cpu_supports("f16c"))
+        return level >= RS__SIMD_AVX512 ? &rs__quant_ops_avx512
+                                        : &rs__quant_ops_avx2;
+#else
     (void)level;
+#endif
     return &rs__quant_ops_portable;
 }

@@ -262,3 +262,9 @@ rs_status_t rs_capture_write_json(rs_capture_h capture, FILE *out,
         return rs__diag_set(diag, RS_ERR_IO, "writing the capture failed");
     return RS_OK;
 }
+
+rs_status_t rs__capture_put_copy(FILE *out, rs_capture_h capture, size_t index,
+                                 rs_diag_t *diag)
+{
+    return put_copy(out, &capture->copies[index], index, diag);
+}

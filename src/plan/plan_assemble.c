@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/diag.h"
 #include "plan/capture_impl.h"
+#include "plan/plan_quant.h"
 #include "plan/planner.h"
 #include "plan/shard_sort.h"
 
@@ -270,5 +271,7 @@ rs_status_t rs__planner_assemble(rs_planner_t *b)
     free(index);
     if (st == RS_OK)
         st = compute_stats(b);
+    if (st == RS_OK && b->quant != NULL)
+        st = rs__quant_assemble(b); /* plan_quant_run.c */
     return st;
 }

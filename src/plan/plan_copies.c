@@ -13,6 +13,7 @@
 #include "core/diag.h"
 #include "plan/box_memo.h"
 #include "plan/capture_impl.h"
+#include "plan/plan_quant.h"
 #include "plan/planner.h"
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
@@ -46,7 +47,9 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->plan = calloc(1, sizeof(*b->plan));
     b->psrc_of_name = calloc(cap->names_len + 1, sizeof(uint32_t));
     b->memo = rs__box_memo_create();
-    b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
+    /* cleared copy by copy as rs__planner_run reaches it: a MoE rank's
+     * ten thousand records are a megabyte that calloc would clear apart */
+    b->copies = malloc((cap->copies_len + 1) * sizeof(rs_pcopy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
     b->agg_slot = malloc((srcs->sessions_len + 1) * sizeof(long));
     if (b->plan == NULL || b->psrc_of_name == NULL || b->memo == NULL ||
@@ -124,7 +127,13 @@ static rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
     return RS_OK;
 }
 
-static int selected(const rs_plan_params_t *p, const char *param)
+rs_status_t rs__planner_psrc(rs_planner_t *b, uint32_t name_id,
+                             uint32_t *id_p)
+{
+    return psrc_for(b, name_id, id_p);
+}
+
+int rs__plan_selected(const rs_plan_params_t *p, const char *param)
 {
     if (p->nonly == 0)
         return 1;
@@ -172,7 +181,7 @@ static rs_status_t refuse_mismatches(rs_planner_t *b)
         const rs_cap_copy_t *c = &cap->copies[ci];
         long decl = cap->names[c->src_id].decl;
         uint32_t id;
-        if (decl < 0 || !selected(b->params, c->param))
+        if (decl < 0 || !rs__plan_selected(b->params, c->param))
             continue;
         const rs_cap_source_t *d = &cap->sources[decl];
         rs_status_t st = psrc_for(b, c->src_id, &id);
@@ -198,7 +207,7 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
         int wanted = b->params->nonly == 0;
         for (size_t c = 0; !wanted && c < cap->copies_len; c++)
             wanted = cap->copies[c].src_id == u->src_id &&
-                     selected(b->params, cap->copies[c].param);
+                     rs__plan_selected(b->params, cap->copies[c].param);
         if (!wanted)
             continue;
         uint32_t id;
@@ -255,6 +264,12 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p,
         fact->span = last - c->dest_offset;
     }
     return NULL;
+}
+
+const char *rs__plan_check_dest(const rs_cap_copy_t *c,
+                                const rs_cap_param_t *p)
+{
+    return check_dest(c, p, NULL);
 }
 
 /* check_dest for a geometry checked before: only the offset can differ,
@@ -455,11 +470,17 @@ rs_status_t rs__planner_run(rs_planner_t *b)
     if (st == RS_OK)
         st = flag_unsupported(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
-        if (selected(b->params, b->cap->copies[ci].param)) {
-            b->plan->stats.copies_selected++;
+        b->copies[ci] = (rs_pcopy_t){0};
+        int role = rs__quant_role(b, ci); /* quantized copies: plan_quant.c */
+        if (role == RS_QROLE_DERIVED ||
+            (role == RS_QROLE_PLAIN &&
+             rs__plan_selected(b->params, b->cap->copies[ci].param))) {
+            b->plan->stats.copies_selected += role == RS_QROLE_PLAIN;
             st = plan_copy(b, ci);
         }
     }
+    if (st == RS_OK && b->quant != NULL)
+        st = rs__quant_plan(b);
     if (st == RS_OK)
         st = rs__planner_choose(b);
     if (st == RS_OK)

@@ -93,6 +93,7 @@ typedef struct rs_planner {
     int keep_all; /* every copy keeps its runs (tests compare the plans) */
     struct rs_box_memo *memo; /* resolved boxes by geometry (box_memo.h) */
     rs_box_t box;             /* a box resolved outside the memo */
+    struct rs_qexp *quant;    /* quantized copies (plan_quant.h), or NULL */
     int oom;
 } rs_planner_t;
 
@@ -145,6 +146,10 @@ uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape);
  * *complete is 0 when some element of it is published by no shard. The
  * caller lifts the loads of the runs the box would replace first, so that
  * replicas are chosen as if those runs were not read. */
+/* The box [lo, lo + shape) of a source as a planner box landing
+ * row-major; 0 when it does not resolve. */
+int rs__stage_plain_box(const rs_src_tensor_t *t, const int64_t *lo,
+                        const int64_t *shape, rs_box_t *box);
 rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
                            const int64_t *shape, rs_segvec_t *segs,
                            int *complete);

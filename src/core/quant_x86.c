@@ -1,0 +1,391 @@
+/* x86-64 block quantization kernels: AVX2 (with F16C) and AVX-512 (F + BW),
+ * each compiled for its own target with __attribute__((target)) and chosen
+ * at run time (core/simd.h), so the build needs no -march flag. They give
+ * what the portable kernels give, lane by lane. The largest magnitude is an
+ * unsigned integer max over the sign-cleared bits. The encoding is one IEEE
+ * division (the instruction the scalar `/` compiles to), then the rounding
+ * to FP8 done by the FPU: |q| is first capped at fmax (saturation, and no
+ * overflow below), then added to a power of two whose ulp is the FP8 ulp
+ * at |q|'s exponent (held at the format's smallest normal exponent, which
+ * gives the subnormal spacing), so the add rounds to nearest even at
+ * exactly the FP8 precision; the integer difference of the sum and that
+ * power is the rounded significand, and the exponent is added back. bf16
+ * rows widen by interleaving with zeros, which orders the lanes so that one
+ * unsigned pack per 16 lanes puts the codes back in order. Row tails run
+ * the scalar encoder. */
+#include "core/quant_impl.h"
+
+#if RS__QUANT_X86
+#include <immintrin.h>
+#include <string.h>
+
+#define TGT_AVX2 __attribute__((target("avx2,f16c")))
+#define TGT_AVX512 __attribute__((target("avx512f,avx512bw,avx2,f16c")))
+#define INLINE inline __attribute__((always_inline))
+
+/* One format's constants: fmax's bits, the f32 exponent bits of its
+ * smallest normal, the exponent step from a value to the power of two
+ * whose ulp is the FP8 ulp at that value, and the shift from f32 exponent
+ * bits to FP8 exponent bits. */
+typedef struct narrow_k {
+    int cap, emin, step, sh;
+} narrow_k_t;
+
+#define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3}
+#define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2}
+
+static INLINE void scalar_tail(uint8_t *d, const unsigned char *s, size_t n,
+                               float scale, int fmt, int src)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        uint16_t h;
+        if (src == RS__QSRC_F32)
+            memcpy(&v, s + 4 * i, sizeof(v));
+        else {
+            memcpy(&h, s + 2 * i, sizeof(h));
+            v = src == RS__QSRC_BF16 ? rs__f32_from((uint32_t)h << 16)
+                                     : rs__f16_to_f32(h);
+        }
+        d[i] = rs__quant_enc(fmt, v / scale);
+    }
+}
+
+/* ---------------------------------------------------------------- AVX2 */
+
+/* 8 non-negative quotients to 8 codes without sign, one per 32-bit lane. */
+TGT_AVX2 static INLINE __m256i narrow8_abs(__m256i a, narrow_k_t k)
+{
+    a = _mm256_min_epu32(a, _mm256_set1_epi32(k.cap));
+    __m256i e = _mm256_and_si256(a, _mm256_set1_epi32(0x7f800000));
+    e = _mm256_max_epu32(e, _mm256_set1_epi32(k.emin));
+    const __m256i magic = _mm256_add_epi32(e, _mm256_set1_epi32(k.step));
+    const __m256 sum = _mm256_add_ps(_mm256_castsi256_ps(a),
+                                     _mm256_castsi256_ps(magic));
+    const __m256i sig = _mm256_sub_epi32(_mm256_castps_si256(sum), magic);
+    const __m256i ex = _mm256_srli_epi32(
+        _mm256_sub_epi32(e, _mm256_set1_epi32(k.emin)), k.sh);
+    return _mm256_add_epi32(sig, ex);
+}
+
+/* 8 quotients to 8 codes, one per 32-bit lane. */
+TGT_AVX2 static INLINE __m256i narrow8(__m256 q, narrow_k_t k)
+{
+    const __m256i x = _mm256_castps_si256(q);
+    const __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 24),
+                                          _mm256_set1_epi32(0x80));
+    return _mm256_or_si256(narrow8_abs(a, k), sign);
+}
+
+/* 32 codes (one per 32-bit lane of r0..r3, in order) into 32 bytes. */
+TGT_AVX2 static INLINE void store32(uint8_t *d, __m256i r0, __m256i r1,
+                                    __m256i r2, __m256i r3)
+{
+    const __m256i p01 = _mm256_packus_epi32(r0, r1);
+    const __m256i p23 = _mm256_packus_epi32(r2, r3);
+    const __m256i b = _mm256_packus_epi16(p01, p23);
+    const __m256i fix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256((__m256i *)(void *)d,
+                        _mm256_permutevar8x32_epi32(b, fix));
+}
+
+TGT_AVX2 static INLINE __m256 ld8_f32(const unsigned char *s)
+{
+    return _mm256_loadu_ps((const float *)(const void *)s);
+}
+
+TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)s));
+}
+
+#define ENC8_NATURAL(NAME, LD, ES, SRC)                                       \
+    TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
+                                     size_t n, float scale, narrow_k_t k,     \
+                                     int fmt)                                 \
+    {                                                                         \
+        const __m256 sc = _mm256_set1_ps(scale);                              \
+        size_t i = 0;                                                         \
+        for (; i + 32 <= n; i += 32) {                                        \
+            const unsigned char *p = s + (ES) * i;                            \
+            store32(d + i, narrow8(_mm256_div_ps(LD(p), sc), k),              \
+                    narrow8(_mm256_div_ps(LD(p + 8 * (ES)), sc), k),          \
+                    narrow8(_mm256_div_ps(LD(p + 16 * (ES)), sc), k),         \
+                    narrow8(_mm256_div_ps(LD(p + 24 * (ES)), sc), k));        \
+        }                                                                     \
+        scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
+    }
+
+ENC8_NATURAL(encv8_f32, ld8_f32, 4, RS__QSRC_F32)
+ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QSRC_F16)
+
+/* 16 bf16 to 16 codes as 16-bit lanes in order: magnitudes divided (the
+ * quotient's sign is the source's: the scale is positive), the sign put
+ * back on the codes. The zero interleave gives elements 0-3 | 8-11 and
+ * 4-7 | 12-15, which the pack puts back in order. */
+TGT_AVX2 static INLINE __m256i bf16x16(const unsigned char *p, __m256 sc,
+                                       narrow_k_t k)
+{
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    const __m256i m = _mm256_and_si256(v, _mm256_set1_epi16(0x7fff));
+    const __m256i z = _mm256_setzero_si256();
+    const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, m));
+    const __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, m));
+    const __m256i c = _mm256_packus_epi32(
+        narrow8_abs(_mm256_castps_si256(_mm256_div_ps(lo, sc)), k),
+        narrow8_abs(_mm256_castps_si256(_mm256_div_ps(hi, sc)), k));
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi16(v, 8),
+                                          _mm256_set1_epi16(0x80));
+    return _mm256_or_si256(c, sign);
+}
+
+TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
+                                      size_t n, float scale, narrow_k_t k,
+                                      int fmt)
+{
+    const __m256 sc = _mm256_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i a = bf16x16(s + 2 * i, sc, k);
+        const __m256i b = bf16x16(s + 2 * i + 32, sc, k);
+        const __m256i r = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b),
+                                                   0xd8);
+        _mm256_storeu_si256((__m256i *)(void *)(d + i), r);
+    }
+    scalar_tail(d + i, s + 2 * i, n - i, scale, fmt, RS__QSRC_BF16);
+}
+
+TGT_AVX2 static uint32_t hmax8_epu32(__m256i m)
+{
+    __m128i v = _mm_max_epu32(_mm256_castsi256_si128(m),
+                              _mm256_extracti128_si256(m, 1));
+    v = _mm_max_epu32(v, _mm_shuffle_epi32(v, 0x4e));
+    v = _mm_max_epu32(v, _mm_shuffle_epi32(v, 0xb1));
+    return (uint32_t)_mm_cvtsi128_si32(v);
+}
+
+TGT_AVX2 static INLINE uint32_t amax8_f32(const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i *p = (const __m256i *)(const void *)(s + 4 * i);
+        m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256(p), mask));
+        m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256(p + 1), mask));
+    }
+    const uint32_t m = hmax8_epu32(_mm256_max_epu32(m0, m1));
+    const uint32_t t = rs__quant_ops_portable.amax[RS__QSRC_F32](s + 4 * i, n - i);
+    return t > m ? t : m;
+}
+
+TGT_AVX2 static INLINE uint32_t amax8_16(const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    const __m256i mask = _mm256_set1_epi16(0x7fff);
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i *p = (const __m256i *)(const void *)(s + 2 * i);
+        m0 = _mm256_max_epu16(m0, _mm256_and_si256(_mm256_loadu_si256(p), mask));
+        m1 = _mm256_max_epu16(m1, _mm256_and_si256(_mm256_loadu_si256(p + 1), mask));
+    }
+    /* the 16-bit maxima, widened to 32 bits and reduced */
+    const __m256i m = _mm256_max_epu16(m0, m1);
+    const __m256i lo = _mm256_and_si256(m, _mm256_set1_epi32(0xffff));
+    const uint32_t r = hmax8_epu32(_mm256_max_epu32(lo, _mm256_srli_epi32(m, 16)));
+    const uint32_t t = rs__quant_ops_portable.amax[RS__QSRC_BF16](s + 2 * i, n - i);
+    return t > r ? t : r;
+}
+
+/* ------------------------------------------------------------- AVX-512 */
+
+TGT_AVX512 static INLINE __m512i narrow16_abs(__m512i a, narrow_k_t k)
+{
+    a = _mm512_min_epu32(a, _mm512_set1_epi32(k.cap));
+    __m512i e = _mm512_and_si512(a, _mm512_set1_epi32(0x7f800000));
+    e = _mm512_max_epu32(e, _mm512_set1_epi32(k.emin));
+    const __m512i magic = _mm512_add_epi32(e, _mm512_set1_epi32(k.step));
+    const __m512 sum = _mm512_add_ps(_mm512_castsi512_ps(a),
+                                     _mm512_castsi512_ps(magic));
+    const __m512i sig = _mm512_sub_epi32(_mm512_castps_si512(sum), magic);
+    const __m512i ex = _mm512_srli_epi32(
+        _mm512_sub_epi32(e, _mm512_set1_epi32(k.emin)), k.sh);
+    return _mm512_add_epi32(sig, ex);
+}
+
+/* A | (B & C): ternary-logic table 0xf8, the sign put on a code. */
+#define OR_AND 0xf8
+
+TGT_AVX512 static INLINE __m512i narrow16(__m512 q, narrow_k_t k)
+{
+    const __m512i x = _mm512_castps_si512(q);
+    const __m512i a = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    return _mm512_ternarylogic_epi32(narrow16_abs(a, k),
+                                     _mm512_srli_epi32(x, 24),
+                                     _mm512_set1_epi32(0x80), OR_AND);
+}
+
+#define ST16(p, v) _mm_storeu_si128((__m128i *)(void *)(p), (v))
+
+TGT_AVX512 static INLINE __m512 ld16_f32(const unsigned char *s)
+{
+    return _mm512_loadu_ps((const void *)s);
+}
+
+TGT_AVX512 static INLINE __m512 ld16_f16(const unsigned char *s)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)s));
+}
+
+#define ENC16_NATURAL(NAME, LD, ES, SRC)                                      \
+    TGT_AVX512 static INLINE void NAME(uint8_t *d, const unsigned char *s,    \
+                                       size_t n, float scale, narrow_k_t k,   \
+                                       int fmt)                               \
+    {                                                                         \
+        const __m512 sc = _mm512_set1_ps(scale);                              \
+        size_t i = 0;                                                         \
+        for (; i + 32 <= n; i += 32) {                                        \
+            const unsigned char *p = s + (ES) * i;                            \
+            ST16(d + i, _mm512_cvtepi32_epi8(                                 \
+                            narrow16(_mm512_div_ps(LD(p), sc), k)));          \
+            ST16(d + i + 16, _mm512_cvtepi32_epi8(narrow16(                   \
+                                 _mm512_div_ps(LD(p + 16 * (ES)), sc), k)));  \
+        }                                                                     \
+        scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
+    }
+
+ENC16_NATURAL(encv16_f32, ld16_f32, 4, RS__QSRC_F32)
+ENC16_NATURAL(encv16_f16, ld16_f16, 2, RS__QSRC_F16)
+
+/* 32 bf16 per step, as bf16x16 does with AVX2: magnitudes divided, the
+ * zero interleave gives, per 128-bit lane, elements 0-3 and 4-7 of that
+ * lane's eight, which the 32 -> 16 pack puts back in order; the signs go
+ * onto the 16-bit codes and one 16 -> 8 narrowing stores them. */
+TGT_AVX512 static INLINE void encv16_bf16(uint8_t *d, const unsigned char *s,
+                                          size_t n, float scale, narrow_k_t k,
+                                          int fmt)
+{
+    const __m512 sc = _mm512_set1_ps(scale);
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i mag = _mm512_set1_epi16(0x7fff), sbit = _mm512_set1_epi16(0x80);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512i v = _mm512_loadu_si512((const void *)(s + 2 * i));
+        const __m512i m = _mm512_and_si512(v, mag);
+        const __m512 lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, m));
+        const __m512 hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, m));
+        const __m512i c = _mm512_packus_epi32(
+            narrow16_abs(_mm512_castps_si512(_mm512_div_ps(lo, sc)), k),
+            narrow16_abs(_mm512_castps_si512(_mm512_div_ps(hi, sc)), k));
+        const __m512i r = _mm512_ternarylogic_epi32(c, _mm512_srli_epi16(v, 8),
+                                                    sbit, OR_AND);
+        _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtepi16_epi8(r));
+    }
+    scalar_tail(d + i, s + 2 * i, n - i, scale, fmt, RS__QSRC_BF16);
+}
+
+TGT_AVX512 static INLINE uint32_t amax16_f32(const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    const __m512i mask = _mm512_set1_epi32(0x7fffffff);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const unsigned char *p = s + 4 * i;
+        m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(p), mask));
+        m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(p + 64), mask));
+    }
+    const uint32_t m = _mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1));
+    const uint32_t t = amax8_f32(s + 4 * i, n - i);
+    return t > m ? t : m;
+}
+
+TGT_AVX512 static INLINE uint32_t amax16_16(const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    const __m512i mask = _mm512_set1_epi16(0x7fff);
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const unsigned char *p = s + 2 * i;
+        m0 = _mm512_max_epu16(m0, _mm512_and_si512(_mm512_loadu_si512(p), mask));
+        m1 = _mm512_max_epu16(m1, _mm512_and_si512(_mm512_loadu_si512(p + 64), mask));
+    }
+    const __m512i m = _mm512_max_epu16(m0, m1);
+    const __m512i lo = _mm512_and_si512(m, _mm512_set1_epi32(0xffff));
+    const uint32_t r = _mm512_reduce_max_epu32(_mm512_max_epu32(lo, _mm512_srli_epi32(m, 16)));
+    const uint32_t t = amax8_16(s + 2 * i, n - i);
+    return t > r ? t : r;
+}
+
+/* ------------------------------------------------------ the ops tables */
+
+/* Segment and row entry points of one level, per source and format. */
+#define ENTRIES(TGT, LV, SRC, ES)                                       \
+    TGT static void LV##_##SRC##_e4m3(uint8_t *d, const void *s, size_t n,    \
+                                      float scale)                            \
+    {                                                                         \
+        const narrow_k_t k = NARROW_E4M3;                                     \
+        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3);                    \
+    }                                                                         \
+    TGT static void LV##_##SRC##_e5m2(uint8_t *d, const void *s, size_t n,    \
+                                      float scale)                            \
+    {                                                                         \
+        const narrow_k_t k = NARROW_E5M2;                                     \
+        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
+    }                                                                         \
+    TGT static INLINE void LV##_##SRC##_e4m3_in(uint8_t *d, const void *s,    \
+                                                size_t n, float scale)        \
+    {                                                                         \
+        const narrow_k_t k = NARROW_E4M3;                                     \
+        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3);                    \
+    }                                                                         \
+    TGT static INLINE void LV##_##SRC##_e5m2_in(uint8_t *d, const void *s,    \
+                                                size_t n, float scale)        \
+    {                                                                         \
+        const narrow_k_t k = NARROW_E5M2;                                     \
+        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
+    }                                                                         \
+    RS__QUANT_ENC_ROW(TGT, LV##_##SRC##_e4m3_row, ES, LV##_##SRC##_e4m3_in)   \
+    RS__QUANT_ENC_ROW(TGT, LV##_##SRC##_e5m2_row, ES, LV##_##SRC##_e5m2_in)
+
+ENTRIES(TGT_AVX2, v8, f32, 4)
+ENTRIES(TGT_AVX2, v8, bf16, 2)
+ENTRIES(TGT_AVX2, v8, f16, 2)
+ENTRIES(TGT_AVX512, v16, f32, 4)
+ENTRIES(TGT_AVX512, v16, bf16, 2)
+ENTRIES(TGT_AVX512, v16, f16, 2)
+
+TGT_AVX2 static uint32_t amax8_f32_fn(const void *s, size_t n) { return amax8_f32(s, n); }
+TGT_AVX2 static uint32_t amax8_16_fn(const void *s, size_t n) { return amax8_16(s, n); }
+TGT_AVX512 static uint32_t amax16_f32_fn(const void *s, size_t n) { return amax16_f32(s, n); }
+TGT_AVX512 static uint32_t amax16_16_fn(const void *s, size_t n) { return amax16_16(s, n); }
+RS__QUANT_AMAX_ROW(TGT_AVX2, amax8_f32_row, 4, amax8_f32)
+RS__QUANT_AMAX_ROW(TGT_AVX2, amax8_16_row, 2, amax8_16)
+RS__QUANT_AMAX_ROW(TGT_AVX512, amax16_f32_row, 4, amax16_f32)
+RS__QUANT_AMAX_ROW(TGT_AVX512, amax16_16_row, 2, amax16_16)
+
+const rs__quant_ops_t rs__quant_ops_avx2 = {
+    .amax = {amax8_f32_fn, amax8_16_fn, amax8_16_fn},
+    .enc = {{v8_f32_e4m3, v8_f32_e5m2}, {v8_bf16_e4m3, v8_bf16_e5m2},
+            {v8_f16_e4m3, v8_f16_e5m2}},
+    .amax_row = {amax8_f32_row, amax8_16_row, amax8_16_row},
+    .enc_row = {{v8_f32_e4m3_row, v8_f32_e5m2_row},
+                {v8_bf16_e4m3_row, v8_bf16_e5m2_row},
+                {v8_f16_e4m3_row, v8_f16_e5m2_row}},
+};
+
+const rs__quant_ops_t rs__quant_ops_avx512 = {
+    .amax = {amax16_f32_fn, amax16_16_fn, amax16_16_fn},
+    .enc = {{v16_f32_e4m3, v16_f32_e5m2}, {v16_bf16_e4m3, v16_bf16_e5m2},
+            {v16_f16_e4m3, v16_f16_e5m2}},
+    .amax_row = {amax16_f32_row, amax16_16_row, amax16_16_row},
+    .enc_row = {{v16_f32_e4m3_row, v16_f32_e5m2_row},
+                {v16_bf16_e4m3_row, v16_bf16_e5m2_row},
+                {v16_f16_e4m3_row, v16_f16_e5m2_row}},
+};
+
+#endif
