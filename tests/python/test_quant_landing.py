@@ -1,0 +1,79 @@
+"""Quantized refit lands byte for byte: two trainer ranks publish row halves
+of bf16 weights, a receiver pulls them through the capture of a
+DeepSeek-style FP8 loader (test_capture_quant.deepseek_loader: 128 x 128
+blocks, tensor-parallel slices, merged gate/up, stacked experts) into uint8
+weights and float32 weight_scale_inv tensors. Ground truth: the same loader
+run eagerly by PyTorch on the full tensors. Every version is checked, so
+scales that change between versions are followed."""
+import pytest
+import torch
+
+import reshard
+from test_capture_quant import SOURCES, _params, _weights, deepseek_loader
+
+
+class Trainers:
+    """Two publisher ranks holding row halves of every source."""
+
+    def __init__(self, directory, backend, seed):
+        self.full = _weights(SOURCES, seed)
+        self.shards = {n: list(t.chunk(2, 0)) for n, t in self.full.items()}
+        self.shards = {n: [s.clone() for s in ss]
+                       for n, ss in self.shards.items()}
+        self.pubs = []
+        for r in range(2):
+            p = reshard.Publisher(directory, "m", r, 2, backend=backend)
+            for n, ss in self.shards.items():
+                p.register_shard(n, ss[r], tuple(self.full[n].shape), 0, r, 2)
+            self.pubs.append(p)
+
+    def set(self, seed):
+        self.full = _weights(SOURCES, seed)
+        for n, ss in self.shards.items():
+            for r, s in enumerate(ss):
+                s.copy_(self.full[n].chunk(2, 0)[r])
+
+    def publish(self, version):
+        for p in self.pubs:
+            p.publish(version)
+
+    def close(self):
+        for p in self.pubs:
+            p.close()
+
+
+def _truth(full):
+    params = _params()
+    deepseek_loader(params)(iter(full.items()))
+    return params
+
+
+def _bits(t):
+    return t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+@pytest.mark.parametrize("backend", ["cma", "ucx"])
+def test_fp8_loader_lands_as_torch_computes_it(file_dir, backend):
+    params = _params()
+    cap = reshard.capture(sources=_weights(SOURCES), params=params,
+                          load=deepseek_loader(params))
+    assert cap.unsupported == {} and len(cap.copies) == 5
+    t = Trainers(file_dir, backend, seed=21)
+    try:
+        with reshard.Receiver(file_dir, "m", cap, params, backend=backend,
+                              discover_timeout_s=20) as r:
+            for version, seed in ((1, 21), (2, 22)):
+                if version > 1:
+                    t.set(seed)
+                t.publish(version)
+                res = r.pull(version)
+                assert res.version == version
+                truth = _truth(t.full)
+                for name, want in truth.items():
+                    assert want.any(), name
+                    assert torch.equal(_bits(params[name]), _bits(want)), \
+                        (version, name)
+                for p in t.pubs:
+                    p.wait_released(version, timeout_s=20)
+    finally:
+        t.close()
