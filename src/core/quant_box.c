@@ -60,8 +60,10 @@ static rs_status_t walk_init(const rs_quant_desc_t *q, rs_dtype_t src_dtype,
 {
     const int64_t one = 1, zero = 0;
     rs_status_t st = rs_quant_block_shape(q, ndim, full_shape, diag, w->block);
-    if (st != RS_OK)
-        return st;
+    if (st != RS_OK) {
+        (void)rs__diag_prefix(diag, "quantizing '%s': ", what);
+        return st; /* not the prefix's: it returns RS_OK for a NULL diag */
+    }
     w->src = src_index(src_dtype);
     if (w->src < 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "quantizing '%s': source "

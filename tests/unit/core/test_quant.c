@@ -559,6 +559,33 @@ static void test_round_past_max(void **state)
     }
 }
 
+/* A subnormal scale is coarse: amax = 85443 * 2^-149 into e5m2 gives
+ * amax / 57344 = 1.49 * 2^-149, rounded to the scale 2^-149, so the
+ * block's largest q is 85443, past e5m2's midpoint to infinity (61440):
+ * saturated to 57344 (0x7b), where the plain cast gives infinity (0x7c). */
+static void test_coarse_scale_saturates(void **state)
+{
+    (void)state;
+    const float amax = 85443.0f * 0x1p-149f;
+    for (int lv = 0; lv < nlevels(); lv++) {
+        rs__simd_force((rs__simd_t)lv);
+        ref_case_t c;
+        one_d_case(&c, RS_DTYPE_F8E5M2, RS_DTYPE_F32, 40, 40);
+        unsigned char s[4 * 40];
+        uint8_t q[40];
+        float scale[1];
+        for (int i = 0; i < 40; i++)
+            set_f32(s, (size_t)i, (float)(i - 20) * 0x1p-149f);
+        set_f32(s, 3, amax);
+        set_f32(s, 4, -amax);
+        run_f32(&c, s, q, scale);
+        assert_true(scale[0] == 0x1p-149f);
+        assert_int_equal(q[3], 0x7b);
+        assert_int_equal(q[4], 0xfb);
+        assert_int_equal(rs__f32_to_e5m2(amax / scale[0]), 0x7c);
+    }
+}
+
 /* Ragged edges and sub-boxes in 1, 2 and 3 dims, every dtype and format,
  * random values; blocks larger than the tensor. */
 static void test_ragged_boxes(void **state)
@@ -816,7 +843,17 @@ static void test_bad_boxes(void **state)
                                  .block = block};
     assert_int_equal(quant_2d(&bad, RS_DTYPE_BF16, full, 0, 0, 8, 16, &diag),
                      RS_ERR_INPUT);
-    assert_non_null(strstr(diag.msg, "quant.format"));
+    assert_non_null(strstr(diag.msg, "quantizing 't': quant.format"));
+    /* refused without a diag too */
+    const int64_t lo0[2] = {0, 0}, box8[2] = {8, 16};
+    uint8_t q8[8 * 16];
+    float s8[1];
+    static const uint16_t zeros[8 * 16];
+    assert_int_equal(rs_quant_box(&bad, RS_DTYPE_BF16, zeros, 2, full, lo0,
+                                  box8, "t", NULL, q8, s8), RS_ERR_INPUT);
+    assert_int_equal(rs_quant_box(&q, RS_DTYPE_BF16, zeros, 2, full, lo0,
+                                  box8, "t", NULL, q8, s8), RS_OK);
+    assert_true(s8[0] == 1.0f);
 }
 
 /* A 0-d tensor is one block of one element. */
@@ -999,6 +1036,7 @@ int main(void)
         cmocka_unit_test_teardown(test_encoder_sweep_16, restore_level),
         cmocka_unit_test_teardown(test_zero_and_tiny_blocks, restore_level),
         cmocka_unit_test_teardown(test_round_past_max, restore_level),
+        cmocka_unit_test_teardown(test_coarse_scale_saturates, restore_level),
         cmocka_unit_test_teardown(test_ragged_boxes, restore_level),
         cmocka_unit_test_teardown(test_nonfinite_refused, restore_level),
         cmocka_unit_test_teardown(test_random, restore_level),
