@@ -1,6 +1,8 @@
 /* What `reshard simulate` costs at real sizes: Llama-3.1-70B
  * (megatron:tp=8,pp=4,dp=2 -> vllm:tp=8,dp=4), Kimi-K2
- * (megatron:tp=8,pp=16,ep=16 -> vllm:tp=8,ep=8,dp=16), DeepSeek-V3
+ * (megatron:tp=8,pp=16,ep=16 -> vllm:tp=8,ep=8,dp=16, FP8 without
+ * publisher-side copies; and -> vllm:tp=8,ep=128,dp=16, the FP8 pair with
+ * and without them), DeepSeek-V3
  * (megatron:tp=1,pp=16,ep=64 -> vllm:tp=16), Qwen3-30B-A3B and
  * Qwen2.5-0.5B. Each run publishes every trainer table, then captures,
  * plans and coverage-checks every inference rank, in a child process so
@@ -29,14 +31,20 @@
 
 typedef struct scenario {
     const char *config, *train, *infer;
+    unsigned flags; /* RS_LAYOUT_FP8_COPIES: publisher-side FP8 copies */
 } scenario_t;
 
 static const scenario_t scenarios[] = {
-    {"llama-3.1-70b.json", "megatron:tp=8,pp=4,dp=2", "vllm:tp=8,dp=4"},
-    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=8,dp=16"},
-    {"deepseek-v3.json", "megatron:tp=1,pp=16,ep=64", "vllm:tp=16"},
-    {"qwen3-30b-a3b.json", "megatron:tp=2,ep=4", "vllm:tp=2,ep=2,dp=2"},
-    {"qwen2.5-0.5b.json", "fsdp:4", "vllm:tp=2"},
+    {"llama-3.1-70b.json", "megatron:tp=8,pp=4,dp=2", "vllm:tp=8,dp=4", 0},
+    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=8,dp=16", 0},
+    /* The FP8 pair: the same FP8 captures against tables with and
+     * without publisher-side FP8 copies (receivers quantize every block). */
+    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=128,dp=16",
+     RS_LAYOUT_FP8_COPIES},
+    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=128,dp=16", 0},
+    {"deepseek-v3.json", "megatron:tp=1,pp=16,ep=64", "vllm:tp=16", 0},
+    {"qwen3-30b-a3b.json", "megatron:tp=2,ep=4", "vllm:tp=2,ep=2,dp=2", 0},
+    {"qwen2.5-0.5b.json", "fsdp:4", "vllm:tp=2", 0},
 };
 
 typedef struct rank_fig {
@@ -194,13 +202,17 @@ static void run(const char *dir, const scenario_t *s)
     check(rs_model_load(path, &d, &m), &d, path);
     layout(m, s->train, &train);
     layout(m, s->infer, &infer);
-    printf("%s: %s (%lld ranks) -> %s (%lld ranks), %.1f B parameters\n",
+    printf("%s: %s (%lld ranks) -> %s (%lld ranks), %.1f B parameters%s\n",
            s->config, s->train, (long long)train.world, s->infer,
-           (long long)infer.world, (double)rs_model_num_params(m) / 1e9);
+           (long long)infer.world, (double)rs_model_num_params(m) / 1e9,
+           rs_model_quantization(m) == NULL ? ""
+           : s->flags & RS_LAYOUT_FP8_COPIES ? ", FP8, publisher-side copies"
+                                             : ", FP8, receiver-side only");
     fflush(stdout);
     double t0 = now_s();
     check(rs_sources_create(&src), &d, "rs_sources_create");
-    check(rs_layout_publish_all(m, &train, src, &d), &d, "publish_all");
+    check(rs_layout_publish_all_ex(m, &train, NULL, s->flags, src, &d), &d,
+          "publish_all");
     double publish_s = now_s() - t0;
     check(rs_transport_create(NULL, &d, &t), &d, "rs_transport_create");
     rank_fig_t *f = calloc((size_t)infer.world, sizeof(rank_fig_t));

@@ -143,10 +143,16 @@ typedef struct rs_quantized {
     size_t copy;          /* the quantized copy: index into the capture the
                            * plan was built from */
     rs_quant_path_t path;
-    const char *why;      /* one line: why this path was taken */
-    size_t weight_copy;   /* indices into rs_plan_capture's copies */
+    const char *why;      /* one line: why this path was taken, or why the
+                           * copy was refused */
+    size_t weight_copy;   /* indices into rs_plan_capture's copies; both
+                           * SIZE_MAX for a refused copy (its source is in
+                           * the fallback list with `why` as its reason) */
     size_t scale_copy;
-    /* The receiver path's staged read (unused on the publisher path). */
+    /* The receiver path's staged read. src, ndim, global_shape and the box
+     * (the touched blocks) are set on both paths; src_dtype is
+     * RS_DTYPE_INVALID when only the FP8 copy is published; staging_bytes
+     * and the segments are 0 unless the receiver path reads the box. */
     const char *src;
     rs_dtype_t src_dtype;
     int ndim;
@@ -175,8 +181,11 @@ typedef struct rs_plan_stats {
     size_t nsessions_used;
     size_t copies_selected; /* copies whose param the selection keeps */
     size_t copies_planned;  /* of those, copies whose source is planned */
-    /* The bytes the planned copies need (what exact runs would read):
-     * bytes_planned - needed_bytes is what the plan reads beyond them. */
+    /* The bytes the planned copies need (what exact runs would read; a
+     * quantized copy on the receiver path needs its block-rounded box):
+     * bytes_planned - needed_bytes is what the plan reads beyond them.
+     * copies_selected and copies_planned count a quantized copy once and
+     * its derived copies not at all. */
     uint64_t needed_bytes;
     /* The cost model's estimate of the plan's wire time in seconds, and
      * of the plan that reads every copy by its exact runs. */
@@ -203,7 +212,8 @@ RS_API const rs_convert_t *rs_plan_converts(rs_plan_h plan, size_t *count_p);
 /* Every staged read (full pulls and staged boxes), in the order the
  * planner made them. */
 RS_API const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p);
-/* Every quantized copy, in capture order. */
+/* Every quantized copy the selection keeps (params.only), in capture
+ * order. */
 RS_API const rs_quantized_t *rs_plan_quantized(rs_plan_h plan, size_t *count_p);
 RS_API const rs_uncovered_t *rs_plan_uncovered(rs_plan_h plan, size_t *count_p);
 RS_API size_t rs_plan_num_fallback(rs_plan_h plan);

@@ -72,6 +72,26 @@ RS_API rs_status_t rs_layout_trainer_shards_cut(rs_model_h model,
                                                 rs_shard_cb cb, void *ctx,
                                                 rs_diag_t *diag);
 
+/* What a trainer table carries besides its shards. RS_LAYOUT_FP8_COPIES:
+ * publisher-side FP8 copies (docs/design.md, "Quantized refit"): after
+ * each shard of a tensor the model's quantization_config stores in FP8
+ * (the vllm layout's rule: decoder-layer linear weights but the routers,
+ * less modules_to_not_convert), the FP8 values of the blocks lying wholly
+ * inside the shard as "<src>#<spec>" (reshard/quant.h; full shape of src,
+ * dtype the config's fmt) and their scales as "<src>#<spec>#scale"
+ * (float32, full shape the block grid), each a row-major box of its own
+ * laid after the shard. A shard holding no whole block gets no copy. A
+ * model without quantization_config publishes no copies;
+ * RS_ERR_UNSUPPORTED for one without weight_block_size. */
+enum { RS_LAYOUT_FP8_COPIES = 1u << 0 };
+
+/* As rs_layout_trainer_shards_cut with `flags` (RS_LAYOUT_* above). */
+RS_API rs_status_t rs_layout_trainer_shards_ex(rs_model_h model,
+                                               const rs_layout_t *layout,
+                                               int64_t rank, rs_cuts_h cuts,
+                                               unsigned flags, rs_shard_cb cb,
+                                               void *ctx, rs_diag_t *diag);
+
 /* Adds every shard of every trainer rank to `sources` (all or nothing). */
 RS_API rs_status_t rs_layout_publish_all(rs_model_h model,
                                          const rs_layout_t *layout,
@@ -84,6 +104,13 @@ RS_API rs_status_t rs_layout_publish_all_cut(rs_model_h model,
                                              rs_sources_h sources,
                                              rs_diag_t *diag);
 
+/* As rs_layout_publish_all_cut with `flags` (RS_LAYOUT_*). */
+RS_API rs_status_t rs_layout_publish_all_ex(rs_model_h model,
+                                            const rs_layout_t *layout,
+                                            rs_cuts_h cuts, unsigned flags,
+                                            rs_sources_h sources,
+                                            rs_diag_t *diag);
+
 /* Writes trainer `rank`'s mx.reshard.shard_table.v1 blob. */
 RS_API rs_status_t rs_layout_write_table(rs_model_h model,
                                          const rs_layout_t *layout,
@@ -94,10 +121,24 @@ RS_API rs_status_t rs_layout_write_table_cut(rs_model_h model,
                                              const rs_layout_t *layout,
                                              int64_t rank, rs_cuts_h cuts,
                                              FILE *out, rs_diag_t *diag);
+/* As rs_layout_write_table_cut with `flags` (RS_LAYOUT_*). */
+RS_API rs_status_t rs_layout_write_table_ex(rs_model_h model,
+                                            const rs_layout_t *layout,
+                                            int64_t rank, rs_cuts_h cuts,
+                                            unsigned flags, FILE *out,
+                                            rs_diag_t *diag);
 
 /* The capture inference `rank` records under a vllm layout: fused qkv and
  * gate_up, vocab-parallel embedding and head padded to a multiple of 64 per
- * rank, fused MoE experts, MLA projections. *padding_bytes_p receives the
+ * rank, fused MoE experts, MLA projections. With an FP8 quantization_config
+ * the weights the checkpoint stores in FP8 are quantized copies
+ * (rs_capture_add_quant_copy) into FP8 params, each with its float32
+ * "<weight>_scale_inv" of one scale per weight_block_size block, as vLLM's
+ * FP8 loaders allocate and fill them (docs/layouts.md, "FP8 checkpoints");
+ * RS_ERR_INPUT naming the tensor, its dims and the block when a
+ * tensor-parallel slice, or a part of a merged weight but the last, is not
+ * a whole number of blocks, or when modules_to_not_convert splits a merged
+ * weight; RS_ERR_UNSUPPORTED for FP8 without weight_block_size. *padding_bytes_p receives the
  * parameter bytes the loaders never write by design (vocab padding). */
 RS_API rs_status_t rs_layout_capture(rs_model_h model,
                                      const rs_layout_t *layout, int64_t rank,

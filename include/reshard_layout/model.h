@@ -62,6 +62,11 @@ typedef struct rs_model_quant {
      * one scale; {0, 0} when absent or null (one scale per tensor). */
     int64_t weight_block[2];
     size_t modules_not_converted;  /* entries of modules_to_not_convert */
+    /* Those entries (owned by the model). A module is left in the config's
+     * dtype when an entry equals a run of whole dot-separated components
+     * of its name: "lm_head", "model.layers.3", "self_attn.kv_b_proj"
+     * (docs/layouts.md, "FP8 checkpoints"). */
+    const char *const *not_converted;
 } rs_model_quant_t;
 
 typedef struct rs_tensor_info {

@@ -4,6 +4,7 @@ tensors from trainer ranks, stage and apply new versions into a live model.
 The work is done by libreshard (loaded with ctypes on first use; set
 RESHARD_LIB to its path to choose one). See docs/python.md.
 """
+from . import quant
 from .capture import Capture, capture
 from .errors import (ReshardError, InvalidArgument, InputError, ReshardIOError,
                      UnsupportedReshard, IncompleteRefit, VerifyError,
@@ -14,7 +15,7 @@ from .publisher import Publisher
 from .receiver import Receiver, Staged, PullResult
 
 __all__ = [
-    "capture", "Capture", "Publisher", "Receiver", "release", "Staged", "PullResult", "Box", "LayoutError",
+    "capture", "Capture", "quant", "Publisher", "Receiver", "release", "Staged", "PullResult", "Box", "LayoutError",
     "chunk_range", "ReshardError", "InvalidArgument", "InputError",
     "ReshardIOError", "UnsupportedReshard", "IncompleteRefit", "VerifyError",
     "TransportError", "ReshardTimeout", "NoMemory",

@@ -159,6 +159,26 @@ class ParamInfo(ctypes.Structure):
     ]
 
 
+# rs_quant_scheme_t
+QUANT_SCHEMES = {"fp8_block": 1, "fp8_channel": 2, "fp8_tensor": 3}
+
+
+class QuantDesc(ctypes.Structure):
+    """rs_quant_desc_t: how one copy is quantized (include/reshard/quant.h);
+    the arrays and the name are the caller's."""
+    _fields_ = [
+        ("scheme", ctypes.c_int),
+        ("format", ctypes.c_int),
+        ("block_ndim", ctypes.c_int),
+        ("block", c_int64_p),
+        ("scale_param", ctypes.c_char_p),
+        ("scale_offset", ctypes.c_int64),
+        ("scale_ndim", ctypes.c_int),
+        ("scale_shape", c_int64_p),
+        ("scale_stride", c_int64_p),
+    ]
+
+
 # The structs test_abi.py checks against the C compiler, by C name.
 MIRRORS = {
     "rs_diag_t": Diag,
@@ -169,6 +189,16 @@ MIRRORS = {
     "rs_pull_result_t": PullResult,
     "rs_dry_run_t": DryRun,
     "rs_param_info_t": ParamInfo,
+    "rs_quant_desc_t": QuantDesc,
+}
+
+# Enumerators the package spells as numbers, checked by test_abi.py too.
+CONSTANTS = {
+    "RS_QUANT_FP8_BLOCK": QUANT_SCHEMES["fp8_block"],
+    "RS_QUANT_FP8_CHANNEL": QUANT_SCHEMES["fp8_channel"],
+    "RS_QUANT_FP8_TENSOR": QUANT_SCHEMES["fp8_tensor"],
+    "RS_DTYPE_F32": 1, "RS_DTYPE_BF16": 2, "RS_DTYPE_F16": 3,
+    "RS_DTYPE_F8E4M3": 4, "RS_DTYPE_F8E5M2": 5,
 }
 
 _vp = ctypes.c_void_p
@@ -206,6 +236,10 @@ _PROTOS = {
     "rs_capture_num_params": (ctypes.c_size_t, [_vp]),
     "rs_capture_param": (None, [_vp, ctypes.c_size_t, ctypes.POINTER(ParamInfo)]),
     "rs_capture_unattributed": (ctypes.c_int64, [_vp]),
+    "rs_capture_num_copies": (ctypes.c_size_t, [_vp]),
+    "rs_capture_copy_quant": (ctypes.c_int, [_vp, ctypes.c_size_t, ctypes.POINTER(QuantDesc)]),
+    "rs_quant_box": (_st, [ctypes.POINTER(QuantDesc), ctypes.c_int, _vp, ctypes.c_int, c_int64_p,
+                           c_int64_p, c_int64_p, ctypes.c_char_p, _diag_p, _vp, _vp]),
     "rs_exec_write_stage_json": (_st, [_vp, ctypes.c_double, _vp, _diag_p]),
     "rs_exec_write_coverage_json": (_st, [_vp, _vp, _diag_p]),
     "rs_dir_open": (_st, [ctypes.c_char_p, _diag_p, ctypes.POINTER(_vp)]),

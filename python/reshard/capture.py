@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from . import capture_hook, capture_ops
-from .dtypes import from_name, name_of
+from . import capture_hook, capture_ops, capture_quant, quant
+from .dtypes import from_name, name_of, storage_dtype
 from .errors import InputError, InvalidArgument
 
 SCHEMA = "reshard.capture.v1"
@@ -28,12 +28,14 @@ class Capture:
 
     Attributes: `params` {name: (shape, torch dtype)}, `sources` {name:
     (shape, torch dtype)}, `copies` [dict(src, ops (JSON form lists), param,
-    dest_offset, dest_shape, dest_stride, dest_dtype (torch dtype))],
+    dest_offset, dest_shape, dest_stride, dest_dtype (torch dtype), and for
+    a quantized copy quant (the JSON object of docs/formats.md))],
     `fills` [dict(param, dest_offset,
     dest_shape, dest_stride, value, at)] where `at` is the number of copies
     performed before the fill, `unsupported` {src: reason},
     `unattributed_details` [str], `unattributed` (their count) and
-    `seconds` (time the capture took)."""
+    `seconds` (time the capture took). An FP8 dtype torch lacks is its
+    short name (reshard.dtypes.F8E4M3), held in uint8 tensors."""
 
     def __init__(self, params, sources, copies=(), fills=(),
                  unsupported=None, unattributed_details=(), seconds=0.0,
@@ -59,6 +61,43 @@ class Capture:
                 f"sources, {len(self.copies)} copies, {len(self.fills)} "
                 f"fills, {len(self.unsupported)} unsupported, "
                 f"{self.unattributed} unattributed)")
+
+    # ------------------------------------------------------------ building
+
+    def add_quant_copy(self, src, ops, param, dest_offset, dest_shape,
+                       dest_stride, *, scheme, fmt="f8e4m3", block=None,
+                       scale_param, scale_offset=0, scale_shape=(),
+                       scale_stride=()):
+        """Append a copy whose view of `src` is quantized to FP8 on the way
+        (rs_capture_add_quant_copy): the values land in `param` (an FP8
+        parameter of format `fmt`), the scales of the blocks the view
+        touches in scale_param.as_strided(scale_shape, scale_stride,
+        scale_offset) (a float32 parameter). InputError naming the copy
+        and the field, as the library's checks."""
+        fmt = quant.format_name(fmt)
+        where = (f"copy {len(self.copies)} ('{src}' into '{param}')")
+        try:
+            quant.check_spec(scheme, block)
+        except ValueError as e:
+            raise InputError(f"{where}: quant: {e}") from None
+        _check_quant_params(self.params, where, param, fmt, scale_param)
+        if len(scale_shape) != len(scale_stride) or scale_offset < 0 or \
+                any(int(v) < 0 for v in list(scale_shape) + list(scale_stride)):
+            raise InputError(f"{where}: quant.scale: a region of "
+                             f"non-negative offset, shape and stride of one "
+                             f"rank")
+        spec = {"scheme": scheme, "format": fmt}
+        if scheme == "fp8_block":
+            spec["block"] = [int(b) for b in block]
+        spec["scale"] = {"param": scale_param, "dest_offset": int(scale_offset),
+                         "dest_shape": [int(v) for v in scale_shape],
+                         "dest_stride": [int(v) for v in scale_stride]}
+        self.copies.append({
+            "src": src, "ops": [list(op) for op in ops], "param": param,
+            "dest_offset": int(dest_offset),
+            "dest_shape": [int(v) for v in dest_shape],
+            "dest_stride": [int(v) for v in dest_stride],
+            "dest_dtype": from_name(fmt), "quant": spec})
 
     # ------------------------------------------------------------ JSON
 
@@ -126,6 +165,9 @@ class Capture:
                 if kind == "fill":
                     dest.fill_(item["value"])
                     continue
+                if "quant" in item:
+                    self._replay_quant(full_tensors, params, item, dest)
+                    continue
                 view = self._source_view(full_tensors, item)
                 if tuple(view.shape) != tuple(dest.shape):
                     raise InputError(
@@ -133,6 +175,33 @@ class Capture:
                         f"ops give {list(view.shape)}, destination is "
                         f"{list(dest.shape)}")
                 dest.copy_(view)
+
+    def _replay_quant(self, full_tensors, params, copy, dest):
+        """A quantized copy as the library performs it: the full source
+        quantized by blocks of its own, the view's values and the scales
+        of the blocks it touches written into their regions."""
+        spec = copy["quant"]
+        self._source_view(full_tensors, copy)          # checks the shape
+        full = full_tensors[copy["src"]]
+        q, scale = quant.quantize_fp8(full, spec["scheme"],
+                                      block=spec.get("block"),
+                                      fmt=spec["format"], name=copy["src"])
+        values = capture_ops.apply_ops(q, copy["ops"])
+        lo, ln, _ = capture_quant._box(copy["ops"], tuple(full.shape))
+        blocks = quant.block_shape(full.shape, spec["scheme"],
+                                   spec.get("block"))
+        touched = scale[tuple(slice(a // b, -(-(a + n) // b))
+                              for a, n, b in zip(lo, ln, blocks))]
+        region = self._region(params, dict(spec["scale"]))
+        if tuple(values.shape) != tuple(dest.shape) or \
+                _non_unit(touched.shape) != _non_unit(region.shape):
+            raise InputError(
+                f"quantized copy of '{copy['src']}' into '{copy['param']}': "
+                f"values {list(values.shape)} / scales "
+                f"{list(touched.shape)} do not fit {list(dest.shape)} / "
+                f"{list(region.shape)}")
+        dest.copy_(values)
+        region.copy_(touched.reshape(region.shape))
 
     def _source_view(self, full_tensors, copy):
         src = copy["src"]
@@ -155,12 +224,32 @@ class Capture:
             raise InputError(f"replay: no tensor for parameter '{name}'")
         p = params[name]
         shape, dtype = self.params[name]
-        if tuple(p.shape) != tuple(shape) or p.dtype != dtype:
+        if tuple(p.shape) != tuple(shape) or p.dtype != storage_dtype(dtype):
             raise InputError(
                 f"parameter '{name}': capture has {list(shape)} "
                 f"{name_of(dtype)}, given {list(p.shape)} {name_of(p.dtype)}")
         return p.as_strided(item["dest_shape"], item["dest_stride"],
                             p.storage_offset() + item["dest_offset"])
+
+
+def _non_unit(shape):
+    return [s for s in shape if s != 1]
+
+
+def _check_quant_params(params, where, param, fmt, scale_param):
+    """The parameters of a quantized copy: `param` (when declared) of the
+    format, `scale_param` declared and float32."""
+    if param in params and name_of(params[param][1]) != fmt:
+        raise InputError(f"{where}: dest_dtype: parameter '{param}' is "
+                         f"{name_of(params[param][1])}, not the "
+                         f"quantization format {fmt}")
+    if scale_param not in params:
+        raise InputError(f"{where}: quant.scale_param: '{scale_param}' is "
+                         f"not a declared parameter")
+    if params[scale_param][1] != torch.float32:
+        raise InputError(f"{where}: quant.scale_param: parameter "
+                         f"'{scale_param}' is "
+                         f"{name_of(params[scale_param][1])}, scales are f32")
 
 
 def _ordered(copies, fills):
@@ -187,6 +276,8 @@ def _copy_to_json(c):
     out = dict(c)
     out["ops"] = [list(op) for op in c["ops"]]
     out["dest_dtype"] = name_of(c["dest_dtype"])
+    if "quant" in c:
+        out["quant"] = json.loads(json.dumps(c["quant"]))
     return out
 
 
@@ -240,12 +331,19 @@ def _copy_from_json(c, where):
             "dest_stride", "dest_dtype")
     if not isinstance(c, dict) or any(k not in c for k in keys):
         raise InputError(f"{where}: expected an object with {list(keys)}")
-    return {"src": c["src"], "ops": c["ops"], "param": c["param"],
-            "dest_offset": c["dest_offset"],
-            "dest_shape": list(_shape(c["dest_shape"], where + ".dest_shape")),
-            "dest_stride": list(_shape(c["dest_stride"],
-                                       where + ".dest_stride")),
-            "dest_dtype": _dtype(c["dest_dtype"], where + ".dest_dtype")}
+    out = {"src": c["src"], "ops": c["ops"], "param": c["param"],
+           "dest_offset": c["dest_offset"],
+           "dest_shape": list(_shape(c["dest_shape"], where + ".dest_shape")),
+           "dest_stride": list(_shape(c["dest_stride"],
+                                      where + ".dest_stride")),
+           "dest_dtype": _dtype(c["dest_dtype"], where + ".dest_dtype")}
+    if c.get("quant") is not None:
+        if not isinstance(c["quant"], dict) or \
+                not isinstance(c["quant"].get("scale"), dict):
+            raise InputError(f"{where}.quant: expected an object with a "
+                             f"scale object")
+        out["quant"] = c["quant"]
+    return out
 
 
 def _fill_from_json(f, where):
@@ -331,7 +429,8 @@ def capture(model=None, sources=None, load=None, *, params=None):
     finally:
         rec.finish()
     return Capture(
-        params={n: (tuple(p.shape), p.dtype) for n, p in tensors.items()},
+        params={n: (tuple(p.shape), rec.quant_params.get(n, p.dtype))
+                for n, p in tensors.items()},
         sources=specs, copies=rec.copies, fills=rec.fills,
         unsupported=rec.unsupported,
         unattributed_details=rec.unattributed_details,

@@ -20,7 +20,7 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import capture_ops
+from . import capture_ops, capture_quant
 from .dtypes import name_of
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -216,13 +216,24 @@ class Recorder:
         self.unattributed_details = []
         self.viewed = {}                      # src -> first view location
         self.written = set()
+        self.source_shapes = {}               # src -> full shape
+        self.quant_params = {}                # param -> FP8 format dtype
+        self.quant = capture_quant.QuantRecorder(self)
         self.closed = False
 
     # ------------------------------------------------------------ entry
 
     def placeholder(self, name, shape, dtype):
         raw = torch.empty(shape, dtype=dtype, device="meta")
+        self.source_shapes[name] = tuple(raw.shape)
         return make_placeholder(self, raw, (name,), [])
+
+    def quantize(self, x, scheme, block, fmt):
+        """reshard.quant.quantize_fp8 of a placeholder (capture_quant)."""
+        if self.closed:
+            raise RuntimeError(f"placeholder quantized after its capture "
+                               f"ended at {location()}")
+        return self.quant.quantize(x, scheme, block, fmt)
 
     def handle(self, func, args, kwargs):
         name = func_name(func)
@@ -239,6 +250,8 @@ class Recorder:
                 and not isinstance(args[0], Placeholder):
             return self._write(name, args, kwargs)
         x = args[0] if args else None
+        if getattr(x, "_rs_quant", None) is not None:
+            return self.quant.handle(name, func, x, args, kwargs)
         if isinstance(x, Placeholder) and x._rs_ops is not None:
             if name in capture_ops.SINGLE or name in capture_ops.MULTI:
                 return self._view(name, func, x, args, kwargs)
@@ -355,6 +368,9 @@ class Recorder:
             self.written.add(s)
         if ph._rs_ops is None:
             return
+        if getattr(ph, "_rs_quant", None) is not None:
+            self.quant.copied(name, dst, ph, where)
+            return
         shape, dshape = tuple(ph._rs_raw.shape), tuple(dst.shape)
         if shape != dshape:
             torch.broadcast_shapes(shape, dshape)   # raise like torch would
@@ -375,17 +391,19 @@ class Recorder:
             "dest_shape": list(dshape), "dest_stride": list(dst.stride()),
             "dest_dtype": self.params[param].dtype})
 
-    def attribute(self, view):
+    def attribute(self, view, dtypes=None):
         """(parameter name, element offset) of a view lying inside one
-        parameter's storage, or None."""
+        parameter's storage, or None. The parameter's dtype is the view's,
+        or one of `dtypes` when given."""
         names = self.by_storage.get(storage_key(view))
         if not names:
             return None
         lo, hi = extent(view)
+        dtypes = dtypes or (view.dtype,)
         for name in names:
             p = self.params[name]
             plo, phi = extent(p)
-            if p.dtype == view.dtype and plo <= lo and hi <= phi \
+            if p.dtype in dtypes and plo <= lo and hi <= phi \
                     and (view.numel() == 0 or lo <= hi):
                 return name, lo - p.storage_offset()
         return None
@@ -430,6 +448,7 @@ class Recorder:
         """Close the recorder: drop copies of unsupported sources and count
         sources that were viewed but never written."""
         self.closed = True
+        self.quant.finish()
         self.copies = [c for c in self.copies
                        if c["src"] not in self.unsupported]
         for src, where in self.viewed.items():

@@ -3,16 +3,25 @@
 The short names are what reshard.capture.v1 and the shard tables write
 (docs/formats.md, "Dtype names"); the codes are rs_dtype_t's values
 (include/reshard/dtype.h), which the ctypes layer passes to the library.
+
+A torch without float8 dtypes (1.13) stands the FP8 formats in with their
+short names, F8E4M3 = "f8e4m3" and F8E5M2 = "f8e5m2": a capture's
+quantized parameters carry them, and uint8 tensors hold their bits
+(`storage_dtype`).
 """
 import torch
+
+F8E4M3 = getattr(torch, "float8_e4m3fn", None) or "f8e4m3"
+F8E5M2 = getattr(torch, "float8_e5m2", None) or "f8e5m2"
+FP8 = (F8E4M3, F8E5M2)
 
 # (torch dtype, short name, rs_dtype_t value), in rs_dtype_t order.
 _TABLE = [
     (torch.float32, "f32", 1),
     (torch.bfloat16, "bf16", 2),
     (torch.float16, "f16", 3),
-    (getattr(torch, "float8_e4m3fn", None), "f8e4m3", 4),
-    (getattr(torch, "float8_e5m2", None), "f8e5m2", 5),
+    (F8E4M3, "f8e4m3", 4),
+    (F8E5M2, "f8e5m2", 5),
     (torch.float64, "f64", 6),
     (torch.int8, "i8", 7),
     (torch.uint8, "u8", 8),
@@ -30,6 +39,18 @@ _ALIASES = {
     "int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32",
     "int64": "i64",
 }
+
+
+def short_name(name):
+    """The short name of any accepted spelling, unchecked ("bfloat16" ->
+    "bf16")."""
+    return _short(str(name))
+
+
+def storage_dtype(dtype):
+    """The torch dtype whose tensors hold values of `dtype`: uint8 for an
+    FP8 format torch has no dtype for, else `dtype`."""
+    return torch.uint8 if isinstance(dtype, str) else dtype
 
 
 def _short(name):
@@ -55,6 +76,16 @@ def code_of(dtype):
     return _BY_TORCH[dtype][1]
 
 
+def holds(tensor_dtype, code):
+    """Whether tensors of `tensor_dtype` hold values of the rs_dtype_t
+    `code`: the same dtype, or uint8 for an FP8 format torch has no dtype
+    for."""
+    for t, _, c in _TABLE:
+        if c == code:
+            return tensor_dtype == storage_dtype(t)
+    return False
+
+
 def name_of_code(code):
     """The short name of an rs_dtype_t value ("dtype 99" for none)."""
     for _, name, c in _TABLE:
@@ -74,4 +105,4 @@ def from_name(name):
 
 def size_of(dtype):
     """Bytes per element."""
-    return torch.empty((), dtype=dtype).element_size()
+    return torch.empty((), dtype=storage_dtype(dtype)).element_size()

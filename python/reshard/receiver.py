@@ -201,7 +201,7 @@ class Receiver(Handle):
                 raise errors.InvalidArgument(
                     f"receiver: parameter '{name}' of the capture is not in "
                     "params")
-            if tuple(t.shape) != shape or dtypes.code_of(t.dtype) != code:
+            if tuple(t.shape) != shape or not dtypes.holds(t.dtype, code):
                 raise errors.InputError(
                     f"receiver: parameter '{name}' is {list(t.shape)} "
                     f"{dtypes.name_of(t.dtype)}, the capture has {list(shape)} "

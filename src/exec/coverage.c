@@ -61,6 +61,15 @@ static void collect(rs_exec_h x, ivs_t *v)
     const rs_convert_t *cv = rs_plan_converts(x->plan, &n);
     for (size_t i = 0; i < n; i++)
         add_copy_region(x, cv[i].copy, v);
+    /* a quantized copy on the receiver path writes its values and its
+     * scale region (planned records only: a refused one has no copies) */
+    const rs_quantized_t *q = rs_plan_quantized(x->plan, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (q[i].path != RS_QUANT_PATH_RECEIVER || q[i].staging_bytes == 0)
+            continue;
+        add_copy_region(x, q[i].weight_copy, v);
+        add_copy_region(x, q[i].scale_copy, v);
+    }
 }
 
 static int cmp_ival(const void *a, const void *b)

@@ -330,10 +330,14 @@ static rs_status_t run_serial(rs_exec_h x, rs_diag_t *diag)
         return st;
     STAGE(x, RS_STAGE_WIRE, 0, wire(x, diag));
     x->stats.wire_seconds = x->stage[RS_STAGE_WIRE];
+    /* before any replay: quantized copies replay from its output */
+    if ((st = rs__exec_quantize(x, diag)) != RS_OK)
+        return st;
     STAGE(x, RS_STAGE_REPLAY, x->replays_len == 0,
           rs__exec_run_copies(x, RS_STAGE_REPLAY, diag));
     STAGE(x, RS_STAGE_CONVERT, x->casts_len == 0,
           rs__exec_run_copies(x, RS_STAGE_CONVERT, diag));
+    rs__exec_quant_time(x);
     if (x->params.verify_digests &&
         (st = rs__exec_check_deadline(x, "verify", diag)) != RS_OK)
         return st;

@@ -40,6 +40,7 @@ typedef struct rs_piece {
  * staging, and its shards are complete once its reads are. */
 typedef struct rs_wave {
     size_t reads_end, replays_end, casts_end, verify_end;
+    size_t quants_end; /* receiver-path quantized boxes (quantize.c) */
 } rs_wave_t;
 
 /* Stage work handed to the executor's pool: replays [rep_begin, rep_end),
@@ -48,6 +49,7 @@ typedef struct rs_wave {
 typedef struct rs_stage_job {
     rs_exec_h x;
     size_t rep_begin, rep_end, cast_begin, cast_end, ver_begin, ver_end;
+    size_t quant_begin, quant_end; /* boxes to quantize (a pipelined run's) */
     int skip_ordered;        /* leave copies marked ordered for later */
     atomic_int failed;
     rs_status_t status;
@@ -88,6 +90,8 @@ struct rs_exec {
     unsigned char **cv_staging;  /* per convert, inside `staging` */
     unsigned char *staging;      /* every staging buffer: whole pages */
     size_t staging_len;
+    struct rs_xquants *quants;   /* receiver-path quantized copies
+                                  * (quantize.c), or NULL */
     RS_VEC(rs_xcopy_t, replays);
     RS_VEC(rs_xcopy_t, casts);
     /* per replay / cast: 1 when its destination overlaps another write of
@@ -184,6 +188,34 @@ rs_status_t rs__exec_pool(rs_exec_h x, rs_diag_t *diag);
 /* Starts the job in x->job (its ranges set) on the pool; joins it. */
 void rs__exec_job_start(rs_exec_h x);
 rs_status_t rs__exec_job_join(rs_exec_h x, rs_diag_t *diag);
+
+/* Prepare steps shared with the quantized copies' (prepare.c): reads of
+ * `segs` into base (refusing any leaving `limit` bytes), and the replay of
+ * copy ci from a staged read's staging. */
+rs_status_t rs__exec_add_reads(rs_exec_h x, const rs_segment_t *segs,
+                               size_t n, unsigned char *base, uint64_t limit,
+                               const char *what, rs_diag_t *diag);
+rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_full_pull_t *fp,
+                                    unsigned char *staging, size_t ci,
+                                    rs_diag_t *diag);
+
+/* Receiver-path quantized copies (quantize.c). Reads a plan's records
+ * need; their staging, reads (right after the full pulls') and the two
+ * replays of each; marking those replays ordered (after the overlap
+ * marks), so that they run after rs__exec_quantize; the records prepared
+ * and the reads of record i (the waves cut after them); the serial stage
+ * itself (RS_ERR_INPUT naming the tensor and block for a non-finite block,
+ * failure "quantize"); its time added to the convert stage. */
+size_t rs__exec_quant_reads(rs_plan_h plan);
+rs_status_t rs__exec_prepare_quant(rs_exec_h x, rs_diag_t *diag);
+void rs__exec_quant_order(rs_exec_h x);
+size_t rs__exec_quant_count(const rs_exec_h x);
+size_t rs__exec_quant_nreads(const rs_exec_h x, size_t i);
+rs_status_t rs__exec_quantize(rs_exec_h x, rs_diag_t *diag);
+/* One box of it: a pipelined run's task (failure cause left to the job). */
+rs_status_t rs__exec_quantize_one(rs_exec_h x, size_t i, rs_diag_t *diag);
+void rs__exec_quant_time(rs_exec_h x);
+void rs__exec_release_quant(rs_exec_h x);
 
 /* The wire, replay, cast and verify stages overlapped by waves. */
 rs_status_t rs__exec_run_pipelined(rs_exec_h x, rs_diag_t *diag);

@@ -28,7 +28,7 @@ static rs_status_t wire_wave(rs_exec_h x, size_t w, rs_diag_t *diag)
     return st;
 }
 
-/* Hands wave w's replays, casts and digests to the pool. */
+/* Hands wave w's replays, casts, digests and quantized boxes to the pool. */
 static void start_wave(rs_exec_h x, size_t w)
 {
     const rs_wave_t *prev = w > 0 ? &x->waves[w - 1] : NULL;
@@ -36,10 +36,12 @@ static void start_wave(rs_exec_h x, size_t w)
     j->rep_begin = prev != NULL ? prev->replays_end : 0;
     j->cast_begin = prev != NULL ? prev->casts_end : 0;
     j->ver_begin = prev != NULL ? prev->verify_end : 0;
+    j->quant_begin = prev != NULL ? prev->quants_end : 0;
     /* waves exist (run_waves checked); the analyzer forgets it across the
      * transport calls between */
     j->rep_end = x->waves[w].replays_end; // NOLINT(clang-analyzer-core.NullDereference)
     j->cast_end = x->waves[w].casts_end;
+    j->quant_end = x->waves[w].quants_end;
     j->ver_end = x->params.verify_digests ? x->waves[w].verify_end
                                           : j->ver_begin;
     j->skip_ordered = 1;
@@ -84,7 +86,8 @@ static void record_busy(rs_exec_h x)
 {
     static const int stage_of[3] = {RS_STAGE_REPLAY, RS_STAGE_CONVERT,
                                     RS_STAGE_VERIFY};
-    int ran[3] = {x->replays_len > 0, x->casts_len > 0,
+    int ran[3] = {x->replays_len > 0,
+                  x->casts_len > 0 || rs__exec_quant_count(x) > 0,
                   x->params.verify_digests};
     for (int k = 0; k < 3; k++)
         x->stage[stage_of[k]] =
@@ -103,6 +106,8 @@ static void add_time(rs_exec_h x, int stage, double t0)
 static rs_status_t run_tail(rs_exec_h x, rs_diag_t *diag)
 {
     static const int kinds[2] = {RS_STAGE_REPLAY, RS_STAGE_CONVERT};
+    /* every box was quantized in its wave: the ordered replays of the
+     * quantized copies may read the results */
     for (int k = 0; k < 2; k++) {
         double t0 = rs__now_s();
         rs_status_t st = rs__exec_run_ordered(x, kinds[k], diag);

@@ -26,9 +26,9 @@ static rs_status_t bound_param(rs_exec_h x, size_t p, rs_diag_t *diag)
     return RS_OK;
 }
 
-static rs_status_t add_reads(rs_exec_h x, const rs_segment_t *segs, size_t n,
-                             unsigned char *base, uint64_t limit,
-                             const char *what, rs_diag_t *diag)
+rs_status_t rs__exec_add_reads(rs_exec_h x, const rs_segment_t *segs,
+                               size_t n, unsigned char *base, uint64_t limit,
+                               const char *what, rs_diag_t *diag)
 {
     for (size_t i = 0; i < n; i++) {
         const rs_segment_t *s = &segs[i];
@@ -56,7 +56,7 @@ static rs_status_t prepare_exact(rs_exec_h x, rs_diag_t *diag)
         if (st != RS_OK)
             return st;
         rs_capture_param(x->cap, p, &info);
-        st = add_reads(x, &segs[i], 1, x->binds[p].base, info.nbytes,
+        st = rs__exec_add_reads(x, &segs[i], 1, x->binds[p].base, info.nbytes,
                        info.name, diag);
         if (st != RS_OK)
             return st;
@@ -114,9 +114,9 @@ static rs_status_t staged_view(const rs_full_pull_t *fp, rs_view_t *v)
 /* Replays copy ci's op chain over the staging of a staged read: the chain
  * applied to the whole source, rebased on the staged box. Every element
  * it reads must lie in the staging buffer. */
-static rs_status_t replay_program(rs_exec_h x, const rs_full_pull_t *fp,
-                                  unsigned char *staging, size_t ci,
-                                  rs_diag_t *diag)
+rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_full_pull_t *fp,
+                                    unsigned char *staging, size_t ci,
+                                    rs_diag_t *diag)
 {
     rs_copy_desc_t c;
     rs_view_t v;
@@ -197,10 +197,10 @@ static rs_status_t prepare_full_pulls(rs_exec_h x, rs_diag_t *diag)
     const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &n);
     for (size_t i = 0; i < n; i++) {
         rs_status_t st;
-        st = add_reads(x, fp[i].segments, fp[i].nsegments, x->fp_staging[i],
+        st = rs__exec_add_reads(x, fp[i].segments, fp[i].nsegments, x->fp_staging[i],
                        fp[i].staging_bytes, "its full-pull staging", diag);
         for (size_t k = 0; st == RS_OK && k < fp[i].ncopies; k++)
-            st = replay_program(x, &fp[i], x->fp_staging[i], fp[i].copies[k],
+            st = rs__exec_replay_program(x, &fp[i], x->fp_staging[i], fp[i].copies[k],
                                 diag);
         if (st != RS_OK)
             return st;
@@ -234,7 +234,7 @@ static rs_status_t prepare_converts(rs_exec_h x, rs_diag_t *diag)
     size_t n;
     const rs_convert_t *cv = rs_plan_converts(x->plan, &n);
     for (size_t i = 0; i < n; i++) {
-        rs_status_t st = add_reads(x, cv[i].segments, cv[i].nsegments, x->cv_staging[i],
+        rs_status_t st = rs__exec_add_reads(x, cv[i].segments, cv[i].nsegments, x->cv_staging[i],
                        cv[i].staging_bytes, "its convert staging", diag);
         if (st == RS_OK)
             st = cast_program(x, &cv[i], x->cv_staging[i], diag);
@@ -255,7 +255,7 @@ static size_t count_reads(rs_plan_h plan)
     const rs_convert_t *cv = rs_plan_converts(plan, &n);
     for (k = 0; k < n; k++)
         total += cv[k].nsegments;
-    return total;
+    return total + rs__exec_quant_reads(plan);
 }
 
 void rs__exec_release(rs_exec_h x)
@@ -264,6 +264,7 @@ void rs__exec_release(rs_exec_h x)
     x->staging = NULL;
     x->staging_len = 0;
     rs__exec_release_waves(x);
+    rs__exec_release_quant(x);
     free(x->fp_staging);
     free(x->cv_staging);
     free(x->reads);
@@ -337,7 +338,8 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
         (st = prepare_exact(x, diag)) != RS_OK)
         goto fail;
     x->phase_end[0] = x->nreads;
-    if ((st = prepare_full_pulls(x, diag)) != RS_OK)
+    if ((st = prepare_full_pulls(x, diag)) != RS_OK ||
+        (st = rs__exec_prepare_quant(x, diag)) != RS_OK) /* quantize.c */
         goto fail;
     x->phase_end[1] = x->nreads;
     if ((st = prepare_converts(x, diag)) != RS_OK)
@@ -346,6 +348,7 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
     if ((st = rs__exec_prepare_waves(x, diag)) != RS_OK ||
         (st = rs__exec_mark_overlaps(x, diag)) != RS_OK)
         goto fail;
+    rs__exec_quant_order(x);
     if (!group_by_session(x, 0, x->phase_end[0]) ||
         !group_by_session(x, x->phase_end[0], x->phase_end[1]) ||
         !group_by_session(x, x->phase_end[1], x->phase_end[2])) {

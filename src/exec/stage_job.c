@@ -37,15 +37,36 @@ static void job_failed(rs_stage_job_t *j, rs_status_t st, const char *cause,
     j->diag = *d;
 }
 
-/* Task k of the job: a replay, a cast or a digest, timed into its stage. */
+/* Tasks past the replays, casts and digests: quantizing box i, timed
+ * into the convert stage. */
+static void run_quant(rs_stage_job_t *j, size_t i)
+{
+    rs_diag_t d = {RS_OK, ""};
+    if (atomic_load(&j->failed))
+        return;
+    double t0 = rs__now_s();
+    rs_status_t st = rs__exec_quantize_one(j->x, i, &d);
+    atomic_fetch_add(&j->busy_ns[1],
+                     (uint_fast64_t)((rs__now_s() - t0) * 1e9));
+    if (st != RS_OK)
+        job_failed(j, st, "quantize", &d);
+}
+
+/* Task k of the job: a replay, a cast, a digest or a quantized box, timed
+ * into its stage. */
 static void run_task(void *ctx, size_t k)
 {
     rs_stage_job_t *j = ctx;
     rs_exec_h x = j->x;
     size_t nrep = j->rep_end - j->rep_begin;
     size_t ncast = j->cast_end - j->cast_begin;
+    size_t nver = j->ver_end - j->ver_begin;
     rs_diag_t d = {RS_OK, ""};
     rs_status_t st = RS_OK;
+    if (k >= nrep + ncast + nver) {
+        run_quant(j, j->quant_begin + (k - nrep - ncast - nver));
+        return;
+    }
     int kind = k < nrep ? 0 : k < nrep + ncast ? 1 : 2;
     size_t i = kind == 0 ? j->rep_begin + k
              : kind == 1 ? j->cast_begin + (k - nrep)
@@ -71,7 +92,7 @@ static void run_task(void *ctx, size_t k)
 static size_t job_tasks(const rs_stage_job_t *j)
 {
     return (j->rep_end - j->rep_begin) + (j->cast_end - j->cast_begin) +
-           (j->ver_end - j->ver_begin);
+           (j->ver_end - j->ver_begin) + (j->quant_end - j->quant_begin);
 }
 
 void rs__exec_job_start(rs_exec_h x)
@@ -138,6 +159,7 @@ rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag)
     rs_stage_job_t *j = &x->job;
     j->rep_begin = j->rep_end = j->cast_begin = j->cast_end = 0;
     j->ver_begin = j->ver_end = 0;
+    j->quant_begin = j->quant_end = 0;
     *(kind == RS_STAGE_REPLAY ? &j->rep_end : &j->cast_end) = n;
     j->skip_ordered = 1;
     rs__exec_job_start(x);

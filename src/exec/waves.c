@@ -35,7 +35,7 @@ typedef struct cutter {
     rs_wave_t *waves;
     size_t nwaves;
     uint64_t target, bytes;
-    size_t nreads, replays, casts;
+    size_t nreads, replays, casts, quants;
 } cutter_t;
 
 static void close_wave(cutter_t *c)
@@ -43,7 +43,7 @@ static void close_wave(cutter_t *c)
     /* waves is non-NULL (checked after its malloc); the analyzer assumes a
      * read copied through c->out may have overwritten the cutter itself */
     c->waves[c->nwaves++] = // NOLINT(clang-analyzer-core.NullDereference)
-        (rs_wave_t){c->nreads, c->replays, c->casts, 0};
+        (rs_wave_t){c->nreads, c->replays, c->casts, 0, c->quants};
     c->bytes = 0;
 }
 
@@ -68,6 +68,13 @@ static void cut_waves(cutter_t *c)
     const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &n);
     for (size_t i = 0; i < n; at += fp[i].nsegments, i++)
         add_item(c, at, fp[i].nsegments, fp[i].ncopies, 0);
+    /* quantized boxes: quantized in their wave; their two replays are
+     * ordered, so they run at the end, after every box is quantized */
+    for (size_t i = 0; i < rs__exec_quant_count(x); i++) {
+        c->quants++;
+        add_item(c, at, rs__exec_quant_nreads(x, i), 2, 0);
+        at += rs__exec_quant_nreads(x, i);
+    }
     const rs_convert_t *cv = rs_plan_converts(x->plan, &n);
     for (size_t i = 0; i < n; at += cv[i].nsegments, i++)
         add_item(c, at, cv[i].nsegments, 0, 1);
@@ -75,7 +82,8 @@ static void cut_waves(cutter_t *c)
         add_item(c, i, 1, 0, 0);
     const rs_wave_t *last = c->nwaves ? &c->waves[c->nwaves - 1] : NULL;
     if (last == NULL || last->reads_end < c->nreads ||
-        last->replays_end < c->replays || last->casts_end < c->casts)
+        last->replays_end < c->replays || last->casts_end < c->casts ||
+        last->quants_end < c->quants)
         close_wave(c);
     x->nwaves = c->nwaves;
 }
@@ -89,10 +97,11 @@ rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag)
     if (!pipelined(x))
         return RS_OK;
     x->wave_reads = malloc((x->nreads + 1) * sizeof(rs_read_t));
-    x->waves = malloc((nfp + ncv + x->phase_end[0] + 1) * sizeof(rs_wave_t));
+    x->waves = malloc((nfp + ncv + rs__exec_quant_count(x) + x->phase_end[0] +
+                       1) * sizeof(rs_wave_t));
     if (x->wave_reads == NULL || x->waves == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    cutter_t c = {x, x->wave_reads, x->waves, 0, wave_target(x), 0, 0, 0, 0};
+    cutter_t c = {x, x->wave_reads, x->waves, 0, wave_target(x), 0, 0, 0, 0, 0};
     cut_waves(&c);
     size_t nsess = rs_plan_num_sessions(x->plan);
     for (size_t w = 0, begin = 0; w < x->nwaves; w++) {

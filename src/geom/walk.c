@@ -237,36 +237,45 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
     product(&w, per_dim, 0, &acc);
 }
 
+/* Elements between consecutive indices of dim d in buf (row-major). */
+static int64_t buf_pitch(const rs_src_buf_t *buf, int ndim, int d)
+{
+    int64_t p = 1;
+    for (int e = ndim - 1; e > d; e--)
+        p *= buf->shape[e];
+    return p;
+}
+
 /* The folding walk_fbox does over a whole box: when every factor folds into
- * the run, its odometer is empty and it reports the one run from the base. */
+ * the run, its odometer is empty and it reports the one run from the base.
+ * walk_fbox grows the run by the factor whose source and destination steps
+ * equal it (counts are > 1, so the run only grows and at most one unused
+ * factor can match it): the box is one run when such a factor is found for
+ * every step, factors as many. */
 int rs__walk_one_run(const rs_box_t *box, const rs_src_buf_t *buf,
                      int64_t *src_elem_p)
 {
-    /* zeroed: a rank-0 box has no factors to read it, which analyzers miss */
-    int64_t pitch[RS_MAX_DIMS] = {0};
     int64_t p = 1, src = 0, run = 1;
     const rs_factor_t *f = box->factors;
-    uint64_t used = 0, all = 0;
+    int nf = box->nfactors;
+    uint64_t used = 0;
     for (int d = box->ndim - 1; d >= 0; d--) {
-        pitch[d] = p;
+        src += (box->start[d] - buf->offset[d]) * p;
         p *= buf->shape[d];
-        src += (box->start[d] - buf->offset[d]) * pitch[d];
     }
-    for (int j = 0; j < box->nfactors; j++)
-        all |= (uint64_t)1 << j;
-    for (int grew = 1; grew;) { /* as walk_fbox grows it (counts > 1) */
-        grew = 0;
-        for (int j = 0; j < box->nfactors; j++) {
-            if (!(used >> j & 1) && f[j].dmult * pitch[f[j].sdim] == run &&
-                f[j].dstride == run) {
-                run *= f[j].count;
-                used |= (uint64_t)1 << j;
-                grew = 1;
-            }
-        }
+    for (int n = 0; n < nf; n++) {
+        int k = 0;
+        /* the destination step first: it rules out all but one factor,
+         * whose source step is then computed */
+        while (k < nf && ((used >> k & 1) || f[k].dstride != run ||
+                          f[k].dmult * buf_pitch(buf, box->ndim, f[k].sdim) !=
+                              run))
+            k++;
+        if (k == nf)
+            return 0;
+        used |= (uint64_t)1 << k;
+        run *= f[k].count;
     }
-    if (used != all)
-        return 0;
     *src_elem_p = src;
     return 1;
 }

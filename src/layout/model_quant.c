@@ -67,29 +67,39 @@ static rs_status_t read_block(rs_json_ctx_t *c, const json_t *q,
     return st;
 }
 
-/* modules_to_not_convert: null or an array of module names. */
+/* modules_to_not_convert: null or an array of module names, kept in the
+ * model's arena (the JSON is freed once the config is read). */
 static rs_status_t read_excluded(rs_json_ctx_t *c, const json_t *q,
-                                 size_t *n_p)
+                                 rs_model_h m, rs_model_quant_t *out)
 {
     json_t *v = NULL;
     rs_status_t st = rs__json_field(c, q, "modules_to_not_convert", 0,
                                     JSON_ARRAY, &v);
     if (st != RS_OK || v == NULL)
         return st;
-    size_t mark = rs__json_push_key(c, "modules_to_not_convert");
-    for (size_t i = 0; st == RS_OK && i < json_array_size(v); i++) {
+    size_t n = json_array_size(v), mark = rs__json_push_key(c, "modules_to_not_convert");
+    const char **names = rs__arena_alloc(&m->arena, (n ? n : 1) * sizeof(char *));
+    if (names == NULL)
+        st = rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; st == RS_OK && i < n; i++) {
         size_t at = rs__json_push_index(c, i);
         st = rs__json_expect(c, json_array_get(v, i), JSON_STRING);
+        if (st == RS_OK &&
+            (names[i] = rs__arena_strdup(&m->arena, json_string_value(
+                 json_array_get(v, i)))) == NULL)
+            st = rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "out of memory");
         rs__json_pop(c, at);
     }
     rs__json_pop(c, mark);
-    if (st == RS_OK)
-        *n_p = json_array_size(v);
+    if (st == RS_OK) {
+        out->modules_not_converted = n;
+        out->not_converted = names;
+    }
     return st;
 }
 
 static rs_status_t read_fields(rs_json_ctx_t *c, const json_t *q,
-                               rs_model_quant_t *out)
+                               rs_model_h m, rs_model_quant_t *out)
 {
     const char *method = NULL;
     size_t fmt = 0, scheme = 0;
@@ -104,7 +114,7 @@ static rs_status_t read_fields(rs_json_ctx_t *c, const json_t *q,
         (st = read_choice(c, q, "activation_scheme", scheme_names, 2,
                           &scheme)) != RS_OK ||
         (st = read_block(c, q, out->weight_block)) != RS_OK ||
-        (st = read_excluded(c, q, &out->modules_not_converted)) != RS_OK)
+        (st = read_excluded(c, q, m, out)) != RS_OK)
         return st;
     out->method = RS_MODEL_QUANT_FP8;
     out->method_name = "fp8";
@@ -125,7 +135,7 @@ rs_status_t rs__model_read_quant(rs_json_ctx_t *c, const json_t *root,
         return st;
     memset(&quant, 0, sizeof(quant));
     size_t mark = rs__json_push_key(c, "quantization_config");
-    st = read_fields(c, q, &quant);
+    st = read_fields(c, q, m, &quant);
     rs__json_pop(c, mark);
     if (st == RS_OK)
         m->quant = quant;

@@ -19,6 +19,16 @@ rs_status_t rs_layout_trainer_shards_cut(rs_model_h model,
                                          rs_shard_cb cb, void *ctx,
                                          rs_diag_t *diag)
 {
+    return rs_layout_trainer_shards_ex(model, layout, rank, cuts, 0, cb, ctx,
+                                       diag);
+}
+
+rs_status_t rs_layout_trainer_shards_ex(rs_model_h model,
+                                        const rs_layout_t *layout,
+                                        int64_t rank, rs_cuts_h cuts,
+                                        unsigned flags, rs_shard_cb cb,
+                                        void *ctx, rs_diag_t *diag)
+{
     rs_trainer_plan_t plan;
     rs_status_t st;
 
@@ -27,7 +37,8 @@ rs_status_t rs_layout_trainer_shards_cut(rs_model_h model,
     if ((st = rs__trainer_plan_init(&plan, model, layout, diag)) != RS_OK)
         return st;
     plan.cuts = cuts;
-    st = rs__trainer_plan_walk(&plan, rank, cb, ctx, diag);
+    if ((st = rs__trainer_plan_flags(&plan, flags, diag)) == RS_OK)
+        st = rs__trainer_plan_walk(&plan, rank, cb, ctx, diag);
     rs__trainer_plan_free(&plan);
     return st;
 }
@@ -71,6 +82,14 @@ rs_status_t rs_layout_publish_all_cut(rs_model_h model,
                                       rs_cuts_h cuts, rs_sources_h sources,
                                       rs_diag_t *diag)
 {
+    return rs_layout_publish_all_ex(model, layout, cuts, 0, sources, diag);
+}
+
+rs_status_t rs_layout_publish_all_ex(rs_model_h model,
+                                     const rs_layout_t *layout, rs_cuts_h cuts,
+                                     unsigned flags, rs_sources_h sources,
+                                     rs_diag_t *diag)
+{
     rs_trainer_plan_t plan;
     rs_sources_h scratch = NULL;
     publish_ctx_t p = {NULL, diag};
@@ -86,6 +105,7 @@ rs_status_t rs_layout_publish_all_cut(rs_model_h model,
     }
     plan.cuts = cuts;
     p.sources = scratch;
+    st = rs__trainer_plan_flags(&plan, flags, diag);
     for (int64_t r = 0; st == RS_OK && r < plan.layout.world; r++)
         st = publish_rank(&plan, r, &p);
     if (st == RS_OK)

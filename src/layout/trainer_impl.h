@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include "reshard/cuts.h"
+#include "reshard/quant.h"
 #include "reshard_layout/layout.h"
 
 /* How megatron splits a tensor across the tp ranks of its stage. */
@@ -22,6 +23,7 @@ typedef enum rs_tensor_role {
 
 typedef struct rs_trainer_tensor {
     uint8_t role;  /* rs_tensor_role_t */
+    uint8_t fp8;   /* the checkpoint stores it in FP8 (quant_impl.h) */
     int32_t stage; /* pipeline stage holding it (megatron) */
 } rs_trainer_tensor_t;
 
@@ -35,6 +37,11 @@ typedef struct rs_trainer_plan {
      * shard would start, each on a 64-byte boundary; NULL publishes whole
      * shards. */
     rs_cuts_h cuts;
+    /* RS_LAYOUT_FP8_COPIES: each shard of an FP8 tensor is followed by
+     * its FP8 copy and scales under `quant` (trainer_fp8.c). */
+    unsigned flags;
+    rs_quant_desc_t quant;
+    int64_t quant_block[2];
 } rs_trainer_plan_t;
 
 /* Checks a copy of `layout` against the model (a trainer layout only) and
@@ -42,11 +49,29 @@ typedef struct rs_trainer_plan {
 rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
                                   const rs_layout_t *layout, rs_diag_t *diag);
 void rs__trainer_plan_free(rs_trainer_plan_t *plan);
+/* Sets the flags; with RS_LAYOUT_FP8_COPIES reads the model's FP8 spec
+ * (a model without one publishes no copies). */
+rs_status_t rs__trainer_plan_flags(rs_trainer_plan_t *plan, unsigned flags,
+                                   rs_diag_t *diag);
 
 /* Calls cb for every non-empty shard of `rank` (or, with plan->cuts, every
  * sub-box of one), in manifest order, with its packed address. */
 rs_status_t rs__trainer_plan_walk(const rs_trainer_plan_t *plan, int64_t rank,
                                   rs_shard_cb cb, void *ctx, rs_diag_t *diag);
+
+/* Places one box of a tensor (whole, or as its sub-boxes at the plan's
+ * cuts) at the walk's cursor (trainer_walk.c). */
+struct walk;
+rs_status_t rs__trainer_emit(struct walk *w, const rs_tensor_info_t *t,
+                             const int64_t *off, const int64_t *shape);
+/* After shard [off, off + shape) of FP8 tensor t: its FP8 copy
+ * "<src>#<spec>" over the blocks lying wholly inside the shard and its
+ * scales "<src>#<spec>#scale" over their block grid; nothing when no
+ * block lies wholly inside (trainer_fp8.c). */
+rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs_trainer_plan_t *plan,
+                                 const rs_tensor_info_t *t,
+                                 const int64_t *off, const int64_t *shape,
+                                 rs_diag_t *diag);
 
 /* Pipeline stage of decoder layer `layer` when `layers` are split across
  * `pp` stages as evenly as possible, earlier stages taking the extra one. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "layout/quant_impl.h"
 #include "layout/trainer_impl.h"
 
 /* Shards of rank r live at (r + 1) << 44, so ranks must stay below this for
@@ -126,6 +127,7 @@ rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
         rs_tensor_info_t t;
         rs_model_tensor(model, i, &t);
         tensors[i].role = (uint8_t)classify(&t);
+        tensors[i].fp8 = (uint8_t)rs__layout_fp8_tensor(model, t.name);
         tensors[i].stage = (int32_t)stage_of(cfg, l.pp, &t);
     }
     plan->model = model;
@@ -133,7 +135,19 @@ rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
     plan->tensors = tensors;
     plan->num_tensors = n;
     plan->cuts = NULL;
+    plan->flags = 0;
+    memset(&plan->quant, 0, sizeof(plan->quant));
     return RS_OK;
+}
+
+rs_status_t rs__trainer_plan_flags(rs_trainer_plan_t *plan, unsigned flags,
+                                   rs_diag_t *diag)
+{
+    plan->flags = flags;
+    if (!(flags & RS_LAYOUT_FP8_COPIES))
+        return RS_OK;
+    return rs__layout_fp8_spec(plan->model, plan->quant_block, diag,
+                               &plan->quant);
 }
 
 void rs__trainer_plan_free(rs_trainer_plan_t *plan)

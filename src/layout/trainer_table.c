@@ -30,6 +30,14 @@ rs_status_t rs_layout_write_table_cut(rs_model_h model,
                                       rs_cuts_h cuts, FILE *out,
                                       rs_diag_t *diag)
 {
+    return rs_layout_write_table_ex(model, layout, rank, cuts, 0, out, diag);
+}
+
+rs_status_t rs_layout_write_table_ex(rs_model_h model,
+                                     const rs_layout_t *layout, int64_t rank,
+                                     rs_cuts_h cuts, unsigned flags, FILE *out,
+                                     rs_diag_t *diag)
+{
     rs_trainer_plan_t plan;
     table_ctx_t c = {NULL, RS_OK};
     rs_table_info_t info = {0};
@@ -41,6 +49,10 @@ rs_status_t rs_layout_write_table_cut(rs_model_h model,
     if ((st = rs__trainer_plan_init(&plan, model, layout, diag)) != RS_OK)
         return st;
     plan.cuts = cuts;
+    if ((st = rs__trainer_plan_flags(&plan, flags, diag)) != RS_OK) {
+        rs__trainer_plan_free(&plan);
+        return st;
+    }
     rs_layout_trainer_session(rank, session, sizeof(session));
     info.agent_name = session;
     info.publisher_step = 0;

@@ -216,8 +216,8 @@ static rs_status_t check_cut_shape(walk_t *w, const rs_tensor_info_t *t)
 
 /* Places a shard, whole or as its sub-boxes, then aligns the cursor so the
  * next shard starts on a fresh SHARD_ALIGN boundary. */
-static rs_status_t emit(walk_t *w, const rs_tensor_info_t *t,
-                        const int64_t *off, const int64_t *shape)
+rs_status_t rs__trainer_emit(walk_t *w, const rs_tensor_info_t *t,
+                             const int64_t *off, const int64_t *shape)
 {
     int64_t numel = 0;
     rs_status_t st;
@@ -260,7 +260,12 @@ static rs_status_t walk_tensor(walk_t *w, size_t i)
         st = megatron_box(w, i, &t, off, shape, &have);
     if (st != RS_OK || !have)
         return st;
-    return emit(w, &t, off, shape);
+    st = rs__trainer_emit(w, &t, off, shape);
+    if (st == RS_OK && w->plan->tensors[i].fp8 &&
+        (w->plan->flags & RS_LAYOUT_FP8_COPIES) &&
+        w->plan->quant.scheme != RS_QUANT_NONE)
+        st = rs__trainer_emit_fp8(w, w->plan, &t, off, shape, w->diag);
+    return st;
 }
 
 rs_status_t rs__trainer_plan_walk(const rs_trainer_plan_t *plan, int64_t rank,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "layout/quant_impl.h"
 #include "layout/vllm_impl.h"
 
 /* A vocab-parallel parameter [Vp, H] (Vp = round_up(V, 64 T) / T) filled
@@ -123,7 +124,9 @@ rs_status_t rs_layout_capture(rs_model_h model, const rs_layout_t *layout,
     b.model = model;
     b.cfg = rs_model_config(model);
     b.diag = diag;
-    if ((st = place(&b, &checked, rank)) != RS_OK)
+    if ((st = place(&b, &checked, rank)) != RS_OK ||
+        (st = rs__layout_fp8_spec(model, b.quant_block, diag, &b.quant)) !=
+            RS_OK)
         return st;
     if (rs_capture_create(&b.cap) != RS_OK)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");

@@ -74,6 +74,8 @@ rs_status_t rs__vb_param(vb_t *b, const char *name, const char *like, int ndim,
     rs_status_t st = find_src(b, like, &t);
     if (st != RS_OK)
         return st;
+    if (rs__vb_quantized(b, like))
+        return rs__vb_quant_params(b, name, ndim, shape);
     return rs_capture_add_param(b->cap, name, ndim, shape, t.dtype, b->diag);
 }
 
@@ -130,6 +132,8 @@ rs_status_t rs__vb_copy(vb_t *b, const char *src, int src_ndim,
     }
     rs_copy_desc_t c = {src,    param,      ops,    nops,   dest_offset,
                         ndim,   dest_shape, stride, p.dtype};
+    if (rs__vb_quantized(b, src) || p.dtype == b->quant.format)
+        return rs__vb_quant_copy(b, &t, &c, &p);
     return rs_capture_add_copy(b->cap, &c, b->diag);
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/diag.h"
 #include "reshard/capture.h"
+#include "reshard/quant.h"
 #include "reshard_layout/layout.h"
 #include "reshard_layout/model.h"
 
@@ -25,6 +26,10 @@ typedef struct vb {
     int64_t tp_rank, pp_rank, dp_rank;
     int64_t layer_begin, layer_end; /* this stage's decoder layers */
     uint64_t padding;               /* parameter bytes never written */
+    /* The checkpoint's FP8 block spec (scheme RS_QUANT_NONE: none); its
+     * weights are loaded as FP8 params with their weight_scale_inv. */
+    rs_quant_desc_t quant;
+    int64_t quant_block[2];
 } vb_t;
 
 /* Canonical ops (every argument marked given, as the JSON loader does). */
@@ -55,6 +60,21 @@ rs_status_t rs__vb_whole_layer(vb_t *b, int64_t layer, const char *suffix);
 /* Shape of a manifest tensor (RS_ERR_INPUT naming it when absent). */
 rs_status_t rs__vb_src_shape(vb_t *b, const char *name, int *ndim_p,
                              int64_t *shape_p);
+
+/* FP8 checkpoints (vllm_quant.c). 1 when manifest tensor `src` is
+ * loaded as FP8 (quant_impl.h's rule under the layout's spec). */
+int rs__vb_quantized(vb_t *b, const char *src);
+/* Declares FP8 weight `name` (ndim 2 or 3, shape) and its float32
+ * "<name>_scale_inv" over the block grid of its two trailing dims. */
+rs_status_t rs__vb_quant_params(vb_t *b, const char *name, int ndim,
+                                const int64_t *shape);
+/* Appends copy `c` of source `t` into FP8 param `p` as a quantized copy
+ * whose scales land in the matching blocks of "<param>_scale_inv",
+ * refusing (RS_ERR_INPUT naming the tensor, its dims and the block) a view
+ * or a destination that cuts a block. */
+rs_status_t rs__vb_quant_copy(vb_t *b, const rs_tensor_info_t *t,
+                              const rs_copy_desc_t *c,
+                              const rs_param_info_t *p);
 
 /* RS_ERR_INPUT "vllm layout, rank R: <message>". */
 rs_status_t rs__vb_fail(vb_t *b, const char *fmt, ...)

@@ -16,8 +16,12 @@ typedef struct {
     rs_dest_fact_t dest;
 } memo_slot_t;
 
+/* The two slots hit last, tried before hashing: a model's copies come in
+ * runs of a few alternating geometries (an expert's gate, up and down
+ * projections), and a compare that fails does so in its first fields. */
 struct rs_box_memo {
     memo_slot_t slots[MEMO_SLOTS];
+    memo_slot_t *recent[2];
 };
 
 rs_box_memo_t *rs__box_memo_create(void)
@@ -57,7 +61,8 @@ static uint64_t hash_key(const rs_geom_key_t *k)
         const rs_op_t *op = &k->ops[i];
         h = mix(h, (uint64_t)op->kind | (uint64_t)op->has << 8 |
                        (uint64_t)op->nlist << 16 | (uint64_t)op->nkeys << 40);
-        h = mix_dims(h, op->arg, 4);
+        h = mix(mix(mix(mix(h, (uint64_t)op->arg[0]), (uint64_t)op->arg[1]),
+                    (uint64_t)op->arg[2]), (uint64_t)op->arg[3]);
     }
     h = mix(h, (uint64_t)k->ndim);
     h = mix_dims(h, k->dest_shape, (size_t)k->ndim);
@@ -86,7 +91,9 @@ static int same_key(const rs_key_t *a, const rs_key_t *b)
 static int same_op(const rs_op_t *a, const rs_op_t *b)
 {
     if (a->kind != b->kind || a->has != b->has || a->nlist != b->nlist ||
-        a->nkeys != b->nkeys || !same_dims(a->arg, b->arg, 4) ||
+        a->nkeys != b->nkeys || a->arg[0] != b->arg[0] ||
+        a->arg[1] != b->arg[1] || a->arg[2] != b->arg[2] ||
+        a->arg[3] != b->arg[3] ||
         !same_dims(a->list, b->list, a->nlist))
         return 0;
     for (size_t i = 0; i < a->nkeys; i++) {
@@ -111,14 +118,43 @@ static int same_geometry(const rs_geom_key_t *a, const rs_geom_key_t *b)
     return 1;
 }
 
+static void note_recent(rs_box_memo_t *memo, memo_slot_t *s)
+{
+    if (memo->recent[0] != s) {
+        memo->recent[1] = memo->recent[0];
+        memo->recent[0] = s;
+    }
+}
+
+/* A recent slot holding an equal geometry (a slot replaced since holds
+ * another key, which the compare then refuses), or NULL. */
+static memo_slot_t *recent_find(rs_box_memo_t *memo, const rs_geom_key_t *key)
+{
+    for (int i = 0; i < 2; i++) {
+        memo_slot_t *s = memo->recent[i];
+        if (s != NULL && s->box != NULL && same_geometry(&s->key, key)) {
+            note_recent(memo, s);
+            return s;
+        }
+    }
+    return NULL;
+}
+
 const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
                                   uint64_t *hash_p, rs_dest_fact_t **fact_p)
 {
+    memo_slot_t *s = recent_find(memo, key);
+    if (s != NULL) {
+        *hash_p = s->hash;
+        *fact_p = &s->dest;
+        return s->box;
+    }
     uint64_t h = hash_key(key);
-    memo_slot_t *s = &memo->slots[h & (MEMO_SLOTS - 1)];
+    s = &memo->slots[h & (MEMO_SLOTS - 1)];
     *hash_p = h;
     if (s->box == NULL || s->hash != h || !same_geometry(&s->key, key))
         return NULL;
+    note_recent(memo, s);
     *fact_p = &s->dest;
     return s->box;
 }
@@ -135,5 +171,7 @@ rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
     s->hash = hash;
     s->key = *key;
     s->dest.known = 0;
+    s->dest.run_known = 0;
+    note_recent(memo, s);
     return &s->dest;
 }

@@ -32,6 +32,11 @@ typedef struct rs_box_memo rs_box_memo_t;
 typedef struct rs_dest_fact {
     int known;
     int64_t span;
+    /* And of its box walked in a buffer that is the whole source (the
+     * source's shape is part of the key), once a walk found it: whether
+     * the box is one run there (rs__walk_one_run), and where it starts. */
+    int run_known, one_run;
+    int64_t run_src;
 } rs_dest_fact_t;
 
 /* NULL on exhaustion. */

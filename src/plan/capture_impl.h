@@ -30,6 +30,7 @@ typedef struct rs_cap_copy {
     int64_t *dest_shape;
     int64_t *dest_stride;
     rs_dtype_t dest_dtype;
+    rs_quant_desc_t *quant; /* in the arena; NULL when not quantized */
 } rs_cap_copy_t;
 
 /* The full shape and dtype the loader assumed for one source. */
@@ -74,5 +75,31 @@ void rs__capture_set_unattributed(rs_capture_h capture, int64_t count);
  * its producer did not declare). */
 const rs_cap_source_t *rs__capture_find_source(rs_capture_h capture,
                                                const char *name);
+
+/* The fields of a quantized copy a check can refuse, so that each reader
+ * names the field in its own terms (the C descriptor's, a JSON path). */
+typedef enum rs__quant_field {
+    RS__QF_SCHEME,
+    RS__QF_FORMAT,
+    RS__QF_BLOCK,
+    RS__QF_SCALE_PARAM,
+    RS__QF_SCALE_OFFSET,
+    RS__QF_SCALE_SHAPE,
+    RS__QF_SCALE_STRIDE,
+    RS__QF_DEST_DTYPE,
+    RS__QF_COUNT
+} rs__quant_field_t;
+
+/* The checks rs_capture_add_quant_copy makes (capture.h), with the message
+ * naming the problem only: the caller names the copy and the field, which
+ * *field_p holds on failure. */
+rs_status_t rs__capture_check_quant(rs_capture_h capture,
+                                    const rs_copy_desc_t *copy,
+                                    const rs_quant_desc_t *quant,
+                                    rs_diag_t *diag,
+                                    rs__quant_field_t *field_p);
+
+/* "quant.scheme", "quant.scale_param", ...: the C descriptor's field. */
+const char *rs__quant_field_name(rs__quant_field_t field);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "plan/capture_impl.h"
+#include "plan/capture_quant_json.h"
 
 #define CAPTURE_SCHEMA "reshard.capture.v1"
 
@@ -377,6 +378,9 @@ static rs_status_t load_copy(rs_json_ctx_t *c, rs_capture_h cap,
 {
     rs_copy_desc_t d = {0};
     int64_t shape[RS_MAX_DIMS], stride[RS_MAX_DIMS];
+    rs__quant_in_t qin;
+    rs__quant_field_t field;
+    int quantized = 0;
     const char *unknown = NULL;
     json_t *ops = NULL;
     rs_status_t st;
@@ -387,8 +391,12 @@ static rs_status_t load_copy(rs_json_ctx_t *c, rs_capture_h cap,
         (st = rs__json_field(c, obj, "ops", 1, JSON_ARRAY, &ops)) != RS_OK ||
         (st = parse_ops(c, scratch, ops, &d, &unknown)) != RS_OK ||
         (st = parse_dest(c, obj, &d, shape, stride)) != RS_OK ||
-        (st = check_param(c, cap, &d)) != RS_OK)
+        (st = check_param(c, cap, &d)) != RS_OK ||
+        (st = rs__capture_json_quant(c, obj, &qin, &quantized)) != RS_OK)
         return st;
+    if (quantized &&
+        rs__capture_check_quant(cap, &d, &qin.q, c->diag, &field) != RS_OK)
+        return rs__capture_json_quant_fail(c, &d, field);
     if (unknown != NULL) {
         /* The copy keeps its place (plans refer to copies by index) but no
          * ops: its source is unsupported, so it is never planned. */
@@ -398,7 +406,8 @@ static rs_status_t load_copy(rs_json_ctx_t *c, rs_capture_h cap,
         d.nops = 0;
     }
     if (st == RS_OK)
-        st = rs_capture_add_copy(cap, &d, c->diag);
+        st = quantized ? rs_capture_add_quant_copy(cap, &d, &qin.q, c->diag)
+                       : rs_capture_add_copy(cap, &d, c->diag);
     return st == RS_OK ? RS_OK : rs__json_prefix(c);
 }
 

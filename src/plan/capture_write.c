@@ -9,6 +9,7 @@
 #include "core/diag.h"
 #include "core/json.h"
 #include "plan/capture_impl.h"
+#include "plan/capture_quant_json.h"
 #include "reshard/capture.h"
 
 static void put_int(FILE *out, int64_t v) { fprintf(out, "%" PRId64, v); }
@@ -182,6 +183,8 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
     put_ints(out, c->dest_stride, (size_t)c->ndim);
     fputs(", \"dest_dtype\": ", out);
     rs__json_put_string(out, rs_dtype_name(c->dest_dtype));
+    if (c->quant != NULL)
+        rs__capture_put_quant(out, c->quant);
     putc('}', out);
     return RS_OK;
 }
@@ -258,4 +261,10 @@ rs_status_t rs_capture_write_json(rs_capture_h capture, FILE *out,
     if (fflush(out) != 0 || ferror(out))
         return rs__diag_set(diag, RS_ERR_IO, "writing the capture failed");
     return RS_OK;
+}
+
+rs_status_t rs__capture_put_copy(FILE *out, rs_capture_h capture, size_t index,
+                                 rs_diag_t *diag)
+{
+    return put_copy(out, &capture->copies[index], index, diag);
 }

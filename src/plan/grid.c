@@ -16,6 +16,8 @@ struct rs_grid {
     size_t ncells;
     uint32_t *row;               /* ncells + 1 offsets into ids */
     uint32_t *ids;               /* in the same block as row */
+    int row_in_g;                /* row and ids follow the bounds in g's
+                                  * block (a one-cell grid) */
     int64_t bound_store[];       /* every dim's bounds, one block with g */
 };
 
@@ -23,7 +25,8 @@ void rs__grid_destroy(rs_grid_t *g)
 {
     if (g == NULL)
         return;
-    free(g->row);
+    if (!g->row_in_g)
+        free(g->row);
     free(g);
 }
 
@@ -191,10 +194,78 @@ static rs_status_t fill_rows(rs_grid_t *g, const rs_src_tensor_t *t,
     return RS_OK;
 }
 
+/* The number of non-empty shards when each of them holds the whole tensor
+ * and no dim is empty (a tensor one rank publishes whole, or its replicas):
+ * the grid is then one cell listing them, built without sorting edges.
+ * SIZE_MAX otherwise. */
+static size_t whole_shards(const rs_src_tensor_t *t)
+{
+    size_t n = 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] < 1)
+            return SIZE_MAX;
+    for (size_t i = 0; i < t->shards_len; i++) {
+        const rs_src_shard_t *s = &t->shards[i];
+        if (s->numel == 0)
+            continue;
+        for (int d = 0; d < t->ndim; d++)
+            if (s->offset[d] != 0 || s->shape[d] != t->shape[d])
+                return SIZE_MAX;
+        n++;
+    }
+    return n;
+}
+
+/* What rs__grid_build makes of n whole shards (bounds 0 and the size in
+ * every dim, one cell), in one block: most tensors of a MoE model are
+ * published whole by one rank, and a plan builds ten thousand of these. */
+static rs_status_t build_whole(const rs_src_tensor_t *t, size_t n,
+                               rs_grid_t **grid_p)
+{
+    size_t nd = (size_t)t->ndim;
+    rs_grid_t *g = malloc(sizeof(rs_grid_t) + 2 * nd * sizeof(int64_t) +
+                          (2 + n) * sizeof(uint32_t));
+    if (g == NULL)
+        return RS_ERR_NO_MEMORY;
+    g->ndim = t->ndim;
+    for (size_t d = 0; d < nd; d++) {
+        g->bounds[d] = g->bound_store + 2 * d;
+        g->bounds[d][0] = 0;
+        g->bounds[d][1] = t->shape[d];
+        g->nint[d] = 1;
+        g->cstride[d] = 1;
+    }
+    g->ncells = 1;
+    g->row_in_g = 1;
+    g->row = (uint32_t *)(g->bound_store + 2 * nd);
+    g->ids = g->row + 2;
+    g->row[0] = 0;
+    g->row[1] = (uint32_t)n;
+    for (size_t i = 0, k = 0; i < t->shards_len; i++)
+        if (t->shards[i].numel != 0)
+            g->ids[k++] = (uint32_t)i;
+    *grid_p = g;
+    return RS_OK;
+}
+
+int rs__grid_whole(const rs_grid_t *g) { return g->row_in_g; }
+
+rs_status_t rs__grid_build_whole(const rs_src_tensor_t *t, size_t max_cells,
+                                rs_grid_t **grid_p)
+{
+    size_t whole = whole_shards(t);
+    if (whole > max_cells || max_cells < 1)
+        return RS_ERR_UNSUPPORTED;
+    return build_whole(t, whole, grid_p);
+}
+
 rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
                           rs_grid_t **grid_p)
 {
-    rs_status_t st = RS_OK;
+    rs_status_t st = rs__grid_build_whole(t, max_cells, grid_p);
+    if (st != RS_ERR_UNSUPPORTED)
+        return st;
+    st = RS_OK;
     uint64_t nb = 0, per_dim = 0;
     if (!rs__mul_u64(t->shards_len, 2, &per_dim) ||
         !rs__add_u64(per_dim, 2, &per_dim) ||
@@ -202,7 +273,7 @@ rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
         !rs__mul_u64(nb, sizeof(int64_t), &nb) ||
         !rs__add_u64(nb, sizeof(rs_grid_t), &nb) || nb > SIZE_MAX)
         return RS_ERR_NO_MEMORY;
-    rs_grid_t *g = calloc(1, (size_t)nb);
+    rs_grid_t *g = calloc(1, (size_t)nb); /* row_in_g 0: rows apart */
     if (g == NULL)
         return RS_ERR_NO_MEMORY;
     g->ndim = t->ndim;

@@ -24,6 +24,13 @@ rs_status_t rs__grid_build(const struct rs_src_tensor *tensor, size_t max_cells,
                           rs_grid_t **grid_p);
 void rs__grid_destroy(rs_grid_t *grid);
 
+/* rs__grid_build when every non-empty shard holds the whole tensor and no
+ * dim is empty (one cell listing them: a tensor one rank publishes whole,
+ * or its replicas), in one allocation, O(shards x ndim);
+ * RS_ERR_UNSUPPORTED (nothing built) for any other tensor. */
+rs_status_t rs__grid_build_whole(const struct rs_src_tensor *tensor,
+                                size_t max_cells, rs_grid_t **grid_p);
+
 /* Receives each cell a box touches: the box's progression indices inside the
  * cell, and the shards (indices into the tensor's shards) holding the cell,
  * empty when nothing publishes it. */
@@ -41,5 +48,9 @@ rs_status_t rs__grid_visit(const rs_grid_t *grid, const rs_box_t *box,
  * Returns 0 (outputs untouched) otherwise. O(ndim log intervals). */
 int rs__grid_sole(const rs_grid_t *grid, const rs_box_t *box, size_t *cell_p,
                   uint32_t *shard_p);
+
+/* 1 when every shard the grid lists holds the whole tensor (offset 0 in
+ * every dim, the tensor's shape). O(1). */
+int rs__grid_whole(const rs_grid_t *grid);
 
 #endif

@@ -34,6 +34,8 @@ void rs_plan_destroy(rs_plan_h plan)
     free(plan->fallback);
     free(plan->unbounded);
     free(plan->shards);
+    free(plan->quantized);
+    rs_capture_destroy(plan->owned_capture);
     rs__arena_free(&plan->arena);
     free(plan);
 }
@@ -61,6 +63,12 @@ const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p)
 {
     *count_p = plan->full_pulls_len;
     return plan->full_pulls;
+}
+
+const rs_quantized_t *rs_plan_quantized(rs_plan_h plan, size_t *count_p)
+{
+    *count_p = plan->quantized_len;
+    return plan->quantized;
 }
 
 const rs_uncovered_t *rs_plan_uncovered(rs_plan_h plan, size_t *count_p)

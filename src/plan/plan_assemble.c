@@ -8,6 +8,7 @@
 #include "core/checked.h"
 #include "core/diag.h"
 #include "plan/capture_impl.h"
+#include "plan/plan_quant.h"
 #include "plan/planner.h"
 #include "plan/shard_sort.h"
 
@@ -223,20 +224,62 @@ static rs_status_t compute_stats(rs_planner_t *b)
     return RS_OK;
 }
 
-/* Lists the shards of every live source, for digest checks downstream. */
+static int lists_shards(const rs_psrc_t *s)
+{
+    return s->fallback == NULL && s->tensor != NULL;
+}
+
+/* Per session, where its shards start in the list (at[k] .. at[k + 1]),
+ * and their total: the shards of every live source, counted. */
+static size_t *session_starts(const rs_planner_t *b)
+{
+    size_t ns = b->plan->nsessions;
+    size_t *at = calloc(ns + 2, sizeof(size_t));
+    if (at == NULL)
+        return NULL;
+    for (size_t i = 0; i < b->psrc_len; i++) {
+        const rs_src_tensor_t *t = b->psrc[i].tensor;
+        if (lists_shards(&b->psrc[i]))
+            for (size_t k = 0; k < t->shards_len; k++)
+                at[t->shards[k].session + 1]++;
+    }
+    for (size_t k = 0; k < ns; k++)
+        at[k + 1] += at[k];
+    return at;
+}
+
+/* 1 when each session's addresses are in order (the usual case: sources
+ * are listed in the order the trainers published them). */
+static int sessions_sorted(const struct rs_plan *plan)
+{
+    for (size_t i = 1; i < plan->shards_len; i++) {
+        const rs_shard_ref_t *a = &plan->shards[i - 1], *c = &plan->shards[i];
+        if (a->session == c->session && a->addr > c->addr)
+            return 0;
+    }
+    return 1;
+}
+
+/* Lists the shards of every live source, for digest checks downstream,
+ * each placed straight into its session's part of the list in listing
+ * order (sessions are few): what rs__shard_refs_sort makes of the listing,
+ * but for the addresses, which are sorted only in the rare list where some
+ * session's are out of order (a stable sort, so equal keys keep their
+ * listing order either way). */
 static rs_status_t list_shards(rs_planner_t *b)
 {
     rs_plan_h plan = b->plan;
-    size_t total = 0; /* sized once: a replicated tensor lists every replica */
-    for (size_t i = 0; i < b->psrc_len; i++)
-        if (b->psrc[i].fallback == NULL && b->psrc[i].tensor != NULL)
-            total += b->psrc[i].tensor->shards_len;
-    if (!rs__vec_reserve((void **)&plan->shards, &plan->shards_cap, total,
-                         sizeof(rs_shard_ref_t)))
+    size_t *at = session_starts(b);
+    size_t total = at != NULL ? at[plan->nsessions] : 0;
+    if (at == NULL || !rs__vec_reserve((void **)&plan->shards,
+                                       &plan->shards_cap, total,
+                                       sizeof(rs_shard_ref_t))) {
+        free(at);
         return OOM(b);
+    }
     for (size_t i = 0; i < b->psrc_len; i++) {
         const rs_psrc_t *s = &b->psrc[i];
-        if (s->fallback != NULL || s->tensor == NULL)
+        if (!lists_shards(s))
             continue;
         for (size_t k = 0; k < s->tensor->shards_len; k++) {
             const rs_src_shard_t *sh = &s->tensor->shards[k];
@@ -244,16 +287,21 @@ static rs_status_t list_shards(rs_planner_t *b)
                                 (uint64_t)sh->numel * s->tensor->elsize,
                                 s->name, NULL};
             if (sh->digest != NULL &&
-                (r.digest = rs__arena_strdup(&plan->arena, sh->digest)) == NULL)
+                (r.digest = rs__arena_strdup(&plan->arena, sh->digest)) ==
+                    NULL) {
+                free(at);
                 return OOM(b);
-            if (!RS_VEC_PUSH(plan, shards, r))
-                return OOM(b);
+            }
+            plan->shards[at[sh->session]++] = r;
         }
     }
+    free(at);
+    plan->shards_len = total;
+    if (sessions_sorted(plan))
+        return RS_OK;
     if (!rs__shard_refs_sort(&plan->shards, plan->shards_len))
         return OOM(b);
-    if (plan->shards_len > 1)
-        plan->shards_cap = plan->shards_len; /* a sorted copy, sized to fit */
+    plan->shards_cap = plan->shards_len; /* a sorted copy, sized to fit */
     return RS_OK;
 }
 
@@ -270,5 +318,7 @@ rs_status_t rs__planner_assemble(rs_planner_t *b)
     free(index);
     if (st == RS_OK)
         st = compute_stats(b);
+    if (st == RS_OK && b->quant != NULL)
+        st = rs__quant_assemble(b); /* plan_quant_run.c */
     return st;
 }

@@ -13,6 +13,7 @@
 #include "core/diag.h"
 #include "plan/box_memo.h"
 #include "plan/capture_impl.h"
+#include "plan/plan_quant.h"
 #include "plan/planner.h"
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
@@ -46,7 +47,9 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->plan = calloc(1, sizeof(*b->plan));
     b->psrc_of_name = calloc(cap->names_len + 1, sizeof(uint32_t));
     b->memo = rs__box_memo_create();
-    b->copies = calloc(cap->copies_len + 1, sizeof(rs_pcopy_t));
+    /* cleared copy by copy as rs__planner_run reaches it: a MoE rank's
+     * ten thousand records are a megabyte that calloc would clear apart */
+    b->copies = malloc((cap->copies_len + 1) * sizeof(rs_pcopy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
     b->agg_slot = malloc((srcs->sessions_len + 1) * sizeof(long));
     if (b->plan == NULL || b->psrc_of_name == NULL || b->memo == NULL ||
@@ -106,14 +109,24 @@ rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
     return RS_OK;
 }
 
+static rs_status_t psrc_new(rs_planner_t *b, uint32_t name_id,
+                            uint32_t *id_p);
+
 /* The planner's record for a capture source name (by its interned id),
- * created on first use: records keep the order of first use. */
-static rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
+ * created on first use: records keep the order of first use. Inline: every
+ * copy asks twice, and only the first time for a source creates. */
+static inline rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id,
+                                   uint32_t *id_p)
 {
     if (b->psrc_of_name[name_id] != 0) {
         *id_p = b->psrc_of_name[name_id] - 1;
         return RS_OK;
     }
+    return psrc_new(b, name_id, id_p);
+}
+
+static rs_status_t psrc_new(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
+{
     const rs_cap_name_t *n = &b->cap->names[name_id];
     rs_psrc_t s = {n->name, rs__sources_find_hashed(b->srcs, n->name, n->hash),
                    NULL, 0, 0, -1, 0};
@@ -124,7 +137,13 @@ static rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
     return RS_OK;
 }
 
-static int selected(const rs_plan_params_t *p, const char *param)
+rs_status_t rs__planner_psrc(rs_planner_t *b, uint32_t name_id,
+                             uint32_t *id_p)
+{
+    return psrc_for(b, name_id, id_p);
+}
+
+int rs__plan_selected(const rs_plan_params_t *p, const char *param)
 {
     if (p->nonly == 0)
         return 1;
@@ -172,7 +191,7 @@ static rs_status_t refuse_mismatches(rs_planner_t *b)
         const rs_cap_copy_t *c = &cap->copies[ci];
         long decl = cap->names[c->src_id].decl;
         uint32_t id;
-        if (decl < 0 || !selected(b->params, c->param))
+        if (decl < 0 || !rs__plan_selected(b->params, c->param))
             continue;
         const rs_cap_source_t *d = &cap->sources[decl];
         rs_status_t st = psrc_for(b, c->src_id, &id);
@@ -198,7 +217,7 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
         int wanted = b->params->nonly == 0;
         for (size_t c = 0; !wanted && c < cap->copies_len; c++)
             wanted = cap->copies[c].src_id == u->src_id &&
-                     selected(b->params, cap->copies[c].param);
+                     rs__plan_selected(b->params, cap->copies[c].param);
         if (!wanted)
             continue;
         uint32_t id;
@@ -257,6 +276,12 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p,
     return NULL;
 }
 
+const char *rs__plan_check_dest(const rs_cap_copy_t *c,
+                                const rs_cap_param_t *p)
+{
+    return check_dest(c, p, NULL);
+}
+
 /* check_dest for a geometry checked before: only the offset can differ,
  * so only the bounds are left (in check_dest's order of complaints). */
 static const char *check_dest_known(const rs_cap_copy_t *c,
@@ -309,6 +334,7 @@ static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
     rs_dest_fact_t *fact = NULL;
     rs_status_t st = geometry_box(b, c, s, dest_stride, box, &fact, &bad_op,
                                   why, sizeof(why));
+    b->walk_fact = *box != &b->box ? fact : NULL;
     const char *dest_err = st != RS_OK ? NULL
                            : fact != NULL && fact->known
                                ? check_dest_known(c, p, fact)
@@ -451,15 +477,24 @@ static rs_status_t rewalk_dropped(rs_planner_t *b)
 
 rs_status_t rs__planner_run(rs_planner_t *b)
 {
+    /* copied, not a compound literal: for a record this size the compiler
+     * clears with a string store, slower than the few vector moves */
+    static const rs_pcopy_t clear;
     rs_status_t st = refuse_mismatches(b);
     if (st == RS_OK)
         st = flag_unsupported(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
-        if (selected(b->params, b->cap->copies[ci].param)) {
-            b->plan->stats.copies_selected++;
+        b->copies[ci] = clear;
+        int role = rs__quant_role(b, ci); /* quantized copies: plan_quant.c */
+        if (role == RS_QROLE_DERIVED ||
+            (role == RS_QROLE_PLAIN &&
+             rs__plan_selected(b->params, b->cap->copies[ci].param))) {
+            b->plan->stats.copies_selected += role == RS_QROLE_PLAIN;
             st = plan_copy(b, ci);
         }
     }
+    if (st == RS_OK && b->quant != NULL)
+        st = rs__quant_plan(b);
     if (st == RS_OK)
         st = rs__planner_choose(b);
     if (st == RS_OK)

@@ -298,7 +298,7 @@ static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
         wshape[RS_MAX_DIMS];
     rs_status_t st;
     /* one run is as few as a copy can take */
-    if (!rs__cost_stageable(b, pc) || pc->nexact < 2 ||
+    if (pc->nexact < 2 || !rs__cost_stageable(b, pc) ||
         !rs__stage_bbox(b, ci, lo, shape))
         return RS_OK;
     pick_t pk = {0, {0, 0}, -1, {0}}; /* a few hundred bytes: only here */
@@ -475,14 +475,21 @@ static rs_status_t cost_init(cost_t *c, rs_planner_t *b)
     rs_status_t st = rs__cost_aggs_build(b, &c->aggs);
     if (st != RS_OK)
         return st;
-    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
-        rs_pcopy_t *pc = &b->copies[ci];
-        pc->stage = -1;
-        pc->capped = 0;
-        if (rs__cost_live(b, pc))
-            delta_exact(c, ci, +1);
+    size_t nc = b->cap->copies_len;
+    for (size_t ci = 0; ci < nc; ci++) {
+        b->copies[ci].stage = -1;
+        b->copies[ci].capped = 0;
     }
-    delta_end(c, 1);
+    /* every live copy's exact runs: all the aggregates there are (what
+     * delta_exact of each and delta_end would sum, without the marks) */
+    for (size_t i = 0; i < c->aggs.at[nc]; i++) {
+        const rs_cost_agg_t *a = &c->aggs.v[i];
+        c->bytes[a->session] += a->bytes;
+        c->descs[a->session] += a->descs;
+        c->tot_bytes += a->bytes;
+        c->tot_descs += a->descs;
+    }
+    c->max_t = rs__cost_plan_seconds(b->params, c->bytes, c->descs, ns);
     return RS_OK;
 }
 
@@ -539,7 +546,9 @@ static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
     uint64_t exact = exact_runs(b, ids, nids);
     rs_status_t st = RS_OK;
     s->full_pull = -1;
-    if (exact == 0)
+    /* one run is as few as its copies can take: no stage of any kind (a
+     * staged read takes a run or more) can do better, so none is tried */
+    if (exact <= 1)
         return RS_OK;
     /* no full pull where no walk of the source can take fewer runs */
     if (rs__stage_min_runs(s, s->tensor->shape) < exact) {

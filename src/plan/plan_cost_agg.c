@@ -19,6 +19,10 @@ static int sum_copy(const rs_segment_t *s, size_t n, long *slot,
                     agg_vec_t *out)
 {
     size_t first = out->v_len;
+    if (n == 1) { /* most copies: one run, one session */
+        rs_cost_agg_t a = {s[0].session, s[0].nbytes, 1};
+        return RS_VEC_PUSH(out, v, a);
+    }
     for (size_t i = 0; i < n; i++) {
         if (slot[s[i].session] < 0) {
             rs_cost_agg_t a = {s[i].session, 0, 0};
@@ -50,7 +54,11 @@ rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
     size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
     long *slot = malloc((ns + 1) * sizeof(long));
     agg_vec_t out = {0};
-    int ok = slot != NULL;
+    /* at most one entry per kept run or dropped copy's sum: sized once */
+    int ok = slot != NULL &&
+             rs__vec_reserve((void **)&out.v, &out.v_cap,
+                             b->tmp.v_len + b->drop_aggs_len + 1,
+                             sizeof(rs_cost_agg_t));
     a->v = NULL;
     a->at = malloc((nc + 1) * sizeof(size_t));
     for (size_t k = 0; ok && k < ns; k++)

@@ -2,7 +2,11 @@
  * that reads every copy by its exact runs and the plan that pulls every
  * source it can whole, each estimated as assembly will build it (exact runs
  * merged across copies where they continue each other), and the fastest is
- * kept: the chosen plan is never estimated slower than either. */
+ * kept: the chosen plan is never estimated slower than either.
+ * One pass over the copies makes the all-exact plan's per-session sums and
+ * lists the copies any contender stages; a contender's estimate then starts
+ * from those sums and changes only what its staged copies change, so it
+ * costs those copies and the sessions, not every copy of the plan. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,146 +16,233 @@
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
 
+/* The contenders, per copy: g the greedy choice, x the all-exact plan
+ * (copies over the cap keep their staged way), f the full-pull plan (every
+ * source that can be pulled whole is, the rest as in x). */
+enum { WAY_G, WAY_X, WAY_F };
+
+/* The plan's exact runs in assembly order: every live copy but the
+ * converts, that has some run (what assembly appends one after another),
+ * and whether each one's first run continues the run before it (assembly
+ * then merges the two: one descriptor less). */
 typedef struct est {
     rs_planner_t *b;
     const rs_cost_aggs_t *aggs;
-    uint64_t *bytes, *descs;
-    unsigned char *used; /* per stage */
+    uint64_t *bytes, *descs;           /* one estimate's sums */
+    uint64_t *all_bytes, *all_descs;   /* the all-exact plan's */
+    size_t *chain, nchain;
+    unsigned char *joins;              /* per chain position */
+    const rs_segment_t *chain_last;    /* the chain's last copy's last run */
+    size_t *cand, *cand_at, ncand;     /* staged by some contender: the
+                                        * copy and its chain position */
+    unsigned char *used;               /* per stage */
 } est_t;
 
-static void est_add(est_t *e, const rs_segment_t *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        e->bytes[s[i].session] += s[i].nbytes;
-        e->descs[s[i].session]++;
-    }
-}
-
-static void est_add_exact(est_t *e, size_t ci)
-{
-    for (size_t i = e->aggs->at[ci]; i < e->aggs->at[ci + 1]; i++) {
-        e->bytes[e->aggs->v[i].session] += e->aggs->v[i].bytes;
-        e->descs[e->aggs->v[i].session] += e->aggs->v[i].descs;
-    }
-}
-
-/* Copy ci's exact runs as assembly places them: a run continuing the last
- * placed one (same session and param, contiguous on both sides) joins it.
- * Inside a copy the walk already joined every such pair, so only its first
- * run can join the run placed before it: its ends are all it takes, kept
- * or dropped. */
-static void est_exact(est_t *e, size_t ci, rs_segment_t *last, int *have)
-{
-    const rs_segment_t *s0 = NULL, *sn = NULL;
-    uint64_t n = rs__cost_ends(e->b, &e->b->copies[ci], &s0, &sn);
-    if (n == 0)
-        return;
-    est_add_exact(e, ci);
-    if (*have && last->session == s0->session && last->param == s0->param &&
-        last->src_addr + last->nbytes == s0->src_addr &&
-        last->dst_byte + last->nbytes == s0->dst_byte) {
-        e->descs[s0->session]--;
-        if (n == 1) {
-            last->nbytes += s0->nbytes;
-            return;
-        }
-    }
-    *last = *sn;
-    *have = 1;
-}
-
-/* The model's time for the plan that reads copy i through stage dec[i]
- * (-1: its exact runs), computed as assembly will build it. */
-static double est_of(est_t *e, const long *dec)
-{
-    rs_planner_t *b = e->b;
-    size_t ns = b->plan->nsessions;
-    rs_segment_t last = {0, 0, 0, 0, 0};
-    int have = 0;
-    memset(e->bytes, 0, (ns + 1) * sizeof(uint64_t));
-    memset(e->descs, 0, (ns + 1) * sizeof(uint64_t));
-    memset(e->used, 0, b->stages_len + 1);
-    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
-        const rs_pcopy_t *pc = &b->copies[ci];
-        if (!rs__cost_live(b, pc))
-            continue;
-        if (pc->kind == RS_PCOPY_CONVERT) {
-            est_add_exact(e, ci);
-        } else if (dec[ci] >= 0 && !e->used[dec[ci]]) {
-            e->used[dec[ci]] = 1;
-            est_add(e, b->stages[dec[ci]].segs.v, b->stages[dec[ci]].segs.v_len);
-        } else if (dec[ci] < 0) {
-            est_exact(e, ci, &last, &have);
-        }
-    }
-    return rs__cost_plan_seconds(b->params, e->bytes, e->descs, ns);
-}
-
-/* The three contenders, per copy: g the greedy choice, x the all-exact
- * plan (copies over the cap keep their staged way), f the full-pull plan
- * (every source that can be pulled whole is, the rest as in x); and every
- * copy exact. Sets which contenders differ from the one they are compared
- * with (x from all, g from x, f from x): an estimate equal by construction
- * is not computed again (most plans stage nothing, and then all four are
- * the same). */
 typedef struct {
     int x, g, f;
 } differs_t;
 
-static differs_t contenders(const rs_planner_t *b, long *g, long *x, long *f,
-                            long *all)
+/* Stage of copy pc in contender `way`, or -1 for its exact runs. */
+static long way_of(const rs_planner_t *b, const rs_pcopy_t *pc, int way)
 {
-    differs_t df = {0, 0, 0};
-    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
-        const rs_pcopy_t *pc = &b->copies[ci];
-        long full = rs__cost_live(b, pc) ? b->psrc[pc->src].full_pull : -1;
-        g[ci] = pc->stage;
-        x[ci] = pc->capped ? pc->stage : -1;
-        f[ci] = full >= 0 && rs__cost_stageable(b, pc) ? full : x[ci];
-        all[ci] = -1;
-        df.x |= pc->capped;
-        df.g |= g[ci] != x[ci];
-        df.f |= f[ci] != x[ci];
+    long x = pc->capped ? pc->stage : -1;
+    if (way == WAY_G)
+        return pc->stage;
+    if (way == WAY_X)
+        return x;
+    long full = rs__cost_live(b, pc) ? b->psrc[pc->src].full_pull : -1;
+    return full >= 0 && rs__cost_stageable(b, pc) ? full : x;
+}
+
+static int continues(const rs_segment_t *last, const rs_segment_t *s)
+{
+    return last->session == s->session && last->param == s->param &&
+           last->src_addr + last->nbytes == s->src_addr &&
+           last->dst_byte + last->nbytes == s->dst_byte;
+}
+
+static const rs_segment_t *first_run(const est_t *e, size_t at)
+{
+    const rs_segment_t *s0 = NULL, *sn = NULL;
+    rs__cost_ends(e->b, &e->b->copies[e->chain[at]], &s0, &sn);
+    return s0;
+}
+
+static const rs_segment_t *last_run(const est_t *e, size_t at)
+{
+    const rs_segment_t *s0 = NULL, *sn = NULL;
+    rs__cost_ends(e->b, &e->b->copies[e->chain[at]], &s0, &sn);
+    return sn;
+}
+
+/* Adds copy ci to the candidates when some contender stages it, and to
+ * the chain when it has exact runs, its first run joining the last run of
+ * the copy before (whose end is where any run merged into it ends). A
+ * staged copy is stageable, so in the chain; a staged copy without exact
+ * runs would only trade its (empty) sums for the stage (NO_CHAIN). */
+#define NO_CHAIN SIZE_MAX
+static void note_copy(est_t *e, size_t ci, differs_t *df)
+{
+    const rs_planner_t *b = e->b;
+    const rs_pcopy_t *pc = &b->copies[ci];
+    /* way_of for a live copy, the full pull looked at only when there is
+     * one */
+    long g = pc->stage, x = pc->capped ? g : -1, full =
+        b->psrc[pc->src].full_pull;
+    long f = full >= 0 && rs__cost_stageable(b, pc) ? full : x;
+    const rs_segment_t *s0 = NULL, *sn = NULL;
+    int chained = pc->kind != RS_PCOPY_CONVERT &&
+                  rs__cost_ends(b, pc, &s0, &sn) > 0;
+    df->x |= pc->capped;
+    df->g |= g != x;
+    df->f |= f != x;
+    if (g >= 0 || x >= 0 || f >= 0) {
+        e->cand[e->ncand] = ci;
+        e->cand_at[e->ncand++] = chained ? e->nchain : NO_CHAIN;
     }
+    if (!chained)
+        return;
+    e->joins[e->nchain] = e->nchain > 0 && continues(e->chain_last, s0);
+    e->chain_last = sn;
+    if (e->joins[e->nchain])
+        e->all_descs[s0->session]--;
+    e->chain[e->nchain++] = ci;
+}
+
+/* The all-exact plan: every live copy's aggregates (converts' too), less
+ * the joins; and the candidates of the other contenders. */
+static differs_t prepare(est_t *e)
+{
+    rs_planner_t *b = e->b;
+    size_t nc = b->cap->copies_len;
+    differs_t df = {0, 0, 0};
+    for (size_t i = 0; i < e->aggs->at[nc]; i++) {
+        e->all_bytes[e->aggs->v[i].session] += e->aggs->v[i].bytes;
+        e->all_descs[e->aggs->v[i].session] += e->aggs->v[i].descs;
+    }
+    for (size_t ci = 0; ci < nc; ci++)
+        if (rs__cost_live(b, &b->copies[ci]))
+            note_copy(e, ci, &df);
     return df;
 }
 
-/* Keeps the fastest of the contenders: the exact one on a tie, then the
- * greedy one. Also the stats' exact_est_seconds (every copy exact). */
-static void keep_fastest(rs_planner_t *b, est_t *e, long *dec)
+/* Staged chain positions p..q leave the chain: the joins at p..q+1 go,
+ * and the copies on either side may join instead. */
+static void unjoin(est_t *e, size_t p, size_t q)
 {
-    size_t nc = b->cap->copies_len;
-    long *g = dec, *x = dec + nc, *f = dec + 2 * nc, *all = dec + 3 * nc;
-    differs_t df = contenders(b, g, x, f, all);
-    b->plan->stats.exact_est_seconds = est_of(e, all);
-    long *best = x;
-    double t = df.x ? est_of(e, x) : b->plan->stats.exact_est_seconds;
-    double tg = df.g ? est_of(e, g) : t, tf = df.f ? est_of(e, f) : t;
+    for (size_t i = p; i <= q + 1 && i < e->nchain; i++)
+        if (e->joins[i])
+            e->descs[first_run(e, i)->session]++;
+    if (p > 0 && q + 1 < e->nchain) {
+        const rs_segment_t *s0 = first_run(e, q + 1);
+        if (continues(last_run(e, p - 1), s0))
+            e->descs[s0->session]--;
+    }
+}
+
+/* Copy ci read through stage k instead of its exact runs. */
+static void stage_copy(est_t *e, size_t ci, long k)
+{
+    const rs_cost_aggs_t *a = e->aggs;
+    for (size_t i = a->at[ci]; i < a->at[ci + 1]; i++) {
+        e->bytes[a->v[i].session] -= a->v[i].bytes;
+        e->descs[a->v[i].session] -= a->v[i].descs;
+    }
+    if (e->used[k])
+        return;
+    e->used[k] = 1;
+    const rs_pstage_t *st = &e->b->stages[k];
+    for (size_t i = 0; i < st->segs.v_len; i++) {
+        e->bytes[st->segs.v[i].session] += st->segs.v[i].nbytes;
+        e->descs[st->segs.v[i].session]++;
+    }
+}
+
+/* The model's time for contender `way`, as assembly will build it. */
+static double est_way(est_t *e, int way)
+{
+    rs_planner_t *b = e->b;
+    size_t ns = b->plan->nsessions, p = 0, q = 0;
+    int open = 0;
+    memcpy(e->bytes, e->all_bytes, (ns + 1) * sizeof(uint64_t));
+    memcpy(e->descs, e->all_descs, (ns + 1) * sizeof(uint64_t));
+    memset(e->used, 0, b->stages_len + 1);
+    for (size_t i = 0; i < e->ncand; i++) {
+        long k = way_of(b, &b->copies[e->cand[i]], way);
+        if (k < 0)
+            continue;
+        stage_copy(e, e->cand[i], k);
+        size_t at = e->cand_at[i];
+        if (at == NO_CHAIN)
+            continue;
+        if (open && at == q + 1) {
+            q = at;
+            continue;
+        }
+        if (open)
+            unjoin(e, p, q);
+        p = q = at;
+        open = 1;
+    }
+    if (open)
+        unjoin(e, p, q);
+    return rs__cost_plan_seconds(b->params, e->bytes, e->descs, ns);
+}
+
+/* Keeps the fastest of the contenders: the exact one on a tie, then the
+ * greedy one. Also the stats' exact_est_seconds (every copy exact). A
+ * contender equal by construction to the one it is compared with (x to
+ * all-exact, g and f to x) is not estimated again: most plans stage
+ * nothing, and then all four are the same. */
+static void keep_fastest(rs_planner_t *b, est_t *e)
+{
+    differs_t df = prepare(e);
+    size_t ns = b->plan->nsessions;
+    double all = rs__cost_plan_seconds(b->params, e->all_bytes, e->all_descs,
+                                       ns);
+    b->plan->stats.exact_est_seconds = all;
+    int best = WAY_X;
+    double t = df.x ? est_way(e, WAY_X) : all;
+    double tg = df.g ? est_way(e, WAY_G) : t, tf = df.f ? est_way(e, WAY_F) : t;
     if (tg < t) {
-        best = g;
+        best = WAY_G;
         t = tg;
     }
     if (tf < t)
-        best = f;
-    for (size_t ci = 0; ci < nc; ci++)
-        b->copies[ci].stage = best[ci];
+        best = WAY_F;
+    /* a copy no contender stages is exact in all of them */
+    for (size_t i = 0; best != WAY_G && i < e->ncand; i++) {
+        rs_pcopy_t *pc = &b->copies[e->cand[i]];
+        pc->stage = way_of(b, pc, best);
+    }
 }
 
 rs_status_t rs__cost_guarantee(rs_planner_t *b, const rs_cost_aggs_t *aggs)
 {
     size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
-    est_t e = {b, aggs, calloc(ns + 1, sizeof(uint64_t)),
-               calloc(ns + 1, sizeof(uint64_t)), malloc(b->stages_len + 1)};
-    long *dec = calloc(4 * nc + 1, sizeof(long));
+    est_t e = {b, aggs, malloc((ns + 1) * sizeof(uint64_t)),
+               malloc((ns + 1) * sizeof(uint64_t)),
+               calloc(ns + 1, sizeof(uint64_t)),
+               calloc(ns + 1, sizeof(uint64_t)),
+               malloc((nc + 1) * sizeof(size_t)), 0, malloc(nc + 1), NULL,
+               malloc((nc + 1) * sizeof(size_t)),
+               malloc((nc + 1) * sizeof(size_t)), 0,
+               malloc(b->stages_len + 1)};
     rs_status_t st = RS_OK;
-    if (e.bytes == NULL || e.descs == NULL || e.used == NULL || dec == NULL)
+    if (e.bytes == NULL || e.descs == NULL || e.all_bytes == NULL ||
+        e.all_descs == NULL || e.chain == NULL || e.joins == NULL ||
+        e.cand == NULL || e.cand_at == NULL || e.used == NULL)
         st = OOM(b);
     else
-        keep_fastest(b, &e, dec);
+        keep_fastest(b, &e);
     free(e.bytes);
     free(e.descs);
+    free(e.all_bytes);
+    free(e.all_descs);
+    free(e.chain);
+    free(e.joins);
+    free(e.cand);
+    free(e.cand_at);
     free(e.used);
-    free(dec);
     return st;
 }
-

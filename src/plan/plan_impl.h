@@ -29,6 +29,10 @@ struct rs_plan {
     size_t mismatched; /* the first fallback entries: model mismatches */
     RS_VEC(const char *, unbounded);
     RS_VEC(rs_shard_ref_t, shards);
+    RS_VEC(rs_quantized_t, quantized);
+    /* the working capture of a capture with quantized copies (plan_quant.c);
+     * NULL when `capture` is the caller's */
+    rs_capture_h owned_capture;
     rs_plan_stats_t stats;
 };
 

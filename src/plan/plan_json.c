@@ -6,6 +6,7 @@
 
 #include "core/diag.h"
 #include "core/json.h"
+#include "plan/plan_quant.h"
 #include "reshard/plan.h"
 
 #define JW_BUF 65536
@@ -308,6 +309,94 @@ static void write_full_pulls(plan_out_t *o)
     jw_lit(o->w, "]");
 }
 
+/* A derived copy's definition, as the capture format writes copies (it is
+ * in no capture file); 0 on an unknown op (diag set). */
+static int put_derived(plan_out_t *o, size_t ci, rs_diag_t *diag)
+{
+    jw_lit(o->w, "{\"copy\": ");
+    jw_u64(o->w, ci);
+    jw_lit(o->w, ", \"definition\":\n   ");
+    jw_flush(o->w);
+    if (rs__capture_put_copy(o->w->out, o->capture, ci, diag) != RS_OK)
+        return 0;
+    jw_lit(o->w, "}");
+    return 1;
+}
+
+static void put_quant_spec(plan_out_t *o, size_t copy)
+{
+    rs_quant_desc_t q;
+    char spec[128];
+    if (!rs_capture_copy_quant(o->capture, copy, &q) ||
+        rs_quant_spec_format(&q, spec, sizeof(spec)) >= sizeof(spec))
+        snprintf(spec, sizeof(spec), "invalid");
+    jw_str(o->w, spec);
+}
+
+static int put_quantized(plan_out_t *o, const rs_quantized_t *q,
+                         rs_diag_t *diag)
+{
+    jw_t *w = o->w;
+    int planned = q->weight_copy != SIZE_MAX;
+    jw_lit(w, "  {\"copy\": ");
+    jw_u64(w, q->copy);
+    jw_lit(w, ", \"spec\": ");
+    put_quant_spec(o, q->copy);
+    jw_lit(w, ", \"path\": ");
+    jw_str(w, q->path == RS_QUANT_PATH_PUBLISHER ? "publisher" : "receiver");
+    jw_lit(w, ", \"planned\": ");
+    jw_cstr(w, planned ? "true" : "false");
+    jw_lit(w, ",\n   \"why\": ");
+    jw_str(w, q->why);
+    jw_lit(w, ",\n   \"src\": ");
+    jw_str(w, q->src);
+    jw_lit(w, ", \"src_dtype\": ");
+    jw_str(w, rs_dtype_name(q->src_dtype));
+    jw_lit(w, ", \"global_shape\": ");
+    put_dims(w, q->global_shape, q->ndim);
+    jw_lit(w, ", \"box_lo\": ");
+    put_dims(w, q->box_lo, q->ndim);
+    jw_lit(w, ", \"box_shape\": ");
+    put_dims(w, q->box_shape, q->ndim);
+    jw_lit(w, ", \"staging_bytes\": ");
+    jw_u64(w, q->staging_bytes);
+    if (planned) {
+        jw_lit(w, ",\n   \"weight_copy\": ");
+        jw_u64(w, q->weight_copy);
+        jw_lit(w, ", \"scale_copy\": ");
+        jw_u64(w, q->scale_copy);
+        jw_lit(w, ",\n   \"derived\": [");
+        if (!put_derived(o, q->weight_copy, diag))
+            return 0;
+        jw_lit(w, ",\n    ");
+        if (!put_derived(o, q->scale_copy, diag))
+            return 0;
+        jw_lit(w, "]");
+    }
+    jw_lit(w, ",\n   \"segments\": ");
+    put_segments(o, q->segments, q->nsegments, 0, "    ");
+    jw_lit(w, "}");
+    return 1;
+}
+
+static int write_quantized(plan_out_t *o, rs_diag_t *diag)
+{
+    size_t n;
+    const rs_quantized_t *q = rs_plan_quantized(o->plan, &n);
+    if (n == 0) /* plans without quantized copies keep their key set */
+        return 1;
+    jw_lit(o->w, ",\n \"quantized\": [");
+    for (size_t i = 0; i < n; i++) {
+        jw_lit(o->w, "\n");
+        if (!put_quantized(o, &q[i], diag))
+            return 0;
+        if (i + 1 < n)
+            jw_lit(o->w, ",");
+    }
+    jw_lit(o->w, "]");
+    return 1;
+}
+
 static void write_fallback(plan_out_t *o)
 {
     jw_t *w = o->w;
@@ -444,6 +533,12 @@ static rs_status_t write_document(plan_out_t *o, rs_diag_t *diag)
     write_exact(o);
     write_converts(o);
     write_full_pulls(o);
+    rs_diag_t qd = {RS_OK, ""};
+    if (!write_quantized(o, &qd)) {
+        if (diag != NULL)
+            *diag = qd;
+        return qd.status;
+    }
     write_fallback(o);
     write_unbounded(o);
     write_uncovered(o);

@@ -133,8 +133,8 @@ uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape)
 
 /* The box as a planner box: the whole source narrowed per dim (one op at
  * a time), landing row-major. */
-static int plain_box(const rs_src_tensor_t *t, const int64_t *lo,
-                     const int64_t *shape, rs_box_t *box)
+int rs__stage_plain_box(const rs_src_tensor_t *t, const int64_t *lo,
+                        const int64_t *shape, rs_box_t *box)
 {
     int64_t stride[RS_MAX_DIMS];
     rs_view_t v;
@@ -163,7 +163,7 @@ rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
     rs_box_t box;
     uint64_t missing = 0;
     *complete = 0;
-    if (!plain_box(src->tensor, lo, shape, &box))
+    if (!rs__stage_plain_box(src->tensor, lo, shape, &box))
         return RS_OK;
     rs_status_t st = rs__planner_walk(b, src, &box, UINT32_MAX, 0, segs,
                                       &missing);

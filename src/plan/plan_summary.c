@@ -76,6 +76,17 @@ static size_t count_kind(rs_plan_h plan, rs_staged_kind_t kind)
     return k;
 }
 
+/* Copies of the capture the plan was built from: the plan's capture
+ * appends two derived copies per planned quantized copy. */
+static size_t user_copies(rs_plan_h plan)
+{
+    size_t n, derived = 0;
+    const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+    for (size_t i = 0; i < n; i++)
+        derived += q[i].weight_copy != SIZE_MAX ? 2 : 0;
+    return rs_capture_num_copies(rs_plan_capture(plan)) - derived;
+}
+
 static void print_counts(rs_plan_h plan, FILE *out)
 {
     size_t nseg, nconv, nfull;
@@ -87,8 +98,8 @@ static void print_counts(rs_plan_h plan, FILE *out)
     rs_plan_converts(plan, &nconv);
     rs_plan_full_pulls(plan, &nfull);
     fprintf(out, "  copies planned      %zu of %zu selected (%zu captured)\n",
-            st.copies_planned, st.copies_selected,
-            rs_capture_num_copies(cap));
+            st.copies_planned, st.copies_selected, user_copies(plan));
+    (void)cap;
     fprintf(out, "  segments            %zu exact, %zu into convert staging, "
                  "%zu into full-pull staging\n",
             nseg, staging_segments(plan, 0), staging_segments(plan, 1));
@@ -115,6 +126,54 @@ static void print_staged(rs_plan_h plan, FILE *out)
                     fp[i].box_lo[d], fp[i].box_lo[d] + fp[i].box_shape[d]);
         fprintf(out, "] %s, %zu runs, %zu copies\n", buf, fp[i].nsegments,
                 fp[i].ncopies);
+    }
+    if (n > SUMMARY_EXAMPLES)
+        fprintf(out, "    and %zu more\n", n - SUMMARY_EXAMPLES);
+}
+
+/* The bytes a derived copy writes: its destination's elements. */
+static uint64_t copy_bytes(rs_capture_h cap, size_t ci)
+{
+    rs_copy_desc_t c;
+    uint64_t n = 1;
+    rs_capture_copy(cap, ci, &c);
+    for (int d = 0; d < c.ndim; d++)
+        n *= (uint64_t)c.dest_shape[d]; /* checked when it was added */
+    return n * rs_dtype_size(c.dest_dtype);
+}
+
+/* Per path: copies and bytes (the receiver's staged source boxes, the
+ * publisher's FP8 values and scales), then the first copies and why. */
+static void print_quantized(rs_plan_h plan, FILE *out)
+{
+    size_t n, k[3] = {0, 0, 0};
+    uint64_t bytes[2] = {0, 0};
+    char rb[64], pb[64];
+    const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+    if (n == 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        int p = q[i].weight_copy == SIZE_MAX ? 2 : (int)q[i].path;
+        k[p]++;
+        if (p == RS_QUANT_PATH_RECEIVER)
+            bytes[0] += q[i].staging_bytes;
+        else if (p == RS_QUANT_PATH_PUBLISHER)
+            bytes[1] += copy_bytes(rs_plan_capture(plan), q[i].weight_copy) +
+                        copy_bytes(rs_plan_capture(plan), q[i].scale_copy);
+    }
+    fmt_bytes(rb, sizeof(rb), bytes[0]);
+    fmt_bytes(pb, sizeof(pb), bytes[1]);
+    fprintf(out, "  quantized: %zu copies: receiver %zu (%s of source boxes, "
+                 "quantized here), publisher %zu (%s of FP8 values and "
+                 "scales), refused %zu\n", n, k[0], rb, k[1], pb, k[2]);
+    for (size_t i = 0; i < n && i < SUMMARY_EXAMPLES; i++) {
+        fprintf(out, "    copy %zu of ", q[i].copy);
+        put_name(out, q[i].src);
+        fprintf(out, ": %s: ", q[i].weight_copy == SIZE_MAX ? "refused"
+                               : q[i].path == RS_QUANT_PATH_PUBLISHER
+                                   ? "publisher" : "receiver");
+        put_name(out, q[i].why);
+        fputc('\n', out);
     }
     if (n > SUMMARY_EXAMPLES)
         fprintf(out, "    and %zu more\n", n - SUMMARY_EXAMPLES);
@@ -319,6 +378,7 @@ rs_status_t rs_plan_write_summary(rs_plan_h plan, FILE *out, rs_diag_t *diag)
     fprintf(out, "reshard plan\n");
     print_counts(plan, out);
     print_staged(plan, out);
+    print_quantized(plan, out);
     print_bytes(plan, out);
     if (!print_sessions(plan, out) || !print_fallback(plan, out))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/checked.h"
+#include "plan/box_memo.h"
 #include "plan/grid.h"
 #include "plan/planner.h"
 
@@ -24,11 +25,13 @@ typedef struct {
     uint64_t *missing;
     size_t keep;        /* runs kept before the walk only counts */
     int counting;       /* over `keep`: runs are counted, `last` is the tail */
-    rs_segment_t last;
+    rs_segment_t last;  /* set when counting starts (ctx_init leaves it) */
     const uint32_t *replay; /* shard choices to repeat, or NULL */
     int record;         /* push each choice to b->picks */
-    rs_walk_tally_t tally;
+    rs_walk_tally_t tally; /* drop: set when counting starts, as last */
     long agg;           /* b->drop_aggs entry of the last run summed, or -1 */
+    rs_dest_fact_t *fact; /* the memo's facts of the box, or NULL */
+    int whole;          /* every shard of the grid holds the whole source */
 } walk_ctx_t;
 
 static int continues(const rs_segment_t *last, const rs_segment_t *s)
@@ -174,6 +177,23 @@ static void walk_part(walk_ctx_t *w, size_t cell, const rs_krange_t *kr,
     rs__walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
 }
 
+/* rs__walk_one_run of the box in buf; in a shard holding the whole source
+ * the answer is a property of the geometry, asked once per plan of the
+ * memo's box and kept with it. */
+static int one_run(walk_ctx_t *w, const rs_src_buf_t *buf, int64_t *src)
+{
+    rs_dest_fact_t *f = w->whole ? w->fact : NULL;
+    if (f == NULL)
+        return rs__walk_one_run(w->box, buf, src);
+    if (!f->run_known) {
+        f->one_run = rs__walk_one_run(w->box, buf, &f->run_src);
+        f->run_known = 1;
+    }
+    if (f->one_run)
+        *src = f->run_src;
+    return f->one_run;
+}
+
 /* The whole box from one shard, as plan_cell walks a one-shard cell the
  * box lies in; a box that is one run in the shard and the destination
  * goes straight to its segment. */
@@ -184,7 +204,7 @@ static void walk_whole(walk_ctx_t *w, size_t cell, uint32_t id)
         take_shard(w, cell, (uint64_t)box->numel * w->t->elsize, &id, 1);
     rs_src_buf_t buf = {sh->offset, sh->shape};
     int64_t src = 0;
-    if (rs__walk_one_run(box, &buf, &src)) {
+    if (one_run(w, &buf, &src)) {
         emit_run(w, src, w->dst_base, box->numel);
         return;
     }
@@ -225,16 +245,39 @@ static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
     }
 }
 
+/* The one-cell grid of a tensor whose shards each hold all of it, built
+ * without the lock (a few hundred instructions, where the lock costs a
+ * fifth of that, ten thousand times in a MoE model's first plan) and
+ * published by compare-and-swap: a thread that loses the race frees its
+ * copy and takes the winner's, equal to it. RS_ERR_UNSUPPORTED for any
+ * other tensor, whose grid the locked path builds. */
+static rs_status_t whole_grid(rs_src_tensor_t *t, rs_grid_t **grid_p)
+{
+    rs_grid_t *g = NULL, *seen = NULL;
+    rs_status_t st = rs__grid_build_whole(t, RS_GRID_MAX_CELLS, &g);
+    if (st != RS_OK)
+        return st;
+    if (!__atomic_compare_exchange_n(&t->grid, &seen, g, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        rs__grid_destroy(g);
+        g = seen;
+    }
+    *grid_p = g;
+    return RS_OK;
+}
+
 /* The tensor's cell grid, built by the first plan that needs it. Plans may
  * be built from several threads against one sources, and the grid is the
  * only part of the sources a build writes: it is built under the sources'
- * lock and published with release order; once there it is only read. */
+ * lock (a one-cell grid by whole_grid) and published with release order;
+ * once there it is only read. */
 static rs_status_t tensor_grid(rs_sources_h s, rs_src_tensor_t *t,
                                const rs_grid_t **grid_p)
 {
     rs_grid_t *g = __atomic_load_n(&t->grid, __ATOMIC_ACQUIRE);
-    rs_status_t st = RS_OK;
-    if (g == NULL) {
+    rs_status_t st = g == NULL ? whole_grid(t, &g) : RS_OK;
+    if (st == RS_ERR_UNSUPPORTED) {
+        st = RS_OK;
         pthread_mutex_lock(&s->grid_lock);
         g = __atomic_load_n(&t->grid, __ATOMIC_ACQUIRE);
         if (g == NULL) {
@@ -257,6 +300,7 @@ static rs_status_t walk(rs_planner_t *b, rs_psrc_t *src, walk_ctx_t *w)
         return st;
     size_t cell = 0;
     uint32_t id = 0;
+    w->whole = rs__grid_whole(grid);
     if (w->box->numel != 0 && rs__grid_sole(grid, w->box, &cell, &id)) {
         walk_whole(w, cell, id);
     } else {
@@ -267,13 +311,44 @@ static rs_status_t walk(rs_planner_t *b, rs_psrc_t *src, walk_ctx_t *w)
     return st;
 }
 
+/* Sets every field a walk reads before it writes it: all but `last` and
+ * `tally.drop`, which only a walk that starts counting reads, after
+ * start_counting and end_counting set them (the compiler clears a whole
+ * context with a string store, which cost more than the rest of a one-run
+ * copy's walk set-up). */
+static void ctx_init(walk_ctx_t *w, rs_planner_t *b, const rs_psrc_t *src,
+                     const rs_box_t *box, uint32_t param, int64_t dst_base,
+                     rs_segvec_t *out, uint64_t *missing, size_t keep)
+{
+    w->b = b;
+    w->t = src->tensor;
+    w->box = box;
+    w->dst_base = dst_base;
+    w->param = param;
+    w->out = out;
+    w->floor = out->v_len;
+    w->session = 0;
+    w->addr = 0;
+    w->missing = missing;
+    w->keep = keep;
+    w->counting = 0;
+    w->replay = NULL;
+    w->record = 0;
+    w->tally.nsegs = 0;
+    w->tally.bytes = 0;
+    w->tally.dropped = 0;
+    w->agg = -1;
+    w->fact = NULL;
+    w->whole = 0;
+}
+
 rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
                              const rs_box_t *box, uint32_t param,
                              int64_t dst_base, rs_segvec_t *out,
                              uint64_t *missing)
 {
-    walk_ctx_t w = {b, src->tensor, box, dst_base, param, out, out->v_len, 0,
-                    0, missing, SIZE_MAX, 0, {0}, NULL, 0, {0}, -1};
+    walk_ctx_t w;
+    ctx_init(&w, b, src, box, param, dst_base, out, missing, SIZE_MAX);
     return walk(b, src, &w);
 }
 
@@ -298,15 +373,22 @@ rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
                                   const uint32_t *replay, rs_segvec_t *out,
                                   uint64_t *missing, rs_walk_tally_t *tally)
 {
-    walk_ctx_t w = {b, src->tensor, box, dst_base, param, out, out->v_len, 0,
-                    0, missing, keep, 0, {0}, replay, replay == NULL, {0}, -1};
+    walk_ctx_t w;
+    ctx_init(&w, b, src, box, param, dst_base, out, missing, keep);
+    w.replay = replay;
+    w.record = replay == NULL;
+    w.fact = b->walk_fact;
     rs_status_t st = walk(b, src, &w);
     if (w.counting)
         end_counting(&w);
     if (st == RS_OK && b->oom)
         st = RS_ERR_NO_MEMORY;
-    w.tally.dropped = w.counting;
-    if (st == RS_OK)
-        *tally = w.tally;
-    return st;
+    if (st != RS_OK)
+        return st;
+    tally->nsegs = w.tally.nsegs;
+    tally->bytes = w.tally.bytes;
+    tally->dropped = w.counting;
+    if (w.counting) /* what a copy that keeps its runs has none of */
+        tally->drop = w.tally.drop;
+    return RS_OK;
 }

@@ -17,6 +17,7 @@
 #include "plan/capture_impl.h"
 #include "plan/grid.h"
 #include "plan/plan_impl.h"
+#include "plan/plan_quant.h"
 #include "plan/planner.h"
 #include "plan/sources_impl.h"
 #include "core/params.h"
@@ -75,6 +76,7 @@ rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
 {
     rs_plan_params_t given;
     rs_planner_t b;
+    rs_qexp_t *qx = NULL;
     rs_status_t st;
 
     if (capture == NULL || sources == NULL || plan_p == NULL)
@@ -89,11 +91,23 @@ rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
         (st = check_env(diag)) != RS_OK ||
         (st = check_only(capture, params, diag)) != RS_OK)
         return st;
-    st = rs__planner_init(&b, capture, sources, params, diag);
+    /* quantized copies plan over a working capture (plan_quant.c) */
+    if (rs__quant_any(capture) &&
+        (st = rs__quant_expand(capture, sources, params, diag, &qx)) != RS_OK)
+        return st;
+    st = rs__planner_init(&b, qx != NULL ? qx->work : capture, sources,
+                          params, diag);
+    b.quant = qx;
     if (st == RS_OK)
         st = rs__planner_run(&b);
-    if (st == RS_OK)
+    if (st == RS_OK) {
         *plan_p = rs__planner_take(&b);
+        if (qx != NULL) {
+            (*plan_p)->owned_capture = qx->work;
+            qx->work = NULL;
+        }
+    }
     rs__planner_free(&b);
+    rs__quant_free(qx);
     return st;
 }

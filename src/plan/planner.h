@@ -93,6 +93,11 @@ typedef struct rs_planner {
     int keep_all; /* every copy keeps its runs (tests compare the plans) */
     struct rs_box_memo *memo; /* resolved boxes by geometry (box_memo.h) */
     rs_box_t box;             /* a box resolved outside the memo */
+    struct rs_qexp *quant;    /* quantized copies (plan_quant.h), or NULL */
+    /* The memo's facts of the box the last resolve returned (NULL when
+     * it came from outside the memo): the copy walk that follows keeps
+     * whether that box is one run in a whole-source shard there. */
+    struct rs_dest_fact *walk_fact;
     int oom;
 } rs_planner_t;
 
@@ -145,6 +150,10 @@ uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape);
  * *complete is 0 when some element of it is published by no shard. The
  * caller lifts the loads of the runs the box would replace first, so that
  * replicas are chosen as if those runs were not read. */
+/* The box [lo, lo + shape) of a source as a planner box landing
+ * row-major; 0 when it does not resolve. */
+int rs__stage_plain_box(const rs_src_tensor_t *t, const int64_t *lo,
+                        const int64_t *shape, rs_box_t *box);
 rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
                            const int64_t *shape, rs_segvec_t *segs,
                            int *complete);
@@ -162,7 +171,8 @@ double rs__cost_plan_seconds(const rs_plan_params_t *p, const uint64_t *bytes,
 
 /* What a capped walk saw: its runs (merged as if kept) and their bytes;
  * `dropped` when there were more than `keep`, and `out` holds none; then
- * `drop` is what it kept of them (agg_begin .. agg_end into b->drop_aggs). */
+ * `drop` is what it kept of them (agg_begin .. agg_end into b->drop_aggs),
+ * else `drop` is left unset. */
 typedef struct rs_walk_tally {
     uint64_t nsegs, bytes;
     int dropped;
@@ -173,7 +183,8 @@ typedef struct rs_walk_tally {
  * that it only counts them, summing them per session into b->drop_aggs,
  * and out is left as on entry), records each shard choice in b->picks, or,
  * with `replay`, repeats those choices without adding to the sessions'
- * load. */
+ * load. `box` is the one the last resolve returned: b->walk_fact holds its
+ * memo facts (or is NULL), which the walk reads and completes. */
 rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
                                   const rs_box_t *box, uint32_t param,
                                   int64_t dst_base, size_t keep,

@@ -520,25 +520,101 @@ json.dump(cfg, open(sys.argv[3] + "/fp8-bad.json", "w"))
 cfg["quantization_config"] = {"quant_method": "awq", "bits": 4}
 json.dump(cfg, open(sys.argv[3] + "/awq.json", "w"))
 PYEOF
-run simulate --model "$TMP/fp8.json" --train megatron:tp=2,ep=4 --infer vllm:tp=2,ep=2 --json
-expect_rc "tiny-deepseek with DeepSeek-V3's quantization_config --json" 0
-if python3 - "$TMP/out" >"$TMP/pyout" 2>&1 <<'PYEOF'
+# DeepSeek-V3's 128x128 blocks on tiny-deepseek's 32-row q_a_proj, the
+# first part of fused_qkv_a_proj: vLLM cannot load that, nor the layout.
+run simulate --model "$TMP/fp8.json" --train megatron:tp=2,ep=4 --infer vllm:tp=1 --json
+expect_input_error "tiny-deepseek with 128x128 FP8 blocks" "128x128" "fused_qkv_a_proj" "q_a_proj" "rows [0, 32)"
+FP8=$MODELS/tiny-deepseek-fp8.json
+run simulate --model "$FP8" --train megatron:tp=2,ep=4 --infer vllm:tp=4,ep=4
+expect_input_error "tiny-deepseek-fp8 vllm:tp=4 cuts 16x16 blocks" \
+    "q_b_proj.weight" "[96, 32]" "16x16" "whole number of blocks"
+
+# FP8 target: the figures with publisher-side FP8 copies in the tables and
+# with receiver-side quantization only, checked against what the emitted
+# captures hold and what each path must read: the publisher path reads
+# every parameter byte once (FP8 values and scales as installed), the
+# receiver path the bf16 block boxes (2 bytes per FP8 value, no scales),
+# which it stages.
+run simulate --model "$FP8" --train megatron:tp=2,ep=4 --infer vllm:tp=2,ep=4,dp=2 --json --emit "$TMP/fp8emit"
+expect_rc "tiny-deepseek-fp8 --json" 0
+if python3 - "$TMP/out" "$TMP/fp8emit" >"$TMP/pyout" 2>&1 <<'PYEOF'
 import json, sys
-q = json.load(open(sys.argv[1]))["quantization"]
+rep = json.load(open(sys.argv[1]))
+q = rep["quantization"]
 assert q == {"quant_method": "fp8", "fmt": "e4m3", "weight_dtype": "f8e4m3",
-             "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+             "activation_scheme": "dynamic", "weight_block_size": [16, 16],
              "modules_not_converted": 0, "refit_dtype": "bf16",
-             "quantized_refit": False}, q
+             "quantized_refit": True}, q
+f = rep["fp8"]
+assert f["spec"] == "fp8_block:16x16:f8e4m3", f
+size = {"f8e4m3": 1, "f32": 4, "bf16": 2}
+fp8_sum = scale_sum = 0
+for r in rep["receivers"]:
+    cap = json.load(open("%s/captures/%d.json" % (sys.argv[2], r["rank"])))
+    numel = lambda shape: eval("*".join(map(str, shape)) or "1")
+    fp8 = sum(numel(p["shape"]) for p in cap["params"].values()
+              if p["dtype"] == "f8e4m3")
+    sc = sum(4 * numel(p["shape"]) for n, p in cap["params"].items()
+             if n.endswith("_scale_inv"))
+    assert (r["fp8_bytes"], r["scale_bytes"]) == (fp8, sc), (r, fp8, sc)
+    assert fp8 > 0 and sc > 0
+    quant = [c for c in cap["copies"] if "quant" in c]
+    assert len(quant) == r["publisher_copies"] and r["receiver_copies"] == 0, r
+    installed = r["param_bytes"] - r["padding_bytes"]
+    assert r["bytes"] == installed, (r["bytes"], installed)
+    rq = r["receiver_quant"]
+    assert rq["bytes"] == installed + fp8 - sc, (rq, installed, fp8, sc)
+    assert rq["staging_bytes"] == 2 * fp8, rq
+    assert rq["memory_bytes"] == r["param_bytes"] + rq["staging_bytes"]
+    assert rq["receiver_copies"] == len(quant)
+    fp8_sum += fp8
+    scale_sum += sc
+assert (f["fp8_bytes"], f["scale_bytes"]) == (fp8_sum, scale_sum), f
+recv = rep["receivers"]
+for key, get in (("publisher_quant", lambda r: r), ("receiver_quant", lambda r: r["receiver_quant"])):
+    p = f[key]
+    mx = max(get(r)["bytes"] for r in recv)
+    assert p["max_receiver_bytes"] == mx, (key, p)
+    bound = max(mx, p["max_served_bytes"]) * 8 / (rep["nic_gbps"] * 1e9)
+    assert abs(p["wire_lower_bound_s"] - bound) < 1e-6, (key, p, bound)
+    assert abs(p["est_seconds"] - max(get(r)["est_seconds"] for r in recv)) < 1e-9
+    assert p["complete"] is True
+assert f["publisher_quant"]["max_receiver_bytes"] < f["receiver_quant"]["max_receiver_bytes"]
+assert f["publisher_quant"]["wire_lower_bound_s"] == rep["wire_lower_bound_s"]
+assert f["max_fp8_bytes"] == max(r["fp8_bytes"] for r in recv)
+src = json.load(open(sys.argv[2] + "/sources/0.json"))
+names = {t["name"] for t in src["tensors"]}
+assert any(n.endswith("#fp8_block:16x16:f8e4m3") for n in names), sorted(names)[:5]
+assert any(n.endswith("#fp8_block:16x16:f8e4m3#scale") for n in names)
 PYEOF
-then ok "quantization in the JSON: fp8 e4m3 128x128, refit in bf16"
-else bad "quantization JSON"; sed 's/^/       /' "$TMP/pyout" | tail -3; fi
-run simulate --model "$TMP/fp8.json" --train megatron:tp=2,ep=4 --infer vllm:tp=2,ep=2
-expect_rc "tiny-deepseek fp8 summary" 0
-if grep -qF "checkpoint             fp8 e4m3 weights, 128x128 scale blocks, dynamic activations (quantization_config)" "$TMP/out" &&
-    grep -qF "this refit is planned for bf16 weights (torch_dtype):" "$TMP/out" &&
-    grep -qF "FP8 refit is not built yet" "$TMP/out"
-then ok "summary says the checkpoint is fp8 and the refit is planned for bf16"
-else bad "fp8 summary"; sed -n 1,6p "$TMP/out"; fi
+then ok "FP8 report: fp8/scale bytes as the captures hold, publisher path reads each byte once, receiver path the bf16 boxes"
+else bad "FP8 report"; sed 's/^/       /' "$TMP/pyout" | tail -4; fi
+run simulate --model "$FP8" --train megatron:tp=2,ep=4 --infer vllm:tp=2,ep=4,dp=2 --json --no-publisher-quant
+expect_rc "--no-publisher-quant" 0
+cp "$TMP/out" "$TMP/nopub.json"
+if python3 - "$TMP/nopub.json" >"$TMP/pyout" 2>&1 <<'PYEOF'
+import json, sys
+rep = json.load(open(sys.argv[1]))
+f = rep["fp8"]
+assert f["publisher_quant"] is None, f
+for r in rep["receivers"]:
+    assert r["publisher_copies"] == 0 and r["receiver_copies"] > 0, r
+    assert "receiver_quant" not in r
+    assert r["bytes"] == r["param_bytes"] - r["padding_bytes"] + r["fp8_bytes"] - r["scale_bytes"], r
+    assert r["staging_bytes"] == 2 * r["fp8_bytes"], r
+assert f["receiver_quant"]["wire_lower_bound_s"] == rep["wire_lower_bound_s"]
+PYEOF
+then ok "--no-publisher-quant: receivers quantize every block, from bf16 tables"
+else bad "--no-publisher-quant"; sed 's/^/       /' "$TMP/pyout" | tail -4; fi
+run simulate --model "$FP8" --train megatron:tp=2,ep=4 --infer vllm:tp=2,ep=4,dp=2
+expect_rc "tiny-deepseek-fp8 summary" 0
+if grep -qF "checkpoint             fp8 e4m3 weights, 16x16 scale blocks, dynamic activations (quantization_config)" "$TMP/out" &&
+    grep -qF "the inference ranks load FP8 weights and scales" "$TMP/out" &&
+    grep -qE "^  FP8 refit +fp8_block:16x16:f8e4m3: FP8 weights .* and scales " "$TMP/out" &&
+    grep -qE "^  by the publishers .* [0-9]+ publisher, 0 receiver$" "$TMP/out" &&
+    grep -qE "^  by the receivers .* 0 publisher, [0-9]+ receiver \(bf16 tables\)$" "$TMP/out"
+then ok "summary: FP8 weights and scales, both paths compared"
+else bad "fp8 summary"; grep -A4 "FP8 refit" "$TMP/out"; fi
 run simulate --model "$TMP/fp8-bad.json" --train fsdp:2 --infer vllm:tp=2
 expect_input_error "weight_block_size [128, -1]" "fp8-bad.json" \
     "quantization_config.weight_block_size[1]"

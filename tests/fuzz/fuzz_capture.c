@@ -10,7 +10,36 @@
 
 /* Reads every record back, so that whatever the loader kept is well formed
  * (shapes within RS_MAX_DIMS, non-negative, declared sources with a real
- * dtype, copies naming known params). */
+ * dtype, copies naming known params, quantized copies with a known
+ * scheme, an FP8 format that is the copy's dtype, positive block extents and
+ * a declared float32 scale parameter). */
+static void walk_quant(rs_capture_h cap, size_t i, const rs_copy_desc_t *c)
+{
+    rs_quant_desc_t q;
+    rs_param_info_t p;
+
+    if (!rs_capture_copy_quant(cap, i, &q))
+        return;
+    if (q.scheme < RS_QUANT_FP8_BLOCK || q.scheme > RS_QUANT_FP8_TENSOR ||
+        q.format != c->dest_dtype || rs_dtype_size(q.format) != 1 ||
+        q.block_ndim < 0 || q.block_ndim > RS_MAX_DIMS ||
+        (q.scheme == RS_QUANT_FP8_BLOCK) != (q.block_ndim > 0) ||
+        q.scale_ndim < 0 || q.scale_ndim > RS_MAX_DIMS || q.scale_offset < 0)
+        abort();
+    for (int d = 0; d < q.block_ndim; d++)
+        if (q.block[d] < 1)
+            abort();
+    for (int d = 0; d < q.scale_ndim; d++)
+        if (q.scale_shape[d] < 0 || q.scale_stride[d] < 0)
+            abort();
+    long s = rs_capture_find_param(cap, q.scale_param);
+    if (s < 0)
+        abort();
+    rs_capture_param(cap, (size_t)s, &p);
+    if (p.dtype != RS_DTYPE_F32)
+        abort();
+}
+
 static void walk(rs_capture_h cap)
 {
     for (size_t i = 0; i < rs_capture_num_params(cap); i++) {
@@ -44,6 +73,7 @@ static void walk(rs_capture_h cap)
         for (int d = 0; d < c.ndim; d++)
             if (c.dest_shape[d] < 0)
                 abort();
+        walk_quant(cap, i, &c);
     }
     for (size_t i = 0; i < rs_capture_num_unsupported(cap); i++) {
         const char *src, *reason;

@@ -1,7 +1,9 @@
 """The ctypes mirrors of reshard's structs match the C headers: a probe
 compiled from include/reshard prints every mirrored field's offset and each
 struct's size, and they must equal what ctypes computes. A field renamed in
-C fails the probe's compilation; one added or retyped changes the figures."""
+C fails the probe's compilation; one added or retyped changes the figures.
+The enumerators the package spells as numbers (quantization schemes, the
+dtype codes) are printed and compared the same way."""
 import ctypes
 import os
 import subprocess
@@ -20,6 +22,8 @@ def _probe_source():
         for field, _ in mirror._fields_:
             lines.append(f'printf("{cname} {field} %zu\\n", '
                          f'offsetof({cname}, {field}));')
+    for cname in _lib.CONSTANTS:
+        lines.append(f'printf("{cname} value %d\\n", (int)({cname}));')
     lines += ["return 0;", "}"]
     return "\n".join(lines) + "\n"
 
@@ -42,6 +46,15 @@ def test_mirrors_match_the_headers(tmp_path):
         for field, _ in mirror._fields_:
             got = getattr(mirror, field).offset
             assert seen[(cname, field)] == got, f"{cname}.{field}"
+    for cname, value in _lib.CONSTANTS.items():
+        assert seen[(cname, "value")] == value, cname
+
+
+def test_dtype_codes_match_the_constants():
+    from reshard import dtypes
+    for short in ("f32", "bf16", "f16", "f8e4m3", "f8e5m2"):
+        code = _lib.CONSTANTS["RS_DTYPE_" + short.upper()]
+        assert dtypes.code_of(dtypes.from_name(short)) == code, short
 
 
 def test_every_prototype_resolves():

@@ -94,9 +94,9 @@ static rs_dtype_t dtype_of(vd_expect_t *x, const char *src)
     return t.dtype;
 }
 
-static vd_param_t *new_param(vd_expect_t *x, const char *name,
-                             const char *like, int ndim, int64_t d0,
-                             int64_t d1, int64_t d2)
+static vd_param_t *new_param_dt(vd_expect_t *x, const char *name,
+                                rs_dtype_t dtype, int ndim, int64_t d0,
+                                int64_t d1, int64_t d2)
 {
     if (x->n == x->cap) {
         x->cap = x->cap ? 2 * x->cap : 64;
@@ -113,12 +113,117 @@ static vd_param_t *new_param(vd_expect_t *x, const char *name,
     p->numel = 1;
     for (int i = 0; i < ndim; i++)
         p->numel *= p->shape[i];
-    p->dtype = dtype_of(x, like);
+    p->dtype = dtype;
     size_t nb = (size_t)p->numel * rs_dtype_size(p->dtype);
     p->bytes = malloc(nb ? nb : 1);
     assert_non_null(p->bytes);
     memset(p->bytes, x->fill, nb);
     return p;
+}
+
+static vd_param_t *new_param(vd_expect_t *x, const char *name,
+                             const char *like, int ndim, int64_t d0,
+                             int64_t d1, int64_t d2)
+{
+    return new_param_dt(x, name, dtype_of(x, like), ndim, d0, d1, d2);
+}
+
+/* ---- FP8 checkpoints -------------------------------------------------- */
+
+/* `entry` is a run of whole dot-separated components of `module`,
+ * compared component by component. */
+static int covers(const char *module, const char *entry)
+{
+    size_t m = strlen(module), e = strlen(entry);
+    for (size_t at = 0; at + e <= m; at++) {
+        if ((at == 0 || module[at - 1] == '.') &&
+            (at + e == m || module[at + e] == '.') &&
+            strncmp(module + at, entry, e) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The checkpoint stores src in FP8: a layer's linear weight. */
+static int is_fp8(const vd_expect_t *x, const char *src)
+{
+    char module[VD_NAME_MAX];
+    size_t n = strlen(src);
+    if (x->bn == 0 || n < 7 || strcmp(src + n - 7, ".weight") != 0 ||
+        strncmp(src, "model.layers.", 13) != 0 ||
+        strstr(src, "layernorm") != NULL || strstr(src, "_norm.") != NULL ||
+        strstr(src, ".mlp.gate.") != NULL ||
+        strstr(src, "shared_expert_gate") != NULL)
+        return 0;
+    snprintf(module, sizeof(module), "%.*s", (int)(n - 7), src);
+    for (size_t i = 0; i < x->nskip; i++)
+        if (covers(module, x->skip[i]))
+            return 0;
+    return 1;
+}
+
+static int64_t up(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* A weight parameter: FP8 with its "<name>_scale_inv" (vLLM's block
+ * scale shapes: ceil(rows / bn) x ceil(cols / bk) per expert, w13 two
+ * halves of ceil(I / bn) rows) when `like` is FP8 in the checkpoint. */
+static void new_weight(vd_expect_t *x, const char *name, const char *like,
+                       int ndim, int64_t d0, int64_t d1, int64_t d2,
+                       int64_t halves)
+{
+    if (!is_fp8(x, like)) {
+        new_param(x, name, like, ndim, d0, d1, d2);
+        return;
+    }
+    char scale[VD_NAME_MAX + 16];
+    snprintf(scale, sizeof(scale), "%s_scale_inv", name);
+    new_param_dt(x, name, x->fp8, ndim, d0, d1, d2);
+    if (ndim == 2)
+        new_param_dt(x, scale, RS_DTYPE_F32, 2, up(d0, x->bn), up(d1, x->bk), 0);
+    else
+        new_param_dt(x, scale, RS_DTYPE_F32, 3, d0,
+                     halves * up(d1 / halves, x->bn), up(d2, x->bk));
+}
+
+static vd_param_t *find_mut(vd_expect_t *x, const char *name)
+{
+    for (size_t k = 0; k < x->n; k++)
+        if (strcmp(x->p[k].name, name) == 0)
+            return &x->p[k];
+    fail_msg("test: no expected parameter %s", name);
+    return NULL;
+}
+
+static void put_block(vd_param_t *p, int64_t base, int64_t width,
+                      const char *src, int64_t src_cols, int64_t row0,
+                      int64_t col0, int64_t nrows);
+
+/* Rows [r0, r0 + n) and columns [c0, c0 + w) of weight src [R, C] into
+ * whole rows of parameter `name` from row `at` of expert slot `e`, and,
+ * when it is FP8, the scales of those blocks from block row
+ * ceil(at / bn) of the slot, as the block-scale loaders narrow them. */
+static void put_weight(vd_expect_t *x, const char *name, int64_t e,
+                       int64_t at, const char *src, int64_t R, int64_t C,
+                       int64_t r0, int64_t c0, int64_t n, int64_t w)
+{
+    vd_param_t *p = find_mut(x, name);
+    int nd = p->ndim;
+    int64_t prows = p->shape[nd - 2], pcols = p->shape[nd - 1];
+    assert_int_equal(w, pcols);
+    put_block(p, (e * prows + at) * pcols, w, src, C, r0, c0, n);
+    if (p->dtype != x->fp8 || !is_fp8(x, src))
+        return;
+    char scale[VD_NAME_MAX + 16], sname[VD_NAME_MAX + 16];
+    snprintf(scale, sizeof(scale), "%s_scale_inv", name);
+    snprintf(sname, sizeof(sname), "%s_scale_inv", src);
+    vd_param_t *s = find_mut(x, scale);
+    int64_t srows = s->shape[nd - 2], scols = s->shape[nd - 1];
+    (void)R;
+    put_block(s, (e * srows + up(at, x->bn)) * scols, scols, sname,
+              up(C, x->bk), r0 / x->bn, c0 / x->bk, up(n, x->bn));
 }
 
 /* Rows [row0, row0 + nrows) and columns [col0, col0 + width) of the full
@@ -148,6 +253,12 @@ static void e_whole(vd_expect_t *x, const char *name)
     rs_tensor_info_t t;
     assert_true(i >= 0);
     rs_model_tensor(x->model, (size_t)i, &t);
+    if (t.ndim == 2 && is_fp8(x, name)) { /* a replicated FP8 weight */
+        new_weight(x, name, name, 2, t.shape[0], t.shape[1], 0, 1);
+        put_weight(x, name, 0, 0, name, t.shape[0], t.shape[1], 0, 0,
+                   t.shape[0], t.shape[1]);
+        return;
+    }
     vd_param_t *p = new_param(x, name, name, t.ndim, t.shape[0],
                             t.ndim > 1 ? t.shape[1] : 0, 0);
     put_block(p, 0, 1, name, 1, 0, 0, p->numel);
@@ -196,15 +307,24 @@ static void e_gqa(vd_expect_t *x, int64_t l)
         lname(k, l, suffix);
         snprintf(suffix, sizeof(suffix), "self_attn.v_proj.%s", kinds[b]);
         lname(v, l, suffix);
-        vd_param_t *p = new_param(x, name, q, b == 0 ? 2 : 1,
-                                (qh + 2 * kh) * hd, b == 0 ? H : 0, 0);
+        if (b == 0) {
+            int64_t qr = g->heads * hd, kr = g->kv_heads * hd;
+            new_weight(x, name, q, 2, (qh + 2 * kh) * hd, H, 0, 1);
+            put_weight(x, name, 0, 0, q, qr, H, x->tp * qh * hd, 0, qh * hd, H);
+            put_weight(x, name, 0, qh * hd, k, kr, H, k0 * hd, 0, kh * hd, H);
+            put_weight(x, name, 0, (qh + kh) * hd, v, kr, H, k0 * hd, 0,
+                       kh * hd, H);
+            continue;
+        }
+        vd_param_t *p = new_param(x, name, q, 1, (qh + 2 * kh) * hd, 0, 0);
         put_block(p, 0, w, q, w, x->tp * qh * hd, 0, qh * hd);
         put_block(p, qh * hd * w, w, k, w, k0 * hd, 0, kh * hd);
         put_block(p, (qh + kh) * hd * w, w, v, w, k0 * hd, 0, kh * hd);
     }
     lname(name, l, "self_attn.o_proj.weight");
-    vd_param_t *p = new_param(x, name, name, 2, H, qh * hd, 0);
-    put_block(p, 0, qh * hd, name, g->heads * hd, 0, x->tp * qh * hd, H);
+    new_weight(x, name, name, 2, H, qh * hd, 0, 1);
+    put_weight(x, name, 0, 0, name, H, g->heads * hd, 0, x->tp * qh * hd, H,
+               qh * hd);
     if (g->qk_norm) {
         e_whole_l(x, l, "self_attn.q_norm.weight");
         e_whole_l(x, l, "self_attn.k_norm.weight");
@@ -218,8 +338,9 @@ static void e_heads(vd_expect_t *x, int64_t l, const char *suffix,
     char name[VD_NAME_MAX];
     int64_t local = x->g->heads / x->T * per;
     lname(name, l, suffix);
-    vd_param_t *p = new_param(x, name, name, 2, local, in, 0);
-    put_block(p, 0, in, name, in, x->tp * local, 0, local);
+    new_weight(x, name, name, 2, local, in, 0, 1);
+    put_weight(x, name, 0, 0, name, x->g->heads * per, in, x->tp * local, 0,
+               local, in);
 }
 
 static void e_mla(vd_expect_t *x, int64_t l)
@@ -233,9 +354,10 @@ static void e_mla(vd_expect_t *x, int64_t l)
         lname(name, l, "self_attn.fused_qkv_a_proj.weight");
         lname(a, l, "self_attn.q_a_proj.weight");
         lname(b, l, "self_attn.kv_a_proj_with_mqa.weight");
-        vd_param_t *p = new_param(x, name, a, 2, g->q_lora_rank + kva, H, 0);
-        put_block(p, 0, H, a, H, 0, 0, g->q_lora_rank);
-        put_block(p, g->q_lora_rank * H, H, b, H, 0, 0, kva);
+        new_weight(x, name, a, 2, g->q_lora_rank + kva, H, 0, 1);
+        put_weight(x, name, 0, 0, a, g->q_lora_rank, H, 0, 0, g->q_lora_rank,
+                   H);
+        put_weight(x, name, 0, g->q_lora_rank, b, kva, H, 0, 0, kva, H);
         e_whole_l(x, l, "self_attn.q_a_layernorm.weight");
         e_heads(x, l, "self_attn.q_b_proj.weight", qk, g->q_lora_rank);
     } else {
@@ -247,8 +369,9 @@ static void e_mla(vd_expect_t *x, int64_t l)
             g->kv_lora_rank);
     int64_t vl = g->heads / x->T * g->v_head_dim;
     lname(name, l, "self_attn.o_proj.weight");
-    vd_param_t *p = new_param(x, name, name, 2, H, vl, 0);
-    put_block(p, 0, vl, name, g->heads * g->v_head_dim, 0, x->tp * vl, H);
+    new_weight(x, name, name, 2, H, vl, 0, 1);
+    put_weight(x, name, 0, 0, name, H, g->heads * g->v_head_dim, 0, x->tp * vl,
+               H, vl);
 }
 
 static void e_mlp(vd_expect_t *x, int64_t l, const char *prefix,
@@ -262,13 +385,13 @@ static void e_mlp(vd_expect_t *x, int64_t l, const char *prefix,
     lname(gate, l, sfx);
     snprintf(sfx, sizeof(sfx), "%s.up_proj.weight", prefix);
     lname(up, l, sfx);
-    vd_param_t *p = new_param(x, name, gate, 2, 2 * il, H, 0);
-    put_block(p, 0, H, gate, H, x->tp * il, 0, il);
-    put_block(p, il * H, H, up, H, x->tp * il, 0, il);
+    new_weight(x, name, gate, 2, 2 * il, H, 0, 1);
+    put_weight(x, name, 0, 0, gate, inter, H, x->tp * il, 0, il, H);
+    put_weight(x, name, 0, il, up, inter, H, x->tp * il, 0, il, H);
     snprintf(sfx, sizeof(sfx), "%s.down_proj.weight", prefix);
     lname(name, l, sfx);
-    p = new_param(x, name, name, 2, H, il, 0);
-    put_block(p, 0, il, name, inter, 0, x->tp * il, H);
+    new_weight(x, name, name, 2, H, il, 0, 1);
+    put_weight(x, name, 0, 0, name, H, inter, 0, x->tp * il, H, il);
 }
 
 static void e_experts(vd_expect_t *x, int64_t l)
@@ -286,21 +409,21 @@ static void e_experts(vd_expect_t *x, int64_t l)
     lname(w13, l, "mlp.experts.w13_weight");
     lname(w2, l, "mlp.experts.w2_weight");
     lname(src, l, "mlp.experts.0.gate_proj.weight");
-    vd_param_t *a = new_param(x, w13, src, 3, n, 2 * it, H);
-    vd_param_t *b = new_param(x, w2, src, 3, n, H, it);
+    new_weight(x, w13, src, 3, n, 2 * it, H, 2);
+    new_weight(x, w2, src, 3, n, H, it, 1);
     for (int64_t e = 0; e < n; e++) {
         snprintf(sfx, sizeof(sfx), "mlp.experts.%lld.gate_proj.weight",
                  (long long)(first + e));
         lname(src, l, sfx);
-        put_block(a, e * 2 * it * H, H, src, H, col0, 0, it);
+        put_weight(x, w13, e, 0, src, I, H, col0, 0, it, H);
         snprintf(sfx, sizeof(sfx), "mlp.experts.%lld.up_proj.weight",
                  (long long)(first + e));
         lname(src, l, sfx);
-        put_block(a, (e * 2 + 1) * it * H, H, src, H, col0, 0, it);
+        put_weight(x, w13, e, it, src, I, H, col0, 0, it, H);
         snprintf(sfx, sizeof(sfx), "mlp.experts.%lld.down_proj.weight",
                  (long long)(first + e));
         lname(src, l, sfx);
-        put_block(b, e * H * it, it, src, I, 0, col0, H);
+        put_weight(x, w2, e, 0, src, H, I, 0, col0, H, it);
     }
 }
 
@@ -376,6 +499,14 @@ void vd_init(vd_expect_t *x, rs_model_h model, const rs_layout_t *vllm,
     x->D = vllm->dp;
     x->E = vllm->ep;
     x->fill = fill;
+    const rs_model_quant_t *q = rs_model_quantization(model);
+    if (q != NULL && q->weight_block[0] > 0) {
+        x->bn = q->weight_block[0];
+        x->bk = q->weight_block[1];
+        x->fp8 = q->weight_dtype;
+        x->skip = q->not_converted;
+        x->nskip = q->modules_not_converted;
+    }
 }
 
 const vd_param_t *vd_find(const vd_expect_t *x, const char *name)

@@ -29,6 +29,16 @@ typedef struct vd_expect {
     int64_t T, P, D, E;   /* the vllm layout */
     int64_t tp, pp, dp;   /* coordinates of the rank being built */
     uint8_t fill;         /* prefill of every expected parameter */
+    /* FP8 checkpoints (a quantization_config with weight_block_size): the
+     * block, the FP8 dtype and modules_to_not_convert; bn 0 without. An
+     * FP8 tensor "X.weight" is modelled as its FP8 values (vd_put_value in
+     * the FP8 dtype, hashed by name "X.weight") and its scales, the tensor
+     * "X.weight_scale_inv" over the block grid (float32, hashed by that
+     * name); vLLM's FP8 loaders copy both into "P" and "P_scale_inv". */
+    int64_t bn, bk;
+    rs_dtype_t fp8;
+    const char *const *skip;
+    size_t nskip;
     vd_param_t *p;
     size_t n, cap;
 } vd_expect_t;

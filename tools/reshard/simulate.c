@@ -17,7 +17,7 @@
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
        OPT_MAX_SEGS, OPT_DEVICE_MEMORY, OPT_PROGRESS, OPT_NO_PROGRESS,
-       OPT_DESC, OPT_CUT_ALIGNED };
+       OPT_DESC, OPT_CUT_ALIGNED, OPT_NO_PUB_QUANT };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -32,6 +32,7 @@ static const struct option long_opts[] = {
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
+    {"no-publisher-quant", no_argument, NULL, OPT_NO_PUB_QUANT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -44,6 +45,7 @@ static void sim_usage(FILE *out)
         "                        [--device-memory GIB] [--json]\n"
         "                        [--max-segments-per-copy N] [--emit DIR]\n"
         "                        [--progress | --no-progress] [--cut-aligned]\n"
+        "                        [--no-publisher-quant]\n"
         "\n"
         "Plans every inference rank against the shard tables every trainer rank\n"
         "would publish (no bytes move), reports what the refit costs per rank\n"
@@ -51,8 +53,9 @@ static void sim_usage(FILE *out)
         "\n"
         "options:\n"
         "  --model FILE     a Hugging Face config.json (see examples/models/);\n"
-        "                   a quantization_config is read and reported, the\n"
-        "                   refit is planned in the config's torch_dtype\n"
+        "                   with an FP8 quantization_config the inference\n"
+        "                   ranks load FP8 weights and scales, quantized from\n"
+        "                   the trainers' torch_dtype weights\n"
         "  --train LAYOUT   fsdp:N or megatron:tp=T,pp=P,ep=E,dp=D,etp=X\n"
         "  --infer LAYOUT   vllm:tp=T,pp=P,ep=E,dp=D\n"
         "  --nic-gbps G     per-rank NIC line rate for the wire-time bound and\n"
@@ -71,6 +74,11 @@ static void sim_usage(FILE *out)
         "                   RESHARD_MAX_SEGMENTS_PER_COPY, else 64)\n"
         "  --cut-aligned    trainer tables split at the cuts of every inference\n"
         "                   rank's boxes, as a cut-aligned publisher stages them\n"
+        "  --no-publisher-quant\n"
+        "                   FP8 targets: trainer tables without FP8 copies, so\n"
+        "                   receivers quantize every block (by default both\n"
+        "                   are planned and compared; the figures above the\n"
+        "                   comparison are those with the copies)\n"
         "  --emit DIR       also write DIR/sources/<rank>.json (trainer tables)\n"
         "                   and DIR/captures/<rank>.json (inference captures)\n"
         "  --progress       a line on stderr per planned rank, from the start\n"
@@ -101,6 +109,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_EMIT: a->emit = arg; break;
     case OPT_JSON: a->json = 1; break;
     case OPT_CUT_ALIGNED: a->cut_aligned = 1; break;
+    case OPT_NO_PUB_QUANT: a->no_publisher_quant = 1; break;
     case OPT_MAX_SEGS:
         if (!rs_cli_parse_u64(arg, &a->max_segments) ||
             a->max_segments == 0 || a->max_segments > INT64_MAX)
@@ -154,6 +163,27 @@ static int fail_input(const rs_diag_t *diag, rs_status_t st, const char *what)
     return rs_cli_input_error("simulate", diag, st, what);
 }
 
+/* An FP8 target: the vllm layout loads FP8 weights when the config has
+ * an FP8 quantization_config with a block size (without one, capturing
+ * reports the refusal). The tables carry publisher-side copies unless
+ * --no-publisher-quant. */
+static void fp8_target(const sim_args_t *a, sim_t *s)
+{
+    const rs_model_quant_t *q = rs_model_quantization(s->model);
+    if (q == NULL || q->method != RS_MODEL_QUANT_FP8 || q->weight_block[0] <= 0)
+        return;
+    rs_quant_desc_t d = {RS_QUANT_FP8_BLOCK, q->weight_dtype, 2,
+                         q->weight_block, NULL, 0, 0, NULL, NULL};
+    if (rs_quant_spec_format(&d, s->fp8_spec, sizeof(s->fp8_spec)) == 0)
+        snprintf(s->fp8_spec, sizeof(s->fp8_spec), "fp8_block");
+    s->fp8 = a->no_publisher_quant ? 1 : 2;
+}
+
+static unsigned table_flags(const sim_t *s)
+{
+    return s->fp8 == 2 ? RS_LAYOUT_FP8_COPIES : 0;
+}
+
 static int load(const sim_args_t *a, sim_t *s)
 {
     rs_diag_t diag;
@@ -174,9 +204,16 @@ static int load(const sim_args_t *a, sim_t *s)
     if (a->cut_aligned &&
         (st = rs_layout_infer_cuts(s->model, &s->infer, &diag, &s->cuts)) != RS_OK)
         return fail_input(&diag, st, "the inference layout's cuts");
+    fp8_target(a, s);
     if ((st = rs_sources_create(&s->sources)) != RS_OK ||
-        (st = rs_layout_publish_all_cut(s->model, &s->train, s->cuts,
-                                        s->sources, &diag)) != RS_OK)
+        (st = rs_layout_publish_all_ex(s->model, &s->train, s->cuts,
+                                       table_flags(s), s->sources, &diag)) !=
+            RS_OK)
+        return fail_input(&diag, st, "publishing the trainer layout");
+    if (s->fp8 == 2 &&
+        ((st = rs_sources_create(&s->sources_bf16)) != RS_OK ||
+         (st = rs_layout_publish_all_cut(s->model, &s->train, s->cuts,
+                                         s->sources_bf16, &diag)) != RS_OK))
         return fail_input(&diag, st, "publishing the trainer layout");
     if ((st = rs_transport_create(NULL, &diag, &s->transport)) != RS_OK)
         return fail_input(&diag, st, "transport");
@@ -218,8 +255,9 @@ static int emit_tables(const sim_args_t *a, sim_t *s)
         return RS_CLI_USAGE;
     for (int64_t r = 0; r < s->train.world; r++) {
         FILE *f = open_emit(a->emit, "sources", r);
-        rs_status_t st = f ? rs_layout_write_table_cut(s->model, &s->train, r,
-                                                       s->cuts, f, &diag)
+        rs_status_t st = f ? rs_layout_write_table_ex(s->model, &s->train, r,
+                                                      s->cuts, table_flags(s),
+                                                      f, &diag)
                            : RS_ERR_IO;
         if (f != NULL && fclose(f) != 0)
             st = RS_ERR_IO;
@@ -271,7 +309,9 @@ static int sessions_init(sim_t *s, rs_plan_h plan)
     s->names = calloc(s->nsess + 1, sizeof(char *));
     s->served = calloc(s->nsess + 1, sizeof(uint64_t));
     s->fan_out = calloc(s->nsess + 1, sizeof(uint64_t));
-    if (s->names == NULL || s->served == NULL || s->fan_out == NULL)
+    s->served_bf16 = calloc(s->nsess + 1, sizeof(uint64_t));
+    if (s->names == NULL || s->served == NULL || s->fan_out == NULL ||
+        s->served_bf16 == NULL)
         return 0;
     for (uint32_t k = 0; k < s->nsess; k++) {
         s->names[k] = strdup(rs_plan_session_name(plan, k));
@@ -281,32 +321,91 @@ static int sessions_init(sim_t *s, rs_plan_h plan)
     return 1;
 }
 
-/* What the rank's loader fills: every parameter of its capture. */
-static uint64_t param_bytes(rs_capture_h cap)
+static int is_scale(const rs_param_info_t *p)
 {
-    uint64_t sum = 0;
+    static const char suffix[] = "_scale_inv";
+    size_t n = strlen(p->name), k = sizeof(suffix) - 1;
+    return p->dtype == RS_DTYPE_F32 && n > k &&
+           strcmp(p->name + n - k, suffix) == 0;
+}
+
+/* What the rank's loader fills: every parameter of its capture, and of
+ * those the FP8 weights and their scales. */
+static void param_bytes(rs_capture_h cap, receiver_t *r)
+{
+    r->param_bytes = r->fp8_bytes = r->scale_bytes = 0;
     for (size_t i = 0; i < rs_capture_num_params(cap); i++) {
         rs_param_info_t p;
         rs_capture_param(cap, i, &p);
-        sum += p.nbytes;
+        r->param_bytes += p.nbytes;
+        if (p.dtype == RS_DTYPE_F8E4M3 || p.dtype == RS_DTYPE_F8E5M2)
+            r->fp8_bytes += p.nbytes;
+        else if (is_scale(&p))
+            r->scale_bytes += p.nbytes;
     }
-    return sum;
 }
 
-/* The executor stages every full pull and convert of a plan at once, for
- * the whole transfer, so the peak is their sum (before its rounding of each
+/* The executor stages every full pull, convert and receiver-path box (the
+ * bf16 block-rounded box a receiver quantizes) of a plan at once, for the
+ * whole transfer, so the peak is their sum (before its rounding of each
  * buffer to a page). */
 static uint64_t staging_bytes(rs_plan_h plan)
 {
-    size_t nfp, ncv;
+    size_t nfp, ncv, nq;
     const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
     const rs_convert_t *cv = rs_plan_converts(plan, &ncv);
+    const rs_quantized_t *q = rs_plan_quantized(plan, &nq);
     uint64_t sum = 0;
     for (size_t k = 0; k < nfp; k++)
         sum += fp[k].staging_bytes;
     for (size_t k = 0; k < ncv; k++)
         sum += cv[k].staging_bytes;
+    for (size_t k = 0; k < nq; k++)
+        if (q[k].path == RS_QUANT_PATH_RECEIVER)
+            sum += q[k].staging_bytes;
     return sum;
+}
+
+/* One plan's figures for the FP8 comparison. */
+static void path_of(rs_plan_h plan, sim_path_t *out)
+{
+    rs_plan_stats_t st;
+    size_t nq;
+    const rs_quantized_t *q = rs_plan_quantized(plan, &nq);
+    rs_plan_stats(plan, &st);
+    memset(out, 0, sizeof(*out));
+    out->bytes = st.bytes_planned;
+    out->est_seconds = st.est_seconds;
+    out->staging_bytes = staging_bytes(plan);
+    out->complete = rs_plan_is_complete(plan);
+    for (size_t k = 0; k < nq; k++) {
+        if (q[k].path == RS_QUANT_PATH_PUBLISHER)
+            out->publisher++;
+        else
+            out->receiver++;
+    }
+}
+
+/* The FP8 target's receiver-only plan: the same capture against tables
+ * without FP8 copies. */
+static int plan_bf16(sim_t *s, rs_capture_h cap, const rs_plan_params_t *pp,
+                     receiver_t *r, rs_diag_t *diag)
+{
+    rs_plan_h plan = NULL;
+    double t0 = now();
+    rs_status_t st = rs_plan_build(cap, s->sources_bf16, pp, diag, &plan);
+    s->plan_seconds += now() - t0;
+    if (st != RS_OK)
+        return fail_input(diag, st, "planning (receiver-side quantization)");
+    path_of(plan, &r->receiver_only);
+    size_t n = rs_plan_num_sessions(plan);
+    for (uint32_t k = 0; k < n && k < s->nsess; k++)
+        s->served_bf16[k] += rs_plan_session_bytes(plan, k);
+    if (!r->receiver_only.complete)
+        note_problem(s, "inference rank %lld: its plan without publisher-side "
+                        "FP8 copies is incomplete", (long long)r->rank, 0);
+    rs_plan_destroy(plan);
+    return RS_CLI_OK;
 }
 
 static void tally(sim_t *s, rs_plan_h plan, receiver_t *r)
@@ -340,7 +439,7 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
     if ((st = rs_layout_capture(s->model, &s->infer, rank, &diag, &cap,
                                 &r->padding)) != RS_OK)
         return fail_input(&diag, st, "capturing");
-    r->param_bytes = param_bytes(cap);
+    param_bytes(cap, r);
     rs_plan_params_init(&pp);
     pp.replica_salt = (uint64_t)rank;
     if (a->max_segments > 0)
@@ -356,9 +455,12 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
         rc = usage_error("%s", "out of memory");
     if (rc == RS_CLI_OK) {
         tally(s, plan, r);
+        path_of(plan, &r->with_pub);
         if (!check_coverage(s, plan, r, &diag))
             rc = fail_input(&diag, diag.status, "coverage");
     }
+    if (rc == RS_CLI_OK && s->sources_bf16 != NULL)
+        rc = plan_bf16(s, cap, &pp, r, &diag);
     if (rc == RS_CLI_OK && a->emit != NULL) {
         FILE *f = open_emit(a->emit, "captures", rank);
         st = f ? rs_capture_write_json(cap, f, &diag) : RS_ERR_IO;
@@ -422,7 +524,9 @@ static void sim_free(sim_t *s)
     free(s->names);
     free(s->served);
     free(s->fan_out);
+    free(s->served_bf16);
     free(s->recv);
+    rs_sources_destroy(s->sources_bf16);
     rs_transport_destroy(s->transport);
     rs_sources_destroy(s->sources);
     rs_cuts_destroy(s->cuts);

@@ -25,7 +25,18 @@ typedef struct sim_args {
     int json;
     int progress;           /* RS_SIM_PROGRESS_* */
     int cut_aligned;        /* --cut-aligned */
+    int no_publisher_quant; /* --no-publisher-quant */
 } sim_args_t;
+
+/* What one plan of a rank moves, for the FP8 comparison: with
+ * publisher-side FP8 copies in the trainer tables, and without. */
+typedef struct sim_path {
+    uint64_t bytes;         /* on the wire */
+    uint64_t staging_bytes; /* full pulls, converts, receiver-path boxes */
+    double est_seconds;
+    uint64_t publisher, receiver; /* quantized copies per path */
+    int complete;
+} sim_path_t;
 
 /* One inference rank: what it holds and what its plan moves. */
 typedef struct receiver {
@@ -37,12 +48,23 @@ typedef struct receiver {
     uint64_t staging_bytes; /* the plan's full pulls and converts */
     double plan_seconds, est_seconds;
     int coverage_ok;
+    /* FP8 targets (the vllm layout of an FP8 quantization_config). */
+    uint64_t fp8_bytes;     /* FP8 parameters */
+    uint64_t scale_bytes;   /* their float32 weight_scale_inv */
+    sim_path_t with_pub;    /* the plan above (the tables' FP8 copies) */
+    sim_path_t receiver_only; /* bf16 tables only: every block quantized
+                               * by the receiver (unset with
+                               * --no-publisher-quant: the plan above is) */
 } receiver_t;
 
 typedef struct sim {
     rs_model_h model;
     rs_layout_t train, infer;
     rs_sources_h sources;
+    rs_sources_h sources_bf16; /* FP8 target: tables without FP8 copies */
+    int fp8;               /* FP8 target; 2 when the tables carry copies */
+    char fp8_spec[64];     /* "fp8_block:128x128:f8e4m3" */
+    uint64_t *served_bf16; /* bytes per trainer session, sources_bf16 */
     rs_cuts_h cuts;        /* --cut-aligned: what the tables are split at */
     rs_transport_h transport;
     receiver_t *recv;
@@ -61,6 +83,8 @@ typedef struct sim {
 /* A rank's memory: its parameters and its plan's staging, which live side
  * by side while it refits. */
 uint64_t rs_sim_memory(const receiver_t *r);
+/* The same on the receiver-only plan of an FP8 target. */
+uint64_t rs_sim_memory_bf16(const receiver_t *r);
 int rs_sim_fits(const sim_t *s, const receiver_t *r);
 /* How many ranks do not fit in s->device_bytes. */
 int64_t rs_sim_num_unfit(const sim_t *s);
@@ -71,6 +95,23 @@ typedef struct sim_totals {
     uint64_t max_served, max_in, serving, padding, unbounded, needed;
 } sim_totals_t;
 sim_totals_t rs_sim_totals(const sim_args_t *a, const sim_t *s);
+
+/* An FP8 target's comparison: per path, the busiest NIC at line rate,
+ * the slowest plan, the largest rank's wire bytes and memory. */
+typedef struct sim_fp8_path {
+    double wire_bound, est_max;
+    uint64_t max_in, max_served, max_memory, bytes, publisher, receiver;
+    int complete;
+} sim_fp8_path_t;
+
+typedef struct sim_fp8_totals {
+    uint64_t fp8_bytes, scale_bytes, fp8_max, scale_max;
+    sim_fp8_path_t pub, bf16; /* bf16: receiver-side only */
+} sim_fp8_totals_t;
+sim_fp8_totals_t rs_sim_fp8_totals(const sim_args_t *a, const sim_t *s);
+void rs_sim_print_fp8(const sim_args_t *a, const sim_t *s);
+void rs_sim_print_fp8_json(const sim_args_t *a, const sim_t *s);
+void rs_sim_print_fp8_receiver(const sim_t *s, const receiver_t *x);
 
 /* The reports, on stdout; the note on stderr names the ranks that do not
  * fit (nothing when all do). */

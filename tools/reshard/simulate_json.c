@@ -28,8 +28,9 @@ static void print_quant(const sim_t *s)
     else
         printf("null");
     printf(", \"modules_not_converted\": %zu, \"refit_dtype\": \"%s\", "
-           "\"quantized_refit\": false}", q->modules_not_converted,
-           rs_dtype_name(rs_model_config(s->model)->dtype));
+           "\"quantized_refit\": %s}", q->modules_not_converted,
+           rs_dtype_name(rs_model_config(s->model)->dtype),
+           json_bool(s->fp8 != 0));
 }
 
 static void print_head(const sim_t *s)
@@ -65,7 +66,7 @@ static void print_receiver(const sim_t *s, const receiver_t *x)
            "\"unbounded_sources\": %llu, \"plan_seconds\": %.6f, "
            "\"est_seconds\": %.9f, \"padding_bytes\": %llu, "
            "\"param_bytes\": %llu, \"staging_bytes\": %llu, "
-           "\"memory_bytes\": %llu, \"fits\": %s, \"coverage_ok\": %s}",
+           "\"memory_bytes\": %llu, \"fits\": %s, \"coverage_ok\": %s",
            (long long)x->rank, (unsigned long long)x->bytes,
            (unsigned long long)x->needed, (unsigned long long)x->descriptors,
            (unsigned long long)x->sources, (unsigned long long)x->unbounded,
@@ -74,6 +75,8 @@ static void print_receiver(const sim_t *s, const receiver_t *x)
            (unsigned long long)x->staging_bytes,
            (unsigned long long)rs_sim_memory(x), json_bool(rs_sim_fits(s, x)),
            json_bool(x->coverage_ok));
+    rs_sim_print_fp8_receiver(s, x);
+    printf("}");
 }
 
 void rs_sim_print_json(const sim_args_t *a, const sim_t *s)
@@ -95,9 +98,11 @@ void rs_sim_print_json(const sim_args_t *a, const sim_t *s)
            "\"extra_wire_bytes\": %llu, \"needed_bytes\": %llu, "
            "\"padding_bytes\": %llu, \"unbounded_sources\": %llu,\n"
            " \"wire_lower_bound_s\": %.6f, \"est_seconds\": %.9f, "
-           "\"nic_gbps\": %.3f, \"coverage_ok\": %s}\n",
+           "\"nic_gbps\": %.3f, \"coverage_ok\": %s,\n \"fp8\": ",
            t.imbalance, (unsigned long long)s->redundant,
            (unsigned long long)s->extra_wire, (unsigned long long)t.needed,
            (unsigned long long)t.padding, (unsigned long long)t.unbounded,
            t.wire_bound, t.est_max, a->nic_gbps, json_bool(s->coverage_ok));
+    rs_sim_print_fp8_json(a, s);
+    printf("}\n");
 }

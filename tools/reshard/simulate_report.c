@@ -223,9 +223,10 @@ static void print_checkpoint(const sim_t *s)
     else
         printf(", a scale per tensor");
     printf(", %s activations (quantization_config)\n", q->activation_scheme);
-    printf("                         this refit is planned for %s weights "
-           "(torch_dtype):\n                         FP8 refit is not built "
-           "yet\n", dtype);
+    if (s->fp8 != 0)
+        printf("                         the inference ranks load FP8 weights "
+               "and scales, quantized\n                         from the "
+               "trainers' %s weights (torch_dtype)\n", dtype);
 }
 
 static void print_header(const sim_args_t *a, const sim_t *s)
@@ -397,6 +398,7 @@ void rs_sim_print_summary(const sim_args_t *a, const sim_t *s)
     print_trainers(s, &t);
     print_counts(a, s, &t);
     print_memory(s);
+    rs_sim_print_fp8(a, s);
     if (s->coverage_ok)
         printf("  coverage               every rank complete (vocab padding "
                "excepted)\n");

@@ -1,7 +1,8 @@
 /* Hostile captures: destination regions that leave their parameter or
  * overflow, op chains out of range or overflowing, dtypes that do not
  * exist, declared source shapes and dtypes that are malformed or
- * contradict each other, and a million copies planned within a memory
+ * contradict each other, quantized copies whose spec is malformed or
+ * names a wrong scale parameter, and a million copies planned within a memory
  * budget. Bad geometry
  * puts the source in the plan's fallback list with a reason naming the
  * copy, the op and the parameter; nothing is ever written for it. */
@@ -471,6 +472,188 @@ static void test_million_copies(void **state)
     rs_sources_destroy(s);
 }
 
+/* A capture with f8e4m3 "q"[8, 8], f32 "s"[4] and bf16 "b"[4], and one
+ * plain copy so that the quantized copy under test is copy 1. */
+static rs_capture_h quant_capture(void)
+{
+    int64_t q[2] = {8, 8}, four = 4, one = 1;
+    rs_capture_h cap = NULL;
+    rs_copy_desc_t c = {.src = "o", .param = "b", .ndim = 1,
+                        .dest_shape = &four, .dest_stride = &one,
+                        .dest_dtype = RS_DTYPE_BF16};
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "q", 2, q, RS_DTYPE_F8E4M3,
+                                          NULL), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "s", 1, &four, RS_DTYPE_F32,
+                                          NULL), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "b", 1, &four, RS_DTYPE_BF16,
+                                          NULL), RS_OK);
+    assert_int_equal(rs_capture_add_copy(cap, &c, NULL), RS_OK);
+    return cap;
+}
+
+/* Adds copy 1 of "w" into "q" with spec `q` and expects the refusal to
+ * name the copy, its source and parameter, the field and `cause`; nothing
+ * is added. */
+static void expect_quant_refused(rs_capture_h cap, const rs_copy_desc_t *c,
+                                 const rs_quant_desc_t *q, const char *field,
+                                 const char *cause)
+{
+    rs_diag_t diag;
+    HOSTILE_EXPECT(rs_capture_add_quant_copy(cap, c, q, &diag), RS_ERR_INPUT,
+                   &diag, "copy 1 ", "'w'", "'q'", field, cause);
+    assert_int_equal(rs_capture_num_copies(cap), 1);
+}
+
+static void test_quant_copy_checks(void **state)
+{
+    (void)state;
+    rs_capture_h cap = quant_capture();
+    int64_t shape[2] = {8, 8}, stride[2] = {8, 1}, block[RS_MAX_DIMS + 1];
+    int64_t sshape[2] = {2, 2}, sstride[2] = {2, 1}, neg[2] = {2, -1};
+    rs_copy_desc_t c = {.src = "w", .param = "q", .ndim = 2,
+                        .dest_shape = shape, .dest_stride = stride,
+                        .dest_dtype = RS_DTYPE_F8E4M3};
+    rs_quant_desc_t good = {.scheme = RS_QUANT_FP8_BLOCK,
+                            .format = RS_DTYPE_F8E4M3, .block_ndim = 2,
+                            .block = block, .scale_param = "s",
+                            .scale_ndim = 2, .scale_shape = sshape,
+                            .scale_stride = sstride};
+    rs_quant_desc_t q;
+    rs_diag_t diag;
+
+    for (int i = 0; i <= RS_MAX_DIMS; i++)
+        block[i] = 4;
+    q = good, q.scheme = (rs_quant_scheme_t)9;
+    expect_quant_refused(cap, &c, &q, "quant.scheme", "unknown scheme 9");
+    q = good, q.scheme = RS_QUANT_NONE;
+    expect_quant_refused(cap, &c, &q, "quant.scheme", "unknown scheme 0");
+    q = good, q.format = RS_DTYPE_BF16;
+    expect_quant_refused(cap, &c, &q, "quant.format", "not an FP8 format");
+    q = good, q.block_ndim = 0;
+    expect_quant_refused(cap, &c, &q, "quant.block", "1..");
+    q = good, q.block_ndim = RS_MAX_DIMS + 1;
+    expect_quant_refused(cap, &c, &q, "quant.block", "got 17");
+    q = good, block[1] = 0;
+    expect_quant_refused(cap, &c, &q, "quant.block", "extent 1 is 0");
+    block[1] = -4;
+    expect_quant_refused(cap, &c, &q, "quant.block", "extent 1 is -4");
+    block[1] = 4;
+    q = good, q.scheme = RS_QUANT_FP8_CHANNEL;
+    expect_quant_refused(cap, &c, &q, "quant.block", "only fp8_block");
+    q = good, q.scale_param = "nope";
+    expect_quant_refused(cap, &c, &q, "quant.scale_param",
+                         "'nope' is not a declared parameter");
+    q = good, q.scale_param = "b";
+    expect_quant_refused(cap, &c, &q, "quant.scale_param", "'b' is bf16");
+    q = good, q.scale_offset = -1;
+    expect_quant_refused(cap, &c, &q, "quant.scale_offset", "negative");
+    q = good, q.scale_ndim = RS_MAX_DIMS + 1;
+    expect_quant_refused(cap, &c, &q, "quant.scale_shape", "rank 17");
+    q = good, q.scale_stride = neg;
+    expect_quant_refused(cap, &c, &q, "quant.scale_stride", "entry 1");
+    q = good, q.scale_shape = neg;
+    expect_quant_refused(cap, &c, &q, "quant.scale_shape", "negative");
+    q = good, q.scale_offset = 1; /* 1 + 2 + 1 = element 4 of 4 */
+    expect_quant_refused(cap, &c, &q, "quant.scale_shape",
+                         "reaches element 4 of scale parameter 's'");
+    q = good, q.scheme = RS_QUANT_FP8_TENSOR, q.block_ndim = 0;
+    expect_quant_refused(cap, &c, &q, "quant.scale_shape", "one scale");
+    q = good, q.format = RS_DTYPE_F8E5M2;
+    expect_quant_refused(cap, &c, &q, "dest_dtype",
+                         "not the quantization format f8e5m2");
+    c.dest_dtype = RS_DTYPE_F8E5M2; /* the copy agrees, its parameter not */
+    expect_quant_refused(cap, &c, &q, "dest_dtype",
+                         "parameter 'q' is f8e4m3");
+    c.dest_dtype = RS_DTYPE_F8E4M3;
+    /* a declared source bounds the block's rank */
+    assert_int_equal(rs_capture_declare_source(cap, "w", 1, shape,
+                                               RS_DTYPE_BF16, NULL), RS_OK);
+    q = good;
+    expect_quant_refused(cap, &c, &q, "quant.block",
+                         "2 dims, source 'w' is declared with 1");
+    HOSTILE_EXPECT(rs_capture_add_quant_copy(cap, &c, NULL, &diag),
+                   RS_ERR_INVALID_ARG, &diag, "NULL");
+    /* the good spec goes in, and the caller's arrays are not kept */
+    c.src = "w2";
+    assert_int_equal(rs_capture_add_quant_copy(cap, &c, &good, &diag), RS_OK);
+    block[0] = 99, sshape[0] = 99;
+    assert_int_equal(rs_capture_copy_quant(cap, 1, &q), 1);
+    assert_int_equal(q.block[0], 4);
+    assert_int_equal(q.scale_shape[0], 2);
+    assert_int_equal(rs_capture_copy_quant(cap, 0, &q), 0);
+    rs_capture_destroy(cap);
+}
+
+/* Hostile quant objects in a capture file: each is refused naming the
+ * file, the JSON path of the field and the copy. */
+static void test_capture_json_quant(void **state)
+{
+    (void)state;
+#define QCAP(quant)                                                           \
+    "{\"schema\": \"reshard.capture.v1\", \"params\": {\"q\": {\"shape\":"   \
+    " [8, 8], \"dtype\": \"f8e4m3\"}, \"s\": {\"shape\": [4], \"dtype\":"     \
+    " \"f32\"}, \"i\": {\"shape\": [4], \"dtype\": \"i32\"}}, \"copies\":"    \
+    " [{\"src\": \"w\", \"ops\": [], \"param\": \"q\", \"dest_offset\": 0,"   \
+    " \"dest_shape\": [8, 8], \"dest_stride\": [8, 1], \"dest_dtype\":"       \
+    " \"f8e4m3\", \"quant\": " quant "}]}"
+#define QSC "\"scale\": {\"param\": \"s\", \"dest_offset\": 0, "             \
+    "\"dest_shape\": [2, 2], \"dest_stride\": [2, 1]}"
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4, 4], \"amax\": 1, "
+                                QSC "}"),
+                           "copies[0].quant.amax", "unknown key");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4, -4], " QSC "}"),
+                           "copies[0].quant.block[1]", "");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [1, 1, 1, 1, 1, 1, 1,"
+                                " 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], " QSC "}"),
+                           "copies[0].quant.block", "more than the limit");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4, 4.5], " QSC "}"),
+                           "copies[0].quant.block[1]", "integer");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_tensor\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4], " QSC "}"),
+                           "copies[0].quant.block", "only fp8_block");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4, 4], \"scale\": "
+                                "{\"param\": \"s\", \"dest_offset\": 0, "
+                                "\"dest_shape\": [1, 1, 1, 1, 1, 1, 1, 1, 1, "
+                                "1, 1, 1, 1, 1, 1, 1, 1], \"dest_stride\": "
+                                "[]}}"),
+                           "copies[0].quant.scale.dest_shape", "");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4, 4], \"scale\": "
+                                "{\"param\": \"s\", \"dest_offset\": 0, "
+                                "\"dest_shape\": [2, 2], \"dest_stride\": "
+                                "[2]}}"),
+                           "copies[0].quant.scale.dest_stride",
+                           "dest_shape has 2");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4, 4], \"scale\": "
+                                "{\"param\": \"i\", \"dest_offset\": 0, "
+                                "\"dest_shape\": [2, 2], \"dest_stride\": "
+                                "[2, 1]}}"),
+                           "copies[0].quant.scale.param", "'i' is i32");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4, 4], \"scale\": "
+                                "{\"param\": \"t\", \"dest_offset\": 0, "
+                                "\"dest_shape\": [2, 2], \"dest_stride\": "
+                                "[2, 1]}}"),
+                           "copies[0].quant.scale.param",
+                           "copy of 'w' into 'q'");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e5m2\", \"block\": [4, 4], " QSC "}"),
+                           "copies[0].dest_dtype", "f8e5m2");
+    expect_capture_refused(QCAP("{\"scheme\": \"fp8_block\", \"format\": "
+                                "\"f8e4m3\", \"block\": [4, 4], \"scale\": "
+                                "[1]}"),
+                           "copies[0].quant.scale", "object");
+#undef QCAP
+#undef QSC
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -481,6 +664,8 @@ int main(void)
         cmocka_unit_test(test_capture_json_dtypes),
         cmocka_unit_test(test_declare_source_checks),
         cmocka_unit_test(test_capture_json_sources),
+        cmocka_unit_test(test_quant_copy_checks),
+        cmocka_unit_test(test_capture_json_quant),
         cmocka_unit_test(test_million_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -672,6 +672,149 @@ static void test_size_limit(void **state)
                                   "5-byte limit"));
 }
 
+/* A capture with an f8e4m3 parameter q[8, 4], an f32 parameter sc[4, 2]
+ * and one copy of source "w" into q carrying `quant` (the whole member,
+ * e.g. "\"quant\": {...}"); `dest_dtype` is the copy's dtype. */
+static char *with_quant(const char *dest_dtype, const char *quant)
+{
+    static char buf[8192];
+    snprintf(buf, sizeof(buf),
+             "{\"schema\": \"reshard.capture.v1\","
+             " \"params\": {\"q\": {\"shape\": [8, 4], \"dtype\": \"f8e4m3\"},"
+             "  \"sc\": {\"shape\": [4, 2], \"dtype\": \"f32\"},"
+             "  \"b\": {\"shape\": [4], \"dtype\": \"bf16\"}},"
+             " \"copies\": [{\"src\": \"o\", \"ops\": [], \"param\": \"b\","
+             " \"dest_offset\": 0, \"dest_shape\": [4], \"dest_stride\": [1],"
+             " \"dest_dtype\": \"bf16\"},"
+             " {\"src\": \"w\", \"ops\": [[\"narrow\", 0, 8, 8]],"
+             " \"param\": \"q\", \"dest_offset\": 0, \"dest_shape\": [8, 4],"
+             " \"dest_stride\": [4, 1], \"dest_dtype\": \"%s\", %s}]}",
+             dest_dtype, quant);
+    return buf;
+}
+
+#define QSCALE(shape, stride)                                                 \
+    "\"scale\": {\"param\": \"sc\", \"dest_offset\": 2, \"dest_shape\": "    \
+    shape ", \"dest_stride\": " stride "}"
+
+/* Every field of a quant object lands in the descriptor the accessor
+ * returns; a copy without one reads back as not quantized. */
+static void test_quant_copy(void **state)
+{
+    (void)state;
+    rs_capture_h cap = load_ok(with_quant(
+        "f8e4m3", "\"quant\": {\"scheme\": \"fp8_block\", \"format\":"
+        " \"float8_e4m3fn\", \"block\": [4, 2], " QSCALE("[2, 2]", "[2, 1]")
+        "}"));
+    rs_quant_desc_t q, untouched;
+
+    memset(&untouched, 0x5a, sizeof(untouched));
+    q = untouched;
+    assert_int_equal(rs_capture_copy_quant(cap, 0, &q), 0);
+    assert_memory_equal(&q, &untouched, sizeof(q));
+    assert_int_equal(rs_capture_copy_quant(cap, 1, &q), 1);
+    assert_int_equal(q.scheme, RS_QUANT_FP8_BLOCK);
+    assert_int_equal(q.format, RS_DTYPE_F8E4M3);
+    assert_int_equal(q.block_ndim, 2);
+    assert_int_equal(q.block[0], 4);
+    assert_int_equal(q.block[1], 2);
+    assert_string_equal(q.scale_param, "sc");
+    assert_int_equal(q.scale_offset, 2);
+    assert_int_equal(q.scale_ndim, 2);
+    assert_int_equal(q.scale_shape[0], 2);
+    assert_int_equal(q.scale_shape[1], 2);
+    assert_int_equal(q.scale_stride[0], 2);
+    assert_int_equal(q.scale_stride[1], 1);
+    rs_capture_destroy(cap);
+
+    cap = load_ok(with_quant("f8e4m3", "\"quant\": {\"scheme\":"
+                             " \"fp8_tensor\", \"format\": \"f8e4m3\", "
+                             QSCALE("[]", "[]") "}"));
+    assert_int_equal(rs_capture_copy_quant(cap, 1, &q), 1);
+    assert_int_equal(q.scheme, RS_QUANT_FP8_TENSOR);
+    assert_int_equal(q.block_ndim, 0);
+    assert_int_equal(q.scale_ndim, 0);
+    rs_capture_destroy(cap);
+    cap = load_ok(with_quant("f8e4m3", "\"quant\": null"));
+    assert_int_equal(rs_capture_copy_quant(cap, 1, &q), 0);
+    rs_capture_destroy(cap);
+}
+
+/* Each malformed quant object is refused at the JSON path of the field,
+ * naming the copy. */
+static void test_quant_bad(void **state)
+{
+    (void)state;
+    const char *P = "copies[1].quant";
+    load_bad(with_quant("f8e4m3", "\"quant\": [1]"), P, "expected an object");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_tensor\","
+                        " \"format\": \"f8e4m3\", \"blok\": [1], "
+                        QSCALE("[]", "[]") "}"),
+             "copies[1].quant.blok", "unknown key");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp4\","
+                        " \"format\": \"f8e4m3\", " QSCALE("[]", "[]") "}"),
+             "copies[1].quant.scheme", "unknown scheme 'fp4'");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"format\": \"f8e4m3\", "
+                        QSCALE("[]", "[]") "}"),
+             "copies[1].quant.scheme", "missing");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_tensor\","
+                        " \"format\": \"bf16\", " QSCALE("[]", "[]") "}"),
+             "copies[1].quant.format", "not an FP8 format");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_block\","
+                        " \"format\": \"f8e4m3\", \"block\": [4, 0], "
+                        QSCALE("[2, 2]", "[2, 1]") "}"),
+             "copies[1].quant.block[1]", "");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_block\","
+                        " \"format\": \"f8e4m3\", \"block\": [], "
+                        QSCALE("[2, 2]", "[2, 1]") "}"),
+             "copies[1].quant.block", "at least one");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_block\","
+                        " \"format\": \"f8e4m3\", "
+                        QSCALE("[2, 2]", "[2, 1]") "}"),
+             "copies[1].quant.block", "missing");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_channel\","
+                        " \"format\": \"f8e4m3\", \"block\": [1, 4], "
+                        QSCALE("[8]", "[1]") "}"),
+             "copies[1].quant.block", "only fp8_block");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_channel\","
+                        " \"format\": \"f8e4m3\", " QSCALE("[8]", "[1, 1]")
+                        "}"),
+             "copies[1].quant.scale.dest_stride", "dest_shape has 1");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_tensor\","
+                        " \"format\": \"f8e4m3\", \"scale\": {\"param\":"
+                        " \"sc\", \"dest_offset\": 0, \"dest_shape\": [],"
+                        " \"dest_stride\": [], \"extra\": 1}}"),
+             "copies[1].quant.scale.extra", "unknown key");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_tensor\","
+                        " \"format\": \"f8e4m3\", \"scale\": {\"param\":"
+                        " \"nope\", \"dest_offset\": 0, \"dest_shape\": [],"
+                        " \"dest_stride\": []}}"),
+             "copies[1].quant.scale.param", "'nope' is not a declared");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_tensor\","
+                        " \"format\": \"f8e4m3\", \"scale\": {\"param\":"
+                        " \"b\", \"dest_offset\": 0, \"dest_shape\": [],"
+                        " \"dest_stride\": []}}"),
+             "copies[1].quant.scale.param", "'b' is bf16");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_tensor\","
+                        " \"format\": \"f8e5m2\", " QSCALE("[]", "[]") "}"),
+             "copies[1].dest_dtype", "not the quantization format f8e5m2");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_tensor\","
+                        " \"format\": \"f8e4m3\", " QSCALE("[2]", "[1]") "}"),
+             "copies[1].quant.scale.dest_shape", "one scale");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_channel\","
+                        " \"format\": \"f8e4m3\", " QSCALE("[8]", "[1]") "}"),
+             "copies[1].quant.scale.dest_shape", "reaches element 9");
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_channel\","
+                        " \"format\": \"f8e4m3\", \"scale\": {\"param\":"
+                        " \"sc\", \"dest_offset\": -1, \"dest_shape\": [1],"
+                        " \"dest_stride\": [1]}}"),
+             "copies[1].quant.scale.dest_offset", "");
+    /* every refusal names the copy */
+    load_bad(with_quant("f8e4m3", "\"quant\": {\"scheme\": \"fp8_tensor\","
+                        " \"format\": \"f8e4m3\", " QSCALE("[2]", "[1]") "}"),
+             P, "copy of 'w' into 'q'");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -695,6 +838,8 @@ int main(void)
         cmocka_unit_test(test_long_and_odd_keys),
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_size_limit),
+        cmocka_unit_test(test_quant_copy),
+        cmocka_unit_test(test_quant_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

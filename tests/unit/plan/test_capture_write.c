@@ -1,6 +1,7 @@
 /* Tests of the reshard.capture.v1 writer: random captures holding every op
  * kind, getitem keys, odd names, declared source shapes and dtypes,
- * unsupported sources and an unattributed count go through write -> load ->
+ * unsupported sources, quantized copies of every scheme and an
+ * unattributed count go through write -> load ->
  * write byte for byte, and the reloaded capture equals the original field by
  * field. */
 #include <setjmp.h>
@@ -261,6 +262,58 @@ static void add_sources(rs_capture_h cap)
     }
 }
 
+/* A quantized copy of a random scheme into "q8" (f8e4m3) or "q5" (f8e5m2)
+ * with a random scale region inside "scales" (f32[256]). */
+static void add_quant_copy(rs_capture_h cap, size_t index)
+{
+    int64_t shape[2] = {4, 4}, stride[2] = {4, 1};
+    int64_t block[RS_MAX_DIMS], sshape[3], sstride[3];
+    char src[128];
+    rs_quant_desc_t q = {0};
+    rs_op_t narrow = {.kind = RS_OP_NARROW, .arg = {0, 4, 4}, .has = 7u};
+
+    rs_source_info_t decl = {.ndim = RS_MAX_DIMS};
+    rnd_name(src, sizeof(src), "s", index % 7);
+    long di = rs_capture_find_source(cap, src);
+    if (di >= 0) /* a declared source bounds the block's rank */
+        rs_capture_source(cap, (size_t)di, &decl);
+    q.scheme = (rs_quant_scheme_t)rnd_in(RS_QUANT_FP8_BLOCK,
+                                         RS_QUANT_FP8_TENSOR);
+    if (decl.ndim == 0)
+        q.scheme = RS_QUANT_FP8_TENSOR;
+    q.format = rnd_in(0, 1) ? RS_DTYPE_F8E4M3 : RS_DTYPE_F8E5M2;
+    if (q.scheme == RS_QUANT_FP8_BLOCK) {
+        q.block_ndim = (int)rnd_in(1, decl.ndim);
+        for (int d = 0; d < q.block_ndim; d++)
+            block[d] = rnd_in(1, 256);
+        q.block = block;
+    }
+    q.scale_param = "scales";
+    q.scale_offset = rnd_in(0, 100);
+    q.scale_ndim = (int)rnd_in(0, 3);
+    for (int d = 0; d < q.scale_ndim; d++) {
+        sshape[d] = q.scheme == RS_QUANT_FP8_TENSOR ? 1 : rnd_in(0, 4);
+        sstride[d] = rnd_in(0, 8);
+    }
+    q.scale_shape = sshape;
+    q.scale_stride = sstride;
+    rs_copy_desc_t c = {src, q.format == RS_DTYPE_F8E4M3 ? "q8" : "q5",
+                        &narrow, (size_t)rnd_in(0, 1), 0, 2, shape, stride,
+                        q.format};
+    assert_int_equal(rs_capture_add_quant_copy(cap, &c, &q, NULL), RS_OK);
+}
+
+static void add_quant_params(rs_capture_h cap)
+{
+    int64_t shape[2] = {8, 8}, scales = 256;
+    assert_int_equal(rs_capture_add_param(cap, "q8", 2, shape,
+                                          RS_DTYPE_F8E4M3, NULL), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "q5", 2, shape,
+                                          RS_DTYPE_F8E5M2, NULL), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "scales", 1, &scales,
+                                          RS_DTYPE_F32, NULL), RS_OK);
+}
+
 static rs_capture_h random_capture(void)
 {
     rs_capture_h cap = NULL;
@@ -268,10 +321,15 @@ static rs_capture_h random_capture(void)
 
     assert_int_equal(rs_capture_create(&cap), RS_OK);
     add_params(cap, (size_t)rnd_in(1, 12));
+    add_quant_params(cap);
     add_sources(cap);
     size_t ncopies = (size_t)rnd_in(0, 40);
-    for (size_t i = 0; i < ncopies; i++)
-        add_copy(cap, i);
+    for (size_t i = 0; i < ncopies; i++) {
+        if (rnd_in(0, 3) == 0)
+            add_quant_copy(cap, i);
+        else
+            add_copy(cap, i);
+    }
     size_t nunsup = (size_t)rnd_in(0, 3);
     for (size_t i = 0; i < nunsup; i++) {
         rnd_name(src, sizeof(src), "u", i);
@@ -326,6 +384,31 @@ static void assert_copy_equal(const rs_copy_desc_t *a, const rs_copy_desc_t *b)
     assert_int_equal(a->dest_dtype, b->dest_dtype);
 }
 
+static void assert_dims_equal(const int64_t *a, const int64_t *b, int n)
+{
+    for (int d = 0; d < n; d++)
+        assert_int_equal(a[d], b[d]);
+}
+
+/* Copy `i` is quantized in both or neither, with the same spec. */
+static void assert_quant_equal(rs_capture_h a, rs_capture_h b, size_t i)
+{
+    rs_quant_desc_t qa, qb;
+    int has = rs_capture_copy_quant(a, i, &qa);
+    assert_int_equal(has, rs_capture_copy_quant(b, i, &qb));
+    if (!has)
+        return;
+    assert_int_equal(qa.scheme, qb.scheme);
+    assert_int_equal(qa.format, qb.format);
+    assert_int_equal(qa.block_ndim, qb.block_ndim);
+    assert_dims_equal(qa.block, qb.block, qa.block_ndim);
+    assert_string_equal(qa.scale_param, qb.scale_param);
+    assert_int_equal(qa.scale_offset, qb.scale_offset);
+    assert_int_equal(qa.scale_ndim, qb.scale_ndim);
+    assert_dims_equal(qa.scale_shape, qb.scale_shape, qa.scale_ndim);
+    assert_dims_equal(qa.scale_stride, qb.scale_stride, qa.scale_ndim);
+}
+
 static void assert_capture_equal(rs_capture_h a, rs_capture_h b)
 {
     assert_int_equal(rs_capture_num_params(a), rs_capture_num_params(b));
@@ -357,6 +440,7 @@ static void assert_capture_equal(rs_capture_h a, rs_capture_h b)
         rs_capture_copy(a, i, &ca);
         rs_capture_copy(b, i, &cb);
         assert_copy_equal(&ca, &cb);
+        assert_quant_equal(a, b, i);
     }
     assert_int_equal(rs_capture_num_unsupported(a),
                      rs_capture_num_unsupported(b));
@@ -389,15 +473,21 @@ static void round_trip(rs_capture_h cap)
 static void test_random_round_trip(void **state)
 {
     (void)state;
-    size_t declared = 0;
+    size_t declared = 0, quantized[RS_QUANT_FP8_TENSOR + 1] = {0};
+    rs_quant_desc_t q;
     for (uint64_t seed = 1; seed <= 300; seed++) {
         rng_state = seed * 0x9e3779b97f4a7c15ull;
         rs_capture_h cap = random_capture();
         declared += rs_capture_num_sources(cap);
+        for (size_t i = 0; i < rs_capture_num_copies(cap); i++)
+            if (rs_capture_copy_quant(cap, i, &q))
+                quantized[q.scheme]++;
         round_trip(cap);
         rs_capture_destroy(cap);
     }
     assert_true(declared > 300); /* the key was exercised, not left empty */
+    for (int k = RS_QUANT_FP8_BLOCK; k <= RS_QUANT_FP8_TENSOR; k++)
+        assert_true(quantized[k] > 100); /* every scheme went through */
 }
 
 /* Every op kind at least once, plus every getitem key kind. */
@@ -479,6 +569,40 @@ static void test_exact_text(void **state)
     rs_capture_destroy(cap);
 }
 
+/* The exact text of quantized copies: the quant object after the copy's
+ * fields, block only on fp8_block. */
+static void test_exact_quant_text(void **state)
+{
+    (void)state;
+    const char *want =
+        "{\"schema\": \"reshard.capture.v1\",\n"
+        " \"params\": {\n"
+        "  \"w\": {\"shape\": [256, 128], \"dtype\": \"f8e4m3\"},\n"
+        "  \"w_s\": {\"shape\": [2, 1], \"dtype\": \"f32\"}},\n"
+        " \"sources\": {},\n"
+        " \"copies\": [\n"
+        "  {\"src\": \"a\", \"ops\": [[\"narrow\", 0, 256, 256]], "
+        "\"param\": \"w\", \"dest_offset\": 0, \"dest_shape\": [256, 128], "
+        "\"dest_stride\": [128, 1], \"dest_dtype\": \"f8e4m3\", \"quant\": "
+        "{\"scheme\": \"fp8_block\", \"format\": \"f8e4m3\", \"block\": "
+        "[128, 128], \"scale\": {\"param\": \"w_s\", \"dest_offset\": 0, "
+        "\"dest_shape\": [2, 1], \"dest_stride\": [1, 1]}}},\n"
+        "  {\"src\": \"b\", \"ops\": [], \"param\": \"w\", "
+        "\"dest_offset\": 0, \"dest_shape\": [2, 128], \"dest_stride\": "
+        "[128, 1], \"dest_dtype\": \"f8e4m3\", \"quant\": {\"scheme\": "
+        "\"fp8_channel\", \"format\": \"f8e4m3\", \"scale\": {\"param\": "
+        "\"w_s\", \"dest_offset\": 0, \"dest_shape\": [2], "
+        "\"dest_stride\": [1]}}}],\n"
+        " \"unsupported\": {},\n"
+        " \"unattributed\": 0}\n";
+    rs_capture_h cap = load_text(want, strlen(want));
+    size_t len;
+    char *got = write_text(cap, &len);
+    assert_string_equal(got, want);
+    free(got);
+    rs_capture_destroy(cap);
+}
+
 /* A capture written before sources were declared loads with none and is
  * written with an empty "sources" object, which loads back the same. */
 static void test_older_capture(void **state)
@@ -549,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_every_op_kind),
         cmocka_unit_test(test_loaded_unknown_op),
         cmocka_unit_test(test_exact_text),
+        cmocka_unit_test(test_exact_quant_text),
         cmocka_unit_test(test_older_capture),
         cmocka_unit_test(test_errors),
     };

@@ -1,7 +1,9 @@
 /* What the headers claim about threads, for captures, sources and plans:
  * a built capture and built sources are only read, so plans may be built
  * from them on several threads at once (the tensors' cell grids, the one
- * part of the sources a build writes, are built once under a lock); a
+ * part of the sources a build writes, are built once under a lock, or for
+ * a tensor each of whose shards holds all of it, published by
+ * compare-and-swap); a
  * built plan is only read, so several threads may query it, write its JSON
  * and summary, and run executors over it (each with its own transport and
  * destination). THREADS threads do all of that at once against shared
@@ -299,10 +301,122 @@ static void test_shared_handles(void **state)
     }
 }
 
+/* Tensors each published whole (WHOLE_REPLICAS replicas of the whole
+ * tensor, one per session): their one-cell grids are built without the
+ * lock and published by compare-and-swap, so threads planning at once race
+ * to build the same grid. Every thread's plan must equal the one built
+ * alone; under TSan a race on the grids fails the test. */
+#define WHOLE_TENSORS 64
+#define WHOLE_REPLICAS 2
+
+typedef struct whole_world {
+    rs_capture_h cap;
+    rs_sources_h shared, alone;
+    char *ref_json;
+    size_t ref_json_len;
+} whole_world_t;
+
+static rs_status_t add_whole_sources(rs_sources_h s, rs_diag_t *d)
+{
+    const int64_t full[2] = {ROWS, COLS}, off[2] = {0, 0};
+    char tensor[16], session[16];
+    rs_status_t st = RS_OK;
+    for (int k = 0; k < WHOLE_TENSORS && st == RS_OK; k++)
+        for (int j = 0; j < WHOLE_REPLICAS && st == RS_OK; j++) {
+            snprintf(tensor, sizeof(tensor), "w%d", k);
+            snprintf(session, sizeof(session), "s%d", j);
+            rs_shard_desc_t sh = {tensor, RS_DTYPE_F32, 4, 2, full, session,
+                                  0, shard_addr(k), off, full, NULL};
+            st = rs_sources_add_shard(s, &sh, d);
+        }
+    return st;
+}
+
+/* Param q<k> = w<k>.narrow(1, 5, 10). */
+static void build_whole_capture(rs_capture_h *cap_p)
+{
+    rs_diag_t d;
+    const int64_t pshape[2] = {ROWS, NARROW_LEN}, pstride[2] = {NARROW_LEN, 1};
+    const rs_op_t nar = {.kind = RS_OP_NARROW,
+                         .arg = {1, NARROW_START, NARROW_LEN}};
+    char src[16], param[16];
+    assert_int_equal(rs_capture_create(cap_p), RS_OK);
+    for (int k = 0; k < WHOLE_TENSORS; k++) {
+        snprintf(src, sizeof(src), "w%d", k);
+        snprintf(param, sizeof(param), "q%d", k);
+        assert_int_equal(rs_capture_add_param(*cap_p, param, 2, pshape,
+                                              RS_DTYPE_F32, &d), RS_OK);
+        rs_copy_desc_t c = {src, param, &nar, 1, 0, 2, pshape, pstride,
+                            RS_DTYPE_F32};
+        assert_int_equal(rs_capture_add_copy(*cap_p, &c, &d), RS_OK);
+    }
+}
+
+typedef struct whole_arg {
+    whole_world_t *ww;
+    result_t res;
+} whole_arg_t;
+
+static void *whole_thread(void *arg)
+{
+    whole_arg_t *a = arg;
+    rs_diag_t d;
+    rs_plan_h mine = NULL;
+    rs_diag_clear(&d);
+    a->res.st = rs_plan_build(a->ww->cap, a->ww->shared, NULL, &d, &mine);
+    if (a->res.st == RS_OK)
+        a->res.plan_json_equal = same_text(mine, 0, a->ww->ref_json,
+                                           a->ww->ref_json_len);
+    memcpy(a->res.msg, d.msg, sizeof(a->res.msg));
+    rs_plan_destroy(mine);
+    return NULL;
+}
+
+static void test_whole_grids_race(void **state)
+{
+    (void)state;
+    whole_world_t ww;
+    rs_diag_t d;
+    rs_plan_h alone = NULL;
+    pthread_t threads[THREADS];
+    whole_arg_t args[THREADS];
+    memset(&ww, 0, sizeof(ww));
+    memset(args, 0, sizeof(args));
+    build_whole_capture(&ww.cap);
+    assert_int_equal(rs_sources_create(&ww.shared), RS_OK);
+    assert_int_equal(rs_sources_create(&ww.alone), RS_OK);
+    assert_int_equal(add_whole_sources(ww.shared, &d), RS_OK);
+    assert_int_equal(add_whole_sources(ww.alone, &d), RS_OK);
+    assert_int_equal(rs_plan_build(ww.cap, ww.alone, NULL, &d, &alone), RS_OK);
+    assert_true(rs_plan_is_complete(alone));
+    ww.ref_json = plan_text(alone, 0, &ww.ref_json_len);
+    assert_non_null(ww.ref_json);
+    for (int i = 0; i < THREADS; i++) {
+        args[i].ww = &ww;
+        assert_int_equal(pthread_create(&threads[i], NULL, whole_thread,
+                                        &args[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < THREADS; i++) {
+        if (args[i].res.st != RS_OK)
+            fail_msg("thread %d: %s: %s", i, rs_status_str(args[i].res.st),
+                     args[i].res.msg);
+        if (!args[i].res.plan_json_equal)
+            fail_msg("thread %d: its plan differs from the one built alone", i);
+    }
+    free(ww.ref_json);
+    rs_plan_destroy(alone);
+    rs_sources_destroy(ww.shared);
+    rs_sources_destroy(ww.alone);
+    rs_capture_destroy(ww.cap);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_handles),
+        cmocka_unit_test(test_whole_grids_race),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,106 @@
+/* Quantized copies in the planner (docs/design.md, "Quantized refit"): the
+ * expansion of a capture with quantized copies into the plan's working
+ * capture (the same copies followed by the two derived copies of each
+ * quantized one), the choice of path per copy, the receiver path's staged
+ * read of the block-rounded box, and the plan's rs_quantized_t records. */
+#ifndef RS_PLAN_PLAN_QUANT_H
+#define RS_PLAN_PLAN_QUANT_H
+
+#include "plan/capture_impl.h"
+#include "plan/planner.h"
+#include "reshard/quant.h"
+
+/* What the planner does with a copy of the working capture. */
+enum {
+    RS_QROLE_PLAIN = 0,  /* a copy of the user's capture, planned as ever */
+    RS_QROLE_QUANT,      /* a quantized copy: never planned directly */
+    RS_QROLE_DERIVED,    /* a derived copy on the publisher path: planned,
+                          * selected when its quantized copy is */
+    RS_QROLE_LOCAL       /* a derived copy on the receiver path: replayed
+                          * from the quantized box, not read */
+};
+
+/* One quantized copy while the plan is built. */
+typedef struct rs_pquant {
+    size_t copy;               /* its index in the user's capture */
+    int selected;              /* its param passes the selection */
+    const char *refused;       /* set: the copy is refused (its source goes
+                                * to fallback with this reason) */
+    rs_quant_path_t path;
+    char why[320];
+    size_t weight_copy, scale_copy; /* SIZE_MAX while refused */
+    rs_dtype_t src_dtype;      /* RS_DTYPE_INVALID when not known */
+    rs_dtype_t format;         /* the FP8 format */
+    int ndim;
+    int64_t shape[RS_MAX_DIMS];     /* the source's full shape */
+    int64_t block[RS_MAX_DIMS];
+    int64_t lo[RS_MAX_DIMS], box[RS_MAX_DIMS]; /* block-rounded box */
+    int64_t glo[RS_MAX_DIMS], gn[RS_MAX_DIMS]; /* touched block grid */
+    int64_t grid[RS_MAX_DIMS];      /* the whole block grid */
+    uint64_t needed_bytes;     /* what the view needs (receiver: the box) */
+    rs_segvec_t segs;          /* the receiver path's staged read */
+    uint64_t missing;
+    int live;                  /* planned and not in fallback (assembly) */
+} rs_pquant_t;
+
+typedef struct rs_qexp {
+    rs_capture_h work;         /* the working capture, owned until the plan
+                                * takes it */
+    size_t nuser;              /* copies of the user's capture */
+    rs_pquant_t *q;
+    size_t nq;
+    unsigned char *role;       /* per working copy: RS_QROLE_* */
+    size_t *owner;             /* per working copy: its rs_pquant_t */
+    rs_op_t *ops;              /* room for a scale copy's ops (one narrow
+                                * per dim and a view) */
+} rs_qexp_t;
+
+/* 1 when some copy of the capture is quantized. O(copies). */
+int rs__quant_any(rs_capture_h capture);
+
+/* Builds the expansion of a capture with quantized copies: checks each
+ * quantized copy (geometry, dtype, scale region; a refused copy keeps its
+ * reason), chooses its path against the sources and builds the working
+ * capture. RS_ERR_NO_MEMORY, or an error of the capture calls (diag set). */
+rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
+                             const rs_plan_params_t *params, rs_diag_t *diag,
+                             rs_qexp_t **qx_p);
+void rs__quant_free(rs_qexp_t *qx);
+
+/* The role of working copy ci (RS_QROLE_PLAIN without an expansion). */
+int rs__quant_role(const rs_planner_t *b, size_t ci);
+
+/* After every copy is walked: the refused copies' sources to fallback,
+ * the receiver path's boxes walked. */
+rs_status_t rs__quant_plan(rs_planner_t *b);
+
+/* At the end of assembly: the plan's records (and the uncovered entries
+ * of receiver boxes not fully published), the stats with the receiver
+ * boxes' bytes and descriptors, and the copy counts of the user's
+ * capture (a quantized copy counts once, its derived copies not). */
+rs_status_t rs__quant_assemble(rs_planner_t *b);
+
+/* Publisher path (plan_quant_pub.c): 1 when "<src>#<spec>" and its scales
+ * are published with the right shapes and dtypes and their shards hold
+ * every element the copy needs; else 0 with `why` saying what is missing.
+ * O(shards + touched blocks). */
+int rs__quant_publisher_serves(rs_sources_h sources, const rs_pquant_t *pq,
+                               const char *src, const char *qname,
+                               const char *sname, const int64_t *view_lo,
+                               const int64_t *view_hi, char *why,
+                               size_t whylen);
+
+/* Copy `index` of a capture as the capture format writes it (one JSON
+ * object, no newline; capture_write.c): the plan writer lists derived
+ * copies, which no capture file holds. RS_ERR_INPUT for an unknown op. */
+rs_status_t rs__capture_put_copy(FILE *out, rs_capture_h capture, size_t index,
+                                 rs_diag_t *diag);
+
+/* Shared planner helpers the quantized expansion reuses (plan_copies.c). */
+int rs__plan_selected(const rs_plan_params_t *p, const char *param);
+const char *rs__plan_check_dest(const rs_cap_copy_t *c,
+                                const rs_cap_param_t *p);
+rs_status_t rs__planner_psrc(rs_planner_t *b, uint32_t name_id,
+                             uint32_t *id_p);
+
+#endif

@@ -1,0 +1,216 @@
+/* Whether a publisher serves a quantized copy: "<src>#<spec>" published
+ * with the source's full shape in the FP8 format and "<src>#<spec>#scale"
+ * as float32 over the whole block grid, and, for every block the copy
+ * touches, the part of the block the view needs inside one shard of the
+ * FP8 tensor and the block's scale inside one shard of the scales. A
+ * publisher quantizes only blocks that lie inside one of its shards, so a
+ * block split across FP8 shards was not quantized whole; such a copy takes
+ * the receiver path (docs/design.md, "When each is chosen"). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "plan/plan_quant.h"
+#include "plan/sources_impl.h"
+
+/* Per dim, the touched blocks [glo, glo + gn) as relative ranges. */
+typedef struct grange {
+    int64_t lo[RS_MAX_DIMS], hi[RS_MAX_DIMS];
+} grange_t;
+
+/* What the view needs of relative block g along dim d. */
+static void need(const rs_pquant_t *pq, const int64_t *vlo, const int64_t *vhi,
+                 int d, int64_t g, int64_t *lo, int64_t *hi)
+{
+    int64_t b = pq->block[d], s = (pq->glo[d] + g) * b;
+    *lo = s > vlo[d] ? s : vlo[d];
+    *hi = s + b < vhi[d] ? s + b : vhi[d];
+}
+
+/* The blocks whose needed part lies inside the shard, per dim (a
+ * contiguous range, since the needed parts grow with g); 0 when none. */
+static int inside(const rs_pquant_t *pq, const int64_t *vlo,
+                  const int64_t *vhi, const rs_src_shard_t *sh, grange_t *r)
+{
+    for (int d = 0; d < pq->ndim; d++) {
+        r->lo[d] = -1;
+        r->hi[d] = -1;
+        for (int64_t g = 0; g < pq->gn[d]; g++) {
+            int64_t lo, hi;
+            need(pq, vlo, vhi, d, g, &lo, &hi);
+            if (lo < sh->offset[d] || hi > sh->offset[d] + sh->shape[d])
+                continue;
+            if (r->lo[d] < 0)
+                r->lo[d] = g;
+            r->hi[d] = g + 1;
+        }
+        if (r->lo[d] < 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* The touched blocks whose scale the scale shard holds. */
+static int holds(const rs_pquant_t *pq, const rs_src_shard_t *sh, grange_t *r)
+{
+    for (int d = 0; d < pq->ndim; d++) {
+        int64_t lo = sh->offset[d] - pq->glo[d];
+        int64_t hi = lo + sh->shape[d];
+        r->lo[d] = lo > 0 ? lo : 0;
+        r->hi[d] = hi < pq->gn[d] ? hi : pq->gn[d];
+        if (r->lo[d] >= r->hi[d])
+            return 0;
+    }
+    return 1;
+}
+
+/* Sets `bit` in every block of the range (row-major over the grid). */
+static void mark(const rs_pquant_t *pq, const grange_t *r, unsigned char *m,
+                 unsigned char bit)
+{
+    int64_t g[RS_MAX_DIMS] = {0};
+    int n = pq->ndim;
+    memcpy(g, r->lo, (size_t)n * sizeof(int64_t));
+    for (;;) {
+        int64_t at = 0;
+        for (int d = 0; d < n; d++)
+            at = at * pq->gn[d] + g[d];
+        m[at] |= bit;
+        int d = n - 1;
+        while (d >= 0 && ++g[d] == r->hi[d]) {
+            g[d] = r->lo[d];
+            d--;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+static int same_shape(const rs_src_tensor_t *t, int n, const int64_t *shape)
+{
+    return t->ndim == n &&
+           memcmp(t->shape, shape, (size_t)n * sizeof(int64_t)) == 0;
+}
+
+/* The tensors exist with the shapes and dtypes the copy needs. */
+static int published(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
+                     const rs_src_tensor_t *ts, const char *qname,
+                     const char *sname, char *why, size_t whylen)
+{
+    char got[160], want[160];
+    const rs_src_tensor_t *bad = NULL;
+    const int64_t *shape = pq->shape;
+    rs_dtype_t dt = pq->format;
+    if (tq == NULL || ts == NULL) {
+        snprintf(why, whylen, "no publisher serves %s",
+                 tq == NULL ? qname : sname);
+        return 0;
+    }
+    if (tq->dtype != pq->format || !same_shape(tq, pq->ndim, pq->shape))
+        bad = tq;
+    else if (ts->dtype != RS_DTYPE_F32 || !same_shape(ts, pq->ndim, pq->grid)) {
+        bad = ts;
+        shape = pq->grid;
+        dt = RS_DTYPE_F32;
+    }
+    if (bad == NULL)
+        return 1;
+    snprintf(why, whylen, "%s is published as %s %s, not %s %s", bad->name,
+             rs__format_dims(got, sizeof(got), bad->shape, bad->ndim),
+             rs_dtype_name(bad->dtype),
+             rs__format_dims(want, sizeof(want), shape, pq->ndim),
+             rs_dtype_name(dt));
+    return 0;
+}
+
+/* Whether some FP8 shard meets relative block g's needed part at all. */
+static int meets(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
+                 const int64_t *vlo, const int64_t *vhi, const int64_t *g)
+{
+    for (size_t i = 0; i < tq->shards_len; i++) {
+        const rs_src_shard_t *sh = &tq->shards[i];
+        int m = sh->numel > 0;
+        for (int d = 0; m && d < pq->ndim; d++) {
+            int64_t lo, hi;
+            need(pq, vlo, vhi, d, g[d], &lo, &hi);
+            m = lo < sh->offset[d] + sh->shape[d] && sh->offset[d] < hi;
+        }
+        if (m)
+            return 1;
+    }
+    return 0;
+}
+
+/* The first block not served, named in grid coordinates, and the share
+ * of the touched blocks that are. */
+static void explain(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
+                    const char *src, const char *sname, const int64_t *vlo,
+                    const int64_t *vhi, const unsigned char *m, int64_t nb,
+                    char *why, size_t whylen)
+{
+    int64_t served = 0, first = -1, g[RS_MAX_DIMS] = {0},
+            abs_g[RS_MAX_DIMS] = {0};
+    char at[160];
+    for (int64_t i = 0; i < nb; i++) {
+        served += m[i] == 3;
+        if (m[i] != 3 && first < 0)
+            first = i;
+    }
+    for (int d = pq->ndim - 1; d >= 0; d--) {
+        g[d] = first % pq->gn[d];
+        first /= pq->gn[d];
+        abs_g[d] = pq->glo[d] + g[d];
+    }
+    int64_t pct = served * 100 / nb;
+    rs__format_dims(at, sizeof(at), abs_g, pq->ndim);
+    at[0] = '(';
+    at[strlen(at) - 1] = ')';
+    int64_t at_i = 0;
+    for (int d = 0; d < pq->ndim; d++)
+        at_i = at_i * pq->gn[d] + g[d];
+    if (m[at_i] & 1)
+        snprintf(why, whylen, "the scale of block %s of %s is not published "
+                 "in %s: %lld%% of the blocks needed are served", at, src,
+                 sname, (long long)pct);
+    else
+        snprintf(why, whylen, "block %s of %s %s %s: it covers %lld%% of the "
+                 "blocks needed", at, src,
+                 meets(pq, tq, vlo, vhi, g) ? "straddles publisher shards of"
+                                            : "is not published in",
+                 tq->name, (long long)pct);
+}
+
+int rs__quant_publisher_serves(rs_sources_h sources, const rs_pquant_t *pq,
+                               const char *src, const char *qname,
+                               const char *sname, const int64_t *view_lo,
+                               const int64_t *view_hi, char *why,
+                               size_t whylen)
+{
+    const rs_src_tensor_t *tq = rs__sources_find(sources, qname);
+    const rs_src_tensor_t *ts = rs__sources_find(sources, sname);
+    int64_t nb = 1;
+    grange_t r = {{0}, {0}};
+    if (!published(pq, tq, ts, qname, sname, why, whylen))
+        return 0;
+    for (int d = 0; d < pq->ndim; d++)
+        nb *= pq->gn[d]; /* inside the source's checked element count */
+    unsigned char *m = calloc((size_t)nb + 1, 1);
+    if (m == NULL) { /* the receiver path needs no table */
+        snprintf(why, whylen, "out of memory checking %s", qname);
+        return 0;
+    }
+    for (size_t i = 0; i < tq->shards_len; i++)
+        if (inside(pq, view_lo, view_hi, &tq->shards[i], &r))
+            mark(pq, &r, m, 1);
+    for (size_t i = 0; i < ts->shards_len; i++)
+        if (holds(pq, &ts->shards[i], &r))
+            mark(pq, &r, m, 2);
+    int all = 1;
+    for (int64_t i = 0; all && i < nb; i++)
+        all = m[i] == 3;
+    if (!all)
+        explain(pq, tq, src, sname, view_lo, view_hi, m, nb, why, whylen);
+    free(m);
+    return all;
+}

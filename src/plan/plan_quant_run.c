@@ -1,0 +1,195 @@
+/* The planner's part of quantized copies once the working capture is
+ * built: refused copies send their source to fallback, the receiver path
+ * reads the block-rounded box of its source into staging (one walk, as a
+ * staged box is read), and assembly turns each quantized copy into its
+ * rs_quantized_t record and counts the receiver boxes in the stats: on
+ * that path the box is what the copy needs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "plan/plan_quant.h"
+#include "plan/sources_impl.h"
+
+#define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
+
+/* Walks the receiver path's box of its source. */
+static rs_status_t walk_box(rs_planner_t *b, rs_pquant_t *pq, uint32_t id)
+{
+    rs_psrc_t *s = &b->psrc[id];
+    rs_box_t box;
+    if (s->fallback != NULL)
+        return RS_OK;
+    if (s->tensor == NULL)
+        return rs__planner_fallback(b, id, "not published by any shard table");
+    if (!rs__stage_plain_box(s->tensor, pq->lo, pq->box, &box))
+        return rs__planner_fallback(b, id, "the block-rounded box of a "
+                                    "quantized copy does not resolve");
+    rs_status_t st = rs__planner_walk(b, s, &box, UINT32_MAX, 0, &pq->segs,
+                                      &pq->missing);
+    if (st == RS_ERR_UNSUPPORTED)
+        return rs__planner_fallback(b, id, "shard layout too fragmented to "
+                                    "index");
+    if (st != RS_OK)
+        return rs__diag_set(b->diag, st, "out of memory");
+    pq->src_dtype = s->tensor->dtype;
+    return RS_OK;
+}
+
+rs_status_t rs__quant_plan(rs_planner_t *b)
+{
+    rs_qexp_t *qx = b->quant;
+    rs_status_t st = RS_OK;
+    for (size_t i = 0; st == RS_OK && i < qx->nq; i++) {
+        rs_pquant_t *pq = &qx->q[i];
+        uint32_t id;
+        if (!pq->selected)
+            continue;
+        b->plan->stats.copies_selected++;
+        st = rs__planner_psrc(b, b->cap->copies[pq->copy].src_id, &id);
+        if (st != RS_OK)
+            break;
+        if (pq->refused != NULL)
+            st = rs__planner_fallback(b, id, pq->refused);
+        else if (pq->path == RS_QUANT_PATH_RECEIVER)
+            st = walk_box(b, pq, id);
+    }
+    return st;
+}
+
+/* A derived copy the plan reads: planned, its source not in fallback. */
+static int derived_live(const rs_planner_t *b, size_t ci)
+{
+    const rs_pcopy_t *pc = &b->copies[ci];
+    return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
+}
+
+/* Whether the quantized copy is read: its derived copies (publisher) or
+ * its box (receiver), with its source not in fallback. */
+static int quant_live(rs_planner_t *b, const rs_pquant_t *pq)
+{
+    uint32_t id;
+    if (pq->refused != NULL)
+        return 0;
+    if (pq->path == RS_QUANT_PATH_PUBLISHER)
+        return derived_live(b, pq->weight_copy) &&
+               derived_live(b, pq->scale_copy);
+    if (rs__planner_psrc(b, b->cap->copies[pq->copy].src_id, &id) != RS_OK)
+        return 0;
+    return b->psrc[id].fallback == NULL && b->psrc[id].tensor != NULL;
+}
+
+static rs_status_t add_record(rs_planner_t *b, rs_pquant_t *pq)
+{
+    rs_arena_t *a = &b->plan->arena;
+    size_t dims = (size_t)pq->ndim * sizeof(int64_t);
+    rs_quantized_t r;
+    memset(&r, 0, sizeof(r));
+    r.copy = pq->copy;
+    r.path = pq->path;
+    r.why = rs__arena_strdup(a, pq->refused != NULL ? pq->refused : pq->why);
+    r.weight_copy = pq->weight_copy;
+    r.scale_copy = pq->scale_copy;
+    r.src = b->cap->copies[pq->copy].src; /* the plan owns the capture */
+    r.src_dtype = pq->src_dtype;
+    r.ndim = pq->ndim;
+    r.global_shape = rs__arena_memdup(a, pq->shape, dims);
+    r.box_lo = rs__arena_memdup(a, pq->lo, dims);
+    r.box_shape = rs__arena_memdup(a, pq->box, dims);
+    if (pq->live && pq->path == RS_QUANT_PATH_RECEIVER) {
+        uint64_t n = 1;
+        for (int d = 0; d < pq->ndim; d++)
+            n *= (uint64_t)pq->box[d]; /* inside the checked source */
+        r.staging_bytes = n * rs_dtype_size(pq->src_dtype);
+        r.nsegments = pq->segs.v_len;
+        r.segments = rs__arena_memdup(a, pq->segs.v,
+                                      r.nsegments * sizeof(rs_segment_t));
+    }
+    if (r.why == NULL || r.global_shape == NULL || r.box_lo == NULL ||
+        r.box_shape == NULL || (r.nsegments > 0 && r.segments == NULL) ||
+        !RS_VEC_PUSH(b->plan, quantized, r))
+        return OOM(b);
+    return RS_OK;
+}
+
+static rs_status_t add_uncovered(rs_planner_t *b, const rs_pquant_t *pq)
+{
+    const rs_cap_copy_t *c = &b->cap->copies[pq->copy];
+    rs_uncovered_t u = {pq->copy, c->src, c->param, pq->missing};
+    return RS_VEC_PUSH(b->plan, uncovered, u) ? RS_OK : OOM(b);
+}
+
+/* The receiver box's reads in the stats: it is what the copy needs. */
+static void count_receiver(rs_planner_t *b, const rs_quantized_t *r)
+{
+    rs_plan_h plan = b->plan;
+    rs_plan_stats_t *st = &plan->stats;
+    for (size_t i = 0; i < r->nsegments; i++) {
+        plan->session_bytes[r->segments[i].session] += r->segments[i].nbytes;
+        st->bytes_planned += r->segments[i].nbytes;
+    }
+    st->descriptor_count += r->nsegments;
+    st->exact_descriptor_count += r->nsegments;
+    st->exact_bytes += r->staging_bytes;
+    st->copies_planned++;
+}
+
+/* The stats derived from the counts, again (plan_assemble.c's rules),
+ * and the model's estimate over every read. */
+static rs_status_t restate(rs_planner_t *b)
+{
+    rs_plan_h plan = b->plan;
+    rs_plan_stats_t *st = &plan->stats;
+    uint64_t *descs = calloc(plan->nsessions + 1, sizeof(uint64_t));
+    size_t n;
+    if (descs == NULL)
+        return OOM(b);
+    for (size_t i = 0; i < plan->segments_len; i++)
+        descs[plan->segments[i].session]++;
+    const rs_convert_t *cv = rs_plan_converts(plan, &n);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < cv[i].nsegments; k++)
+            descs[cv[i].segments[k].session]++;
+    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < fp[i].nsegments; k++)
+            descs[fp[i].segments[k].session]++;
+    for (size_t i = 0; i < plan->quantized_len; i++)
+        for (size_t k = 0; k < plan->quantized[i].nsegments; k++)
+            descs[plan->quantized[i].segments[k].session]++;
+    st->est_seconds = rs__cost_plan_seconds(b->params, plan->session_bytes,
+                                            descs, plan->nsessions);
+    free(descs);
+    st->needed_bytes = st->exact_bytes;
+    st->descriptor_savings = st->exact_descriptor_count > st->descriptor_count
+        ? st->exact_descriptor_count - st->descriptor_count : 0;
+    st->extra_wire_bytes = st->bytes_planned > st->exact_bytes
+        ? st->bytes_planned - st->exact_bytes : 0;
+    st->nsessions_used = 0;
+    for (size_t i = 0; i < plan->nsessions; i++)
+        st->nsessions_used += plan->session_bytes[i] > 0;
+    return RS_OK;
+}
+
+rs_status_t rs__quant_assemble(rs_planner_t *b)
+{
+    rs_qexp_t *qx = b->quant;
+    rs_status_t st = RS_OK;
+    for (size_t i = 0; st == RS_OK && i < qx->nq; i++) {
+        rs_pquant_t *pq = &qx->q[i];
+        if (!pq->selected)
+            continue;
+        pq->live = quant_live(b, pq);
+        if (pq->path == RS_QUANT_PATH_PUBLISHER && pq->refused == NULL)
+            b->plan->stats.copies_planned -=
+                (size_t)derived_live(b, pq->weight_copy) +
+                (size_t)derived_live(b, pq->scale_copy) - (size_t)pq->live;
+        st = add_record(b, pq);
+        if (st != RS_OK || !pq->live || pq->path != RS_QUANT_PATH_RECEIVER)
+            continue;
+        if (pq->missing > 0)
+            st = add_uncovered(b, pq);
+        count_receiver(b, &b->plan->quantized[b->plan->quantized_len - 1]);
+    }
+    return st == RS_OK ? restate(b) : st;
+}

@@ -1,0 +1,312 @@
+/* The planner's expansion of quantized copies, without moving bytes: the
+ * derived copies it appends (their sources, ops and destinations), the
+ * selection, the order of fallback entries, a plain copy beside a
+ * quantized one of the same source, the reasons for the receiver path,
+ * the publisher path without the bf16 source, uncovered receiver boxes
+ * and the plan JSON's quantized section. */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "assert_status.h"
+#include "reshard/reshard.h"
+
+#define SPEC "fp8_block:4x8:f8e4m3"
+
+static const int64_t full[2] = {8, 16};
+
+/* Publishes rows [r0, r1) of a [8, 16] tensor of `dt` (grid: [2, 2] of
+ * float32 for "#scale" names) from session `sess`. */
+static void shard(rs_sources_h s, const char *name, rs_dtype_t dt,
+                  const int64_t *shape, int64_t r0, int64_t r1, const char *sess,
+                  uint64_t addr)
+{
+    int64_t off[2] = {r0, 0}, shp[2] = {r1 - r0, shape[1]};
+    rs_shard_desc_t d = {name, dt, rs_dtype_size(dt), 2, shape, sess, 0, addr,
+                         off, shp, NULL};
+    rs_diag_t diag;
+    ASSERT_ST(rs_sources_add_shard(s, &d, &diag), RS_OK, diag);
+}
+
+typedef struct env {
+    rs_capture_h cap;
+    rs_sources_h srcs;
+} env_t;
+
+/* Copy 0 quantizes rows 4..8 of x into "w" [4, 16], its scales (one row
+ * of blocks, [1, 2]) into "w_scale" [2]. */
+static void env_init(env_t *e, int publish_src)
+{
+    rs_diag_t d;
+    int64_t ws[2] = {4, 16}, ss[1] = {2};
+    assert_int_equal(rs_capture_create(&e->cap), RS_OK);
+    assert_int_equal(rs_sources_create(&e->srcs), RS_OK);
+    ASSERT_ST(rs_capture_add_param(e->cap, "w", 2, ws, RS_DTYPE_F8E4M3, &d), RS_OK, d);
+    ASSERT_ST(rs_capture_add_param(e->cap, "w_scale", 1, ss, RS_DTYPE_F32, &d), RS_OK, d);
+    rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 4, 4}, .has = 7};
+    int64_t st[2] = {16, 1}, blk[2] = {4, 8}, sst[1] = {1};
+    rs_copy_desc_t c = {"x", "w", &op, 1, 0, 2, ws, st, RS_DTYPE_F8E4M3};
+    rs_quant_desc_t q = {RS_QUANT_FP8_BLOCK, RS_DTYPE_F8E4M3, 2, blk, "w_scale", 0,
+                         1, ss, sst};
+    ASSERT_ST(rs_capture_add_quant_copy(e->cap, &c, &q, &d), RS_OK, d);
+    if (publish_src) {
+        shard(e->srcs, "x", RS_DTYPE_BF16, full, 0, 4, "t0", 0x10000);
+        shard(e->srcs, "x", RS_DTYPE_BF16, full, 4, 8, "t1", 0x10000);
+    }
+}
+
+static void env_free(env_t *e)
+{
+    rs_capture_destroy(e->cap);
+    rs_sources_destroy(e->srcs);
+}
+
+static rs_plan_h build(env_t *e, const char *const *only, size_t nonly)
+{
+    rs_plan_params_t p;
+    rs_plan_h plan;
+    rs_diag_t d;
+    rs_plan_params_init(&p);
+    p.only = only;
+    p.nonly = nonly;
+    ASSERT_ST(rs_plan_build(e->cap, e->srcs, &p, &d, &plan), RS_OK, d);
+    return plan;
+}
+
+static void serve_quant(env_t *e, int64_t r1)
+{
+    int64_t grid[2] = {2, 2};
+    shard(e->srcs, "x#" SPEC, RS_DTYPE_F8E4M3, full, 0, r1, "t2", 0x20000);
+    shard(e->srcs, "x#" SPEC "#scale", RS_DTYPE_F32, grid, 0, 2, "t2", 0x40000);
+}
+
+/* The derived copies: the copy's ops over the FP8 tensor into the same
+ * destination, and a narrow of the scale grid viewed as the region. */
+static void test_derived_copies(void **state)
+{
+    (void)state;
+    env_t e;
+    env_init(&e, 1);
+    rs_plan_h plan = build(&e, NULL, 0);
+    rs_capture_h pc = rs_plan_capture(plan);
+    assert_ptr_not_equal(pc, e.cap);
+    assert_int_equal(rs_capture_num_copies(pc), 3);
+    assert_int_equal(rs_capture_num_params(pc), 2);
+    rs_quant_desc_t q;
+    assert_true(rs_capture_copy_quant(pc, 0, &q)); /* same copy, same index */
+    assert_false(rs_capture_copy_quant(pc, 1, &q));
+    rs_copy_desc_t w, s;
+    rs_capture_copy(pc, 1, &w);
+    rs_capture_copy(pc, 2, &s);
+    assert_string_equal(w.src, "x#" SPEC);
+    assert_string_equal(w.param, "w");
+    assert_int_equal(w.nops, 1);
+    assert_int_equal(w.ops[0].arg[1], 4);
+    assert_int_equal(w.dest_dtype, RS_DTYPE_F8E4M3);
+    assert_string_equal(s.src, "x#" SPEC "#scale");
+    assert_string_equal(s.param, "w_scale");
+    assert_int_equal(s.dest_dtype, RS_DTYPE_F32);
+    /* narrow(0, 1, 1) of the [2, 2] grid, then view([2]) */
+    assert_int_equal(s.nops, 2);
+    assert_int_equal(s.ops[0].kind, RS_OP_NARROW);
+    assert_int_equal(s.ops[0].arg[0], 0);
+    assert_int_equal(s.ops[0].arg[1], 1);
+    assert_int_equal(s.ops[1].kind, RS_OP_VIEW);
+    assert_int_equal(s.ops[1].nlist, 1);
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
+/* A selection naming the weight param keeps the copy and both derived
+ * copies (the scale param is not selected itself); one naming neither
+ * leaves no record. */
+static void test_selection(void **state)
+{
+    (void)state;
+    env_t e;
+    env_init(&e, 1);
+    serve_quant(&e, 8);
+    const char *only_w[] = {"w"}, *only_s[] = {"w_scale"};
+    rs_plan_h plan = build(&e, only_w, 1);
+    size_t n;
+    const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(q[0].path, RS_QUANT_PATH_PUBLISHER);
+    rs_plan_stats_t st;
+    rs_plan_stats(plan, &st);
+    assert_int_equal(st.copies_selected, 1);
+    assert_int_equal(st.copies_planned, 1);
+    assert_int_equal(st.needed_bytes, 4 * 16 + 2 * 4);
+    assert_true(rs_plan_is_complete(plan));
+    rs_plan_destroy(plan);
+    plan = build(&e, only_s, 1);
+    rs_plan_quantized(plan, &n);
+    assert_int_equal(n, 0);
+    rs_plan_stats(plan, &st);
+    assert_int_equal(st.copies_selected, 0);
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
+/* A declared source published with another shape: the mismatch leads the
+ * fallback list, and the quantized copy reads nothing. */
+static void test_mismatch_first(void **state)
+{
+    (void)state;
+    env_t e;
+    rs_diag_t d;
+    env_init(&e, 1);
+    int64_t other[2] = {8, 32};
+    ASSERT_ST(rs_capture_declare_source(e.cap, "x", 2, other, RS_DTYPE_BF16, &d), RS_OK,
+              d);
+    rs_plan_h plan = build(&e, NULL, 0);
+    assert_int_equal(rs_plan_num_mismatched(plan), 1);
+    const char *src, *reason;
+    rs_plan_fallback(plan, 0, &src, &reason);
+    assert_non_null(strstr(reason, "capture assumes shape [8, 32]"));
+    size_t n;
+    const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(q[0].nsegments, 0);
+    rs_plan_stats_t st;
+    rs_plan_stats(plan, &st);
+    assert_int_equal(st.bytes_planned, 0);
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
+/* A plain copy of the same source beside the quantized one (a bf16 view
+ * of rows 0..4) is planned as ever; the box is counted once per copy. */
+static void test_plain_beside(void **state)
+{
+    (void)state;
+    env_t e;
+    rs_diag_t d;
+    env_init(&e, 1);
+    int64_t bs[2] = {4, 16}, st[2] = {16, 1};
+    ASSERT_ST(rs_capture_add_param(e.cap, "b", 2, bs, RS_DTYPE_BF16, &d), RS_OK, d);
+    rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 0, 4}, .has = 7};
+    rs_copy_desc_t c = {"x", "b", &op, 1, 0, 2, bs, st, RS_DTYPE_BF16};
+    ASSERT_ST(rs_capture_add_copy(e.cap, &c, &d), RS_OK, d);
+    rs_plan_h plan = build(&e, NULL, 0);
+    assert_true(rs_plan_is_complete(plan));
+    rs_plan_stats_t s;
+    rs_plan_stats(plan, &s);
+    assert_int_equal(s.copies_selected, 2);
+    assert_int_equal(s.copies_planned, 2);
+    assert_int_equal(s.bytes_planned, 2 * 4 * 16 * 2);
+    assert_int_equal(s.needed_bytes, s.bytes_planned);
+    size_t n;
+    const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+    assert_int_equal(q[0].weight_copy, 2); /* after both user copies */
+    assert_int_equal(q[0].scale_copy, 3);
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
+/* FP8 values served for rows 0..4 only: the copy's row of blocks is not
+ * published, so the receiver path, saying which block and how much. */
+static void test_partly_served(void **state)
+{
+    (void)state;
+    env_t e;
+    env_init(&e, 1);
+    serve_quant(&e, 4);
+    rs_plan_h plan = build(&e, NULL, 0);
+    size_t n;
+    const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+    assert_int_equal(q[0].path, RS_QUANT_PATH_RECEIVER);
+    if (strstr(q[0].why, "block (1, 0) of x is not published in x#" SPEC) == NULL ||
+        strstr(q[0].why, "0% of the blocks needed") == NULL)
+        fail_msg("why: %s", q[0].why);
+    assert_true(rs_plan_is_complete(plan));
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
+/* Only the FP8 copy is published: the publisher path needs no bf16. */
+static void test_publisher_only(void **state)
+{
+    (void)state;
+    env_t e;
+    env_init(&e, 0);
+    serve_quant(&e, 8);
+    rs_plan_h plan = build(&e, NULL, 0);
+    size_t n;
+    const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+    assert_int_equal(q[0].path, RS_QUANT_PATH_PUBLISHER);
+    assert_true(rs_plan_is_complete(plan));
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
+/* The receiver box partly published: an uncovered entry for the copy. */
+static void test_uncovered_box(void **state)
+{
+    (void)state;
+    env_t e;
+    env_init(&e, 0);
+    shard(e.srcs, "x", RS_DTYPE_BF16, full, 0, 6, "t0", 0x10000);
+    rs_plan_h plan = build(&e, NULL, 0);
+    size_t n;
+    const rs_uncovered_t *u = rs_plan_uncovered(plan, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(u[0].copy, 0);
+    assert_int_equal(u[0].missing_elements, 2 * 16);
+    assert_false(rs_plan_is_complete(plan));
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
+/* The plan JSON parses, with the record and the derived definitions. */
+static void test_plan_json(void **state)
+{
+    (void)state;
+    env_t e;
+    env_init(&e, 1);
+    rs_plan_h plan = build(&e, NULL, 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    rs_diag_t d;
+    ASSERT_ST(rs_plan_write_json(plan, f, &d), RS_OK, d);
+    fclose(f);
+    json_error_t err;
+    json_t *root = json_loads(text, 0, &err);
+    if (root == NULL)
+        fail_msg("plan JSON: %s\n%s", err.text, text);
+    json_t *q = json_array_get(json_object_get(root, "quantized"), 0);
+    assert_string_equal(json_string_value(json_object_get(q, "path")), "receiver");
+    assert_string_equal(json_string_value(json_object_get(q, "spec")), SPEC);
+    json_t *der = json_object_get(q, "derived");
+    assert_int_equal(json_array_size(der), 2);
+    json_t *def = json_object_get(json_array_get(der, 1), "definition");
+    assert_string_equal(json_string_value(json_object_get(def, "src")), "x#" SPEC "#scale");
+    assert_int_equal(json_array_size(json_object_get(def, "ops")), 2);
+    assert_int_equal(json_array_size(json_object_get(q, "segments")), 1);
+    json_decref(root);
+    free(text);
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_derived_copies),
+        cmocka_unit_test(test_selection),
+        cmocka_unit_test(test_mismatch_first),
+        cmocka_unit_test(test_plain_beside),
+        cmocka_unit_test(test_partly_served),
+        cmocka_unit_test(test_publisher_only),
+        cmocka_unit_test(test_uncovered_box),
+        cmocka_unit_test(test_plan_json),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
