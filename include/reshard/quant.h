@@ -102,7 +102,10 @@ RS_API rs_status_t rs_quant_spec_parse(const char *text, int64_t *block_store,
  * floats). `what` names the tensor in errors. RS_ERR_INPUT for a box that
  * is not block-aligned, an unsupported dtype or a non-finite value (the
  * diag names `what` and the block's grid index); outputs may then be
- * partly written. Cost: two passes over the box. */
+ * partly written. The arithmetic is IEEE whatever the calling thread's
+ * floating-point mode (flush-to-zero, denormals-are-zero and the rounding
+ * mode are reset for the call and restored). Cost: two passes over the
+ * box. */
 RS_API rs_status_t rs_quant_box(const rs_quant_desc_t *q, rs_dtype_t src_dtype,
                                 const void *src, int ndim,
                                 const int64_t *full_shape,

@@ -60,8 +60,10 @@ static rs_status_t walk_init(const rs_quant_desc_t *q, rs_dtype_t src_dtype,
 {
     const int64_t one = 1, zero = 0;
     rs_status_t st = rs_quant_block_shape(q, ndim, full_shape, diag, w->block);
-    if (st != RS_OK)
-        return st;
+    if (st != RS_OK) {
+        (void)rs__diag_prefix(diag, "quantizing '%s': ", what);
+        return st; /* not the prefix's: it returns RS_OK for a NULL diag */
+    }
     w->src = src_index(src_dtype);
     if (w->src < 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "quantizing '%s': source "
@@ -119,7 +121,7 @@ static size_t row_offset(const qwalk_t *w, const int64_t *o, const int64_t *r)
  * finds the chunk in L2 or L3. The passes are pipelined: while a chunk is
  * encoded (bound by arithmetic), the next chunk's largest magnitudes are
  * taken row for row (bound by memory). */
-#define CHUNK_BYTES (4096 * 1024)
+#define CHUNK_BYTES ((int64_t)4 << 20)
 #define CHUNK_MAX_BLOCKS 128
 
 typedef struct qchunk {
@@ -134,7 +136,9 @@ typedef struct qchunk {
 /* Blocks per chunk for bands of `rows` rows. */
 static int64_t chunk_blocks(const qwalk_t *w, int64_t rows)
 {
-    const int64_t bytes = rows * w->block[w->ndim - 1] * (int64_t)w->es;
+    const int L = w->ndim - 1;
+    const int64_t b = w->block[L] < w->box[L] ? w->block[L] : w->box[L];
+    const int64_t bytes = rows * b * (int64_t)w->es; /* <= the box's bytes */
     const int64_t n = bytes > 0 ? CHUNK_BYTES / bytes : CHUNK_MAX_BLOCKS;
     return n < 1 ? 1 : n > CHUNK_MAX_BLOCKS ? CHUNK_MAX_BLOCKS : n;
 }
@@ -153,8 +157,10 @@ static void chunk_place(const qwalk_t *w, qchunk_t *c)
     c->per = chunk_blocks(w, rows);
     c->nb = (int)(w->grid[L] - c->g[L] < c->per ? w->grid[L] - c->g[L]
                                                 : c->per);
-    const int64_t width = c->nb * w->block[L];
-    c->e[L] = w->box[L] - c->o[L] < width ? w->box[L] - c->o[L] : width;
+    /* nb blocks, or the rest of the box (the product could overflow for
+     * a huge block extent, which the rest then bounds) */
+    const int64_t rest = w->box[L] - c->o[L];
+    c->e[L] = c->nb > rest / w->block[L] ? rest : c->nb * w->block[L];
     memset(c->bits, 0, sizeof(c->bits));
 }
 
@@ -245,13 +251,12 @@ static rs_status_t refuse_block(const qwalk_t *w, const qchunk_t *c, int k,
     const int L = w->ndim - 1;
     for (int d = 0; d < w->ndim; d++) {
         const int64_t gd = c->g[d] + (d == L ? k : 0);
-        const int64_t a = gd * w->block[d];
-        const int64_t len = w->box[d] - a < w->block[d] ? w->box[d] - a
-                                                        : w->block[d];
+        const int64_t a = w->lo[d] + gd * w->block[d];
+        const int64_t rest = w->lo[d] + w->box[d] - a;
+        const int64_t end = a + (rest < w->block[d] ? rest : w->block[d]);
         full_g[d] = w->lo[d] / w->block[d] + gd;
         n += (size_t)snprintf(range + n, sizeof(range) - n, "%s%lld:%lld",
-                              d > 0 ? ", " : "", (long long)(w->lo[d] + a),
-                              (long long)(w->lo[d] + a + len));
+                              d > 0 ? ", " : "", (long long)a, (long long)end);
         if (n >= sizeof(range))
             n = sizeof(range) - 1;
     }

@@ -90,11 +90,31 @@ const rs__quant_ops_t rs__quant_ops_portable = {
                 {row_f16_E4M3, row_f16_E5M2}},
 };
 
+#if RS__QUANT_X86
+#include <cpuid.h>
+
+/* F16C came with AVX2 on every x86 CPU, but is not implied by it; the
+ * AVX2 probe has checked that the OS saves the vector registers. CPUID
+ * leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports has no "f16c"). */
+static int has_f16c(void)
+{
+    /* -1 until probed (CPUID may trap to a hypervisor: once is enough);
+     * racing threads store the same value. */
+    static int known = -1;
+    int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+        __atomic_store_n(&known, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#endif
+
 const rs__quant_ops_t *rs__quant_ops(rs__simd_t level)
 {
 #if RS__QUANT_X86
-    /* F16C came with AVX2 on every x86 CPU, but is not implied by it. */
-    if (level >= RS__SIMD_AVX2 && __builtin_cpu_supports("f16c"))
+    if (level >= RS__SIMD_AVX2 && has_f16c())
         return level >= RS__SIMD_AVX512 ? &rs__quant_ops_avx512
                                         : &rs__quant_ops_avx2;
 #else

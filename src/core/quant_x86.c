@@ -8,8 +8,10 @@
  * overflow below), then added to a power of two whose ulp is the FP8 ulp
  * at |q|'s exponent (held at the format's smallest normal exponent, which
  * gives the subnormal spacing), so the add rounds to nearest even at
- * exactly the FP8 precision; the integer difference of the sum and that
- * power is the rounded significand, and the exponent is added back. bf16
+ * exactly the FP8 precision; the sum less that power is the rounded value,
+ * exact, and scaled by 2^-(127 - bias) its float32 bits shifted right by
+ * 23 - M are the code, normal or subnormal alike (float32's subnormals are
+ * the same fixed-point encoding as the format's). bf16
  * rows widen by interleaving with zeros, which orders the lanes so that one
  * unsigned pack per 16 lanes puts the codes back in order. Row tails run
  * the scalar encoder. */
@@ -25,14 +27,15 @@
 
 /* One format's constants: fmax's bits, the f32 exponent bits of its
  * smallest normal, the exponent step from a value to the power of two
- * whose ulp is the FP8 ulp at that value, and the shift from f32 exponent
- * bits to FP8 exponent bits. */
+ * whose ulp is the FP8 ulp at that value, the shift from f32 bits to FP8
+ * bits (23 - M) and the factor 2^-(127 - bias) that aligns the exponents. */
 typedef struct narrow_k {
     int cap, emin, step, sh;
+    float down;
 } narrow_k_t;
 
-#define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3}
-#define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2}
+#define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3, 0x1p-120f}
+#define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2, 0x1p-112f}
 
 static INLINE void scalar_tail(uint8_t *d, const unsigned char *s, size_t n,
                                float scale, int fmt, int src)
@@ -62,10 +65,9 @@ TGT_AVX2 static INLINE __m256i narrow8_abs(__m256i a, narrow_k_t k)
     const __m256i magic = _mm256_add_epi32(e, _mm256_set1_epi32(k.step));
     const __m256 sum = _mm256_add_ps(_mm256_castsi256_ps(a),
                                      _mm256_castsi256_ps(magic));
-    const __m256i sig = _mm256_sub_epi32(_mm256_castps_si256(sum), magic);
-    const __m256i ex = _mm256_srli_epi32(
-        _mm256_sub_epi32(e, _mm256_set1_epi32(k.emin)), k.sh);
-    return _mm256_add_epi32(sig, ex);
+    const __m256 r = _mm256_sub_ps(sum, _mm256_castsi256_ps(magic));
+    const __m256 rebased = _mm256_mul_ps(r, _mm256_set1_ps(k.down));
+    return _mm256_srli_epi32(_mm256_castps_si256(rebased), k.sh);
 }
 
 /* 8 quotients to 8 codes, one per 32-bit lane. */
@@ -110,9 +112,9 @@ TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
         for (; i + 32 <= n; i += 32) {                                        \
             const unsigned char *p = s + (ES) * i;                            \
             store32(d + i, narrow8(_mm256_div_ps(LD(p), sc), k),              \
-                    narrow8(_mm256_div_ps(LD(p + 8 * (ES)), sc), k),          \
-                    narrow8(_mm256_div_ps(LD(p + 16 * (ES)), sc), k),         \
-                    narrow8(_mm256_div_ps(LD(p + 24 * (ES)), sc), k));        \
+                    narrow8(_mm256_div_ps(LD(p + (size_t)8 * (ES)), sc), k),          \
+                    narrow8(_mm256_div_ps(LD(p + (size_t)16 * (ES)), sc), k),         \
+                    narrow8(_mm256_div_ps(LD(p + (size_t)24 * (ES)), sc), k));        \
         }                                                                     \
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
@@ -210,10 +212,9 @@ TGT_AVX512 static INLINE __m512i narrow16_abs(__m512i a, narrow_k_t k)
     const __m512i magic = _mm512_add_epi32(e, _mm512_set1_epi32(k.step));
     const __m512 sum = _mm512_add_ps(_mm512_castsi512_ps(a),
                                      _mm512_castsi512_ps(magic));
-    const __m512i sig = _mm512_sub_epi32(_mm512_castps_si512(sum), magic);
-    const __m512i ex = _mm512_srli_epi32(
-        _mm512_sub_epi32(e, _mm512_set1_epi32(k.emin)), k.sh);
-    return _mm512_add_epi32(sig, ex);
+    const __m512 r = _mm512_sub_ps(sum, _mm512_castsi512_ps(magic));
+    const __m512 rebased = _mm512_mul_ps(r, _mm512_set1_ps(k.down));
+    return _mm512_srli_epi32(_mm512_castps_si512(rebased), k.sh);
 }
 
 /* A | (B & C): ternary-logic table 0xf8, the sign put on a code. */
@@ -252,7 +253,7 @@ TGT_AVX512 static INLINE __m512 ld16_f16(const unsigned char *s)
             ST16(d + i, _mm512_cvtepi32_epi8(                                 \
                             narrow16(_mm512_div_ps(LD(p), sc), k)));          \
             ST16(d + i + 16, _mm512_cvtepi32_epi8(narrow16(                   \
-                                 _mm512_div_ps(LD(p + 16 * (ES)), sc), k)));  \
+                                 _mm512_div_ps(LD(p + (size_t)16 * (ES)), sc), k))); \
         }                                                                     \
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
@@ -323,41 +324,46 @@ TGT_AVX512 static INLINE uint32_t amax16_16(const void *src, size_t n)
 
 /* ------------------------------------------------------ the ops tables */
 
-/* Segment and row entry points of one level, per source and format. */
-#define ENTRIES(TGT, LV, SRC, ES)                                       \
-    TGT static void LV##_##SRC##_e4m3(uint8_t *d, const void *s, size_t n,    \
-                                      float scale)                            \
+/* Segment and row entry points of one level (v8: AVX2, v16: AVX-512),
+ * per source and format. */
+#define TGT_v8 TGT_AVX2
+#define TGT_v16 TGT_AVX512
+#define ENTRIES(LV, SRC, ES)                                                  \
+    TGT_##LV static void LV##_##SRC##_e4m3(uint8_t *d, const void *s,         \
+                                           size_t n, float scale)             \
     {                                                                         \
         const narrow_k_t k = NARROW_E4M3;                                     \
         enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3);                    \
     }                                                                         \
-    TGT static void LV##_##SRC##_e5m2(uint8_t *d, const void *s, size_t n,    \
-                                      float scale)                            \
+    TGT_##LV static void LV##_##SRC##_e5m2(uint8_t *d, const void *s,         \
+                                           size_t n, float scale)             \
     {                                                                         \
         const narrow_k_t k = NARROW_E5M2;                                     \
         enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
     }                                                                         \
-    TGT static INLINE void LV##_##SRC##_e4m3_in(uint8_t *d, const void *s,    \
-                                                size_t n, float scale)        \
+    TGT_##LV static INLINE void LV##_##SRC##_e4m3_in(                         \
+        uint8_t *d, const void *s, size_t n, float scale)                     \
     {                                                                         \
         const narrow_k_t k = NARROW_E4M3;                                     \
         enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3);                    \
     }                                                                         \
-    TGT static INLINE void LV##_##SRC##_e5m2_in(uint8_t *d, const void *s,    \
-                                                size_t n, float scale)        \
+    TGT_##LV static INLINE void LV##_##SRC##_e5m2_in(                         \
+        uint8_t *d, const void *s, size_t n, float scale)                     \
     {                                                                         \
         const narrow_k_t k = NARROW_E5M2;                                     \
         enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
     }                                                                         \
-    RS__QUANT_ENC_ROW(TGT, LV##_##SRC##_e4m3_row, ES, LV##_##SRC##_e4m3_in)   \
-    RS__QUANT_ENC_ROW(TGT, LV##_##SRC##_e5m2_row, ES, LV##_##SRC##_e5m2_in)
+    RS__QUANT_ENC_ROW(TGT_##LV, LV##_##SRC##_e4m3_row, ES,                    \
+                      LV##_##SRC##_e4m3_in)                                   \
+    RS__QUANT_ENC_ROW(TGT_##LV, LV##_##SRC##_e5m2_row, ES,                    \
+                      LV##_##SRC##_e5m2_in)
 
-ENTRIES(TGT_AVX2, v8, f32, 4)
-ENTRIES(TGT_AVX2, v8, bf16, 2)
-ENTRIES(TGT_AVX2, v8, f16, 2)
-ENTRIES(TGT_AVX512, v16, f32, 4)
-ENTRIES(TGT_AVX512, v16, bf16, 2)
-ENTRIES(TGT_AVX512, v16, f16, 2)
+ENTRIES(v8, f32, 4)
+ENTRIES(v8, bf16, 2)
+ENTRIES(v8, f16, 2)
+ENTRIES(v16, f32, 4)
+ENTRIES(v16, bf16, 2)
+ENTRIES(v16, f16, 2)
 
 TGT_AVX2 static uint32_t amax8_f32_fn(const void *s, size_t n) { return amax8_f32(s, n); }
 TGT_AVX2 static uint32_t amax8_16_fn(const void *s, size_t n) { return amax8_16(s, n); }

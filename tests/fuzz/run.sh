@@ -42,7 +42,7 @@ for n in "$RUNS" "$SEED" "$SECONDS_PER_TARGET"; do
 done
 SRC_DIR=$(cd "$(dirname "$0")/../.." && pwd)
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$SRC_DIR/$BUILD_DIR ;; esac
-TARGETS="fuzz_capture fuzz_sources fuzz_cuts fuzz_geom fuzz_plan fuzz_dir"
+TARGETS="fuzz_capture fuzz_sources fuzz_cuts fuzz_geom fuzz_plan fuzz_dir fuzz_quant"
 JOBS=$(nproc 2>/dev/null || echo 2)
 if [ "$MODE" = runs ]; then
     # What runs is fixed by the seed and the count, not by the clock:

@@ -167,7 +167,7 @@ static void ref_block(const ref_case_t *c, int64_t *block)
 
 static int64_t ceil_div(int64_t a, int64_t b)
 {
-    return (a + b - 1) / b;
+    return a == 0 ? 0 : (a - 1) / b + 1;
 }
 
 /* The reference outputs, element by element. Returns the linear index of
@@ -559,8 +559,35 @@ static void test_round_past_max(void **state)
     }
 }
 
+/* A subnormal scale is coarse: amax = 85443 * 2^-149 into e5m2 gives
+ * amax / 57344 = 1.49 * 2^-149, rounded to the scale 2^-149, so the
+ * block's largest q is 85443, past e5m2's midpoint to infinity (61440):
+ * saturated to 57344 (0x7b), where the plain cast gives infinity (0x7c). */
+static void test_coarse_scale_saturates(void **state)
+{
+    (void)state;
+    const float amax = 85443.0f * 0x1p-149f;
+    for (int lv = 0; lv < nlevels(); lv++) {
+        rs__simd_force((rs__simd_t)lv);
+        ref_case_t c;
+        one_d_case(&c, RS_DTYPE_F8E5M2, RS_DTYPE_F32, 40, 40);
+        unsigned char s[4 * 40];
+        uint8_t q[40];
+        float scale[1];
+        for (int i = 0; i < 40; i++)
+            set_f32(s, (size_t)i, (float)(i - 20) * 0x1p-149f);
+        set_f32(s, 3, amax);
+        set_f32(s, 4, -amax);
+        run_f32(&c, s, q, scale);
+        assert_true(scale[0] == 0x1p-149f);
+        assert_int_equal(q[3], 0x7b);
+        assert_int_equal(q[4], 0xfb);
+        assert_int_equal(rs__f32_to_e5m2(amax / scale[0]), 0x7c);
+    }
+}
+
 /* Ragged edges and sub-boxes in 1, 2 and 3 dims, every dtype and format,
- * with values spanning the format's subnormals. */
+ * random values; blocks larger than the tensor. */
 static void test_ragged_boxes(void **state)
 {
     (void)state;
@@ -577,6 +604,9 @@ static void test_ragged_boxes(void **state)
         {2, {5, 7}, {2, 3}, {2, 3}, {3, 4}},
         {3, {5, 33, 20}, {4, 16, 8}, {4, 16, 8}, {1, 17, 12}},
         {3, {5, 33, 20}, {4, 16, 8}, {0, 0, 0}, {5, 33, 20}},
+        /* a block far larger than the tensor: one ragged block */
+        {2, {5, 7}, {INT64_MAX, 3}, {0, 3}, {5, 4}},
+        {1, {300}, {INT64_MAX}, {0}, {300}},
     };
     rng_state = 7;
     for (int lv = 0; lv < nlevels(); lv++) {
@@ -659,6 +689,104 @@ static void test_nonfinite_refused(void **state)
     }
 }
 
+/* Bands wider than one chunk (CHUNK_MAX_BLOCKS blocks), 1-D and 2-D, at
+ * every level; then non-finite values in two blocks of a later chunk: the
+ * first of them in grid order is the one named. */
+static void test_many_chunks(void **state)
+{
+    (void)state;
+    static const struct {
+        int ndim;
+        int64_t full[2], block[2];
+    } cases[] = {
+        {1, {128 * 300 + 77}, {128}},
+        {2, {3, 128 * 200 + 5}, {2, 128}},
+        {2, {300, 5000}, {1, 16}},
+    };
+    rng_state = 31;
+    for (int lv = 0; lv < nlevels(); lv++) {
+        rs__simd_force((rs__simd_t)lv);
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+            ref_case_t c;
+            memset(&c, 0, sizeof(c));
+            c.q.scheme = RS_QUANT_FP8_BLOCK;
+            c.q.format = formats[k % 2];
+            c.dt = src_dtypes[k % 3];
+            c.ndim = c.q.block_ndim = cases[k].ndim;
+            c.q.block = c.qblock;
+            for (int d = 0; d < c.ndim; d++) {
+                c.full[d] = c.box[d] = cases[k].full[d];
+                c.qblock[d] = cases[k].block[d];
+            }
+            unsigned char *s = random_source(&c);
+            check_case(&c, s);
+            free(s);
+        }
+    }
+    ref_case_t c;
+    memset(&c, 0, sizeof(c));
+    c.q.scheme = RS_QUANT_FP8_BLOCK;
+    c.q.format = RS_DTYPE_F8E4M3;
+    c.dt = RS_DTYPE_BF16;
+    c.ndim = c.q.block_ndim = 1;
+    c.q.block = c.qblock;
+    c.qblock[0] = 128;
+    c.full[0] = c.box[0] = 128 * 300;
+    unsigned char *s = random_source(&c);
+    put_nonfinite(c.dt, s, 128 * 270 + 5, 1);  /* block 270 */
+    put_nonfinite(c.dt, s, 128 * 200 + 99, 0); /* block 200: named */
+    for (int lv = 0; lv < nlevels(); lv++) {
+        rs__simd_force((rs__simd_t)lv);
+        check_case(&c, s);
+        uint8_t *q = malloc(128 * 300);
+        float scale[300];
+        rs_diag_t diag = {0};
+        assert_int_equal(rs_quant_box(&c.q, c.dt, s, 1, c.full, c.lo, c.box,
+                                      "w", &diag, q, scale), RS_ERR_INPUT);
+        assert_non_null(strstr(diag.msg, "block [200] (elements [25600:25728])"));
+        free(q);
+    }
+    free(s);
+}
+
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+
+/* A thread running with flush-to-zero, denormals-are-zero and round toward
+ * zero still quantizes by the rule (subnormal scales, subnormal inputs and
+ * FP8 subnormals as the reference computes them under IEEE defaults), and
+ * gets its control bits back. */
+static void test_control_bits(void **state)
+{
+    (void)state;
+    ref_case_t c;
+    one_d_case(&c, RS_DTYPE_F8E4M3, RS_DTYPE_F32, 256, 64);
+    unsigned char s[4 * 256];
+    for (int i = 0; i < 256; i++)
+        set_f32(s, (size_t)i, (float)(i - 100) * (i < 128 ? 0x1p-140f : 0x1p-3f));
+    set_f32(s, 200, 448.0f * 0x1p-2f);
+    int64_t nblk;
+    uint8_t want[256], got[256];
+    float want_scale[4], got_scale[4];
+    assert_int_equal(ref_quantize(&c, s, want, want_scale, &nblk), -1);
+    const unsigned csr = _mm_getcsr();
+    for (int lv = 0; lv < nlevels(); lv++) {
+        rs__simd_force((rs__simd_t)lv);
+        const unsigned odd = (csr & ~0xe040u) | 0x8040u | 0x6000u;
+        _mm_setcsr(odd);
+        rs_diag_t diag = {0};
+        const rs_status_t st = rs_quant_box(&c.q, c.dt, s, 1, c.full, c.lo,
+                                            c.box, "w", &diag, got, got_scale);
+        const unsigned after = _mm_getcsr();
+        _mm_setcsr(csr);
+        assert_int_equal(st, RS_OK);
+        assert_int_equal(after, odd);
+        assert_memory_equal(got, want, sizeof(want));
+        assert_memory_equal(got_scale, want_scale, sizeof(want_scale));
+    }
+}
+#endif
+
 static rs_status_t quant_2d(const rs_quant_desc_t *q, rs_dtype_t dt,
                             const int64_t *full, int64_t lo0, int64_t lo1,
                             int64_t n0, int64_t n1, rs_diag_t *diag)
@@ -715,7 +843,17 @@ static void test_bad_boxes(void **state)
                                  .block = block};
     assert_int_equal(quant_2d(&bad, RS_DTYPE_BF16, full, 0, 0, 8, 16, &diag),
                      RS_ERR_INPUT);
-    assert_non_null(strstr(diag.msg, "quant.format"));
+    assert_non_null(strstr(diag.msg, "quantizing 't': quant.format"));
+    /* refused without a diag too */
+    const int64_t lo0[2] = {0, 0}, box8[2] = {8, 16};
+    uint8_t q8[8 * 16];
+    float s8[1];
+    static const uint16_t zeros[8 * 16];
+    assert_int_equal(rs_quant_box(&bad, RS_DTYPE_BF16, zeros, 2, full, lo0,
+                                  box8, "t", NULL, q8, s8), RS_ERR_INPUT);
+    assert_int_equal(rs_quant_box(&q, RS_DTYPE_BF16, zeros, 2, full, lo0,
+                                  box8, "t", NULL, q8, s8), RS_OK);
+    assert_true(s8[0] == 1.0f);
 }
 
 /* A 0-d tensor is one block of one element. */
@@ -898,9 +1036,14 @@ int main(void)
         cmocka_unit_test_teardown(test_encoder_sweep_16, restore_level),
         cmocka_unit_test_teardown(test_zero_and_tiny_blocks, restore_level),
         cmocka_unit_test_teardown(test_round_past_max, restore_level),
+        cmocka_unit_test_teardown(test_coarse_scale_saturates, restore_level),
         cmocka_unit_test_teardown(test_ragged_boxes, restore_level),
         cmocka_unit_test_teardown(test_nonfinite_refused, restore_level),
         cmocka_unit_test_teardown(test_random, restore_level),
+        cmocka_unit_test_teardown(test_many_chunks, restore_level),
+#if defined(__SSE2__)
+        cmocka_unit_test_teardown(test_control_bits, restore_level),
+#endif
         cmocka_unit_test_teardown(test_bad_boxes, restore_level),
         cmocka_unit_test_teardown(test_scalar_tensor, restore_level),
     };
