@@ -271,6 +271,30 @@ static void on_progress(void *ctx, const rs_progress_t *p)
         }
 }
 
+/* Kills the replica of slot 1 that `plan` reads most from: publishers of
+ * slot 1 were started replica 0 first, named "trainer-1", then
+ * "trainer-1-r1". */
+static void kill_read_replica_of_slot1(world_t *w, rs_plan_h plan)
+{
+    uint64_t bytes[2] = {0, 0};
+    assert_non_null(plan);
+    for (uint32_t s = 0; s < rs_plan_num_sessions(plan); s++) {
+        const char *name = rs_plan_session_name(plan, s);
+        if (strcmp(name, "trainer-1") == 0)
+            bytes[0] = rs_plan_session_bytes(plan, s);
+        else if (strcmp(name, "trainer-1-r1") == 0)
+            bytes[1] = rs_plan_session_bytes(plan, s);
+    }
+    assert_true(bytes[0] + bytes[1] > 0);
+    int victim = bytes[1] > bytes[0], seen = 0;
+    for (int i = 0; i < w->npubs; i++)
+        if (w->slot[i] == 1 && seen++ == victim) {
+            stop_publisher(w, i, 1);
+            return;
+        }
+    fail_msg("no publisher for replica %d of slot 1", victim);
+}
+
 /* What every parameter must hold: the capture replayed with the local
  * transport over whole source tensors filled as the trainers fill their
  * shards (one session holding them all), before any publisher runs. */
@@ -541,48 +565,60 @@ static void test_killed_mid_wire(void **state)
     rs_diag_clear(&d);
     rs_status_t st = rs_receiver_pull(ir.recv, 1, &d, &res);
     assert_true(ir.fired);
-    if (st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT)
-        fail_msg("pull with trainer 1 killed: %s: %s", rs_status_str(st),
-                 d.msg);
-    if (strstr(d.msg, "trainer-1, slot 1") == NULL)
-        fail_msg("the message does not name trainer-1 and its slot: %s",
-                 d.msg);
-    assert_int_equal(ir.installs, 0);
-    expect_untouched(&ir);
+    /* The kill lands while slot 1 still has reads outstanding, but what
+     * the kernel had already sent may still arrive: either every byte
+     * came (and is exact) or the pull fails naming the dead trainer with
+     * nothing installed. Both are the contract; nothing else is. */
+    if (st == RS_OK) {
+        assert_int_equal(ir.installs, 1);
+        expect_installed(&ir);
+    } else {
+        if (st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT)
+            fail_msg("pull with trainer 1 killed: %s: %s",
+                     rs_status_str(st), d.msg);
+        if (strstr(d.msg, "trainer-1, slot 1") == NULL)
+            fail_msg("the message does not name trainer-1 and its slot: %s",
+                     d.msg);
+        assert_int_equal(ir.installs, 0);
+        expect_untouched(&ir);
+    }
     close_rank(&ir);
     world_end(w);
 }
 
-/* Slot 1 has two replicas and the first is killed mid-wire: each salt's
- * pull succeeds exactly (failing over when it read the dead one), and
- * one of them did fail over. */
+/* Slot 1 has two replicas and the one this receiver's plan reads dies
+ * after publishing, while the directory still lists it: the pull fails
+ * over to the live replica and lands exactly. The victim is taken from a
+ * dry run's plan (replica choice hashes the sessions' addresses, which
+ * change per run), and killed before the pull, so that the failover does
+ * not depend on how far the wire had got (test_killed_mid_wire kills
+ * mid-wire). */
 static void test_killed_with_replica(void **state)
 {
     (void)state;
     world_t *w = &world;
     rs_diag_t d;
     rs_pull_result_t res;
-    uint32_t failovers = 0;
-    for (uint64_t salt = 0; salt < 2; salt++) {
-        rank_t ir;
-        size_t npub, nrecv;
-        world_begin(w, "megatron:tp=2", "tcp");
-        open_rank(w, &ir, KILL_SLOT1, salt);
-        start_trainers(w, &ir, WANTED, 2);
-        if (rs_receiver_pull(ir.recv, 1, &d, &res) != RS_OK)
-            fail_msg("salt %llu: %s", (unsigned long long)salt, d.msg);
-        assert_true(ir.fired);
-        assert_int_equal(ir.installs, 1);
-        expect_installed(&ir);
-        count_paths(ir.recv, &npub, &nrecv);
-        assert_true(npub > 0);
-        failovers += res.failovers;
-        fprintf(stderr, "salt %llu: %u failovers %s\n",
-                (unsigned long long)salt, res.failovers, res.failover_msg);
-        close_rank(&ir);
-        world_end(w);
-    }
-    assert_true(failovers >= 1);
+    rs_dry_run_t dry;
+    rank_t ir;
+    size_t npub, nrecv;
+    world_begin(w, "megatron:tp=2", "tcp");
+    open_rank(w, &ir, NO_STRIKE, 0);
+    start_trainers(w, &ir, WANTED, 2);
+    if (rs_receiver_dry_run(ir.recv, 1, &d, &dry) != RS_OK)
+        fail_msg("dry run: %s", d.msg);
+    kill_read_replica_of_slot1(w, rs_receiver_plan(ir.recv));
+    if (rs_receiver_pull(ir.recv, 1, &d, &res) != RS_OK)
+        fail_msg("pull after the read replica died: %s", d.msg);
+    assert_int_equal(ir.installs, 1);
+    expect_installed(&ir);
+    count_paths(ir.recv, &npub, &nrecv);
+    assert_true(npub > 0);
+    assert_true(res.failovers >= 1);
+    if (strstr(res.failover_msg, "slot 1") == NULL)
+        fail_msg("the failover does not name slot 1: %s", res.failover_msg);
+    close_rank(&ir);
+    world_end(w);
 }
 
 int main(int argc, char **argv)
