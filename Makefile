@@ -21,7 +21,7 @@ DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
 # publisher's heartbeat and UCX progress threads, the directory's racing
 # publishers, the receiver's lease renewal during failovers, the
 # executor's stage pool in pipelined runs, the arenas' exposers.
-TSAN_TESTS = ^(test_arena|test_transport|test_exec|test_pipeline|test_refit|test_dir|test_lease|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run)$$
+TSAN_TESTS = ^(test_arena|test_transport_.+|test_exec|test_pipeline|test_refit|test_dir|test_lease_.+|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run)$$
 # UCX's memory hooks (libucm) intercept madvise() as glibc frees a finished
 # thread's stack, after TSan has torn down that thread's state, and crash
 # there. We do not use UCX memory events (buffers are registered explicitly),
