@@ -43,6 +43,14 @@ done
 SRC_DIR=$(cd "$(dirname "$0")/../.." && pwd)
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$SRC_DIR/$BUILD_DIR ;; esac
 TARGETS="fuzz_capture fuzz_sources fuzz_cuts fuzz_geom fuzz_plan fuzz_dir fuzz_quant"
+# The order they start in: the longest first (in the gate, fuzz_sources
+# takes about four times fuzz_capture's time), so two at a time end
+# together.
+START_ORDER="fuzz_sources fuzz_plan fuzz_dir fuzz_geom fuzz_capture fuzz_cuts fuzz_quant"
+if [ "$(printf '%s\n' $TARGETS | sort)" != "$(printf '%s\n' $START_ORDER | sort)" ]; then
+    echo "run.sh: START_ORDER must list exactly the TARGETS" >&2
+    exit 2
+fi
 JOBS=$(nproc 2>/dev/null || echo 2)
 if [ "$MODE" = runs ]; then
     # What runs is fixed by the seed and the count, not by the clock:
@@ -84,14 +92,18 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export UCX_WARN_UNUSED_ENV_VARS=n
 
-for t in $TARGETS; do
-    corpus=$scratch/corpus-$t
-    artifacts=$BUILD_DIR/fuzz-artifacts/$t
+# One target on its scratch corpus; its exit status goes to $log.rc. The
+# targets share nothing but the read-only build (fuzz_dir's directory is
+# named by its pid), so they run side by side, JOBS at a time: each is a
+# single-threaded libFuzzer process, and what it runs depends only on its
+# corpus, seed and count.
+run_target() {
+    local t=$1 corpus=$scratch/corpus-$1 artifacts=$BUILD_DIR/fuzz-artifacts/$1
+    local log=$BUILD_DIR/fuzz-artifacts/$1.log limits=$LIMITS start=$SECONDS
     mkdir -p "$corpus" "$artifacts"
+    rm -f "$log.rc"
     cp "$SRC_DIR"/tests/fuzz/corpus/$t/* "$corpus"/ 2>/dev/null
     cp "$SRC_DIR"/tests/fuzz/regressions/$t/* "$corpus"/ 2>/dev/null
-    log=$BUILD_DIR/fuzz-artifacts/$t.log
-    limits=$LIMITS
     # fuzz_dir writes a version directory's files and decodes transport
     # blobs for every input, some hundred times slower than the parsers:
     # the gate gives it a fifth of the runs, so it costs what the others do.
@@ -101,11 +113,28 @@ for t in $TARGETS; do
     (cd "$scratch" && "$BUILD_DIR/tests/fuzz/$t" $limits \
         -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$artifacts/" "$corpus" >"$log" 2>&1)
-    rc=$?
+    echo "$? $((SECONDS - start))" >"$log.rc"
+}
+
+running=0
+for t in $START_ORDER; do
+    if [ $running -ge "$JOBS" ]; then
+        wait -n
+        running=$((running - 1))
+    fi
+    run_target "$t" &
+    running=$((running + 1))
+done
+wait
+
+# The report, in TARGETS order whatever order they finished in.
+for t in $TARGETS; do
+    log=$BUILD_DIR/fuzz-artifacts/$t.log
+    read -r rc secs <"$log.rc" 2>/dev/null || { rc=2; secs=0; }
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     execs=${execs:-0}
     total=$((total + execs))
-    if [ $rc -ne 0 ]; then
+    if [ "$rc" -ne 0 ]; then
         repro=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)
         printf '%-14s %10s executions  FAILED (exit %d)\n' "$t" "$execs" "$rc"
         grep -m 3 -E 'ERROR|runtime error|fuzz_[a-z]+: ' "$log" | sed 's/^/    /'
@@ -115,7 +144,7 @@ for t in $TARGETS; do
         failed="$failed $t"
     else
         cov=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 | grep -oE 'cov: [0-9]+ ft: [0-9]+')
-        printf '%-14s %10s executions  ok  %s\n' "$t" "$execs" "$cov"
+        printf '%-14s %10s executions  ok  %-22s %4d s\n' "$t" "$execs" "$cov" "$secs"
     fi
 done
 printf '%-14s %10s executions\n' total "$total"

@@ -3,13 +3,15 @@
  * releaser thread keeps trying to release it and a refiller thread, as soon
  * as it is released, overwrites the publishers' buffers with version 2 and
  * publishes that. The receiver's wire is slowed by its progress callback
- * (which sleeps, or waits for the refill, between chunks) past a 2 s lease
- * ttl. With renewal the release is refused for the whole pull and version 1
+ * (which sleeps, or waits for the refill, between chunks) past the lease
+ * ttl: 2 s where renewals keep the lease, 0.5 s where it is meant to lapse.
+ * With renewal the release is refused for the whole pull and version 1
  * installs byte for byte; with the lease lapsed, taken by another party or
  * released, the pull refuses with the destination untouched and install not
  * called. Also the overall deadline, in the wire and the discover stage.
  * Every case runs on a file: and a redis:// directory; on redis also a
- * directory that goes away mid-pull. */
+ * directory that goes away mid-pull. `test_lease file` or `test_lease redis`
+ * runs one directory's cases (ctest runs them as two tests, side by side). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,6 +37,8 @@
 #define NCHUNKS (ROWS * COLS / CHUNK)
 #define TTL_S 2.0 /* renewals every ttl/3: a renewal thread stalled for 1.3 s
                      * on a loaded machine still keeps the lease */
+#define LAPSE_TTL_S 0.5 /* where no renewal runs, the lease only has to lapse
+                         * mid-pull: the sooner, the shorter the wait */
 #define HOLDER "recv-0"
 #define UNTOUCHED 0xEE
 
@@ -240,7 +244,7 @@ static void on_progress(void *ctx, const rs_progress_t *p)
         if (w.steal_st == RS_OK)
             w.steal_st = rs_dir_lease(dir, MODEL, 1, HOLDER, 30, &d);
         rs_dir_close(dir);
-        sleep_s(TTL_S); /* a renewal or two come and fail */
+        sleep_s(TTL_S / 2); /* a renewal comes and fails (every ttl/3) */
     } else if (w.chunks == 0 && w.mode == SLOW_OUTAGE) {
         rfx_stop(&g->server);
         sleep_s(TTL_S); /* renewals cannot reach the directory */
@@ -261,6 +265,7 @@ typedef struct opts {
     double renew_s;    /* 0: default */
     double timeout_s;  /* pull_timeout_s */
     int verify;
+    double ttl_s;      /* 0: TTL_S */
 } opts_t;
 
 static rs_receiver_h open_receiver(const opts_t *o)
@@ -274,7 +279,7 @@ static rs_receiver_h open_receiver(const opts_t *o)
     rp.backend = "cma";
     rp.holder = HOLDER;
     rp.discover_timeout_s = 10;
-    rp.lease_ttl_s = TTL_S;
+    rp.lease_ttl_s = o->ttl_s > 0 ? o->ttl_s : TTL_S;
     rp.lease_renew_s = o->renew_s;
     rp.pull_timeout_s = o->timeout_s;
     rp.timeout_s = 10;
@@ -323,18 +328,20 @@ static int64_t one_version_or_untouched(rs_status_t st)
     return seen;
 }
 
-/* The lease is renewed for the whole slow pull: release is refused while it
- * runs, version 1 installs byte for byte, and once the pull has unleased the
- * release goes through and version 2 follows over the same buffers. */
+/* The lease is renewed for the whole slow pull (1.5 ttls: an unrenewed
+ * lease would lapse with a third of the pull still to go): release is refused
+ * while it runs, version 1 installs byte for byte, and once the pull has
+ * unleased the release goes through and version 2 follows over the same
+ * buffers. */
 static void test_renewal_keeps_release_off(void **state)
 {
     (void)state;
     NEED_BACKEND();
     rs_diag_t d;
     rs_pull_result_t res;
-    opts_t o = {0, 0, 1};
+    opts_t o = {0, 0, 1, 0};
     w.mode = SLOW_SLEEP;
-    w.sleep_s = 2.5 * TTL_S / NCHUNKS; /* 2.5 ttls in all */
+    w.sleep_s = 1.5 * TTL_S / NCHUNKS; /* 1.5 ttls in all */
     rs_receiver_h recv = open_receiver(&o);
     w.others = 1;
     rs_status_t st = pull(recv, 1, &d, &res);
@@ -368,7 +375,7 @@ static void test_lapsed_lease_refuses(void **state)
     NEED_BACKEND();
     rs_diag_t d;
     rs_pull_result_t res;
-    opts_t o = {1000, 0, 0};
+    opts_t o = {1000, 0, 0, LAPSE_TTL_S};
     w.mode = SLOW_REFILL;
     rs_receiver_h recv = open_receiver(&o);
     w.others = 1;
@@ -389,13 +396,13 @@ static void test_lapsed_lease_refuses(void **state)
 /* The case as it was seen in the field: digests on, a wire slowed by
  * sleeps past the ttl, another party releasing, the publishers refilling.
  * Whatever wins, the destination holds one whole version or nothing. */
-static void never_a_mix(double renew_s, int64_t want)
+static void never_a_mix(double renew_s, double ttl_s, int64_t want)
 {
     rs_diag_t d;
     rs_pull_result_t res;
-    opts_t o = {renew_s, 0, 1};
+    opts_t o = {renew_s, 0, 1, ttl_s};
     w.mode = SLOW_SLEEP;
-    w.sleep_s = 2.0 * TTL_S / NCHUNKS; /* 2 ttls in all */
+    w.sleep_s = 2.0 * ttl_s / NCHUNKS; /* 2 ttls in all */
     rs_receiver_h recv = open_receiver(&o);
     w.others = 1;
     rs_status_t st = pull(recv, 1, &d, &res);
@@ -411,14 +418,14 @@ static void test_never_a_mix_renewed(void **state)
 {
     (void)state;
     NEED_BACKEND();
-    never_a_mix(0, 1);
+    never_a_mix(0, TTL_S, 1);
 }
 
 static void test_never_a_mix_lapsed(void **state)
 {
     (void)state;
     NEED_BACKEND();
-    never_a_mix(1000, 0);
+    never_a_mix(1000, LAPSE_TTL_S, 0);
 }
 
 /* Someone takes a lease under the receiver's name mid-pull: the epoch
@@ -430,7 +437,7 @@ static void test_taken_lease_refuses(void **state)
     NEED_BACKEND();
     rs_diag_t d;
     rs_pull_result_t res;
-    opts_t o = {0, 0, 1};
+    opts_t o = {0, 0, 1, 0};
     w.mode = SLOW_STEAL;
     rs_receiver_h recv = open_receiver(&o);
     rs_status_t st = pull(recv, 1, &d, &res);
@@ -452,7 +459,7 @@ static void test_directory_outage_refuses(void **state)
     NEED_BACKEND();
     rs_diag_t d;
     rs_pull_result_t res;
-    opts_t o = {0, 0, 1};
+    opts_t o = {0, 0, 1, 0};
     w.mode = SLOW_OUTAGE;
     rs_receiver_h recv = open_receiver(&o);
     rs_status_t st = pull(recv, 1, &d, &res);
@@ -477,7 +484,7 @@ static void test_deadline_in_wire(void **state)
     NEED_BACKEND();
     rs_diag_t d;
     rs_pull_result_t res;
-    opts_t o = {0, 1.0, 1};
+    opts_t o = {0, 1.0, 1, 0};
     w.mode = SLOW_SLEEP;
     w.sleep_s = 0.3; /* 8 chunks: 2.4 s */
     rs_receiver_h recv = open_receiver(&o);
@@ -508,7 +515,7 @@ static void test_deadline_in_discover(void **state)
     NEED_BACKEND();
     rs_diag_t d;
     rs_pull_result_t res;
-    opts_t o = {0, 0.5, 1};
+    opts_t o = {0, 0.5, 1, 0};
     rs_receiver_h recv = open_receiver(&o); /* discover_timeout_s = 10 */
     rs_status_t st = pull(recv, 7, &d, &res);
     ASSERT_ST(st, RS_ERR_TIMEOUT, d);
@@ -594,8 +601,15 @@ static int group_teardown(void **state)
 
 #define CASE(fn) cmocka_unit_test_setup_teardown(fn, world_setup, world_teardown)
 
-int main(void)
+/* No argument: both directories; "file" or "redis": that one only. */
+int main(int argc, char **argv)
 {
+    const char *only = argc > 1 ? argv[1] : NULL;
+    if (only != NULL && strcmp(only, "file") != 0 &&
+        strcmp(only, "redis") != 0) {
+        fprintf(stderr, "usage: %s [file|redis]\n", argv[0]);
+        return 2;
+    }
     static env_t file_env = {.redis = 0};
     static env_t redis_env = {.redis = 1};
     const struct CMUnitTest tests[] = {
@@ -615,11 +629,15 @@ int main(void)
     memcpy(all, tests, sizeof(tests));
     all[N] = redis_tests[0];
     int failed = 0;
-    g = &file_env;
-    failed += _cmocka_run_group_tests("file", tests, N, group_setup,
-                                      group_teardown);
-    g = &redis_env;
-    failed += _cmocka_run_group_tests("redis", all, N + 1, group_setup,
-                                      group_teardown);
+    if (only == NULL || strcmp(only, "file") == 0) {
+        g = &file_env;
+        failed += _cmocka_run_group_tests("file", tests, N, group_setup,
+                                          group_teardown);
+    }
+    if (only == NULL || strcmp(only, "redis") == 0) {
+        g = &redis_env;
+        failed += _cmocka_run_group_tests("redis", all, N + 1, group_setup,
+                                          group_teardown);
+    }
     return failed;
 }

@@ -3,7 +3,9 @@
  * format, millions of f32 and f64 patterns (a strided sweep plus every
  * rounding boundary of each target) into the narrower ones, hand-worked
  * cases, and strided conversion against element-by-element enumeration with
- * guard bytes around the destination. */
+ * guard bytes around the destination. The sanitizer trees run the large
+ * sweeps as fixed subsets (support/test_scale.h), each named where it is
+ * cut; the optimized trees run them whole. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "ref_float.h"
+#include "test_scale.h"
 #include "core/convert.h"
 
 static const rs_dtype_t floats[] = {RS_DTYPE_F32,    RS_DTYPE_F64,
@@ -190,17 +193,28 @@ static void test_exhaustive_f16(void **state) { (void)state; exhaustive(RS_DTYPE
 static void test_exhaustive_e4m3(void **state) { (void)state; exhaustive(RS_DTYPE_F8E4M3); }
 static void test_exhaustive_e5m2(void **state) { (void)state; exhaustive(RS_DTYPE_F8E5M2); }
 
+/* The step through a 16-bit target's values in add_boundaries: every value
+ * in full, every 7th (still every exponent) in a sanitizer tree. */
+static uint64_t boundary_step16(void)
+{
+    return tscale_exhaustive() ? 1 : 7;
+}
+
 /* f32: every 997th pattern (about 4.3 million, both signs, all exponents),
- * every boundary of every narrower target, and special values. */
+ * every boundary of every narrower target, and special values. Sanitizer
+ * trees: every 65521st pattern (65 thousand, still every exponent of both
+ * signs 128 times), every 7th boundary of the 16-bit targets and every one
+ * of the 8-bit targets. */
 static void test_sampled_f32(void **state)
 {
     (void)state;
     pats_t p = {0};
-    for (uint64_t b = 0; b < (1ull << 32); b += 997)
+    const uint64_t stride = tscale_exhaustive() ? 997 : 65521;
+    for (uint64_t b = 0; b < (1ull << 32); b += stride)
         pats_add(&p, b);
     add_specials32(&p);
-    add_boundaries(&p, RS_DTYPE_F32, RS_DTYPE_BF16, 1);
-    add_boundaries(&p, RS_DTYPE_F32, RS_DTYPE_F16, 1);
+    add_boundaries(&p, RS_DTYPE_F32, RS_DTYPE_BF16, boundary_step16());
+    add_boundaries(&p, RS_DTYPE_F32, RS_DTYPE_F16, boundary_step16());
     add_boundaries(&p, RS_DTYPE_F32, RS_DTYPE_F8E4M3, 1);
     add_boundaries(&p, RS_DTYPE_F32, RS_DTYPE_F8E5M2, 1);
     check_all_targets(RS_DTYPE_F32, &p);
@@ -208,25 +222,30 @@ static void test_sampled_f32(void **state)
 }
 
 /* f64: random patterns, every boundary of the 8/16-bit targets, a strided
- * sample of f32 boundaries (f64 -> f32 ties), and special values. */
+ * sample of f32 boundaries (f64 -> f32 ties), and special values. Sanitizer
+ * trees: the first 25 thousand of each random stream, every 7th boundary of
+ * the 16-bit targets, every one of the 8-bit targets, f32 boundaries 16
+ * times further apart. */
 static void test_sampled_f64(void **state)
 {
     (void)state;
     pats_t p = {0};
+    const int full = tscale_exhaustive();
+    const int nrandom = full ? 400000 : 25000;
     rng_state = 0x5eed64;
-    for (int i = 0; i < 400000; i++)
+    for (int i = 0; i < nrandom; i++)
         pats_add(&p, rnd64());
     /* Exponents near the narrow formats' ranges, random mantissas. */
-    for (int i = 0; i < 400000; i++) {
+    for (int i = 0; i < nrandom; i++) {
         uint64_t e = 1023 - 160 + rnd(320);
         pats_add(&p, (rnd64() & 0x800fffffffffffffull) | (e << 52));
     }
     add_specials64(&p);
-    add_boundaries(&p, RS_DTYPE_F64, RS_DTYPE_BF16, 1);
-    add_boundaries(&p, RS_DTYPE_F64, RS_DTYPE_F16, 1);
+    add_boundaries(&p, RS_DTYPE_F64, RS_DTYPE_BF16, boundary_step16());
+    add_boundaries(&p, RS_DTYPE_F64, RS_DTYPE_F16, boundary_step16());
     add_boundaries(&p, RS_DTYPE_F64, RS_DTYPE_F8E4M3, 1);
     add_boundaries(&p, RS_DTYPE_F64, RS_DTYPE_F8E5M2, 1);
-    add_boundaries(&p, RS_DTYPE_F64, RS_DTYPE_F32, 9973);
+    add_boundaries(&p, RS_DTYPE_F64, RS_DTYPE_F32, full ? 9973 : 9973 * 16);
     check_all_targets(RS_DTYPE_F64, &p);
     free(p.v);
 }
@@ -520,7 +539,8 @@ static void test_strided_ndim0(void **state)
     check_strided(&g);
 }
 
-/* Random shapes, dim orders, paddings and dtype pairs. */
+/* Random shapes, dim orders, paddings and dtype pairs. Sanitizer trees: the
+ * first 600 of the same 3000 (60 of them with two long dims). */
 static void test_strided_random(void **state)
 {
     (void)state;
@@ -528,8 +548,9 @@ static void test_strided_random(void **state)
         RS_DTYPE_F32,    RS_DTYPE_F64,    RS_DTYPE_BF16, RS_DTYPE_F16,
         RS_DTYPE_F8E4M3, RS_DTYPE_F8E5M2, RS_DTYPE_I64,  RS_DTYPE_I16,
         RS_DTYPE_U8};
+    const int iterations = tscale_exhaustive() ? 3000 : 600;
     rng_state = 14;
-    for (int it = 0; it < 3000; it++) {
+    for (int it = 0; it < iterations; it++) {
         sgeom_t g = {.ndim = 1 + (int)rnd(5)};
         int so[16], dord[16];
         int64_t spad[16], dpad[16];
@@ -581,14 +602,25 @@ static void check_transpose(rs_dtype_t dt, int64_t rows, int64_t cols,
     check_strided(&g);
 }
 
+/* In a sanitizer tree, the shapes of test_transpose_small_shapes: for every
+ * row count r, the column counts 1, 2, 3, r, 68 - r and one spread over the
+ * range, so every count up to 67 (every remainder of every micro-block and
+ * tile) meets small, equal and large counts on the other side. */
+static int small_shape_sampled(int64_t r, int64_t c)
+{
+    return c <= 3 || c == r || c == 68 - r || c == 1 + (r * 29) % 67;
+}
+
 static void test_transpose_small_shapes(void **state)
 {
     (void)state;
+    const int full = tscale_exhaustive();
     rng_state = 15;
     for (size_t k = 0; k < 4; k++)
         for (int64_t r = 1; r <= 67; r++)
             for (int64_t c = 1; c <= 67; c++)
-                check_transpose(by_size[k], r, c, (r + c) % 3 == 0);
+                if (full || small_shape_sampled(r, c))
+                    check_transpose(by_size[k], r, c, (r + c) % 3 == 0);
 }
 
 static void test_transpose_tile_edges(void **state)

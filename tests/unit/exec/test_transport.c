@@ -538,26 +538,60 @@ static void test_cma_bad_address(void **state)
 #define PER_BACKEND(test, k)                                         \
     cmocka_unit_test_prestate_setup_teardown(test, fx_setup, fx_teardown, \
                                              (void *)&tfx_backends[k])
-#define ALL_BACKENDS(test) \
-    PER_BACKEND(test, 0), PER_BACKEND(test, 1), PER_BACKEND(test, 2), \
-        PER_BACKEND(test, 3)
 
-int main(void)
+/* The cases that need no world. */
+static int run_api(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unknown_backend),
         cmocka_unit_test(test_connect_validation),
         cmocka_unit_test(test_region_find),
         cmocka_unit_test(test_read_across_regions),
-        ALL_BACKENDS(test_random_batches),
-        ALL_BACKENDS(test_many_small_reads),
-        ALL_BACKENDS(test_refuse_outside),
-        ALL_BACKENDS(test_refuse_unconnected),
-        ALL_BACKENDS(test_cancel_and_two_posts),
-        ALL_BACKENDS(test_timeout_is_clean),
-        ALL_BACKENDS(test_zero_length_and_empty),
-        PER_BACKEND(test_cma_gone, 3),
-        PER_BACKEND(test_cma_bad_address, 3),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests_name("api", tests, NULL, NULL);
+}
+
+/* Every world case on backend k of tfx_backends (and cma's own). */
+static int run_backend(const char *name, size_t k)
+{
+    const struct CMUnitTest tests[] = {
+        PER_BACKEND(test_random_batches, k),
+        PER_BACKEND(test_many_small_reads, k),
+        PER_BACKEND(test_refuse_outside, k),
+        PER_BACKEND(test_refuse_unconnected, k),
+        PER_BACKEND(test_cancel_and_two_posts, k),
+        PER_BACKEND(test_timeout_is_clean, k),
+        PER_BACKEND(test_zero_length_and_empty, k),
+        PER_BACKEND(test_cma_gone, k),
+        PER_BACKEND(test_cma_bad_address, k),
+    };
+    const size_t n = sizeof(tests) / sizeof(tests[0]);
+    int cma = strcmp(tfx_backends[k].name, "cma") == 0;
+    return _cmocka_run_group_tests(name, tests, cma ? n : n - 2, NULL, NULL);
+}
+
+/* One part per backend, so ctest runs them side by side; no argument runs
+ * every part. */
+static const char *const parts[] = {"api", "local", "local-mt-1",
+                                    "local-mt-3", "cma"};
+#define NPARTS (sizeof(parts) / sizeof(parts[0]))
+
+int main(int argc, char **argv)
+{
+    size_t first = 0, last = NPARTS;
+    if (argc > 1) {
+        for (first = 0; first < NPARTS; first++)
+            if (strcmp(argv[1], parts[first]) == 0)
+                break;
+        if (first == NPARTS) {
+            fprintf(stderr, "usage: %s [api|local|local-mt-1|local-mt-3|cma]\n",
+                    argv[0]);
+            return 2;
+        }
+        last = first + 1;
+    }
+    int failed = 0;
+    for (size_t p = first; p < last; p++)
+        failed += p == 0 ? run_api() : run_backend(parts[p], p - 1);
+    return failed;
 }
