@@ -33,6 +33,7 @@
 #include "reshard/reshard.h"
 #include "reshard_layout/layout.h"
 #include "vllm_direct.h"
+#include "ref_quant.h"
 
 #define INFER "vllm:tp=2"
 #define MODEL "tinyq"
@@ -297,19 +298,73 @@ static void kill_read_replica_of_slot1(world_t *w, rs_plan_h plan)
 
 /* What every parameter must hold: the capture replayed with the local
  * transport over whole source tensors filled as the trainers fill their
- * shards (one session holding them all), before any publisher runs. */
+ * shards (one session holding them all), before any publisher runs. The
+ * FP8 values and scales come from the reference quantizer of
+ * tests/support/ref_quant.c applied to the whole tensors, published beside
+ * them as "<src>#<spec>" and "<src>#<spec>#scale": every quantized copy of
+ * the replay takes the publisher path (asserted), so the library's own
+ * kernel computes nothing of the expectation. */
+#define GT_MAX 1024
+
+typedef struct gt {
+    rs_sources_h src;
+    uint8_t *buf[GT_MAX];
+    rs_region_t regions[GT_MAX];
+    char *names[GT_MAX];
+    size_t n;
+} gt_t;
+
+static void gt_add(gt_t *g, const char *name, rs_dtype_t dt, int ndim,
+                   const int64_t *shape, uint8_t *data)
+{
+    int64_t zero[RS_MAX_DIMS] = {0}, numel = 1;
+    rs_diag_t d;
+    assert_true(g->n < GT_MAX);
+    for (int k = 0; k < ndim; k++)
+        numel *= shape[k];
+    size_t es = rs_dtype_size(dt);
+    rs_shard_desc_t sh = {name, dt, es, ndim, shape, "gt", 0,
+                          (uint64_t)(uintptr_t)data, zero, shape, NULL};
+    g->buf[g->n] = data;
+    g->names[g->n] = strdup(name);
+    g->regions[g->n] = (rs_region_t){sh.addr, (uint64_t)numel * es, data};
+    g->n++;
+    if (rs_sources_add_shard(g->src, &sh, &d) != RS_OK)
+        fail_msg("ground truth shard %s: %s", name, d.msg);
+}
+
+/* The reference FP8 copy of declared source `s` (filled in `x`) under the
+ * spec `q`, unless an earlier copy added it. */
+static void gt_add_quant(gt_t *g, const rs_source_info_t *s, const uint8_t *x,
+                         const rs_quant_desc_t *q)
+{
+    char spec[128], name[1024], sname[1100];
+    uint8_t *codes;
+    float *scales;
+    int64_t grid[RS_MAX_DIMS];
+    assert_true(rs_quant_spec_format(q, spec, sizeof(spec)) > 0);
+    snprintf(name, sizeof(name), "%s#%s", s->name, spec);
+    snprintf(sname, sizeof(sname), "%s" RS_QUANT_SCALE_SUFFIX, name);
+    for (size_t i = 0; i < g->n; i++)
+        if (strcmp(g->names[i], name) == 0)
+            return;
+    if (ref_quant_tensor(q, s->dtype, x, s->ndim, s->shape, &codes, &scales,
+                         grid) != 0)
+        fail_msg("reference quantizer refused %s", name);
+    gt_add(g, name, q->format, s->ndim, s->shape, codes);
+    gt_add(g, sname, RS_DTYPE_F32, s->ndim, grid, (uint8_t *)scales);
+}
+
 static void expected_params(rank_t *ir)
 {
     size_t ns = rs_capture_num_sources(ir->cap);
-    uint8_t **full = calloc(ns + 1, sizeof(uint8_t *));
-    rs_region_t *regions = calloc(ns + 1, sizeof(rs_region_t));
-    rs_sources_h src = NULL;
+    gt_t *g = calloc(1, sizeof(*g));
     rs_plan_h plan = NULL;
     rs_transport_h t = NULL;
     rs_exec_h x = NULL;
     rs_plan_params_t pp;
     rs_diag_t d;
-    assert_int_equal(rs_sources_create(&src), RS_OK);
+    assert_int_equal(rs_sources_create(&g->src), RS_OK);
     for (size_t i = 0; i < ns; i++) {
         rs_source_info_t s;
         int64_t zero[RS_MAX_DIMS] = {0}, numel = 1;
@@ -317,20 +372,36 @@ static void expected_params(rank_t *ir)
         for (int k = 0; k < s.ndim; k++)
             numel *= s.shape[k];
         size_t es = rs_dtype_size(s.dtype);
-        full[i] = malloc((size_t)(numel ? numel : 1) * es);
+        uint8_t *data = malloc((size_t)(numel ? numel : 1) * es);
         rs_shard_desc_t sh = {s.name, s.dtype, es, s.ndim, s.shape, "gt", 0,
-                              (uint64_t)(uintptr_t)full[i], zero, s.shape,
-                              NULL};
-        vd_fill_box(full[i], &sh);
-        regions[i] = (rs_region_t){sh.addr, (uint64_t)numel * es, full[i]};
-        assert_int_equal(rs_sources_add_shard(src, &sh, &d), RS_OK);
+                              (uint64_t)(uintptr_t)data, zero, s.shape, NULL};
+        vd_fill_box(data, &sh);
+        gt_add(g, s.name, s.dtype, s.ndim, s.shape, data);
+    }
+    for (size_t c = 0; c < rs_capture_num_copies(ir->cap); c++) {
+        rs_quant_desc_t q;
+        rs_copy_desc_t cp;
+        if (!rs_capture_copy_quant(ir->cap, c, &q))
+            continue;
+        rs_capture_copy(ir->cap, c, &cp);
+        long si = rs_capture_find_source(ir->cap, cp.src);
+        assert_true(si >= 0);
+        rs_source_info_t s;
+        rs_capture_source(ir->cap, (size_t)si, &s);
+        gt_add_quant(g, &s, g->buf[si], &q);
     }
     rs_plan_params_init(&pp);
-    assert_int_equal(rs_plan_build(ir->cap, src, &pp, &d, &plan), RS_OK);
+    assert_int_equal(rs_plan_build(ir->cap, g->src, &pp, &d, &plan), RS_OK);
     assert_true(rs_plan_is_complete(plan));
+    size_t nq;
+    const rs_quantized_t *qr = rs_plan_quantized(plan, &nq);
+    for (size_t k = 0; k < nq; k++)
+        if (qr[k].path != RS_QUANT_PATH_PUBLISHER)
+            fail_msg("ground truth: copy %zu not read from the reference "
+                     "quantization: %s", qr[k].copy, qr[k].why);
     assert_int_equal(rs_transport_create(NULL, &d, &t), RS_OK);
     for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++) {
-        rs_peer_t peer = {rs_plan_session_name(plan, k), 0, regions, ns,
+        rs_peer_t peer = {rs_plan_session_name(plan, k), 0, g->regions, g->n,
                           NULL, 0};
         assert_int_equal(rs_transport_connect(t, k, &peer, &d), RS_OK);
     }
@@ -347,11 +418,12 @@ static void expected_params(rank_t *ir)
     rs_exec_destroy(x);
     rs_transport_destroy(t);
     rs_plan_destroy(plan);
-    rs_sources_destroy(src);
-    for (size_t i = 0; i < ns; i++)
-        free(full[i]);
-    free(full);
-    free(regions);
+    rs_sources_destroy(g->src);
+    for (size_t i = 0; i < g->n; i++) {
+        free(g->buf[i]);
+        free(g->names[i]);
+    }
+    free(g);
 }
 
 static void open_rank(world_t *w, rank_t *ir, int strike, uint64_t salt)
