@@ -28,9 +28,13 @@ static int copy_extent(const rs_xcopy_t *c, unsigned char *mark,
                        extent_t *e_p)
 {
     int64_t lo = 0, hi = 0, es = (int64_t)rs_dtype_size(c->to);
-    for (int d = 0; d < c->ndim; d++) {
+    /* An empty copy writes nothing whatever its other extents: look for
+     * an empty dim first, as only a non-empty region was checked to lie
+     * inside its parameter (and so spans without overflow). */
+    for (int d = 0; d < c->ndim; d++)
         if (c->shape[d] <= 0)
             return 0;
+    for (int d = 0; d < c->ndim; d++) {
         int64_t span = (c->shape[d] - 1) * c->dst_stride[d];
         *(span < 0 ? &lo : &hi) += span;
     }
