@@ -81,6 +81,16 @@ static rs_status_t intern_session(rs_sources_h s, const char *name,
     return RS_OK;
 }
 
+int rs__sources_sole_whole(const rs_src_tensor_t *t)
+{
+    if (t->shards_len != 1 || t->shards[0].numel == 0)
+        return 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shards[0].offset[d] != 0 || t->shards[0].shape[d] != t->shape[d])
+            return 0;
+    return 1;
+}
+
 static int same_dims(const int64_t *a, const int64_t *b, int n)
 {
     return n == 0 || memcmp(a, b, (size_t)n * sizeof(int64_t)) == 0;
@@ -249,6 +259,7 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
     note_flat(s, t);
     rs__grid_destroy(t->grid);
     t->grid = NULL;
+    t->sole_whole = rs__sources_sole_whole(t);
     return RS_OK;
 }
 
@@ -398,6 +409,7 @@ void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
         t->shards_len = s->undo[k].shards_len;
         rs__grid_destroy(t->grid);
         t->grid = NULL;
+        t->sole_whole = rs__sources_sole_whole(t);
     }
     s->undo_len = 0;
     s->tensors_len = mark->tensors;

@@ -30,6 +30,9 @@ typedef struct rs_src_tensor {
     int64_t *shape;
     RS_VEC(rs_src_shard_t, shards);
     struct rs_grid *grid; /* built on demand, dropped when shards change */
+    /* One shard, holding the whole tensor (no dim empty): kept with the
+     * shards so that a plan walks such a tensor without a grid. */
+    int sole_whole;
     uint64_t undo_gen;    /* the mark whose undo log holds its shard count */
 } rs_src_tensor_t;
 
@@ -80,6 +83,10 @@ void rs__sources_mark_free(rs_sources_mark_t *mark);
 /* Tensor by name, or NULL. */
 rs_src_tensor_t *rs__sources_find(rs_sources_h s, const char *name);
 /* The same with rs__hash_str(name) already known. */
+/* 1 when the tensor has exactly one shard and it holds all of it (no dim
+ * empty); what rs_src_tensor_t.sole_whole caches. O(ndim). */
+int rs__sources_sole_whole(const rs_src_tensor_t *t);
+
 rs_src_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
                                          uint64_t hash);
 
