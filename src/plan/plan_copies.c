@@ -191,7 +191,8 @@ static rs_status_t refuse_mismatches(rs_planner_t *b)
         const rs_cap_copy_t *c = &cap->copies[ci];
         long decl = cap->names[c->src_id].decl;
         uint32_t id;
-        if (decl < 0 || !rs__plan_selected(b->params, c->param))
+        if (decl < 0 || (b->params->nonly != 0 &&
+                         !rs__plan_selected(b->params, c->param)))
             continue;
         const rs_cap_source_t *d = &cap->sources[decl];
         rs_status_t st = psrc_for(b, c->src_id, &id);
@@ -485,10 +486,13 @@ rs_status_t rs__planner_run(rs_planner_t *b)
         st = flag_unsupported(b);
     for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
         b->copies[ci] = clear;
-        int role = rs__quant_role(b, ci); /* quantized copies: plan_quant.c */
+        /* quantized copies: plan_quant.c; both tests inline for the
+         * common plan, without quantized copies or a selection */
+        int role = b->quant == NULL ? RS_QROLE_PLAIN : rs__quant_role(b, ci);
         if (role == RS_QROLE_DERIVED ||
             (role == RS_QROLE_PLAIN &&
-             rs__plan_selected(b->params, b->cap->copies[ci].param))) {
+             (b->params->nonly == 0 ||
+              rs__plan_selected(b->params, b->cap->copies[ci].param)))) {
             b->plan->stats.copies_selected += role == RS_QROLE_PLAIN;
             st = plan_copy(b, ci);
         }
