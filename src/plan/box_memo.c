@@ -1,6 +1,6 @@
-/* A direct-mapped table of resolved boxes keyed by a hash of the geometry;
- * a hit is confirmed by comparing the whole key, so a collision only costs
- * a resolve. Boxes are copied in up to their last factor. */
+/* A direct-mapped table of resolved boxes keyed by a hash of the geometry
+ * id and the source's shape; a hit is confirmed by comparing them, so a
+ * collision only costs a resolve. Boxes are copied in up to their last factor. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@ typedef struct {
 
 /* The two slots hit last, tried before hashing: a model's copies come in
  * runs of a few alternating geometries (an expert's gate, up and down
- * projections), and a compare that fails does so in its first fields. */
+ * projections), and a compare that fails does so on the id. */
 struct rs_box_memo {
     memo_slot_t slots[MEMO_SLOTS];
     memo_slot_t *recent[2];
@@ -39,80 +39,30 @@ void rs__box_memo_destroy(rs_box_memo_t *memo)
 }
 
 /* Cheap per word (a multiply-add); hash_key spreads the bits once at the
- * end. Only what tells geometries apart in practice is hashed (a list's or
- * a key list's length, not its values): a hit compares the whole key. */
+ * end. */
 static uint64_t mix(uint64_t h, uint64_t v)
 {
     return (h + v) * 0x9e3779b97f4a7c15ull;
 }
 
-static uint64_t mix_dims(uint64_t h, const int64_t *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        h = mix(h, (uint64_t)v[i]);
-    return h;
-}
-
 static uint64_t hash_key(const rs_geom_key_t *k)
 {
-    uint64_t h = mix((uint64_t)k->src_ndim, k->nops);
-    h = mix_dims(h, k->src_shape, (size_t)k->src_ndim);
-    for (size_t i = 0; i < k->nops; i++) {
-        const rs_op_t *op = &k->ops[i];
-        h = mix(h, (uint64_t)op->kind | (uint64_t)op->has << 8 |
-                       (uint64_t)op->nlist << 16 | (uint64_t)op->nkeys << 40);
-        h = mix(mix(mix(mix(h, (uint64_t)op->arg[0]), (uint64_t)op->arg[1]),
-                    (uint64_t)op->arg[2]), (uint64_t)op->arg[3]);
-    }
-    h = mix(h, (uint64_t)k->ndim);
-    h = mix_dims(h, k->dest_shape, (size_t)k->ndim);
-    h = mix_dims(h, k->dest_stride, (size_t)k->ndim);
+    uint64_t h = mix(k->geom, (uint64_t)k->src_ndim);
+    for (int i = 0; i < k->src_ndim; i++)
+        h = mix(h, (uint64_t)k->src_shape[i]);
     return h ^ (h >> 29);
 }
 
-/* A loop, not memcmp: the arrays hold two or three dims. */
-static int same_dims(const int64_t *a, const int64_t *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (a[i] != b[i])
-            return 0;
-    }
-    return 1;
-}
-
-static int same_key(const rs_key_t *a, const rs_key_t *b)
-{
-    return a->kind == b->kind && a->index == b->index &&
-           a->start == b->start && a->stop == b->stop && a->step == b->step &&
-           a->has_start == b->has_start && a->has_stop == b->has_stop &&
-           a->has_step == b->has_step;
-}
-
-static int same_op(const rs_op_t *a, const rs_op_t *b)
-{
-    if (a->kind != b->kind || a->has != b->has || a->nlist != b->nlist ||
-        a->nkeys != b->nkeys || a->arg[0] != b->arg[0] ||
-        a->arg[1] != b->arg[1] || a->arg[2] != b->arg[2] ||
-        a->arg[3] != b->arg[3] ||
-        !same_dims(a->list, b->list, a->nlist))
-        return 0;
-    for (size_t i = 0; i < a->nkeys; i++) {
-        if (!same_key(&a->keys[i], &b->keys[i]))
-            return 0;
-    }
-    return 1;
-}
-
+/* The capture's id stands for the op chain and destination dims; only the
+ * source's shape is compared (two or three dims: a loop, not memcmp). */
 static int same_geometry(const rs_geom_key_t *a, const rs_geom_key_t *b)
 {
-    if (a->src_ndim != b->src_ndim || a->nops != b->nops ||
-        a->ndim != b->ndim ||
-        !same_dims(a->src_shape, b->src_shape, (size_t)a->src_ndim) ||
-        !same_dims(a->dest_shape, b->dest_shape, (size_t)a->ndim) ||
-        !same_dims(a->dest_stride, b->dest_stride, (size_t)a->ndim))
+    if (a->geom != b->geom || a->src_ndim != b->src_ndim)
         return 0;
-    for (size_t i = 0; i < a->nops; i++) {
-        if (!same_op(&a->ops[i], &b->ops[i]))
+    if (a->src_shape == b->src_shape)
+        return 1;
+    for (int i = 0; i < a->src_ndim; i++) {
+        if (a->src_shape[i] != b->src_shape[i])
             return 0;
     }
     return 1;

@@ -1,7 +1,8 @@
 /* The boxes a plan has resolved, by geometry: copies of a model repeat a few
  * geometries (every expert's slice, every layer's projections) thousands of
  * times, and replaying the ops and mapping the view costs more than the
- * walk of a one-run copy. */
+ * walk of a one-run copy. The capture numbers its copies' geometries
+ * (capture_geom.c), so a key is an id and the source's shape. */
 #ifndef RS_PLAN_BOX_MEMO_H
 #define RS_PLAN_BOX_MEMO_H
 
@@ -10,17 +11,14 @@
 
 #include "geom/box.h"
 
-/* A geometry: the source's full shape, the op chain and the destination's
- * shape and strides (the dest offset does not change the box). Borrowed:
- * it points into the capture and the sources for the life of one build. */
+/* A geometry: the source's full shape and the capture's geometry id of the
+ * copy (its op chain and the destination's shape and strides; the dest
+ * offset does not change the box). The shape is borrowed from the sources
+ * for the life of one build. */
 typedef struct rs_geom_key {
+    uint32_t geom;
     int src_ndim;
     const int64_t *src_shape;
-    const rs_op_t *ops;
-    size_t nops;
-    int ndim;
-    const int64_t *dest_shape;
-    const int64_t *dest_stride;
 } rs_geom_key_t;
 
 typedef struct rs_box_memo rs_box_memo_t;
@@ -45,8 +43,8 @@ void rs__box_memo_destroy(rs_box_memo_t *memo);
 
 /* The box remembered for an equal geometry, or NULL; *fact_p is then its
  * destination fact, which the caller may fill. *hash_p receives the key's
- * hash for a following rs__box_memo_put. Cost: a hash and a compare of the
- * key's arrays. */
+ * hash for a following rs__box_memo_put. Cost: a compare of the id and the
+ * source's dims, and a hash of them when the two slots hit last differ. */
 const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
                                   uint64_t *hash_p, rs_dest_fact_t **fact_p);
 

@@ -302,8 +302,7 @@ static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
                                 const rs_box_t **box_p, rs_dest_fact_t **fact_p,
                                 size_t *bad_op, char *why, size_t whylen)
 {
-    rs_geom_key_t key = {s->tensor->ndim, s->tensor->shape, c->ops, c->nops,
-                         c->ndim, c->dest_shape, dest_stride};
+    rs_geom_key_t key = {c->geom, s->tensor->ndim, s->tensor->shape};
     int memo = dest_stride == c->dest_stride;
     uint64_t hash = 0;
     const rs_box_t *box =
