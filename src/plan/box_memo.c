@@ -10,10 +10,9 @@
 #define MEMO_SLOTS 256 /* a power of two; models repeat a few dozen geometries */
 
 typedef struct {
+    rs_memo_entry_t e;
     uint64_t hash;
     rs_geom_key_t key;
-    rs_box_t *box; /* NULL: the slot is empty */
-    rs_dest_fact_t dest;
 } memo_slot_t;
 
 /* The two slots hit last, tried before hashing: a model's copies come in
@@ -34,7 +33,7 @@ void rs__box_memo_destroy(rs_box_memo_t *memo)
     if (memo == NULL)
         return;
     for (size_t i = 0; i < MEMO_SLOTS; i++)
-        free(memo->slots[i].box);
+        free(memo->slots[i].e.box);
     free(memo);
 }
 
@@ -82,7 +81,7 @@ static memo_slot_t *recent_find(rs_box_memo_t *memo, const rs_geom_key_t *key)
 {
     for (int i = 0; i < 2; i++) {
         memo_slot_t *s = memo->recent[i];
-        if (s != NULL && s->box != NULL && same_geometry(&s->key, key)) {
+        if (s != NULL && s->e.box != NULL && same_geometry(&s->key, key)) {
             note_recent(memo, s);
             return s;
         }
@@ -90,38 +89,57 @@ static memo_slot_t *recent_find(rs_box_memo_t *memo, const rs_geom_key_t *key)
     return NULL;
 }
 
-const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
-                                  uint64_t *hash_p, rs_dest_fact_t **fact_p)
+/* The slot holding an equal geometry, or NULL; *hash_p receives the key's
+ * hash when it was computed (the recent slots missed). */
+static memo_slot_t *slot_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                              uint64_t *hash_p)
 {
     memo_slot_t *s = recent_find(memo, key);
     if (s != NULL) {
         *hash_p = s->hash;
-        *fact_p = &s->dest;
-        return s->box;
+        return s;
     }
     uint64_t h = hash_key(key);
     s = &memo->slots[h & (MEMO_SLOTS - 1)];
     *hash_p = h;
-    if (s->box == NULL || s->hash != h || !same_geometry(&s->key, key))
+    if (s->e.box == NULL || s->hash != h || !same_geometry(&s->key, key))
         return NULL;
     note_recent(memo, s);
-    *fact_p = &s->dest;
-    return s->box;
+    return s;
+}
+
+const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                                  uint64_t *hash_p, rs_dest_fact_t **fact_p)
+{
+    memo_slot_t *s = slot_find(memo, key, hash_p);
+    if (s == NULL)
+        return NULL;
+    *fact_p = &s->e.dest;
+    return s->e.box;
+}
+
+rs_memo_entry_t *rs__box_memo_hit(rs_box_memo_t *memo, uint32_t geom,
+                                  int src_ndim, const int64_t *src_shape)
+{
+    rs_geom_key_t key = {geom, src_ndim, src_shape};
+    uint64_t hash;
+    memo_slot_t *s = slot_find(memo, &key, &hash);
+    return s != NULL ? &s->e : NULL;
 }
 
 rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
                                  uint64_t hash, const rs_box_t *box)
 {
     memo_slot_t *s = &memo->slots[hash & (MEMO_SLOTS - 1)];
-    if (s->box == NULL && (s->box = malloc(sizeof(rs_box_t))) == NULL)
+    if (s->e.box == NULL && (s->e.box = malloc(sizeof(rs_box_t))) == NULL)
         return NULL;
-    memcpy(s->box, box, offsetof(rs_box_t, factors) +
-                            (size_t)box->nfactors * sizeof(rs_factor_t));
-    s->box->numel = box->numel;
+    memcpy(s->e.box, box, offsetof(rs_box_t, factors) +
+                              (size_t)box->nfactors * sizeof(rs_factor_t));
+    s->e.box->numel = box->numel;
     s->hash = hash;
     s->key = *key;
-    s->dest.known = 0;
-    s->dest.run_known = 0;
+    s->e.dest.known = 0;
+    s->e.dest.run_known = 0;
     note_recent(memo, s);
-    return &s->dest;
+    return &s->e.dest;
 }

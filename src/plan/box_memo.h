@@ -37,6 +37,12 @@ typedef struct rs_dest_fact {
     int64_t run_src;
 } rs_dest_fact_t;
 
+/* A remembered box and its destination fact. */
+typedef struct rs_memo_entry {
+    rs_box_t *box; /* NULL: the slot is empty */
+    rs_dest_fact_t dest;
+} rs_memo_entry_t;
+
 /* NULL on exhaustion. */
 rs_box_memo_t *rs__box_memo_create(void);
 void rs__box_memo_destroy(rs_box_memo_t *memo);
@@ -47,6 +53,12 @@ void rs__box_memo_destroy(rs_box_memo_t *memo);
  * source's dims, and a hash of them when the two slots hit last differ. */
 const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
                                   uint64_t *hash_p, rs_dest_fact_t **fact_p);
+
+/* rs__box_memo_find's common case, the key by value and no hash kept: the
+ * entry remembered for an equal geometry, or NULL. Its box is the memo's
+ * own; the caller may fill its fact. */
+rs_memo_entry_t *rs__box_memo_hit(rs_box_memo_t *memo, uint32_t geom,
+                                  int src_ndim, const int64_t *src_shape);
 
 /* Remembers `box` for the key (replacing what shared its slot) and returns
  * the slot's (cleared) destination fact; NULL on exhaustion, which only
