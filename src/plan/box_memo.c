@@ -7,21 +7,13 @@
 
 #include "plan/box_memo.h"
 
-#define MEMO_SLOTS 256 /* a power of two; models repeat a few dozen geometries */
+#define MEMO_SLOTS RS_MEMO_SLOTS
+typedef rs_memo_slot_t memo_slot_t;
 
-typedef struct {
-    rs_memo_entry_t e;
-    uint64_t hash;
-    rs_geom_key_t key;
-} memo_slot_t;
-
-/* The two slots hit last, tried before hashing: a model's copies come in
- * runs of a few alternating geometries (an expert's gate, up and down
- * projections), and a compare that fails does so on the id. */
-struct rs_box_memo {
-    memo_slot_t slots[MEMO_SLOTS];
-    memo_slot_t *recent[2];
-};
+/* The two slots hit last (struct rs_box_memo, box_memo.h) are tried before
+ * hashing: a model's copies come in runs of a few alternating geometries
+ * (an expert's gate, up and down projections), and a compare that fails
+ * does so on the id. */
 
 rs_box_memo_t *rs__box_memo_create(void)
 {
@@ -118,13 +110,17 @@ const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
     return s->e.box;
 }
 
-rs_memo_entry_t *rs__box_memo_hit(rs_box_memo_t *memo, uint32_t geom,
-                                  int src_ndim, const int64_t *src_shape)
+rs_memo_entry_t *rs__box_memo_hit_hashed(rs_box_memo_t *memo, uint32_t geom,
+                                         int src_ndim,
+                                         const int64_t *src_shape)
 {
     rs_geom_key_t key = {geom, src_ndim, src_shape};
-    uint64_t hash;
-    memo_slot_t *s = slot_find(memo, &key, &hash);
-    return s != NULL ? &s->e : NULL;
+    uint64_t h = hash_key(&key);
+    memo_slot_t *s = &memo->slots[h & (MEMO_SLOTS - 1)];
+    if (s->e.box == NULL || s->hash != h || !same_geometry(&s->key, &key))
+        return NULL;
+    note_recent(memo, s);
+    return &s->e;
 }
 
 rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
