@@ -6,7 +6,10 @@
  * back what it was given. The memo: against a model of every key put
  * (id, source shape by value), over more keys than slots and with equal
  * shapes in different arrays, a find returns the box and fact put for an
- * equal key or nothing, never another key's. */
+ * equal key or nothing, never another key's. A plan: copies sharing a
+ * geometry id, one after a copy that checked out but out of bounds itself
+ * and two whose view writes twice, are refused with the general path's
+ * messages, and the rest planned. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -172,11 +175,85 @@ static void test_memo_never_answers_another_key(void **state)
     rs__box_memo_destroy(memo);
 }
 
+/* Tensors "a" .. "e", [4, 4] u8, each published whole by session "r0". */
+static rs_sources_h sources_abcde(void)
+{
+    int64_t full[2] = {4, 4}, off[2] = {0, 0};
+    rs_sources_h s = NULL;
+    rs_diag_t diag;
+    assert_int_equal(rs_sources_create(&s), RS_OK);
+    for (int i = 0; i < 5; i++) {
+        char name[2] = {(char)('a' + i), 0};
+        rs_shard_desc_t d = {.tensor = name, .dtype = RS_DTYPE_U8,
+                             .elsize = 1, .ndim = 2, .full_shape = full,
+                             .session = "r0", .addr = 0x1000u * (i + 1),
+                             .offset = off, .shape = full};
+        assert_int_equal(rs_sources_add_shard(s, &d, &diag), RS_OK);
+    }
+    return s;
+}
+
+static const char *reason_of(rs_plan_h plan, const char *name)
+{
+    for (size_t i = 0; i < rs_plan_num_fallback(plan); i++) {
+        const char *src, *reason;
+        rs_plan_fallback(plan, i, &src, &reason);
+        if (strcmp(src, name) == 0)
+            return reason;
+    }
+    return NULL;
+}
+
+static void test_plan_refuses_per_copy_on_one_geometry(void **state)
+{
+    (void)state;
+    int64_t pshape[2] = {4, 16}, shape[2] = {4, 4}, row[2] = {16, 1},
+            twice[2] = {1, 1};
+    struct { const char *src; int64_t off; const int64_t *stride; } cs[] = {
+        {"a", 0, row}, {"b", 13, row}, {"c", 4, row},
+        {"d", 0, twice}, {"e", 8, twice},
+    };
+    rs_sources_h s = sources_abcde();
+    rs_capture_h cap = NULL;
+    rs_plan_h plan = NULL;
+    rs_plan_params_t params;
+    rs_diag_t diag;
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "p", 2, pshape, RS_DTYPE_U8,
+                                          &diag), RS_OK);
+    for (size_t i = 0; i < 5; i++) {
+        rs_copy_desc_t c = {cs[i].src, "p", NULL, 0, cs[i].off, 2, shape,
+                            cs[i].stride, RS_DTYPE_U8};
+        assert_int_equal(rs_capture_add_copy(cap, &c, &diag), RS_OK);
+    }
+    assert_int_equal(cap->copies[1].geom, cap->copies[0].geom);
+    assert_int_equal(cap->copies[4].geom, cap->copies[3].geom);
+    rs_plan_params_init(&params);
+    assert_int_equal(rs_plan_build(cap, s, &params, &diag, &plan), RS_OK);
+    assert_int_equal(rs_plan_num_fallback(plan), 3);
+    assert_null(reason_of(plan, "a"));
+    assert_null(reason_of(plan, "c"));
+    assert_string_equal(reason_of(plan, "b"), "copy 1 into 'p': destination "
+                        "region leaves its parameter");
+    assert_string_equal(reason_of(plan, "d"), "copy 3 into 'p': destination "
+                        "view writes some elements twice");
+    assert_string_equal(reason_of(plan, "e"), "copy 4 into 'p': destination "
+                        "view writes some elements twice");
+    rs_plan_stats_t st;
+    rs_plan_stats(plan, &st);
+    assert_int_equal(st.copies_planned, 2); /* "a" and "c" */
+    assert_int_equal(st.needed_bytes, 32);
+    rs_plan_destroy(plan);
+    rs_capture_destroy(cap);
+    rs_sources_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_group_equal_geometries),
         cmocka_unit_test(test_memo_never_answers_another_key),
+        cmocka_unit_test(test_plan_refuses_per_copy_on_one_geometry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
