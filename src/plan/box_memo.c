@@ -1,28 +1,19 @@
-/* A direct-mapped table of resolved boxes keyed by a hash of the geometry;
- * a hit is confirmed by comparing the whole key, so a collision only costs
- * a resolve. Boxes are copied in up to their last factor. */
+/* A direct-mapped table of resolved boxes keyed by a hash of the geometry
+ * id and the source's shape; a hit is confirmed by comparing them, so a
+ * collision only costs a resolve. Boxes are copied in up to their last factor. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/box_memo.h"
 
-#define MEMO_SLOTS 256 /* a power of two; models repeat a few dozen geometries */
+#define MEMO_SLOTS RS_MEMO_SLOTS
+typedef rs_memo_slot_t memo_slot_t;
 
-typedef struct {
-    uint64_t hash;
-    rs_geom_key_t key;
-    rs_box_t *box; /* NULL: the slot is empty */
-    rs_dest_fact_t dest;
-} memo_slot_t;
-
-/* The two slots hit last, tried before hashing: a model's copies come in
- * runs of a few alternating geometries (an expert's gate, up and down
- * projections), and a compare that fails does so in its first fields. */
-struct rs_box_memo {
-    memo_slot_t slots[MEMO_SLOTS];
-    memo_slot_t *recent[2];
-};
+/* The two slots hit last (struct rs_box_memo, box_memo.h) are tried before
+ * hashing: a model's copies come in runs of a few alternating geometries
+ * (an expert's gate, up and down projections), and a compare that fails
+ * does so on the id. */
 
 rs_box_memo_t *rs__box_memo_create(void)
 {
@@ -34,85 +25,35 @@ void rs__box_memo_destroy(rs_box_memo_t *memo)
     if (memo == NULL)
         return;
     for (size_t i = 0; i < MEMO_SLOTS; i++)
-        free(memo->slots[i].box);
+        free(memo->slots[i].e.box);
     free(memo);
 }
 
 /* Cheap per word (a multiply-add); hash_key spreads the bits once at the
- * end. Only what tells geometries apart in practice is hashed (a list's or
- * a key list's length, not its values): a hit compares the whole key. */
+ * end. */
 static uint64_t mix(uint64_t h, uint64_t v)
 {
     return (h + v) * 0x9e3779b97f4a7c15ull;
 }
 
-static uint64_t mix_dims(uint64_t h, const int64_t *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        h = mix(h, (uint64_t)v[i]);
-    return h;
-}
-
 static uint64_t hash_key(const rs_geom_key_t *k)
 {
-    uint64_t h = mix((uint64_t)k->src_ndim, k->nops);
-    h = mix_dims(h, k->src_shape, (size_t)k->src_ndim);
-    for (size_t i = 0; i < k->nops; i++) {
-        const rs_op_t *op = &k->ops[i];
-        h = mix(h, (uint64_t)op->kind | (uint64_t)op->has << 8 |
-                       (uint64_t)op->nlist << 16 | (uint64_t)op->nkeys << 40);
-        h = mix(mix(mix(mix(h, (uint64_t)op->arg[0]), (uint64_t)op->arg[1]),
-                    (uint64_t)op->arg[2]), (uint64_t)op->arg[3]);
-    }
-    h = mix(h, (uint64_t)k->ndim);
-    h = mix_dims(h, k->dest_shape, (size_t)k->ndim);
-    h = mix_dims(h, k->dest_stride, (size_t)k->ndim);
+    uint64_t h = mix(k->geom, (uint64_t)k->src_ndim);
+    for (int i = 0; i < k->src_ndim; i++)
+        h = mix(h, (uint64_t)k->src_shape[i]);
     return h ^ (h >> 29);
 }
 
-/* A loop, not memcmp: the arrays hold two or three dims. */
-static int same_dims(const int64_t *a, const int64_t *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (a[i] != b[i])
-            return 0;
-    }
-    return 1;
-}
-
-static int same_key(const rs_key_t *a, const rs_key_t *b)
-{
-    return a->kind == b->kind && a->index == b->index &&
-           a->start == b->start && a->stop == b->stop && a->step == b->step &&
-           a->has_start == b->has_start && a->has_stop == b->has_stop &&
-           a->has_step == b->has_step;
-}
-
-static int same_op(const rs_op_t *a, const rs_op_t *b)
-{
-    if (a->kind != b->kind || a->has != b->has || a->nlist != b->nlist ||
-        a->nkeys != b->nkeys || a->arg[0] != b->arg[0] ||
-        a->arg[1] != b->arg[1] || a->arg[2] != b->arg[2] ||
-        a->arg[3] != b->arg[3] ||
-        !same_dims(a->list, b->list, a->nlist))
-        return 0;
-    for (size_t i = 0; i < a->nkeys; i++) {
-        if (!same_key(&a->keys[i], &b->keys[i]))
-            return 0;
-    }
-    return 1;
-}
-
+/* The capture's id stands for the op chain and destination dims; only the
+ * source's shape is compared (two or three dims: a loop, not memcmp). */
 static int same_geometry(const rs_geom_key_t *a, const rs_geom_key_t *b)
 {
-    if (a->src_ndim != b->src_ndim || a->nops != b->nops ||
-        a->ndim != b->ndim ||
-        !same_dims(a->src_shape, b->src_shape, (size_t)a->src_ndim) ||
-        !same_dims(a->dest_shape, b->dest_shape, (size_t)a->ndim) ||
-        !same_dims(a->dest_stride, b->dest_stride, (size_t)a->ndim))
+    if (a->geom != b->geom || a->src_ndim != b->src_ndim)
         return 0;
-    for (size_t i = 0; i < a->nops; i++) {
-        if (!same_op(&a->ops[i], &b->ops[i]))
+    if (a->src_shape == b->src_shape)
+        return 1;
+    for (int i = 0; i < a->src_ndim; i++) {
+        if (a->src_shape[i] != b->src_shape[i])
             return 0;
     }
     return 1;
@@ -132,7 +73,7 @@ static memo_slot_t *recent_find(rs_box_memo_t *memo, const rs_geom_key_t *key)
 {
     for (int i = 0; i < 2; i++) {
         memo_slot_t *s = memo->recent[i];
-        if (s != NULL && s->box != NULL && same_geometry(&s->key, key)) {
+        if (s != NULL && s->e.box != NULL && same_geometry(&s->key, key)) {
             note_recent(memo, s);
             return s;
         }
@@ -140,38 +81,61 @@ static memo_slot_t *recent_find(rs_box_memo_t *memo, const rs_geom_key_t *key)
     return NULL;
 }
 
-const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
-                                  uint64_t *hash_p, rs_dest_fact_t **fact_p)
+/* The slot holding an equal geometry, or NULL; *hash_p receives the key's
+ * hash when it was computed (the recent slots missed). */
+static memo_slot_t *slot_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                              uint64_t *hash_p)
 {
     memo_slot_t *s = recent_find(memo, key);
     if (s != NULL) {
         *hash_p = s->hash;
-        *fact_p = &s->dest;
-        return s->box;
+        return s;
     }
     uint64_t h = hash_key(key);
     s = &memo->slots[h & (MEMO_SLOTS - 1)];
     *hash_p = h;
-    if (s->box == NULL || s->hash != h || !same_geometry(&s->key, key))
+    if (s->e.box == NULL || s->hash != h || !same_geometry(&s->key, key))
         return NULL;
     note_recent(memo, s);
-    *fact_p = &s->dest;
-    return s->box;
+    return s;
+}
+
+const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
+                                  uint64_t *hash_p, rs_dest_fact_t **fact_p)
+{
+    memo_slot_t *s = slot_find(memo, key, hash_p);
+    if (s == NULL)
+        return NULL;
+    *fact_p = &s->e.dest;
+    return s->e.box;
+}
+
+rs_memo_entry_t *rs__box_memo_hit_hashed(rs_box_memo_t *memo, uint32_t geom,
+                                         int src_ndim,
+                                         const int64_t *src_shape)
+{
+    rs_geom_key_t key = {geom, src_ndim, src_shape};
+    uint64_t h = hash_key(&key);
+    memo_slot_t *s = &memo->slots[h & (MEMO_SLOTS - 1)];
+    if (s->e.box == NULL || s->hash != h || !same_geometry(&s->key, &key))
+        return NULL;
+    note_recent(memo, s);
+    return &s->e;
 }
 
 rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
                                  uint64_t hash, const rs_box_t *box)
 {
     memo_slot_t *s = &memo->slots[hash & (MEMO_SLOTS - 1)];
-    if (s->box == NULL && (s->box = malloc(sizeof(rs_box_t))) == NULL)
+    if (s->e.box == NULL && (s->e.box = malloc(sizeof(rs_box_t))) == NULL)
         return NULL;
-    memcpy(s->box, box, offsetof(rs_box_t, factors) +
-                            (size_t)box->nfactors * sizeof(rs_factor_t));
-    s->box->numel = box->numel;
+    memcpy(s->e.box, box, offsetof(rs_box_t, factors) +
+                              (size_t)box->nfactors * sizeof(rs_factor_t));
+    s->e.box->numel = box->numel;
     s->hash = hash;
     s->key = *key;
-    s->dest.known = 0;
-    s->dest.run_known = 0;
+    s->e.dest.known = 0;
+    s->e.dest.run_known = 0;
     note_recent(memo, s);
-    return &s->dest;
+    return &s->e.dest;
 }

@@ -1,7 +1,8 @@
 /* The boxes a plan has resolved, by geometry: copies of a model repeat a few
  * geometries (every expert's slice, every layer's projections) thousands of
  * times, and replaying the ops and mapping the view costs more than the
- * walk of a one-run copy. */
+ * walk of a one-run copy. The capture numbers its copies' geometries
+ * (capture_geom.c), so a key is an id and the source's shape. */
 #ifndef RS_PLAN_BOX_MEMO_H
 #define RS_PLAN_BOX_MEMO_H
 
@@ -10,17 +11,14 @@
 
 #include "geom/box.h"
 
-/* A geometry: the source's full shape, the op chain and the destination's
- * shape and strides (the dest offset does not change the box). Borrowed:
- * it points into the capture and the sources for the life of one build. */
+/* A geometry: the source's full shape and the capture's geometry id of the
+ * copy (its op chain and the destination's shape and strides; the dest
+ * offset does not change the box). The shape is borrowed from the sources
+ * for the life of one build. */
 typedef struct rs_geom_key {
+    uint32_t geom;
     int src_ndim;
     const int64_t *src_shape;
-    const rs_op_t *ops;
-    size_t nops;
-    int ndim;
-    const int64_t *dest_shape;
-    const int64_t *dest_stride;
 } rs_geom_key_t;
 
 typedef struct rs_box_memo rs_box_memo_t;
@@ -39,16 +37,76 @@ typedef struct rs_dest_fact {
     int64_t run_src;
 } rs_dest_fact_t;
 
+/* A remembered box and its destination fact. */
+typedef struct rs_memo_entry {
+    rs_box_t *box; /* NULL: the slot is empty */
+    rs_dest_fact_t dest;
+} rs_memo_entry_t;
+
 /* NULL on exhaustion. */
 rs_box_memo_t *rs__box_memo_create(void);
 void rs__box_memo_destroy(rs_box_memo_t *memo);
 
 /* The box remembered for an equal geometry, or NULL; *fact_p is then its
  * destination fact, which the caller may fill. *hash_p receives the key's
- * hash for a following rs__box_memo_put. Cost: a hash and a compare of the
- * key's arrays. */
+ * hash for a following rs__box_memo_put. Cost: a compare of the id and the
+ * source's dims, and a hash of them when the two slots hit last differ. */
 const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
                                   uint64_t *hash_p, rs_dest_fact_t **fact_p);
+
+/* The memo's layout is here so that a hit on the two slots hit last, a
+ * model's common case, is inline in the caller's loop (box_memo.c says
+ * why those two). */
+typedef struct rs_memo_slot {
+    rs_memo_entry_t e;
+    uint64_t hash;
+    rs_geom_key_t key;
+} rs_memo_slot_t;
+
+#define RS_MEMO_SLOTS 256 /* a power of two; models repeat a few dozen geometries */
+
+struct rs_box_memo {
+    rs_memo_slot_t *recent[2]; /* set only to slots holding a box */
+    rs_memo_slot_t slots[RS_MEMO_SLOTS];
+};
+
+/* rs__box_memo_hit past the two recent slots: hashed. */
+rs_memo_entry_t *rs__box_memo_hit_hashed(rs_box_memo_t *memo, uint32_t geom,
+                                         int src_ndim,
+                                         const int64_t *src_shape);
+
+static inline int rs__memo_slot_is(const rs_memo_slot_t *s, uint32_t geom,
+                                   int src_ndim, const int64_t *src_shape)
+{
+    if (s == NULL || s->key.geom != geom || s->key.src_ndim != src_ndim)
+        return 0;
+    if (s->key.src_shape == src_shape)
+        return 1;
+    for (int i = 0; i < src_ndim; i++) {
+        if (s->key.src_shape[i] != src_shape[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* rs__box_memo_find's common case, the key by value and no hash kept: the
+ * entry remembered for an equal geometry, or NULL. Its box is the memo's
+ * own; the caller may fill its fact. */
+static inline rs_memo_entry_t *rs__box_memo_hit(rs_box_memo_t *memo,
+                                                uint32_t geom, int src_ndim,
+                                                const int64_t *src_shape)
+{
+    rs_memo_slot_t *s = memo->recent[0];
+    if (rs__memo_slot_is(s, geom, src_ndim, src_shape))
+        return &s->e;
+    s = memo->recent[1];
+    if (rs__memo_slot_is(s, geom, src_ndim, src_shape)) {
+        memo->recent[1] = memo->recent[0];
+        memo->recent[0] = s;
+        return &s->e;
+    }
+    return rs__box_memo_hit_hashed(memo, geom, src_ndim, src_shape);
+}
 
 /* Remembers `box` for the key (replacing what shared its slot) and returns
  * the slot's (cleared) destination fact; NULL on exhaustion, which only

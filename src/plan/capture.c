@@ -35,6 +35,7 @@ void rs_capture_destroy(rs_capture_h capture)
     free(capture->sources);
     free(capture->copies);
     free(capture->unsupported);
+    rs__capture_geom_free(capture);
     rs__arena_free(&capture->arena);
     free(capture);
 }
@@ -219,6 +220,23 @@ static rs_status_t check_copy_shape(const rs_copy_desc_t *c, rs_diag_t *diag)
     return RS_OK;
 }
 
+/* The copy's op chain and destination dims, into the arena: the first copy
+ * of a geometry (later ones share its arrays). */
+static rs_status_t dup_geometry(rs_arena_t *a, const rs_copy_desc_t *copy,
+                                rs_cap_copy_t *c)
+{
+    c->ops = rs__arena_alloc(a, (copy->nops ? copy->nops : 1) * sizeof(rs_op_t));
+    c->dest_shape = dup_dims(a, copy->dest_shape, copy->ndim);
+    c->dest_stride = dup_dims(a, copy->dest_stride, copy->ndim);
+    if (c->ops == NULL || c->dest_shape == NULL || c->dest_stride == NULL)
+        return RS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < copy->nops; i++) {
+        if (!dup_op(a, &copy->ops[i], &c->ops[i]))
+            return RS_ERR_NO_MEMORY;
+    }
+    return RS_OK;
+}
+
 rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy,
                                 rs_diag_t *diag)
 {
@@ -240,21 +258,29 @@ rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy
     c.param = c.param_id != UINT32_MAX ? capture->params[c.param_id].name
                                        : rs__arena_strdup(a, copy->param);
     c.nops = copy->nops;
-    c.ops = rs__arena_alloc(a, (copy->nops ? copy->nops : 1) * sizeof(rs_op_t));
     c.dest_offset = copy->dest_offset;
     c.ndim = copy->ndim;
-    c.dest_shape = dup_dims(a, copy->dest_shape, copy->ndim);
-    c.dest_stride = dup_dims(a, copy->dest_stride, copy->ndim);
     c.dest_dtype = copy->dest_dtype;
-    if (c.param == NULL || c.ops == NULL ||
-        c.dest_shape == NULL || c.dest_stride == NULL)
+    if (c.param == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < copy->nops; i++) {
-        if (!dup_op(a, &copy->ops[i], &c.ops[i]))
-            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    uint64_t hash;
+    const rs_cap_copy_t *same = rs__capture_geom_find(capture, copy, &hash);
+    if (same != NULL) {
+        c.ops = same->ops;
+        c.dest_shape = same->dest_shape;
+        c.dest_stride = same->dest_stride;
+        c.geom = same->geom;
+    } else if ((st = dup_geometry(a, copy, &c)) != RS_OK) {
+        return rs__diag_set(diag, st, "out of memory");
     }
     if (!RS_VEC_PUSH(capture, copies, c))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (same == NULL &&
+        !rs__capture_geom_add(capture, capture->copies_len - 1, hash,
+                              &capture->copies[capture->copies_len - 1].geom)) {
+        capture->copies_len--;
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
     return RS_OK;
 }
 

@@ -31,7 +31,15 @@ typedef struct rs_cap_copy {
     int64_t *dest_stride;
     rs_dtype_t dest_dtype;
     rs_quant_desc_t *quant; /* in the arena; NULL when not quantized */
+    uint32_t geom;      /* geometry id: copies with equal ops, dest shape and
+                         * dest strides share it (and those arrays) */
 } rs_cap_copy_t;
+
+/* One numbered geometry: its hash and the first copy that has it. */
+typedef struct rs_cap_geom {
+    uint64_t hash;
+    size_t copy;
+} rs_cap_geom_t;
 
 /* The full shape and dtype the loader assumed for one source. */
 typedef struct rs_cap_source {
@@ -67,6 +75,9 @@ struct rs_capture {
     RS_VEC(rs_cap_name_t, names);
     rs_strmap_t name_index;
     int64_t unattributed;
+    RS_VEC(rs_cap_geom_t, geoms);   /* by geometry id */
+    uint32_t *geom_slots;           /* open addressing: id + 1, 0 empty */
+    size_t geom_slots_len;          /* a power of two, or 0 */
 };
 
 void rs__capture_set_unattributed(rs_capture_h capture, int64_t count);
@@ -75,6 +86,17 @@ void rs__capture_set_unattributed(rs_capture_h capture, int64_t count);
  * its producer did not declare). */
 const rs_cap_source_t *rs__capture_find_source(rs_capture_h capture,
                                                const char *name);
+
+/* Geometry numbering (capture_geom.c). find: the copy already added with
+ * the descriptor's op chain, dest shape and dest strides, or NULL; *hash_p
+ * receives the hash for a following add. add: numbers a new geometry whose
+ * first copy is `copy`; 0 on exhaustion. */
+const rs_cap_copy_t *rs__capture_geom_find(rs_capture_h cap,
+                                           const rs_copy_desc_t *d,
+                                           uint64_t *hash_p);
+int rs__capture_geom_add(rs_capture_h cap, size_t copy, uint64_t hash,
+                         uint32_t *id_p);
+void rs__capture_geom_free(rs_capture_h cap);
 
 /* The fields of a quantized copy a check can refuse, so that each reader
  * names the field in its own terms (the C descriptor's, a JSON path). */

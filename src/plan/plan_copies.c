@@ -303,8 +303,7 @@ static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
                                 const rs_box_t **box_p, rs_dest_fact_t **fact_p,
                                 size_t *bad_op, char *why, size_t whylen)
 {
-    rs_geom_key_t key = {s->tensor->ndim, s->tensor->shape, c->ops, c->nops,
-                         c->ndim, c->dest_shape, dest_stride};
+    rs_geom_key_t key = {c->geom, s->tensor->ndim, s->tensor->shape};
     int memo = dest_stride == c->dest_stride;
     uint64_t hash = 0;
     const rs_box_t *box =
@@ -323,10 +322,13 @@ static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
     return st;
 }
 
-/* Resolves the copy's geometry; on rejection the source goes to fallback. */
-static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
-                                const int64_t *dest_stride,
-                                const rs_box_t **box, int *ok)
+/* Resolves the copy's geometry; on rejection the source goes to fallback.
+ * Kept out of line: its message buffers give it a large frame and a stack
+ * guard, which resolve_copy's common case would otherwise pay per copy. */
+__attribute__((noinline))
+static rs_status_t resolve_general(rs_planner_t *b, size_t ci, rs_psrc_t *s,
+                                   const int64_t *dest_stride,
+                                   const rs_box_t **box, int *ok)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     const rs_cap_param_t *p = &b->cap->params[b->copies[ci].param];
@@ -353,6 +355,33 @@ static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
         snprintf(reason, sizeof(reason), "copy %zu into '%s': %s", ci,
                  c->param, why);
     return rs__planner_fallback(b, b->copies[ci].src, reason);
+}
+
+/* The copy's box. Most copies repeat a geometry whose destination already
+ * checked out (a memo hit with its fact known), and for them only the
+ * bounds are left: resolve_general's check_dest_known, inline. Anything
+ * else (a miss, a convert's staging strides, an unknown fact, a copy out of
+ * bounds) takes the general path, which finds the same answer or refuses
+ * with its message. */
+static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
+                                const int64_t *dest_stride,
+                                const rs_box_t **box, int *ok)
+{
+    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    if (dest_stride == c->dest_stride) {
+        rs_memo_entry_t *e = rs__box_memo_hit(b->memo, c->geom, s->tensor->ndim,
+                                              s->tensor->shape);
+        int64_t last;
+        if (e != NULL && e->dest.known &&
+            rs__add_i64(c->dest_offset, e->dest.span, &last) &&
+            last < b->cap->params[b->copies[ci].param].numel) {
+            b->walk_fact = &e->dest;
+            *box = e->box;
+            *ok = 1;
+            return RS_OK;
+        }
+    }
+    return resolve_general(b, ci, s, dest_stride, box, ok);
 }
 
 /* Checks the copy against its parameter; an inconsistency here is bad
