@@ -110,19 +110,6 @@ const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
     return s->e.box;
 }
 
-rs_memo_entry_t *rs__box_memo_hit_hashed(rs_box_memo_t *memo, uint32_t geom,
-                                         int src_ndim,
-                                         const int64_t *src_shape)
-{
-    rs_geom_key_t key = {geom, src_ndim, src_shape};
-    uint64_t h = hash_key(&key);
-    memo_slot_t *s = &memo->slots[h & (MEMO_SLOTS - 1)];
-    if (s->e.box == NULL || s->hash != h || !same_geometry(&s->key, &key))
-        return NULL;
-    note_recent(memo, s);
-    return &s->e;
-}
-
 rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
                                  uint64_t hash, const rs_box_t *box)
 {

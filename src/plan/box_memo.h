@@ -70,11 +70,6 @@ struct rs_box_memo {
     rs_memo_slot_t slots[RS_MEMO_SLOTS];
 };
 
-/* rs__box_memo_hit past the two recent slots: hashed. */
-rs_memo_entry_t *rs__box_memo_hit_hashed(rs_box_memo_t *memo, uint32_t geom,
-                                         int src_ndim,
-                                         const int64_t *src_shape);
-
 static inline int rs__memo_slot_is(const rs_memo_slot_t *s, uint32_t geom,
                                    int src_ndim, const int64_t *src_shape)
 {
@@ -89,12 +84,14 @@ static inline int rs__memo_slot_is(const rs_memo_slot_t *s, uint32_t geom,
     return 1;
 }
 
-/* rs__box_memo_find's common case, the key by value and no hash kept: the
- * entry remembered for an equal geometry, or NULL. Its box is the memo's
- * own; the caller may fill its fact. */
-static inline rs_memo_entry_t *rs__box_memo_hit(rs_box_memo_t *memo,
-                                                uint32_t geom, int src_ndim,
-                                                const int64_t *src_shape)
+/* rs__box_memo_find's common case, the key by value: the entry of one of
+ * the two slots hit last when it holds an equal geometry, else NULL (the
+ * key may still be in the table: rs__box_memo_find looks there too). No
+ * call, so a caller's fast path around it needs no frame. Its box is the
+ * memo's own; the caller may fill its fact. */
+static inline rs_memo_entry_t *rs__box_memo_recent(rs_box_memo_t *memo,
+                                                   uint32_t geom, int src_ndim,
+                                                   const int64_t *src_shape)
 {
     rs_memo_slot_t *s = memo->recent[0];
     if (rs__memo_slot_is(s, geom, src_ndim, src_shape))
@@ -105,7 +102,7 @@ static inline rs_memo_entry_t *rs__box_memo_hit(rs_box_memo_t *memo,
         memo->recent[0] = s;
         return &s->e;
     }
-    return rs__box_memo_hit_hashed(memo, geom, src_ndim, src_shape);
+    return NULL;
 }
 
 /* Remembers `box` for the key (replacing what shared its slot) and returns

@@ -357,20 +357,22 @@ static rs_status_t resolve_general(rs_planner_t *b, size_t ci, rs_psrc_t *s,
     return rs__planner_fallback(b, b->copies[ci].src, reason);
 }
 
-/* The copy's box. Most copies repeat a geometry whose destination already
- * checked out (a memo hit with its fact known), and for them only the
- * bounds are left: resolve_general's check_dest_known, inline. Anything
- * else (a miss, a convert's staging strides, an unknown fact, a copy out of
- * bounds) takes the general path, which finds the same answer or refuses
- * with its message. */
+/* The copy's box. Most copies repeat a recent geometry whose destination
+ * already checked out (a hit on the memo's recent slots with its fact
+ * known), and for them only the bounds are left: resolve_general's
+ * check_dest_known, inline, with no call, so this path needs no frame.
+ * Anything else (a geometry further back, a miss, a convert's staging
+ * strides, an unknown fact, a copy out of bounds) takes the general path,
+ * which finds the same answer or refuses with its message. */
 static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
                                 const int64_t *dest_stride,
                                 const rs_box_t **box, int *ok)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     if (dest_stride == c->dest_stride) {
-        rs_memo_entry_t *e = rs__box_memo_hit(b->memo, c->geom, s->tensor->ndim,
-                                              s->tensor->shape);
+        rs_memo_entry_t *e = rs__box_memo_recent(b->memo, c->geom,
+                                                 s->tensor->ndim,
+                                                 s->tensor->shape);
         int64_t last;
         if (e != NULL && e->dest.known &&
             rs__add_i64(c->dest_offset, e->dest.span, &last) &&

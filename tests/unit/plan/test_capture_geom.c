@@ -5,8 +5,9 @@
  * in order of first appearance, past the table's growth, and a copy reads
  * back what it was given. The memo: against a model of every key put
  * (id, source shape by value), over more keys than slots and with equal
- * shapes in different arrays, a find returns the box and fact put for an
- * equal key or nothing, never another key's. A plan: copies sharing a
+ * shapes in different arrays, a find (and the inline look at the recent
+ * slots) returns the box and fact put for an equal key or nothing, never
+ * another key's. A plan: copies sharing a
  * geometry id, one after a copy that checked out but out of bounds itself
  * and two whose view writes twice, are refused with the general path's
  * messages, and the rest planned. */
@@ -143,13 +144,21 @@ static void test_memo_never_answers_another_key(void **state)
     rs_box_memo_t *memo = rs__box_memo_create();
     assert_non_null(memo);
     unsigned seed = 12345u;
-    int hits = 0;
+    int hits = 0, recent = 0;
     for (int i = 0; i < 20000; i++) {
         seed = seed * 1103515245u + 12345u;
         /* runs of a few keys (the memo's recent slots), and a wide spread */
         uint32_t geom = (seed >> 8) % (i % 3 ? 4u : 400u);
         int shape = (int)((seed >> 20) % 3), arr = (int)((seed >> 24) & 1);
         rs_geom_key_t key = {geom, 2, shapes[arr][shape]};
+        /* the inline look at the recent slots: the same answer or none */
+        const rs_memo_entry_t *e =
+            rs__box_memo_recent(memo, geom, 2, shapes[arr][shape]);
+        if (e != NULL) {
+            assert_int_equal(e->box->numel, (int64_t)geom * 16 + shape);
+            assert_int_equal(e->dest.span, e->box->numel);
+            recent++;
+        }
         uint64_t hash;
         rs_dest_fact_t *fact = NULL;
         const rs_box_t *got = rs__box_memo_find(memo, &key, &hash, &fact);
@@ -172,6 +181,7 @@ static void test_memo_never_answers_another_key(void **state)
         fact->span = want.numel;
     }
     assert_true(hits > 10000);
+    assert_true(recent > 1000);
     rs__box_memo_destroy(memo);
 }
 
