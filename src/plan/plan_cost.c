@@ -522,6 +522,18 @@ static rs_status_t by_source(rs_planner_t *b, const rs_cost_aggs_t *a,
     return RS_OK;
 }
 
+/* Whether the active copies' sources never decrease in capture order:
+ * then act is already grouped by source, in source order, and by_source's
+ * per-source counts (an array as long as the sources, for a handful of
+ * active copies) are not needed. */
+static int act_grouped(const rs_planner_t *b, const rs_cost_aggs_t *a)
+{
+    for (size_t i = 1; i < a->nact; i++)
+        if (b->copies[a->act[i]].src < b->copies[a->act[i - 1]].src)
+            return 0;
+    return 1;
+}
+
 /* Lifts (on) or restores the copies' exact runs in the replica loads,
  * for the walk of a stage that would replace them all. */
 static void mark_exact(cost_t *c, const size_t *ids, size_t nids, int on)
@@ -564,6 +576,32 @@ static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
     return RS_OK;
 }
 
+static rs_status_t decide_sources(cost_t *c, const size_t *ids,
+                                  const size_t *at)
+{
+    rs_status_t st = RS_OK;
+    for (size_t s = 0; st == RS_OK && s < c->b->psrc_len; s++) {
+        if (at[s + 1] > at[s])
+            st = decide_source(c, (uint32_t)s, ids + at[s], at[s + 1] - at[s]);
+    }
+    return st;
+}
+
+/* decide_sources over act when it is grouped (act_grouped): each run of
+ * one source's copies is that source's ids. */
+static rs_status_t decide_grouped(cost_t *c)
+{
+    const size_t *act = c->aggs.act;
+    rs_status_t st = RS_OK;
+    for (size_t i = 0, j; st == RS_OK && i < c->aggs.nact; i = j) {
+        uint32_t s = c->b->copies[act[i]].src;
+        for (j = i + 1; j < c->aggs.nact && c->b->copies[act[j]].src == s; j++)
+            ;
+        st = decide_source(c, s, act + i, j - i);
+    }
+    return st;
+}
+
 rs_status_t rs__planner_choose(rs_planner_t *b)
 {
     cost_t c;
@@ -571,12 +609,12 @@ rs_status_t rs__planner_choose(rs_planner_t *b)
     rs_status_t st = cost_init(&c, b);
     /* a source without active copies has one run at most: decide_source
      * would leave it as it is (full_pull -1, from psrc_new), so only the
-     * sources of active copies are visited */
-    if (st == RS_OK && c.aggs.nact > 0)
-        st = by_source(b, &c.aggs, &ids, &at);
-    for (size_t s = 0; st == RS_OK && at != NULL && s < b->psrc_len; s++) {
-        if (at[s + 1] > at[s])
-            st = decide_source(&c, (uint32_t)s, ids + at[s], at[s + 1] - at[s]);
+     * sources of active copies are visited, in source order */
+    if (st == RS_OK && c.aggs.nact > 0) {
+        if (act_grouped(b, &c.aggs))
+            st = decide_grouped(&c);
+        else if ((st = by_source(b, &c.aggs, &ids, &at)) == RS_OK)
+            st = decide_sources(&c, ids, at);
     }
     if (st == RS_OK)
         st = rs__cost_guarantee(b, &c.aggs);

@@ -75,23 +75,42 @@ static void add_sums(const rs_planner_t *b, const rs_pcopy_t *pc,
 }
 
 /* Appends the copy to the chain when assembly appends its runs (every
- * copy but the converts, that has some), its first run joining the last
- * run of the copy before (whose end is where any run merged into it
- * ends). */
-static void chain_copy(const rs_planner_t *b, size_t ci, rs_cost_aggs_t *a,
-                       const rs_segment_t **last)
+ * copy but the converts, that has some: s0 its first run, sn its last),
+ * its first run joining the last run of the copy before (whose end is
+ * where any run merged into it ends). */
+static void chain_copy(const rs_pcopy_t *pc, size_t ci,
+                       const rs_segment_t *s0, const rs_segment_t *sn,
+                       rs_cost_aggs_t *a, const rs_segment_t **last)
 {
-    const rs_pcopy_t *pc = &b->copies[ci];
-    const rs_segment_t *s0 = NULL, *sn = NULL;
-    a->pos[ci] = RS_COST_NO_CHAIN;
-    if (pc->kind == RS_PCOPY_CONVERT || rs__cost_ends(b, pc, &s0, &sn) == 0)
+    if (pc->kind == RS_PCOPY_CONVERT || pc->nexact == 0) {
+        a->pos[ci] = RS_COST_NO_CHAIN;
         return;
+    }
     int join = a->nchain > 0 && rs__cost_continues(*last, s0);
     a->joins[a->nchain] = (unsigned char)join;
     a->joined[s0->session] += (uint64_t)join;
     *last = sn;
     a->pos[ci] = a->nchain;
     a->chain[a->nchain++] = ci;
+}
+
+/* add_sums and chain_copy of a live copy. Most copies keep one run: it
+ * is their sums and both their ends, read once. */
+static void note_live(const rs_planner_t *b, size_t ci, rs_cost_aggs_t *a,
+                      const rs_segment_t **last)
+{
+    const rs_pcopy_t *pc = &b->copies[ci];
+    const rs_segment_t *s0 = NULL, *sn = NULL;
+    if (!pc->dropped && pc->seg_end - pc->seg_begin == 1) {
+        const rs_segment_t *r = &b->tmp.v[pc->seg_begin];
+        a->bytes[r->session] += r->nbytes;
+        a->descs[r->session]++;
+        chain_copy(pc, ci, r, r, a, last);
+        return;
+    }
+    add_sums(b, pc, a);
+    rs__cost_ends(b, pc, &s0, &sn);
+    chain_copy(pc, ci, s0, sn, a, last);
 }
 
 static int aggs_alloc(rs_cost_aggs_t *a, size_t nc, size_t ns)
@@ -125,11 +144,13 @@ rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
         pc->stage = -1;
         pc->capped = 0;
         a->at[ci] = out.v_len;
-        if (!rs__cost_live(b, pc))
+        if (pc->kind == RS_PCOPY_SKIP)
             continue; /* the model never reads it */
-        add_sums(b, pc, a);
-        chain_copy(b, ci, a, &last);
-        if (!rs__cost_active_src(&b->psrc[pc->src]))
+        const rs_psrc_t *s = &b->psrc[pc->src];
+        if (s->fallback != NULL)
+            continue; /* nor this one (rs__cost_live) */
+        note_live(b, ci, a, &last);
+        if (!rs__cost_active_src(s))
             continue; /* one run at most: nothing to weigh */
         size_t n;
         const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
