@@ -95,8 +95,8 @@ void rs__cost_aggs_free(rs_cost_aggs_t *a);
 
 /* Compares the greedy choice (each copy's stage) with the all-exact and
  * the full-pull plans, keeps the fastest, and sets the stats'
- * exact_est_seconds (plan_cost_guard.c): O(copies' sessions + staged
- * runs) per plan compared. */
+ * exact_est_seconds (plan_cost_guard.c): O(sessions + active copies'
+ * sessions + staged runs) per plan compared. */
 rs_status_t rs__cost_guarantee(rs_planner_t *b, const rs_cost_aggs_t *a);
 
 #endif

@@ -3,10 +3,12 @@
  * source it can whole, each estimated as assembly will build it (exact runs
  * merged across copies where they continue each other), and the fastest is
  * kept: the chosen plan is never estimated slower than either.
- * One pass over the copies makes the all-exact plan's per-session sums and
- * lists the copies any contender stages; a contender's estimate then starts
- * from those sums and changes only what its staged copies change, so it
- * costs those copies and the sessions, not every copy of the plan. */
+ * The cost model's pass over the copies (plan_cost_agg.c) made the
+ * all-exact plan's per-session sums, its chain of runs and the list of
+ * active copies, the only ones any contender can stage; a contender's
+ * estimate starts from those sums and changes only what its staged copies
+ * change, so it costs those copies and the sessions, not every copy of
+ * the plan. */
 #include <stdlib.h>
 #include <string.h>
 
