@@ -475,19 +475,13 @@ static rs_status_t cost_init(cost_t *c, rs_planner_t *b)
     rs_status_t st = rs__cost_aggs_build(b, &c->aggs);
     if (st != RS_OK)
         return st;
-    size_t nc = b->cap->copies_len;
-    for (size_t ci = 0; ci < nc; ci++) {
-        b->copies[ci].stage = -1;
-        b->copies[ci].capped = 0;
-    }
-    /* every live copy's exact runs: all the aggregates there are (what
-     * delta_exact of each and delta_end would sum, without the marks) */
-    for (size_t i = 0; i < c->aggs.at[nc]; i++) {
-        const rs_cost_agg_t *a = &c->aggs.v[i];
-        c->bytes[a->session] += a->bytes;
-        c->descs[a->session] += a->descs;
-        c->tot_bytes += a->bytes;
-        c->tot_descs += a->descs;
+    /* every live copy's exact runs: the pass's sums (what delta_exact of
+     * each and delta_end would sum, without the marks) */
+    for (size_t k = 0; k < ns; k++) {
+        c->bytes[k] = c->aggs.bytes[k];
+        c->descs[k] = c->aggs.descs[k];
+        c->tot_bytes += c->bytes[k];
+        c->tot_descs += c->descs[k];
     }
     c->max_t = rs__cost_plan_seconds(b->params, c->bytes, c->descs, ns);
     return RS_OK;
@@ -504,28 +498,40 @@ static void cost_free(cost_t *c)
     rs__cost_aggs_free(&c->aggs);
 }
 
-/* The copies of each source, in capture order: ids[at[s] .. at[s + 1]). */
-static rs_status_t by_source(rs_planner_t *b, size_t **ids_p, size_t **at_p)
+/* The active copies of each source (rs_cost_aggs_t act), in capture
+ * order: ids[at[s] .. at[s + 1]); every other source has none. */
+static rs_status_t by_source(rs_planner_t *b, const rs_cost_aggs_t *a,
+                             size_t **ids_p, size_t **at_p)
 {
-    size_t nc = b->cap->copies_len, np = b->psrc_len;
-    size_t *at = calloc(np + 2, sizeof(size_t)), *ids = malloc((nc + 1) *
+    size_t np = b->psrc_len;
+    size_t *at = calloc(np + 2, sizeof(size_t)), *ids = malloc((a->nact + 1) *
                                                                sizeof(size_t));
     if (at == NULL || ids == NULL) {
         free(at);
         free(ids);
         return OOM(b);
     }
-    for (size_t ci = 0; ci < nc; ci++)
-        if (rs__cost_live(b, &b->copies[ci]))
-            at[b->copies[ci].src + 2]++;
+    for (size_t i = 0; i < a->nact; i++)
+        at[b->copies[a->act[i]].src + 2]++;
     for (size_t s = 2; s < np + 2; s++)
         at[s] += at[s - 1];
-    for (size_t ci = 0; ci < nc; ci++)
-        if (rs__cost_live(b, &b->copies[ci]))
-            ids[at[b->copies[ci].src + 1]++] = ci;
+    for (size_t i = 0; i < a->nact; i++)
+        ids[at[b->copies[a->act[i]].src + 1]++] = a->act[i];
     *ids_p = ids;
     *at_p = at;
     return RS_OK;
+}
+
+/* Whether the active copies' sources never decrease in capture order:
+ * then act is already grouped by source, in source order, and by_source's
+ * per-source counts (an array as long as the sources, for a handful of
+ * active copies) are not needed. */
+static int act_grouped(const rs_planner_t *b, const rs_cost_aggs_t *a)
+{
+    for (size_t i = 1; i < a->nact; i++)
+        if (b->copies[a->act[i]].src < b->copies[a->act[i - 1]].src)
+            return 0;
+    return 1;
 }
 
 /* Lifts (on) or restores the copies' exact runs in the replica loads,
@@ -570,17 +576,45 @@ static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
     return RS_OK;
 }
 
+static rs_status_t decide_sources(cost_t *c, const size_t *ids,
+                                  const size_t *at)
+{
+    rs_status_t st = RS_OK;
+    for (size_t s = 0; st == RS_OK && s < c->b->psrc_len; s++) {
+        if (at[s + 1] > at[s])
+            st = decide_source(c, (uint32_t)s, ids + at[s], at[s + 1] - at[s]);
+    }
+    return st;
+}
+
+/* decide_sources over act when it is grouped (act_grouped): each run of
+ * one source's copies is that source's ids. */
+static rs_status_t decide_grouped(cost_t *c)
+{
+    const size_t *act = c->aggs.act;
+    rs_status_t st = RS_OK;
+    for (size_t i = 0, j; st == RS_OK && i < c->aggs.nact; i = j) {
+        uint32_t s = c->b->copies[act[i]].src;
+        for (j = i + 1; j < c->aggs.nact && c->b->copies[act[j]].src == s; j++)
+            ;
+        st = decide_source(c, s, act + i, j - i);
+    }
+    return st;
+}
+
 rs_status_t rs__planner_choose(rs_planner_t *b)
 {
     cost_t c;
     size_t *ids = NULL, *at = NULL;
     rs_status_t st = cost_init(&c, b);
-    if (st == RS_OK)
-        st = by_source(b, &ids, &at);
-    for (size_t s = 0; st == RS_OK && s < b->psrc_len; s++) {
-        if (b->psrc[s].fallback == NULL && b->psrc[s].tensor != NULL &&
-            at[s + 1] > at[s])
-            st = decide_source(&c, (uint32_t)s, ids + at[s], at[s + 1] - at[s]);
+    /* a source without active copies has one run at most: decide_source
+     * would leave it as it is (full_pull -1, from psrc_new), so only the
+     * sources of active copies are visited, in source order */
+    if (st == RS_OK && c.aggs.nact > 0) {
+        if (act_grouped(b, &c.aggs))
+            st = decide_grouped(&c);
+        else if ((st = by_source(b, &c.aggs, &ids, &at)) == RS_OK)
+            st = decide_sources(&c, ids, at);
     }
     if (st == RS_OK)
         st = rs__cost_guarantee(b, &c.aggs);

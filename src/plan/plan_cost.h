@@ -40,6 +40,16 @@ static inline uint64_t rs__cost_ends(const rs_planner_t *b,
     return pc->nexact;
 }
 
+/* Whether run s continues run last: assembly merges the two into one
+ * descriptor. */
+static inline int rs__cost_continues(const rs_segment_t *last,
+                                     const rs_segment_t *s)
+{
+    return last->session == s->session && last->param == s->param &&
+           last->src_addr + last->nbytes == s->src_addr &&
+           last->dst_byte + last->nbytes == s->dst_byte;
+}
+
 /* A copy the model may stage: same dtype, reads something, all of it
  * published. */
 static inline int rs__cost_stageable(const rs_planner_t *b,
@@ -49,22 +59,44 @@ static inline int rs__cost_stageable(const rs_planner_t *b,
            pc->missing == 0 && pc->nexact > 0;
 }
 
-/* Per copy ci, its aggregates v[at[ci] .. at[ci + 1]) (plan_cost_agg.c). */
+/* What one pass over the copies learns for the cost model
+ * (plan_cost_agg.c). Only a source whose copies take more than one run
+ * in all (psrc exact_segments) has an alternative to weigh: its live
+ * copies are the active ones, listed in capture order in act, and only
+ * they get aggregates, v[at[ci] .. at[ci + 1]) (empty for every other
+ * copy). Every live copy's exact runs are summed per session in bytes and
+ * descs (the all-exact plan before assembly's joins), and the copies with
+ * runs that assembly appends one after another form the chain, joins[p]
+ * telling whether position p's first run continues the run before it
+ * (joined[k]: such joins on session k); pos[ci] is a chained copy's
+ * position. */
+#define RS_COST_NO_CHAIN SIZE_MAX
 typedef struct rs_cost_aggs {
     rs_cost_agg_t *v;
     size_t *at;
+    uint64_t *bytes, *descs, *joined; /* per session, nsessions + 1 */
+    size_t *chain, nchain, *pos;
+    unsigned char *joins;
+    size_t *act, nact;
 } rs_cost_aggs_t;
 
-/* Builds the aggregates of every live copy's exact runs: O(kept runs +
- * dropped copies' sessions).
+/* A source some choice could read in fewer runs than one: more than one
+ * exact run over its copies (stageable ones take no more than all). */
+static inline int rs__cost_active_src(const rs_psrc_t *s)
+{
+    return s->exact_segments > 1 && s->fallback == NULL && s->tensor != NULL;
+}
+
+/* Builds the above in one pass over the copies, and resets every copy's
+ * stage (-1) and cap flag: O(copies + active copies' runs).
  * RS_ERR_NO_MEMORY (a diag set) or RS_OK. */
 rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a);
 void rs__cost_aggs_free(rs_cost_aggs_t *a);
 
 /* Compares the greedy choice (each copy's stage) with the all-exact and
  * the full-pull plans, keeps the fastest, and sets the stats'
- * exact_est_seconds (plan_cost_guard.c): O(copies' sessions + staged
- * runs) per plan compared. */
+ * exact_est_seconds (plan_cost_guard.c): O(sessions + active copies'
+ * sessions + staged runs) per plan compared. */
 rs_status_t rs__cost_guarantee(rs_planner_t *b, const rs_cost_aggs_t *a);
 
 #endif

@@ -1,7 +1,14 @@
-/* Per copy, its exact runs summed per session (rs_cost_agg_t): the cost
- * model moves a copy between ways of reading it many times, and each move
- * then costs the sessions it reads rather than its runs. A kept copy's
- * runs are summed here; a dropped copy's were summed by its walk. */
+/* One pass over the copies for the cost model (rs_cost_aggs_t): every
+ * live copy's exact runs summed per session (the all-exact plan) and
+ * chained as assembly will append them, and, for the copies of sources
+ * with an alternative to weigh, their runs summed per session
+ * (rs_cost_agg_t): the model moves such a copy between ways of reading it
+ * many times, and each move then costs the sessions it reads rather than
+ * its runs. Most copies (a whole expert tensor published by one shard:
+ * one run) have no alternative: for them the pass does the sums and the
+ * chain and nothing else, instead of an aggregate, a by-source list and
+ * a second and third pass each. A kept copy's runs are summed here; a
+ * dropped copy's were summed by its walk. */
 #include <stdlib.h>
 
 #include "core/diag.h"
@@ -49,39 +56,115 @@ static int copy_sums(const rs_planner_t *b, const rs_pdrop_t *d,
     return 1;
 }
 
+/* The copy's exact runs into the all-exact plan's per-session sums. */
+static void add_sums(const rs_planner_t *b, const rs_pcopy_t *pc,
+                     rs_cost_aggs_t *a)
+{
+    if (pc->dropped) {
+        const rs_pdrop_t *d = &b->drops[pc->drop];
+        for (size_t i = d->agg_begin; i < d->agg_end; i++) {
+            a->bytes[b->drop_aggs[i].session] += b->drop_aggs[i].bytes;
+            a->descs[b->drop_aggs[i].session] += b->drop_aggs[i].descs;
+        }
+        return;
+    }
+    for (size_t i = pc->seg_begin; i < pc->seg_end; i++) {
+        a->bytes[b->tmp.v[i].session] += b->tmp.v[i].nbytes;
+        a->descs[b->tmp.v[i].session]++;
+    }
+}
+
+/* Appends the copy to the chain when assembly appends its runs (every
+ * copy but the converts, that has some: s0 its first run, sn its last),
+ * its first run joining the last run of the copy before (whose end is
+ * where any run merged into it ends). */
+static void chain_copy(const rs_pcopy_t *pc, size_t ci,
+                       const rs_segment_t *s0, const rs_segment_t *sn,
+                       rs_cost_aggs_t *a, const rs_segment_t **last)
+{
+    if (pc->kind == RS_PCOPY_CONVERT || pc->nexact == 0) {
+        a->pos[ci] = RS_COST_NO_CHAIN;
+        return;
+    }
+    int join = a->nchain > 0 && rs__cost_continues(*last, s0);
+    a->joins[a->nchain] = (unsigned char)join;
+    a->joined[s0->session] += (uint64_t)join;
+    *last = sn;
+    a->pos[ci] = a->nchain;
+    a->chain[a->nchain++] = ci;
+}
+
+/* add_sums and chain_copy of a live copy. Most copies keep one run: it
+ * is their sums and both their ends, read once. */
+static void note_live(const rs_planner_t *b, size_t ci, rs_cost_aggs_t *a,
+                      const rs_segment_t **last)
+{
+    const rs_pcopy_t *pc = &b->copies[ci];
+    const rs_segment_t *s0 = NULL, *sn = NULL;
+    if (!pc->dropped && pc->seg_end - pc->seg_begin == 1) {
+        const rs_segment_t *r = &b->tmp.v[pc->seg_begin];
+        a->bytes[r->session] += r->nbytes;
+        a->descs[r->session]++;
+        chain_copy(pc, ci, r, r, a, last);
+        return;
+    }
+    add_sums(b, pc, a);
+    rs__cost_ends(b, pc, &s0, &sn);
+    chain_copy(pc, ci, s0, sn, a, last);
+}
+
+static int aggs_alloc(rs_cost_aggs_t *a, size_t nc, size_t ns)
+{
+    *a = (rs_cost_aggs_t){0};
+    /* the per-copy arrays in one block, the per-session ones in another */
+    a->at = malloc((4 * nc + 1) * sizeof(size_t) + nc + 1);
+    a->bytes = calloc(3 * (ns + 1), sizeof(uint64_t));
+    if (a->at == NULL || a->bytes == NULL)
+        return 0;
+    a->chain = a->at + nc + 1;
+    a->pos = a->chain + nc;
+    a->act = a->pos + nc;
+    a->joins = (unsigned char *)(a->act + nc);
+    a->descs = a->bytes + ns + 1;
+    a->joined = a->descs + ns + 1;
+    return 1;
+}
+
 rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
 {
     size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
     long *slot = malloc((ns + 1) * sizeof(long));
     agg_vec_t out = {0};
-    /* at most one entry per kept run or dropped copy's sum: sized once */
-    int ok = slot != NULL &&
-             rs__vec_reserve((void **)&out.v, &out.v_cap,
-                             b->tmp.v_len + b->drop_aggs_len + 1,
-                             sizeof(rs_cost_agg_t));
-    a->v = NULL;
-    a->at = malloc((nc + 1) * sizeof(size_t));
+    const rs_segment_t *last = NULL;
+    int ok = aggs_alloc(a, nc, ns) && slot != NULL;
     for (size_t k = 0; ok && k < ns; k++)
         slot[k] = -1;
-    for (size_t ci = 0; ok && a->at != NULL && ci < nc; ci++) {
-        const rs_pcopy_t *pc = &b->copies[ci];
-        size_t n;
+    for (size_t ci = 0; ok && ci < nc; ci++) {
+        rs_pcopy_t *pc = &b->copies[ci];
+        pc->stage = -1;
+        pc->capped = 0;
         a->at[ci] = out.v_len;
-        if (!rs__cost_live(b, pc))
+        if (pc->kind == RS_PCOPY_SKIP)
             continue; /* the model never reads it */
+        const rs_psrc_t *s = &b->psrc[pc->src];
+        if (s->fallback != NULL)
+            continue; /* nor this one (rs__cost_live) */
+        note_live(b, ci, a, &last);
+        if (!rs__cost_active_src(s))
+            continue; /* one run at most: nothing to weigh */
+        size_t n;
         const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
+        a->act[a->nact++] = ci;
         ok = pc->dropped ? copy_sums(b, &b->drops[pc->drop], &out)
                          : sum_copy(ex, n, slot, &out);
     }
     free(slot);
-    if (!ok || a->at == NULL) {
-        free(out.v);
-        free(a->at);
-        a->at = NULL;
+    a->v = out.v;
+    if (!ok) {
+        rs__cost_aggs_free(a);
         return rs__diag_set(b->diag, RS_ERR_NO_MEMORY, "out of memory");
     }
     a->at[nc] = out.v_len;
-    a->v = out.v;
     return RS_OK;
 }
 
@@ -89,4 +172,6 @@ void rs__cost_aggs_free(rs_cost_aggs_t *a)
 {
     free(a->v);
     free(a->at);
+    free(a->bytes);
+    *a = (rs_cost_aggs_t){0};
 }

@@ -3,10 +3,12 @@
  * source it can whole, each estimated as assembly will build it (exact runs
  * merged across copies where they continue each other), and the fastest is
  * kept: the chosen plan is never estimated slower than either.
- * One pass over the copies makes the all-exact plan's per-session sums and
- * lists the copies any contender stages; a contender's estimate then starts
- * from those sums and changes only what its staged copies change, so it
- * costs those copies and the sessions, not every copy of the plan. */
+ * The cost model's pass over the copies (plan_cost_agg.c) made the
+ * all-exact plan's per-session sums, its chain of runs and the list of
+ * active copies, the only ones any contender can stage; a contender's
+ * estimate starts from those sums and changes only what its staged copies
+ * change, so it costs those copies and the sessions, not every copy of
+ * the plan. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,14 +27,16 @@ enum { WAY_G, WAY_X, WAY_F };
  * converts, that has some run (what assembly appends one after another),
  * and whether each one's first run continues the run before it (assembly
  * then merges the two: one descriptor less). */
+/* The plan's exact runs in assembly order (rs_cost_aggs_t chain, joins)
+ * and the copies some contender stages. */
 typedef struct est {
     rs_planner_t *b;
     const rs_cost_aggs_t *aggs;
     uint64_t *bytes, *descs;           /* one estimate's sums */
     uint64_t *all_bytes, *all_descs;   /* the all-exact plan's */
-    size_t *chain, nchain;
-    unsigned char *joins;              /* per chain position */
-    const rs_segment_t *chain_last;    /* the chain's last copy's last run */
+    const size_t *chain;
+    size_t nchain;
+    const unsigned char *joins;        /* per chain position */
     size_t *cand, *cand_at, ncand;     /* staged by some contender: the
                                         * copy and its chain position */
     unsigned char *used;               /* per stage */
@@ -54,13 +58,6 @@ static long way_of(const rs_planner_t *b, const rs_pcopy_t *pc, int way)
     return full >= 0 && rs__cost_stageable(b, pc) ? full : x;
 }
 
-static int continues(const rs_segment_t *last, const rs_segment_t *s)
-{
-    return last->session == s->session && last->param == s->param &&
-           last->src_addr + last->nbytes == s->src_addr &&
-           last->dst_byte + last->nbytes == s->dst_byte;
-}
-
 static const rs_segment_t *first_run(const est_t *e, size_t at)
 {
     const rs_segment_t *s0 = NULL, *sn = NULL;
@@ -75,12 +72,9 @@ static const rs_segment_t *last_run(const est_t *e, size_t at)
     return sn;
 }
 
-/* Adds copy ci to the candidates when some contender stages it, and to
- * the chain when it has exact runs, its first run joining the last run of
- * the copy before (whose end is where any run merged into it ends). A
- * staged copy is stageable, so in the chain; a staged copy without exact
- * runs would only trade its (empty) sums for the stage (NO_CHAIN). */
-#define NO_CHAIN SIZE_MAX
+/* Adds copy ci to the candidates when some contender stages it. A staged
+ * copy is stageable, so in the chain; a staged copy without exact runs
+ * would only trade its (empty) sums for the stage (RS_COST_NO_CHAIN). */
 static void note_copy(est_t *e, size_t ci, differs_t *df)
 {
     const rs_planner_t *b = e->b;
@@ -90,39 +84,30 @@ static void note_copy(est_t *e, size_t ci, differs_t *df)
     long g = pc->stage, x = pc->capped ? g : -1, full =
         b->psrc[pc->src].full_pull;
     long f = full >= 0 && rs__cost_stageable(b, pc) ? full : x;
-    const rs_segment_t *s0 = NULL, *sn = NULL;
-    int chained = pc->kind != RS_PCOPY_CONVERT &&
-                  rs__cost_ends(b, pc, &s0, &sn) > 0;
     df->x |= pc->capped;
     df->g |= g != x;
     df->f |= f != x;
     if (g >= 0 || x >= 0 || f >= 0) {
         e->cand[e->ncand] = ci;
-        e->cand_at[e->ncand++] = chained ? e->nchain : NO_CHAIN;
+        e->cand_at[e->ncand++] = e->aggs->pos[ci];
     }
-    if (!chained)
-        return;
-    e->joins[e->nchain] = e->nchain > 0 && continues(e->chain_last, s0);
-    e->chain_last = sn;
-    if (e->joins[e->nchain])
-        e->all_descs[s0->session]--;
-    e->chain[e->nchain++] = ci;
 }
 
-/* The all-exact plan: every live copy's aggregates (converts' too), less
- * the joins; and the candidates of the other contenders. */
+/* The all-exact plan: every live copy's sums (converts' too), less the
+ * joins; and the candidates of the other contenders. Only an active copy
+ * (a copy of a source with an alternative) can be one: no other is ever
+ * staged, nor has a full pull. */
 static differs_t prepare(est_t *e)
 {
-    rs_planner_t *b = e->b;
-    size_t nc = b->cap->copies_len;
+    const rs_cost_aggs_t *a = e->aggs;
+    size_t ns = e->b->plan->nsessions;
     differs_t df = {0, 0, 0};
-    for (size_t i = 0; i < e->aggs->at[nc]; i++) {
-        e->all_bytes[e->aggs->v[i].session] += e->aggs->v[i].bytes;
-        e->all_descs[e->aggs->v[i].session] += e->aggs->v[i].descs;
+    for (size_t k = 0; k < ns; k++) {
+        e->all_bytes[k] = a->bytes[k];
+        e->all_descs[k] = a->descs[k] - a->joined[k];
     }
-    for (size_t ci = 0; ci < nc; ci++)
-        if (rs__cost_live(b, &b->copies[ci]))
-            note_copy(e, ci, &df);
+    for (size_t i = 0; i < a->nact; i++)
+        note_copy(e, a->act[i], &df);
     return df;
 }
 
@@ -135,7 +120,7 @@ static void unjoin(est_t *e, size_t p, size_t q)
             e->descs[first_run(e, i)->session]++;
     if (p > 0 && q + 1 < e->nchain) {
         const rs_segment_t *s0 = first_run(e, q + 1);
-        if (continues(last_run(e, p - 1), s0))
+        if (rs__cost_continues(last_run(e, p - 1), s0))
             e->descs[s0->session]--;
     }
 }
@@ -173,7 +158,7 @@ static double est_way(est_t *e, int way)
             continue;
         stage_copy(e, e->cand[i], k);
         size_t at = e->cand_at[i];
-        if (at == NO_CHAIN)
+        if (at == RS_COST_NO_CHAIN)
             continue;
         if (open && at == q + 1) {
             q = at;
@@ -219,30 +204,25 @@ static void keep_fastest(rs_planner_t *b, est_t *e)
 
 rs_status_t rs__cost_guarantee(rs_planner_t *b, const rs_cost_aggs_t *aggs)
 {
-    size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
-    est_t e = {b, aggs, malloc((ns + 1) * sizeof(uint64_t)),
-               malloc((ns + 1) * sizeof(uint64_t)),
-               calloc(ns + 1, sizeof(uint64_t)),
-               calloc(ns + 1, sizeof(uint64_t)),
-               malloc((nc + 1) * sizeof(size_t)), 0, malloc(nc + 1), NULL,
-               malloc((nc + 1) * sizeof(size_t)),
-               malloc((nc + 1) * sizeof(size_t)), 0,
-               malloc(b->stages_len + 1)};
+    size_t ns = b->plan->nsessions, na = aggs->nact;
+    /* the sessions' four sums in one block, the candidates' two lists in
+     * another: they are as many as the active copies */
+    uint64_t *sums = calloc(4 * (ns + 1), sizeof(uint64_t));
+    size_t *cands = malloc((2 * na + 1) * sizeof(size_t));
+    est_t e = {b, aggs, sums, NULL, NULL, NULL, aggs->chain, aggs->nchain,
+               aggs->joins, cands, NULL, 0, malloc(b->stages_len + 1)};
     rs_status_t st = RS_OK;
-    if (e.bytes == NULL || e.descs == NULL || e.all_bytes == NULL ||
-        e.all_descs == NULL || e.chain == NULL || e.joins == NULL ||
-        e.cand == NULL || e.cand_at == NULL || e.used == NULL)
+    if (sums == NULL || cands == NULL || e.used == NULL) {
         st = OOM(b);
-    else
+    } else {
+        e.descs = sums + ns + 1;
+        e.all_bytes = e.descs + ns + 1;
+        e.all_descs = e.all_bytes + ns + 1;
+        e.cand_at = cands + na;
         keep_fastest(b, &e);
-    free(e.bytes);
-    free(e.descs);
-    free(e.all_bytes);
-    free(e.all_descs);
-    free(e.chain);
-    free(e.joins);
-    free(e.cand);
-    free(e.cand_at);
+    }
+    free(sums);
+    free(cands);
     free(e.used);
     return st;
 }

@@ -33,9 +33,11 @@ typedef struct env {
     uint16_t param[4][MAX_ELEMS];
     int64_t pnumel[4];
     int nparams;
+    int has_v; /* a second source "v": w's layout and contents at v_addr */
 } env_t;
 
 static const uint64_t shard_addr[2] = {0x100000, 0x200000};
+static const uint64_t v_addr[2] = {0x140000, 0x240000};
 
 static void env_init(env_t *e, int ndim, const int64_t *shape)
 {
@@ -59,12 +61,16 @@ static void env_init(env_t *e, int ndim, const int64_t *shape)
                               s ? "rank-1" : "rank-0", s, shard_addr[s], off,
                               sshape, NULL};
         assert_int_equal(rs_sources_add_shard(e->srcs, &sd, &d), RS_OK);
+        sd.tensor = "v";
+        sd.addr = v_addr[s];
+        assert_int_equal(rs_sources_add_shard(e->srcs, &sd, &d), RS_OK);
     }
 }
 
 /* A copy of w narrowed to [lo[k], lo[k] + len[k]) per dim into a new
  * row-major param. */
-static void env_copy(env_t *e, const int64_t *lo, const int64_t *len)
+static void env_copy_of(env_t *e, const char *src, const int64_t *lo,
+                        const int64_t *len)
 {
     rs_diag_t d;
     rs_op_t ops[3];
@@ -80,10 +86,15 @@ static void env_copy(env_t *e, const int64_t *lo, const int64_t *len)
     snprintf(name, sizeof(name), "p%d", e->nparams);
     assert_int_equal(rs_capture_add_param(e->cap, name, e->ndim, len,
                                           RS_DTYPE_BF16, &d), RS_OK);
-    rs_copy_desc_t c = {"w", name, ops, (size_t)e->ndim, 0, e->ndim, len,
+    rs_copy_desc_t c = {src, name, ops, (size_t)e->ndim, 0, e->ndim, len,
                         stride, RS_DTYPE_BF16};
     assert_int_equal(rs_capture_add_copy(e->cap, &c, &d), RS_OK);
     e->pnumel[e->nparams++] = numel;
+}
+
+static void env_copy(env_t *e, const int64_t *lo, const int64_t *len)
+{
+    env_copy_of(e, "w", lo, len);
 }
 
 static rs_plan_h env_plan(env_t *e, double nic_gbps, double descriptor_ns,
@@ -112,8 +123,12 @@ static void env_check(env_t *e, rs_plan_h plan, const int64_t (*lo)[3],
     mini_exec_t *mx = mini_exec_create(plan);
     char err[256];
     for (int s = 0; s < 2; s++)
+    {
         mini_exec_add_shard(mx, s ? "rank-1" : "rank-0", shard_addr[s],
                             e->shard[s], sizeof(e->shard[s]));
+        mini_exec_add_shard(mx, s ? "rank-1" : "rank-0", v_addr[s],
+                            e->shard[s], sizeof(e->shard[s]));
+    }
     for (int p = 0; p < e->nparams; p++) {
         memset(e->param[p], 0xEE, sizeof(e->param[p]));
         mini_exec_set_param(mx, (size_t)p, e->param[p]);
@@ -284,6 +299,68 @@ static void test_bound_box_of_a_source_s_copies(void **state)
     env_free(&e);
 }
 
+/* test_bound_box_of_a_source_s_copies for two sources, w and v, whose
+ * copies the capture interleaves (w, v, w, v): the cost model then groups
+ * them by source itself instead of taking them in capture order
+ * (plan_cost.c by_source). The plan must be what the same copies give in
+ * grouped order (w, w, v, v): one bound box per source, nothing else. */
+static rs_plan_h interleaved_plan(env_t *e, const char *const *order,
+                                  int64_t (*lo)[3], int64_t (*len)[3])
+{
+    const int64_t shape[] = {ROWS, 16}, blo[2][3] = {{8, 0}, {8, 8}},
+                  blen[3] = {16, 8};
+    int nw = 0, nv = 0;
+    env_init(e, 2, shape);
+    for (int i = 0; i < 4; i++) {
+        int k = order[i][0] == 'w' ? nw++ : nv++;
+        memcpy(lo[i], blo[k], sizeof(lo[i]));
+        memcpy(len[i], blen, sizeof(len[i]));
+        env_copy_of(e, order[i], lo[i], len[i]);
+    }
+    return env_plan(e, 400, 0.1, 0);
+}
+
+static void test_bound_boxes_of_interleaved_sources(void **state)
+{
+    (void)state;
+    static const char *const mixed[] = {"w", "v", "w", "v"};
+    static const char *const grouped[] = {"w", "w", "v", "v"};
+    env_t e1, e2;
+    int64_t lo1[4][3], len1[4][3], lo2[4][3], len2[4][3];
+    rs_plan_h p1 = interleaved_plan(&e1, mixed, lo1, len1);
+    rs_plan_h p2 = interleaved_plan(&e2, grouped, lo2, len2);
+    size_t n1, n2, f1, f2;
+    const rs_full_pull_t *fp1 = rs_plan_full_pulls(p1, &f1);
+    const rs_full_pull_t *fp2 = rs_plan_full_pulls(p2, &f2);
+    rs_plan_segments(p1, &n1);
+    rs_plan_segments(p2, &n2);
+    assert_int_equal(n1, 0);
+    assert_int_equal(n2, 0);
+    assert_int_equal(f1, 2);
+    assert_int_equal(f2, 2);
+    for (size_t k = 0; k < 2; k++) {
+        assert_int_equal(fp1[k].kind, RS_STAGED_BOUND);
+        assert_int_equal(fp2[k].kind, RS_STAGED_BOUND);
+        assert_int_equal(fp1[k].ncopies, 2);
+        assert_int_equal(fp1[k].nsegments, 1);
+        assert_int_equal(fp1[k].box_lo[0], fp2[k].box_lo[0]);
+        assert_int_equal(fp1[k].box_shape[0], fp2[k].box_shape[0]);
+        assert_int_equal(fp1[k].box_shape[1], fp2[k].box_shape[1]);
+    }
+    rs_plan_stats_t s1 = stats_of(p1), s2 = stats_of(p2);
+    assert_int_equal(s1.descriptor_count, 2);
+    assert_int_equal(s1.descriptor_count, s2.descriptor_count);
+    assert_int_equal(s1.bytes_planned, s2.bytes_planned);
+    assert_true(s1.est_seconds == s2.est_seconds);
+    assert_true(s1.exact_est_seconds == s2.exact_est_seconds);
+    env_check(&e1, p1, (const int64_t(*)[3])lo1, (const int64_t(*)[3])len1);
+    env_check(&e2, p2, (const int64_t(*)[3])lo2, (const int64_t(*)[3])len2);
+    rs_plan_destroy(p1);
+    rs_plan_destroy(p2);
+    env_free(&e1);
+    env_free(&e2);
+}
+
 /* The cap is hard: with descriptors nearly free the exact runs are the
  * cheapest, but 64 runs exceed a cap of 8, so a staged read is taken. */
 static void test_cap_forces_a_staged_read(void **state)
@@ -348,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_full_when_descriptors_are_dear),
         cmocka_unit_test(test_coalesced_through_cheap_gaps),
         cmocka_unit_test(test_bound_box_of_a_source_s_copies),
+        cmocka_unit_test(test_bound_boxes_of_interleaved_sources),
         cmocka_unit_test(test_cap_forces_a_staged_read),
         cmocka_unit_test(test_bad_params),
     };
