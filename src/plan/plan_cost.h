@@ -68,16 +68,16 @@ static inline int rs__cost_stageable(const rs_planner_t *b,
  * descs (the all-exact plan before assembly's joins), and the copies with
  * runs that assembly appends one after another form the chain, joins[p]
  * telling whether position p's first run continues the run before it
- * (joined[k]: such joins on session k); pos[ci] is a chained copy's
- * position. */
+ * (joined[k]: such joins on session k); act_pos[i] is act[i]'s chain
+ * position (RS_COST_NO_CHAIN when it has none). */
 #define RS_COST_NO_CHAIN SIZE_MAX
 typedef struct rs_cost_aggs {
     rs_cost_agg_t *v;
     size_t *at;
     uint64_t *bytes, *descs, *joined; /* per session, nsessions + 1 */
-    size_t *chain, nchain, *pos;
+    size_t *chain, nchain;
     unsigned char *joins;
-    size_t *act, nact;
+    size_t *act, *act_pos, nact;
 } rs_cost_aggs_t;
 
 /* A source some choice could read in fewer runs than one: more than one

@@ -77,27 +77,25 @@ static void add_sums(const rs_planner_t *b, const rs_pcopy_t *pc,
 /* Appends the copy to the chain when assembly appends its runs (every
  * copy but the converts, that has some: s0 its first run, sn its last),
  * its first run joining the last run of the copy before (whose end is
- * where any run merged into it ends). */
-static void chain_copy(const rs_pcopy_t *pc, size_t ci,
-                       const rs_segment_t *s0, const rs_segment_t *sn,
-                       rs_cost_aggs_t *a, const rs_segment_t **last)
+ * where any run merged into it ends). Its position, or RS_COST_NO_CHAIN. */
+static size_t chain_copy(const rs_pcopy_t *pc, size_t ci,
+                         const rs_segment_t *s0, const rs_segment_t *sn,
+                         rs_cost_aggs_t *a, const rs_segment_t **last)
 {
-    if (pc->kind == RS_PCOPY_CONVERT || pc->nexact == 0) {
-        a->pos[ci] = RS_COST_NO_CHAIN;
-        return;
-    }
+    if (pc->kind == RS_PCOPY_CONVERT || pc->nexact == 0)
+        return RS_COST_NO_CHAIN;
     int join = a->nchain > 0 && rs__cost_continues(*last, s0);
     a->joins[a->nchain] = (unsigned char)join;
     a->joined[s0->session] += (uint64_t)join;
     *last = sn;
-    a->pos[ci] = a->nchain;
-    a->chain[a->nchain++] = ci;
+    a->chain[a->nchain] = ci;
+    return a->nchain++;
 }
 
 /* add_sums and chain_copy of a live copy. Most copies keep one run: it
  * is their sums and both their ends, read once. */
-static void note_live(const rs_planner_t *b, size_t ci, rs_cost_aggs_t *a,
-                      const rs_segment_t **last)
+static size_t note_live(const rs_planner_t *b, size_t ci, rs_cost_aggs_t *a,
+                        const rs_segment_t **last)
 {
     const rs_pcopy_t *pc = &b->copies[ci];
     const rs_segment_t *s0 = NULL, *sn = NULL;
@@ -105,12 +103,11 @@ static void note_live(const rs_planner_t *b, size_t ci, rs_cost_aggs_t *a,
         const rs_segment_t *r = &b->tmp.v[pc->seg_begin];
         a->bytes[r->session] += r->nbytes;
         a->descs[r->session]++;
-        chain_copy(pc, ci, r, r, a, last);
-        return;
+        return chain_copy(pc, ci, r, r, a, last);
     }
     add_sums(b, pc, a);
     rs__cost_ends(b, pc, &s0, &sn);
-    chain_copy(pc, ci, s0, sn, a, last);
+    return chain_copy(pc, ci, s0, sn, a, last);
 }
 
 static int aggs_alloc(rs_cost_aggs_t *a, size_t nc, size_t ns)
@@ -122,8 +119,8 @@ static int aggs_alloc(rs_cost_aggs_t *a, size_t nc, size_t ns)
     if (a->at == NULL || a->bytes == NULL)
         return 0;
     a->chain = a->at + nc + 1;
-    a->pos = a->chain + nc;
-    a->act = a->pos + nc;
+    a->act = a->chain + nc;
+    a->act_pos = a->act + nc;
     a->joins = (unsigned char *)(a->act + nc);
     a->descs = a->bytes + ns + 1;
     a->joined = a->descs + ns + 1;
@@ -149,12 +146,13 @@ rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
         const rs_psrc_t *s = &b->psrc[pc->src];
         if (s->fallback != NULL)
             continue; /* nor this one (rs__cost_live) */
-        note_live(b, ci, a, &last);
+        size_t pos = note_live(b, ci, a, &last);
         if (!rs__cost_active_src(s))
             continue; /* one run at most: nothing to weigh */
         size_t n;
         const rs_segment_t *ex = rs__cost_exact(b, pc, &n);
-        a->act[a->nact++] = ci;
+        a->act[a->nact] = ci;
+        a->act_pos[a->nact++] = pos;
         ok = pc->dropped ? copy_sums(b, &b->drops[pc->drop], &out)
                          : sum_copy(ex, n, slot, &out);
     }

@@ -75,7 +75,7 @@ static const rs_segment_t *last_run(const est_t *e, size_t at)
 /* Adds copy ci to the candidates when some contender stages it. A staged
  * copy is stageable, so in the chain; a staged copy without exact runs
  * would only trade its (empty) sums for the stage (RS_COST_NO_CHAIN). */
-static void note_copy(est_t *e, size_t ci, differs_t *df)
+static void note_copy(est_t *e, size_t ci, size_t pos, differs_t *df)
 {
     const rs_planner_t *b = e->b;
     const rs_pcopy_t *pc = &b->copies[ci];
@@ -89,7 +89,7 @@ static void note_copy(est_t *e, size_t ci, differs_t *df)
     df->f |= f != x;
     if (g >= 0 || x >= 0 || f >= 0) {
         e->cand[e->ncand] = ci;
-        e->cand_at[e->ncand++] = e->aggs->pos[ci];
+        e->cand_at[e->ncand++] = pos;
     }
 }
 
@@ -107,7 +107,7 @@ static differs_t prepare(est_t *e)
         e->all_descs[k] = a->descs[k] - a->joined[k];
     }
     for (size_t i = 0; i < a->nact; i++)
-        note_copy(e, a->act[i], &df);
+        note_copy(e, a->act[i], a->act_pos[i], &df);
     return df;
 }
 
