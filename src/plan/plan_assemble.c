@@ -178,15 +178,13 @@ typedef struct seg_out {
     uint64_t bytes, pushed; /* totals of what was appended */
 } seg_out_t;
 
-static int seg_room(rs_plan_h plan, seg_out_t *o, size_t n)
+/* Room for n more segments after len (the pass's seg_out_t stays in
+ * registers: it is not handed to calls). */
+static int seg_room(rs_plan_h plan, size_t len, size_t n)
 {
-    plan->segments_len = o->len;
-    if (!rs__vec_reserve((void **)&plan->segments, &plan->segments_cap,
-                         o->len + n, sizeof(rs_segment_t)))
-        return 0;
-    o->v = plan->segments;
-    o->cap = plan->segments_cap;
-    return 1;
+    plan->segments_len = len;
+    return rs__vec_reserve((void **)&plan->segments, &plan->segments_cap,
+                           len + n, sizeof(rs_segment_t));
 }
 
 /* Appends a copy's segments, each merged into the last one when it
@@ -266,9 +264,13 @@ static rs_status_t place_copies(rs_planner_t *b, asm_pass_t *p)
         size_t n = pc->seg_end - pc->seg_begin;
         if (n == 0)
             continue; /* (tmp may be unallocated) */
-        if (o.len + n > o.cap && !seg_room(plan, &o, n)) {
-            st = OOM(b);
-            break;
+        if (o.len + n > o.cap) {
+            if (!seg_room(plan, o.len, n)) {
+                st = OOM(b);
+                break;
+            }
+            o.v = plan->segments;
+            o.cap = plan->segments_cap;
         }
         seg_append(&o, tmp + pc->seg_begin, n, sbytes, descs);
     }
@@ -331,34 +333,46 @@ static size_t *session_starts(const rs_planner_t *b)
     return at;
 }
 
-/* Places one live source's shards into their sessions' parts of the list;
- * *unsorted_p is set when some session's addresses go down (last[] holds
- * each session's last address so far). */
-static rs_status_t place_shards(rs_planner_t *b, const rs_psrc_t *s,
-                                size_t *at, uint64_t *last, int *unsorted_p)
+enum { SHARDS_UNSORTED = 1, SHARDS_DIGESTS = 2 };
+
+/* Places one live source's shards into their sessions' parts of the list,
+ * their digests still the table's (own_digests copies them); returns
+ * SHARDS_UNSORTED when some session's addresses go down (last[] holds each
+ * session's last address so far), SHARDS_DIGESTS when a shard has a
+ * digest. No call in the loop: sources are about one per copy. */
+static int place_shards(rs_shard_ref_t *out, const rs_psrc_t *s, size_t *at,
+                        uint64_t *last)
 {
-    rs_shard_ref_t *out = b->plan->shards;
     const rs_src_shard_t *sh = s->tensor->shards;
     const rs_src_shard_t *end = sh + s->tensor->shards_len;
     uint64_t elsize = s->tensor->elsize;
     const char *name = s->name;
-    int unsorted = 0;
+    int flags = 0;
     for (; sh < end; sh++) {
         uint32_t k = sh->session;
         rs_shard_ref_t *r = &out[at[k]++];
-        unsorted |= sh->addr < last[k];
+        flags |= (sh->addr < last[k] ? SHARDS_UNSORTED : 0) |
+                 (sh->digest != NULL ? SHARDS_DIGESTS : 0);
         last[k] = sh->addr;
         r->session = k;
         r->addr = sh->addr;
         r->nbytes = (uint64_t)sh->numel * elsize;
         r->tensor = name;
-        r->digest = NULL;
-        if (sh->digest != NULL &&
-            (r->digest = rs__arena_strdup(&b->plan->arena, sh->digest)) ==
-                NULL)
+        r->digest = sh->digest;
+    }
+    return flags;
+}
+
+/* The listed digests become the plan's own copies. */
+static rs_status_t own_digests(rs_planner_t *b)
+{
+    rs_plan_h plan = b->plan;
+    for (size_t i = 0; i < plan->shards_len; i++) {
+        rs_shard_ref_t *r = &plan->shards[i];
+        if (r->digest != NULL &&
+            (r->digest = rs__arena_strdup(&plan->arena, r->digest)) == NULL)
             return OOM(b);
     }
-    *unsorted_p |= unsorted;
     return RS_OK;
 }
 
@@ -374,8 +388,8 @@ static rs_status_t list_shards(rs_planner_t *b)
     size_t *at = session_starts(b);
     uint64_t *last = calloc(plan->nsessions + 1, sizeof(uint64_t));
     size_t total = at != NULL ? at[plan->nsessions] : 0;
-    rs_status_t st = RS_OK;
-    int unsorted = 0;
+    int flags = 0;
+    rs_status_t st;
     if (at == NULL || last == NULL ||
         !rs__vec_reserve((void **)&plan->shards, &plan->shards_cap, total,
                          sizeof(rs_shard_ref_t))) {
@@ -383,16 +397,16 @@ static rs_status_t list_shards(rs_planner_t *b)
         free(last);
         return OOM(b);
     }
-    for (size_t i = 0; st == RS_OK && i < b->psrc_len; i++) {
+    for (size_t i = 0; i < b->psrc_len; i++) {
         if (lists_shards(&b->psrc[i]))
-            st = place_shards(b, &b->psrc[i], at, last, &unsorted);
+            flags |= place_shards(plan->shards, &b->psrc[i], at, last);
     }
     free(at);
     free(last);
-    if (st != RS_OK)
-        return st;
     plan->shards_len = total;
-    if (!unsorted)
+    if ((flags & SHARDS_DIGESTS) && (st = own_digests(b)) != RS_OK)
+        return st;
+    if (!(flags & SHARDS_UNSORTED))
         return RS_OK;
     if (!rs__shard_refs_sort(&plan->shards, plan->shards_len))
         return OOM(b);
