@@ -22,7 +22,7 @@ typedef struct asm_pass {
     RS_VEC(size_t, staged);
 } asm_pass_t;
 
-/* Counts one segment in the plan's totals (merged ones count once). */
+/* Counts n segments, as the plan holds them, in the plan's totals. */
 static void tally(rs_plan_h plan, const rs_segment_t *s, size_t n,
                   uint64_t *descs)
 {
