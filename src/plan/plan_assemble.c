@@ -14,32 +14,28 @@
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
 
-static int live(const rs_planner_t *b, const rs_pcopy_t *pc)
-{
-    return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
-}
+/* What the one pass over the copies carries besides the plan: descriptors
+ * per session for the model's estimate, and the copies read through a
+ * stage, placed once the pass knows how many each stage has. */
+typedef struct asm_pass {
+    uint64_t *descs;
+    RS_VEC(size_t, staged);
+} asm_pass_t;
 
-static rs_status_t append_exact(rs_planner_t *b, const rs_pcopy_t *pc)
+/* Counts n segments, as the plan holds them, in the plan's totals. */
+static void tally(rs_plan_h plan, const rs_segment_t *s, size_t n,
+                  uint64_t *descs)
 {
-    rs_plan_h plan = b->plan;
-    for (size_t i = pc->seg_begin; i < pc->seg_end; i++) {
-        const rs_segment_t *s = &b->tmp.v[i];
-        if (plan->segments_len > 0) {
-            rs_segment_t *last = &plan->segments[plan->segments_len - 1];
-            if (last->session == s->session && last->param == s->param &&
-                last->src_addr + last->nbytes == s->src_addr &&
-                last->dst_byte + last->nbytes == s->dst_byte) {
-                last->nbytes += s->nbytes;
-                continue;
-            }
-        }
-        if (!RS_VEC_PUSH(plan, segments, *s))
-            return OOM(b);
+    for (size_t i = 0; i < n; i++) {
+        plan->session_bytes[s[i].session] += s[i].nbytes;
+        plan->stats.bytes_planned += s[i].nbytes;
+        descs[s[i].session]++;
     }
-    return RS_OK;
+    plan->stats.descriptor_count += n;
 }
 
-static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc)
+static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc,
+                               uint64_t *descs)
 {
     const rs_cap_copy_t *c = &b->cap->copies[ci];
     const rs_psrc_t *s = &b->psrc[pc->src];
@@ -64,6 +60,7 @@ static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc)
                                   cv.nsegments * sizeof(rs_segment_t));
     if (cv.segments == NULL || !RS_VEC_PUSH(b->plan, converts, cv))
         return OOM(b);
+    tally(b->plan, cv.segments, cv.nsegments, descs);
     return RS_OK;
 }
 
@@ -110,8 +107,8 @@ static rs_status_t add_staged(rs_planner_t *b, const rs_pstage_t *ps,
 }
 
 /* The stages that some copy reads become the plan's staged reads, in the
- * order the planner made them; *index_p maps a stage to its read. */
-static rs_status_t add_stages(rs_planner_t *b, long **index_p)
+ * order the planner made them, each listing its copies in capture order. */
+static rs_status_t add_stages(rs_planner_t *b, const asm_pass_t *p)
 {
     size_t n = b->stages_len;
     size_t *counts = calloc(n + 1, sizeof(size_t));
@@ -122,23 +119,21 @@ static rs_status_t add_stages(rs_planner_t *b, long **index_p)
         free(index);
         return OOM(b);
     }
-    for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
-        const rs_pcopy_t *pc = &b->copies[ci];
-        if (live(b, pc) && pc->kind == RS_PCOPY_EXACT && pc->stage >= 0)
-            counts[pc->stage]++;
-    }
+    for (size_t i = 0; i < p->staged_len; i++)
+        counts[b->copies[p->staged[i]].stage]++;
     for (size_t k = 0; k < n && st == RS_OK; k++) {
         index[k] = counts[k] > 0 ? (long)b->plan->full_pulls_len : -1;
         if (counts[k] > 0)
             st = add_staged(b, &b->stages[k], counts[k]);
     }
-    free(counts);
-    if (st != RS_OK) {
-        free(index);
-        return st;
+    for (size_t i = 0; st == RS_OK && i < p->staged_len; i++) {
+        rs_full_pull_t *f =
+            &b->plan->full_pulls[index[b->copies[p->staged[i]].stage]];
+        ((size_t *)f->copies)[f->ncopies++] = p->staged[i];
     }
-    *index_p = index;
-    return RS_OK;
+    free(counts);
+    free(index);
+    return st;
 }
 
 /* A source whose copy needs more runs than the cap and still reads them
@@ -153,34 +148,134 @@ static rs_status_t note_unbounded(rs_planner_t *b, const rs_pcopy_t *pc)
     return RS_VEC_PUSH(b->plan, unbounded, s->name) ? RS_OK : OOM(b);
 }
 
-static rs_status_t place_copy(rs_planner_t *b, size_t ci, const long *index)
+/* What a copy needs besides its exact runs: its uncovered count, a
+ * convert, a stage, a place in the unbounded list. *done_p is set when
+ * that is all of it (a convert or a staged copy). */
+static rs_status_t place_special(rs_planner_t *b, size_t ci, asm_pass_t *p,
+                                 int *done_p)
 {
     const rs_pcopy_t *pc = &b->copies[ci];
     rs_status_t st = RS_OK;
 
+    *done_p = 1;
     if (pc->missing > 0 && (st = add_uncovered(b, ci, pc)) != RS_OK)
         return st;
     if (pc->kind == RS_PCOPY_CONVERT)
-        return add_convert(b, ci, pc);
-    if (pc->stage >= 0) {
-        rs_full_pull_t *f = &b->plan->full_pulls[index[pc->stage]];
-        ((size_t *)f->copies)[f->ncopies++] = ci;
-        return RS_OK;
-    }
-    if ((st = note_unbounded(b, pc)) != RS_OK)
-        return st;
-    return append_exact(b, pc);
+        return add_convert(b, ci, pc, p->descs);
+    if (pc->stage >= 0)
+        return RS_VEC_PUSH(p, staged, ci) ? RS_OK : OOM(b);
+    *done_p = 0;
+    return note_unbounded(b, pc);
 }
 
-static void tally(rs_plan_h plan, const rs_segment_t *s, size_t n,
-                  uint64_t *descs)
+/* The plan's exact segments while the pass appends to them, held in
+ * locals: a model plan has about one segment per copy, so the pass's
+ * cost is its per-copy work, and loads through the planner would be
+ * repeated after every store. */
+typedef struct seg_out {
+    rs_segment_t *v;
+    size_t len, cap;
+    uint64_t bytes, pushed; /* totals of what was appended */
+} seg_out_t;
+
+/* Room for n more segments after len (the pass's seg_out_t stays in
+ * registers: it is not handed to calls). */
+static int seg_room(rs_plan_h plan, size_t len, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        plan->session_bytes[s[i].session] += s[i].nbytes;
-        plan->stats.bytes_planned += s[i].nbytes;
-        descs[s[i].session]++;
+    plan->segments_len = len;
+    return rs__vec_reserve((void **)&plan->segments, &plan->segments_cap,
+                           len + n, sizeof(rs_segment_t));
+}
+
+/* Appends a copy's segments, each merged into the last one when it
+ * continues it, counting bytes and descriptors per session as they land
+ * (a merged run is one descriptor). */
+static inline void seg_append(seg_out_t *o, const rs_segment_t *s, size_t n,
+                              uint64_t *sbytes, uint64_t *descs)
+{
+    rs_segment_t *last = o->len > 0 ? &o->v[o->len - 1] : NULL;
+    for (const rs_segment_t *end = s + n; s < end; s++) {
+        sbytes[s->session] += s->nbytes;
+        o->bytes += s->nbytes;
+        if (last != NULL && last->session == s->session &&
+            last->param == s->param &&
+            last->src_addr + last->nbytes == s->src_addr &&
+            last->dst_byte + last->nbytes == s->dst_byte) {
+            last->nbytes += s->nbytes;
+            continue;
+        }
+        last = &o->v[o->len++];
+        *last = *s;
+        descs[s->session]++;
+        o->pushed++;
     }
-    plan->stats.descriptor_count += n;
+}
+
+/* The sums of the live copies, kept in locals by the pass. */
+typedef struct copy_sums {
+    size_t planned;
+    uint64_t nexact, exact_bytes;
+} copy_sums_t;
+
+static void add_sums(rs_planner_t *b, const copy_sums_t *c,
+                     const seg_out_t *o)
+{
+    rs_plan_h plan = b->plan;
+    plan->segments_len = o->len;
+    plan->stats.copies_planned += c->planned;
+    plan->stats.exact_descriptor_count += c->nexact;
+    plan->stats.exact_bytes += c->exact_bytes;
+    plan->stats.bytes_planned += o->bytes;
+    plan->stats.descriptor_count += o->pushed;
+}
+
+/* One pass over the copies: each live one is placed and counted (copies
+ * of fallback sources are dropped). The usual copy, exact, covered and
+ * within the cap, takes no call. */
+static rs_status_t place_copies(rs_planner_t *b, asm_pass_t *p)
+{
+    rs_plan_h plan = b->plan;
+    const rs_psrc_t *psrc = b->psrc;
+    const rs_pcopy_t *copies = b->copies;
+    const rs_segment_t *tmp = b->tmp.v;
+    uint64_t *sbytes = plan->session_bytes, *descs = p->descs;
+    uint64_t cap_runs = (uint64_t)b->params->max_segments_per_copy;
+    size_t ncopies = b->cap->copies_len;
+    seg_out_t o = {plan->segments, plan->segments_len, plan->segments_cap,
+                   0, 0};
+    copy_sums_t c = {0, 0, 0};
+    rs_status_t st = RS_OK;
+
+    for (size_t ci = 0; ci < ncopies; ci++) {
+        const rs_pcopy_t *pc = &copies[ci];
+        int done;
+        if (pc->kind == RS_PCOPY_SKIP || psrc[pc->src].fallback != NULL)
+            continue;
+        c.planned++;
+        c.nexact += pc->nexact;
+        c.exact_bytes += pc->exact_bytes;
+        if (pc->missing > 0 || pc->kind != RS_PCOPY_EXACT ||
+            pc->stage >= 0 || pc->nexact > cap_runs) {
+            if ((st = place_special(b, ci, p, &done)) != RS_OK)
+                break;
+            if (done)
+                continue;
+        }
+        size_t n = pc->seg_end - pc->seg_begin;
+        if (n == 0)
+            continue; /* (tmp may be unallocated) */
+        if (o.len + n > o.cap) {
+            if (!seg_room(plan, o.len, n)) {
+                st = OOM(b);
+                break;
+            }
+            o.v = plan->segments;
+            o.cap = plan->segments_cap;
+        }
+        seg_append(&o, tmp + pc->seg_begin, n, sbytes, descs);
+    }
+    add_sums(b, &c, &o);
+    return st;
 }
 
 /* The model's time of the plan as built (rs__cost_plan_seconds). */
@@ -190,30 +285,16 @@ static double plan_seconds(const rs_planner_t *b, const uint64_t *descs)
                                  b->plan->nsessions);
 }
 
-static rs_status_t compute_stats(rs_planner_t *b)
+/* The stats the pass did not count: the staged reads' segments, the
+ * estimate, and what follows from the sums. */
+static void finish_stats(rs_planner_t *b, uint64_t *descs)
 {
     rs_plan_h plan = b->plan;
     rs_plan_stats_t *st = &plan->stats;
-    uint64_t *descs = calloc(plan->nsessions + 1, sizeof(uint64_t));
-    if (descs == NULL)
-        return OOM(b);
-    tally(plan, plan->segments, plan->segments_len, descs);
-    for (size_t i = 0; i < plan->converts_len; i++)
-        tally(plan, plan->converts[i].segments, plan->converts[i].nsegments,
-              descs);
     for (size_t i = 0; i < plan->full_pulls_len; i++)
         tally(plan, plan->full_pulls[i].segments, plan->full_pulls[i].nsegments,
               descs);
     st->est_seconds = plan_seconds(b, descs);
-    free(descs);
-    for (size_t i = 0; i < b->cap->copies_len; i++) {
-        const rs_pcopy_t *pc = &b->copies[i];
-        if (!live(b, pc))
-            continue;
-        st->copies_planned++;
-        st->exact_descriptor_count += pc->nexact;
-        st->exact_bytes += pc->exact_bytes;
-    }
     st->needed_bytes = st->exact_bytes;
     st->descriptor_savings = st->exact_descriptor_count > st->descriptor_count
         ? st->exact_descriptor_count - st->descriptor_count : 0;
@@ -221,7 +302,6 @@ static rs_status_t compute_stats(rs_planner_t *b)
         ? st->bytes_planned - st->exact_bytes : 0;
     for (size_t i = 0; i < plan->nsessions; i++)
         st->nsessions_used += plan->session_bytes[i] > 0;
-    return RS_OK;
 }
 
 static int lists_shards(const rs_psrc_t *s)
@@ -230,34 +310,70 @@ static int lists_shards(const rs_psrc_t *s)
 }
 
 /* Per session, where its shards start in the list (at[k] .. at[k + 1]),
- * and their total: the shards of every live source, counted. */
+ * and their total: the shards of every live source, counted. (Sources
+ * are about one per copy, so the loops keep what they read in locals: a
+ * store into at[] could otherwise alias the tensor's fields.) */
 static size_t *session_starts(const rs_planner_t *b)
 {
-    size_t ns = b->plan->nsessions;
+    size_t ns = b->plan->nsessions, npsrc = b->psrc_len;
+    const rs_psrc_t *psrc = b->psrc;
     size_t *at = calloc(ns + 2, sizeof(size_t));
     if (at == NULL)
         return NULL;
-    for (size_t i = 0; i < b->psrc_len; i++) {
-        const rs_src_tensor_t *t = b->psrc[i].tensor;
-        if (lists_shards(&b->psrc[i]))
-            for (size_t k = 0; k < t->shards_len; k++)
-                at[t->shards[k].session + 1]++;
+    for (size_t i = 0; i < npsrc; i++) {
+        if (!lists_shards(&psrc[i]))
+            continue;
+        const rs_src_shard_t *sh = psrc[i].tensor->shards;
+        const rs_src_shard_t *end = sh + psrc[i].tensor->shards_len;
+        for (; sh < end; sh++)
+            at[sh->session + 1]++;
     }
     for (size_t k = 0; k < ns; k++)
         at[k + 1] += at[k];
     return at;
 }
 
-/* 1 when each session's addresses are in order (the usual case: sources
- * are listed in the order the trainers published them). */
-static int sessions_sorted(const struct rs_plan *plan)
+enum { SHARDS_UNSORTED = 1, SHARDS_DIGESTS = 2 };
+
+/* Places one live source's shards into their sessions' parts of the list,
+ * their digests still the table's (own_digests copies them); returns
+ * SHARDS_UNSORTED when some session's addresses go down (last[] holds each
+ * session's last address so far), SHARDS_DIGESTS when a shard has a
+ * digest. No call in the loop: sources are about one per copy. */
+static int place_shards(rs_shard_ref_t *out, const rs_psrc_t *s, size_t *at,
+                        uint64_t *last)
 {
-    for (size_t i = 1; i < plan->shards_len; i++) {
-        const rs_shard_ref_t *a = &plan->shards[i - 1], *c = &plan->shards[i];
-        if (a->session == c->session && a->addr > c->addr)
-            return 0;
+    const rs_src_shard_t *sh = s->tensor->shards;
+    const rs_src_shard_t *end = sh + s->tensor->shards_len;
+    uint64_t elsize = s->tensor->elsize;
+    const char *name = s->name;
+    int flags = 0;
+    for (; sh < end; sh++) {
+        uint32_t k = sh->session;
+        rs_shard_ref_t *r = &out[at[k]++];
+        flags |= (sh->addr < last[k] ? SHARDS_UNSORTED : 0) |
+                 (sh->digest != NULL ? SHARDS_DIGESTS : 0);
+        last[k] = sh->addr;
+        r->session = k;
+        r->addr = sh->addr;
+        r->nbytes = (uint64_t)sh->numel * elsize;
+        r->tensor = name;
+        r->digest = sh->digest;
     }
-    return 1;
+    return flags;
+}
+
+/* The listed digests become the plan's own copies. */
+static rs_status_t own_digests(rs_planner_t *b)
+{
+    rs_plan_h plan = b->plan;
+    for (size_t i = 0; i < plan->shards_len; i++) {
+        rs_shard_ref_t *r = &plan->shards[i];
+        if (r->digest != NULL &&
+            (r->digest = rs__arena_strdup(&plan->arena, r->digest)) == NULL)
+            return OOM(b);
+    }
+    return RS_OK;
 }
 
 /* Lists the shards of every live source, for digest checks downstream,
@@ -270,34 +386,27 @@ static rs_status_t list_shards(rs_planner_t *b)
 {
     rs_plan_h plan = b->plan;
     size_t *at = session_starts(b);
+    uint64_t *last = calloc(plan->nsessions + 1, sizeof(uint64_t));
     size_t total = at != NULL ? at[plan->nsessions] : 0;
-    if (at == NULL || !rs__vec_reserve((void **)&plan->shards,
-                                       &plan->shards_cap, total,
-                                       sizeof(rs_shard_ref_t))) {
+    int flags = 0;
+    rs_status_t st;
+    if (at == NULL || last == NULL ||
+        !rs__vec_reserve((void **)&plan->shards, &plan->shards_cap, total,
+                         sizeof(rs_shard_ref_t))) {
         free(at);
+        free(last);
         return OOM(b);
     }
     for (size_t i = 0; i < b->psrc_len; i++) {
-        const rs_psrc_t *s = &b->psrc[i];
-        if (!lists_shards(s))
-            continue;
-        for (size_t k = 0; k < s->tensor->shards_len; k++) {
-            const rs_src_shard_t *sh = &s->tensor->shards[k];
-            rs_shard_ref_t r = {sh->session, sh->addr,
-                                (uint64_t)sh->numel * s->tensor->elsize,
-                                s->name, NULL};
-            if (sh->digest != NULL &&
-                (r.digest = rs__arena_strdup(&plan->arena, sh->digest)) ==
-                    NULL) {
-                free(at);
-                return OOM(b);
-            }
-            plan->shards[at[sh->session]++] = r;
-        }
+        if (lists_shards(&b->psrc[i]))
+            flags |= place_shards(plan->shards, &b->psrc[i], at, last);
     }
     free(at);
+    free(last);
     plan->shards_len = total;
-    if (sessions_sorted(plan))
+    if ((flags & SHARDS_DIGESTS) && (st = own_digests(b)) != RS_OK)
+        return st;
+    if (!(flags & SHARDS_UNSORTED))
         return RS_OK;
     if (!rs__shard_refs_sort(&plan->shards, plan->shards_len))
         return OOM(b);
@@ -305,19 +414,26 @@ static rs_status_t list_shards(rs_planner_t *b)
     return RS_OK;
 }
 
+/* Assembly in one pass over the copies and one over the sources: the
+ * totals are counted as segments land, so nothing walks the plan again
+ * but its staged reads. */
 rs_status_t rs__planner_assemble(rs_planner_t *b)
 {
-    long *index = NULL;
-    rs_status_t st = add_stages(b, &index);
+    asm_pass_t p;
+    rs_status_t st;
+    memset(&p, 0, sizeof(p));
+    p.descs = calloc(b->plan->nsessions + 1, sizeof(uint64_t));
+    if (p.descs == NULL)
+        return OOM(b);
+    st = list_shards(b);
     if (st == RS_OK)
-        st = list_shards(b);
-    for (size_t ci = 0; st == RS_OK && ci < b->cap->copies_len; ci++) {
-        if (live(b, &b->copies[ci]))
-            st = place_copy(b, ci, index);
-    }
-    free(index);
+        st = place_copies(b, &p);
     if (st == RS_OK)
-        st = compute_stats(b);
+        st = add_stages(b, &p);
+    if (st == RS_OK)
+        finish_stats(b, p.descs);
+    free(p.descs);
+    free(p.staged);
     if (st == RS_OK && b->quant != NULL)
         st = rs__quant_assemble(b); /* plan_quant_run.c */
     return st;
