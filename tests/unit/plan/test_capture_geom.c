@@ -45,7 +45,8 @@ static uint32_t add(rs_capture_h cap, const rs_op_t *ops, size_t nops,
     /* fresh arrays each time, so equal values never share a pointer here */
     rs_op_t *mine = malloc((nops ? nops : 1) * sizeof(rs_op_t));
     int64_t shape[2] = {SHAPE[0], SHAPE[1]}, st[2] = {stride[0], stride[1]};
-    memcpy(mine, ops, nops * sizeof(rs_op_t));
+    if (nops != 0) /* ops may be NULL then */
+        memcpy(mine, ops, nops * sizeof(rs_op_t));
     rs_copy_desc_t c = {"w", "p", mine, nops, 0, 2, shape, st, RS_DTYPE_BF16};
     assert_int_equal(rs_capture_add_copy(cap, &c, &d), RS_OK);
     free(mine);
