@@ -264,8 +264,9 @@ static rs_status_t place_copies(rs_planner_t *b, asm_pass_t *p)
         size_t n = pc->seg_end - pc->seg_begin;
         if (n == 0)
             continue; /* (tmp may be unallocated) */
-        if (o.len + n > o.cap) {
-            if (!seg_room(plan, o.len, n)) {
+        if (o.len + n > o.cap || o.v == NULL) {
+            /* room for n > 0 is an array (said for the analyzer) */
+            if (!seg_room(plan, o.len, n) || plan->segments == NULL) {
                 st = OOM(b);
                 break;
             }

@@ -84,7 +84,8 @@ static size_t chain_copy(const rs_pcopy_t *pc, size_t ci,
 {
     if (pc->kind == RS_PCOPY_CONVERT || pc->nexact == 0)
         return RS_COST_NO_CHAIN;
-    int join = a->nchain > 0 && rs__cost_continues(*last, s0);
+    int join = a->nchain > 0 && *last != NULL && /* set with nchain */
+               rs__cost_continues(*last, s0);
     a->joins[a->nchain] = (unsigned char)join;
     a->joined[s0->session] += (uint64_t)join;
     *last = sn;
