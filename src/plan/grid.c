@@ -208,9 +208,8 @@ static size_t whole_shards(const rs_src_tensor_t *t)
         const rs_src_shard_t *s = &t->shards[i];
         if (s->numel == 0)
             continue;
-        for (int d = 0; d < t->ndim; d++)
-            if (s->offset[d] != 0 || s->shape[d] != t->shape[d])
-                return SIZE_MAX;
+        if (!rs__shard_is_whole(t, s))
+            return SIZE_MAX;
         n++;
     }
     return n;

@@ -83,12 +83,8 @@ static rs_status_t intern_session(rs_sources_h s, const char *name,
 
 int rs__sources_sole_whole(const rs_src_tensor_t *t)
 {
-    if (t->shards_len != 1 || t->shards[0].numel == 0)
-        return 0;
-    for (int d = 0; d < t->ndim; d++)
-        if (t->shards[0].offset[d] != 0 || t->shards[0].shape[d] != t->shape[d])
-            return 0;
-    return 1;
+    return t->shards_len == 1 && t->shards[0].numel != 0 &&
+           rs__shard_is_whole(t, &t->shards[0]);
 }
 
 static int same_dims(const int64_t *a, const int64_t *b, int n)

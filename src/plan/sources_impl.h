@@ -82,11 +82,19 @@ void rs__sources_mark_free(rs_sources_mark_t *mark);
 
 /* Tensor by name, or NULL. */
 rs_src_tensor_t *rs__sources_find(rs_sources_h s, const char *name);
-/* The same with rs__hash_str(name) already known. */
+/* 1 when shard s of t starts at 0 and has t's shape in every dim. */
+static inline int rs__shard_is_whole(const rs_src_tensor_t *t,
+                                     const rs_src_shard_t *s)
+{
+    for (int d = 0; d < t->ndim; d++)
+        if (s->offset[d] != 0 || s->shape[d] != t->shape[d])
+            return 0;
+    return 1;
+}
 /* 1 when the tensor has exactly one shard and it holds all of it (no dim
  * empty); what rs_src_tensor_t.sole_whole caches. O(ndim). */
 int rs__sources_sole_whole(const rs_src_tensor_t *t);
-
+/* rs__sources_find with rs__hash_str(name) already known. */
 rs_src_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
                                          uint64_t hash);
 
