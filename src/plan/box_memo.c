@@ -44,19 +44,9 @@ static uint64_t hash_key(const rs_geom_key_t *k)
     return h ^ (h >> 29);
 }
 
-/* The capture's id stands for the op chain and destination dims; only the
- * source's shape is compared (two or three dims: a loop, not memcmp). */
 static int same_geometry(const rs_geom_key_t *a, const rs_geom_key_t *b)
 {
-    if (a->geom != b->geom || a->src_ndim != b->src_ndim)
-        return 0;
-    if (a->src_shape == b->src_shape)
-        return 1;
-    for (int i = 0; i < a->src_ndim; i++) {
-        if (a->src_shape[i] != b->src_shape[i])
-            return 0;
-    }
-    return 1;
+    return rs__geom_key_is(a, b->geom, b->src_ndim, b->src_shape);
 }
 
 static void note_recent(rs_box_memo_t *memo, memo_slot_t *s)

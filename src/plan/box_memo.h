@@ -70,18 +70,27 @@ struct rs_box_memo {
     rs_memo_slot_t slots[RS_MEMO_SLOTS];
 };
 
-static inline int rs__memo_slot_is(const rs_memo_slot_t *s, uint32_t geom,
-                                   int src_ndim, const int64_t *src_shape)
+/* Whether key k is this geometry: the capture's id stands for the op
+ * chain and destination dims, so only the source's shape is compared (two
+ * or three dims: a loop, not memcmp). */
+static inline int rs__geom_key_is(const rs_geom_key_t *k, uint32_t geom,
+                                  int src_ndim, const int64_t *src_shape)
 {
-    if (s == NULL || s->key.geom != geom || s->key.src_ndim != src_ndim)
+    if (k->geom != geom || k->src_ndim != src_ndim)
         return 0;
-    if (s->key.src_shape == src_shape)
+    if (k->src_shape == src_shape)
         return 1;
     for (int i = 0; i < src_ndim; i++) {
-        if (s->key.src_shape[i] != src_shape[i])
+        if (k->src_shape[i] != src_shape[i])
             return 0;
     }
     return 1;
+}
+
+static inline int rs__memo_slot_is(const rs_memo_slot_t *s, uint32_t geom,
+                                   int src_ndim, const int64_t *src_shape)
+{
+    return s != NULL && rs__geom_key_is(&s->key, geom, src_ndim, src_shape);
 }
 
 /* rs__box_memo_find's common case, the key by value: the entry of one of
