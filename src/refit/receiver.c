@@ -687,10 +687,18 @@ static void announce_once(rs_receiver_h r)
 rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
                                   rs_diag_t *diag, rs_version_info_t *v_p)
 {
-    if (rs_cancel_raised(&r->cancel)) /* raised before the call */
-        return rs__diag_set(diag, RS_ERR_CANCELLED, "receiver %s: cancelled "
-                            "(rs_receiver_cancel_clear lets it run again)",
-                            r->holder);
+    if (rs_cancel_raised(&r->cancel)) { /* raised before the call */
+        if (version >= 0)
+            return rs__diag_set(diag, RS_ERR_CANCELLED, "cancelled before "
+                                "waiting for version %lld of '%s' (receiver "
+                                "%s; rs_receiver_cancel_clear lets it run "
+                                "again)", (long long)version, r->model,
+                                r->holder);
+        return rs__diag_set(diag, RS_ERR_CANCELLED, "cancelled before "
+                            "waiting for the newest READY version of '%s' "
+                            "(receiver %s; rs_receiver_cancel_clear lets it "
+                            "run again)", r->model, r->holder);
+    }
     announce_once(r);
     r->deadline = r->params.pull_timeout_s > 0
                       ? rs__now_s() + r->params.pull_timeout_s : 0;
