@@ -46,24 +46,28 @@ class Runner:
     def __init__(self, name):
         self._name = name
         self._q = None
+        self._thread = None
         self._guard = threading.Lock()
 
     def submit(self, fn):
         """A Future of fn() run on the thread."""
         with self._guard:
-            if self._q is None:
+            # not alive: never started, stopped, or this is a forked child
+            if self._thread is None or not self._thread.is_alive():
                 self._q = queue.SimpleQueue()
-                threading.Thread(target=_serve, args=(self._q,),
-                                 name=self._name, daemon=True).start()
+                self._thread = threading.Thread(
+                    target=_serve, args=(self._q,), name=self._name,
+                    daemon=True)
+                self._thread.start()
             fut = Future()
             self._q.put((fut, fn))
             return fut
 
     def stop(self):
         with self._guard:
-            if self._q is not None:
+            if self._thread is not None:
                 self._q.put(None)
-                self._q = None
+                self._q = self._thread = None
 
 
 def spawn(fn, name):

@@ -173,6 +173,17 @@ def test_close_during_a_stage_returns_promptly(file_dir, trainer):
         r.stage(1)
 
 
+@pytest.fixture
+def sigint():
+    """SIGINT raises KeyboardInterrupt here, also when this process was
+    started with SIGINT ignored (Python then installs no handler)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def _sigint_when(cond):
     """SIGINT to this process from another thread once cond() holds."""
     def send():
@@ -183,8 +194,7 @@ def _sigint_when(cond):
     return t
 
 
-def test_sigint_interrupts_a_stage(file_dir, trainer):
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+def test_sigint_interrupts_a_stage(file_dir, trainer, sigint):
     params = _live()
     before = {n: t.clone() for n, t in params.items()}
     with _receiver(file_dir, params) as r:
@@ -197,7 +207,7 @@ def test_sigint_interrupts_a_stage(file_dir, trainer):
         _apply_and_check(r, trainer, 1, params)
 
 
-def test_sigint_interrupts_a_pull(file_dir, trainer):
+def test_sigint_interrupts_a_pull(file_dir, trainer, sigint):
     params = _live()
     before = {n: t.clone() for n, t in params.items()}
     with _receiver(file_dir, params) as r:
@@ -211,7 +221,7 @@ def test_sigint_interrupts_a_pull(file_dir, trainer):
         _same(params, _truth(trainer.w))
 
 
-def test_sigint_interrupts_wait_released(file_dir, trainer):
+def test_sigint_interrupts_wait_released(file_dir, trainer, sigint):
     trainer.pub.publish(1)
     sender = _sigint_when(lambda: trainer.pub._waiting)
     with pytest.raises(KeyboardInterrupt):
