@@ -451,7 +451,8 @@ typedef struct rs_pull_result {
  *
  * Errors: those of rs_receiver_stage and rs_receiver_apply; a deadline
  * passed before apply is RS_ERR_TIMEOUT ("deadline passed in the install
- * stage"). */
+ * stage"), a cancel raised by then RS_ERR_CANCELLED (the staged version
+ * discarded, nothing installed). */
 RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
                                     rs_diag_t *diag,
                                     rs_pull_result_t *result_p);
@@ -495,7 +496,8 @@ RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
  * that failed or timed out is RS_ERR_TRANSPORT / RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
  * and the cause; the connections are dropped and rebuilt next time);
  * RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed in the
- * <stage> stage"). */
+ * <stage> stage"); RS_ERR_CANCELLED when rs_receiver_cancel raised the
+ * receiver's flag. */
 RS_API rs_status_t rs_receiver_stage(rs_receiver_h receiver, int64_t version,
                                      rs_diag_t *diag, rs_staged_h *staged_p);
 
