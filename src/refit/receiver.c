@@ -592,6 +592,9 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
         st = rs_exec_run_staged(r->exec, diag);
         if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
             rs__diag_prefix(diag, "reading from the publishers: ");
+        else if (st == RS_ERR_CANCELLED)
+            rs__diag_prefix(diag, "stage of version %lld of '%s': ",
+                            (long long)v->version, r->model);
     }
     return deadline_status(r, v->version, st, diag);
 }

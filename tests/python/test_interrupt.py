@@ -16,6 +16,8 @@ import time
 import pytest
 import torch
 
+import e2e_harness as H
+import e2e_models as M
 import reshard
 
 SHAPE = (8, 4)
@@ -272,6 +274,40 @@ def test_stage_async_future(file_dir, trainer):
         _same(params, before)
         r.apply(staged)
         _same(params, _truth(trainer.w))
+
+
+def test_cancel_mid_wire_over_ucx(file_dir):
+    """A stage whose reads cannot complete (rank 1 frozen: UCX over tcp
+    gets no reply) cancelled once it holds its lease: Cancelled, the lease
+    dropped, nothing staged, the live model untouched; with rank 1 thawed
+    the next stage installs byte-exact."""
+    cfg = M.config(**M.DENSE)
+    trainers = H.Trainers(file_dir, "ucx", cfg, world=2)
+    try:
+        trainers.publish(1)
+        model, cap = H.capture(cfg, 0, 1)
+        before = H.snapshot(model)
+        with H.receiver(file_dir, "ucx", cap, model, holder="victim",
+                        timeout_s=60) as r:
+            trainers.proc(1).freeze()
+            fut = r.stage_async(1)
+            H.wait_for(lambda: H.lease_taken(file_dir, 1, "victim")
+                       or fut.done(), GUARD_S, "the stage's lease")
+            assert not fut.done(), fut.exception()
+            time.sleep(0.5)  # most likely waiting for the reads by now
+            r.cancel()
+            err = fut.exception(timeout=GUARD_S)
+            assert isinstance(err, reshard.Cancelled), err
+            assert f"version 1 of '{H.MODEL}'" in err.message, err.message
+            assert not H.lease_taken(file_dir, 1, "victim")
+            assert r._staged is None
+            H.assert_equal(model, before, "cancelled stage touched params")
+            trainers.proc(1).thaw()
+            r.apply(r.stage(1))
+            H.assert_equal(model, M.truth(cfg, 0, 1, trainers.fulls(1)),
+                           "after the cancelled stage")
+    finally:
+        trainers.close()
 
 
 # -- fills -------------------------------------------------------------------
