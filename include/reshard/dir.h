@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "reshard/cancel.h"
 #include "reshard/status.h"
 
 #ifdef __cplusplus
@@ -63,6 +64,10 @@ typedef struct rs_dir_params {
      * rs_dir_notice): NULL prints "reshard: <msg>" on stderr. */
     rs_dir_notice_cb notice;
     void *notice_ctx;
+    /* Borrowed; NULL (default): none. Raised, rs_dir_wait_ready and
+     * rs_dir_wait_released return RS_ERR_CANCELLED within RS_CANCEL_POLL_S
+     * (a single look, timeout 0, is never cancelled). */
+    const rs_cancel_t *cancel;
 } rs_dir_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -197,7 +202,8 @@ RS_API rs_status_t rs_dir_info(rs_dir_h dir, const char *model,
  * missing or stale. Transient directory errors (rs_dir_transient) are
  * retried until timeout_s, with a notice when the outage begins and one
  * when it ends; RS_ERR_TIMEOUT then names the outage. Permanent errors
- * return at once. */
+ * return at once. RS_ERR_CANCELLED when the handle's cancel flag
+ * (rs_dir_params_t.cancel) is raised, within RS_CANCEL_POLL_S. */
 RS_API rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
                                      int64_t version, double timeout_s,
                                      double stale_s, rs_diag_t *diag,
@@ -284,7 +290,8 @@ RS_API rs_status_t rs_dir_abandon(rs_dir_h dir, const char *model,
 
 /* Waits until the version is RELEASED (publishers use it to know when
  * their memory may be unregistered). RS_ERR_TIMEOUT after timeout_s.
- * Transient directory errors are retried as in rs_dir_wait_ready. */
+ * Transient directory errors are retried, and a cancel flag stops the
+ * wait, as in rs_dir_wait_ready. */
 RS_API rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
                                         int64_t version, double timeout_s,
                                         rs_diag_t *diag);

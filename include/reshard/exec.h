@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "reshard/cancel.h"
 #include "reshard/memory.h"
 #include "reshard/plan.h"
 #include "reshard/status.h"
@@ -89,6 +90,11 @@ typedef struct rs_exec_params {
      * against); so does a plan of fewer than two waves. */
     int serial;
     uint64_t wave_bytes;
+    /* Borrowed; NULL (default): none. Raised, a run stops at its next
+     * stage and its transport waits return (rs_transport_params_t.cancel
+     * is the transport's own): RS_ERR_CANCELLED naming the stage, before
+     * install. */
+    const rs_cancel_t *cancel;
 } rs_exec_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the

@@ -10,7 +10,9 @@
  * automatically when it changes.
  *
  * Threads: a publisher or a receiver is used by one thread at a time: no
- * two calls on the same handle may overlap. Consecutive calls may come
+ * two calls on the same handle may overlap, except rs_receiver_cancel,
+ * rs_publisher_cancel and their _clear, which any thread (or a signal
+ * handler) may call while another call runs. Consecutive calls may come
  * from different threads when the caller orders them (a mutex, a join):
  * a version staged on a background thread may be applied or discarded on
  * another. The bound parameters are not touched by rs_receiver_stage, so
@@ -268,6 +270,15 @@ RS_API rs_status_t rs_publisher_wait_released(rs_publisher_h publisher,
                                               double timeout_s,
                                               rs_diag_t *diag);
 
+/* Raises the publisher's cancel flag (reshard/cancel.h): a
+ * rs_publisher_wait_released in progress, or the next one, returns
+ * RS_ERR_CANCELLED within RS_CANCEL_POLL_S ("cancelled while waiting for
+ * the release of version ..."), and so does every later one until
+ * rs_publisher_cancel_clear. Nothing else of the publisher changes.
+ * Thread-safe and async-signal-safe (one atomic store). NULL: no-op. */
+RS_API void rs_publisher_cancel(rs_publisher_h publisher);
+RS_API void rs_publisher_cancel_clear(rs_publisher_h publisher);
+
 typedef struct rs_receiver_params {
     size_t size; /* the caller's sizeof, set by rs_receiver_params_init */
     const char *directory;
@@ -440,7 +451,8 @@ typedef struct rs_pull_result {
  *
  * Errors: those of rs_receiver_stage and rs_receiver_apply; a deadline
  * passed before apply is RS_ERR_TIMEOUT ("deadline passed in the install
- * stage"). */
+ * stage"), a cancel raised by then RS_ERR_CANCELLED (the staged version
+ * discarded, nothing installed). */
 RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
                                     rs_diag_t *diag,
                                     rs_pull_result_t *result_p);
@@ -484,7 +496,8 @@ RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
  * that failed or timed out is RS_ERR_TRANSPORT / RS_ERR_TIMEOUT, its message naming the publisher as "<agent>, slot <S>"
  * and the cause; the connections are dropped and rebuilt next time);
  * RS_ERR_TIMEOUT when pull_timeout_s passed ("deadline passed in the
- * <stage> stage"). */
+ * <stage> stage"); RS_ERR_CANCELLED when rs_receiver_cancel raised the
+ * receiver's flag. */
 RS_API rs_status_t rs_receiver_stage(rs_receiver_h receiver, int64_t version,
                                      rs_diag_t *diag, rs_staged_h *staged_p);
 
@@ -510,6 +523,21 @@ RS_API rs_status_t rs_receiver_apply(rs_receiver_h receiver,
  * the version can be released). The bound parameters are untouched.
  * Accepts NULL and a handle already consumed (no-op). */
 RS_API void rs_receiver_discard(rs_receiver_h receiver, rs_staged_h staged);
+
+/* Raises the receiver's cancel flag (reshard/cancel.h): a stage, pull or
+ * dry run in progress, or the next one, stops within RS_CANCEL_POLL_S of
+ * its current wait (discovery, connecting, the reads, between the
+ * executor's stages and waves) and returns RS_ERR_CANCELLED, as any failed
+ * stage: nothing staged, its lease dropped, the bound parameters
+ * untouched (a pull cancelled after its stage discards it before
+ * install). Every later stage, pull or dry run returns RS_ERR_CANCELLED
+ * too, until rs_receiver_cancel_clear; apply, discard and destroy are not
+ * affected. Thread-safe and async-signal-safe (one atomic store), so
+ * another thread or a SIGINT handler may call it while a stage runs.
+ * NULL: no-op. */
+RS_API void rs_receiver_cancel(rs_receiver_h receiver);
+/* Clears the flag, so that the next stage, pull or dry run runs. */
+RS_API void rs_receiver_cancel_clear(rs_receiver_h receiver);
 
 /* The version a staged handle holds, or -1 for a consumed one. */
 RS_API int64_t rs_staged_version(rs_staged_h staged);

@@ -5,6 +5,7 @@
 
 #include "reshard/version.h"
 #include "reshard/status.h"
+#include "reshard/cancel.h"
 #include "reshard/units.h"
 #include "reshard/dtype.h"
 #include "reshard/memory.h"

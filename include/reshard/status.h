@@ -29,6 +29,7 @@ typedef enum rs_status {
     RS_ERR_TRANSPORT = -40,   /* a transport failed to move bytes */
     RS_ERR_TIMEOUT = -50,     /* a bounded wait expired */
     RS_ERR_NO_MEMORY = -60,   /* an allocation or a configured limit failed */
+    RS_ERR_CANCELLED = -51,   /* the caller cancelled a wait (rs_cancel_t) */
 } rs_status_t;
 
 /* Short constant name of a status ("RS_ERR_INPUT"); never NULL. */

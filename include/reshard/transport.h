@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "reshard/cancel.h"
 #include "reshard/status.h"
 
 #ifdef __cplusplus
@@ -54,6 +55,11 @@ typedef struct rs_transport_params {
     size_t size; /* the caller's sizeof, set by rs_transport_params_init */
     const char *backend; /* "local", "local-mt", "cma" */
     unsigned threads;    /* local-mt workers; 0 = one per online core */
+    /* Borrowed; NULL (default): none. Raised, a wait of the cma and ucx
+     * backends drains what it posted, as for a timeout, and returns
+     * RS_ERR_CANCELLED within RS_CANCEL_POLL_S (the local backends only
+     * copy memory and finish). */
+    const rs_cancel_t *cancel;
 } rs_transport_params_t;
 
 typedef struct rs_transport_counters {

@@ -8,7 +8,7 @@ from . import quant
 from .capture import Capture, capture
 from .errors import (ReshardError, InvalidArgument, InputError, ReshardIOError,
                      UnsupportedReshard, IncompleteRefit, VerifyError,
-                     TransportError, ReshardTimeout, NoMemory)
+                     TransportError, ReshardTimeout, NoMemory, Cancelled)
 from .directory import release
 from .layouts import Box, LayoutError, chunk_range
 from .publisher import Publisher
@@ -18,7 +18,7 @@ __all__ = [
     "capture", "Capture", "quant", "Publisher", "Receiver", "release", "Staged", "PullResult", "Box", "LayoutError",
     "chunk_range", "ReshardError", "InvalidArgument", "InputError",
     "ReshardIOError", "UnsupportedReshard", "IncompleteRefit", "VerifyError",
-    "TransportError", "ReshardTimeout", "NoMemory",
+    "TransportError", "ReshardTimeout", "NoMemory", "Cancelled",
 ]
 
 

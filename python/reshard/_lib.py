@@ -202,6 +202,7 @@ CONSTANTS = {
     "RS_QUANT_FP8_TENSOR": QUANT_SCHEMES["fp8_tensor"],
     "RS_DTYPE_F32": 1, "RS_DTYPE_BF16": 2, "RS_DTYPE_F16": 3,
     "RS_DTYPE_F8E4M3": 4, "RS_DTYPE_F8E5M2": 5,
+    "RS_ERR_CANCELLED": errors.Cancelled.code,
 }
 
 _vp = ctypes.c_void_p
@@ -248,6 +249,10 @@ _PROTOS = {
     "rs_dir_open": (_st, [ctypes.c_char_p, _diag_p, ctypes.POINTER(_vp)]),
     "rs_dir_release": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, _diag_p]),
     "rs_dir_close": (None, [_vp]),
+    "rs_receiver_cancel": (None, [_vp]),
+    "rs_receiver_cancel_clear": (None, [_vp]),
+    "rs_publisher_cancel": (None, [_vp]),
+    "rs_publisher_cancel_clear": (None, [_vp]),
 }
 
 _lock = threading.Lock()

@@ -71,9 +71,17 @@ class NoMemory(ReshardError, MemoryError):
     status, code = "RS_ERR_NO_MEMORY", -60
 
 
+class Cancelled(ReshardError):
+    """A wait was cancelled (RS_ERR_CANCELLED): Receiver.cancel or close
+    from another thread, a cancelled stage_async future, Publisher.cancel.
+    Nothing was staged or installed by the cancelled call."""
+    status, code = "RS_ERR_CANCELLED", -51
+
+
 _BY_CODE = {cls.code: cls for cls in (
     InvalidArgument, InputError, ReshardIOError, UnsupportedReshard,
-    IncompleteRefit, VerifyError, TransportError, ReshardTimeout, NoMemory)}
+    IncompleteRefit, VerifyError, TransportError, ReshardTimeout, NoMemory,
+    Cancelled)}
 
 
 def error_for(code, message):

@@ -29,7 +29,7 @@ import weakref
 
 import torch
 
-from . import _lib, dtypes, errors, layouts
+from . import _interrupt, _lib, dtypes, errors, layouts
 from ._handle import Handle, notice_cb
 from ._lib import DIAG
 
@@ -135,6 +135,9 @@ class Publisher(Handle):
         self._lock = threading.RLock()
         self._allocs = 0      # alloc_tensor buffers still alive
         self._closing = None  # the handle close() left for the last one
+        # _waiting (under _cancel_guard): a wait_released cancel() stops
+        self._cancel_guard = threading.Lock()
+        self._waiting = False
 
     # -- registered memory ---------------------------------------------
     def alloc_tensor(self, shape, dtype=torch.float32):
@@ -274,16 +277,42 @@ class Publisher(Handle):
 
     def wait_released(self, version, timeout_s=60.0):
         """Blocks until every receiver is done with `version` (released in
-        the directory); ReshardTimeout after timeout_s."""
+        the directory); ReshardTimeout after timeout_s. cancel() or close()
+        from another thread end it with reshard.Cancelled; Ctrl-C raises
+        KeyboardInterrupt within about a second (the wait runs on another
+        thread, the caller waiting for it in short slices)."""
         with self._lock:
             self._open()
-            _lib.call("rs_publisher_wait_released", self._h, int(version),
-                      float(timeout_s), DIAG)
+            h, version, timeout_s = self._h, int(version), float(timeout_s)
+            with self._cancel_guard:
+                _lib.lib().rs_publisher_cancel_clear(h)
+                self._waiting = True
+            try:
+                _interrupt.wait(_interrupt.spawn(
+                    lambda: _lib.call("rs_publisher_wait_released", h,
+                                      version, timeout_s, DIAG),
+                    "reshard-wait-released"), self.cancel)
+            finally:
+                with self._cancel_guard:
+                    self._waiting = False
+
+    def cancel(self):
+        """Ends a wait_released running on another thread with
+        reshard.Cancelled (within about a second). No effect when none
+        runs."""
+        guard = getattr(self, "_cancel_guard", None)  # None: not created
+        if guard is None:
+            return
+        with guard:
+            if self._waiting:
+                _lib.lib().rs_publisher_cancel(self._h)
 
     def close(self):
         """Stops serving: heartbeats stop, memory is no longer exposed.
         While tensors from alloc_tensor are alive their memory stays (the
-        library's handle goes with the last of them)."""
+        library's handle goes with the last of them). A wait_released
+        running on another thread is cancelled first."""
+        self.cancel()
         with self._lock:
             if self._h is None:
                 return

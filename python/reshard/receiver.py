@@ -11,11 +11,13 @@ pointer.
 import ctypes
 import json
 import threading
+import weakref
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
 
-from . import _lib, dtypes, errors
+from . import _interrupt, _lib, dtypes, errors
 from .capture import Capture
 from ._handle import Handle, notice_cb
 from ._lib import DIAG
@@ -93,12 +95,15 @@ class Staged:
 
 class _Binding:
     """A capture parameter, its live tensor and the host memory bound for
-    it (the tensor itself, or a mirror)."""
+    it (the tensor itself, or a mirror). A parameter the capture fills gets
+    a mirror too (`mirrored`): its fills are written there, never into the
+    live tensor before an apply."""
 
-    def __init__(self, name, tensor):
+    def __init__(self, name, tensor, mirrored=False):
         self.name = name
         self.tensor = tensor
-        direct = tensor.device.type == "cpu" and tensor.is_contiguous()
+        direct = (tensor.device.type == "cpu" and tensor.is_contiguous()
+                  and not mirrored)
         self.mirror = None if direct else torch.empty(
             tensor.shape, dtype=tensor.dtype,
             pin_memory=torch.cuda.is_available())
@@ -169,15 +174,23 @@ class Receiver(Handle):
                  verify_digests=True, release_after=True, stale_s=0.0,
                  notice=None, announce_cuts=True, announce_as=None):
         self._lock = threading.Lock()
+        # _state guards _current (the call that cancel() stops) and
+        # _closing; never held across a library call but the cancel.
+        self._state = threading.Lock()
+        self._current = None
+        self._closing = False
+        self._runner = _interrupt.Runner("reshard-receiver")
         self._h = None
         self._cap = None
         capture = _as_capture(capture)
         self._cap = _load_capture(capture)
         try:
-            # Nothing is written into the model until the library accepted
-            # the capture and the parameters matched it; the fills precede
-            # the bind, whose staging starts as a copy of the parameters.
-            self._bindings = self._match(params)
+            # Nothing is written into the model before the first successful
+            # apply: the fills go into the mirrors of the parameters they
+            # touch, and the bind copies the bound memory (mirror or live
+            # tensor) into the staging that versions land in.
+            self._bindings = self._match(
+                params, {f["param"] for f in capture.fills})
             self._check_fills(capture)
             self._create(directory, model, backend, salt, holder,
                          discover_timeout_s, pull_timeout_s, lease_ttl_s,
@@ -191,9 +204,9 @@ class Receiver(Handle):
         self._staged = None
         self._last_plan_s = -1.0
 
-    def _match(self, params):
+    def _match(self, params, filled=()):
         """Each capture parameter's live tensor, checked against the
-        capture's shape and dtype."""
+        capture's shape and dtype; those named in `filled` are mirrored."""
         params = dict(params)
         bindings = []
         for name, shape, code, _ in _capture_params(self._cap):
@@ -207,7 +220,7 @@ class Receiver(Handle):
                     f"receiver: parameter '{name}' is {list(t.shape)} "
                     f"{dtypes.name_of(t.dtype)}, the capture has {list(shape)} "
                     f"{dtypes.name_of_code(code)}")
-            bindings.append(_Binding(name, t))
+            bindings.append(_Binding(name, t, mirrored=name in filled))
         if params:
             raise errors.InvalidArgument(
                 "receiver: params not in the capture: "
@@ -225,17 +238,18 @@ class Receiver(Handle):
                     "is not inside that parameter")
 
     def _fill(self, capture):
-        """Constant writes the loader makes (zeroed padding rows), done once
-        into the memory bound for each parameter."""
+        """Constant writes the loader makes (zeroed padding rows), done once,
+        in capture order, into the mirror bound for each filled parameter
+        (never the live tensor): the bind copies it into the staging, where
+        the copies of every version land over it, as the loader's copies
+        land over its earlier fills; apply installs the whole."""
         by_name = {b.name: b for b in self._bindings}
         for f in capture.fills:
-            b = by_name[f["param"]]
-            region = b.host().as_strided(f["dest_shape"], f["dest_stride"],
-                                         b.host().storage_offset()
-                                         + f["dest_offset"])
+            m = by_name[f["param"]].mirror
+            region = m.as_strided(f["dest_shape"], f["dest_stride"],
+                                  m.storage_offset() + f["dest_offset"])
             with torch.no_grad():
                 region.fill_(f["value"])
-            b.install()
 
     def _create(self, directory, model, backend, salt, holder,
                 discover_timeout_s, pull_timeout_s, lease_ttl_s, timeout_s,
@@ -283,31 +297,72 @@ class Receiver(Handle):
     def stage(self, version=-1):
         """Pulls, replays, casts and verifies `version` (-1: the newest
         READY one) into staging; the live parameters are untouched. Holds a
-        lease on the version until apply or discard."""
+        lease on the version until apply or discard. Cancelled
+        (reshard.Cancelled) by cancel() or close() from another thread;
+        Ctrl-C raises KeyboardInterrupt within about a second; either way
+        nothing stays staged."""
+        return self._stage(version, None)
+
+    def stage_async(self, version=-1):
+        """stage(version) on a thread of its own: a
+        concurrent.futures.Future of the Staged version. Its cancel()
+        stops the stage, also while it runs (the future is then cancelled
+        and nothing stays staged); cancel() on the receiver ends it with
+        reshard.Cancelled."""
+        fut = _StageFuture(self)
+        token = fut._token
+
+        def run():
+            try:
+                staged = self._stage(version, token)
+            except BaseException as e:  # the future carries it
+                if fut.set_running_or_notify_cancel():
+                    fut.set_exception(e)
+                return
+            if fut.set_running_or_notify_cancel():
+                fut.set_result(staged)
+            else:
+                self.discard(staged)  # cancelled as it finished
+        _interrupt.spawn(run, "reshard-stage")
+        return fut
+
+    def _stage(self, version, token):
         with self._lock:
             self._open()
-            h = ctypes.c_void_p()
-            _lib.call("rs_receiver_stage", self._h, int(version), DIAG,
-                      ctypes.byref(h))
+            h = self._run(lambda: self._stage_now(int(version)), token=token,
+                          undo=lambda h: self._lib_discard(h))
             staged = Staged(h, _lib.lib().rs_staged_version(h), self)
             self._staged = staged
             return staged
 
+    def _stage_now(self, version):
+        h = ctypes.c_void_p()
+        _lib.call("rs_receiver_stage", self._h, version, DIAG,
+                  ctypes.byref(h))
+        return h
+
+    def _lib_discard(self, h):
+        _lib.lib().rs_receiver_discard(self._h, h)
+
     def apply(self, staged):
         """Installs a staged version into the live parameters (the caller's
         safe point). The handle is consumed, also when apply fails (then
-        nothing is installed)."""
+        nothing is installed). Not cancelled: an apply interrupted by
+        Ctrl-C installs the whole version before KeyboardInterrupt is
+        raised."""
         with self._lock:
             self._open()
             h = self._take(staged)
-            r = _lib.PullResult()
-            try:
-                _lib.call("rs_receiver_apply", self._h, h, DIAG, r)
-            finally:
-                self._staged = None
-            self._install_mirrors()
+            self._staged = None
+            r = self._run(lambda: self._apply_now(h), cancellable=False)
             self._last_plan_s = r.plan_s if r.replanned else -1.0
             return _result(r)
+
+    def _apply_now(self, h):
+        r = _lib.PullResult()
+        _lib.call("rs_receiver_apply", self._h, h, DIAG, r)
+        self._install_mirrors()
+        return r
 
     def discard(self, staged):
         """Drops a staged version (and its lease); live parameters
@@ -316,30 +371,77 @@ class Receiver(Handle):
             if self._h is None or staged is None or staged._h is None:
                 return
             h = self._take(staged)
-            _lib.lib().rs_receiver_discard(self._h, h)
+            self._lib_discard(h)
             self._staged = None
 
     def pull(self, version=-1):
-        """stage + apply in one call."""
+        """stage + apply in one call. Cancelled and interrupted as stage
+        is, until its install begins (an install runs to its end)."""
         with self._lock:
             self._open()
             if self._staged is not None and not self._staged.consumed:
                 raise errors.InvalidArgument(
                     f"receiver: version {self._staged.version} is staged; "
                     "apply or discard it first")
-            r = _lib.PullResult()
-            _lib.call("rs_receiver_pull", self._h, int(version), DIAG, r)
-            self._install_mirrors()
+            r = self._run(lambda: self._pull_now(int(version)))
             self._last_plan_s = r.plan_s if r.replanned else -1.0
             return _result(r)
+
+    def _pull_now(self, version):
+        r = _lib.PullResult()
+        _lib.call("rs_receiver_pull", self._h, version, DIAG, r)
+        self._install_mirrors()
+        return r
 
     def dry_run(self, version=-1):
         """What a pull of `version` would read, without reading it."""
         with self._lock:
             self._open()
-            d = _lib.DryRun()
-            _lib.call("rs_receiver_dry_run", self._h, int(version), DIAG, d)
+            d = self._run(lambda: self._dry_run_now(int(version)))
             return {name: getattr(d, name) for name, _ in d._fields_}
+
+    def _dry_run_now(self, version):
+        d = _lib.DryRun()
+        _lib.call("rs_receiver_dry_run", self._h, version, DIAG, d)
+        return d
+
+    # -- cancelling ----------------------------------------------------
+    def cancel(self):
+        """Stops the stage, pull or dry run running now (from any thread):
+        it raises reshard.Cancelled within about a second, nothing staged,
+        its lease dropped, the live parameters untouched. A call that
+        starts afterwards runs normally. No effect when none runs."""
+        with self._state:
+            if self._current is not None and self._h is not None:
+                _lib.lib().rs_receiver_cancel(self._h)
+
+    def _cancel_token(self, token):
+        with self._state:
+            token.cancelled = True
+            if self._current is token and self._h is not None:
+                _lib.lib().rs_receiver_cancel(self._h)
+
+    def _run(self, job, token=None, cancellable=True, undo=None):
+        """job() on the receiver's thread, the caller (holding _lock)
+        waiting in short slices so that signals are handled; see
+        _interrupt. While it runs, cancel() stops it (when cancellable)."""
+        token = token if token is not None else _Token()
+        with self._state:
+            if self._closing or token.cancelled:
+                raise errors.Cancelled(
+                    "receiver: " + ("closing" if self._closing else
+                                    "the stage was cancelled before it "
+                                    "started"))
+            _lib.lib().rs_receiver_cancel_clear(self._h)
+            if cancellable:
+                self._current = token
+        try:
+            return _interrupt.wait(self._runner.submit(job),
+                                   lambda: self._cancel_token(token)
+                                   if cancellable else None, undo)
+        finally:
+            with self._state:
+                self._current = None
 
     def _take(self, staged):
         if not isinstance(staged, Staged) or staged._receiver is not self:
@@ -382,10 +484,18 @@ class Receiver(Handle):
 
     # -- lifetime ------------------------------------------------------
     def close(self):
-        """Discards a staged version, closes connections and the directory."""
+        """Discards a staged version, closes connections and the directory.
+        A stage, pull or dry run running on another thread is cancelled
+        first (it raises reshard.Cancelled), so close never waits for its
+        timeout; an apply in progress is let finish."""
         lock = getattr(self, "_lock", None)
-        if lock is None:
+        state = getattr(self, "_state", None)
+        if lock is None or state is None:
             return
+        with state:
+            self._closing = True
+            if self._current is not None and self._h is not None:
+                _lib.lib().rs_receiver_cancel(self._h)
         with lock:
             if getattr(self, "_h", None) is not None:
                 _lib.lib().rs_receiver_destroy(self._h)
@@ -393,6 +503,32 @@ class Receiver(Handle):
             if getattr(self, "_cap", None) is not None:
                 _lib.lib().rs_capture_destroy(self._cap)
                 self._cap = None
+            self._runner.stop()
+
+
+class _Token:
+    """One call that cancel() may stop (a stage_async future's, or one of
+    its own)."""
+    cancelled = False
+
+
+class _StageFuture(Future):
+    """stage_async's future: cancel() also stops a stage that is running
+    (the future stays pending until the stage ends, so it can be
+    cancelled all along)."""
+
+    def __init__(self, receiver):
+        super().__init__()
+        self._receiver = weakref.ref(receiver)
+        self._token = _Token()
+
+    def cancel(self):
+        r = self._receiver()
+        if r is not None:
+            r._cancel_token(self._token)
+        else:
+            self._token.cancelled = True
+        return super().cancel()
 
 
 

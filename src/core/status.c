@@ -19,6 +19,7 @@ const char *rs_status_str(rs_status_t status)
     case RS_ERR_TRANSPORT: return "RS_ERR_TRANSPORT";
     case RS_ERR_TIMEOUT: return "RS_ERR_TIMEOUT";
     case RS_ERR_NO_MEMORY: return "RS_ERR_NO_MEMORY";
+    case RS_ERR_CANCELLED: return "RS_ERR_CANCELLED";
     }
     return "RS_ERR_UNKNOWN";
 }

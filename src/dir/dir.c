@@ -122,6 +122,7 @@ rs_status_t rs_dir_open_params(const char *url, const rs_dir_params_t *params,
         dir->ops = schemes[i].ops;
         dir->notice = params->notice;
         dir->notice_ctx = params->notice_ctx;
+        dir->cancel = params->cancel;
         rs_dir_redact_url(url, dir->shown, sizeof(dir->shown));
         rs_status_t st = dir->ops->open(dir, url + plen, params, diag);
         if (st != RS_OK) {

@@ -91,6 +91,7 @@ struct rs_dir {
     int transient;   /* the last failure may pass (rs_dir_transient) */
     rs_dir_notice_cb notice;
     void *notice_ctx;
+    const rs_cancel_t *cancel; /* stops the bounded waits (dir_wait.c) */
     char shown[RS_DIR_URL_SHOWN_MAX]; /* the URL, redacted, for messages */
     /* cuts records (with bytes) this handle returned, and their bytes */
     uint64_t cuts_read, cuts_read_bytes;

@@ -3,8 +3,9 @@
  * newest-version wait skips stale versions) and for a RELEASED one.
  * Backends only answer lookups; polling, deadlines, riding out directory
  * outages (transient errors retried with backoff until the deadline, one
- * notice when an outage begins and one when it ends) and the "which slots
- * are missing or stale" messages live here. */
+ * notice when an outage begins and one when it ends), a raised cancel
+ * flag (rs_dir_params_t.cancel, looked at between two looks) and the
+ * "which slots are missing or stale" messages live here. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,14 +43,18 @@ static void why_add(why_t *w, const char *fmt, ...)
                       : sizeof(w->buf) - w->len - 1;
 }
 
-static void nap(double s)
+/* Sleeps s seconds, in slices short enough that a raised cancel flag
+ * ends the sleep within half a poll period. */
+static void nap(const rs_cancel_t *cancel, double s)
 {
-    if (s <= 0)
-        return;
-    struct timespec ts;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-    nanosleep(&ts, NULL);
+    while (s > 0 && !rs_cancel_raised(cancel)) {
+        double slice = fmin(s, RS_CANCEL_POLL_S / 2);
+        struct timespec ts;
+        ts.tv_sec = (time_t)slice;
+        ts.tv_nsec = (long)((slice - (double)ts.tv_sec) * 1e9);
+        nanosleep(&ts, NULL);
+        s -= slice;
+    }
 }
 
 /* Names the bad slots of one kind ("missing" or "stale") in w. */
@@ -215,6 +220,8 @@ typedef struct waiter {
     const char *what;     /* "version 3 of 'm'", for notices */
     double timeout_s, deadline, delay;
     double down_since;    /* < 0: the directory answers */
+    double start;
+    int looked;           /* a first look was made (it is never cancelled) */
 } waiter_t;
 
 static void waiter_init(waiter_t *wt, rs_dir_h dir, const char *what,
@@ -224,7 +231,8 @@ static void waiter_init(waiter_t *wt, rs_dir_h dir, const char *what,
     wt->dir = dir;
     wt->what = what;
     wt->timeout_s = timeout_s;
-    wt->deadline = rs__now_s() + timeout_s;
+    wt->start = rs__now_s();
+    wt->deadline = wt->start + timeout_s;
     wt->delay = NAP_FIRST_S;
     wt->down_since = -1;
 }
@@ -248,7 +256,7 @@ static int outage_retry(waiter_t *wt, const rs_diag_t *diag)
                       rs_dir_name(wt->dir), wt->what,
                       diag != NULL ? diag->msg : "", wt->deadline - now);
     }
-    nap(fmin(wt->delay, wt->deadline - now));
+    nap(wt->dir->cancel, fmin(wt->delay, wt->deadline - now));
     wt->delay = fmin(wt->delay * 2, OUTAGE_NAP_MAX_S);
     return 1;
 }
@@ -283,8 +291,24 @@ static rs_status_t wait_failed(const waiter_t *wt, rs_status_t st,
 
 static void wait_nap(waiter_t *wt)
 {
-    nap(fmin(wt->delay, wt->deadline - rs__now_s()));
+    nap(wt->dir->cancel, fmin(wt->delay, wt->deadline - rs__now_s()));
     wt->delay = fmin(wt->delay * 2, NAP_MAX_S);
+}
+
+/* Before each look but the first: 1 when the caller raised the handle's
+ * cancel flag (the wait then returns waiter_cancelled). */
+static int waiter_stop(waiter_t *wt)
+{
+    int stop = wt->looked && rs_cancel_raised(wt->dir->cancel);
+    wt->looked = 1;
+    return stop;
+}
+
+static rs_status_t waiter_cancelled(const waiter_t *wt, rs_diag_t *diag)
+{
+    return rs__diag_set(diag, RS_ERR_CANCELLED, "cancelled while waiting "
+                        "for %s (after %.2f s)", wt->what,
+                        rs__now_s() - wt->start);
 }
 
 static rs_status_t check_timeout(const char *what, double timeout_s,
@@ -322,6 +346,8 @@ rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
     waiter_t wt;
     waiter_init(&wt, dir, what, timeout_s);
     for (;;) {
+        if (waiter_stop(&wt))
+            return waiter_cancelled(&wt, diag);
         int last = rs__now_s() >= wt.deadline, ready;
         why_t w = {.len = 0};
         rs_version_info_t info;
@@ -358,6 +384,8 @@ rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
     waiter_t wt;
     waiter_init(&wt, dir, what, timeout_s);
     for (;;) {
+        if (waiter_stop(&wt))
+            return waiter_cancelled(&wt, diag);
         int last = rs__now_s() >= wt.deadline;
         st = rs__dir_call(dir, dir->ops->lookup, &req, diag);
         if (st != RS_OK && outage_retry(&wt, diag))

@@ -112,11 +112,22 @@ static rs_status_t deadline_passed(rs_exec_h x, const char *where,
     return fail(x, RS_ERR_TIMEOUT, "deadline");
 }
 
-/* Before a stage: has the deadline passed already? */
+const char *rs__exec_wire_cause(rs_status_t st)
+{
+    return st == RS_ERR_CANCELLED ? "cancelled" : "transport";
+}
+
+/* Before a stage (and each wave): was the run cancelled, or has the
+ * deadline passed already? */
 rs_status_t rs__exec_check_deadline(rs_exec_h x, const char *stage,
                                     rs_diag_t *diag)
 {
     char where[64];
+    if (rs_cancel_raised(x->params.cancel)) {
+        rs__diag_set(diag, RS_ERR_CANCELLED, "run cancelled before the %s "
+                     "stage", stage);
+        return fail(x, RS_ERR_CANCELLED, "cancelled");
+    }
     if (x->deadline <= 0 || rs__now_s() < x->deadline)
         return RS_OK;
     snprintf(where, sizeof(where), "before the %s stage", stage);
@@ -240,7 +251,8 @@ static rs_status_t wire_with_progress(rs_exec_h x, rs_diag_t *diag)
         if (st == RS_OK)
             st = rs__exec_wait(x, "wire", diag);
         if (st != RS_OK)
-            return x->failure != NULL ? st : fail(x, st, "transport");
+            return x->failure != NULL ? st
+                                      : fail(x, st, rs__exec_wire_cause(st));
         for (size_t i = 0; i < n; i++)
             p.bytes_done += x->chunk[i].nbytes;
         p.elapsed_s = rs__now_s() - t0;
@@ -272,7 +284,8 @@ static rs_status_t wire(rs_exec_h x, rs_diag_t *diag)
             if (st == RS_OK)
                 st = rs__exec_wait(x, "wire", diag);
             if (st != RS_OK)
-                return x->failure != NULL ? st : fail(x, st, "transport");
+                return x->failure != NULL
+                           ? st : fail(x, st, rs__exec_wire_cause(st));
         }
         begin = end;
         if (!x->params.phased)

@@ -145,10 +145,14 @@ rs_status_t rs__exec_verify(rs_exec_h x, rs_diag_t *diag);
  * left of the run's deadline; a wait the deadline cut short is
  * RS_ERR_TIMEOUT naming `stage`. */
 rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag);
-/* RS_ERR_TIMEOUT (failure "deadline") when the run's deadline passed
+/* RS_ERR_CANCELLED (failure "cancelled") when the run's cancel flag is
+ * raised, RS_ERR_TIMEOUT (failure "deadline") when its deadline passed,
  * before `stage` starts. */
 rs_status_t rs__exec_check_deadline(rs_exec_h x, const char *stage,
                                     rs_diag_t *diag);
+/* The failure a failed transport post or wait records: "cancelled" for
+ * RS_ERR_CANCELLED, else "transport". */
+const char *rs__exec_wire_cause(rs_status_t st);
 
 /* Groups reads[begin, end) by session, keeping their order inside each
  * session; 0 when out of memory (the reads are unchanged then). */

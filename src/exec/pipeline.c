@@ -22,7 +22,7 @@ static rs_status_t wire_wave(rs_exec_h x, size_t w, rs_diag_t *diag)
         if (st == RS_OK)
             st = rs__exec_wait(x, "wire", diag);
         if (st != RS_OK && x->failure == NULL)
-            x->failure = "transport";
+            x->failure = rs__exec_wire_cause(st);
     }
     x->stage[RS_STAGE_WIRE] += rs__now_s() - t0;
     return st;

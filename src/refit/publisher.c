@@ -67,6 +67,7 @@ static rs_status_t open_dir(rs_publisher_h p, int main, rs_diag_t *diag,
     if (main) {
         dp.notice = main_notice;
         dp.notice_ctx = p;
+        dp.cancel = &p->cancel; /* rs_publisher_cancel */
     }
     return rs_dir_open_params(p->params.directory, &dp, diag, dir_p);
 }
@@ -547,4 +548,18 @@ rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
         if (st != RS_OK)
             return st;
     }
+}
+
+/* The flag lives in the publisher and its main directory handle reads it:
+ * only that handle's waits (the release wait) are cancelled. */
+void rs_publisher_cancel(rs_publisher_h p)
+{
+    if (p != NULL)
+        rs_cancel_raise(&p->cancel);
+}
+
+void rs_publisher_cancel_clear(rs_publisher_h p)
+{
+    if (p != NULL)
+        rs_cancel_clear(&p->cancel);
 }

@@ -66,6 +66,9 @@ struct rs_receiver {
     size_t ntable_slot;
     /* the pull's publishers of every slot, and the one read from each */
     rs__replicas_t replicas;
+    /* raised by rs_receiver_cancel from any thread: read by the waits of
+     * a stage (discovery, connecting, the executor and its transport) */
+    rs_cancel_t cancel;
 };
 
 static void *target_of(const rs_rbind_t *b);
@@ -123,6 +126,7 @@ static void exec_params(rs_receiver_h r, rs_exec_params_t *ep)
     ep->progress_chunk_bytes = p->progress_chunk_bytes;
     ep->install = install_staged;
     ep->install_ctx = r;
+    ep->cancel = &r->cancel;
 }
 
 RS__PARAMS_DEFINE(receiver, receiver_defaults, notice_ctx)
@@ -134,8 +138,8 @@ RS__PARAMS_DEFINE(receiver, receiver_defaults, notice_ctx)
 /* A receiver never creates a file: directory (a mistyped path fails with
  * "no such directory"), and a server unreachable at start is waited for
  * by discovery, within its deadline. */
-static rs_status_t open_dir(rs_receiver_h r, rs_diag_t *diag,
-                            rs_dir_h *dir_p)
+static rs_status_t open_dir(rs_receiver_h r, const rs_cancel_t *cancel,
+                            rs_diag_t *diag, rs_dir_h *dir_p)
 {
     rs_dir_params_t dp;
     rs_dir_params_init(&dp);
@@ -143,6 +147,7 @@ static rs_status_t open_dir(rs_receiver_h r, rs_diag_t *diag,
     dp.connect_later = 1;
     dp.notice = r->params.notice;
     dp.notice_ctx = r->params.notice_ctx;
+    dp.cancel = cancel;
     return rs_dir_open_params(r->directory, &dp, diag, dir_p);
 }
 
@@ -185,7 +190,8 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
     r->nparams = rs_capture_num_params(capture);
     r->binds = calloc(r->nparams + 1, sizeof(rs_rbind_t));
     rs_status_t st = r->model && r->directory && r->backend && r->holder &&
-                     r->announce_as && r->binds ? open_dir(r, diag, &r->dir)
+                     r->announce_as && r->binds
+                         ? open_dir(r, &r->cancel, diag, &r->dir)
                               : rs__diag_set(diag, RS_ERR_NO_MEMORY,
                                              "out of memory");
     if (st != RS_OK) {
@@ -401,6 +407,9 @@ static rs_status_t connect_all(rs_receiver_h r, rs_diag_t *diag)
         for (int attempt = 0;
              attempt < 3 && st != RS_OK && rs__now_s() < deadline;
              attempt++) {
+            if (rs_cancel_raised(&r->cancel))
+                return rs__diag_set(diag, RS_ERR_CANCELLED, "cancelled "
+                                    "while connecting to %s", peer_name);
             void *blob = NULL;
             size_t len = 0;
             st = blob_of(r->sources, name, &blob, &len, diag);
@@ -446,6 +455,7 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     pp.descriptor_ns = r->params.descriptor_ns;
     rs_transport_params_init(&tp);
     tp.backend = r->backend;
+    tp.cancel = &r->cancel;
     rs_status_t st = rs_plan_build(r->cap, sources, &pp, diag, &r->plan);
     if (st == RS_OK)
         st = rs_transport_create(&tp, diag, &r->transport);
@@ -514,7 +524,7 @@ static int past_deadline(const rs_receiver_h r)
 static rs_status_t deadline_status(rs_receiver_h r, int64_t version,
                                    rs_status_t st, rs_diag_t *diag)
 {
-    if (st == RS_OK || !past_deadline(r) ||
+    if (st == RS_OK || st == RS_ERR_CANCELLED || !past_deadline(r) ||
         (r->stage == NULL && st != RS_ERR_TIMEOUT))
         return st;
     char subject[192];
@@ -551,7 +561,7 @@ static rs_status_t start_lease(rs_receiver_h r, int64_t version,
 {
     rs_status_t st = RS_OK;
     if (r->lease_dir == NULL)
-        st = open_dir(r, diag, &r->lease_dir);
+        st = open_dir(r, NULL, diag, &r->lease_dir); /* renewals: no wait */
     if (st == RS_OK)
         st = rs__lease_start(&r->lease, r->dir, r->lease_dir, r->model,
                              version, r->holder, r->params.lease_ttl_s,
@@ -582,6 +592,9 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
         st = rs_exec_run_staged(r->exec, diag);
         if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
             rs__diag_prefix(diag, "reading from the publishers: ");
+        else if (st == RS_ERR_CANCELLED)
+            rs__diag_prefix(diag, "stage of version %lld of '%s': ",
+                            (long long)v->version, r->model);
     }
     return deadline_status(r, v->version, st, diag);
 }
@@ -677,6 +690,18 @@ static void announce_once(rs_receiver_h r)
 rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
                                   rs_diag_t *diag, rs_version_info_t *v_p)
 {
+    if (rs_cancel_raised(&r->cancel)) { /* raised before the call */
+        if (version >= 0)
+            return rs__diag_set(diag, RS_ERR_CANCELLED, "cancelled before "
+                                "waiting for version %lld of '%s' (receiver "
+                                "%s; rs_receiver_cancel_clear lets it run "
+                                "again)", (long long)version, r->model,
+                                r->holder);
+        return rs__diag_set(diag, RS_ERR_CANCELLED, "cancelled before "
+                            "waiting for the newest READY version of '%s' "
+                            "(receiver %s; rs_receiver_cancel_clear lets it "
+                            "run again)", r->model, r->holder);
+    }
     announce_once(r);
     r->deadline = r->params.pull_timeout_s > 0
                       ? rs__now_s() + r->params.pull_timeout_s : 0;
@@ -735,8 +760,11 @@ static rs_status_t stage_version(rs_receiver_h r, int64_t version,
     res->version = v.version;
     st = transfer_replicas(r, &v, t0, res, diag);
     if (st != RS_OK) {
-        if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
-            drop_cache(r); /* a peer failed: reconnect from scratch next time */
+        /* a peer failed, or reads were cut short: reconnect from scratch
+         * next time */
+        if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT ||
+            st == RS_ERR_CANCELLED)
+            drop_cache(r);
         end_lease(r, v.version, res);
         return st;
     }
@@ -837,6 +865,13 @@ rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
         st = stage_version(r, version, diag);
     if (st != RS_OK)
         return st;
+    if (rs_cancel_raised(&r->cancel)) { /* staged, but not to be installed */
+        int64_t staged = r->slot.version;
+        rs_receiver_discard(r, &r->slot);
+        return rs__diag_set(diag, RS_ERR_CANCELLED, "pull of version %lld "
+                            "of '%s' cancelled before the install stage",
+                            (long long)staged, r->model);
+    }
     if (past_deadline(r)) { /* as the executor's own check before install */
         r->stage = NULL;
         st = deadline_status(r, version, rs__diag_set(diag, RS_ERR_TIMEOUT,
@@ -846,4 +881,16 @@ rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
         return st;
     }
     return apply_slot(r, diag, result_p);
+}
+
+void rs_receiver_cancel(rs_receiver_h r)
+{
+    if (r != NULL)
+        rs_cancel_raise(&r->cancel);
+}
+
+void rs_receiver_cancel_clear(rs_receiver_h r)
+{
+    if (r != NULL)
+        rs_cancel_clear(&r->cancel);
 }

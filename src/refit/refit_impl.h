@@ -142,6 +142,9 @@ struct rs_publisher {
     size_t table_len;
     uint64_t table_geometry;      /* its geometry key (geometry.c) */
     size_t num_served;            /* its entries (rs_publisher_num_served) */
+    /* raised by rs_publisher_cancel from any thread: stops the waits of
+     * the main directory handle (rs_publisher_wait_released) */
+    rs_cancel_t cancel;
 };
 
 /* A receiver's lease for one pull (lease.c). */

@@ -9,7 +9,8 @@
  * staged and no lease; a second stage is refused; apply after the lease
  * was lost refuses with the bound bytes untouched and install not called;
  * stage and apply on different threads; shadow = 0; the figures of the
- * result struct against the plan's bytes. */
+ * result struct against the plan's bytes; a stage and a release wait
+ * cancelled from another thread. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -391,6 +392,98 @@ static void test_failed_stage_leaves_nothing(void **state)
     rs_receiver_destroy(recv);
 }
 
+/* ---- cancel ------------------------------------------------------------ */
+
+/* A call on its own thread, and whether it returned. */
+typedef struct canceled_call {
+    rs_receiver_h recv;
+    rs_publisher_h pub;
+    int64_t version;
+    rs_status_t st;
+    rs_staged_h h;
+    rs_diag_t d;
+    atomic_int done;
+} canceled_call_t;
+
+static void *stage_main(void *arg)
+{
+    canceled_call_t *c = arg;
+    rs_diag_clear(&c->d);
+    c->st = rs_receiver_stage(c->recv, c->version, &c->d, &c->h);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+static void *wait_released_main(void *arg)
+{
+    canceled_call_t *c = arg;
+    rs_diag_clear(&c->d);
+    c->st = rs_publisher_wait_released(c->pub, c->version, 60, &c->d);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* Starts fn on a thread, raises the cancel flag once it is (most likely)
+ * waiting, and joins it; a hang guard of 20 s, far above the 60 s waits'
+ * cancelled end, fails the test instead of hanging. */
+static void cancel_call(canceled_call_t *c, void *(*fn)(void *))
+{
+    pthread_t t;
+    atomic_init(&c->done, 0);
+    assert_int_equal(pthread_create(&t, NULL, fn, c), 0);
+    sleep_s(0.3);
+    if (c->recv != NULL)
+        rs_receiver_cancel(c->recv);
+    else
+        rs_publisher_cancel(c->pub);
+    for (int i = 0; i < 2000 && !atomic_load(&c->done); i++)
+        sleep_s(0.01);
+    if (!atomic_load(&c->done))
+        fail_msg("a cancelled wait did not return within 20 s");
+    pthread_join(t, NULL);
+}
+
+/* A stage waiting 60 s for a version that never comes, cancelled from
+ * another thread: RS_ERR_CANCELLED, nothing staged, the bound bytes as
+ * they were; the flag stops every stage and pull until cleared; then the
+ * receiver stages and applies as before. A publisher's release wait is
+ * cancelled the same way. */
+static void test_cancel(void **state)
+{
+    (void)state;
+    rs_diag_t d;
+    rs_pull_result_t res;
+    rs_staged_h h = NULL;
+    rs_receiver_h recv = open_receiver(1, 60);
+    pull_ok(recv, 1);
+    publish(2);
+    canceled_call_t c = {.recv = recv, .version = 7};
+    cancel_call(&c, stage_main);
+    ASSERT_ST(c.st, RS_ERR_CANCELLED, c.d);
+    ASSERT_MSG_HAS(c.d, "version 7");
+    expect_nothing_staged(recv, c.h, -1, 1, 1);
+    /* still raised: a stage or pull of a READY version is cancelled too */
+    rs_diag_clear(&d);
+    ASSERT_ST(rs_receiver_stage(recv, 2, &d, &h), RS_ERR_CANCELLED, d);
+    expect_nothing_staged(recv, h, -1, 1, 1);
+    ASSERT_ST(rs_receiver_pull(recv, 2, &d, &res), RS_ERR_CANCELLED, d);
+    assert_int_equal(version_of(w.dest), 1);
+    rs_receiver_cancel_clear(recv);
+    h = stage_ok(recv, 2);
+    ASSERT_ST(rs_receiver_apply(recv, h, &d, &res), RS_OK, d);
+    assert_int_equal(version_of(w.dest), 2);
+    /* the publisher's wait for a release nobody makes */
+    canceled_call_t pc = {.pub = w.pub[0], .version = 2};
+    cancel_call(&pc, wait_released_main);
+    ASSERT_ST(pc.st, RS_ERR_CANCELLED, pc.d);
+    ASSERT_MSG_HAS(pc.d, "release of version 2");
+    rs_publisher_cancel_clear(w.pub[0]);
+    expect_leased(2, 0); /* releases it */
+    rs_diag_clear(&d);
+    ASSERT_ST(rs_publisher_wait_released(w.pub[0], 2, 10, &d), RS_OK, d);
+    rs_receiver_destroy(recv);
+}
+
 /* ---- one staged version at a time -------------------------------------- */
 
 static void test_second_stage_refused(void **state)
@@ -584,6 +677,7 @@ int main(void)
         CASE(test_second_stage_refused),
         CASE(test_apply_after_lease_lost),
         CASE(test_shadow_off),
+        CASE(test_cancel),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

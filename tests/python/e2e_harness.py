@@ -170,8 +170,8 @@ def capture(cfg, tp_rank, tp_size):
     placeholders of the published full tensors. Its parameters hold
     LIVE_FILL (no loader writes it) except the constants the loader writes
     (zeroed padding rows): a serving model was loaded once, so those bytes
-    are what it holds there (and what the receiver writes when it is
-    created)."""
+    are what it holds there (and what the receiver installs with each
+    version)."""
     model = e2e_models.build(cfg, tp_rank, tp_size, fill=LIVE_FILL)
     before = snapshot(model)
     cap = reshard.capture(model, e2e_models.sources(cfg))

@@ -563,6 +563,43 @@ static void test_wait_released(void **state)
     rs_dir_close(dir);
 }
 
+/* A handle whose cancel flag is raised ends each wait after its first
+ * look with RS_ERR_CANCELLED naming what it waited for (a 60 s wait:
+ * without the flag this test would fail by timing out); a version READY
+ * at the first look is still answered; cleared, the waits time out as
+ * before. */
+static void test_cancelled_waits(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_cancel_t cancel = {0};
+    rs_dir_params_t dp;
+    rs_dir_h dir = NULL;
+    rs_diag_t d;
+    rs_version_info_t info;
+    const char *m = "cancelled";
+    rs_dir_params_init(&dp);
+    dp.cancel = &cancel;
+    ASSERT_ST(rs_dir_open_params(g->url, &dp, &d, &dir), RS_OK, d);
+    rs_cancel_raise(&cancel);
+    assert_true(rs_cancel_raised(&cancel));
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 4, 60, 0, &d, &info),
+              RS_ERR_CANCELLED, d);
+    ASSERT_MSG_HAS(d, "cancelled while waiting for version 4 of 'cancelled'");
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 1, &d), RS_OK, d);
+    publish_ok(dir, m, 1, 0);
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 1, 60, 0, &d, &info), RS_OK, d);
+    ASSERT_ST(rs_dir_wait_released(dir, m, 1, 60, &d), RS_ERR_CANCELLED, d);
+    ASSERT_MSG_HAS(d, "the release of version 1 of 'cancelled'");
+    rs_cancel_clear(&cancel);
+    assert_false(rs_cancel_raised(&cancel));
+    assert_false(rs_cancel_raised(NULL));
+    ASSERT_ST(rs_dir_wait_ready(dir, m, 4, 0.05, 0, &d, &info),
+              RS_ERR_TIMEOUT, d);
+    ASSERT_ST(rs_dir_wait_released(dir, m, 1, 0.05, &d), RS_ERR_TIMEOUT, d);
+    rs_dir_close(dir);
+}
+
 static void test_malformed_urls(void **state)
 {
     (void)state;
@@ -780,6 +817,7 @@ static int run_group(const char *name, const struct CMUnitTest *extra,
         cmocka_unit_test(test_lease_expiry),
         cmocka_unit_test(test_lease_epochs),
         cmocka_unit_test(test_wait_released),
+        cmocka_unit_test(test_cancelled_waits),
         cmocka_unit_test(test_malformed_urls),
     };
     enum { NCOMMON = sizeof(common) / sizeof(common[0]) };

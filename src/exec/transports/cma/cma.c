@@ -282,6 +282,10 @@ static rs_status_t cma_wait(rs_transport_h t, double timeout_s,
     while (c.item < s->items_len) {
         if (deadline > 0 && rs__now_s() > deadline)
             return timed_out(t, c, timeout_s, diag);
+        if (rs_cancel_raised(t->params.cancel)) {
+            cma_cancel(t);
+            return rs__diag_set(diag, RS_ERR_CANCELLED, "reads cancelled");
+        }
         int k = fill_iovs(s, c);
         int64_t pid = s->peers.v[s->groups[s->items[c.item].group].session].pid;
         ssize_t got = process_vm_readv((pid_t)pid, s->liov, (unsigned long)k,

@@ -1,7 +1,7 @@
 /* Wait of the `ucx` transport: issues the gets of every queued session
  * before awaiting any, each with a completion callback, and progresses the
  * worker until every get has completed, one has failed, an endpoint has
- * failed or the deadline passes. A post succeeds only when every one of
+ * failed, the deadline passes or the transport's cancel flag is raised. A post succeeds only when every one of
  * its gets completed with UCS_OK on an endpoint that never failed. Then it
  * drains: sessions that failed or are still outstanding get their endpoint
  * force-closed (their gets complete as cancelled and write nothing more)
@@ -202,7 +202,7 @@ static rs_status_t timed_out(ucx_state_t *s, double timeout_s,
 
 /* Credits the groups that completed, drains the rest, forgets the batch. */
 static rs_status_t finish(rs_transport_h t, wait_ctx_t *w, size_t pending,
-                          double timeout_s, unsigned long mark,
+                          double timeout_s, int cancelled, unsigned long mark,
                           rs_diag_t *diag)
 {
     ucx_state_t *s = t->priv;
@@ -220,6 +220,9 @@ static rs_status_t finish(rs_transport_h t, wait_ctx_t *w, size_t pending,
         if (w->failed > 1)
             rs__diag_prefix(diag, "%d posts failed; first: ",
                             w->failed);
+    } else if (pending > 0 && cancelled) {
+        st = rs__diag_set(diag, RS_ERR_CANCELLED, "reads cancelled with %zu "
+                          "post(s) outstanding", pending);
     } else if (pending > 0) {
         st = timed_out(s, timeout_s, diag);
     }
@@ -255,6 +258,7 @@ static rs_status_t wait_quietly(rs_transport_h t, double timeout_s,
     }
     size_t pending = poll_groups(&w);
     unsigned idle = 0;
+    int cancelled = 0;
     while (pending > 0) {
         /* The exposer may share this core: give it the core when there is
          * nothing to do (see the exposer's progress loop). */
@@ -263,8 +267,11 @@ static rs_status_t wait_quietly(rs_transport_h t, double timeout_s,
         pending = poll_groups(&w);
         if (pending > 0 && deadline > 0 && rs__now_s() > deadline)
             break;
+        cancelled = pending > 0 && rs_cancel_raised(t->params.cancel);
+        if (cancelled)
+            break;
     }
-    return finish(t, &w, pending, timeout_s, mark, diag);
+    return finish(t, &w, pending, timeout_s, cancelled, mark, diag);
 }
 
 /* UCX's own lines about a failing peer stay quiet: the failure comes back
