@@ -212,11 +212,12 @@ def apply(items, shape, op):
             count = len(range(first, min(stop, p1), step))
             if count <= 0:
                 continue
-            local = ["slice", d, first - p0,
-                     first - p0 + (count - 1) * step + 1, step]
+            local = [] if (first, count) == (p0, ln[d]) else [
+                ["slice", d, first - p0,
+                 first - p0 + (count - 1) * step + 1, step]]
             lo2, ln2 = list(lo), list(ln)
             lo2[d], ln2[d] = k0, count
-            out.append((lo2, ln2, ops + [local]))
+            out.append((lo2, ln2, ops + local))
         shape[d] = len(picked)
         return out, shape
     if name == "select":
