@@ -716,13 +716,13 @@ class WriteGuard(TorchFunctionMode):
         if placeholders_in(args, kwargs):
             return self.rec.handle(func, args, kwargs)
         name = func_name(func)
-        if is_write(name) and args and self.rec.owns(args[0]):
-            return self.rec.guarded_write(name, args, kwargs)
         if name == "data.__set__" and args and self.rec.owns(args[0]):
             self.rec.unattributed_details.append(
                 f"'data.__set__' at {location()} rebinds a model tensor to "
                 f"data that comes from no source")
             return None
+        if is_write(name) and args and self.rec.owns(args[0]):
+            return self.rec.guarded_write(name, args, kwargs)
         out = kwargs.get("out")
         if out is not None and self.rec.owns(out):
             self.rec.unattributed_details.append(
