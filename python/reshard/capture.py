@@ -79,13 +79,19 @@ class Capture:
 
     def refusal(self):
         """Why the library refuses this capture (None when it plans it):
-        unattributed writes (every consumer refuses the capture), else the
-        unsupported sources, every one named with its reason."""
+        unattributed writes (every consumer refuses the capture), copies
+        that overlap, else the unsupported sources, every one named with
+        its reason."""
         if self.unattributed:
             details = "; ".join(self.unattributed_details[:8])
             return InputError(
                 f"the capture has {self.unattributed} unattributed "
                 f"write(s) (loader writes not tied to a source): {details}")
+        pairs = capture_order.overlapping_copies(self.copies)
+        if pairs:
+            return InputError("; ".join(
+                f"copies[{j}]: " + capture_order.overlapping_copy_text(
+                    self.copies[j], self.copies[i]) for i, j in pairs[:8]))
         if self.unsupported:
             return UnsupportedReshard(
                 f"{len(self.unsupported)} source(s) read in a way the "

@@ -638,6 +638,11 @@ class Recorder:
             f, c = self.fills[fi], self.copies[ci]
             self.unsupported.setdefault(c["src"], capture_order.late_fill_text(
                 f, c, f.get("_where"), c.get("_where")))
+        for ci, cj in capture_order.overlapping_copies(self.copies):
+            a, b = self.copies[ci], self.copies[cj]
+            self.unsupported.setdefault(
+                b["src"], capture_order.overlapping_copy_text(
+                    b, a, b.get("_where"), a.get("_where")))
         kept = []
         for c in self.copies:
             if c["src"] in self.unsupported:

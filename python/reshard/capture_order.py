@@ -100,6 +100,48 @@ def late_fills(copies, fills):
     return pairs
 
 
+def _same_write(a, b):
+    keys = ("src", "ops", "param", "dest_offset", "dest_shape",
+            "dest_stride", "dest_dtype", "quant")
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def overlapping_copies(copies):
+    """(earlier, later) copy indices of every pair of copies that write a
+    common element of a parameter, other than a copy made twice. Regions
+    are swept by extent, so only pairs whose extents meet are compared
+    element by element."""
+    by_param = {}
+    for ci, c in enumerate(copies):
+        for param, region in _regions(c):
+            ext = _extent(region)
+            if ext is not None:
+                by_param.setdefault(param, []).append((ext, ci, region))
+    pairs = set()
+    for items in by_param.values():
+        items.sort(key=lambda t: t[0])
+        active = []
+        for (lo, hi), ci, region in items:
+            active = [a for a in active if a[0][1] >= lo]
+            for _, cj, other in active:
+                i, j = min(ci, cj), max(ci, cj)
+                if i != j and not _same_write(copies[i], copies[j]) and \
+                        overlaps(region, other):
+                    pairs.add((i, j))
+            active.append(((lo, hi), ci, region))
+    return sorted(pairs)
+
+
+def overlapping_copy_text(later, earlier, later_where=None,
+                          earlier_where=None):
+    """The refusal of a copy that overwrites part of an earlier one."""
+    return (f"copy of source '{later['src']}' into parameter "
+            f"'{later['param']}'{_where(later_where)} overwrites part of the "
+            f"earlier copy of source '{earlier['src']}' into parameter "
+            f"'{earlier['param']}'{_where(earlier_where)}; copies that "
+            f"overlap are refused (their order is not kept by the library)")
+
+
 def _where(w):
     return f" ({w})" if w else ""
 

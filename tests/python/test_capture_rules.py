@@ -481,3 +481,53 @@ def test_receiver_only_leaves_the_rest_and_reports_it(file_dir):
     assert left == ["b", "c"]
     assert torch.equal(params["a"], fulls["x.w"])
     assert torch.equal(params["b"], torch.full((2, 3), SENTINEL))
+
+
+@pytest.mark.parametrize("src_dtype", [torch.float32, torch.bfloat16],
+                         ids=["plain-then-plain", "cast-then-plain"])
+def test_copies_that_overlap_are_refused_naming_both(src_dtype, file_dir):
+    # The loader's later copy wins; the library keeps neither the order
+    # of a cast and a plain copy nor the digests of an overwritten read,
+    # so replay and the library agree only by refusing the pair.
+    p = meta_params({"p": (6, 3)}, torch.bfloat16)["p"]
+
+    def load(weights):
+        ws = dict(weights)
+        p.data[0:4].copy_(ws["a"])           # EARLIER
+        p.data[2:6].copy_(ws["b"])           # LATER
+
+    sources = {"a": ((4, 3), src_dtype), "b": ((4, 3), torch.bfloat16)}
+    cap = reshard.capture(sources=sources, params={"p": p}, load=load)
+    assert list(cap.unsupported) == ["b"]
+    reason = cap.unsupported["b"]
+    assert "copy of source 'b' into parameter 'p'" in reason
+    assert "earlier copy of source 'a'" in reason
+    assert reason.count("test_capture_rules.py:") == 2
+    fulls = {n: distinct(s, d, seed=i)
+             for i, (n, (s, d)) in enumerate(sources.items())}
+    with pytest.raises(reshard.UnsupportedReshard, match="'b'"):
+        cap.replay(fulls, real_params({"p": (6, 3)}, torch.bfloat16))
+    with pytest.raises(reshard.UnsupportedReshard, match="'b'"):
+        pull(file_dir, cap, fulls, real_params({"p": (6, 3)},
+                                               torch.bfloat16))
+
+
+def test_the_same_copy_made_twice_is_kept(file_dir):
+    def write(ps, ws):
+        ps["p"].data[1:3].copy_(ws["w"][:2])
+        ps["p"].data[1:3].copy_(ws["w"][:2])
+
+    check(write, {"w": ((3, 4), torch.float32)}, {"p": (4, 4)},
+          library_dir=file_dir)
+
+
+def test_a_hand_made_capture_with_overlapping_copies_is_refused_by_replay():
+    copy = {"src": "w", "ops": [], "param": "p", "dest_offset": 0,
+            "dest_shape": [4], "dest_stride": [1],
+            "dest_dtype": torch.float32}
+    cap = reshard.Capture({"p": ((6,), torch.float32)},
+                          {"w": ((4,), torch.float32)},
+                          [copy, dict(copy, dest_offset=2)])
+    with pytest.raises(reshard.InputError, match=r"copies\[1\]: copy of "
+                                                  r"source 'w'"):
+        cap.replay({"w": torch.zeros(4)}, {"p": torch.zeros(6)})
