@@ -531,3 +531,70 @@ def test_a_hand_made_capture_with_overlapping_copies_is_refused_by_replay():
     with pytest.raises(reshard.InputError, match=r"copies\[1\]: copy of "
                                                   r"source 'w'"):
         cap.replay({"w": torch.zeros(4)}, {"p": torch.zeros(6)})
+
+
+def _random_chain(rng, shape):
+    """A random chain of view ops and value-keeping copies (as callables on
+    a tensor), with the shape after each."""
+    chain = []
+    for _ in range(rng.randint(1, 5)):
+        kind = rng.choice(["permute", "reshape", "narrow", "step", "select",
+                           "contiguous", "flatten", "unsqueeze"])
+        rank = len(shape)
+        if kind == "permute" and rank >= 2:
+            perm = list(range(rank))
+            rng.shuffle(perm)
+            chain.append(lambda t, p=perm: t.permute(*p))
+            shape = [shape[i] for i in perm]
+        elif kind == "reshape" and rank >= 1:
+            n = 1
+            for s in shape:
+                n *= s
+            divs = [d for d in range(1, n + 1) if n % d == 0]
+            a = rng.choice(divs)
+            new = [a, n // a]
+            chain.append(lambda t, s=new: t.reshape(*s))
+            shape = new
+        elif kind == "narrow" and rank >= 1:
+            d = rng.randrange(rank)
+            if shape[d] > 1:
+                start = rng.randrange(shape[d] - 1)
+                length = rng.randint(1, shape[d] - start)
+                chain.append(lambda t, d=d, a=start, n=length:
+                             t.narrow(d, a, n))
+                shape = shape[:d] + [length] + shape[d + 1:]
+        elif kind == "step" and rank >= 1 and shape[0] > 2:
+            chain.append(lambda t: t[::2])
+            shape = [(shape[0] + 1) // 2] + shape[1:]
+        elif kind == "select" and rank >= 2:
+            d = rng.randrange(rank)
+            i = rng.randrange(shape[d])
+            chain.append(lambda t, d=d, i=i: t.select(d, i))
+            shape = shape[:d] + shape[d + 1:]
+        elif kind == "contiguous":
+            chain.append(lambda t: t.contiguous())
+        elif kind == "flatten" and rank >= 2:
+            chain.append(lambda t: t.flatten())
+            n = 1
+            for s in shape:
+                n *= s
+            shape = [n]
+        elif kind == "unsqueeze":
+            chain.append(lambda t: t.unsqueeze(0))
+            shape = [1] + shape
+    return chain, shape
+
+
+def test_random_chains_of_views_and_copies_replay_exactly():
+    rng = random.Random(11)
+    for _ in range(150):
+        src = [rng.randint(1, 4) for _ in range(rng.randint(1, 3))]
+        chain, shape = _random_chain(rng, src)
+
+        def run(t, chain=chain):
+            for f in chain:
+                t = f(t)
+            return t
+
+        check(lambda p, w: p["p"].copy_(run(w["w"])),
+              {"w": (tuple(src), torch.float32)}, {"p": tuple(shape)})

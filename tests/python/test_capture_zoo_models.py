@@ -191,3 +191,26 @@ def test_gpt_oss_contiguous_records_the_strided_view():
     w13 = [c for c in cap.copies if c["param"] == "w13_weight"]
     assert len(w13) == 1
     assert w13[0]["ops"] == [["slice", 2, 8, 12, 1], ["permute", [0, 2, 1]]]
+
+
+@pytest.mark.parametrize("case", [c for c in zoo_models.CASES
+                                  if c.expect is None or
+                                  c.expect[0] != "stopped"],
+                         ids=lambda c: c.name)
+def test_capture_on_the_live_model_is_the_meta_capture_and_writes_nothing(
+        case):
+    live = fresh(case, 1, 0)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in live.parameters():
+            p.copy_(torch.randint(0, 100, p.shape, generator=g))
+    before = {n: (p.clone(), p.data_ptr())
+              for n, p in params_of(live).items()}
+    cap = reshard.capture(live, case.specs)
+    for n, p in params_of(live).items():
+        assert p.data_ptr() == before[n][1], n
+        assert torch.equal(p, before[n][0]), n
+    meta = capture_of(case, 1, 0)
+    assert cap.copies == meta.copies and cap.fills == meta.fills
+    assert cap.unsupported.keys() == meta.unsupported.keys()
+    assert cap.unattributed == meta.unattributed
