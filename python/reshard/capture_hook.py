@@ -3,10 +3,15 @@
 A `Placeholder` is a `torch.Tensor` subclass on the `meta` device with a
 source's full shape and dtype and no storage. Every torch call that touches
 one reaches `Recorder.handle` through `__torch_function__`: metadata queries
-are answered, view ops extend the placeholder's op chain, a `copy_` or
-`__setitem__` into a parameter becomes a recorded copy, and anything else
+are answered, view ops extend the placeholder's op chain (a reshape that
+copies makes it pieces, capture_pieces), an explicit cast is remembered, a
+`copy_`, `__setitem__`, `fill_` of an `.item()` or `param.data =` into a
+parameter becomes recorded copies, a query for the values themselves
+(`bool`, `tolist`, `torch.equal`, ...) stops the capture, and anything else
 marks the source unsupported (with the op and the loader's file:line) while
-handing back a placeholder so that the loader keeps running.
+handing back a placeholder so that the loader keeps running. When the
+loader is done, fills that overlap an earlier copy and copies that overlap
+an earlier one are refused (capture_order).
 
 `WriteGuard`, a `TorchFunctionMode`, sees the calls that involve no
 placeholder: in-place writes into a parameter's storage (vLLM zeroes padded
@@ -409,7 +414,10 @@ class Recorder:
                                 pieces=items, like=x)
 
     def _identity(self, name, func, x, args, kwargs):
-        if any(isinstance(a, str) for a in args[1:]) and name == "type":
+        if name == "type" and any(
+                not isinstance(a, torch.dtype)
+                for a in list(args[1:]) + list(kwargs.values())
+                if not isinstance(a, bool)):
             return self._unsupported(name, func, args, kwargs,
                                      f"op '{name}' converts by type name")
         target = _target_dtype(name, x, args[1:], kwargs)

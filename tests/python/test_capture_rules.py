@@ -598,3 +598,12 @@ def test_random_chains_of_views_and_copies_replay_exactly():
 
         check(lambda p, w: p["p"].copy_(run(w["w"])),
               {"w": (tuple(src), torch.float32)}, {"p": tuple(shape)})
+
+
+def test_type_by_tensor_class_is_refused():
+    p = meta_params({"p": (4, 3)}, torch.float16)["p"]
+    cap = reshard.capture(sources={"w": ((4, 3), torch.float32)},
+                          params={"p": p},
+                          load=lambda ws: [p.copy_(w.type(torch.HalfTensor))
+                                           for _, w in ws])
+    assert "'type' converts by type name" in cap.unsupported["w"]
