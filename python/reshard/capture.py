@@ -58,6 +58,12 @@ class Capture:
         self._unattributed = unattributed
         self.seconds = seconds
         self.left_out = []
+        for i in range(1, len(self.fills)):
+            if self.fills[i].get("at", 0) < self.fills[i - 1].get("at", 0):
+                raise InputError(
+                    f"capture: fills[{i}]: at {self.fills[i].get('at', 0)} "
+                    f"after at {self.fills[i - 1].get('at', 0)}: fills are "
+                    f"listed in the loader's order")
         for fi, ci in capture_order.late_fills(self.copies, self.fills):
             raise InputError(
                 f"capture: fills[{fi}] after copies[{ci}]: "

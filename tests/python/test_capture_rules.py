@@ -270,6 +270,11 @@ def test_a_capture_holding_a_late_fill_is_refused():
         reshard.Capture.from_json(json.dumps(doc))
     doc["fills"][0]["at"] = 0               # before the copy: accepted
     reshard.Capture.from_json(json.dumps(doc))
+    doc["fills"].insert(0, dict(doc["fills"][0], at=1, dest_offset=5))
+    doc["params"]["p"]["shape"] = [8]
+    with pytest.raises(reshard.InputError, match=r"fills\[1\]: at 0 after "
+                                                  r"at 1"):
+        reshard.Capture.from_json(json.dumps(doc))
 
 
 def _brute(region):
