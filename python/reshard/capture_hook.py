@@ -255,6 +255,7 @@ class Recorder:
         self.source_meta = {}                 # src -> meta of the full source
         self.touched = {}                     # src -> params it writes into
         self.stopped = None                   # why a value query stopped it
+        self.writes = 0                       # loader writes recorded
         self.closed = False
 
     # ------------------------------------------------------------ entry
@@ -542,13 +543,15 @@ class Recorder:
             return
         pieces = ph._rs_pieces if is_pieced(ph) else [
             ([0] * len(dshape), list(dshape), ph._rs_ops)]
+        self.writes += 1
         for lo, ln, ops in pieces:
             self.copies.append({
                 "src": src, "ops": [list(op) for op in ops],
                 "param": param,
                 "dest_offset": offset + sum(a * s for a, s in zip(lo, stride)),
                 "dest_shape": list(ln), "dest_stride": list(stride),
-                "dest_dtype": pdtype, "_where": f"'{name}' at {where}"})
+                "dest_dtype": pdtype, "_where": f"'{name}' at {where}",
+                "_write": self.writes})
 
     def _rebind(self, args):
         """`param.data = source`: a copy of the whole parameter when shape
@@ -661,6 +664,7 @@ class Recorder:
         self.copies = kept
         for item in self.copies + self.fills:
             item.pop("_where", None)
+            item.pop("_write", None)
         for src, where in self.viewed.items():
             if src not in self.written and src not in self.unsupported:
                 self.unattributed_details.append(

@@ -108,9 +108,11 @@ def _same_write(a, b):
 
 def overlapping_copies(copies):
     """(earlier, later) copy indices of every pair of copies that write a
-    common element of a parameter, other than a copy made twice. Regions
-    are swept by extent, so only pairs whose extents meet are compared
-    element by element."""
+    common element of a parameter, other than a copy made twice or pieces
+    of one write. Regions are swept by extent, so only pairs whose extents
+    meet are compared element by element (on a capture read back from JSON
+    the pieces of one write are compared too, at a cost quadratic in the
+    pieces whose extents meet)."""
     by_param = {}
     for ci, c in enumerate(copies):
         for param, region in _regions(c):
@@ -120,15 +122,24 @@ def overlapping_copies(copies):
     pairs = set()
     for items in by_param.values():
         items.sort(key=lambda t: t[0])
-        active = []
+        active = {}                       # write -> [(extent, index, region)]
         for (lo, hi), ci, region in items:
-            active = [a for a in active if a[0][1] >= lo]
-            for _, cj, other in active:
-                i, j = min(ci, cj), max(ci, cj)
-                if i != j and not _same_write(copies[i], copies[j]) and \
-                        overlaps(region, other):
-                    pairs.add((i, j))
-            active.append(((lo, hi), ci, region))
+            write = copies[ci].get("_write")
+            for key in list(active):
+                kept = [a for a in active[key] if a[0][1] >= lo]
+                if kept:
+                    active[key] = kept
+                else:
+                    del active[key]
+            for key, entries in active.items():
+                if key is not None and key == write:
+                    continue
+                for _, cj, other in entries:
+                    i, j = min(ci, cj), max(ci, cj)
+                    if not _same_write(copies[i], copies[j]) and \
+                            overlaps(region, other):
+                        pairs.add((i, j))
+            active.setdefault(write, []).append(((lo, hi), ci, region))
     return sorted(pairs)
 
 

@@ -15,6 +15,8 @@ a pieced tensor afterwards (narrow, select, slicing, transposes, chunk,
 split, unbind, unsqueeze, squeeze) are applied to each piece; another
 reshape cuts the pieces again.
 """
+import bisect
+
 import torch
 
 from . import capture_ops
@@ -64,6 +66,46 @@ def box_ops(shape, lo, ln):
             enumerate(zip(lo, ln, shape)) if (a, n) != (0, s)]
 
 
+def view_strides(shape, stride, target):
+    """The strides of `view(target)` of a tensor of `shape` and `stride`,
+    or None when that view does not exist (torch's rule: each run of dims
+    that are contiguous with each other may be split or merged; computed
+    here because a failing view costs an exception)."""
+    numel = 1
+    for n in shape:
+        numel *= n
+    tnumel = 1
+    for n in target:
+        tnumel *= n
+    if numel != tnumel:
+        return None
+    if numel == 0 or not shape:
+        out, acc = [0] * len(target), 1
+        for i in range(len(target) - 1, -1, -1):
+            out[i] = acc
+            acc *= max(target[i], 1)
+        return out
+    out = [0] * len(target)
+    view_d = len(target) - 1
+    base = stride[-1]
+    tensor_numel, view_numel = 1, 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1
+                      and stride[d - 1] != tensor_numel * base):
+            while view_d >= 0 and (view_numel < tensor_numel
+                                   or target[view_d] == 1):
+                out[view_d] = view_numel * base
+                view_numel *= target[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                base = stride[d - 1]
+                tensor_numel, view_numel = 1, 1
+    return out if view_d == -1 else None
+
+
 def _valid(src_meta, ops, shape):
     """Whether `ops` give a view of `shape` of the source."""
     try:
@@ -93,15 +135,20 @@ def carve(target, in_shape, ops_of_box, src_meta):
         if ops is None:
             return None
         shape = [1] * k + [b - a] + target[k + 1:]
-        if box[1] != shape:
-            ops = ops + [["view", shape]]
-        return ops if _valid(src_meta, ops, shape) else None
+        if box[1] == shape:
+            return ops
+        m = capture_ops.apply_ops(src_meta, ops)
+        if view_strides(list(m.shape), list(m.stride()), shape) is None:
+            return None
+        return ops + [["view", shape]]
 
     def walk(prefix, k):
         a = 0
         while a < target[k]:
             ops = block(prefix, a, a + 1, k)
             if ops is None:
+                if k + 1 == len(target):
+                    raise NotPieceable("has an element that is no view")
                 walk(prefix + [a], k + 1)
                 a += 1
                 continue
@@ -127,25 +174,41 @@ def carve(target, in_shape, ops_of_box, src_meta):
                 raise NotPieceable(f"needs more than {MAX_PIECES} copies")
             a = good
 
-    if not target:
-        box = flat_box(in_shape, 0, 1)
-        ops = ops_of_box(*box) if box is not None else None
-        if ops is not None:
-            ops = ops + [["view", []]]
-        if ops is None or not _valid(src_meta, ops, []):
-            raise NotPieceable("is no view of one element")
-        return [([], [], ops)]
-    walk([], 0)
+    with torch._C.DisableTorchFunction():
+        if not target:
+            box = flat_box(in_shape, 0, 1)
+            ops = ops_of_box(*box) if box is not None else None
+            if ops is not None:
+                ops = ops + [["view", []]]
+            if ops is None or not _valid(src_meta, ops, []):
+                raise NotPieceable("is no view of one element")
+            return [([], [], ops)]
+        walk([], 0)
     return items
 
 
 def ops_in_pieces(items):
     """ops_of_box for an input held as pieces: the box must lie inside one
-    piece."""
+    piece. Pieces are searched from the last one starting (in row-major
+    order) at or before the box, which is the one holding it for pieces
+    cut along leading dims; other boxes are looked for in every piece
+    when they are one element, or when there are few pieces (else they
+    count as no one view, and the caller cuts smaller)."""
+    order = sorted(items, key=lambda it: it[0])
+    starts = [it[0] for it in order]
+
+    def inside(item, lo, ln):
+        plo, pln, _ = item
+        return all(p <= a and a + n <= p + m
+                   for a, n, p, m in zip(lo, ln, plo, pln))
+
     def ops_of_box(lo, ln):
-        for plo, pln, ops in items:
-            if all(p <= a and a + n <= p + m
-                   for a, n, p, m in zip(lo, ln, plo, pln)):
+        i = bisect.bisect_right(starts, list(lo))
+        near = order[max(0, i - 8):i][::-1]
+        one = all(n == 1 for n in ln)
+        for item in near + (order if one or len(order) <= 64 else []):
+            if inside(item, lo, ln):
+                plo, pln, ops = item
                 rel = [a - p for a, p in zip(lo, plo)]
                 return ops + box_ops(pln, rel, ln)
         return None

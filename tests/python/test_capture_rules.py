@@ -612,3 +612,31 @@ def test_type_by_tensor_class_is_refused():
                           load=lambda ws: [p.copy_(w.type(torch.HalfTensor))
                                            for _, w in ws])
     assert "'type' converts by type name" in cap.unsupported["w"]
+
+
+def test_view_strides_agree_with_torch():
+    from reshard import capture_pieces
+    rng = random.Random(3)
+    base = torch.zeros(4096)
+    for _ in range(2000):
+        rank = rng.randint(0, 4)
+        shape = [rng.randint(0, 4) for _ in range(rank)]
+        stride = [rng.randint(0, 12) for _ in range(rank)]
+        t = base.as_strided(shape, stride)
+        n = t.numel()
+        target = [d for d in (1, 2, 3, 4, 6, 8, 12, 16) if n and n % d == 0]
+        target = [rng.choice(target), -1] if target else [0]
+        try:
+            want = list(t.view(target).stride())
+            want_shape = list(t.view(target).shape)
+        except RuntimeError:
+            want, want_shape = None, None
+        if want_shape is not None:
+            target = want_shape
+        elif -1 in target:
+            target = [target[0], n // target[0]]
+        got = capture_pieces.view_strides(shape, stride, target)
+        if want is None:
+            assert got is None, (shape, stride, target)
+        elif n > 0:
+            assert got == want, (shape, stride, target)
