@@ -48,7 +48,8 @@ def flat_box(shape, first, count):
         if count % inner or first % inner:
             continue
         c = count // inner
-        if c == 0 or c > shape[j] or first // p[j] != (first + count - 1) // p[j]:
+        if c == 0 or c > shape[j] or \
+                first // p[j] != (first + count - 1) // p[j]:
             continue
         q, idx = first // inner, []
         for d in range(j, -1, -1):
@@ -127,7 +128,8 @@ def carve(target, in_shape, ops_of_box, src_meta):
     items = []
 
     def block(prefix, a, b, k):
-        first = sum(i * tp[d + 1] for d, i in enumerate(prefix)) + a * tp[k + 1]
+        first = sum(i * tp[d + 1] for d, i in enumerate(prefix)) \
+            + a * tp[k + 1]
         box = flat_box(in_shape, first, (b - a) * tp[k + 1])
         if box is None:
             return None

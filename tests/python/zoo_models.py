@@ -365,7 +365,7 @@ def wna16_specs():
     return out
 
 
-# ---------------------------------------------------------------- FP8 kv scales
+# ---------------------------------------------------------------- kv scales
 
 class KVScales(_Model):
     """An attention layer's FP8 kv-cache scales (0-dim f32 parameters) and
@@ -420,8 +420,10 @@ class Mamba2(_Model):
     def __init__(self, tp, rank, device="cpu"):
         super().__init__(tp, rank)
         hp = divide(self.heads, tp)
-        self.A = _param((hp,), F32, device, weight_loader=composed_weight_loader(
-            sharded_weight_loader(0), lambda x: -torch.exp(x.float())))
+        self.A = _param((hp,), F32, device,
+                        weight_loader=composed_weight_loader(
+                            sharded_weight_loader(0),
+                            lambda x: -torch.exp(x.float())))
         self.D = _param((hp,), F32, device,
                         weight_loader=sharded_weight_loader(0))
         self.dt_bias = _param((hp,), F32, device,
@@ -556,7 +558,7 @@ class Embedding(_Model):
 EMBED_SPECS = {"embed.weight": ((7, 3), F32)}
 
 
-# ---------------------------------------------------------------- value queries
+# ---------------------------------------------------------------- values
 
 class ValueQueries(_Model):
     """`arith`: a scale's `.item()` scaled before the fill (refused);
