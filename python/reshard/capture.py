@@ -128,7 +128,8 @@ class Capture:
                 not any(fnmatch.fnmatchcase(src, p) for p in skip)
 
         copies = [c for c in self.copies if kept(c["src"])]
-        left = {c["param"] for c in self.copies if not kept(c["src"])}
+        left = set(self.left_out)
+        left.update(c["param"] for c in self.copies if not kept(c["src"]))
         for src, names in self.unsupported_params.items():
             if not kept(src):
                 left.update(names)

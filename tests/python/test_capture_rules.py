@@ -467,6 +467,7 @@ def test_select_leaves_sources_out_and_names_their_parameters():
     assert [c["src"] for c in s.copies] == ["x.w", "x.w"]
     s = cap.select(only="x.*", skip="y.w")
     assert s.left_out == ["b", "c"]
+    assert cap.select(skip="y.w").select(skip="z.w").left_out == ["b", "c"]
     assert cap.select().left_out == [] and len(cap.select().copies) == 3
     assert cap.refusal() is not None and s.refusal() is None
     # patterns are case-sensitive shell globs, as the CLI's --only
