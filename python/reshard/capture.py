@@ -10,15 +10,16 @@ to a source. `Capture.to_json()` is the reshard.capture.v1 document the
 library plans from (docs/formats.md); `Capture.replay()` performs the same
 copies in pure torch, which is how tests check a capture byte for byte.
 """
+import fnmatch
 import json
 import math
 import time
 
 import torch
 
-from . import capture_hook, capture_ops, capture_quant, quant
+from . import capture_hook, capture_ops, capture_order, capture_quant, quant
 from .dtypes import from_name, name_of, storage_dtype
-from .errors import InputError, InvalidArgument
+from .errors import InputError, InvalidArgument, UnsupportedReshard
 
 SCHEMA = "reshard.capture.v1"
 
@@ -31,23 +32,43 @@ class Capture:
     dest_offset, dest_shape, dest_stride, dest_dtype (torch dtype), and for
     a quantized copy quant (the JSON object of docs/formats.md))],
     `fills` [dict(param, dest_offset,
-    dest_shape, dest_stride, value, at)] where `at` is the number of copies
-    performed before the fill, `unsupported` {src: reason},
-    `unattributed_details` [str], `unattributed` (their count) and
-    `seconds` (time the capture took). An FP8 dtype torch lacks is its
-    short name (reshard.dtypes.F8E4M3), held in uint8 tensors."""
+    dest_shape, dest_stride, value, at)] in the loader's order,
+    where `at` is the number of copies performed before the fill,
+    `unsupported` {src: reason}, `unsupported_params` {src: [parameters
+    it would have written]}, `unattributed_details` [str], `unattributed`
+    (their count), `seconds` (time the capture took) and, on a Capture
+    made by `select`, `left_out` (the parameters that lose writes by it).
+    An FP8 dtype torch lacks is its short name (reshard.dtypes.F8E4M3),
+    held in uint8 tensors.
+
+    A fill that overlaps a copy made before it is refused (InputError
+    naming both): a receiver applies fills before copies."""
 
     def __init__(self, params, sources, copies=(), fills=(),
                  unsupported=None, unattributed_details=(), seconds=0.0,
-                 unattributed=None):
+                 unattributed=None, unsupported_params=None):
         self.params = dict(params)
         self.sources = dict(sources)
         self.copies = list(copies)
         self.fills = list(fills)
         self.unsupported = dict(unsupported or {})
+        self.unsupported_params = {k: list(v) for k, v in
+                                   (unsupported_params or {}).items()}
         self.unattributed_details = list(unattributed_details)
         self._unattributed = unattributed
         self.seconds = seconds
+        self.left_out = []
+        for i in range(1, len(self.fills)):
+            if self.fills[i].get("at", 0) < self.fills[i - 1].get("at", 0):
+                raise InputError(
+                    f"capture: fills[{i}]: at {self.fills[i].get('at', 0)} "
+                    f"after at {self.fills[i - 1].get('at', 0)}: fills are "
+                    f"listed in the loader's order")
+        for fi, ci in capture_order.late_fills(self.copies, self.fills):
+            raise InputError(
+                f"capture: fills[{fi}] after copies[{ci}]: "
+                + capture_order.late_fill_text(self.fills[fi],
+                                               self.copies[ci]))
 
     @property
     def unattributed(self):
@@ -61,6 +82,65 @@ class Capture:
                 f"sources, {len(self.copies)} copies, {len(self.fills)} "
                 f"fills, {len(self.unsupported)} unsupported, "
                 f"{self.unattributed} unattributed)")
+
+    def refusal(self):
+        """Why the library refuses this capture (None when it plans it):
+        unattributed writes (every consumer refuses the capture), copies
+        that overlap, else the unsupported sources, every one named with
+        its reason."""
+        if self.unattributed:
+            details = "; ".join(self.unattributed_details[:8])
+            return InputError(
+                f"the capture has {self.unattributed} unattributed "
+                f"write(s) (loader writes not tied to a source): {details}")
+        pairs = capture_order.overlapping_copies(self.copies)
+        if pairs:
+            return InputError("; ".join(
+                f"copies[{j}]: " + capture_order.overlapping_copy_text(
+                    self.copies[j], self.copies[i]) for i, j in pairs[:8]))
+        if self.unsupported:
+            return UnsupportedReshard(
+                f"{len(self.unsupported)} source(s) read in a way the "
+                f"capture cannot express: " + "; ".join(
+                    f"'{s}': {why}" for s, why in self.unsupported.items()))
+        return None
+
+    def select(self, only=None, skip=None):
+        """A Capture without the writes of the sources left out: those not
+        matching any `only` pattern (when given) or matching a `skip`
+        pattern (fnmatch, case-sensitive, as the CLI's --only; a string or
+        a list of them). Their copies, unsupported entries and
+        declarations go; `left_out` on the result lists, sorted, the
+        parameters that lose writes by it (those keep the bytes they
+        hold). A pattern that matches no source raises InvalidArgument."""
+        only, skip = _patterns(only, "only"), _patterns(skip, "skip")
+        for kind, pats in (("only", only), ("skip", skip)):
+            for pat in pats:
+                if not any(fnmatch.fnmatchcase(s, pat) for s in self.sources):
+                    raise InvalidArgument(
+                        f"capture.select: {kind} pattern '{pat}' matches no "
+                        f"source of the capture ({len(self.sources)} "
+                        f"sources)")
+
+        def kept(src):
+            return (not only or any(fnmatch.fnmatchcase(src, p)
+                                    for p in only)) and \
+                not any(fnmatch.fnmatchcase(src, p) for p in skip)
+
+        copies = [c for c in self.copies if kept(c["src"])]
+        left = set(self.left_out)
+        left.update(c["param"] for c in self.copies if not kept(c["src"]))
+        for src, names in self.unsupported_params.items():
+            if not kept(src):
+                left.update(names)
+        out = Capture(
+            self.params, {n: v for n, v in self.sources.items() if kept(n)},
+            copies, capture_order.renumber(self.fills, self.copies, copies),
+            {s: r for s, r in self.unsupported.items() if kept(s)},
+            self.unattributed_details, self.seconds, self._unattributed,
+            {s: v for s, v in self.unsupported_params.items() if kept(s)})
+        out.left_out = sorted(left)
+        return out
 
     # ------------------------------------------------------------ building
 
@@ -112,12 +192,14 @@ class Capture:
             "unattributed": self.unattributed,
             "unattributed_details": list(self.unattributed_details),
             "fills": [_fill_to_json(f) for f in self.fills],
+            "unsupported_params": dict(self.unsupported_params),
             "seconds": self.seconds,
         }
 
     def to_json(self, indent=None):
-        """reshard.capture.v1 text (`fills`, `unattributed_details` and
-        `seconds` are extra keys the library ignores)."""
+        """reshard.capture.v1 text (`fills`, `unattributed_details`,
+        `unsupported_params` and `seconds` are extra keys the library
+        ignores)."""
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def save(self, path):
@@ -145,7 +227,8 @@ class Capture:
             unsupported=doc.get("unsupported") or {},
             unattributed_details=doc.get("unattributed_details") or [],
             unattributed=doc.get("unattributed") or 0,
-            seconds=doc.get("seconds") or 0.0)
+            seconds=doc.get("seconds") or 0.0,
+            unsupported_params=doc.get("unsupported_params") or {})
 
     @classmethod
     def load(cls, path):
@@ -154,10 +237,16 @@ class Capture:
 
     # ------------------------------------------------------------ replay
 
-    def replay(self, full_tensors, params):
-        """Perform the copies and fills in pure torch: read each copy's view
-        of `full_tensors[src]` and write it into `params[param]`. Sources
-        listed as unsupported have no copies and are left alone."""
+    def replay(self, full_tensors, params, partial=False):
+        """Perform the copies and fills in pure torch, in the loader's
+        order: read each copy's view of `full_tensors[src]` and write it
+        into `params[param]`. A capture the library refuses (see
+        `refusal`) raises the same error class, naming every source;
+        `partial=True` replays what it holds instead (unsupported sources
+        have no copies and are left alone)."""
+        refused = None if partial else self.refusal()
+        if refused is not None:
+            raise refused
         steps = _ordered(self.copies, self.fills)
         with torch.no_grad():
             for kind, item in steps:
@@ -234,6 +323,21 @@ class Capture:
 
 def _non_unit(shape):
     return [s for s in shape if s != 1]
+
+
+def _patterns(value, kind):
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    try:
+        pats = list(value)
+    except TypeError:
+        pats = None
+    if pats is None or not all(isinstance(p, str) and p for p in pats):
+        raise InvalidArgument(f"capture.select: {kind} must be a pattern or "
+                              f"a list of patterns, got {value!r}")
+    return pats
 
 
 def _check_quant_params(params, where, param, fmt, scale_param):
@@ -428,10 +532,15 @@ def capture(model=None, sources=None, load=None, *, params=None):
             load(iter(weights))
     finally:
         rec.finish()
+    if rec.stopped is not None:
+        # Also when the loader caught it: what it did next may rest on a
+        # value it never got.
+        raise InputError(rec.stopped)
     return Capture(
         params={n: (tuple(p.shape), rec.quant_params.get(n, p.dtype))
                 for n, p in tensors.items()},
         sources=specs, copies=rec.copies, fills=rec.fills,
         unsupported=rec.unsupported,
         unattributed_details=rec.unattributed_details,
-        seconds=time.perf_counter() - start)
+        seconds=time.perf_counter() - start,
+        unsupported_params=rec.unsupported_params())

@@ -3,10 +3,15 @@
 A `Placeholder` is a `torch.Tensor` subclass on the `meta` device with a
 source's full shape and dtype and no storage. Every torch call that touches
 one reaches `Recorder.handle` through `__torch_function__`: metadata queries
-are answered, view ops extend the placeholder's op chain, a `copy_` or
-`__setitem__` into a parameter becomes a recorded copy, and anything else
+are answered, view ops extend the placeholder's op chain (a reshape that
+copies makes it pieces, capture_pieces), an explicit cast is remembered, a
+`copy_`, `__setitem__`, `fill_` of an `.item()` or `param.data =` into a
+parameter becomes recorded copies, a query for the values themselves
+(`bool`, `tolist`, `torch.equal`, ...) stops the capture, and anything else
 marks the source unsupported (with the op and the loader's file:line) while
-handing back a placeholder so that the loader keeps running.
+handing back a placeholder so that the loader keeps running. When the
+loader is done, fills that overlap an earlier copy and copies that overlap
+an earlier one are refused (capture_order).
 
 `WriteGuard`, a `TorchFunctionMode`, sees the calls that involve no
 placeholder: in-place writes into a parameter's storage (vLLM zeroes padded
@@ -20,8 +25,9 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import capture_ops, capture_quant
+from . import capture_ops, capture_order, capture_pieces, capture_quant
 from .dtypes import name_of
+from .errors import InputError
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -94,6 +100,13 @@ _INPLACE_DUNDER = {
     "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
     "__ilshift__", "__irshift__", "__imatmul__"}
 
+# Calls whose answer is the data itself, as a Python value: a capture has
+# none, and a made-up answer could steer the loader into other writes.
+VALUE_QUERIES = {
+    "__bool__", "__float__", "__int__", "__index__", "__complex__",
+    "tolist", "numpy", "equal", "allclose", "is_nonzero", "__array__",
+    "__contains__"}
+
 _NOT_WRITES = {"requires_grad_", "retain_grad", "share_memory_", "rename_"}
 
 
@@ -111,7 +124,13 @@ class Placeholder(torch.Tensor):
 
     `_rs_srcs` names the source(s) it was derived from and `_rs_ops` is
     its op chain from the full source, or None when an unsupported call
-    produced it."""
+    produced it. `_rs_vmeta` is what the op chain gives on a meta tensor
+    of the full source (the strides of the values, where `_rs_raw` has
+    those the loader sees, after a `contiguous` that copies).
+    `_rs_pieces` is set instead of an op chain for values that are no one
+    view of the source (capture_pieces); `_rs_cast` is the dtype of an
+    explicit cast the values went through, with `_rs_cast_at` saying
+    where."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -124,12 +143,26 @@ class Placeholder(torch.Tensor):
                 f"dtype={self._rs_raw.dtype}, ops={self._rs_ops})")
 
 
-def make_placeholder(rec, raw, srcs, ops):
+PIECED = "pieced"      # _rs_ops of a placeholder held as pieces
+
+
+def make_placeholder(rec, raw, srcs, ops, *, vmeta=None, pieces=None,
+                     like=None):
+    """A placeholder of meta tensor `raw`; `like` passes on the cast of
+    the placeholder it derives from."""
     with torch._C.DisableTorchFunction():
         ph = torch.Tensor._make_subclass(Placeholder, raw)
     ph._rs_rec, ph._rs_raw = rec, raw
     ph._rs_srcs, ph._rs_ops = tuple(srcs), ops
+    ph._rs_vmeta = raw if vmeta is None else vmeta
+    ph._rs_pieces = pieces
+    ph._rs_cast = getattr(like, "_rs_cast", None)
+    ph._rs_cast_at = getattr(like, "_rs_cast_at", None)
     return ph
+
+
+def is_pieced(ph):
+    return ph._rs_ops is PIECED
 
 
 def _walk(obj):
@@ -219,6 +252,10 @@ class Recorder:
         self.source_shapes = {}               # src -> full shape
         self.quant_params = {}                # param -> FP8 format dtype
         self.quant = capture_quant.QuantRecorder(self)
+        self.source_meta = {}                 # src -> meta of the full source
+        self.touched = {}                     # src -> params it writes into
+        self.stopped = None                   # why a value query stopped it
+        self.writes = 0                       # loader writes recorded
         self.closed = False
 
     # ------------------------------------------------------------ entry
@@ -226,6 +263,7 @@ class Recorder:
     def placeholder(self, name, shape, dtype):
         raw = torch.empty(shape, dtype=dtype, device="meta")
         self.source_shapes[name] = tuple(raw.shape)
+        self.source_meta[name] = raw
         return make_placeholder(self, raw, (name,), [])
 
     def quantize(self, x, scheme, block, fmt):
@@ -242,16 +280,24 @@ class Recorder:
                 return func(*_unwrap(args), **_unwrap(kwargs))
         if name in ("__repr__", "__str__", "__format__"):
             return Placeholder.__repr__(args[0])
+        if name == "__hash__":
+            return id(args[0])
         if self.closed:
             raise RuntimeError(
                 f"placeholder used by '{name}' after its capture ended "
                 f"at {location()}")
-        if name in ("copy_", "__setitem__") and args \
+        if name in VALUE_QUERIES:
+            return self._value_query(name, args, kwargs)
+        if name == "data.__set__":
+            return self._rebind(args)
+        if name in ("copy_", "__setitem__", "fill_") and args \
                 and not isinstance(args[0], Placeholder):
             return self._write(name, args, kwargs)
         x = args[0] if args else None
         if getattr(x, "_rs_quant", None) is not None:
             return self.quant.handle(name, func, x, args, kwargs)
+        if isinstance(x, Placeholder) and name == "item":
+            return self._item(x)
         if isinstance(x, Placeholder) and x._rs_ops is not None:
             if name in capture_ops.SINGLE or name in capture_ops.MULTI:
                 return self._view(name, func, x, args, kwargs)
@@ -259,6 +305,36 @@ class Recorder:
                 return self._identity(name, func, x, args, kwargs)
         return self._unsupported(name, func, args, kwargs,
                                  f"op '{name}'")
+
+    def _value_query(self, name, args, kwargs):
+        """A call that would hand the loader the data: the capture stops
+        (also if the loader catches the error: capture() raises it)."""
+        srcs = dict.fromkeys(s for p in placeholders_in(args, kwargs)
+                             for s in p._rs_srcs)
+        msg = (f"capture: '{name}' at {location()} asks source "
+               f"{', '.join(repr(s) for s in srcs)} for its values, which "
+               f"a capture cannot answer without data")
+        if self.stopped is None:
+            self.stopped = msg
+        raise InputError(msg)
+
+    def _item(self, x):
+        """`.item()`: a 0-dim placeholder of the element, which a `fill_`
+        into a parameter records as a copy of that element; any other use
+        is a call on a placeholder like any other."""
+        raw = x._rs_raw
+        if raw.numel() != 1:
+            raise RuntimeError(f"a Tensor with {raw.numel()} elements "
+                               f"cannot be converted to Scalar")
+        out = capture_pieces.meta_of((), raw.dtype)
+        if x._rs_ops is None:
+            return make_placeholder(self, out, x._rs_srcs, None)
+        sel = [["select", 0, 0]] * raw.dim()
+        ops = (x._rs_pieces[0][2] if is_pieced(x) else x._rs_ops) + sel
+        self.viewed.setdefault(x._rs_srcs[0], f"'item' at {location()}")
+        vmeta = capture_ops.apply_ops(self.source_meta[x._rs_srcs[0]], ops)
+        return make_placeholder(self, out, x._rs_srcs, ops, vmeta=vmeta,
+                                like=x)
 
     # ------------------------------------------------------------ views
 
@@ -280,29 +356,87 @@ class Recorder:
         except capture_ops.NotAView as e:
             return self._poison(name, args, kwargs, result,
                                 f"op '{name}' {e}")
-        if name in capture_ops.MUST_VIEW and result.numel() and \
-                storage_key(result) != storage_key(x._rs_raw):
-            return self._poison(name, args, kwargs, result,
-                                f"op '{name}' copies here (not a view)")
-        src = x._rs_srcs[0]
-        self.viewed.setdefault(src, f"'{name}' at {location()}")
+        self.viewed.setdefault(x._rs_srcs[0], f"'{name}' at {location()}")
         if name in capture_ops.MULTI:
-            return tuple(
-                make_placeholder(self, piece, x._rs_srcs,
-                                 x._rs_ops + ops(i))
-                for i, piece in enumerate(result))
-        return make_placeholder(self, result, x._rs_srcs, x._rs_ops + ops)
+            return tuple(self._derive(name, x, piece, ops(i))
+                         for i, piece in enumerate(result))
+        return self._derive(name, x, result, ops)
+
+    def _derive(self, name, x, result, ops):
+        """The placeholder of `result`, made from x by the JSON `ops`."""
+        if is_pieced(x):
+            return self._derive_pieces(name, x, result, ops)
+        try:
+            vmeta = capture_ops.apply_ops(x._rs_vmeta, ops)
+            copies = name in capture_ops.MUST_VIEW and vmeta.numel() and \
+                storage_key(vmeta) != storage_key(x._rs_vmeta)
+        except ValueError:
+            vmeta, copies = None, True
+        if not copies:
+            return make_placeholder(self, result, x._rs_srcs,
+                                    x._rs_ops + ops, vmeta=vmeta, like=x)
+        if name == "contiguous":
+            # The copy holds the same values: nothing to record.
+            return make_placeholder(self, result, x._rs_srcs, x._rs_ops,
+                                    vmeta=x._rs_vmeta, like=x)
+        if name in capture_ops.RESHAPES:
+            return self._carve(name, x, result)
+        self._mark([x], f"op '{name}' copies here (not a view)")
+        return self._wrap_poisoned(result, [x])
+
+    def _derive_pieces(self, name, x, result, ops):
+        try:
+            done = capture_pieces.apply_all(x._rs_pieces,
+                                            list(x._rs_raw.shape), ops)
+        except capture_pieces.NotPieceable as e:
+            self._mark([x], f"op '{name}' {e}")
+            return self._wrap_poisoned(result, [x])
+        if done is None:
+            return self._carve(name, x, result)
+        return make_placeholder(self, result, x._rs_srcs, PIECED,
+                                pieces=done[0], like=x)
+
+    def _carve(self, name, x, result):
+        """`result`, a reshape of x that is no view of the source, as
+        pieces that are (capture_pieces)."""
+        shape = list(x._rs_raw.shape)
+        if is_pieced(x):
+            ops_of_box = capture_pieces.ops_in_pieces(x._rs_pieces)
+        else:
+            def ops_of_box(lo, ln):
+                return x._rs_ops + capture_pieces.box_ops(shape, lo, ln)
+        try:
+            items = capture_pieces.carve(result.shape, shape, ops_of_box,
+                                         self.source_meta[x._rs_srcs[0]])
+        except capture_pieces.NotPieceable as e:
+            self._mark([x], f"op '{name}' copies and {e}")
+            return self._wrap_poisoned(result, [x])
+        return make_placeholder(self, result, x._rs_srcs, PIECED,
+                                pieces=items, like=x)
 
     def _identity(self, name, func, x, args, kwargs):
-        if any(isinstance(a, str) for a in args[1:]) and name == "type":
+        if name == "type" and any(
+                not isinstance(a, torch.dtype)
+                for a in list(args[1:]) + list(kwargs.values())
+                if not isinstance(a, bool)):
             return self._unsupported(name, func, args, kwargs,
                                      f"op '{name}' converts by type name")
         target = _target_dtype(name, x, args[1:], kwargs)
-        if target is not None and target != x._rs_raw.dtype:
-            why = (f"op '{name}' casts {name_of(x._rs_raw.dtype)} to "
-                   f"{_dtype_text(target)}")
-            return self._unsupported(name, func, args, kwargs, why)
-        return x
+        if target is None or target == x._rs_raw.dtype:
+            return x
+        why = (f"op '{name}' casts {name_of(x._rs_raw.dtype)} to "
+               f"{_dtype_text(target)}")
+        if x._rs_cast is not None:
+            return self._unsupported(name, func, args, kwargs,
+                                     f"{why} after {x._rs_cast_at}")
+        raw = x._rs_raw
+        with torch._C.DisableTorchFunction():
+            out = torch.empty_strided(raw.shape, raw.stride(), dtype=target,
+                                      device="meta")
+        ph = make_placeholder(self, out, x._rs_srcs, x._rs_ops,
+                              vmeta=x._rs_vmeta, pieces=x._rs_pieces)
+        ph._rs_cast, ph._rs_cast_at = target, f"{why} at {location()}"
+        return ph
 
     # ------------------------------------------------------------ failures
 
@@ -354,7 +488,12 @@ class Recorder:
                 return None
             with torch._C.DisableTorchFunction():
                 dst = dst[_unwrap(args[1])]
-        result = dst if name == "copy_" else None
+        result = None if name == "__setitem__" else dst
+        if name == "fill_" and isinstance(value, Placeholder) and \
+                value.dim() != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value "
+                               f"tensor but got tensor with {value.dim()} "
+                               f"dimensions.")
         if not isinstance(value, Placeholder):
             # A placeholder hidden in the key or elsewhere: not a copy.
             self._mark(phs, f"op '{name}' uses a source as an index")
@@ -366,30 +505,86 @@ class Recorder:
         src, where = ph._rs_srcs[0], location()
         for s in ph._rs_srcs:
             self.written.add(s)
+        region = self.attribute(dst)
+        if region is not None:
+            for s in ph._rs_srcs:
+                self.touched.setdefault(s, set()).add(region[0])
         if ph._rs_ops is None:
             return
         if getattr(ph, "_rs_quant", None) is not None:
             self.quant.copied(name, dst, ph, where)
             return
         shape, dshape = tuple(ph._rs_raw.shape), tuple(dst.shape)
+        stride = list(dst.stride())
         if shape != dshape:
-            torch.broadcast_shapes(shape, dshape)   # raise like torch would
-            self.unsupported.setdefault(
-                src, f"op '{name}' broadcasts {list(shape)} into "
-                     f"{list(dshape)} at {where}")
-            return
-        region = self.attribute(dst)
+            if ph._rs_raw.numel() != 1 or dst.numel() != 1:
+                torch.broadcast_shapes(shape, dshape)   # raise like torch
+                what = "one element" if ph._rs_raw.numel() == 1 \
+                    else list(shape)
+                self.unsupported.setdefault(
+                    src, f"op '{name}' broadcasts {what} into "
+                         f"{list(dshape)} at {where}")
+                return
+            # One element into one element: the region in the source's
+            # shape (every stride is as good as any other there).
+            dshape, stride = shape, [1] * len(shape)
         if region is None:
             self.unattributed_details.append(
                 f"'{name}' of source '{src}' at {where} writes "
                 f"{list(dshape)} into a tensor that is no parameter")
             return
         param, offset = region
-        self.copies.append({
-            "src": src, "ops": [list(op) for op in ph._rs_ops],
-            "param": param, "dest_offset": offset,
-            "dest_shape": list(dshape), "dest_stride": list(dst.stride()),
-            "dest_dtype": self.params[param].dtype})
+        pdtype = self.params[param].dtype
+        if ph._rs_cast is not None and ph._rs_cast != pdtype:
+            self.unsupported.setdefault(
+                src, f"op '{name}' into {name_of(pdtype)} parameter "
+                     f"'{param}' at {where} casts again after "
+                     f"{ph._rs_cast_at}")
+            return
+        pieces = ph._rs_pieces if is_pieced(ph) else [
+            ([0] * len(dshape), list(dshape), ph._rs_ops)]
+        self.writes += 1
+        for lo, ln, ops in pieces:
+            self.copies.append({
+                "src": src, "ops": [list(op) for op in ops],
+                "param": param,
+                "dest_offset": offset + sum(a * s for a, s in zip(lo, stride)),
+                "dest_shape": list(ln), "dest_stride": list(stride),
+                "dest_dtype": pdtype, "_where": f"'{name}' at {where}",
+                "_write": self.writes})
+
+    def _rebind(self, args):
+        """`param.data = source`: a copy of the whole parameter when shape
+        and dtype agree; the rebind itself is never performed."""
+        dst, value = args[0], args[1]
+        phs = placeholders_in((dst,), {})
+        if phs or not isinstance(value, Placeholder):
+            self._mark(phs + placeholders_in((value,), {}),
+                       "op 'data.__set__' on a source")
+            return None
+        src, where = value._rs_srcs[0], location()
+        region = self.attribute(dst)
+        p = self.params.get(region[0]) if region is not None else None
+        if p is None or region[1] != 0 or tuple(dst.shape) != tuple(p.shape):
+            for s in value._rs_srcs:
+                self.written.add(s)
+            self.unattributed_details.append(
+                f"'data.__set__' of source '{src}' at {where} rebinds a "
+                f"tensor that is no captured parameter")
+            return None
+        if value._rs_ops is not None and (
+                tuple(value.shape) != tuple(p.shape)
+                or value._rs_raw.dtype != p.dtype):
+            self.written.update(value._rs_srcs)
+            self.touched.setdefault(src, set()).add(region[0])
+            self.unsupported.setdefault(
+                src, f"op 'data.__set__' rebinds parameter '{region[0]}' "
+                     f"({list(p.shape)} {name_of(p.dtype)}) to a "
+                     f"{list(value.shape)} "
+                     f"{_dtype_text(value._rs_raw.dtype)} tensor at {where}")
+            return None
+        self._copy("data.__set__", dst, value)
+        return None
 
     def attribute(self, view, dtypes=None):
         """(parameter name, element offset) of a view lying inside one
@@ -439,23 +634,47 @@ class Recorder:
                 "param": region[0], "dest_offset": region[1],
                 "dest_shape": list(dst.shape),
                 "dest_stride": list(dst.stride()), "value": const,
-                "at": len(self.copies)})
+                "at": len(self.copies), "_where": f"'{name}' at {where}"})
         return None if name == "__setitem__" else args[0]
 
     # ------------------------------------------------------------ end
 
     def finish(self):
-        """Close the recorder: drop copies of unsupported sources and count
-        sources that were viewed but never written."""
+        """Close the recorder: refuse fills that overwrite an earlier copy,
+        drop copies of unsupported sources (renumbering the fills' `at`)
+        and count sources that were viewed but never written."""
         self.closed = True
         self.quant.finish()
-        self.copies = [c for c in self.copies
-                       if c["src"] not in self.unsupported]
+        for fi, ci in capture_order.late_fills(self.copies, self.fills):
+            f, c = self.fills[fi], self.copies[ci]
+            self.unsupported.setdefault(c["src"], capture_order.late_fill_text(
+                f, c, f.get("_where"), c.get("_where")))
+        for ci, cj in capture_order.overlapping_copies(self.copies):
+            a, b = self.copies[ci], self.copies[cj]
+            self.unsupported.setdefault(
+                b["src"], capture_order.overlapping_copy_text(
+                    b, a, b.get("_where"), a.get("_where")))
+        kept = []
+        for c in self.copies:
+            if c["src"] in self.unsupported:
+                self.touched.setdefault(c["src"], set()).add(c["param"])
+            else:
+                kept.append(c)
+        self.fills = capture_order.renumber(self.fills, self.copies, kept)
+        self.copies = kept
+        for item in self.copies + self.fills:
+            item.pop("_where", None)
+            item.pop("_write", None)
         for src, where in self.viewed.items():
             if src not in self.written and src not in self.unsupported:
                 self.unattributed_details.append(
                     f"source '{src}' was viewed ({where}) but never "
                     f"written into a parameter")
+
+    def unsupported_params(self):
+        """{unsupported source: sorted parameters it would write}."""
+        return {src: sorted(self.touched.get(src, ()))
+                for src in self.unsupported}
 
 
 def _write_parts(name, args, kwargs):
@@ -489,14 +708,8 @@ def _meta_like(t):
 
 def _fallback(name, ph, rec):
     """What an unsupported call that meta tensors cannot compute returns:
-    a neutral Python value for data-dependent calls, else a poisoned copy
-    of the first placeholder."""
-    if name in ("__bool__", "equal", "allclose", "is_nonzero"):
-        return False
-    if name in ("item", "__int__", "__float__", "__index__"):
-        return 0
-    if name == "tolist":
-        return []
+    a poisoned copy of the first placeholder (calls that would answer with
+    the data never get here: they stop the capture)."""
     return make_placeholder(rec, ph._rs_raw, ph._rs_srcs, None)
 
 
@@ -520,6 +733,11 @@ class WriteGuard(TorchFunctionMode):
         if placeholders_in(args, kwargs):
             return self.rec.handle(func, args, kwargs)
         name = func_name(func)
+        if name == "data.__set__" and args and self.rec.owns(args[0]):
+            self.rec.unattributed_details.append(
+                f"'data.__set__' at {location()} rebinds a model tensor to "
+                f"data that comes from no source")
+            return None
         if is_write(name) and args and self.rec.owns(args[0]):
             return self.rec.guarded_write(name, args, kwargs)
         out = kwargs.get("out")

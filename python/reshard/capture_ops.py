@@ -145,6 +145,25 @@ def _squeeze(x, args, kwargs):
     return [["squeeze", _dim(a["dim"], max(x.dim(), 1))]]
 
 
+def _movedim(x, args, kwargs):
+    kw = dict(kwargs)
+    if "source" in kw or "destination" in kw:
+        kw = {"source": kw.get("source"), "destination": kw.get("destination")}
+    a = _bind(args, kw, ("source", "destination"))
+    rank = x.dim()
+    src, dst = a["source"], a["destination"]
+    if not isinstance(src, (tuple, list)):
+        src, dst = [src], [dst]
+    src = [_dim(d, rank) for d in src]
+    dst = [_dim(d, rank) for d in dst]
+    order = [None] * rank
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(d for d in range(rank) if d not in src)
+    return [["permute", [o if o is not None else next(rest)
+                         for o in order]]]
+
+
 def _contiguous(x, args, kwargs):
     return [["contiguous"]]
 
@@ -169,6 +188,33 @@ def _split(x, args, kwargs):
     else:
         size = operator.index(size)
     return lambda i: [["split", size, dim, i]]
+
+
+def _tensor_split(x, args, kwargs):
+    kw = dict(kwargs)
+    for alias in ("sections", "indices", "tensor_indices_or_sections"):
+        if alias in kw:
+            kw["what"] = kw.pop(alias)
+    a = _bind(args, kw, ("what", "dim"), {"dim": 0})
+    dim = _dim(a["dim"], x.dim())
+    size, what = x.shape[dim], a["what"]
+    if isinstance(what, torch.Tensor):
+        raise NotAView("splits at indices given as a tensor")
+    if isinstance(what, (tuple, list)):
+        cuts = [min(max(operator.index(i) + (size if i < 0 else 0), 0), size)
+                for i in what]
+        bounds = [0] + cuts + [size]
+        pieces = [(lo, max(0, hi - lo)) for lo, hi in zip(bounds, bounds[1:])]
+    else:
+        n = operator.index(what)
+        base, extra = divmod(size, n)
+        pieces, start = [], 0
+        for i in range(n):
+            length = base + (1 if i < extra else 0)
+            pieces.append((start, length))
+            start += length
+    return lambda i: [["narrow", dim, min(pieces[i][0], size),
+                       pieces[i][1]]]
 
 
 def _unbind(x, args, kwargs):
@@ -247,13 +293,20 @@ SINGLE = {
     "reshape": _reshape, "reshape_as": _reshape_as, "flatten": _flatten,
     "unflatten": _unflatten, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
     "contiguous": _contiguous, "__getitem__": _getitem,
+    "movedim": _movedim, "moveaxis": _movedim,
 }
 
 # Calls that produce several views; the translator returns i -> ops.
-MULTI = {"chunk": _chunk, "split": _split, "unbind": _unbind}
+MULTI = {"chunk": _chunk, "split": _split, "unbind": _unbind,
+         "tensor_split": _tensor_split}
 
 # Ops whose result must share the input's storage to be a pure view.
 MUST_VIEW = {"reshape", "reshape_as", "flatten", "contiguous"}
+
+# Calls that change the shape by reading the elements in row-major order:
+# where that is no view of the source they are recorded as pieces.
+RESHAPES = {"view", "view_as", "reshape", "reshape_as", "flatten",
+            "unflatten"}
 
 
 def translate(name, x, args, kwargs):

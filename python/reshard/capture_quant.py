@@ -166,6 +166,11 @@ class QuantRecorder:
         s_raw = torch.empty(quant.grid_shape(x.shape, blocks),
                             dtype=torch.float32, device="meta")
         make = capture_hook.make_placeholder
+        if x._rs_ops is not None and (capture_hook.is_pieced(x)
+                                      or x._rs_cast is not None):
+            self.rec._mark([x], "quantize_fp8 of a cast or of a copy "
+                                "(the library quantizes the source itself)")
+            x = make(self.rec, x._rs_raw, x._rs_srcs, None)
         if x._rs_ops is None:
             return (make(self.rec, q_raw, x._rs_srcs, None),
                     make(self.rec, s_raw, x._rs_srcs, None))
@@ -256,7 +261,7 @@ class QuantRecorder:
             "param": values["param"], "dest_offset": values["dest_offset"],
             "dest_shape": values["dest_shape"],
             "dest_stride": values["dest_stride"], "dest_dtype": fmt,
-            "quant": q})
+            "quant": q, "_where": f"quantize_fp8 at {entry['where']}"})
         self.rec.quant_params[values["param"]] = fmt
 
     def finish(self):

@@ -11,6 +11,7 @@ pointer.
 import ctypes
 import json
 import threading
+import warnings
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -172,7 +173,8 @@ class Receiver(Handle):
                  salt=0, holder=None, discover_timeout_s=60.0,
                  pull_timeout_s=0.0, lease_ttl_s=60.0, timeout_s=60.0,
                  verify_digests=True, release_after=True, stale_s=0.0,
-                 notice=None, announce_cuts=True, announce_as=None):
+                 notice=None, announce_cuts=True, announce_as=None,
+                 only=None, skip=None):
         self._lock = threading.Lock()
         # _state guards _current (the call that cancel() stops) and
         # _closing; never held across a library call but the cancel.
@@ -183,6 +185,14 @@ class Receiver(Handle):
         self._h = None
         self._cap = None
         capture = _as_capture(capture)
+        if only is not None or skip is not None:
+            capture = capture.select(only=only, skip=skip)
+        self.left_out = list(capture.left_out)
+        if self.left_out:
+            (notice or warnings.warn)(
+                "receiver: sources left out (only/skip); these parameters "
+                "keep their own bytes where those would write: "
+                + ", ".join(self.left_out))
         self._cap = _load_capture(capture)
         try:
             # Nothing is written into the model before the first successful
