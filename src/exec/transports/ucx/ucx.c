@@ -56,6 +56,7 @@ static void ucx_close(rs_transport_h t)
     rs__ucx_quiet_begin();
     for (size_t i = 0; i < s->nsess; i++)
         sess_free(s, s->sess[i]);
+    rs__ucx_worker_quiesce(&s->u); /* the closes' own traffic */
     rs__ucx_quiet_end();
     free(s->sess);
     rs__peers_free(&s->peers);
