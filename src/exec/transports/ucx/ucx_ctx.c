@@ -146,7 +146,7 @@ void rs__ucx_worker_quiesce(rs__ucx_t *u)
     ucp_request_param_t p;
     memset(&p, 0, sizeof(p));
     void *req = ucp_worker_flush_nbx(u->worker, &p);
-    double start = rs__now_s(), last = start, now = start;
+    double start = rs__now_s(), now = start;
     while (UCS_PTR_IS_PTR(req) &&
            ucp_request_check_status(req) == UCS_INPROGRESS &&
            now - start < QUIESCE_MAX_S) {
@@ -155,7 +155,7 @@ void rs__ucx_worker_quiesce(rs__ucx_t *u)
     }
     if (UCS_PTR_IS_PTR(req))
         ucp_request_free(req); /* done, or given up on: no callback */
-    last = now;
+    double last = now;
     while (now - last < QUIESCE_IDLE_S && now - start < QUIESCE_MAX_S) {
         if (ucp_worker_progress(u->worker) != 0)
             last = rs__now_s();
