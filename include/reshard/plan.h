@@ -197,8 +197,10 @@ typedef struct rs_plan_stats {
  * shape or dtype than the capture declares) or rejected sources do not fail
  * the call: they land in the plan's fallback list. Returns RS_ERR_INPUT only
  * for inconsistent inputs (a copy naming an undeclared parameter, a
- * destination dtype differing from its parameter), RS_ERR_NO_MEMORY on
- * exhaustion. */
+ * destination dtype differing from its parameter) and for a capture with
+ * unattributed writes (rs_capture_unattributed above 0: "the capture has N
+ * unattributed write(s) ...; refusing it", the message a receiver gives),
+ * RS_ERR_NO_MEMORY on exhaustion. */
 RS_API rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
                                  const rs_plan_params_t *params,
                                  rs_diag_t *diag, rs_plan_h *plan_p);
@@ -259,7 +261,7 @@ RS_API const rs_shard_ref_t *rs_plan_shards(rs_plan_h plan, size_t *count_p);
  * directly, only its derived copies are. */
 RS_API rs_capture_h rs_plan_capture(rs_plan_h plan);
 
-/* reshard.plan.v1 JSON, and the human summary that `reshard plan` prints. */
+/* reshard.plan.v2 JSON, and the human summary that `reshard plan` prints. */
 RS_API rs_status_t rs_plan_write_json(rs_plan_h plan, FILE *out,
                                       rs_diag_t *diag);
 RS_API rs_status_t rs_plan_write_summary(rs_plan_h plan, FILE *out,

@@ -64,7 +64,9 @@ rs_status_t rs__fdir_write_time(const char *dir, const char *name, double t,
 
 /* Takes the version's exclusive lock (flock on its lock file); release it
  * with rs__fdir_unlock. RS_ERR_TIMEOUT when another process holds it for
- * more than 10 s (stopped while holding it). */
+ * more than 30 s (stopped while holding it). Only publishing a table,
+ * leases and the release take it, each for a few file operations;
+ * heartbeats, the one periodic write, never do. */
 rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p);
 void rs__fdir_unlock(int fd);
 

@@ -178,8 +178,9 @@ rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     return st;
 }
 
-/* Under the lock: a publisher without an entry in the slot (never
- * published, or removed) has nothing to keep alive. */
+/* A publisher without an entry in the slot (never published, or removed)
+ * has nothing to keep alive. The slot record is replaced whole (rename),
+ * so it reads consistently without the lock. */
 static rs_status_t beat(const char *vdir, const rs_dir_req_t *req,
                         rs_diag_t *diag)
 {
@@ -198,22 +199,36 @@ static rs_status_t beat(const char *vdir, const rs_dir_req_t *req,
     return rs__fdir_write_time(vdir, name, rs__fdir_now(), diag);
 }
 
+static void unbeat(const char *vdir, const rs_dir_req_t *req)
+{
+    char name[RS_FDIR_NAME_LEN], path[PATH_MAX];
+    rs__fdir_hb_name(req->slot, req->publisher, name);
+    rs__fdir_join(vdir, name, path);
+    unlink(path);
+}
+
 rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag)
 {
     rs_version_info_t info;
     char vdir[PATH_MAX];
-    int lock = -1;
     rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
     if (st == RS_OK)
         st = rs__fdir_check_range(req, &info, diag);
     if (st == RS_OK)
         st = rs__fdir_path(dir, req, NULL, diag, vdir);
-    if (st == RS_OK)
-        st = rs__fdir_lock(vdir, diag, &lock);
-    /* a heartbeat racing the release is harmless and writes nothing */
-    if (st == RS_OK && !is_released(vdir))
+    /* No version lock: a beat replaces the publisher's own file whole, and
+     * every publisher beats every second or so, so a publisher stopped in
+     * a beat (SIGSTOP, a debugger) would otherwise hold the lock that
+     * other publishers, leases and the release need, for as long as it is
+     * stopped. A heartbeat racing the release writes nothing that stays:
+     * the release creates RELEASED before it removes heartbeats, so a beat
+     * written before RELEASED existed is removed by it, and one that finds
+     * RELEASED after writing takes itself back. */
+    if (st == RS_OK && !is_released(vdir)) {
         st = beat(vdir, req, diag);
-    rs__fdir_unlock(lock);
+        if (st == RS_OK && is_released(vdir))
+            unbeat(vdir, req);
+    }
     return st;
 }

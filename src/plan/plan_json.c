@@ -1,6 +1,8 @@
-/* reshard.plan.v1 writer. Plans can hold millions of segments, so the JSON is
- * streamed through a small buffer straight to the FILE* instead of building a
- * document tree; names are escaped once up front and reused per record. */
+/* reshard.plan.v2 writer (v2 since staged reads became boxes of their
+ * source: docs/formats.md, "Schema names"). Plans can hold millions of
+ * segments, so the JSON is streamed through a small buffer straight to the
+ * FILE* instead of building a document tree; names are escaped once up
+ * front and reused per record. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -529,7 +531,7 @@ static int write_stats(plan_out_t *o)
 
 static rs_status_t write_document(plan_out_t *o, rs_diag_t *diag)
 {
-    jw_lit(o->w, "{\"schema\": \"reshard.plan.v1\"");
+    jw_lit(o->w, "{\"schema\": \"reshard.plan.v2\"");
     write_exact(o);
     write_converts(o);
     write_full_pulls(o);

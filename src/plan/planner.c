@@ -14,6 +14,7 @@
 #include "core/env.h"
 #include "geom/box.h"
 #include "geom/walk.h"
+#include "plan/capture_check.h"
 #include "plan/capture_impl.h"
 #include "plan/grid.h"
 #include "plan/plan_impl.h"
@@ -89,7 +90,8 @@ rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
                             "max_segments_per_copy must be at least 1");
     if ((st = check_rates(params, diag)) != RS_OK ||
         (st = check_env(diag)) != RS_OK ||
-        (st = check_only(capture, params, diag)) != RS_OK)
+        (st = check_only(capture, params, diag)) != RS_OK ||
+        (st = rs__capture_check_attributed(capture, diag)) != RS_OK)
         return st;
     /* quantized copies plan over a working capture (plan_quant.c) */
     if (rs__quant_any(capture) &&

@@ -16,6 +16,7 @@
 #include "core/memory.h"
 #include "core/pages.h"
 #include "core/params.h"
+#include "plan/capture_check.h"
 #include "refit/refit_impl.h"
 #include "refit/replicas.h"
 #include "reshard/plan.h"
@@ -168,11 +169,9 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
                             "model and capture are required");
     /* A write the capture could not tie to a source is a byte the plan
      * would never fill: installing without it is a silent wrong weight. */
-    if (rs_capture_unattributed(capture) > 0)
-        return rs__diag_set(diag, RS_ERR_INPUT, "receiver: the capture has "
-                            "%lld unattributed write(s) (loader writes not "
-                            "tied to a source); refusing it",
-                            (long long)rs_capture_unattributed(capture));
+    rs_status_t refused = rs__capture_check_attributed(capture, diag);
+    if (refused != RS_OK)
+        return refused;
     rs_receiver_h r = calloc(1, sizeof(*r));
     if (r == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Executes a reshard.plan.v1 plan against simulated trainer memory and checks
+# Executes a reshard.plan.v2 plan (or a v1 one) against simulated trainer memory and checks
 # every parameter it writes byte for byte against a ground truth computed
 # directly from the capture's op chains (narrow, slice, select, t, transpose,
 # permute). Every published source element holds a distinct 16-bit id.
@@ -144,8 +144,26 @@ def scatter(elems, param_buf, copy, esize):
         put(param_buf, p * esize, e, "copy into " + copy["param"])
 
 
+def staged_box(schema, fp):
+    """(box_lo, box_shape) of a staged read. v2 always carries the box; a v1
+    entry is a box when it carries both keys, else (written before boxes) a
+    whole-source pull at offset 0 (docs/formats.md, "Schema names")."""
+    full = fp["global_shape"]
+    has = ("box_lo" in fp, "box_shape" in fp)
+    if schema == "reshard.plan.v2" and has != (True, True):
+        die("a reshard.plan.v2 full_pulls entry of %s lacks box_lo/box_shape"
+            % fp["src"])
+    if has == (True, True):
+        return fp["box_lo"], fp["box_shape"]
+    if has != (False, False):
+        die("full_pulls entry of %s has only one of box_lo/box_shape" % fp["src"])
+    return [0] * len(full), full
+
+
 def main():
     plan = json.load(open(sys.argv[1]))
+    if plan.get("schema") not in ("reshard.plan.v1", "reshard.plan.v2"):
+        die("not a reshard plan: schema %r" % plan.get("schema"))
     cap = json.load(open(sys.argv[2]))
     mem, tensors, ids = load_memory(sys.argv[3:])
     params = {n: (p["shape"], dtype(p["dtype"])) for n, p in cap["params"].items()}
@@ -158,8 +176,7 @@ def main():
     for fp in plan["full_pulls"]:
         es = SIZES[fp["dtype"]]
         full = fp["global_shape"]
-        lo = fp.get("box_lo", [0] * len(full))
-        box = fp.get("box_shape", full)
+        lo, box = staged_box(plan["schema"], fp)
         staging = bytearray(numel(box) * es)
         for seg in fp["segments"]:
             put(staging, seg["dst_byte"], read(mem, seg), "staged-read segment")

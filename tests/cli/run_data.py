@@ -449,7 +449,7 @@ def cmd_expect(args):
 
 
 def plan_reads(plan):
-    """(session, src_addr, nbytes) of every read of a reshard.plan.v1."""
+    """(session, src_addr, nbytes) of every read of a reshard.plan.v2 (or v1)."""
     for seg in plan["segments"]:
         yield seg
     for kind in ("converts", "full_pulls"):

@@ -175,10 +175,10 @@ grep -q "trainer-1" "$TMP/out" && ok "summary lists the sessions used" \
 
 plan_ok "$CAP" "$SOURCES" --json; expect_rc "tiny example --json" 0
 cp "$TMP/out" "$TMP/tiny_plan.json"
-py "JSON parses with the reshard.plan.v1 key set" '
+py "JSON parses with the reshard.plan.v2 key set" '
 assert list(plan) == ["schema", "segments", "converts", "full_pulls", "fallback",
     "fallback_reasons", "unbounded_sources", "uncovered", "stats"], list(plan)
-assert plan["schema"] == "reshard.plan.v1"
+assert plan["schema"] == "reshard.plan.v2"
 assert all(set(s) == {"session", "src_addr", "param", "dst_byte", "nbytes"} for s in plan["segments"])
 assert set(plan["stats"]) == {"bytes_planned", "descriptor_count", "exact_descriptor_count",
     "exact_bytes", "descriptor_savings", "extra_wire_bytes", "needed_bytes", "est_seconds",
@@ -226,6 +226,45 @@ assert plan["stats"]["descriptor_count"] < plan["stats"]["exact_descriptor_count
 if python3 "$EXEC" "$TMP/pull_plan.json" "$CAP" "$SOURCES" >"$TMP/exec" 2>&1; then
     ok "full-pull plan executes byte-exact"
 else bad "full-pull plan executes byte-exact"; sed 's/^/       /' "$TMP/exec" | head -8; fi
+
+# Schema names: the reference reader takes v1 and v2. A v1 plan whose staged
+# reads carry box_lo/box_shape is read as boxes; a v1 plan of the time
+# before boxes (no box keys: whole-source pulls) at offset 0; a v2 plan
+# without the box keys, a v1 entry with one of them, an unknown schema are
+# refused.
+# relabel NAME IN CODE: $TMP/relabelled.json = IN (as `d`) after CODE, then
+# plan_exec over it; rc holds its exit status, $TMP/exec its output.
+relabel() {
+    python3 - "$2" "$TMP/relabelled.json" <<PYEOF
+import json, sys
+d = json.load(open(sys.argv[1]))
+$3
+json.dump(d, open(sys.argv[2], "w"))
+PYEOF
+    python3 "$EXEC" "$TMP/relabelled.json" "$CAP" "$SOURCES" >"$TMP/exec" 2>&1
+    rc=$?
+}
+relabel "v1 with boxes" "$TMP/pull_plan.json" 'd["schema"] = "reshard.plan.v1"
+assert any(p["box_shape"] != p["global_shape"] for p in d["full_pulls"])'
+expect_rc "a v1 plan with boxes executes" 0
+"$BIN" plan --capture "$CAP" --sources "$SOURCES" --json --max-segments-per-copy 1 \
+    >"$TMP/whole_plan.json" 2>/dev/null
+relabel "v1 before boxes" "$TMP/whole_plan.json" 'd["schema"] = "reshard.plan.v1"
+assert d["full_pulls"] and all(p["kind"] == "full" for p in d["full_pulls"])
+for p in d["full_pulls"]:
+    del p["box_lo"], p["box_shape"]'
+expect_rc "a v1 plan of whole-source pulls without box keys executes" 0
+relabel "v2 without boxes" "$TMP/pull_plan.json" 'for p in d["full_pulls"]:
+    del p["box_lo"], p["box_shape"]'
+expect_rc "a v2 plan without box keys is refused" 1
+grep -q "reshard.plan.v2 full_pulls entry of .* lacks box_lo/box_shape" "$TMP/exec" \
+    && ok "the refusal names the v2 entry" || bad "the refusal names the v2 entry: $(cat "$TMP/exec")"
+relabel "v1 half a box" "$TMP/pull_plan.json" 'd["schema"] = "reshard.plan.v1"
+del d["full_pulls"][0]["box_lo"]'
+expect_rc "a v1 entry with only box_shape is refused" 1
+relabel "unknown schema" "$TMP/pull_plan.json" 'd["schema"] = "reshard.plan.v3"'
+expect_rc "an unknown plan schema is refused" 1
+
 RESHARD_MAX_SEGMENTS_PER_COPY=4 "$BIN" plan --capture "$CAP" --sources "$SOURCES" --json \
     >"$TMP/out" 2>"$TMP/err"; rc=$?
 expect_rc "RESHARD_MAX_SEGMENTS_PER_COPY=4" 0

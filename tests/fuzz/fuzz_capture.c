@@ -1,12 +1,15 @@
 /* Fuzz target for reshard.capture.v1 JSON: any bytes either load into a
  * capture whose records read back consistently or fail with a status and a
- * message; never a crash, a leak or a read past the input. */
+ * message; never a crash, a leak or a read past the input. A capture with
+ * unattributed writes is refused by the planner. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reshard/capture.h"
+#include "reshard/plan.h"
+#include "reshard/sources.h"
 
 /* Reads every record back, so that whatever the loader kept is well formed
  * (shapes within RS_MAX_DIMS, non-negative, declared sources with a real
@@ -83,6 +86,25 @@ static void walk(rs_capture_h cap)
     }
 }
 
+/* A capture that counts unattributed writes is refused by the planner
+ * (RS_ERR_INPUT, no plan, a message naming the count), whatever else it
+ * holds; planning one without sources is cheap. */
+static void plan_refuses_unattributed(rs_capture_h cap)
+{
+    if (rs_capture_unattributed(cap) <= 0)
+        return;
+    rs_sources_h src = NULL;
+    rs_plan_h plan = NULL;
+    rs_diag_t diag;
+    rs_diag_clear(&diag);
+    if (rs_sources_create(&src) != RS_OK)
+        abort();
+    if (rs_plan_build(cap, src, NULL, &diag, &plan) != RS_ERR_INPUT ||
+        plan != NULL || strstr(diag.msg, "unattributed write(s)") == NULL)
+        abort();
+    rs_sources_destroy(src);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     rs_diag_t diag;
@@ -92,6 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                             "fuzz.json", &diag, &cap);
     if (st == RS_OK) {
         walk(cap);
+        plan_refuses_unattributed(cap);
         rs_capture_destroy(cap);
         return 0;
     }

@@ -1,5 +1,5 @@
 /* `reshard plan`: load a capture and shard tables, build the transfer plan
- * and print it (a summary, or reshard.plan.v1 JSON). Inputs are checked in
+ * and print it (a summary, or reshard.plan.v2 JSON). Inputs are checked in
  * full before anything reaches stdout, so bad input never yields a partial
  * plan. */
 #include <getopt.h>
@@ -67,7 +67,7 @@ static void plan_usage(FILE *out)
         "                        stats then count only those parameters\n"
         "  --salt N              replica choice salt (say, this rank's index) so\n"
         "                        that receivers spread over replicas; default 0\n"
-        "  --json                print the plan as reshard.plan.v1 JSON instead of\n"
+        "  --json                print the plan as reshard.plan.v2 JSON instead of\n"
         "                        the human summary\n"
         "  -h, --help            show this help and exit\n"
         "\n"

@@ -56,6 +56,7 @@ static void ucx_close(rs_transport_h t)
     rs__ucx_quiet_begin();
     for (size_t i = 0; i < s->nsess; i++)
         sess_free(s, s->sess[i]);
+    rs__ucx_worker_quiesce(&s->u); /* the closes' own traffic */
     rs__ucx_quiet_end();
     free(s->sess);
     rs__peers_free(&s->peers);
@@ -118,7 +119,7 @@ static const uint8_t *map_direct(const ucx_rinfo_t *r)
 }
 
 static rs_status_t sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
-                           rs_diag_t *diag)
+                           unsigned long mark, rs_diag_t *diag)
 {
     ucp_ep_params_t ep;
     memset(&ep, 0, sizeof(ep));
@@ -140,10 +141,8 @@ static rs_status_t sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
     }
     if (us != UCS_OK) {
         x->ep = NULL;
-        return rs__diag_set(diag, RS_ERR_TRANSPORT,
-                            "session %" PRIu32 " (%s): ucp_ep_create: %s",
-                            x->session, name,
-                            ucs_status_string(us));
+        return rs__ucx_peer_failed(diag, x->session, name, "ucp_ep_create",
+                                   us, mark);
     }
     for (size_t i = 0; i < x->nregions; i++) {
         ucx_rinfo_t *r = &x->regions[i];
@@ -151,11 +150,11 @@ static rs_status_t sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
         if (us != UCS_OK) {
             r->rkey = NULL;
             rs__ucx_sess_down(s, x, 1);
-            return rs__diag_set(diag, RS_ERR_TRANSPORT,
-                                "session %" PRIu32 " (%s): unpacking the "
-                                "rkey of region %zu: %s", x->session,
-                                name, i,
-                                ucs_status_string(us));
+            char what[64];
+            snprintf(what, sizeof(what), "unpacking the rkey of region %zu",
+                     i);
+            return rs__ucx_peer_failed(diag, x->session, name, what, us,
+                                       mark);
         }
         r->direct = map_direct(r);
     }
@@ -168,10 +167,8 @@ rs_status_t rs__ucx_sess_up(ucx_state_t *s, ucx_sess_t *x, const char *name,
     if (x->ep != NULL)
         return RS_OK;
     unsigned long mark = rs__ucx_quiet_begin();
-    rs_status_t st = sess_up(s, x, name, diag);
+    rs_status_t st = sess_up(s, x, name, mark, diag);
     rs__ucx_quiet_end();
-    if (st != RS_OK)
-        rs__ucx_add_cause(diag, mark);
     return st;
 }
 

@@ -8,6 +8,7 @@
 
 #include <ucs/debug/log_def.h>
 
+#include "core/clock.h"
 #include "core/diag.h"
 #include "exec/transports/ucx/ucx_ctx.h"
 
@@ -131,6 +132,35 @@ rs_status_t rs__ucx_worker_open(rs__ucx_t *u, int wakeup,
     if (wakeup && ucp_worker_get_efd(u->worker, &u->efd) != UCS_OK)
         u->efd = -1; /* progress by polling instead */
     return RS_OK;
+}
+
+/* How long a closing worker is progressed: until its flush completes and
+ * then QUIESCE_IDLE_S pass without an event, at most QUIESCE_MAX_S. */
+#define QUIESCE_IDLE_S 0.02
+#define QUIESCE_MAX_S 1.0
+
+void rs__ucx_worker_quiesce(rs__ucx_t *u)
+{
+    if (u->worker == NULL)
+        return;
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    void *req = ucp_worker_flush_nbx(u->worker, &p);
+    double start = rs__now_s(), now = start;
+    while (UCS_PTR_IS_PTR(req) &&
+           ucp_request_check_status(req) == UCS_INPROGRESS &&
+           now - start < QUIESCE_MAX_S) {
+        ucp_worker_progress(u->worker);
+        now = rs__now_s();
+    }
+    if (UCS_PTR_IS_PTR(req))
+        ucp_request_free(req); /* done, or given up on: no callback */
+    double last = now;
+    while (now - last < QUIESCE_IDLE_S && now - start < QUIESCE_MAX_S) {
+        if (ucp_worker_progress(u->worker) != 0)
+            last = rs__now_s();
+        now = rs__now_s();
+    }
 }
 
 void rs__ucx_worker_close(rs__ucx_t *u)

@@ -33,6 +33,15 @@ rs_status_t rs__ucx_worker_open(rs__ucx_t *u, int wakeup,
                                 rs_diag_t *diag);
 void rs__ucx_worker_close(rs__ucx_t *u);
 
+/* Before a worker is closed: flushes every endpoint it has (also those
+ * UCX made for peers that connected to it) and progresses it until the
+ * flush completes and no event has come for a moment, so that nothing UCX
+ * started (wireup with a peer, replies to its gets, an endpoint closing)
+ * is left half done when the worker goes. Bounded: a peer that died over
+ * a transport that cannot tell leaves its flush pending. The caller owns
+ * the worker (no thread progresses it). */
+void rs__ucx_worker_quiesce(rs__ucx_t *u);
+
 /* Quiet sections nest and may overlap across threads: while any is open,
  * UCX's error and warning lines are not printed; the latest few errors
  * are kept for rs__ucx_quiet_cause. When UCX_LOG_LEVEL is set, UCX prints as it

@@ -62,8 +62,12 @@ static void ux_reset(rs_exposer_h x)
         e->running = 0;
         atomic_store(&e->stop, 0);
     }
-    /* Endpoints of receivers that went away are torn down here. */
+    /* Endpoints of receivers that went away are torn down here: first
+     * what UCX still has in flight with them is let finish (a worker
+     * destroyed mid-wireup aborts the process on an assertion), then the
+     * memory goes, then the worker. */
     rs__ucx_quiet_begin();
+    rs__ucx_worker_quiesce(&e->u);
     for (size_t i = 0; i < e->mems_len; i++)
         if (e->mems[i] != NULL)
             ucp_mem_unmap(e->u.ctx, e->mems[i]);

@@ -82,6 +82,19 @@ void rs__ucx_sess_down(ucx_state_t *s, ucx_sess_t *x, int force);
  * section since `mark` (see ucx_ctx.h). */
 void rs__ucx_add_cause(rs_diag_t *diag, unsigned long mark);
 
+/* 1 when a failure with this status (and UCX's error line `cause`, or
+ * NULL) means the peer's process is gone or cannot be reached
+ * (ucx_gone.c). */
+int rs__ucx_peer_gone(ucs_status_t us, const char *cause);
+
+/* Sets RS_ERR_TRANSPORT naming the session: "the publisher is gone or
+ * unreachable (WHAT: <status>; UCX: <line>)" when rs__ucx_peer_gone says
+ * so, else "WHAT: <status> (UCX: <line>)"; UCX's line is the first it
+ * kept in a quiet section since `mark`, given once. */
+rs_status_t rs__ucx_peer_failed(rs_diag_t *diag, uint32_t session,
+                                const char *name, const char *what,
+                                ucs_status_t us, unsigned long mark);
+
 rs_status_t rs__ucx_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag);
 
 /* The completion callback of every get (user_data: its group). */

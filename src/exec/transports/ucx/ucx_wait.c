@@ -20,10 +20,17 @@
 #define DRAIN_IDLE_S 0.25
 #define DRAIN_MAX_S 30.0
 
+/* The first failure is worded when the wait ends, once UCX has said why
+ * (its error line comes with the drain), unless connecting failed: that
+ * message is whole already. */
 typedef struct wait_ctx {
     ucx_state_t *s;
-    rs_diag_t first;   /* the first failure */
     int failed;        /* groups that failed */
+    int first_worded;  /* `first` holds the whole message */
+    rs_diag_t first;
+    uint32_t first_session;
+    const char *first_what;
+    ucs_status_t first_status;
 } wait_ctx_t;
 
 void rs__ucx_get_done(void *request, ucs_status_t status, void *user_data)
@@ -55,10 +62,9 @@ static void group_failed(wait_ctx_t *w, ucx_group_t *g, ucs_status_t us,
     g->status = us;
     if (w->failed++ > 0)
         return;
-    rs__diag_set(&w->first, RS_ERR_TRANSPORT,
-                 "session %" PRIu32 " (%s): %s: %s", g->session,
-                 rs__peers_name(&w->s->peers, g->session), what,
-                 ucs_status_string(us));
+    w->first_session = g->session;
+    w->first_what = what;
+    w->first_status = us;
 }
 
 /* The endpoint of a group's session, brought back up if an earlier batch
@@ -74,8 +80,10 @@ static ucx_sess_t *ready_sess(wait_ctx_t *w, ucx_group_t *g)
     if (rs__ucx_sess_up(w->s, x, rs__peers_name(&w->s->peers, g->session),
                         &d) != RS_OK) {
         g->status = UCS_ERR_UNREACHABLE;
-        if (w->failed++ == 0)
+        if (w->failed++ == 0) {
             w->first = d;
+            w->first_worded = 1;
+        }
         return NULL;
     }
     return x;
@@ -213,10 +221,16 @@ static rs_status_t finish(rs_transport_h t, wait_ctx_t *w, size_t pending,
         }
     }
     rs_status_t st = RS_OK;
+    if (w->failed > 0 || pending > 0)
+        drain(s);
     if (w->failed > 0) {
         st = RS_ERR_TRANSPORT;
-        if (diag != NULL)
+        if (w->first_worded && diag != NULL)
             *diag = w->first;
+        else if (!w->first_worded)
+            rs__ucx_peer_failed(diag, w->first_session,
+                                rs__peers_name(&s->peers, w->first_session),
+                                w->first_what, w->first_status, mark);
         if (w->failed > 1)
             rs__diag_prefix(diag, "%d posts failed; first: ",
                             w->failed);
@@ -225,9 +239,6 @@ static rs_status_t finish(rs_transport_h t, wait_ctx_t *w, size_t pending,
                           "post(s) outstanding", pending);
     } else if (pending > 0) {
         st = timed_out(s, timeout_s, diag);
-    }
-    if (st != RS_OK) {
-        drain(s);
         rs__ucx_add_cause(diag, mark);
     }
     release_requests(s);
@@ -240,7 +251,9 @@ static rs_status_t wait_quietly(rs_transport_h t, double timeout_s,
                                 unsigned long mark, rs_diag_t *diag)
 {
     ucx_state_t *s = t->priv;
-    wait_ctx_t w = {s, {RS_OK, ""}, 0};
+    wait_ctx_t w;
+    memset(&w, 0, sizeof(w));
+    w.s = s;
     double deadline = timeout_s > 0 ? rs__now_s() + timeout_s : 0;
     ucp_request_param_t gp;
     memset(&gp, 0, sizeof(gp));
