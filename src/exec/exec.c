@@ -155,6 +155,30 @@ rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag)
     return deadline_passed(x, where, detail, diag);
 }
 
+/* Every fallback source with its reason, as many as fit in `size` (then
+ * how many more): a user fixing one refused source at a time would need a
+ * run per source to learn them all. */
+static void fallback_names(rs_plan_h plan, char *buf, size_t size)
+{
+    size_t n = rs_plan_num_fallback(plan), used = 0, i = 0;
+    buf[0] = '\0';
+    for (; i < n; i++) {
+        const char *src, *reason;
+        rs_plan_fallback(plan, i, &src, &reason);
+        char one[RS_DIAG_MSG_MAX];
+        int len = snprintf(one, sizeof(one), "%s'%s' (%s)", i ? "; " : "",
+                           src, reason);
+        /* room is kept for the " and N more" tail */
+        if (len < 0 || used + (size_t)len + 24 >= size)
+            break;
+        memcpy(buf + used, one, (size_t)len + 1);
+        used += (size_t)len;
+    }
+    if (i < n)
+        snprintf(buf + used, size - used, "%s and %zu more",
+                 i ? ";" : "", n - i);
+}
+
 /* Refuses plans that cannot be installed, before any byte moves. */
 static rs_status_t gate(rs_exec_h x, rs_diag_t *diag)
 {
@@ -170,10 +194,11 @@ static rs_status_t gate(rs_exec_h x, rs_diag_t *diag)
         return fail(x, RS_ERR_INCOMPLETE, "mismatch");
     }
     if (rs_plan_num_fallback(x->plan) > 0) {
-        rs_plan_fallback(x->plan, 0, &src, &reason);
+        char names[RS_DIAG_MSG_MAX];
+        fallback_names(x->plan, names, sizeof(names));
         rs__diag_set(diag, RS_ERR_UNSUPPORTED, "unsupported geometry: %zu "
-                     "source(s) in fallback, first '%s': %s",
-                     rs_plan_num_fallback(x->plan), src, reason);
+                     "source(s) in fallback: %s",
+                     rs_plan_num_fallback(x->plan), names);
         return fail(x, RS_ERR_UNSUPPORTED, "fallback");
     }
     if (nunc > 0) {
