@@ -5,19 +5,18 @@ holds the row-major block `[offset, offset + shape)` of a full tensor. The
 helpers here turn a tensor-parallel shard, a replicated tensor or Megatron's
 fused storage into boxes that point into the trainer's own storage (views,
 never copies), or refuse the layout with a message naming the tensor.
+
+Trainers move storage under a tensor object (`param.data = new` after a
+CPU offload and reload, an optimizer step that is not in place, FSDP
+resharding), and a view taken before keeps the old storage. So a box also
+keeps its base, the tensor object whose `.data` moves (the view's autograd
+base, a parameter, or the tensor itself), and where in the base the view
+lies; `Source.live()` derives the view again from the base as it is now.
 """
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
-
-
-@dataclass(frozen=True)
-class Box:
-    name: str                   # the full tensor's name
-    view: torch.Tensor          # contiguous view into the trainer's storage
-    full_shape: Tuple[int, ...]
-    offset: Tuple[int, ...]
 
 
 class LayoutError(ValueError):
@@ -26,6 +25,90 @@ class LayoutError(ValueError):
 
 def _shape(t):
     return tuple(int(s) for s in t)
+
+
+def _dtype(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def describe(t):
+    """"[8, 4] float32 (strides [4, 1]) on cpu", for messages."""
+    return (f"{list(t.shape)} {_dtype(t)} (strides {list(t.stride())}) on "
+            f"{t.device.type}")
+
+
+def _same_layout(shape, stride, t):
+    """t has `shape` and the same strides on every dim of more than one
+    element (the strides of a dim of size 1 never address anything)."""
+    return _shape(t.shape) == shape and all(
+        n == 1 or s == int(ts) for n, s, ts in zip(shape, stride, t.stride()))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a box's view lies in its base: the base's layout when the box
+    was made, and the view's shape, strides and storage offset relative to
+    the base's."""
+    base: torch.Tensor
+    base_shape: Tuple[int, ...]
+    base_stride: Tuple[int, ...]
+    dtype: torch.dtype
+    rel_offset: int
+    shape: Tuple[int, ...]
+    stride: Tuple[int, ...]
+
+    def live(self, name):
+        """The box's view derived from the base as it is now (its storage
+        may have moved, also to another device). LayoutError naming the
+        tensor when the base changed shape, dtype or layout so that the box
+        no longer lies where it did."""
+        b = self.base
+        if b.dtype != self.dtype or not _same_layout(self.base_shape,
+                                                     self.base_stride, b):
+            raise LayoutError(
+                f"tensor '{name}': its storage is now {describe(b)}, it was "
+                f"{list(self.base_shape)} {str(self.dtype).replace('torch.', '')}"
+                f" (strides {list(self.base_stride)}) when registered: the "
+                "box cannot be derived from it; unregister it and register "
+                "the new tensor")
+        b = b.detach()
+        if (self.rel_offset == 0 and self.shape == self.base_shape
+                and _same_layout(self.shape, self.stride, b)):
+            return b
+        try:
+            return b.as_strided(self.shape, self.stride,
+                                b.storage_offset() + self.rel_offset)
+        except RuntimeError as e:
+            raise LayoutError(f"tensor '{name}': the box cannot be derived "
+                              f"from its storage {describe(b)}: {e}") from e
+
+
+def source_of(view):
+    """The Source of `view`: its autograd base when it is a view of one of
+    the same dtype (p[2:4], p.narrow(...) and views of views lead to the
+    parameter p), else the tensor itself. A tensor from `.data` or
+    `.detach()` is its own base: a later `param.data = new` does not move
+    it."""
+    base = view._base
+    if base is None or base.dtype != view.dtype:
+        base = view
+    return Source(base, _shape(base.shape), _shape(base.stride()),
+                  view.dtype, int(view.storage_offset() - base.storage_offset()),
+                  _shape(view.shape), _shape(view.stride()))
+
+
+@dataclass(frozen=True)
+class Box:
+    name: str                   # the full tensor's name
+    view: torch.Tensor          # contiguous view into the trainer's storage
+    full_shape: Tuple[int, ...]
+    offset: Tuple[int, ...]
+    source: Optional[Source] = None  # how `view` derives from its base
+
+    def live(self):
+        """The view derived from the base's storage now (see Source)."""
+        return self.view if self.source is None else \
+            self.source.live(self.name)
 
 
 def chunk_range(size, rank, world):
@@ -62,7 +145,7 @@ def box(name, view, full_shape=None, offset=None):
         _need(o >= 0 and o + s <= f, name,
               f"shard [{o}, {o + s}) of dim {d} is outside the full shape "
               f"{list(full)}")
-    return Box(name, view, full, off)
+    return Box(name, view, full, off, source_of(view))
 
 
 def shard(name, tensor, full_shape, dim, rank, world):
