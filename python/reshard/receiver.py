@@ -168,6 +168,8 @@ class Receiver(Handle):
                  pull_timeout_s=0.0, lease_ttl_s=60.0, timeout_s=60.0,
                  verify_digests=True, release_after=True, stale_s=0.0,
                  notice=None, announce_cuts=True, announce_as=None):
+        from ._args import BACKENDS, choice
+        choice("receiver: backend", backend, BACKENDS)
         self._lock = threading.Lock()
         self._h = None
         self._cap = None
