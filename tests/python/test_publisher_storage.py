@@ -457,3 +457,26 @@ def test_wait_released_for_a_version_never_published(file_dir):
         assert "publisher: version 7 was never published by trainer-0" in \
             e.value.message
         _not_published(file_dir, {"w": (8, HID)}, 7)
+
+
+def test_lost_version_published_again_with_its_bytes(file_dir):
+    """The version published last, lost by the directory (restarted
+    without its data), is published again by wait_released from the table
+    kept at its publish: a receiver then installs that version's bytes."""
+    import shutil
+    w = torch.nn.Parameter(_values((8, HID), 1))
+    want = w.detach().clone()
+    params = {"w": torch.full((8, HID), -7.0)}
+    with reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
+                           heartbeat_s=0) as pub:
+        pub.register("w", w)
+        pub.publish(1)
+        shutil.rmtree(file_dir[len("file:"):] + "/m/1")
+        with pytest.raises(reshard.ReshardTimeout):
+            pub.wait_released(1, timeout_s=0.3)  # published again, waiting
+        with reshard.Receiver(file_dir, "m", json.dumps(_capture({"w": (8, HID)})),
+                              params, backend="cma",
+                              discover_timeout_s=20) as rx:
+            rx.pull(1)
+        assert torch.equal(_bits(params["w"]), _bits(want))
+        pub.wait_released(1, timeout_s=20)
