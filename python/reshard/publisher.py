@@ -379,7 +379,11 @@ class Publisher(Handle):
 
     def wait_released(self, version, timeout_s=60.0):
         """Blocks until every receiver is done with `version` (released in
-        the directory); ReshardTimeout after timeout_s."""
+        the directory); ReshardTimeout after timeout_s. When the directory
+        lost `version`, the version published last is published again
+        from its kept table if it is still served as published; any other
+        missing version (never published here, or replaced since) raises
+        InvalidArgument naming it, publishing nothing."""
         with self._lock:
             self._open()
             _lib.call("rs_publisher_wait_released", self._h, int(version),
