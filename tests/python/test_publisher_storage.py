@@ -462,7 +462,10 @@ def test_wait_released_for_a_version_never_published(file_dir):
 def test_lost_version_published_again_with_its_bytes(file_dir):
     """The version published last, lost by the directory (restarted
     without its data), is published again by wait_released from the table
-    kept at its publish: a receiver then installs that version's bytes."""
+    kept at its publish: a receiver then installs that version's bytes,
+    and when the trainer changed them since (which caller staging forbids
+    until the release) the receiver refuses them (their digest is not the
+    version's) instead of installing them as that version."""
     import shutil
     w = torch.nn.Parameter(_values((8, HID), 1))
     want = w.detach().clone()
@@ -478,5 +481,14 @@ def test_lost_version_published_again_with_its_bytes(file_dir):
                               params, backend="cma",
                               discover_timeout_s=20) as rx:
             rx.pull(1)
-        assert torch.equal(_bits(params["w"]), _bits(want))
-        pub.wait_released(1, timeout_s=20)
+            assert torch.equal(_bits(params["w"]), _bits(want))
+            pub.wait_released(1, timeout_s=20)
+            pub.publish(2)
+            with torch.no_grad():
+                w.add_(1.0)
+            shutil.rmtree(file_dir[len("file:"):] + "/m/2")
+            with pytest.raises(reshard.ReshardTimeout):
+                pub.wait_released(2, timeout_s=0.3)
+            with pytest.raises(reshard.VerifyError, match="digest mismatch"):
+                rx.pull(2)
+            assert torch.equal(_bits(params["w"]), _bits(want))
