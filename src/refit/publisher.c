@@ -526,6 +526,12 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     rs_status_t st = RS_OK;
     if (p == NULL || version < 0)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad version");
+    /* listed first, so that a version in the directory is always listed;
+     * dropped again when it does not get there */
+    int fresh = p->published_len == 0 ||
+                p->published[p->published_len - 1] != version;
+    if (fresh && !RS_VEC_PUSH(p, published, version))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     st = rs__publisher_stage(p, version, diag);
     if (st == RS_OK && (!p->exposed || p->dirty))
         st = expose(p, diag);
@@ -535,17 +541,13 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     if (st == RS_OK)
         st = publish_table(p, version, table, len, geometry, diag);
     if (st != RS_OK) {
+        if (fresh)
+            p->published_len--;
         free(table);
         return st;
     }
     rs_dir_heartbeat_as(p->dir, p->model, version, p->params.rank,
                         p->session, NULL);
-    if ((p->published_len == 0 ||
-         p->published[p->published_len - 1] != version) &&
-        !RS_VEC_PUSH(p, published, version)) {
-        free(table);
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    }
     pthread_mutex_lock(&p->lock);
     p->version = version;
     free(p->table);
