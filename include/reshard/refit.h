@@ -75,7 +75,10 @@ typedef struct rs_publisher_params {
     const char *directory;  /* "file:DIR" or "redis://host:port" */
     const char *model;
     int64_t rank, world;    /* this trainer's slot and the slot count */
-    const char *backend;    /* exposer backend: "ucx" (default) or "cma" */
+    /* exposer backend: "ucx" (default) or "cma"; any other name
+     * (unknown, or local and local-mt, which serve no other process) is
+     * refused by rs_publisher_create with RS_ERR_INVALID_ARG naming it */
+    const char *backend;
     /* Agent name, also this publisher's name in its directory slot;
      * default "trainer-<rank>" (replica 0) or "trainer-<rank>-r<replica>".
      * Publishers of one slot need distinct names: a publish under a name
@@ -208,8 +211,15 @@ RS_API rs_status_t rs_publisher_free(rs_publisher_h publisher, void *ptr,
  * staging it only reads it, during rs_publisher_publish).
  * Errors: RS_ERR_UNSUPPORTED for any mem but RS_MEM_HOST (naming the type
  * and the tensor; ptr is not read), RS_ERR_INVALID_ARG for a mem outside
- * rs_mem_type_t, a bad shard, or (RS_STAGING_IN_PLACE) a shard not inside
- * one rs_publisher_alloc allocation; nothing is registered then. */
+ * rs_mem_type_t, a bad shard, (RS_STAGING_IN_PLACE) a shard not inside
+ * one rs_publisher_alloc allocation, or a box that shares an element with
+ * a registered box of the same tensor, the same box included (a receiver
+ * would get the bytes of one of them): "publisher: tensor 'w': box [0:4,
+ * 0:8] is registered twice on this rank ...", or "... overlaps box [2:6,
+ * 0:8] registered before on this rank (both hold [2:4, 0:8]) ..."; a box
+ * with another number of dims than the tensor's registered boxes likewise.
+ * Nothing is registered then. Cost: O(registered boxes of the tensor),
+ * O(registered shards) once after an unregister. */
 RS_API rs_status_t rs_publisher_register(rs_publisher_h publisher,
                                          const char *tensor, rs_dtype_t dtype,
                                          int ndim, const int64_t *full_shape,
@@ -263,8 +273,15 @@ RS_API size_t rs_publisher_num_served(rs_publisher_h publisher);
 /* Waits until `version` is released by the directory (every receiver's
  * lease ended and someone released it). A directory outage does not end
  * the wait: it is retried until timeout_s (RS_ERR_TIMEOUT then names it).
- * A version that vanished from the directory (a server restarted without
- * its data) is published again, with a notice, and the wait goes on. */
+ * The version published last that vanished from the directory (a server
+ * restarted without its data) is published again from the table kept at
+ * its publish, with a notice, and the wait goes on, as long as it is still
+ * served as it was (no registration changed since; in RS_STAGING_ARENA the
+ * arena still holds it). Any other missing version is RS_ERR_INVALID_ARG
+ * naming it, nothing published: one this publisher never published
+ * ("publisher: version 7 was never published by trainer-0 (rank 0); ..."),
+ * or one it can no longer serve as it was (a later version published, the
+ * registrations changed). */
 RS_API rs_status_t rs_publisher_wait_released(rs_publisher_h publisher,
                                               int64_t version,
                                               double timeout_s,

@@ -4,9 +4,14 @@ Each registered box points into the tensor's own storage, so what a
 version serves is what the tensor holds when publish() is called: train,
 publish(step), wait_released(step), train again. A CPU tensor is served in
 place; a tensor on another device is copied into host memory at each
-publish (the library never dereferences a device pointer). A tensor whose
-storage moved between versions (`param.data = new`) is re-registered at
-its new address before the version is published.
+publish (the library never dereferences a device pointer). Every box keeps
+the tensor it came from (its base: the parameter, whose `.data` a trainer
+may rebind) and where in it the box lies (layouts.Source); each publish
+derives every box again from its base as it is now, so storage that moved
+between versions (`param.data = new`: CPU offload and reload, an optimizer
+step that is not in place, FSDP resharding) is served at its new address,
+and a base whose shape, dtype or layout changed is refused, naming the
+tensor, before anything is published.
 
 Staging says where the served bytes live: "caller" (the tensors' own
 memory), "in_place" (tensors made by alloc_tensor, in memory the
@@ -29,24 +34,84 @@ import weakref
 
 import torch
 
-from . import _interrupt, _lib, dtypes, errors, layouts
+from . import _args, _interrupt, _lib, dtypes, errors, layouts
 from ._handle import Handle, notice_cb
 from ._lib import DIAG
 
 
-class _Entry:
-    """One registered box and where its bytes are served from."""
+def _needs_host(view):
+    """Whether the library cannot read `view` where it is (it reads host
+    memory only), so a host copy of it is served."""
+    return view.device.type != "cpu"
 
-    def __init__(self, bx):
-        self.box = bx
-        self.host = None if bx.view.device.type == "cpu" else \
-            torch.empty(bx.view.shape, dtype=bx.view.dtype,
-                        pin_memory=torch.cuda.is_available())
-        self.ptr = None
+
+class _Entry:
+    """One registered box: its block of the full tensor, where it lies in
+    its base (layouts.Source), the call that registered it, and what
+    serves its bytes: the box's view as derived at the last publish (held,
+    so the storage registered lives while it is served, even after the
+    base moved on) or a host copy of it (the view is not held then: a
+    trainer offloading a parameter frees its device memory)."""
+
+    def __init__(self, bx, how):
+        self.name, self.full_shape, self.offset = (bx.name, bx.full_shape,
+                                                   bx.offset)
+        self.shape = tuple(int(d) for d in bx.view.shape)
+        self.source = bx.source if bx.source is not None else \
+            layouts.source_of(bx.view)
+        self.how = how      # "register_fused(tensor [8, 4] float32)"
+        self.view = self.host = None
+        self.ptr = None     # the address registered; None: not registered
+        self.take(bx.view.detach())
+
+    def take(self, view):
+        """Serves `view` (the box derived now) from now on: in place, or
+        through a host buffer (the one it had, or a new one: same shape and
+        dtype, the box's) that publish fills."""
+        if not _needs_host(view):
+            self.view, self.host = view, None
+            return
+        if self.host is None:
+            self.host = torch.empty(view.shape, dtype=view.dtype,
+                                    pin_memory=torch.cuda.is_available())
+        self.view = None
 
     def served(self):
         """The host tensor whose bytes the library serves."""
-        return self.box.view if self.host is None else self.host
+        return self.view if self.host is None else self.host
+
+    def live(self):
+        """The box derived from its base now: InvalidArgument naming the
+        tensor when that base changed shape, dtype or layout."""
+        try:
+            view = self.source.live(self.name)
+        except layouts.LayoutError as err:
+            raise errors.InvalidArgument(
+                f"publisher: {err} ({self.how}); nothing was "
+                f"published") from None
+        return view
+
+    def block(self):
+        """"[0:4, 0:8]", the box's block of the full tensor."""
+        return "[" + ", ".join(f"{o}:{o + s}" for o, s in
+                               zip(self.offset, self.shape)) + "]"
+
+    def text(self):
+        """"'w' box [0:4, 0:8] (register_shard(tensor [4, 8] float32))"."""
+        return f"'{self.name}' box {self.block()} ({self.how})"
+
+
+def _overlap(a, b):
+    """Whether the boxes of entries a and b of one tensor share an
+    element."""
+    return len(a.shape) == len(b.shape) and all(
+        max(oa, ob) < min(oa + sa, ob + sb)
+        for oa, sa, ob, sb in zip(a.offset, a.shape, b.offset, b.shape))
+
+
+def _how(call, tensor):
+    return f"{call}(tensor {list(tensor.shape)} " \
+        f"{str(tensor.dtype).replace('torch.', '')})"
 
 
 class Publisher(Handle):
@@ -85,6 +150,9 @@ class Publisher(Handle):
                  publish_retry_s=60.0, notice=None, staging=None,
                  cut_aligned=False, cuts_file=None, quantize=(),
                  quantize_wanted=False):
+        _args.choice("publisher: backend", backend, _args.BACKENDS)
+        if staging is not None:
+            _args.choice("publisher: staging", staging, _lib.STAGING)
         if isinstance(quantize, (str, bytes)):
             quantize = [quantize]  # one entry, not its characters
         quantize = [str(q) for q in quantize]
@@ -100,10 +168,6 @@ class Publisher(Handle):
             raise errors.InvalidArgument(
                 f"publisher: publisher-side quantization fills the arena: "
                 f"it needs staging 'arena', not {staging!r}")
-        if staging not in _lib.STAGING:
-            raise errors.InvalidArgument(
-                f"publisher: staging must be one of "
-                f"{', '.join(_lib.STAGING)}, got {staging!r}")
         p = _lib.PublisherParams()
         _lib.lib().rs_publisher_params_init_sized(p, ctypes.sizeof(p))
         self._keep = [_lib.enc(directory), _lib.enc(model),
@@ -130,6 +194,7 @@ class Publisher(Handle):
         _lib.call("rs_publisher_create", p, DIAG, ctypes.byref(h))
         self._h = h
         self._entries = []
+        self._by_name = {}  # name -> its entries, for the overlap check
         # Reentrant: a buffer's finalizer (_free) may run on this thread
         # while it holds the lock, whenever a last reference goes.
         self._lock = threading.RLock()
@@ -177,26 +242,31 @@ class Publisher(Handle):
     def register(self, name, tensor, full_shape=None, offset=None):
         """Publishes `tensor` (contiguous) as the block of the full tensor
         `name` at `offset` (default: the whole tensor at offset 0)."""
-        self._add([layouts.box(name, tensor, full_shape, offset)])
+        self._add([layouts.box(name, tensor, full_shape, offset)],
+                  _how("register", tensor))
 
     def register_shard(self, name, tensor, full_shape, dim, rank, world):
         """`tensor` is rank's torch.chunk piece of `full_shape` on `dim`."""
-        self._add(layouts.shard(name, tensor, full_shape, dim, rank, world))
+        self._add(layouts.shard(name, tensor, full_shape, dim, rank, world),
+                  _how("register_shard", tensor))
 
     def register_replicated(self, name, tensor):
         """`tensor` is the whole of `name` (every rank holds it)."""
-        self._add(layouts.replicated(name, tensor))
+        self._add(layouts.replicated(name, tensor),
+                  _how("register_replicated", tensor))
 
     def register_fused(self, names, tensor, full_shapes, rank=0, world=1):
         """Fused storage on dim 0 holding each name's piece in order (see
         layouts.fused); published without a copy."""
-        self._add(layouts.fused(names, tensor, full_shapes, rank, world))
+        self._add(layouts.fused(names, tensor, full_shapes, rank, world),
+                  _how("register_fused", tensor))
 
     def register_fused_qkv(self, names, tensor, num_heads, num_kv_heads,
                            head_dim, rank=0, world=1):
         """Megatron's fused QKV under the q/k/v names (layouts.fused_qkv)."""
         self._add(layouts.fused_qkv(names, tensor, num_heads, num_kv_heads,
-                                    head_dim, rank, world))
+                                    head_dim, rank, world),
+                  _how("register_fused_qkv", tensor))
 
     def unregister(self, name):
         """Stops publishing every box of `name` (call after wait_released:
@@ -204,20 +274,22 @@ class Publisher(Handle):
         when nothing of `name` is registered."""
         with self._lock:
             self._open()
-            mine = [e for e in self._entries if e.box.name == name]
+            mine = [e for e in self._entries if e.name == name]
             if not mine:
                 raise errors.InvalidArgument(
                     f"publisher: tensor '{name}' is not registered")
             for e in mine:
                 self._unregister(e)
                 self._entries.remove(e)
+            del self._by_name[name]
 
-    def _add(self, boxes):
+    def _add(self, boxes, how):
         with self._lock:
             self._open()
-            entries = [_Entry(b) for b in boxes]
+            entries = [_Entry(b, how) for b in boxes]
             for e in entries:
-                dtypes.code_of(e.box.view.dtype)
+                dtypes.code_of(e.source.dtype)
+            self._check_overlap(entries)
             done = []
             try:
                 for e in entries:
@@ -228,42 +300,75 @@ class Publisher(Handle):
                     self._unregister(e)
                 raise
             self._entries.extend(entries)
+            for e in entries:
+                self._by_name.setdefault(e.name, []).append(e)
+
+    def _check_overlap(self, entries):
+        """Refuses a box that shares an element with a registered box of
+        its tensor, or with another box of the same call (a receiver would
+        get the bytes of one of them), naming both."""
+        fresh = {}
+        for e in entries:
+            had = self._by_name.get(e.name, []) + fresh.get(e.name, [])
+            for o in had:
+                if _overlap(o, e):
+                    what = "is" if (o.offset, o.shape) == (e.offset, e.shape) \
+                        else "overlaps"
+                    raise errors.InvalidArgument(
+                        f"publisher: {e.text()} {what} {o.text()}, "
+                        f"registered before on this rank; each element of "
+                        f"a tensor is published by one box per rank")
+            fresh.setdefault(e.name, []).append(e)
 
     def _register(self, e):
-        b, t = e.box, e.served()
-        n = len(b.full_shape)
-        full, off, shape = (_lib.ints(b.full_shape), _lib.ints(b.offset),
+        t = e.served()
+        n = len(e.full_shape)
+        full, off, shape = (_lib.ints(e.full_shape), _lib.ints(e.offset),
                             _lib.ints(t.shape))
         ptr = t.data_ptr()
-        _lib.call("rs_publisher_register", self._h, _lib.enc(b.name),
+        _lib.call("rs_publisher_register", self._h, _lib.enc(e.name),
                   dtypes.code_of(t.dtype), n, full, off, shape,
                   ctypes.c_void_p(ptr), _lib.RS_MEM_HOST, DIAG)
         e.ptr = ptr
 
     def _unregister(self, e):
-        _lib.call("rs_publisher_unregister", self._h, _lib.enc(e.box.name),
-                  _lib.ints(e.box.offset), DIAG)
+        if e.ptr is None:
+            return  # a move's registration failed: nothing to drop
+        _lib.call("rs_publisher_unregister", self._h, _lib.enc(e.name),
+                  _lib.ints(e.offset), DIAG)
         e.ptr = None
 
     # -- versions ------------------------------------------------------
     def publish(self, version):
         """Publishes this rank's table for `version`: the tensors' bytes
-        now are what the version serves."""
+        now are what the version serves. Every box is first derived again
+        from its base (InvalidArgument naming the tensor, with nothing
+        published, when that base changed shape, dtype or layout); a box
+        whose storage moved is registered again at its new address, and
+        boxes served through host memory are copied from their live
+        views."""
         with self._lock:
             self._open()
-            for e in self._entries:
-                self._refresh(e)
+            live = [e.live() for e in self._entries]  # before any change
+            for e, view in zip(self._entries, live):
+                self._follow(e, view)
+            with torch.no_grad():
+                for e, view in zip(self._entries, live):
+                    if e.host is not None:
+                        e.host.copy_(view)
             _lib.call("rs_publisher_publish", self._h, int(version), DIAG)
 
-    def _refresh(self, e):
-        if e.host is not None:
-            e.host.copy_(e.box.view)
+    def _follow(self, e, view):
+        """Makes e serve `view`, registered again when the served address
+        changed (its storage moved, or it moved to or from host memory).
+        A registration that fails leaves e unregistered, and raises; the
+        next publish tries again."""
+        was = e.served()
+        e.take(view)
+        if e.ptr == e.served().data_ptr():
             return
-        view = e.box.view
-        if view.data_ptr() == e.ptr:
-            return
-        layouts.box(e.box.name, view, e.box.full_shape, e.box.offset)
         self._unregister(e)
+        del was  # the storage served before may go once it is unregistered
         self._register(e)
 
     @property
@@ -280,7 +385,11 @@ class Publisher(Handle):
         the directory); ReshardTimeout after timeout_s. cancel() or close()
         from another thread end it with reshard.Cancelled; Ctrl-C raises
         KeyboardInterrupt within about a second (the wait runs on another
-        thread, the caller waiting for it in short slices)."""
+        thread, the caller waiting for it in short slices). When the directory
+        lost `version`, the version published last is published again
+        from its kept table if it is still served as published; any other
+        missing version (never published here, or replaced since) raises
+        InvalidArgument naming it, publishing nothing."""
         with self._lock:
             self._open()
             h, version, timeout_s = self._h, int(version), float(timeout_s)
@@ -327,3 +436,4 @@ class Publisher(Handle):
                 self._closing = self._h
             self._h = None
             self._entries = []
+            self._by_name = {}

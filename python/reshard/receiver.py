@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _interrupt, _lib, dtypes, errors
+from . import _args, _interrupt, _lib, dtypes, errors
 from .capture import Capture
 from ._handle import Handle, notice_cb
 from ._lib import DIAG
@@ -175,6 +175,7 @@ class Receiver(Handle):
                  verify_digests=True, release_after=True, stale_s=0.0,
                  notice=None, announce_cuts=True, announce_as=None,
                  only=None, skip=None):
+        _args.choice("receiver: backend", backend, _args.BACKENDS)
         self._lock = threading.Lock()
         # _state guards _current (the call that cancel() stops) and
         # _closing; never held across a library call but the cancel.

@@ -18,6 +18,7 @@
 #include "core/memory.h"
 #include "core/params.h"
 #include "core/vec.h"
+#include "exec/backend.h"
 #include "refit/refit_impl.h"
 #include "reshard/digest.h"
 #include "reshard/dir.h"
@@ -124,6 +125,22 @@ static rs_status_t check_quantize(const rs_publisher_params_t *params,
                         staging_name(params->staging));
 }
 
+/* The backend must expose memory to other processes (ucx, cma; local and
+ * local-mt read only within one): told at create, not at the first
+ * publish. */
+static rs_status_t check_backend(const rs_publisher_params_t *params,
+                                 rs_diag_t *diag)
+{
+    const char *name = params->backend != NULL ? params->backend : "ucx";
+    const rs__backend_t *b = rs__backend_find(name);
+    if (b != NULL && b->exposer != NULL)
+        return RS_OK;
+    return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: backend '%s' "
+                        "%s (publishers use ucx or cma)", name,
+                        b != NULL ? "cannot serve other processes"
+                                  : "is unknown");
+}
+
 rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
                                 rs_diag_t *diag, rs_publisher_h *pub_p)
 {
@@ -150,7 +167,9 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: staging "
                             "%d is none of caller (0), in_place (1) and "
                             "arena (2)", params->staging);
-    rs_status_t st = check_cut_aligned(params, diag);
+    rs_status_t st = check_backend(params, diag);
+    if (st == RS_OK)
+        st = check_cut_aligned(params, diag);
     if (st == RS_OK)
         st = check_quantize(params, diag);
     if (st != RS_OK)
@@ -214,6 +233,8 @@ void rs_publisher_destroy(rs_publisher_h p)
     for (size_t i = 0; i < p->shards_len; i++)
         free(p->shards[i].tensor);
     free(p->shards);
+    rs__strmap_free(&p->by_name);
+    free(p->published);
     free(p->pieces);
     free(p->next_pieces);
     free(p->told);
@@ -270,9 +291,18 @@ rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
     memcpy(s.shape, shape, (size_t)ndim * sizeof(int64_t));
     s.ptr = ptr;
     s.nbytes = (uint64_t)nbytes;
-    if (s.tensor == NULL || !RS_VEC_PUSH(p, shards, s)) {
-        free(s.tensor);
+    if (s.tensor == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    st = rs__publisher_check_overlap(p, &s, diag);
+    if (st == RS_OK && !RS_VEC_PUSH(p, shards, s))
+        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    else if (st == RS_OK && !rs__publisher_index_add(p, p->shards_len - 1)) {
+        p->shards_len--;
+        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
+    if (st != RS_OK) {
+        free(s.tensor);
+        return st;
     }
     p->dirty = 1;
     return RS_OK;
@@ -338,11 +368,12 @@ static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
                                       size_t len, uint64_t geometry,
                                       rs_diag_t *diag);
 
-/* A heartbeat found this slot's table gone (the directory lost its data):
- * the same bytes are still served, so the table is published again. */
-static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
+/* Publishes the table kept from version v's publish again on `dir`, and
+ * tells `line` once it is there. The kept table is what v served: its
+ * digests are those of v's bytes, whatever the buffers hold now. */
+static rs_status_t republish_kept(rs_publisher_h p, rs_dir_h dir, int64_t v,
+                                  const char *line, rs_diag_t *d)
 {
-    char line[RS_DIAG_MSG_MAX + 512];
     pthread_mutex_lock(&p->lock);
     char *table = p->version == v && p->table != NULL
                       ? malloc(p->table_len + 1) : NULL;
@@ -354,16 +385,23 @@ static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
     if (table == NULL)
         return rs__diag_set(d, RS_ERR_NO_MEMORY, "publisher: no table of "
                             "version %lld to publish again", (long long)v);
-    snprintf(line, sizeof(line), "publisher rank %lld: version %lld lost its "
-             "table in directory %s (%s); publishing it again",
-             (long long)p->params.rank, (long long)v, rs_dir_name(p->hb_dir),
-             d->msg);
-    rs_status_t st = create_and_publish(p, p->hb_dir, v, table, len,
-                                        geometry, d);
+    rs_status_t st = create_and_publish(p, dir, v, table, len, geometry, d);
     free(table);
     if (st == RS_OK)
         rs__publisher_notify(p, line);
     return st;
+}
+
+/* A heartbeat found this slot's table gone (the directory lost its data):
+ * the same bytes are still served, so the table is published again. */
+static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
+{
+    char line[RS_DIAG_MSG_MAX + 512];
+    snprintf(line, sizeof(line), "publisher rank %lld: version %lld lost its "
+             "table in directory %s (%s); publishing it again",
+             (long long)p->params.rank, (long long)v, rs_dir_name(p->hb_dir),
+             d->msg);
+    return republish_kept(p, p->hb_dir, v, line, d);
 }
 
 static void *heartbeat_main(void *arg)
@@ -489,6 +527,12 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     rs_status_t st = RS_OK;
     if (p == NULL || version < 0)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: bad version");
+    /* listed first, so that a version in the directory is always listed;
+     * dropped again when it does not get there */
+    int fresh = p->published_len == 0 ||
+                p->published[p->published_len - 1] != version;
+    if (fresh && !RS_VEC_PUSH(p, published, version))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     st = rs__publisher_stage(p, version, diag);
     if (st == RS_OK && (!p->exposed || p->dirty))
         st = expose(p, diag);
@@ -498,6 +542,8 @@ rs_status_t rs_publisher_publish(rs_publisher_h p, int64_t version,
     if (st == RS_OK)
         st = publish_table(p, version, table, len, geometry, diag);
     if (st != RS_OK) {
+        if (fresh)
+            p->published_len--;
         free(table);
         return st;
     }
@@ -519,6 +565,52 @@ size_t rs_publisher_num_served(rs_publisher_h p)
     return p != NULL ? p->num_served : 0;
 }
 
+static int published_before(rs_publisher_h p, int64_t version)
+{
+    for (size_t i = p->published_len; i > 0; i--)
+        if (p->published[i - 1] == version)
+            return 1;
+    return 0;
+}
+
+/* Why `version`, missing from the directory, cannot be published again,
+ * or "" when it can: only the version published last, still served as it
+ * was then (no registration changed since, and in arena staging the arena
+ * still holds it). The buffers under any other version would serve bytes
+ * that never were that version. */
+static const char *why_not_again(rs_publisher_h p, int64_t version)
+{
+    if (version != p->version)
+        return "it now serves a later version";
+    if (p->dirty || !p->exposed)
+        return "its registrations changed since it was published";
+    if (p->params.staging == RS_STAGING_ARENA && p->arena_version != version)
+        return "the copy-in arena no longer holds it";
+    return "";
+}
+
+/* RS_OK when `version`, missing from the directory (a server restarted
+ * without its data, or a version nobody published), may be published
+ * again; else the refusal, naming the version. */
+static rs_status_t may_publish_again(rs_publisher_h p, int64_t version,
+                                     rs_diag_t *diag)
+{
+    if (!published_before(p, version))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: version "
+                            "%lld was never published by %s (rank %lld); it "
+                            "is not in directory %s: there is no release to "
+                            "wait for", (long long)version, p->session,
+                            (long long)p->params.rank, rs_dir_name(p->dir));
+    const char *why = why_not_again(p, version);
+    if (why[0] != '\0')
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: version "
+                            "%lld of %s vanished from directory %s and "
+                            "cannot be published again: %s (version %lld)",
+                            (long long)version, p->session,
+                            rs_dir_name(p->dir), why, (long long)p->version);
+    return RS_OK;
+}
+
 rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
                                        double timeout_s, rs_diag_t *diag)
 {
@@ -534,17 +626,18 @@ rs_status_t rs_publisher_wait_released(rs_publisher_h p, int64_t version,
         if (st == RS_OK)
             p->released = version; /* an arena holding it may be refilled */
         /* the arguments were good for the publish: RS_ERR_INPUT means the
-         * version did not exist (another rank may have created it again
+         * version does not exist (another rank may have created it again
          * since, without this rank's table) */
-        if (st != RS_ERR_INPUT || rs__now_s() >= deadline)
+        if (st != RS_ERR_INPUT)
             return st;
-        /* still serving the same bytes: publish them again */
+        rs_status_t again = may_publish_again(p, version, diag);
+        if (again != RS_OK || rs__now_s() >= deadline)
+            return again != RS_OK ? again : st;
         snprintf(line, sizeof(line), "publisher rank %lld: version %lld "
                  "vanished from directory %s (restarted without its data?); "
                  "publishing it again", (long long)p->params.rank,
                  (long long)version, rs_dir_name(p->dir));
-        rs__publisher_notify(p, line);
-        st = rs_publisher_publish(p, version, diag);
+        st = republish_kept(p, p->dir, version, line, diag);
         if (st != RS_OK)
             return st;
     }

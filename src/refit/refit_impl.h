@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include "core/base64.h" /* receivers decode agent_meta_b64 */
+#include "core/strmap.h"
 #include "core/vec.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"
@@ -23,6 +24,8 @@ typedef struct rs_pub_shard {
     void *ptr;       /* the caller's bytes */
     uint64_t nbytes;
     void *served;    /* where the served bytes are: ptr, or its arena slot */
+    size_t same_prev; /* 1 + the index of the shard of this tensor
+                       * registered before it, 0 for none (shard_index.c) */
 } rs_pub_shard_t;
 
 /* Each served slot of the arena starts a fresh cache line. */
@@ -133,11 +136,17 @@ struct rs_publisher {
     uint64_t qscratch_cap;
     uint64_t qrecord_key;
     RS_VEC(rs_pub_shard_t, shards);
+    /* Each tensor's last registered shard (1 + its index), the others
+     * chained by same_prev; rebuilt before the next registration once
+     * an unregister moved shards (by_name_stale). */
+    rs_strmap_t by_name;
+    int by_name_stale;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t hb_thread;
     int hb_running, hb_stop;
     int64_t version;              /* heartbeat target */
+    RS_VEC(int64_t, published);   /* every version published, in order */
     char *table;                  /* its published table, for republishing */
     size_t table_len;
     uint64_t table_geometry;      /* its geometry key (geometry.c) */
@@ -200,6 +209,17 @@ rs_status_t rs__publisher_exposer(rs_publisher_h p, rs_diag_t *diag);
 rs_status_t rs__publisher_check_in_place(rs_publisher_h p, const char *tensor,
                                          const void *ptr, uint64_t nbytes,
                                          rs_diag_t *diag);
+
+/* The registered shards by tensor (shard_index.c). Check refuses, with
+ * RS_ERR_INVALID_ARG naming the tensor and both boxes, a shard `s` that
+ * shares an element with a registered shard of its tensor (a receiver
+ * would get the bytes of one of them) or has another number of dims; add
+ * indexes the shard just appended (0 on exhaustion). O(registered shards
+ * of the tensor), after an unregister once O(registered shards). */
+rs_status_t rs__publisher_check_overlap(rs_publisher_h p,
+                                        const rs_pub_shard_t *s,
+                                        rs_diag_t *diag);
+int rs__publisher_index_add(rs_publisher_h p, size_t i);
 
 /* Makes every shard's served bytes those of `version`: in arena staging,
  * lays the shards out in the arena (growing it, which sets p->dirty) and

@@ -91,6 +91,7 @@ rs_status_t rs_publisher_unregister(rs_publisher_h p, const char *tensor,
     rs_exposer_reset(p->exposer); /* allocations and the arena stay */
     p->exposed = 0;
     drop_matching(p, tensor, offset);
+    p->by_name_stale = 1; /* the shards moved */
     p->dirty = 1;
     return RS_OK;
 }
