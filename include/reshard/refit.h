@@ -352,6 +352,23 @@ typedef struct rs_receiver_params {
      * (the pull that plans refuses others with RS_ERR_INVALID_ARG). */
     double nic_gbps;
     double descriptor_ns;
+    /* Group commit (docs/design.md, "Group commit"): the ranks of one
+     * engine replica (tensor-, expert-, pipeline-parallel) give the same
+     * `group` name and `group_size`, and each its own `group_rank` in
+     * [0, group_size). Their applies of a version then install together
+     * or not at all: each rank's apply reports STAGED in the directory's
+     * group record and waits until every rank did; installs, keeping the
+     * bytes it replaced in its staging; reports APPLIED (or FAILED) and
+     * waits for the group's decision: COMMITTED (every rank applied) keeps
+     * the new bytes, ABORTED (a rank failed, or a wait ran out) puts the
+     * old ones back. Every wait is bounded by group_timeout_s (default
+     * 60 s); a wait that runs out aborts the attempt, naming the ranks it
+     * waited for. Needs shadow = 1. NULL (default): each receiver applies
+     * on its own. */
+    const char *group;
+    int64_t group_size;
+    int64_t group_rank;
+    double group_timeout_s;
 } rs_receiver_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
