@@ -279,7 +279,10 @@ typedef struct rs_receiver_params {
      * lease epoch, and its pull then refuses to install. */
     const char *holder;
     double discover_timeout_s; /* waiting for READY; default 60 */
-    double stale_s;         /* publishers silent longer are stale; 0 = off.
+    double stale_s;         /* publishers silent longer are stale; 0 = off
+                             * (the default here: a table published with
+                             * rs_dir_publish has no heartbeat; reshard pull
+                             * and the Python Receiver default to 5 s).
                              * Stale versions are skipped by version -1 */
     /* The lease a pull or a stage holds on its version (see
      * rs_receiver_stage): its ttl (default 60 s) and how often a thread
