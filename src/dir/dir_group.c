@@ -123,7 +123,8 @@ static void decide(grec_t *g, char decision, rs_dir_group_info_t *info)
     g->history[n] = decision;
     g->history[n + 1] = '\0';
     memset(g->ranks, RS_GROUP_NONE, (size_t)g->size);
-    info->decision = decision;
+    info->decision = decision == 'C' ? RS_GROUP_COMMITTED
+                                     : RS_GROUP_ABORTED;
 }
 
 /* The next record for call c; *changed_p when it differs from g. */
@@ -145,7 +146,8 @@ static rs_status_t step(const rs_dir_req_t *req, const gcall_t *c,
                             req->model, (long long)attempt,
                             (long long)decided);
     if (attempt <= decided) { /* decided already: report only */
-        info->decision = g->history[attempt - 1];
+        info->decision = g->history[attempt - 1] == 'C' ? RS_GROUP_COMMITTED
+                                                        : RS_GROUP_ABORTED;
         snprintf(info->note, sizeof(info->note), "%s", g->note);
         return RS_OK;
     }

@@ -555,6 +555,69 @@ static void test_lease_epochs(void **state)
     rs_dir_close(dir);
 }
 
+/* Group records: states only go up, the last APPLIED commits, a FAILED
+ * or an abort of the open attempt aborts, a decision is final, and the
+ * next STAGED opens a new attempt. */
+static void test_group_record(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    rs_dir_group_info_t gi;
+    const char *m = "group";
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_group_info(dir, m, 1, "e", 0, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.size, 0);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 2, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.attempt, 1);
+    assert_string_equal(gi.ranks, "--S");
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 2, 0, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "has 3 ranks, not 2");
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 3, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_ERR_INPUT, d);
+    for (int64_t r = 0; r < 3; r++)
+        ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, r, 1,
+                                    RS_GROUP_APPLIED, NULL, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_COMMITTED);
+    assert_string_equal(gi.ranks, "PPP");
+    ASSERT_ST(rs_dir_group_abort(dir, m, 1, "e", 1, "late", &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_COMMITTED);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 1, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.attempt, 2);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 1, 2, RS_GROUP_FAILED,
+                                "rank 1\nbroke", &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_ABORTED);
+    assert_string_equal(gi.note, "rank 1 broke");
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 0, 2, RS_GROUP_APPLIED,
+                                NULL, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_ABORTED);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 0, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_OK, d);
+    ASSERT_ST(rs_dir_group_abort(dir, m, 1, "e", 3, "timed out", &d, &gi),
+              RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_ABORTED);
+    assert_int_equal(gi.attempts, 3);
+    ASSERT_ST(rs_dir_group_info(dir, m, 1, "e", 1, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_COMMITTED);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 0, 9, RS_GROUP_APPLIED,
+                                NULL, &d, &gi), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "not started");
+    ASSERT_ST(rs_dir_group_mark(dir, m, 2, "e", 3, 0, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "bad name", 3, 0, 0,
+                                RS_GROUP_STAGED, NULL, &d, &gi), RS_ERR_INPUT,
+              d);
+    /* kept after release: ranks may still read their decision */
+    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_group_info(dir, m, 1, "e", 1, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_COMMITTED);
+    rs_dir_close(dir);
+}
+
 static void test_wait_released(void **state)
 {
     (void)state;
@@ -800,6 +863,7 @@ static int run_group(const char *name, const struct CMUnitTest *extra,
         cmocka_unit_test(test_lease_release),
         cmocka_unit_test(test_lease_expiry),
         cmocka_unit_test(test_lease_epochs),
+        cmocka_unit_test(test_group_record),
         cmocka_unit_test(test_wait_released),
         cmocka_unit_test(test_malformed_urls),
     };
