@@ -3,6 +3,7 @@
  * directory, and the rank then follows whatever the record decided (its
  * own abort, or a commit that the last rank made first), so no two ranks
  * act on different outcomes. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,8 +123,9 @@ typedef struct gctx {
 static void pause_s(double s)
 {
     struct timespec until = rs__mono_after(s);
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0)
-        ;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) ==
+           EINTR)
+        ; /* a signal: sleep on to the same deadline */
 }
 
 /* "1, 3" for the ranks whose state is in `which` (ranks[i]). */
