@@ -239,10 +239,13 @@ RS_API rs_status_t rs_dir_list(rs_dir_h dir, const char *model,
  * version cannot have been released in between. */
 
 /* Takes a fresh lease named `holder` on a version that is not RELEASED, for
- * ttl_s seconds, and sets *epoch_p to its epoch. A live lease of the same
- * holder is replaced (its epoch ends). RS_ERR_INCOMPLETE when the version
- * is released, RS_ERR_INPUT when it was never created or an argument is
- * bad. */
+ * ttl_s seconds, and sets *epoch_p to its epoch. A holder name is unique
+ * among the version's live leases: while the name's lease is live the take
+ * is RS_ERR_INPUT ("lease holder name 'H' is taken: another receiver holds
+ * a live lease under it ..."), changing nothing; a lapsed or dropped
+ * lease of the name is replaced. RS_ERR_INCOMPLETE when the version is
+ * released (naming who released it), RS_ERR_INPUT when it was never
+ * created or an argument is bad. */
 RS_API rs_status_t rs_dir_lease_take(rs_dir_h dir, const char *model,
                                      int64_t version, const char *holder,
                                      double ttl_s, rs_diag_t *diag,

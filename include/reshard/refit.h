@@ -274,9 +274,11 @@ typedef struct rs_receiver_params {
     const char *model;
     const char *backend;    /* transport: "ucx" (default) or "cma" */
     uint64_t salt;          /* replica choice (this rank's index) */
-    /* Lease holder name; default "receiver-<salt>-<host>-<pid>". Names
-     * must be unique: a take under the same name ends the other holder's
-     * lease epoch, and its pull then refuses to install. */
+    /* Lease holder name; default "receiver-<salt>-<host>-<pid>", with
+     * ".<n>" from the process's second receiver on. Names must be unique:
+     * a stage under a name another receiver's live lease holds is refused
+     * (RS_ERR_INPUT naming it). A release_after names this holder as the
+     * version's releaser. */
     const char *holder;
     double discover_timeout_s; /* waiting for READY; default 60 */
     double stale_s;         /* publishers silent longer are stale; 0 = off
