@@ -4,6 +4,7 @@ survives ends on one version, byte-exact: all hold the new bytes (torch's
 own slicing and cast of the published tensors) or all the old ones (the
 values they were created with). The directory's group records are checked
 on both backends."""
+import ctypes
 import json
 import os
 import signal
@@ -140,19 +141,14 @@ def test_a_rank_that_never_stages(file_dir, trainers):
 
 # -- the directory's group records, both backends ---------------------------
 def _version(directory):
+    """Creates version 7 of "m" (one slot): records need a version."""
+    lib = reshard._lib.lib()
+    create = lib.rs_dir_create_version
+    create.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64,
+                       ctypes.c_int64, ctypes.c_void_p]
+    create.restype = ctypes.c_int
     with reshard.Directory(directory) as d:
-        pass
-    # a version the records belong to
-    h = reshard._lib
-    import ctypes
-    dh = ctypes.c_void_p()
-    h.call("rs_dir_open", h.enc(directory), h.DIAG, ctypes.byref(dh))
-    lib = h.lib()
-    lib.rs_dir_create_version.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
-                                          ctypes.c_int64, ctypes.c_int64,
-                                          ctypes.c_void_p]
-    assert lib.rs_dir_create_version(dh, b"m", 7, 1, None) == 0
-    lib.rs_dir_close(dh)
+        assert create(d._h, b"m", 7, 1, None) == 0
 
 
 def test_group_records(directory):
