@@ -245,10 +245,13 @@ RS_API rs_status_t rs_dir_list(rs_dir_h dir, const char *model,
  * version cannot have been released in between. */
 
 /* Takes a fresh lease named `holder` on a version that is not RELEASED, for
- * ttl_s seconds, and sets *epoch_p to its epoch. A live lease of the same
- * holder is replaced (its epoch ends). RS_ERR_INCOMPLETE when the version
- * is released, RS_ERR_INPUT when it was never created or an argument is
- * bad. */
+ * ttl_s seconds, and sets *epoch_p to its epoch. A holder name is unique
+ * among the version's live leases: while the name's lease is live the take
+ * is RS_ERR_INPUT ("lease holder name 'H' is taken: another receiver holds
+ * a live lease under it ..."), changing nothing; a lapsed or dropped
+ * lease of the name is replaced. RS_ERR_INCOMPLETE when the version is
+ * released (naming who released it), RS_ERR_INPUT when it was never
+ * created or an argument is bad. */
 RS_API rs_status_t rs_dir_lease_take(rs_dir_h dir, const char *model,
                                      int64_t version, const char *holder,
                                      double ttl_s, rs_diag_t *diag,
@@ -397,6 +400,103 @@ RS_API void rs_dir_cuts_free(rs_dir_cuts_record_t *records, size_t count);
  * rs_dir_put_cuts. */
 RS_API rs_status_t rs_dir_drop_cuts(rs_dir_h dir, const char *model,
                                     const char *holder, rs_diag_t *diag);
+
+/* Releasing under a name. rs_dir_release_as and rs_dir_abandon_as record
+ * `by` (a name of the holder alphabet: receivers pass their lease holder)
+ * with RELEASED, and every later refusal because the version is released
+ * names it ("version 2 of 'M' was released by 'receiver-1-...'").
+ * rs_dir_release and rs_dir_abandon record "<host>-<pid>" of the caller. */
+RS_API rs_status_t rs_dir_release_as(rs_dir_h dir, const char *model,
+                                     int64_t version, const char *by,
+                                     rs_diag_t *diag);
+RS_API rs_status_t rs_dir_abandon_as(rs_dir_h dir, const char *model,
+                                     int64_t version, const char *by,
+                                     rs_diag_t *diag, size_t *dropped_p);
+
+/* Live leases of a version: holder, epoch and seconds left, in holder
+ * name order; none is not an error. A released version has none. The
+ * caller frees *leases_p with free(). RS_ERR_INPUT for a version never
+ * created. */
+typedef struct rs_dir_lease_info {
+    char holder[RS_DIR_NAME_MAX + 1];
+    uint64_t epoch;
+    double left_s;
+} rs_dir_lease_info_t;
+RS_API rs_status_t rs_dir_leases(rs_dir_h dir, const char *model,
+                                 int64_t version, rs_diag_t *diag,
+                                 rs_dir_lease_info_t **leases_p,
+                                 size_t *count_p);
+
+/* Group commit (docs/design.md, "Group commit"; the record in
+ * docs/formats.md). The ranks of one engine replica (a group: a name and
+ * a size) apply a version together or not at all. The directory keeps
+ * one record per (model, version, group): the group's size, the outcome
+ * of every finished *attempt* (committed or aborted) and, for the attempt
+ * in progress, each rank's state. An attempt is decided once, atomically:
+ * COMMITTED in the step where its last rank reports APPLIED, ABORTED in
+ * the step where a rank reports FAILED or any rank aborts it (a wait that
+ * ran out); the next rank to report STAGED starts a new attempt. Every
+ * rank follows the recorded decision, so no two ranks of an attempt can
+ * see different outcomes. Group names use the holder alphabet. */
+
+/* Largest group and the longest note kept with a decision. */
+#define RS_DIR_GROUP_MAX 1024
+#define RS_DIR_GROUP_NOTE_MAX 400
+
+/* A rank's state in the open attempt. */
+#define RS_GROUP_NONE '-'
+#define RS_GROUP_STAGED 'S'   /* staged the version, ready to install */
+#define RS_GROUP_APPLIED 'P'  /* installed it, keeps the bytes it replaced */
+#define RS_GROUP_FAILED 'F'   /* could not install: the attempt aborts */
+/* An attempt's decision. */
+#define RS_GROUP_OPEN 0
+#define RS_GROUP_COMMITTED 'C'
+#define RS_GROUP_ABORTED 'A'
+
+typedef struct rs_dir_group_info {
+    int64_t size;     /* ranks; 0: no record yet */
+    int64_t attempt;  /* the attempt this answer is about */
+    int64_t attempts; /* attempts decided so far */
+    int decision;     /* of `attempt`: RS_GROUP_OPEN, _COMMITTED, _ABORTED */
+    /* the ranks' states in `attempt` while it is open, or as they were
+     * when this call decided it ("" for an attempt decided earlier) */
+    char ranks[RS_DIR_GROUP_MAX + 1];
+    /* why the latest decision was taken ("" when none was) */
+    char note[RS_DIR_GROUP_NOTE_MAX + 1];
+} rs_dir_group_info_t;
+
+/* Reports rank `rank`'s state `mark` (RS_GROUP_STAGED, _APPLIED or
+ * _FAILED) in attempt `attempt` of group `group` (`size` ranks) for
+ * `version`; attempt 0 joins the open attempt (STAGED only). A state never
+ * goes back (STAGED after APPLIED changes nothing); FAILED aborts the
+ * attempt with `note` (may be NULL); the last APPLIED commits it. An
+ * attempt decided already changes nothing: *info_p says its decision.
+ * Errors: RS_ERR_INPUT for a bad name, a size other than the record's
+ * ("group 'G' of version V of 'M' has N ranks, not K"), a rank outside
+ * [0, size), an attempt not started, a version never created; the
+ * directory's errors. O(size). */
+RS_API rs_status_t rs_dir_group_mark(rs_dir_h dir, const char *model,
+                                     int64_t version, const char *group,
+                                     int64_t size, int64_t rank,
+                                     int64_t attempt, int mark,
+                                     const char *note, rs_diag_t *diag,
+                                     rs_dir_group_info_t *info_p);
+
+/* Aborts attempt `attempt` (when still open) with `note`; *info_p says
+ * the attempt's decision, which is COMMITTED when the last rank applied
+ * before this call. Errors as rs_dir_group_mark. */
+RS_API rs_status_t rs_dir_group_abort(rs_dir_h dir, const char *model,
+                                      int64_t version, const char *group,
+                                      int64_t attempt, const char *note,
+                                      rs_diag_t *diag,
+                                      rs_dir_group_info_t *info_p);
+
+/* Reads attempt `attempt` (0: the open one) of the group's record;
+ * size 0 when there is none. */
+RS_API rs_status_t rs_dir_group_info(rs_dir_h dir, const char *model,
+                                     int64_t version, const char *group,
+                                     int64_t attempt, rs_diag_t *diag,
+                                     rs_dir_group_info_t *info_p);
 
 #ifdef __cplusplus
 }

@@ -302,12 +302,17 @@ typedef struct rs_receiver_params {
     const char *model;
     const char *backend;    /* transport: "ucx" (default) or "cma" */
     uint64_t salt;          /* replica choice (this rank's index) */
-    /* Lease holder name; default "receiver-<salt>-<host>-<pid>". Names
-     * must be unique: a take under the same name ends the other holder's
-     * lease epoch, and its pull then refuses to install. */
+    /* Lease holder name; default "receiver-<salt>-<host>-<pid>", with
+     * ".<n>" from the process's second receiver on. Names must be unique:
+     * a stage under a name another receiver's live lease holds is refused
+     * (RS_ERR_INPUT naming it). A release_after names this holder as the
+     * version's releaser. */
     const char *holder;
     double discover_timeout_s; /* waiting for READY; default 60 */
-    double stale_s;         /* publishers silent longer are stale; 0 = off.
+    double stale_s;         /* publishers silent longer are stale; 0 = off
+                             * (the default here: a table published with
+                             * rs_dir_publish has no heartbeat; reshard pull
+                             * and the Python Receiver default to 5 s).
                              * Stale versions are skipped by version -1 */
     /* The lease a pull or a stage holds on its version (see
      * rs_receiver_stage): its ttl (default 60 s) and how often a thread
@@ -380,6 +385,23 @@ typedef struct rs_receiver_params {
      * (the pull that plans refuses others with RS_ERR_INVALID_ARG). */
     double nic_gbps;
     double descriptor_ns;
+    /* Group commit (docs/design.md, "Group commit"): the ranks of one
+     * engine replica (tensor-, expert-, pipeline-parallel) give the same
+     * `group` name and `group_size`, and each its own `group_rank` in
+     * [0, group_size). Their applies of a version then install together
+     * or not at all: each rank's apply reports STAGED in the directory's
+     * group record and waits until every rank did; installs, keeping the
+     * bytes it replaced in its staging; reports APPLIED (or FAILED) and
+     * waits for the group's decision: COMMITTED (every rank applied) keeps
+     * the new bytes, ABORTED (a rank failed, or a wait ran out) puts the
+     * old ones back. Every wait is bounded by group_timeout_s (default
+     * 60 s); a wait that runs out aborts the attempt, naming the ranks it
+     * waited for. Needs shadow = 1. NULL (default): each receiver applies
+     * on its own. */
+    const char *group;
+    int64_t group_size;
+    int64_t group_rank;
+    double group_timeout_s;
 } rs_receiver_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the

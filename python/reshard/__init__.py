@@ -9,13 +9,13 @@ from .capture import Capture, capture
 from .errors import (ReshardError, InvalidArgument, InputError, ReshardIOError,
                      UnsupportedReshard, IncompleteRefit, VerifyError,
                      TransportError, ReshardTimeout, NoMemory, Cancelled)
-from .directory import release
+from .directory import Directory, abandon, release
 from .layouts import Box, LayoutError, chunk_range
 from .publisher import Publisher
 from .receiver import Receiver, Staged, PullResult
 
 __all__ = [
-    "capture", "Capture", "quant", "Publisher", "Receiver", "release", "Staged", "PullResult", "Box", "LayoutError",
+    "capture", "Capture", "quant", "Publisher", "Receiver", "release", "abandon", "Directory", "Staged", "PullResult", "Box", "LayoutError",
     "chunk_range", "ReshardError", "InvalidArgument", "InputError",
     "ReshardIOError", "UnsupportedReshard", "IncompleteRefit", "VerifyError",
     "TransportError", "ReshardTimeout", "NoMemory", "Cancelled",

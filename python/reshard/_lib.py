@@ -91,6 +91,10 @@ class ReceiverParams(ctypes.Structure):
         ("announce_as", ctypes.c_char_p),
         ("nic_gbps", ctypes.c_double),
         ("descriptor_ns", ctypes.c_double),
+        ("group", ctypes.c_char_p),
+        ("group_size", ctypes.c_int64),
+        ("group_rank", ctypes.c_int64),
+        ("group_timeout_s", ctypes.c_double),
     ]
 
 
@@ -183,6 +187,28 @@ class QuantDesc(ctypes.Structure):
 
 
 # The structs test_abi.py checks against the C compiler, by C name.
+DIR_NAME_MAX = 128
+DIR_GROUP_MAX = 1024
+DIR_GROUP_NOTE_MAX = 400
+
+
+class VersionInfo(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int64), ("state", ctypes.c_int),
+                ("slots", ctypes.c_int64), ("published", ctypes.c_int64)]
+
+
+class DirLeaseInfo(ctypes.Structure):
+    _fields_ = [("holder", ctypes.c_char * (DIR_NAME_MAX + 1)),
+                ("epoch", ctypes.c_uint64), ("left_s", ctypes.c_double)]
+
+
+class DirGroupInfo(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_int64), ("attempt", ctypes.c_int64),
+                ("attempts", ctypes.c_int64), ("decision", ctypes.c_int),
+                ("ranks", ctypes.c_char * (DIR_GROUP_MAX + 1)),
+                ("note", ctypes.c_char * (DIR_GROUP_NOTE_MAX + 1))]
+
+
 MIRRORS = {
     "rs_diag_t": Diag,
     "rs_publisher_params_t": PublisherParams,
@@ -193,6 +219,9 @@ MIRRORS = {
     "rs_dry_run_t": DryRun,
     "rs_param_info_t": ParamInfo,
     "rs_quant_desc_t": QuantDesc,
+    "rs_version_info_t": VersionInfo,
+    "rs_dir_lease_info_t": DirLeaseInfo,
+    "rs_dir_group_info_t": DirGroupInfo,
 }
 
 # Enumerators the package spells as numbers, checked by test_abi.py too.
@@ -203,6 +232,9 @@ CONSTANTS = {
     "RS_DTYPE_F32": 1, "RS_DTYPE_BF16": 2, "RS_DTYPE_F16": 3,
     "RS_DTYPE_F8E4M3": 4, "RS_DTYPE_F8E5M2": 5,
     "RS_ERR_CANCELLED": errors.Cancelled.code,
+    "RS_DIR_NAME_MAX": DIR_NAME_MAX, "RS_DIR_GROUP_MAX": DIR_GROUP_MAX,
+    "RS_DIR_GROUP_NOTE_MAX": DIR_GROUP_NOTE_MAX,
+    "RS_VERSION_PENDING": 1, "RS_VERSION_READY": 2, "RS_VERSION_RELEASED": 3,
 }
 
 _vp = ctypes.c_void_p
@@ -253,6 +285,23 @@ _PROTOS = {
     "rs_receiver_cancel_clear": (None, [_vp]),
     "rs_publisher_cancel": (None, [_vp]),
     "rs_publisher_cancel_clear": (None, [_vp]),
+    "rs_dir_release_as": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, _diag_p]),
+    "rs_dir_abandon_as": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, _diag_p,
+                                ctypes.POINTER(ctypes.c_size_t)]),
+    "rs_dir_abandon": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, _diag_p,
+                             ctypes.POINTER(ctypes.c_size_t)]),
+    "rs_dir_list": (_st, [_vp, ctypes.c_char_p, _diag_p, ctypes.POINTER(ctypes.POINTER(VersionInfo)),
+                          ctypes.POINTER(ctypes.c_size_t)]),
+    "rs_dir_leases": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, _diag_p,
+                            ctypes.POINTER(ctypes.POINTER(DirLeaseInfo)),
+                            ctypes.POINTER(ctypes.c_size_t)]),
+    "rs_dir_group_mark": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64,
+                                ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_char_p, _diag_p,
+                                ctypes.POINTER(DirGroupInfo)]),
+    "rs_dir_group_abort": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64,
+                                 ctypes.c_char_p, _diag_p, ctypes.POINTER(DirGroupInfo)]),
+    "rs_dir_group_info": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64,
+                                _diag_p, ctypes.POINTER(DirGroupInfo)]),
 }
 
 _lock = threading.Lock()

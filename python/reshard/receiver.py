@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _args, _interrupt, _lib, dtypes, errors
+from . import _args, _group, _interrupt, _lib, dtypes, errors
 from .capture import Capture
 from ._handle import Handle, notice_cb
 from ._lib import DIAG
@@ -157,9 +157,17 @@ class Receiver(Handle):
 
     directory: "file:DIR" or "redis://host:port"; backend: "ucx" or "cma";
     salt: this rank's index (spreads replica choice); holder: the lease
-    holder name (unique per receiver); release_after: release each version
-    once applied (publishers' wait_released returns when every receiver
-    did); timeouts in seconds (pull_timeout_s 0: no overall bound);
+    holder name (unique among a version's live leases: a name another
+    receiver holds is refused; default unique per receiver object);
+    release_after: release each version once applied (refused, and
+    reported in the result, while another receiver's lease is live; the
+    first release that finds none ends the version, so ranks that do not
+    stage together leave it off and the coordinator releases); stale_s:
+    versions whose publishers were silent longer are skipped (default 5,
+    as the CLI's --stale-after; 0: off); group, group_size, group_rank,
+    group_timeout_s: the ranks of one engine replica apply together or
+    not at all (docs/python.md, "Group commit");
+    timeouts in seconds (pull_timeout_s 0: no overall bound);
     announce_cuts: before the first pull, write the cut points this
     capture reads to the directory (as record `announce_as`, default the
     holder), so cut-aligned publishers cut their next version for it,
@@ -172,9 +180,10 @@ class Receiver(Handle):
     def __init__(self, directory, model, capture, params, backend="ucx", *,
                  salt=0, holder=None, discover_timeout_s=60.0,
                  pull_timeout_s=0.0, lease_ttl_s=60.0, timeout_s=60.0,
-                 verify_digests=True, release_after=True, stale_s=0.0,
+                 verify_digests=True, release_after=True, stale_s=5.0,
                  notice=None, announce_cuts=True, announce_as=None,
-                 only=None, skip=None):
+                 group=None, group_size=None, group_rank=None,
+                 group_timeout_s=60.0, only=None, skip=None):
         _args.choice("receiver: backend", backend, _args.BACKENDS)
         self._lock = threading.Lock()
         # _state guards _current (the call that cancel() stops) and
@@ -203,6 +212,7 @@ class Receiver(Handle):
             self._bindings = self._match(
                 params, {f["param"] for f in capture.fills})
             self._check_fills(capture)
+            self._group = (group, group_size, group_rank, group_timeout_s)
             self._create(directory, model, backend, salt, holder,
                          discover_timeout_s, pull_timeout_s, lease_ttl_s,
                          timeout_s, verify_digests, release_after, stale_s,
@@ -282,6 +292,7 @@ class Receiver(Handle):
         p.verify_digests = 1 if verify_digests else 0
         p.release_after = 1 if release_after else 0
         p.stale_s = float(stale_s)
+        self._keep.append(_group.set_params(p, *self._group))
         self._notice = notice_cb(notice)
         if self._notice is not None:
             p.notice = self._notice

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/diag.h"
 #include "core/params.h"
@@ -493,28 +494,107 @@ rs_status_t rs_dir_unlease(rs_dir_h dir, const char *model, int64_t version,
     return call(dir, dir->ops->unlease, &req, diag);
 }
 
+void rs__dir_default_by(char out[RS_DIR_NAME_MAX + 1])
+{
+    char host[64] = "";
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        host[0] = '\0';
+    for (char *c = host; *c != '\0'; c++)
+        *c = rs__dir_name_char(*c) ? *c : '-';
+    snprintf(out, RS_DIR_NAME_MAX + 1, "%s-%ld", host[0] ? host : "host",
+             (long)getpid());
+}
+
+const char *rs__dir_by_text(const rs_dir_req_t *req, char *out, size_t cap)
+{
+    if (req->released_by[0] == '\0')
+        snprintf(out, cap, "%s", "");
+    else
+        snprintf(out, cap, " by '%s'", req->released_by);
+    return out;
+}
+
+/* Release and abandon under a name: `by` NULL is the caller's process. */
+static rs_status_t release_by(rs_dir_h dir, const char *model,
+                              int64_t version, const char *by, int force,
+                              rs_diag_t *diag, size_t *dropped_p)
+{
+    rs_dir_req_t req;
+    char own[RS_DIR_NAME_MAX + 1];
+    rs_status_t st = start(dir, model, version, diag, &req);
+    if (st == RS_OK && by != NULL)
+        st = rs__dir_check_name("releaser", by, diag);
+    if (st != RS_OK)
+        return st;
+    if (by == NULL)
+        rs__dir_default_by(own);
+    req.by = by != NULL ? by : own;
+    req.force = force;
+    st = call(dir, dir->ops->release, &req, diag);
+    if (st == RS_OK && dropped_p != NULL)
+        *dropped_p = req.count;
+    return st;
+}
+
 rs_status_t rs_dir_release(rs_dir_h dir, const char *model, int64_t version,
                            rs_diag_t *diag)
 {
-    rs_dir_req_t req;
-    rs_status_t st = start(dir, model, version, diag, &req);
-    if (st != RS_OK)
-        return st;
-    return call(dir, dir->ops->release, &req, diag);
+    return release_by(dir, model, version, NULL, 0, diag, NULL);
+}
+
+rs_status_t rs_dir_release_as(rs_dir_h dir, const char *model,
+                              int64_t version, const char *by,
+                              rs_diag_t *diag)
+{
+    if (by == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_release_as: "
+                            "NULL name");
+    return release_by(dir, model, version, by, 0, diag, NULL);
 }
 
 rs_status_t rs_dir_abandon(rs_dir_h dir, const char *model, int64_t version,
                            rs_diag_t *diag, size_t *dropped_p)
 {
+    return release_by(dir, model, version, NULL, 1, diag, dropped_p);
+}
+
+rs_status_t rs_dir_abandon_as(rs_dir_h dir, const char *model,
+                              int64_t version, const char *by,
+                              rs_diag_t *diag, size_t *dropped_p)
+{
+    if (by == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_abandon_as: "
+                            "NULL name");
+    return release_by(dir, model, version, by, 1, diag, dropped_p);
+}
+
+static int lease_order(const void *a, const void *b)
+{
+    return strcmp(((const rs_dir_lease_info_t *)a)->holder,
+                  ((const rs_dir_lease_info_t *)b)->holder);
+}
+
+rs_status_t rs_dir_leases(rs_dir_h dir, const char *model, int64_t version,
+                          rs_diag_t *diag, rs_dir_lease_info_t **leases_p,
+                          size_t *count_p)
+{
     rs_dir_req_t req;
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st != RS_OK)
         return st;
-    req.force = 1;
-    st = call(dir, dir->ops->release, &req, diag);
-    if (st == RS_OK && dropped_p != NULL)
-        *dropped_p = req.count;
-    return st;
+    if (leases_p == NULL || count_p == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_leases: NULL "
+                            "output");
+    st = call(dir, dir->ops->leases, &req, diag);
+    if (st != RS_OK) {
+        free(req.leases);
+        return st;
+    }
+    if (req.nleases > 1)
+        qsort(req.leases, req.nleases, sizeof(*req.leases), lease_order);
+    *leases_p = req.leases;
+    *count_p = req.nleases;
+    return RS_OK;
 }
 
 rs_status_t rs__dir_call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,

@@ -56,6 +56,24 @@ typedef struct rs_dir_req {
     /* list_cuts: every holder's generation and size, in any order */
     rs_dir_cuts_stamp_t *stamps;
     size_t nstamps;
+    /* release: who releases (a name, stored with RELEASED); lookup and
+     * lease: who released the version, "" when not released or not
+     * recorded */
+    const char *by;
+    char released_by[RS_DIR_NAME_MAX + 1];
+    /* group: the group record of `group` in the version (dir_group.c
+     * owns its format). With `table` NULL the op only reads; else it
+     * replaces the record by `table` (len bytes) when the stored record is
+     * `expect` (NULL: when there is none), atomically, and sets `swapped`.
+     * Either way `record` is the record stored after the op (malloc'd,
+     * NUL-terminated; NULL when there is none). The version must exist. */
+    const char *group;
+    const char *expect;
+    /* leases: the live leases, in any order (sorted by dir.c) */
+    rs_dir_lease_info_t *leases;
+    size_t nleases;
+    char *record;
+    int swapped;
 } rs_dir_req_t;
 
 typedef rs_status_t (*rs_dir_op_fn)(rs_dir_h dir, rs_dir_req_t *req,
@@ -81,6 +99,8 @@ typedef struct rs_dir_ops {
     rs_dir_op_fn read_cuts;
     rs_dir_op_fn drop_cuts;
     rs_dir_op_fn list_cuts;
+    rs_dir_op_fn group;     /* a group record's compare-and-swap */
+    rs_dir_op_fn leases;    /* the live leases of a version */
 } rs_dir_ops_t;
 
 #define RS_DIR_URL_SHOWN_MAX 512
@@ -153,6 +173,13 @@ const char *rs__dir_state_name(rs_version_state_t state);
  * and what is wrong. */
 rs_status_t rs__dir_check_name(const char *kind, const char *name,
                                rs_diag_t *diag);
+
+/* Who a call without a name acts as: "<host>-<pid>" in the name
+ * alphabet. */
+void rs__dir_default_by(char out[RS_DIR_NAME_MAX + 1]);
+
+/* " by 'NAME'" when req->released_by is set, else "" (into out). */
+const char *rs__dir_by_text(const rs_dir_req_t *req, char *out, size_t cap);
 
 /* Registered backends. */
 extern const rs_dir_ops_t rs__dir_file;

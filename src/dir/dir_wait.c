@@ -126,10 +126,12 @@ static rs_status_t probe_version(rs_dir_h dir, rs_dir_req_t *req, int explain,
     if (st != RS_OK)
         return st;
     *info = req->info;
-    if (info->state == RS_VERSION_RELEASED)
+    if (info->state == RS_VERSION_RELEASED) {
+        char by[RS_DIR_NAME_MAX + 32];
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
-                            "was released", (long long)req->version,
-                            req->model);
+                            "was released%s", (long long)req->version,
+                            req->model, rs__dir_by_text(req, by, sizeof(by)));
+    }
     if (info->state == 0 && explain)
         why_add(w, "model '%s' has no version %lld", req->model,
                 (long long)req->version);

@@ -240,7 +240,12 @@ rs_status_t rs__fdir_existing_ready(rs_dir_h dir, const rs_dir_req_t *req,
 static rs_status_t file_lookup(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag)
 {
-    return rs__fdir_lookup(dir, req, diag, &req->info);
+    char vdir[PATH_MAX];
+    rs_status_t st = rs__fdir_lookup(dir, req, diag, &req->info);
+    if (st == RS_OK && req->info.state == RS_VERSION_RELEASED &&
+        rs__fdir_path(dir, req, NULL, NULL, vdir) == RS_OK)
+        rs__fdir_released_by(vdir, req->released_by);
+    return st;
 }
 
 static rs_status_t check_same_slots(const rs_dir_req_t *req, const char *vdir,
@@ -377,4 +382,6 @@ const rs_dir_ops_t rs__dir_file = {
     .read_cuts = rs__fdir_read_cuts,
     .drop_cuts = rs__fdir_drop_cuts,
     .list_cuts = rs__fdir_list_cuts,
+    .group = rs__fdir_group,
+    .leases = rs__fdir_leases,
 };

@@ -135,6 +135,12 @@ rs_status_t rs__fdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
 rs_status_t rs__fdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__fdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__fdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+/* Group records (file_group.c): DIR/<model>/<version>/group-<name>. */
+rs_status_t rs__fdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+/* Who released the version (the RELEASED marker's name); "" when it is
+ * not released or no name was recorded. */
+void rs__fdir_released_by(const char *vdir, char out[RS_DIR_NAME_MAX + 1]);
 /* Cuts records (file_cuts.c): DIR/<model>/cuts/<holder>. */
 rs_status_t rs__fdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
                               rs_diag_t *diag);

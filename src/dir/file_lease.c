@@ -31,6 +31,25 @@ static int released(const char *vdir)
     return rs__fdir_exists(path);
 }
 
+void rs__fdir_released_by(const char *vdir, char out[RS_DIR_NAME_MAX + 1])
+{
+    char path[PATH_MAX];
+    char *text = NULL;
+    size_t len = 0;
+    int absent = 1;
+    out[0] = '\0';
+    rs__fdir_join(vdir, RS_FDIR_RELEASED, path);
+    if (rs__fdir_read(path, RS_DIR_NAME_MAX + 2, NULL, &absent, &text,
+                      &len) != RS_OK || absent)
+        return;
+    size_t n = 0; /* the name, as written by release: only its alphabet */
+    while (n < len && n < RS_DIR_NAME_MAX && rs__dir_name_char(text[n]))
+        n++;
+    memcpy(out, text, n);
+    out[n] = '\0';
+    free(text);
+}
+
 /* Runs fn under the version lock of an existing version. */
 static rs_status_t locked(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag,
                           rs_status_t (*fn)(const char *vdir,
@@ -139,23 +158,50 @@ static rs_status_t check_continuous(const char *vdir, const char *name,
     return RS_OK;
 }
 
+/* A take goes ahead only while no live lease has the holder's name: two
+ * receivers under one name would end each other's epochs. */
+static rs_status_t check_unique(const char *vdir, const char *name,
+                                const rs_dir_req_t *req, rs_diag_t *diag)
+{
+    char path[PATH_MAX];
+    int absent;
+    double expiry = 0, now;
+    uint64_t epoch = 0;
+    rs__fdir_join(vdir, name, path);
+    rs_status_t st = read_lease(path, diag, &absent, &expiry, &epoch);
+    if (st != RS_OK || absent || expiry <= (now = rs__fdir_now()))
+        return st;
+    return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': lease "
+                        "holder name '%s' is taken: another receiver holds a "
+                        "live lease under it (epoch %" PRIu64 ", %.2f s "
+                        "left); every receiver needs its own holder name",
+                        (long long)req->version, req->model, req->holder,
+                        epoch, expiry - now);
+}
+
 static rs_status_t do_lease(const char *vdir, rs_dir_req_t *req,
                             rs_diag_t *diag)
 {
-    char name[PATH_MAX], text[64];
+    char name[PATH_MAX], text[64], by[RS_DIR_NAME_MAX + 32];
     uint64_t epoch = req->epoch;
+    if (released(vdir)) {
+        rs__fdir_released_by(vdir, req->released_by);
+        rs__dir_by_text(req, by, sizeof(by));
+    }
     if (released(vdir) && req->epoch == 0)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
-                            "is released: no lease can be taken",
-                            (long long)req->version, req->model);
+                            "was released%s: no lease can be taken",
+                            (long long)req->version, req->model, by);
     if (released(vdir))
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' "
-                            "is released: lease '%s' (epoch %" PRIu64 ") "
+                            "was released%s: lease '%s' (epoch %" PRIu64 ") "
                             "ended with it", (long long)req->version,
-                            req->model, req->holder, req->epoch);
+                            req->model, by, req->holder, req->epoch);
     lease_name(req->holder, name);
     rs_status_t st = req->epoch != 0 ? check_continuous(vdir, name, req, diag)
-                                     : next_epoch(vdir, diag, &epoch);
+                                     : check_unique(vdir, name, req, diag);
+    if (st == RS_OK && req->epoch == 0)
+        st = next_epoch(vdir, diag, &epoch);
     if (st != RS_OK)
         return st;
     int n = snprintf(text, sizeof(text), "%.6f %" PRIu64 "\n",
@@ -259,7 +305,8 @@ static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
                             "more (%zu live lease%s)", (long long)req->version,
                             req->model, holder, left, live,
                             live == 1 ? "" : "s");
-    st = rs__fdir_replace(vdir, RS_FDIR_RELEASED, "", 0, diag);
+    st = rs__fdir_replace(vdir, RS_FDIR_RELEASED, req->by ? req->by : "",
+                          req->by ? strlen(req->by) : 0, diag);
     if (st == RS_OK)
         remove_contents(vdir);
     if (st == RS_OK)
@@ -270,4 +317,52 @@ static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
 rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
     return locked(dir, req, diag, do_release);
+}
+
+/* Every live lease: holder, epoch, seconds left. */
+static rs_status_t do_leases(const char *vdir, rs_dir_req_t *req,
+                             rs_diag_t *diag)
+{
+    DIR *d = opendir(vdir);
+    if (d == NULL)
+        return rs__diag_set(diag, RS_ERR_IO, "cannot list %s: %s", vdir,
+                            strerror(errno));
+    double now = rs__fdir_now();
+    size_t cap = 0;
+    rs_status_t st = RS_OK;
+    struct dirent *e;
+    while (st == RS_OK && (e = readdir(d)) != NULL) {
+        char path[PATH_MAX];
+        int absent;
+        double expiry = 0;
+        uint64_t epoch = 0;
+        const char *holder = e->d_name + strlen(LEASE_PREFIX);
+        if (strncmp(e->d_name, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0 ||
+            strlen(holder) > RS_DIR_NAME_MAX)
+            continue;
+        rs__fdir_join(vdir, e->d_name, path);
+        st = read_lease(path, diag, &absent, &expiry, &epoch);
+        if (st != RS_OK || absent || expiry <= now)
+            continue;
+        if (req->nleases == cap) {
+            cap = cap ? cap * 2 : 8;
+            rs_dir_lease_info_t *v = realloc(req->leases, cap * sizeof(*v));
+            if (v == NULL) {
+                st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+                break;
+            }
+            req->leases = v;
+        }
+        rs_dir_lease_info_t *l = &req->leases[req->nleases++];
+        snprintf(l->holder, sizeof(l->holder), "%s", holder);
+        l->epoch = epoch;
+        l->left_s = expiry - now;
+    }
+    closedir(d);
+    return st;
+}
+
+rs_status_t rs__fdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return locked(dir, req, diag, do_leases);
 }

@@ -526,4 +526,6 @@ const rs_dir_ops_t rs__dir_redis = {
     .read_cuts = rs__rdir_read_cuts,
     .drop_cuts = rs__rdir_drop_cuts,
     .list_cuts = rs__rdir_list_cuts,
+    .group = rs__rdir_group,
+    .leases = rs__rdir_leases,
 };

@@ -24,6 +24,8 @@ typedef enum rs_rlua {
     RS_RLUA_READ_CUTS,
     RS_RLUA_DROP_CUTS,
     RS_RLUA_LIST_CUTS,
+    RS_RLUA_GROUP,
+    RS_RLUA_LEASES,
     RS_RLUA_COUNT
 } rs_rlua_t;
 
@@ -83,5 +85,9 @@ rs_status_t rs__rdir_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+/* Group records: the field "group:<name>" of the version's meta hash
+ * (kept after release, like the meta hash itself). */
+rs_status_t rs__rdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
 
 #endif

@@ -119,11 +119,12 @@ static const char heartbeat_src[] = PRELUDE
 
 /* -> {} or {slots, state, published} */
 static const char lookup_src[] =
-    "local m = redis.call('HMGET', KEYS[1], 'slots', 'state')\n"
+    "local m = redis.call('HMGET', KEYS[1], 'slots', 'state', "
+    "'released_by')\n"
     "if not m[1] then return {} end\n"
     "local p = 0\n"
     "if m[2] ~= 'RELEASED' then p = redis.call('HLEN', KEYS[6]) end\n"
-    "return {m[1], m[2], p}\n";
+    "return {m[1], m[2], p, m[3] or ''}\n";
 
 /* -> {time sec, time usec, {published slots},
  *     {"<slot>@<publisher>", time, ...}} */
@@ -190,16 +191,28 @@ static const char lease_src[] = PRELUDE
     "if not n then return missing() end\n"
     "local who = \"lease '\" .. ARGV[2] .. \"' (epoch \" .. ARGV[4] .. ')'\n"
     "if state == 'RELEASED' then\n"
+    "  local by = redis.call('HGET', KEYS[1], 'released_by')\n"
+    "  by = by and (\" by '\" .. by .. \"'\") or ''\n"
     "  if ARGV[4] == '0' then\n"
-    "    return fail('RSINCOMPLETE', ARGV[1] ..\n"
-    "                ' is released: no lease can be taken')\n"
+    "    return fail('RSINCOMPLETE', ARGV[1] .. ' was released' .. by ..\n"
+    "                ': no lease can be taken')\n"
     "  end\n"
-    "  return fail('RSINCOMPLETE', ARGV[1] .. ' is released: ' .. who ..\n"
-    "              ' ended with it')\n"
+    "  return fail('RSINCOMPLETE', ARGV[1] .. ' was released' .. by ..\n"
+    "              ': ' .. who .. ' ended with it')\n"
     "end\n"
     "local t = now()\n"
     "local epoch\n"
     "if ARGV[4] == '0' then\n"
+    "  local v = redis.call('HGET', KEYS[4], ARGV[2])\n"
+    "  local e, g = nil, nil\n"
+    "  if v then e, g = string.match(v, '^(%S+) (%d+)$') end\n"
+    "  if e and tonumber(e) > t then\n"
+    "    return fail('RSINPUT', ARGV[1] .. \": lease holder name '\" ..\n"
+    "      ARGV[2] .. \"' is taken: another receiver holds a live lease \" ..\n"
+    "      'under it (epoch ' .. g .. ', ' ..\n"
+    "      string.format('%.2f', tonumber(e) - t) .. ' s left); every ' ..\n"
+    "      'receiver needs its own holder name')\n"
+    "  end\n"
     "  epoch = redis.call('HINCRBY', KEYS[1], 'lease_epoch', 1)\n"
     "else\n"
     "  local v = redis.call('HGET', KEYS[4], ARGV[2])\n"
@@ -229,8 +242,8 @@ static const char unlease_src[] = PRELUDE
     "if not n then return missing() end\n"
     "return redis.call('HDEL', KEYS[4], ARGV[2])\n";
 
-/* ARGV: 2 "1" to release whatever the leases (abandon) -> live leases
- * dropped */
+/* ARGV: 2 "1" to release whatever the leases (abandon), 3 who releases
+ * -> live leases dropped */
 static const char release_src[] = PRELUDE
     "local n, state = meta()\n"
     "if not n then return missing() end\n"
@@ -251,7 +264,8 @@ static const char release_src[] = PRELUDE
     "    string.format('%.2f', left) .. ' s more (' .. live ..\n"
     "    ' live lease' .. (live == 1 and '' or 's') .. ')')\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'state', 'RELEASED')\n"
+    "redis.call('HSET', KEYS[1], 'state', 'RELEASED', 'released_by',\n"
+    "           ARGV[3])\n"
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[6])\n"
     "return live\n";
 
@@ -312,6 +326,28 @@ static const char drop_cuts_src[] =
     "redis.call('HDEL', KEYS[8], ARGV[2])\n"
     "return redis.call('HDEL', KEYS[7], ARGV[2])\n";
 
+/* ARGV: 2 the record's field in meta ("group:<name>"), 3 "1" when a
+ * record is expected, 4 the expected record, 5 (optional) the new record
+ * -> {the record after the call or false, 1 when written}. Compare and
+ * swap: dir_group.c computes records. */
+static const char group_src[] = PRELUDE
+    "local n = meta()\n"
+    "if not n then return missing() end\n"
+    "local cur = redis.call('HGET', KEYS[1], ARGV[2])\n"
+    "if not ARGV[5] then return {cur, 0} end\n"
+    "local same\n"
+    "if ARGV[3] == '1' then same = (cur == ARGV[4]) else same = not cur end\n"
+    "if not same then return {cur, 0} end\n"
+    "redis.call('HSET', KEYS[1], ARGV[2], ARGV[5])\n"
+    "return {ARGV[5], 1}\n";
+
+/* -> {time sec, time usec, holder, "<expiry> <epoch>", ...} */
+static const char leases_src[] = PRELUDE
+    "local n = meta()\n"
+    "if not n then return missing() end\n"
+    "local t = redis.call('TIME')\n"
+    "return {t[1], t[2], redis.call('HGETALL', KEYS[4])}\n";
+
 const char *const rs__rlua_src[RS_RLUA_COUNT] = {
     [RS_RLUA_CREATE] = create_src,
     [RS_RLUA_PUBLISH] = publish_src,
@@ -327,4 +363,6 @@ const char *const rs__rlua_src[RS_RLUA_COUNT] = {
     [RS_RLUA_READ_CUTS] = read_cuts_src,
     [RS_RLUA_DROP_CUTS] = drop_cuts_src,
     [RS_RLUA_LIST_CUTS] = list_cuts_src,
+    [RS_RLUA_GROUP] = group_src,
+    [RS_RLUA_LEASES] = leases_src,
 };

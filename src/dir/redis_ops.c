@@ -111,8 +111,14 @@ rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     rs_version_info_t info = {.version = req->version};
     int ok = rep->type == REDIS_REPLY_ARRAY &&
              (rep->elements == 0 ||
-              (rep->elements == 3 && get_info(rep->element, req->version,
-                                              &info)));
+              (rep->elements >= 3 && rep->elements <= 4 &&
+               get_info(rep->element, req->version, &info)));
+    req->released_by[0] = '\0';
+    if (ok && rep->elements == 4 &&
+        rep->element[3]->type == REDIS_REPLY_STRING &&
+        rep->element[3]->len <= RS_DIR_NAME_MAX)
+        snprintf(req->released_by, sizeof(req->released_by), "%s",
+                 rep->element[3]->str);
     freeReplyObject(rep);
     if (!ok)
         return rs__rdir_bad_reply(dir, "the lookup script", diag);
@@ -340,10 +346,11 @@ rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 
 rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
-    const char *args[] = {req->force ? "1" : "0"};
-    size_t lens[] = {1};
+    const char *by = req->by != NULL ? req->by : "";
+    const char *args[] = {req->force ? "1" : "0", by};
+    size_t lens[] = {1, strlen(by)};
     redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_RELEASE, req, args, lens, 1,
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_RELEASE, req, args, lens, 2,
                                    diag, &rep);
     if (st != RS_OK)
         return st;
@@ -353,5 +360,95 @@ rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     if (!ok)
         return rs__rdir_bad_reply(dir, "the release script", diag);
     req->count = (size_t)dropped;
+    return RS_OK;
+}
+
+rs_status_t rs__rdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    char field[RS_DIR_NAME_MAX + 8];
+    snprintf(field, sizeof(field), "group:%s", req->group);
+    const char *args[] = {field, req->expect != NULL ? "1" : "0",
+                          req->expect != NULL ? req->expect : "",
+                          req->table};
+    size_t lens[] = {strlen(field), 1, strlen(args[2]),
+                     req->table != NULL ? req->len : 0};
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_GROUP, req, args, lens,
+                                   req->table != NULL ? 4 : 3, diag, &rep);
+    if (st != RS_OK)
+        return st;
+    int64_t swapped = 0;
+    int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+             (rep->element[0]->type == REDIS_REPLY_NIL ||
+              rep->element[0]->type == REDIS_REPLY_STRING) &&
+             get_i64(rep->element[1], &swapped);
+    req->record = NULL;
+    if (ok && rep->element[0]->type == REDIS_REPLY_STRING) {
+        req->record = strndup(rep->element[0]->str, rep->element[0]->len);
+        if (req->record == NULL) {
+            freeReplyObject(rep);
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+        }
+    }
+    freeReplyObject(rep);
+    if (!ok)
+        return rs__rdir_bad_reply(dir, "the group script", diag);
+    req->swapped = swapped == 1;
+    return RS_OK;
+}
+
+/* One "<expiry> <epoch>" lease value, live at time t, into l. */
+static int live_lease(const redisReply *holder, const redisReply *value,
+                      double t, rs_dir_lease_info_t *l)
+{
+    char text[64];
+    double expiry;
+    unsigned long long epoch;
+    if (holder->type != REDIS_REPLY_STRING ||
+        value->type != REDIS_REPLY_STRING || holder->len > RS_DIR_NAME_MAX ||
+        value->len >= sizeof(text))
+        return -1;
+    memcpy(text, value->str, value->len);
+    text[value->len] = '\0';
+    if (sscanf(text, "%lf %llu", &expiry, &epoch) != 2)
+        return -1;
+    if (expiry <= t)
+        return 0;
+    snprintf(l->holder, sizeof(l->holder), "%s", holder->str);
+    l->epoch = epoch;
+    l->left_s = expiry - t;
+    return 1;
+}
+
+rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LEASES, req, NULL, NULL, 0,
+                                   diag, &rep);
+    if (st != RS_OK)
+        return st;
+    int64_t sec = 0, usec = 0;
+    int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+             get_i64(rep->element[0], &sec) &&
+             get_i64(rep->element[1], &usec) &&
+             rep->element[2]->type == REDIS_REPLY_ARRAY &&
+             rep->element[2]->elements % 2 == 0;
+    const redisReply *l = ok ? rep->element[2] : NULL;
+    size_t n = ok ? l->elements / 2 : 0;
+    req->leases = n > 0 ? calloc(n, sizeof(*req->leases)) : NULL;
+    if (n > 0 && req->leases == NULL) {
+        freeReplyObject(rep);
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    }
+    double t = (double)sec + (double)usec / 1e6;
+    for (size_t i = 0; ok && i < n; i++) {
+        int live = live_lease(l->element[2 * i], l->element[2 * i + 1], t,
+                              &req->leases[req->nleases]);
+        ok = live >= 0;
+        req->nleases += live > 0;
+    }
+    freeReplyObject(rep);
+    if (!ok)
+        return rs__rdir_bad_reply(dir, "the leases script", diag);
     return RS_OK;
 }

@@ -5,6 +5,7 @@
  * parameters, install) or discard, all under a lease on the version that is
  * renewed until apply or discard (lease.c) and proven unbroken before
  * install. A pull is a stage and an apply within one deadline. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "core/pages.h"
 #include "core/params.h"
 #include "plan/capture_check.h"
+#include "refit/group.h"
 #include "refit/refit_impl.h"
 #include "refit/replicas.h"
 #include "reshard/plan.h"
@@ -70,15 +72,24 @@ struct rs_receiver {
     /* raised by rs_receiver_cancel from any thread: read by the waits of
      * a stage (discovery, connecting, the executor and its transport) */
     rs_cancel_t cancel;
+    /* group commit (group.c): NULL without a group; swapped while the
+     * staging holds the bytes an uncommitted install replaced */
+    rs__group_t *group;
+    int swapped;
 };
 
 static void *target_of(const rs_rbind_t *b);
 static rs_status_t install_staged(void *ctx, rs_exec_h exec);
 
-/* "receiver-<salt>-<host>-<pid>": unique per process, since a lease taken
- * under a shared name by another receiver would end this one's epoch. */
+/* Receivers created by this process, numbering the default holders. */
+static _Atomic unsigned long receivers_made;
+
+/* "receiver-<salt>-<host>-<pid>", and ".<n>" from the process's second
+ * receiver on: unique per receiver, since the directory refuses a lease
+ * under a name another live lease holds. */
 static char *default_holder(uint64_t salt)
 {
+    unsigned long n = ++receivers_made;
     char host[64] = "";
     char *name = malloc(HOLDER_MAX);
     if (name == NULL)
@@ -90,8 +101,11 @@ static char *default_holder(uint64_t salt)
                  (*c >= '0' && *c <= '9') || *c == '.' || *c == '_';
         *c = ok ? *c : '-';
     }
-    snprintf(name, HOLDER_MAX, "receiver-%llu-%s-%ld",
-             (unsigned long long)salt, host[0] ? host : "host", (long)getpid());
+    int len = snprintf(name, HOLDER_MAX, "receiver-%llu-%s-%ld",
+                       (unsigned long long)salt, host[0] ? host : "host",
+                       (long)getpid());
+    if (n > 1 && len > 0 && len < HOLDER_MAX)
+        snprintf(name + len, (size_t)(HOLDER_MAX - len), ".%lu", n);
     return name;
 }
 
@@ -108,6 +122,8 @@ static void receiver_defaults(rs_receiver_params_t *p)
     p->announce_cuts = 1;
     p->nic_gbps = RS_PLAN_DEFAULT_NIC_GBPS;
     p->descriptor_ns = RS_PLAN_DEFAULT_DESCRIPTOR_NS;
+    p->group_rank = -1;
+    p->group_timeout_s = 60;
 }
 
 /* The executor's parameters: the receiver's settings, and its own install
@@ -193,6 +209,9 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
                          ? open_dir(r, &r->cancel, diag, &r->dir)
                               : rs__diag_set(diag, RS_ERR_NO_MEMORY,
                                              "out of memory");
+    if (st == RS_OK)
+        st = rs__group_create(params, r->holder, diag, &r->group);
+    r->params.group = NULL; /* not borrowed: r->group */
     if (st != RS_OK) {
         rs_receiver_destroy(r);
         return st;
@@ -233,6 +252,7 @@ void rs_receiver_destroy(rs_receiver_h r)
     free(r->announce_as);
     free(r->table_slot);
     rs__replicas_reset(&r->replicas);
+    rs__group_destroy(r->group);
     free(r);
 }
 
@@ -294,9 +314,8 @@ static void *target_of(const rs_rbind_t *b)
  * lease is proven unbroken (every byte was read while the version could
  * not be released, hence not refilled), the staging is copied into the
  * bound parameters, then the caller's own install runs. */
-static rs_status_t install_staged(void *ctx, rs_exec_h exec)
+static rs_status_t install_now(rs_receiver_h r, rs_exec_h exec)
 {
-    rs_receiver_h r = ctx;
     double patience = r->deadline > 0 ? r->deadline - rs__now_s()
                                       : r->params.lease_ttl_s;
     rs_status_t st = rs__lease_confirm(&r->lease, r->dir, patience, r->diag);
@@ -304,14 +323,62 @@ static rs_status_t install_staged(void *ctx, rs_exec_h exec)
         return st;
     for (size_t p = 0; p < r->nparams; p++) {
         const rs_rbind_t *b = &r->binds[p];
-        if (b->shadow != NULL) {
+        if (b->shadow != NULL && r->group != NULL) /* keep the old bytes */
+            rs__group_swap(b->base, b->shadow, (size_t)b->nbytes);
+        else if (b->shadow != NULL)
             memcpy(b->base, b->shadow, (size_t)b->nbytes);
+        r->swapped = r->group != NULL;
+        if (b->shadow != NULL)
             r->slot.res.bytes_installed += b->nbytes;
-        }
     }
     if (r->params.install != NULL)
         return r->params.install(r->params.install_ctx, exec);
     return RS_OK;
+}
+
+/* The group commit's view of the install (group.h): after a swap the
+ * staging holds the replaced bytes until the group decides. */
+typedef struct group_install {
+    rs_receiver_h r;
+    rs_exec_h exec;
+} group_install_t;
+
+static rs_status_t group_install(void *ctx, rs_diag_t *diag)
+{
+    group_install_t *gi = ctx;
+    (void)diag; /* install_now reports through r->diag, the same one */
+    return install_now(gi->r, gi->exec);
+}
+
+static void group_undo(void *ctx)
+{
+    rs_receiver_h r = ((group_install_t *)ctx)->r;
+    for (size_t p = 0; r->swapped && p < r->nparams; p++)
+        if (r->binds[p].shadow != NULL)
+            memcpy(r->binds[p].base, r->binds[p].shadow,
+                   (size_t)r->binds[p].nbytes);
+    r->swapped = 0;
+}
+
+static void group_keep(void *ctx)
+{
+    rs_receiver_h r = ((group_install_t *)ctx)->r;
+    for (size_t p = 0; r->swapped && p < r->nparams; p++)
+        if (r->binds[p].shadow != NULL)
+            memcpy(r->binds[p].shadow, r->binds[p].base,
+                   (size_t)r->binds[p].nbytes);
+    r->swapped = 0;
+}
+
+static rs_status_t install_staged(void *ctx, rs_exec_h exec)
+{
+    rs_receiver_h r = ctx;
+    if (r->group == NULL)
+        return install_now(r, exec);
+    group_install_t gi = {r, exec};
+    rs__group_io_t io = {&gi, group_install, group_undo, group_keep};
+    return rs__group_apply(r->group, r->dir, r->model, r->slot.version, &io,
+                           r->diag);
 }
 
 /* Records that the tables of `s` from index r->ntable_slot on came from
@@ -650,7 +717,8 @@ static void release_now(rs_receiver_h r, int64_t version,
 {
     rs_diag_t d;
     rs_diag_clear(&d);
-    res->release_status = rs_dir_release(r->dir, r->model, version, &d);
+    res->release_status = rs_dir_release_as(r->dir, r->model, version,
+                                            r->holder, &d);
     snprintf(res->release_msg, sizeof(res->release_msg), "%s",
              res->release_status == RS_OK ? "" : d.msg);
 }

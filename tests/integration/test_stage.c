@@ -541,9 +541,14 @@ static void test_apply_after_lease_lost(void **state)
     ASSERT_ST(rs_dir_abandon(w.dir, w.model, 1, &d, &dropped), RS_OK, d);
     assert_int_equal(dropped, 1);
     refused_apply(recv, h, "released");
-    /* the lease taken again under the receiver's name */
+    /* the lease taken again under the receiver's name: refused while it
+     * is live (naming it); once dropped, the take ends the epoch */
     publish(2);
     h = stage_ok(recv, 2);
+    ASSERT_ST(rs_dir_lease(w.dir, w.model, 2, HOLDER, 30, &d), RS_ERR_INPUT,
+              d);
+    ASSERT_MSG_HAS(d, "lease holder name '" HOLDER "' is taken");
+    ASSERT_ST(rs_dir_unlease(w.dir, w.model, 2, HOLDER, &d), RS_OK, d);
     ASSERT_ST(rs_dir_lease(w.dir, w.model, 2, HOLDER, 30, &d), RS_OK, d);
     refused_apply(recv, h, "was taken again");
     ASSERT_ST(rs_dir_unlease(w.dir, w.model, 2, HOLDER, &d), RS_OK, d);

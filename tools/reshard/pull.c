@@ -24,6 +24,10 @@ typedef struct pull_args {
     int have_version, have_rank, verify, check, release, json;
     int dry_run, no_announce;
     const char *announce_as;
+    const char *group;          /* --group: NULL without */
+    uint64_t group_size, group_rank;
+    int have_group_rank;
+    double group_timeout_s;
 } pull_args_t;
 
 typedef struct pull_state {
@@ -48,7 +52,8 @@ typedef struct pull_outcome {
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
        OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN,
-       OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS, OPT_NIC, OPT_DESC };
+       OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS, OPT_NIC, OPT_DESC, OPT_GROUP,
+       OPT_GROUP_SIZE, OPT_GROUP_RANK, OPT_GROUP_TIMEOUT };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -75,6 +80,10 @@ static const struct option long_opts[] = {
     {"announce-as", required_argument, NULL, OPT_ANNOUNCE_AS},
     {"nic-gbps", required_argument, NULL, OPT_NIC},
     {"descriptor-ns", required_argument, NULL, OPT_DESC},
+    {"group", required_argument, NULL, OPT_GROUP},
+    {"group-size", required_argument, NULL, OPT_GROUP_SIZE},
+    {"group-rank", required_argument, NULL, OPT_GROUP_RANK},
+    {"group-timeout", required_argument, NULL, OPT_GROUP_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -88,6 +97,8 @@ static void pull_usage(FILE *out)
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
         "                    [--dry-run] [--no-announce] [--announce-as NAME]\n"
         "                    [--nic-gbps G] [--descriptor-ns N]\n"
+        "                    [--group NAME --group-size N [--group-rank G]\n"
+        "                     [--group-timeout S]]\n"
         "\n"
         "Pulls inference rank R's parameters of version V (-1: the newest READY\n"
         "version) from the publishers of directory D, and prints the stage\n"
@@ -141,6 +152,13 @@ static void pull_usage(FILE *out)
         "                      staging its next version; a failed announcement is\n"
         "                      a notice, never a failed pull\n"
         "  --no-announce       announce nothing\n"
+        "  --group NAME        apply every version together with the other ranks\n"
+        "                      of engine replica NAME (--group-size N of them):\n"
+        "                      all install it or none does; a rank that fails or\n"
+        "                      never comes rolls the others back (docs/design.md,\n"
+        "                      \"Group commit\")\n"
+        "  --group-rank G      this rank's place in the group (default --rank)\n"
+        "  --group-timeout S   bound of each wait for the group (default 60)\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "On a terminal, a pull taking longer than a second shows a progress line\n"
@@ -200,6 +218,19 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_DRY_RUN: a->dry_run = 1; return RS_CLI_OK;
     case OPT_NO_ANNOUNCE: a->no_announce = 1; return RS_CLI_OK;
     case OPT_ANNOUNCE_AS: a->announce_as = arg; return RS_CLI_OK;
+    case OPT_GROUP: a->group = arg; return RS_CLI_OK;
+    case OPT_GROUP_SIZE:
+        return parse_count("--group-size", arg, &a->group_size);
+    case OPT_GROUP_RANK:
+        a->have_group_rank = 1;
+        return parse_count("--group-rank", arg, &a->group_rank);
+    case OPT_GROUP_TIMEOUT:
+        a->group_timeout_s = strtod(arg, &end);
+        if (end == arg || *end != '\0' || !(a->group_timeout_s > 0) ||
+            a->group_timeout_s > 1e6)
+            return usage_error("--group-timeout must be a positive number of "
+                               "seconds, got '%s'", arg);
+        return RS_CLI_OK;
     case OPT_NIC:
         return rs_cli_take_cost("pull", "--nic-gbps", arg, &a->nic_gbps);
     case OPT_DESC:
@@ -228,6 +259,29 @@ static int take_option(void *args, int c, const char *arg)
     }
 }
 
+/* --group needs --group-size and a rank inside it; the others need
+ * --group. */
+static int check_group(pull_args_t *a)
+{
+    if (a->group == NULL) {
+        if (a->group_size > 0 || a->have_group_rank)
+            return usage_error("%s", "--group-size and --group-rank need "
+                               "--group");
+        return RS_CLI_OK;
+    }
+    if (a->group_size == 0)
+        return usage_error("--group '%s' needs --group-size", a->group);
+    if (a->dry_run)
+        return usage_error("%s", "--dry-run installs nothing: not with "
+                           "--group");
+    if (!a->have_group_rank)
+        a->group_rank = a->rank;
+    if (a->group_rank >= a->group_size)
+        return usage_error("%s", "the group rank (--group-rank, default "
+                           "--rank) must be below --group-size");
+    return RS_CLI_OK;
+}
+
 static int parse_args(int argc, char **argv, pull_args_t *a)
 {
     int rc;
@@ -236,6 +290,7 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     a->versions = 1;
     a->timeout_s = 60;
     a->stale_s = DEFAULT_STALE_S;
+    a->group_timeout_s = 60;
     rc = rs_cli_options("pull", argc, argv, long_opts, pull_usage,
                         take_option, a);
     if (rc != RS_CLI_OK)
@@ -251,7 +306,7 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     if (a->dry_run && (a->check || a->release || a->versions != 1))
         return usage_error("%s", "--dry-run moves nothing: not with --check, "
                            "--release or --versions");
-    return RS_CLI_OK;
+    return check_group(a);
 }
 
 static double now_s(void)
@@ -596,6 +651,10 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.pull_timeout_s = a->timeout_s; /* one deadline for each whole pull */
     rp.release_after = a->release;
     rp.stale_s = a->stale_s;
+    rp.group = a->group;
+    rp.group_size = (int64_t)a->group_size;
+    rp.group_rank = (int64_t)a->group_rank;
+    rp.group_timeout_s = a->group_timeout_s;
     if (a->nic_gbps > 0)
         rp.nic_gbps = a->nic_gbps;
     if (a->descriptor_ns > 0)

@@ -409,25 +409,38 @@ static void test_lease_release(void **state)
     ASSERT_ST(rs_dir_lease(dir, m, 1, "recv-1", 30, &d), RS_OK, d);
     ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_ERR_INCOMPLETE, d);
     ASSERT_MSG_HAS(d, "2 live leases");
+    rs_dir_lease_info_t *leases = NULL;
+    size_t nleases = 0;
+    ASSERT_ST(rs_dir_leases(dir, m, 1, &d, &leases, &nleases), RS_OK, d);
+    assert_int_equal(nleases, 2);
+    assert_string_equal(leases[0].holder, "recv-0");
+    assert_string_equal(leases[1].holder, "recv-1");
+    assert_true(leases[0].left_s > 0 && leases[0].left_s <= 30);
+    assert_true(leases[0].epoch != leases[1].epoch);
+    free(leases);
     ASSERT_ST(rs_dir_unlease(dir, m, 1, "recv-0", &d), RS_OK, d);
     ASSERT_ST(rs_dir_unlease(dir, m, 1, "recv-0", &d), RS_OK, d);
     ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_ERR_INCOMPLETE, d);
     ASSERT_MSG_HAS(d, "leased by 'recv-1'");
     expect_info(dir, m, 1, RS_VERSION_READY, 1, 1);
     ASSERT_ST(rs_dir_unlease(dir, m, 1, "recv-1", &d), RS_OK, d);
-    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_release_as(dir, m, 1, "coord-1", &d), RS_OK, d);
     expect_info(dir, m, 1, RS_VERSION_RELEASED, 1, 0);
+    ASSERT_ST(rs_dir_leases(dir, m, 1, &d, &leases, &nleases), RS_OK, d);
+    assert_int_equal(nleases, 0);
+    free(leases);
     ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_OK, d);
     ASSERT_ST(rs_dir_read(dir, m, 1, 0, &d, &got, &len), RS_ERR_INCOMPLETE,
               d);
     ASSERT_ST(rs_dir_publish(dir, m, 1, 0, "x", 1, &d), RS_ERR_INPUT, d);
     ASSERT_MSG_HAS(d, "released");
     ASSERT_ST(rs_dir_lease(dir, m, 1, "late", 30, &d), RS_ERR_INCOMPLETE, d);
+    ASSERT_MSG_HAS(d, "was released by 'coord-1'");
     ASSERT_ST(rs_dir_heartbeat(dir, m, 1, 0, &d), RS_OK, d);
     ASSERT_ST(rs_dir_wait_released(dir, m, 1, 0, &d), RS_OK, d);
     ASSERT_ST(rs_dir_wait_ready(dir, m, 1, 1.0, 0, &d, &info),
               RS_ERR_INCOMPLETE, d);
-    ASSERT_MSG_HAS(d, "was released");
+    ASSERT_MSG_HAS(d, "was released by 'coord-1'");
 
     ASSERT_ST(rs_dir_lease(dir, m, 1, "bad holder", 1, &d), RS_ERR_INPUT, d);
     ASSERT_ST(rs_dir_lease(dir, m, 7, "r", 1, &d), RS_ERR_INPUT, d);
@@ -447,8 +460,11 @@ static void test_lease_expiry(void **state)
     ASSERT_ST(rs_dir_create_version(dir, m, 3, 1, &d), RS_OK, d);
     publish_ok(dir, m, 3, 0);
     /* renewed: the second ttl counts, not the first */
-    ASSERT_ST(rs_dir_lease(dir, m, 3, "renewed", 0.2, &d), RS_OK, d);
-    ASSERT_ST(rs_dir_lease(dir, m, 3, "renewed", 30, &d), RS_OK, d);
+    uint64_t epoch = 0;
+    ASSERT_ST(rs_dir_lease_take(dir, m, 3, "renewed", 0.2, &d, &epoch), RS_OK,
+              d);
+    ASSERT_ST(rs_dir_lease_renew(dir, m, 3, "renewed", epoch, 30, &d), RS_OK,
+              d);
     sleep_s(0.4);
     ASSERT_ST(rs_dir_release(dir, m, 3, &d), RS_ERR_INCOMPLETE, d);
     ASSERT_MSG_HAS(d, "leased by 'renewed'");
@@ -486,7 +502,11 @@ static void test_lease_epochs(void **state)
     ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e1, 30, &d), RS_OK, d);
     ASSERT_ST(rs_dir_lease_take(dir, m, 4, "other", 30, &d, &other), RS_OK, d);
     assert_true(other != e1);
-    /* taken again under the same name: the old epoch is over */
+    /* a live lease's name is its holder's: a second take is refused */
+    ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 30, &d, &e2), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "lease holder name 'h' is taken");
+    /* dropped, then taken again under the same name: the old epoch is over */
+    ASSERT_ST(rs_dir_unlease(dir, m, 4, "h", &d), RS_OK, d);
     ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 30, &d, &e2), RS_OK, d);
     assert_true(e2 != e1 && e2 != other);
     ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e1, 30, &d),
@@ -498,6 +518,7 @@ static void test_lease_epochs(void **state)
               RS_ERR_INCOMPLETE, d);
     ASSERT_MSG_HAS(d, "is not held");
     /* a renewal extends: the short first ttl no longer counts */
+    ASSERT_ST(rs_dir_unlease(dir, m, 4, "h", &d), RS_OK, d);
     ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 0.2, &d, &e3), RS_OK, d);
     ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 30, &d), RS_OK, d);
     sleep_s(0.4);
@@ -514,7 +535,7 @@ static void test_lease_epochs(void **state)
     ASSERT_ST(rs_dir_release(dir, m, 4, &d), RS_OK, d);
     ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 30, &d),
               RS_ERR_INCOMPLETE, d);
-    ASSERT_MSG_HAS(d, "is released");
+    ASSERT_MSG_HAS(d, "was released by '");
     ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 30, &d, &e1),
               RS_ERR_INCOMPLETE, d);
     ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", 0, 30, &d), RS_ERR_INPUT, d);
@@ -531,6 +552,69 @@ static void test_lease_epochs(void **state)
         prev = e;
         ASSERT_ST(rs_dir_unlease(dir, m, 5, "h", &d), RS_OK, d);
     }
+    rs_dir_close(dir);
+}
+
+/* Group records: states only go up, the last APPLIED commits, a FAILED
+ * or an abort of the open attempt aborts, a decision is final, and the
+ * next STAGED opens a new attempt. */
+static void test_group_record(void **state)
+{
+    (void)state;
+    NEED_BACKEND();
+    rs_dir_h dir = open_dir();
+    rs_diag_t d;
+    rs_dir_group_info_t gi;
+    const char *m = "group";
+    ASSERT_ST(rs_dir_create_version(dir, m, 1, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_group_info(dir, m, 1, "e", 0, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.size, 0);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 2, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.attempt, 1);
+    assert_string_equal(gi.ranks, "--S");
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 2, 0, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "has 3 ranks, not 2");
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 3, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_ERR_INPUT, d);
+    for (int64_t r = 0; r < 3; r++)
+        ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, r, 1,
+                                    RS_GROUP_APPLIED, NULL, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_COMMITTED);
+    assert_string_equal(gi.ranks, "PPP");
+    ASSERT_ST(rs_dir_group_abort(dir, m, 1, "e", 1, "late", &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_COMMITTED);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 1, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.attempt, 2);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 1, 2, RS_GROUP_FAILED,
+                                "rank 1\nbroke", &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_ABORTED);
+    assert_string_equal(gi.note, "rank 1 broke");
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 0, 2, RS_GROUP_APPLIED,
+                                NULL, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_ABORTED);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 0, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_OK, d);
+    ASSERT_ST(rs_dir_group_abort(dir, m, 1, "e", 3, "timed out", &d, &gi),
+              RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_ABORTED);
+    assert_int_equal(gi.attempts, 3);
+    ASSERT_ST(rs_dir_group_info(dir, m, 1, "e", 1, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_COMMITTED);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "e", 3, 0, 9, RS_GROUP_APPLIED,
+                                NULL, &d, &gi), RS_ERR_INPUT, d);
+    ASSERT_MSG_HAS(d, "not started");
+    ASSERT_ST(rs_dir_group_mark(dir, m, 2, "e", 3, 0, 0, RS_GROUP_STAGED,
+                                NULL, &d, &gi), RS_ERR_INPUT, d);
+    ASSERT_ST(rs_dir_group_mark(dir, m, 1, "bad name", 3, 0, 0,
+                                RS_GROUP_STAGED, NULL, &d, &gi), RS_ERR_INPUT,
+              d);
+    /* kept after release: ranks may still read their decision */
+    ASSERT_ST(rs_dir_release(dir, m, 1, &d), RS_OK, d);
+    ASSERT_ST(rs_dir_group_info(dir, m, 1, "e", 1, &d, &gi), RS_OK, d);
+    assert_int_equal(gi.decision, RS_GROUP_COMMITTED);
     rs_dir_close(dir);
 }
 
@@ -816,6 +900,7 @@ static int run_group(const char *name, const struct CMUnitTest *extra,
         cmocka_unit_test(test_lease_release),
         cmocka_unit_test(test_lease_expiry),
         cmocka_unit_test(test_lease_epochs),
+        cmocka_unit_test(test_group_record),
         cmocka_unit_test(test_wait_released),
         cmocka_unit_test(test_cancelled_waits),
         cmocka_unit_test(test_malformed_urls),
