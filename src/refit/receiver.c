@@ -17,6 +17,7 @@
 #include "core/memory.h"
 #include "core/pages.h"
 #include "core/params.h"
+#include "exec/backend.h"
 #include "plan/capture_check.h"
 #include "refit/group.h"
 #include "refit/refit_impl.h"
@@ -188,6 +189,11 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
     rs_status_t refused = rs__capture_check_attributed(capture, diag);
     if (refused != RS_OK)
         return refused;
+    /* Told at create, not at the first pull's connect. */
+    if (params->backend != NULL && rs__backend_find(params->backend) == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: backend "
+                            "'%s' is unknown (ucx, cma, local, local-mt)",
+                            params->backend);
     rs_receiver_h r = calloc(1, sizeof(*r));
     if (r == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
