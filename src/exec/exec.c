@@ -166,7 +166,7 @@ static void fallback_names(rs_plan_h plan, char *buf, size_t size)
         const char *src, *reason;
         rs_plan_fallback(plan, i, &src, &reason);
         char one[RS_DIAG_MSG_MAX];
-        int len = snprintf(one, sizeof(one), "%s'%s' (%s)", i ? "; " : "",
+        int len = snprintf(one, sizeof(one), "%s'%s': %s", i ? "; " : "",
                            src, reason);
         /* room is kept for the " and N more" tail */
         if (len < 0 || used + (size_t)len + 24 >= size)
