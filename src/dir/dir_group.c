@@ -57,9 +57,10 @@ static int parse(const char *text, grec_t *g)
         return 0;
     g->size = size;
     if (strcmp(hist, "-") != 0) {
-        if (strlen(hist) > GROUP_ATTEMPTS_MAX || !valid_history(hist))
+        size_t n = strlen(hist);
+        if (n > GROUP_ATTEMPTS_MAX || !valid_history(hist))
             return 0;
-        snprintf(g->history, sizeof(g->history), "%s", hist);
+        memcpy(g->history, hist, n + 1); /* fits: n <= GROUP_ATTEMPTS_MAX */
     }
     if (!valid_states(ranks, g->size))
         return 0;
