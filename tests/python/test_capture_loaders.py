@@ -1,0 +1,281 @@
+"""Loader patterns as engines write them, beyond the model zoo: each test
+is one loader, run by torch on real tensors (the ground truth), captured
+on live parameters (which must stay untouched), and then either replayed
+and pulled through the library (both must install the truth bit for bit)
+or refused by capture, replay and the library alike, naming the source,
+the op and the loader's line.
+"""
+import pytest
+import torch
+from torch import nn
+
+import reshard
+
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+HERE = "test_capture_loaders.py:"
+
+
+# ---------------------------------------------------------------- harness
+
+def _param(shape, dtype=F32):
+    return nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
+
+
+def _sentinel(params):
+    with torch.no_grad():
+        for p in params.values():
+            p.fill_(-7 if (p.dtype.is_floating_point or p.dtype.is_signed)
+                    else 7)
+    return params
+
+
+def _weights(specs, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, (shape, dtype) in specs.items():
+        if dtype == torch.bool:
+            out[name] = torch.randint(0, 2, shape, generator=g).bool()
+        elif dtype.is_floating_point:
+            out[name] = (torch.randn(shape, generator=g) * 4).to(dtype)
+        else:
+            info = torch.iinfo(dtype)
+            out[name] = torch.randint(max(info.min, -2 ** 62),
+                                      min(info.max, 2 ** 62), shape,
+                                      generator=g, dtype=torch.int64
+                                      ).to(dtype)
+    return out
+
+
+def _bits(t):
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.dtype != torch.bool else t
+
+
+def _assert_bits(expected, actual):
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        assert expected[name].shape == actual[name].shape, name
+        assert torch.equal(_bits(expected[name]), _bits(actual[name])), \
+            (name, expected[name], actual[name])
+
+
+def _values(params):
+    return {n: p.detach().clone() for n, p in params.items()}
+
+
+class Run:
+    """One loader: `make()` -> {name: parameter}, `load(params, weights)`
+    the engine's loading code, `specs` the checkpoint."""
+
+    def __init__(self, make, load, specs, weights=None, seed=0):
+        self.make, self.load, self.specs = make, load, specs
+        self.weights = weights or _weights(specs, seed)
+        params = _sentinel(make())
+        with torch.no_grad():
+            load(params, iter(self.weights.items()))
+        self.truth = _values(params)
+
+    def fresh(self):
+        return _sentinel(self.make())
+
+    def capture(self):
+        live = self.fresh()
+        before = {n: (p.detach().clone(), p.data_ptr())
+                  for n, p in live.items()}
+        try:
+            return reshard.capture(sources=self.specs, params=live,
+                                   load=lambda ws: self.load(live, ws))
+        finally:
+            for n, p in live.items():
+                assert p.data_ptr() == before[n][1], n
+                assert torch.equal(_bits(p), _bits(before[n][0])), n
+
+    def pull(self, directory, cap, params, **kw):
+        pub = reshard.Publisher(directory, "loaders", 0, 1, backend="cma")
+        try:
+            for name in cap.sources:
+                pub.register(name, self.weights[name].contiguous())
+            pub.publish(1)
+            with reshard.Receiver(directory, "loaders", cap, params,
+                                  backend="cma", discover_timeout_s=20,
+                                  **kw) as r:
+                r.pull(1)
+        finally:
+            pub.close()
+
+
+def accepted(directory, make, load, specs, weights=None, seed=0):
+    """The loader captured whole; replay and the library install its
+    bytes. Returns the capture."""
+    run = Run(make, load, specs, weights, seed)
+    cap = run.capture()
+    assert cap.unsupported == {}, cap.unsupported
+    assert cap.unattributed == 0, cap.unattributed_details
+    assert cap.refusal() is None
+    for c in (cap, reshard.Capture.from_json(cap.to_json())):
+        out = run.fresh()
+        c.replay(run.weights, out)
+        _assert_bits(run.truth, _values(out))
+    params = run.fresh()
+    run.pull(directory, cap, params)
+    _assert_bits(run.truth, _values(params))
+    return cap
+
+
+def refused(directory, make, load, specs, words, weights=None):
+    """`words` {source: text}: those sources refused with that text and the
+    loader's line in the reason, by replay and by the library (every source
+    named); live parameters untouched by the refused pull."""
+    run = Run(make, load, specs, weights)
+    cap = run.capture()
+    assert set(cap.unsupported) == set(words), cap.unsupported
+    for src, w in words.items():
+        assert w in cap.unsupported[src], cap.unsupported[src]
+        assert HERE in cap.unsupported[src], cap.unsupported[src]
+    with pytest.raises(reshard.UnsupportedReshard) as e:
+        cap.replay(run.weights, run.fresh())
+    for src in words:
+        assert f"'{src}'" in str(e.value)
+    params = run.fresh()
+    before = _values(params)
+    with pytest.raises(reshard.UnsupportedReshard) as e:
+        run.pull(directory, cap, params)
+    assert any(src in str(e.value) for src in words), str(e.value)
+    _assert_bits(before, _values(params))
+    return cap
+
+
+def stopped(make, load, specs, query, src):
+    run_specs = specs
+    live = _sentinel(make())
+    before = _values(live)
+    with pytest.raises(reshard.InputError) as e:
+        reshard.capture(sources=run_specs, params=live,
+                        load=lambda ws: load(live, ws))
+    msg = str(e.value)
+    assert f"'{query}'" in msg and f"'{src}'" in msg and HERE in msg, msg
+    assert "cannot answer without data" in msg
+    _assert_bits(before, _values(live))
+
+
+# ---------------------------------------------------------------- TP linears
+
+def qkv_loader(tp, rank, heads=4, kv_heads=2, d=2, hidden=6):
+    """QKVParallelLinear: q, k, v shards at shard offsets of the fused
+    output dim; kv heads replicated when tp exceeds them."""
+    hp = heads // tp
+    kvp = max(1, kv_heads // tp)
+    kv_rep = max(1, tp // kv_heads)
+
+    def make():
+        return {"qkv": _param(((hp + 2 * kvp) * d, hidden), BF16),
+                "qkv_bias": _param(((hp + 2 * kvp) * d,), BF16)}
+
+    def load(params, weights):
+        for name, w in weights:
+            kind, shard = name.split(".")
+            param = params["qkv" if kind == "w" else "qkv_bias"]
+            offsets = {"q": (0, hp * d), "k": (hp * d, kvp * d),
+                       "v": ((hp + kvp) * d, kvp * d)}
+            shard_offset, shard_size = offsets[shard]
+            shard_rank = rank if shard == "q" else rank // kv_rep
+            data = param.data.narrow(0, shard_offset, shard_size)
+            w = w.narrow(0, shard_rank * shard_size, shard_size)
+            assert data.shape == w.shape
+            data.copy_(w)
+    specs = {"w.q": ((heads * d, hidden), BF16),
+             "w.k": ((kv_heads * d, hidden), BF16),
+             "w.v": ((kv_heads * d, hidden), BF16),
+             "b.q": ((heads * d,), BF16), "b.k": ((kv_heads * d,), BF16),
+             "b.v": ((kv_heads * d,), BF16)}
+    return make, load, specs
+
+
+@pytest.mark.parametrize("tp,rank", [(1, 0), (2, 1), (4, 3)])
+def test_qkv_shard_offsets_with_replicated_kv_heads(file_dir, tp, rank):
+    accepted(file_dir, *qkv_loader(tp, rank))
+
+
+def test_merged_column_and_row_parallel(file_dir):
+    tp, rank, sizes, hidden = 2, 1, [6, 10], 4
+
+    def make():
+        return {"gate_up": _param((sum(sizes) // tp, hidden)),
+                "down": _param((hidden, 8 // tp))}
+
+    def load(params, weights):
+        for name, w in weights:
+            if name == "down":
+                # RowParallelLinear: the input dim narrowed
+                n = params["down"].shape[1]
+                params["down"].data.copy_(w.narrow(1, rank * n, n))
+                continue
+            shard_id = ["gate", "up"].index(name)
+            shard_offset = sum(sizes[:shard_id]) // tp
+            shard_size = sizes[shard_id] // tp
+            param_data = params["gate_up"].data
+            param_data = param_data.narrow(0, shard_offset, shard_size)
+            start_idx = rank * shard_size
+            param_data.copy_(w.narrow(0, start_idx, shard_size))
+    specs = {"gate": ((6, hidden), F32), "up": ((10, hidden), F32),
+             "down": ((hidden, 8), F32)}
+    accepted(file_dir, make, load, specs)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_vocab_parallel_embedding_pads_with_zeros(file_dir, rank):
+    vocab, tp, pad, hidden = 7, 3, 4, 3
+    per = -(-vocab // pad) * pad // tp          # 8 padded rows / ... = 2..
+    padded = -(-vocab // pad) * pad
+    per = -(-padded // tp)
+
+    def make():
+        return {"embed": _param((per, hidden), F16)}
+
+    def load(params, weights):
+        for _, w in weights:
+            start = min(rank * per, vocab)
+            end = min(start + per, vocab)
+            w = w.narrow(0, start, end - start)
+            param = params["embed"]
+            param.data[:w.shape[0]].copy_(w)
+            param.data[w.shape[0]:].zero_()
+    accepted(file_dir, make, load, {"embed": ((vocab, hidden), F16)})
+
+
+def test_copy_then_fill_of_the_tail_by_index_assignment(file_dir):
+    def make():
+        return {"p": _param((5, 2))}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"][:3] = w
+            params["p"].data[3:] = 0.5
+    accepted(file_dir, make, load, {"w": ((3, 2), F32)})
+
+
+def test_zeroing_a_padded_parameter_after_copying_is_refused(file_dir):
+    def make():
+        return {"p": _param((5, 2))}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"].data[:3].copy_(w)
+            params["p"].data[2:].zero_()
+    cap = refused(file_dir, make, load, {"w": ((3, 2), F32)},
+                  {"w": "fill of parameter 'p' with 0"})
+    assert cap.unsupported["w"].count(HERE) == 2
+
+
+def test_one_element_broadcast_into_a_vector_is_refused(file_dir):
+    def make():
+        return {"p": _param((4,)), "q": _param((3,))}
+
+    def load(params, weights):
+        for name, w in weights:
+            if name == "a":
+                params["p"][...] = w
+            else:
+                params["q"].data.copy_(w)
+    refused(file_dir, make, load, {"a": ((1,), F32), "b": ((1,), F32)},
+            {"a": "broadcasts one element", "b": "broadcasts one element"})
