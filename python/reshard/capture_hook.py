@@ -543,6 +543,13 @@ class Recorder:
             return
         pieces = ph._rs_pieces if is_pieced(ph) else [
             ([0] * len(dshape), list(dshape), ph._rs_ops)]
+        try:
+            pieces = self._boxes(src, pieces)
+        except capture_pieces.NotPieceable as e:
+            self.unsupported.setdefault(
+                src, f"op '{name}' into parameter '{param}' at {where} "
+                     f"reads a view the library cannot read as boxes: {e}")
+            return
         self.writes += 1
         for lo, ln, ops in pieces:
             self.copies.append({
@@ -552,6 +559,33 @@ class Recorder:
                 "dest_shape": list(ln), "dest_stride": list(stride),
                 "dest_dtype": pdtype, "_where": f"'{name}' at {where}",
                 "_write": self.writes})
+
+    def _boxes(self, src, pieces):
+        """The pieces with each one the library cannot read as one strided
+        box of the source (a torch view that regroups dims across source
+        dims, capture_pieces.box_refusal) cut into pieces that it can."""
+        meta = self.source_meta[src]
+        out = []
+        for lo, ln, ops in pieces:
+            why = capture_pieces.view_refusal(meta, ops)
+            if why is None:
+                out.append((lo, ln, ops))
+                continue
+
+            def ops_of_box(blo, bln, ops=ops, ln=ln):
+                return ops + capture_pieces.box_ops(ln, blo, bln)
+            try:
+                sub = capture_pieces.carve(ln, ln, ops_of_box, meta)
+            except capture_pieces.NotPieceable as e:
+                raise capture_pieces.NotPieceable(f"{why}, and it {e}") \
+                    from None
+            out.extend(([a + b for a, b in zip(lo, slo)], sln, sops)
+                       for slo, sln, sops in sub)
+            if len(out) > capture_pieces.MAX_PIECES:
+                raise capture_pieces.NotPieceable(
+                    f"{why}, and it needs more than "
+                    f"{capture_pieces.MAX_PIECES} copies")
+        return out
 
     def _rebind(self, args):
         """`param.data = source`: a copy of the whole parameter when shape

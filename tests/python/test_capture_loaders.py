@@ -279,3 +279,228 @@ def test_one_element_broadcast_into_a_vector_is_refused(file_dir):
                 params["q"].data.copy_(w)
     refused(file_dir, make, load, {"a": ((1,), F32), "b": ((1,), F32)},
             {"a": "broadcasts one element", "b": "broadcasts one element"})
+
+
+# ---------------------------------------------------------------- experts
+
+E, H, I = 4, 4, 6
+
+
+def moe_specs(dtype=BF16):
+    out = {}
+    for e in range(E):
+        out[f"experts.{e}.w1"] = ((I, H), dtype)
+        out[f"experts.{e}.w2"] = ((H, I), dtype)
+        out[f"experts.{e}.w3"] = ((I, H), dtype)
+    return out
+
+
+@pytest.mark.parametrize("expert_kind", ["int", "tensor", "item"])
+def test_fused_moe_expert_data_narrow_with_expert_ids(file_dir, expert_kind):
+    tp, rank, ep, ep_rank = 2, 1, 2, 0
+    local, per = E // ep, I // tp
+    expert_map = torch.full((E,), -1, dtype=torch.int64)
+    expert_map[ep_rank * local:(ep_rank + 1) * local] = torch.arange(local)
+
+    def make():
+        return {"w13": _param((local, 2 * per, H), BF16),
+                "w2": _param((local, H, per), BF16)}
+
+    def load(params, weights):
+        for name, w in weights:
+            _, e, shard_id = name.split(".")
+            local_id = expert_map[int(e)]
+            if int(local_id) == -1:
+                continue
+            if expert_kind == "int":
+                local_id = int(local_id)
+            elif expert_kind == "item":
+                local_id = local_id.item()
+            param = params["w2" if shard_id == "w2" else "w13"]
+            expert_data = param.data[local_id]
+            shard_dim = 1 if shard_id == "w2" else 0
+            if shard_id == "w2":
+                shard_size = expert_data.shape[shard_dim]
+            else:
+                shard_size = expert_data.shape[shard_dim] // 2
+            w = w.narrow(shard_dim, shard_size * rank, shard_size)
+            if shard_id == "w1":
+                expert_data = expert_data.narrow(shard_dim, 0, shard_size)
+            elif shard_id == "w3":
+                expert_data = expert_data.narrow(shard_dim, shard_size,
+                                                 shard_size)
+            expert_data.copy_(w)
+    accepted(file_dir, make, load, moe_specs())
+
+
+def test_mixtral_expert_slices_by_index(file_dir):
+    def make():
+        return {"w1": _param((E, I, H), F16), "w2": _param((E, H, I), F16),
+                "w3": _param((E, I, H), F16)}
+
+    def load(params, weights):
+        for name, w in weights:
+            _, e, wn = name.split(".")
+            params[wn].data[int(e), :w.shape[0], :] = w
+    accepted(file_dir, make, load, moe_specs(F16))
+
+
+def test_deepseek_stacked_experts_and_shared_expert(file_dir):
+    """Experts stacked [E, 2I, H] from per-expert checkpoints with
+    `torch.stack` (refused: it copies several sources into one tensor)
+    next to a shared expert loaded by `chunk` of a fused gate_up."""
+    def make():
+        return {"w13": _param((E, 2 * I, H)), "shared": _param((2 * I, H)),
+                "stacked": _param((2, I, H))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        for e in range(E):
+            gate, up = ws["gate_up"].chunk(2, dim=0)
+            params["w13"].data[e].narrow(0, 0, I).copy_(ws[f"e{e}"])
+            params["w13"].data[e].narrow(0, I, I).copy_(up if e == 0 else
+                                                        gate)
+        params["shared"].data.copy_(ws["gate_up"])
+        params["stacked"].data.copy_(torch.stack([ws["s0"], ws["s1"]]))
+    specs = {"gate_up": ((2 * I, H), F32), "s0": ((I, H), F32),
+             "s1": ((I, H), F32)}
+    specs.update({f"e{e}": ((I, H), F32) for e in range(E)})
+    refused(file_dir, make, load, specs,
+            {"s0": "op 'stack'", "s1": "op 'stack'"})
+
+
+# ---------------------------------------------------------------- Conv1D
+
+def test_conv1d_transposes_with_T_t_and_mT(file_dir):
+    def make():
+        return {"a": _param((6, 4)), "b": _param((6, 4)),
+                "c": _param((2, 6, 4)), "bias": _param((6,))}
+
+    def load(params, weights):
+        for name, w in weights:
+            p = params[name]
+            if name == "a":
+                p.data.copy_(w.T)
+            elif name == "b":
+                p.copy_(torch.transpose(w, 0, 1))
+            elif name == "c":
+                p.data.copy_(w.mT)
+            else:
+                p.data.copy_(w.t())
+    accepted(file_dir, make, load,
+             {"a": ((4, 6), F32), "b": ((4, 6), F32),
+              "c": ((2, 4, 6), F32), "bias": ((6,), F32)})
+
+
+def test_conv1d_fused_qkv_transposed_then_split_per_rank(file_dir):
+    tp, rank, hidden = 2, 1, 4
+
+    def make():
+        return {"c_attn": _param((3 * hidden // tp, hidden))}
+
+    def load(params, weights):
+        for _, w in weights:
+            w = w.T                                  # [3H, H]
+            q, k, v = w.split(hidden, dim=0)
+            n = hidden // tp
+            for i, part in enumerate((q, k, v)):
+                params["c_attn"].data[i * n:(i + 1) * n] = \
+                    part[rank * n:(rank + 1) * n]
+    accepted(file_dir, make, load, {"c_attn.weight": ((hidden, 3 * hidden),
+                                                      F32)})
+
+
+# ---------------------------------------------------------------- splits
+
+@pytest.mark.parametrize("how", ["chunk", "split", "tensor_split",
+                                 "tensor_split_idx", "unbind", "iter",
+                                 "split_neg_dim"])
+def test_uneven_splits(file_dir, how):
+    def make():
+        return {f"p{i}": _param(s) for i, s in
+                enumerate([(3, 5), (3, 5), (1, 5)])} | \
+            {"u": _param((5,))}
+
+    def load(params, weights):
+        for _, w in weights:
+            if how == "chunk":
+                parts = w.chunk(3)                       # 3, 3, 1
+            elif how == "split":
+                parts = torch.split(w, 3)               # 3, 3, 1
+            elif how == "tensor_split":
+                parts = w.tensor_split(3)                # 3, 2, 2
+            elif how == "tensor_split_idx":
+                parts = torch.tensor_split(w, [3, -1])   # 3, 3, 1
+            elif how == "split_neg_dim":
+                parts = [p.t() for p in w.t().split([3, 3, 1], dim=-1)]
+            elif how == "unbind":
+                parts = w.unbind(0)
+            else:
+                parts = list(w)
+            if how in ("unbind", "iter"):
+                for i in range(3):
+                    params[f"p{i}"].data[0].copy_(parts[i])
+                params["u"].data.copy_(parts[-1])
+                return
+            if how == "tensor_split":
+                params["p0"].data.copy_(parts[0])
+                params["p1"].data[:2].copy_(parts[1])
+                params["p2"].data.copy_(parts[2][1:])
+                params["u"].data.copy_(parts[2][0])
+                return
+            for i in range(3):
+                params[f"p{i}"].data.copy_(parts[i])
+            params["u"].data.copy_(parts[2][-1])
+    accepted(file_dir, make, load, {"w": ((7, 5), F32)})
+
+
+# ---------------------------------------------------------------- views
+
+def test_reshaping_views_and_negative_dims(file_dir):
+    def make():
+        return {"flat": _param((12,)), "f01": _param((6, 2)),
+                "unfl": _param((2, 3, 2)), "sq": _param((3, 4)),
+                "unsq": _param((1, 3, 1, 4)), "idx": _param((2, 1, 2)),
+                "ell": _param((3,)), "step": _param((2, 2))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        w, x = ws["w"], ws["x"]                    # [3, 4], [3, 2, 2]
+        params["flat"].data.copy_(w.view(-1))
+        params["f01"].data.copy_(x.flatten(0, 1))
+        params["unfl"].data.copy_(x.flatten(-2, -1).unflatten(-1, (2, 2))
+                                  .flatten().unflatten(0, (2, -1, 2)))
+        params["sq"].data.copy_(w.unsqueeze(-1).squeeze(-1))
+        params["unsq"].data.copy_(w[None, :, None])
+        params["idx"].data.copy_(x[-2:, -1:, :])
+        params["ell"].data.copy_(w[..., -1])
+        params["step"].data.copy_(w[::2, 1::2])
+    accepted(file_dir, make, load, {"w": ((3, 4), F32),
+                                    "x": ((3, 2, 2), F32)})
+
+
+def test_negative_step_is_refused_as_torch_refuses_it():
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        torch.zeros(3)[::-1]
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        reshard.capture(sources={"w": ((3,), F32)},
+                        params={"p": torch.zeros(3)},
+                        load=lambda ws: [None for _, w in ws
+                                         for _ in [w[::-1]]])
+
+
+def test_view_regrouping_across_source_dims_is_cut_into_boxes(file_dir):
+    """torch views the library cannot read as one box (a row of the view
+    is one and a half source rows) are recorded as pieces it can."""
+    def make():
+        return {"a": _param((4, 6)), "b": _param((4, 5)),
+                "c": _param((2, 2, 5))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        params["a"].data.copy_(ws["w"].view(4, 6))
+        params["b"].data.copy_(ws["x"].reshape(4, 5))
+        params["c"].data.copy_(ws["x"].view(4, 5).view(2, 2, 5))
+    cap = accepted(file_dir, make, load, {"w": ((6, 4), F32),
+                                          "x": ((2, 5, 2), F32)})
+    assert len([c for c in cap.copies if c["param"] == "a"]) > 1
