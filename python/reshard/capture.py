@@ -98,11 +98,19 @@ class Capture:
             return InputError("; ".join(
                 f"copies[{j}]: " + capture_order.overlapping_copy_text(
                     self.copies[j], self.copies[i]) for i, j in pairs[:8]))
-        if self.unsupported:
+        unsupported = dict(self.unsupported)
+        for i, c in enumerate(self.copies):
+            spec = self.sources.get(c["src"])
+            why = None if spec is None or "quant" in c else \
+                capture_hook.cast_refusal(spec[1], c["dest_dtype"])
+            if why is not None:
+                unsupported.setdefault(
+                    c["src"], f"copies[{i}] into '{c['param']}' {why}")
+        if unsupported:
             return UnsupportedReshard(
-                f"{len(self.unsupported)} source(s) read in a way the "
+                f"{len(unsupported)} source(s) read in a way the "
                 f"capture cannot express: " + "; ".join(
-                    f"'{s}': {why}" for s, why in self.unsupported.items()))
+                    f"'{s}': {why}" for s, why in unsupported.items()))
         return None
 
     def select(self, only=None, skip=None):

@@ -541,6 +541,12 @@ class Recorder:
                      f"'{param}' at {where} casts again after "
                      f"{ph._rs_cast_at}")
             return
+        why = cast_refusal(self.source_meta[src].dtype, pdtype)
+        if why is not None:
+            self.unsupported.setdefault(
+                src, f"op '{name}' into parameter '{param}' at {where} "
+                     f"{why}")
+            return
         pieces = ph._rs_pieces if is_pieced(ph) else [
             ([0] * len(dshape), list(dshape), ph._rs_ops)]
         try:
@@ -709,6 +715,28 @@ class Recorder:
         """{unsupported source: sorted parameters it would write}."""
         return {src: sorted(self.touched.get(src, ()))
                 for src in self.unsupported}
+
+
+# What the library casts between (src/core/convert.c): floating-point
+# dtypes, FP8 formats included; integers and bools move only unchanged.
+_FLOATS = {torch.float32, torch.float64, torch.bfloat16, torch.float16,
+           "f8e4m3", "f8e5m2"}
+
+
+def cast_refusal(src_dtype, dest_dtype):
+    """Why the library cannot cast a source of `src_dtype` into a
+    parameter of `dest_dtype` (copy_ would: integers wrap, floats
+    truncate), or None."""
+    if src_dtype == dest_dtype or (
+            _float_like(src_dtype) and _float_like(dest_dtype)):
+        return None
+    return (f"casts {_dtype_text(src_dtype)} to {_dtype_text(dest_dtype)}, "
+            f"a cast the library does not perform (it casts between "
+            f"floating-point dtypes only)")
+
+
+def _float_like(dtype):
+    return dtype in _FLOATS or _dtype_text(dtype) in _FLOATS
 
 
 def _write_parts(name, args, kwargs):

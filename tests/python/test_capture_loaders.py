@@ -504,3 +504,168 @@ def test_view_regrouping_across_source_dims_is_cut_into_boxes(file_dir):
     cap = accepted(file_dir, make, load, {"w": ((6, 4), F32),
                                           "x": ((2, 5, 2), F32)})
     assert len([c for c in cap.copies if c["param"] == "a"]) > 1
+
+
+# ---------------------------------------------------------------- casts
+
+@pytest.mark.parametrize("how", ["to_dtype", "to_kw", "to_param", "type_as",
+                                 "float", "half", "bfloat16", "type",
+                                 "to_device_dtype", "to_cpu", "double"])
+def test_explicit_cast_to_the_parameters_dtype(file_dir, how):
+    pd = {"half": F16, "bfloat16": BF16, "double": torch.float64}.get(how,
+                                                                      F32)
+
+    def make():
+        return {"p": _param((3, 4), pd)}
+
+    def load(params, weights):
+        p = params["p"]
+        for _, w in weights:
+            if how == "to_dtype":
+                w = w.to(p.dtype)
+            elif how == "to_kw":
+                w = w.to(dtype=p.dtype, copy=False)
+            elif how == "to_param":
+                w = w.to(p)
+            elif how == "type_as":
+                w = w.type_as(p)
+            elif how == "type":
+                w = w.type(p.dtype)
+            elif how == "to_device_dtype":
+                w = w.to("cpu", p.dtype)
+            elif how == "to_cpu":
+                w = w.to("cpu")
+            else:
+                w = getattr(w, how)()
+            p.data.copy_(w.t())
+    specs = {"w": ((4, 3), F32 if how in ("half", "bfloat16", "double",
+                                          "to_cpu") else BF16)}
+    accepted(file_dir, make, load, specs)
+
+
+def test_special_values_cast_by_copy_as_torch_casts_them(file_dir):
+    """f32 -> bf16 / f16 / f64 and f16 -> bf16 of infinities, signed zeros,
+    subnormals, overflow and ties: the library's cast is torch's, bit for
+    bit (NaN: see the next test)."""
+    vals = [float("inf"), -float("inf"), 0.0, -0.0, 1e-40,
+            -1e-45, 3.4e38, 65504.0, 65520.0, 70000.0, 1e-8, 6e-8, 5.96e-8,
+            1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -11, 1.0 + 2 ** -24,
+            2 ** -14, 2 ** -24, 2 ** -25, 3 * 2 ** -26, -2 ** -133, 0.1]
+    w = torch.tensor(vals, dtype=F32)
+    w16 = w.to(F16)
+
+    def make():
+        return {"bf": _param((len(vals),), BF16),
+                "h": _param((len(vals),), F16),
+                "hb": _param((len(vals),), BF16),
+                "d": _param((len(vals),), torch.float64)}
+
+    def load(params, weights):
+        for name, t in weights:
+            if name == "w":
+                params["bf"].data.copy_(t)
+                params["h"].data.copy_(t)
+                params["d"].data.copy_(t)
+            else:
+                params["hb"].data.copy_(t)
+    accepted(file_dir, make, load,
+             {"w": ((len(vals),), F32), "w16": ((len(vals),), F16)},
+             weights={"w": w, "w16": w16})
+
+
+@pytest.mark.parametrize("how", ["via_f32", "float_then_bf16", "to_int"])
+def test_casts_through_another_dtype_are_refused(file_dir, how):
+    def make():
+        return {"p": _param((4,), BF16 if how != "to_int" else F32)}
+
+    def load(params, weights):
+        for _, w in weights:
+            if how == "via_f32":
+                params["p"].data.copy_(w.to(torch.float32))
+            elif how == "float_then_bf16":
+                params["p"].data.copy_(w.float().bfloat16())
+            else:
+                params["p"].data.copy_(w.int())
+    words = {"via_f32": "casts again after op 'to' casts f16 to f32",
+             "float_then_bf16": "op 'bfloat16' casts f32 to bf16 after",
+             "to_int": "casts again after op 'int' casts f16 to i32"}
+    refused(file_dir, make, load, {"w": ((4,), F16)}, {"w": words[how]})
+
+
+INT_CASTS = [(torch.int64, torch.int32), (torch.int32, torch.int8),
+             (torch.int8, torch.uint8), (torch.uint8, torch.int8),
+             (torch.int16, torch.int64), (torch.int32, F32),
+             (torch.int64, BF16), (F32, torch.int32), (F16, torch.uint8),
+             (torch.bool, F16), (F32, torch.bool)]
+
+
+def _int_weights(src):
+    if src.is_floating_point:
+        return torch.tensor([0.0, -0.0, 1.5, -1.5, 2.5, -2.7, 100.9, 127.0,
+                             0.5, -0.5, 3.0, 7.9, 1e-3, -1e-3, 42.0, 255.0],
+                            dtype=src)
+    return _weights({"w": ((16,), src)}, 3)["w"]
+
+
+@pytest.mark.parametrize("src,dst", INT_CASTS,
+                         ids=[f"{a}-{b}" for a, b in INT_CASTS])
+def test_integer_and_bool_casts_by_copy_are_refused(file_dir, src, dst):
+    """copy_ wraps integers and truncates floats into integers; the
+    library casts floating-point dtypes only, so capture refuses these
+    (before, capture and replay accepted them and the library refused
+    them at the pull, naming no source)."""
+    def make():
+        return {"p": _param((16,), dst)}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"].data.copy_(w)
+    name = reshard.dtypes.name_of
+    cap = refused(file_dir, make, load, {"w": ((16,), src)},
+                  {"w": f"casts {name(src)} to {name(dst)}, a cast the "
+                        f"library does not perform"},
+                  weights={"w": _int_weights(src)})
+    doc = cap.to_dict()                     # the same copy built by hand
+    doc["copies"] = [{"src": "w", "ops": [], "param": "p", "dest_offset": 0,
+                      "dest_shape": [16], "dest_stride": [1],
+                      "dest_dtype": name(dst)}]
+    doc["unsupported"] = {}
+    import json
+    hand = reshard.Capture.from_json(json.dumps(doc))
+    assert "a cast the library does not perform" in str(hand.refusal())
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8, torch.int8,
+                                   torch.int64, torch.bool, torch.int16])
+def test_integer_bytes_move_unchanged(file_dir, dtype):
+    """Packed integer weights (GPTQ qweight, int8 weights, masks) copied
+    into parameters of their own dtype, narrowed and transposed."""
+    def make():
+        return {"p": _param((4, 4), dtype), "q": _param((4, 4), dtype)}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"].data.copy_(w[:, 1:9:2].t())
+            params["q"][:, :] = w.narrow(1, 4, 4)
+    accepted(file_dir, make, load, {"w": ((4, 16), dtype)})
+
+
+def test_nan_cast_to_bf16_stays_nan(file_dir):
+    """torch 1.13 on CPU casts an f32 NaN to bf16 as 0xffff, the library
+    as 0x7fc0 (the quiet NaN c10's scalar rounding gives, as CUDA does
+    not): both NaN, other bits equal."""
+    w = torch.tensor([float("nan"), 1.0, -float("nan"), 2.0])
+
+    def make():
+        return {"p": _param((4,), BF16)}
+
+    def load(params, weights):
+        for _, t in weights:
+            params["p"].data.copy_(t)
+    run = Run(make, load, {"w": ((4,), F32)}, weights={"w": w})
+    cap = run.capture()
+    params = run.fresh()
+    run.pull(file_dir, cap, params)
+    got, want = params["p"].detach(), run.truth["p"]
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(got[1::2], want[1::2])
