@@ -480,6 +480,9 @@ class Recorder:
     def _write(self, name, args, kwargs):
         dst, value = _write_parts(name, args, kwargs)
         phs = placeholders_in((value,), {})
+        if name == "__setitem__" and placeholders_in((args[1],), {}):
+            # Where the write lands depends on a source's values.
+            return self._value_query("__index__", (args[1],), {})
         if name == "__setitem__":
             try:
                 capture_ops._index_keys(args[1])

@@ -669,3 +669,195 @@ def test_nan_cast_to_bf16_stays_nan(file_dir):
     got, want = params["p"].detach(), run.truth["p"]
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     assert torch.equal(got[1::2], want[1::2])
+
+
+# ---------------------------------------------------------------- scalars
+
+@pytest.mark.parametrize("how", ["fill_item", "copy_0dim", "setitem_item",
+                                 "fill_0dim_tensor", "copy_1elem",
+                                 "fill_item_cast", "index_fill"])
+def test_scalars(file_dir, how):
+    def make():
+        return {"s": _param((), F32), "v": _param((3,), F32)}
+
+    def load(params, weights):
+        for name, w in weights:
+            if how == "fill_item":
+                params["s"].data.fill_(w.item())
+            elif how == "copy_0dim":
+                params["s"].data.copy_(w)
+            elif how == "setitem_item":
+                params["v"].data[1] = w.item()
+            elif how == "fill_0dim_tensor":
+                params["s"].data.fill_(w)
+            elif how == "copy_1elem":
+                params["v"].data[2:].copy_(w)
+            elif how == "fill_item_cast":
+                params["s"].data.fill_(w.float().item())
+            elif how == "index_fill":
+                params["v"].data[0:1].fill_(w.item())
+    shape = (1,) if how == "copy_1elem" else ()
+    dtype = BF16 if how == "fill_item_cast" else F32
+    accepted(file_dir, make, load, {"w": (shape, dtype)})
+
+
+@pytest.mark.parametrize("how", ["float", "int", "tolist", "equal",
+                                 "sum_gt", "any", "allclose", "bool_eq",
+                                 "item_cmp", "numpy", "index", "mask"])
+def test_value_queries_stop_the_capture(how):
+    def make():
+        return {"p": _param((4,)), "i": _param((), F32)}
+
+    def load(params, weights):
+        for _, w in weights:
+            if how == "float":
+                params["i"].data.fill_(float(w[0]))
+            elif how == "int":
+                n = int(w[0])
+                params["p"].data[:n].copy_(w[:n])
+            elif how == "tolist":
+                params["p"].data.copy_(torch.tensor(w.tolist()))
+            elif how == "equal":
+                if not torch.equal(w, params["p"]):
+                    params["p"].data.copy_(w)
+            elif how == "sum_gt":
+                if w.sum() > 0:
+                    params["p"].data.copy_(w)
+            elif how == "any":
+                if w.isnan().any():
+                    raise ValueError("nan")
+                params["p"].data.copy_(w)
+            elif how == "allclose":
+                assert torch.allclose(w, w)
+            elif how == "bool_eq":
+                if bool((w == 0).all()):
+                    return
+            elif how == "item_cmp":
+                if w[0].item() > 1:
+                    return
+            elif how == "numpy":
+                w.numpy()
+            elif how == "index":
+                params["p"].data[w[0]] = 1.0
+            elif how == "mask":
+                params["p"][w > 0] = 0.0
+    query = {"float": "__float__", "int": "__int__", "tolist": "tolist",
+             "equal": "equal", "sum_gt": "__bool__", "any": "__bool__",
+             "allclose": "allclose", "bool_eq": "__bool__",
+             "item_cmp": "__bool__", "numpy": "numpy",
+             "index": "__index__", "mask": "__index__"}[how]
+    stopped(make, load, {"w": ((4,), F32)}, query, "w")
+
+
+def test_metadata_questions_are_answered(file_dir):
+    def make():
+        return {"p": _param((4, 2)), "q": _param((3,))}
+
+    def load(params, weights):
+        for name, w in weights:
+            if w.numel() == 0 or not w.shape[0]:
+                continue
+            if w.dim() == 1 and len(w) == 3 and w.dtype == torch.float32:
+                params["q"].data.copy_(w)
+            elif w.size(-1) == 2 and w.is_contiguous() and \
+                    w.stride() == (2, 1) and w.element_size() == 4:
+                assert params["p"].shape == w.shape, "shape"
+                params["p"].data.copy_(w)
+    accepted(file_dir, make, load, {"w": ((4, 2), F32), "x": ((3,), F32),
+                                    "empty": ((0, 2), F32)})
+
+
+# ---------------------------------------------------------------- rebinds
+
+def test_data_rebind_of_views_and_casts(file_dir):
+    def make():
+        return {"a": _param((3, 2), BF16), "b": _param((2,), F32),
+                "c": _param((2, 3), F32)}
+
+    def load(params, weights):
+        for name, w in weights:
+            p = params[name]
+            if name == "a":
+                p.data = w.t().to(p.dtype)
+            elif name == "b":
+                p.data = w[1]
+            else:
+                p.data = w
+    accepted(file_dir, make, load, {"a": ((2, 3), F32), "b": ((2, 2), F32),
+                                    "c": ((2, 3), F32)})
+
+
+@pytest.mark.parametrize("how", ["shape", "dtype"])
+def test_data_rebind_to_another_shape_or_dtype_is_refused(file_dir, how):
+    def make():
+        return {"p": _param((2, 3), F32)}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"].data = w
+    spec = ((3, 2), F32) if how == "shape" else ((2, 3), F16)
+    cap = refused(file_dir, make, load, {"w": spec},
+                  {"w": "op 'data.__set__' rebinds parameter 'p'"})
+    assert cap.unsupported_params == {"w": ["p"]}
+
+
+# ---------------------------------------------------------------- clones, in-place
+
+def test_clone_is_refused(file_dir):
+    def make():
+        return {"p": _param((4,))}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"].data.copy_(w.clone())
+    refused(file_dir, make, load, {"w": ((4,), F32)}, {"w": "op 'clone'"})
+
+
+@pytest.mark.parametrize("how", ["mul_", "iadd", "view_add_", "zero_",
+                                 "copy_into_source", "clamp_"])
+def test_in_place_ops_on_sources_are_refused(file_dir, how):
+    def make():
+        return {"p": _param((4,)), "q": _param((4,))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        w, x = ws["w"], ws["x"]
+        if how == "mul_":
+            w.mul_(2)
+        elif how == "iadd":
+            w += 1
+        elif how == "view_add_":
+            w[:2].add_(1)
+        elif how == "zero_":
+            w.zero_()
+        elif how == "copy_into_source":
+            w.copy_(torch.ones(4))
+        else:
+            w.clamp_(min=0)
+        params["p"].data.copy_(w)
+        params["q"].data.copy_(x)
+    name = {"iadd": "add_", "view_add_": "add_",
+            "copy_into_source": "copy_"}.get(how, how)
+    refused(file_dir, make, load, {"w": ((4,), F32), "x": ((4,), F32)},
+            {"w": f"op '{name}'"})
+
+
+def test_generator_with_skipped_and_remapped_names(file_dir):
+    def make():
+        return {"layers.0.w": _param((2, 2)), "layers.1.w": _param((2, 2))}
+
+    def load(params, weights):
+        for name, w in weights:
+            if "rotary_emb.inv_freq" in name or name.startswith("lm_head"):
+                continue
+            name = name.replace("model.", "")
+            if name not in params:
+                continue
+            params[name].data.copy_(w)
+    specs = {"model.layers.0.w": ((2, 2), F32),
+             "model.layers.0.rotary_emb.inv_freq": ((1,), F32),
+             "lm_head.weight": ((2, 2), F32),
+             "model.layers.1.w": ((2, 2), F32), "extra": ((3,), F32)}
+    cap = accepted(file_dir, make, load, specs)
+    assert {c["src"] for c in cap.copies} == {"model.layers.0.w",
+                                              "model.layers.1.w"}
