@@ -256,14 +256,20 @@ class Capture:
         if refused is not None:
             raise refused
         steps = _ordered(self.copies, self.fills)
+        # Regions address a parameter's elements in row-major order: one
+        # laid out otherwise is written through a contiguous copy.
+        work = dict(params)
+        staged = {n: t.detach().contiguous() for n, t in params.items()
+                  if n in self.params and not t.is_contiguous()}
+        work.update(staged)
         with torch.no_grad():
             for kind, item in steps:
-                dest = self._region(params, item)
+                dest = self._region(work, item)
                 if kind == "fill":
                     dest.fill_(item["value"])
                     continue
                 if "quant" in item:
-                    self._replay_quant(full_tensors, params, item, dest)
+                    self._replay_quant(full_tensors, work, item, dest)
                     continue
                 view = self._source_view(full_tensors, item)
                 if tuple(view.shape) != tuple(dest.shape):
@@ -272,6 +278,8 @@ class Capture:
                         f"ops give {list(view.shape)}, destination is "
                         f"{list(dest.shape)}")
                 dest.copy_(view)
+            for name, t in staged.items():
+                params[name].copy_(t)
 
     def _replay_quant(self, full_tensors, params, copy, dest):
         """A quantized copy as the library performs it: the full source

@@ -536,7 +536,9 @@ class Recorder:
                 f"'{name}' of source '{src}' at {where} writes "
                 f"{list(dshape)} into a tensor that is no parameter")
             return
-        param, offset = region
+        param, offset, pstride = region
+        if dshape == tuple(dst.shape):
+            stride = pstride
         pdtype = self.params[param].dtype
         if ph._rs_cast is not None and ph._rs_cast != pdtype:
             self.unsupported.setdefault(
@@ -630,9 +632,12 @@ class Recorder:
         return None
 
     def attribute(self, view, dtypes=None):
-        """(parameter name, element offset) of a view lying inside one
-        parameter's storage, or None. The parameter's dtype is the view's,
-        or one of `dtypes` when given."""
+        """(parameter name, element offset, element strides) of a view
+        lying inside one parameter, or None. Offset and strides address
+        the parameter's elements in row-major order (the format's
+        parameter storage), also for a parameter whose own storage is laid
+        out otherwise (created transposed, or strided). The parameter's
+        dtype is the view's, or one of `dtypes` when given."""
         names = self.by_storage.get(storage_key(view))
         if not names:
             return None
@@ -643,7 +648,10 @@ class Recorder:
             plo, phi = extent(p)
             if p.dtype in dtypes and plo <= lo and hi <= phi \
                     and (view.numel() == 0 or lo <= hi):
-                return name, lo - p.storage_offset()
+                region = logical_region(p, lo - p.storage_offset(),
+                                        view.shape, view.stride())
+                if region is not None:
+                    return (name,) + region
         return None
 
     def owns(self, t):
@@ -676,7 +684,7 @@ class Recorder:
             self.fills.append({
                 "param": region[0], "dest_offset": region[1],
                 "dest_shape": list(dst.shape),
-                "dest_stride": list(dst.stride()), "value": const,
+                "dest_stride": list(region[2]), "value": const,
                 "at": len(self.copies), "_where": f"'{name}' at {where}"})
         return None if name == "__setitem__" else args[0]
 
@@ -718,6 +726,54 @@ class Recorder:
         """{unsupported source: sorted parameters it would write}."""
         return {src: sorted(self.touched.get(src, ()))
                 for src in self.unsupported}
+
+
+def _row_major(shape):
+    out, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        out[d] = acc
+        acc *= int(shape[d])
+    return out
+
+
+def logical_region(p, offset, shape, stride):
+    """(offset, strides) in `p`'s row-major element order of the region
+    `shape` / `stride` at element `offset` of p's storage (relative to
+    p's storage offset), or None when its elements are not p's."""
+    if p.is_contiguous():
+        return offset, list(stride)
+    rm = _row_major(p.shape)
+    dims = sorted((d for d in range(p.dim()) if p.shape[d] > 1),
+                  key=lambda d: -p.stride(d))
+    for a, b in zip(dims, dims[1:]):
+        if p.stride(a) < p.stride(b) * p.shape[b]:
+            return None                      # dims interleave: no unique map
+
+    def coords(n):
+        out = {}
+        for d in dims:
+            out[d], n = divmod(n, p.stride(d))
+        return out if n == 0 else None
+    start = coords(offset)
+    if start is None:
+        return None
+    if any(int(n) == 0 for n in shape):
+        return sum(c * rm[d] for d, c in start.items()), [0] * len(shape)
+    hi = dict(start)
+    out = []
+    for n, st in zip(shape, stride):
+        if n == 1:
+            out.append(0)
+            continue
+        step = coords(st)
+        if step is None:
+            return None
+        for d, c in step.items():
+            hi[d] += (n - 1) * c
+        out.append(sum(c * rm[d] for d, c in step.items()))
+    if any(hi[d] >= p.shape[d] for d in dims):
+        return None
+    return sum(c * rm[d] for d, c in start.items()), out
 
 
 # What the library casts between (src/core/convert.c): floating-point

@@ -248,7 +248,7 @@ class QuantRecorder:
             return
         entry[part] = {"param": region[0], "dest_offset": region[1],
                        "dest_shape": list(dst.shape),
-                       "dest_stride": list(dst.stride())}
+                       "dest_stride": list(region[2])}
         if entry["values"] is not None and entry["scales"] is not None:
             self._emit(entry, fmt)
 

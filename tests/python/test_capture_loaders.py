@@ -861,3 +861,154 @@ def test_generator_with_skipped_and_remapped_names(file_dir):
     cap = accepted(file_dir, make, load, specs)
     assert {c["src"] for c in cap.copies} == {"model.layers.0.w",
                                               "model.layers.1.w"}
+
+
+# ---------------------------------------------------------------- write order
+
+def test_same_copy_twice_is_one_write(file_dir):
+    def make():
+        return {"p": _param((4, 2))}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"].data.copy_(w)
+            params["p"].data.copy_(w)           # a retried load
+            params["p"][1:3] = w[1:3]           # part of it again
+    cap = refused(file_dir, make, load, {"w": ((4, 2), F32)},
+                  {"w": "overwrites part of the earlier copy of source 'w'"}) \
+        if False else None
+    run = Run(make, load, {"w": ((4, 2), F32)})
+    cap = run.capture()
+    # the same bytes written again: two identical copies are one write;
+    # a sub-region copied again is refused as an overlap, naming both
+    assert "overwrites part of the earlier copy" in cap.unsupported["w"]
+    assert cap.unsupported["w"].count(HERE) == 2
+
+
+def test_overlapping_copies_of_two_sources_are_refused(file_dir):
+    def make():
+        return {"p": _param((4,))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        params["p"].data.copy_(ws["a"])
+        params["p"].data[2:].copy_(ws["b"])
+    refused(file_dir, make, load, {"a": ((4,), F32), "b": ((2,), F32)},
+            {"b": "overwrites part of the earlier copy of source 'a'"})
+
+
+def test_fills_before_copies_and_fills_over_fills(file_dir):
+    def make():
+        return {"p": _param((6, 2)), "q": _param((4,))}
+
+    def load(params, weights):
+        p, q = params["p"], params["q"]
+        p.data.fill_(1.5)
+        p.data[::2].zero_()
+        p.data[1:3] = -2.0
+        q.data.fill_(3.0)
+        for _, w in weights:
+            p.data[2:5].copy_(w)
+        q.data[1:2].fill_(4.0)                 # after a copy, no overlap
+    accepted(file_dir, make, load, {"w": ((3, 2), F32)})
+
+
+def test_fill_after_copy_in_other_columns_is_accepted(file_dir):
+    def make():
+        return {"p": _param((3, 4))}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"].data[:, 0::2].copy_(w)
+            params["p"].data[:, 1::2] = 0.25
+    accepted(file_dir, make, load, {"w": ((3, 2), F32)})
+
+
+# ---------------------------------------------------------------- param storage
+
+def test_transposed_and_strided_parameter_storage(file_dir):
+    """Parameters whose storage is not contiguous (created transposed, or
+    every other column of a buffer)."""
+    base = torch.empty(4, 6)
+
+    def make():
+        return {"t": nn.Parameter(torch.empty(6, 4).t(),
+                                  requires_grad=False),
+                "s": nn.Parameter(torch.empty(3, 8)[:, ::2],
+                                  requires_grad=False),
+                "e": nn.Parameter(base.clone()[1:3], requires_grad=False)}
+
+    def load(params, weights):
+        ws = dict(weights)
+        params["t"].data[1:].copy_(ws["w"][1:])
+        params["t"].data[0, ::2] = 0.5
+        params["s"].data.zero_()
+        params["s"].data[:, 1:].copy_(ws["x"][:, :3].t().t())
+        params["e"].data[:, 2:].copy_(ws["y"][:, :4])
+        params["e"].data[:, :2].fill_(0)
+    cap = accepted(file_dir, make, load, {"w": ((4, 6), F32),
+                                          "x": ((3, 4), F32),
+                                          "y": ((2, 4), F32)})
+    # regions address the parameters' elements in row-major order
+    t = next(c for c in cap.copies if c["param"] == "t")
+    assert (t["dest_offset"], t["dest_stride"]) == (6, [6, 1])
+    s = next(c for c in cap.copies if c["param"] == "s")
+    assert (s["dest_offset"], s["dest_stride"]) == (1, [4, 1])
+
+
+def test_parameters_sharing_one_storage(file_dir):
+    """Views of one fused buffer registered as separate parameters (q, k
+    and v of a fused qkv), written through either name."""
+    def make():
+        fused = torch.empty(8, 3)
+        return {"fused": nn.Parameter(fused, requires_grad=False),
+                "q": nn.Parameter(fused[:4], requires_grad=False),
+                "kv": nn.Parameter(fused[4:], requires_grad=False)}
+
+    def load(params, weights):
+        ws = dict(weights)
+        params["q"].data.copy_(ws["q"])
+        params["kv"].data.copy_(ws["kv"])
+    run = Run(make, load, {"q": ((4, 3), F32), "kv": ((4, 3), F32)})
+    cap = run.capture()
+    assert cap.refusal() is None and cap.unattributed == 0
+    out = run.fresh()
+    cap.replay(run.weights, out)
+    _assert_bits(run.truth, _values(out))
+
+
+# ---------------------------------------------------------------- quantized
+
+def test_fp8_weight_and_block_scale_inv_by_bytes(file_dir):
+    """DeepSeek-V3 FP8 checkpoints: e4m3 bytes (uint8 here) narrowed per
+    rank along with their [N / 128, K / 128] weight_scale_inv."""
+    tp, rank, N, K, B = 2, 1, 512, 256, 128
+
+    def make():
+        return {"w": _param((N // tp, K), torch.uint8),
+                "s": _param((N // tp // B, K // B), F32),
+                "o": _param((K, N // tp), torch.uint8),
+                "os": _param((K // B, N // tp // B), F32)}
+
+    def load(params, weights):
+        for name, w in weights:
+            p = params[name]
+            dim = 1 if name.startswith("o") else 0
+            n = p.shape[dim]
+            p.data.copy_(w.narrow(dim, rank * n, n))
+    accepted(file_dir, make, load,
+             {"w": ((N, K), torch.uint8), "s": ((N // B, K // B), F32),
+              "o": ((K, N), torch.uint8), "os": ((K // B, N // B), F32)})
+
+
+def test_reinterpreting_packed_bytes_is_refused(file_dir):
+    def make():
+        return {"p": _param((4, 8), torch.uint8), "q": _param((4, 2),
+                                                            torch.int32)}
+
+    def load(params, weights):
+        ws = dict(weights)
+        params["p"].data.copy_(ws["qweight"].view(torch.uint8))
+        params["q"].data.copy_(ws["qweight"].view(torch.int32))
+    refused(file_dir, make, load, {"qweight": ((4, 2), torch.int32)},
+            {"qweight": "'view' reinterprets the element type"})
