@@ -518,7 +518,17 @@ def _param_tensors(model, params):
         except ValueError as e:
             raise InvalidArgument(f"capture: parameter '{name}': {e}") \
                 from None
+    shared = capture_hook.shared_memory(params)
+    if shared is not None:
+        raise InvalidArgument(shared_text("capture", *shared))
     return dict(params)
+
+
+def shared_text(who, a, b):
+    """The refusal of two parameters that share memory."""
+    return (f"{who}: parameters '{a}' and '{b}' share memory (one tensor "
+            f"under two names, or a view of another parameter): each "
+            f"parameter is installed whole, so pass only one of them")
 
 
 def capture(model=None, sources=None, load=None, *, params=None):

@@ -728,6 +728,36 @@ class Recorder:
                 for src in self.unsupported}
 
 
+def shared_memory(tensors):
+    """(name, name) of the first two tensors of {name: tensor} that write
+    a common element of memory (one tensor under two names, a view and
+    the tensor it views), or None. Tensors of one storage at disjoint
+    elements (views of a fused buffer) share nothing."""
+    groups = {}
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.numel():
+            groups.setdefault(storage_key(t), []).append((name, t))
+    for items in groups.values():
+        for i, (a, ta) in enumerate(items):
+            for b, tb in items[i + 1:]:
+                if _share(ta, tb):
+                    return a, b
+    return None
+
+
+def _share(a, b):
+    size_a, size_b = a.element_size(), b.element_size()
+    (lo_a, hi_a), (lo_b, hi_b) = extent(a), extent(b)
+    if (hi_a + 1) * size_a <= lo_b * size_b or \
+            (hi_b + 1) * size_b <= lo_a * size_a:
+        return False
+    if a.dtype != b.dtype or (a.is_contiguous() and b.is_contiguous()):
+        return True
+    region = [{"dest_offset": t.storage_offset(), "dest_shape": list(t.shape),
+               "dest_stride": list(t.stride())} for t in (a, b)]
+    return capture_order.overlaps(*region)
+
+
 def _row_major(shape):
     out, acc = [0] * len(shape), 1
     for d in range(len(shape) - 1, -1, -1):

@@ -873,15 +873,19 @@ def test_same_copy_twice_is_one_write(file_dir):
         for _, w in weights:
             params["p"].data.copy_(w)
             params["p"].data.copy_(w)           # a retried load
-            params["p"][1:3] = w[1:3]           # part of it again
+    accepted(file_dir, make, load, {"w": ((4, 2), F32)})
+
+
+def test_part_copied_again_is_refused_naming_both_copies(file_dir):
+    def make():
+        return {"p": _param((4, 2))}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["p"].data.copy_(w)
+            params["p"][1:3] = w[1:3]
     cap = refused(file_dir, make, load, {"w": ((4, 2), F32)},
-                  {"w": "overwrites part of the earlier copy of source 'w'"}) \
-        if False else None
-    run = Run(make, load, {"w": ((4, 2), F32)})
-    cap = run.capture()
-    # the same bytes written again: two identical copies are one write;
-    # a sub-region copied again is refused as an overlap, naming both
-    assert "overwrites part of the earlier copy" in cap.unsupported["w"]
+                  {"w": "overwrites part of the earlier copy of source 'w'"})
     assert cap.unsupported["w"].count(HERE) == 2
 
 
@@ -957,24 +961,24 @@ def test_transposed_and_strided_parameter_storage(file_dir):
 
 
 def test_parameters_sharing_one_storage(file_dir):
-    """Views of one fused buffer registered as separate parameters (q, k
-    and v of a fused qkv), written through either name."""
+    """Views of one fused buffer at disjoint elements registered as
+    separate parameters (q and kv rows, even and odd columns)."""
     def make():
         fused = torch.empty(8, 3)
-        return {"fused": nn.Parameter(fused, requires_grad=False),
-                "q": nn.Parameter(fused[:4], requires_grad=False),
-                "kv": nn.Parameter(fused[4:], requires_grad=False)}
+        cols = torch.empty(2, 6)
+        return {"q": nn.Parameter(fused[:4], requires_grad=False),
+                "kv": nn.Parameter(fused[4:], requires_grad=False),
+                "even": nn.Parameter(cols[:, ::2], requires_grad=False),
+                "odd": nn.Parameter(cols[:, 1::2], requires_grad=False)}
 
     def load(params, weights):
         ws = dict(weights)
         params["q"].data.copy_(ws["q"])
         params["kv"].data.copy_(ws["kv"])
-    run = Run(make, load, {"q": ((4, 3), F32), "kv": ((4, 3), F32)})
-    cap = run.capture()
-    assert cap.refusal() is None and cap.unattributed == 0
-    out = run.fresh()
-    cap.replay(run.weights, out)
-    _assert_bits(run.truth, _values(out))
+        params["even"].data.copy_(ws["c"][0])
+        params["odd"].data.copy_(ws["c"][1])
+    accepted(file_dir, make, load, {"q": ((4, 3), F32), "kv": ((4, 3), F32),
+                                    "c": ((2, 2, 3), F32)})
 
 
 # ---------------------------------------------------------------- quantized
@@ -1012,3 +1016,151 @@ def test_reinterpreting_packed_bytes_is_refused(file_dir):
         params["q"].data.copy_(ws["qweight"].view(torch.int32))
     refused(file_dir, make, load, {"qweight": ((4, 2), torch.int32)},
             {"qweight": "'view' reinterprets the element type"})
+
+
+
+# ---------------------------------------------------------------- families
+
+def test_deepseek_mla_kv_b_proj_per_head(file_dir):
+    """kv_b_proj [heads * (nope + v), lora]: unflattened per head, split
+    into k_nope and v; W_UK transposed, made contiguous and transposed
+    back; W_UV made contiguous; this rank's heads."""
+    heads, nope, v, lora, tp, rank = 4, 3, 2, 5, 2, 1
+    hp = heads // tp
+
+    def make():
+        return {"w_uk_t": _param((hp, lora, nope), BF16),
+                "w_uk": _param((hp, nope, lora), BF16),
+                "w_uv": _param((hp, v, lora), BF16),
+                "kv_b": _param((hp * (nope + v), lora), BF16)}
+
+    def load(params, weights):
+        for _, w in weights:
+            kv = w.unflatten(0, (-1, nope + v))
+            w_uk, w_uv = kv.split([nope, v], dim=1)
+            mine = slice(rank * hp, (rank + 1) * hp)
+            params["w_uk_t"].data.copy_(w_uk[mine].transpose(1, 2))
+            params["w_uk"].data.copy_(
+                w_uk[mine].transpose(1, 2).contiguous().transpose(1, 2))
+            params["w_uv"].data.copy_(w_uv[mine].contiguous())
+            params["kv_b"].data.copy_(kv[mine].flatten(0, 1))
+    accepted(file_dir, make, load,
+             {"kv_b_proj.weight": ((heads * (nope + v), lora), BF16)})
+
+
+@pytest.mark.parametrize("tp,rank", [(1, 0), (2, 0), (2, 1)])
+def test_bloom_qkv_reorder_of_weight_and_bias(file_dir, tp, rank):
+    """Bloom / Falcon fused QKV interleaved per head [h, 3, d, H]:
+    reordered to [3, h, d, H] with a copying reshape, then this rank's
+    heads of q, k and v."""
+    h, d, H = 4, 2, 3
+    hp = h // tp
+
+    def make():
+        return {"w": _param((3 * hp * d, H), F16),
+                "b": _param((3 * hp * d,), F16)}
+
+    def load(params, weights):
+        for name, w in weights:
+            tail = tuple(w.shape[1:])
+            w = w.view((h, 3, d) + tail).permute((1, 0, 2) + tuple(
+                range(3, 3 + len(tail))))
+            w = w.reshape((3 * h * d,) + tail)
+            p = params["w" if name.endswith("weight") else "b"]
+            for i in range(3):
+                part = w[i * h * d:(i + 1) * h * d]
+                p.data[i * hp * d:(i + 1) * hp * d].copy_(
+                    part.narrow(0, rank * hp * d, hp * d))
+    accepted(file_dir, make, load,
+             {"qkv.weight": ((3 * h * d, H), F16),
+              "qkv.bias": ((3 * h * d,), F16)})
+
+
+def test_permute_contiguous_view_and_copying_reshape(file_dir):
+    def make():
+        return {"a": _param((6, 4)), "b": _param((2, 12)),
+                "c": _param((4, 3, 2))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        w = ws["w"]                                  # [2, 3, 4]
+        params["a"].data.copy_(w.permute(1, 0, 2).contiguous().view(6, 4))
+        params["b"].data.copy_(w.transpose(1, 2).reshape(2, 12))
+        params["c"].data.copy_(w.permute(2, 1, 0).contiguous())
+    accepted(file_dir, make, load, {"w": ((2, 3, 4), F32)})
+
+
+@pytest.mark.parametrize("how", ["cat", "expand", "stack", "repeat",
+                                 "index_select", "list_index", "neg",
+                                 "flip", "abs_max_item"])
+def test_ops_that_do_not_move_values_unchanged_are_refused(file_dir, how):
+    def make():
+        return {"p": _param((4, 3)), "s": _param(())}
+
+    def load(params, weights):
+        ws = dict(weights)
+        w, x = ws["w"], ws["x"]
+        p = params["p"].data
+        if how == "cat":
+            p.copy_(torch.cat([w, x]))
+        elif how == "expand":
+            p.copy_(w[:1].expand(4, 3))
+        elif how == "stack":
+            p.copy_(torch.stack([w[0], w[1], x[0], x[1]]))
+        elif how == "repeat":
+            p.copy_(w.repeat(2, 1))
+        elif how == "index_select":
+            p.copy_(torch.cat([w, x]).index_select(0, torch.tensor(
+                [0, 1, 2, 3])))
+        elif how == "list_index":
+            p.copy_(torch.cat([w, x])[[0, 1, 2, 3]])
+        elif how == "neg":
+            p.copy_(-torch.cat([w, x]))
+        elif how == "flip":
+            p.copy_(torch.cat([w, x]).flip(0))
+        else:
+            params["s"].data.fill_(w.abs().max().item())
+        if how != "abs_max_item":
+            params["s"].data.fill_(x[0, 0].item())
+    op = {"neg": "cat", "flip": "cat", "list_index": "cat",
+          "index_select": "cat", "abs_max_item": "abs"}.get(how, how)
+    words = {"w": f"op '{op}'"}
+    if how in ("cat", "stack", "neg", "flip", "list_index", "index_select"):
+        words["x"] = f"op '{op}'"
+    refused(file_dir, make, load, {"w": ((2, 3), F32), "x": ((2, 3), F32)},
+            words)
+
+
+@pytest.mark.parametrize("how", ["tied", "fused_and_views"])
+def test_parameters_sharing_memory_are_refused_naming_both(file_dir, how):
+    """One tensor under two names (lm_head tied to the embedding), or a
+    fused parameter next to views of it: the receiver installs every
+    parameter whole, so the later one undid the other's bytes (the
+    library left the sentinel). Refused by capture and by a receiver."""
+    def make():
+        if how == "tied":
+            t = _param((4, 3))
+            return {"embed": t, "lm_head": t}
+        fused = torch.empty(8, 3)
+        return {"fused": nn.Parameter(fused, requires_grad=False),
+                "q": nn.Parameter(fused[:4], requires_grad=False)}
+
+    def load(params, weights):
+        for _, w in weights:
+            params["lm_head" if how == "tied" else "q"].data.copy_(w)
+    specs = {"w": ((4, 3), F32)}
+    names = ("'embed' and 'lm_head'" if how == "tied"
+             else "'fused' and 'q'")
+    live = make()
+    with pytest.raises(reshard.InvalidArgument, match=names):
+        reshard.capture(sources=specs, params=live,
+                        load=lambda ws: load(live, ws))
+    params = make()
+    cap = reshard.Capture(
+        {n: (tuple(t.shape), t.dtype) for n, t in params.items()}, specs,
+        [{"src": "w", "ops": [], "param": "q" if how != "tied" else "embed",
+          "dest_offset": 0, "dest_shape": [4, 3], "dest_stride": [3, 1],
+          "dest_dtype": F32}])
+    with pytest.raises(reshard.InvalidArgument, match=names):
+        reshard.Receiver(file_dir, "loaders", cap, params, backend="cma",
+                         discover_timeout_s=1)
