@@ -1164,3 +1164,29 @@ def test_parameters_sharing_memory_are_refused_naming_both(file_dir, how):
     with pytest.raises(reshard.InvalidArgument, match=names):
         reshard.Receiver(file_dir, "loaders", cap, params, backend="cma",
                          discover_timeout_s=1)
+
+
+def test_more_view_spellings(file_dir):
+    def make():
+        return {"a": _param((2, 3)), "b": _param((3, 1, 4)),
+                "c": _param((4, 3)), "d": _param((1,)), "e": _param((0, 4)),
+                "f": _param((3, 4)), "g": _param((2, 2)),
+                "h": _param((4,)), "k": _param((1, 1))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        w, s = ws["w"], ws["s"]                     # [3, 4], []
+        params["a"].data.copy_(torch.narrow(w, -1, -3, 3)[-2:])
+        params["b"].data.copy_(w[:, None, :])
+        params["c"].data.copy_(torch.chunk(w.view(torch.Size([3, 4])),
+                                           1, -1)[0].swapaxes(0, 1)
+                               .narrow(1, 0, 3))
+        params["d"].data.copy_(s.view(1))
+        params["e"].data.copy_(torch.tensor_split(w, [2, 2])[1])
+        params["f"].data.copy_(w.squeeze(0).squeeze())
+        params["g"].data.copy_(w.movedim(0, 1)[2:, 1:3].moveaxis(1, 0))
+        params["h"].data.copy_(w[0].reshape(4)[None].view(-1)
+                               .unsqueeze(1).squeeze(-1).view(1, 4)
+                               .flatten().unflatten(0, (2, 2)).view(4))
+        params["k"].data.copy_(s.reshape(1, 1))
+    accepted(file_dir, make, load, {"w": ((3, 4), F32), "s": ((), F32)})
