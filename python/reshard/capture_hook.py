@@ -299,6 +299,8 @@ class Recorder:
         if isinstance(x, Placeholder) and name == "item":
             return self._item(x)
         if isinstance(x, Placeholder) and x._rs_ops is not None:
+            if name == "clone":
+                return self._clone(func, x, args, kwargs)
             if name in capture_ops.SINGLE or name in capture_ops.MULTI:
                 return self._view(name, func, x, args, kwargs)
             if name in IDENTITY:
@@ -413,6 +415,16 @@ class Recorder:
             return self._wrap_poisoned(result, [x])
         return make_placeholder(self, result, x._rs_srcs, PIECED,
                                 pieces=items, like=x)
+
+    def _clone(self, func, x, args, kwargs):
+        """`clone()`: a copy holding the same values, like a `contiguous`
+        that copies: the op chain (or pieces) stays, the loader sees the
+        clone's own strides."""
+        with torch._C.DisableTorchFunction():
+            result = func(*_unwrap(args), **_unwrap(kwargs))
+        return make_placeholder(self, result, x._rs_srcs, x._rs_ops,
+                                vmeta=x._rs_vmeta, pieces=x._rs_pieces,
+                                like=x)
 
     def _identity(self, name, func, x, args, kwargs):
         if name == "type" and any(

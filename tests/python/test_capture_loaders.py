@@ -803,18 +803,30 @@ def test_data_rebind_to_another_shape_or_dtype_is_refused(file_dir, how):
 
 # ---------------------------------------------------------------- clones, in-place
 
-def test_clone_is_refused(file_dir):
+def test_clone_moves_values_unchanged(file_dir):
+    """`clone()` keeps the values (as a copying `contiguous` does), also
+    of a transposed view, a cast and pieces; an in-place op on the clone
+    is an in-place op on the source (refused, test below)."""
     def make():
-        return {"p": _param((4,))}
+        return {"p": _param((4,)), "q": _param((3, 2), BF16),
+                "r": _param((6,)), "s": _param((2, 3))}
 
     def load(params, weights):
-        for _, w in weights:
-            params["p"].data.copy_(w.clone())
-    refused(file_dir, make, load, {"w": ((4,), F32)}, {"w": "op 'clone'"})
+        ws = dict(weights)
+        w, x = ws["w"], ws["x"]
+        params["p"].data.copy_(w.clone())
+        params["q"].data.copy_(x.t().clone().to(BF16))
+        params["r"].data.copy_(x.t().clone(
+            memory_format=torch.contiguous_format).view(-1))
+        with pytest.raises(RuntimeError, match="view size"):
+            x.t().clone().view(-1)              # as torch: strides kept
+        params["s"].data.copy_(x.detach().clone(
+            memory_format=torch.contiguous_format))
+    accepted(file_dir, make, load, {"w": ((4,), F32), "x": ((2, 3), F32)})
 
 
 @pytest.mark.parametrize("how", ["mul_", "iadd", "view_add_", "zero_",
-                                 "copy_into_source", "clamp_"])
+                                 "copy_into_source", "clamp_", "clone_add_"])
 def test_in_place_ops_on_sources_are_refused(file_dir, how):
     def make():
         return {"p": _param((4,)), "q": _param((4,))}
@@ -832,11 +844,14 @@ def test_in_place_ops_on_sources_are_refused(file_dir, how):
             w.zero_()
         elif how == "copy_into_source":
             w.copy_(torch.ones(4))
+        elif how == "clone_add_":
+            w = w.clone()
+            w[1:] += 1
         else:
             w.clamp_(min=0)
         params["p"].data.copy_(w)
         params["q"].data.copy_(x)
-    name = {"iadd": "add_", "view_add_": "add_",
+    name = {"iadd": "add_", "view_add_": "add_", "clone_add_": "add_",
             "copy_into_source": "copy_"}.get(how, how)
     refused(file_dir, make, load, {"w": ((4,), F32), "x": ((4,), F32)},
             {"w": f"op '{name}'"})
