@@ -682,6 +682,10 @@ class Recorder:
             value = 0
         const = _constant(value) if name in ("fill_", "zero_",
                                              "__setitem__") else None
+        if const is not None:
+            # A value the dtype cannot hold raises here as in the loader.
+            with torch._C.DisableTorchFunction():
+                torch.empty((), dtype=dst.dtype).fill_(const)
         region = self.attribute(dst)
         where = location()
         if region is None:

@@ -1205,3 +1205,45 @@ def test_more_view_spellings(file_dir):
                                .flatten().unflatten(0, (2, 2)).view(4))
         params["k"].data.copy_(s.reshape(1, 1))
     accepted(file_dir, make, load, {"w": ((3, 4), F32), "s": ((), F32)})
+
+
+# ---------------------------------------------------------------- fill values
+
+def test_fill_values_land_as_torch_fills_them(file_dir):
+    """Constants the library writes as fills: NaN, infinities, -0.0, a
+    double that rounds differently through f32, integers past 2^53, bool."""
+    tricky = 1 + 2 ** -8 + 2 ** -30
+
+    def make():
+        return {"f": _param((8,), F32), "b": _param((8,), BF16),
+                "h": _param((8,), F16), "i": _param((4,), torch.int64),
+                "m": _param((2,), torch.bool), "d": _param((4,),
+                                                           torch.float64),
+                "w": _param((2,), F32)}
+
+    def load(params, weights):
+        for k, v in enumerate([float("nan"), float("inf"), -float("inf"),
+                               -0.0, tricky, 1e-40, 0.1, 65500.0]):
+            for n in ("f", "b", "h"):
+                params[n].data[k] = v
+        params["i"].data[0] = 2 ** 62 + 1
+        params["i"].data[1] = -2 ** 63
+        params["i"].data[2:].fill_(2 ** 53 + 1)
+        params["m"].data.fill_(True)
+        params["d"].data.fill_(0.1)
+        params["d"].data[1] = tricky
+        params["d"].data[2] = -0.0
+        for _, w in weights:
+            params["w"].data.copy_(w)
+    accepted(file_dir, make, load, {"w": ((2,), F32)})
+
+
+def test_fill_torch_refuses_raises_in_capture_too():
+    def load(params, ws):
+        params["h"].data[0] = 70000.0
+    with pytest.raises(RuntimeError, match="overflow"):
+        load({"h": _param((2,), F16)}, None)
+    live = {"h": _param((2,), F16)}
+    with pytest.raises(RuntimeError, match="overflow"):
+        reshard.capture(sources={"w": ((1,), F32)}, params=live,
+                        load=lambda ws: load(live, ws))
