@@ -236,16 +236,25 @@ def _slice_op(dim, size, key):
 
 
 def _index_keys(key):
-    """The key of `x[key]` as a tuple; NotAView for advanced indexing."""
+    """The key of `x[key]` as a tuple, a 0-dim integer tensor holding data
+    (an expert id looked up in an expert map) as its int, which is how
+    torch indexes with it; NotAView for advanced indexing."""
     keys = key if isinstance(key, tuple) else (key,)
+    out = []
     for k in keys:
+        if isinstance(k, torch.Tensor) and k.dim() == 0 and not k.is_meta \
+                and not k.is_floating_point() and k.dtype != torch.bool \
+                and not hasattr(k, "_rs_srcs"):
+            with torch._C.DisableTorchFunction():
+                k = int(k.item())
         if k is None or k is Ellipsis or isinstance(k, slice):
+            out.append(k)
             continue
         if isinstance(k, bool) or isinstance(k, torch.Tensor) \
                 or isinstance(k, (list, tuple)):
             raise NotAView("indexes with a tensor, a list or a bool")
-        operator.index(k)
-    return keys
+        out.append(operator.index(k))
+    return tuple(out)
 
 
 def _getitem(x, args, kwargs):

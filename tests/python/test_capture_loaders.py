@@ -1247,3 +1247,104 @@ def test_fill_torch_refuses_raises_in_capture_too():
     with pytest.raises(RuntimeError, match="overflow"):
         reshard.capture(sources={"w": ((1,), F32)}, params=live,
                         load=lambda ws: load(live, ws))
+
+
+# ---------------------------------------------------------------- loader shapes
+
+@pytest.mark.parametrize("how", ["no_grad", "inference_mode", "grad_param",
+                                 "function_form", "non_blocking",
+                                 "ellipsis", "init_zeros", "to_kwargs"])
+def test_loader_contexts_and_call_forms(file_dir, how):
+    def make():
+        p = nn.Parameter(torch.empty(3, 4), requires_grad=(how ==
+                                                           "grad_param"))
+        return {"p": p, "z": _param((2,))}
+
+    def body(params, weights):
+        p = params["p"]
+        if how == "init_zeros":
+            nn.init.zeros_(params["z"])
+        for _, w in weights:
+            if how == "function_form":
+                torch.Tensor.copy_(p.data, torch.narrow(w, 0, 0, 3))
+            elif how == "non_blocking":
+                p.data.copy_(w[:3], non_blocking=True)
+            elif how == "ellipsis":
+                p.data[...] = w[:3, ...]
+            elif how == "to_kwargs":
+                p.data.copy_(w.to(device=p.device, dtype=p.dtype,
+                                  non_blocking=True)[:3])
+            else:
+                p.data.copy_(w[:3])
+
+    def load(params, weights):
+        if how == "no_grad":
+            with torch.no_grad():
+                body(params, weights)
+        elif how == "inference_mode":
+            with torch.inference_mode():
+                body(params, weights)
+        else:
+            body(params, weights)
+    accepted(file_dir, make, load, {"w": ((4, 4), F32)})
+
+
+def test_loader_that_raises_leaves_live_parameters_alone():
+    live = _sentinel({"p": _param((2,)), "q": _param((2,))})
+    before = _values(live)
+
+    def load(ws):
+        for name, w in ws:
+            live["p"].data.copy_(w)
+            live["q"].data.zero_()
+            raise KeyError(f"no parameter for {name}")
+    with pytest.raises(KeyError, match="no parameter for w"):
+        reshard.capture(sources={"w": ((2,), F32)}, params=live, load=load)
+    _assert_bits(before, _values(live))
+
+
+def test_value_query_caught_by_the_loader_still_stops_it():
+    live = _sentinel({"p": _param((2,))})
+
+    def load(ws):
+        for _, w in ws:
+            try:
+                skip = bool(w.abs().sum() == 0)
+            except Exception:
+                skip = False
+            if not skip:
+                live["p"].data.copy_(w)
+    with pytest.raises(reshard.InputError, match="'__bool__' at .*"
+                       + HERE.replace(".", r"\.")):
+        reshard.capture(sources={"w": ((2,), F32)}, params=live, load=load)
+
+
+def test_placeholder_kept_past_the_capture_is_refused():
+    kept = []
+    cap = reshard.capture(sources={"w": ((2,), F32)},
+                          params={"p": _param((2,))},
+                          load=lambda ws: kept.extend(w for _, w in ws))
+    assert cap.copies == []
+    with pytest.raises(RuntimeError, match="after its capture ended"):
+        kept[0].narrow(0, 0, 1)
+
+
+def test_stacked_experts_indexed_by_expert_ids_held_in_tensors(file_dir):
+    """An expert id looked up in an expert map (a 0-dim integer tensor)
+    indexes the stacked checkpoint as torch does, by select."""
+    expert_map = torch.tensor([-1, 0, -1, 1])
+
+    def make():
+        return {"w13": _param((2, 2 * I, H)), "e": _param((2, H))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        for g in range(E):
+            local = expert_map[g]
+            if local < 0:
+                continue
+            gid = torch.tensor(g)
+            params["w13"].data[local].copy_(ws["gate_up"][gid].t())
+            params["e"].data[local] = ws["bias"][gid, :, 0]
+    accepted(file_dir, make, load, {"gate_up": ((E, H, 2 * I), F32),
+                                    "bias": ((E, H, 2), F32)})
