@@ -531,6 +531,34 @@ def shared_text(who, a, b):
             f"parameter is installed whole, so pass only one of them")
 
 
+def _slots(model):
+    """Every parameter and buffer entry of the model's modules: (module,
+    table, key, tensor, full name), to find the ones a loader replaces."""
+    if model is None:
+        return []
+    out = []
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for table in ("_parameters", "_buffers"):
+            for key, t in getattr(module, table, {}).items():
+                full = f"{prefix}.{key}" if prefix else key
+                out.append((module, table, key, t, full))
+    return out
+
+
+def _restore(slots):
+    """Put back the entries a loader replaced (the live model keeps its
+    tensors); returns (full name, old tensor, new object) for each."""
+    changed = []
+    for module, table, key, t, full in slots:
+        entries = getattr(module, table)
+        new = entries.get(key)
+        if new is not t:
+            entries[key] = t
+            if t is not None:
+                changed.append((full, t, new))
+    return changed
+
+
 def capture(model=None, sources=None, load=None, *, params=None):
     """Run a loader over placeholders and return the Capture.
 
@@ -553,10 +581,13 @@ def capture(model=None, sources=None, load=None, *, params=None):
         model_tensors = list(model.parameters()) + list(model.buffers())
     rec = capture_hook.Recorder(tensors, model_tensors)
     weights = [(n, rec.placeholder(n, s, d)) for n, (s, d) in specs.items()]
+    slots = _slots(model)
     try:
         with capture_hook.WriteGuard(rec):
             load(iter(weights))
     finally:
+        for full, old, new in _restore(slots):
+            rec.replaced(full, old, new)
         rec.finish()
     if rec.stopped is not None:
         # Also when the loader caught it: what it did next may rest on a

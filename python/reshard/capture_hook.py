@@ -516,8 +516,8 @@ class Recorder:
         self._copy(name, dst, value)
         return result
 
-    def _copy(self, name, dst, ph):
-        src, where = ph._rs_srcs[0], location()
+    def _copy(self, name, dst, ph, where=None):
+        src, where = ph._rs_srcs[0], where or location()
         for s in ph._rs_srcs:
             self.written.add(s)
         region = self.attribute(dst)
@@ -610,23 +610,23 @@ class Recorder:
                     f"{capture_pieces.MAX_PIECES} copies")
         return out
 
-    def _rebind(self, args):
+    def _rebind(self, args, op="data.__set__", where=None):
         """`param.data = source`: a copy of the whole parameter when shape
         and dtype agree; the rebind itself is never performed."""
         dst, value = args[0], args[1]
         phs = placeholders_in((dst,), {})
         if phs or not isinstance(value, Placeholder):
             self._mark(phs + placeholders_in((value,), {}),
-                       "op 'data.__set__' on a source")
+                       f"op '{op}' on a source")
             return None
-        src, where = value._rs_srcs[0], location()
+        src, where = value._rs_srcs[0], where or location()
         region = self.attribute(dst)
         p = self.params.get(region[0]) if region is not None else None
         if p is None or region[1] != 0 or tuple(dst.shape) != tuple(p.shape):
             for s in value._rs_srcs:
                 self.written.add(s)
             self.unattributed_details.append(
-                f"'data.__set__' of source '{src}' at {where} rebinds a "
+                f"'{op}' of source '{src}' at {where} rebinds a "
                 f"tensor that is no captured parameter")
             return None
         if value._rs_ops is not None and (
@@ -635,12 +635,28 @@ class Recorder:
             self.written.update(value._rs_srcs)
             self.touched.setdefault(src, set()).add(region[0])
             self.unsupported.setdefault(
-                src, f"op 'data.__set__' rebinds parameter '{region[0]}' "
+                src, f"op '{op}' rebinds parameter '{region[0]}' "
                      f"({list(p.shape)} {name_of(p.dtype)}) to a "
                      f"{list(value.shape)} "
                      f"{_dtype_text(value._rs_raw.dtype)} tensor at {where}")
             return None
-        self._copy("data.__set__", dst, value)
+        self._copy(op, dst, value, where)
+        return None
+
+    def replaced(self, full, old, new):
+        """The loader replaced model tensor `old` (named `full`) by `new`
+        (`module.weight = nn.Parameter(w)`, `module._parameters[n] = ...`,
+        as transformers' meta-device loading does); capture() has put
+        `old` back. From a source it is `old.data = new`; else the
+        tensor's new values come from no source."""
+        where = (f"the end of the loader (model tensor '{full}' replaced "
+                 f"by another object)")
+        if isinstance(new, Placeholder):
+            return self._rebind((old, new), "replace", where)
+        self.unattributed_details.append(
+            f"the loader replaced model tensor '{full}' by "
+            f"{'nothing' if new is None else 'a tensor'} whose data comes "
+            f"from no source")
         return None
 
     def attribute(self, view, dtypes=None):

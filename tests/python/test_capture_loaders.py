@@ -1348,3 +1348,94 @@ def test_stacked_experts_indexed_by_expert_ids_held_in_tensors(file_dir):
             params["e"].data[local] = ws["bias"][gid, :, 0]
     accepted(file_dir, make, load, {"gate_up": ((E, H, 2 * I), F32),
                                     "bias": ((E, H, 2), F32)})
+
+
+# ---------------------------------------------------------------- replaced parameters
+
+class _Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 2)
+        self.b = nn.Linear(2, 4, bias=False)
+        self.register_buffer("inv_freq", torch.zeros(2))
+
+
+@pytest.mark.parametrize("how", ["setattr", "parameters_dict",
+                                 "load_state_dict", "cast"])
+def test_loaders_that_replace_parameter_objects(file_dir, how):
+    """transformers-style loading replaces a module's parameters
+    (`module.weight = nn.Parameter(w)`, `module._parameters[n] = ...`)
+    instead of copying into them: recorded as whole-parameter copies, and
+    the live model keeps its own parameter objects and bytes."""
+    specs = {"a.weight": ((2, 3), F32), "a.bias": ((2,), F32),
+             "b.weight": ((4, 2), BF16 if how == "cast" else F32)}
+
+    def load(model, weights):
+        if how == "load_state_dict":
+            model.load_state_dict(dict(weights), strict=False)
+            return
+        for name, w in weights:
+            mod_name, key = name.rsplit(".", 1)
+            module = model.get_submodule(mod_name)
+            if how == "cast":
+                w = w.to(torch.float32)
+            if how == "parameters_dict":
+                module._parameters[key] = nn.Parameter(w, requires_grad=False)
+            else:
+                setattr(module, key, nn.Parameter(w, requires_grad=False))
+
+    def fresh():
+        torch.manual_seed(0)
+        m = _Tiny()
+        _sentinel(dict(m.named_parameters()))
+        return m
+    weights = _weights(specs, 1)
+    truth_model = fresh()
+    with torch.no_grad():
+        load(truth_model, iter(weights.items()))
+    truth = _values(dict(truth_model.named_parameters()))
+
+    live = fresh()
+    objects = dict(live.named_parameters())
+    before = _values(objects)
+    cap = reshard.capture(live, specs,
+                          load=lambda ws: load(live, ws))
+    assert dict(live.named_parameters()) == objects
+    assert all(type(p) is nn.Parameter for p in live.parameters())
+    _assert_bits(before, _values(dict(live.named_parameters())))
+    assert cap.refusal() is None and len(cap.copies) == 3, cap
+    out = _values(dict(fresh().named_parameters()))
+    cap.replay(weights, out)
+    _assert_bits(truth, out)
+    target = fresh()
+    params = {n: p.data for n, p in target.named_parameters()}
+    pub = reshard.Publisher(file_dir, "loaders", 0, 1, backend="cma")
+    try:
+        for name in cap.sources:
+            pub.register(name, weights[name].contiguous())
+        pub.publish(1)
+        with reshard.Receiver(file_dir, "loaders", cap, params,
+                              backend="cma", discover_timeout_s=20) as r:
+            r.pull(1)
+    finally:
+        pub.close()
+    _assert_bits(truth, _values(dict(target.named_parameters())))
+
+
+def test_replacing_with_another_shape_or_from_no_source():
+    specs = {"a.weight": ((3, 2), F32)}
+
+    def load(model, weights):
+        for name, w in weights:
+            model.a.weight = nn.Parameter(w)
+        model.a.bias = nn.Parameter(torch.ones(2))
+        model.inv_freq = torch.arange(2.0)
+    live = _Tiny()
+    cap = reshard.capture(live, specs, load=lambda ws: load(live, ws))
+    assert "op 'replace' rebinds parameter 'a.weight' ([2, 3] f32) to a " \
+        "[3, 2] f32 tensor" in cap.unsupported["a.weight"]
+    details = "\n".join(cap.unattributed_details)
+    assert "replaced model tensor 'a.bias'" in details
+    assert "replaced model tensor 'inv_freq'" in details
+    assert type(live.a.weight) is nn.Parameter and live.a.weight.shape == (2, 3)
+    assert torch.equal(live.inv_freq, torch.zeros(2))
