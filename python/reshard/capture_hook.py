@@ -517,6 +517,7 @@ class Recorder:
         return result
 
     def _copy(self, name, dst, ph, where=None):
+        _no_internal_overlap(dst)
         src, where = ph._rs_srcs[0], where or location()
         for s in ph._rs_srcs:
             self.written.add(s)
@@ -698,6 +699,7 @@ class Recorder:
             value = 0
         const = _constant(value) if name in ("fill_", "zero_",
                                              "__setitem__") else None
+        _no_internal_overlap(dst)
         if const is not None:
             # A value the dtype cannot hold raises here as in the loader.
             with torch._C.DisableTorchFunction():
@@ -758,6 +760,17 @@ class Recorder:
         """{unsupported source: sorted parameters it would write}."""
         return {src: sorted(self.touched.get(src, ()))
                 for src in self.unsupported}
+
+
+def _no_internal_overlap(dst):
+    """Raise as torch's in-place writes do into a tensor whose elements
+    share memory (an `expand`ed view of a parameter)."""
+    with torch._C.DisableTorchFunction():
+        if torch._debug_has_internal_overlap(dst) == 1:
+            raise RuntimeError(
+                "unsupported operation: more than one element of the "
+                "written-to tensor refers to a single memory location. "
+                "Please clone() the tensor before performing the operation.")
 
 
 def shared_memory(tensors):

@@ -1439,3 +1439,37 @@ def test_replacing_with_another_shape_or_from_no_source():
     assert "replaced model tensor 'inv_freq'" in details
     assert type(live.a.weight) is nn.Parameter and live.a.weight.shape == (2, 3)
     assert torch.equal(live.inv_freq, torch.zeros(2))
+
+
+def test_writes_through_transposed_and_stepped_views_of_parameters(file_dir):
+    def make():
+        return {"p": _param((4, 3)), "q": _param((12,)), "r": _param((2, 3, 4))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        params["p"].data.t().copy_(ws["w"])
+        params["q"].data.view(4, 3)[:, 1].copy_(ws["x"])
+        params["q"].data[0::3] = ws["y"]
+        params["q"].data[2::3].fill_(1.0)
+        params["r"].data.permute(2, 0, 1)[1:3].copy_(ws["z"])
+        params["r"].data.permute(2, 0, 1)[0].fill_(0)
+        params["r"].data.permute(2, 0, 1)[3].zero_()
+    accepted(file_dir, make, load,
+             {"w": ((3, 4), F32), "x": ((4,), F32), "y": ((4,), F32),
+              "z": ((2, 2, 3), F32)})
+
+
+@pytest.mark.parametrize("how", ["copy_", "fill_"])
+def test_write_into_an_expanded_parameter_view_raises_as_torch(how):
+    """Before, capture recorded a copy with a 0 destination stride the
+    loader never made (torch raises)."""
+    def load(params, weights):
+        for _, w in weights:
+            dst = params["p"].data[:1].expand(3, 2)
+            dst.copy_(w) if how == "copy_" else dst.fill_(0)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        load({"p": _param((3, 2))}, [("w", torch.zeros(3, 2))])
+    live = {"p": _param((3, 2))}
+    with pytest.raises(RuntimeError, match="single memory location"):
+        reshard.capture(sources={"w": ((3, 2), F32)}, params=live,
+                        load=lambda ws: load(live, ws))
