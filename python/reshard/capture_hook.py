@@ -699,7 +699,6 @@ class Recorder:
             value = 0
         const = _constant(value) if name in ("fill_", "zero_",
                                              "__setitem__") else None
-        _no_internal_overlap(dst)
         if const is not None:
             # A value the dtype cannot hold raises here as in the loader.
             with torch._C.DisableTorchFunction():
@@ -715,9 +714,12 @@ class Recorder:
                 f"'{name}' at {where} writes into parameter '{region[0]}' "
                 f"data that comes from no source")
         else:
+            # torch fills an expanded view (elements sharing memory): the
+            # dims of stride 0 write one element each.
             self.fills.append({
                 "param": region[0], "dest_offset": region[1],
-                "dest_shape": list(dst.shape),
+                "dest_shape": [1 if st == 0 else n for n, st in
+                               zip(dst.shape, dst.stride())],
                 "dest_stride": list(region[2]), "value": const,
                 "at": len(self.copies), "_where": f"'{name}' at {where}"})
         return None if name == "__setitem__" else args[0]
