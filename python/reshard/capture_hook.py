@@ -107,6 +107,12 @@ VALUE_QUERIES = {
     "tolist", "numpy", "equal", "allclose", "is_nonzero", "__array__",
     "__contains__"}
 
+# Factories that read only their first argument's metadata.
+LIKE_FACTORIES = {
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like",
+    "randn_like", "randint_like", "new_empty", "new_zeros", "new_ones",
+    "new_full", "new_empty_strided"}
+
 _NOT_WRITES = {"requires_grad_", "retain_grad", "share_memory_", "rename_"}
 
 
@@ -288,6 +294,12 @@ class Recorder:
                 f"at {location()}")
         if name in VALUE_QUERIES:
             return self._value_query(name, args, kwargs)
+        if name in LIKE_FACTORIES and isinstance(args[0], Placeholder) \
+                and not placeholders_in(args[1:], kwargs):
+            # Only the source's shape and dtype are read: a new tensor
+            # whose values come from no source.
+            with torch._C.DisableTorchFunction():
+                return func(*_unwrap(args), **_unwrap(kwargs))
         if name == "data.__set__":
             return self._rebind(args)
         if name in ("copy_", "__setitem__", "fill_") and args \

@@ -1483,3 +1483,56 @@ def test_copy_into_an_expanded_parameter_view_raises_as_torch():
     with pytest.raises(RuntimeError, match="single memory location"):
         reshard.capture(sources={"w": ((3, 2), F32)}, params=live,
                         load=lambda ws: load(live, ws))
+
+
+@pytest.mark.parametrize("tp,rank", [(1, 0), (2, 1)])
+def test_megatron_grouped_qkv_split_into_q_k_v(file_dir, tp, rank):
+    """A Megatron linear_qkv [groups * (q_per_group + 2) * d, H] (each
+    query group's q heads, then its k and v) split back into q, k and v
+    (copying reshapes of strided views) and narrowed per rank."""
+    groups, qpg, d, H = 2, 2, 2, 3
+    per = groups // tp
+
+    def make():
+        return {"q": _param((per * qpg * d, H), BF16),
+                "k": _param((per * d, H), BF16),
+                "v": _param((per * d, H), BF16)}
+
+    def load(params, weights):
+        for _, w in weights:
+            g = w.view(groups, qpg + 2, d, H)
+            q = g[:, :qpg].reshape(-1, H)
+            k = g[:, qpg].reshape(-1, H)
+            v = g[:, qpg + 1:].reshape(-1, H)
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                n = params[name].shape[0]
+                params[name].data.copy_(t.narrow(0, rank * n, n))
+    accepted(file_dir, make, load,
+             {"linear_qkv.weight": ((groups * (qpg + 2) * d, H), BF16)})
+
+
+def test_factories_that_read_only_a_sources_shape(file_dir):
+    """`torch.zeros_like(w)`, `w.new_zeros(...)`: tensors of the source's
+    shape and dtype whose values come from no source (before, the source
+    was refused). Written into a parameter they are unattributed."""
+    def make():
+        return {"p": _param((4,)), "b": _param((6,))}
+
+    def load(params, weights):
+        for _, w in weights:
+            scratch = torch.zeros_like(w)
+            extra = w.new_zeros((2,))
+            assert scratch.shape == w.shape and extra.shape == (2,)
+            assert torch.empty_like(w, dtype=F16).dtype == F16
+            params["p"].data.copy_(w)
+            params["b"].data[:4].copy_(w)
+            params["b"].data[4:].zero_()
+    accepted(file_dir, make, load, {"w": ((4,), F32)})
+
+    def load2(params, weights):
+        for _, w in weights:
+            params["p"].data.copy_(torch.ones_like(w))
+    run = Run(make, load2, {"w": ((4,), F32)})
+    cap = run.capture()
+    assert cap.unsupported == {} and cap.unattributed == 1
+    assert "comes from no source" in cap.unattributed_details[0]
