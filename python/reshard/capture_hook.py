@@ -544,6 +544,14 @@ class Recorder:
             return
         shape, dshape = tuple(ph._rs_raw.shape), tuple(dst.shape)
         stride = list(dst.stride())
+        if shape != dshape and name == "copy_":
+            # copy_ raises where its destination is not the broadcast
+            # shape (a [1] source into a 0-dim parameter), as torch does.
+            full = tuple(torch.broadcast_shapes(shape, dshape))
+            if full != dshape:
+                raise RuntimeError(
+                    f"output with shape {list(dshape)} doesn't match the "
+                    f"broadcast shape {list(full)}")
         if shape != dshape:
             if ph._rs_raw.numel() != 1 or dst.numel() != 1:
                 torch.broadcast_shapes(shape, dshape)   # raise like torch

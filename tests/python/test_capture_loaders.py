@@ -701,6 +701,32 @@ def test_scalars(file_dir, how):
     accepted(file_dir, make, load, {"w": (shape, dtype)})
 
 
+@pytest.mark.parametrize("how", ["copy_", "setitem"])
+def test_one_element_into_a_0_dim_parameter(file_dir, how):
+    """copy_ of a [1] source into a 0-dim parameter raises in torch (and
+    now in capture, which recorded it); `param[...] = w` strips the
+    leading 1 and writes it."""
+    def make():
+        return {"s": _param(())}
+
+    def load(params, weights):
+        for _, w in weights:
+            if how == "copy_":
+                params["s"].data.copy_(w)
+            else:
+                params["s"].data[...] = w
+    specs = {"w": ((1,), F32)}
+    if how == "setitem":
+        accepted(file_dir, make, load, specs)
+        return
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast"):
+        Run(make, load, specs)
+    live = make()
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast"):
+        reshard.capture(sources=specs, params=live,
+                        load=lambda ws: load(live, ws))
+
+
 @pytest.mark.parametrize("how", ["float", "int", "tolist", "equal",
                                  "sum_gt", "any", "allclose", "bool_eq",
                                  "item_cmp", "numpy", "index", "mask"])
