@@ -883,6 +883,14 @@ def cast_refusal(src_dtype, dest_dtype):
     """Why the library cannot cast a source of `src_dtype` into a
     parameter of `dest_dtype` (copy_ would: integers wrap, floats
     truncate), or None."""
+    if src_dtype == torch.float64 and dest_dtype in (torch.bfloat16,
+                                                     torch.float16):
+        # torch converts f64 to these through f32 (rounding twice), the
+        # library rounds once: their bytes differ (1 + 2^-8 + 2^-30 is
+        # 1.0 in torch's bf16, 1.0078125 in the library's).
+        return (f"casts f64 to {_dtype_text(dest_dtype)}, which torch "
+                f"rounds through f32 and the library rounds once (their "
+                f"bytes differ)")
     if src_dtype == dest_dtype or (
             _float_like(src_dtype) and _float_like(dest_dtype)):
         return None

@@ -1562,3 +1562,33 @@ def test_factories_that_read_only_a_sources_shape(file_dir):
     cap = run.capture()
     assert cap.unsupported == {} and cap.unattributed == 1
     assert "comes from no source" in cap.unattributed_details[0]
+
+
+@pytest.mark.parametrize("dst", [BF16, F16, F32])
+def test_f64_sources_cast_as_torch_casts_them(file_dir, dst):
+    """f64 into bf16 / f16 parameters, by copy_ or a fill of .item():
+    torch rounds through f32 (1 + 2^-8 + 2^-30 becomes 1.0 in bf16), the
+    library rounds once (1.0078125), so capture refuses these casts;
+    f64 into f32 is one rounding in both and is accepted."""
+    vals = [1 + 2 ** -8 + 2 ** -30, 1 + 2 ** -11 + 2 ** -40, 0.1, -0.0,
+            1e-300, 1e300, 3 * 2 ** -26 + 2 ** -60, 65519.99999]
+    w = torch.tensor(vals, dtype=torch.float64)
+
+    def make():
+        return {"p": _param((8,), dst), "s": _param((), dst)}
+
+    def load(params, weights):
+        for name, t in weights:
+            if name == "w":
+                params["p"].data.copy_(t)
+            else:
+                params["s"].data.fill_(t.item())
+    specs = {"w": ((8,), torch.float64), "x": ((), torch.float64)}
+    weights = {"w": w, "x": w[0].clone()}
+    if dst == F32:
+        accepted(file_dir, make, load, specs, weights=weights)
+        return
+    name = reshard.dtypes.name_of(dst)
+    refused(file_dir, make, load, specs,
+            {s: f"casts f64 to {name}, which torch rounds through f32"
+             for s in specs}, weights=weights)
