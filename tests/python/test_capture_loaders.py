@@ -1592,3 +1592,25 @@ def test_f64_sources_cast_as_torch_casts_them(file_dir, dst):
     refused(file_dir, make, load, specs,
             {s: f"casts f64 to {name}, which torch rounds through f32"
              for s in specs}, weights=weights)
+
+
+def test_bf16_to_f16_and_back_on_every_bf16_exponent(file_dir):
+    """bf16 -> f16 rounds (subnormals, overflow to inf) and f16 -> bf16
+    rounds: every finite bf16 exponent with a few mantissas."""
+    bits = torch.tensor([(e << 7) | m for e in range(0, 255)
+                         for m in (0, 1, 0x3f, 0x40, 0x41, 0x7f)],
+                        dtype=torch.int32)
+    bits = torch.cat([bits, bits | 0x8000]).to(torch.int16)
+    w = bits.view(BF16)
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0)).half()
+
+    def make():
+        return {"h": _param(w.shape, F16), "b": _param(x.shape, BF16)}
+
+    def load(params, weights):
+        ws = dict(weights)
+        params["h"].data.copy_(ws["w"])
+        params["b"].data.copy_(ws["x"])
+    accepted(file_dir, make, load, {"w": (tuple(w.shape), BF16),
+                                    "x": (tuple(x.shape), F16)},
+             weights={"w": w, "x": x})
