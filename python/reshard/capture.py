@@ -576,9 +576,10 @@ def capture(model=None, sources=None, load=None, *, params=None):
         if load is None:
             raise InvalidArgument("capture: model has no load_weights; "
                                   "pass load=")
-    model_tensors = []
+    model_tensors = {}
     if model is not None:
-        model_tensors = list(model.parameters()) + list(model.buffers())
+        model_tensors = dict(model.named_parameters())
+        model_tensors.update(model.named_buffers())
     rec = capture_hook.Recorder(tensors, model_tensors)
     weights = [(n, rec.placeholder(n, s, d)) for n, (s, d) in specs.items()]
     slots = _slots(model)

@@ -249,7 +249,11 @@ class Recorder:
         # Storages no write may reach: the params and whatever else the
         # model holds (parameters left out of `params`, buffers).
         self.protected = set(self.by_storage)
-        self.protected.update(storage_key(t) for t in protected)
+        # protected: tensors, or {name: tensor} (named in messages)
+        named = protected if isinstance(protected, dict) else {}
+        self.model_names = {storage_key(t): n for n, t in named.items()}
+        self.protected.update(storage_key(t) for t in (
+            named.values() if named else protected))
         self.copies, self.fills = [], []
         self.unsupported = {}                 # src -> reason
         self.unattributed_details = []
@@ -567,7 +571,7 @@ class Recorder:
         if region is None:
             self.unattributed_details.append(
                 f"'{name}' of source '{src}' at {where} writes "
-                f"{list(dshape)} into a tensor that is no parameter")
+                f"{list(dshape)} into {self.not_a_param(dst)}")
             return
         param, offset, pstride = region
         if dshape == tuple(dst.shape):
@@ -703,6 +707,15 @@ class Recorder:
                     return (name,) + region
         return None
 
+    def not_a_param(self, t):
+        """How a message names a written tensor that is no captured
+        parameter (a model buffer, a parameter left out of params=)."""
+        name = self.model_names.get(storage_key(t))
+        if name is None:
+            return "a tensor that is no parameter"
+        return (f"model tensor '{name}', which is no captured parameter "
+                f"(pass it in params= to move it)")
+
     def owns(self, t):
         return isinstance(t, torch.Tensor) and \
             storage_key(t) in self.protected
@@ -727,8 +740,8 @@ class Recorder:
         where = location()
         if region is None:
             self.unattributed_details.append(
-                f"'{name}' at {where} writes {list(dst.shape)} into a model "
-                f"tensor that is no captured parameter")
+                f"'{name}' at {where} writes {list(dst.shape)} into "
+                f"{self.not_a_param(dst)}")
         elif const is None:
             self.unattributed_details.append(
                 f"'{name}' at {where} writes into parameter '{region[0]}' "

@@ -1614,3 +1614,50 @@ def test_bf16_to_f16_and_back_on_every_bf16_exponent(file_dir):
     accepted(file_dir, make, load, {"w": (tuple(w.shape), BF16),
                                     "x": (tuple(x.shape), F16)},
              weights={"w": w, "x": x})
+
+
+def test_vocab_rank_holding_only_padding(file_dir):
+    """The last rank of a padded vocabulary holds no real row: its loader
+    copies an empty narrow and zeroes everything."""
+    vocab, tp, rank, per, hidden = 5, 4, 3, 2, 3
+
+    def make():
+        return {"embed": _param((per, hidden), BF16)}
+
+    def load(params, weights):
+        for _, w in weights:
+            start = min(rank * per, vocab)
+            end = min(start + per, vocab)
+            w = w.narrow(0, start, end - start)
+            params["embed"].data[:w.shape[0]].copy_(w)
+            params["embed"].data[w.shape[0]:].fill_(0)
+    accepted(file_dir, make, load, {"embed": ((vocab, hidden), BF16)})
+
+
+def test_write_into_a_buffer_names_it(file_dir):
+    """A source copied into a model buffer (not among the captured
+    parameters) is unattributed, naming the buffer; passed in params= it
+    moves."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = _param((2,))
+            self.register_buffer("inv_freq", torch.zeros(3))
+
+    def load(model, weights):
+        for name, w in weights:
+            if name == "inv_freq":
+                model.inv_freq.copy_(w)
+            else:
+                model.w.data.copy_(w)
+    specs = {"w": ((2,), F32), "inv_freq": ((3,), F32)}
+    m = M()
+    cap = reshard.capture(m, specs, load=lambda ws: load(m, ws))
+    assert cap.unattributed == 1
+    assert "model tensor 'inv_freq', which is no captured parameter " \
+        "(pass it in params= to move it)" in cap.unattributed_details[0]
+    assert torch.equal(m.inv_freq, torch.zeros(3))
+    params = {"w": m.w, "inv_freq": m.inv_freq}
+    cap = reshard.capture(m, specs, load=lambda ws: load(m, ws),
+                          params=params)
+    assert cap.refusal() is None and len(cap.copies) == 2
