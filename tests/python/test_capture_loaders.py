@@ -1661,3 +1661,18 @@ def test_write_into_a_buffer_names_it(file_dir):
     cap = reshard.capture(m, specs, load=lambda ws: load(m, ws),
                           params=params)
     assert cap.refusal() is None and len(cap.copies) == 2
+
+
+def test_ravel_and_split_with_sizes(file_dir):
+    def make():
+        return {"a": _param((12,)), "b": _param((12,)), "c": _param((1, 4)),
+                "d": _param((2, 4))}
+
+    def load(params, weights):
+        for _, w in weights:                        # [3, 4]
+            params["a"].data.copy_(w.ravel())
+            params["b"].data.copy_(torch.ravel(w.t()))       # copies
+            c, d = w.split_with_sizes([1, 2])
+            params["c"].data.copy_(c)
+            params["d"].data.copy_(d)
+    accepted(file_dir, make, load, {"w": ((3, 4), F32)})
