@@ -153,7 +153,7 @@ PIECED = "pieced"      # _rs_ops of a placeholder held as pieces
 
 
 def make_placeholder(rec, raw, srcs, ops, *, vmeta=None, pieces=None,
-                     like=None):
+                     like=None, why=None):
     """A placeholder of meta tensor `raw`; `like` passes on the cast of
     the placeholder it derives from."""
     with torch._C.DisableTorchFunction():
@@ -164,6 +164,7 @@ def make_placeholder(rec, raw, srcs, ops, *, vmeta=None, pieces=None,
     ph._rs_pieces = pieces
     ph._rs_cast = getattr(like, "_rs_cast", None)
     ph._rs_cast_at = getattr(like, "_rs_cast_at", None)
+    ph._rs_why = why          # poisoned (ops None): why, marked when written
     return ph
 
 
@@ -265,6 +266,7 @@ class Recorder:
         self.source_meta = {}                 # src -> meta of the full source
         self.touched = {}                     # src -> params it writes into
         self.stopped = None                   # why a value query stopped it
+        self.poison_only = set()              # srcs read by refused ops
         self.writes = 0                       # loader writes recorded
         self.closed = False
 
@@ -346,7 +348,8 @@ class Recorder:
                                f"cannot be converted to Scalar")
         out = capture_pieces.meta_of((), raw.dtype)
         if x._rs_ops is None:
-            return make_placeholder(self, out, x._rs_srcs, None)
+            return make_placeholder(self, out, x._rs_srcs, None,
+                                    why=x._rs_why)
         sel = [["select", 0, 0]] * raw.dim()
         ops = (x._rs_pieces[0][2] if is_pieced(x) else x._rs_ops) + sel
         self.viewed.setdefault(x._rs_srcs[0], f"'item' at {location()}")
@@ -475,32 +478,40 @@ class Recorder:
                 self.unsupported.setdefault(src, f"{why} at {where}")
 
     def _unsupported(self, name, func, args, kwargs, why):
-        """Record the sources as unsupported and return something the
-        loader can keep working with."""
+        """Return something the loader can keep working with: a poisoned
+        placeholder that makes its sources unsupported once it is written
+        somewhere (arithmetic whose result is only logged or dropped
+        refuses nothing); an in-place op on a source marks it now."""
         phs = placeholders_in(args, kwargs)
-        self._mark(phs, why)
         if is_write(name) and isinstance(args[0], Placeholder):
             # The source's own values change: poison that object in place.
+            self._mark(phs, why)
             args[0]._rs_ops = None
             return args[0] if name != "__setitem__" else None
+        why = next((p._rs_why for p in phs if p._rs_why is not None),
+                   f"{why} at {location()}")
+        self.poison_only.update(s for p in phs for s in p._rs_srcs)
         try:
             with torch._C.DisableTorchFunction():
                 result = func(*_to_meta(args), **_to_meta(kwargs))
         except Exception:
-            return _fallback(name, phs[0], self)
-        return self._wrap_poisoned(result, phs)
+            return make_placeholder(self, phs[0]._rs_raw, phs[0]._rs_srcs,
+                                    None, why=why)
+        return self._wrap_poisoned(result, phs, why)
 
     def _poison(self, name, args, kwargs, result, why):
         phs = placeholders_in(args, kwargs)
         self._mark(phs, why)
         return self._wrap_poisoned(result, phs)
 
-    def _wrap_poisoned(self, result, phs):
+    def _wrap_poisoned(self, result, phs, why=None):
         srcs = tuple(dict.fromkeys(s for p in phs for s in p._rs_srcs))
         if isinstance(result, torch.Tensor):
-            return make_placeholder(self, _meta_like(result), srcs, None)
+            return make_placeholder(self, _meta_like(result), srcs, None,
+                                    why=why)
         if isinstance(result, (tuple, list)):
-            return type(result)(self._wrap_poisoned(r, phs) for r in result)
+            return type(result)(self._wrap_poisoned(r, phs, why)
+                                for r in result)
         return result
 
     # ------------------------------------------------------------ writes
@@ -542,6 +553,9 @@ class Recorder:
             for s in ph._rs_srcs:
                 self.touched.setdefault(s, set()).add(region[0])
         if ph._rs_ops is None:
+            if ph._rs_why is not None:
+                for s in ph._rs_srcs:
+                    self.unsupported.setdefault(s, ph._rs_why)
             return
         if getattr(ph, "_rs_quant", None) is not None:
             self.quant.copied(name, dst, ph, where)
@@ -786,7 +800,8 @@ class Recorder:
             item.pop("_where", None)
             item.pop("_write", None)
         for src, where in self.viewed.items():
-            if src not in self.written and src not in self.unsupported:
+            if src not in self.written and src not in self.unsupported \
+                    and src not in self.poison_only:
                 self.unattributed_details.append(
                     f"source '{src}' was viewed ({where}) but never "
                     f"written into a parameter")
@@ -943,13 +958,6 @@ def _meta_like(t):
     with torch._C.DisableTorchFunction():
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
                                    device="meta")
-
-
-def _fallback(name, ph, rec):
-    """What an unsupported call that meta tensors cannot compute returns:
-    a poisoned copy of the first placeholder (calls that would answer with
-    the data never get here: they stop the capture)."""
-    return make_placeholder(rec, ph._rs_raw, ph._rs_srcs, None)
 
 
 def _dtype_text(dtype):

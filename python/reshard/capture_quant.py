@@ -172,8 +172,8 @@ class QuantRecorder:
                                 "(the library quantizes the source itself)")
             x = make(self.rec, x._rs_raw, x._rs_srcs, None)
         if x._rs_ops is None:
-            return (make(self.rec, q_raw, x._rs_srcs, None),
-                    make(self.rec, s_raw, x._rs_srcs, None))
+            return (make(self.rec, q_raw, x._rs_srcs, None, why=x._rs_why),
+                    make(self.rec, s_raw, x._rs_srcs, None, why=x._rs_why))
         src, where = x._rs_srcs[0], capture_hook.location()
         try:
             spec = quant_spec(x._rs_ops, self.rec.source_shapes[src], scheme,

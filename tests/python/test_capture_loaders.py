@@ -1676,3 +1676,35 @@ def test_ravel_and_split_with_sizes(file_dir):
             params["c"].data.copy_(c)
             params["d"].data.copy_(d)
     accepted(file_dir, make, load, {"w": ((3, 4), F32)})
+
+
+def test_arithmetic_whose_result_is_never_written_refuses_nothing(
+        file_dir, tmp_path):
+    """A loader that computes from a source only to log or drop the
+    result (`w.float().norm()`, `w[0].abs()` in a debug message) still
+    moves the source unchanged; written anywhere, the result refuses it
+    with the op that made it."""
+    logged = []
+
+    def make():
+        return {"p": _param((3, 2)), "q": _param((2,))}
+
+    def load(params, weights):
+        ws = dict(weights)
+        w, x = ws["w"], ws["x"]
+        logged.append(f"w norm {w.float().norm()} row0 {w[0].abs()}")
+        stats = (x * 2, x.mean())
+        del stats
+        params["p"].data.copy_(w)
+        params["q"].data.copy_(x)
+    accepted(file_dir, make, load, {"w": ((3, 2), F32), "x": ((2,), F32)})
+    assert logged and "Placeholder" in logged[-1]
+
+    def load2(params, weights):
+        ws = dict(weights)
+        doubled = ws["x"] * 2
+        params["p"].data.copy_(ws["w"])
+        params["q"].data.copy_(doubled[:2])
+    (tmp_path / "d2").mkdir()
+    refused(f"file:{tmp_path / 'd2'}", make, load2,
+            {"w": ((3, 2), F32), "x": ((2,), F32)}, {"x": "op 'mul'"})
