@@ -798,7 +798,8 @@ def test_metadata_questions_are_answered(file_dir):
 def test_data_rebind_of_views_and_casts(file_dir):
     def make():
         return {"a": _param((3, 2), BF16), "b": _param((2,), F32),
-                "c": _param((2, 3), F32)}
+                "c": _param((2, 3), F32), "d": _param((3, 2), F32),
+                "e": _param((6,), F32)}
 
     def load(params, weights):
         for name, w in weights:
@@ -807,10 +808,15 @@ def test_data_rebind_of_views_and_casts(file_dir):
                 p.data = w.t().to(p.dtype)
             elif name == "b":
                 p.data = w[1]
+            elif name == "d":
+                p.data = w.t().contiguous()
+            elif name == "e":
+                p.data = w.t().reshape(6)
             else:
                 p.data = w
     accepted(file_dir, make, load, {"a": ((2, 3), F32), "b": ((2, 2), F32),
-                                    "c": ((2, 3), F32)})
+                                    "c": ((2, 3), F32), "d": ((2, 3), F32),
+                                    "e": ((2, 3), F32)})
 
 
 @pytest.mark.parametrize("how", ["shape", "dtype"])
