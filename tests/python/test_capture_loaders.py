@@ -1714,3 +1714,70 @@ def test_arithmetic_whose_result_is_never_written_refuses_nothing(
     (tmp_path / "d2").mkdir()
     refused(f"file:{tmp_path / 'd2'}", make, load2,
             {"w": ((3, 2), F32), "x": ((2,), F32)}, {"x": "op 'mul'"})
+
+
+def _random_chain(w, rng):
+    """A seeded chain of view-keeping ops (narrow, transpose, reshape,
+    flatten, stepped slice, unsqueeze, permute, contiguous): the same
+    calls on a real tensor and on a placeholder."""
+    for _ in range(rng.randint(1, 5)):
+        r, d = rng.random(), w.dim()
+        if d == 0:
+            break
+        dim = rng.randrange(d)
+        n = w.shape[dim]
+        if r < 0.2 and n > 1:
+            a = rng.randrange(n)
+            w = w.narrow(dim, a, rng.randint(1, n - a))
+        elif r < 0.35 and d >= 2:
+            w = w.transpose(dim, rng.randrange(d))
+        elif r < 0.5:
+            numel = w.numel()
+            f = rng.choice([f for f in range(1, numel + 1) if numel % f == 0])
+            w = w.reshape(f, numel // f)
+        elif r < 0.6:
+            w = w.flatten()
+        elif r < 0.7 and n > 1:
+            key = [slice(None)] * d
+            key[dim] = slice(rng.randrange(n), None, rng.randint(1, 3))
+            w = w[tuple(key)]
+        elif r < 0.8:
+            w = w.unsqueeze(rng.randint(0, d))
+        elif r < 0.9 and d >= 2:
+            perm = list(range(d))
+            rng.shuffle(perm)
+            w = w.permute(perm)
+        else:
+            w = w.contiguous()
+    return w
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_view_chains_install_through_the_library(file_dir, seed):
+    """Chains that regroup dims in every way torch allows: capture never
+    records a view the library cannot read (before, some were refused
+    at the pull)."""
+    import random
+    rng = random.Random(seed)
+    shapes = [tuple(rng.randint(1, 5) for _ in range(rng.randint(1, 4)))
+              for _ in range(40)]
+    specs = {f"w{i}": (s, F32) for i, s in enumerate(shapes)}
+    weights = {n: torch.arange(1.0, 1.0 + torch.Size(s).numel()).view(s)
+               for n, (s, _) in specs.items()}
+    states = {}
+    out_shapes = {}
+    for n in specs:
+        states[n] = rng.getstate()
+        out_shapes[n] = tuple(_random_chain(weights[n], rng).shape)
+        rng.setstate(states[n])
+        _random_chain(weights[n], rng)
+
+    def make():
+        return {f"p_{n}": _param(out_shapes[n]) for n in specs}
+
+    def load(params, ws):
+        for n, w in ws:
+            local = random.Random()
+            local.setstate(states[n])
+            params[f"p_{n}"].data.copy_(_random_chain(w, local))
+    accepted(file_dir, make, load, specs, weights=weights)
