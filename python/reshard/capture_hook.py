@@ -588,8 +588,9 @@ class Recorder:
                 f"{list(dshape)} into {self.not_a_param(dst)}")
             return
         param, offset, pstride = region
-        if dshape == tuple(dst.shape):
-            stride = pstride
+        one = dshape != tuple(dst.shape)       # one element, source's shape
+        if offset is None and one:
+            offset, pstride = 0, stride        # cannot happen: one element
         pdtype = self.params[param].dtype
         if ph._rs_cast is not None and ph._rs_cast != pdtype:
             self.unsupported.setdefault(
@@ -612,15 +613,59 @@ class Recorder:
                 src, f"op '{name}' into parameter '{param}' at {where} "
                      f"reads a view the library cannot read as boxes: {e}")
             return
+        if one:
+            regions = [(offset + sum(a * s for a, s in zip(lo, stride)), ln,
+                        stride, ops) for lo, ln, ops in pieces]
+        else:
+            try:
+                regions = self._dest_regions(src, param, dst, pieces)
+            except capture_pieces.NotPieceable as e:
+                self.unsupported.setdefault(
+                    src, f"op '{name}' into parameter '{param}' at {where} "
+                         f"writes a view of it that is no strided region of "
+                         f"its elements: {e}")
+                return
         self.writes += 1
-        for lo, ln, ops in pieces:
+        for dest_offset, ln, dstride, ops in regions:
             self.copies.append({
                 "src": src, "ops": [list(op) for op in ops],
-                "param": param,
-                "dest_offset": offset + sum(a * s for a, s in zip(lo, stride)),
-                "dest_shape": list(ln), "dest_stride": list(stride),
+                "param": param, "dest_offset": dest_offset,
+                "dest_shape": list(ln), "dest_stride": list(dstride),
                 "dest_dtype": pdtype, "_where": f"'{name}' at {where}",
                 "_write": self.writes})
+
+    def _dest_regions(self, src, param, dst, pieces):
+        """(dest_offset, shape, strides, ops) of each piece written into
+        view `dst` of parameter `param`, in the parameter's row-major
+        element order. A piece whose elements are no one strided region
+        there (a view merging dims of a parameter laid out otherwise) is
+        cut into boxes that are."""
+        p = self.params[param]
+        base = dst.storage_offset() - p.storage_offset()
+        st = list(dst.stride())
+        meta = self.source_meta[src]
+        out = []
+        for lo, ln, ops in pieces:
+            off = base + sum(a * s for a, s in zip(lo, st))
+            reg = logical_region(p, off, ln, st)
+            if reg is not None:
+                out.append((reg[0], ln, reg[1], ops))
+                continue
+
+            def ops_of_box(blo, bln, ops=ops, ln=ln, off=off):
+                at = off + sum(a * s for a, s in zip(blo, st))
+                if logical_region(p, at, bln, st) is None:
+                    return None
+                return ops + capture_pieces.box_ops(ln, blo, bln)
+            for slo, sln, sops in capture_pieces.carve(ln, ln, ops_of_box,
+                                                       meta):
+                at = off + sum(a * s for a, s in zip(slo, st))
+                reg = logical_region(p, at, sln, st)
+                out.append((reg[0], sln, reg[1], sops))
+            if len(out) > capture_pieces.MAX_PIECES:
+                raise capture_pieces.NotPieceable(
+                    f"needs more than {capture_pieces.MAX_PIECES} copies")
+        return out
 
     def _boxes(self, src, pieces):
         """The pieces with each one the library cannot read as one strided
@@ -717,8 +762,7 @@ class Recorder:
                     and (view.numel() == 0 or lo <= hi):
                 region = logical_region(p, lo - p.storage_offset(),
                                         view.shape, view.stride())
-                if region is not None:
-                    return (name,) + region
+                return (name,) + (region or (None, None))
         return None
 
     def not_a_param(self, t):
@@ -756,6 +800,10 @@ class Recorder:
             self.unattributed_details.append(
                 f"'{name}' at {where} writes {list(dst.shape)} into "
                 f"{self.not_a_param(dst)}")
+        elif region[1] is None:
+            self.unattributed_details.append(
+                f"'{name}' at {where} writes into parameter '{region[0]}' "
+                f"through a view that is no strided region of its elements")
         elif const is None:
             self.unattributed_details.append(
                 f"'{name}' at {where} writes into parameter '{region[0]}' "

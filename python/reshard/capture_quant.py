@@ -236,6 +236,8 @@ class QuantRecorder:
         if part == "values" and not isinstance(fmt, str):
             ok += (fmt,)
         region = self.rec.attribute(dst, ok)
+        if region is not None and region[1] is None:
+            region = None        # a parameter laid out otherwise, merged
         if region is None:
             self.rec.unattributed_details.append(
                 f"'{name}' of the {part} of quantize_fp8 of '{src}' at "

@@ -47,7 +47,7 @@ def _weights(specs, seed=0):
 
 
 def _bits(t):
-    t = t.detach().contiguous().reshape(-1)
+    t = torch.empty(t.shape, dtype=t.dtype).copy_(t.detach()).reshape(-1)
     return t.view(torch.uint8) if t.dtype != torch.bool else t
 
 
@@ -1781,3 +1781,49 @@ def test_random_view_chains_install_through_the_library(file_dir, seed):
             local.setstate(states[n])
             params[f"p_{n}"].data.copy_(_random_chain(w, local))
     accepted(file_dir, make, load, specs, weights=weights)
+
+
+def _laid_out(shape, perm, step):
+    """A parameter of `shape` whose storage holds its dims in `perm` order,
+    every `step`-th element of the innermost storage dim."""
+    sshape = [shape[d] for d in perm]
+    sshape[-1] *= step
+    key = [slice(None)] * len(sshape)
+    key[-1] = slice(0, None, step)
+    v = torch.empty(sshape)[tuple(key)]
+    return nn.Parameter(v.permute([perm.index(d) for d in range(len(shape))]),
+                        requires_grad=False)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_views_of_parameters_laid_out_otherwise(file_dir, seed):
+    """Sources copied into random views (merging, stepping, transposing)
+    of parameters stored permuted and strided: the regions are mapped to
+    the parameters' row-major elements, cut where a view merges dims the
+    storage keeps apart (before: unattributed, or wrong bytes)."""
+    import random
+    rng = random.Random(seed)
+    layouts, states, shapes = [], [], []
+    for _ in range(30):
+        shape = tuple(rng.randint(1, 5) for _ in range(rng.randint(1, 3)))
+        perm = list(range(len(shape)))
+        rng.shuffle(perm)
+        layouts.append((shape, perm, rng.randint(1, 2)))
+        states.append(rng.getstate())
+        shapes.append(tuple(_random_chain(_laid_out(*layouts[-1]).data,
+                                          rng).shape))
+
+    def make():
+        return {f"p{i}": _laid_out(*lay) for i, lay in enumerate(layouts)}
+
+    def load(params, ws):
+        for n, w in ws:
+            i = int(n[1:])
+            local = random.Random()
+            local.setstate(states[i])
+            data = params[f"p{i}"].data
+            view = _random_chain(data, local)
+            if view.storage().data_ptr() == data.storage().data_ptr():
+                view.copy_(w)                 # a view, not a copy of it
+    specs = {f"w{i}": (s, F32) for i, s in enumerate(shapes)}
+    accepted(file_dir, make, load, specs)
