@@ -587,10 +587,10 @@ class Recorder:
                 f"'{name}' of source '{src}' at {where} writes "
                 f"{list(dshape)} into {self.not_a_param(dst)}")
             return
-        param, offset, pstride = region
-        one = dshape != tuple(dst.shape)       # one element, source's shape
-        if offset is None and one:
-            offset, pstride = 0, stride        # cannot happen: one element
+        param, offset = region[0], region[1]
+        # one element written in the source's shape (its one element
+        # always has a logical offset)
+        one = dshape != tuple(dst.shape)
         pdtype = self.params[param].dtype
         if ph._rs_cast is not None and ph._rs_cast != pdtype:
             self.unsupported.setdefault(

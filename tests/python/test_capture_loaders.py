@@ -833,7 +833,7 @@ def test_data_rebind_to_another_shape_or_dtype_is_refused(file_dir, how):
     assert cap.unsupported_params == {"w": ["p"]}
 
 
-# ---------------------------------------------------------------- clones, in-place
+# ---------------------------------------------------------------- clones
 
 def test_clone_moves_values_unchanged(file_dir):
     """`clone()` keeps the values (as a copying `contiguous` does), also
@@ -975,7 +975,7 @@ def test_fill_after_copy_in_other_columns_is_accepted(file_dir):
     accepted(file_dir, make, load, {"w": ((3, 2), F32)})
 
 
-# ---------------------------------------------------------------- param storage
+# ---------------------------------------------------------- param storage
 
 def test_transposed_and_strided_parameter_storage(file_dir):
     """Parameters whose storage is not contiguous (created transposed, or
@@ -1281,7 +1281,7 @@ def test_fill_torch_refuses_raises_in_capture_too():
                         load=lambda ws: load(live, ws))
 
 
-# ---------------------------------------------------------------- loader shapes
+# ---------------------------------------------------------- loader shapes
 
 @pytest.mark.parametrize("how", ["no_grad", "inference_mode", "grad_param",
                                  "function_form", "non_blocking",
@@ -1382,7 +1382,7 @@ def test_stacked_experts_indexed_by_expert_ids_held_in_tensors(file_dir):
                                     "bias": ((E, H, 2), F32)})
 
 
-# ---------------------------------------------------------------- replaced parameters
+# ---------------------------------------------------- replaced parameters
 
 class _Tiny(nn.Module):
     def __init__(self):
@@ -1469,13 +1469,15 @@ def test_replacing_with_another_shape_or_from_no_source():
     details = "\n".join(cap.unattributed_details)
     assert "replaced model tensor 'a.bias'" in details
     assert "replaced model tensor 'inv_freq'" in details
-    assert type(live.a.weight) is nn.Parameter and live.a.weight.shape == (2, 3)
+    assert type(live.a.weight) is nn.Parameter
+    assert live.a.weight.shape == (2, 3)
     assert torch.equal(live.inv_freq, torch.zeros(2))
 
 
 def test_writes_through_transposed_and_stepped_views_of_parameters(file_dir):
     def make():
-        return {"p": _param((4, 3)), "q": _param((12,)), "r": _param((2, 3, 4))}
+        return {"p": _param((4, 3)), "q": _param((12,)),
+                "r": _param((2, 3, 4))}
 
     def load(params, weights):
         ws = dict(weights)
@@ -1625,7 +1627,7 @@ def test_bf16_to_f16_and_back_on_every_bf16_exponent(file_dir):
 def test_vocab_rank_holding_only_padding(file_dir):
     """The last rank of a padded vocabulary holds no real row: its loader
     copies an empty narrow and zeroes everything."""
-    vocab, tp, rank, per, hidden = 5, 4, 3, 2, 3
+    vocab, rank, per, hidden = 5, 3, 2, 3           # 4 ranks of 2 rows
 
     def make():
         return {"embed": _param((per, hidden), BF16)}
