@@ -105,7 +105,10 @@ _INPLACE_DUNDER = {
 VALUE_QUERIES = {
     "__bool__", "__float__", "__int__", "__index__", "__complex__",
     "tolist", "numpy", "equal", "allclose", "is_nonzero", "__array__",
-    "__contains__"}
+    "__contains__",
+    # where the data lives: placeholders have none, and a made-up pointer
+    # (0 for all) would make a loader that dedups by pointer skip weights
+    "data_ptr", "storage", "untyped_storage", "_storage"}
 
 # Factories that read only their first argument's metadata.
 LIKE_FACTORIES = {

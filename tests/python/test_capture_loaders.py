@@ -729,7 +729,8 @@ def test_one_element_into_a_0_dim_parameter(file_dir, how):
 
 @pytest.mark.parametrize("how", ["float", "int", "tolist", "equal",
                                  "sum_gt", "any", "allclose", "bool_eq",
-                                 "item_cmp", "numpy", "index", "mask"])
+                                 "item_cmp", "numpy", "index", "mask",
+                                 "data_ptr"])
 def test_value_queries_stop_the_capture(how):
     def make():
         return {"p": _param((4,)), "i": _param((), F32)}
@@ -763,6 +764,11 @@ def test_value_queries_stop_the_capture(how):
                     return
             elif how == "numpy":
                 w.numpy()
+            elif how == "data_ptr":
+                seen = set()
+                if w.data_ptr() in seen:        # tied weights loaded once
+                    return
+                params["p"].data.copy_(w)
             elif how == "index":
                 params["p"].data[w[0]] = 1.0
             elif how == "mask":
@@ -771,7 +777,8 @@ def test_value_queries_stop_the_capture(how):
              "equal": "equal", "sum_gt": "__bool__", "any": "__bool__",
              "allclose": "allclose", "bool_eq": "__bool__",
              "item_cmp": "__bool__", "numpy": "numpy",
-             "index": "__index__", "mask": "__index__"}[how]
+             "index": "__index__", "mask": "__index__",
+             "data_ptr": "data_ptr"}[how]
     stopped(make, load, {"w": ((4,), F32)}, query, "w")
 
 
