@@ -98,11 +98,19 @@ class Capture:
             return InputError("; ".join(
                 f"copies[{j}]: " + capture_order.overlapping_copy_text(
                     self.copies[j], self.copies[i]) for i, j in pairs[:8]))
-        if self.unsupported:
+        unsupported = dict(self.unsupported)
+        for i, c in enumerate(self.copies):
+            spec = self.sources.get(c["src"])
+            why = None if spec is None or "quant" in c else \
+                capture_hook.cast_refusal(spec[1], c["dest_dtype"])
+            if why is not None:
+                unsupported.setdefault(
+                    c["src"], f"copies[{i}] into '{c['param']}' {why}")
+        if unsupported:
             return UnsupportedReshard(
-                f"{len(self.unsupported)} source(s) read in a way the "
+                f"{len(unsupported)} source(s) read in a way the "
                 f"capture cannot express: " + "; ".join(
-                    f"'{s}': {why}" for s, why in self.unsupported.items()))
+                    f"'{s}': {why}" for s, why in unsupported.items()))
         return None
 
     def select(self, only=None, skip=None):
@@ -248,14 +256,20 @@ class Capture:
         if refused is not None:
             raise refused
         steps = _ordered(self.copies, self.fills)
+        # Regions address a parameter's elements in row-major order: one
+        # laid out otherwise is written through a contiguous copy.
+        work = dict(params)
+        staged = {n: t.detach().contiguous() for n, t in params.items()
+                  if n in self.params and not t.is_contiguous()}
+        work.update(staged)
         with torch.no_grad():
             for kind, item in steps:
-                dest = self._region(params, item)
+                dest = self._region(work, item)
                 if kind == "fill":
                     dest.fill_(item["value"])
                     continue
                 if "quant" in item:
-                    self._replay_quant(full_tensors, params, item, dest)
+                    self._replay_quant(full_tensors, work, item, dest)
                     continue
                 view = self._source_view(full_tensors, item)
                 if tuple(view.shape) != tuple(dest.shape):
@@ -264,6 +278,8 @@ class Capture:
                         f"ops give {list(view.shape)}, destination is "
                         f"{list(dest.shape)}")
                 dest.copy_(view)
+            for name, t in staged.items():
+                params[name].copy_(t)
 
     def _replay_quant(self, full_tensors, params, copy, dest):
         """A quantized copy as the library performs it: the full source
@@ -502,7 +518,45 @@ def _param_tensors(model, params):
         except ValueError as e:
             raise InvalidArgument(f"capture: parameter '{name}': {e}") \
                 from None
+    shared = capture_hook.shared_memory(params)
+    if shared is not None:
+        raise InvalidArgument(shared_text("capture", *shared))
     return dict(params)
+
+
+def shared_text(who, a, b):
+    """The refusal of two parameters that share memory."""
+    return (f"{who}: parameters '{a}' and '{b}' share memory (one tensor "
+            f"under two names, or a view of another parameter): each "
+            f"parameter is installed whole, so pass only one of them")
+
+
+def _slots(model):
+    """Every parameter and buffer entry of the model's modules: (module,
+    table, key, tensor, full name), to find the ones a loader replaces."""
+    if model is None:
+        return []
+    out = []
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for table in ("_parameters", "_buffers"):
+            for key, t in getattr(module, table, {}).items():
+                full = f"{prefix}.{key}" if prefix else key
+                out.append((module, table, key, t, full))
+    return out
+
+
+def _restore(slots):
+    """Put back the entries a loader replaced (the live model keeps its
+    tensors); returns (full name, old tensor, new object) for each."""
+    changed = []
+    for module, table, key, t, full in slots:
+        entries = getattr(module, table)
+        new = entries.get(key)
+        if new is not t:
+            entries[key] = t
+            if t is not None:
+                changed.append((full, t, new))
+    return changed
 
 
 def capture(model=None, sources=None, load=None, *, params=None):
@@ -522,15 +576,19 @@ def capture(model=None, sources=None, load=None, *, params=None):
         if load is None:
             raise InvalidArgument("capture: model has no load_weights; "
                                   "pass load=")
-    model_tensors = []
+    model_tensors = {}
     if model is not None:
-        model_tensors = list(model.parameters()) + list(model.buffers())
+        model_tensors = dict(model.named_parameters())
+        model_tensors.update(model.named_buffers())
     rec = capture_hook.Recorder(tensors, model_tensors)
     weights = [(n, rec.placeholder(n, s, d)) for n, (s, d) in specs.items()]
+    slots = _slots(model)
     try:
         with capture_hook.WriteGuard(rec):
             load(iter(weights))
     finally:
+        for full, old, new in _restore(slots):
+            rec.replaced(full, old, new)
         rec.finish()
     if rec.stopped is not None:
         # Also when the loader caught it: what it did next may rest on a

@@ -105,7 +105,16 @@ _INPLACE_DUNDER = {
 VALUE_QUERIES = {
     "__bool__", "__float__", "__int__", "__index__", "__complex__",
     "tolist", "numpy", "equal", "allclose", "is_nonzero", "__array__",
-    "__contains__"}
+    "__contains__",
+    # where the data lives: placeholders have none, and a made-up pointer
+    # (0 for all) would make a loader that dedups by pointer skip weights
+    "data_ptr", "storage", "untyped_storage", "_storage"}
+
+# Factories that read only their first argument's metadata.
+LIKE_FACTORIES = {
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like",
+    "randn_like", "randint_like", "new_empty", "new_zeros", "new_ones",
+    "new_full", "new_empty_strided"}
 
 _NOT_WRITES = {"requires_grad_", "retain_grad", "share_memory_", "rename_"}
 
@@ -147,7 +156,7 @@ PIECED = "pieced"      # _rs_ops of a placeholder held as pieces
 
 
 def make_placeholder(rec, raw, srcs, ops, *, vmeta=None, pieces=None,
-                     like=None):
+                     like=None, why=None):
     """A placeholder of meta tensor `raw`; `like` passes on the cast of
     the placeholder it derives from."""
     with torch._C.DisableTorchFunction():
@@ -158,6 +167,7 @@ def make_placeholder(rec, raw, srcs, ops, *, vmeta=None, pieces=None,
     ph._rs_pieces = pieces
     ph._rs_cast = getattr(like, "_rs_cast", None)
     ph._rs_cast_at = getattr(like, "_rs_cast_at", None)
+    ph._rs_why = why          # poisoned (ops None): why, marked when written
     return ph
 
 
@@ -243,7 +253,11 @@ class Recorder:
         # Storages no write may reach: the params and whatever else the
         # model holds (parameters left out of `params`, buffers).
         self.protected = set(self.by_storage)
-        self.protected.update(storage_key(t) for t in protected)
+        # protected: tensors, or {name: tensor} (named in messages)
+        named = protected if isinstance(protected, dict) else {}
+        self.model_names = {storage_key(t): n for n, t in named.items()}
+        self.protected.update(storage_key(t) for t in (
+            named.values() if named else protected))
         self.copies, self.fills = [], []
         self.unsupported = {}                 # src -> reason
         self.unattributed_details = []
@@ -255,6 +269,7 @@ class Recorder:
         self.source_meta = {}                 # src -> meta of the full source
         self.touched = {}                     # src -> params it writes into
         self.stopped = None                   # why a value query stopped it
+        self.poison_only = set()              # srcs read by refused ops
         self.writes = 0                       # loader writes recorded
         self.closed = False
 
@@ -288,6 +303,12 @@ class Recorder:
                 f"at {location()}")
         if name in VALUE_QUERIES:
             return self._value_query(name, args, kwargs)
+        if name in LIKE_FACTORIES and isinstance(args[0], Placeholder) \
+                and not placeholders_in(args[1:], kwargs):
+            # Only the source's shape and dtype are read: a new tensor
+            # whose values come from no source.
+            with torch._C.DisableTorchFunction():
+                return func(*_unwrap(args), **_unwrap(kwargs))
         if name == "data.__set__":
             return self._rebind(args)
         if name in ("copy_", "__setitem__", "fill_") and args \
@@ -299,6 +320,8 @@ class Recorder:
         if isinstance(x, Placeholder) and name == "item":
             return self._item(x)
         if isinstance(x, Placeholder) and x._rs_ops is not None:
+            if name == "clone":
+                return self._clone(func, x, args, kwargs)
             if name in capture_ops.SINGLE or name in capture_ops.MULTI:
                 return self._view(name, func, x, args, kwargs)
             if name in IDENTITY:
@@ -328,7 +351,8 @@ class Recorder:
                                f"cannot be converted to Scalar")
         out = capture_pieces.meta_of((), raw.dtype)
         if x._rs_ops is None:
-            return make_placeholder(self, out, x._rs_srcs, None)
+            return make_placeholder(self, out, x._rs_srcs, None,
+                                    why=x._rs_why)
         sel = [["select", 0, 0]] * raw.dim()
         ops = (x._rs_pieces[0][2] if is_pieced(x) else x._rs_ops) + sel
         self.viewed.setdefault(x._rs_srcs[0], f"'item' at {location()}")
@@ -414,6 +438,16 @@ class Recorder:
         return make_placeholder(self, result, x._rs_srcs, PIECED,
                                 pieces=items, like=x)
 
+    def _clone(self, func, x, args, kwargs):
+        """`clone()`: a copy holding the same values, like a `contiguous`
+        that copies: the op chain (or pieces) stays, the loader sees the
+        clone's own strides."""
+        with torch._C.DisableTorchFunction():
+            result = func(*_unwrap(args), **_unwrap(kwargs))
+        return make_placeholder(self, result, x._rs_srcs, x._rs_ops,
+                                vmeta=x._rs_vmeta, pieces=x._rs_pieces,
+                                like=x)
+
     def _identity(self, name, func, x, args, kwargs):
         if name == "type" and any(
                 not isinstance(a, torch.dtype)
@@ -447,32 +481,40 @@ class Recorder:
                 self.unsupported.setdefault(src, f"{why} at {where}")
 
     def _unsupported(self, name, func, args, kwargs, why):
-        """Record the sources as unsupported and return something the
-        loader can keep working with."""
+        """Return something the loader can keep working with: a poisoned
+        placeholder that makes its sources unsupported once it is written
+        somewhere (arithmetic whose result is only logged or dropped
+        refuses nothing); an in-place op on a source marks it now."""
         phs = placeholders_in(args, kwargs)
-        self._mark(phs, why)
         if is_write(name) and isinstance(args[0], Placeholder):
             # The source's own values change: poison that object in place.
+            self._mark(phs, why)
             args[0]._rs_ops = None
             return args[0] if name != "__setitem__" else None
+        why = next((p._rs_why for p in phs if p._rs_why is not None),
+                   f"{why} at {location()}")
+        self.poison_only.update(s for p in phs for s in p._rs_srcs)
         try:
             with torch._C.DisableTorchFunction():
                 result = func(*_to_meta(args), **_to_meta(kwargs))
         except Exception:
-            return _fallback(name, phs[0], self)
-        return self._wrap_poisoned(result, phs)
+            return make_placeholder(self, phs[0]._rs_raw, phs[0]._rs_srcs,
+                                    None, why=why)
+        return self._wrap_poisoned(result, phs, why)
 
     def _poison(self, name, args, kwargs, result, why):
         phs = placeholders_in(args, kwargs)
         self._mark(phs, why)
         return self._wrap_poisoned(result, phs)
 
-    def _wrap_poisoned(self, result, phs):
+    def _wrap_poisoned(self, result, phs, why=None):
         srcs = tuple(dict.fromkeys(s for p in phs for s in p._rs_srcs))
         if isinstance(result, torch.Tensor):
-            return make_placeholder(self, _meta_like(result), srcs, None)
+            return make_placeholder(self, _meta_like(result), srcs, None,
+                                    why=why)
         if isinstance(result, (tuple, list)):
-            return type(result)(self._wrap_poisoned(r, phs) for r in result)
+            return type(result)(self._wrap_poisoned(r, phs, why)
+                                for r in result)
         return result
 
     # ------------------------------------------------------------ writes
@@ -480,6 +522,9 @@ class Recorder:
     def _write(self, name, args, kwargs):
         dst, value = _write_parts(name, args, kwargs)
         phs = placeholders_in((value,), {})
+        if name == "__setitem__" and placeholders_in((args[1],), {}):
+            # Where the write lands depends on a source's values.
+            return self._value_query("__index__", (args[1],), {})
         if name == "__setitem__":
             try:
                 capture_ops._index_keys(args[1])
@@ -501,8 +546,9 @@ class Recorder:
         self._copy(name, dst, value)
         return result
 
-    def _copy(self, name, dst, ph):
-        src, where = ph._rs_srcs[0], location()
+    def _copy(self, name, dst, ph, where=None):
+        _no_internal_overlap(dst)
+        src, where = ph._rs_srcs[0], where or location()
         for s in ph._rs_srcs:
             self.written.add(s)
         region = self.attribute(dst)
@@ -510,12 +556,23 @@ class Recorder:
             for s in ph._rs_srcs:
                 self.touched.setdefault(s, set()).add(region[0])
         if ph._rs_ops is None:
+            if ph._rs_why is not None:
+                for s in ph._rs_srcs:
+                    self.unsupported.setdefault(s, ph._rs_why)
             return
         if getattr(ph, "_rs_quant", None) is not None:
             self.quant.copied(name, dst, ph, where)
             return
         shape, dshape = tuple(ph._rs_raw.shape), tuple(dst.shape)
         stride = list(dst.stride())
+        if shape != dshape and name == "copy_":
+            # copy_ raises where its destination is not the broadcast
+            # shape (a [1] source into a 0-dim parameter), as torch does.
+            full = tuple(torch.broadcast_shapes(shape, dshape))
+            if full != dshape:
+                raise RuntimeError(
+                    f"output with shape {list(dshape)} doesn't match the "
+                    f"broadcast shape {list(full)}")
         if shape != dshape:
             if ph._rs_raw.numel() != 1 or dst.numel() != 1:
                 torch.broadcast_shapes(shape, dshape)   # raise like torch
@@ -531,9 +588,12 @@ class Recorder:
         if region is None:
             self.unattributed_details.append(
                 f"'{name}' of source '{src}' at {where} writes "
-                f"{list(dshape)} into a tensor that is no parameter")
+                f"{list(dshape)} into {self.not_a_param(dst)}")
             return
-        param, offset = region
+        param, offset = region[0], region[1]
+        # one element written in the source's shape (its one element
+        # always has a logical offset)
+        one = dshape != tuple(dst.shape)
         pdtype = self.params[param].dtype
         if ph._rs_cast is not None and ph._rs_cast != pdtype:
             self.unsupported.setdefault(
@@ -541,35 +601,119 @@ class Recorder:
                      f"'{param}' at {where} casts again after "
                      f"{ph._rs_cast_at}")
             return
+        why = cast_refusal(self.source_meta[src].dtype, pdtype)
+        if why is not None:
+            self.unsupported.setdefault(
+                src, f"op '{name}' into parameter '{param}' at {where} "
+                     f"{why}")
+            return
         pieces = ph._rs_pieces if is_pieced(ph) else [
             ([0] * len(dshape), list(dshape), ph._rs_ops)]
+        try:
+            pieces = self._boxes(src, pieces)
+        except capture_pieces.NotPieceable as e:
+            self.unsupported.setdefault(
+                src, f"op '{name}' into parameter '{param}' at {where} "
+                     f"reads a view the library cannot read as boxes: {e}")
+            return
+        if one:
+            regions = [(offset + sum(a * s for a, s in zip(lo, stride)), ln,
+                        stride, ops) for lo, ln, ops in pieces]
+        else:
+            try:
+                regions = self._dest_regions(src, param, dst, pieces)
+            except capture_pieces.NotPieceable as e:
+                self.unsupported.setdefault(
+                    src, f"op '{name}' into parameter '{param}' at {where} "
+                         f"writes a view of it that is no strided region of "
+                         f"its elements: {e}")
+                return
         self.writes += 1
-        for lo, ln, ops in pieces:
+        for dest_offset, ln, dstride, ops in regions:
             self.copies.append({
                 "src": src, "ops": [list(op) for op in ops],
-                "param": param,
-                "dest_offset": offset + sum(a * s for a, s in zip(lo, stride)),
-                "dest_shape": list(ln), "dest_stride": list(stride),
+                "param": param, "dest_offset": dest_offset,
+                "dest_shape": list(ln), "dest_stride": list(dstride),
                 "dest_dtype": pdtype, "_where": f"'{name}' at {where}",
                 "_write": self.writes})
 
-    def _rebind(self, args):
+    def _dest_regions(self, src, param, dst, pieces):
+        """(dest_offset, shape, strides, ops) of each piece written into
+        view `dst` of parameter `param`, in the parameter's row-major
+        element order. A piece whose elements are no one strided region
+        there (a view merging dims of a parameter laid out otherwise) is
+        cut into boxes that are."""
+        p = self.params[param]
+        base = dst.storage_offset() - p.storage_offset()
+        st = list(dst.stride())
+        meta = self.source_meta[src]
+        out = []
+        for lo, ln, ops in pieces:
+            off = base + sum(a * s for a, s in zip(lo, st))
+            reg = logical_region(p, off, ln, st)
+            if reg is not None:
+                out.append((reg[0], ln, reg[1], ops))
+                continue
+
+            def ops_of_box(blo, bln, ops=ops, ln=ln, off=off):
+                at = off + sum(a * s for a, s in zip(blo, st))
+                if logical_region(p, at, bln, st) is None:
+                    return None
+                return ops + capture_pieces.box_ops(ln, blo, bln)
+            for slo, sln, sops in capture_pieces.carve(ln, ln, ops_of_box,
+                                                       meta):
+                at = off + sum(a * s for a, s in zip(slo, st))
+                reg = logical_region(p, at, sln, st)
+                out.append((reg[0], sln, reg[1], sops))
+            if len(out) > capture_pieces.MAX_PIECES:
+                raise capture_pieces.NotPieceable(
+                    f"needs more than {capture_pieces.MAX_PIECES} copies")
+        return out
+
+    def _boxes(self, src, pieces):
+        """The pieces with each one the library cannot read as one strided
+        box of the source (a torch view that regroups dims across source
+        dims, capture_pieces.box_refusal) cut into pieces that it can."""
+        meta = self.source_meta[src]
+        out = []
+        for lo, ln, ops in pieces:
+            why = capture_pieces.view_refusal(meta, ops)
+            if why is None:
+                out.append((lo, ln, ops))
+                continue
+
+            def ops_of_box(blo, bln, ops=ops, ln=ln):
+                return ops + capture_pieces.box_ops(ln, blo, bln)
+            try:
+                sub = capture_pieces.carve(ln, ln, ops_of_box, meta)
+            except capture_pieces.NotPieceable as e:
+                raise capture_pieces.NotPieceable(f"{why}, and it {e}") \
+                    from None
+            out.extend(([a + b for a, b in zip(lo, slo)], sln, sops)
+                       for slo, sln, sops in sub)
+            if len(out) > capture_pieces.MAX_PIECES:
+                raise capture_pieces.NotPieceable(
+                    f"{why}, and it needs more than "
+                    f"{capture_pieces.MAX_PIECES} copies")
+        return out
+
+    def _rebind(self, args, op="data.__set__", where=None):
         """`param.data = source`: a copy of the whole parameter when shape
         and dtype agree; the rebind itself is never performed."""
         dst, value = args[0], args[1]
         phs = placeholders_in((dst,), {})
         if phs or not isinstance(value, Placeholder):
             self._mark(phs + placeholders_in((value,), {}),
-                       "op 'data.__set__' on a source")
+                       f"op '{op}' on a source")
             return None
-        src, where = value._rs_srcs[0], location()
+        src, where = value._rs_srcs[0], where or location()
         region = self.attribute(dst)
         p = self.params.get(region[0]) if region is not None else None
         if p is None or region[1] != 0 or tuple(dst.shape) != tuple(p.shape):
             for s in value._rs_srcs:
                 self.written.add(s)
             self.unattributed_details.append(
-                f"'data.__set__' of source '{src}' at {where} rebinds a "
+                f"'{op}' of source '{src}' at {where} rebinds a "
                 f"tensor that is no captured parameter")
             return None
         if value._rs_ops is not None and (
@@ -578,18 +722,37 @@ class Recorder:
             self.written.update(value._rs_srcs)
             self.touched.setdefault(src, set()).add(region[0])
             self.unsupported.setdefault(
-                src, f"op 'data.__set__' rebinds parameter '{region[0]}' "
+                src, f"op '{op}' rebinds parameter '{region[0]}' "
                      f"({list(p.shape)} {name_of(p.dtype)}) to a "
                      f"{list(value.shape)} "
                      f"{_dtype_text(value._rs_raw.dtype)} tensor at {where}")
             return None
-        self._copy("data.__set__", dst, value)
+        self._copy(op, dst, value, where)
+        return None
+
+    def replaced(self, full, old, new):
+        """The loader replaced model tensor `old` (named `full`) by `new`
+        (`module.weight = nn.Parameter(w)`, `module._parameters[n] = ...`,
+        as transformers' meta-device loading does); capture() has put
+        `old` back. From a source it is `old.data = new`; else the
+        tensor's new values come from no source."""
+        where = (f"the end of the loader (model tensor '{full}' replaced "
+                 f"by another object)")
+        if isinstance(new, Placeholder):
+            return self._rebind((old, new), "replace", where)
+        self.unattributed_details.append(
+            f"the loader replaced model tensor '{full}' by "
+            f"{'nothing' if new is None else 'a tensor'} whose data comes "
+            f"from no source")
         return None
 
     def attribute(self, view, dtypes=None):
-        """(parameter name, element offset) of a view lying inside one
-        parameter's storage, or None. The parameter's dtype is the view's,
-        or one of `dtypes` when given."""
+        """(parameter name, element offset, element strides) of a view
+        lying inside one parameter, or None. Offset and strides address
+        the parameter's elements in row-major order (the format's
+        parameter storage), also for a parameter whose own storage is laid
+        out otherwise (created transposed, or strided). The parameter's
+        dtype is the view's, or one of `dtypes` when given."""
         names = self.by_storage.get(storage_key(view))
         if not names:
             return None
@@ -600,8 +763,19 @@ class Recorder:
             plo, phi = extent(p)
             if p.dtype in dtypes and plo <= lo and hi <= phi \
                     and (view.numel() == 0 or lo <= hi):
-                return name, lo - p.storage_offset()
+                region = logical_region(p, lo - p.storage_offset(),
+                                        view.shape, view.stride())
+                return (name,) + (region or (None, None))
         return None
+
+    def not_a_param(self, t):
+        """How a message names a written tensor that is no captured
+        parameter (a model buffer, a parameter left out of params=)."""
+        name = self.model_names.get(storage_key(t))
+        if name is None:
+            return "a tensor that is no parameter"
+        return (f"model tensor '{name}', which is no captured parameter "
+                f"(pass it in params= to move it)")
 
     def owns(self, t):
         return isinstance(t, torch.Tensor) and \
@@ -619,21 +793,32 @@ class Recorder:
             value = 0
         const = _constant(value) if name in ("fill_", "zero_",
                                              "__setitem__") else None
+        if const is not None:
+            # A value the dtype cannot hold raises here as in the loader.
+            with torch._C.DisableTorchFunction():
+                torch.empty((), dtype=dst.dtype).fill_(const)
         region = self.attribute(dst)
         where = location()
         if region is None:
             self.unattributed_details.append(
-                f"'{name}' at {where} writes {list(dst.shape)} into a model "
-                f"tensor that is no captured parameter")
+                f"'{name}' at {where} writes {list(dst.shape)} into "
+                f"{self.not_a_param(dst)}")
+        elif region[1] is None:
+            self.unattributed_details.append(
+                f"'{name}' at {where} writes into parameter '{region[0]}' "
+                f"through a view that is no strided region of its elements")
         elif const is None:
             self.unattributed_details.append(
                 f"'{name}' at {where} writes into parameter '{region[0]}' "
                 f"data that comes from no source")
         else:
+            # torch fills an expanded view (elements sharing memory): the
+            # dims of stride 0 write one element each.
             self.fills.append({
                 "param": region[0], "dest_offset": region[1],
-                "dest_shape": list(dst.shape),
-                "dest_stride": list(dst.stride()), "value": const,
+                "dest_shape": [1 if st == 0 else n for n, st in
+                               zip(dst.shape, dst.stride())],
+                "dest_stride": list(region[2]), "value": const,
                 "at": len(self.copies), "_where": f"'{name}' at {where}"})
         return None if name == "__setitem__" else args[0]
 
@@ -666,7 +851,8 @@ class Recorder:
             item.pop("_where", None)
             item.pop("_write", None)
         for src, where in self.viewed.items():
-            if src not in self.written and src not in self.unsupported:
+            if src not in self.written and src not in self.unsupported \
+                    and src not in self.poison_only:
                 self.unattributed_details.append(
                     f"source '{src}' was viewed ({where}) but never "
                     f"written into a parameter")
@@ -675,6 +861,125 @@ class Recorder:
         """{unsupported source: sorted parameters it would write}."""
         return {src: sorted(self.touched.get(src, ()))
                 for src in self.unsupported}
+
+
+def _no_internal_overlap(dst):
+    """Raise as torch's in-place writes do into a tensor whose elements
+    share memory (an `expand`ed view of a parameter)."""
+    with torch._C.DisableTorchFunction():
+        if torch._debug_has_internal_overlap(dst) == 1:
+            raise RuntimeError(
+                "unsupported operation: more than one element of the "
+                "written-to tensor refers to a single memory location. "
+                "Please clone() the tensor before performing the operation.")
+
+
+def shared_memory(tensors):
+    """(name, name) of the first two tensors of {name: tensor} that write
+    a common element of memory (one tensor under two names, a view and
+    the tensor it views), or None. Tensors of one storage at disjoint
+    elements (views of a fused buffer) share nothing."""
+    groups = {}
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.numel():
+            groups.setdefault(storage_key(t), []).append((name, t))
+    for items in groups.values():
+        for i, (a, ta) in enumerate(items):
+            for b, tb in items[i + 1:]:
+                if _share(ta, tb):
+                    return a, b
+    return None
+
+
+def _share(a, b):
+    size_a, size_b = a.element_size(), b.element_size()
+    (lo_a, hi_a), (lo_b, hi_b) = extent(a), extent(b)
+    if (hi_a + 1) * size_a <= lo_b * size_b or \
+            (hi_b + 1) * size_b <= lo_a * size_a:
+        return False
+    if a.dtype != b.dtype or (a.is_contiguous() and b.is_contiguous()):
+        return True
+    region = [{"dest_offset": t.storage_offset(), "dest_shape": list(t.shape),
+               "dest_stride": list(t.stride())} for t in (a, b)]
+    return capture_order.overlaps(*region)
+
+
+def _row_major(shape):
+    out, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        out[d] = acc
+        acc *= int(shape[d])
+    return out
+
+
+def logical_region(p, offset, shape, stride):
+    """(offset, strides) in `p`'s row-major element order of the region
+    `shape` / `stride` at element `offset` of p's storage (relative to
+    p's storage offset), or None when its elements are not p's."""
+    if p.is_contiguous():
+        return offset, list(stride)
+    rm = _row_major(p.shape)
+    dims = sorted((d for d in range(p.dim()) if p.shape[d] > 1),
+                  key=lambda d: -p.stride(d))
+    for a, b in zip(dims, dims[1:]):
+        if p.stride(a) < p.stride(b) * p.shape[b]:
+            return None                      # dims interleave: no unique map
+
+    def coords(n):
+        out = {}
+        for d in dims:
+            out[d], n = divmod(n, p.stride(d))
+        return out if n == 0 else None
+    start = coords(offset)
+    if start is None:
+        return None
+    if any(int(n) == 0 for n in shape):
+        return sum(c * rm[d] for d, c in start.items()), [0] * len(shape)
+    hi = dict(start)
+    out = []
+    for n, st in zip(shape, stride):
+        if n == 1:
+            out.append(0)
+            continue
+        step = coords(st)
+        if step is None:
+            return None
+        for d, c in step.items():
+            hi[d] += (n - 1) * c
+        out.append(sum(c * rm[d] for d, c in step.items()))
+    if any(hi[d] >= p.shape[d] for d in dims):
+        return None
+    return sum(c * rm[d] for d, c in start.items()), out
+
+
+# What the library casts between (src/core/convert.c): floating-point
+# dtypes, FP8 formats included; integers and bools move only unchanged.
+_FLOATS = {torch.float32, torch.float64, torch.bfloat16, torch.float16,
+           "f8e4m3", "f8e5m2"}
+
+
+def cast_refusal(src_dtype, dest_dtype):
+    """Why the library cannot cast a source of `src_dtype` into a
+    parameter of `dest_dtype` (copy_ would: integers wrap, floats
+    truncate), or None."""
+    if src_dtype == torch.float64 and dest_dtype in (torch.bfloat16,
+                                                     torch.float16):
+        # torch converts f64 to these through f32 (rounding twice), the
+        # library rounds once: their bytes differ (1 + 2^-8 + 2^-30 is
+        # 1.0 in torch's bf16, 1.0078125 in the library's).
+        return (f"casts f64 to {_dtype_text(dest_dtype)}, which torch "
+                f"rounds through f32 and the library rounds once (their "
+                f"bytes differ)")
+    if src_dtype == dest_dtype or (
+            _float_like(src_dtype) and _float_like(dest_dtype)):
+        return None
+    return (f"casts {_dtype_text(src_dtype)} to {_dtype_text(dest_dtype)}, "
+            f"a cast the library does not perform (it casts between "
+            f"floating-point dtypes only)")
+
+
+def _float_like(dtype):
+    return dtype in _FLOATS or _dtype_text(dtype) in _FLOATS
 
 
 def _write_parts(name, args, kwargs):
@@ -704,13 +1009,6 @@ def _meta_like(t):
     with torch._C.DisableTorchFunction():
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
                                    device="meta")
-
-
-def _fallback(name, ph, rec):
-    """What an unsupported call that meta tensors cannot compute returns:
-    a poisoned copy of the first placeholder (calls that would answer with
-    the data never get here: they stop the capture)."""
-    return make_placeholder(rec, ph._rs_raw, ph._rs_srcs, None)
 
 
 def _dtype_text(dtype):

@@ -177,7 +177,7 @@ def _chunk(x, args, kwargs):
 
 def _split(x, args, kwargs):
     kw = dict(kwargs)
-    for alias in ("split_size", "split_size_or_sections"):
+    for alias in ("split_size", "split_size_or_sections", "split_sizes"):
         if alias in kw:
             kw["size"] = kw.pop(alias)
     a = _bind(args, kw, ("size", "dim"), {"dim": 0})
@@ -236,16 +236,25 @@ def _slice_op(dim, size, key):
 
 
 def _index_keys(key):
-    """The key of `x[key]` as a tuple; NotAView for advanced indexing."""
+    """The key of `x[key]` as a tuple, a 0-dim integer tensor holding data
+    (an expert id looked up in an expert map) as its int, which is how
+    torch indexes with it; NotAView for advanced indexing."""
     keys = key if isinstance(key, tuple) else (key,)
+    out = []
     for k in keys:
+        if isinstance(k, torch.Tensor) and k.dim() == 0 and not k.is_meta \
+                and not k.is_floating_point() and k.dtype != torch.bool \
+                and not hasattr(k, "_rs_srcs"):
+            with torch._C.DisableTorchFunction():
+                k = int(k.item())
         if k is None or k is Ellipsis or isinstance(k, slice):
+            out.append(k)
             continue
         if isinstance(k, bool) or isinstance(k, torch.Tensor) \
                 or isinstance(k, (list, tuple)):
             raise NotAView("indexes with a tensor, a list or a bool")
-        operator.index(k)
-    return keys
+        out.append(operator.index(k))
+    return tuple(out)
 
 
 def _getitem(x, args, kwargs):
@@ -291,21 +300,23 @@ SINGLE = {
     "swapaxes": _transpose, "swapdims": _transpose, "t": _t, "T": _big_t,
     "mT": _mt, "permute": _permute, "view": _view, "view_as": _view_as,
     "reshape": _reshape, "reshape_as": _reshape_as, "flatten": _flatten,
+    "ravel": lambda x, args, kwargs: [["flatten", 0, max(x.dim(), 1) - 1]],
     "unflatten": _unflatten, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
     "contiguous": _contiguous, "__getitem__": _getitem,
     "movedim": _movedim, "moveaxis": _movedim,
 }
 
 # Calls that produce several views; the translator returns i -> ops.
-MULTI = {"chunk": _chunk, "split": _split, "unbind": _unbind,
+MULTI = {"chunk": _chunk, "split": _split, "split_with_sizes": _split,
+         "unbind": _unbind,
          "tensor_split": _tensor_split}
 
 # Ops whose result must share the input's storage to be a pure view.
-MUST_VIEW = {"reshape", "reshape_as", "flatten", "contiguous"}
+MUST_VIEW = {"reshape", "reshape_as", "flatten", "ravel", "contiguous"}
 
 # Calls that change the shape by reading the elements in row-major order:
 # where that is no view of the source they are recorded as pieces.
-RESHAPES = {"view", "view_as", "reshape", "reshape_as", "flatten",
+RESHAPES = {"view", "view_as", "reshape", "reshape_as", "flatten", "ravel",
             "unflatten"}
 
 

@@ -107,6 +107,72 @@ def view_strides(shape, stride, target):
     return out if view_d == -1 else None
 
 
+# The library's limits on the factors of one view (src/geom/box.h).
+_MAX_FACTORS, _MAX_DIM_FACTORS = 64, 8
+
+
+def box_refusal(src_shape, offset, shape, stride):
+    """Why the library cannot read a view (element `offset`, `shape`,
+    `stride`) of a row-major source of `src_shape` as one strided box, or
+    None when it can. The same rule as src/geom/box.c: each view dim is cut
+    into factors that stay inside one source dim, wrapping into the next
+    outer dim only at a source dim's end, and each source dim's factors
+    must be ordered. torch allows views this refuses (`[3, 2, 2]` viewed as
+    `[2, 6]`: a row of 6 is one and a half source rows); such a view is
+    recorded as pieces that are boxes (`carve`)."""
+    src_shape = [int(n) for n in src_shape]
+    pitch = _suffix(src_shape)[1:]
+    if any(int(n) == 0 for n in shape):
+        return None
+    factors = []                           # (source dim, count, q)
+    for vd, (n, s) in enumerate(zip(shape, stride)):
+        n, s = int(n), int(s)
+        while n > 1:
+            d = next((d for d in range(len(src_shape) - 1, -1, -1)
+                      if src_shape[d] > 1 and pitch[d] <= s
+                      and s // pitch[d] < src_shape[d]), -1) if s > 0 else -1
+            if d < 0:
+                return (f"view dim {vd} has stride {s}, which does not step "
+                        f"inside the source")
+            if s % pitch[d]:
+                return f"view dim {vd} (stride {s}) mixes source dims"
+            q = s // pitch[d]
+            if (n - 1) * q < src_shape[d]:
+                factors.append((d, n, q))
+                break
+            inner = src_shape[d] // q
+            if src_shape[d] % q or n % inner:
+                return f"view dim {vd} merges a partial source dim {d}"
+            factors.append((d, inner, q))
+            n //= inner
+            s = pitch[d] * src_shape[d]
+    if len(factors) > _MAX_FACTORS:
+        return "too many factors"
+    for d in range(len(src_shape)):
+        mine = sorted((q, c) for e, c, q in factors if e == d)
+        if len(mine) > _MAX_DIM_FACTORS:
+            return (f"source dim {d} is cut into more than "
+                    f"{_MAX_DIM_FACTORS} pieces")
+        span = 0
+        for q, c in mine:
+            if q <= span:
+                return (f"source dim {d} is visited out of order (not a "
+                        f"strided box)")
+            span += (c - 1) * q
+        start = (int(offset) // pitch[d]) % src_shape[d] if src_shape else 0
+        if mine and span >= src_shape[d] - start:
+            return f"source dim {d} is left by the view (not a strided box)"
+    return None
+
+
+def view_refusal(src_meta, ops):
+    """box_refusal of the view `ops` make of the full source (a meta
+    tensor), or None."""
+    v = capture_ops.apply_ops(src_meta, ops)
+    return box_refusal(src_meta.shape, v.storage_offset(), v.shape,
+                       v.stride())
+
+
 def _valid(src_meta, ops, shape):
     """Whether `ops` give a view of `shape` of the source."""
     try:
@@ -137,12 +203,18 @@ def carve(target, in_shape, ops_of_box, src_meta):
         if ops is None:
             return None
         shape = [1] * k + [b - a] + target[k + 1:]
-        if box[1] == shape:
-            return ops
         m = capture_ops.apply_ops(src_meta, ops)
-        if view_strides(list(m.shape), list(m.stride()), shape) is None:
+        if box[1] != shape:
+            strides = view_strides(list(m.shape), list(m.stride()), shape)
+            if strides is None:
+                return None
+            ops = ops + [["view", shape]]
+        else:
+            shape, strides = m.shape, m.stride()
+        if box_refusal(src_meta.shape, m.storage_offset(), shape,
+                       strides) is not None:
             return None
-        return ops + [["view", shape]]
+        return ops
 
     def walk(prefix, k):
         a = 0

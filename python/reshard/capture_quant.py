@@ -172,8 +172,8 @@ class QuantRecorder:
                                 "(the library quantizes the source itself)")
             x = make(self.rec, x._rs_raw, x._rs_srcs, None)
         if x._rs_ops is None:
-            return (make(self.rec, q_raw, x._rs_srcs, None),
-                    make(self.rec, s_raw, x._rs_srcs, None))
+            return (make(self.rec, q_raw, x._rs_srcs, None, why=x._rs_why),
+                    make(self.rec, s_raw, x._rs_srcs, None, why=x._rs_why))
         src, where = x._rs_srcs[0], capture_hook.location()
         try:
             spec = quant_spec(x._rs_ops, self.rec.source_shapes[src], scheme,
@@ -236,6 +236,8 @@ class QuantRecorder:
         if part == "values" and not isinstance(fmt, str):
             ok += (fmt,)
         region = self.rec.attribute(dst, ok)
+        if region is not None and region[1] is None:
+            region = None        # a parameter laid out otherwise, merged
         if region is None:
             self.rec.unattributed_details.append(
                 f"'{name}' of the {part} of quantize_fp8 of '{src}' at "
@@ -248,7 +250,7 @@ class QuantRecorder:
             return
         entry[part] = {"param": region[0], "dest_offset": region[1],
                        "dest_shape": list(dst.shape),
-                       "dest_stride": list(dst.stride())}
+                       "dest_stride": list(region[2])}
         if entry["values"] is not None and entry["scales"] is not None:
             self._emit(entry, fmt)
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _args, _group, _interrupt, _lib, dtypes, errors
-from .capture import Capture
+from .capture import Capture, shared_text
+from .capture_hook import shared_memory
 from ._handle import Handle, notice_cb
 from ._lib import DIAG
 
@@ -246,6 +247,9 @@ class Receiver(Handle):
             raise errors.InvalidArgument(
                 "receiver: params not in the capture: "
                 + ", ".join(sorted(params)[:8]))
+        shared = shared_memory({b.name: b.tensor for b in bindings})
+        if shared is not None:
+            raise errors.InvalidArgument(shared_text("receiver", *shared))
         return bindings
 
     def _check_fills(self, capture):
