@@ -234,38 +234,69 @@ rs_status_t rs__fdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     return locked(dir, req, diag, do_unlease);
 }
 
-/* The first live lease (expiry after now) and how many there are. */
-static rs_status_t live_leases(const char *vdir, rs_diag_t *diag,
-                               char holder[PATH_MAX], double *expiry_p,
-                               size_t *count_p)
+/* Calls `each` for every live lease of vdir (expiry after now) with its
+ * holder (the file name past the prefix), epoch and seconds left; stops at
+ * the first status `each` or a read returns. */
+typedef rs_status_t (*lease_cb)(void *ctx, const char *holder,
+                                uint64_t epoch, double left_s,
+                                rs_diag_t *diag);
+
+static rs_status_t each_live_lease(const char *vdir, rs_diag_t *diag,
+                                   lease_cb each, void *ctx)
 {
     DIR *d = opendir(vdir);
     if (d == NULL)
         return rs__diag_set(diag, RS_ERR_IO, "cannot list %s: %s", vdir,
                             strerror(errno));
     double now = rs__fdir_now();
-    size_t count = 0;
     rs_status_t st = RS_OK;
     struct dirent *e;
     while (st == RS_OK && (e = readdir(d)) != NULL) {
         char path[PATH_MAX];
         int absent;
         double expiry = 0;
-        uint64_t epoch;
+        uint64_t epoch = 0;
         if (strncmp(e->d_name, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0)
             continue;
         rs__fdir_join(vdir, e->d_name, path);
         st = read_lease(path, diag, &absent, &expiry, &epoch);
-        if (st != RS_OK || absent || expiry <= now)
-            continue;
-        if (count++ == 0) {
-            snprintf(holder, PATH_MAX, "%s",
-                     e->d_name + strlen(LEASE_PREFIX));
-            *expiry_p = expiry - now;
-        }
+        if (st == RS_OK && !absent && expiry > now)
+            st = each(ctx, e->d_name + strlen(LEASE_PREFIX), epoch,
+                      expiry - now, diag);
     }
     closedir(d);
-    *count_p = count;
+    return st;
+}
+
+typedef struct first_lease {
+    char *holder; /* PATH_MAX */
+    double left_s;
+    size_t count;
+} first_lease_t;
+
+static rs_status_t count_lease(void *ctx, const char *holder, uint64_t epoch,
+                               double left_s, rs_diag_t *diag)
+{
+    first_lease_t *f = ctx;
+    (void)epoch;
+    (void)diag;
+    if (f->count++ == 0) {
+        snprintf(f->holder, PATH_MAX, "%s", holder);
+        f->left_s = left_s;
+    }
+    return RS_OK;
+}
+
+/* The first live lease (expiry after now) and how many there are. */
+static rs_status_t live_leases(const char *vdir, rs_diag_t *diag,
+                               char holder[PATH_MAX], double *expiry_p,
+                               size_t *count_p)
+{
+    first_lease_t f = {holder, 0, 0};
+    rs_status_t st = each_live_lease(vdir, diag, count_lease, &f);
+    if (f.count > 0)
+        *expiry_p = f.left_s;
+    *count_p = f.count;
     return st;
 }
 
@@ -319,47 +350,39 @@ rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     return locked(dir, req, diag, do_release);
 }
 
+typedef struct lease_list {
+    rs_dir_req_t *req;
+    size_t cap;
+} lease_list_t;
+
+static rs_status_t list_lease(void *ctx, const char *holder, uint64_t epoch,
+                              double left_s, rs_diag_t *diag)
+{
+    lease_list_t *list = ctx;
+    rs_dir_req_t *req = list->req;
+    if (strlen(holder) > RS_DIR_NAME_MAX)
+        return RS_OK; /* not a name a receiver could have taken */
+    if (req->nleases == list->cap) {
+        size_t cap = list->cap ? list->cap * 2 : 8;
+        rs_dir_lease_info_t *v = realloc(req->leases, cap * sizeof(*v));
+        if (v == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+        req->leases = v;
+        list->cap = cap;
+    }
+    rs_dir_lease_info_t *l = &req->leases[req->nleases++];
+    snprintf(l->holder, sizeof(l->holder), "%s", holder);
+    l->epoch = epoch;
+    l->left_s = left_s;
+    return RS_OK;
+}
+
 /* Every live lease: holder, epoch, seconds left. */
 static rs_status_t do_leases(const char *vdir, rs_dir_req_t *req,
                              rs_diag_t *diag)
 {
-    DIR *d = opendir(vdir);
-    if (d == NULL)
-        return rs__diag_set(diag, RS_ERR_IO, "cannot list %s: %s", vdir,
-                            strerror(errno));
-    double now = rs__fdir_now();
-    size_t cap = 0;
-    rs_status_t st = RS_OK;
-    struct dirent *e;
-    while (st == RS_OK && (e = readdir(d)) != NULL) {
-        char path[PATH_MAX];
-        int absent;
-        double expiry = 0;
-        uint64_t epoch = 0;
-        const char *holder = e->d_name + strlen(LEASE_PREFIX);
-        if (strncmp(e->d_name, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0 ||
-            strlen(holder) > RS_DIR_NAME_MAX)
-            continue;
-        rs__fdir_join(vdir, e->d_name, path);
-        st = read_lease(path, diag, &absent, &expiry, &epoch);
-        if (st != RS_OK || absent || expiry <= now)
-            continue;
-        if (req->nleases == cap) {
-            cap = cap ? cap * 2 : 8;
-            rs_dir_lease_info_t *v = realloc(req->leases, cap * sizeof(*v));
-            if (v == NULL) {
-                st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-                break;
-            }
-            req->leases = v;
-        }
-        rs_dir_lease_info_t *l = &req->leases[req->nleases++];
-        snprintf(l->holder, sizeof(l->holder), "%s", holder);
-        l->epoch = epoch;
-        l->left_s = expiry - now;
-    }
-    closedir(d);
-    return st;
+    lease_list_t list = {req, 0};
+    return each_live_lease(vdir, diag, list_lease, &list);
 }
 
 rs_status_t rs__fdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
