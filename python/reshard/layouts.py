@@ -27,13 +27,14 @@ def _shape(t):
     return tuple(int(s) for s in t)
 
 
-def _dtype(t):
-    return str(t.dtype).replace("torch.", "")
+def dtype_text(dtype):
+    """"float32" for torch.float32, for messages."""
+    return str(dtype).replace("torch.", "")
 
 
 def describe(t):
     """"[8, 4] float32 (strides [4, 1]) on cpu", for messages."""
-    return (f"{list(t.shape)} {_dtype(t)} (strides {list(t.stride())}) on "
+    return (f"{list(t.shape)} {dtype_text(t.dtype)} (strides {list(t.stride())}) on "
             f"{t.device.type}")
 
 
@@ -71,7 +72,7 @@ class Place:
             raise LayoutError(
                 f"tensor '{name}': its storage is now {describe(base)}, it "
                 f"was {list(self.base_shape)} "
-                f"{str(self.dtype).replace('torch.', '')} (strides "
+                f"{dtype_text(self.dtype)} (strides "
                 f"{list(self.base_stride)}) when registered: the box cannot "
                 "be derived from it; unregister it and register the new "
                 "tensor")
@@ -132,11 +133,6 @@ class Box:
     full_shape: Tuple[int, ...]
     offset: Tuple[int, ...]
     source: Optional[Source] = None  # how `view` derives from the tensors
-
-    def live(self):
-        """The view derived from the base's storage now (see Source)."""
-        return self.view if self.source is None else \
-            self.source.live(self.name)
 
 
 def chunk_range(size, rank, world):

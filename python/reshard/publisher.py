@@ -111,7 +111,7 @@ def _overlap(a, b):
 
 def _how(call, tensor):
     return f"{call}(tensor {list(tensor.shape)} " \
-        f"{str(tensor.dtype).replace('torch.', '')})"
+        f"{layouts.dtype_text(tensor.dtype)})"
 
 
 class Publisher(Handle):
