@@ -237,6 +237,23 @@ rs_status_t rs__fdir_existing_ready(rs_dir_h dir, const rs_dir_req_t *req,
     return existing(dir, req, 0, diag, info_p);
 }
 
+rs_status_t rs__fdir_locked(rs_dir_h dir, rs_dir_req_t *req, int count_ready,
+                            rs_diag_t *diag, rs__fdir_locked_fn fn)
+{
+    rs_version_info_t info;
+    char vdir[PATH_MAX];
+    int lock = -1;
+    rs_status_t st = existing(dir, req, count_ready, diag, &info);
+    if (st == RS_OK)
+        st = rs__fdir_path(dir, req, NULL, diag, vdir);
+    if (st == RS_OK)
+        st = rs__fdir_lock(vdir, diag, &lock);
+    if (st == RS_OK)
+        st = fn(vdir, req, diag);
+    rs__fdir_unlock(lock);
+    return st;
+}
+
 static rs_status_t file_lookup(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag)
 {

@@ -44,16 +44,5 @@ static rs_status_t swap(const char *vdir, rs_dir_req_t *req, rs_diag_t *diag)
 
 rs_status_t rs__fdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
-    rs_version_info_t info;
-    char vdir[PATH_MAX];
-    int lock = -1;
-    rs_status_t st = rs__fdir_existing_ready(dir, req, diag, &info);
-    if (st == RS_OK)
-        st = rs__fdir_path(dir, req, NULL, diag, vdir);
-    if (st == RS_OK)
-        st = rs__fdir_lock(vdir, diag, &lock);
-    if (st == RS_OK)
-        st = swap(vdir, req, diag);
-    rs__fdir_unlock(lock);
-    return st;
+    return rs__fdir_locked(dir, req, 0, diag, swap);
 }

@@ -65,8 +65,8 @@ rs_status_t rs__fdir_write_time(const char *dir, const char *name, double t,
 /* Takes the version's exclusive lock (flock on its lock file); release it
  * with rs__fdir_unlock. RS_ERR_TIMEOUT when another process holds it for
  * more than 30 s (stopped while holding it). Only publishing a table,
- * leases and the release take it, each for a few file operations;
- * heartbeats, the one periodic write, never do. */
+ * leases, group records and the release take it, each for a few file
+ * operations; heartbeats, the one periodic write, never do. */
 rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p);
 void rs__fdir_unlock(int fd);
 
@@ -85,6 +85,14 @@ rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
  * pull, which would otherwise list the version once per slot. */
 rs_status_t rs__fdir_existing_ready(rs_dir_h dir, const rs_dir_req_t *req,
                                     rs_diag_t *diag, rs_version_info_t *info_p);
+
+/* Runs fn on an existing version's directory under its lock (the version
+ * looked up as rs__fdir_existing, or with count_ready 0 as
+ * rs__fdir_existing_ready). */
+typedef rs_status_t (*rs__fdir_locked_fn)(const char *vdir, rs_dir_req_t *req,
+                                          rs_diag_t *diag);
+rs_status_t rs__fdir_locked(rs_dir_h dir, rs_dir_req_t *req, int count_ready,
+                            rs_diag_t *diag, rs__fdir_locked_fn fn);
 
 /* Marks present[i] (when not NULL) for every slot table in vdir with
  * slot < n and counts them; a missing vdir has none. */

@@ -50,26 +50,6 @@ void rs__fdir_released_by(const char *vdir, char out[RS_DIR_NAME_MAX + 1])
     free(text);
 }
 
-/* Runs fn under the version lock of an existing version. */
-static rs_status_t locked(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag,
-                          rs_status_t (*fn)(const char *vdir,
-                                            rs_dir_req_t *req,
-                                            rs_diag_t *diag))
-{
-    rs_version_info_t info;
-    char vdir[PATH_MAX];
-    int lock = -1;
-    rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
-    if (st == RS_OK)
-        st = rs__fdir_path(dir, req, NULL, diag, vdir);
-    if (st == RS_OK)
-        st = rs__fdir_lock(vdir, diag, &lock);
-    if (st == RS_OK)
-        st = fn(vdir, req, diag);
-    rs__fdir_unlock(lock);
-    return st;
-}
-
 /* A lease file: "<expiry> <epoch>\n" ("<expiry>\n", epoch 0, as older
  * versions wrote it). *absent_p as rs__fdir_read. */
 static rs_status_t read_lease(const char *path, rs_diag_t *diag,
@@ -226,12 +206,12 @@ static rs_status_t do_unlease(const char *vdir, rs_dir_req_t *req,
 
 rs_status_t rs__fdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
-    return locked(dir, req, diag, do_lease);
+    return rs__fdir_locked(dir, req, 1, diag, do_lease);
 }
 
 rs_status_t rs__fdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
-    return locked(dir, req, diag, do_unlease);
+    return rs__fdir_locked(dir, req, 1, diag, do_unlease);
 }
 
 /* Calls `each` for every live lease of vdir (expiry after now) with its
@@ -347,7 +327,7 @@ static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
 
 rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
-    return locked(dir, req, diag, do_release);
+    return rs__fdir_locked(dir, req, 1, diag, do_release);
 }
 
 typedef struct lease_list {
@@ -387,5 +367,5 @@ static rs_status_t do_leases(const char *vdir, rs_dir_req_t *req,
 
 rs_status_t rs__fdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
-    return locked(dir, req, diag, do_leases);
+    return rs__fdir_locked(dir, req, 1, diag, do_leases);
 }
