@@ -5,7 +5,7 @@ group commit records of engine replicas (docs/python.md, "Directory")."""
 import ctypes
 from dataclasses import dataclass
 
-from . import _lib
+from . import _lib, errors
 from ._lib import DIAG
 
 _STATES = {1: "PENDING", 2: "READY", 3: "RELEASED"}
@@ -46,6 +46,18 @@ class GroupInfo:
     note: str
 
 
+def _listed(struct, convert, fn, *args):
+    """convert() of each record of the array the library call `fn`(*args,
+    &array, &count) returns, the array freed."""
+    arr = ctypes.POINTER(struct)()
+    n = ctypes.c_size_t()
+    _lib.call(fn, *args, ctypes.byref(arr), ctypes.byref(n))
+    try:
+        return [convert(arr[i]) for i in range(n.value)]
+    finally:
+        _lib.libc().free(ctypes.cast(arr, ctypes.c_void_p))
+
+
 def _group_info(g):
     return GroupInfo(size=g.size, attempt=g.attempt, attempts=g.attempts,
                      decision=_DECISIONS.get(g.decision, str(g.decision)),
@@ -79,36 +91,22 @@ class Directory:
 
     def _open(self):
         if self._h is None:
-            from . import errors
             raise errors.InvalidArgument("directory: closed")
         return self._h
 
     def versions(self, model):
         """Every version of `model`, ascending ([] when none)."""
-        arr = ctypes.POINTER(_lib.VersionInfo)()
-        n = ctypes.c_size_t()
-        _lib.call("rs_dir_list", self._open(), _lib.enc(model), DIAG,
-                  ctypes.byref(arr), ctypes.byref(n))
-        try:
-            return [VersionInfo(arr[i].version,
-                                _STATES.get(arr[i].state, "?"),
-                                arr[i].slots, arr[i].published)
-                    for i in range(n.value)]
-        finally:
-            _lib.libc().free(ctypes.cast(arr, ctypes.c_void_p))
+        return _listed(_lib.VersionInfo, lambda v: VersionInfo(
+            v.version, _STATES.get(v.state, "?"), v.slots, v.published),
+            "rs_dir_list", self._open(), _lib.enc(model), DIAG)
 
     def leases(self, model, version):
         """The live leases of a version, in holder order (InputError for a
         version never created)."""
-        arr = ctypes.POINTER(_lib.DirLeaseInfo)()
-        n = ctypes.c_size_t()
-        _lib.call("rs_dir_leases", self._open(), _lib.enc(model),
-                  int(version), DIAG, ctypes.byref(arr), ctypes.byref(n))
-        try:
-            return [LeaseInfo(arr[i].holder.decode(), arr[i].epoch,
-                              arr[i].left_s) for i in range(n.value)]
-        finally:
-            _lib.libc().free(ctypes.cast(arr, ctypes.c_void_p))
+        return _listed(_lib.DirLeaseInfo, lambda x: LeaseInfo(
+            x.holder.decode(), x.epoch, x.left_s),
+            "rs_dir_leases", self._open(), _lib.enc(model), int(version),
+            DIAG)
 
     def release(self, model, version, by=None):
         """Releases a version (as `by`, recorded and named by later
