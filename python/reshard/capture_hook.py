@@ -904,21 +904,13 @@ def _share(a, b):
     return capture_order.overlaps(*region)
 
 
-def _row_major(shape):
-    out, acc = [0] * len(shape), 1
-    for d in range(len(shape) - 1, -1, -1):
-        out[d] = acc
-        acc *= int(shape[d])
-    return out
-
-
 def logical_region(p, offset, shape, stride):
     """(offset, strides) in `p`'s row-major element order of the region
     `shape` / `stride` at element `offset` of p's storage (relative to
     p's storage offset), or None when its elements are not p's."""
     if p.is_contiguous():
         return offset, list(stride)
-    rm = _row_major(p.shape)
+    rm = capture_pieces.row_major(p.shape)
     dims = sorted((d for d in range(p.dim()) if p.shape[d] > 1),
                   key=lambda d: -p.stride(d))
     for a, b in zip(dims, dims[1:]):

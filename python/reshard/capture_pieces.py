@@ -37,6 +37,11 @@ def _suffix(shape):
     return p
 
 
+def row_major(shape):
+    """The strides of a contiguous tensor of `shape`, in elements."""
+    return _suffix(shape)[1:]
+
+
 def flat_box(shape, first, count):
     """(lo, ln) of the box of a tensor of `shape` whose row-major elements
     are [first, first + count), or None when they are no box."""
