@@ -1,5 +1,7 @@
 /* Monotonic and wall-clock seconds, and absolute deadlines, for every layer
  * (see clock.h). */
+#include <errno.h>
+
 #include "core/clock.h"
 
 static double seconds(clockid_t id)
@@ -32,3 +34,13 @@ static struct timespec after(clockid_t id, double s)
 struct timespec rs__mono_after(double s) { return after(CLOCK_MONOTONIC, s); }
 
 struct timespec rs__wall_after(double s) { return after(CLOCK_REALTIME, s); }
+
+void rs__sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec until = rs__mono_after(s);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) ==
+           EINTR)
+        ; /* a signal: sleep on to the same deadline */
+}

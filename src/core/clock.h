@@ -18,4 +18,8 @@ double rs__wall_s(void);
 struct timespec rs__mono_after(double s);
 struct timespec rs__wall_after(double s);
 
+/* Sleeps `s` seconds on CLOCK_MONOTONIC (nothing when s <= 0); a signal
+ * does not cut the sleep short. */
+void rs__sleep_s(double s);
+
 #endif

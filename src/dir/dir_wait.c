@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/clock.h"
 #include "core/diag.h"
@@ -49,10 +48,7 @@ static void nap(const rs_cancel_t *cancel, double s)
 {
     while (s > 0 && !rs_cancel_raised(cancel)) {
         double slice = fmin(s, RS_CANCEL_POLL_S / 2);
-        struct timespec ts;
-        ts.tv_sec = (time_t)slice;
-        ts.tv_nsec = (long)((slice - (double)ts.tv_sec) * 1e9);
-        nanosleep(&ts, NULL);
+        rs__sleep_s(slice);
         s -= slice;
     }
 }

@@ -3,11 +3,9 @@
  * directory, and the rank then follows whatever the record decided (its
  * own abort, or a commit that the last rank made first), so no two ranks
  * act on different outcomes. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -120,14 +118,6 @@ typedef struct gctx {
     int64_t attempt;
 } gctx_t;
 
-static void pause_s(double s)
-{
-    struct timespec until = rs__mono_after(s);
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) ==
-           EINTR)
-        ; /* a signal: sleep on to the same deadline */
-}
-
 /* "1, 3" for the ranks whose state is in `which` (ranks[i]). */
 static void ranks_in(const char *ranks, const char *which, char *out,
                      size_t cap)
@@ -191,7 +181,7 @@ static rs_status_t wait_for(const gctx_t *c, const char *done,
             *timed_out_p = 1;
             return RS_OK;
         }
-        pause_s(pause);
+        rs__sleep_s(pause);
         pause = pause * 2 < POLL_MAX_S ? pause * 2 : POLL_MAX_S;
     }
 }
@@ -218,7 +208,7 @@ static int fault_here(const gctx_t *c)
             if (info.decision != RS_GROUP_OPEN || behind == 0)
                 break;
         }
-        pause_s(POLL_FIRST_S);
+        rs__sleep_s(POLL_FIRST_S);
     }
     if (strcmp(mode, "exit") == 0)
         _exit(9);
