@@ -274,13 +274,13 @@ class Publisher(Handle):
         when nothing of `name` is registered."""
         with self._lock:
             self._open()
-            mine = [e for e in self._entries if e.name == name]
+            mine = self._by_name.get(name)
             if not mine:
                 raise errors.InvalidArgument(
                     f"publisher: tensor '{name}' is not registered")
-            for e in mine:
-                self._unregister(e)
-                self._entries.remove(e)
+            while mine:  # the index and the list drop each box together
+                self._unregister(mine[-1])
+                self._entries.remove(mine.pop())
             del self._by_name[name]
 
     def _add(self, boxes, how):
