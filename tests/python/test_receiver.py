@@ -184,6 +184,39 @@ def test_discard_leaves_params_and_allows_next_stage(file_dir):
         t.close()
 
 
+def test_a_staged_version_is_kept_through_refused_pulls_and_stages(file_dir):
+    """While version 1 is staged, a pull or stage of a newer version is
+    refused before it moves a byte: the live parameters stay as they were,
+    and applying the staged handle installs version 1's bytes, not the
+    newer version's."""
+    t = Trainers(file_dir, "cma")
+    try:
+        t.publish(1)
+        truth1 = _truth(*t.fulls())
+        params = _params()
+        before = {n: x.clone() for n, x in params.items()}
+        with _receiver(file_dir, "cma", params) as r:
+            s = r.stage(1)
+            t.set(7)
+            t.publish(2)
+            with pytest.raises(reshard.InvalidArgument,
+                               match="version 1 is staged"):
+                r.pull(2)
+            with pytest.raises(reshard.InvalidArgument, match="staged"):
+                r.stage(2)
+            for n in params:
+                assert torch.equal(params[n], before[n]), n
+            assert r.apply(s).version == 1
+            for n in params:
+                assert torch.equal(params[n], truth1[n]), n
+            assert r.pull(2).version == 2
+            truth2 = _truth(*t.fulls())
+            for n in params:
+                assert torch.equal(params[n], truth2[n]), n
+    finally:
+        t.close()
+
+
 def test_mirrored_param_gets_copied(file_dir):
     """A parameter that is not a contiguous CPU tensor (here a transposed
     view; a CUDA tensor takes the same path) is staged through host memory
