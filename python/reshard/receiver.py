@@ -213,11 +213,11 @@ class Receiver(Handle):
             self._bindings = self._match(
                 params, {f["param"] for f in capture.fills})
             self._check_fills(capture)
-            self._group = (group, group_size, group_rank, group_timeout_s)
             self._create(directory, model, backend, salt, holder,
                          discover_timeout_s, pull_timeout_s, lease_ttl_s,
                          timeout_s, verify_digests, release_after, stale_s,
-                         notice, announce_cuts, announce_as)
+                         notice, announce_cuts, announce_as,
+                         (group, group_size, group_rank, group_timeout_s))
             self._fill(capture)
             self._bind()
         except BaseException:
@@ -279,7 +279,7 @@ class Receiver(Handle):
     def _create(self, directory, model, backend, salt, holder,
                 discover_timeout_s, pull_timeout_s, lease_ttl_s, timeout_s,
                 verify_digests, release_after, stale_s, notice,
-                announce_cuts, announce_as):
+                announce_cuts, announce_as, group):
         p = _lib.ReceiverParams()
         _lib.lib().rs_receiver_params_init_sized(p, ctypes.sizeof(p))
         self._keep = [_lib.enc(directory), _lib.enc(model),
@@ -296,7 +296,7 @@ class Receiver(Handle):
         p.verify_digests = 1 if verify_digests else 0
         p.release_after = 1 if release_after else 0
         p.stale_s = float(stale_s)
-        self._keep.append(_group.set_params(p, *self._group))
+        self._keep.append(_group.set_params(p, *group))
         self._notice = notice_cb(notice)
         if self._notice is not None:
             p.notice = self._notice
