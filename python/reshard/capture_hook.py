@@ -880,15 +880,28 @@ def shared_memory(tensors):
     the tensor it views), or None. Tensors of one storage at disjoint
     elements (views of a fused buffer) share nothing."""
     groups = {}
-    for name, t in tensors.items():
+    for i, (name, t) in enumerate(tensors.items()):
         if isinstance(t, torch.Tensor) and t.numel():
-            groups.setdefault(storage_key(t), []).append((name, t))
+            lo, hi = extent(t)
+            size = t.element_size()
+            groups.setdefault(storage_key(t), []).append(
+                (lo * size, (hi + 1) * size, i, name, t))
+    found = []
     for items in groups.values():
-        for i, (a, ta) in enumerate(items):
-            for b, tb in items[i + 1:]:
-                if _share(ta, tb):
-                    return a, b
-    return None
+        # swept by byte extent: only tensors whose extents meet are
+        # compared (a flat buffer of many parameters is no n^2 loop)
+        items.sort(key=lambda x: x[:3])
+        active = []
+        for lo, hi, i, name, t in items:
+            active = [a for a in active if a[1] > lo]
+            found.extend((min(i, j), max(i, j)) for _, _, j, _, u in active
+                         if _share(u, t))
+            active.append((lo, hi, i, name, t))
+    if not found:
+        return None
+    names = list(tensors)
+    i, j = min(found)
+    return names[i], names[j]
 
 
 def _share(a, b):

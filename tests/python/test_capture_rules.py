@@ -641,3 +641,22 @@ def test_view_strides_agree_with_torch():
             assert got is None, (shape, stride, target)
         elif n > 0:
             assert got == want, (shape, stride, target)
+
+
+def test_shared_memory_finds_the_first_pair_among_many_views():
+    """Parameters sharing one buffer are swept by extent: disjoint views
+    (also interleaved columns) share nothing, and of the pairs that share
+    elements the first in the parameters' order is named."""
+    from reshard.capture_hook import shared_memory
+    flat = torch.zeros(64)
+    views = {f"p{i}": flat[i * 4:(i + 1) * 4] for i in range(16)}
+    assert shared_memory(views) is None
+    grid = torch.zeros(4, 6)
+    assert shared_memory({"even": grid[:, 0::2], "odd": grid[:, 1::2]}) \
+        is None
+    views["late"] = flat[30:34]          # meets p7 and p8
+    views["tied"] = views["p2"]
+    assert shared_memory(views) == ("p2", "tied")
+    del views["tied"]
+    assert shared_memory(views) == ("p7", "late")
+    assert shared_memory({"x": flat[8:12], "all": flat}) == ("x", "all")
