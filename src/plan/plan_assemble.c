@@ -7,7 +7,7 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "plan/plan_quant.h"
 #include "plan/planner.h"
 #include "plan/shard_sort.h"

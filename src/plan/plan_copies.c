@@ -12,7 +12,7 @@
 #include "core/checked.h"
 #include "core/diag.h"
 #include "plan/box_memo.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "plan/plan_quant.h"
 #include "plan/planner.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "plan/plan_cost.h"
 #include "plan/planner.h"
 

@@ -13,7 +13,7 @@
 
 #include "core/diag.h"
 #include "core/vec.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "plan/plan_cost.h"
 
 typedef struct agg_vec {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "plan/plan_cost.h"
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")

@@ -16,7 +16,7 @@
 #include "core/diag.h"
 #include "geom/box.h"
 #include "plan/plan_quant.h"
-#include "plan/sources_impl.h"
+#include "model/sources_impl.h"
 
 #define OOM(diag) rs__diag_set((diag), RS_ERR_NO_MEMORY, "out of memory")
 

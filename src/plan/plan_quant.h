@@ -6,7 +6,7 @@
 #ifndef RS_PLAN_PLAN_QUANT_H
 #define RS_PLAN_PLAN_QUANT_H
 
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "plan/planner.h"
 #include "reshard/quant.h"
 

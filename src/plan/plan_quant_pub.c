@@ -12,7 +12,7 @@
 
 #include "core/diag.h"
 #include "plan/plan_quant.h"
-#include "plan/sources_impl.h"
+#include "model/sources_impl.h"
 
 /* Per dim, the touched blocks [glo, glo + gn) as relative ranges. */
 typedef struct grange {

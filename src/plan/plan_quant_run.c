@@ -9,7 +9,7 @@
 
 #include "core/diag.h"
 #include "plan/plan_quant.h"
-#include "plan/sources_impl.h"
+#include "model/sources_impl.h"
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
 

@@ -8,7 +8,7 @@
 #include "core/checked.h"
 #include "core/diag.h"
 #include "geom/view_box.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "plan/planner.h"
 
 /* Above this many shards the hull of the touched shards is not computed:

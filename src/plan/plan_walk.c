@@ -9,7 +9,7 @@
 
 #include "core/checked.h"
 #include "plan/box_memo.h"
-#include "plan/grid.h"
+#include "model/grid.h"
 #include "plan/planner.h"
 
 typedef struct {

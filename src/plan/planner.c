@@ -14,13 +14,13 @@
 #include "core/env.h"
 #include "geom/box.h"
 #include "geom/walk.h"
-#include "plan/capture_check.h"
-#include "plan/capture_impl.h"
-#include "plan/grid.h"
+#include "model/capture_check.h"
+#include "model/capture_impl.h"
+#include "model/grid.h"
 #include "plan/plan_impl.h"
 #include "plan/plan_quant.h"
 #include "plan/planner.h"
-#include "plan/sources_impl.h"
+#include "model/sources_impl.h"
 #include "core/params.h"
 
 RS__PARAMS_DECLARE(plan); /* plan.c */

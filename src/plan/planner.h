@@ -7,7 +7,7 @@
 #include "core/vec.h"
 #include "geom/box.h"
 #include "plan/plan_impl.h"
-#include "plan/sources_impl.h"
+#include "model/sources_impl.h"
 
 /* One source as the capture names it. */
 typedef struct rs_psrc {

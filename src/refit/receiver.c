@@ -18,7 +18,7 @@
 #include "core/pages.h"
 #include "core/params.h"
 #include "exec/backend.h"
-#include "plan/capture_check.h"
+#include "model/capture_check.h"
 #include "refit/group.h"
 #include "refit/refit_impl.h"
 #include "refit/replicas.h"

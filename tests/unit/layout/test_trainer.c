@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "plan/sources_impl.h"
+#include "model/sources_impl.h"
 #include "reshard_layout/layout.h"
 
 /* qwen2 with q/k/v biases: 4 heads of 16, 2 kv heads, 5 layers, an odd

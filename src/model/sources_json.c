@@ -7,7 +7,7 @@
 
 #include "core/checked.h"
 #include "core/json.h"
-#include "plan/sources_impl.h"
+#include "model/sources_impl.h"
 
 #define SHARD_TABLE_SCHEMA "mx.reshard.shard_table.v1"
 

@@ -8,8 +8,8 @@
 
 #include "core/diag.h"
 #include "core/json.h"
-#include "plan/capture_impl.h"
-#include "plan/capture_quant_json.h"
+#include "model/capture_impl.h"
+#include "model/capture_quant_json.h"
 #include "reshard/capture.h"
 
 static void put_int(FILE *out, int64_t v) { fprintf(out, "%" PRId64, v); }

@@ -1,7 +1,7 @@
 /* The capture checks every consumer shares: the planner and a receiver call
  * the same function, so the refusal reads the same from every tool. */
 #include "core/diag.h"
-#include "plan/capture_check.h"
+#include "model/capture_check.h"
 
 rs_status_t rs__capture_check_attributed(rs_capture_h capture,
                                          rs_diag_t *diag)

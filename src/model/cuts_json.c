@@ -9,7 +9,7 @@
 
 #include "core/diag.h"
 #include "core/json.h"
-#include "plan/cuts_impl.h"
+#include "model/cuts_impl.h"
 
 #define CUTS_SCHEMA "reshard.cuts.v1"
 

@@ -8,8 +8,8 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
-#include "plan/grid.h"
-#include "plan/sources_impl.h"
+#include "model/grid.h"
+#include "model/sources_impl.h"
 
 rs_status_t rs_sources_create(rs_sources_h *sources_p)
 {

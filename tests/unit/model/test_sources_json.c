@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "plan/sources_impl.h"
+#include "model/sources_impl.h"
 #include "reshard/sources.h"
 
 #define ORIGIN "src.json"

@@ -6,7 +6,7 @@
 
 #include "core/diag.h"
 #include "core/json.h"
-#include "plan/cuts_impl.h"
+#include "model/cuts_impl.h"
 
 static void put_ints(FILE *out, const int64_t *v, size_t n)
 {

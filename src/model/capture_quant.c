@@ -6,7 +6,7 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 
 /* Field names as the C descriptors spell them, by rs__quant_field_t. */
 static const char *const field_names[RS__QF_COUNT] = {

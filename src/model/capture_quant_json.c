@@ -6,7 +6,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "plan/capture_quant_json.h"
+#include "model/capture_quant_json.h"
 
 static const struct {
     const char *name;

@@ -7,8 +7,8 @@
 
 #include "core/diag.h"
 #include "geom/box.h"
-#include "plan/capture_impl.h"
-#include "plan/cuts_impl.h"
+#include "model/capture_impl.h"
+#include "model/cuts_impl.h"
 
 /* Every declared source is checked first, so that a disagreement leaves
  * the set as it was. */

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "core/checked.h"
-#include "plan/grid.h"
-#include "plan/sources_impl.h"
+#include "model/grid.h"
+#include "model/sources_impl.h"
 
 struct rs_grid {
     int ndim;

@@ -6,7 +6,7 @@
  * one compare per copy, once, and a repeat saves its arena copies. */
 #include <stdlib.h>
 
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 
 /* Cheap per word (a multiply-add), spread once at the end. Only what tells
  * geometries apart in practice is hashed (a list's or a key list's length,

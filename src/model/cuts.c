@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "plan/cuts_impl.h"
+#include "model/cuts_impl.h"
 
 rs_status_t rs_cuts_create(rs_diag_t *diag, rs_cuts_h *cuts_p)
 {

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "plan/box_memo.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "reshard/reshard.h"
 
 static const int64_t SHAPE[2] = {4, 6}, ROW[2] = {6, 1}, COL[2] = {1, 4};

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 #include "reshard/capture.h"
 #include "reshard_layout/layout.h"
 

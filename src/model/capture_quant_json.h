@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "core/json.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 
 /* A parsed quant object and the arrays its descriptor points into. */
 typedef struct rs__quant_in {

@@ -6,7 +6,7 @@
 
 #include "core/checked.h"
 #include "core/diag.h"
-#include "plan/capture_impl.h"
+#include "model/capture_impl.h"
 
 rs_status_t rs_capture_create(rs_capture_h *capture_p)
 {

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "plan/capture_impl.h"
-#include "plan/capture_quant_json.h"
+#include "model/capture_impl.h"
+#include "model/capture_quant_json.h"
 
 #define CAPTURE_SCHEMA "reshard.capture.v1"
 

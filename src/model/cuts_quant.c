@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "plan/capture_impl.h"
-#include "plan/cuts_impl.h"
+#include "model/capture_impl.h"
+#include "model/cuts_impl.h"
 #include "reshard/quant.h"
 
 static int quant_cmp(const char *src_a, const char *spec_a, const char *src_b,
