@@ -5,7 +5,7 @@
 # one message, print no plan and install nothing, in every output mode; the
 # same capture with the count at 0 plans and runs (the refusal is the
 # count's doing). `reshard pull` builds its capture from the layout, and its
-# receiver refuses with the same text (tests/unit/model/
+# receiver refuses with the same text (tests/unit/plan/
 # test_plan_unattributed.c).
 # usage: bash test_unattributed_cli.sh <reshard-binary> <source-dir>
 set -u
