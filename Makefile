@@ -34,7 +34,7 @@ TSAN_TESTS = ^(test_arena|test_transport_.+|test_exec|test_pipeline|test_refit|t
 TSAN_ENV = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
            UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
 
-# Static analysis (docs/design.md, "Static analysis"). cppcheck sees the
+# Static analysis (docs/hardening.md, "Static analysis"). cppcheck sees the
 # configuration we build (gcc, x86-64 Linux); clang-tidy reads .clang-tidy
 # and the clang build's compile_commands.json.
 CPPCHECK_FLAGS = --enable=warning,performance,portability --error-exitcode=1 \

@@ -1,6 +1,6 @@
-/* What cut-aligned trainer tables buy (docs/design.md, "Cut-aligned
- * publishing"): for each model and layout pair, every inference rank is
- * planned against whole-shard tables (the baseline) and against tables
+/* What cut-aligned trainer tables buy (docs/cut-aligned.md): for each model
+ * and layout pair, every inference rank is planned against whole-shard
+ * tables (the baseline) and against tables
  * split at the union of all inference ranks' cuts, in the same run. Prints
  * per rank the bytes needed and on the wire, descriptors, the largest
  * number of descriptors one (tensor, receiver, publisher) takes, the wire

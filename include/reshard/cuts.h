@@ -2,7 +2,7 @@
  * element indices where some receiver's needed box begins or ends. A
  * shard stored row-major serves a box that slices an inner dim one row at
  * a time; a publisher that stores its shard as the sub-boxes between the
- * cuts inside it (cut-aligned publishing, docs/design.md) serves every
+ * cuts inside it (docs/cut-aligned.md) serves every
  * receiver's box as a few whole sub-boxes, each one contiguous run.
  *
  * Receivers derive their cuts from their capture (rs_cuts_add_capture) and
@@ -56,7 +56,7 @@ RS_API rs_status_t rs_cuts_set_model(rs_cuts_h cuts, const char *model,
 RS_API rs_status_t rs_cuts_add_capture(rs_cuts_h cuts, rs_capture_h capture,
                                        rs_diag_t *diag);
 
-/* Quantized copies wanted (docs/design.md, "Publisher-side
+/* Quantized copies wanted (docs/quantized-refit.md, "Publisher-side
  * quantization"): the set also holds (source tensor, spec) pairs, sorted by
  * source then spec and unique, each saying that a receiver's capture
  * quantizes `src` with the spec whose canonical text (rs_quant_spec_format)

@@ -74,7 +74,7 @@ typedef struct rs_dir_params {
  * macro passes it), so a program built against older headers gets the
  * defaults it knew. The call taking the struct refuses a size below the
  * first version's or above this library's with RS_ERR_INVALID_ARG naming
- * the struct (docs/design.md, "Option structs"). */
+ * the struct (docs/architecture.md, "Option structs"). */
 RS_API void rs_dir_params_init_sized(rs_dir_params_t *params, size_t size);
 #define rs_dir_params_init(p) rs_dir_params_init_sized((p), sizeof(*(p)))
 
@@ -299,7 +299,7 @@ RS_API rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
                                         int64_t version, double timeout_s,
                                         rs_diag_t *diag);
 
-/* Cut announcements (docs/design.md, "Cut-aligned publishing"): a receiver
+/* Cut announcements (docs/cut-aligned.md): a receiver
  * announces the cut points its capture needs (a reshard.cuts.v1 document,
  * docs/formats.md) as one record per (model, holder), and publishers in
  * cut-aligned staging bring their copy of the model's records up to date
@@ -427,7 +427,7 @@ RS_API rs_status_t rs_dir_leases(rs_dir_h dir, const char *model,
                                  rs_dir_lease_info_t **leases_p,
                                  size_t *count_p);
 
-/* Group commit (docs/design.md, "Group commit"; the record in
+/* Group commit (docs/refit.md, "Group commit"; the record in
  * docs/formats.md). The ranks of one engine replica (a group: a name and
  * a size) apply a version together or not at all. The directory keeps
  * one record per (model, version, group): the group's size, the outcome

@@ -10,7 +10,7 @@
  * shared memory on one machine, also registered with the network domains),
  * which a reader on the same machine copies one-sided with no help from
  * this process; caller memory that is only registered is read through
- * UCX's emulation, answered by the progress thread (docs/design.md, "UCX
+ * UCX's emulation, answered by the progress thread (docs/transports.md, "UCX
  * on one machine"). Allocations outlive rs_exposer_reset, so one exposer
  * can serve them under changing sets of regions.
  *

@@ -11,7 +11,7 @@
  * (tests/unit/plan/test_plan_threads.c).
  * Cost: every accessor is O(1) (arrays are returned whole); building is
  * roughly linear in the capture's copies and the shards of the sources they
- * read (indexed by a per-tensor grid; docs/design.md, Planning, Cost); the
+ * read (indexed by a per-tensor grid; docs/performance.md, "Complexity"); the
  * writers are linear in the plan. */
 #ifndef RESHARD_PLAN_H
 #define RESHARD_PLAN_H
@@ -49,7 +49,7 @@ typedef struct rs_plan_params {
     /* A cell of at least this many bytes held by several replicas is cut
      * across them (one slice per replica); 0 never cuts. Default 64 MiB. */
     uint64_t split_bytes;
-    /* The cost model (docs/design.md, "The cost model"): a way of moving a
+    /* The cost model (docs/cost-model.md): a way of moving a
      * copy's bytes is estimated to take, on the session it loads most,
      * its bytes over nic_gbps plus its descriptors times descriptor_ns;
      * the planner keeps the way whose plan finishes first.
@@ -66,7 +66,7 @@ typedef struct rs_plan_params {
  * macro passes it), so a program built against older headers gets the
  * defaults it knew. The call taking the struct refuses a size below the
  * first version's or above this library's with RS_ERR_INVALID_ARG naming
- * the struct (docs/design.md, "Option structs"). */
+ * the struct (docs/architecture.md, "Option structs"). */
 RS_API void rs_plan_params_init_sized(rs_plan_params_t *params, size_t size);
 #define rs_plan_params_init(p) rs_plan_params_init_sized((p), sizeof(*(p)))
 
@@ -93,7 +93,7 @@ typedef struct rs_convert {
     size_t nsegments;
 } rs_convert_t;
 
-/* How a staged read's box was chosen (docs/design.md, "The cost model"). */
+/* How a staged read's box was chosen (docs/cost-model.md). */
 typedef enum rs_staged_kind {
     RS_STAGED_FULL = 0,      /* the whole source: a full pull */
     RS_STAGED_COALESCED = 1, /* the copy's bounding box, widened in its inner
@@ -125,7 +125,7 @@ typedef struct rs_full_pull {
 } rs_full_pull_t;
 
 /* How a quantized copy (rs_capture_add_quant_copy) is served
- * (docs/design.md, "Quantized refit"). Either way the planner turns it
+ * (docs/quantized-refit.md). Either way the planner turns it
  * into two plain copies, appended to the plan's capture (rs_plan_capture):
  * weight_copy writes the FP8 values into the copy's destination and
  * scale_copy the scales into its scale region. On the publisher path they

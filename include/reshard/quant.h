@@ -2,7 +2,7 @@
  * (scheme, FP8 format, block shape, and the region its scales land in), the
  * one rule that turns bf16/f16/f32 values into FP8 values and float32
  * scales, and the names under which a publisher serves a quantized copy of
- * a tensor (docs/design.md, "Quantized refit"; docs/formats.md, "`quant`"
+ * a tensor (docs/quantized-refit.md; docs/formats.md, "`quant`"
  * and "Quantization specs and derived tensor names").
  *
  * The rule, per block of the full source tensor (blocks tile the tensor

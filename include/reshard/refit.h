@@ -48,7 +48,7 @@ typedef struct rs_publisher *rs_publisher_h;
 typedef struct rs_receiver *rs_receiver_h;
 
 /* Where a publisher's served bytes live (rs_publisher_params_t.staging;
- * docs/design.md, "Publisher staging"). */
+ * docs/refit.md, "Publisher staging"). */
 typedef enum rs_staging {
     /* Registered caller memory, served where it is (the default). A
      * version's bytes must stay as published until it is released. With
@@ -107,7 +107,7 @@ typedef struct rs_publisher_params {
     /* rs_staging_t; default RS_STAGING_CALLER. Others are refused by
      * rs_publisher_create (RS_ERR_INVALID_ARG). */
     int staging;
-    /* Cut-aligned publishing (docs/design.md, "Cut-aligned publishing"),
+    /* Cut-aligned publishing (docs/cut-aligned.md),
      * on top of RS_STAGING_ARENA: each new version's shards are copied
      * into the arena as the sub-boxes between the cuts that fall inside
      * them (rs_cuts_split, one strided copy of each shard) and published
@@ -135,7 +135,7 @@ typedef struct rs_publisher_params {
     int cut_aligned;
     rs_cuts_h cuts;
     const char *cuts_file;
-    /* Publisher-side quantization (docs/design.md, "Publisher-side
+    /* Publisher-side quantization (docs/quantized-refit.md, "Publisher-side
      * quantization"), on top of RS_STAGING_ARENA: each new version also
      * serves, for a tensor T and a spec S (reshard/quant.h), the FP8
      * tensor "T#S" (dtype the format, T's full shape) and its scales
@@ -170,7 +170,7 @@ typedef struct rs_publisher_params {
  * macro passes it), so a program built against older headers gets the
  * defaults it knew. The call taking the struct refuses a size below the
  * first version's or above this library's with RS_ERR_INVALID_ARG naming
- * the struct (docs/design.md, "Option structs"). */
+ * the struct (docs/architecture.md, "Option structs"). */
 RS_API void rs_publisher_params_init_sized(rs_publisher_params_t *params,
                                            size_t size);
 #define rs_publisher_params_init(p) \
@@ -361,7 +361,7 @@ typedef struct rs_receiver_params {
      * discover_timeout_s); NULL: stderr. */
     rs_dir_notice_cb notice;
     void *notice_ctx;
-    /* Cut announcement (docs/design.md, "Cut-aligned publishing"). 1 (the
+    /* Cut announcement (docs/cut-aligned.md). 1 (the
      * default): before its first stage, pull or dry run, the receiver
      * writes the cut points its capture needs (rs_cuts_add_capture, as
      * reshard.cuts.v1) to the directory as the cuts record `announce_as`
@@ -385,7 +385,7 @@ typedef struct rs_receiver_params {
      * (the pull that plans refuses others with RS_ERR_INVALID_ARG). */
     double nic_gbps;
     double descriptor_ns;
-    /* Group commit (docs/design.md, "Group commit"): the ranks of one
+    /* Group commit (docs/refit.md, "Group commit"): the ranks of one
      * engine replica (tensor-, expert-, pipeline-parallel) give the same
      * `group` name and `group_size`, and each its own `group_rank` in
      * [0, group_size). Their applies of a version then install together
@@ -408,7 +408,7 @@ typedef struct rs_receiver_params {
  * macro passes it), so a program built against older headers gets the
  * defaults it knew. The call taking the struct refuses a size below the
  * first version's or above this library's with RS_ERR_INVALID_ARG naming
- * the struct (docs/design.md, "Option structs"). */
+ * the struct (docs/architecture.md, "Option structs"). */
 RS_API void rs_receiver_params_init_sized(rs_receiver_params_t *params,
                                           size_t size);
 #define rs_receiver_params_init(p) \

@@ -73,7 +73,7 @@ typedef struct rs_transport_counters {
  * macro passes it), so a program built against older headers gets the
  * defaults it knew. The call taking the struct refuses a size below the
  * first version's or above this library's with RS_ERR_INVALID_ARG naming
- * the struct (docs/design.md, "Option structs"). */
+ * the struct (docs/architecture.md, "Option structs"). */
 RS_API void rs_transport_params_init_sized(rs_transport_params_t *params,
                                            size_t size);
 #define rs_transport_params_init(p) \

@@ -57,7 +57,7 @@ RS_API rs_status_t rs_layout_trainer_shards(rs_model_h model,
                                             int64_t rank, rs_shard_cb cb,
                                             void *ctx, rs_diag_t *diag);
 
-/* Cut-aligned tables (docs/design.md, "Cut-aligned publishing"): as
+/* Cut-aligned tables (docs/cut-aligned.md): as
  * rs_layout_trainer_shards, with every shard published as its sub-boxes
  * at `cuts` (rs_cuts_split, in row-major order of the grid), each a
  * row-major box of its own, laid one after another from where the whole
@@ -73,7 +73,7 @@ RS_API rs_status_t rs_layout_trainer_shards_cut(rs_model_h model,
                                                 rs_diag_t *diag);
 
 /* What a trainer table carries besides its shards. RS_LAYOUT_FP8_COPIES:
- * publisher-side FP8 copies (docs/design.md, "Quantized refit"): after
+ * publisher-side FP8 copies (docs/quantized-refit.md): after
  * each shard of a tensor the model's quantization_config stores in FP8
  * (the vllm layout's rule: decoder-layer linear weights but the routers,
  * less modules_to_not_convert), the FP8 values of the blocks lying wholly

@@ -20,12 +20,12 @@ one-sided), or "arena" (each publish copies the tensors into such memory,
 so training may go on as soon as publish returns). Cut-aligned publishing
 (cut_aligned=True, or cuts_file=) works on top of "arena": each version's
 shards are copied into the arena as the sub-boxes between the cuts the
-receivers announced (docs/design.md, "Cut-aligned publishing").
+receivers announced (docs/cut-aligned.md).
 Publisher-side quantization (quantize=["GLOB=SPEC", ...], or
 quantize_wanted=True) also works on top of "arena": each version serves an
 FP8 copy "<name>#<spec>" and its scales "<name>#<spec>#scale" of the
 matching tensors, made of the blocks wholly inside each registered box
-(docs/design.md, "Publisher-side quantization").
+(docs/quantized-refit.md, "Publisher-side quantization").
 """
 import ctypes
 import math

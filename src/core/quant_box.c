@@ -116,9 +116,9 @@ static size_t row_offset(const qwalk_t *w, const int64_t *o, const int64_t *r)
  * front to back rather than a block's short rows one after the other. A
  * chunk is as wide as the box while its source stays under CHUNK_BYTES:
  * rows that run over whole pages keep the hardware prefetchers streaming
- * (on the machine measured in docs/design.md, 7168x2048 bf16 quantized at
- * about half the speed with chunks half as wide), and the second pass
- * finds the chunk in L2 or L3. The passes are pipelined: while a chunk is
+ * (on the machine measured in docs/quantized-refit.md, 7168x2048 bf16
+ * quantized at about half the speed with chunks half as wide), and the
+ * second pass finds the chunk in L2 or L3. The passes are pipelined: while a chunk is
  * encoded (bound by arithmetic), the next chunk's largest magnitudes are
  * taken row for row (bound by memory). */
 #define CHUNK_BYTES ((int64_t)4 << 20)

@@ -21,7 +21,8 @@
 /* Walk parameters (see run_streamed and run_cached): the cached walk's
  * block edge in elements and how many tiles ahead it hints; the streamed
  * walk's run of each source row per pass, in bytes, and its hint
- * distance. Measured on the development machine (docs/design.md). */
+ * distance. Measured on the development machine (docs/executor.md,
+ * "Measured"). */
 #ifndef TR_BLOCK
 #define TR_BLOCK 256
 #endif

@@ -57,7 +57,8 @@ typedef struct rs_cap_unsupported {
 
 /* Every source name a copy, declaration or unsupported entry uses, held
  * once: the planner indexes its per-source records by name id instead of
- * hashing a name per copy (docs/design.md, Planning, Cost). */
+ * hashing a name per copy (docs/performance.md, "What a plan does per
+ * copy"). */
 typedef struct rs_cap_name {
     const char *name;
     long decl;          /* index into sources, or -1 when undeclared */

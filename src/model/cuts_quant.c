@@ -1,7 +1,8 @@
 /* The quantized copies a cut set asks for: (source tensor, spec) pairs a
  * receiver's capture quantizes, announced with its cuts so that publishers
  * serving what receivers want (rs_publisher_params_t.quantize_wanted) quantize
- * those tensors themselves (docs/design.md, "Publisher-side quantization").
+ * those tensors themselves (docs/quantized-refit.md, "Publisher-side
+ * quantization").
  * Kept sorted and unique, so that equal sets write equal text. */
 #include <stdlib.h>
 #include <string.h>

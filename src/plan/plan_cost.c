@@ -6,8 +6,8 @@
  * Copies are decided greedily, source by source, against the plan built so
  * far; then plan_cost_guard.c compares the result with the all-exact plan
  * and the full-pull plan and keeps the fastest of the three, so the choice
- * is never estimated slower than either (docs/design.md, "The cost
- * model"). */
+ * is never estimated slower than either (docs/cost-model.md,
+ * "Guarantee"). */
 #include <stdlib.h>
 #include <string.h>
 

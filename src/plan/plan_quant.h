@@ -1,4 +1,4 @@
-/* Quantized copies in the planner (docs/design.md, "Quantized refit"): the
+/* Quantized copies in the planner (docs/quantized-refit.md): the
  * expansion of a capture with quantized copies into the plan's working
  * capture (the same copies followed by the two derived copies of each
  * quantized one), the choice of path per copy, the receiver path's staged

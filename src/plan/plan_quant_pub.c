@@ -5,7 +5,7 @@
  * FP8 tensor and the block's scale inside one shard of the scales. A
  * publisher quantizes only blocks that lie inside one of its shards, so a
  * block split across FP8 shards was not quantized whole; such a copy takes
- * the receiver path (docs/design.md, "When each is chosen"). */
+ * the receiver path (docs/quantized-refit.md, "When each is chosen"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* A receiver's cut announcement: the cut points of the boxes its capture
  * reads (rs_cuts_add_capture), written as reshard.cuts.v1 into its cuts
  * record of the model, which cut-aligned publishers read before staging a
- * version (docs/design.md, "Cut-aligned publishing"). */
+ * version (docs/cut-aligned.md). */
 #include <stdio.h>
 #include <stdlib.h>
 

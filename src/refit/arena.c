@@ -3,7 +3,7 @@
  * each publish of a new version fills from the trainer's tensors (and,
  * after them, the quantized copies of arena_quant.c). The exposer lives
  * as long as the publisher, so allocations and the arena survive
- * re-exposing (docs/design.md, "Publisher staging"). */
+ * re-exposing (docs/refit.md, "Publisher staging"). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

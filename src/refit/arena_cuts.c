@@ -5,8 +5,8 @@
  * while nothing changes, splits
  * each registered shard at the cuts inside it and copies every sub-box out
  * of the shard into its own arena slot, so each sub-box is served, and
- * published, as a contiguous row-major box (docs/design.md, "Cut-aligned
- * publishing"). Records that cannot be used are told once and left out:
+ * published, as a contiguous row-major box (docs/cut-aligned.md, "Publishing
+ * cut-aligned"). Records that cannot be used are told once and left out:
  * the cuts only decide how the arena is cut, never which bytes it holds,
  * so any partition still serves exactly the registered shards. */
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * values, served as that box of "<src>#<spec>", and the scales, served as
  * the matching box of the block grid "<src>#<spec>#scale". Blocks that
  * straddle shards are served by no one: receivers quantize those
- * themselves (docs/design.md, "Publisher-side quantization"). */
+ * themselves (docs/quantized-refit.md, "Publisher-side quantization"). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

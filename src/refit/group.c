@@ -16,7 +16,7 @@
  * moments of each other), then no more often than this. */
 #define POLL_FIRST_S 0.005
 #define POLL_MAX_S 0.1
-/* Test hook (docs/design.md, "Group commit"): "fail:R" or "exit:R" makes
+/* Test hook (docs/refit.md, "Group commit"): "fail:R" or "exit:R" makes
  * rank R fail its install (or _exit) once every other rank applied, so a
  * test rolls its peers back deterministically. */
 #define FAULT_ENV "RESHARD_TEST_GROUP_FAULT"

@@ -1,4 +1,4 @@
-/* Group commit of a receiver's apply (group.c; docs/design.md, "Group
+/* Group commit of a receiver's apply (group.c; docs/refit.md, "Group
  * commit"): the ranks of one engine replica install a version together or
  * roll back together, decided by one record in the directory
  * (rs_dir_group_mark). */

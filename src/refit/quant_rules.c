@@ -4,7 +4,7 @@
  * of the receivers' cuts records it caches (cut_records.c) and of the cut
  * set and cuts file it was given. Each shard
  * gets every spec that names its tensor (arena_quant.c drops repeats;
- * docs/design.md, "Publisher-side quantization"). */
+ * docs/quantized-refit.md, "Publisher-side quantization"). */
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 # timeout during discovery and during the wire stage (the refit still
 # completes byte-exact, the publishers survive). A table of outcomes ends
 # the output. Needs root and `ip netns`; exits 77 (skipped) without them.
-# docs/design.md, "Across hosts, in network namespaces", explains the set-up
+# docs/testing.md, "Across hosts, in network namespaces", explains the set-up
 # (and how to build it by hand), the rate limit that stretches the wire
 # stage, and the per-host settings that make the faults bite.
 #

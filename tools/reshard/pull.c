@@ -155,7 +155,7 @@ static void pull_usage(FILE *out)
         "  --group NAME        apply every version together with the other ranks\n"
         "                      of engine replica NAME (--group-size N of them):\n"
         "                      all install it or none does; a rank that fails or\n"
-        "                      never comes rolls the others back (docs/design.md,\n"
+        "                      never comes rolls the others back (docs/refit.md,\n"
         "                      \"Group commit\")\n"
         "  --group-rank G      this rank's place in the group (default --rank)\n"
         "  --group-timeout S   bound of each wait for the group (default 60)\n"
