@@ -17,10 +17,12 @@ import sys
 
 FENCE = re.compile(r'^\s*(```|~~~)')
 HEADING = re.compile(r'^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$')
-CODE_SPAN = re.compile(r'(`+)(.+?)\1')
-# [text](target) or ![alt](target); the target ends at a space or ')'.
-INLINE_LINK = re.compile(r'!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?'
-                         r'(?:\s+"[^"]*")?\s*\)')
+# A code span may wrap onto the next line, never past a blank one.
+CODE_SPAN = re.compile(r'(`+)((?:(?!\n\s*\n)[\s\S])+?)\1')
+# [text](target) or ![alt](target): the text may wrap over lines of one
+# paragraph; the target ends at a space or ')'.
+INLINE_LINK = re.compile(r'!?\[(?:[^\[\]\n]|\n(?!\s*\n)|\[[^\]\n]*\])*\]'
+                         r'\(\s*<?([^)\s>]*)>?(?:\s+"[^"]*")?\s*\)')
 REF_DEF = re.compile(r'^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(\s+.*)?$')
 HTML_ANCHOR = re.compile(r'<a\s+(?:name|id)="([^"]+)"')
 EXTERNAL = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*:')
@@ -69,16 +71,23 @@ def anchors(text):
     return found
 
 
+def blank_out(match):
+    """A code span's text as spaces, keeping its line breaks."""
+    return re.sub(r'[^\n]', ' ', match.group(0))
+
+
 def links(text):
     """Yield (line number, target) of every link outside code."""
+    kept = [''] * (text.count('\n') + 1)
     for number, line in doc_lines(text):
+        kept[number - 1] = line
         ref = REF_DEF.match(line)
         if ref:
             yield number, ref.group(1)
-            continue
-        bare = CODE_SPAN.sub('', line)
-        for match in INLINE_LINK.finditer(bare):
-            yield number, match.group(1)
+            kept[number - 1] = ''
+    prose = CODE_SPAN.sub(blank_out, '\n'.join(kept))
+    for match in INLINE_LINK.finditer(prose):
+        yield prose.count('\n', 0, match.start(1)) + 1, match.group(1)
 
 
 def check_link(page, target, cache):

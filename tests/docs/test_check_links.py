@@ -24,7 +24,11 @@ GOOD_INDEX = """# Docs
 [not a link](missing.md) inside a fenced block
 ```
 
-`[not a link either](missing.md)` in a code span.
+`[not a link either](missing.md)` in a code span, and `a span that
+wraps [past a line](missing.md)` too.
+
+A link whose text [wraps onto
+the next line](page.md#notes) of its paragraph.
 """
 
 GOOD_PAGE = """# Page
@@ -90,6 +94,14 @@ def test_missing_anchor_fails(tmp_path):
     assert 'docs/page.md:' in result.stdout
     assert 'README.md#no-such-heading: no heading #no-such-heading' \
         in result.stdout
+
+
+def test_wrapped_link_is_checked_at_its_target_line(tmp_path):
+    index = GOOD_INDEX + '\nA [wrapped\nlink](page.md#nowhere) here.\n'
+    result = run(make_tree(tmp_path, index=index))
+    assert result.returncode == 1
+    line = index.split('\n').index('link](page.md#nowhere) here.') + 1
+    assert 'docs/README.md:%d: page.md#nowhere' % line in result.stdout
 
 
 def test_duplicate_suffix_past_the_last_fails(tmp_path):
