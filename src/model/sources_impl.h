@@ -20,7 +20,7 @@ typedef struct rs_src_shard {
     const char *digest;
 } rs_src_shard_t;
 
-struct rs_grid; /* the planner's disjoint cell index, see plan/grid.h */
+struct rs_grid; /* the planner's disjoint cell index, see model/grid.h */
 
 typedef struct rs_src_tensor {
     const char *name;
