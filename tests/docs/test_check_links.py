@@ -79,43 +79,29 @@ def test_good_tree_passes(tmp_path):
     assert result.stdout == ''
 
 
-def test_missing_file_fails_naming_file_and_line(tmp_path):
-    index = GOOD_INDEX + '\nAnd [gone](gone.md).\n'
-    result = run(make_tree(tmp_path, index=index))
+# Each case plants text at the end of one page (its last line holds the
+# broken target) and names the report the checker must print for it.
+BROKEN = [
+    ('README.md', 'And [gone](gone.md).', 'gone.md: no such file: gone.md'),
+    ('page.md', 'See [nothing](README.md#no-such-heading).',
+     'README.md#no-such-heading: no heading #no-such-heading in README.md'),
+    ('README.md', 'A [wrapped\nlink](page.md#nowhere) here.',
+     'page.md#nowhere: no heading #nowhere in page.md'),
+    ('README.md', '[fourth notes](page.md#notes-3)',
+     'page.md#notes-3: no heading #notes-3 in page.md'),
+    ('page.md', '[up](#pag)', '#pag: no heading #pag in page.md'),
+]
+
+
+@pytest.mark.parametrize('where,planted,report', BROKEN)
+def test_planted_broken_link_fails(tmp_path, where, planted, report):
+    pages = {'README.md': GOOD_INDEX, 'page.md': GOOD_PAGE}
+    pages[where] += '\n' + planted + '\n'
+    root = make_tree(tmp_path, index=pages['README.md'], page=pages['page.md'])
+    result = run(root)
     assert result.returncode == 1
-    line = index.split('\n').index('And [gone](gone.md).') + 1
-    assert 'docs/README.md:%d: gone.md: no such file' % line in result.stdout
-
-
-def test_missing_anchor_fails(tmp_path):
-    page = GOOD_PAGE + '\nSee [nothing](README.md#no-such-heading).\n'
-    result = run(make_tree(tmp_path, page=page))
-    assert result.returncode == 1
-    assert 'docs/page.md:' in result.stdout
-    assert 'README.md#no-such-heading: no heading #no-such-heading' \
-        in result.stdout
-
-
-def test_wrapped_link_is_checked_at_its_target_line(tmp_path):
-    index = GOOD_INDEX + '\nA [wrapped\nlink](page.md#nowhere) here.\n'
-    result = run(make_tree(tmp_path, index=index))
-    assert result.returncode == 1
-    line = index.split('\n').index('link](page.md#nowhere) here.') + 1
-    assert 'docs/README.md:%d: page.md#nowhere' % line in result.stdout
-
-
-def test_duplicate_suffix_past_the_last_fails(tmp_path):
-    index = GOOD_INDEX + '\n[fourth notes](page.md#notes-3)\n'
-    result = run(make_tree(tmp_path, index=index))
-    assert result.returncode == 1
-    assert 'page.md#notes-3' in result.stdout
-
-
-def test_anchor_in_the_same_page_is_checked(tmp_path):
-    page = GOOD_PAGE + '\n[up](#pag)\n'
-    result = run(make_tree(tmp_path, page=page))
-    assert result.returncode == 1
-    assert '#pag: no heading #pag in page.md' in result.stdout
+    line = pages[where].count('\n')
+    assert result.stdout == 'docs/%s:%d: %s\n' % (where, line, report)
 
 
 if __name__ == '__main__':
