@@ -49,7 +49,7 @@ static void publish(world_t *w)
         char name[16];
         snprintf(name, sizeof(name), "t%d", k);
         for (int s = 0; s < NSESS; s++) {
-            char sess[8];
+            char sess[16];
             int64_t off[2] = {s * shape[0], 0};
             snprintf(sess, sizeof(sess), "s%d", s);
             w->shard[k][s] = malloc(shard_bytes(w));
