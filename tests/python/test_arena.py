@@ -15,6 +15,8 @@ import pytest
 import torch
 
 import reshard
+import trainer_ranks
+from trainer_ranks import TrainerRanks
 
 ROWS, COLS = 16, 24
 
@@ -45,18 +47,16 @@ def _truth(version):
 
 @pytest.fixture(params=["cma", "ucx-tcp", "ucx-sm"])
 def backend(request, monkeypatch):
-    if request.param.startswith("ucx"):
-        monkeypatch.setenv("UCX_TLS", request.param[4:])
-        return "ucx"
-    return request.param
+    return trainer_ranks.backend(request.param, monkeypatch)
 
 
-class Trainers:
+class Trainers(TrainerRanks):
     """Two ranks holding row halves of w and w2."""
 
     def __init__(self, directory, backend, staging, notice=None):
         half = ROWS // 2
-        self.pubs, self.shards = [], []
+        super().__init__()
+        self.shards = []
         for r in range(2):
             p = reshard.Publisher(directory, "m", r, 2, backend=backend,
                                   staging=staging, notice=notice)
@@ -82,18 +82,6 @@ class Trainers:
         for a, b in self.shards:
             a.fill_(-7.0)
             b.fill_(-9.0)
-
-    def publish(self, version):
-        for p in self.pubs:
-            p.publish(version)
-
-    def wait_released(self, version):
-        for p in self.pubs:
-            p.wait_released(version, timeout_s=20)
-
-    def close(self):
-        for p in self.pubs:
-            p.close()
 
 
 def _params():
