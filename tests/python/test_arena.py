@@ -101,8 +101,7 @@ def _pull_exact(directory, backend, version, release_after=True):
 
 
 def test_arena_serves_the_published_copy(directory, backend):
-    t = Trainers(directory, backend, "arena")
-    try:
+    with Trainers(directory, backend, "arena") as t:
         for version in (1, 2, 3):
             t.set(version)
             t.publish(version)
@@ -121,13 +120,10 @@ def test_arena_serves_the_published_copy(directory, backend):
         t.publish(5)
         t.scribble()
         _pull_exact(directory, backend, 5)
-    finally:
-        t.close()
 
 
 def test_in_place_tensors(directory, backend):
-    t = Trainers(directory, backend, "in_place")
-    try:
+    with Trainers(directory, backend, "in_place") as t:
         for version in (1, 2):
             t.set(version)
             t.publish(version)
@@ -135,8 +131,6 @@ def test_in_place_tensors(directory, backend):
             t.wait_released(version)
         with pytest.raises(reshard.InvalidArgument, match="in_place"):
             t.pubs[0].register("other", torch.zeros(4))
-    finally:
-        t.close()
 
 
 def test_alloc_tensor_outlives_close(file_dir):
@@ -170,8 +164,7 @@ def test_fallback_is_told_once(file_dir, monkeypatch):
     monkeypatch.setenv("UCX_TLS", "sm")
     monkeypatch.setenv("UCX_ALLOC_PRIO", "heap")
     notices = []
-    t = Trainers(file_dir, "ucx", "in_place", notice=notices.append)
-    try:
+    with Trainers(file_dir, "ucx", "in_place", notice=notices.append) as t:
         extra = t.pubs[0].alloc_tensor((1024,), torch.uint8)
         told = [n for n in notices if "ordinary memory" in n]
         assert len(told) == 2, notices  # once per publisher
@@ -181,5 +174,3 @@ def test_fallback_is_told_once(file_dir, monkeypatch):
         t.publish(1)
         _pull_exact(file_dir, "ucx", 1)
         del extra
-    finally:
-        t.close()

@@ -83,8 +83,7 @@ def _pull(directory, backend, tp, rank, version, release_after, exact):
 
 
 def test_cut_aligned_receivers_at_two_tp_sizes(directory, backend):
-    t = Trainers(directory, backend)
-    try:
+    with Trainers(directory, backend) as t:
         t.publish(1)  # nobody announced yet: whole shards
         assert [p.num_served for p in t.pubs] == [1, 1]
         before = {}
@@ -106,8 +105,6 @@ def test_cut_aligned_receivers_at_two_tp_sizes(directory, backend):
                     assert n == 2, (tp, rank, n)
                     assert before[tp, rank] >= n
         t.wait_released(2)
-    finally:
-        t.close()
 
 
 def test_cut_aligned_needs_the_arena(file_dir):

@@ -277,8 +277,7 @@ def test_cancel_mid_wire_over_ucx(file_dir):
     dropped, nothing staged, the live model untouched; with rank 1 thawed
     the next stage installs byte-exact."""
     cfg = M.config(**M.DENSE)
-    trainers = H.Trainers(file_dir, "ucx", cfg, world=2)
-    try:
+    with H.Trainers(file_dir, "ucx", cfg, world=2) as trainers:
         trainers.publish(1)
         model, cap = H.capture(cfg, 0, 1)
         before = H.snapshot(model)
@@ -301,8 +300,6 @@ def test_cancel_mid_wire_over_ucx(file_dir):
             r.apply(r.stage(1))
             H.assert_equal(model, M.truth(cfg, 0, 1, trainers.fulls(1)),
                            "after the cancelled stage")
-    finally:
-        trainers.close()
 
 
 # -- fills -------------------------------------------------------------------

@@ -51,8 +51,7 @@ def test_fp8_loader_lands_as_torch_computes_it(file_dir, backend):
     cap = reshard.capture(sources=_weights(SOURCES), params=params,
                           load=deepseek_loader(params))
     assert cap.unsupported == {} and len(cap.copies) == 5
-    t = Trainers(file_dir, backend, seed=21)
-    try:
+    with Trainers(file_dir, backend, seed=21) as t:
         with reshard.Receiver(file_dir, "m", cap, params, backend=backend,
                               discover_timeout_s=20) as r:
             for version, seed in ((1, 21), (2, 22)):
@@ -68,5 +67,3 @@ def test_fp8_loader_lands_as_torch_computes_it(file_dir, backend):
                         (version, name)
                 for p in t.pubs:
                     p.wait_released(version, timeout_s=20)
-    finally:
-        t.close()

@@ -75,11 +75,8 @@ def backend(request):
 
 @pytest.fixture
 def trainers(directory, backend):
-    t = Trainers(directory, backend)
-    try:
+    with Trainers(directory, backend) as t:
         yield t
-    finally:
-        t.close()
 
 
 def _params():
@@ -148,8 +145,7 @@ def test_versions_follow_live_storage(directory, backend, trainers):
 
 
 def test_moved_storage_is_reregistered(file_dir):
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         params = _params()
         with _receiver(file_dir, "cma", params) as r:
@@ -166,13 +162,10 @@ def test_moved_storage_is_reregistered(file_dir):
             assert res.replanned
             truth = _truth(w, w2)
             _same(params, truth)
-    finally:
-        t.close()
 
 
 def test_discard_leaves_params_and_allows_next_stage(file_dir):
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         params = _params()
         before = {n: x.clone() for n, x in params.items()}
@@ -186,8 +179,6 @@ def test_discard_leaves_params_and_allows_next_stage(file_dir):
             r.apply(r.stage(1))
             truth = _truth(*t.fulls())
             assert torch.equal(params["p"], truth["p"])
-    finally:
-        t.close()
 
 
 def test_a_staged_version_is_kept_through_refused_pulls_and_stages(file_dir):
@@ -195,8 +186,7 @@ def test_a_staged_version_is_kept_through_refused_pulls_and_stages(file_dir):
     refused before it moves a byte: the live parameters stay as they were,
     and applying the staged handle installs version 1's bytes, not the
     newer version's."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         truth1 = _truth(*t.fulls())
         params = _params()
@@ -216,16 +206,13 @@ def test_a_staged_version_is_kept_through_refused_pulls_and_stages(file_dir):
             assert r.pull(2).version == 2
             truth2 = _truth(*t.fulls())
             _same(params, truth2)
-    finally:
-        t.close()
 
 
 def test_mirrored_param_gets_copied(file_dir):
     """A parameter that is not a contiguous CPU tensor (here a transposed
     view; a CUDA tensor takes the same path) is staged through host memory
     and installed with copy_."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         base = torch.full((4, 8), -1.0)
         params = {"p": base.t(), "q": torch.zeros(4, 8, dtype=torch.bfloat16)}
@@ -237,13 +224,10 @@ def test_mirrored_param_gets_copied(file_dir):
         truth = _truth(*t.fulls())
         assert torch.equal(params["p"], truth["p"])
         assert torch.equal(base, truth["p"].t())
-    finally:
-        t.close()
 
 
 def test_errors_are_exceptions_with_status(file_dir):
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         with pytest.raises(reshard.InvalidArgument, match="'q' of the capture is not in params"):
             _receiver(file_dir, "cma", {"p": torch.zeros(8, 4)})
@@ -267,16 +251,13 @@ def test_errors_are_exceptions_with_status(file_dir):
             assert isinstance(e.value, TimeoutError)
             assert "5" in e.value.message
             _same(params, before)
-    finally:
-        t.close()
 
 
 def test_mismatched_model_is_refused(file_dir):
     """The trainers publish w2 as [8, 8]; a capture assuming [16, 8] is the
     wrong model config: IncompleteRefit naming the tensor, nothing
     installed."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         cap = json.loads(json.dumps(CAPTURE))
         cap["sources"]["w2"]["shape"] = [16, 8]
@@ -284,16 +265,13 @@ def test_mismatched_model_is_refused(file_dir):
             file_dir, "m", json.dumps(cap), params, backend="cma",
             discover_timeout_s=20), reshard.IncompleteRefit)
         assert "tensor 'w2'" in msg
-    finally:
-        t.close()
 
 
 def test_release_by_the_coordinator(file_dir):
     """Receivers that do not release (several inference ranks): the version
     stays unreleased after apply, and reshard.release ends it, after which
     the publishers' wait_released returns."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         params = _params()
         with _receiver(file_dir, "cma", params, release_after=False) as r:
@@ -311,16 +289,13 @@ def test_release_by_the_coordinator(file_dir):
             p.wait_released(1, timeout_s=20)
         with pytest.raises(reshard.InputError):
             reshard.release(file_dir, "m", 9)
-    finally:
-        t.close()
 
 
 def test_unregister_drops_a_tensor(file_dir):
     """After unregister the next version lists only what is left: a receiver
     whose capture reads the dropped tensor finds it unpublished (the plan's
     fallback: UnsupportedReshard), nothing installed."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         for p in t.pubs:
             p.unregister("w2")
             with pytest.raises(reshard.InvalidArgument, match="'w2' is not registered"):
@@ -329,8 +304,6 @@ def test_unregister_drops_a_tensor(file_dir):
         msg = _pull_refused(lambda params: _receiver(file_dir, "cma", params),
                             reshard.UnsupportedReshard)
         assert "'w2': not published by any shard table" in msg
-    finally:
-        t.close()
 
 
 def test_fills_outside_a_param_are_refused(file_dir):
