@@ -292,7 +292,7 @@ class Capture:
                                       block=spec.get("block"),
                                       fmt=spec["format"], name=copy["src"])
         values = capture_ops.apply_ops(q, copy["ops"])
-        lo, ln, _ = capture_quant._box(copy["ops"], tuple(full.shape))
+        lo, ln, _ = capture_quant.view_box(copy["ops"], tuple(full.shape))
         blocks = quant.block_shape(full.shape, spec["scheme"],
                                    spec.get("block"))
         touched = scale[tuple(slice(a // b, -(-(a + n) // b))

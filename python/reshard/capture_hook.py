@@ -1,8 +1,9 @@
 """Interception of a weight loader's tensor calls during capture.
 
-A `Placeholder` is a `torch.Tensor` subclass on the `meta` device with a
-source's full shape and dtype and no storage. Every torch call that touches
-one reaches `Recorder.handle` through `__torch_function__`: metadata queries
+A `Placeholder` (_placeholder) is a `torch.Tensor` subclass on the `meta`
+device with a source's full shape and dtype and no storage. Every torch
+call that touches one, and reshard.quant.quantize_fp8 of one (capture_quant),
+reaches `Recorder.handle` through `__torch_function__`: metadata queries
 are answered, view ops extend the placeholder's op chain (a reshape that
 copies makes it pieces, capture_pieces), an explicit cast is remembered, a
 `copy_`, `__setitem__`, `fill_` of an `.item()` or `param.data =` into a
@@ -19,30 +20,17 @@ vocabulary rows with `param[n:].data.fill_(0)`) are recorded as fills or
 counted as unattributed and are never performed, so capturing on a live
 model leaves every parameter's bytes unchanged.
 """
-import os
-import sys
+import inspect
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import capture_ops, capture_order, capture_pieces, capture_quant
+from . import capture_ops, capture_order, capture_pieces, capture_quant, quant
+from ._placeholder import (IDENTITY, PIECED, Placeholder, is_pieced, location,
+                           make_placeholder, placeholders_in, target_dtype,
+                           to_meta, unwrap)
 from .dtypes import name_of
 from .errors import InputError
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def location():
-    """file:line of the innermost frame outside torch and this package: the
-    loader line that made the call."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith((_TORCH_DIR, _OWN_DIR)):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown>"
 
 
 def func_name(func):
@@ -85,16 +73,6 @@ METADATA = {
     "is_shared", "is_pinned", "type",
 }
 
-# Calls that return their input unchanged as far as values go.
-IDENTITY = {"detach", "data", "cpu", "cuda", "requires_grad_", "to",
-            "float", "double", "half", "bfloat16", "int", "long", "short",
-            "bool", "byte", "char", "type_as", "type", "pin_memory"}
-
-_CASTS = {"float": torch.float32, "double": torch.float64,
-          "half": torch.float16, "bfloat16": torch.bfloat16,
-          "int": torch.int32, "long": torch.int64, "short": torch.int16,
-          "bool": torch.bool, "byte": torch.uint8, "char": torch.int8}
-
 _INPLACE_DUNDER = {
     "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
     "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
@@ -128,117 +106,7 @@ def is_write(name):
     return name.endswith("_") and not name.startswith("_")
 
 
-class Placeholder(torch.Tensor):
-    """A source tensor (or a view of one) with shape and dtype only.
-
-    `_rs_srcs` names the source(s) it was derived from and `_rs_ops` is
-    its op chain from the full source, or None when an unsupported call
-    produced it. `_rs_vmeta` is what the op chain gives on a meta tensor
-    of the full source (the strides of the values, where `_rs_raw` has
-    those the loader sees, after a `contiguous` that copies).
-    `_rs_pieces` is set instead of an op chain for values that are no one
-    view of the source (capture_pieces); `_rs_cast` is the dtype of an
-    explicit cast the values went through, with `_rs_cast_at` saying
-    where."""
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        rec = _recorder_of(args, kwargs)
-        return rec.handle(func, args, kwargs or {})
-
-    def __repr__(self):
-        srcs = ",".join(self._rs_srcs)
-        return (f"Placeholder({srcs!r}, shape={list(self._rs_raw.shape)}, "
-                f"dtype={self._rs_raw.dtype}, ops={self._rs_ops})")
-
-
-PIECED = "pieced"      # _rs_ops of a placeholder held as pieces
-
-
-def make_placeholder(rec, raw, srcs, ops, *, vmeta=None, pieces=None,
-                     like=None, why=None):
-    """A placeholder of meta tensor `raw`; `like` passes on the cast of
-    the placeholder it derives from."""
-    with torch._C.DisableTorchFunction():
-        ph = torch.Tensor._make_subclass(Placeholder, raw)
-    ph._rs_rec, ph._rs_raw = rec, raw
-    ph._rs_srcs, ph._rs_ops = tuple(srcs), ops
-    ph._rs_vmeta = raw if vmeta is None else vmeta
-    ph._rs_pieces = pieces
-    ph._rs_cast = getattr(like, "_rs_cast", None)
-    ph._rs_cast_at = getattr(like, "_rs_cast_at", None)
-    ph._rs_why = why          # poisoned (ops None): why, marked when written
-    return ph
-
-
-def is_pieced(ph):
-    return ph._rs_ops is PIECED
-
-
-def _walk(obj):
-    """Every object nested in tuples, lists and dict values."""
-    if isinstance(obj, (tuple, list)):
-        for o in obj:
-            yield from _walk(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _walk(o)
-    else:
-        yield obj
-
-
-def placeholders_in(args, kwargs):
-    return [o for o in _walk((args, kwargs)) if isinstance(o, Placeholder)]
-
-
-def _recorder_of(args, kwargs):
-    return placeholders_in(args, kwargs)[0]._rs_rec
-
-
-def _to_meta(obj):
-    """Arguments with placeholders unwrapped and other tensors replaced by
-    meta tensors of the same geometry, to compute result shapes."""
-    if isinstance(obj, Placeholder):
-        return obj._rs_raw
-    if isinstance(obj, torch.Tensor):
-        with torch._C.DisableTorchFunction():
-            return torch.empty_strided(obj.shape, obj.stride(),
-                                       dtype=obj.dtype, device="meta")
-    if isinstance(obj, tuple):
-        return tuple(_to_meta(o) for o in obj)
-    if isinstance(obj, list):
-        return [_to_meta(o) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _to_meta(v) for k, v in obj.items()}
-    return obj
-
-
-def _unwrap(obj):
-    """Placeholders replaced by their meta tensors, other values kept."""
-    if isinstance(obj, Placeholder):
-        return obj._rs_raw
-    if isinstance(obj, tuple):
-        return tuple(_unwrap(o) for o in obj)
-    if isinstance(obj, list):
-        return [_unwrap(o) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _unwrap(v) for k, v in obj.items()}
-    return obj
-
-
-def _target_dtype(name, x, args, kwargs):
-    """The dtype an identity-like call converts to, or None."""
-    if name in _CASTS:
-        return _CASTS[name]
-    if name in ("to", "type"):
-        for a in list(args) + list(kwargs.values()):
-            if isinstance(a, torch.dtype):
-                return a
-            if isinstance(a, torch.Tensor):
-                return a.dtype
-    if name == "type_as":
-        return args[0].dtype
-    return None
+_QUANTIZE_FP8 = inspect.signature(quant.quantize_fp8)
 
 
 class Recorder:
@@ -281,18 +149,25 @@ class Recorder:
         self.source_meta[name] = raw
         return make_placeholder(self, raw, (name,), [])
 
-    def quantize(self, x, scheme, block, fmt):
-        """reshard.quant.quantize_fp8 of a placeholder (capture_quant)."""
+    def quantize(self, args, kwargs):
+        """reshard.quant.quantize_fp8 of a placeholder, with the arguments
+        torch.overrides hands on (capture_quant)."""
         if self.closed:
             raise RuntimeError(f"placeholder quantized after its capture "
                                f"ended at {location()}")
-        return self.quant.quantize(x, scheme, block, fmt)
+        call = _QUANTIZE_FP8.bind(*args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        return self.quant.quantize(a["weight"], a["scheme"], a["block"],
+                                   a["fmt"])
 
     def handle(self, func, args, kwargs):
+        if func is quant.quantize_fp8:
+            return self.quantize(args, kwargs)
         name = func_name(func)
         if name in METADATA and not (name == "type" and (args[1:] or kwargs)):
             with torch._C.DisableTorchFunction():
-                return func(*_unwrap(args), **_unwrap(kwargs))
+                return func(*unwrap(args), **unwrap(kwargs))
         if name in ("__repr__", "__str__", "__format__"):
             return Placeholder.__repr__(args[0])
         if name == "__hash__":
@@ -308,7 +183,7 @@ class Recorder:
             # Only the source's shape and dtype are read: a new tensor
             # whose values come from no source.
             with torch._C.DisableTorchFunction():
-                return func(*_unwrap(args), **_unwrap(kwargs))
+                return func(*unwrap(args), **unwrap(kwargs))
         if name == "data.__set__":
             return self._rebind(args)
         if name in ("copy_", "__setitem__", "fill_") and args \
@@ -326,7 +201,7 @@ class Recorder:
                 return self._view(name, func, x, args, kwargs)
             if name in IDENTITY:
                 return self._identity(name, func, x, args, kwargs)
-        return self._unsupported(name, func, args, kwargs,
+        return self.refuse(name, func, args, kwargs,
                                  f"op '{name}'")
 
     def _value_query(self, name, args, kwargs):
@@ -365,14 +240,14 @@ class Recorder:
     def _view(self, name, func, x, args, kwargs):
         try:
             with torch._C.DisableTorchFunction():
-                result = func(*_unwrap(args), **_unwrap(kwargs))
+                result = func(*unwrap(args), **unwrap(kwargs))
         except Exception:
             # Advanced indexing may not compute on meta; a genuine argument
             # error reaches the loader as torch raised it.
             try:
                 capture_ops.translate(name, x._rs_raw, args[1:], kwargs)
             except capture_ops.NotAView as e:
-                return self._unsupported(name, func, args, kwargs,
+                return self.refuse(name, func, args, kwargs,
                                          f"op '{name}' {e}")
             raise
         try:
@@ -405,7 +280,7 @@ class Recorder:
                                     vmeta=x._rs_vmeta, like=x)
         if name in capture_ops.RESHAPES:
             return self._carve(name, x, result)
-        self._mark([x], f"op '{name}' copies here (not a view)")
+        self.mark([x], f"op '{name}' copies here (not a view)")
         return self._wrap_poisoned(result, [x])
 
     def _derive_pieces(self, name, x, result, ops):
@@ -413,7 +288,7 @@ class Recorder:
             done = capture_pieces.apply_all(x._rs_pieces,
                                             list(x._rs_raw.shape), ops)
         except capture_pieces.NotPieceable as e:
-            self._mark([x], f"op '{name}' {e}")
+            self.mark([x], f"op '{name}' {e}")
             return self._wrap_poisoned(result, [x])
         if done is None:
             return self._carve(name, x, result)
@@ -433,7 +308,7 @@ class Recorder:
             items = capture_pieces.carve(result.shape, shape, ops_of_box,
                                          self.source_meta[x._rs_srcs[0]])
         except capture_pieces.NotPieceable as e:
-            self._mark([x], f"op '{name}' copies and {e}")
+            self.mark([x], f"op '{name}' copies and {e}")
             return self._wrap_poisoned(result, [x])
         return make_placeholder(self, result, x._rs_srcs, PIECED,
                                 pieces=items, like=x)
@@ -443,7 +318,7 @@ class Recorder:
         that copies: the op chain (or pieces) stays, the loader sees the
         clone's own strides."""
         with torch._C.DisableTorchFunction():
-            result = func(*_unwrap(args), **_unwrap(kwargs))
+            result = func(*unwrap(args), **unwrap(kwargs))
         return make_placeholder(self, result, x._rs_srcs, x._rs_ops,
                                 vmeta=x._rs_vmeta, pieces=x._rs_pieces,
                                 like=x)
@@ -453,15 +328,15 @@ class Recorder:
                 not isinstance(a, torch.dtype)
                 for a in list(args[1:]) + list(kwargs.values())
                 if not isinstance(a, bool)):
-            return self._unsupported(name, func, args, kwargs,
+            return self.refuse(name, func, args, kwargs,
                                      f"op '{name}' converts by type name")
-        target = _target_dtype(name, x, args[1:], kwargs)
+        target = target_dtype(name, x, args[1:], kwargs)
         if target is None or target == x._rs_raw.dtype:
             return x
         why = (f"op '{name}' casts {name_of(x._rs_raw.dtype)} to "
                f"{_dtype_text(target)}")
         if x._rs_cast is not None:
-            return self._unsupported(name, func, args, kwargs,
+            return self.refuse(name, func, args, kwargs,
                                      f"{why} after {x._rs_cast_at}")
         raw = x._rs_raw
         with torch._C.DisableTorchFunction():
@@ -474,13 +349,13 @@ class Recorder:
 
     # ------------------------------------------------------------ failures
 
-    def _mark(self, placeholders, why):
+    def mark(self, placeholders, why):
         where = location()
         for ph in placeholders:
             for src in ph._rs_srcs:
                 self.unsupported.setdefault(src, f"{why} at {where}")
 
-    def _unsupported(self, name, func, args, kwargs, why):
+    def refuse(self, name, func, args, kwargs, why):
         """Return something the loader can keep working with: a poisoned
         placeholder that makes its sources unsupported once it is written
         somewhere (arithmetic whose result is only logged or dropped
@@ -488,7 +363,7 @@ class Recorder:
         phs = placeholders_in(args, kwargs)
         if is_write(name) and isinstance(args[0], Placeholder):
             # The source's own values change: poison that object in place.
-            self._mark(phs, why)
+            self.mark(phs, why)
             args[0]._rs_ops = None
             return args[0] if name != "__setitem__" else None
         why = next((p._rs_why for p in phs if p._rs_why is not None),
@@ -496,7 +371,7 @@ class Recorder:
         self.poison_only.update(s for p in phs for s in p._rs_srcs)
         try:
             with torch._C.DisableTorchFunction():
-                result = func(*_to_meta(args), **_to_meta(kwargs))
+                result = func(*to_meta(args), **to_meta(kwargs))
         except Exception:
             return make_placeholder(self, phs[0]._rs_raw, phs[0]._rs_srcs,
                                     None, why=why)
@@ -504,7 +379,7 @@ class Recorder:
 
     def _poison(self, name, args, kwargs, result, why):
         phs = placeholders_in(args, kwargs)
-        self._mark(phs, why)
+        self.mark(phs, why)
         return self._wrap_poisoned(result, phs)
 
     def _wrap_poisoned(self, result, phs, why=None):
@@ -527,12 +402,12 @@ class Recorder:
             return self._value_query("__index__", (args[1],), {})
         if name == "__setitem__":
             try:
-                capture_ops._index_keys(args[1])
+                capture_ops.index_keys(args[1])
             except capture_ops.NotAView as e:
-                self._mark(phs, f"op '__setitem__' {e}")
+                self.mark(phs, f"op '__setitem__' {e}")
                 return None
             with torch._C.DisableTorchFunction():
-                dst = dst[_unwrap(args[1])]
+                dst = dst[unwrap(args[1])]
         result = None if name == "__setitem__" else dst
         if name == "fill_" and isinstance(value, Placeholder) and \
                 value.dim() != 0:
@@ -541,7 +416,7 @@ class Recorder:
                                f"dimensions.")
         if not isinstance(value, Placeholder):
             # A placeholder hidden in the key or elsewhere: not a copy.
-            self._mark(phs, f"op '{name}' uses a source as an index")
+            self.mark(phs, f"op '{name}' uses a source as an index")
             return result
         self._copy(name, dst, value)
         return result
@@ -703,7 +578,7 @@ class Recorder:
         dst, value = args[0], args[1]
         phs = placeholders_in((dst,), {})
         if phs or not isinstance(value, Placeholder):
-            self._mark(phs + placeholders_in((value,), {}),
+            self.mark(phs + placeholders_in((value,), {}),
                        f"op '{op}' on a source")
             return None
         src, where = value._rs_srcs[0], where or location()

@@ -104,19 +104,17 @@ def _view(x, args, kwargs):
     return [["view", _sizes(sizes)]]
 
 
-def _view_as(x, args, kwargs):
-    other = kwargs.get("other", args[0] if args else None)
-    return [["view", list(other.shape)]]
-
-
 def _reshape(x, args, kwargs):
     sizes = kwargs["shape"] if "shape" in kwargs else args
     return [["reshape", _sizes(sizes)]]
 
 
-def _reshape_as(x, args, kwargs):
-    other = kwargs.get("other", args[0] if args else None)
-    return [["reshape", list(other.shape)]]
+def _shape_of_other(op):
+    """view_as / reshape_as: `op` to the shape of the other tensor."""
+    def translate(x, args, kwargs):
+        other = kwargs.get("other", args[0] if args else None)
+        return [[op, list(other.shape)]]
+    return translate
 
 
 def _flatten(x, args, kwargs):
@@ -175,14 +173,20 @@ def _chunk(x, args, kwargs):
     return lambda i: [["chunk", chunks, dim, i]]
 
 
-def _split(x, args, kwargs):
+def _split_args(x, args, kwargs, aliases):
+    """(where to split, dim) of a split call, whichever name of its
+    overloads the first argument is passed by."""
     kw = dict(kwargs)
-    for alias in ("split_size", "split_size_or_sections", "split_sizes"):
+    for alias in aliases:
         if alias in kw:
-            kw["size"] = kw.pop(alias)
-    a = _bind(args, kw, ("size", "dim"), {"dim": 0})
-    dim = _dim(a["dim"], x.dim())
-    size = a["size"]
+            kw["what"] = kw.pop(alias)
+    a = _bind(args, kw, ("what", "dim"), {"dim": 0})
+    return a["what"], _dim(a["dim"], x.dim())
+
+
+def _split(x, args, kwargs):
+    size, dim = _split_args(x, args, kwargs, (
+        "split_size", "split_size_or_sections", "split_sizes"))
     if isinstance(size, (tuple, list, torch.Size)):
         size = [operator.index(s) for s in size]
     else:
@@ -191,13 +195,9 @@ def _split(x, args, kwargs):
 
 
 def _tensor_split(x, args, kwargs):
-    kw = dict(kwargs)
-    for alias in ("sections", "indices", "tensor_indices_or_sections"):
-        if alias in kw:
-            kw["what"] = kw.pop(alias)
-    a = _bind(args, kw, ("what", "dim"), {"dim": 0})
-    dim = _dim(a["dim"], x.dim())
-    size, what = x.shape[dim], a["what"]
+    what, dim = _split_args(x, args, kwargs, (
+        "sections", "indices", "tensor_indices_or_sections"))
+    size = x.shape[dim]
     if isinstance(what, torch.Tensor):
         raise NotAView("splits at indices given as a tensor")
     if isinstance(what, (tuple, list)):
@@ -235,7 +235,7 @@ def _slice_op(dim, size, key):
     return ["slice", dim, start, start + (count - 1) * step + 1, step]
 
 
-def _index_keys(key):
+def index_keys(key):
     """The key of `x[key]` as a tuple, a 0-dim integer tensor holding data
     (an expert id looked up in an expert map) as its int, which is how
     torch indexes with it; NotAView for advanced indexing."""
@@ -258,7 +258,7 @@ def _index_keys(key):
 
 
 def _getitem(x, args, kwargs):
-    keys = _index_keys(args[0] if args else kwargs["indices"])
+    keys = index_keys(args[0] if args else kwargs["indices"])
     consumed = sum(1 for k in keys if k is not None and k is not Ellipsis)
     ops, d, cur = [], 0, x
     for k in keys:
@@ -298,8 +298,9 @@ def _consumed_before(keys, stop):
 SINGLE = {
     "narrow": _narrow, "select": _select, "transpose": _transpose,
     "swapaxes": _transpose, "swapdims": _transpose, "t": _t, "T": _big_t,
-    "mT": _mt, "permute": _permute, "view": _view, "view_as": _view_as,
-    "reshape": _reshape, "reshape_as": _reshape_as, "flatten": _flatten,
+    "mT": _mt, "permute": _permute, "view": _view,
+    "view_as": _shape_of_other("view"), "reshape": _reshape,
+    "reshape_as": _shape_of_other("reshape"), "flatten": _flatten,
     "ravel": lambda x, args, kwargs: [["flatten", 0, max(x.dim(), 1) - 1]],
     "unflatten": _unflatten, "unsqueeze": _unsqueeze, "squeeze": _squeeze,
     "contiguous": _contiguous, "__getitem__": _getitem,

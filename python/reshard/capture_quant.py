@@ -14,14 +14,16 @@ that would install other bytes than the loader's.
 """
 import torch
 
-from . import capture_hook, dtypes, quant
+from . import dtypes, quant
+from ._placeholder import (CASTS, IDENTITY, is_pieced, location,
+                           make_placeholder, target_dtype, unwrap)
 
 
 class NotQuantizable(Exception):
     """The quantization cannot be expressed; the message says why."""
 
 
-def _box(ops, shape):
+def view_box(ops, shape):
     """(lo, length) per source dim of the box the op chain selects, and for
     each view dim the source dim it runs along (None for an inserted dim
     of extent 1). NotQuantizable for a view that is no box in the source's
@@ -106,7 +108,7 @@ def quant_spec(ops, shape, scheme, view_blocks, fmt):
     quantizing the view the ops select from a source of `shape` with the
     view's blocks `view_blocks`; NotQuantizable when the library's
     blocks of the full source would differ from the loader's."""
-    lo, ln, kept = _box(ops, shape)
+    lo, ln, kept = view_box(ops, shape)
     n = len(shape)
     spec = {"scheme": scheme, "format": fmt}
     if scheme == "fp8_block":
@@ -162,35 +164,36 @@ class QuantRecorder:
                                    torch.float32):
             raise ValueError(f"quantize_fp8: tensor '{x._rs_srcs[0]}' is "
                              f"{x._rs_raw.dtype}, not bf16, f16 or f32")
-        q_raw = torch.empty(tuple(x.shape), dtype=torch.uint8, device="meta")
-        s_raw = torch.empty(quant.grid_shape(x.shape, blocks),
-                            dtype=torch.float32, device="meta")
-        make = capture_hook.make_placeholder
-        if x._rs_ops is not None and (capture_hook.is_pieced(x)
-                                      or x._rs_cast is not None):
-            self.rec._mark([x], "quantize_fp8 of a cast or of a copy "
-                                "(the library quantizes the source itself)")
-            x = make(self.rec, x._rs_raw, x._rs_srcs, None)
+        raws = (torch.empty(tuple(x.shape), dtype=torch.uint8, device="meta"),
+                torch.empty(quant.grid_shape(x.shape, blocks),
+                            dtype=torch.float32, device="meta"))
+        if x._rs_ops is not None and (is_pieced(x) or x._rs_cast is not None):
+            self.rec.mark([x], "quantize_fp8 of a cast or of a copy "
+                               "(the library quantizes the source itself)")
+            x = make_placeholder(self.rec, x._rs_raw, x._rs_srcs, None)
         if x._rs_ops is None:
-            return (make(self.rec, q_raw, x._rs_srcs, None, why=x._rs_why),
-                    make(self.rec, s_raw, x._rs_srcs, None, why=x._rs_why))
-        src, where = x._rs_srcs[0], capture_hook.location()
+            return self._outputs(raws, x, None, why=x._rs_why)
+        src, where = x._rs_srcs[0], location()
         try:
             spec = quant_spec(x._rs_ops, self.rec.source_shapes[src], scheme,
                               blocks, fmt)
         except NotQuantizable as e:
-            self.rec._mark([x], f"quantize_fp8 {e}")
-            return (make(self.rec, q_raw, x._rs_srcs, None),
-                    make(self.rec, s_raw, x._rs_srcs, None))
+            self.rec.mark([x], f"quantize_fp8 {e}")
+            return self._outputs(raws, x, None)
         self.rec.viewed.setdefault(src, f"'quantize_fp8' at {where}")
         entry = {"src": src, "ops": [list(op) for op in x._rs_ops],
                  "quant": spec, "values": None, "scales": None,
                  "where": where}
         self.pending.append(entry)
-        q, s = make(self.rec, q_raw, x._rs_srcs, []), \
-            make(self.rec, s_raw, x._rs_srcs, [])
+        q, s = self._outputs(raws, x, [])
         q._rs_quant, s._rs_quant = (entry, "values"), (entry, "scales")
         return q, s
+
+    def _outputs(self, raws, x, ops, why=None):
+        """Placeholders of the values and the scales (meta tensors `raws`)
+        of quantizing x."""
+        return tuple(make_placeholder(self.rec, raw, x._rs_srcs, ops, why=why)
+                     for raw in raws)
 
     def handle(self, name, func, x, args, kwargs):
         """A call on the values or scales of a quantize_fp8: identity calls
@@ -199,24 +202,22 @@ class QuantRecorder:
         part = x._rs_quant[1]
         if name == "contiguous":            # both are contiguous already
             return x
-        if name in capture_hook.IDENTITY and name not in capture_hook._CASTS:
-            target = capture_hook._target_dtype(name, x, args[1:], kwargs)
+        if name in IDENTITY and name not in CASTS:
+            target = target_dtype(name, x, args[1:], kwargs)
             if target is None or target == x._rs_raw.dtype:
                 return x
         if part == "scales" and name in _SCALE_RESHAPES:
             try:
                 with torch._C.DisableTorchFunction():
-                    result = func(*capture_hook._unwrap(args),
-                                  **capture_hook._unwrap(kwargs))
+                    result = func(*unwrap(args), **unwrap(kwargs))
             except Exception:
                 result = None
             if isinstance(result, torch.Tensor) and \
                     _non_unit(result.shape) == _non_unit(x._rs_raw.shape):
-                out = capture_hook.make_placeholder(self.rec, result,
-                                                    x._rs_srcs, [])
+                out = make_placeholder(self.rec, result, x._rs_srcs, [])
                 out._rs_quant = x._rs_quant
                 return out
-        return self.rec._unsupported(
+        return self.rec.refuse(
             name, func, args, kwargs,
             f"op '{name}' on the {part} of quantize_fp8 (they are captured "
             f"only when copied whole into a parameter)")

@@ -19,12 +19,15 @@ every step is float32 arithmetic and integer bit manipulation, so the
 result is bit for bit what libreshard's rs_quant_box computes.
 
 During capture (reshard.capture) the weight is a placeholder and the call
-is recorded instead: copying the returned values and scales into parameter
-regions makes one quantized copy of the capture.
+is recorded instead: quantize_fp8 dispatches through torch.overrides, so the
+placeholder's __torch_function__ sees it as it sees torch's own functions,
+and copying the returned values and scales into parameter regions makes
+one quantized copy of the capture.
 """
 import math
 
 import torch
+from torch.overrides import handle_torch_function, has_torch_function
 
 from . import dtypes
 
@@ -173,9 +176,12 @@ def quantize_fp8(weight, scheme="fp8_block", block=None, fmt="f8e4m3",
     for the trailing dims (e.g. (128, 128)). ValueError for a bad spec, an
     unsupported dtype or a block holding NaN or an infinity (`name` names
     the tensor in messages)."""
-    from . import capture_hook   # the recorder, when weight is a placeholder
-    if isinstance(weight, capture_hook.Placeholder):
-        return weight._rs_rec.quantize(weight, scheme, block, fmt)
+    if has_torch_function((weight,)):
+        # A tensor subclass or a torch function mode takes the call (the
+        # capture's placeholder records it).
+        return handle_torch_function(quantize_fp8, (weight,), weight,
+                                     scheme=scheme, block=block, fmt=fmt,
+                                     name=name)
     fmt = format_name(fmt)
     if weight.dtype not in _SOURCE_DTYPES:
         raise ValueError(f"quantize_fp8: tensor '{name}' is "

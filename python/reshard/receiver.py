@@ -380,15 +380,23 @@ class Receiver(Handle):
             self._open()
             h = self._take(staged)
             self._staged = None
-            r = self._run(lambda: self._apply_now(h), cancellable=False)
-            self._last_plan_s = r.plan_s if r.replanned else -1.0
-            return _result(r)
+            r = self._run(lambda: self._install("rs_receiver_apply", h),
+                          cancellable=False)
+            return self._installed(r)
 
-    def _apply_now(self, h):
+    def _install(self, fn, what):
+        """rs_receiver_apply of a staged handle or rs_receiver_pull of a
+        version, then the mirrors: the library's PullResult."""
         r = _lib.PullResult()
-        _lib.call("rs_receiver_apply", self._h, h, DIAG, r)
+        _lib.call(fn, self._h, what, DIAG, r)
         self._install_mirrors()
         return r
+
+    def _installed(self, r):
+        """The PullResult of an install; its planning time (-1 when the
+        plan was cached) goes into the stage record."""
+        self._last_plan_s = r.plan_s if r.replanned else -1.0
+        return _result(r)
 
     def discard(self, staged):
         """Drops a staged version (and its lease); live parameters
@@ -409,15 +417,9 @@ class Receiver(Handle):
                 raise errors.InvalidArgument(
                     f"receiver: version {self._staged.version} is staged; "
                     "apply or discard it first")
-            r = self._run(lambda: self._pull_now(int(version)))
-            self._last_plan_s = r.plan_s if r.replanned else -1.0
-            return _result(r)
-
-    def _pull_now(self, version):
-        r = _lib.PullResult()
-        _lib.call("rs_receiver_pull", self._h, version, DIAG, r)
-        self._install_mirrors()
-        return r
+            r = self._run(lambda: self._install("rs_receiver_pull",
+                                                int(version)))
+            return self._installed(r)
 
     def dry_run(self, version=-1):
         """What a pull of `version` would read, without reading it."""

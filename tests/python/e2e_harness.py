@@ -163,6 +163,12 @@ class Trainers:
         for p in self.procs:
             p.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
 
 # -- the receiver side -------------------------------------------------------
 def capture(cfg, tp_rank, tp_size):

@@ -15,6 +15,8 @@ import pytest
 import torch
 
 import reshard
+import trainer_ranks
+from trainer_ranks import TrainerRanks
 
 ROWS, COLS = 16, 24
 
@@ -45,18 +47,16 @@ def _truth(version):
 
 @pytest.fixture(params=["cma", "ucx-tcp", "ucx-sm"])
 def backend(request, monkeypatch):
-    if request.param.startswith("ucx"):
-        monkeypatch.setenv("UCX_TLS", request.param[4:])
-        return "ucx"
-    return request.param
+    return trainer_ranks.backend(request.param, monkeypatch)
 
 
-class Trainers:
+class Trainers(TrainerRanks):
     """Two ranks holding row halves of w and w2."""
 
     def __init__(self, directory, backend, staging, notice=None):
         half = ROWS // 2
-        self.pubs, self.shards = [], []
+        super().__init__()
+        self.shards = []
         for r in range(2):
             p = reshard.Publisher(directory, "m", r, 2, backend=backend,
                                   staging=staging, notice=notice)
@@ -83,18 +83,6 @@ class Trainers:
             a.fill_(-7.0)
             b.fill_(-9.0)
 
-    def publish(self, version):
-        for p in self.pubs:
-            p.publish(version)
-
-    def wait_released(self, version):
-        for p in self.pubs:
-            p.wait_released(version, timeout_s=20)
-
-    def close(self):
-        for p in self.pubs:
-            p.close()
-
 
 def _params():
     return {"p": torch.full((ROWS, COLS), -1.0),
@@ -113,8 +101,7 @@ def _pull_exact(directory, backend, version, release_after=True):
 
 
 def test_arena_serves_the_published_copy(directory, backend):
-    t = Trainers(directory, backend, "arena")
-    try:
+    with Trainers(directory, backend, "arena") as t:
         for version in (1, 2, 3):
             t.set(version)
             t.publish(version)
@@ -133,13 +120,10 @@ def test_arena_serves_the_published_copy(directory, backend):
         t.publish(5)
         t.scribble()
         _pull_exact(directory, backend, 5)
-    finally:
-        t.close()
 
 
 def test_in_place_tensors(directory, backend):
-    t = Trainers(directory, backend, "in_place")
-    try:
+    with Trainers(directory, backend, "in_place") as t:
         for version in (1, 2):
             t.set(version)
             t.publish(version)
@@ -147,8 +131,6 @@ def test_in_place_tensors(directory, backend):
             t.wait_released(version)
         with pytest.raises(reshard.InvalidArgument, match="in_place"):
             t.pubs[0].register("other", torch.zeros(4))
-    finally:
-        t.close()
 
 
 def test_alloc_tensor_outlives_close(file_dir):
@@ -182,8 +164,7 @@ def test_fallback_is_told_once(file_dir, monkeypatch):
     monkeypatch.setenv("UCX_TLS", "sm")
     monkeypatch.setenv("UCX_ALLOC_PRIO", "heap")
     notices = []
-    t = Trainers(file_dir, "ucx", "in_place", notice=notices.append)
-    try:
+    with Trainers(file_dir, "ucx", "in_place", notice=notices.append) as t:
         extra = t.pubs[0].alloc_tensor((1024,), torch.uint8)
         told = [n for n in notices if "ordinary memory" in n]
         assert len(told) == 2, notices  # once per publisher
@@ -193,5 +174,3 @@ def test_fallback_is_told_once(file_dir, monkeypatch):
         t.publish(1)
         _pull_exact(file_dir, "ucx", 1)
         del extra
-    finally:
-        t.close()

@@ -7,6 +7,7 @@ Ground truth is always the loader run by torch on real tensors; where the
 library is involved, a one-rank publisher serves the full tensors and a
 Receiver installs them.
 """
+import functools
 import itertools
 import random
 
@@ -15,6 +16,7 @@ import torch
 
 import reshard
 from reshard import capture_order
+from trainer_ranks import publish_and_pull
 from test_capture_ops import distinct
 
 SENTINEL = -7.0
@@ -56,18 +58,8 @@ def check(write, sources, shapes, dtype=torch.float32, library_dir=None):
     return cap
 
 
-def pull(directory, cap, fulls, params, **kw):
-    pub = reshard.Publisher(directory, "rules", 0, 1, backend="cma")
-    try:
-        for name in cap.sources:
-            pub.register(name, fulls[name].contiguous())
-        pub.publish(1)
-        with reshard.Receiver(directory, "rules", cap, params, backend="cma",
-                              discover_timeout_s=20, **kw) as r:
-            r.pull(1)
-            return r.left_out
-    finally:
-        pub.close()
+# Publish the sources the capture reads, pull version 1: left_out.
+pull = functools.partial(publish_and_pull, model="rules")
 
 
 # ------------------------------------------------------------ value queries

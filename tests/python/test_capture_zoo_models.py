@@ -9,11 +9,14 @@ by a `Receiver` (plan, wire, replay, cast, install in the C library),
 install exactly the truth; a refused one must be refused by replay and by
 the library alike, naming what is wrong.
 """
+import functools
+
 import pytest
 import torch
 
 import reshard
 import zoo_models
+from trainer_ranks import publish_and_pull
 
 SENTINEL = -7.0
 
@@ -76,21 +79,9 @@ def test_capture_replays_the_loader(case, tp, rank):
         assert_same(truth, out)
 
 
-def pull_through_library(directory, cap, weights, params, **kw):
-    """Publish every full tensor from one trainer rank, pull version 1
-    into `params` with a Receiver over `cap`; returns the receiver's
-    left_out."""
-    pub = reshard.Publisher(directory, "zoo", 0, 1, backend="cma")
-    try:
-        for name in cap.sources:
-            pub.register(name, weights[name].contiguous())
-        pub.publish(1)
-        with reshard.Receiver(directory, "zoo", cap, params, backend="cma",
-                              discover_timeout_s=20, **kw) as r:
-            r.pull(1)
-            return r.left_out
-    finally:
-        pub.close()
+# Publish every full tensor from one trainer rank, pull version 1 into
+# `params` with a Receiver over `cap`: the receiver's left_out.
+pull_through_library = functools.partial(publish_and_pull, model="zoo")
 
 
 LIBRARY = [(c, max(c.tps), max(c.tps) - 1) for c in zoo_models.CASES

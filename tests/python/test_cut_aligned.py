@@ -13,6 +13,8 @@ import pytest
 import torch
 
 import reshard
+import trainer_ranks
+from trainer_ranks import TrainerRanks
 
 ROWS, COLS = 16, 24
 HALF = ROWS // 2
@@ -39,15 +41,13 @@ def _capture(tp, rank):
 
 @pytest.fixture(params=["cma", "ucx-tcp"])
 def backend(request, monkeypatch):
-    if request.param.startswith("ucx"):
-        monkeypatch.setenv("UCX_TLS", request.param[4:])
-        return "ucx"
-    return request.param
+    return trainer_ranks.backend(request.param, monkeypatch)
 
 
-class Trainers:
+class Trainers(TrainerRanks):
     def __init__(self, directory, backend):
-        self.pubs, self.shards = [], []
+        super().__init__()
+        self.shards = []
         for r in range(2):
             p = reshard.Publisher(directory, "m", r, 2, backend=backend,
                                   cut_aligned=True)
@@ -63,14 +63,6 @@ class Trainers:
             a.copy_(w[r * HALF:(r + 1) * HALF])
             p.publish(version)
             a.fill_(-7.0)  # the trainer goes on: the arena holds the version
-
-    def wait_released(self, version):
-        for p in self.pubs:
-            p.wait_released(version, timeout_s=20)
-
-    def close(self):
-        for p in self.pubs:
-            p.close()
 
 
 def _pull(directory, backend, tp, rank, version, release_after, exact):
@@ -91,8 +83,7 @@ def _pull(directory, backend, tp, rank, version, release_after, exact):
 
 
 def test_cut_aligned_receivers_at_two_tp_sizes(directory, backend):
-    t = Trainers(directory, backend)
-    try:
+    with Trainers(directory, backend) as t:
         t.publish(1)  # nobody announced yet: whole shards
         assert [p.num_served for p in t.pubs] == [1, 1]
         before = {}
@@ -114,8 +105,6 @@ def test_cut_aligned_receivers_at_two_tp_sizes(directory, backend):
                     assert n == 2, (tp, rank, n)
                     assert before[tp, rank] >= n
         t.wait_released(2)
-    finally:
-        t.close()
 
 
 def test_cut_aligned_needs_the_arena(file_dir):

@@ -15,12 +15,9 @@ from test_receiver import CAPTURE, Trainers, _params, _truth
 
 @pytest.fixture
 def trainers(directory):
-    t = Trainers(directory, "cma", seed=3)
-    try:
+    with Trainers(directory, "cma", seed=3) as t:
         t.publish(2)
         yield t
-    finally:
-        t.close()
 
 
 def _receiver(directory, params, **kw):

@@ -94,8 +94,7 @@ def test_tp2_replicas_to_tp1_and_tp2(directory, backend, ranks):
     released by the coordinator (refused while any lease is live) before
     the trainers write the next."""
     cfg = M.config(**M.DENSE)
-    trainers = H.Trainers(directory, backend, cfg, world=2, replicas=2)
-    try:
+    with H.Trainers(directory, backend, cfg, world=2, replicas=2) as trainers:
         open_ranks(ranks, directory, backend, cfg)
         for version in (1, 2, 3):
             trainers.publish(version)
@@ -106,8 +105,6 @@ def test_tp2_replicas_to_tp1_and_tp2(directory, backend, ranks):
             apply_all(ranks, staged, trainers.fulls(version))
             reshard.release(directory, H.MODEL, version)
             trainers.wait_released(version)
-    finally:
-        trainers.close()
 
 
 def test_megatron_fused_moe(file_dir, ranks):
@@ -116,8 +113,7 @@ def test_megatron_fused_moe(file_dir, ranks):
     under Hugging Face names; inference TP 1 and TP 2 with fused MoE
     w13/w2. Two versions through pull (stage + apply in one call)."""
     cfg = M.config(**M.MOE)
-    trainers = H.Trainers(file_dir, "ucx", cfg, world=2, layout="megatron")
-    try:
+    with H.Trainers(file_dir, "ucx", cfg, world=2, layout="megatron") as trainers:
         open_ranks(ranks, file_dir, "ucx", cfg)
         for version in (1, 2):
             trainers.publish(version)
@@ -129,8 +125,6 @@ def test_megatron_fused_moe(file_dir, ranks):
                                f"rank {rank.tp}, version {version}")
             reshard.release(file_dir, H.MODEL, version)
             trainers.wait_released(version)
-    finally:
-        trainers.close()
 
 
 def test_megatron_dense_replicas_redis_cma(redis_url, ranks):
@@ -138,9 +132,8 @@ def test_megatron_dense_replicas_redis_cma(redis_url, ranks):
     one per trainer rank), two replicas per rank, over cma and redis; the
     newest version (-1) is staged each time."""
     cfg = M.config(kv_heads=2)
-    trainers = H.Trainers(redis_url, "cma", cfg, world=2, replicas=2,
-                          layout="megatron")
-    try:
+    with H.Trainers(redis_url, "cma", cfg, world=2, replicas=2,
+                          layout="megatron") as trainers:
         open_ranks(ranks, redis_url, "cma", cfg)
         for version in (1, 2):
             trainers.publish(version)
@@ -153,5 +146,3 @@ def test_megatron_dense_replicas_redis_cma(redis_url, ranks):
                                f"rank {rank.tp}, version {version}")
             reshard.release(redis_url, H.MODEL, version)
             trainers.wait_released(version)
-    finally:
-        trainers.close()

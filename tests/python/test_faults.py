@@ -229,8 +229,7 @@ def test_publisher_killed_mid_stage(file_dir):
     """No replica: rank 1 frozen, the stage started, rank 1 killed. The
     stage fails with the library's transport/timeout/incomplete error and
     the live parameters are untouched byte for byte."""
-    trainers = H.Trainers(file_dir, "ucx", CFG, world=2)
-    try:
+    with H.Trainers(file_dir, "ucx", CFG, world=2) as trainers:
         trainers.publish(1)
         model, cap = H.capture(CFG, 0, 1)
         before = H.snapshot(model)
@@ -244,8 +243,6 @@ def test_publisher_killed_mid_stage(file_dir):
             # The message names the publisher whose reads failed.
             assert "trainer-1, slot 1" in e.value.message, e.value.message
             H.assert_equal(model, before, "failed stage touched params")
-    finally:
-        trainers.close()
 
 
 def test_replica_killed_mid_stage(file_dir):
@@ -255,8 +252,7 @@ def test_replica_killed_mid_stage(file_dir):
     parameters: the reader sees no change, the stage completes from the
     other replica, apply installs it byte-exact and records the
     failover."""
-    trainers = H.Trainers(file_dir, "ucx", CFG, world=2, replicas=2)
-    try:
+    with H.Trainers(file_dir, "ucx", CFG, world=2, replicas=2) as trainers:
         trainers.publish(1)
         model, cap = H.capture(CFG, 1, 2)
         before = H.snapshot(model)
@@ -285,8 +281,6 @@ def test_replica_killed_mid_stage(file_dir):
                 res.failover_msg
             H.assert_equal(model, truth(CFG, (2, 1), trainers.fulls(1)),
                            "after failover")
-    finally:
-        trainers.close()
 
 
 def test_redis_stopped_mid_stage(redis_server):
@@ -300,8 +294,7 @@ def test_redis_stopped_mid_stage(redis_server):
     handshake tells), but either way the error is clear, comes in bounded
     time, and the live parameters are untouched."""
     url = redis_server.url
-    trainers = H.Trainers(url, "ucx", CFG, world=2)
-    try:
+    with H.Trainers(url, "ucx", CFG, world=2) as trainers:
         trainers.publish(1)
         model, cap = H.capture(CFG, 0, 1)
         before = H.snapshot(model)
@@ -327,8 +320,6 @@ def test_redis_stopped_mid_stage(redis_server):
                 assert "refusing to install" in msg and "lease 'r'" in msg, \
                     msg
                 H.assert_equal(model, before, "refused apply touched params")
-    finally:
-        trainers.close()
 
 
 def test_redis_down_before_stage(redis_server):
@@ -336,8 +327,7 @@ def test_redis_down_before_stage(redis_server):
     (discover_timeout_s) saying the directory is unreachable, parameters
     untouched."""
     url = redis_server.url
-    trainers = H.Trainers(url, "cma", CFG, world=2)
-    try:
+    with H.Trainers(url, "cma", CFG, world=2) as trainers:
         trainers.publish(1)
         model, cap = H.capture(CFG, 0, 1)
         before = H.snapshot(model)
@@ -349,8 +339,6 @@ def test_redis_down_before_stage(redis_server):
             msg = e.value.message
             assert f"directory {url} unreachable" in msg, msg
             H.assert_equal(model, before, "failed stage touched params")
-    finally:
-        trainers.close()
 
 
 # -- a refused receiver must not write the serving model --------------------

@@ -67,12 +67,9 @@ def _run_ranks(directory, modes, timeout_s, group="engine0"):
 
 @pytest.fixture
 def trainers(file_dir):
-    t = Trainers(file_dir, "cma", seed=5)
-    try:
+    with Trainers(file_dir, "cma", seed=5) as t:
         t.publish(1)
         yield t
-    finally:
-        t.close()
 
 
 def _assert_all(results, want, ranks):
@@ -106,28 +103,31 @@ def test_a_failed_apply_rolls_every_rank_back(file_dir, trainers):
         assert d.group("m", 1, "engine0", attempt=1).decision == "aborted"
 
 
+def _assert_waited_in_vain(results, ranks, *words):
+    """`ranks` kept the old weights and failed waiting for a rank that
+    died, their errors naming it with `words`."""
+    _assert_all(results, _old(), ranks)
+    for rank in ranks:
+        res = results[rank][1]
+        assert res["type"] in ("ReshardTimeout", "IncompleteRefit"), res
+        for w in words:
+            assert w in res["error"], res["error"]
+
+
 def test_a_rank_dying_mid_apply_rolls_the_others_back(file_dir, trainers):
     results = _run_ranks(file_dir, ["exit", "ok", "ok"], timeout_s=3)
     assert results[0][0] == 9
-    _assert_all(results, _old(), (1, 2))
-    for rank in (1, 2):
-        res = results[rank][1]
-        # the rank whose wait ran out first aborted; the other follows
-        assert res["type"] in ("ReshardTimeout", "IncompleteRefit"), res
-        assert "rank(s) 0 to apply" in res["error"], res["error"]
-        assert "rolled back" in res["error"], res["error"]
+    # the rank whose wait ran out first aborted; the other follows
+    _assert_waited_in_vain(results, (1, 2), "rank(s) 0 to apply",
+                           "rolled back")
 
 
 def test_a_rank_killed_between_stage_and_apply(file_dir, trainers):
     results = _run_ranks(file_dir, ["ok", "ok", "kill_after_stage"],
                          timeout_s=3)
     assert results[2][0] == -signal.SIGKILL
-    _assert_all(results, _old(), (0, 1))
-    for rank in (0, 1):
-        res = results[rank][1]
-        assert res["type"] in ("ReshardTimeout", "IncompleteRefit"), res
-        assert "rank(s) 2 to stage" in res["error"], res["error"]
-        assert "nothing was installed" in res["error"], res["error"]
+    _assert_waited_in_vain(results, (0, 1), "rank(s) 2 to stage",
+                           "nothing was installed")
 
 
 def test_a_rank_that_never_stages(file_dir, trainers):

@@ -186,24 +186,24 @@ def sigint():
         signal.signal(signal.SIGINT, old)
 
 
-def _sigint_when(cond):
-    """SIGINT to this process from another thread once cond() holds."""
+def _interrupted(cond, call):
+    """call() ends in KeyboardInterrupt: SIGINT to this process from
+    another thread once cond() holds."""
     def send():
         _until(cond, "the wait never started")
         os.kill(os.getpid(), signal.SIGINT)
-    t = threading.Thread(target=send)
-    t.start()
-    return t
+    sender = threading.Thread(target=send)
+    sender.start()
+    with pytest.raises(KeyboardInterrupt):
+        call()
+    sender.join(GUARD_S)
 
 
 def test_sigint_interrupts_a_stage(file_dir, trainer, sigint):
     params = _live()
     before = {n: t.clone() for n, t in params.items()}
     with _receiver(file_dir, params) as r:
-        sender = _sigint_when(lambda: _staging(r))
-        with pytest.raises(KeyboardInterrupt):
-            r.stage(5)
-        sender.join(GUARD_S)
+        _interrupted(lambda: _staging(r), lambda: r.stage(5))
         assert not _staging(r)
         _same(params, before)
         _apply_and_check(r, trainer, 1, params)
@@ -213,10 +213,7 @@ def test_sigint_interrupts_a_pull(file_dir, trainer, sigint):
     params = _live()
     before = {n: t.clone() for n, t in params.items()}
     with _receiver(file_dir, params) as r:
-        sender = _sigint_when(lambda: _staging(r))
-        with pytest.raises(KeyboardInterrupt):
-            r.pull(5)
-        sender.join(GUARD_S)
+        _interrupted(lambda: _staging(r), lambda: r.pull(5))
         _same(params, before)
         trainer.pub.publish(1)
         r.pull(1)
@@ -225,10 +222,8 @@ def test_sigint_interrupts_a_pull(file_dir, trainer, sigint):
 
 def test_sigint_interrupts_wait_released(file_dir, trainer, sigint):
     trainer.pub.publish(1)
-    sender = _sigint_when(lambda: trainer.pub._waiting)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.pub.wait_released(1, timeout_s=60)
-    sender.join(GUARD_S)
+    _interrupted(lambda: trainer.pub._waiting,
+                 lambda: trainer.pub.wait_released(1, timeout_s=60))
     # usable: released by someone, the wait returns
     reshard.release(file_dir, "m", 1)
     trainer.pub.wait_released(1, timeout_s=60)
@@ -282,8 +277,7 @@ def test_cancel_mid_wire_over_ucx(file_dir):
     dropped, nothing staged, the live model untouched; with rank 1 thawed
     the next stage installs byte-exact."""
     cfg = M.config(**M.DENSE)
-    trainers = H.Trainers(file_dir, "ucx", cfg, world=2)
-    try:
+    with H.Trainers(file_dir, "ucx", cfg, world=2) as trainers:
         trainers.publish(1)
         model, cap = H.capture(cfg, 0, 1)
         before = H.snapshot(model)
@@ -306,8 +300,6 @@ def test_cancel_mid_wire_over_ucx(file_dir):
             r.apply(r.stage(1))
             H.assert_equal(model, M.truth(cfg, 0, 1, trainers.fulls(1)),
                            "after the cancelled stage")
-    finally:
-        trainers.close()
 
 
 # -- fills -------------------------------------------------------------------

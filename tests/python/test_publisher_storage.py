@@ -48,6 +48,12 @@ def _one_w():
     return json.dumps(_capture({"w": (8, HID)}))
 
 
+def _w_receiver(directory, params):
+    """A receiver of the one [8, HID] tensor "w" into params["w"]."""
+    return reshard.Receiver(directory, "m", _one_w(), params, backend="cma",
+                            discover_timeout_s=20)
+
+
 def _values(shape, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=g)
@@ -264,8 +270,7 @@ def test_alloc_tensor_moved_to_another_allocation(file_dir):
         a = pub.alloc_tensor((8, HID))
         a.copy_(_values((8, HID), 1))
         pub.register("w", a)
-        with reshard.Receiver(file_dir, "m", _one_w(), params,
-                              backend="cma", discover_timeout_s=20) as rx:
+        with _w_receiver(file_dir, params) as rx:
             for v, move in ((1, None), (2, "in_place"), (3, "rebind")):
                 if move == "in_place":
                     a.mul_(3)
@@ -372,8 +377,7 @@ def test_served_storage_lives_until_the_next_publish(file_dir):
         pub.publish(1)
         p.data = _values((8, HID), 2)          # the old storage has no owner
         garbage = [torch.full((8, HID), 9.0) for _ in range(64)]
-        with reshard.Receiver(file_dir, "m", _one_w(), params,
-                              backend="cma", discover_timeout_s=20) as rx:
+        with _w_receiver(file_dir, params) as rx:
             rx.pull(1)
             assert torch.equal(_bits(params["w"]), _bits(old))
             pub.wait_released(1, timeout_s=20)
@@ -479,8 +483,7 @@ def test_lost_version_published_again_with_its_bytes(file_dir):
         shutil.rmtree(file_dir[len("file:"):] + "/m/1")
         with pytest.raises(reshard.ReshardTimeout):
             pub.wait_released(1, timeout_s=0.3)  # published again, waiting
-        with reshard.Receiver(file_dir, "m", _one_w(), params,
-                              backend="cma", discover_timeout_s=20) as rx:
+        with _w_receiver(file_dir, params) as rx:
             rx.pull(1)
             assert torch.equal(_bits(params["w"]), _bits(want))
             pub.wait_released(1, timeout_s=20)

@@ -265,3 +265,49 @@ def test_format_spellings():
     assert quant.format_name("float8_e4m3fn") == "f8e4m3"
     assert quant.format_name("torch.float8_e5m2") == "f8e5m2"
     assert quant.format_name("f8e5m2") == "f8e5m2"
+
+
+class _Recording(torch.Tensor):
+    """A tensor subclass that answers every torch call by recording it,
+    as the capture's placeholder does."""
+    calls = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append((func, args, kwargs))
+        return "recorded"
+
+
+def test_quantize_fp8_dispatches_through_torch_function():
+    """A tensor subclass sees quantize_fp8 itself, with its arguments, as
+    it sees torch's own functions (torch.overrides); nothing is computed
+    on it."""
+    with torch._C.DisableTorchFunction():
+        x = torch.Tensor._make_subclass(_Recording, torch.ones(4, 4))
+    _Recording.calls.clear()
+    out = quant.quantize_fp8(x, "fp8_block", block=(2, 2), fmt="f8e5m2",
+                             name="w")
+    assert out == "recorded"
+    assert len(_Recording.calls) == 1
+    func, args, kwargs = _Recording.calls[0]
+    assert func is quant.quantize_fp8 and args[0] is x
+    assert kwargs == {"scheme": "fp8_block", "block": (2, 2),
+                      "fmt": "f8e5m2", "name": "w"}
+
+
+def test_quantize_fp8_under_a_torch_function_mode():
+    """A mode sees the call on a plain tensor too, and the result of
+    running it is the plain result."""
+    seen = []
+
+    class Mode(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    with Mode():
+        q, scale = quant.quantize_fp8(x, "fp8_tensor")
+    assert quant.quantize_fp8 in seen
+    q0, scale0 = quant.quantize_fp8(x, "fp8_tensor")
+    assert torch.equal(q, q0) and torch.equal(scale, scale0)

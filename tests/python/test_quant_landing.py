@@ -9,10 +9,11 @@ import pytest
 import torch
 
 import reshard
+from trainer_ranks import TrainerRanks
 from test_capture_quant import SOURCES, _params, _weights, deepseek_loader
 
 
-class Trainers:
+class Trainers(TrainerRanks):
     """Two publisher ranks holding row halves of every source."""
 
     def __init__(self, directory, backend, seed):
@@ -20,7 +21,7 @@ class Trainers:
         self.shards = {n: list(t.chunk(2, 0)) for n, t in self.full.items()}
         self.shards = {n: [s.clone() for s in ss]
                        for n, ss in self.shards.items()}
-        self.pubs = []
+        super().__init__()
         for r in range(2):
             p = reshard.Publisher(directory, "m", r, 2, backend=backend)
             for n, ss in self.shards.items():
@@ -32,14 +33,6 @@ class Trainers:
         for n, ss in self.shards.items():
             for r, s in enumerate(ss):
                 s.copy_(self.full[n].chunk(2, 0)[r])
-
-    def publish(self, version):
-        for p in self.pubs:
-            p.publish(version)
-
-    def close(self):
-        for p in self.pubs:
-            p.close()
 
 
 def _truth(full):
@@ -58,8 +51,7 @@ def test_fp8_loader_lands_as_torch_computes_it(file_dir, backend):
     cap = reshard.capture(sources=_weights(SOURCES), params=params,
                           load=deepseek_loader(params))
     assert cap.unsupported == {} and len(cap.copies) == 5
-    t = Trainers(file_dir, backend, seed=21)
-    try:
+    with Trainers(file_dir, backend, seed=21) as t:
         with reshard.Receiver(file_dir, "m", cap, params, backend=backend,
                               discover_timeout_s=20) as r:
             for version, seed in ((1, 21), (2, 22)):
@@ -75,5 +67,3 @@ def test_fp8_loader_lands_as_torch_computes_it(file_dir, backend):
                         (version, name)
                 for p in t.pubs:
                     p.wait_released(version, timeout_s=20)
-    finally:
-        t.close()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import reshard
+from trainer_ranks import TrainerRanks
 
 W_SHAPE, W2_SHAPE = (8, 4), (8, 8)
 
@@ -41,14 +42,14 @@ def _truth(w, w2):
     return {"p": p, "q": q}
 
 
-class Trainers:
+class Trainers(TrainerRanks):
     """Two publisher ranks holding row halves of w and w2 as live tensors."""
 
     def __init__(self, directory, backend, seed=1):
         w, w2 = _fulls(seed)
         self.shards = [(w[r * 4:(r + 1) * 4].clone(),
                         w2[r * 4:(r + 1) * 4].clone()) for r in range(2)]
-        self.pubs = []
+        super().__init__()
         for r in range(2):
             p = reshard.Publisher(directory, "m", r, 2, backend=backend)
             p.register_shard("w", self.shards[r][0], W_SHAPE, 0, r, 2)
@@ -66,14 +67,6 @@ class Trainers:
             a.copy_(w[r * 4:(r + 1) * 4])
             b.copy_(w2[r * 4:(r + 1) * 4])
 
-    def publish(self, version):
-        for p in self.pubs:
-            p.publish(version)
-
-    def close(self):
-        for p in self.pubs:
-            p.close()
-
 
 @pytest.fixture(params=["cma", "ucx"])
 def backend(request):
@@ -82,11 +75,8 @@ def backend(request):
 
 @pytest.fixture
 def trainers(directory, backend):
-    t = Trainers(directory, backend)
-    try:
+    with Trainers(directory, backend) as t:
         yield t
-    finally:
-        t.close()
 
 
 def _params():
@@ -100,6 +90,24 @@ def _receiver(directory, backend, params, **kw):
                             backend=backend, **kw)
 
 
+def _same(params, want, *where):
+    """Every parameter holds want's bytes (`where` goes into the message)."""
+    for n in params:
+        assert torch.equal(params[n], want[n]), (*where, n) if where else n
+
+
+def _pull_refused(open_receiver, error):
+    """The message of `error`, which a pull of version 1 through
+    open_receiver(params) raises, the parameters left as they were."""
+    params = _params()
+    before = {n: x.clone() for n, x in params.items()}
+    with open_receiver(params) as r:
+        with pytest.raises(error) as e:
+            r.pull(1)
+    _same(params, before)
+    return e.value.message
+
+
 def test_stage_then_apply(directory, backend, trainers):
     trainers.publish(1)
     params = _params()
@@ -107,15 +115,13 @@ def test_stage_then_apply(directory, backend, trainers):
     with _receiver(directory, backend, params) as r:
         staged = r.stage(1)
         assert staged.version == 1 and not staged.consumed
-        for n in params:
-            assert torch.equal(params[n], before[n]), n
+        _same(params, before)
         res = r.apply(staged)
         assert staged.consumed
         assert res.version == 1 and res.bytes > 0 and res.sessions == 2
         assert res.bytes_installed == 8 * 4 * 4 + 4 * 8 * 2
         truth = _truth(*trainers.fulls())
-        for n in params:
-            assert torch.equal(params[n], truth[n]), n
+        _same(params, truth)
         rec = r.stage_record()
         assert rec["schema"] == "reshard.stage.v2"
         cov = r.coverage()
@@ -133,15 +139,13 @@ def test_versions_follow_live_storage(directory, backend, trainers):
             res = r.pull(version)
             assert res.version == version
             truth = _truth(*trainers.fulls())
-            for n in params:
-                assert torch.equal(params[n], truth[n]), (version, n)
+            _same(params, truth, version)
             for p in trainers.pubs:
                 p.wait_released(version, timeout_s=20)
 
 
 def test_moved_storage_is_reregistered(file_dir):
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         params = _params()
         with _receiver(file_dir, "cma", params) as r:
@@ -157,15 +161,11 @@ def test_moved_storage_is_reregistered(file_dir):
             res = r.pull(2)
             assert res.replanned
             truth = _truth(w, w2)
-            for n in params:
-                assert torch.equal(params[n], truth[n]), n
-    finally:
-        t.close()
+            _same(params, truth)
 
 
 def test_discard_leaves_params_and_allows_next_stage(file_dir):
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         params = _params()
         before = {n: x.clone() for n, x in params.items()}
@@ -175,13 +175,10 @@ def test_discard_leaves_params_and_allows_next_stage(file_dir):
                 r.stage(1)
             r.discard(s)
             r.discard(s)  # a consumed handle is a no-op
-            for n in params:
-                assert torch.equal(params[n], before[n]), n
+            _same(params, before)
             r.apply(r.stage(1))
             truth = _truth(*t.fulls())
             assert torch.equal(params["p"], truth["p"])
-    finally:
-        t.close()
 
 
 def test_a_staged_version_is_kept_through_refused_pulls_and_stages(file_dir):
@@ -189,8 +186,7 @@ def test_a_staged_version_is_kept_through_refused_pulls_and_stages(file_dir):
     refused before it moves a byte: the live parameters stay as they were,
     and applying the staged handle installs version 1's bytes, not the
     newer version's."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         truth1 = _truth(*t.fulls())
         params = _params()
@@ -204,25 +200,19 @@ def test_a_staged_version_is_kept_through_refused_pulls_and_stages(file_dir):
                 r.pull(2)
             with pytest.raises(reshard.InvalidArgument, match="staged"):
                 r.stage(2)
-            for n in params:
-                assert torch.equal(params[n], before[n]), n
+            _same(params, before)
             assert r.apply(s).version == 1
-            for n in params:
-                assert torch.equal(params[n], truth1[n]), n
+            _same(params, truth1)
             assert r.pull(2).version == 2
             truth2 = _truth(*t.fulls())
-            for n in params:
-                assert torch.equal(params[n], truth2[n]), n
-    finally:
-        t.close()
+            _same(params, truth2)
 
 
 def test_mirrored_param_gets_copied(file_dir):
     """A parameter that is not a contiguous CPU tensor (here a transposed
     view; a CUDA tensor takes the same path) is staged through host memory
     and installed with copy_."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         base = torch.full((4, 8), -1.0)
         params = {"p": base.t(), "q": torch.zeros(4, 8, dtype=torch.bfloat16)}
@@ -234,13 +224,10 @@ def test_mirrored_param_gets_copied(file_dir):
         truth = _truth(*t.fulls())
         assert torch.equal(params["p"], truth["p"])
         assert torch.equal(base, truth["p"].t())
-    finally:
-        t.close()
 
 
 def test_errors_are_exceptions_with_status(file_dir):
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         with pytest.raises(reshard.InvalidArgument, match="'q' of the capture is not in params"):
             _receiver(file_dir, "cma", {"p": torch.zeros(8, 4)})
@@ -263,40 +250,28 @@ def test_errors_are_exceptions_with_status(file_dir):
                 r.stage(5)
             assert isinstance(e.value, TimeoutError)
             assert "5" in e.value.message
-            for n in params:
-                assert torch.equal(params[n], before[n]), n
-    finally:
-        t.close()
+            _same(params, before)
 
 
 def test_mismatched_model_is_refused(file_dir):
     """The trainers publish w2 as [8, 8]; a capture assuming [16, 8] is the
     wrong model config: IncompleteRefit naming the tensor, nothing
     installed."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         cap = json.loads(json.dumps(CAPTURE))
         cap["sources"]["w2"]["shape"] = [16, 8]
-        params = _params()
-        before = {n: x.clone() for n, x in params.items()}
-        with reshard.Receiver(file_dir, "m", json.dumps(cap), params,
-                              backend="cma", discover_timeout_s=20) as r:
-            with pytest.raises(reshard.IncompleteRefit) as e:
-                r.pull(1)
-            assert "tensor 'w2'" in e.value.message
-        for n in params:
-            assert torch.equal(params[n], before[n]), n
-    finally:
-        t.close()
+        msg = _pull_refused(lambda params: reshard.Receiver(
+            file_dir, "m", json.dumps(cap), params, backend="cma",
+            discover_timeout_s=20), reshard.IncompleteRefit)
+        assert "tensor 'w2'" in msg
 
 
 def test_release_by_the_coordinator(file_dir):
     """Receivers that do not release (several inference ranks): the version
     stays unreleased after apply, and reshard.release ends it, after which
     the publishers' wait_released returns."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         t.publish(1)
         params = _params()
         with _receiver(file_dir, "cma", params, release_after=False) as r:
@@ -314,31 +289,21 @@ def test_release_by_the_coordinator(file_dir):
             p.wait_released(1, timeout_s=20)
         with pytest.raises(reshard.InputError):
             reshard.release(file_dir, "m", 9)
-    finally:
-        t.close()
 
 
 def test_unregister_drops_a_tensor(file_dir):
     """After unregister the next version lists only what is left: a receiver
     whose capture reads the dropped tensor finds it unpublished (the plan's
     fallback: UnsupportedReshard), nothing installed."""
-    t = Trainers(file_dir, "cma")
-    try:
+    with Trainers(file_dir, "cma") as t:
         for p in t.pubs:
             p.unregister("w2")
             with pytest.raises(reshard.InvalidArgument, match="'w2' is not registered"):
                 p.unregister("w2")
         t.publish(1)
-        params = _params()
-        before = {n: x.clone() for n, x in params.items()}
-        with _receiver(file_dir, "cma", params) as r:
-            with pytest.raises(reshard.UnsupportedReshard) as e:
-                r.pull(1)
-            assert "'w2': not published by any shard table" in e.value.message
-        for n in params:
-            assert torch.equal(params[n], before[n]), n
-    finally:
-        t.close()
+        msg = _pull_refused(lambda params: _receiver(file_dir, "cma", params),
+                            reshard.UnsupportedReshard)
+        assert "'w2': not published by any shard table" in msg
 
 
 def test_fills_outside_a_param_are_refused(file_dir):
@@ -351,14 +316,12 @@ def test_fills_outside_a_param_are_refused(file_dir):
                   "dest_stride": [1], "value": 0.0, "at": 0}]
     with pytest.raises(reshard.InputError, match="fills\\[0\\] of parameter 'p'"):
         reshard.Receiver(file_dir, "m", cap, params, backend="cma")
-    for n in params:
-        assert torch.equal(params[n], before[n]), n
+    _same(params, before)
     cap.fills = [{"param": "p", "dest_offset": 28, "dest_shape": [4],
                   "dest_stride": [1], "value": 0.0, "at": 0}]
     with reshard.Receiver(file_dir, "m", cap, params, backend="cma"):
         # accepted, and nothing written before a first apply
-        for n in params:
-            assert torch.equal(params[n], before[n]), n
+        _same(params, before)
 
 
 def test_deadline_in_discovery_is_named_once(file_dir):

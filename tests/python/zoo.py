@@ -104,6 +104,20 @@ class _TP(nn.Module):
         assert 0 <= tp_rank < tp_size
         self.tp_size, self.tp_rank = tp_size, tp_rank
 
+    def load_rank_slice(self, param, loaded_weight, dim):
+        """This rank's slice of `loaded_weight` along `dim` (the whole of
+        it when dim is None) copied into param, as vLLM's column- and
+        row-parallel loaders do."""
+        param_data = param.data
+        if dim is not None:
+            shard_size = param_data.shape[dim]
+            start_idx = self.tp_rank * shard_size
+            loaded_weight = loaded_weight.narrow(dim, start_idx, shard_size)
+        if len(loaded_weight.shape) == 0:
+            loaded_weight = loaded_weight.reshape(1)
+        assert param_data.shape == loaded_weight.shape
+        param_data.copy_(loaded_weight)
+
 
 class ColumnParallelLinear(_TP):
     """Output features split over ranks: weight [out / tp, in]."""
@@ -118,17 +132,8 @@ class ColumnParallelLinear(_TP):
                            weight_loader=self.weight_loader) if bias else None
 
     def weight_loader(self, param, loaded_weight):
-        output_dim = getattr(param, "output_dim", None)
-        param_data = param.data
-        if output_dim is not None:
-            shard_size = param_data.shape[output_dim]
-            start_idx = self.tp_rank * shard_size
-            loaded_weight = loaded_weight.narrow(output_dim, start_idx,
-                                                 shard_size)
-        if len(loaded_weight.shape) == 0:
-            loaded_weight = loaded_weight.reshape(1)
-        assert param_data.shape == loaded_weight.shape
-        param_data.copy_(loaded_weight)
+        self.load_rank_slice(param, loaded_weight,
+                             getattr(param, "output_dim", None))
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -207,17 +212,8 @@ class RowParallelLinear(_TP):
                              weight_loader=self.weight_loader)
 
     def weight_loader(self, param, loaded_weight):
-        input_dim = getattr(param, "input_dim", None)
-        param_data = param.data
-        if input_dim is not None:
-            shard_size = param_data.shape[input_dim]
-            start_idx = self.tp_rank * shard_size
-            loaded_weight = loaded_weight.narrow(input_dim, start_idx,
-                                                 shard_size)
-        if len(loaded_weight.shape) == 0:
-            loaded_weight = loaded_weight.reshape(1)
-        assert param_data.shape == loaded_weight.shape
-        param_data.copy_(loaded_weight)
+        self.load_rank_slice(param, loaded_weight,
+                             getattr(param, "input_dim", None))
 
 
 class ReplicatedLinear(nn.Module):
