@@ -1,10 +1,11 @@
-/* Internal state of publishers and receivers. */
-#ifndef RS_REFIT_REFIT_IMPL_H
-#define RS_REFIT_REFIT_IMPL_H
+/* The publisher's internal state and the functions its files share
+ * (publisher.c and publisher_*.c): registered shards, staging (arena, cut
+ * pieces, quantized pieces), the cuts records it caches, its table. */
+#ifndef RS_REFIT_PUBLISHER_IMPL_H
+#define RS_REFIT_PUBLISHER_IMPL_H
 
 #include <pthread.h>
 
-#include "core/base64.h" /* receivers decode agent_meta_b64 */
 #include "core/strmap.h"
 #include "core/vec.h"
 #include "reshard/dir.h"
@@ -25,13 +26,36 @@ typedef struct rs_pub_shard {
     uint64_t nbytes;
     void *served;    /* where the served bytes are: ptr, or its arena slot */
     size_t same_prev; /* 1 + the index of the shard of this tensor
-                       * registered before it, 0 for none (shard_index.c) */
+                       * registered before it, 0 for none
+                       * (publisher_shard_index.c) */
 } rs_pub_shard_t;
 
 /* Each served slot of the arena starts a fresh cache line. */
 #define RS_PUB_SLOT_ALIGN 64
 
-/* One served sub-box of a shard (cut-aligned staging, arena_cuts.c). */
+/* The arena bytes a slot of n bytes takes, up to the next slot. */
+static inline uint64_t rs__pub_slot(uint64_t n)
+{
+    return (n + RS_PUB_SLOT_ALIGN - 1) / RS_PUB_SLOT_ALIGN * RS_PUB_SLOT_ALIGN;
+}
+
+/* Makes the vector next_<name> of publisher `p` its <name> (what is
+ * served) and empties next_<name>, keeping both buffers for the next
+ * staging. */
+#define RS_PUB_VEC_SWAP(p, name)                                              \
+    do {                                                                      \
+        void *swap_v_ = (p)->name;                                            \
+        size_t swap_cap_ = (p)->name##_cap;                                   \
+        (p)->name = (p)->next_##name;                                         \
+        (p)->name##_len = (p)->next_##name##_len;                             \
+        (p)->name##_cap = (p)->next_##name##_cap;                             \
+        (p)->next_##name = swap_v_;                                           \
+        (p)->next_##name##_len = 0;                                           \
+        (p)->next_##name##_cap = swap_cap_;                                   \
+    } while (0)
+
+/* One served sub-box of a shard (cut-aligned staging,
+ * publisher_arena_cuts.c). */
 typedef struct rs_pub_piece {
     size_t shard;                /* index into the publisher's shards */
     int64_t offset[RS_MAX_DIMS]; /* in the full tensor */
@@ -45,17 +69,18 @@ typedef struct rs_pub_piece {
 #define RS_PUB_SPEC_MAX 96
 
 /* One "GLOB=SPEC" entry of params.quantize, parsed at create
- * (quant_rules.c): the glob, the spec parsed and in canonical text. */
+ * (publisher_quant_rules.c): the glob, the spec parsed and in canonical
+ * text. */
 typedef struct rs_pub_qrule {
     char *glob;
     char spec[RS_PUB_SPEC_MAX];
     char *entry;               /* the entry as given, for notices */
 } rs_pub_qrule_t;
 
-/* One quantized piece the arena serves (arena_quant.c): under one spec,
- * the FP8 values of the whole blocks inside one shard, as a sub-box of
- * "<src>#<spec>", and their scales, as a sub-box of "<src>#<spec>#scale"
- * (the block grid). */
+/* One quantized piece the arena serves (publisher_arena_quant.c): under one
+ * spec, the FP8 values of the whole blocks inside one shard, as a sub-box of
+ * "<src>#<spec>", and their scales, as a sub-box of "<src>#<spec>#scale" (the
+ * block grid). */
 typedef struct rs_pub_qpiece {
     size_t shard;                    /* index into the publisher's shards */
     char spec[RS_PUB_SPEC_MAX];      /* canonical text */
@@ -78,10 +103,10 @@ typedef struct rs_pub_told {
     uint64_t digest;
 } rs_pub_told_t;
 
-/* A receiver's cuts record as the publisher last read it (cut_records.c):
- * its generation and its cuts on the registered tensors; cuts NULL when it
- * cannot be used (`why`, told when the union is built, in holder order)
- * or was never read (read 0: a read failed). */
+/* A receiver's cuts record as the publisher last read it
+ * (publisher_cut_records.c): its generation and its cuts on the registered
+ * tensors; cuts NULL when it cannot be used (`why`, told when the union is
+ * built, in holder order) or was never read (read 0: a read failed). */
 typedef struct rs_pub_record {
     char holder[RS_DIR_NAME_MAX + 1];
     uint64_t generation;
@@ -97,17 +122,17 @@ struct rs_publisher {
     rs_exposer_h exposer;         /* made once, reset to re-expose */
     int exposed;                  /* the exposer serves the shards */
     int dirty;                    /* registrations changed since exposing */
-    /* Copy-in staging (RS_STAGING_ARENA, arena.c): the arena and how much
-     * of it the shards use, the version it holds (-1: none) and the last
+    /* Copy-in staging (RS_STAGING_ARENA, publisher_arena.c): the arena and how
+     * much of it the shards use, the version it holds (-1: none) and the last
      * version seen released. */
     void *arena;
     uint64_t arena_cap, arena_len;
     int64_t arena_version, released;
     int fallback_told;            /* the fallback notice was given */
-    /* Cut-aligned staging (arena_cuts.c): on when cut_aligned, cuts or
-     * cuts_file is set; the cuts read from cuts_file; the sub-boxes of the
-     * arena's version (the table lists them, in shard order) and those of
-     * the staging being prepared; records told unusable. */
+    /* Cut-aligned staging (publisher_arena_cuts.c): on when cut_aligned, cuts
+     * or cuts_file is set; the cuts read from cuts_file; the sub-boxes of the
+     * arena's version (the table lists them, in shard order) and those of the
+     * staging being prepared; records told unusable. */
     int cut_mode;
     char *cuts_file;
     rs_cuts_h file_cuts;
@@ -123,12 +148,13 @@ struct rs_publisher {
     rs_cuts_h cut_union;
     uint64_t cut_key;
     uint64_t records_parsed;
-    /* Publisher-side quantization (quant_rules.c, arena_quant.c): the
-     * parsed params.quantize entries; the quantized pieces of the arena's
-     * version (the table lists them after the shards) and of the staging
-     * being prepared; the buffer a shard's whole-block box is gathered into
-     * when it is not the whole shard; the tensor key the records were
-     * read for when only quantize_wanted reads them. */
+    /* Publisher-side quantization (publisher_quant_rules.c,
+     * publisher_arena_quant.c): the parsed params.quantize entries; the
+     * quantized pieces of the arena's version (the table lists them after the
+     * shards) and of the staging being prepared; the buffer a shard's
+     * whole-block box is gathered into when it is not the whole shard; the
+     * tensor key the records were read for when only quantize_wanted reads
+     * them. */
     RS_VEC(rs_pub_qrule_t, qrules);
     RS_VEC(rs_pub_qpiece_t, qpieces);
     RS_VEC(rs_pub_qpiece_t, next_qpieces);
@@ -149,50 +175,12 @@ struct rs_publisher {
     RS_VEC(int64_t, published);   /* every version published, in order */
     char *table;                  /* its published table, for republishing */
     size_t table_len;
-    uint64_t table_geometry;      /* its geometry key (geometry.c) */
+    uint64_t table_geometry;      /* its geometry key (publisher_table.c) */
     size_t num_served;            /* its entries (rs_publisher_num_served) */
     /* raised by rs_publisher_cancel from any thread: stops the waits of
      * the main directory handle (rs_publisher_wait_released) */
     rs_cancel_t cancel;
 };
-
-/* A receiver's lease for one pull (lease.c). */
-typedef struct rs__lease {
-    rs_dir_h dir;               /* the renewal thread's own connection */
-    const char *model, *holder; /* borrowed from the receiver */
-    int64_t version;
-    uint64_t epoch;
-    double ttl_s, period_s;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    int taken, running, stop;
-    /* under lock: */
-    int lost;                   /* the directory said the lease is over */
-    uint64_t renewals, errors;  /* renewals that succeeded / failed */
-    char why[RS_DIAG_MSG_MAX];  /* how it was lost */
-    char last_error[RS_DIAG_MSG_MAX];
-} rs__lease_t;
-
-/* Takes a fresh lease on `dir` and starts renewing it on `renew_dir` every
- * period_s (<= 0: ttl_s / 3), sooner after an error that leaves the lease's
- * state unknown. On error nothing is left running and no lease taken. */
-rs_status_t rs__lease_start(rs__lease_t *lease, rs_dir_h dir,
-                            rs_dir_h renew_dir, const char *model,
-                            int64_t version, const char *holder, double ttl_s,
-                            double period_s, rs_diag_t *diag);
-
-/* The proof before install: no renewal found the lease over, and one more
- * renewal on `dir` (atomic with the check that the same epoch is live and
- * the version not RELEASED) succeeds, retried through a directory outage
- * for up to patience_s (and never past the ttl). Otherwise RS_ERR_VERIFY,
- * saying why (RS_ERR_INVALID_ARG when no lease was started). */
-rs_status_t rs__lease_confirm(rs__lease_t *lease, rs_dir_h dir,
-                              double patience_s, rs_diag_t *diag);
-
-/* Stops the renewals (the lease itself stays until unleased or expired).
- * Accepts a lease that was never started. */
-void rs__lease_stop(rs__lease_t *lease);
 
 /* Stops and joins the heartbeat thread; a no-op when none runs. The next
  * rs_publisher_publish starts it again. */
@@ -201,7 +189,7 @@ void rs__publisher_stop_heartbeat(rs_publisher_h p);
 /* Where this publisher's notices go: the caller's callback or stderr. */
 void rs__publisher_notify(rs_publisher_h p, const char *msg);
 
-/* The publisher's exposer, created on first use (arena.c). */
+/* The publisher's exposer, created on first use (publisher_arena.c). */
 rs_status_t rs__publisher_exposer(rs_publisher_h p, rs_diag_t *diag);
 
 /* RS_ERR_INVALID_ARG unless [ptr, +nbytes) lies in one allocation of the
@@ -210,12 +198,12 @@ rs_status_t rs__publisher_check_in_place(rs_publisher_h p, const char *tensor,
                                          const void *ptr, uint64_t nbytes,
                                          rs_diag_t *diag);
 
-/* The registered shards by tensor (shard_index.c). Check refuses, with
- * RS_ERR_INVALID_ARG naming the tensor and both boxes, a shard `s` that
- * shares an element with a registered shard of its tensor (a receiver
- * would get the bytes of one of them) or has another number of dims; add
- * indexes the shard just appended (0 on exhaustion). O(registered shards
- * of the tensor), after an unregister once O(registered shards). */
+/* The registered shards by tensor (publisher_shard_index.c). Check refuses,
+ * with RS_ERR_INVALID_ARG naming the tensor and both boxes, a shard `s` that
+ * shares an element with a registered shard of its tensor (a receiver would get
+ * the bytes of one of them) or has another number of dims; add indexes the
+ * shard just appended (0 on exhaustion). O(registered shards of the tensor),
+ * after an unregister once O(registered shards). */
 rs_status_t rs__publisher_check_overlap(rs_publisher_h p,
                                         const rs_pub_shard_t *s,
                                         rs_diag_t *diag);
@@ -228,8 +216,8 @@ int rs__publisher_index_add(rs_publisher_h p, size_t i);
 rs_status_t rs__publisher_stage(rs_publisher_h p, int64_t version,
                                 rs_diag_t *diag);
 
-/* Cut-aligned staging (arena_cuts.c). Reads p->cuts_file into p->file_cuts
- * (at create; RS_ERR_INPUT naming the file and field). */
+/* Cut-aligned staging (publisher_arena_cuts.c). Reads p->cuts_file into
+ * p->file_cuts (at create; RS_ERR_INPUT naming the file and field). */
 rs_status_t rs__publisher_load_cuts_file(rs_publisher_h p, rs_diag_t *diag);
 
 /* Splits every non-empty shard at the cuts of this staging (the records,
@@ -243,7 +231,7 @@ rs_status_t rs__publisher_load_cuts_file(rs_publisher_h p, rs_diag_t *diag);
 rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
                               uint64_t *need_p);
 
-/* The cuts records (cut_records.c). Sync brings p->records up to date
+/* The cuts records (publisher_cut_records.c). Sync brings p->records up to date
  * with the directory's generations, reading and parsing only new or
  * changed records and setting records_changed when anything changed; a
  * directory that cannot be read is told and the records read before are
@@ -264,11 +252,11 @@ void rs__publisher_tell_record(rs_publisher_h p, const char *holder,
 
 /* A digest of each registered tensor's name and full shape: the records
  * hold only the registered tensors, so they are read again when it
- * changes (arena_cuts.c). */
+ * changes (publisher_arena_cuts.c). */
 uint64_t rs__publisher_tensor_key(rs_publisher_h p);
 
 /* Copies the sub-box `piece` of shard s into dst, row-major (a strided
- * copy, arena_cuts.c). */
+ * copy, publisher_arena_cuts.c). */
 void rs__publisher_copy_box(const rs_pub_shard_t *s,
                             const rs_pub_piece_t *piece, char *dst);
 
@@ -281,19 +269,19 @@ rs_status_t rs__publisher_load_quant_rules(rs_publisher_h p,
                                            rs_diag_t *diag);
 void rs__publisher_free_quant(rs_publisher_h p);
 
-/* Calls fn(ctx, spec) for each canonical spec shard i is quantized with
- * (a spec named twice is given twice): the rules whose glob matches its tensor, and with
- * quantize_wanted every cached record's request for it (quant_rules.c).
- * A non-RS_OK return stops and is returned. */
+/* Calls fn(ctx, spec) for each canonical spec shard i is quantized with (a spec
+ * named twice is given twice): the rules whose glob matches its tensor, and
+ * with quantize_wanted every cached record's request for it
+ * (publisher_quant_rules.c). A non-RS_OK return stops and is returned. */
 typedef rs_status_t (*rs__pub_spec_fn)(void *ctx, const char *spec);
 rs_status_t rs__publisher_specs_of(rs_publisher_h p, size_t shard,
                                    rs__pub_spec_fn fn, void *ctx);
 
-/* Plans this staging's quantized pieces into p->next_qpieces (reading the
- * cuts records first when only quantize_wanted needs them) and returns
- * the arena bytes they take in *need_p (each part at a RS_PUB_SLOT_ALIGN
- * boundary). Only RS_ERR_NO_MEMORY is an error; a tensor that cannot take
- * a spec (its dtype, its rank) is told once and left out (arena_quant.c). */
+/* Plans this staging's quantized pieces into p->next_qpieces (reading the cuts
+ * records first when only quantize_wanted needs them) and returns the arena
+ * bytes they take in *need_p (each part at a RS_PUB_SLOT_ALIGN boundary). Only
+ * RS_ERR_NO_MEMORY is an error; a tensor that cannot take a spec (its dtype,
+ * its rank) is told once and left out (publisher_arena_quant.c). */
 rs_status_t rs__publisher_quant_plan(rs_publisher_h p, rs_diag_t *diag,
                                      uint64_t *need_p);
 
@@ -312,48 +300,14 @@ void rs__publisher_fill_pieces(rs_publisher_h p, void *base);
  * or each non-empty shard at its own address. */
 rs_status_t rs__publisher_add_regions(rs_publisher_h p, rs_diag_t *diag);
 
-/* This rank's mx.reshard.shard_table.v1 for a version (caller frees). */
+/* This rank's mx.reshard.shard_table.v1 for a version (caller frees;
+ * publisher_table.c). */
 rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,
                                 char **json_p, size_t *len_p, rs_diag_t *diag);
 
 /* The key of this publisher's shard geometry for its directory slot
- * (geometry.c): tensor names, dtypes, full shapes, offsets and shapes of
- * its non-empty shards, in any registration order. O(shards). */
+ * (publisher_table.c): tensor names, dtypes, full shapes, offsets and
+ * shapes of its non-empty shards, in any registration order. O(shards). */
 uint64_t rs__publisher_geometry(rs_publisher_h p);
-
-/* A fingerprint of everything a plan and its connections depend on: each
- * table's agent and transport blob, each shard's tensor, dtype, geometry,
- * session and address. Digests and steps are left out: they change every
- * version without changing the topology. */
-uint64_t rs__topology_fingerprint(rs_sources_h sources);
-
-/* Writes the cuts of `cap` (reshard.cuts.v1, naming the model) as cuts
- * record `name` of `model` (announce.c). Errors prefixed with "announcing
- * the cuts of 'M' as 'N': ". O(copies + record). */
-rs_status_t rs__announce_cuts(rs_dir_h dir, const char *model,
-                              const char *name, rs_capture_h cap,
-                              rs_diag_t *diag);
-
-/* The steps of a pull that a dry run (dry_run.c) shares, in receiver.c. */
-
-/* Starts the pull's deadline (pull_timeout_s) and waits for `version`
- * (< 0: the newest READY one) to be READY. */
-rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
-                                  rs_diag_t *diag, rs_version_info_t *v_p);
-/* Reads and merges every slot's table of `v`. */
-rs_status_t rs__receiver_tables(rs_receiver_h r, const rs_version_info_t *v,
-                                rs_diag_t *diag, rs_sources_h *sources_p);
-/* Keeps the cached plan (taking the digests of `sources`) when `fp` is the
- * cached topology's, else builds plan, transport and executor; with
- * `connect` the plan's sessions are connected too (also those of a plan a
- * dry run built). Owns `sources` either way. Sets res->replanned and
- * res->plan_s when it planned. */
-rs_status_t rs__receiver_prepare(rs_receiver_h r, rs_sources_h sources,
-                                 uint64_t fp, int connect,
-                                 rs_pull_result_t *res, rs_diag_t *diag);
-/* RS_ERR_INVALID_ARG ("cannot <what>", naming the staged version) while a
- * version is staged: its executor holds the staged run. */
-rs_status_t rs__receiver_refuse_if_staged(rs_receiver_h r, const char *what,
-                                          rs_diag_t *diag);
 
 #endif
