@@ -1,7 +1,8 @@
-/* The refit pieces both halves lean on: the receiver's lease on a version
- * (lease.c) and the topology fingerprint that decides whether a cached
- * plan still holds (fingerprint.c). Publisher and receiver state live in
- * publisher_impl.h and receiver_impl.h. */
+/* Two refit mechanisms with files of their own: the lease a receiver holds
+ * on a version while it reads (lease.c) and the topology fingerprint that
+ * decides whether a cached plan still holds (fingerprint.c). The
+ * publisher's and the receiver's state are in publisher_impl.h and
+ * receiver_impl.h. */
 #ifndef RS_REFIT_REFIT_IMPL_H
 #define RS_REFIT_REFIT_IMPL_H
 

@@ -125,6 +125,12 @@ int rs_cli_parse_positive(const char *s, double *out);
 int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
                      double *out);
 
+/* Takes the value of a count flag (--rank, --versions, ...): a
+ * non-negative integer up to INT64_MAX / 2 into *out and RS_CLI_OK, else a
+ * usage error naming the flag and the value (RS_CLI_USAGE). */
+int rs_cli_take_count(const char *verb, const char *flag, const char *arg,
+                      uint64_t *out);
+
 /* Prints "reshard VERB: <diag message>" (or what + status) and returns
  * RS_CLI_USAGE. */
 int rs_cli_input_error(const char *verb, const rs_diag_t *diag, rs_status_t st,

@@ -191,12 +191,7 @@ static int parse_version(const char *arg, pull_args_t *a)
 
 static int parse_count(const char *opt, const char *arg, uint64_t *out)
 {
-    if (!rs_cli_parse_u64(arg, out) || *out > INT64_MAX / 2) {
-        fprintf(stderr, "reshard pull: %s must be a non-negative integer, got "
-                "'%s'\nTry 'reshard pull --help'.\n", opt, arg);
-        return RS_CLI_USAGE;
-    }
-    return RS_CLI_OK;
+    return rs_cli_take_count("pull", opt, arg, out);
 }
 
 /* A number of seconds, the whole of `arg`: above 0 (or 0 too, with
