@@ -19,6 +19,8 @@ typedef struct check {
     unsigned char **expected;
 } check_t;
 
+/* A copy of the capture keyed by its source: copies are replayed source by
+ * source, each source filled once. */
 typedef struct src_copy {
     const char *src;
     size_t copy;
@@ -31,8 +33,6 @@ static int by_src(const void *a, const void *b)
     return c != 0 ? c : (x->copy > y->copy) - (x->copy < y->copy);
 }
 
-/* A capture holding only `n` copies of one source, with the parameters
- * they land in; map[i] is sub-parameter i's index in the full capture. */
 /* Adds parameter `name` of cap to sub (once), recording its index in
  * map. */
 static rs_status_t sub_param(rs_capture_h cap, rs_capture_h sub,
@@ -48,9 +48,10 @@ static rs_status_t sub_param(rs_capture_h cap, rs_capture_h sub,
     return rs_capture_add_param(sub, p.name, p.ndim, p.shape, p.dtype, diag);
 }
 
-/* The copies of g (one source) in a capture of their own; a quantized copy
- * stays quantized, with its scale parameter (map has room for two
- * parameters per copy). */
+/* The copies of g (one source) in a capture of their own, with the
+ * parameters they land in (map[i]: sub-parameter i's index in the full
+ * capture; room for two parameters per copy); a quantized copy stays
+ * quantized, with its scale parameter. */
 static rs_status_t sub_capture(rs_capture_h cap, const src_copy_t *g, size_t n,
                                size_t *map, size_t *nmap, rs_diag_t *diag,
                                rs_capture_h *sub_p)
