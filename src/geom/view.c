@@ -1,6 +1,9 @@
 /* Op-chain replay: each op transforms a strided view exactly as PyTorch's
  * view functions do. Ops that would copy (a non-view reshape, contiguous on a
- * non-contiguous view) are refused rather than approximated. */
+ * non-contiguous view) are refused rather than approximated. Also the ops'
+ * names as captures write them, and the geometry layer's one formatter of
+ * refusals (why.h). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +22,40 @@
 #define BAD(...) rs__geom_why(RS_ERR_INPUT, why, whylen, __VA_ARGS__)
 #define UNSUP(...) rs__geom_why(RS_ERR_UNSUPPORTED, why, whylen, __VA_ARGS__)
 #endif
+
+/* The names of the view ops as captures write them ("narrow"), for the
+ * capture reader and writer and for messages naming an op. */
+static const char *const op_names[] = {
+    [RS_OP_NARROW] = "narrow",       [RS_OP_SLICE] = "slice",
+    [RS_OP_SELECT] = "select",       [RS_OP_GETITEM] = "getitem",
+    [RS_OP_TRANSPOSE] = "transpose", [RS_OP_T] = "t",
+    [RS_OP_PERMUTE] = "permute",     [RS_OP_VIEW] = "view",
+    [RS_OP_RESHAPE] = "reshape",     [RS_OP_FLATTEN] = "flatten",
+    [RS_OP_UNFLATTEN] = "unflatten", [RS_OP_UNSQUEEZE] = "unsqueeze",
+    [RS_OP_SQUEEZE] = "squeeze",     [RS_OP_CHUNK] = "chunk",
+    [RS_OP_SPLIT] = "split",         [RS_OP_UNBIND] = "unbind",
+    [RS_OP_CONTIGUOUS] = "contiguous",
+};
+
+const char *rs_op_name(rs_op_kind_t kind)
+{
+    if ((int)kind <= 0 || (size_t)kind >= sizeof(op_names) / sizeof(op_names[0]))
+        return "?";
+    return op_names[kind];
+}
+
+/* The one formatter of geometry refusals (why.h). */
+rs_status_t rs__geom_why(rs_status_t st, char *why, size_t n, const char *fmt,
+                         ...)
+{
+    if (why != NULL && n > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, n, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
 
 rs_status_t rs__view_init(rs_view_t *v, int ndim, const int64_t *shape)
 {

@@ -9,7 +9,7 @@
 #include "reshard/status.h"
 
 /* Formats the reason into why[n] (when why is not NULL and n > 0) and
- * returns st. */
+ * returns st (view.c). */
 rs_status_t rs__geom_why(rs_status_t st, char *why, size_t n, const char *fmt,
                          ...) __attribute__((format(printf, 4, 5)));
 

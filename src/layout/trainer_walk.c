@@ -13,8 +13,8 @@
 #define RANK_SPAN ((uint64_t)1 << 44)
 #define SHARD_ALIGN ((uint64_t)256)
 /* A cut-aligned shard's sub-boxes each start a fresh 64-byte line, as the
- * publisher's arena slots do (src/refit/arena.c), so that runs the planner
- * could merge across sub-boxes here would be merged there too. */
+ * publisher's arena slots do (src/refit/publisher_arena.c), so that runs the
+ * planner could merge across sub-boxes here would be merged there too. */
 #define SUB_BOX_ALIGN ((uint64_t)64)
 
 /* One rank's coordinates and where its next shard goes. */

@@ -121,7 +121,7 @@ rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
                              int64_t dst_base, rs_segvec_t *out,
                              uint64_t *missing);
 
-/* The whole-source stage of a source (plan_full_pull.c): walked into
+/* The whole-source stage of a source (plan_stage.c): walked into
  * b->stages and recorded in src->full_pull when every element is
  * published, else src->full_pull stays -1. */
 rs_status_t rs__planner_full_stage(rs_planner_t *b, rs_psrc_t *src);

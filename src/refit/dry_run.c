@@ -7,7 +7,7 @@
 
 #include "core/clock.h"
 #include "core/diag.h"
-#include "refit/refit_impl.h"
+#include "refit/receiver_impl.h"
 #include "reshard/plan.h"
 
 /* The figures a pull would see, from the prepared executor and the plan. */
@@ -16,9 +16,7 @@ static void figures(rs_receiver_h r, rs_dry_run_t *res)
     rs_plan_h plan = rs_receiver_plan(r);
     rs_exec_prepared(rs_receiver_exec(r), &res->bytes, &res->descriptors);
     res->complete = rs_plan_is_complete(plan);
-    res->sessions = 0;
-    for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++)
-        res->sessions += rs_plan_session_bytes(plan, k) > 0;
+    res->sessions = rs__receiver_sessions_read(plan);
 }
 
 /* Fingerprint, plan or reuse, prepare: the step after the tables. Owns

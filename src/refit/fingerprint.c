@@ -5,6 +5,7 @@
 
 #include "refit/refit_impl.h"
 #include "reshard/digest.h"
+#include "reshard/view.h"
 
 static void feed_str(rs_digest_t *d, const char *s)
 {

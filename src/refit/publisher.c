@@ -1,10 +1,9 @@
 /* The publisher lifecycle: register shards, expose them (once, until the
- * registrations change; staging and allocations are in arena.c), publish
- * this rank's table for each version, keep a heartbeat going, and wait for
- * the version's release. A directory outage
- * never stops the serving: heartbeats back off and resume, the release
- * wait retries, and each outage is reported once when it begins and once
- * when it ends. */
+ * registrations change; staging and allocations are in publisher_arena.c),
+ * publish this rank's table for each version, keep a heartbeat going, and wait
+ * for the version's release. A directory outage never stops the serving:
+ * heartbeats back off and resume, the release wait retries, and each outage is
+ * reported once when it begins and once when it ends. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,7 +18,7 @@
 #include "core/params.h"
 #include "core/vec.h"
 #include "exec/backend.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 #include "reshard/digest.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"

@@ -40,6 +40,28 @@ int rs_cli_pull(int argc, char **argv);
 int rs_cli_pull_dry_run(rs_receiver_h recv, int64_t version, uint64_t rank,
                         int json);
 
+/* `reshard pull --check` (pull_check.c): rebuilds what each parameter of
+ * `cap` must hold at `version` independently of the transfer (the demo
+ * contents of each source, the capture replayed over them locally) into
+ * `expected` (one buffer per parameter, the parameter's size) and compares
+ * `param` with it. 1 when every byte matches; else 0, the first wrong
+ * parameter and byte (or why the replay failed) in err. */
+int rs_cli_pull_check(rs_model_h model, rs_capture_h cap,
+                      unsigned char **param, unsigned char **expected,
+                      int64_t version, char *err, size_t errlen);
+
+/* The pull's terminal ticker (pull_ticker.c): one line on stderr,
+ * rewritten every 250 ms from a second in, with the wire's progress once
+ * the executor reports it. Start returns NULL (no ticker) unless stdout is
+ * a terminal; now_s is the monotonic clock it measures with. Progress is
+ * the receiver's progress callback, feeding the ticker in flight. Stop
+ * ends it (NULL is fine) and returns 1 when it showed a line. */
+typedef struct rs_cli_ticker rs_cli_ticker_t;
+rs_cli_ticker_t *rs_cli_ticker_start(int64_t rank, int64_t version,
+                                     double (*now_s)(void));
+void rs_cli_ticker_progress(void *ctx, const rs_progress_t *p);
+int rs_cli_ticker_stop(rs_cli_ticker_t *t);
+
 /* `reshard release ...`: release or abandon a version in a directory. */
 int rs_cli_release(int argc, char **argv);
 
@@ -102,6 +124,12 @@ int rs_cli_parse_positive(const char *s, double *out);
  * naming the flag and the value (RS_CLI_USAGE). */
 int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
                      double *out);
+
+/* Takes the value of a count flag (--rank, --versions, ...): a
+ * non-negative integer up to INT64_MAX / 2 into *out and RS_CLI_OK, else a
+ * usage error naming the flag and the value (RS_CLI_USAGE). */
+int rs_cli_take_count(const char *verb, const char *flag, const char *arg,
+                      uint64_t *out);
 
 /* Prints "reshard VERB: <diag message>" (or what + status) and returns
  * RS_CLI_USAGE. */

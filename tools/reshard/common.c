@@ -43,6 +43,17 @@ int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
     return rs_cli_usage_error(verb, "%s", msg);
 }
 
+int rs_cli_take_count(const char *verb, const char *flag, const char *arg,
+                      uint64_t *out)
+{
+    char fmt[128];
+    if (rs_cli_parse_u64(arg, out) && *out <= INT64_MAX / 2)
+        return RS_CLI_OK;
+    snprintf(fmt, sizeof(fmt), "%.60s must be a non-negative integer, got "
+             "'%%s'", flag);
+    return rs_cli_usage_error(verb, fmt, arg);
+}
+
 int rs_cli_input_error(const char *verb, const rs_diag_t *diag, rs_status_t st,
                        const char *what)
 {

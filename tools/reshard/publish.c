@@ -161,11 +161,9 @@ static int usage_error(const char *fmt, const char *what)
 
 static int parse_u64(const char *opt, const char *arg, uint64_t *out, int *have)
 {
-    if (!rs_cli_parse_u64(arg, out) || *out > INT64_MAX / 2) {
-        fprintf(stderr, "reshard publish: %s must be a non-negative integer, "
-                "got '%s'\nTry 'reshard publish --help'.\n", opt, arg);
-        return RS_CLI_USAGE;
-    }
+    int rc = rs_cli_take_count("publish", opt, arg, out);
+    if (rc != RS_CLI_OK)
+        return rc;
     if (have != NULL)
         *have = 1;
     return RS_CLI_OK;

@@ -1,12 +1,11 @@
 /* `reshard pull`: one inference rank of a vllm layout pulling its
- * parameters from the publishers of a directory, printing the stage record,
- * and with --check comparing every parameter byte with contents rebuilt
- * independently of the transfer (whole sources filled locally, the same
- * capture replayed over them with the local transport; no directory, no
- * publisher, no wire). */
+ * parameters from the publishers of a directory and printing the stage
+ * record; with --check every parameter byte is compared with contents
+ * rebuilt independently of the transfer (pull_check.c). On a terminal a
+ * ticker line shows the pull in flight (pull_ticker.c); --dry-run is
+ * pull_dry_run.c. */
 #include <getopt.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,18 +191,25 @@ static int parse_version(const char *arg, pull_args_t *a)
 
 static int parse_count(const char *opt, const char *arg, uint64_t *out)
 {
-    if (!rs_cli_parse_u64(arg, out) || *out > INT64_MAX / 2) {
-        fprintf(stderr, "reshard pull: %s must be a non-negative integer, got "
-                "'%s'\nTry 'reshard pull --help'.\n", opt, arg);
-        return RS_CLI_USAGE;
-    }
+    return rs_cli_take_count("pull", opt, arg, out);
+}
+
+/* A number of seconds, the whole of `arg`: above 0 (or 0 too, with
+ * zero_ok) and at most max; else the usage error `fmt` naming arg. */
+static int parse_seconds(const char *arg, int zero_ok, double max,
+                         const char *fmt, double *out)
+{
+    char *end;
+    *out = strtod(arg, &end);
+    if (end == arg || *end != '\0' || !(zero_ok ? *out >= 0 : *out > 0) ||
+        *out > max)
+        return usage_error(fmt, arg);
     return RS_CLI_OK;
 }
 
 static int take_option(void *args, int c, const char *arg)
 {
     pull_args_t *a = args;
-    char *end;
     switch (c) {
     case OPT_DIRECTORY: a->directory = arg; return RS_CLI_OK;
     case OPT_MODEL: a->model = arg; return RS_CLI_OK;
@@ -225,12 +231,9 @@ static int take_option(void *args, int c, const char *arg)
         a->have_group_rank = 1;
         return parse_count("--group-rank", arg, &a->group_rank);
     case OPT_GROUP_TIMEOUT:
-        a->group_timeout_s = strtod(arg, &end);
-        if (end == arg || *end != '\0' || !(a->group_timeout_s > 0) ||
-            a->group_timeout_s > 1e6)
-            return usage_error("--group-timeout must be a positive number of "
-                               "seconds, got '%s'", arg);
-        return RS_CLI_OK;
+        return parse_seconds(arg, 0, 1e6, "--group-timeout must be a positive "
+                             "number of seconds, got '%s'",
+                             &a->group_timeout_s);
     case OPT_NIC:
         return rs_cli_take_cost("pull", "--nic-gbps", arg, &a->nic_gbps);
     case OPT_DESC:
@@ -242,19 +245,11 @@ static int take_option(void *args, int c, const char *arg)
         return parse_count("--rank", arg, &a->rank);
     case OPT_VERSIONS: return parse_count("--versions", arg, &a->versions);
     case OPT_STALE:
-        a->stale_s = strtod(arg, &end);
-        if (end == arg || *end != '\0' || !(a->stale_s >= 0) ||
-            a->stale_s > 1e7)
-            return usage_error("--stale-after must be a number of seconds "
-                               ">= 0, got '%s'", arg);
-        return RS_CLI_OK;
+        return parse_seconds(arg, 1, 1e7, "--stale-after must be a number of "
+                             "seconds >= 0, got '%s'", &a->stale_s);
     case OPT_TIMEOUT:
-        a->timeout_s = strtod(arg, &end);
-        if (end == arg || *end != '\0' || !(a->timeout_s > 0) ||
-            a->timeout_s > 1e7)
-            return usage_error("--timeout must be a positive number of "
-                               "seconds, got '%s'", arg);
-        return RS_CLI_OK;
+        return parse_seconds(arg, 0, 1e7, "--timeout must be a positive "
+                             "number of seconds, got '%s'", &a->timeout_s);
     default: return usage_error("%s", "unknown option");
     }
 }
@@ -316,249 +311,13 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- the independent check ------------------------------------------- */
-
-typedef struct src_copy {
-    const char *src;
-    size_t copy;
-} src_copy_t;
-
-static int by_src(const void *a, const void *b)
-{
-    const src_copy_t *x = a, *y = b;
-    int c = strcmp(x->src, y->src);
-    return c != 0 ? c : (x->copy > y->copy) - (x->copy < y->copy);
-}
-
-/* A capture holding only `n` copies of one source, with the parameters
- * they land in; map[i] is sub-parameter i's index in the full capture. */
-/* Adds parameter `name` of cap to sub (once), recording its index in
- * map. */
-static rs_status_t sub_param(rs_capture_h cap, rs_capture_h sub,
-                             const char *name, size_t *map, size_t *nmap,
-                             rs_diag_t *diag)
-{
-    rs_param_info_t p;
-    if (rs_capture_find_param(sub, name) >= 0)
-        return RS_OK;
-    size_t gp = (size_t)rs_capture_find_param(cap, name);
-    rs_capture_param(cap, gp, &p);
-    map[(*nmap)++] = gp;
-    return rs_capture_add_param(sub, p.name, p.ndim, p.shape, p.dtype, diag);
-}
-
-/* The copies of g (one source) in a capture of their own; a quantized copy
- * stays quantized, with its scale parameter (map has room for two
- * parameters per copy). */
-static rs_status_t sub_capture(rs_capture_h cap, const src_copy_t *g, size_t n,
-                               size_t *map, size_t *nmap, rs_diag_t *diag,
-                               rs_capture_h *sub_p)
-{
-    rs_capture_h sub;
-    rs_status_t st = rs_capture_create(&sub);
-    *nmap = 0;
-    for (size_t i = 0; st == RS_OK && i < n; i++) {
-        rs_copy_desc_t c;
-        rs_quant_desc_t q;
-        rs_capture_copy(cap, g[i].copy, &c);
-        int quant = rs_capture_copy_quant(cap, g[i].copy, &q);
-        st = sub_param(cap, sub, c.param, map, nmap, diag);
-        if (st == RS_OK && quant)
-            st = sub_param(cap, sub, q.scale_param, map, nmap, diag);
-        if (st == RS_OK)
-            st = quant ? rs_capture_add_quant_copy(sub, &c, &q, diag)
-                       : rs_capture_add_copy(sub, &c, diag);
-    }
-    if (st != RS_OK) {
-        rs_capture_destroy(sub);
-        return st;
-    }
-    *sub_p = sub;
-    return RS_OK;
-}
-
-/* The whole source tensor, filled with the demo contents of `version`, as
- * one shard at its own address. */
-static rs_status_t whole_source(rs_model_h model, const char *src,
-                                int64_t version, rs_diag_t *diag,
-                                unsigned char **buf_p, uint64_t *nbytes_p,
-                                rs_sources_h *sources_p)
-{
-    long t = rs_model_find(model, src);
-    rs_tensor_info_t info;
-    int64_t zero[RS_MAX_DIMS] = {0};
-    uint64_t numel = 1;
-    if (t < 0) {
-        snprintf(diag->msg, sizeof(diag->msg), "source '%s' is not a tensor "
-                 "of the model", src);
-        return RS_ERR_INPUT;
-    }
-    rs_model_tensor(model, (size_t)t, &info);
-    for (int d = 0; d < info.ndim; d++)
-        numel *= (uint64_t)info.shape[d];
-    uint64_t nbytes = numel * rs_dtype_size(info.dtype);
-    unsigned char *buf = malloc(nbytes ? nbytes : 1);
-    if (buf == NULL)
-        return RS_ERR_NO_MEMORY;
-    rs_status_t st = rs_cli_fill_box(src, info.dtype, version, info.ndim,
-                                     info.shape, zero, info.shape, buf);
-    rs_shard_desc_t sh = {src, info.dtype, rs_dtype_size(info.dtype),
-                          info.ndim, info.shape, "check", 0,
-                          (uint64_t)(uintptr_t)buf, zero, info.shape, NULL};
-    rs_sources_h s = NULL;
-    if (st == RS_OK)
-        st = rs_sources_create(&s);
-    if (st == RS_OK)
-        st = rs_sources_add_shard(s, &sh, diag);
-    if (st != RS_OK) {
-        rs_sources_destroy(s);
-        free(buf);
-        return st;
-    }
-    *buf_p = buf;
-    *nbytes_p = nbytes;
-    *sources_p = s;
-    return RS_OK;
-}
-
-/* Plans the sub-capture against the one-shard source and runs it with the
- * local transport into the expected parameters. */
-static rs_status_t replay_local(rs_capture_h sub, rs_sources_h src,
-                                const unsigned char *buf, uint64_t nbytes,
-                                unsigned char **targets, rs_diag_t *diag)
-{
-    rs_plan_params_t pp;
-    rs_plan_h plan = NULL;
-    rs_transport_h t = NULL;
-    rs_exec_h x = NULL;
-    rs_region_t region = {(uint64_t)(uintptr_t)buf, nbytes, buf};
-    rs_plan_params_init(&pp);
-    rs_status_t st = rs_plan_build(sub, src, &pp, diag, &plan);
-    if (st == RS_OK && !rs_plan_is_complete(plan)) {
-        snprintf(diag->msg, sizeof(diag->msg), "the local replay plan is "
-                 "incomplete (unsupported geometry or uncovered copies)");
-        st = RS_ERR_INCOMPLETE;
-    }
-    if (st == RS_OK)
-        st = rs_transport_create(NULL, diag, &t);
-    for (uint32_t k = 0; st == RS_OK && k < rs_plan_num_sessions(plan); k++) {
-        rs_peer_t peer = {rs_plan_session_name(plan, k), 0, &region, 1, NULL, 0};
-        st = rs_transport_connect(t, k, &peer, diag);
-    }
-    if (st == RS_OK)
-        st = rs_exec_create(plan, t, NULL, diag, &x);
-    for (size_t p = 0; st == RS_OK && p < rs_capture_num_params(sub); p++) {
-        rs_param_info_t info;
-        rs_capture_param(sub, p, &info);
-        st = rs_exec_bind(x, p, targets[p], info.nbytes, RS_MEM_HOST, diag);
-    }
-    if (st == RS_OK)
-        st = rs_exec_run(x, diag);
-    rs_exec_destroy(x);
-    rs_transport_destroy(t);
-    rs_plan_destroy(plan);
-    return st;
-}
-
-static rs_status_t replay_group(pull_state_t *s, const src_copy_t *g, size_t n,
-                                int64_t version, rs_diag_t *diag)
-{
-    size_t *map = calloc(2 * n, sizeof(size_t));
-    unsigned char **targets = calloc(2 * n, sizeof(unsigned char *));
-    size_t nmap = 0;
-    rs_capture_h sub = NULL;
-    rs_sources_h src = NULL;
-    unsigned char *buf = NULL;
-    uint64_t nbytes = 0;
-    rs_status_t st = map && targets ? RS_OK : RS_ERR_NO_MEMORY;
-    if (st == RS_OK)
-        st = sub_capture(s->cap, g, n, map, &nmap, diag, &sub);
-    if (st == RS_OK)
-        st = whole_source(s->model, g[0].src, version, diag, &buf, &nbytes,
-                          &src);
-    for (size_t i = 0; i < nmap; i++)
-        targets[i] = s->expected[map[i]];
-    if (st == RS_OK)
-        st = replay_local(sub, src, buf, nbytes, targets, diag);
-    rs_sources_destroy(src);
-    rs_capture_destroy(sub);
-    free(buf);
-    free(targets);
-    free(map);
-    return st;
-}
-
-/* Fills s->expected: 0xEE, then every copy replayed source by source. */
-static rs_status_t expected_contents(pull_state_t *s, int64_t version,
-                                     rs_diag_t *diag, const char **failed_p)
-{
-    size_t n = rs_capture_num_copies(s->cap);
-    src_copy_t *order = calloc(n + 1, sizeof(*order));
-    rs_status_t st = order ? RS_OK : RS_ERR_NO_MEMORY;
-    for (size_t p = 0; p < s->nparams; p++) {
-        rs_param_info_t info;
-        rs_capture_param(s->cap, p, &info);
-        memset(s->expected[p], 0xEE, info.nbytes);
-    }
-    for (size_t i = 0; st == RS_OK && i < n; i++) {
-        rs_copy_desc_t c;
-        rs_capture_copy(s->cap, i, &c);
-        order[i] = (src_copy_t){c.src, i};
-    }
-    if (st == RS_OK)
-        qsort(order, n, sizeof(*order), by_src);
-    for (size_t i = 0, j; st == RS_OK && i < n; i = j) {
-        for (j = i + 1; j < n && strcmp(order[j].src, order[i].src) == 0; j++)
-            ;
-        st = replay_group(s, order + i, j - i, version, diag);
-        if (st != RS_OK)
-            *failed_p = order[i].src; /* borrowed from the capture */
-    }
-    free(order);
-    return st;
-}
-
-/* Byte-for-byte comparison; names the first wrong parameter and byte. */
-static int compare(pull_state_t *s, char *err, size_t errlen)
-{
-    for (size_t p = 0; p < s->nparams; p++) {
-        rs_param_info_t info;
-        rs_capture_param(s->cap, p, &info);
-        if (memcmp(s->param[p], s->expected[p], info.nbytes) == 0)
-            continue;
-        uint64_t first = UINT64_MAX, bad = 0;
-        for (uint64_t b = 0; b < info.nbytes; b++) {
-            if (s->param[p][b] != s->expected[p][b]) {
-                first = first == UINT64_MAX ? b : first;
-                bad++;
-            }
-        }
-        snprintf(err, errlen, "check failed: parameter '%s': %llu of %llu "
-                 "bytes differ, first at byte %llu (got 0x%02x, expected "
-                 "0x%02x)", info.name, (unsigned long long)bad,
-                 (unsigned long long)info.nbytes, (unsigned long long)first,
-                 s->param[p][first], s->expected[p][first]);
-        return 0;
-    }
-    return 1;
-}
-
+/* --check, timed: the outcome's verdict and, on a mismatch, its cause. */
 static void run_check(pull_state_t *s, pull_outcome_t *o)
 {
-    rs_diag_t diag;
-    const char *src = "?";
     double t0 = now_s();
-    rs_diag_clear(&diag);
     o->checked = 1;
-    rs_status_t st = expected_contents(s, o->version, &diag, &src);
-    if (st != RS_OK) {
-        snprintf(o->error, sizeof(o->error), "check could not replay source "
-                 "'%.200s' locally: %.700s", src,
-                 diag.msg[0] ? diag.msg : rs_status_str(st));
-        o->check_ok = 0;
-    } else {
-        o->check_ok = compare(s, o->error, sizeof(o->error));
-    }
+    o->check_ok = rs_cli_pull_check(s->model, s->cap, s->param, s->expected,
+                                    o->version, o->error, sizeof(o->error));
     o->check_s = now_s() - t0;
 }
 
@@ -611,8 +370,6 @@ static int setup(const pull_args_t *a, pull_state_t *s)
     }
     return RS_CLI_OK;
 }
-
-static void on_wire_progress(void *ctx, const rs_progress_t *p);
 
 /* Directory outage notices, one line each, naming the rank. */
 static void on_notice(void *ctx, const char *msg)
@@ -667,7 +424,7 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.announce_cuts = !a->no_announce;
     rp.announce_as = a->announce_as != NULL ? a->announce_as : announce;
     if (isatty(STDOUT_FILENO)) /* a progress line on a terminal */
-        rp.progress = on_wire_progress;
+        rp.progress = rs_cli_ticker_progress;
     rs_diag_clear(&diag);
     st = rs_receiver_create(&rp, s->cap, &diag, &s->recv);
     for (size_t p = 0; st == RS_OK && p < s->nparams; p++) {
@@ -685,23 +442,6 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
                                                           : RS_CLI_INCOMPLETE;
 }
 
-/* The terminal ticker: the executor reports nothing while it runs, so the
- * line says how long the pull has taken; stage lines follow at the end. */
-typedef struct ticker {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t done_cv;
-    int done, shown, running;
-    int64_t rank, version;
-    double t0;
-    int have_progress;     /* the wire stage has reported at least once */
-    rs_progress_t progress;
-} ticker_t;
-
-/* The ticker of the pull in flight, fed by the executor's progress
- * callback (which runs on the pulling thread). */
-static ticker_t *active_ticker;
-
 /* The pull's wire rate, as every human line prints it. */
 static const char *wire_rate(const rs_pull_result_t *r, char *buf, size_t len)
 {
@@ -711,86 +451,10 @@ static const char *wire_rate(const rs_pull_result_t *r, char *buf, size_t len)
                                         : 0.0);
 }
 
-static void on_wire_progress(void *ctx, const rs_progress_t *p)
+/* Ends the ticker; a line it showed is followed by the stage times. */
+static void end_ticker(rs_cli_ticker_t *t, const pull_outcome_t *o)
 {
-    (void)ctx;
-    ticker_t *t = active_ticker;
-    if (t == NULL || !t->running)
-        return;
-    pthread_mutex_lock(&t->lock);
-    t->progress = *p;
-    t->have_progress = 1;
-    pthread_mutex_unlock(&t->lock);
-}
-
-static void *tick_main(void *arg)
-{
-    ticker_t *t = arg;
-    pthread_mutex_lock(&t->lock);
-    while (!t->done) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 250000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&t->done_cv, &t->lock, &until);
-        double el = now_s() - t->t0;
-        if (!t->done && el >= 1.0 && t->have_progress) {
-            const rs_progress_t *p = &t->progress;
-            char done[RS_UNITS_TEXT_MAX], total[RS_UNITS_TEXT_MAX];
-            char rate[RS_UNITS_TEXT_MAX];
-            fprintf(stderr, "\rreshard pull: rank %lld version %lld: %s of "
-                    "%s, %s, %zu sessions outstanding   ",
-                    (long long)t->rank, (long long)t->version,
-                    rs_format_bytes(done, sizeof(done), p->bytes_done),
-                    rs_format_bytes(total, sizeof(total), p->bytes_total),
-                    rs_format_rate(rate, sizeof(rate),
-                                   p->elapsed_s > 0 ? (double)p->bytes_done /
-                                                          p->elapsed_s
-                                                    : 0.0),
-                    p->sessions_outstanding);
-            t->shown = 1;
-        } else if (!t->done && el >= 1.0) {
-            fprintf(stderr, "\rreshard pull: rank %lld version %lld: %.1f s "
-                    "(discovering, planning, connecting)   ",
-                    (long long)t->rank, (long long)t->version, el);
-            t->shown = 1;
-        }
-    }
-    pthread_mutex_unlock(&t->lock);
-    return NULL;
-}
-
-static void ticker_start(ticker_t *t, int64_t rank, int64_t version)
-{
-    memset(t, 0, sizeof(*t));
-    if (!isatty(STDOUT_FILENO))
-        return;
-    pthread_mutex_init(&t->lock, NULL);
-    pthread_cond_init(&t->done_cv, NULL);
-    t->rank = rank;
-    t->version = version;
-    t->t0 = now_s();
-    t->running = pthread_create(&t->thread, NULL, tick_main, t) == 0;
-    if (t->running)
-        active_ticker = t;
-}
-
-static void ticker_stop(ticker_t *t, const pull_outcome_t *o)
-{
-    if (!t->running)
-        return;
-    pthread_mutex_lock(&t->lock);
-    active_ticker = NULL;
-    t->done = 1;
-    pthread_cond_signal(&t->done_cv);
-    pthread_mutex_unlock(&t->lock);
-    pthread_join(t->thread, NULL);
-    pthread_mutex_destroy(&t->lock);
-    pthread_cond_destroy(&t->done_cv);
-    if (!t->shown)
+    if (!rs_cli_ticker_stop(t))
         return;
     const rs_pull_result_t *r = &o->res;
     char size[RS_UNITS_TEXT_MAX], rate[RS_UNITS_TEXT_MAX];
@@ -805,15 +469,15 @@ static void pull_one(const pull_args_t *a, pull_state_t *s, int64_t version,
                      pull_outcome_t *o)
 {
     rs_diag_t diag;
-    ticker_t tick;
     memset(o, 0, sizeof(*o));
     o->version = version;
     rs_diag_clear(&diag);
-    ticker_start(&tick, (int64_t)a->rank, version);
+    rs_cli_ticker_t *tick = rs_cli_ticker_start((int64_t)a->rank, version,
+                                                 now_s);
     double t0 = now_s();
     rs_status_t st = rs_receiver_pull(s->recv, version, &diag, &o->res);
     o->wall_s = now_s() - t0;
-    ticker_stop(&tick, o);
+    end_ticker(tick, o);
     if (st != RS_OK) {
         snprintf(o->error, sizeof(o->error), "%s",
                  diag.msg[0] ? diag.msg : rs_status_str(st));

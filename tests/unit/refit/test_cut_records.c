@@ -26,7 +26,7 @@
 
 #include "dir/dir_impl.h"
 #include "dir_env.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 #include "reshard/reshard.h"
 #include "assert_status.h"
 

@@ -1,25 +1,22 @@
-/* Publisher-side quantization in arena staging: for each shard and each
- * spec it is quantized with (quant_rules.c), the box of the blocks that
- * lie wholly inside the shard (a ragged last block counts when the shard
- * reaches the tensor's end) is quantized from the live shard with
- * rs_quant_box into two arena slots after the shards' bytes: the FP8
- * values, served as that box of "<src>#<spec>", and the scales, served as
- * the matching box of the block grid "<src>#<spec>#scale". Blocks that
- * straddle shards are served by no one: receivers quantize those
- * themselves (docs/quantized-refit.md, "Publisher-side quantization"). */
+/* Publisher-side quantization in arena staging: for each shard and each spec it
+ * is quantized with (publisher_quant_rules.c), the box of the blocks that lie
+ * wholly inside the shard (a ragged last block counts when the shard reaches
+ * the tensor's end) is quantized from the live shard with rs_quant_box into two
+ * arena slots after the shards' bytes: the FP8 values, served as that box of
+ * "<src>#<spec>", and the scales, served as the matching box of the block grid
+ * "<src>#<spec>#scale". Blocks that straddle shards are served by no one:
+ * receivers quantize those themselves (docs/quantized-refit.md,
+ * "Publisher-side quantization"). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 #include "reshard/cuts.h"
 #include "reshard/digest.h"
 #include "reshard/quant.h"
-
-#define SLOT(n) (((n) + RS_PUB_SLOT_ALIGN - 1) / RS_PUB_SLOT_ALIGN * \
-                 RS_PUB_SLOT_ALIGN)
 
 typedef struct qplan_ctx {
     rs_publisher_h p;
@@ -141,7 +138,7 @@ static rs_status_t add_spec(void *arg, const char *spec)
     }
     if (!RS_VEC_PUSH(p, next_qpieces, q))
         return RS_ERR_NO_MEMORY;
-    c->need += SLOT(q.nbytes) + SLOT(q.scale_nbytes);
+    c->need += rs__pub_slot(q.nbytes) + rs__pub_slot(q.scale_nbytes);
     return RS_OK;
 }
 
@@ -260,19 +257,6 @@ static rs_status_t quantize_piece(rs_publisher_h p, const rs_pub_qpiece_t *q,
     return RS_OK;
 }
 
-/* Makes p->next_qpieces the served ones, keeping both buffers. */
-static void swap_qpieces(rs_publisher_h p)
-{
-    rs_pub_qpiece_t *v = p->qpieces;
-    size_t cap = p->qpieces_cap;
-    p->qpieces = p->next_qpieces;
-    p->qpieces_len = p->next_qpieces_len;
-    p->qpieces_cap = p->next_qpieces_cap;
-    p->next_qpieces = v;
-    p->next_qpieces_len = 0;
-    p->next_qpieces_cap = cap;
-}
-
 rs_status_t rs__publisher_quant_fill(rs_publisher_h p, void *base,
                                      int64_t version, rs_diag_t *diag)
 {
@@ -280,13 +264,13 @@ rs_status_t rs__publisher_quant_fill(rs_publisher_h p, void *base,
     for (size_t i = 0; i < p->next_qpieces_len; i++) {
         rs_pub_qpiece_t *q = &p->next_qpieces[i];
         q->served = (char *)base + off;
-        off += SLOT(q->nbytes);
+        off += rs__pub_slot(q->nbytes);
         q->scale_served = (char *)base + off;
-        off += SLOT(q->scale_nbytes);
+        off += rs__pub_slot(q->scale_nbytes);
         rs_status_t st = quantize_piece(p, q, version, diag);
         if (st != RS_OK)
             return st;
     }
-    swap_qpieces(p);
+    RS_PUB_VEC_SWAP(p, qpieces);
     return RS_OK;
 }

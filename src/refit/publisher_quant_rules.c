@@ -1,17 +1,17 @@
-/* Which tensors a publisher quantizes, and with which specs: the
- * "GLOB=SPEC" entries it was created with (fnmatch over tensor names,
- * checked at create), and with quantize_wanted the (source, spec) requests
- * of the receivers' cuts records it caches (cut_records.c) and of the cut
- * set and cuts file it was given. Each shard
- * gets every spec that names its tensor (arena_quant.c drops repeats;
- * docs/quantized-refit.md, "Publisher-side quantization"). */
+/* Which tensors a publisher quantizes, and with which specs: the "GLOB=SPEC"
+ * entries it was created with (fnmatch over tensor names, checked at create),
+ * and with quantize_wanted the (source, spec) requests of the receivers' cuts
+ * records it caches (publisher_cut_records.c) and of the cut set and cuts file
+ * it was given. Each shard gets every spec that names its tensor
+ * (publisher_arena_quant.c drops repeats; docs/quantized-refit.md,
+ * "Publisher-side quantization"). */
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 #include "reshard/cuts.h"
 #include "reshard/quant.h"
 
@@ -92,7 +92,7 @@ void rs__publisher_free_quant(rs_publisher_h p)
 }
 
 /* The requests of one cut set for `tensor` (none from a set of another
- * model: told by arena_quant.c, or by the cut union's merge). */
+ * model: told by publisher_arena_quant.c, or by the cut union's merge). */
 static rs_status_t wanted_in(rs_publisher_h p, rs_cuts_h cuts,
                              const char *tensor, rs__pub_spec_fn fn,
                              void *ctx)

@@ -15,7 +15,7 @@
 
 #include "core/diag.h"
 #include "core/strmap.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 #include "reshard/cuts.h"
 
 /* Whether (holder, generation) was told already; records it otherwise. */

@@ -1,20 +1,19 @@
-/* Cut-aligned staging: before a new version is copied into the arena,
- * the publisher gathers the cuts receivers announced (its copy of the
- * model's cuts records, cut_records.c, kept up to date by generation) and
- * those it was given (a set, a reshard.cuts.v1 file) into a union it keeps
- * while nothing changes, splits
- * each registered shard at the cuts inside it and copies every sub-box out
- * of the shard into its own arena slot, so each sub-box is served, and
- * published, as a contiguous row-major box (docs/cut-aligned.md, "Publishing
- * cut-aligned"). Records that cannot be used are told once and left out:
- * the cuts only decide how the arena is cut, never which bytes it holds,
- * so any partition still serves exactly the registered shards. */
+/* Cut-aligned staging: before a new version is copied into the arena, the
+ * publisher gathers the cuts receivers announced (its copy of the model's cuts
+ * records, publisher_cut_records.c, kept up to date by generation) and those it
+ * was given (a set, a reshard.cuts.v1 file) into a union it keeps while nothing
+ * changes, splits each registered shard at the cuts inside it and copies every
+ * sub-box out of the shard into its own arena slot, so each sub-box is served,
+ * and published, as a contiguous row-major box (docs/cut-aligned.md,
+ * "Publishing cut-aligned"). Records that cannot be used are told once and left out: the
+ * cuts only decide how the arena is cut, never which bytes it holds, so any
+ * partition still serves exactly the registered shards. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 #include "reshard/cuts.h"
 #include "reshard/digest.h"
 
@@ -166,8 +165,7 @@ static rs_status_t add_piece(void *arg, const int64_t *offset,
     }
     if (!RS_VEC_PUSH(c->p, next_pieces, piece))
         return RS_ERR_NO_MEMORY;
-    c->need += (piece.nbytes + RS_PUB_SLOT_ALIGN - 1) / RS_PUB_SLOT_ALIGN *
-               RS_PUB_SLOT_ALIGN;
+    c->need += rs__pub_slot(piece.nbytes);
     return RS_OK;
 }
 
@@ -236,16 +234,7 @@ void rs__publisher_fill_pieces(rs_publisher_h p, void *base)
         piece->served = (char *)base + off;
         rs__publisher_copy_box(&p->shards[piece->shard], piece,
                                piece->served);
-        off += (piece->nbytes + RS_PUB_SLOT_ALIGN - 1) / RS_PUB_SLOT_ALIGN *
-               RS_PUB_SLOT_ALIGN;
+        off += rs__pub_slot(piece->nbytes);
     }
-    /* swap, so both buffers are reused by the next staging */
-    rs_pub_piece_t *v = p->pieces;
-    size_t cap = p->pieces_cap;
-    p->pieces = p->next_pieces;
-    p->pieces_len = p->next_pieces_len;
-    p->pieces_cap = p->next_pieces_cap;
-    p->next_pieces = v;
-    p->next_pieces_len = 0;
-    p->next_pieces_cap = cap;
+    RS_PUB_VEC_SWAP(p, pieces);
 }

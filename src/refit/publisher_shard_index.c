@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 
 /* "[0:4, 2:8]": the box's block of the full tensor. */
 static void box_text(const int64_t *offset, const int64_t *shape, int ndim,

@@ -1,19 +1,18 @@
 /* A publisher's staging: memory it allocates from its exposer
- * (rs_publisher_alloc), shards held in place there, and the copy-in arena
- * each publish of a new version fills from the trainer's tensors (and,
- * after them, the quantized copies of arena_quant.c). The exposer lives
- * as long as the publisher, so allocations and the arena survive
- * re-exposing (docs/refit.md, "Publisher staging"). */
+ * (rs_publisher_alloc), shards held in place there, and the copy-in arena each
+ * publish of a new version fills from the trainer's tensors (and, after them,
+ * the quantized copies of publisher_arena_quant.c). The exposer lives as long
+ * as the publisher, so allocations and the arena survive re-exposing
+ * (docs/refit.md, "Publisher staging"). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/diag.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 #include "reshard/dir.h"
 #include "reshard/expose.h"
 
-#define SLOT_ALIGN RS_PUB_SLOT_ALIGN
 
 rs_status_t rs__publisher_exposer(rs_publisher_h p, rs_diag_t *diag)
 {
@@ -117,7 +116,7 @@ static uint64_t lay_out(rs_publisher_h p, void *base)
         rs_pub_shard_t *s = &p->shards[i];
         s->served = base != NULL ? (char *)base + off : NULL;
         if (s->nbytes > 0)
-            off += (s->nbytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+            off += rs__pub_slot(s->nbytes);
     }
     return off;
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "refit/refit_impl.h"
+#include "refit/publisher_impl.h"
 #include "reshard/expose.h"
 
 static int shard_matches(const rs_pub_shard_t *s, const char *tensor,

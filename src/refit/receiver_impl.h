@@ -1,0 +1,163 @@
+/* The receiver's internal state and the functions its files share:
+ * receiver.c (create, bind, announce, destroy), receiver_plan.c (the plan
+ * cache and connecting), receiver_deadline.c (a pull's deadline and lease),
+ * receiver_stage.c (stage, apply, pull), and dry_run.c. */
+#ifndef RS_REFIT_RECEIVER_IMPL_H
+#define RS_REFIT_RECEIVER_IMPL_H
+
+#include <stdint.h>
+
+#include "refit/group.h"
+#include "refit/refit_impl.h"
+#include "refit/replicas.h"
+#include "reshard/cancel.h"
+#include "reshard/refit.h"
+
+/* One bound parameter. */
+typedef struct rs_rbind {
+    void *base;
+    uint64_t nbytes;
+    void *shadow; /* receiver-owned staging the pull lands in (shadow = 1) */
+} rs_rbind_t;
+
+/* The receiver's one staged version: its lease is r->lease, its bytes the
+ * staging buffers; `res` gathers the figures from stage to apply. */
+struct rs_staged {
+    int active;
+    int64_t version;
+    rs_pull_result_t res;
+};
+
+struct rs_receiver {
+    rs_receiver_params_t params;
+    char *model, *backend, *holder, *directory;
+    char *announce_as;   /* the cuts record's name (announce_cuts) */
+    int announced;       /* the record was written */
+    rs_capture_h cap;
+    rs_dir_h dir;
+    rs_rbind_t *binds;
+    size_t nparams;
+    /* the cache: valid while `fingerprint` matches the tables */
+    int cached;
+    int connected;       /* the cached transport reaches the plan's sessions
+                          * (a dry run plans without connecting) */
+    uint64_t fingerprint;
+    rs_sources_h sources;
+    rs_plan_h plan;
+    rs_transport_h transport;
+    rs_exec_h exec;
+    struct rs_staged slot; /* the staged version, when slot.active */
+    /* the pull in flight */
+    rs_dir_h lease_dir;  /* the renewal thread's connection, opened once */
+    rs__lease_t lease;
+    double deadline;     /* rs__now_s() time; 0: none */
+    const char *stage;   /* for deadline messages; NULL inside the executor */
+    rs_diag_t *diag;     /* apply's, for the install-time lease proof */
+    /* the directory slot of each table in `sources`, for messages */
+    int64_t *table_slot;
+    size_t ntable_slot;
+    /* the pull's publishers of every slot, and the one read from each */
+    rs__replicas_t replicas;
+    /* raised by rs_receiver_cancel from any thread: read by the waits of
+     * a stage (discovery, connecting, the executor and its transport) */
+    rs_cancel_t cancel;
+    /* group commit (group.c): NULL without a group; swapped while the
+     * staging holds the bytes an uncommitted install replaced */
+    rs__group_t *group;
+    int swapped;
+};
+
+/* Where the executor writes a parameter: its shadow, or the bound storage. */
+static inline void *rs__rbind_target(const rs_rbind_t *b)
+{
+    return b->shadow != NULL ? b->shadow : b->base;
+}
+
+/* ---- receiver.c ---- */
+
+/* Opens the receiver's directory without creating anything (a mistyped
+ * path fails with "no such directory"; a server unreachable at start is
+ * waited for by discovery, within its deadline). */
+rs_status_t rs__receiver_open_dir(rs_receiver_h r, const rs_cancel_t *cancel,
+                                  rs_diag_t *diag, rs_dir_h *dir_p);
+
+/* announce_cuts: writes the cuts record once, before the first discovery;
+ * a failure is a notice (the pull goes on without it, the next one tries
+ * again). */
+void rs__receiver_announce_once(rs_receiver_h r);
+
+/* ---- receiver_plan.c: the plan cache and connecting ---- */
+
+/* The chosen publisher's table of every slot of a READY version, merged
+ * (the slots' publishers are read from the directory once per pull). */
+rs_status_t rs__receiver_read_tables(rs_receiver_h r,
+                                     const rs_version_info_t *v,
+                                     rs_diag_t *diag, rs_sources_h *sources_p);
+
+/* Keeps the cached plan (taking the digests of `sources`) when `fp` is the
+ * cached topology's, else builds plan, transport and executor; with
+ * `connect` the plan's sessions are connected too (also those of a plan a
+ * dry run built). Owns `sources` either way. Sets res->replanned and
+ * res->plan_s when it planned. */
+rs_status_t rs__receiver_prepare(rs_receiver_h r, rs_sources_h sources,
+                                 uint64_t fp, int connect,
+                                 rs_pull_result_t *res, rs_diag_t *diag);
+
+/* Drops plan, transport, executor and tables: the next pull plans and
+ * connects afresh. */
+void rs__receiver_drop_cache(rs_receiver_h r);
+
+/* The sessions the plan reads bytes from. O(sessions). */
+uint32_t rs__receiver_sessions_read(rs_plan_h plan);
+
+/* ---- receiver_deadline.c: a pull's deadline and its lease ---- */
+
+/* What is left of the pull's deadline, capped at `cap` (<= 0: no cap). */
+double rs__receiver_budget(const rs_receiver_h r, double cap);
+int rs__receiver_past_deadline(const rs_receiver_h r);
+
+/* A stage that failed once the deadline had passed failed because of it:
+ * RS_ERR_TIMEOUT naming the stage (the executor names its own). Returns
+ * `st` otherwise. */
+rs_status_t rs__receiver_deadline_status(rs_receiver_h r, int64_t version,
+                                         rs_status_t st, rs_diag_t *diag);
+
+/* Moves on to `stage`, unless the deadline passed already. */
+rs_status_t rs__receiver_enter(rs_receiver_h r, const char *stage,
+                               int64_t version, rs_diag_t *diag);
+
+/* Takes the lease on `version` and starts its renewals (on a directory
+ * connection of their own, opened once). */
+rs_status_t rs__receiver_start_lease(rs_receiver_h r, int64_t version,
+                                     rs_diag_t *diag);
+
+/* Stops the renewals, keeps their figures in `res`, drops the lease. */
+void rs__receiver_end_lease(rs_receiver_h r, int64_t version,
+                            rs_pull_result_t *res);
+
+/* release_after: a refused release (another receiver's live lease) or a
+ * failed one is kept in the result, not dropped. */
+void rs__receiver_release(rs_receiver_h r, int64_t version,
+                          rs_pull_result_t *res);
+
+/* ---- receiver_stage.c: stage, apply, pull ---- */
+
+/* The executor's parameters: the receiver's settings, and its own install
+ * step (lease proof, then staging -> bound parameters, then the user's). */
+void rs__receiver_exec_params(rs_receiver_h r, rs_exec_params_t *ep);
+
+/* The steps of a pull that a dry run (dry_run.c) shares. */
+
+/* Starts the pull's deadline (pull_timeout_s) and waits for `version`
+ * (< 0: the newest READY one) to be READY. */
+rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
+                                  rs_diag_t *diag, rs_version_info_t *v_p);
+/* Reads and merges every slot's table of `v`. */
+rs_status_t rs__receiver_tables(rs_receiver_h r, const rs_version_info_t *v,
+                                rs_diag_t *diag, rs_sources_h *sources_p);
+/* RS_ERR_INVALID_ARG ("cannot <what>", naming the staged version) while a
+ * version is staged: its executor holds the staged run. */
+rs_status_t rs__receiver_refuse_if_staged(rs_receiver_h r, const char *what,
+                                          rs_diag_t *diag);
+
+#endif
