@@ -58,6 +58,16 @@ rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
                           const char **args, const size_t *lens, int nargs,
                           rs_diag_t *diag, redisReply **reply_p);
 
+/* Reads a script's reply into req (RS_ERR_INPUT through
+ * rs__rdir_bad_reply when it is not what the script gives). */
+typedef rs_status_t (*rs_rdir_fill_fn)(rs_dir_h dir, const redisReply *rep,
+                                       rs_dir_req_t *req, rs_diag_t *diag);
+/* rs__rdir_eval, then fill (NULL: the reply is not needed) on the reply,
+ * which is freed. */
+rs_status_t rs__rdir_run(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
+                         const char **args, const size_t *lens, int nargs,
+                         rs_rdir_fill_fn fill, rs_diag_t *diag);
+
 /* Messages about malformed replies (a server that is not ours). */
 rs_status_t rs__rdir_bad_reply(rs_dir_h dir, const char *what,
                                rs_diag_t *diag);
