@@ -76,8 +76,11 @@ typedef struct rs_dir_req {
     int swapped;
 } rs_dir_req_t;
 
-typedef rs_status_t (*rs_dir_op_fn)(rs_dir_h dir, rs_dir_req_t *req,
-                                    rs_diag_t *diag);
+/* Every request op has this signature; backends declare theirs with it
+ * (`rs_dir_op_t rs__fdir_publish;`). */
+typedef rs_status_t rs_dir_op_t(rs_dir_h dir, rs_dir_req_t *req,
+                                rs_diag_t *diag);
+typedef rs_dir_op_t *rs_dir_op_fn;
 
 typedef struct rs_dir_ops {
     const char *name;

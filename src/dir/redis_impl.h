@@ -73,31 +73,25 @@ rs_status_t rs__rdir_bad_reply(rs_dir_h dir, const char *what,
                                rs_diag_t *diag);
 
 /* Ops in redis_ops.c. */
-rs_status_t rs__rdir_create(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_dir_op_t rs__rdir_create;
+rs_dir_op_t rs__rdir_publish;
 /* Cuts records (redis_cuts.c): the hashes rs:{M}:cuts, holder -> record,
  * and rs:{M}:cutgen, holder -> its generation (16 hex digits). */
-rs_status_t rs__rdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__rdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                              rs_diag_t *diag);
-rs_status_t rs__rdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__rdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
-                                 rs_diag_t *diag);
-rs_status_t rs__rdir_read(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_dir_op_t rs__rdir_list_cuts;
+rs_dir_op_t rs__rdir_put_cuts;
+rs_dir_op_t rs__rdir_read_cuts;
+rs_dir_op_t rs__rdir_drop_cuts;
+rs_dir_op_t rs__rdir_heartbeat;
+rs_dir_op_t rs__rdir_lookup;
+rs_dir_op_t rs__rdir_slot_status;
+rs_dir_op_t rs__rdir_read;
+rs_dir_op_t rs__rdir_list;
+rs_dir_op_t rs__rdir_lease;
+rs_dir_op_t rs__rdir_unlease;
+rs_dir_op_t rs__rdir_release;
 /* Group records: the field "group:<name>" of the version's meta hash
  * (kept after release, like the meta hash itself). */
-rs_status_t rs__rdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_dir_op_t rs__rdir_group;
+rs_dir_op_t rs__rdir_leases;
 
 #endif
