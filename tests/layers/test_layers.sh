@@ -31,33 +31,28 @@ cp -r "$SRC/src" "$SRC/include" "$SRC/tools" "$SRC/bench" "$SRC/scripts" "$TMP/t
 cd "$TMP/tree" || exit 1
 $CHECK >/dev/null || fail "the copy is not clean"
 
-sed -i '0,/^#include/s//#include "plan\/planner.h"\n#include/' src/core/status.c
-line=$(grep -n 'plan/planner.h' src/core/status.c | cut -d: -f1)
-expect_fail "core includes plan" \
-    "src/core/status.c:$line: #include \"plan/planner.h\": plan header src/plan/planner.h: core may use only itself" $CHECK
-cp "$SRC/src/core/status.c" src/core/status.c
-
-echo '#include "reshard/refit.h"' >>src/dir/entry.c
-expect_fail "dir includes refit's public header" \
-    "#include \"reshard/refit.h\": refit header include/reshard/refit.h: dir may use core, dir" $CHECK
-cp "$SRC/src/dir/entry.c" src/dir/entry.c
-
+# plant FILE HEADER WHAT PATTERN: with `#include "HEADER"` appended to
+# FILE the check fails printing PATTERN (@LINE@: the planted line); FILE is
+# restored after.
+plant() {
+    local file=$1 header=$2 what=$3 pattern=$4
+    echo "#include \"$header\"" >>"$file"
+    expect_fail "$what" "${pattern//@LINE@/$(wc -l <"$file")}" $CHECK
+    cp "$SRC/$file" "$file"
+}
+plant src/core/status.c plan/planner.h "core includes plan" \
+    'src/core/status.c:@LINE@: #include "plan/planner.h": plan header src/plan/planner.h: core may use only itself'
+plant src/dir/entry.c reshard/refit.h "dir includes refit's public header" \
+    'src/dir/entry.c:@LINE@: #include "reshard/refit.h": refit header include/reshard/refit.h: dir may use core, dir'
+plant src/layout/spec.c plan/planner.h "layout includes plan's private header" \
+    'plan header src/plan/planner.h: layout may use core, geom, model, layout and the public API'
+plant include/reshard/status.h core/json.h "a public header includes a private one" \
+    'include/reshard/status.h:@LINE@: #include "core/json.h": a public header includes only public headers'
+plant tools/reshard/main.c core/clock.h "the CLI includes a private header" \
+    'core header src/core/clock.h: tools may use only itself and the public API'
 echo '#include "model/grid.h"' >>src/layout/spec.c
 $CHECK >/dev/null || fail "layout may include model's private headers"
-echo '#include "plan/planner.h"' >>src/layout/spec.c
-expect_fail "layout includes plan's private header" \
-    "layout may use core, geom, model, layout and the public API" $CHECK
 cp "$SRC/src/layout/spec.c" src/layout/spec.c
-
-echo '#include "core/json.h"' >>include/reshard/status.h
-expect_fail "a public header includes a private one" \
-    "include/reshard/status.h" $CHECK
-cp "$SRC/include/reshard/status.h" include/reshard/status.h
-
-echo '#include "core/clock.h"' >>tools/reshard/main.c
-expect_fail "the CLI includes a private header" \
-    "tools may use only itself and the public API" $CHECK
-cp "$SRC/tools/reshard/main.c" tools/reshard/main.c
 
 # Calls: a fake build tree whose core object calls into plan.
 obj() { mkdir -p "$(dirname "$2")"; printf '%s\n' "$1" | cc -x c -c -o "$2" - || fail "cc"; }
