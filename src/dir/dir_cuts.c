@@ -177,13 +177,7 @@ rs_status_t rs_dir_list_cuts(rs_dir_h dir, const char *model,
                              rs_diag_t *diag, rs_dir_cuts_stamp_t **stamps_p,
                              size_t *count_p)
 {
-    rs_status_t st;
-    rs_dir_cuts_stamp_t *stamps = rs__dir_listing(
-        dir, model, 0, 1, stamps_p != NULL && count_p != NULL, diag, count_p,
-        &st);
-    if (st == RS_OK)
-        *stamps_p = stamps;
-    return st;
+    return rs__dir_listing(dir, model, 0, 1, diag, (void **)stamps_p, count_p);
 }
 
 void rs_dir_cuts_free(rs_dir_cuts_record_t *records, size_t count)

@@ -147,14 +147,13 @@ rs_status_t rs__dir_start(rs_dir_h dir, const char *model, int64_t version,
 
 /* Runs one backend op with the transient flag reset first; for
  * dir_wait.c. */
-/* The listings: rs_dir_leases (`stamps` clear: the version's live leases)
- * and rs_dir_list_cuts (set: the model's cuts stamps, version 0). Checks
- * the arguments as the public call does ("<call>: NULL output" unless
- * `outputs`), runs the backend's op and returns what it listed, sorted by
- * holder, with *count_p; NULL with *st_p the failure otherwise. */
-void *rs__dir_listing(rs_dir_h dir, const char *model, int64_t version,
-                      int stamps, int outputs, rs_diag_t *diag,
-                      size_t *count_p, rs_status_t *st_p);
+/* The listings: rs_dir_leases (`stamps` clear: the version's live leases
+ * into *items_p) and rs_dir_list_cuts (set: the model's cuts stamps,
+ * version 0). Checks the arguments as the public call does, runs the
+ * backend's op and hands out what it listed, sorted by holder. */
+rs_status_t rs__dir_listing(rs_dir_h dir, const char *model, int64_t version,
+                            int stamps, rs_diag_t *diag, void **items_p,
+                            size_t *count_p);
 /* qsort's order of leases, cuts records and stamps: by holder name (the
  * first member of each). */
 int rs__dir_by_holder(const void *a, const void *b);
