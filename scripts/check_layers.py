@@ -111,7 +111,7 @@ def include_violation(root, rel, layer, name):
         return 'public header %s has no layer: add it to PUBLIC in %s' % (
             target, os.path.basename(__file__))
     if to is None:
-        return None if layer in ('bench',) else \
+        return None if layer == 'bench' else \
             'includes %s, outside the layers' % target
     if layer == 'unmapped':
         return 'public header %s has no layer: add it to PUBLIC in %s' % (
