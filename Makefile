@@ -43,7 +43,7 @@ CPPCHECK_FLAGS = --enable=warning,performance,portability --error-exitcode=1 \
 
 .PHONY: all deps build build-asan build-tsan build-clang test test-asan \
         test-tsan analyze cppcheck tidy fuzz fuzz-gate demo bench clean \
-        build-release build-types
+        build-release build-types layers
 
 all: build
 
@@ -103,7 +103,15 @@ test-asan: build-asan
 test-tsan: build-tsan
 	cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
 
-analyze: cppcheck tidy
+analyze: cppcheck tidy layers
+
+# The layers (scripts/check_layers.py): every #include under src/, include/,
+# tools/ and bench/, and every rs_/rs__ symbol the Release tree's objects
+# need, must reach only down (core <- geom <- model <- plan <- exec; dir on
+# core; refit over all; layout on model and the public API; the CLI on the
+# public API). A few seconds after the build.
+layers: build-release
+	python3 scripts/check_layers.py --build $(RELEASE_BUILD)
 
 cppcheck: deps
 	cppcheck $(CPPCHECK_FLAGS) src tools
@@ -132,13 +140,14 @@ fuzz: deps
 # The whole suite: cppcheck, the sanitizer builds (ASan+UBSan on every C
 # and CLI test, TSan on the threaded tests), the clang build and clang-tidy
 # over it, a fixed-seed, fixed-count run of every fuzz target, then the
-# Release build and the tests only it can run (label release: the Python
-# suite and examples, which load this libreshard into the interpreter, the
-# docs' links, and the demo through the optimized CLI), whose CTest summary
+# Release build, the layer check over it, and the tests only the Release
+# tree can run (label release: the Python suite and examples, which load
+# this libreshard into the interpreter, the docs' links, the layer check's
+# own test, and the demo through the optimized CLI), whose CTest summary
 # closes the output. Each test runs in the trees where it checks something
 # the others do not (docs/testing.md, "The gate's time"); `ctest` in any
 # tree still runs all of its tests.
-test: cppcheck test-asan test-tsan build-clang tidy fuzz-gate build-release
+test: cppcheck test-asan test-tsan build-clang tidy fuzz-gate build-release layers
 	cd $(RELEASE_BUILD) && ctest --output-on-failure -j $(JOBS) -L release
 
 # The main job: trainer and inference processes move two versions of

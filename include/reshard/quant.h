@@ -27,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "reshard/dtype.h"
+#include "reshard/limits.h"
 #include "reshard/status.h"
-#include "reshard/view.h"
 
 #ifdef __cplusplus
 extern "C" {

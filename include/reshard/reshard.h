@@ -7,6 +7,7 @@
 #include "reshard/status.h"
 #include "reshard/cancel.h"
 #include "reshard/units.h"
+#include "reshard/limits.h"
 #include "reshard/dtype.h"
 #include "reshard/memory.h"
 #include "reshard/view.h"

@@ -6,14 +6,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "reshard/limits.h" /* RS_MAX_DIMS */
 #include "reshard/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Largest tensor rank anywhere in a chain (source, intermediate, destination). */
-#define RS_MAX_DIMS 16
 
 /* View ops with PyTorch semantics. Argument layout in rs_op_t per kind:
  *   NARROW     arg = {dim, start, length}

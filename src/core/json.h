@@ -10,8 +10,8 @@
 #include <jansson.h>
 
 #include "core/diag.h"
-#include "reshard/view.h" /* RS_MAX_DIMS */
 #include "reshard/dtype.h"
+#include "reshard/limits.h"
 #include "reshard/status.h"
 
 /* Documents larger than this are refused before parsing: a JSON tree costs

@@ -568,32 +568,45 @@ rs_status_t rs_dir_abandon_as(rs_dir_h dir, const char *model,
     return release_by(dir, model, version, by, 1, diag, dropped_p);
 }
 
-static int lease_order(const void *a, const void *b)
-{
-    return strcmp(((const rs_dir_lease_info_t *)a)->holder,
-                  ((const rs_dir_lease_info_t *)b)->holder);
-}
-
 rs_status_t rs_dir_leases(rs_dir_h dir, const char *model, int64_t version,
                           rs_diag_t *diag, rs_dir_lease_info_t **leases_p,
                           size_t *count_p)
 {
+    return rs__dir_listing(dir, model, version, 0, diag, (void **)leases_p,
+                           count_p);
+}
+
+/* Every item of a listing starts with its holder's name. */
+int rs__dir_by_holder(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+rs_status_t rs__dir_listing(rs_dir_h dir, const char *model, int64_t version,
+                            int stamps, rs_diag_t *diag, void **items_p,
+                            size_t *count_p)
+{
     rs_dir_req_t req;
+    memset(&req, 0, sizeof(req));
     rs_status_t st = start(dir, model, version, diag, &req);
-    if (st != RS_OK)
-        return st;
-    if (leases_p == NULL || count_p == NULL)
-        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_leases: NULL "
-                            "output");
-    st = call(dir, dir->ops->leases, &req, diag);
+    if (st == RS_OK && (items_p == NULL || count_p == NULL))
+        st = rs__diag_set(diag, RS_ERR_INVALID_ARG, "%s: NULL output",
+                          stamps ? "rs_dir_list_cuts" : "rs_dir_leases");
+    if (st == RS_OK)
+        st = call(dir, stamps ? dir->ops->list_cuts : dir->ops->leases, &req,
+                  diag);
     if (st != RS_OK) {
         free(req.leases);
+        free(req.stamps);
         return st;
     }
-    if (req.nleases > 1)
-        qsort(req.leases, req.nleases, sizeof(*req.leases), lease_order);
-    *leases_p = req.leases;
-    *count_p = req.nleases;
+    void *items = stamps ? (void *)req.stamps : (void *)req.leases;
+    size_t n = stamps ? req.nstamps : req.nleases;
+    size_t size = stamps ? sizeof(*req.stamps) : sizeof(*req.leases);
+    if (n > 1)
+        qsort(items, n, size, rs__dir_by_holder);
+    *items_p = items;
+    *count_p = n;
     return RS_OK;
 }
 

@@ -12,15 +12,18 @@
 #include "reshard/digest.h"
 
 /* The checks of every cuts call: a directory, the model's and (when
- * holder != NULL) the holder's names. Fills the request's model (and
- * holder); version 0 stands for "no version" in the shared record. */
-static rs_status_t cuts_request(rs_dir_h dir, const char *model,
+ * holder != NULL) the holder's names; a call on one holder's record
+ * (`one`) needs one. Fills the request's model (and holder); version 0
+ * stands for "no version" in the shared record. */
+static rs_status_t cuts_request(rs_dir_h dir, const char *model, int one,
                                 const char *holder, rs_diag_t *diag,
                                 rs_dir_req_t *req)
 {
     rs_status_t st = rs__dir_start(dir, model, 0, diag, req);
     if (st == RS_OK && holder != NULL)
         st = rs__dir_check_name("cuts holder", holder, diag);
+    if (st == RS_OK && one && holder == NULL)
+        st = rs__diag_set(diag, RS_ERR_INPUT, "cuts holder name is empty");
     if (st != RS_OK)
         return st;
     req->holder = holder;
@@ -32,9 +35,7 @@ rs_status_t rs_dir_put_cuts(rs_dir_h dir, const char *model,
                             rs_diag_t *diag)
 {
     rs_dir_req_t req;
-    rs_status_t st = cuts_request(dir, model, holder, diag, &req);
-    if (st == RS_OK && holder == NULL)
-        st = rs__diag_set(diag, RS_ERR_INPUT, "cuts holder name is empty");
+    rs_status_t st = cuts_request(dir, model, 1, holder, diag, &req);
     if (st != RS_OK)
         return st;
     if (json == NULL && len > 0)
@@ -66,18 +67,6 @@ void rs__dir_cuts_reads(rs_dir_h dir, uint64_t *records_p, uint64_t *bytes_p)
 {
     *records_p = dir->cuts_read;
     *bytes_p = dir->cuts_read_bytes;
-}
-
-static int by_holder(const void *a, const void *b)
-{
-    return strcmp(((const rs_dir_cuts_record_t *)a)->holder,
-                  ((const rs_dir_cuts_record_t *)b)->holder);
-}
-
-static int stamp_by_holder(const void *a, const void *b)
-{
-    return strcmp(((const rs_dir_cuts_stamp_t *)a)->holder,
-                  ((const rs_dir_cuts_stamp_t *)b)->holder);
 }
 
 /* Appends what one backend read left in `one` to `all`; `one` is emptied
@@ -124,7 +113,7 @@ static rs_status_t hand_out(rs_dir_h dir, rs_dir_req_t *req,
                             rs_dir_cuts_record_t **records_p, size_t *count_p)
 {
     if (req->ncuts > 1)
-        qsort(req->cuts, req->ncuts, sizeof(*req->cuts), by_holder);
+        qsort(req->cuts, req->ncuts, sizeof(*req->cuts), rs__dir_by_holder);
     for (size_t i = 0; i < req->ncuts; i++) {
         if (req->cuts[i].json == NULL)
             continue; /* its size only */
@@ -136,47 +125,29 @@ static rs_status_t hand_out(rs_dir_h dir, rs_dir_req_t *req,
     return RS_OK;
 }
 
-rs_status_t rs_dir_read_cuts(rs_dir_h dir, const char *model,
+/* rs_dir_read_cuts (every: all records) and rs_dir_read_cuts_of (the n
+ * holders'): the records read, sorted and counted. */
+static rs_status_t read_cuts(rs_dir_h dir, const char *model, int every,
+                             const char *const *holders, size_t n,
                              rs_diag_t *diag, rs_dir_cuts_record_t **records_p,
                              size_t *count_p)
 {
     rs_dir_req_t req;
     size_t cap = 0;
-    rs_status_t st = cuts_request(dir, model, NULL, diag, &req);
-    if (st != RS_OK)
-        return st;
-    if (records_p == NULL || count_p == NULL)
-        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read_cuts: "
-                            "NULL output");
-    req.cuts = NULL;
-    req.ncuts = 0;
-    st = read_into(dir, &req, &cap, NULL, diag);
-    if (st != RS_OK) {
-        rs_dir_cuts_free(req.cuts, req.ncuts);
-        return st;
-    }
-    return hand_out(dir, &req, records_p, count_p);
-}
-
-rs_status_t rs_dir_read_cuts_of(rs_dir_h dir, const char *model,
-                                const char *const *holders, size_t n,
-                                rs_diag_t *diag,
-                                rs_dir_cuts_record_t **records_p,
-                                size_t *count_p)
-{
-    rs_dir_req_t req;
-    size_t cap = 0;
-    rs_status_t st = cuts_request(dir, model, NULL, diag, &req);
+    rs_status_t st = cuts_request(dir, model, 0, NULL, diag, &req);
     if (st == RS_OK && (records_p == NULL || count_p == NULL ||
                         (holders == NULL && n > 0)))
-        st = rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_read_cuts_of: "
-                          "NULL holders or output");
+        st = rs__diag_set(diag, RS_ERR_INVALID_ARG, every ?
+                          "rs_dir_read_cuts: NULL output" :
+                          "rs_dir_read_cuts_of: NULL holders or output");
     for (size_t i = 0; st == RS_OK && i < n; i++)
         st = rs__dir_check_name("cuts holder", holders[i], diag);
     if (st != RS_OK)
         return st;
     req.cuts = NULL;
     req.ncuts = 0;
+    if (every)
+        st = read_into(dir, &req, &cap, NULL, diag);
     for (size_t i = 0; st == RS_OK && i < n; i++)
         st = read_into(dir, &req, &cap, holders[i], diag);
     if (st != RS_OK) {
@@ -186,29 +157,27 @@ rs_status_t rs_dir_read_cuts_of(rs_dir_h dir, const char *model,
     return hand_out(dir, &req, records_p, count_p);
 }
 
+rs_status_t rs_dir_read_cuts(rs_dir_h dir, const char *model,
+                             rs_diag_t *diag, rs_dir_cuts_record_t **records_p,
+                             size_t *count_p)
+{
+    return read_cuts(dir, model, 1, NULL, 0, diag, records_p, count_p);
+}
+
+rs_status_t rs_dir_read_cuts_of(rs_dir_h dir, const char *model,
+                                const char *const *holders, size_t n,
+                                rs_diag_t *diag,
+                                rs_dir_cuts_record_t **records_p,
+                                size_t *count_p)
+{
+    return read_cuts(dir, model, 0, holders, n, diag, records_p, count_p);
+}
+
 rs_status_t rs_dir_list_cuts(rs_dir_h dir, const char *model,
                              rs_diag_t *diag, rs_dir_cuts_stamp_t **stamps_p,
                              size_t *count_p)
 {
-    rs_dir_req_t req;
-    rs_status_t st = cuts_request(dir, model, NULL, diag, &req);
-    if (st != RS_OK)
-        return st;
-    if (stamps_p == NULL || count_p == NULL)
-        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_list_cuts: "
-                            "NULL output");
-    req.stamps = NULL;
-    req.nstamps = 0;
-    st = rs__dir_call(dir, dir->ops->list_cuts, &req, diag);
-    if (st != RS_OK) {
-        free(req.stamps);
-        return st;
-    }
-    if (req.nstamps > 1)
-        qsort(req.stamps, req.nstamps, sizeof(*req.stamps), stamp_by_holder);
-    *stamps_p = req.stamps;
-    *count_p = req.nstamps;
-    return RS_OK;
+    return rs__dir_listing(dir, model, 0, 1, diag, (void **)stamps_p, count_p);
 }
 
 void rs_dir_cuts_free(rs_dir_cuts_record_t *records, size_t count)
@@ -222,9 +191,7 @@ rs_status_t rs_dir_drop_cuts(rs_dir_h dir, const char *model,
                              const char *holder, rs_diag_t *diag)
 {
     rs_dir_req_t req;
-    rs_status_t st = cuts_request(dir, model, holder, diag, &req);
-    if (st == RS_OK && holder == NULL)
-        st = rs__diag_set(diag, RS_ERR_INPUT, "cuts holder name is empty");
+    rs_status_t st = cuts_request(dir, model, 1, holder, diag, &req);
     if (st != RS_OK)
         return st;
     return rs__dir_call(dir, dir->ops->drop_cuts, &req, diag);

@@ -76,8 +76,11 @@ typedef struct rs_dir_req {
     int swapped;
 } rs_dir_req_t;
 
-typedef rs_status_t (*rs_dir_op_fn)(rs_dir_h dir, rs_dir_req_t *req,
-                                    rs_diag_t *diag);
+/* Every request op has this signature; backends declare theirs with it
+ * (`rs_dir_op_t rs__fdir_publish;`). */
+typedef rs_status_t rs_dir_op_t(rs_dir_h dir, rs_dir_req_t *req,
+                                rs_diag_t *diag);
+typedef rs_dir_op_t *rs_dir_op_fn;
 
 typedef struct rs_dir_ops {
     const char *name;
@@ -144,6 +147,16 @@ rs_status_t rs__dir_start(rs_dir_h dir, const char *model, int64_t version,
 
 /* Runs one backend op with the transient flag reset first; for
  * dir_wait.c. */
+/* The listings: rs_dir_leases (`stamps` clear: the version's live leases
+ * into *items_p) and rs_dir_list_cuts (set: the model's cuts stamps,
+ * version 0). Checks the arguments as the public call does, runs the
+ * backend's op and hands out what it listed, sorted by holder. */
+rs_status_t rs__dir_listing(rs_dir_h dir, const char *model, int64_t version,
+                            int stamps, rs_diag_t *diag, void **items_p,
+                            size_t *count_p);
+/* qsort's order of leases, cuts records and stamps: by holder name (the
+ * first member of each). */
+int rs__dir_by_holder(const void *a, const void *b);
 rs_status_t rs__dir_call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
                          rs_diag_t *diag);
 

@@ -318,14 +318,71 @@ static rs_status_t check_timeout(const char *what, double timeout_s,
     return RS_OK;
 }
 
+/* One look of a wait at the directory: a failed look returns its status
+ * with *done_p clear (an outage is ridden out); an answered one sets
+ * *done_p when the wait is over, with the status it returns. `last`: the
+ * deadline has passed, so a look not over says why in a timeout. */
+typedef rs_status_t (*look_fn)(void *ctx, int last, rs_diag_t *diag,
+                               int *done_p);
+
+/* Looks until a look is over, riding out outages, napping between looks
+ * and stopping at a raised cancel flag. */
+static rs_status_t wait_until(waiter_t *wt, look_fn look, void *ctx,
+                              rs_diag_t *diag)
+{
+    for (;;) {
+        if (waiter_stop(wt))
+            return waiter_cancelled(wt, diag);
+        int last = rs__now_s() >= wt->deadline, done = 0;
+        rs_status_t st = look(ctx, last, diag, &done);
+        if (!done && st != RS_OK && outage_retry(wt, diag))
+            continue;
+        if (!done && st != RS_OK)
+            return wait_failed(wt, st, diag);
+        outage_over(wt);
+        if (done)
+            return st;
+        wait_nap(wt);
+    }
+}
+
+/* What the two waits look at. */
+typedef struct wait_for {
+    rs_dir_h dir;
+    rs_dir_req_t req;
+    double timeout_s, stale_s;
+    rs_version_info_t *info_p;
+} wait_for_t;
+
+static rs_status_t look_ready(void *ctx, int last, rs_diag_t *diag,
+                              int *done_p)
+{
+    wait_for_t *f = ctx;
+    why_t w = {.len = 0};
+    rs_version_info_t info;
+    int ready;
+    rs_status_t st = probe(f->dir, &f->req, f->stale_s, last, &w, diag,
+                           &ready, &info);
+    if (st != RS_OK)
+        return st;
+    *done_p = ready || last;
+    if (ready)
+        *f->info_p = info;
+    else if (last)
+        return rs__diag_set(diag, RS_ERR_TIMEOUT, "%s (after waiting %.2f "
+                            "s)", w.buf, f->timeout_s);
+    return RS_OK;
+}
+
 rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
                               int64_t version, double timeout_s,
                               double stale_s, rs_diag_t *diag,
                               rs_version_info_t *info_p)
 {
-    rs_dir_req_t req;
+    wait_for_t f = {.dir = dir, .timeout_s = timeout_s, .stale_s = stale_s,
+                    .info_p = info_p};
     rs_status_t st = rs__dir_start(dir, model, version < 0 ? 0 : version,
-                                   diag, &req);
+                                   diag, &f.req);
     if (st == RS_OK)
         st = check_timeout("rs_dir_wait_ready", timeout_s, diag);
     if (st != RS_OK)
@@ -333,7 +390,7 @@ rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
     if (info_p == NULL || isnan(stale_s))
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dir_wait_ready: "
                             "NULL output or NaN stale_s");
-    req.version = version < 0 ? -1 : version;
+    f.req.version = version < 0 ? -1 : version;
     char what[RS_DIR_NAME_MAX + 64];
     if (version < 0)
         snprintf(what, sizeof(what), "the newest READY version of '%s'",
@@ -343,35 +400,36 @@ rs_status_t rs_dir_wait_ready(rs_dir_h dir, const char *model,
                  (long long)version, model);
     waiter_t wt;
     waiter_init(&wt, dir, what, timeout_s);
-    for (;;) {
-        if (waiter_stop(&wt))
-            return waiter_cancelled(&wt, diag);
-        int last = rs__now_s() >= wt.deadline, ready;
-        why_t w = {.len = 0};
-        rs_version_info_t info;
-        st = probe(dir, &req, stale_s, last, &w, diag, &ready, &info);
-        if (st != RS_OK && outage_retry(&wt, diag))
-            continue;
-        if (st != RS_OK)
-            return wait_failed(&wt, st, diag);
-        outage_over(&wt);
-        if (ready) {
-            *info_p = info;
-            return RS_OK;
-        }
-        if (last)
-            return rs__diag_set(diag, RS_ERR_TIMEOUT, "%s (after waiting %.2f "
-                                "s)", w.buf, timeout_s);
-        wait_nap(&wt);
-    }
+    return wait_until(&wt, look_ready, &f, diag);
+}
+
+static rs_status_t look_released(void *ctx, int last, rs_diag_t *diag,
+                                 int *done_p)
+{
+    wait_for_t *f = ctx;
+    rs_status_t st = rs__dir_call(f->dir, f->dir->ops->lookup, &f->req, diag);
+    if (st != RS_OK)
+        return st;
+    rs_version_state_t state = f->req.info.state;
+    *done_p = state == 0 || state == RS_VERSION_RELEASED || last;
+    if (state == 0)
+        return rs__diag_set(diag, RS_ERR_INPUT, "model '%s' has no "
+                            "version %lld", f->req.model,
+                            (long long)f->req.version);
+    if (state != RS_VERSION_RELEASED && last)
+        return rs__diag_set(diag, RS_ERR_TIMEOUT, "version %lld of '%s' "
+                            "is still %s after waiting %.2f s",
+                            (long long)f->req.version, f->req.model,
+                            rs__dir_state_name(state), f->timeout_s);
+    return RS_OK;
 }
 
 rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
                                  int64_t version, double timeout_s,
                                  rs_diag_t *diag)
 {
-    rs_dir_req_t req;
-    rs_status_t st = rs__dir_start(dir, model, version, diag, &req);
+    wait_for_t f = {.dir = dir, .timeout_s = timeout_s};
+    rs_status_t st = rs__dir_start(dir, model, version, diag, &f.req);
     if (st == RS_OK)
         st = check_timeout("rs_dir_wait_released", timeout_s, diag);
     if (st != RS_OK)
@@ -381,27 +439,5 @@ rs_status_t rs_dir_wait_released(rs_dir_h dir, const char *model,
              (long long)version, model);
     waiter_t wt;
     waiter_init(&wt, dir, what, timeout_s);
-    for (;;) {
-        if (waiter_stop(&wt))
-            return waiter_cancelled(&wt, diag);
-        int last = rs__now_s() >= wt.deadline;
-        st = rs__dir_call(dir, dir->ops->lookup, &req, diag);
-        if (st != RS_OK && outage_retry(&wt, diag))
-            continue;
-        if (st != RS_OK)
-            return wait_failed(&wt, st, diag);
-        outage_over(&wt);
-        if (req.info.state == 0)
-            return rs__diag_set(diag, RS_ERR_INPUT, "model '%s' has no "
-                                "version %lld", model, (long long)version);
-        if (req.info.state == RS_VERSION_RELEASED)
-            return RS_OK;
-        if (last)
-            return rs__diag_set(diag, RS_ERR_TIMEOUT, "version %lld of '%s' "
-                                "is still %s after waiting %.2f s",
-                                (long long)version, model,
-                                rs__dir_state_name(req.info.state),
-                                timeout_s);
-        wait_nap(&wt);
-    }
+    return wait_until(&wt, look_released, &f, diag);
 }

@@ -133,30 +133,23 @@ rs_status_t rs__fdir_check_range(const rs_dir_req_t *req,
                                  rs_diag_t *diag);
 
 /* Ops in file_publish.c, file_read.c and file_lease.c. */
-rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__fdir_read_slot(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__fdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
-                                 rs_diag_t *diag);
-rs_status_t rs__fdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__fdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__fdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_dir_op_t rs__fdir_publish;
+rs_dir_op_t rs__fdir_heartbeat;
+rs_dir_op_t rs__fdir_read_slot;
+rs_dir_op_t rs__fdir_slot_status;
+rs_dir_op_t rs__fdir_lease;
+rs_dir_op_t rs__fdir_unlease;
+rs_dir_op_t rs__fdir_release;
+rs_dir_op_t rs__fdir_leases;
 /* Group records (file_group.c): DIR/<model>/<version>/group-<name>. */
-rs_status_t rs__fdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_dir_op_t rs__fdir_group;
 /* Who released the version (the RELEASED marker's name); "" when it is
  * not released or no name was recorded. */
 void rs__fdir_released_by(const char *vdir, char out[RS_DIR_NAME_MAX + 1]);
 /* Cuts records (file_cuts.c): DIR/<model>/cuts/<holder>. */
-rs_status_t rs__fdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                              rs_diag_t *diag);
-rs_status_t rs__fdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__fdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__fdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
+rs_dir_op_t rs__fdir_put_cuts;
+rs_dir_op_t rs__fdir_read_cuts;
+rs_dir_op_t rs__fdir_list_cuts;
+rs_dir_op_t rs__fdir_drop_cuts;
 
 #endif

@@ -108,9 +108,11 @@ static rs_status_t next_epoch(const char *vdir, rs_diag_t *diag,
     return st;
 }
 
-/* A renewal goes ahead only while lease req->epoch is live. */
-static rs_status_t check_continuous(const char *vdir, const char *name,
-                                    const rs_dir_req_t *req, rs_diag_t *diag)
+/* A renewal (req->epoch set) goes ahead only while lease req->epoch is
+ * live. A take goes ahead only while no live lease has the holder's name:
+ * two receivers under one name would end each other's epochs. */
+static rs_status_t check_lease(const char *vdir, const char *name,
+                               const rs_dir_req_t *req, rs_diag_t *diag)
 {
     char path[PATH_MAX];
     int absent;
@@ -118,8 +120,16 @@ static rs_status_t check_continuous(const char *vdir, const char *name,
     uint64_t epoch = 0;
     rs__fdir_join(vdir, name, path);
     rs_status_t st = read_lease(path, diag, &absent, &expiry, &epoch);
-    if (st != RS_OK)
+    if (st != RS_OK || (req->epoch == 0 && absent))
         return st;
+    now = rs__fdir_now();
+    if (req->epoch == 0)
+        return expiry <= now ? RS_OK : rs__diag_set(diag, RS_ERR_INPUT,
+            "version %lld of '%s': lease holder name '%s' is taken: another "
+            "receiver holds a live lease under it (epoch %" PRIu64 ", %.2f s "
+            "left); every receiver needs its own holder name",
+            (long long)req->version, req->model, req->holder, epoch,
+            expiry - now);
     if (absent)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
                             "lease '%s' (epoch %" PRIu64 ") is not held "
@@ -130,33 +140,12 @@ static rs_status_t check_continuous(const char *vdir, const char *name,
                             "lease '%s' (epoch %" PRIu64 ") was taken again "
                             "(now epoch %" PRIu64 ")", (long long)req->version,
                             req->model, req->holder, req->epoch, epoch);
-    if (expiry <= (now = rs__fdir_now()))
+    if (expiry <= now)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
                             "lease '%s' (epoch %" PRIu64 ") lapsed %.2f s ago",
                             (long long)req->version, req->model, req->holder,
                             req->epoch, now - expiry);
     return RS_OK;
-}
-
-/* A take goes ahead only while no live lease has the holder's name: two
- * receivers under one name would end each other's epochs. */
-static rs_status_t check_unique(const char *vdir, const char *name,
-                                const rs_dir_req_t *req, rs_diag_t *diag)
-{
-    char path[PATH_MAX];
-    int absent;
-    double expiry = 0, now;
-    uint64_t epoch = 0;
-    rs__fdir_join(vdir, name, path);
-    rs_status_t st = read_lease(path, diag, &absent, &expiry, &epoch);
-    if (st != RS_OK || absent || expiry <= (now = rs__fdir_now()))
-        return st;
-    return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': lease "
-                        "holder name '%s' is taken: another receiver holds a "
-                        "live lease under it (epoch %" PRIu64 ", %.2f s "
-                        "left); every receiver needs its own holder name",
-                        (long long)req->version, req->model, req->holder,
-                        epoch, expiry - now);
 }
 
 static rs_status_t do_lease(const char *vdir, rs_dir_req_t *req,
@@ -178,8 +167,7 @@ static rs_status_t do_lease(const char *vdir, rs_dir_req_t *req,
                             "ended with it", (long long)req->version,
                             req->model, by, req->holder, req->epoch);
     lease_name(req->holder, name);
-    rs_status_t st = req->epoch != 0 ? check_continuous(vdir, name, req, diag)
-                                     : check_unique(vdir, name, req, diag);
+    rs_status_t st = check_lease(vdir, name, req, diag);
     if (st == RS_OK && req->epoch == 0)
         st = next_epoch(vdir, diag, &epoch);
     if (st != RS_OK)

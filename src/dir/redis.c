@@ -508,6 +508,20 @@ rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
     return st != RS_OK ? st : rs__rdir_bad_reply(dir, "EVALSHA", diag);
 }
 
+rs_status_t rs__rdir_run(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
+                         const char **args, const size_t *lens, int nargs,
+                         rs_rdir_fill_fn fill, rs_diag_t *diag)
+{
+    redisReply *rep = NULL;
+    rs_status_t st = rs__rdir_eval(dir, id, req, args, lens, nargs, diag,
+                                   &rep);
+    if (st == RS_OK && fill != NULL)
+        st = fill(dir, rep, req, diag);
+    if (rep != NULL)
+        freeReplyObject(rep);
+    return st;
+}
+
 const rs_dir_ops_t rs__dir_redis = {
     .name = "redis",
     .open = redis_open,

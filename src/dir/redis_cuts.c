@@ -11,18 +11,6 @@
 #include "dir/redis_impl.h"
 #include "reshard/digest.h"
 
-static rs_status_t run_cuts(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
-                            const char **args, const size_t *lens, int nargs,
-                            rs_diag_t *diag)
-{
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, id, req, args, lens, nargs, diag,
-                                   &rep);
-    if (rep != NULL)
-        freeReplyObject(rep);
-    return st;
-}
-
 rs_status_t rs__rdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
                               rs_diag_t *diag)
 {
@@ -30,7 +18,7 @@ rs_status_t rs__rdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
     rs_digest_format(req->generation, gen);
     const char *args[] = {req->holder, req->table, gen + 6};
     size_t lens[] = {strlen(req->holder), req->len, strlen(gen + 6)};
-    return run_cuts(dir, RS_RLUA_PUT_CUTS, req, args, lens, 3, diag);
+    return rs__rdir_run(dir, RS_RLUA_PUT_CUTS, req, args, lens, 3, NULL, diag);
 }
 
 rs_status_t rs__rdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
@@ -38,7 +26,8 @@ rs_status_t rs__rdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
 {
     const char *args[] = {req->holder};
     size_t lens[] = {strlen(req->holder)};
-    return run_cuts(dir, RS_RLUA_DROP_CUTS, req, args, lens, 1, diag);
+    return rs__rdir_run(dir, RS_RLUA_DROP_CUTS, req, args, lens, 1, NULL,
+                        diag);
 }
 
 /* A generation as the scripts return it: 16 hex digits (a stamp: the
@@ -107,21 +96,57 @@ static rs_status_t triples(rs_dir_h dir, const redisReply *rep, void **items,
     return RS_OK;
 }
 
-static rs_status_t fill_records(rs_dir_h dir, const redisReply *rep,
-                                rs_dir_req_t *req, rs_diag_t *diag)
+/* One (holder, generation, size) triple of a listing into st; 0 for a
+ * reply our script does not give. */
+static int get_stamp(redisReply *const *r, rs_dir_cuts_stamp_t *st)
+{
+    int stamped = 0;
+    if (!get_holder(r[0], st->holder) ||
+        !get_generation(r[1], &st->generation, &stamped) ||
+        r[2]->type != REDIS_REPLY_INTEGER || r[2]->integer < 0)
+        return 0;
+    st->len = (size_t)r[2]->integer;
+    return 1;
+}
+
+/* The cuts scripts' replies, triples: records (the read script; a
+ * record stamped with its digest is checked against it) or stamps (the
+ * list script). What was filled is freed by the caller, also on error. */
+static rs_status_t fill_triples(rs_dir_h dir, const redisReply *rep,
+                                rs_dir_req_t *req, int stamps,
+                                rs_diag_t *diag)
 {
     size_t n = 0;
-    rs_status_t st = triples(dir, rep, (void **)&req->cuts,
-                             sizeof(*req->cuts), req->model, diag, &n);
+    rs_status_t st = stamps
+        ? triples(dir, rep, (void **)&req->stamps, sizeof(*req->stamps),
+                  req->model, diag, &n)
+        : triples(dir, rep, (void **)&req->cuts, sizeof(*req->cuts),
+                  req->model, diag, &n);
     for (size_t i = 0; st == RS_OK && i < n; i++) {
+        redisReply *const *r = rep->element + 3 * i;
         int stamped = 0;
-        req->ncuts = i + 1; /* freed by the caller, also on error */
-        if (!get_record(rep->element + 3 * i, &req->cuts[i], &stamped))
-            return rs__rdir_bad_reply(dir, "the cuts read script", diag);
+        *(stamps ? &req->nstamps : &req->ncuts) = i + 1;
+        if (stamps ? !get_stamp(r, &req->stamps[i])
+                   : !get_record(r, &req->cuts[i], &stamped))
+            return rs__rdir_bad_reply(dir, stamps ? "the cuts list script"
+                                                  : "the cuts read script",
+                                      diag);
         if (stamped)
             st = rs__dir_cuts_check(req, &req->cuts[i], diag);
     }
     return st;
+}
+
+static rs_status_t fill_records(rs_dir_h dir, const redisReply *rep,
+                                rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return fill_triples(dir, rep, req, 0, diag);
+}
+
+static rs_status_t fill_stamps(rs_dir_h dir, const redisReply *rep,
+                               rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return fill_triples(dir, rep, req, 1, diag);
 }
 
 rs_status_t rs__rdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
@@ -131,45 +156,13 @@ rs_status_t rs__rdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
     snprintf(cap, sizeof(cap), "%zu", RS_DIR_CUTS_MAX);
     const char *args[] = {cap, req->holder};
     size_t lens[] = {strlen(cap), req->holder ? strlen(req->holder) : 0};
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_READ_CUTS, req, args, lens,
-                                   req->holder ? 2 : 1, diag, &rep);
-    if (st != RS_OK)
-        return st;
-    st = fill_records(dir, rep, req, diag);
-    freeReplyObject(rep);
-    return st;
-}
-
-static rs_status_t fill_stamps(rs_dir_h dir, const redisReply *rep,
-                               rs_dir_req_t *req, rs_diag_t *diag)
-{
-    size_t n = 0;
-    rs_status_t st = triples(dir, rep, (void **)&req->stamps,
-                             sizeof(*req->stamps), req->model, diag, &n);
-    for (size_t i = 0; st == RS_OK && i < n; i++) {
-        redisReply *const *r = rep->element + 3 * i;
-        rs_dir_cuts_stamp_t *s = &req->stamps[i];
-        int stamped = 0;
-        req->nstamps = i + 1;
-        if (!get_holder(r[0], s->holder) ||
-            !get_generation(r[1], &s->generation, &stamped) ||
-            r[2]->type != REDIS_REPLY_INTEGER || r[2]->integer < 0)
-            return rs__rdir_bad_reply(dir, "the cuts list script", diag);
-        s->len = (size_t)r[2]->integer;
-    }
-    return st;
+    return rs__rdir_run(dir, RS_RLUA_READ_CUTS, req, args, lens,
+                        req->holder ? 2 : 1, fill_records, diag);
 }
 
 rs_status_t rs__rdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
                                rs_diag_t *diag)
 {
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LIST_CUTS, req, NULL, NULL, 0,
-                                   diag, &rep);
-    if (st != RS_OK)
-        return st;
-    st = fill_stamps(dir, rep, req, diag);
-    freeReplyObject(rep);
-    return st;
+    return rs__rdir_run(dir, RS_RLUA_LIST_CUTS, req, NULL, NULL, 0,
+                        fill_stamps, diag);
 }

@@ -58,36 +58,40 @@ rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
                           const char **args, const size_t *lens, int nargs,
                           rs_diag_t *diag, redisReply **reply_p);
 
+/* Reads a script's reply into req (RS_ERR_INPUT through
+ * rs__rdir_bad_reply when it is not what the script gives). */
+typedef rs_status_t (*rs_rdir_fill_fn)(rs_dir_h dir, const redisReply *rep,
+                                       rs_dir_req_t *req, rs_diag_t *diag);
+/* rs__rdir_eval, then fill (NULL: the reply is not needed) on the reply,
+ * which is freed. */
+rs_status_t rs__rdir_run(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
+                         const char **args, const size_t *lens, int nargs,
+                         rs_rdir_fill_fn fill, rs_diag_t *diag);
+
 /* Messages about malformed replies (a server that is not ours). */
 rs_status_t rs__rdir_bad_reply(rs_dir_h dir, const char *what,
                                rs_diag_t *diag);
 
 /* Ops in redis_ops.c. */
-rs_status_t rs__rdir_create(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_dir_op_t rs__rdir_create;
+rs_dir_op_t rs__rdir_publish;
 /* Cuts records (redis_cuts.c): the hashes rs:{M}:cuts, holder -> record,
  * and rs:{M}:cutgen, holder -> its generation (16 hex digits). */
-rs_status_t rs__rdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__rdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                              rs_diag_t *diag);
-rs_status_t rs__rdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__rdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
-                               rs_diag_t *diag);
-rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
-                                 rs_diag_t *diag);
-rs_status_t rs__rdir_read(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_dir_op_t rs__rdir_list_cuts;
+rs_dir_op_t rs__rdir_put_cuts;
+rs_dir_op_t rs__rdir_read_cuts;
+rs_dir_op_t rs__rdir_drop_cuts;
+rs_dir_op_t rs__rdir_heartbeat;
+rs_dir_op_t rs__rdir_lookup;
+rs_dir_op_t rs__rdir_slot_status;
+rs_dir_op_t rs__rdir_read;
+rs_dir_op_t rs__rdir_list;
+rs_dir_op_t rs__rdir_lease;
+rs_dir_op_t rs__rdir_unlease;
+rs_dir_op_t rs__rdir_release;
 /* Group records: the field "group:<name>" of the version's meta hash
  * (kept after release, like the meta hash itself). */
-rs_status_t rs__rdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
-rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag);
+rs_dir_op_t rs__rdir_group;
+rs_dir_op_t rs__rdir_leases;
 
 #endif

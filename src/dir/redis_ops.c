@@ -20,18 +20,13 @@ static const char *num(num_t *n, int64_t v)
 }
 
 /* A script run with text arguments whose reply is not needed. */
-static rs_status_t run(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
+static rs_status_t run(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
                        const char **args, int nargs, rs_diag_t *diag)
 {
     size_t lens[4] = {0, 0, 0, 0};
-    redisReply *rep = NULL;
     for (int i = 0; i < nargs; i++)
         lens[i] = strlen(args[i]);
-    rs_status_t st = rs__rdir_eval(dir, id, req, args, lens, nargs, diag,
-                                   &rep);
-    if (rep != NULL)
-        freeReplyObject(rep);
-    return st;
+    return rs__rdir_run(dir, id, req, args, lens, nargs, NULL, diag);
 }
 
 /* An integer from a bulk string or an integer reply. */
@@ -85,12 +80,7 @@ rs_status_t rs__rdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
                           (const char *)req->table};
     size_t lens[] = {strlen(s.text), strlen(req->publisher),
                      strlen(req->geometry), req->len};
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_PUBLISH, req, args, lens, 4,
-                                   diag, &rep);
-    if (rep != NULL)
-        freeReplyObject(rep);
-    return st;
+    return rs__rdir_run(dir, RS_RLUA_PUBLISH, req, args, lens, 4, NULL, diag);
 }
 
 rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
@@ -101,13 +91,11 @@ rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
     return run(dir, RS_RLUA_HEARTBEAT, req, args, 2, diag);
 }
 
-rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+/* The lookup script's reply: the version's record (none: state 0) and
+ * who released it. */
+static rs_status_t fill_info(rs_dir_h dir, const redisReply *rep,
+                             rs_dir_req_t *req, rs_diag_t *diag)
 {
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LOOKUP, req, NULL, NULL, 0,
-                                   diag, &rep);
-    if (st != RS_OK)
-        return st;
     rs_version_info_t info = {.version = req->version};
     int ok = rep->type == REDIS_REPLY_ARRAY &&
              (rep->elements == 0 ||
@@ -119,11 +107,16 @@ rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
         rep->element[3]->len <= RS_DIR_NAME_MAX)
         snprintf(req->released_by, sizeof(req->released_by), "%s",
                  rep->element[3]->str);
-    freeReplyObject(rep);
     if (!ok)
         return rs__rdir_bad_reply(dir, "the lookup script", diag);
     req->info = info;
     return RS_OK;
+}
+
+rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return rs__rdir_run(dir, RS_RLUA_LOOKUP, req, NULL, NULL, 0, fill_info,
+                        diag);
 }
 
 /* Marks the published slots (HKEYS of the tables). */
@@ -188,21 +181,22 @@ static int fill_ages(const redisReply *rep, rs_dir_req_t *req)
     return 1;
 }
 
-rs_status_t rs__rdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
-                                 rs_diag_t *diag)
+static rs_status_t fill_slots(rs_dir_h dir, const redisReply *rep,
+                              rs_dir_req_t *req, rs_diag_t *diag)
 {
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_SLOT_STATUS, req, NULL, NULL,
-                                   0, diag, &rep);
-    if (st != RS_OK)
-        return st;
     int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 4 &&
              rep->element[2]->type == REDIS_REPLY_ARRAY &&
              rep->element[3]->type == REDIS_REPLY_ARRAY &&
              mark_present(rep->element[2], req) && fill_ages(rep, req);
-    freeReplyObject(rep);
     return ok ? RS_OK : rs__rdir_bad_reply(dir, "the slot status script",
                                            diag);
+}
+
+rs_status_t rs__rdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
+                                 rs_diag_t *diag)
+{
+    return rs__rdir_run(dir, RS_RLUA_SLOT_STATUS, req, NULL, NULL, 0,
+                        fill_slots, diag);
 }
 
 /* One publisher's (name, entry, heartbeat or nil) into e; the entry is
@@ -254,14 +248,8 @@ rs_status_t rs__rdir_read(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     num_t s;
     const char *args[] = {num(&s, req->slot)};
     size_t lens[] = {strlen(s.text)};
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_READ, req, args, lens, 1,
-                                   diag, &rep);
-    if (st != RS_OK)
-        return st;
-    st = fill_entries(dir, rep, req, diag);
-    freeReplyObject(rep);
-    return st;
+    return rs__rdir_run(dir, RS_RLUA_READ, req, args, lens, 1, fill_entries,
+                        diag);
 }
 
 static int cmp_info(const void *a, const void *b)
@@ -276,9 +264,9 @@ static int cmp_info(const void *a, const void *b)
 static rs_status_t fill_list(rs_dir_h dir, const redisReply *rep,
                              rs_dir_req_t *req, rs_diag_t *diag)
 {
-    size_t n = rep->elements / 4;
-    if (rep->elements % 4 != 0)
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 4 != 0)
         return rs__rdir_bad_reply(dir, "the list script", diag);
+    size_t n = rep->elements / 4;
     rs_version_info_t *infos = calloc(n > 0 ? n : 1, sizeof(*infos));
     if (infos == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
@@ -303,17 +291,19 @@ rs_status_t rs__rdir_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     snprintf(prefix, sizeof(prefix), "rs:{%s}:", req->model);
     const char *args[] = {prefix};
     size_t lens[] = {strlen(prefix)};
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LIST, req, args, lens, 1,
-                                   diag, &rep);
-    if (st != RS_OK)
-        return st;
-    if (rep->type == REDIS_REPLY_ARRAY)
-        st = fill_list(dir, rep, req, diag);
-    else
-        st = rs__rdir_bad_reply(dir, "the list script", diag);
-    freeReplyObject(rep);
-    return st;
+    return rs__rdir_run(dir, RS_RLUA_LIST, req, args, lens, 1, fill_list,
+                        diag);
+}
+
+/* The lease script's reply: the epoch taken or renewed. */
+static rs_status_t fill_epoch(rs_dir_h dir, const redisReply *rep,
+                              rs_dir_req_t *req, rs_diag_t *diag)
+{
+    int64_t got = 0;
+    if (!get_i64(rep, &got) || got < 1 || (uint64_t)got > RS_DIR_EPOCH_MAX)
+        return rs__rdir_bad_reply(dir, "the lease script", diag);
+    req->epoch = (uint64_t)got;
+    return RS_OK;
 }
 
 rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
@@ -323,19 +313,8 @@ rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     snprintf(epoch, sizeof(epoch), "%llu", (unsigned long long)req->epoch);
     const char *args[] = {req->holder, ttl, epoch};
     size_t lens[] = {strlen(req->holder), strlen(ttl), strlen(epoch)};
-    redisReply *rep = NULL;
-    int64_t got = 0;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LEASE, req, args, lens, 3,
-                                   diag, &rep);
-    if (st != RS_OK)
-        return st;
-    int ok = get_i64(rep, &got) && got >= 1 &&
-             (uint64_t)got <= RS_DIR_EPOCH_MAX;
-    freeReplyObject(rep);
-    if (!ok)
-        return rs__rdir_bad_reply(dir, "the lease script", diag);
-    req->epoch = (uint64_t)got;
-    return RS_OK;
+    return rs__rdir_run(dir, RS_RLUA_LEASE, req, args, lens, 3, fill_epoch,
+                        diag);
 }
 
 rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
@@ -344,23 +323,24 @@ rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     return run(dir, RS_RLUA_UNLEASE, req, args, 1, diag);
 }
 
+/* The release script's reply: how many leases it dropped. */
+static rs_status_t fill_dropped(rs_dir_h dir, const redisReply *rep,
+                                rs_dir_req_t *req, rs_diag_t *diag)
+{
+    int64_t dropped = 0;
+    if (!get_i64(rep, &dropped) || dropped < 0)
+        return rs__rdir_bad_reply(dir, "the release script", diag);
+    req->count = (size_t)dropped;
+    return RS_OK;
+}
+
 rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 {
     const char *by = req->by != NULL ? req->by : "";
     const char *args[] = {req->force ? "1" : "0", by};
     size_t lens[] = {1, strlen(by)};
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_RELEASE, req, args, lens, 2,
-                                   diag, &rep);
-    if (st != RS_OK)
-        return st;
-    int64_t dropped = 0;
-    int ok = get_i64(rep, &dropped) && dropped >= 0;
-    freeReplyObject(rep);
-    if (!ok)
-        return rs__rdir_bad_reply(dir, "the release script", diag);
-    req->count = (size_t)dropped;
-    return RS_OK;
+    return rs__rdir_run(dir, RS_RLUA_RELEASE, req, args, lens, 2,
+                        fill_dropped, diag);
 }
 
 rs_status_t rs__rdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
@@ -420,13 +400,11 @@ static int live_lease(const redisReply *holder, const redisReply *value,
     return 1;
 }
 
-rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+/* The leases script's reply: the server's time and every lease; the live
+ * ones go to req->leases. */
+static rs_status_t fill_leases(rs_dir_h dir, const redisReply *rep,
+                               rs_dir_req_t *req, rs_diag_t *diag)
 {
-    redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_LEASES, req, NULL, NULL, 0,
-                                   diag, &rep);
-    if (st != RS_OK)
-        return st;
     int64_t sec = 0, usec = 0;
     int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
              get_i64(rep->element[0], &sec) &&
@@ -436,10 +414,8 @@ rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     const redisReply *l = ok ? rep->element[2] : NULL;
     size_t n = ok ? l->elements / 2 : 0;
     req->leases = n > 0 ? calloc(n, sizeof(*req->leases)) : NULL;
-    if (n > 0 && req->leases == NULL) {
-        freeReplyObject(rep);
+    if (n > 0 && req->leases == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    }
     double t = (double)sec + (double)usec / 1e6;
     for (size_t i = 0; ok && i < n; i++) {
         int live = live_lease(l->element[2 * i], l->element[2 * i + 1], t,
@@ -447,8 +423,13 @@ rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
         ok = live >= 0;
         req->nleases += live > 0;
     }
-    freeReplyObject(rep);
     if (!ok)
         return rs__rdir_bad_reply(dir, "the leases script", diag);
     return RS_OK;
+}
+
+rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+{
+    return rs__rdir_run(dir, RS_RLUA_LEASES, req, NULL, NULL, 0, fill_leases,
+                        diag);
 }

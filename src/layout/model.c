@@ -59,19 +59,6 @@ void rs_model_destroy(rs_model_h m)
     free(m);
 }
 
-rs_status_t (rs__model_unsupported)(rs_json_ctx_t *c, const char *key,
-                                    const char *fmt, ...)
-{
-    char msg[RS_DIAG_MSG_MAX];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return rs__diag_set(c->diag, RS_ERR_UNSUPPORTED, "%s: %s: %s", c->origin,
-                        key, msg);
-}
-
 rs_status_t rs__model_add(rs_model_h m, int64_t layer, int64_t expert,
                           rs_dtype_t dtype, int ndim, int64_t d0, int64_t d1,
                           const char *fmt, ...)

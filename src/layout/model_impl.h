@@ -61,14 +61,18 @@ rs_status_t rs__model_read_int(rs_json_ctx_t *c, const json_t *root,
 /* Reads a boolean key; absent or null leaves *out_p alone. */
 rs_status_t rs__model_read_bool(rs_json_ctx_t *c, const json_t *root,
                                 const char *key, int *out_p);
-/* RS_ERR_UNSUPPORTED "<origin>: <key>: <message>". */
-rs_status_t rs__model_unsupported(rs_json_ctx_t *c, const char *key,
-                                  const char *fmt, ...) RS_PRINTF(3, 4);
-#if defined(__clang_analyzer__) /* see core/diag.h */
+/* RS_ERR_UNSUPPORTED "<origin>: <key>: <message>": the message set, then
+ * the origin and key put in front of it. */
 #define rs__model_unsupported(c, key, ...)                                   \
-    RS__RETURNS(RS_ERR_UNSUPPORTED,                                          \
-                (rs__model_unsupported)((c), (key), __VA_ARGS__))
-#endif
+    rs__model_prefixed((c), (key),                                           \
+                       rs__diag_set((c)->diag, RS_ERR_UNSUPPORTED,           \
+                                    __VA_ARGS__))
+static inline rs_status_t rs__model_prefixed(const rs_json_ctx_t *c,
+                                             const char *key, rs_status_t st)
+{
+    rs__diag_prefix(c->diag, "%s: %s: ", c->origin, key);
+    return st;
+}
 
 /* Appends a tensor (ndim 1 or 2) named by a printf format; checks that its
  * size fits and that the name is new; keeps the totals. */

@@ -34,11 +34,10 @@ rs_status_t rs_layout_trainer_shards_ex(rs_model_h model,
 
     if (cb == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    if ((st = rs__trainer_plan_init(&plan, model, layout, diag)) != RS_OK)
+    if ((st = rs__trainer_plan_init(&plan, model, layout, cuts, flags,
+                                    diag)) != RS_OK)
         return st;
-    plan.cuts = cuts;
-    if ((st = rs__trainer_plan_flags(&plan, flags, diag)) == RS_OK)
-        st = rs__trainer_plan_walk(&plan, rank, cb, ctx, diag);
+    st = rs__trainer_plan_walk(&plan, rank, cb, ctx, diag);
     rs__trainer_plan_free(&plan);
     return st;
 }
@@ -97,15 +96,14 @@ rs_status_t rs_layout_publish_all_ex(rs_model_h model,
 
     if (sources == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL sources");
-    if ((st = rs__trainer_plan_init(&plan, model, layout, diag)) != RS_OK)
+    if ((st = rs__trainer_plan_init(&plan, model, layout, cuts, flags,
+                                    diag)) != RS_OK)
         return st;
     if (rs_sources_create(&scratch) != RS_OK) {
         rs__trainer_plan_free(&plan);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     }
-    plan.cuts = cuts;
     p.sources = scratch;
-    st = rs__trainer_plan_flags(&plan, flags, diag);
     for (int64_t r = 0; st == RS_OK && r < plan.layout.world; r++)
         st = publish_rank(&plan, r, &p);
     if (st == RS_OK)

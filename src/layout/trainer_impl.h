@@ -44,15 +44,14 @@ typedef struct rs_trainer_plan {
     int64_t quant_block[2];
 } rs_trainer_plan_t;
 
-/* Checks a copy of `layout` against the model (a trainer layout only) and
- * classifies every tensor; cuts start NULL. */
+/* Checks a copy of `layout` against the model (a trainer layout only),
+ * classifies every tensor and keeps cuts (may be NULL) and flags; with
+ * RS_LAYOUT_FP8_COPIES reads the model's FP8 spec (a model without one
+ * publishes no copies). */
 rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
-                                  const rs_layout_t *layout, rs_diag_t *diag);
+                                  const rs_layout_t *layout, rs_cuts_h cuts,
+                                  unsigned flags, rs_diag_t *diag);
 void rs__trainer_plan_free(rs_trainer_plan_t *plan);
-/* Sets the flags; with RS_LAYOUT_FP8_COPIES reads the model's FP8 spec
- * (a model without one publishes no copies). */
-rs_status_t rs__trainer_plan_flags(rs_trainer_plan_t *plan, unsigned flags,
-                                   rs_diag_t *diag);
 
 /* Calls cb for every non-empty shard of `rank` (or, with plan->cuts, every
  * sub-box of one), in manifest order, with its packed address. */

@@ -106,7 +106,8 @@ static rs_status_t check_trainer_layout(const rs_layout_t *l, rs_diag_t *diag)
 }
 
 rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
-                                  const rs_layout_t *layout, rs_diag_t *diag)
+                                  const rs_layout_t *layout, rs_cuts_h cuts,
+                                  unsigned flags, rs_diag_t *diag)
 {
     rs_layout_t l;
     rs_status_t st;
@@ -134,20 +135,15 @@ rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
     plan->layout = l;
     plan->tensors = tensors;
     plan->num_tensors = n;
-    plan->cuts = NULL;
-    plan->flags = 0;
-    memset(&plan->quant, 0, sizeof(plan->quant));
-    return RS_OK;
-}
-
-rs_status_t rs__trainer_plan_flags(rs_trainer_plan_t *plan, unsigned flags,
-                                   rs_diag_t *diag)
-{
+    plan->cuts = cuts;
     plan->flags = flags;
+    memset(&plan->quant, 0, sizeof(plan->quant));
     if (!(flags & RS_LAYOUT_FP8_COPIES))
         return RS_OK;
-    return rs__layout_fp8_spec(plan->model, plan->quant_block, diag,
-                               &plan->quant);
+    st = rs__layout_fp8_spec(model, plan->quant_block, diag, &plan->quant);
+    if (st != RS_OK)
+        rs__trainer_plan_free(plan);
+    return st;
 }
 
 void rs__trainer_plan_free(rs_trainer_plan_t *plan)

@@ -46,13 +46,9 @@ rs_status_t rs_layout_write_table_ex(rs_model_h model,
 
     if (out == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL output");
-    if ((st = rs__trainer_plan_init(&plan, model, layout, diag)) != RS_OK)
+    if ((st = rs__trainer_plan_init(&plan, model, layout, cuts, flags,
+                                    diag)) != RS_OK)
         return st;
-    plan.cuts = cuts;
-    if ((st = rs__trainer_plan_flags(&plan, flags, diag)) != RS_OK) {
-        rs__trainer_plan_free(&plan);
-        return st;
-    }
     rs_layout_trainer_session(rank, session, sizeof(session));
     info.agent_name = session;
     info.publisher_step = 0;

@@ -2,23 +2,11 @@
  * manifest lookups that check shapes, parameters, copies into row-major
  * regions of them (each declaring its source's shape and dtype), and the
  * fused and split shapes every part uses. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/checked.h"
 #include "layout/vllm_impl.h"
-
-rs_status_t (rs__vb_fail)(vb_t *b, const char *fmt, ...)
-{
-    char msg[RS_DIAG_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return rs__diag_set(b->diag, RS_ERR_INPUT, "vllm layout, rank %lld: %s",
-                        (long long)b->rank, msg);
-}
 
 rs_op_t rs__vb_narrow(int64_t dim, int64_t start, int64_t length)
 {

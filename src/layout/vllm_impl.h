@@ -76,13 +76,15 @@ rs_status_t rs__vb_quant_copy(vb_t *b, const rs_tensor_info_t *t,
                               const rs_copy_desc_t *c,
                               const rs_param_info_t *p);
 
-/* RS_ERR_INPUT "vllm layout, rank R: <message>". */
-rs_status_t rs__vb_fail(vb_t *b, const char *fmt, ...)
-    RS_PRINTF(2, 3);
-#if defined(__clang_analyzer__) /* see core/diag.h */
+/* RS_ERR_INPUT "vllm layout, rank R: <message>": the message set, then
+ * the rank put in front of it. */
 #define rs__vb_fail(b, ...)                                                  \
-    RS__RETURNS(RS_ERR_INPUT, (rs__vb_fail)((b), __VA_ARGS__))
-#endif
+    rs__vb_failed((b), rs__diag_set((b)->diag, RS_ERR_INPUT, __VA_ARGS__))
+static inline rs_status_t rs__vb_failed(const vb_t *b, rs_status_t st)
+{
+    rs__diag_prefix(b->diag, "vllm layout, rank %lld: ", (long long)b->rank);
+    return st;
+}
 
 /* One source's rows in a parameter fused along dim 0. */
 typedef struct vb_part {

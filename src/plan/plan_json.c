@@ -215,9 +215,40 @@ static void write_exact(plan_out_t *o)
     put_segments(o, segs, n, 1, "  ");
 }
 
-static void put_convert(plan_out_t *o, const rs_convert_t *c)
+/* The last key of a list item, its segments, and the item's end. */
+static int put_item_end(plan_out_t *o, const rs_segment_t *segs, size_t n)
 {
+    jw_lit(o->w, ",\n   \"segments\": ");
+    put_segments(o, segs, n, 0, "    ");
+    jw_lit(o->w, "}");
+    return 1;
+}
+
+/* Writes item i of a plan-level list; 0 when it fails (diag set). */
+typedef int (*put_item_fn)(plan_out_t *o, const void *items, size_t i,
+                           rs_diag_t *diag);
+
+/* A plan-level list: `open` (",\n \"<key>\": ["), then the n items, one a
+ * line, and "]"; 0 as soon as an item fails. */
+static int write_list(plan_out_t *o, const char *open, const void *items,
+                      size_t n, put_item_fn put, rs_diag_t *diag)
+{
+    jw_cstr(o->w, open);
+    for (size_t i = 0; i < n; i++) {
+        jw_raw(o->w, i ? ",\n" : "\n", i ? 2 : 1);
+        if (!put(o, items, i, diag))
+            return 0;
+    }
+    jw_lit(o->w, "]");
+    return 1;
+}
+
+static int put_convert(plan_out_t *o, const void *items, size_t i,
+                       rs_diag_t *diag)
+{
+    const rs_convert_t *c = (const rs_convert_t *)items + i;
     jw_t *w = o->w;
+    (void)diag;
     rs_copy_desc_t copy;
 
     rs_capture_copy(o->capture, c->copy, &copy);
@@ -235,23 +266,7 @@ static void put_convert(plan_out_t *o, const rs_convert_t *c)
     put_dims(w, copy.dest_stride, copy.ndim);
     jw_lit(w, ", \"dest_offset\": ");
     jw_i64(w, copy.dest_offset);
-    jw_lit(w, ",\n   \"segments\": ");
-    put_segments(o, c->segments, c->nsegments, 0, "    ");
-    jw_lit(w, "}");
-}
-
-static void write_converts(plan_out_t *o)
-{
-    size_t n;
-    const rs_convert_t *cv = rs_plan_converts(o->plan, &n);
-    jw_lit(o->w, ",\n \"converts\": [");
-    for (size_t i = 0; i < n; i++) {
-        jw_lit(o->w, "\n");
-        put_convert(o, &cv[i]);
-        if (i + 1 < n)
-            jw_lit(o->w, ",");
-    }
-    jw_lit(o->w, "]");
+    return put_item_end(o, c->segments, c->nsegments);
 }
 
 static const char *staged_kind_name(rs_staged_kind_t k)
@@ -269,9 +284,12 @@ static void jw_seconds(jw_t *w, double v)
     jw_raw(w, tmp, (size_t)n);
 }
 
-static void put_full_pull(plan_out_t *o, const rs_full_pull_t *f)
+static int put_full_pull(plan_out_t *o, const void *items, size_t i,
+                         rs_diag_t *diag)
 {
+    const rs_full_pull_t *f = (const rs_full_pull_t *)items + i;
     jw_t *w = o->w;
+    (void)diag;
     jw_lit(w, "  {\"src\": ");
     jw_str(w, f->src);
     jw_lit(w, ", \"global_shape\": ");
@@ -287,28 +305,13 @@ static void put_full_pull(plan_out_t *o, const rs_full_pull_t *f)
     jw_lit(w, ", \"staging_bytes\": ");
     jw_u64(w, f->staging_bytes);
     jw_lit(w, ",\n   \"copies\": [");
-    for (size_t i = 0; i < f->ncopies; i++) {
-        if (i > 0)
+    for (size_t k = 0; k < f->ncopies; k++) {
+        if (k > 0)
             jw_lit(w, ", ");
-        jw_u64(w, f->copies[i]);
+        jw_u64(w, f->copies[k]);
     }
-    jw_lit(w, "],\n   \"segments\": ");
-    put_segments(o, f->segments, f->nsegments, 0, "    ");
-    jw_lit(w, "}");
-}
-
-static void write_full_pulls(plan_out_t *o)
-{
-    size_t n;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(o->plan, &n);
-    jw_lit(o->w, ",\n \"full_pulls\": [");
-    for (size_t i = 0; i < n; i++) {
-        jw_lit(o->w, "\n");
-        put_full_pull(o, &fp[i]);
-        if (i + 1 < n)
-            jw_lit(o->w, ",");
-    }
-    jw_lit(o->w, "]");
+    jw_lit(w, "]");
+    return put_item_end(o, f->segments, f->nsegments);
 }
 
 /* A derived copy's definition, as the capture format writes copies (it is
@@ -335,9 +338,10 @@ static void put_quant_spec(plan_out_t *o, size_t copy)
     jw_str(o->w, spec);
 }
 
-static int put_quantized(plan_out_t *o, const rs_quantized_t *q,
+static int put_quantized(plan_out_t *o, const void *items, size_t i,
                          rs_diag_t *diag)
 {
+    const rs_quantized_t *q = (const rs_quantized_t *)items + i;
     jw_t *w = o->w;
     int planned = q->weight_copy != SIZE_MAX;
     jw_lit(w, "  {\"copy\": ");
@@ -375,10 +379,7 @@ static int put_quantized(plan_out_t *o, const rs_quantized_t *q,
             return 0;
         jw_lit(w, "]");
     }
-    jw_lit(w, ",\n   \"segments\": ");
-    put_segments(o, q->segments, q->nsegments, 0, "    ");
-    jw_lit(w, "}");
-    return 1;
+    return put_item_end(o, q->segments, q->nsegments);
 }
 
 static int write_quantized(plan_out_t *o, rs_diag_t *diag)
@@ -387,16 +388,7 @@ static int write_quantized(plan_out_t *o, rs_diag_t *diag)
     const rs_quantized_t *q = rs_plan_quantized(o->plan, &n);
     if (n == 0) /* plans without quantized copies keep their key set */
         return 1;
-    jw_lit(o->w, ",\n \"quantized\": [");
-    for (size_t i = 0; i < n; i++) {
-        jw_lit(o->w, "\n");
-        if (!put_quantized(o, &q[i], diag))
-            return 0;
-        if (i + 1 < n)
-            jw_lit(o->w, ",");
-    }
-    jw_lit(o->w, "]");
-    return 1;
+    return write_list(o, ",\n \"quantized\": [", q, n, put_quantized, diag);
 }
 
 static void write_fallback(plan_out_t *o)
@@ -533,8 +525,11 @@ static rs_status_t write_document(plan_out_t *o, rs_diag_t *diag)
 {
     jw_lit(o->w, "{\"schema\": \"reshard.plan.v2\"");
     write_exact(o);
-    write_converts(o);
-    write_full_pulls(o);
+    size_t n;
+    const rs_convert_t *cv = rs_plan_converts(o->plan, &n);
+    write_list(o, ",\n \"converts\": [", cv, n, put_convert, NULL);
+    const rs_full_pull_t *fp = rs_plan_full_pulls(o->plan, &n);
+    write_list(o, ",\n \"full_pulls\": [", fp, n, put_full_pull, NULL);
     rs_diag_t qd = {RS_OK, ""};
     if (!write_quantized(o, &qd)) {
         if (diag != NULL)

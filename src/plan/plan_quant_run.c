@@ -36,15 +36,22 @@ static rs_status_t walk_box(rs_planner_t *b, rs_pquant_t *pq, uint32_t id)
     return RS_OK;
 }
 
+/* The selected quantized copy after pq (NULL: the first); NULL past the
+ * last. */
+static rs_pquant_t *next_selected(rs_qexp_t *qx, const rs_pquant_t *pq)
+{
+    size_t i = pq == NULL ? 0 : (size_t)(pq - qx->q) + 1;
+    while (i < qx->nq && !qx->q[i].selected)
+        i++;
+    return i < qx->nq ? &qx->q[i] : NULL;
+}
+
 rs_status_t rs__quant_plan(rs_planner_t *b)
 {
-    rs_qexp_t *qx = b->quant;
     rs_status_t st = RS_OK;
-    for (size_t i = 0; st == RS_OK && i < qx->nq; i++) {
-        rs_pquant_t *pq = &qx->q[i];
+    for (rs_pquant_t *pq = next_selected(b->quant, NULL);
+         st == RS_OK && pq != NULL; pq = next_selected(b->quant, pq)) {
         uint32_t id;
-        if (!pq->selected)
-            continue;
         b->plan->stats.copies_selected++;
         st = rs__planner_psrc(b, b->cap->copies[pq->copy].src_id, &id);
         if (st != RS_OK)
@@ -173,12 +180,9 @@ static rs_status_t restate(rs_planner_t *b)
 
 rs_status_t rs__quant_assemble(rs_planner_t *b)
 {
-    rs_qexp_t *qx = b->quant;
     rs_status_t st = RS_OK;
-    for (size_t i = 0; st == RS_OK && i < qx->nq; i++) {
-        rs_pquant_t *pq = &qx->q[i];
-        if (!pq->selected)
-            continue;
+    for (rs_pquant_t *pq = next_selected(b->quant, NULL);
+         st == RS_OK && pq != NULL; pq = next_selected(b->quant, pq)) {
         pq->live = quant_live(b, pq);
         if (pq->path == RS_QUANT_PATH_PUBLISHER && pq->refused == NULL)
             b->plan->stats.copies_planned -=
