@@ -309,13 +309,6 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     return check_group(a);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- the independent check ------------------------------------------- */
 
 typedef struct src_copy {
@@ -547,7 +540,7 @@ static void run_check(pull_state_t *s, pull_outcome_t *o)
 {
     rs_diag_t diag;
     const char *src = "?";
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     rs_diag_clear(&diag);
     o->checked = 1;
     rs_status_t st = expected_contents(s, o->version, &diag, &src);
@@ -559,7 +552,7 @@ static void run_check(pull_state_t *s, pull_outcome_t *o)
     } else {
         o->check_ok = compare(s, o->error, sizeof(o->error));
     }
-    o->check_s = now_s() - t0;
+    o->check_s = rs_clock_seconds() - t0;
 }
 
 /* ---- setting up and pulling ------------------------------------------ */
@@ -736,7 +729,7 @@ static void *tick_main(void *arg)
             until.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&t->done_cv, &t->lock, &until);
-        double el = now_s() - t->t0;
+        double el = rs_clock_seconds() - t->t0;
         if (!t->done && el >= 1.0 && t->have_progress) {
             const rs_progress_t *p = &t->progress;
             char done[RS_UNITS_TEXT_MAX], total[RS_UNITS_TEXT_MAX];
@@ -772,7 +765,7 @@ static void ticker_start(ticker_t *t, int64_t rank, int64_t version)
     pthread_cond_init(&t->done_cv, NULL);
     t->rank = rank;
     t->version = version;
-    t->t0 = now_s();
+    t->t0 = rs_clock_seconds();
     t->running = pthread_create(&t->thread, NULL, tick_main, t) == 0;
     if (t->running)
         active_ticker = t;
@@ -810,9 +803,9 @@ static void pull_one(const pull_args_t *a, pull_state_t *s, int64_t version,
     o->version = version;
     rs_diag_clear(&diag);
     ticker_start(&tick, (int64_t)a->rank, version);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     rs_status_t st = rs_receiver_pull(s->recv, version, &diag, &o->res);
-    o->wall_s = now_s() - t0;
+    o->wall_s = rs_clock_seconds() - t0;
     ticker_stop(&tick, o);
     if (st != RS_OK) {
         snprintf(o->error, sizeof(o->error), "%s",
