@@ -17,16 +17,17 @@ DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
                clang clang-tidy cppcheck libclang-rt-14-dev \
                iproute2 procps python3-torch python3-pytest
 
-# The tests that start threads: local-mt's pool, the executor over it, the
-# publisher's heartbeat and UCX progress threads, the directory's racing
-# publishers, the receiver's lease renewal during failovers, the
-# executor's stage pool in pipelined runs, the arenas' exposers.
+# The tests that start threads: the worker pool, local-mt and the executor
+# over it, the publisher's heartbeat and UCX progress threads, the
+# directory's racing publishers, the receiver's lease renewal during
+# failovers, the executor's stage pool in pipelined runs, the arenas'
+# exposers.
 # The TSan tree builds only these programs (and what they link); test_lease
 # and test_transport run as ctest tests per part (tests/CMakeLists.txt).
-TSAN_PROGRAMS = test_arena test_transport test_exec test_pipeline test_refit \
-                test_dir test_lease test_stage test_plan_threads \
+TSAN_PROGRAMS = test_arena test_pool test_transport test_exec test_pipeline \
+                test_refit test_dir test_lease test_stage test_plan_threads \
                 test_unregister test_memory_types test_replicas test_dry_run
-TSAN_TESTS = ^(test_arena|test_transport_.+|test_exec|test_pipeline|test_refit|test_dir|test_lease_.+|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run)$$
+TSAN_TESTS = ^(test_arena|test_pool|test_transport_.+|test_exec|test_pipeline|test_refit|test_dir|test_lease_.+|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run)$$
 # UCX's memory hooks (libucm) intercept madvise() as glibc frees a finished
 # thread's stack, after TSan has torn down that thread's state, and crash
 # there. We do not use UCX memory events (buffers are registered explicitly),

@@ -58,14 +58,14 @@ static double read_all(rs_dir_h dir, uint64_t *bytes_p)
     rs_diag_clear(&d);
     uint64_t r0, b0, r1, b1;
     rs__dir_cuts_reads(dir, &r0, &b0);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     check(rs_dir_read_cuts(dir, MODEL, &d, &recs, &n), &d, "read_cuts");
     for (size_t i = 0; i < n; i++) {
         check(rs_cuts_read_json(recs[i].json, recs[i].len, "record", &d,
                                 &one), &d, "rs_cuts_read_json");
         rs_cuts_destroy(one);
     }
-    double t = now_s() - t0;
+    double t = rs_clock_seconds() - t0;
     rs_dir_cuts_free(recs, n);
     rs__dir_cuts_reads(dir, &r1, &b1);
     *bytes_p = b1 - b0;
@@ -79,12 +79,12 @@ static double list_only(rs_dir_h dir)
     size_t n = 0;
     rs_diag_t d;
     rs_diag_clear(&d);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     for (int k = 0; k < ROUNDS_LIST; k++) {
         check(rs_dir_list_cuts(dir, MODEL, &d, &s, &n), &d, "list_cuts");
         free(s);
     }
-    return (now_s() - t0) / ROUNDS_LIST;
+    return (rs_clock_seconds() - t0) / ROUNDS_LIST;
 }
 
 /* One record changed: the listing, then that record read and parsed. */
@@ -98,13 +98,13 @@ static double one_changed(rs_dir_h dir, const char *holder, uint64_t *bytes_p)
     rs_diag_clear(&d);
     uint64_t r0, b0, r1, b1;
     rs__dir_cuts_reads(dir, &r0, &b0);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     check(rs_dir_list_cuts(dir, MODEL, &d, &s, &n), &d, "list_cuts");
     check(rs_dir_read_cuts_of(dir, MODEL, &holder, 1, &d, &recs, &nr), &d,
           "read_cuts_of");
     check(rs_cuts_read_json(recs[0].json, recs[0].len, "record", &d, &one),
           &d, "rs_cuts_read_json");
-    double t = now_s() - t0;
+    double t = rs_clock_seconds() - t0;
     rs_cuts_destroy(one);
     rs_dir_cuts_free(recs, nr);
     free(s);
@@ -141,15 +141,15 @@ int main(int argc, char **argv)
         size_t len = 0;
         char holder[64], *rec = rank_record(m, &l, r, &len);
         snprintf(holder, sizeof(holder), "rank%lld", (long long)r);
-        double t0 = now_s();
+        double t0 = rs_clock_seconds();
         check(rs_dir_put_cuts(dir, MODEL, holder, rec, len, &d), &d, "put");
-        put_s += now_s() - t0;
+        put_s += rs_clock_seconds() - t0;
         if (r == 0) { /* announcing the same bytes again writes nothing */
-            t0 = now_s();
+            t0 = rs_clock_seconds();
             check(rs_dir_put_cuts(dir, MODEL, holder, rec, len, &d), &d,
                   "put again");
             printf("  re-announcing rank 0's record unchanged: %.4f s\n",
-                   now_s() - t0);
+                   rs_clock_seconds() - t0);
         }
         free(rec);
         min = len < min ? len : min;

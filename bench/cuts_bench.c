@@ -159,9 +159,9 @@ static void plan_rank(rs_model_h m, const rs_layout_t *infer,
     check(rs_layout_capture(m, infer, r, &d, &cap, &padding), &d, "capture");
     rs_plan_params_init(&pp);
     pp.replica_salt = (uint64_t)r;
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     check(rs_plan_build(cap, src, &pp, &d, &plan), &d, "rs_plan_build");
-    f->plan_s = now_s() - t0;
+    f->plan_s = rs_clock_seconds() - t0;
     if (!rs_plan_is_complete(plan)) {
         fprintf(stderr, "cuts_bench: rank %lld: incomplete plan\n",
                 (long long)r);
@@ -311,9 +311,9 @@ static void run(const char *dir, const scenario_t *s)
     printf("%s: %s (%lld ranks) -> %s (%lld ranks)\n", s->config, s->train,
            (long long)train.world, s->infer, (long long)infer.world);
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     check(rs_layout_infer_cuts(m, &infer, &d, &cuts), &d, "infer_cuts");
-    double cuts_s = now_s() - t0;
+    double cuts_s = rs_clock_seconds() - t0;
     check(rs_sources_create(&whole), &d, "rs_sources_create");
     check(rs_sources_create(&cut), &d, "rs_sources_create");
     check(rs_layout_publish_all(m, &train, whole, &d), &d, "publish_all");

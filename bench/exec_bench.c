@@ -96,9 +96,9 @@ static void run_memcpy(void *ctx)
 
 static double time_once(bench_fn fn, void *ctx)
 {
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     fn(ctx);
-    return now_s() - t0;
+    return rs_clock_seconds() - t0;
 }
 
 /* Best of REPEATS for an operation and for a memcpy of `base_bytes`,

@@ -132,9 +132,9 @@ static figures_t measure(const world_t *w, rs_transport_h t, int serial)
         check(rs_exec_bind(x, (size_t)k, w->param[k], w->pbytes[k],
                            RS_MEM_HOST, &diag), &diag, "bind");
     for (int r = 0; r <= REPEATS; r++) {
-        double t0 = now_s();
+        double t0 = rs_clock_seconds();
         check(rs_exec_run(x, &diag), &diag, "run");
-        double wall = now_s() - t0;
+        double wall = rs_clock_seconds() - t0;
         rs_exec_stages(x, &sg);
         if (r == 0)
             continue;
@@ -155,9 +155,9 @@ static double memcpy_s(uint64_t bytes)
     memset(a, 1, bytes);
     memset(b, 2, bytes);
     for (int r = 0; r < REPEATS; r++) {
-        double t0 = now_s();
+        double t0 = rs_clock_seconds();
         memcpy(b, a, bytes);
-        double t = now_s() - t0;
+        double t = rs_clock_seconds() - t0;
         best = t < best ? t : best;
     }
     free(a);

@@ -163,10 +163,10 @@ static run_result_t time_build(rs_capture_h cap, rs_sources_h src,
     for (int i = 0; i < REPEATS; i++) {
         rs_plan_h plan;
         rs_diag_clear(&diag);
-        double t0 = now_s();
+        double t0 = rs_clock_seconds();
         check(rs_plan_build(cap, src, &params, &diag, &plan), &diag,
               "rs_plan_build");
-        double dt = now_s() - t0;
+        double dt = rs_clock_seconds() - t0;
         if (dt < r.best_s)
             r.best_s = dt;
         r.segments = count_segments(plan, &r.full_pulls);
@@ -192,10 +192,10 @@ static double memcpy_records_per_s(size_t nrecords)
     memset(a, 0x5a, bytes);
     memset(b, 0, bytes);
     for (int i = 0; i < REPEATS; i++) {
-        double t0 = now_s();
+        double t0 = rs_clock_seconds();
         memcpy(b, a, bytes);
         __asm__ __volatile__("" : : "r"(b) : "memory");
-        double dt = now_s() - t0;
+        double dt = rs_clock_seconds() - t0;
         if (dt < best)
             best = dt;
     }
@@ -224,7 +224,7 @@ static void report(const char *label, const run_result_t *r, size_t ncopies,
 
 int main(void)
 {
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     rs_sources_h src = make_sources();
     rs_capture_h cap = make_capture();
     size_t ncopies = rs_capture_num_copies(cap);
@@ -232,7 +232,7 @@ int main(void)
     printf("plan_bench: %zu copies, %d sources [%d, %d] bf16, %zu shards over "
            "%d sessions (setup %.2f s)\n",
            ncopies, NSOURCES, ROWS, COLS, rs_sources_num_shards(src),
-           NSESSIONS, now_s() - t0);
+           NSESSIONS, rs_clock_seconds() - t0);
     run_result_t exact = time_build(cap, src, INT64_MAX);
     run_result_t bounded = time_build(cap, src, 16);
     double baseline = memcpy_records_per_s(exact.segments);

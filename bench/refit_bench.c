@@ -174,7 +174,7 @@ static sample_t read_once(const bench_t *b, int64_t version)
     memset(&x, 0, sizeof(x));
     rs_diag_clear(&diag);
     check(rs_dir_open(b->url, &diag, &dir), &diag, "rs_dir_open");
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = rs_clock_seconds(), c0 = cpu_s();
     for (int64_t r = 0; r < b->train.world; r++) {
         rs_dir_entry_t *e;
         size_t n;
@@ -182,7 +182,7 @@ static sample_t read_once(const bench_t *b, int64_t version)
               &diag, "rs_dir_read_slot");
         rs_dir_entries_free(e, n);
     }
-    x.wall = now_s() - t0;
+    x.wall = rs_clock_seconds() - t0;
     x.cpu = cpu_s() - c0;
     rs_dir_close(dir);
     return x;
@@ -196,11 +196,11 @@ static sample_t parse_once(const bench_t *b, size_t *shards_p)
     memset(&x, 0, sizeof(x));
     rs_diag_clear(&diag);
     check(rs_sources_create(&s), &diag, "rs_sources_create");
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = rs_clock_seconds(), c0 = cpu_s();
     for (int64_t r = 0; r < b->train.world; r++)
         check(rs_sources_load_string(s, b->tables[r], b->lens[r], "table",
                                      &diag), &diag, "load");
-    x.wall = now_s() - t0;
+    x.wall = rs_clock_seconds() - t0;
     x.cpu = cpu_s() - c0;
     *shards_p = rs_sources_num_shards(s);
     rs_sources_destroy(s);
@@ -403,9 +403,9 @@ int main(int argc, char **argv)
         return 2;
     }
     setup(&b);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     publish_versions(&b);
-    double t_pub = now_s() - t0;
+    double t_pub = rs_clock_seconds() - t0;
     char size[RS_UNITS_TEXT_MAX];
     printf("refit_bench: %s, %s -> %s, inference rank %lld\n", b.config,
            b.train_spec, b.infer_spec, (long long)b.rank);

@@ -104,15 +104,15 @@ static void plan_rank(rs_model_h m, const rs_layout_t *infer,
     rs_diag_t d;
     uint64_t padding = 0;
     rs_diag_clear(&d);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     check(rs_layout_capture(m, infer, r, &d, &cap, &padding), &d,
           "rs_layout_capture");
-    double t1 = now_s();
+    double t1 = rs_clock_seconds();
     rs_plan_params_init(&pp);
     pp.replica_salt = (uint64_t)r;
     double c1 = cpu_s();
     check(rs_plan_build(cap, src, &pp, &d, &plan), &d, "rs_plan_build");
-    double t2 = now_s();
+    double t2 = rs_clock_seconds();
     f->plan_cpu_s = cpu_s() - c1;
     check_coverage(plan, t, r, padding);
     rs_plan_stats(plan, &st);
@@ -209,11 +209,11 @@ static void run(const char *dir, const scenario_t *s)
            : s->flags & RS_LAYOUT_FP8_COPIES ? ", FP8, publisher-side copies"
                                              : ", FP8, receiver-side only");
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     check(rs_sources_create(&src), &d, "rs_sources_create");
     check(rs_layout_publish_all_ex(m, &train, NULL, s->flags, src, &d), &d,
           "publish_all");
-    double publish_s = now_s() - t0;
+    double publish_s = rs_clock_seconds() - t0;
     check(rs_transport_create(NULL, &d, &t), &d, "rs_transport_create");
     rank_fig_t *f = calloc((size_t)infer.world, sizeof(rank_fig_t));
     if (f == NULL)

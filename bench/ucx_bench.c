@@ -163,10 +163,10 @@ static double our_bandwidth(rs_transport_h t, uint8_t *dst, uint64_t size,
     rs_read_t r = {0, 0x10000000, dst, size};
     for (unsigned i = 0; i < 3; i++)
         run(t, &r, 1);
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     for (unsigned i = 0; i < iters; i++)
         run(t, &r, 1);
-    double dt = now_s() - t0;
+    double dt = rs_clock_seconds() - t0;
     if (dst[size - 1] != (uint8_t)((size - 1) * 131 + 7)) {
         fprintf(stderr, "read: wrong bytes\n");
         exit(1);
@@ -282,13 +282,13 @@ static double small_reads(rs_transport_h t, rs_read_t *r)
 {
     rs_diag_t d;
     run(t, r, SMALL_READS); /* warm-up */
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     if (rs_transport_post(t, r, SMALL_READS, &d) != RS_OK ||
         rs_transport_wait(t, 60, &d) != RS_OK) {
         fprintf(stderr, "small reads: %s\n", d.msg);
         exit(1);
     }
-    return (now_s() - t0) / SMALL_READS * 1e9;
+    return (rs_clock_seconds() - t0) / SMALL_READS * 1e9;
 }
 
 static void small_section(const char *tls, rs_transport_h t[2])

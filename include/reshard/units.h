@@ -1,9 +1,11 @@
 /* How reshard writes quantities for people: sizes in B, KiB, MiB, GiB,
- * TiB (powers of 1024), rates in GB/s (10^9 bytes per second), never in
- * scientific notation. Every human-facing line of the library and the CLI
- * goes through these two, so a quantity has one unit everywhere. JSON
+ * TiB (powers of 1024), rates in GB/s (10^9 bytes per second), durations
+ * in us, ms and s, never in scientific notation; and the monotonic clock
+ * that durations are measured on. Human-facing lines of the library and
+ * the CLI go through these, so a quantity has one unit everywhere. JSON
  * records carry plain numbers under keys that name their unit instead.
- * Threads: both write only the caller's buffer: callable from any thread. */
+ * Threads: each writes only the caller's buffer: callable from any
+ * thread. */
 #ifndef RESHARD_UNITS_H
 #define RESHARD_UNITS_H
 
@@ -15,7 +17,8 @@
 extern "C" {
 #endif
 
-/* Longest text either function writes, with its terminator. */
+/* Longest text a formatter here writes, with its terminator (a duration
+ * longer than 10^40 s is cut short). */
 #define RS_UNITS_TEXT_MAX 48
 
 /* "136 B", "1.50 KiB", "3.27 MiB", "12.4 GiB": three significant digits
@@ -26,6 +29,16 @@ RS_API const char *rs_format_bytes(char *buf, size_t len, uint64_t bytes);
  * digits, down to a byte per second; an unmeasurably fast rate (no time
  * elapsed) reads "more than 10^12 GB/s". Returns buf. */
 RS_API const char *rs_format_rate(char *buf, size_t len, double bytes_per_s);
+
+/* "850 us", "14.4 ms", "2.31 s": whole microseconds below a millisecond,
+ * milliseconds to one decimal below a second, then seconds to two
+ * decimals; zero or less reads "0 s". Returns buf (cut short to fit
+ * len >= 1). */
+RS_API const char *rs_format_seconds(char *buf, size_t len, double seconds);
+
+/* Seconds on CLOCK_MONOTONIC: an arbitrary origin, so only differences
+ * mean anything; never goes back when the wall clock is set. */
+RS_API double rs_clock_seconds(void);
 
 #ifdef __cplusplus
 }

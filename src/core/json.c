@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/checked.h"
+#include "core/diag.h"
 #include "core/env.h"
 #include "core/json.h"
 
@@ -367,18 +368,14 @@ rs_status_t rs__json_check_numel(rs_json_ctx_t *c, const int64_t *dims, int n,
 {
     int64_t numel, bytes;
     char text[RS_JSON_PATH_MAX];
-    size_t used = 0;
 
     if (rs__numel(dims, n, &numel) && rs__mul_i64(numel, (int64_t)elsize, &bytes))
         return RS_OK;
-    text[0] = '\0';
-    for (int i = 0; i < n && used + 24 < sizeof(text); i++)
-        used += (size_t)snprintf(text + used, sizeof(text) - used, "%s%lld",
-                                 i ? ", " : "", (long long)dims[i]);
+    rs__format_dims(text, sizeof(text), dims, n);
     if (elsize > 1)
-        return rs__json_fail(c, "shape [%s] overflows: its size in bytes (%zu "
+        return rs__json_fail(c, "shape %s overflows: its size in bytes (%zu "
                             "per element) exceeds 2^63-1", text, elsize);
-    return rs__json_fail(c, "shape [%s] overflows: its element count exceeds "
+    return rs__json_fail(c, "shape %s overflows: its element count exceeds "
                         "2^63-1", text);
 }
 

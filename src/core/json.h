@@ -129,12 +129,4 @@ rs_status_t rs__json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
 rs_status_t rs__json_check_schema(rs_json_ctx_t *c, const json_t *obj,
                                  const char *schema);
 
-/* Writing (json_write.c): the one string escaper every JSON writer uses.
- * rs_json_quoted_len is the length of s as a quoted, escaped literal;
- * rs_json_quote writes exactly that many bytes (no NUL) to dst;
- * rs_json_put_string writes the literal to out (errors stay in ferror). */
-size_t rs__json_quoted_len(const char *s);
-void rs__json_quote(char *dst, const char *s);
-void rs__json_put_string(FILE *out, const char *s);
-
 #endif

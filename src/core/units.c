@@ -1,6 +1,8 @@
-/* Sizes and rates as people read them (include/reshard/units.h). */
+/* Sizes, rates and durations as people read them, and the clock durations
+ * are measured on (include/reshard/units.h). */
 #include <stdio.h>
 
+#include "core/clock.h"
 #include "reshard/units.h"
 
 const char *rs_format_bytes(char *buf, size_t len, uint64_t bytes)
@@ -34,3 +36,18 @@ const char *rs_format_rate(char *buf, size_t len, double bytes_per_s)
         snprintf(buf, len, "%.*f GB/s", decimals, g < 0 ? 0.0 : g);
     return buf;
 }
+
+const char *rs_format_seconds(char *buf, size_t len, double seconds)
+{
+    if (seconds <= 0)
+        snprintf(buf, len, "0 s");
+    else if (seconds < 1e-3)
+        snprintf(buf, len, "%.0f us", seconds * 1e6);
+    else if (seconds < 1)
+        snprintf(buf, len, "%.1f ms", seconds * 1e3);
+    else
+        snprintf(buf, len, "%.2f s", seconds);
+    return buf;
+}
+
+double rs_clock_seconds(void) { return rs__now_s(); }

@@ -12,7 +12,7 @@
 #include "core/diag.h"
 #include "core/memory.h"
 #include "exec/exec_impl.h"
-#include "exec/pool.h"
+#include "core/pool.h"
 #include "core/convert.h"
 #include "reshard/units.h"
 

@@ -8,7 +8,7 @@
 #include "core/clock.h"
 #include "core/diag.h"
 #include "exec/exec_impl.h"
-#include "exec/pool.h"
+#include "core/pool.h"
 
 /* Posts wave w and waits for it, timed into the wire stage. */
 static rs_status_t wire_wave(rs_exec_h x, size_t w, rs_diag_t *diag)

@@ -9,7 +9,7 @@
 #include "core/convert.h"
 #include "core/diag.h"
 #include "exec/exec_impl.h"
-#include "exec/pool.h"
+#include "core/pool.h"
 #include "exec/transport_impl.h"
 
 rs_status_t rs__exec_copy(const rs_xcopy_t *c)
@@ -22,7 +22,8 @@ rs_status_t rs__exec_pool(rs_exec_h x, rs_diag_t *diag)
 {
     if (x->pool != NULL)
         return RS_OK;
-    return rs__pool_create(rs__transport_workers(x->t), diag, &x->pool);
+    return rs__pool_create(rs__transport_workers(x->t), "exec", diag,
+                           &x->pool);
 }
 
 /* The first failure of a job wins; later tasks are skipped. */

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "core/json_write.h"
 #include "model/capture_quant_json.h"
 
 static const struct {
@@ -208,14 +209,6 @@ rs_status_t rs__capture_json_quant_fail(rs_json_ctx_t *c,
     return st;
 }
 
-static void put_ints(FILE *out, const int64_t *v, int n)
-{
-    putc('[', out);
-    for (int i = 0; i < n; i++)
-        fprintf(out, i > 0 ? ", %" PRId64 : "%" PRId64, v[i]);
-    putc(']', out);
-}
-
 void rs__capture_put_quant(FILE *out, const rs_quant_desc_t *q)
 {
     fputs(", \"quant\": {\"scheme\": ", out);
@@ -224,14 +217,14 @@ void rs__capture_put_quant(FILE *out, const rs_quant_desc_t *q)
     rs__json_put_string(out, rs_dtype_name(q->format));
     if (q->scheme == RS_QUANT_FP8_BLOCK) {
         fputs(", \"block\": ", out);
-        put_ints(out, q->block, q->block_ndim);
+        rs__json_put_ints(out, q->block, (size_t)q->block_ndim);
     }
     fputs(", \"scale\": {\"param\": ", out);
     rs__json_put_string(out, q->scale_param);
     fprintf(out, ", \"dest_offset\": %" PRId64 ", \"dest_shape\": ",
             q->scale_offset);
-    put_ints(out, q->scale_shape, q->scale_ndim);
+    rs__json_put_ints(out, q->scale_shape, (size_t)q->scale_ndim);
     fputs(", \"dest_stride\": ", out);
-    put_ints(out, q->scale_stride, q->scale_ndim);
+    rs__json_put_ints(out, q->scale_stride, (size_t)q->scale_ndim);
     fputs("}}", out);
 }

@@ -2,23 +2,20 @@
  * to the FILE* (captures of large models hold many thousands of copies), one
  * parameter or copy per line, so that a written capture loads back into the
  * same capture and writes out byte for byte the same text. */
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/diag.h"
-#include "core/json.h"
+#include "core/json_write.h"
 #include "model/capture_impl.h"
 #include "model/capture_quant_json.h"
 #include "reshard/capture.h"
-
-static void put_int(FILE *out, int64_t v) { fprintf(out, "%" PRId64, v); }
 
 /* ", v": the next array element */
 static void put_next(FILE *out, int64_t v)
 {
     fputs(", ", out);
-    put_int(out, v);
+    rs__json_put_int(out, v);
 }
 
 /* ", v" or ", null" */
@@ -28,17 +25,6 @@ static void put_opt(FILE *out, int given, int64_t v)
         put_next(out, v);
     else
         fputs(", null", out);
-}
-
-static void put_ints(FILE *out, const int64_t *v, size_t n)
-{
-    putc('[', out);
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0)
-            fputs(", ", out);
-        put_int(out, v[i]);
-    }
-    putc(']', out);
 }
 
 /* ", a0, a1, ..." for the first n fixed arguments. */
@@ -52,12 +38,12 @@ static void put_key(FILE *out, const rs_key_t *k)
 {
     switch (k->kind) {
     case RS_KEY_INDEX:
-        put_int(out, k->index);
+        rs__json_put_int(out, k->index);
         break;
     case RS_KEY_SLICE:
         putc('[', out);
         if (k->has_start)
-            put_int(out, k->start);
+            rs__json_put_int(out, k->start);
         else
             fputs("null", out);
         put_opt(out, k->has_stop, k->stop);
@@ -133,19 +119,19 @@ static void put_op_args(FILE *out, const rs_op_t *op)
     case RS_OP_VIEW:
     case RS_OP_RESHAPE:
         fputs(", ", out);
-        put_ints(out, op->list, op->nlist);
+        rs__json_put_ints(out, op->list, op->nlist);
         break;
     case RS_OP_UNFLATTEN:
         put_args(out, op, 1);
         fputs(", ", out);
-        put_ints(out, op->list, op->nlist);
+        rs__json_put_ints(out, op->list, op->nlist);
         break;
     case RS_OP_SPLIT:
         fputs(", ", out);
         if (op->nlist > 0)
-            put_ints(out, op->list, op->nlist);
+            rs__json_put_ints(out, op->list, op->nlist);
         else
-            put_int(out, op->arg[0]);
+            rs__json_put_int(out, op->arg[0]);
         put_next(out, op->arg[1]);
         put_next(out, op->arg[2]);
         break;
@@ -176,11 +162,11 @@ static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
     fputs("], \"param\": ", out);
     rs__json_put_string(out, c->param);
     fputs(", \"dest_offset\": ", out);
-    put_int(out, c->dest_offset);
+    rs__json_put_int(out, c->dest_offset);
     fputs(", \"dest_shape\": ", out);
-    put_ints(out, c->dest_shape, (size_t)c->ndim);
+    rs__json_put_ints(out, c->dest_shape, (size_t)c->ndim);
     fputs(", \"dest_stride\": ", out);
-    put_ints(out, c->dest_stride, (size_t)c->ndim);
+    rs__json_put_ints(out, c->dest_stride, (size_t)c->ndim);
     fputs(", \"dest_dtype\": ", out);
     rs__json_put_string(out, rs_dtype_name(c->dest_dtype));
     if (c->quant != NULL)
@@ -196,7 +182,7 @@ static void put_shaped(FILE *out, size_t i, const char *name, int ndim,
     fputs(i > 0 ? ",\n  " : "\n  ", out);
     rs__json_put_string(out, name);
     fputs(": {\"shape\": ", out);
-    put_ints(out, shape, (size_t)ndim);
+    rs__json_put_ints(out, shape, (size_t)ndim);
     fputs(", \"dtype\": ", out);
     rs__json_put_string(out, rs_dtype_name(dtype));
     putc('}', out);
@@ -256,7 +242,7 @@ rs_status_t rs_capture_write_json(rs_capture_h capture, FILE *out,
     fputs("],\n", out);
     put_unsupported(out, capture);
     fputs(" \"unattributed\": ", out);
-    put_int(out, capture->unattributed);
+    rs__json_put_int(out, capture->unattributed);
     fputs("}\n", out);
     if (fflush(out) != 0 || ferror(out))
         return rs__diag_set(diag, RS_ERR_IO, "writing the capture failed");

@@ -5,28 +5,20 @@
 #include <stdio.h>
 
 #include "core/diag.h"
-#include "core/json.h"
+#include "core/json_write.h"
 #include "model/cuts_impl.h"
-
-static void put_ints(FILE *out, const int64_t *v, size_t n)
-{
-    fputc('[', out);
-    for (size_t i = 0; i < n; i++)
-        fprintf(out, "%s%lld", i ? ", " : "", (long long)v[i]);
-    fputc(']', out);
-}
 
 static void put_tensor(FILE *out, const rs_cut_tensor_t *t, int first)
 {
     fputs(first ? "\n  {\"name\": " : ",\n  {\"name\": ", out);
     rs__json_put_string(out, t->name);
     fputs(", \"shape\": ", out);
-    put_ints(out, t->shape, (size_t)t->ndim);
+    rs__json_put_ints(out, t->shape, (size_t)t->ndim);
     fputs(", \"cuts\": [", out);
     for (int d = 0; d < t->ndim; d++) {
         if (d > 0)
             fputs(", ", out);
-        put_ints(out, t->dims[d].at, t->dims[d].at_len);
+        rs__json_put_ints(out, t->dims[d].at, t->dims[d].at_len);
     }
     fputs("]}", out);
 }

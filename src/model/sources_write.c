@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/diag.h"
-#include "core/json.h"
+#include "core/json_write.h"
 #include "reshard/sources.h"
 
 struct rs_table_writer {
@@ -17,14 +17,6 @@ struct rs_table_writer {
     char *open_tensor; /* name of the tensor entry still open, or NULL */
     size_t tensors;
 };
-
-static void put_dims(FILE *out, const int64_t *dims, int n)
-{
-    fputc('[', out);
-    for (int i = 0; i < n; i++)
-        fprintf(out, "%s%lld", i ? ", " : "", (long long)dims[i]);
-    fputc(']', out);
-}
 
 static void put_opt(FILE *out, const char *key, const char *value)
 {
@@ -72,7 +64,7 @@ static int open_tensor(rs_table_writer_h w, const rs_shard_desc_t *d)
     fputs(", \"dtype\": ", w->out);
     rs__json_put_string(w->out, rs_dtype_torch_name(d->dtype));
     fprintf(w->out, ", \"elsize\": %zu, \"full_shape\": ", d->elsize);
-    put_dims(w->out, d->full_shape, d->ndim);
+    rs__json_put_ints(w->out, d->full_shape, (size_t)d->ndim);
     fputs(", \"shards\": [", w->out);
     return 1;
 }
@@ -91,9 +83,9 @@ rs_status_t rs_table_writer_add(rs_table_writer_h w,
     rs__json_put_string(w->out, d->session);
     fprintf(w->out, ", \"device_id\": %lld, \"addr\": %llu, \"shard_offset\": ",
             (long long)d->device_id, (unsigned long long)d->addr);
-    put_dims(w->out, d->offset, d->ndim);
+    rs__json_put_ints(w->out, d->offset, (size_t)d->ndim);
     fputs(", \"shape\": ", w->out);
-    put_dims(w->out, d->shape, d->ndim);
+    rs__json_put_ints(w->out, d->shape, (size_t)d->ndim);
     if (d->digest != NULL && d->digest[0] != '\0')
         put_opt(w->out, "digest", d->digest);
     fputc('}', w->out);

@@ -1,78 +1,25 @@
 /* reshard.plan.v2 writer (v2 since staged reads became boxes of their
  * source: docs/formats.md, "Schema names"). Plans can hold millions of
- * segments, so the JSON is streamed through a small buffer straight to the
- * FILE* instead of building a document tree; names are escaped once up
+ * segments, so the JSON is streamed through core's JSON writer straight to
+ * the FILE* instead of building a document tree; names are escaped once up
  * front and reused per record. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/diag.h"
-#include "core/json.h"
+#include "core/json_write.h"
 #include "plan/plan_quant.h"
 #include "reshard/plan.h"
 
-#define JW_BUF 65536
-
-typedef struct jw {
-    FILE *out;
-    size_t len;
-    int failed;
-    char buf[JW_BUF];
-} jw_t;
+/* The stream's buffer: large, so a plan of millions of segments reaches the
+ * FILE* in a few thousand writes. */
+#define PLAN_JSON_BUF 65536
 
 /* A name already escaped and quoted, ready to paste. */
 typedef struct qname {
     char *text;
     size_t len;
 } qname_t;
-
-static void jw_flush(jw_t *w)
-{
-    if (w->len > 0 && fwrite(w->buf, 1, w->len, w->out) != w->len)
-        w->failed = 1;
-    w->len = 0;
-}
-
-static void jw_raw(jw_t *w, const char *s, size_t n)
-{
-    if (n > JW_BUF - w->len)
-        jw_flush(w);
-    if (n > JW_BUF) {
-        if (fwrite(s, 1, n, w->out) != n)
-            w->failed = 1;
-        return;
-    }
-    memcpy(w->buf + w->len, s, n);
-    w->len += n;
-}
-
-/* String literals only: the "" pasting rejects pointers, whose sizeof would
- * silently be the pointer's size. */
-#define jw_lit(w, s) jw_raw((w), "" s "", sizeof("" s "") - 1)
-
-static void jw_cstr(jw_t *w, const char *s) { jw_raw(w, s, strlen(s)); }
-
-static void jw_u64(jw_t *w, uint64_t v)
-{
-    char tmp[24];
-    size_t i = sizeof(tmp);
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    jw_raw(w, tmp + i, sizeof(tmp) - i);
-}
-
-static void jw_i64(jw_t *w, int64_t v)
-{
-    if (v < 0) {
-        jw_lit(w, "-");
-        /* Negate in unsigned arithmetic so INT64_MIN survives. */
-        jw_u64(w, (uint64_t)0 - (uint64_t)v);
-        return;
-    }
-    jw_u64(w, (uint64_t)v);
-}
 
 static int qname_make(qname_t *q, const char *s)
 {
@@ -84,26 +31,10 @@ static int qname_make(qname_t *q, const char *s)
     return 1;
 }
 
-static void jw_str(jw_t *w, const char *s)
+static void put_qname(rs__json_out_t *w, const qname_t *q)
 {
-    qname_t q;
-    size_t need = rs__json_quoted_len(s);
-    if (need <= JW_BUF) {
-        if (need > JW_BUF - w->len)
-            jw_flush(w);
-        rs__json_quote(w->buf + w->len, s);
-        w->len += need;
-        return;
-    }
-    if (!qname_make(&q, s)) {
-        w->failed = 1;
-        return;
-    }
-    jw_raw(w, q.text, q.len);
-    free(q.text);
+    rs__json_out_raw(w, q->text, q->len);
 }
-
-static void jw_q(jw_t *w, const qname_t *q) { jw_raw(w, q->text, q->len); }
 
 static void qnames_free(qname_t *names, size_t n)
 {
@@ -116,7 +47,7 @@ static void qnames_free(qname_t *names, size_t n)
 
 /* Everything the record writers share: the stream and the escaped names. */
 typedef struct plan_out {
-    jw_t *w;
+    rs__json_out_t *w;
     rs_plan_h plan;
     rs_capture_h capture;
     qname_t *sessions;
@@ -150,77 +81,66 @@ static int names_init(plan_out_t *o)
 static void put_session(plan_out_t *o, uint32_t session)
 {
     if (session < o->nsessions)
-        jw_q(o->w, &o->sessions[session]);
+        put_qname(o->w, &o->sessions[session]);
     else
-        jw_lit(o->w, "null");
+        rs__json_out_lit(o->w, "null");
 }
 
 static void put_param(plan_out_t *o, uint32_t param)
 {
     if (param < o->nparams)
-        jw_q(o->w, &o->params[param]);
+        put_qname(o->w, &o->params[param]);
     else
-        jw_lit(o->w, "null");
-}
-
-static void put_dims(jw_t *w, const int64_t *dims, int n)
-{
-    jw_lit(w, "[");
-    for (int i = 0; i < n; i++) {
-        if (i > 0)
-            jw_lit(w, ", ");
-        jw_i64(w, dims[i]);
-    }
-    jw_lit(w, "]");
+        rs__json_out_lit(o->w, "null");
 }
 
 /* One segment; with_param = 0 for staging segments, which have no param. */
 static void put_segment(plan_out_t *o, const rs_segment_t *s, int with_param,
                         const char *indent, size_t indent_len)
 {
-    jw_t *w = o->w;
-    jw_raw(w, indent, indent_len);
-    jw_lit(w, "{\"session\": ");
+    rs__json_out_t *w = o->w;
+    rs__json_out_raw(w, indent, indent_len);
+    rs__json_out_lit(w, "{\"session\": ");
     put_session(o, s->session);
-    jw_lit(w, ", \"src_addr\": ");
-    jw_u64(w, s->src_addr);
+    rs__json_out_lit(w, ", \"src_addr\": ");
+    rs__json_out_uint(w, s->src_addr);
     if (with_param) {
-        jw_lit(w, ", \"param\": ");
+        rs__json_out_lit(w, ", \"param\": ");
         put_param(o, s->param);
     }
-    jw_lit(w, ", \"dst_byte\": ");
-    jw_u64(w, s->dst_byte);
-    jw_lit(w, ", \"nbytes\": ");
-    jw_u64(w, s->nbytes);
-    jw_lit(w, "}");
+    rs__json_out_lit(w, ", \"dst_byte\": ");
+    rs__json_out_uint(w, s->dst_byte);
+    rs__json_out_lit(w, ", \"nbytes\": ");
+    rs__json_out_uint(w, s->nbytes);
+    rs__json_out_lit(w, "}");
 }
 
 static void put_segments(plan_out_t *o, const rs_segment_t *segs, size_t n,
                          int with_param, const char *indent)
 {
     size_t ilen = strlen(indent);
-    jw_lit(o->w, "[");
+    rs__json_out_lit(o->w, "[");
     for (size_t i = 0; i < n; i++) {
-        jw_raw(o->w, i ? ",\n" : "\n", i ? 2 : 1);
+        rs__json_out_raw(o->w, i ? ",\n" : "\n", i ? 2 : 1);
         put_segment(o, &segs[i], with_param, indent, ilen);
     }
-    jw_lit(o->w, "]");
+    rs__json_out_lit(o->w, "]");
 }
 
 static void write_exact(plan_out_t *o)
 {
     size_t n;
     const rs_segment_t *segs = rs_plan_segments(o->plan, &n);
-    jw_lit(o->w, ",\n \"segments\": ");
+    rs__json_out_lit(o->w, ",\n \"segments\": ");
     put_segments(o, segs, n, 1, "  ");
 }
 
 /* The last key of a list item, its segments, and the item's end. */
 static int put_item_end(plan_out_t *o, const rs_segment_t *segs, size_t n)
 {
-    jw_lit(o->w, ",\n   \"segments\": ");
+    rs__json_out_lit(o->w, ",\n   \"segments\": ");
     put_segments(o, segs, n, 0, "    ");
-    jw_lit(o->w, "}");
+    rs__json_out_lit(o->w, "}");
     return 1;
 }
 
@@ -233,13 +153,13 @@ typedef int (*put_item_fn)(plan_out_t *o, const void *items, size_t i,
 static int write_list(plan_out_t *o, const char *open, const void *items,
                       size_t n, put_item_fn put, rs_diag_t *diag)
 {
-    jw_cstr(o->w, open);
+    rs__json_out_cstr(o->w, open);
     for (size_t i = 0; i < n; i++) {
-        jw_raw(o->w, i ? ",\n" : "\n", i ? 2 : 1);
+        rs__json_out_raw(o->w, i ? ",\n" : "\n", i ? 2 : 1);
         if (!put(o, items, i, diag))
             return 0;
     }
-    jw_lit(o->w, "]");
+    rs__json_out_lit(o->w, "]");
     return 1;
 }
 
@@ -247,25 +167,25 @@ static int put_convert(plan_out_t *o, const void *items, size_t i,
                        rs_diag_t *diag)
 {
     const rs_convert_t *c = (const rs_convert_t *)items + i;
-    jw_t *w = o->w;
+    rs__json_out_t *w = o->w;
     (void)diag;
     rs_copy_desc_t copy;
 
     rs_capture_copy(o->capture, c->copy, &copy);
-    jw_lit(w, "  {\"copy\": ");
-    jw_u64(w, c->copy);
-    jw_lit(w, ", \"param\": ");
+    rs__json_out_lit(w, "  {\"copy\": ");
+    rs__json_out_uint(w, c->copy);
+    rs__json_out_lit(w, ", \"param\": ");
     put_param(o, c->param);
-    jw_lit(w, ", \"src_dtype\": ");
-    jw_str(w, rs_dtype_name(c->src_dtype));
-    jw_lit(w, ", \"dest_dtype\": ");
-    jw_str(w, rs_dtype_name(c->dest_dtype));
-    jw_lit(w, ",\n   \"dest_shape\": ");
-    put_dims(w, copy.dest_shape, copy.ndim);
-    jw_lit(w, ", \"dest_stride\": ");
-    put_dims(w, copy.dest_stride, copy.ndim);
-    jw_lit(w, ", \"dest_offset\": ");
-    jw_i64(w, copy.dest_offset);
+    rs__json_out_lit(w, ", \"src_dtype\": ");
+    rs__json_out_str(w, rs_dtype_name(c->src_dtype));
+    rs__json_out_lit(w, ", \"dest_dtype\": ");
+    rs__json_out_str(w, rs_dtype_name(c->dest_dtype));
+    rs__json_out_lit(w, ",\n   \"dest_shape\": ");
+    rs__json_out_ints(w, copy.dest_shape, (size_t)copy.ndim);
+    rs__json_out_lit(w, ", \"dest_stride\": ");
+    rs__json_out_ints(w, copy.dest_stride, (size_t)copy.ndim);
+    rs__json_out_lit(w, ", \"dest_offset\": ");
+    rs__json_out_int(w, copy.dest_offset);
     return put_item_end(o, c->segments, c->nsegments);
 }
 
@@ -277,40 +197,40 @@ static const char *staged_kind_name(rs_staged_kind_t k)
 }
 
 /* Seconds as a JSON number: %.9g round-trips what the model needs. */
-static void jw_seconds(jw_t *w, double v)
+static void put_seconds(rs__json_out_t *w, double v)
 {
     char tmp[40];
     int n = snprintf(tmp, sizeof(tmp), "%.9g", v);
-    jw_raw(w, tmp, (size_t)n);
+    rs__json_out_raw(w, tmp, (size_t)n);
 }
 
 static int put_full_pull(plan_out_t *o, const void *items, size_t i,
                          rs_diag_t *diag)
 {
     const rs_full_pull_t *f = (const rs_full_pull_t *)items + i;
-    jw_t *w = o->w;
+    rs__json_out_t *w = o->w;
     (void)diag;
-    jw_lit(w, "  {\"src\": ");
-    jw_str(w, f->src);
-    jw_lit(w, ", \"global_shape\": ");
-    put_dims(w, f->global_shape, f->ndim);
-    jw_lit(w, ", \"dtype\": ");
-    jw_str(w, rs_dtype_name(f->dtype));
-    jw_lit(w, ",\n   \"kind\": ");
-    jw_str(w, staged_kind_name(f->kind));
-    jw_lit(w, ", \"box_lo\": ");
-    put_dims(w, f->box_lo, f->ndim);
-    jw_lit(w, ", \"box_shape\": ");
-    put_dims(w, f->box_shape, f->ndim);
-    jw_lit(w, ", \"staging_bytes\": ");
-    jw_u64(w, f->staging_bytes);
-    jw_lit(w, ",\n   \"copies\": [");
+    rs__json_out_lit(w, "  {\"src\": ");
+    rs__json_out_str(w, f->src);
+    rs__json_out_lit(w, ", \"global_shape\": ");
+    rs__json_out_ints(w, f->global_shape, (size_t)f->ndim);
+    rs__json_out_lit(w, ", \"dtype\": ");
+    rs__json_out_str(w, rs_dtype_name(f->dtype));
+    rs__json_out_lit(w, ",\n   \"kind\": ");
+    rs__json_out_str(w, staged_kind_name(f->kind));
+    rs__json_out_lit(w, ", \"box_lo\": ");
+    rs__json_out_ints(w, f->box_lo, (size_t)f->ndim);
+    rs__json_out_lit(w, ", \"box_shape\": ");
+    rs__json_out_ints(w, f->box_shape, (size_t)f->ndim);
+    rs__json_out_lit(w, ", \"staging_bytes\": ");
+    rs__json_out_uint(w, f->staging_bytes);
+    rs__json_out_lit(w, ",\n   \"copies\": [");
     for (size_t k = 0; k < f->ncopies; k++) {
         if (k > 0)
-            jw_lit(w, ", ");
-        jw_u64(w, f->copies[k]);
+            rs__json_out_lit(w, ", ");
+        rs__json_out_uint(w, f->copies[k]);
     }
-    jw_lit(w, "]");
+    rs__json_out_lit(w, "]");
     return put_item_end(o, f->segments, f->nsegments);
 }
 
@@ -318,13 +238,13 @@ static int put_full_pull(plan_out_t *o, const void *items, size_t i,
  * in no capture file); 0 on an unknown op (diag set). */
 static int put_derived(plan_out_t *o, size_t ci, rs_diag_t *diag)
 {
-    jw_lit(o->w, "{\"copy\": ");
-    jw_u64(o->w, ci);
-    jw_lit(o->w, ", \"definition\":\n   ");
-    jw_flush(o->w);
+    rs__json_out_lit(o->w, "{\"copy\": ");
+    rs__json_out_uint(o->w, ci);
+    rs__json_out_lit(o->w, ", \"definition\":\n   ");
+    (void)rs__json_out_flush(o->w);
     if (rs__capture_put_copy(o->w->out, o->capture, ci, diag) != RS_OK)
         return 0;
-    jw_lit(o->w, "}");
+    rs__json_out_lit(o->w, "}");
     return 1;
 }
 
@@ -335,49 +255,49 @@ static void put_quant_spec(plan_out_t *o, size_t copy)
     if (!rs_capture_copy_quant(o->capture, copy, &q) ||
         rs_quant_spec_format(&q, spec, sizeof(spec)) >= sizeof(spec))
         snprintf(spec, sizeof(spec), "invalid");
-    jw_str(o->w, spec);
+    rs__json_out_str(o->w, spec);
 }
 
 static int put_quantized(plan_out_t *o, const void *items, size_t i,
                          rs_diag_t *diag)
 {
     const rs_quantized_t *q = (const rs_quantized_t *)items + i;
-    jw_t *w = o->w;
+    rs__json_out_t *w = o->w;
     int planned = q->weight_copy != SIZE_MAX;
-    jw_lit(w, "  {\"copy\": ");
-    jw_u64(w, q->copy);
-    jw_lit(w, ", \"spec\": ");
+    rs__json_out_lit(w, "  {\"copy\": ");
+    rs__json_out_uint(w, q->copy);
+    rs__json_out_lit(w, ", \"spec\": ");
     put_quant_spec(o, q->copy);
-    jw_lit(w, ", \"path\": ");
-    jw_str(w, q->path == RS_QUANT_PATH_PUBLISHER ? "publisher" : "receiver");
-    jw_lit(w, ", \"planned\": ");
-    jw_cstr(w, planned ? "true" : "false");
-    jw_lit(w, ",\n   \"why\": ");
-    jw_str(w, q->why);
-    jw_lit(w, ",\n   \"src\": ");
-    jw_str(w, q->src);
-    jw_lit(w, ", \"src_dtype\": ");
-    jw_str(w, rs_dtype_name(q->src_dtype));
-    jw_lit(w, ", \"global_shape\": ");
-    put_dims(w, q->global_shape, q->ndim);
-    jw_lit(w, ", \"box_lo\": ");
-    put_dims(w, q->box_lo, q->ndim);
-    jw_lit(w, ", \"box_shape\": ");
-    put_dims(w, q->box_shape, q->ndim);
-    jw_lit(w, ", \"staging_bytes\": ");
-    jw_u64(w, q->staging_bytes);
+    rs__json_out_lit(w, ", \"path\": ");
+    rs__json_out_str(w, q->path == RS_QUANT_PATH_PUBLISHER ? "publisher" : "receiver");
+    rs__json_out_lit(w, ", \"planned\": ");
+    rs__json_out_cstr(w, planned ? "true" : "false");
+    rs__json_out_lit(w, ",\n   \"why\": ");
+    rs__json_out_str(w, q->why);
+    rs__json_out_lit(w, ",\n   \"src\": ");
+    rs__json_out_str(w, q->src);
+    rs__json_out_lit(w, ", \"src_dtype\": ");
+    rs__json_out_str(w, rs_dtype_name(q->src_dtype));
+    rs__json_out_lit(w, ", \"global_shape\": ");
+    rs__json_out_ints(w, q->global_shape, (size_t)q->ndim);
+    rs__json_out_lit(w, ", \"box_lo\": ");
+    rs__json_out_ints(w, q->box_lo, (size_t)q->ndim);
+    rs__json_out_lit(w, ", \"box_shape\": ");
+    rs__json_out_ints(w, q->box_shape, (size_t)q->ndim);
+    rs__json_out_lit(w, ", \"staging_bytes\": ");
+    rs__json_out_uint(w, q->staging_bytes);
     if (planned) {
-        jw_lit(w, ",\n   \"weight_copy\": ");
-        jw_u64(w, q->weight_copy);
-        jw_lit(w, ", \"scale_copy\": ");
-        jw_u64(w, q->scale_copy);
-        jw_lit(w, ",\n   \"derived\": [");
+        rs__json_out_lit(w, ",\n   \"weight_copy\": ");
+        rs__json_out_uint(w, q->weight_copy);
+        rs__json_out_lit(w, ", \"scale_copy\": ");
+        rs__json_out_uint(w, q->scale_copy);
+        rs__json_out_lit(w, ",\n   \"derived\": [");
         if (!put_derived(o, q->weight_copy, diag))
             return 0;
-        jw_lit(w, ",\n    ");
+        rs__json_out_lit(w, ",\n    ");
         if (!put_derived(o, q->scale_copy, diag))
             return 0;
-        jw_lit(w, "]");
+        rs__json_out_lit(w, "]");
     }
     return put_item_end(o, q->segments, q->nsegments);
 }
@@ -393,57 +313,57 @@ static int write_quantized(plan_out_t *o, rs_diag_t *diag)
 
 static void write_fallback(plan_out_t *o)
 {
-    jw_t *w = o->w;
+    rs__json_out_t *w = o->w;
     size_t n = rs_plan_num_fallback(o->plan);
     const char *src, *reason;
 
-    jw_lit(w, ",\n \"fallback\": [");
+    rs__json_out_lit(w, ",\n \"fallback\": [");
     for (size_t i = 0; i < n; i++) {
         rs_plan_fallback(o->plan, i, &src, &reason);
-        jw_cstr(w, i ? ",\n  " : "\n  ");
-        jw_str(w, src);
+        rs__json_out_cstr(w, i ? ",\n  " : "\n  ");
+        rs__json_out_str(w, src);
     }
-    jw_lit(w, "],\n \"fallback_reasons\": {");
+    rs__json_out_lit(w, "],\n \"fallback_reasons\": {");
     for (size_t i = 0; i < n; i++) {
         rs_plan_fallback(o->plan, i, &src, &reason);
-        jw_cstr(w, i ? ",\n  " : "\n  ");
-        jw_str(w, src);
-        jw_lit(w, ": ");
-        jw_str(w, reason ? reason : "");
+        rs__json_out_cstr(w, i ? ",\n  " : "\n  ");
+        rs__json_out_str(w, src);
+        rs__json_out_lit(w, ": ");
+        rs__json_out_str(w, reason ? reason : "");
     }
-    jw_lit(w, "}");
+    rs__json_out_lit(w, "}");
 }
 
 static void write_unbounded(plan_out_t *o)
 {
     size_t n = rs_plan_num_unbounded(o->plan);
-    jw_lit(o->w, ",\n \"unbounded_sources\": [");
+    rs__json_out_lit(o->w, ",\n \"unbounded_sources\": [");
     for (size_t i = 0; i < n; i++) {
-        jw_cstr(o->w, i ? ",\n  " : "\n  ");
-        jw_str(o->w, rs_plan_unbounded(o->plan, i));
+        rs__json_out_cstr(o->w, i ? ",\n  " : "\n  ");
+        rs__json_out_str(o->w, rs_plan_unbounded(o->plan, i));
     }
-    jw_lit(o->w, "]");
+    rs__json_out_lit(o->w, "]");
 }
 
 static void write_uncovered(plan_out_t *o)
 {
-    jw_t *w = o->w;
+    rs__json_out_t *w = o->w;
     size_t n;
     const rs_uncovered_t *u = rs_plan_uncovered(o->plan, &n);
 
-    jw_lit(w, ",\n \"uncovered\": [");
+    rs__json_out_lit(w, ",\n \"uncovered\": [");
     for (size_t i = 0; i < n; i++) {
-        jw_cstr(w, i ? ",\n  {\"copy\": " : "\n  {\"copy\": ");
-        jw_u64(w, u[i].copy);
-        jw_lit(w, ", \"src\": ");
-        jw_str(w, u[i].src);
-        jw_lit(w, ", \"param\": ");
-        jw_str(w, u[i].param);
-        jw_lit(w, ", \"missing_elements\": ");
-        jw_u64(w, u[i].missing_elements);
-        jw_lit(w, "}");
+        rs__json_out_cstr(w, i ? ",\n  {\"copy\": " : "\n  {\"copy\": ");
+        rs__json_out_uint(w, u[i].copy);
+        rs__json_out_lit(w, ", \"src\": ");
+        rs__json_out_str(w, u[i].src);
+        rs__json_out_lit(w, ", \"param\": ");
+        rs__json_out_str(w, u[i].param);
+        rs__json_out_lit(w, ", \"missing_elements\": ");
+        rs__json_out_uint(w, u[i].missing_elements);
+        rs__json_out_lit(w, "}");
     }
-    jw_lit(w, "]");
+    rs__json_out_lit(w, "]");
 }
 
 typedef struct used_session {
@@ -477,13 +397,13 @@ static used_session_t *sorted_used_sessions(rs_plan_h plan, size_t *count_p)
 
 #define PUT_STAT(w, key, value)            \
     do {                                   \
-        jw_lit((w), ",\n  \"" key "\": "); \
-        jw_u64((w), (value));              \
+        rs__json_out_lit((w), ",\n  \"" key "\": "); \
+        rs__json_out_uint((w), (value));              \
     } while (0)
 
 static int write_stats(plan_out_t *o)
 {
-    jw_t *w = o->w;
+    rs__json_out_t *w = o->w;
     rs_plan_stats_t st;
     size_t n;
     used_session_t *used = sorted_used_sessions(o->plan, &n);
@@ -491,39 +411,39 @@ static int write_stats(plan_out_t *o)
     if (used == NULL)
         return 0;
     rs_plan_stats(o->plan, &st);
-    jw_lit(w, ",\n \"stats\": {\n  \"bytes_planned\": ");
-    jw_u64(w, st.bytes_planned);
+    rs__json_out_lit(w, ",\n \"stats\": {\n  \"bytes_planned\": ");
+    rs__json_out_uint(w, st.bytes_planned);
     PUT_STAT(w, "descriptor_count", st.descriptor_count);
     PUT_STAT(w, "exact_descriptor_count", st.exact_descriptor_count);
     PUT_STAT(w, "exact_bytes", st.exact_bytes);
     PUT_STAT(w, "descriptor_savings", st.descriptor_savings);
     PUT_STAT(w, "extra_wire_bytes", st.extra_wire_bytes);
     PUT_STAT(w, "needed_bytes", st.needed_bytes);
-    jw_lit(w, ",\n  \"est_seconds\": ");
-    jw_seconds(w, st.est_seconds);
-    jw_lit(w, ",\n  \"exact_est_seconds\": ");
-    jw_seconds(w, st.exact_est_seconds);
-    jw_lit(w, ",\n  \"sessions\": [");
+    rs__json_out_lit(w, ",\n  \"est_seconds\": ");
+    put_seconds(w, st.est_seconds);
+    rs__json_out_lit(w, ",\n  \"exact_est_seconds\": ");
+    put_seconds(w, st.exact_est_seconds);
+    rs__json_out_lit(w, ",\n  \"sessions\": [");
     for (size_t i = 0; i < n; i++) {
         if (i > 0)
-            jw_lit(w, ", ");
+            rs__json_out_lit(w, ", ");
         put_session(o, used[i].index);
     }
-    jw_lit(w, "],\n  \"session_bytes\": {");
+    rs__json_out_lit(w, "],\n  \"session_bytes\": {");
     for (size_t i = 0; i < n; i++) {
-        jw_cstr(w, i ? ", " : "");
+        rs__json_out_cstr(w, i ? ", " : "");
         put_session(o, used[i].index);
-        jw_lit(w, ": ");
-        jw_u64(w, rs_plan_session_bytes(o->plan, used[i].index));
+        rs__json_out_lit(w, ": ");
+        rs__json_out_uint(w, rs_plan_session_bytes(o->plan, used[i].index));
     }
-    jw_lit(w, "}}");
+    rs__json_out_lit(w, "}}");
     free(used);
     return 1;
 }
 
 static rs_status_t write_document(plan_out_t *o, rs_diag_t *diag)
 {
-    jw_lit(o->w, "{\"schema\": \"reshard.plan.v2\"");
+    rs__json_out_lit(o->w, "{\"schema\": \"reshard.plan.v2\"");
     write_exact(o);
     size_t n;
     const rs_convert_t *cv = rs_plan_converts(o->plan, &n);
@@ -541,9 +461,8 @@ static rs_status_t write_document(plan_out_t *o, rs_diag_t *diag)
     write_uncovered(o);
     if (!write_stats(o))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    jw_lit(o->w, "}\n");
-    jw_flush(o->w);
-    if (o->w->failed || fflush(o->w->out) != 0)
+    rs__json_out_lit(o->w, "}\n");
+    if (rs__json_out_flush(o->w) != 0 || fflush(o->w->out) != 0)
         return rs__diag_set(diag, RS_ERR_IO, "writing the plan failed");
     return RS_OK;
 }
@@ -559,18 +478,18 @@ rs_status_t rs_plan_write_json(rs_plan_h plan, FILE *out, rs_diag_t *diag)
     o.capture = rs_plan_capture(plan);
     if (o.capture == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "plan has no capture");
-    o.w = malloc(sizeof(*o.w));
-    if (o.w == NULL)
+    char *buf = malloc(PLAN_JSON_BUF);
+    if (buf == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    o.w->out = out;
-    o.w->len = 0;
-    o.w->failed = 0;
+    rs__json_out_t w;
+    rs__json_out_init(&w, out, buf, PLAN_JSON_BUF);
+    o.w = &w;
     if (!names_init(&o))
         st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     else
         st = write_document(&o, diag);
     qnames_free(o.params, o.nparams);
     qnames_free(o.sessions, o.nsessions);
-    free(o.w);
+    free(buf);
     return st;
 }

@@ -53,12 +53,11 @@ int rs_cli_pull_check(rs_model_h model, rs_capture_h cap,
 /* The pull's terminal ticker (pull_ticker.c): one line on stderr,
  * rewritten every 250 ms from a second in, with the wire's progress once
  * the executor reports it. Start returns NULL (no ticker) unless stdout is
- * a terminal; now_s is the monotonic clock it measures with. Progress is
- * the receiver's progress callback, feeding the ticker in flight. Stop
+ * a terminal; it times with rs_clock_seconds. Progress is the
+ * receiver's progress callback, feeding the ticker in flight. Stop
  * ends it (NULL is fine) and returns 1 when it showed a line. */
 typedef struct rs_cli_ticker rs_cli_ticker_t;
-rs_cli_ticker_t *rs_cli_ticker_start(int64_t rank, int64_t version,
-                                     double (*now_s)(void));
+rs_cli_ticker_t *rs_cli_ticker_start(int64_t rank, int64_t version);
 void rs_cli_ticker_progress(void *ctx, const rs_progress_t *p);
 int rs_cli_ticker_stop(rs_cli_ticker_t *t);
 

@@ -193,13 +193,6 @@ static int parse_args(int argc, char **argv, demo_args_t *a)
     return RS_CLI_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int fail(const char *fmt, ...)
 {
     va_list ap;
@@ -412,14 +405,14 @@ static int reap(demo_t *d, int expect_exit)
 /* Stops every live child: SIGTERM, a short grace, then SIGKILL; reaps all. */
 static void kill_all(demo_t *d)
 {
-    double until = now_s() + 3;
+    double until = rs_clock_seconds() + 3;
     for (size_t i = 0; i < d->nkids; i++)
         if (d->kids[i].pid > 0)
             kill(d->kids[i].pid, SIGTERM);
     for (size_t i = 0; i < d->nkids; i++) {
         child_t *c = &d->kids[i];
         while (c->pid > 0 && waitpid(c->pid, &c->status, WNOHANG) == 0 &&
-               now_s() < until)
+               rs_clock_seconds() < until)
             usleep(20000);
         if (c->pid > 0 && waitpid(c->pid, &c->status, WNOHANG) == 0) {
             kill(c->pid, SIGKILL);
@@ -503,7 +496,7 @@ static int collect(demo_t *d, int k)
         int rc = reap(d, 0);
         if (rc != RS_CLI_OK)
             return rc;
-        if (now_s() > d->deadline)
+        if (rs_clock_seconds() > d->deadline)
             return fail("timed out waiting for version %d", k + 1);
         nfds_t n = 0;
         for (size_t i = d->ntrainers; i < d->nkids; i++) {
@@ -530,10 +523,10 @@ static int release(demo_t *d, int64_t version)
     rs_diag_t diag;
     rs_diag_clear(&diag);
     rs_status_t st = rs_dir_open(d->url, &diag, &dir);
-    double until = now_s() + 10;
+    double until = rs_clock_seconds() + 10;
     while (st == RS_OK) {
         st = rs_dir_release(dir, d->name, version, &diag);
-        if (st != RS_ERR_INCOMPLETE || now_s() > until || interrupted)
+        if (st != RS_ERR_INCOMPLETE || rs_clock_seconds() > until || interrupted)
             break;
         usleep(20000);
     }
@@ -558,7 +551,7 @@ static int wait_exit(demo_t *d)
             live += d->kids[i].pid > 0;
         if (live == 0)
             return RS_CLI_OK;
-        if (now_s() > d->deadline)
+        if (rs_clock_seconds() > d->deadline)
             return fail("timed out waiting for %zu process(es) to exit", live);
         usleep(20000);
     }
@@ -639,9 +632,9 @@ static double measure_memcpy(void)
         memset(src, 1, MEMCPY_BYTES);
         memset(dst, 2, MEMCPY_BYTES);
         for (int i = 0; i < MEMCPY_REPS; i++) {
-            double t = now_s();
+            double t = rs_clock_seconds();
             memcpy(dst, src, MEMCPY_BYTES);
-            t = now_s() - t;
+            t = rs_clock_seconds() - t;
             if (t > 0 && MEMCPY_BYTES / t > best)
                 best = MEMCPY_BYTES / t;
             src[i] = dst[MEMCPY_BYTES - 1 - i]; /* keep the copies */
@@ -674,7 +667,7 @@ static int summary(const demo_args_t *a, demo_t *d)
            "-> %.3f s\n", cold, warm, cold_wire, warm_wire);
     printf("every parameter of %lld inference ranks byte-exact for %d versions;"
            " %s backend, %s staging; total %.1f s\n", (long long)d->infer.world,
-           DEMO_VERSIONS, a->backend, a->staging, now_s() - d->t0);
+           DEMO_VERSIONS, a->backend, a->staging, rs_clock_seconds() - d->t0);
     if (bad)
         return fail("version 2 was re-planned although no trainer changed");
     return RS_CLI_OK;
@@ -707,11 +700,11 @@ static void header(const demo_args_t *a, const demo_t *d)
 static int run(const demo_args_t *a, demo_t *d)
 {
     int rc = spawn_all(a, d);
-    double t = now_s();
+    double t = rs_clock_seconds();
     for (int k = 0; rc == RS_CLI_OK && k < DEMO_VERSIONS; k++) {
         rc = collect(d, k);
-        d->version_s[k] = now_s() - t;
-        t = now_s();
+        d->version_s[k] = rs_clock_seconds() - t;
+        t = rs_clock_seconds();
         if (rc == RS_CLI_OK)
             rc = release(d, k + 1);
     }
@@ -760,7 +753,7 @@ int rs_cli_demo(int argc, char **argv)
         return RS_CLI_OK;
     if (rc != RS_CLI_OK)
         return rc;
-    d.t0 = now_s();
+    d.t0 = rs_clock_seconds();
     d.deadline = d.t0 + a.timeout_s;
     /* One machine out of the box: shared memory unless told otherwise. */
     if (strcmp(a.backend, "ucx") == 0)

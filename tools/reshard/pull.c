@@ -304,21 +304,14 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     return check_group(a);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* --check, timed: the outcome's verdict and, on a mismatch, its cause. */
 static void run_check(pull_state_t *s, pull_outcome_t *o)
 {
-    double t0 = now_s();
+    double t0 = rs_clock_seconds();
     o->checked = 1;
     o->check_ok = rs_cli_pull_check(s->model, s->cap, s->param, s->expected,
                                     o->version, o->error, sizeof(o->error));
-    o->check_s = now_s() - t0;
+    o->check_s = rs_clock_seconds() - t0;
 }
 
 /* ---- setting up and pulling ------------------------------------------ */
@@ -472,11 +465,10 @@ static void pull_one(const pull_args_t *a, pull_state_t *s, int64_t version,
     memset(o, 0, sizeof(*o));
     o->version = version;
     rs_diag_clear(&diag);
-    rs_cli_ticker_t *tick = rs_cli_ticker_start((int64_t)a->rank, version,
-                                                 now_s);
-    double t0 = now_s();
+    rs_cli_ticker_t *tick = rs_cli_ticker_start((int64_t)a->rank, version);
+    double t0 = rs_clock_seconds();
     rs_status_t st = rs_receiver_pull(s->recv, version, &diag, &o->res);
-    o->wall_s = now_s() - t0;
+    o->wall_s = rs_clock_seconds() - t0;
     end_ticker(tick, o);
     if (st != RS_OK) {
         snprintf(o->error, sizeof(o->error), "%s",

@@ -16,7 +16,6 @@ struct rs_cli_ticker {
     pthread_cond_t done_cv;
     int done, shown;
     int64_t rank, version;
-    double (*now_s)(void);
     double t0;
     int have_progress;     /* the wire stage has reported at least once */
     rs_progress_t progress;
@@ -51,7 +50,7 @@ static void *tick_main(void *arg)
             until.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&t->done_cv, &t->lock, &until);
-        double el = t->now_s() - t->t0;
+        double el = rs_clock_seconds() - t->t0;
         if (!t->done && el >= 1.0 && t->have_progress) {
             const rs_progress_t *p = &t->progress;
             char done[RS_UNITS_TEXT_MAX], total[RS_UNITS_TEXT_MAX];
@@ -78,8 +77,7 @@ static void *tick_main(void *arg)
     return NULL;
 }
 
-rs_cli_ticker_t *rs_cli_ticker_start(int64_t rank, int64_t version,
-                                     double (*now_s)(void))
+rs_cli_ticker_t *rs_cli_ticker_start(int64_t rank, int64_t version)
 {
     if (!isatty(STDOUT_FILENO))
         return NULL;
@@ -90,8 +88,7 @@ rs_cli_ticker_t *rs_cli_ticker_start(int64_t rank, int64_t version,
     pthread_cond_init(&t->done_cv, NULL);
     t->rank = rank;
     t->version = version;
-    t->now_s = now_s;
-    t->t0 = now_s();
+    t->t0 = rs_clock_seconds();
     if (pthread_create(&t->thread, NULL, tick_main, t) != 0) {
         pthread_mutex_destroy(&t->lock);
         pthread_cond_destroy(&t->done_cv);

@@ -104,13 +104,6 @@ static int parse_args(int argc, char **argv, rel_args_t *a)
     return RS_CLI_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void nap(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -133,13 +126,13 @@ static int release(const rel_args_t *a, rs_dir_h dir)
 {
     rs_diag_t diag;
     size_t dropped = 0;
-    double deadline = now_s() + a->timeout_s, delay = 0.05;
+    double deadline = rs_clock_seconds() + a->timeout_s, delay = 0.05;
     rs_status_t st;
     while ((st = attempt(a, dir, &diag, &dropped)) != RS_OK) {
         int retry = st == RS_ERR_INCOMPLETE || rs_dir_transient(dir);
-        if (!retry || now_s() >= deadline)
+        if (!retry || rs_clock_seconds() >= deadline)
             break;
-        nap(fmin(delay, deadline - now_s()));
+        nap(fmin(delay, deadline - rs_clock_seconds()));
         delay = fmin(delay * 2, 1.0);
     }
     if (st == RS_OK && a->abandon)

@@ -204,13 +204,6 @@ static int parse_args(int argc, char **argv, run_args_t *a)
     return RS_CLI_OK;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int build_plan(const run_args_t *a, run_state_t *s)
 {
     rs_plan_params_t params;
@@ -227,10 +220,10 @@ static int build_plan(const run_args_t *a, run_state_t *s)
     params.only = a->only;
     params.nonly = a->nonly;
     params.replica_salt = a->salt;
-    double t0 = now();
+    double t0 = rs_clock_seconds();
     if ((st = rs_plan_build(s->cap, s->src, &params, &diag, &s->plan)) != RS_OK)
         return rs_cli_input_error("run", &diag, st, "planning");
-    s->plan_seconds = now() - t0;
+    s->plan_seconds = rs_clock_seconds() - t0;
     return RS_CLI_OK;
 }
 

@@ -151,13 +151,6 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
     return RS_CLI_OK;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int fail_input(const rs_diag_t *diag, rs_status_t st, const char *what)
 {
     return rs_cli_input_error("simulate", diag, st, what);
@@ -392,9 +385,9 @@ static int plan_bf16(sim_t *s, rs_capture_h cap, const rs_plan_params_t *pp,
                      receiver_t *r, rs_diag_t *diag)
 {
     rs_plan_h plan = NULL;
-    double t0 = now();
+    double t0 = rs_clock_seconds();
     rs_status_t st = rs_plan_build(cap, s->sources_bf16, pp, diag, &plan);
-    s->plan_seconds += now() - t0;
+    s->plan_seconds += rs_clock_seconds() - t0;
     if (st != RS_OK)
         return fail_input(diag, st, "planning (receiver-side quantization)");
     path_of(plan, &r->receiver_only);
@@ -446,9 +439,9 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
         pp.max_segments_per_copy = (int64_t)a->max_segments;
     pp.nic_gbps = a->nic_gbps;
     pp.descriptor_ns = a->descriptor_ns;
-    double t0 = now();
+    double t0 = rs_clock_seconds();
     st = rs_plan_build(cap, s->sources, &pp, &diag, &plan);
-    r->plan_seconds = now() - t0;
+    r->plan_seconds = rs_clock_seconds() - t0;
     s->plan_seconds += r->plan_seconds;
     int rc = st == RS_OK ? RS_CLI_OK : fail_input(&diag, st, "planning");
     if (rc == RS_CLI_OK && !sessions_init(s, plan))
@@ -489,7 +482,7 @@ static void progress_init(progress_t *p, int mode)
     p->mode = mode;
     p->tty = isatty(STDERR_FILENO);
     p->shown = 0;
-    p->start = p->last = now();
+    p->start = p->last = rs_clock_seconds();
 }
 
 static void progress_rank(progress_t *p, int64_t done, int64_t world)
@@ -499,7 +492,7 @@ static void progress_rank(progress_t *p, int64_t done, int64_t world)
                 "%lld\n", (long long)done, (long long)world);
         return;
     }
-    double t = now();
+    double t = rs_clock_seconds();
     if (p->mode == RS_SIM_PROGRESS_OFF || !p->tty ||
         t - p->start < PROGRESS_AFTER_S ||
         (p->shown && t - p->last < PROGRESS_EVERY_S && done < world))

@@ -61,28 +61,14 @@ sim_fp8_totals_t rs_sim_fp8_totals(const sim_args_t *a, const sim_t *s)
     return t;
 }
 
-/* Seconds as the summary prints them elsewhere: 850 us, 14.4 ms, 2.31 s. */
-static const char *secs(char *buf, size_t len, double v)
-{
-    if (v <= 0)
-        snprintf(buf, len, "0 s");
-    else if (v < 1e-3)
-        snprintf(buf, len, "%.0f us", v * 1e6);
-    else if (v < 1)
-        snprintf(buf, len, "%.1f ms", v * 1e3);
-    else
-        snprintf(buf, len, "%.3f s", v);
-    return buf;
-}
-
 static void print_path_row(const char *label, const sim_fp8_path_t *p,
                            const char *meaning)
 {
     char b[4][RS_UNITS_TEXT_MAX];
     printf("  %-22s %10s %10s %10s %10s   %llu publisher, %llu receiver%s\n",
            label, rs_format_bytes(b[0], sizeof(b[0]), p->max_in),
-           secs(b[1], sizeof(b[1]), p->wire_bound),
-           secs(b[2], sizeof(b[2]), p->est_max),
+           rs_format_seconds(b[1], sizeof(b[1]), p->wire_bound),
+           rs_format_seconds(b[2], sizeof(b[2]), p->est_max),
            rs_format_bytes(b[3], sizeof(b[3]), p->max_memory),
            (unsigned long long)p->publisher, (unsigned long long)p->receiver,
            meaning);

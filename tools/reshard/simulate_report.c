@@ -131,20 +131,6 @@ static int spread(const sim_t *s, field_fn get, double out[3])
     return 1;
 }
 
-/* Seconds at a precision that suits them: 850 us, 14.4 ms, 2.31 s. */
-static const char *format_seconds(char *buf, size_t len, double v)
-{
-    if (v <= 0)
-        snprintf(buf, len, "0 s");
-    else if (v < 1e-3)
-        snprintf(buf, len, "%.0f us", v * 1e6);
-    else if (v < 1)
-        snprintf(buf, len, "%.1f ms", v * 1e3);
-    else
-        snprintf(buf, len, "%.2f s", v);
-    return buf;
-}
-
 /* 10,489,137: counts in the millions read at a glance. */
 static const char *group_digits(char *buf, size_t len, uint64_t n)
 {
@@ -165,7 +151,7 @@ static const char *format_value(char *buf, size_t len, double v, int unit)
     if (unit == AS_BYTES)
         return rs_format_bytes(buf, len, (uint64_t)v);
     if (unit == AS_SECONDS)
-        return format_seconds(buf, len, v);
+        return rs_format_seconds(buf, len, v);
     return group_digits(buf, len, (uint64_t)v);
 }
 
@@ -244,7 +230,7 @@ static void print_header(const sim_args_t *a, const sim_t *s)
     printf("  inference ranks        %lld (%s)\n", (long long)s->infer.world,
            a->infer);
     printf("  planning               %s in all, one rank after another\n",
-           format_seconds(b1, sizeof(b1), s->plan_seconds));
+           rs_format_seconds(b1, sizeof(b1), s->plan_seconds));
 }
 
 /* ---- trainers and the counts that need a meaning -------------------------- */
@@ -291,13 +277,13 @@ static void print_counts(const sim_args_t *a, const sim_t *s,
            rs_format_bytes(b1, sizeof(b1), t->padding));
     printf("  wire lower bound       %s at %s per rank (--nic-gbps %g: the "
            "busiest NIC's bytes at line rate)\n",
-           format_seconds(b1, sizeof(b1), t->wire_bound),
+           rs_format_seconds(b1, sizeof(b1), t->wire_bound),
            rs_format_rate(rate, sizeof(rate), a->nic_gbps * 1e9 / 8),
            a->nic_gbps);
     if (t->est_max > 0)
         printf("  estimated time         %s (the slowest rank's plan, by the "
                "planner's cost model)\n",
-               format_seconds(b1, sizeof(b1), t->est_max));
+               rs_format_seconds(b1, sizeof(b1), t->est_max));
     else
         printf("  estimated time         not estimated (the planner's cost "
                "model gave 0)\n");

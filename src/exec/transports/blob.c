@@ -24,21 +24,18 @@ void rs__bw_u8(rs__blob_writer_t *w, uint8_t v)
     rs__bw_bytes(w, &v, 1);
 }
 
-void rs__bw_u32(rs__blob_writer_t *w, uint32_t v)
-{
-    uint8_t b[4];
-    for (int i = 0; i < 4; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    rs__bw_bytes(w, b, 4);
-}
-
-void rs__bw_u64(rs__blob_writer_t *w, uint64_t v)
+/* The low n bytes of v, least significant first. */
+static void put_le(rs__blob_writer_t *w, uint64_t v, int n)
 {
     uint8_t b[8];
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < n; i++)
         b[i] = (uint8_t)(v >> (8 * i));
-    rs__bw_bytes(w, b, 8);
+    rs__bw_bytes(w, b, (size_t)n);
 }
+
+void rs__bw_u32(rs__blob_writer_t *w, uint32_t v) { put_le(w, v, 4); }
+
+void rs__bw_u64(rs__blob_writer_t *w, uint64_t v) { put_le(w, v, 8); }
 
 void rs__bw_header(rs__blob_writer_t *w, uint8_t backend)
 {
@@ -70,27 +67,28 @@ int rs__br_u8(rs__blob_reader_t *r, uint8_t *v)
     return 1;
 }
 
-int rs__br_u32(rs__blob_reader_t *r, uint32_t *v)
+/* n bytes, least significant first; 0 when fewer are left. */
+static int get_le(rs__blob_reader_t *r, int n, uint64_t *v)
 {
     const uint8_t *b;
-    if (!rs__br_bytes(r, 4, &b))
+    if (!rs__br_bytes(r, (size_t)n, &b))
         return 0;
     *v = 0;
-    for (int i = 3; i >= 0; i--)
+    for (int i = n - 1; i >= 0; i--)
         *v = *v << 8 | b[i];
     return 1;
 }
 
-int rs__br_u64(rs__blob_reader_t *r, uint64_t *v)
+int rs__br_u32(rs__blob_reader_t *r, uint32_t *v)
 {
-    const uint8_t *b;
-    if (!rs__br_bytes(r, 8, &b))
+    uint64_t x;
+    if (!get_le(r, 4, &x))
         return 0;
-    *v = 0;
-    for (int i = 7; i >= 0; i--)
-        *v = *v << 8 | b[i];
+    *v = (uint32_t)x;
     return 1;
 }
+
+int rs__br_u64(rs__blob_reader_t *r, uint64_t *v) { return get_le(r, 8, v); }
 
 int rs__br_header(rs__blob_reader_t *r)
 {

@@ -1,5 +1,6 @@
-/* rs_format_bytes and rs_format_rate: one unit per quantity, never in
- * scientific notation, enough digits that a small value is not 0. */
+/* rs_format_bytes, rs_format_rate and rs_format_seconds: one unit per
+ * quantity, never in scientific notation, enough digits that a small value
+ * is not 0; and rs_clock_seconds never goes back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,12 +45,40 @@ static void test_rate(void **state)
     }
 }
 
+static void test_seconds(void **state)
+{
+    (void)state;
+    static const struct { double v; const char *want; } cases[] = {
+        {0, "0 s"}, {-1, "0 s"}, {2e-6, "2 us"}, {850e-6, "850 us"},
+        {0.0144, "14.4 ms"}, {0.2162, "216.2 ms"}, {1, "1.00 s"},
+        {2.314, "2.31 s"}, {5.17, "5.17 s"}, {3600, "3600.00 s"}};
+    char buf[RS_UNITS_TEXT_MAX];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(rs_format_seconds(buf, sizeof(buf), cases[i].v),
+                            cases[i].want);
+    /* every duration from a nanosecond to a year: no exponent */
+    for (double v = 1e-9; v < 4e7; v *= 1.7)
+        assert_null(strchr(rs_format_seconds(buf, sizeof(buf), v), 'e'));
+}
+
+static void test_clock(void **state)
+{
+    (void)state;
+    double prev = rs_clock_seconds();
+    for (int i = 0; i < 1000; i++) {
+        double t = rs_clock_seconds();
+        assert_true(t >= prev);
+        prev = t;
+    }
+}
+
 static void test_short_buffer(void **state)
 {
     (void)state;
     char buf[4];
     assert_string_equal(rs_format_bytes(buf, sizeof(buf), 425088), "415");
     assert_string_equal(rs_format_rate(buf, sizeof(buf), 9.31e9), "9.3");
+    assert_string_equal(rs_format_seconds(buf, sizeof(buf), 2.31), "2.3");
 }
 
 int main(void)
@@ -57,6 +86,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_rate),
+        cmocka_unit_test(test_seconds),
+        cmocka_unit_test(test_clock),
         cmocka_unit_test(test_short_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,9 +1,8 @@
-/* The `local-mt` transport: the local backend's reads run by a thread pool
+/* The `local-mt` transport: the local backend's reads run by a worker pool
  * made once at open. At wait the batch's bytes are seen as one stream cut
  * into equal tasks, so huge segments are split and small ones batched, and
- * workers take tasks in turn until the stream is done or cancelled. */
-#include <errno.h>
-#include <pthread.h>
+ * the pool's workers take tasks in turn until the stream is done or
+ * cancelled at the deadline. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 
 #include "core/clock.h"
 #include "core/diag.h"
+#include "core/pool.h"
 #include "exec/backend.h"
 #include "exec/transports/local_work.h"
 
@@ -24,19 +24,8 @@ typedef struct mt_state {
     rs__local_base_t base; /* first: the shared ops take t->priv as one */
     _Atomic uint64_t *remaining; /* bytes left per group of `work` */
     size_t remaining_cap;
-
-    pthread_t *threads;
-    unsigned nthreads;
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv; /* a new generation of tasks, or quit */
-    pthread_cond_t done_cv; /* active dropped to zero */
-    uint64_t gen;
-    unsigned active;
-    int quit;
-
+    rs__pool_t *pool;
     uint64_t task_bytes, ntasks;
-    atomic_uint_fast64_t next_task;
-    atomic_int cancel;
 } mt_state_t;
 
 /* The copy holding stream offset `off` (copies are in stream order). */
@@ -54,7 +43,7 @@ static size_t find_copy(const rs__worklist_t *w, uint64_t off)
 }
 
 /* Copies stream bytes [start, end), crediting each group as it goes. */
-static void run_task(mt_state_t *s, uint64_t start, uint64_t end)
+static void copy_range(mt_state_t *s, uint64_t start, uint64_t end)
 {
     const rs__worklist_t *w = &s->base.work;
     size_t i = find_copy(w, start);
@@ -76,50 +65,14 @@ static void run_task(mt_state_t *s, uint64_t start, uint64_t end)
     atomic_fetch_sub(&s->remaining[group], credit);
 }
 
-static void run_tasks(mt_state_t *s)
+/* Task k of the batch: the k-th task_bytes of the stream. */
+static void run_task(void *ctx, size_t k)
 {
-    for (;;) {
-        if (atomic_load(&s->cancel))
-            return;
-        uint64_t k = atomic_fetch_add(&s->next_task, 1);
-        if (k >= s->ntasks)
-            return;
-        uint64_t start = k * s->task_bytes;
-        uint64_t end = start + s->task_bytes;
-        uint64_t total = s->base.work.bytes;
-        run_task(s, start, end < total ? end : total);
-    }
-}
-
-static void *worker_main(void *arg)
-{
-    mt_state_t *s = arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (s->gen == seen && !s->quit)
-            pthread_cond_wait(&s->work_cv, &s->mu);
-        if (s->quit)
-            break;
-        seen = s->gen;
-        pthread_mutex_unlock(&s->mu);
-        run_tasks(s);
-        pthread_mutex_lock(&s->mu);
-        if (--s->active == 0)
-            pthread_cond_signal(&s->done_cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
-}
-
-static void stop_threads(mt_state_t *s, unsigned n)
-{
-    pthread_mutex_lock(&s->mu);
-    s->quit = 1;
-    pthread_cond_broadcast(&s->work_cv);
-    pthread_mutex_unlock(&s->mu);
-    for (unsigned i = 0; i < n; i++)
-        pthread_join(s->threads[i], NULL);
+    mt_state_t *s = ctx;
+    uint64_t start = k * s->task_bytes;
+    uint64_t end = start + s->task_bytes;
+    uint64_t total = s->base.work.bytes;
+    copy_range(s, start, end < total ? end : total);
 }
 
 static unsigned pick_threads(unsigned asked)
@@ -132,42 +85,16 @@ static unsigned pick_threads(unsigned asked)
     return n > MT_MAX_THREADS ? MT_MAX_THREADS : (unsigned)n;
 }
 
-static rs_status_t init_sync(mt_state_t *s, rs_diag_t *diag)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int bad = pthread_mutex_init(&s->mu, NULL) ||
-              pthread_cond_init(&s->work_cv, NULL) ||
-              pthread_cond_init(&s->done_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (bad)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY,
-                            "local-mt: pthread mutex/condition init failed");
-    return RS_OK;
-}
-
 static rs_status_t mt_open(rs_transport_h t, rs_diag_t *diag)
 {
     mt_state_t *s = calloc(1, sizeof(*s));
-    if (s == NULL || init_sync(s, diag) != RS_OK) {
-        free(s);
+    if (s == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "local-mt: state");
-    }
-    s->nthreads = pick_threads(t->params.threads);
-    s->threads = calloc(s->nthreads, sizeof(pthread_t));
-    unsigned made = 0;
-    while (s->threads != NULL && made < s->nthreads &&
-           pthread_create(&s->threads[made], NULL, worker_main, s) == 0)
-        made++;
-    if (made < s->nthreads) {
-        if (s->threads != NULL)
-            stop_threads(s, made);
-        free(s->threads);
+    rs_status_t st = rs__pool_create(pick_threads(t->params.threads),
+                                     "local-mt", diag, &s->pool);
+    if (st != RS_OK) {
         free(s);
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY,
-                            "local-mt: could not start %u threads (started "
-                            "%u)", pick_threads(t->params.threads), made);
+        return st;
     }
     t->priv = s;
     return RS_OK;
@@ -176,13 +103,9 @@ static rs_status_t mt_open(rs_transport_h t, rs_diag_t *diag)
 static void mt_close(rs_transport_h t)
 {
     mt_state_t *s = t->priv;
-    stop_threads(s, s->nthreads);
-    pthread_cond_destroy(&s->work_cv);
-    pthread_cond_destroy(&s->done_cv);
-    pthread_mutex_destroy(&s->mu);
+    rs__pool_destroy(s->pool);
     rs__local_base_free(&s->base);
     free(s->remaining);
-    free(s->threads);
     free(s);
     t->priv = NULL;
 }
@@ -201,12 +124,11 @@ static rs_status_t plan_tasks(mt_state_t *s, rs_diag_t *diag)
     }
     for (size_t g = 0; g < w->groups_len; g++)
         atomic_init(&s->remaining[g], w->groups[g].bytes);
-    uint64_t grain = w->bytes / ((uint64_t)s->nthreads * MT_TASKS_PER_THREAD);
+    uint64_t threads = rs__pool_workers(s->pool);
+    uint64_t grain = w->bytes / (threads * MT_TASKS_PER_THREAD);
     grain = grain < MT_TASK_MIN ? MT_TASK_MIN : grain;
     s->task_bytes = grain > MT_TASK_MAX ? MT_TASK_MAX : grain;
     s->ntasks = (w->bytes + s->task_bytes - 1) / s->task_bytes;
-    atomic_store(&s->next_task, 0);
-    atomic_store(&s->cancel, 0);
     return RS_OK;
 }
 
@@ -214,24 +136,18 @@ static rs_status_t plan_tasks(mt_state_t *s, rs_diag_t *diag)
  * and drains the ones in flight (settle then finds what is left). */
 static void run_pool(mt_state_t *s, double timeout_s)
 {
-    if (timeout_s > 1e9)
-        timeout_s = 0; /* decades: the same as no limit, and no overflow */
-    struct timespec until = rs__mono_after(timeout_s > 0 ? timeout_s : 0);
-    int in_time = 1;
-    pthread_mutex_lock(&s->mu);
-    s->active = s->nthreads;
-    s->gen++;
-    pthread_cond_broadcast(&s->work_cv);
-    while (s->active > 0) {
-        if (timeout_s <= 0 || !in_time) {
-            pthread_cond_wait(&s->done_cv, &s->mu);
-        } else if (pthread_cond_timedwait(&s->done_cv, &s->mu, &until) ==
-                   ETIMEDOUT) {
-            in_time = 0;
-            atomic_store(&s->cancel, 1);
-        }
+    struct timespec until;
+    const struct timespec *deadline = NULL;
+    /* decades: the same as no limit, and no overflow */
+    if (timeout_s > 0 && timeout_s <= 1e9) {
+        until = rs__mono_after(timeout_s);
+        deadline = &until;
     }
-    pthread_mutex_unlock(&s->mu);
+    rs__pool_start(s->pool, run_task, s, s->ntasks);
+    if (rs__pool_join_until(s->pool, deadline, NULL, NULL) == RS_OK)
+        return;
+    (void)rs__pool_cancel(s->pool);
+    (void)rs__pool_join_until(s->pool, NULL, NULL, NULL);
 }
 
 /* Credits what completed and names the groups that did not. */
@@ -268,7 +184,7 @@ static rs_status_t mt_wait(rs_transport_h t, double timeout_s,
         return st;
     }
     if (s->ntasks == 1)
-        run_tasks(s); /* not worth waking the pool */
+        run_task(s, 0); /* not worth waking the pool */
     else if (s->ntasks > 1)
         run_pool(s, timeout_s);
     return settle(t, timeout_s, diag);
@@ -276,7 +192,7 @@ static rs_status_t mt_wait(rs_transport_h t, double timeout_s,
 
 static unsigned mt_workers(rs_transport_h t)
 {
-    return ((const mt_state_t *)t->priv)->nthreads;
+    return rs__pool_workers(((const mt_state_t *)t->priv)->pool);
 }
 
 const rs_transport_ops_t rs__transport_local_mt = {
