@@ -87,16 +87,6 @@ static rs_status_t load_shard(rs_json_ctx_t *c, rs_sources_h s,
     return RS_OK;
 }
 
-static void format_dims(char *buf, size_t cap, const int64_t *dims, int n)
-{
-    size_t used = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < n && used < cap; i++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%lld",
-                                 i ? ", " : "", (long long)dims[i]);
-    if (used < cap)
-        snprintf(buf + used, cap - used, "]");
-}
-
 /* A tensor seen in an earlier blob (or file) must be declared the same way;
  * checked here too so tensors without shards are held to it and the error
  * names the disagreeing key. */
@@ -113,8 +103,8 @@ static rs_status_t check_agreement(rs_json_ctx_t *c, rs_sources_h s,
     if (old->ndim != t->ndim ||
         (t->ndim > 0 && memcmp(old->shape, t->full_shape,
                                (size_t)t->ndim * sizeof(int64_t)) != 0)) {
-        format_dims(a, sizeof(a), t->full_shape, t->ndim);
-        format_dims(b, sizeof(b), old->shape, old->ndim);
+        rs__format_dims(a, sizeof(a), t->full_shape, t->ndim);
+        rs__format_dims(b, sizeof(b), old->shape, old->ndim);
         mark = rs__json_push_key(c, "full_shape");
         st = rs__json_fail(c, "tensor '%s': full_shape %s disagrees with %s "
                           "from an earlier table", t->name, a, b);
