@@ -1,0 +1,235 @@
+/* Trainer ranks as separate processes (proc_fixture.h): the parent's start,
+ * bounded wait and stop, and the child's publisher, whose shards hold the
+ * values vllm_direct.h builds its expectations from. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc_fixture.h"
+#include "reshard_layout/layout.h"
+#include "vllm_direct.h"
+
+/* ---- the parent's side ---------------------------------------------------- */
+
+void pfx_start(pfx_proc_t *p, const char *arg, unsigned flags,
+               void (*child_setup)(void))
+{
+    int cmd[2], ack[2] = {-1, -1};
+    assert_int_equal(pipe(cmd), 0);
+    if (flags & PFX_ACK)
+        assert_int_equal(pipe(ack), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char full[16384];
+        close(cmd[1]);
+        if (ack[0] >= 0)
+            close(ack[0]);
+        if (flags & PFX_UCX_QUIET)
+            setenv("UCX_HANDLE_ERRORS", "none", 1);
+        if (child_setup != NULL)
+            child_setup();
+        if (ack[1] >= 0)
+            snprintf(full, sizeof(full), "%s|%d|%d", arg, cmd[0], ack[1]);
+        else
+            snprintf(full, sizeof(full), "%s|%d", arg, cmd[0]);
+        execl("/proc/self/exe", program_invocation_short_name, "--publisher",
+              full, (char *)NULL);
+        _exit(13);
+    }
+    close(cmd[0]);
+    if (ack[1] >= 0)
+        close(ack[1]);
+    *p = (pfx_proc_t){pid, cmd[1], ack[0], 0};
+}
+
+int pfx_await_ack(const pfx_proc_t *p, int ms)
+{
+    struct pollfd pfd = {p->ack, POLLIN, 0};
+    char c;
+    while (poll(&pfd, 1, ms) < 0 && errno == EINTR)
+        ;
+    return (pfd.revents & POLLIN) && read(p->ack, &c, 1) == 1;
+}
+
+int pfx_send(const pfx_proc_t *p, unsigned char c)
+{
+    return write(p->cmd, &c, 1) == 1 ? 0 : -1;
+}
+
+void pfx_stop(pfx_proc_t *p, int kill_it)
+{
+    if (p->pid <= 0)
+        return;
+    if (kill_it)
+        kill(p->pid, SIGKILL);
+    close(p->cmd);
+    if (p->ack >= 0)
+        close(p->ack);
+    while (waitpid(p->pid, &p->status, 0) < 0 && errno == EINTR)
+        ;
+    p->pid = 0;
+}
+
+/* ---- the child's side ------------------------------------------------------ */
+
+/* The shards this process registered, kept until it exits. */
+#define PFX_MAX_SHARDS 4096
+static void *shard_buf[PFX_MAX_SHARDS];
+static size_t shard_len[PFX_MAX_SHARDS];
+static size_t shard_n;
+static int shard_own_pages;
+
+int pfx_fields(const char *arg, char *buf, size_t len, char **f, int n)
+{
+    snprintf(buf, len, "%s", arg);
+    f[0] = strtok(buf, "|");
+    for (int i = 1; i < n; i++)
+        f[i] = strtok(NULL, "|");
+    return f[n - 1] != NULL ? 0 : -1;
+}
+
+/* A buffer for one shard: from malloc, or its own pages. */
+static void *shard_alloc(size_t bytes, size_t *len_p)
+{
+    if (!shard_own_pages) {
+        *len_p = bytes;
+        return malloc(bytes);
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    *len_p = (bytes + page - 1) / page * page;
+    void *buf = mmap(NULL, *len_p, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return buf == MAP_FAILED ? NULL : buf;
+}
+
+static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
+{
+    rs_publisher_h pub = ctx;
+    int64_t n = 1;
+    size_t len;
+    for (int i = 0; i < d->ndim; i++)
+        n *= d->shape[i];
+    if (shard_n == PFX_MAX_SHARDS)
+        return RS_ERR_NO_MEMORY;
+    uint8_t *buf = shard_alloc((size_t)(n ? n : 1) * d->elsize, &len);
+    if (buf == NULL)
+        return RS_ERR_NO_MEMORY;
+    vd_fill_box(buf, d);
+    shard_buf[shard_n] = buf;
+    shard_len[shard_n++] = len;
+    return rs_publisher_register(pub, d->tensor, d->dtype, d->ndim,
+                                 d->full_shape, d->offset, d->shape, buf,
+                                 RS_MEM_HOST, NULL);
+}
+
+void pfx_shards_unreadable(void)
+{
+    for (size_t i = 0; i < shard_n; i++)
+        mprotect(shard_buf[i], shard_len[i], PROT_NONE);
+}
+
+static void shards_free(void)
+{
+    for (size_t i = 0; i < shard_n; i++) {
+        if (shard_own_pages)
+            munmap(shard_buf[i], shard_len[i]);
+        else
+            free(shard_buf[i]);
+    }
+    shard_n = 0;
+}
+
+/* One command byte: 1, or 0 once the pipe is closed (or broken). */
+static int next_command(int fd, unsigned char *c)
+{
+    ssize_t k;
+    while ((k = read(fd, c, 1)) < 0 && errno == EINTR)
+        ;
+    return k == 1;
+}
+
+/* Publishes `first`, acknowledges it, then follows the command pipe. */
+static int serve(const pfx_publish_t *s, rs_publisher_h pub, rs_diag_t *diag)
+{
+    unsigned char c = 'p';
+    if (rs_publisher_publish(pub, s->first, diag) != RS_OK)
+        return 4;
+    if (s->ack_fd >= 0 && write(s->ack_fd, &c, 1) != 1)
+        return 5;
+    while (next_command(s->cmd_fd, &c))
+        if (s->next_versions &&
+            rs_publisher_publish(pub, (int64_t)c, diag) != RS_OK)
+            return 4;
+    return 0;
+}
+
+int pfx_publisher_main(const pfx_publish_t *s, rs_publisher_params_t *pp)
+{
+    rs_model_h model;
+    rs_layout_t train;
+    rs_publisher_h pub;
+    rs_diag_t diag;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (rs_model_load(s->config, &diag, &model) != RS_OK ||
+        rs_layout_parse(s->train, &diag, &train) != RS_OK ||
+        rs_layout_check(&train, model, &diag) != RS_OK)
+        return 2;
+    pp->world = train.world;
+    if (rs_publisher_create(pp, &diag, &pub) != RS_OK) {
+        fprintf(stderr, "publisher %lld/%lld: %s\n", (long long)pp->rank,
+                (long long)pp->replica, diag.msg);
+        return 3;
+    }
+    shard_own_pages = s->own_pages;
+    int rc = rs_layout_trainer_shards(model, &train, pp->rank, on_shard, pub,
+                                      &diag) != RS_OK
+                 ? 4
+                 : serve(s, pub, &diag);
+    if (rc == 4)
+        fprintf(stderr, "publisher %lld/%lld: %s\n", (long long)pp->rank,
+                (long long)pp->replica, diag.msg);
+    rs_publisher_destroy(pub);
+    shards_free();
+    rs_model_destroy(model);
+    return rc;
+}
+
+/* ---- the world's files and transport -------------------------------------- */
+
+void pfx_model_path(char *out, size_t n, const char *file)
+{
+    const char *src = getenv("RESHARD_SOURCE_DIR");
+    snprintf(out, n, "%.900s/examples/models/%s", src ? src : ".", file);
+}
+
+void pfx_remove_tmp(const char *tmp)
+{
+    char cmd[640];
+    if (tmp[0] == '\0')
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%.600s'", tmp);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp);
+}
+
+void pfx_use_tls(const char *tls)
+{
+    setenv("UCX_TLS", tls, 1);
+    if (strcmp(tls, "tcp") == 0)
+        setenv("UCX_NET_DEVICES", "lo", 1);
+    else
+        unsetenv("UCX_NET_DEVICES");
+}
