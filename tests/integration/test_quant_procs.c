@@ -58,37 +58,16 @@ static world_t world;
 
 /* ---- a trainer (a fresh process: UCX is not fork-safe) ----------------- */
 
-/* `--publisher CONFIG|DIRECTORY|TRAIN|RANK|REPLICA|MODE|CMD_FD`: publishes
- * version 1 and serves it until the command pipe closes. */
-static int publisher_entry(const char *arg)
-{
-    char buf[8192], *f[7];
-    rs_publisher_params_t pp;
-    if (pfx_fields(arg, buf, sizeof(buf), f, 7) != 0)
-        return 2;
-    pfx_publish_t s = {.config = f[0], .train = f[2], .first = 1,
-                       .cmd_fd = atoi(f[6]), .ack_fd = -1};
-    rs_publisher_params_init(&pp);
-    pp.directory = f[1];
-    pp.model = MODEL;
-    pp.rank = atoll(f[3]);
-    pp.replica = atoll(f[4]);
-    pp.backend = "ucx";
-    pp.heartbeat_s = 0.2;
-    if (atoi(f[5]) == WANTED) {
-        pp.staging = RS_STAGING_ARENA;
-        pp.quantize_wanted = 1;
-    }
-    return pfx_publisher_main(&s, &pp);
-}
-
 static void start_publisher(world_t *w, int rank, int replica, int mode)
 {
-    char arg[8192];
+    pfx_publish_t s = {.config = w->config, .train = w->train_text,
+                       .directory = w->directory, .model = MODEL,
+                       .backend = "ucx", .rank = rank, .replica = replica,
+                       .first = 1,
+                       .flags = PFX_UCX_QUIET |
+                                (mode == WANTED ? PFX_QUANTIZE_WANTED : 0)};
     assert_true(w->npubs < MAX_PUBS);
-    snprintf(arg, sizeof(arg), "%s|%s|%s|%d|%d|%d", w->config, w->directory,
-             w->train_text, rank, replica, mode);
-    pfx_start(&w->pubs[w->npubs], arg, PFX_UCX_QUIET, NULL);
+    pfx_start(&w->pubs[w->npubs], &s);
     w->slot[w->npubs] = rank;
     w->npubs++;
 }
@@ -547,8 +526,8 @@ static void test_killed_with_replica(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--publisher") == 0)
-        return publisher_entry(argv[2]);
+    if (pfx_is_publisher(argc, argv))
+        return pfx_publisher_main(argv[2], NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_megatron_publisher_side),
         cmocka_unit_test(test_megatron_receiver_side),

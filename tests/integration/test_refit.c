@@ -42,10 +42,11 @@ static world_t world;
  * `first`, then one more version per byte read from its command pipe. */
 static void start_publisher(world_t *w, int64_t rank, int64_t first)
 {
-    char arg[16384];
-    snprintf(arg, sizeof(arg), "%s|%s|%s|%lld|%lld", w->config, w->directory,
-             w->backend, (long long)rank, (long long)first);
-    pfx_start(&w->pubs[rank], arg, 0, NULL);
+    pfx_publish_t s = {.config = w->config, .train = TRAIN,
+                       .directory = w->directory, .model = MODEL,
+                       .backend = w->backend, .rank = rank, .first = first,
+                       .flags = PFX_NEXT_VERSIONS};
+    pfx_start(&w->pubs[rank], &s);
 }
 
 static void publish_version(world_t *w, unsigned char version)
@@ -227,25 +228,6 @@ static void test_redis_ucx_sm(void **state)
     rfx_stop(&s);
 }
 
-/* `--publisher CONFIG|DIRECTORY|BACKEND|RANK|FIRST|FD`: a trainer rank. */
-static int publisher_entry(const char *arg)
-{
-    char buf[16384], *f[6];
-    rs_publisher_params_t pp;
-    if (pfx_fields(arg, buf, sizeof(buf), f, 6) != 0)
-        return 2;
-    pfx_publish_t s = {.config = f[0], .train = TRAIN, .first = atoll(f[4]),
-                       .cmd_fd = atoi(f[5]), .ack_fd = -1,
-                       .next_versions = 1};
-    rs_publisher_params_init(&pp);
-    pp.directory = f[1];
-    pp.model = MODEL;
-    pp.rank = atoll(f[3]);
-    pp.backend = f[2];
-    pp.heartbeat_s = 0.2;
-    return pfx_publisher_main(&s, &pp);
-}
-
 static void test_redis_ucx_tcp(void **state)
 {
     (void)state;
@@ -262,8 +244,8 @@ static void test_redis_ucx_tcp(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--publisher") == 0)
-        return publisher_entry(argv[2]);
+    if (pfx_is_publisher(argc, argv))
+        return pfx_publisher_main(argv[2], NULL);
     const char *only = getenv("RS_TEST_ONLY");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_file_cma, world_teardown),

@@ -55,37 +55,19 @@ typedef struct world {
 
 static world_t world;
 
-/* `--publisher CONFIG|DIRECTORY|RANK|REPLICA|CMD_FD|ACK_FD`: publishes
- * version 1, says so on ACK_FD, and serves it until CMD_FD closes. */
-static int publisher_entry(const char *arg)
-{
-    char buf[8192], *f[6];
-    rs_publisher_params_t pp;
-    if (pfx_fields(arg, buf, sizeof(buf), f, 6) != 0)
-        return 2;
-    pfx_publish_t s = {.config = f[0], .train = TRAIN, .first = 1,
-                       .cmd_fd = atoi(f[4]), .ack_fd = atoi(f[5]),
-                       .own_pages = 1};
-    rs_publisher_params_init(&pp);
-    pp.directory = f[1];
-    pp.model = MODEL;
-    pp.rank = atoll(f[2]);
-    pp.replica = atoll(f[3]);
-    pp.backend = "ucx";
-    pp.heartbeat_s = 0.2;
-    return pfx_publisher_main(&s, &pp);
-}
-
 /* ---- the world ----------------------------------------------------------- */
 
 /* Starts publisher (rank, replica) and waits until it has published, so
  * publishers join their slots in the order they are started. */
 static void start_publisher(world_t *w, int rank, int replica)
 {
-    char arg[8192];
-    snprintf(arg, sizeof(arg), "%s|%s|%d|%d", w->config, w->directory, rank,
-             replica);
-    pfx_start(&w->pubs[rank][replica], arg, PFX_ACK | PFX_UCX_QUIET, NULL);
+    pfx_publish_t s = {.config = w->config, .train = TRAIN,
+                       .directory = w->directory, .model = MODEL,
+                       .backend = "ucx", .rank = rank, .replica = replica,
+                       .first = 1,
+                       .flags = PFX_ACK_PIPE | PFX_ACK_PUBLISHED |
+                                PFX_UCX_QUIET | PFX_OWN_PAGES};
+    pfx_start(&w->pubs[rank][replica], &s);
     if (!pfx_await_ack(&w->pubs[rank][replica], ACK_WAIT_MS))
         fail_msg("publisher rank %d replica %d did not publish", rank,
                  replica);
@@ -377,8 +359,8 @@ static void test_corrupted_table_refused(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--publisher") == 0)
-        return publisher_entry(argv[2]);
+    if (pfx_is_publisher(argc, argv))
+        return pfx_publisher_main(argv[2], NULL);
     const struct CMUnitTest tests[] = {
         T(test_replica_killed_mid_pull),
         T(test_replica_killed_mid_stage),

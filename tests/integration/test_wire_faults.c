@@ -74,27 +74,14 @@ static void on_strike(int sig)
         _exit(20);
 }
 
-/* `--publisher CONFIG|DIRECTORY|RANK|CMD_FD|ACK_FD`: publishes version 1
- * and serves it until the command pipe closes. */
-static int publisher_entry(const char *arg)
+/* The publisher's side: SIGUSR1 strikes it, and a crash is the point
+ * (no core file). */
+static void prepare_publisher(const pfx_publish_t *s)
 {
-    char buf[8192], *f[5];
-    rs_publisher_params_t pp;
     struct rlimit no_core = {0, 0};
-    setrlimit(RLIMIT_CORE, &no_core); /* a crash is the point: no core */
-    if (pfx_fields(arg, buf, sizeof(buf), f, 5) != 0)
-        return 2;
-    pfx_publish_t s = {.config = f[0], .train = TRAIN, .first = 1,
-                       .cmd_fd = atoi(f[3]), .ack_fd = -1, .own_pages = 1};
-    pub_ack_fd = atoi(f[4]);
+    setrlimit(RLIMIT_CORE, &no_core);
+    pub_ack_fd = s->ack_fd;
     signal(SIGUSR1, on_strike);
-    rs_publisher_params_init(&pp);
-    pp.directory = f[1];
-    pp.model = MODEL;
-    pp.rank = atoll(f[2]);
-    pp.backend = "ucx";
-    pp.heartbeat_s = 0.2;
-    return pfx_publisher_main(&s, &pp);
 }
 
 /* ---- the world ----------------------------------------------------------- */
@@ -121,9 +108,12 @@ static void no_segv_handlers(void)
 
 static void start_publisher(world_t *w, int rank)
 {
-    char arg[8192];
-    snprintf(arg, sizeof(arg), "%s|%s|%d", w->config, w->directory, rank);
-    pfx_start(&w->pubs[rank], arg, PFX_ACK | PFX_UCX_QUIET, no_segv_handlers);
+    pfx_publish_t s = {.config = w->config, .train = TRAIN,
+                       .directory = w->directory, .model = MODEL,
+                       .backend = "ucx", .rank = rank, .first = 1,
+                       .flags = PFX_ACK_PIPE | PFX_UCX_QUIET | PFX_OWN_PAGES,
+                       .before_exec = no_segv_handlers};
+    pfx_start(&w->pubs[rank], &s);
 }
 
 static int world_setup(void **state)
@@ -354,8 +344,8 @@ CASE(test_sm_crash_end, "sm", STRIKE_CRASH, AT_END)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--publisher") == 0)
-        return publisher_entry(argv[2]);
+    if (pfx_is_publisher(argc, argv))
+        return pfx_publisher_main(argv[2], prepare_publisher);
     const struct CMUnitTest tests[] = {
         T(test_tcp_control),     T(test_tcp_kill_first),
         T(test_tcp_kill_middle), T(test_tcp_kill_end),

@@ -23,30 +23,55 @@
 
 /* ---- the parent's side ---------------------------------------------------- */
 
-void pfx_start(pfx_proc_t *p, const char *arg, unsigned flags,
-               void (*child_setup)(void))
+#define PFX_ARG_MAX 16384
+#define PFX_NFIELDS 11
+
+/* s as one argument: fields joined by '|' (none of them is empty). */
+static void encode(char *out, size_t n, const pfx_publish_t *s)
+{
+    snprintf(out, n, "%s|%s|%s|%s|%s|%lld|%lld|%lld|%u|%d|%d", s->config,
+             s->train, s->directory, s->model, s->backend, (long long)s->rank,
+             (long long)s->replica, (long long)s->first, s->flags, s->cmd_fd,
+             s->ack_fd);
+}
+
+static int decode(char *buf, pfx_publish_t *s)
+{
+    char *f[PFX_NFIELDS];
+    f[0] = strtok(buf, "|");
+    for (int i = 1; i < PFX_NFIELDS; i++)
+        f[i] = strtok(NULL, "|");
+    if (f[PFX_NFIELDS - 1] == NULL)
+        return -1;
+    *s = (pfx_publish_t){f[0], f[1], f[2], f[3], f[4], atoll(f[5]),
+                         atoll(f[6]), atoll(f[7]), (unsigned)atoi(f[8]),
+                         atoi(f[9]), atoi(f[10]), NULL};
+    return 0;
+}
+
+void pfx_start(pfx_proc_t *p, const pfx_publish_t *s)
 {
     int cmd[2], ack[2] = {-1, -1};
     assert_int_equal(pipe(cmd), 0);
-    if (flags & PFX_ACK)
+    if (s->flags & PFX_ACK_PIPE)
         assert_int_equal(pipe(ack), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        char full[16384];
+        char arg[PFX_ARG_MAX];
+        pfx_publish_t child = *s;
         close(cmd[1]);
         if (ack[0] >= 0)
             close(ack[0]);
-        if (flags & PFX_UCX_QUIET)
+        if (s->flags & PFX_UCX_QUIET)
             setenv("UCX_HANDLE_ERRORS", "none", 1);
-        if (child_setup != NULL)
-            child_setup();
-        if (ack[1] >= 0)
-            snprintf(full, sizeof(full), "%s|%d|%d", arg, cmd[0], ack[1]);
-        else
-            snprintf(full, sizeof(full), "%s|%d", arg, cmd[0]);
+        if (s->before_exec != NULL)
+            s->before_exec();
+        child.cmd_fd = cmd[0];
+        child.ack_fd = ack[1];
+        encode(arg, sizeof(arg), &child);
         execl("/proc/self/exe", program_invocation_short_name, "--publisher",
-              full, (char *)NULL);
+              arg, (char *)NULL);
         _exit(13);
     }
     close(cmd[0]);
@@ -91,15 +116,6 @@ static void *shard_buf[PFX_MAX_SHARDS];
 static size_t shard_len[PFX_MAX_SHARDS];
 static size_t shard_n;
 static int shard_own_pages;
-
-int pfx_fields(const char *arg, char *buf, size_t len, char **f, int n)
-{
-    snprintf(buf, len, "%s", arg);
-    f[0] = strtok(buf, "|");
-    for (int i = 1; i < n; i++)
-        f[i] = strtok(NULL, "|");
-    return f[n - 1] != NULL ? 0 : -1;
-}
 
 /* A buffer for one shard: from malloc, or its own pages. */
 static void *shard_alloc(size_t bytes, size_t *len_p)
@@ -167,40 +183,70 @@ static int serve(const pfx_publish_t *s, rs_publisher_h pub, rs_diag_t *diag)
     unsigned char c = 'p';
     if (rs_publisher_publish(pub, s->first, diag) != RS_OK)
         return 4;
-    if (s->ack_fd >= 0 && write(s->ack_fd, &c, 1) != 1)
+    if ((s->flags & PFX_ACK_PUBLISHED) && write(s->ack_fd, &c, 1) != 1)
         return 5;
     while (next_command(s->cmd_fd, &c))
-        if (s->next_versions &&
+        if ((s->flags & PFX_NEXT_VERSIONS) &&
             rs_publisher_publish(pub, (int64_t)c, diag) != RS_OK)
             return 4;
     return 0;
 }
 
-int pfx_publisher_main(const pfx_publish_t *s, rs_publisher_params_t *pp)
+int pfx_is_publisher(int argc, char **argv)
 {
+    return argc == 3 && strcmp(argv[1], "--publisher") == 0;
+}
+
+static rs_status_t publisher_create(const pfx_publish_t *s, int64_t world,
+                                    rs_diag_t *diag, rs_publisher_h *pub_p)
+{
+    rs_publisher_params_t pp;
+    rs_publisher_params_init(&pp);
+    pp.directory = s->directory;
+    pp.model = s->model;
+    pp.rank = s->rank;
+    pp.replica = s->replica;
+    pp.world = world;
+    pp.backend = s->backend;
+    pp.heartbeat_s = 0.2;
+    if (s->flags & PFX_QUANTIZE_WANTED) {
+        pp.staging = RS_STAGING_ARENA;
+        pp.quantize_wanted = 1;
+    }
+    return rs_publisher_create(&pp, diag, pub_p);
+}
+
+int pfx_publisher_main(const char *arg, void (*prepare)(const pfx_publish_t *))
+{
+    static char buf[PFX_ARG_MAX];
+    pfx_publish_t s;
     rs_model_h model;
     rs_layout_t train;
     rs_publisher_h pub;
     rs_diag_t diag;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (rs_model_load(s->config, &diag, &model) != RS_OK ||
-        rs_layout_parse(s->train, &diag, &train) != RS_OK ||
+    snprintf(buf, sizeof(buf), "%s", arg);
+    if (decode(buf, &s) != 0)
+        return 2;
+    if (prepare != NULL)
+        prepare(&s);
+    if (rs_model_load(s.config, &diag, &model) != RS_OK ||
+        rs_layout_parse(s.train, &diag, &train) != RS_OK ||
         rs_layout_check(&train, model, &diag) != RS_OK)
         return 2;
-    pp->world = train.world;
-    if (rs_publisher_create(pp, &diag, &pub) != RS_OK) {
-        fprintf(stderr, "publisher %lld/%lld: %s\n", (long long)pp->rank,
-                (long long)pp->replica, diag.msg);
+    if (publisher_create(&s, train.world, &diag, &pub) != RS_OK) {
+        fprintf(stderr, "publisher %lld/%lld: %s\n", (long long)s.rank,
+                (long long)s.replica, diag.msg);
         return 3;
     }
-    shard_own_pages = s->own_pages;
-    int rc = rs_layout_trainer_shards(model, &train, pp->rank, on_shard, pub,
+    shard_own_pages = (s.flags & PFX_OWN_PAGES) != 0;
+    int rc = rs_layout_trainer_shards(model, &train, s.rank, on_shard, pub,
                                       &diag) != RS_OK
                  ? 4
-                 : serve(s, pub, &diag);
+                 : serve(&s, pub, &diag);
     if (rc == 4)
-        fprintf(stderr, "publisher %lld/%lld: %s\n", (long long)pp->rank,
-                (long long)pp->replica, diag.msg);
+        fprintf(stderr, "publisher %lld/%lld: %s\n", (long long)s.rank,
+                (long long)s.replica, diag.msg);
     rs_publisher_destroy(pub);
     shards_free();
     rs_model_destroy(model);

@@ -22,17 +22,36 @@ typedef struct pfx_proc {
     int status; /* waitpid's status once reaped */
 } pfx_proc_t;
 
+/* What one publisher process publishes, and how it talks to the test. */
+typedef struct pfx_publish {
+    const char *config;    /* the model config file */
+    const char *train;     /* the trainer layout */
+    const char *directory;
+    const char *model;     /* the model's name in the directory */
+    const char *backend;
+    int64_t rank, replica;
+    int64_t first;         /* the version published first */
+    unsigned flags;        /* PFX_* */
+    int cmd_fd, ack_fd;    /* the child's ends of the pipes (-1: none) */
+    /* In the test, just before the exec (the environment a sanitizer
+     * reads at start), when not NULL. */
+    void (*before_exec)(void);
+} pfx_publish_t;
+
 enum {
-    PFX_ACK = 1,         /* a second pipe: its write end is ARG's last field */
-    PFX_UCX_QUIET = 2,   /* UCX_HANDLE_ERRORS=none: a dead peer is an error,
-                          * not a backtrace or a freeze */
+    PFX_ACK_PIPE = 1 << 0,      /* a second pipe, child to test */
+    PFX_ACK_PUBLISHED = 1 << 1, /* one byte 'p' on it once `first` is out */
+    PFX_UCX_QUIET = 1 << 2,     /* UCX_HANDLE_ERRORS=none: a dead peer is an
+                                 * error, not a backtrace or a freeze */
+    PFX_NEXT_VERSIONS = 1 << 3, /* a command byte is a version to publish */
+    PFX_OWN_PAGES = 1 << 4,     /* every shard in its own pages, so that
+                                 * pfx_shards_unreadable can protect them */
+    PFX_QUANTIZE_WANTED = 1 << 5, /* arena staging, quantized copies served */
 };
 
-/* Starts `/proc/self/exe --publisher ARG|CMD_FD[|ACK_FD]`; child_setup, when
- * not NULL, runs in the child just before the exec. Fails the test when the
- * pipes or the fork fail. */
-void pfx_start(pfx_proc_t *p, const char *arg, unsigned flags,
-               void (*child_setup)(void));
+/* Starts `/proc/self/exe --publisher ARG`, ARG encoding s with the pipes'
+ * child ends. Fails the test when a pipe or the fork fails. */
+void pfx_start(pfx_proc_t *p, const pfx_publish_t *s);
 
 /* Waits up to ms milliseconds for one byte on the ack pipe: 1 when it came. */
 int pfx_await_ack(const pfx_proc_t *p, int ms);
@@ -46,31 +65,18 @@ void pfx_stop(pfx_proc_t *p, int kill_it);
 
 /* ---- the child's side ------------------------------------------------------ */
 
-/* What one publisher process publishes: pp is filled by the caller
- * (directory, model, rank, replica, backend, ...); world comes from the
- * layout. */
-typedef struct pfx_publish {
-    const char *config;   /* the model config file */
-    const char *train;    /* the trainer layout */
-    int64_t first;        /* the version published first */
-    int cmd_fd;           /* commands; end of file: unpublish and return */
-    int ack_fd;           /* >= 0: one byte 'p' once `first` is published */
-    int next_versions;    /* each command byte is a version to publish next */
-    int own_pages;        /* every shard in its own pages (pfx_shards_unmap) */
-} pfx_publish_t;
+/* 1 when this process was started by pfx_start (argv is `--publisher ARG`). */
+int pfx_is_publisher(int argc, char **argv);
 
-/* Splits `arg` (copied into buf) at '|' into n fields: 0, or -1 when it
- * has fewer. */
-int pfx_fields(const char *arg, char *buf, size_t len, char **f, int n);
+/* The publisher process, from pfx_start's ARG: `prepare` (when not NULL)
+ * sees what it will publish first; then it loads the model and layout,
+ * registers its rank's shards (filled as vllm_direct.h expects), publishes
+ * and serves until the command pipe closes. Dies with its parent. Returns
+ * the process's exit code: 0, or 2 (argument, model or layout), 3
+ * (create), 4 (register or publish), 5 (ack). */
+int pfx_publisher_main(const char *arg, void (*prepare)(const pfx_publish_t *));
 
-/* The publisher process: loads the model and layout, registers rank
- * pp->rank's shards (filled as vllm_direct.h expects), publishes and
- * serves until the command pipe closes. Dies with its parent. Returns the
- * process's exit code: 0, or 2 (model or layout), 3 (create), 4 (register
- * or publish), 5 (ack). */
-int pfx_publisher_main(const pfx_publish_t *s, rs_publisher_params_t *pp);
-
-/* Makes every shard of an own_pages publisher unreadable (PROT_NONE):
+/* Makes every shard of a PFX_OWN_PAGES publisher unreadable (PROT_NONE):
  * async-signal-safe, for a signal handler. */
 void pfx_shards_unreadable(void);
 
