@@ -17,7 +17,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "redis_fixture.h"
+#include "dir_env.h"
 #include "reshard/reshard.h"
 #include "assert_status.h"
 
@@ -49,13 +48,7 @@ typedef enum slow_mode {
     SLOW_OUTAGE,    /* after the first chunk, stop the redis server */
 } slow_mode_t;
 
-typedef struct env {
-    int redis, skip;
-    char why[512];
-    char tmp[PATH_MAX];
-    char url[PATH_MAX + 64];
-    rfx_server_t server;
-} env_t;
+typedef dir_env_t env_t;
 
 typedef struct world {
     rs_publisher_h pub[PUBS];
@@ -116,13 +109,7 @@ static void fill_row(int r, int64_t v)
         w.rows[r][j] = expected((uint64_t)r * COLS + j, v);
 }
 
-#define NEED_BACKEND()                                                        \
-    do {                                                                      \
-        if (g->skip) {                                                        \
-            fprintf(stderr, "skipped: %s\n", g->why);                         \
-            skip();                                                           \
-        }                                                                     \
-    } while (0)
+#define NEED_BACKEND() DIR_ENV_NEED(g)
 
 static void publish(int64_t v)
 {
@@ -567,40 +554,6 @@ static int world_teardown(void **state)
     return 0;
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    if (!g->redis) {
-        snprintf(g->tmp, sizeof(g->tmp), "/tmp/rs-lease-test-XXXXXX");
-        if (mkdtemp(g->tmp) == NULL)
-            return -1;
-        snprintf(g->url, sizeof(g->url), "file:%s/dir", g->tmp);
-        return 0;
-    }
-    int rc = rfx_start(&g->server, NULL, g->why, sizeof(g->why));
-    if (rc < 0) {
-        fprintf(stderr, "redis fixture: %s\n", g->why);
-        return -1;
-    }
-    g->skip = rc == 1;
-    snprintf(g->url, sizeof(g->url), "%s", g->server.url);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    if (g->redis) {
-        rfx_stop(&g->server);
-    } else if (g->tmp[0] != '\0') {
-        char cmd[PATH_MAX + 16];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g->tmp);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", g->tmp);
-    }
-    return 0;
-}
-
 #define CASE(fn) cmocka_unit_test_setup_teardown(fn, world_setup, world_teardown)
 
 /* No argument: both directories; "file" or "redis": that one only. */
@@ -612,8 +565,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s [file|redis]\n", argv[0]);
         return 2;
     }
-    static env_t file_env = {.redis = 0};
-    static env_t redis_env = {.redis = 1};
+    static env_t file_env = {.backend = "file"};
+    static env_t redis_env = {.backend = "redis", .redis = 1};
     const struct CMUnitTest tests[] = {
         CASE(test_renewal_keeps_release_off),
         CASE(test_lapsed_lease_refuses),
@@ -632,14 +585,10 @@ int main(int argc, char **argv)
     all[N] = redis_tests[0];
     int failed = 0;
     if (only == NULL || strcmp(only, "file") == 0) {
-        g = &file_env;
-        failed += _cmocka_run_group_tests("file", tests, N, group_setup,
-                                          group_teardown);
+        failed += dir_env_run(&file_env, "lease-test", tests, N, &g);
     }
     if (only == NULL || strcmp(only, "redis") == 0) {
-        g = &redis_env;
-        failed += _cmocka_run_group_tests("redis", all, N + 1, group_setup,
-                                          group_teardown);
+        failed += dir_env_run(&redis_env, "lease-test", all, N + 1, &g);
     }
     return failed;
 }

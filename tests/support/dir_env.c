@@ -1,4 +1,10 @@
-/* Backends for the directory tests (dir_env.h). */
+/* Backends for the directory tests (dir_env.h): set up, torn down, and a
+ * group of tests run against each. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -66,4 +72,42 @@ rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,
     rs_dir_close(dir);
     free(table);
     return src;
+}
+
+/* The group that is running: cmocka's group setup takes no argument. */
+static dir_env_t *group_env;
+static const char *group_tag;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return dir_env_setup(group_env, group_tag);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    dir_env_teardown(group_env);
+    return 0;
+}
+
+int dir_env_run(dir_env_t *e, const char *tag, const struct CMUnitTest *tests,
+                size_t n, dir_env_t **current)
+{
+    const char *name = e->redis ? "redis" : "file";
+    group_env = e;
+    group_tag = tag;
+    *current = e;
+    fprintf(stderr, "== directory backend: %s\n", name);
+    return _cmocka_run_group_tests(name, tests, n, group_setup,
+                                   group_teardown);
+}
+
+int dir_env_run_both(const char *tag, const struct CMUnitTest *tests,
+                     size_t n, dir_env_t **current)
+{
+    static dir_env_t file_env = {.backend = "file"};
+    static dir_env_t redis_env = {.backend = "redis", .redis = 1};
+    return dir_env_run(&file_env, tag, tests, n, current) +
+           dir_env_run(&redis_env, tag, tests, n, current);
 }

@@ -26,6 +26,18 @@ int dir_env_setup(dir_env_t *e, const char *tag);
 /* Stops the server or removes the folder; accepts a failed setup. */
 void dir_env_teardown(dir_env_t *e);
 
+struct CMUnitTest;
+
+/* Runs one group of cmocka tests against e's backend: *current points at
+ * e while they run, the group sets e up (`tag` names its folder) and tears
+ * it down. Returns the number of failed tests. */
+int dir_env_run(dir_env_t *e, const char *tag, const struct CMUnitTest *tests,
+                size_t n, dir_env_t **current);
+
+/* The same tests against a file directory, then a redis one. */
+int dir_env_run_both(const char *tag, const struct CMUnitTest *tests,
+                     size_t n, dir_env_t **current);
+
 /* Slot `slot`'s table of version v of `model`, read from e's directory
  * and loaded as sources (the caller destroys them), or NULL with the
  * reason on stderr. */

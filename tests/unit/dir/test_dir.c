@@ -875,21 +875,7 @@ static void test_redis_hung_server(void **state)
     assert_true(hung_s < 20.0); /* a bound, not a measurement */
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return dir_env_setup(g, "dir-test");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dir_env_teardown(g);
-    return 0;
-}
-
-static int run_group(const char *name, const struct CMUnitTest *extra,
-                     size_t nextra)
+static int run_group(env_t *e, const struct CMUnitTest *extra, size_t nextra)
 {
     const struct CMUnitTest common[] = {
         cmocka_unit_test(test_create_and_validate),
@@ -909,9 +895,7 @@ static int run_group(const char *name, const struct CMUnitTest *extra,
     struct CMUnitTest all[NCOMMON + 4];
     memcpy(all, common, sizeof(common));
     memcpy(all + NCOMMON, extra, nextra * sizeof(*extra));
-    fprintf(stderr, "== directory backend: %s\n", name);
-    return _cmocka_run_group_tests(name, all, NCOMMON + nextra, group_setup,
-                                   group_teardown);
+    return dir_env_run(e, "dir-test", all, NCOMMON + nextra, &g);
 }
 
 int main(void)
@@ -926,10 +910,6 @@ int main(void)
         cmocka_unit_test(test_redis_killed_server),
         cmocka_unit_test(test_redis_hung_server),
     };
-    int failed = 0;
-    g = &file_env;
-    failed += run_group("file", file_only, 1);
-    g = &redis_env;
-    failed += run_group("redis", redis_only, 3);
-    return failed;
+    return run_group(&file_env, file_only, 1) +
+           run_group(&redis_env, redis_only, 3);
 }

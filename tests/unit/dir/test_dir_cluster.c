@@ -389,19 +389,6 @@ static void test_password_sources(void **state)
     ASSERT_HAS(d_both.msg, "give one");
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return dir_env_setup(g, "dir-cluster");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dir_env_teardown(g);
-    return 0;
-}
-
 int main(void)
 {
     static env_t file_env = {.backend = "file"};
@@ -422,12 +409,8 @@ int main(void)
         cmocka_unit_test(test_connect_later),
         cmocka_unit_test(test_password_sources),
     };
-    int failed = 0;
-    g = &file_env;
-    failed += cmocka_run_group_tests_name("file", file_tests, group_setup,
-                                          group_teardown);
-    g = &redis_env;
-    failed += cmocka_run_group_tests_name("redis", redis_tests, group_setup,
-                                          group_teardown);
-    return failed;
+    return dir_env_run(&file_env, "dir-cluster", file_tests,
+                       sizeof(file_tests) / sizeof(file_tests[0]), &g) +
+           dir_env_run(&redis_env, "dir-cluster", redis_tests,
+                       sizeof(redis_tests) / sizeof(redis_tests[0]), &g);
 }
