@@ -798,14 +798,19 @@ static redisReply *raw(int port, const char *cmd)
     return r;
 }
 
-static void start_private(rfx_server_t *s, char *url, size_t cap,
-                          char where[64])
+/* A private server with a short timeout, and version 1 (two slots) of
+ * model m on it: the status of opening and creating, checked later. */
+static rs_status_t start_private(rfx_server_t *s, char *url, size_t cap,
+                                 char where[64], const char *m, rs_diag_t *d,
+                                 rs_dir_h *dir)
 {
     char why[512];
     if (rfx_start(s, NULL, why, sizeof(why)) != 0)
         fail_msg("%s", why);
     snprintf(url, cap, "%s?timeout=0.5", s->url);
     snprintf(where, 64, "127.0.0.1:%d", s->port);
+    rs_status_t st = rs_dir_open(url, d, dir);
+    return st == RS_OK ? rs_dir_create_version(*dir, m, 1, 2, d) : st;
 }
 
 static void test_redis_killed_server(void **state)
@@ -816,10 +821,8 @@ static void test_redis_killed_server(void **state)
     char url[PATH_MAX + 128], where[64];
     rs_diag_t d;
     rs_dir_h dir = NULL;
-    start_private(&s, url, sizeof(url), where);
-    rs_status_t st = rs_dir_open(url, &d, &dir);
-    if (st == RS_OK)
-        st = rs_dir_create_version(dir, "dead", 1, 2, &d);
+    rs_status_t st = start_private(&s, url, sizeof(url), where, "dead", &d,
+                                   &dir);
     /* scripts flushed behind our back are loaded again */
     redisReply *r = raw(s.port, "SCRIPT FLUSH");
     if (r != NULL)
@@ -852,10 +855,8 @@ static void test_redis_hung_server(void **state)
     char url[PATH_MAX + 128], where[64];
     rs_diag_t d;
     rs_dir_h dir = NULL;
-    start_private(&s, url, sizeof(url), where);
-    rs_status_t st = rs_dir_open(url, &d, &dir);
-    if (st == RS_OK)
-        st = rs_dir_create_version(dir, "hung", 1, 2, &d);
+    rs_status_t st = start_private(&s, url, sizeof(url), where, "hung", &d,
+                                   &dir);
     kill(s.pid, SIGSTOP); /* every call must still return */
     double t0 = now_s();
     rs_status_t st_hung = rs_dir_heartbeat(dir, "hung", 1, 0, &d);
