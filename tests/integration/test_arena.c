@@ -22,6 +22,7 @@
 
 #include "dir_env.h"
 #include "two_halves.h"
+#include "u8_rows.h"
 #include "reshard/reshard.h"
 #include "assert_status.h"
 
@@ -109,15 +110,7 @@ static void malloc_halves(world_t *w)
 /* A capture of the whole of "w" into one param "w". */
 static rs_capture_h open_capture(void)
 {
-    rs_capture_h cap;
-    rs_diag_t d;
-    const int64_t shape[2] = {ROWS, COLS}, stride[2] = {COLS, 1};
-    assert_int_equal(rs_capture_create(&cap), RS_OK);
-    ASSERT_ST(rs_capture_add_param(cap, "w", 2, shape, RS_DTYPE_U8, &d),
-              RS_OK, d);
-    rs_copy_desc_t c = {"w", "w", NULL, 0, 0, 2, shape, stride, RS_DTYPE_U8};
-    ASSERT_ST(rs_capture_add_copy(cap, &c, &d), RS_OK, d);
-    return cap;
+    return u8_whole_capture("w", ROWS, COLS);
 }
 
 /* Pulls version v of the whole tensor and checks every byte; releases the

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "dir_env.h"
+#include "u8_rows.h"
 #include "reshard/reshard.h"
 #include "assert_status.h"
 
@@ -120,41 +121,16 @@ static void publish(int64_t v)
 
 static void open_publishers(void)
 {
-    rs_diag_t d;
-    const int64_t full[2] = {ROWS, COLS}, shape[2] = {1, COLS};
-    for (int r = 0; r < PUBS; r++) {
-        rs_publisher_params_t pp;
-        rs_publisher_params_init(&pp);
-        pp.directory = g->url;
-        pp.model = MODEL;
-        pp.rank = r;
-        pp.world = PUBS;
-        pp.backend = "cma";
-        pp.heartbeat_s = 0;
-        ASSERT_ST(rs_publisher_create(&pp, &d, &w.pub[r]), RS_OK, d);
-    }
-    for (int i = 0; i < ROWS; i++) {
-        w.rows[i] = malloc(COLS);
-        assert_non_null(w.rows[i]);
+    u8_rows_open(w.pub, PUBS, g->url, MODEL, w.rows, ROWS, COLS);
+    for (int i = 0; i < ROWS; i++)
         fill_row(i, 1);
-        const int64_t offset[2] = {i, 0};
-        ASSERT_ST(rs_publisher_register(w.pub[i % PUBS], "w", RS_DTYPE_U8, 2,
-                                        full, offset, shape, w.rows[i], RS_MEM_HOST, &d),
-                  RS_OK, d);
-    }
     publish(1);
 }
 
 /* One parameter "w" [ROWS, COLS] u8, read whole from tensor "w". */
 static void open_capture(void)
 {
-    rs_diag_t d;
-    const int64_t shape[2] = {ROWS, COLS}, stride[2] = {COLS, 1};
-    assert_int_equal(rs_capture_create(&w.cap), RS_OK);
-    ASSERT_ST(rs_capture_add_param(w.cap, "w", 2, shape, RS_DTYPE_U8, &d),
-              RS_OK, d);
-    rs_copy_desc_t c = {"w", "w", NULL, 0, 0, 2, shape, stride, RS_DTYPE_U8};
-    ASSERT_ST(rs_capture_add_copy(w.cap, &c, &d), RS_OK, d);
+    w.cap = u8_whole_capture("w", ROWS, COLS);
     w.dest = malloc(ROWS * COLS);
     assert_non_null(w.dest);
     memset(w.dest, UNTOUCHED, ROWS * COLS);
@@ -545,10 +521,7 @@ static int world_teardown(void **state)
         pthread_join(w.releaser, NULL);
     if (w.have_refiller)
         pthread_join(w.refiller, NULL);
-    for (int r = 0; r < PUBS; r++)
-        rs_publisher_destroy(w.pub[r]);
-    for (int i = 0; i < ROWS; i++)
-        free(w.rows[i]);
+    u8_rows_close(w.pub, PUBS, w.rows, ROWS);
     rs_capture_destroy(w.cap);
     free(w.dest);
     return 0;
