@@ -94,20 +94,6 @@ static int world_setup(void **state)
     return 0;
 }
 
-/* Runs on every path, failed assertions included. */
-static int world_teardown(void **state)
-{
-    (void)state;
-    world_t *w = &world;
-    for (int r = 0; r < 2; r++)
-        for (int k = 0; k < 2; k++)
-            pfx_stop(&w->pubs[r][k], 1);
-    rs_model_destroy(w->model);
-    w->model = NULL;
-    pfx_remove_tmp(w->tmp);
-    return 0;
-}
-
 /* Both ranks, with `replicas` publishers each (replica 0 of every rank
  * first). */
 static void start_all(world_t *w, int replicas)
@@ -167,6 +153,19 @@ static void open_rank(world_t *w, rank_t *ir, int nvictims, int freeze)
     pfx_rank_open(&ir->r, w->model, &w->infer, 0, &rp, PFX_FILL_PATTERN);
 }
 
+/* The rank of the running case: the teardown closes it after a failed
+ * assertion. */
+static rank_t rank;
+
+/* Both ranks with `replicas` publishers each, and the inference rank
+ * striking nvictims replicas of rank 1. */
+static rank_t *begin(world_t *w, int replicas, int nvictims, int freeze)
+{
+    start_all(w, replicas);
+    open_rank(w, &rank, nvictims, freeze);
+    return &rank;
+}
+
 static void expect_installed(world_t *w, const rank_t *ir)
 {
     pfx_expect_direct(&ir->r, w->model, &w->infer, 0);
@@ -178,38 +177,52 @@ static void expect_message(const rs_diag_t *d, const char *text)
         fail_msg("message lacks '%s': %s", text, d->msg);
 }
 
+/* Runs on every path, failed assertions included. */
+static int world_teardown(void **state)
+{
+    (void)state;
+    world_t *w = &world;
+    if (rank.r.cap != NULL)
+        pfx_rank_close(&rank.r);
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 2; k++)
+            pfx_stop(&w->pubs[r][k], 1);
+    rs_model_destroy(w->model);
+    w->model = NULL;
+    pfx_remove_tmp(w->tmp);
+    return 0;
+}
+
 /* ---- the cases ------------------------------------------------------------ */
 
 static void test_replica_killed_mid_pull(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t diag;
     rs_pull_result_t res;
-    start_all(w, 2);
-    open_rank(w, &ir, 1, 0);
-    rs_status_t st = rs_receiver_pull(ir.r.recv, 1, &diag, &res);
+    rank_t *ir = begin(w, 2, 1, 0);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
     fprintf(stderr, "one replica of slot 1 killed: %s: %s; failovers %u: "
             "%s\n", rs_status_str(st), st ? diag.msg : "", res.failovers,
             st == RS_OK ? res.failover_msg : "");
-    assert_true(ir.strike.fired);
+    assert_true(ir->strike.fired);
     if (st != RS_OK)
         fail_msg("pull with a replica killed: %s", diag.msg);
-    assert_int_equal(ir.r.installs, 1);
+    assert_int_equal(ir->r.installs, 1);
     assert_true(res.exec.shards_verified > 0);
-    expect_installed(w, &ir);
+    expect_installed(w, ir);
     assert_int_equal(res.failovers, 1);
     assert_string_equal(res.failover_msg, "trainer-1, slot 1 -> trainer-1-r1");
     /* the next pull goes to the live replica first */
-    pfx_rank_restore(&ir.r);
-    st = rs_receiver_pull(ir.r.recv, 1, &diag, &res);
+    pfx_rank_restore(&ir->r);
+    st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
     if (st != RS_OK)
         fail_msg("pull after the failover: %s", diag.msg);
     assert_int_equal(res.failovers, 0);
-    assert_int_equal(ir.r.installs, 2);
-    expect_installed(w, &ir);
-    pfx_rank_close(&ir.r);
+    assert_int_equal(ir->r.installs, 2);
+    expect_installed(w, ir);
+    pfx_rank_close(&ir->r);
     pfx_stop(&w->pubs[1][0], 0);
     assert_true(WIFSIGNALED(w->pubs[1][0].status));
     assert_int_equal(WTERMSIG(w->pubs[1][0].status), SIGKILL);
@@ -222,27 +235,25 @@ static void test_replica_killed_mid_stage(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t diag;
     rs_pull_result_t res;
     rs_staged_h staged = NULL;
-    start_all(w, 2);
-    open_rank(w, &ir, 1, 0);
-    rs_status_t st = rs_receiver_stage(ir.r.recv, 1, &diag, &staged);
-    assert_true(ir.strike.fired);
+    rank_t *ir = begin(w, 2, 1, 0);
+    rs_status_t st = rs_receiver_stage(ir->r.recv, 1, &diag, &staged);
+    assert_true(ir->strike.fired);
     if (st != RS_OK)
         fail_msg("stage with a replica killed: %s", diag.msg);
     assert_int_equal(rs_staged_version(staged), 1);
-    assert_int_equal(ir.r.installs, 0);
-    pfx_expect_untouched(&ir.r); /* staged, not applied */
-    st = rs_receiver_apply(ir.r.recv, staged, &diag, &res);
+    assert_int_equal(ir->r.installs, 0);
+    pfx_expect_untouched(&ir->r); /* staged, not applied */
+    st = rs_receiver_apply(ir->r.recv, staged, &diag, &res);
     if (st != RS_OK)
         fail_msg("apply after a failover: %s", diag.msg);
-    assert_int_equal(ir.r.installs, 1);
+    assert_int_equal(ir->r.installs, 1);
     assert_int_equal(res.failovers, 1);
     assert_string_equal(res.failover_msg, "trainer-1, slot 1 -> trainer-1-r1");
-    expect_installed(w, &ir);
-    pfx_rank_close(&ir.r);
+    expect_installed(w, ir);
+    pfx_rank_close(&ir->r);
     pfx_stop(&w->pubs[1][0], 0);
     assert_true(WIFSIGNALED(w->pubs[1][0].status));
 }
@@ -253,37 +264,33 @@ static void test_replica_frozen_mid_pull(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rank_t ir;
     rs_pull_result_t res;
-    start_all(w, 2);
-    open_rank(w, &ir, 1, 1);
+    rank_t *ir = begin(w, 2, 1, 1);
     /* no diag: the failover does not depend on the caller's */
-    rs_status_t st = rs_receiver_pull(ir.r.recv, 1, NULL, &res);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, NULL, &res);
     fprintf(stderr, "one replica of slot 1 frozen: %s; failovers %u: %s\n",
             rs_status_str(st), res.failovers,
             st == RS_OK ? res.failover_msg : "");
-    assert_true(ir.strike.fired);
+    assert_true(ir->strike.fired);
     assert_int_equal(st, RS_OK);
-    assert_int_equal(ir.r.installs, 1);
-    expect_installed(w, &ir);
+    assert_int_equal(ir->r.installs, 1);
+    expect_installed(w, ir);
     assert_int_equal(res.failovers, 1);
     assert_string_equal(res.failover_msg, "trainer-1, slot 1 -> trainer-1-r1");
-    pfx_rank_close(&ir.r);
+    pfx_rank_close(&ir->r);
 }
 
 static void test_both_replicas_killed(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t diag;
     rs_pull_result_t res;
-    start_all(w, 2);
-    open_rank(w, &ir, 2, 0);
-    rs_status_t st = rs_receiver_pull(ir.r.recv, 1, &diag, &res);
+    rank_t *ir = begin(w, 2, 2, 0);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
     fprintf(stderr, "both replicas of slot 1 killed: %s: %s\n",
             rs_status_str(st), diag.msg);
-    assert_true(ir.strike.fired);
+    assert_true(ir->strike.fired);
     if (st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT)
         fail_msg("pull with both replicas killed: %s: %s", rs_status_str(st),
                  diag.msg);
@@ -291,44 +298,41 @@ static void test_both_replicas_killed(void **state)
                    "publishers failed");
     expect_message(&diag, "trainer-1, slot 1: ");
     expect_message(&diag, "trainer-1-r1, slot 1: ");
-    assert_int_equal(ir.r.installs, 0);
-    pfx_expect_untouched(&ir.r);
-    pfx_rank_close(&ir.r);
+    assert_int_equal(ir->r.installs, 0);
+    pfx_expect_untouched(&ir->r);
+    pfx_rank_close(&ir->r);
 }
 
 static void test_restarted_rank_rejoins(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t diag;
     rs_pull_result_t res;
-    start_all(w, 1);
-    open_rank(w, &ir, 0, 0);
-    rs_status_t st = rs_receiver_pull(ir.r.recv, 1, &diag, &res);
+    rank_t *ir = begin(w, 1, 0, 0);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
     if (st != RS_OK)
         fail_msg("first pull: %s", diag.msg);
-    expect_installed(w, &ir);
+    expect_installed(w, ir);
     /* rank 1 dies and comes back: same session and shards, new memory and
      * UCX address; its publish replaces its own entry in slot 1 */
     pfx_stop(&w->pubs[1][0], 1);
     start_publisher(w, 1, 0);
-    pfx_rank_restore(&ir.r);
-    st = rs_receiver_pull(ir.r.recv, 1, &diag, &res);
+    pfx_rank_restore(&ir->r);
+    st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
     if (st != RS_OK)
         fail_msg("pull after rank 1 restarted: %s", diag.msg);
     assert_int_equal(res.replanned, 1); /* new addresses: a new topology */
     assert_int_equal(res.failovers, 0);
-    assert_int_equal(ir.r.installs, 2);
-    expect_installed(w, &ir);
-    pfx_rank_close(&ir.r);
+    assert_int_equal(ir->r.installs, 2);
+    expect_installed(w, ir);
+    pfx_rank_close(&ir->r);
 }
 
 static void test_corrupted_table_refused(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t diag;
     rs_pull_result_t res;
     char path[512];
@@ -344,15 +348,16 @@ static void test_corrupted_table_refused(void **state)
     assert_int_equal(fseek(f, -3, SEEK_END), 0);
     assert_int_equal(fputc(c ^ 0x01, f), c ^ 0x01);
     assert_int_equal(fclose(f), 0);
-    open_rank(w, &ir, 0, 0);
-    rs_status_t st = rs_receiver_pull(ir.r.recv, 1, &diag, &res);
+    rank_t *ir = &rank;
+    open_rank(w, ir, 0, 0);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
     fprintf(stderr, "corrupted table: %s: %s\n", rs_status_str(st), diag.msg);
     assert_int_equal(st, RS_ERR_VERIFY);
     expect_message(&diag, "table of publisher 'trainer-1' of slot 1 of "
                    "version 1 of 'tiny' is corrupted");
-    assert_int_equal(ir.r.installs, 0);
-    pfx_expect_untouched(&ir.r);
-    pfx_rank_close(&ir.r);
+    assert_int_equal(ir->r.installs, 0);
+    pfx_expect_untouched(&ir->r);
+    pfx_rank_close(&ir->r);
 }
 
 #define T(name) cmocka_unit_test_setup_teardown(name, world_setup, world_teardown)

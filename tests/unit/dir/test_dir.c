@@ -798,52 +798,55 @@ static redisReply *raw(int port, const char *cmd)
     return r;
 }
 
-/* A private server with a short timeout, and version 1 (two slots) of
- * model m on it: the status of opening and creating, checked later. */
-static rs_status_t start_private(rfx_server_t *s, char *url, size_t cap,
-                                 char where[64], const char *m, rs_diag_t *d,
-                                 rs_dir_h *dir)
+/* A private server with a short timeout, and a directory on it. */
+typedef struct private {
+    rfx_server_t s;
+    char url[PATH_MAX + 128];
+    char where[64]; /* how messages name the server */
+    rs_diag_t d;
+    rs_dir_h dir;
+} private_t;
+
+/* Starts p with version 1 (two slots) of model m: the status of opening
+ * and creating, checked later. */
+static rs_status_t start_private(private_t *p, const char *m)
 {
     char why[512];
-    if (rfx_start(s, NULL, why, sizeof(why)) != 0)
+    p->dir = NULL;
+    if (rfx_start(&p->s, NULL, why, sizeof(why)) != 0)
         fail_msg("%s", why);
-    snprintf(url, cap, "%s?timeout=0.5", s->url);
-    snprintf(where, 64, "127.0.0.1:%d", s->port);
-    rs_status_t st = rs_dir_open(url, d, dir);
-    return st == RS_OK ? rs_dir_create_version(*dir, m, 1, 2, d) : st;
+    snprintf(p->url, sizeof(p->url), "%s?timeout=0.5", p->s.url);
+    snprintf(p->where, sizeof(p->where), "127.0.0.1:%d", p->s.port);
+    rs_status_t st = rs_dir_open(p->url, &p->d, &p->dir);
+    return st == RS_OK ? rs_dir_create_version(p->dir, m, 1, 2, &p->d) : st;
 }
 
 static void test_redis_killed_server(void **state)
 {
     (void)state;
     NEED_BACKEND();
-    rfx_server_t s;
-    char url[PATH_MAX + 128], where[64];
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    rs_status_t st = start_private(&s, url, sizeof(url), where, "dead", &d,
-                                   &dir);
+    private_t p;
+    rs_status_t st = start_private(&p, "dead");
     /* scripts flushed behind our back are loaded again */
-    redisReply *r = raw(s.port, "SCRIPT FLUSH");
+    redisReply *r = raw(p.s.port, "SCRIPT FLUSH");
     if (r != NULL)
         freeReplyObject(r);
-    rs_status_t st_flushed = st == RS_OK ? rs_dir_create_version(dir, "dead",
-                                                                 1, 2, &d)
-                                         : st;
-    kill(s.pid, SIGKILL); /* with our connection open */
-    waitpid(s.pid, NULL, 0);
-    rs_status_t st_lost = rs_dir_publish(dir, "dead", 1, 0, "t", 1, &d);
-    rs_diag_t d_lost = d;
-    rs_status_t st_gone = rs_dir_heartbeat(dir, "dead", 1, 0, &d);
-    rs_diag_t d_gone = d;
-    rs_dir_close(dir);
-    rfx_stop(&s);
-    ASSERT_ST(st, RS_OK, d);
-    ASSERT_ST(st_flushed, RS_OK, d);
+    rs_status_t st_flushed =
+        st == RS_OK ? rs_dir_create_version(p.dir, "dead", 1, 2, &p.d) : st;
+    kill(p.s.pid, SIGKILL); /* with our connection open */
+    waitpid(p.s.pid, NULL, 0);
+    rs_status_t st_lost = rs_dir_publish(p.dir, "dead", 1, 0, "t", 1, &p.d);
+    rs_diag_t d_lost = p.d;
+    rs_status_t st_gone = rs_dir_heartbeat(p.dir, "dead", 1, 0, &p.d);
+    rs_diag_t d_gone = p.d;
+    rs_dir_close(p.dir);
+    rfx_stop(&p.s);
+    ASSERT_ST(st, RS_OK, p.d);
+    ASSERT_ST(st_flushed, RS_OK, p.d);
     ASSERT_ST(st_lost, RS_ERR_TRANSPORT, d_lost);
-    ASSERT_MSG_HAS(d_lost, where);
+    ASSERT_MSG_HAS(d_lost, p.where);
     ASSERT_ST(st_gone, RS_ERR_TRANSPORT, d_gone);
-    ASSERT_MSG_HAS(d_gone, where);
+    ASSERT_MSG_HAS(d_gone, p.where);
     ASSERT_MSG_HAS(d_gone, "cannot connect");
 }
 
@@ -851,28 +854,24 @@ static void test_redis_hung_server(void **state)
 {
     (void)state;
     NEED_BACKEND();
-    rfx_server_t s;
-    char url[PATH_MAX + 128], where[64];
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    rs_status_t st = start_private(&s, url, sizeof(url), where, "hung", &d,
-                                   &dir);
-    kill(s.pid, SIGSTOP); /* every call must still return */
+    private_t p;
+    rs_status_t st = start_private(&p, "hung");
+    kill(p.s.pid, SIGSTOP); /* every call must still return */
     double t0 = now_s();
-    rs_status_t st_hung = rs_dir_heartbeat(dir, "hung", 1, 0, &d);
-    rs_diag_t d_hung = d;
+    rs_status_t st_hung = rs_dir_heartbeat(p.dir, "hung", 1, 0, &p.d);
+    rs_diag_t d_hung = p.d;
     rs_dir_h other = NULL;
-    rs_status_t st_open = rs_dir_open(url, &d, &other);
-    rs_diag_t d_open = d;
+    rs_status_t st_open = rs_dir_open(p.url, &p.d, &other);
+    rs_diag_t d_open = p.d;
     double hung_s = now_s() - t0;
     rs_dir_close(other);
-    rs_dir_close(dir);
-    rfx_stop(&s);
-    ASSERT_ST(st, RS_OK, d);
+    rs_dir_close(p.dir);
+    rfx_stop(&p.s);
+    ASSERT_ST(st, RS_OK, p.d);
     ASSERT_ST(st_hung, RS_ERR_TRANSPORT, d_hung);
-    ASSERT_MSG_HAS(d_hung, where);
+    ASSERT_MSG_HAS(d_hung, p.where);
     ASSERT_ST(st_open, RS_ERR_TRANSPORT, d_open);
-    ASSERT_MSG_HAS(d_open, where);
+    ASSERT_MSG_HAS(d_open, p.where);
     assert_true(hung_s < 20.0); /* a bound, not a measurement */
 }
 
