@@ -43,12 +43,7 @@ enum { PLAIN = 0, WANTED = 1 };
 enum { NO_STRIKE = 0, KILL_SLOT1 = 1 };
 
 typedef struct world {
-    char config[1024];
-    char tmp[64];
-    char directory[96];
-    const char *train_text;
-    rs_model_h model;
-    rs_layout_t train, infer;
+    pfx_world_t pw; /* a directory and a trainer layout per case */
     pfx_proc_t pubs[MAX_PUBS];
     int slot[MAX_PUBS];
     int npubs;
@@ -60,8 +55,8 @@ static world_t world;
 
 static void start_publisher(world_t *w, int rank, int replica, int mode)
 {
-    pfx_publish_t s = {.config = w->config, .train = w->train_text,
-                       .directory = w->directory, .model = MODEL,
+    pfx_publish_t s = {.config = w->pw.config, .train = w->pw.train_text,
+                       .directory = w->pw.directory, .model = MODEL,
                        .backend = "ucx", .rank = rank, .replica = replica,
                        .first = 1,
                        .flags = PFX_UCX_QUIET |
@@ -79,14 +74,11 @@ static void start_publisher(world_t *w, int rank, int replica, int mode)
 static void world_begin(world_t *w, const char *train, const char *tls)
 {
     static int round;
-    rs_diag_t diag;
-    w->train_text = train;
     w->npubs = 0;
-    snprintf(w->directory, sizeof(w->directory), "file:%.60s/d%d", w->tmp,
-             round++);
-    assert_int_equal(mkdir(w->directory + 5, 0700), 0);
-    assert_int_equal(rs_layout_parse(train, &diag, &w->train), RS_OK);
-    assert_int_equal(rs_layout_check(&w->train, w->model, &diag), RS_OK);
+    snprintf(w->pw.directory, sizeof(w->pw.directory), "file:%.60s/d%d",
+             w->pw.tmp, round++);
+    assert_int_equal(mkdir(w->pw.directory + 5, 0700), 0);
+    pfx_world_train(&w->pw, train);
     pfx_use_tls(tls);
 }
 
@@ -101,19 +93,9 @@ static int world_setup(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rs_diag_t diag;
     memset(w, 0, sizeof(*w));
-    pfx_model_path(w->config, sizeof(w->config), "tiny-deepseek-fp8.json");
-    snprintf(w->tmp, sizeof(w->tmp), "/tmp/rs-qprocs-XXXXXX");
-    if (mkdtemp(w->tmp) == NULL)
-        return -1;
-    if (rs_model_load(w->config, &diag, &w->model) != RS_OK ||
-        rs_layout_parse(INFER, &diag, &w->infer) != RS_OK ||
-        rs_layout_check(&w->infer, w->model, &diag) != RS_OK) {
-        fprintf(stderr, "%s\n", diag.msg);
-        return -1;
-    }
-    return 0;
+    return pfx_world_open(&w->pw, "tiny-deepseek-fp8.json", NULL, INFER,
+                          "qprocs");
 }
 
 /* Runs on every path, failed assertions included. */
@@ -122,9 +104,7 @@ static int world_teardown(void **state)
     (void)state;
     world_t *w = &world;
     world_end(w);
-    rs_model_destroy(w->model);
-    w->model = NULL;
-    pfx_remove_tmp(w->tmp);
+    pfx_world_close(&w->pw);
     return 0;
 }
 
@@ -314,7 +294,7 @@ static void open_rank(world_t *w, rank_t *ir, int strike, uint64_t salt)
     ir->w = w;
     ir->strike = strike;
     rs_receiver_params_init(&rp);
-    rp.directory = w->directory;
+    rp.directory = w->pw.directory;
     rp.model = MODEL;
     rp.backend = "ucx";
     rp.salt = salt;
@@ -324,7 +304,7 @@ static void open_rank(world_t *w, rank_t *ir, int strike, uint64_t salt)
     rp.progress_ctx = ir;
     rp.progress_chunk_bytes = CHUNK_BYTES;
     rp.announce_as = salt ? "vllm-tp2-rank0-b" : "vllm-tp2-rank0";
-    pfx_rank_open(&ir->r, w->model, &w->infer, 0, &rp, PFX_FILL_PATTERN);
+    pfx_rank_open(&ir->r, w->pw.model, &w->pw.infer, 0, &rp, PFX_FILL_PATTERN);
     ir->expected = calloc(ir->r.nparams, sizeof(uint8_t *));
     assert_non_null(ir->expected);
     for (size_t p = 0; p < ir->r.nparams; p++) {
@@ -371,7 +351,7 @@ static void wait_slot(world_t *w, int64_t slot, size_t n)
     rs_dir_h dir;
     rs_diag_t d;
     struct timespec nap = {0, 20 * 1000 * 1000};
-    assert_int_equal(rs_dir_open(w->directory, &d, &dir), RS_OK);
+    assert_int_equal(rs_dir_open(w->pw.directory, &d, &dir), RS_OK);
     for (int tries = 0; tries < 1000; tries++) {
         rs_dir_entry_t *e = NULL;
         size_t got = 0;
@@ -394,7 +374,7 @@ static void start_trainers(world_t *w, rank_t *ir, int mode, int replicas)
     rs_diag_t d;
     if (mode == WANTED)
         assert_int_equal(rs_receiver_announce_cuts(ir->r.recv, &d), RS_OK);
-    for (int r = 0; r < w->train.world; r++)
+    for (int r = 0; r < w->pw.train.world; r++)
         start_publisher(w, r, 0, mode);
     for (int k = 1; k < replicas; k++)
         start_publisher(w, 1, k, mode);

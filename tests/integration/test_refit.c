@@ -26,11 +26,8 @@
 #define MODEL "tiny"
 
 typedef struct world {
-    char config[4096];
-    char directory[4200];
+    pfx_world_t pw; /* the directory: a file: folder or a redis server */
     const char *backend;
-    rs_model_h model;
-    rs_layout_t train, infer;
     pfx_proc_t pubs[16]; /* a command byte: publish that version next */
     pfx_rank_t ranks[2];
 } world_t;
@@ -42,8 +39,8 @@ static world_t world;
  * `first`, then one more version per byte read from its command pipe. */
 static void start_publisher(world_t *w, int64_t rank, int64_t first)
 {
-    pfx_publish_t s = {.config = w->config, .train = TRAIN,
-                       .directory = w->directory, .model = MODEL,
+    pfx_publish_t s = {.config = w->pw.config, .train = TRAIN,
+                       .directory = w->pw.directory, .model = MODEL,
                        .backend = w->backend, .rank = rank, .first = first,
                        .flags = PFX_NEXT_VERSIONS};
     pfx_start(&w->pubs[rank], &s);
@@ -51,7 +48,7 @@ static void start_publisher(world_t *w, int64_t rank, int64_t first)
 
 static void publish_version(world_t *w, unsigned char version)
 {
-    for (int64_t r = 0; r < w->train.world; r++)
+    for (int64_t r = 0; r < w->pw.train.world; r++)
         assert_int_equal(pfx_send(&w->pubs[r], version), 0);
 }
 
@@ -59,20 +56,20 @@ static void open_rank(world_t *w, int64_t rank, pfx_rank_t *ir, double timeout)
 {
     rs_receiver_params_t rp;
     rs_receiver_params_init(&rp);
-    rp.directory = w->directory;
+    rp.directory = w->pw.directory;
     rp.model = MODEL;
     rp.backend = w->backend;
     rp.salt = (uint64_t)rank;
     rp.discover_timeout_s = timeout;
     rp.timeout_s = timeout;
     rp.verify_digests = 1;
-    pfx_rank_open(ir, w->model, &w->infer, rank, &rp, 0xEE);
+    pfx_rank_open(ir, w->pw.model, &w->pw.infer, rank, &rp, 0xEE);
 }
 
 /* Every parameter equals the direct build (padding stays 0xEE). */
 static void expect_params(world_t *w, int64_t rank, pfx_rank_t *ir)
 {
-    pfx_expect_direct(ir, w->model, &w->infer, rank);
+    pfx_expect_direct(ir, w->pw.model, &w->pw.infer, rank);
 }
 
 static void pull_ok(pfx_rank_t *ir, int64_t version, int expect_replan)
@@ -89,17 +86,12 @@ static void pull_ok(pfx_rank_t *ir, int64_t version, int expect_replan)
 
 static void world_open(world_t *w, const char *directory, const char *backend)
 {
-    rs_diag_t diag;
     memset(w, 0, sizeof(*w));
-    pfx_model_path(w->config, sizeof(w->config), "tiny-llama.json");
-    snprintf(w->directory, sizeof(w->directory), "%s", directory);
+    assert_int_equal(pfx_world_open(&w->pw, "tiny-llama.json", TRAIN, INFER,
+                                    NULL), 0);
+    snprintf(w->pw.directory, sizeof(w->pw.directory), "%s", directory);
     w->backend = backend;
-    assert_int_equal(rs_model_load(w->config, &diag, &w->model), RS_OK);
-    assert_int_equal(rs_layout_parse(TRAIN, &diag, &w->train), RS_OK);
-    assert_int_equal(rs_layout_check(&w->train, w->model, &diag), RS_OK);
-    assert_int_equal(rs_layout_parse(INFER, &diag, &w->infer), RS_OK);
-    assert_int_equal(rs_layout_check(&w->infer, w->model, &diag), RS_OK);
-    for (int64_t r = 0; r < w->train.world; r++)
+    for (int64_t r = 0; r < w->pw.train.world; r++)
         start_publisher(w, r, 1);
 }
 
@@ -112,8 +104,7 @@ static void world_close(world_t *w, int kill_them)
             pfx_rank_close(&w->ranks[r]);
     for (size_t r = 0; r < sizeof(w->pubs) / sizeof(w->pubs[0]); r++)
         pfx_stop(&w->pubs[r], kill_them);
-    rs_model_destroy(w->model);
-    w->model = NULL;
+    pfx_world_close(&w->pw);
 }
 
 /* The whole scenario on one directory and one backend. */
@@ -136,7 +127,7 @@ static void scenario(const char *directory, const char *backend)
     /* trainer 0 restarts: new process, new addresses and keys */
     pfx_stop(&w->pubs[0], 1);
     start_publisher(w, 0, 3);
-    for (int64_t r = 1; r < w->train.world; r++)
+    for (int64_t r = 1; r < w->pw.train.world; r++)
         assert_int_equal(pfx_send(&w->pubs[r], 3), 0);
     for (int64_t r = 0; r < 2; r++) {
         pull_ok(&ranks[r], 3, 1);                /* re-planned */
@@ -148,9 +139,9 @@ static void scenario(const char *directory, const char *backend)
     rs_version_info_t info;
     rs_dir_h dir;
     rs_diag_t diag;
-    assert_int_equal(rs_dir_open(w->directory, &diag, &dir), RS_OK);
+    assert_int_equal(rs_dir_open(w->pw.directory, &diag, &dir), RS_OK);
     assert_int_equal(rs_dir_wait_ready(dir, MODEL, 4, 20, 0, &diag, &info), RS_OK);
-    for (int64_t r = 0; r < w->train.world; r++)
+    for (int64_t r = 0; r < w->pw.train.world; r++)
         pfx_stop(&w->pubs[r], 1);
     pfx_rank_t *ir = &ranks[0];
     int before = ir->installs;

@@ -45,11 +45,7 @@
 #define SALT 1
 
 typedef struct world {
-    char config[1024];
-    char tmp[64];
-    char directory[80];
-    rs_model_h model;
-    rs_layout_t train, infer;
+    pfx_world_t pw;
     pfx_proc_t pubs[2][2]; /* [rank][replica] */
 } world_t;
 
@@ -61,8 +57,8 @@ static world_t world;
  * publishers join their slots in the order they are started. */
 static void start_publisher(world_t *w, int rank, int replica)
 {
-    pfx_publish_t s = {.config = w->config, .train = TRAIN,
-                       .directory = w->directory, .model = MODEL,
+    pfx_publish_t s = {.config = w->pw.config, .train = TRAIN,
+                       .directory = w->pw.directory, .model = MODEL,
                        .backend = "ucx", .rank = rank, .replica = replica,
                        .first = 1,
                        .flags = PFX_ACK_PIPE | PFX_ACK_PUBLISHED |
@@ -77,18 +73,9 @@ static int world_setup(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rs_diag_t diag;
     memset(w, 0, sizeof(*w));
-    pfx_model_path(w->config, sizeof(w->config), "tiny-llama.json");
-    snprintf(w->tmp, sizeof(w->tmp), "/tmp/rs-replicas-XXXXXX");
-    if (mkdtemp(w->tmp) == NULL)
-        return -1;
-    snprintf(w->directory, sizeof(w->directory), "file:%.60s", w->tmp);
-    if (rs_model_load(w->config, &diag, &w->model) != RS_OK ||
-        rs_layout_parse(TRAIN, &diag, &w->train) != RS_OK ||
-        rs_layout_check(&w->train, w->model, &diag) != RS_OK ||
-        rs_layout_parse(INFER, &diag, &w->infer) != RS_OK ||
-        rs_layout_check(&w->infer, w->model, &diag) != RS_OK)
+    if (pfx_world_open(&w->pw, "tiny-llama.json", TRAIN, INFER,
+                       "replicas") != 0)
         return -1;
     pfx_use_tls("tcp");
     return 0;
@@ -140,7 +127,7 @@ static void open_rank(world_t *w, rank_t *ir, int nvictims, int freeze)
     rs_receiver_params_t rp;
     ir->strike = (strike_t){w, nvictims, freeze, 0};
     rs_receiver_params_init(&rp);
-    rp.directory = w->directory;
+    rp.directory = w->pw.directory;
     rp.model = MODEL;
     rp.backend = "ucx";
     rp.salt = SALT;
@@ -150,7 +137,7 @@ static void open_rank(world_t *w, rank_t *ir, int nvictims, int freeze)
     rp.progress = on_progress;
     rp.progress_ctx = &ir->strike;
     rp.progress_chunk_bytes = CHUNK_BYTES;
-    pfx_rank_open(&ir->r, w->model, &w->infer, 0, &rp, PFX_FILL_PATTERN);
+    pfx_rank_open(&ir->r, w->pw.model, &w->pw.infer, 0, &rp, PFX_FILL_PATTERN);
 }
 
 /* The rank of the running case: the teardown closes it after a failed
@@ -168,7 +155,7 @@ static rank_t *begin(world_t *w, int replicas, int nvictims, int freeze)
 
 static void expect_installed(world_t *w, const rank_t *ir)
 {
-    pfx_expect_direct(&ir->r, w->model, &w->infer, 0);
+    pfx_expect_direct(&ir->r, w->pw.model, &w->pw.infer, 0);
 }
 
 static void expect_message(const rs_diag_t *d, const char *text)
@@ -187,9 +174,7 @@ static int world_teardown(void **state)
     for (int r = 0; r < 2; r++)
         for (int k = 0; k < 2; k++)
             pfx_stop(&w->pubs[r][k], 1);
-    rs_model_destroy(w->model);
-    w->model = NULL;
-    pfx_remove_tmp(w->tmp);
+    pfx_world_close(&w->pw);
     return 0;
 }
 
@@ -339,7 +324,8 @@ static void test_corrupted_table_refused(void **state)
     start_all(w, 1);
     /* one byte near the end of trainer-1's table (its JSON, past the
      * digest line), flipped behind the directory's back */
-    snprintf(path, sizeof(path), "%s/%s/1/slot-1@trainer-1", w->tmp, MODEL);
+    snprintf(path, sizeof(path), "%.60s/%s/1/slot-1@trainer-1", w->pw.tmp,
+             MODEL);
     FILE *f = fopen(path, "r+b");
     assert_non_null(f);
     assert_int_equal(fseek(f, -3, SEEK_END), 0);

@@ -49,11 +49,7 @@ enum { STRIKE_NONE, STRIKE_KILL, STRIKE_CRASH, STRIKE_FREEZE_KILL };
 enum { AT_FIRST, AT_MIDDLE, AT_END };
 
 typedef struct world {
-    char config[1024];
-    char tmp[64];
-    char directory[80];
-    rs_model_h model;
-    rs_layout_t train, infer;
+    pfx_world_t pw;
     pfx_proc_t pubs[2]; /* ack: the publisher's "memory is gone" byte */
 } world_t;
 
@@ -108,8 +104,8 @@ static void no_segv_handlers(void)
 
 static void start_publisher(world_t *w, int rank)
 {
-    pfx_publish_t s = {.config = w->config, .train = TRAIN,
-                       .directory = w->directory, .model = MODEL,
+    pfx_publish_t s = {.config = w->pw.config, .train = TRAIN,
+                       .directory = w->pw.directory, .model = MODEL,
                        .backend = "ucx", .rank = rank, .first = 1,
                        .flags = PFX_ACK_PIPE | PFX_UCX_QUIET | PFX_OWN_PAGES,
                        .before_exec = no_segv_handlers};
@@ -120,20 +116,8 @@ static int world_setup(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rs_diag_t diag;
     memset(w, 0, sizeof(*w));
-    pfx_model_path(w->config, sizeof(w->config), "tiny-llama.json");
-    snprintf(w->tmp, sizeof(w->tmp), "/tmp/rs-wire-XXXXXX");
-    if (mkdtemp(w->tmp) == NULL)
-        return -1;
-    snprintf(w->directory, sizeof(w->directory), "file:%.60s", w->tmp);
-    if (rs_model_load(w->config, &diag, &w->model) != RS_OK ||
-        rs_layout_parse(TRAIN, &diag, &w->train) != RS_OK ||
-        rs_layout_check(&w->train, w->model, &diag) != RS_OK ||
-        rs_layout_parse(INFER, &diag, &w->infer) != RS_OK ||
-        rs_layout_check(&w->infer, w->model, &diag) != RS_OK)
-        return -1;
-    return 0;
+    return pfx_world_open(&w->pw, "tiny-llama.json", TRAIN, INFER, "wire");
 }
 
 /* Runs on every path, failed assertions included. */
@@ -143,9 +127,7 @@ static int world_teardown(void **state)
     world_t *w = &world;
     for (int r = 0; r < 2; r++)
         pfx_stop(&w->pubs[r], 1);
-    rs_model_destroy(w->model);
-    w->model = NULL;
-    pfx_remove_tmp(w->tmp);
+    pfx_world_close(&w->pw);
     return 0;
 }
 
@@ -225,7 +207,7 @@ static void open_rank(world_t *w, rank_t *ir, int how, int at)
     ir->strike = (strike_t){how, at, w, 0, 0, 0, 0};
     rs_receiver_params_init(&rp);
     assert_int_equal(rp.verify_digests, 1); /* verify is the default */
-    rp.directory = w->directory;
+    rp.directory = w->pw.directory;
     rp.model = MODEL;
     rp.backend = "ucx";
     rp.discover_timeout_s = 20;
@@ -233,7 +215,7 @@ static void open_rank(world_t *w, rank_t *ir, int how, int at)
     rp.progress = on_progress;
     rp.progress_ctx = &ir->strike;
     rp.progress_chunk_bytes = CHUNK_BYTES;
-    pfx_rank_open(&ir->r, w->model, &w->infer, 0, &rp, PFX_FILL_PATTERN);
+    pfx_rank_open(&ir->r, w->pw.model, &w->pw.infer, 0, &rp, PFX_FILL_PATTERN);
 }
 
 /* No line UCX printed itself ("... UCX  ERROR ...", "UCX  WARN"). */
@@ -266,7 +248,7 @@ static void pull_case(const char *tls, int how, int at)
     /* UCX's own lines about the failing peer must stay quiet: stdout (where
      * UCX logs by default) and stderr are caught during the pull. */
     char outpath[96];
-    snprintf(outpath, sizeof(outpath), "%.60s/output", w->tmp);
+    snprintf(outpath, sizeof(outpath), "%.60s/output", w->pw.tmp);
     fflush(stdout);
     fflush(stderr);
     int saved1 = dup(1), saved2 = dup(2);
@@ -291,7 +273,7 @@ static void pull_case(const char *tls, int how, int at)
             fail_msg("control pull: %s", diag.msg);
         assert_int_equal(ir.r.installs, 1);
         assert_true(res.exec.shards_verified > 0); /* verify is the default */
-        pfx_expect_direct(&ir.r, w->model, &w->infer, 0);
+        pfx_expect_direct(&ir.r, w->pw.model, &w->pw.infer, 0);
         pfx_rank_close(&ir.r);
         return;
     }

@@ -21,7 +21,7 @@
 #include "reshard_layout/layout.h"
 #include "vllm_direct.h"
 
-/* ---- the parent's side ---------------------------------------------------- */
+/* ---- the parent's side -------------------------------------------------- */
 
 #define PFX_ARG_MAX 16384
 #define PFX_NFIELDS 11
@@ -108,7 +108,7 @@ void pfx_stop(pfx_proc_t *p, int kill_it)
     p->pid = 0;
 }
 
-/* ---- the child's side ------------------------------------------------------ */
+/* ---- the child's side --------------------------------------------------- */
 
 /* The shards this process registered, kept until it exits. */
 #define PFX_MAX_SHARDS 4096
@@ -253,12 +253,59 @@ int pfx_publisher_main(const char *arg, void (*prepare)(const pfx_publish_t *))
     return rc;
 }
 
-/* ---- the world's files and transport -------------------------------------- */
+/* ---- the world ---------------------------------------------------------- */
 
-void pfx_model_path(char *out, size_t n, const char *file)
+static int layout_of(rs_model_h model, const char *text, rs_layout_t *l,
+                     rs_diag_t *diag)
 {
+    return rs_layout_parse(text, diag, l) == RS_OK &&
+                   rs_layout_check(l, model, diag) == RS_OK
+               ? 0
+               : -1;
+}
+
+int pfx_world_open(pfx_world_t *w, const char *model_file, const char *train,
+                   const char *infer, const char *tag)
+{
+    rs_diag_t diag;
     const char *src = getenv("RESHARD_SOURCE_DIR");
-    snprintf(out, n, "%.900s/examples/models/%s", src ? src : ".", file);
+    memset(w, 0, sizeof(*w));
+    snprintf(w->config, sizeof(w->config), "%.900s/examples/models/%s",
+             src ? src : ".", model_file);
+    w->train_text = train;
+    if (tag != NULL) {
+        snprintf(w->tmp, sizeof(w->tmp), "/tmp/rs-%.40s-XXXXXX", tag);
+        if (mkdtemp(w->tmp) == NULL) {
+            perror("pfx_world_open: mkdtemp");
+            w->tmp[0] = '\0';
+            return -1;
+        }
+        snprintf(w->directory, sizeof(w->directory), "file:%s", w->tmp);
+    }
+    rs_diag_clear(&diag);
+    if (rs_model_load(w->config, &diag, &w->model) != RS_OK ||
+        (train != NULL && layout_of(w->model, train, &w->train, &diag)) ||
+        layout_of(w->model, infer, &w->infer, &diag)) {
+        fprintf(stderr, "pfx_world_open: %s\n", diag.msg);
+        return -1;
+    }
+    return 0;
+}
+
+void pfx_world_train(pfx_world_t *w, const char *train)
+{
+    rs_diag_t diag;
+    w->train_text = train;
+    if (layout_of(w->model, train, &w->train, &diag) != 0)
+        fail_msg("trainer layout %s: %s", train, diag.msg);
+}
+
+void pfx_world_close(pfx_world_t *w)
+{
+    rs_model_destroy(w->model);
+    w->model = NULL;
+    pfx_remove_tmp(w->tmp);
+    w->tmp[0] = '\0';
 }
 
 void pfx_remove_tmp(const char *tmp)

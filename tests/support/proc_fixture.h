@@ -12,8 +12,9 @@
 #include <sys/types.h>
 
 #include "reshard/reshard.h"
+#include "reshard_layout/layout.h"
 
-/* ---- the parent's side ---------------------------------------------------- */
+/* ---- the parent's side -------------------------------------------------- */
 
 typedef struct pfx_proc {
     pid_t pid;  /* 0 when not running */
@@ -63,7 +64,7 @@ int pfx_send(const pfx_proc_t *p, unsigned char c);
  * keeping its status; does nothing when it is not running. */
 void pfx_stop(pfx_proc_t *p, int kill_it);
 
-/* ---- the child's side ------------------------------------------------------ */
+/* ---- the child's side --------------------------------------------------- */
 
 /* 1 when this process was started by pfx_start (argv is `--publisher ARG`). */
 int pfx_is_publisher(int argc, char **argv);
@@ -80,11 +81,32 @@ int pfx_publisher_main(const char *arg, void (*prepare)(const pfx_publish_t *));
  * async-signal-safe, for a signal handler. */
 void pfx_shards_unreadable(void);
 
-/* ---- the world's files and transport -------------------------------------- */
+/* ---- the world ---------------------------------------------------------- */
 
-/* `$RESHARD_SOURCE_DIR/examples/models/<file>` (the source dir defaults
- * to "."). */
-void pfx_model_path(char *out, size_t n, const char *file);
+/* What the test process and its publishers share: a model from
+ * examples/models, its trainer and inference layouts, a fresh folder and
+ * a file: directory in it. */
+typedef struct pfx_world {
+    char config[1024];    /* the model config file */
+    char tmp[64];         /* the folder, or "" */
+    char directory[512];  /* file:<tmp>, unless the test sets another */
+    const char *train_text;
+    rs_model_h model;
+    rs_layout_t train, infer;
+} pfx_world_t;
+
+/* Loads examples/models/<model_file> (RESHARD_SOURCE_DIR, or "."), parses
+ * and checks the layouts (train may be NULL: pfx_world_train later) and,
+ * when tag is not NULL, makes /tmp/rs-<tag>-XXXXXX with its directory.
+ * 0, or -1 with the reason on stderr: for a cmocka setup. */
+int pfx_world_open(pfx_world_t *w, const char *model_file, const char *train,
+                   const char *infer, const char *tag);
+
+/* Parses and checks the trainer layout; fails the test when it is bad. */
+void pfx_world_train(pfx_world_t *w, const char *train);
+
+/* Destroys the model and removes the folder; accepts a partial open. */
+void pfx_world_close(pfx_world_t *w);
 
 /* Removes a temporary folder and what it holds; accepts an empty name. */
 void pfx_remove_tmp(const char *tmp);
