@@ -219,22 +219,12 @@ static void publish(world_t *w, rs_publisher_h pub, int64_t v)
 
 static void release(world_t *w, rs_publisher_h pub, int64_t v)
 {
-    rs_diag_t d;
-    rs_dir_h dir;
-    ASSERT_ST(rs_dir_open(w->env.url, &d, &dir), RS_OK, d);
-    rs_dir_release(dir, MODEL, v, NULL); /* released already: fine */
-    rs_dir_close(dir);
-    ASSERT_ST(rs_publisher_wait_released(pub, v, 20, &d), RS_OK, d);
+    dir_env_release(&w->env, MODEL, v, pub);
 }
 
 static void put_record(world_t *w, const char *holder, const char *json)
 {
-    rs_dir_h dir;
-    rs_diag_t d;
-    ASSERT_ST(rs_dir_open(w->env.url, &d, &dir), RS_OK, d);
-    ASSERT_ST(rs_dir_put_cuts(dir, MODEL, holder, json, strlen(json), &d),
-              RS_OK, d);
-    rs_dir_close(dir);
+    dir_env_put_cuts(&w->env, MODEL, holder, json, strlen(json));
 }
 
 /* Receivers announce; the versions after each announcement are cut for

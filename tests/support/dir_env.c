@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "assert_status.h"
 #include "dir_env.h"
 #include "reshard/dir.h"
 
@@ -72,6 +73,27 @@ rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,
     rs_dir_close(dir);
     free(table);
     return src;
+}
+
+void dir_env_release(const dir_env_t *e, const char *model, int64_t v,
+                     rs_publisher_h pub)
+{
+    rs_diag_t d;
+    rs_dir_h dir;
+    ASSERT_ST(rs_dir_open(e->url, &d, &dir), RS_OK, d);
+    rs_dir_release(dir, model, v, NULL); /* released already: fine */
+    rs_dir_close(dir);
+    ASSERT_ST(rs_publisher_wait_released(pub, v, 20, &d), RS_OK, d);
+}
+
+void dir_env_put_cuts(const dir_env_t *e, const char *model,
+                      const char *holder, const char *json, size_t len)
+{
+    rs_dir_h dir;
+    rs_diag_t d;
+    ASSERT_ST(rs_dir_open(e->url, &d, &dir), RS_OK, d);
+    ASSERT_ST(rs_dir_put_cuts(dir, model, holder, json, len, &d), RS_OK, d);
+    rs_dir_close(dir);
 }
 
 /* The group that is running: cmocka's group setup takes no argument. */

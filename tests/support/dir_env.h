@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "redis_fixture.h"
+#include "reshard/refit.h"
 #include "reshard/sources.h"
 
 typedef struct dir_env {
@@ -37,6 +38,17 @@ int dir_env_run(dir_env_t *e, const char *tag, const struct CMUnitTest *tests,
 /* The same tests against a file directory, then a redis one. */
 int dir_env_run_both(const char *tag, const struct CMUnitTest *tests,
                      size_t n, dir_env_t **current);
+
+/* Releases version v of `model` in e's directory (a version released
+ * already is fine) and waits up to 20 s for `pub` to see it. Fails the
+ * test otherwise. */
+void dir_env_release(const dir_env_t *e, const char *model, int64_t v,
+                     rs_publisher_h pub);
+
+/* Puts `holder`'s cuts record (json, len bytes) for `model` in e's
+ * directory; fails the test when it cannot. */
+void dir_env_put_cuts(const dir_env_t *e, const char *model,
+                      const char *holder, const char *json, size_t len);
 
 /* Slot `slot`'s table of version v of `model`, read from e's directory
  * and loaded as sources (the caller destroys them), or NULL with the
