@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "dir_env.h"
 #include "u8_rows.h"
 #include "reshard/reshard.h"
@@ -85,19 +86,6 @@ static world_t w;
 static char model[32]; /* a fresh model per test: its version 1 is unreleased */
 #define MODEL model
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 /* Byte g of the tensor in version v: every byte differs between 1 and 2. */
 static uint8_t expected(uint64_t g_index, int64_t v)
 {
@@ -154,7 +142,7 @@ static void *releaser_main(void *arg)
         atomic_fetch_add(&w.refused, 1);
         if (mid && atomic_load(&w.pulling))
             atomic_fetch_add(&w.refused_mid_pull, 1);
-        sleep_s(0.02);
+        rs__sleep_s(0.02);
     }
     rs_dir_close(dir);
     return NULL;
@@ -165,7 +153,7 @@ static void *refiller_main(void *arg)
 {
     (void)arg;
     while (!atomic_load(&w.stop) && !atomic_load(&w.released))
-        sleep_s(0.005);
+        rs__sleep_s(0.005);
     if (atomic_load(&w.stop))
         return NULL;
     for (int i = 0; i < ROWS; i++)
@@ -195,11 +183,11 @@ static void on_progress(void *ctx, const rs_progress_t *p)
     if (w.chunks == 0 && w.others && !w.have_releaser)
         start_others();
     if (w.mode == SLOW_SLEEP) {
-        sleep_s(w.sleep_s);
+        rs__sleep_s(w.sleep_s);
     } else if (w.chunks == 0 && w.mode == SLOW_REFILL) {
-        double until = now_s() + 20.0; /* a bound: the lapse takes TTL_S */
-        while (!atomic_load(&w.refilled) && now_s() < until)
-            sleep_s(0.01);
+        double until = rs__now_s() + 20.0; /* a bound: the lapse takes TTL_S */
+        while (!atomic_load(&w.refilled) && rs__now_s() < until)
+            rs__sleep_s(0.01);
         w.waited_ok = atomic_load(&w.refilled);
     } else if (w.chunks == 0 && w.mode == SLOW_STEAL) {
         rs_dir_h dir = NULL;
@@ -209,10 +197,10 @@ static void on_progress(void *ctx, const rs_progress_t *p)
             w.steal_st = rs_dir_lease(dir, MODEL, 1, HOLDER, 30, &d);
         snprintf(w.steal_msg, sizeof(w.steal_msg), "%s", d.msg);
         rs_dir_close(dir);
-        sleep_s(TTL_S / 2); /* a renewal comes and fails (every ttl/3) */
+        rs__sleep_s(TTL_S / 2); /* a renewal comes and fails (every ttl/3) */
     } else if (w.chunks == 0 && w.mode == SLOW_OUTAGE) {
         rfx_stop(&g->server);
-        sleep_s(TTL_S); /* renewals cannot reach the directory */
+        rs__sleep_s(TTL_S); /* renewals cannot reach the directory */
     }
     w.chunks++;
 }
@@ -317,9 +305,9 @@ static void test_renewal_keeps_release_off(void **state)
     assert_true(atomic_load(&w.refused_mid_pull) > 0);
     assert_true(res.lease_renewals >= 1);
     assert_true(res.lease_epoch >= 1);
-    double until = now_s() + 20.0;
-    while (!atomic_load(&w.refilled) && now_s() < until)
-        sleep_s(0.01);
+    double until = rs__now_s() + 20.0;
+    while (!atomic_load(&w.refilled) && rs__now_s() < until)
+        rs__sleep_s(0.01);
     assert_true(atomic_load(&w.released));
     w.sleep_s = 0;
     w.installs = 0;

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "exec/exec_impl.h" /* the executor's bindings: the shadows */
 #include "reshard/reshard.h"
 #include "assert_status.h"
@@ -52,12 +53,6 @@ typedef struct world {
 } world_t;
 
 static world_t w;
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 /* Byte g of the tensor in version v: every byte differs between versions
  * 1..MAX_VERSION (v * 101 mod 256 differs for each). */
@@ -202,7 +197,7 @@ static void test_stage_while_bound_then_apply(void **state)
     memset(&rd, 0, sizeof(rd));
     assert_int_equal(pthread_create(&rd.thread, NULL, reader_main, &rd), 0);
     while (atomic_load(&rd.passes) == 0)
-        sleep_s(0.001);
+        rs__sleep_s(0.001);
     rs_staged_h h = stage_ok(recv, 2);
     atomic_store(&rd.stop, 1);
     pthread_join(rd.thread, NULL);
@@ -284,7 +279,7 @@ static void test_stage_and_apply_on_two_threads(void **state)
     assert_int_equal(pthread_create(&t, NULL, stager_main, &s), 0);
     pthread_join(t, NULL);
     ASSERT_ST(s.st, RS_OK, s.d);
-    sleep_s(2 * TTL_S);
+    rs__sleep_s(2 * TTL_S);
     expect_leased(2, 1);
     assert_int_equal(version_of(w.dest), 1);
     rs_diag_clear(&d);
@@ -432,13 +427,13 @@ static void cancel_call(canceled_call_t *c, void *(*fn)(void *))
     pthread_t t;
     atomic_init(&c->done, 0);
     assert_int_equal(pthread_create(&t, NULL, fn, c), 0);
-    sleep_s(0.3);
+    rs__sleep_s(0.3);
     if (c->recv != NULL)
         rs_receiver_cancel(c->recv);
     else
         rs_publisher_cancel(c->pub);
     for (int i = 0; i < 2000 && !atomic_load(&c->done); i++)
-        sleep_s(0.01);
+        rs__sleep_s(0.01);
     if (!atomic_load(&c->done))
         fail_msg("a cancelled wait did not return within 20 s");
     pthread_join(t, NULL);

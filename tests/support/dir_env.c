@@ -75,6 +75,16 @@ rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,
     return src;
 }
 
+rs_dir_h dir_env_open(const dir_env_t *e)
+{
+    rs_diag_t d;
+    rs_dir_h dir = NULL;
+    DIR_ENV_NEED(e);
+    if (rs_dir_open(e->url, &d, &dir) != RS_OK)
+        fail_msg("open %s: %s", e->backend, d.msg);
+    return dir;
+}
+
 void dir_env_release(const dir_env_t *e, const char *model, int64_t v,
                      rs_publisher_h pub)
 {

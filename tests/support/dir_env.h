@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "redis_fixture.h"
+#include "reshard/dir.h"
 #include "reshard/refit.h"
 #include "reshard/sources.h"
 
@@ -38,6 +39,10 @@ int dir_env_run(dir_env_t *e, const char *tag, const struct CMUnitTest *tests,
 /* The same tests against a file directory, then a redis one. */
 int dir_env_run_both(const char *tag, const struct CMUnitTest *tests,
                      size_t n, dir_env_t **current);
+
+/* Opens e's directory; skips the test when the backend is unavailable,
+ * fails it when the directory does not open. */
+rs_dir_h dir_env_open(const dir_env_t *e);
 
 /* Releases version v of `model` in e's directory (a version released
  * already is fine) and waits up to 20 s for `pub` to see it. Fails the

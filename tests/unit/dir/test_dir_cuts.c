@@ -39,12 +39,7 @@ static dir_env_t *g;
 
 static rs_dir_h open_dir(void)
 {
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    DIR_ENV_NEED(g);
-    if (rs_dir_open(g->url, &d, &dir) != RS_OK)
-        fail_msg("open %s: %s", g->backend, d.msg);
-    return dir;
+    return dir_env_open(g);
 }
 
 /* A record of its own for (tag, variant): text with a NUL inside, so the

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "dir_env.h"
 #include "reshard/dir.h"
 #include "assert_status.h"
@@ -30,12 +31,7 @@ static dir_env_t *g;
 
 static rs_dir_h open_dir(void)
 {
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    DIR_ENV_NEED(g);
-    if (rs_dir_open(g->url, &d, &dir) != RS_OK)
-        fail_msg("open %s: %s", g->backend, d.msg);
-    return dir;
+    return dir_env_open(g);
 }
 
 /* A binary table of its own for (publisher tag, variant), zero bytes
@@ -191,12 +187,6 @@ static void test_restart_replaces(void **state)
     rs_dir_close(dir);
 }
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 /* A slot lives while any of its publishers does. */
 static void test_heartbeats_per_publisher(void **state)
 {
@@ -210,7 +200,7 @@ static void test_heartbeats_per_publisher(void **state)
     ASSERT_ST(rs_dir_create_version(dir, m, 1, 1, &d), RS_OK, d);
     publish(dir, m, 0, "a", GEO_A, 1, 0);
     publish(dir, m, 0, "b", GEO_A, 2, 0);
-    sleep_s(1.0);
+    rs__sleep_s(1.0);
     ASSERT_ST(rs_dir_wait_ready(dir, m, 1, 0.1, 0.9, &d, &info),
               RS_ERR_TIMEOUT, d);
     ASSERT_MSG_HAS(d, "stale");

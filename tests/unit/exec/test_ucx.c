@@ -12,6 +12,7 @@
 #define main test_transport_main
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
+#include "core/clock.h"
 #include "test_transport.c"
 #pragma GCC diagnostic pop
 #undef main
@@ -27,13 +28,6 @@ static const tfx_backend_t packed_backends[] = {
     {"ucx", 0, 1, "sm", 1},
     {"ucx", 0, 1, "tcp", 1},
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Reads one range of a session and compares it with the pattern of
  * `region` starting at `off` (the range may run into following regions of
@@ -273,12 +267,12 @@ static void test_killed_peer(void **state)
     rng_state = 31;
     batch_t b = make_batch(&f->world, 60);
     rs_diag_t d;
-    double t0 = now_s();
+    double t0 = rs__now_s();
     rs_status_t st = rs_transport_post(f->t, b.reads, b.n, &d);
     if (st == RS_OK)
         st = rs_transport_wait(f->t, 2.0, &d);
     fprintf(stderr, "killed peer (%s): %s after %.2f s: %s\n",
-            f->backend->tls, rs_status_str(st), now_s() - t0, d.msg);
+            f->backend->tls, rs_status_str(st), rs__now_s() - t0, d.msg);
     assert_true(st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT);
     assert_true(strstr(d.msg, "(s") != NULL);
     /* Still answers (with an error) rather than hanging. */
