@@ -113,21 +113,31 @@ static void expect_refused(rs_plan_h p, const char *reason)
     assert_int_equal(st.copies_planned, 1);
 }
 
+/* A capture declaring "w" as ndim/shape in `declared` planned against s:
+ * refused with exactly `reason` (expect_refused). */
+static void expect_capture_refused(rs_sources_h s, rs_dtype_t pdtype,
+                                   int ndim, const int64_t *shape,
+                                   rs_dtype_t declared, const char *reason)
+{
+    rs_capture_h cap = capture(pdtype, ndim, shape, declared);
+    rs_plan_h p = plan(cap, s);
+    expect_refused(p, reason);
+    rs_plan_destroy(p);
+    rs_capture_destroy(cap);
+}
+
 static void test_shape_mismatch(void **state)
 {
     (void)state;
     int64_t twice[2] = {16, 8};
     rs_sources_h s = sources(RS_DTYPE_U8);
-    rs_capture_h cap = capture(RS_DTYPE_U8, 2, twice, RS_DTYPE_U8);
-    rs_plan_h p = plan(cap, s);
-    expect_refused(p, "tensor 'w': capture assumes shape [16, 8] u8, "
-                      "published [8, 8] u8");
-    rs_plan_destroy(p);
-    rs_capture_destroy(cap);
+    expect_capture_refused(s, RS_DTYPE_U8, 2, twice, RS_DTYPE_U8,
+                           "tensor 'w': capture assumes shape [16, 8] u8, "
+                           "published [8, 8] u8");
 
     /* the same copies undeclared: planned whole, as captures always were */
-    cap = capture(RS_DTYPE_U8, -1, NULL, RS_DTYPE_U8);
-    p = plan(cap, s);
+    rs_capture_h cap = capture(RS_DTYPE_U8, -1, NULL, RS_DTYPE_U8);
+    rs_plan_h p = plan(cap, s);
     rs_plan_stats_t st;
     assert_true(rs_plan_is_complete(p));
     assert_int_equal(rs_plan_num_mismatched(p), 0);
@@ -143,18 +153,12 @@ static void test_rank_mismatch(void **state)
     (void)state;
     int64_t flat[1] = {64}, deeper[3] = {8, 8, 1};
     rs_sources_h s = sources(RS_DTYPE_U8);
-    rs_capture_h cap = capture(RS_DTYPE_U8, 1, flat, RS_DTYPE_U8);
-    rs_plan_h p = plan(cap, s);
-    expect_refused(p, "tensor 'w': capture assumes shape [64] u8, published "
-                      "[8, 8] u8");
-    rs_plan_destroy(p);
-    rs_capture_destroy(cap);
-    cap = capture(RS_DTYPE_U8, 3, deeper, RS_DTYPE_U8);
-    p = plan(cap, s);
-    expect_refused(p, "tensor 'w': capture assumes shape [8, 8, 1] u8, "
-                      "published [8, 8] u8");
-    rs_plan_destroy(p);
-    rs_capture_destroy(cap);
+    expect_capture_refused(s, RS_DTYPE_U8, 1, flat, RS_DTYPE_U8,
+                           "tensor 'w': capture assumes shape [64] u8, "
+                           "published [8, 8] u8");
+    expect_capture_refused(s, RS_DTYPE_U8, 3, deeper, RS_DTYPE_U8,
+                           "tensor 'w': capture assumes shape [8, 8, 1] u8, "
+                           "published [8, 8] u8");
     rs_sources_destroy(s);
 }
 
@@ -165,16 +169,13 @@ static void test_dtype_mismatch(void **state)
     (void)state;
     int64_t shape[2] = {8, 8};
     rs_sources_h s = sources(RS_DTYPE_F32);
-    rs_capture_h cap = capture(RS_DTYPE_BF16, 2, shape, RS_DTYPE_BF16);
-    rs_plan_h p = plan(cap, s);
-    expect_refused(p, "tensor 'w': capture assumes shape [8, 8] bf16, "
-                      "published [8, 8] f32");
-    rs_plan_destroy(p);
-    rs_capture_destroy(cap);
+    expect_capture_refused(s, RS_DTYPE_BF16, 2, shape, RS_DTYPE_BF16,
+                           "tensor 'w': capture assumes shape [8, 8] bf16, "
+                           "published [8, 8] f32");
 
     /* declared as published: the cast is planned */
-    cap = capture(RS_DTYPE_BF16, 2, shape, RS_DTYPE_F32);
-    p = plan(cap, s);
+    rs_capture_h cap = capture(RS_DTYPE_BF16, 2, shape, RS_DTYPE_F32);
+    rs_plan_h p = plan(cap, s);
     size_t n;
     assert_true(rs_plan_is_complete(p));
     rs_plan_converts(p, &n);
