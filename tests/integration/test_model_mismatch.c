@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout_env.h"
 #include "mini_exec.h"
 #include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
@@ -432,15 +433,6 @@ static rs_model_h model_with(const char *file, const char *key,
     return m;
 }
 
-static void layout(rs_model_h m, const char *spec, rs_layout_t *l)
-{
-    rs_diag_t d;
-    rs_diag_clear(&d);
-    if (rs_layout_parse(spec, &d, l) != RS_OK ||
-        rs_layout_check(l, m, &d) != RS_OK)
-        fail_msg("%s: %s", spec, d.msg);
-}
-
 static rs_capture_h layout_capture(rs_model_h m, const rs_layout_t *l,
                                    int64_t rank)
 {
@@ -498,7 +490,7 @@ static void test_layout_declares_every_source(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         rs_model_h m = model_with(cases[i].file, NULL, 0, NULL);
         rs_layout_t l;
-        layout(m, cases[i].spec, &l);
+        l = lx_layout(m, cases[i].spec);
         for (int64_t r = 0; r < l.world; r++) {
             rs_capture_h cap = layout_capture(m, &l, r);
             assert_true(rs_capture_num_sources(cap) > 0);
@@ -515,7 +507,7 @@ static rs_sources_h published(rs_model_h m)
     rs_layout_t l;
     rs_sources_h s = NULL;
     rs_diag_t d;
-    layout(m, "megatron:tp=2", &l);
+    l = lx_layout(m, "megatron:tp=2");
     assert_int_equal(rs_sources_create(&s), RS_OK);
     rs_diag_clear(&d);
     if (rs_layout_publish_all(m, &l, s, &d) != RS_OK)
@@ -555,7 +547,7 @@ static void test_layout_intermediate_doubled(void **state)
                                 NULL);
     rs_sources_h s = published(pub);
     rs_layout_t l;
-    layout(sub, "vllm:tp=2", &l);
+    l = lx_layout(sub, "vllm:tp=2");
     for (int64_t r = 0; r < l.world; r++) {
         rs_capture_h cap = layout_capture(sub, &l, r);
         rs_plan_h p = plan(cap, s);
@@ -597,7 +589,7 @@ static void test_layout_dtype_changed(void **state)
                                 "float32");
     rs_sources_h s = published(pub);
     rs_layout_t l;
-    layout(sub, "vllm:tp=2", &l);
+    l = lx_layout(sub, "vllm:tp=2");
     rs_capture_h cap = layout_capture(sub, &l, 1);
     rs_plan_h p = plan(cap, s);
     const char *src, *why;
