@@ -590,27 +590,10 @@ static rs_model_h load_text(const char *text, const char *origin)
     return m;
 }
 
-static char *read_example(const char *file)
-{
-    const char *dir = getenv("RESHARD_SOURCE_DIR");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/examples/models/%s", dir ? dir : ".",
-             file);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        fail_msg("cannot open %s", path);
-    char *text = calloc(1, 1 << 20);
-    assert_non_null(text);
-    size_t n = fread(text, 1, (1 << 20) - 1, f);
-    fclose(f);
-    assert_true(n > 0);
-    return text;
-}
-
 /* The bundled config, with num_hidden_layers cut to `layers` when > 0. */
 static rs_model_h load_example(const char *file, int layers)
 {
-    char *text = read_example(file), *fixed = text;
+    char *text = lx_read_model_file(file), *fixed = text;
     if (layers > 0) {
         const char *key = "\"num_hidden_layers\":";
         char *at = strstr(text, key);

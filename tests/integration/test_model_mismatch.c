@@ -395,29 +395,15 @@ static void test_exec_refuses(void **state)
 
 /* ---- the vllm capture producer --------------------------------------- */
 
-static char *read_example(const char *file)
-{
-    const char *dir = getenv("RESHARD_SOURCE_DIR");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/examples/models/%s", dir ? dir : ".",
-             file);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        fail_msg("cannot open %s", path);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
 /* The example config with `key` set to `value` (an integer, or a string
  * when value_s is given). */
 static rs_model_h model_with(const char *file, const char *key,
                              json_int_t value, const char *value_s)
 {
     json_error_t jerr;
-    json_t *root = json_loads(read_example(file), 0, &jerr);
+    char *example = lx_read_model_file(file);
+    json_t *root = json_loads(example, 0, &jerr);
+    free(example);
     rs_model_h m = NULL;
     rs_diag_t d;
     assert_non_null(root);

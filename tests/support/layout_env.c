@@ -37,14 +37,33 @@ rs_model_h lx_model_json(const char *json)
     return m;
 }
 
-rs_model_h lx_model_file(const char *file)
+static void model_path(char *path, size_t n, const char *file)
 {
     const char *dir = getenv("RESHARD_SOURCE_DIR");
+    snprintf(path, n, "%.3000s/examples/models/%s", dir ? dir : ".", file);
+}
+
+char *lx_read_model_file(const char *file)
+{
+    char path[4096];
+    model_path(path, sizeof(path), file);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    char *text = calloc(1, 1 << 20);
+    assert_non_null(text);
+    size_t n = fread(text, 1, (1 << 20) - 1, f);
+    fclose(f);
+    assert_true(n > 0);
+    return text;
+}
+
+rs_model_h lx_model_file(const char *file)
+{
     char path[4096];
     rs_model_h m = NULL;
     rs_diag_t d;
-    snprintf(path, sizeof(path), "%.3000s/examples/models/%s",
-             dir ? dir : ".", file);
+    model_path(path, sizeof(path), file);
     rs_diag_clear(&d);
     rs_status_t st = rs_model_load(path, &d, &m);
     if (st != RS_OK)

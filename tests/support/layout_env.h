@@ -20,6 +20,9 @@ rs_model_h lx_model_json(const char *json);
 /* examples/models/<file> under RESHARD_SOURCE_DIR (or "."). */
 rs_model_h lx_model_file(const char *file);
 
+/* The text of examples/models/<file> (malloc'd: the caller frees it). */
+char *lx_read_model_file(const char *file);
+
 /* `spec` parsed and checked against m. */
 rs_layout_t lx_layout(rs_model_h m, const char *spec);
 
