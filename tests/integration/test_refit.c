@@ -18,6 +18,7 @@
 #include "proc_fixture.h"
 #include "rank_fixture.h"
 #include "redis_fixture.h"
+#include "tmp_path.h"
 #include "reshard/reshard.h"
 #include "reshard_layout/layout.h"
 
@@ -164,8 +165,7 @@ static char tmpdir[256];
 
 static void file_dir(char *out, size_t n)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/rs-refit-XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
+    tmp_dir(tmpdir, sizeof(tmpdir), "refit");
     snprintf(out, n, "file:%s", tmpdir);
 }
 
@@ -174,7 +174,7 @@ static int world_teardown(void **state)
 {
     (void)state;
     world_close(&world, 1);
-    pfx_remove_tmp(tmpdir);
+    tmp_remove(tmpdir);
     tmpdir[0] = '\0';
     return 0;
 }

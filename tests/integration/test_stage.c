@@ -29,6 +29,7 @@
 #include "reshard/reshard.h"
 #include "assert_status.h"
 #include "u8_rows.h"
+#include "tmp_path.h"
 
 #define PUBS 2
 #define ROWS 16
@@ -630,10 +631,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", w.tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", w.tmp);
+    tmp_remove(w.tmp);
     return 0;
 }
 

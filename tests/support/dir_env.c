@@ -11,6 +11,7 @@
 #include "assert_status.h"
 #include "dir_env.h"
 #include "reshard/dir.h"
+#include "tmp_path.h"
 
 int dir_env_setup(dir_env_t *e, const char *tag)
 {
@@ -41,13 +42,8 @@ void dir_env_teardown(dir_env_t *e)
 {
     if (e->redis)
         rfx_stop(&e->server);
-    if (e->tmp[0] != '\0') {
-        char cmd[PATH_MAX + 16];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->tmp);
-        if (system(cmd) != 0)
-            fprintf(stderr, "dir_env: could not remove %s\n", e->tmp);
-        e->tmp[0] = '\0';
-    }
+    tmp_remove(e->tmp);
+    e->tmp[0] = '\0';
 }
 
 rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "proc_fixture.h"
+#include "tmp_path.h"
 #include "reshard_layout/layout.h"
 #include "vllm_direct.h"
 
@@ -304,18 +305,8 @@ void pfx_world_close(pfx_world_t *w)
 {
     rs_model_destroy(w->model);
     w->model = NULL;
-    pfx_remove_tmp(w->tmp);
+    tmp_remove(w->tmp);
     w->tmp[0] = '\0';
-}
-
-void pfx_remove_tmp(const char *tmp)
-{
-    char cmd[640];
-    if (tmp[0] == '\0')
-        return;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%.600s'", tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp);
 }
 
 void pfx_use_tls(const char *tls)

@@ -108,9 +108,6 @@ void pfx_world_train(pfx_world_t *w, const char *train);
 /* Destroys the model and removes the folder; accepts a partial open. */
 void pfx_world_close(pfx_world_t *w);
 
-/* Removes a temporary folder and what it holds; accepts an empty name. */
-void pfx_remove_tmp(const char *tmp);
-
 /* UCX_TLS=tls, on the loopback device for tcp. */
 void pfx_use_tls(const char *tls);
 

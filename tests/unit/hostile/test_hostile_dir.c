@@ -26,6 +26,7 @@
 #include "core/clock.h"
 #include "hostile.h"
 #include "reshard/dir.h"
+#include "tmp_path.h"
 
 typedef struct fake {
     pid_t pid;
@@ -215,8 +216,7 @@ typedef struct fenv {
 static void fenv_init(fenv_t *e)
 {
     rs_diag_t diag;
-    snprintf(e->root, sizeof(e->root), "/tmp/rs_hostile_dirXXXXXX");
-    assert_non_null(mkdtemp(e->root));
+    tmp_dir(e->root, sizeof(e->root), "hostile-dir");
     snprintf(e->url, sizeof(e->url), "file:%s", e->root);
     snprintf(e->vdir, sizeof(e->vdir), "%s/m/1", e->root);
     assert_int_equal(rs_dir_open(e->url, &diag, &e->dir), RS_OK);
@@ -227,10 +227,8 @@ static void fenv_init(fenv_t *e)
 
 static void fenv_free(fenv_t *e)
 {
-    char cmd[160];
     rs_dir_close(e->dir);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->root);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tmp_remove(e->root), 0);
 }
 
 static void test_file_corrupt_meta(void **state)

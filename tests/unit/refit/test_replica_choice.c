@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "refit/replicas.h"
+#include "tmp_path.h"
 
 static char tmp[64], url[96];
 
@@ -34,9 +35,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    return system(cmd) == 0 ? 0 : -1;
+    return tmp_remove(tmp);
 }
 
 /* Version 1 of model m: slot 0 served by p0, p1, p2 (joining in that
