@@ -46,6 +46,31 @@ expect_not_in() {
     else ok "$1: $(basename "$2") has no '$3'"; fi
 }
 
+# run ARGS...: runs the binary, leaving stdout in $TMP/out, stderr in
+# $TMP/err and the exit code in $rc.
+run() { "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?; }
+
+# expect_err NAME NEEDLE...: stderr names every needle (case-insensitive).
+expect_err() {
+    local name=$1 needle missing=""
+    shift
+    for needle in "$@"; do
+        grep -qiF -- "$needle" "$TMP/err" || missing="$missing '$needle'"
+    done
+    if [ -z "$missing" ]; then ok "$name: stderr names$(printf " '%s'" "$@")"
+    else bad "$name: stderr lacks$missing"; fi
+}
+
+# expect_input_error NAME NEEDLE...: exit 2, nothing on stdout, and stderr
+# naming every needle (case-insensitive).
+expect_input_error() {
+    local name=$1
+    shift
+    expect_rc "$name" 2
+    if [ -s "$TMP/out" ]; then bad "$name: printed on stdout on bad input"; fi
+    expect_err "$name" "$@"
+}
+
 # Prints the count and exits 0 only when every check passed.
 cli_done() {
     echo "$checks checks, $failures failures"
