@@ -71,6 +71,22 @@ expect_input_error() {
     expect_err "$name" "$@"
 }
 
+# await_line FILE NEEDLE PID: waits (up to 20 s, while PID lives) for FILE
+# to hold NEEDLE: 0 once it does, 1 otherwise.
+await_line() {
+    for _ in $(seq 200); do
+        grep -q -- "$2" "$1" 2>/dev/null && return 0
+        kill -0 "$3" 2>/dev/null || break
+        sleep 0.1
+    done
+    return 1
+}
+
+# stage FILE KEY: KEY of the stage record of a pull's JSON line in FILE.
+stage() {
+    python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["stage"][sys.argv[2]])' "$1" "$2" 2>/dev/null
+}
+
 # Prints the count and exits 0 only when every check passed.
 cli_done() {
     echo "$checks checks, $failures failures"
