@@ -71,22 +71,22 @@ static void start_publisher(world_t *w, int rank, int replica, int mode)
  * memory or tcp on loopback (the arena is shared memory, which a reader
  * on this machine keeps reading after its publisher died: only tcp makes
  * a killed publisher's reads fail). */
-static void world_begin(world_t *w, const char *train, const char *tls)
-{
-    static int round;
-    w->npubs = 0;
-    snprintf(w->pw.directory, sizeof(w->pw.directory), "file:%.60s/d%d",
-             w->pw.tmp, round++);
-    assert_int_equal(mkdir(w->pw.directory + 5, 0700), 0);
-    pfx_world_train(&w->pw, train);
-    pfx_use_tls(tls);
-}
-
 static void world_end(world_t *w)
 {
     for (int i = 0; i < w->npubs; i++)
         pfx_stop(&w->pubs[i], 1);
     w->npubs = 0;
+}
+
+static void world_begin(world_t *w, const char *train, const char *tls)
+{
+    static int round;
+    world_end(w); /* what a failed case left running */
+    snprintf(w->pw.directory, sizeof(w->pw.directory), "file:%.60s/d%d",
+             w->pw.tmp, round++);
+    assert_int_equal(mkdir(w->pw.directory + 5, 0700), 0);
+    pfx_world_train(&w->pw, train);
+    pfx_use_tls(tls);
 }
 
 static int world_setup(void **state)
@@ -96,16 +96,6 @@ static int world_setup(void **state)
     memset(w, 0, sizeof(*w));
     return pfx_world_open(&w->pw, "tiny-deepseek-fp8.json", NULL, INFER,
                           "qprocs");
-}
-
-/* Runs on every path, failed assertions included. */
-static int world_teardown(void **state)
-{
-    (void)state;
-    world_t *w = &world;
-    world_end(w);
-    pfx_world_close(&w->pw);
-    return 0;
 }
 
 /* ---- the inference rank ------------------------------------------------ */
@@ -324,6 +314,33 @@ static void close_rank(rank_t *ir)
     pfx_rank_close(&ir->r);
 }
 
+/* The rank of the running case: the next case, or the teardown, closes it
+ * after a failed assertion. */
+static rank_t rank;
+
+/* A case's world (world_begin) and its inference rank. */
+static rank_t *begin(world_t *w, const char *train, const char *tls,
+                     int strike)
+{
+    if (rank.r.cap != NULL)
+        close_rank(&rank);
+    world_begin(w, train, tls);
+    open_rank(w, &rank, strike, 0);
+    return &rank;
+}
+
+/* Runs on every path, failed assertions included. */
+static int world_teardown(void **state)
+{
+    (void)state;
+    world_t *w = &world;
+    if (rank.r.cap != NULL)
+        close_rank(&rank);
+    world_end(w);
+    pfx_world_close(&w->pw);
+    return 0;
+}
+
 static void expect_installed(const rank_t *ir)
 {
     pfx_expect_installed(&ir->r, ir->expected, 0xEE);
@@ -387,26 +404,24 @@ static void clean_case(const char *train, int mode, int want_pub,
                        int want_recv)
 {
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t d;
     rs_pull_result_t res;
     size_t npub, nrecv;
-    world_begin(w, train, "sm,self");
-    open_rank(w, &ir, NO_STRIKE, 0);
-    start_trainers(w, &ir, mode, 1);
-    if (rs_receiver_pull(ir.r.recv, 1, &d, &res) != RS_OK)
+    rank_t *ir = begin(w, train, "sm,self", NO_STRIKE);
+    start_trainers(w, ir, mode, 1);
+    if (rs_receiver_pull(ir->r.recv, 1, &d, &res) != RS_OK)
         fail_msg("%s: %s", train, d.msg);
-    assert_int_equal(ir.r.installs, 1);
+    assert_int_equal(ir->r.installs, 1);
     assert_true(res.exec.shards_verified > 0);
-    expect_installed(&ir);
-    count_paths(ir.r.recv, &npub, &nrecv);
+    expect_installed(ir);
+    count_paths(ir->r.recv, &npub, &nrecv);
     fprintf(stderr, "%s, %s: %zu publisher, %zu receiver path, %llu wire "
             "bytes\n", train, mode == WANTED ? "quantize_wanted" : "plain",
             npub, nrecv, (unsigned long long)res.stages.bytes);
     assert_true(npub + nrecv > 0);
     assert_true(want_pub ? npub > 0 : npub == 0);
     assert_true(want_recv ? nrecv > 0 : nrecv == 0);
-    close_rank(&ir);
+    close_rank(ir);
     world_end(w);
 }
 
@@ -439,22 +454,20 @@ static void test_killed_mid_wire(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t d;
     rs_pull_result_t res;
-    world_begin(w, "megatron:tp=2", "tcp");
-    open_rank(w, &ir, KILL_SLOT1, 0);
-    start_trainers(w, &ir, WANTED, 1);
+    rank_t *ir = begin(w, "megatron:tp=2", "tcp", KILL_SLOT1);
+    start_trainers(w, ir, WANTED, 1);
     rs_diag_clear(&d);
-    rs_status_t st = rs_receiver_pull(ir.r.recv, 1, &d, &res);
-    assert_true(ir.fired);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &d, &res);
+    assert_true(ir->fired);
     /* The kill lands while slot 1 still has reads outstanding, but what
      * the kernel had already sent may still arrive: either every byte
      * came (and is exact) or the pull fails naming the dead trainer with
      * nothing installed. Both are the contract; nothing else is. */
     if (st == RS_OK) {
-        assert_int_equal(ir.r.installs, 1);
-        expect_installed(&ir);
+        assert_int_equal(ir->r.installs, 1);
+        expect_installed(ir);
     } else {
         if (st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT)
             fail_msg("pull with trainer 1 killed: %s: %s",
@@ -462,10 +475,10 @@ static void test_killed_mid_wire(void **state)
         if (strstr(d.msg, "trainer-1, slot 1") == NULL)
             fail_msg("the message does not name trainer-1 and its slot: %s",
                      d.msg);
-        assert_int_equal(ir.r.installs, 0);
-        pfx_expect_untouched(&ir.r);
+        assert_int_equal(ir->r.installs, 0);
+        pfx_expect_untouched(&ir->r);
     }
-    close_rank(&ir);
+    close_rank(ir);
     world_end(w);
 }
 
@@ -483,24 +496,22 @@ static void test_killed_with_replica(void **state)
     rs_diag_t d;
     rs_pull_result_t res;
     rs_dry_run_t dry;
-    rank_t ir;
     size_t npub, nrecv;
-    world_begin(w, "megatron:tp=2", "tcp");
-    open_rank(w, &ir, NO_STRIKE, 0);
-    start_trainers(w, &ir, WANTED, 2);
-    if (rs_receiver_dry_run(ir.r.recv, 1, &d, &dry) != RS_OK)
+    rank_t *ir = begin(w, "megatron:tp=2", "tcp", NO_STRIKE);
+    start_trainers(w, ir, WANTED, 2);
+    if (rs_receiver_dry_run(ir->r.recv, 1, &d, &dry) != RS_OK)
         fail_msg("dry run: %s", d.msg);
-    kill_read_replica_of_slot1(w, rs_receiver_plan(ir.r.recv));
-    if (rs_receiver_pull(ir.r.recv, 1, &d, &res) != RS_OK)
+    kill_read_replica_of_slot1(w, rs_receiver_plan(ir->r.recv));
+    if (rs_receiver_pull(ir->r.recv, 1, &d, &res) != RS_OK)
         fail_msg("pull after the read replica died: %s", d.msg);
-    assert_int_equal(ir.r.installs, 1);
-    expect_installed(&ir);
-    count_paths(ir.r.recv, &npub, &nrecv);
+    assert_int_equal(ir->r.installs, 1);
+    expect_installed(ir);
+    count_paths(ir->r.recv, &npub, &nrecv);
     assert_true(npub > 0);
     assert_true(res.failovers >= 1);
     if (strstr(res.failover_msg, "slot 1") == NULL)
         fail_msg("the failover does not name slot 1: %s", res.failover_msg);
-    close_rank(&ir);
+    close_rank(ir);
     world_end(w);
 }
 

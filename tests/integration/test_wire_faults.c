@@ -120,17 +120,6 @@ static int world_setup(void **state)
     return pfx_world_open(&w->pw, "tiny-llama.json", TRAIN, INFER, "wire");
 }
 
-/* Runs on every path, failed assertions included. */
-static int world_teardown(void **state)
-{
-    (void)state;
-    world_t *w = &world;
-    for (int r = 0; r < 2; r++)
-        pfx_stop(&w->pubs[r], 1);
-    pfx_world_close(&w->pw);
-    return 0;
-}
-
 /* ---- the inference rank ------------------------------------------------ */
 
 typedef struct strike {
@@ -218,6 +207,23 @@ static void open_rank(world_t *w, rank_t *ir, int how, int at)
     pfx_rank_open(&ir->r, w->pw.model, &w->pw.infer, 0, &rp, PFX_FILL_PATTERN);
 }
 
+/* The rank of the running case: the teardown closes it after a failed
+ * assertion. */
+static rank_t rank;
+
+/* Runs on every path, failed assertions included. */
+static int world_teardown(void **state)
+{
+    (void)state;
+    world_t *w = &world;
+    if (rank.r.cap != NULL)
+        pfx_rank_close(&rank.r);
+    for (int r = 0; r < 2; r++)
+        pfx_stop(&w->pubs[r], 1);
+    pfx_world_close(&w->pw);
+    return 0;
+}
+
 /* No line UCX printed itself ("... UCX  ERROR ...", "UCX  WARN"). */
 static void expect_no_ucx_lines(const char *path)
 {
@@ -237,13 +243,13 @@ static void expect_no_ucx_lines(const char *path)
 static void pull_case(const char *tls, int how, int at)
 {
     world_t *w = &world;
-    rank_t ir;
+    rank_t *ir = &rank;
     rs_diag_t diag;
     rs_pull_result_t res;
     pfx_use_tls(tls);
     for (int r = 0; r < 2; r++)
         start_publisher(w, r);
-    open_rank(w, &ir, how, at);
+    open_rank(w, ir, how, at);
     rs_diag_clear(&diag);
     /* UCX's own lines about the failing peer must stay quiet: stdout (where
      * UCX logs by default) and stderr are caught during the pull. */
@@ -256,7 +262,7 @@ static void pull_case(const char *tls, int how, int at)
     assert_true(saved1 >= 0 && saved2 >= 0 && caught >= 0);
     dup2(caught, 1);
     dup2(caught, 2);
-    rs_status_t st = rs_receiver_pull(ir.r.recv, 1, &diag, &res);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
     fflush(stdout);
     fflush(stderr);
     dup2(saved1, 1);
@@ -266,29 +272,29 @@ static void pull_case(const char *tls, int how, int at)
     close(caught);
     expect_no_ucx_lines(outpath);
     fprintf(stderr, "%s, strike %d at %d (%llu of %llu bytes): %s: %s\n",
-            tls, how, at, (unsigned long long)ir.strike.done_at,
-            (unsigned long long)ir.strike.total, rs_status_str(st), diag.msg);
+            tls, how, at, (unsigned long long)ir->strike.done_at,
+            (unsigned long long)ir->strike.total, rs_status_str(st), diag.msg);
     if (how == STRIKE_NONE) {
         if (st != RS_OK)
             fail_msg("control pull: %s", diag.msg);
-        assert_int_equal(ir.r.installs, 1);
+        assert_int_equal(ir->r.installs, 1);
         assert_true(res.exec.shards_verified > 0); /* verify is the default */
-        pfx_expect_direct(&ir.r, w->pw.model, &w->pw.infer, 0);
-        pfx_rank_close(&ir.r);
+        pfx_expect_direct(&ir->r, w->pw.model, &w->pw.infer, 0);
+        pfx_rank_close(&ir->r);
         return;
     }
-    assert_true(ir.strike.fired);
+    assert_true(ir->strike.fired);
     if (how != STRIKE_KILL)
-        assert_true(ir.strike.ack_ok);
+        assert_true(ir->strike.ack_ok);
     if (st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT)
         fail_msg("pull with trainer %d struck: %s: %s", VICTIM,
                  rs_status_str(st), diag.msg);
     if (strstr(diag.msg, "trainer-1, slot 1") == NULL)
         fail_msg("the message does not name trainer-1 and its slot: %s",
                  diag.msg);
-    assert_int_equal(ir.r.installs, 0);
-    pfx_expect_untouched(&ir.r);
-    pfx_rank_close(&ir.r);
+    assert_int_equal(ir->r.installs, 0);
+    pfx_expect_untouched(&ir->r);
+    pfx_rank_close(&ir->r);
     /* The victim died of what struck it: killed, or faulting while it
      * served a get. */
     pfx_stop(&w->pubs[VICTIM], 0);
