@@ -216,11 +216,7 @@ static int world_teardown(void **state)
 {
     (void)state;
     world_t *w = &world;
-    if (rank.r.cap != NULL)
-        pfx_rank_close(&rank.r);
-    for (int r = 0; r < 2; r++)
-        pfx_stop(&w->pubs[r], 1);
-    pfx_world_close(&w->pw);
+    pfx_teardown(&rank.r, w->pubs, 2, &w->pw);
     return 0;
 }
 

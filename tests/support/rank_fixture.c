@@ -73,6 +73,16 @@ void pfx_rank_close(pfx_rank_t *ir)
     memset(ir, 0, sizeof(*ir));
 }
 
+void pfx_teardown(pfx_rank_t *rank, pfx_proc_t *procs, size_t n,
+                  pfx_world_t *w)
+{
+    if (rank != NULL && rank->cap != NULL)
+        pfx_rank_close(rank);
+    for (size_t i = 0; i < n; i++)
+        pfx_stop(&procs[i], 1);
+    pfx_world_close(w);
+}
+
 void pfx_rank_fill(pfx_rank_t *ir, uint8_t byte)
 {
     for (size_t p = 0; p < ir->nparams; p++) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "reshard/reshard.h"
+#include "proc_fixture.h"
 #include "reshard_layout/layout.h"
 
 typedef struct pfx_rank {
@@ -33,6 +34,11 @@ void pfx_rank_open(pfx_rank_t *ir, rs_model_h model, const rs_layout_t *infer,
 
 /* Destroys the receiver and the capture, frees the parameters. */
 void pfx_rank_close(pfx_rank_t *ir);
+
+/* A teardown's work, on every path: closes the rank when it is open
+ * (rank may be NULL), kills and reaps procs[0..n) and closes the world. */
+void pfx_teardown(pfx_rank_t *rank, pfx_proc_t *procs, size_t n,
+                  pfx_world_t *w);
 
 /* Sets every parameter and its prior bytes to `byte`. */
 void pfx_rank_fill(pfx_rank_t *ir, uint8_t byte);
