@@ -46,6 +46,47 @@ expect_not_in() {
     else ok "$1: $(basename "$2") has no '$3'"; fi
 }
 
+# run ARGS...: runs the binary, leaving stdout in $TMP/out, stderr in
+# $TMP/err and the exit code in $rc.
+run() { "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?; }
+
+# expect_err NAME NEEDLE...: stderr names every needle (case-insensitive).
+expect_err() {
+    local name=$1 needle missing=""
+    shift
+    for needle in "$@"; do
+        grep -qiF -- "$needle" "$TMP/err" || missing="$missing '$needle'"
+    done
+    if [ -z "$missing" ]; then ok "$name: stderr names$(printf " '%s'" "$@")"
+    else bad "$name: stderr lacks$missing"; fi
+}
+
+# expect_input_error NAME NEEDLE...: exit 2, nothing on stdout, and stderr
+# naming every needle (case-insensitive).
+expect_input_error() {
+    local name=$1
+    shift
+    expect_rc "$name" 2
+    if [ -s "$TMP/out" ]; then bad "$name: printed on stdout on bad input"; fi
+    expect_err "$name" "$@"
+}
+
+# await_line FILE NEEDLE PID: waits (up to 20 s, while PID lives) for FILE
+# to hold NEEDLE: 0 once it does, 1 otherwise.
+await_line() {
+    for _ in $(seq 200); do
+        grep -q -- "$2" "$1" 2>/dev/null && return 0
+        kill -0 "$3" 2>/dev/null || break
+        sleep 0.1
+    done
+    return 1
+}
+
+# stage FILE KEY: KEY of the stage record of a pull's JSON line in FILE.
+stage() {
+    python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["stage"][sys.argv[2]])' "$1" "$2" 2>/dev/null
+}
+
 # Prints the count and exits 0 only when every check passed.
 cli_done() {
     echo "$checks checks, $failures failures"

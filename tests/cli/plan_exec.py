@@ -8,6 +8,8 @@ import itertools
 import json
 import sys
 
+from shapes import numel, row_major
+
 SIZES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8, "i8": 1, "u8": 1,
          "i16": 2, "i32": 4, "i64": 8, "bool": 1, "f8e4m3": 1, "f8e5m2": 1}
 ALIASES = {"torch.bfloat16": "bf16", "bfloat16": "bf16", "torch.float32": "f32",
@@ -21,21 +23,6 @@ def die(msg):
 
 def dtype(name):
     return ALIASES.get(name, name)
-
-
-def numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def row_major(shape):
-    stride, acc = [], 1
-    for s in reversed(shape):
-        stride.insert(0, acc)
-        acc *= s
-    return stride
 
 
 def view_of(src_shape, ops):

@@ -32,6 +32,8 @@ import os
 import struct
 import sys
 
+from shapes import numel, row_major
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location(
     "rsd64_ref", os.path.join(HERE, "..", "support", "rsd64_ref.py"))
@@ -63,21 +65,6 @@ def die(msg):
 
 def dtype_of(name):
     return ALIASES.get(name, name)
-
-
-def numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def row_major(shape):
-    stride, acc = [], 1
-    for s in reversed(shape):
-        stride.insert(0, acc)
-        acc *= s
-    return stride
 
 
 # ---------------------------------------------------------------- values

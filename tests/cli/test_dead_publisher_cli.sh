@@ -24,11 +24,8 @@ pub() {
 
 # published NAME RANK: waits (up to 20 s) for its "published" line.
 published() {
-    for _ in $(seq 200); do
-        grep -q "published version 1" "$TMP/$1-pub$2.out" 2>/dev/null && return 0
-        kill -0 "${pid[$2]}" 2>/dev/null || break
-        sleep 0.1
-    done
+    await_line "$TMP/$1-pub$2.out" "published version 1" "${pid[$2]}" &&
+        return 0
     bad "$1: rank $2 did not publish: $(cat "$TMP/$1-pub$2.err")"
     return 1
 }

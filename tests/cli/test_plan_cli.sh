@@ -10,39 +10,7 @@ SRC=${2:?usage: test_plan_cli.sh <reshard-binary> <source-dir>}
 CAP=$SRC/examples/tiny/capture.json
 SOURCES=$SRC/examples/tiny/sources.json
 EXEC=$SRC/tests/cli/plan_exec.py
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failures=0
-checks=0
-
-ok() { checks=$((checks + 1)); echo "ok   - $1"; }
-bad() {
-    checks=$((checks + 1)); failures=$((failures + 1))
-    echo "FAIL - $1"
-    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -5
-}
-
-# run ARGS...: runs the binary, leaving stdout, stderr and the exit code.
-run() { "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?; }
-
-# expect_rc NAME CODE: checks the last exit code (and that nothing crashed).
-expect_rc() {
-    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
-}
-
-# expect_input_error NAME NEEDLE...: exit 2, empty stdout, and stderr naming
-# every needle (case-insensitive).
-expect_input_error() {
-    local name=$1 needle missing=""
-    shift
-    expect_rc "$name" 2
-    if [ -s "$TMP/out" ]; then bad "$name: printed a plan on bad input"; fi
-    for needle in "$@"; do
-        grep -qiF -- "$needle" "$TMP/err" || missing="$missing '$needle'"
-    done
-    if [ -z "$missing" ]; then ok "$name: stderr names$(printf " '%s'" "$@")"
-    else bad "$name: stderr lacks$missing"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # py NAME CODE: runs a python check over $TMP/out (as `plan`), prints result.
 py() {

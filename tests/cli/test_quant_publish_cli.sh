@@ -35,11 +35,7 @@ pub() {
 
 # published NAME V: waits (up to 20 s) for the line of version V.
 published() {
-    for _ in $(seq 200); do
-        grep -q "published version $2 " "$TMP/$1.out" 2>/dev/null && return 0
-        kill -0 "$last_pid" 2>/dev/null || break
-        sleep 0.1
-    done
+    await_line "$TMP/$1.out" "published version $2 " "$last_pid" && return 0
     bad "$1 did not publish version $2: $(cat "$TMP/$1.err")"
     return 1
 }
@@ -58,11 +54,6 @@ pull() {
         --layout vllm:tp=2 --model-config "$FP8" --backend cma --timeout 30 \
         --check --json "$@" >"$TMP/pull$rank-$v" 2>"$TMP/err"
     rc=$?
-}
-
-# stage FILE KEY: KEY of the stage record of a pull's JSON line.
-stage() {
-    python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["stage"][sys.argv[2]])' "$1" "$2" 2>/dev/null
 }
 
 # ---- --quantize-wanted: served from the version after the announcement ----

@@ -32,13 +32,9 @@ pub() {
 
 # published RANK REPLICA: waits (up to 20 s) for its "published" line.
 published() {
-    local out="$TMP/pub$1-$2.out"
-    for _ in $(seq 200); do
-        grep -q "published version 1" "$out" 2>/dev/null && { ok "rank $1 replica $2 published"; return; }
-        kill -0 "${pid[$1-$2]}" 2>/dev/null || break
-        sleep 0.1
-    done
-    bad "rank $1 replica $2 did not publish: $(cat "$TMP/pub$1-$2.err")"
+    if await_line "$TMP/pub$1-$2.out" "published version 1" "${pid[$1-$2]}"
+    then ok "rank $1 replica $2 published"
+    else bad "rank $1 replica $2 did not publish: $(cat "$TMP/pub$1-$2.err")"; fi
 }
 
 gone() { kill -KILL "${pid[$1]}"; wait "${pid[$1]}" 2>/dev/null; }

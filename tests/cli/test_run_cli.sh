@@ -8,35 +8,10 @@ set -u
 BIN=${1:?usage: test_run_cli.sh <reshard-binary> <source-dir>}
 SRC=${2:?usage: test_run_cli.sh <reshard-binary> <source-dir>}
 RD="$SRC/tests/cli/run_data.py"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failures=0
-checks=0
-
-ok() { checks=$((checks + 1)); echo "ok   - $1"; }
-bad() {
-    checks=$((checks + 1)); failures=$((failures + 1))
-    echo "FAIL - $1"
-    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -5
-}
+. "$(dirname "$0")/lib.sh"
 
 # run ARGS...: runs `reshard run`, leaving stdout, stderr and the exit code.
 run() { "$BIN" run "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?; }
-
-expect_rc() {
-    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
-}
-
-# expect_err NAME NEEDLE...: stderr names every needle (case-insensitive).
-expect_err() {
-    local name=$1 needle missing=""
-    shift
-    for needle in "$@"; do
-        grep -qiF -- "$needle" "$TMP/err" || missing="$missing '$needle'"
-    done
-    if [ -z "$missing" ]; then ok "$name: stderr names$(printf " '%s'" "$@")"
-    else bad "$name: stderr lacks$missing"; fi
-}
 
 # expect_no_out NAME DIR: nothing was installed (DIR absent or empty).
 expect_no_out() {

@@ -12,38 +12,7 @@ BIN=${1:?usage: test_simulate_cli.sh <reshard-binary> <source-dir>}
 SRC=${2:?usage: test_simulate_cli.sh <reshard-binary> <source-dir>}
 MODELS=$SRC/examples/models
 QWEN=$MODELS/qwen2.5-0.5b.json
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failures=0
-checks=0
-
-ok() { checks=$((checks + 1)); echo "ok   - $1"; }
-bad() {
-    checks=$((checks + 1)); failures=$((failures + 1))
-    echo "FAIL - $1"
-    [ -s "$TMP/err" ] && sed 's/^/       stderr: /' "$TMP/err" | head -5
-}
-
-# run ARGS...: runs the binary, leaving stdout, stderr and the exit code.
-run() { "$BIN" "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?; }
-
-expect_rc() {
-    if [ "$rc" -eq "$2" ]; then ok "$1: exit $2"; else bad "$1: exit $rc, want $2"; fi
-}
-
-# expect_input_error NAME NEEDLE...: exit 2, nothing on stdout, and stderr
-# naming every needle (case-insensitive).
-expect_input_error() {
-    local name=$1 needle missing=""
-    shift
-    expect_rc "$name" 2
-    if [ -s "$TMP/out" ]; then bad "$name: printed a report on bad input"; fi
-    for needle in "$@"; do
-        grep -qiF -- "$needle" "$TMP/err" || missing="$missing '$needle'"
-    done
-    if [ -z "$missing" ]; then ok "$name: stderr names$(printf " '%s'" "$@")"
-    else bad "$name: stderr lacks$missing"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # check_report NAME CONFIG TRAIN_RANKS INFER_SPEC NIC TRAIN_SPEC: checks the
 # JSON report in $TMP/out against the config and the layout sizes.

@@ -1,7 +1,7 @@
 /* Publisher staging over ucx (UCX_TLS=sm and tcp) and cma. One publisher
  * holds tensor "w" [ROWS, COLS] (u8) as two row halves; this process pulls
  * the whole tensor with a receiver (digests verified) and compares every
- * byte with value_at(). Copy-in arenas: the caller's buffers are
+ * byte with th_value(). Copy-in arenas: the caller's buffers are
  * overwritten right after each publish and the receiver still gets the
  * published version; table addresses are not the caller's; a new version
  * before the last is released is refused, accepted once it is; a shard
@@ -21,14 +21,16 @@
 #include <string.h>
 
 #include "dir_env.h"
+#include "two_halves.h"
+#include "u8_rows.h"
 #include "reshard/reshard.h"
 #include "assert_status.h"
 
 #define MODEL "arena"
-#define ROWS 64
-#define HALF 32
-#define COLS 1000 /* odd sizes: slots are padded inside the arena */
-#define GARBAGE 0x5A
+#define ROWS TH_ROWS
+#define HALF TH_HALF
+#define COLS TH_COLS /* odd: slots are padded inside the arena */
+#define GARBAGE TH_GARBAGE
 
 typedef struct world {
     dir_env_t env;
@@ -39,26 +41,6 @@ typedef struct world {
     int notices, fallback_notices;
     char notice[RS_DIAG_MSG_MAX];
 } world_t;
-
-/* The ground truth: element (r, c) of "w" in version v. */
-static uint8_t value_at(int64_t v, int r, int c)
-{
-    return (uint8_t)(v * 37 + r * 11 + c * 5 + 1);
-}
-
-static void fill(world_t *w, int64_t v)
-{
-    for (int h = 0; h < 2; h++)
-        for (int r = 0; r < HALF; r++)
-            for (int c = 0; c < COLS; c++)
-                w->half[h][r * COLS + c] = value_at(v, h * HALF + r, c);
-}
-
-static void scribble(world_t *w)
-{
-    memset(w->half[0], GARBAGE, HALF * COLS);
-    memset(w->half[1], GARBAGE, HALF * COLS);
-}
 
 static void on_notice(void *ctx, const char *msg)
 {
@@ -111,10 +93,7 @@ static void open_publisher(world_t *w, int staging)
 
 static rs_status_t register_half(world_t *w, int h, rs_diag_t *d)
 {
-    const int64_t full[2] = {ROWS, COLS}, shape[2] = {HALF, COLS};
-    const int64_t off[2] = {h * HALF, 0};
-    return rs_publisher_register(w->pub, "w", RS_DTYPE_U8, 2, full, off,
-                                 shape, w->half[h], RS_MEM_HOST, d);
+    return th_register(w->pub, w->half[h], h, d);
 }
 
 static void malloc_halves(world_t *w)
@@ -131,15 +110,7 @@ static void malloc_halves(world_t *w)
 /* A capture of the whole of "w" into one param "w". */
 static rs_capture_h open_capture(void)
 {
-    rs_capture_h cap;
-    rs_diag_t d;
-    const int64_t shape[2] = {ROWS, COLS}, stride[2] = {COLS, 1};
-    assert_int_equal(rs_capture_create(&cap), RS_OK);
-    ASSERT_ST(rs_capture_add_param(cap, "w", 2, shape, RS_DTYPE_U8, &d),
-              RS_OK, d);
-    rs_copy_desc_t c = {"w", "w", NULL, 0, 0, 2, shape, stride, RS_DTYPE_U8};
-    ASSERT_ST(rs_capture_add_copy(cap, &c, &d), RS_OK, d);
-    return cap;
+    return u8_whole_capture("w", ROWS, COLS);
 }
 
 /* Pulls version v of the whole tensor and checks every byte; releases the
@@ -167,12 +138,7 @@ static void pull_exact(world_t *w, int64_t v, int release)
     assert_int_equal(res.version, v);
     rs_receiver_destroy(r);
     rs_capture_destroy(cap);
-    for (int i = 0; i < ROWS; i++)
-        for (int c = 0; c < COLS; c++)
-            if (dest[i * COLS + c] != value_at(v, i, c))
-                fail_msg("version %lld: w[%d][%d] = %u, want %u",
-                         (long long)v, i, c, dest[i * COLS + c],
-                         value_at(v, i, c));
+    th_expect(dest, 0, COLS, v, "");
 }
 
 /* The addresses slot 0's table of version v lists, in table order. */
@@ -223,9 +189,9 @@ static void arena_versions(world_t *w)
 {
     uint64_t addrs[4];
     for (int64_t v = 1; v <= 3; v++) {
-        fill(w, v);
+        th_fill(w->half, v);
         publish(w, v);
-        scribble(w); /* the trainer trains on: the arena holds v */
+        th_scribble(w->half); /* the trainer trains on: the arena holds v */
         assert_int_equal(table_addrs(w, v, addrs, 4), 2);
         for (int i = 0; i < 2; i++) {
             assert_false(inside(addrs[i], w->half[0]));
@@ -242,21 +208,21 @@ static void arena_versions(world_t *w)
 static void arena_refuses_unreleased(world_t *w)
 {
     rs_diag_t d;
-    fill(w, 4);
+    th_fill(w->half, 4);
     publish(w, 4);
     pull_exact(w, 4, 0); /* read, not released */
-    fill(w, 5);
+    th_fill(w->half, 5);
     ASSERT_ST(rs_publisher_publish(w->pub, 5, &d), RS_ERR_INVALID_ARG, d);
     ASSERT_MSG_HAS(d, "cannot publish version 5");
     ASSERT_MSG_HAS(d, "still serves version 4");
-    scribble(w);
+    th_scribble(w->half);
     pull_exact(w, 4, 0); /* still version 4's bytes */
     publish(w, 4);       /* a republish copies nothing */
     pull_exact(w, 4, 0);
     release_in_directory(w, 4);
-    fill(w, 5);
+    th_fill(w->half, 5);
     publish(w, 5);
-    scribble(w);
+    th_scribble(w->half);
     pull_exact(w, 5, 1);
     wait_released(w, 5);
 }
@@ -272,17 +238,17 @@ static void arena_grows(world_t *w)
         b[i] = (uint8_t)(i * 13);
     ASSERT_ST(rs_publisher_register(w->pub, "b", RS_DTYPE_U8, 1, full, off,
                                     shape, b, RS_MEM_HOST, &d), RS_OK, d);
-    fill(w, 6);
+    th_fill(w->half, 6);
     publish(w, 6);
     memset(b, 0, 20000);
-    scribble(w);
+    th_scribble(w->half);
     pull_exact(w, 6, 1); /* "w" only; "b" travels in the table */
     wait_released(w, 6);
     ASSERT_ST(rs_publisher_unregister(w->pub, "b", off, &d), RS_OK, d);
     free(b);
-    fill(w, 7);
+    th_fill(w->half, 7);
     publish(w, 7);
-    scribble(w);
+    th_scribble(w->half);
     pull_exact(w, 7, 1);
     wait_released(w, 7);
 }
@@ -342,7 +308,7 @@ static void in_place_scenario(const char *backend, const char *tls)
     for (int h = 0; h < 2; h++)
         ASSERT_ST(register_half(w, h, &d), RS_OK, d);
     for (int64_t v = 1; v <= 2; v++) {
-        fill(w, v);
+        th_fill(w->half, v);
         publish(w, v);
         assert_int_equal(table_addrs(w, v, addrs, 4), 2);
         assert_true(inside(addrs[0], w->half[0]) ||
@@ -356,7 +322,7 @@ static void in_place_scenario(const char *backend, const char *tls)
     ASSERT_ST(rs_publisher_free(w->pub, mem, &d), RS_ERR_INVALID_ARG, d);
     ASSERT_MSG_HAS(d, "tensor 'w' is registered in it");
     ASSERT_ST(rs_publisher_unregister(w->pub, "w", second, &d), RS_OK, d);
-    fill(w, 3); /* the memory is still ours to write */
+    th_fill(w->half, 3); /* the memory is still ours to write */
     ASSERT_ST(register_half(w, 1, &d), RS_OK, d);
     publish(w, 3);
     pull_exact(w, 3, 1);
@@ -433,7 +399,7 @@ static void test_fallback_notice(void **state)
     setenv("UCX_ALLOC_PRIO", "heap", 1);
     open_publisher(w, RS_STAGING_ARENA);
     malloc_halves(w);
-    fill(w, 1);
+    th_fill(w->half, 1);
     publish(w, 1); /* the arena's allocation falls back */
     ASSERT_ST(rs_publisher_alloc(w->pub, 4096, &d, &extra), RS_OK, d);
     unsetenv("UCX_ALLOC_PRIO");
@@ -442,7 +408,7 @@ static void test_fallback_notice(void **state)
         strstr(w->notice, "emulated reads") == NULL ||
         strstr(w->notice, "copy-in arena") == NULL)
         fail_msg("notice '%s' does not say what and why", w->notice);
-    scribble(w);
+    th_scribble(w->half);
     pull_exact(w, 1, 1);
     wait_released(w, 1);
     ASSERT_ST(rs_publisher_free(w->pub, extra, &d), RS_OK, d);

@@ -2,7 +2,7 @@
  * holds tensor "w" [ROWS, COLS] (u8) as two row halves, in arena staging
  * cut at the receivers' announced cuts; receivers of two column-parallel
  * layouts (tp=2: column halves, tp=4: column quarters) announce and pull
- * their columns, and every byte is compared with value_at(), computed here.
+ * their columns, and every byte is compared with th_value(), computed here.
  * A version published before a receiver announced is not cut for it; the
  * next version is: the table's entries are exactly the expected sub-boxes
  * and the receiver posts one descriptor per sub-box it reads (two per
@@ -23,14 +23,15 @@
 #include <string.h>
 
 #include "dir_env.h"
+#include "two_halves.h"
 #include "reshard/reshard.h"
 #include "assert_status.h"
 
 #define MODEL "cutal"
-#define ROWS 64
-#define HALF 32
-#define COLS 1000
-#define GARBAGE 0x5A
+#define ROWS TH_ROWS
+#define HALF TH_HALF
+#define COLS TH_COLS /* odd: slots are padded inside the arena */
+#define GARBAGE TH_GARBAGE
 
 typedef struct world {
     dir_env_t env;
@@ -40,25 +41,6 @@ typedef struct world {
     int notices;
     char notice[4][RS_DIAG_MSG_MAX + 512];
 } world_t;
-
-static uint8_t value_at(int64_t v, int r, int c)
-{
-    return (uint8_t)(v * 37 + r * 11 + c * 5 + 1);
-}
-
-static void fill(world_t *w, int64_t v)
-{
-    for (int h = 0; h < 2; h++)
-        for (int r = 0; r < HALF; r++)
-            for (int c = 0; c < COLS; c++)
-                w->half[h][r * COLS + c] = value_at(v, h * HALF + r, c);
-}
-
-static void scribble(world_t *w)
-{
-    memset(w->half[0], GARBAGE, HALF * COLS);
-    memset(w->half[1], GARBAGE, HALF * COLS);
-}
 
 static void on_notice(void *ctx, const char *msg)
 {
@@ -101,7 +83,6 @@ static rs_publisher_h open_publisher(world_t *w, int64_t replica,
     rs_publisher_params_t pp;
     rs_publisher_h pub;
     rs_diag_t d;
-    const int64_t full[2] = {ROWS, COLS}, shape[2] = {HALF, COLS};
     rs_publisher_params_init(&pp);
     pp.directory = w->env.url;
     pp.model = MODEL;
@@ -115,12 +96,8 @@ static rs_publisher_h open_publisher(world_t *w, int64_t replica,
     pp.notice = on_notice;
     pp.notice_ctx = w;
     ASSERT_ST(rs_publisher_create(&pp, &d, &pub), RS_OK, d);
-    for (int h = 0; h < 2; h++) {
-        const int64_t off[2] = {h * HALF, 0};
-        ASSERT_ST(rs_publisher_register(pub, "w", RS_DTYPE_U8, 2, full, off,
-                                        shape, w->half[h], RS_MEM_HOST, &d),
-                  RS_OK, d);
-    }
+    for (int h = 0; h < 2; h++)
+        ASSERT_ST(th_register(pub, w->half[h], h, &d), RS_OK, d);
     return pub;
 }
 
@@ -179,12 +156,8 @@ static uint64_t pull_exact(world_t *w, int tp, int rank, int64_t v,
     assert_true(last_bytes >= (uint64_t)ROWS * (uint64_t)width);
     rs_receiver_destroy(r);
     rs_capture_destroy(cap);
-    for (int i = 0; i < ROWS; i++)
-        for (int j = 0; j < width; j++)
-            if (dest[i * width + j] != value_at(v, i, c0 + j))
-                fail_msg("tp %d rank %d version %lld: w[%d][%d] = %u, want "
-                         "%u", tp, rank, (long long)v, i, c0 + j,
-                         dest[i * width + j], value_at(v, i, c0 + j));
+    snprintf(name, sizeof(name), "tp %d rank %d ", tp, rank);
+    th_expect(dest, c0, width, v, name);
     free(dest);
     return res.stages.descriptors;
 }
@@ -239,29 +212,19 @@ static void expect_boxes(world_t *w, int64_t v, const char *publisher,
 static void publish(world_t *w, rs_publisher_h pub, int64_t v)
 {
     rs_diag_t d;
-    fill(w, v);
+    th_fill(w->half, v);
     ASSERT_ST(rs_publisher_publish(pub, v, &d), RS_OK, d);
-    scribble(w); /* the trainer goes on: the arena holds v */
+    th_scribble(w->half); /* the trainer goes on: the arena holds v */
 }
 
 static void release(world_t *w, rs_publisher_h pub, int64_t v)
 {
-    rs_diag_t d;
-    rs_dir_h dir;
-    ASSERT_ST(rs_dir_open(w->env.url, &d, &dir), RS_OK, d);
-    rs_dir_release(dir, MODEL, v, NULL); /* released already: fine */
-    rs_dir_close(dir);
-    ASSERT_ST(rs_publisher_wait_released(pub, v, 20, &d), RS_OK, d);
+    dir_env_release(&w->env, MODEL, v, pub);
 }
 
 static void put_record(world_t *w, const char *holder, const char *json)
 {
-    rs_dir_h dir;
-    rs_diag_t d;
-    ASSERT_ST(rs_dir_open(w->env.url, &d, &dir), RS_OK, d);
-    ASSERT_ST(rs_dir_put_cuts(dir, MODEL, holder, json, strlen(json), &d),
-              RS_OK, d);
-    rs_dir_close(dir);
+    dir_env_put_cuts(&w->env, MODEL, holder, json, strlen(json));
 }
 
 /* Receivers announce; the versions after each announcement are cut for
@@ -354,14 +317,14 @@ static void replicas_see_different_cuts(world_t *w)
     const int64_t quarter[3] = {250, 500, 750};
     const int64_t more[4] = {100, 250, 500, 750};
     rs_publisher_h r1 = open_publisher(w, 1, NULL);
-    fill(w, 6);
+    th_fill(w->half, 6);
     rs_diag_t d;
     ASSERT_ST(rs_publisher_publish(w->pub, 6, &d), RS_OK, d);
     put_record(w, "late", "{\"schema\": \"reshard.cuts.v1\", \"tensors\": "
                "[{\"name\": \"w\", \"shape\": [64, 1000], \"cuts\": [[], "
                "[100]]}]}");
     ASSERT_ST(rs_publisher_publish(r1, 6, &d), RS_OK, d);
-    scribble(w);
+    th_scribble(w->half);
     expect_boxes(w, 6, "trainer-0", quarter, 3);
     expect_boxes(w, 6, "trainer-0-r1", more, 4);
     for (uint64_t salt = 0; salt < 2; salt++) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "reshard/reshard.h"
+#include "tmp_path.h"
 
 #define ROWS 8
 #define COLS 4
@@ -42,8 +43,7 @@ static void make_capture(fixture_t *f)
 static void fixture_open(fixture_t *f)
 {
     memset(f, 0, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/rs_dry_run.XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
+    tmp_dir(f->dir, sizeof(f->dir), "dry-run");
     snprintf(f->url, sizeof(f->url), "file:%s", f->dir);
     make_capture(f);
     memset(f->param, 0xEE, sizeof(f->param));
@@ -51,9 +51,7 @@ static void fixture_open(fixture_t *f)
 
 static void fixture_close(fixture_t *f)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tmp_remove(f->dir), 0);
     rs_capture_destroy(f->cap);
 }
 

@@ -330,22 +330,64 @@ static rs_status_t on_install(void *ctx, rs_exec_h exec)
 
 static const char *const backends[] = {"local", "local-mt", "cma"};
 
+/* A scenario planned, connected over a transport (a child holding the
+ * shards for cma) and prepared, its two params bound to buffers filled
+ * with 0xEE. */
+typedef struct rig {
+    rs_plan_h plan;
+    rs_transport_h t;
+    rs_exec_h x;
+    pid_t child;
+    unsigned char *buf[2];
+} rig_t;
+
+static void rig_open(rig_t *r, scenario_t *sc, const rs_plan_params_t *pp,
+                     const rs_transport_params_t *tp,
+                     const rs_exec_params_t *ep)
+{
+    rs_diag_t diag;
+    assert_int_equal(rs_plan_build(sc->cap, sc->srcs, pp, &diag, &r->plan),
+                     RS_OK);
+    assert_int_equal(rs_transport_create(tp, &diag, &r->t), RS_OK);
+    r->child = connect_all(r->t, r->plan, sc, strcmp(tp->backend, "cma") == 0);
+    assert_int_equal(rs_exec_create(r->plan, r->t, ep, &diag, &r->x), RS_OK);
+    for (int p = 0; p < 2; p++) {
+        r->buf[p] = malloc(sc->pbytes[p]);
+        assert_non_null(r->buf[p]);
+        memset(r->buf[p], 0xEE, sc->pbytes[p]);
+        assert_int_equal(rs_exec_bind(r->x, (size_t)p, r->buf[p],
+                                      sc->pbytes[p], RS_MEM_HOST, &diag),
+                         RS_OK);
+    }
+}
+
+/* Both params hold what the scenario expects. */
+static void rig_expect(const rig_t *r, const scenario_t *sc)
+{
+    for (int p = 0; p < 2; p++)
+        assert_memory_equal(r->buf[p], sc->expect[p], sc->pbytes[p]);
+}
+
+static void rig_close(rig_t *r)
+{
+    rs_exec_destroy(r->x);
+    stop_child(r->child);
+    rs_transport_destroy(r->t);
+    rs_plan_destroy(r->plan);
+    free(r->buf[0]);
+    free(r->buf[1]);
+}
+
 static void run_one(scenario_t *sc, const char *backend, int64_t max_segs, int verify)
 {
     rs_plan_params_t pp;
-    rs_plan_h plan;
     rs_diag_t diag;
     rs_plan_params_init(&pp);
     pp.max_segments_per_copy = max_segs;
-    assert_int_equal(rs_plan_build(sc->cap, sc->srcs, &pp, &diag, &plan), RS_OK);
-    assert_true(rs_plan_is_complete(plan));
     rs_transport_params_t tp;
     rs_transport_params_init(&tp);
     tp.backend = backend;
     tp.threads = 3;
-    rs_transport_h t;
-    assert_int_equal(rs_transport_create(&tp, &diag, &t), RS_OK);
-    pid_t child = connect_all(t, plan, sc, strcmp(backend, "cma") == 0);
     install_log_t log = {0};
     rs_exec_params_t ep;
     rs_exec_params_init(&ep);
@@ -353,21 +395,18 @@ static void run_one(scenario_t *sc, const char *backend, int64_t max_segs, int v
     ep.install_ctx = &log;
     ep.verify_digests = verify;
     ep.verify_partial = verify;
-    rs_exec_h x;
-    assert_int_equal(rs_exec_create(plan, t, &ep, &diag, &x), RS_OK);
-    unsigned char *buf[2];
-    for (int p = 0; p < 2; p++) {
-        buf[p] = malloc(sc->pbytes[p]);
-        assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc->pbytes[p], RS_MEM_HOST, &diag), RS_OK);
-    }
+    rig_t r;
+    rig_open(&r, sc, &pp, &tp, &ep);
+    assert_true(rs_plan_is_complete(r.plan));
+    rs_exec_h x = r.x;
+    unsigned char **buf = r.buf;
     for (int round = 0; round < 2; round++) { /* the second reuses the prepared state */
         for (int p = 0; p < 2; p++)
             memset(buf[p], 0xEE, sc->pbytes[p]);
         rs_status_t st = rs_exec_run(x, &diag);
         if (st != RS_OK)
             fail_msg("%s: %s", backend, diag.msg);
-        for (int p = 0; p < 2; p++)
-            assert_memory_equal(buf[p], sc->expect[p], sc->pbytes[p]);
+        rig_expect(&r, sc);
     }
     /* a staged run: every byte in place, install not called until
      * rs_exec_install, which runs once */
@@ -375,8 +414,7 @@ static void run_one(scenario_t *sc, const char *backend, int64_t max_segs, int v
         memset(buf[p], 0xEE, sc->pbytes[p]);
     if (rs_exec_run_staged(x, &diag) != RS_OK)
         fail_msg("%s staged: %s", backend, diag.msg);
-    for (int p = 0; p < 2; p++)
-        assert_memory_equal(buf[p], sc->expect[p], sc->pbytes[p]);
+    rig_expect(&r, sc);
     assert_int_equal(log.calls, 2);
     rs_exec_stages_t sg;
     rs_exec_stages(x, &sg);
@@ -395,12 +433,7 @@ static void run_one(scenario_t *sc, const char *backend, int64_t max_segs, int v
     assert_int_equal(sg.bytes, es.bytes);
     assert_int_equal(sg.descriptors, es.descriptors);
     assert_int_equal(sg.shards_verified, es.shards_verified);
-    rs_exec_destroy(x);
-    stop_child(child);
-    rs_transport_destroy(t);
-    rs_plan_destroy(plan);
-    free(buf[0]);
-    free(buf[1]);
+    rig_close(&r);
 }
 
 static void test_random_refits(void **state)
@@ -613,48 +646,31 @@ static void test_progress(void **state)
     (void)state;
     for (int b = 0; b < 3; b++) {
         scenario_t sc;
-        rs_plan_h plan;
-        rs_transport_h t;
-        rs_exec_h x;
+        rig_t r;
         rs_diag_t diag;
         rs_transport_params_t tp;
         rs_exec_params_t ep;
         progress_log_t log = {0, 0, 0, 1};
         rng = 4242 + (uint64_t)b;
         make_scenario(&sc, 0);
-        assert_int_equal(rs_plan_build(sc.cap, sc.srcs, NULL, &diag, &plan), RS_OK);
         rs_transport_params_init(&tp);
         tp.backend = backends[b];
-        assert_int_equal(rs_transport_create(&tp, &diag, &t), RS_OK);
-        pid_t child = connect_all(t, plan, &sc, b == 2);
         rs_exec_params_init(&ep);
         ep.progress = on_progress;
         ep.progress_ctx = &log;
         ep.progress_chunk_bytes = 16;
-        assert_int_equal(rs_exec_create(plan, t, &ep, &diag, &x), RS_OK);
-        unsigned char *buf[2];
-        for (int p = 0; p < 2; p++) {
-            buf[p] = malloc(sc.pbytes[p]);
-            memset(buf[p], 0xEE, sc.pbytes[p]);
-            assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc.pbytes[p], RS_MEM_HOST, &diag), RS_OK);
-        }
-        if (rs_exec_run(x, &diag) != RS_OK)
+        rig_open(&r, &sc, NULL, &tp, &ep);
+        if (rs_exec_run(r.x, &diag) != RS_OK)
             fail_msg("%s: %s", backends[b], diag.msg);
-        for (int p = 0; p < 2; p++)
-            assert_memory_equal(buf[p], sc.expect[p], sc.pbytes[p]);
+        rig_expect(&r, &sc);
         rs_exec_stats_t es;
-        rs_exec_stats(x, &es);
+        rs_exec_stats(r.x, &es);
         assert_true(log.monotonic);
         assert_int_equal(log.last, es.bytes);
         assert_int_equal(log.total, es.bytes);
         if (es.bytes > 64)
             assert_true(log.calls > 1);
-        rs_exec_destroy(x);
-        stop_child(child);
-        rs_transport_destroy(t);
-        rs_plan_destroy(plan);
-        free(buf[0]);
-        free(buf[1]);
+        rig_close(&r);
         scenario_free(&sc);
     }
 }
@@ -678,9 +694,7 @@ static void test_run_deadline(void **state)
 {
     (void)state;
     scenario_t sc;
-    rs_plan_h plan;
-    rs_transport_h t;
-    rs_exec_h x;
+    rig_t r;
     rs_diag_t diag;
     rs_transport_params_t tp;
     rs_exec_params_t ep;
@@ -688,11 +702,8 @@ static void test_run_deadline(void **state)
     slow_log_t slow = {0};
     rng = 777;
     make_scenario(&sc, 0);
-    assert_int_equal(rs_plan_build(sc.cap, sc.srcs, NULL, &diag, &plan), RS_OK);
     rs_transport_params_init(&tp);
     tp.backend = "local";
-    assert_int_equal(rs_transport_create(&tp, &diag, &t), RS_OK);
-    connect_all(t, plan, &sc, 0);
     rs_exec_params_init(&ep);
     ep.install = on_install;
     ep.install_ctx = &log;
@@ -700,13 +711,8 @@ static void test_run_deadline(void **state)
     ep.progress_ctx = &slow;
     ep.progress_chunk_bytes = 8;
     ep.run_timeout_s = 0.1;
-    assert_int_equal(rs_exec_create(plan, t, &ep, &diag, &x), RS_OK);
-    unsigned char *buf[2];
-    for (int p = 0; p < 2; p++) {
-        buf[p] = malloc(sc.pbytes[p]);
-        memset(buf[p], 0xEE, sc.pbytes[p]);
-        assert_int_equal(rs_exec_bind(x, (size_t)p, buf[p], sc.pbytes[p], RS_MEM_HOST, &diag), RS_OK);
-    }
+    rig_open(&r, &sc, NULL, &tp, &ep);
+    rs_exec_h x = r.x;
     rs_status_t st = rs_exec_run(x, &diag);
     rs_exec_stats_t es;
     rs_exec_stats(x, &es);
@@ -723,14 +729,9 @@ static void test_run_deadline(void **state)
     st = rs_exec_run(x, &diag);
     if (st != RS_OK)
         fail_msg("without a deadline: %s", diag.msg);
-    for (int p = 0; p < 2; p++)
-        assert_memory_equal(buf[p], sc.expect[p], sc.pbytes[p]);
+    rig_expect(&r, &sc);
     assert_int_equal(log.calls, 1);
-    rs_exec_destroy(x);
-    rs_transport_destroy(t);
-    rs_plan_destroy(plan);
-    free(buf[0]);
-    free(buf[1]);
+    rig_close(&r);
     scenario_free(&sc);
 }
 

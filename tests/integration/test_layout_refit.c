@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "layout_env.h"
 #include "reshard/exec.h"
 #include "reshard_layout/layout.h"
 #include "reshard_layout/model.h"
@@ -508,15 +509,6 @@ static rs_capture_h capture(refit_t *rf, int64_t rank, uint64_t *padding)
 
 /* ---- drivers --------------------------------------------------------- */
 
-static void layout(rs_model_h m, const char *spec, rs_layout_t *l)
-{
-    rs_diag_t d;
-    rs_diag_clear(&d);
-    if (rs_layout_parse(spec, &d, l) != RS_OK ||
-        rs_layout_check(l, m, &d) != RS_OK)
-        fail_msg("%s: %s", spec, d.msg);
-}
-
 static void refit_open(refit_t *rf, rs_model_h m, const char *train,
                        const char *infer, int cut_aligned, char *what,
                        size_t whatlen)
@@ -528,8 +520,8 @@ static void refit_open(refit_t *rf, rs_model_h m, const char *train,
              train, infer, cut_aligned ? " (cut-aligned)" : "");
     rf->what = what;
     rf->model = m;
-    layout(m, train, &rf->train);
-    layout(m, infer, &rf->infer);
+    rf->train = lx_layout(m, train);
+    rf->infer = lx_layout(m, infer);
     if (cut_aligned &&
         rs_layout_infer_cuts(m, &rf->infer, &d, &rf->cuts) != RS_OK)
         fail_msg("%s: %s", what, d.msg);
@@ -598,27 +590,10 @@ static rs_model_h load_text(const char *text, const char *origin)
     return m;
 }
 
-static char *read_example(const char *file)
-{
-    const char *dir = getenv("RESHARD_SOURCE_DIR");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/examples/models/%s", dir ? dir : ".",
-             file);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        fail_msg("cannot open %s", path);
-    char *text = calloc(1, 1 << 20);
-    assert_non_null(text);
-    size_t n = fread(text, 1, (1 << 20) - 1, f);
-    fclose(f);
-    assert_true(n > 0);
-    return text;
-}
-
 /* The bundled config, with num_hidden_layers cut to `layers` when > 0. */
 static rs_model_h load_example(const char *file, int layers)
 {
-    char *text = read_example(file), *fixed = text;
+    char *text = lx_read_model_file(file), *fixed = text;
     if (layers > 0) {
         const char *key = "\"num_hidden_layers\":";
         char *at = strstr(text, key);

@@ -17,7 +17,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,7 +24,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "redis_fixture.h"
+#include "core/clock.h"
+#include "dir_env.h"
+#include "u8_rows.h"
 #include "reshard/reshard.h"
 #include "assert_status.h"
 
@@ -49,13 +50,7 @@ typedef enum slow_mode {
     SLOW_OUTAGE,    /* after the first chunk, stop the redis server */
 } slow_mode_t;
 
-typedef struct env {
-    int redis, skip;
-    char why[512];
-    char tmp[PATH_MAX];
-    char url[PATH_MAX + 64];
-    rfx_server_t server;
-} env_t;
+typedef dir_env_t env_t;
 
 typedef struct world {
     rs_publisher_h pub[PUBS];
@@ -91,19 +86,6 @@ static world_t w;
 static char model[32]; /* a fresh model per test: its version 1 is unreleased */
 #define MODEL model
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 /* Byte g of the tensor in version v: every byte differs between 1 and 2. */
 static uint8_t expected(uint64_t g_index, int64_t v)
 {
@@ -116,13 +98,7 @@ static void fill_row(int r, int64_t v)
         w.rows[r][j] = expected((uint64_t)r * COLS + j, v);
 }
 
-#define NEED_BACKEND()                                                        \
-    do {                                                                      \
-        if (g->skip) {                                                        \
-            fprintf(stderr, "skipped: %s\n", g->why);                         \
-            skip();                                                           \
-        }                                                                     \
-    } while (0)
+#define NEED_BACKEND() DIR_ENV_NEED(g)
 
 static void publish(int64_t v)
 {
@@ -133,41 +109,16 @@ static void publish(int64_t v)
 
 static void open_publishers(void)
 {
-    rs_diag_t d;
-    const int64_t full[2] = {ROWS, COLS}, shape[2] = {1, COLS};
-    for (int r = 0; r < PUBS; r++) {
-        rs_publisher_params_t pp;
-        rs_publisher_params_init(&pp);
-        pp.directory = g->url;
-        pp.model = MODEL;
-        pp.rank = r;
-        pp.world = PUBS;
-        pp.backend = "cma";
-        pp.heartbeat_s = 0;
-        ASSERT_ST(rs_publisher_create(&pp, &d, &w.pub[r]), RS_OK, d);
-    }
-    for (int i = 0; i < ROWS; i++) {
-        w.rows[i] = malloc(COLS);
-        assert_non_null(w.rows[i]);
+    u8_rows_open(w.pub, PUBS, g->url, MODEL, w.rows, ROWS, COLS);
+    for (int i = 0; i < ROWS; i++)
         fill_row(i, 1);
-        const int64_t offset[2] = {i, 0};
-        ASSERT_ST(rs_publisher_register(w.pub[i % PUBS], "w", RS_DTYPE_U8, 2,
-                                        full, offset, shape, w.rows[i], RS_MEM_HOST, &d),
-                  RS_OK, d);
-    }
     publish(1);
 }
 
 /* One parameter "w" [ROWS, COLS] u8, read whole from tensor "w". */
 static void open_capture(void)
 {
-    rs_diag_t d;
-    const int64_t shape[2] = {ROWS, COLS}, stride[2] = {COLS, 1};
-    assert_int_equal(rs_capture_create(&w.cap), RS_OK);
-    ASSERT_ST(rs_capture_add_param(w.cap, "w", 2, shape, RS_DTYPE_U8, &d),
-              RS_OK, d);
-    rs_copy_desc_t c = {"w", "w", NULL, 0, 0, 2, shape, stride, RS_DTYPE_U8};
-    ASSERT_ST(rs_capture_add_copy(w.cap, &c, &d), RS_OK, d);
+    w.cap = u8_whole_capture("w", ROWS, COLS);
     w.dest = malloc(ROWS * COLS);
     assert_non_null(w.dest);
     memset(w.dest, UNTOUCHED, ROWS * COLS);
@@ -191,7 +142,7 @@ static void *releaser_main(void *arg)
         atomic_fetch_add(&w.refused, 1);
         if (mid && atomic_load(&w.pulling))
             atomic_fetch_add(&w.refused_mid_pull, 1);
-        sleep_s(0.02);
+        rs__sleep_s(0.02);
     }
     rs_dir_close(dir);
     return NULL;
@@ -202,7 +153,7 @@ static void *refiller_main(void *arg)
 {
     (void)arg;
     while (!atomic_load(&w.stop) && !atomic_load(&w.released))
-        sleep_s(0.005);
+        rs__sleep_s(0.005);
     if (atomic_load(&w.stop))
         return NULL;
     for (int i = 0; i < ROWS; i++)
@@ -232,11 +183,11 @@ static void on_progress(void *ctx, const rs_progress_t *p)
     if (w.chunks == 0 && w.others && !w.have_releaser)
         start_others();
     if (w.mode == SLOW_SLEEP) {
-        sleep_s(w.sleep_s);
+        rs__sleep_s(w.sleep_s);
     } else if (w.chunks == 0 && w.mode == SLOW_REFILL) {
-        double until = now_s() + 20.0; /* a bound: the lapse takes TTL_S */
-        while (!atomic_load(&w.refilled) && now_s() < until)
-            sleep_s(0.01);
+        double until = rs__now_s() + 20.0; /* a bound: the lapse takes TTL_S */
+        while (!atomic_load(&w.refilled) && rs__now_s() < until)
+            rs__sleep_s(0.01);
         w.waited_ok = atomic_load(&w.refilled);
     } else if (w.chunks == 0 && w.mode == SLOW_STEAL) {
         rs_dir_h dir = NULL;
@@ -246,10 +197,10 @@ static void on_progress(void *ctx, const rs_progress_t *p)
             w.steal_st = rs_dir_lease(dir, MODEL, 1, HOLDER, 30, &d);
         snprintf(w.steal_msg, sizeof(w.steal_msg), "%s", d.msg);
         rs_dir_close(dir);
-        sleep_s(TTL_S / 2); /* a renewal comes and fails (every ttl/3) */
+        rs__sleep_s(TTL_S / 2); /* a renewal comes and fails (every ttl/3) */
     } else if (w.chunks == 0 && w.mode == SLOW_OUTAGE) {
         rfx_stop(&g->server);
-        sleep_s(TTL_S); /* renewals cannot reach the directory */
+        rs__sleep_s(TTL_S); /* renewals cannot reach the directory */
     }
     w.chunks++;
 }
@@ -354,9 +305,9 @@ static void test_renewal_keeps_release_off(void **state)
     assert_true(atomic_load(&w.refused_mid_pull) > 0);
     assert_true(res.lease_renewals >= 1);
     assert_true(res.lease_epoch >= 1);
-    double until = now_s() + 20.0;
-    while (!atomic_load(&w.refilled) && now_s() < until)
-        sleep_s(0.01);
+    double until = rs__now_s() + 20.0;
+    while (!atomic_load(&w.refilled) && rs__now_s() < until)
+        rs__sleep_s(0.01);
     assert_true(atomic_load(&w.released));
     w.sleep_s = 0;
     w.installs = 0;
@@ -558,46 +509,9 @@ static int world_teardown(void **state)
         pthread_join(w.releaser, NULL);
     if (w.have_refiller)
         pthread_join(w.refiller, NULL);
-    for (int r = 0; r < PUBS; r++)
-        rs_publisher_destroy(w.pub[r]);
-    for (int i = 0; i < ROWS; i++)
-        free(w.rows[i]);
+    u8_rows_close(w.pub, PUBS, w.rows, ROWS);
     rs_capture_destroy(w.cap);
     free(w.dest);
-    return 0;
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    if (!g->redis) {
-        snprintf(g->tmp, sizeof(g->tmp), "/tmp/rs-lease-test-XXXXXX");
-        if (mkdtemp(g->tmp) == NULL)
-            return -1;
-        snprintf(g->url, sizeof(g->url), "file:%s/dir", g->tmp);
-        return 0;
-    }
-    int rc = rfx_start(&g->server, NULL, g->why, sizeof(g->why));
-    if (rc < 0) {
-        fprintf(stderr, "redis fixture: %s\n", g->why);
-        return -1;
-    }
-    g->skip = rc == 1;
-    snprintf(g->url, sizeof(g->url), "%s", g->server.url);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    if (g->redis) {
-        rfx_stop(&g->server);
-    } else if (g->tmp[0] != '\0') {
-        char cmd[PATH_MAX + 16];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g->tmp);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", g->tmp);
-    }
     return 0;
 }
 
@@ -612,8 +526,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s [file|redis]\n", argv[0]);
         return 2;
     }
-    static env_t file_env = {.redis = 0};
-    static env_t redis_env = {.redis = 1};
+    static env_t file_env = {.backend = "file"};
+    static env_t redis_env = {.backend = "redis", .redis = 1};
     const struct CMUnitTest tests[] = {
         CASE(test_renewal_keeps_release_off),
         CASE(test_lapsed_lease_refuses),
@@ -632,14 +546,10 @@ int main(int argc, char **argv)
     all[N] = redis_tests[0];
     int failed = 0;
     if (only == NULL || strcmp(only, "file") == 0) {
-        g = &file_env;
-        failed += _cmocka_run_group_tests("file", tests, N, group_setup,
-                                          group_teardown);
+        failed += dir_env_run(&file_env, "lease-test", tests, N, &g);
     }
     if (only == NULL || strcmp(only, "redis") == 0) {
-        g = &redis_env;
-        failed += _cmocka_run_group_tests("redis", all, N + 1, group_setup,
-                                          group_teardown);
+        failed += dir_env_run(&redis_env, "lease-test", all, N + 1, &g);
     }
     return failed;
 }

@@ -20,6 +20,7 @@
 #include "dir_env.h"
 #include "reshard/reshard.h"
 #include "assert_status.h"
+#include "u8_rows.h"
 
 #define MODEL "memtypes"
 #define ROWS 4
@@ -146,15 +147,8 @@ static void test_publisher_register(void **state)
 /* One param "a" [ROWS, COLS] u8, read whole from tensor "a". */
 static void open_capture(world_t *w)
 {
-    rs_diag_t d;
-    const int64_t shape[2] = {ROWS, COLS}, stride[2] = {COLS, 1};
-    if (w->cap != NULL)
-        return;
-    assert_int_equal(rs_capture_create(&w->cap), RS_OK);
-    ASSERT_ST(rs_capture_add_param(w->cap, "a", 2, shape, RS_DTYPE_U8, &d),
-              RS_OK, d);
-    rs_copy_desc_t c = {"a", "a", NULL, 0, 0, 2, shape, stride, RS_DTYPE_U8};
-    ASSERT_ST(rs_capture_add_copy(w->cap, &c, &d), RS_OK, d);
+    if (w->cap == NULL)
+        w->cap = u8_whole_capture("a", ROWS, COLS);
 }
 
 static rs_receiver_h open_receiver(world_t *w)

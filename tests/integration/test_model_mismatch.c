@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout_env.h"
 #include "mini_exec.h"
 #include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
@@ -113,21 +114,31 @@ static void expect_refused(rs_plan_h p, const char *reason)
     assert_int_equal(st.copies_planned, 1);
 }
 
+/* A capture declaring "w" as ndim/shape in `declared` planned against s:
+ * refused with exactly `reason` (expect_refused). */
+static void expect_capture_refused(rs_sources_h s, rs_dtype_t pdtype,
+                                   int ndim, const int64_t *shape,
+                                   rs_dtype_t declared, const char *reason)
+{
+    rs_capture_h cap = capture(pdtype, ndim, shape, declared);
+    rs_plan_h p = plan(cap, s);
+    expect_refused(p, reason);
+    rs_plan_destroy(p);
+    rs_capture_destroy(cap);
+}
+
 static void test_shape_mismatch(void **state)
 {
     (void)state;
     int64_t twice[2] = {16, 8};
     rs_sources_h s = sources(RS_DTYPE_U8);
-    rs_capture_h cap = capture(RS_DTYPE_U8, 2, twice, RS_DTYPE_U8);
-    rs_plan_h p = plan(cap, s);
-    expect_refused(p, "tensor 'w': capture assumes shape [16, 8] u8, "
-                      "published [8, 8] u8");
-    rs_plan_destroy(p);
-    rs_capture_destroy(cap);
+    expect_capture_refused(s, RS_DTYPE_U8, 2, twice, RS_DTYPE_U8,
+                           "tensor 'w': capture assumes shape [16, 8] u8, "
+                           "published [8, 8] u8");
 
     /* the same copies undeclared: planned whole, as captures always were */
-    cap = capture(RS_DTYPE_U8, -1, NULL, RS_DTYPE_U8);
-    p = plan(cap, s);
+    rs_capture_h cap = capture(RS_DTYPE_U8, -1, NULL, RS_DTYPE_U8);
+    rs_plan_h p = plan(cap, s);
     rs_plan_stats_t st;
     assert_true(rs_plan_is_complete(p));
     assert_int_equal(rs_plan_num_mismatched(p), 0);
@@ -143,18 +154,12 @@ static void test_rank_mismatch(void **state)
     (void)state;
     int64_t flat[1] = {64}, deeper[3] = {8, 8, 1};
     rs_sources_h s = sources(RS_DTYPE_U8);
-    rs_capture_h cap = capture(RS_DTYPE_U8, 1, flat, RS_DTYPE_U8);
-    rs_plan_h p = plan(cap, s);
-    expect_refused(p, "tensor 'w': capture assumes shape [64] u8, published "
-                      "[8, 8] u8");
-    rs_plan_destroy(p);
-    rs_capture_destroy(cap);
-    cap = capture(RS_DTYPE_U8, 3, deeper, RS_DTYPE_U8);
-    p = plan(cap, s);
-    expect_refused(p, "tensor 'w': capture assumes shape [8, 8, 1] u8, "
-                      "published [8, 8] u8");
-    rs_plan_destroy(p);
-    rs_capture_destroy(cap);
+    expect_capture_refused(s, RS_DTYPE_U8, 1, flat, RS_DTYPE_U8,
+                           "tensor 'w': capture assumes shape [64] u8, "
+                           "published [8, 8] u8");
+    expect_capture_refused(s, RS_DTYPE_U8, 3, deeper, RS_DTYPE_U8,
+                           "tensor 'w': capture assumes shape [8, 8, 1] u8, "
+                           "published [8, 8] u8");
     rs_sources_destroy(s);
 }
 
@@ -165,16 +170,13 @@ static void test_dtype_mismatch(void **state)
     (void)state;
     int64_t shape[2] = {8, 8};
     rs_sources_h s = sources(RS_DTYPE_F32);
-    rs_capture_h cap = capture(RS_DTYPE_BF16, 2, shape, RS_DTYPE_BF16);
-    rs_plan_h p = plan(cap, s);
-    expect_refused(p, "tensor 'w': capture assumes shape [8, 8] bf16, "
-                      "published [8, 8] f32");
-    rs_plan_destroy(p);
-    rs_capture_destroy(cap);
+    expect_capture_refused(s, RS_DTYPE_BF16, 2, shape, RS_DTYPE_BF16,
+                           "tensor 'w': capture assumes shape [8, 8] bf16, "
+                           "published [8, 8] f32");
 
     /* declared as published: the cast is planned */
-    cap = capture(RS_DTYPE_BF16, 2, shape, RS_DTYPE_F32);
-    p = plan(cap, s);
+    rs_capture_h cap = capture(RS_DTYPE_BF16, 2, shape, RS_DTYPE_F32);
+    rs_plan_h p = plan(cap, s);
     size_t n;
     assert_true(rs_plan_is_complete(p));
     rs_plan_converts(p, &n);
@@ -393,29 +395,15 @@ static void test_exec_refuses(void **state)
 
 /* ---- the vllm capture producer --------------------------------------- */
 
-static char *read_example(const char *file)
-{
-    const char *dir = getenv("RESHARD_SOURCE_DIR");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/examples/models/%s", dir ? dir : ".",
-             file);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        fail_msg("cannot open %s", path);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
 /* The example config with `key` set to `value` (an integer, or a string
  * when value_s is given). */
 static rs_model_h model_with(const char *file, const char *key,
                              json_int_t value, const char *value_s)
 {
     json_error_t jerr;
-    json_t *root = json_loads(read_example(file), 0, &jerr);
+    char *example = lx_read_model_file(file);
+    json_t *root = json_loads(example, 0, &jerr);
+    free(example);
     rs_model_h m = NULL;
     rs_diag_t d;
     assert_non_null(root);
@@ -429,15 +417,6 @@ static rs_model_h model_with(const char *file, const char *key,
     free(text);
     json_decref(root);
     return m;
-}
-
-static void layout(rs_model_h m, const char *spec, rs_layout_t *l)
-{
-    rs_diag_t d;
-    rs_diag_clear(&d);
-    if (rs_layout_parse(spec, &d, l) != RS_OK ||
-        rs_layout_check(l, m, &d) != RS_OK)
-        fail_msg("%s: %s", spec, d.msg);
 }
 
 static rs_capture_h layout_capture(rs_model_h m, const rs_layout_t *l,
@@ -497,7 +476,7 @@ static void test_layout_declares_every_source(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         rs_model_h m = model_with(cases[i].file, NULL, 0, NULL);
         rs_layout_t l;
-        layout(m, cases[i].spec, &l);
+        l = lx_layout(m, cases[i].spec);
         for (int64_t r = 0; r < l.world; r++) {
             rs_capture_h cap = layout_capture(m, &l, r);
             assert_true(rs_capture_num_sources(cap) > 0);
@@ -514,7 +493,7 @@ static rs_sources_h published(rs_model_h m)
     rs_layout_t l;
     rs_sources_h s = NULL;
     rs_diag_t d;
-    layout(m, "megatron:tp=2", &l);
+    l = lx_layout(m, "megatron:tp=2");
     assert_int_equal(rs_sources_create(&s), RS_OK);
     rs_diag_clear(&d);
     if (rs_layout_publish_all(m, &l, s, &d) != RS_OK)
@@ -554,7 +533,7 @@ static void test_layout_intermediate_doubled(void **state)
                                 NULL);
     rs_sources_h s = published(pub);
     rs_layout_t l;
-    layout(sub, "vllm:tp=2", &l);
+    l = lx_layout(sub, "vllm:tp=2");
     for (int64_t r = 0; r < l.world; r++) {
         rs_capture_h cap = layout_capture(sub, &l, r);
         rs_plan_h p = plan(cap, s);
@@ -596,7 +575,7 @@ static void test_layout_dtype_changed(void **state)
                                 "float32");
     rs_sources_h s = published(pub);
     rs_layout_t l;
-    layout(sub, "vllm:tp=2", &l);
+    l = lx_layout(sub, "vllm:tp=2");
     rs_capture_h cap = layout_capture(sub, &l, 1);
     rs_plan_h p = plan(cap, s);
     const char *src, *why;

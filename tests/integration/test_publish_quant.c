@@ -610,12 +610,7 @@ static void publish(world_t *w, rs_publisher_h pub, int64_t v)
 
 static void release(world_t *w, rs_publisher_h pub, int64_t v)
 {
-    rs_diag_t d;
-    rs_dir_h dir;
-    ASSERT_ST(rs_dir_open(w->env.url, &d, &dir), RS_OK, d);
-    rs_dir_release(dir, MODEL, v, NULL); /* released already: fine */
-    rs_dir_close(dir);
-    ASSERT_ST(rs_publisher_wait_released(pub, v, 20, &d), RS_OK, d);
+    dir_env_release(&w->env, MODEL, v, pub);
 }
 
 /* Two versions under the rules; scribble overwrites the shards after each
@@ -813,7 +808,6 @@ static void test_non_finite(void **state)
 
 static void put_record(world_t *w, const char *holder, rs_cuts_h cuts)
 {
-    rs_dir_h dir;
     rs_diag_t d;
     char *text = NULL;
     size_t len = 0;
@@ -821,9 +815,7 @@ static void put_record(world_t *w, const char *holder, rs_cuts_h cuts)
     assert_non_null(f);
     ASSERT_ST(rs_cuts_write_json(cuts, f, &d), RS_OK, d);
     fclose(f);
-    ASSERT_ST(rs_dir_open(w->env.url, &d, &dir), RS_OK, d);
-    ASSERT_ST(rs_dir_put_cuts(dir, MODEL, holder, text, len, &d), RS_OK, d);
-    rs_dir_close(dir);
+    dir_env_put_cuts(&w->env, MODEL, holder, text, len);
     free(text);
 }
 

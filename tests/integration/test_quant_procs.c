@@ -19,19 +19,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "reshard/reshard.h"
 #include "reshard_layout/layout.h"
+#include "proc_fixture.h"
+#include "rank_fixture.h"
 #include "vllm_direct.h"
 #include "ref_quant.h"
 
@@ -45,14 +43,8 @@ enum { PLAIN = 0, WANTED = 1 };
 enum { NO_STRIKE = 0, KILL_SLOT1 = 1 };
 
 typedef struct world {
-    char config[1024];
-    char tmp[64];
-    char directory[96];
-    const char *train_text;
-    rs_model_h model;
-    rs_layout_t train, infer;
-    pid_t pubs[MAX_PUBS];
-    int cmd[MAX_PUBS];
+    pfx_world_t pw; /* a directory and a trainer layout per case */
+    pfx_proc_t pubs[MAX_PUBS];
     int slot[MAX_PUBS];
     int npubs;
 } world_t;
@@ -61,200 +53,59 @@ static world_t world;
 
 /* ---- a trainer (a fresh process: UCX is not fork-safe) ----------------- */
 
-typedef struct fill_ctx {
-    rs_publisher_h pub;
-} fill_ctx_t;
-
-static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
-{
-    fill_ctx_t *f = ctx;
-    int64_t n = 1;
-    for (int i = 0; i < d->ndim; i++)
-        n *= d->shape[i];
-    uint8_t *buf = malloc((size_t)(n ? n : 1) * d->elsize);
-    if (buf == NULL)
-        return RS_ERR_NO_MEMORY;
-    vd_fill_box(buf, d); /* kept until the process exits */
-    return rs_publisher_register(f->pub, d->tensor, d->dtype, d->ndim,
-                                 d->full_shape, d->offset, d->shape, buf,
-                                 RS_MEM_HOST, NULL);
-}
-
-/* `--publisher CONFIG|DIRECTORY|TRAIN|RANK|REPLICA|MODE|CMD_FD`: publishes
- * version 1 and serves it until the command pipe closes. */
-static int publisher_entry(const char *arg)
-{
-    char buf[8192], *f[7];
-    rs_model_h model;
-    rs_layout_t train;
-    rs_publisher_params_t pp;
-    rs_publisher_h pub;
-    rs_diag_t diag;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    snprintf(buf, sizeof(buf), "%s", arg);
-    f[0] = strtok(buf, "|");
-    for (int i = 1; i < 7; i++)
-        f[i] = strtok(NULL, "|");
-    if (f[6] == NULL || rs_model_load(f[0], &diag, &model) != RS_OK ||
-        rs_layout_parse(f[2], &diag, &train) != RS_OK ||
-        rs_layout_check(&train, model, &diag) != RS_OK)
-        return 2;
-    rs_publisher_params_init(&pp);
-    pp.directory = f[1];
-    pp.model = MODEL;
-    pp.rank = atoll(f[3]);
-    pp.replica = atoll(f[4]);
-    pp.world = train.world;
-    pp.backend = "ucx";
-    pp.heartbeat_s = 0.2;
-    if (atoi(f[5]) == WANTED) {
-        pp.staging = RS_STAGING_ARENA;
-        pp.quantize_wanted = 1;
-    }
-    if (rs_publisher_create(&pp, &diag, &pub) != RS_OK) {
-        fprintf(stderr, "publisher %s: %s\n", f[3], diag.msg);
-        return 3;
-    }
-    fill_ctx_t fc = {pub};
-    if (rs_layout_trainer_shards(model, &train, pp.rank, on_shard, &fc,
-                                 &diag) != RS_OK ||
-        rs_publisher_publish(pub, 1, &diag) != RS_OK) {
-        fprintf(stderr, "publisher %s: %s\n", f[3], diag.msg);
-        return 4;
-    }
-    int cmd = atoi(f[6]);
-    char c;
-    for (;;) {
-        ssize_t k = read(cmd, &c, 1);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-    }
-    rs_publisher_destroy(pub);
-    rs_model_destroy(model);
-    return 0;
-}
-
 static void start_publisher(world_t *w, int rank, int replica, int mode)
 {
-    int cmd[2];
+    pfx_publish_t s = {.config = w->pw.config, .train = w->pw.train_text,
+                       .directory = w->pw.directory, .model = MODEL,
+                       .backend = "ucx", .rank = rank, .replica = replica,
+                       .first = 1,
+                       .flags = PFX_UCX_QUIET |
+                                (mode == WANTED ? PFX_QUANTIZE_WANTED : 0)};
     assert_true(w->npubs < MAX_PUBS);
-    assert_int_equal(pipe(cmd), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char arg[8192];
-        close(cmd[1]);
-        setenv("UCX_HANDLE_ERRORS", "none", 1);
-        snprintf(arg, sizeof(arg), "%s|%s|%s|%d|%d|%d|%d", w->config,
-                 w->directory, w->train_text, rank, replica, mode, cmd[0]);
-        execl("/proc/self/exe", "test_quant_procs", "--publisher", arg,
-              (char *)NULL);
-        _exit(13);
-    }
-    close(cmd[0]);
-    w->pubs[w->npubs] = pid;
-    w->cmd[w->npubs] = cmd[1];
+    pfx_start(&w->pubs[w->npubs], &s);
     w->slot[w->npubs] = rank;
     w->npubs++;
-}
-
-static void stop_publisher(world_t *w, int i, int kill_it)
-{
-    int status;
-    if (w->pubs[i] <= 0)
-        return;
-    if (kill_it)
-        kill(w->pubs[i], SIGKILL);
-    close(w->cmd[i]);
-    waitpid(w->pubs[i], &status, 0);
-    w->pubs[i] = 0;
 }
 
 /* A fresh directory and trainer layout for a case, over UCX's shared
  * memory or tcp on loopback (the arena is shared memory, which a reader
  * on this machine keeps reading after its publisher died: only tcp makes
  * a killed publisher's reads fail). */
-static void world_begin(world_t *w, const char *train, const char *tls)
-{
-    static int round;
-    rs_diag_t diag;
-    w->train_text = train;
-    w->npubs = 0;
-    snprintf(w->directory, sizeof(w->directory), "file:%.60s/d%d", w->tmp,
-             round++);
-    assert_int_equal(mkdir(w->directory + 5, 0700), 0);
-    assert_int_equal(rs_layout_parse(train, &diag, &w->train), RS_OK);
-    assert_int_equal(rs_layout_check(&w->train, w->model, &diag), RS_OK);
-    setenv("UCX_TLS", tls, 1);
-    if (strcmp(tls, "tcp") == 0)
-        setenv("UCX_NET_DEVICES", "lo", 1);
-    else
-        unsetenv("UCX_NET_DEVICES");
-}
-
 static void world_end(world_t *w)
 {
     for (int i = 0; i < w->npubs; i++)
-        stop_publisher(w, i, 1);
+        pfx_stop(&w->pubs[i], 1);
     w->npubs = 0;
+}
+
+static void world_begin(world_t *w, const char *train, const char *tls)
+{
+    static int round;
+    world_end(w); /* what a failed case left running */
+    snprintf(w->pw.directory, sizeof(w->pw.directory), "file:%.60s/d%d",
+             w->pw.tmp, round++);
+    assert_int_equal(mkdir(w->pw.directory + 5, 0700), 0);
+    pfx_world_train(&w->pw, train);
+    pfx_use_tls(tls);
 }
 
 static int world_setup(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rs_diag_t diag;
     memset(w, 0, sizeof(*w));
-    const char *src = getenv("RESHARD_SOURCE_DIR");
-    snprintf(w->config, sizeof(w->config),
-             "%.900s/examples/models/tiny-deepseek-fp8.json", src ? src : ".");
-    snprintf(w->tmp, sizeof(w->tmp), "/tmp/rs-qprocs-XXXXXX");
-    if (mkdtemp(w->tmp) == NULL)
-        return -1;
-    if (rs_model_load(w->config, &diag, &w->model) != RS_OK ||
-        rs_layout_parse(INFER, &diag, &w->infer) != RS_OK ||
-        rs_layout_check(&w->infer, w->model, &diag) != RS_OK) {
-        fprintf(stderr, "%s\n", diag.msg);
-        return -1;
-    }
-    return 0;
-}
-
-/* Runs on every path, failed assertions included. */
-static int world_teardown(void **state)
-{
-    (void)state;
-    world_t *w = &world;
-    char cmd[128];
-    world_end(w);
-    rs_model_destroy(w->model);
-    w->model = NULL;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%.60s'", w->tmp);
-    if (w->tmp[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", w->tmp);
-    return 0;
+    return pfx_world_open(&w->pw, "tiny-deepseek-fp8.json", NULL, INFER,
+                          "qprocs");
 }
 
 /* ---- the inference rank ------------------------------------------------ */
 
 typedef struct rank {
-    rs_capture_h cap;
-    rs_receiver_h recv;
-    uint8_t **params, **prior, **expected;
-    size_t nparams;
-    int installs;
+    pfx_rank_t r;
+    uint8_t **expected; /* [param]: the local replay's bytes */
     int strike, fired;
     world_t *w;
 } rank_t;
-
-static rs_status_t on_install(void *ctx, rs_exec_h exec)
-{
-    (void)exec;
-    ((rank_t *)ctx)->installs++;
-    return RS_OK;
-}
 
 /* Kills replica 0 of slot 1 (the first publisher started for it) once the
  * wire is under way and both slots still have reads outstanding. */
@@ -266,7 +117,7 @@ static void on_progress(void *ctx, const rs_progress_t *p)
         return;
     for (int i = 0; i < ir->w->npubs; i++)
         if (ir->w->slot[i] == 1) {
-            stop_publisher(ir->w, i, 1);
+            pfx_stop(&ir->w->pubs[i], 1);
             ir->fired = 1;
             return;
         }
@@ -290,7 +141,7 @@ static void kill_read_replica_of_slot1(world_t *w, rs_plan_h plan)
     int victim = bytes[1] > bytes[0], seen = 0;
     for (int i = 0; i < w->npubs; i++)
         if (w->slot[i] == 1 && seen++ == victim) {
-            stop_publisher(w, i, 1);
+            pfx_stop(&w->pubs[i], 1);
             return;
         }
     fail_msg("no publisher for replica %d of slot 1", victim);
@@ -357,7 +208,7 @@ static void gt_add_quant(gt_t *g, const rs_source_info_t *s, const uint8_t *x,
 
 static void expected_params(rank_t *ir)
 {
-    size_t ns = rs_capture_num_sources(ir->cap);
+    size_t ns = rs_capture_num_sources(ir->r.cap);
     gt_t *g = calloc(1, sizeof(*g));
     rs_plan_h plan = NULL;
     rs_transport_h t = NULL;
@@ -368,7 +219,7 @@ static void expected_params(rank_t *ir)
     for (size_t i = 0; i < ns; i++) {
         rs_source_info_t s;
         int64_t zero[RS_MAX_DIMS] = {0}, numel = 1;
-        rs_capture_source(ir->cap, i, &s);
+        rs_capture_source(ir->r.cap, i, &s);
         for (int k = 0; k < s.ndim; k++)
             numel *= s.shape[k];
         size_t es = rs_dtype_size(s.dtype);
@@ -378,20 +229,20 @@ static void expected_params(rank_t *ir)
         vd_fill_box(data, &sh);
         gt_add(g, s.name, s.dtype, s.ndim, s.shape, data);
     }
-    for (size_t c = 0; c < rs_capture_num_copies(ir->cap); c++) {
+    for (size_t c = 0; c < rs_capture_num_copies(ir->r.cap); c++) {
         rs_quant_desc_t q;
         rs_copy_desc_t cp;
-        if (!rs_capture_copy_quant(ir->cap, c, &q))
+        if (!rs_capture_copy_quant(ir->r.cap, c, &q))
             continue;
-        rs_capture_copy(ir->cap, c, &cp);
-        long si = rs_capture_find_source(ir->cap, cp.src);
+        rs_capture_copy(ir->r.cap, c, &cp);
+        long si = rs_capture_find_source(ir->r.cap, cp.src);
         assert_true(si >= 0);
         rs_source_info_t s;
-        rs_capture_source(ir->cap, (size_t)si, &s);
+        rs_capture_source(ir->r.cap, (size_t)si, &s);
         gt_add_quant(g, &s, g->buf[si], &q);
     }
     rs_plan_params_init(&pp);
-    assert_int_equal(rs_plan_build(ir->cap, g->src, &pp, &d, &plan), RS_OK);
+    assert_int_equal(rs_plan_build(ir->r.cap, g->src, &pp, &d, &plan), RS_OK);
     assert_true(rs_plan_is_complete(plan));
     size_t nq;
     const rs_quantized_t *qr = rs_plan_quantized(plan, &nq);
@@ -406,9 +257,9 @@ static void expected_params(rank_t *ir)
         assert_int_equal(rs_transport_connect(t, k, &peer, &d), RS_OK);
     }
     assert_int_equal(rs_exec_create(plan, t, NULL, &d, &x), RS_OK);
-    for (size_t p = 0; p < ir->nparams; p++) {
+    for (size_t p = 0; p < ir->r.nparams; p++) {
         rs_param_info_t info;
-        rs_capture_param(ir->cap, p, &info);
+        rs_capture_param(ir->r.cap, p, &info);
         memset(ir->expected[p], 0xEE, info.nbytes ? info.nbytes : 1);
         assert_int_equal(rs_exec_bind(x, p, ir->expected[p], info.nbytes,
                                       RS_MEM_HOST, &d), RS_OK);
@@ -429,93 +280,70 @@ static void expected_params(rank_t *ir)
 static void open_rank(world_t *w, rank_t *ir, int strike, uint64_t salt)
 {
     rs_receiver_params_t rp;
-    rs_diag_t diag;
-    uint64_t padding;
     memset(ir, 0, sizeof(*ir));
     ir->w = w;
     ir->strike = strike;
-    assert_int_equal(rs_layout_capture(w->model, &w->infer, 0, &diag,
-                                       &ir->cap, &padding), RS_OK);
-    ir->nparams = rs_capture_num_params(ir->cap);
-    ir->params = calloc(ir->nparams, sizeof(uint8_t *));
-    ir->prior = calloc(ir->nparams, sizeof(uint8_t *));
-    ir->expected = calloc(ir->nparams, sizeof(uint8_t *));
-    for (size_t p = 0; p < ir->nparams; p++) {
-        rs_param_info_t info;
-        rs_capture_param(ir->cap, p, &info);
-        size_t n = info.nbytes ? info.nbytes : 1;
-        ir->params[p] = malloc(n);
-        ir->prior[p] = malloc(n);
-        ir->expected[p] = malloc(n);
-        for (size_t b = 0; b < n; b++)
-            ir->params[p][b] = (uint8_t)(b * 131 + p * 7 + 1);
-        memcpy(ir->prior[p], ir->params[p], n);
-    }
-    expected_params(ir);
     rs_receiver_params_init(&rp);
-    rp.directory = w->directory;
+    rp.directory = w->pw.directory;
     rp.model = MODEL;
     rp.backend = "ucx";
     rp.salt = salt;
     rp.discover_timeout_s = 20;
     rp.timeout_s = WAIT_TIMEOUT_S;
-    rp.install = on_install;
-    rp.install_ctx = ir;
     rp.progress = on_progress;
     rp.progress_ctx = ir;
     rp.progress_chunk_bytes = CHUNK_BYTES;
     rp.announce_as = salt ? "vllm-tp2-rank0-b" : "vllm-tp2-rank0";
-    if (rs_receiver_create(&rp, ir->cap, &diag, &ir->recv) != RS_OK)
-        fail_msg("receiver: %s", diag.msg);
-    for (size_t p = 0; p < ir->nparams; p++) {
+    pfx_rank_open(&ir->r, w->pw.model, &w->pw.infer, 0, &rp, PFX_FILL_PATTERN);
+    ir->expected = calloc(ir->r.nparams, sizeof(uint8_t *));
+    assert_non_null(ir->expected);
+    for (size_t p = 0; p < ir->r.nparams; p++) {
         rs_param_info_t info;
-        rs_capture_param(ir->cap, p, &info);
-        assert_int_equal(rs_receiver_bind(ir->recv, p, ir->params[p],
-                                          info.nbytes, RS_MEM_HOST, &diag),
-                         RS_OK);
+        rs_capture_param(ir->r.cap, p, &info);
+        ir->expected[p] = malloc(info.nbytes ? info.nbytes : 1);
+        assert_non_null(ir->expected[p]);
     }
+    expected_params(ir);
 }
 
 static void close_rank(rank_t *ir)
 {
-    rs_receiver_destroy(ir->recv);
-    for (size_t p = 0; p < ir->nparams; p++) {
-        free(ir->params[p]);
-        free(ir->prior[p]);
+    for (size_t p = 0; p < ir->r.nparams; p++)
         free(ir->expected[p]);
-    }
-    free(ir->params);
-    free(ir->prior);
     free(ir->expected);
-    rs_capture_destroy(ir->cap);
+    pfx_rank_close(&ir->r);
 }
 
-static void expect_untouched(const rank_t *ir)
+/* The rank of the running case: the next case, or the teardown, closes it
+ * after a failed assertion. */
+static rank_t rank;
+
+/* A case's world (world_begin) and its inference rank. */
+static rank_t *begin(world_t *w, const char *train, const char *tls,
+                     int strike)
 {
-    for (size_t p = 0; p < ir->nparams; p++) {
-        rs_param_info_t info;
-        rs_capture_param(ir->cap, p, &info);
-        if (memcmp(ir->params[p], ir->prior[p], info.nbytes) != 0)
-            fail_msg("param %s was written by a failed pull", info.name);
-    }
+    if (rank.r.cap != NULL)
+        close_rank(&rank);
+    world_begin(w, train, tls);
+    open_rank(w, &rank, strike, 0);
+    return &rank;
+}
+
+/* Runs on every path, failed assertions included. */
+static int world_teardown(void **state)
+{
+    (void)state;
+    world_t *w = &world;
+    if (rank.r.cap != NULL)
+        close_rank(&rank);
+    world_end(w);
+    pfx_world_close(&w->pw);
+    return 0;
 }
 
 static void expect_installed(const rank_t *ir)
 {
-    for (size_t p = 0; p < ir->nparams; p++) {
-        rs_param_info_t info;
-        rs_capture_param(ir->cap, p, &info);
-        for (uint64_t b = 0; b < info.nbytes; b++) {
-            uint8_t want = ir->expected[p][b];
-            /* padding no copy writes keeps the prior bytes */
-            if (want == 0xEE && ir->params[p][b] == ir->prior[p][b])
-                continue;
-            if (ir->params[p][b] != want)
-                fail_msg("param %s byte %llu: got 0x%02x, want 0x%02x",
-                         info.name, (unsigned long long)b, ir->params[p][b],
-                         want);
-        }
-    }
+    pfx_expect_installed(&ir->r, ir->expected, 0xEE);
 }
 
 /* The plan's quantized copies by path. */
@@ -540,7 +368,7 @@ static void wait_slot(world_t *w, int64_t slot, size_t n)
     rs_dir_h dir;
     rs_diag_t d;
     struct timespec nap = {0, 20 * 1000 * 1000};
-    assert_int_equal(rs_dir_open(w->directory, &d, &dir), RS_OK);
+    assert_int_equal(rs_dir_open(w->pw.directory, &d, &dir), RS_OK);
     for (int tries = 0; tries < 1000; tries++) {
         rs_dir_entry_t *e = NULL;
         size_t got = 0;
@@ -562,8 +390,8 @@ static void start_trainers(world_t *w, rank_t *ir, int mode, int replicas)
 {
     rs_diag_t d;
     if (mode == WANTED)
-        assert_int_equal(rs_receiver_announce_cuts(ir->recv, &d), RS_OK);
-    for (int r = 0; r < w->train.world; r++)
+        assert_int_equal(rs_receiver_announce_cuts(ir->r.recv, &d), RS_OK);
+    for (int r = 0; r < w->pw.train.world; r++)
         start_publisher(w, r, 0, mode);
     for (int k = 1; k < replicas; k++)
         start_publisher(w, 1, k, mode);
@@ -576,26 +404,24 @@ static void clean_case(const char *train, int mode, int want_pub,
                        int want_recv)
 {
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t d;
     rs_pull_result_t res;
     size_t npub, nrecv;
-    world_begin(w, train, "sm,self");
-    open_rank(w, &ir, NO_STRIKE, 0);
-    start_trainers(w, &ir, mode, 1);
-    if (rs_receiver_pull(ir.recv, 1, &d, &res) != RS_OK)
+    rank_t *ir = begin(w, train, "sm,self", NO_STRIKE);
+    start_trainers(w, ir, mode, 1);
+    if (rs_receiver_pull(ir->r.recv, 1, &d, &res) != RS_OK)
         fail_msg("%s: %s", train, d.msg);
-    assert_int_equal(ir.installs, 1);
+    assert_int_equal(ir->r.installs, 1);
     assert_true(res.exec.shards_verified > 0);
-    expect_installed(&ir);
-    count_paths(ir.recv, &npub, &nrecv);
+    expect_installed(ir);
+    count_paths(ir->r.recv, &npub, &nrecv);
     fprintf(stderr, "%s, %s: %zu publisher, %zu receiver path, %llu wire "
             "bytes\n", train, mode == WANTED ? "quantize_wanted" : "plain",
             npub, nrecv, (unsigned long long)res.stages.bytes);
     assert_true(npub + nrecv > 0);
     assert_true(want_pub ? npub > 0 : npub == 0);
     assert_true(want_recv ? nrecv > 0 : nrecv == 0);
-    close_rank(&ir);
+    close_rank(ir);
     world_end(w);
 }
 
@@ -628,22 +454,20 @@ static void test_killed_mid_wire(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rank_t ir;
     rs_diag_t d;
     rs_pull_result_t res;
-    world_begin(w, "megatron:tp=2", "tcp");
-    open_rank(w, &ir, KILL_SLOT1, 0);
-    start_trainers(w, &ir, WANTED, 1);
+    rank_t *ir = begin(w, "megatron:tp=2", "tcp", KILL_SLOT1);
+    start_trainers(w, ir, WANTED, 1);
     rs_diag_clear(&d);
-    rs_status_t st = rs_receiver_pull(ir.recv, 1, &d, &res);
-    assert_true(ir.fired);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &d, &res);
+    assert_true(ir->fired);
     /* The kill lands while slot 1 still has reads outstanding, but what
      * the kernel had already sent may still arrive: either every byte
      * came (and is exact) or the pull fails naming the dead trainer with
      * nothing installed. Both are the contract; nothing else is. */
     if (st == RS_OK) {
-        assert_int_equal(ir.installs, 1);
-        expect_installed(&ir);
+        assert_int_equal(ir->r.installs, 1);
+        expect_installed(ir);
     } else {
         if (st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT)
             fail_msg("pull with trainer 1 killed: %s: %s",
@@ -651,10 +475,10 @@ static void test_killed_mid_wire(void **state)
         if (strstr(d.msg, "trainer-1, slot 1") == NULL)
             fail_msg("the message does not name trainer-1 and its slot: %s",
                      d.msg);
-        assert_int_equal(ir.installs, 0);
-        expect_untouched(&ir);
+        assert_int_equal(ir->r.installs, 0);
+        pfx_expect_untouched(&ir->r);
     }
-    close_rank(&ir);
+    close_rank(ir);
     world_end(w);
 }
 
@@ -672,31 +496,29 @@ static void test_killed_with_replica(void **state)
     rs_diag_t d;
     rs_pull_result_t res;
     rs_dry_run_t dry;
-    rank_t ir;
     size_t npub, nrecv;
-    world_begin(w, "megatron:tp=2", "tcp");
-    open_rank(w, &ir, NO_STRIKE, 0);
-    start_trainers(w, &ir, WANTED, 2);
-    if (rs_receiver_dry_run(ir.recv, 1, &d, &dry) != RS_OK)
+    rank_t *ir = begin(w, "megatron:tp=2", "tcp", NO_STRIKE);
+    start_trainers(w, ir, WANTED, 2);
+    if (rs_receiver_dry_run(ir->r.recv, 1, &d, &dry) != RS_OK)
         fail_msg("dry run: %s", d.msg);
-    kill_read_replica_of_slot1(w, rs_receiver_plan(ir.recv));
-    if (rs_receiver_pull(ir.recv, 1, &d, &res) != RS_OK)
+    kill_read_replica_of_slot1(w, rs_receiver_plan(ir->r.recv));
+    if (rs_receiver_pull(ir->r.recv, 1, &d, &res) != RS_OK)
         fail_msg("pull after the read replica died: %s", d.msg);
-    assert_int_equal(ir.installs, 1);
-    expect_installed(&ir);
-    count_paths(ir.recv, &npub, &nrecv);
+    assert_int_equal(ir->r.installs, 1);
+    expect_installed(ir);
+    count_paths(ir->r.recv, &npub, &nrecv);
     assert_true(npub > 0);
     assert_true(res.failovers >= 1);
     if (strstr(res.failover_msg, "slot 1") == NULL)
         fail_msg("the failover does not name slot 1: %s", res.failover_msg);
-    close_rank(&ir);
+    close_rank(ir);
     world_end(w);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--publisher") == 0)
-        return publisher_entry(argv[2]);
+    if (pfx_is_publisher(argc, argv))
+        return pfx_publisher_main(argv[2], NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_megatron_publisher_side),
         cmocka_unit_test(test_megatron_receiver_side),

@@ -24,9 +24,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "exec/exec_impl.h" /* the executor's bindings: the shadows */
 #include "reshard/reshard.h"
 #include "assert_status.h"
+#include "u8_rows.h"
+#include "tmp_path.h"
 
 #define PUBS 2
 #define ROWS 16
@@ -51,12 +54,6 @@ typedef struct world {
 } world_t;
 
 static world_t w;
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 /* Byte g of the tensor in version v: every byte differs between versions
  * 1..MAX_VERSION (v * 101 mod 256 differs for each). */
@@ -201,7 +198,7 @@ static void test_stage_while_bound_then_apply(void **state)
     memset(&rd, 0, sizeof(rd));
     assert_int_equal(pthread_create(&rd.thread, NULL, reader_main, &rd), 0);
     while (atomic_load(&rd.passes) == 0)
-        sleep_s(0.001);
+        rs__sleep_s(0.001);
     rs_staged_h h = stage_ok(recv, 2);
     atomic_store(&rd.stop, 1);
     pthread_join(rd.thread, NULL);
@@ -283,7 +280,7 @@ static void test_stage_and_apply_on_two_threads(void **state)
     assert_int_equal(pthread_create(&t, NULL, stager_main, &s), 0);
     pthread_join(t, NULL);
     ASSERT_ST(s.st, RS_OK, s.d);
-    sleep_s(2 * TTL_S);
+    rs__sleep_s(2 * TTL_S);
     expect_leased(2, 1);
     assert_int_equal(version_of(w.dest), 1);
     rs_diag_clear(&d);
@@ -431,13 +428,13 @@ static void cancel_call(canceled_call_t *c, void *(*fn)(void *))
     pthread_t t;
     atomic_init(&c->done, 0);
     assert_int_equal(pthread_create(&t, NULL, fn, c), 0);
-    sleep_s(0.3);
+    rs__sleep_s(0.3);
     if (c->recv != NULL)
         rs_receiver_cancel(c->recv);
     else
         rs_publisher_cancel(c->pub);
     for (int i = 0; i < 2000 && !atomic_load(&c->done); i++)
-        sleep_s(0.01);
+        rs__sleep_s(0.01);
     if (!atomic_load(&c->done))
         fail_msg("a cancelled wait did not return within 20 s");
     pthread_join(t, NULL);
@@ -583,40 +580,14 @@ static void test_shadow_off(void **state)
 
 static void open_publishers(void)
 {
-    rs_diag_t d;
-    const int64_t full[2] = {ROWS, COLS}, shape[2] = {1, COLS};
-    for (int p = 0; p < PUBS; p++) {
-        rs_publisher_params_t pp;
-        rs_publisher_params_init(&pp);
-        pp.directory = w.url;
-        pp.model = w.model;
-        pp.rank = p;
-        pp.world = PUBS;
-        pp.backend = "cma";
-        pp.heartbeat_s = 0;
-        ASSERT_ST(rs_publisher_create(&pp, &d, &w.pub[p]), RS_OK, d);
-    }
-    for (int i = 0; i < ROWS; i++) {
-        w.rows[i] = malloc(COLS);
-        assert_non_null(w.rows[i]);
-        const int64_t offset[2] = {i, 0};
-        ASSERT_ST(rs_publisher_register(w.pub[i % PUBS], "w", RS_DTYPE_U8, 2,
-                                        full, offset, shape, w.rows[i], RS_MEM_HOST, &d),
-                  RS_OK, d);
-    }
+    u8_rows_open(w.pub, PUBS, w.url, w.model, w.rows, ROWS, COLS);
     publish(1);
 }
 
 /* One parameter "w" [ROWS, COLS] u8, read whole from tensor "w". */
 static void open_capture(void)
 {
-    rs_diag_t d;
-    const int64_t shape[2] = {ROWS, COLS}, stride[2] = {COLS, 1};
-    assert_int_equal(rs_capture_create(&w.cap), RS_OK);
-    ASSERT_ST(rs_capture_add_param(w.cap, "w", 2, shape, RS_DTYPE_U8, &d),
-              RS_OK, d);
-    rs_copy_desc_t c = {"w", "w", NULL, 0, 0, 2, shape, stride, RS_DTYPE_U8};
-    ASSERT_ST(rs_capture_add_copy(w.cap, &c, &d), RS_OK, d);
+    w.cap = u8_whole_capture("w", ROWS, COLS);
     w.dest = malloc(NBYTES);
     assert_non_null(w.dest);
     memset(w.dest, UNTOUCHED, NBYTES);
@@ -643,10 +614,7 @@ static int world_setup(void **state)
 static int world_teardown(void **state)
 {
     (void)state;
-    for (int p = 0; p < PUBS; p++)
-        rs_publisher_destroy(w.pub[p]);
-    for (int i = 0; i < ROWS; i++)
-        free(w.rows[i]);
+    u8_rows_close(w.pub, PUBS, w.rows, ROWS);
     rs_capture_destroy(w.cap);
     rs_dir_close(w.dir);
     free(w.dest);
@@ -663,10 +631,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", w.tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", w.tmp);
+    tmp_remove(w.tmp);
     return 0;
 }
 

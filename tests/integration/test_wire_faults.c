@@ -19,24 +19,19 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "reshard_layout/layout.h"
 #include "reshard/reshard.h"
-#include "reshard_layout/layout.h"
-#include "vllm_direct.h"
+#include "proc_fixture.h"
+#include "rank_fixture.h"
 
 #define TRAIN "megatron:tp=2"
 #define INFER "vllm:tp=1"
@@ -54,25 +49,14 @@ enum { STRIKE_NONE, STRIKE_KILL, STRIKE_CRASH, STRIKE_FREEZE_KILL };
 enum { AT_FIRST, AT_MIDDLE, AT_END };
 
 typedef struct world {
-    char config[1024];
-    char tmp[64];
-    char directory[80];
-    rs_model_h model;
-    rs_layout_t train, infer;
-    pid_t pubs[2];
-    int cmd[2];   /* write end: closing it lets the publisher exit */
-    int ack[2];   /* read end: the publisher's "memory is gone" byte */
-    int status[2];
+    pfx_world_t pw;
+    pfx_proc_t pubs[2]; /* ack: the publisher's "memory is gone" byte */
 } world_t;
 
 static world_t world;
 
 /* ---- the publisher (a fresh process: UCX is not fork-safe) ------------- */
 
-#define MAX_BUFS 4096
-static void *pub_buf[MAX_BUFS];
-static size_t pub_len[MAX_BUFS];
-static size_t pub_nbufs;
 static int pub_ack_fd = -1;
 
 /* Makes every shard unreadable, then says so. Only async-signal-safe
@@ -80,91 +64,20 @@ static int pub_ack_fd = -1;
 static void on_strike(int sig)
 {
     (void)sig;
-    for (size_t i = 0; i < pub_nbufs; i++)
-        mprotect(pub_buf[i], pub_len[i], PROT_NONE);
+    pfx_shards_unreadable();
     char c = 'x';
     if (write(pub_ack_fd, &c, 1) != 1)
         _exit(20);
 }
 
-typedef struct fill_ctx {
-    rs_publisher_h pub;
-} fill_ctx_t;
-
-/* One shard in its own pages, filled with the values the direct build
- * expects. */
-static rs_status_t on_shard(void *ctx, const rs_shard_desc_t *d)
+/* The publisher's side: SIGUSR1 strikes it, and a crash is the point
+ * (no core file). */
+static void prepare_publisher(const pfx_publish_t *s)
 {
-    fill_ctx_t *f = ctx;
-    int64_t n = 1;
-    for (int i = 0; i < d->ndim; i++)
-        n *= d->shape[i];
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t len = ((size_t)(n ? n : 1) * d->elsize + page - 1) / page * page;
-    uint8_t *buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED || pub_nbufs == MAX_BUFS)
-        return RS_ERR_NO_MEMORY;
-    vd_fill_box(buf, d);
-    pub_buf[pub_nbufs] = buf;
-    pub_len[pub_nbufs++] = len;
-    return rs_publisher_register(f->pub, d->tensor, d->dtype, d->ndim,
-                                 d->full_shape, d->offset, d->shape, buf, RS_MEM_HOST, NULL);
-}
-
-/* `--publisher CONFIG|DIRECTORY|RANK|CMD_FD|ACK_FD`: publishes version 1
- * and serves it until the command pipe closes. */
-static int publisher_entry(const char *arg)
-{
-    char buf[8192], *f[5];
-    rs_model_h model;
-    rs_layout_t train;
-    rs_publisher_params_t pp;
-    rs_publisher_h pub;
-    rs_diag_t diag;
     struct rlimit no_core = {0, 0};
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    setrlimit(RLIMIT_CORE, &no_core); /* a crash is the point: no core */
-    snprintf(buf, sizeof(buf), "%s", arg);
-    f[0] = strtok(buf, "|");
-    for (int i = 1; i < 5; i++)
-        f[i] = strtok(NULL, "|");
-    if (f[4] == NULL || rs_model_load(f[0], &diag, &model) != RS_OK ||
-        rs_layout_parse(TRAIN, &diag, &train) != RS_OK ||
-        rs_layout_check(&train, model, &diag) != RS_OK)
-        return 2;
-    int cmd = atoi(f[3]);
-    pub_ack_fd = atoi(f[4]);
+    setrlimit(RLIMIT_CORE, &no_core);
+    pub_ack_fd = s->ack_fd;
     signal(SIGUSR1, on_strike);
-    rs_publisher_params_init(&pp);
-    pp.directory = f[1];
-    pp.model = MODEL;
-    pp.rank = atoll(f[2]);
-    pp.world = train.world;
-    pp.backend = "ucx";
-    pp.heartbeat_s = 0.2;
-    if (rs_publisher_create(&pp, &diag, &pub) != RS_OK) {
-        fprintf(stderr, "publisher %s: %s\n", f[2], diag.msg);
-        return 3;
-    }
-    fill_ctx_t fc = {pub};
-    if (rs_layout_trainer_shards(model, &train, pp.rank, on_shard, &fc,
-                                 &diag) != RS_OK ||
-        rs_publisher_publish(pub, 1, &diag) != RS_OK) {
-        fprintf(stderr, "publisher %s: %s\n", f[2], diag.msg);
-        return 4;
-    }
-    char c;
-    for (;;) {
-        ssize_t k = read(cmd, &c, 1);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-    }
-    rs_publisher_destroy(pub);
-    rs_model_destroy(model);
-    return 0;
 }
 
 /* ---- the world ----------------------------------------------------------- */
@@ -181,93 +94,30 @@ static void no_segv_handler(const char *var)
     setenv(var, opts, 1);
 }
 
-static void start_publisher(world_t *w, int rank)
+/* A fault in the publisher just ends it: no backtrace or freeze from UCX
+ * (PFX_UCX_QUIET), no report from a sanitizer in a sanitized build. */
+static void no_segv_handlers(void)
 {
-    int cmd[2], ack[2];
-    assert_int_equal(pipe(cmd), 0);
-    assert_int_equal(pipe(ack), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        char arg[8192];
-        close(cmd[1]);
-        close(ack[0]);
-        /* A fault in the publisher just ends it: no backtrace or freeze
-         * from UCX, no report from a sanitizer in a sanitized build. */
-        no_segv_handler("ASAN_OPTIONS");
-        no_segv_handler("TSAN_OPTIONS");
-        setenv("UCX_HANDLE_ERRORS", "none", 1);
-        snprintf(arg, sizeof(arg), "%s|%s|%d|%d|%d", w->config, w->directory,
-                 rank, cmd[0], ack[1]);
-        execl("/proc/self/exe", "test_wire_faults", "--publisher", arg,
-              (char *)NULL);
-        _exit(13);
-    }
-    close(cmd[0]);
-    close(ack[1]);
-    w->pubs[rank] = pid;
-    w->cmd[rank] = cmd[1];
-    w->ack[rank] = ack[0];
+    no_segv_handler("ASAN_OPTIONS");
+    no_segv_handler("TSAN_OPTIONS");
 }
 
-/* Reaps a publisher (killing it first when asked); keeps its status. */
-static void stop_publisher(world_t *w, int rank, int kill_it)
+static void start_publisher(world_t *w, int rank)
 {
-    if (w->pubs[rank] <= 0)
-        return;
-    if (kill_it)
-        kill(w->pubs[rank], SIGKILL);
-    close(w->cmd[rank]);
-    close(w->ack[rank]);
-    waitpid(w->pubs[rank], &w->status[rank], 0);
-    w->pubs[rank] = 0;
+    pfx_publish_t s = {.config = w->pw.config, .train = TRAIN,
+                       .directory = w->pw.directory, .model = MODEL,
+                       .backend = "ucx", .rank = rank, .first = 1,
+                       .flags = PFX_ACK_PIPE | PFX_UCX_QUIET | PFX_OWN_PAGES,
+                       .before_exec = no_segv_handlers};
+    pfx_start(&w->pubs[rank], &s);
 }
 
 static int world_setup(void **state)
 {
     (void)state;
     world_t *w = &world;
-    rs_diag_t diag;
     memset(w, 0, sizeof(*w));
-    const char *src = getenv("RESHARD_SOURCE_DIR");
-    snprintf(w->config, sizeof(w->config),
-             "%.900s/examples/models/tiny-llama.json", src ? src : ".");
-    snprintf(w->tmp, sizeof(w->tmp), "/tmp/rs-wire-XXXXXX");
-    if (mkdtemp(w->tmp) == NULL)
-        return -1;
-    snprintf(w->directory, sizeof(w->directory), "file:%.60s", w->tmp);
-    if (rs_model_load(w->config, &diag, &w->model) != RS_OK ||
-        rs_layout_parse(TRAIN, &diag, &w->train) != RS_OK ||
-        rs_layout_check(&w->train, w->model, &diag) != RS_OK ||
-        rs_layout_parse(INFER, &diag, &w->infer) != RS_OK ||
-        rs_layout_check(&w->infer, w->model, &diag) != RS_OK)
-        return -1;
-    return 0;
-}
-
-/* Runs on every path, failed assertions included. */
-static int world_teardown(void **state)
-{
-    (void)state;
-    world_t *w = &world;
-    char cmd[128];
-    for (int r = 0; r < 2; r++)
-        stop_publisher(w, r, 1);
-    rs_model_destroy(w->model);
-    w->model = NULL;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%.60s'", w->tmp);
-    if (w->tmp[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", w->tmp);
-    return 0;
-}
-
-static void use_tls(const char *tls)
-{
-    setenv("UCX_TLS", tls, 1);
-    if (strcmp(tls, "tcp") == 0)
-        setenv("UCX_NET_DEVICES", "lo", 1);
-    else
-        unsetenv("UCX_NET_DEVICES");
+    return pfx_world_open(&w->pw, "tiny-llama.json", TRAIN, INFER, "wire");
 }
 
 /* ---- the inference rank ------------------------------------------------ */
@@ -281,20 +131,9 @@ typedef struct strike {
 } strike_t;
 
 typedef struct rank {
-    rs_capture_h cap;
-    rs_receiver_h recv;
-    uint8_t **params, **prior;
-    size_t nparams;
-    int installs;
+    pfx_rank_t r;
     strike_t strike;
 } rank_t;
-
-static rs_status_t on_install(void *ctx, rs_exec_h exec)
-{
-    (void)exec;
-    ((rank_t *)ctx)->installs++;
-    return RS_OK;
-}
 
 static int strike_due(const strike_t *s, const rs_progress_t *p)
 {
@@ -306,16 +145,6 @@ static int strike_due(const strike_t *s, const rs_progress_t *p)
     case AT_MIDDLE: return p->bytes_done * 2 >= p->bytes_total;
     default: return p->bytes_done * 10 >= p->bytes_total * 9;
     }
-}
-
-/* Waits for the publisher's byte saying its memory is unreadable. */
-static int await_ack(int fd)
-{
-    struct pollfd pfd = {fd, POLLIN, 0};
-    char c;
-    while (poll(&pfd, 1, ACK_WAIT_MS) < 0 && errno == EINTR)
-        ;
-    return (pfd.revents & POLLIN) && read(fd, &c, 1) == 1;
 }
 
 static void *kill_later(void *arg)
@@ -333,7 +162,7 @@ static void freeze_then_kill(strike_t *s)
     static pid_t victim;
     int status;
     pthread_t th;
-    victim = s->w->pubs[VICTIM];
+    victim = s->w->pubs[VICTIM].pid;
     kill(victim, SIGSTOP);
     s->ack_ok = waitpid(victim, &status, WUNTRACED) == victim &&
                 WIFSTOPPED(status);
@@ -352,99 +181,43 @@ static void on_progress(void *ctx, const rs_progress_t *p)
     s->done_at = p->bytes_done;
     s->total = p->bytes_total;
     if (s->how == STRIKE_KILL) {
-        stop_publisher(s->w, VICTIM, 1);
+        pfx_stop(&s->w->pubs[VICTIM], 1);
     } else if (s->how == STRIKE_FREEZE_KILL) {
         freeze_then_kill(s);
     } else {
-        kill(s->w->pubs[VICTIM], SIGUSR1);
-        s->ack_ok = await_ack(s->w->ack[VICTIM]);
+        kill(s->w->pubs[VICTIM].pid, SIGUSR1);
+        s->ack_ok = pfx_await_ack(&s->w->pubs[VICTIM], ACK_WAIT_MS);
     }
 }
 
 static void open_rank(world_t *w, rank_t *ir, int how, int at)
 {
     rs_receiver_params_t rp;
-    rs_diag_t diag;
-    uint64_t padding;
-    memset(ir, 0, sizeof(*ir));
     ir->strike = (strike_t){how, at, w, 0, 0, 0, 0};
-    assert_int_equal(rs_layout_capture(w->model, &w->infer, 0, &diag,
-                                       &ir->cap, &padding), RS_OK);
     rs_receiver_params_init(&rp);
     assert_int_equal(rp.verify_digests, 1); /* verify is the default */
-    rp.directory = w->directory;
+    rp.directory = w->pw.directory;
     rp.model = MODEL;
     rp.backend = "ucx";
     rp.discover_timeout_s = 20;
     rp.timeout_s = WAIT_TIMEOUT_S;
-    rp.install = on_install;
-    rp.install_ctx = ir;
     rp.progress = on_progress;
     rp.progress_ctx = &ir->strike;
     rp.progress_chunk_bytes = CHUNK_BYTES;
-    assert_int_equal(rs_receiver_create(&rp, ir->cap, &diag, &ir->recv),
-                     RS_OK);
-    ir->nparams = rs_capture_num_params(ir->cap);
-    ir->params = calloc(ir->nparams, sizeof(uint8_t *));
-    ir->prior = calloc(ir->nparams, sizeof(uint8_t *));
-    for (size_t p = 0; p < ir->nparams; p++) {
-        rs_param_info_t info;
-        rs_capture_param(ir->cap, p, &info);
-        size_t n = info.nbytes ? info.nbytes : 1;
-        ir->params[p] = malloc(n);
-        ir->prior[p] = malloc(n);
-        for (size_t b = 0; b < n; b++) /* prior contents: not the fill */
-            ir->params[p][b] = (uint8_t)(b * 131 + p * 7 + 1);
-        memcpy(ir->prior[p], ir->params[p], n);
-        assert_int_equal(rs_receiver_bind(ir->recv, p, ir->params[p],
-                                          info.nbytes, RS_MEM_HOST, &diag), RS_OK);
-    }
+    pfx_rank_open(&ir->r, w->pw.model, &w->pw.infer, 0, &rp, PFX_FILL_PATTERN);
 }
 
-static void close_rank(rank_t *ir)
-{
-    rs_receiver_destroy(ir->recv);
-    for (size_t p = 0; p < ir->nparams; p++) {
-        free(ir->params[p]);
-        free(ir->prior[p]);
-    }
-    free(ir->params);
-    free(ir->prior);
-    rs_capture_destroy(ir->cap);
-}
+/* The rank of the running case: the teardown closes it after a failed
+ * assertion. */
+static rank_t rank;
 
-static void expect_untouched(const rank_t *ir)
+/* Runs on every path, failed assertions included. */
+static int world_teardown(void **state)
 {
-    for (size_t p = 0; p < ir->nparams; p++) {
-        rs_param_info_t info;
-        rs_capture_param(ir->cap, p, &info);
-        if (memcmp(ir->params[p], ir->prior[p], info.nbytes) != 0)
-            fail_msg("param %s was written by a failed pull", info.name);
-    }
-}
-
-static void expect_installed(world_t *w, const rank_t *ir)
-{
-    vd_expect_t x;
-    vd_init(&x, w->model, &w->infer, 0xEE);
-    vd_expect_rank(&x, 0);
-    for (size_t p = 0; p < ir->nparams; p++) {
-        rs_param_info_t info;
-        rs_capture_param(ir->cap, p, &info);
-        const vd_param_t *e = vd_find(&x, info.name);
-        assert_non_null(e);
-        /* Padding the plan never writes keeps the prior bytes. */
-        for (uint64_t b = 0; b < info.nbytes; b++) {
-            uint8_t want = e->bytes[b];
-            if (want == 0xEE && ir->params[p][b] == ir->prior[p][b])
-                continue;
-            if (ir->params[p][b] != want)
-                fail_msg("param %s byte %llu: got 0x%02x, want 0x%02x",
-                         info.name, (unsigned long long)b, ir->params[p][b],
-                         want);
-        }
-    }
-    vd_free(&x);
+    (void)state;
+    world_t *w = &world;
+    pfx_teardown(&rank.r, w->pubs, 2, &w->pw);
+    return 0;
 }
 
 /* No line UCX printed itself ("... UCX  ERROR ...", "UCX  WARN"). */
@@ -466,18 +239,18 @@ static void expect_no_ucx_lines(const char *path)
 static void pull_case(const char *tls, int how, int at)
 {
     world_t *w = &world;
-    rank_t ir;
+    rank_t *ir = &rank;
     rs_diag_t diag;
     rs_pull_result_t res;
-    use_tls(tls);
+    pfx_use_tls(tls);
     for (int r = 0; r < 2; r++)
         start_publisher(w, r);
-    open_rank(w, &ir, how, at);
+    open_rank(w, ir, how, at);
     rs_diag_clear(&diag);
     /* UCX's own lines about the failing peer must stay quiet: stdout (where
      * UCX logs by default) and stderr are caught during the pull. */
     char outpath[96];
-    snprintf(outpath, sizeof(outpath), "%.60s/output", w->tmp);
+    snprintf(outpath, sizeof(outpath), "%.60s/output", w->pw.tmp);
     fflush(stdout);
     fflush(stderr);
     int saved1 = dup(1), saved2 = dup(2);
@@ -485,7 +258,7 @@ static void pull_case(const char *tls, int how, int at)
     assert_true(saved1 >= 0 && saved2 >= 0 && caught >= 0);
     dup2(caught, 1);
     dup2(caught, 2);
-    rs_status_t st = rs_receiver_pull(ir.recv, 1, &diag, &res);
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
     fflush(stdout);
     fflush(stderr);
     dup2(saved1, 1);
@@ -495,34 +268,34 @@ static void pull_case(const char *tls, int how, int at)
     close(caught);
     expect_no_ucx_lines(outpath);
     fprintf(stderr, "%s, strike %d at %d (%llu of %llu bytes): %s: %s\n",
-            tls, how, at, (unsigned long long)ir.strike.done_at,
-            (unsigned long long)ir.strike.total, rs_status_str(st), diag.msg);
+            tls, how, at, (unsigned long long)ir->strike.done_at,
+            (unsigned long long)ir->strike.total, rs_status_str(st), diag.msg);
     if (how == STRIKE_NONE) {
         if (st != RS_OK)
             fail_msg("control pull: %s", diag.msg);
-        assert_int_equal(ir.installs, 1);
+        assert_int_equal(ir->r.installs, 1);
         assert_true(res.exec.shards_verified > 0); /* verify is the default */
-        expect_installed(w, &ir);
-        close_rank(&ir);
+        pfx_expect_direct(&ir->r, w->pw.model, &w->pw.infer, 0);
+        pfx_rank_close(&ir->r);
         return;
     }
-    assert_true(ir.strike.fired);
+    assert_true(ir->strike.fired);
     if (how != STRIKE_KILL)
-        assert_true(ir.strike.ack_ok);
+        assert_true(ir->strike.ack_ok);
     if (st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT)
         fail_msg("pull with trainer %d struck: %s: %s", VICTIM,
                  rs_status_str(st), diag.msg);
     if (strstr(diag.msg, "trainer-1, slot 1") == NULL)
         fail_msg("the message does not name trainer-1 and its slot: %s",
                  diag.msg);
-    assert_int_equal(ir.installs, 0);
-    expect_untouched(&ir);
-    close_rank(&ir);
+    assert_int_equal(ir->r.installs, 0);
+    pfx_expect_untouched(&ir->r);
+    pfx_rank_close(&ir->r);
     /* The victim died of what struck it: killed, or faulting while it
      * served a get. */
-    stop_publisher(w, VICTIM, 0);
-    assert_true(WIFSIGNALED(w->status[VICTIM]));
-    assert_int_equal(WTERMSIG(w->status[VICTIM]),
+    pfx_stop(&w->pubs[VICTIM], 0);
+    assert_true(WIFSIGNALED(w->pubs[VICTIM].status));
+    assert_int_equal(WTERMSIG(w->pubs[VICTIM].status),
                      how == STRIKE_CRASH ? SIGSEGV : SIGKILL);
 }
 
@@ -555,8 +328,8 @@ CASE(test_sm_crash_end, "sm", STRIKE_CRASH, AT_END)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--publisher") == 0)
-        return publisher_entry(argv[2]);
+    if (pfx_is_publisher(argc, argv))
+        return pfx_publisher_main(argv[2], prepare_publisher);
     const struct CMUnitTest tests[] = {
         T(test_tcp_control),     T(test_tcp_kill_first),
         T(test_tcp_kill_middle), T(test_tcp_kill_end),

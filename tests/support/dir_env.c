@@ -1,9 +1,17 @@
-/* Backends for the directory tests (dir_env.h). */
+/* Backends for the directory tests (dir_env.h): set up, torn down, and a
+ * group of tests run against each. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "assert_status.h"
 #include "dir_env.h"
 #include "reshard/dir.h"
+#include "tmp_path.h"
 
 int dir_env_setup(dir_env_t *e, const char *tag)
 {
@@ -34,13 +42,8 @@ void dir_env_teardown(dir_env_t *e)
 {
     if (e->redis)
         rfx_stop(&e->server);
-    if (e->tmp[0] != '\0') {
-        char cmd[PATH_MAX + 16];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->tmp);
-        if (system(cmd) != 0)
-            fprintf(stderr, "dir_env: could not remove %s\n", e->tmp);
-        e->tmp[0] = '\0';
-    }
+    tmp_remove(e->tmp);
+    e->tmp[0] = '\0';
 }
 
 rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,
@@ -66,4 +69,73 @@ rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,
     rs_dir_close(dir);
     free(table);
     return src;
+}
+
+rs_dir_h dir_env_open(const dir_env_t *e)
+{
+    rs_diag_t d;
+    rs_dir_h dir = NULL;
+    DIR_ENV_NEED(e);
+    if (rs_dir_open(e->url, &d, &dir) != RS_OK)
+        fail_msg("open %s: %s", e->backend, d.msg);
+    return dir;
+}
+
+void dir_env_release(const dir_env_t *e, const char *model, int64_t v,
+                     rs_publisher_h pub)
+{
+    rs_diag_t d;
+    rs_dir_h dir;
+    ASSERT_ST(rs_dir_open(e->url, &d, &dir), RS_OK, d);
+    rs_dir_release(dir, model, v, NULL); /* released already: fine */
+    rs_dir_close(dir);
+    ASSERT_ST(rs_publisher_wait_released(pub, v, 20, &d), RS_OK, d);
+}
+
+void dir_env_put_cuts(const dir_env_t *e, const char *model,
+                      const char *holder, const char *json, size_t len)
+{
+    rs_dir_h dir;
+    rs_diag_t d;
+    ASSERT_ST(rs_dir_open(e->url, &d, &dir), RS_OK, d);
+    ASSERT_ST(rs_dir_put_cuts(dir, model, holder, json, len, &d), RS_OK, d);
+    rs_dir_close(dir);
+}
+
+/* The group that is running: cmocka's group setup takes no argument. */
+static dir_env_t *group_env;
+static const char *group_tag;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return dir_env_setup(group_env, group_tag);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    dir_env_teardown(group_env);
+    return 0;
+}
+
+int dir_env_run(dir_env_t *e, const char *tag, const struct CMUnitTest *tests,
+                size_t n, dir_env_t **current)
+{
+    const char *name = e->redis ? "redis" : "file";
+    group_env = e;
+    group_tag = tag;
+    *current = e;
+    fprintf(stderr, "== directory backend: %s\n", name);
+    return _cmocka_run_group_tests(name, tests, n, group_setup,
+                                   group_teardown);
+}
+
+int dir_env_run_both(const char *tag, const struct CMUnitTest *tests,
+                     size_t n, dir_env_t **current)
+{
+    static dir_env_t file_env = {.backend = "file"};
+    static dir_env_t redis_env = {.backend = "redis", .redis = 1};
+    return dir_env_run(&file_env, tag, tests, n, current) +
+           dir_env_run(&redis_env, tag, tests, n, current);
 }

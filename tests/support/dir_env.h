@@ -9,6 +9,8 @@
 #include <stdio.h>
 
 #include "redis_fixture.h"
+#include "reshard/dir.h"
+#include "reshard/refit.h"
 #include "reshard/sources.h"
 
 typedef struct dir_env {
@@ -25,6 +27,33 @@ typedef struct dir_env {
 int dir_env_setup(dir_env_t *e, const char *tag);
 /* Stops the server or removes the folder; accepts a failed setup. */
 void dir_env_teardown(dir_env_t *e);
+
+struct CMUnitTest;
+
+/* Runs one group of cmocka tests against e's backend: *current points at
+ * e while they run, the group sets e up (`tag` names its folder) and tears
+ * it down. Returns the number of failed tests. */
+int dir_env_run(dir_env_t *e, const char *tag, const struct CMUnitTest *tests,
+                size_t n, dir_env_t **current);
+
+/* The same tests against a file directory, then a redis one. */
+int dir_env_run_both(const char *tag, const struct CMUnitTest *tests,
+                     size_t n, dir_env_t **current);
+
+/* Opens e's directory; skips the test when the backend is unavailable,
+ * fails it when the directory does not open. */
+rs_dir_h dir_env_open(const dir_env_t *e);
+
+/* Releases version v of `model` in e's directory (a version released
+ * already is fine) and waits up to 20 s for `pub` to see it. Fails the
+ * test otherwise. */
+void dir_env_release(const dir_env_t *e, const char *model, int64_t v,
+                     rs_publisher_h pub);
+
+/* Puts `holder`'s cuts record (json, len bytes) for `model` in e's
+ * directory; fails the test when it cannot. */
+void dir_env_put_cuts(const dir_env_t *e, const char *model,
+                      const char *holder, const char *json, size_t len);
 
 /* Slot `slot`'s table of version v of `model`, read from e's directory
  * and loaded as sources (the caller destroys them), or NULL with the

@@ -1,6 +1,7 @@
 /* Starts and stops private redis-server processes for tests. Servers die
  * with the test: PR_SET_PDEATHSIG in the child, an atexit handler in the
  * process that started them, and rfx_stop in teardown. */
+#include "core/clock.h"
 #include "redis_fixture.h"
 
 #include <dirent.h>
@@ -120,13 +121,6 @@ static pid_t spawn(const char *exe, const rfx_server_t *s,
     _exit(127);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* 1 once the server answers PING (NOAUTH counts: it is up). */
 static int answers(int port)
 {
@@ -150,8 +144,8 @@ static int answers(int port)
 /* Waits for PING; 0 when the child exited first (port taken?). */
 static int wait_up(rfx_server_t *s)
 {
-    double deadline = now_s() + READY_WAIT_S;
-    while (now_s() < deadline) {
+    double deadline = rs__now_s() + READY_WAIT_S;
+    while (rs__now_s() < deadline) {
         if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
             track(s->pid, 0);
             s->pid = 0;

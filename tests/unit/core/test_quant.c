@@ -21,6 +21,7 @@
 
 #include "core/quant_impl.h"
 #include "core/simd.h"
+#include "simd_levels.h"
 #include "reshard/quant.h"
 
 #define GUARD 64
@@ -39,18 +40,6 @@ static uint64_t rnd64(void)
 static int64_t rnd_below(int64_t n)
 {
     return (int64_t)(rnd64() % (uint64_t)n);
-}
-
-static int nlevels(void)
-{
-    return (int)rs__simd_best() + 1;
-}
-
-static int restore_level(void **state)
-{
-    (void)state;
-    rs__simd_force(rs__simd_best());
-    return 0;
 }
 
 /* ---------------------------------------------------- the reference */
@@ -340,7 +329,7 @@ static void test_random(void **state)
     static const rs_quant_scheme_t schemes[] = {
         RS_QUANT_FP8_BLOCK, RS_QUANT_FP8_CHANNEL, RS_QUANT_FP8_TENSOR};
     rng_state = 20260101;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         for (int iter = 0; iter < 40; iter++) {
             for (int si = 0; si < 3; si++) {
@@ -393,7 +382,7 @@ static void run_f32(const ref_case_t *c, unsigned char *s, uint8_t *q,
 static void test_zero_and_tiny_blocks(void **state)
 {
     (void)state;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         for (int f = 0; f < 2; f++) {
             const float fmax = ref_fmax(formats[f]);
@@ -450,7 +439,7 @@ static void test_encoder_sweep_f32(void **state)
                     x[i] = -x[i];
                 want[i] = ref_encode(formats[f], x[i]);
             }
-            for (int lv = 0; lv < nlevels(); lv++) {
+            for (int lv = 0; lv < simd_nlevels(); lv++) {
                 const rs__quant_ops_t *ops = rs__quant_ops((rs__simd_t)lv);
                 ops->enc[RS__QSRC_F32][f](q, x, N, 1.0f);
                 for (int i = 0; i < N; i++) {
@@ -499,7 +488,7 @@ static void test_encoder_sweep_16(void **state)
                     want[i] = ref_encode(formats[f],
                                          ref_load(src, (const unsigned char *)x,
                                                   i) / scales[k]);
-                for (int lv = 0; lv < nlevels(); lv++) {
+                for (int lv = 0; lv < simd_nlevels(); lv++) {
                     const rs__quant_ops_t *ops = rs__quant_ops((rs__simd_t)lv);
                     const size_t off = (size_t)lv % 4;
                     ops->enc[dt == 0 ? RS__QSRC_BF16 : RS__QSRC_F16][f](
@@ -515,7 +504,7 @@ static void test_encoder_sweep_16(void **state)
             }
         }
         /* the amax kernels: every finite pattern, then one NaN or inf */
-        for (int lv = 0; lv < nlevels(); lv++) {
+        for (int lv = 0; lv < simd_nlevels(); lv++) {
             const rs__quant_ops_t *ops = rs__quant_ops((rs__simd_t)lv);
             const int si = dt == 0 ? RS__QSRC_BF16 : RS__QSRC_F16;
             assert_int_equal(ops->amax[si](x, n), dt == 0 ? 0x7f7f : 0x7bff);
@@ -542,7 +531,7 @@ static void test_round_past_max(void **state)
             found = amax / (amax / fmax) > fmax;
         }
         assert_true(found);
-        for (int lv = 0; lv < nlevels(); lv++) {
+        for (int lv = 0; lv < simd_nlevels(); lv++) {
             rs__simd_force((rs__simd_t)lv);
             ref_case_t c;
             one_d_case(&c, formats[f], RS_DTYPE_F32, 64, 64);
@@ -567,7 +556,7 @@ static void test_coarse_scale_saturates(void **state)
 {
     (void)state;
     const float amax = 85443.0f * 0x1p-149f;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         ref_case_t c;
         one_d_case(&c, RS_DTYPE_F8E5M2, RS_DTYPE_F32, 40, 40);
@@ -609,7 +598,7 @@ static void test_ragged_boxes(void **state)
         {1, {300}, {INT64_MAX}, {0}, {300}},
     };
     rng_state = 7;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
             for (int t = 0; t < 6; t++) {
@@ -653,7 +642,7 @@ static void test_nonfinite_refused(void **state)
 {
     (void)state;
     rng_state = 99;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         for (int t = 0; t < 12; t++) {
             ref_case_t c;
@@ -704,7 +693,7 @@ static void test_many_chunks(void **state)
         {2, {300, 5000}, {1, 16}},
     };
     rng_state = 31;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
             ref_case_t c;
@@ -735,7 +724,7 @@ static void test_many_chunks(void **state)
     unsigned char *s = random_source(&c);
     put_nonfinite(c.dt, s, 128 * 270 + 5, 1);  /* block 270 */
     put_nonfinite(c.dt, s, 128 * 200 + 99, 0); /* block 200: named */
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         check_case(&c, s);
         uint8_t *q = malloc(128 * 300);
@@ -770,7 +759,7 @@ static void test_control_bits(void **state)
     float want_scale[4], got_scale[4];
     assert_int_equal(ref_quantize(&c, s, want, want_scale, &nblk), -1);
     const unsigned csr = _mm_getcsr();
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         const unsigned odd = (csr & ~0xe040u) | 0x8040u | 0x6000u;
         _mm_setcsr(odd);
@@ -1032,20 +1021,20 @@ int main(void)
         cmocka_unit_test(test_spec_text),
         cmocka_unit_test(test_spec_hostile),
         cmocka_unit_test(test_block_shape),
-        cmocka_unit_test_teardown(test_encoder_sweep_f32, restore_level),
-        cmocka_unit_test_teardown(test_encoder_sweep_16, restore_level),
-        cmocka_unit_test_teardown(test_zero_and_tiny_blocks, restore_level),
-        cmocka_unit_test_teardown(test_round_past_max, restore_level),
-        cmocka_unit_test_teardown(test_coarse_scale_saturates, restore_level),
-        cmocka_unit_test_teardown(test_ragged_boxes, restore_level),
-        cmocka_unit_test_teardown(test_nonfinite_refused, restore_level),
-        cmocka_unit_test_teardown(test_random, restore_level),
-        cmocka_unit_test_teardown(test_many_chunks, restore_level),
+        cmocka_unit_test_teardown(test_encoder_sweep_f32, simd_restore_level),
+        cmocka_unit_test_teardown(test_encoder_sweep_16, simd_restore_level),
+        cmocka_unit_test_teardown(test_zero_and_tiny_blocks, simd_restore_level),
+        cmocka_unit_test_teardown(test_round_past_max, simd_restore_level),
+        cmocka_unit_test_teardown(test_coarse_scale_saturates, simd_restore_level),
+        cmocka_unit_test_teardown(test_ragged_boxes, simd_restore_level),
+        cmocka_unit_test_teardown(test_nonfinite_refused, simd_restore_level),
+        cmocka_unit_test_teardown(test_random, simd_restore_level),
+        cmocka_unit_test_teardown(test_many_chunks, simd_restore_level),
 #if defined(__SSE2__)
-        cmocka_unit_test_teardown(test_control_bits, restore_level),
+        cmocka_unit_test_teardown(test_control_bits, simd_restore_level),
 #endif
-        cmocka_unit_test_teardown(test_bad_boxes, restore_level),
-        cmocka_unit_test_teardown(test_scalar_tensor, restore_level),
+        cmocka_unit_test_teardown(test_bad_boxes, simd_restore_level),
+        cmocka_unit_test_teardown(test_scalar_tensor, simd_restore_level),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

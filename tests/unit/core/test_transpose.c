@@ -17,6 +17,7 @@
 
 #include "core/convert.h"
 #include "core/simd.h"
+#include "simd_levels.h"
 #include "core/transpose.h"
 
 #define GUARD 128
@@ -34,19 +35,6 @@ static void fill_random(unsigned char *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         p[i] = (unsigned char)rnd64();
-}
-
-/* The levels to test: every one up to the best this machine supports. */
-static int nlevels(void)
-{
-    return (int)rs__simd_best() + 1;
-}
-
-static int restore_level(void **state)
-{
-    (void)state;
-    rs__simd_force(rs__simd_best());
-    return 0;
 }
 
 typedef struct tcase {
@@ -105,7 +93,7 @@ static const size_t sizes[4] = {1, 2, 4, 8};
  * not, plain and streamed. */
 static void check_shape(int64_t rows, int64_t cols)
 {
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         assert_int_equal(rs__simd_force((rs__simd_t)lv), lv);
         for (size_t k = 0; k < 4; k++)
             for (int v = 0; v < 4; v++) {
@@ -160,7 +148,7 @@ static void test_all_small(void **state)
 {
     (void)state;
     rng_state = 3;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         for (int64_t r = 1; r <= 70; r += 1 + (r > 34))
             for (int64_t c = 1; c <= 70; c += 1 + (c > 34)) {
@@ -260,7 +248,7 @@ static void test_strided_batched(void **state)
         {2, 128, 96}};
     const int64_t nopad[3] = {0, 0, 0}, pad[3] = {1, 3, 2};
     rng_state = 4;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         for (size_t z = 0; z < sizeof(shapes) / sizeof(shapes[0]); z++)
             for (size_t k = 0; k < NPAIRS; k++)
@@ -286,7 +274,7 @@ static void test_strided_streamed(void **state)
     static const int id[3] = {0, 1, 2}, perm[3] = {0, 2, 1};
     const int64_t nopad[3] = {0, 0, 0}, dpad[3] = {0, 0, 3};
     rng_state = 5;
-    for (int lv = 0; lv < nlevels(); lv++) {
+    for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
         scase_t a = {RS_DTYPE_F32, RS_DTYPE_F32, 3, {1, 1536, 1440}, {0},
                      {0}, 0, 0};
@@ -334,12 +322,12 @@ static void test_simd_levels(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_simd_levels, restore_level),
-        cmocka_unit_test_teardown(test_edge_shapes, restore_level),
-        cmocka_unit_test_teardown(test_all_small, restore_level),
-        cmocka_unit_test_teardown(test_large_shapes, restore_level),
-        cmocka_unit_test_teardown(test_strided_batched, restore_level),
-        cmocka_unit_test_teardown(test_strided_streamed, restore_level),
+        cmocka_unit_test_teardown(test_simd_levels, simd_restore_level),
+        cmocka_unit_test_teardown(test_edge_shapes, simd_restore_level),
+        cmocka_unit_test_teardown(test_all_small, simd_restore_level),
+        cmocka_unit_test_teardown(test_large_shapes, simd_restore_level),
+        cmocka_unit_test_teardown(test_strided_batched, simd_restore_level),
+        cmocka_unit_test_teardown(test_strided_streamed, simd_restore_level),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

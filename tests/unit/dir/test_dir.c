@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "dir_env.h"
 #include "reshard/dir.h"
 #include "assert_status.h"
@@ -30,19 +31,6 @@ typedef dir_env_t env_t;
 static env_t *g;
 
 #define NEED_BACKEND() DIR_ENV_NEED(g)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
 
 /* Table bytes of (version, slot, variant): binary, with zero bytes, and
  * computed here alone so every read is checked against them. */
@@ -62,12 +50,7 @@ static size_t table_of(int64_t version, int64_t slot, int variant,
 
 static rs_dir_h open_dir(void)
 {
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    rs_status_t st = rs_dir_open(g->url, &d, &dir);
-    if (st != RS_OK)
-        fail_msg("open %s: %s", g->backend, d.msg);
-    return dir;
+    return dir_env_open(g);
 }
 
 static void publish_ok(rs_dir_h dir, const char *model, int64_t v,
@@ -233,13 +216,13 @@ static int observe(rs_dir_h dir)
 
 static void reap_all(pid_t *pids, int n, int *failed)
 {
-    double deadline = now_s() + RACE_DEADLINE_S;
+    double deadline = rs__now_s() + RACE_DEADLINE_S;
     for (int i = 0; i < n; i++) {
         int status = 0;
         while (waitpid(pids[i], &status, WNOHANG) == 0) {
-            if (now_s() > deadline)
+            if (rs__now_s() > deadline)
                 kill(pids[i], SIGKILL);
-            sleep_s(0.005);
+            rs__sleep_s(0.005);
         }
         *failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
     }
@@ -264,8 +247,8 @@ static void test_racing_publishers(void **state)
     close(gate[0]);
     close(gate[1]); /* every child starts at once */
     int seen_ready = 0, failed = 0;
-    double deadline = now_s() + RACE_DEADLINE_S;
-    while (seen_ready < RACE_VERSIONS && now_s() < deadline)
+    double deadline = rs__now_s() + RACE_DEADLINE_S;
+    while (seen_ready < RACE_VERSIONS && rs__now_s() < deadline)
         seen_ready = observe(dir);
     reap_all(pids, RACE_PROCS, &failed);
     assert_int_equal(failed, 0);
@@ -296,7 +279,7 @@ static pid_t publish_later(const char *model, int64_t v, double delay)
     pid_t pid = fork();
     if (pid != 0)
         return pid;
-    sleep_s(delay);
+    rs__sleep_s(delay);
     rs_diag_t d;
     rs_dir_h dir = NULL;
     unsigned char buf[1024];
@@ -375,7 +358,7 @@ static void test_stale_publisher(void **state)
     publish_ok(dir, m, 2, 0);
     publish_ok(dir, m, 2, 1);
     ASSERT_ST(rs_dir_wait_ready(dir, m, 2, 1.0, 60, &d, &info), RS_OK, d);
-    sleep_s(1.2);
+    rs__sleep_s(1.2);
     ASSERT_ST(rs_dir_heartbeat(dir, m, 2, 0, &d), RS_OK, d);
     /* slot 1 said nothing for 1.2 s: never counted as a live publisher */
     ASSERT_ST(rs_dir_wait_ready(dir, m, 2, 0.2, 1.0, &d, &info),
@@ -465,7 +448,7 @@ static void test_lease_expiry(void **state)
               d);
     ASSERT_ST(rs_dir_lease_renew(dir, m, 3, "renewed", epoch, 30, &d), RS_OK,
               d);
-    sleep_s(0.4);
+    rs__sleep_s(0.4);
     ASSERT_ST(rs_dir_release(dir, m, 3, &d), RS_ERR_INCOMPLETE, d);
     ASSERT_MSG_HAS(d, "leased by 'renewed'");
     ASSERT_ST(rs_dir_unlease(dir, m, 3, "renewed", &d), RS_OK, d);
@@ -473,9 +456,9 @@ static void test_lease_expiry(void **state)
     ASSERT_ST(rs_dir_release(dir, m, 3, &d), RS_ERR_INCOMPLETE, d);
     ASSERT_MSG_HAS(d, "leased by 'short'");
     rs_status_t st = RS_ERR_INCOMPLETE;
-    double deadline = now_s() + 5.0;
-    while (st == RS_ERR_INCOMPLETE && now_s() < deadline) {
-        sleep_s(0.05);
+    double deadline = rs__now_s() + 5.0;
+    while (st == RS_ERR_INCOMPLETE && rs__now_s() < deadline) {
+        rs__sleep_s(0.05);
         st = rs_dir_release(dir, m, 3, &d);
     }
     ASSERT_ST(st, RS_OK, d);
@@ -521,12 +504,12 @@ static void test_lease_epochs(void **state)
     ASSERT_ST(rs_dir_unlease(dir, m, 4, "h", &d), RS_OK, d);
     ASSERT_ST(rs_dir_lease_take(dir, m, 4, "h", 0.2, &d, &e3), RS_OK, d);
     ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 30, &d), RS_OK, d);
-    sleep_s(0.4);
+    rs__sleep_s(0.4);
     ASSERT_ST(rs_dir_release(dir, m, 4, &d), RS_ERR_INCOMPLETE, d);
     ASSERT_MSG_HAS(d, "leased by 'h'");
     /* a lapse ends the epoch even though nobody took the name since */
     ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 0.2, &d), RS_OK, d);
-    sleep_s(0.4);
+    rs__sleep_s(0.4);
     ASSERT_ST(rs_dir_lease_renew(dir, m, 4, "h", e3, 30, &d),
               RS_ERR_INCOMPLETE, d);
     ASSERT_MSG_HAS(d, "lapsed");
@@ -633,7 +616,7 @@ static void test_wait_released(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         rs_dir_h other = NULL;
-        sleep_s(0.2);
+        rs__sleep_s(0.2);
         int ok = rs_dir_open(g->url, &d, &other) == RS_OK &&
                  rs_dir_release(other, m, 8, &d) == RS_OK;
         rs_dir_close(other);
@@ -706,12 +689,12 @@ static void test_malformed_urls(void **state)
     char url[128];
     int port = rfx_free_port();
     snprintf(url, sizeof(url), "redis://:pw@127.0.0.1:%d?timeout=2", port);
-    double t0 = now_s();
+    double t0 = rs__now_s();
     ASSERT_ST(rs_dir_open(url, &d, &dir), RS_ERR_TRANSPORT, d);
     char where[64];
     snprintf(where, sizeof(where), "127.0.0.1:%d", port);
     ASSERT_MSG_HAS(d, where);
-    assert_true(now_s() - t0 < 10.0);
+    assert_true(rs__now_s() - t0 < 10.0);
 }
 
 /* The file backend's layout is what docs/formats.md says. */
@@ -798,49 +781,55 @@ static redisReply *raw(int port, const char *cmd)
     return r;
 }
 
-static void start_private(rfx_server_t *s, char *url, size_t cap,
-                          char where[64])
+/* A private server with a short timeout, and a directory on it. */
+typedef struct private {
+    rfx_server_t s;
+    char url[PATH_MAX + 128];
+    char where[64]; /* how messages name the server */
+    rs_diag_t d;
+    rs_dir_h dir;
+} private_t;
+
+/* Starts p with version 1 (two slots) of model m: the status of opening
+ * and creating, checked later. */
+static rs_status_t start_private(private_t *p, const char *m)
 {
     char why[512];
-    if (rfx_start(s, NULL, why, sizeof(why)) != 0)
+    p->dir = NULL;
+    if (rfx_start(&p->s, NULL, why, sizeof(why)) != 0)
         fail_msg("%s", why);
-    snprintf(url, cap, "%s?timeout=0.5", s->url);
-    snprintf(where, 64, "127.0.0.1:%d", s->port);
+    snprintf(p->url, sizeof(p->url), "%s?timeout=0.5", p->s.url);
+    snprintf(p->where, sizeof(p->where), "127.0.0.1:%d", p->s.port);
+    rs_status_t st = rs_dir_open(p->url, &p->d, &p->dir);
+    return st == RS_OK ? rs_dir_create_version(p->dir, m, 1, 2, &p->d) : st;
 }
 
 static void test_redis_killed_server(void **state)
 {
     (void)state;
     NEED_BACKEND();
-    rfx_server_t s;
-    char url[PATH_MAX + 128], where[64];
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    start_private(&s, url, sizeof(url), where);
-    rs_status_t st = rs_dir_open(url, &d, &dir);
-    if (st == RS_OK)
-        st = rs_dir_create_version(dir, "dead", 1, 2, &d);
+    private_t p;
+    rs_status_t st = start_private(&p, "dead");
     /* scripts flushed behind our back are loaded again */
-    redisReply *r = raw(s.port, "SCRIPT FLUSH");
+    redisReply *r = raw(p.s.port, "SCRIPT FLUSH");
     if (r != NULL)
         freeReplyObject(r);
-    rs_status_t st_flushed = st == RS_OK ? rs_dir_create_version(dir, "dead",
-                                                                 1, 2, &d)
-                                         : st;
-    kill(s.pid, SIGKILL); /* with our connection open */
-    waitpid(s.pid, NULL, 0);
-    rs_status_t st_lost = rs_dir_publish(dir, "dead", 1, 0, "t", 1, &d);
-    rs_diag_t d_lost = d;
-    rs_status_t st_gone = rs_dir_heartbeat(dir, "dead", 1, 0, &d);
-    rs_diag_t d_gone = d;
-    rs_dir_close(dir);
-    rfx_stop(&s);
-    ASSERT_ST(st, RS_OK, d);
-    ASSERT_ST(st_flushed, RS_OK, d);
+    rs_status_t st_flushed =
+        st == RS_OK ? rs_dir_create_version(p.dir, "dead", 1, 2, &p.d) : st;
+    kill(p.s.pid, SIGKILL); /* with our connection open */
+    waitpid(p.s.pid, NULL, 0);
+    rs_status_t st_lost = rs_dir_publish(p.dir, "dead", 1, 0, "t", 1, &p.d);
+    rs_diag_t d_lost = p.d;
+    rs_status_t st_gone = rs_dir_heartbeat(p.dir, "dead", 1, 0, &p.d);
+    rs_diag_t d_gone = p.d;
+    rs_dir_close(p.dir);
+    rfx_stop(&p.s);
+    ASSERT_ST(st, RS_OK, p.d);
+    ASSERT_ST(st_flushed, RS_OK, p.d);
     ASSERT_ST(st_lost, RS_ERR_TRANSPORT, d_lost);
-    ASSERT_MSG_HAS(d_lost, where);
+    ASSERT_MSG_HAS(d_lost, p.where);
     ASSERT_ST(st_gone, RS_ERR_TRANSPORT, d_gone);
-    ASSERT_MSG_HAS(d_gone, where);
+    ASSERT_MSG_HAS(d_gone, p.where);
     ASSERT_MSG_HAS(d_gone, "cannot connect");
 }
 
@@ -848,48 +837,28 @@ static void test_redis_hung_server(void **state)
 {
     (void)state;
     NEED_BACKEND();
-    rfx_server_t s;
-    char url[PATH_MAX + 128], where[64];
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    start_private(&s, url, sizeof(url), where);
-    rs_status_t st = rs_dir_open(url, &d, &dir);
-    if (st == RS_OK)
-        st = rs_dir_create_version(dir, "hung", 1, 2, &d);
-    kill(s.pid, SIGSTOP); /* every call must still return */
-    double t0 = now_s();
-    rs_status_t st_hung = rs_dir_heartbeat(dir, "hung", 1, 0, &d);
-    rs_diag_t d_hung = d;
+    private_t p;
+    rs_status_t st = start_private(&p, "hung");
+    kill(p.s.pid, SIGSTOP); /* every call must still return */
+    double t0 = rs__now_s();
+    rs_status_t st_hung = rs_dir_heartbeat(p.dir, "hung", 1, 0, &p.d);
+    rs_diag_t d_hung = p.d;
     rs_dir_h other = NULL;
-    rs_status_t st_open = rs_dir_open(url, &d, &other);
-    rs_diag_t d_open = d;
-    double hung_s = now_s() - t0;
+    rs_status_t st_open = rs_dir_open(p.url, &p.d, &other);
+    rs_diag_t d_open = p.d;
+    double hung_s = rs__now_s() - t0;
     rs_dir_close(other);
-    rs_dir_close(dir);
-    rfx_stop(&s);
-    ASSERT_ST(st, RS_OK, d);
+    rs_dir_close(p.dir);
+    rfx_stop(&p.s);
+    ASSERT_ST(st, RS_OK, p.d);
     ASSERT_ST(st_hung, RS_ERR_TRANSPORT, d_hung);
-    ASSERT_MSG_HAS(d_hung, where);
+    ASSERT_MSG_HAS(d_hung, p.where);
     ASSERT_ST(st_open, RS_ERR_TRANSPORT, d_open);
-    ASSERT_MSG_HAS(d_open, where);
+    ASSERT_MSG_HAS(d_open, p.where);
     assert_true(hung_s < 20.0); /* a bound, not a measurement */
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return dir_env_setup(g, "dir-test");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dir_env_teardown(g);
-    return 0;
-}
-
-static int run_group(const char *name, const struct CMUnitTest *extra,
-                     size_t nextra)
+static int run_group(env_t *e, const struct CMUnitTest *extra, size_t nextra)
 {
     const struct CMUnitTest common[] = {
         cmocka_unit_test(test_create_and_validate),
@@ -909,9 +878,7 @@ static int run_group(const char *name, const struct CMUnitTest *extra,
     struct CMUnitTest all[NCOMMON + 4];
     memcpy(all, common, sizeof(common));
     memcpy(all + NCOMMON, extra, nextra * sizeof(*extra));
-    fprintf(stderr, "== directory backend: %s\n", name);
-    return _cmocka_run_group_tests(name, all, NCOMMON + nextra, group_setup,
-                                   group_teardown);
+    return dir_env_run(e, "dir-test", all, NCOMMON + nextra, &g);
 }
 
 int main(void)
@@ -926,10 +893,6 @@ int main(void)
         cmocka_unit_test(test_redis_killed_server),
         cmocka_unit_test(test_redis_hung_server),
     };
-    int failed = 0;
-    g = &file_env;
-    failed += run_group("file", file_only, 1);
-    g = &redis_env;
-    failed += run_group("redis", redis_only, 3);
-    return failed;
+    return run_group(&file_env, file_only, 1) +
+           run_group(&redis_env, redis_only, 3);
 }

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "dir_env.h"
 #include "reshard/dir.h"
 #include "assert_status.h"
@@ -37,18 +38,9 @@ static env_t *g;
             fail_msg("'%s' lacks '%s'", (text), (needle));                    \
     } while (0)
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 static rs_dir_h open_dir(void)
 {
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    ASSERT_ST(rs_dir_open(g->url, &d, &dir), RS_OK, d);
-    return dir;
+    return dir_env_open(g);
 }
 
 static void publish_all(rs_dir_h dir, const char *m, int64_t v, int64_t n)
@@ -150,7 +142,7 @@ static void test_stale_skipped(void **state)
     publish_all(dir, m, 1, 2);
     publish_all(dir, m, 2, 2);
     publish_all(dir, m, 3, 1);
-    sleep_s(1.5);
+    rs__sleep_s(1.5);
     /* 1 alive; 2 half alive; 3 silent: the newest live is 1 */
     ASSERT_ST(rs_dir_heartbeat(dir, m, 1, 0, &d), RS_OK, d);
     ASSERT_ST(rs_dir_heartbeat(dir, m, 1, 1, &d), RS_OK, d);
@@ -165,7 +157,7 @@ static void test_stale_skipped(void **state)
     ASSERT_HAS(d.msg, "version 2 of 'skip' is READY but not every publisher");
     ASSERT_HAS(d.msg, "stale slot: 0 (last heartbeat");
     /* when every READY version is stale, the newest is explained */
-    sleep_s(1.1);
+    rs__sleep_s(1.1);
     ASSERT_ST(rs_dir_wait_ready(dir, m, -1, 0.1, 1.0, &d, &info),
               RS_ERR_TIMEOUT, d);
     ASSERT_HAS(d.msg, "newest READY version 3 of 'skip'");
@@ -389,19 +381,6 @@ static void test_password_sources(void **state)
     ASSERT_HAS(d_both.msg, "give one");
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return dir_env_setup(g, "dir-cluster");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dir_env_teardown(g);
-    return 0;
-}
-
 int main(void)
 {
     static env_t file_env = {.backend = "file"};
@@ -422,12 +401,8 @@ int main(void)
         cmocka_unit_test(test_connect_later),
         cmocka_unit_test(test_password_sources),
     };
-    int failed = 0;
-    g = &file_env;
-    failed += cmocka_run_group_tests_name("file", file_tests, group_setup,
-                                          group_teardown);
-    g = &redis_env;
-    failed += cmocka_run_group_tests_name("redis", redis_tests, group_setup,
-                                          group_teardown);
-    return failed;
+    return dir_env_run(&file_env, "dir-cluster", file_tests,
+                       sizeof(file_tests) / sizeof(file_tests[0]), &g) +
+           dir_env_run(&redis_env, "dir-cluster", redis_tests,
+                       sizeof(redis_tests) / sizeof(redis_tests[0]), &g);
 }

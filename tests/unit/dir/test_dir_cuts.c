@@ -39,12 +39,7 @@ static dir_env_t *g;
 
 static rs_dir_h open_dir(void)
 {
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    DIR_ENV_NEED(g);
-    if (rs_dir_open(g->url, &d, &dir) != RS_OK)
-        fail_msg("open %s: %s", g->backend, d.msg);
-    return dir;
+    return dir_env_open(g);
 }
 
 /* A record of its own for (tag, variant): text with a NUL inside, so the
@@ -506,20 +501,7 @@ static void test_around_the_api(void **state)
     rs_dir_close(dir);
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return dir_env_setup(g, "dir-cuts");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dir_env_teardown(g);
-    return 0;
-}
-
-static int run_group(const char *name)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_read_replace),
@@ -531,20 +513,6 @@ static int run_group(const char *name)
         cmocka_unit_test(test_read_chosen),
         cmocka_unit_test(test_around_the_api),
     };
-    fprintf(stderr, "== directory backend: %s\n", name);
-    return _cmocka_run_group_tests(name, tests,
-                                   sizeof(tests) / sizeof(tests[0]),
-                                   group_setup, group_teardown);
-}
-
-int main(void)
-{
-    static dir_env_t file_env = {.backend = "file"};
-    static dir_env_t redis_env = {.backend = "redis", .redis = 1};
-    int failed = 0;
-    g = &file_env;
-    failed += run_group("file");
-    g = &redis_env;
-    failed += run_group("redis");
-    return failed;
+    return dir_env_run_both("dir-cuts", tests,
+                            sizeof(tests) / sizeof(tests[0]), &g);
 }

@@ -20,6 +20,7 @@
 
 #include "reshard/dir.h"
 #include "assert_status.h"
+#include "tmp_path.h"
 
 #define MODEL "m"
 
@@ -34,8 +35,7 @@ static int setup(void **state)
     fx_t *f = calloc(1, sizeof(*f));
     rs_diag_t d;
     assert_non_null(f);
-    snprintf(f->tmp, sizeof(f->tmp), "/tmp/rs-file-lock-XXXXXX");
-    assert_non_null(mkdtemp(f->tmp));
+    tmp_dir(f->tmp, sizeof(f->tmp), "file-lock");
     snprintf(f->url, sizeof(f->url), "file:%s", f->tmp);
     ASSERT_ST(rs_dir_open(f->url, &d, &f->dir), RS_OK, d);
     ASSERT_ST(rs_dir_create_version(f->dir, MODEL, 1, 1, &d), RS_OK, d);
@@ -48,11 +48,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx_t *f = *state;
-    char cmd[128];
     rs_dir_close(f->dir);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->tmp);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", f->tmp);
+    tmp_remove(f->tmp);
     free(f);
     return 0;
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "dir_env.h"
 #include "reshard/dir.h"
 #include "assert_status.h"
@@ -30,12 +31,7 @@ static dir_env_t *g;
 
 static rs_dir_h open_dir(void)
 {
-    rs_diag_t d;
-    rs_dir_h dir = NULL;
-    DIR_ENV_NEED(g);
-    if (rs_dir_open(g->url, &d, &dir) != RS_OK)
-        fail_msg("open %s: %s", g->backend, d.msg);
-    return dir;
+    return dir_env_open(g);
 }
 
 /* A binary table of its own for (publisher tag, variant), zero bytes
@@ -191,12 +187,6 @@ static void test_restart_replaces(void **state)
     rs_dir_close(dir);
 }
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 /* A slot lives while any of its publishers does. */
 static void test_heartbeats_per_publisher(void **state)
 {
@@ -210,7 +200,7 @@ static void test_heartbeats_per_publisher(void **state)
     ASSERT_ST(rs_dir_create_version(dir, m, 1, 1, &d), RS_OK, d);
     publish(dir, m, 0, "a", GEO_A, 1, 0);
     publish(dir, m, 0, "b", GEO_A, 2, 0);
-    sleep_s(1.0);
+    rs__sleep_s(1.0);
     ASSERT_ST(rs_dir_wait_ready(dir, m, 1, 0.1, 0.9, &d, &info),
               RS_ERR_TIMEOUT, d);
     ASSERT_MSG_HAS(d, "stale");
@@ -368,20 +358,7 @@ static void test_corrupted_table(void **state)
     rs_dir_close(dir);
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return dir_env_setup(g, "dir-replicas");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dir_env_teardown(g);
-    return 0;
-}
-
-static int run_group(const char *name)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publishers_join),
@@ -391,20 +368,6 @@ static int run_group(const char *name)
         cmocka_unit_test(test_publisher_limit),
         cmocka_unit_test(test_corrupted_table),
     };
-    fprintf(stderr, "== directory backend: %s\n", name);
-    return _cmocka_run_group_tests(name, tests,
-                                   sizeof(tests) / sizeof(tests[0]),
-                                   group_setup, group_teardown);
-}
-
-int main(void)
-{
-    static dir_env_t file_env = {.backend = "file"};
-    static dir_env_t redis_env = {.backend = "redis", .redis = 1};
-    int failed = 0;
-    g = &file_env;
-    failed += run_group("file");
-    g = &redis_env;
-    failed += run_group("redis");
-    return failed;
+    return dir_env_run_both("dir-replicas", tests,
+                            sizeof(tests) / sizeof(tests[0]), &g);
 }

@@ -188,6 +188,21 @@ static void run_ok(rs_transport_h t, const batch_t *b)
         fail_msg("wait: %s", d.msg);
 }
 
+/* Runs b (its expected bytes computed first) and checks every byte and
+ * that the counters gained its reads and bytes; the counters before and
+ * after in c0, c1. */
+static void run_counted(fx_t *f, batch_t *b, rs_transport_counters_t *c0,
+                        rs_transport_counters_t *c1)
+{
+    expect_batch(&f->world, b);
+    rs_transport_counters(f->t, c0);
+    run_ok(f->t, b);
+    rs_transport_counters(f->t, c1);
+    assert_bytes_equal(b->dst, b->expect, b->dst_len + 1);
+    assert_int_equal(c1->reads - c0->reads, b->n);
+    assert_int_equal(c1->bytes - c0->bytes, b->bytes);
+}
+
 static void test_random_batches(void **state)
 {
     fx_t *f = fx_get(state);
@@ -195,14 +210,8 @@ static void test_random_batches(void **state)
     static const size_t sizes[] = {1, 7, 60, 150, 150, 300};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         batch_t b = make_batch(&f->world, sizes[k]);
-        expect_batch(&f->world, &b);
         rs_transport_counters_t c0, c1;
-        rs_transport_counters(f->t, &c0);
-        run_ok(f->t, &b);
-        rs_transport_counters(f->t, &c1);
-        assert_bytes_equal(b.dst, b.expect, b.dst_len + 1);
-        assert_int_equal(c1.reads - c0.reads, b.n);
-        assert_int_equal(c1.bytes - c0.bytes, b.bytes);
+        run_counted(f, &b, &c0, &c1);
         assert_int_equal(c1.posts - c0.posts, b.sessions);
         assert_int_equal(c1.errors, c0.errors);
         free_batch(&b);

@@ -23,8 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "hostile.h"
 #include "reshard/dir.h"
+#include "tmp_path.h"
 
 typedef struct fake {
     pid_t pid;
@@ -81,13 +83,6 @@ static void fake_stop(fake_t *f)
     waitpid(f->pid, NULL, 0);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Opening against a server that answers PING with `first` fails. */
 static void expect_open_fails(const char *first, const char *rest,
                               const char *frag)
@@ -100,10 +95,10 @@ static void expect_open_fails(const char *first, const char *rest,
     fake_start(&f, first, rest);
     snprintf(where, sizeof(where), "127.0.0.1:%d", f.port);
     int fds = hostile_count_fds();
-    double t0 = now_s();
+    double t0 = rs__now_s();
     HOSTILE_EXPECT(rs_dir_open(f.url, &diag, &dir), RS_ERR_TRANSPORT, &diag,
                    where, frag);
-    fprintf(stderr, "  open answered in %.2f s: %s\n", now_s() - t0,
+    fprintf(stderr, "  open answered in %.2f s: %s\n", rs__now_s() - t0,
             diag.msg);
     assert_null(dir);
     assert_int_equal(hostile_count_fds(), fds);
@@ -183,15 +178,15 @@ static void test_redis_hangs(void **state)
     snprintf(where, sizeof(where), "127.0.0.1:%d", f.port);
     int fds = hostile_count_fds();
     assert_int_equal(rs_dir_open(f.url, &diag, &dir), RS_OK);
-    double t0 = now_s();
+    double t0 = rs__now_s();
     HOSTILE_EXPECT(rs_dir_info(dir, "m", 1, &diag, &info), RS_ERR_TRANSPORT,
                    &diag, where, "no reply within the timeout (timeout 0.3 s)");
-    fprintf(stderr, "  info answered in %.2f s\n", now_s() - t0);
-    t0 = now_s();
+    fprintf(stderr, "  info answered in %.2f s\n", rs__now_s() - t0);
+    t0 = rs__now_s();
     rs_status_t st = rs_dir_wait_ready(dir, "m", 1, 1.0, 0, &diag, &info);
     assert_int_not_equal(st, RS_OK);
     assert_non_null(strstr(diag.msg, where));
-    fprintf(stderr, "  wait_ready answered in %.2f s: %s\n", now_s() - t0,
+    fprintf(stderr, "  wait_ready answered in %.2f s: %s\n", rs__now_s() - t0,
             diag.msg);
     rs_dir_close(dir);
     assert_int_equal(hostile_count_fds(), fds);
@@ -221,8 +216,7 @@ typedef struct fenv {
 static void fenv_init(fenv_t *e)
 {
     rs_diag_t diag;
-    snprintf(e->root, sizeof(e->root), "/tmp/rs_hostile_dirXXXXXX");
-    assert_non_null(mkdtemp(e->root));
+    tmp_dir(e->root, sizeof(e->root), "hostile-dir");
     snprintf(e->url, sizeof(e->url), "file:%s", e->root);
     snprintf(e->vdir, sizeof(e->vdir), "%s/m/1", e->root);
     assert_int_equal(rs_dir_open(e->url, &diag, &e->dir), RS_OK);
@@ -233,10 +227,8 @@ static void fenv_init(fenv_t *e)
 
 static void fenv_free(fenv_t *e)
 {
-    char cmd[160];
     rs_dir_close(e->dir);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->root);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tmp_remove(e->root), 0);
 }
 
 static void test_file_corrupt_meta(void **state)

@@ -16,6 +16,7 @@
 
 #include "hostile.h"
 #include "reshard/reshard.h"
+#include "tmp_path.h"
 
 static const char good_capture[] =
     "{\"schema\": \"reshard.capture.v1\", \"params\": {\"p\": {\"shape\": [4],"
@@ -75,17 +76,6 @@ static void test_truncated(void **state)
     expect_both_refuse("", 0, "malformed JSON", "");
 }
 
-static char *write_temp(const char *text, size_t len)
-{
-    char *path = strdup("/tmp/rs_hostile_jsonXXXXXX");
-    assert_non_null(path);
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, len), (ssize_t)len);
-    close(fd);
-    return path;
-}
-
 /* With the limit lowered to 64 bytes, both documents (well over it) are
  * refused before parsing, from strings and from files; at the default
  * limit they load. */
@@ -95,8 +85,8 @@ static void test_oversized(void **state)
     rs_capture_h cap = NULL;
     rs_sources_h s = NULL;
     rs_diag_t diag;
-    char *cpath = write_temp(good_capture, strlen(good_capture));
-    char *tpath = write_temp(good_table, strlen(good_table));
+    char *cpath = tmp_write("hostile-json", good_capture, strlen(good_capture));
+    char *tpath = tmp_write("hostile-json", good_table, strlen(good_table));
     int fds = hostile_count_fds();
 
     assert_int_equal(setenv("RESHARD_JSON_MAX_BYTES", "64", 1), 0);
@@ -220,8 +210,8 @@ static void test_duplicate_keys(void **state)
 static void test_file_errors_release_fds(void **state)
 {
     (void)state;
-    char *trunc = write_temp(good_table, strlen(good_table) / 2);
-    char *dup = write_temp("{\"a\": 1, \"a\": 2}", 16);
+    char *trunc = tmp_write("hostile-json", good_table, strlen(good_table) / 2);
+    char *dup = tmp_write("hostile-json", "{\"a\": 1, \"a\": 2}", 16);
     rs_sources_h s = NULL;
     rs_capture_h cap = NULL;
     rs_diag_t diag;

@@ -10,36 +10,8 @@
 
 #include <cmocka.h>
 
+#include "layout_env.h"
 #include "reshard_layout/layout.h"
-
-/* Dense qwen2: 4 heads, 2 kv heads, intermediate 128, 5 layers. */
-static const char dense_cfg[] =
-    "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"num_hidden_layers\": 5,"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-    " \"intermediate_size\": 128, \"vocab_size\": 1001,"
-    " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}";
-
-/* qwen3_moe: 8 experts of intermediate 32, 4 heads, 2 kv heads. */
-static const char moe_cfg[] =
-    "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"head_dim\": 16,"
-    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4,"
-    " \"num_key_value_heads\": 2, \"intermediate_size\": 128,"
-    " \"moe_intermediate_size\": 32, \"num_experts\": 8,"
-    " \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 1,"
-    " \"mlp_only_layers\": [], \"vocab_size\": 1000,"
-    " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}";
-
-static rs_model_h load_model(const char *json)
-{
-    rs_model_h m = NULL;
-    rs_diag_t d;
-    rs_diag_clear(&d);
-    rs_status_t st = rs_model_load_string(json, strlen(json), "cfg.json", &d,
-                                          &m);
-    if (st != RS_OK)
-        fail_msg("model: %s: %s", rs_status_str(st), d.msg);
-    return m;
-}
 
 static rs_layout_t parse_ok(const char *spec)
 {
@@ -166,7 +138,7 @@ static void check_fails(rs_model_h m, const char *spec, const char *want1,
 static void test_check_dense(void **state)
 {
     (void)state;
-    rs_model_h m = load_model(dense_cfg);
+    rs_model_h m = lx_model_json(lx_dense_cfg);
     check_ok(m, "fsdp:3", 3, 1);
     check_ok(m, "megatron:tp=2,pp=5", 10, 1);
     check_ok(m, "megatron:tp=4,pp=2,dp=3", 24, 3); /* kv 2 < tp 4 */
@@ -190,7 +162,7 @@ static void test_check_kv(void **state)
         " \"num_hidden_layers\": 2, \"num_attention_heads\": 12,"
         " \"num_key_value_heads\": 3, \"intermediate_size\": 48,"
         " \"vocab_size\": 100, \"torch_dtype\": \"bfloat16\"}";
-    rs_model_h m = load_model(cfg);
+    rs_model_h m = lx_model_json(cfg);
     check_ok(m, "megatron:tp=3", 3, 1);
     check_ok(m, "megatron:tp=6,dp=1", 6, 1);
     check_ok(m, "megatron:tp=12", 12, 1); /* each kv head on 4 ranks */
@@ -208,7 +180,7 @@ static void test_check_intermediate(void **state)
         " \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
         " \"num_key_value_heads\": 4, \"intermediate_size\": 90,"
         " \"vocab_size\": 100, \"torch_dtype\": \"bfloat16\"}";
-    rs_model_h m = load_model(cfg);
+    rs_model_h m = lx_model_json(cfg);
     check_ok(m, "megatron:tp=2", 2, 1);
     check_fails(m, "megatron:tp=4", "intermediate size (90) is not divisible "
                 "by tp (4)", NULL);
@@ -218,7 +190,7 @@ static void test_check_intermediate(void **state)
 static void test_check_moe(void **state)
 {
     (void)state;
-    rs_model_h m = load_model(moe_cfg);
+    rs_model_h m = lx_model_json(lx_moe_cfg);
     /* dp derived: smallest D with ep*etp | tp*D. */
     check_ok(m, "megatron:tp=2,ep=4", 4, 2);
     check_ok(m, "megatron:tp=2,ep=8", 8, 4);
@@ -246,7 +218,7 @@ static void test_check_moe(void **state)
         " \"moe_intermediate_size\": 12, \"num_experts\": 8,"
         " \"num_experts_per_tok\": 2, \"vocab_size\": 100,"
         " \"torch_dtype\": \"bfloat16\"}";
-    m = load_model(cfg);
+    m = lx_model_json(cfg);
     check_fails(m, "vllm:tp=8", "moe intermediate size (12) is not divisible "
                 "by tp (8)", NULL);
     check_ok(m, "vllm:tp=8,ep=8", 8, 1);
@@ -256,7 +228,7 @@ static void test_check_moe(void **state)
 static void test_check_bad_args(void **state)
 {
     (void)state;
-    rs_model_h m = load_model(dense_cfg);
+    rs_model_h m = lx_model_json(lx_dense_cfg);
     rs_layout_t l = parse_ok("fsdp:2");
     assert_int_equal(rs_layout_check(NULL, m, NULL), RS_ERR_INVALID_ARG);
     assert_int_equal(rs_layout_check(&l, NULL, NULL), RS_ERR_INVALID_ARG);

@@ -15,24 +15,8 @@
 #include <cmocka.h>
 
 #include "model/sources_impl.h"
+#include "layout_env.h"
 #include "reshard_layout/layout.h"
-
-/* qwen2 with q/k/v biases: 4 heads of 16, 2 kv heads, 5 layers, an odd
- * vocab so vocab parts differ by one row. */
-static const char dense_cfg[] =
-    "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"num_hidden_layers\": 5,"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-    " \"intermediate_size\": 128, \"vocab_size\": 1001,"
-    " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}";
-
-static const char moe_cfg[] =
-    "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"head_dim\": 16,"
-    " \"num_hidden_layers\": 4, \"num_attention_heads\": 4,"
-    " \"num_key_value_heads\": 2, \"intermediate_size\": 128,"
-    " \"moe_intermediate_size\": 32, \"num_experts\": 8,"
-    " \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 1,"
-    " \"mlp_only_layers\": [], \"vocab_size\": 1000,"
-    " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}";
 
 static const char qwen2_moe_cfg[] =
     "{\"model_type\": \"qwen2_moe\", \"hidden_size\": 64,"
@@ -54,44 +38,6 @@ static const char deepseek_cfg[] =
     " \"torch_dtype\": \"bfloat16\"}";
 
 #define SPAN ((uint64_t)1 << 44)
-
-static rs_model_h load_string(const char *json)
-{
-    rs_model_h m = NULL;
-    rs_diag_t d;
-    rs_diag_clear(&d);
-    rs_status_t st = rs_model_load_string(json, strlen(json), "cfg.json", &d,
-                                          &m);
-    if (st != RS_OK)
-        fail_msg("model: %s: %s", rs_status_str(st), d.msg);
-    return m;
-}
-
-static rs_model_h load_file(const char *file)
-{
-    const char *dir = getenv("RESHARD_SOURCE_DIR");
-    char path[4096];
-    rs_model_h m = NULL;
-    rs_diag_t d;
-    snprintf(path, sizeof(path), "%s/examples/models/%s", dir ? dir : ".",
-             file);
-    rs_diag_clear(&d);
-    rs_status_t st = rs_model_load(path, &d, &m);
-    if (st != RS_OK)
-        fail_msg("%s: %s: %s", path, rs_status_str(st), d.msg);
-    return m;
-}
-
-static rs_layout_t layout_for(rs_model_h m, const char *spec)
-{
-    rs_layout_t l;
-    rs_diag_t d;
-    rs_diag_clear(&d);
-    if (rs_layout_parse(spec, &d, &l) != RS_OK ||
-        rs_layout_check(&l, m, &d) != RS_OK)
-        fail_msg("%s: %s", spec, d.msg);
-    return l;
-}
 
 /* ---- collecting shards ---- */
 
@@ -321,7 +267,7 @@ static void check_coverage(rs_model_h m, const rs_layout_t *l,
 
 static void check_layout(rs_model_h m, const char *spec)
 {
-    rs_layout_t l = layout_for(m, spec);
+    rs_layout_t l = lx_layout(m, spec);
     recs_t *ranks = calloc((size_t)l.world, sizeof(recs_t));
     recs_t all = {0};
     assert_non_null(ranks);
@@ -349,7 +295,7 @@ static void check_layout(rs_model_h m, const char *spec)
 static void test_coverage_dense(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(dense_cfg);
+    rs_model_h m = lx_model_json(lx_dense_cfg);
     static const char *const specs[] = {
         "fsdp:1", "fsdp:4", "fsdp:48", "megatron", "megatron:tp=2,pp=2",
         "megatron:tp=4,pp=2,dp=2", "megatron:tp=4,pp=3", "megatron:pp=5",
@@ -358,7 +304,7 @@ static void test_coverage_dense(void **state)
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
         check_layout(m, specs[i]);
     rs_model_destroy(m);
-    m = load_file("tiny-llama.json"); /* tied embeddings */
+    m = lx_model_file("tiny-llama.json"); /* tied embeddings */
     check_layout(m, "megatron:tp=4,pp=2");
     check_layout(m, "fsdp:3");
     rs_model_destroy(m);
@@ -367,7 +313,7 @@ static void test_coverage_dense(void **state)
 static void test_coverage_moe(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(moe_cfg);
+    rs_model_h m = lx_model_json(lx_moe_cfg);
     static const char *const specs[] = {
         "fsdp:3", "megatron:tp=2,ep=4", "megatron:tp=2,ep=2,etp=2,pp=2",
         "megatron:tp=4,ep=2,dp=2", "megatron:ep=8,pp=3", "megatron:tp=2,ep=8",
@@ -376,7 +322,7 @@ static void test_coverage_moe(void **state)
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
         check_layout(m, specs[i]);
     rs_model_destroy(m);
-    m = load_string(qwen2_moe_cfg);
+    m = lx_model_json(qwen2_moe_cfg);
     check_layout(m, "megatron:tp=2,ep=2,pp=2");
     check_layout(m, "megatron:tp=4,ep=4,dp=2");
     check_layout(m, "fsdp:5");
@@ -386,13 +332,13 @@ static void test_coverage_moe(void **state)
 static void test_coverage_deepseek(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(deepseek_cfg);
+    rs_model_h m = lx_model_json(deepseek_cfg);
     check_layout(m, "megatron:tp=2,pp=3,ep=2");
     check_layout(m, "megatron:tp=4,ep=4,etp=2");
     check_layout(m, "megatron:tp=2,ep=8,pp=2");
     check_layout(m, "fsdp:5");
     rs_model_destroy(m);
-    m = load_file("tiny-deepseek.json");
+    m = lx_model_file("tiny-deepseek.json");
     check_layout(m, "megatron:tp=2,ep=4,pp=3");
     rs_model_destroy(m);
 }
@@ -404,7 +350,7 @@ static uint64_t expect_box(rs_model_h m, const char *spec, int64_t rank,
                            const char *name, int64_t o0, int64_t o1,
                            int64_t s0, int64_t s1)
 {
-    rs_layout_t l = layout_for(m, spec);
+    rs_layout_t l = lx_layout(m, spec);
     recs_t rs = {0};
     long want = rs_model_find(m, name);
     uint64_t addr = 0;
@@ -443,7 +389,7 @@ static uint64_t expect_box(rs_model_h m, const char *spec, int64_t rank,
 static void test_boxes_dense(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(dense_cfg);
+    rs_model_h m = lx_model_json(lx_dense_cfg);
     const char *s = "megatron:tp=4,pp=2,dp=2"; /* rank = tp + 4 (dp + 2 pp) */
     /* Vocab 1001 in 4 parts: 251, 250, 250, 250. */
     uint64_t a0 = expect_box(m, s, 0, "model.embed_tokens.weight", 0, 0, 251,
@@ -487,7 +433,7 @@ static void test_boxes_dense(void **state)
 static void test_boxes_fsdp(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(dense_cfg);
+    rs_model_h m = lx_model_json(lx_dense_cfg);
     /* torch.chunk: ceil(1001 / 4) = 251 rows, the last rank 248. */
     expect_box(m, "fsdp:4", 3, "model.embed_tokens.weight", 753, 0, 248, 64);
     uint64_t a = expect_box(m, "fsdp:4", 2, "model.embed_tokens.weight", 502,
@@ -507,7 +453,7 @@ static void test_boxes_fsdp(void **state)
 static void test_boxes_experts(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(moe_cfg);
+    rs_model_h m = lx_model_json(lx_moe_cfg);
     /* tp=2, ep=4, dp 2: plane position k = rank; 2 experts per ep rank. */
     const char *s = "megatron:tp=2,ep=4";
     expect_box(m, s, 3, "model.layers.1.mlp.experts.6.gate_proj.weight", 0, 0,
@@ -543,7 +489,7 @@ static void test_boxes_experts(void **state)
                "model.layers.1.mlp.experts.7.gate_proj.weight", 0, 0, 16, 64);
     rs_model_destroy(m);
 
-    m = load_string(deepseek_cfg);
+    m = lx_model_json(deepseek_cfg);
     s = "megatron:tp=2,pp=2,ep=2"; /* layers 0,1 | 2,3; dp 1 */
     expect_box(m, s, 1, "model.layers.0.self_attn.q_a_proj.weight", 0, 0, 32,
                64);
@@ -648,7 +594,7 @@ static rs_status_t add_to(void *ctx, const rs_shard_desc_t *d)
 
 static void check_roundtrip(rs_model_h m, const char *spec)
 {
-    rs_layout_t l = layout_for(m, spec);
+    rs_layout_t l = lx_layout(m, spec);
     rs_sources_h loaded = NULL, published = NULL, walked = NULL;
     rs_diag_t d;
     assert_int_equal(rs_sources_create(&loaded), RS_OK);
@@ -678,15 +624,15 @@ static void check_roundtrip(rs_model_h m, const char *spec)
 static void test_roundtrip(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(dense_cfg);
+    rs_model_h m = lx_model_json(lx_dense_cfg);
     check_roundtrip(m, "fsdp:4");
     check_roundtrip(m, "fsdp:1100"); /* ranks 1001 and up publish nothing */
     check_roundtrip(m, "megatron:tp=4,pp=2,dp=2");
     rs_model_destroy(m);
-    m = load_string(moe_cfg);
+    m = lx_model_json(lx_moe_cfg);
     check_roundtrip(m, "megatron:tp=2,ep=2,etp=2,pp=2");
     rs_model_destroy(m);
-    m = load_string(deepseek_cfg);
+    m = lx_model_json(deepseek_cfg);
     check_roundtrip(m, "megatron:tp=2,ep=4,pp=2");
     rs_model_destroy(m);
 }
@@ -695,8 +641,8 @@ static void test_roundtrip(void **state)
 static void test_empty_table(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(dense_cfg);
-    rs_layout_t l = layout_for(m, "fsdp:2000");
+    rs_model_h m = lx_model_json(lx_dense_cfg);
+    rs_layout_t l = lx_layout(m, "fsdp:2000");
     rs_sources_h s = NULL;
     rs_table_info_t info;
     assert_int_equal(rs_sources_create(&s), RS_OK);
@@ -721,8 +667,8 @@ static rs_status_t stop_at_third(void *ctx, const rs_shard_desc_t *d)
 static void test_errors(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(dense_cfg);
-    rs_layout_t l = layout_for(m, "megatron:tp=2,pp=2");
+    rs_model_h m = lx_model_json(lx_dense_cfg);
+    rs_layout_t l = lx_layout(m, "megatron:tp=2,pp=2");
     rs_diag_t d;
     int n = 0;
     assert_int_equal(rs_layout_trainer_shards(m, &l, 0, stop_at_third, &n,
@@ -734,7 +680,7 @@ static void test_errors(void **state)
     assert_non_null(strstr(d.msg, "trainer rank 4 outside 0..3"));
     assert_int_equal(rs_layout_trainer_shards(m, &l, -1, stop_at_third, &n,
                                               &d), RS_ERR_INVALID_ARG);
-    rs_layout_t v = layout_for(m, "vllm:tp=2");
+    rs_layout_t v = lx_layout(m, "vllm:tp=2");
     assert_int_equal(rs_layout_trainer_shards(m, &v, 0, stop_at_third, &n,
                                               &d), RS_ERR_INVALID_ARG);
     assert_non_null(strstr(d.msg, "not vllm"));
@@ -759,8 +705,8 @@ static void test_errors(void **state)
 static void test_publish_all_or_nothing(void **state)
 {
     (void)state;
-    rs_model_h m = load_string(dense_cfg);
-    rs_layout_t l = layout_for(m, "megatron:tp=2,pp=2");
+    rs_model_h m = lx_model_json(lx_dense_cfg);
+    rs_layout_t l = lx_layout(m, "megatron:tp=2,pp=2");
     rs_sources_h s = NULL;
     rs_diag_t d;
     int64_t full = 65, off = 0, shape = 65; /* model.norm is [64] */
@@ -799,8 +745,8 @@ static uint64_t expected_bytes(rs_model_h m, const rs_layout_t *l)
 static void check_published_bytes(const char *file, const char *spec,
                                   int64_t world)
 {
-    rs_model_h m = load_file(file);
-    rs_layout_t l = layout_for(m, spec);
+    rs_model_h m = lx_model_file(file);
+    rs_layout_t l = lx_layout(m, spec);
     rs_sources_h s = NULL;
     rs_diag_t d;
     uint64_t total = 0;

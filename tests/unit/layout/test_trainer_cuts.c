@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "layout_env.h"
 #include "reshard/reshard.h"
 #include "reshard_layout/layout.h"
 
@@ -79,13 +80,6 @@ static rs_model_h model(void)
     return m;
 }
 
-static void layout(rs_model_h m, const char *spec, rs_layout_t *l)
-{
-    rs_diag_t d;
-    assert_int_equal(rs_layout_parse(spec, &d, l), RS_OK);
-    assert_int_equal(rs_layout_check(l, m, &d), RS_OK);
-}
-
 /* The sub-boxes of whole shard w, from cut[*k] on: inside it, each at the
  * next 64-byte boundary, no cut inside any, as many elements as w. */
 static void check_shard(rs_cuts_h cuts, const box_t *w, const boxes_t *cut,
@@ -115,8 +109,8 @@ static void check_pair(rs_model_h m, const char *train, const char *infer,
     rs_layout_t tl, il;
     rs_cuts_h cuts = NULL;
     rs_diag_t d;
-    layout(m, train, &tl);
-    layout(m, infer, &il);
+    tl = lx_layout(m, train);
+    il = lx_layout(m, infer);
     assert_int_equal(rs_layout_infer_cuts(m, &il, &d, &cuts), RS_OK);
     for (int64_t r = 0; r < tl.world; r++) {
         boxes_t whole = {0}, cut = {0}, plain = {0};
@@ -165,8 +159,8 @@ static void test_table_round_trip(void **state)
     rs_diag_t d;
     char *buf = NULL;
     size_t len = 0;
-    layout(m, "fsdp:3", &tl);
-    layout(m, "vllm:tp=2", &il);
+    tl = lx_layout(m, "fsdp:3");
+    il = lx_layout(m, "vllm:tp=2");
     assert_int_equal(rs_layout_infer_cuts(m, &il, &d, &cuts), RS_OK);
     FILE *f = open_memstream(&buf, &len);
     assert_non_null(f);
@@ -202,7 +196,7 @@ static void test_foreign_cuts(void **state)
     boxes_t cut = {0};
     rs_diag_t d;
     const int64_t wrong[2] = {64, 65};
-    layout(m, "megatron:tp=2", &tl);
+    tl = lx_layout(m, "megatron:tp=2");
     assert_int_equal(rs_cuts_create(NULL, &cuts), RS_OK);
     assert_int_equal(rs_cuts_add(cuts, "model.layers.0.self_attn.o_proj.weight",
                                  2, wrong, 1, 7, NULL), RS_OK);

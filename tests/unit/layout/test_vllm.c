@@ -15,6 +15,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "layout_env.h"
 #include "gt_tensor.h"
 #include "reshard_layout/layout.h"
 #include "reshard_layout/model.h"
@@ -162,20 +163,6 @@ static uint64_t apply_and_compare(vd_expect_t *x, rs_capture_h cap)
 
 /* ---- drivers --------------------------------------------------------- */
 
-static rs_model_h load_example(const char *file)
-{
-    const char *dir = getenv("RESHARD_SOURCE_DIR");
-    char path[1024];
-    rs_diag_t d;
-    rs_model_h m = NULL;
-    snprintf(path, sizeof(path), "%s/examples/models/%s", dir ? dir : ".",
-             file);
-    rs_diag_clear(&d);
-    if (rs_model_load(path, &d, &m) != RS_OK)
-        fail_msg("%s: %s", path, d.msg);
-    return m;
-}
-
 static char *capture_text(rs_capture_h cap)
 {
     char *text = NULL;
@@ -203,12 +190,8 @@ static rs_capture_h capture(rs_model_h m, const rs_layout_t *l, int64_t rank,
  * written capture loads back to the same text. */
 static void check_layout(rs_model_h m, const char *spec)
 {
-    rs_layout_t l;
+    rs_layout_t l = lx_layout(m, spec);
     rs_diag_t d;
-    rs_diag_clear(&d);
-    if (rs_layout_parse(spec, &d, &l) != RS_OK ||
-        rs_layout_check(&l, m, &d) != RS_OK)
-        fail_msg("%s: %s", spec, d.msg);
     vd_expect_t x;
     vd_init(&x, m, &l, SENTINEL);
     int64_t world = l.tp * l.pp * l.dp, plane = l.tp * l.pp;
@@ -252,7 +235,7 @@ static void check_layout(rs_model_h m, const char *spec)
 static void test_tiny_llama(void **state)
 {
     (void)state;
-    rs_model_h m = load_example("tiny-llama.json");
+    rs_model_h m = lx_model_file("tiny-llama.json");
     const char *specs[] = {"vllm:tp=1", "vllm:tp=2", "vllm:tp=4",
                            "vllm:tp=2,dp=2", "vllm:tp=2,pp=2",
                            "vllm:tp=4,pp=3", "vllm:pp=4,dp=2"};
@@ -264,7 +247,7 @@ static void test_tiny_llama(void **state)
 static void test_tiny_moe(void **state)
 {
     (void)state;
-    rs_model_h m = load_example("tiny-moe.json");
+    rs_model_h m = lx_model_file("tiny-moe.json");
     const char *specs[] = {"vllm:tp=1",      "vllm:tp=2",
                            "vllm:tp=4",      "vllm:tp=2,ep=2",
                            "vllm:tp=2,dp=2", "vllm:tp=2,ep=4,dp=2",
@@ -278,7 +261,7 @@ static void test_tiny_moe(void **state)
 static void test_tiny_deepseek(void **state)
 {
     (void)state;
-    rs_model_h m = load_example("tiny-deepseek.json");
+    rs_model_h m = lx_model_file("tiny-deepseek.json");
     const char *specs[] = {"vllm:tp=1", "vllm:tp=2", "vllm:tp=4",
                            "vllm:tp=2,ep=2", "vllm:tp=2,dp=2,ep=4",
                            "vllm:tp=2,pp=2", "vllm:tp=1,pp=3,ep=2,dp=2"};
@@ -351,7 +334,7 @@ static void test_edges(void **state)
 static void test_fp8(void **state)
 {
     (void)state;
-    rs_model_h m = load_example("tiny-deepseek-fp8.json");
+    rs_model_h m = lx_model_file("tiny-deepseek-fp8.json");
     const char *specs[] = {"vllm:tp=1", "vllm:tp=2", "vllm:tp=2,ep=2",
                            "vllm:tp=2,dp=2,ep=4", "vllm:tp=2,pp=2",
                            "vllm:tp=1,pp=3,ep=2,dp=2"};
@@ -493,7 +476,7 @@ static void expect_refused(rs_model_h m, const char *spec, int64_t rank,
 static void test_fp8_refused(void **state)
 {
     (void)state;
-    rs_model_h m = load_example("tiny-deepseek-fp8.json");
+    rs_model_h m = lx_model_file("tiny-deepseek-fp8.json");
     /* tp=4: q_b_proj [96, 32] gives 24 rows a rank, 1.5 blocks */
     const char *qb[] = {"model.layers.0.self_attn.q_b_proj.weight",
                         "[96, 32]", "16x16", "rows [24, 48)", NULL};
@@ -538,7 +521,7 @@ static void test_fp8_refused(void **state)
 static void test_errors(void **state)
 {
     (void)state;
-    rs_model_h m = load_example("tiny-llama.json");
+    rs_model_h m = lx_model_file("tiny-llama.json");
     rs_layout_t l;
     rs_diag_t d;
     rs_capture_h cap = NULL;
@@ -562,7 +545,7 @@ static void test_errors(void **state)
     rs_model_destroy(m);
 
     /* ep must divide the experts */
-    m = load_example("tiny-moe.json");
+    m = lx_model_file("tiny-moe.json");
     assert_int_equal(rs_layout_parse("vllm:tp=2,ep=2,dp=3", &d, &l), RS_OK);
     l.ep = 3;
     assert_int_equal(rs_layout_capture(m, &l, 0, &d, &cap, &pad),

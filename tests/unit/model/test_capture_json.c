@@ -15,6 +15,7 @@
 
 #include "core/json.h"
 #include "reshard/capture.h"
+#include "tmp_path.h"
 
 #define ORIGIN "cap.json"
 
@@ -595,15 +596,9 @@ static void test_long_and_odd_keys(void **state)
                      RS_ERR_INVALID_ARG);
 }
 
-static char *write_temp(const char *text)
+static char *write_text(const char *text)
 {
-    char *path = strdup("/tmp/rs_capture_json_XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    size_t len = strlen(text);
-    assert_int_equal(write(fd, text, len), (ssize_t)len);
-    close(fd);
-    return path;
+    return tmp_write("capture-json", text, strlen(text));
 }
 
 static void test_load_file(void **state)
@@ -611,7 +606,7 @@ static void test_load_file(void **state)
     (void)state;
     rs_diag_t d;
     rs_capture_h cap = NULL;
-    char *path = write_temp(with_ops("[\"narrow\", 0, 0, 8]"));
+    char *path = write_text(with_ops("[\"narrow\", 0, 0, 8]"));
 
     assert_int_equal(rs_capture_load_file(path, &d, &cap), RS_OK);
     assert_int_equal(one_op(cap).kind, RS_OP_NARROW);
@@ -620,7 +615,7 @@ static void test_load_file(void **state)
     unlink(path);
     free(path);
 
-    path = write_temp("{\"schema\": \"reshard.capture.v1\", \"params\": 7}");
+    path = write_text("{\"schema\": \"reshard.capture.v1\", \"params\": 7}");
     assert_int_equal(rs_capture_load_file(path, &d, &cap), RS_ERR_INPUT);
     assert_null(cap);
     assert_ptr_equal(strstr(d.msg, path), d.msg);
@@ -649,7 +644,7 @@ static void test_size_limit(void **state)
     char *data = NULL;
     size_t len = 0;
     json_t *root = NULL;
-    char *path = write_temp("{\"schema\": \"reshard.capture.v1\"}");
+    char *path = write_text("{\"schema\": \"reshard.capture.v1\"}");
 
     assert_int_equal(rs__json_read_file(path, 10, &d, &data, &len), RS_ERR_INPUT);
     assert_null(data);

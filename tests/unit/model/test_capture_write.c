@@ -544,6 +544,17 @@ static void test_loaded_unknown_op(void **state)
     rs_capture_destroy(cap);
 }
 
+/* `want` loads and is written back to the same text. */
+static void expect_written_as_read(const char *want)
+{
+    rs_capture_h cap = load_text(want, strlen(want));
+    size_t len;
+    char *got = write_text(cap, &len);
+    assert_string_equal(got, want);
+    free(got);
+    rs_capture_destroy(cap);
+}
+
 /* The exact text of a small capture, so the format is pinned down. */
 static void test_exact_text(void **state)
 {
@@ -561,12 +572,7 @@ static void test_exact_text(void **state)
         "[4, 4], \"dest_stride\": [1, 4], \"dest_dtype\": \"bf16\"}],\n"
         " \"unsupported\": {},\n"
         " \"unattributed\": 0}\n";
-    rs_capture_h cap = load_text(want, strlen(want));
-    size_t len;
-    char *got = write_text(cap, &len);
-    assert_string_equal(got, want);
-    free(got);
-    rs_capture_destroy(cap);
+    expect_written_as_read(want);
 }
 
 /* The exact text of quantized copies: the quant object after the copy's
@@ -595,12 +601,7 @@ static void test_exact_quant_text(void **state)
         "\"dest_stride\": [1]}}}],\n"
         " \"unsupported\": {},\n"
         " \"unattributed\": 0}\n";
-    rs_capture_h cap = load_text(want, strlen(want));
-    size_t len;
-    char *got = write_text(cap, &len);
-    assert_string_equal(got, want);
-    free(got);
-    rs_capture_destroy(cap);
+    expect_written_as_read(want);
 }
 
 /* A capture written before sources were declared loads with none and is

@@ -14,6 +14,7 @@
 
 #include "model/sources_impl.h"
 #include "reshard/sources.h"
+#include "tmp_path.h"
 
 #define ORIGIN "src.json"
 
@@ -385,15 +386,9 @@ static void test_rollback(void **state)
     rs_sources_destroy(s);
 }
 
-static char *write_temp(const char *text)
+static char *write_text(const char *text)
 {
-    char *path = strdup("/tmp/rs_sources_json_XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    size_t len = strlen(text);
-    assert_int_equal(write(fd, text, len), (ssize_t)len);
-    close(fd);
-    return path;
+    return tmp_write("sources-json", text, strlen(text));
 }
 
 static void test_load_file(void **state)
@@ -401,9 +396,9 @@ static void test_load_file(void **state)
     (void)state;
     rs_sources_h s = new_sources();
     rs_diag_t d;
-    char *good = write_temp(blob("r0", "{\"addr\": 0, \"shard_offset\": [0, 0],"
+    char *good = write_text(blob("r0", "{\"addr\": 0, \"shard_offset\": [0, 0],"
                                        " \"shape\": [4, 4]}"));
-    char *bad = write_temp(blob("r1", "{\"addr\": 0, \"shard_offset\": [4, 0],"
+    char *bad = write_text(blob("r1", "{\"addr\": 0, \"shard_offset\": [4, 0],"
                                       " \"shape\": [4, 4]}, {\"addr\": -1}"));
 
     assert_int_equal(rs_sources_load_file(s, good, &d), RS_OK);

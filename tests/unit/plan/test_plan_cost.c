@@ -166,6 +166,32 @@ static rs_plan_stats_t stats_of(rs_plan_h plan)
     return st;
 }
 
+/* w[64, 64] and the row-parallel half w[:, :32], planned at 400 Gb/s with
+ * descriptors of descriptor_ns and a cap of max_segments runs (0: none):
+ * the plan, its runs and its staged reads. */
+static const int64_t half_lo[1][3] = {{0, 0}}, half_len[1][3] = {{ROWS, 32}};
+
+static rs_plan_h half_plan(env_t *e, double descriptor_ns,
+                           int64_t max_segments, size_t *nseg_p,
+                           size_t *nfp_p)
+{
+    const int64_t shape[] = {ROWS, 64};
+    env_init(e, 2, shape);
+    env_copy(e, half_lo[0], half_len[0]);
+    rs_plan_h plan = env_plan(e, 400, descriptor_ns, max_segments);
+    rs_plan_segments(plan, nseg_p);
+    rs_plan_full_pulls(plan, nfp_p);
+    return plan;
+}
+
+/* Runs a half_plan, checks what it wrote and frees it. */
+static void half_check(env_t *e, rs_plan_h plan)
+{
+    env_check(e, plan, half_lo, half_len);
+    rs_plan_destroy(plan);
+    env_free(e);
+}
+
 /* w[64, 64], the row-parallel half w[:, :32]: 64 runs of 64 bytes. With a
  * descriptor nearly free the exact runs are cheapest (the full pull reads
  * twice the bytes). */
@@ -173,14 +199,8 @@ static void test_exact_when_descriptors_are_cheap(void **state)
 {
     (void)state;
     env_t e;
-    const int64_t shape[] = {ROWS, 64}, lo[1][3] = {{0, 0}},
-                  len[1][3] = {{ROWS, 32}};
-    env_init(&e, 2, shape);
-    env_copy(&e, lo[0], len[0]);
-    rs_plan_h plan = env_plan(&e, 400, 0.001, 0);
     size_t n, nfp;
-    rs_plan_segments(plan, &n);
-    rs_plan_full_pulls(plan, &nfp);
+    rs_plan_h plan = half_plan(&e, 0.001, 0, &n, &nfp);
     assert_int_equal(nfp, 0);
     assert_int_equal(n, 64);
     rs_plan_stats_t st = stats_of(plan);
@@ -190,9 +210,7 @@ static void test_exact_when_descriptors_are_cheap(void **state)
     /* 32 runs of 64 B on each session, all of them through the receiver:
      * 4096 B / 50 B/ns + 64 * 0.001 ns */
     assert_true(fabs(st.est_seconds - (4096.0 / 50e9 + 64 * 1e-12)) < 1e-15);
-    env_check(&e, plan, lo, len);
-    rs_plan_destroy(plan);
-    env_free(&e);
+    half_check(&e, plan);
 }
 
 /* The same copy with a dear descriptor: every gap is cheap, the copy's box
@@ -202,14 +220,9 @@ static void test_full_when_descriptors_are_dear(void **state)
 {
     (void)state;
     env_t e;
-    const int64_t shape[] = {ROWS, 64}, lo[1][3] = {{0, 0}},
-                  len[1][3] = {{ROWS, 32}};
-    env_init(&e, 2, shape);
-    env_copy(&e, lo[0], len[0]);
-    rs_plan_h plan = env_plan(&e, 400, 1e5, 0);
     size_t n, nfp;
+    rs_plan_h plan = half_plan(&e, 1e5, 0, &n, &nfp);
     const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
-    rs_plan_segments(plan, &n);
     assert_int_equal(n, 0);
     assert_int_equal(nfp, 1);
     assert_int_equal(fp[0].kind, RS_STAGED_FULL);
@@ -221,9 +234,7 @@ static void test_full_when_descriptors_are_dear(void **state)
     assert_int_equal(st.needed_bytes, ROWS * 32 * 2);
     assert_int_equal(st.bytes_planned, ROWS * 64 * 2);
     assert_true(st.est_seconds < st.exact_est_seconds);
-    env_check(&e, plan, lo, len);
-    rs_plan_destroy(plan);
-    env_free(&e);
+    half_check(&e, plan);
 }
 
 /* w[64, 4, 16], the copy w[8:24, 0:2, 0:12]: 32 runs of 24 B. At 400 Gb/s
@@ -367,22 +378,14 @@ static void test_cap_forces_a_staged_read(void **state)
 {
     (void)state;
     env_t e;
-    const int64_t shape[] = {ROWS, 64}, lo[1][3] = {{0, 0}},
-                  len[1][3] = {{ROWS, 32}};
-    env_init(&e, 2, shape);
-    env_copy(&e, lo[0], len[0]);
-    rs_plan_h plan = env_plan(&e, 400, 0.001, 8);
     size_t n, nfp;
-    rs_plan_segments(plan, &n);
-    rs_plan_full_pulls(plan, &nfp);
+    rs_plan_h plan = half_plan(&e, 0.001, 8, &n, &nfp);
     assert_int_equal(n, 0);
     assert_int_equal(nfp, 1);
     assert_int_equal(rs_plan_num_unbounded(plan), 0);
     rs_plan_stats_t st = stats_of(plan);
     assert_true(st.est_seconds > st.exact_est_seconds); /* the cap's price */
-    env_check(&e, plan, lo, len);
-    rs_plan_destroy(plan);
-    env_free(&e);
+    half_check(&e, plan);
 }
 
 static void expect_refused(env_t *e, double nic, double desc, const char *field)

@@ -9,6 +9,33 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+/* Param "p" [4] f32 gets the empty narrow(0, start, 0) of source "w" [4]
+ * (src_dt, published whole by t0) at dest_offset: the plan of that one
+ * copy, its capture and sources for the caller to destroy. */
+static rs_plan_h empty_copy_plan(rs_dtype_t src_dt, int64_t start,
+                                 int64_t dest_offset, rs_capture_h *cap_p,
+                                 rs_sources_h *srcs_p)
+{
+    rs_plan_h plan = NULL;
+    rs_diag_t diag;
+    const int64_t pshape[1] = {4}, full[1] = {4}, off[1] = {0};
+    const int64_t zero[1] = {0}, stride[1] = {1};
+    assert_int_equal(rs_capture_create(cap_p), RS_OK);
+    assert_int_equal(rs_sources_create(srcs_p), RS_OK);
+    assert_int_equal(rs_capture_add_param(*cap_p, "p", 1, pshape,
+                                          RS_DTYPE_F32, &diag), RS_OK);
+    rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, start, 0}};
+    rs_copy_desc_t cd = {"w", "p", &op, 1, dest_offset, 1, zero, stride,
+                         RS_DTYPE_F32};
+    assert_int_equal(rs_capture_add_copy(*cap_p, &cd, &diag), RS_OK);
+    rs_shard_desc_t sd = {"w", src_dt, rs_dtype_size(src_dt), 1, full, "t0",
+                          0, 4096, off, full, NULL};
+    assert_int_equal(rs_sources_add_shard(*srcs_p, &sd, &diag), RS_OK);
+    assert_int_equal(rs_plan_build(*cap_p, *srcs_p, NULL, &diag, &plan),
+                     RS_OK);
+    return plan;
+}
+
 /* A convert (bf16 source into an f32 param) of an empty destination has
  * no segments: the planner took their address from an empty vector (null
  * plus zero, undefined behaviour under UBSan). */
@@ -17,20 +44,7 @@ static void test_convert_without_segments(void **state)
     (void)state;
     rs_capture_h cap;
     rs_sources_h srcs;
-    rs_plan_h plan = NULL;
-    rs_diag_t diag;
-    const int64_t pshape[1] = {4}, full[1] = {4}, off[1] = {0}, zero[1] = {0};
-    const int64_t stride[1] = {1};
-    assert_int_equal(rs_capture_create(&cap), RS_OK);
-    assert_int_equal(rs_sources_create(&srcs), RS_OK);
-    assert_int_equal(rs_capture_add_param(cap, "p", 1, pshape, RS_DTYPE_F32, &diag), RS_OK);
-    rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 0, 0}};
-    rs_copy_desc_t cd = {"w", "p", &op, 1, 0, 1, zero, stride, RS_DTYPE_F32};
-    assert_int_equal(rs_capture_add_copy(cap, &cd, &diag), RS_OK);
-    rs_shard_desc_t sd = {"w", RS_DTYPE_BF16, 2, 1, full, "t0", 0, 4096,
-                          off, full, NULL};
-    assert_int_equal(rs_sources_add_shard(srcs, &sd, &diag), RS_OK);
-    assert_int_equal(rs_plan_build(cap, srcs, NULL, &diag, &plan), RS_OK);
+    rs_plan_h plan = empty_copy_plan(RS_DTYPE_BF16, 0, 0, &cap, &srcs);
     size_t n = 0;
     const rs_convert_t *cv = rs_plan_converts(plan, &n);
     for (size_t i = 0; i < n; i++)
@@ -53,21 +67,8 @@ static void test_empty_dest_offset_outside(void **state)
     for (size_t t = 0; t < sizeof(offsets) / sizeof(offsets[0]); t++) {
         rs_capture_h cap;
         rs_sources_h srcs;
-        rs_plan_h plan = NULL;
-        rs_diag_t diag;
-        const int64_t pshape[1] = {4}, full[1] = {4}, off[1] = {0};
-        const int64_t zero[1] = {0}, stride[1] = {1};
-        assert_int_equal(rs_capture_create(&cap), RS_OK);
-        assert_int_equal(rs_sources_create(&srcs), RS_OK);
-        assert_int_equal(rs_capture_add_param(cap, "p", 1, pshape, RS_DTYPE_F32, &diag), RS_OK);
-        rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 0, 0}};
-        rs_copy_desc_t cd = {"w", "p", &op, 1, offsets[t], 1, zero, stride,
-                             RS_DTYPE_F32};
-        assert_int_equal(rs_capture_add_copy(cap, &cd, &diag), RS_OK);
-        rs_shard_desc_t sd = {"w", RS_DTYPE_BF16, 2, 1, full, "t0", 0, 4096,
-                              off, full, NULL};
-        assert_int_equal(rs_sources_add_shard(srcs, &sd, &diag), RS_OK);
-        assert_int_equal(rs_plan_build(cap, srcs, NULL, &diag, &plan), RS_OK);
+        rs_plan_h plan = empty_copy_plan(RS_DTYPE_BF16, 0, offsets[t], &cap,
+                                         &srcs);
         size_t n = 0;
         rs_plan_converts(plan, &n);
         assert_int_equal(n, 0);
@@ -89,20 +90,7 @@ static void test_empty_dest_at_end(void **state)
     (void)state;
     rs_capture_h cap;
     rs_sources_h srcs;
-    rs_plan_h plan = NULL;
-    rs_diag_t diag;
-    const int64_t pshape[1] = {4}, full[1] = {4}, off[1] = {0};
-    const int64_t zero[1] = {0}, stride[1] = {1};
-    assert_int_equal(rs_capture_create(&cap), RS_OK);
-    assert_int_equal(rs_sources_create(&srcs), RS_OK);
-    assert_int_equal(rs_capture_add_param(cap, "p", 1, pshape, RS_DTYPE_F32, &diag), RS_OK);
-    rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 4, 0}};
-    rs_copy_desc_t cd = {"w", "p", &op, 1, 4, 1, zero, stride, RS_DTYPE_F32};
-    assert_int_equal(rs_capture_add_copy(cap, &cd, &diag), RS_OK);
-    rs_shard_desc_t sd = {"w", RS_DTYPE_F32, 4, 1, full, "t0", 0, 4096,
-                          off, full, NULL};
-    assert_int_equal(rs_sources_add_shard(srcs, &sd, &diag), RS_OK);
-    assert_int_equal(rs_plan_build(cap, srcs, NULL, &diag, &plan), RS_OK);
+    rs_plan_h plan = empty_copy_plan(RS_DTYPE_F32, 4, 4, &cap, &srcs);
     assert_int_equal(rs_plan_num_fallback(plan), 0);
     rs_plan_destroy(plan);
     rs_sources_destroy(srcs);

@@ -321,40 +321,13 @@ static void test_unlistable_keeps_records(void **state)
     free(w);
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return dir_env_setup(g, "cut-records");
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dir_env_teardown(g);
-    return 0;
-}
-
-static int run_group(const char *name)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unchanged_records_read_once),
         cmocka_unit_test(test_changes_drops_and_registrations),
         cmocka_unit_test(test_unlistable_keeps_records),
     };
-    fprintf(stderr, "== directory backend: %s\n", name);
-    return _cmocka_run_group_tests(name, tests,
-                                   sizeof(tests) / sizeof(tests[0]),
-                                   group_setup, group_teardown);
-}
-
-int main(void)
-{
-    static dir_env_t file_env = {.backend = "file"};
-    static dir_env_t redis_env = {.backend = "redis", .redis = 1};
-    int failed = 0;
-    g = &file_env;
-    failed += run_group("file");
-    g = &redis_env;
-    failed += run_group("redis");
-    return failed;
+    return dir_env_run_both("cut-records", tests,
+                            sizeof(tests) / sizeof(tests[0]), &g);
 }

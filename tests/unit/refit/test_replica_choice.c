@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "refit/replicas.h"
+#include "tmp_path.h"
 
 static char tmp[64], url[96];
 
@@ -34,9 +35,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    return system(cmd) == 0 ? 0 : -1;
+    return tmp_remove(tmp);
 }
 
 /* Version 1 of model m: slot 0 served by p0, p1, p2 (joining in that
@@ -58,53 +57,77 @@ static rs_dir_h make_dir(const char *m, rs_version_info_t *v)
     return dir;
 }
 
-static void test_salt_rotates(void **state)
-{
-    (void)state;
+/* One case: model m's directory (make_dir) and the receiver's set. */
+typedef struct choice {
+    const char *m;
     rs_version_info_t v;
     rs_diag_t d;
     rs__replicas_t set;
-    memset(&set, 0, sizeof(set));
-    rs_dir_h dir = make_dir("salt", &v);
+    rs_dir_h dir;
+} choice_t;
+
+static void choice_open(choice_t *c, const char *m)
+{
+    memset(c, 0, sizeof(*c));
+    c->m = m;
+    c->dir = make_dir(m, &c->v);
+}
+
+/* The set read afresh, with `salt` and publishers older than max_age_s
+ * (0: any age) chosen last. */
+static void choice_load(choice_t *c, uint64_t salt, double max_age_s)
+{
+    rs__replicas_reset(&c->set);
+    assert_int_equal(rs__replicas_load(&c->set, c->dir, c->m, &c->v, salt,
+                                       max_age_s, &c->d), RS_OK);
+}
+
+static const char *chosen(const choice_t *c, int64_t slot)
+{
+    return rs__replicas_chosen(&c->set, slot)->publisher;
+}
+
+static void choice_close(choice_t *c)
+{
+    rs__replicas_reset(&c->set);
+    rs_dir_close(c->dir);
+}
+
+static void test_salt_rotates(void **state)
+{
+    (void)state;
+    choice_t c;
+    choice_open(&c, "salt");
     /* slot s starts at entry (salt + s) mod count */
     const char *want0[] = {"p0", "p1", "p2", "p0"};
     for (uint64_t salt = 0; salt < 4; salt++) {
-        rs__replicas_reset(&set);
-        assert_int_equal(rs__replicas_load(&set, dir, "salt", &v, salt, 0,
-                                           &d), RS_OK);
-        assert_string_equal(rs__replicas_chosen(&set, 0)->publisher,
-                            want0[salt]);
-        assert_string_equal(rs__replicas_chosen(&set, 1)->publisher, "q0");
-        assert_memory_equal(rs__replicas_chosen(&set, 0)->table,
+        choice_load(&c, salt, 0);
+        assert_string_equal(chosen(&c, 0), want0[salt]);
+        assert_string_equal(chosen(&c, 1), "q0");
+        assert_memory_equal(rs__replicas_chosen(&c.set, 0)->table,
                             want0[salt], 2);
     }
-    rs__replicas_reset(&set);
-    rs_dir_close(dir);
+    choice_close(&c);
 }
 
 static void test_live_first(void **state)
 {
     (void)state;
-    rs_version_info_t v;
-    rs_diag_t d;
-    rs__replicas_t set;
-    memset(&set, 0, sizeof(set));
-    rs_dir_h dir = make_dir("live", &v);
+    choice_t c;
+    choice_open(&c, "live");
     struct timespec nap = {0, 400000000};
     nanosleep(&nap, NULL);
-    assert_int_equal(rs_dir_heartbeat_as(dir, "live", 1, 0, "p2", &d), RS_OK);
-    assert_int_equal(rs_dir_heartbeat_as(dir, "live", 1, 1, "q0", &d), RS_OK);
+    assert_int_equal(rs_dir_heartbeat_as(c.dir, "live", 1, 0, "p2", &c.d),
+                     RS_OK);
+    assert_int_equal(rs_dir_heartbeat_as(c.dir, "live", 1, 1, "q0", &c.d),
+                     RS_OK);
     /* salt 0 starts at p0, but only p2 beat within 0.3 s */
-    assert_int_equal(rs__replicas_load(&set, dir, "live", &v, 0, 0.3, &d),
-                     RS_OK);
-    assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p2");
-    rs__replicas_reset(&set);
+    choice_load(&c, 0, 0.3);
+    assert_string_equal(chosen(&c, 0), "p2");
     /* every publisher stale: the rotation's first */
-    assert_int_equal(rs__replicas_load(&set, dir, "live", &v, 1, 0.001, &d),
-                     RS_OK);
-    assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p1");
-    rs__replicas_reset(&set);
-    rs_dir_close(dir);
+    choice_load(&c, 1, 0.001);
+    assert_string_equal(chosen(&c, 0), "p1");
+    choice_close(&c);
 }
 
 static void fail_with(rs_diag_t *d, const char *msg)
@@ -117,92 +140,76 @@ static void fail_with(rs_diag_t *d, const char *msg)
 static void test_failover(void **state)
 {
     (void)state;
-    rs_version_info_t v;
-    rs_diag_t d;
-    rs__replicas_t set;
-    memset(&set, 0, sizeof(set));
-    rs_dir_h dir = make_dir("fail", &v);
-    assert_int_equal(rs__replicas_load(&set, dir, "fail", &v, 0, 0, &d),
-                     RS_OK);
+    choice_t c;
+    rs_diag_t *d = &c.d;
+    choice_open(&c, "fail");
+    choice_load(&c, 0, 0);
     /* names that only contain the chosen one's are not it */
     const char *others[] = {"session 0 (xp0, slot 0): reset",
                             "session 0 (p0, slot 01): reset",
                             "session 0 (p1, slot 0): reset",
                             "the run's deadline passed"};
     for (size_t i = 0; i < 4; i++) {
-        fail_with(&d, others[i]);
-        assert_int_equal(rs__replicas_failover(&set, RS_ERR_TRANSPORT, &d),
+        fail_with(d, others[i]);
+        assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, d),
                          0);
-        assert_string_equal(d.msg, others[i]);
-        assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p0");
+        assert_string_equal(d->msg, others[i]);
+        assert_string_equal(chosen(&c, 0), "p0");
     }
-    fail_with(&d, "session 0 (p0, slot 0): reset");
-    assert_int_equal(rs__replicas_failover(&set, RS_ERR_VERIFY, &d), 0);
-    assert_int_equal(rs__replicas_failover(&set, RS_ERR_TRANSPORT, &d), 1);
-    assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p1");
-    fail_with(&d, "session 0 (p1, slot 0): timed out");
-    assert_int_equal(rs__replicas_failover(&set, RS_ERR_TIMEOUT, &d), 1);
-    assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p2");
-    assert_int_equal(set.failovers, 2);
-    assert_string_equal(set.record, "p0, slot 0 -> p1; p1, slot 0 -> p2");
-    fail_with(&d, "session 0 (p2, slot 0): gone; session 1 (q0, slot 1): gone");
-    assert_int_equal(rs__replicas_failover(&set, RS_ERR_TRANSPORT, &d), 0);
-    assert_int_equal(d.status, RS_ERR_TRANSPORT);
-    assert_non_null(strstr(d.msg, "slot 0 of version 1: reading from each of "
-                           "its 3 publishers failed: p0, slot 0: session 0 "
-                           "(p0, slot 0): reset; p1, slot 0: session 0 (p1, "
+    fail_with(d, "session 0 (p0, slot 0): reset");
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_VERIFY, d), 0);
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, d), 1);
+    assert_string_equal(chosen(&c, 0), "p1");
+    fail_with(d, "session 0 (p1, slot 0): timed out");
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TIMEOUT, d), 1);
+    assert_string_equal(chosen(&c, 0), "p2");
+    assert_int_equal(c.set.failovers, 2);
+    assert_string_equal(c.set.record, "p0, slot 0 -> p1; p1, slot 0 -> p2");
+    fail_with(d, "session 0 (p2, slot 0): gone; session 1 (q0, slot 1): gone");
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, d), 0);
+    assert_int_equal(d->status, RS_ERR_TRANSPORT);
+    assert_non_null(strstr(d->msg, "slot 0 of version 1: reading from each "
+                           "of its 3 publishers failed: p0, slot 0: session "
+                           "0 (p0, slot 0): reset; p1, slot 0: session 0 (p1, "
                            "slot 0): timed out; p2, slot 0: session 0 (p2, "
                            "slot 0): gone"));
-    rs__replicas_reset(&set);
-    rs_dir_close(dir);
+    choice_close(&c);
 }
 
 static void test_suspect_until_restarted(void **state)
 {
     (void)state;
-    rs_version_info_t v;
-    rs_diag_t d;
-    rs__replicas_t set;
-    memset(&set, 0, sizeof(set));
-    rs_dir_h dir = make_dir("suspect", &v);
-    assert_int_equal(rs__replicas_load(&set, dir, "suspect", &v, 0, 0, &d),
-                     RS_OK);
-    fail_with(&d, "session 0 (p0, slot 0): reset");
-    assert_int_equal(rs__replicas_failover(&set, RS_ERR_TRANSPORT, &d), 1);
-    rs__replicas_reset(&set); /* the next pull */
-    assert_int_equal(set.failovers, 0);
-    assert_int_equal(rs__replicas_load(&set, dir, "suspect", &v, 0, 0, &d),
-                     RS_OK);
-    assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p1");
-    rs__replicas_reset(&set);
+    choice_t c;
+    choice_open(&c, "suspect");
+    choice_load(&c, 0, 0);
+    fail_with(&c.d, "session 0 (p0, slot 0): reset");
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, &c.d), 1);
+    rs__replicas_reset(&c.set); /* the next pull */
+    assert_int_equal(c.set.failovers, 0);
+    choice_load(&c, 0, 0);
+    assert_string_equal(chosen(&c, 0), "p1");
     /* p0 restarted: a new table under the same name */
-    assert_int_equal(rs_dir_publish_as(dir, "suspect", 1, 0, "p0", 7, "P0", 2,
-                                       &d), RS_OK);
-    assert_int_equal(rs__replicas_load(&set, dir, "suspect", &v, 0, 0, &d),
-                     RS_OK);
-    assert_string_equal(rs__replicas_chosen(&set, 0)->publisher, "p0");
-    rs__replicas_reset(&set);
-    rs_dir_close(dir);
+    assert_int_equal(rs_dir_publish_as(c.dir, "suspect", 1, 0, "p0", 7, "P0",
+                                       2, &c.d), RS_OK);
+    choice_load(&c, 0, 0);
+    assert_string_equal(chosen(&c, 0), "p0");
+    choice_close(&c);
 }
 
 /* A slot's only publisher keeps the message it failed with. */
 static void test_single_publisher(void **state)
 {
     (void)state;
-    rs_version_info_t v;
-    rs_diag_t d;
-    rs__replicas_t set;
-    memset(&set, 0, sizeof(set));
-    rs_dir_h dir = make_dir("single", &v);
-    assert_int_equal(rs__replicas_load(&set, dir, "single", &v, 0, 0, &d),
-                     RS_OK);
-    fail_with(&d, "reading from the publishers: session 1 (q0, slot 1): eof");
-    assert_int_equal(rs__replicas_failover(&set, RS_ERR_TRANSPORT, &d), 0);
-    assert_string_equal(d.msg, "reading from the publishers: session 1 (q0, "
-                        "slot 1): eof");
-    assert_int_equal(set.failovers, 0);
-    rs__replicas_reset(&set);
-    rs_dir_close(dir);
+    choice_t c;
+    choice_open(&c, "single");
+    choice_load(&c, 0, 0);
+    fail_with(&c.d, "reading from the publishers: session 1 (q0, slot 1): "
+                    "eof");
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, &c.d), 0);
+    assert_string_equal(c.d.msg, "reading from the publishers: session 1 "
+                        "(q0, slot 1): eof");
+    assert_int_equal(c.set.failovers, 0);
+    choice_close(&c);
 }
 
 int main(void)
