@@ -129,7 +129,7 @@ static uint64_t max_per_pair(const tables_t *t, rs_plan_h plan,
     const rs_convert_t *cv = rs_plan_converts(plan, &n);
     for (size_t i = 0; i < n; i++)
         add_keys(t, plan, cv[i].segments, cv[i].nsegments, k, &len);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (size_t i = 0; i < n; i++)
         add_keys(t, plan, fp[i].segments, fp[i].nsegments, k, &len);
     qsort(k, len, sizeof(*k), cmp_key);

@@ -144,7 +144,7 @@ static size_t count_segments(rs_plan_h plan, size_t *full_pulls_p)
     const rs_convert_t *cv = rs_plan_converts(plan, &n);
     for (size_t i = 0; i < n; i++)
         total += cv[i].nsegments;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (size_t i = 0; i < n; i++)
         total += fp[i].nsegments;
     *full_pulls_p = n;

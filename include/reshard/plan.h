@@ -109,7 +109,7 @@ typedef enum rs_staged_kind {
  * captured copies are replayed locally (their op chains applied to the
  * whole source, rebased on the box: every element they read lies inside
  * it). A full pull is the staged read whose box is the whole source. */
-typedef struct rs_full_pull {
+typedef struct rs_staged_read {
     const char *src;
     int ndim;
     const int64_t *global_shape;
@@ -122,7 +122,7 @@ typedef struct rs_full_pull {
     const int64_t *box_lo;    /* ndim entries; all 0 for a full pull */
     const int64_t *box_shape; /* ndim entries; global_shape for a full pull */
     rs_staged_kind_t kind;
-} rs_full_pull_t;
+} rs_staged_read_t;
 
 /* How a quantized copy (rs_capture_add_quant_copy) is served
  * (docs/quantized-refit.md). Either way the planner turns it
@@ -213,7 +213,12 @@ RS_API const rs_segment_t *rs_plan_segments(rs_plan_h plan, size_t *count_p);
 RS_API const rs_convert_t *rs_plan_converts(rs_plan_h plan, size_t *count_p);
 /* Every staged read (full pulls and staged boxes), in the order the
  * planner made them. */
-RS_API const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p);
+RS_API const rs_staged_read_t *rs_plan_staged_reads(rs_plan_h plan, size_t *count_p);
+/* The names these had while whole sources were the only staged reads;
+ * deprecated, removed in the next release. */
+typedef rs_staged_read_t rs_full_pull_t RS_DEPRECATED("use rs_staged_read_t");
+RS_API RS_DEPRECATED("use rs_plan_staged_reads") const rs_staged_read_t *
+rs_plan_full_pulls(rs_plan_h plan, size_t *count_p);
 /* Every quantized copy the selection keeps (params.only), in capture
  * order. */
 RS_API const rs_quantized_t *rs_plan_quantized(rs_plan_h plan, size_t *count_p);

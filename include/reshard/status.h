@@ -17,6 +17,14 @@ extern "C" {
 #define RS_API
 #endif
 
+/* A name kept for one release after it was renamed: using it warns, naming
+ * the new one. */
+#if defined(__GNUC__)
+#define RS_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define RS_DEPRECATED(msg)
+#endif
+
 /* Errors are grouped by what is broken; the value ranges are stable. */
 typedef enum rs_status {
     RS_OK = 0,

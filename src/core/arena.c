@@ -5,8 +5,8 @@
 
 #include "core/arena.h"
 
-struct rs_arena_chunk {
-    rs_arena_chunk_t *next;
+struct rs__arena_chunk {
+    rs__arena_chunk_t *next;
     size_t cap;
     _Alignas(16) unsigned char data[];
 };
@@ -14,25 +14,25 @@ struct rs_arena_chunk {
 #define ARENA_MIN_CHUNK ((size_t)4096)
 #define ARENA_MAX_CHUNK ((size_t)1 << 22)
 
-void rs__arena_init(rs_arena_t *arena)
+void rs__arena_init(rs__arena_t *arena)
 {
     arena->head = NULL;
     arena->used = 0;
     arena->cap = 0;
 }
 
-void rs__arena_free(rs_arena_t *arena)
+void rs__arena_free(rs__arena_t *arena)
 {
-    rs_arena_chunk_t *c = arena->head;
+    rs__arena_chunk_t *c = arena->head;
     while (c != NULL) {
-        rs_arena_chunk_t *next = c->next;
+        rs__arena_chunk_t *next = c->next;
         free(c);
         c = next;
     }
     rs__arena_init(arena);
 }
 
-static int arena_grow(rs_arena_t *arena, size_t need)
+static int arena_grow(rs__arena_t *arena, size_t need)
 {
     size_t cap = arena->cap * 2;
     if (cap < ARENA_MIN_CHUNK)
@@ -41,9 +41,9 @@ static int arena_grow(rs_arena_t *arena, size_t need)
         cap = ARENA_MAX_CHUNK;
     if (cap < need)
         cap = need;
-    if (cap > SIZE_MAX - sizeof(rs_arena_chunk_t))
+    if (cap > SIZE_MAX - sizeof(rs__arena_chunk_t))
         return 0;
-    rs_arena_chunk_t *c = malloc(sizeof(*c) + cap);
+    rs__arena_chunk_t *c = malloc(sizeof(*c) + cap);
     if (c == NULL)
         return 0;
     c->next = arena->head;
@@ -54,7 +54,7 @@ static int arena_grow(rs_arena_t *arena, size_t need)
     return 1;
 }
 
-void *rs__arena_alloc(rs_arena_t *arena, size_t size)
+void *rs__arena_alloc(rs__arena_t *arena, size_t size)
 {
     if (size > SIZE_MAX - 15)
         return NULL;
@@ -71,7 +71,7 @@ void *rs__arena_alloc(rs_arena_t *arena, size_t size)
     return p;
 }
 
-void *rs__arena_memdup(rs_arena_t *arena, const void *src, size_t size)
+void *rs__arena_memdup(rs__arena_t *arena, const void *src, size_t size)
 {
     void *p = rs__arena_alloc(arena, size);
     if (p != NULL && size > 0)
@@ -79,7 +79,7 @@ void *rs__arena_memdup(rs_arena_t *arena, const void *src, size_t size)
     return p;
 }
 
-char *rs__arena_strdup(rs_arena_t *arena, const char *s)
+char *rs__arena_strdup(rs__arena_t *arena, const char *s)
 {
     return rs__arena_memdup(arena, s, strlen(s) + 1);
 }

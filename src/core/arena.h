@@ -5,19 +5,19 @@
 
 #include <stddef.h>
 
-typedef struct rs_arena_chunk rs_arena_chunk_t;
+typedef struct rs__arena_chunk rs__arena_chunk_t;
 
-typedef struct rs_arena {
-    rs_arena_chunk_t *head;
+typedef struct rs__arena {
+    rs__arena_chunk_t *head;
     size_t used;  /* bytes used in head */
     size_t cap;   /* capacity of head */
-} rs_arena_t;
+} rs__arena_t;
 
-void rs__arena_init(rs_arena_t *arena);
-void rs__arena_free(rs_arena_t *arena);
+void rs__arena_init(rs__arena_t *arena);
+void rs__arena_free(rs__arena_t *arena);
 /* 16-byte aligned, zeroed memory; NULL on exhaustion or overflow. */
-void *rs__arena_alloc(rs_arena_t *arena, size_t size);
-void *rs__arena_memdup(rs_arena_t *arena, const void *src, size_t size);
-char *rs__arena_strdup(rs_arena_t *arena, const char *s);
+void *rs__arena_alloc(rs__arena_t *arena, size_t size);
+void *rs__arena_memdup(rs__arena_t *arena, const void *src, size_t size);
+char *rs__arena_strdup(rs__arena_t *arena, const char *s);
 
 #endif

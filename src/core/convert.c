@@ -188,7 +188,7 @@ static int float_index(rs_dtype_t dtype)
 #define NONE {NULL, NULL}
 
 /* [from][to]; the diagonal is handled as a copy before this is consulted. */
-static const rs__cv_kernel_t float_kernels[F_COUNT][F_COUNT] = {
+static const rs__convert_kernel_t float_kernels[F_COUNT][F_COUNT] = {
     [F_F32] = {NONE, K(f32, f64), K(f32, bf16), K(f32, f16), K(f32, e4m3),
                K(f32, e5m2)},
     [F_F64] = {K(f64, f32), NONE, K(f64, bf16), K(f64, f16), K(f64, e4m3),
@@ -203,14 +203,14 @@ static const rs__cv_kernel_t float_kernels[F_COUNT][F_COUNT] = {
                 K(e5m2, e4m3), NONE},
 };
 
-static const rs__cv_kernel_t copy_kernels[9] = {
+static const rs__convert_kernel_t copy_kernels[9] = {
     [1] = {copy_contig_1, copy_strided_1},
     [2] = {copy_contig_2, copy_strided_2},
     [4] = {copy_contig_4, copy_strided_4},
     [8] = {copy_contig_8, copy_strided_8},
 };
 
-int rs__convert_kernel(rs_dtype_t to, rs_dtype_t from, rs__cv_kernel_t *k_p)
+int rs__convert_kernel(rs_dtype_t to, rs_dtype_t from, rs__convert_kernel_t *k_p)
 {
     if (to == from) {
         size_t size = rs_dtype_size(from);
@@ -228,14 +228,14 @@ int rs__convert_kernel(rs_dtype_t to, rs_dtype_t from, rs__cv_kernel_t *k_p)
 
 int rs__convert_supported(rs_dtype_t from, rs_dtype_t to)
 {
-    rs__cv_kernel_t k;
+    rs__convert_kernel_t k;
     return rs__convert_kernel(to, from, &k);
 }
 
 rs_status_t rs__convert(rs_dtype_t to, void *dst, rs_dtype_t from,
                        const void *src, size_t n)
 {
-    rs__cv_kernel_t k;
+    rs__convert_kernel_t k;
     if (!rs__convert_kernel(to, from, &k))
         return RS_ERR_UNSUPPORTED;
     if (n > 0 && (dst == NULL || src == NULL))

@@ -92,7 +92,7 @@ static void coalesce(cv_geom_t *g, const int64_t *shape, const int64_t *ds,
     g->ndim = n;
 }
 
-static void run_row(const rs__cv_kernel_t *k, unsigned char *d, int64_t ds,
+static void run_row(const rs__convert_kernel_t *k, unsigned char *d, int64_t ds,
                     const unsigned char *s, int64_t ss, int64_t n)
 {
     if (ds == 1 && ss == 1)
@@ -104,7 +104,7 @@ static void run_row(const rs__cv_kernel_t *k, unsigned char *d, int64_t ds,
 /* One tile of a transpose-like pair (see run_tiled): converted into a small
  * buffer along p (contiguous reads), then copied out along q (contiguous
  * writes). */
-static void run_tile(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
+static void run_tile(const rs__convert_kernel_t *k, const rs__convert_kernel_t *copy,
                      const cv_geom_t *g, int p, int q, int64_t np,
                      int64_t nq, unsigned char *d, const unsigned char *s)
 {
@@ -124,7 +124,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * destination along q): a register transpose into a buffer whose rows are
  * destination rows in the source dtype, then each row cast out
  * contiguously. */
-static void run_tile_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
+static void run_tile_fast(const rs__convert_kernel_t *k, const cv_geom_t *g,
                           int p, int q, int64_t np, int64_t nq,
                           unsigned char *d, const unsigned char *s)
 {
@@ -167,7 +167,7 @@ static void prefetch_tile(const cv_geom_t *g, int p, int q, int64_t np,
 
 /* The tile at (p0, q0) of a true transpose with a cast, with hints for the
  * next one along p (`more`: there is one in this block). */
-static void fast_tile_at(const rs__cv_kernel_t *k, const cv_geom_t *g, int p,
+static void fast_tile_at(const rs__convert_kernel_t *k, const cv_geom_t *g, int p,
                          int q, int64_t p0, int64_t q0, int more,
                          unsigned char *d, const unsigned char *s)
 {
@@ -188,7 +188,7 @@ static void fast_tile_at(const rs__cv_kernel_t *k, const cv_geom_t *g, int p,
  * larger than them); with a cast, tiles go through a buffer, in blocks of
  * `blk` x `blk` elements that keep the pages both sides touch within the
  * TLB's reach. */
-static void run_tiled_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
+static void run_tiled_fast(const rs__convert_kernel_t *k, const cv_geom_t *g,
                            int p, int q, unsigned char *d,
                            const unsigned char *s)
 {
@@ -212,7 +212,7 @@ static void run_tiled_fast(const rs__cv_kernel_t *k, const cv_geom_t *g,
  * q the one the destination is. Blocks of CV_BLOCK x CV_BLOCK keep the pages
  * both sides touch within the TLB's reach; inside a block, tiles small
  * enough for L1 make every cache line on either side be touched once. */
-static void run_tiled(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
+static void run_tiled(const rs__convert_kernel_t *k, const rs__convert_kernel_t *copy,
                       const cv_geom_t *g, int r, unsigned char *d,
                       const unsigned char *s)
 {
@@ -259,7 +259,7 @@ static int wants_stream(const cv_geom_t *g)
     return n >= RS__TRANSPOSE_STREAM_MIN;
 }
 
-static void walk(const rs__cv_kernel_t *k, const rs__cv_kernel_t *copy,
+static void walk(const rs__convert_kernel_t *k, const rs__convert_kernel_t *copy,
                  const cv_geom_t *g, unsigned char *dst,
                  const unsigned char *src)
 {
@@ -291,7 +291,7 @@ rs_status_t rs__convert_strided(rs_dtype_t to, void *dst,
                                const void *src, const int64_t *src_stride,
                                int ndim, const int64_t *shape)
 {
-    rs__cv_kernel_t k, copy;
+    rs__convert_kernel_t k, copy;
     if (!rs__convert_kernel(to, from, &k) ||
         !rs__convert_kernel(to, to, &copy))
         return RS_ERR_UNSUPPORTED;

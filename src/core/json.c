@@ -23,7 +23,7 @@ rs_status_t rs__json_max_bytes(rs_diag_t *diag, size_t *max_p)
     return st;
 }
 
-void rs__json_ctx_init(rs_json_ctx_t *c, const char *origin, rs_diag_t *diag)
+void rs__json_ctx_init(rs__json_ctx_t *c, const char *origin, rs_diag_t *diag)
 {
     c->origin = origin != NULL ? origin : "<json>";
     c->diag = diag != NULL ? diag : &c->own_diag;
@@ -33,10 +33,10 @@ void rs__json_ctx_init(rs_json_ctx_t *c, const char *origin, rs_diag_t *diag)
 }
 
 /* Appends formatted text to the path; on overflow the path ends in "...". */
-static size_t path_append(rs_json_ctx_t *c, const char *fmt, ...)
+static size_t path_append(rs__json_ctx_t *c, const char *fmt, ...)
     RS_PRINTF(2, 3);
 
-static size_t path_append(rs_json_ctx_t *c, const char *fmt, ...)
+static size_t path_append(rs__json_ctx_t *c, const char *fmt, ...)
 {
     size_t mark = c->len;
     size_t room = sizeof(c->path) - c->len;
@@ -72,7 +72,7 @@ static int is_identifier(const char *s)
 /* Appends n bytes of text when they fit, else falls back to path_append
  * (which truncates with "..."): the common case of every key and index of
  * every loaded record without a vsnprintf. */
-static size_t path_put(rs_json_ctx_t *c, const char *text, size_t n)
+static size_t path_put(rs__json_ctx_t *c, const char *text, size_t n)
 {
     size_t mark = c->len;
     if (n < sizeof(c->path) - c->len) {
@@ -84,7 +84,7 @@ static size_t path_put(rs_json_ctx_t *c, const char *text, size_t n)
     return path_append(c, "%.*s", (int)n, text);
 }
 
-size_t rs__json_push_key(rs_json_ctx_t *c, const char *key)
+size_t rs__json_push_key(rs__json_ctx_t *c, const char *key)
 {
     char quoted[RS_JSON_PATH_MAX];
     size_t q = 0;
@@ -108,7 +108,7 @@ size_t rs__json_push_key(rs_json_ctx_t *c, const char *key)
     return path_append(c, "[\"%s\"]", quoted);
 }
 
-size_t rs__json_push_index(rs_json_ctx_t *c, size_t index)
+size_t rs__json_push_index(rs__json_ctx_t *c, size_t index)
 {
     char text[32], *p = text + sizeof(text);
     *--p = ']';
@@ -120,18 +120,18 @@ size_t rs__json_push_index(rs_json_ctx_t *c, size_t index)
     return path_put(c, p, (size_t)(text + sizeof(text) - p));
 }
 
-void rs__json_pop(rs_json_ctx_t *c, size_t mark)
+void rs__json_pop(rs__json_ctx_t *c, size_t mark)
 {
     c->len = mark;
     c->path[mark] = '\0';
 }
 
-const char *rs__json_path(const rs_json_ctx_t *c)
+const char *rs__json_path(const rs__json_ctx_t *c)
 {
     return c->len > 0 ? c->path : "(root)";
 }
 
-rs_status_t (rs__json_fail)(rs_json_ctx_t *c, const char *fmt, ...)
+rs_status_t (rs__json_fail)(rs__json_ctx_t *c, const char *fmt, ...)
 {
     char msg[RS_DIAG_MSG_MAX];
     va_list ap;
@@ -143,7 +143,7 @@ rs_status_t (rs__json_fail)(rs_json_ctx_t *c, const char *fmt, ...)
                         rs__json_path(c), msg);
 }
 
-rs_status_t rs__json_prefix(rs_json_ctx_t *c)
+rs_status_t rs__json_prefix(rs__json_ctx_t *c)
 {
     return rs__diag_prefix(c->diag, "%s: %s: ", c->origin, rs__json_path(c));
 }
@@ -244,7 +244,7 @@ rs_status_t rs__json_read_file(const char *path, size_t limit, rs_diag_t *diag,
     return status;
 }
 
-rs_status_t rs__json_parse(rs_json_ctx_t *c, const char *data, size_t len,
+rs_status_t rs__json_parse(rs__json_ctx_t *c, const char *data, size_t len,
                           size_t limit, json_t **root_p)
 {
     json_error_t err;
@@ -280,7 +280,7 @@ rs_status_t rs__json_load_text(const char *text, size_t len,
                                rs_diag_t *diag, rs__json_root_fn fn,
                                void *arg)
 {
-    rs_json_ctx_t c;
+    rs__json_ctx_t c;
     json_t *root = NULL;
 
     rs__json_ctx_init(&c, origin, diag);
@@ -306,7 +306,7 @@ rs_status_t rs__json_load_file(const char *path, size_t limit,
     return st;
 }
 
-rs_status_t rs__json_expect(rs_json_ctx_t *c, const json_t *v, json_type type)
+rs_status_t rs__json_expect(rs__json_ctx_t *c, const json_t *v, json_type type)
 {
     if (v != NULL && json_typeof(v) == type)
         return RS_OK;
@@ -314,7 +314,7 @@ rs_status_t rs__json_expect(rs_json_ctx_t *c, const json_t *v, json_type type)
                         rs__json_type_name(v));
 }
 
-rs_status_t rs__json_as_int(rs_json_ctx_t *c, const json_t *v, int64_t min,
+rs_status_t rs__json_as_int(rs__json_ctx_t *c, const json_t *v, int64_t min,
                            int64_t *out_p)
 {
     if (v == NULL || !json_is_integer(v))
@@ -333,7 +333,7 @@ rs_status_t rs__json_as_int(rs_json_ctx_t *c, const json_t *v, int64_t min,
     return RS_OK;
 }
 
-rs_status_t rs__json_as_string(rs_json_ctx_t *c, const json_t *v,
+rs_status_t rs__json_as_string(rs__json_ctx_t *c, const json_t *v,
                               const char **out_p)
 {
     rs_status_t st = rs__json_expect(c, v, JSON_STRING);
@@ -342,7 +342,7 @@ rs_status_t rs__json_as_string(rs_json_ctx_t *c, const json_t *v,
     return st;
 }
 
-rs_status_t rs__json_as_ints(rs_json_ctx_t *c, const json_t *v, int64_t min,
+rs_status_t rs__json_as_ints(rs__json_ctx_t *c, const json_t *v, int64_t min,
                             size_t max, int64_t *out, size_t *n_p)
 {
     rs_status_t st = rs__json_expect(c, v, JSON_ARRAY);
@@ -363,7 +363,7 @@ rs_status_t rs__json_as_ints(rs_json_ctx_t *c, const json_t *v, int64_t min,
     return RS_OK;
 }
 
-rs_status_t rs__json_check_numel(rs_json_ctx_t *c, const int64_t *dims, int n,
+rs_status_t rs__json_check_numel(rs__json_ctx_t *c, const int64_t *dims, int n,
                                 size_t elsize)
 {
     int64_t numel, bytes;
@@ -381,7 +381,7 @@ rs_status_t rs__json_check_numel(rs_json_ctx_t *c, const int64_t *dims, int n,
 
 /* The lookup every rs__json_field_* shares: *v_p is the key's value, or
  * NULL when the key is absent or null and not required. */
-static rs_status_t field_value(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t field_value(rs__json_ctx_t *c, const json_t *obj,
                                const char *key, int required, json_t **v_p)
 {
     json_t *v = json_object_get(obj, key);
@@ -399,7 +399,7 @@ static rs_status_t field_value(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-rs_status_t rs__json_field(rs_json_ctx_t *c, const json_t *obj, const char *key,
+rs_status_t rs__json_field(rs__json_ctx_t *c, const json_t *obj, const char *key,
                           int required, json_type type, json_t **v_p)
 {
     json_t *v = NULL;
@@ -414,7 +414,7 @@ rs_status_t rs__json_field(rs_json_ctx_t *c, const json_t *obj, const char *key,
     return st;
 }
 
-rs_status_t rs__json_field_int(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_int(rs__json_ctx_t *c, const json_t *obj,
                               const char *key, int required, int64_t min,
                               int64_t *out_p)
 {
@@ -428,7 +428,7 @@ rs_status_t rs__json_field_int(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-rs_status_t rs__json_field_string(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_string(rs__json_ctx_t *c, const json_t *obj,
                                  const char *key, int required,
                                  const char **out_p)
 {
@@ -439,7 +439,7 @@ rs_status_t rs__json_field_string(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-rs_status_t rs__json_field_dims(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_dims(rs__json_ctx_t *c, const json_t *obj,
                                const char *key, int64_t *dims, int *ndim_p)
 {
     json_t *v = NULL;
@@ -455,7 +455,7 @@ rs_status_t rs__json_field_dims(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-rs_status_t rs__json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_field_dtype(rs__json_ctx_t *c, const json_t *obj,
                                 const char *key, rs_dtype_t *out_p)
 {
     const char *name = NULL;
@@ -475,7 +475,7 @@ rs_status_t rs__json_field_dtype(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-rs_status_t rs__json_check_schema(rs_json_ctx_t *c, const json_t *obj,
+rs_status_t rs__json_check_schema(rs__json_ctx_t *c, const json_t *obj,
                                  const char *schema)
 {
     const char *got = NULL;

@@ -24,9 +24,9 @@ typedef struct qwalk {
 static int src_index(rs_dtype_t dtype)
 {
     switch (dtype) {
-    case RS_DTYPE_F32: return RS__QSRC_F32;
-    case RS_DTYPE_BF16: return RS__QSRC_BF16;
-    case RS_DTYPE_F16: return RS__QSRC_F16;
+    case RS_DTYPE_F32: return RS__QUANT_SOURCE_F32;
+    case RS_DTYPE_BF16: return RS__QUANT_SOURCE_BF16;
+    case RS_DTYPE_F16: return RS__QUANT_SOURCE_F16;
     default: return -1;
     }
 }
@@ -215,7 +215,7 @@ static void encode_and_scan(const qwalk_t *w, const unsigned char *src,
                             qchunk_t *next, uint8_t *q_out)
 {
     const int L = w->ndim - 1;
-    const rs__qenc_row_fn enc = w->ops->enc_row[w->src][w->fmt];
+    const rs__quant_encode_row_fn enc = w->ops->enc_row[w->src][w->fmt];
     rowcur_t a = {{0}, 0}, b = {{0}, next != NULL ? 0 : 2};
     size_t oa = 0, ob = 0;
     int more_a = row_next(w, c, &a, &oa);
@@ -236,7 +236,7 @@ static void encode_and_scan(const qwalk_t *w, const unsigned char *src,
 /* The rule's scale: amax / fmax rounded once in float32; 1.0 for zero. */
 static float block_scale(int fmt, float amax)
 {
-    const float s = amax / rs__qfmt_max[fmt];
+    const float s = amax / rs__quant_format_max[fmt];
     return s == 0.0f ? 1.0f : s;
 }
 
@@ -285,10 +285,10 @@ static rs_status_t walk_blocks(const qwalk_t *w, const unsigned char *src,
     while (more) {
         qchunk_t *c = &ch[cur], *next = &ch[cur ^ 1];
         for (int b = 0; b < c->nb; b++) {
-            if (c->bits[b] >= rs__qsrc_inf[w->src])
+            if (c->bits[b] >= rs__quant_source_inf[w->src])
                 return refuse_block(w, c, b, what, diag);
             scale_out[k + (size_t)b] =
-                block_scale(w->fmt, rs__qamax_value(w->src, c->bits[b]));
+                block_scale(w->fmt, rs__quant_amax_value(w->src, c->bits[b]));
         }
         more = chunk_next(w, c, next);
         encode_and_scan(w, src, c, scale_out + k, more ? next : NULL, q_out);

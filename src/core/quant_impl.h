@@ -14,7 +14,7 @@
 #include "core/simd.h"
 
 /* Source dtypes and FP8 formats, as table indices. */
-enum { RS__QSRC_F32, RS__QSRC_BF16, RS__QSRC_F16, RS__QSRC_COUNT };
+enum { RS__QUANT_SOURCE_F32, RS__QUANT_SOURCE_BF16, RS__QUANT_SOURCE_F16, RS__QUANT_SOURCE_COUNT };
 enum { RS__QFMT_E4M3, RS__QFMT_E5M2, RS__QFMT_COUNT };
 
 /* The largest |x| over n elements, as the source format's bits with the
@@ -22,28 +22,28 @@ enum { RS__QFMT_E4M3, RS__QFMT_E5M2, RS__QFMT_COUNT };
  * integer max is exact; NaN and infinities have the largest bits of all, so
  * the result is at or above the format's infinity when any element is not
  * finite. 0 for n == 0. Any alignment. */
-typedef uint32_t (*rs__qamax_fn)(const void *src, size_t n);
+typedef uint32_t (*rs__quant_amax_fn)(const void *src, size_t n);
 
 /* dst[i] = rs__quant_enc(format, (float)src[i] / scale), for finite
  * sources and a finite, nonzero scale. Any alignment. */
-typedef void (*rs__qenc_fn)(uint8_t *dst, const void *src, size_t n,
+typedef void (*rs__quant_encode_fn)(uint8_t *dst, const void *src, size_t n,
                             float scale);
 
 /* A row of `width` elements cut into segments of `seg` (the last may be
  * shorter), one block each: bits[k] = max(bits[k], the amax bits of
  * segment k). */
-typedef void (*rs__qamax_row_fn)(const void *src, size_t width, size_t seg,
+typedef void (*rs__quant_amax_row_fn)(const void *src, size_t width, size_t seg,
                                  uint32_t *bits);
 
 /* The same row encoded, segment k under scale[k]. */
-typedef void (*rs__qenc_row_fn)(uint8_t *dst, const void *src, size_t width,
+typedef void (*rs__quant_encode_row_fn)(uint8_t *dst, const void *src, size_t width,
                                 size_t seg, const float *scale);
 
 typedef struct rs__quant_ops {
-    rs__qamax_fn amax[RS__QSRC_COUNT];
-    rs__qenc_fn enc[RS__QSRC_COUNT][RS__QFMT_COUNT];
-    rs__qamax_row_fn amax_row[RS__QSRC_COUNT];
-    rs__qenc_row_fn enc_row[RS__QSRC_COUNT][RS__QFMT_COUNT];
+    rs__quant_amax_fn amax[RS__QUANT_SOURCE_COUNT];
+    rs__quant_encode_fn enc[RS__QUANT_SOURCE_COUNT][RS__QFMT_COUNT];
+    rs__quant_amax_row_fn amax_row[RS__QUANT_SOURCE_COUNT];
+    rs__quant_encode_row_fn enc_row[RS__QUANT_SOURCE_COUNT][RS__QFMT_COUNT];
 } rs__quant_ops_t;
 
 /* Row loops over a level's segment kernels: AMAX_FN(src, n) and
@@ -86,19 +86,19 @@ extern const rs__quant_ops_t rs__quant_ops_avx512;
 
 /* Magnitude bits of each source's infinity: amax bits at or above it mean
  * a NaN or an infinity in the row. */
-static const uint32_t rs__qsrc_inf[RS__QSRC_COUNT] = {0x7f800000u, 0x7f80u,
+static const uint32_t rs__quant_source_inf[RS__QUANT_SOURCE_COUNT] = {0x7f800000u, 0x7f80u,
                                                       0x7c00u};
 
 /* Largest finite value of each format and its magnitude code. */
-static const float rs__qfmt_max[RS__QFMT_COUNT] = {448.0f, 57344.0f};
-static const uint32_t rs__qfmt_top[RS__QFMT_COUNT] = {0x7eu, 0x7bu};
+static const float rs__quant_format_max[RS__QFMT_COUNT] = {448.0f, 57344.0f};
+static const uint32_t rs__quant_format_top[RS__QFMT_COUNT] = {0x7eu, 0x7bu};
 
 /* The value of amax bits of a source dtype (exact). */
-static inline float rs__qamax_value(int src, uint32_t bits)
+static inline float rs__quant_amax_value(int src, uint32_t bits)
 {
-    if (src == RS__QSRC_F32)
+    if (src == RS__QUANT_SOURCE_F32)
         return rs__f32_from(bits);
-    if (src == RS__QSRC_BF16)
+    if (src == RS__QUANT_SOURCE_BF16)
         return rs__f32_from(bits << 16);
     return rs__f16_to_f32((uint16_t)bits);
 }
@@ -110,7 +110,7 @@ static inline uint8_t rs__quant_enc(int fmt, float q)
 {
     const uint32_t r = fmt == RS__QFMT_E4M3 ? rs__narrow32(q, RS__E4M3)
                                             : rs__narrow32(q, RS__E5M2);
-    const uint32_t mag = r & 0x7fu, top = rs__qfmt_top[fmt];
+    const uint32_t mag = r & 0x7fu, top = rs__quant_format_top[fmt];
     return (uint8_t)((r & 0x80u) | (mag < top ? mag : top));
 }
 

@@ -43,11 +43,11 @@ static INLINE void scalar_tail(uint8_t *d, const unsigned char *s, size_t n,
     for (size_t i = 0; i < n; i++) {
         float v;
         uint16_t h;
-        if (src == RS__QSRC_F32)
+        if (src == RS__QUANT_SOURCE_F32)
             memcpy(&v, s + 4 * i, sizeof(v));
         else {
             memcpy(&h, s + 2 * i, sizeof(h));
-            v = src == RS__QSRC_BF16 ? rs__f32_from((uint32_t)h << 16)
+            v = src == RS__QUANT_SOURCE_BF16 ? rs__f32_from((uint32_t)h << 16)
                                      : rs__f16_to_f32(h);
         }
         d[i] = rs__quant_enc(fmt, v / scale);
@@ -119,8 +119,8 @@ TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
 
-ENC8_NATURAL(encv8_f32, ld8_f32, 4, RS__QSRC_F32)
-ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QSRC_F16)
+ENC8_NATURAL(encv8_f32, ld8_f32, 4, RS__QUANT_SOURCE_F32)
+ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QUANT_SOURCE_F16)
 
 /* 16 bf16 to 16 codes as 16-bit lanes in order: magnitudes divided (the
  * quotient's sign is the source's: the scale is positive), the sign put
@@ -155,7 +155,7 @@ TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
                                                    0xd8);
         _mm256_storeu_si256((__m256i *)(void *)(d + i), r);
     }
-    scalar_tail(d + i, s + 2 * i, n - i, scale, fmt, RS__QSRC_BF16);
+    scalar_tail(d + i, s + 2 * i, n - i, scale, fmt, RS__QUANT_SOURCE_BF16);
 }
 
 TGT_AVX2 static uint32_t hmax8_epu32(__m256i m)
@@ -179,7 +179,7 @@ TGT_AVX2 static INLINE uint32_t amax8_f32(const void *src, size_t n)
         m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256(p + 1), mask));
     }
     const uint32_t m = hmax8_epu32(_mm256_max_epu32(m0, m1));
-    const uint32_t t = rs__quant_ops_portable.amax[RS__QSRC_F32](s + 4 * i, n - i);
+    const uint32_t t = rs__quant_ops_portable.amax[RS__QUANT_SOURCE_F32](s + 4 * i, n - i);
     return t > m ? t : m;
 }
 
@@ -198,7 +198,7 @@ TGT_AVX2 static INLINE uint32_t amax8_16(const void *src, size_t n)
     const __m256i m = _mm256_max_epu16(m0, m1);
     const __m256i lo = _mm256_and_si256(m, _mm256_set1_epi32(0xffff));
     const uint32_t r = hmax8_epu32(_mm256_max_epu32(lo, _mm256_srli_epi32(m, 16)));
-    const uint32_t t = rs__quant_ops_portable.amax[RS__QSRC_BF16](s + 2 * i, n - i);
+    const uint32_t t = rs__quant_ops_portable.amax[RS__QUANT_SOURCE_BF16](s + 2 * i, n - i);
     return t > r ? t : r;
 }
 
@@ -258,8 +258,8 @@ TGT_AVX512 static INLINE __m512 ld16_f16(const unsigned char *s)
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
 
-ENC16_NATURAL(encv16_f32, ld16_f32, 4, RS__QSRC_F32)
-ENC16_NATURAL(encv16_f16, ld16_f16, 2, RS__QSRC_F16)
+ENC16_NATURAL(encv16_f32, ld16_f32, 4, RS__QUANT_SOURCE_F32)
+ENC16_NATURAL(encv16_f16, ld16_f16, 2, RS__QUANT_SOURCE_F16)
 
 /* 32 bf16 per step, as bf16x16 does with AVX2: magnitudes divided, the
  * zero interleave gives, per 128-bit lane, elements 0-3 and 4-7 of that
@@ -285,7 +285,7 @@ TGT_AVX512 static INLINE void encv16_bf16(uint8_t *d, const unsigned char *s,
                                                     sbit, OR_AND);
         _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtepi16_epi8(r));
     }
-    scalar_tail(d + i, s + 2 * i, n - i, scale, fmt, RS__QSRC_BF16);
+    scalar_tail(d + i, s + 2 * i, n - i, scale, fmt, RS__QUANT_SOURCE_BF16);
 }
 
 TGT_AVX512 static INLINE uint32_t amax16_f32(const void *src, size_t n)

@@ -24,9 +24,9 @@ uint64_t rs__hash_str(const char *s)
     return h ^ (h >> 29);
 }
 
-void rs__strmap_init(rs_strmap_t *map) { memset(map, 0, sizeof(*map)); }
+void rs__strmap_init(rs__strmap_t *map) { memset(map, 0, sizeof(*map)); }
 
-void rs__strmap_free(rs_strmap_t *map)
+void rs__strmap_free(rs__strmap_t *map)
 {
     free(map->slots);
     rs__strmap_init(map);
@@ -35,46 +35,46 @@ void rs__strmap_free(rs_strmap_t *map)
 static uint32_t tag_of(uint64_t hash) { return (uint32_t)(hash >> 32); }
 
 /* The key's slot, or the empty slot where it would go. */
-static size_t strmap_slot(const rs_strmap_t *map, const char *key,
+static size_t strmap_slot(const rs__strmap_t *map, const char *key,
                           uint64_t hash)
 {
     size_t mask = map->cap - 1;
     size_t i = (size_t)hash & mask;
     uint32_t tag = tag_of(hash);
     for (;; i = (i + 1) & mask) {
-        const rs_strmap_slot_t *s = &map->slots[i];
+        const rs__strmap_slot_t *s = &map->slots[i];
         if (s->key == NULL ||
             (s->tag == tag && strcmp(s->key, key) == 0))
             return i;
     }
 }
 
-int rs__strmap_get_hashed(const rs_strmap_t *map, const char *key,
+int rs__strmap_get_hashed(const rs__strmap_t *map, const char *key,
                           uint64_t hash, uint32_t *value_p)
 {
     if (map->cap == 0)
         return 0;
-    const rs_strmap_slot_t *s = &map->slots[strmap_slot(map, key, hash)];
+    const rs__strmap_slot_t *s = &map->slots[strmap_slot(map, key, hash)];
     if (s->key == NULL)
         return 0;
     *value_p = s->value;
     return 1;
 }
 
-int rs__strmap_get(const rs_strmap_t *map, const char *key, uint32_t *value_p)
+int rs__strmap_get(const rs__strmap_t *map, const char *key, uint32_t *value_p)
 {
     return map->cap != 0 &&
            rs__strmap_get_hashed(map, key, rs__hash_str(key), value_p);
 }
 
-static int strmap_grow(rs_strmap_t *map)
+static int strmap_grow(rs__strmap_t *map)
 {
     size_t ncap = map->cap ? map->cap * 2 : 16;
-    rs_strmap_slot_t *slots = calloc(ncap, sizeof(rs_strmap_slot_t));
+    rs__strmap_slot_t *slots = calloc(ncap, sizeof(rs__strmap_slot_t));
     if (slots == NULL)
         return 0;
     for (size_t i = 0; i < map->cap; i++) {
-        const rs_strmap_slot_t *s = &map->slots[i];
+        const rs__strmap_slot_t *s = &map->slots[i];
         if (s->key == NULL)
             continue;
         /* keys are distinct: the first empty slot from the hash is theirs */
@@ -89,12 +89,12 @@ static int strmap_grow(rs_strmap_t *map)
     return 1;
 }
 
-int rs__strmap_put(rs_strmap_t *map, const char *key, uint32_t value)
+int rs__strmap_put(rs__strmap_t *map, const char *key, uint32_t value)
 {
     if ((map->len + 1) * 2 > map->cap && !strmap_grow(map))
         return 0;
     uint64_t hash = rs__hash_str(key);
-    rs_strmap_slot_t *s = &map->slots[strmap_slot(map, key, hash)];
+    rs__strmap_slot_t *s = &map->slots[strmap_slot(map, key, hash)];
     if (s->key == NULL) {
         s->key = key;
         s->tag = tag_of(hash);

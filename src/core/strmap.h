@@ -9,28 +9,28 @@
 /* One slot: the key, its value and the hash's high half, so that a probe
  * compares strings only on a likely match and one cache line holds four
  * slots (a table of 100 000 tensor names is mostly cache misses). */
-typedef struct rs_strmap_slot {
+typedef struct rs__strmap_slot {
     const char *key; /* NULL: empty */
     uint32_t value;
     uint32_t tag;
-} rs_strmap_slot_t;
+} rs__strmap_slot_t;
 
-typedef struct rs_strmap {
-    rs_strmap_slot_t *slots;
+typedef struct rs__strmap {
+    rs__strmap_slot_t *slots;
     size_t cap;  /* power of two, or 0 */
     size_t len;
-} rs_strmap_t;
+} rs__strmap_t;
 
-void rs__strmap_init(rs_strmap_t *map);
-void rs__strmap_free(rs_strmap_t *map);
+void rs__strmap_init(rs__strmap_t *map);
+void rs__strmap_free(rs__strmap_t *map);
 /* Looks a key up; returns 1 and sets *value_p when present. */
-int rs__strmap_get(const rs_strmap_t *map, const char *key, uint32_t *value_p);
+int rs__strmap_get(const rs__strmap_t *map, const char *key, uint32_t *value_p);
 /* The same with the key's rs__hash_str already known (a caller that looks
  * one name up in several maps, or many times). */
-int rs__strmap_get_hashed(const rs_strmap_t *map, const char *key,
+int rs__strmap_get_hashed(const rs__strmap_t *map, const char *key,
                           uint64_t hash, uint32_t *value_p);
 /* Inserts or replaces; 0 on exhaustion. */
-int rs__strmap_put(rs_strmap_t *map, const char *key, uint32_t value);
+int rs__strmap_put(rs__strmap_t *map, const char *key, uint32_t value);
 uint64_t rs__hash_str(const char *s);
 
 #endif

@@ -178,7 +178,7 @@ TR_TILE(2, 4)
 TR_TILE(4, 4)
 TR_TILE(8, 4)
 
-const rs__tr_ops_t rs__tr_ops_portable = {
+const rs__transpose_ops_t rs__transpose_ops_portable = {
     {line_1, line_2, line_4, line_8}, {NULL, NULL, NULL, NULL}, NULL, NULL};
 
 static void edge_tile(unsigned char *d, size_t dld, const unsigned char *s,
@@ -192,19 +192,19 @@ static void edge_tile(unsigned char *d, size_t dld, const unsigned char *s,
     }
 }
 
-static const rs__tr_ops_t *ops_for(rs__simd_t level)
+static const rs__transpose_ops_t *ops_for(rs__simd_t level)
 {
 #if RS__TR_X86
     switch (level) {
-    case RS__SIMD_SSE2: return &rs__tr_ops_sse2;
-    case RS__SIMD_AVX2: return &rs__tr_ops_avx2;
-    case RS__SIMD_AVX512: return &rs__tr_ops_avx512;
+    case RS__SIMD_SSE2: return &rs__transpose_ops_sse2;
+    case RS__SIMD_AVX2: return &rs__transpose_ops_avx2;
+    case RS__SIMD_AVX512: return &rs__transpose_ops_avx512;
     default: break;
     }
 #else
     (void)level;
 #endif
-    return &rs__tr_ops_portable;
+    return &rs__transpose_ops_portable;
 }
 
 /* One transpose in flight: both sides, in bytes, and the kernels. */
@@ -213,9 +213,9 @@ typedef struct tr_job {
     const unsigned char *s;
     size_t dld, sld, es;
     int64_t e; /* line tile edge in elements */
-    rs__tr_line_fn line;
-    rs__tr_line_fn line_nt;  /* streaming line tiles, or NULL */
-    rs__tr_stream_fn stream; /* streaming row copies, or NULL */
+    rs__transpose_line_fn line;
+    rs__transpose_line_fn line_nt;  /* streaming line tiles, or NULL */
+    rs__transpose_stream_fn stream; /* streaming row copies, or NULL */
 } tr_job_t;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -350,7 +350,7 @@ static void run_portable(unsigned char *d, size_t dld, const unsigned char *s,
 }
 
 /* The transpose with its tile grid at (0, 0). */
-static void transpose_grid(const rs__tr_ops_t *ops, unsigned char *d,
+static void transpose_grid(const rs__transpose_ops_t *ops, unsigned char *d,
                            size_t dld, const unsigned char *s, size_t sld,
                            int64_t rows, int64_t cols, size_t es, int stream)
 {
@@ -395,11 +395,11 @@ static int64_t lead(const void *p, size_t ld, size_t es, int64_t limit)
 void rs__transpose(void *dst, int64_t dst_ld, const void *src, int64_t src_ld,
                    int64_t rows, int64_t cols, size_t elsize, int stream)
 {
-    const rs__tr_ops_t *ops = ops_for(rs__simd_active());
+    const rs__transpose_ops_t *ops = ops_for(rs__simd_active());
     unsigned char *d = dst;
     const unsigned char *s = src;
     const size_t dld = (size_t)dst_ld * elsize, sld = (size_t)src_ld * elsize;
-    if (ops == &rs__tr_ops_portable) {
+    if (ops == &rs__transpose_ops_portable) {
         run_portable(d, dld, s, sld, elsize, rows, cols);
         return;
     }

@@ -13,32 +13,32 @@
  * es, so every source and destination row of it is one cache line. dst row
  * j, column i gets source row i, column j; row starts are dld and sld bytes
  * apart. Any alignment. */
-typedef void (*rs__tr_line_fn)(unsigned char *d, size_t dld,
+typedef void (*rs__transpose_line_fn)(unsigned char *d, size_t dld,
                                const unsigned char *s, size_t sld);
 
 /* Copies `rows` rows of RS__TR_LINE bytes from a 64-byte aligned buffer
  * (rows RS__TR_LINE apart) to d, rows dld apart, with non-temporal stores;
  * d and dld are multiples of 64. */
-typedef void (*rs__tr_stream_fn)(unsigned char *d, size_t dld,
+typedef void (*rs__transpose_stream_fn)(unsigned char *d, size_t dld,
                                  const unsigned char *buf, size_t rows);
 
-typedef struct rs__tr_ops {
-    rs__tr_line_fn line[4];    /* element sizes 1, 2, 4, 8 */
-    rs__tr_line_fn line_nt[4]; /* the same with non-temporal stores, for
+typedef struct rs__transpose_ops {
+    rs__transpose_line_fn line[4];    /* element sizes 1, 2, 4, 8 */
+    rs__transpose_line_fn line_nt[4]; /* the same with non-temporal stores, for
                                 * destination rows at multiples of 64 bytes;
                                 * NULL: line into a buffer, then stream */
-    rs__tr_stream_fn stream;   /* NULL: the level has no streaming stores */
+    rs__transpose_stream_fn stream;   /* NULL: the level has no streaming stores */
     void (*fence)(void);     /* orders streaming stores before later ones */
-} rs__tr_ops_t;
+} rs__transpose_ops_t;
 
 /* Portable C (SWAR on little-endian, element loops elsewhere). */
-extern const rs__tr_ops_t rs__tr_ops_portable;
+extern const rs__transpose_ops_t rs__transpose_ops_portable;
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define RS__TR_X86 1
-extern const rs__tr_ops_t rs__tr_ops_sse2;
-extern const rs__tr_ops_t rs__tr_ops_avx2;
-extern const rs__tr_ops_t rs__tr_ops_avx512;
+extern const rs__transpose_ops_t rs__transpose_ops_sse2;
+extern const rs__transpose_ops_t rs__transpose_ops_avx2;
+extern const rs__transpose_ops_t rs__transpose_ops_avx512;
 #else
 #define RS__TR_X86 0
 #endif

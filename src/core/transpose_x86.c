@@ -102,7 +102,7 @@ static void fence_sfence(void)
     _mm_sfence();
 }
 
-const rs__tr_ops_t rs__tr_ops_sse2 = {
+const rs__transpose_ops_t rs__transpose_ops_sse2 = {
     {line_sse2_1, line_sse2_2, line_sse2_4, line_sse2_8},
     {NULL, NULL, NULL, NULL}, stream_sse2,
     fence_sfence};
@@ -170,7 +170,7 @@ TGT_AVX2 static void stream_avx2(unsigned char *d, size_t dld,
     }
 }
 
-const rs__tr_ops_t rs__tr_ops_avx2 = {
+const rs__transpose_ops_t rs__transpose_ops_avx2 = {
     {line_avx2_1, line_avx2_2, line_avx2_4, line_avx2_8},
     {NULL, NULL, NULL, NULL}, stream_avx2,
     fence_sfence};
@@ -232,7 +232,7 @@ TGT_AVX512 static void stream_avx512(unsigned char *d, size_t dld,
 }
 
 /* Bytes stay with the AVX2 blocks: a 64 x 64 block would need 64 registers. */
-const rs__tr_ops_t rs__tr_ops_avx512 = {
+const rs__transpose_ops_t rs__transpose_ops_avx512 = {
     {line_avx2_1, line_avx512_2, line_avx512_4, line_avx512_8},
     {NULL, line_avx512nt_2, line_avx512nt_4, line_avx512nt_8}, stream_avx512,
     fence_sfence};

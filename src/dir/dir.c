@@ -15,13 +15,13 @@
 
 static const struct {
     const char *prefix;
-    const rs_dir_ops_t *ops;
+    const rs__dir_ops_t *ops;
 } schemes[] = {
     {"file:", &rs__dir_file},
     {"redis://", &rs__dir_redis},
 };
 
-rs_status_t rs__dir_unsupported(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__dir_unsupported(rs_dir_h dir, rs__dir_request_t *req,
                                 rs_diag_t *diag)
 {
     (void)req;
@@ -146,7 +146,7 @@ rs_status_t rs_dir_open(const char *url, rs_diag_t *diag, rs_dir_h *dir_p)
 
 /* Every dispatch starts with a clean transient flag: it describes the
  * last call only. */
-static rs_status_t call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
+static rs_status_t call(rs_dir_h dir, rs__dir_op_fn op, rs__dir_request_t *req,
                         rs_diag_t *diag)
 {
     dir->transient = 0;
@@ -192,7 +192,7 @@ rs_status_t rs__dir_check_name(const char *kind, const char *name,
 
 /* Common checks of (dir, model, version); fills the request's key. */
 static rs_status_t start(rs_dir_h dir, const char *model, int64_t version,
-                         rs_diag_t *diag, rs_dir_req_t *req)
+                         rs_diag_t *diag, rs__dir_request_t *req)
 {
     if (dir == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL directory");
@@ -213,7 +213,7 @@ static rs_status_t start(rs_dir_h dir, const char *model, int64_t version,
  * fills the request's slot. */
 static rs_status_t slot_request(rs_dir_h dir, const char *model,
                                 int64_t version, int64_t slot,
-                                rs_diag_t *diag, rs_dir_req_t *req)
+                                rs_diag_t *diag, rs__dir_request_t *req)
 {
     rs_status_t st = start(dir, model, version, diag, req);
     if (st != RS_OK)
@@ -230,7 +230,7 @@ static rs_status_t slot_request(rs_dir_h dir, const char *model,
 static rs_status_t publisher_request(rs_dir_h dir, const char *model,
                                      int64_t version, int64_t slot,
                                      const char *publisher, rs_diag_t *diag,
-                                     rs_dir_req_t *req)
+                                     rs__dir_request_t *req)
 {
     rs_status_t st = slot_request(dir, model, version, slot, diag, req);
     if (st == RS_OK)
@@ -245,7 +245,7 @@ rs_status_t rs_dir_create_version(rs_dir_h dir, const char *model,
                                   int64_t version, int64_t slots,
                                   rs_diag_t *diag)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st != RS_OK)
         return st;
@@ -263,7 +263,7 @@ rs_status_t rs_dir_publish_as(rs_dir_h dir, const char *model,
                               const char *publisher, uint64_t geometry,
                               const void *table, size_t len, rs_diag_t *diag)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = publisher_request(dir, model, version, slot, publisher,
                                        diag, &req);
     if (st != RS_OK)
@@ -303,7 +303,7 @@ rs_status_t rs_dir_heartbeat_as(rs_dir_h dir, const char *model,
                                 int64_t version, int64_t slot,
                                 const char *publisher, rs_diag_t *diag)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = publisher_request(dir, model, version, slot, publisher,
                                        diag, &req);
     if (st != RS_OK)
@@ -321,7 +321,7 @@ rs_status_t rs_dir_heartbeat(rs_dir_h dir, const char *model, int64_t version,
 rs_status_t rs_dir_info(rs_dir_h dir, const char *model, int64_t version,
                         rs_diag_t *diag, rs_version_info_t *info_p)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st != RS_OK)
         return st;
@@ -346,7 +346,7 @@ void rs_dir_entries_free(rs_dir_entry_t *entries, size_t count)
 }
 
 /* Every entry's digest is checked before any table leaves this file. */
-static rs_status_t decode_all(rs_dir_req_t *req, rs_diag_t *diag)
+static rs_status_t decode_all(rs__dir_request_t *req, rs_diag_t *diag)
 {
     if (req->nentries == 0)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
@@ -365,7 +365,7 @@ rs_status_t rs_dir_read_slot(rs_dir_h dir, const char *model,
                              int64_t version, int64_t slot, rs_diag_t *diag,
                              rs_dir_entry_t **entries_p, size_t *count_p)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = slot_request(dir, model, version, slot, diag, &req);
     if (st != RS_OK)
         return st;
@@ -407,7 +407,7 @@ rs_status_t rs_dir_read(rs_dir_h dir, const char *model, int64_t version,
 rs_status_t rs_dir_list(rs_dir_h dir, const char *model, rs_diag_t *diag,
                         rs_version_info_t **infos_p, size_t *count_p)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = start(dir, model, 0, diag, &req);
     if (st != RS_OK)
         return st;
@@ -426,7 +426,7 @@ rs_status_t rs_dir_list(rs_dir_h dir, const char *model, rs_diag_t *diag,
 static rs_status_t lease_request(rs_dir_h dir, const char *model,
                                  int64_t version, const char *holder,
                                  double ttl_s, rs_diag_t *diag,
-                                 rs_dir_req_t *req)
+                                 rs__dir_request_t *req)
 {
     rs_status_t st = start(dir, model, version, diag, req);
     if (st == RS_OK)
@@ -447,7 +447,7 @@ rs_status_t rs_dir_lease_take(rs_dir_h dir, const char *model,
                               double ttl_s, rs_diag_t *diag,
                               uint64_t *epoch_p)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = lease_request(dir, model, version, holder, ttl_s, diag,
                                    &req);
     if (st == RS_OK)
@@ -461,7 +461,7 @@ rs_status_t rs_dir_lease_renew(rs_dir_h dir, const char *model,
                                int64_t version, const char *holder,
                                uint64_t epoch, double ttl_s, rs_diag_t *diag)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = lease_request(dir, model, version, holder, ttl_s, diag,
                                    &req);
     if (st != RS_OK)
@@ -484,7 +484,7 @@ rs_status_t rs_dir_lease(rs_dir_h dir, const char *model, int64_t version,
 rs_status_t rs_dir_unlease(rs_dir_h dir, const char *model, int64_t version,
                            const char *holder, rs_diag_t *diag)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st == RS_OK)
         st = rs__dir_check_name("lease holder", holder, diag);
@@ -505,7 +505,7 @@ void rs__dir_default_by(char out[RS_DIR_NAME_MAX + 1])
              (long)getpid());
 }
 
-const char *rs__dir_by_text(const rs_dir_req_t *req, char *out, size_t cap)
+const char *rs__dir_by_text(const rs__dir_request_t *req, char *out, size_t cap)
 {
     if (req->released_by[0] == '\0')
         snprintf(out, cap, "%s", "");
@@ -519,7 +519,7 @@ static rs_status_t release_by(rs_dir_h dir, const char *model,
                               int64_t version, const char *by, int force,
                               rs_diag_t *diag, size_t *dropped_p)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     char own[RS_DIR_NAME_MAX + 1];
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st == RS_OK && by != NULL)
@@ -586,7 +586,7 @@ rs_status_t rs__dir_listing(rs_dir_h dir, const char *model, int64_t version,
                             int stamps, rs_diag_t *diag, void **items_p,
                             size_t *count_p)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     memset(&req, 0, sizeof(req));
     rs_status_t st = start(dir, model, version, diag, &req);
     if (st == RS_OK && (items_p == NULL || count_p == NULL))
@@ -610,7 +610,7 @@ rs_status_t rs__dir_listing(rs_dir_h dir, const char *model, int64_t version,
     return RS_OK;
 }
 
-rs_status_t rs__dir_call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
+rs_status_t rs__dir_call(rs_dir_h dir, rs__dir_op_fn op, rs__dir_request_t *req,
                          rs_diag_t *diag)
 {
     return call(dir, op, req, diag);
@@ -618,7 +618,7 @@ rs_status_t rs__dir_call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
 
 /* For dir_wait.c: the same checks as the public calls. */
 rs_status_t rs__dir_start(rs_dir_h dir, const char *model, int64_t version,
-                          rs_diag_t *diag, rs_dir_req_t *req)
+                          rs_diag_t *diag, rs__dir_request_t *req)
 {
     return start(dir, model, version, diag, req);
 }

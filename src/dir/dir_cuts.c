@@ -17,7 +17,7 @@
  * stands for "no version" in the shared record. */
 static rs_status_t cuts_request(rs_dir_h dir, const char *model, int one,
                                 const char *holder, rs_diag_t *diag,
-                                rs_dir_req_t *req)
+                                rs__dir_request_t *req)
 {
     rs_status_t st = rs__dir_start(dir, model, 0, diag, req);
     if (st == RS_OK && holder != NULL)
@@ -34,7 +34,7 @@ rs_status_t rs_dir_put_cuts(rs_dir_h dir, const char *model,
                             const char *holder, const void *json, size_t len,
                             rs_diag_t *diag)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = cuts_request(dir, model, 1, holder, diag, &req);
     if (st != RS_OK)
         return st;
@@ -51,7 +51,7 @@ rs_status_t rs_dir_put_cuts(rs_dir_h dir, const char *model,
     return rs__dir_call(dir, dir->ops->put_cuts, &req, diag);
 }
 
-rs_status_t rs__dir_cuts_check(const rs_dir_req_t *req,
+rs_status_t rs__dir_cuts_check(const rs__dir_request_t *req,
                                const rs_dir_cuts_record_t *rec,
                                rs_diag_t *diag)
 {
@@ -71,7 +71,7 @@ void rs__dir_cuts_reads(rs_dir_h dir, uint64_t *records_p, uint64_t *bytes_p)
 
 /* Appends what one backend read left in `one` to `all`; `one` is emptied
  * (freed records stay with whoever holds them on failure). */
-static rs_status_t append(rs_dir_req_t *all, size_t *cap, rs_dir_req_t *one,
+static rs_status_t append(rs__dir_request_t *all, size_t *cap, rs__dir_request_t *one,
                           rs_diag_t *diag)
 {
     if (all->ncuts + one->ncuts > *cap) {
@@ -94,10 +94,10 @@ static rs_status_t append(rs_dir_req_t *all, size_t *cap, rs_dir_req_t *one,
 }
 
 /* Reads holder `holder`'s record (NULL: every record) and appends it. */
-static rs_status_t read_into(rs_dir_h dir, rs_dir_req_t *all, size_t *cap,
+static rs_status_t read_into(rs_dir_h dir, rs__dir_request_t *all, size_t *cap,
                              const char *holder, rs_diag_t *diag)
 {
-    rs_dir_req_t one = *all;
+    rs__dir_request_t one = *all;
     one.holder = holder;
     one.cuts = NULL;
     one.ncuts = 0;
@@ -109,7 +109,7 @@ static rs_status_t read_into(rs_dir_h dir, rs_dir_req_t *all, size_t *cap,
 }
 
 /* Sorts and hands out what was read, counting it. */
-static rs_status_t hand_out(rs_dir_h dir, rs_dir_req_t *req,
+static rs_status_t hand_out(rs_dir_h dir, rs__dir_request_t *req,
                             rs_dir_cuts_record_t **records_p, size_t *count_p)
 {
     if (req->ncuts > 1)
@@ -132,7 +132,7 @@ static rs_status_t read_cuts(rs_dir_h dir, const char *model, int every,
                              rs_diag_t *diag, rs_dir_cuts_record_t **records_p,
                              size_t *count_p)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     size_t cap = 0;
     rs_status_t st = cuts_request(dir, model, 0, NULL, diag, &req);
     if (st == RS_OK && (records_p == NULL || count_p == NULL ||
@@ -190,7 +190,7 @@ void rs_dir_cuts_free(rs_dir_cuts_record_t *records, size_t count)
 rs_status_t rs_dir_drop_cuts(rs_dir_h dir, const char *model,
                              const char *holder, rs_diag_t *diag)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_status_t st = cuts_request(dir, model, 1, holder, diag, &req);
     if (st != RS_OK)
         return st;

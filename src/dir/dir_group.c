@@ -129,7 +129,7 @@ static void decide(grec_t *g, char decision, rs_dir_group_info_t *info)
 }
 
 /* The next record for call c; *changed_p when it differs from g. */
-static rs_status_t step(const rs_dir_req_t *req, const gcall_t *c,
+static rs_status_t step(const rs__dir_request_t *req, const gcall_t *c,
                         grec_t *g, rs_dir_group_info_t *info,
                         int *changed_p, rs_diag_t *diag)
 {
@@ -184,7 +184,7 @@ static rs_status_t step(const rs_dir_req_t *req, const gcall_t *c,
 }
 
 /* The record as stored (absent: a new one of c->size ranks, or none). */
-static rs_status_t load(const rs_dir_req_t *req, const gcall_t *c,
+static rs_status_t load(const rs__dir_request_t *req, const gcall_t *c,
                         const char *text, grec_t *g, int *none_p,
                         rs_diag_t *diag)
 {
@@ -221,7 +221,7 @@ static rs_status_t load(const rs_dir_req_t *req, const gcall_t *c,
 
 /* Read, step, swap; again from a fresh read while other ranks swap
  * first. */
-static rs_status_t update(rs_dir_h dir, rs_dir_req_t *req, const gcall_t *c,
+static rs_status_t update(rs_dir_h dir, rs__dir_request_t *req, const gcall_t *c,
                           rs_diag_t *diag, rs_dir_group_info_t *info)
 {
     char *cur = NULL;
@@ -280,7 +280,7 @@ static rs_status_t group_call(rs_dir_h dir, const char *model,
                               int64_t version, const gcall_t *c,
                               rs_diag_t *diag, rs_dir_group_info_t *info_p)
 {
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     rs_dir_group_info_t info;
     rs_status_t st = rs__dir_start(dir, model, version, diag, &req);
     if (st == RS_OK)

@@ -18,7 +18,7 @@
 /* One request: the inputs an op needs (already validated) and the outputs
  * it fills on success. One record for every op keeps a single signature, so
  * one stub can stand for any op a backend lacks. */
-typedef struct rs_dir_req {
+typedef struct rs__dir_request {
     const char *model;
     int64_t version;
     int64_t slot;        /* publish, heartbeat, read */
@@ -74,42 +74,42 @@ typedef struct rs_dir_req {
     size_t nleases;
     char *record;
     int swapped;
-} rs_dir_req_t;
+} rs__dir_request_t;
 
 /* Every request op has this signature; backends declare theirs with it
- * (`rs_dir_op_t rs__fdir_publish;`). */
-typedef rs_status_t rs_dir_op_t(rs_dir_h dir, rs_dir_req_t *req,
+ * (`rs__dir_op_t rs__file_dir_publish;`). */
+typedef rs_status_t rs__dir_op_t(rs_dir_h dir, rs__dir_request_t *req,
                                 rs_diag_t *diag);
-typedef rs_dir_op_t *rs_dir_op_fn;
+typedef rs__dir_op_t *rs__dir_op_fn;
 
-typedef struct rs_dir_ops {
+typedef struct rs__dir_ops {
     const char *name;
     /* `target` is the URL without its scheme ("DIR", "host:port") */
     rs_status_t (*open)(rs_dir_h dir, const char *target,
                         const rs_dir_params_t *params, rs_diag_t *diag);
     void (*close)(rs_dir_h dir);
-    rs_dir_op_fn create;
-    rs_dir_op_fn publish;
-    rs_dir_op_fn heartbeat;
-    rs_dir_op_fn lookup;
-    rs_dir_op_fn slot_status;
-    rs_dir_op_fn read;   /* every entry of a slot (req->entries) */
-    rs_dir_op_fn list;
-    rs_dir_op_fn lease;
-    rs_dir_op_fn unlease;
-    rs_dir_op_fn release;
-    rs_dir_op_fn put_cuts;  /* model-wide cuts records (dir_cuts.c) */
-    rs_dir_op_fn read_cuts;
-    rs_dir_op_fn drop_cuts;
-    rs_dir_op_fn list_cuts;
-    rs_dir_op_fn group;     /* a group record's compare-and-swap */
-    rs_dir_op_fn leases;    /* the live leases of a version */
-} rs_dir_ops_t;
+    rs__dir_op_fn create;
+    rs__dir_op_fn publish;
+    rs__dir_op_fn heartbeat;
+    rs__dir_op_fn lookup;
+    rs__dir_op_fn slot_status;
+    rs__dir_op_fn read;   /* every entry of a slot (req->entries) */
+    rs__dir_op_fn list;
+    rs__dir_op_fn lease;
+    rs__dir_op_fn unlease;
+    rs__dir_op_fn release;
+    rs__dir_op_fn put_cuts;  /* model-wide cuts records (dir_cuts.c) */
+    rs__dir_op_fn read_cuts;
+    rs__dir_op_fn drop_cuts;
+    rs__dir_op_fn list_cuts;
+    rs__dir_op_fn group;     /* a group record's compare-and-swap */
+    rs__dir_op_fn leases;    /* the live leases of a version */
+} rs__dir_ops_t;
 
 #define RS_DIR_URL_SHOWN_MAX 512
 
 struct rs_dir {
-    const rs_dir_ops_t *ops;
+    const rs__dir_ops_t *ops;
     void *priv;      /* the backend's own state */
     int transient;   /* the last failure may pass (rs_dir_transient) */
     rs_dir_notice_cb notice;
@@ -128,7 +128,7 @@ void rs__dir_cuts_reads(rs_dir_h dir, uint64_t *records_p,
 
 /* For backends returning a record whose generation is a stored digest:
  * RS_ERR_VERIFY naming holder and model when the bytes do not match it. */
-rs_status_t rs__dir_cuts_check(const rs_dir_req_t *req,
+rs_status_t rs__dir_cuts_check(const rs__dir_request_t *req,
                                const rs_dir_cuts_record_t *rec,
                                rs_diag_t *diag);
 
@@ -137,13 +137,13 @@ rs_status_t rs__dir_cuts_check(const rs_dir_req_t *req,
 rs_status_t rs__dir_transient(rs_dir_h dir, rs_status_t st);
 
 /* Shared stub for operations a backend does not support. */
-rs_status_t rs__dir_unsupported(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__dir_unsupported(rs_dir_h dir, rs__dir_request_t *req,
                                 rs_diag_t *diag);
 
 /* The checks every public call makes of (dir, model, version), filling the
  * request's key; for dir_wait.c. */
 rs_status_t rs__dir_start(rs_dir_h dir, const char *model, int64_t version,
-                          rs_diag_t *diag, rs_dir_req_t *req);
+                          rs_diag_t *diag, rs__dir_request_t *req);
 
 /* Runs one backend op with the transient flag reset first; for
  * dir_wait.c. */
@@ -157,7 +157,7 @@ rs_status_t rs__dir_listing(rs_dir_h dir, const char *model, int64_t version,
 /* qsort's order of leases, cuts records and stamps: by holder name (the
  * first member of each). */
 int rs__dir_by_holder(const void *a, const void *b);
-rs_status_t rs__dir_call(rs_dir_h dir, rs_dir_op_fn op, rs_dir_req_t *req,
+rs_status_t rs__dir_call(rs_dir_h dir, rs__dir_op_fn op, rs__dir_request_t *req,
                          rs_diag_t *diag);
 
 /* A stored entry: "rsd64:<16 hex> <16 hex geometry>\n" followed by the
@@ -169,7 +169,7 @@ rs_status_t rs__dir_entry_encode(uint64_t geometry, const void *table,
 /* Checks entry e (as a backend returned it) against its digest and leaves
  * only the table in it, with e->geometry set. RS_ERR_VERIFY naming the
  * publisher, slot, version and model when the bytes do not match. */
-rs_status_t rs__dir_entry_decode(const rs_dir_req_t *req, rs_dir_entry_t *e,
+rs_status_t rs__dir_entry_decode(const rs__dir_request_t *req, rs_dir_entry_t *e,
                                  rs_diag_t *diag);
 
 /* A geometry key as the backends store it: 16 lowercase hex digits. */
@@ -192,10 +192,10 @@ rs_status_t rs__dir_check_name(const char *kind, const char *name,
 void rs__dir_default_by(char out[RS_DIR_NAME_MAX + 1]);
 
 /* " by 'NAME'" when req->released_by is set, else "" (into out). */
-const char *rs__dir_by_text(const rs_dir_req_t *req, char *out, size_t cap);
+const char *rs__dir_by_text(const rs__dir_request_t *req, char *out, size_t cap);
 
 /* Registered backends. */
-extern const rs_dir_ops_t rs__dir_file;
-extern const rs_dir_ops_t rs__dir_redis;
+extern const rs__dir_ops_t rs__dir_file;
+extern const rs__dir_ops_t rs__dir_redis;
 
 #endif

@@ -76,13 +76,13 @@ static void explain_slots(why_t *w, const char *kind, const uint8_t *bad,
 /* Counts the slots of `info` that are missing (stale_s <= 0) or stale
  * (stale_s > 0: no heartbeat younger than stale_s), naming them in w when
  * `explain` is set. */
-static rs_status_t bad_slots(rs_dir_h dir, const rs_dir_req_t *req,
+static rs_status_t bad_slots(rs_dir_h dir, const rs__dir_request_t *req,
                              const rs_version_info_t *info, double stale_s,
                              int explain, why_t *w, rs_diag_t *diag,
                              size_t *nbad_p)
 {
     int64_t n = info->slots;
-    rs_dir_req_t sr = *req;
+    rs__dir_request_t sr = *req;
     sr.version = info->version;
     sr.info = *info;
     sr.present = calloc((size_t)n, sizeof(*sr.present));
@@ -114,7 +114,7 @@ static rs_status_t bad_slots(rs_dir_h dir, const rs_dir_req_t *req,
 
 /* A specific version: not READY yet (with why), released (error), or
  * READY (info set). */
-static rs_status_t probe_version(rs_dir_h dir, rs_dir_req_t *req, int explain,
+static rs_status_t probe_version(rs_dir_h dir, rs__dir_request_t *req, int explain,
                                  why_t *w, rs_diag_t *diag,
                                  rs_version_info_t *info)
 {
@@ -141,7 +141,7 @@ static rs_status_t probe_version(rs_dir_h dir, rs_dir_req_t *req, int explain,
 }
 
 /* Explains why READY version `info` does not count: stale slots. */
-static rs_status_t explain_stale(rs_dir_h dir, const rs_dir_req_t *req,
+static rs_status_t explain_stale(rs_dir_h dir, const rs__dir_request_t *req,
                                  const rs_version_info_t *info, double stale_s,
                                  int newest, why_t *w, rs_diag_t *diag)
 {
@@ -154,11 +154,11 @@ static rs_status_t explain_stale(rs_dir_h dir, const rs_dir_req_t *req,
 
 /* The newest READY version whose slots are all alive (stale_s > 0), or
  * simply the newest READY one; state 0 in *out when there is none. */
-static rs_status_t newest_live(rs_dir_h dir, const rs_dir_req_t *req,
+static rs_status_t newest_live(rs_dir_h dir, const rs__dir_request_t *req,
                                double stale_s, int explain, why_t *w,
                                rs_diag_t *diag, rs_version_info_t *out)
 {
-    rs_dir_req_t lr = *req;
+    rs__dir_request_t lr = *req;
     rs_status_t st = rs__dir_call(dir, dir->ops->list, &lr, diag);
     if (st != RS_OK)
         return st;
@@ -186,7 +186,7 @@ static rs_status_t newest_live(rs_dir_h dir, const rs_dir_req_t *req,
 }
 
 /* One look: *ready_p says whether the wait is over (info_p then set). */
-static rs_status_t probe(rs_dir_h dir, rs_dir_req_t *req, double stale_s,
+static rs_status_t probe(rs_dir_h dir, rs__dir_request_t *req, double stale_s,
                          int explain, why_t *w, rs_diag_t *diag,
                          int *ready_p, rs_version_info_t *info_p)
 {
@@ -349,7 +349,7 @@ static rs_status_t wait_until(waiter_t *wt, look_fn look, void *ctx,
 /* What the two waits look at. */
 typedef struct wait_for {
     rs_dir_h dir;
-    rs_dir_req_t req;
+    rs__dir_request_t req;
     double timeout_s, stale_s;
     rs_version_info_t *info_p;
 } wait_for_t;

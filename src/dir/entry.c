@@ -56,7 +56,7 @@ static int parse_hex16(const char *s, uint64_t *v_p)
     return 1;
 }
 
-static rs_status_t corrupted(const rs_dir_req_t *req, const rs_dir_entry_t *e,
+static rs_status_t corrupted(const rs__dir_request_t *req, const rs_dir_entry_t *e,
                              const char *why, rs_diag_t *diag)
 {
     return rs__diag_set(diag, RS_ERR_VERIFY, "table of publisher '%s' of "
@@ -66,7 +66,7 @@ static rs_status_t corrupted(const rs_dir_req_t *req, const rs_dir_entry_t *e,
                         req->model, why);
 }
 
-rs_status_t rs__dir_entry_decode(const rs_dir_req_t *req, rs_dir_entry_t *e,
+rs_status_t rs__dir_entry_decode(const rs__dir_request_t *req, rs_dir_entry_t *e,
                                  rs_diag_t *diag)
 {
     char stored[RS_DIGEST_STR_LEN + 1], got[RS_DIGEST_STR_LEN + 1];

@@ -68,7 +68,7 @@ static rs_status_t file_open(rs_dir_h dir, const char *target,
     if (n + 128 + 3 * (size_t)RS_DIR_NAME_MAX >= PATH_MAX)
         return rs__diag_set(diag, RS_ERR_INPUT, "directory URL 'file:%s': "
                             "path too long", target);
-    rs_fdir_t *f = calloc(1, sizeof(*f));
+    rs__file_dir_t *f = calloc(1, sizeof(*f));
     if (f == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
                             "memory");
@@ -118,8 +118,8 @@ static rs_status_t read_slots(const char *vdir, rs_diag_t *diag,
     char path[PATH_MAX], *text = NULL;
     size_t len;
     int absent;
-    rs__fdir_join(vdir, RS_FDIR_META, path);
-    rs_status_t st = rs__fdir_read(path, 4096, diag, &absent, &text, &len);
+    rs__file_dir_join(vdir, RS_FDIR_META, path);
+    rs_status_t st = rs__file_dir_read(path, 4096, diag, &absent, &text, &len);
     if (st != RS_OK)
         return st;
     *slots_p = 0;
@@ -149,7 +149,7 @@ static rs_status_t scan_slots(const char *vdir, int64_t n, uint8_t *present,
         if (sscanf(e->d_name, "slot-%lld", &slot) != 1 || slot < 0 ||
             slot >= n)
             continue;
-        rs__fdir_slot_name(slot, canon); /* only our own spelling counts */
+        rs__file_dir_slot_name(slot, canon); /* only our own spelling counts */
         if (strcmp(canon, e->d_name) != 0)
             continue;
         count++;
@@ -161,7 +161,7 @@ static rs_status_t scan_slots(const char *vdir, int64_t n, uint8_t *present,
     return RS_OK;
 }
 
-rs_status_t rs__fdir_scan_slots(const char *vdir, int64_t n, uint8_t *present,
+rs_status_t rs__file_dir_scan_slots(const char *vdir, int64_t n, uint8_t *present,
                                 rs_diag_t *diag, int64_t *count_p)
 {
     return scan_slots(vdir, n, present, diag, count_p);
@@ -172,13 +172,13 @@ rs_status_t rs__fdir_scan_slots(const char *vdir, int64_t n, uint8_t *present,
  * before the tables are counted (a READY seen earlier implies a full
  * count), and RELEASED after (absent then, no table was removed yet). No
  * reader sees READY with a table missing. */
-static rs_status_t lookup(rs_dir_h dir, const rs_dir_req_t *req,
+static rs_status_t lookup(rs_dir_h dir, const rs__dir_request_t *req,
                           int count_ready, rs_diag_t *diag,
                           rs_version_info_t *info_p)
 {
     char vdir[PATH_MAX], marker[PATH_MAX];
     rs_version_info_t info = {.version = req->version};
-    rs_status_t st = rs__fdir_path(dir, req, NULL, diag, vdir);
+    rs_status_t st = rs__file_dir_path(dir, req, NULL, diag, vdir);
     if (st == RS_OK)
         st = read_slots(vdir, diag, &info.slots);
     if (st != RS_OK || info.slots == 0) {
@@ -186,16 +186,16 @@ static rs_status_t lookup(rs_dir_h dir, const rs_dir_req_t *req,
             *info_p = info; /* never created: state 0 */
         return st;
     }
-    rs__fdir_join(vdir, RS_FDIR_READY, marker);
-    int ready = rs__fdir_exists(marker);
+    rs__file_dir_join(vdir, RS_FDIR_READY, marker);
+    int ready = rs__file_dir_exists(marker);
     info.published = info.slots; /* READY: every table is there */
     if (!ready || count_ready)
         st = scan_slots(vdir, info.slots, NULL, diag, &info.published);
     if (st != RS_OK)
         return st;
-    rs__fdir_join(vdir, RS_FDIR_RELEASED, marker);
+    rs__file_dir_join(vdir, RS_FDIR_RELEASED, marker);
     info.state = ready ? RS_VERSION_READY : RS_VERSION_PENDING;
-    if (rs__fdir_exists(marker)) {
+    if (rs__file_dir_exists(marker)) {
         info.state = RS_VERSION_RELEASED;
         info.published = 0;
     }
@@ -203,13 +203,13 @@ static rs_status_t lookup(rs_dir_h dir, const rs_dir_req_t *req,
     return RS_OK;
 }
 
-rs_status_t rs__fdir_lookup(rs_dir_h dir, const rs_dir_req_t *req,
+rs_status_t rs__file_dir_lookup(rs_dir_h dir, const rs__dir_request_t *req,
                             rs_diag_t *diag, rs_version_info_t *info_p)
 {
     return lookup(dir, req, 1, diag, info_p);
 }
 
-static rs_status_t existing(rs_dir_h dir, const rs_dir_req_t *req,
+static rs_status_t existing(rs_dir_h dir, const rs__dir_request_t *req,
                             int count_ready, rs_diag_t *diag,
                             rs_version_info_t *info_p)
 {
@@ -225,47 +225,47 @@ static rs_status_t existing(rs_dir_h dir, const rs_dir_req_t *req,
     return RS_OK;
 }
 
-rs_status_t rs__fdir_existing(rs_dir_h dir, const rs_dir_req_t *req,
+rs_status_t rs__file_dir_existing(rs_dir_h dir, const rs__dir_request_t *req,
                               rs_diag_t *diag, rs_version_info_t *info_p)
 {
     return existing(dir, req, 1, diag, info_p);
 }
 
-rs_status_t rs__fdir_existing_ready(rs_dir_h dir, const rs_dir_req_t *req,
+rs_status_t rs__file_dir_existing_ready(rs_dir_h dir, const rs__dir_request_t *req,
                                     rs_diag_t *diag, rs_version_info_t *info_p)
 {
     return existing(dir, req, 0, diag, info_p);
 }
 
-rs_status_t rs__fdir_locked(rs_dir_h dir, rs_dir_req_t *req, int count_ready,
-                            rs_diag_t *diag, rs__fdir_locked_fn fn)
+rs_status_t rs__file_dir_locked(rs_dir_h dir, rs__dir_request_t *req, int count_ready,
+                            rs_diag_t *diag, rs__file_dir_locked_fn fn)
 {
     rs_version_info_t info;
     char vdir[PATH_MAX];
     int lock = -1;
     rs_status_t st = existing(dir, req, count_ready, diag, &info);
     if (st == RS_OK)
-        st = rs__fdir_path(dir, req, NULL, diag, vdir);
+        st = rs__file_dir_path(dir, req, NULL, diag, vdir);
     if (st == RS_OK)
-        st = rs__fdir_lock(vdir, diag, &lock);
+        st = rs__file_dir_lock(vdir, diag, &lock);
     if (st == RS_OK)
         st = fn(vdir, req, diag);
-    rs__fdir_unlock(lock);
+    rs__file_dir_unlock(lock);
     return st;
 }
 
-static rs_status_t file_lookup(rs_dir_h dir, rs_dir_req_t *req,
+static rs_status_t file_lookup(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     char vdir[PATH_MAX];
-    rs_status_t st = rs__fdir_lookup(dir, req, diag, &req->info);
+    rs_status_t st = rs__file_dir_lookup(dir, req, diag, &req->info);
     if (st == RS_OK && req->info.state == RS_VERSION_RELEASED &&
-        rs__fdir_path(dir, req, NULL, NULL, vdir) == RS_OK)
-        rs__fdir_released_by(vdir, req->released_by);
+        rs__file_dir_path(dir, req, NULL, NULL, vdir) == RS_OK)
+        rs__file_dir_released_by(vdir, req->released_by);
     return st;
 }
 
-static rs_status_t check_same_slots(const rs_dir_req_t *req, const char *vdir,
+static rs_status_t check_same_slots(const rs__dir_request_t *req, const char *vdir,
                                     rs_diag_t *diag)
 {
     int64_t slots;
@@ -279,21 +279,21 @@ static rs_status_t check_same_slots(const rs_dir_req_t *req, const char *vdir,
 
 /* meta is linked into place: of two racing creators exactly one writes it,
  * the other compares slot counts. */
-static rs_status_t file_create(rs_dir_h dir, rs_dir_req_t *req,
+static rs_status_t file_create(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     char vdir[PATH_MAX], tmp[PATH_MAX], meta[PATH_MAX], text[128];
-    rs_status_t st = rs__fdir_path(dir, req, NULL, diag, vdir);
+    rs_status_t st = rs__file_dir_path(dir, req, NULL, diag, vdir);
     if (st == RS_OK)
         st = make_dirs(vdir, diag);
     if (st != RS_OK)
         return st;
-    rs__fdir_join(vdir, RS_FDIR_META, meta);
-    if (rs__fdir_exists(meta))
+    rs__file_dir_join(vdir, RS_FDIR_META, meta);
+    if (rs__file_dir_exists(meta))
         return check_same_slots(req, vdir, diag);
     int n = snprintf(text, sizeof(text), "{\"format\": \"%s\", \"slots\": "
                      "%lld}\n", RS_FDIR_META_FORMAT, (long long)req->slots);
-    st = rs__fdir_write_tmp(vdir, RS_FDIR_META, text, (size_t)n, diag, tmp);
+    st = rs__file_dir_write_tmp(vdir, RS_FDIR_META, text, (size_t)n, diag, tmp);
     if (st != RS_OK)
         return st;
     int rc = link(tmp, meta), err = errno;
@@ -303,7 +303,7 @@ static rs_status_t file_create(rs_dir_h dir, rs_dir_req_t *req,
     if (rc != 0)
         return rs__diag_set(diag, RS_ERR_IO, "cannot create %s: %s", meta,
                             strerror(err));
-    rs__fdir_sync_dir(vdir);
+    rs__file_dir_sync_dir(vdir);
     return RS_OK;
 }
 
@@ -328,13 +328,13 @@ static int cmp_info(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static rs_status_t list_add(rs_dir_h dir, rs_dir_req_t *req, int64_t v,
+static rs_status_t list_add(rs_dir_h dir, rs__dir_request_t *req, int64_t v,
                             size_t *cap, rs_diag_t *diag)
 {
-    rs_dir_req_t one = *req;
+    rs__dir_request_t one = *req;
     rs_version_info_t info;
     one.version = v;
-    rs_status_t st = rs__fdir_lookup(dir, &one, diag, &info);
+    rs_status_t st = rs__file_dir_lookup(dir, &one, diag, &info);
     if (st != RS_OK || info.state == 0) /* 0: still being created */
         return st;
     if (req->count == *cap) {
@@ -350,11 +350,11 @@ static rs_status_t list_add(rs_dir_h dir, rs_dir_req_t *req, int64_t v,
     return RS_OK;
 }
 
-static rs_status_t file_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+static rs_status_t file_list(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
-    const rs_fdir_t *f = dir->priv;
+    const rs__file_dir_t *f = dir->priv;
     char mdir[PATH_MAX];
-    rs__fdir_join(f->root, req->model, mdir);
+    rs__file_dir_join(f->root, req->model, mdir);
     req->infos = NULL;
     req->count = 0;
     DIR *d = opendir(mdir);
@@ -381,24 +381,24 @@ static rs_status_t file_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     return RS_OK;
 }
 
-const rs_dir_ops_t rs__dir_file = {
+const rs__dir_ops_t rs__dir_file = {
     .name = "file",
     .open = file_open,
     .close = file_close,
     .create = file_create,
-    .publish = rs__fdir_publish,
-    .heartbeat = rs__fdir_heartbeat,
+    .publish = rs__file_dir_publish,
+    .heartbeat = rs__file_dir_heartbeat,
     .lookup = file_lookup,
-    .slot_status = rs__fdir_slot_status,
-    .read = rs__fdir_read_slot,
+    .slot_status = rs__file_dir_slot_status,
+    .read = rs__file_dir_read_slot,
     .list = file_list,
-    .lease = rs__fdir_lease,
-    .unlease = rs__fdir_unlease,
-    .release = rs__fdir_release,
-    .put_cuts = rs__fdir_put_cuts,
-    .read_cuts = rs__fdir_read_cuts,
-    .drop_cuts = rs__fdir_drop_cuts,
-    .list_cuts = rs__fdir_list_cuts,
-    .group = rs__fdir_group,
-    .leases = rs__fdir_leases,
+    .lease = rs__file_dir_lease,
+    .unlease = rs__file_dir_unlease,
+    .release = rs__file_dir_release,
+    .put_cuts = rs__file_dir_put_cuts,
+    .read_cuts = rs__file_dir_read_cuts,
+    .drop_cuts = rs__file_dir_drop_cuts,
+    .list_cuts = rs__file_dir_list_cuts,
+    .group = rs__file_dir_group,
+    .leases = rs__file_dir_leases,
 };

@@ -25,13 +25,13 @@
 #define STAMP_LEN RS_DIGEST_STR_LEN
 
 /* DIR/<model>/cuts, created (with DIR/<model>) when `create`. */
-static rs_status_t cuts_dir(rs_dir_h dir, const rs_dir_req_t *req, int create,
+static rs_status_t cuts_dir(rs_dir_h dir, const rs__dir_request_t *req, int create,
                             rs_diag_t *diag, char out[PATH_MAX])
 {
-    const rs_fdir_t *f = dir->priv;
+    const rs__file_dir_t *f = dir->priv;
     char mdir[PATH_MAX];
-    rs__fdir_join(f->root, req->model, mdir);
-    rs__fdir_join(mdir, CUTS_FOLDER, out);
+    rs__file_dir_join(f->root, req->model, mdir);
+    rs__file_dir_join(mdir, CUTS_FOLDER, out);
     if (!create)
         return RS_OK;
     if ((mkdir(mdir, 0755) != 0 && errno != EEXIST) ||
@@ -94,7 +94,7 @@ static rs_status_t open_record(const char *cdir, const char *name,
 {
     char path[PATH_MAX];
     struct stat sb;
-    rs__fdir_join(cdir, name, path);
+    rs__file_dir_join(cdir, name, path);
     *absent_p = 0;
     o->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (o->fd < 0 && errno == ENOENT) {
@@ -132,7 +132,7 @@ static int holds_already(const char *cdir, const char *holder,
     return same;
 }
 
-rs_status_t rs__fdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__file_dir_put_cuts(rs_dir_h dir, rs__dir_request_t *req,
                               rs_diag_t *diag)
 {
     char cdir[PATH_MAX];
@@ -148,27 +148,27 @@ rs_status_t rs__fdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
     rs_digest_format(req->generation, buf);
     buf[STAMP_LEN - 1] = '\n';
     memcpy(buf + STAMP_LEN, req->table, req->len);
-    st = rs__fdir_replace(cdir, req->holder, buf, STAMP_LEN + req->len, diag);
+    st = rs__file_dir_replace(cdir, req->holder, buf, STAMP_LEN + req->len, diag);
     free(buf);
     return st;
 }
 
-rs_status_t rs__fdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__file_dir_drop_cuts(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     char cdir[PATH_MAX], path[PATH_MAX];
     cuts_dir(dir, req, 0, diag, cdir);
-    rs__fdir_join(cdir, req->holder, path);
+    rs__file_dir_join(cdir, req->holder, path);
     if (unlink(path) != 0 && errno != ENOENT)
         return rs__diag_set(diag, RS_ERR_IO, "cannot remove %s: %s", path,
                             strerror(errno));
-    rs__fdir_sync_dir(cdir);
+    rs__file_dir_sync_dir(cdir);
     return RS_OK;
 }
 
 /* The record of an open file into rec: its bytes, or its size only when
  * above the cap; stamped bytes are checked against their stamp. */
-static rs_status_t load_record(const rs_dir_req_t *req, const char *name,
+static rs_status_t load_record(const rs__dir_request_t *req, const char *name,
                                const opened_t *o, rs_dir_cuts_record_t *rec,
                                rs_diag_t *diag)
 {
@@ -227,11 +227,11 @@ static rs_status_t grow(void **items, size_t count, size_t *cap, size_t size,
 }
 
 /* One holder: its record (req->cuts) or its stamp (req->stamps). */
-typedef rs_status_t (*visit_fn)(rs_dir_req_t *req, const char *name,
+typedef rs_status_t (*visit_fn)(rs__dir_request_t *req, const char *name,
                                 const opened_t *o, size_t *cap,
                                 rs_diag_t *diag);
 
-static rs_status_t visit_one(rs_dir_req_t *req, const char *cdir,
+static rs_status_t visit_one(rs__dir_request_t *req, const char *cdir,
                              const char *name, visit_fn fn, size_t *cap,
                              rs_diag_t *diag)
 {
@@ -245,7 +245,7 @@ static rs_status_t visit_one(rs_dir_req_t *req, const char *cdir,
     return st;
 }
 
-static rs_status_t add_record(rs_dir_req_t *req, const char *name,
+static rs_status_t add_record(rs__dir_request_t *req, const char *name,
                               const opened_t *o, size_t *cap, rs_diag_t *diag)
 {
     rs_status_t st = grow((void **)&req->cuts, req->ncuts, cap,
@@ -257,7 +257,7 @@ static rs_status_t add_record(rs_dir_req_t *req, const char *name,
     return st;
 }
 
-static rs_status_t add_stamp(rs_dir_req_t *req, const char *name,
+static rs_status_t add_stamp(rs__dir_request_t *req, const char *name,
                              const opened_t *o, size_t *cap, rs_diag_t *diag)
 {
     rs_status_t st = grow((void **)&req->stamps, req->nstamps, cap,
@@ -272,7 +272,7 @@ static rs_status_t add_stamp(rs_dir_req_t *req, const char *name,
 }
 
 /* Every holder of the folder; a missing folder holds none. */
-static rs_status_t visit_all(rs_dir_h dir, rs_dir_req_t *req, visit_fn fn,
+static rs_status_t visit_all(rs_dir_h dir, rs__dir_request_t *req, visit_fn fn,
                              rs_diag_t *diag)
 {
     char cdir[PATH_MAX];
@@ -292,7 +292,7 @@ static rs_status_t visit_all(rs_dir_h dir, rs_dir_req_t *req, visit_fn fn,
     return st; /* on error the caller frees what was read */
 }
 
-rs_status_t rs__fdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__file_dir_read_cuts(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     char cdir[PATH_MAX];
@@ -307,7 +307,7 @@ rs_status_t rs__fdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
     return visit_one(req, cdir, req->holder, add_record, &cap, diag);
 }
 
-rs_status_t rs__fdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__file_dir_list_cuts(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     req->stamps = NULL;

@@ -13,22 +13,22 @@
 /* A record holds at most a few kilobytes (dir_group.c's limits). */
 #define GROUP_RECORD_MAX ((size_t)64 << 10)
 
-static rs_status_t swap(const char *vdir, rs_dir_req_t *req, rs_diag_t *diag)
+static rs_status_t swap(const char *vdir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     char name[PATH_MAX], path[PATH_MAX];
     char *cur = NULL;
     size_t len = 0;
     int absent = 0;
     snprintf(name, sizeof(name), GROUP_PREFIX "%s", req->group);
-    rs__fdir_join(vdir, name, path);
-    rs_status_t st = rs__fdir_read(path, GROUP_RECORD_MAX, diag, &absent,
+    rs__file_dir_join(vdir, name, path);
+    rs_status_t st = rs__file_dir_read(path, GROUP_RECORD_MAX, diag, &absent,
                                    &cur, &len);
     if (st != RS_OK)
         return st;
     int same = absent ? req->expect == NULL
                       : req->expect != NULL && strcmp(cur, req->expect) == 0;
     if (req->table != NULL && same) {
-        st = rs__fdir_replace(vdir, name, req->table, req->len, diag);
+        st = rs__file_dir_replace(vdir, name, req->table, req->len, diag);
         free(cur);
         cur = NULL;
         if (st != RS_OK)
@@ -42,7 +42,7 @@ static rs_status_t swap(const char *vdir, rs_dir_req_t *req, rs_diag_t *diag)
     return RS_OK;
 }
 
-rs_status_t rs__fdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__file_dir_group(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
-    return rs__fdir_locked(dir, req, 0, diag, swap);
+    return rs__file_dir_locked(dir, req, 0, diag, swap);
 }

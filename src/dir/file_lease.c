@@ -27,19 +27,19 @@ static void lease_name(const char *holder, char out[PATH_MAX])
 static int released(const char *vdir)
 {
     char path[PATH_MAX];
-    rs__fdir_join(vdir, RS_FDIR_RELEASED, path);
-    return rs__fdir_exists(path);
+    rs__file_dir_join(vdir, RS_FDIR_RELEASED, path);
+    return rs__file_dir_exists(path);
 }
 
-void rs__fdir_released_by(const char *vdir, char out[RS_DIR_NAME_MAX + 1])
+void rs__file_dir_released_by(const char *vdir, char out[RS_DIR_NAME_MAX + 1])
 {
     char path[PATH_MAX];
     char *text = NULL;
     size_t len = 0;
     int absent = 1;
     out[0] = '\0';
-    rs__fdir_join(vdir, RS_FDIR_RELEASED, path);
-    if (rs__fdir_read(path, RS_DIR_NAME_MAX + 2, NULL, &absent, &text,
+    rs__file_dir_join(vdir, RS_FDIR_RELEASED, path);
+    if (rs__file_dir_read(path, RS_DIR_NAME_MAX + 2, NULL, &absent, &text,
                       &len) != RS_OK || absent)
         return;
     size_t n = 0; /* the name, as written by release: only its alphabet */
@@ -51,14 +51,14 @@ void rs__fdir_released_by(const char *vdir, char out[RS_DIR_NAME_MAX + 1])
 }
 
 /* A lease file: "<expiry> <epoch>\n" ("<expiry>\n", epoch 0, as older
- * versions wrote it). *absent_p as rs__fdir_read. */
+ * versions wrote it). *absent_p as rs__file_dir_read. */
 static rs_status_t read_lease(const char *path, rs_diag_t *diag,
                               int *absent_p, double *expiry_p,
                               uint64_t *epoch_p)
 {
     char *text = NULL, *end;
     size_t len;
-    rs_status_t st = rs__fdir_read(path, 64, diag, absent_p, &text, &len);
+    rs_status_t st = rs__file_dir_read(path, 64, diag, absent_p, &text, &len);
     if (st != RS_OK || *absent_p)
         return st;
     uint64_t epoch = 0;
@@ -88,8 +88,8 @@ static rs_status_t next_epoch(const char *vdir, rs_diag_t *diag,
     size_t len;
     int absent;
     uint64_t last = 0;
-    rs__fdir_join(vdir, EPOCH_FILE, path);
-    rs_status_t st = rs__fdir_read(path, 32, diag, &absent, &old, &len);
+    rs__file_dir_join(vdir, EPOCH_FILE, path);
+    rs_status_t st = rs__file_dir_read(path, 32, diag, &absent, &old, &len);
     if (st != RS_OK)
         return st;
     if (!absent) {
@@ -102,7 +102,7 @@ static rs_status_t next_epoch(const char *vdir, rs_diag_t *diag,
                                 "lease epoch (an integer below 2^53)", path);
     }
     int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", last + 1);
-    st = rs__fdir_replace(vdir, EPOCH_FILE, text, (size_t)n, diag);
+    st = rs__file_dir_replace(vdir, EPOCH_FILE, text, (size_t)n, diag);
     if (st == RS_OK)
         *epoch_p = last + 1;
     return st;
@@ -112,17 +112,17 @@ static rs_status_t next_epoch(const char *vdir, rs_diag_t *diag,
  * live. A take goes ahead only while no live lease has the holder's name:
  * two receivers under one name would end each other's epochs. */
 static rs_status_t check_lease(const char *vdir, const char *name,
-                               const rs_dir_req_t *req, rs_diag_t *diag)
+                               const rs__dir_request_t *req, rs_diag_t *diag)
 {
     char path[PATH_MAX];
     int absent;
     double expiry = 0, now;
     uint64_t epoch = 0;
-    rs__fdir_join(vdir, name, path);
+    rs__file_dir_join(vdir, name, path);
     rs_status_t st = read_lease(path, diag, &absent, &expiry, &epoch);
     if (st != RS_OK || (req->epoch == 0 && absent))
         return st;
-    now = rs__fdir_now();
+    now = rs__file_dir_now();
     if (req->epoch == 0)
         return expiry <= now ? RS_OK : rs__diag_set(diag, RS_ERR_INPUT,
             "version %lld of '%s': lease holder name '%s' is taken: another "
@@ -148,13 +148,13 @@ static rs_status_t check_lease(const char *vdir, const char *name,
     return RS_OK;
 }
 
-static rs_status_t do_lease(const char *vdir, rs_dir_req_t *req,
+static rs_status_t do_lease(const char *vdir, rs__dir_request_t *req,
                             rs_diag_t *diag)
 {
     char name[PATH_MAX], text[64], by[RS_DIR_NAME_MAX + 32];
     uint64_t epoch = req->epoch;
     if (released(vdir)) {
-        rs__fdir_released_by(vdir, req->released_by);
+        rs__file_dir_released_by(vdir, req->released_by);
         rs__dir_by_text(req, by, sizeof(by));
     }
     if (released(vdir) && req->epoch == 0)
@@ -173,33 +173,33 @@ static rs_status_t do_lease(const char *vdir, rs_dir_req_t *req,
     if (st != RS_OK)
         return st;
     int n = snprintf(text, sizeof(text), "%.6f %" PRIu64 "\n",
-                     rs__fdir_now() + req->ttl_s, epoch);
-    st = rs__fdir_replace(vdir, name, text, (size_t)n, diag);
+                     rs__file_dir_now() + req->ttl_s, epoch);
+    st = rs__file_dir_replace(vdir, name, text, (size_t)n, diag);
     if (st == RS_OK)
         req->epoch = epoch;
     return st;
 }
 
-static rs_status_t do_unlease(const char *vdir, rs_dir_req_t *req,
+static rs_status_t do_unlease(const char *vdir, rs__dir_request_t *req,
                               rs_diag_t *diag)
 {
     char name[PATH_MAX], path[PATH_MAX * 2];
     lease_name(req->holder, name);
-    rs__fdir_join(vdir, name, path);
+    rs__file_dir_join(vdir, name, path);
     if (unlink(path) != 0 && errno != ENOENT)
         return rs__diag_set(diag, RS_ERR_IO, "cannot remove %s: %s", path,
                             strerror(errno));
     return RS_OK;
 }
 
-rs_status_t rs__fdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__file_dir_lease(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
-    return rs__fdir_locked(dir, req, 1, diag, do_lease);
+    return rs__file_dir_locked(dir, req, 1, diag, do_lease);
 }
 
-rs_status_t rs__fdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__file_dir_unlease(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
-    return rs__fdir_locked(dir, req, 1, diag, do_unlease);
+    return rs__file_dir_locked(dir, req, 1, diag, do_unlease);
 }
 
 /* Calls `each` for every live lease of vdir (expiry after now) with its
@@ -216,7 +216,7 @@ static rs_status_t each_live_lease(const char *vdir, rs_diag_t *diag,
     if (d == NULL)
         return rs__diag_set(diag, RS_ERR_IO, "cannot list %s: %s", vdir,
                             strerror(errno));
-    double now = rs__fdir_now();
+    double now = rs__file_dir_now();
     rs_status_t st = RS_OK;
     struct dirent *e;
     while (st == RS_OK && (e = readdir(d)) != NULL) {
@@ -226,7 +226,7 @@ static rs_status_t each_live_lease(const char *vdir, rs_diag_t *diag,
         uint64_t epoch = 0;
         if (strncmp(e->d_name, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0)
             continue;
-        rs__fdir_join(vdir, e->d_name, path);
+        rs__file_dir_join(vdir, e->d_name, path);
         st = read_lease(path, diag, &absent, &expiry, &epoch);
         if (st == RS_OK && !absent && expiry > now)
             st = each(ctx, e->d_name + strlen(LEASE_PREFIX), epoch,
@@ -281,13 +281,13 @@ static void remove_contents(const char *vdir)
             strncmp(n, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0)
             continue;
         char path[PATH_MAX];
-        rs__fdir_join(vdir, n, path);
+        rs__file_dir_join(vdir, n, path);
         unlink(path);
     }
     closedir(d);
 }
 
-static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
+static rs_status_t do_release(const char *vdir, rs__dir_request_t *req,
                               rs_diag_t *diag)
 {
     char holder[PATH_MAX];
@@ -304,7 +304,7 @@ static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
                             "more (%zu live lease%s)", (long long)req->version,
                             req->model, holder, left, live,
                             live == 1 ? "" : "s");
-    st = rs__fdir_replace(vdir, RS_FDIR_RELEASED, req->by ? req->by : "",
+    st = rs__file_dir_replace(vdir, RS_FDIR_RELEASED, req->by ? req->by : "",
                           req->by ? strlen(req->by) : 0, diag);
     if (st == RS_OK)
         remove_contents(vdir);
@@ -313,13 +313,13 @@ static rs_status_t do_release(const char *vdir, rs_dir_req_t *req,
     return st;
 }
 
-rs_status_t rs__fdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__file_dir_release(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
-    return rs__fdir_locked(dir, req, 1, diag, do_release);
+    return rs__file_dir_locked(dir, req, 1, diag, do_release);
 }
 
 typedef struct lease_list {
-    rs_dir_req_t *req;
+    rs__dir_request_t *req;
     size_t cap;
 } lease_list_t;
 
@@ -327,7 +327,7 @@ static rs_status_t list_lease(void *ctx, const char *holder, uint64_t epoch,
                               double left_s, rs_diag_t *diag)
 {
     lease_list_t *list = ctx;
-    rs_dir_req_t *req = list->req;
+    rs__dir_request_t *req = list->req;
     if (strlen(holder) > RS_DIR_NAME_MAX)
         return RS_OK; /* not a name a receiver could have taken */
     if (req->nleases == list->cap) {
@@ -346,14 +346,14 @@ static rs_status_t list_lease(void *ctx, const char *holder, uint64_t epoch,
 }
 
 /* Every live lease: holder, epoch, seconds left. */
-static rs_status_t do_leases(const char *vdir, rs_dir_req_t *req,
+static rs_status_t do_leases(const char *vdir, rs__dir_request_t *req,
                              rs_diag_t *diag)
 {
     lease_list_t list = {req, 0};
     return each_live_lease(vdir, diag, list_lease, &list);
 }
 
-rs_status_t rs__fdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__file_dir_leases(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
-    return rs__fdir_locked(dir, req, 1, diag, do_leases);
+    return rs__file_dir_locked(dir, req, 1, diag, do_leases);
 }

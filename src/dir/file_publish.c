@@ -16,7 +16,7 @@
 #include "core/diag.h"
 #include "dir/file_impl.h"
 
-rs_status_t rs__fdir_check_range(const rs_dir_req_t *req,
+rs_status_t rs__file_dir_check_range(const rs__dir_request_t *req,
                                  const rs_version_info_t *info,
                                  rs_diag_t *diag)
 {
@@ -28,7 +28,7 @@ rs_status_t rs__fdir_check_range(const rs_dir_req_t *req,
     return RS_OK;
 }
 
-static rs_status_t refuse_released(const rs_dir_req_t *req, rs_diag_t *diag)
+static rs_status_t refuse_released(const rs__dir_request_t *req, rs_diag_t *diag)
 {
     return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s' is "
                         "released: slot %lld cannot be published",
@@ -39,12 +39,12 @@ static rs_status_t refuse_released(const rs_dir_req_t *req, rs_diag_t *diag)
 static int is_released(const char *vdir)
 {
     char path[PATH_MAX];
-    rs__fdir_join(vdir, RS_FDIR_RELEASED, path);
-    return rs__fdir_exists(path);
+    rs__file_dir_join(vdir, RS_FDIR_RELEASED, path);
+    return rs__file_dir_exists(path);
 }
 
 /* "p1", "p2" of a record, for messages. */
-static void list_names(const rs_fdir_slot_t *rec, char *out, size_t cap)
+static void list_names(const rs__file_dir_slot_t *rec, char *out, size_t cap)
 {
     size_t used = 0;
     out[0] = '\0';
@@ -54,8 +54,8 @@ static void list_names(const rs_fdir_slot_t *rec, char *out, size_t cap)
 }
 
 /* A publisher may join (or rejoin) the slot its record describes. */
-static rs_status_t check_join(const rs_fdir_slot_t *rec,
-                              const rs_dir_req_t *req, rs_diag_t *diag)
+static rs_status_t check_join(const rs__file_dir_slot_t *rec,
+                              const rs__dir_request_t *req, rs_diag_t *diag)
 {
     char names[512];
     if (!rec->present)
@@ -71,7 +71,7 @@ static rs_status_t check_join(const rs_fdir_slot_t *rec,
                             (long long)req->version, req->model,
                             (long long)req->slot, req->publisher,
                             req->geometry, rec->geometry, names);
-    if (rs__fdir_slot_find(rec, req->publisher) < 0 &&
+    if (rs__file_dir_slot_find(rec, req->publisher) < 0 &&
         rec->n >= RS_DIR_PUBLISHERS_MAX)
         return rs__diag_set(diag, RS_ERR_INPUT, "version %lld of '%s': slot "
                             "%lld already has %d publishers: '%s' cannot "
@@ -82,10 +82,10 @@ static rs_status_t check_join(const rs_fdir_slot_t *rec,
 }
 
 /* Adds the publisher to the record (a new slot takes the key). */
-static rs_status_t join_record(const char *vdir, rs_fdir_slot_t *rec,
-                               const rs_dir_req_t *req, rs_diag_t *diag)
+static rs_status_t join_record(const char *vdir, rs__file_dir_slot_t *rec,
+                               const rs__dir_request_t *req, rs_diag_t *diag)
 {
-    if (rec->present && rs__fdir_slot_find(rec, req->publisher) >= 0)
+    if (rec->present && rs__file_dir_slot_find(rec, req->publisher) >= 0)
         return RS_OK;
     if (!rec->present) {
         memcpy(rec->geometry, req->geometry, sizeof(rec->geometry));
@@ -93,7 +93,7 @@ static rs_status_t join_record(const char *vdir, rs_fdir_slot_t *rec,
     }
     snprintf(rec->names[rec->n++], sizeof(rec->names[0]), "%s",
              req->publisher);
-    return rs__fdir_slot_write(vdir, req->slot, rec, diag);
+    return rs__file_dir_slot_write(vdir, req->slot, rec, diag);
 }
 
 /* Any publisher that sees every table creates READY; O_EXCL makes the
@@ -103,10 +103,10 @@ static rs_status_t mark_ready(const char *vdir, int64_t slots,
 {
     int64_t count;
     char path[PATH_MAX];
-    rs_status_t st = rs__fdir_scan_slots(vdir, slots, NULL, diag, &count);
+    rs_status_t st = rs__file_dir_scan_slots(vdir, slots, NULL, diag, &count);
     if (st != RS_OK || count < slots)
         return st;
-    rs__fdir_join(vdir, RS_FDIR_READY, path);
+    rs__file_dir_join(vdir, RS_FDIR_READY, path);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && errno == EEXIST)
         return RS_OK;
@@ -115,7 +115,7 @@ static rs_status_t mark_ready(const char *vdir, int64_t slots,
                             strerror(errno));
     fsync(fd);
     close(fd);
-    rs__fdir_sync_dir(vdir);
+    rs__file_dir_sync_dir(vdir);
     return RS_OK;
 }
 
@@ -123,57 +123,57 @@ static rs_status_t mark_ready(const char *vdir, int64_t slots,
  * place (the publisher's own older entry goes), record the publisher and
  * the publish as a heartbeat, and mark READY when the set is complete. */
 static rs_status_t place(const char *vdir, const char *tmp,
-                         const rs_dir_req_t *req, int64_t slots,
+                         const rs__dir_request_t *req, int64_t slots,
                          rs_diag_t *diag)
 {
     char name[RS_FDIR_NAME_LEN], final[PATH_MAX];
-    rs_fdir_slot_t rec;
+    rs__file_dir_slot_t rec;
     if (is_released(vdir))
         return refuse_released(req, diag);
-    rs_status_t st = rs__fdir_slot_read(vdir, req->slot, diag, &rec);
+    rs_status_t st = rs__file_dir_slot_read(vdir, req->slot, diag, &rec);
     if (st == RS_OK)
         st = check_join(&rec, req, diag);
     if (st != RS_OK)
         return st;
-    rs__fdir_entry_name(req->slot, req->publisher, name);
-    rs__fdir_join(vdir, name, final);
+    rs__file_dir_entry_name(req->slot, req->publisher, name);
+    rs__file_dir_join(vdir, name, final);
     if (rename(tmp, final) != 0)
         return rs__diag_set(diag, RS_ERR_IO, "cannot rename into %s: %s",
                             final, strerror(errno));
-    rs__fdir_sync_dir(vdir);
+    rs__file_dir_sync_dir(vdir);
     st = join_record(vdir, &rec, req, diag);
     if (st == RS_OK) {
-        rs__fdir_hb_name(req->slot, req->publisher, name);
-        st = rs__fdir_write_time(vdir, name, rs__fdir_now(), diag);
+        rs__file_dir_hb_name(req->slot, req->publisher, name);
+        st = rs__file_dir_write_time(vdir, name, rs__file_dir_now(), diag);
     }
     if (st == RS_OK)
         st = mark_ready(vdir, slots, diag);
     return st;
 }
 
-rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__file_dir_publish(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     rs_version_info_t info;
     char vdir[PATH_MAX], tmp[PATH_MAX], name[RS_FDIR_NAME_LEN];
     int lock = -1;
-    rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
+    rs_status_t st = rs__file_dir_existing(dir, req, diag, &info);
     if (st == RS_OK)
-        st = rs__fdir_check_range(req, &info, diag);
+        st = rs__file_dir_check_range(req, &info, diag);
     if (st == RS_OK && info.state == RS_VERSION_RELEASED)
         st = refuse_released(req, diag);
     if (st == RS_OK)
-        st = rs__fdir_path(dir, req, NULL, diag, vdir);
+        st = rs__file_dir_path(dir, req, NULL, diag, vdir);
     if (st != RS_OK)
         return st;
-    rs__fdir_entry_name(req->slot, req->publisher, name);
+    rs__file_dir_entry_name(req->slot, req->publisher, name);
     /* the bytes are written and synced before the lock is taken */
-    st = rs__fdir_write_tmp(vdir, name, req->table, req->len, diag, tmp);
+    st = rs__file_dir_write_tmp(vdir, name, req->table, req->len, diag, tmp);
     if (st != RS_OK)
         return st;
-    st = rs__fdir_lock(vdir, diag, &lock);
+    st = rs__file_dir_lock(vdir, diag, &lock);
     if (st == RS_OK)
         st = place(vdir, tmp, req, info.slots, diag);
-    rs__fdir_unlock(lock);
+    rs__file_dir_unlock(lock);
     unlink(tmp);
     return st;
 }
@@ -181,42 +181,42 @@ rs_status_t rs__fdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 /* A publisher without an entry in the slot (never published, or removed)
  * has nothing to keep alive. The slot record is replaced whole (rename),
  * so it reads consistently without the lock. */
-static rs_status_t beat(const char *vdir, const rs_dir_req_t *req,
+static rs_status_t beat(const char *vdir, const rs__dir_request_t *req,
                         rs_diag_t *diag)
 {
     char name[RS_FDIR_NAME_LEN];
-    rs_fdir_slot_t rec;
-    rs_status_t st = rs__fdir_slot_read(vdir, req->slot, diag, &rec);
+    rs__file_dir_slot_t rec;
+    rs_status_t st = rs__file_dir_slot_read(vdir, req->slot, diag, &rec);
     if (st != RS_OK)
         return st;
-    if (!rec.present || rs__fdir_slot_find(&rec, req->publisher) < 0)
+    if (!rec.present || rs__file_dir_slot_find(&rec, req->publisher) < 0)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
                             "slot %lld has no table of publisher '%s' (never "
                             "published, or lost)", (long long)req->version,
                             req->model, (long long)req->slot,
                             req->publisher);
-    rs__fdir_hb_name(req->slot, req->publisher, name);
-    return rs__fdir_write_time(vdir, name, rs__fdir_now(), diag);
+    rs__file_dir_hb_name(req->slot, req->publisher, name);
+    return rs__file_dir_write_time(vdir, name, rs__file_dir_now(), diag);
 }
 
-static void unbeat(const char *vdir, const rs_dir_req_t *req)
+static void unbeat(const char *vdir, const rs__dir_request_t *req)
 {
     char name[RS_FDIR_NAME_LEN], path[PATH_MAX];
-    rs__fdir_hb_name(req->slot, req->publisher, name);
-    rs__fdir_join(vdir, name, path);
+    rs__file_dir_hb_name(req->slot, req->publisher, name);
+    rs__file_dir_join(vdir, name, path);
     unlink(path);
 }
 
-rs_status_t rs__fdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__file_dir_heartbeat(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     rs_version_info_t info;
     char vdir[PATH_MAX];
-    rs_status_t st = rs__fdir_existing(dir, req, diag, &info);
+    rs_status_t st = rs__file_dir_existing(dir, req, diag, &info);
     if (st == RS_OK)
-        st = rs__fdir_check_range(req, &info, diag);
+        st = rs__file_dir_check_range(req, &info, diag);
     if (st == RS_OK)
-        st = rs__fdir_path(dir, req, NULL, diag, vdir);
+        st = rs__file_dir_path(dir, req, NULL, diag, vdir);
     /* No version lock: a beat replaces the publisher's own file whole, and
      * every publisher beats every second or so, so a publisher stopped in
      * a beat (SIGSTOP, a debugger) would otherwise hold the lock that

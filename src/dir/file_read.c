@@ -11,7 +11,7 @@
 #include "core/diag.h"
 #include "dir/file_impl.h"
 
-static rs_status_t not_ready(const rs_dir_req_t *req,
+static rs_status_t not_ready(const rs__dir_request_t *req,
                              const rs_version_info_t *info, rs_diag_t *diag)
 {
     return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s' is "
@@ -21,7 +21,7 @@ static rs_status_t not_ready(const rs_dir_req_t *req,
                         (long long)info->published, (long long)info->slots);
 }
 
-static rs_status_t vanished(const rs_dir_req_t *req, const char *publisher,
+static rs_status_t vanished(const rs__dir_request_t *req, const char *publisher,
                             rs_diag_t *diag)
 {
     return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': slot "
@@ -38,25 +38,25 @@ static rs_status_t age_of(const char *vdir, int64_t slot, const char *name,
     char file[RS_FDIR_NAME_LEN], path[PATH_MAX];
     int absent;
     double t = 0;
-    rs__fdir_hb_name(slot, name, file);
-    rs__fdir_join(vdir, file, path);
-    rs_status_t st = rs__fdir_read_time(path, diag, &absent, &t);
+    rs__file_dir_hb_name(slot, name, file);
+    rs__file_dir_join(vdir, file, path);
+    rs_status_t st = rs__file_dir_read_time(path, diag, &absent, &t);
     if (st == RS_OK)
         *age_p = absent ? -1.0 : (now > t ? now - t : 0.0);
     return st;
 }
 
 /* Entry i of the record into e (its stored bytes, checked by dir.c). */
-static rs_status_t read_entry(const char *vdir, const rs_dir_req_t *req,
+static rs_status_t read_entry(const char *vdir, const rs__dir_request_t *req,
                               const char *publisher, double now,
                               rs_diag_t *diag, rs_dir_entry_t *e)
 {
     char file[RS_FDIR_NAME_LEN], path[PATH_MAX];
     int absent;
     snprintf(e->publisher, sizeof(e->publisher), "%s", publisher);
-    rs__fdir_entry_name(req->slot, publisher, file);
-    rs__fdir_join(vdir, file, path);
-    rs_status_t st = rs__fdir_read(path, RS_DIR_TABLE_MAX + RS_DIR_ENTRY_HEADER,
+    rs__file_dir_entry_name(req->slot, publisher, file);
+    rs__file_dir_join(vdir, file, path);
+    rs_status_t st = rs__file_dir_read(path, RS_DIR_TABLE_MAX + RS_DIR_ENTRY_HEADER,
                                    diag, &absent, &e->table, &e->len);
     if (st == RS_OK && absent)
         return vanished(req, publisher, diag);
@@ -65,11 +65,11 @@ static rs_status_t read_entry(const char *vdir, const rs_dir_req_t *req,
     return st;
 }
 
-static rs_status_t read_entries(const char *vdir, rs_dir_req_t *req,
+static rs_status_t read_entries(const char *vdir, rs__dir_request_t *req,
                                 rs_diag_t *diag)
 {
-    rs_fdir_slot_t rec;
-    rs_status_t st = rs__fdir_slot_read(vdir, req->slot, diag, &rec);
+    rs__file_dir_slot_t rec;
+    rs_status_t st = rs__file_dir_slot_read(vdir, req->slot, diag, &rec);
     if (st == RS_OK && !rec.present)
         return vanished(req, "(any)", diag);
     if (st != RS_OK)
@@ -78,7 +78,7 @@ static rs_status_t read_entries(const char *vdir, rs_dir_req_t *req,
     if (req->entries == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
                             "memory");
-    double now = rs__fdir_now();
+    double now = rs__file_dir_now();
     for (size_t i = 0; st == RS_OK && i < rec.n; i++) {
         st = read_entry(vdir, req, rec.names[i], now, diag, &req->entries[i]);
         req->nentries = i + 1; /* freed by the caller, also on error */
@@ -86,19 +86,19 @@ static rs_status_t read_entries(const char *vdir, rs_dir_req_t *req,
     return st;
 }
 
-rs_status_t rs__fdir_read_slot(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__file_dir_read_slot(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     rs_version_info_t info;
     char vdir[PATH_MAX];
     /* a READY version holds every slot: no directory scan per slot read */
-    rs_status_t st = rs__fdir_existing_ready(dir, req, diag, &info);
+    rs_status_t st = rs__file_dir_existing_ready(dir, req, diag, &info);
     if (st == RS_OK && info.state != RS_VERSION_READY)
         st = not_ready(req, &info, diag);
     if (st == RS_OK)
-        st = rs__fdir_check_range(req, &info, diag);
+        st = rs__file_dir_check_range(req, &info, diag);
     if (st == RS_OK)
-        st = rs__fdir_path(dir, req, NULL, diag, vdir);
+        st = rs__file_dir_path(dir, req, NULL, diag, vdir);
     if (st == RS_OK)
         st = read_entries(vdir, req, diag);
     return st;
@@ -108,9 +108,9 @@ rs_status_t rs__fdir_read_slot(rs_dir_h dir, rs_dir_req_t *req,
 static rs_status_t slot_age(const char *vdir, int64_t slot, double now,
                             rs_diag_t *diag, double *age_p)
 {
-    rs_fdir_slot_t rec;
+    rs__file_dir_slot_t rec;
     double best = -1.0;
-    rs_status_t st = rs__fdir_slot_read(vdir, slot, diag, &rec);
+    rs_status_t st = rs__file_dir_slot_read(vdir, slot, diag, &rec);
     for (size_t k = 0; st == RS_OK && k < rec.n; k++) {
         double age = -1.0;
         st = age_of(vdir, slot, rec.names[k], now, diag, &age);
@@ -121,15 +121,15 @@ static rs_status_t slot_age(const char *vdir, int64_t slot, double now,
     return st;
 }
 
-rs_status_t rs__fdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__file_dir_slot_status(rs_dir_h dir, rs__dir_request_t *req,
                                  rs_diag_t *diag)
 {
     char vdir[PATH_MAX];
     int64_t n = req->info.slots, count;
-    rs_status_t st = rs__fdir_path(dir, req, NULL, diag, vdir);
+    rs_status_t st = rs__file_dir_path(dir, req, NULL, diag, vdir);
     if (st == RS_OK)
-        st = rs__fdir_scan_slots(vdir, n, req->present, diag, &count);
-    double now = rs__fdir_now();
+        st = rs__file_dir_scan_slots(vdir, n, req->present, diag, &count);
+    double now = rs__file_dir_now();
     for (int64_t i = 0; st == RS_OK && i < n; i++) {
         req->age[i] = -1.0;
         if (req->present[i])

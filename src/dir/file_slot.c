@@ -27,7 +27,7 @@ static int parse_name(const char **p, char out[RS_DIR_NAME_MAX + 1])
     return strcmp(out, ".") != 0 && strcmp(out, "..") != 0;
 }
 
-static int parse_record(const char *text, size_t len, rs_fdir_slot_t *rec)
+static int parse_record(const char *text, size_t len, rs__file_dir_slot_t *rec)
 {
     if (len < 18 || strlen(text) != len || text[len - 1] != '\n')
         return 0;
@@ -48,17 +48,17 @@ static int parse_record(const char *text, size_t len, rs_fdir_slot_t *rec)
     return *p == '\n' && p[1] == '\0' && rec->n > 0;
 }
 
-rs_status_t rs__fdir_slot_read(const char *vdir, int64_t slot,
-                               rs_diag_t *diag, rs_fdir_slot_t *rec)
+rs_status_t rs__file_dir_slot_read(const char *vdir, int64_t slot,
+                               rs_diag_t *diag, rs__file_dir_slot_t *rec)
 {
     char name[RS_FDIR_NAME_LEN], path[PATH_MAX], *text = NULL;
     size_t len = 0;
     int absent;
-    rs__fdir_slot_name(slot, name);
-    rs__fdir_join(vdir, name, path);
+    rs__file_dir_slot_name(slot, name);
+    rs__file_dir_join(vdir, name, path);
     rec->present = 0;
     rec->n = 0;
-    rs_status_t st = rs__fdir_read(path, RECORD_MAX, diag, &absent, &text,
+    rs_status_t st = rs__file_dir_read(path, RECORD_MAX, diag, &absent, &text,
                                    &len);
     if (st != RS_OK || absent)
         return st;
@@ -72,8 +72,8 @@ rs_status_t rs__fdir_slot_read(const char *vdir, int64_t slot,
     return RS_OK;
 }
 
-rs_status_t rs__fdir_slot_write(const char *vdir, int64_t slot,
-                                const rs_fdir_slot_t *rec, rs_diag_t *diag)
+rs_status_t rs__file_dir_slot_write(const char *vdir, int64_t slot,
+                                const rs__file_dir_slot_t *rec, rs_diag_t *diag)
 {
     char name[RS_FDIR_NAME_LEN], text[RECORD_MAX];
     size_t used = (size_t)snprintf(text, sizeof(text), "%s", rec->geometry);
@@ -81,11 +81,11 @@ rs_status_t rs__fdir_slot_write(const char *vdir, int64_t slot,
         used += (size_t)snprintf(text + used, sizeof(text) - used, " %s",
                                  rec->names[i]);
     used += (size_t)snprintf(text + used, sizeof(text) - used, "\n");
-    rs__fdir_slot_name(slot, name);
-    return rs__fdir_replace(vdir, name, text, used, diag);
+    rs__file_dir_slot_name(slot, name);
+    return rs__file_dir_replace(vdir, name, text, used, diag);
 }
 
-int rs__fdir_slot_find(const rs_fdir_slot_t *rec, const char *publisher)
+int rs__file_dir_slot_find(const rs__file_dir_slot_t *rec, const char *publisher)
 {
     for (size_t i = 0; i < rec->n; i++)
         if (strcmp(rec->names[i], publisher) == 0)

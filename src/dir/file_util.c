@@ -16,11 +16,11 @@
 #include "core/diag.h"
 #include "dir/file_impl.h"
 
-rs_status_t rs__fdir_path(rs_dir_h dir, const rs_dir_req_t *req,
+rs_status_t rs__file_dir_path(rs_dir_h dir, const rs__dir_request_t *req,
                           const char *name, rs_diag_t *diag,
                           char out[PATH_MAX])
 {
-    const rs_fdir_t *f = dir->priv;
+    const rs__file_dir_t *f = dir->priv;
     int n = name != NULL
                 ? snprintf(out, PATH_MAX, "%s/%s/%lld/%s", f->root,
                            req->model, (long long)req->version, name)
@@ -35,34 +35,34 @@ rs_status_t rs__fdir_path(rs_dir_h dir, const rs_dir_req_t *req,
 
 #define LOCK_WAIT_S 30.0 /* one hold can span an fsync of a busy disk */
 
-double rs__fdir_now(void) { return rs__wall_s(); }
+double rs__file_dir_now(void) { return rs__wall_s(); }
 
-int rs__fdir_exists(const char *path)
+int rs__file_dir_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0;
 }
 
-void rs__fdir_join(const char *dir, const char *name, char out[PATH_MAX])
+void rs__file_dir_join(const char *dir, const char *name, char out[PATH_MAX])
 {
     int n = snprintf(out, PATH_MAX, "%s/%s", dir, name);
     if (n < 0 || n >= PATH_MAX)
         out[0] = '\0'; /* not reached: file_open bounds the root's length */
 }
 
-void rs__fdir_slot_name(int64_t slot, char out[RS_FDIR_NAME_LEN])
+void rs__file_dir_slot_name(int64_t slot, char out[RS_FDIR_NAME_LEN])
 {
     snprintf(out, RS_FDIR_NAME_LEN, "slot-%lld", (long long)slot);
 }
 
-void rs__fdir_entry_name(int64_t slot, const char *publisher,
+void rs__file_dir_entry_name(int64_t slot, const char *publisher,
                          char out[RS_FDIR_NAME_LEN])
 {
     snprintf(out, RS_FDIR_NAME_LEN, "slot-%lld@%s", (long long)slot,
              publisher);
 }
 
-void rs__fdir_hb_name(int64_t slot, const char *publisher,
+void rs__file_dir_hb_name(int64_t slot, const char *publisher,
                       char out[RS_FDIR_NAME_LEN])
 {
     snprintf(out, RS_FDIR_NAME_LEN, "hb-%lld@%s", (long long)slot, publisher);
@@ -90,7 +90,7 @@ static int write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
-rs_status_t rs__fdir_write_tmp(const char *dir, const char *name,
+rs_status_t rs__file_dir_write_tmp(const char *dir, const char *name,
                                const void *data, size_t len, rs_diag_t *diag,
                                char tmp[PATH_MAX])
 {
@@ -119,7 +119,7 @@ rs_status_t rs__fdir_write_tmp(const char *dir, const char *name,
     return RS_OK;
 }
 
-void rs__fdir_sync_dir(const char *dir)
+void rs__file_dir_sync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
@@ -128,7 +128,7 @@ void rs__fdir_sync_dir(const char *dir)
     }
 }
 
-rs_status_t rs__fdir_replace(const char *dir, const char *name,
+rs_status_t rs__file_dir_replace(const char *dir, const char *name,
                              const void *data, size_t len, rs_diag_t *diag)
 {
     char tmp[PATH_MAX], dst[PATH_MAX];
@@ -136,7 +136,7 @@ rs_status_t rs__fdir_replace(const char *dir, const char *name,
     if (n < 0 || n >= PATH_MAX)
         return rs__diag_set(diag, RS_ERR_INPUT, "%s/%s: path too long", dir,
                             name);
-    rs_status_t st = rs__fdir_write_tmp(dir, name, data, len, diag, tmp);
+    rs_status_t st = rs__file_dir_write_tmp(dir, name, data, len, diag, tmp);
     if (st != RS_OK)
         return st;
     if (rename(tmp, dst) != 0) {
@@ -144,7 +144,7 @@ rs_status_t rs__fdir_replace(const char *dir, const char *name,
         unlink(tmp);
         return st;
     }
-    rs__fdir_sync_dir(dir);
+    rs__file_dir_sync_dir(dir);
     return RS_OK;
 }
 
@@ -180,7 +180,7 @@ static rs_status_t read_fd(int fd, const char *path, size_t limit,
     return RS_OK;
 }
 
-rs_status_t rs__fdir_read(const char *path, size_t limit, rs_diag_t *diag,
+rs_status_t rs__file_dir_read(const char *path, size_t limit, rs_diag_t *diag,
                           int *absent_p, char **data_p, size_t *len_p)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -197,13 +197,13 @@ rs_status_t rs__fdir_read(const char *path, size_t limit, rs_diag_t *diag,
     return st;
 }
 
-rs_status_t rs__fdir_read_time(const char *path, rs_diag_t *diag,
+rs_status_t rs__file_dir_read_time(const char *path, rs_diag_t *diag,
                                int *absent_p, double *t_p)
 {
     char *text = NULL, *end;
     size_t len;
     int absent;
-    rs_status_t st = rs__fdir_read(path, 64, diag, &absent, &text, &len);
+    rs_status_t st = rs__file_dir_read(path, 64, diag, &absent, &text, &len);
     if (st != RS_OK)
         return st;
     if (absent) {
@@ -221,12 +221,12 @@ rs_status_t rs__fdir_read_time(const char *path, rs_diag_t *diag,
     return RS_OK;
 }
 
-rs_status_t rs__fdir_write_time(const char *dir, const char *name, double t,
+rs_status_t rs__file_dir_write_time(const char *dir, const char *name, double t,
                                 rs_diag_t *diag)
 {
     char text[64];
     int n = snprintf(text, sizeof(text), "%.6f\n", t);
-    return rs__fdir_replace(dir, name, text, (size_t)n, diag);
+    return rs__file_dir_replace(dir, name, text, (size_t)n, diag);
 }
 
 /* Every holder bumps a counter at the start of the lock file, so a waiter
@@ -247,7 +247,7 @@ static void lock_taken(int fd)
         return; /* only waiters' patience depends on it */
 }
 
-rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p)
+rs_status_t rs__file_dir_lock(const char *vdir, rs_diag_t *diag, int *fd_p)
 {
     char path[PATH_MAX];
     int n = snprintf(path, sizeof(path), "%s/%s", vdir, RS_FDIR_LOCK);
@@ -288,7 +288,7 @@ rs_status_t rs__fdir_lock(const char *vdir, rs_diag_t *diag, int *fd_p)
     return RS_OK;
 }
 
-void rs__fdir_unlock(int fd)
+void rs__file_dir_unlock(int fd)
 {
     if (fd >= 0)
         close(fd); /* closing the last descriptor drops the flock */

@@ -43,7 +43,7 @@ static int copy_part(char *dst, size_t cap, const char *src, size_t n)
 }
 
 /* "[user]:password" before the last '@'. */
-static rs_status_t parse_auth(rs_rdir_t *r, const char *s, size_t n,
+static rs_status_t parse_auth(rs__redis_dir_t *r, const char *s, size_t n,
                               rs_diag_t *diag)
 {
     const char *colon = memchr(s, ':', n);
@@ -60,7 +60,7 @@ static rs_status_t parse_auth(rs_rdir_t *r, const char *s, size_t n,
     return RS_OK;
 }
 
-static rs_status_t parse_port(rs_rdir_t *r, const char *s, size_t n,
+static rs_status_t parse_port(rs__redis_dir_t *r, const char *s, size_t n,
                               rs_diag_t *diag)
 {
     long port = 0;
@@ -76,7 +76,7 @@ static rs_status_t parse_port(rs_rdir_t *r, const char *s, size_t n,
 }
 
 /* "host", "host:port", "[v6addr]" or "[v6addr]:port". */
-static rs_status_t parse_hostport(rs_rdir_t *r, const char *s, size_t n,
+static rs_status_t parse_hostport(rs__redis_dir_t *r, const char *s, size_t n,
                                   rs_diag_t *diag)
 {
     const char *host = s, *port = NULL;
@@ -108,7 +108,7 @@ static rs_status_t parse_hostport(rs_rdir_t *r, const char *s, size_t n,
 
 /* A password kept in a file: its first line (a final newline and CR are
  * not part of it). The path is named in messages, the content never. */
-static rs_status_t read_password_file(rs_rdir_t *r, const char *path,
+static rs_status_t read_password_file(rs__redis_dir_t *r, const char *path,
                                       rs_diag_t *diag)
 {
     FILE *f = fopen(path, "r");
@@ -138,7 +138,7 @@ static rs_status_t read_password_file(rs_rdir_t *r, const char *path,
 }
 
 /* One "name=value" of the query. */
-static rs_status_t parse_param(rs_rdir_t *r, const char *q, size_t n,
+static rs_status_t parse_param(rs__redis_dir_t *r, const char *q, size_t n,
                                rs_diag_t *diag)
 {
     char val[PATH_MAX], *end;
@@ -165,7 +165,7 @@ static rs_status_t parse_param(rs_rdir_t *r, const char *q, size_t n,
                    "password_file=PATH");
 }
 
-static rs_status_t parse_query(rs_rdir_t *r, const char *q, rs_diag_t *diag)
+static rs_status_t parse_query(rs__redis_dir_t *r, const char *q, rs_diag_t *diag)
 {
     rs_status_t st = RS_OK;
     while (st == RS_OK) {
@@ -179,7 +179,7 @@ static rs_status_t parse_query(rs_rdir_t *r, const char *q, rs_diag_t *diag)
 }
 
 /* Without a password in the URL or a file: RESHARD_REDIS_PASSWORD. */
-static rs_status_t password_from_env(rs_rdir_t *r, rs_diag_t *diag)
+static rs_status_t password_from_env(rs__redis_dir_t *r, rs_diag_t *diag)
 {
     const char *pw = getenv("RESHARD_REDIS_PASSWORD");
     if (r->has_password || pw == NULL || pw[0] == '\0')
@@ -193,7 +193,7 @@ static rs_status_t password_from_env(rs_rdir_t *r, rs_diag_t *diag)
     return RS_OK;
 }
 
-static rs_status_t parse_url(rs_rdir_t *r, const char *target,
+static rs_status_t parse_url(rs__redis_dir_t *r, const char *target,
                              rs_diag_t *diag)
 {
     /* the password may hold any character: split at the last '@' first */
@@ -253,7 +253,7 @@ static redisReply *command(redisContext *c, int argc, const char **argv,
     return reply;
 }
 
-static void drop(rs_rdir_t *r)
+static void drop(rs__redis_dir_t *r)
 {
     if (r->c != NULL)
         redisFree(r->c);
@@ -261,7 +261,7 @@ static void drop(rs_rdir_t *r)
 }
 
 /* A failed command leaves the context unusable: drop it and say why. */
-static rs_status_t lost(rs_rdir_t *r, rs_diag_t *diag)
+static rs_status_t lost(rs__redis_dir_t *r, rs_diag_t *diag)
 {
     /* A read that timed out reports EAGAIN, which hiredis words as
      * "Resource temporarily unavailable": say what happened instead. */
@@ -286,7 +286,7 @@ static int server_busy(const char *msg)
            strncmp(msg, "TRYAGAIN", 8) == 0;
 }
 
-static rs_status_t simple(rs_rdir_t *r, int argc, const char **argv,
+static rs_status_t simple(rs__redis_dir_t *r, int argc, const char **argv,
                           const char *what, rs_diag_t *diag)
 {
     redisReply *rep = command(r->c, argc, argv, NULL);
@@ -302,7 +302,7 @@ static rs_status_t simple(rs_rdir_t *r, int argc, const char **argv,
     return st;
 }
 
-static rs_status_t handshake(rs_rdir_t *r, rs_diag_t *diag)
+static rs_status_t handshake(rs__redis_dir_t *r, rs_diag_t *diag)
 {
     rs_status_t st = RS_OK;
     if (r->has_password && r->user[0] != '\0') {
@@ -320,7 +320,7 @@ static rs_status_t handshake(rs_rdir_t *r, rs_diag_t *diag)
     return st;
 }
 
-static rs_status_t ensure_connected(rs_rdir_t *r, rs_diag_t *diag)
+static rs_status_t ensure_connected(rs__redis_dir_t *r, rs_diag_t *diag)
 {
     if (r->c != NULL && r->c->err == 0)
         return RS_OK;
@@ -347,7 +347,7 @@ static rs_status_t ensure_connected(rs_rdir_t *r, rs_diag_t *diag)
 }
 
 /* Connects when needed, handing a transient failure on to the handle. */
-static rs_status_t connected(rs_dir_h dir, rs_rdir_t *r, rs_diag_t *diag)
+static rs_status_t connected(rs_dir_h dir, rs__redis_dir_t *r, rs_diag_t *diag)
 {
     r->transient = 0;
     rs_status_t st = ensure_connected(r, diag);
@@ -359,7 +359,7 @@ static rs_status_t connected(rs_dir_h dir, rs_rdir_t *r, rs_diag_t *diag)
 static rs_status_t redis_open(rs_dir_h dir, const char *target,
                               const rs_dir_params_t *params, rs_diag_t *diag)
 {
-    rs_rdir_t *r = calloc(1, sizeof(*r));
+    rs__redis_dir_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "directory: out of "
                             "memory");
@@ -379,7 +379,7 @@ static rs_status_t redis_open(rs_dir_h dir, const char *target,
 
 static void redis_close(rs_dir_h dir)
 {
-    rs_rdir_t *r = dir->priv;
+    rs__redis_dir_t *r = dir->priv;
     if (r == NULL)
         return;
     drop(r);
@@ -387,17 +387,17 @@ static void redis_close(rs_dir_h dir)
     free(r);
 }
 
-rs_status_t rs__rdir_bad_reply(rs_dir_h dir, const char *what,
+rs_status_t rs__redis_dir_bad_reply(rs_dir_h dir, const char *what,
                                rs_diag_t *diag)
 {
-    const rs_rdir_t *r = dir->priv;
+    const rs__redis_dir_t *r = dir->priv;
     return rs__diag_set(diag, RS_ERR_TRANSPORT, "redis %s: unexpected reply "
                         "to %s", r->where, what);
 }
 
-static rs_status_t load_script(rs_rdir_t *r, rs_rlua_t id, rs_diag_t *diag)
+static rs_status_t load_script(rs__redis_dir_t *r, rs__redis_script_t id, rs_diag_t *diag)
 {
-    const char *argv[] = {"SCRIPT", "LOAD", rs__rlua_src[id]};
+    const char *argv[] = {"SCRIPT", "LOAD", rs__redis_script_src[id]};
     redisReply *rep = command(r->c, 3, argv, NULL);
     if (rep == NULL)
         return lost(r, diag);
@@ -414,7 +414,7 @@ static rs_status_t load_script(rs_rdir_t *r, rs_rlua_t id, rs_diag_t *diag)
 }
 
 /* Script errors carry a code word: RSINPUT or RSINCOMPLETE. */
-static rs_status_t script_error(rs_rdir_t *r, const char *msg,
+static rs_status_t script_error(rs__redis_dir_t *r, const char *msg,
                                 rs_diag_t *diag)
 {
     if (strncmp(msg, "RSINPUT ", 8) == 0)
@@ -432,7 +432,7 @@ typedef struct keys {
 
 /* The model in braces is the key's hash tag: all keys of a model live on
  * one cluster node, as a script touching several of them needs. */
-static void make_keys(const rs_dir_req_t *req, keys_t *k)
+static void make_keys(const rs__dir_request_t *req, keys_t *k)
 {
     /* KEYS[5], KEYS[7] and KEYS[8] are the model's; the others belong to
      * the version */
@@ -451,7 +451,7 @@ static void make_keys(const rs_dir_req_t *req, keys_t *k)
              (long long)req->version, req->model);
 }
 
-static redisReply *evalsha(rs_rdir_t *r, rs_rlua_t id, const keys_t *k,
+static redisReply *evalsha(rs__redis_dir_t *r, rs__redis_script_t id, const keys_t *k,
                            const char **args, const size_t *lens, int nargs)
 {
     const char *argv[3 + NKEYS + 1 + MAX_ARGS];
@@ -472,11 +472,11 @@ static redisReply *evalsha(rs_rdir_t *r, rs_rlua_t id, const keys_t *k,
     return command(r->c, n, argv, alen);
 }
 
-rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
+rs_status_t rs__redis_dir_eval(rs_dir_h dir, rs__redis_script_t id, const rs__dir_request_t *req,
                           const char **args, const size_t *lens, int nargs,
                           rs_diag_t *diag, redisReply **reply_p)
 {
-    rs_rdir_t *r = dir->priv;
+    rs__redis_dir_t *r = dir->priv;
     keys_t k;
     make_keys(req, &k);
     rs_status_t st = connected(dir, r, diag);
@@ -505,15 +505,15 @@ rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
         *reply_p = rep;
         return RS_OK;
     }
-    return st != RS_OK ? st : rs__rdir_bad_reply(dir, "EVALSHA", diag);
+    return st != RS_OK ? st : rs__redis_dir_bad_reply(dir, "EVALSHA", diag);
 }
 
-rs_status_t rs__rdir_run(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
+rs_status_t rs__redis_dir_run(rs_dir_h dir, rs__redis_script_t id, rs__dir_request_t *req,
                          const char **args, const size_t *lens, int nargs,
-                         rs_rdir_fill_fn fill, rs_diag_t *diag)
+                         rs__redis_fill_fn fill, rs_diag_t *diag)
 {
     redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, id, req, args, lens, nargs, diag,
+    rs_status_t st = rs__redis_dir_eval(dir, id, req, args, lens, nargs, diag,
                                    &rep);
     if (st == RS_OK && fill != NULL)
         st = fill(dir, rep, req, diag);
@@ -522,24 +522,24 @@ rs_status_t rs__rdir_run(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
     return st;
 }
 
-const rs_dir_ops_t rs__dir_redis = {
+const rs__dir_ops_t rs__dir_redis = {
     .name = "redis",
     .open = redis_open,
     .close = redis_close,
-    .create = rs__rdir_create,
-    .publish = rs__rdir_publish,
-    .heartbeat = rs__rdir_heartbeat,
-    .lookup = rs__rdir_lookup,
-    .slot_status = rs__rdir_slot_status,
-    .read = rs__rdir_read,
-    .list = rs__rdir_list,
-    .lease = rs__rdir_lease,
-    .unlease = rs__rdir_unlease,
-    .release = rs__rdir_release,
-    .put_cuts = rs__rdir_put_cuts,
-    .read_cuts = rs__rdir_read_cuts,
-    .drop_cuts = rs__rdir_drop_cuts,
-    .list_cuts = rs__rdir_list_cuts,
-    .group = rs__rdir_group,
-    .leases = rs__rdir_leases,
+    .create = rs__redis_dir_create,
+    .publish = rs__redis_dir_publish,
+    .heartbeat = rs__redis_dir_heartbeat,
+    .lookup = rs__redis_dir_lookup,
+    .slot_status = rs__redis_dir_slot_status,
+    .read = rs__redis_dir_read,
+    .list = rs__redis_dir_list,
+    .lease = rs__redis_dir_lease,
+    .unlease = rs__redis_dir_unlease,
+    .release = rs__redis_dir_release,
+    .put_cuts = rs__redis_dir_put_cuts,
+    .read_cuts = rs__redis_dir_read_cuts,
+    .drop_cuts = rs__redis_dir_drop_cuts,
+    .list_cuts = rs__redis_dir_list_cuts,
+    .group = rs__redis_dir_group,
+    .leases = rs__redis_dir_leases,
 };

@@ -11,22 +11,22 @@
 #include "dir/redis_impl.h"
 #include "reshard/digest.h"
 
-rs_status_t rs__rdir_put_cuts(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__redis_dir_put_cuts(rs_dir_h dir, rs__dir_request_t *req,
                               rs_diag_t *diag)
 {
     char gen[RS_DIGEST_STR_LEN + 1];
     rs_digest_format(req->generation, gen);
     const char *args[] = {req->holder, req->table, gen + 6};
     size_t lens[] = {strlen(req->holder), req->len, strlen(gen + 6)};
-    return rs__rdir_run(dir, RS_RLUA_PUT_CUTS, req, args, lens, 3, NULL, diag);
+    return rs__redis_dir_run(dir, RS_RLUA_PUT_CUTS, req, args, lens, 3, NULL, diag);
 }
 
-rs_status_t rs__rdir_drop_cuts(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__redis_dir_drop_cuts(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     const char *args[] = {req->holder};
     size_t lens[] = {strlen(req->holder)};
-    return rs__rdir_run(dir, RS_RLUA_DROP_CUTS, req, args, lens, 1, NULL,
+    return rs__redis_dir_run(dir, RS_RLUA_DROP_CUTS, req, args, lens, 1, NULL,
                         diag);
 }
 
@@ -86,7 +86,7 @@ static rs_status_t triples(rs_dir_h dir, const redisReply *rep, void **items,
                            size_t *n_p)
 {
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 3 != 0)
-        return rs__rdir_bad_reply(dir, "the cuts scripts", diag);
+        return rs__redis_dir_bad_reply(dir, "the cuts scripts", diag);
     size_t n = rep->elements / 3;
     *items = calloc(n > 0 ? n : 1, size);
     if (*items == NULL)
@@ -113,7 +113,7 @@ static int get_stamp(redisReply *const *r, rs_dir_cuts_stamp_t *st)
  * record stamped with its digest is checked against it) or stamps (the
  * list script). What was filled is freed by the caller, also on error. */
 static rs_status_t fill_triples(rs_dir_h dir, const redisReply *rep,
-                                rs_dir_req_t *req, int stamps,
+                                rs__dir_request_t *req, int stamps,
                                 rs_diag_t *diag)
 {
     size_t n = 0;
@@ -128,7 +128,7 @@ static rs_status_t fill_triples(rs_dir_h dir, const redisReply *rep,
         *(stamps ? &req->nstamps : &req->ncuts) = i + 1;
         if (stamps ? !get_stamp(r, &req->stamps[i])
                    : !get_record(r, &req->cuts[i], &stamped))
-            return rs__rdir_bad_reply(dir, stamps ? "the cuts list script"
+            return rs__redis_dir_bad_reply(dir, stamps ? "the cuts list script"
                                                   : "the cuts read script",
                                       diag);
         if (stamped)
@@ -138,31 +138,31 @@ static rs_status_t fill_triples(rs_dir_h dir, const redisReply *rep,
 }
 
 static rs_status_t fill_records(rs_dir_h dir, const redisReply *rep,
-                                rs_dir_req_t *req, rs_diag_t *diag)
+                                rs__dir_request_t *req, rs_diag_t *diag)
 {
     return fill_triples(dir, rep, req, 0, diag);
 }
 
 static rs_status_t fill_stamps(rs_dir_h dir, const redisReply *rep,
-                               rs_dir_req_t *req, rs_diag_t *diag)
+                               rs__dir_request_t *req, rs_diag_t *diag)
 {
     return fill_triples(dir, rep, req, 1, diag);
 }
 
-rs_status_t rs__rdir_read_cuts(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__redis_dir_read_cuts(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     char cap[32];
     snprintf(cap, sizeof(cap), "%zu", RS_DIR_CUTS_MAX);
     const char *args[] = {cap, req->holder};
     size_t lens[] = {strlen(cap), req->holder ? strlen(req->holder) : 0};
-    return rs__rdir_run(dir, RS_RLUA_READ_CUTS, req, args, lens,
+    return rs__redis_dir_run(dir, RS_RLUA_READ_CUTS, req, args, lens,
                         req->holder ? 2 : 1, fill_records, diag);
 }
 
-rs_status_t rs__rdir_list_cuts(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__redis_dir_list_cuts(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
-    return rs__rdir_run(dir, RS_RLUA_LIST_CUTS, req, NULL, NULL, 0,
+    return rs__redis_dir_run(dir, RS_RLUA_LIST_CUTS, req, NULL, NULL, 0,
                         fill_stamps, diag);
 }

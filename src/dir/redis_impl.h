@@ -9,7 +9,7 @@
 #include "dir/dir_impl.h"
 
 /* Scripts, one per operation (redis_lua.c). */
-typedef enum rs_rlua {
+typedef enum rs__redis_script {
     RS_RLUA_CREATE,
     RS_RLUA_PUBLISH,
     RS_RLUA_HEARTBEAT,
@@ -27,17 +27,17 @@ typedef enum rs_rlua {
     RS_RLUA_GROUP,
     RS_RLUA_LEASES,
     RS_RLUA_COUNT
-} rs_rlua_t;
+} rs__redis_script_t;
 
 /* Every script gets KEYS = meta, slots, hb, leases, versions, members of
  * the request's version, the model's cuts and cutgen hashes, and ARGV[1] =
  * "version V of 'M'" for its messages. */
-extern const char *const rs__rlua_src[RS_RLUA_COUNT];
+extern const char *const rs__redis_script_src[RS_RLUA_COUNT];
 
 #define RS_RDIR_HOST_MAX 256
 #define RS_RDIR_SECRET_MAX 256
 
-typedef struct rs_rdir {
+typedef struct rs__redis_dir {
     char host[RS_RDIR_HOST_MAX];
     int port;
     char user[RS_RDIR_SECRET_MAX];     /* empty: none */
@@ -48,50 +48,50 @@ typedef struct rs_rdir {
     redisContext *c;                   /* NULL or broken: reconnect */
     int transient;                     /* the last failure may pass */
     char sha[RS_RLUA_COUNT][41];       /* loaded scripts; "" until loaded */
-} rs_rdir_t;
+} rs__redis_dir_t;
 
 /* Runs script `id` for req's version with ARGV[2..] = args (binary safe).
  * Script errors "RSINPUT ..." and "RSINCOMPLETE ..." become RS_ERR_INPUT
  * and RS_ERR_INCOMPLETE; a lost or refused connection RS_ERR_TRANSPORT
  * naming host:port. The caller frees *reply_p (never an error reply). */
-rs_status_t rs__rdir_eval(rs_dir_h dir, rs_rlua_t id, const rs_dir_req_t *req,
+rs_status_t rs__redis_dir_eval(rs_dir_h dir, rs__redis_script_t id, const rs__dir_request_t *req,
                           const char **args, const size_t *lens, int nargs,
                           rs_diag_t *diag, redisReply **reply_p);
 
 /* Reads a script's reply into req (RS_ERR_INPUT through
- * rs__rdir_bad_reply when it is not what the script gives). */
-typedef rs_status_t (*rs_rdir_fill_fn)(rs_dir_h dir, const redisReply *rep,
-                                       rs_dir_req_t *req, rs_diag_t *diag);
-/* rs__rdir_eval, then fill (NULL: the reply is not needed) on the reply,
+ * rs__redis_dir_bad_reply when it is not what the script gives). */
+typedef rs_status_t (*rs__redis_fill_fn)(rs_dir_h dir, const redisReply *rep,
+                                       rs__dir_request_t *req, rs_diag_t *diag);
+/* rs__redis_dir_eval, then fill (NULL: the reply is not needed) on the reply,
  * which is freed. */
-rs_status_t rs__rdir_run(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
+rs_status_t rs__redis_dir_run(rs_dir_h dir, rs__redis_script_t id, rs__dir_request_t *req,
                          const char **args, const size_t *lens, int nargs,
-                         rs_rdir_fill_fn fill, rs_diag_t *diag);
+                         rs__redis_fill_fn fill, rs_diag_t *diag);
 
 /* Messages about malformed replies (a server that is not ours). */
-rs_status_t rs__rdir_bad_reply(rs_dir_h dir, const char *what,
+rs_status_t rs__redis_dir_bad_reply(rs_dir_h dir, const char *what,
                                rs_diag_t *diag);
 
 /* Ops in redis_ops.c. */
-rs_dir_op_t rs__rdir_create;
-rs_dir_op_t rs__rdir_publish;
+rs__dir_op_t rs__redis_dir_create;
+rs__dir_op_t rs__redis_dir_publish;
 /* Cuts records (redis_cuts.c): the hashes rs:{M}:cuts, holder -> record,
  * and rs:{M}:cutgen, holder -> its generation (16 hex digits). */
-rs_dir_op_t rs__rdir_list_cuts;
-rs_dir_op_t rs__rdir_put_cuts;
-rs_dir_op_t rs__rdir_read_cuts;
-rs_dir_op_t rs__rdir_drop_cuts;
-rs_dir_op_t rs__rdir_heartbeat;
-rs_dir_op_t rs__rdir_lookup;
-rs_dir_op_t rs__rdir_slot_status;
-rs_dir_op_t rs__rdir_read;
-rs_dir_op_t rs__rdir_list;
-rs_dir_op_t rs__rdir_lease;
-rs_dir_op_t rs__rdir_unlease;
-rs_dir_op_t rs__rdir_release;
+rs__dir_op_t rs__redis_dir_list_cuts;
+rs__dir_op_t rs__redis_dir_put_cuts;
+rs__dir_op_t rs__redis_dir_read_cuts;
+rs__dir_op_t rs__redis_dir_drop_cuts;
+rs__dir_op_t rs__redis_dir_heartbeat;
+rs__dir_op_t rs__redis_dir_lookup;
+rs__dir_op_t rs__redis_dir_slot_status;
+rs__dir_op_t rs__redis_dir_read;
+rs__dir_op_t rs__redis_dir_list;
+rs__dir_op_t rs__redis_dir_lease;
+rs__dir_op_t rs__redis_dir_unlease;
+rs__dir_op_t rs__redis_dir_release;
 /* Group records: the field "group:<name>" of the version's meta hash
  * (kept after release, like the meta hash itself). */
-rs_dir_op_t rs__rdir_group;
-rs_dir_op_t rs__rdir_leases;
+rs__dir_op_t rs__redis_dir_group;
+rs__dir_op_t rs__redis_dir_leases;
 
 #endif

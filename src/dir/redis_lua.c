@@ -348,7 +348,7 @@ static const char leases_src[] = PRELUDE
     "local t = redis.call('TIME')\n"
     "return {t[1], t[2], redis.call('HGETALL', KEYS[4])}\n";
 
-const char *const rs__rlua_src[RS_RLUA_COUNT] = {
+const char *const rs__redis_script_src[RS_RLUA_COUNT] = {
     [RS_RLUA_CREATE] = create_src,
     [RS_RLUA_PUBLISH] = publish_src,
     [RS_RLUA_HEARTBEAT] = heartbeat_src,

@@ -20,13 +20,13 @@ static const char *num(num_t *n, int64_t v)
 }
 
 /* A script run with text arguments whose reply is not needed. */
-static rs_status_t run(rs_dir_h dir, rs_rlua_t id, rs_dir_req_t *req,
+static rs_status_t run(rs_dir_h dir, rs__redis_script_t id, rs__dir_request_t *req,
                        const char **args, int nargs, rs_diag_t *diag)
 {
     size_t lens[4] = {0, 0, 0, 0};
     for (int i = 0; i < nargs; i++)
         lens[i] = strlen(args[i]);
-    return rs__rdir_run(dir, id, req, args, lens, nargs, NULL, diag);
+    return rs__redis_dir_run(dir, id, req, args, lens, nargs, NULL, diag);
 }
 
 /* An integer from a bulk string or an integer reply. */
@@ -66,24 +66,24 @@ static int get_info(redisReply *const *e, int64_t version,
            info->state != 0 && get_i64(e[2], &info->published);
 }
 
-rs_status_t rs__rdir_create(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_create(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     num_t s, v;
     const char *args[] = {num(&s, req->slots), num(&v, req->version)};
     return run(dir, RS_RLUA_CREATE, req, args, 2, diag);
 }
 
-rs_status_t rs__rdir_publish(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_publish(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     num_t s;
     const char *args[] = {num(&s, req->slot), req->publisher, req->geometry,
                           (const char *)req->table};
     size_t lens[] = {strlen(s.text), strlen(req->publisher),
                      strlen(req->geometry), req->len};
-    return rs__rdir_run(dir, RS_RLUA_PUBLISH, req, args, lens, 4, NULL, diag);
+    return rs__redis_dir_run(dir, RS_RLUA_PUBLISH, req, args, lens, 4, NULL, diag);
 }
 
-rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__redis_dir_heartbeat(rs_dir_h dir, rs__dir_request_t *req,
                                rs_diag_t *diag)
 {
     num_t s;
@@ -94,7 +94,7 @@ rs_status_t rs__rdir_heartbeat(rs_dir_h dir, rs_dir_req_t *req,
 /* The lookup script's reply: the version's record (none: state 0) and
  * who released it. */
 static rs_status_t fill_info(rs_dir_h dir, const redisReply *rep,
-                             rs_dir_req_t *req, rs_diag_t *diag)
+                             rs__dir_request_t *req, rs_diag_t *diag)
 {
     rs_version_info_t info = {.version = req->version};
     int ok = rep->type == REDIS_REPLY_ARRAY &&
@@ -108,19 +108,19 @@ static rs_status_t fill_info(rs_dir_h dir, const redisReply *rep,
         snprintf(req->released_by, sizeof(req->released_by), "%s",
                  rep->element[3]->str);
     if (!ok)
-        return rs__rdir_bad_reply(dir, "the lookup script", diag);
+        return rs__redis_dir_bad_reply(dir, "the lookup script", diag);
     req->info = info;
     return RS_OK;
 }
 
-rs_status_t rs__rdir_lookup(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_lookup(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
-    return rs__rdir_run(dir, RS_RLUA_LOOKUP, req, NULL, NULL, 0, fill_info,
+    return rs__redis_dir_run(dir, RS_RLUA_LOOKUP, req, NULL, NULL, 0, fill_info,
                         diag);
 }
 
 /* Marks the published slots (HKEYS of the tables). */
-static int mark_present(const redisReply *keys, rs_dir_req_t *req)
+static int mark_present(const redisReply *keys, rs__dir_request_t *req)
 {
     for (size_t i = 0; i < keys->elements; i++) {
         int64_t slot;
@@ -160,7 +160,7 @@ static int get_time(const redisReply *sec, const redisReply *usec,
 
 /* Ages from the heartbeat hash (HGETALL: slot@publisher, time, ...) and
  * TIME: a slot is as fresh as its freshest publisher. */
-static int fill_ages(const redisReply *rep, rs_dir_req_t *req)
+static int fill_ages(const redisReply *rep, rs__dir_request_t *req)
 {
     const redisReply *hb = rep->element[3];
     double now;
@@ -182,20 +182,20 @@ static int fill_ages(const redisReply *rep, rs_dir_req_t *req)
 }
 
 static rs_status_t fill_slots(rs_dir_h dir, const redisReply *rep,
-                              rs_dir_req_t *req, rs_diag_t *diag)
+                              rs__dir_request_t *req, rs_diag_t *diag)
 {
     int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 4 &&
              rep->element[2]->type == REDIS_REPLY_ARRAY &&
              rep->element[3]->type == REDIS_REPLY_ARRAY &&
              mark_present(rep->element[2], req) && fill_ages(rep, req);
-    return ok ? RS_OK : rs__rdir_bad_reply(dir, "the slot status script",
+    return ok ? RS_OK : rs__redis_dir_bad_reply(dir, "the slot status script",
                                            diag);
 }
 
-rs_status_t rs__rdir_slot_status(rs_dir_h dir, rs_dir_req_t *req,
+rs_status_t rs__redis_dir_slot_status(rs_dir_h dir, rs__dir_request_t *req,
                                  rs_diag_t *diag)
 {
-    return rs__rdir_run(dir, RS_RLUA_SLOT_STATUS, req, NULL, NULL, 0,
+    return rs__redis_dir_run(dir, RS_RLUA_SLOT_STATUS, req, NULL, NULL, 0,
                         fill_slots, diag);
 }
 
@@ -223,13 +223,13 @@ static int get_entry(redisReply *const *r, double now, rs_dir_entry_t *e)
 }
 
 static rs_status_t fill_entries(rs_dir_h dir, const redisReply *rep,
-                                rs_dir_req_t *req, rs_diag_t *diag)
+                                rs__dir_request_t *req, rs_diag_t *diag)
 {
     double now;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
         (rep->elements - 2) % 3 != 0 ||
         !get_time(rep->element[0], rep->element[1], &now))
-        return rs__rdir_bad_reply(dir, "the read script", diag);
+        return rs__redis_dir_bad_reply(dir, "the read script", diag);
     size_t n = (rep->elements - 2) / 3;
     req->entries = calloc(n > 0 ? n : 1, sizeof(*req->entries));
     if (req->entries == NULL)
@@ -238,17 +238,17 @@ static rs_status_t fill_entries(rs_dir_h dir, const redisReply *rep,
     for (size_t i = 0; i < n; i++) {
         req->nentries = i + 1; /* freed by the caller, also on error */
         if (!get_entry(rep->element + 2 + 3 * i, now, &req->entries[i]))
-            return rs__rdir_bad_reply(dir, "the read script", diag);
+            return rs__redis_dir_bad_reply(dir, "the read script", diag);
     }
     return RS_OK;
 }
 
-rs_status_t rs__rdir_read(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_read(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     num_t s;
     const char *args[] = {num(&s, req->slot)};
     size_t lens[] = {strlen(s.text)};
-    return rs__rdir_run(dir, RS_RLUA_READ, req, args, lens, 1, fill_entries,
+    return rs__redis_dir_run(dir, RS_RLUA_READ, req, args, lens, 1, fill_entries,
                         diag);
 }
 
@@ -262,10 +262,10 @@ static int cmp_info(const void *a, const void *b)
 /* Flat {version, slots, state, published, ...} into req->infos, sorted
  * here: sorted-set scores are doubles, exact only up to 2^53. */
 static rs_status_t fill_list(rs_dir_h dir, const redisReply *rep,
-                             rs_dir_req_t *req, rs_diag_t *diag)
+                             rs__dir_request_t *req, rs_diag_t *diag)
 {
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 4 != 0)
-        return rs__rdir_bad_reply(dir, "the list script", diag);
+        return rs__redis_dir_bad_reply(dir, "the list script", diag);
     size_t n = rep->elements / 4;
     rs_version_info_t *infos = calloc(n > 0 ? n : 1, sizeof(*infos));
     if (infos == NULL)
@@ -276,7 +276,7 @@ static rs_status_t fill_list(rs_dir_h dir, const redisReply *rep,
         if (!get_i64(rep->element[4 * i], &v) || v < 0 ||
             !get_info(rep->element + 4 * i + 1, v, &infos[i])) {
             free(infos);
-            return rs__rdir_bad_reply(dir, "the list script", diag);
+            return rs__redis_dir_bad_reply(dir, "the list script", diag);
         }
     }
     qsort(infos, n, sizeof(*infos), cmp_info);
@@ -285,39 +285,39 @@ static rs_status_t fill_list(rs_dir_h dir, const redisReply *rep,
     return RS_OK;
 }
 
-rs_status_t rs__rdir_list(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_list(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     char prefix[RS_DIR_NAME_MAX + 16];
     snprintf(prefix, sizeof(prefix), "rs:{%s}:", req->model);
     const char *args[] = {prefix};
     size_t lens[] = {strlen(prefix)};
-    return rs__rdir_run(dir, RS_RLUA_LIST, req, args, lens, 1, fill_list,
+    return rs__redis_dir_run(dir, RS_RLUA_LIST, req, args, lens, 1, fill_list,
                         diag);
 }
 
 /* The lease script's reply: the epoch taken or renewed. */
 static rs_status_t fill_epoch(rs_dir_h dir, const redisReply *rep,
-                              rs_dir_req_t *req, rs_diag_t *diag)
+                              rs__dir_request_t *req, rs_diag_t *diag)
 {
     int64_t got = 0;
     if (!get_i64(rep, &got) || got < 1 || (uint64_t)got > RS_DIR_EPOCH_MAX)
-        return rs__rdir_bad_reply(dir, "the lease script", diag);
+        return rs__redis_dir_bad_reply(dir, "the lease script", diag);
     req->epoch = (uint64_t)got;
     return RS_OK;
 }
 
-rs_status_t rs__rdir_lease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_lease(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     char ttl[40], epoch[24];
     snprintf(ttl, sizeof(ttl), "%.17g", req->ttl_s);
     snprintf(epoch, sizeof(epoch), "%llu", (unsigned long long)req->epoch);
     const char *args[] = {req->holder, ttl, epoch};
     size_t lens[] = {strlen(req->holder), strlen(ttl), strlen(epoch)};
-    return rs__rdir_run(dir, RS_RLUA_LEASE, req, args, lens, 3, fill_epoch,
+    return rs__redis_dir_run(dir, RS_RLUA_LEASE, req, args, lens, 3, fill_epoch,
                         diag);
 }
 
-rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_unlease(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     const char *args[] = {req->holder};
     return run(dir, RS_RLUA_UNLEASE, req, args, 1, diag);
@@ -325,25 +325,25 @@ rs_status_t rs__rdir_unlease(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
 
 /* The release script's reply: how many leases it dropped. */
 static rs_status_t fill_dropped(rs_dir_h dir, const redisReply *rep,
-                                rs_dir_req_t *req, rs_diag_t *diag)
+                                rs__dir_request_t *req, rs_diag_t *diag)
 {
     int64_t dropped = 0;
     if (!get_i64(rep, &dropped) || dropped < 0)
-        return rs__rdir_bad_reply(dir, "the release script", diag);
+        return rs__redis_dir_bad_reply(dir, "the release script", diag);
     req->count = (size_t)dropped;
     return RS_OK;
 }
 
-rs_status_t rs__rdir_release(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_release(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     const char *by = req->by != NULL ? req->by : "";
     const char *args[] = {req->force ? "1" : "0", by};
     size_t lens[] = {1, strlen(by)};
-    return rs__rdir_run(dir, RS_RLUA_RELEASE, req, args, lens, 2,
+    return rs__redis_dir_run(dir, RS_RLUA_RELEASE, req, args, lens, 2,
                         fill_dropped, diag);
 }
 
-rs_status_t rs__rdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_group(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
     char field[RS_DIR_NAME_MAX + 8];
     snprintf(field, sizeof(field), "group:%s", req->group);
@@ -353,7 +353,7 @@ rs_status_t rs__rdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     size_t lens[] = {strlen(field), 1, strlen(args[2]),
                      req->table != NULL ? req->len : 0};
     redisReply *rep = NULL;
-    rs_status_t st = rs__rdir_eval(dir, RS_RLUA_GROUP, req, args, lens,
+    rs_status_t st = rs__redis_dir_eval(dir, RS_RLUA_GROUP, req, args, lens,
                                    req->table != NULL ? 4 : 3, diag, &rep);
     if (st != RS_OK)
         return st;
@@ -372,7 +372,7 @@ rs_status_t rs__rdir_group(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
     }
     freeReplyObject(rep);
     if (!ok)
-        return rs__rdir_bad_reply(dir, "the group script", diag);
+        return rs__redis_dir_bad_reply(dir, "the group script", diag);
     req->swapped = swapped == 1;
     return RS_OK;
 }
@@ -403,7 +403,7 @@ static int live_lease(const redisReply *holder, const redisReply *value,
 /* The leases script's reply: the server's time and every lease; the live
  * ones go to req->leases. */
 static rs_status_t fill_leases(rs_dir_h dir, const redisReply *rep,
-                               rs_dir_req_t *req, rs_diag_t *diag)
+                               rs__dir_request_t *req, rs_diag_t *diag)
 {
     int64_t sec = 0, usec = 0;
     int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
@@ -424,12 +424,12 @@ static rs_status_t fill_leases(rs_dir_h dir, const redisReply *rep,
         req->nleases += live > 0;
     }
     if (!ok)
-        return rs__rdir_bad_reply(dir, "the leases script", diag);
+        return rs__redis_dir_bad_reply(dir, "the leases script", diag);
     return RS_OK;
 }
 
-rs_status_t rs__rdir_leases(rs_dir_h dir, rs_dir_req_t *req, rs_diag_t *diag)
+rs_status_t rs__redis_dir_leases(rs_dir_h dir, rs__dir_request_t *req, rs_diag_t *diag)
 {
-    return rs__rdir_run(dir, RS_RLUA_LEASES, req, NULL, NULL, 0, fill_leases,
+    return rs__redis_dir_run(dir, RS_RLUA_LEASES, req, NULL, NULL, 0, fill_leases,
                         diag);
 }

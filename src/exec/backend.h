@@ -10,7 +10,7 @@
 
 typedef struct rs__backend {
     const char *name;
-    const rs_transport_ops_t *transport;
+    const rs__transport_ops_t *transport;
     const rs__exposer_ops_t *exposer;
 } rs__backend_t;
 

@@ -53,7 +53,7 @@ static void collect(rs_exec_h x, ivs_t *v)
     const rs_segment_t *s = rs_plan_segments(x->plan, &n);
     for (size_t i = 0; i < n; i++)
         push(v, s[i].param, s[i].dst_byte, s[i].nbytes);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(x->plan, &n);
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < fp[i].ncopies; k++)
             add_copy_region(x, fp[i].copies[k], v);

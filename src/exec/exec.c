@@ -44,7 +44,7 @@ rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
         return st;
     }
     x->nparams = rs_capture_num_params(x->cap);
-    x->binds = calloc(x->nparams + 1, sizeof(rs_bind_t));
+    x->binds = calloc(x->nparams + 1, sizeof(rs__bind_t));
     if (x->binds == NULL) {
         free(x);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -86,7 +86,7 @@ rs_status_t rs_exec_bind(rs_exec_h x, size_t param, void *base,
                             (unsigned long long)nbytes);
     if (x->binds[param].base != base)
         x->prepared = 0; /* addresses changed: descriptors must be rebuilt */
-    x->binds[param] = (rs_bind_t){base, nbytes};
+    x->binds[param] = (rs__bind_t){base, nbytes};
     return RS_OK;
 }
 

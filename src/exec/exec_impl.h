@@ -12,7 +12,7 @@
 #include "reshard/exec.h"
 
 /* One strided local copy (full-pull replay or cast). */
-typedef struct rs_xcopy {
+typedef struct rs__exec_copy {
     int ndim;
     int64_t shape[RS_MAX_DIMS];
     int64_t src_stride[RS_MAX_DIMS];
@@ -20,11 +20,11 @@ typedef struct rs_xcopy {
     const unsigned char *src;
     unsigned char *dst;
     rs_dtype_t from, to;
-} rs_xcopy_t;
+} rs__exec_copy_t;
 
 /* A piece of a published shard landing somewhere local: verification
  * re-reads shards from these in shard order. */
-typedef struct rs_piece {
+typedef struct rs__piece {
     size_t shard;        /* index into rs_plan_shards */
     uint64_t offset;     /* byte offset inside the shard */
     uint64_t nbytes;
@@ -32,21 +32,21 @@ typedef struct rs_piece {
     uint32_t wave;       /* pipelined runs: the wave of its read */
     uint8_t late;        /* its read's destination overlaps another write:
                           * verified after every wave */
-} rs_piece_t;
+} rs__piece_t;
 
 /* One wave of a pipelined run, as ends into the executor's wave_reads,
  * replays, casts and verify_at (each wave starts where the one before
  * ended; the first at 0). Its replays and casts read only its own reads'
  * staging, and its shards are complete once its reads are. */
-typedef struct rs_wave {
+typedef struct rs__wave {
     size_t reads_end, replays_end, casts_end, verify_end;
     size_t quants_end; /* receiver-path quantized boxes (quantize.c) */
-} rs_wave_t;
+} rs__wave_t;
 
 /* Stage work handed to the executor's pool: replays [rep_begin, rep_end),
  * casts [cast_begin, cast_end) and the digests of verify_at[ver_begin,
  * ver_end), as one flat task range. The first failure is kept. */
-typedef struct rs_stage_job {
+typedef struct rs__stage_job {
     rs_exec_h x;
     size_t rep_begin, rep_end, cast_begin, cast_end, ver_begin, ver_end;
     size_t quant_begin, quant_end; /* boxes to quantize (a pipelined run's) */
@@ -57,7 +57,7 @@ typedef struct rs_stage_job {
     rs_diag_t diag;
     atomic_uint_fast64_t busy_ns[3]; /* replay, convert, verify */
     atomic_uint_fast64_t verified;
-} rs_stage_job_t;
+} rs__stage_job_t;
 
 /* Stage timings of a run; negative = the stage did not run. */
 enum {
@@ -67,17 +67,17 @@ enum {
 
 struct rs__pool;
 
-typedef struct rs_bind {
+typedef struct rs__bind {
     unsigned char *base;
     uint64_t nbytes;
-} rs_bind_t;
+} rs__bind_t;
 
 struct rs_exec {
     rs_plan_h plan;
     rs_capture_h cap;
     rs_transport_h t;
     rs_exec_params_t params;
-    rs_bind_t *binds;
+    rs__bind_t *binds;
     size_t nparams;
     int prepared;
 
@@ -92,8 +92,8 @@ struct rs_exec {
     size_t staging_len;
     struct rs_xquants *quants;   /* receiver-path quantized copies
                                   * (quantize.c), or NULL */
-    RS_VEC(rs_xcopy_t, replays);
-    RS_VEC(rs_xcopy_t, casts);
+    RS_VEC(rs__exec_copy_t, replays);
+    RS_VEC(rs__exec_copy_t, casts);
     /* per replay / cast: 1 when its destination overlaps another write of
      * the plan, so it runs alone, in loader order, after the others */
     unsigned char *replay_ordered, *cast_ordered;
@@ -102,15 +102,15 @@ struct rs_exec {
      * overlaps another write */
     rs_read_t *wave_reads;
     unsigned char *wave_late;
-    rs_wave_t *waves;
+    rs__wave_t *waves;
     size_t nwaves;
     size_t *verify_at;           /* fully read piece groups, by wave; those
                                   * past the last wave's end run last */
     size_t nverify;
     struct rs__pool *pool;       /* stage threads, made by the first run
                                   * that uses them */
-    rs_stage_job_t job;
-    RS_VEC(rs_piece_t, pieces);  /* sorted by (shard, offset) */
+    rs__stage_job_t job;
+    RS_VEC(rs__piece_t, pieces);  /* sorted by (shard, offset) */
     RS_VEC(size_t, partial);     /* shards with a digest, only partly read */
     const char **digests;        /* per plan shard, from rs_exec_set_digests */
     unsigned char *verify_buf;   /* for verify_partial */
@@ -171,8 +171,8 @@ void rs__exec_release_waves(rs_exec_h x);
 
 /* Piece groups (one shard each, pieces sorted by offset): the end of the
  * group starting at piece i, and the bytes of its shard it covers. */
-size_t rs__piece_group_end(const rs_piece_t *p, size_t n, size_t i);
-uint64_t rs__pieces_covered(const rs_piece_t *p, size_t i, size_t end);
+size_t rs__piece_group_end(const rs__piece_t *p, size_t n, size_t i);
+uint64_t rs__pieces_covered(const rs__piece_t *p, size_t i, size_t end);
 /* Digests the fully covered shard of the piece group at piece i and
  * compares (RS_ERR_VERIFY on a mismatch; does not count it). Reads only:
  * groups may be checked at once on several threads. */
@@ -185,7 +185,7 @@ rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag);
 /* Only the copies of `kind` marked ordered, in loader order. */
 rs_status_t rs__exec_run_ordered(rs_exec_h x, int kind, rs_diag_t *diag);
 /* One copy; RS_OK or the cast's error. */
-rs_status_t rs__exec_copy(const rs_xcopy_t *c);
+rs_status_t rs__exec_copy(const rs__exec_copy_t *c);
 
 /* The stage pool (one thread per transport worker), made on first use. */
 rs_status_t rs__exec_pool(rs_exec_h x, rs_diag_t *diag);
@@ -199,7 +199,7 @@ rs_status_t rs__exec_job_join(rs_exec_h x, rs_diag_t *diag);
 rs_status_t rs__exec_add_reads(rs_exec_h x, const rs_segment_t *segs,
                                size_t n, unsigned char *base, uint64_t limit,
                                const char *what, rs_diag_t *diag);
-rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_full_pull_t *fp,
+rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
                                     unsigned char *staging, size_t ci,
                                     rs_diag_t *diag);
 

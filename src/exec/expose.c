@@ -43,7 +43,7 @@ void rs_exposer_destroy(rs_exposer_h x)
     if (x == NULL)
         return;
     rs_exposer_reset(x); /* no reader is served from what goes next */
-    rs__xalloc_release_all(x);
+    rs__expose_alloc_release_all(x);
     x->ops->close(x);
     free(x->regions);
     free(x->allocs);
@@ -55,7 +55,7 @@ static rs_status_t check_overlap(rs_exposer_h x, uint64_t addr, uint64_t end,
                                  rs_diag_t *diag)
 {
     for (size_t i = 0; i < x->regions_len; i++) {
-        const rs__xregion_t *r = &x->regions[i];
+        const rs__expose_region_t *r = &x->regions[i];
         if (addr < r->addr + r->nbytes && r->addr < end)
             return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                                 "exposer (%s): region [0x%" PRIx64 ", +%"
@@ -93,13 +93,13 @@ rs_status_t rs_exposer_add_region(rs_exposer_h x, uint64_t addr, void *ptr,
     if (st != RS_OK)
         return st;
     int straddles;
-    const rs__xalloc_t *a = rs__xalloc_find(x, ptr, nbytes, &straddles);
+    const rs__expose_alloc_t *a = rs__expose_alloc_find(x, ptr, nbytes, &straddles);
     if (straddles)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "exposer (%s): region [%p, +%" PRIu64 ") runs "
                             "past the end of the allocation holding its "
                             "start", x->ops->name, ptr, nbytes);
-    rs__xregion_t r = {addr, ptr, nbytes, a != NULL ? a->handle : NULL};
+    rs__expose_region_t r = {addr, ptr, nbytes, a != NULL ? a->handle : NULL};
     if (!RS_VEC_PUSH(x, regions, r))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer: region list");
     st = x->ops->add(x, &x->regions[x->regions_len - 1], diag);
@@ -122,7 +122,7 @@ rs_status_t rs_exposer_start(rs_exposer_h x, rs_diag_t *diag)
                             x->ops->name, x->regions_len);
     rs_status_t st = x->ops->start(x, diag);
     if (st != RS_OK) {
-        rs__bw_free(&x->blob);
+        rs__blob_write_free(&x->blob);
         return st;
     }
     x->started = 1;
@@ -136,7 +136,7 @@ void rs_exposer_reset(rs_exposer_h x)
     x->ops->reset(x);
     x->regions_len = 0;
     x->started = 0;
-    rs__bw_free(&x->blob);
+    rs__blob_write_free(&x->blob);
 }
 
 rs_status_t rs_exposer_blob(rs_exposer_h x, const void **blob_p,

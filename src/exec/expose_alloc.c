@@ -8,13 +8,13 @@
 #include "core/diag.h"
 #include "exec/expose_impl.h"
 
-rs__xalloc_t *rs__xalloc_find(rs_exposer_h x, const void *ptr,
+rs__expose_alloc_t *rs__expose_alloc_find(rs_exposer_h x, const void *ptr,
                               uint64_t nbytes, int *straddles)
 {
     uintptr_t p = (uintptr_t)ptr;
     *straddles = 0;
     for (size_t i = 0; i < x->allocs_len; i++) {
-        rs__xalloc_t *a = &x->allocs[i];
+        rs__expose_alloc_t *a = &x->allocs[i];
         uintptr_t base = (uintptr_t)a->ptr;
         if (p < base || p - base >= a->nbytes)
             continue;
@@ -27,7 +27,7 @@ rs__xalloc_t *rs__xalloc_find(rs_exposer_h x, const void *ptr,
     return NULL;
 }
 
-void rs__xalloc_release_all(rs_exposer_h x)
+void rs__expose_alloc_release_all(rs_exposer_h x)
 {
     for (size_t i = 0; i < x->allocs_len; i++)
         x->ops->release(x, &x->allocs[i]);
@@ -45,9 +45,9 @@ rs_status_t rs_exposer_alloc(rs_exposer_h x, uint64_t nbytes,
                             "allocate %" PRIu64 " bytes", x->ops->name,
                             nbytes);
     if (!rs__vec_reserve((void **)&x->allocs, &x->allocs_cap,
-                         x->allocs_len + 1, sizeof(rs__xalloc_t)))
+                         x->allocs_len + 1, sizeof(rs__expose_alloc_t)))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer: allocations");
-    rs__xalloc_t a;
+    rs__expose_alloc_t a;
     memset(&a, 0, sizeof(a));
     rs_status_t st = x->ops->alloc(x, nbytes, &a, diag);
     if (st != RS_OK)
@@ -86,7 +86,7 @@ rs_status_t rs_exposer_memory(rs_exposer_h x, const void *ptr,
     int straddles;
     if (x == NULL || ptr == NULL || info_p == NULL)
         return RS_ERR_INVALID_ARG;
-    const rs__xalloc_t *a = rs__xalloc_find(x, ptr, 1, &straddles);
+    const rs__expose_alloc_t *a = rs__expose_alloc_find(x, ptr, 1, &straddles);
     if (a == NULL)
         return RS_ERR_INVALID_ARG;
     info_p->base = a->ptr;

@@ -24,7 +24,7 @@ static int cmp_extent(const void *a, const void *b)
 
 /* The bytes a copy writes, from its lowest to its highest; 0 when it
  * writes none. */
-static int copy_extent(const rs_xcopy_t *c, unsigned char *mark,
+static int copy_extent(const rs__exec_copy_t *c, unsigned char *mark,
                        extent_t *e_p)
 {
     int64_t lo = 0, hi = 0, es = (int64_t)rs_dtype_size(c->to);

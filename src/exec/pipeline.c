@@ -31,8 +31,8 @@ static rs_status_t wire_wave(rs_exec_h x, size_t w, rs_diag_t *diag)
 /* Hands wave w's replays, casts, digests and quantized boxes to the pool. */
 static void start_wave(rs_exec_h x, size_t w)
 {
-    const rs_wave_t *prev = w > 0 ? &x->waves[w - 1] : NULL;
-    rs_stage_job_t *j = &x->job;
+    const rs__wave_t *prev = w > 0 ? &x->waves[w - 1] : NULL;
+    rs__stage_job_t *j = &x->job;
     j->rep_begin = prev != NULL ? prev->replays_end : 0;
     j->cast_begin = prev != NULL ? prev->casts_end : 0;
     j->ver_begin = prev != NULL ? prev->verify_end : 0;

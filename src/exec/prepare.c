@@ -65,7 +65,7 @@ static rs_status_t prepare_exact(rs_exec_h x, rs_diag_t *diag)
 }
 
 /* The destination side of a copy: its bound parameter storage. */
-static rs_status_t dest_of(rs_exec_h x, size_t ci, rs_xcopy_t *xc,
+static rs_status_t dest_of(rs_exec_h x, size_t ci, rs__exec_copy_t *xc,
                            rs_diag_t *diag)
 {
     rs_copy_desc_t c;
@@ -102,7 +102,7 @@ static rs_status_t dest_of(rs_exec_h x, size_t ci, rs_xcopy_t *xc,
 }
 
 /* The staged box of a read; a plan without one stages the whole source. */
-static rs_status_t staged_view(const rs_full_pull_t *fp, rs_view_t *v)
+static rs_status_t staged_view(const rs_staged_read_t *fp, rs__view_t *v)
 {
     int64_t lo[RS_MAX_DIMS] = {0};
     return rs__view_init_box(v, fp->ndim, fp->global_shape,
@@ -114,13 +114,13 @@ static rs_status_t staged_view(const rs_full_pull_t *fp, rs_view_t *v)
 /* Replays copy ci's op chain over the staging of a staged read: the chain
  * applied to the whole source, rebased on the staged box. Every element
  * it reads must lie in the staging buffer. */
-rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_full_pull_t *fp,
+rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
                                     unsigned char *staging, size_t ci,
                                     rs_diag_t *diag)
 {
     rs_copy_desc_t c;
-    rs_view_t v;
-    rs_xcopy_t xc;
+    rs__view_t v;
+    rs__exec_copy_t xc;
     char why[256];
     int64_t first, last;
     size_t es = rs_dtype_size(fp->dtype);
@@ -168,7 +168,7 @@ static int reserve(uint64_t *len, uint64_t nbytes, size_t *at_p)
 static rs_status_t alloc_staging(rs_exec_h x, rs_diag_t *diag)
 {
     size_t nfp, ncv, k;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &nfp);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(x->plan, &nfp);
     const rs_convert_t *cv = rs_plan_converts(x->plan, &ncv);
     uint64_t len = 0;
     int ok = 1;
@@ -194,7 +194,7 @@ static rs_status_t alloc_staging(rs_exec_h x, rs_diag_t *diag)
 static rs_status_t prepare_full_pulls(rs_exec_h x, rs_diag_t *diag)
 {
     size_t n;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(x->plan, &n);
     for (size_t i = 0; i < n; i++) {
         rs_status_t st;
         st = rs__exec_add_reads(x, fp[i].segments, fp[i].nsegments, x->fp_staging[i],
@@ -211,7 +211,7 @@ static rs_status_t prepare_full_pulls(rs_exec_h x, rs_diag_t *diag)
 static rs_status_t cast_program(rs_exec_h x, const rs_convert_t *cv,
                                 unsigned char *staging, rs_diag_t *diag)
 {
-    rs_xcopy_t xc;
+    rs__exec_copy_t xc;
     memset(&xc, 0, sizeof(xc));
     rs_status_t st = dest_of(x, cv->copy, &xc, diag);
     if (st != RS_OK)
@@ -249,7 +249,7 @@ static size_t count_reads(rs_plan_h plan)
 {
     size_t n, total, k;
     rs_plan_segments(plan, &total);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (k = 0; k < n; k++)
         total += fp[k].nsegments;
     const rs_convert_t *cv = rs_plan_converts(plan, &n);

@@ -20,7 +20,7 @@
 #define QALIGN ((size_t)4096)
 
 /* One receiver-path record as prepared. */
-typedef struct rs_xquant {
+typedef struct rs__exec_quant {
     const rs_quantized_t *rec;
     rs_quant_desc_t q;
     int64_t block[RS_MAX_DIMS], grid[RS_MAX_DIMS];
@@ -28,10 +28,10 @@ typedef struct rs_xquant {
     size_t at_src, at_fp8, at_scale; /* offsets into the staging block */
     uint64_t fp8_bytes, scale_bytes;
     size_t replay_begin;             /* its two replays */
-} rs_xquant_t;
+} rs__exec_quant_t;
 
 struct rs_xquants {
-    rs_xquant_t *v;
+    rs__exec_quant_t *v;
     size_t n;
     unsigned char *staging;
     size_t staging_len;
@@ -58,7 +58,7 @@ static size_t round_up(size_t v) { return (v + QALIGN - 1) & ~(QALIGN - 1); }
 
 /* The block geometry of a record and the sizes of its three buffers. */
 static rs_status_t shape_one(rs_exec_h x, const rs_quantized_t *r,
-                             rs_xquant_t *xq, size_t *len, rs_diag_t *diag)
+                             rs__exec_quant_t *xq, size_t *len, rs_diag_t *diag)
 {
     rs_diag_t d = {RS_OK, ""};
     uint64_t numel = 1, ngrid = 1;
@@ -91,10 +91,10 @@ static rs_status_t shape_one(rs_exec_h x, const rs_quantized_t *r,
 
 /* A staged read standing for one of the record's outputs, so the
  * derived copy is replayed as from any staged box. */
-static rs_full_pull_t as_staged(const rs_xquant_t *xq, int scale)
+static rs_staged_read_t as_staged(const rs__exec_quant_t *xq, int scale)
 {
     const rs_quantized_t *r = xq->rec;
-    rs_full_pull_t f;
+    rs_staged_read_t f;
     memset(&f, 0, sizeof(f));
     f.src = r->src;
     f.ndim = r->ndim;
@@ -108,10 +108,10 @@ static rs_full_pull_t as_staged(const rs_xquant_t *xq, int scale)
 
 /* Its reads into the source staging, and its two replays. */
 static rs_status_t program_one(rs_exec_h x, struct rs_xquants *qs,
-                               rs_xquant_t *xq, rs_diag_t *diag)
+                               rs__exec_quant_t *xq, rs_diag_t *diag)
 {
     const rs_quantized_t *r = xq->rec;
-    rs_full_pull_t w = as_staged(xq, 0), s = as_staged(xq, 1);
+    rs_staged_read_t w = as_staged(xq, 0), s = as_staged(xq, 1);
     rs_status_t st = rs__exec_add_reads(x, r->segments, r->nsegments,
                                         qs->staging + xq->at_src,
                                         r->staging_bytes,
@@ -130,7 +130,7 @@ static rs_status_t alloc_all(struct rs_xquants *qs, const rs_quantized_t *r,
                              size_t n, rs_exec_h x, rs_diag_t *diag)
 {
     size_t len = 0, k = 0;
-    qs->v = calloc(n + 1, sizeof(rs_xquant_t));
+    qs->v = calloc(n + 1, sizeof(rs__exec_quant_t));
     if (qs->v == NULL)
         return OOM(diag);
     for (size_t i = 0; i < n; i++) {
@@ -195,7 +195,7 @@ void rs__exec_release_quant(rs_exec_h x)
 rs_status_t rs__exec_quantize_one(rs_exec_h x, size_t i, rs_diag_t *diag)
 {
     struct rs_xquants *qs = x->quants;
-    const rs_xquant_t *xq = &qs->v[i];
+    const rs__exec_quant_t *xq = &qs->v[i];
     const rs_quantized_t *r = xq->rec;
     /* each box has its own three buffers: boxes quantize in parallel */
     return rs_quant_box(&xq->q, r->src_dtype, qs->staging + xq->at_src,

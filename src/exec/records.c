@@ -28,7 +28,7 @@ static rs_status_t dump(json_t *root, unsigned flags, FILE *out,
 void rs_exec_stages(rs_exec_h x, rs_exec_stages_t *s)
 {
     size_t nfp, ncv;
-    rs_plan_full_pulls(x->plan, &nfp);
+    rs_plan_staged_reads(x->plan, &nfp);
     rs_plan_converts(x->plan, &ncv);
     *s = (rs_exec_stages_t){
         .plan_s = -1,

@@ -12,7 +12,7 @@
 #include "core/pool.h"
 #include "exec/transport_impl.h"
 
-rs_status_t rs__exec_copy(const rs_xcopy_t *c)
+rs_status_t rs__exec_copy(const rs__exec_copy_t *c)
 {
     return rs__convert_strided(c->to, c->dst, c->dst_stride, c->from, c->src,
                                c->src_stride, c->ndim, c->shape);
@@ -27,7 +27,7 @@ rs_status_t rs__exec_pool(rs_exec_h x, rs_diag_t *diag)
 }
 
 /* The first failure of a job wins; later tasks are skipped. */
-static void job_failed(rs_stage_job_t *j, rs_status_t st, const char *cause,
+static void job_failed(rs__stage_job_t *j, rs_status_t st, const char *cause,
                        const rs_diag_t *d)
 {
     int expected = 0;
@@ -40,7 +40,7 @@ static void job_failed(rs_stage_job_t *j, rs_status_t st, const char *cause,
 
 /* Tasks past the replays, casts and digests: quantizing box i, timed
  * into the convert stage. */
-static void run_quant(rs_stage_job_t *j, size_t i)
+static void run_quant(rs__stage_job_t *j, size_t i)
 {
     rs_diag_t d = {RS_OK, ""};
     if (atomic_load(&j->failed))
@@ -57,7 +57,7 @@ static void run_quant(rs_stage_job_t *j, size_t i)
  * into its stage. */
 static void run_task(void *ctx, size_t k)
 {
-    rs_stage_job_t *j = ctx;
+    rs__stage_job_t *j = ctx;
     rs_exec_h x = j->x;
     size_t nrep = j->rep_end - j->rep_begin;
     size_t ncast = j->cast_end - j->cast_begin;
@@ -90,7 +90,7 @@ static void run_task(void *ctx, size_t k)
         job_failed(j, st, kind < 2 ? "local copy" : "digest", &d);
 }
 
-static size_t job_tasks(const rs_stage_job_t *j)
+static size_t job_tasks(const rs__stage_job_t *j)
 {
     return (j->rep_end - j->rep_begin) + (j->cast_end - j->cast_begin) +
            (j->ver_end - j->ver_begin) + (j->quant_end - j->quant_begin);
@@ -106,7 +106,7 @@ void rs__exec_job_start(rs_exec_h x)
 
 rs_status_t rs__exec_job_join(rs_exec_h x, rs_diag_t *diag)
 {
-    rs_stage_job_t *j = &x->job;
+    rs__stage_job_t *j = &x->job;
     if (x->pool != NULL && job_tasks(j) > 0)
         rs__pool_join(x->pool);
     else
@@ -125,7 +125,7 @@ rs_status_t rs__exec_job_join(rs_exec_h x, rs_diag_t *diag)
 static rs_status_t in_order(rs_exec_h x, int kind, int only_ordered,
                             rs_diag_t *diag)
 {
-    const rs_xcopy_t *c = kind == RS_STAGE_REPLAY ? x->replays : x->casts;
+    const rs__exec_copy_t *c = kind == RS_STAGE_REPLAY ? x->replays : x->casts;
     const unsigned char *ord = kind == RS_STAGE_REPLAY ? x->replay_ordered
                                                        : x->cast_ordered;
     size_t n = kind == RS_STAGE_REPLAY ? x->replays_len : x->casts_len;
@@ -157,7 +157,7 @@ rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag)
         x->failure = "prepare"; /* its threads could not start */
         return st;
     }
-    rs_stage_job_t *j = &x->job;
+    rs__stage_job_t *j = &x->job;
     j->rep_begin = j->rep_end = j->cast_begin = j->cast_end = 0;
     j->ver_begin = j->ver_end = 0;
     j->quant_begin = j->quant_end = 0;

@@ -17,7 +17,7 @@ static void transport_defaults(rs_transport_params_t *params)
 
 RS__PARAMS_DEFINE(transport, transport_defaults, threads)
 
-static const rs_transport_ops_t *find_backend(const char *name)
+static const rs__transport_ops_t *find_backend(const char *name)
 {
     const rs__backend_t *b = rs__backend_find(name);
     return b != NULL ? b->transport : NULL;
@@ -34,7 +34,7 @@ rs_status_t rs_transport_create(const rs_transport_params_t *params,
     if (params->backend == NULL || transport_p == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "transport: backend name and output are required");
-    const rs_transport_ops_t *ops = find_backend(params->backend);
+    const rs__transport_ops_t *ops = find_backend(params->backend);
     if (ops == NULL)
         return rs__diag_set(diag, RS_ERR_UNSUPPORTED,
                             "transport: unknown backend '%s' (known: local, "

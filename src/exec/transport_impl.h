@@ -5,7 +5,7 @@
 
 #include "reshard/transport.h"
 
-typedef struct rs_transport_ops {
+typedef struct rs__transport_ops {
     const char *name;
     rs_status_t (*open)(rs_transport_h t, rs_diag_t *diag);
     void (*close)(rs_transport_h t);
@@ -19,10 +19,10 @@ typedef struct rs_transport_ops {
     /* Optional: the worker threads the backend runs its copies on (NULL:
      * it has none of its own). Sizes the executor's own pool. */
     unsigned (*workers)(rs_transport_h t);
-} rs_transport_ops_t;
+} rs__transport_ops_t;
 
 struct rs_transport {
-    const rs_transport_ops_t *ops;
+    const rs__transport_ops_t *ops;
     rs_transport_params_t params;
     rs_transport_counters_t counters;
     void *priv; /* the backend's own state */
@@ -36,10 +36,10 @@ rs_status_t rs__transport_unsupported(rs_transport_h t, rs_diag_t *diag);
 
 /* Each backend's reading half (transports/<name>/), listed in its
  * rs__backend_t (exec/backend.h). */
-extern const rs_transport_ops_t rs__transport_local;
-extern const rs_transport_ops_t rs__transport_local_mt;
-extern const rs_transport_ops_t rs__transport_cma;
-extern const rs_transport_ops_t rs__transport_ucx;
+extern const rs__transport_ops_t rs__transport_local;
+extern const rs__transport_ops_t rs__transport_local_mt;
+extern const rs__transport_ops_t rs__transport_cma;
+extern const rs__transport_ops_t rs__transport_ucx;
 
 /* Region lookup shared by backends: the region of `regions` holding
  * [addr, addr + nbytes), or NULL. Regions are sorted by addr. */

@@ -36,13 +36,13 @@ static long find_shard(const rs_shard_ref_t *sh, size_t n, uint32_t session,
 
 static int cmp_piece(const void *a, const void *b)
 {
-    const rs_piece_t *x = a, *y = b;
+    const rs__piece_t *x = a, *y = b;
     if (x->shard != y->shard)
         return x->shard < y->shard ? -1 : 1;
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-uint64_t rs__pieces_covered(const rs_piece_t *p, size_t i, size_t end)
+uint64_t rs__pieces_covered(const rs__piece_t *p, size_t i, size_t end)
 {
     uint64_t reach = 0, total = 0;
     for (; i < end; i++) {
@@ -55,7 +55,7 @@ uint64_t rs__pieces_covered(const rs_piece_t *p, size_t i, size_t end)
     return total;
 }
 
-size_t rs__piece_group_end(const rs_piece_t *p, size_t n, size_t i)
+size_t rs__piece_group_end(const rs__piece_t *p, size_t n, size_t i)
 {
     size_t e = i;
     while (e < n && p[e].shard == p[i].shard)
@@ -77,7 +77,7 @@ static rs_status_t add_pieces(rs_exec_h x, const rs_shard_ref_t *sh, size_t ns,
             return RS_OK;
         uint64_t room = sh[s].addr + sh[s].nbytes - addr;
         uint64_t take = left < room ? left : room;
-        rs_piece_t p = {(size_t)s, addr - sh[s].addr, take, at, wave, late};
+        rs__piece_t p = {(size_t)s, addr - sh[s].addr, take, at, wave, late};
         if (!RS_VEC_PUSH(x, pieces, p))
             return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
         addr += take;
@@ -103,7 +103,7 @@ rs_status_t rs__exec_prepare_pieces(rs_exec_h x, rs_diag_t *diag)
             return st;
     }
     if (x->pieces_len > 1)
-        qsort(x->pieces, x->pieces_len, sizeof(rs_piece_t), cmp_piece);
+        qsort(x->pieces, x->pieces_len, sizeof(rs__piece_t), cmp_piece);
     for (size_t i = 0; i < x->pieces_len; i = rs__piece_group_end(x->pieces, x->pieces_len, i)) {
         size_t s = x->pieces[i].shard;
         size_t end = rs__piece_group_end(x->pieces, x->pieces_len, i);
@@ -179,7 +179,7 @@ static rs_status_t compare(rs_exec_h x, size_t shard, uint64_t got,
 
 /* Digests a fully covered shard from its pieces, in shard order; a byte
  * read twice is taken from the first piece holding it. */
-static uint64_t digest_pieces(const rs_piece_t *p, size_t i, size_t end)
+static uint64_t digest_pieces(const rs__piece_t *p, size_t i, size_t end)
 {
     rs_digest_t d;
     uint64_t pos = 0;
@@ -219,7 +219,7 @@ rs_status_t rs__exec_check_digests(rs_exec_h x, rs_diag_t *diag)
 {
     size_t ns;
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
-    const rs_piece_t *p = x->pieces;
+    const rs__piece_t *p = x->pieces;
     uint64_t want;
     rs_status_t st = RS_OK;
     for (size_t i = 0; i < x->pieces_len && st == RS_OK;) {
@@ -237,7 +237,7 @@ rs_status_t rs__exec_check_digests(rs_exec_h x, rs_diag_t *diag)
 
 rs_status_t rs__exec_verify_group(rs_exec_h x, size_t i, rs_diag_t *diag)
 {
-    const rs_piece_t *p = x->pieces;
+    const rs__piece_t *p = x->pieces;
     size_t end = rs__piece_group_end(p, x->pieces_len, i);
     return compare(x, p[i].shard, digest_pieces(p, i, end), diag);
 }
@@ -256,7 +256,7 @@ static rs_status_t verify_groups(rs_exec_h x, rs_diag_t *diag)
 {
     size_t ns;
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
-    const rs_piece_t *p = x->pieces;
+    const rs__piece_t *p = x->pieces;
     rs_status_t st = RS_OK;
     if (x->nwaves > 0) {
         for (size_t k = x->waves[x->nwaves - 1].verify_end;
@@ -295,7 +295,7 @@ typedef struct digest_ctx {
     const rs_shard_ref_t *sh;
     size_t ns;
     size_t *first;    /* per plan session: its first plan shard; then ns */
-    rs_strmap_t map;  /* plan session by name */
+    rs__strmap_t map;  /* plan session by name */
     struct {
         const char *name;
         uint32_t k;

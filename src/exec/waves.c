@@ -32,7 +32,7 @@ static uint64_t wave_target(const rs_exec_h x)
 typedef struct cutter {
     rs_exec_h x;
     rs_read_t *out;
-    rs_wave_t *waves;
+    rs__wave_t *waves;
     size_t nwaves;
     uint64_t target, bytes;
     size_t nreads, replays, casts, quants;
@@ -43,7 +43,7 @@ static void close_wave(cutter_t *c)
     /* waves is non-NULL (checked after its malloc); the analyzer assumes a
      * read copied through c->out may have overwritten the cutter itself */
     c->waves[c->nwaves++] = // NOLINT(clang-analyzer-core.NullDereference)
-        (rs_wave_t){c->nreads, c->replays, c->casts, 0, c->quants};
+        (rs__wave_t){c->nreads, c->replays, c->casts, 0, c->quants};
     c->bytes = 0;
 }
 
@@ -65,7 +65,7 @@ static void cut_waves(cutter_t *c)
 {
     rs_exec_h x = c->x;
     size_t n, at = x->phase_end[0];
-    const rs_full_pull_t *fp = rs_plan_full_pulls(x->plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(x->plan, &n);
     for (size_t i = 0; i < n; at += fp[i].nsegments, i++)
         add_item(c, at, fp[i].nsegments, fp[i].ncopies, 0);
     /* quantized boxes: quantized in their wave; their two replays are
@@ -80,7 +80,7 @@ static void cut_waves(cutter_t *c)
         add_item(c, at, cv[i].nsegments, 0, 1);
     for (size_t i = 0; i < x->phase_end[0]; i++)
         add_item(c, i, 1, 0, 0);
-    const rs_wave_t *last = c->nwaves ? &c->waves[c->nwaves - 1] : NULL;
+    const rs__wave_t *last = c->nwaves ? &c->waves[c->nwaves - 1] : NULL;
     if (last == NULL || last->reads_end < c->nreads ||
         last->replays_end < c->replays || last->casts_end < c->casts ||
         last->quants_end < c->quants)
@@ -91,14 +91,14 @@ static void cut_waves(cutter_t *c)
 rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag)
 {
     size_t nfp, ncv;
-    rs_plan_full_pulls(x->plan, &nfp);
+    rs_plan_staged_reads(x->plan, &nfp);
     rs_plan_converts(x->plan, &ncv);
     x->nwaves = 0;
     if (!pipelined(x))
         return RS_OK;
     x->wave_reads = malloc((x->nreads + 1) * sizeof(rs_read_t));
     x->waves = malloc((nfp + ncv + rs__exec_quant_count(x) + x->phase_end[0] +
-                       1) * sizeof(rs_wave_t));
+                       1) * sizeof(rs__wave_t));
     if (x->wave_reads == NULL || x->waves == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     cutter_t c = {x, x->wave_reads, x->waves, 0, wave_target(x), 0, 0, 0, 0, 0};
@@ -121,7 +121,7 @@ static long group_wave(const rs_exec_h x, size_t i, size_t end)
 {
     size_t ns;
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
-    const rs_piece_t *p = x->pieces;
+    const rs__piece_t *p = x->pieces;
     if (rs__pieces_covered(p, i, end) != sh[p[i].shard].nbytes)
         return -1;
     uint32_t w = 0;

@@ -49,7 +49,7 @@ static int dim_for_stride(const src_layout_t *l, int64_t stride)
 
 typedef struct {
     int n;
-    rs_factor_t f[RS_MAX_FACTORS];
+    rs__factor_t f[RS_MAX_FACTORS];
     int64_t q[RS_MAX_FACTORS]; /* index step in source-dim units */
 } factor_list_t;
 
@@ -58,7 +58,7 @@ static int push_factor(factor_list_t *fl, int d, int64_t count, int64_t q,
 {
     if (fl->n >= RS_MAX_FACTORS)
         return 0;
-    fl->f[fl->n] = (rs_factor_t){d, count, 0, q, dstride};
+    fl->f[fl->n] = (rs__factor_t){d, count, 0, q, dstride};
     fl->q[fl->n] = q;
     fl->n++;
     return 1;
@@ -96,17 +96,17 @@ static rs_status_t split_view_dim(const src_layout_t *l, int vd, int64_t n,
     return RS_OK;
 }
 
-static int factor_before(const rs_factor_t *x, const rs_factor_t *y)
+static int factor_before(const rs__factor_t *x, const rs__factor_t *y)
 {
     return x->sdim != y->sdim ? x->sdim < y->sdim : x->mult < y->mult;
 }
 
 /* By (sdim, mult): a handful of factors, resolved once per copy, so an
  * insertion sort (equal keys are refused by close_box either way). */
-static void sort_factors(rs_factor_t *f, int n)
+static void sort_factors(rs__factor_t *f, int n)
 {
     for (int a = 1; a < n; a++) {
-        rs_factor_t t = f[a];
+        rs__factor_t t = f[a];
         int b = a;
         for (; b > 0 && factor_before(&t, &f[b - 1]); b--)
             f[b] = f[b - 1];
@@ -118,7 +118,7 @@ static void sort_factors(rs_factor_t *f, int n)
  * past all the inner digits span, so indices grow with k and never repeat)
  * and fills the box. */
 static rs_status_t close_box(const src_layout_t *l, factor_list_t *fl,
-                             rs_box_t *box, char *why, size_t whylen)
+                             rs__box_t *box, char *why, size_t whylen)
 {
     for (int i = 0; i < fl->n; i++)
         fl->f[i].mult = fl->f[i].dmult; /* sort key */
@@ -151,12 +151,12 @@ static rs_status_t close_box(const src_layout_t *l, factor_list_t *fl,
     for (int d = 0; d < l->ndim; d++)
         box->numel *= box->count[d];
     box->nfactors = fl->n;
-    memcpy(box->factors, fl->f, (size_t)fl->n * sizeof(rs_factor_t));
+    memcpy(box->factors, fl->f, (size_t)fl->n * sizeof(rs__factor_t));
     return RS_OK;
 }
 
 /* The factors of dim d: [first, first + n). */
-static int dim_factors(const rs_box_t *box, int d, int *first)
+static int dim_factors(const rs__box_t *box, int d, int *first)
 {
     int n = 0;
     *first = -1;
@@ -170,18 +170,18 @@ static int dim_factors(const rs_box_t *box, int d, int *first)
     return n;
 }
 
-int64_t rs__box_coord(const rs_box_t *box, int d, int64_t k)
+int64_t rs__box_coord(const rs__box_t *box, int d, int64_t k)
 {
     int first, n = dim_factors(box, d, &first);
     int64_t c = box->start[d];
     for (int j = first; j < first + n; j++) {
-        const rs_factor_t *f = &box->factors[j];
+        const rs__factor_t *f = &box->factors[j];
         c += (k / f->mult) % f->count * f->dmult;
     }
     return c;
 }
 
-int64_t rs__box_count_below(const rs_box_t *box, int d, int64_t x)
+int64_t rs__box_count_below(const rs__box_t *box, int d, int64_t x)
 {
     int first, n = dim_factors(box, d, &first);
     int64_t below = 0;
@@ -189,7 +189,7 @@ int64_t rs__box_count_below(const rs_box_t *box, int d, int64_t x)
     /* Outermost digit first: whole blocks below x, then recurse inside the
      * block x falls in (inner digits span less than one outer step). */
     for (int j = first + n - 1; j >= first; j--) {
-        const rs_factor_t *f = &box->factors[j];
+        const rs__factor_t *f = &box->factors[j];
         if (x <= 0)
             return below;
         int64_t q = x / f->dmult;
@@ -201,9 +201,9 @@ int64_t rs__box_count_below(const rs_box_t *box, int d, int64_t x)
     return below + (x > 0 ? 1 : 0);
 }
 
-rs_status_t rs__box_from_view(const rs_view_t *v, int src_ndim,
+rs_status_t rs__box_from_view(const rs__view_t *v, int src_ndim,
                              const int64_t *src_shape,
-                             const int64_t *dest_stride, rs_box_t *box,
+                             const int64_t *dest_stride, rs__box_t *box,
                              char *why, size_t whylen)
 {
     src_layout_t l;
@@ -213,7 +213,7 @@ rs_status_t rs__box_from_view(const rs_view_t *v, int src_ndim,
     layout_init(&l, src_ndim, src_shape);
     /* the header only: factors past nfactors are never read, and the
      * whole box is kilobytes, resolved once per copy */
-    memset(box, 0, offsetof(rs_box_t, factors));
+    memset(box, 0, offsetof(rs__box_t, factors));
     box->numel = 0;
     box->ndim = src_ndim;
     fl.n = 0;
@@ -240,10 +240,10 @@ rs_status_t rs__box_from_view(const rs_view_t *v, int src_ndim,
 rs_status_t rs__geom_resolve(int src_ndim, const int64_t *src_shape,
                             const rs_op_t *ops, size_t nops, int dest_ndim,
                             const int64_t *dest_shape,
-                            const int64_t *dest_stride, rs_box_t *box,
+                            const int64_t *dest_stride, rs__box_t *box,
                             size_t *bad_op, char *why, size_t whylen)
 {
-    rs_view_t v;
+    rs__view_t v;
     *bad_op = nops;
     if (rs__view_init(&v, src_ndim, src_shape) != RS_OK)
         return resolve_fail(why, whylen, "source shape is invalid");

@@ -17,37 +17,37 @@
 /* Factors one source dim may be cut into (digits of its mixed radix). */
 #define RS_MAX_DIM_FACTORS 8
 
-typedef struct rs_factor {
+typedef struct rs__factor {
     int sdim;        /* source dim */
     int64_t count;   /* > 1 */
     int64_t mult;    /* weight in the dim's visit index k */
     int64_t dmult;   /* step in source indices */
     int64_t dstride; /* destination stride in elements */
-} rs_factor_t;
+} rs__factor_t;
 
-typedef struct rs_box {
+typedef struct rs__box {
     int ndim;                     /* source rank */
     int64_t start[RS_MAX_DIMS];
     int64_t count[RS_MAX_DIMS];   /* indices visited */
     int64_t step[RS_MAX_DIMS];    /* smallest factor step (1 without factors) */
     int nfactors;
-    rs_factor_t factors[RS_MAX_FACTORS]; /* sorted by (sdim, mult) */
+    rs__factor_t factors[RS_MAX_FACTORS]; /* sorted by (sdim, mult) */
     int64_t numel;                /* product of counts */
-} rs_box_t;
+} rs__box_t;
 
 /* Maps a replayed view onto its source (row-major `src_shape`) and pairs it
  * with a destination stride per view dim. RS_ERR_UNSUPPORTED (with a reason
  * in `why`) when the view is not a strided box of the source. */
-rs_status_t rs__box_from_view(const rs_view_t *view, int src_ndim,
+rs_status_t rs__box_from_view(const rs__view_t *view, int src_ndim,
                              const int64_t *src_shape,
-                             const int64_t *dest_stride, rs_box_t *box,
+                             const int64_t *dest_stride, rs__box_t *box,
                              char *why, size_t whylen);
 
 /* The source index that visit index k of dim d reaches. */
-int64_t rs__box_coord(const rs_box_t *box, int d, int64_t k);
+int64_t rs__box_coord(const rs__box_t *box, int d, int64_t k);
 
 /* How many visited indices of dim d lie below source index x. */
-int64_t rs__box_count_below(const rs_box_t *box, int d, int64_t x);
+int64_t rs__box_count_below(const rs__box_t *box, int d, int64_t x);
 
 /* Replays a whole chain from the full source and maps it: the one call the
  * planner makes per copy. On failure *bad_op is the index of the failing op
@@ -55,7 +55,7 @@ int64_t rs__box_count_below(const rs_box_t *box, int d, int64_t x);
 rs_status_t rs__geom_resolve(int src_ndim, const int64_t *src_shape,
                             const rs_op_t *ops, size_t nops, int dest_ndim,
                             const int64_t *dest_shape,
-                            const int64_t *dest_stride, rs_box_t *box,
+                            const int64_t *dest_stride, rs__box_t *box,
                             size_t *bad_op, char *why, size_t whylen);
 
 #endif

@@ -4,7 +4,7 @@
 #include "reshard/view.h"
 
 void rs__region_runs(int ndim, const int64_t *shape, const int64_t *stride,
-                    int64_t offset, rs_region_cb cb, void *ctx)
+                    int64_t offset, rs__region_cb cb, void *ctx)
 {
     int order[RS_MAX_DIMS], n = 0;
     int64_t run = 1, idx[RS_MAX_DIMS] = {0};

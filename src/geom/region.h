@@ -6,11 +6,11 @@
 #include <stdint.h>
 
 /* Receives one run of nelem elements starting at element `start`. */
-typedef void (*rs_region_cb)(void *ctx, int64_t start, int64_t nelem);
+typedef void (*rs__region_cb)(void *ctx, int64_t start, int64_t nelem);
 
 /* Emits the runs of the region offset + sum(i_k * stride_k), i_k < shape_k.
  * Strides must be non-negative; an empty region emits nothing. */
 void rs__region_runs(int ndim, const int64_t *shape, const int64_t *stride,
-                    int64_t offset, rs_region_cb cb, void *ctx);
+                    int64_t offset, rs__region_cb cb, void *ctx);
 
 #endif

@@ -57,7 +57,7 @@ rs_status_t rs__geom_why(rs_status_t st, char *why, size_t n, const char *fmt,
     return st;
 }
 
-rs_status_t rs__view_init(rs_view_t *v, int ndim, const int64_t *shape)
+rs_status_t rs__view_init(rs__view_t *v, int ndim, const int64_t *shape)
 {
     int64_t numel;
     if (ndim < 0 || ndim > RS_MAX_DIMS || !rs__numel(shape, ndim, &numel))
@@ -69,7 +69,7 @@ rs_status_t rs__view_init(rs_view_t *v, int ndim, const int64_t *shape)
     return rs__row_major(shape, ndim, v->stride) ? RS_OK : RS_ERR_INPUT;
 }
 
-int rs__view_is_contiguous(const rs_view_t *v)
+int rs__view_is_contiguous(const rs__view_t *v)
 {
     int64_t expected = 1;
     for (int i = v->ndim - 1; i >= 0; i--) {
@@ -92,7 +92,7 @@ static int wrap_dim(int64_t d, int ndim, int *out)
     return 1;
 }
 
-static void remove_dim(rs_view_t *v, int d)
+static void remove_dim(rs__view_t *v, int d)
 {
     for (int i = d; i < v->ndim - 1; i++) {
         v->shape[i] = v->shape[i + 1];
@@ -101,7 +101,7 @@ static void remove_dim(rs_view_t *v, int d)
     v->ndim--;
 }
 
-static rs_status_t insert_dim(rs_view_t *v, int d, int64_t size, int64_t stride)
+static rs_status_t insert_dim(rs__view_t *v, int d, int64_t size, int64_t stride)
 {
     if (v->ndim >= RS_MAX_DIMS)
         return RS_ERR_UNSUPPORTED;
@@ -117,7 +117,7 @@ static rs_status_t insert_dim(rs_view_t *v, int d, int64_t size, int64_t stride)
 
 /* Restricts dim d to elements start, start+step, ... (count of them). The
  * caller has proved the range lies inside the dim. */
-static void restrict_dim(rs_view_t *v, int d, int64_t start, int64_t count,
+static void restrict_dim(rs__view_t *v, int d, int64_t start, int64_t count,
                          int64_t step)
 {
     if (count > 0)
@@ -134,7 +134,7 @@ static void restrict_dim(rs_view_t *v, int d, int64_t start, int64_t count,
                        v->ndim);                                              \
     } while (0)
 
-static rs_status_t op_narrow(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_narrow(rs__view_t *v, const rs_op_t *op, char *why,
                              size_t whylen)
 {
     int d;
@@ -182,7 +182,7 @@ static rs_status_t slice_bounds(int64_t size, int has_start, int64_t start,
     return RS_OK;
 }
 
-static rs_status_t op_slice(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_slice(rs__view_t *v, const rs_op_t *op, char *why,
                             size_t whylen)
 {
     int d;
@@ -198,7 +198,7 @@ static rs_status_t op_slice(rs_view_t *v, const rs_op_t *op, char *why,
     return RS_OK;
 }
 
-static rs_status_t select_dim(rs_view_t *v, int d, int64_t index, char *why,
+static rs_status_t select_dim(rs__view_t *v, int d, int64_t index, char *why,
                               size_t whylen)
 {
     int64_t size = v->shape[d];
@@ -212,7 +212,7 @@ static rs_status_t select_dim(rs_view_t *v, int d, int64_t index, char *why,
     return RS_OK;
 }
 
-static rs_status_t op_select(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_select(rs__view_t *v, const rs_op_t *op, char *why,
                              size_t whylen)
 {
     int d;
@@ -220,7 +220,7 @@ static rs_status_t op_select(rs_view_t *v, const rs_op_t *op, char *why,
     return select_dim(v, d, op->arg[1], why, whylen);
 }
 
-static rs_status_t op_getitem(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_getitem(rs__view_t *v, const rs_op_t *op, char *why,
                               size_t whylen)
 {
     int d = 0;
@@ -251,7 +251,7 @@ static rs_status_t op_getitem(rs_view_t *v, const rs_op_t *op, char *why,
     return RS_OK;
 }
 
-static rs_status_t op_transpose(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_transpose(rs__view_t *v, const rs_op_t *op, char *why,
                                 size_t whylen)
 {
     int a, b;
@@ -271,7 +271,7 @@ static rs_status_t op_transpose(rs_view_t *v, const rs_op_t *op, char *why,
     return RS_OK;
 }
 
-static rs_status_t op_t(rs_view_t *v, char *why, size_t whylen)
+static rs_status_t op_t(rs__view_t *v, char *why, size_t whylen)
 {
     if (v->ndim > 2)
         return BAD("t() expects a tensor of rank <= 2, got rank %d", v->ndim);
@@ -282,10 +282,10 @@ static rs_status_t op_t(rs_view_t *v, char *why, size_t whylen)
     return RS_OK;
 }
 
-static rs_status_t op_permute(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_permute(rs__view_t *v, const rs_op_t *op, char *why,
                               size_t whylen)
 {
-    rs_view_t out = *v;
+    rs__view_t out = *v;
     int seen[RS_MAX_DIMS] = {0};
     if (op->nlist != (size_t)v->ndim)
         return BAD("permute of %zu dims applied to rank %d", op->nlist,
@@ -344,7 +344,7 @@ static rs_status_t infer_sizes(const int64_t *in, size_t n, int64_t numel,
  * PyTorch's view would refuse (merging dims that are not adjacent in
  * memory). Walks the old dims from the back in chunks that are contiguous
  * among themselves and hands each chunk's elements to new dims. */
-static int view_strides(const rs_view_t *v, const int64_t *shape, int n,
+static int view_strides(const rs__view_t *v, const int64_t *shape, int n,
                         int64_t *stride)
 {
     int64_t numel = 0;
@@ -375,7 +375,7 @@ static int view_strides(const rs_view_t *v, const int64_t *shape, int n,
     return nd == -1;
 }
 
-static rs_status_t reshape_to(rs_view_t *v, const int64_t *sizes, size_t n,
+static rs_status_t reshape_to(rs__view_t *v, const int64_t *sizes, size_t n,
                               const char *what, char *why, size_t whylen)
 {
     int64_t shape[RS_MAX_DIMS], stride[RS_MAX_DIMS], numel = 0;
@@ -392,7 +392,7 @@ static rs_status_t reshape_to(rs_view_t *v, const int64_t *sizes, size_t n,
     return RS_OK;
 }
 
-static rs_status_t op_flatten(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_flatten(rs__view_t *v, const rs_op_t *op, char *why,
                               size_t whylen)
 {
     int s = 0, e = v->ndim - 1;
@@ -419,7 +419,7 @@ static rs_status_t op_flatten(rs_view_t *v, const rs_op_t *op, char *why,
     return reshape_to(v, sizes, (size_t)n, "flatten", why, whylen);
 }
 
-static rs_status_t op_unflatten(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_unflatten(rs__view_t *v, const rs_op_t *op, char *why,
                                 size_t whylen)
 {
     int d;
@@ -446,7 +446,7 @@ static rs_status_t op_unflatten(rs_view_t *v, const rs_op_t *op, char *why,
     return RS_OK;
 }
 
-static rs_status_t op_unsqueeze(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_unsqueeze(rs__view_t *v, const rs_op_t *op, char *why,
                                 size_t whylen)
 {
     int d;
@@ -459,7 +459,7 @@ static rs_status_t op_unsqueeze(rs_view_t *v, const rs_op_t *op, char *why,
     return RS_OK;
 }
 
-static rs_status_t op_squeeze(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_squeeze(rs__view_t *v, const rs_op_t *op, char *why,
                               size_t whylen)
 {
     if (op->has & 1u) {
@@ -482,7 +482,7 @@ static rs_status_t op_squeeze(rs_view_t *v, const rs_op_t *op, char *why,
 }
 
 /* Takes piece i of dim d cut at the given boundaries (sizes[]). */
-static rs_status_t take_piece(rs_view_t *v, int d, const int64_t *sizes,
+static rs_status_t take_piece(rs__view_t *v, int d, const int64_t *sizes,
                               size_t npieces, int64_t i, char *why,
                               size_t whylen)
 {
@@ -499,7 +499,7 @@ static rs_status_t take_piece(rs_view_t *v, int d, const int64_t *sizes,
 }
 
 /* Piece i of equal pieces of `size` (the last may be shorter). */
-static rs_status_t take_equal_piece(rs_view_t *v, int d, int64_t piece,
+static rs_status_t take_equal_piece(rs__view_t *v, int d, int64_t piece,
                                     int64_t i, char *why, size_t whylen)
 {
     int64_t dim = v->shape[d];
@@ -515,7 +515,7 @@ static rs_status_t take_equal_piece(rs_view_t *v, int d, int64_t piece,
     return RS_OK;
 }
 
-static rs_status_t op_chunk(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_chunk(rs__view_t *v, const rs_op_t *op, char *why,
                             size_t whylen)
 {
     int d;
@@ -534,7 +534,7 @@ static rs_status_t op_chunk(rs_view_t *v, const rs_op_t *op, char *why,
     return take_equal_piece(v, d, piece, op->arg[2], why, whylen);
 }
 
-static rs_status_t op_split(rs_view_t *v, const rs_op_t *op, char *why,
+static rs_status_t op_split(rs__view_t *v, const rs_op_t *op, char *why,
                             size_t whylen)
 {
     int d;
@@ -558,7 +558,7 @@ static rs_status_t op_split(rs_view_t *v, const rs_op_t *op, char *why,
     return take_piece(v, d, op->list, op->nlist, op->arg[2], why, whylen);
 }
 
-rs_status_t rs__view_apply(rs_view_t *v, const rs_op_t *op, char *why,
+rs_status_t rs__view_apply(rs__view_t *v, const rs_op_t *op, char *why,
                           size_t whylen)
 {
     switch (op->kind) {

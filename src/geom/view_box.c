@@ -3,7 +3,7 @@
 #include "core/checked.h"
 #include "geom/view_box.h"
 
-rs_status_t rs__view_init_box(rs_view_t *v, int ndim, const int64_t *shape,
+rs_status_t rs__view_init_box(rs__view_t *v, int ndim, const int64_t *shape,
                               const int64_t *lo, const int64_t *box_shape)
 {
     int64_t numel, off = 0, t;
@@ -27,7 +27,7 @@ rs_status_t rs__view_init_box(rs_view_t *v, int ndim, const int64_t *shape,
     return RS_OK;
 }
 
-int rs__view_span(const rs_view_t *v, int64_t *lo_p, int64_t *hi_p)
+int rs__view_span(const rs__view_t *v, int64_t *lo_p, int64_t *hi_p)
 {
     int64_t lo = v->offset;
     int64_t hi = lo;

@@ -14,11 +14,11 @@
  * buffer or aliasing others, so a chain replayed over this view is only
  * meaningful when everything it reads lies inside the box. RS_ERR_INPUT
  * when the box leaves the tensor or its extent overflows. */
-rs_status_t rs__view_init_box(rs_view_t *view, int ndim, const int64_t *shape,
+rs_status_t rs__view_init_box(rs__view_t *view, int ndim, const int64_t *shape,
                               const int64_t *lo, const int64_t *box_shape);
 
 /* The lowest and highest element offsets a view reads; 0 for an empty
  * view (nothing read), else 1. */
-int rs__view_span(const rs_view_t *view, int64_t *lo_p, int64_t *hi_p);
+int rs__view_span(const rs__view_t *view, int64_t *lo_p, int64_t *hi_p);
 
 #endif

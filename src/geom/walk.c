@@ -13,15 +13,15 @@ typedef struct {
 } fbox_t;
 
 typedef struct {
-    const rs_box_t *box;
-    const rs_src_buf_t *buf;
+    const rs__box_t *box;
+    const rs__source_buffer_t *buf;
     int64_t pitch[RS_MAX_DIMS];       /* row-major strides of the buffer */
     int64_t src_stride[RS_MAX_FACTORS];
     int first[RS_MAX_DIMS];           /* first factor index of each dim */
     int nf[RS_MAX_DIMS];              /* factor count of each dim */
     int64_t radix[RS_MAX_FACTORS];    /* digit weight inside its dim */
     int64_t src_base, dst_base;       /* buffer/dest offset of k = 0 */
-    rs_run_cb cb;
+    rs__run_cb cb;
     void *ctx;
 } walk_t;
 
@@ -29,7 +29,7 @@ typedef struct {
  * destination stride first so runs come out in destination order. */
 static void walk_fbox(const walk_t *w, const fbox_t *fb)
 {
-    const rs_factor_t *f = w->box->factors;
+    const rs__factor_t *f = w->box->factors;
     int n = w->box->nfactors, order[RS_MAX_FACTORS], no = 0;
     int64_t src = w->src_base, dst = w->dst_base, run = 1;
     uint64_t used = 0; /* bit j: factor j folds into the run */
@@ -173,8 +173,8 @@ static void product(const walk_t *w, blocks_t *per_dim, int d, fbox_t *acc)
 /* Sets only what the walk reads (dims below ndim, factors below
  * nfactors): a walk is set up once per cell, and the arrays are sized for
  * the largest box. */
-static void walk_init(walk_t *w, const rs_box_t *box, const rs_src_buf_t *buf,
-                      int64_t dst_base, rs_run_cb cb, void *ctx)
+static void walk_init(walk_t *w, const rs__box_t *box, const rs__source_buffer_t *buf,
+                      int64_t dst_base, rs__run_cb cb, void *ctx)
 {
     int64_t p = 1;
     w->box = box;
@@ -190,7 +190,7 @@ static void walk_init(walk_t *w, const rs_box_t *box, const rs_src_buf_t *buf,
         w->nf[d] = 0;
     }
     for (int j = 0; j < box->nfactors; j++) {
-        const rs_factor_t *f = &box->factors[j];
+        const rs__factor_t *f = &box->factors[j];
         if (w->first[f->sdim] < 0)
             w->first[f->sdim] = j;
         w->nf[f->sdim]++;
@@ -201,8 +201,8 @@ static void walk_init(walk_t *w, const rs_box_t *box, const rs_src_buf_t *buf,
         w->src_base += (box->start[d] - buf->offset[d]) * w->pitch[d];
 }
 
-void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
-                  const rs_src_buf_t *buf, int64_t dst_base, rs_run_cb cb,
+void rs__walk_runs(const rs__box_t *box, const rs__index_range_t *kr,
+                  const rs__source_buffer_t *buf, int64_t dst_base, rs__run_cb cb,
                   void *ctx)
 {
     walk_t w;
@@ -238,7 +238,7 @@ void rs__walk_runs(const rs_box_t *box, const rs_krange_t *kr,
 }
 
 /* Elements between consecutive indices of dim d in buf (row-major). */
-static int64_t buf_pitch(const rs_src_buf_t *buf, int ndim, int d)
+static int64_t buf_pitch(const rs__source_buffer_t *buf, int ndim, int d)
 {
     int64_t p = 1;
     for (int e = ndim - 1; e > d; e--)
@@ -252,11 +252,11 @@ static int64_t buf_pitch(const rs_src_buf_t *buf, int ndim, int d)
  * equal it (counts are > 1, so the run only grows and at most one unused
  * factor can match it): the box is one run when such a factor is found for
  * every step, factors as many. */
-int rs__walk_one_run(const rs_box_t *box, const rs_src_buf_t *buf,
+int rs__walk_one_run(const rs__box_t *box, const rs__source_buffer_t *buf,
                      int64_t *src_elem_p)
 {
     int64_t p = 1, src = 0, run = 1;
-    const rs_factor_t *f = box->factors;
+    const rs__factor_t *f = box->factors;
     int nf = box->nfactors;
     uint64_t used = 0;
     for (int d = box->ndim - 1; d >= 0; d--) {

@@ -13,15 +13,15 @@
 /* A config is a few KB; anything near this is not a config. */
 #define RS_MODEL_CONFIG_MAX_BYTES ((size_t)16 << 20)
 
-typedef struct rs_model_family {
+typedef struct rs__model_family {
     const char *model_type;
     rs_arch_t arch;
     unsigned flags;
-    rs_status_t (*keys)(rs_json_ctx_t *, const json_t *, rs_model_h);
+    rs_status_t (*keys)(rs__json_ctx_t *, const json_t *, rs_model_h);
     rs_status_t (*layer)(rs_model_h, int64_t);
-} rs_model_family_t;
+} rs__model_family_t;
 
-static const rs_model_family_t families[] = {
+static const rs__model_family_t families[] = {
     {"llama", RS_ARCH_DENSE, 0, rs__model_dense_keys, rs__model_dense_layer},
     {"qwen2", RS_ARCH_DENSE, RS_FAM_QKV_BIAS, rs__model_dense_keys,
      rs__model_dense_layer},
@@ -40,7 +40,7 @@ static const rs_model_family_t families[] = {
 #define RS_MODEL_SUPPORTED \
     "llama, qwen2, qwen3, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2"
 
-static const rs_model_family_t *find_family(const char *model_type)
+static const rs__model_family_t *find_family(const char *model_type)
 {
     for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
         if (strcmp(families[i].model_type, model_type) == 0)
@@ -88,7 +88,7 @@ rs_status_t rs__model_add(rs_model_h m, int64_t layer, int64_t expert,
         return rs__diag_set(m->ctx->diag, RS_ERR_INPUT, "%s: tensor %s "
                             "appears twice in the manifest", m->ctx->origin,
                             name);
-    rs_model_rec_t rec = {rs__arena_strdup(&m->arena, name), {d0, ndim > 1 ? d1 : 0},
+    rs__model_record_t rec = {rs__arena_strdup(&m->arena, name), {d0, ndim > 1 ? d1 : 0},
                           (int32_t)layer, (int32_t)expert, (uint8_t)ndim,
                           (uint8_t)dtype};
     if (rec.name == NULL ||
@@ -107,7 +107,7 @@ rs_status_t rs__model_add_layer(rs_model_h m, int64_t layer, const char *suffix,
 }
 
 /* Embedding, the decoder layers, the final norm and (untied) LM head. */
-static rs_status_t build_manifest(rs_model_h m, const rs_model_family_t *fam)
+static rs_status_t build_manifest(rs_model_h m, const rs__model_family_t *fam)
 {
     const rs_model_config_t *g = &m->cfg;
     rs_status_t st = rs__model_add(m, -1, -1, g->dtype, 2, g->vocab, g->hidden,
@@ -125,7 +125,7 @@ static rs_status_t build_manifest(rs_model_h m, const rs_model_family_t *fam)
 
 /* Upper bound of the tensor count, refused past RS_MODEL_MAX_TENSORS before
  * anything is built (a typo like 3840000 experts must not eat the RAM). */
-static rs_status_t check_size(rs_json_ctx_t *c, rs_model_h m, size_t *bound_p)
+static rs_status_t check_size(rs__json_ctx_t *c, rs_model_h m, size_t *bound_p)
 {
     const rs_model_config_t *g = &m->cfg;
     int64_t per_layer, all;
@@ -143,15 +143,15 @@ static rs_status_t check_size(rs_json_ctx_t *c, rs_model_h m, size_t *bound_p)
     return RS_OK;
 }
 
-static rs_status_t read_model_type(rs_json_ctx_t *c, const json_t *root,
+static rs_status_t read_model_type(rs__json_ctx_t *c, const json_t *root,
                                    rs_model_h m,
-                                   const rs_model_family_t **fam_p)
+                                   const rs__model_family_t **fam_p)
 {
     const char *type = NULL;
     rs_status_t st = rs__json_field_string(c, root, "model_type", 1, &type);
     if (st != RS_OK)
         return st;
-    const rs_model_family_t *fam = find_family(type);
+    const rs__model_family_t *fam = find_family(type);
     if (fam == NULL)
         return rs__model_unsupported(c, "model_type", "unsupported "
                                      "model_type \"%s\" (supported: "
@@ -163,10 +163,10 @@ static rs_status_t read_model_type(rs_json_ctx_t *c, const json_t *root,
     return RS_OK;
 }
 
-static rs_status_t load_root(rs_json_ctx_t *c, const json_t *root,
+static rs_status_t load_root(rs__json_ctx_t *c, const json_t *root,
                              rs_model_h m)
 {
-    const rs_model_family_t *fam = NULL;
+    const rs__model_family_t *fam = NULL;
     size_t bound = 0;
     rs_status_t st = rs__json_expect(c, root, JSON_OBJECT);
 
@@ -194,7 +194,7 @@ rs_status_t rs_model_load_string(const char *json, size_t len,
                                  const char *origin, rs_diag_t *diag,
                                  rs_model_h *model_p)
 {
-    rs_json_ctx_t c;
+    rs__json_ctx_t c;
     json_t *root = NULL;
 
     if (model_p == NULL)
@@ -261,7 +261,7 @@ void rs_model_tensor(rs_model_h m, size_t index, rs_tensor_info_t *info_p)
     memset(info_p, 0, sizeof(*info_p));
     if (m == NULL || index >= m->tensors_len)
         return; /* out of range: a zeroed record with a NULL name */
-    const rs_model_rec_t *r = &m->tensors[index];
+    const rs__model_record_t *r = &m->tensors[index];
     info_p->name = r->name;
     info_p->ndim = r->ndim;
     info_p->shape = r->shape;

@@ -9,7 +9,7 @@
 #define RS_MODEL_MAX_EXPERTS ((int64_t)1 << 16)
 #define RS_MODEL_MAX_WIDTH ((int64_t)1 << 31)
 
-static rs_status_t read_mla(rs_json_ctx_t *c, const json_t *root,
+static rs_status_t read_mla(rs__json_ctx_t *c, const json_t *root,
                             rs_model_config_t *g)
 {
     rs_status_t st;
@@ -29,7 +29,7 @@ static rs_status_t read_mla(rs_json_ctx_t *c, const json_t *root,
     return RS_OK;
 }
 
-static rs_status_t read_moe(rs_json_ctx_t *c, const json_t *root,
+static rs_status_t read_moe(rs__json_ctx_t *c, const json_t *root,
                             rs_model_config_t *g, int64_t *freq_p)
 {
     rs_status_t st;
@@ -47,7 +47,7 @@ static rs_status_t read_moe(rs_json_ctx_t *c, const json_t *root,
                               freq_p);
 }
 
-rs_status_t rs__model_deepseek_keys(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_deepseek_keys(rs__json_ctx_t *c, const json_t *root,
                                     rs_model_h m)
 {
     rs_model_config_t *g = &m->cfg;

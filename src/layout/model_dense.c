@@ -10,7 +10,7 @@
 
 /* head_dim (default hidden / heads), heads divisible by kv heads, and the
  * biases the manifest does not model refused rather than left out. */
-rs_status_t rs__model_dense_keys(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_dense_keys(rs__json_ctx_t *c, const json_t *root,
                                  rs_model_h m)
 {
     rs_model_config_t *g = &m->cfg;

@@ -18,14 +18,14 @@
 
 /* One tensor: its name lives in the model's arena, its shape inline (every
  * manifest tensor has one or two dims), so 70k tensors stay a few MB. */
-typedef struct rs_model_rec {
+typedef struct rs__model_record {
     const char *name;
     int64_t shape[2];
     int32_t layer;  /* -1 outside the decoder layers */
     int32_t expert; /* -1 unless a routed expert's tensor */
     uint8_t ndim;
     uint8_t dtype;  /* rs_dtype_t */
-} rs_model_rec_t;
+} rs__model_record_t;
 
 /* Variations within an architecture, set by the model_type table. */
 enum {
@@ -37,29 +37,29 @@ enum {
 struct rs_model {
     rs_model_config_t cfg;
     rs_model_quant_t quant; /* method RS_MODEL_QUANT_NONE: no quantization_config */
-    rs_arena_t arena;
-    RS_VEC(rs_model_rec_t, tensors);
-    rs_strmap_t index;
+    rs__arena_t arena;
+    RS_VEC(rs__model_record_t, tensors);
+    rs__strmap_t index;
     uint64_t params, bytes;
     /* Only while loading. */
-    rs_json_ctx_t *ctx;
+    rs__json_ctx_t *ctx;
     unsigned flags;        /* RS_FAM_* */
     uint8_t *moe_layer;    /* per layer: 1 when its MLP is a routed MoE */
 };
 
 /* Reads the keys every architecture shares into m->cfg (model_keys.c). */
-rs_status_t rs__model_read_common(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_read_common(rs__json_ctx_t *c, const json_t *root,
                                   rs_model_h m);
 /* Reads and checks quantization_config into m->quant (model_quant.c). */
-rs_status_t rs__model_read_quant(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_read_quant(rs__json_ctx_t *c, const json_t *root,
                                  rs_model_h m);
 /* Reads an integer key with bounds; absent or null leaves *out_p alone
  * unless required. */
-rs_status_t rs__model_read_int(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_read_int(rs__json_ctx_t *c, const json_t *root,
                                const char *key, int required, int64_t min,
                                int64_t max, int64_t *out_p);
 /* Reads a boolean key; absent or null leaves *out_p alone. */
-rs_status_t rs__model_read_bool(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_read_bool(rs__json_ctx_t *c, const json_t *root,
                                 const char *key, int *out_p);
 /* RS_ERR_UNSUPPORTED "<origin>: <key>: <message>": the message set, then
  * the origin and key put in front of it. */
@@ -67,7 +67,7 @@ rs_status_t rs__model_read_bool(rs_json_ctx_t *c, const json_t *root,
     rs__model_prefixed((c), (key),                                           \
                        rs__diag_set((c)->diag, RS_ERR_UNSUPPORTED,           \
                                     __VA_ARGS__))
-static inline rs_status_t rs__model_prefixed(const rs_json_ctx_t *c,
+static inline rs_status_t rs__model_prefixed(const rs__json_ctx_t *c,
                                              const char *key, rs_status_t st)
 {
     rs__diag_prefix(c->diag, "%s: %s: ", c->origin, key);
@@ -94,7 +94,7 @@ rs_status_t rs__model_router_and_experts(rs_model_h m, int64_t layer);
 
 /* Per-architecture key readers and layer builders. A key reader checks the
  * architecture's own keys and fills m->moe_layer. */
-rs_status_t rs__model_dense_keys(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_dense_keys(rs__json_ctx_t *c, const json_t *root,
                                  rs_model_h m);
 rs_status_t rs__model_dense_layer(rs_model_h m, int64_t layer);
 /* One part of a layer (attention or MLP) that a builder adds. */
@@ -104,10 +104,10 @@ typedef rs_status_t (*rs__model_block_fn)(rs_model_h m, int64_t layer);
 rs_status_t rs__model_decoder_layer(rs_model_h m, int64_t layer,
                                     rs__model_block_fn attention,
                                     rs__model_block_fn mlp);
-rs_status_t rs__model_moe_keys(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_moe_keys(rs__json_ctx_t *c, const json_t *root,
                                rs_model_h m);
 rs_status_t rs__model_moe_layer(rs_model_h m, int64_t layer);
-rs_status_t rs__model_deepseek_keys(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_deepseek_keys(rs__json_ctx_t *c, const json_t *root,
                                     rs_model_h m);
 rs_status_t rs__model_deepseek_layer(rs_model_h m, int64_t layer);
 

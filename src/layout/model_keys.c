@@ -13,7 +13,7 @@
 #define RS_MODEL_MAX_WIDTH ((int64_t)1 << 31) /* hidden, intermediate, vocab */
 #define RS_MODEL_MAX_COUNT ((int64_t)1 << 16) /* layers, heads */
 
-rs_status_t rs__model_read_int(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_read_int(rs__json_ctx_t *c, const json_t *root,
                                const char *key, int required, int64_t min,
                                int64_t max, int64_t *out_p)
 {
@@ -32,7 +32,7 @@ rs_status_t rs__model_read_int(rs_json_ctx_t *c, const json_t *root,
     return RS_OK;
 }
 
-rs_status_t rs__model_read_bool(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_read_bool(rs__json_ctx_t *c, const json_t *root,
                                 const char *key, int *out_p)
 {
     json_t *v = json_object_get(root, key);
@@ -51,7 +51,7 @@ rs_status_t rs__model_read_bool(rs_json_ctx_t *c, const json_t *root,
 }
 
 /* torch_dtype (or its newer name dtype): bfloat16 when absent. */
-static rs_status_t read_dtype(rs_json_ctx_t *c, const json_t *root,
+static rs_status_t read_dtype(rs__json_ctx_t *c, const json_t *root,
                               rs_dtype_t *out_p)
 {
     const char *key = json_object_get(root, "torch_dtype") != NULL
@@ -76,7 +76,7 @@ static rs_status_t read_dtype(rs_json_ctx_t *c, const json_t *root,
     return st;
 }
 
-rs_status_t rs__model_read_common(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_read_common(rs__json_ctx_t *c, const json_t *root,
                                   rs_model_h m)
 {
     rs_model_config_t *g = &m->cfg;

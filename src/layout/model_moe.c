@@ -10,7 +10,7 @@
 #define RS_MODEL_MAX_EXPERTS ((int64_t)1 << 16)
 #define RS_MODEL_MAX_WIDTH ((int64_t)1 << 31)
 
-static rs_status_t alloc_moe_layers(rs_json_ctx_t *c, rs_model_h m)
+static rs_status_t alloc_moe_layers(rs__json_ctx_t *c, rs_model_h m)
 {
     m->moe_layer = rs__arena_alloc(&m->arena, (size_t)m->cfg.layers);
     if (m->moe_layer == NULL)
@@ -20,7 +20,7 @@ static rs_status_t alloc_moe_layers(rs_json_ctx_t *c, rs_model_h m)
 }
 
 /* Marks the layers mlp_only_layers lists as dense (moe_layer[i] = 2). */
-static rs_status_t read_mlp_only(rs_json_ctx_t *c, const json_t *root,
+static rs_status_t read_mlp_only(rs__json_ctx_t *c, const json_t *root,
                                  rs_model_h m)
 {
     json_t *list = NULL;
@@ -60,7 +60,7 @@ static void mark_sparse(rs_model_h m, int64_t step)
     }
 }
 
-rs_status_t rs__model_moe_keys(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_moe_keys(rs__json_ctx_t *c, const json_t *root,
                                rs_model_h m)
 {
     rs_model_config_t *g = &m->cfg;

@@ -16,7 +16,7 @@ static const char *const scheme_names[] = {"dynamic", "static"};
 
 /* An optional string key that must be one of names[0..n): its index in
  * *idx_p, left alone when the key is absent or null. */
-static rs_status_t read_choice(rs_json_ctx_t *c, const json_t *q,
+static rs_status_t read_choice(rs__json_ctx_t *c, const json_t *q,
                                const char *key, const char *const *names,
                                size_t n, size_t *idx_p)
 {
@@ -39,7 +39,7 @@ static rs_status_t read_choice(rs_json_ctx_t *c, const json_t *q,
 
 /* weight_block_size: [rows, columns], both positive; absent or null means
  * one scale per tensor. */
-static rs_status_t read_block(rs_json_ctx_t *c, const json_t *q,
+static rs_status_t read_block(rs__json_ctx_t *c, const json_t *q,
                               int64_t block[2])
 {
     json_t *v = NULL;
@@ -69,7 +69,7 @@ static rs_status_t read_block(rs_json_ctx_t *c, const json_t *q,
 
 /* modules_to_not_convert: null or an array of module names, kept in the
  * model's arena (the JSON is freed once the config is read). */
-static rs_status_t read_excluded(rs_json_ctx_t *c, const json_t *q,
+static rs_status_t read_excluded(rs__json_ctx_t *c, const json_t *q,
                                  rs_model_h m, rs_model_quant_t *out)
 {
     json_t *v = NULL;
@@ -98,7 +98,7 @@ static rs_status_t read_excluded(rs_json_ctx_t *c, const json_t *q,
     return st;
 }
 
-static rs_status_t read_fields(rs_json_ctx_t *c, const json_t *q,
+static rs_status_t read_fields(rs__json_ctx_t *c, const json_t *q,
                                rs_model_h m, rs_model_quant_t *out)
 {
     const char *method = NULL;
@@ -124,7 +124,7 @@ static rs_status_t read_fields(rs_json_ctx_t *c, const json_t *q,
     return RS_OK;
 }
 
-rs_status_t rs__model_read_quant(rs_json_ctx_t *c, const json_t *root,
+rs_status_t rs__model_read_quant(rs__json_ctx_t *c, const json_t *root,
                                  rs_model_h m)
 {
     json_t *q = NULL;

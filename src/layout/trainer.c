@@ -29,7 +29,7 @@ rs_status_t rs_layout_trainer_shards_ex(rs_model_h model,
                                         unsigned flags, rs_shard_cb cb,
                                         void *ctx, rs_diag_t *diag)
 {
-    rs_trainer_plan_t plan;
+    rs__trainer_plan_t plan;
     rs_status_t st;
 
     if (cb == NULL)
@@ -55,7 +55,7 @@ static rs_status_t add_one(void *ctx, const rs_shard_desc_t *shard)
 
 /* The rank's shards, then its table (so a rank without shards still has
  * one, as it would after loading the blobs rs_layout_write_table emits). */
-static rs_status_t publish_rank(const rs_trainer_plan_t *plan, int64_t rank,
+static rs_status_t publish_rank(const rs__trainer_plan_t *plan, int64_t rank,
                                 publish_ctx_t *p)
 {
     char session[32];
@@ -89,7 +89,7 @@ rs_status_t rs_layout_publish_all_ex(rs_model_h model,
                                      unsigned flags, rs_sources_h sources,
                                      rs_diag_t *diag)
 {
-    rs_trainer_plan_t plan;
+    rs__trainer_plan_t plan;
     rs_sources_h scratch = NULL;
     publish_ctx_t p = {NULL, diag};
     rs_status_t st;

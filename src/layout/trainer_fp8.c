@@ -23,7 +23,7 @@ static int inner_blocks(int64_t lo, int64_t n, int64_t full, int64_t b,
     return *ghi > *glo;
 }
 
-rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs_trainer_plan_t *plan,
+rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs__trainer_plan_t *plan,
                                  const rs_tensor_info_t *t,
                                  const int64_t *off, const int64_t *shape,
                                  rs_diag_t *diag)

@@ -10,7 +10,7 @@
 #include "reshard_layout/layout.h"
 
 /* How megatron splits a tensor across the tp ranks of its stage. */
-typedef enum rs_tensor_role {
+typedef enum rs__tensor_role {
     RS_ROLE_REPLICATED = 0, /* norms, routers, MLA down-projections */
     RS_ROLE_COLUMN,         /* dim 0 in tp equal parts */
     RS_ROLE_KV,             /* column, kv heads replicated when fewer than tp */
@@ -19,18 +19,18 @@ typedef enum rs_tensor_role {
     RS_ROLE_EXPERT_WHOLE,   /* a routed expert's tensor, never etp-split */
     RS_ROLE_EXPERT_COLUMN,  /* a routed expert's gate/up: dim 0 by etp */
     RS_ROLE_EXPERT_ROW,     /* a routed expert's down: dim 1 by etp */
-} rs_tensor_role_t;
+} rs__tensor_role_t;
 
-typedef struct rs_trainer_tensor {
-    uint8_t role;  /* rs_tensor_role_t */
+typedef struct rs__trainer_tensor {
+    uint8_t role;  /* rs__tensor_role_t */
     uint8_t fp8;   /* the checkpoint stores it in FP8 (quant_impl.h) */
     int32_t stage; /* pipeline stage holding it (megatron) */
-} rs_trainer_tensor_t;
+} rs__trainer_tensor_t;
 
-typedef struct rs_trainer_plan {
+typedef struct rs__trainer_plan {
     rs_model_h model;
     rs_layout_t layout;          /* checked: world and dp filled */
-    rs_trainer_tensor_t *tensors; /* per manifest tensor */
+    rs__trainer_tensor_t *tensors; /* per manifest tensor */
     size_t num_tensors;
     /* Borrowed. When set, each shard is published as its sub-boxes at
      * these cuts (rs_cuts_split), one after another from where the whole
@@ -42,20 +42,20 @@ typedef struct rs_trainer_plan {
     unsigned flags;
     rs_quant_desc_t quant;
     int64_t quant_block[2];
-} rs_trainer_plan_t;
+} rs__trainer_plan_t;
 
 /* Checks a copy of `layout` against the model (a trainer layout only),
  * classifies every tensor and keeps cuts (may be NULL) and flags; with
  * RS_LAYOUT_FP8_COPIES reads the model's FP8 spec (a model without one
  * publishes no copies). */
-rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
+rs_status_t rs__trainer_plan_init(rs__trainer_plan_t *plan, rs_model_h model,
                                   const rs_layout_t *layout, rs_cuts_h cuts,
                                   unsigned flags, rs_diag_t *diag);
-void rs__trainer_plan_free(rs_trainer_plan_t *plan);
+void rs__trainer_plan_free(rs__trainer_plan_t *plan);
 
 /* Calls cb for every non-empty shard of `rank` (or, with plan->cuts, every
  * sub-box of one), in manifest order, with its packed address. */
-rs_status_t rs__trainer_plan_walk(const rs_trainer_plan_t *plan, int64_t rank,
+rs_status_t rs__trainer_plan_walk(const rs__trainer_plan_t *plan, int64_t rank,
                                   rs_shard_cb cb, void *ctx, rs_diag_t *diag);
 
 /* Places one box of a tensor (whole, or as its sub-boxes at the plan's
@@ -67,7 +67,7 @@ rs_status_t rs__trainer_emit(struct walk *w, const rs_tensor_info_t *t,
  * "<src>#<spec>" over the blocks lying wholly inside the shard and its
  * scales "<src>#<spec>#scale" over their block grid; nothing when no
  * block lies wholly inside (trainer_fp8.c). */
-rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs_trainer_plan_t *plan,
+rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs__trainer_plan_t *plan,
                                  const rs_tensor_info_t *t,
                                  const int64_t *off, const int64_t *shape,
                                  rs_diag_t *diag);

@@ -56,7 +56,7 @@ static const char *const column[] = {"q_proj", "q_b_proj", "kv_b_proj",
                                      "gate_proj", "up_proj", NULL};
 static const char *const row[] = {"o_proj", "down_proj", NULL};
 
-static rs_tensor_role_t classify(const rs_tensor_info_t *t)
+static rs__tensor_role_t classify(const rs_tensor_info_t *t)
 {
     const char *mod;
     size_t len;
@@ -105,7 +105,7 @@ static rs_status_t check_trainer_layout(const rs_layout_t *l, rs_diag_t *diag)
     return RS_OK;
 }
 
-rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
+rs_status_t rs__trainer_plan_init(rs__trainer_plan_t *plan, rs_model_h model,
                                   const rs_layout_t *layout, rs_cuts_h cuts,
                                   unsigned flags, rs_diag_t *diag)
 {
@@ -120,7 +120,7 @@ rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
         (st = check_trainer_layout(&l, diag)) != RS_OK)
         return st;
     size_t n = rs_model_num_tensors(model);
-    rs_trainer_tensor_t *tensors = calloc(n ? n : 1, sizeof(*tensors));
+    rs__trainer_tensor_t *tensors = calloc(n ? n : 1, sizeof(*tensors));
     if (tensors == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     const rs_model_config_t *cfg = rs_model_config(model);
@@ -146,7 +146,7 @@ rs_status_t rs__trainer_plan_init(rs_trainer_plan_t *plan, rs_model_h model,
     return st;
 }
 
-void rs__trainer_plan_free(rs_trainer_plan_t *plan)
+void rs__trainer_plan_free(rs__trainer_plan_t *plan)
 {
     if (plan == NULL)
         return;

@@ -38,7 +38,7 @@ rs_status_t rs_layout_write_table_ex(rs_model_h model,
                                      rs_cuts_h cuts, unsigned flags, FILE *out,
                                      rs_diag_t *diag)
 {
-    rs_trainer_plan_t plan;
+    rs__trainer_plan_t plan;
     table_ctx_t c = {NULL, RS_OK};
     rs_table_info_t info = {0};
     char session[32];

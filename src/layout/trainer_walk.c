@@ -19,7 +19,7 @@
 
 /* One rank's coordinates and where its next shard goes. */
 typedef struct walk {
-    const rs_trainer_plan_t *plan;
+    const rs__trainer_plan_t *plan;
     const rs_model_config_t *cfg;
     int64_t rank, tp_rank, dp_rank, pp_rank, ep_rank, etp_rank;
     char session[32];
@@ -29,7 +29,7 @@ typedef struct walk {
     rs_diag_t *diag;
 } walk_t;
 
-static void walk_init(walk_t *w, const rs_trainer_plan_t *plan, int64_t rank)
+static void walk_init(walk_t *w, const rs__trainer_plan_t *plan, int64_t rank)
 {
     const rs_layout_t *l = &plan->layout;
     memset(w, 0, sizeof(*w));
@@ -106,13 +106,13 @@ static rs_status_t megatron_box(const walk_t *w, size_t index,
                                 const rs_tensor_info_t *t, int64_t *off,
                                 int64_t *shape, int *have_p)
 {
-    const rs_trainer_tensor_t *tt = &w->plan->tensors[index];
+    const rs__trainer_tensor_t *tt = &w->plan->tensors[index];
     int64_t tp = w->plan->layout.tp;
 
     *have_p = tt->stage == w->pp_rank;
     if (!*have_p)
         return RS_OK;
-    switch ((rs_tensor_role_t)tt->role) {
+    switch ((rs__tensor_role_t)tt->role) {
     case RS_ROLE_COLUMN:
         return split_equal(w, t, 0, tp, w->tp_rank, off, shape);
     case RS_ROLE_KV:
@@ -268,7 +268,7 @@ static rs_status_t walk_tensor(walk_t *w, size_t i)
     return st;
 }
 
-rs_status_t rs__trainer_plan_walk(const rs_trainer_plan_t *plan, int64_t rank,
+rs_status_t rs__trainer_plan_walk(const rs__trainer_plan_t *plan, int64_t rank,
                                   rs_shard_cb cb, void *ctx, rs_diag_t *diag)
 {
     walk_t w;

@@ -11,17 +11,17 @@
 
 /* A vocab-parallel parameter [Vp, H] (Vp = round_up(V, 64 T) / T) filled
  * from rows [r Vp, r Vp + n) of `src`; rows n..Vp are padding. */
-static rs_status_t vocab_parallel(vb_t *b, const char *param, const char *src)
+static rs_status_t vocab_parallel(rs__vllm_builder_t *b, const char *param, const char *src)
 {
     int64_t V = b->cfg->vocab, H = b->cfg->hidden, align;
     if (!rs__mul_i64(64, b->tp, &align) || V > INT64_MAX - align)
-        return rs__vb_fail(b, "tp=%lld is too large", (long long)b->tp);
+        return rs__vllm_fail(b, "tp=%lld is too large", (long long)b->tp);
     int64_t vp = (V + align - 1) / align * align / b->tp;
     int64_t start = b->tp_rank * vp;
     int64_t n = V - start < 0 ? 0 : (V - start < vp ? V - start : vp);
     int64_t shape[2] = {vp, H}, src_shape[2] = {V, H}, dest[2] = {n, H};
     rs_param_info_t p;
-    rs_status_t st = rs__vb_param(b, param, src, 2, shape);
+    rs_status_t st = rs__vllm_param(b, param, src, 2, shape);
 
     if (st != RS_OK)
         return st;
@@ -29,16 +29,16 @@ static rs_status_t vocab_parallel(vb_t *b, const char *param, const char *src)
     b->padding += (uint64_t)((vp - n) * H) * rs_dtype_size(p.dtype);
     if (n == 0) /* a rank past the vocabulary holds padding only */
         return RS_OK;
-    rs_op_t op = rs__vb_narrow(0, start, n);
-    return rs__vb_copy(b, src, 2, src_shape, &op, 1, param, 0, 2, dest);
+    rs_op_t op = rs__vllm_narrow(0, start, n);
+    return rs__vllm_copy(b, src, 2, src_shape, &op, 1, param, 0, 2, dest);
 }
 
 /* The last stage's final norm and LM head. With tied embeddings the head is
  * the embedding itself when one stage holds both; a last stage without the
  * embedding loads its head from the embedding tensor. */
-static rs_status_t last_stage(vb_t *b)
+static rs_status_t last_stage(rs__vllm_builder_t *b)
 {
-    rs_status_t st = rs__vb_whole(b, "model.norm.weight");
+    rs_status_t st = rs__vllm_whole(b, "model.norm.weight");
     if (st != RS_OK)
         return st;
     if (!b->cfg->tie_embeddings)
@@ -48,20 +48,20 @@ static rs_status_t last_stage(vb_t *b)
     return RS_OK;
 }
 
-static rs_status_t layer(vb_t *b, int64_t l)
+static rs_status_t layer(rs__vllm_builder_t *b, int64_t l)
 {
-    rs_status_t st = rs__vb_whole_layer(b, l, "input_layernorm.weight");
+    rs_status_t st = rs__vllm_whole_layer(b, l, "input_layernorm.weight");
     if (st == RS_OK)
-        st = b->cfg->arch == RS_ARCH_DEEPSEEK ? rs__vb_mla_attention(b, l)
-                                              : rs__vb_gqa_attention(b, l);
+        st = b->cfg->arch == RS_ARCH_DEEPSEEK ? rs__vllm_mla_attention(b, l)
+                                              : rs__vllm_gqa_attention(b, l);
     if (st == RS_OK)
-        st = rs__vb_whole_layer(b, l, "post_attention_layernorm.weight");
+        st = rs__vllm_whole_layer(b, l, "post_attention_layernorm.weight");
     if (st == RS_OK)
-        st = rs__vb_layer_mlp(b, l);
+        st = rs__vllm_layer_mlp(b, l);
     return st;
 }
 
-static rs_status_t build(vb_t *b)
+static rs_status_t build(rs__vllm_builder_t *b)
 {
     rs_status_t st = RS_OK;
     if (b->pp_rank == 0)
@@ -76,7 +76,7 @@ static rs_status_t build(vb_t *b)
 
 /* Degrees of the layout, the rank's coordinates and its stage's layers
  * (as even as possible, earlier stages taking the extra layer). */
-static rs_status_t place(vb_t *b, const rs_layout_t *layout, int64_t rank)
+static rs_status_t place(rs__vllm_builder_t *b, const rs_layout_t *layout, int64_t rank)
 {
     int64_t world;
     b->tp = layout->tp;
@@ -86,7 +86,7 @@ static rs_status_t place(vb_t *b, const rs_layout_t *layout, int64_t rank)
     b->rank = rank;
     if (b->tp < 1 || b->pp < 1 || b->ep < 1 ||
         !rs__mul_i64(b->tp, b->pp, &world) || !rs__mul_i64(world, b->dp, &world))
-        return rs__vb_fail(b, "tp, pp, ep and dp must be >= 1");
+        return rs__vllm_fail(b, "tp, pp, ep and dp must be >= 1");
     if (rank < 0 || rank >= world)
         return rs__diag_set(b->diag, RS_ERR_INVALID_ARG, "vllm layout: rank "
                             "%lld outside 0..%lld", (long long)rank,
@@ -107,7 +107,7 @@ rs_status_t rs_layout_capture(rs_model_h model, const rs_layout_t *layout,
                               uint64_t *padding_bytes_p)
 {
     rs_layout_t checked;
-    vb_t b;
+    rs__vllm_builder_t b;
     rs_status_t st;
 
     if (model == NULL || layout == NULL || capture_p == NULL)

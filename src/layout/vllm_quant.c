@@ -14,7 +14,7 @@
 #include "layout/quant_impl.h"
 #include "layout/vllm_impl.h"
 
-int rs__vb_quantized(vb_t *b, const char *src)
+int rs__vllm_quantized(rs__vllm_builder_t *b, const char *src)
 {
     return b->quant.scheme != RS_QUANT_NONE &&
            rs__layout_fp8_tensor(b->model, src);
@@ -22,7 +22,7 @@ int rs__vb_quantized(vb_t *b, const char *src)
 
 static void scale_name(char *out, const char *param)
 {
-    snprintf(out, VB_NAME_MAX + 16, "%s_scale_inv", param);
+    snprintf(out, RS_VLLM_NAME_MAX + 16, "%s_scale_inv", param);
 }
 
 static int64_t ceil_div(int64_t a, int64_t b)
@@ -30,13 +30,13 @@ static int64_t ceil_div(int64_t a, int64_t b)
     return a / b + (a % b != 0);
 }
 
-rs_status_t rs__vb_quant_params(vb_t *b, const char *name, int ndim,
+rs_status_t rs__vllm_quant_params(rs__vllm_builder_t *b, const char *name, int ndim,
                                 const int64_t *shape)
 {
-    char scale[VB_NAME_MAX + 16];
+    char scale[RS_VLLM_NAME_MAX + 16];
     int64_t grid[RS_MAX_DIMS];
     if (ndim < 2 || ndim > 3)
-        return rs__vb_fail(b, "parameter '%s': an FP8 weight has 2 or 3 "
+        return rs__vllm_fail(b, "parameter '%s': an FP8 weight has 2 or 3 "
                            "dims, not %d", name, ndim);
     memcpy(grid, shape, (size_t)ndim * sizeof(int64_t));
     grid[ndim - 2] = ceil_div(shape[ndim - 2], b->quant.block[0]);
@@ -87,7 +87,7 @@ static int view_box(const rs_tensor_info_t *t, const rs_copy_desc_t *c,
 static const char *const dim_names[2] = {"rows", "columns"};
 
 /* The view of dim d takes whole blocks, or the whole dim. */
-static rs_status_t check_view(vb_t *b, const rs_tensor_info_t *t,
+static rs_status_t check_view(rs__vllm_builder_t *b, const rs_tensor_info_t *t,
                               const int64_t *lo, const int64_t *len)
 {
     const int64_t *blk = b->quant.block;
@@ -95,7 +95,7 @@ static rs_status_t check_view(vb_t *b, const rs_tensor_info_t *t,
         if ((lo[d] == 0 && len[d] == t->shape[d]) ||
             (lo[d] % blk[d] == 0 && len[d] % blk[d] == 0))
             continue;
-        return rs__vb_fail(b, "tensor '%s' [%lld, %lld]: this rank's %s "
+        return rs__vllm_fail(b, "tensor '%s' [%lld, %lld]: this rank's %s "
                            "[%lld, %lld) cut its %lldx%lld FP8 blocks "
                            "(quantization_config.weight_block_size): a "
                            "tensor-parallel slice must be a whole number of "
@@ -109,7 +109,7 @@ static rs_status_t check_view(vb_t *b, const rs_tensor_info_t *t,
 
 /* Where the copy lands in the param (coordinates of dest_offset), on block
  * boundaries, each part ending on one or at the param's end. */
-static rs_status_t check_dest(vb_t *b, const rs_tensor_info_t *t,
+static rs_status_t check_dest(rs__vllm_builder_t *b, const rs_tensor_info_t *t,
                               const rs_copy_desc_t *c,
                               const rs_param_info_t *p, int64_t *at)
 {
@@ -123,7 +123,7 @@ static rs_status_t check_dest(vb_t *b, const rs_tensor_info_t *t,
         int64_t blk = b->quant.block[k], n = c->dest_shape[c->ndim - 2 + k];
         if (at[d] % blk == 0 && (n % blk == 0 || at[d] + n == p->shape[d]))
             continue;
-        return rs__vb_fail(b, "parameter '%s': tensor '%s' [%lld, %lld] lands "
+        return rs__vllm_fail(b, "parameter '%s': tensor '%s' [%lld, %lld] lands "
                            "at %s [%lld, %lld), across its %lldx%lld FP8 "
                            "blocks: every part of a merged FP8 weight but the "
                            "last must be a whole number of blocks", p->name,
@@ -138,25 +138,25 @@ static rs_status_t check_dest(vb_t *b, const rs_tensor_info_t *t,
 
 /* A merged weight is FP8 or not as a whole: vLLM refuses one whose parts
  * modules_to_not_convert splits. */
-static rs_status_t check_same(vb_t *b, const rs_tensor_info_t *t,
+static rs_status_t check_same(rs__vllm_builder_t *b, const rs_tensor_info_t *t,
                               const rs_param_info_t *p, long scale_idx)
 {
-    int src_q = rs__vb_quantized(b, t->name);
+    int src_q = rs__vllm_quantized(b, t->name);
     int param_q = p->dtype == b->quant.format && scale_idx >= 0;
     if (src_q == param_q)
         return RS_OK;
-    return rs__vb_fail(b, "parameter '%s' is %s but tensor '%s' is %s "
+    return rs__vllm_fail(b, "parameter '%s' is %s but tensor '%s' is %s "
                        "(quantization_config.modules_to_not_convert names "
                        "some parts of a merged weight but not all)", p->name,
                        param_q ? "FP8" : "not FP8", t->name,
                        src_q ? "FP8" : "not FP8");
 }
 
-rs_status_t rs__vb_quant_copy(vb_t *b, const rs_tensor_info_t *t,
+rs_status_t rs__vllm_quant_copy(rs__vllm_builder_t *b, const rs_tensor_info_t *t,
                               const rs_copy_desc_t *c,
                               const rs_param_info_t *p)
 {
-    char scale[VB_NAME_MAX + 16];
+    char scale[RS_VLLM_NAME_MAX + 16];
     int64_t lo[RS_MAX_DIMS], len[RS_MAX_DIMS], at[RS_MAX_DIMS];
     int64_t shape[2], stride[2];
     rs_param_info_t sp;

@@ -43,7 +43,7 @@ void rs_capture_destroy(rs_capture_h capture)
 /* The id of a source name, interned on first use; 0 on exhaustion. */
 static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)
 {
-    rs_cap_name_t n = {NULL, -1, rs__hash_str(name)};
+    rs__capture_name_t n = {NULL, -1, rs__hash_str(name)};
     if (rs__strmap_get_hashed(&capture->name_index, name, n.hash, id_p))
         return 1;
     n.name = rs__arena_strdup(&capture->arena, name);
@@ -56,7 +56,7 @@ static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)
     return 1;
 }
 
-static int64_t *dup_dims(rs_arena_t *a, const int64_t *dims, int n)
+static int64_t *dup_dims(rs__arena_t *a, const int64_t *dims, int n)
 {
     return rs__arena_memdup(a, dims, (size_t)(n > 0 ? n : 1) * sizeof(int64_t));
 }
@@ -92,7 +92,7 @@ rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
                                  int ndim, const int64_t *shape,
                                  rs_dtype_t dtype, rs_diag_t *diag)
 {
-    rs_cap_param_t p = {0};
+    rs__capture_param_t p = {0};
     uint32_t ignored;
     int64_t bytes = 0; /* set on RS_OK; gcc -O3 cannot tell */
 
@@ -118,7 +118,7 @@ rs_status_t rs_capture_add_param(rs_capture_h capture, const char *name,
     return RS_OK;
 }
 
-static int same_source(const rs_cap_source_t *s, int ndim,
+static int same_source(const rs__capture_source_t *s, int ndim,
                        const int64_t *shape, rs_dtype_t dtype)
 {
     if (s->ndim != ndim || s->dtype != dtype)
@@ -131,7 +131,7 @@ static int same_source(const rs_cap_source_t *s, int ndim,
 }
 
 /* A second declaration must say the same; it then adds nothing. */
-static rs_status_t redeclared(const rs_cap_source_t *s, int ndim,
+static rs_status_t redeclared(const rs__capture_source_t *s, int ndim,
                               const int64_t *shape, rs_dtype_t dtype,
                               rs_diag_t *diag)
 {
@@ -150,7 +150,7 @@ rs_status_t rs_capture_declare_source(rs_capture_h capture, const char *src,
                                       int ndim, const int64_t *shape,
                                       rs_dtype_t dtype, rs_diag_t *diag)
 {
-    rs_cap_source_t s = {0};
+    rs__capture_source_t s = {0};
     uint32_t name_id;
     int64_t numel, bytes;
 
@@ -176,7 +176,7 @@ rs_status_t rs_capture_declare_source(rs_capture_h capture, const char *src,
 }
 
 /* Copies the variable-length parts of an op into the arena. */
-static int dup_op(rs_arena_t *a, const rs_op_t *in, rs_op_t *out)
+static int dup_op(rs__arena_t *a, const rs_op_t *in, rs_op_t *out)
 {
     *out = *in;
     out->list = NULL;
@@ -222,8 +222,8 @@ static rs_status_t check_copy_shape(const rs_copy_desc_t *c, rs_diag_t *diag)
 
 /* The copy's op chain and destination dims, into the arena: the first copy
  * of a geometry (later ones share its arrays). */
-static rs_status_t dup_geometry(rs_arena_t *a, const rs_copy_desc_t *copy,
-                                rs_cap_copy_t *c)
+static rs_status_t dup_geometry(rs__arena_t *a, const rs_copy_desc_t *copy,
+                                rs__capture_copy_t *c)
 {
     c->ops = rs__arena_alloc(a, (copy->nops ? copy->nops : 1) * sizeof(rs_op_t));
     c->dest_shape = dup_dims(a, copy->dest_shape, copy->ndim);
@@ -240,8 +240,8 @@ static rs_status_t dup_geometry(rs_arena_t *a, const rs_copy_desc_t *copy,
 rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy,
                                 rs_diag_t *diag)
 {
-    rs_cap_copy_t c = {0};
-    rs_arena_t *a;
+    rs__capture_copy_t c = {0};
+    rs__arena_t *a;
 
     if (capture == NULL || copy == NULL || copy->src == NULL ||
         copy->param == NULL || (copy->nops > 0 && copy->ops == NULL))
@@ -264,7 +264,7 @@ rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy
     if (c.param == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     uint64_t hash;
-    const rs_cap_copy_t *same = rs__capture_geom_find(capture, copy, &hash);
+    const rs__capture_copy_t *same = rs__capture_geom_find(capture, copy, &hash);
     if (same != NULL) {
         c.ops = same->ops;
         c.dest_shape = same->dest_shape;
@@ -287,7 +287,7 @@ rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy
 rs_status_t rs_capture_add_unsupported(rs_capture_h capture, const char *src,
                                        const char *reason, rs_diag_t *diag)
 {
-    rs_cap_unsupported_t u;
+    rs__capture_unsupported_t u;
     uint32_t ignored;
 
     if (capture == NULL || src == NULL)
@@ -315,7 +315,7 @@ size_t rs_capture_num_params(rs_capture_h capture) { return capture->params_len;
 
 void rs_capture_param(rs_capture_h capture, size_t index, rs_param_info_t *info_p)
 {
-    const rs_cap_param_t *p = &capture->params[index];
+    const rs__capture_param_t *p = &capture->params[index];
     info_p->name = p->name;
     info_p->ndim = p->ndim;
     info_p->shape = p->shape;
@@ -333,7 +333,7 @@ size_t rs_capture_num_copies(rs_capture_h capture) { return capture->copies_len;
 
 void rs_capture_copy(rs_capture_h capture, size_t index, rs_copy_desc_t *copy_p)
 {
-    const rs_cap_copy_t *c = &capture->copies[index];
+    const rs__capture_copy_t *c = &capture->copies[index];
     copy_p->src = c->src;
     copy_p->param = c->param;
     copy_p->ops = c->ops;
@@ -345,7 +345,7 @@ void rs_capture_copy(rs_capture_h capture, size_t index, rs_copy_desc_t *copy_p)
     copy_p->dest_dtype = c->dest_dtype;
 }
 
-const rs_cap_source_t *rs__capture_find_source(rs_capture_h capture,
+const rs__capture_source_t *rs__capture_find_source(rs_capture_h capture,
                                                const char *name)
 {
     long i = rs_capture_find_source(capture, name);
@@ -360,7 +360,7 @@ size_t rs_capture_num_sources(rs_capture_h capture)
 void rs_capture_source(rs_capture_h capture, size_t index,
                        rs_source_info_t *info_p)
 {
-    const rs_cap_source_t *s = &capture->sources[index];
+    const rs__capture_source_t *s = &capture->sources[index];
     info_p->name = s->name;
     info_p->ndim = s->ndim;
     info_p->shape = s->shape;

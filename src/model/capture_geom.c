@@ -72,7 +72,7 @@ static int same_op(const rs_op_t *a, const rs_op_t *b)
     return 1;
 }
 
-static int same_geom(const rs_copy_desc_t *d, const rs_cap_copy_t *c)
+static int same_geom(const rs_copy_desc_t *d, const rs__capture_copy_t *c)
 {
     if (d->nops != c->nops || d->ndim != c->ndim ||
         !same_dims(d->dest_shape, c->dest_shape, (size_t)d->ndim) ||
@@ -85,7 +85,7 @@ static int same_geom(const rs_copy_desc_t *d, const rs_cap_copy_t *c)
     return 1;
 }
 
-const rs_cap_copy_t *rs__capture_geom_find(rs_capture_h cap,
+const rs__capture_copy_t *rs__capture_geom_find(rs_capture_h cap,
                                            const rs_copy_desc_t *d,
                                            uint64_t *hash_p)
 {
@@ -98,7 +98,7 @@ const rs_cap_copy_t *rs__capture_geom_find(rs_capture_h cap,
         uint32_t g = cap->geom_slots[i];
         if (g == 0)
             return NULL;
-        const rs_cap_geom_t *e = &cap->geoms[g - 1];
+        const rs__capture_geom_t *e = &cap->geoms[g - 1];
         if (e->hash == h && same_geom(d, &cap->copies[e->copy]))
             return &cap->copies[e->copy];
     }
@@ -130,7 +130,7 @@ static int grow(rs_capture_h cap)
 int rs__capture_geom_add(rs_capture_h cap, size_t copy, uint64_t hash,
                          uint32_t *id_p)
 {
-    rs_cap_geom_t e = {hash, copy};
+    rs__capture_geom_t e = {hash, copy};
     if (cap->geoms_len >= UINT32_MAX - 1 ||
         ((cap->geoms_len + 1) * 2 > cap->geom_slots_len && !grow(cap)) ||
         !RS_VEC_PUSH(cap, geoms, e))

@@ -8,16 +8,16 @@
 #include "core/vec.h"
 #include "reshard/capture.h"
 
-typedef struct rs_cap_param {
+typedef struct rs__capture_param {
     const char *name;
     int ndim;
     int64_t *shape;
     rs_dtype_t dtype;
     int64_t numel;
     uint64_t nbytes;
-} rs_cap_param_t;
+} rs__capture_param_t;
 
-typedef struct rs_cap_copy {
+typedef struct rs__capture_copy {
     const char *src;    /* the interned name: names[src_id].name */
     const char *param;
     uint32_t src_id;    /* index into names */
@@ -33,50 +33,50 @@ typedef struct rs_cap_copy {
     rs_quant_desc_t *quant; /* in the arena; NULL when not quantized */
     uint32_t geom;      /* geometry id: copies with equal ops, dest shape and
                          * dest strides share it (and those arrays) */
-} rs_cap_copy_t;
+} rs__capture_copy_t;
 
 /* One numbered geometry: its hash and the first copy that has it. */
-typedef struct rs_cap_geom {
+typedef struct rs__capture_geom {
     uint64_t hash;
     size_t copy;
-} rs_cap_geom_t;
+} rs__capture_geom_t;
 
 /* The full shape and dtype the loader assumed for one source. */
-typedef struct rs_cap_source {
+typedef struct rs__capture_source {
     const char *name;
     int ndim;
     int64_t *shape;
     rs_dtype_t dtype;
-} rs_cap_source_t;
+} rs__capture_source_t;
 
-typedef struct rs_cap_unsupported {
+typedef struct rs__capture_unsupported {
     const char *src;
     const char *reason;
     uint32_t src_id;    /* index into names */
-} rs_cap_unsupported_t;
+} rs__capture_unsupported_t;
 
 /* Every source name a copy, declaration or unsupported entry uses, held
  * once: the planner indexes its per-source records by name id instead of
  * hashing a name per copy (docs/performance.md, "What a plan does per
  * copy"). */
-typedef struct rs_cap_name {
+typedef struct rs__capture_name {
     const char *name;
     long decl;          /* index into sources, or -1 when undeclared */
     uint64_t hash;      /* rs__hash_str(name), for the planner's lookups */
-} rs_cap_name_t;
+} rs__capture_name_t;
 
 struct rs_capture {
-    rs_arena_t arena;
-    RS_VEC(rs_cap_param_t, params);
-    rs_strmap_t param_index;
-    RS_VEC(rs_cap_copy_t, copies);
-    RS_VEC(rs_cap_source_t, sources);
-    RS_VEC(rs_cap_unsupported_t, unsupported);
-    rs_strmap_t unsupported_index;
-    RS_VEC(rs_cap_name_t, names);
-    rs_strmap_t name_index;
+    rs__arena_t arena;
+    RS_VEC(rs__capture_param_t, params);
+    rs__strmap_t param_index;
+    RS_VEC(rs__capture_copy_t, copies);
+    RS_VEC(rs__capture_source_t, sources);
+    RS_VEC(rs__capture_unsupported_t, unsupported);
+    rs__strmap_t unsupported_index;
+    RS_VEC(rs__capture_name_t, names);
+    rs__strmap_t name_index;
     int64_t unattributed;
-    RS_VEC(rs_cap_geom_t, geoms);   /* by geometry id */
+    RS_VEC(rs__capture_geom_t, geoms);   /* by geometry id */
     uint32_t *geom_slots;           /* open addressing: id + 1, 0 empty */
     size_t geom_slots_len;          /* a power of two, or 0 */
 };
@@ -85,14 +85,14 @@ void rs__capture_set_unattributed(rs_capture_h capture, int64_t count);
 
 /* The declared source of that name, or NULL (an older capture, or a source
  * its producer did not declare). */
-const rs_cap_source_t *rs__capture_find_source(rs_capture_h capture,
+const rs__capture_source_t *rs__capture_find_source(rs_capture_h capture,
                                                const char *name);
 
 /* Geometry numbering (capture_geom.c). find: the copy already added with
  * the descriptor's op chain, dest shape and dest strides, or NULL; *hash_p
  * receives the hash for a following add. add: numbers a new geometry whose
  * first copy is `copy`; 0 on exhaustion. */
-const rs_cap_copy_t *rs__capture_geom_find(rs_capture_h cap,
+const rs__capture_copy_t *rs__capture_geom_find(rs_capture_h cap,
                                            const rs_copy_desc_t *d,
                                            uint64_t *hash_p);
 int rs__capture_geom_add(rs_capture_h cap, size_t copy, uint64_t hash,

@@ -15,9 +15,9 @@
 
 /* What an op parser reads from: the op array and scratch for its lists. */
 typedef struct op_in {
-    rs_json_ctx_t *c;
+    rs__json_ctx_t *c;
     const json_t *arr;   /* ["name", args...] */
-    rs_arena_t *scratch; /* lists and keys live here until the copy is added */
+    rs__arena_t *scratch; /* lists and keys live here until the copy is added */
 } op_in_t;
 
 typedef rs_status_t (*op_parse_fn)(op_in_t *in, rs_op_t *op);
@@ -110,7 +110,7 @@ static rs_status_t parse_slice(op_in_t *in, rs_op_t *op)
 }
 
 /* One getitem slice key: [start|null, stop|null, step|null]. */
-static rs_status_t parse_slice_key(rs_json_ctx_t *c, const json_t *v,
+static rs_status_t parse_slice_key(rs__json_ctx_t *c, const json_t *v,
                                    rs_key_t *k)
 {
     int64_t *fields[3] = {&k->start, &k->stop, &k->step};
@@ -134,7 +134,7 @@ static rs_status_t parse_slice_key(rs_json_ctx_t *c, const json_t *v,
     return st;
 }
 
-static rs_status_t parse_key(rs_json_ctx_t *c, const json_t *v, rs_key_t *k)
+static rs_status_t parse_key(rs__json_ctx_t *c, const json_t *v, rs_key_t *k)
 {
     memset(k, 0, sizeof(*k));
     if (json_is_null(v)) {
@@ -257,7 +257,7 @@ static const op_spec_t *find_op(const char *name)
 
 /* Parses one op at the current path. An op name we do not know is left in
  * *unknown_p (the copy's source becomes unsupported) rather than failing. */
-static rs_status_t parse_op(rs_json_ctx_t *c, rs_arena_t *scratch,
+static rs_status_t parse_op(rs__json_ctx_t *c, rs__arena_t *scratch,
                             const json_t *arr, rs_op_t *op,
                             const char **unknown_p)
 {
@@ -290,7 +290,7 @@ static rs_status_t parse_op(rs_json_ctx_t *c, rs_arena_t *scratch,
     return spec->parse(&in, op);
 }
 
-static rs_status_t parse_ops(rs_json_ctx_t *c, rs_arena_t *scratch,
+static rs_status_t parse_ops(rs__json_ctx_t *c, rs__arena_t *scratch,
                              const json_t *ops, rs_copy_desc_t *d,
                              const char **unknown_p)
 {
@@ -313,7 +313,7 @@ static rs_status_t parse_ops(rs_json_ctx_t *c, rs_arena_t *scratch,
 }
 
 /* The destination fields of a copy: offset, shape, stride (same rank), dtype. */
-static rs_status_t parse_dest(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t parse_dest(rs__json_ctx_t *c, const json_t *obj,
                               rs_copy_desc_t *d, int64_t *shape,
                               int64_t *stride)
 {
@@ -347,7 +347,7 @@ static rs_status_t parse_dest(rs_json_ctx_t *c, const json_t *obj,
 }
 
 /* The copy's parameter must be declared, with the copy's dtype. */
-static rs_status_t check_param(rs_json_ctx_t *c, rs_capture_h cap,
+static rs_status_t check_param(rs__json_ctx_t *c, rs_capture_h cap,
                                const rs_copy_desc_t *d)
 {
     long idx = rs_capture_find_param(cap, d->param);
@@ -373,8 +373,8 @@ static rs_status_t check_param(rs_json_ctx_t *c, rs_capture_h cap,
     return st;
 }
 
-static rs_status_t load_copy(rs_json_ctx_t *c, rs_capture_h cap,
-                             rs_arena_t *scratch, const json_t *obj)
+static rs_status_t load_copy(rs__json_ctx_t *c, rs_capture_h cap,
+                             rs__arena_t *scratch, const json_t *obj)
 {
     rs_copy_desc_t d = {0};
     int64_t shape[RS_MAX_DIMS], stride[RS_MAX_DIMS];
@@ -411,7 +411,7 @@ static rs_status_t load_copy(rs_json_ctx_t *c, rs_capture_h cap,
     return st == RS_OK ? RS_OK : rs__json_prefix(c);
 }
 
-static rs_status_t load_copies(rs_json_ctx_t *c, rs_capture_h cap,
+static rs_status_t load_copies(rs__json_ctx_t *c, rs_capture_h cap,
                                const json_t *root)
 {
     json_t *copies = NULL;
@@ -419,7 +419,7 @@ static rs_status_t load_copies(rs_json_ctx_t *c, rs_capture_h cap,
     size_t mark = rs__json_push_key(c, "copies");
 
     for (size_t i = 0; st == RS_OK && i < json_array_size(copies); i++) {
-        rs_arena_t scratch; /* per copy, so temporaries do not pile up */
+        rs__arena_t scratch; /* per copy, so temporaries do not pile up */
         rs__arena_init(&scratch);
         size_t imark = rs__json_push_index(c, i);
         st = load_copy(c, cap, &scratch, json_array_get(copies, i));
@@ -431,7 +431,7 @@ static rs_status_t load_copies(rs_json_ctx_t *c, rs_capture_h cap,
 }
 
 /* {"shape": [...], "dtype": "..."}, as params and sources hold them. */
-static rs_status_t load_shape_dtype(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t load_shape_dtype(rs__json_ctx_t *c, const json_t *obj,
                                     int64_t *shape, int *ndim_p,
                                     rs_dtype_t *dtype_p)
 {
@@ -451,7 +451,7 @@ typedef rs_status_t (*shaped_add_fn)(rs_capture_h cap, const char *name,
                                      rs_dtype_t dtype, rs_diag_t *diag);
 
 /* A "params" or "sources" entry: a shape and dtype handed to `add`. */
-static rs_status_t load_shaped(rs_json_ctx_t *c, rs_capture_h cap,
+static rs_status_t load_shaped(rs__json_ctx_t *c, rs_capture_h cap,
                                const char *name, const json_t *obj,
                                shaped_add_fn add)
 {
@@ -467,20 +467,20 @@ static rs_status_t load_shaped(rs_json_ctx_t *c, rs_capture_h cap,
     return RS_OK;
 }
 
-static rs_status_t load_param(rs_json_ctx_t *c, rs_capture_h cap,
+static rs_status_t load_param(rs__json_ctx_t *c, rs_capture_h cap,
                               const char *name, const json_t *obj)
 {
     return load_shaped(c, cap, name, obj, rs_capture_add_param);
 }
 
 /* One "sources" entry: the full shape and dtype the loader assumed. */
-static rs_status_t load_source(rs_json_ctx_t *c, rs_capture_h cap,
+static rs_status_t load_source(rs__json_ctx_t *c, rs_capture_h cap,
                                const char *name, const json_t *obj)
 {
     return load_shaped(c, cap, name, obj, rs_capture_declare_source);
 }
 
-static rs_status_t load_reason(rs_json_ctx_t *c, rs_capture_h cap,
+static rs_status_t load_reason(rs__json_ctx_t *c, rs_capture_h cap,
                                const char *src, const json_t *v)
 {
     const char *reason = NULL;
@@ -491,12 +491,12 @@ static rs_status_t load_reason(rs_json_ctx_t *c, rs_capture_h cap,
     return st;
 }
 
-typedef rs_status_t (*entry_fn)(rs_json_ctx_t *c, rs_capture_h cap,
+typedef rs_status_t (*entry_fn)(rs__json_ctx_t *c, rs_capture_h cap,
                                 const char *name, const json_t *v);
 
 /* Walks the object under `key` (an error when required and absent), one
  * entry at a time with the JSON path pointing at it. */
-static rs_status_t load_map(rs_json_ctx_t *c, rs_capture_h cap,
+static rs_status_t load_map(rs__json_ctx_t *c, rs_capture_h cap,
                             const json_t *root, const char *key, int required,
                             entry_fn fn)
 {
@@ -518,7 +518,7 @@ static rs_status_t load_map(rs_json_ctx_t *c, rs_capture_h cap,
     return st;
 }
 
-static rs_status_t load_root(rs_json_ctx_t *c, rs_capture_h cap,
+static rs_status_t load_root(rs__json_ctx_t *c, rs_capture_h cap,
                              const json_t *root)
 {
     int64_t unattributed = 0;
@@ -539,7 +539,7 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_capture_h cap,
 }
 
 /* rs__json_root_fn: a new capture from the document, into *arg. */
-static rs_status_t load_doc(rs_json_ctx_t *c, json_t *root, void *arg)
+static rs_status_t load_doc(rs__json_ctx_t *c, json_t *root, void *arg)
 {
     rs_capture_h *capture_p = arg;
     rs_capture_h cap = NULL;

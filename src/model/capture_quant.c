@@ -67,7 +67,7 @@ static rs_status_t check_spec(const rs_quant_desc_t *q, rs_diag_t *diag,
 /* The last element the scale region reaches, which must lie inside the
  * scale parameter (an empty region reaches nothing). */
 static rs_status_t check_scale_bounds(const rs_quant_desc_t *q,
-                                      const rs_cap_param_t *p,
+                                      const rs__capture_param_t *p,
                                       rs_diag_t *diag,
                                       rs__quant_field_t *field_p)
 {
@@ -106,7 +106,7 @@ static rs_status_t check_scale(rs_capture_h cap, const rs_quant_desc_t *q,
     if (!rs__strmap_get(&cap->param_index, q->scale_param, &idx))
         return rs__diag_set(diag, RS_ERR_INPUT, "'%s' is not a declared "
                             "parameter", q->scale_param);
-    const rs_cap_param_t *p = &cap->params[idx];
+    const rs__capture_param_t *p = &cap->params[idx];
     if (p->dtype != RS_DTYPE_F32)
         return rs__diag_set(diag, RS_ERR_INPUT, "parameter '%s' is %s, scales "
                             "are f32", p->name, rs_dtype_name(p->dtype));
@@ -158,7 +158,7 @@ static rs_status_t check_declared_source(rs_capture_h cap,
                                          rs_diag_t *diag,
                                          rs__quant_field_t *field_p)
 {
-    const rs_cap_source_t *s = rs__capture_find_source(cap, copy->src);
+    const rs__capture_source_t *s = rs__capture_find_source(cap, copy->src);
 
     if (s == NULL)
         return RS_OK;
@@ -191,7 +191,7 @@ rs_status_t rs__capture_check_quant(rs_capture_h capture,
     return st;
 }
 
-static int64_t *dup_dims(rs_arena_t *a, const int64_t *dims, int n)
+static int64_t *dup_dims(rs__arena_t *a, const int64_t *dims, int n)
 {
     return rs__arena_memdup(a, dims, (size_t)(n > 0 ? n : 1) * sizeof(int64_t));
 }

@@ -30,7 +30,7 @@ static const char *scheme_name(rs_quant_scheme_t s)
 }
 
 /* Every key of `obj` is one of `keys` (NULL-terminated); the path is at obj. */
-static rs_status_t only_keys(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t only_keys(rs__json_ctx_t *c, const json_t *obj,
                              const char *const *keys, const char *usage)
 {
     const char *key;
@@ -50,7 +50,7 @@ static rs_status_t only_keys(rs_json_ctx_t *c, const json_t *obj,
     return RS_OK;
 }
 
-static rs_status_t parse_scheme(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t parse_scheme(rs__json_ctx_t *c, const json_t *obj,
                                 rs_quant_scheme_t *out)
 {
     const char *name = NULL;
@@ -70,7 +70,7 @@ static rs_status_t parse_scheme(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-static rs_status_t parse_format(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t parse_format(rs__json_ctx_t *c, const json_t *obj,
                                 rs_dtype_t *out)
 {
     rs_status_t st = rs__json_field_dtype(c, obj, "format", out);
@@ -85,7 +85,7 @@ static rs_status_t parse_format(rs_json_ctx_t *c, const json_t *obj,
 
 /* "block": required on fp8_block (1..RS_MAX_DIMS positive extents, so the
  * blocks tile any source of that rank), refused on the other schemes. */
-static rs_status_t parse_block(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t parse_block(rs__json_ctx_t *c, const json_t *obj,
                                rs__quant_in_t *in)
 {
     json_t *v = json_object_get(obj, "block");
@@ -114,7 +114,7 @@ static rs_status_t parse_block(rs_json_ctx_t *c, const json_t *obj,
 }
 
 /* "scale": {"param", "dest_offset", "dest_shape", "dest_stride"}. */
-static rs_status_t parse_scale(rs_json_ctx_t *c, const json_t *scale,
+static rs_status_t parse_scale(rs__json_ctx_t *c, const json_t *scale,
                                rs__quant_in_t *in)
 {
     static const char *const keys[] = {"param", "dest_offset", "dest_shape",
@@ -145,7 +145,7 @@ static rs_status_t parse_scale(rs_json_ctx_t *c, const json_t *scale,
     return st;
 }
 
-static rs_status_t parse_quant(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t parse_quant(rs__json_ctx_t *c, const json_t *obj,
                                rs__quant_in_t *in)
 {
     static const char *const keys[] = {"scheme", "format", "block", "scale",
@@ -168,7 +168,7 @@ static rs_status_t parse_quant(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-rs_status_t rs__capture_json_quant(rs_json_ctx_t *c, const json_t *copy,
+rs_status_t rs__capture_json_quant(rs__json_ctx_t *c, const json_t *copy,
                                    rs__quant_in_t *in, int *given_p)
 {
     const json_t *obj = json_object_get(copy, "quant");
@@ -193,7 +193,7 @@ static const char *const field_paths[RS__QF_COUNT][3] = {
     {"quant", "scale", "dest_stride"}, {"dest_dtype", NULL, NULL},
 };
 
-rs_status_t rs__capture_json_quant_fail(rs_json_ctx_t *c,
+rs_status_t rs__capture_json_quant_fail(rs__json_ctx_t *c,
                                         const rs_copy_desc_t *copy,
                                         rs__quant_field_t field)
 {

@@ -23,13 +23,13 @@ typedef struct rs__quant_in {
  * unknown scheme or format names, a block that is absent on fp8_block,
  * present on another scheme, non-positive or longer than RS_MAX_DIMS, and
  * a scale region whose shape and stride differ in length. */
-rs_status_t rs__capture_json_quant(rs_json_ctx_t *c, const json_t *copy,
+rs_status_t rs__capture_json_quant(rs__json_ctx_t *c, const json_t *copy,
                                    rs__quant_in_t *in, int *given_p);
 
 /* Fails with the message already in c->diag (from rs__capture_check_quant)
  * prefixed with the origin, the JSON path of `field` under the copy at the
  * current path, and the copy's source and parameter. */
-rs_status_t rs__capture_json_quant_fail(rs_json_ctx_t *c,
+rs_status_t rs__capture_json_quant_fail(rs__json_ctx_t *c,
                                         const rs_copy_desc_t *copy,
                                         rs__quant_field_t field);
 

@@ -143,7 +143,7 @@ static void put_op_args(FILE *out, const rs_op_t *op)
     }
 }
 
-static rs_status_t put_copy(FILE *out, const rs_cap_copy_t *c, size_t index,
+static rs_status_t put_copy(FILE *out, const rs__capture_copy_t *c, size_t index,
                             rs_diag_t *diag)
 {
     fputs("  {\"src\": ", out);
@@ -192,7 +192,7 @@ static void put_params(FILE *out, rs_capture_h cap)
 {
     fputs(" \"params\": {", out);
     for (size_t i = 0; i < cap->params_len; i++) {
-        const rs_cap_param_t *p = &cap->params[i];
+        const rs__capture_param_t *p = &cap->params[i];
         put_shaped(out, i, p->name, p->ndim, p->shape, p->dtype);
     }
     fputs("},\n", out);
@@ -204,7 +204,7 @@ static void put_sources(FILE *out, rs_capture_h cap)
 {
     fputs(" \"sources\": {", out);
     for (size_t i = 0; i < cap->sources_len; i++) {
-        const rs_cap_source_t *s = &cap->sources[i];
+        const rs__capture_source_t *s = &cap->sources[i];
         put_shaped(out, i, s->name, s->ndim, s->shape, s->dtype);
     }
     fputs("},\n", out);

@@ -25,7 +25,7 @@ void rs_cuts_destroy(rs_cuts_h cuts)
     if (cuts == NULL)
         return;
     for (size_t i = 0; i < cuts->tensors_len; i++) {
-        rs_cut_tensor_t *t = &cuts->tensors[i];
+        rs__cut_tensor_t *t = &cuts->tensors[i];
         for (int d = 0; d < t->ndim; d++)
             free(t->dims[d].at);
         free(t->name);
@@ -38,7 +38,7 @@ void rs_cuts_destroy(rs_cuts_h cuts)
     free(cuts);
 }
 
-rs_cut_tensor_t *rs__cuts_find(rs_cuts_h cuts, const char *name)
+rs__cut_tensor_t *rs__cuts_find(rs_cuts_h cuts, const char *name)
 {
     uint32_t i;
     if (!rs__strmap_get(&cuts->index, name, &i))
@@ -46,7 +46,7 @@ rs_cut_tensor_t *rs__cuts_find(rs_cuts_h cuts, const char *name)
     return &cuts->tensors[i];
 }
 
-int rs__cuts_same_shape(const rs_cut_tensor_t *t, int ndim,
+int rs__cuts_same_shape(const rs__cut_tensor_t *t, int ndim,
                         const int64_t *shape, rs_diag_t *diag)
 {
     char a[256], b[256];
@@ -80,7 +80,7 @@ static int reserve_tensor(rs_cuts_h cuts)
 {
     size_t n = cuts->tensors_len + 1;
     return rs__vec_reserve((void **)&cuts->tensors, &cuts->tensors_cap, n,
-                           sizeof(rs_cut_tensor_t)) &&
+                           sizeof(rs__cut_tensor_t)) &&
            rs__vec_reserve((void **)&cuts->order, &cuts->order_cap, n,
                            sizeof(uint32_t)) &&
            cuts->tensors != NULL && cuts->order != NULL;
@@ -88,7 +88,7 @@ static int reserve_tensor(rs_cuts_h cuts)
 
 /* Appends a tensor without cuts; the key the map borrows is its name. */
 static rs_status_t append_tensor(rs_cuts_h cuts, const char *name, int ndim,
-                                 const int64_t *shape, rs_cut_tensor_t **t_p)
+                                 const int64_t *shape, rs__cut_tensor_t **t_p)
 {
     uint32_t id = (uint32_t)cuts->tensors_len;
     char *copy = strdup(name);
@@ -97,7 +97,7 @@ static rs_status_t append_tensor(rs_cuts_h cuts, const char *name, int ndim,
         free(copy);
         return RS_ERR_NO_MEMORY;
     }
-    rs_cut_tensor_t *t = &cuts->tensors[id];
+    rs__cut_tensor_t *t = &cuts->tensors[id];
     memset(t, 0, sizeof(*t));
     t->name = copy;
     t->ndim = ndim;
@@ -111,12 +111,12 @@ static rs_status_t append_tensor(rs_cuts_h cuts, const char *name, int ndim,
 
 rs_status_t rs__cuts_tensor_for(rs_cuts_h cuts, const char *name, int ndim,
                                 const int64_t *shape, rs_diag_t *diag,
-                                rs_cut_tensor_t **t_p)
+                                rs__cut_tensor_t **t_p)
 {
     rs_status_t st = check_shape(name, ndim, shape, diag);
     if (st != RS_OK)
         return st;
-    rs_cut_tensor_t *t = rs__cuts_find(cuts, name);
+    rs__cut_tensor_t *t = rs__cuts_find(cuts, name);
     if (t != NULL) {
         if (!rs__cuts_same_shape(t, ndim, shape, diag))
             return RS_ERR_INPUT;
@@ -142,9 +142,9 @@ static size_t lower_bound(const int64_t *a, size_t n, int64_t x)
     return lo;
 }
 
-int rs__cuts_insert(rs_cut_tensor_t *t, int dim, int64_t at)
+int rs__cuts_insert(rs__cut_tensor_t *t, int dim, int64_t at)
 {
-    rs_cut_dim_t *d = &t->dims[dim];
+    rs__cut_dim_t *d = &t->dims[dim];
     size_t i = lower_bound(d->at, d->at_len, at);
     if (i < d->at_len && d->at[i] == at)
         return 1;
@@ -159,7 +159,7 @@ int rs__cuts_insert(rs_cut_tensor_t *t, int dim, int64_t at)
 
 static int by_name(const void *a, const void *b, void *arg)
 {
-    const rs_cut_tensor_t *t = arg;
+    const rs__cut_tensor_t *t = arg;
     return strcmp(t[*(const uint32_t *)a].name, t[*(const uint32_t *)b].name);
 }
 
@@ -186,7 +186,7 @@ rs_status_t rs_cuts_add(rs_cuts_h cuts, const char *tensor, int ndim,
                         const int64_t *shape, int dim, int64_t at,
                         rs_diag_t *diag)
 {
-    rs_cut_tensor_t *t;
+    rs__cut_tensor_t *t;
     if (cuts == NULL || tensor == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "cuts: NULL set or "
                             "tensor name");
@@ -221,7 +221,7 @@ const char *rs_cuts_tensor(rs_cuts_h cuts, size_t index)
 
 const int64_t *rs_cuts_shape(rs_cuts_h cuts, const char *tensor, int *ndim_p)
 {
-    const rs_cut_tensor_t *t =
+    const rs__cut_tensor_t *t =
         cuts == NULL || tensor == NULL ? NULL : rs__cuts_find(cuts, tensor);
     *ndim_p = t == NULL ? -1 : t->ndim;
     return t == NULL ? NULL : t->shape;
@@ -230,7 +230,7 @@ const int64_t *rs_cuts_shape(rs_cuts_h cuts, const char *tensor, int *ndim_p)
 const int64_t *rs_cuts_get(rs_cuts_h cuts, const char *tensor, int dim,
                            size_t *count_p)
 {
-    const rs_cut_tensor_t *t =
+    const rs__cut_tensor_t *t =
         cuts == NULL || tensor == NULL ? NULL : rs__cuts_find(cuts, tensor);
     *count_p = 0;
     if (t == NULL || dim < 0 || dim >= t->ndim || t->dims[dim].at_len == 0)
@@ -267,18 +267,18 @@ static rs_status_t check_merge(rs_cuts_h into, rs_cuts_h from,
         return rs__diag_set(diag, RS_ERR_INPUT, "cuts: model '%s' disagrees "
                             "with '%s' held", from->model, into->model);
     for (size_t i = 0; i < from->tensors_len; i++) {
-        const rs_cut_tensor_t *f = &from->tensors[i];
-        const rs_cut_tensor_t *t = rs__cuts_find(into, f->name);
+        const rs__cut_tensor_t *f = &from->tensors[i];
+        const rs__cut_tensor_t *t = rs__cuts_find(into, f->name);
         if (t != NULL && !rs__cuts_same_shape(t, f->ndim, f->shape, diag))
             return RS_ERR_INPUT;
     }
     return RS_OK;
 }
 
-static rs_status_t merge_tensor(rs_cuts_h into, const rs_cut_tensor_t *f,
+static rs_status_t merge_tensor(rs_cuts_h into, const rs__cut_tensor_t *f,
                                 rs_diag_t *diag)
 {
-    rs_cut_tensor_t *t;
+    rs__cut_tensor_t *t;
     rs_status_t st = rs__cuts_tensor_for(into, f->name, f->ndim, f->shape,
                                          diag, &t);
     for (int d = 0; st == RS_OK && d < f->ndim; d++)
@@ -314,7 +314,7 @@ typedef struct split_dim {
     size_t n;
 } split_dim_t;
 
-static void split_dim_init(split_dim_t *s, const rs_cut_tensor_t *t, int d,
+static void split_dim_init(split_dim_t *s, const rs__cut_tensor_t *t, int d,
                            int64_t lo, int64_t hi)
 {
     s->lo = lo;
@@ -323,7 +323,7 @@ static void split_dim_init(split_dim_t *s, const rs_cut_tensor_t *t, int d,
     s->n = 0;
     if (t == NULL || t->dims[d].at_len == 0)
         return;
-    const rs_cut_dim_t *cd = &t->dims[d];
+    const rs__cut_dim_t *cd = &t->dims[d];
     size_t a = lower_bound(cd->at, cd->at_len, lo + 1);
     size_t b = lower_bound(cd->at, cd->at_len, hi);
     s->cut = cd->at + a;
@@ -397,7 +397,7 @@ rs_status_t rs_cuts_split(rs_cuts_h cuts, const char *tensor, int ndim,
     rs_status_t st = check_box(tensor, ndim, offset, shape, diag);
     if (st != RS_OK)
         return st;
-    const rs_cut_tensor_t *t = rs__cuts_find(cuts, tensor);
+    const rs__cut_tensor_t *t = rs__cuts_find(cuts, tensor);
     if (t != NULL && t->ndim != ndim)
         return rs__diag_set(diag, RS_ERR_INPUT, "cuts: split of '%s': box of "
                             "rank %d, the set holds rank %d", tensor, ndim,

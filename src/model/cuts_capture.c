@@ -16,8 +16,8 @@ static rs_status_t check_declared(rs_cuts_h cuts, rs_capture_h cap,
                                   rs_diag_t *diag)
 {
     for (size_t i = 0; i < cap->sources_len; i++) {
-        const rs_cap_source_t *s = &cap->sources[i];
-        const rs_cut_tensor_t *t = rs__cuts_find(cuts, s->name);
+        const rs__capture_source_t *s = &cap->sources[i];
+        const rs__cut_tensor_t *t = rs__cuts_find(cuts, s->name);
         if (t != NULL && !rs__cuts_same_shape(t, s->ndim, s->shape, diag))
             return RS_ERR_INPUT;
     }
@@ -26,7 +26,7 @@ static rs_status_t check_declared(rs_cuts_h cuts, rs_capture_h cap,
 
 /* One past the largest source index that dim d of the box reaches: every
  * digit of the dim's mixed radix at its largest value. */
-static int64_t box_hi(const rs_box_t *box, int d)
+static int64_t box_hi(const rs__box_t *box, int d)
 {
     int64_t hi = box->start[d] + 1;
     for (int j = 0; j < box->nfactors; j++)
@@ -35,7 +35,7 @@ static int64_t box_hi(const rs_box_t *box, int d)
     return hi;
 }
 
-static int add_box(rs_cut_tensor_t *t, const rs_box_t *box)
+static int add_box(rs__cut_tensor_t *t, const rs__box_t *box)
 {
     if (box->numel == 0)
         return 1;
@@ -51,12 +51,12 @@ static int add_box(rs_cut_tensor_t *t, const rs_box_t *box)
 /* Resolves one copy and adds its box; copies that do not resolve (the
  * planner reports them) and sources flagged unsupported add nothing. */
 static rs_status_t add_copy(rs_cuts_h cuts, rs_capture_h cap,
-                            const rs_cap_copy_t *c, rs_diag_t *diag)
+                            const rs__capture_copy_t *c, rs_diag_t *diag)
 {
-    const rs_cap_source_t *s = rs__capture_find_source(cap, c->src);
+    const rs__capture_source_t *s = rs__capture_find_source(cap, c->src);
     uint32_t ignored;
-    rs_cut_tensor_t *t;
-    rs_box_t box;
+    rs__cut_tensor_t *t;
+    rs__box_t box;
     size_t bad_op;
     char why[256];
 

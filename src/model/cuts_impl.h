@@ -9,27 +9,27 @@
 #include "reshard/view.h"
 
 /* The cuts of one dim: sorted, unique, strictly inside (0, shape). */
-typedef struct rs_cut_dim {
+typedef struct rs__cut_dim {
     RS_VEC(int64_t, at);
-} rs_cut_dim_t;
+} rs__cut_dim_t;
 
-typedef struct rs_cut_tensor {
+typedef struct rs__cut_tensor {
     char *name;
     int ndim;
     int64_t shape[RS_MAX_DIMS];
-    rs_cut_dim_t dims[RS_MAX_DIMS];
-} rs_cut_tensor_t;
+    rs__cut_dim_t dims[RS_MAX_DIMS];
+} rs__cut_tensor_t;
 
 /* A quantized copy the set's receiver wants served: source tensor and
  * canonical spec text (rs_quant_spec_format). */
-typedef struct rs_cut_quant {
+typedef struct rs__cut_quant {
     char *src;
     char *spec;
-} rs_cut_quant_t;
+} rs__cut_quant_t;
 
 struct rs_cuts {
-    RS_VEC(rs_cut_tensor_t, tensors); /* in insertion order */
-    rs_strmap_t index;                /* name -> tensors[] */
+    RS_VEC(rs__cut_tensor_t, tensors); /* in insertion order */
+    rs__strmap_t index;                /* name -> tensors[] */
     /* tensors[] indices in name order; entries from `sorted` on were
      * appended since the last rs__cuts_sort and are not in order yet. */
     RS_VEC(uint32_t, order);
@@ -37,11 +37,11 @@ struct rs_cuts {
     char *model; /* NULL when no model is named */
     /* Quantized copies wanted (cuts_quant.c), sorted by (src, spec) and
      * unique. */
-    RS_VEC(rs_cut_quant_t, quants);
+    RS_VEC(rs__cut_quant_t, quants);
 };
 
 /* The tensor of that name, or NULL. */
-rs_cut_tensor_t *rs__cuts_find(rs_cuts_h cuts, const char *name);
+rs__cut_tensor_t *rs__cuts_find(rs_cuts_h cuts, const char *name);
 
 /* The tensor of that name, created without cuts when absent (appended to
  * `order` unsorted: the caller ends with rs__cuts_sort). RS_ERR_INPUT when
@@ -49,11 +49,11 @@ rs_cut_tensor_t *rs__cuts_find(rs_cuts_h cuts, const char *name);
  * 0..RS_MAX_DIMS or a negative size, RS_ERR_NO_MEMORY. */
 rs_status_t rs__cuts_tensor_for(rs_cuts_h cuts, const char *name, int ndim,
                                 const int64_t *shape, rs_diag_t *diag,
-                                rs_cut_tensor_t **t_p);
+                                rs__cut_tensor_t **t_p);
 
 /* Inserts cut `at` into dim `dim` of t (0 < at < shape[dim] checked by the
  * caller); a cut already there is a no-op. 0 on exhaustion. */
-int rs__cuts_insert(rs_cut_tensor_t *t, int dim, int64_t at);
+int rs__cuts_insert(rs__cut_tensor_t *t, int dim, int64_t at);
 
 /* Brings `order` back into name order after tensors were appended: one
  * insertion for a single new tensor, else a sort of the whole order (in
@@ -62,7 +62,7 @@ void rs__cuts_sort(rs_cuts_h cuts);
 
 /* 1 when the shapes agree; else writes an RS_ERR_INPUT naming the tensor
  * and both shapes into diag and returns 0. */
-int rs__cuts_same_shape(const rs_cut_tensor_t *t, int ndim,
+int rs__cuts_same_shape(const rs__cut_tensor_t *t, int ndim,
                         const int64_t *shape, rs_diag_t *diag);
 
 /* Frees the quantization requests (rs_cuts_destroy). */

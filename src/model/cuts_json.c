@@ -15,7 +15,7 @@
 
 /* One cut: an integer strictly between the previous cut (0 at first) and
  * the dim's size. */
-static rs_status_t load_cut(rs_json_ctx_t *c, rs_cut_tensor_t *t, int d,
+static rs_status_t load_cut(rs__json_ctx_t *c, rs__cut_tensor_t *t, int d,
                             const json_t *v, int64_t prev)
 {
     int64_t at = 0;
@@ -34,7 +34,7 @@ static rs_status_t load_cut(rs_json_ctx_t *c, rs_cut_tensor_t *t, int d,
     return RS_OK;
 }
 
-static rs_status_t load_dim(rs_json_ctx_t *c, rs_cut_tensor_t *t, int d,
+static rs_status_t load_dim(rs__json_ctx_t *c, rs__cut_tensor_t *t, int d,
                             const json_t *arr)
 {
     rs_status_t st = rs__json_expect(c, arr, JSON_ARRAY);
@@ -48,7 +48,7 @@ static rs_status_t load_dim(rs_json_ctx_t *c, rs_cut_tensor_t *t, int d,
     return st;
 }
 
-static rs_status_t load_cuts(rs_json_ctx_t *c, rs_cut_tensor_t *t,
+static rs_status_t load_cuts(rs__json_ctx_t *c, rs__cut_tensor_t *t,
                              const json_t *obj)
 {
     json_t *dims = NULL;
@@ -69,7 +69,7 @@ static rs_status_t load_cuts(rs_json_ctx_t *c, rs_cut_tensor_t *t,
 }
 
 /* Name order is the document's order: each name follows the previous. */
-static rs_status_t check_order(rs_json_ctx_t *c, const char *prev,
+static rs_status_t check_order(rs__json_ctx_t *c, const char *prev,
                                const char *name)
 {
     if (prev == NULL || strcmp(prev, name) < 0)
@@ -82,13 +82,13 @@ static rs_status_t check_order(rs_json_ctx_t *c, const char *prev,
     return st;
 }
 
-static rs_status_t load_tensor(rs_json_ctx_t *c, rs_cuts_h cuts,
+static rs_status_t load_tensor(rs__json_ctx_t *c, rs_cuts_h cuts,
                                const json_t *obj, const char **name_p)
 {
     const char *name = NULL;
     int64_t shape[RS_MAX_DIMS];
     int ndim = 0;
-    rs_cut_tensor_t *t;
+    rs__cut_tensor_t *t;
     rs_status_t st;
 
     if ((st = rs__json_expect(c, obj, JSON_OBJECT)) != RS_OK ||
@@ -109,7 +109,7 @@ static rs_status_t load_tensor(rs_json_ctx_t *c, rs_cuts_h cuts,
 
 /* One {"src", "spec"} of "quantize": after the previous one in (src,
  * spec) order, its spec canonical. */
-static rs_status_t load_quant(rs_json_ctx_t *c, rs_cuts_h cuts,
+static rs_status_t load_quant(rs__json_ctx_t *c, rs_cuts_h cuts,
                               const json_t *obj)
 {
     const char *src = NULL, *spec = NULL;
@@ -122,7 +122,7 @@ static rs_status_t load_quant(rs_json_ctx_t *c, rs_cuts_h cuts,
         return rs__json_prefix(c);
     size_t n = cuts->quants_len;
     if (n > 0) {
-        const rs_cut_quant_t *q = &cuts->quants[n - 1];
+        const rs__cut_quant_t *q = &cuts->quants[n - 1];
         int order = strcmp(q->src, src);
         if (order > 0 || (order == 0 && strcmp(q->spec, spec) >= 0))
             return rs__json_fail(c, "quantized source '%s' spec '%s' follows "
@@ -136,7 +136,7 @@ static rs_status_t load_quant(rs_json_ctx_t *c, rs_cuts_h cuts,
 }
 
 /* The optional "quantize": the quantized copies the receiver wants. */
-static rs_status_t load_quants(rs_json_ctx_t *c, rs_cuts_h cuts,
+static rs_status_t load_quants(rs__json_ctx_t *c, rs_cuts_h cuts,
                                const json_t *root)
 {
     json_t *arr = NULL;
@@ -153,7 +153,7 @@ static rs_status_t load_quants(rs_json_ctx_t *c, rs_cuts_h cuts,
     return st;
 }
 
-static rs_status_t load_root(rs_json_ctx_t *c, rs_cuts_h cuts,
+static rs_status_t load_root(rs__json_ctx_t *c, rs_cuts_h cuts,
                              const json_t *root)
 {
     const char *model = NULL, *prev = NULL;
@@ -182,7 +182,7 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_cuts_h cuts,
 }
 
 /* rs__json_root_fn: the document into the fresh set *arg. */
-static rs_status_t load_doc(rs_json_ctx_t *c, json_t *root, void *arg)
+static rs_status_t load_doc(rs__json_ctx_t *c, json_t *root, void *arg)
 {
     return load_root(c, arg, root);
 }

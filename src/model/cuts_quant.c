@@ -21,7 +21,7 @@ static int quant_cmp(const char *src_a, const char *spec_a, const char *src_b,
 
 static int by_pair(const void *a, const void *b)
 {
-    const rs_cut_quant_t *x = a, *y = b;
+    const rs__cut_quant_t *x = a, *y = b;
     return quant_cmp(x->src, x->spec, y->src, y->spec);
 }
 
@@ -68,16 +68,16 @@ int rs__cuts_check_spec(const char *src, const char *spec, rs_diag_t *diag)
 static rs_status_t insert_at(rs_cuts_h cuts, size_t i, const char *src,
                              const char *spec, rs_diag_t *diag)
 {
-    rs_cut_quant_t q = {strdup(src), strdup(spec)};
+    rs__cut_quant_t q = {strdup(src), strdup(spec)};
     if (q.src == NULL || q.spec == NULL ||
         !rs__vec_reserve((void **)&cuts->quants, &cuts->quants_cap,
-                         cuts->quants_len + 1, sizeof(rs_cut_quant_t))) {
+                         cuts->quants_len + 1, sizeof(rs__cut_quant_t))) {
         free(q.src);
         free(q.spec);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "cuts: out of memory");
     }
     memmove(cuts->quants + i + 1, cuts->quants + i,
-            (cuts->quants_len - i) * sizeof(rs_cut_quant_t));
+            (cuts->quants_len - i) * sizeof(rs__cut_quant_t));
     cuts->quants[i] = q;
     cuts->quants_len++;
     return RS_OK;
@@ -90,7 +90,7 @@ static size_t find_pair(rs_cuts_h cuts, const char *src, const char *spec,
     size_t lo = 0, hi = cuts->quants_len;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const rs_cut_quant_t *m = &cuts->quants[mid];
+        const rs__cut_quant_t *m = &cuts->quants[mid];
         if (quant_cmp(m->src, m->spec, src, spec) < 0)
             lo = mid + 1;
         else
@@ -163,9 +163,9 @@ static void normalize(rs_cuts_h cuts)
     size_t n = cuts->quants_len, kept = 0;
     if (n < 2)
         return;
-    qsort(cuts->quants, n, sizeof(rs_cut_quant_t), by_pair);
+    qsort(cuts->quants, n, sizeof(rs__cut_quant_t), by_pair);
     for (size_t i = 0; i < n; i++) {
-        rs_cut_quant_t *q = &cuts->quants[i];
+        rs__cut_quant_t *q = &cuts->quants[i];
         if (kept > 0 && by_pair(&cuts->quants[kept - 1], q) == 0) {
             free(q->src);
             free(q->spec);

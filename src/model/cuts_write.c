@@ -8,7 +8,7 @@
 #include "core/json_write.h"
 #include "model/cuts_impl.h"
 
-static void put_tensor(FILE *out, const rs_cut_tensor_t *t, int first)
+static void put_tensor(FILE *out, const rs__cut_tensor_t *t, int first)
 {
     fputs(first ? "\n  {\"name\": " : ",\n  {\"name\": ", out);
     rs__json_put_string(out, t->name);

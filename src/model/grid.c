@@ -8,7 +8,7 @@
 #include "model/grid.h"
 #include "model/sources_impl.h"
 
-struct rs_grid {
+struct rs__grid {
     int ndim;
     int64_t *bounds[RS_MAX_DIMS];
     size_t nint[RS_MAX_DIMS];    /* intervals per dim */
@@ -21,7 +21,7 @@ struct rs_grid {
     int64_t bound_store[];       /* every dim's bounds, one block with g */
 };
 
-void rs__grid_destroy(rs_grid_t *g)
+void rs__grid_destroy(rs__grid_t *g)
 {
     if (g == NULL)
         return;
@@ -57,7 +57,7 @@ static void sort_edges(int64_t *b, size_t n)
 
 /* Sorted unique edges of dim d over non-empty shards, plus 0 and the size,
  * in dim d's slot of the grid's bound store. */
-static void build_bounds(rs_grid_t *g, const rs_src_tensor_t *t, int d)
+static void build_bounds(rs__grid_t *g, const rs__source_tensor_t *t, int d)
 {
     size_t n = 0;
     int64_t *b = g->bound_store + (size_t)d * (2 * t->shards_len + 2);
@@ -80,7 +80,7 @@ static void build_bounds(rs_grid_t *g, const rs_src_tensor_t *t, int d)
 }
 
 /* Index of the interval of dim d starting at coordinate x (x is an edge). */
-static size_t interval_at(const rs_grid_t *g, int d, int64_t x)
+static size_t interval_at(const rs__grid_t *g, int d, int64_t x)
 {
     size_t lo = 0, hi = g->nint[d];
     while (lo < hi) {
@@ -94,9 +94,9 @@ static size_t interval_at(const rs_grid_t *g, int d, int64_t x)
 }
 
 /* Calls fn for every cell inside shard s (as a box of intervals). */
-typedef void (*cell_fn)(rs_grid_t *g, size_t cell, uint32_t shard);
+typedef void (*cell_fn)(rs__grid_t *g, size_t cell, uint32_t shard);
 
-static void for_shard_cells(rs_grid_t *g, const rs_src_shard_t *s,
+static void for_shard_cells(rs__grid_t *g, const rs__source_shard_t *s,
                             uint32_t id, cell_fn fn)
 {
     /* zeroed: a rank-0 shard reads none of them, which analyzers miss */
@@ -125,19 +125,19 @@ static void for_shard_cells(rs_grid_t *g, const rs_src_shard_t *s,
     }
 }
 
-static void count_cell(rs_grid_t *g, size_t cell, uint32_t shard)
+static void count_cell(rs__grid_t *g, size_t cell, uint32_t shard)
 {
     (void)shard;
     g->row[cell + 1]++;
 }
 
-static void fill_cell(rs_grid_t *g, size_t cell, uint32_t shard)
+static void fill_cell(rs__grid_t *g, size_t cell, uint32_t shard)
 {
     g->ids[g->row[cell]++] = shard;
 }
 
 /* Counts cells; sets ncells and strides, 0 when over the ceiling. */
-static int size_cells(rs_grid_t *g, size_t max_cells)
+static int size_cells(rs__grid_t *g, size_t max_cells)
 {
     size_t n = 1;
     for (int d = g->ndim - 1; d >= 0; d--) {
@@ -151,7 +151,7 @@ static int size_cells(rs_grid_t *g, size_t max_cells)
 }
 
 /* Cells inside shard s: the product of its interval spans. */
-static size_t shard_cells(const rs_grid_t *g, const rs_src_shard_t *s)
+static size_t shard_cells(const rs__grid_t *g, const rs__source_shard_t *s)
 {
     size_t n = 1;
     for (int d = 0; d < g->ndim; d++)
@@ -163,7 +163,7 @@ static size_t shard_cells(const rs_grid_t *g, const rs_src_shard_t *s)
 /* Row offsets and shard ids in one block: the incidences are summed per
  * shard first (each shard's cells are a box of intervals), so the block is
  * sized before any cell is counted. */
-static rs_status_t fill_rows(rs_grid_t *g, const rs_src_tensor_t *t,
+static rs_status_t fill_rows(rs__grid_t *g, const rs__source_tensor_t *t,
                              size_t max_cells)
 {
     size_t total = 0;
@@ -198,14 +198,14 @@ static rs_status_t fill_rows(rs_grid_t *g, const rs_src_tensor_t *t,
  * and no dim is empty (a tensor one rank publishes whole, or its replicas):
  * the grid is then one cell listing them, built without sorting edges.
  * SIZE_MAX otherwise. */
-static size_t whole_shards(const rs_src_tensor_t *t)
+static size_t whole_shards(const rs__source_tensor_t *t)
 {
     size_t n = 0;
     for (int d = 0; d < t->ndim; d++)
         if (t->shape[d] < 1)
             return SIZE_MAX;
     for (size_t i = 0; i < t->shards_len; i++) {
-        const rs_src_shard_t *s = &t->shards[i];
+        const rs__source_shard_t *s = &t->shards[i];
         if (s->numel == 0)
             continue;
         if (!rs__shard_is_whole(t, s))
@@ -218,11 +218,11 @@ static size_t whole_shards(const rs_src_tensor_t *t)
 /* What rs__grid_build makes of n whole shards (bounds 0 and the size in
  * every dim, one cell), in one block: most tensors of a MoE model are
  * published whole by one rank, and a plan builds ten thousand of these. */
-static rs_status_t build_whole(const rs_src_tensor_t *t, size_t n,
-                               rs_grid_t **grid_p)
+static rs_status_t build_whole(const rs__source_tensor_t *t, size_t n,
+                               rs__grid_t **grid_p)
 {
     size_t nd = (size_t)t->ndim;
-    rs_grid_t *g = malloc(sizeof(rs_grid_t) + 2 * nd * sizeof(int64_t) +
+    rs__grid_t *g = malloc(sizeof(rs__grid_t) + 2 * nd * sizeof(int64_t) +
                           (2 + n) * sizeof(uint32_t));
     if (g == NULL)
         return RS_ERR_NO_MEMORY;
@@ -247,10 +247,10 @@ static rs_status_t build_whole(const rs_src_tensor_t *t, size_t n,
     return RS_OK;
 }
 
-int rs__grid_whole(const rs_grid_t *g) { return g->row_in_g; }
+int rs__grid_whole(const rs__grid_t *g) { return g->row_in_g; }
 
-rs_status_t rs__grid_build_whole(const rs_src_tensor_t *t, size_t max_cells,
-                                rs_grid_t **grid_p)
+rs_status_t rs__grid_build_whole(const rs__source_tensor_t *t, size_t max_cells,
+                                rs__grid_t **grid_p)
 {
     size_t whole = whole_shards(t);
     if (whole > max_cells || max_cells < 1)
@@ -258,8 +258,8 @@ rs_status_t rs__grid_build_whole(const rs_src_tensor_t *t, size_t max_cells,
     return build_whole(t, whole, grid_p);
 }
 
-rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
-                          rs_grid_t **grid_p)
+rs_status_t rs__grid_build(const rs__source_tensor_t *t, size_t max_cells,
+                          rs__grid_t **grid_p)
 {
     rs_status_t st = rs__grid_build_whole(t, max_cells, grid_p);
     if (st != RS_ERR_UNSUPPORTED)
@@ -270,9 +270,9 @@ rs_status_t rs__grid_build(const rs_src_tensor_t *t, size_t max_cells,
         !rs__add_u64(per_dim, 2, &per_dim) ||
         !rs__mul_u64(per_dim, (uint64_t)t->ndim, &nb) ||
         !rs__mul_u64(nb, sizeof(int64_t), &nb) ||
-        !rs__add_u64(nb, sizeof(rs_grid_t), &nb) || nb > SIZE_MAX)
+        !rs__add_u64(nb, sizeof(rs__grid_t), &nb) || nb > SIZE_MAX)
         return RS_ERR_NO_MEMORY;
-    rs_grid_t *g = calloc(1, (size_t)nb); /* row_in_g 0: rows apart */
+    rs__grid_t *g = calloc(1, (size_t)nb); /* row_in_g 0: rows apart */
     if (g == NULL)
         return RS_ERR_NO_MEMORY;
     g->ndim = t->ndim;
@@ -311,12 +311,12 @@ static int64_t clamp(int64_t x, int64_t hi)
 /* Per dim, the source index of the box's last visited index: what
  * rs__box_coord(box, d, count[d] - 1) gives, for every dim in one pass over
  * the factors, without a division for a digit that is the index itself. */
-static void last_coords(const rs_box_t *box, int64_t *last)
+static void last_coords(const rs__box_t *box, int64_t *last)
 {
     for (int d = 0; d < box->ndim; d++)
         last[d] = box->start[d];
     for (int j = 0; j < box->nfactors; j++) {
-        const rs_factor_t *f = &box->factors[j];
+        const rs__factor_t *f = &box->factors[j];
         int64_t q = box->count[f->sdim] - 1;
         if (f->mult != 1)
             q /= f->mult;
@@ -326,7 +326,7 @@ static void last_coords(const rs_box_t *box, int64_t *last)
     }
 }
 
-static rs_status_t hits_for_dim(const rs_grid_t *g, const rs_box_t *box,
+static rs_status_t hits_for_dim(const rs__grid_t *g, const rs__box_t *box,
                                 int d, int64_t last, dim_hits_t *h)
 {
     int64_t s = box->start[d], c = box->count[d];
@@ -375,11 +375,11 @@ static void free_hits(dim_hits_t *h)
 }
 
 /* ndim: the dims whose hits are set (all of g's once built). */
-static void visit_product(const rs_grid_t *g, int ndim, const dim_hits_t *h,
-                          rs_cell_cb cb, void *ctx)
+static void visit_product(const rs__grid_t *g, int ndim, const dim_hits_t *h,
+                          rs__cell_cb cb, void *ctx)
 {
     size_t idx[RS_MAX_DIMS] = {0};
-    rs_krange_t kr;
+    rs__index_range_t kr;
     for (int d = 0; d < ndim; d++) {
         if (h[d].n == 0)
             return;
@@ -404,8 +404,8 @@ static void visit_product(const rs_grid_t *g, int ndim, const dim_hits_t *h,
     }
 }
 
-rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
-                          rs_cell_cb cb, void *ctx)
+rs_status_t rs__grid_visit(const rs__grid_t *g, const rs__box_t *box,
+                          rs__cell_cb cb, void *ctx)
 {
     dim_hits_t h[RS_MAX_DIMS]; /* set by hits_for_dim, dims below ndim */
     int64_t last[RS_MAX_DIMS] = {0}; /* set for the box's dims, g's too */
@@ -424,7 +424,7 @@ rs_status_t rs__grid_visit(const rs_grid_t *g, const rs_box_t *box,
     return st;
 }
 
-int rs__grid_sole(const rs_grid_t *g, const rs_box_t *box, size_t *cell_p,
+int rs__grid_sole(const rs__grid_t *g, const rs__box_t *box, size_t *cell_p,
                   uint32_t *shard_p)
 {
     size_t cell = 0;

@@ -50,13 +50,13 @@ void rs_sources_destroy(rs_sources_h s)
     free(s);
 }
 
-rs_src_tensor_t *rs__sources_find(rs_sources_h s, const char *name)
+rs__source_tensor_t *rs__sources_find(rs_sources_h s, const char *name)
 {
     uint32_t idx;
     return rs__strmap_get(&s->tensor_index, name, &idx) ? &s->tensors[idx] : NULL;
 }
 
-rs_src_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
+rs__source_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
                                          uint64_t hash)
 {
     uint32_t idx;
@@ -81,7 +81,7 @@ static rs_status_t intern_session(rs_sources_h s, const char *name,
     return RS_OK;
 }
 
-int rs__sources_sole_whole(const rs_src_tensor_t *t)
+int rs__sources_sole_whole(const rs__source_tensor_t *t)
 {
     return t->shards_len == 1 && t->shards[0].numel != 0 &&
            rs__shard_is_whole(t, &t->shards[0]);
@@ -94,9 +94,9 @@ static int same_dims(const int64_t *a, const int64_t *b, int n)
 
 /* Finds or creates the tensor a shard belongs to; checks agreement. */
 static rs_status_t tensor_for(rs_sources_h s, const rs_shard_desc_t *d,
-                              rs_diag_t *diag, rs_src_tensor_t **t_p)
+                              rs_diag_t *diag, rs__source_tensor_t **t_p)
 {
-    rs_src_tensor_t *t = rs__sources_find(s, d->tensor);
+    rs__source_tensor_t *t = rs__sources_find(s, d->tensor);
     if (t != NULL) {
         if (t->ndim != d->ndim || !same_dims(t->shape, d->full_shape, d->ndim))
             return rs__diag_set(diag, RS_ERR_INPUT,
@@ -109,7 +109,7 @@ static rs_status_t tensor_for(rs_sources_h s, const rs_shard_desc_t *d,
         *t_p = t;
         return RS_OK;
     }
-    rs_src_tensor_t nt = {0};
+    rs__source_tensor_t nt = {0};
     nt.name = rs__arena_strdup(&s->arena, d->tensor);
     nt.dtype = d->dtype;
     nt.elsize = d->elsize;
@@ -169,7 +169,7 @@ static rs_status_t check_shard(const rs_shard_desc_t *d, rs_diag_t *diag,
     return RS_OK;
 }
 
-static int log_undo(rs_sources_h s, rs_src_tensor_t *t);
+static int log_undo(rs_sources_h s, rs__source_tensor_t *t);
 
 static int grow_flat(rs_sources_h s, size_t need)
 {
@@ -193,7 +193,7 @@ static int grow_flat(rs_sources_h s, size_t need)
 /* A shard just appended to tensor t: it is also last in the global order
  * when t is the last tensor, so the position index extends; otherwise every
  * later position moves and the index is dropped until the next lookup. */
-static void note_flat(rs_sources_h s, const rs_src_tensor_t *t)
+static void note_flat(rs_sources_h s, const rs__source_tensor_t *t)
 {
     size_t ti = (size_t)(t - s->tensors);
     if (!s->flat_valid || ti + 1 != s->tensors_len ||
@@ -226,8 +226,8 @@ static int build_flat(rs_sources_h s)
 rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
                                  rs_diag_t *diag)
 {
-    rs_src_tensor_t *t = NULL;
-    rs_src_shard_t sh = {0};
+    rs__source_tensor_t *t = NULL;
+    rs__source_shard_t sh = {0};
     rs_status_t st;
 
     if (s == NULL || d == NULL || d->tensor == NULL || d->session == NULL ||
@@ -259,7 +259,7 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
     return RS_OK;
 }
 
-static const char *dup_opt(rs_arena_t *a, const char *s)
+static const char *dup_opt(rs__arena_t *a, const char *s)
 {
     return s != NULL ? rs__arena_strdup(a, s) : NULL;
 }
@@ -321,8 +321,8 @@ static void locate(rs_sources_h s, size_t index, size_t *t_p, size_t *k_p)
     *k_p = index;
 }
 
-static void shard_desc(rs_sources_h s, const rs_src_tensor_t *tensor,
-                       const rs_src_shard_t *sh, rs_shard_desc_t *shard_p)
+static void shard_desc(rs_sources_h s, const rs__source_tensor_t *tensor,
+                       const rs__source_shard_t *sh, rs_shard_desc_t *shard_p)
 {
     shard_p->tensor = tensor->name;
     shard_p->dtype = tensor->dtype;
@@ -351,7 +351,7 @@ void rs_sources_table(rs_sources_h s, size_t index, rs_table_info_t *table_p)
     *table_p = s->tables[index];
 }
 
-rs_status_t rs__sources_mark(rs_sources_h s, rs_sources_mark_t *mark)
+rs_status_t rs__sources_mark(rs_sources_h s, rs__sources_mark_t *mark)
 {
     mark->sources = s;
     mark->tensors = s->tensors_len;
@@ -365,12 +365,12 @@ rs_status_t rs__sources_mark(rs_sources_h s, rs_sources_mark_t *mark)
 }
 
 /* Before tensor t changes under a mark: logs its shard count once. */
-static int log_undo(rs_sources_h s, rs_src_tensor_t *t)
+static int log_undo(rs_sources_h s, rs__source_tensor_t *t)
 {
     size_t ti = (size_t)(t - s->tensors);
     if (s->undo_gen == 0 || ti >= s->undo_tensors || t->undo_gen == s->undo_gen)
         return 1;
-    rs_src_undo_t u = {ti, t->shards_len};
+    rs__source_undo_t u = {ti, t->shards_len};
     if (!RS_VEC_PUSH(s, undo, u))
         return 0;
     t->undo_gen = s->undo_gen;
@@ -394,14 +394,14 @@ static void rebuild_indexes(rs_sources_h s)
  * tensors that grew get their logged counts back. Arena memory stays
  * allocated (it is freed with the sources); the name indexes are rebuilt
  * from what remains. */
-void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
+void rs__sources_rollback(rs_sources_h s, rs__sources_mark_t *mark)
 {
     for (size_t i = mark->tensors; i < s->tensors_len; i++) {
         free(s->tensors[i].shards);
         rs__grid_destroy(s->tensors[i].grid);
     }
     for (size_t k = 0; k < s->undo_len; k++) {
-        rs_src_tensor_t *t = &s->tensors[s->undo[k].tensor];
+        rs__source_tensor_t *t = &s->tensors[s->undo[k].tensor];
         t->shards_len = s->undo[k].shards_len;
         rs__grid_destroy(t->grid);
         t->grid = NULL;
@@ -416,7 +416,7 @@ void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark)
     rebuild_indexes(s);
 }
 
-void rs__sources_mark_free(rs_sources_mark_t *mark)
+void rs__sources_mark_free(rs__sources_mark_t *mark)
 {
     if (mark->sources == NULL)
         return;
@@ -437,7 +437,7 @@ static rs_status_t merge_all(rs_sources_h s, rs_sources_h from,
         if (intern_session(s, from->sessions[i], &id) != RS_OK)
             return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     for (size_t t = 0; st == RS_OK && t < from->tensors_len; t++) {
-        const rs_src_tensor_t *tensor = &from->tensors[t];
+        const rs__source_tensor_t *tensor = &from->tensors[t];
         for (size_t j = 0; st == RS_OK && j < tensor->shards_len; j++) {
             rs_shard_desc_t d;
             shard_desc(from, tensor, &tensor->shards[j], &d);
@@ -452,7 +452,7 @@ static rs_status_t merge_all(rs_sources_h s, rs_sources_h from,
 rs_status_t rs_sources_merge(rs_sources_h s, rs_sources_h from,
                              rs_diag_t *diag)
 {
-    rs_sources_mark_t mark;
+    rs__sources_mark_t mark;
     rs_status_t st;
 
     if (s == NULL || from == NULL || s == from)

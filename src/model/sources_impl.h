@@ -10,7 +10,7 @@
 #include "core/vec.h"
 #include "reshard/sources.h"
 
-typedef struct rs_src_shard {
+typedef struct rs__source_shard {
     uint32_t session;
     int64_t device_id;
     uint64_t addr;
@@ -18,50 +18,50 @@ typedef struct rs_src_shard {
     int64_t *shape;
     int64_t numel;
     const char *digest;
-} rs_src_shard_t;
+} rs__source_shard_t;
 
-struct rs_grid; /* the planner's disjoint cell index, see model/grid.h */
+struct rs__grid; /* the planner's disjoint cell index, see model/grid.h */
 
-typedef struct rs_src_tensor {
+typedef struct rs__source_tensor {
     const char *name;
     rs_dtype_t dtype;
     size_t elsize;
     int ndim;
     int64_t *shape;
-    RS_VEC(rs_src_shard_t, shards);
-    struct rs_grid *grid; /* built on demand, dropped when shards change */
+    RS_VEC(rs__source_shard_t, shards);
+    struct rs__grid *grid; /* built on demand, dropped when shards change */
     /* One shard, holding the whole tensor (no dim empty): kept with the
      * shards so that a plan walks such a tensor without a grid. */
     int sole_whole;
     uint64_t undo_gen;    /* the mark whose undo log holds its shard count */
-} rs_src_tensor_t;
+} rs__source_tensor_t;
 
 /* A rollback point: counts at the time of the mark. The shard counts of
  * tensors that existed then are logged by add_shard on their first change
  * after the mark, so marking and rolling back cost what changed, not the
  * number of tensors. One mark at a time. */
-typedef struct rs_sources_mark {
+typedef struct rs__sources_mark {
     rs_sources_h sources;
     size_t tensors, tables, sessions, nshards;
-} rs_sources_mark_t;
+} rs__sources_mark_t;
 
-typedef struct rs_src_undo {
+typedef struct rs__source_undo {
     size_t tensor;
     size_t shards_len; /* before the mark's first change */
-} rs_src_undo_t;
+} rs__source_undo_t;
 
 struct rs_sources {
-    rs_arena_t arena;
-    RS_VEC(rs_src_tensor_t, tensors);
-    rs_strmap_t tensor_index;
+    rs__arena_t arena;
+    RS_VEC(rs__source_tensor_t, tensors);
+    rs__strmap_t tensor_index;
     RS_VEC(const char *, sessions);
-    rs_strmap_t session_index;
+    rs__strmap_t session_index;
     RS_VEC(rs_table_info_t, tables);
     /* Plans built concurrently against these sources build each tensor's
      * grid once, under this lock (rs__planner_walk), and so do readers of
      * the position index below (locate in sources.c). */
     pthread_mutex_t grid_lock;
-    rs_strmap_t table_index;  /* agent name -> first table of that agent */
+    rs__strmap_t table_index;  /* agent name -> first table of that agent */
     size_t nshards;           /* kept by add_shard and rollback */
     /* Global shard order (tensor by tensor) as (tensor, shard) pairs, so
      * rs_sources_shard is O(1). Extended while shards arrive in that order,
@@ -72,19 +72,19 @@ struct rs_sources {
     /* the mark in force (undo_gen != 0): tensors it covers, its log */
     uint64_t undo_gen, undo_next;
     size_t undo_tensors;
-    RS_VEC(rs_src_undo_t, undo);
+    RS_VEC(rs__source_undo_t, undo);
 };
 
 /* Loaders use these to make a whole file all-or-nothing. */
-rs_status_t rs__sources_mark(rs_sources_h s, rs_sources_mark_t *mark);
-void rs__sources_rollback(rs_sources_h s, rs_sources_mark_t *mark);
-void rs__sources_mark_free(rs_sources_mark_t *mark);
+rs_status_t rs__sources_mark(rs_sources_h s, rs__sources_mark_t *mark);
+void rs__sources_rollback(rs_sources_h s, rs__sources_mark_t *mark);
+void rs__sources_mark_free(rs__sources_mark_t *mark);
 
 /* Tensor by name, or NULL. */
-rs_src_tensor_t *rs__sources_find(rs_sources_h s, const char *name);
+rs__source_tensor_t *rs__sources_find(rs_sources_h s, const char *name);
 /* 1 when shard s of t starts at 0 and has t's shape in every dim. */
-static inline int rs__shard_is_whole(const rs_src_tensor_t *t,
-                                     const rs_src_shard_t *s)
+static inline int rs__shard_is_whole(const rs__source_tensor_t *t,
+                                     const rs__source_shard_t *s)
 {
     for (int d = 0; d < t->ndim; d++)
         if (s->offset[d] != 0 || s->shape[d] != t->shape[d])
@@ -92,10 +92,10 @@ static inline int rs__shard_is_whole(const rs_src_tensor_t *t,
     return 1;
 }
 /* 1 when the tensor has exactly one shard and it holds all of it (no dim
- * empty); what rs_src_tensor_t.sole_whole caches. O(ndim). */
-int rs__sources_sole_whole(const rs_src_tensor_t *t);
+ * empty); what rs__source_tensor_t.sole_whole caches. O(ndim). */
+int rs__sources_sole_whole(const rs__source_tensor_t *t);
 /* rs__sources_find with rs__hash_str(name) already known. */
-rs_src_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
+rs__source_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
                                          uint64_t hash);
 
 #endif

@@ -21,7 +21,7 @@ typedef struct tensor_decl {
 } tensor_decl_t;
 
 /* shard_offset and shape must have the rank of full_shape. */
-static rs_status_t shard_dims(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t shard_dims(rs__json_ctx_t *c, const json_t *obj,
                               const char *key, int ndim, int64_t *dims)
 {
     int n = 0;
@@ -37,7 +37,7 @@ static rs_status_t shard_dims(rs_json_ctx_t *c, const json_t *obj,
 /* Addresses are carried as int64 in plans, so a shard's last byte must lie
  * below 2^63 (a u64 sum of two JSON integers could never overflow). Shapes
  * that are out of bounds are left to rs_sources_add_shard to report. */
-static rs_status_t check_addr_range(rs_json_ctx_t *c, const tensor_decl_t *t,
+static rs_status_t check_addr_range(rs__json_ctx_t *c, const tensor_decl_t *t,
                                     int64_t addr, const int64_t *shape)
 {
     int64_t numel, nbytes, end;
@@ -54,7 +54,7 @@ static rs_status_t check_addr_range(rs_json_ctx_t *c, const tensor_decl_t *t,
     return st;
 }
 
-static rs_status_t load_shard(rs_json_ctx_t *c, rs_sources_h s,
+static rs_status_t load_shard(rs__json_ctx_t *c, rs_sources_h s,
                               const tensor_decl_t *t, const char *agent,
                               const json_t *obj)
 {
@@ -90,10 +90,10 @@ static rs_status_t load_shard(rs_json_ctx_t *c, rs_sources_h s,
 /* A tensor seen in an earlier blob (or file) must be declared the same way;
  * checked here too so tensors without shards are held to it and the error
  * names the disagreeing key. */
-static rs_status_t check_agreement(rs_json_ctx_t *c, rs_sources_h s,
+static rs_status_t check_agreement(rs__json_ctx_t *c, rs_sources_h s,
                                    const tensor_decl_t *t)
 {
-    const rs_src_tensor_t *old = rs__sources_find(s, t->name);
+    const rs__source_tensor_t *old = rs__sources_find(s, t->name);
     char a[256], b[256];
     rs_status_t st = RS_OK;
     size_t mark;
@@ -120,7 +120,7 @@ static rs_status_t check_agreement(rs_json_ctx_t *c, rs_sources_h s,
     return st;
 }
 
-static rs_status_t load_tensor_decl(rs_json_ctx_t *c, const json_t *obj,
+static rs_status_t load_tensor_decl(rs__json_ctx_t *c, const json_t *obj,
                                     tensor_decl_t *t)
 {
     int64_t elsize = 0;
@@ -150,7 +150,7 @@ static rs_status_t load_tensor_decl(rs_json_ctx_t *c, const json_t *obj,
     return st;
 }
 
-static rs_status_t load_tensor(rs_json_ctx_t *c, rs_sources_h s,
+static rs_status_t load_tensor(rs__json_ctx_t *c, rs_sources_h s,
                                const char *agent, const json_t *obj)
 {
     tensor_decl_t t;
@@ -171,7 +171,7 @@ static rs_status_t load_tensor(rs_json_ctx_t *c, rs_sources_h s,
     return st;
 }
 
-static rs_status_t load_blob(rs_json_ctx_t *c, rs_sources_h s,
+static rs_status_t load_blob(rs__json_ctx_t *c, rs_sources_h s,
                              const json_t *blob)
 {
     rs_table_info_t info = {0};
@@ -203,7 +203,7 @@ static rs_status_t load_blob(rs_json_ctx_t *c, rs_sources_h s,
     return st;
 }
 
-static rs_status_t load_root(rs_json_ctx_t *c, rs_sources_h s,
+static rs_status_t load_root(rs__json_ctx_t *c, rs_sources_h s,
                              const json_t *root)
 {
     rs_status_t st = RS_OK;
@@ -220,10 +220,10 @@ static rs_status_t load_root(rs_json_ctx_t *c, rs_sources_h s,
 
 /* rs__json_root_fn: the document's blobs into the sources *arg, all or
  * none of them. */
-static rs_status_t load_doc(rs_json_ctx_t *c, json_t *root, void *arg)
+static rs_status_t load_doc(rs__json_ctx_t *c, json_t *root, void *arg)
 {
     rs_sources_h s = arg;
-    rs_sources_mark_t mark;
+    rs__sources_mark_t mark;
 
     if (rs__sources_mark(s, &mark) != RS_OK)
         return rs__diag_set(c->diag, RS_ERR_NO_MEMORY, "%s: out of memory",

@@ -8,19 +8,19 @@
 #include "plan/box_memo.h"
 
 #define MEMO_SLOTS RS_MEMO_SLOTS
-typedef rs_memo_slot_t memo_slot_t;
+typedef rs__memo_slot_t memo_slot_t;
 
-/* The two slots hit last (struct rs_box_memo, box_memo.h) are tried before
+/* The two slots hit last (struct rs__box_memo, box_memo.h) are tried before
  * hashing: a model's copies come in runs of a few alternating geometries
  * (an expert's gate, up and down projections), and a compare that fails
  * does so on the id. */
 
-rs_box_memo_t *rs__box_memo_create(void)
+rs__box_memo_t *rs__box_memo_create(void)
 {
-    return calloc(1, sizeof(rs_box_memo_t));
+    return calloc(1, sizeof(rs__box_memo_t));
 }
 
-void rs__box_memo_destroy(rs_box_memo_t *memo)
+void rs__box_memo_destroy(rs__box_memo_t *memo)
 {
     if (memo == NULL)
         return;
@@ -36,7 +36,7 @@ static uint64_t mix(uint64_t h, uint64_t v)
     return (h + v) * 0x9e3779b97f4a7c15ull;
 }
 
-static uint64_t hash_key(const rs_geom_key_t *k)
+static uint64_t hash_key(const rs__geom_key_t *k)
 {
     uint64_t h = mix(k->geom, (uint64_t)k->src_ndim);
     for (int i = 0; i < k->src_ndim; i++)
@@ -44,12 +44,12 @@ static uint64_t hash_key(const rs_geom_key_t *k)
     return h ^ (h >> 29);
 }
 
-static int same_geometry(const rs_geom_key_t *a, const rs_geom_key_t *b)
+static int same_geometry(const rs__geom_key_t *a, const rs__geom_key_t *b)
 {
     return rs__geom_key_is(a, b->geom, b->src_ndim, b->src_shape);
 }
 
-static void note_recent(rs_box_memo_t *memo, memo_slot_t *s)
+static void note_recent(rs__box_memo_t *memo, memo_slot_t *s)
 {
     if (memo->recent[0] != s) {
         memo->recent[1] = memo->recent[0];
@@ -59,7 +59,7 @@ static void note_recent(rs_box_memo_t *memo, memo_slot_t *s)
 
 /* A recent slot holding an equal geometry (a slot replaced since holds
  * another key, which the compare then refuses), or NULL. */
-static memo_slot_t *recent_find(rs_box_memo_t *memo, const rs_geom_key_t *key)
+static memo_slot_t *recent_find(rs__box_memo_t *memo, const rs__geom_key_t *key)
 {
     for (int i = 0; i < 2; i++) {
         memo_slot_t *s = memo->recent[i];
@@ -73,7 +73,7 @@ static memo_slot_t *recent_find(rs_box_memo_t *memo, const rs_geom_key_t *key)
 
 /* The slot holding an equal geometry, or NULL; *hash_p receives the key's
  * hash when it was computed (the recent slots missed). */
-static memo_slot_t *slot_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
+static memo_slot_t *slot_find(rs__box_memo_t *memo, const rs__geom_key_t *key,
                               uint64_t *hash_p)
 {
     memo_slot_t *s = recent_find(memo, key);
@@ -90,8 +90,8 @@ static memo_slot_t *slot_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
     return s;
 }
 
-const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
-                                  uint64_t *hash_p, rs_dest_fact_t **fact_p)
+const rs__box_t *rs__box_memo_find(rs__box_memo_t *memo, const rs__geom_key_t *key,
+                                  uint64_t *hash_p, rs__dest_fact_t **fact_p)
 {
     memo_slot_t *s = slot_find(memo, key, hash_p);
     if (s == NULL)
@@ -100,14 +100,14 @@ const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
     return s->e.box;
 }
 
-rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
-                                 uint64_t hash, const rs_box_t *box)
+rs__dest_fact_t *rs__box_memo_put(rs__box_memo_t *memo, const rs__geom_key_t *key,
+                                 uint64_t hash, const rs__box_t *box)
 {
     memo_slot_t *s = &memo->slots[hash & (MEMO_SLOTS - 1)];
-    if (s->e.box == NULL && (s->e.box = malloc(sizeof(rs_box_t))) == NULL)
+    if (s->e.box == NULL && (s->e.box = malloc(sizeof(rs__box_t))) == NULL)
         return NULL;
-    memcpy(s->e.box, box, offsetof(rs_box_t, factors) +
-                              (size_t)box->nfactors * sizeof(rs_factor_t));
+    memcpy(s->e.box, box, offsetof(rs__box_t, factors) +
+                              (size_t)box->nfactors * sizeof(rs__factor_t));
     s->e.box->numel = box->numel;
     s->hash = hash;
     s->key = *key;

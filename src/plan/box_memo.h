@@ -15,19 +15,19 @@
  * copy (its op chain and the destination's shape and strides; the dest
  * offset does not change the box). The shape is borrowed from the sources
  * for the life of one build. */
-typedef struct rs_geom_key {
+typedef struct rs__geom_key {
     uint32_t geom;
     int src_ndim;
     const int64_t *src_shape;
-} rs_geom_key_t;
+} rs__geom_key_t;
 
-typedef struct rs_box_memo rs_box_memo_t;
+typedef struct rs__box_memo rs__box_memo_t;
 
 /* What the planner learnt of a geometry's destination view: `span`, the
  * elements past its first that it reaches (the sum of (shape - 1) * stride),
  * once a copy found it in bounds and writing no element twice (a property of
  * the shape and strides alone). */
-typedef struct rs_dest_fact {
+typedef struct rs__dest_fact {
     int known;
     int64_t span;
     /* And of its box walked in a buffer that is the whole source (the
@@ -35,45 +35,45 @@ typedef struct rs_dest_fact {
      * the box is one run there (rs__walk_one_run), and where it starts. */
     int run_known, one_run;
     int64_t run_src;
-} rs_dest_fact_t;
+} rs__dest_fact_t;
 
 /* A remembered box and its destination fact. */
-typedef struct rs_memo_entry {
-    rs_box_t *box; /* NULL: the slot is empty */
-    rs_dest_fact_t dest;
-} rs_memo_entry_t;
+typedef struct rs__memo_entry {
+    rs__box_t *box; /* NULL: the slot is empty */
+    rs__dest_fact_t dest;
+} rs__memo_entry_t;
 
 /* NULL on exhaustion. */
-rs_box_memo_t *rs__box_memo_create(void);
-void rs__box_memo_destroy(rs_box_memo_t *memo);
+rs__box_memo_t *rs__box_memo_create(void);
+void rs__box_memo_destroy(rs__box_memo_t *memo);
 
 /* The box remembered for an equal geometry, or NULL; *fact_p is then its
  * destination fact, which the caller may fill. *hash_p receives the key's
  * hash for a following rs__box_memo_put. Cost: a compare of the id and the
  * source's dims, and a hash of them when the two slots hit last differ. */
-const rs_box_t *rs__box_memo_find(rs_box_memo_t *memo, const rs_geom_key_t *key,
-                                  uint64_t *hash_p, rs_dest_fact_t **fact_p);
+const rs__box_t *rs__box_memo_find(rs__box_memo_t *memo, const rs__geom_key_t *key,
+                                  uint64_t *hash_p, rs__dest_fact_t **fact_p);
 
 /* The memo's layout is here so that a hit on the two slots hit last, a
  * model's common case, is inline in the caller's loop (box_memo.c says
  * why those two). */
-typedef struct rs_memo_slot {
-    rs_memo_entry_t e;
+typedef struct rs__memo_slot {
+    rs__memo_entry_t e;
     uint64_t hash;
-    rs_geom_key_t key;
-} rs_memo_slot_t;
+    rs__geom_key_t key;
+} rs__memo_slot_t;
 
 #define RS_MEMO_SLOTS 256 /* a power of two; models repeat a few dozen geometries */
 
-struct rs_box_memo {
-    rs_memo_slot_t *recent[2]; /* set only to slots holding a box */
-    rs_memo_slot_t slots[RS_MEMO_SLOTS];
+struct rs__box_memo {
+    rs__memo_slot_t *recent[2]; /* set only to slots holding a box */
+    rs__memo_slot_t slots[RS_MEMO_SLOTS];
 };
 
 /* Whether key k is this geometry: the capture's id stands for the op
  * chain and destination dims, so only the source's shape is compared (two
  * or three dims: a loop, not memcmp). */
-static inline int rs__geom_key_is(const rs_geom_key_t *k, uint32_t geom,
+static inline int rs__geom_key_is(const rs__geom_key_t *k, uint32_t geom,
                                   int src_ndim, const int64_t *src_shape)
 {
     if (k->geom != geom || k->src_ndim != src_ndim)
@@ -87,7 +87,7 @@ static inline int rs__geom_key_is(const rs_geom_key_t *k, uint32_t geom,
     return 1;
 }
 
-static inline int rs__memo_slot_is(const rs_memo_slot_t *s, uint32_t geom,
+static inline int rs__memo_slot_is(const rs__memo_slot_t *s, uint32_t geom,
                                    int src_ndim, const int64_t *src_shape)
 {
     return s != NULL && rs__geom_key_is(&s->key, geom, src_ndim, src_shape);
@@ -98,11 +98,11 @@ static inline int rs__memo_slot_is(const rs_memo_slot_t *s, uint32_t geom,
  * key may still be in the table: rs__box_memo_find looks there too). No
  * call, so a caller's fast path around it needs no frame. Its box is the
  * memo's own; the caller may fill its fact. */
-static inline rs_memo_entry_t *rs__box_memo_recent(rs_box_memo_t *memo,
+static inline rs__memo_entry_t *rs__box_memo_recent(rs__box_memo_t *memo,
                                                    uint32_t geom, int src_ndim,
                                                    const int64_t *src_shape)
 {
-    rs_memo_slot_t *s = memo->recent[0];
+    rs__memo_slot_t *s = memo->recent[0];
     if (rs__memo_slot_is(s, geom, src_ndim, src_shape))
         return &s->e;
     s = memo->recent[1];
@@ -117,7 +117,7 @@ static inline rs_memo_entry_t *rs__box_memo_recent(rs_box_memo_t *memo,
 /* Remembers `box` for the key (replacing what shared its slot) and returns
  * the slot's (cleared) destination fact; NULL on exhaustion, which only
  * costs later copies a resolve. */
-rs_dest_fact_t *rs__box_memo_put(rs_box_memo_t *memo, const rs_geom_key_t *key,
-                                 uint64_t hash, const rs_box_t *box);
+rs__dest_fact_t *rs__box_memo_put(rs__box_memo_t *memo, const rs__geom_key_t *key,
+                                 uint64_t hash, const rs__box_t *box);
 
 #endif

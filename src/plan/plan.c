@@ -29,7 +29,7 @@ void rs_plan_destroy(rs_plan_h plan)
         return;
     free(plan->segments);
     free(plan->converts);
-    free(plan->full_pulls);
+    free(plan->staged_reads);
     free(plan->uncovered);
     free(plan->fallback);
     free(plan->unbounded);
@@ -59,10 +59,15 @@ const rs_convert_t *rs_plan_converts(rs_plan_h plan, size_t *count_p)
     return plan->converts;
 }
 
-const rs_full_pull_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p)
+const rs_staged_read_t *rs_plan_staged_reads(rs_plan_h plan, size_t *count_p)
 {
-    *count_p = plan->full_pulls_len;
-    return plan->full_pulls;
+    *count_p = plan->staged_reads_len;
+    return plan->staged_reads;
+}
+
+const rs_staged_read_t *rs_plan_full_pulls(rs_plan_h plan, size_t *count_p)
+{
+    return rs_plan_staged_reads(plan, count_p);
 }
 
 const rs_quantized_t *rs_plan_quantized(rs_plan_h plan, size_t *count_p)

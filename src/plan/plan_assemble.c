@@ -34,11 +34,11 @@ static void tally(rs_plan_h plan, const rs_segment_t *s, size_t n,
     plan->stats.descriptor_count += n;
 }
 
-static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc,
+static rs_status_t add_convert(rs__planner_t *b, size_t ci, const rs__planned_copy_t *pc,
                                uint64_t *descs)
 {
-    const rs_cap_copy_t *c = &b->cap->copies[ci];
-    const rs_psrc_t *s = &b->psrc[pc->src];
+    const rs__capture_copy_t *c = &b->cap->copies[ci];
+    const rs__planned_source_t *s = &b->psrc[pc->src];
     rs_convert_t cv;
     int64_t numel = 1, bytes;
 
@@ -64,8 +64,8 @@ static rs_status_t add_convert(rs_planner_t *b, size_t ci, const rs_pcopy_t *pc,
     return RS_OK;
 }
 
-static rs_status_t add_uncovered(rs_planner_t *b, size_t ci,
-                                 const rs_pcopy_t *pc)
+static rs_status_t add_uncovered(rs__planner_t *b, size_t ci,
+                                 const rs__planned_copy_t *pc)
 {
     rs_uncovered_t u = {ci, b->psrc[pc->src].name, b->cap->copies[ci].param,
                         pc->missing};
@@ -74,14 +74,14 @@ static rs_status_t add_uncovered(rs_planner_t *b, size_t ci,
 
 /* One staged read of the plan from a stage the cost model kept, with room
  * for the copies that read it. */
-static rs_status_t add_staged(rs_planner_t *b, const rs_pstage_t *ps,
+static rs_status_t add_staged(rs__planner_t *b, const rs__planned_stage_t *ps,
                               size_t ncopies)
 {
     rs_plan_h plan = b->plan;
-    const rs_psrc_t *s = &b->psrc[ps->src];
-    const rs_src_tensor_t *t = s->tensor;
+    const rs__planned_source_t *s = &b->psrc[ps->src];
+    const rs__source_tensor_t *t = s->tensor;
     size_t dims = (size_t)t->ndim * sizeof(int64_t);
-    rs_full_pull_t fp;
+    rs_staged_read_t fp;
     uint64_t numel = 1;
 
     memset(&fp, 0, sizeof(fp));
@@ -101,14 +101,14 @@ static rs_status_t add_staged(rs_planner_t *b, const rs_pstage_t *ps,
     fp.segments = rs__arena_memdup(&plan->arena, ps->segs.v,
                                    ps->segs.v_len * sizeof(rs_segment_t));
     if (fp.box_lo == NULL || fp.box_shape == NULL || fp.copies == NULL ||
-        fp.segments == NULL || !RS_VEC_PUSH(plan, full_pulls, fp))
+        fp.segments == NULL || !RS_VEC_PUSH(plan, staged_reads, fp))
         return OOM(b);
     return RS_OK;
 }
 
 /* The stages that some copy reads become the plan's staged reads, in the
  * order the planner made them, each listing its copies in capture order. */
-static rs_status_t add_stages(rs_planner_t *b, const asm_pass_t *p)
+static rs_status_t add_stages(rs__planner_t *b, const asm_pass_t *p)
 {
     size_t n = b->stages_len;
     size_t *counts = calloc(n + 1, sizeof(size_t));
@@ -122,13 +122,13 @@ static rs_status_t add_stages(rs_planner_t *b, const asm_pass_t *p)
     for (size_t i = 0; i < p->staged_len; i++)
         counts[b->copies[p->staged[i]].stage]++;
     for (size_t k = 0; k < n && st == RS_OK; k++) {
-        index[k] = counts[k] > 0 ? (long)b->plan->full_pulls_len : -1;
+        index[k] = counts[k] > 0 ? (long)b->plan->staged_reads_len : -1;
         if (counts[k] > 0)
             st = add_staged(b, &b->stages[k], counts[k]);
     }
     for (size_t i = 0; st == RS_OK && i < p->staged_len; i++) {
-        rs_full_pull_t *f =
-            &b->plan->full_pulls[index[b->copies[p->staged[i]].stage]];
+        rs_staged_read_t *f =
+            &b->plan->staged_reads[index[b->copies[p->staged[i]].stage]];
         ((size_t *)f->copies)[f->ncopies++] = p->staged[i];
     }
     free(counts);
@@ -138,9 +138,9 @@ static rs_status_t add_stages(rs_planner_t *b, const asm_pass_t *p)
 
 /* A source whose copy needs more runs than the cap and still reads them
  * exactly (nothing else can read it) is listed once as unbounded. */
-static rs_status_t note_unbounded(rs_planner_t *b, const rs_pcopy_t *pc)
+static rs_status_t note_unbounded(rs__planner_t *b, const rs__planned_copy_t *pc)
 {
-    rs_psrc_t *s = &b->psrc[pc->src];
+    rs__planned_source_t *s = &b->psrc[pc->src];
     if (pc->nexact <= (uint64_t)b->params->max_segments_per_copy ||
         s->listed_unbounded)
         return RS_OK;
@@ -151,16 +151,16 @@ static rs_status_t note_unbounded(rs_planner_t *b, const rs_pcopy_t *pc)
 /* What a copy needs besides its exact runs: its uncovered count, a
  * convert, a stage, a place in the unbounded list. *done_p is set when
  * that is all of it (a convert or a staged copy). */
-static rs_status_t place_special(rs_planner_t *b, size_t ci, asm_pass_t *p,
+static rs_status_t place_special(rs__planner_t *b, size_t ci, asm_pass_t *p,
                                  int *done_p)
 {
-    const rs_pcopy_t *pc = &b->copies[ci];
+    const rs__planned_copy_t *pc = &b->copies[ci];
     rs_status_t st = RS_OK;
 
     *done_p = 1;
     if (pc->missing > 0 && (st = add_uncovered(b, ci, pc)) != RS_OK)
         return st;
-    if (pc->kind == RS_PCOPY_CONVERT)
+    if (pc->kind == RS_PLANNED_COPY_CONVERT)
         return add_convert(b, ci, pc, p->descs);
     if (pc->stage >= 0)
         return RS_VEC_PUSH(p, staged, ci) ? RS_OK : OOM(b);
@@ -217,7 +217,7 @@ typedef struct copy_sums {
     uint64_t nexact, exact_bytes;
 } copy_sums_t;
 
-static void add_sums(rs_planner_t *b, const copy_sums_t *c,
+static void add_sums(rs__planner_t *b, const copy_sums_t *c,
                      const seg_out_t *o)
 {
     rs_plan_h plan = b->plan;
@@ -232,11 +232,11 @@ static void add_sums(rs_planner_t *b, const copy_sums_t *c,
 /* One pass over the copies: each live one is placed and counted (copies
  * of fallback sources are dropped). The usual copy, exact, covered and
  * within the cap, takes no call. */
-static rs_status_t place_copies(rs_planner_t *b, asm_pass_t *p)
+static rs_status_t place_copies(rs__planner_t *b, asm_pass_t *p)
 {
     rs_plan_h plan = b->plan;
-    const rs_psrc_t *psrc = b->psrc;
-    const rs_pcopy_t *copies = b->copies;
+    const rs__planned_source_t *psrc = b->psrc;
+    const rs__planned_copy_t *copies = b->copies;
     const rs_segment_t *tmp = b->tmp.v;
     uint64_t *sbytes = plan->session_bytes, *descs = p->descs;
     uint64_t cap_runs = (uint64_t)b->params->max_segments_per_copy;
@@ -247,14 +247,14 @@ static rs_status_t place_copies(rs_planner_t *b, asm_pass_t *p)
     rs_status_t st = RS_OK;
 
     for (size_t ci = 0; ci < ncopies; ci++) {
-        const rs_pcopy_t *pc = &copies[ci];
+        const rs__planned_copy_t *pc = &copies[ci];
         int done;
-        if (pc->kind == RS_PCOPY_SKIP || psrc[pc->src].fallback != NULL)
+        if (pc->kind == RS_PLANNED_COPY_SKIP || psrc[pc->src].fallback != NULL)
             continue;
         c.planned++;
         c.nexact += pc->nexact;
         c.exact_bytes += pc->exact_bytes;
-        if (pc->missing > 0 || pc->kind != RS_PCOPY_EXACT ||
+        if (pc->missing > 0 || pc->kind != RS_PLANNED_COPY_EXACT ||
             pc->stage >= 0 || pc->nexact > cap_runs) {
             if ((st = place_special(b, ci, p, &done)) != RS_OK)
                 break;
@@ -280,7 +280,7 @@ static rs_status_t place_copies(rs_planner_t *b, asm_pass_t *p)
 }
 
 /* The model's time of the plan as built (rs__cost_plan_seconds). */
-static double plan_seconds(const rs_planner_t *b, const uint64_t *descs)
+static double plan_seconds(const rs__planner_t *b, const uint64_t *descs)
 {
     return rs__cost_plan_seconds(b->params, b->plan->session_bytes, descs,
                                  b->plan->nsessions);
@@ -288,12 +288,12 @@ static double plan_seconds(const rs_planner_t *b, const uint64_t *descs)
 
 /* The stats the pass did not count: the staged reads' segments, the
  * estimate, and what follows from the sums. */
-static void finish_stats(rs_planner_t *b, uint64_t *descs)
+static void finish_stats(rs__planner_t *b, uint64_t *descs)
 {
     rs_plan_h plan = b->plan;
     rs_plan_stats_t *st = &plan->stats;
-    for (size_t i = 0; i < plan->full_pulls_len; i++)
-        tally(plan, plan->full_pulls[i].segments, plan->full_pulls[i].nsegments,
+    for (size_t i = 0; i < plan->staged_reads_len; i++)
+        tally(plan, plan->staged_reads[i].segments, plan->staged_reads[i].nsegments,
               descs);
     st->est_seconds = plan_seconds(b, descs);
     st->needed_bytes = st->exact_bytes;
@@ -305,7 +305,7 @@ static void finish_stats(rs_planner_t *b, uint64_t *descs)
         st->nsessions_used += plan->session_bytes[i] > 0;
 }
 
-static int lists_shards(const rs_psrc_t *s)
+static int lists_shards(const rs__planned_source_t *s)
 {
     return s->fallback == NULL && s->tensor != NULL;
 }
@@ -314,18 +314,18 @@ static int lists_shards(const rs_psrc_t *s)
  * and their total: the shards of every live source, counted. (Sources
  * are about one per copy, so the loops keep what they read in locals: a
  * store into at[] could otherwise alias the tensor's fields.) */
-static size_t *session_starts(const rs_planner_t *b)
+static size_t *session_starts(const rs__planner_t *b)
 {
     size_t ns = b->plan->nsessions, npsrc = b->psrc_len;
-    const rs_psrc_t *psrc = b->psrc;
+    const rs__planned_source_t *psrc = b->psrc;
     size_t *at = calloc(ns + 2, sizeof(size_t));
     if (at == NULL)
         return NULL;
     for (size_t i = 0; i < npsrc; i++) {
         if (!lists_shards(&psrc[i]))
             continue;
-        const rs_src_shard_t *sh = psrc[i].tensor->shards;
-        const rs_src_shard_t *end = sh + psrc[i].tensor->shards_len;
+        const rs__source_shard_t *sh = psrc[i].tensor->shards;
+        const rs__source_shard_t *end = sh + psrc[i].tensor->shards_len;
         for (; sh < end; sh++)
             at[sh->session + 1]++;
     }
@@ -341,11 +341,11 @@ enum { SHARDS_UNSORTED = 1, SHARDS_DIGESTS = 2 };
  * SHARDS_UNSORTED when some session's addresses go down (last[] holds each
  * session's last address so far), SHARDS_DIGESTS when a shard has a
  * digest. No call in the loop: sources are about one per copy. */
-static int place_shards(rs_shard_ref_t *out, const rs_psrc_t *s, size_t *at,
+static int place_shards(rs_shard_ref_t *out, const rs__planned_source_t *s, size_t *at,
                         uint64_t *last)
 {
-    const rs_src_shard_t *sh = s->tensor->shards;
-    const rs_src_shard_t *end = sh + s->tensor->shards_len;
+    const rs__source_shard_t *sh = s->tensor->shards;
+    const rs__source_shard_t *end = sh + s->tensor->shards_len;
     uint64_t elsize = s->tensor->elsize;
     const char *name = s->name;
     int flags = 0;
@@ -365,7 +365,7 @@ static int place_shards(rs_shard_ref_t *out, const rs_psrc_t *s, size_t *at,
 }
 
 /* The listed digests become the plan's own copies. */
-static rs_status_t own_digests(rs_planner_t *b)
+static rs_status_t own_digests(rs__planner_t *b)
 {
     rs_plan_h plan = b->plan;
     for (size_t i = 0; i < plan->shards_len; i++) {
@@ -383,7 +383,7 @@ static rs_status_t own_digests(rs_planner_t *b)
  * but for the addresses, which are sorted only in the rare list where some
  * session's are out of order (a stable sort, so equal keys keep their
  * listing order either way). */
-static rs_status_t list_shards(rs_planner_t *b)
+static rs_status_t list_shards(rs__planner_t *b)
 {
     rs_plan_h plan = b->plan;
     size_t *at = session_starts(b);
@@ -418,7 +418,7 @@ static rs_status_t list_shards(rs_planner_t *b)
 /* Assembly in one pass over the copies and one over the sources: the
  * totals are counted as segments land, so nothing walks the plan again
  * but its staged reads. */
-rs_status_t rs__planner_assemble(rs_planner_t *b)
+rs_status_t rs__planner_assemble(rs__planner_t *b)
 {
     asm_pass_t p;
     rs_status_t st;

@@ -35,7 +35,7 @@ static rs_status_t copy_sessions(rs_plan_h plan, rs_sources_h srcs)
     return RS_OK;
 }
 
-rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
+rs_status_t rs__planner_init(rs__planner_t *b, rs_capture_h cap,
                              rs_sources_h srcs, const rs_plan_params_t *params,
                              rs_diag_t *diag)
 {
@@ -49,7 +49,7 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
     b->memo = rs__box_memo_create();
     /* cleared copy by copy as rs__planner_run reaches it: a MoE rank's
      * ten thousand records are a megabyte that calloc would clear apart */
-    b->copies = malloc((cap->copies_len + 1) * sizeof(rs_pcopy_t));
+    b->copies = malloc((cap->copies_len + 1) * sizeof(rs__planned_copy_t));
     b->load = calloc(srcs->sessions_len + 1, sizeof(uint64_t));
     b->agg_slot = malloc((srcs->sessions_len + 1) * sizeof(long));
     if (b->plan == NULL || b->psrc_of_name == NULL || b->memo == NULL ||
@@ -64,12 +64,12 @@ rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
         !rs__vec_reserve((void **)&b->tmp.v, &b->tmp.v_cap, cap->copies_len,
                          sizeof(rs_segment_t)) ||
         !rs__vec_reserve((void **)&b->psrc, &b->psrc_cap, cap->names_len,
-                         sizeof(rs_psrc_t)))
+                         sizeof(rs__planned_source_t)))
         return OOM(b);
     return RS_OK;
 }
 
-void rs__planner_free(rs_planner_t *b)
+void rs__planner_free(rs__planner_t *b)
 {
     rs_plan_destroy(b->plan);
     free(b->psrc);
@@ -87,18 +87,18 @@ void rs__planner_free(rs_planner_t *b)
     rs__box_memo_destroy(b->memo);
 }
 
-rs_plan_h rs__planner_take(rs_planner_t *b)
+rs_plan_h rs__planner_take(rs__planner_t *b)
 {
     rs_plan_h plan = b->plan;
     b->plan = NULL;
     return plan;
 }
 
-rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
+rs_status_t rs__planner_fallback(rs__planner_t *b, uint32_t src,
                                  const char *reason)
 {
-    rs_psrc_t *s = &b->psrc[src];
-    rs_plan_fallback_t f;
+    rs__planned_source_t *s = &b->psrc[src];
+    rs__plan_fallback_t f;
     if (s->fallback != NULL)
         return RS_OK;
     s->fallback = rs__arena_strdup(&b->plan->arena, reason);
@@ -109,13 +109,13 @@ rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
     return RS_OK;
 }
 
-static rs_status_t psrc_new(rs_planner_t *b, uint32_t name_id,
+static rs_status_t psrc_new(rs__planner_t *b, uint32_t name_id,
                             uint32_t *id_p);
 
 /* The planner's record for a capture source name (by its interned id),
  * created on first use: records keep the order of first use. Inline: every
  * copy asks twice, and only the first time for a source creates. */
-static inline rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id,
+static inline rs_status_t psrc_for(rs__planner_t *b, uint32_t name_id,
                                    uint32_t *id_p)
 {
     if (b->psrc_of_name[name_id] != 0) {
@@ -125,10 +125,10 @@ static inline rs_status_t psrc_for(rs_planner_t *b, uint32_t name_id,
     return psrc_new(b, name_id, id_p);
 }
 
-static rs_status_t psrc_new(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
+static rs_status_t psrc_new(rs__planner_t *b, uint32_t name_id, uint32_t *id_p)
 {
-    const rs_cap_name_t *n = &b->cap->names[name_id];
-    rs_psrc_t s = {n->name, rs__sources_find_hashed(b->srcs, n->name, n->hash),
+    const rs__capture_name_t *n = &b->cap->names[name_id];
+    rs__planned_source_t s = {n->name, rs__sources_find_hashed(b->srcs, n->name, n->hash),
                    NULL, 0, 0, -1, 0};
     if (!RS_VEC_PUSH(b, psrc, s))
         return OOM(b);
@@ -137,7 +137,7 @@ static rs_status_t psrc_new(rs_planner_t *b, uint32_t name_id, uint32_t *id_p)
     return RS_OK;
 }
 
-rs_status_t rs__planner_psrc(rs_planner_t *b, uint32_t name_id,
+rs_status_t rs__planner_psrc(rs__planner_t *b, uint32_t name_id,
                              uint32_t *id_p)
 {
     return psrc_for(b, name_id, id_p);
@@ -154,7 +154,7 @@ int rs__plan_selected(const rs_plan_params_t *p, const char *param)
     return 0;
 }
 
-static int same_tensor(const rs_cap_source_t *d, const rs_src_tensor_t *t)
+static int same_tensor(const rs__capture_source_t *d, const rs__source_tensor_t *t)
 {
     if (d->ndim != t->ndim || d->dtype != t->dtype)
         return 0;
@@ -165,10 +165,10 @@ static int same_tensor(const rs_cap_source_t *d, const rs_src_tensor_t *t)
     return 1;
 }
 
-static rs_status_t refuse_mismatch(rs_planner_t *b, uint32_t id,
-                                   const rs_cap_source_t *d)
+static rs_status_t refuse_mismatch(rs__planner_t *b, uint32_t id,
+                                   const rs__capture_source_t *d)
 {
-    const rs_src_tensor_t *t = b->psrc[id].tensor;
+    const rs__source_tensor_t *t = b->psrc[id].tensor;
     char want[160], got[160], reason[512];
     snprintf(reason, sizeof(reason), "tensor '%s': capture assumes shape %s "
              "%s, published %s %s", d->name,
@@ -184,21 +184,21 @@ static rs_status_t refuse_mismatch(rs_planner_t *b, uint32_t id,
  * declared full shape and dtype: the copies' ops were computed against it,
  * and on another tensor they may still resolve, to the wrong elements.
  * Runs first, so that refused sources lead the fallback list. */
-static rs_status_t refuse_mismatches(rs_planner_t *b)
+static rs_status_t refuse_mismatches(rs__planner_t *b)
 {
     rs_capture_h cap = b->cap;
     for (size_t ci = 0; ci < cap->copies_len; ci++) {
-        const rs_cap_copy_t *c = &cap->copies[ci];
+        const rs__capture_copy_t *c = &cap->copies[ci];
         long decl = cap->names[c->src_id].decl;
         uint32_t id;
         if (decl < 0 || (b->params->nonly != 0 &&
                          !rs__plan_selected(b->params, c->param)))
             continue;
-        const rs_cap_source_t *d = &cap->sources[decl];
+        const rs__capture_source_t *d = &cap->sources[decl];
         rs_status_t st = psrc_for(b, c->src_id, &id);
         if (st != RS_OK)
             return st;
-        const rs_psrc_t *s = &b->psrc[id];
+        const rs__planned_source_t *s = &b->psrc[id];
         if (s->fallback != NULL || s->tensor == NULL ||
             same_tensor(d, s->tensor))
             continue;
@@ -210,11 +210,11 @@ static rs_status_t refuse_mismatches(rs_planner_t *b)
 
 /* Capture-flagged sources are fallback up front; with a selection, only
  * those that a selected copy reads. */
-static rs_status_t flag_unsupported(rs_planner_t *b)
+static rs_status_t flag_unsupported(rs__planner_t *b)
 {
     rs_capture_h cap = b->cap;
     for (size_t i = 0; i < cap->unsupported_len; i++) {
-        const rs_cap_unsupported_t *u = &cap->unsupported[i];
+        const rs__capture_unsupported_t *u = &cap->unsupported[i];
         int wanted = b->params->nonly == 0;
         for (size_t c = 0; !wanted && c < cap->copies_len; c++)
             wanted = cap->copies[c].src_id == u->src_id &&
@@ -237,8 +237,8 @@ static rs_status_t flag_unsupported(rs_planner_t *b)
  * An empty view writes nothing but still names a place in the param: it
  * must start inside it or at its end, since the executor forms its
  * destination pointer from dest_offset. */
-static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p,
-                              rs_dest_fact_t *fact)
+static const char *check_dest(const rs__capture_copy_t *c, const rs__capture_param_t *p,
+                              rs__dest_fact_t *fact)
 {
     int64_t numel = 1, last = c->dest_offset, span[RS_MAX_DIMS];
     int order[RS_MAX_DIMS], n = 0;
@@ -277,17 +277,17 @@ static const char *check_dest(const rs_cap_copy_t *c, const rs_cap_param_t *p,
     return NULL;
 }
 
-const char *rs__plan_check_dest(const rs_cap_copy_t *c,
-                                const rs_cap_param_t *p)
+const char *rs__plan_check_dest(const rs__capture_copy_t *c,
+                                const rs__capture_param_t *p)
 {
     return check_dest(c, p, NULL);
 }
 
 /* check_dest for a geometry checked before: only the offset can differ,
  * so only the bounds are left (in check_dest's order of complaints). */
-static const char *check_dest_known(const rs_cap_copy_t *c,
-                                    const rs_cap_param_t *p,
-                                    const rs_dest_fact_t *fact)
+static const char *check_dest_known(const rs__capture_copy_t *c,
+                                    const rs__capture_param_t *p,
+                                    const rs__dest_fact_t *fact)
 {
     int64_t last;
     if (!rs__add_i64(c->dest_offset, fact->span, &last))
@@ -298,15 +298,15 @@ static const char *check_dest_known(const rs_cap_copy_t *c,
 
 /* The copy's box: remembered for its geometry, else resolved (and
  * remembered when its strides are the capture's, which outlive the build). */
-static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
-                                const rs_psrc_t *s, const int64_t *dest_stride,
-                                const rs_box_t **box_p, rs_dest_fact_t **fact_p,
+static rs_status_t geometry_box(rs__planner_t *b, const rs__capture_copy_t *c,
+                                const rs__planned_source_t *s, const int64_t *dest_stride,
+                                const rs__box_t **box_p, rs__dest_fact_t **fact_p,
                                 size_t *bad_op, char *why, size_t whylen)
 {
-    rs_geom_key_t key = {c->geom, s->tensor->ndim, s->tensor->shape};
+    rs__geom_key_t key = {c->geom, s->tensor->ndim, s->tensor->shape};
     int memo = dest_stride == c->dest_stride;
     uint64_t hash = 0;
-    const rs_box_t *box =
+    const rs__box_t *box =
         memo ? rs__box_memo_find(b->memo, &key, &hash, fact_p) : NULL;
     if (box != NULL) {
         *box_p = box;
@@ -326,15 +326,15 @@ static rs_status_t geometry_box(rs_planner_t *b, const rs_cap_copy_t *c,
  * Kept out of line: its message buffers give it a large frame and a stack
  * guard, which resolve_copy's common case would otherwise pay per copy. */
 __attribute__((noinline))
-static rs_status_t resolve_general(rs_planner_t *b, size_t ci, rs_psrc_t *s,
+static rs_status_t resolve_general(rs__planner_t *b, size_t ci, rs__planned_source_t *s,
                                    const int64_t *dest_stride,
-                                   const rs_box_t **box, int *ok)
+                                   const rs__box_t **box, int *ok)
 {
-    const rs_cap_copy_t *c = &b->cap->copies[ci];
-    const rs_cap_param_t *p = &b->cap->params[b->copies[ci].param];
+    const rs__capture_copy_t *c = &b->cap->copies[ci];
+    const rs__capture_param_t *p = &b->cap->params[b->copies[ci].param];
     char why[512], reason[768];
     size_t bad_op = c->nops;
-    rs_dest_fact_t *fact = NULL;
+    rs__dest_fact_t *fact = NULL;
     rs_status_t st = geometry_box(b, c, s, dest_stride, box, &fact, &bad_op,
                                   why, sizeof(why));
     b->walk_fact = *box != &b->box ? fact : NULL;
@@ -364,13 +364,13 @@ static rs_status_t resolve_general(rs_planner_t *b, size_t ci, rs_psrc_t *s,
  * Anything else (a geometry further back, a miss, a convert's staging
  * strides, an unknown fact, a copy out of bounds) takes the general path,
  * which finds the same answer or refuses with its message. */
-static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
+static rs_status_t resolve_copy(rs__planner_t *b, size_t ci, rs__planned_source_t *s,
                                 const int64_t *dest_stride,
-                                const rs_box_t **box, int *ok)
+                                const rs__box_t **box, int *ok)
 {
-    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    const rs__capture_copy_t *c = &b->cap->copies[ci];
     if (dest_stride == c->dest_stride) {
-        rs_memo_entry_t *e = rs__box_memo_recent(b->memo, c->geom,
+        rs__memo_entry_t *e = rs__box_memo_recent(b->memo, c->geom,
                                                  s->tensor->ndim,
                                                  s->tensor->shape);
         int64_t last;
@@ -388,9 +388,9 @@ static rs_status_t resolve_copy(rs_planner_t *b, size_t ci, rs_psrc_t *s,
 
 /* Checks the copy against its parameter; an inconsistency here is bad
  * input, not an unsupported source. */
-static rs_status_t bind_param(rs_planner_t *b, size_t ci)
+static rs_status_t bind_param(rs__planner_t *b, size_t ci)
 {
-    const rs_cap_copy_t *c = &b->cap->copies[ci];
+    const rs__capture_copy_t *c = &b->cap->copies[ci];
     uint32_t p = c->param_id; /* else declared after the copy was added */
     if (p == UINT32_MAX && !rs__strmap_get(&b->cap->param_index, c->param, &p))
         return rs__diag_set(b->diag, RS_ERR_INPUT, "copy %zu: param '%s' is "
@@ -404,18 +404,18 @@ static rs_status_t bind_param(rs_planner_t *b, size_t ci)
     return RS_OK;
 }
 
-static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
+static rs_status_t plan_copy(rs__planner_t *b, size_t ci)
 {
-    const rs_cap_copy_t *c = &b->cap->copies[ci];
-    rs_pcopy_t *pc = &b->copies[ci];
-    const rs_box_t *box;
+    const rs__capture_copy_t *c = &b->cap->copies[ci];
+    rs__planned_copy_t *pc = &b->copies[ci];
+    const rs__box_t *box;
     int64_t staging[RS_MAX_DIMS];
     int ok;
     rs_status_t st;
 
     if ((st = bind_param(b, ci)) != RS_OK || (st = psrc_for(b, c->src_id, &pc->src)))
         return st;
-    rs_psrc_t *s = &b->psrc[pc->src];
+    rs__planned_source_t *s = &b->psrc[pc->src];
     if (s->fallback != NULL)
         return RS_OK;
     if (s->tensor == NULL)
@@ -433,7 +433,7 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     }
     pc->seg_begin = b->tmp.v_len;
     pc->pick_begin = b->picks_len;
-    rs_walk_tally_t tally;
+    rs__walk_tally_t tally;
     /* A copy over the cap keeps only its sums per session and its ends
      * (what the cost model reads of it); a convert is always read by its
      * runs, and keeps them. */
@@ -448,7 +448,7 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
     if (st != RS_OK)
         return rs__diag_set(b->diag, st, "out of memory");
     pc->seg_end = b->tmp.v_len;
-    pc->kind = convert ? RS_PCOPY_CONVERT : RS_PCOPY_EXACT;
+    pc->kind = convert ? RS_PLANNED_COPY_CONVERT : RS_PLANNED_COPY_EXACT;
     pc->nexact = tally.nsegs;
     pc->exact_bytes = tally.bytes;
     pc->dropped = tally.dropped;
@@ -469,14 +469,14 @@ static rs_status_t plan_copy(rs_planner_t *b, size_t ci)
 /* A dropped copy that the cost model reads by its exact runs after all
  * (no staged way, or the all-exact plan kept) walks again, repeating its
  * shard choices: the same runs as if they had been kept the first time. */
-static rs_status_t rewalk(rs_planner_t *b, size_t ci)
+static rs_status_t rewalk(rs__planner_t *b, size_t ci)
 {
-    rs_pcopy_t *pc = &b->copies[ci];
-    rs_psrc_t *s = &b->psrc[pc->src];
-    const rs_cap_copy_t *c = &b->cap->copies[ci];
-    rs_walk_tally_t tally;
+    rs__planned_copy_t *pc = &b->copies[ci];
+    rs__planned_source_t *s = &b->psrc[pc->src];
+    const rs__capture_copy_t *c = &b->cap->copies[ci];
+    rs__walk_tally_t tally;
     uint64_t missing = 0;
-    const rs_box_t *box;
+    const rs__box_t *box;
     int ok;
     rs_status_t st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok);
     if (st != RS_OK || !ok) /* it resolved the first time; else in fallback */
@@ -493,11 +493,11 @@ static rs_status_t rewalk(rs_planner_t *b, size_t ci)
     return RS_OK;
 }
 
-static rs_status_t rewalk_dropped(rs_planner_t *b)
+static rs_status_t rewalk_dropped(rs__planner_t *b)
 {
     for (size_t ci = 0; ci < b->cap->copies_len; ci++) {
-        const rs_pcopy_t *pc = &b->copies[ci];
-        if (!pc->dropped || pc->kind != RS_PCOPY_EXACT ||
+        const rs__planned_copy_t *pc = &b->copies[ci];
+        if (!pc->dropped || pc->kind != RS_PLANNED_COPY_EXACT ||
             b->psrc[pc->src].fallback != NULL || pc->stage >= 0)
             continue;
         rs_status_t st = rewalk(b, ci);
@@ -507,11 +507,11 @@ static rs_status_t rewalk_dropped(rs_planner_t *b)
     return RS_OK;
 }
 
-rs_status_t rs__planner_run(rs_planner_t *b)
+rs_status_t rs__planner_run(rs__planner_t *b)
 {
     /* copied, not a compound literal: for a record this size the compiler
      * clears with a string store, slower than the few vector moves */
-    static const rs_pcopy_t clear;
+    static const rs__planned_copy_t clear;
     rs_status_t st = refuse_mismatches(b);
     if (st == RS_OK)
         st = flag_unsupported(b);

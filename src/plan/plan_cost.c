@@ -46,9 +46,9 @@ double rs__cost_plan_seconds(const rs_plan_params_t *p, const uint64_t *bytes,
 
 /* The working plan per session, and one change to it under evaluation. */
 typedef struct cost {
-    rs_planner_t *b;
+    rs__planner_t *b;
     size_t ns;
-    rs_cost_aggs_t aggs;    /* every copy's exact runs per session */
+    rs__session_costs_t aggs;    /* every copy's exact runs per session */
     uint64_t *bytes, *descs;
     uint64_t tot_bytes, tot_descs; /* the receiver's: every session's sum */
     double max_t;           /* its most loaded session's time, or more */
@@ -85,7 +85,7 @@ static void delta_add(cost_t *c, const rs_segment_t *s, size_t n, int sign)
 static void delta_exact(cost_t *c, size_t ci, int sign)
 {
     for (size_t i = c->aggs.at[ci]; i < c->aggs.at[ci + 1]; i++) {
-        const rs_cost_agg_t *a = &c->aggs.v[i];
+        const rs__session_cost_t *a = &c->aggs.v[i];
         uint32_t k = a->session;
         if (!c->mark[k]) {
             c->mark[k] = 1;
@@ -148,7 +148,7 @@ static score_t delta_end(cost_t *c, int apply)
     return sc;
 }
 
-static int box_equal(const rs_pstage_t *s, int nd, const int64_t *lo,
+static int box_equal(const rs__planned_stage_t *s, int nd, const int64_t *lo,
                      const int64_t *shape)
 {
     for (int d = 0; d < nd; d++) {
@@ -158,7 +158,7 @@ static int box_equal(const rs_pstage_t *s, int nd, const int64_t *lo,
     return 1;
 }
 
-static int box_contains(const rs_pstage_t *s, int nd, const int64_t *lo,
+static int box_contains(const rs__planned_stage_t *s, int nd, const int64_t *lo,
                         const int64_t *shape)
 {
     for (int d = 0; d < nd; d++) {
@@ -183,10 +183,10 @@ typedef struct pick {
     int found;
     score_t sc;
     long stage;          /* existing stage, or -1 */
-    rs_pstage_t fresh;   /* a new stage when stage < 0 and found */
+    rs__planned_stage_t fresh;   /* a new stage when stage < 0 and found */
 } pick_t;
 
-static score_t score_stage(cost_t *c, size_t ci, const rs_segvec_t *segs,
+static score_t score_stage(cost_t *c, size_t ci, const rs__segment_vec_t *segs,
                            int paid)
 {
     if (!paid)
@@ -198,8 +198,8 @@ static score_t score_stage(cost_t *c, size_t ci, const rs_segvec_t *segs,
 /* A stage is worth reading instead of the copy's exact runs only when it
  * takes fewer descriptors (one already read takes none): moving bytes
  * into staging for the same descriptors would only add a local copy. */
-static int fewer(const rs_planner_t *b, const rs_pcopy_t *pc,
-                 const rs_pstage_t *st)
+static int fewer(const rs__planner_t *b, const rs__planned_copy_t *pc,
+                 const rs__planned_stage_t *st)
 {
     (void)b;
     return st->users > 0 || st->segs.v_len < pc->nexact;
@@ -209,11 +209,11 @@ static int fewer(const rs_planner_t *b, const rs_pcopy_t *pc,
 static void try_existing(cost_t *c, size_t ci, size_t first, const int64_t *lo,
                          const int64_t *shape, pick_t *pk)
 {
-    rs_planner_t *b = c->b;
-    const rs_pcopy_t *pc = &b->copies[ci];
+    rs__planner_t *b = c->b;
+    const rs__planned_copy_t *pc = &b->copies[ci];
     int nd = b->psrc[pc->src].tensor->ndim;
     for (size_t k = first; k < b->stages_len; k++) {
-        const rs_pstage_t *st = &b->stages[k];
+        const rs__planned_stage_t *st = &b->stages[k];
         if (!box_contains(st, nd, lo, shape) || !fewer(b, pc, st) ||
             !rs__stage_fits(b, ci, st->lo, st->shape))
             continue;
@@ -232,9 +232,9 @@ static rs_status_t try_fresh(cost_t *c, size_t ci, size_t first,
                              rs_staged_kind_t kind, const int64_t *lo,
                              const int64_t *shape, pick_t *pk)
 {
-    rs_planner_t *b = c->b;
-    const rs_pcopy_t *pc = &b->copies[ci];
-    rs_psrc_t *s = &b->psrc[pc->src];
+    rs__planner_t *b = c->b;
+    const rs__planned_copy_t *pc = &b->copies[ci];
+    rs__planned_source_t *s = &b->psrc[pc->src];
     int nd = s->tensor->ndim, complete = 0;
     for (size_t k = first; k < b->stages_len; k++) {
         if (box_equal(&b->stages[k], nd, lo, shape))
@@ -244,7 +244,7 @@ static rs_status_t try_fresh(cost_t *c, size_t ci, size_t first,
         rs__stage_min_runs(s, shape) >= pc->nexact ||
         !rs__stage_fits(b, ci, lo, shape))
         return RS_OK; /* the whole source is the full stage's */
-    rs_pstage_t ps = {pc->src, kind, {0}, {0}, {0}, 0};
+    rs__planned_stage_t ps = {pc->src, kind, {0}, {0}, {0}, 0};
     memcpy(ps.lo, lo, (size_t)nd * sizeof(int64_t));
     memcpy(ps.shape, shape, (size_t)nd * sizeof(int64_t));
     rs_status_t st = rs__stage_walk(b, s, lo, shape, &ps.segs, &complete);
@@ -265,8 +265,8 @@ static rs_status_t try_fresh(cost_t *c, size_t ci, size_t first,
 /* Moves the working plan from the copy's exact runs to the pick. */
 static rs_status_t take_pick(cost_t *c, size_t ci, pick_t *pk)
 {
-    rs_planner_t *b = c->b;
-    rs_pcopy_t *pc = &b->copies[ci];
+    rs__planner_t *b = c->b;
+    rs__planned_copy_t *pc = &b->copies[ci];
     if (pk->stage < 0) {
         if (!RS_VEC_PUSH(b, stages, pk->fresh)) {
             free(pk->fresh.segs.v);
@@ -274,7 +274,7 @@ static rs_status_t take_pick(cost_t *c, size_t ci, pick_t *pk)
         }
         pk->stage = (long)b->stages_len - 1;
     }
-    rs_pstage_t *st = &b->stages[pk->stage];
+    rs__planned_stage_t *st = &b->stages[pk->stage];
     if (st->users++ == 0)
         delta_add(c, st->segs.v, st->segs.v_len, +1);
     delta_exact(c, ci, -1);
@@ -291,9 +291,9 @@ static rs_status_t take_pick(cost_t *c, size_t ci, pick_t *pk)
 
 static rs_status_t decide_copy(cost_t *c, size_t ci, size_t first)
 {
-    rs_planner_t *b = c->b;
-    rs_pcopy_t *pc = &b->copies[ci];
-    const rs_psrc_t *s = &b->psrc[pc->src];
+    rs__planner_t *b = c->b;
+    rs__planned_copy_t *pc = &b->copies[ci];
+    const rs__planned_source_t *s = &b->psrc[pc->src];
     int64_t lo[RS_MAX_DIMS], shape[RS_MAX_DIMS], wlo[RS_MAX_DIMS],
         wshape[RS_MAX_DIMS];
     rs_status_t st;
@@ -331,26 +331,26 @@ static void mark_exact(cost_t *c, const size_t *ids, size_t nids, int on);
 static void whole_delta(cost_t *c, long k, const size_t *ids, size_t nids,
                         size_t first)
 {
-    rs_planner_t *b = c->b;
-    const rs_pstage_t *to = &b->stages[k];
+    rs__planner_t *b = c->b;
+    const rs__planned_stage_t *to = &b->stages[k];
     delta_add(c, to->segs.v, to->segs.v_len, +1);
     for (size_t j = first; j < b->stages_len; j++)
         if (b->stages[j].users > 0)
             delta_add(c, b->stages[j].segs.v, b->stages[j].segs.v_len, -1);
     for (size_t i = 0; i < nids; i++) {
-        const rs_pcopy_t *pc = &b->copies[ids[i]];
+        const rs__planned_copy_t *pc = &b->copies[ids[i]];
         if (rs__cost_stageable(b, pc) && pc->stage < 0)
             delta_exact(c, ids[i], -1);
     }
 }
 
 /* The exact runs of the source's copies that a stage could serve. */
-static uint64_t exact_runs(const rs_planner_t *b, const size_t *ids,
+static uint64_t exact_runs(const rs__planner_t *b, const size_t *ids,
                            size_t nids)
 {
     uint64_t exact = 0;
     for (size_t i = 0; i < nids; i++) {
-        const rs_pcopy_t *pc = &b->copies[ids[i]];
+        const rs__planned_copy_t *pc = &b->copies[ids[i]];
         if (rs__cost_stageable(b, pc))
             exact += pc->nexact;
     }
@@ -359,7 +359,7 @@ static uint64_t exact_runs(const rs_planner_t *b, const size_t *ids,
 
 /* A stage for all of a source's copies is worth considering when it reads
  * them with fewer descriptors than their exact runs. */
-static int whole_worth(const rs_planner_t *b, long k, const size_t *ids,
+static int whole_worth(const rs__planner_t *b, long k, const size_t *ids,
                        size_t nids)
 {
     return k >= 0 && b->stages[k].segs.v_len < exact_runs(b, ids, nids);
@@ -371,7 +371,7 @@ static int whole_worth(const rs_planner_t *b, long k, const size_t *ids,
 static void decide_whole(cost_t *c, long k, const size_t *ids, size_t nids,
                          size_t first)
 {
-    rs_planner_t *b = c->b;
+    rs__planner_t *b = c->b;
     score_t stay = {c->max_t, 0};
     if (!whole_worth(b, k, ids, nids))
         return;
@@ -383,7 +383,7 @@ static void decide_whole(cost_t *c, long k, const size_t *ids, size_t nids,
     for (size_t j = first; j < b->stages_len; j++)
         b->stages[j].users = 0;
     for (size_t i = 0; i < nids; i++) {
-        rs_pcopy_t *pc = &b->copies[ids[i]];
+        rs__planned_copy_t *pc = &b->copies[ids[i]];
         if (rs__cost_stageable(b, pc)) {
             pc->stage = k;
             b->stages[k].users++;
@@ -393,7 +393,7 @@ static void decide_whole(cost_t *c, long k, const size_t *ids, size_t nids,
 
 /* The bounding box of every stageable copy of the source, widened as
  * rs__stage_bound does; 0 when there is none. */
-static int union_box(rs_planner_t *b, const rs_psrc_t *s, const size_t *ids,
+static int union_box(rs__planner_t *b, const rs__planned_source_t *s, const size_t *ids,
                      size_t nids, int64_t *lo, int64_t *shape)
 {
     int64_t clo[RS_MAX_DIMS], csh[RS_MAX_DIMS], hi[RS_MAX_DIMS];
@@ -419,10 +419,10 @@ static int union_box(rs_planner_t *b, const rs_psrc_t *s, const size_t *ids,
 
 /* The stage of the union box, made (walked) unless one of the source's
  * stages has that box; -1 when it cannot serve every copy. */
-static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
+static rs_status_t union_stage(cost_t *c, rs__planned_source_t *s, const size_t *ids,
                                size_t nids, size_t first, long *k_p)
 {
-    rs_planner_t *b = c->b;
+    rs__planner_t *b = c->b;
     int64_t lo[RS_MAX_DIMS], shape[RS_MAX_DIMS];
     int nd = s->tensor->ndim, complete = 0;
     *k_p = -1;
@@ -440,7 +440,7 @@ static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
             return RS_OK;
         }
     }
-    rs_pstage_t ps = {(uint32_t)(s - b->psrc), RS_STAGED_BOUND, {0}, {0},
+    rs__planned_stage_t ps = {(uint32_t)(s - b->psrc), RS_STAGED_BOUND, {0}, {0},
                       {0}, 0};
     memcpy(ps.lo, lo, (size_t)nd * sizeof(int64_t));
     memcpy(ps.shape, shape, (size_t)nd * sizeof(int64_t));
@@ -457,7 +457,7 @@ static rs_status_t union_stage(cost_t *c, rs_psrc_t *s, const size_t *ids,
 
 /* ---- the greedy pass ---- */
 
-static rs_status_t cost_init(cost_t *c, rs_planner_t *b)
+static rs_status_t cost_init(cost_t *c, rs__planner_t *b)
 {
     size_t ns = b->plan->nsessions;
     memset(c, 0, sizeof(*c));
@@ -498,9 +498,9 @@ static void cost_free(cost_t *c)
     rs__cost_aggs_free(&c->aggs);
 }
 
-/* The active copies of each source (rs_cost_aggs_t act), in capture
+/* The active copies of each source (rs__session_costs_t act), in capture
  * order: ids[at[s] .. at[s + 1]); every other source has none. */
-static rs_status_t by_source(rs_planner_t *b, const rs_cost_aggs_t *a,
+static rs_status_t by_source(rs__planner_t *b, const rs__session_costs_t *a,
                              size_t **ids_p, size_t **at_p)
 {
     size_t np = b->psrc_len;
@@ -526,7 +526,7 @@ static rs_status_t by_source(rs_planner_t *b, const rs_cost_aggs_t *a,
  * then act is already grouped by source, in source order, and by_source's
  * per-source counts (an array as long as the sources, for a handful of
  * active copies) are not needed. */
-static int act_grouped(const rs_planner_t *b, const rs_cost_aggs_t *a)
+static int act_grouped(const rs__planner_t *b, const rs__session_costs_t *a)
 {
     for (size_t i = 1; i < a->nact; i++)
         if (b->copies[a->act[i]].src < b->copies[a->act[i - 1]].src)
@@ -546,8 +546,8 @@ static void mark_exact(cost_t *c, const size_t *ids, size_t nids, int on)
 static rs_status_t decide_source(cost_t *c, uint32_t si, const size_t *ids,
                                  size_t nids)
 {
-    rs_planner_t *b = c->b;
-    rs_psrc_t *s = &b->psrc[si];
+    rs__planner_t *b = c->b;
+    rs__planned_source_t *s = &b->psrc[si];
     size_t first = b->stages_len;
     uint64_t exact = exact_runs(b, ids, nids);
     rs_status_t st = RS_OK;
@@ -602,7 +602,7 @@ static rs_status_t decide_grouped(cost_t *c)
     return st;
 }
 
-rs_status_t rs__planner_choose(rs_planner_t *b)
+rs_status_t rs__planner_choose(rs__planner_t *b)
 {
     cost_t c;
     size_t *ids = NULL, *at = NULL;

@@ -6,15 +6,15 @@
 #include "plan/planner.h"
 
 /* A copy the plan reads: planned, its source not in fallback. */
-static inline int rs__cost_live(const rs_planner_t *b, const rs_pcopy_t *pc)
+static inline int rs__cost_live(const rs__planner_t *b, const rs__planned_copy_t *pc)
 {
-    return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
+    return pc->kind != RS_PLANNED_COPY_SKIP && b->psrc[pc->src].fallback == NULL;
 }
 
 /* A kept copy's exact runs (in the planner's tmp vector) and their count;
- * a dropped copy has none there (rs__cost_ends, rs_pdrop_t). */
-static inline const rs_segment_t *rs__cost_exact(const rs_planner_t *b,
-                                                 const rs_pcopy_t *pc,
+ * a dropped copy has none there (rs__cost_ends, rs__dropped_copy_t). */
+static inline const rs_segment_t *rs__cost_exact(const rs__planner_t *b,
+                                                 const rs__planned_copy_t *pc,
                                                  size_t *n)
 {
     *n = pc->dropped ? 0 : pc->seg_end - pc->seg_begin;
@@ -23,8 +23,8 @@ static inline const rs_segment_t *rs__cost_exact(const rs_planner_t *b,
 
 /* The copy's first and last exact run, kept or dropped, and the number of
  * its runs (pc->nexact; 0 leaves *first and *last unset). */
-static inline uint64_t rs__cost_ends(const rs_planner_t *b,
-                                     const rs_pcopy_t *pc,
+static inline uint64_t rs__cost_ends(const rs__planner_t *b,
+                                     const rs__planned_copy_t *pc,
                                      const rs_segment_t **first,
                                      const rs_segment_t **last)
 {
@@ -52,10 +52,10 @@ static inline int rs__cost_continues(const rs_segment_t *last,
 
 /* A copy the model may stage: same dtype, reads something, all of it
  * published. */
-static inline int rs__cost_stageable(const rs_planner_t *b,
-                                     const rs_pcopy_t *pc)
+static inline int rs__cost_stageable(const rs__planner_t *b,
+                                     const rs__planned_copy_t *pc)
 {
-    return rs__cost_live(b, pc) && pc->kind == RS_PCOPY_EXACT &&
+    return rs__cost_live(b, pc) && pc->kind == RS_PLANNED_COPY_EXACT &&
            pc->missing == 0 && pc->nexact > 0;
 }
 
@@ -71,18 +71,18 @@ static inline int rs__cost_stageable(const rs_planner_t *b,
  * (joined[k]: such joins on session k); act_pos[i] is act[i]'s chain
  * position (RS_COST_NO_CHAIN when it has none). */
 #define RS_COST_NO_CHAIN SIZE_MAX
-typedef struct rs_cost_aggs {
-    rs_cost_agg_t *v;
+typedef struct rs__session_costs {
+    rs__session_cost_t *v;
     size_t *at;
     uint64_t *bytes, *descs, *joined; /* per session, nsessions + 1 */
     size_t *chain, nchain;
     unsigned char *joins;
     size_t *act, *act_pos, nact;
-} rs_cost_aggs_t;
+} rs__session_costs_t;
 
 /* A source some choice could read in fewer runs than one: more than one
  * exact run over its copies (stageable ones take no more than all). */
-static inline int rs__cost_active_src(const rs_psrc_t *s)
+static inline int rs__cost_active_src(const rs__planned_source_t *s)
 {
     return s->exact_segments > 1 && s->fallback == NULL && s->tensor != NULL;
 }
@@ -90,13 +90,13 @@ static inline int rs__cost_active_src(const rs_psrc_t *s)
 /* Builds the above in one pass over the copies, and resets every copy's
  * stage (-1) and cap flag: O(copies + active copies' runs).
  * RS_ERR_NO_MEMORY (a diag set) or RS_OK. */
-rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a);
-void rs__cost_aggs_free(rs_cost_aggs_t *a);
+rs_status_t rs__cost_aggs_build(rs__planner_t *b, rs__session_costs_t *a);
+void rs__cost_aggs_free(rs__session_costs_t *a);
 
 /* Compares the greedy choice (each copy's stage) with the all-exact and
  * the full-pull plans, keeps the fastest, and sets the stats'
  * exact_est_seconds (plan_cost_guard.c): O(sessions + active copies'
  * sessions + staged runs) per plan compared. */
-rs_status_t rs__cost_guarantee(rs_planner_t *b, const rs_cost_aggs_t *a);
+rs_status_t rs__cost_guarantee(rs__planner_t *b, const rs__session_costs_t *a);
 
 #endif

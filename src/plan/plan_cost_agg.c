@@ -1,8 +1,8 @@
-/* One pass over the copies for the cost model (rs_cost_aggs_t): every
+/* One pass over the copies for the cost model (rs__session_costs_t): every
  * live copy's exact runs summed per session (the all-exact plan) and
  * chained as assembly will append them, and, for the copies of sources
  * with an alternative to weigh, their runs summed per session
- * (rs_cost_agg_t): the model moves such a copy between ways of reading it
+ * (rs__session_cost_t): the model moves such a copy between ways of reading it
  * many times, and each move then costs the sessions it reads rather than
  * its runs. Most copies (a whole expert tensor published by one shard:
  * one run) have no alternative: for them the pass does the sums and the
@@ -17,7 +17,7 @@
 #include "plan/plan_cost.h"
 
 typedef struct agg_vec {
-    RS_VEC(rs_cost_agg_t, v);
+    RS_VEC(rs__session_cost_t, v);
 } agg_vec_t;
 
 /* Sums one copy's runs into out, slot[] mapping a session to its entry
@@ -27,12 +27,12 @@ static int sum_copy(const rs_segment_t *s, size_t n, long *slot,
 {
     size_t first = out->v_len;
     if (n == 1) { /* most copies: one run, one session */
-        rs_cost_agg_t a = {s[0].session, s[0].nbytes, 1};
+        rs__session_cost_t a = {s[0].session, s[0].nbytes, 1};
         return RS_VEC_PUSH(out, v, a);
     }
     for (size_t i = 0; i < n; i++) {
         if (slot[s[i].session] < 0) {
-            rs_cost_agg_t a = {s[i].session, 0, 0};
+            rs__session_cost_t a = {s[i].session, 0, 0};
             if (!RS_VEC_PUSH(out, v, a))
                 return 0;
             slot[s[i].session] = (long)out->v_len - 1;
@@ -47,7 +47,7 @@ static int sum_copy(const rs_segment_t *s, size_t n, long *slot,
 
 /* A dropped copy's sums, made by its walk (plan_walk.c) in sum_copy's
  * order. 0 when out of memory. */
-static int copy_sums(const rs_planner_t *b, const rs_pdrop_t *d,
+static int copy_sums(const rs__planner_t *b, const rs__dropped_copy_t *d,
                      agg_vec_t *out)
 {
     for (size_t i = d->agg_begin; i < d->agg_end; i++)
@@ -57,11 +57,11 @@ static int copy_sums(const rs_planner_t *b, const rs_pdrop_t *d,
 }
 
 /* The copy's exact runs into the all-exact plan's per-session sums. */
-static void add_sums(const rs_planner_t *b, const rs_pcopy_t *pc,
-                     rs_cost_aggs_t *a)
+static void add_sums(const rs__planner_t *b, const rs__planned_copy_t *pc,
+                     rs__session_costs_t *a)
 {
     if (pc->dropped) {
-        const rs_pdrop_t *d = &b->drops[pc->drop];
+        const rs__dropped_copy_t *d = &b->drops[pc->drop];
         for (size_t i = d->agg_begin; i < d->agg_end; i++) {
             a->bytes[b->drop_aggs[i].session] += b->drop_aggs[i].bytes;
             a->descs[b->drop_aggs[i].session] += b->drop_aggs[i].descs;
@@ -78,11 +78,11 @@ static void add_sums(const rs_planner_t *b, const rs_pcopy_t *pc,
  * copy but the converts, that has some: s0 its first run, sn its last),
  * its first run joining the last run of the copy before (whose end is
  * where any run merged into it ends). Its position, or RS_COST_NO_CHAIN. */
-static size_t chain_copy(const rs_pcopy_t *pc, size_t ci,
+static size_t chain_copy(const rs__planned_copy_t *pc, size_t ci,
                          const rs_segment_t *s0, const rs_segment_t *sn,
-                         rs_cost_aggs_t *a, const rs_segment_t **last)
+                         rs__session_costs_t *a, const rs_segment_t **last)
 {
-    if (pc->kind == RS_PCOPY_CONVERT || pc->nexact == 0)
+    if (pc->kind == RS_PLANNED_COPY_CONVERT || pc->nexact == 0)
         return RS_COST_NO_CHAIN;
     int join = a->nchain > 0 && *last != NULL && /* set with nchain */
                rs__cost_continues(*last, s0);
@@ -95,10 +95,10 @@ static size_t chain_copy(const rs_pcopy_t *pc, size_t ci,
 
 /* add_sums and chain_copy of a live copy. Most copies keep one run: it
  * is their sums and both their ends, read once. */
-static size_t note_live(const rs_planner_t *b, size_t ci, rs_cost_aggs_t *a,
+static size_t note_live(const rs__planner_t *b, size_t ci, rs__session_costs_t *a,
                         const rs_segment_t **last)
 {
-    const rs_pcopy_t *pc = &b->copies[ci];
+    const rs__planned_copy_t *pc = &b->copies[ci];
     const rs_segment_t *s0 = NULL, *sn = NULL;
     if (!pc->dropped && pc->seg_end - pc->seg_begin == 1) {
         const rs_segment_t *r = &b->tmp.v[pc->seg_begin];
@@ -111,9 +111,9 @@ static size_t note_live(const rs_planner_t *b, size_t ci, rs_cost_aggs_t *a,
     return chain_copy(pc, ci, s0, sn, a, last);
 }
 
-static int aggs_alloc(rs_cost_aggs_t *a, size_t nc, size_t ns)
+static int aggs_alloc(rs__session_costs_t *a, size_t nc, size_t ns)
 {
-    *a = (rs_cost_aggs_t){0};
+    *a = (rs__session_costs_t){0};
     /* the per-copy arrays in one block, the per-session ones in another */
     a->at = malloc((4 * nc + 1) * sizeof(size_t) + nc + 1);
     a->bytes = calloc(3 * (ns + 1), sizeof(uint64_t));
@@ -128,7 +128,7 @@ static int aggs_alloc(rs_cost_aggs_t *a, size_t nc, size_t ns)
     return 1;
 }
 
-rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
+rs_status_t rs__cost_aggs_build(rs__planner_t *b, rs__session_costs_t *a)
 {
     size_t nc = b->cap->copies_len, ns = b->plan->nsessions;
     long *slot = malloc((ns + 1) * sizeof(long));
@@ -138,13 +138,13 @@ rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
     for (size_t k = 0; ok && k < ns; k++)
         slot[k] = -1;
     for (size_t ci = 0; ok && ci < nc; ci++) {
-        rs_pcopy_t *pc = &b->copies[ci];
+        rs__planned_copy_t *pc = &b->copies[ci];
         pc->stage = -1;
         pc->capped = 0;
         a->at[ci] = out.v_len;
-        if (pc->kind == RS_PCOPY_SKIP)
+        if (pc->kind == RS_PLANNED_COPY_SKIP)
             continue; /* the model never reads it */
-        const rs_psrc_t *s = &b->psrc[pc->src];
+        const rs__planned_source_t *s = &b->psrc[pc->src];
         if (s->fallback != NULL)
             continue; /* nor this one (rs__cost_live) */
         size_t pos = note_live(b, ci, a, &last);
@@ -167,10 +167,10 @@ rs_status_t rs__cost_aggs_build(rs_planner_t *b, rs_cost_aggs_t *a)
     return RS_OK;
 }
 
-void rs__cost_aggs_free(rs_cost_aggs_t *a)
+void rs__cost_aggs_free(rs__session_costs_t *a)
 {
     free(a->v);
     free(a->at);
     free(a->bytes);
-    *a = (rs_cost_aggs_t){0};
+    *a = (rs__session_costs_t){0};
 }

@@ -27,11 +27,11 @@ enum { WAY_G, WAY_X, WAY_F };
  * converts, that has some run (what assembly appends one after another),
  * and whether each one's first run continues the run before it (assembly
  * then merges the two: one descriptor less). */
-/* The plan's exact runs in assembly order (rs_cost_aggs_t chain, joins)
+/* The plan's exact runs in assembly order (rs__session_costs_t chain, joins)
  * and the copies some contender stages. */
 typedef struct est {
-    rs_planner_t *b;
-    const rs_cost_aggs_t *aggs;
+    rs__planner_t *b;
+    const rs__session_costs_t *aggs;
     uint64_t *bytes, *descs;           /* one estimate's sums */
     uint64_t *all_bytes, *all_descs;   /* the all-exact plan's */
     const size_t *chain;
@@ -47,7 +47,7 @@ typedef struct {
 } differs_t;
 
 /* Stage of copy pc in contender `way`, or -1 for its exact runs. */
-static long way_of(const rs_planner_t *b, const rs_pcopy_t *pc, int way)
+static long way_of(const rs__planner_t *b, const rs__planned_copy_t *pc, int way)
 {
     long x = pc->capped ? pc->stage : -1;
     if (way == WAY_G)
@@ -77,8 +77,8 @@ static const rs_segment_t *last_run(const est_t *e, size_t at)
  * would only trade its (empty) sums for the stage (RS_COST_NO_CHAIN). */
 static void note_copy(est_t *e, size_t ci, size_t pos, differs_t *df)
 {
-    const rs_planner_t *b = e->b;
-    const rs_pcopy_t *pc = &b->copies[ci];
+    const rs__planner_t *b = e->b;
+    const rs__planned_copy_t *pc = &b->copies[ci];
     /* way_of for a live copy, the full pull looked at only when there is
      * one */
     long g = pc->stage, x = pc->capped ? g : -1, full =
@@ -99,7 +99,7 @@ static void note_copy(est_t *e, size_t ci, size_t pos, differs_t *df)
  * staged, nor has a full pull. */
 static differs_t prepare(est_t *e)
 {
-    const rs_cost_aggs_t *a = e->aggs;
+    const rs__session_costs_t *a = e->aggs;
     size_t ns = e->b->plan->nsessions;
     differs_t df = {0, 0, 0};
     for (size_t k = 0; k < ns; k++) {
@@ -128,7 +128,7 @@ static void unjoin(est_t *e, size_t p, size_t q)
 /* Copy ci read through stage k instead of its exact runs. */
 static void stage_copy(est_t *e, size_t ci, long k)
 {
-    const rs_cost_aggs_t *a = e->aggs;
+    const rs__session_costs_t *a = e->aggs;
     for (size_t i = a->at[ci]; i < a->at[ci + 1]; i++) {
         e->bytes[a->v[i].session] -= a->v[i].bytes;
         e->descs[a->v[i].session] -= a->v[i].descs;
@@ -136,7 +136,7 @@ static void stage_copy(est_t *e, size_t ci, long k)
     if (e->used[k])
         return;
     e->used[k] = 1;
-    const rs_pstage_t *st = &e->b->stages[k];
+    const rs__planned_stage_t *st = &e->b->stages[k];
     for (size_t i = 0; i < st->segs.v_len; i++) {
         e->bytes[st->segs.v[i].session] += st->segs.v[i].nbytes;
         e->descs[st->segs.v[i].session]++;
@@ -146,7 +146,7 @@ static void stage_copy(est_t *e, size_t ci, long k)
 /* The model's time for contender `way`, as assembly will build it. */
 static double est_way(est_t *e, int way)
 {
-    rs_planner_t *b = e->b;
+    rs__planner_t *b = e->b;
     size_t ns = b->plan->nsessions, p = 0, q = 0;
     int open = 0;
     memcpy(e->bytes, e->all_bytes, (ns + 1) * sizeof(uint64_t));
@@ -179,7 +179,7 @@ static double est_way(est_t *e, int way)
  * contender equal by construction to the one it is compared with (x to
  * all-exact, g and f to x) is not estimated again: most plans stage
  * nothing, and then all four are the same. */
-static void keep_fastest(rs_planner_t *b, est_t *e)
+static void keep_fastest(rs__planner_t *b, est_t *e)
 {
     differs_t df = prepare(e);
     size_t ns = b->plan->nsessions;
@@ -197,12 +197,12 @@ static void keep_fastest(rs_planner_t *b, est_t *e)
         best = WAY_F;
     /* a copy no contender stages is exact in all of them */
     for (size_t i = 0; best != WAY_G && i < e->ncand; i++) {
-        rs_pcopy_t *pc = &b->copies[e->cand[i]];
+        rs__planned_copy_t *pc = &b->copies[e->cand[i]];
         pc->stage = way_of(b, pc, best);
     }
 }
 
-rs_status_t rs__cost_guarantee(rs_planner_t *b, const rs_cost_aggs_t *aggs)
+rs_status_t rs__cost_guarantee(rs__planner_t *b, const rs__session_costs_t *aggs)
 {
     size_t ns = b->plan->nsessions, na = aggs->nact;
     /* the sessions' four sums in one block, the candidates' two lists in

@@ -207,7 +207,7 @@ static void put_seconds(rs__json_out_t *w, double v)
 static int put_full_pull(plan_out_t *o, const void *items, size_t i,
                          rs_diag_t *diag)
 {
-    const rs_full_pull_t *f = (const rs_full_pull_t *)items + i;
+    const rs_staged_read_t *f = (const rs_staged_read_t *)items + i;
     rs__json_out_t *w = o->w;
     (void)diag;
     rs__json_out_lit(w, "  {\"src\": ");
@@ -448,7 +448,7 @@ static rs_status_t write_document(plan_out_t *o, rs_diag_t *diag)
     size_t n;
     const rs_convert_t *cv = rs_plan_converts(o->plan, &n);
     write_list(o, ",\n \"converts\": [", cv, n, put_convert, NULL);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(o->plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(o->plan, &n);
     write_list(o, ",\n \"full_pulls\": [", fp, n, put_full_pull, NULL);
     rs_diag_t qd = {RS_OK, ""};
     if (!write_quantized(o, &qd)) {

@@ -31,12 +31,12 @@ int rs__quant_any(rs_capture_h capture)
     return 0;
 }
 
-static void refuse(rs_pquant_t *pq, const rs_copy_desc_t *c, const char *fmt,
+static void refuse(rs__planned_quant_t *pq, const rs_copy_desc_t *c, const char *fmt,
                    ...) RS_PRINTF(3, 4);
 
 /* The copy's reason for fallback: "copy 3 into 'w': ..." as for other
  * geometry errors, so the fallback list names the copy. */
-static void refuse(rs_pquant_t *pq, const rs_copy_desc_t *c, const char *fmt,
+static void refuse(rs__planned_quant_t *pq, const rs_copy_desc_t *c, const char *fmt,
                    ...)
 {
     va_list ap;
@@ -52,10 +52,10 @@ static void refuse(rs_pquant_t *pq, const rs_copy_desc_t *c, const char *fmt,
 /* The source's full shape and dtype: as declared by the capture, else as
  * published, else as the FP8 tensor is published (dtype unknown then). */
 static int source_shape(rs_capture_h cap, rs_sources_h srcs, const char *src,
-                        const char *qname, rs_pquant_t *pq)
+                        const char *qname, rs__planned_quant_t *pq)
 {
     long d = rs_capture_find_source(cap, src);
-    const rs_src_tensor_t *t;
+    const rs__source_tensor_t *t;
     if (d >= 0) {
         rs_source_info_t info;
         rs_capture_source(cap, (size_t)d, &info);
@@ -76,7 +76,7 @@ static int source_shape(rs_capture_h cap, rs_sources_h srcs, const char *src,
 /* The view reads a box of the source, each dim's indices contiguous, and
  * lands in the source's dim order (dims and digits by falling
  * destination stride): the block grid order the scales are written in. */
-static int in_dim_order(const rs_box_t *bx, int64_t *lo, int64_t *hi)
+static int in_dim_order(const rs__box_t *bx, int64_t *lo, int64_t *hi)
 {
     int64_t prev = INT64_MAX;
     for (int d = 0; d < bx->ndim; d++) {
@@ -110,7 +110,7 @@ static int squeeze(const int64_t *dims, int n, int64_t *out)
     return k;
 }
 
-static int scale_matches(const rs_pquant_t *pq, const rs_quant_desc_t *q)
+static int scale_matches(const rs__planned_quant_t *pq, const rs_quant_desc_t *q)
 {
     int64_t a[RS_MAX_DIMS], s[RS_MAX_DIMS];
     int na = squeeze(pq->gn, pq->ndim, a);
@@ -120,7 +120,7 @@ static int scale_matches(const rs_pquant_t *pq, const rs_quant_desc_t *q)
 
 /* The touched blocks: the view's box [lo, hi) rounded out to block
  * boundaries, clamped at the tensor's end. */
-static void touched_blocks(rs_pquant_t *pq, const int64_t *lo,
+static void touched_blocks(rs__planned_quant_t *pq, const int64_t *lo,
                            const int64_t *hi)
 {
     for (int d = 0; d < pq->ndim; d++) {
@@ -139,7 +139,7 @@ static const char *dest_error(rs_capture_h cap, const char *param, int64_t off,
                               int ndim, const int64_t *shape,
                               const int64_t *stride)
 {
-    rs_cap_copy_t cc;
+    rs__capture_copy_t cc;
     memset(&cc, 0, sizeof(cc));
     cc.dest_offset = off;
     cc.ndim = ndim;
@@ -152,7 +152,7 @@ static const char *dest_error(rs_capture_h cap, const char *param, int64_t off,
 
 /* The scale copy's ops over the whole scale tensor: a narrow per dim the
  * touched grid does not fill, then a view to the scale region's shape. */
-static size_t scale_ops(const rs_pquant_t *pq, const rs_quant_desc_t *q,
+static size_t scale_ops(const rs__planned_quant_t *pq, const rs_quant_desc_t *q,
                         rs_op_t *ops)
 {
     size_t n = 0;
@@ -178,11 +178,11 @@ static size_t scale_ops(const rs_pquant_t *pq, const rs_quant_desc_t *q,
 }
 
 /* Its geometry: the view's box, its touched blocks, the scale region. */
-static void check_geometry(rs_pquant_t *pq, rs_capture_h cap,
+static void check_geometry(rs__planned_quant_t *pq, rs_capture_h cap,
                            const rs_copy_desc_t *c, const rs_quant_desc_t *q,
                            rs_op_t *ops, int64_t *vlo, int64_t *vhi)
 {
-    rs_box_t bx;
+    rs__box_t bx;
     size_t bad = c->nops;
     char why[256] = "";
     const char *err;
@@ -250,7 +250,7 @@ static int derived_names(const char *src, const rs_quant_desc_t *q,
 }
 
 /* Checks one quantized copy and chooses its path. */
-static void analyze(rs_pquant_t *pq, rs_capture_h cap, rs_sources_h srcs,
+static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs,
                     const rs_copy_desc_t *c, const rs_quant_desc_t *q,
                     rs_op_t *ops, const char *qname, const char *sname)
 {
@@ -328,7 +328,7 @@ static rs_status_t copy_copies(rs_capture_h from, rs_capture_h to,
 }
 
 /* The two derived copies of an accepted quantized copy. */
-static rs_status_t add_derived(rs_qexp_t *qx, rs_pquant_t *pq,
+static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                                const rs_copy_desc_t *c,
                                const rs_quant_desc_t *q, const char *qname,
                                const char *sname, rs_diag_t *diag)
@@ -349,11 +349,11 @@ static rs_status_t add_derived(rs_qexp_t *qx, rs_pquant_t *pq,
 }
 
 /* Analyzes quantized copy ci and appends its derived copies. */
-static rs_status_t expand_one(rs_qexp_t *qx, rs_capture_h cap,
+static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
                               rs_sources_h srcs, const rs_plan_params_t *params,
                               size_t ci, rs_diag_t *diag)
 {
-    rs_pquant_t *pq = &qx->q[qx->nq++];
+    rs__planned_quant_t *pq = &qx->q[qx->nq++];
     rs_copy_desc_t c;
     rs_quant_desc_t q;
     char *qname, *sname;
@@ -382,7 +382,7 @@ static rs_status_t expand_one(rs_qexp_t *qx, rs_capture_h cap,
 }
 
 /* Every working copy's role and owner, once the derived copies exist. */
-static rs_status_t assign_roles(rs_qexp_t *qx, rs_diag_t *diag)
+static rs_status_t assign_roles(rs__quant_expansion_t *qx, rs_diag_t *diag)
 {
     size_t n = rs_capture_num_copies(qx->work);
     qx->role = calloc(n + 1, 1);
@@ -390,7 +390,7 @@ static rs_status_t assign_roles(rs_qexp_t *qx, rs_diag_t *diag)
     if (qx->role == NULL || qx->owner == NULL)
         return OOM(diag);
     for (size_t i = 0; i < qx->nq; i++) {
-        const rs_pquant_t *pq = &qx->q[i];
+        const rs__planned_quant_t *pq = &qx->q[i];
         qx->role[pq->copy] = RS_QROLE_QUANT;
         qx->owner[pq->copy] = i;
         if (pq->refused != NULL)
@@ -406,12 +406,12 @@ static rs_status_t assign_roles(rs_qexp_t *qx, rs_diag_t *diag)
 
 rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
                              const rs_plan_params_t *params, rs_diag_t *diag,
-                             rs_qexp_t **qx_p)
+                             rs__quant_expansion_t **qx_p)
 {
-    rs_qexp_t *qx = calloc(1, sizeof(*qx));
+    rs__quant_expansion_t *qx = calloc(1, sizeof(*qx));
     size_t n = rs_capture_num_copies(capture);
     rs_status_t st;
-    if (qx == NULL || (qx->q = calloc(n + 1, sizeof(rs_pquant_t))) == NULL ||
+    if (qx == NULL || (qx->q = calloc(n + 1, sizeof(rs__planned_quant_t))) == NULL ||
         (qx->ops = calloc(RS_MAX_DIMS + 1, sizeof(rs_op_t))) == NULL) {
         rs__quant_free(qx);
         return OOM(diag);
@@ -437,7 +437,7 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
     return RS_OK;
 }
 
-void rs__quant_free(rs_qexp_t *qx)
+void rs__quant_free(rs__quant_expansion_t *qx)
 {
     if (qx == NULL)
         return;
@@ -451,7 +451,7 @@ void rs__quant_free(rs_qexp_t *qx)
     free(qx);
 }
 
-int rs__quant_role(const rs_planner_t *b, size_t ci)
+int rs__quant_role(const rs__planner_t *b, size_t ci)
 {
     return b->quant == NULL ? RS_QROLE_PLAIN : b->quant->role[ci];
 }

@@ -21,7 +21,7 @@ enum {
 };
 
 /* One quantized copy while the plan is built. */
-typedef struct rs_pquant {
+typedef struct rs__planned_quant {
     size_t copy;               /* its index in the user's capture */
     int selected;              /* its param passes the selection */
     const char *refused;       /* set: the copy is refused (its source goes
@@ -38,22 +38,22 @@ typedef struct rs_pquant {
     int64_t glo[RS_MAX_DIMS], gn[RS_MAX_DIMS]; /* touched block grid */
     int64_t grid[RS_MAX_DIMS];      /* the whole block grid */
     uint64_t needed_bytes;     /* what the view needs (receiver: the box) */
-    rs_segvec_t segs;          /* the receiver path's staged read */
+    rs__segment_vec_t segs;          /* the receiver path's staged read */
     uint64_t missing;
     int live;                  /* planned and not in fallback (assembly) */
-} rs_pquant_t;
+} rs__planned_quant_t;
 
-typedef struct rs_qexp {
+typedef struct rs__quant_expansion {
     rs_capture_h work;         /* the working capture, owned until the plan
                                 * takes it */
     size_t nuser;              /* copies of the user's capture */
-    rs_pquant_t *q;
+    rs__planned_quant_t *q;
     size_t nq;
     unsigned char *role;       /* per working copy: RS_QROLE_* */
-    size_t *owner;             /* per working copy: its rs_pquant_t */
+    size_t *owner;             /* per working copy: its rs__planned_quant_t */
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
-} rs_qexp_t;
+} rs__quant_expansion_t;
 
 /* 1 when some copy of the capture is quantized. O(copies). */
 int rs__quant_any(rs_capture_h capture);
@@ -64,27 +64,27 @@ int rs__quant_any(rs_capture_h capture);
  * capture. RS_ERR_NO_MEMORY, or an error of the capture calls (diag set). */
 rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
                              const rs_plan_params_t *params, rs_diag_t *diag,
-                             rs_qexp_t **qx_p);
-void rs__quant_free(rs_qexp_t *qx);
+                             rs__quant_expansion_t **qx_p);
+void rs__quant_free(rs__quant_expansion_t *qx);
 
 /* The role of working copy ci (RS_QROLE_PLAIN without an expansion). */
-int rs__quant_role(const rs_planner_t *b, size_t ci);
+int rs__quant_role(const rs__planner_t *b, size_t ci);
 
 /* After every copy is walked: the refused copies' sources to fallback,
  * the receiver path's boxes walked. */
-rs_status_t rs__quant_plan(rs_planner_t *b);
+rs_status_t rs__quant_plan(rs__planner_t *b);
 
 /* At the end of assembly: the plan's records (and the uncovered entries
  * of receiver boxes not fully published), the stats with the receiver
  * boxes' bytes and descriptors, and the copy counts of the user's
  * capture (a quantized copy counts once, its derived copies not). */
-rs_status_t rs__quant_assemble(rs_planner_t *b);
+rs_status_t rs__quant_assemble(rs__planner_t *b);
 
 /* Publisher path (plan_quant_pub.c): 1 when "<src>#<spec>" and its scales
  * are published with the right shapes and dtypes and their shards hold
  * every element the copy needs; else 0 with `why` saying what is missing.
  * O(shards + touched blocks). */
-int rs__quant_publisher_serves(rs_sources_h sources, const rs_pquant_t *pq,
+int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,
                                const int64_t *view_hi, char *why,
@@ -98,9 +98,9 @@ rs_status_t rs__capture_put_copy(FILE *out, rs_capture_h capture, size_t index,
 
 /* Shared planner helpers the quantized expansion reuses (plan_copies.c). */
 int rs__plan_selected(const rs_plan_params_t *p, const char *param);
-const char *rs__plan_check_dest(const rs_cap_copy_t *c,
-                                const rs_cap_param_t *p);
-rs_status_t rs__planner_psrc(rs_planner_t *b, uint32_t name_id,
+const char *rs__plan_check_dest(const rs__capture_copy_t *c,
+                                const rs__capture_param_t *p);
+rs_status_t rs__planner_psrc(rs__planner_t *b, uint32_t name_id,
                              uint32_t *id_p);
 
 #endif

@@ -20,7 +20,7 @@ typedef struct grange {
 } grange_t;
 
 /* What the view needs of relative block g along dim d. */
-static void need(const rs_pquant_t *pq, const int64_t *vlo, const int64_t *vhi,
+static void need(const rs__planned_quant_t *pq, const int64_t *vlo, const int64_t *vhi,
                  int d, int64_t g, int64_t *lo, int64_t *hi)
 {
     int64_t b = pq->block[d], s = (pq->glo[d] + g) * b;
@@ -30,8 +30,8 @@ static void need(const rs_pquant_t *pq, const int64_t *vlo, const int64_t *vhi,
 
 /* The blocks whose needed part lies inside the shard, per dim (a
  * contiguous range, since the needed parts grow with g); 0 when none. */
-static int inside(const rs_pquant_t *pq, const int64_t *vlo,
-                  const int64_t *vhi, const rs_src_shard_t *sh, grange_t *r)
+static int inside(const rs__planned_quant_t *pq, const int64_t *vlo,
+                  const int64_t *vhi, const rs__source_shard_t *sh, grange_t *r)
 {
     for (int d = 0; d < pq->ndim; d++) {
         r->lo[d] = -1;
@@ -52,7 +52,7 @@ static int inside(const rs_pquant_t *pq, const int64_t *vlo,
 }
 
 /* The touched blocks whose scale the scale shard holds. */
-static int holds(const rs_pquant_t *pq, const rs_src_shard_t *sh, grange_t *r)
+static int holds(const rs__planned_quant_t *pq, const rs__source_shard_t *sh, grange_t *r)
 {
     for (int d = 0; d < pq->ndim; d++) {
         int64_t lo = sh->offset[d] - pq->glo[d];
@@ -66,7 +66,7 @@ static int holds(const rs_pquant_t *pq, const rs_src_shard_t *sh, grange_t *r)
 }
 
 /* Sets `bit` in every block of the range (row-major over the grid). */
-static void mark(const rs_pquant_t *pq, const grange_t *r, unsigned char *m,
+static void mark(const rs__planned_quant_t *pq, const grange_t *r, unsigned char *m,
                  unsigned char bit)
 {
     int64_t g[RS_MAX_DIMS] = {0};
@@ -87,19 +87,19 @@ static void mark(const rs_pquant_t *pq, const grange_t *r, unsigned char *m,
     }
 }
 
-static int same_shape(const rs_src_tensor_t *t, int n, const int64_t *shape)
+static int same_shape(const rs__source_tensor_t *t, int n, const int64_t *shape)
 {
     return t->ndim == n &&
            memcmp(t->shape, shape, (size_t)n * sizeof(int64_t)) == 0;
 }
 
 /* The tensors exist with the shapes and dtypes the copy needs. */
-static int published(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
-                     const rs_src_tensor_t *ts, const char *qname,
+static int published(const rs__planned_quant_t *pq, const rs__source_tensor_t *tq,
+                     const rs__source_tensor_t *ts, const char *qname,
                      const char *sname, char *why, size_t whylen)
 {
     char got[160], want[160];
-    const rs_src_tensor_t *bad = NULL;
+    const rs__source_tensor_t *bad = NULL;
     const int64_t *shape = pq->shape;
     rs_dtype_t dt = pq->format;
     if (tq == NULL || ts == NULL) {
@@ -125,11 +125,11 @@ static int published(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
 }
 
 /* Whether some FP8 shard meets relative block g's needed part at all. */
-static int meets(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
+static int meets(const rs__planned_quant_t *pq, const rs__source_tensor_t *tq,
                  const int64_t *vlo, const int64_t *vhi, const int64_t *g)
 {
     for (size_t i = 0; i < tq->shards_len; i++) {
-        const rs_src_shard_t *sh = &tq->shards[i];
+        const rs__source_shard_t *sh = &tq->shards[i];
         int m = sh->numel > 0;
         for (int d = 0; m && d < pq->ndim; d++) {
             int64_t lo, hi;
@@ -144,7 +144,7 @@ static int meets(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
 
 /* The first block not served, named in grid coordinates, and the share
  * of the touched blocks that are. */
-static void explain(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
+static void explain(const rs__planned_quant_t *pq, const rs__source_tensor_t *tq,
                     const char *src, const char *sname, const int64_t *vlo,
                     const int64_t *vhi, const unsigned char *m, int64_t nb,
                     char *why, size_t whylen)
@@ -181,14 +181,14 @@ static void explain(const rs_pquant_t *pq, const rs_src_tensor_t *tq,
                  tq->name, (long long)pct);
 }
 
-int rs__quant_publisher_serves(rs_sources_h sources, const rs_pquant_t *pq,
+int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,
                                const int64_t *view_hi, char *why,
                                size_t whylen)
 {
-    const rs_src_tensor_t *tq = rs__sources_find(sources, qname);
-    const rs_src_tensor_t *ts = rs__sources_find(sources, sname);
+    const rs__source_tensor_t *tq = rs__sources_find(sources, qname);
+    const rs__source_tensor_t *ts = rs__sources_find(sources, sname);
     int64_t nb = 1;
     grange_t r = {{0}, {0}};
     if (!published(pq, tq, ts, qname, sname, why, whylen))

@@ -14,10 +14,10 @@
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
 
 /* Walks the receiver path's box of its source. */
-static rs_status_t walk_box(rs_planner_t *b, rs_pquant_t *pq, uint32_t id)
+static rs_status_t walk_box(rs__planner_t *b, rs__planned_quant_t *pq, uint32_t id)
 {
-    rs_psrc_t *s = &b->psrc[id];
-    rs_box_t box;
+    rs__planned_source_t *s = &b->psrc[id];
+    rs__box_t box;
     if (s->fallback != NULL)
         return RS_OK;
     if (s->tensor == NULL)
@@ -38,7 +38,7 @@ static rs_status_t walk_box(rs_planner_t *b, rs_pquant_t *pq, uint32_t id)
 
 /* The selected quantized copy after pq (NULL: the first); NULL past the
  * last. */
-static rs_pquant_t *next_selected(rs_qexp_t *qx, const rs_pquant_t *pq)
+static rs__planned_quant_t *next_selected(rs__quant_expansion_t *qx, const rs__planned_quant_t *pq)
 {
     size_t i = pq == NULL ? 0 : (size_t)(pq - qx->q) + 1;
     while (i < qx->nq && !qx->q[i].selected)
@@ -46,10 +46,10 @@ static rs_pquant_t *next_selected(rs_qexp_t *qx, const rs_pquant_t *pq)
     return i < qx->nq ? &qx->q[i] : NULL;
 }
 
-rs_status_t rs__quant_plan(rs_planner_t *b)
+rs_status_t rs__quant_plan(rs__planner_t *b)
 {
     rs_status_t st = RS_OK;
-    for (rs_pquant_t *pq = next_selected(b->quant, NULL);
+    for (rs__planned_quant_t *pq = next_selected(b->quant, NULL);
          st == RS_OK && pq != NULL; pq = next_selected(b->quant, pq)) {
         uint32_t id;
         b->plan->stats.copies_selected++;
@@ -65,15 +65,15 @@ rs_status_t rs__quant_plan(rs_planner_t *b)
 }
 
 /* A derived copy the plan reads: planned, its source not in fallback. */
-static int derived_live(const rs_planner_t *b, size_t ci)
+static int derived_live(const rs__planner_t *b, size_t ci)
 {
-    const rs_pcopy_t *pc = &b->copies[ci];
-    return pc->kind != RS_PCOPY_SKIP && b->psrc[pc->src].fallback == NULL;
+    const rs__planned_copy_t *pc = &b->copies[ci];
+    return pc->kind != RS_PLANNED_COPY_SKIP && b->psrc[pc->src].fallback == NULL;
 }
 
 /* Whether the quantized copy is read: its derived copies (publisher) or
  * its box (receiver), with its source not in fallback. */
-static int quant_live(rs_planner_t *b, const rs_pquant_t *pq)
+static int quant_live(rs__planner_t *b, const rs__planned_quant_t *pq)
 {
     uint32_t id;
     if (pq->refused != NULL)
@@ -86,9 +86,9 @@ static int quant_live(rs_planner_t *b, const rs_pquant_t *pq)
     return b->psrc[id].fallback == NULL && b->psrc[id].tensor != NULL;
 }
 
-static rs_status_t add_record(rs_planner_t *b, rs_pquant_t *pq)
+static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
 {
-    rs_arena_t *a = &b->plan->arena;
+    rs__arena_t *a = &b->plan->arena;
     size_t dims = (size_t)pq->ndim * sizeof(int64_t);
     rs_quantized_t r;
     memset(&r, 0, sizeof(r));
@@ -119,15 +119,15 @@ static rs_status_t add_record(rs_planner_t *b, rs_pquant_t *pq)
     return RS_OK;
 }
 
-static rs_status_t add_uncovered(rs_planner_t *b, const rs_pquant_t *pq)
+static rs_status_t add_uncovered(rs__planner_t *b, const rs__planned_quant_t *pq)
 {
-    const rs_cap_copy_t *c = &b->cap->copies[pq->copy];
+    const rs__capture_copy_t *c = &b->cap->copies[pq->copy];
     rs_uncovered_t u = {pq->copy, c->src, c->param, pq->missing};
     return RS_VEC_PUSH(b->plan, uncovered, u) ? RS_OK : OOM(b);
 }
 
 /* The receiver box's reads in the stats: it is what the copy needs. */
-static void count_receiver(rs_planner_t *b, const rs_quantized_t *r)
+static void count_receiver(rs__planner_t *b, const rs_quantized_t *r)
 {
     rs_plan_h plan = b->plan;
     rs_plan_stats_t *st = &plan->stats;
@@ -143,7 +143,7 @@ static void count_receiver(rs_planner_t *b, const rs_quantized_t *r)
 
 /* The stats derived from the counts, again (plan_assemble.c's rules),
  * and the model's estimate over every read. */
-static rs_status_t restate(rs_planner_t *b)
+static rs_status_t restate(rs__planner_t *b)
 {
     rs_plan_h plan = b->plan;
     rs_plan_stats_t *st = &plan->stats;
@@ -157,7 +157,7 @@ static rs_status_t restate(rs_planner_t *b)
     for (size_t i = 0; i < n; i++)
         for (size_t k = 0; k < cv[i].nsegments; k++)
             descs[cv[i].segments[k].session]++;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (size_t i = 0; i < n; i++)
         for (size_t k = 0; k < fp[i].nsegments; k++)
             descs[fp[i].segments[k].session]++;
@@ -178,10 +178,10 @@ static rs_status_t restate(rs_planner_t *b)
     return RS_OK;
 }
 
-rs_status_t rs__quant_assemble(rs_planner_t *b)
+rs_status_t rs__quant_assemble(rs__planner_t *b)
 {
     rs_status_t st = RS_OK;
-    for (rs_pquant_t *pq = next_selected(b->quant, NULL);
+    for (rs__planned_quant_t *pq = next_selected(b->quant, NULL);
          st == RS_OK && pq != NULL; pq = next_selected(b->quant, pq)) {
         pq->live = quant_live(b, pq);
         if (pq->path == RS_QUANT_PATH_PUBLISHER && pq->refused == NULL)

@@ -17,11 +17,11 @@
  * the widened dims then reach the whole source. */
 #define RS_STAGE_HULL_SHARDS 4096
 
-int rs__stage_bbox(rs_planner_t *b, size_t ci, int64_t *lo, int64_t *shape)
+int rs__stage_bbox(rs__planner_t *b, size_t ci, int64_t *lo, int64_t *shape)
 {
-    const rs_cap_copy_t *c = &b->cap->copies[ci];
-    const rs_src_tensor_t *t = b->psrc[b->copies[ci].src].tensor;
-    rs_box_t box;
+    const rs__capture_copy_t *c = &b->cap->copies[ci];
+    const rs__source_tensor_t *t = b->psrc[b->copies[ci].src].tensor;
+    rs__box_t box;
     size_t bad_op;
     if (rs__geom_resolve(t->ndim, t->shape, c->ops, c->nops, c->ndim,
                          c->dest_shape, c->dest_stride, &box, &bad_op, NULL,
@@ -34,12 +34,12 @@ int rs__stage_bbox(rs_planner_t *b, size_t ci, int64_t *lo, int64_t *shape)
     return 1;
 }
 
-int rs__stage_fits(rs_planner_t *b, size_t ci, const int64_t *lo,
+int rs__stage_fits(rs__planner_t *b, size_t ci, const int64_t *lo,
                    const int64_t *shape)
 {
-    const rs_cap_copy_t *c = &b->cap->copies[ci];
-    const rs_src_tensor_t *t = b->psrc[b->copies[ci].src].tensor;
-    rs_view_t v;
+    const rs__capture_copy_t *c = &b->cap->copies[ci];
+    const rs__source_tensor_t *t = b->psrc[b->copies[ci].src].tensor;
+    rs__view_t v;
     int64_t numel, first, last;
     if (rs__view_init_box(&v, t->ndim, t->shape, lo, shape) != RS_OK ||
         !rs__numel(shape, t->ndim, &numel))
@@ -61,7 +61,7 @@ static double gap_seconds(const rs_plan_params_t *p, uint64_t bytes)
 /* Per dim from the second on, the extent of the shards that the bounding
  * box touches (their whole extent, so that the box's part of each is
  * contiguous in it); the whole dim when there are too many shards. */
-static void touched_hull(const rs_src_tensor_t *t, const int64_t *lo,
+static void touched_hull(const rs__source_tensor_t *t, const int64_t *lo,
                          const int64_t *shape, int64_t *hlo, int64_t *hhi)
 {
     for (int d = 0; d < t->ndim; d++) {
@@ -71,7 +71,7 @@ static void touched_hull(const rs_src_tensor_t *t, const int64_t *lo,
     }
     for (size_t i = 0; t->shards_len <= RS_STAGE_HULL_SHARDS &&
                        i < t->shards_len; i++) {
-        const rs_src_shard_t *sh = &t->shards[i];
+        const rs__source_shard_t *sh = &t->shards[i];
         int meets = sh->numel > 0;
         for (int d = 0; meets && d < t->ndim; d++)
             meets = sh->offset[d] < lo[d] + shape[d] &&
@@ -88,11 +88,11 @@ static void touched_hull(const rs_src_tensor_t *t, const int64_t *lo,
 /* Widens dims from the innermost outwards as long as the gap each closes
  * (what lies between two consecutive runs of the dim above) reads faster
  * than a descriptor is posted; stops at the first that does not. */
-void rs__stage_coalesced(rs_planner_t *b, const rs_psrc_t *src,
+void rs__stage_coalesced(rs__planner_t *b, const rs__planned_source_t *src,
                          const int64_t *lo, const int64_t *shape,
                          int64_t *out_lo, int64_t *out_shape)
 {
-    const rs_src_tensor_t *t = src->tensor;
+    const rs__source_tensor_t *t = src->tensor;
     int64_t hlo[RS_MAX_DIMS], hhi[RS_MAX_DIMS];
     uint64_t inner = t->elsize;
     touched_hull(t, lo, shape, hlo, hhi);
@@ -108,10 +108,10 @@ void rs__stage_coalesced(rs_planner_t *b, const rs_psrc_t *src,
     }
 }
 
-void rs__stage_bound(rs_planner_t *b, const rs_psrc_t *src, const int64_t *lo,
+void rs__stage_bound(rs__planner_t *b, const rs__planned_source_t *src, const int64_t *lo,
                      const int64_t *shape, int64_t *out_lo, int64_t *out_shape)
 {
-    const rs_src_tensor_t *t = src->tensor;
+    const rs__source_tensor_t *t = src->tensor;
     int64_t hlo[RS_MAX_DIMS], hhi[RS_MAX_DIMS];
     (void)b;
     touched_hull(t, lo, shape, hlo, hhi);
@@ -121,9 +121,9 @@ void rs__stage_bound(rs_planner_t *b, const rs_psrc_t *src, const int64_t *lo,
     }
 }
 
-uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape)
+uint64_t rs__stage_min_runs(const rs__planned_source_t *src, const int64_t *shape)
 {
-    const rs_src_tensor_t *t = src->tensor;
+    const rs__source_tensor_t *t = src->tensor;
     uint64_t numel = 1, most = 0;
     for (int d = 0; d < t->ndim; d++)
         numel *= (uint64_t)shape[d]; /* inside the checked source */
@@ -135,11 +135,11 @@ uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape)
 
 /* The box as a planner box: the whole source narrowed per dim (one op at
  * a time), landing row-major. */
-int rs__stage_plain_box(const rs_src_tensor_t *t, const int64_t *lo,
-                        const int64_t *shape, rs_box_t *box)
+int rs__stage_plain_box(const rs__source_tensor_t *t, const int64_t *lo,
+                        const int64_t *shape, rs__box_t *box)
 {
     int64_t stride[RS_MAX_DIMS];
-    rs_view_t v;
+    rs__view_t v;
     if (rs__view_init(&v, t->ndim, t->shape) != RS_OK ||
         !rs__row_major(shape, t->ndim, stride))
         return 0;
@@ -158,11 +158,11 @@ int rs__stage_plain_box(const rs_src_tensor_t *t, const int64_t *lo,
            RS_OK;
 }
 
-rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
-                           const int64_t *shape, rs_segvec_t *segs,
+rs_status_t rs__stage_walk(rs__planner_t *b, rs__planned_source_t *src, const int64_t *lo,
+                           const int64_t *shape, rs__segment_vec_t *segs,
                            int *complete)
 {
-    rs_box_t box;
+    rs__box_t box;
     uint64_t missing = 0;
     *complete = 0;
     if (!rs__stage_plain_box(src->tensor, lo, shape, &box))
@@ -183,11 +183,11 @@ rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
 
 /* The full pull of a source: its whole box read once into row-major
  * staging, from which every copy of it can be replayed locally. */
-rs_status_t rs__planner_full_stage(rs_planner_t *b, rs_psrc_t *s)
+rs_status_t rs__planner_full_stage(rs__planner_t *b, rs__planned_source_t *s)
 {
-    const rs_src_tensor_t *t = s->tensor;
+    const rs__source_tensor_t *t = s->tensor;
     int64_t lo[RS_MAX_DIMS] = {0};
-    rs_segvec_t segs = {0};
+    rs__segment_vec_t segs = {0};
     int complete = 0;
     s->full_pull = -1;
     rs_status_t st = rs__stage_walk(b, s, lo, t->shape, &segs, &complete);
@@ -195,7 +195,7 @@ rs_status_t rs__planner_full_stage(rs_planner_t *b, rs_psrc_t *s)
         free(segs.v);
         return st;
     }
-    rs_pstage_t ps = {(uint32_t)(s - b->psrc), RS_STAGED_FULL, {0}, {0}, segs,
+    rs__planned_stage_t ps = {(uint32_t)(s - b->psrc), RS_STAGED_FULL, {0}, {0}, segs,
                       0};
     for (int d = 0; d < t->ndim; d++)
         ps.shape[d] = t->shape[d];

@@ -56,7 +56,7 @@ static size_t staging_segments(rs_plan_h plan, int full_pulls)
 {
     size_t n, total = 0;
     if (full_pulls) {
-        const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+        const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
         for (size_t i = 0; i < n; i++)
             total += fp[i].nsegments;
     } else {
@@ -70,7 +70,7 @@ static size_t staging_segments(rs_plan_h plan, int full_pulls)
 static size_t count_kind(rs_plan_h plan, rs_staged_kind_t kind)
 {
     size_t n, k = 0;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (size_t i = 0; i < n; i++)
         k += fp[i].kind == kind;
     return k;
@@ -96,7 +96,7 @@ static void print_counts(rs_plan_h plan, FILE *out)
     rs_plan_stats(plan, &st);
     rs_plan_segments(plan, &nseg);
     rs_plan_converts(plan, &nconv);
-    rs_plan_full_pulls(plan, &nfull);
+    rs_plan_staged_reads(plan, &nfull);
     fprintf(out, "  copies planned      %zu of %zu selected (%zu captured)\n",
             st.copies_planned, st.copies_selected, user_copies(plan));
     (void)cap;
@@ -114,7 +114,7 @@ static const char *const kind_names[] = {"full", "coalesced", "bound"};
 static void print_staged(rs_plan_h plan, FILE *out)
 {
     size_t n;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     char buf[64];
     for (size_t i = 0; i < n && i < SUMMARY_EXAMPLES; i++) {
         fmt_bytes(buf, sizeof(buf), fp[i].staging_bytes);

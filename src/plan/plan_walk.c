@@ -13,12 +13,12 @@
 #include "plan/planner.h"
 
 typedef struct {
-    rs_planner_t *b;
-    const rs_src_tensor_t *t;
-    const rs_box_t *box;
+    rs__planner_t *b;
+    const rs__source_tensor_t *t;
+    const rs__box_t *box;
     int64_t dst_base;
     uint32_t param;
-    rs_segvec_t *out;
+    rs__segment_vec_t *out;
     size_t floor;       /* first segment of this walk: merge only from here */
     uint32_t session;   /* of the shard being walked */
     uint64_t addr;
@@ -28,9 +28,9 @@ typedef struct {
     rs_segment_t last;  /* set when counting starts (ctx_init leaves it) */
     const uint32_t *replay; /* shard choices to repeat, or NULL */
     int record;         /* push each choice to b->picks */
-    rs_walk_tally_t tally; /* drop: set when counting starts, as last */
+    rs__walk_tally_t tally; /* drop: set when counting starts, as last */
     long agg;           /* b->drop_aggs entry of the last run summed, or -1 */
-    rs_dest_fact_t *fact; /* the memo's facts of the box, or NULL */
+    rs__dest_fact_t *fact; /* the memo's facts of the box, or NULL */
     int whole;          /* every shard of the grid holds the whole source */
 } walk_ctx_t;
 
@@ -46,11 +46,11 @@ static int continues(const rs_segment_t *last, const rs_segment_t *s)
  * kept copy's runs). */
 static void sum_run(walk_ctx_t *w, const rs_segment_t *s)
 {
-    rs_planner_t *b = w->b;
+    rs__planner_t *b = w->b;
     if (w->agg < 0 || b->drop_aggs[w->agg].session != s->session) {
         w->agg = b->agg_slot[s->session];
         if (w->agg < 0) {
-            rs_cost_agg_t a = {s->session, 0, 0};
+            rs__session_cost_t a = {s->session, 0, 0};
             if (!RS_VEC_PUSH(b, drop_aggs, a)) {
                 b->oom = 1;
                 return;
@@ -67,7 +67,7 @@ static void sum_run(walk_ctx_t *w, const rs_segment_t *s)
  * summed and dropped, the first of them remembered. */
 static void start_counting(walk_ctx_t *w)
 {
-    rs_segvec_t *o = w->out;
+    rs__segment_vec_t *o = w->out;
     w->counting = 1;
     w->tally.drop.agg_begin = w->b->drop_aggs_len;
     const rs_segment_t *kept = o->v; /* NULL only when nothing is kept */
@@ -85,7 +85,7 @@ static void emit_run(void *ctx, int64_t src_elem, int64_t dst_elem,
     uint64_t es = w->t->elsize;
     rs_segment_t s = {w->session, w->param, w->addr + (uint64_t)src_elem * es,
                       (uint64_t)dst_elem * es, (uint64_t)nelem * es};
-    rs_segvec_t *o = w->out;
+    rs__segment_vec_t *o = w->out;
     rs_segment_t *last = w->counting ? &w->last
                          : o->v_len > w->floor ? &o->v[o->v_len - 1] : NULL;
     w->tally.bytes += s.nbytes;
@@ -139,7 +139,7 @@ static uint32_t choose_shard(const walk_ctx_t *w, size_t cell,
     return pick;
 }
 
-static uint64_t krange_elems(const rs_box_t *box, const rs_krange_t *kr)
+static uint64_t krange_elems(const rs__box_t *box, const rs__index_range_t *kr)
 {
     uint64_t elems = 1;
     for (int d = 0; d < box->ndim; d++)
@@ -149,7 +149,7 @@ static uint64_t krange_elems(const rs_box_t *box, const rs_krange_t *kr)
 
 /* The shard a part of `bytes` is read from (a replayed choice, or the
  * least loaded one, charged), made the walk's current session and base. */
-static const rs_src_shard_t *take_shard(walk_ctx_t *w, size_t cell,
+static const rs__source_shard_t *take_shard(walk_ctx_t *w, size_t cell,
                                         uint64_t bytes, const uint32_t *shards,
                                         size_t n)
 {
@@ -162,27 +162,27 @@ static const rs_src_shard_t *take_shard(walk_ctx_t *w, size_t cell,
         if (w->record && !RS_VEC_PUSH(w->b, picks, id))
             w->b->oom = 1;
     }
-    const rs_src_shard_t *sh = &w->t->shards[id];
+    const rs__source_shard_t *sh = &w->t->shards[id];
     w->session = sh->session;
     w->addr = sh->addr;
     return sh;
 }
 
-static void walk_part(walk_ctx_t *w, size_t cell, const rs_krange_t *kr,
+static void walk_part(walk_ctx_t *w, size_t cell, const rs__index_range_t *kr,
                       const uint32_t *shards, size_t n)
 {
     uint64_t bytes = krange_elems(w->box, kr) * w->t->elsize;
-    const rs_src_shard_t *sh = take_shard(w, cell, bytes, shards, n);
-    rs_src_buf_t buf = {sh->offset, sh->shape};
+    const rs__source_shard_t *sh = take_shard(w, cell, bytes, shards, n);
+    rs__source_buffer_t buf = {sh->offset, sh->shape};
     rs__walk_runs(w->box, kr, &buf, w->dst_base, emit_run, w);
 }
 
 /* rs__walk_one_run of the box in buf; in a shard holding the whole source
  * the answer is a property of the geometry, asked once per plan of the
  * memo's box and kept with it. */
-static int one_run(walk_ctx_t *w, const rs_src_buf_t *buf, int64_t *src)
+static int one_run(walk_ctx_t *w, const rs__source_buffer_t *buf, int64_t *src)
 {
-    rs_dest_fact_t *f = w->whole ? w->fact : NULL;
+    rs__dest_fact_t *f = w->whole ? w->fact : NULL;
     if (f == NULL)
         return rs__walk_one_run(w->box, buf, src);
     if (!f->run_known) {
@@ -199,16 +199,16 @@ static int one_run(walk_ctx_t *w, const rs_src_buf_t *buf, int64_t *src)
  * goes straight to its segment. */
 static void walk_whole(walk_ctx_t *w, size_t cell, uint32_t id)
 {
-    const rs_box_t *box = w->box;
-    const rs_src_shard_t *sh =
+    const rs__box_t *box = w->box;
+    const rs__source_shard_t *sh =
         take_shard(w, cell, (uint64_t)box->numel * w->t->elsize, &id, 1);
-    rs_src_buf_t buf = {sh->offset, sh->shape};
+    rs__source_buffer_t buf = {sh->offset, sh->shape};
     int64_t src = 0;
     if (one_run(w, &buf, &src)) {
         emit_run(w, src, w->dst_base, box->numel);
         return;
     }
-    rs_krange_t kr;
+    rs__index_range_t kr;
     for (int d = 0; d < box->ndim; d++) {
         kr.lo[d] = 0;
         kr.hi[d] = box->count[d];
@@ -216,7 +216,7 @@ static void walk_whole(walk_ctx_t *w, size_t cell, uint32_t id)
     rs__walk_runs(box, &kr, &buf, w->dst_base, emit_run, w);
 }
 
-static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
+static void plan_cell(void *ctx, size_t cell, const rs__index_range_t *kr,
                       const uint32_t *shards, size_t n)
 {
     walk_ctx_t *w = ctx;
@@ -238,7 +238,7 @@ static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
     int64_t len = kr->hi[d] - kr->lo[d];
     int64_t parts = (int64_t)n < len ? (int64_t)n : len;
     for (int64_t i = 0; i < parts; i++) {
-        rs_krange_t part = *kr;
+        rs__index_range_t part = *kr;
         part.lo[d] = kr->lo[d] + len * i / parts;
         part.hi[d] = kr->lo[d] + len * (i + 1) / parts;
         walk_part(w, cell + (size_t)i, &part, shards, n);
@@ -251,9 +251,9 @@ static void plan_cell(void *ctx, size_t cell, const rs_krange_t *kr,
  * published by compare-and-swap: a thread that loses the race frees its
  * copy and takes the winner's, equal to it. RS_ERR_UNSUPPORTED for any
  * other tensor, whose grid the locked path builds. */
-static rs_status_t whole_grid(rs_src_tensor_t *t, rs_grid_t **grid_p)
+static rs_status_t whole_grid(rs__source_tensor_t *t, rs__grid_t **grid_p)
 {
-    rs_grid_t *g = NULL, *seen = NULL;
+    rs__grid_t *g = NULL, *seen = NULL;
     rs_status_t st = rs__grid_build_whole(t, RS_GRID_MAX_CELLS, &g);
     if (st != RS_OK)
         return st;
@@ -271,10 +271,10 @@ static rs_status_t whole_grid(rs_src_tensor_t *t, rs_grid_t **grid_p)
  * only part of the sources a build writes: it is built under the sources'
  * lock (a one-cell grid by whole_grid) and published with release order;
  * once there it is only read. */
-static rs_status_t tensor_grid(rs_sources_h s, rs_src_tensor_t *t,
-                               const rs_grid_t **grid_p)
+static rs_status_t tensor_grid(rs_sources_h s, rs__source_tensor_t *t,
+                               const rs__grid_t **grid_p)
 {
-    rs_grid_t *g = __atomic_load_n(&t->grid, __ATOMIC_ACQUIRE);
+    rs__grid_t *g = __atomic_load_n(&t->grid, __ATOMIC_ACQUIRE);
     rs_status_t st = g == NULL ? whole_grid(t, &g) : RS_OK;
     if (st == RS_ERR_UNSUPPORTED) {
         st = RS_OK;
@@ -292,7 +292,7 @@ static rs_status_t tensor_grid(rs_sources_h s, rs_src_tensor_t *t,
     return st;
 }
 
-static rs_status_t walk(rs_planner_t *b, rs_psrc_t *src, walk_ctx_t *w)
+static rs_status_t walk(rs__planner_t *b, rs__planned_source_t *src, walk_ctx_t *w)
 {
     /* Most tensors of a MoE model are published whole by one rank: their
      * walk is what plan_cell does for the one cell, with no grid built (a
@@ -303,7 +303,7 @@ static rs_status_t walk(rs_planner_t *b, rs_psrc_t *src, walk_ctx_t *w)
             walk_whole(w, 0, 0);
         return b->oom ? RS_ERR_NO_MEMORY : RS_OK;
     }
-    const rs_grid_t *grid = NULL;
+    const rs__grid_t *grid = NULL;
     rs_status_t st = tensor_grid(b->srcs, src->tensor, &grid);
     if (st != RS_OK)
         return st;
@@ -325,9 +325,9 @@ static rs_status_t walk(rs_planner_t *b, rs_psrc_t *src, walk_ctx_t *w)
  * start_counting and end_counting set them (the compiler clears a whole
  * context with a string store, which cost more than the rest of a one-run
  * copy's walk set-up). */
-static void ctx_init(walk_ctx_t *w, rs_planner_t *b, const rs_psrc_t *src,
-                     const rs_box_t *box, uint32_t param, int64_t dst_base,
-                     rs_segvec_t *out, uint64_t *missing, size_t keep)
+static void ctx_init(walk_ctx_t *w, rs__planner_t *b, const rs__planned_source_t *src,
+                     const rs__box_t *box, uint32_t param, int64_t dst_base,
+                     rs__segment_vec_t *out, uint64_t *missing, size_t keep)
 {
     w->b = b;
     w->t = src->tensor;
@@ -351,9 +351,9 @@ static void ctx_init(walk_ctx_t *w, rs_planner_t *b, const rs_psrc_t *src,
     w->whole = 0;
 }
 
-rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
-                             const rs_box_t *box, uint32_t param,
-                             int64_t dst_base, rs_segvec_t *out,
+rs_status_t rs__planner_walk(rs__planner_t *b, rs__planned_source_t *src,
+                             const rs__box_t *box, uint32_t param,
+                             int64_t dst_base, rs__segment_vec_t *out,
                              uint64_t *missing)
 {
     walk_ctx_t w;
@@ -365,8 +365,8 @@ rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
  * sums recorded, the session slots cleared for the next copy. */
 static void end_counting(walk_ctx_t *w)
 {
-    rs_planner_t *b = w->b;
-    rs_pdrop_t *d = &w->tally.drop;
+    rs__planner_t *b = w->b;
+    rs__dropped_copy_t *d = &w->tally.drop;
     sum_run(w, &w->last);
     if (w->tally.nsegs == 1)
         d->first = w->last;
@@ -383,17 +383,17 @@ static void end_counting(walk_ctx_t *w)
  * it never starts counting; the shard choice is not recorded, since only a
  * dropped copy's choices are kept. Returns 0 (nothing done) for any other
  * copy. About a fifth of the general walk's instructions. */
-static int walk_sole_run(rs_planner_t *b, const rs_src_tensor_t *t,
-                         const rs_box_t *box, uint32_t param,
+static int walk_sole_run(rs__planner_t *b, const rs__source_tensor_t *t,
+                         const rs__box_t *box, uint32_t param,
                          int64_t dst_base, size_t keep,
-                         const uint32_t *replay, rs_segvec_t *out,
-                         rs_walk_tally_t *tally)
+                         const uint32_t *replay, rs__segment_vec_t *out,
+                         rs__walk_tally_t *tally)
 {
-    const rs_dest_fact_t *f = b->walk_fact;
+    const rs__dest_fact_t *f = b->walk_fact;
     if (!t->sole_whole || f == NULL || !f->run_known || !f->one_run ||
         box->numel == 0 || keep == 0 || replay != NULL)
         return 0;
-    const rs_src_shard_t *sh = &t->shards[0];
+    const rs__source_shard_t *sh = &t->shards[0];
     uint64_t es = t->elsize, nbytes = (uint64_t)box->numel * es;
     rs_segment_t s = {sh->session, param, sh->addr + (uint64_t)f->run_src * es,
                       (uint64_t)dst_base * es, nbytes};
@@ -408,11 +408,11 @@ static int walk_sole_run(rs_planner_t *b, const rs_src_tensor_t *t,
     return 1;
 }
 
-rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
-                                  const rs_box_t *box, uint32_t param,
+rs_status_t rs__planner_walk_copy(rs__planner_t *b, rs__planned_source_t *src,
+                                  const rs__box_t *box, uint32_t param,
                                   int64_t dst_base, size_t keep,
-                                  const uint32_t *replay, rs_segvec_t *out,
-                                  uint64_t *missing, rs_walk_tally_t *tally)
+                                  const uint32_t *replay, rs__segment_vec_t *out,
+                                  uint64_t *missing, rs__walk_tally_t *tally)
 {
     if (walk_sole_run(b, src->tensor, box, param, dst_base, keep, replay, out,
                       tally))

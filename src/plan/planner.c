@@ -76,8 +76,8 @@ rs_status_t rs_plan_build(rs_capture_h capture, rs_sources_h sources,
                           rs_plan_h *plan_p)
 {
     rs_plan_params_t given;
-    rs_planner_t b;
-    rs_qexp_t *qx = NULL;
+    rs__planner_t b;
+    rs__quant_expansion_t *qx = NULL;
     rs_status_t st;
 
     if (capture == NULL || sources == NULL || plan_p == NULL)

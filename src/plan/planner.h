@@ -10,26 +10,26 @@
 #include "model/sources_impl.h"
 
 /* One source as the capture names it. */
-typedef struct rs_psrc {
+typedef struct rs__planned_source {
     const char *name;
-    rs_src_tensor_t *tensor;    /* NULL when nothing publishes it */
+    rs__source_tensor_t *tensor;    /* NULL when nothing publishes it */
     const char *fallback;       /* reason, non-NULL once in fallback */
     int candidate;              /* some copy exceeded the descriptor bound */
     uint64_t exact_segments;    /* per-copy segments of its same-dtype copies */
-    long full_pull;             /* its whole-source stage (rs_planner_t
+    long full_pull;             /* its whole-source stage (rs__planner_t
                                  * stages), or -1 when none is possible */
     int listed_unbounded;       /* already in the plan's unbounded list */
-} rs_psrc_t;
+} rs__planned_source_t;
 
-enum { RS_PCOPY_SKIP = 0, RS_PCOPY_EXACT, RS_PCOPY_CONVERT };
+enum { RS_PLANNED_COPY_SKIP = 0, RS_PLANNED_COPY_EXACT, RS_PLANNED_COPY_CONVERT };
 
-typedef struct rs_pcopy {
+typedef struct rs__planned_copy {
     uint32_t src;
     uint32_t param;
     int kind;
-    size_t seg_begin, seg_end; /* into rs_planner_t.tmp */
+    size_t seg_begin, seg_end; /* into rs__planner_t.tmp */
     uint64_t missing;
-    long stage;  /* read through rs_planner_t stages[stage]; -1: exact runs */
+    long stage;  /* read through rs__planner_t stages[stage]; -1: exact runs */
     int capped;  /* more exact runs than the cap, and a staged way exists */
     /* The copy's exact runs (merged) and their bytes, kept or not. */
     uint64_t nexact, exact_bytes;
@@ -41,126 +41,126 @@ typedef struct rs_pcopy {
     int dropped;
     size_t drop;
     size_t pick_begin;
-} rs_pcopy_t;
+} rs__planned_copy_t;
 
 /* A copy's exact runs on one session: what the cost model needs of them,
  * so that a choice costs the sessions a copy reads, not its runs. */
-typedef struct rs_cost_agg {
+typedef struct rs__session_cost {
     uint32_t session;
     uint64_t bytes, descs;
-} rs_cost_agg_t;
+} rs__session_cost_t;
 
 /* What a dropped copy's walk kept of its runs (merged as if kept): its
  * first and last run (assembly may join them to its neighbours') and its
  * per-session sums, drop_aggs[agg_begin .. agg_end) in the order their
  * sessions first appear. */
-typedef struct rs_pdrop {
+typedef struct rs__dropped_copy {
     rs_segment_t first, last;
     size_t agg_begin, agg_end;
-} rs_pdrop_t;
+} rs__dropped_copy_t;
 
-typedef struct rs_segvec {
+typedef struct rs__segment_vec {
     RS_VEC(rs_segment_t, v);
-} rs_segvec_t;
+} rs__segment_vec_t;
 
 /* A candidate staged read of one source (plan_stage.c): its box and the
  * runs that fill its row-major staging. */
-typedef struct rs_pstage {
+typedef struct rs__planned_stage {
     uint32_t src;
     rs_staged_kind_t kind;
     int64_t lo[RS_MAX_DIMS], shape[RS_MAX_DIMS];
-    rs_segvec_t segs;
+    rs__segment_vec_t segs;
     size_t users; /* copies reading it in the working plan */
-} rs_pstage_t;
+} rs__planned_stage_t;
 
-typedef struct rs_planner {
+typedef struct rs__planner {
     rs_plan_h plan;
     rs_capture_h cap;
     rs_sources_h srcs;
     const rs_plan_params_t *params;
     rs_diag_t *diag;
-    RS_VEC(rs_psrc_t, psrc);
+    RS_VEC(rs__planned_source_t, psrc);
     uint32_t *psrc_of_name; /* per capture name id: psrc index + 1, or 0 */
-    rs_pcopy_t *copies;
-    rs_segvec_t tmp;
+    rs__planned_copy_t *copies;
+    rs__segment_vec_t tmp;
     uint64_t *load; /* running bytes per session, for replica choice */
-    RS_VEC(rs_pstage_t, stages);
+    RS_VEC(rs__planned_stage_t, stages);
     RS_VEC(uint32_t, picks); /* shard choices of dropped copies, in order */
-    RS_VEC(rs_pdrop_t, drops);
-    RS_VEC(rs_cost_agg_t, drop_aggs);
+    RS_VEC(rs__dropped_copy_t, drops);
+    RS_VEC(rs__session_cost_t, drop_aggs);
     long *agg_slot; /* per session: its drop_aggs entry in the walk, or -1 */
     size_t ndropped, nrewalked; /* copies dropped, and walked again */
     int keep_all; /* every copy keeps its runs (tests compare the plans) */
-    struct rs_box_memo *memo; /* resolved boxes by geometry (box_memo.h) */
-    rs_box_t box;             /* a box resolved outside the memo */
-    struct rs_qexp *quant;    /* quantized copies (plan_quant.h), or NULL */
+    struct rs__box_memo *memo; /* resolved boxes by geometry (box_memo.h) */
+    rs__box_t box;             /* a box resolved outside the memo */
+    struct rs__quant_expansion *quant;    /* quantized copies (plan_quant.h), or NULL */
     /* The memo's facts of the box the last resolve returned (NULL when
      * it came from outside the memo): the copy walk that follows keeps
      * whether that box is one run in a whole-source shard there. */
-    struct rs_dest_fact *walk_fact;
+    struct rs__dest_fact *walk_fact;
     int oom;
-} rs_planner_t;
+} rs__planner_t;
 
-rs_status_t rs__planner_init(rs_planner_t *b, rs_capture_h cap,
+rs_status_t rs__planner_init(rs__planner_t *b, rs_capture_h cap,
                              rs_sources_h srcs, const rs_plan_params_t *params,
                              rs_diag_t *diag);
-rs_status_t rs__planner_run(rs_planner_t *b);
-rs_plan_h rs__planner_take(rs_planner_t *b);
-void rs__planner_free(rs_planner_t *b);
+rs_status_t rs__planner_run(rs__planner_t *b);
+rs_plan_h rs__planner_take(rs__planner_t *b);
+void rs__planner_free(rs__planner_t *b);
 
 /* Marks a source as fallback (first reason wins). */
-rs_status_t rs__planner_fallback(rs_planner_t *b, uint32_t src,
+rs_status_t rs__planner_fallback(rs__planner_t *b, uint32_t src,
                                  const char *reason);
 
 /* Walks `box` of source `src` against its grid, appending runs to `out`
  * (merging only with segments at index >= out's length on entry) with the
  * box's first element at dst_base elements. Adds elements published by no
  * shard to *missing. */
-rs_status_t rs__planner_walk(rs_planner_t *b, rs_psrc_t *src,
-                             const rs_box_t *box, uint32_t param,
-                             int64_t dst_base, rs_segvec_t *out,
+rs_status_t rs__planner_walk(rs__planner_t *b, rs__planned_source_t *src,
+                             const rs__box_t *box, uint32_t param,
+                             int64_t dst_base, rs__segment_vec_t *out,
                              uint64_t *missing);
 
 /* The whole-source stage of a source (plan_stage.c): walked into
  * b->stages and recorded in src->full_pull when every element is
  * published, else src->full_pull stays -1. */
-rs_status_t rs__planner_full_stage(rs_planner_t *b, rs_psrc_t *src);
+rs_status_t rs__planner_full_stage(rs__planner_t *b, rs__planned_source_t *src);
 
 /* Staged boxes (plan_stage.c). The bounding box [lo, lo + shape) of what
  * copy ci reads; 0 when it reads nothing. */
-int rs__stage_bbox(rs_planner_t *b, size_t ci, int64_t *lo, int64_t *shape);
+int rs__stage_bbox(rs__planner_t *b, size_t ci, int64_t *lo, int64_t *shape);
 /* 1 when copy ci's chain, replayed over the box (rs__view_init_box),
  * reads only inside it. */
-int rs__stage_fits(rs_planner_t *b, size_t ci, const int64_t *lo,
+int rs__stage_fits(rs__planner_t *b, size_t ci, const int64_t *lo,
                    const int64_t *shape);
 /* The candidate boxes of a copy with bounding box (lo, shape): the
  * coalesced one (inner dims widened while the gaps are cheap) and the
  * bound one (inner dims widened to the shards touched). */
-void rs__stage_coalesced(rs_planner_t *b, const rs_psrc_t *src,
+void rs__stage_coalesced(rs__planner_t *b, const rs__planned_source_t *src,
                          const int64_t *lo, const int64_t *shape,
                          int64_t *out_lo, int64_t *out_shape);
-void rs__stage_bound(rs_planner_t *b, const rs_psrc_t *src, const int64_t *lo,
+void rs__stage_bound(rs__planner_t *b, const rs__planned_source_t *src, const int64_t *lo,
                      const int64_t *shape, int64_t *out_lo,
                      int64_t *out_shape);
 /* A lower bound on the runs any walk of a box of this shape takes (a run
  * lies inside one shard): a box that cannot beat a copy's runs is not
  * walked. */
-uint64_t rs__stage_min_runs(const rs_psrc_t *src, const int64_t *shape);
+uint64_t rs__stage_min_runs(const rs__planned_source_t *src, const int64_t *shape);
 /* Walks a box of a source into *segs (replica loads left as they were);
  * *complete is 0 when some element of it is published by no shard. The
  * caller lifts the loads of the runs the box would replace first, so that
  * replicas are chosen as if those runs were not read. */
 /* The box [lo, lo + shape) of a source as a planner box landing
  * row-major; 0 when it does not resolve. */
-int rs__stage_plain_box(const rs_src_tensor_t *t, const int64_t *lo,
-                        const int64_t *shape, rs_box_t *box);
-rs_status_t rs__stage_walk(rs_planner_t *b, rs_psrc_t *src, const int64_t *lo,
-                           const int64_t *shape, rs_segvec_t *segs,
+int rs__stage_plain_box(const rs__source_tensor_t *t, const int64_t *lo,
+                        const int64_t *shape, rs__box_t *box);
+rs_status_t rs__stage_walk(rs__planner_t *b, rs__planned_source_t *src, const int64_t *lo,
+                           const int64_t *shape, rs__segment_vec_t *segs,
                            int *complete);
 
 /* Chooses how every copy is read by the cost model (plan_cost.c): sets
  * each copy's stage, the stats' exact_est_seconds. */
-rs_status_t rs__planner_choose(rs_planner_t *b);
+rs_status_t rs__planner_choose(rs__planner_t *b);
 /* Seconds the model gives a session's bytes and descriptors. */
 double rs__cost_seconds(const rs_plan_params_t *p, uint64_t bytes,
                         uint64_t descriptors);
@@ -173,11 +173,11 @@ double rs__cost_plan_seconds(const rs_plan_params_t *p, const uint64_t *bytes,
  * `dropped` when there were more than `keep`, and `out` holds none; then
  * `drop` is what it kept of them (agg_begin .. agg_end into b->drop_aggs),
  * else `drop` is left unset. */
-typedef struct rs_walk_tally {
+typedef struct rs__walk_tally {
     uint64_t nsegs, bytes;
     int dropped;
-    rs_pdrop_t drop;
-} rs_walk_tally_t;
+    rs__dropped_copy_t drop;
+} rs__walk_tally_t;
 
 /* rs__planner_walk for one copy: keeps at most `keep` runs in `out` (beyond
  * that it only counts them, summing them per session into b->drop_aggs,
@@ -185,13 +185,13 @@ typedef struct rs_walk_tally {
  * with `replay`, repeats those choices without adding to the sessions'
  * load. `box` is the one the last resolve returned: b->walk_fact holds its
  * memo facts (or is NULL), which the walk reads and completes. */
-rs_status_t rs__planner_walk_copy(rs_planner_t *b, rs_psrc_t *src,
-                                  const rs_box_t *box, uint32_t param,
+rs_status_t rs__planner_walk_copy(rs__planner_t *b, rs__planned_source_t *src,
+                                  const rs__box_t *box, uint32_t param,
                                   int64_t dst_base, size_t keep,
-                                  const uint32_t *replay, rs_segvec_t *out,
-                                  uint64_t *missing, rs_walk_tally_t *tally);
+                                  const uint32_t *replay, rs__segment_vec_t *out,
+                                  uint64_t *missing, rs__walk_tally_t *tally);
 
 /* Moves the per-copy results into the plan and computes stats. */
-rs_status_t rs__planner_assemble(rs_planner_t *b);
+rs_status_t rs__planner_assemble(rs__planner_t *b);
 
 #endif

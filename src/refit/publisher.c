@@ -261,7 +261,7 @@ rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
                                   void *ptr, rs_mem_type_t mem,
                                   rs_diag_t *diag)
 {
-    rs_pub_shard_t s;
+    rs__publish_shard_t s;
     int64_t numel, nbytes;
     char who[RS_DIAG_MSG_MAX];
     memset(&s, 0, sizeof(s));

@@ -113,10 +113,10 @@ static uint64_t lay_out(rs_publisher_h p, void *base)
 {
     uint64_t off = 0;
     for (size_t i = 0; i < p->shards_len; i++) {
-        rs_pub_shard_t *s = &p->shards[i];
+        rs__publish_shard_t *s = &p->shards[i];
         s->served = base != NULL ? (char *)base + off : NULL;
         if (s->nbytes > 0)
-            off += rs__pub_slot(s->nbytes);
+            off += rs__publisher_slot(s->nbytes);
     }
     return off;
 }
@@ -226,7 +226,7 @@ rs_status_t rs__publisher_add_regions(rs_publisher_h p, rs_diag_t *diag)
                                     diag);
     rs_status_t st = RS_OK;
     for (size_t i = 0; st == RS_OK && i < p->shards_len; i++) {
-        const rs_pub_shard_t *s = &p->shards[i];
+        const rs__publish_shard_t *s = &p->shards[i];
         if (s->nbytes > 0)
             st = rs_exposer_add_region(p->exposer, (uint64_t)(uintptr_t)s->ptr,
                                        s->ptr, s->nbytes, RS_MEM_HOST, diag);

@@ -61,7 +61,7 @@ static rs_status_t base_set(rs_publisher_h p, rs_diag_t *diag,
     if (st == RS_OK)
         st = rs_cuts_set_model(cuts, p->model, diag);
     for (size_t i = 0; st == RS_OK && i < p->shards_len; i++) {
-        const rs_pub_shard_t *s = &p->shards[i];
+        const rs__publish_shard_t *s = &p->shards[i];
         if (s->ndim > 0) /* a cut at 0 cuts nothing: it records the shape */
             st = rs_cuts_add(cuts, s->tensor, s->ndim, s->full_shape, 0, 0,
                              diag);
@@ -104,7 +104,7 @@ uint64_t rs__publisher_tensor_key(rs_publisher_h p)
     rs_digest_t d;
     rs_digest_init(&d);
     for (size_t i = 0; i < p->shards_len; i++) {
-        const rs_pub_shard_t *s = &p->shards[i];
+        const rs__publish_shard_t *s = &p->shards[i];
         int64_t nd = s->ndim;
         rs_digest_update(&d, s->tensor, strlen(s->tensor) + 1);
         rs_digest_update(&d, &nd, sizeof(nd));
@@ -153,8 +153,8 @@ static rs_status_t add_piece(void *arg, const int64_t *offset,
                              const int64_t *shape)
 {
     cut_ctx_t *c = arg;
-    const rs_pub_shard_t *s = &c->p->shards[c->shard];
-    rs_pub_piece_t piece;
+    const rs__publish_shard_t *s = &c->p->shards[c->shard];
+    rs__publish_piece_t piece;
     memset(&piece, 0, sizeof(piece));
     piece.shard = c->shard;
     piece.nbytes = rs_dtype_size(s->dtype);
@@ -165,7 +165,7 @@ static rs_status_t add_piece(void *arg, const int64_t *offset,
     }
     if (!RS_VEC_PUSH(c->p, next_pieces, piece))
         return RS_ERR_NO_MEMORY;
-    c->need += rs__pub_slot(piece.nbytes);
+    c->need += rs__publisher_slot(piece.nbytes);
     return RS_OK;
 }
 
@@ -179,7 +179,7 @@ rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
     cut_ctx_t c = {p, 0, 0};
     p->next_pieces_len = 0;
     for (size_t i = 0; st == RS_OK && i < p->shards_len; i++) {
-        const rs_pub_shard_t *s = &p->shards[i];
+        const rs__publish_shard_t *s = &p->shards[i];
         if (s->nbytes == 0)
             continue;
         c.shard = i;
@@ -197,8 +197,8 @@ rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
 
 /* The inner dims the piece spans whole form one run, the outer ones are
  * walked. */
-void rs__publisher_copy_box(const rs_pub_shard_t *s,
-                            const rs_pub_piece_t *piece, char *dst)
+void rs__publisher_copy_box(const rs__publish_shard_t *s,
+                            const rs__publish_piece_t *piece, char *dst)
 {
     int nd = s->ndim, inner = nd;
     size_t es = rs_dtype_size(s->dtype);
@@ -230,11 +230,11 @@ void rs__publisher_fill_pieces(rs_publisher_h p, void *base)
 {
     uint64_t off = 0;
     for (size_t i = 0; i < p->next_pieces_len; i++) {
-        rs_pub_piece_t *piece = &p->next_pieces[i];
+        rs__publish_piece_t *piece = &p->next_pieces[i];
         piece->served = (char *)base + off;
         rs__publisher_copy_box(&p->shards[piece->shard], piece,
                                piece->served);
-        off += rs__pub_slot(piece->nbytes);
+        off += rs__publisher_slot(piece->nbytes);
     }
     RS_PUB_VEC_SWAP(p, pieces);
 }

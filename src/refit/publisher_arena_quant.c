@@ -34,7 +34,7 @@ static void tell_skip(rs_publisher_h p, const char *tensor, const char *spec,
     for (size_t i = 0; i < p->told_len; i++)
         if (p->told[i].digest == digest)
             return;
-    rs_pub_told_t t;
+    rs__publish_told_t t;
     snprintf(t.holder, sizeof(t.holder), "%s", tensor);
     t.digest = digest;
     RS_VEC_PUSH(p, told, t); /* out of memory: told again next time */
@@ -49,7 +49,7 @@ static void tell_skip(rs_publisher_h p, const char *tensor, const char *spec,
 static int planned(rs_publisher_h p, size_t shard, const char *spec)
 {
     for (size_t i = p->next_qpieces_len; i-- > 0;) {
-        const rs_pub_qpiece_t *q = &p->next_qpieces[i];
+        const rs__publish_quant_piece_t *q = &p->next_qpieces[i];
         if (q->shard != shard)
             return 0;
         if (strcmp(q->spec, spec) == 0)
@@ -60,7 +60,7 @@ static int planned(rs_publisher_h p, size_t shard, const char *spec)
 
 /* The box of the whole blocks inside shard s, in elements and in blocks;
  * 0 when no block lies wholly inside it. */
-static int whole_blocks(const rs_pub_shard_t *s, rs_pub_qpiece_t *q)
+static int whole_blocks(const rs__publish_shard_t *s, rs__publish_quant_piece_t *q)
 {
     for (int d = 0; d < s->ndim; d++) {
         int64_t b = q->block[d], off = s->offset[d];
@@ -79,7 +79,7 @@ static int whole_blocks(const rs_pub_shard_t *s, rs_pub_qpiece_t *q)
 }
 
 /* Why shard s cannot take spec q, or NULL. */
-static const char *unfit(const rs_pub_shard_t *s, const rs_quant_desc_t *q,
+static const char *unfit(const rs__publish_shard_t *s, const rs_quant_desc_t *q,
                          int64_t *block, char *why, size_t cap)
 {
     rs_diag_t d;
@@ -101,13 +101,13 @@ static const char *unfit(const rs_pub_shard_t *s, const rs_quant_desc_t *q,
     return NULL;
 }
 
-/* rs__pub_spec_fn: plans shard ctx->shard's piece under `spec`. */
+/* rs__publisher_spec_fn: plans shard ctx->shard's piece under `spec`. */
 static rs_status_t add_spec(void *arg, const char *spec)
 {
     qplan_ctx_t *c = arg;
     rs_publisher_h p = c->p;
-    const rs_pub_shard_t *s = &p->shards[c->shard];
-    rs_pub_qpiece_t q;
+    const rs__publish_shard_t *s = &p->shards[c->shard];
+    rs__publish_quant_piece_t q;
     rs_quant_desc_t desc;
     char why[RS_DIAG_MSG_MAX];
     rs_diag_t d;
@@ -138,7 +138,7 @@ static rs_status_t add_spec(void *arg, const char *spec)
     }
     if (!RS_VEC_PUSH(p, next_qpieces, q))
         return RS_ERR_NO_MEMORY;
-    c->need += rs__pub_slot(q.nbytes) + rs__pub_slot(q.scale_nbytes);
+    c->need += rs__publisher_slot(q.nbytes) + rs__publisher_slot(q.scale_nbytes);
     return RS_OK;
 }
 
@@ -155,7 +155,7 @@ static rs_status_t sync_wanted(rs_publisher_h p, rs_diag_t *diag)
     p->qrecord_key = key;
     rs_status_t st = rs__publisher_sync_records(p, diag);
     for (size_t i = 0; st == RS_OK && i < p->records_len; i++) {
-        const rs_pub_record_t *rec = &p->records[i];
+        const rs__publish_record_t *rec = &p->records[i];
         const char *model = rs_cuts_model(rec->cuts);
         char why[RS_DIAG_MSG_MAX];
         if (rec->why != NULL)
@@ -196,11 +196,11 @@ rs_status_t rs__publisher_quant_plan(rs_publisher_h p, rs_diag_t *diag,
 
 /* The shard's bytes of q's box, row-major: the live shard itself when the
  * box is the whole shard, else a gathered copy in p->qscratch. */
-static rs_status_t box_bytes(rs_publisher_h p, const rs_pub_qpiece_t *q,
+static rs_status_t box_bytes(rs_publisher_h p, const rs__publish_quant_piece_t *q,
                              rs_diag_t *diag, const void **src_p)
 {
-    const rs_pub_shard_t *s = &p->shards[q->shard];
-    rs_pub_piece_t box;
+    const rs__publish_shard_t *s = &p->shards[q->shard];
+    rs__publish_piece_t box;
     uint64_t nbytes = rs_dtype_size(s->dtype);
     int whole = 1;
     memset(&box, 0, sizeof(box));
@@ -229,10 +229,10 @@ static rs_status_t box_bytes(rs_publisher_h p, const rs_pub_qpiece_t *q,
     return RS_OK;
 }
 
-static rs_status_t quantize_piece(rs_publisher_h p, const rs_pub_qpiece_t *q,
+static rs_status_t quantize_piece(rs_publisher_h p, const rs__publish_quant_piece_t *q,
                                   int64_t version, rs_diag_t *diag)
 {
-    const rs_pub_shard_t *s = &p->shards[q->shard];
+    const rs__publish_shard_t *s = &p->shards[q->shard];
     const void *src = NULL;
     rs_quant_desc_t desc;
     rs_diag_t d;
@@ -262,11 +262,11 @@ rs_status_t rs__publisher_quant_fill(rs_publisher_h p, void *base,
 {
     uint64_t off = 0;
     for (size_t i = 0; i < p->next_qpieces_len; i++) {
-        rs_pub_qpiece_t *q = &p->next_qpieces[i];
+        rs__publish_quant_piece_t *q = &p->next_qpieces[i];
         q->served = (char *)base + off;
-        off += rs__pub_slot(q->nbytes);
+        off += rs__publisher_slot(q->nbytes);
         q->scale_served = (char *)base + off;
-        off += rs__pub_slot(q->scale_nbytes);
+        off += rs__publisher_slot(q->scale_nbytes);
         rs_status_t st = quantize_piece(p, q, version, diag);
         if (st != RS_OK)
             return st;

@@ -24,7 +24,7 @@ static int told_before(rs_publisher_h p, const char *holder, uint64_t gen)
     for (size_t i = 0; i < p->told_len; i++)
         if (p->told[i].digest == gen && strcmp(p->told[i].holder, holder) == 0)
             return 1;
-    rs_pub_told_t t;
+    rs__publish_told_t t;
     snprintf(t.holder, sizeof(t.holder), "%s", holder);
     t.digest = gen;
     RS_VEC_PUSH(p, told, t); /* out of memory: told again next time */
@@ -79,7 +79,7 @@ static rs_status_t copy_quants(rs_publisher_h p, rs_cuts_h to, rs_cuts_h from,
                                rs_diag_t *diag)
 {
     const char *src, *spec;
-    rs_strmap_t names;
+    rs__strmap_t names;
     uint32_t ignored;
     int ok = 1;
     if (rs_cuts_num_quants(from) == 0)
@@ -122,7 +122,7 @@ static rs_status_t keep_registered(rs_publisher_h p, rs_cuts_h whole,
 }
 
 /* Empties rec (its cuts and why). */
-static void clear_record(rs_pub_record_t *rec)
+static void clear_record(rs__publish_record_t *rec)
 {
     rs_cuts_destroy(rec->cuts);
     free(rec->why);
@@ -131,7 +131,7 @@ static void clear_record(rs_pub_record_t *rec)
 }
 
 /* Records why rec cannot be used. */
-static rs_status_t set_why(rs_pub_record_t *rec, const char *why,
+static rs_status_t set_why(rs__publish_record_t *rec, const char *why,
                            rs_diag_t *diag)
 {
     if ((rec->why = strdup(why)) == NULL)
@@ -145,7 +145,7 @@ static rs_status_t set_why(rs_pub_record_t *rec, const char *why,
  * used in rec->why (rec->cuts stays NULL). Only RS_ERR_NO_MEMORY is an
  * error. */
 static rs_status_t parse_record(rs_publisher_h p, const rs_dir_cuts_record_t *r,
-                                rs_pub_record_t *rec, rs_diag_t *diag)
+                                rs__publish_record_t *rec, rs_diag_t *diag)
 {
     char origin[RS_DIR_NAME_MAX + 64], why[RS_DIAG_MSG_MAX + 64];
     rs_cuts_h whole = NULL;
@@ -175,7 +175,7 @@ static rs_status_t parse_record(rs_publisher_h p, const rs_dir_cuts_record_t *r,
  * read that fails for another reason than a corrupted record is told and
  * leaves *rec as it was (*read_p = 0), to be read at the next staging. */
 static rs_status_t read_one(rs_publisher_h p, const rs_dir_cuts_stamp_t *s,
-                            rs_pub_record_t *rec, int *read_p, int *keep_p,
+                            rs__publish_record_t *rec, int *read_p, int *keep_p,
                             rs_diag_t *diag)
 {
     rs_dir_cuts_record_t *got = NULL;
@@ -206,7 +206,7 @@ static rs_status_t read_one(rs_publisher_h p, const rs_dir_cuts_stamp_t *s,
 
 /* The cached record of `holder` (p->records is in holder order), or
  * NULL. */
-static rs_pub_record_t *cached(rs_publisher_h p, const char *holder)
+static rs__publish_record_t *cached(rs_publisher_h p, const char *holder)
 {
     size_t lo = 0, hi = p->records_len;
     while (lo < hi) {
@@ -225,10 +225,10 @@ static rs_pub_record_t *cached(rs_publisher_h p, const char *holder)
 /* Moves holder s's cached record into *out, reading it when it is new or
  * its generation changed; *keep_p as read_one. */
 static rs_status_t sync_one(rs_publisher_h p, const rs_dir_cuts_stamp_t *s,
-                            rs_pub_record_t *out, int *keep_p,
+                            rs__publish_record_t *out, int *keep_p,
                             rs_diag_t *diag)
 {
-    rs_pub_record_t *old = cached(p, s->holder);
+    rs__publish_record_t *old = cached(p, s->holder);
     int read = 0;
     *keep_p = 1;
     if (old != NULL) {
@@ -260,7 +260,7 @@ void rs__publisher_forget_records(rs_publisher_h p)
 
 /* Replaces p->records with `next` (n entries), freeing what was not
  * moved into it (the records of dropped holders). */
-static void take_records(rs_publisher_h p, rs_pub_record_t *next, size_t n,
+static void take_records(rs_publisher_h p, rs__publish_record_t *next, size_t n,
                          size_t cap)
 {
     for (size_t i = 0; i < p->records_len; i++) {
@@ -284,7 +284,7 @@ rs_status_t rs__publisher_sync_records(rs_publisher_h p, rs_diag_t *diag)
         tell_unreadable(p, "the cuts records", d.msg);
         return RS_OK;
     }
-    rs_pub_record_t *next = calloc(n > 0 ? n : 1, sizeof(*next));
+    rs__publish_record_t *next = calloc(n > 0 ? n : 1, sizeof(*next));
     if (next == NULL) {
         free(stamps);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "publisher: out of "
@@ -313,7 +313,7 @@ rs_status_t rs__publisher_merge_records(rs_publisher_h p, rs_cuts_h into,
                                         rs_diag_t *diag)
 {
     for (size_t i = 0; i < p->records_len; i++) {
-        const rs_pub_record_t *rec = &p->records[i];
+        const rs__publish_record_t *rec = &p->records[i];
         rs_diag_t d;
         rs_diag_clear(&d);
         if (rec->why != NULL)

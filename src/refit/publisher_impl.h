@@ -15,7 +15,7 @@
 #include "reshard/sources.h"
 #include "reshard/transport.h"
 
-typedef struct rs_pub_shard {
+typedef struct rs__publish_shard {
     char *tensor;
     rs_dtype_t dtype;
     int ndim;
@@ -28,13 +28,13 @@ typedef struct rs_pub_shard {
     size_t same_prev; /* 1 + the index of the shard of this tensor
                        * registered before it, 0 for none
                        * (publisher_shard_index.c) */
-} rs_pub_shard_t;
+} rs__publish_shard_t;
 
 /* Each served slot of the arena starts a fresh cache line. */
 #define RS_PUB_SLOT_ALIGN 64
 
 /* The arena bytes a slot of n bytes takes, up to the next slot. */
-static inline uint64_t rs__pub_slot(uint64_t n)
+static inline uint64_t rs__publisher_slot(uint64_t n)
 {
     return (n + RS_PUB_SLOT_ALIGN - 1) / RS_PUB_SLOT_ALIGN * RS_PUB_SLOT_ALIGN;
 }
@@ -56,13 +56,13 @@ static inline uint64_t rs__pub_slot(uint64_t n)
 
 /* One served sub-box of a shard (cut-aligned staging,
  * publisher_arena_cuts.c). */
-typedef struct rs_pub_piece {
+typedef struct rs__publish_piece {
     size_t shard;                /* index into the publisher's shards */
     int64_t offset[RS_MAX_DIMS]; /* in the full tensor */
     int64_t shape[RS_MAX_DIMS];
     uint64_t nbytes;
     void *served;                /* its arena slot */
-} rs_pub_piece_t;
+} rs__publish_piece_t;
 
 /* The longest canonical spec text (rs_quant_spec_format) a publisher
  * serves, with its NUL. */
@@ -71,17 +71,17 @@ typedef struct rs_pub_piece {
 /* One "GLOB=SPEC" entry of params.quantize, parsed at create
  * (publisher_quant_rules.c): the glob, the spec parsed and in canonical
  * text. */
-typedef struct rs_pub_qrule {
+typedef struct rs__publish_quant_rule {
     char *glob;
     char spec[RS_PUB_SPEC_MAX];
     char *entry;               /* the entry as given, for notices */
-} rs_pub_qrule_t;
+} rs__publish_quant_rule_t;
 
 /* One quantized piece the arena serves (publisher_arena_quant.c): under one
  * spec, the FP8 values of the whole blocks inside one shard, as a sub-box of
  * "<src>#<spec>", and their scales, as a sub-box of "<src>#<spec>#scale" (the
  * block grid). */
-typedef struct rs_pub_qpiece {
+typedef struct rs__publish_quant_piece {
     size_t shard;                    /* index into the publisher's shards */
     char spec[RS_PUB_SPEC_MAX];      /* canonical text */
     rs_quant_scheme_t scheme;
@@ -94,26 +94,26 @@ typedef struct rs_pub_qpiece {
     int64_t glo[RS_MAX_DIMS], glen[RS_MAX_DIMS]; /* blocks */
     uint64_t nbytes, scale_nbytes;
     void *served, *scale_served;     /* arena slots */
-} rs_pub_qpiece_t;
+} rs__publish_quant_piece_t;
 
 /* A cuts record told as unusable, by holder and bytes: told once while it
  * stays the same. */
-typedef struct rs_pub_told {
+typedef struct rs__publish_told {
     char holder[RS_DIR_NAME_MAX + 1];
     uint64_t digest;
-} rs_pub_told_t;
+} rs__publish_told_t;
 
 /* A receiver's cuts record as the publisher last read it
  * (publisher_cut_records.c): its generation and its cuts on the registered
  * tensors; cuts NULL when it cannot be used (`why`, told when the union is
  * built, in holder order) or was never read (read 0: a read failed). */
-typedef struct rs_pub_record {
+typedef struct rs__publish_record {
     char holder[RS_DIR_NAME_MAX + 1];
     uint64_t generation;
     rs_cuts_h cuts;
     char *why;
     int read;
-} rs_pub_record_t;
+} rs__publish_record_t;
 
 struct rs_publisher {
     rs_publisher_params_t params; /* string fields below are owned copies */
@@ -136,14 +136,14 @@ struct rs_publisher {
     int cut_mode;
     char *cuts_file;
     rs_cuts_h file_cuts;
-    RS_VEC(rs_pub_piece_t, pieces);
-    RS_VEC(rs_pub_piece_t, next_pieces);
-    RS_VEC(rs_pub_told_t, told);
+    RS_VEC(rs__publish_piece_t, pieces);
+    RS_VEC(rs__publish_piece_t, next_pieces);
+    RS_VEC(rs__publish_told_t, told);
     /* The directory's cuts records as last read (in holder order), and
      * the union of every source of cuts built from them, valid while no
      * record changed (records_changed 0) and the registered tensors are
      * those digested in cut_key; records parsed since create (tests). */
-    RS_VEC(rs_pub_record_t, records);
+    RS_VEC(rs__publish_record_t, records);
     int records_changed;
     rs_cuts_h cut_union;
     uint64_t cut_key;
@@ -155,17 +155,17 @@ struct rs_publisher {
      * whole-block box is gathered into when it is not the whole shard; the
      * tensor key the records were read for when only quantize_wanted reads
      * them. */
-    RS_VEC(rs_pub_qrule_t, qrules);
-    RS_VEC(rs_pub_qpiece_t, qpieces);
-    RS_VEC(rs_pub_qpiece_t, next_qpieces);
+    RS_VEC(rs__publish_quant_rule_t, qrules);
+    RS_VEC(rs__publish_quant_piece_t, qpieces);
+    RS_VEC(rs__publish_quant_piece_t, next_qpieces);
     void *qscratch;
     uint64_t qscratch_cap;
     uint64_t qrecord_key;
-    RS_VEC(rs_pub_shard_t, shards);
+    RS_VEC(rs__publish_shard_t, shards);
     /* Each tensor's last registered shard (1 + its index), the others
      * chained by same_prev; rebuilt before the next registration once
      * an unregister moved shards (by_name_stale). */
-    rs_strmap_t by_name;
+    rs__strmap_t by_name;
     int by_name_stale;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -205,7 +205,7 @@ rs_status_t rs__publisher_check_in_place(rs_publisher_h p, const char *tensor,
  * shard just appended (0 on exhaustion). O(registered shards of the tensor),
  * after an unregister once O(registered shards). */
 rs_status_t rs__publisher_check_overlap(rs_publisher_h p,
-                                        const rs_pub_shard_t *s,
+                                        const rs__publish_shard_t *s,
                                         rs_diag_t *diag);
 int rs__publisher_index_add(rs_publisher_h p, size_t i);
 
@@ -257,8 +257,8 @@ uint64_t rs__publisher_tensor_key(rs_publisher_h p);
 
 /* Copies the sub-box `piece` of shard s into dst, row-major (a strided
  * copy, publisher_arena_cuts.c). */
-void rs__publisher_copy_box(const rs_pub_shard_t *s,
-                            const rs_pub_piece_t *piece, char *dst);
+void rs__publisher_copy_box(const rs__publish_shard_t *s,
+                            const rs__publish_piece_t *piece, char *dst);
 
 /* Publisher-side quantization. Parses the caller's quantize entries into
  * p->qrules (at create): RS_ERR_INVALID_ARG naming the entry (by index and
@@ -273,9 +273,9 @@ void rs__publisher_free_quant(rs_publisher_h p);
  * named twice is given twice): the rules whose glob matches its tensor, and
  * with quantize_wanted every cached record's request for it
  * (publisher_quant_rules.c). A non-RS_OK return stops and is returned. */
-typedef rs_status_t (*rs__pub_spec_fn)(void *ctx, const char *spec);
+typedef rs_status_t (*rs__publisher_spec_fn)(void *ctx, const char *spec);
 rs_status_t rs__publisher_specs_of(rs_publisher_h p, size_t shard,
-                                   rs__pub_spec_fn fn, void *ctx);
+                                   rs__publisher_spec_fn fn, void *ctx);
 
 /* Plans this staging's quantized pieces into p->next_qpieces (reading the cuts
  * records first when only quantize_wanted needs them) and returns the arena

@@ -35,7 +35,7 @@ static rs_status_t canonical_spec(const char *text, char *out,
 /* Parses entry `i` ("GLOB=SPEC"; the last '=' splits, a glob may hold
  * one) into *rule. */
 static rs_status_t parse_rule(size_t i, const char *entry,
-                              rs_pub_qrule_t *rule, rs_diag_t *diag)
+                              rs__publish_quant_rule_t *rule, rs_diag_t *diag)
 {
     rs_diag_t d;
     rs_diag_clear(&d);
@@ -65,7 +65,7 @@ rs_status_t rs__publisher_load_quant_rules(rs_publisher_h p,
                             "num_quantize is %zu but quantize is NULL",
                             pp->num_quantize);
     for (size_t i = 0; i < pp->num_quantize; i++) {
-        rs_pub_qrule_t rule;
+        rs__publish_quant_rule_t rule;
         memset(&rule, 0, sizeof(rule));
         rs_status_t st = parse_rule(i, pp->quantize[i], &rule, diag);
         if (st == RS_OK && !RS_VEC_PUSH(p, qrules, rule))
@@ -94,7 +94,7 @@ void rs__publisher_free_quant(rs_publisher_h p)
 /* The requests of one cut set for `tensor` (none from a set of another
  * model: told by publisher_arena_quant.c, or by the cut union's merge). */
 static rs_status_t wanted_in(rs_publisher_h p, rs_cuts_h cuts,
-                             const char *tensor, rs__pub_spec_fn fn,
+                             const char *tensor, rs__publisher_spec_fn fn,
                              void *ctx)
 {
     const char *src, *spec, *model = rs_cuts_model(cuts);
@@ -111,7 +111,7 @@ static rs_status_t wanted_in(rs_publisher_h p, rs_cuts_h cuts,
 /* The requests for `tensor` of the cached records, the given cut set and
  * the cuts file. */
 static rs_status_t wanted(rs_publisher_h p, const char *tensor,
-                          rs__pub_spec_fn fn, void *ctx)
+                          rs__publisher_spec_fn fn, void *ctx)
 {
     rs_status_t st = RS_OK;
     for (size_t r = 0; st == RS_OK && r < p->records_len; r++)
@@ -124,7 +124,7 @@ static rs_status_t wanted(rs_publisher_h p, const char *tensor,
 }
 
 rs_status_t rs__publisher_specs_of(rs_publisher_h p, size_t shard,
-                                   rs__pub_spec_fn fn, void *ctx)
+                                   rs__publisher_spec_fn fn, void *ctx)
 {
     const char *tensor = p->shards[shard].tensor;
     rs_status_t st = RS_OK;

@@ -25,7 +25,7 @@ static void box_text(const int64_t *offset, const int64_t *shape, int ndim,
 }
 
 /* The block a and b share (nonzero), written to lo/shape. */
-static int shared_block(const rs_pub_shard_t *a, const rs_pub_shard_t *b,
+static int shared_block(const rs__publish_shard_t *a, const rs__publish_shard_t *b,
                         int64_t *lo, int64_t *shape)
 {
     for (int d = 0; d < a->ndim; d++) {
@@ -45,7 +45,7 @@ static int shared_block(const rs_pub_shard_t *a, const rs_pub_shard_t *b,
 #define BOX_TEXT_MAX (RS_MAX_DIMS * 44 + 4)
 
 /* The refusal of s, which shares `both` with `had`. */
-static rs_status_t refuse(const rs_pub_shard_t *had, const rs_pub_shard_t *s,
+static rs_status_t refuse(const rs__publish_shard_t *had, const rs__publish_shard_t *s,
                           const int64_t *lo, const int64_t *shape,
                           rs_diag_t *diag)
 {
@@ -80,7 +80,7 @@ static int rebuild(rs_publisher_h p)
 }
 
 rs_status_t rs__publisher_check_overlap(rs_publisher_h p,
-                                        const rs_pub_shard_t *s,
+                                        const rs__publish_shard_t *s,
                                         rs_diag_t *diag)
 {
     int64_t lo[RS_MAX_DIMS], shape[RS_MAX_DIMS];
@@ -95,7 +95,7 @@ rs_status_t rs__publisher_check_overlap(rs_publisher_h p,
     if (!rs__strmap_get(&p->by_name, s->tensor, &at))
         return RS_OK;
     for (size_t i = at; i > 0; i = p->shards[i - 1].same_prev) {
-        const rs_pub_shard_t *had = &p->shards[i - 1];
+        const rs__publish_shard_t *had = &p->shards[i - 1];
         if (had->ndim != s->ndim)
             return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: "
                                 "tensor '%s': a box of %d dims cannot join "
@@ -109,7 +109,7 @@ rs_status_t rs__publisher_check_overlap(rs_publisher_h p,
 
 int rs__publisher_index_add(rs_publisher_h p, size_t i)
 {
-    rs_pub_shard_t *s = &p->shards[i];
+    rs__publish_shard_t *s = &p->shards[i];
     uint32_t at = 0;
     if (p->by_name_stale)
         return rebuild(p); /* indexes shard i too */

@@ -35,14 +35,14 @@ static int by_group(const void *a, const void *b)
 static rs_status_t shard_order(rs_publisher_h p, order_entry_t **order_p,
                                size_t *n_p)
 {
-    rs_strmap_t first;
+    rs__strmap_t first;
     size_t n = 0;
     int ok = 1;
     order_entry_t *order = malloc((p->shards_len + 1) * sizeof(*order));
 
     rs__strmap_init(&first);
     for (size_t i = 0; ok && order != NULL && i < p->shards_len; i++) {
-        const rs_pub_shard_t *s = &p->shards[i];
+        const rs__publish_shard_t *s = &p->shards[i];
         uint32_t g;
         if (s->nbytes == 0)
             continue;
@@ -64,7 +64,7 @@ static rs_status_t shard_order(rs_publisher_h p, order_entry_t **order_p,
 }
 
 static rs_status_t put_shard(rs_publisher_h p, rs_table_writer_h w,
-                             const rs_pub_shard_t *s, rs_diag_t *diag)
+                             const rs__publish_shard_t *s, rs_diag_t *diag)
 {
     char text[RS_DIGEST_STR_LEN + 1];
     rs_shard_desc_t d = {s->tensor, s->dtype, rs_dtype_size(s->dtype),
@@ -86,8 +86,8 @@ static rs_status_t put_pieces(rs_publisher_h p, rs_table_writer_h w,
     rs_status_t st = RS_OK;
     for (size_t i = at; st == RS_OK && i < p->pieces_len &&
                         p->pieces[i].shard == shard; i++) {
-        const rs_pub_piece_t *piece = &p->pieces[i];
-        rs_pub_shard_t sub = p->shards[shard];
+        const rs__publish_piece_t *piece = &p->pieces[i];
+        rs__publish_shard_t sub = p->shards[shard];
         memcpy(sub.offset, piece->offset, sizeof(sub.offset));
         memcpy(sub.shape, piece->shape, sizeof(sub.shape));
         sub.served = piece->served;
@@ -116,8 +116,8 @@ static size_t *piece_starts(rs_publisher_h p)
 static int by_qtensor(const void *a, const void *b, void *arg)
 {
     rs_publisher_h p = arg;
-    const rs_pub_qpiece_t *x = &p->qpieces[*(const size_t *)a];
-    const rs_pub_qpiece_t *y = &p->qpieces[*(const size_t *)b];
+    const rs__publish_quant_piece_t *x = &p->qpieces[*(const size_t *)a];
+    const rs__publish_quant_piece_t *y = &p->qpieces[*(const size_t *)b];
     int c = strcmp(p->shards[x->shard].tensor, p->shards[y->shard].tensor);
     if (c == 0)
         c = strcmp(x->spec, y->spec);
@@ -128,11 +128,11 @@ static int by_qtensor(const void *a, const void *b, void *arg)
 
 /* One quantized piece's entry: its FP8 values (scale 0) or its scales. */
 static rs_status_t put_qpiece(rs_publisher_h p, rs_table_writer_h w,
-                              const rs_pub_qpiece_t *q, int scale,
+                              const rs__publish_quant_piece_t *q, int scale,
                               rs_diag_t *diag)
 {
-    const rs_pub_shard_t *s = &p->shards[q->shard];
-    rs_pub_shard_t sub = *s;
+    const rs__publish_shard_t *s = &p->shards[q->shard];
+    rs__publish_shard_t sub = *s;
     const char *suffix = scale ? RS_QUANT_SCALE_SUFFIX : "";
     size_t len = strlen(s->tensor) + strlen(q->spec) + strlen(suffix) + 2;
     char *name = malloc(len);
@@ -169,9 +169,9 @@ static rs_status_t put_qpieces(rs_publisher_h p, rs_table_writer_h w,
     qsort_r(order, n, sizeof(*order), by_qtensor, p);
     rs_status_t st = RS_OK;
     for (size_t a = 0, b; st == RS_OK && a < n; a = b) {
-        const rs_pub_qpiece_t *first = &p->qpieces[order[a]];
+        const rs__publish_quant_piece_t *first = &p->qpieces[order[a]];
         for (b = a + 1; b < n; b++) {
-            const rs_pub_qpiece_t *q = &p->qpieces[order[b]];
+            const rs__publish_quant_piece_t *q = &p->qpieces[order[b]];
             if (strcmp(q->spec, first->spec) != 0 ||
                 strcmp(p->shards[q->shard].tensor,
                        p->shards[first->shard].tensor) != 0)
@@ -261,7 +261,7 @@ static void feed_i64(rs_digest_t *d, const int64_t *v, int n)
 }
 
 /* One shard's part of the key. */
-static uint64_t shard_key(const rs_pub_shard_t *s)
+static uint64_t shard_key(const rs__publish_shard_t *s)
 {
     rs_digest_t d;
     uint64_t n = strlen(s->tensor);

@@ -10,7 +10,7 @@
 #include "refit/publisher_impl.h"
 #include "reshard/expose.h"
 
-static int shard_matches(const rs_pub_shard_t *s, const char *tensor,
+static int shard_matches(const rs__publish_shard_t *s, const char *tensor,
                          const int64_t *offset)
 {
     if (strcmp(s->tensor, tensor) != 0)

@@ -125,7 +125,7 @@ rs_status_t rs_receiver_create(const rs_receiver_params_t *params_in,
                                                  ? strdup(r->holder) : NULL;
     r->params.announce_as = NULL; /* not borrowed: r->announce_as */
     r->nparams = rs_capture_num_params(capture);
-    r->binds = calloc(r->nparams + 1, sizeof(rs_rbind_t));
+    r->binds = calloc(r->nparams + 1, sizeof(rs__receiver_bind_t));
     rs_status_t st = r->model && r->directory && r->backend && r->holder &&
                      r->announce_as && r->binds
                          ? rs__receiver_open_dir(r, &r->cancel, diag, &r->dir)
@@ -192,20 +192,20 @@ rs_status_t rs_receiver_bind(rs_receiver_h r, size_t param, void *base,
     if (st != RS_OK)
         return st; /* before the shadow copy reads base */
     rs__pages_free(r->binds[param].shadow, (size_t)r->binds[param].nbytes);
-    r->binds[param] = (rs_rbind_t){base, nbytes, NULL};
+    r->binds[param] = (rs__receiver_bind_t){base, nbytes, NULL};
     if (r->params.shadow && nbytes > 0) {
         /* whole pages (huge ones when large): reads land page-aligned */
         r->binds[param].shadow = rs__pages_alloc((size_t)nbytes);
         if (r->binds[param].shadow == NULL) {
             /* unbound: a pull must not fall back to the bound storage */
-            r->binds[param] = (rs_rbind_t){NULL, 0, NULL};
+            r->binds[param] = (rs__receiver_bind_t){NULL, 0, NULL};
             return rs__diag_set(diag, RS_ERR_NO_MEMORY, "receiver: staging "
                                 "of param %zu", param);
         }
         memcpy(r->binds[param].shadow, base, (size_t)nbytes);
     }
     if (r->exec != NULL)
-        return rs_exec_bind(r->exec, param, rs__rbind_target(&r->binds[param]),
+        return rs_exec_bind(r->exec, param, rs__receiver_bind_target(&r->binds[param]),
                             nbytes, RS_MEM_HOST, diag);
     return RS_OK;
 }

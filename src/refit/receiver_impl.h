@@ -14,11 +14,11 @@
 #include "reshard/refit.h"
 
 /* One bound parameter. */
-typedef struct rs_rbind {
+typedef struct rs__receiver_bind {
     void *base;
     uint64_t nbytes;
     void *shadow; /* receiver-owned staging the pull lands in (shadow = 1) */
-} rs_rbind_t;
+} rs__receiver_bind_t;
 
 /* The receiver's one staged version: its lease is r->lease, its bytes the
  * staging buffers; `res` gathers the figures from stage to apply. */
@@ -35,7 +35,7 @@ struct rs_receiver {
     int announced;       /* the record was written */
     rs_capture_h cap;
     rs_dir_h dir;
-    rs_rbind_t *binds;
+    rs__receiver_bind_t *binds;
     size_t nparams;
     /* the cache: valid while `fingerprint` matches the tables */
     int cached;
@@ -68,7 +68,7 @@ struct rs_receiver {
 };
 
 /* Where the executor writes a parameter: its shadow, or the bound storage. */
-static inline void *rs__rbind_target(const rs_rbind_t *b)
+static inline void *rs__receiver_bind_target(const rs__receiver_bind_t *b)
 {
     return b->shadow != NULL ? b->shadow : b->base;
 }

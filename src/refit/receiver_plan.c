@@ -182,7 +182,7 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
         st = rs_exec_create(r->plan, r->transport, &ep, diag, &r->exec);
     for (size_t p = 0; st == RS_OK && p < r->nparams; p++) {
         if (r->binds[p].base != NULL)
-            st = rs_exec_bind(r->exec, p, rs__rbind_target(&r->binds[p]),
+            st = rs_exec_bind(r->exec, p, rs__receiver_bind_target(&r->binds[p]),
                               r->binds[p].nbytes, RS_MEM_HOST, diag);
     }
     if (st != RS_OK) {

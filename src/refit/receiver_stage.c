@@ -25,7 +25,7 @@ static rs_status_t install_now(rs_receiver_h r, rs_exec_h exec)
     if (st != RS_OK)
         return st;
     for (size_t p = 0; p < r->nparams; p++) {
-        const rs_rbind_t *b = &r->binds[p];
+        const rs__receiver_bind_t *b = &r->binds[p];
         if (b->shadow != NULL && r->group != NULL) /* keep the old bytes */
             rs__group_swap(b->base, b->shadow, (size_t)b->nbytes);
         else if (b->shadow != NULL)
@@ -58,7 +58,7 @@ static rs_status_t group_install(void *ctx, rs_diag_t *diag)
 static void copy_swapped(rs_receiver_h r, int to_base)
 {
     for (size_t p = 0; r->swapped && p < r->nparams; p++) {
-        const rs_rbind_t *b = &r->binds[p];
+        const rs__receiver_bind_t *b = &r->binds[p];
         if (b->shadow != NULL)
             memcpy(to_base ? b->base : b->shadow,
                    to_base ? b->shadow : b->base, (size_t)b->nbytes);

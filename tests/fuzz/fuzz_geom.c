@@ -26,7 +26,7 @@
     } while (0)
 
 typedef struct walk_ctx {
-    const rs_box_t *box;
+    const rs__box_t *box;
     int src_ndim;
     const int64_t *src_shape;
     const int64_t *buf_off, *buf_shape;
@@ -34,7 +34,7 @@ typedef struct walk_ctx {
     int64_t extent;    /* destination elements: max offset + 1 */
     int64_t *expect;   /* per destination element: source index, -1 none */
     uint8_t *hits;     /* per destination element (the guarded buffer) */
-    const rs_krange_t *kr;
+    const rs__index_range_t *kr;
     int64_t walked;
 } walk_ctx_t;
 
@@ -80,7 +80,7 @@ typedef struct dest {
 } dest_t;
 
 /* Destination strides: row-major, reversed, padded or arbitrary. */
-static void pick_dest(fz_in_t *in, const rs_view_t *v, dest_t *d)
+static void pick_dest(fz_in_t *in, const rs__view_t *v, dest_t *d)
 {
     int mode = (int)fz_below(in, 4);
     uint64_t acc = 1; /* wraps harmlessly on hostile shapes */
@@ -116,7 +116,7 @@ static int expected(const gt_tensor_t *t, const dest_t *d, int64_t extent,
 }
 
 /* A random sub-range of the box and the tight buffer around it. */
-static void pick_sub(fz_in_t *in, const rs_box_t *box, rs_krange_t *kr,
+static void pick_sub(fz_in_t *in, const rs__box_t *box, rs__index_range_t *kr,
                      int64_t *off, int64_t *shape)
 {
     for (int d = 0; d < box->ndim; d++) {
@@ -128,10 +128,10 @@ static void pick_sub(fz_in_t *in, const rs_box_t *box, rs_krange_t *kr,
     }
 }
 
-static void walk_check(walk_ctx_t *w, const rs_box_t *box, const rs_krange_t *kr,
+static void walk_check(walk_ctx_t *w, const rs__box_t *box, const rs__index_range_t *kr,
                        const int64_t *off, const int64_t *shape)
 {
-    rs_src_buf_t buf = {off, shape};
+    rs__source_buffer_t buf = {off, shape};
     int64_t want = 1;
     w->kr = kr;
     w->buf_off = off;
@@ -148,7 +148,7 @@ static void walk_check(walk_ctx_t *w, const rs_box_t *box, const rs_krange_t *kr
 }
 
 static void check_box(fz_in_t *in, int src_ndim, const int64_t *src_shape,
-                      const rs_box_t *box, const gt_tensor_t *t,
+                      const rs__box_t *box, const gt_tensor_t *t,
                       const dest_t *d)
 {
     int64_t extent = 1;
@@ -162,7 +162,7 @@ static void check_box(fz_in_t *in, int src_ndim, const int64_t *src_shape,
     w.hits = malloc((size_t)extent);
     CHECK(w.expect != NULL && w.hits != NULL);
     if (expected(t, d, extent, w.expect)) {
-        rs_krange_t kr;
+        rs__index_range_t kr;
         int64_t zero[RS_MAX_DIMS] = {0}, off[RS_MAX_DIMS], shape[RS_MAX_DIMS];
         CHECK(box->numel == t->numel);
         for (int k = 0; k < box->ndim; k++) {
@@ -192,7 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_chain(&in, &chain);
 
     /* the destination takes the view's shape, as a capture records it */
-    rs_view_t v;
+    rs__view_t v;
     dest_t d = {0};
     if (rs__view_init(&v, src_ndim, src_shape) == RS_OK) {
         size_t i = 0;
@@ -200,7 +200,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             i++;
         pick_dest(&in, &v, &d);
     }
-    rs_box_t box;
+    rs__box_t box;
     size_t bad = 0;
     char why[256] = "";
     rs_status_t st = rs__geom_resolve(src_ndim, src_shape, chain.ops, chain.nops,

@@ -237,7 +237,7 @@ static void make_params(fz_in_t *in, world_t *w)
 }
 
 /* Destination strides: row-major, reversed, padded or arbitrary. */
-static void pick_dest(fz_in_t *in, fcopy_t *c, const rs_view_t *v)
+static void pick_dest(fz_in_t *in, fcopy_t *c, const rs__view_t *v)
 {
     int mode = (int)fz_below(in, 4);
     uint64_t acc = 1; /* wraps harmlessly on hostile shapes */
@@ -263,7 +263,7 @@ static void add_copy(fz_in_t *in, world_t *w)
         c->param = -1;
     fz_chain(in, &chain);
     const fsrc_t *f = c->src >= 0 ? &w->src[c->src] : &w->src[0];
-    rs_view_t v;
+    rs__view_t v;
     if (rs__view_init(&v, f->ndim, f->shape) != RS_OK)
         v.ndim = 0;
     for (size_t i = 0; i < chain.nops; i++)
@@ -613,7 +613,7 @@ static void check_declared(const world_t *w, rs_plan_h plan)
             continue;
         for (size_t i = 0; i < nsh; i++)
             CHECK(strcmp(sh[i].tensor, f->name) != 0);
-        const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+        const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
         for (size_t i = 0; i < n; i++)
             CHECK(strcmp(fp[i].src, f->name) != 0);
         const rs_convert_t *cv = rs_plan_converts(plan, &n);

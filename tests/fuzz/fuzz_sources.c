@@ -120,7 +120,7 @@ static void check_plan(rs_plan_h plan, rs_sources_h s)
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < cv[i].nsegments; j++)
             check_segment(plan, s, &cv[i].segments[j], cv[i].staging_bytes);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < fp[i].nsegments; j++)
             check_segment(plan, s, &fp[i].segments[j], fp[i].staging_bytes);

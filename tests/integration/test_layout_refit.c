@@ -317,7 +317,7 @@ static copy_box_t *copy_boxes(rs_capture_h cap)
     for (size_t i = 0; i < n; i++) {
         rs_copy_desc_t c;
         rs_source_info_t src;
-        rs_box_t box;
+        rs__box_t box;
         size_t bad;
         char why[256];
         rs_capture_copy(cap, i, &c);
@@ -400,7 +400,7 @@ static void check_descriptors(refit_t *rf, int64_t rank, rs_capture_h cap,
     size_t n, nc, nf, total = 0, len = 0;
     const rs_segment_t *seg = rs_plan_segments(plan, &n);
     const rs_convert_t *cv = rs_plan_converts(plan, &nc);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nf);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &nf);
     rs_plan_params_t pp;
     rs_plan_params_init(&pp);
     total = n;

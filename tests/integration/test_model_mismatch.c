@@ -104,7 +104,7 @@ static void expect_refused(rs_plan_h p, const char *reason)
     assert_string_equal(why, reason);
     rs_plan_converts(p, &n);
     assert_int_equal(n, 0);
-    rs_plan_full_pulls(p, &n);
+    rs_plan_staged_reads(p, &n);
     assert_int_equal(n, 0);
     const rs_segment_t *seg = rs_plan_segments(p, &n);
     assert_int_equal(n, 1);

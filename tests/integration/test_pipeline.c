@@ -198,7 +198,7 @@ static int rig_open(rig_t *g, const tfx_backend_t *b)
         assert_string_equal(rs_plan_session_name(g->plan, s), name);
     }
     size_t nfp, ncv, nseg;
-    rs_plan_full_pulls(g->plan, &nfp);
+    rs_plan_staged_reads(g->plan, &nfp);
     rs_plan_converts(g->plan, &ncv);
     rs_plan_segments(g->plan, &nseg);
     assert_true(nfp >= 2); /* w's and v's */
@@ -255,7 +255,7 @@ static void assert_staging_aligned(rs_exec_h x)
 {
     size_t n;
     assert_true((uintptr_t)x->staging % 4096 == 0);
-    rs_plan_full_pulls(x->plan, &n);
+    rs_plan_staged_reads(x->plan, &n);
     for (size_t i = 0; i < n; i++)
         assert_true((uintptr_t)x->fp_staging[i] % 4096 == 0);
     rs_plan_converts(x->plan, &n);

@@ -1092,7 +1092,7 @@ static void check_stats(pt_case_t *pc, rs_plan_h plan, pt_totals_t *tot)
     for (size_t i = 0; i < n; i++)
         tally(cv[i].segments, cv[i].nsegments, per, ns, &bytes, &count);
     tot->converts += (int)n;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (size_t i = 0; i < n; i++)
         tally(fp[i].segments, fp[i].nsegments, per, ns, &bytes, &count);
     tot->full_pulls += (int)n;
@@ -1211,7 +1211,7 @@ static double plan_model_seconds(const pt_case_t *pc, rs_plan_h plan)
     const rs_convert_t *cv = rs_plan_converts(plan, &n);
     for (size_t i = 0; i < n; i++)
         count_segs(cv[i].segments, cv[i].nsegments, bytes, descs);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (size_t i = 0; i < n; i++)
         count_segs(fp[i].segments, fp[i].nsegments, bytes, descs);
     return worst_seconds(pc, bytes, descs, ns);
@@ -1280,7 +1280,7 @@ static void check_cost(pt_case_t *pc, rs_plan_h plan, const int *fallback,
     size_t nfp;
     uint64_t needed = 0;
     rs_plan_stats(plan, &st);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &nfp);
     for (int i = 0; i < pc->ncopies; i++) {
         const pt_copy_t *c = &pc->copies[i];
         if (c->gst == GT_OK && !fallback[c->src])

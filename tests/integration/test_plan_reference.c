@@ -209,7 +209,7 @@ static rs_plan_h env_plan_counted(ref_env_t *e, const rs_plan_params_t *params,
                                   int keep_all, size_t *ndropped,
                                   size_t *nrewalked)
 {
-    rs_planner_t b;
+    rs__planner_t b;
     rs_diag_t diag;
     rs_status_t st = rs__planner_init(&b, e->cap, e->srcs, params, &diag);
     b.keep_all = keep_all;
@@ -332,7 +332,7 @@ static void test_column_slice_of_row_shards(void **state)
      * rows cost less to read than the 4 descriptors they save per shard:
      * the source is pulled whole (one run per shard) and replayed. */
     plan = env_plan(&e, NULL);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     assert_int_equal(n, 1);
     assert_int_equal(fp[0].kind, RS_STAGED_FULL);
     assert_int_equal(fp[0].nsegments, 2);
@@ -511,7 +511,7 @@ static void test_full_pull(void **state)
     rs_plan_h plan = env_plan(&e, &params);
     assert_true(rs_plan_is_complete(plan));
     size_t n, nseg;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &n);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     assert_int_equal(n, 1);
     assert_string_equal(fp[0].src, "w");
     assert_int_equal(fp[0].ncopies, 1);
@@ -540,7 +540,7 @@ static void test_full_pull(void **state)
     rs_plan_params_init(&params);
     params.descriptor_ns = 0.01;
     plan = env_plan(&e, &params);
-    rs_plan_full_pulls(plan, &n);
+    rs_plan_staged_reads(plan, &n);
     rs_plan_segments(plan, &nseg);
     assert_int_equal(n, 0);
     assert_int_equal(nseg, 16);
@@ -571,7 +571,7 @@ static void test_gap_prevents_full_pull(void **state)
     params.max_segments_per_copy = 4;
     rs_plan_h plan = env_plan(&e, &params);
     size_t n, nseg;
-    rs_plan_full_pulls(plan, &n);
+    rs_plan_staged_reads(plan, &n);
     assert_int_equal(n, 0);
     rs_plan_segments(plan, &nseg);
     assert_int_equal(nseg, 9); /* 8 upper half-rows, one run of the lower box */
@@ -856,7 +856,7 @@ static void test_dropped_copy_walks_again(void **state)
         size_t na, nb, nfp;
         const rs_segment_t *sa = rs_plan_segments(a, &na);
         const rs_segment_t *sb = rs_plan_segments(b, &nb);
-        rs_plan_full_pulls(a, &nfp);
+        rs_plan_staged_reads(a, &nfp);
         assert_int_equal(nfp, 0);
         assert_int_equal(rs_plan_num_unbounded(a), 1);
         assert_int_equal(rs_plan_num_unbounded(b), 0);
@@ -925,7 +925,7 @@ static void test_model_reads_dropped_copies_exactly(void **state)
         assert_int_equal(kdrop, 0);
         expect_same_json(a, kept);
         rs_plan_segments(a, &nseg);
-        rs_plan_full_pulls(a, &nfp);
+        rs_plan_staged_reads(a, &nfp);
         assert_int_equal(nseg, i == 0 ? 0 : 24);
         assert_int_equal(nfp, i == 0 ? 1 : 0);
         assert_true(rs_plan_is_complete(a));

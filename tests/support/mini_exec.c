@@ -268,14 +268,14 @@ static int64_t dest_element(const rs_copy_desc_t *c, int64_t j)
 }
 
 /* The staged box of a read (the whole source when the plan gives none). */
-static const int64_t *box_shape_of(const rs_full_pull_t *fp)
+static const int64_t *box_shape_of(const rs_staged_read_t *fp)
 {
     return fp->box_shape != NULL ? fp->box_shape : fp->global_shape;
 }
 
 /* Where global element g of the source lies in the staging of fp's box;
  * -1 when outside the box. */
-static int64_t staged_index(const rs_full_pull_t *fp, int64_t g)
+static int64_t staged_index(const rs_staged_read_t *fp, int64_t g)
 {
     int64_t m[RS_MAX_DIMS], at = 0;
     const int64_t *shape = box_shape_of(fp);
@@ -290,7 +290,7 @@ static int64_t staged_index(const rs_full_pull_t *fp, int64_t g)
 }
 
 /* Replays one captured copy from the staging of a staged read. */
-static int replay_copy(mini_exec_t *mx, const rs_full_pull_t *fp, size_t ci,
+static int replay_copy(mini_exec_t *mx, const rs_staged_read_t *fp, size_t ci,
                        const mx_target_t *st)
 {
     rs_copy_desc_t c;
@@ -323,9 +323,9 @@ static int replay_copy(mini_exec_t *mx, const rs_full_pull_t *fp, size_t ci,
 static int run_full_pulls(mini_exec_t *mx)
 {
     size_t n;
-    const rs_full_pull_t *fps = rs_plan_full_pulls(mx->plan, &n);
+    const rs_staged_read_t *fps = rs_plan_staged_reads(mx->plan, &n);
     for (size_t i = 0; i < n; i++) {
-        const rs_full_pull_t *fp = &fps[i];
+        const rs_staged_read_t *fp = &fps[i];
         uint64_t numel;
         mx_target_t st;
         if (!numel_of(fp->ndim, box_shape_of(fp), &numel)

@@ -279,7 +279,7 @@ static unsigned char *needed_shards(rs_plan_h plan)
     const rs_convert_t *cv = rs_plan_converts(plan, &m);
     for (size_t i = 0; i < m; i++)
         mark(sh, n, cv[i].segments, cv[i].nsegments, needed);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &m);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &m);
     for (size_t i = 0; i < m; i++)
         mark(sh, n, fp[i].segments, fp[i].nsegments, needed);
     return needed;

@@ -345,7 +345,7 @@ static void param_bytes(rs_capture_h cap, receiver_t *r)
 static uint64_t staging_bytes(rs_plan_h plan)
 {
     size_t nfp, ncv, nq;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &nfp);
     const rs_convert_t *cv = rs_plan_converts(plan, &ncv);
     const rs_quantized_t *q = rs_plan_quantized(plan, &nq);
     uint64_t sum = 0;

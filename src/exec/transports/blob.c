@@ -6,7 +6,7 @@
 #include "core/vec.h"
 #include "exec/transports/blob.h"
 
-void rs__bw_bytes(rs__blob_writer_t *w, const void *data, size_t n)
+void rs__blob_write_bytes(rs__blob_writer_t *w, const void *data, size_t n)
 {
     if (w->failed || n == 0)
         return;
@@ -19,9 +19,9 @@ void rs__bw_bytes(rs__blob_writer_t *w, const void *data, size_t n)
     w->len += n;
 }
 
-void rs__bw_u8(rs__blob_writer_t *w, uint8_t v)
+void rs__blob_write_u8(rs__blob_writer_t *w, uint8_t v)
 {
-    rs__bw_bytes(w, &v, 1);
+    rs__blob_write_bytes(w, &v, 1);
 }
 
 /* The low n bytes of v, least significant first. */
@@ -30,26 +30,26 @@ static void put_le(rs__blob_writer_t *w, uint64_t v, int n)
     uint8_t b[8];
     for (int i = 0; i < n; i++)
         b[i] = (uint8_t)(v >> (8 * i));
-    rs__bw_bytes(w, b, (size_t)n);
+    rs__blob_write_bytes(w, b, (size_t)n);
 }
 
-void rs__bw_u32(rs__blob_writer_t *w, uint32_t v) { put_le(w, v, 4); }
+void rs__blob_write_u32(rs__blob_writer_t *w, uint32_t v) { put_le(w, v, 4); }
 
-void rs__bw_u64(rs__blob_writer_t *w, uint64_t v) { put_le(w, v, 8); }
+void rs__blob_write_u64(rs__blob_writer_t *w, uint64_t v) { put_le(w, v, 8); }
 
-void rs__bw_header(rs__blob_writer_t *w, uint8_t backend)
+void rs__blob_write_header(rs__blob_writer_t *w, uint8_t backend)
 {
-    rs__bw_bytes(w, RS_BLOB_MAGIC, RS_BLOB_MAGIC_LEN);
-    rs__bw_u8(w, backend);
+    rs__blob_write_bytes(w, RS_BLOB_MAGIC, RS_BLOB_MAGIC_LEN);
+    rs__blob_write_u8(w, backend);
 }
 
-void rs__bw_free(rs__blob_writer_t *w)
+void rs__blob_write_free(rs__blob_writer_t *w)
 {
     free(w->p);
     memset(w, 0, sizeof(*w));
 }
 
-int rs__br_bytes(rs__blob_reader_t *r, size_t n, const uint8_t **p)
+int rs__blob_read_bytes(rs__blob_reader_t *r, size_t n, const uint8_t **p)
 {
     if (n > r->len - r->off)
         return 0;
@@ -58,10 +58,10 @@ int rs__br_bytes(rs__blob_reader_t *r, size_t n, const uint8_t **p)
     return 1;
 }
 
-int rs__br_u8(rs__blob_reader_t *r, uint8_t *v)
+int rs__blob_read_u8(rs__blob_reader_t *r, uint8_t *v)
 {
     const uint8_t *b;
-    if (!rs__br_bytes(r, 1, &b))
+    if (!rs__blob_read_bytes(r, 1, &b))
         return 0;
     *v = b[0];
     return 1;
@@ -71,7 +71,7 @@ int rs__br_u8(rs__blob_reader_t *r, uint8_t *v)
 static int get_le(rs__blob_reader_t *r, int n, uint64_t *v)
 {
     const uint8_t *b;
-    if (!rs__br_bytes(r, (size_t)n, &b))
+    if (!rs__blob_read_bytes(r, (size_t)n, &b))
         return 0;
     *v = 0;
     for (int i = n - 1; i >= 0; i--)
@@ -79,7 +79,7 @@ static int get_le(rs__blob_reader_t *r, int n, uint64_t *v)
     return 1;
 }
 
-int rs__br_u32(rs__blob_reader_t *r, uint32_t *v)
+int rs__blob_read_u32(rs__blob_reader_t *r, uint32_t *v)
 {
     uint64_t x;
     if (!get_le(r, 4, &x))
@@ -88,16 +88,16 @@ int rs__br_u32(rs__blob_reader_t *r, uint32_t *v)
     return 1;
 }
 
-int rs__br_u64(rs__blob_reader_t *r, uint64_t *v) { return get_le(r, 8, v); }
+int rs__blob_read_u64(rs__blob_reader_t *r, uint64_t *v) { return get_le(r, 8, v); }
 
-int rs__br_header(rs__blob_reader_t *r)
+int rs__blob_read_header(rs__blob_reader_t *r)
 {
     const uint8_t *m;
     uint8_t backend;
     size_t start = r->off;
-    if (!rs__br_bytes(r, RS_BLOB_MAGIC_LEN, &m) ||
+    if (!rs__blob_read_bytes(r, RS_BLOB_MAGIC_LEN, &m) ||
         memcmp(m, RS_BLOB_MAGIC, RS_BLOB_MAGIC_LEN) != 0 ||
-        !rs__br_u8(r, &backend)) {
+        !rs__blob_read_u8(r, &backend)) {
         r->off = start;
         return -1;
     }

@@ -20,13 +20,13 @@ typedef struct rs__blob_writer {
     int failed; /* an allocation failed; the bytes are incomplete */
 } rs__blob_writer_t;
 
-void rs__bw_bytes(rs__blob_writer_t *w, const void *data, size_t n);
-void rs__bw_u8(rs__blob_writer_t *w, uint8_t v);
-void rs__bw_u32(rs__blob_writer_t *w, uint32_t v);
-void rs__bw_u64(rs__blob_writer_t *w, uint64_t v);
+void rs__blob_write_bytes(rs__blob_writer_t *w, const void *data, size_t n);
+void rs__blob_write_u8(rs__blob_writer_t *w, uint8_t v);
+void rs__blob_write_u32(rs__blob_writer_t *w, uint32_t v);
+void rs__blob_write_u64(rs__blob_writer_t *w, uint64_t v);
 /* The magic and the backend byte. */
-void rs__bw_header(rs__blob_writer_t *w, uint8_t backend);
-void rs__bw_free(rs__blob_writer_t *w);
+void rs__blob_write_header(rs__blob_writer_t *w, uint8_t backend);
+void rs__blob_write_free(rs__blob_writer_t *w);
 
 typedef struct rs__blob_reader {
     const uint8_t *p;
@@ -34,15 +34,15 @@ typedef struct rs__blob_reader {
 } rs__blob_reader_t;
 
 /* Each returns 1, or 0 (consuming nothing) when the blob is too short. */
-int rs__br_u8(rs__blob_reader_t *r, uint8_t *v);
-int rs__br_u32(rs__blob_reader_t *r, uint32_t *v);
-int rs__br_u64(rs__blob_reader_t *r, uint64_t *v);
+int rs__blob_read_u8(rs__blob_reader_t *r, uint8_t *v);
+int rs__blob_read_u32(rs__blob_reader_t *r, uint32_t *v);
+int rs__blob_read_u64(rs__blob_reader_t *r, uint64_t *v);
 /* Points *p at the next n bytes inside the blob. */
-int rs__br_bytes(rs__blob_reader_t *r, size_t n, const uint8_t **p);
+int rs__blob_read_bytes(rs__blob_reader_t *r, size_t n, const uint8_t **p);
 
 /* Checks the magic and returns the backend byte, or -1 when the blob does
  * not start with a header. */
-int rs__br_header(rs__blob_reader_t *r);
+int rs__blob_read_header(rs__blob_reader_t *r);
 const char *rs__blob_backend_name(int backend);
 
 #endif

@@ -410,7 +410,7 @@ static void test_zero_and_tiny_blocks(void **state)
             assert_int_equal(q[1], 0x00);
             assert_int_equal(q[45], 0x00);
             assert_int_equal(q[46], 0x80);
-            assert_int_equal(q[85], (uint8_t)rs__qfmt_top[f]);
+            assert_int_equal(q[85], (uint8_t)rs__quant_format_top[f]);
             /* -2^-149 / 2^-149 = -1: a normal code */
             assert_int_equal(q[86], ref_encode(formats[f], -1.0f));
         }
@@ -441,7 +441,7 @@ static void test_encoder_sweep_f32(void **state)
             }
             for (int lv = 0; lv < simd_nlevels(); lv++) {
                 const rs__quant_ops_t *ops = rs__quant_ops((rs__simd_t)lv);
-                ops->enc[RS__QSRC_F32][f](q, x, N, 1.0f);
+                ops->enc[RS__QUANT_SOURCE_F32][f](q, x, N, 1.0f);
                 for (int i = 0; i < N; i++) {
                     if (q[i] != want[i])
                         fail_msg("%s %s: x = %a: got 0x%02x want 0x%02x",
@@ -491,7 +491,7 @@ static void test_encoder_sweep_16(void **state)
                 for (int lv = 0; lv < simd_nlevels(); lv++) {
                     const rs__quant_ops_t *ops = rs__quant_ops((rs__simd_t)lv);
                     const size_t off = (size_t)lv % 4;
-                    ops->enc[dt == 0 ? RS__QSRC_BF16 : RS__QSRC_F16][f](
+                    ops->enc[dt == 0 ? RS__QUANT_SOURCE_BF16 : RS__QUANT_SOURCE_F16][f](
                         q + off, x + off, n - off, scales[k]);
                     for (size_t i = off; i < n; i++) {
                         if (q[i] != want[i])
@@ -506,7 +506,7 @@ static void test_encoder_sweep_16(void **state)
         /* the amax kernels: every finite pattern, then one NaN or inf */
         for (int lv = 0; lv < simd_nlevels(); lv++) {
             const rs__quant_ops_t *ops = rs__quant_ops((rs__simd_t)lv);
-            const int si = dt == 0 ? RS__QSRC_BF16 : RS__QSRC_F16;
+            const int si = dt == 0 ? RS__QUANT_SOURCE_BF16 : RS__QUANT_SOURCE_F16;
             assert_int_equal(ops->amax[si](x, n), dt == 0 ? 0x7f7f : 0x7bff);
             assert_int_equal(ops->amax[si](x, 1000), 1000 - 1);
             assert_int_equal(ops->amax[si](x, 0), 0);
@@ -542,8 +542,8 @@ static void test_round_past_max(void **state)
                 set_f32(s, (size_t)i, amax * (float)(i - 32) / 32.0f);
             set_f32(s, 63, amax);
             run_f32(&c, s, q, scale);
-            assert_int_equal(q[0], 0x80 | rs__qfmt_top[f]);
-            assert_int_equal(q[63], rs__qfmt_top[f]);
+            assert_int_equal(q[0], 0x80 | rs__quant_format_top[f]);
+            assert_int_equal(q[63], rs__quant_format_top[f]);
         }
     }
 }

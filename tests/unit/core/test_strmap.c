@@ -19,7 +19,7 @@ static char keys[NKEYS][16];
 static void test_empty_map(void **state)
 {
     (void)state;
-    rs_strmap_t m;
+    rs__strmap_t m;
     uint32_t v = 7;
     rs__strmap_init(&m);
     assert_int_equal(rs__strmap_get(&m, "a", &v), 0);
@@ -32,7 +32,7 @@ static void test_empty_map(void **state)
 static void test_growth_keeps_everything(void **state)
 {
     (void)state;
-    rs_strmap_t m;
+    rs__strmap_t m;
     rs__strmap_init(&m);
     for (uint32_t i = 0; i < NKEYS; i++) {
         snprintf(keys[i], sizeof(keys[i]), "k%u", (unsigned)i);

@@ -27,7 +27,7 @@ typedef struct {
     int64_t *dst; /* destination element per view element */
 } elems_t;
 
-static elems_t enumerate(const rs_view_t *v, const int64_t *dstride,
+static elems_t enumerate(const rs__view_t *v, const int64_t *dstride,
                          int64_t dst_base)
 {
     elems_t e = {1, NULL, NULL};
@@ -125,7 +125,7 @@ static void on_run(void *ctx, int64_t src, int64_t dst, int64_t n)
 /* Returns 1 when the chain re-split a flattened run of dims: such a view
  * can be a box whose dims cut across source dims at unaligned points (a
  * [2,5,2] source seen as [4,5]), which the planner refuses by design. */
-static int random_chain(rs_view_t *v, int64_t *perm_store, int64_t *sizes_store)
+static int random_chain(rs__view_t *v, int64_t *perm_store, int64_t *sizes_store)
 {
     int flattened = 0, regrouped = 0;
     int nops = (int)rnd(5);
@@ -184,7 +184,7 @@ static int random_chain(rs_view_t *v, int64_t *perm_store, int64_t *sizes_store)
             }
             op = (rs_op_t){.kind = RS_OP_PERMUTE, .list = perm_store, .nlist = (size_t)v->ndim};
         }
-        rs_view_t keep = *v;
+        rs__view_t keep = *v;
         if (rs__view_apply(v, &op, NULL, 0) != RS_OK) {
             *v = keep; /* refused ops leave the chain where it was */
             continue;
@@ -203,7 +203,7 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
     int ndim = 1 + (int)rnd(4);
     for (int d = 0; d < ndim; d++)
         shape[d] = 1 + (int64_t)rnd(6);
-    rs_view_t v;
+    rs__view_t v;
     assert_int_equal(rs__view_init(&v, ndim, shape), RS_OK);
     int regrouped = random_chain(&v, perm, sizes);
     /* destination: the view's shape laid out row-major with padding */
@@ -213,7 +213,7 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
         acc *= v.shape[i] + (int64_t)rnd(2);
     }
     elems_t e = enumerate(&v, dstride, dst_base);
-    rs_box_t box;
+    rs__box_t box;
     rs_status_t st = rs__box_from_view(&v, ndim, shape, dstride, &box, NULL, 0);
     if (st != RS_OK) {
         assert_int_equal(st, RS_ERR_UNSUPPORTED);
@@ -241,7 +241,7 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
     assert_int_equal(box.numel, e.n);
     /* a random sub-box in progression indices, read from a buffer that is a
      * random sub-box of the source holding it */
-    rs_krange_t kr;
+    rs__index_range_t kr;
     int64_t off[RS_MAX_DIMS], bshape[RS_MAX_DIMS], pitch_src[RS_MAX_DIMS], pitch_buf[RS_MAX_DIMS];
     for (int d = 0; d < ndim; d++) {
         int64_t c = box.count[d];
@@ -263,7 +263,7 @@ static void one_case(int64_t *rejected_legit, int64_t *regroups)
     int64_t dcap = dst_base + acc + 1;
     sink_t s = {calloc((size_t)dcap, 1), calloc((size_t)dcap, sizeof(int64_t)),
                 pitch_buf, off, ndim, pitch_src};
-    rs_src_buf_t buf = {off, bshape};
+    rs__source_buffer_t buf = {off, bshape};
     if (e.n > 0)
         rs__walk_runs(&box, &kr, &buf, dst_base, on_run, &s);
     for (int64_t k = 0; k < e.n; k++) {
@@ -303,8 +303,8 @@ static void test_random_views(void **state)
 static void test_known_boxes(void **state)
 {
     (void)state;
-    rs_view_t v;
-    rs_box_t box;
+    rs__view_t v;
+    rs__box_t box;
     int64_t shape[2] = {4, 6}, flat[1] = {-1}, ds[2] = {1, 1};
     rs_op_t step = {.kind = RS_OP_SLICE, .arg = {1, 1, 6, 2}, .has = 0xf};
     rs_op_t view = {.kind = RS_OP_VIEW, .list = flat, .nlist = 1};

@@ -14,8 +14,8 @@ static void test_zero_dim_beside_huge_dim(void **state)
 {
     (void)state;
     const int64_t shape[3] = {0, INT64_MAX, 2}, stride[3] = {1, 1, 1};
-    rs_view_t v;
-    rs_box_t box;
+    rs__view_t v;
+    rs__box_t box;
     size_t bad = 99;
     char why[256] = "";
     assert_int_equal(rs__view_init(&v, 3, shape), RS_ERR_INPUT);
@@ -35,7 +35,7 @@ static void test_slice_huge_step(void **state)
 {
     (void)state;
     const int64_t shape[1] = {4};
-    rs_view_t v;
+    rs__view_t v;
     rs_op_t op = {.kind = RS_OP_SLICE, .arg = {0, 0, 4, INT64_MAX}, .has = 0xf};
     assert_int_equal(rs__view_init(&v, 1, shape), RS_OK);
     assert_int_equal(rs__view_apply(&v, &op, NULL, 0), RS_OK);
@@ -53,7 +53,7 @@ static void test_slice_huge_step(void **state)
 static void test_flatten_0d_checks_dims(void **state)
 {
     (void)state;
-    rs_view_t v;
+    rs__view_t v;
     char why[128] = "";
     rs_op_t bad = {.kind = RS_OP_FLATTEN, .arg = {0, -2}, .has = 2};
     assert_int_equal(rs__view_init(&v, 0, NULL), RS_OK);
@@ -74,7 +74,7 @@ static void test_reshape_zero_size_overflow(void **state)
     const int64_t shape[1] = {0};
     const int64_t sizes[5] = {1, 0, (int64_t)1 << 40, (int64_t)1 << 40,
                               (int64_t)1 << 40};
-    rs_view_t v;
+    rs__view_t v;
     char why[128] = "";
     rs_op_t op = {.kind = RS_OP_RESHAPE, .list = sizes, .nlist = 5};
     assert_int_equal(rs__view_init(&v, 1, shape), RS_OK);
@@ -98,7 +98,7 @@ static void test_unflatten_empty_view_overflow(void **state)
     (void)state;
     const int64_t shape[2] = {0, 1 << 20};
     const int64_t sizes[3] = {(int64_t)1 << 30, (int64_t)1 << 30, -1};
-    rs_view_t v;
+    rs__view_t v;
     char why[128] = "";
     rs_op_t op = {.kind = RS_OP_UNFLATTEN, .arg = {0}, .list = sizes,
                   .nlist = 3};

@@ -9,14 +9,14 @@
 
 #include "geom/view.h"
 
-static rs_view_t base(int ndim, const int64_t *shape)
+static rs__view_t base(int ndim, const int64_t *shape)
 {
-    rs_view_t v;
+    rs__view_t v;
     assert_int_equal(rs__view_init(&v, ndim, shape), RS_OK);
     return v;
 }
 
-static void expect_view(const rs_view_t *v, int64_t offset, int ndim,
+static void expect_view(const rs__view_t *v, int64_t offset, int ndim,
                         const int64_t *shape, const int64_t *stride)
 {
     assert_int_equal(v->offset, offset);
@@ -28,7 +28,7 @@ static void expect_view(const rs_view_t *v, int64_t offset, int ndim,
     }
 }
 
-static rs_status_t apply(rs_view_t *v, rs_op_t op)
+static rs_status_t apply(rs__view_t *v, rs_op_t op)
 {
     char why[256];
     return rs__view_apply(v, &op, why, sizeof(why));
@@ -39,7 +39,7 @@ static rs_status_t apply(rs_view_t *v, rs_op_t op)
 static void test_narrow(void **state)
 {
     (void)state;
-    rs_view_t v = base(2, (int64_t[]){8, 6});
+    rs__view_t v = base(2, (int64_t[]){8, 6});
     assert_int_equal(apply(&v, OP(RS_OP_NARROW, 1, 2, 3)), RS_OK);
     expect_view(&v, 2, 2, (int64_t[]){8, 3}, (int64_t[]){6, 1});
     assert_int_equal(apply(&v, OP(RS_OP_NARROW, 0, -2, 2)), RS_OK);
@@ -60,7 +60,7 @@ static void test_narrow(void **state)
 static void test_slice(void **state)
 {
     (void)state;
-    rs_view_t v = base(2, (int64_t[]){4, 10});
+    rs__view_t v = base(2, (int64_t[]){4, 10});
     assert_int_equal(apply(&v, OP(RS_OP_SLICE, 1, 1, 0, 2)), RS_OK);
     /* has: dim, start given; stop null; step given */
     v = base(2, (int64_t[]){4, 10});
@@ -87,7 +87,7 @@ static void test_slice(void **state)
 static void test_select_unbind(void **state)
 {
     (void)state;
-    rs_view_t v = base(3, (int64_t[]){2, 3, 4});
+    rs__view_t v = base(3, (int64_t[]){2, 3, 4});
     assert_int_equal(apply(&v, OP(RS_OP_SELECT, 1, -1)), RS_OK);
     expect_view(&v, 8, 2, (int64_t[]){2, 4}, (int64_t[]){12, 1});
     v = base(3, (int64_t[]){2, 3, 4});
@@ -108,7 +108,7 @@ static void test_getitem(void **state)
         {.kind = RS_KEY_SLICE, .start = 1, .has_start = 1, .step = 2,
          .has_step = 1},
     };
-    rs_view_t v = base(3, (int64_t[]){2, 3, 5});
+    rs__view_t v = base(3, (int64_t[]){2, 3, 5});
     rs_op_t op = {.kind = RS_OP_GETITEM, .keys = keys, .nkeys = 3};
     assert_int_equal(apply(&v, op), RS_OK); /* w[-1, :, 1::2] */
     expect_view(&v, 16, 2, (int64_t[]){3, 2}, (int64_t[]){5, 2});
@@ -120,7 +120,7 @@ static void test_getitem(void **state)
 static void test_transpose_permute_t(void **state)
 {
     (void)state;
-    rs_view_t v = base(3, (int64_t[]){2, 3, 4});
+    rs__view_t v = base(3, (int64_t[]){2, 3, 4});
     assert_int_equal(apply(&v, OP(RS_OP_TRANSPOSE, 0, -1)), RS_OK);
     expect_view(&v, 0, 3, (int64_t[]){4, 3, 2}, (int64_t[]){1, 4, 12});
     v = base(3, (int64_t[]){2, 3, 4});
@@ -148,7 +148,7 @@ static void test_view_reshape(void **state)
     (void)state;
     int64_t sizes[3] = {2, -1, 2};
     rs_op_t op = {.kind = RS_OP_VIEW, .list = sizes, .nlist = 3};
-    rs_view_t v = base(2, (int64_t[]){4, 6});
+    rs__view_t v = base(2, (int64_t[]){4, 6});
     assert_int_equal(apply(&v, op), RS_OK);
     expect_view(&v, 0, 3, (int64_t[]){2, 6, 2}, (int64_t[]){12, 2, 1});
     /* merging a column slice's rows is not a view: refused, not copied */
@@ -191,7 +191,7 @@ static void test_view_reshape(void **state)
 static void test_flatten_unflatten(void **state)
 {
     (void)state;
-    rs_view_t v = base(3, (int64_t[]){2, 3, 4});
+    rs__view_t v = base(3, (int64_t[]){2, 3, 4});
     rs_op_t fl = {.kind = RS_OP_FLATTEN, .arg = {1, 2}, .has = 3};
     assert_int_equal(apply(&v, fl), RS_OK);
     expect_view(&v, 0, 2, (int64_t[]){2, 12}, (int64_t[]){12, 1});
@@ -217,7 +217,7 @@ static void test_flatten_unflatten(void **state)
 static void test_squeeze_unsqueeze(void **state)
 {
     (void)state;
-    rs_view_t v = base(3, (int64_t[]){1, 3, 1});
+    rs__view_t v = base(3, (int64_t[]){1, 3, 1});
     assert_int_equal(apply(&v, (rs_op_t){.kind = RS_OP_SQUEEZE}), RS_OK);
     expect_view(&v, 0, 1, (int64_t[]){3}, (int64_t[]){1});
     assert_int_equal(apply(&v, OP(RS_OP_UNSQUEEZE, -1)), RS_OK);
@@ -233,7 +233,7 @@ static void test_squeeze_unsqueeze(void **state)
 static void test_chunk_split(void **state)
 {
     (void)state;
-    rs_view_t v = base(2, (int64_t[]){10, 2});
+    rs__view_t v = base(2, (int64_t[]){10, 2});
     assert_int_equal(apply(&v, OP(RS_OP_CHUNK, 3, 0, 2)), RS_OK); /* 4,4,2 */
     expect_view(&v, 16, 2, (int64_t[]){2, 2}, (int64_t[]){2, 1});
     v = base(1, (int64_t[]){6});
@@ -258,7 +258,7 @@ static void test_chunk_split(void **state)
 static void test_contiguous(void **state)
 {
     (void)state;
-    rs_view_t v = base(2, (int64_t[]){4, 6});
+    rs__view_t v = base(2, (int64_t[]){4, 6});
     assert_int_equal(apply(&v, OP(RS_OP_NARROW, 0, 1, 2)), RS_OK);
     assert_int_equal(apply(&v, (rs_op_t){.kind = RS_OP_CONTIGUOUS}), RS_OK);
     assert_int_equal(apply(&v, (rs_op_t){.kind = RS_OP_T}), RS_OK);
@@ -270,7 +270,7 @@ static void test_reason_is_given(void **state)
 {
     (void)state;
     char why[256] = "";
-    rs_view_t v = base(2, (int64_t[]){4, 6});
+    rs__view_t v = base(2, (int64_t[]){4, 6});
     rs_op_t op = OP(RS_OP_NARROW, 1, 4, 3);
     assert_int_equal(rs__view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
     assert_non_null(strstr(why, "length 3"));

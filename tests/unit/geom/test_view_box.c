@@ -24,7 +24,7 @@ static void test_rebased_chain_reads_inside_the_box(void **state)
 {
     (void)state;
     const int64_t shape[] = {4, 6, 8}, lo[] = {1, 2, 0}, bs[] = {2, 3, 8};
-    rs_view_t v;
+    rs__view_t v;
     assert_int_equal(rs__view_init_box(&v, 3, shape, lo, bs), RS_OK);
     rs_op_t n0 = {.kind = RS_OP_NARROW, .arg = {0, 1, 2}, .has = 7};
     rs_op_t n1 = {.kind = RS_OP_NARROW, .arg = {1, 2, 3}, .has = 7};
@@ -53,7 +53,7 @@ static void test_merge_needs_whole_inner_dims(void **state)
     const int64_t lo_ok[] = {1, 0, 0}, bs_ok[] = {2, 6, 8};
     const int64_t lo_cut[] = {1, 2, 0}, bs_cut[] = {2, 3, 4};
     rs_op_t fl = {.kind = RS_OP_FLATTEN, .arg = {1, 2}, .has = 3};
-    rs_view_t v;
+    rs__view_t v;
     assert_int_equal(rs__view_init_box(&v, 3, shape, lo_ok, bs_ok), RS_OK);
     assert_int_equal(rs__view_apply(&v, &fl, NULL, 0), RS_OK);
     assert_int_equal(v.shape[1], 48);
@@ -68,7 +68,7 @@ static void test_boxes_leaving_the_tensor(void **state)
     (void)state;
     const int64_t shape[] = {4, 6}, bad_lo[] = {3, 0}, bad_bs[] = {2, 6};
     const int64_t neg[] = {-1, 0}, ok[] = {1, 6};
-    rs_view_t v;
+    rs__view_t v;
     assert_int_equal(rs__view_init_box(&v, 2, shape, bad_lo, bad_bs),
                      RS_ERR_INPUT);
     assert_int_equal(rs__view_init_box(&v, 2, shape, neg, ok), RS_ERR_INPUT);
@@ -84,7 +84,7 @@ static void test_whole_box_is_the_plain_view(void **state)
 {
     (void)state;
     const int64_t shape[] = {3, 5}, lo[] = {0, 0};
-    rs_view_t a, b;
+    rs__view_t a, b;
     assert_int_equal(rs__view_init_box(&a, 2, shape, lo, shape), RS_OK);
     assert_int_equal(rs__view_init(&b, 2, shape), RS_OK);
     assert_int_equal(a.offset, 0);

@@ -67,7 +67,7 @@ static void expect_fallback(const rs_op_t *ops, size_t nops, int ndim,
         fail_msg("fallback reason \"%s\" lacks \"%s\" or 'p'", reason, frag);
     rs_plan_segments(plan, &n);
     assert_int_equal(n, 0);
-    rs_plan_full_pulls(plan, &n);
+    rs_plan_staged_reads(plan, &n);
     assert_int_equal(n, 0);
     rs_plan_destroy(plan);
     rs_capture_destroy(cap);
@@ -430,7 +430,7 @@ static void test_million_copies(void **state)
     assert_true(rs_plan_is_complete(plan));
     size_t n = 0, nfp = 0;
     const rs_segment_t *seg = rs_plan_segments(plan, &n);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &nfp);
     uint8_t *seen = calloc(MANY, 1);
     assert_non_null(seen);
     uint64_t total = 0;

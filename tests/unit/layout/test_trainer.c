@@ -540,8 +540,8 @@ static void load_rank_table(rs_model_h m, const rs_layout_t *l, int64_t rank,
  * every call, too slow for a whole model's shards). */
 static void shard_at(rs_sources_h s, size_t t, size_t j, rs_shard_desc_t *d)
 {
-    const rs_src_tensor_t *tensor = &s->tensors[t];
-    const rs_src_shard_t *sh = &tensor->shards[j];
+    const rs__source_tensor_t *tensor = &s->tensors[t];
+    const rs__source_shard_t *sh = &tensor->shards[j];
     d->tensor = tensor->name;
     d->dtype = tensor->dtype;
     d->elsize = tensor->elsize;

@@ -123,7 +123,7 @@ static void test_ids_group_equal_geometries(void **state)
 
 /* The box a key stands for in the model: its id and shape in fields a
  * find hands back. */
-static void model_box(uint32_t geom, int shape, rs_box_t *box)
+static void model_box(uint32_t geom, int shape, rs__box_t *box)
 {
     memset(box, 0, sizeof(*box));
     box->ndim = 2;
@@ -142,7 +142,7 @@ static void test_memo_never_answers_another_key(void **state)
         {{8, 6}, {16, 6}, {6, 8}},
         {{8, 6}, {16, 6}, {6, 8}},
     };
-    rs_box_memo_t *memo = rs__box_memo_create();
+    rs__box_memo_t *memo = rs__box_memo_create();
     assert_non_null(memo);
     unsigned seed = 12345u;
     int hits = 0, recent = 0;
@@ -151,9 +151,9 @@ static void test_memo_never_answers_another_key(void **state)
         /* runs of a few keys (the memo's recent slots), and a wide spread */
         uint32_t geom = (seed >> 8) % (i % 3 ? 4u : 400u);
         int shape = (int)((seed >> 20) % 3), arr = (int)((seed >> 24) & 1);
-        rs_geom_key_t key = {geom, 2, shapes[arr][shape]};
+        rs__geom_key_t key = {geom, 2, shapes[arr][shape]};
         /* the inline look at the recent slots: the same answer or none */
-        const rs_memo_entry_t *e =
+        const rs__memo_entry_t *e =
             rs__box_memo_recent(memo, geom, 2, shapes[arr][shape]);
         if (e != NULL) {
             assert_int_equal(e->box->numel, (int64_t)geom * 16 + shape);
@@ -161,9 +161,9 @@ static void test_memo_never_answers_another_key(void **state)
             recent++;
         }
         uint64_t hash;
-        rs_dest_fact_t *fact = NULL;
-        const rs_box_t *got = rs__box_memo_find(memo, &key, &hash, &fact);
-        rs_box_t want;
+        rs__dest_fact_t *fact = NULL;
+        const rs__box_t *got = rs__box_memo_find(memo, &key, &hash, &fact);
+        rs__box_t want;
         model_box(geom, shape, &want);
         if (got != NULL) {
             hits++;

@@ -640,7 +640,7 @@ static void test_size_limit(void **state)
 {
     (void)state;
     rs_diag_t d;
-    rs_json_ctx_t c;
+    rs__json_ctx_t c;
     char *data = NULL;
     size_t len = 0;
     json_t *root = NULL;

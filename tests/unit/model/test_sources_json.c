@@ -118,7 +118,7 @@ static void test_single_blob(void **state)
     assert_int_equal(rs_sources_num_tensors(s), 2);
     assert_int_equal(rs_sources_num_shards(s), 3);
 
-    const rs_src_tensor_t *w = rs__sources_find(s, "w");
+    const rs__source_tensor_t *w = rs__sources_find(s, "w");
     assert_non_null(w);
     assert_int_equal(w->dtype, RS_DTYPE_BF16);
     assert_int_equal(w->elsize, 2);
@@ -136,7 +136,7 @@ static void test_single_blob(void **state)
     assert_int_equal(w->shards[1].offset[0], 4);
     assert_int_equal(w->shards[1].shape[0], 4);
     assert_null(w->shards[1].digest);
-    const rs_src_tensor_t *b = rs__sources_find(s, "b");
+    const rs__source_tensor_t *b = rs__sources_find(s, "b");
     assert_non_null(b);
     assert_int_equal(b->ndim, 0);
     assert_string_equal(s->sessions[b->shards[0].session], "r9");
@@ -163,7 +163,7 @@ static void test_array_of_blobs(void **state)
     assert_null(info.metadata_endpoint);
     assert_null(info.agent_meta_b64);
     assert_int_equal(info.publisher_step, -1);
-    const rs_src_tensor_t *w = rs__sources_find(s, "w");
+    const rs__source_tensor_t *w = rs__sources_find(s, "w");
     assert_string_equal(s->sessions[w->shards[1].session], "r1");
     assert_int_equal(w->shards[1].addr, 64);
 
@@ -378,7 +378,7 @@ static void test_rollback(void **state)
     load_ok(s, text);
     assert_int_equal(rs_sources_num_tensors(s), 2);
     assert_int_equal(rs_sources_num_tables(s), 2);
-    const rs_src_tensor_t *v = rs__sources_find(s, "v");
+    const rs__source_tensor_t *v = rs__sources_find(s, "v");
     assert_non_null(v);
     assert_int_equal(v->shards_len, 1);
     assert_int_equal(v->shards[0].addr, 8);

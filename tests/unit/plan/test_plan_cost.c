@@ -180,7 +180,7 @@ static rs_plan_h half_plan(env_t *e, double descriptor_ns,
     env_copy(e, half_lo[0], half_len[0]);
     rs_plan_h plan = env_plan(e, 400, descriptor_ns, max_segments);
     rs_plan_segments(plan, nseg_p);
-    rs_plan_full_pulls(plan, nfp_p);
+    rs_plan_staged_reads(plan, nfp_p);
     return plan;
 }
 
@@ -222,7 +222,7 @@ static void test_full_when_descriptors_are_dear(void **state)
     env_t e;
     size_t n, nfp;
     rs_plan_h plan = half_plan(&e, 1e5, 0, &n, &nfp);
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &nfp);
     assert_int_equal(n, 0);
     assert_int_equal(nfp, 1);
     assert_int_equal(fp[0].kind, RS_STAGED_FULL);
@@ -235,6 +235,30 @@ static void test_full_when_descriptors_are_dear(void **state)
     assert_int_equal(st.bytes_planned, ROWS * 64 * 2);
     assert_true(st.est_seconds < st.exact_est_seconds);
     half_check(&e, plan);
+}
+
+/* The deprecated names of the staged reads answer as the new ones do: the
+ * same records, the same count. */
+static void test_deprecated_staged_read_names(void **state)
+{
+    (void)state;
+    env_t e;
+    const int64_t shape[] = {ROWS, 64}, lo[1][3] = {{0, 0}},
+                  len[1][3] = {{ROWS, 32}};
+    env_init(&e, 2, shape);
+    env_copy(&e, lo[0], len[0]);
+    rs_plan_h plan = env_plan(&e, 400, 1e5, 0);
+    size_t n = 0, nold = 99;
+    const rs_staged_read_t *now = rs_plan_staged_reads(plan, &n);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    const rs_full_pull_t *old = rs_plan_full_pulls(plan, &nold);
+#pragma GCC diagnostic pop
+    assert_int_equal(n, 1);
+    assert_int_equal(nold, n);
+    assert_ptr_equal(old, now);
+    rs_plan_destroy(plan);
+    env_free(&e);
 }
 
 /* w[64, 4, 16], the copy w[8:24, 0:2, 0:12]: 32 runs of 24 B. At 400 Gb/s
@@ -253,7 +277,7 @@ static void test_coalesced_through_cheap_gaps(void **state)
     env_copy(&e, lo[0], len[0]);
     rs_plan_h plan = env_plan(&e, 400, 1, 0);
     size_t nfp;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &nfp);
     assert_int_equal(nfp, 1);
     assert_int_equal(fp[0].kind, RS_STAGED_COALESCED);
     const int64_t want_lo[] = {8, 0, 0}, want_shape[] = {16, 2, 16};
@@ -289,7 +313,7 @@ static void test_bound_box_of_a_source_s_copies(void **state)
     env_copy(&e, lo[1], len[1]);
     rs_plan_h plan = env_plan(&e, 400, 0.1, 0);
     size_t n, nfp;
-    const rs_full_pull_t *fp = rs_plan_full_pulls(plan, &nfp);
+    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &nfp);
     rs_plan_segments(plan, &n);
     assert_int_equal(n, 0);
     assert_int_equal(nfp, 1);
@@ -341,8 +365,8 @@ static void test_bound_boxes_of_interleaved_sources(void **state)
     rs_plan_h p1 = interleaved_plan(&e1, mixed, lo1, len1);
     rs_plan_h p2 = interleaved_plan(&e2, grouped, lo2, len2);
     size_t n1, n2, f1, f2;
-    const rs_full_pull_t *fp1 = rs_plan_full_pulls(p1, &f1);
-    const rs_full_pull_t *fp2 = rs_plan_full_pulls(p2, &f2);
+    const rs_staged_read_t *fp1 = rs_plan_staged_reads(p1, &f1);
+    const rs_staged_read_t *fp2 = rs_plan_staged_reads(p2, &f2);
     rs_plan_segments(p1, &n1);
     rs_plan_segments(p2, &n2);
     assert_int_equal(n1, 0);
@@ -426,6 +450,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_when_descriptors_are_cheap),
         cmocka_unit_test(test_full_when_descriptors_are_dear),
+        cmocka_unit_test(test_deprecated_staged_read_names),
         cmocka_unit_test(test_coalesced_through_cheap_gaps),
         cmocka_unit_test(test_bound_box_of_a_source_s_copies),
         cmocka_unit_test(test_bound_boxes_of_interleaved_sources),

@@ -131,8 +131,8 @@ static void same_plans(int64_t cap_segs)
     rs_plan_stats_t x, y;
     size_t fa, fb;
     same_segments(a, b);
-    rs_plan_full_pulls(a, &fa);
-    rs_plan_full_pulls(b, &fb);
+    rs_plan_staged_reads(a, &fa);
+    rs_plan_staged_reads(b, &fb);
     assert_int_equal(fa, fb);
     rs_plan_stats(a, &x);
     rs_plan_stats(b, &y);

@@ -72,8 +72,8 @@ static rs_status_t decode_blob(const rs_peer_t *peer, uint32_t session,
     rs__blob_reader_t r = {peer->blob, peer->blob_len, 0};
     uint64_t pid;
     uint32_t n;
-    if (rs__br_header(&r) != RS_BLOB_CMA || !rs__br_u64(&r, &pid) ||
-        !rs__br_u32(&r, &n) || n > (peer->blob_len - r.off) / 24)
+    if (rs__blob_read_header(&r) != RS_BLOB_CMA || !rs__blob_read_u64(&r, &pid) ||
+        !rs__blob_read_u32(&r, &n) || n > (peer->blob_len - r.off) / 24)
         return rs__diag_set(diag, RS_ERR_INPUT, "session %" PRIu32 " (%s): "
                             "not a cma blob or truncated", session,
                             peer->name ? peer->name : "?");
@@ -82,9 +82,9 @@ static rs_status_t decode_blob(const rs_peer_t *peer, uint32_t session,
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "cma: regions");
     for (uint32_t i = 0; i < n; i++) {
         uint64_t real;
-        rs__br_u64(&r, &reg[i].addr); /* sizes checked above */
-        rs__br_u64(&r, &reg[i].nbytes);
-        rs__br_u64(&r, &real);
+        rs__blob_read_u64(&r, &reg[i].addr); /* sizes checked above */
+        rs__blob_read_u64(&r, &reg[i].nbytes);
+        rs__blob_read_u64(&r, &real);
         reg[i].local = (const void *)(uintptr_t)real;
     }
     *out = *peer;
@@ -303,7 +303,7 @@ static rs_status_t cma_wait(rs_transport_h t, double timeout_s,
     return RS_OK;
 }
 
-const rs_transport_ops_t rs__transport_cma = {
+const rs__transport_ops_t rs__transport_cma = {
     .name = "cma",
     .open = cma_open,
     .close = cma_close,

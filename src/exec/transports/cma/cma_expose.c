@@ -24,7 +24,7 @@ static void cma_close(rs_exposer_h x)
     (void)x;
 }
 
-static rs_status_t cma_add(rs_exposer_h x, const rs__xregion_t *r,
+static rs_status_t cma_add(rs_exposer_h x, const rs__expose_region_t *r,
                            rs_diag_t *diag)
 {
     (void)x;
@@ -38,13 +38,13 @@ static rs_status_t cma_add(rs_exposer_h x, const rs__xregion_t *r,
 static rs_status_t cma_start(rs_exposer_h x, rs_diag_t *diag)
 {
     rs__blob_writer_t *w = &x->blob;
-    rs__bw_header(w, RS_BLOB_CMA);
-    rs__bw_u64(w, (uint64_t)getpid());
-    rs__bw_u32(w, (uint32_t)x->regions_len);
+    rs__blob_write_header(w, RS_BLOB_CMA);
+    rs__blob_write_u64(w, (uint64_t)getpid());
+    rs__blob_write_u32(w, (uint32_t)x->regions_len);
     for (size_t i = 0; i < x->regions_len; i++) {
-        rs__bw_u64(w, x->regions[i].addr);
-        rs__bw_u64(w, x->regions[i].nbytes);
-        rs__bw_u64(w, (uint64_t)(uintptr_t)x->regions[i].ptr);
+        rs__blob_write_u64(w, x->regions[i].addr);
+        rs__blob_write_u64(w, x->regions[i].nbytes);
+        rs__blob_write_u64(w, (uint64_t)(uintptr_t)x->regions[i].ptr);
     }
     if (w->failed)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "exposer (cma): blob");
@@ -60,7 +60,7 @@ static void cma_reset(rs_exposer_h x)
 
 /* Anonymous pages are zero and page-aligned; a reader reads them with
  * process_vm_readv like any other memory, so they are one-sided. */
-static rs_status_t cma_alloc(rs_exposer_h x, uint64_t nbytes, rs__xalloc_t *a,
+static rs_status_t cma_alloc(rs_exposer_h x, uint64_t nbytes, rs__expose_alloc_t *a,
                              rs_diag_t *diag)
 {
     (void)x;
@@ -85,7 +85,7 @@ static rs_status_t cma_alloc(rs_exposer_h x, uint64_t nbytes, rs__xalloc_t *a,
     return RS_OK;
 }
 
-static void cma_release(rs_exposer_h x, rs__xalloc_t *a)
+static void cma_release(rs_exposer_h x, rs__expose_alloc_t *a)
 {
     (void)x;
     munmap(a->handle, (size_t)a->mapped);

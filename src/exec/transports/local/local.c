@@ -76,7 +76,7 @@ static rs_status_t local_wait(rs_transport_h t, double timeout_s,
     return RS_OK;
 }
 
-const rs_transport_ops_t rs__transport_local = {
+const rs__transport_ops_t rs__transport_local = {
     .name = "local",
     .open = local_open,
     .close = local_close,

@@ -195,7 +195,7 @@ static unsigned mt_workers(rs_transport_h t)
     return rs__pool_workers(((const mt_state_t *)t->priv)->pool);
 }
 
-const rs_transport_ops_t rs__transport_local_mt = {
+const rs__transport_ops_t rs__transport_local_mt = {
     .name = "local-mt",
     .open = mt_open,
     .close = mt_close,

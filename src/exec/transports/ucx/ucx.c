@@ -253,7 +253,7 @@ static rs_status_t decode_head(rs__blob_reader_t *r, uint32_t session,
                                const rs_peer_t *peer, ucx_sess_t *x,
                                rs_diag_t *diag)
 {
-    int backend = rs__br_header(r);
+    int backend = rs__blob_read_header(r);
     if (backend < 0)
         return malformed(session, peer, diag, "it does not start with the "
                          "magic \"RSB1\" and a backend byte");
@@ -263,12 +263,12 @@ static rs_status_t decode_head(rs__blob_reader_t *r, uint32_t session,
                          RS_BLOB_UCX);
     uint32_t len;
     const uint8_t *addr;
-    if (!rs__br_u32(r, &len))
+    if (!rs__blob_read_u32(r, &len))
         return malformed(session, peer, diag, "truncated before the worker "
                          "address length");
     if (len == 0)
         return malformed(session, peer, diag, "empty worker address");
-    if (!rs__br_bytes(r, len, &addr))
+    if (!rs__blob_read_bytes(r, len, &addr))
         return malformed(session, peer, diag, "worker address of %" PRIu32
                          " bytes with only %zu left", len, r->len - r->off);
     x->addr_off = (size_t)(addr - r->p);
@@ -282,14 +282,14 @@ static rs_status_t decode_region(rs__blob_reader_t *r, uint32_t session,
 {
     uint32_t klen;
     const uint8_t *key;
-    if (!rs__br_u64(r, &out->reg.addr) || !rs__br_u64(r, &out->reg.nbytes) ||
-        !rs__br_u64(r, &out->info.remote) || !rs__br_u32(r, &klen))
+    if (!rs__blob_read_u64(r, &out->reg.addr) || !rs__blob_read_u64(r, &out->reg.nbytes) ||
+        !rs__blob_read_u64(r, &out->info.remote) || !rs__blob_read_u32(r, &klen))
         return malformed(session, peer, diag, "region %" PRIu32 " is "
                          "truncated", k);
     if (klen == 0)
         return malformed(session, peer, diag, "region %" PRIu32 " has an "
                          "empty rkey", k);
-    if (!rs__br_bytes(r, klen, &key))
+    if (!rs__blob_read_bytes(r, klen, &key))
         return malformed(session, peer, diag, "rkey of region %" PRIu32
                          " has %" PRIu32 " bytes with only %zu left", k, klen,
                          r->len - r->off);
@@ -314,7 +314,7 @@ static rs_status_t decode(uint32_t session, const rs_peer_t *peer,
     uint32_t n;
     if (st != RS_OK)
         return st;
-    if (!rs__br_u32(&r, &n))
+    if (!rs__blob_read_u32(&r, &n))
         return malformed(session, peer, diag, "truncated before the region "
                          "count");
     if (n > (r.len - r.off) / REGION_MIN_BYTES)
@@ -518,7 +518,7 @@ static void ucx_cancel(rs_transport_h t)
     s->groups_len = 0;
 }
 
-const rs_transport_ops_t rs__transport_ucx = {
+const rs__transport_ops_t rs__transport_ucx = {
     .name = "ucx",
     .open = ucx_open,
     .close = ucx_close,

@@ -88,7 +88,7 @@ static void ux_close(rs_exposer_h x)
     x->priv = NULL;
 }
 
-static rs_status_t ux_add(rs_exposer_h x, const rs__xregion_t *r,
+static rs_status_t ux_add(rs_exposer_h x, const rs__expose_region_t *r,
                           rs_diag_t *diag)
 {
     ucx_exposer_t *e = x->priv;
@@ -121,7 +121,7 @@ static rs_status_t ux_add(rs_exposer_h x, const rs__xregion_t *r,
 static rs_status_t write_region(rs_exposer_h x, size_t i, rs_diag_t *diag)
 {
     ucx_exposer_t *e = x->priv;
-    const rs__xregion_t *r = &x->regions[i];
+    const rs__expose_region_t *r = &x->regions[i];
     void *rkey;
     size_t rkey_len;
     ucp_mem_h m = e->mems[i] != NULL ? e->mems[i] : (ucp_mem_h)r->alloc;
@@ -130,11 +130,11 @@ static rs_status_t write_region(rs_exposer_h x, size_t i, rs_diag_t *diag)
         return rs__diag_set(diag, RS_ERR_TRANSPORT,
                             "exposer (ucx): ucp_rkey_pack of region %zu: %s",
                             i, ucs_status_string(us));
-    rs__bw_u64(&x->blob, r->addr);
-    rs__bw_u64(&x->blob, r->nbytes);
-    rs__bw_u64(&x->blob, (uint64_t)(uintptr_t)r->ptr);
-    rs__bw_u32(&x->blob, (uint32_t)rkey_len);
-    rs__bw_bytes(&x->blob, rkey, rkey_len);
+    rs__blob_write_u64(&x->blob, r->addr);
+    rs__blob_write_u64(&x->blob, r->nbytes);
+    rs__blob_write_u64(&x->blob, (uint64_t)(uintptr_t)r->ptr);
+    rs__blob_write_u32(&x->blob, (uint32_t)rkey_len);
+    rs__blob_write_bytes(&x->blob, rkey, rkey_len);
     ucp_rkey_buffer_release(rkey);
     return RS_OK;
 }
@@ -149,11 +149,11 @@ static rs_status_t write_blob(rs_exposer_h x, rs_diag_t *diag)
         return rs__diag_set(diag, RS_ERR_TRANSPORT,
                             "exposer (ucx): ucp_worker_get_address: %s",
                             ucs_status_string(us));
-    rs__bw_header(&x->blob, RS_BLOB_UCX);
-    rs__bw_u32(&x->blob, (uint32_t)addr_len);
-    rs__bw_bytes(&x->blob, addr, addr_len);
+    rs__blob_write_header(&x->blob, RS_BLOB_UCX);
+    rs__blob_write_u32(&x->blob, (uint32_t)addr_len);
+    rs__blob_write_bytes(&x->blob, addr, addr_len);
     ucp_worker_release_address(e->u.worker, addr);
-    rs__bw_u32(&x->blob, (uint32_t)x->regions_len);
+    rs__blob_write_u32(&x->blob, (uint32_t)x->regions_len);
     for (size_t i = 0; i < x->regions_len; i++) {
         rs_status_t st = write_region(x, i, diag);
         if (st != RS_OK)
@@ -242,6 +242,6 @@ const rs__exposer_ops_t rs__exposer_ucx = {
     .add = ux_add,
     .start = ux_start,
     .reset = ux_reset,
-    .alloc = rs__ux_alloc,
-    .release = rs__ux_release,
+    .alloc = rs__ucx_expose_alloc,
+    .release = rs__ucx_expose_release,
 };

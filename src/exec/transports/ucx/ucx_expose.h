@@ -23,8 +23,8 @@ typedef struct ucx_exposer {
 } ucx_exposer_t;
 
 /* The alloc and release hooks (ucx_xalloc.c). */
-rs_status_t rs__ux_alloc(rs_exposer_h x, uint64_t nbytes, rs__xalloc_t *a,
+rs_status_t rs__ucx_expose_alloc(rs_exposer_h x, uint64_t nbytes, rs__expose_alloc_t *a,
                          rs_diag_t *diag);
-void rs__ux_release(rs_exposer_h x, rs__xalloc_t *a);
+void rs__ucx_expose_release(rs_exposer_h x, rs__expose_alloc_t *a);
 
 #endif

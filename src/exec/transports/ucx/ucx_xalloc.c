@@ -128,7 +128,7 @@ static ucs_status_t map_new(ucp_context_h ctx, size_t len, ucp_mem_h *m_p,
     return UCS_OK;
 }
 
-rs_status_t rs__ux_alloc(rs_exposer_h x, uint64_t nbytes, rs__xalloc_t *a,
+rs_status_t rs__ucx_expose_alloc(rs_exposer_h x, uint64_t nbytes, rs__expose_alloc_t *a,
                          rs_diag_t *diag)
 {
     ucx_exposer_t *e = x->priv;
@@ -165,7 +165,7 @@ rs_status_t rs__ux_alloc(rs_exposer_h x, uint64_t nbytes, rs__xalloc_t *a,
     return RS_OK;
 }
 
-void rs__ux_release(rs_exposer_h x, rs__xalloc_t *a)
+void rs__ucx_expose_release(rs_exposer_h x, rs__expose_alloc_t *a)
 {
     ucx_exposer_t *e = x->priv;
     rs__ucx_quiet_begin();
