@@ -82,6 +82,15 @@ await_line() {
     return 1
 }
 
+# published NAME V: waits (up to 20 s) for the line of version V of the
+# publisher started last ($last_pid), whose output is $TMP/NAME.out and
+# .err; fails the test with its stderr when the line never comes.
+published() {
+    await_line "$TMP/$1.out" "published version $2 " "$last_pid" && return 0
+    bad "$1 did not publish version $2: $(cat "$TMP/$1.err")"
+    return 1
+}
+
 # stage FILE KEY: KEY of the stage record of a pull's JSON line in FILE.
 stage() {
     python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["stage"][sys.argv[2]])' "$1" "$2" 2>/dev/null

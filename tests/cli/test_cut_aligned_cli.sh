@@ -58,13 +58,6 @@ pub() {
     last_pid=$!
 }
 
-# published NAME V: waits (up to 20 s) for the line of version V.
-published() {
-    await_line "$TMP/$1.out" "published version $2 " "$last_pid" && return 0
-    bad "$1 did not publish version $2: $(cat "$TMP/$1.err")"
-    return 1
-}
-
 # boxes NAME V: the sub-boxes the line of version V names.
 boxes() {
     sed -n "s/.*published version $2 .*served as \([0-9]*\) sub-boxes.*/\1/p" \

@@ -33,13 +33,6 @@ pub() {
     last_pid=$!
 }
 
-# published NAME V: waits (up to 20 s) for the line of version V.
-published() {
-    await_line "$TMP/$1.out" "published version $2 " "$last_pid" && return 0
-    bad "$1 did not publish version $2: $(cat "$TMP/$1.err")"
-    return 1
-}
-
 # entries NAME V: the table entries the line of version V names.
 entries() {
     sed -n "s/.*published version $2 .*served as \([0-9]*\) entries.*/\1/p" \
