@@ -15,7 +15,25 @@ JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
                python3 libucx-dev ucx-utils redis-server libhiredis-dev \
                clang clang-tidy cppcheck libclang-rt-14-dev \
-               iproute2 procps python3-torch python3-pytest
+               iproute2 procps python3-torch python3-pytest python3-venv \
+               python3-pip
+
+# The Python environments (scripts/python_envs.sh), all outside the tree.
+# TORCH1_PYTHON: Debian's python3 with its torch 1.13. TORCH2_VENV: current
+# PyTorch and vLLM from the package index, made by `make deps` from
+# TORCH2_REQUIREMENTS with TORCH2_PYTHON, and made again only when that
+# file changes; point it at an environment made otherwise to use that one
+# (it is checked, never changed). TEST_VENVS: where `make test` makes the
+# two environments it installs the wheel into, new each run, one per
+# source tree.
+RESHARD_CACHE ?= $(HOME)/.cache/reshard
+TORCH1_PYTHON ?= /usr/bin/python3
+TORCH2_PYTHON ?= python3
+TORCH2_VENV   ?= $(RESHARD_CACHE)/venv-torch2
+TORCH2_REQUIREMENTS = tests/python/requirements-torch2.txt
+TEST_VENVS    ?= $(RESHARD_CACHE)/test-venvs/$(notdir $(CURDIR))-$(shell \
+                 printf %s '$(CURDIR)' | sha256sum | cut -c1-8)
+WHEEL_DIR      = $(RELEASE_BUILD)/dist
 
 # The tests that start threads: the worker pool, local-mt and the executor
 # over it, the publisher's heartbeat and UCX progress threads, the
@@ -44,13 +62,19 @@ CPPCHECK_FLAGS = --enable=warning,performance,portability --error-exitcode=1 \
                  --inline-suppr --quiet -j $(JOBS) -D__GNUC__ -D__x86_64__ \
                  -D__linux__ -D_GNU_SOURCE -I include -I src
 
-.PHONY: all deps build build-asan build-tsan build-clang test test-asan \
-        test-tsan analyze cppcheck tidy fuzz fuzz-gate demo bench clean \
-        build-release build-release-gate build-types layers
+.PHONY: all deps deps-debian deps-torch2 build build-asan build-tsan \
+        build-clang test test-asan test-tsan analyze cppcheck tidy fuzz \
+        fuzz-gate demo bench clean build-release build-release-gate \
+        build-types layers wheel test-venvs
 
 all: build
 
-deps:
+# Everything the builds and the tests need: Debian's packages, then the
+# environment of current PyTorch (the first time on a machine pip downloads
+# PyTorch and vLLM, several GB, about seven minutes).
+deps: deps-debian deps-torch2
+
+deps-debian:
 	@missing=""; for p in $(DEB_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -60,13 +84,17 @@ deps:
 	  else echo "missing Debian packages:$$missing (run as root or install them)"; exit 1; fi; \
 	fi
 
-build: deps
+deps-torch2: deps-debian
+	bash scripts/python_envs.sh deps $(TORCH2_VENV) $(TORCH2_PYTHON) \
+	  $(TORCH2_REQUIREMENTS)
+
+build: deps-debian
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The tree `make test` runs last: -O3 without assertions, as a packager
 # builds it.
-build-release: deps
+build-release: deps-debian
 	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build $(RELEASE_BUILD) -j $(JOBS)
 
@@ -79,14 +107,14 @@ RELEASE_GATE_TARGETS = reshard reshard_static reshard_layout reshard_cli \
                        test_convert test_transpose test_quant test_digest \
                        $(notdir $(basename $(wildcard bench/*_bench.c)))
 
-build-release-gate: deps
+build-release-gate: deps-debian
 	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build $(RELEASE_BUILD) -j $(JOBS) --target $(RELEASE_GATE_TARGETS)
 
 # Every standard CMake build type with gcc and with clang, -Werror (each
 # optimization level warns differently: Release found a maybe-uninitialized
 # that Debug never shows). Compiles only; about eight builds' time.
-build-types: deps
+build-types: deps-debian
 	@for cc in gcc clang; do for t in $(BUILD_TYPES); do \
 	  echo "== $$cc $$t"; \
 	  CC=$$cc cmake -S . -B $(TYPES_BUILD)/$$cc-$$t -DCMAKE_BUILD_TYPE=$$t >/dev/null && \
@@ -98,17 +126,17 @@ build-types: deps
 # half the time -O0 takes.
 SAN_FLAGS = -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1"
 
-build-asan: deps
+build-asan: deps-debian
 	cmake -S . -B $(ASAN_BUILD) $(SAN_FLAGS) -DRESHARD_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-build-tsan: deps
+build-tsan: deps-debian
 	cmake -S . -B $(TSAN_BUILD) $(SAN_FLAGS) -DRESHARD_TSAN=ON >/dev/null
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_PROGRAMS)
 
 # gcc builds the other trees; this one proves the code is also warning-free
 # (-Wall -Wextra -Wshadow -Werror) under clang, and feeds clang-tidy.
-build-clang: deps
+build-clang: deps-debian
 	CC=clang cmake -S . -B $(CLANG_BUILD) -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build $(CLANG_BUILD) -j $(JOBS)
 
@@ -136,7 +164,33 @@ analyze: cppcheck tidy layers
 layers: build-release-gate
 	python3 scripts/check_layers.py --build $(RELEASE_BUILD)
 
-cppcheck: deps
+# The wheel as `pip wheel .` builds it (build isolation: pip installs
+# scikit-build-core into a new environment of its own), into $(WHEEL_DIR).
+# Its CMake tree is the Release tree: the same compiler, build type and
+# flags, so the library's objects are compiled once for both and the wheel
+# adds the link of its static CLI. scikit-build-core clears a tree it last
+# configured from another (isolated, so always new) environment; nothing in
+# this project's configuration comes from that environment, so its record
+# of the last one is dropped first and the tree is kept.
+wheel: build-release-gate
+	rm -rf $(WHEEL_DIR) $(RELEASE_BUILD)/.skbuild-info.json
+	CMAKE_GENERATOR="$$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' \
+	  $(RELEASE_BUILD)/CMakeCache.txt)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+	  $(TORCH1_PYTHON) -m pip wheel -q --no-deps -w $(WHEEL_DIR) \
+	  -Cbuild-dir=$(RELEASE_BUILD) -Ccmake.define.RESHARD_TESTS=ON .
+
+# Two new environments with the wheel installed, one per PyTorch
+# (scripts/python_envs.sh test), and the Release tree's Python tests
+# pointed at them (RESHARD_TEST_PYTHONS, tests/CMakeLists.txt): the suite
+# and the examples run against the installed package, its bundled library
+# and its `reshard` command, not python/. `cmake -S . -B $(RELEASE_BUILD)
+# -DRESHARD_TEST_PYTHONS=` points them back at the source tree.
+test-venvs: wheel deps-torch2
+	envs=$$(bash scripts/python_envs.sh test $(TEST_VENVS) \
+	  $$(ls $(WHEEL_DIR)/reshard-*.whl) $(TORCH1_PYTHON) $(TORCH2_VENV)) && \
+	cmake -S . -B $(RELEASE_BUILD) -DRESHARD_TEST_PYTHONS="$$envs" >/dev/null
+
+cppcheck: deps-debian
 	cppcheck $(CPPCHECK_FLAGS) src tools
 
 # Clean, and about a minute on two cores (after the clang build), so
@@ -154,24 +208,27 @@ tidy: build-clang
 # fuzz, the pre-release step): each target FUZZ_SECONDS (default five
 # minutes) from a clock seed. Any crash, leak or hang fails and keeps its
 # reproducer in $(FUZZ_BUILD)/fuzz-artifacts/.
-fuzz-gate: deps
+fuzz-gate: deps-debian
 	bash tests/fuzz/run.sh --runs $(FUZZ_RUNS) --seed $(FUZZ_SEED) $(FUZZ_BUILD)
 
-fuzz: deps
+fuzz: deps-debian
 	bash tests/fuzz/run.sh --seconds $(FUZZ_SECONDS) $(FUZZ_BUILD)
 
 # The whole suite: cppcheck, the sanitizer builds (ASan+UBSan on every C
 # and CLI test, TSan on the threaded tests), the clang build and clang-tidy
 # over it, a fixed-seed, fixed-count run of every fuzz target, then the
-# Release build, the layer check over it, and the tests only the Release
-# tree can run (label release: the Python suite and examples, which load
-# this libreshard into the interpreter, the docs' links, the layer check's
-# own test, and the demo through the optimized CLI), whose CTest summary
-# closes the output. Each test runs in the trees where it checks something
-# the others do not (docs/testing.md, "The gate's time"); `ctest` in any
-# tree still runs all of its tests.
-test: cppcheck test-asan test-tsan build-clang tidy fuzz-gate build-release-gate layers
-	cd $(RELEASE_BUILD) && ctest --output-on-failure -j $(JOBS) -L release
+# Release build, the layer check over it, the wheel installed into an
+# environment per PyTorch, and the tests only the Release tree can run
+# (label release: the Python suite and examples on torch 1.13 and 2.x,
+# against the installed package and the libreshard it bundles, the docs'
+# links, the layer check's own test, and the demo through the optimized
+# CLI), whose CTest summary closes the output. Each test runs in the trees
+# where it checks something the others do not (docs/testing.md, "The
+# gate's time"); `ctest` in any tree still runs all of its tests.
+test: deps cppcheck test-asan test-tsan build-clang tidy fuzz-gate \
+      build-release-gate layers test-venvs
+	cd $(RELEASE_BUILD) && env -u RESHARD_LIB -u PYTHONPATH \
+	  ctest --output-on-failure -j $(JOBS) -L release
 
 # The main job: trainer and inference processes move two versions of
 # Qwen2.5-0.5B over UCX (UCX_TLS=sm unless set) and verify every byte.
@@ -183,4 +240,4 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD) \
-	  $(RELEASE_BUILD) $(TYPES_BUILD)
+	  $(RELEASE_BUILD) $(TYPES_BUILD) build-wheel $(TEST_VENVS)

@@ -18,7 +18,8 @@ launches and supervises them.
 
 Prints one line per version and exits 0 when every version matched, 1 on
 any mismatch or failure of any process, leaving no process behind. The
-reshard package is taken from this repository's python/ when present.
+reshard package is the installed one (pip install .), else this
+repository's python/.
 
 Where to read what: trainer.py (publishing live shards each step),
 inference.py (capture, stage while serving, apply, release, checks),
@@ -29,6 +30,7 @@ processes.py (process supervision). check_models.py checks the two model
 copies against each other in pure PyTorch, without reshard.
 """
 import argparse
+import importlib.util
 import os
 import shutil
 import signal
@@ -38,7 +40,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 _REPO_PYTHON = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
-if os.path.isdir(os.path.join(_REPO_PYTHON, "reshard")):
+if importlib.util.find_spec("reshard") is None and \
+        os.path.isdir(os.path.join(_REPO_PYTHON, "reshard")):
     sys.path.insert(0, _REPO_PYTHON)
 
 def parse_args(argv):

@@ -1,9 +1,10 @@
 """reshard from PyTorch: capture what a weight loader reads, publish live
 tensors from trainer ranks, stage and apply new versions into a live model.
 
-The work is done by libreshard (loaded with ctypes on first use; set
-RESHARD_LIB to its path to choose one). See docs/python.md.
+The work is done by libreshard (loaded with ctypes on first use: the one
+installed with the package, or RESHARD_LIB's path). See docs/python.md.
 """
+from ._version import version as _version
 from . import quant
 from .capture import Capture, capture
 from .errors import (ReshardError, InvalidArgument, InputError, ReshardIOError,
@@ -13,6 +14,8 @@ from .directory import Directory, abandon, release
 from .layouts import Box, LayoutError, chunk_range
 from .publisher import Publisher
 from .receiver import Receiver, Staged, PullResult
+
+__version__ = _version()
 
 __all__ = [
     "capture", "Capture", "quant", "Publisher", "Receiver", "release", "abandon", "Directory", "Staged", "PullResult", "Box", "LayoutError",

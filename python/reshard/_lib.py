@@ -8,7 +8,10 @@ fails the tests instead of corrupting memory. Option structs start with
 `size`, which the library checks against its own sizeof.
 
 The library is loaded on first use, so `import reshard` (and capture, which
-needs no library) works without it.
+needs no library) works without it. It is the first of: RESHARD_LIB (a
+path); the one installed with the package (reshard/lib/libreshard.so, as
+the wheel lays it out); in a source tree (python/reshard), the newer of its
+build-release/ and build/ trees' libreshard.so; the system's (ldconfig).
 """
 import ctypes
 import ctypes.util
@@ -309,10 +312,17 @@ _lib = None
 _libc = None
 
 
+def bundled():
+    """Where the wheel puts the library: inside the package."""
+    return Path(__file__).resolve().parent / "lib" / "libreshard.so"
+
+
 def _candidates():
     env = os.environ.get("RESHARD_LIB")
     if env:
         return [env]
+    if bundled().exists():
+        return [str(bundled())]
     root = Path(__file__).resolve().parents[2]
     built = [root / d / "libreshard.so" for d in ("build-release", "build")]
     built = sorted((p for p in built if p.exists()),
@@ -324,8 +334,9 @@ def _candidates():
 def _load():
     tried = _candidates()
     if not tried:
-        raise OSError("libreshard.so not found: set RESHARD_LIB to its path "
-                      "or build the library (make build)")
+        raise OSError("libreshard.so not found: install the package "
+                      "(pip install .), set RESHARD_LIB to its path or build "
+                      "the library (make build)")
     try:
         lib = ctypes.CDLL(tried[0])
     except OSError as e:

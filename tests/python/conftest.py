@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from under_test import package_paths  # noqa: E402
+
+sys.path[:0] = package_paths()
 
 # One machine: UCX over loopback tcp, never an emulated device transport.
 os.environ.setdefault("UCX_TLS", "tcp")
-os.environ.setdefault("PYTHONPATH", str(ROOT / "python"))
+if package_paths():
+    os.environ.setdefault("PYTHONPATH", os.pathsep.join(package_paths()))
 
 
 def _free_port():

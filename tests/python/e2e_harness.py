@@ -18,6 +18,7 @@ import torch
 
 import e2e_models
 import reshard
+from under_test import child_env
 
 HERE = Path(__file__).resolve().parent
 TRAINER = HERE / "e2e_trainer.py"
@@ -40,10 +41,7 @@ class TrainerProc:
         args = dict(directory=directory, model=model, rank=rank, world=world,
                     replica=replica, backend=backend, layout=layout,
                     cfg=e2e_models.to_json(cfg))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(HERE.parents[1] / "python"), str(HERE),
-             env.get("PYTHONPATH", "")])
+        env = child_env()
         self.proc = subprocess.Popen(
             [sys.executable, str(TRAINER), json.dumps(args)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,

@@ -1,7 +1,7 @@
 """Captures written by Python load and plan in the C library.
 
 `Capture.to_json()` is parsed by libreshard (`rs_capture_load_string`
-through ctypes, library from RESHARD_LIB or the repository's build/) and
+through ctypes, the library the package loads) and
 what the library read is compared with the Python object. Then `reshard
 plan` plans the zoo captures against shard tables that publish every full
 tensor once: a supported capture must plan complete (every copy a box of
@@ -17,11 +17,10 @@ import pytest
 import torch
 
 import reshard
+import under_test
 import zoo
 from test_capture_ops import CASES, run_case
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 
 
 class Diag(ctypes.Structure):
@@ -29,10 +28,9 @@ class Diag(ctypes.Structure):
 
 
 def library_path():
-    path = os.environ.get("RESHARD_LIB") or os.path.join(
-        ROOT, "build", "libreshard.so")
-    if not os.path.exists(path):
-        pytest.fail(f"libreshard not found at {path}: build it "
+    path = under_test.library_path()
+    if path is None or not os.path.exists(path):
+        pytest.fail(f"libreshard not found ({path}): build it "
                     f"(cmake --build build) or set RESHARD_LIB")
     return path
 
@@ -167,9 +165,9 @@ def full_tables(cap, path):
 
 
 def plan(cap, tmp_path):
-    cli = os.path.join(os.path.dirname(library_path()), "reshard")
-    if not os.path.exists(cli):
-        pytest.fail(f"reshard CLI not found next to the library ({cli})")
+    cli = under_test.cli_path()
+    if cli is None or not os.path.exists(cli):
+        pytest.fail(f"reshard CLI not found ({cli})")
     cap.save(tmp_path / "capture.json")
     full_tables(cap, tmp_path / "sources.json")
     return subprocess.run(

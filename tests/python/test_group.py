@@ -17,6 +17,7 @@ import torch
 
 import reshard
 from test_receiver import Trainers, _truth
+from under_test import child_env
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "group_rank.py"
@@ -36,10 +37,7 @@ def _bits(t):
 def _run_ranks(directory, modes, timeout_s, group="engine0"):
     """Starts one process per rank, returns {rank: (returncode, result or
     None)}; every process is killed if it outlives the bound."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(HERE.parents[1] / "python"), str(HERE),
-         env.get("PYTHONPATH", "")])
+    env = child_env()
     env.pop("RESHARD_TEST_GROUP_FAULT", None)
     procs = {}
     try:
