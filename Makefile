@@ -177,7 +177,8 @@ wheel: build-release-gate
 	CMAKE_GENERATOR="$$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' \
 	  $(RELEASE_BUILD)/CMakeCache.txt)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
 	  $(TORCH1_PYTHON) -m pip wheel -q --no-deps -w $(WHEEL_DIR) \
-	  -Cbuild-dir=$(RELEASE_BUILD) -Ccmake.define.RESHARD_TESTS=ON .
+	  --config-settings=build-dir=$(RELEASE_BUILD) \
+	  --config-settings=cmake.define.RESHARD_TESTS=ON .
 
 # Two new environments with the wheel installed, one per PyTorch
 # (scripts/python_envs.sh test), and the Release tree's Python tests

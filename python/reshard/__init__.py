@@ -4,7 +4,7 @@ tensors from trainer ranks, stage and apply new versions into a live model.
 The work is done by libreshard (loaded with ctypes on first use: the one
 installed with the package, or RESHARD_LIB's path). See docs/python.md.
 """
-from ._version import version as _version
+from . import _version
 from . import quant
 from .capture import Capture, capture
 from .errors import (ReshardError, InvalidArgument, InputError, ReshardIOError,
@@ -15,7 +15,7 @@ from .layouts import Box, LayoutError, chunk_range
 from .publisher import Publisher
 from .receiver import Receiver, Staged, PullResult
 
-__version__ = _version()
+__version__ = _version.version()
 
 __all__ = [
     "capture", "Capture", "quant", "Publisher", "Receiver", "release", "abandon", "Directory", "Staged", "PullResult", "Box", "LayoutError",
