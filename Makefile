@@ -16,7 +16,7 @@ DEB_PACKAGES = build-essential cmake pkg-config libjansson-dev libcmocka-dev \
                python3 libucx-dev ucx-utils redis-server libhiredis-dev \
                clang clang-tidy cppcheck libclang-rt-14-dev \
                iproute2 procps python3-torch python3-pytest python3-venv \
-               python3-pip
+               python3-pip python3-pytest-xdist
 
 # The Python environments (scripts/python_envs.sh), all outside the tree.
 # TORCH1_PYTHON: Debian's python3 with its torch 1.13. TORCH2_VENV: current
