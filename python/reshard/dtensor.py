@@ -105,7 +105,8 @@ def held_runs(name, full_shape, mesh_shape, coord, placements, types):
         n, c = int(mesh_shape[mesh_dim]), int(coord[mesh_dim])
         if isinstance(p, replicate_t):
             continue
-        if not isinstance(p, shard_t):
+        strided = strided_t is not None and isinstance(p, strided_t)
+        if not strided and not isinstance(p, shard_t):
             _refuse(name, f"placement {p!r} on mesh dim {mesh_dim} is not "
                     "supported (Shard, _StridedShard and Replicate are; a "
                     "Partial holds unreduced sums: reduce it, e.g. "
@@ -115,7 +116,7 @@ def held_runs(name, full_shape, mesh_shape, coord, placements, types):
             _refuse(name, f"placement {p!r} on mesh dim {mesh_dim} shards "
                     f"dim {d} of a {ndim}-dim tensor")
         d %= ndim
-        if strided_t is not None and isinstance(p, strided_t):
+        if strided:  # not a Shard subclass in every torch
             runs[d] = _strided(runs[d], int(p.split_factor), n, c)
         else:
             runs[d] = _chunk(runs[d], n, c)
