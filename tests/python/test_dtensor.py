@@ -186,26 +186,33 @@ def _torch_indices(size, mesh_shape, coord, placements):
     return idx.tolist()
 
 
-def _placement_sets():
+# (mesh shape, placements): "S0" Shard(0), "R" Replicate, "SS0/2"
+# _StridedShard(0, split_factor=2) (how TP then FSDP2 shards dim 0)
+PLACEMENT_SETS = [
+    ((2, 2), ("S0", "S0")), ((3, 2), ("S0", "S0")), ((2, 3), ("R", "S0")),
+    ((4,), ("S0",)), ((2, 2, 2), ("S0", "R", "S0")),
+    ((2, 2), ("SS0/2", "S0")), ((2, 3), ("SS0/3", "S0")),
+    ((3, 2), ("SS0/2", "S0")),
+]
+
+
+def _placement(text):
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.placement_types import _StridedShard
-    s0, r = Shard(0), Replicate()
-    yield (2, 2), (s0, s0)
-    yield (3, 2), (s0, s0)
-    yield (2, 3), (r, s0)
-    yield (4,), (s0,)
-    yield (2, 2, 2), (s0, r, s0)
-    yield (2, 2), (_StridedShard(0, split_factor=2), s0)
-    yield (2, 3), (_StridedShard(0, split_factor=3), s0)
-    yield (3, 2), (_StridedShard(0, split_factor=2), s0)
+    if text == "R":
+        return Replicate()
+    if text.startswith("SS"):
+        dim, split = text[2:].split("/")
+        return _StridedShard(int(dim), split_factor=int(split))
+    return Shard(int(text[1:]))
 
 
 @torch2
-@pytest.mark.parametrize("mesh_shape,placements", list(_placement_sets()))
-def test_held_indices_match_torch_splitting(mesh_shape, placements):
-    from torch.distributed.tensor import Replicate
+@pytest.mark.parametrize("mesh_shape,texts", PLACEMENT_SETS)
+def test_held_indices_match_torch_splitting(mesh_shape, texts):
+    placements = [_placement(t) for t in texts]
     types = dtensor_mod._placement_types("t")
-    split = [None if isinstance(p, Replicate) else p for p in placements]
+    split = [None if t == "R" else p for t, p in zip(texts, placements)]
     for size in range(0, 13):
         for coord in itertools.product(*[range(n) for n in mesh_shape]):
             runs = dtensor_mod.held_runs("t", (size,), mesh_shape, coord,
