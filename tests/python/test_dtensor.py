@@ -20,6 +20,7 @@ import torch
 
 import reshard
 from e2e_harness import HERE, TrainerProc
+from trainer_ranks import whole_receiver
 from reshard import dtensor as dtensor_mod
 
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
@@ -66,20 +67,6 @@ WORLD4 = dict(
 
 def _bits(t):
     return t.contiguous().view(torch.uint8)
-
-
-def _receive(directory, specs):
-    """A Receiver of every tensor of `specs` ({name: (shape, dtype)}), whole,
-    into zeroed parameters of the same name: its capture is a real one of
-    a loader that copies each source into its parameter."""
-    params = {n: torch.zeros(s, dtype=d) for n, (s, d) in specs.items()}
-
-    def load(weights):
-        for name, w in weights:
-            params[name].copy_(w)
-    cap = reshard.capture(sources=dict(specs), load=load, params=params)
-    return reshard.Receiver(directory, "m", cap, params, backend="cma",
-                            discover_timeout_s=60), params
 
 
 class World:
@@ -130,7 +117,7 @@ def _round_trips(file_dir, tmp_path, world, cfg):
     try:
         fulls, replies = w.publish(1)
         want = _expected(cfg, fulls)
-        receiver, params = _receive(
+        receiver, params = whole_receiver(
             file_dir, {n: (tuple(t.shape), t.dtype) for n, t in want.items()})
         with receiver:
             for version in (1, 2):
