@@ -26,6 +26,11 @@ quantize_wanted=True) also works on top of "arena": each version serves an
 FP8 copy "<name>#<spec>" and its scales "<name>#<spec>#scale" of the
 matching tensors, made of the blocks wholly inside each registered box
 (docs/quantized-refit.md, "Publisher-side quantization").
+A wire dtype (wire_dtype=, for the publisher or per registration) serves a
+floating tensor in another floating dtype: the box is served from a host
+copy in that dtype, allocated once and refilled by torch's cast at every
+publish, and the table declares the wire dtype. register_dtensor publishes
+a torch.distributed DTensor's local shard (reshard.dtensor).
 """
 import ctypes
 import math
@@ -144,11 +149,11 @@ class Publisher(Handle):
     torch dtype or a name: "bf16"; default: each tensor's own): each box
     is served from a copy in that dtype, made by torch's cast from the
     live tensor at every publish; a registration's own wire_dtype
-    overrides it. cut_aligned: before staging each version, read every receiver's
-    announced cuts from the directory and serve each shard as the sub-boxes
-    between them; cuts_file: also cut at a reshard.cuts.v1 file's cuts
-    (`reshard cuts` writes one for an inference layout). Either one implies
-    staging="arena" and refuses any other staging. quantize: "GLOB=SPEC"
+    overrides it. cut_aligned: before staging each version, read every
+    receiver's announced cuts from the directory and serve each shard as
+    the sub-boxes between them; cuts_file: also cut at a reshard.cuts.v1
+    file's cuts (`reshard cuts` writes one for an inference layout).
+    Either one implies staging="arena" and refuses any other staging. quantize: "GLOB=SPEC"
     strings (fnmatch over tensor names, e.g.
     "*.mlp.experts.*.weight=fp8_block:128x128:f8e4m3"): each version also
     serves the matching tensors quantized to FP8 as "<name>#<spec>" with

@@ -25,7 +25,8 @@ from reshard import dtensor as dtensor_mod
 
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 torch2 = pytest.mark.skipif(
-    not TORCH2, reason=f"DTensor needs torch 2.x (this is {torch.__version__})")
+    not TORCH2,
+    reason=f"DTensor needs torch 2.x (this is {torch.__version__})")
 
 SCRIPT = HERE / "dtensor_trainer.py"
 
