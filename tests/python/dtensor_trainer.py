@@ -1,13 +1,15 @@
 """A trainer rank holding torch.distributed DTensors, as its own process,
 for test_dtensor.py (torch 2.x). It joins a gloo process group (file://
 rendezvous), builds its DTensors the ways trainers do: distribute_tensor
-over 1-D and 2-D CPU device meshes (cfg "cases"), FSDP2's fully_shard of a
+over 1-D and 2-D CPU device meshes, or from_local with _StridedShard
+(cfg "cases"), FSDP2's fully_shard of a
 tiny model (cfg "fsdp"), tensor parallelism then FSDP2 on a (dp, tp) mesh
 (cfg "fsdp_tp"), and registers each with Publisher.register_dtensor.
 
 Driven over stdin/stdout with one JSON object per line (e2e_harness's
 TrainerProc): once registered it answers {"ok": "ready", "refused": {name:
-what register_dtensor said of a Partial}, "placements": {name: text}}, then
+what register_dtensor said of a Partial (cfg "partial") or a transposed
+local shard (cfg "transposed")}, "placements": {name: text}}, then
   {"cmd": "publish", "version": V} -> {"ok": "published", "served": boxes
       of this rank's table}; changes the weights in place (V > 1:
       an arithmetic update of every local shard, an SGD step of the
@@ -45,6 +47,18 @@ def values(name, shape, dtype):
     return torch.randint(-1000, 1000, shape, generator=g, dtype=dtype)
 
 
+def strided(full, mesh, text):
+    """A DTensor on the 1-D `mesh` placed _StridedShard(0, split_factor)
+    ("SS0/2"), its local shard cut by torch's own split (distribute_tensor
+    does not take the placement)."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+    p = _StridedShard(int(text[2]), split_factor=int(text.split("/")[1]))
+    pieces, _ = p._split_tensor(full, mesh.size(0), with_padding=False)
+    return DTensor.from_local(pieces[mesh.get_local_rank()].contiguous(),
+                              mesh, [p], run_check=False, shape=full.shape,
+                              stride=full.stride())
+
+
 def tiny(seed, hidden=(5, 6, 3)):
     """Linear - ReLU - Linear, seeded."""
     torch.manual_seed(seed)
@@ -68,10 +82,13 @@ class Rank:
         for case in cfg.get("cases", []):
             dtype = getattr(torch, case.get("dtype", "float32"))
             full = values(case["name"], case["shape"], dtype)
-            self.tensors[case["name"]] = (distribute_tensor(
-                full, self.meshes[case["mesh"]],
-                [placement(p) for p in case["placements"]]),
-                case.get("wire"))
+            mesh = self.meshes[case["mesh"]]
+            if case["placements"][0].startswith("SS"):
+                t = strided(full, mesh, case["placements"][0])
+            else:
+                t = distribute_tensor(full, mesh, [placement(p) for p in
+                                                   case["placements"]])
+            self.tensors[case["name"]] = (t, case.get("wire"))
         if cfg.get("fsdp"):
             self.add_model("fsdp", self.fsdp(cfg["fsdp"]))
         if cfg.get("fsdp_tp"):
@@ -83,7 +100,13 @@ class Rank:
         for name, (t, wire) in self.tensors.items():
             self.pub.register_dtensor(name, t, wire_dtype=wire)
         for name, mesh in cfg.get("partial", {}).items():
-            self.refuse(name, mesh)
+            self.refuse(name, DTensor.from_local(
+                torch.ones(2, 3), self.meshes[mesh],
+                [Partial()] * self.meshes[mesh].ndim))
+        for name, mesh in cfg.get("transposed", {}).items():
+            self.refuse(name, DTensor.from_local(
+                torch.ones(3, 2).t(), self.meshes[mesh],
+                [Shard(0)] * self.meshes[mesh].ndim))
 
     def fsdp(self, mesh):
         from torch.distributed.fsdp import fully_shard
@@ -109,10 +132,8 @@ class Rank:
         for n, p in model.named_parameters():
             self.tensors[f"{prefix}.{n}"] = (p, None)
 
-    def refuse(self, name, mesh):
-        """What register_dtensor says of a Partial DTensor."""
-        t = DTensor.from_local(torch.ones(2, 3), self.meshes[mesh],
-                               [Partial()] * self.meshes[mesh].ndim)
+    def refuse(self, name, t):
+        """What register_dtensor says of a DTensor it cannot publish."""
         try:
             self.pub.register_dtensor(name, t)
         except reshard.LayoutError as e:

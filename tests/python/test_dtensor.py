@@ -31,7 +31,8 @@ torch2 = pytest.mark.skipif(
 SCRIPT = HERE / "dtensor_trainer.py"
 
 # world 2, mesh (2,): uneven rows and columns, an empty shard, Replicate,
-# integers, a per-name wire dtype; plus FSDP2 over the same ranks
+# integers, a per-name wire dtype, _StridedShard alone (two boxes per
+# rank); plus FSDP2 over the same ranks; a transposed local shard refused
 WORLD2 = dict(
     meshes={"1d": [2]},
     cases=[
@@ -43,12 +44,16 @@ WORLD2 = dict(
              dtype="int64"),
         dict(name="bf16_wire", shape=[6, 2], mesh="1d", placements=["S0"],
              wire="bfloat16"),
+        dict(name="strided", shape=[7, 3], mesh="1d",
+             placements=["SS0/2"]),
     ],
-    fsdp="1d")
+    fsdp="1d",
+    transposed={"transposed": "1d"})
 
 # world 4: 1-D (4,) with 7 rows and 2 rows (empty shards), 2-D (2, 2) with
 # both dims sharded, one dim sharded twice (uneven), Replicate on either
-# mesh dim; TP + FSDP2 on the 2-D mesh; a Partial refused
+# mesh dim; TP + FSDP2 on the 2-D mesh; a Partial refused; every floating
+# tensor published as bf16 (the f16 one as f16: its own wire dtype)
 WORLD4 = dict(
     meshes={"1d": [4], "2d": [2, 2]},
     cases=[
@@ -60,10 +65,13 @@ WORLD4 = dict(
         dict(name="rs0", shape=[5, 4], mesh="2d", placements=["R", "S0"]),
         dict(name="s1r", shape=[2, 7], mesh="2d", placements=["S1", "R"]),
         dict(name="f16", shape=[6, 3], mesh="2d", placements=["S0", "S1"],
-             dtype="float16"),
+             dtype="float16", wire="float16"),
+        dict(name="ints", shape=[6], mesh="2d", placements=["S0", "R"],
+             dtype="int32"),
     ],
     fsdp_tp="2d",
-    partial={"partial": "1d"})
+    partial={"partial": "1d"},
+    wire_dtype="bfloat16")
 
 
 def _bits(t):
@@ -100,12 +108,13 @@ class World:
 
 
 def _expected(cfg, fulls):
-    """What each parameter must hold: the full tensor, in its wire dtype
-    where one is published (cast by torch)."""
+    """What each parameter must hold: the full tensor, cast by torch to
+    its wire dtype (its own, else the publisher's for a floating one)."""
     wires = {c["name"]: c.get("wire") for c in cfg.get("cases", [])}
     out = {}
     for name, full in fulls.items():
-        wire = wires.get(name)
+        wire = wires.get(name) or (cfg.get("wire_dtype")
+                                   if full.is_floating_point() else None)
         out[name] = full.to(getattr(torch, wire)) if wire else full
     return out
 
@@ -143,8 +152,12 @@ def test_world2_shards_replicas_and_fsdp2(file_dir, tmp_path):
     placements = ready[0]["placements"]
     assert placements["fsdp.0.weight"] == "(Shard(dim=0),)"
     # one_row's second rank holds nothing and publishes nothing of it;
-    # every other tensor gives one box on each rank (6 cases + 4 params)
-    assert served == [10, 9]
+    # strided gives two boxes on each rank, every other tensor one (6
+    # cases + 4 parameters)
+    assert served == [12, 11]
+    for r in ready:
+        msg = r["refused"]["transposed"]
+        assert "'transposed'" in msg and "not contiguous" in msg
 
 
 @torch2
