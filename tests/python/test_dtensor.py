@@ -134,7 +134,10 @@ def _round_trips(file_dir, tmp_path, world, cfg):
                 if version > 1:
                     fulls, replies = w.publish(version)
                     want = _expected(cfg, fulls)
-                receiver.pull(version)
+                res = receiver.pull(version)
+                # replicated boxes are read from one holder: every byte once
+                assert res.bytes == sum(t.numel() * t.element_size()
+                                        for t in want.values())
                 for name, t in want.items():
                     assert torch.equal(_bits(params[name]), _bits(t)), \
                         (version, name)
