@@ -250,3 +250,24 @@ def test_torch1_refuses_register_dtensor_naming_the_tensor(file_dir):
         with pytest.raises(reshard.LayoutError,
                            match="'w'.*needs torch.distributed DTensor"):
             pub.register_dtensor("w", torch.zeros(2))
+
+
+@torch2
+def test_a_shard_order_other_than_mesh_order_is_refused():
+    """A spec recording that dim 0 was sharded on mesh dim 1 first."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    if not hasattr(DTensorSpec, "compute_default_shard_order"):
+        pytest.skip("this torch records no shard order")
+
+    class Spec:
+        compute_default_shard_order = DTensorSpec.compute_default_shard_order
+        use_strided_shard_as_shard_order = False
+
+    placements = (Shard(0), Shard(0))
+    spec = Spec()
+    spec.shard_order = ((0, (1, 0)),)
+    with pytest.raises(reshard.LayoutError, match="'w'.*not in mesh order"):
+        dtensor_mod._check_order("w", spec, placements)
+    spec.shard_order = DTensorSpec.compute_default_shard_order(placements)
+    dtensor_mod._check_order("w", spec, placements)
