@@ -7,6 +7,7 @@ or a path to config.json or its folder) into a `ModelShape`, which names
 each tensor (the Megatron mapping and `sources_from_hf_config` both ask it,
 so the two cannot disagree about a name or a shape).
 """
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -186,7 +187,8 @@ def model_shape(config, dtype=None):
     (torch_dtype / dtype, default float32). ConfigError naming the field
     for a missing or bad one, or an unknown model_type."""
     if isinstance(config, ModelShape):
-        return config
+        return config if dtype is None else \
+            dataclasses.replace(config, dtype=_dtype({}, dtype))
     cfg = _as_dict(config)
     kind = cfg.get("model_type")
     family = _FAMILIES.get(kind)

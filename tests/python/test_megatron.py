@@ -10,113 +10,9 @@ import torch
 
 import reshard
 import zoo
-from reshard.hf_config import ModelShape
+from megatron_layout import fulls_of, megatron_rank, shape_of
 from reshard.megatron import ParallelState, plan_model, register_model
 from trainer_ranks import TrainerRanks
-
-
-def shape_of(cfg, tied=False):
-    """The ModelShape of a zoo config (Qwen2 naming: q/k/v biases)."""
-    return ModelShape(
-        hidden_size=cfg.hidden, num_layers=cfg.layers, num_heads=cfg.heads,
-        num_kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-        intermediate_size=cfg.ffn, vocab_size=cfg.vocab,
-        tie_word_embeddings=tied, qkv_bias=cfg.qkv_bias,
-        num_experts=cfg.experts, moe_intermediate_size=cfg.moe_ffn,
-        dtype=cfg.checkpoint_dtype)
-
-
-def fulls_of(cfg, tied=False):
-    full = zoo.make_weights(cfg, seed=7)
-    if tied:
-        del full["lm_head.weight"]
-    return full
-
-
-# -- the test's own Megatron layout (HF -> Megatron, the inverse direction) --
-def qkv_shard(q, k, v, cfg, tp, r):
-    """Rank r's linear_qkv: groups [q heads of the group, k, v]; with more
-    ranks than KV heads, rank r holds its slice of one group's q heads and
-    that group's whole k and v."""
-    kv, hd = cfg.kv_heads, cfg.head_dim
-    rest = q.shape[1:]
-    qg = q.reshape(kv, -1, *rest)
-    kg, vg = k.reshape(kv, hd, *rest), v.reshape(kv, hd, *rest)
-    if kv >= tp:
-        groups = torch.cat([qg, kg, vg], dim=1).chunk(tp)[r]
-        return groups.reshape(-1, *rest).clone()
-    share = tp // kv
-    g = r // share
-    return torch.cat([qg[g].chunk(share)[r % share], kg[g], vg[g]]).clone()
-
-
-def vocab_shard(w, tp, r, pad_to):
-    padded = -(-w.shape[0] // pad_to) * pad_to
-    table = torch.cat([w, torch.zeros(padded - w.shape[0], w.shape[1])])
-    return table.chunk(tp)[r].clone()
-
-
-def layer_params(full, cfg, i, tp, r, ep, e_rank, te_names):
-    p, out = f"model.layers.{i}.", {}
-    a = "self_attention."
-    norm1 = a + "linear_qkv.layer_norm_weight" if te_names \
-        else "input_layernorm.weight"
-    out[norm1] = full[p + "input_layernorm.weight"].clone()
-    for kind in ("weight", "bias") if cfg.qkv_bias else ("weight",):
-        q, k, v = (full[f"{p}self_attn.{x}_proj.{kind}"] for x in "qkv")
-        out[a + "linear_qkv." + kind] = qkv_shard(q, k, v, cfg, tp, r)
-    out[a + "linear_proj.weight"] = \
-        full[p + "self_attn.o_proj.weight"].chunk(tp, 1)[r].clone()
-    if cfg.experts:
-        out["pre_mlp_layernorm.weight"] = \
-            full[p + "post_attention_layernorm.weight"].clone()
-        out["mlp.router.weight"] = full[p + "mlp.gate.weight"].clone()
-        per = cfg.experts // ep
-        for j in range(per):
-            x = f"{p}mlp.experts.{e_rank * per + j}."
-            fc1 = torch.cat([full[x + "gate_proj.weight"],
-                             full[x + "up_proj.weight"]])
-            fc2 = full[x + "down_proj.weight"].clone()
-            if te_names:
-                out[f"mlp.experts.linear_fc1.weight{j}"] = fc1
-                out[f"mlp.experts.linear_fc2.weight{j}"] = fc2
-            else:
-                q = f"mlp.experts.local_experts.{j}."
-                out[q + "linear_fc1.weight"], out[q + "linear_fc2.weight"] = \
-                    fc1, fc2
-        return out
-    norm2 = "mlp.linear_fc1.layer_norm_weight" if te_names \
-        else "pre_mlp_layernorm.weight"
-    out[norm2] = full[p + "post_attention_layernorm.weight"].clone()
-    out["mlp.linear_fc1.weight"] = torch.cat(
-        [full[p + "mlp.gate_proj.weight"].chunk(tp)[r],
-         full[p + "mlp.up_proj.weight"].chunk(tp)[r]])
-    out["mlp.linear_fc2.weight"] = \
-        full[p + "mlp.down_proj.weight"].chunk(tp, 1)[r].clone()
-    return out
-
-
-def megatron_rank(full, cfg, tp, r, stages, s, ep, e_rank, tied, te_names,
-                  pad_to):
-    """One rank's Megatron parameters (name -> tensor) and its layer
-    offset; stage s holds an equal block of layers."""
-    per = cfg.layers // stages
-    params = {}
-    if s == 0:
-        params["embedding.word_embeddings.weight"] = vocab_shard(
-            full["model.embed_tokens.weight"], tp, r, pad_to)
-    for j in range(per):
-        for n, t in layer_params(full, cfg, s * per + j, tp, r, ep, e_rank,
-                                 te_names).items():
-            params[f"decoder.layers.{j}.{n}"] = t
-    if s == stages - 1:
-        params["decoder.final_layernorm.weight"] = \
-            full["model.norm.weight"].clone()
-        head = full["model.embed_tokens.weight"] if tied \
-            else full["lm_head.weight"]
-        if not (tied and stages == 1):  # pp > 1 keeps a copy on the last
-            params["output_layer.weight"] = vocab_shard(head, tp, r, pad_to)
-    return params, s * per
 
 
 class MegatronRanks(TrainerRanks):
@@ -131,8 +27,9 @@ class MegatronRanks(TrainerRanks):
                  for r in range(tp)]
         self.registered = []
         for k, (s, e, r) in enumerate(slots):
-            params, offset = megatron_rank(full, cfg, tp, r, pp, s, ep, e,
-                                           tied, te_names, pad_to)
+            params, offset = megatron_rank(
+                full, cfg, tp=tp, r=r, stages=pp, s=s, ep=ep, e_rank=e,
+                tied=tied, te_names=te_names, pad_to=pad_to)
             pub = reshard.Publisher(directory, model, k, len(slots),
                                     backend="cma")
             self.pubs.append(pub)
@@ -193,8 +90,7 @@ def test_replicated_kv_heads_are_published_by_the_first_rank_of_a_group():
     full = fulls_of(cfg)
     holders = {}
     for r in range(4):
-        params, _ = megatron_rank(full, cfg, 4, r, 1, 0, 1, 0, False, False,
-                                  16)
+        params, _ = megatron_rank(full, cfg, tp=4, r=r)
         for method, names, args in plan_model(
                 params.items(), shape_of(cfg), tp_rank=r, tp_size=4):
             for n in names:
@@ -209,7 +105,7 @@ def test_replicated_kv_heads_are_published_by_the_first_rank_of_a_group():
 def test_padding_rows_are_not_published():
     cfg = zoo.ZooConfig(vocab=50, layers=1)
     full = fulls_of(cfg)
-    params, _ = megatron_rank(full, cfg, 2, 1, 1, 0, 1, 0, False, False, 64)
+    params, _ = megatron_rank(full, cfg, tp=2, r=1, pad_to=64)
     calls = plan_model(params.items(), shape_of(cfg), tp_rank=1, tp_size=2)
     emb = [c for c in calls if c[1] == ("model.embed_tokens.weight",)]
     (method, _, args), = emb
