@@ -42,14 +42,16 @@ class MegatronRanks(TrainerRanks):
 
 def receive(directory, full, model="m"):
     """Pulls version 1 into one tensor per Hugging Face name, each preset to
-    a value no weight has."""
+    a value no weight has; the capture's sources are the published
+    tables'."""
     params = {n: torch.full_like(t, -99.0) for n, t in full.items()}
 
     def load(weights):
         for n, w in weights:
             params[n].copy_(w)
-    cap = reshard.capture(sources={n: t for n, t in full.items()},
-                          load=load, params=params)
+    sources = reshard.sources_from_directory(directory, model, timeout_s=20)
+    assert sources == {n: (tuple(t.shape), t.dtype) for n, t in full.items()}
+    cap = reshard.capture(sources=sources, load=load, params=params)
     with reshard.Receiver(directory, model, cap, params, backend="cma",
                           discover_timeout_s=20, timeout_s=20) as rx:
         rx.pull(1)
