@@ -4,6 +4,8 @@ QKV by KV-head group, [gate; up] in linear_fc1, a vocabulary padded and
 split over tensor-parallel ranks, equal pipeline stages, expert-parallel
 blocks of experts. The tests' ground truth for the mapping, and the
 "megatron" layout of the end-to-end trainer."""
+import types
+
 import torch
 
 import zoo
@@ -19,6 +21,14 @@ def shape_of(cfg, tied=False):
         tie_word_embeddings=tied, qkv_bias=cfg.qkv_bias,
         num_experts=cfg.experts, moe_intermediate_size=cfg.moe_ffn,
         dtype=cfg.checkpoint_dtype)
+
+
+def layout_config(shape):
+    """What megatron_rank reads of a config, from a ModelShape."""
+    return types.SimpleNamespace(
+        kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
+        experts=shape.num_experts, layers=shape.num_layers,
+        qkv_bias=shape.qkv_bias)
 
 
 def fulls_of(cfg, tied=False):
@@ -60,6 +70,10 @@ def layer_params(full, cfg, i, tp, r, ep, e_rank, te_names):
     for kind in ("weight", "bias") if cfg.qkv_bias else ("weight",):
         q, k, v = (full[f"{p}self_attn.{x}_proj.{kind}"] for x in "qkv")
         out[a + "linear_qkv." + kind] = qkv_shard(q, k, v, cfg, tp, r)
+    for x in "qk":  # Qwen3's per-head q/k norms
+        if f"{p}self_attn.{x}_norm.weight" in full:
+            out[f"{a}{x}_layernorm.weight"] = \
+                full[f"{p}self_attn.{x}_norm.weight"].clone()
     out[a + "linear_proj.weight"] = \
         full[p + "self_attn.o_proj.weight"].chunk(tp, 1)[r].clone()
     if cfg.experts:

@@ -5,12 +5,17 @@ split over tensor-parallel ranks, pipeline stages, expert-parallel blocks),
 publishes every rank of a layout with one register_model call each, and
 receives the full Hugging Face tensors byte for byte. Bad parameters are
 refused naming them, before anything is registered."""
+import re
+
 import pytest
 import torch
 
 import reshard
+import simulated
 import zoo
-from megatron_layout import fulls_of, megatron_rank, shape_of
+from megatron_layout import fulls_of, layout_config, megatron_rank, shape_of
+from reshard import layouts
+from reshard.hf_config import model_shape
 from reshard.megatron import ParallelState, plan_model, register_model
 from trainer_ranks import TrainerRanks
 
@@ -180,3 +185,67 @@ def test_bad_parameters_are_refused_naming_them(file_dir, params, state,
             register_model(pub, named, shape_of(cfg), **state)
         # Nothing of the refused call stayed: the norm registers again.
         pub.register_replicated("model.norm.weight", named[0][1])
+
+
+# -- the same boxes as the simulator's Megatron trainer tables ---------------
+class BoxRecorder:
+    """Stands in for a Publisher: the boxes each register call would
+    publish, as (name, offset, shape)."""
+
+    def __init__(self):
+        self.boxes = set()
+
+    def _add(self, boxes):
+        self.boxes |= {(b.name, b.offset, tuple(b.view.shape))
+                       for b in boxes}
+
+    def register(self, name, t, full_shape=None, offset=None):
+        self._add([layouts.box(name, t, full_shape, offset)])
+
+    def register_shard(self, *args):
+        self._add(layouts.shard(*args))
+
+    def register_replicated(self, name, t):
+        self._add(layouts.replicated(name, t))
+
+    def register_fused(self, *args):
+        self._add(layouts.fused(*args))
+
+    def register_fused_qkv(self, *args):
+        self._add(layouts.fused_qkv(*args))
+
+
+# (model, megatron spec, tp, pp, ep): specs whose derived dp is 1, so rank
+# = tp_rank + tp * pp_rank and, with ep = tp, ep_rank = tp_rank.
+SIMULATED = [("tiny-moe.json", "megatron:tp=2,ep=2", 2, 1, 2),
+             ("tiny-moe.json", "megatron:tp=2,pp=2", 2, 2, 1),
+             ("tiny-moe.json", "megatron:tp=4", 4, 1, 1),
+             ("tiny-llama.json", "megatron:tp=2,pp=2", 2, 2, 1)]
+
+
+@pytest.mark.parametrize("model,spec,tp,pp,ep", SIMULATED)
+def test_boxes_agree_with_the_simulator(tmp_path, model, spec, tp, pp, ep):
+    """register_model publishes the boxes the simulator's Megatron tables
+    hold, rank by rank, except that KV heads shared by several ranks (TP >
+    KV heads) are published by the first rank of each group only. The
+    vocabulary (1000 rows) needs no padding at these TP sizes, where
+    Megatron's padded split and the simulator's near-equal one agree."""
+    path = simulated.MODELS / model
+    shape = model_shape(path)
+    full = {n: torch.zeros(s, dtype=shape.dtype)
+            for n, (s, _) in reshard.sources_from_hf_config(path).items()}
+    sim = [{(n, off, sh) for n, _, _, off, sh in rank}
+           for rank in simulated.trainer_tables(path, spec, tmp_path)]
+    assert len(sim) == tp * pp
+    share = max(1, tp // shape.num_kv_heads)
+    for rank, want in enumerate(sim):
+        r, s = rank % tp, rank // tp
+        params, offset = megatron_rank(
+            full, layout_config(shape), tp=tp, r=r, stages=pp, s=s, ep=ep,
+            e_rank=r % ep, tied=shape.tie_word_embeddings, pad_to=8)
+        rec = BoxRecorder()
+        register_model(rec, params.items(), shape, tp_rank=r, tp_size=tp,
+                       layer_offset=offset, ep_rank=r % ep, ep_size=ep)
+        if r % share:
+            want = {b for b in want if not re.search(r"\.[kv]_proj\.", b[0])}
+        assert rec.boxes == want, f"{spec} rank {rank}"

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import reshard
+import simulated
 from reshard.hf_config import ConfigError
 from trainer_ranks import TrainerRanks
 
@@ -190,3 +191,18 @@ def test_model_shape_dtype_override():
     f32 = reshard.sources_from_hf_config(shape, dtype="float32")
     assert set(d for _, d in f32.values()) == {F32}
     assert dataclasses.replace(shape, dtype=F32) == model_shape(shape, F32)
+
+
+@pytest.mark.parametrize("model", [
+    "tiny-llama", "tiny-moe", "qwen2.5-0.5b", "llama-3.1-8b",
+    "llama-3.1-70b", "qwen3-30b-a3b", "qwen3-235b-a22b"])
+def test_agrees_with_the_simulators_manifest(tmp_path, model):
+    """The names, full shapes and dtypes of the checkpoint tensors the C
+    simulator reads off the same config.json (one fsdp rank's table). Its
+    order puts a layer's input norm first; ours is transformers' module
+    order (test_against_transformers_checkpoint)."""
+    path = simulated.MODELS / f"{model}.json"
+    table, = simulated.trainer_tables(path, "fsdp:1", tmp_path)
+    want = {n: (full, dt) for n, full, dt, _, _ in table}
+    got = reshard.sources_from_hf_config(path)
+    assert len(got) == len(table) and got == want
