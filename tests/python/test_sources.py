@@ -72,7 +72,7 @@ def test_sources_from_a_directory_refuse_and_time_out(file_dir):
         reshard.sources_from_directory(file_dir, "nothing", timeout_s=0.3)
 
 
-# -- from a Hugging Face config ------------------------------------------------
+# -- from a Hugging Face config -----------------------------------------------
 TINY = dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2,
             head_dim=4, intermediate_size=24, num_hidden_layers=2,
             vocab_size=50, tie_word_embeddings=False, torch_dtype="bfloat16")
@@ -85,16 +85,19 @@ def test_qwen3_moe_by_hand():
                moe_intermediate_size=8, mlp_only_layers=[0],
                tie_word_embeddings=True)
     got = reshard.sources_from_hf_config(cfg)
-    a, m = "model.layers.{}.self_attn.", "model.layers.1.mlp."
-    attn = lambda i: [(a.format(i) + "q_proj.weight", (16, 16)),  # noqa: E731
-                      (a.format(i) + "k_proj.weight", (8, 16)),
-                      (a.format(i) + "v_proj.weight", (8, 16)),
-                      (a.format(i) + "o_proj.weight", (16, 16)),
-                      (a.format(i) + "q_norm.weight", (4,)),
-                      (a.format(i) + "k_norm.weight", (4,))]
-    norms = lambda i: [  # noqa: E731
-        (f"model.layers.{i}.input_layernorm.weight", (16,)),
-        (f"model.layers.{i}.post_attention_layernorm.weight", (16,))]
+    m = "model.layers.1.mlp."
+
+    def attn(i):
+        a = f"model.layers.{i}.self_attn."
+        return [(a + "q_proj.weight", (16, 16)),
+                (a + "k_proj.weight", (8, 16)),
+                (a + "v_proj.weight", (8, 16)),
+                (a + "o_proj.weight", (16, 16)),
+                (a + "q_norm.weight", (4,)), (a + "k_norm.weight", (4,))]
+
+    def norms(i):
+        return [(f"model.layers.{i}.input_layernorm.weight", (16,)),
+                (f"model.layers.{i}.post_attention_layernorm.weight", (16,))]
     want = [("model.embed_tokens.weight", (50, 16))] + attn(0) + [
         ("model.layers.0.mlp.gate_proj.weight", (24, 16)),
         ("model.layers.0.mlp.up_proj.weight", (24, 16)),
