@@ -227,6 +227,9 @@ def _layer_param(plan, layer, rest, t):
 
 def _param(plan, name, t):
     plan.param = name
+    if not t.is_contiguous():
+        plan.fail(f"is not contiguous (strides {list(t.stride())}); its "
+                  "boxes would not be views of its storage")
     while name.startswith(_MODULE_PREFIX):
         name = name[len(_MODULE_PREFIX):]
     m = _LAYER_RE.fullmatch(name)

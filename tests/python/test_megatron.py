@@ -168,6 +168,8 @@ BAD = [
      r"checkpoint does not have"),
     ({"decoder.layers.0.mlp.experts.weight1": (16, 16)}, {},
      r"GroupedMLP holds every expert transposed"),
+    ({"decoder.layers.0.self_attention.linear_proj.weight": (16, 16, "t")},
+     {}, r"linear_proj.weight': is not contiguous \(strides \[1, 16\]\)"),
     ({"decoder.final_layernorm.weight": (16,)}, dict(tp_rank=2, tp_size=2),
      r"tp_rank 2 is outside tp_size 2"),
 ]
@@ -179,7 +181,8 @@ def test_bad_parameters_are_refused_naming_them(file_dir, params, state,
     cfg = zoo.ZooConfig(hidden=16, heads=4, kv_heads=2, head_dim=4, ffn=24,
                         vocab=52, layers=1, qkv_bias=False)
     named = [("decoder.final_layernorm.weight", torch.ones(16))] + [
-        (n, torch.zeros(s)) for n, s in params.items()]
+        (n, torch.zeros(s[:2]).t() if "t" in s else torch.zeros(s))
+        for n, s in params.items()]
     with reshard.Publisher(file_dir, "m", 0, 1, backend="cma") as pub:
         with pytest.raises(reshard.LayoutError, match=match):
             register_model(pub, named, shape_of(cfg), **state)

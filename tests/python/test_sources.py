@@ -62,6 +62,9 @@ def test_sources_from_the_published_tables(file_dir):
         ranks.pubs[1].unregister("only_r1")
         ranks.publish(2)
         assert "only_r1" not in reshard.sources_from_directory(file_dir, "m")
+        with pytest.raises(reshard.IncompleteRefit, match="version 1 of 'm' "
+                           "was released"):
+            reshard.sources_from_directory(file_dir, "m", version=1)
 
 
 def test_sources_from_a_directory_refuse_and_time_out(file_dir):
