@@ -4,7 +4,7 @@ tensors from trainer ranks, stage and apply new versions into a live model.
 The work is done by libreshard (loaded with ctypes on first use; set
 RESHARD_LIB to its path to choose one). See docs/python.md.
 """
-from . import quant
+from . import megatron, quant
 from .capture import Capture, capture
 from .errors import (ReshardError, InvalidArgument, InputError, ReshardIOError,
                      UnsupportedReshard, IncompleteRefit, VerifyError,
@@ -13,9 +13,11 @@ from .directory import Directory, abandon, release
 from .layouts import Box, LayoutError, chunk_range
 from .publisher import Publisher
 from .receiver import Receiver, Staged, PullResult
+from .sources import sources_from_directory, sources_from_hf_config
 
 __all__ = [
-    "capture", "Capture", "quant", "Publisher", "Receiver", "release", "abandon", "Directory", "Staged", "PullResult", "Box", "LayoutError",
+    "capture", "Capture", "quant", "megatron", "sources_from_directory",
+    "sources_from_hf_config", "Publisher", "Receiver", "release", "abandon", "Directory", "Staged", "PullResult", "Box", "LayoutError",
     "chunk_range", "ReshardError", "InvalidArgument", "InputError",
     "ReshardIOError", "UnsupportedReshard", "IncompleteRefit", "VerifyError",
     "TransportError", "ReshardTimeout", "NoMemory", "Cancelled",
