@@ -1,0 +1,157 @@
+"""reshard as vLLM's weight-transfer backend "reshard": made by vLLM's own
+factories after `reshard.vllm.register()`, real subclasses of vLLM's base
+classes, two versions from a trainer engine into a vLLM-style model
+through its `load_weights`, byte-equal to that loader run by torch, and
+the settings refused field by field. Needs vLLM (skipped without it)."""
+import pytest
+import torch
+
+import vllm_zoo  # noqa: F401  (selects vLLM's CPU platform before import)
+import zoo
+from e2e_harness import assert_equal
+from trainer_ranks import backend
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed")
+
+import reshard  # noqa: E402
+import reshard.vllm as rv  # noqa: E402
+from vllm.config import VllmConfig  # noqa: E402
+from vllm.config.weight_transfer import WeightTransferConfig  # noqa: E402
+from vllm.distributed.weight_transfer import (  # noqa: E402
+    TrainerWeightTransferEngine, WeightTransferEngine,
+    WeightTransferEngineFactory, WeightTransferTrainerFactory)
+
+CFG = zoo.ZooConfig(layers=2, experts=4)
+
+
+def worker_engine(model):
+    """The worker-side engine as vLLM's worker makes it."""
+    rv.register()
+    return WeightTransferEngineFactory.create_engine(
+        WeightTransferConfig(backend="reshard"), VllmConfig(),
+        torch.device("cpu"), model)
+
+
+def trainer_engine(directory, transport, source, client, **engine):
+    info = rv.ReshardTrainerInitInfo(directory=directory, model="m",
+                                     transport=transport, rank=0,
+                                     release_timeout_s=20,
+                                     engine={"discover_timeout_s": 20,
+                                             **engine})
+    return WeightTransferTrainerFactory.trainer_init(info, client=client,
+                                                     source=source)
+
+
+def test_register_is_idempotent_and_lazy():
+    rv.register()
+    rv.register()
+    eng = worker_engine(zoo.ZooModel(CFG, 1, 0))
+    assert isinstance(eng, WeightTransferEngine)
+    assert type(eng) is rv.ReshardWeightTransferEngine
+    assert issubclass(rv.ReshardTrainerWeightTransferEngine,
+                      TrainerWeightTransferEngine)
+    assert rv.ReshardTrainerInitInfo.backend == "reshard"
+
+
+@pytest.mark.parametrize("name", ["cma", "ucx-tcp"])
+def test_two_versions_through_load_weights(name, file_dir, monkeypatch):
+    transport = backend(name, monkeypatch)
+    model = zoo.ZooModel(CFG, 1, 0)
+    zoo.fill_params(model, -7.0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    weights = zoo.make_weights(CFG, seed=1)
+    eng = worker_engine(model)
+    trainer = trainer_engine(file_dir, transport, weights,
+                             rv.DirectClient(eng))
+    try:
+        assert eng.capture.copies and not eng.capture.unsupported
+        assert_equal(model, before, "the handshake wrote no parameter")
+        for version, seed in ((0, 1), (1, 2)):
+            fresh = zoo.make_weights(CFG, seed=seed)
+            for n, t in weights.items():   # the optimizer step, in place
+                t.copy_(fresh[n])
+            assert trainer.send_weights() == version
+            want = zoo.reference_model(CFG, 1, 0, fresh)
+            assert_equal(model, dict(want.named_parameters()),
+                         f"version {version}")
+            assert eng.last_result.version == version
+            assert eng.last_result.bytes_installed > 0
+    finally:
+        trainer.shutdown()
+    assert eng.receiver is None
+
+
+def test_stage_leaves_live_weights_until_finish(file_dir):
+    model = zoo.ZooModel(CFG, 1, 0)
+    zoo.fill_params(model, -7.0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    weights = zoo.make_weights(CFG, seed=3)
+    eng = worker_engine(model)
+    client = rv.DirectClient(eng)
+    trainer = trainer_engine(file_dir, "cma", weights, client)
+    try:
+        trainer.publisher.publish(5)
+        client.start_weight_update()
+        client.update_weights({"version": 5})
+        assert_equal(model, before, "staged, not installed")
+        with pytest.raises(reshard.InvalidArgument, match="already staged"):
+            client.update_weights({"version": 5})
+        client.finish_weight_update()
+        want = zoo.reference_model(CFG, 1, 0, weights)
+        assert_equal(model, dict(want.named_parameters()), "installed")
+        reshard.release(file_dir, "m", 5)
+    finally:
+        trainer.shutdown()
+
+
+def _init(**over):
+    d = {"directory": "file:/tmp/x", "model": "m",
+         "sources": [["w", [2, 3], "bfloat16"]]}
+    d.update(over)
+    return {k: v for k, v in d.items() if v is not None}
+
+
+@pytest.mark.parametrize("info, field", [
+    (_init(directory=None), "'directory' is required"),
+    (_init(colour="red"), "'colour' is not a setting"),
+    (_init(directory="/tmp/x"), "'directory' must be a directory URL"),
+    (_init(transport="nccl"), "'transport' must be one of ucx, cma"),
+    (_init(sources=[["w", [2, -1], "bf16"]]), r"'sources\[0\]'.*shape"),
+    (_init(sources=[["w", [2], "complex7"]]), "unknown dtype 'complex7'"),
+    (_init(sources=[]), "'sources' must be a non-empty list"),
+    (_init(timeout_s=-1), "'timeout_s' must be a number of seconds"),
+    (_init(group_size=0), "'group_size' must be an integer >= 1"),
+    (_init(only=[""]), "'only' must be a glob"),
+])
+def test_init_info_refused_naming_the_field(info, field):
+    eng = worker_engine(zoo.ZooModel(CFG, 1, 0))
+    with pytest.raises(reshard.InvalidArgument, match=field) as e:
+        eng.parse_init_info(info)
+    assert isinstance(e.value, ValueError)
+
+
+@pytest.mark.parametrize("info, field", [
+    ({}, "'version' is required"), ({"version": "3"}, "'version' must be"),
+    ({"version": -2}, "'version' must be an integer >= -1"),
+    ({"version": 1, "names": []}, "'names' is not a setting"),
+])
+def test_update_info_refused_naming_the_field(info, field):
+    eng = worker_engine(zoo.ZooModel(CFG, 1, 0))
+    with pytest.raises(reshard.InvalidArgument, match=field):
+        eng.parse_update_info(info)
+
+
+def test_update_before_init_and_bad_trainer_settings(file_dir):
+    eng = worker_engine(zoo.ZooModel(CFG, 1, 0))
+    with pytest.raises(RuntimeError, match="init_weight_transfer_engine"):
+        eng.start_weight_update()
+    with pytest.raises(reshard.InvalidArgument, match="'rank' must be below"):
+        rv.ReshardTrainerInitInfo(directory=file_dir, model="m", rank=2)
+    with pytest.raises(reshard.InvalidArgument, match="'engine.sources'"):
+        rv.ReshardTrainerInitInfo(directory=file_dir, model="m", rank=0,
+                                  engine={"sources": []})
+    with pytest.raises(reshard.InvalidArgument, match="'timeout'"):
+        rv.ReshardTrainerInitInfo(directory=file_dir, model="m", rank=0,
+                                  engine={"timeout": 3})
+    with pytest.raises(reshard.InvalidArgument, match="an iterator is read"):
+        trainer_engine(file_dir, "cma", iter([]), rv.DirectClient(eng))
