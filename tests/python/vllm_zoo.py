@@ -165,10 +165,12 @@ def distributed():
 
 
 def build(arch, vconfig):
-    """vLLM's own model class for `arch`, on CPU, parameters uninitialized
-    (torch.empty, as vLLM allocates them)."""
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.models.registry import ModelRegistry
-    cls, _ = ModelRegistry.resolve_model_cls([arch], vconfig.model_config)
-    with set_current_vllm_config(vconfig), torch.device("cpu"):
-        return cls(vllm_config=vconfig)
+    """vLLM's own model class for `arch` made as vLLM's model loader makes
+    it (its default dtype, on CPU), parameters uninitialized (torch.empty);
+    the loader's load_weights step is left to the test."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+    assert vconfig.model_config.architectures == [arch]
+    with set_default_torch_dtype(vconfig.model_config.dtype), \
+            torch.device("cpu"):
+        return initialize_model(vllm_config=vconfig)
