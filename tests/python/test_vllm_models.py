@@ -27,12 +27,12 @@ def vllm_state():
         yield
 
 
-def reference(arch, workdir, dtype, weights):
+def reference(name, workdir, dtype, weights):
     """Ground truth: another instance (under a config of its own: vLLM
     keeps each config's layer names), every parameter preset to the
     sentinel, loaded by vLLM's own load_weights from the real tensors."""
-    vconfig = vllm_zoo.vllm_config(arch, workdir, dtype)
-    model = vllm_zoo.build(arch, vconfig)
+    vconfig = vllm_zoo.vllm_config(name, workdir, dtype)
+    model = vllm_zoo.build(name, vconfig)
     zoo.fill_params(model, SENTINEL)
     with set_current_vllm_config(vconfig):
         model.load_weights(iter(weights.items()))
@@ -53,19 +53,19 @@ def assert_bytes_equal(got, want, what):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("arch", sorted(vllm_zoo.ARCHS))
-def test_vllm_model_class(arch, dtype, vllm_state, file_dir, tmp_path):
-    vconfig = vllm_zoo.vllm_config(arch, str(tmp_path / "live"), dtype)
+@pytest.mark.parametrize("name", sorted(vllm_zoo.ARCHS))
+def test_vllm_model_class(name, dtype, vllm_state, file_dir, tmp_path):
+    vconfig = vllm_zoo.vllm_config(name, str(tmp_path / "live"), dtype)
     tdtype = getattr(torch, dtype)
-    model = vllm_zoo.build(arch, vconfig)
+    model = vllm_zoo.build(name, vconfig)
     zoo.fill_params(model, SENTINEL)
     rv.register()
     eng = WeightTransferEngineFactory.create_engine(
         WeightTransferConfig(backend="reshard"), vconfig, torch.device("cpu"),
         model)
-    weights = vllm_zoo.checkpoint(arch, 1, tdtype)
+    weights = vllm_zoo.checkpoint(name, 1, tdtype)
     info = rv.ReshardTrainerInitInfo(
-        directory=file_dir, model=arch, transport="cma", rank=0,
+        directory=file_dir, model="m", transport="cma", rank=0,
         release_timeout_s=20, engine={"discover_timeout_s": 20})
     trainer = WeightTransferTrainerFactory.trainer_init(
         info, client=rv.DirectClient(eng), source=weights)
@@ -73,16 +73,16 @@ def test_vllm_model_class(arch, dtype, vllm_state, file_dir, tmp_path):
         cap = eng.capture
         assert not cap.unsupported and not cap.unattributed
         for seed in (1, 2):
-            fresh = vllm_zoo.checkpoint(arch, seed, tdtype)
+            fresh = vllm_zoo.checkpoint(name, seed, tdtype)
             for n, t in weights.items():
                 t.copy_(fresh[n])
             version = trainer.send_weights()
             params = dict(model.named_parameters())
             assert_bytes_equal(params, reference(
-                arch, str(tmp_path / f"ref{seed}"), dtype, fresh),
-                               f"{arch} {dtype} version {version}")
+                name, str(tmp_path / f"ref{seed}"), dtype, fresh),
+                               f"{name} {dtype} version {version}")
         nbytes = sum(p.numel() * p.element_size() for p in params.values())
-        print(f"{arch} {dtype}: {len(params)} params, "
+        print(f"{name} {dtype}: {len(params)} params, "
               f"{sum(p.numel() for p in params.values())} elements, "
               f"{nbytes} B byte-exact; capture {len(cap.sources)} sources, "
               f"{len(cap.copies)} copies, {len(cap.fills)} fills; "

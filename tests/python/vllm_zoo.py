@@ -46,11 +46,17 @@ def _norms(p):
             f"{p}.post_attention_layernorm.weight": (HIDDEN,)}
 
 
-def _mla(p):
-    """DeepSeek-V2's multi-head latent attention, q without a LoRA rank."""
+def _mla(p, q_lora):
+    """DeepSeek-V2's multi-head latent attention; with a q LoRA rank, vLLM
+    fuses q_a_proj and kv_a_proj_with_mqa into one parameter."""
     qk = MLA["qk_nope_head_dim"] + MLA["qk_rope_head_dim"]
     rank, rope = MLA["kv_lora_rank"], MLA["qk_rope_head_dim"]
-    return {f"{p}.self_attn.q_proj.weight": (HEADS * qk, HIDDEN),
+    q = {f"{p}.self_attn.q_proj.weight": (HEADS * qk, HIDDEN)}
+    if q_lora:
+        q = {f"{p}.self_attn.q_a_proj.weight": (Q_LORA, HIDDEN),
+             f"{p}.self_attn.q_a_layernorm.weight": (Q_LORA,),
+             f"{p}.self_attn.q_b_proj.weight": (HEADS * qk, Q_LORA)}
+    return {**q,
             f"{p}.self_attn.kv_a_proj_with_mqa.weight": (rank + rope, HIDDEN),
             f"{p}.self_attn.kv_a_layernorm.weight": (rank,),
             f"{p}.self_attn.kv_b_proj.weight":
@@ -58,8 +64,9 @@ def _mla(p):
             f"{p}.self_attn.o_proj.weight": (HIDDEN, HEADS * MLA["v_head_dim"])}
 
 
-MLA = dict(q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=8,
-           qk_rope_head_dim=8, v_head_dim=8)
+MLA = dict(kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+           v_head_dim=8)
+Q_LORA = 24
 
 
 def _specs(layer, tied=False):
@@ -84,17 +91,26 @@ def _qwen3_moe(p, i):
             **_experts(f"{p}.mlp"), **_norms(p)}
 
 
-def _deepseek_v2(p, i):
+def _deepseek_v2(q_lora):
     """Layer 0 dense (first_k_dense_replace=1), the others MoE with one
     shared expert."""
-    mlp = _mlp(f"{p}.mlp", FFN) if i == 0 else {
-        **_experts(f"{p}.mlp"), **_mlp(f"{p}.mlp.shared_experts", MOE_FFN)}
-    return {**_mla(p), **mlp, **_norms(p)}
+    def layer(p, i):
+        mlp = _mlp(f"{p}.mlp", FFN) if i == 0 else {
+            **_experts(f"{p}.mlp"),
+            **_mlp(f"{p}.mlp.shared_experts", MOE_FFN)}
+        return {**_mla(p, q_lora), **mlp, **_norms(p)}
+    return layer
 
 
-def _config(arch):
-    """The transformers config of `arch`, tiny, float32."""
+def arch_of(name):
+    """The vLLM architecture of a model name here ("<arch>[+variant]")."""
+    return name.partition("+")[0]
+
+
+def _config(name):
+    """The transformers config of model `name`, tiny, float32."""
     import transformers as tf
+    arch = arch_of(name)
     common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
                   num_hidden_layers=LAYERS, num_attention_heads=HEADS,
                   num_key_value_heads=KV_HEADS, max_position_embeddings=64,
@@ -113,33 +129,37 @@ def _config(arch):
         return tf.DeepseekV2Config(
             n_routed_experts=EXPERTS, n_shared_experts=1, num_experts_per_tok=2,
             moe_intermediate_size=MOE_FFN, first_k_dense_replace=1, n_group=1,
-            topk_group=1, topk_method="greedy", **MLA, **common)
-    raise ValueError(f"no tiny config for {arch}")
+            topk_group=1, topk_method="greedy",
+            q_lora_rank=Q_LORA if name.endswith("+q_lora") else None,
+            **MLA, **common)
+    raise ValueError(f"no tiny config for {name}")
 
 
 ARCHS = {"LlamaForCausalLM": _dense(False), "Qwen2ForCausalLM": _dense(True),
          "Qwen3MoeForCausalLM": _qwen3_moe,
-         "DeepseekV2ForCausalLM": _deepseek_v2}
+         "DeepseekV2ForCausalLM": _deepseek_v2(False),
+         "DeepseekV2ForCausalLM+q_lora": _deepseek_v2(True)}
 
 
-def checkpoint_specs(arch, dtype=torch.float32):
-    """{name: (shape, dtype)} of `arch`'s tiny checkpoint, in file order."""
-    return {n: (s, dtype) for n, s in _specs(ARCHS[arch]).items()}
+def checkpoint_specs(name, dtype=torch.float32):
+    """{name: (shape, dtype)} of model `name`'s tiny checkpoint, in file
+    order."""
+    return {n: (s, dtype) for n, s in _specs(ARCHS[name]).items()}
 
 
-def checkpoint(arch, seed=0, dtype=torch.float32):
-    """Seeded real tensors {name: tensor} of `arch`'s tiny checkpoint."""
+def checkpoint(name, seed=0, dtype=torch.float32):
+    """Seeded real tensors {name: tensor} of model `name`'s checkpoint."""
     g = torch.Generator().manual_seed(seed)
     return {n: torch.randn(s, generator=g).to(d)
-            for n, (s, d) in checkpoint_specs(arch, dtype).items()}
+            for n, (s, d) in checkpoint_specs(name, dtype).items()}
 
 
-def vllm_config(arch, workdir, dtype="float32"):
+def vllm_config(name, workdir, dtype="float32"):
     """A VllmConfig over a config.json written to `workdir` (no weights,
     no tokenizer: nothing is downloaded)."""
     from vllm.config import ModelConfig, VllmConfig
-    model_dir = os.path.join(workdir, arch)
-    _config(arch).save_pretrained(model_dir)
+    model_dir = os.path.join(workdir, name)
+    _config(name).save_pretrained(model_dir)
     mc = ModelConfig(model=model_dir, skip_tokenizer_init=True, dtype=dtype,
                      max_model_len=64)
     return VllmConfig(model_config=mc)
@@ -164,13 +184,13 @@ def distributed():
             ps.destroy_distributed_environment()
 
 
-def build(arch, vconfig):
-    """vLLM's own model class for `arch` made as vLLM's model loader makes
+def build(name, vconfig):
+    """vLLM's own model class for model `name` made as vLLM's model loader makes
     it (its default dtype, on CPU), parameters uninitialized (torch.empty);
     the loader's load_weights step is left to the test."""
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.utils.torch_utils import set_default_torch_dtype
-    assert vconfig.model_config.architectures == [arch]
+    assert vconfig.model_config.architectures == [arch_of(name)]
     with set_default_torch_dtype(vconfig.model_config.dtype), \
             torch.device("cpu"):
         return initialize_model(vllm_config=vconfig)
