@@ -3,6 +3,7 @@ factories after `reshard.vllm.register()`, real subclasses of vLLM's base
 classes, two versions from a trainer engine into a vLLM-style model
 through its `load_weights`, byte-equal to that loader run by torch, and
 the settings refused field by field. Needs vLLM (skipped without it)."""
+import functools
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import reshard.vllm as rv  # noqa: E402
 from vllm.config import VllmConfig  # noqa: E402
 from vllm.config.weight_transfer import WeightTransferConfig  # noqa: E402
 from vllm.distributed.weight_transfer import (  # noqa: E402
-    TrainerWeightTransferEngine, WeightTransferEngine,
+    ParamMeta, TrainerWeightTransferEngine, WeightSource, WeightTransferEngine,
     WeightTransferEngineFactory, WeightTransferTrainerFactory)
 
 CFG = zoo.ZooConfig(layers=2, experts=4)
@@ -105,6 +106,76 @@ def test_stage_leaves_live_weights_until_finish(file_dir):
         want = zoo.reference_model(CFG, 1, 0, weights)
         assert_equal(model, dict(want.named_parameters()), "installed")
         reshard.release(file_dir, "m", 5)
+    finally:
+        trainer.shutdown()
+
+
+class DictSource(WeightSource):
+    """A vLLM WeightSource over full tensors: its metadata declares the
+    sources the workers capture with."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    @functools.cached_property
+    def metadata(self):
+        return [ParamMeta(n, t.dtype, tuple(t.shape))
+                for n, t in self.tensors.items()]
+
+    def iter_full(self):
+        return iter(self.tensors.items())
+
+
+class FailingOnce(rv.DirectClient):
+    """A client whose first update fails, as a worker that died would."""
+
+    failed = False
+
+    def update_weights(self, update_info):
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("worker lost")
+        super().update_weights(update_info)
+
+
+def test_weight_source_and_a_failed_round(file_dir):
+    """A WeightSource's metadata gives the sources; a round that fails
+    abandons its version (no trainer waits for it), the workers keep the
+    bytes they had, and the next round installs the next version."""
+    model = zoo.ZooModel(CFG, 1, 0)
+    zoo.fill_params(model, -7.0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    weights = zoo.make_weights(CFG, seed=4)
+    eng = worker_engine(model)
+    trainer = trainer_engine(file_dir, "cma", DictSource(weights),
+                             FailingOnce(eng))
+    try:
+        assert list(eng.capture.sources) == list(weights)
+        with pytest.raises(RuntimeError, match="worker lost"):
+            trainer.send_weights()
+        assert_equal(model, before, "failed round")
+        assert trainer.send_weights(version=1) == 1
+        want = zoo.reference_model(CFG, 1, 0, weights)
+        assert_equal(model, dict(want.named_parameters()), "version 1")
+    finally:
+        trainer.shutdown()
+
+
+def test_capture_refused_at_init_unless_skipped(file_dir):
+    """A loader doing arithmetic on a source (Mamba's A = -exp(A_log)) is
+    refused at the handshake, naming the source; `skip` leaves it out."""
+    cfg = zoo.ZooConfig(arith=True, dtype=torch.float32)
+    weights = zoo.make_weights(cfg, seed=6)
+    model = zoo.ZooModel(cfg, 1, 0)
+    eng = worker_engine(model)
+    with pytest.raises(reshard.UnsupportedReshard, match="mixer.A_log"):
+        trainer_engine(file_dir, "cma", weights, rv.DirectClient(eng))
+    with pytest.warns(UserWarning, match="mixer.A$"):
+        trainer = trainer_engine(file_dir, "cma", weights,
+                                 rv.DirectClient(eng), skip="*.A_log")
+    try:
+        trainer.send_weights()
+        assert eng.receiver.left_out == ["model.layers.0.mixer.A"]
     finally:
         trainer.shutdown()
 
