@@ -198,9 +198,12 @@ def _init(**over):
     (_init(timeout_s=-1), "'timeout_s' must be a number of seconds"),
     (_init(group_size=0), "'group_size' must be an integer >= 1"),
     (_init(only=[""]), "'only' must be a glob"),
+    (_init(sources={"w": [[2], "bf16"], "b": "f32"}), r"'sources\[1\]'"),
 ])
 def test_init_info_refused_naming_the_field(info, field):
     eng = worker_engine(zoo.ZooModel(CFG, 1, 0))
+    good = eng.parse_init_info(_init(sources={"w": [[2, 3], "bf16"]}))
+    assert good.sources == {"w": ((2, 3), torch.bfloat16)}
     with pytest.raises(reshard.InvalidArgument, match=field) as e:
         eng.parse_init_info(info)
     assert isinstance(e.value, ValueError)
@@ -226,6 +229,9 @@ def test_update_before_init_and_bad_trainer_settings(file_dir):
     with pytest.raises(reshard.InvalidArgument, match="'engine.sources'"):
         rv.ReshardTrainerInitInfo(directory=file_dir, model="m", rank=0,
                                   engine={"sources": []})
+    with pytest.raises(reshard.InvalidArgument, match="'timeout_s' must"):
+        rv.ReshardTrainerInitInfo(directory=file_dir, model="m", rank=0,
+                                  engine={"timeout_s": "soon"})
     with pytest.raises(reshard.InvalidArgument, match="'timeout'"):
         rv.ReshardTrainerInitInfo(directory=file_dir, model="m", rank=0,
                                   engine={"timeout": 3})

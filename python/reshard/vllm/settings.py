@@ -104,7 +104,10 @@ def sources(what, field, value):
                    f"dtype], got {value!r}")
     out = {}
     for i, item in enumerate(items):
-        entry = (item[0], *item[1]) if isinstance(value, dict) else item
+        entry = item
+        if isinstance(value, dict):   # name: [shape, dtype]
+            ok = isinstance(item[1], (list, tuple)) and len(item[1]) == 2
+            entry = (item[0], *item[1]) if ok else (item[0], item[1])
         out.update([_source(what, f"{field}[{i}]", entry, out)])
     return out
 

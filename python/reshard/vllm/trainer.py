@@ -60,9 +60,11 @@ class ReshardTrainerInitInfo(TrainerInitInfo):
             if key in _DERIVED:
                 raise s.fail(TRAINER, f"engine.{key}", "is set by the trainer "
                              "side; give it as the trainer's own field")
-        s.check_keys(TRAINER + " engine", ReshardInitInfo,
-                     {**self.engine, "directory": "", "model": "",
-                      "sources": ()})
+        # The workers' own checks, here, before anything is published.
+        ReshardInitInfo(**s.check_keys(
+            TRAINER + " engine", ReshardInitInfo,
+            {**self.engine, "directory": self.directory, "model": self.model,
+             "sources": [["-", [1], "float32"]]}))
 
 
 class ReshardTrainerWeightTransferEngine(
