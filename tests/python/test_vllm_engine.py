@@ -59,6 +59,23 @@ def test_register_is_idempotent_and_lazy():
     assert rv.ReshardTrainerInitInfo.backend == "reshard"
 
 
+def test_vllm_plugin_loader_finds_register(tmp_path, monkeypatch):
+    """vLLM's plugin loader reaches reshard.vllm.register through a
+    `vllm.general_plugins` entry point, the one the package declares (here
+    in a distribution of its own on sys.path)."""
+    dist = tmp_path / "reshard_entry_probe-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: reshard-entry-probe\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text(
+        "[vllm.general_plugins]\nreshard = reshard.vllm:register\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_plugins_by_group
+    plugins = load_plugins_by_group(DEFAULT_PLUGINS_GROUP)
+    assert plugins.get("reshard") is rv.register
+    plugins["reshard"]()
+
+
 @pytest.mark.parametrize("name", ["cma", "ucx-tcp"])
 def test_two_versions_through_load_weights(name, file_dir, monkeypatch):
     transport = backend(name, monkeypatch)
