@@ -4,9 +4,6 @@ classes, two versions from a trainer engine into a vLLM-style model
 through its `load_weights`, byte-equal to that loader run by torch, and
 the settings refused field by field. Needs vLLM (skipped without it)."""
 import functools
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,7 +11,6 @@ import torch
 import vllm_zoo  # noqa: F401  (selects vLLM's CPU platform before import)
 import zoo
 from e2e_harness import assert_equal
-from conftest import ROOT
 from trainer_ranks import backend
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed")
@@ -255,15 +251,3 @@ def test_update_before_init_and_bad_trainer_settings(file_dir):
     with pytest.raises(reshard.InvalidArgument, match="an iterator is read"):
         trainer_engine(file_dir, "cma", iter([]), rv.DirectClient(eng))
 
-
-def test_example_vllm_refit():
-    """examples/python/vllm_refit.py as docs/vllm.md runs it: two versions
-    from a transformers trainer into vLLM's Qwen2 class, byte-checked."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "examples/python/vllm_refit.py")],
-        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("version")]
-    assert len(lines) == 2 and all("byte-equal" in ln for ln in lines), \
-        out.stdout
