@@ -174,6 +174,76 @@ def test_weight_source_and_a_failed_round(file_dir):
         trainer.shutdown()
 
 
+def test_source_handing_out_new_tensors(file_dir):
+    """A source that yields other tensor objects each round (gathered or
+    offloaded copies) and a strided one: each is registered again, and
+    every round still installs the source's bytes."""
+    model = zoo.ZooModel(CFG, 1, 0)
+    rounds = iter([zoo.make_weights(CFG, seed=7), zoo.make_weights(CFG, 8)])
+    held = {}
+
+    def pairs():
+        if not held:
+            held.update(next(rounds))
+        for n, t in held.items():
+            if t.dim() == 2:   # served strided: a transposed view's .T
+                yield n, t.t().contiguous().t()
+            else:
+                yield n, t.clone()
+
+    eng = worker_engine(model)
+    trainer = trainer_engine(file_dir, "cma", pairs, rv.DirectClient(eng))
+    try:
+        for version in (0, 1):
+            if version:
+                held.clear()
+            trainer.send_weights()
+            want = zoo.reference_model(CFG, 1, 0, held)
+            assert_equal(model, dict(want.named_parameters()),
+                         f"version {version}")
+    finally:
+        trainer.shutdown()
+
+
+@pytest.fixture
+def gloo_world_of_one(tmp_path):
+    """A default process group of one rank (gloo), destroyed after."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg",
+                            rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dtensor_source(file_dir, gloo_world_of_one):
+    """DTensors (sharded on a device mesh of one rank) as the source: the
+    workers capture with their full shapes, and each round installs the
+    tensors' bytes as updated in place."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (1,))
+    dts = {n: distribute_tensor(t, mesh, [Shard(0)])
+           for n, t in zoo.make_weights(CFG, seed=9).items()}
+    model = zoo.ZooModel(CFG, 1, 0)
+    eng = worker_engine(model)
+    trainer = trainer_engine(file_dir, "cma", lambda: iter(dts.items()),
+                             rv.DirectClient(eng))
+    try:
+        for version, seed in ((0, 9), (1, 10)):
+            fresh = zoo.make_weights(CFG, seed=seed)
+            for n, dt in dts.items():
+                dt.to_local().copy_(fresh[n])
+            trainer.send_weights()
+            want = zoo.reference_model(CFG, 1, 0, fresh)
+            assert_equal(model, dict(want.named_parameters()),
+                         f"version {version}")
+        assert list(eng.capture.sources) == list(dts)
+    finally:
+        trainer.shutdown()
+
+
 def test_capture_refused_at_init_unless_skipped(file_dir):
     """A loader doing arithmetic on a source (Mamba's A = -exp(A_log)) is
     refused at the handshake, naming the source; `skip` leaves it out."""

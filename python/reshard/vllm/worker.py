@@ -129,7 +129,7 @@ class ReshardWeightTransferEngine(
         """The Receiver's keywords: the info's, with this worker's place in
         its engine (vLLM's parallel config) where the info leaves it out."""
         pc = self.parallel_config
-        rank = getattr(pc, "rank", 0) % max(1, getattr(pc, "world_size", 1))
+        rank = pc.rank % pc.world_size   # the rank within this replica
         opts = dict(salt=rank if info.salt is None else info.salt,
                     holder=info.holder, release_after=info.release_after,
                     verify_digests=info.verify_digests,
@@ -139,7 +139,7 @@ class ReshardWeightTransferEngine(
         if info.group is not None:
             opts.update(
                 group=info.group, group_timeout_s=info.group_timeout_s,
-                group_size=info.group_size or getattr(pc, "world_size", 1),
+                group_size=info.group_size or pc.world_size,
                 group_rank=rank if info.group_rank is None
                 else info.group_rank)
         return opts
