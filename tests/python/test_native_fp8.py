@@ -166,9 +166,13 @@ def test_values_converted_as_numbers_are_refused(dest):
 
 
 def _finite_patterns(dtype, shape):
-    """Every finite value of a 16-bit float dtype (each bit pattern once),
-    zero-padded to `shape`."""
-    x = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+    """Finite values of a float dtype, each bit pattern once, zero-padded
+    to `shape`: all of a 16-bit dtype's, every 65521st of f32's."""
+    if dtype == torch.float32:
+        x = torch.arange(0, 1 << 32, 65521).to(torch.int32).view(dtype)
+    else:
+        x = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16) \
+            .view(dtype)
     x = x[torch.isfinite(x)]
     out = torch.zeros(shape, dtype=dtype)
     out.view(-1)[:x.numel()] = x
@@ -182,10 +186,11 @@ def _copy_loader(params):
     return load
 
 
-@pytest.mark.parametrize("src", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("src", [torch.bfloat16, torch.float16,
+                                 torch.float32])
 def test_casts_into_float8_are_torchs_casts(file_dir, src):
-    """A plain copy_ of bf16/f16 weights into float8 parameters: the
-    library's cast of every finite value is the bytes of torch's own."""
+    """A plain copy_ of bf16/f16/f32 weights into float8 parameters: the
+    library's cast of each finite value is the bytes of torch's own."""
     fulls = {f"w.{f}": _finite_patterns(src, (256, 256)) for f in ("a", "b")}
     params = {"w.a": torch.zeros(256, 256, dtype=E4M3),
               "w.b": torch.zeros(256, 256, dtype=E5M2)}

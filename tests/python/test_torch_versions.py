@@ -1,0 +1,82 @@
+"""What torch 1.13 and torch 2.x do differently where the package looks:
+the capture asks the running torch whether `t[...] = v` into memory-sharing
+elements raises (2.x) or fills (1.13), storages are told apart without
+torch 2.x's TypedStorage deprecation warning, and a capture, replay and
+receive run warning-free on either (docs/python.md, "Supported versions")."""
+import warnings
+
+import torch
+
+import reshard
+from reshard.capture_hook import setitem_refuses_overlap, storage_key
+from reshard.quant import quantize_fp8
+from trainer_ranks import publish_and_pull
+
+
+def test_the_setitem_probe_is_what_torch_does_to_a_parameter():
+    p = torch.nn.Parameter(torch.zeros(3, 4))
+    try:
+        p.data[1:].t().expand(2, 4, 2)[...] = 1.0
+        raised = False
+    except RuntimeError as e:
+        assert "single memory location" in str(e)
+        raised = True
+    assert setitem_refuses_overlap() == raised
+    assert raised == (int(torch.__version__.split(".")[0]) >= 2)
+
+
+def test_storages_are_told_apart_without_warnings():
+    a, b = torch.zeros(4, 4), torch.zeros(4, 4)
+    meta = torch.empty(4, 4, device="meta")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert storage_key(a) == storage_key(a[1:].t())
+        assert storage_key(a) != storage_key(b)
+        assert storage_key(meta) == storage_key(meta.view(16))
+        assert storage_key(meta) != storage_key(torch.empty(1, device="meta"))
+
+
+def _load(params):
+    def load(weights):
+        for name, w in weights:
+            if name == "w":
+                half = w.shape[0] // 2
+                params["a"].data.narrow(0, 0, half).copy_(w[half:])
+                params["a"][half:] = w.chunk(2)[0]
+                params["b"].data[0].fill_(0)
+                params["b"].data[1:].t().copy_(w[:, 1:].to(torch.float16))
+            else:
+                q, s = quantize_fp8(w.split(128)[1], "fp8_block",
+                                    block=(128, 128))
+                params["q"].copy_(q)
+                params["s"][:] = s.view(1, 1)
+    return load
+
+
+def test_capture_replay_and_receive_warn_nothing(file_dir):
+    """Every warning (deprecations included) is an error here."""
+    g = torch.Generator().manual_seed(7)
+    fulls = {"w": torch.randn(8, 6, generator=g).to(torch.bfloat16),
+             "x": torch.randn(256, 128, generator=g)}
+
+    def fresh():
+        return {"a": torch.zeros(8, 6, dtype=torch.bfloat16),
+                "b": torch.zeros(6, 8, dtype=torch.float16),
+                "q": torch.zeros(128, 128, dtype=torch.uint8),
+                "s": torch.zeros(1, 1)}
+    want = fresh()
+    _load(want)(iter(fulls.items()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        params = fresh()
+        cap = reshard.capture(sources=fulls, params=params,
+                              load=_load(params))
+        assert cap.unsupported == {} and len(cap.copies) == 4
+        got = fresh()
+        cap.replay(fulls, got)
+        publish_and_pull(file_dir, cap, fulls, params, model="w")
+    for name, t in want.items():
+        bits = torch.int16 if t.element_size() == 2 else \
+            torch.int32 if t.element_size() == 4 else torch.uint8
+        assert torch.equal(got[name].view(bits), t.view(bits)), name
+        assert torch.equal(params[name].view(bits), t.view(bits)), name
