@@ -184,9 +184,9 @@ def quantize_fp8(weight, scheme="fp8_block", block=None, fmt="f8e4m3",
     the float8 dtype passed as `fmt` on torch 2.x: `values_dtype`) and
     float32 scales (the block grid, ceil(shape[d] / block[d]) per dim) of
     a bf16, f16 or f32 tensor under the rule above. `block` is fp8_block's
-    extents for the trailing dims (e.g. (128, 128)). ValueError for a bad spec, an
-    unsupported dtype or a block holding NaN or an infinity (`name` names
-    the tensor in messages)."""
+    extents for the trailing dims (e.g. (128, 128)). ValueError for a bad
+    spec, an unsupported dtype or a block holding NaN or an infinity
+    (`name` names the tensor in messages)."""
     if has_torch_function((weight,)):
         # A tensor subclass or a torch function mode takes the call (the
         # capture's placeholder records it).

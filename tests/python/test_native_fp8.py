@@ -13,7 +13,7 @@ import reshard
 from reshard.quant import quantize_fp8
 from trainer_ranks import publish_and_pull
 from test_capture_quant import SOURCES, _weights
-from test_quant_landing import Trainers
+from test_quant_landing import pull_versions
 
 pytestmark = pytest.mark.skipif(
     not hasattr(torch, "float8_e4m3fn"),
@@ -120,18 +120,9 @@ def test_float8_parameters_are_captured_as_their_format():
 def test_float8_parameters_receive_what_the_loader_computes(file_dir,
                                                             backend):
     params = _params()
-    cap = reshard.capture(sources=_weights(SOURCES), params=params,
-                          load=native_loader(params))
-    with Trainers(file_dir, backend, seed=31) as t:
-        with reshard.Receiver(file_dir, "m", cap, params, backend=backend,
-                              discover_timeout_s=20) as r:
-            for version, seed in ((1, 31), (2, 32)):
-                if version > 1:
-                    t.set(seed)
-                t.publish(version)
-                assert r.pull(version).version == version
-                _assert_lands(params, _eager(t.full), version)
-                t.wait_released(version)
+    pull_versions(file_dir, backend, params, native_loader, (31, 32),
+                  lambda version, full: _assert_lands(params, _eager(full),
+                                                      version))
 
 
 @pytest.mark.parametrize("dest", ["float8", "uint8"])
