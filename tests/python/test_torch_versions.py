@@ -1,10 +1,13 @@
 """What torch 1.13 and torch 2.x do differently where the package looks:
 the capture asks the running torch whether `t[...] = v` into memory-sharing
 elements raises (2.x) or fills (1.13), storages are told apart without
-torch 2.x's TypedStorage deprecation warning, and a capture, replay and
-receive run warning-free on either (docs/python.md, "Supported versions")."""
+torch 2.x's TypedStorage deprecation warning, a capture, replay and
+receive run warning-free on either, and torch 2.x's squeeze of several
+dims is recorded as one squeeze per dim (docs/python.md, "Supported
+versions")."""
 import warnings
 
+import pytest
 import torch
 
 import reshard
@@ -80,3 +83,24 @@ def test_capture_replay_and_receive_warn_nothing(file_dir):
             torch.int32 if t.element_size() == 4 else torch.uint8
         assert torch.equal(got[name].view(bits), t.view(bits)), name
         assert torch.equal(params[name].view(bits), t.view(bits)), name
+
+
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                    reason=f"torch {torch.__version__} squeezes one dim "
+                           f"at a time (several: torch 2.0+)")
+@pytest.mark.parametrize("dims,ops", [
+    ((0, 2), [["squeeze", 2], ["squeeze", 0]]),
+    ((-4, 1), [["squeeze", 1], ["squeeze", 0]]),      # dim 1 is kept: 6
+])
+def test_squeeze_of_several_dims_is_one_squeeze_per_dim(file_dir, dims, ops):
+    w = torch.arange(24, dtype=torch.float32).reshape(1, 6, 1, 4)
+    want = w.squeeze(dims)
+    params = {"p": torch.zeros(want.shape)}
+
+    def load(ws):
+        for _, x in ws:
+            params["p"].copy_(x.squeeze(dims))
+    cap = reshard.capture(sources={"w": w}, params=params, load=load)
+    assert [c["ops"] for c in cap.to_dict()["copies"]] == [ops]
+    publish_and_pull(file_dir, cap, {"w": w}, params, model="sq")
+    assert torch.equal(params["p"], want)
