@@ -2,9 +2,9 @@
 the capture asks the running torch whether `t[...] = v` into memory-sharing
 elements raises (2.x) or fills (1.13), storages are told apart without
 torch 2.x's TypedStorage deprecation warning, a capture, replay and
-receive run warning-free on either, and torch 2.x's squeeze of several
-dims is recorded as one squeeze per dim (docs/python.md, "Supported
-versions")."""
+receive run warning-free on either, torch 2.x's squeeze of several dims
+is recorded as one squeeze per dim, and its load_state_dict(assign=True)
+as copies (docs/python.md, "Supported versions")."""
 import warnings
 
 import pytest
@@ -104,3 +104,30 @@ def test_squeeze_of_several_dims_is_one_squeeze_per_dim(file_dir, dims, ops):
     assert [c["ops"] for c in cap.to_dict()["copies"]] == [ops]
     publish_and_pull(file_dir, cap, {"w": w}, params, model="sq")
     assert torch.equal(params["p"], want)
+
+
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2,
+                    reason=f"torch {torch.__version__}'s load_state_dict "
+                           f"has no assign= (torch 2.1+)")
+def test_load_state_dict_with_assign_is_captured_as_copies():
+    """assign=True replaces the module's parameters by the checkpoint's
+    tensors (torch 2.1+): captured as copies, and the live model keeps its
+    own parameter objects and bytes."""
+    g = torch.Generator().manual_seed(5)
+    m = torch.nn.Linear(4, 3)
+    before = {n: (p, p.detach().clone()) for n, p in m.named_parameters()}
+    sd = {"weight": torch.randn(3, 4, generator=g),
+          "bias": torch.randn(3, generator=g)}
+    cap = reshard.capture(
+        model=m, sources=sd,
+        load=lambda ws: m.load_state_dict(dict(ws), assign=True))
+    assert cap.unsupported == {} and cap.unattributed == 0
+    assert [(c["src"], c["param"], c["ops"]) for c in cap.copies] == \
+        [("weight", "weight", []), ("bias", "bias", [])]
+    for n, p in m.named_parameters():
+        assert p is before[n][0] and torch.equal(p, before[n][1]), n
+    got = {n: torch.zeros_like(p) for n, p in m.named_parameters()}
+    cap.replay(sd, got)
+    m.load_state_dict(sd, assign=True)
+    for n, p in m.named_parameters():
+        assert torch.equal(got[n], p), n
