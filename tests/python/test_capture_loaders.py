@@ -1845,6 +1845,13 @@ def _laid_out(shape, perm, step):
                         requires_grad=False)
 
 
+def _storage_ptr(t):
+    """Where a tensor's storage starts, without torch 2.x's TypedStorage
+    deprecation warning (1.13 has only storage())."""
+    return (t.untyped_storage() if hasattr(t, "untyped_storage")
+            else t.storage()).data_ptr()
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_views_of_parameters_laid_out_otherwise(file_dir, seed):
     """Sources copied into random views (merging, stepping, transposing)
@@ -1873,7 +1880,7 @@ def test_random_views_of_parameters_laid_out_otherwise(file_dir, seed):
             local.setstate(states[i])
             data = params[f"p{i}"].data
             view = _random_chain(data, local)
-            if view.storage().data_ptr() == data.storage().data_ptr():
+            if _storage_ptr(view) == _storage_ptr(data):
                 view.copy_(w)                 # a view, not a copy of it
     specs = {f"w{i}": (s, F32) for i, s in enumerate(shapes)}
     accepted(file_dir, make, load, specs)
