@@ -147,6 +147,15 @@ def _reinterprets(x, args):
     return args[1] in (torch.uint8, fmt)
 
 
+def _values_hint(dtype, entry):
+    """How a loader gets values of `dtype` from quantize_fp8, if it can."""
+    if dtype == torch.uint8:
+        return f" (fmt='{entry['quant']['format']}' returns uint8 bits)"
+    if dtypes.is_fp8(dtype):
+        return f" (fmt={dtype} returns {dtype} values)"
+    return ""
+
+
 def _non_unit(shape):
     return [s for s in shape if s != 1]
 
@@ -219,8 +228,9 @@ class QuantRecorder:
         if part == "values" and name == "view" and _reinterprets(x, args):
             # Bits seen as the format's float8 dtype or as uint8: the same
             # values.
-            out = make_placeholder(self.rec, x._rs_raw.view(args[1]),
-                                   x._rs_srcs, [])
+            with torch._C.DisableTorchFunction():
+                raw = x._rs_raw.view(args[1])
+            out = make_placeholder(self.rec, raw, x._rs_srcs, [])
             out._rs_quant = x._rs_quant
             return out
         if part == "scales" and name in _SCALE_RESHAPES:
@@ -254,8 +264,7 @@ class QuantRecorder:
             self.rec.unsupported.setdefault(
                 src, f"op '{name}' at {where} converts the values of "
                      f"quantize_fp8 ({ph._rs_raw.dtype}) to {dst.dtype} as "
-                     f"numbers: quantize with fmt={dst.dtype} for a float8 "
-                     f"parameter, the format's name for uint8 bits")
+                     f"numbers{_values_hint(dst.dtype, entry)}")
             return
         ok = (ph._rs_raw.dtype,) if part == "values" else (torch.float32,)
         region = self.rec.attribute(dst, ok)
