@@ -21,7 +21,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import config
 import reshard
 from inference_model import InferenceModel
 from tensor_parallel import tp_world
@@ -44,10 +43,13 @@ def all_ranks(flag):
     return bool(t.item())
 
 
-def capture_loader(model, cfg):
-    """The engine's loader recorded once; refused if it did anything reshard
-    cannot replay."""
-    cap = reshard.capture(model, sources=config.sources(cfg))
+def capture_loader(model, args):
+    """The engine's loader recorded once, over the tensors the trainers
+    publish (their names, full shapes and dtypes, read from the first
+    version's tables); refused if it did anything reshard cannot replay."""
+    sources = reshard.sources_from_directory(args.directory, args.model,
+                                             timeout_s=args.timeout)
+    cap = reshard.capture(model, sources=sources)
     if cap.unsupported or cap.unattributed:
         raise RefitMismatch(f"capture refused: unsupported {cap.unsupported}"
                             f", unattributed {cap.unattributed_details}")
@@ -132,7 +134,7 @@ def run_inference(args, cfg, out=print):
     rank, world = tp_world()
     model = InferenceModel(cfg)
     params = dict(model.named_parameters())
-    cap = capture_loader(model, cfg)
+    cap = capture_loader(model, args)
     out(f"capture: {len(cap.copies)} copies and {len(cap.fills)} fills "
         f"into {len(cap.params)} params from {len(cap.sources)} sources in "
         f"{cap.seconds * 1e3:.1f} ms")

@@ -212,6 +212,18 @@ class DirGroupInfo(ctypes.Structure):
                 ("note", ctypes.c_char * (DIR_GROUP_NOTE_MAX + 1))]
 
 
+class ShardDesc(ctypes.Structure):
+    """rs_shard_desc_t: one published shard, as rs_sources_shard lends it."""
+    _fields_ = [
+        ("tensor", ctypes.c_char_p), ("dtype", ctypes.c_int),
+        ("elsize", ctypes.c_size_t), ("ndim", ctypes.c_int),
+        ("full_shape", c_int64_p), ("session", ctypes.c_char_p),
+        ("device_id", ctypes.c_int64), ("addr", ctypes.c_uint64),
+        ("offset", c_int64_p), ("shape", c_int64_p),
+        ("digest", ctypes.c_char_p),
+    ]
+
+
 MIRRORS = {
     "rs_diag_t": Diag,
     "rs_publisher_params_t": PublisherParams,
@@ -225,6 +237,7 @@ MIRRORS = {
     "rs_version_info_t": VersionInfo,
     "rs_dir_lease_info_t": DirLeaseInfo,
     "rs_dir_group_info_t": DirGroupInfo,
+    "rs_shard_desc_t": ShardDesc,
 }
 
 # Enumerators the package spells as numbers, checked by test_abi.py too.
@@ -305,6 +318,15 @@ _PROTOS = {
                                  ctypes.c_char_p, _diag_p, ctypes.POINTER(DirGroupInfo)]),
     "rs_dir_group_info": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64,
                                 _diag_p, ctypes.POINTER(DirGroupInfo)]),
+    "rs_dir_wait_ready": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.c_double, ctypes.c_double,
+                                _diag_p, ctypes.POINTER(VersionInfo)]),
+    "rs_dir_read": (_st, [_vp, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, _diag_p,
+                          ctypes.POINTER(_vp), ctypes.POINTER(ctypes.c_size_t)]),
+    "rs_sources_create": (_st, [ctypes.POINTER(_vp)]),
+    "rs_sources_destroy": (None, [_vp]),
+    "rs_sources_load_string": (_st, [_vp, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, _diag_p]),
+    "rs_sources_num_shards": (ctypes.c_size_t, [_vp]),
+    "rs_sources_shard": (None, [_vp, ctypes.c_size_t, ctypes.POINTER(ShardDesc)]),
 }
 
 _lock = threading.Lock()

@@ -18,7 +18,7 @@ import time
 import torch
 
 from . import capture_hook, capture_ops, capture_order, capture_quant, quant
-from .dtypes import from_name, name_of, storage_dtype
+from .dtypes import code_of, from_name, holds, name_of
 from .errors import InputError, InvalidArgument, UnsupportedReshard
 
 SCHEMA = "reshard.capture.v1"
@@ -39,7 +39,8 @@ class Capture:
     (their count), `seconds` (time the capture took) and, on a Capture
     made by `select`, `left_out` (the parameters that lose writes by it).
     An FP8 dtype torch lacks is its short name (reshard.dtypes.F8E4M3),
-    held in uint8 tensors.
+    held in uint8 tensors; where torch has it (2.x) it is torch's float8
+    dtype, and a parameter holds it as that dtype or as uint8 bits.
 
     A fill that overlaps a copy made before it is refused (InputError
     naming both): a receiver applies fills before copies."""
@@ -305,7 +306,9 @@ class Capture:
                 f"values {list(values.shape)} / scales "
                 f"{list(touched.shape)} do not fit {list(dest.shape)} / "
                 f"{list(region.shape)}")
-        dest.copy_(values)
+        # A float8 parameter takes the bits as they are (copy_ would
+        # convert the integers), a uint8 one the bits of a float8 result.
+        dest.copy_(values.view(dest.dtype))
         region.copy_(touched.reshape(region.shape))
 
     def _source_view(self, full_tensors, copy):
@@ -329,7 +332,8 @@ class Capture:
             raise InputError(f"replay: no tensor for parameter '{name}'")
         p = params[name]
         shape, dtype = self.params[name]
-        if tuple(p.shape) != tuple(shape) or p.dtype != storage_dtype(dtype):
+        if tuple(p.shape) != tuple(shape) or not holds(p.dtype,
+                                                         code_of(dtype)):
             raise InputError(
                 f"parameter '{name}': capture has {list(shape)} "
                 f"{name_of(dtype)}, given {list(p.shape)} {name_of(p.dtype)}")

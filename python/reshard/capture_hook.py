@@ -664,6 +664,8 @@ class Recorder:
         if name == "__setitem__":
             with torch._C.DisableTorchFunction():
                 dst = dst[args[1]]
+            if setitem_refuses_overlap():
+                _no_internal_overlap(dst)
         if name == "zero_":
             value = 0
         const = _constant(value) if name in ("fill_", "zero_",
@@ -747,6 +749,24 @@ def _no_internal_overlap(dst):
                 "unsupported operation: more than one element of the "
                 "written-to tensor refers to a single memory location. "
                 "Please clone() the tensor before performing the operation.")
+
+
+_SETITEM_OVERLAP = []
+
+
+def setitem_refuses_overlap():
+    """Whether this torch's `t[...] = value` raises for a destination whose
+    elements share memory, as copy_ does (torch 2.x; 1.13 writes it like
+    fill_, which every version allows). Asked of torch once, on a
+    two-element CPU tensor, since meta tensors never raise."""
+    if not _SETITEM_OVERLAP:
+        with torch._C.DisableTorchFunction():
+            try:
+                torch.zeros(1).expand(2)[...] = 0.0
+                _SETITEM_OVERLAP.append(False)
+            except RuntimeError:
+                _SETITEM_OVERLAP.append(True)
+    return _SETITEM_OVERLAP[0]
 
 
 def shared_memory(tensors):

@@ -139,7 +139,11 @@ def _squeeze(x, args, kwargs):
     if a["dim"] is None:
         return [["squeeze"]]
     if isinstance(a["dim"], (tuple, list)):
-        raise NotAView("squeezes several dims at once")
+        # torch 2.x's squeeze of several dims: each dim of extent 1 among
+        # them goes, as one squeeze per dim from the last (the earlier
+        # dims keep their numbers).
+        dims = {_dim(d, max(x.dim(), 1)) for d in a["dim"]}
+        return [["squeeze", d] for d in sorted(dims, reverse=True)]
     return [["squeeze", _dim(a["dim"], max(x.dim(), 1))]]
 
 

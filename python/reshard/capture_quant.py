@@ -138,6 +138,24 @@ def quant_spec(ops, shape, scheme, view_blocks, fmt):
     return spec
 
 
+def _reinterprets(x, args):
+    """Whether `view(args[1])` on quantize_fp8 values x reads their bits as
+    uint8 or as the float8 dtype of their format (torch 2.x)."""
+    if len(args) != 2 or not isinstance(args[1], torch.dtype):
+        return False
+    fmt = dtypes.from_name(x._rs_quant[0]["quant"]["format"])
+    return args[1] in (torch.uint8, fmt)
+
+
+def _values_hint(dtype, entry):
+    """How a loader gets values of `dtype` from quantize_fp8, if it can."""
+    if dtype == torch.uint8:
+        return f" (fmt='{entry['quant']['format']}' returns uint8 bits)"
+    if dtypes.is_fp8(dtype):
+        return f" (fmt={dtype} returns {dtype} values)"
+    return ""
+
+
 def _non_unit(shape):
     return [s for s in shape if s != 1]
 
@@ -158,13 +176,14 @@ class QuantRecorder:
         self.pending = []
 
     def quantize(self, x, scheme, block, fmt):
-        fmt = quant.format_name(fmt)          # bad arguments raise as
+        quant.format_name(fmt)                # bad arguments raise as
         blocks = quant.block_shape(x.shape, scheme, block)  # eagerly
         if x._rs_raw.dtype not in (torch.bfloat16, torch.float16,
                                    torch.float32):
             raise ValueError(f"quantize_fp8: tensor '{x._rs_srcs[0]}' is "
                              f"{x._rs_raw.dtype}, not bf16, f16 or f32")
-        raws = (torch.empty(tuple(x.shape), dtype=torch.uint8, device="meta"),
+        raws = (torch.empty(tuple(x.shape), dtype=quant.values_dtype(fmt),
+                            device="meta"),
                 torch.empty(quant.grid_shape(x.shape, blocks),
                             dtype=torch.float32, device="meta"))
         if x._rs_ops is not None and (is_pieced(x) or x._rs_cast is not None):
@@ -176,7 +195,7 @@ class QuantRecorder:
         src, where = x._rs_srcs[0], location()
         try:
             spec = quant_spec(x._rs_ops, self.rec.source_shapes[src], scheme,
-                              blocks, fmt)
+                              blocks, quant.format_name(fmt))
         except NotQuantizable as e:
             self.rec.mark([x], f"quantize_fp8 {e}")
             return self._outputs(raws, x, None)
@@ -206,6 +225,14 @@ class QuantRecorder:
             target = target_dtype(name, x, args[1:], kwargs)
             if target is None or target == x._rs_raw.dtype:
                 return x
+        if part == "values" and name == "view" and _reinterprets(x, args):
+            # Bits seen as the format's float8 dtype or as uint8: the same
+            # values.
+            with torch._C.DisableTorchFunction():
+                raw = x._rs_raw.view(args[1])
+            out = make_placeholder(self.rec, raw, x._rs_srcs, [])
+            out._rs_quant = x._rs_quant
+            return out
         if part == "scales" and name in _SCALE_RESHAPES:
             try:
                 with torch._C.DisableTorchFunction():
@@ -233,9 +260,13 @@ class QuantRecorder:
                      f"{where}")
             return
         fmt = dtypes.from_name(entry["quant"]["format"])
-        ok = (torch.uint8,) if part == "values" else (torch.float32,)
-        if part == "values" and not isinstance(fmt, str):
-            ok += (fmt,)
+        if part == "values" and dst.dtype != ph._rs_raw.dtype:
+            self.rec.unsupported.setdefault(
+                src, f"op '{name}' at {where} converts the values of "
+                     f"quantize_fp8 ({ph._rs_raw.dtype}) to {dst.dtype} as "
+                     f"numbers{_values_hint(dst.dtype, entry)}")
+            return
+        ok = (ph._rs_raw.dtype,) if part == "values" else (torch.float32,)
         region = self.rec.attribute(dst, ok)
         if region is not None and region[1] is None:
             region = None        # a parameter laid out otherwise, merged

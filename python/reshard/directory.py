@@ -100,6 +100,26 @@ class Directory:
             v.version, _STATES.get(v.state, "?"), v.slots, v.published),
             "rs_dir_list", self._open(), _lib.enc(model), DIAG)
 
+    def wait_ready(self, model, version=-1, timeout_s=60.0):
+        """The VersionInfo of `version` once it is READY (-1: the newest
+        READY version); ReshardTimeout after timeout_s."""
+        v = _lib.VersionInfo()
+        _lib.call("rs_dir_wait_ready", self._open(), _lib.enc(model),
+                  int(version), float(timeout_s), 0.0, DIAG, v)
+        return VersionInfo(v.version, _STATES.get(v.state, "?"), v.slots,
+                           v.published)
+
+    def table(self, model, version, slot):
+        """The shard table (bytes) slot `slot`'s first publisher published
+        for a READY version; its digest is checked."""
+        buf, n = ctypes.c_void_p(), ctypes.c_size_t()
+        _lib.call("rs_dir_read", self._open(), _lib.enc(model), int(version),
+                  int(slot), DIAG, ctypes.byref(buf), ctypes.byref(n))
+        try:
+            return ctypes.string_at(buf, n.value)
+        finally:
+            _lib.libc().free(buf)
+
     def leases(self, model, version):
         """The live leases of a version, in holder order (InputError for a
         version never created)."""

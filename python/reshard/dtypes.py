@@ -7,7 +7,9 @@ The short names are what reshard.capture.v1 and the shard tables write
 A torch without float8 dtypes (1.13) stands the FP8 formats in with their
 short names, F8E4M3 = "f8e4m3" and F8E5M2 = "f8e5m2": a capture's
 quantized parameters carry them, and uint8 tensors hold their bits
-(`storage_dtype`).
+(`storage_dtype`). On a torch with them (2.x) F8E4M3 and F8E5M2 are
+torch.float8_e4m3fn and torch.float8_e5m2, and tensors of those dtypes
+hold FP8 values; uint8 tensors holding the bits are accepted there too.
 """
 import torch
 
@@ -76,13 +78,20 @@ def code_of(dtype):
     return _BY_TORCH[dtype][1]
 
 
+def is_fp8(dtype):
+    """Whether `dtype` is one of the FP8 formats (a torch float8 dtype, or
+    the short name standing in for one)."""
+    return any(dtype is f or dtype == f for f in FP8)
+
+
 def holds(tensor_dtype, code):
     """Whether tensors of `tensor_dtype` hold values of the rs_dtype_t
-    `code`: the same dtype, or uint8 for an FP8 format torch has no dtype
-    for."""
+    `code`: the same dtype, or uint8 holding the bits of an FP8 format
+    (on every torch: the only way on one without float8 dtypes)."""
     for t, _, c in _TABLE:
         if c == code:
-            return tensor_dtype == storage_dtype(t)
+            return tensor_dtype == storage_dtype(t) or (
+                is_fp8(t) and tensor_dtype == torch.uint8)
     return False
 
 

@@ -26,6 +26,11 @@ quantize_wanted=True) also works on top of "arena": each version serves an
 FP8 copy "<name>#<spec>" and its scales "<name>#<spec>#scale" of the
 matching tensors, made of the blocks wholly inside each registered box
 (docs/quantized-refit.md, "Publisher-side quantization").
+A wire dtype (wire_dtype=, for the publisher or per registration) serves a
+floating tensor in another floating dtype: the box is served from a host
+copy in that dtype, allocated once and refilled by torch's cast at every
+publish, and the table declares the wire dtype. register_dtensor publishes
+a torch.distributed DTensor's local shard (reshard.dtensor).
 """
 import ctypes
 import math
@@ -34,7 +39,8 @@ import weakref
 
 import torch
 
-from . import _args, _interrupt, _lib, dtypes, errors, layouts
+from . import _args, _interrupt, _lib, dtypes, errors, layouts, wire
+from . import dtensor as _dtensor
 from ._handle import Handle, notice_cb
 from ._lib import DIAG
 
@@ -53,27 +59,29 @@ class _Entry:
     base moved on) or a host copy of it (the view is not held then: a
     trainer offloading a parameter frees its device memory)."""
 
-    def __init__(self, bx, how):
+    def __init__(self, bx, how, wire_dtype, alloc):
         self.name, self.full_shape, self.offset = (bx.name, bx.full_shape,
                                                    bx.offset)
         self.shape = tuple(int(d) for d in bx.view.shape)
         self.source = bx.source if bx.source is not None else \
             layouts.source_of(bx.view)
         self.how = how      # "register_fused(tensor [8, 4] float32)"
+        self.wire = wire_dtype  # the dtype served (the table declares)
+        self.alloc = alloc      # (shape, dtype) -> a host buffer
         self.view = self.host = None
         self.ptr = None     # the address registered; None: not registered
         self.take(bx.view.detach())
 
     def take(self, view):
         """Serves `view` (the box derived now) from now on: in place, or
-        through a host buffer (the one it had, or a new one: same shape and
-        dtype, the box's) that publish fills."""
-        if not _needs_host(view):
+        through a host buffer in the wire dtype (the one it had, or a new
+        one of the box's shape: allocated once, so a cast costs one copy of
+        the box in the wire dtype) that publish fills."""
+        if not _needs_host(view) and view.dtype == self.wire:
             self.view, self.host = view, None
             return
         if self.host is None:
-            self.host = torch.empty(view.shape, dtype=view.dtype,
-                                    pin_memory=torch.cuda.is_available())
+            self.host = self.alloc(view.shape, self.wire)
         self.view = None
 
     def served(self):
@@ -109,6 +117,14 @@ def _overlap(a, b):
         for oa, sa, ob, sb in zip(a.offset, a.shape, b.offset, b.shape))
 
 
+def _how_dtensor(dt):
+    """"register_dtensor(DTensor [8, 4] float32 (Shard(dim=0),) on
+    mesh [2])", for messages."""
+    return f"register_dtensor(DTensor {list(dt.shape)} " \
+        f"{layouts.dtype_text(dt.dtype)} {tuple(dt.placements)} on mesh " \
+        f"{list(dt.device_mesh.shape)})"
+
+
 def _how(call, tensor):
     return f"{call}(tensor {list(tensor.shape)} " \
         f"{layouts.dtype_text(tensor.dtype)})"
@@ -129,11 +145,15 @@ class Publisher(Handle):
     version before v is released raises InvalidArgument); notice: called
     with each notice (directory outages, UCX falling back to ordinary
     memory, cuts records the publisher cannot use), else they go to
-    stderr. cut_aligned: before staging each version, read every receiver's
-    announced cuts from the directory and serve each shard as the sub-boxes
-    between them; cuts_file: also cut at a reshard.cuts.v1 file's cuts
-    (`reshard cuts` writes one for an inference layout). Either one implies
-    staging="arena" and refuses any other staging. quantize: "GLOB=SPEC"
+    stderr. wire_dtype: the dtype floating tensors are published in (a
+    torch dtype or a name: "bf16"; default: each tensor's own): each box
+    is served from a copy in that dtype, made by torch's cast from the
+    live tensor at every publish; a registration's own wire_dtype
+    overrides it. cut_aligned: before staging each version, read every
+    receiver's announced cuts from the directory and serve each shard as
+    the sub-boxes between them; cuts_file: also cut at a reshard.cuts.v1
+    file's cuts (`reshard cuts` writes one for an inference layout).
+    Either one implies staging="arena" and refuses any other staging. quantize: "GLOB=SPEC"
     strings (fnmatch over tensor names, e.g.
     "*.mlp.experts.*.weight=fp8_block:128x128:f8e4m3"): each version also
     serves the matching tensors quantized to FP8 as "<name>#<spec>" with
@@ -149,8 +169,9 @@ class Publisher(Handle):
                  replica=0, session=None, digests=True, heartbeat_s=1.0,
                  publish_retry_s=60.0, notice=None, staging=None,
                  cut_aligned=False, cuts_file=None, quantize=(),
-                 quantize_wanted=False):
+                 quantize_wanted=False, wire_dtype=None):
         _args.choice("publisher: backend", backend, _args.BACKENDS)
+        self.wire_dtype = wire.parse(wire_dtype, "publisher: wire_dtype")
         if staging is not None:
             _args.choice("publisher: staging", staging, _lib.STAGING)
         if isinstance(quantize, (str, bytes)):
@@ -227,6 +248,15 @@ class Publisher(Handle):
         flat = torch.frombuffer(mem, dtype=torch.uint8)[:nbytes]
         return flat.view(dtype).view(shape)
 
+    def _host_buffer(self, shape, dtype):
+        """Host memory a box is served from when it cannot be served in
+        place (device memory, or a wire dtype): from the exposer in
+        staging "in_place", which serves only such memory."""
+        if self.staging == "in_place":
+            return self.alloc_tensor(shape, dtype)
+        return torch.empty(tuple(shape), dtype=dtype,
+                           pin_memory=torch.cuda.is_available())
+
     def _free(self, ptr):
         """The last view of an alloc_tensor buffer is gone."""
         with self._lock:
@@ -239,34 +269,51 @@ class Publisher(Handle):
                 self._closing = None
 
     # -- registering ---------------------------------------------------
-    def register(self, name, tensor, full_shape=None, offset=None):
+    # Every registration takes wire_dtype=: the dtype its boxes are served
+    # in (default: the publisher's wire_dtype for a floating tensor).
+    def register(self, name, tensor, full_shape=None, offset=None, *,
+                 wire_dtype=None):
         """Publishes `tensor` (contiguous) as the block of the full tensor
         `name` at `offset` (default: the whole tensor at offset 0)."""
         self._add([layouts.box(name, tensor, full_shape, offset)],
-                  _how("register", tensor))
+                  _how("register", tensor), wire_dtype)
 
-    def register_shard(self, name, tensor, full_shape, dim, rank, world):
+    def register_shard(self, name, tensor, full_shape, dim, rank, world, *,
+                       wire_dtype=None):
         """`tensor` is rank's torch.chunk piece of `full_shape` on `dim`."""
         self._add(layouts.shard(name, tensor, full_shape, dim, rank, world),
-                  _how("register_shard", tensor))
+                  _how("register_shard", tensor), wire_dtype)
 
-    def register_replicated(self, name, tensor):
+    def register_replicated(self, name, tensor, *, wire_dtype=None):
         """`tensor` is the whole of `name` (every rank holds it)."""
         self._add(layouts.replicated(name, tensor),
-                  _how("register_replicated", tensor))
+                  _how("register_replicated", tensor), wire_dtype)
 
-    def register_fused(self, names, tensor, full_shapes, rank=0, world=1):
+    def register_fused(self, names, tensor, full_shapes, rank=0, world=1, *,
+                       wire_dtype=None):
         """Fused storage on dim 0 holding each name's piece in order (see
         layouts.fused); published without a copy."""
         self._add(layouts.fused(names, tensor, full_shapes, rank, world),
-                  _how("register_fused", tensor))
+                  _how("register_fused", tensor), wire_dtype)
 
     def register_fused_qkv(self, names, tensor, num_heads, num_kv_heads,
-                           head_dim, rank=0, world=1):
+                           head_dim, rank=0, world=1, *, wire_dtype=None):
         """Megatron's fused QKV under the q/k/v names (layouts.fused_qkv)."""
         self._add(layouts.fused_qkv(names, tensor, num_heads, num_kv_heads,
                                     head_dim, rank, world),
-                  _how("register_fused_qkv", tensor))
+                  _how("register_fused_qkv", tensor), wire_dtype)
+
+    def register_dtensor(self, name, dtensor, *, wire_dtype=None):
+        """Publishes this rank's local shard of the torch.distributed
+        DTensor `dtensor` (torch 2.x) as the boxes of the full tensor its
+        placements give it over its device mesh (reshard.dtensor): Shard
+        and _StridedShard on any mesh dims, uneven or empty shards,
+        Replicate (every holder publishes the same box; a receiver reads
+        each element from one). Nothing when this rank holds no element
+        or is outside the mesh. LayoutError naming the tensor for Partial
+        and other placements."""
+        boxes = _dtensor.boxes(name, dtensor)
+        self._add(boxes, _how_dtensor(dtensor), wire_dtype, name)
 
     def unregister(self, name):
         """Stops publishing every box of `name` (call after wait_released:
@@ -283,12 +330,20 @@ class Publisher(Handle):
                 self._entries.remove(mine.pop())
             del self._by_name[name]
 
-    def _add(self, boxes, how):
+    def _add(self, boxes, how, wire_dtype=None, label=None):
+        """Registers `boxes` (from the call `how`, of the tensors `label`:
+        default the boxes' names), served in `wire_dtype`."""
+        if label is None:
+            label = "+".join(dict.fromkeys(b.name for b in boxes))
         with self._lock:
             self._open()
-            entries = [_Entry(b, how) for b in boxes]
-            for e in entries:
-                dtypes.code_of(e.source.dtype)
+            wanted = wire.parse(wire_dtype,
+                                f"publisher: tensor '{label}' ({how})")
+            for b in boxes:
+                dtypes.code_of(b.view.dtype)
+            entries = [_Entry(b, how, wire.served(b.name, b.view.dtype,
+                                                  self.wire_dtype, wanted),
+                              self._host_buffer) for b in boxes]
             self._check_overlap(entries)
             done = []
             try:

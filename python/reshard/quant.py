@@ -15,8 +15,11 @@ The scale is the dequantization multiplier (x ~ q * scale), as FP8
 checkpoints' weight_scale_inv tensors are. A block holding NaN or an
 infinity is refused. PyTorch 1.13 has no float8 dtype, so values come back
 as uint8 tensors holding the FP8 bit patterns (`decode` reads them back);
-every step is float32 arithmetic and integer bit manipulation, so the
-result is bit for bit what libreshard's rs_quant_box computes.
+on torch 2.x, `fmt=torch.float8_e4m3fn` (or float8_e5m2) returns them as
+that dtype instead, the same bits. Every step is float32 arithmetic and
+integer bit manipulation, so the result is bit for bit what libreshard's
+rs_quant_box computes (and what torch's own cast of x / scale to the
+float8 dtype gives).
 
 During capture (reshard.capture) the weight is a placeholder and the call
 is recorded instead: quantize_fp8 dispatches through torch.overrides, so the
@@ -52,6 +55,13 @@ def format_name(fmt):
         raise ValueError(f"quantize_fp8: format {fmt!r} is not f8e4m3 or "
                          f"f8e5m2")
     return name
+
+
+def values_dtype(fmt):
+    """The dtype of quantize_fp8's values for `fmt`: the torch float8 dtype
+    when fmt is one, uint8 bit patterns for a name."""
+    format_name(fmt)
+    return fmt if isinstance(fmt, torch.dtype) else torch.uint8
 
 
 def check_spec(scheme, block):
@@ -170,19 +180,20 @@ def _refuse_non_finite(x, blocks, name):
 
 def quantize_fp8(weight, scheme="fp8_block", block=None, fmt="f8e4m3",
                  name="weight"):
-    """(q, scale): the FP8 bit patterns (uint8, weight's shape) and float32
-    scales (the block grid, ceil(shape[d] / block[d]) per dim) of a bf16,
-    f16 or f32 tensor under the rule above. `block` is fp8_block's extents
-    for the trailing dims (e.g. (128, 128)). ValueError for a bad spec, an
-    unsupported dtype or a block holding NaN or an infinity (`name` names
-    the tensor in messages)."""
+    """(q, scale): the FP8 values (weight's shape; uint8 bit patterns, or
+    the float8 dtype passed as `fmt` on torch 2.x: `values_dtype`) and
+    float32 scales (the block grid, ceil(shape[d] / block[d]) per dim) of
+    a bf16, f16 or f32 tensor under the rule above. `block` is fp8_block's
+    extents for the trailing dims (e.g. (128, 128)). ValueError for a bad
+    spec, an unsupported dtype or a block holding NaN or an infinity
+    (`name` names the tensor in messages)."""
     if has_torch_function((weight,)):
         # A tensor subclass or a torch function mode takes the call (the
         # capture's placeholder records it).
         return handle_torch_function(quantize_fp8, (weight,), weight,
                                      scheme=scheme, block=block, fmt=fmt,
                                      name=name)
-    fmt = format_name(fmt)
+    out_dtype, fmt = values_dtype(fmt), format_name(fmt)
     if weight.dtype not in _SOURCE_DTYPES:
         raise ValueError(f"quantize_fp8: tensor '{name}' is "
                          f"{weight.dtype}, not bf16, f16 or f32")
@@ -199,7 +210,7 @@ def quantize_fp8(weight, scheme="fp8_block", block=None, fmt="f8e4m3",
         per_elem = _expand_scale(scale, x.shape, blocks)
         q = encode(x / per_elem, fmt) if x.numel() else \
             torch.zeros(x.shape, dtype=torch.uint8)
-    return q, scale
+    return q.view(out_dtype), scale
 
 
 def _expand_scale(scale, shape, blocks):

@@ -3,6 +3,7 @@ own process group, driven over a pipe, stopped or killed on demand and
 always reaped), the receiver's capture and live model, and the byte-exact
 comparison with the ground truth.
 """
+import dataclasses
 import json
 import os
 import select
@@ -36,14 +37,17 @@ class TrainerProc:
     """One trainer rank (or data-parallel replica) in its own process."""
 
     def __init__(self, directory, rank, world, backend, cfg, layout="tp",
-                 replica=0, model=MODEL):
+                 replica=0, model=MODEL, script=TRAINER):
+        """`script` runs the rank (default e2e_trainer.py), given `cfg` as
+        JSON (an e2e_models config, or already a JSON-able dict)."""
         self.rank, self.replica = rank, replica
+        if dataclasses.is_dataclass(cfg):
+            cfg = e2e_models.to_json(cfg)
         args = dict(directory=directory, model=model, rank=rank, world=world,
-                    replica=replica, backend=backend, layout=layout,
-                    cfg=e2e_models.to_json(cfg))
+                    replica=replica, backend=backend, layout=layout, cfg=cfg)
         env = child_env()
         self.proc = subprocess.Popen(
-            [sys.executable, str(TRAINER), json.dumps(args)],
+            [sys.executable, str(script), json.dumps(args)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
             start_new_session=True, text=True, bufsize=1)
         self.stopped = False

@@ -5,8 +5,10 @@ same function the test uses for its ground truth), keeps only this rank's
 shards as live tensors, laid out the way a trainer holds them:
 - "tp": every tensor TP-split like torch.chunk (column-parallel on dim 0,
   row-parallel on dim 1), norms and the router replicated;
-- "megatron": as "tp", but q/k/v (weights and biases) in Megatron's fused
-  QKV storage and every gate/up pair in one fused tensor,
+- "megatron": Megatron-Core's own parameters (names and fused storage:
+  linear_qkv by KV-head group, [gate; up] in linear_fc1, a padded
+  vocabulary; tests/python/megatron_layout.py), registered with one
+  reshard.megatron.register_model call,
 and publishes them with reshard.Publisher. New versions are written into
 the same storage in place, as an optimizer step would.
 
@@ -28,6 +30,7 @@ import sys
 import torch
 
 import e2e_models
+import megatron_layout
 import reshard
 
 COLUMN, ROW, REPLICATED = 0, 1, None
@@ -53,84 +56,56 @@ def chunk(full, dim, rank, world):
 class Shards:
     """This rank's live tensors and how to refill them from full tensors."""
 
-    def __init__(self, cfg, layout, rank, world):
+    def __init__(self, cfg, rank, world):
         self.cfg, self.rank, self.world = cfg, rank, world
-        self.groups = []  # (kind, names, live tensor)
-        shapes = e2e_models.hf_shapes(cfg)
-        fused = set()
-        if layout == "megatron":
-            fused = self._fused_groups(shapes)
-        elif layout != "tp":
-            raise ValueError(f"unknown trainer layout '{layout}'")
-        for name in shapes:
-            if name not in fused:
-                self.groups.append(("plain", (name,), None))
-        self.fill(e2e_models.full_tensors(cfg, 0), allocate=True)
+        self.live = {}
+        self.fill(e2e_models.full_tensors(cfg, 0))
 
-    def _fused_groups(self, shapes):
-        """Megatron's fused tensors: q/k/v of every layer (weight, bias)
-        and every gate/up pair (dense MLP, or each expert)."""
-        names = set()
-        for i in range(self.cfg.layers):
-            p = f"model.layers.{i}."
-            for kind in ("weight", "bias"):
-                qkv = tuple(f"{p}self_attn.{x}_proj.{kind}" for x in "qkv")
-                if qkv[0] in shapes:
-                    self.groups.append(("qkv", qkv, None))
-                    names.update(qkv)
-            experts = [f"{p}mlp.experts.{e}." for e in range(self.cfg.experts)]
-            for q in experts or [p + "mlp."]:
-                pair = (q + "gate_proj.weight", q + "up_proj.weight")
-                self.groups.append(("gate_up", pair, None))
-                names.update(pair)
-        return names
-
-    def _build(self, kind, names, fulls):
-        r, w = self.rank, self.world
-        if kind == "plain":
-            full = fulls[names[0]]
-            dim = split_dim(names[0])
-            return full if dim is None else chunk(full, dim, r, w)
-        if kind == "gate_up":
-            return torch.cat([chunk(fulls[n], 0, r, w) for n in names])
-        return self._megatron_qkv(names, fulls)
-
-    def _megatron_qkv(self, names, fulls):
-        """Rank's KV-head groups, each [its q heads, its k, its v]."""
-        q, k, v = (fulls[n] for n in names)
-        cfg, hd = self.cfg, self.cfg.head_dim
-        q_per = cfg.heads // cfg.kv_heads
-        per_rank = cfg.kv_heads // self.world
-        bands = []
-        for g in range(self.rank * per_rank, (self.rank + 1) * per_rank):
-            bands += [q.narrow(0, g * q_per * hd, q_per * hd),
-                      k.narrow(0, g * hd, hd), v.narrow(0, g * hd, hd)]
-        return torch.cat(bands)
-
-    def fill(self, fulls, allocate=False):
+    def fill(self, fulls):
         """Writes a version's contents into the live tensors in place."""
-        for i, (kind, names, live) in enumerate(self.groups):
-            piece = self._build(kind, names, fulls)
-            if allocate:
-                self.groups[i] = (kind, names, piece.contiguous().clone())
+        for name, full in fulls.items():
+            dim = split_dim(name)
+            piece = full if dim is None else chunk(full, dim, self.rank,
+                                                    self.world)
+            if name in self.live:
+                self.live[name].copy_(piece)
             else:
-                live.copy_(piece)
+                self.live[name] = piece.contiguous().clone()
 
     def register(self, pub):
         shapes = e2e_models.hf_shapes(self.cfg)
         r, w = self.rank, self.world
-        for kind, names, live in self.groups:
-            if kind == "qkv":
-                cfg = self.cfg
-                pub.register_fused_qkv(names, live, cfg.heads, cfg.kv_heads,
-                                       cfg.head_dim, r, w)
-            elif kind == "gate_up":
-                pub.register_fused(names, live, shapes[names[0]], r, w)
-            elif split_dim(names[0]) is None:
-                pub.register_replicated(names[0], live)
+        for name, live in self.live.items():
+            if split_dim(name) is None:
+                pub.register_replicated(name, live)
             else:
-                pub.register_shard(names[0], live, shapes[names[0]],
-                                   split_dim(names[0]), r, w)
+                pub.register_shard(name, live, shapes[name], split_dim(name),
+                                   r, w)
+
+
+class MegatronShards:
+    """This rank's Megatron-Core parameters (tensor parallel over the
+    world, one pipeline stage, every expert), refilled in place."""
+
+    def __init__(self, cfg, rank, world):
+        self.cfg, self.rank, self.world = cfg, rank, world
+        self.live = self._params(e2e_models.full_tensors(cfg, 0))
+
+    def _params(self, fulls):
+        return megatron_layout.megatron_rank(fulls, self.cfg, tp=self.world,
+                                             r=self.rank, pad_to=64)[0]
+
+    def fill(self, fulls):
+        for name, t in self._params(fulls).items():
+            self.live[name].copy_(t)
+
+    def register(self, pub):
+        reshard.megatron.register_model(
+            pub, self.live.items(), megatron_layout.shape_of(self.cfg),
+            tp_rank=self.rank, tp_size=self.world)
+
+
+LAYOUTS = {"tp": Shards, "megatron": MegatronShards}
 
 
 def reply(obj):
@@ -160,7 +135,9 @@ def serve(pub, shards, cfg):
 def main():
     a = json.loads(sys.argv[1])
     cfg = e2e_models.from_json(a["cfg"])
-    shards = Shards(cfg, a["layout"], a["rank"], a["world"])
+    if a["layout"] not in LAYOUTS:
+        raise ValueError(f"unknown trainer layout '{a['layout']}'")
+    shards = LAYOUTS[a["layout"]](cfg, a["rank"], a["world"])
     with reshard.Publisher(a["directory"], a["model"], a["rank"], a["world"],
                            backend=a["backend"], replica=a["replica"]) as pub:
         shards.register(pub)

@@ -45,25 +45,34 @@ def _bits(t):
     return t.view(torch.int32) if t.dtype == torch.float32 else t
 
 
-@pytest.mark.parametrize("backend", ["cma", "ucx"])
-def test_fp8_loader_lands_as_torch_computes_it(file_dir, backend):
-    params = _params()
+def pull_versions(directory, backend, params, load, seeds, check):
+    """Captures `load` into `params`, then for each seed publishes a version
+    of SOURCES from two ranks, pulls it and calls check(version, full)."""
     cap = reshard.capture(sources=_weights(SOURCES), params=params,
-                          load=deepseek_loader(params))
-    assert cap.unsupported == {} and len(cap.copies) == 5
-    with Trainers(file_dir, backend, seed=21) as t:
-        with reshard.Receiver(file_dir, "m", cap, params, backend=backend,
+                          load=load(params))
+    assert cap.unsupported == {}
+    with Trainers(directory, backend, seed=seeds[0]) as t:
+        with reshard.Receiver(directory, "m", cap, params, backend=backend,
                               discover_timeout_s=20) as r:
-            for version, seed in ((1, 21), (2, 22)):
+            for version, seed in enumerate(seeds, 1):
                 if version > 1:
                     t.set(seed)
                 t.publish(version)
-                res = r.pull(version)
-                assert res.version == version
-                truth = _truth(t.full)
-                for name, want in truth.items():
-                    assert want.any(), name
-                    assert torch.equal(_bits(params[name]), _bits(want)), \
-                        (version, name)
-                for p in t.pubs:
-                    p.wait_released(version, timeout_s=20)
+                assert r.pull(version).version == version
+                check(version, t.full)
+                t.wait_released(version)
+    return cap
+
+
+@pytest.mark.parametrize("backend", ["cma", "ucx"])
+def test_fp8_loader_lands_as_torch_computes_it(file_dir, backend):
+    params = _params()
+
+    def check(version, full):
+        for name, want in _truth(full).items():
+            assert want.any(), name
+            assert torch.equal(_bits(params[name]), _bits(want)), \
+                (version, name)
+    cap = pull_versions(file_dir, backend, params, deepseek_loader, (21, 22),
+                        check)
+    assert len(cap.copies) == 5

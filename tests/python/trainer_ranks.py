@@ -1,6 +1,9 @@
 """Publisher-side pieces the Python tests share: a set of publisher ranks
 (what every test's Trainers builds on), one publish-and-pull round trip
-of full tensors, and the backend a test parameter names."""
+of full tensors, a receiver of whole tensors, and the backend a test
+parameter names."""
+import torch
+
 import reshard
 
 
@@ -46,6 +49,21 @@ def publish_and_pull(directory, cap, fulls, params, *, model, **kw):
             return r.left_out
     finally:
         pub.close()
+
+
+def whole_receiver(directory, specs, model="m"):
+    """(Receiver, params): a cma Receiver of every tensor of `specs`
+    ({name: (shape, dtype)}) whole, into zeroed parameters of the same
+    name and dtype; its capture is a real one of a loader that copies each
+    source into its parameter."""
+    params = {n: torch.zeros(s, dtype=d) for n, (s, d) in specs.items()}
+
+    def load(weights):
+        for name, w in weights:
+            params[name].copy_(w)
+    cap = reshard.capture(sources=dict(specs), load=load, params=params)
+    return reshard.Receiver(directory, model, cap, params, backend="cma",
+                            discover_timeout_s=60), params
 
 
 def backend(name, monkeypatch):
