@@ -136,3 +136,15 @@ def test_installed_package_holds_every_module():
     got = modules(Path(reshard.__file__).parent)
     assert src - got == set()
     assert got - src == {"_wheel_version.py"}
+
+
+
+@installed
+def test_vllm_finds_the_backend_through_the_wheels_entry_point():
+    """vLLM loads its general plugins as entry_points(group=...) and calls
+    each one's load(); the wheel's must be reshard.vllm.register."""
+    import reshard.vllm
+    eps = [ep for ep in importlib.metadata.entry_points(
+        group="vllm.general_plugins") if ep.name == "reshard"]
+    assert [ep.value for ep in eps] == ["reshard.vllm:register"]
+    assert eps[0].load() is reshard.vllm.register
