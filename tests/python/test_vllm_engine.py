@@ -205,6 +205,32 @@ def test_source_handing_out_new_tensors(file_dir):
         trainer.shutdown()
 
 
+def test_strided_source_tensor_updated_in_place(file_dir):
+    """The same strided tensor objects every round, changed in place
+    between rounds (as an optimizer steps a transposed parameter): they are
+    served from copies, and each round installs the bytes they hold then,
+    never the copy of an earlier round."""
+    model = zoo.ZooModel(CFG, 1, 0)
+    first = zoo.make_weights(CFG, seed=11)
+    held = {n: t.t().contiguous().t() if t.dim() == 2 else t.clone()
+            for n, t in first.items()}
+    assert any(not t.is_contiguous() for t in held.values())
+    eng = worker_engine(model)
+    trainer = trainer_engine(file_dir, "cma", lambda: iter(held.items()),
+                             rv.DirectClient(eng))
+    try:
+        for version, seed in ((0, 11), (1, 12)):
+            fresh = zoo.make_weights(CFG, seed=seed)
+            for n, t in held.items():
+                t.copy_(fresh[n])
+            trainer.send_weights()
+            want = zoo.reference_model(CFG, 1, 0, fresh)
+            assert_equal(model, dict(want.named_parameters()),
+                         f"version {version}")
+    finally:
+        trainer.shutdown()
+
+
 @pytest.fixture
 def gloo_world_of_one(tmp_path):
     """A default process group of one rank (gloo), destroyed after."""

@@ -48,8 +48,11 @@ def _is_dtensor(t):
 class Registrations:
     """What one publisher serves of the source: `refresh(publisher)`
     registers each (name, tensor) of the round with the publisher, keeping
-    a registration whose tensor is the same object as last round (the
-    publisher follows its storage) and replacing the others."""
+    a registration that serves the source's own tensor when the round hands
+    out the same object (the publisher follows its storage) and replacing
+    the others. A registration that serves a copy (a strided tensor made
+    contiguous, a gathered DTensor) is made again every round: the copy
+    holds the bytes of the round it was taken in."""
 
     def __init__(self, pairs):
         self._pairs = pairs
@@ -73,14 +76,14 @@ class Registrations:
         if name in self._held:
             publisher.unregister(name)
             del self._held[name]
-        held = tensor
         if _is_dtensor(tensor) and hasattr(publisher, "register_dtensor"):
             publisher.register_dtensor(name, tensor)
-        else:
-            if _is_dtensor(tensor):   # gathered: a new tensor every round
-                tensor = tensor.full_tensor()
-            # A strided tensor is served from a copy made now; the next
-            # round copies again (and receivers replan).
-            publisher.register(name, tensor if tensor.is_contiguous()
-                               else tensor.contiguous())
-        self._held[name] = held
+            self._held[name] = tensor
+            return
+        served = tensor.full_tensor() if _is_dtensor(tensor) else tensor
+        if not served.is_contiguous():
+            served = served.contiguous()
+        publisher.register(name, served)
+        # Only a registration of the source's own tensor follows it; a
+        # copy is taken again next round (and receivers replan).
+        self._held[name] = tensor if served is tensor else None
