@@ -2,7 +2,9 @@
  * the rsd64 digest of the table's bytes and the slot's geometry key, then
  * the table. Both backends keep it as one value (one file, one hash
  * field), so digest and table are replaced together; the reading side
- * checks the digest before anyone parses the table. */
+ * checks the digest before anyone parses the table. A split entry
+ * (dir_split.c) has a header line of its own, which earlier readers
+ * refuse. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 
 #include "core/diag.h"
 #include "dir/dir_impl.h"
+#include "dir/split.h"
 #include "reshard/digest.h"
 
 /* "rsd64:" and 16 hex digits (RS_DIGEST_STR_LEN counts one more) */
@@ -91,6 +94,69 @@ rs_status_t rs__dir_entry_decode(const rs__dir_request_t *req, rs_dir_entry_t *e
         return corrupted(req, e, why, diag);
     }
     memmove(e->table, e->table + RS_DIR_ENTRY_HEADER, len);
+    e->table[len] = '\0';
+    e->len = len;
+    e->geometry = geometry;
+    return RS_OK;
+}
+
+int rs__dir_entry_is_split(const rs_dir_entry_t *e)
+{
+    return e->len >= RS_DIR_SPLIT_HEADER &&
+           memcmp(e->table + RS_DIR_ENTRY_HEADER - 1, " split\n", 7) == 0;
+}
+
+/* "rsd64:<16 hex> <decimal>\n" at line: the geometry document's digest
+ * and size; the bytes after it in *end_p. */
+static int parse_doc_line(const char *line, const char *end, uint64_t *doc_p,
+                          size_t *len_p, const char **end_p)
+{
+    char text[DIGEST_TEXT + 1];
+    if (end - line < DIGEST_TEXT + 3 || line[DIGEST_TEXT] != ' ')
+        return 0;
+    memcpy(text, line, DIGEST_TEXT);
+    text[DIGEST_TEXT] = '\0';
+    if (rs_digest_parse(text, doc_p) != RS_OK)
+        return 0;
+    uint64_t n = 0;
+    const char *p = line + DIGEST_TEXT + 1;
+    for (; p < end && *p >= '0' && *p <= '9' && n < ((uint64_t)1 << 40); p++)
+        n = n * 10 + (uint64_t)(*p - '0');
+    if (p == line + DIGEST_TEXT + 1 || p >= end || *p != '\n')
+        return 0;
+    *len_p = (size_t)n;
+    *end_p = p + 1;
+    return 1;
+}
+
+rs_status_t rs__dir_split_decode(const rs__dir_request_t *req,
+                                 rs_dir_entry_t *e, rs__dir_split_t *split,
+                                 rs_diag_t *diag)
+{
+    char stored[RS_DIGEST_STR_LEN + 1], got[RS_DIGEST_STR_LEN + 1];
+    char why[160];
+    uint64_t want = 0, geometry = 0;
+    const char *h = e->table, *end = e->table + e->len, *rest = NULL;
+    memcpy(stored, h, DIGEST_TEXT);
+    stored[DIGEST_TEXT] = '\0';
+    if (h[DIGEST_TEXT] != ' ' || rs_digest_parse(stored, &want) != RS_OK ||
+        !parse_hex16(h + DIGEST_TEXT + 1, &geometry))
+        return corrupted(req, e, "its digest record is malformed", diag);
+    size_t len = e->len - RS_DIR_SPLIT_HEADER;
+    uint64_t have = rs_digest(h + RS_DIR_SPLIT_HEADER, len);
+    if (have != want) {
+        rs_digest_format(have, got);
+        snprintf(why, sizeof(why), "its %zu bytes of per-version values "
+                 "digest to %s, the stored digest is %s", len, got, stored);
+        return corrupted(req, e, why, diag);
+    }
+    if (!parse_doc_line(h + RS_DIR_SPLIT_HEADER, end, &split->doc,
+                        &split->doc_len, &rest))
+        return corrupted(req, e, "the line naming its geometry document "
+                         "(\"rsd64:<hex> <size>\") is malformed", diag);
+    split->split = 1;
+    len = (size_t)(end - rest);
+    memmove(e->table, rest, len);
     e->table[len] = '\0';
     e->len = len;
     e->geometry = geometry;
