@@ -18,8 +18,9 @@ void rs__receiver_drop_cache(rs_receiver_h r)
     rs_exec_destroy(r->exec);
     rs_transport_destroy(r->transport);
     rs_plan_destroy(r->plan);
+    if (r->memo_for == r->sources) /* else: kept for the new sources */
+        rs__receiver_forget_tables(r);
     rs_sources_destroy(r->sources);
-    rs__receiver_forget_tables(r);
     r->exec = NULL;
     r->transport = NULL;
     r->plan = NULL;
