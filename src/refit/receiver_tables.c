@@ -126,8 +126,9 @@ static rs_status_t classify(rs_sources_h s, size_t first, const char *doc,
     m->reusable = 0;
     size_t cap = 16;
     m->shard_of = malloc(cap * sizeof(*m->shard_of));
-    for (; m->shard_of != NULL &&
-           rs__dir_insert_next(e->table, e->len, &at, &off, &text, &tlen) > 0;
+    if (m->shard_of == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (; rs__dir_insert_next(e->table, e->len, &at, &off, &text, &tlen) > 0;
          i++) {
         if (i == cap) {
             size_t *grown = realloc(m->shard_of, 2 * cap * sizeof(*grown));
@@ -151,8 +152,6 @@ static rs_status_t classify(rs_sources_h s, size_t first, const char *doc,
             return RS_OK; /* parsed, but not reusable */
         m->shard_of[i] = k++;
     }
-    if (m->shard_of == NULL)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     m->ninserts = i;
     m->offsets = rs_digest_final(&offsets);
     m->reusable = !next_digest(s, end, &k);

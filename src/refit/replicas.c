@@ -107,7 +107,7 @@ static rs_status_t load_slot(rs__replicas_t *set, rs_dir_h dir,
         return st;
     for (size_t i = 0; i < sl->count; i++)
         set->bytes += sl->entries[i].len;
-    sl->tries = calloc(sl->count, sizeof(*sl->tries));
+    sl->tries = calloc(sl->count + 1, sizeof(*sl->tries)); /* count >= 1 */
     if (sl->tries == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     pick(set, slot, &sl->chosen);
