@@ -69,33 +69,56 @@ static rs_status_t corrupted(const rs__dir_request_t *req, const rs_dir_entry_t 
                         req->model, why);
 }
 
+/* Checks the digest line at the start of e (its digest and geometry key,
+ * then `header` bytes in all) against the bytes after it; `what` names
+ * those bytes in the message. */
+static rs_status_t check_header(const rs__dir_request_t *req,
+                                const rs_dir_entry_t *e, size_t header,
+                                const char *what, uint64_t *geometry_p,
+                                rs_diag_t *diag)
+{
+    char stored[RS_DIGEST_STR_LEN + 1], got[RS_DIGEST_STR_LEN + 1];
+    char why[160];
+    uint64_t want = 0;
+    const char *h = e->table;
+    memcpy(stored, h, DIGEST_TEXT);
+    stored[DIGEST_TEXT] = '\0';
+    if (h[DIGEST_TEXT] != ' ' || rs_digest_parse(stored, &want) != RS_OK ||
+        !parse_hex16(h + DIGEST_TEXT + 1, geometry_p))
+        return corrupted(req, e, "its digest record is malformed", diag);
+    size_t len = e->len - header;
+    uint64_t have = rs_digest(h + header, len);
+    if (have != want) {
+        rs_digest_format(have, got);
+        snprintf(why, sizeof(why), "its %zu bytes%s digest to %s, the stored "
+                 "digest is %s", len, what, got, stored);
+        return corrupted(req, e, why, diag);
+    }
+    return RS_OK;
+}
+
+/* Leaves only the bytes from `from` on in e. */
+static void keep_tail(rs_dir_entry_t *e, const char *from)
+{
+    size_t len = (size_t)(e->table + e->len - from);
+    memmove(e->table, from, len);
+    e->table[len] = '\0';
+    e->len = len;
+}
+
 rs_status_t rs__dir_entry_decode(const rs__dir_request_t *req, rs_dir_entry_t *e,
                                  rs_diag_t *diag)
 {
-    char stored[RS_DIGEST_STR_LEN + 1], got[RS_DIGEST_STR_LEN + 1];
-    char why[128];
-    uint64_t want = 0, geometry = 0;
-    const char *h = e->table;
-    if (e->len < RS_DIR_ENTRY_HEADER || h[DIGEST_TEXT] != ' ' ||
-        h[RS_DIR_ENTRY_HEADER - 1] != '\n')
+    uint64_t geometry = 0;
+    if (e->len < RS_DIR_ENTRY_HEADER || e->table[DIGEST_TEXT] != ' ' ||
+        e->table[RS_DIR_ENTRY_HEADER - 1] != '\n')
         return corrupted(req, e, "its digest record (\"rsd64:<hex> "
                          "<geometry>\" line) is missing or malformed", diag);
-    memcpy(stored, h, DIGEST_TEXT);
-    stored[DIGEST_TEXT] = '\0';
-    if (rs_digest_parse(stored, &want) != RS_OK ||
-        !parse_hex16(h + DIGEST_TEXT + 1, &geometry))
-        return corrupted(req, e, "its digest record is malformed", diag);
-    size_t len = e->len - RS_DIR_ENTRY_HEADER;
-    uint64_t have = rs_digest(h + RS_DIR_ENTRY_HEADER, len);
-    if (have != want) {
-        rs_digest_format(have, got);
-        snprintf(why, sizeof(why), "its %zu bytes digest to %s, the stored "
-                 "digest is %s", len, got, stored);
-        return corrupted(req, e, why, diag);
-    }
-    memmove(e->table, e->table + RS_DIR_ENTRY_HEADER, len);
-    e->table[len] = '\0';
-    e->len = len;
+    rs_status_t st = check_header(req, e, RS_DIR_ENTRY_HEADER, "", &geometry,
+                                  diag);
+    if (st != RS_OK)
+        return st;
+    keep_tail(e, e->table + RS_DIR_ENTRY_HEADER);
     e->geometry = geometry;
     return RS_OK;
 }
@@ -133,32 +156,18 @@ rs_status_t rs__dir_split_decode(const rs__dir_request_t *req,
                                  rs_dir_entry_t *e, rs__dir_split_t *split,
                                  rs_diag_t *diag)
 {
-    char stored[RS_DIGEST_STR_LEN + 1], got[RS_DIGEST_STR_LEN + 1];
-    char why[160];
-    uint64_t want = 0, geometry = 0;
-    const char *h = e->table, *end = e->table + e->len, *rest = NULL;
-    memcpy(stored, h, DIGEST_TEXT);
-    stored[DIGEST_TEXT] = '\0';
-    if (h[DIGEST_TEXT] != ' ' || rs_digest_parse(stored, &want) != RS_OK ||
-        !parse_hex16(h + DIGEST_TEXT + 1, &geometry))
-        return corrupted(req, e, "its digest record is malformed", diag);
-    size_t len = e->len - RS_DIR_SPLIT_HEADER;
-    uint64_t have = rs_digest(h + RS_DIR_SPLIT_HEADER, len);
-    if (have != want) {
-        rs_digest_format(have, got);
-        snprintf(why, sizeof(why), "its %zu bytes of per-version values "
-                 "digest to %s, the stored digest is %s", len, got, stored);
-        return corrupted(req, e, why, diag);
-    }
-    if (!parse_doc_line(h + RS_DIR_SPLIT_HEADER, end, &split->doc,
-                        &split->doc_len, &rest))
+    uint64_t geometry = 0;
+    const char *rest = NULL;
+    rs_status_t st = check_header(req, e, RS_DIR_SPLIT_HEADER,
+                                  " of per-version values", &geometry, diag);
+    if (st != RS_OK)
+        return st;
+    if (!parse_doc_line(e->table + RS_DIR_SPLIT_HEADER, e->table + e->len,
+                        &split->doc, &split->doc_len, &rest))
         return corrupted(req, e, "the line naming its geometry document "
                          "(\"rsd64:<hex> <size>\") is malformed", diag);
     split->split = 1;
-    len = (size_t)(end - rest);
-    memmove(e->table, rest, len);
-    e->table[len] = '\0';
-    e->len = len;
+    keep_tail(e, rest);
     e->geometry = geometry;
     return RS_OK;
 }

@@ -53,7 +53,7 @@ static int serial;
 
 static uint8_t expected(uint64_t i, int64_t v)
 {
-    return (uint8_t)(i * 31 + (i >> 8) + (uint64_t)v * 101);
+    return u8_rows_byte(i, v);
 }
 
 static void expect_dest(int64_t v)
@@ -66,12 +66,7 @@ static void expect_dest(int64_t v)
 
 static void publish(int64_t v)
 {
-    rs_diag_t d;
-    for (int r = 0; r < ROWS; r++)
-        for (uint64_t j = 0; j < COLS; j++)
-            w.rows[r][j] = expected((uint64_t)r * COLS + j, v);
-    for (int p = 0; p < PUBS; p++)
-        ASSERT_ST(rs_publisher_publish(w.pub[p], v, &d), RS_OK, d);
+    u8_rows_publish(w.pub, PUBS, w.rows, ROWS, COLS, v);
 }
 
 static rs_receiver_h open_receiver(const char *model)
@@ -98,9 +93,7 @@ static void world_open(void)
     snprintf(w.model, sizeof(w.model), "warm%d", ++serial);
     u8_rows_open(w.pub, PUBS, g->url, w.model, w.rows, ROWS, COLS);
     w.cap = u8_whole_capture("w", ROWS, COLS);
-    w.dest = malloc(NBYTES);
-    assert_non_null(w.dest);
-    memset(w.dest, UNTOUCHED, NBYTES);
+    w.dest = u8_filled(NBYTES, UNTOUCHED);
 }
 
 static int world_teardown(void **state)

@@ -18,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <hiredis/hiredis.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,27 +146,14 @@ static void test_bad_insertions_refused(void **state)
 static void tamper_document(const char *m, const char *bytes)
 {
     if (g->redis) {
-        struct timeval tv = {5, 0};
-        redisContext *c = redisConnectWithTimeout("127.0.0.1",
-                                                  g->server.port, tv);
-        assert_true(c != NULL && c->err == 0);
-        redisReply *r = redisCommand(c, "HSET rs:{%s}:geometry 0@p %s", m,
-                                     bytes);
-        assert_non_null(r);
-        freeReplyObject(r);
-        redisFree(c);
+        char key[256];
+        snprintf(key, sizeof(key), "rs:{%s}:geometry", m);
+        dir_env_hset(g, key, "0@p", bytes);
         return;
     }
-    char path[PATH_MAX + 256], stamp[64] = "";
+    char path[PATH_MAX + 256];
     snprintf(path, sizeof(path), "%s/dir/%s/geometry/slot-0@p", g->tmp, m);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_non_null(fgets(stamp, sizeof(stamp), f));
-    fclose(f);
-    assert_non_null(f = fopen(path, "wb"));
-    fputs(stamp, f);
-    fputs(bytes, f);
-    fclose(f);
+    dir_env_rewrite(path, 1, bytes);
 }
 
 static void test_replaced_and_corrupted(void **state)
