@@ -9,8 +9,9 @@
  * The baseline is parsing the same tables (rs_sources_load_string), which a
  * cold pull must do; a warm pull of split entries reuses its parse. Each
  * figure is the best of a few runs, chosen and compared by process CPU
- * time (the machine may be shared), with the wall clock beside it; every
- * figure is also printed as a ratio to the baseline of the same run.
+ * time (the machine may be shared), with the least wall time of those
+ * runs beside it; every figure is also printed as a ratio to the baseline
+ * of the same run.
  *
  * The bench plans bf16 weights: a config with an FP8 quantization_config
  * is loaded without it (the trainers publish bf16, and receivers that
@@ -193,13 +194,19 @@ static double cpu_s(void)
 
 typedef struct sample {
     double wall, cpu;
-    rs_dry_run_t d; /* dry runs only */
+    double wall_min; /* kept: the least wall time of all the samples */
+    rs_dry_run_t d;  /* dry runs only */
 } sample_t;
 
+/* The sample of least CPU time, and the least wall time of any sample
+ * (the wall clock of a shared machine is what the other work leaves). */
 static void keep_best(sample_t *best, const sample_t *x, int first)
 {
+    double wall_min = first || x->wall < best->wall_min ? x->wall
+                                                        : best->wall_min;
     if (first || x->cpu < best->cpu)
         *best = *x;
+    best->wall_min = wall_min;
 }
 
 /* Reading (and digest-checking) every slot's entries, as a pull's tables
@@ -341,9 +348,10 @@ static void report_run(const char *name, const sample_t *x,
 {
     const rs_dry_run_t *d = &x->d;
     char size[RS_UNITS_TEXT_MAX];
-    printf("    %-5s %8.1f ms wall %8.1f ms cpu  %5.3fx parse  (tables %.1f, "
-           "fingerprint %.1f, plan %.1f, prepare %.1f ms; %s)\n", name,
-           x->wall * 1e3, x->cpu * 1e3, x->cpu / parse->cpu,
+    printf("    %-5s %8.1f ms wall %8.1f ms cpu  %5.3fx parse  (discover "
+           "%.1f, tables %.1f, fingerprint %.1f, plan %.1f, prepare %.1f ms; "
+           "%s)\n", name, x->wall_min * 1e3, x->cpu * 1e3,
+           x->cpu / parse->cpu, d->discover_s * 1e3,
            d->tables_s * 1e3, d->fingerprint_s * 1e3, d->plan_s * 1e3,
            d->prepare_s * 1e3, d->replanned ? "planned" : "cached plan");
     printf("          touched: %s read from the directory, %u tables "
@@ -395,17 +403,18 @@ static void measure(bench_t *b)
            c->sessions, c->complete ? "complete" : "INCOMPLETE");
     printf("  parse %8.1f ms wall %8.1f ms cpu  (baseline: "
            "rs_sources_load_string of the same tables)\n",
-           parse.wall * 1e3, parse.cpu * 1e3);
+           parse.wall_min * 1e3, parse.cpu * 1e3);
     report_layout("split entries (publishers' layout):", &split, &parse);
     report_layout("whole tables (earlier layout, parsed every pull):", &whole,
                   &parse);
     printf("  warm pull, split entries: %.1f ms wall (expected under 50 ms), "
            "%.3fx parse, %.3fx a warm pull of whole tables\n",
-           split.warm.wall * 1e3, split.warm.cpu / parse.cpu,
+           split.warm.wall_min * 1e3, split.warm.cpu / parse.cpu,
            split.warm.cpu / whole.warm.cpu);
     printf("  cold pull, split entries: %.1f ms wall = parse + %.1f ms "
            "(expected under parse + 1000 ms), %.3fx parse\n",
-           split.cold.wall * 1e3, (split.cold.wall - parse.wall) * 1e3,
+           split.cold.wall_min * 1e3,
+           (split.cold.wall_min - parse.wall_min) * 1e3,
            split.cold.cpu / parse.cpu);
     rs_capture_destroy(cap);
 }
