@@ -478,6 +478,12 @@ typedef struct rs_pull_result {
      * <agent>; ..." (empty when none). */
     uint32_t failovers;
     char failover_msg[RS_DIAG_MSG_MAX];
+    /* The tables step (docs/refit.md, "The tables"): slots whose parsed
+     * table was reused (only the version's digests read and placed),
+     * slots read whole and parsed, and the bytes read from the directory
+     * for them; summed over the transfers of a pull with failovers. */
+    uint32_t tables_reused, tables_parsed;
+    uint64_t table_bytes_read;
 } rs_pull_result_t;
 
 /* Pulls `version` (< 0: the newest READY one): rs_receiver_stage then
@@ -604,6 +610,10 @@ typedef struct rs_dry_run {
      * topology fingerprint, planning (or renewing digests of the cached
      * plan), preparing descriptors (0 when already prepared), the call */
     double discover_s, tables_s, fingerprint_s, plan_s, prepare_s, total_s;
+    /* as rs_pull_result_t's: parsed tables reused, tables parsed, bytes
+     * read from the directory for the tables */
+    uint32_t tables_reused, tables_parsed;
+    uint64_t table_bytes_read;
 } rs_dry_run_t;
 
 /* A pull of `version` (< 0: the newest READY one) up to the wire: waits for

@@ -145,6 +145,9 @@ class PullResult(ctypes.Structure):
         ("sessions", ctypes.c_uint32),
         ("failovers", ctypes.c_uint32),
         ("failover_msg", ctypes.c_char * DIAG_MSG_MAX),
+        ("tables_reused", ctypes.c_uint32),
+        ("tables_parsed", ctypes.c_uint32),
+        ("table_bytes_read", ctypes.c_uint64),
     ]
 
 
@@ -158,6 +161,9 @@ class DryRun(ctypes.Structure):
         ("discover_s", ctypes.c_double), ("tables_s", ctypes.c_double),
         ("fingerprint_s", ctypes.c_double), ("plan_s", ctypes.c_double),
         ("prepare_s", ctypes.c_double), ("total_s", ctypes.c_double),
+        ("tables_reused", ctypes.c_uint32),
+        ("tables_parsed", ctypes.c_uint32),
+        ("table_bytes_read", ctypes.c_uint64),
     ]
 
 

@@ -45,6 +45,11 @@ class PullResult:
     release_status: str
     release_msg: str
     stages: dict = field(default_factory=dict)
+    # the tables step: slots whose parsed table was reused (only the
+    # version's digests read), slots parsed, bytes read from the directory
+    tables_reused: int = 0
+    tables_parsed: int = 0
+    table_bytes_read: int = 0
 
 
 def _stages_dict(s):
@@ -74,7 +79,8 @@ def _result(r):
         failover_msg=r.failover_msg.decode("utf-8", "replace"),
         release_status=lib.rs_status_str(r.release_status).decode(),
         release_msg=r.release_msg.decode("utf-8", "replace"),
-        stages=_stages_dict(r.stages))
+        stages=_stages_dict(r.stages), tables_reused=r.tables_reused,
+        tables_parsed=r.tables_parsed, table_bytes_read=r.table_bytes_read)
 
 
 class Staged:

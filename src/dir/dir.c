@@ -345,20 +345,17 @@ void rs_dir_entries_free(rs_dir_entry_t *entries, size_t count)
     free(entries);
 }
 
-/* Every entry's digest is checked before any table leaves this file. */
-static rs_status_t decode_all(rs__dir_request_t *req, rs_diag_t *diag)
+/* Every entry's digest is checked before any table leaves this file; a
+ * split entry leaves it spliced with its geometry document. */
+static rs_status_t decode_all(rs_dir_h dir, rs__dir_request_t *req,
+                              rs_diag_t *diag)
 {
     if (req->nentries == 0)
         return rs__diag_set(diag, RS_ERR_INCOMPLETE, "version %lld of '%s': "
                             "slot %lld has no publisher",
                             (long long)req->version, req->model,
                             (long long)req->slot);
-    for (size_t i = 0; i < req->nentries; i++) {
-        rs_status_t st = rs__dir_entry_decode(req, &req->entries[i], diag);
-        if (st != RS_OK)
-            return st;
-    }
-    return RS_OK;
+    return rs__dir_decode_entries(dir, req, NULL, diag);
 }
 
 rs_status_t rs_dir_read_slot(rs_dir_h dir, const char *model,
@@ -374,7 +371,7 @@ rs_status_t rs_dir_read_slot(rs_dir_h dir, const char *model,
                             "NULL output");
     st = call(dir, dir->ops->read, &req, diag);
     if (st == RS_OK)
-        st = decode_all(&req, diag);
+        st = decode_all(dir, &req, diag);
     if (st != RS_OK) {
         rs_dir_entries_free(req.entries, req.nentries);
         return st;

@@ -74,6 +74,17 @@ typedef struct rs__dir_request {
     size_t nleases;
     char *record;
     int swapped;
+    /* geometry_put, geometry_get (split entries, dir_split.c): the
+     * geometry document of (slot, publisher). put: `doc` (doc_len bytes;
+     * NULL: only compare) is stored with digest `generation` unless the
+     * stored document has that digest already; `swapped` 1 when it was
+     * written, -1 when `doc` was NULL and the stored one differs or is
+     * missing. get: `record` (malloc'd, NUL-terminated, record_len bytes)
+     * the stored document and `generation` the digest stored with it;
+     * `record` NULL when there is none. Neither needs the version. */
+    const void *doc;
+    size_t doc_len;
+    size_t record_len;
 } rs__dir_request_t;
 
 /* Every request op has this signature; backends declare theirs with it
@@ -104,6 +115,8 @@ typedef struct rs__dir_ops {
     rs__dir_op_fn list_cuts;
     rs__dir_op_fn group;     /* a group record's compare-and-swap */
     rs__dir_op_fn leases;    /* the live leases of a version */
+    rs__dir_op_fn geometry_put; /* split entries' documents (dir_split.c) */
+    rs__dir_op_fn geometry_get;
 } rs__dir_ops_t;
 
 #define RS_DIR_URL_SHOWN_MAX 512
@@ -171,6 +184,30 @@ rs_status_t rs__dir_entry_encode(uint64_t geometry, const void *table,
  * publisher, slot, version and model when the bytes do not match. */
 rs_status_t rs__dir_entry_decode(const rs__dir_request_t *req, rs_dir_entry_t *e,
                                  rs_diag_t *diag);
+
+/* A split entry (dir_split.c): "rsd64:<16 hex> <16 hex geometry> split\n"
+ * (the digest of the bytes after the line), then "rsd64:<16 hex> <n>\n"
+ * (the geometry document's digest and size), then the insertion lines. An
+ * earlier reader finds no newline at byte 39 and refuses the entry before
+ * parsing anything. */
+#define RS_DIR_SPLIT_HEADER 46
+/* 1 when the stored entry e is a split one (by its first line). */
+int rs__dir_entry_is_split(const rs_dir_entry_t *e);
+/* Checks a split entry's digest and leaves only its insertion lines in e
+ * (e->geometry set), the document it names in *split. RS_ERR_VERIFY naming
+ * the publisher, slot, version and model as rs__dir_entry_decode. */
+struct rs__dir_split;
+rs_status_t rs__dir_split_decode(const rs__dir_request_t *req,
+                                 rs_dir_entry_t *e,
+                                 struct rs__dir_split *split,
+                                 rs_diag_t *diag);
+
+/* Decodes every entry of a read (req->entries): v1 entries whole, split
+ * ones into their parts into splits[i], or, with splits NULL, spliced with
+ * their geometry documents into whole tables (dir_split.c). */
+rs_status_t rs__dir_decode_entries(rs_dir_h dir, rs__dir_request_t *req,
+                                   struct rs__dir_split *splits,
+                                   rs_diag_t *diag);
 
 /* A geometry key as the backends store it: 16 lowercase hex digits. */
 void rs__dir_geometry_hex(uint64_t geometry, char out[17]);

@@ -401,4 +401,6 @@ const rs__dir_ops_t rs__dir_file = {
     .list_cuts = rs__file_dir_list_cuts,
     .group = rs__file_dir_group,
     .leases = rs__file_dir_leases,
+    .geometry_put = rs__file_dir_geometry_put,
+    .geometry_get = rs__file_dir_geometry_get,
 };

@@ -147,6 +147,9 @@ rs__dir_op_t rs__file_dir_group;
  * not released or no name was recorded. */
 void rs__file_dir_released_by(const char *vdir, char out[RS_DIR_NAME_MAX + 1]);
 /* Cuts records (file_cuts.c): DIR/<model>/cuts/<holder>. */
+/* Geometry documents of split entries (file_geometry.c). */
+rs__dir_op_t rs__file_dir_geometry_put;
+rs__dir_op_t rs__file_dir_geometry_get;
 rs__dir_op_t rs__file_dir_put_cuts;
 rs__dir_op_t rs__file_dir_read_cuts;
 rs__dir_op_t rs__file_dir_list_cuts;

@@ -20,7 +20,7 @@
 
 #define DEFAULT_PORT 6379
 #define DEFAULT_TIMEOUT_S 5.0
-#define NKEYS 8
+#define NKEYS 10
 #define RS__STR2(x) #x
 #define RS__STR(x) RS__STR2(x)
 #define MAX_ARGS 4 /* ARGV[2..] of any script */
@@ -434,11 +434,12 @@ typedef struct keys {
  * one cluster node, as a script touching several of them needs. */
 static void make_keys(const rs__dir_request_t *req, keys_t *k)
 {
-    /* KEYS[5], KEYS[7] and KEYS[8] are the model's; the others belong to
-     * the version */
+    /* KEYS[5] and KEYS[7] to KEYS[10] are the model's; the others belong
+     * to the version */
     static const char *const suffix[NKEYS] = {"meta", "slots", "hb",
                                               "leases", "versions",
-                                              "members", "cuts", "cutgen"};
+                                              "members", "cuts", "cutgen",
+                                              "geometry", "geomgen"};
     for (int i = 0; i < NKEYS; i++) {
         if (i != 4 && i < 6)
             snprintf(k->text[i], sizeof(k->text[i]), "rs:{%s}:%lld:%s",
@@ -542,4 +543,6 @@ const rs__dir_ops_t rs__dir_redis = {
     .list_cuts = rs__redis_dir_list_cuts,
     .group = rs__redis_dir_group,
     .leases = rs__redis_dir_leases,
+    .geometry_put = rs__redis_dir_geometry_put,
+    .geometry_get = rs__redis_dir_geometry_get,
 };

@@ -26,11 +26,15 @@ typedef enum rs__redis_script {
     RS_RLUA_LIST_CUTS,
     RS_RLUA_GROUP,
     RS_RLUA_LEASES,
+    RS_RLUA_GEOMETRY_PUT,
+    RS_RLUA_GEOMETRY_GET,
     RS_RLUA_COUNT
 } rs__redis_script_t;
 
 /* Every script gets KEYS = meta, slots, hb, leases, versions, members of
- * the request's version, the model's cuts and cutgen hashes, and ARGV[1] =
+ * the request's version, the model's cuts and cutgen hashes, its geometry
+ * and geomgen hashes (split entries' documents, redis_geometry.c), and
+ * ARGV[1] =
  * "version V of 'M'" for its messages. */
 extern const char *const rs__redis_script_src[RS_RLUA_COUNT];
 
@@ -93,5 +97,9 @@ rs__dir_op_t rs__redis_dir_release;
  * (kept after release, like the meta hash itself). */
 rs__dir_op_t rs__redis_dir_group;
 rs__dir_op_t rs__redis_dir_leases;
+/* Geometry documents (redis_geometry.c): rs:{M}:geometry, "<slot>@<P>" ->
+ * document, and rs:{M}:geomgen, "<slot>@<P>" -> its digest (16 hex). */
+rs__dir_op_t rs__redis_dir_geometry_put;
+rs__dir_op_t rs__redis_dir_geometry_get;
 
 #endif

@@ -294,6 +294,23 @@ static const char put_cuts_src[] =
     "redis.call('HSET', KEYS[8], ARGV[2], ARGV[4])\n"
     "return 1\n";
 
+/* ARGV: 2 "<slot>@<publisher>", 3 the document's digest (16 hex), 4 the
+ * document (absent: only compare). 0: the stored document has that digest
+ * (nothing written); -1: it has not and no document came; 1: written. */
+static const char geometry_put_src[] =
+    "if redis.call('HGET', KEYS[10], ARGV[2]) == ARGV[3] and\n"
+    "   redis.call('HEXISTS', KEYS[9], ARGV[2]) == 1 then return 0 end\n"
+    "if not ARGV[4] then return -1 end\n"
+    "redis.call('HSET', KEYS[9], ARGV[2], ARGV[4])\n"
+    "redis.call('HSET', KEYS[10], ARGV[2], ARGV[3])\n"
+    "return 1\n";
+
+/* ARGV: 2 "<slot>@<publisher>" -> {digest, document}, or {} for none */
+static const char geometry_get_src[] =
+    "local d = redis.call('HGET', KEYS[9], ARGV[2])\n"
+    "if not d then return {} end\n"
+    "return {redis.call('HGET', KEYS[10], ARGV[2]) or '', d}\n";
+
 /* ARGV: 2 the size cap, 3 (optional) one holder -> {holder, generation,
  * record or its size (an integer) when above the cap, ...} */
 static const char read_cuts_src[] = CUT_GEN
@@ -365,4 +382,6 @@ const char *const rs__redis_script_src[RS_RLUA_COUNT] = {
     [RS_RLUA_LIST_CUTS] = list_cuts_src,
     [RS_RLUA_GROUP] = group_src,
     [RS_RLUA_LEASES] = leases_src,
+    [RS_RLUA_GEOMETRY_PUT] = geometry_put_src,
+    [RS_RLUA_GEOMETRY_GET] = geometry_get_src,
 };

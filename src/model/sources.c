@@ -42,6 +42,7 @@ void rs_sources_destroy(rs_sources_h s)
     free(s->flat_tensor);
     free(s->flat_shard);
     free(s->undo);
+    free(s->poslog);
     rs__strmap_free(&s->tensor_index);
     rs__strmap_free(&s->session_index);
     rs__strmap_free(&s->table_index);
@@ -252,6 +253,11 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
         !RS_VEC_PUSH(t, shards, sh))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     s->nshards++;
+    if (s->poslog_on &&
+        !RS_VEC_PUSH(s, poslog, ((rs__shard_pos_t){
+                                    (uint32_t)(t - s->tensors),
+                                    (uint32_t)(t->shards_len - 1)})))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     note_flat(s, t);
     rs__grid_destroy(t->grid);
     t->grid = NULL;

@@ -22,6 +22,11 @@ typedef struct rs__source_shard {
 
 struct rs__grid; /* the planner's disjoint cell index, see model/grid.h */
 
+/* A shard's place: tensor index, shard index in the tensor. */
+typedef struct rs__shard_pos {
+    uint32_t tensor, shard;
+} rs__shard_pos_t;
+
 typedef struct rs__source_tensor {
     const char *name;
     rs_dtype_t dtype;
@@ -69,6 +74,11 @@ struct rs_sources {
     uint32_t *flat_tensor, *flat_shard;
     size_t flat_len, flat_cap;
     int flat_valid;
+    /* Where each added shard went, in the order added, while logging
+     * (sources_log.c): what lets a caller find a table's shards again in
+     * the order its document lists them. */
+    int poslog_on;
+    RS_VEC(struct rs__shard_pos, poslog);
     /* the mark in force (undo_gen != 0): tensors it covers, its log */
     uint64_t undo_gen, undo_next;
     size_t undo_tensors;

@@ -29,7 +29,7 @@ static rs_status_t plan_step(rs_receiver_h r, rs_sources_h sources,
     res->tables = rs_sources_num_tables(sources);
     res->shards = rs_sources_num_shards(sources);
     double t0 = rs__now_s();
-    uint64_t fp = rs__topology_fingerprint(sources);
+    uint64_t fp = rs__receiver_fingerprint(r, sources);
     double t1 = rs__now_s();
     res->fingerprint_s = t1 - t0;
     rs_status_t st = rs__receiver_prepare(r, sources, fp, 0, &pr, diag);
@@ -59,8 +59,12 @@ rs_status_t rs_receiver_dry_run(rs_receiver_h r, int64_t version,
     if (st != RS_OK)
         return st;
     res.version = v.version;
-    st = rs__receiver_tables(r, &v, diag, &sources);
+    rs__tables_figures_t fig = {0, 0, 0};
+    st = rs__receiver_tables(r, &v, diag, &sources, &fig);
     res.tables_s = rs__now_s() - t1;
+    res.tables_reused = fig.reused;
+    res.tables_parsed = fig.parsed;
+    res.table_bytes_read = fig.bytes;
     if (st != RS_OK)
         return st;
     st = plan_step(r, sources, &res, diag);

@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "core/diag.h"
 #include "core/memory.h"
+#include "dir/split.h"
 #include "core/params.h"
 #include "core/vec.h"
 #include "exec/backend.h"
@@ -455,17 +456,29 @@ static void nap(double s)
     nanosleep(&ts, NULL);
 }
 
-/* On `dir`: the main connection, or the heartbeat thread's own. */
+/* On `dir`: the main connection, or the heartbeat thread's own. The
+ * table goes as a split entry (dir/split.h): its geometry document once
+ * per geometry, its digests and step every version. */
 static rs_status_t create_and_publish(rs_publisher_h p, rs_dir_h dir,
                                       int64_t version, const char *table,
                                       size_t len, uint64_t geometry,
                                       rs_diag_t *diag)
 {
+    char *doc = NULL, *ins = NULL;
+    size_t doc_len = 0, ins_len = 0;
+    int written = 0;
     rs_status_t st = rs_dir_create_version(dir, p->model, version,
                                            p->params.world, diag);
     if (st == RS_OK)
-        st = rs_dir_publish_as(dir, p->model, version, p->params.rank,
-                               p->session, geometry, table, len, diag);
+        st = rs__publisher_split(table, len, &doc, &doc_len, &ins, &ins_len,
+                                 diag);
+    /* the geometry document is written only when it changed */
+    if (st == RS_OK)
+        st = rs__dir_publish_split(dir, p->model, version, p->params.rank,
+                                   p->session, geometry, doc, doc_len, ins,
+                                   ins_len, diag, &written);
+    free(doc);
+    free(ins);
     return st;
 }
 

@@ -300,6 +300,14 @@ void rs__publisher_fill_pieces(rs_publisher_h p, void *base);
  * or each non-empty shard at its own address. */
 rs_status_t rs__publisher_add_regions(rs_publisher_h p, rs_diag_t *diag);
 
+/* `table` split for the directory (publisher_split.c): the geometry
+ * document (the values a version changes, digests and step, cut out) and
+ * the insertion lines that put them back (dir/split.h). The caller frees
+ * both. */
+rs_status_t rs__publisher_split(const char *table, size_t len, char **doc_p,
+                                size_t *doc_len_p, char **ins_p,
+                                size_t *ins_len_p, rs_diag_t *diag);
+
 /* This rank's mx.reshard.shard_table.v1 for a version (caller frees;
  * publisher_table.c). */
 rs_status_t rs__publisher_table(rs_publisher_h p, int64_t version,

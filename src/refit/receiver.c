@@ -148,6 +148,7 @@ void rs_receiver_destroy(rs_receiver_h r)
         return;
     rs_receiver_discard(r, &r->slot);
     rs__receiver_drop_cache(r);
+    rs__receiver_forget_tables(r);
     rs_dir_close(r->dir);
     rs_dir_close(r->lease_dir);
     for (size_t p = 0; r->binds != NULL && p < r->nparams; p++)

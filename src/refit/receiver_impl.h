@@ -20,6 +20,20 @@ typedef struct rs__receiver_bind {
     void *shadow; /* receiver-owned staging the pull lands in (shadow = 1) */
 } rs__receiver_bind_t;
 
+/* What the receiver knows of one slot's table in its cached sources
+ * (receiver_tables.c): a split entry whose per-version values it placed,
+ * so that a later version naming the same geometry document with its
+ * values at the same offsets only needs its values placed again. */
+typedef struct rs__table_memo {
+    char publisher[RS_DIR_NAME_MAX + 1];
+    int reusable;       /* 0: read and parse this slot every pull */
+    uint64_t doc;       /* the geometry document's digest */
+    uint64_t offsets;   /* rsd64 of the insertions' offsets */
+    size_t ninserts;
+    size_t step;        /* the publisher_step insertion, or SIZE_MAX */
+    size_t *shard_of;   /* per insertion: its shard in the position log */
+} rs__table_memo_t;
+
 /* The receiver's one staged version: its lease is r->lease, its bytes the
  * staging buffers; `res` gathers the figures from stage to apply. */
 struct rs_staged {
@@ -53,6 +67,11 @@ struct rs_receiver {
     double deadline;     /* rs__now_s() time; 0: none */
     const char *stage;   /* for deadline messages; NULL inside the executor */
     rs_diag_t *diag;     /* apply's, for the install-time lease proof */
+    /* per slot, what `sources` holds of its table (memo_for: those
+     * sources; the memo is void for any other) */
+    rs__table_memo_t *memo;
+    int64_t nmemo;
+    rs_sources_h memo_for;
     /* the directory slot of each table in `sources`, for messages */
     int64_t *table_slot;
     size_t ntable_slot;
@@ -86,13 +105,39 @@ rs_status_t rs__receiver_open_dir(rs_receiver_h r, const rs_cancel_t *cancel,
  * again). */
 void rs__receiver_announce_once(rs_receiver_h r);
 
-/* ---- receiver_plan.c: the plan cache and connecting ---- */
+/* ---- receiver_tables.c: the tables and what is kept of them ---- */
+
+/* What a tables step read and parsed. */
+typedef struct rs__tables_figures {
+    uint32_t reused, parsed; /* slots whose parsed table was reused / parsed */
+    uint64_t bytes;          /* read from the directory */
+} rs__tables_figures_t;
 
 /* The chosen publisher's table of every slot of a READY version, merged
- * (the slots' publishers are read from the directory once per pull). */
+ * (the slots' publishers are read from the directory once per pull).
+ * When every slot's chosen entry names the geometry the cached sources
+ * were parsed from (split entries, same publisher, same document, values
+ * at the same offsets), only the version's values are read: they are
+ * placed into the cached sources, which come back as *sources_p
+ * (== r->sources); else every table is read whole and parsed into new
+ * sources. */
 rs_status_t rs__receiver_read_tables(rs_receiver_h r,
                                      const rs_version_info_t *v,
-                                     rs_diag_t *diag, rs_sources_h *sources_p);
+                                     rs_diag_t *diag, rs_sources_h *sources_p,
+                                     rs__tables_figures_t *fig);
+
+/* The topology fingerprint of `sources`: the cached one for the cached
+ * sources renewed in place (their geometry did not change), else computed
+ * (rs__topology_fingerprint). */
+uint64_t rs__receiver_fingerprint(rs_receiver_h r, rs_sources_h sources);
+
+/* Destroys sources a tables step returned, unless they are the cache's. */
+void rs__receiver_sources_drop(rs_receiver_h r, rs_sources_h sources);
+
+/* Drops the memo of the cached sources (they are going). */
+void rs__receiver_forget_tables(rs_receiver_h r);
+
+/* ---- receiver_plan.c: the plan cache and connecting ---- */
 
 /* Keeps the cached plan (taking the digests of `sources`) when `fp` is the
  * cached topology's, else builds plan, transport and executor; with
@@ -154,7 +199,8 @@ rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
                                   rs_diag_t *diag, rs_version_info_t *v_p);
 /* Reads and merges every slot's table of `v`. */
 rs_status_t rs__receiver_tables(rs_receiver_h r, const rs_version_info_t *v,
-                                rs_diag_t *diag, rs_sources_h *sources_p);
+                                rs_diag_t *diag, rs_sources_h *sources_p,
+                                rs__tables_figures_t *fig);
 /* RS_ERR_INVALID_ARG ("cannot <what>", naming the staged version) while a
  * version is staged: its executor holds the staged run. */
 rs_status_t rs__receiver_refuse_if_staged(rs_receiver_h r, const char *what,

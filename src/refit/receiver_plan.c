@@ -1,8 +1,8 @@
-/* The receiver's plan cache and its connections: every slot's table read
- * from the chosen publisher and merged, then the plan, transport and
- * executor kept while the topology fingerprint of the tables stays the
- * same (a new version only brings new digests), and rebuilt, with every
- * session the plan reads from connected again, when it changes. */
+/* The receiver's plan cache and its connections: the plan, transport and
+ * executor are kept while the topology fingerprint of the tables
+ * (receiver_tables.c) stays the same (a new version only brings new
+ * digests), and rebuilt, with every session the plan reads from connected
+ * again, when it changes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +18,8 @@ void rs__receiver_drop_cache(rs_receiver_h r)
     rs_exec_destroy(r->exec);
     rs_transport_destroy(r->transport);
     rs_plan_destroy(r->plan);
+    if (r->memo_for == r->sources) /* else: kept for the new sources */
+        rs__receiver_forget_tables(r);
     rs_sources_destroy(r->sources);
     r->exec = NULL;
     r->transport = NULL;
@@ -27,58 +29,11 @@ void rs__receiver_drop_cache(rs_receiver_h r)
     r->connected = 0;
 }
 
-/* Records that the tables of `s` from index r->ntable_slot on came from
- * `slot`. */
-static rs_status_t note_slot(rs_receiver_h r, rs_sources_h s, int64_t slot,
-                             rs_diag_t *diag)
-{
-    size_t n = rs_sources_num_tables(s);
-    int64_t *v = realloc(r->table_slot, (n + 1) * sizeof(*v));
-    if (v == NULL)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    for (size_t i = r->ntable_slot; i < n; i++)
-        v[i] = slot;
-    r->table_slot = v;
-    r->ntable_slot = n;
-    return RS_OK;
-}
-
 /* The directory slot a session's table came from, or -1. O(1). */
 static int64_t slot_of(rs_receiver_h r, const char *session)
 {
     long i = rs_sources_find_table(r->sources, session);
     return i >= 0 && (size_t)i < r->ntable_slot ? r->table_slot[i] : -1;
-}
-
-/* The chosen publisher's table of every slot of a READY version, merged
- * (the slots' publishers are read from the directory once per pull). */
-rs_status_t rs__receiver_read_tables(rs_receiver_h r,
-                                     const rs_version_info_t *v,
-                                     rs_diag_t *diag, rs_sources_h *sources_p)
-{
-    rs_sources_h s = NULL;
-    rs_status_t st = rs__replicas_load(&r->replicas, r->dir, r->model, v,
-                                       r->params.salt, r->params.stale_s,
-                                       diag);
-    if (st == RS_OK)
-        st = rs_sources_create(&s);
-    r->ntable_slot = 0;
-    for (int64_t slot = 0; st == RS_OK && slot < v->slots; slot++) {
-        const rs_dir_entry_t *e = rs__replicas_chosen(&r->replicas, slot);
-        char origin[RS_DIR_NAME_MAX * 2 + 96];
-        snprintf(origin, sizeof(origin), "%s version %lld slot %lld "
-                 "publisher %s", r->model, (long long)v->version,
-                 (long long)slot, e->publisher);
-        st = rs_sources_load_string(s, e->table, e->len, origin, diag);
-        if (st == RS_OK)
-            st = note_slot(r, s, slot, diag);
-    }
-    if (st != RS_OK) {
-        rs_sources_destroy(s);
-        return st;
-    }
-    *sources_p = s;
-    return RS_OK;
 }
 
 /* The transport blob a session's table carries, decoded. O(1) lookup. */
@@ -202,8 +157,10 @@ rs_status_t rs__receiver_prepare(rs_receiver_h r, rs_sources_h sources,
     double t0 = rs__now_s();
     if (r->cached && fp == r->fingerprint) {
         rs_status_t st = rs_exec_set_digests(r->exec, sources, diag);
-        rs_sources_destroy(r->sources);
-        r->sources = sources;
+        if (sources != r->sources) { /* else: the cached tables, renewed */
+            rs_sources_destroy(r->sources);
+            r->sources = sources;
+        }
         if (st == RS_OK && connect && !r->connected) {
             r->stage = "connect"; /* planned by a dry run: connect now */
             st = connect_all(r, diag);

@@ -117,16 +117,21 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
                             double t0, rs_pull_result_t *res, rs_diag_t *diag)
 {
     rs_sources_h sources = NULL;
+    rs__tables_figures_t fig = {0, 0, 0};
     double tt = rs__now_s();
-    rs_status_t st = rs__receiver_read_tables(r, v, diag, &sources);
+    rs_status_t st = rs__receiver_read_tables(r, v, diag, &sources, &fig);
     res->tables_s = rs__now_s() - tt;
     res->discover_s = rs__now_s() - t0;
+    res->tables_reused += fig.reused;
+    res->tables_parsed += fig.parsed;
+    res->table_bytes_read += fig.bytes;
     if (st == RS_OK &&
         (st = rs__receiver_enter(r, "plan", v->version, diag)) != RS_OK)
-        rs_sources_destroy(sources);
+        rs__receiver_sources_drop(r, sources);
     if (st == RS_OK)
-        st = rs__receiver_prepare(r, sources, rs__topology_fingerprint(sources),
-                                  1, res, diag);
+        st = rs__receiver_prepare(r, sources,
+                                  rs__receiver_fingerprint(r, sources), 1,
+                                  res, diag);
     if (st == RS_OK)
         st = rs__receiver_enter(r, "wire", v->version, diag);
     if (st == RS_OK) {
@@ -196,10 +201,11 @@ rs_status_t rs__receiver_discover(rs_receiver_h r, int64_t version,
 }
 
 rs_status_t rs__receiver_tables(rs_receiver_h r, const rs_version_info_t *v,
-                                rs_diag_t *diag, rs_sources_h *sources_p)
+                                rs_diag_t *diag, rs_sources_h *sources_p,
+                                rs__tables_figures_t *fig)
 {
     r->stage = "tables";
-    rs_status_t st = rs__receiver_read_tables(r, v, diag, sources_p);
+    rs_status_t st = rs__receiver_read_tables(r, v, diag, sources_p, fig);
     return rs__receiver_deadline_status(r, v->version, st, diag);
 }
 

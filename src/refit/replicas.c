@@ -20,6 +20,7 @@ void rs__replicas_reset(rs__replicas_t *set)
     for (int64_t s = 0; set->slots != NULL && s < set->nslots; s++) {
         rs__replica_slot_t *sl = &set->slots[s];
         free(sl->tries);
+        free(sl->splits);
         rs_dir_entries_free(sl->entries, sl->count);
     }
     free(set->slots);
@@ -27,6 +28,7 @@ void rs__replicas_reset(rs__replicas_t *set)
     set->nslots = 0;
     set->loaded = 0;
     set->failovers = 0;
+    set->bytes = 0;
     set->record[0] = '\0';
 }
 
@@ -98,11 +100,14 @@ static rs_status_t load_slot(rs__replicas_t *set, rs_dir_h dir,
                              const char *model, int64_t slot, rs_diag_t *diag)
 {
     rs__replica_slot_t *sl = &set->slots[slot];
-    rs_status_t st = rs_dir_read_slot(dir, model, set->version, slot, diag,
-                                      &sl->entries, &sl->count);
+    rs_status_t st = rs__dir_read_parts(dir, model, set->version, slot, diag,
+                                        &sl->entries, &sl->splits,
+                                        &sl->count);
     if (st != RS_OK)
         return st;
-    sl->tries = calloc(sl->count, sizeof(*sl->tries));
+    for (size_t i = 0; i < sl->count; i++)
+        set->bytes += sl->entries[i].len;
+    sl->tries = calloc(sl->count + 1, sizeof(*sl->tries)); /* count >= 1 */
     if (sl->tries == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     pick(set, slot, &sl->chosen);
@@ -139,6 +144,13 @@ const rs_dir_entry_t *rs__replicas_chosen(const rs__replicas_t *set,
 {
     const rs__replica_slot_t *sl = &set->slots[slot];
     return &sl->entries[sl->chosen];
+}
+
+const rs__dir_split_t *rs__replicas_chosen_split(const rs__replicas_t *set,
+                                                 int64_t slot)
+{
+    const rs__replica_slot_t *sl = &set->slots[slot];
+    return &sl->splits[sl->chosen];
 }
 
 /* Whether msg names the peer "<agent>, slot <S>" as a whole name: peer

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dir/split.h"
 #include "reshard/dir.h"
 
 #define RS_REPLICA_CAUSE_MAX 320 /* of each failure, in the final message */
@@ -19,7 +20,10 @@ typedef struct rs__replica_try {
 } rs__replica_try_t;
 
 typedef struct rs__replica_slot {
-    rs_dir_entry_t *entries; /* the slot's publishers, in joining order */
+    rs_dir_entry_t *entries; /* the slot's publishers, in joining order:
+                              * whole tables, or a split entry's
+                              * per-version values (splits[i]) */
+    rs__dir_split_t *splits;
     size_t count;
     size_t chosen;           /* the entry the next transfer reads from */
     rs__replica_try_t *tries; /* per entry */
@@ -46,6 +50,7 @@ typedef struct rs__replicas {
     uint64_t salt;
     double stale_s;
     rs__replica_slot_t *slots;
+    uint64_t bytes;                  /* entry bytes read in this pull */
     uint32_t failovers;              /* publishers replaced in this pull */
     char record[RS_DIAG_MSG_MAX];    /* "<agent>, slot <S> -> <agent>; ..." */
 } rs__replicas_t;
@@ -54,8 +59,9 @@ typedef struct rs__replicas {
  * loaded set of the same version is kept) and chooses one per slot:
  * starting at entry (salt + slot) mod count, the first whose heartbeat is
  * younger than stale_s (<= 0: any) and that is no suspect, else the first
- * live one, else the first. Errors are those of rs_dir_read_slot
- * (RS_ERR_VERIFY for a corrupted table). O(tables). */
+ * live one, else the first. Entries are read as rs__dir_read_parts reads
+ * them (a split entry without its geometry document). Errors are those of
+ * rs_dir_read_slot (RS_ERR_VERIFY for a corrupted table). O(tables). */
 rs_status_t rs__replicas_load(rs__replicas_t *set, rs_dir_h dir,
                               const char *model, const rs_version_info_t *v,
                               uint64_t salt, double stale_s, rs_diag_t *diag);
@@ -63,6 +69,9 @@ rs_status_t rs__replicas_load(rs__replicas_t *set, rs_dir_h dir,
 /* The entry chosen for `slot` (loaded set, slot < nslots). */
 const rs_dir_entry_t *rs__replicas_chosen(const rs__replicas_t *set,
                                           int64_t slot);
+/* What the chosen entry of `slot` is: a whole table or a split entry. */
+const rs__dir_split_t *rs__replicas_chosen_split(const rs__replicas_t *set,
+                                                 int64_t slot);
 
 /* After a transfer failed with st (RS_ERR_TRANSPORT or RS_ERR_TIMEOUT) and
  * diag naming the failed peers as "<agent>, slot <S>": marks every chosen

@@ -68,14 +68,32 @@ for r in 0 1; do
     dry "$r" --json
     expect_rc "dry run rank $r --json" 0
     cp "$TMP/out" "$TMP/dry$r.json"
+    expect_in "dry run rank $r: a fresh receiver parses both tables" \
+        "$TMP/out" '"tables_parsed":2,"tables_reused":0,"table_bytes_read":'
     (cd "$D/m/1" && ls -A | sort | grep -v -e '^hb-' -e '^\.tmp-[0-9]*-[0-9]*-hb-') >"$TMP/after"
     if cmp -s "$TMP/before" "$TMP/after"; then
         ok "dry run rank $r: the directory is unchanged (no lease)"
     else bad "dry run rank $r: the directory changed: $(diff "$TMP/before" "$TMP/after" | tr '\n' ' ')"; fi
     expect_not_in "dry run rank $r" "$TMP/after" "lease-"
     expect_not_in "dry run rank $r" "$TMP/after" "epoch" # left by any lease
-    # a directory entry is its digest line, then the table (docs/formats.md)
-    for s in 0 1; do tail -n +2 "$D/m/1/slot-$s@trainer-$s" >"$TMP/table$s.json"; done
+    # a publisher's entry is split (docs/formats.md, "Split entries"): the
+    # table is its geometry document with the entry's insertions spliced in
+    for s in 0 1; do
+        python3 - "$D/m/1/slot-$s@trainer-$s" "$D/m/geometry/slot-$s@trainer-$s" \
+            >"$TMP/table$s.json" <<'PYEOF'
+import sys
+lines = open(sys.argv[1], 'rb').read().split(b'\n')
+assert lines[0].endswith(b' split'), lines[0]
+doc = open(sys.argv[2], 'rb').read().split(b'\n', 1)[1]
+out, at = [], 0
+for line in lines[2:]:
+    if line:
+        off, text = line.split(b' ', 1)
+        out += [doc[at:int(off)], text]
+        at = int(off)
+sys.stdout.buffer.write(b''.join(out) + doc[at:])
+PYEOF
+    done
     "$BIN" plan --capture "$TMP/sim/captures/$r.json" \
         --sources "$TMP/table0.json" --sources "$TMP/table1.json" \
         --salt "$r" --json >"$TMP/plan$r.json" 2>"$TMP/err"

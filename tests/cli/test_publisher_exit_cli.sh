@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CLI test of publishers leaving once their versions are released, as the
 # README runs them: two ranks of tiny-llama publish versions 1 and 2 over
-# UCX, one pull reads both and releases each (--versions 2 --release); every
+# UCX, one pull reads both and releases each (--versions 2 --release; the
+# second reuses the tables the first parsed); every
 # publisher must then exit 0, never abort while tearing UCX down. Run a
 # fixed number of times over shared memory, tcp and UCX's default choice.
 # usage: bash test_publisher_exit_cli.sh <reshard-binary> <source-dir>
@@ -29,9 +30,17 @@ for tls in sm tcp default; do
         done
         "$BIN" pull --directory "file:$dir" --model m --version 1 --rank 0 \
             --layout vllm:tp=1 --model-config "$TINY" --backend ucx \
-            --versions 2 --release --timeout 60 >"$dir/pull.out" 2>"$TMP/err"
+            --versions 2 --release --timeout 60 --json >"$dir/pull.out" \
+            2>"$TMP/err"
         rc=$?
         expect_rc "$name: pull --versions 2 --release" 0
+        # version 2 took its digests into the tables version 1 parsed
+        tail -n 1 "$dir/pull.out" >"$dir/pull2.json"
+        expect_in "$name: version 2 reused the parsed tables" \
+            "$dir/pull2.json" '"tables_parsed":0,"tables_reused":2'
+        head -n 1 "$dir/pull.out" >"$dir/pull1.json"
+        expect_in "$name: version 1 parsed the tables" \
+            "$dir/pull1.json" '"tables_parsed":2,"tables_reused":0'
         for r in 0 1; do
             wait "${pub[$r]}"
             rc=$?

@@ -59,7 +59,7 @@ static world_t w;
  * 1..MAX_VERSION (v * 101 mod 256 differs for each). */
 static uint8_t expected(uint64_t g, int64_t v)
 {
-    return (uint8_t)(g * 31 + (g >> 8) + (uint64_t)v * 101);
+    return u8_rows_byte(g, v);
 }
 
 /* The version `buf` holds entirely, 0 when untouched, -1 for anything
@@ -80,12 +80,7 @@ static int64_t version_of(const uint8_t *buf)
 /* Refills the publishers' buffers with version v and publishes it. */
 static void publish(int64_t v)
 {
-    rs_diag_t d;
-    for (int r = 0; r < ROWS; r++)
-        for (uint64_t j = 0; j < COLS; j++)
-            w.rows[r][j] = expected((uint64_t)r * COLS + j, v);
-    for (int p = 0; p < PUBS; p++)
-        ASSERT_ST(rs_publisher_publish(w.pub[p], v, &d), RS_OK, d);
+    u8_rows_publish(w.pub, PUBS, w.rows, ROWS, COLS, v);
 }
 
 static rs_status_t on_install(void *ctx, rs_exec_h exec)
@@ -588,9 +583,7 @@ static void open_publishers(void)
 static void open_capture(void)
 {
     w.cap = u8_whole_capture("w", ROWS, COLS);
-    w.dest = malloc(NBYTES);
-    assert_non_null(w.dest);
-    memset(w.dest, UNTOUCHED, NBYTES);
+    w.dest = u8_filled(NBYTES, UNTOUCHED);
 }
 
 static int world_setup(void **state)

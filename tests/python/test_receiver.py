@@ -138,6 +138,11 @@ def test_versions_follow_live_storage(directory, backend, trainers):
             trainers.publish(version)
             res = r.pull(version)
             assert res.version == version
+            # the first pull parses both trainers' tables; later ones only
+            # read their digests into the parsed tables
+            assert (res.tables_parsed, res.tables_reused) == (
+                (2, 0) if version == 1 else (0, 2))
+            assert res.table_bytes_read > 0
             truth = _truth(*trainers.fulls())
             _same(params, truth, version)
             for p in trainers.pubs:
@@ -160,6 +165,7 @@ def test_moved_storage_is_reregistered(file_dir):
             t.publish(2)
             res = r.pull(2)
             assert res.replanned
+            assert res.tables_parsed == 2 and res.tables_reused == 0
             truth = _truth(w, w2)
             _same(params, truth)
 

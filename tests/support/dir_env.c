@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -138,4 +139,32 @@ int dir_env_run_both(const char *tag, const struct CMUnitTest *tests,
     static dir_env_t redis_env = {.backend = "redis", .redis = 1};
     return dir_env_run(&file_env, tag, tests, n, current) +
            dir_env_run(&redis_env, tag, tests, n, current);
+}
+
+void dir_env_hset(const dir_env_t *e, const char *key, const char *field,
+                  const char *value)
+{
+    struct timeval tv = {5, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", e->server.port,
+                                              tv);
+    assert_true(c != NULL && c->err == 0);
+    redisReply *r = redisCommand(c, "HSET %s %s %s", key, field, value);
+    assert_non_null(r);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+void dir_env_rewrite(const char *path, int keep_stamp, const char *text)
+{
+    char stamp[64] = "";
+    FILE *f = fopen(path, keep_stamp ? "rb" : "wb");
+    assert_non_null(f);
+    if (keep_stamp) {
+        assert_non_null(fgets(stamp, sizeof(stamp), f));
+        fclose(f);
+        assert_non_null(f = fopen(path, "wb"));
+    }
+    fputs(stamp, f);
+    fputs(text, f);
+    fclose(f);
 }

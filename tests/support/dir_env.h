@@ -61,6 +61,15 @@ void dir_env_put_cuts(const dir_env_t *e, const char *model,
 rs_sources_h dir_env_table(const dir_env_t *e, const char *model, int64_t v,
                            int64_t slot);
 
+/* Behind the API: sets `field` of the hash `key` to `value` on e's
+ * redis server. Fails the test when it cannot. */
+void dir_env_hset(const dir_env_t *e, const char *key, const char *field,
+                  const char *value);
+
+/* Behind the API: replaces the file at `path` by `text`, after the file's
+ * first line (its stamp) when keep_stamp. Fails the test when it cannot. */
+void dir_env_rewrite(const char *path, int keep_stamp, const char *text);
+
 /* Inside a cmocka test: skips it when the backend is unavailable. */
 #define DIR_ENV_NEED(e)                                                       \
     do {                                                                      \

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "assert_status.h"
 #include "u8_rows.h"
@@ -59,4 +60,28 @@ rs_capture_h u8_whole_capture(const char *name, int64_t rows, int64_t cols)
                         RS_DTYPE_U8};
     ASSERT_ST(rs_capture_add_copy(cap, &c, &d), RS_OK, d);
     return cap;
+}
+
+uint8_t *u8_filled(size_t nbytes, uint8_t fill)
+{
+    uint8_t *buf = malloc(nbytes ? nbytes : 1);
+    assert_non_null(buf);
+    memset(buf, fill, nbytes);
+    return buf;
+}
+
+uint8_t u8_rows_byte(uint64_t i, int64_t v)
+{
+    return (uint8_t)(i * 31 + (i >> 8) + (uint64_t)v * 101);
+}
+
+void u8_rows_publish(rs_publisher_h *pub, int n, uint8_t **rows, int nrows,
+                     int64_t cols, int64_t v)
+{
+    rs_diag_t d;
+    for (int r = 0; r < nrows; r++)
+        for (uint64_t j = 0; j < (uint64_t)cols; j++)
+            rows[r][j] = u8_rows_byte((uint64_t)r * (uint64_t)cols + j, v);
+    for (int p = 0; p < n; p++)
+        ASSERT_ST(rs_publisher_publish(pub[p], v, &d), RS_OK, d);
 }

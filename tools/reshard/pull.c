@@ -545,6 +545,10 @@ static void print_json(const pull_args_t *a, pull_state_t *s,
     put(&l, "ok", json_boolean(o->ok && (!o->checked || o->check_ok)));
     put(&l, "replanned", json_boolean(o->res.replanned));
     put(&l, "failovers", json_integer((json_int_t)o->res.failovers));
+    put(&l, "tables_parsed", json_integer((json_int_t)o->res.tables_parsed));
+    put(&l, "tables_reused", json_integer((json_int_t)o->res.tables_reused));
+    put(&l, "table_bytes_read",
+        json_integer((json_int_t)o->res.table_bytes_read));
     put_records(&l, s, o);
     put(&l, "discover_s", json_real(o->res.discover_s));
     put(&l, "plan_s", json_real(o->res.plan_s));

@@ -44,6 +44,9 @@ static void print_json(uint64_t rank, const rs_dry_run_t *d, rs_plan_h plan)
     set_u64(root, "shards", d->shards);
     json_object_set_new(root, "discover_s", json_real(d->discover_s));
     json_object_set_new(root, "tables_s", json_real(d->tables_s));
+    set_u64(root, "tables_parsed", d->tables_parsed);
+    set_u64(root, "tables_reused", d->tables_reused);
+    set_u64(root, "table_bytes_read", d->table_bytes_read);
     json_object_set_new(root, "fingerprint_s", json_real(d->fingerprint_s));
     json_object_set_new(root, "plan_s", json_real(d->plan_s));
     json_object_set_new(root, "prepare_s", json_real(d->prepare_s));
@@ -68,6 +71,9 @@ static void print_text(uint64_t rank, const rs_dry_run_t *d, rs_plan_h plan)
            "fingerprint %.3f s, plan %.3f s, prepare %.3f s, total %.3f s\n",
            d->tables, d->shards, d->discover_s, d->tables_s, d->fingerprint_s,
            d->plan_s, d->prepare_s, d->total_s);
+    printf("  tables: %u parsed, %u reused (only their digests read), %s "
+           "read from the directory\n", d->tables_parsed, d->tables_reused,
+           rs_format_bytes(size, sizeof(size), d->table_bytes_read));
     for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++) {
         uint64_t n = rs_plan_session_bytes(plan, k);
         if (n > 0)

@@ -432,33 +432,18 @@ static void stored_text(const char *m, const char *holder, const char *text,
                         int keep_stamp)
 {
     if (g->redis) {
-        struct timeval tv = {5, 0};
-        redisContext *c = redisConnectWithTimeout("127.0.0.1",
-                                                  g->server.port, tv);
-        assert_true(c != NULL && c->err == 0);
-        redisReply *r = redisCommand(c, "HSET rs:{%s}:cuts %s %s", m, holder,
-                                     text);
-        assert_non_null(r);
-        freeReplyObject(r);
-        redisFree(c);
+        char key[256];
+        snprintf(key, sizeof(key), "rs:{%s}:cuts", m);
+        dir_env_hset(g, key, holder, text);
         return;
     }
-    char path[PATH_MAX + 256], stamp[64] = "";
+    char path[PATH_MAX + 256];
     snprintf(path, sizeof(path), "%s/dir/%s", g->tmp, m);
     mkdir(path, 0755); /* a model no call wrote yet */
     snprintf(path, sizeof(path), "%s/dir/%s/cuts", g->tmp, m);
     mkdir(path, 0755);
     snprintf(path, sizeof(path), "%s/dir/%s/cuts/%s", g->tmp, m, holder);
-    FILE *f = fopen(path, keep_stamp ? "rb" : "wb");
-    assert_non_null(f);
-    if (keep_stamp) {
-        assert_non_null(fgets(stamp, sizeof(stamp), f));
-        fclose(f);
-        assert_non_null(f = fopen(path, "wb"));
-    }
-    fputs(stamp, f);
-    fputs(text, f);
-    fclose(f);
+    dir_env_rewrite(path, keep_stamp, text);
 }
 
 static void test_around_the_api(void **state)
