@@ -29,13 +29,34 @@
  * smallest normal, the exponent step from a value to the power of two
  * whose ulp is the FP8 ulp at that value, the shift from f32 bits to FP8
  * bits (23 - M) and the factor 2^-(127 - bias) that aligns the exponents. */
+/* The fast path's constants: half the FP8 step in p's low bits less the
+ * exponent rebase, ((1 << (22 - M)) - ((127 - bias) << 23)), and fmax's
+ * code (see fast8_abs). */
 typedef struct narrow_k {
     int cap, emin, step, sh;
     float down;
+    int rebase, top;
 } narrow_k_t;
 
-#define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3, 0x1p-120f}
-#define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2, 0x1p-112f}
+#define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3,      \
+                     0x1p-120f, (1 << 19) - (120 << 23), 0x7e}
+#define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2,    \
+                     0x1p-112f, (1 << 20) - (112 << 23), 0x7b}
+
+/* How far, in float32 ulps, x * (1 / scale) may lie from x / scale: each
+ * of the two roundings moves it by at most half an ulp of its result, so
+ * the product is within 2 ulps of the exact quotient and 3 of its rounding
+ * (4 leaves room for a binade edge). */
+#define TIE_ULPS 4
+
+/* The reciprocal the fast path multiplies by, or 0 when it may not: a
+ * scale so small that 1 / scale overflows (a subnormal scale) takes the
+ * division throughout. */
+static inline float fast_rcp(float scale)
+{
+    const float r = 1.0f / scale;
+    return r <= 0x1p126f ? r : 0.0f;
+}
 
 static INLINE void scalar_tail(uint8_t *d, const unsigned char *s, size_t n,
                                float scale, int fmt, int src)
@@ -70,6 +91,29 @@ TGT_AVX2 static INLINE __m256i narrow8_abs(__m256i a, narrow_k_t k)
     return _mm256_srli_epi32(_mm256_castps_si256(rebased), k.sh);
 }
 
+/* The fast path: 8 products p = |x| * (1 / scale) (float32 bits, not
+ * negative) to 8 codes, and a mask of the lanes it got right for sure.
+ * In the normal range a code is p's bits rounded half up to M mantissa
+ * bits and rebased, (p + half - ((127 - bias) << 23)) >> (23 - M). p may
+ * differ from the correctly rounded quotient q by a few ulps, so a lane is
+ * certain only when rounding p - TIE_ULPS and p + TIE_ULPS gives the same
+ * code: then no rounding midpoint lies between p and q (codes are
+ * monotone in the quotient) and q's round-to-nearest-even is that code.
+ * The lower end is taken at least at the smallest normal, so every lane
+ * below it (subnormal codes, zeros) is uncertain, except those that round
+ * up to the smallest normal anyway. The cap is applied after. */
+TGT_AVX2 static INLINE __m256i fast8_abs(__m256i a, narrow_k_t k,
+                                         __m256i *sure)
+{
+    const __m256i lo = _mm256_max_epi32(a, _mm256_set1_epi32(k.emin));
+    const __m256i dn = _mm256_srai_epi32(
+        _mm256_add_epi32(lo, _mm256_set1_epi32(k.rebase - TIE_ULPS)), k.sh);
+    const __m256i up = _mm256_srai_epi32(
+        _mm256_add_epi32(a, _mm256_set1_epi32(k.rebase + TIE_ULPS)), k.sh);
+    *sure = _mm256_cmpeq_epi32(dn, up);
+    return _mm256_min_epi32(up, _mm256_set1_epi32(k.top));
+}
+
 /* 8 quotients to 8 codes, one per 32-bit lane. */
 TGT_AVX2 static INLINE __m256i narrow8(__m256 q, narrow_k_t k)
 {
@@ -102,19 +146,49 @@ TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)s));
 }
 
+/* 8 sources to 8 codes with the sign, by the fast path, and its mask. */
+TGT_AVX2 static INLINE __m256i fast8(__m256 x, __m256 rcp, narrow_k_t k,
+                                     __m256i *sure)
+{
+    const __m256i b = _mm256_castps_si256(x);
+    const __m256i a = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_mul_ps(x, rcp)),
+        _mm256_set1_epi32(0x7fffffff));
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(b, 24),
+                                          _mm256_set1_epi32(0x80));
+    return _mm256_or_si256(fast8_abs(a, k, sure), sign);
+}
+
+/* 32 elements a step, by the fast path unless a lane of them is uncertain,
+ * then by the division. */
 #define ENC8_NATURAL(NAME, LD, ES, SRC)                                       \
     TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
                                      size_t n, float scale, narrow_k_t k,     \
                                      int fmt)                                 \
     {                                                                         \
         const __m256 sc = _mm256_set1_ps(scale);                              \
+        const float inv = fast_rcp(scale);                                    \
+        const __m256 rcp = _mm256_set1_ps(inv);                               \
+        const __m256i fast = _mm256_set1_epi32(inv != 0.0f ? -1 : 0);        \
         size_t i = 0;                                                         \
         for (; i + 32 <= n; i += 32) {                                        \
             const unsigned char *p = s + (ES) * i;                            \
-            store32(d + i, narrow8(_mm256_div_ps(LD(p), sc), k),              \
-                    narrow8(_mm256_div_ps(LD(p + (size_t)8 * (ES)), sc), k),          \
-                    narrow8(_mm256_div_ps(LD(p + (size_t)16 * (ES)), sc), k),         \
-                    narrow8(_mm256_div_ps(LD(p + (size_t)24 * (ES)), sc), k));        \
+            const __m256 x0 = LD(p), x1 = LD(p + (size_t)8 * (ES));           \
+            const __m256 x2 = LD(p + (size_t)16 * (ES));                      \
+            const __m256 x3 = LD(p + (size_t)24 * (ES));                      \
+            __m256i s0, s1, s2, s3;                                           \
+            __m256i c0 = fast8(x0, rcp, k, &s0), c1 = fast8(x1, rcp, k, &s1); \
+            __m256i c2 = fast8(x2, rcp, k, &s2), c3 = fast8(x3, rcp, k, &s3); \
+            const __m256i all = _mm256_and_si256(                             \
+                _mm256_and_si256(_mm256_and_si256(s0, s1),                    \
+                                 _mm256_and_si256(s2, s3)), fast);            \
+            if (_mm256_movemask_epi8(all) != -1) {                            \
+                c0 = narrow8(_mm256_div_ps(x0, sc), k);                       \
+                c1 = narrow8(_mm256_div_ps(x1, sc), k);                       \
+                c2 = narrow8(_mm256_div_ps(x2, sc), k);                       \
+                c3 = narrow8(_mm256_div_ps(x3, sc), k);                       \
+            }                                                                 \
+            store32(d + i, c0, c1, c2, c3);                                   \
         }                                                                     \
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
@@ -127,6 +201,7 @@ ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QUANT_SOURCE_F16)
  * back on the codes. The zero interleave gives elements 0-3 | 8-11 and
  * 4-7 | 12-15, which the pack puts back in order. */
 TGT_AVX2 static INLINE __m256i bf16x16(const unsigned char *p, __m256 sc,
+                                       __m256 rcp, __m256i fast,
                                        narrow_k_t k)
 {
     const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
@@ -134,9 +209,18 @@ TGT_AVX2 static INLINE __m256i bf16x16(const unsigned char *p, __m256 sc,
     const __m256i z = _mm256_setzero_si256();
     const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, m));
     const __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, m));
-    const __m256i c = _mm256_packus_epi32(
-        narrow8_abs(_mm256_castps_si256(_mm256_div_ps(lo, sc)), k),
-        narrow8_abs(_mm256_castps_si256(_mm256_div_ps(hi, sc)), k));
+    __m256i sure_lo, sure_hi;
+    __m256i c_lo = fast8_abs(_mm256_castps_si256(_mm256_mul_ps(lo, rcp)), k,
+                             &sure_lo);
+    __m256i c_hi = fast8_abs(_mm256_castps_si256(_mm256_mul_ps(hi, rcp)), k,
+                             &sure_hi);
+    const __m256i sure = _mm256_and_si256(_mm256_and_si256(sure_lo, sure_hi),
+                                          fast);
+    if (_mm256_movemask_epi8(sure) != -1) {
+        c_lo = narrow8_abs(_mm256_castps_si256(_mm256_div_ps(lo, sc)), k);
+        c_hi = narrow8_abs(_mm256_castps_si256(_mm256_div_ps(hi, sc)), k);
+    }
+    const __m256i c = _mm256_packus_epi32(c_lo, c_hi);
     const __m256i sign = _mm256_and_si256(_mm256_srli_epi16(v, 8),
                                           _mm256_set1_epi16(0x80));
     return _mm256_or_si256(c, sign);
@@ -147,10 +231,14 @@ TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
                                       int fmt)
 {
     const __m256 sc = _mm256_set1_ps(scale);
+    const float inv = fast_rcp(scale);
+    const __m256 rcp = _mm256_set1_ps(inv);
+    /* no reciprocal: every step divides */
+    const __m256i fast = _mm256_set1_epi32(inv != 0.0f ? -1 : 0);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        const __m256i a = bf16x16(s + 2 * i, sc, k);
-        const __m256i b = bf16x16(s + 2 * i + 32, sc, k);
+        const __m256i a = bf16x16(s + 2 * i, sc, rcp, fast, k);
+        const __m256i b = bf16x16(s + 2 * i + 32, sc, rcp, fast, k);
         const __m256i r = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b),
                                                    0xd8);
         _mm256_storeu_si256((__m256i *)(void *)(d + i), r);
