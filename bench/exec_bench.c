@@ -142,7 +142,7 @@ typedef double (*timer_fn)(bench_fn fn, void *ctx);
 static figure_t measure_pair(bench_fn fn, void *ctx, bench_fn base_fn,
                              void *base_ctx, int repeats, timer_fn timer)
 {
-    double t[ROUNDS_MAX], b[ROUNDS_MAX], r[ROUNDS_MAX];
+    double t[ROUNDS_MAX] = {0}, b[ROUNDS_MAX] = {0}, r[ROUNDS_MAX] = {0};
     const int n = rounds();
     for (int k = 0; k < n; k++) {
         t[k] = b[k] = 1e30;
