@@ -14,12 +14,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "exec/exec_impl.h"
 #include "reshard/digest.h"
+#include "transport_fixture.h"
 #include "reshard/reshard.h"
 
 #define ROWS 1034 /* two shards of 517 rows */
@@ -87,13 +87,8 @@ static pid_t connect_all(rs_transport_h t, rs_plan_h plan, fx_t *f, int cma)
 {
     pid_t child = 0;
     if (cma) {
-        child = fork();
+        child = tfx_paused_child();
         assert_true(child >= 0);
-        if (child == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            pause();
-            _exit(0);
-        }
     }
     for (uint32_t s = 0; s < rs_plan_num_sessions(plan); s++) {
         int h = strcmp(rs_plan_session_name(plan, s), "s0") == 0 ? 0 : 1;
