@@ -308,6 +308,32 @@ TGT_AVX512 static INLINE __m512i narrow16_abs(__m512i a, narrow_k_t k)
 /* A | (B & C): ternary-logic table 0xf8, the sign put on a code. */
 #define OR_AND 0xf8
 
+/* fast8_abs with 16 lanes: the codes of 16 products and the lanes that
+ * are certain. */
+TGT_AVX512 static INLINE __m512i fast16_abs(__m512i a, narrow_k_t k,
+                                           __mmask16 *sure)
+{
+    const __m512i lo = _mm512_max_epi32(a, _mm512_set1_epi32(k.emin));
+    const __m512i dn = _mm512_srai_epi32(
+        _mm512_add_epi32(lo, _mm512_set1_epi32(k.rebase - TIE_ULPS)), k.sh);
+    const __m512i up = _mm512_srai_epi32(
+        _mm512_add_epi32(a, _mm512_set1_epi32(k.rebase + TIE_ULPS)), k.sh);
+    *sure = _mm512_cmpeq_epi32_mask(dn, up);
+    return _mm512_min_epi32(up, _mm512_set1_epi32(k.top));
+}
+
+/* 16 sources to 16 codes with the sign, by the fast path. */
+TGT_AVX512 static INLINE __m512i fast16(__m512 x, __m512 rcp, narrow_k_t k,
+                                        __mmask16 *sure)
+{
+    const __m512i a = _mm512_and_si512(
+        _mm512_castps_si512(_mm512_mul_ps(x, rcp)),
+        _mm512_set1_epi32(0x7fffffff));
+    return _mm512_ternarylogic_epi32(fast16_abs(a, k, sure),
+                                     _mm512_srli_epi32(_mm512_castps_si512(x), 24),
+                                     _mm512_set1_epi32(0x80), OR_AND);
+}
+
 TGT_AVX512 static INLINE __m512i narrow16(__m512 q, narrow_k_t k)
 {
     const __m512i x = _mm512_castps_si512(q);
@@ -335,13 +361,21 @@ TGT_AVX512 static INLINE __m512 ld16_f16(const unsigned char *s)
                                        int fmt)                               \
     {                                                                         \
         const __m512 sc = _mm512_set1_ps(scale);                              \
+        const float inv = fast_rcp(scale);                                    \
+        const __m512 rcp = _mm512_set1_ps(inv);                               \
+        const __mmask16 fast = inv != 0.0f ? 0xffff : 0;                      \
         size_t i = 0;                                                         \
         for (; i + 32 <= n; i += 32) {                                        \
             const unsigned char *p = s + (ES) * i;                            \
-            ST16(d + i, _mm512_cvtepi32_epi8(                                 \
-                            narrow16(_mm512_div_ps(LD(p), sc), k)));          \
-            ST16(d + i + 16, _mm512_cvtepi32_epi8(narrow16(                   \
-                                 _mm512_div_ps(LD(p + (size_t)16 * (ES)), sc), k))); \
+            const __m512 x0 = LD(p), x1 = LD(p + (size_t)16 * (ES));          \
+            __mmask16 s0, s1;                                                 \
+            __m512i c0 = fast16(x0, rcp, k, &s0), c1 = fast16(x1, rcp, k, &s1); \
+            if ((__mmask16)(s0 & s1 & fast) != 0xffff) {                      \
+                c0 = narrow16(_mm512_div_ps(x0, sc), k);                      \
+                c1 = narrow16(_mm512_div_ps(x1, sc), k);                      \
+            }                                                                 \
+            ST16(d + i, _mm512_cvtepi32_epi8(c0));                            \
+            ST16(d + i + 16, _mm512_cvtepi32_epi8(c1));                       \
         }                                                                     \
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
@@ -358,6 +392,9 @@ TGT_AVX512 static INLINE void encv16_bf16(uint8_t *d, const unsigned char *s,
                                           int fmt)
 {
     const __m512 sc = _mm512_set1_ps(scale);
+    const float inv = fast_rcp(scale);
+    const __m512 rcp = _mm512_set1_ps(inv);
+    const __mmask16 fast = inv != 0.0f ? 0xffff : 0;
     const __m512i z = _mm512_setzero_si512();
     const __m512i mag = _mm512_set1_epi16(0x7fff), sbit = _mm512_set1_epi16(0x80);
     size_t i = 0;
@@ -366,9 +403,16 @@ TGT_AVX512 static INLINE void encv16_bf16(uint8_t *d, const unsigned char *s,
         const __m512i m = _mm512_and_si512(v, mag);
         const __m512 lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, m));
         const __m512 hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, m));
-        const __m512i c = _mm512_packus_epi32(
-            narrow16_abs(_mm512_castps_si512(_mm512_div_ps(lo, sc)), k),
-            narrow16_abs(_mm512_castps_si512(_mm512_div_ps(hi, sc)), k));
+        __mmask16 s_lo, s_hi;
+        __m512i c_lo = fast16_abs(_mm512_castps_si512(_mm512_mul_ps(lo, rcp)),
+                                  k, &s_lo);
+        __m512i c_hi = fast16_abs(_mm512_castps_si512(_mm512_mul_ps(hi, rcp)),
+                                  k, &s_hi);
+        if ((__mmask16)(s_lo & s_hi & fast) != 0xffff) {
+            c_lo = narrow16_abs(_mm512_castps_si512(_mm512_div_ps(lo, sc)), k);
+            c_hi = narrow16_abs(_mm512_castps_si512(_mm512_div_ps(hi, sc)), k);
+        }
+        const __m512i c = _mm512_packus_epi32(c_lo, c_hi);
         const __m512i r = _mm512_ternarylogic_epi32(c, _mm512_srli_epi16(v, 8),
                                                     sbit, OR_AND);
         _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtepi16_epi8(r));
