@@ -201,29 +201,45 @@ ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QUANT_SOURCE_F16)
  * back on the codes. The zero interleave gives elements 0-3 | 8-11 and
  * 4-7 | 12-15, which the pack puts back in order. */
 TGT_AVX2 static INLINE __m256i bf16x16(const unsigned char *p, __m256 sc,
-                                       __m256 rcp, __m256i fast,
-                                       narrow_k_t k)
+                                       __m256 rcp, narrow_k_t k)
 {
     const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
     const __m256i m = _mm256_and_si256(v, _mm256_set1_epi16(0x7fff));
     const __m256i z = _mm256_setzero_si256();
     const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, m));
     const __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, m));
-    __m256i sure_lo, sure_hi;
-    __m256i c_lo = fast8_abs(_mm256_castps_si256(_mm256_mul_ps(lo, rcp)), k,
-                             &sure_lo);
-    __m256i c_hi = fast8_abs(_mm256_castps_si256(_mm256_mul_ps(hi, rcp)), k,
-                             &sure_hi);
-    const __m256i sure = _mm256_and_si256(_mm256_and_si256(sure_lo, sure_hi),
-                                          fast);
-    if (_mm256_movemask_epi8(sure) != -1) {
-        c_lo = narrow8_abs(_mm256_castps_si256(_mm256_div_ps(lo, sc)), k);
-        c_hi = narrow8_abs(_mm256_castps_si256(_mm256_div_ps(hi, sc)), k);
-    }
-    const __m256i c = _mm256_packus_epi32(c_lo, c_hi);
+    /* fast8_abs on both halves, compared and capped once packed to 16
+     * bits (the unsigned pack keeps every code and turns a negative
+     * upper rounding into 0, which never equals a lower one) */
+    const __m256i a_lo = _mm256_castps_si256(_mm256_mul_ps(lo, rcp));
+    const __m256i a_hi = _mm256_castps_si256(_mm256_mul_ps(hi, rcp));
+    const __m256i emin = _mm256_set1_epi32(k.emin);
+    const __m256i kd = _mm256_set1_epi32(k.rebase - TIE_ULPS);
+    const __m256i ku = _mm256_set1_epi32(k.rebase + TIE_ULPS);
+    const __m256i up = _mm256_packus_epi32(
+        _mm256_srai_epi32(_mm256_add_epi32(a_lo, ku), k.sh),
+        _mm256_srai_epi32(_mm256_add_epi32(a_hi, ku), k.sh));
+    const __m256i dn = _mm256_packus_epi32(
+        _mm256_srai_epi32(_mm256_add_epi32(_mm256_max_epi32(a_lo, emin), kd), k.sh),
+        _mm256_srai_epi32(_mm256_add_epi32(_mm256_max_epi32(a_hi, emin), kd), k.sh));
+    __m256i c = _mm256_min_epu16(up, _mm256_set1_epi16((short)k.top));
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(up, dn)) != -1)
+        c = _mm256_packus_epi32(
+            narrow8_abs(_mm256_castps_si256(_mm256_div_ps(lo, sc)), k),
+            narrow8_abs(_mm256_castps_si256(_mm256_div_ps(hi, sc)), k));
     const __m256i sign = _mm256_and_si256(_mm256_srli_epi16(v, 8),
                                           _mm256_set1_epi16(0x80));
     return _mm256_or_si256(c, sign);
+}
+
+/* No reciprocal (a subnormal scale): a negative NaN, which every product
+ * then is, so every step is uncertain and divides. */
+static inline float rcp_or_nan(float inv)
+{
+    const uint32_t nan_bits = 0xffc00000u;
+    float n;
+    memcpy(&n, &nan_bits, sizeof(n));
+    return inv != 0.0f ? inv : n;
 }
 
 TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
@@ -231,14 +247,11 @@ TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
                                       int fmt)
 {
     const __m256 sc = _mm256_set1_ps(scale);
-    const float inv = fast_rcp(scale);
-    const __m256 rcp = _mm256_set1_ps(inv);
-    /* no reciprocal: every step divides */
-    const __m256i fast = _mm256_set1_epi32(inv != 0.0f ? -1 : 0);
+    const __m256 rcp = _mm256_set1_ps(rcp_or_nan(fast_rcp(scale)));
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        const __m256i a = bf16x16(s + 2 * i, sc, rcp, fast, k);
-        const __m256i b = bf16x16(s + 2 * i + 32, sc, rcp, fast, k);
+        const __m256i a = bf16x16(s + 2 * i, sc, rcp, k);
+        const __m256i b = bf16x16(s + 2 * i + 32, sc, rcp, k);
         const __m256i r = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b),
                                                    0xd8);
         _mm256_storeu_si256((__m256i *)(void *)(d + i), r);

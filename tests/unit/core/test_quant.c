@@ -521,9 +521,10 @@ static void test_encoder_sweep_16(void **state)
  * division's code and divide where it might not (near a rounding
  * midpoint, in the subnormal range). Scales whose reciprocal is inexact,
  * drawn at random in [2^-20, 2^4), over every finite bf16 and f16 pattern
- * and f32 values put on and around every midpoint under that scale; and
- * the documented example where x * (1 / scale) misses the midpoint 368
- * that x / scale hits. */
+ * and f32 values put on and around every midpoint under that scale; bf16
+ * values under scales that put them on each midpoint; and the documented
+ * example where x * (1 / scale) misses the midpoint 368 that x / scale
+ * hits. */
 static void check_encoder(int lv, int si, int f, const void *x, size_t n,
                           float scale, const uint8_t *want, uint8_t *q)
 {
@@ -590,6 +591,29 @@ static void test_encoder_reciprocal(void **state)
                 want[i] = ref_encode(formats[f], x[i] / scale);
             for (int lv = 0; lv < simd_nlevels(); lv++)
                 check_encoder(lv, RS__QUANT_SOURCE_F32, f, x, n, scale, want, q);
+        }
+    }
+    /* bf16 values put on every midpoint by their scale (scale = v / mid,
+     * rounded), so x / scale is on or an ulp beside it and x * (1 / scale)
+     * often on the other side; runs of 32 so the vector loops take them */
+    static const uint16_t vals[] = {0x3f80, 0x3fc0, 0x3f62, 0x4049, 0xbf35,
+                                    0x3e9b, 0x42f7, 0x3c23};
+    for (int f = 0; f < 2; f++) {
+        const double *val = ref_table(formats[f]);
+        for (size_t v = 0; v < sizeof(vals) / sizeof(vals[0]); v++) {
+            for (unsigned c = 0; c + 1 < 0x80 && !isnan(val[c + 1]); c++) {
+                const float xv = ref_load(RS_DTYPE_BF16,
+                                          (const unsigned char *)&vals[v], 0);
+                const float sc = fabsf(xv) / (float)((val[c] + val[c + 1]) / 2);
+                if (!(sc > 0x1p-126f) || !isfinite(sc))
+                    continue;
+                for (int i = 0; i < 32; i++)
+                    h[i] = vals[v];
+                memset(want, ref_encode(formats[f], xv / sc), 32);
+                for (int lv = 0; lv < simd_nlevels(); lv++)
+                    check_encoder(lv, RS__QUANT_SOURCE_BF16, f, h, 32, sc,
+                                  want, q);
+            }
         }
     }
     /* docs/quantized-refit.md's example, in a run of 32 so vectors take it */
