@@ -2,7 +2,8 @@
  * section times an operation and a memcpy of the same output bytes (best of
  * several repetitions; the median of several such rounds) and prints GB/s
  * and the ratio with its range over the rounds. Sections: dtype casts,
- * the rsd64 digest and the copy with the digest fused, transports (local and local-mt against memcpy loops) and
+ * the rsd64 digest and the copy with the digest fused, transports (local
+ * and local-mt against memcpy loops) and
  * strided replay (rs_convert_strided as the executor's full-pull replay and
  * casts run it: transposes of 1 to 8 byte elements, batched transposes, a
  * narrow, transposes with a cast) and FP8 quantization (rs_quant_box over a

@@ -219,9 +219,10 @@ TGT_AVX2 static INLINE __m256i bf16x16(const unsigned char *p, __m256 sc,
     const __m256i up = _mm256_packus_epi32(
         _mm256_srai_epi32(_mm256_add_epi32(a_lo, ku), k.sh),
         _mm256_srai_epi32(_mm256_add_epi32(a_hi, ku), k.sh));
-    const __m256i dn = _mm256_packus_epi32(
-        _mm256_srai_epi32(_mm256_add_epi32(_mm256_max_epi32(a_lo, emin), kd), k.sh),
-        _mm256_srai_epi32(_mm256_add_epi32(_mm256_max_epi32(a_hi, emin), kd), k.sh));
+    const __m256i d_lo = _mm256_add_epi32(_mm256_max_epi32(a_lo, emin), kd);
+    const __m256i d_hi = _mm256_add_epi32(_mm256_max_epi32(a_hi, emin), kd);
+    const __m256i dn = _mm256_packus_epi32(_mm256_srai_epi32(d_lo, k.sh),
+                                           _mm256_srai_epi32(d_hi, k.sh));
     __m256i c = _mm256_min_epu16(up, _mm256_set1_epi16((short)k.top));
     if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(up, dn)) != -1)
         c = _mm256_packus_epi32(
@@ -342,8 +343,8 @@ TGT_AVX512 static INLINE __m512i fast16(__m512 x, __m512 rcp, narrow_k_t k,
     const __m512i a = _mm512_and_si512(
         _mm512_castps_si512(_mm512_mul_ps(x, rcp)),
         _mm512_set1_epi32(0x7fffffff));
-    return _mm512_ternarylogic_epi32(fast16_abs(a, k, sure),
-                                     _mm512_srli_epi32(_mm512_castps_si512(x), 24),
+    const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(x), 24);
+    return _mm512_ternarylogic_epi32(fast16_abs(a, k, sure), top,
                                      _mm512_set1_epi32(0x80), OR_AND);
 }
 

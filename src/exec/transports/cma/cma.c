@@ -135,7 +135,8 @@ static int push_item(void *ctx, const rs_region_t *r, uint64_t addr,
     rs__tap_t *tap = rs__transport_tap(p->t, dst, n);
     if (s->items_len > p->first) {
         cma_item_t *last = &s->items[s->items_len - 1];
-        if (tap == NULL && last->tap == NULL && last->remote + last->n == remote &&
+        if (tap == NULL && last->tap == NULL &&
+            last->remote + last->n == remote &&
             (uintptr_t)last->dst + last->n == (uintptr_t)dst) {
             last->n += n;
             return 1;
