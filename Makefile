@@ -47,7 +47,7 @@ WHEEL_DIR      = $(RELEASE_BUILD)/dist
 TSAN_PROGRAMS = test_arena test_pool test_transport test_exec test_pipeline \
                 test_refit test_dir test_lease test_stage test_plan_threads \
                 test_unregister test_memory_types test_replicas test_dry_run
-TSAN_TESTS = ^(test_arena|test_pool|test_transport_(api|local-mt-.+)|test_exec|test_pipeline|test_refit|test_dir|test_lease_.+|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run)$$
+TSAN_TESTS = ^(test_arena|test_pool|test_transport_(api|local-mt-.+)|test_exec|test_fused_digest|test_pipeline|test_refit|test_dir|test_lease_.+|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run)$$
 # UCX's memory hooks (libucm) intercept madvise() as glibc frees a finished
 # thread's stack, after TSan has torn down that thread's state, and crash
 # there. We do not use UCX memory events (buffers are registered explicitly),
@@ -105,6 +105,7 @@ build-release: deps-debian
 # gcc and clang already.
 RELEASE_GATE_TARGETS = reshard reshard_static reshard_layout reshard_cli \
                        test_convert test_transpose test_quant test_digest \
+                       test_digest_copy \
                        $(notdir $(basename $(wildcard bench/*_bench.c)))
 
 build-release-gate: deps-debian

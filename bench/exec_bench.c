@@ -1,7 +1,9 @@
 /* Executor building blocks against memcpy, measured in the same run: each
  * section times an operation and a memcpy of the same output bytes (best of
- * several repetitions) and prints GB/s and the ratio. Sections: dtype casts,
- * the rsd64 digest, transports (local and local-mt against memcpy loops) and
+ * several repetitions; the median of several such rounds) and prints GB/s
+ * and the ratio with its range over the rounds. Sections: dtype casts,
+ * the rsd64 digest and the copy with the digest fused, transports (local
+ * and local-mt against memcpy loops) and
  * strided replay (rs_convert_strided as the executor's full-pull replay and
  * casts run it: transposes of 1 to 8 byte elements, batched transposes, a
  * narrow, transposes with a cast) and FP8 quantization (rs_quant_box over a
@@ -11,7 +13,8 @@
  *
  *   exec_bench [MiB] [SECTION...]   (output bytes per operation, default
  *                                    256; sections: cast digest transport
- *                                    replay quant, default all) */
+ *                                    replay tcast quant, default all but
+ *                                    tcast, which replay includes) */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include "core/convert.h"
+#include "core/digest_copy.h"
 #include "core/pages.h"
 #include "core/simd.h"
 #include "reshard/digest.h"
@@ -101,29 +105,86 @@ static double time_once(bench_fn fn, void *ctx)
     return rs_clock_seconds() - t0;
 }
 
-/* Best of REPEATS for an operation and for a memcpy of `base_bytes`,
- * alternating the two so both see the same machine conditions. */
-static void best_vs_memcpy(bench_fn fn, void *ctx, size_t base_bytes,
-                           double *t_p, double *base_p)
+/* Every figure is the median of ROUNDS rounds (EXEC_BENCH_ROUNDS), each
+ * the best of REPEATS runs of the operation and of a memcpy of
+ * `base_bytes`, alternated so both see the same machine conditions; the
+ * ratio (memcpy time over operation time) is taken per round, and its
+ * median and range are printed. */
+#define ROUNDS_DEFAULT 5
+#define ROUNDS_MAX 64
+
+static int rounds(void)
+{
+    const char *v = getenv("EXEC_BENCH_ROUNDS");
+    long n = v != NULL ? strtol(v, NULL, 10) : ROUNDS_DEFAULT;
+    return n < 1 ? 1 : n > ROUNDS_MAX ? ROUNDS_MAX : (int)n;
+}
+
+typedef struct figure {
+    double t, base;        /* medians over the rounds, seconds */
+    double ratio, lo, hi;  /* median, least and most of the rounds' ratios */
+} figure_t;
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef double (*timer_fn)(bench_fn fn, void *ctx);
+
+/* ROUNDS rounds of the best of `repeats` alternated pairs of fn and base_fn. */
+static figure_t measure_pair(bench_fn fn, void *ctx, bench_fn base_fn,
+                             void *base_ctx, int repeats, timer_fn timer)
+{
+    double t[ROUNDS_MAX] = {0}, b[ROUNDS_MAX] = {0}, r[ROUNDS_MAX] = {0};
+    const int n = rounds();
+    for (int k = 0; k < n; k++) {
+        t[k] = b[k] = 1e30;
+        for (int i = 0; i < repeats; i++) {
+            double y = timer(base_fn, base_ctx), x = timer(fn, ctx);
+            b[k] = y < b[k] ? y : b[k];
+            t[k] = x < t[k] ? x : t[k];
+        }
+        r[k] = b[k] / t[k];
+    }
+    figure_t f = {median(t, n), median(b, n), 0, 1e30, 0};
+    for (int k = 0; k < n; k++) {
+        f.lo = r[k] < f.lo ? r[k] : f.lo;
+        f.hi = r[k] > f.hi ? r[k] : f.hi;
+    }
+    f.ratio = median(r, n);
+    return f;
+}
+
+static figure_t measure(bench_fn fn, void *ctx, size_t base_bytes,
+                        int repeats, timer_fn timer)
 {
     memcpy_ctx_t c = {bench_alloc(base_bytes, 1), bench_alloc(base_bytes, 2),
                       base_bytes};
-    double t = 1e30, base = 1e30;
-    for (int r = 0; r < REPEATS; r++) {
-        double b = time_once(run_memcpy, &c), x = time_once(fn, ctx);
-        base = b < base ? b : base;
-        t = x < t ? x : t;
-    }
+    figure_t f = measure_pair(fn, ctx, run_memcpy, &c, repeats, timer);
     bench_free(c.dst);
     bench_free(c.src);
-    *t_p = t;
-    *base_p = base;
+    return f;
 }
 
-static void report(const char *what, size_t bytes, double t, double base)
+static void best_vs_memcpy(bench_fn fn, void *ctx, size_t base_bytes,
+                           figure_t *f_p)
 {
-    printf("  %-28s %8.2f GB/s   memcpy %8.2f GB/s   ratio %.2f\n", what,
-           (double)bytes / t * 1e-9, (double)bytes / base * 1e-9, base / t);
+    *f_p = measure(fn, ctx, base_bytes, REPEATS, time_once);
+}
+
+static void report(const char *what, size_t bytes, const figure_t *f)
+{
+    printf("  %-28s %8.2f GB/s   memcpy %8.2f GB/s   ratio %.2f [%.2f-%.2f]\n",
+           what, (double)bytes / f->t * 1e-9, (double)bytes / f->base * 1e-9,
+           f->ratio, f->lo, f->hi);
 }
 
 typedef struct cast_ctx {
@@ -153,17 +214,15 @@ static void bench_cast(rs_dtype_t from, rs_dtype_t to, size_t out_bytes)
     /* 0x3f bytes: finite, normal values in every source format. */
     cast_ctx_t c = {to, from, bench_alloc(out_bytes, 0),
                     bench_alloc(in_bytes, 0x3f), n};
-    double t, base;
+    figure_t f;
     char what[64];
     snprintf(what, sizeof(what), "cast %s -> %s", rs_dtype_name(from),
              rs_dtype_name(to));
-    best_vs_memcpy(run_cast, &c, out_bytes, &t, &base);
-    report(what, out_bytes, t, base);
+    best_vs_memcpy(run_cast, &c, out_bytes, &f);
+    report(what, out_bytes, &f);
     if (in_bytes > out_bytes) {
-        best_vs_memcpy(run_cast, &c, in_bytes, &t, &base);
-        printf("  %-28s %8.2f GB/s   memcpy %8.2f GB/s   ratio %.2f"
-               "   (input bytes)\n", "", (double)in_bytes / t * 1e-9,
-               (double)in_bytes / base * 1e-9, base / t);
+        best_vs_memcpy(run_cast, &c, in_bytes, &f);
+        report("  (against its input bytes)", in_bytes, &f);
     }
     bench_free(c.dst);
     bench_free(c.src);
@@ -193,18 +252,67 @@ static void run_digest(void *ctx)
     c->sink ^= rs_digest(c->src, c->bytes);
 }
 
+typedef struct copy_digest_ctx {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    uint64_t sink;
+} copy_digest_ctx_t;
+
+/* What verification of a copied shard cost before fusing: the copy, then
+ * a second pass reading every byte back. */
+static void run_copy_then_digest(void *ctx)
+{
+    copy_digest_ctx_t *c = ctx;
+    memcpy(c->dst, c->src, c->bytes);
+    c->sink ^= rs_digest(c->dst, c->bytes);
+}
+
+/* The executor's copy with the digest fused (local, local-mt). */
+static void run_copy_digest(void *ctx)
+{
+    copy_digest_ctx_t *c = ctx;
+    rs_digest_t d;
+    rs_digest_init(&d);
+    rs__digest_copy(&d, c->dst, c->src, c->bytes);
+    c->sink ^= rs_digest_final(&d);
+}
+
+/* The cma way: copies made in steps, each digested while in the cache. */
+static void run_copy_step_digest(void *ctx)
+{
+    copy_digest_ctx_t *c = ctx;
+    rs_digest_t d;
+    rs_digest_init(&d);
+    for (size_t at = 0; at < c->bytes; at += RS__DIGEST_STEP) {
+        size_t n = c->bytes - at < RS__DIGEST_STEP ? c->bytes - at
+                                                  : RS__DIGEST_STEP;
+        memcpy((char *)c->dst + at, (const char *)c->src + at, n);
+        rs_digest_update(&d, (char *)c->dst + at, n);
+    }
+    c->sink ^= rs_digest_final(&d);
+}
+
 static void section_digest(const bench_cfg_t *cfg)
 {
-    printf("rsd64 digest (%zu MiB; ratio = digest GB/s over memcpy GB/s)\n",
-           cfg->bytes >> 20);
+    printf("rsd64 digest (%zu MiB; ratio = GB/s over one-thread memcpy GB/s "
+           "of the same bytes)\n", cfg->bytes >> 20);
     unsigned char *buf = bench_alloc(cfg->bytes, 0);
     for (size_t i = 0; i < cfg->bytes; i++)
         buf[i] = (unsigned char)(i * 131 + (i >> 12));
     digest_ctx_t c = {buf, cfg->bytes, 0};
-    double t, base;
-    best_vs_memcpy(run_digest, &c, cfg->bytes, &t, &base);
-    report("rs_digest", cfg->bytes, t, base);
-    printf("  (digest %016llx)\n", (unsigned long long)c.sink);
+    figure_t f;
+    best_vs_memcpy(run_digest, &c, cfg->bytes, &f);
+    report("rs_digest", cfg->bytes, &f);
+    copy_digest_ctx_t cc = {bench_alloc(cfg->bytes, 5), buf, cfg->bytes, 0};
+    best_vs_memcpy(run_copy_then_digest, &cc, cfg->bytes, &f);
+    report("copy, then digest pass", cfg->bytes, &f);
+    best_vs_memcpy(run_copy_digest, &cc, cfg->bytes, &f);
+    report("copy+digest fused", cfg->bytes, &f);
+    best_vs_memcpy(run_copy_step_digest, &cc, cfg->bytes, &f);
+    report("copy, digest per 256 KiB", cfg->bytes, &f);
+    printf("  (digest %016llx)\n", (unsigned long long)(c.sink ^ cc.sink));
+    bench_free(cc.dst);
     bench_free(buf);
 }
 
@@ -304,42 +412,30 @@ static xport_ctx_t open_transport(const char *backend, const seg_ctx_t *c,
     return x;
 }
 
-/* Best of REPEATS for fn and its baseline, alternated. */
-static void best_pair(bench_fn fn, void *ctx, bench_fn base_fn,
-                      void *base_ctx, double *t_p, double *base_p)
-{
-    double t = 1e30, base = 1e30;
-    for (int r = 0; r < REPEATS; r++) {
-        double b = time_once(base_fn, base_ctx), x = time_once(fn, ctx);
-        base = b < base ? b : base;
-        t = x < t ? x : t;
-    }
-    *t_p = t;
-    *base_p = base;
-}
-
 static void bench_segments(uint8_t *dst, const uint8_t *src, size_t bytes,
                            size_t seg, unsigned cores)
 {
     seg_ctx_t c = {dst, src, seg, 0, bytes / seg, bytes / seg};
     seg_mt_ctx_t m = {c, cores};
     rs_read_t *reads = malloc(c.nseg * sizeof(rs_read_t));
-    double t, base, t1, base1;
+    figure_t f, f1;
     char what[64];
     xport_ctx_t x = open_transport("local", &c, reads);
-    best_pair(run_transport, &x, run_seg_memcpy, &c, &t, &base);
+    f = measure_pair(run_transport, &x, run_seg_memcpy, &c, REPEATS, time_once);
     snprintf(what, sizeof(what), "%6zu KiB x %-6zu local", seg >> 10,
              c.nseg);
-    report(what, bytes, t, base);
+    report(what, bytes, &f);
     rs_transport_destroy(x.t);
     x = open_transport("local-mt", &c, reads);
-    best_pair(run_transport, &x, run_seg_memcpy_mt, &m, &t, &base);
-    best_pair(run_seg_memcpy_mt, &m, run_seg_memcpy, &c, &t1, &base1);
+    f = measure_pair(run_transport, &x, run_seg_memcpy_mt, &m, REPEATS,
+                     time_once);
+    f1 = measure_pair(run_seg_memcpy_mt, &m, run_seg_memcpy, &c, REPEATS,
+                      time_once);
     snprintf(what, sizeof(what), "%6zu KiB x %-6zu local-mt", seg >> 10,
              c.nseg);
-    report(what, bytes, t, base);
+    report(what, bytes, &f);
     printf("  %-28s (%u-thread memcpy %.2f GB/s = %.2fx one thread)\n", "",
-           cores, (double)bytes / t1 * 1e-9, base1 / t1);
+           cores, (double)bytes / f1.t * 1e-9, f1.ratio);
     rs_transport_destroy(x.t);
     free(reads);
 }
@@ -401,9 +497,9 @@ static void bench_replay(const char *what, replay_ctx_t *c)
     /* 0x3f bytes: finite, normal values in every source format. */
     c->src = bench_alloc(src_elems * rs_dtype_size(c->from), 0x3f);
     c->dst = bench_alloc(bytes, 0);
-    double t, base;
-    best_vs_memcpy(run_replay, c, bytes, &t, &base);
-    report(label, bytes, t, base);
+    figure_t f;
+    best_vs_memcpy(run_replay, c, bytes, &f);
+    report(label, bytes, &f);
     bench_free(c->dst);
     bench_free(c->src);
 }
@@ -450,10 +546,21 @@ static void section_replay(void)
     bench_transpose(RS_DTYPE_F32, RS_DTYPE_BF16, n);
 }
 
-/* Like best_vs_memcpy, timed in the thread's CPU time, best of
- * QUANT_REPEATS: on a shared machine, time the thread waits for a core is
- * not the kernel's; cache and memory stalls still count. */
-#define QUANT_REPEATS 25
+/* The transposes with a cast alone (section "tcast"). */
+static void section_tcast(void)
+{
+    printf("transposes with a cast (kernels: %s, buffers: %s; ratio = "
+           "rs_convert_strided GB/s over memcpy GB/s of the bytes written)\n",
+           rs__simd_name(rs__simd_active()),
+           use_pages() ? "executor pages" : "malloc");
+    bench_transpose(RS_DTYPE_BF16, RS_DTYPE_F32, 8192);
+    bench_transpose(RS_DTYPE_F32, RS_DTYPE_BF16, 8192);
+}
+
+/* Quantization is timed in the thread's CPU time, best of QUANT_REPEATS
+ * per round: on a shared machine, time the thread waits for a core is not
+ * the kernel's; cache and memory stalls still count. */
+#define QUANT_REPEATS 5
 
 static double cpu_once(bench_fn fn, void *ctx)
 {
@@ -462,23 +569,6 @@ static double cpu_once(bench_fn fn, void *ctx)
     fn(ctx);
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
     return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
-}
-
-static void best_vs_memcpy_cpu(bench_fn fn, void *ctx, size_t base_bytes,
-                               double *t_p, double *base_p)
-{
-    memcpy_ctx_t c = {bench_alloc(base_bytes, 1), bench_alloc(base_bytes, 2),
-                      base_bytes};
-    double t = 1e30, base = 1e30;
-    for (int r = 0; r < QUANT_REPEATS; r++) {
-        double b = cpu_once(run_memcpy, &c), x = cpu_once(fn, ctx);
-        base = b < base ? b : base;
-        t = x < t ? x : t;
-    }
-    bench_free(c.dst);
-    bench_free(c.src);
-    *t_p = t;
-    *base_p = base;
 }
 
 typedef struct quant_ctx {
@@ -538,15 +628,15 @@ static void bench_quant(rs_dtype_t from, rs_dtype_t fmt, const int64_t *block,
         if (lv == RS__SIMD_SSE2)
             continue; /* the portable kernels, compiled for the baseline */
         rs__simd_force((rs__simd_t)lv);
-        double t, base;
+        figure_t f;
         char what[96];
         snprintf(what, sizeof(what), "%s %lldx%lld %s [%s]", rs_dtype_name(from),
                  (long long)rows, (long long)cols, spec,
                  rs__simd_name((rs__simd_t)lv));
-        best_vs_memcpy_cpu(run_quant, &c, in_bytes, &t, &base);
-        printf("  %-50s %6.2f GB/s in  memcpy %6.2f GB/s  ratio %.2f\n", what,
-               (double)in_bytes / t * 1e-9, (double)in_bytes / base * 1e-9,
-               base / t);
+        f = measure(run_quant, &c, in_bytes, QUANT_REPEATS, cpu_once);
+        printf("  %-50s %6.2f GB/s in  memcpy %6.2f GB/s  ratio %.2f "
+               "[%.2f-%.2f]\n", what, (double)in_bytes / f.t * 1e-9,
+               (double)in_bytes / f.base * 1e-9, f.ratio, f.lo, f.hi);
     }
     rs__simd_force(rs__simd_best());
     bench_free(c.src);
@@ -586,7 +676,7 @@ int main(int argc, char **argv)
         long mib = strtol(argv[1], NULL, 10);
         if (mib <= 0) {
             fprintf(stderr, "usage: exec_bench [MiB] [cast|digest|transport|"
-                    "replay|quant ...]\n");
+                    "replay|tcast|quant ...]\n");
             return 2;
         }
         cfg.bytes = (size_t)mib << 20;
@@ -599,6 +689,8 @@ int main(int argc, char **argv)
         section_transport(&cfg);
     if (wanted(argc, argv, "replay"))
         section_replay();
+    if (argc > 2 && wanted(argc, argv, "tcast"))
+        section_tcast();
     if (wanted(argc, argv, "quant"))
         section_quant();
     return 0;

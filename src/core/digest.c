@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/digest_copy.h"
 #include "reshard/digest.h"
 
 /* Primes at or above frac(cbrt(p)) * 2^64 for p = 31, 37, 41, 43, 47. */
@@ -71,6 +72,57 @@ static void feed_stripes(uint64_t lane[4], const unsigned char *p, size_t n)
     lane[1] = v1;
     lane[2] = v2;
     lane[3] = v3;
+}
+
+/* feed_stripes over src, storing each stripe to dst from the registers
+ * that digest it. */
+static void copy_stripes(uint64_t lane[4], unsigned char *dst,
+                         const unsigned char *p, size_t n)
+{
+    uint64_t v0 = lane[0], v1 = lane[1], v2 = lane[2], v3 = lane[3];
+    for (size_t i = 0; i < n; i++, p += STRIPE, dst += STRIPE) {
+        if ((i & 1) == 0 && i + PREFETCH_STRIPES < n)
+            RS_PREFETCH(p + PREFETCH_STRIPES * STRIPE);
+        const uint64_t w0 = load_le64(p), w1 = load_le64(p + 8),
+                       w2 = load_le64(p + 16), w3 = load_le64(p + 24);
+        memcpy(dst, p, STRIPE); /* the same words: one load each */
+        v0 = lane_round(v0, w0);
+        v1 = lane_round(v1, w1);
+        v2 = lane_round(v2, w2);
+        v3 = lane_round(v3, w3);
+    }
+    lane[0] = v0;
+    lane[1] = v1;
+    lane[2] = v2;
+    lane[3] = v3;
+}
+
+/* A partial stripe first (what an earlier call left), then whole stripes
+ * fused, then the rest; the edges are copied, then digested from dst. */
+void rs__digest_copy(rs_digest_t *d, void *dst, const void *src, size_t n)
+{
+    unsigned char *o = dst;
+    const unsigned char *p = src;
+    if (d->ntail > 0) {
+        size_t take = STRIPE - d->ntail < n ? STRIPE - d->ntail : n;
+        memcpy(o, p, take);
+        rs_digest_update(d, o, take);
+        o += take;
+        p += take;
+        n -= take;
+        if (n == 0)
+            return;
+    }
+    const size_t stripes = n / STRIPE;
+    copy_stripes(d->lane, o, p, stripes);
+    d->total += stripes * STRIPE;
+    o += stripes * STRIPE;
+    p += stripes * STRIPE;
+    n -= stripes * STRIPE;
+    if (n > 0) {
+        memcpy(o, p, n);
+        rs_digest_update(d, o, n);
+    }
 }
 
 void rs_digest_init(rs_digest_t *d)

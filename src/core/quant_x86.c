@@ -29,13 +29,34 @@
  * smallest normal, the exponent step from a value to the power of two
  * whose ulp is the FP8 ulp at that value, the shift from f32 bits to FP8
  * bits (23 - M) and the factor 2^-(127 - bias) that aligns the exponents. */
+/* The fast path's constants: half the FP8 step in p's low bits less the
+ * exponent rebase, ((1 << (22 - M)) - ((127 - bias) << 23)), and fmax's
+ * code (see fast8_abs). */
 typedef struct narrow_k {
     int cap, emin, step, sh;
     float down;
+    int rebase, top;
 } narrow_k_t;
 
-#define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3, 0x1p-120f}
-#define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2, 0x1p-112f}
+#define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3,      \
+                     0x1p-120f, (1 << 19) - (120 << 23), 0x7e}
+#define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2,    \
+                     0x1p-112f, (1 << 20) - (112 << 23), 0x7b}
+
+/* How far, in float32 ulps, x * (1 / scale) may lie from x / scale: each
+ * of the two roundings moves it by at most half an ulp of its result, so
+ * the product is within 2 ulps of the exact quotient and 3 of its rounding
+ * (4 leaves room for a binade edge). */
+#define TIE_ULPS 4
+
+/* The reciprocal the fast path multiplies by, or 0 when it may not: a
+ * scale so small that 1 / scale overflows (a subnormal scale) takes the
+ * division throughout. */
+static inline float fast_rcp(float scale)
+{
+    const float r = 1.0f / scale;
+    return r <= 0x1p126f ? r : 0.0f;
+}
 
 static INLINE void scalar_tail(uint8_t *d, const unsigned char *s, size_t n,
                                float scale, int fmt, int src)
@@ -70,6 +91,29 @@ TGT_AVX2 static INLINE __m256i narrow8_abs(__m256i a, narrow_k_t k)
     return _mm256_srli_epi32(_mm256_castps_si256(rebased), k.sh);
 }
 
+/* The fast path: 8 products p = |x| * (1 / scale) (float32 bits, not
+ * negative) to 8 codes, and a mask of the lanes it got right for sure.
+ * In the normal range a code is p's bits rounded half up to M mantissa
+ * bits and rebased, (p + half - ((127 - bias) << 23)) >> (23 - M). p may
+ * differ from the correctly rounded quotient q by a few ulps, so a lane is
+ * certain only when rounding p - TIE_ULPS and p + TIE_ULPS gives the same
+ * code: then no rounding midpoint lies between p and q (codes are
+ * monotone in the quotient) and q's round-to-nearest-even is that code.
+ * The lower end is taken at least at the smallest normal, so every lane
+ * below it (subnormal codes, zeros) is uncertain, except those that round
+ * up to the smallest normal anyway. The cap is applied after. */
+TGT_AVX2 static INLINE __m256i fast8_abs(__m256i a, narrow_k_t k,
+                                         __m256i *sure)
+{
+    const __m256i lo = _mm256_max_epi32(a, _mm256_set1_epi32(k.emin));
+    const __m256i dn = _mm256_srai_epi32(
+        _mm256_add_epi32(lo, _mm256_set1_epi32(k.rebase - TIE_ULPS)), k.sh);
+    const __m256i up = _mm256_srai_epi32(
+        _mm256_add_epi32(a, _mm256_set1_epi32(k.rebase + TIE_ULPS)), k.sh);
+    *sure = _mm256_cmpeq_epi32(dn, up);
+    return _mm256_min_epi32(up, _mm256_set1_epi32(k.top));
+}
+
 /* 8 quotients to 8 codes, one per 32-bit lane. */
 TGT_AVX2 static INLINE __m256i narrow8(__m256 q, narrow_k_t k)
 {
@@ -102,19 +146,49 @@ TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)s));
 }
 
+/* 8 sources to 8 codes with the sign, by the fast path, and its mask. */
+TGT_AVX2 static INLINE __m256i fast8(__m256 x, __m256 rcp, narrow_k_t k,
+                                     __m256i *sure)
+{
+    const __m256i b = _mm256_castps_si256(x);
+    const __m256i a = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_mul_ps(x, rcp)),
+        _mm256_set1_epi32(0x7fffffff));
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(b, 24),
+                                          _mm256_set1_epi32(0x80));
+    return _mm256_or_si256(fast8_abs(a, k, sure), sign);
+}
+
+/* 32 elements a step, by the fast path unless a lane of them is uncertain,
+ * then by the division. */
 #define ENC8_NATURAL(NAME, LD, ES, SRC)                                       \
     TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
                                      size_t n, float scale, narrow_k_t k,     \
                                      int fmt)                                 \
     {                                                                         \
         const __m256 sc = _mm256_set1_ps(scale);                              \
+        const float inv = fast_rcp(scale);                                    \
+        const __m256 rcp = _mm256_set1_ps(inv);                               \
+        const __m256i fast = _mm256_set1_epi32(inv != 0.0f ? -1 : 0);        \
         size_t i = 0;                                                         \
         for (; i + 32 <= n; i += 32) {                                        \
             const unsigned char *p = s + (ES) * i;                            \
-            store32(d + i, narrow8(_mm256_div_ps(LD(p), sc), k),              \
-                    narrow8(_mm256_div_ps(LD(p + (size_t)8 * (ES)), sc), k),          \
-                    narrow8(_mm256_div_ps(LD(p + (size_t)16 * (ES)), sc), k),         \
-                    narrow8(_mm256_div_ps(LD(p + (size_t)24 * (ES)), sc), k));        \
+            const __m256 x0 = LD(p), x1 = LD(p + (size_t)8 * (ES));           \
+            const __m256 x2 = LD(p + (size_t)16 * (ES));                      \
+            const __m256 x3 = LD(p + (size_t)24 * (ES));                      \
+            __m256i s0, s1, s2, s3;                                           \
+            __m256i c0 = fast8(x0, rcp, k, &s0), c1 = fast8(x1, rcp, k, &s1); \
+            __m256i c2 = fast8(x2, rcp, k, &s2), c3 = fast8(x3, rcp, k, &s3); \
+            const __m256i all = _mm256_and_si256(                             \
+                _mm256_and_si256(_mm256_and_si256(s0, s1),                    \
+                                 _mm256_and_si256(s2, s3)), fast);            \
+            if (_mm256_movemask_epi8(all) != -1) {                            \
+                c0 = narrow8(_mm256_div_ps(x0, sc), k);                       \
+                c1 = narrow8(_mm256_div_ps(x1, sc), k);                       \
+                c2 = narrow8(_mm256_div_ps(x2, sc), k);                       \
+                c3 = narrow8(_mm256_div_ps(x3, sc), k);                       \
+            }                                                                 \
+            store32(d + i, c0, c1, c2, c3);                                   \
         }                                                                     \
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
@@ -127,19 +201,46 @@ ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QUANT_SOURCE_F16)
  * back on the codes. The zero interleave gives elements 0-3 | 8-11 and
  * 4-7 | 12-15, which the pack puts back in order. */
 TGT_AVX2 static INLINE __m256i bf16x16(const unsigned char *p, __m256 sc,
-                                       narrow_k_t k)
+                                       __m256 rcp, narrow_k_t k)
 {
     const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
     const __m256i m = _mm256_and_si256(v, _mm256_set1_epi16(0x7fff));
     const __m256i z = _mm256_setzero_si256();
     const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, m));
     const __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, m));
-    const __m256i c = _mm256_packus_epi32(
-        narrow8_abs(_mm256_castps_si256(_mm256_div_ps(lo, sc)), k),
-        narrow8_abs(_mm256_castps_si256(_mm256_div_ps(hi, sc)), k));
+    /* fast8_abs on both halves, compared and capped once packed to 16
+     * bits (the unsigned pack keeps every code and turns a negative
+     * upper rounding into 0, which never equals a lower one) */
+    const __m256i a_lo = _mm256_castps_si256(_mm256_mul_ps(lo, rcp));
+    const __m256i a_hi = _mm256_castps_si256(_mm256_mul_ps(hi, rcp));
+    const __m256i emin = _mm256_set1_epi32(k.emin);
+    const __m256i kd = _mm256_set1_epi32(k.rebase - TIE_ULPS);
+    const __m256i ku = _mm256_set1_epi32(k.rebase + TIE_ULPS);
+    const __m256i up = _mm256_packus_epi32(
+        _mm256_srai_epi32(_mm256_add_epi32(a_lo, ku), k.sh),
+        _mm256_srai_epi32(_mm256_add_epi32(a_hi, ku), k.sh));
+    const __m256i d_lo = _mm256_add_epi32(_mm256_max_epi32(a_lo, emin), kd);
+    const __m256i d_hi = _mm256_add_epi32(_mm256_max_epi32(a_hi, emin), kd);
+    const __m256i dn = _mm256_packus_epi32(_mm256_srai_epi32(d_lo, k.sh),
+                                           _mm256_srai_epi32(d_hi, k.sh));
+    __m256i c = _mm256_min_epu16(up, _mm256_set1_epi16((short)k.top));
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(up, dn)) != -1)
+        c = _mm256_packus_epi32(
+            narrow8_abs(_mm256_castps_si256(_mm256_div_ps(lo, sc)), k),
+            narrow8_abs(_mm256_castps_si256(_mm256_div_ps(hi, sc)), k));
     const __m256i sign = _mm256_and_si256(_mm256_srli_epi16(v, 8),
                                           _mm256_set1_epi16(0x80));
     return _mm256_or_si256(c, sign);
+}
+
+/* No reciprocal (a subnormal scale): a negative NaN, which every product
+ * then is, so every step is uncertain and divides. */
+static inline float rcp_or_nan(float inv)
+{
+    const uint32_t nan_bits = 0xffc00000u;
+    float n;
+    memcpy(&n, &nan_bits, sizeof(n));
+    return inv != 0.0f ? inv : n;
 }
 
 TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
@@ -147,10 +248,11 @@ TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
                                       int fmt)
 {
     const __m256 sc = _mm256_set1_ps(scale);
+    const __m256 rcp = _mm256_set1_ps(rcp_or_nan(fast_rcp(scale)));
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        const __m256i a = bf16x16(s + 2 * i, sc, k);
-        const __m256i b = bf16x16(s + 2 * i + 32, sc, k);
+        const __m256i a = bf16x16(s + 2 * i, sc, rcp, k);
+        const __m256i b = bf16x16(s + 2 * i + 32, sc, rcp, k);
         const __m256i r = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b),
                                                    0xd8);
         _mm256_storeu_si256((__m256i *)(void *)(d + i), r);
@@ -220,6 +322,32 @@ TGT_AVX512 static INLINE __m512i narrow16_abs(__m512i a, narrow_k_t k)
 /* A | (B & C): ternary-logic table 0xf8, the sign put on a code. */
 #define OR_AND 0xf8
 
+/* fast8_abs with 16 lanes: the codes of 16 products and the lanes that
+ * are certain. */
+TGT_AVX512 static INLINE __m512i fast16_abs(__m512i a, narrow_k_t k,
+                                           __mmask16 *sure)
+{
+    const __m512i lo = _mm512_max_epi32(a, _mm512_set1_epi32(k.emin));
+    const __m512i dn = _mm512_srai_epi32(
+        _mm512_add_epi32(lo, _mm512_set1_epi32(k.rebase - TIE_ULPS)), k.sh);
+    const __m512i up = _mm512_srai_epi32(
+        _mm512_add_epi32(a, _mm512_set1_epi32(k.rebase + TIE_ULPS)), k.sh);
+    *sure = _mm512_cmpeq_epi32_mask(dn, up);
+    return _mm512_min_epi32(up, _mm512_set1_epi32(k.top));
+}
+
+/* 16 sources to 16 codes with the sign, by the fast path. */
+TGT_AVX512 static INLINE __m512i fast16(__m512 x, __m512 rcp, narrow_k_t k,
+                                        __mmask16 *sure)
+{
+    const __m512i a = _mm512_and_si512(
+        _mm512_castps_si512(_mm512_mul_ps(x, rcp)),
+        _mm512_set1_epi32(0x7fffffff));
+    const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(x), 24);
+    return _mm512_ternarylogic_epi32(fast16_abs(a, k, sure), top,
+                                     _mm512_set1_epi32(0x80), OR_AND);
+}
+
 TGT_AVX512 static INLINE __m512i narrow16(__m512 q, narrow_k_t k)
 {
     const __m512i x = _mm512_castps_si512(q);
@@ -247,13 +375,21 @@ TGT_AVX512 static INLINE __m512 ld16_f16(const unsigned char *s)
                                        int fmt)                               \
     {                                                                         \
         const __m512 sc = _mm512_set1_ps(scale);                              \
+        const float inv = fast_rcp(scale);                                    \
+        const __m512 rcp = _mm512_set1_ps(inv);                               \
+        const __mmask16 fast = inv != 0.0f ? 0xffff : 0;                      \
         size_t i = 0;                                                         \
         for (; i + 32 <= n; i += 32) {                                        \
             const unsigned char *p = s + (ES) * i;                            \
-            ST16(d + i, _mm512_cvtepi32_epi8(                                 \
-                            narrow16(_mm512_div_ps(LD(p), sc), k)));          \
-            ST16(d + i + 16, _mm512_cvtepi32_epi8(narrow16(                   \
-                                 _mm512_div_ps(LD(p + (size_t)16 * (ES)), sc), k))); \
+            const __m512 x0 = LD(p), x1 = LD(p + (size_t)16 * (ES));          \
+            __mmask16 s0, s1;                                                 \
+            __m512i c0 = fast16(x0, rcp, k, &s0), c1 = fast16(x1, rcp, k, &s1); \
+            if ((__mmask16)(s0 & s1 & fast) != 0xffff) {                      \
+                c0 = narrow16(_mm512_div_ps(x0, sc), k);                      \
+                c1 = narrow16(_mm512_div_ps(x1, sc), k);                      \
+            }                                                                 \
+            ST16(d + i, _mm512_cvtepi32_epi8(c0));                            \
+            ST16(d + i + 16, _mm512_cvtepi32_epi8(c1));                       \
         }                                                                     \
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
@@ -270,6 +406,9 @@ TGT_AVX512 static INLINE void encv16_bf16(uint8_t *d, const unsigned char *s,
                                           int fmt)
 {
     const __m512 sc = _mm512_set1_ps(scale);
+    const float inv = fast_rcp(scale);
+    const __m512 rcp = _mm512_set1_ps(inv);
+    const __mmask16 fast = inv != 0.0f ? 0xffff : 0;
     const __m512i z = _mm512_setzero_si512();
     const __m512i mag = _mm512_set1_epi16(0x7fff), sbit = _mm512_set1_epi16(0x80);
     size_t i = 0;
@@ -278,9 +417,16 @@ TGT_AVX512 static INLINE void encv16_bf16(uint8_t *d, const unsigned char *s,
         const __m512i m = _mm512_and_si512(v, mag);
         const __m512 lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, m));
         const __m512 hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, m));
-        const __m512i c = _mm512_packus_epi32(
-            narrow16_abs(_mm512_castps_si512(_mm512_div_ps(lo, sc)), k),
-            narrow16_abs(_mm512_castps_si512(_mm512_div_ps(hi, sc)), k));
+        __mmask16 s_lo, s_hi;
+        __m512i c_lo = fast16_abs(_mm512_castps_si512(_mm512_mul_ps(lo, rcp)),
+                                  k, &s_lo);
+        __m512i c_hi = fast16_abs(_mm512_castps_si512(_mm512_mul_ps(hi, rcp)),
+                                  k, &s_hi);
+        if ((__mmask16)(s_lo & s_hi & fast) != 0xffff) {
+            c_lo = narrow16_abs(_mm512_castps_si512(_mm512_div_ps(lo, sc)), k);
+            c_hi = narrow16_abs(_mm512_castps_si512(_mm512_div_ps(hi, sc)), k);
+        }
+        const __m512i c = _mm512_packus_epi32(c_lo, c_hi);
         const __m512i r = _mm512_ternarylogic_epi32(c, _mm512_srli_epi16(v, 8),
                                                     sbit, OR_AND);
         _mm256_storeu_si256((__m256i *)(void *)(d + i), _mm512_cvtepi16_epi8(r));

@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/vec.h"
+#include "exec/transport_impl.h"
 #include "reshard/plan.h" /* the plan's capture, rs_plan_capture */
 #include "reshard/view.h"
 #include "reshard/exec.h"
@@ -112,6 +113,11 @@ struct rs_exec {
     rs__stage_job_t job;
     RS_VEC(rs__piece_t, pieces);  /* sorted by (shard, offset) */
     RS_VEC(size_t, partial);     /* shards with a digest, only partly read */
+    rs__tap_t *taps;             /* fused digests (fused.c), sorted by dst */
+    size_t ntaps;
+    size_t *group_tap;           /* per piece group's first piece: its tap,
+                                  * or SIZE_MAX */
+    atomic_uint_fast64_t shards_fused; /* last run: digests the wire fed */
     const char **digests;        /* per plan shard, from rs_exec_set_digests */
     unsigned char *verify_buf;   /* for verify_partial */
     uint64_t verify_buf_len;
@@ -177,6 +183,15 @@ uint64_t rs__pieces_covered(const rs__piece_t *p, size_t i, size_t end);
  * compares (RS_ERR_VERIFY on a mismatch; does not count it). Reads only:
  * groups may be checked at once on several threads. */
 rs_status_t rs__exec_verify_group(rs_exec_h x, size_t i, rs_diag_t *diag);
+
+/* Fused digests (fused.c): a tap for every shard one read brings whole,
+ * when the transport fuses; armed (digests reset and lent to the
+ * transport) for a run and disarmed after it; the digest the wire fed the
+ * group at piece i, or 0 when it has none or was not fed whole. */
+rs_status_t rs__exec_prepare_taps(rs_exec_h x, rs_diag_t *diag);
+void rs__exec_release_taps(rs_exec_h x);
+void rs__exec_taps_arm(rs_exec_h x, int on);
+int rs__exec_fused_digest(rs_exec_h x, size_t i, uint64_t *digest_p);
 
 /* Runs copies[0, n) into their destinations (replays or casts, `kind`
  * RS_STAGE_REPLAY or RS_STAGE_CONVERT): the unordered ones as one batch on

@@ -277,6 +277,7 @@ void rs__exec_release(rs_exec_h x)
     free(x->replay_ordered);
     free(x->cast_ordered);
     x->replay_ordered = x->cast_ordered = NULL;
+    rs__exec_release_taps(x);
     free(x->pieces);
     free(x->partial);
     free(x->verify_buf);
@@ -362,7 +363,8 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
     x->stage[RS_STAGE_DESCRIPTORS] = rs__now_s() - t0;
     if (x->params.verify_digests &&
         ((st = rs__exec_prepare_pieces(x, diag)) != RS_OK ||
-         (st = rs__exec_schedule_verify(x, diag)) != RS_OK))
+         (st = rs__exec_schedule_verify(x, diag)) != RS_OK ||
+         (st = rs__exec_prepare_taps(x, diag)) != RS_OK))
         goto fail;
     x->prepared = 1;
     x->stats.prepares++;

@@ -176,6 +176,30 @@ void rs_transport_counters(rs_transport_h t,
         *counters_p = t->counters;
 }
 
+void rs__transport_set_taps(rs_transport_h t, rs__tap_t *taps, size_t n)
+{
+    t->taps = n > 0 && t->ops->fuses_digests ? taps : NULL;
+    t->ntaps = t->taps != NULL ? n : 0;
+}
+
+rs__tap_t *rs__transport_tap(rs_transport_h t, const uint8_t *dst,
+                             uint64_t n)
+{
+    size_t lo = 0, hi = t->ntaps;
+    while (lo < hi) { /* the last tap starting at or before dst */
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)t->taps[mid].dst <= (uintptr_t)dst)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return NULL;
+    rs__tap_t *tap = &t->taps[lo - 1];
+    uintptr_t off = (uintptr_t)dst - (uintptr_t)tap->dst;
+    return off < tap->nbytes && n <= tap->nbytes - off ? tap : NULL;
+}
+
 unsigned rs__transport_workers(rs_transport_h t)
 {
     unsigned n = t != NULL && t->ops->workers != NULL ? t->ops->workers(t) : 1;

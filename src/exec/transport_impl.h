@@ -3,6 +3,7 @@
 #ifndef RS_EXEC_TRANSPORT_IMPL_H
 #define RS_EXEC_TRANSPORT_IMPL_H
 
+#include "reshard/digest.h"
 #include "reshard/transport.h"
 
 typedef struct rs__transport_ops {
@@ -19,14 +20,38 @@ typedef struct rs__transport_ops {
     /* Optional: the worker threads the backend runs its copies on (NULL:
      * it has none of its own). Sizes the executor's own pool. */
     unsigned (*workers)(rs_transport_h t);
+    /* 1 when the backend copies with the CPU itself and feeds each tap
+     * (below) as it copies; 0: the executor digests after the wire. */
+    int fuses_digests;
 } rs__transport_ops_t;
+
+/* A read whose bytes feed a digest as the backend copies them, in order
+ * (exec/fused.c): a verified byte is then touched once, not copied and
+ * later read again. The executor sets one per read that brings a whole
+ * shard; a backend that fuses feeds `digest` with the bytes it writes to
+ * [dst, dst + nbytes), first to last, on one thread. */
+typedef struct rs__tap {
+    const uint8_t *dst;
+    uint64_t nbytes;
+    rs_digest_t digest;
+} rs__tap_t;
 
 struct rs_transport {
     const rs__transport_ops_t *ops;
     rs_transport_params_t params;
     rs_transport_counters_t counters;
     void *priv; /* the backend's own state */
+    rs__tap_t *taps; /* sorted by dst, disjoint; borrowed; NULL: none */
+    size_t ntaps;
 };
+
+/* Lends the taps of the reads posted from now on (n == 0: none). */
+void rs__transport_set_taps(rs_transport_h t, rs__tap_t *taps, size_t n);
+
+/* The tap of the read that lands on [dst, dst + n), or NULL: posts look
+ * it up once per resolved copy. */
+rs__tap_t *rs__transport_tap(rs_transport_h t, const uint8_t *dst,
+                             uint64_t n);
 
 /* The backend's worker threads (ops->workers), 1 for a backend without. */
 unsigned rs__transport_workers(rs_transport_h t);

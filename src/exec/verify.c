@@ -239,7 +239,10 @@ rs_status_t rs__exec_verify_group(rs_exec_h x, size_t i, rs_diag_t *diag)
 {
     const rs__piece_t *p = x->pieces;
     size_t end = rs__piece_group_end(p, x->pieces_len, i);
-    return compare(x, p[i].shard, digest_pieces(p, i, end), diag);
+    uint64_t got;
+    if (!rs__exec_fused_digest(x, i, &got)) /* else a pass over them */
+        got = digest_pieces(p, i, end);
+    return compare(x, p[i].shard, got, diag);
 }
 
 static rs_status_t verify_one(rs_exec_h x, size_t group, rs_diag_t *diag)

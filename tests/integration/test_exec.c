@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "gt_tensor.h"
 #include "reshard/digest.h"
+#include "transport_fixture.h"
 #include "reshard/exec.h"
 #include "reshard/reshard.h"
 
@@ -283,13 +283,8 @@ static pid_t connect_all(rs_transport_h t, rs_plan_h plan, scenario_t *sc, int c
 {
     pid_t child = 0;
     if (cma) {
-        child = fork();
+        child = tfx_paused_child();
         assert_true(child >= 0);
-        if (child == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            pause();
-            _exit(0);
-        }
         for (int i = 0; i < sc->nshards; i++) /* only the child's copy is right */
             memset(sc->shards[i].data, 0x5A, sc->shards[i].nbytes);
     }

@@ -424,6 +424,18 @@ rs_status_t tfx_transport(const tfx_world_t *w, rs_diag_t *diag,
     return st;
 }
 
+pid_t tfx_paused_child(void)
+{
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        pause();
+        _exit(0);
+    }
+    return child;
+}
+
 pid_t tfx_dead_pid(void)
 {
     fflush(NULL);

@@ -69,6 +69,10 @@ int tfx_read_all(int fd, void *buf, size_t n);
 rs_status_t tfx_transport(const tfx_world_t *w, rs_diag_t *diag,
                           rs_transport_h *t_p);
 
+/* Forks a child that holds a copy of this process's memory, as it is now,
+ * until it is killed (or this process dies): a peer for cma reads. */
+pid_t tfx_paused_child(void);
+
 /* Forks a child that exits at once and reaps it: a pid that is gone. */
 pid_t tfx_dead_pid(void);
 

@@ -618,6 +618,29 @@ static void pull_times(const demo_t *d, int k, double *pull, double *wire)
     }
 }
 
+/* The warm version's figures as ratios of the memcpy: per rank its wire
+ * rate and its whole pull (bytes over everything after discovery: read,
+ * verify, install), with the verify and install stages that make up most
+ * of the difference. */
+static void warm_ratios(const demo_t *d)
+{
+    if (d->memcpy_bps <= 0)
+        return;
+    printf("\nwarm pull as ratios of the one-thread memcpy:\n");
+    for (int64_t r = 0; r < d->infer.world; r++) {
+        json_t *o = d->res[1][r];
+        const double bytes = num(o, "stage.bytes");
+        const double wire = num(o, "stage.stages_s.wire");
+        const double pull = num(o, "wall_s") - num(o, "discover_s");
+        printf("  rank %lld: wire %.2fx, whole pull %.2fx (verify %.3f s, "
+               "install %.3f s)\n", (long long)r,
+               wire > 0 ? bytes / wire / d->memcpy_bps : 0,
+               pull > 0 ? bytes / pull / d->memcpy_bps : 0,
+               num(o, "stage.stages_s.verify"),
+               num(o, "stage.stages_s.install"));
+    }
+}
+
 /* Bytes per second of one thread's memcpy of MEMCPY_BYTES between two
  * touched buffers, best of MEMCPY_REPS: the baseline each rank's read rate
  * is shown against (a read is a copy from another process's memory). */
@@ -663,6 +686,7 @@ static int summary(const demo_args_t *a, demo_t *d)
            "  contents computed independently of the transfer; x memcpy: rate\n"
            "  over a one-thread memcpy measured on this machine after the run,\n"
            "  %s.\n", rs_format_rate(rate, sizeof(rate), d->memcpy_bps));
+    warm_ratios(d);
     printf("\ncold vs warm: slowest pull %.3f s -> %.3f s, slowest wire %.3f s "
            "-> %.3f s\n", cold, warm, cold_wire, warm_wire);
     printf("every parameter of %lld inference ranks byte-exact for %d versions;"

@@ -2,23 +2,30 @@
  * the refusal happen here, once per read, at post time. */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/diag.h"
+#include "core/digest_copy.h"
 #include "exec/transports/local_work.h"
 
 static int push_copy(rs__worklist_t *w, const uint8_t *src, uint8_t *dst,
-                     uint64_t n, uint32_t group, size_t first)
+                     uint64_t n, uint32_t group, size_t first, rs__tap_t *tap)
 {
     if (w->copies_len > first) {
         rs__copy_t *last = &w->copies[w->copies_len - 1];
-        if ((uintptr_t)last->src + last->n == (uintptr_t)src &&
+        if (tap == NULL && last->tap == NULL &&
+            (uintptr_t)last->src + last->n == (uintptr_t)src &&
             (uintptr_t)last->dst + last->n == (uintptr_t)dst) {
             last->n += n;
             w->bytes += n;
             return 1;
         }
     }
-    rs__copy_t c = {src, dst, n, w->bytes, group};
+    uint64_t tap_off = w->bytes;
+    if (tap != NULL && w->copies_len > first &&
+        w->copies[w->copies_len - 1].tap == tap) /* the same read, on */
+        tap_off = w->copies[w->copies_len - 1].tap_off;
+    rs__copy_t c = {src, dst, n, w->bytes, group, tap, tap_off};
     if (!RS_VEC_PUSH(w, copies, c))
         return 0;
     w->bytes += n;
@@ -35,6 +42,7 @@ static rs_status_t roll_back(rs__worklist_t *w, size_t copies, uint64_t bytes,
 }
 
 typedef struct {
+    rs_transport_h t;
     rs__worklist_t *w;
     uint32_t group;
     size_t first;
@@ -45,10 +53,12 @@ static int local_piece(void *ctx, const rs_region_t *r, uint64_t addr,
 {
     piece_ctx_t *p = ctx;
     const uint8_t *src = (const uint8_t *)r->local + (addr - r->addr);
-    return push_copy(p->w, src, dst, n, p->group, p->first);
+    return push_copy(p->w, src, dst, n, p->group, p->first,
+                     rs__transport_tap(p->t, dst, n));
 }
 
-rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
+rs_status_t rs__worklist_add(rs_transport_h t, rs__worklist_t *w,
+                             const rs__peers_t *peers,
                              uint32_t session, const rs_read_t *reads,
                              size_t n, rs_diag_t *diag)
 {
@@ -58,7 +68,7 @@ rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
     size_t first = w->copies_len;
     uint64_t bytes0 = w->bytes;
     uint32_t group = (uint32_t)w->groups_len;
-    piece_ctx_t ctx = {w, group, first};
+    piece_ctx_t ctx = {t, w, group, first};
     for (size_t i = 0; i < n; i++) {
         rs_status_t st = rs__peer_for_pieces(peer, session, &reads[i], 0,
                                              local_piece, &ctx, diag);
@@ -127,11 +137,20 @@ rs_status_t rs__local_post(rs_transport_h t, uint32_t session,
                            const rs_read_t *reads, size_t n, rs_diag_t *diag)
 {
     rs__local_base_t *b = t->priv;
-    return rs__worklist_add(&b->work, &b->peers, session, reads, n, diag);
+    return rs__worklist_add(t, &b->work, &b->peers, session, reads, n, diag);
 }
 
 void rs__local_cancel(rs_transport_h t)
 {
     rs__local_base_t *b = t->priv;
     rs__worklist_clear(&b->work);
+}
+
+void rs__copy_run(const rs__copy_t *c, uint64_t skip, uint64_t n)
+{
+    if (c->tap != NULL)
+        rs__digest_copy(&c->tap->digest, c->dst + skip, c->src + skip,
+                        (size_t)n);
+    else
+        memcpy(c->dst + skip, c->src + skip, (size_t)n);
 }

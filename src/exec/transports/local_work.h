@@ -17,6 +17,9 @@ typedef struct rs__copy {
     uint64_t n;
     uint64_t off;   /* where this copy starts in the list's byte stream */
     uint32_t group; /* index into groups */
+    rs__tap_t *tap; /* the digest it feeds (transport_impl.h), or NULL */
+    uint64_t tap_off; /* with a tap: stream offset of the tap's first copy,
+                       * so one thread runs all of a tap's copies */
 } rs__copy_t;
 
 /* One post: a session's reads, as counted by the transport counters. */
@@ -33,8 +36,10 @@ typedef struct rs__worklist {
 } rs__worklist_t;
 
 /* Appends one session's reads, or nothing (with the refusal in diag).
- * Copies contiguous in both source and destination are merged. */
-rs_status_t rs__worklist_add(rs__worklist_t *w, const rs__peers_t *peers,
+ * Copies contiguous in both source and destination are merged, unless one
+ * feeds a tap of t's. */
+rs_status_t rs__worklist_add(rs_transport_h t, rs__worklist_t *w,
+                             const rs__peers_t *peers,
                              uint32_t session, const rs_read_t *reads,
                              size_t n, rs_diag_t *diag);
 
@@ -70,5 +75,8 @@ rs_status_t rs__local_connect(rs_transport_h t, uint32_t session,
 rs_status_t rs__local_post(rs_transport_h t, uint32_t session,
                            const rs_read_t *reads, size_t n, rs_diag_t *diag);
 void rs__local_cancel(rs_transport_h t);
+
+/* Runs one copy, feeding its tap when it has one. */
+void rs__copy_run(const rs__copy_t *c, uint64_t skip, uint64_t n);
 
 #endif

@@ -517,6 +517,118 @@ static void test_encoder_sweep_16(void **state)
     free(want);
 }
 
+/* The vector encoders multiply by 1 / scale where that provably gives the
+ * division's code and divide where it might not (near a rounding
+ * midpoint, in the subnormal range). Scales whose reciprocal is inexact,
+ * drawn at random in [2^-20, 2^4), over every finite bf16 and f16 pattern
+ * and f32 values put on and around every midpoint under that scale; bf16
+ * values under scales that put them on each midpoint; and the documented
+ * example where x * (1 / scale) misses the midpoint 368 that x / scale
+ * hits. */
+static void check_encoder(int lv, int si, int f, const void *x, size_t n,
+                          float scale, const uint8_t *want, uint8_t *q)
+{
+    const rs__quant_ops_t *ops = rs__quant_ops((rs__simd_t)lv);
+    ops->enc[si][f](q, x, n, scale);
+    for (size_t i = 0; i < n; i++)
+        if (q[i] != want[i])
+            fail_msg("%s source %d %s scale %a: element %zu: got 0x%02x "
+                     "want 0x%02x", rs__simd_name((rs__simd_t)lv), si,
+                     rs_dtype_name(formats[f]), (double)scale, i, q[i],
+                     want[i]);
+}
+
+static void test_encoder_reciprocal(void **state)
+{
+    (void)state;
+    enum { N = 1 << 16 };
+    uint16_t *h = malloc(N * sizeof(uint16_t));
+    float *x = malloc(N * sizeof(float));
+    uint8_t *q = malloc(N), *want = malloc(N);
+    rng_state = 77;
+    for (int k = 0; k < 6; k++) {
+        const float scale = ldexpf(1.0f + (float)(rnd64() % 8388607 + 1) * 0x1p-23f,
+                                   (int)(rnd64() % 24) - 20);
+        for (int f = 0; f < 2; f++) {
+            for (int dt = 0; dt < 2; dt++) {
+                const rs_dtype_t src = dt == 0 ? RS_DTYPE_BF16 : RS_DTYPE_F16;
+                size_t n = 0;
+                for (uint32_t b = 0; b < N; b++) {
+                    const uint16_t v = (uint16_t)b;
+                    if (isfinite(ref_load(src, (const unsigned char *)&v, 0)))
+                        h[n++] = v;
+                }
+                for (size_t i = 0; i < n; i++)
+                    want[i] = ref_encode(formats[f],
+                                         ref_load(src, (const unsigned char *)h,
+                                                  i) / scale);
+                for (int lv = 0; lv < simd_nlevels(); lv++)
+                    check_encoder(lv, dt == 0 ? RS__QUANT_SOURCE_BF16
+                                              : RS__QUANT_SOURCE_F16,
+                                  f, h, n, scale, want, q);
+            }
+            /* f32: each code's value and each midpoint times the scale,
+             * and 7 ulps either side of it, both signs */
+            const double *val = ref_table(formats[f]);
+            size_t n = 0;
+            for (unsigned c = 0; c + 1 < 0x80 && !isnan(val[c + 1]); c++) {
+                const double pts[2] = {val[c], (val[c] + val[c + 1]) / 2};
+                for (int p = 0; p < 2; p++) {
+                    const float base = (float)(pts[p] * (double)scale);
+                    for (int u = -7; u <= 7 && n + 2 <= N; u++) {
+                        uint32_t bits;
+                        memcpy(&bits, &base, 4);
+                        if ((int64_t)bits + u < 0)
+                            continue; /* below zero: not a magnitude */
+                        bits = (uint32_t)((int64_t)bits + u);
+                        memcpy(&x[n], &bits, 4);
+                        x[n + 1] = -x[n];
+                        n += 2;
+                    }
+                }
+            }
+            for (size_t i = 0; i < n; i++)
+                want[i] = ref_encode(formats[f], x[i] / scale);
+            for (int lv = 0; lv < simd_nlevels(); lv++)
+                check_encoder(lv, RS__QUANT_SOURCE_F32, f, x, n, scale, want, q);
+        }
+    }
+    /* bf16 values put on every midpoint by their scale (scale = v / mid,
+     * rounded), so x / scale is on or an ulp beside it and x * (1 / scale)
+     * often on the other side; runs of 32 so the vector loops take them */
+    static const uint16_t vals[] = {0x3f80, 0x3fc0, 0x3f62, 0x4049, 0xbf35,
+                                    0x3e9b, 0x42f7, 0x3c23};
+    for (int f = 0; f < 2; f++) {
+        const double *val = ref_table(formats[f]);
+        for (size_t v = 0; v < sizeof(vals) / sizeof(vals[0]); v++) {
+            for (unsigned c = 0; c + 1 < 0x80 && !isnan(val[c + 1]); c++) {
+                const float xv = ref_load(RS_DTYPE_BF16,
+                                          (const unsigned char *)&vals[v], 0);
+                const float sc = fabsf(xv) / (float)((val[c] + val[c + 1]) / 2);
+                if (!(sc > 0x1p-126f) || !isfinite(sc))
+                    continue;
+                for (int i = 0; i < 32; i++)
+                    h[i] = vals[v];
+                memset(want, ref_encode(formats[f], xv / sc), 32);
+                for (int lv = 0; lv < simd_nlevels(); lv++)
+                    check_encoder(lv, RS__QUANT_SOURCE_BF16, f, h, 32, sc,
+                                  want, q);
+            }
+        }
+    }
+    /* docs/quantized-refit.md's example, in a run of 32 so vectors take it */
+    const float scale = 0x1.39a9f4p-9f;
+    for (int i = 0; i < 32; i++)
+        x[i] = 0x1.c2e44ep-1f;
+    memset(want, 0x7c, 32);
+    for (int lv = 0; lv < simd_nlevels(); lv++)
+        check_encoder(lv, RS__QUANT_SOURCE_F32, 0, x, 32, scale, want, q);
+    free(h);
+    free(x);
+    free(q);
+    free(want);
+}
+
 /* A block whose amax / scale lands just above fmax (the scale rounded
  * down): the block's largest element saturates to the maximum code. */
 static void test_round_past_max(void **state)
@@ -1023,6 +1135,7 @@ int main(void)
         cmocka_unit_test(test_block_shape),
         cmocka_unit_test_teardown(test_encoder_sweep_f32, simd_restore_level),
         cmocka_unit_test_teardown(test_encoder_sweep_16, simd_restore_level),
+        cmocka_unit_test_teardown(test_encoder_reciprocal, simd_restore_level),
         cmocka_unit_test_teardown(test_zero_and_tiny_blocks, simd_restore_level),
         cmocka_unit_test_teardown(test_round_past_max, simd_restore_level),
         cmocka_unit_test_teardown(test_coarse_scale_saturates, simd_restore_level),

@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/diag.h"
+#include "core/digest_copy.h"
 #include "exec/backend.h"
 #include "exec/transports/blob.h"
 #include "exec/transports/local_work.h"
@@ -28,6 +29,7 @@ typedef struct cma_item {
     uint8_t *dst;
     uint64_t n;
     uint32_t group;
+    rs__tap_t *tap; /* the digest its bytes feed, or NULL */
 } cma_item_t;
 
 typedef struct cma_state {
@@ -114,6 +116,7 @@ static rs_status_t cma_connect(rs_transport_h t, uint32_t session,
 }
 
 typedef struct {
+    rs_transport_h t;
     cma_state_t *s;
     uint32_t group;
     size_t first;
@@ -129,15 +132,17 @@ static int push_item(void *ctx, const rs_region_t *r, uint64_t addr,
     cma_state_t *s = p->s;
     uint64_t remote = r != NULL && r->local != NULL
         ? (uint64_t)(uintptr_t)r->local + (addr - r->addr) : addr;
+    rs__tap_t *tap = rs__transport_tap(p->t, dst, n);
     if (s->items_len > p->first) {
         cma_item_t *last = &s->items[s->items_len - 1];
-        if (last->remote + last->n == remote &&
+        if (tap == NULL && last->tap == NULL &&
+            last->remote + last->n == remote &&
             (uintptr_t)last->dst + last->n == (uintptr_t)dst) {
             last->n += n;
             return 1;
         }
     }
-    cma_item_t it = {remote, dst, n, p->group};
+    cma_item_t it = {remote, dst, n, p->group, tap};
     return RS_VEC_PUSH(s, items, it);
 }
 
@@ -151,7 +156,7 @@ static rs_status_t cma_post(rs_transport_h t, uint32_t session,
     size_t first = s->items_len;
     rs__group_t g = {session, n, 0};
     rs_status_t st = RS_OK;
-    piece_ctx_t ctx = {s, (uint32_t)s->groups_len, first};
+    piece_ctx_t ctx = {t, s, (uint32_t)s->groups_len, first};
     for (size_t i = 0; i < n && st == RS_OK; i++) {
         st = rs__peer_for_pieces(peer, session, &reads[i], 1, push_item, &ctx,
                                  diag);
@@ -173,24 +178,26 @@ static void cma_cancel(rs_transport_h t)
 }
 
 /* Fills the iovecs from the cursor with items of one group; returns the
- * count. */
+ * count. An item feeding a tap goes alone, one digest step at a time, so
+ * its bytes are digested while they are still in the cache. */
 static int fill_iovs(cma_state_t *s, cma_cursor_t c)
 {
     uint32_t group = s->items[c.item].group;
     int k = 0;
     for (size_t i = c.item; i < s->items_len && k < IOV_MAX; i++) {
         const cma_item_t *it = &s->items[i];
-        if (it->group != group)
+        if (it->group != group || (k > 0 && it->tap != NULL))
             break;
         uint64_t skip = i == c.item ? c.done : 0;
         uint64_t len = it->n - skip;
-        len = len < CMA_IOV_LEN_MAX ? len : CMA_IOV_LEN_MAX;
+        uint64_t most = it->tap != NULL ? RS__DIGEST_STEP : CMA_IOV_LEN_MAX;
+        len = len < most ? len : most;
         s->liov[k].iov_base = it->dst + skip;
         s->liov[k].iov_len = (size_t)len;
         s->riov[k].iov_base = (void *)(uintptr_t)(it->remote + skip);
         s->riov[k].iov_len = (size_t)len;
         k++;
-        if (len < it->n - skip)
+        if (len < it->n - skip || it->tap != NULL)
             break; /* the next iovec must continue this item */
     }
     return k;
@@ -297,6 +304,9 @@ static rs_status_t cma_wait(rs_transport_h t, double timeout_s,
             settle(t, c);
             return st;
         }
+        const cma_item_t *it = &s->items[c.item];
+        if (it->tap != NULL) /* what just landed, from the cache */
+            rs_digest_update(&it->tap->digest, it->dst + c.done, (size_t)got);
         advance(s, &c, (uint64_t)got);
     }
     settle(t, c);
@@ -311,6 +321,7 @@ const rs__transport_ops_t rs__transport_cma = {
     .post = cma_post,
     .wait = cma_wait,
     .cancel = cma_cancel,
+    .fuses_digests = 1,
 };
 
 /* The backend's one table: this transport and its exposer. */

@@ -68,7 +68,7 @@ static rs_status_t local_wait(rs_transport_h t, double timeout_s,
                 return local_timed_out(t, i, timeout_s, diag);
             since_clock = 0;
         }
-        memcpy(c->dst, c->src, c->n);
+        rs__copy_run(c, 0, c->n);
         since_clock += c->n;
     }
     count_done(t, w);
@@ -84,6 +84,7 @@ const rs__transport_ops_t rs__transport_local = {
     .post = rs__local_post,
     .wait = local_wait,
     .cancel = rs__local_cancel,
+    .fuses_digests = 1,
 };
 
 /* The backend's one table: this transport (it exposes nothing). */

@@ -42,25 +42,38 @@ static size_t find_copy(const rs__worklist_t *w, uint64_t off)
     return lo;
 }
 
-/* Copies stream bytes [start, end), crediting each group as it goes. */
+/* Copies stream bytes [start, end), crediting each group as it goes. A
+ * copy that feeds a tap belongs whole to the task holding the first byte of
+ * the tap's first copy, which runs all of that tap's copies in order (a
+ * digest is one sequential stream); other tasks skip them. */
 static void copy_range(mt_state_t *s, uint64_t start, uint64_t end)
 {
     const rs__worklist_t *w = &s->base.work;
     size_t i = find_copy(w, start);
     uint32_t group = w->copies[i].group;
     uint64_t credit = 0;
-    for (uint64_t pos = start; pos < end; i++) {
+    for (; i < w->copies_len; i++) {
         const rs__copy_t *c = &w->copies[i];
-        uint64_t skip = pos - c->off;
-        uint64_t n = c->n - skip < end - pos ? c->n - skip : end - pos;
+        uint64_t skip = 0, n = c->n;
+        if (c->tap != NULL) {
+            if (c->tap_off < start)
+                continue; /* an earlier task's */
+            if (c->tap_off >= end)
+                break;
+        } else {
+            if (c->off >= end)
+                break;
+            skip = start > c->off ? start - c->off : 0;
+            n = c->n - skip < end - c->off - skip ? c->n - skip
+                                                  : end - c->off - skip;
+        }
         if (c->group != group) {
             atomic_fetch_sub(&s->remaining[group], credit);
             group = c->group;
             credit = 0;
         }
-        memcpy(c->dst + skip, c->src + skip, n);
+        rs__copy_run(c, skip, n);
         credit += n;
-        pos += n;
     }
     atomic_fetch_sub(&s->remaining[group], credit);
 }
@@ -204,6 +217,7 @@ const rs__transport_ops_t rs__transport_local_mt = {
     .wait = mt_wait,
     .cancel = rs__local_cancel, /* the pool only runs inside wait */
     .workers = mt_workers,
+    .fuses_digests = 1,
 };
 
 /* The backend's one table: this transport (it exposes nothing). */
