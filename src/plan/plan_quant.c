@@ -228,15 +228,35 @@ static int quantizable(rs_dtype_t d)
     return d == RS_DTYPE_BF16 || d == RS_DTYPE_F16 || d == RS_DTYPE_F32;
 }
 
-/* "<src>#<spec>" and "<src>#<spec>#scale", malloc'd; 0 on exhaustion. */
-static int derived_names(const char *src, const rs_quant_desc_t *q,
-                         char **qname, char **sname)
+/* The spec's text, kept for the next copy: a capture's quantized copies
+ * mostly share one spec, and formatting it was a tenth of a plan. */
+static const char *spec_text(rs__quant_expansion_t *qx,
+                             const rs_quant_desc_t *q)
 {
-    char spec[128];
-    size_t n = rs_quant_spec_format(q, spec, sizeof(spec));
-    if (n == 0 || n >= sizeof(spec))
-        snprintf(spec, sizeof(spec), "invalid");
-    size_t len = strlen(src) + strlen(spec) + sizeof(RS_QUANT_SCALE_SUFFIX) + 2;
+    rs_quant_desc_t *k = &qx->spec_of;
+    int same = qx->spec[0] != '\0' && k->scheme == q->scheme &&
+               k->format == q->format && k->block_ndim == q->block_ndim;
+    for (int d = 0; same && d < q->block_ndim; d++)
+        same = qx->spec_block[d] == q->block[d];
+    if (same)
+        return qx->spec;
+    size_t n = rs_quant_spec_format(q, qx->spec, sizeof(qx->spec));
+    if (n == 0 || n >= sizeof(qx->spec))
+        snprintf(qx->spec, sizeof(qx->spec), "invalid");
+    *k = *q;
+    for (int d = 0; d < q->block_ndim && d < RS_MAX_DIMS; d++)
+        qx->spec_block[d] = q->block[d];
+    if (q->block_ndim > RS_MAX_DIMS)
+        qx->spec[0] = '\0'; /* not kept */
+    return qx->spec;
+}
+
+/* "<src>#<spec>" and "<src>#<spec>#scale", malloc'd; 0 on exhaustion. */
+static int derived_names(const char *src, const char *spec, char **qname,
+                         char **sname)
+{
+    size_t ns = strlen(src), np = strlen(spec);
+    size_t len = ns + np + sizeof(RS_QUANT_SCALE_SUFFIX) + 2;
     *qname = malloc(len);
     *sname = malloc(len);
     if (*qname == NULL || *sname == NULL) {
@@ -244,8 +264,12 @@ static int derived_names(const char *src, const rs_quant_desc_t *q,
         free(*sname);
         return 0;
     }
-    snprintf(*qname, len, "%s%c%s", src, RS_QUANT_NAME_SEP, spec);
-    snprintf(*sname, len, "%s%s", *qname, RS_QUANT_SCALE_SUFFIX);
+    memcpy(*qname, src, ns); /* a copy of every quantized copy: no printf */
+    (*qname)[ns] = RS_QUANT_NAME_SEP;
+    memcpy(*qname + ns + 1, spec, np + 1);
+    memcpy(*sname, *qname, ns + np + 1);
+    memcpy(*sname + ns + np + 1, RS_QUANT_SCALE_SUFFIX,
+           sizeof(RS_QUANT_SCALE_SUFFIX));
     return 1;
 }
 
@@ -311,22 +335,6 @@ static rs_status_t copy_frame(rs_capture_h from, rs_capture_h to,
     return st;
 }
 
-/* The user's copies at the same indices, quantized ones with their spec. */
-static rs_status_t copy_copies(rs_capture_h from, rs_capture_h to,
-                               rs_diag_t *diag)
-{
-    rs_status_t st = RS_OK;
-    for (size_t i = 0; st == RS_OK && i < rs_capture_num_copies(from); i++) {
-        rs_copy_desc_t c;
-        rs_quant_desc_t q;
-        rs_capture_copy(from, i, &c);
-        st = rs_capture_copy_quant(from, i, &q)
-                 ? rs_capture_add_quant_copy(to, &c, &q, diag)
-                 : rs_capture_add_copy(to, &c, diag);
-    }
-    return st;
-}
-
 /* The two derived copies of an accepted quantized copy. */
 static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                                const rs_copy_desc_t *c,
@@ -364,7 +372,7 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     pq->weight_copy = pq->scale_copy = SIZE_MAX;
     pq->selected = rs__plan_selected(params, c.param);
     pq->format = q.format;
-    if (!derived_names(c.src, &q, &qname, &sname))
+    if (!derived_names(c.src, spec_text(qx, &q), &qname, &sname))
         return OOM(diag);
     if (rs_capture_find_param(cap, c.param) < 0) {
         free(qname);
@@ -421,7 +429,7 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
     if (st == RS_OK)
         st = copy_frame(capture, qx->work, diag);
     if (st == RS_OK)
-        st = copy_copies(capture, qx->work, diag);
+        st = rs__capture_append_copies(qx->work, capture, diag);
     for (size_t ci = 0; st == RS_OK && ci < n; ci++) {
         rs_quant_desc_t q;
         if (rs_capture_copy_quant(capture, ci, &q))

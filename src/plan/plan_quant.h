@@ -53,6 +53,9 @@ typedef struct rs__quant_expansion {
     size_t *owner;             /* per working copy: its rs__planned_quant_t */
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
+    rs_quant_desc_t spec_of;   /* the spec `spec` is the text of */
+    int64_t spec_block[RS_MAX_DIMS];
+    char spec[128];            /* "" while none is kept */
 } rs__quant_expansion_t;
 
 /* 1 when some copy of the capture is quantized. O(copies). */
