@@ -275,8 +275,9 @@ static int derived_names(const char *src, const char *spec, char **qname,
 
 /* Checks one quantized copy and chooses its path. */
 static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs,
-                    const rs_copy_desc_t *c, const rs_quant_desc_t *q,
-                    rs_op_t *ops, const char *qname, const char *sname)
+                    const rs_plan_params_t *params, const rs_copy_desc_t *c,
+                    const rs_quant_desc_t *q, rs_op_t *ops, const char *qname,
+                    const char *sname)
 {
     int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
     rs_diag_t d = {RS_OK, ""};
@@ -295,6 +296,17 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
         return;
     if (rs__quant_publisher_serves(srcs, pq, c->src, qname, sname, vlo, vhi,
                                    pq->why, sizeof(pq->why))) {
+        double pub, recv;
+        rs__quant_path_costs(srcs, params, pq, c->src, qname, sname, vlo, vhi,
+                             &pub, &recv);
+        if (recv < pub) {
+            pq->path = RS_QUANT_PATH_RECEIVER;
+            snprintf(pq->why, sizeof(pq->why), "'%s' is served, but reading "
+                     "and quantizing '%s' is estimated at %.3g us against "
+                     "%.3g us for the served copy", qname, c->src, recv * 1e6,
+                     pub * 1e6);
+            return;
+        }
         pq->path = RS_QUANT_PATH_PUBLISHER;
         snprintf(pq->why, sizeof(pq->why), "'%s' and its scales are served "
                  "for every block the copy needs", qname);
@@ -380,7 +392,7 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: param '%s' is not "
                             "declared", ci, c.param);
     }
-    analyze(pq, cap, srcs, &c, &q, qx->ops, qname, sname);
+    analyze(pq, cap, srcs, params, &c, &q, qx->ops, qname, sname);
     rs_status_t st = pq->refused != NULL
                          ? RS_OK
                          : add_derived(qx, pq, &c, &q, qname, sname, diag);

@@ -93,6 +93,19 @@ int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *
                                const int64_t *view_hi, char *why,
                                size_t whylen);
 
+/* The estimated seconds of each path (plan_quant_cost.c): the publisher
+ * path's reads of the FP8 values and scales, the receiver path's read of
+ * the block-rounded bf16 box plus its quantization; each shard by its runs
+ * or as one span, whichever is cheaper, at the plan's nic_gbps and
+ * descriptor_ns. *recv_p is a lower bound when it cannot win (the source's
+ * shards are then not looked at), INFINITY when the source's dtype is
+ * unknown. O(shards of the tensors read). */
+void rs__quant_path_costs(rs_sources_h srcs, const rs_plan_params_t *params,
+                          const rs__planned_quant_t *pq, const char *src,
+                          const char *qname, const char *sname,
+                          const int64_t *vlo, const int64_t *vhi,
+                          double *pub_p, double *recv_p);
+
 /* Copy `index` of a capture as the capture format writes it (one JSON
  * object, no newline; capture_write.c): the plan writer lists derived
  * copies, which no capture file holds. RS_ERR_INPUT for an unknown op. */

@@ -1,0 +1,122 @@
+/* The estimated time of each path of a quantized copy, by which the planner
+ * chooses between them (docs/quantized-refit.md, "When each is chosen"):
+ * the cost model's formula (bytes over the NIC plus a price per descriptor,
+ * docs/cost-model.md) applied to the shards a path reads, each read either
+ * by its exact runs or as one coalesced span, whichever is cheaper (the
+ * staged variant the cost model would consider), plus, for the receiver
+ * path, the time its CPU takes to quantize the bf16 box. The plan itself is
+ * then built and costed as ever; this only picks what its derived copies
+ * read. */
+#include <math.h>
+#include <string.h>
+
+#include "plan/plan_quant.h"
+#include "model/sources_impl.h"
+
+/* Bytes of bf16 (or f16) input a receiver quantizes per second on one core:
+ * about half the measured AVX-512 kernel rate (5 to 8 GB/s on this
+ * project's development machine, docs/quantized-refit.md "Measured"),
+ * since a receiver quantizes beside the transfer and other work. */
+#define RECEIVER_QUANT_BYTES_PER_S 4e9
+
+/* 1 when shard b holds the same box as shard a (a replica). */
+static int same_box(const rs__source_shard_t *a, const rs__source_shard_t *b,
+                    int n)
+{
+    return memcmp(a->offset, b->offset, (size_t)n * sizeof(int64_t)) == 0 &&
+           memcmp(a->shape, b->shape, (size_t)n * sizeof(int64_t)) == 0;
+}
+
+/* The box [lo, hi) read from one row-major shard: its bytes, its runs
+ * (the dims the box spans whole from the innermost out form one run) and
+ * the span from its first byte to its last. 0 when they do not meet. */
+static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh,
+                      const int64_t *lo, const int64_t *hi, double *bytes,
+                      double *runs, double *span)
+{
+    int64_t a[RS_MAX_DIMS], n[RS_MAX_DIMS];
+    double elems = 1, nruns = 1, first = 0, last = 0, stride = 1;
+    int whole = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t s = sh->offset[d], e = s + sh->shape[d];
+        a[d] = lo[d] > s ? lo[d] : s;
+        int64_t b = hi[d] < e ? hi[d] : e;
+        if (b <= a[d])
+            return 0;
+        n[d] = b - a[d];
+        elems *= (double)n[d];
+    }
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        /* inner dims spanned whole, and the first one not, make a run;
+         * every index of the dims outside it starts another */
+        if (!whole)
+            nruns *= (double)n[d];
+        else if (n[d] != sh->shape[d])
+            whole = 0;
+        first += (double)(a[d] - sh->offset[d]) * stride;
+        last += (double)(a[d] + n[d] - 1 - sh->offset[d]) * stride;
+        stride *= (double)sh->shape[d];
+    }
+    *bytes = elems * (double)t->elsize;
+    *runs = nruns;
+    *span = (last - first + 1) * (double)t->elsize;
+    return 1;
+}
+
+/* The time to read [lo, hi) of tensor t, each shard by its runs or as one
+ * span; replicas counted once. INFINITY when t is not published. */
+static double read_seconds(const rs__source_tensor_t *t, const int64_t *lo,
+                           const int64_t *hi, double s_per_byte,
+                           double s_per_desc)
+{
+    double total = 0;
+    if (t == NULL)
+        return INFINITY;
+    for (size_t i = 0; i < t->shards_len; i++) {
+        const rs__source_shard_t *sh = &t->shards[i];
+        double bytes, runs, span;
+        int replica = 0;
+        for (size_t j = 0; !replica && j < i; j++)
+            replica = same_box(&t->shards[j], sh, t->ndim);
+        if (replica || sh->numel == 0 ||
+            !shard_part(t, sh, lo, hi, &bytes, &runs, &span))
+            continue;
+        double exact = bytes * s_per_byte + runs * s_per_desc;
+        double coalesced = span * s_per_byte + s_per_desc;
+        total += exact < coalesced ? exact : coalesced;
+    }
+    return total;
+}
+
+void rs__quant_path_costs(rs_sources_h srcs, const rs_plan_params_t *params,
+                          const rs__planned_quant_t *pq, const char *src,
+                          const char *qname, const char *sname,
+                          const int64_t *vlo, const int64_t *vhi,
+                          double *pub_p, double *recv_p)
+{
+    double s_per_byte = 8.0 / (params->nic_gbps * 1e9);
+    double s_per_desc = params->descriptor_ns * 1e-9;
+    int64_t ghi[RS_MAX_DIMS], bhi[RS_MAX_DIMS];
+    double box = 1;
+    for (int d = 0; d < pq->ndim; d++) {
+        ghi[d] = pq->glo[d] + pq->gn[d];
+        bhi[d] = pq->lo[d] + pq->box[d];
+        box *= (double)pq->box[d];
+    }
+    *pub_p = read_seconds(rs__sources_find(srcs, qname), vlo, vhi, s_per_byte,
+                          s_per_desc) +
+             read_seconds(rs__sources_find(srcs, sname), pq->glo, ghi,
+                          s_per_byte, s_per_desc);
+    /* the receiver path's least time: its box's bytes in one read and
+     * their quantization; when the publisher path is below it, the
+     * source's shards need not be looked at */
+    double esize = pq->src_dtype == RS_DTYPE_F32 ? 4.0 : 2.0;
+    double quant = box * esize / RECEIVER_QUANT_BYTES_PER_S;
+    double floor = box * esize * s_per_byte + s_per_desc + quant;
+    if (pq->src_dtype == RS_DTYPE_INVALID || *pub_p <= floor) {
+        *recv_p = pq->src_dtype == RS_DTYPE_INVALID ? INFINITY : floor;
+        return;
+    }
+    *recv_p = read_seconds(rs__sources_find(srcs, src), pq->lo, bhi,
+                           s_per_byte, s_per_desc) + quant;
+}
