@@ -95,7 +95,7 @@ int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *
 
 /* The estimated seconds of each path (plan_quant_cost.c): the publisher
  * path's reads of the FP8 values and scales, the receiver path's read of
- * the block-rounded bf16 box plus its quantization; each shard by its runs
+ * the block-rounded bf16 box plus a fixed cost per box; each shard by its runs
  * or as one span, whichever is cheaper, at the plan's nic_gbps and
  * descriptor_ns. *recv_p is a lower bound when it cannot win (the source's
  * shards are then not looked at), INFINITY when the source's dtype is

@@ -4,7 +4,7 @@
  * docs/cost-model.md) applied to the shards a path reads, each read either
  * by its exact runs or as one coalesced span, whichever is cheaper (the
  * staged variant the cost model would consider), plus, for the receiver
- * path, the time its CPU takes to quantize the bf16 box. The plan itself is
+ * path, a fixed cost per quantized box. The plan itself is
  * then built and costed as ever; this only picks what its derived copies
  * read. */
 #include <math.h>
@@ -13,11 +13,15 @@
 #include "plan/plan_quant.h"
 #include "model/sources_impl.h"
 
-/* Bytes of bf16 (or f16) input a receiver quantizes per second on one core:
- * about half the measured AVX-512 kernel rate (5 to 8 GB/s on this
- * project's development machine, docs/quantized-refit.md "Measured"),
- * since a receiver quantizes beside the transfer and other work. */
-#define RECEIVER_QUANT_BYTES_PER_S 4e9
+/* What a receiver box costs beyond its bytes on the wire: a staging
+ * buffer, a quantize task and the replay of its two derived copies. The
+ * quantization itself is left out as the cost model leaves out local
+ * replays: a pipelined run quantizes wave i's boxes on the executor's
+ * threads while wave i + 1 is on the wire (docs/executor.md). An estimate,
+ * as the descriptor's 100 ns is: ten descriptors' worth, so that small
+ * copies a publisher serves, whose two reads cost more than their bytes,
+ * are still read quantized rather than quantized on every receiver. */
+#define RECEIVER_BOX_SECONDS 1e-6
 
 /* 1 when shard b holds the same box as shard a (a replica). */
 static int same_box(const rs__source_shard_t *a, const rs__source_shard_t *b,
@@ -108,10 +112,10 @@ void rs__quant_path_costs(rs_sources_h srcs, const rs_plan_params_t *params,
              read_seconds(rs__sources_find(srcs, sname), pq->glo, ghi,
                           s_per_byte, s_per_desc);
     /* the receiver path's least time: its box's bytes in one read and
-     * their quantization; when the publisher path is below it, the
+     * the box's own cost; when the publisher path is below it, the
      * source's shards need not be looked at */
     double esize = pq->src_dtype == RS_DTYPE_F32 ? 4.0 : 2.0;
-    double quant = box * esize / RECEIVER_QUANT_BYTES_PER_S;
+    double quant = RECEIVER_BOX_SECONDS;
     double floor = box * esize * s_per_byte + s_per_desc + quant;
     if (pq->src_dtype == RS_DTYPE_INVALID || *pub_p <= floor) {
         *recv_p = pq->src_dtype == RS_DTYPE_INVALID ? INFINITY : floor;
