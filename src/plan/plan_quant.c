@@ -51,8 +51,17 @@ static void refuse(rs__planned_quant_t *pq, const rs_copy_desc_t *c, const char 
 
 /* The source's full shape and dtype: as declared by the capture, else as
  * published, else as the FP8 tensor is published (dtype unknown then). */
-static int source_shape(rs_capture_h cap, rs_sources_h srcs, const char *src,
-                        const char *qname, rs__planned_quant_t *pq)
+const rs__source_tensor_t *rs__quant_source(rs__quant_tensors_t *t)
+{
+    if (!t->src_found) {
+        t->src = rs__sources_find(t->sources, t->src_name);
+        t->src_found = 1;
+    }
+    return t->src;
+}
+
+static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
+                        const char *src, rs__planned_quant_t *pq)
 {
     long d = rs_capture_find_source(cap, src);
     const rs__source_tensor_t *t;
@@ -64,8 +73,7 @@ static int source_shape(rs_capture_h cap, rs_sources_h srcs, const char *src,
         pq->src_dtype = info.dtype;
         return 1;
     }
-    if ((t = rs__sources_find(srcs, src)) == NULL &&
-        (t = rs__sources_find(srcs, qname)) == NULL)
+    if ((t = rs__quant_source(qt)) == NULL && (t = qt->q) == NULL)
         return 0;
     pq->ndim = t->ndim;
     memcpy(pq->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
@@ -281,8 +289,11 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
 {
     int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
     rs_diag_t d = {RS_OK, ""};
+    rs__quant_tensors_t qt = {rs__sources_find(srcs, qname),
+                              rs__sources_find(srcs, sname), srcs, c->src,
+                              NULL, 0};
     pq->src_dtype = RS_DTYPE_INVALID;
-    if (!source_shape(cap, srcs, c->src, qname, pq))
+    if (!source_shape(cap, &qt, c->src, pq))
         return refuse(pq, c, "'%s' is not published by any shard table, nor "
                       "is '%s'", c->src, qname);
     if (pq->src_dtype != RS_DTYPE_INVALID && !quantizable(pq->src_dtype))
@@ -294,11 +305,10 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
     check_geometry(pq, cap, c, q, ops, vlo, vhi);
     if (pq->refused != NULL)
         return;
-    if (rs__quant_publisher_serves(srcs, pq, c->src, qname, sname, vlo, vhi,
+    if (rs__quant_publisher_serves(&qt, pq, c->src, qname, sname, vlo, vhi,
                                    pq->why, sizeof(pq->why))) {
         double pub, recv;
-        rs__quant_path_costs(srcs, params, pq, c->src, qname, sname, vlo, vhi,
-                             &pub, &recv);
+        rs__quant_path_costs(&qt, params, pq, vlo, vhi, &pub, &recv);
         if (recv < pub) {
             pq->path = RS_QUANT_PATH_RECEIVER;
             snprintf(pq->why, sizeof(pq->why), "'%s' is served, but reading "

@@ -83,11 +83,28 @@ rs_status_t rs__quant_plan(rs__planner_t *b);
  * capture (a quantized copy counts once, its derived copies not). */
 rs_status_t rs__quant_assemble(rs__planner_t *b);
 
-/* Publisher path (plan_quant_pub.c): 1 when "<src>#<spec>" and its scales
- * are published with the right shapes and dtypes and their shards hold
- * every element the copy needs; else 0 with `why` saying what is missing.
- * O(shards + touched blocks). */
-int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *pq,
+/* The published tensors a quantized copy may read, looked up once per
+ * copy: its source, "<src>#<spec>" and "<src>#<spec>#scale" (NULL when not
+ * published). */
+typedef struct rs__quant_tensors {
+    const struct rs__source_tensor *q, *s;
+    rs_sources_h sources;
+    const char *src_name;
+    const struct rs__source_tensor *src; /* rs__quant_source: on demand */
+    int src_found;
+} rs__quant_tensors_t;
+
+/* The copy's published source, looked up on first use (most copies never
+ * need it: their source is declared and the publisher path wins). */
+const struct rs__source_tensor *rs__quant_source(rs__quant_tensors_t *t);
+
+/* Publisher path (plan_quant_pub.c): 1 when "<src>#<spec>" (qname) and its
+ * scales (sname) are published with the right shapes and dtypes and their
+ * shards hold every element the copy needs; else 0 with `why` saying what
+ * is missing. O(shards + touched blocks), O(shards) when one shard of each
+ * holds all the copy needs. */
+int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
+                               const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,
                                const int64_t *view_hi, char *why,
@@ -100,11 +117,10 @@ int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *
  * descriptor_ns. *recv_p is a lower bound when it cannot win (the source's
  * shards are then not looked at), INFINITY when the source's dtype is
  * unknown. O(shards of the tensors read). */
-void rs__quant_path_costs(rs_sources_h srcs, const rs_plan_params_t *params,
-                          const rs__planned_quant_t *pq, const char *src,
-                          const char *qname, const char *sname,
-                          const int64_t *vlo, const int64_t *vhi,
-                          double *pub_p, double *recv_p);
+void rs__quant_path_costs(rs__quant_tensors_t *t,
+                          const rs_plan_params_t *params,
+                          const rs__planned_quant_t *pq, const int64_t *vlo,
+                          const int64_t *vhi, double *pub_p, double *recv_p);
 
 /* Copy `index` of a capture as the capture format writes it (one JSON
  * object, no newline; capture_write.c): the plan writer lists derived

@@ -92,11 +92,10 @@ static double read_seconds(const rs__source_tensor_t *t, const int64_t *lo,
     return total;
 }
 
-void rs__quant_path_costs(rs_sources_h srcs, const rs_plan_params_t *params,
-                          const rs__planned_quant_t *pq, const char *src,
-                          const char *qname, const char *sname,
-                          const int64_t *vlo, const int64_t *vhi,
-                          double *pub_p, double *recv_p)
+void rs__quant_path_costs(rs__quant_tensors_t *t,
+                          const rs_plan_params_t *params,
+                          const rs__planned_quant_t *pq, const int64_t *vlo,
+                          const int64_t *vhi, double *pub_p, double *recv_p)
 {
     double s_per_byte = 8.0 / (params->nic_gbps * 1e9);
     double s_per_desc = params->descriptor_ns * 1e-9;
@@ -107,10 +106,8 @@ void rs__quant_path_costs(rs_sources_h srcs, const rs_plan_params_t *params,
         bhi[d] = pq->lo[d] + pq->box[d];
         box *= (double)pq->box[d];
     }
-    *pub_p = read_seconds(rs__sources_find(srcs, qname), vlo, vhi, s_per_byte,
-                          s_per_desc) +
-             read_seconds(rs__sources_find(srcs, sname), pq->glo, ghi,
-                          s_per_byte, s_per_desc);
+    *pub_p = read_seconds(t->q, vlo, vhi, s_per_byte, s_per_desc) +
+             read_seconds(t->s, pq->glo, ghi, s_per_byte, s_per_desc);
     /* the receiver path's least time: its box's bytes in one read and
      * the box's own cost; when the publisher path is below it, the
      * source's shards need not be looked at */
@@ -121,6 +118,6 @@ void rs__quant_path_costs(rs_sources_h srcs, const rs_plan_params_t *params,
         *recv_p = pq->src_dtype == RS_DTYPE_INVALID ? INFINITY : floor;
         return;
     }
-    *recv_p = read_seconds(rs__sources_find(srcs, src), pq->lo, bhi,
-                           s_per_byte, s_per_desc) + quant;
+    *recv_p = read_seconds(rs__quant_source(t), pq->lo, bhi, s_per_byte, s_per_desc) +
+              quant;
 }

@@ -212,14 +212,14 @@ static int one_shard_each(const rs__planned_quant_t *pq,
     return fp8 && scale;
 }
 
-int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *pq,
+int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
+                               const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,
                                const int64_t *view_hi, char *why,
                                size_t whylen)
 {
-    const rs__source_tensor_t *tq = rs__sources_find(sources, qname);
-    const rs__source_tensor_t *ts = rs__sources_find(sources, sname);
+    const rs__source_tensor_t *tq = t->q, *ts = t->s;
     int64_t nb = 1;
     grange_t r = {{0}, {0}};
     if (!published(pq, tq, ts, qname, sname, why, whylen))
