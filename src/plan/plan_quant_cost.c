@@ -38,7 +38,7 @@ static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh
                       const int64_t *lo, const int64_t *hi, double *bytes,
                       double *runs, double *span)
 {
-    int64_t a[RS_MAX_DIMS], n[RS_MAX_DIMS];
+    int64_t a[RS_MAX_DIMS] = {0}, n[RS_MAX_DIMS] = {0};
     double elems = 1, nruns = 1, first = 0, last = 0, stride = 1;
     int whole = 1;
     for (int d = 0; d < t->ndim; d++) {
@@ -69,13 +69,13 @@ static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh
 
 /* The time to read [lo, hi) of tensor t, each shard by its runs or as one
  * span; replicas counted once. INFINITY when t is not published. */
-static double read_seconds(const rs__source_tensor_t *t, const int64_t *lo,
-                           const int64_t *hi, double s_per_byte,
-                           double s_per_desc)
+static double read_seconds(const rs__source_tensor_t *t, int ndim,
+                           const int64_t *lo, const int64_t *hi,
+                           double s_per_byte, double s_per_desc)
 {
     double total = 0;
-    if (t == NULL)
-        return INFINITY;
+    if (t == NULL || t->ndim != ndim)
+        return INFINITY; /* not published, or not as the copy sees it */
     for (size_t i = 0; i < t->shards_len; i++) {
         const rs__source_shard_t *sh = &t->shards[i];
         double bytes, runs, span;
@@ -99,15 +99,16 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
 {
     double s_per_byte = 8.0 / (params->nic_gbps * 1e9);
     double s_per_desc = params->descriptor_ns * 1e-9;
-    int64_t ghi[RS_MAX_DIMS], bhi[RS_MAX_DIMS];
+    int64_t ghi[RS_MAX_DIMS] = {0}, bhi[RS_MAX_DIMS] = {0};
     double box = 1;
     for (int d = 0; d < pq->ndim; d++) {
         ghi[d] = pq->glo[d] + pq->gn[d];
         bhi[d] = pq->lo[d] + pq->box[d];
         box *= (double)pq->box[d];
     }
-    *pub_p = read_seconds(t->q, vlo, vhi, s_per_byte, s_per_desc) +
-             read_seconds(t->s, pq->glo, ghi, s_per_byte, s_per_desc);
+    *pub_p = read_seconds(t->q, pq->ndim, vlo, vhi, s_per_byte, s_per_desc) +
+             read_seconds(t->s, pq->ndim, pq->glo, ghi, s_per_byte,
+                          s_per_desc);
     /* the receiver path's least time: its box's bytes in one read and
      * the box's own cost; when the publisher path is below it, the
      * source's shards need not be looked at */
@@ -118,6 +119,6 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
         *recv_p = pq->src_dtype == RS_DTYPE_INVALID ? INFINITY : floor;
         return;
     }
-    *recv_p = read_seconds(rs__quant_source(t), pq->lo, bhi, s_per_byte, s_per_desc) +
-              quant;
+    *recv_p = read_seconds(rs__quant_source(t), pq->ndim, pq->lo, bhi,
+                           s_per_byte, s_per_desc) + quant;
 }

@@ -321,7 +321,7 @@ static void cut_env(env_t *e, int fp8_cut)
     const char *qn = "x#fp8_block:128x128:f8e4m3";
     const char *sn = "x#fp8_block:128x128:f8e4m3#scale";
     for (int k = 0; k < 4; k++) {
-        int64_t off[2] = {0, 1024 * k}, shp[2] = {256, 1024};
+        int64_t off[2] = {0, (int64_t)1024 * k}, shp[2] = {256, 1024};
         rs_shard_desc_t b = {"x", RS_DTYPE_BF16, 2, 2, shape, "t0", 0,
                              0x100000u * (uint64_t)(k + 1), off, shp, NULL};
         ASSERT_ST(rs_sources_add_shard(e->srcs, &b, &d), RS_OK, d);
