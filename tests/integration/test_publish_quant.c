@@ -555,6 +555,18 @@ static rs_capture_h wants_capture(const wants_t *ws)
     return cap;
 }
 
+/* The receivers' params: this world's directory, model and backend. */
+static void receiver_params(const world_t *w, rs_receiver_params_t *rp)
+{
+    rs_receiver_params_init(rp);
+    rp->directory = w->env.url;
+    rp->model = MODEL;
+    rp->backend = w->backend;
+    rp->discover_timeout_s = 10;
+    rp->timeout_s = 20;
+    rp->announce_cuts = 0;
+}
+
 /* A receiver reads every entry of ws from version v through the table
  * (salt picks the replica) and each byte is checked against the reference
  * quantization of the full tensors. */
@@ -567,15 +579,9 @@ static void pull_exact(world_t *w, const wants_t *ws, int64_t v,
     rs_diag_t d;
     uint8_t *dest[32];
     rs_capture_h cap = wants_capture(ws);
-    rs_receiver_params_init(&rp);
-    rp.directory = w->env.url;
-    rp.model = MODEL;
-    rp.backend = w->backend;
+    receiver_params(w, &rp);
     rp.salt = salt;
-    rp.discover_timeout_s = 10;
-    rp.timeout_s = 20;
     rp.release_after = release;
-    rp.announce_cuts = 0;
     ASSERT_ST(rs_receiver_create(&rp, cap, &d, &r), RS_OK, d);
     for (size_t i = 0; i < ws->n; i++) {
         const want_t *x = &ws->e[i];
@@ -881,20 +887,32 @@ static void test_wanted(void **state)
 /* Cut-aligned and quantizing at once: the shards are cut at a record's
  * cuts (w's columns at 100, u's rows at 50), the quantized boxes are not
  * (neither cut is on a block boundary), and both read back exactly. */
+/* Publishers open cut-aligned, after a record cutting w's columns and u's
+ * rows at the given points (n of each); returns the record. */
+static rs_cuts_h cut_record(world_t *w, const int64_t *wcols,
+                            const int64_t *urows, int n)
+{
+    rs_cuts_h rec = NULL;
+    rs_diag_t d;
+    const int64_t wshape[2] = {300, 260}, ushape[2] = {200, 300};
+    w->cut_aligned = 1;
+    assert_int_equal(rs_cuts_create(&d, &rec), RS_OK);
+    for (int i = 0; i < n; i++) {
+        ASSERT_ST(rs_cuts_add(rec, "w", 2, wshape, 1, wcols[i], &d), RS_OK, d);
+        ASSERT_ST(rs_cuts_add(rec, "u", 2, ushape, 0, urows[i], &d), RS_OK, d);
+    }
+    put_record(w, "vllm-0", rec);
+    return rec;
+}
+
 static void test_with_cut_aligned(void **state)
 {
     (void)state;
     world_t *w = world_open("cma");
     wants_t ws;
-    rs_cuts_h rec = NULL;
-    rs_diag_t d;
-    const int64_t wshape[2] = {300, 260}, ushape[2] = {200, 300};
+    const int64_t wcols[1] = {100}, urows[1] = {50};
     rule_wants(w, &ws);
-    w->cut_aligned = 1;
-    assert_int_equal(rs_cuts_create(&d, &rec), RS_OK);
-    ASSERT_ST(rs_cuts_add(rec, "w", 2, wshape, 1, 100, &d), RS_OK, d);
-    ASSERT_ST(rs_cuts_add(rec, "u", 2, ushape, 0, 50, &d), RS_OK, d);
-    put_record(w, "vllm-0", rec);
+    rs_cuts_h rec = cut_record(w, wcols, urows, 1);
     rs_publisher_h pub = open_publisher(w, 0, rules, 5, 0);
     publish(w, pub, 1);
     expect_table(w, 1, NULL, &ws, NULL);
@@ -959,13 +977,7 @@ static void pull_quantized_slice(world_t *w, int64_t v)
     rs_quant_desc_t q = {RS_QUANT_FP8_BLOCK, RS_DTYPE_F8E4M3, 2, blk,
                          "wq_scale", 0, 2, ss, sst};
     ASSERT_ST(rs_capture_add_quant_copy(cap, &c, &q, &d), RS_OK, d);
-    rs_receiver_params_init(&rp);
-    rp.directory = w->env.url;
-    rp.model = MODEL;
-    rp.backend = w->backend;
-    rp.discover_timeout_s = 10;
-    rp.timeout_s = 20;
-    rp.announce_cuts = 0;
+    receiver_params(w, &rp);
     ASSERT_ST(rs_receiver_create(&rp, cap, &d, &r), RS_OK, d);
     uint8_t codes[128 * 132];
     float scales[2];
@@ -1011,21 +1023,13 @@ static void test_cut_at_blocks(void **state)
     (void)state;
     world_t *w = world_open("cma");
     wants_t ws;
-    rs_cuts_h rec = NULL;
-    rs_diag_t d;
-    const int64_t wshape[2] = {300, 260}, ushape[2] = {200, 300};
+    const int64_t wcols[2] = {100, 128}, urows[2] = {50, 64};
     rule_wants(w, &ws);
     cut_wants(&ws, "w", B128, 1, 128, 128);
     cut_wants(&ws, "u", B64, 0, 64, 64);
     /* w's two boxes and u's two boxes each cut in two */
     assert_int_equal(ws.n, 2 * (2 + 2 + 1 + 1) + 2 * 4);
-    w->cut_aligned = 1;
-    assert_int_equal(rs_cuts_create(&d, &rec), RS_OK);
-    ASSERT_ST(rs_cuts_add(rec, "w", 2, wshape, 1, 100, &d), RS_OK, d);
-    ASSERT_ST(rs_cuts_add(rec, "w", 2, wshape, 1, 128, &d), RS_OK, d);
-    ASSERT_ST(rs_cuts_add(rec, "u", 2, ushape, 0, 50, &d), RS_OK, d);
-    ASSERT_ST(rs_cuts_add(rec, "u", 2, ushape, 0, 64, &d), RS_OK, d);
-    put_record(w, "vllm-0", rec);
+    rs_cuts_h rec = cut_record(w, wcols, urows, 2);
     rs_publisher_h pub = open_publisher(w, 0, rules, 5, 0);
     for (int64_t v = 1; v <= 2; v++) {
         publish(w, pub, v);
