@@ -25,24 +25,24 @@ static int inner_blocks(int64_t lo, int64_t n, int64_t full, int64_t b,
 
 typedef struct fp8_ctx {
     struct walk *w;
-    const rs_tensor_info_t *q, *s; /* the FP8 values and their scales */
+    const rs_tensor_info_t *t; /* the FP8 values, or their scales */
     const int64_t *block;
+    int scale;
 } fp8_ctx_t;
 
-/* rs_cuts_box_fn: one sub-box of whole blocks, as values and scales. */
+/* rs_cuts_box_fn: one sub-box of whole blocks, as values or as scales. */
 static rs_status_t emit_sub(void *arg, const int64_t *off, const int64_t *shape)
 {
     fp8_ctx_t *c = arg;
     int64_t soff[2], sshape[2];
+    if (!c->scale)
+        return rs__trainer_emit(c->w, c->t, off, shape);
     for (int d = 0; d < 2; d++) {
         soff[d] = off[d] / c->block[d];
         sshape[d] = (off[d] + shape[d] + c->block[d] - 1) / c->block[d] -
                     soff[d];
     }
-    rs_status_t st = rs__trainer_emit(c->w, c->q, off, shape);
-    if (st == RS_OK)
-        st = rs__trainer_emit(c->w, c->s, soff, sshape);
-    return st;
+    return rs__trainer_emit(c->w, c->t, soff, sshape);
 }
 
 rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs__trainer_plan_t *plan,
@@ -74,12 +74,18 @@ rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs__trainer_plan_t *plan,
     s.name = sname;
     s.dtype = RS_DTYPE_F32;
     s.shape = grid;
-    fp8_ctx_t c = {w, &q, &s, b};
     /* cut-aligned: the values and scales are cut where the source is, at
      * the cuts on block boundaries, so a receiver's block-aligned box of
-     * them is whole sub-boxes as its box of the source is */
-    if (plan->cuts == NULL)
-        return emit_sub(&c, qoff, qshape);
-    return rs_cuts_split_blocks(plan->cuts, t->name, 2, b, qoff, qshape,
-                                emit_sub, &c, diag);
+     * them is whole sub-boxes as its box of the source is. All values
+     * first, then all scales, each in address order: a plan lists each
+     * tensor's shards in turn, and addresses in order need no sort. */
+    rs_status_t st = RS_OK;
+    for (int scale = 0; st == RS_OK && scale < 2; scale++) {
+        fp8_ctx_t c = {w, scale ? &s : &q, b, scale};
+        st = plan->cuts == NULL
+                 ? emit_sub(&c, qoff, qshape)
+                 : rs_cuts_split_blocks(plan->cuts, t->name, 2, b, qoff,
+                                        qshape, emit_sub, &c, diag);
+    }
+    return st;
 }

@@ -67,8 +67,35 @@ static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh
     return 1;
 }
 
-/* The time to read [lo, hi) of tensor t, each shard by its runs or as one
- * span; replicas counted once. INFINITY when t is not published. */
+/* 1 when shard sh holds the box [lo, hi) whole. */
+static int holds_all(const rs__source_shard_t *sh, int n, const int64_t *lo,
+                     const int64_t *hi)
+{
+    for (int d = 0; d < n; d++)
+        if (lo[d] < sh->offset[d] || hi[d] > sh->offset[d] + sh->shape[d])
+            return 0;
+    return sh->numel > 0;
+}
+
+/* The cheaper of reading one shard's part by its runs or as one span;
+ * 0 when they do not meet. */
+static double part_seconds(const rs__source_tensor_t *t,
+                           const rs__source_shard_t *sh, const int64_t *lo,
+                           const int64_t *hi, double s_per_byte,
+                           double s_per_desc)
+{
+    double bytes, runs, span;
+    if (sh->numel == 0 || !shard_part(t, sh, lo, hi, &bytes, &runs, &span))
+        return 0;
+    double exact = bytes * s_per_byte + runs * s_per_desc;
+    double coalesced = span * s_per_byte + s_per_desc;
+    return exact < coalesced ? exact : coalesced;
+}
+
+/* The time to read [lo, hi) of tensor t: from one shard when one holds it
+ * all, else from every shard it meets, each by its runs or as one span,
+ * a replica (a shard with the box of one met before) counted once.
+ * INFINITY when t is not published. */
 static double read_seconds(const rs__source_tensor_t *t, int ndim,
                            const int64_t *lo, const int64_t *hi,
                            double s_per_byte, double s_per_desc)
@@ -76,18 +103,24 @@ static double read_seconds(const rs__source_tensor_t *t, int ndim,
     double total = 0;
     if (t == NULL || t->ndim != ndim)
         return INFINITY; /* not published, or not as the copy sees it */
+    for (size_t i = 0; i < t->shards_len; i++)
+        if (holds_all(&t->shards[i], ndim, lo, hi))
+            return part_seconds(t, &t->shards[i], lo, hi, s_per_byte,
+                                s_per_desc);
+    size_t met[64], nmet = 0;
     for (size_t i = 0; i < t->shards_len; i++) {
         const rs__source_shard_t *sh = &t->shards[i];
-        double bytes, runs, span;
+        double part = part_seconds(t, sh, lo, hi, s_per_byte, s_per_desc);
         int replica = 0;
-        for (size_t j = 0; !replica && j < i; j++)
-            replica = same_box(&t->shards[j], sh, t->ndim);
-        if (replica || sh->numel == 0 ||
-            !shard_part(t, sh, lo, hi, &bytes, &runs, &span))
+        if (part == 0)
             continue;
-        double exact = bytes * s_per_byte + runs * s_per_desc;
-        double coalesced = span * s_per_byte + s_per_desc;
-        total += exact < coalesced ? exact : coalesced;
+        for (size_t j = 0; !replica && j < nmet; j++)
+            replica = same_box(&t->shards[met[j]], sh, ndim);
+        if (replica)
+            continue;
+        if (nmet < sizeof(met) / sizeof(met[0]))
+            met[nmet++] = i; /* past 64 parts, replicas may count twice */
+        total += part;
     }
     return total;
 }

@@ -294,17 +294,38 @@ static rs_status_t quantize_piece(rs_publisher_h p, const rs__publish_quant_piec
     return RS_OK;
 }
 
+/* Lays out the pieces of one (shard, spec), [a, b): their values, then
+ * their scales, each in piece order, so that a plan listing the FP8
+ * tensor's shards and then its scales' finds their addresses in order
+ * (out of order, it sorts its whole shard list). */
+static uint64_t lay_group(rs__publish_quant_piece_t *q, size_t a, size_t b,
+                          char *base, uint64_t off)
+{
+    for (size_t i = a; i < b; i++) {
+        q[i].served = base + off;
+        off += rs__publisher_slot(q[i].nbytes);
+    }
+    for (size_t i = a; i < b; i++) {
+        q[i].scale_served = base + off;
+        off += rs__publisher_slot(q[i].scale_nbytes);
+    }
+    return off;
+}
+
 rs_status_t rs__publisher_quant_fill(rs_publisher_h p, void *base,
                                      int64_t version, rs_diag_t *diag)
 {
+    rs__publish_quant_piece_t *q = p->next_qpieces;
     uint64_t off = 0;
+    for (size_t a = 0, b; a < p->next_qpieces_len; a = b) {
+        for (b = a + 1; b < p->next_qpieces_len && q[b].shard == q[a].shard &&
+                        strcmp(q[b].spec, q[a].spec) == 0;
+             b++)
+            ;
+        off = lay_group(q, a, b, base, off);
+    }
     for (size_t i = 0; i < p->next_qpieces_len; i++) {
-        rs__publish_quant_piece_t *q = &p->next_qpieces[i];
-        q->served = (char *)base + off;
-        off += rs__publisher_slot(q->nbytes);
-        q->scale_served = (char *)base + off;
-        off += rs__publisher_slot(q->scale_nbytes);
-        rs_status_t st = quantize_piece(p, q, version, diag);
+        rs_status_t st = quantize_piece(p, &q[i], version, diag);
         if (st != RS_OK)
             return st;
     }
