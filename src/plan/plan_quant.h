@@ -110,6 +110,11 @@ int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
                                const int64_t *view_hi, char *why,
                                size_t whylen);
 
+/* 1 when the shard holds the box [lo, hi) of its n-dim tensor whole (and
+ * is not empty). */
+int rs__quant_shard_holds(const struct rs__source_shard *sh, int n,
+                          const int64_t *lo, const int64_t *hi);
+
 /* The estimated seconds of each path (plan_quant_cost.c): the publisher
  * path's reads of the FP8 values and scales, the receiver path's read of
  * the block-rounded bf16 box plus a fixed cost per box; each shard by its runs

@@ -67,16 +67,6 @@ static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh
     return 1;
 }
 
-/* 1 when shard sh holds the box [lo, hi) whole. */
-static int holds_all(const rs__source_shard_t *sh, int n, const int64_t *lo,
-                     const int64_t *hi)
-{
-    for (int d = 0; d < n; d++)
-        if (lo[d] < sh->offset[d] || hi[d] > sh->offset[d] + sh->shape[d])
-            return 0;
-    return sh->numel > 0;
-}
-
 /* The cheaper of reading one shard's part by its runs or as one span;
  * 0 when they do not meet. */
 static double part_seconds(const rs__source_tensor_t *t,
@@ -104,7 +94,7 @@ static double read_seconds(const rs__source_tensor_t *t, int ndim,
     if (t == NULL || t->ndim != ndim)
         return INFINITY; /* not published, or not as the copy sees it */
     for (size_t i = 0; i < t->shards_len; i++)
-        if (holds_all(&t->shards[i], ndim, lo, hi))
+        if (rs__quant_shard_holds(&t->shards[i], ndim, lo, hi))
             return part_seconds(t, &t->shards[i], lo, hi, s_per_byte,
                                 s_per_desc);
     size_t met[64], nmet = 0;

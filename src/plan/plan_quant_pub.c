@@ -181,9 +181,8 @@ static void explain(const rs__planned_quant_t *pq, const rs__source_tensor_t *tq
                  tq->name, (long long)pct);
 }
 
-/* 1 when `sh` holds the box [lo, hi) whole. */
-static int holds_box(const rs__source_shard_t *sh, int n, const int64_t *lo,
-                     const int64_t *hi)
+int rs__quant_shard_holds(const rs__source_shard_t *sh, int n,
+                          const int64_t *lo, const int64_t *hi)
 {
     for (int d = 0; d < n; d++)
         if (lo[d] < sh->offset[d] || hi[d] > sh->offset[d] + sh->shape[d])
@@ -206,9 +205,9 @@ static int one_shard_each(const rs__planned_quant_t *pq,
     for (int d = 0; d < pq->ndim; d++)
         ghi[d] = pq->glo[d] + pq->gn[d];
     for (size_t i = 0; !fp8 && i < tq->shards_len; i++)
-        fp8 = holds_box(&tq->shards[i], pq->ndim, vlo, vhi);
+        fp8 = rs__quant_shard_holds(&tq->shards[i], pq->ndim, vlo, vhi);
     for (size_t i = 0; fp8 && !scale && i < ts->shards_len; i++)
-        scale = holds_box(&ts->shards[i], pq->ndim, pq->glo, ghi);
+        scale = rs__quant_shard_holds(&ts->shards[i], pq->ndim, pq->glo, ghi);
     return fp8 && scale;
 }
 
