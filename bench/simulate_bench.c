@@ -3,8 +3,12 @@
  * (megatron:tp=8,pp=16,ep=16 -> vllm:tp=8,ep=8,dp=16, FP8 without
  * publisher-side copies; and -> vllm:tp=8,ep=128,dp=16, the FP8 pair with
  * and without them), DeepSeek-V3
- * (megatron:tp=1,pp=16,ep=64 -> vllm:tp=16), Qwen3-30B-A3B and
- * Qwen2.5-0.5B. Each run publishes every trainer table, then captures,
+ * (megatron:tp=1,pp=16,ep=64 -> vllm:tp=16, FP8 with cut-aligned tables
+ * carrying cut FP8 copies, and FP8 with whole shards), Qwen3-30B-A3B and
+ * Qwen2.5-0.5B. The two FP8 pairs with publisher-side copies are planned
+ * again as their bf16 twin (the config without quantization_config) in the
+ * same run, and print the FP8 / bf16 planning time and both plans' bytes
+ * read over bytes needed (the largest ratio of any rank). Each run publishes every trainer table, then captures,
  * plans and coverage-checks every inference rank, in a child process so
  * that its peak RSS is its own. Prints planning time per rank and in total
  * (wall and CPU time of the planning thread, so a busy machine shows as the
@@ -32,19 +36,29 @@
 typedef struct scenario {
     const char *config, *train, *infer;
     unsigned flags; /* RS_LAYOUT_FP8_COPIES: publisher-side FP8 copies */
+    int cut_aligned; /* tables cut at every inference rank's boxes */
+    int bf16_twin;   /* also plan the config without its FP8
+                      * quantization_config, in the same run: the ratios */
 } scenario_t;
 
 static const scenario_t scenarios[] = {
-    {"llama-3.1-70b.json", "megatron:tp=8,pp=4,dp=2", "vllm:tp=8,dp=4", 0},
-    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=8,dp=16", 0},
-    /* The FP8 pair: the same FP8 captures against tables with and
-     * without publisher-side FP8 copies (receivers quantize every block). */
+    {"llama-3.1-70b.json", "megatron:tp=8,pp=4,dp=2", "vllm:tp=8,dp=4", 0, 0,
+     0},
+    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=8,dp=16", 0, 0,
+     0},
+    /* The FP8 pairs: FP8 captures against tables with publisher-side FP8
+     * copies, against the same tables without them (receivers quantize
+     * every block), and the bf16 twin planned in the same run. */
     {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=128,dp=16",
-     RS_LAYOUT_FP8_COPIES},
-    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=128,dp=16", 0},
-    {"deepseek-v3.json", "megatron:tp=1,pp=16,ep=64", "vllm:tp=16", 0},
-    {"qwen3-30b-a3b.json", "megatron:tp=2,ep=4", "vllm:tp=2,ep=2,dp=2", 0},
-    {"qwen2.5-0.5b.json", "fsdp:4", "vllm:tp=2", 0},
+     RS_LAYOUT_FP8_COPIES, 0, 1},
+    {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=128,dp=16", 0,
+     0, 0},
+    {"deepseek-v3.json", "megatron:tp=1,pp=16,ep=64", "vllm:tp=16",
+     RS_LAYOUT_FP8_COPIES, 1, 1},
+    {"deepseek-v3.json", "megatron:tp=1,pp=16,ep=64", "vllm:tp=16", 0, 0, 0},
+    {"qwen3-30b-a3b.json", "megatron:tp=2,ep=4", "vllm:tp=2,ep=2,dp=2", 0, 0,
+     0},
+    {"qwen2.5-0.5b.json", "fsdp:4", "vllm:tp=2", 0, 0, 0},
 };
 
 typedef struct rank_fig {
@@ -189,43 +203,104 @@ static void report(const rank_fig_t *f, size_t n, double publish_s)
     free(v);
 }
 
-static void run(const char *dir, const scenario_t *s)
+/* The config's text, with its quantization_config renamed out of the
+ * loader's sight when `bf16` is set: the same model in bf16. */
+static rs_model_h load_model(const char *path, int bf16)
 {
-    char path[4096];
-    rs_model_h m;
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    size_t len = 0;
+    rs_model_h m = NULL;
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = (size_t)ftell(f)) == 0 ||
+        fseek(f, 0, SEEK_SET) != 0 || (text = malloc(len + 1)) == NULL ||
+        fread(text, 1, len, f) != len) {
+        fprintf(stderr, "simulate_bench: cannot read %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+    text[len] = '\0';
+    char *q = bf16 ? strstr(text, "\"quantization_config\"") : NULL;
+    if (q != NULL)
+        q[1] = 'X'; /* "Xuantization_config": a key the loader ignores */
+    check(rs_model_load_string(text, len, path, &d, &m), &d, path);
+    free(text);
+    return m;
+}
+
+typedef struct totals {
+    double plan_s, plan_cpu_s, worst_ratio;
+} totals_t;
+
+/* Publishes every table (cut-aligned when asked), then plans every rank. */
+static totals_t plan_all(rs_model_h m, const scenario_t *s, int quiet)
+{
     rs_layout_t train, infer;
     rs_sources_h src;
     rs_transport_h t;
+    rs_cuts_h cuts = NULL;
     rs_diag_t d;
+    totals_t tot = {0, 0, 0};
     rs_diag_clear(&d);
-    snprintf(path, sizeof(path), "%s/examples/models/%s", dir, s->config);
-    check(rs_model_load(path, &d, &m), &d, path);
     layout(m, s->train, &train);
     layout(m, s->infer, &infer);
-    printf("%s: %s (%lld ranks) -> %s (%lld ranks), %.1f B parameters%s\n",
-           s->config, s->train, (long long)train.world, s->infer,
-           (long long)infer.world, (double)rs_model_num_params(m) / 1e9,
-           rs_model_quantization(m) == NULL ? ""
-           : s->flags & RS_LAYOUT_FP8_COPIES ? ", FP8, publisher-side copies"
-                                             : ", FP8, receiver-side only");
-    fflush(stdout);
     double t0 = rs_clock_seconds();
+    if (s->cut_aligned)
+        check(rs_layout_infer_cuts(m, &infer, &d, &cuts), &d, "infer_cuts");
     check(rs_sources_create(&src), &d, "rs_sources_create");
-    check(rs_layout_publish_all_ex(m, &train, NULL, s->flags, src, &d), &d,
+    check(rs_layout_publish_all_ex(m, &train, cuts, s->flags, src, &d), &d,
           "publish_all");
     double publish_s = rs_clock_seconds() - t0;
     check(rs_transport_create(NULL, &d, &t), &d, "rs_transport_create");
     rank_fig_t *f = calloc((size_t)infer.world, sizeof(rank_fig_t));
     if (f == NULL)
         exit(1);
-    for (int64_t r = 0; r < infer.world; r++)
+    for (int64_t r = 0; r < infer.world; r++) {
         plan_rank(m, &infer, src, t, r, &f[r]);
-    report(f, (size_t)infer.world, publish_s);
-    fflush(stdout);
+        double ratio = f[r].needed ? (double)f[r].bytes / (double)f[r].needed
+                                   : 0;
+        tot.plan_s += f[r].plan_s;
+        tot.plan_cpu_s += f[r].plan_cpu_s;
+        tot.worst_ratio = ratio > tot.worst_ratio ? ratio : tot.worst_ratio;
+    }
+    if (!quiet)
+        report(f, (size_t)infer.world, publish_s);
     free(f);
     rs_transport_destroy(t);
     rs_sources_destroy(src);
+    rs_cuts_destroy(cuts);
+    return tot;
+}
+
+static void run(const char *dir, const scenario_t *s)
+{
+    char path[4096];
+    rs_model_h m;
+    snprintf(path, sizeof(path), "%s/examples/models/%s", dir, s->config);
+    m = load_model(path, 0);
+    printf("%s: %s -> %s, %.1f B parameters%s%s\n", s->config, s->train,
+           s->infer, (double)rs_model_num_params(m) / 1e9,
+           rs_model_quantization(m) == NULL ? ""
+           : s->flags & RS_LAYOUT_FP8_COPIES ? ", FP8, publisher-side copies"
+                                             : ", FP8, receiver-side only",
+           s->cut_aligned ? ", cut-aligned" : "");
+    fflush(stdout);
+    totals_t fp8 = plan_all(m, s, 0);
+    printf("  bytes read / needed per rank max %.4fx\n", fp8.worst_ratio);
     rs_model_destroy(m);
+    if (!s->bf16_twin)
+        return;
+    m = load_model(path, 1);
+    totals_t bf = plan_all(m, s, 1);
+    rs_model_destroy(m);
+    printf("  bf16 twin (same layouts, no quantization_config), same run:\n"
+           "    bytes read / needed per rank max %.4fx\n"
+           "    planning, all ranks          %.3f s, %.3f s CPU\n"
+           "    FP8 / bf16 planning          %.2fx wall, %.2fx CPU\n",
+           bf.worst_ratio, bf.plan_s, bf.plan_cpu_s,
+           bf.plan_s > 0 ? fp8.plan_s / bf.plan_s : 0,
+           bf.plan_cpu_s > 0 ? fp8.plan_cpu_s / bf.plan_cpu_s : 0);
 }
 
 int main(int argc, char **argv)
@@ -241,6 +316,7 @@ int main(int argc, char **argv)
             return 1;
         if (child == 0) {
             run(dir, &scenarios[i]);
+            fflush(stdout); /* _exit does not */
             _exit(0);
         }
         int status;

@@ -131,6 +131,21 @@ RS_API rs_status_t rs_cuts_split(rs_cuts_h cuts, const char *tensor, int ndim,
                                  rs_cuts_box_fn fn, void *ctx,
                                  rs_diag_t *diag);
 
+/* rs_cuts_split for a box of a tensor quantized in blocks (block[d]
+ * elements along dim d, docs/quantized-refit.md): the box is split only at
+ * the cuts of `tensor` that fall on a multiple of block[d], so every
+ * sub-box is whole blocks when the box is (each block lies in one sub-box
+ * and is quantized whole there). A publisher serving a source's FP8 values
+ * cuts them at the source's own cuts this way, and their scales at those
+ * cuts divided by the block. Errors as rs_cuts_split, and
+ * RS_ERR_INVALID_ARG for a block extent below 1 or a NULL block. */
+RS_API rs_status_t rs_cuts_split_blocks(rs_cuts_h cuts, const char *tensor,
+                                        int ndim, const int64_t *block,
+                                        const int64_t *offset,
+                                        const int64_t *shape,
+                                        rs_cuts_box_fn fn, void *ctx,
+                                        rs_diag_t *diag);
+
 /* reshard.cuts.v1 (docs/formats.md). The reader refuses bad input with
  * RS_ERR_INPUT naming the field and tensor; `origin` (a file name, a
  * directory record) prefixes its messages. It makes a new set, owned by

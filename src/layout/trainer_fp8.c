@@ -23,13 +23,35 @@ static int inner_blocks(int64_t lo, int64_t n, int64_t full, int64_t b,
     return *ghi > *glo;
 }
 
+typedef struct fp8_ctx {
+    struct walk *w;
+    const rs_tensor_info_t *t; /* the FP8 values, or their scales */
+    const int64_t *block;
+    int scale;
+} fp8_ctx_t;
+
+/* rs_cuts_box_fn: one sub-box of whole blocks, as values or as scales. */
+static rs_status_t emit_sub(void *arg, const int64_t *off, const int64_t *shape)
+{
+    fp8_ctx_t *c = arg;
+    int64_t soff[2], sshape[2];
+    if (!c->scale)
+        return rs__trainer_emit(c->w, c->t, off, shape);
+    for (int d = 0; d < 2; d++) {
+        soff[d] = off[d] / c->block[d];
+        sshape[d] = (off[d] + shape[d] + c->block[d] - 1) / c->block[d] -
+                    soff[d];
+    }
+    return rs__trainer_emit(c->w, c->t, soff, sshape);
+}
+
 rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs__trainer_plan_t *plan,
                                  const rs_tensor_info_t *t,
                                  const int64_t *off, const int64_t *shape,
                                  rs_diag_t *diag)
 {
     char qname[512], sname[512];
-    int64_t glo[2], ghi[2], qoff[2], qshape[2], soff[2], sshape[2], grid[2];
+    int64_t glo[2], ghi[2], qoff[2], qshape[2], grid[2];
     const int64_t *b = plan->quant.block;
     if (t->ndim != 2)
         return RS_OK;
@@ -41,8 +63,6 @@ rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs__trainer_plan_t *plan,
         qoff[d] = glo[d] * b[d];
         qshape[d] = (ghi[d] * b[d] < t->shape[d] ? ghi[d] * b[d]
                                                    : t->shape[d]) - qoff[d];
-        soff[d] = glo[d];
-        sshape[d] = ghi[d] - glo[d];
     }
     if (!rs__layout_quant_name(&plan->quant, t->name, 0, qname, sizeof(qname)) ||
         !rs__layout_quant_name(&plan->quant, t->name, 1, sname, sizeof(sname)))
@@ -54,8 +74,18 @@ rs_status_t rs__trainer_emit_fp8(struct walk *w, const rs__trainer_plan_t *plan,
     s.name = sname;
     s.dtype = RS_DTYPE_F32;
     s.shape = grid;
-    rs_status_t st = rs__trainer_emit(w, &q, qoff, qshape);
-    if (st == RS_OK)
-        st = rs__trainer_emit(w, &s, soff, sshape);
+    /* cut-aligned: the values and scales are cut where the source is, at
+     * the cuts on block boundaries, so a receiver's block-aligned box of
+     * them is whole sub-boxes as its box of the source is. All values
+     * first, then all scales, each in address order: a plan lists each
+     * tensor's shards in turn, and addresses in order need no sort. */
+    rs_status_t st = RS_OK;
+    for (int scale = 0; st == RS_OK && scale < 2; scale++) {
+        fp8_ctx_t c = {w, scale ? &s : &q, b, scale};
+        st = plan->cuts == NULL
+                 ? emit_sub(&c, qoff, qshape)
+                 : rs_cuts_split_blocks(plan->cuts, t->name, 2, b, qoff,
+                                        qshape, emit_sub, &c, diag);
+    }
     return st;
 }

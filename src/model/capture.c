@@ -41,9 +41,10 @@ void rs_capture_destroy(rs_capture_h capture)
 }
 
 /* The id of a source name, interned on first use; 0 on exhaustion. */
-static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)
+static int intern_hashed(rs_capture_h capture, const char *name,
+                         uint64_t hash, uint32_t *id_p)
 {
-    rs__capture_name_t n = {NULL, -1, rs__hash_str(name)};
+    rs__capture_name_t n = {NULL, -1, hash};
     if (rs__strmap_get_hashed(&capture->name_index, name, n.hash, id_p))
         return 1;
     n.name = rs__arena_strdup(&capture->arena, name);
@@ -54,6 +55,11 @@ static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)
         return 0;
     *id_p = (uint32_t)capture->names_len - 1;
     return 1;
+}
+
+static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)
+{
+    return intern_hashed(capture, name, rs__hash_str(name), id_p);
 }
 
 static int64_t *dup_dims(rs__arena_t *a, const int64_t *dims, int n)
@@ -389,4 +395,59 @@ void rs_capture_unsupported(rs_capture_h capture, size_t index,
 int64_t rs_capture_unattributed(rs_capture_h capture)
 {
     return capture->unattributed;
+}
+
+/* Copy i of `from` into `to` at the same index: checked when it was added,
+ * so only its name is interned (with the hash `from` keeps) and its
+ * geometry shared as in `from` (geometry ids follow first use, so with
+ * every copy at the same index they are the same ids). */
+static int append_from(rs_capture_h to, rs_capture_h from, size_t i)
+{
+    const rs__capture_copy_t *f = &from->copies[i];
+    const rs__capture_geom_t *g = &from->geoms[f->geom];
+    rs__capture_copy_t c = *f;
+    rs_copy_desc_t d = {f->src, f->param, f->ops, f->nops, f->dest_offset,
+                        f->ndim, f->dest_shape, f->dest_stride,
+                        f->dest_dtype};
+    if (!intern_hashed(to, f->src, from->names[f->src_id].hash, &c.src_id))
+        return 0;
+    c.src = to->names[c.src_id].name;
+    if (c.param_id == UINT32_MAX && /* declared after the copy, in `from` */
+        !rs__strmap_get(&to->param_index, f->param, &c.param_id))
+        c.param_id = UINT32_MAX;
+    c.param = c.param_id != UINT32_MAX ? to->params[c.param_id].name
+                                       : rs__arena_strdup(&to->arena,
+                                                          f->param);
+    c.quant = NULL;
+    if (c.param == NULL)
+        return 0;
+    if (g->copy != i) {
+        const rs__capture_copy_t *same = &to->copies[g->copy];
+        c.ops = same->ops;
+        c.dest_shape = same->dest_shape;
+        c.dest_stride = same->dest_stride;
+    } else if (dup_geometry(&to->arena, &d, &c) != RS_OK) {
+        return 0;
+    }
+    if (f->quant != NULL && (c.quant = rs__capture_dup_quant(to, f->quant)) ==
+                                NULL)
+        return 0;
+    if (!RS_VEC_PUSH(to, copies, c))
+        return 0;
+    return g->copy != i ||
+           rs__capture_geom_add(to, i, g->hash,
+                                &to->copies[to->copies_len - 1].geom);
+}
+
+rs_status_t rs__capture_append_copies(rs_capture_h to, rs_capture_h from,
+                                      rs_diag_t *diag)
+{
+    if (to->copies_len != 0 || to->params_len != from->params_len)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "capture: copies "
+                            "appended to a capture that is not a fresh "
+                            "frame of the same params");
+    for (size_t i = 0; i < from->copies_len; i++)
+        if (!append_from(to, from, i))
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    return RS_OK;
 }

@@ -125,4 +125,17 @@ rs_status_t rs__capture_check_quant(rs_capture_h capture,
 /* "quant.scheme", "quant.scale_param", ...: the C descriptor's field. */
 const char *rs__quant_field_name(rs__quant_field_t field);
 
+/* The capture's own copy of a checked spec whose scale parameter the
+ * capture declares; NULL on exhaustion. */
+rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
+                                       const rs_quant_desc_t *q);
+
+/* Appends every copy of `from` to `to`, a capture holding `from`'s params
+ * in the same order and no copy yet (the planner's working capture): the
+ * copies were checked when added to `from`, so this interns and shares
+ * instead of checking and hashing again. RS_ERR_INVALID_ARG when `to` is
+ * not such a frame, RS_ERR_NO_MEMORY. */
+rs_status_t rs__capture_append_copies(rs_capture_h to, rs_capture_h from,
+                                      rs_diag_t *diag);
+
 #endif

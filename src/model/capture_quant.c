@@ -198,7 +198,8 @@ static int64_t *dup_dims(rs__arena_t *a, const int64_t *dims, int n)
 
 /* The capture's own copy of a checked spec; NULL on exhaustion. The scale
  * parameter's name is the declared parameter's. */
-static rs_quant_desc_t *dup_quant(rs_capture_h cap, const rs_quant_desc_t *q)
+rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
+                                       const rs_quant_desc_t *q)
 {
     rs_quant_desc_t *out = rs__arena_alloc(&cap->arena, sizeof(*out));
     uint32_t idx = 0;
@@ -238,7 +239,7 @@ rs_status_t rs_capture_add_quant_copy(rs_capture_h capture,
                         rs__quant_field_name(field));
         return st;
     }
-    if ((q = dup_quant(capture, quant)) == NULL)
+    if ((q = rs__capture_dup_quant(capture, quant)) == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     if ((st = rs_capture_add_copy(capture, copy, diag)) != RS_OK)
         return st;

@@ -385,9 +385,23 @@ static rs_status_t visit_grid(const split_dim_t *s, int ndim,
     }
 }
 
-rs_status_t rs_cuts_split(rs_cuts_h cuts, const char *tensor, int ndim,
-                          const int64_t *offset, const int64_t *shape,
-                          rs_cuts_box_fn fn, void *ctx, rs_diag_t *diag)
+/* Keeps the cuts of s that fall on a multiple of `b`, copied into `keep`. */
+static void keep_on_blocks(split_dim_t *s, int64_t b, int64_t *keep)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->cut[i] % b == 0)
+            keep[n++] = s->cut[i];
+    s->cut = keep;
+    s->n = n;
+}
+
+/* rs_cuts_split, keeping only the cuts on a multiple of block[d] when
+ * block is not NULL. */
+static rs_status_t split_box(rs_cuts_h cuts, const char *tensor, int ndim,
+                             const int64_t *block, const int64_t *offset,
+                             const int64_t *shape, rs_cuts_box_fn fn,
+                             void *ctx, rs_diag_t *diag)
 {
     split_dim_t s[RS_MAX_DIMS];
     int empty = 0;
@@ -397,6 +411,11 @@ rs_status_t rs_cuts_split(rs_cuts_h cuts, const char *tensor, int ndim,
     rs_status_t st = check_box(tensor, ndim, offset, shape, diag);
     if (st != RS_OK)
         return st;
+    for (int d = 0; block != NULL && d < ndim; d++)
+        if (block[d] <= 0)
+            return rs__diag_set(diag, RS_ERR_INVALID_ARG, "cuts: split of "
+                                "'%s': block extent %lld in dim %d", tensor,
+                                (long long)block[d], d);
     const rs__cut_tensor_t *t = rs__cuts_find(cuts, tensor);
     if (t != NULL && t->ndim != ndim)
         return rs__diag_set(diag, RS_ERR_INPUT, "cuts: split of '%s': box of "
@@ -404,8 +423,40 @@ rs_status_t rs_cuts_split(rs_cuts_h cuts, const char *tensor, int ndim,
                             t->ndim);
     for (int d = 0; d < ndim; d++)
         empty |= shape[d] == 0;
-    for (int d = 0; d < ndim; d++)
+    size_t total = 0;
+    for (int d = 0; d < ndim; d++) {
         split_dim_init(&s[d], empty ? NULL : t, d, offset[d],
                        offset[d] + shape[d]);
-    return visit_grid(s, ndim, fn, ctx);
+        total += s[d].n;
+    }
+    int64_t *keep = NULL;
+    if (block != NULL && total > 0) {
+        if ((keep = malloc(total * sizeof(int64_t))) == NULL)
+            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "cuts: out of memory");
+        for (int d = 0, at = 0; d < ndim; d++) {
+            size_t n = s[d].n;
+            keep_on_blocks(&s[d], block[d], keep + at);
+            at += (int)n;
+        }
+    }
+    st = visit_grid(s, ndim, fn, ctx);
+    free(keep);
+    return st;
+}
+
+rs_status_t rs_cuts_split(rs_cuts_h cuts, const char *tensor, int ndim,
+                          const int64_t *offset, const int64_t *shape,
+                          rs_cuts_box_fn fn, void *ctx, rs_diag_t *diag)
+{
+    return split_box(cuts, tensor, ndim, NULL, offset, shape, fn, ctx, diag);
+}
+
+rs_status_t rs_cuts_split_blocks(rs_cuts_h cuts, const char *tensor, int ndim,
+                                 const int64_t *block, const int64_t *offset,
+                                 const int64_t *shape, rs_cuts_box_fn fn,
+                                 void *ctx, rs_diag_t *diag)
+{
+    if (block == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "cuts: NULL block");
+    return split_box(cuts, tensor, ndim, block, offset, shape, fn, ctx, diag);
 }

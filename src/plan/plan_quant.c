@@ -51,8 +51,17 @@ static void refuse(rs__planned_quant_t *pq, const rs_copy_desc_t *c, const char 
 
 /* The source's full shape and dtype: as declared by the capture, else as
  * published, else as the FP8 tensor is published (dtype unknown then). */
-static int source_shape(rs_capture_h cap, rs_sources_h srcs, const char *src,
-                        const char *qname, rs__planned_quant_t *pq)
+const rs__source_tensor_t *rs__quant_source(rs__quant_tensors_t *t)
+{
+    if (!t->src_found) {
+        t->src = rs__sources_find(t->sources, t->src_name);
+        t->src_found = 1;
+    }
+    return t->src;
+}
+
+static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
+                        const char *src, rs__planned_quant_t *pq)
 {
     long d = rs_capture_find_source(cap, src);
     const rs__source_tensor_t *t;
@@ -64,8 +73,7 @@ static int source_shape(rs_capture_h cap, rs_sources_h srcs, const char *src,
         pq->src_dtype = info.dtype;
         return 1;
     }
-    if ((t = rs__sources_find(srcs, src)) == NULL &&
-        (t = rs__sources_find(srcs, qname)) == NULL)
+    if ((t = rs__quant_source(qt)) == NULL && (t = qt->q) == NULL)
         return 0;
     pq->ndim = t->ndim;
     memcpy(pq->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
@@ -228,15 +236,35 @@ static int quantizable(rs_dtype_t d)
     return d == RS_DTYPE_BF16 || d == RS_DTYPE_F16 || d == RS_DTYPE_F32;
 }
 
-/* "<src>#<spec>" and "<src>#<spec>#scale", malloc'd; 0 on exhaustion. */
-static int derived_names(const char *src, const rs_quant_desc_t *q,
-                         char **qname, char **sname)
+/* The spec's text, kept for the next copy: a capture's quantized copies
+ * mostly share one spec, and formatting it was a tenth of a plan. */
+static const char *spec_text(rs__quant_expansion_t *qx,
+                             const rs_quant_desc_t *q)
 {
-    char spec[128];
-    size_t n = rs_quant_spec_format(q, spec, sizeof(spec));
-    if (n == 0 || n >= sizeof(spec))
-        snprintf(spec, sizeof(spec), "invalid");
-    size_t len = strlen(src) + strlen(spec) + sizeof(RS_QUANT_SCALE_SUFFIX) + 2;
+    rs_quant_desc_t *k = &qx->spec_of;
+    int same = qx->spec[0] != '\0' && k->scheme == q->scheme &&
+               k->format == q->format && k->block_ndim == q->block_ndim;
+    for (int d = 0; same && d < q->block_ndim; d++)
+        same = qx->spec_block[d] == q->block[d];
+    if (same)
+        return qx->spec;
+    size_t n = rs_quant_spec_format(q, qx->spec, sizeof(qx->spec));
+    if (n == 0 || n >= sizeof(qx->spec))
+        snprintf(qx->spec, sizeof(qx->spec), "invalid");
+    *k = *q;
+    for (int d = 0; d < q->block_ndim && d < RS_MAX_DIMS; d++)
+        qx->spec_block[d] = q->block[d];
+    if (q->block_ndim > RS_MAX_DIMS)
+        qx->spec[0] = '\0'; /* not kept */
+    return qx->spec;
+}
+
+/* "<src>#<spec>" and "<src>#<spec>#scale", malloc'd; 0 on exhaustion. */
+static int derived_names(const char *src, const char *spec, char **qname,
+                         char **sname)
+{
+    size_t ns = strlen(src), np = strlen(spec);
+    size_t len = ns + np + sizeof(RS_QUANT_SCALE_SUFFIX) + 2;
     *qname = malloc(len);
     *sname = malloc(len);
     if (*qname == NULL || *sname == NULL) {
@@ -244,20 +272,28 @@ static int derived_names(const char *src, const rs_quant_desc_t *q,
         free(*sname);
         return 0;
     }
-    snprintf(*qname, len, "%s%c%s", src, RS_QUANT_NAME_SEP, spec);
-    snprintf(*sname, len, "%s%s", *qname, RS_QUANT_SCALE_SUFFIX);
+    memcpy(*qname, src, ns); /* a copy of every quantized copy: no printf */
+    (*qname)[ns] = RS_QUANT_NAME_SEP;
+    memcpy(*qname + ns + 1, spec, np + 1);
+    memcpy(*sname, *qname, ns + np + 1);
+    memcpy(*sname + ns + np + 1, RS_QUANT_SCALE_SUFFIX,
+           sizeof(RS_QUANT_SCALE_SUFFIX));
     return 1;
 }
 
 /* Checks one quantized copy and chooses its path. */
 static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs,
-                    const rs_copy_desc_t *c, const rs_quant_desc_t *q,
-                    rs_op_t *ops, const char *qname, const char *sname)
+                    const rs_plan_params_t *params, const rs_copy_desc_t *c,
+                    const rs_quant_desc_t *q, rs_op_t *ops, const char *qname,
+                    const char *sname)
 {
     int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
     rs_diag_t d = {RS_OK, ""};
+    rs__quant_tensors_t qt = {rs__sources_find(srcs, qname),
+                              rs__sources_find(srcs, sname), srcs, c->src,
+                              NULL, 0};
     pq->src_dtype = RS_DTYPE_INVALID;
-    if (!source_shape(cap, srcs, c->src, qname, pq))
+    if (!source_shape(cap, &qt, c->src, pq))
         return refuse(pq, c, "'%s' is not published by any shard table, nor "
                       "is '%s'", c->src, qname);
     if (pq->src_dtype != RS_DTYPE_INVALID && !quantizable(pq->src_dtype))
@@ -269,8 +305,18 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
     check_geometry(pq, cap, c, q, ops, vlo, vhi);
     if (pq->refused != NULL)
         return;
-    if (rs__quant_publisher_serves(srcs, pq, c->src, qname, sname, vlo, vhi,
+    if (rs__quant_publisher_serves(&qt, pq, c->src, qname, sname, vlo, vhi,
                                    pq->why, sizeof(pq->why))) {
+        double pub, recv;
+        rs__quant_path_costs(&qt, params, pq, vlo, vhi, &pub, &recv);
+        if (recv < pub) {
+            pq->path = RS_QUANT_PATH_RECEIVER;
+            snprintf(pq->why, sizeof(pq->why), "'%s' is served, but reading "
+                     "and quantizing '%s' is estimated at %.3g us against "
+                     "%.3g us for the served copy", qname, c->src, recv * 1e6,
+                     pub * 1e6);
+            return;
+        }
         pq->path = RS_QUANT_PATH_PUBLISHER;
         snprintf(pq->why, sizeof(pq->why), "'%s' and its scales are served "
                  "for every block the copy needs", qname);
@@ -311,22 +357,6 @@ static rs_status_t copy_frame(rs_capture_h from, rs_capture_h to,
     return st;
 }
 
-/* The user's copies at the same indices, quantized ones with their spec. */
-static rs_status_t copy_copies(rs_capture_h from, rs_capture_h to,
-                               rs_diag_t *diag)
-{
-    rs_status_t st = RS_OK;
-    for (size_t i = 0; st == RS_OK && i < rs_capture_num_copies(from); i++) {
-        rs_copy_desc_t c;
-        rs_quant_desc_t q;
-        rs_capture_copy(from, i, &c);
-        st = rs_capture_copy_quant(from, i, &q)
-                 ? rs_capture_add_quant_copy(to, &c, &q, diag)
-                 : rs_capture_add_copy(to, &c, diag);
-    }
-    return st;
-}
-
 /* The two derived copies of an accepted quantized copy. */
 static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                                const rs_copy_desc_t *c,
@@ -364,7 +394,7 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     pq->weight_copy = pq->scale_copy = SIZE_MAX;
     pq->selected = rs__plan_selected(params, c.param);
     pq->format = q.format;
-    if (!derived_names(c.src, &q, &qname, &sname))
+    if (!derived_names(c.src, spec_text(qx, &q), &qname, &sname))
         return OOM(diag);
     if (rs_capture_find_param(cap, c.param) < 0) {
         free(qname);
@@ -372,7 +402,7 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: param '%s' is not "
                             "declared", ci, c.param);
     }
-    analyze(pq, cap, srcs, &c, &q, qx->ops, qname, sname);
+    analyze(pq, cap, srcs, params, &c, &q, qx->ops, qname, sname);
     rs_status_t st = pq->refused != NULL
                          ? RS_OK
                          : add_derived(qx, pq, &c, &q, qname, sname, diag);
@@ -421,7 +451,7 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
     if (st == RS_OK)
         st = copy_frame(capture, qx->work, diag);
     if (st == RS_OK)
-        st = copy_copies(capture, qx->work, diag);
+        st = rs__capture_append_copies(qx->work, capture, diag);
     for (size_t ci = 0; st == RS_OK && ci < n; ci++) {
         rs_quant_desc_t q;
         if (rs_capture_copy_quant(capture, ci, &q))

@@ -53,6 +53,9 @@ typedef struct rs__quant_expansion {
     size_t *owner;             /* per working copy: its rs__planned_quant_t */
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
+    rs_quant_desc_t spec_of;   /* the spec `spec` is the text of */
+    int64_t spec_block[RS_MAX_DIMS];
+    char spec[128];            /* "" while none is kept */
 } rs__quant_expansion_t;
 
 /* 1 when some copy of the capture is quantized. O(copies). */
@@ -80,15 +83,49 @@ rs_status_t rs__quant_plan(rs__planner_t *b);
  * capture (a quantized copy counts once, its derived copies not). */
 rs_status_t rs__quant_assemble(rs__planner_t *b);
 
-/* Publisher path (plan_quant_pub.c): 1 when "<src>#<spec>" and its scales
- * are published with the right shapes and dtypes and their shards hold
- * every element the copy needs; else 0 with `why` saying what is missing.
- * O(shards + touched blocks). */
-int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *pq,
+/* The published tensors a quantized copy may read, looked up once per
+ * copy: its source, "<src>#<spec>" and "<src>#<spec>#scale" (NULL when not
+ * published). */
+typedef struct rs__quant_tensors {
+    const struct rs__source_tensor *q, *s;
+    rs_sources_h sources;
+    const char *src_name;
+    const struct rs__source_tensor *src; /* rs__quant_source: on demand */
+    int src_found;
+} rs__quant_tensors_t;
+
+/* The copy's published source, looked up on first use (most copies never
+ * need it: their source is declared and the publisher path wins). */
+const struct rs__source_tensor *rs__quant_source(rs__quant_tensors_t *t);
+
+/* Publisher path (plan_quant_pub.c): 1 when "<src>#<spec>" (qname) and its
+ * scales (sname) are published with the right shapes and dtypes and their
+ * shards hold every element the copy needs; else 0 with `why` saying what
+ * is missing. O(shards + touched blocks), O(shards) when one shard of each
+ * holds all the copy needs. */
+int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
+                               const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,
                                const int64_t *view_hi, char *why,
                                size_t whylen);
+
+/* 1 when the shard holds the box [lo, hi) of its n-dim tensor whole (and
+ * is not empty). */
+int rs__quant_shard_holds(const struct rs__source_shard *sh, int n,
+                          const int64_t *lo, const int64_t *hi);
+
+/* The estimated seconds of each path (plan_quant_cost.c): the publisher
+ * path's reads of the FP8 values and scales, the receiver path's read of
+ * the block-rounded bf16 box plus a fixed cost per box; each shard by its runs
+ * or as one span, whichever is cheaper, at the plan's nic_gbps and
+ * descriptor_ns. *recv_p is a lower bound when it cannot win (the source's
+ * shards are then not looked at), INFINITY when the source's dtype is
+ * unknown. O(shards of the tensors read). */
+void rs__quant_path_costs(rs__quant_tensors_t *t,
+                          const rs_plan_params_t *params,
+                          const rs__planned_quant_t *pq, const int64_t *vlo,
+                          const int64_t *vhi, double *pub_p, double *recv_p);
 
 /* Copy `index` of a capture as the capture format writes it (one JSON
  * object, no newline; capture_write.c): the plan writer lists derived

@@ -181,18 +181,50 @@ static void explain(const rs__planned_quant_t *pq, const rs__source_tensor_t *tq
                  tq->name, (long long)pct);
 }
 
-int rs__quant_publisher_serves(rs_sources_h sources, const rs__planned_quant_t *pq,
+int rs__quant_shard_holds(const rs__source_shard_t *sh, int n,
+                          const int64_t *lo, const int64_t *hi)
+{
+    for (int d = 0; d < n; d++)
+        if (lo[d] < sh->offset[d] || hi[d] > sh->offset[d] + sh->shape[d])
+            return 0;
+    return sh->numel > 0;
+}
+
+/* The common case, decided without the table of blocks: one FP8 shard
+ * holds the view's whole box (so every block's needed part) and one scale
+ * shard the whole touched grid. Where it says yes the table would too; a
+ * no only sends the copy to the table. Checking every block for every
+ * copy made the blocks, not the shards, what planning FP8 cost. */
+static int one_shard_each(const rs__planned_quant_t *pq,
+                          const rs__source_tensor_t *tq,
+                          const rs__source_tensor_t *ts, const int64_t *vlo,
+                          const int64_t *vhi)
+{
+    int64_t ghi[RS_MAX_DIMS];
+    int fp8 = 0, scale = 0;
+    for (int d = 0; d < pq->ndim; d++)
+        ghi[d] = pq->glo[d] + pq->gn[d];
+    for (size_t i = 0; !fp8 && i < tq->shards_len; i++)
+        fp8 = rs__quant_shard_holds(&tq->shards[i], pq->ndim, vlo, vhi);
+    for (size_t i = 0; fp8 && !scale && i < ts->shards_len; i++)
+        scale = rs__quant_shard_holds(&ts->shards[i], pq->ndim, pq->glo, ghi);
+    return fp8 && scale;
+}
+
+int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
+                               const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,
                                const int64_t *view_hi, char *why,
                                size_t whylen)
 {
-    const rs__source_tensor_t *tq = rs__sources_find(sources, qname);
-    const rs__source_tensor_t *ts = rs__sources_find(sources, sname);
+    const rs__source_tensor_t *tq = t->q, *ts = t->s;
     int64_t nb = 1;
     grange_t r = {{0}, {0}};
     if (!published(pq, tq, ts, qname, sname, why, whylen))
         return 0;
+    if (one_shard_each(pq, tq, ts, view_lo, view_hi))
+        return 1;
     for (int d = 0; d < pq->ndim; d++)
         nb *= pq->gn[d]; /* inside the source's checked element count */
     unsigned char *m = calloc((size_t)nb + 1, 1);

@@ -36,21 +36,37 @@ static void merge(const sort_key_t *a, size_t lo, size_t mid, size_t hi,
         out[k++] = a[j++];
 }
 
-/* Bottom-up: widths 1, 2, 4, ... alternating between the two buffers;
- * returns the one holding the result. */
+/* The end of the ascending run of a that starts at lo. */
+static size_t run_end(const sort_key_t *a, size_t lo, size_t n)
+{
+    size_t i = lo + 1;
+    while (i < n && !key_before(&a[i], &a[i - 1]))
+        i++;
+    return i;
+}
+
+/* Natural merge sort: each pass merges neighbouring ascending runs in
+ * pairs, alternating between the two buffers, until one run is left;
+ * returns the buffer holding it. A list that is a few sorted runs (a
+ * plan's plain sources, then the FP8 and scale tensors its quantized
+ * copies read, each in address order) takes a pass or two, not log n. */
 static sort_key_t *merge_sort(sort_key_t *a, sort_key_t *b, size_t n)
 {
-    for (size_t w = 1; w < n; w *= 2) {
-        for (size_t lo = 0; lo < n; lo += 2 * w) {
-            size_t mid = lo + w < n ? lo + w : n;
-            size_t hi = lo + 2 * w < n ? lo + 2 * w : n;
+    for (;;) {
+        size_t lo = 0, runs = 0;
+        while (lo < n) {
+            size_t mid = run_end(a, lo, n);
+            size_t hi = mid < n ? run_end(a, mid, n) : n;
             merge(a, lo, mid, hi, b);
+            lo = hi;
+            runs++;
         }
         sort_key_t *t = a;
         a = b;
         b = t;
+        if (runs <= 1)
+            return a;
     }
-    return a;
 }
 
 /* Keys grouped by session (a stable counting sort: sessions are few), so

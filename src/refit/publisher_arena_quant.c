@@ -4,7 +4,9 @@
  * the tensor's end) is quantized from the live shard with rs_quant_box into two
  * arena slots after the shards' bytes: the FP8 values, served as that box of
  * "<src>#<spec>", and the scales, served as the matching box of the block grid
- * "<src>#<spec>#scale". Blocks that straddle shards are served by no one:
+ * "<src>#<spec>#scale". A cut-aligned publisher cuts that box again at the
+ * cuts on block boundaries (rs_cuts_split_blocks), as it cuts the shard.
+ * Blocks that straddle shards are served by no one:
  * receivers quantize those themselves (docs/quantized-refit.md,
  * "Publisher-side quantization"). */
 #include <inttypes.h>
@@ -101,6 +103,43 @@ static const char *unfit(const rs__publish_shard_t *s, const rs_quant_desc_t *q,
     return NULL;
 }
 
+typedef struct qsplit_ctx {
+    qplan_ctx_t *c;
+    const rs__publish_quant_piece_t *whole;
+} qsplit_ctx_t;
+
+/* Adds one piece: the box of whole blocks [lo, lo + len). */
+static rs_status_t push_piece(qplan_ctx_t *c, const rs__publish_quant_piece_t *q,
+                              const int64_t *lo, const int64_t *len)
+{
+    rs_publisher_h p = c->p;
+    int nd = p->shards[c->shard].ndim;
+    rs__publish_quant_piece_t piece = *q;
+    piece.nbytes = rs_dtype_size(q->format);
+    piece.scale_nbytes = sizeof(float);
+    for (int k = 0; k < nd; k++) {
+        piece.lo[k] = lo[k];
+        piece.len[k] = len[k];
+        piece.glo[k] = lo[k] / q->block[k];
+        piece.glen[k] = (lo[k] + len[k] + q->block[k] - 1) / q->block[k] -
+                        piece.glo[k];
+        piece.nbytes *= (uint64_t)len[k];             /* at most the shard's */
+        piece.scale_nbytes *= (uint64_t)piece.glen[k]; /* at most that */
+    }
+    if (!RS_VEC_PUSH(p, next_qpieces, piece))
+        return RS_ERR_NO_MEMORY;
+    c->need += rs__publisher_slot(piece.nbytes) +
+               rs__publisher_slot(piece.scale_nbytes);
+    return RS_OK;
+}
+
+/* rs_cuts_box_fn: one sub-box of whole blocks of a cut-aligned piece. */
+static rs_status_t add_sub(void *arg, const int64_t *off, const int64_t *shape)
+{
+    qsplit_ctx_t *x = arg;
+    return push_piece(x->c, x->whole, off, shape);
+}
+
 /* rs__publisher_spec_fn: plans shard ctx->shard's piece under `spec`. */
 static rs_status_t add_spec(void *arg, const char *spec)
 {
@@ -130,16 +169,14 @@ static rs_status_t add_spec(void *arg, const char *spec)
     q.scheme = desc.scheme;
     q.format = desc.format;
     q.qblock_ndim = desc.block_ndim;
-    q.nbytes = rs_dtype_size(desc.format);
-    q.scale_nbytes = sizeof(float);
-    for (int k = 0; k < s->ndim; k++) {
-        q.nbytes *= (uint64_t)q.len[k];        /* at most the shard's */
-        q.scale_nbytes *= (uint64_t)q.glen[k]; /* at most that */
-    }
-    if (!RS_VEC_PUSH(p, next_qpieces, q))
-        return RS_ERR_NO_MEMORY;
-    c->need += rs__publisher_slot(q.nbytes) + rs__publisher_slot(q.scale_nbytes);
-    return RS_OK;
+    if (!p->cut_mode || p->cut_union == NULL)
+        return push_piece(c, &q, q.lo, q.len);
+    /* cut-aligned: the FP8 box is cut where the shard is, at the cuts on
+     * block boundaries, so a receiver's block-aligned box of it is whole
+     * pieces (each still whole blocks, quantized as the box would be) */
+    qsplit_ctx_t x = {c, &q};
+    return rs_cuts_split_blocks(p->cut_union, s->tensor, s->ndim, q.block,
+                                q.lo, q.len, add_sub, &x, &d);
 }
 
 /* With quantize_wanted alone (no cut_aligned, whose cut step reads them),
@@ -257,17 +294,38 @@ static rs_status_t quantize_piece(rs_publisher_h p, const rs__publish_quant_piec
     return RS_OK;
 }
 
+/* Lays out the pieces of one (shard, spec), [a, b): their values, then
+ * their scales, each in piece order, so that a plan listing the FP8
+ * tensor's shards and then its scales' finds their addresses in order
+ * (out of order, it sorts its whole shard list). */
+static uint64_t lay_group(rs__publish_quant_piece_t *q, size_t a, size_t b,
+                          char *base, uint64_t off)
+{
+    for (size_t i = a; i < b; i++) {
+        q[i].served = base + off;
+        off += rs__publisher_slot(q[i].nbytes);
+    }
+    for (size_t i = a; i < b; i++) {
+        q[i].scale_served = base + off;
+        off += rs__publisher_slot(q[i].scale_nbytes);
+    }
+    return off;
+}
+
 rs_status_t rs__publisher_quant_fill(rs_publisher_h p, void *base,
                                      int64_t version, rs_diag_t *diag)
 {
+    rs__publish_quant_piece_t *q = p->next_qpieces;
     uint64_t off = 0;
+    for (size_t a = 0, b; a < p->next_qpieces_len; a = b) {
+        for (b = a + 1; b < p->next_qpieces_len && q[b].shard == q[a].shard &&
+                        strcmp(q[b].spec, q[a].spec) == 0;
+             b++)
+            ;
+        off = lay_group(q, a, b, base, off);
+    }
     for (size_t i = 0; i < p->next_qpieces_len; i++) {
-        rs__publish_quant_piece_t *q = &p->next_qpieces[i];
-        q->served = (char *)base + off;
-        off += rs__publisher_slot(q->nbytes);
-        q->scale_served = (char *)base + off;
-        off += rs__publisher_slot(q->scale_nbytes);
-        rs_status_t st = quantize_piece(p, q, version, diag);
+        rs_status_t st = quantize_piece(p, &q[i], version, diag);
         if (st != RS_OK)
             return st;
     }

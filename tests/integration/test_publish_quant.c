@@ -19,7 +19,9 @@
  * not; a publisher with quantize_wanted serves what the cuts records ask
  * for, from the version after the record is written, and stops when it is
  * dropped; with cut_aligned as well the shards are cut and the quantized
- * boxes are not, both exact. */
+ * boxes are cut only at the cuts on block boundaries, all exact, and a
+ * receiver quantizing a slice reads one piece's bytes and installs the
+ * reference's. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -553,6 +555,18 @@ static rs_capture_h wants_capture(const wants_t *ws)
     return cap;
 }
 
+/* The receivers' params: this world's directory, model and backend. */
+static void receiver_params(const world_t *w, rs_receiver_params_t *rp)
+{
+    rs_receiver_params_init(rp);
+    rp->directory = w->env.url;
+    rp->model = MODEL;
+    rp->backend = w->backend;
+    rp->discover_timeout_s = 10;
+    rp->timeout_s = 20;
+    rp->announce_cuts = 0;
+}
+
 /* A receiver reads every entry of ws from version v through the table
  * (salt picks the replica) and each byte is checked against the reference
  * quantization of the full tensors. */
@@ -565,15 +579,9 @@ static void pull_exact(world_t *w, const wants_t *ws, int64_t v,
     rs_diag_t d;
     uint8_t *dest[32];
     rs_capture_h cap = wants_capture(ws);
-    rs_receiver_params_init(&rp);
-    rp.directory = w->env.url;
-    rp.model = MODEL;
-    rp.backend = w->backend;
+    receiver_params(w, &rp);
     rp.salt = salt;
-    rp.discover_timeout_s = 10;
-    rp.timeout_s = 20;
     rp.release_after = release;
-    rp.announce_cuts = 0;
     ASSERT_ST(rs_receiver_create(&rp, cap, &d, &r), RS_OK, d);
     for (size_t i = 0; i < ws->n; i++) {
         const want_t *x = &ws->e[i];
@@ -877,22 +885,34 @@ static void test_wanted(void **state)
 }
 
 /* Cut-aligned and quantizing at once: the shards are cut at a record's
- * cuts (w's columns at 100, u's rows at 50), the quantized boxes are not,
- * and both read back exactly. */
+ * cuts (w's columns at 100, u's rows at 50), the quantized boxes are not
+ * (neither cut is on a block boundary), and both read back exactly. */
+/* Publishers open cut-aligned, after a record cutting w's columns and u's
+ * rows at the given points (n of each); returns the record. */
+static rs_cuts_h cut_record(world_t *w, const int64_t *wcols,
+                            const int64_t *urows, int n)
+{
+    rs_cuts_h rec = NULL;
+    rs_diag_t d;
+    const int64_t wshape[2] = {300, 260}, ushape[2] = {200, 300};
+    w->cut_aligned = 1;
+    assert_int_equal(rs_cuts_create(&d, &rec), RS_OK);
+    for (int i = 0; i < n; i++) {
+        ASSERT_ST(rs_cuts_add(rec, "w", 2, wshape, 1, wcols[i], &d), RS_OK, d);
+        ASSERT_ST(rs_cuts_add(rec, "u", 2, ushape, 0, urows[i], &d), RS_OK, d);
+    }
+    put_record(w, "vllm-0", rec);
+    return rec;
+}
+
 static void test_with_cut_aligned(void **state)
 {
     (void)state;
     world_t *w = world_open("cma");
     wants_t ws;
-    rs_cuts_h rec = NULL;
-    rs_diag_t d;
-    const int64_t wshape[2] = {300, 260}, ushape[2] = {200, 300};
+    const int64_t wcols[1] = {100}, urows[1] = {50};
     rule_wants(w, &ws);
-    w->cut_aligned = 1;
-    assert_int_equal(rs_cuts_create(&d, &rec), RS_OK);
-    ASSERT_ST(rs_cuts_add(rec, "w", 2, wshape, 1, 100, &d), RS_OK, d);
-    ASSERT_ST(rs_cuts_add(rec, "u", 2, ushape, 0, 50, &d), RS_OK, d);
-    put_record(w, "vllm-0", rec);
+    rs_cuts_h rec = cut_record(w, wcols, urows, 1);
     rs_publisher_h pub = open_publisher(w, 0, rules, 5, 0);
     publish(w, pub, 1);
     expect_table(w, 1, NULL, &ws, NULL);
@@ -900,6 +920,124 @@ static void test_with_cut_aligned(void **state)
     assert_int_equal(rs_publisher_num_served(pub), 4 + 4 + 3 + ws.n);
     pull_exact(w, &ws, 1, 0, 1);
     release(w, pub, 1);
+    rs_cuts_destroy(rec);
+    rs_publisher_destroy(pub);
+    world_close(w);
+}
+
+
+/* Splits every entry of "<src>#<spec>" (values at `at` along dim, scales at
+ * at / block) that the cut crosses: where a cut-aligned publisher's FP8
+ * boxes must end. */
+static void cut_wants(wants_t *ws, const char *src, const char *spec, int dim,
+                      int64_t at, int64_t block)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "%s#%s", src, spec);
+    for (size_t i = 0, n = ws->n; i < n; i++) {
+        want_t *x = &ws->e[i];
+        int64_t c = x->scale ? at / block : at;
+        if (strncmp(x->name, name, strlen(name)) != 0 ||
+            x->name[strlen(name)] != (x->scale ? '#' : '\0') ||
+            c <= x->off[dim] || c >= x->off[dim] + x->shape[dim])
+            continue;
+        want_t *y = &ws->e[ws->n++];
+        *y = *x;
+        y->off[dim] = c;
+        y->shape[dim] = x->off[dim] + x->shape[dim] - c;
+        x->shape[dim] = c - x->off[dim];
+    }
+}
+
+/* A receiver quantizing rows [0, 128) and columns [128, 260) of w (block
+ * row 0, block columns 1 and 2: the ragged last one) reads them, on the
+ * publisher path, as exactly the bytes of one FP8 piece and its scales,
+ * and installs the reference's codes and scales. */
+static void pull_quantized_slice(world_t *w, int64_t v)
+{
+    rs_receiver_params_t rp;
+    rs_receiver_h r;
+    rs_pull_result_t res;
+    rs_diag_t d;
+    rs_capture_h cap;
+    const tensor_t *t = &w->t[0];
+    const int64_t full[2] = {t->rows, t->cols}, ps[2] = {128, 132},
+                  pst[2] = {132, 1}, ss[2] = {1, 2}, sst[2] = {2, 1},
+                  blk[2] = {128, 128};
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    ASSERT_ST(rs_capture_declare_source(cap, "w", 2, full, RS_DTYPE_BF16, &d),
+              RS_OK, d);
+    ASSERT_ST(rs_capture_add_param(cap, "wq", 2, ps, RS_DTYPE_F8E4M3, &d),
+              RS_OK, d);
+    ASSERT_ST(rs_capture_add_param(cap, "wq_scale", 2, ss, RS_DTYPE_F32, &d),
+              RS_OK, d);
+    rs_op_t ops[2] = {{.kind = RS_OP_NARROW, .arg = {0, 0, 128}, .has = 7},
+                      {.kind = RS_OP_NARROW, .arg = {1, 128, 132}, .has = 7}};
+    rs_copy_desc_t c = {"w", "wq", ops, 2, 0, 2, ps, pst, RS_DTYPE_F8E4M3};
+    rs_quant_desc_t q = {RS_QUANT_FP8_BLOCK, RS_DTYPE_F8E4M3, 2, blk,
+                         "wq_scale", 0, 2, ss, sst};
+    ASSERT_ST(rs_capture_add_quant_copy(cap, &c, &q, &d), RS_OK, d);
+    receiver_params(w, &rp);
+    ASSERT_ST(rs_receiver_create(&rp, cap, &d, &r), RS_OK, d);
+    uint8_t codes[128 * 132];
+    float scales[2];
+    memset(codes, 0xa5, sizeof(codes));
+    memset(scales, 0xa5, sizeof(scales));
+    ASSERT_ST(rs_receiver_bind(r, 0, codes, sizeof(codes), RS_MEM_HOST, &d),
+              RS_OK, d);
+    ASSERT_ST(rs_receiver_bind(r, 1, scales, sizeof(scales), RS_MEM_HOST, &d),
+              RS_OK, d);
+    ASSERT_ST(rs_receiver_pull(r, v, &d, &res), RS_OK, d);
+    size_t nq = 0;
+    const rs_quantized_t *qr = rs_plan_quantized(rs_receiver_plan(r), &nq);
+    assert_int_equal(nq, 1);
+    assert_int_equal(qr[0].path, RS_QUANT_PATH_PUBLISHER);
+    /* exactly the piece: its codes and two scales, one read each */
+    assert_int_equal(res.stages.bytes, sizeof(codes) + sizeof(scales));
+    assert_int_equal(res.stages.descriptors, 2);
+    rs_receiver_destroy(r);
+    rs_capture_destroy(cap);
+    ref_t ref;
+    ref_quantize(t->full, t->rows, t->cols, 128, 128, E4M3, &ref);
+    for (int64_t i = 0; i < 128; i++)
+        for (int64_t j = 0; j < 132; j++)
+            if (codes[i * 132 + j] != ref.q[i * t->cols + 128 + j])
+                fail_msg("version %lld wq[%lld][%lld] = 0x%02x, want 0x%02x",
+                         (long long)v, (long long)i, (long long)j,
+                         codes[i * 132 + j], ref.q[i * t->cols + 128 + j]);
+    for (int k = 0; k < 2; k++)
+        if (memcmp(&scales[k], &ref.scale[1 + k], sizeof(float)) != 0)
+            fail_msg("version %lld wq_scale[%d] = %a, want %a", (long long)v,
+                     k, (double)scales[k], (double)ref.scale[1 + k]);
+    ref_free(&ref);
+}
+
+/* Cut-aligned with cuts on block boundaries: w's columns at 128 (and 100,
+ * inside a block), u's rows at 64 (and 50). The FP8 boxes are cut where
+ * the shards are, at the cuts on their blocks' boundaries only (each piece
+ * whole blocks, quantized as the whole box would be), their scales at the
+ * cut over the block; every piece reads back exactly, and a receiver's
+ * quantized copy of one piece reads exactly its bytes. */
+static void test_cut_at_blocks(void **state)
+{
+    (void)state;
+    world_t *w = world_open("cma");
+    wants_t ws;
+    const int64_t wcols[2] = {100, 128}, urows[2] = {50, 64};
+    rule_wants(w, &ws);
+    cut_wants(&ws, "w", B128, 1, 128, 128);
+    cut_wants(&ws, "u", B64, 0, 64, 64);
+    /* w's two boxes and u's two boxes each cut in two */
+    assert_int_equal(ws.n, 2 * (2 + 2 + 1 + 1) + 2 * 4);
+    rs_cuts_h rec = cut_record(w, wcols, urows, 2);
+    rs_publisher_h pub = open_publisher(w, 0, rules, 5, 0);
+    for (int64_t v = 1; v <= 2; v++) {
+        publish(w, pub, v);
+        expect_table(w, v, NULL, &ws, NULL);
+        pull_exact(w, &ws, v, 0, 0);
+        pull_quantized_slice(w, v);
+        release(w, pub, v);
+    }
     rs_cuts_destroy(rec);
     rs_publisher_destroy(pub);
     world_close(w);
@@ -915,6 +1053,7 @@ int main(void)
         cmocka_unit_test(test_non_finite),
         cmocka_unit_test(test_wanted),
         cmocka_unit_test(test_with_cut_aligned),
+        cmocka_unit_test(test_cut_at_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

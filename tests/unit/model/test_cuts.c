@@ -283,6 +283,54 @@ static void test_split_edges(void **state)
     rs_cuts_destroy(c);
 }
 
+
+/* A split at block boundaries keeps the cuts on multiples of each dim's
+ * block only: w [300, 260] cut in dim 1 at 100, 128 and 256 and in dim 0
+ * at 64 and 150; its box of whole 128 x 128 blocks [0, 128) x [0, 260)
+ * splits at column 128 and 256 (not 100, inside a block; rows: 64 and 150
+ * are no multiple of 128), each piece whole blocks. */
+static void test_split_blocks(void **state)
+{
+    (void)state;
+    static boxes_t b;
+    rs_cuts_h c = new_set();
+    const int64_t shape[2] = {300, 260}, blk[2] = {128, 128}, off[2] = {0, 0},
+                  len[2] = {128, 260}, bad[2] = {128, 0};
+    rs_diag_t d;
+    const int64_t at1[3] = {100, 128, 256}, at0[2] = {64, 150};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rs_cuts_add(c, "w", 2, shape, 1, at1[i], NULL), RS_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rs_cuts_add(c, "w", 2, shape, 0, at0[i], NULL), RS_OK);
+    b.ndim = 2;
+    b.n = 0;
+    b.stop_at = -1;
+    ASSERT_ST(rs_cuts_split_blocks(c, "w", 2, blk, off, len, collect, &b, &d),
+              RS_OK, d);
+    assert_int_equal(b.n, 3);
+    const int64_t want_off[3] = {0, 128, 256}, want_len[3] = {128, 128, 4};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(b.off[i][0], 0);
+        assert_int_equal(b.len[i][0], 128);
+        assert_int_equal(b.off[i][1], want_off[i]);
+        assert_int_equal(b.len[i][1], want_len[i]);
+    }
+    /* 64 x 128 blocks: row 64 is a boundary too */
+    const int64_t blk64[2] = {64, 128};
+    b.n = 0;
+    ASSERT_ST(rs_cuts_split_blocks(c, "w", 2, blk64, off, len, collect, &b,
+                                   &d), RS_OK, d);
+    assert_int_equal(b.n, 6);
+    assert_int_equal(b.off[3][0], 64);
+    /* a block extent below 1, a rank the set does not hold */
+    ASSERT_ST(rs_cuts_split_blocks(c, "w", 2, bad, off, len, collect, &b, &d),
+              RS_ERR_INVALID_ARG, d);
+    ASSERT_MSG_HAS(d, "block extent 0");
+    ASSERT_ST(rs_cuts_split_blocks(c, "w", 1, blk, off, len, collect, &b, &d),
+              RS_ERR_INPUT, d);
+    rs_cuts_destroy(c);
+}
+
 /* Copies over declared sources add the bounds of the box they read, in
  * source coordinates (through a transpose, a strided slice and a select);
  * undeclared and unsupported sources add nothing. */
@@ -400,6 +448,7 @@ int main(void)
         cmocka_unit_test(test_merge_disagreement),
         cmocka_unit_test(test_split_property),
         cmocka_unit_test(test_split_edges),
+        cmocka_unit_test(test_split_blocks),
         cmocka_unit_test(test_add_capture),
         cmocka_unit_test(test_json_round_trip),
     };
