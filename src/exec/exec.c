@@ -412,7 +412,9 @@ rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
         (st = rs__exec_check_digests(x, diag)) != RS_OK)
         return st;
     double t0 = rs__now_s();
-    st = x->nwaves > 0 ? rs__exec_run_pipelined(x, diag) : run_serial(x, diag);
+    st = x->bounded      ? rs__exec_run_rounds(x, diag)
+         : x->nwaves > 0 ? rs__exec_run_pipelined(x, diag)
+                         : run_serial(x, diag);
     if (st != RS_OK)
         return st;
     x->run_s = rs__now_s() - t0;

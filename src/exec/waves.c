@@ -119,6 +119,8 @@ rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag)
  * wave) when a piece is late; -1 for groups not fully read. */
 static long group_wave(const rs_exec_h x, size_t i, size_t end)
 {
+    if (x->bounded) /* rounds: where its staged pieces are (rounds.c) */
+        return rs__exec_group_round(x, i, end);
     size_t ns;
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
     const rs__piece_t *p = x->pieces;

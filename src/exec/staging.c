@@ -1,0 +1,183 @@
+/* The staging layout of a plan under a budget: every staged box (staged
+ * reads and full pulls, receiver-path quantized boxes, converts, in plan
+ * order) gets a round and an offset in one shared buffer. Boxes are packed
+ * greedily in plan order, so a round is a run of consecutive boxes and the
+ * rounds replay in the order a serial run does; the buffer is as large as
+ * the largest round. A plan whose staging fits the budget is one round,
+ * laid out as before budgets existed. Computed from the plan alone, so the
+ * simulator and a dry run report what a run will hold without holding it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/diag.h"
+#include "exec/exec_impl.h"
+#include "reshard/units.h"
+
+#define PAGE ((uint64_t)4096)
+
+static uint64_t whole_pages(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
+
+/* Box k's bytes, in whole pages (quantized boxes: source, FP8 and scales). */
+static rs_status_t item_bytes(rs_plan_h plan, const rs__staging_layout_t *l,
+                              size_t k, const rs_quantized_t **quant,
+                              uint64_t *bytes_p, rs_diag_t *diag)
+{
+    size_t n;
+    if (k < l->nfp) {
+        *bytes_p = whole_pages(rs_plan_staged_reads(plan, &n)[k].staging_bytes);
+        return RS_OK;
+    }
+    if (k < l->nfp + l->nquant)
+        return rs__exec_quant_box_bytes(rs_plan_capture(plan),
+                                        quant[k - l->nfp], bytes_p, diag);
+    *bytes_p = whole_pages(
+        rs_plan_converts(plan, &n)[k - l->nfp - l->nquant].staging_bytes);
+    return RS_OK;
+}
+
+/* "the staged read of copy 3 of 'w'": box k, for a refusal. */
+static void name_item(rs_plan_h plan, const rs__staging_layout_t *l, size_t k,
+                      const rs_quantized_t **quant, char *out, size_t cap)
+{
+    size_t n, copy = 0;
+    const char *kind = "staged read";
+    if (k < l->nfp) {
+        const rs_staged_read_t *fp = &rs_plan_staged_reads(plan, &n)[k];
+        copy = fp->ncopies > 0 ? fp->copies[0] : 0;
+    } else if (k < l->nfp + l->nquant) {
+        copy = quant[k - l->nfp]->copy;
+        kind = "receiver-side quantized box";
+    } else {
+        copy = rs_plan_converts(plan, &n)[k - l->nfp - l->nquant].copy;
+        kind = "convert staging";
+    }
+    rs_copy_desc_t c;
+    rs_capture_copy(rs_plan_capture(plan), copy, &c);
+    snprintf(out, cap, "the %s of copy %zu of '%s' into '%s'", kind, copy,
+             c.src, c.param);
+}
+
+static rs_status_t too_big(rs_plan_h plan, const rs__staging_layout_t *l,
+                           size_t k, const rs_quantized_t **quant,
+                           uint64_t bytes, uint64_t budget, rs_diag_t *diag)
+{
+    char what[RS_DIAG_MSG_MAX / 2], b[RS_UNITS_TEXT_MAX], g[RS_UNITS_TEXT_MAX];
+    name_item(plan, l, k, quant, what, sizeof(what));
+    return rs__diag_set(diag, RS_ERR_INVALID_ARG, "staging budget of %s "
+                        "(%llu bytes) is below %s, %s (%llu bytes) staged "
+                        "whole: raise the staging budget to at least %llu "
+                        "bytes", rs_format_bytes(g, sizeof(g), budget),
+                        (unsigned long long)budget, what,
+                        rs_format_bytes(b, sizeof(b), bytes),
+                        (unsigned long long)bytes, (unsigned long long)bytes);
+}
+
+/* Packs the boxes greedily in plan order into rounds of at most `budget`. */
+static void pack(rs__staging_layout_t *l, const uint64_t *bytes,
+                 uint64_t budget)
+{
+    uint64_t cur = 0;
+    uint32_t round = 0;
+    for (size_t k = 0; k < l->nitems; k++) {
+        if (cur > 0 && bytes[k] > budget - cur) {
+            round++;
+            cur = 0;
+        }
+        l->at[k] = cur;
+        l->round[k] = round;
+        cur += bytes[k];
+        if (cur > l->need.bytes)
+            l->need.bytes = cur;
+    }
+    l->need.rounds = l->nitems > 0 ? (uint64_t)round + 1 : 0;
+}
+
+static rs_status_t sizes(rs_plan_h plan, rs__staging_layout_t *l,
+                         const rs_quantized_t **quant, uint64_t *bytes,
+                         rs_diag_t *diag)
+{
+    for (size_t k = 0; k < l->nitems; k++) {
+        rs_status_t st = item_bytes(plan, l, k, quant, &bytes[k], diag);
+        if (st != RS_OK)
+            return st;
+        if (bytes[k] > UINT64_MAX - l->need.unbounded)
+            return rs__diag_set(diag, RS_ERR_INPUT, "staging overflows "
+                                "64 bits");
+        l->need.unbounded += bytes[k];
+        if (bytes[k] > l->need.largest)
+            l->need.largest = bytes[k];
+    }
+    return RS_OK;
+}
+
+/* The budget applied: the default resolved; an explicit one checked. */
+static rs_status_t resolve(rs_plan_h plan, rs__staging_layout_t *l,
+                           const rs_quantized_t **quant, const uint64_t *bytes,
+                           uint64_t budget, rs_diag_t *diag)
+{
+    if (budget == 0) {
+        l->need.budget = l->need.largest > RS_EXEC_DEFAULT_STAGING_BUDGET
+                             ? l->need.largest
+                             : RS_EXEC_DEFAULT_STAGING_BUDGET;
+        return RS_OK;
+    }
+    l->need.budget = budget;
+    for (size_t k = 0; k < l->nitems; k++)
+        if (bytes[k] > budget)
+            return too_big(plan, l, k, quant, bytes[k], budget, diag);
+    return RS_OK;
+}
+
+rs_status_t rs__staging_layout(rs_plan_h plan, uint64_t budget,
+                               rs_diag_t *diag, rs__staging_layout_t *l)
+{
+    size_t nq;
+    const rs_quantized_t *q = rs_plan_quantized(plan, &nq);
+    memset(l, 0, sizeof(*l));
+    rs_plan_staged_reads(plan, &l->nfp);
+    rs_plan_converts(plan, &l->ncv);
+    const rs_quantized_t **quant = malloc((nq + 1) * sizeof(*quant));
+    for (size_t i = 0; quant != NULL && i < nq; i++)
+        if (rs__exec_quant_wanted(&q[i]))
+            quant[l->nquant++] = &q[i];
+    l->nitems = l->nfp + l->nquant + l->ncv;
+    uint64_t *bytes = malloc((l->nitems + 1) * sizeof(uint64_t));
+    l->at = malloc((l->nitems + 1) * sizeof(uint64_t));
+    l->round = malloc((l->nitems + 1) * sizeof(uint32_t));
+    rs_status_t st = RS_OK;
+    if (quant == NULL || bytes == NULL || l->at == NULL || l->round == NULL)
+        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (st == RS_OK)
+        st = sizes(plan, l, quant, bytes, diag);
+    if (st == RS_OK)
+        st = resolve(plan, l, quant, bytes, budget, diag);
+    if (st == RS_OK)
+        pack(l, bytes, l->need.budget);
+    free(quant);
+    free(bytes);
+    if (st != RS_OK)
+        rs__staging_layout_free(l);
+    return st;
+}
+
+void rs__staging_layout_free(rs__staging_layout_t *l)
+{
+    free(l->at);
+    free(l->round);
+    l->at = NULL;
+    l->round = NULL;
+}
+
+rs_status_t rs_exec_staging_need(rs_plan_h plan, uint64_t budget,
+                                 rs_diag_t *diag, rs_staging_need_t *need_p)
+{
+    rs__staging_layout_t l;
+    if (plan == NULL || need_p == NULL || rs_plan_capture(plan) == NULL)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    rs_status_t st = rs__staging_layout(plan, budget, diag, &l);
+    if (st != RS_OK)
+        return st;
+    *need_p = l.need;
+    rs__staging_layout_free(&l);
+    return RS_OK;
+}
