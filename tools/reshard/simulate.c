@@ -17,7 +17,7 @@
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
        OPT_MAX_SEGS, OPT_DEVICE_MEMORY, OPT_PROGRESS, OPT_NO_PROGRESS,
-       OPT_DESC, OPT_CUT_ALIGNED, OPT_NO_PUB_QUANT };
+       OPT_DESC, OPT_CUT_ALIGNED, OPT_NO_PUB_QUANT, OPT_BUDGET };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -33,6 +33,7 @@ static const struct option long_opts[] = {
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
     {"no-publisher-quant", no_argument, NULL, OPT_NO_PUB_QUANT},
+    {"staging-budget", required_argument, NULL, OPT_BUDGET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -45,7 +46,7 @@ static void sim_usage(FILE *out)
         "                        [--device-memory GIB] [--json]\n"
         "                        [--max-segments-per-copy N] [--emit DIR]\n"
         "                        [--progress | --no-progress] [--cut-aligned]\n"
-        "                        [--no-publisher-quant]\n"
+        "                        [--no-publisher-quant] [--staging-budget B]\n"
         "\n"
         "Plans every inference rank against the shard tables every trainer rank\n"
         "would publish (no bytes move), reports what the refit costs per rank\n"
@@ -65,8 +66,14 @@ static void sim_usage(FILE *out)
         "                   model, ns (default 100)\n"
         "  --device-memory GIB\n"
         "                   memory per inference rank, in GiB (default 80): a\n"
-        "                   rank fits when its parameters plus its plan's\n"
-        "                   staging (full pulls, converts) fit in it\n"
+        "                   rank fits when its parameters plus the staging its\n"
+        "                   executor holds under --staging-budget fit in it\n"
+        "  --staging-budget B\n"
+        "                   the executor's staging budget (e.g. 256MiB; default\n"
+        "                   1GiB or the largest single box; 'unbounded'): staging\n"
+        "                   is reported under it and, beside it, every staged\n"
+        "                   box at once; a box above an explicit budget fails\n"
+        "                   the run (exit 1, naming the rank and the copy)\n"
         "  --json           print one reshard.simulate.v1 JSON object instead\n"
         "                   of the summary (docs/formats.md)\n"
         "  --max-segments-per-copy N\n"
@@ -126,6 +133,8 @@ static int take_option(void *args, int c, const char *arg)
             return usage_error("--device-memory must be a positive number of "
                                "GiB (below 2^34), got '%s'", arg);
         break;
+    case OPT_BUDGET:
+        return rs_cli_take_budget("simulate", arg, &a->staging_budget);
     case OPT_DESC:
         return rs_cli_take_cost("simulate", "--descriptor-ns", arg,
                                 &a->descriptor_ns);
@@ -211,6 +220,7 @@ static int load(const sim_args_t *a, sim_t *s)
     if ((st = rs_transport_create(NULL, &diag, &s->transport)) != RS_OK)
         return fail_input(&diag, st, "transport");
     s->device_bytes = (uint64_t)(a->device_gib * (double)((uint64_t)1 << 30));
+    s->staging_budget = a->staging_budget;
     s->recv = calloc((size_t)s->infer.world + 1, sizeof(receiver_t));
     if (s->recv == NULL)
         return usage_error("%s", "out of memory");
@@ -401,6 +411,26 @@ static int plan_bf16(sim_t *s, rs_capture_h cap, const rs_plan_params_t *pp,
     return RS_CLI_OK;
 }
 
+/* The staging the executor holds under the budget (the largest round,
+ * in whole pages) and its rounds; a box above an explicit budget makes
+ * the rank's pull fail, so the run does. */
+static void staging_under_budget(sim_t *s, rs_plan_h plan, receiver_t *r)
+{
+    rs_staging_need_t need;
+    rs_diag_t diag;
+    rs_diag_clear(&diag);
+    if (rs_exec_staging_need(plan, s->staging_budget, &diag, &need) != RS_OK) {
+        s->coverage_ok = 0;
+        if (s->first_problem[0] == '\0')
+            snprintf(s->first_problem, sizeof(s->first_problem),
+                     "inference rank %lld: %.400s", (long long)r->rank,
+                     diag.msg);
+        return;
+    }
+    r->staging_peak = need.bytes;
+    r->staging_rounds = need.rounds;
+}
+
 static void tally(sim_t *s, rs_plan_h plan, receiver_t *r)
 {
     rs_plan_stats_t st;
@@ -412,6 +442,7 @@ static void tally(sim_t *s, rs_plan_h plan, receiver_t *r)
     r->sources = st.nsessions_used;
     r->unbounded = rs_plan_num_unbounded(plan);
     r->staging_bytes = staging_bytes(plan);
+    staging_under_budget(s, plan, r);
     for (uint32_t k = 0; k < s->nsess; k++) {
         uint64_t b = rs_plan_session_bytes(plan, k);
         s->served[k] += b;
