@@ -98,6 +98,7 @@ class ReceiverParams(ctypes.Structure):
         ("group_size", ctypes.c_int64),
         ("group_rank", ctypes.c_int64),
         ("group_timeout_s", ctypes.c_double),
+        ("staging_budget", ctypes.c_uint64),
     ]
 
 
@@ -123,6 +124,9 @@ class ExecStages(ctypes.Structure):
         ("failure", ctypes.c_char_p),
         ("run_s", ctypes.c_double),
         ("waves", ctypes.c_uint64), ("threads", ctypes.c_uint64),
+        ("staging_bytes", ctypes.c_uint64),
+        ("staging_unbounded", ctypes.c_uint64),
+        ("staging_rounds", ctypes.c_uint64),
     ]
 
 
@@ -158,6 +162,10 @@ class DryRun(ctypes.Structure):
         ("discover_s", ctypes.c_double), ("tables_s", ctypes.c_double),
         ("fingerprint_s", ctypes.c_double), ("plan_s", ctypes.c_double),
         ("prepare_s", ctypes.c_double), ("total_s", ctypes.c_double),
+        ("param_bytes", ctypes.c_uint64), ("shadow_bytes", ctypes.c_uint64),
+        ("staging_bytes", ctypes.c_uint64),
+        ("staging_unbounded", ctypes.c_uint64),
+        ("staging_rounds", ctypes.c_uint64),
     ]
 
 
