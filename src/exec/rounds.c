@@ -175,20 +175,19 @@ static void add_stage(rs_exec_h x, int stage, double t0)
     *s = (*s < 0 ? 0 : *s) + (rs__now_s() - t0);
 }
 
-/* Round w's boxes quantized, then its replays and casts. */
-static rs_status_t copy_round(rs_exec_h x, size_t w, rs_diag_t *diag)
+/* A round's boxes quantized, then its replays and casts: those from
+ * where the round before ended (`prev`, zeros for the first) to `cur`. */
+static rs_status_t copy_round(rs_exec_h x, const rs__wave_t *prev,
+                              const rs__wave_t *cur, rs_diag_t *diag)
 {
-    const rs__wave_t *prev = w > 0 ? &x->waves[w - 1] : NULL, *cur = &x->waves[w];
     rs_status_t st = RS_OK;
     double t0 = rs__now_s();
-    for (size_t i = prev != NULL ? prev->quants_end : 0;
-         st == RS_OK && i < cur->quants_end; i++)
+    for (size_t i = prev->quants_end; st == RS_OK && i < cur->quants_end; i++)
         if ((st = rs__exec_quantize_one(x, i, diag)) != RS_OK)
             x->failure = "quantize";
-    if (cur->quants_end > (prev != NULL ? prev->quants_end : 0))
+    if (cur->quants_end > prev->quants_end)
         add_stage(x, RS_STAGE_CONVERT, t0);
-    size_t rb = prev != NULL ? prev->replays_end : 0;
-    size_t cb = prev != NULL ? prev->casts_end : 0;
+    size_t rb = prev->replays_end, cb = prev->casts_end;
     t0 = rs__now_s();
     if (st == RS_OK && cur->replays_end > rb) {
         st = rs__exec_run_copy_range(x, RS_STAGE_REPLAY, rb, cur->replays_end,
@@ -223,14 +222,20 @@ static rs_status_t verify_round(rs_exec_h x, size_t w, rs_diag_t *diag)
 
 rs_status_t rs__exec_run_rounds(rs_exec_h x, rs_diag_t *diag)
 {
+    if (x->waves == NULL) /* a bounded run is only chosen with rounds */
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "executor: a run in "
+                            "rounds without rounds");
     uint64_t done = 0;
     double t_wire = rs__now_s();
     rs_status_t st = RS_OK;
     x->stage[RS_STAGE_WIRE] = 0;
     for (size_t w = 0; st == RS_OK && w < x->nwaves; w++) {
+        rs__wave_t prev = {0, 0, 0, 0, 0}, cur = x->waves[w];
+        if (w > 0)
+            prev = x->waves[w - 1];
         st = wire_round(x, w, &done, t_wire, diag);
         if (st == RS_OK)
-            st = copy_round(x, w, diag);
+            st = copy_round(x, &prev, &cur, diag);
         if (st == RS_OK)
             st = verify_round(x, w, diag);
     }

@@ -17,9 +17,15 @@
 
 static uint64_t whole_pages(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
+/* The plan's quantized records and which of them the executor stages. */
+typedef struct quant {
+    const rs_quantized_t *q;
+    size_t *at; /* indices into q of the staged ones, in plan order */
+} quant_t;
+
 /* Box k's bytes, in whole pages (quantized boxes: source, FP8 and scales). */
 static rs_status_t item_bytes(rs_plan_h plan, const rs__staging_layout_t *l,
-                              size_t k, const rs_quantized_t **quant,
+                              size_t k, const quant_t *quant,
                               uint64_t *bytes_p, rs_diag_t *diag)
 {
     size_t n;
@@ -29,7 +35,8 @@ static rs_status_t item_bytes(rs_plan_h plan, const rs__staging_layout_t *l,
     }
     if (k < l->nfp + l->nquant)
         return rs__exec_quant_box_bytes(rs_plan_capture(plan),
-                                        quant[k - l->nfp], bytes_p, diag);
+                                        &quant->q[quant->at[k - l->nfp]],
+                                        bytes_p, diag);
     *bytes_p = whole_pages(
         rs_plan_converts(plan, &n)[k - l->nfp - l->nquant].staging_bytes);
     return RS_OK;
@@ -37,7 +44,7 @@ static rs_status_t item_bytes(rs_plan_h plan, const rs__staging_layout_t *l,
 
 /* "the staged read of copy 3 of 'w'": box k, for a refusal. */
 static void name_item(rs_plan_h plan, const rs__staging_layout_t *l, size_t k,
-                      const rs_quantized_t **quant, char *out, size_t cap)
+                      const quant_t *quant, char *out, size_t cap)
 {
     size_t n, copy = 0;
     const char *kind = "staged read";
@@ -45,7 +52,7 @@ static void name_item(rs_plan_h plan, const rs__staging_layout_t *l, size_t k,
         const rs_staged_read_t *fp = &rs_plan_staged_reads(plan, &n)[k];
         copy = fp->ncopies > 0 ? fp->copies[0] : 0;
     } else if (k < l->nfp + l->nquant) {
-        copy = quant[k - l->nfp]->copy;
+        copy = quant->q[quant->at[k - l->nfp]].copy;
         kind = "receiver-side quantized box";
     } else {
         copy = rs_plan_converts(plan, &n)[k - l->nfp - l->nquant].copy;
@@ -58,7 +65,7 @@ static void name_item(rs_plan_h plan, const rs__staging_layout_t *l, size_t k,
 }
 
 static rs_status_t too_big(rs_plan_h plan, const rs__staging_layout_t *l,
-                           size_t k, const rs_quantized_t **quant,
+                           size_t k, const quant_t *quant,
                            uint64_t bytes, uint64_t budget, rs_diag_t *diag)
 {
     char what[RS_DIAG_MSG_MAX / 2], b[RS_UNITS_TEXT_MAX], g[RS_UNITS_TEXT_MAX];
@@ -93,7 +100,7 @@ static void pack(rs__staging_layout_t *l, const uint64_t *bytes,
 }
 
 static rs_status_t sizes(rs_plan_h plan, rs__staging_layout_t *l,
-                         const rs_quantized_t **quant, uint64_t *bytes,
+                         const quant_t *quant, uint64_t *bytes,
                          rs_diag_t *diag)
 {
     for (size_t k = 0; k < l->nitems; k++) {
@@ -112,7 +119,7 @@ static rs_status_t sizes(rs_plan_h plan, rs__staging_layout_t *l,
 
 /* The budget applied: the default resolved; an explicit one checked. */
 static rs_status_t resolve(rs_plan_h plan, rs__staging_layout_t *l,
-                           const rs_quantized_t **quant, const uint64_t *bytes,
+                           const quant_t *quant, const uint64_t *bytes,
                            uint64_t budget, rs_diag_t *diag)
 {
     if (budget == 0) {
@@ -132,28 +139,28 @@ rs_status_t rs__staging_layout(rs_plan_h plan, uint64_t budget,
                                rs_diag_t *diag, rs__staging_layout_t *l)
 {
     size_t nq;
-    const rs_quantized_t *q = rs_plan_quantized(plan, &nq);
+    quant_t quant = {rs_plan_quantized(plan, &nq), NULL};
     memset(l, 0, sizeof(*l));
     rs_plan_staged_reads(plan, &l->nfp);
     rs_plan_converts(plan, &l->ncv);
-    const rs_quantized_t **quant = malloc((nq + 1) * sizeof(*quant));
-    for (size_t i = 0; quant != NULL && i < nq; i++)
-        if (rs__exec_quant_wanted(&q[i]))
-            quant[l->nquant++] = &q[i];
+    quant.at = calloc(nq + 1, sizeof(size_t));
+    for (size_t i = 0; quant.at != NULL && i < nq; i++)
+        if (rs__exec_quant_wanted(&quant.q[i]))
+            quant.at[l->nquant++] = i;
     l->nitems = l->nfp + l->nquant + l->ncv;
-    uint64_t *bytes = malloc((l->nitems + 1) * sizeof(uint64_t));
-    l->at = malloc((l->nitems + 1) * sizeof(uint64_t));
-    l->round = malloc((l->nitems + 1) * sizeof(uint32_t));
+    uint64_t *bytes = calloc(l->nitems + 1, sizeof(uint64_t));
+    l->at = calloc(l->nitems + 1, sizeof(uint64_t));
+    l->round = calloc(l->nitems + 1, sizeof(uint32_t));
     rs_status_t st = RS_OK;
-    if (quant == NULL || bytes == NULL || l->at == NULL || l->round == NULL)
+    if (quant.at == NULL || bytes == NULL || l->at == NULL || l->round == NULL)
         st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     if (st == RS_OK)
-        st = sizes(plan, l, quant, bytes, diag);
+        st = sizes(plan, l, &quant, bytes, diag);
     if (st == RS_OK)
-        st = resolve(plan, l, quant, bytes, budget, diag);
+        st = resolve(plan, l, &quant, bytes, budget, diag);
     if (st == RS_OK)
         pack(l, bytes, l->need.budget);
-    free(quant);
+    free(quant.at);
     free(bytes);
     if (st != RS_OK)
         rs__staging_layout_free(l);
