@@ -260,6 +260,10 @@ rs_status_t rs__exec_run_rounds(rs_exec_h x, rs_diag_t *diag);
 rs_status_t rs__exec_run_copy_range(rs_exec_h x, int kind, size_t begin,
                                     size_t end, rs_diag_t *diag);
 
+/* Posts wave (or round) w of wave_reads and waits for it, timed into the
+ * wire stage (pipeline.c). */
+rs_status_t rs__exec_wire_wave(rs_exec_h x, size_t w, rs_diag_t *diag);
+
 /* The wire, replay, cast and verify stages overlapped by waves. */
 rs_status_t rs__exec_run_pipelined(rs_exec_h x, rs_diag_t *diag);
 

@@ -143,22 +143,13 @@ rs_status_t rs__exec_rounds_spanning(rs_exec_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
-/* Round w's reads, posted and awaited, timed into the wire stage; the
- * progress callback told after it. */
+/* Round w's reads, posted and awaited; the progress callback told after
+ * it. */
 static rs_status_t wire_round(rs_exec_h x, size_t w, uint64_t *done,
                               double t_wire, rs_diag_t *diag)
 {
     size_t b = w > 0 ? x->waves[w - 1].reads_end : 0, e = x->waves[w].reads_end;
-    double t0 = rs__now_s();
-    rs_status_t st = rs__exec_check_deadline(x, "wire", diag);
-    if (st == RS_OK && e > b) {
-        st = rs_transport_post(x->t, x->wave_reads + b, e - b, diag);
-        if (st == RS_OK)
-            st = rs__exec_wait(x, "wire", diag);
-        if (st != RS_OK && x->failure == NULL)
-            x->failure = rs__exec_wire_cause(st);
-    }
-    x->stage[RS_STAGE_WIRE] += rs__now_s() - t0;
+    rs_status_t st = rs__exec_wire_wave(x, w, diag);
     for (size_t i = b; st == RS_OK && i < e; i++)
         *done += x->wave_reads[i].nbytes;
     if (st == RS_OK && x->params.progress != NULL) {
