@@ -509,6 +509,80 @@ static void test_staging_refused(void **state)
     rig_close(&g);
 }
 
+/* A shard read by boxes of two rounds: f = w[0 : H + 8] and g = w[H - 8 :
+ * 2H], both cast to f32, are two converts (two pages of staging each), and
+ * each of w's shards is read by both. Under a budget of one convert they
+ * take a round each and no round holds all of a shard's pieces: both
+ * shards are read whole once more for their digests (the buffer counted in
+ * the staging held), and the run is byte-exact. */
+static void test_shard_across_rounds(void **state)
+{
+    (void)state;
+    enum { ROWS = H + 8 };
+    rig_t g;
+    rs_diag_t diag;
+    assert_int_equal(rig_open(&g, &tfx_backends[0]), 0);
+    rs_capture_h cap;
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    int64_t numel = (int64_t)W * ROWS;
+    int64_t shape[2] = {ROWS, W}, stride[2] = {W, 1};
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "g" : "f";
+        assert_int_equal(rs_capture_add_param(cap, name, 1, &numel,
+                                              RS_DTYPE_F32, NULL), RS_OK);
+        rs_op_t narrow = {.kind = RS_OP_NARROW,
+                          .arg = {0, k * (2 * H - ROWS), ROWS}};
+        add_copy(cap, "w", name, &narrow, 1, shape, stride, RS_DTYPE_F32);
+    }
+    rs_plan_h plan;
+    assert_int_equal(rs_plan_build(cap, g.srcs, NULL, &diag, &plan), RS_OK);
+    size_t ncv;
+    rs_plan_converts(plan, &ncv);
+    assert_int_equal(ncv, 2);
+    uint8_t *out[2], *want[2];
+    for (int k = 0; k < 2; k++) {
+        out[k] = malloc((size_t)numel * 4);
+        want[k] = malloc((size_t)numel * 4);
+        for (int64_t r = 0; r < ROWS; r++)
+            for (int64_t c = 0; c < W; c++) {
+                uint32_t f = bf16_to_f32(src_at(0, k * (2 * H - ROWS) + r, c));
+                memcpy(want[k] + (r * W + c) * 4, &f, 4);
+            }
+    }
+    for (int bounded = 0; bounded < 2; bounded++) {
+        rs_exec_params_t ep;
+        rs_exec_h x;
+        rs_exec_stages_t sg;
+        rs_exec_params_init(&ep);
+        ep.verify_digests = 1;
+        ep.staging_budget = bounded ? 8192 : RS_STAGING_UNBOUNDED;
+        assert_int_equal(rs_exec_create(plan, g.t, &ep, &diag, &x), RS_OK);
+        for (int k = 0; k < 2; k++) {
+            memset(out[k], 0xEE, (size_t)numel * 4);
+            assert_int_equal(rs_exec_bind(x, (size_t)k, out[k],
+                                          (uint64_t)numel * 4, RS_MEM_HOST,
+                                          &diag), RS_OK);
+        }
+        if (rs_exec_run(x, &diag) != RS_OK)
+            fail_msg("bounded %d: %s", bounded, diag.msg);
+        for (int k = 0; k < 2; k++)
+            assert_memory_equal(out[k], want[k], (size_t)numel * 4);
+        rs_exec_stages(x, &sg);
+        assert_int_equal(sg.shards_verified, NSESS);
+        assert_int_equal(sg.staging_rounds, bounded ? 2 : 1);
+        assert_int_equal(sg.staging_bytes,
+                         bounded ? 8192 + SHARD_BYTES : 2 * 8192);
+        rs_exec_destroy(x);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(out[k]);
+        free(want[k]);
+    }
+    rs_plan_destroy(plan);
+    rs_capture_destroy(cap);
+    rig_close(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -517,6 +591,7 @@ int main(void)
         cmocka_unit_test(test_failure_mid_pipeline),
         cmocka_unit_test(test_staging_budget),
         cmocka_unit_test(test_staging_refused),
+        cmocka_unit_test(test_shard_across_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
