@@ -370,8 +370,9 @@ static uint64_t staging_bytes(rs_plan_h plan)
 }
 
 /* One plan's figures for the FP8 comparison. */
-static void path_of(rs_plan_h plan, sim_path_t *out)
+static void path_of(const sim_t *s, rs_plan_h plan, sim_path_t *out)
 {
+    rs_staging_need_t need;
     rs_plan_stats_t st;
     size_t nq;
     const rs_quantized_t *q = rs_plan_quantized(plan, &nq);
@@ -380,6 +381,10 @@ static void path_of(rs_plan_h plan, sim_path_t *out)
     out->bytes = st.bytes_planned;
     out->est_seconds = st.est_seconds;
     out->staging_bytes = staging_bytes(plan);
+    /* a box above an explicit budget is reported by tally() */
+    out->staging_peak = rs_exec_staging_need(plan, s->staging_budget, NULL,
+                                             &need) == RS_OK
+                            ? need.bytes : out->staging_bytes;
     out->complete = rs_plan_is_complete(plan);
     for (size_t k = 0; k < nq; k++) {
         if (q[k].path == RS_QUANT_PATH_PUBLISHER)
@@ -400,7 +405,7 @@ static int plan_bf16(sim_t *s, rs_capture_h cap, const rs_plan_params_t *pp,
     s->plan_seconds += rs_clock_seconds() - t0;
     if (st != RS_OK)
         return fail_input(diag, st, "planning (receiver-side quantization)");
-    path_of(plan, &r->receiver_only);
+    path_of(s, plan, &r->receiver_only);
     size_t n = rs_plan_num_sessions(plan);
     for (uint32_t k = 0; k < n && k < s->nsess; k++)
         s->served_bf16[k] += rs_plan_session_bytes(plan, k);
@@ -479,7 +484,7 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
         rc = usage_error("%s", "out of memory");
     if (rc == RS_CLI_OK) {
         tally(s, plan, r);
-        path_of(plan, &r->with_pub);
+        path_of(s, plan, &r->with_pub);
         if (!check_coverage(s, plan, r, &diag))
             rc = fail_input(&diag, diag.status, "coverage");
     }

@@ -34,6 +34,8 @@ typedef struct sim_args {
 typedef struct sim_path {
     uint64_t bytes;         /* on the wire */
     uint64_t staging_bytes; /* full pulls, converts, receiver-path boxes */
+    uint64_t staging_peak;  /* what the executor holds of them under the
+                             * staging budget */
     double est_seconds;
     uint64_t publisher, receiver; /* quantized copies per path */
     int complete;
