@@ -129,7 +129,8 @@ int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
  * value (RS_CLI_USAGE). */
 int rs_cli_take_budget(const char *verb, const char *arg, uint64_t *out);
 
-/* The help text of --staging-budget, shared by the verbs that take it. */
+/* The help text of --staging-budget, for verbs whose options are aligned
+ * at column 22 (pull). */
 #define RS_CLI_BUDGET_HELP                                                  \
     "  --staging-budget B  the most staging (staged reads, converts,\n"      \
     "                      quantized boxes) held at once, e.g. 256MiB; a\n"  \

@@ -125,7 +125,12 @@ static void run_usage(FILE *out)
         "  --max-gbps G          fail a run whose bytes and wire time imply more\n"
         "                        than G Gb/s (a transfer that did not move its data)\n"
         "  --json                print the stage and coverage records as JSON\n"
-        RS_CLI_BUDGET_HELP
+        "  --staging-budget B    the most staging (staged reads, converts,\n"
+        "                        quantized boxes) held at once, e.g. 256MiB; a\n"
+        "                        plan staging more runs in rounds that share it.\n"
+        "                        Default 1GiB (or the largest single box); a box\n"
+        "                        above an explicit budget is refused (exit 2);\n"
+        "                        'unbounded': every box at once\n"
         "  -h, --help            show this help and exit\n"
         "\n"
         "exit status: 0 success; 1 incomplete plan or failed check (nothing is\n"
