@@ -276,14 +276,17 @@ RS_API rs_status_t rs_exec_write_coverage_record(rs_exec_h exec,
                                                  unsigned flags, FILE *out,
                                                  rs_diag_t *diag);
 
-/* What a plan's staging takes under a budget (rs_exec_params_t's
- * staging_budget, 0 for the default), found from the plan alone without
- * allocating: `bytes` is the largest round (what a run holds at once),
- * `unbounded` every staged box at once, `rounds` how many, `budget` the
- * budget applied (the default resolved) and `largest` the largest single
- * box. All counted in whole pages, as the executor lays them out; the
- * buffer shards are re-read into for verification is not included (it
- * depends on the published shards). */
+/* What a plan's staging takes under the staging budget, for a run with
+ * `params` (NULL: the defaults; their staging_budget, and whether the run
+ * is pipelined: see rs_exec_params_t), found from the plan alone without
+ * allocating: `bytes` is what the run holds at once (its largest round;
+ * a pipelined run in rounds alternates between two halves of the budget,
+ * so it holds twice its largest round), `unbounded` every staged box at
+ * once, `rounds` how many, `budget` the budget applied (the default
+ * resolved) and `largest` the largest single box. All counted in whole
+ * pages, as the executor lays them out; the buffer shards are re-read
+ * into for verification is not included (it depends on the published
+ * shards). */
 typedef struct rs_staging_need {
     uint64_t bytes;
     uint64_t unbounded;
@@ -292,11 +295,13 @@ typedef struct rs_staging_need {
     uint64_t largest;
 } rs_staging_need_t;
 
-/* Errors: RS_ERR_INVALID_ARG (NULL arguments; a box larger than an explicit
- * budget, naming the copy and both sizes), RS_ERR_INPUT (a quantized copy
+/* Errors: RS_ERR_INVALID_ARG (NULL arguments, params of a size this library
+ * does not know; a box larger than an explicit budget, naming the copy and
+ * both sizes), RS_ERR_INPUT (a quantized copy
  * whose quantization no longer resolves), RS_ERR_NO_MEMORY. Cost: O(plan's
  * staged reads, quantized copies and converts). */
-RS_API rs_status_t rs_exec_staging_need(rs_plan_h plan, uint64_t budget,
+RS_API rs_status_t rs_exec_staging_need(rs_plan_h plan,
+                                        const rs_exec_params_t *params,
                                         rs_diag_t *diag,
                                         rs_staging_need_t *need_p);
 

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "core/clock.h"
+#include "core/params.h"
 #include "core/vec.h"
 #include "reshard/plan.h" /* the plan's capture, rs_plan_capture */
 #include "reshard/view.h"
@@ -76,12 +77,19 @@ typedef struct rs__staging_layout {
     uint32_t *round;
     size_t nitems, nfp, nquant, ncv;
     rs_staging_need_t need;
+    int overlapped; /* rounds alternate between two halves of the buffer */
 } rs__staging_layout_t;
 
-/* The layout under `budget` (rs_exec_params_t.staging_budget). Errors:
- * those of rs_exec_staging_need. Free with rs__staging_layout_free. */
-rs_status_t rs__staging_layout(rs_plan_h plan, uint64_t budget,
+/* The layout under `budget` (rs_exec_params_t.staging_budget); with
+ * `overlap` (a pipelined run) in two halves when that takes more than one
+ * round. Errors: those of rs_exec_staging_need. Free with
+ * rs__staging_layout_free. */
+rs_status_t rs__staging_layout(rs_plan_h plan, uint64_t budget, int overlap,
                                rs_diag_t *diag, rs__staging_layout_t *l);
+/* A run with these parameters is pipelined (not serial, phased or with a
+ * progress callback) when its plan allows (waves.c). */
+int rs__exec_pipelined(const rs_exec_params_t *p);
+RS__PARAMS_DECLARE(exec);
 void rs__staging_layout_free(rs__staging_layout_t *l);
 
 typedef struct rs__bind {
@@ -258,7 +266,7 @@ long rs__exec_group_round(const rs_exec_h x, size_t i, size_t end);
 rs_status_t rs__exec_run_rounds(rs_exec_h x, rs_diag_t *diag);
 /* Copies [begin, end) of `kind`, as rs__exec_run_copies runs them all. */
 rs_status_t rs__exec_run_copy_range(rs_exec_h x, int kind, size_t begin,
-                                    size_t end, rs_diag_t *diag);
+                                    size_t end, int use_pool, rs_diag_t *diag);
 
 /* Posts wave (or round) w of wave_reads and waits for it, timed into the
  * wire stage (pipeline.c). */

@@ -159,7 +159,8 @@ static rs_status_t alloc_staging(rs_exec_h x, rs_diag_t *diag)
 {
     rs__staging_layout_t *l = &x->layout;
     rs_status_t st = rs__staging_layout(x->plan, x->params.staging_budget,
-                                        diag, l);
+                                        rs__exec_pipelined(&x->params), diag,
+                                        l);
     if (st != RS_OK)
         return st;
     if (l->need.bytes > (uint64_t)SIZE_MAX)

@@ -14,6 +14,7 @@
 
 #include "core/clock.h"
 #include "core/diag.h"
+#include "core/pool.h"
 #include "exec/exec_impl.h"
 
 #define OOM(diag) rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory")
@@ -169,7 +170,8 @@ static void add_stage(rs_exec_h x, int stage, double t0)
 /* A round's boxes quantized, then its replays and casts: those from
  * where the round before ended (`prev`, zeros for the first) to `cur`. */
 static rs_status_t copy_round(rs_exec_h x, const rs__wave_t *prev,
-                              const rs__wave_t *cur, rs_diag_t *diag)
+                              const rs__wave_t *cur, int use_pool,
+                              rs_diag_t *diag)
 {
     rs_status_t st = RS_OK;
     double t0 = rs__now_s();
@@ -182,32 +184,118 @@ static rs_status_t copy_round(rs_exec_h x, const rs__wave_t *prev,
     t0 = rs__now_s();
     if (st == RS_OK && cur->replays_end > rb) {
         st = rs__exec_run_copy_range(x, RS_STAGE_REPLAY, rb, cur->replays_end,
-                                     diag);
+                                     use_pool, diag);
         add_stage(x, RS_STAGE_REPLAY, t0);
     }
     t0 = rs__now_s();
     if (st == RS_OK && cur->casts_end > cb) {
         st = rs__exec_run_copy_range(x, RS_STAGE_CONVERT, cb, cur->casts_end,
-                                     diag);
+                                     use_pool, diag);
         add_stage(x, RS_STAGE_CONVERT, t0);
     }
     return st;
 }
 
-/* The shards round w completed, digested before its buffer is reused. */
-static rs_status_t verify_round(rs_exec_h x, size_t w, rs_diag_t *diag)
+/* The shards a round completed, digested before its buffer is reused. */
+static rs_status_t verify_round(rs_exec_h x, const rs__wave_t *prev,
+                                const rs__wave_t *cur, rs_diag_t *diag)
 {
-    size_t b = w > 0 ? x->waves[w - 1].verify_end : 0;
+    size_t b = prev->verify_end;
     rs_status_t st = RS_OK;
-    if (!x->params.verify_digests || x->waves[w].verify_end == b)
+    if (!x->params.verify_digests || cur->verify_end == b)
         return RS_OK;
     double t0 = rs__now_s();
-    for (size_t k = b; st == RS_OK && k < x->waves[w].verify_end; k++)
+    for (size_t k = b; st == RS_OK && k < cur->verify_end; k++)
         if ((st = rs__exec_verify_group(x, x->verify_at[k], diag)) == RS_OK)
             x->stats.shards_verified++;
     if (st != RS_OK)
         x->failure = "digest";
     add_stage(x, RS_STAGE_VERIFY, t0);
+    return st;
+}
+
+/* One round's local work: a task of the executor's pool in an overlapped
+ * run (its copies on that one thread, in loader order). */
+typedef struct round_job {
+    rs_exec_h x;
+    rs__wave_t prev, cur;
+    rs_status_t st;
+    rs_diag_t diag;
+} round_job_t;
+
+static rs_status_t local_round(rs_exec_h x, const rs__wave_t *prev,
+                               const rs__wave_t *cur, int use_pool,
+                               rs_diag_t *diag)
+{
+    rs_status_t st = copy_round(x, prev, cur, use_pool, diag);
+    return st == RS_OK ? verify_round(x, prev, cur, diag) : st;
+}
+
+static void round_task(void *ctx, size_t task)
+{
+    round_job_t *j = ctx;
+    (void)task;
+    j->st = local_round(j->x, &j->prev, &j->cur, 0, &j->diag);
+}
+
+static void round_bounds(const rs_exec_h x, size_t w, rs__wave_t *prev,
+                         rs__wave_t *cur)
+{
+    *prev = (rs__wave_t){0, 0, 0, 0, 0};
+    if (w > 0)
+        *prev = x->waves[w - 1];
+    *cur = x->waves[w];
+}
+
+/* Round w + 1 on the wire while round w is quantized, replayed, cast and
+ * verified on a pool thread: the two rounds' boxes lie in the two halves
+ * of the buffer, and the direct reads all landed with round 0. A failed
+ * local step is reported before a failed wire (it concerns bytes that
+ * landed earlier). */
+static rs_status_t run_overlapped(rs_exec_h x, uint64_t *done, double t_wire,
+                                  rs_diag_t *diag)
+{
+    rs_status_t st = rs__exec_pool(x, diag);
+    if (st != RS_OK) {
+        x->failure = "prepare"; /* its threads could not start */
+        return st;
+    }
+    x->run_threads = 2;
+    st = wire_round(x, 0, done, t_wire, diag);
+    for (size_t w = 0; st == RS_OK && w < x->nwaves; w++) {
+        round_job_t j = {x, {0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}, RS_OK,
+                         {RS_OK, ""}};
+        rs_diag_t wire_diag = {RS_OK, ""};
+        rs_status_t wst = RS_OK;
+        round_bounds(x, w, &j.prev, &j.cur);
+        rs__pool_start(x->pool, round_task, &j, 1);
+        if (w + 1 < x->nwaves)
+            wst = wire_round(x, w + 1, done, t_wire, &wire_diag);
+        rs__pool_join(x->pool);
+        if (j.st != RS_OK) {
+            if (diag != NULL)
+                *diag = j.diag;
+            st = j.st;
+        } else if (wst != RS_OK) {
+            if (diag != NULL)
+                *diag = wire_diag;
+            st = wst;
+        }
+    }
+    return st;
+}
+
+static rs_status_t run_in_turn(rs_exec_h x, uint64_t *done, double t_wire,
+                               rs_diag_t *diag)
+{
+    rs_status_t st = RS_OK;
+    for (size_t w = 0; st == RS_OK && w < x->nwaves; w++) {
+        rs__wave_t prev, cur;
+        round_bounds(x, w, &prev, &cur);
+        st = wire_round(x, w, done, t_wire, diag);
+        if (st == RS_OK)
+            st = local_round(x, &prev, &cur, 1, diag);
+    }
     return st;
 }
 
@@ -218,18 +306,10 @@ rs_status_t rs__exec_run_rounds(rs_exec_h x, rs_diag_t *diag)
                             "rounds without rounds");
     uint64_t done = 0;
     double t_wire = rs__now_s();
-    rs_status_t st = RS_OK;
     x->stage[RS_STAGE_WIRE] = 0;
-    for (size_t w = 0; st == RS_OK && w < x->nwaves; w++) {
-        rs__wave_t prev = {0, 0, 0, 0, 0}, cur = x->waves[w];
-        if (w > 0)
-            prev = x->waves[w - 1];
-        st = wire_round(x, w, &done, t_wire, diag);
-        if (st == RS_OK)
-            st = copy_round(x, &prev, &cur, diag);
-        if (st == RS_OK)
-            st = verify_round(x, w, diag);
-    }
+    rs_status_t st = x->layout.overlapped
+                         ? run_overlapped(x, &done, t_wire, diag)
+                         : run_in_turn(x, &done, t_wire, diag);
     x->stats.wire_seconds = x->stage[RS_STAGE_WIRE];
     if (st != RS_OK || !x->params.verify_digests)
         return st;

@@ -153,9 +153,9 @@ rs_status_t rs__exec_run_ordered(rs_exec_h x, int kind, rs_diag_t *diag)
 }
 
 rs_status_t rs__exec_run_copy_range(rs_exec_h x, int kind, size_t begin,
-                                    size_t end, rs_diag_t *diag)
+                                    size_t end, int use_pool, rs_diag_t *diag)
 {
-    if (end - begin < 2 || rs__transport_workers(x->t) < 2)
+    if (!use_pool || end - begin < 2 || rs__transport_workers(x->t) < 2)
         return in_order(x, kind, begin, end, 0, diag);
     rs_status_t st = rs__exec_pool(x, diag);
     if (st != RS_OK) {
@@ -178,5 +178,5 @@ rs_status_t rs__exec_run_copy_range(rs_exec_h x, int kind, size_t begin,
 
 rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag)
 {
-    return rs__exec_run_copy_range(x, kind, 0, num_copies(x, kind), diag);
+    return rs__exec_run_copy_range(x, kind, 0, num_copies(x, kind), 1, diag);
 }

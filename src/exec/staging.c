@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/params.h"
 #include "exec/exec_impl.h"
 #include "reshard/units.h"
 
@@ -85,6 +86,7 @@ static void pack(rs__staging_layout_t *l, const uint64_t *bytes,
 {
     uint64_t cur = 0;
     uint32_t round = 0;
+    l->need.bytes = 0;
     for (size_t k = 0; k < l->nitems; k++) {
         if (cur > 0 && bytes[k] > budget - cur) {
             round++;
@@ -97,6 +99,27 @@ static void pack(rs__staging_layout_t *l, const uint64_t *bytes,
             l->need.bytes = cur;
     }
     l->need.rounds = l->nitems > 0 ? (uint64_t)round + 1 : 0;
+}
+
+/* Rounds in two halves of the budget, odd rounds in the second half, so
+ * one round can be read while the one before is replayed: only when the
+ * staging exceeds the budget and every box fits half of it. */
+static void pack_overlapped(rs__staging_layout_t *l, const uint64_t *bytes)
+{
+    uint64_t half = l->need.budget / 2 / PAGE * PAGE;
+    if (l->need.unbounded <= l->need.budget || l->need.largest > half ||
+        half == 0)
+        return;
+    pack(l, bytes, half);
+    if (l->need.rounds < 2) {
+        pack(l, bytes, l->need.budget);
+        return;
+    }
+    for (size_t k = 0; k < l->nitems; k++)
+        if (l->round[k] % 2)
+            l->at[k] += l->need.bytes;
+    l->need.bytes *= 2;
+    l->overlapped = 1;
 }
 
 static rs_status_t sizes(rs_plan_h plan, rs__staging_layout_t *l,
@@ -136,7 +159,8 @@ static rs_status_t resolve(rs_plan_h plan, rs__staging_layout_t *l,
 }
 
 rs_status_t rs__staging_layout(rs_plan_h plan, uint64_t budget,
-                               rs_diag_t *diag, rs__staging_layout_t *l)
+                               int overlap, rs_diag_t *diag,
+                               rs__staging_layout_t *l)
 {
     size_t nq;
     quant_t quant = {rs_plan_quantized(plan, &nq), NULL};
@@ -160,6 +184,8 @@ rs_status_t rs__staging_layout(rs_plan_h plan, uint64_t budget,
         st = resolve(plan, l, &quant, bytes, budget, diag);
     if (st == RS_OK)
         pack(l, bytes, l->need.budget);
+    if (st == RS_OK && overlap)
+        pack_overlapped(l, bytes);
     free(quant.at);
     free(bytes);
     if (st != RS_OK)
@@ -175,13 +201,18 @@ void rs__staging_layout_free(rs__staging_layout_t *l)
     l->round = NULL;
 }
 
-rs_status_t rs_exec_staging_need(rs_plan_h plan, uint64_t budget,
+rs_status_t rs_exec_staging_need(rs_plan_h plan, const rs_exec_params_t *params,
                                  rs_diag_t *diag, rs_staging_need_t *need_p)
 {
     rs__staging_layout_t l;
+    rs_exec_params_t p;
     if (plan == NULL || need_p == NULL || rs_plan_capture(plan) == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    rs_status_t st = rs__staging_layout(plan, budget, diag, &l);
+    rs_exec_params_init(&p);
+    if (params != NULL && rs__exec_params_take(params, diag, &p) != RS_OK)
+        return RS_ERR_INVALID_ARG;
+    rs_status_t st = rs__staging_layout(plan, p.staging_budget,
+                                        rs__exec_pipelined(&p), diag, &l);
     if (st != RS_OK)
         return st;
     *need_p = l.need;

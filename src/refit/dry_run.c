@@ -28,8 +28,9 @@ static rs_status_t figures(rs_receiver_h r, rs_dry_run_t *res, rs_diag_t *diag)
         res->param_bytes += info.nbytes;
     }
     res->shadow_bytes = r->params.shadow ? res->param_bytes : 0;
-    rs_status_t s = rs_exec_staging_need(plan, r->params.staging_budget, diag,
-                                         &need);
+    rs_exec_params_t ep; /* the pull's executor's */
+    rs__receiver_exec_params(r, &ep);
+    rs_status_t s = rs_exec_staging_need(plan, &ep, diag, &need);
     if (s != RS_OK)
         return s;
     res->staging_bytes = need.bytes;

@@ -406,16 +406,19 @@ static void test_failure_mid_pipeline(void **state)
 /* Staging budgets: w's full pull and u's convert take 8 KiB of staging
  * each (whole pages), v's two staged halves 4 KiB each, in that order. A
  * budget of 8 KiB runs three rounds (w | v v | u), of 12 KiB two (w v | v
- * u: the two copies into o in different rounds), of 16 KiB two (w v v |
- * u), the default and an unbounded one a single round; every
+ * u: the two copies into o in different rounds), of 16 KiB two serially
+ * (w v v | u) and three pipelined (w | v v | u, in two 8 KiB halves), the
+ * default and an unbounded one a single round; every
  * run, serial or not, installs the bytes the pattern says (the second
  * copy into o still wins), verifies every shard, and holds no more
  * staging than its budget. */
 static void budget_body(rig_t *g, const tfx_backend_t *b)
 {
-    static const struct { uint64_t budget, rounds, held; } cases[] = {
-        {8192, 3, 8192}, {12288, 2, 12288}, {16384, 2, 16384},
-        {0, 1, 24576}, {RS_STAGING_UNBOUNDED, 1, 24576}};
+    /* rounds and bytes held: serial runs, then pipelined ones */
+    static const struct { uint64_t budget, rounds[2], held[2]; } cases[] = {
+        {8192, {3, 3}, {8192, 8192}}, {12288, {2, 2}, {12288, 12288}},
+        {16384, {2, 3}, {16384, 16384}}, {0, {1, 1}, {24576, 24576}},
+        {RS_STAGING_UNBOUNDED, {1, 1}, {24576, 24576}}};
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         for (int serial = 0; serial < 2; serial++) {
             rs_diag_t diag;
@@ -436,14 +439,23 @@ static void budget_body(rig_t *g, const tfx_backend_t *b)
                                         g->sh.nbytes[p]);
             }
             rs_exec_stages(x, &sg);
-            assert_int_equal(sg.staging_rounds, cases[c].rounds);
+            assert_int_equal(sg.staging_rounds, cases[c].rounds[!serial]);
             assert_int_equal(sg.staging_unbounded, 3 * 8192);
-            assert_int_equal(sg.staging_bytes, cases[c].held);
+            assert_int_equal(sg.staging_bytes, cases[c].held[!serial]);
+            /* pipelined with 16 KiB: w | v v | u alternate between two
+             * 8 KiB halves, each round replayed on a pool thread while
+             * the next is read */
+            if (!serial && cases[c].budget == 16384)
+                assert_int_equal(sg.threads, 2);
             if (cases[c].budget > 0)
                 assert_true(sg.staging_bytes <= cases[c].budget);
             assert_int_equal(sg.shards_verified, NSESS * NSRC);
-            assert_int_equal(rs_exec_staging_need(g->plan, cases[c].budget,
-                                                  &diag, &need), RS_OK);
+            rs_exec_params_t ep;
+            rs_exec_params_init(&ep);
+            ep.serial = serial;
+            ep.staging_budget = cases[c].budget;
+            assert_int_equal(rs_exec_staging_need(g->plan, &ep, &diag, &need),
+                             RS_OK);
             assert_int_equal(need.bytes, sg.staging_bytes);
             assert_int_equal(need.rounds, sg.staging_rounds);
             rs_exec_destroy(x);

@@ -911,7 +911,8 @@ static void test_plan_records(void **state)
  * (local-mt, waves of a box or two): each box is quantized in its wave,
  * the derived copies replayed at the end; byte for byte, and a NaN in one
  * box fails the run with nothing of any quantized copy written. */
-static void pipelined_boxes(uint64_t budget)
+/* rounds[serial]: the rounds expected under `budget` (0: unbounded) */
+static void pipelined_boxes(uint64_t budget, const uint64_t rounds[2])
 {
     static const char *const names[4] = {"a", "b", "c", "d"};
     static const char *const wn[4] = {"wa", "wb", "wc", "wd"};
@@ -952,9 +953,8 @@ static void pipelined_boxes(uint64_t budget)
                 fail_msg("staging %llu above the budget %llu",
                          (unsigned long long)res.sg.staging_bytes,
                          (unsigned long long)budget);
-            /* one box a round: source, FP8 and scales a page each */
             if (budget > 0)
-                assert_int_equal(res.sg.staging_rounds, 4);
+                assert_int_equal(res.sg.staging_rounds, rounds[serial]);
             if (!poison) {
                 if (res.st != RS_OK || !res.exact)
                     fail_msg("serial %d: %s %s", serial, rs_status_str(res.st),
@@ -985,18 +985,31 @@ static void pipelined_boxes(uint64_t budget)
 static void test_pipelined_boxes(void **state)
 {
     (void)state;
-    pipelined_boxes(0);
+    static const uint64_t one[2] = {1, 1};
+    pipelined_boxes(0, one);
 }
 
 /* The same boxes under a staging budget of one box (12 KiB: its bf16
- * source, FP8 box and scales a page each): four rounds, each box read,
+ * source, FP8 box and scales a page each): four rounds (serial or not: one
+ * box does not fit half the budget), each box read,
  * quantized and replayed before the next is read into the same buffer;
  * byte for byte as the reference says, and a refused block still fails
  * the run before install. */
 static void test_boxes_in_rounds(void **state)
 {
     (void)state;
-    pipelined_boxes(12288);
+    static const uint64_t four[2] = {4, 4};
+    pipelined_boxes(12288, four);
+}
+
+/* Under two boxes' worth (24 KiB) a serial run takes two rounds of two
+ * boxes; a pipelined one four rounds of one box in two 12 KiB halves, each
+ * box quantized and replayed on a pool thread while the next is read. */
+static void test_boxes_in_overlapped_rounds(void **state)
+{
+    (void)state;
+    static const uint64_t rounds[2] = {4, 2};
+    pipelined_boxes(24576, rounds);
 }
 
 static uint64_t rng_state;
@@ -1107,6 +1120,7 @@ int main(void)
         cmocka_unit_test(test_random_quant),
         cmocka_unit_test(test_pipelined_boxes),
         cmocka_unit_test(test_boxes_in_rounds),
+        cmocka_unit_test(test_boxes_in_overlapped_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

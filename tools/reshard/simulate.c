@@ -382,8 +382,10 @@ static void path_of(const sim_t *s, rs_plan_h plan, sim_path_t *out)
     out->est_seconds = st.est_seconds;
     out->staging_bytes = staging_bytes(plan);
     /* a box above an explicit budget is reported by tally() */
-    out->staging_peak = rs_exec_staging_need(plan, s->staging_budget, NULL,
-                                             &need) == RS_OK
+    rs_exec_params_t ep;
+    rs_exec_params_init(&ep);
+    ep.staging_budget = s->staging_budget;
+    out->staging_peak = rs_exec_staging_need(plan, &ep, NULL, &need) == RS_OK
                             ? need.bytes : out->staging_bytes;
     out->complete = rs_plan_is_complete(plan);
     for (size_t k = 0; k < nq; k++) {
@@ -424,7 +426,10 @@ static void staging_under_budget(sim_t *s, rs_plan_h plan, receiver_t *r)
     rs_staging_need_t need;
     rs_diag_t diag;
     rs_diag_clear(&diag);
-    if (rs_exec_staging_need(plan, s->staging_budget, &diag, &need) != RS_OK) {
+    rs_exec_params_t ep; /* a receiver's pipelined run */
+    rs_exec_params_init(&ep);
+    ep.staging_budget = s->staging_budget;
+    if (rs_exec_staging_need(plan, &ep, &diag, &need) != RS_OK) {
         s->coverage_ok = 0;
         if (s->first_problem[0] == '\0')
             snprintf(s->first_problem, sizeof(s->first_problem),
