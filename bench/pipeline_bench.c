@@ -3,8 +3,11 @@
  * sessions, executed serially and pipelined (wall time per run, best of
  * several), and the replay stage of serial runs on local-mt (one batch
  * across the executor's threads) against local (one copy after another on
- * the calling thread). Prints figures and ratios, with a memcpy of the
- * plan's bytes as the baseline.
+ * the calling thread). Then the same plan under a staging budget of a
+ * quarter of its staging, or twice its largest box when more (so rounds
+ * can overlap: docs/executor.md, "Staging budget"), against the unbounded
+ * run. Prints figures and ratios, with a memcpy of
+ * the plan's bytes as the baseline.
  *
  *   pipeline_bench [MiB per source] [threads]   (defaults 4 and 2) */
 #include <stdint.h>
@@ -114,19 +117,21 @@ static rs_transport_h connect_world(const world_t *w, const char *backend,
 
 typedef struct figures {
     double run_s, replay_s, wire_s;
-    uint64_t waves, threads;
+    uint64_t waves, threads, staging, rounds;
 } figures_t;
 
 /* Best of REPEATS runs (after one that prepares and faults in staging). */
-static figures_t measure(const world_t *w, rs_transport_h t, int serial)
+static figures_t measure(const world_t *w, rs_transport_h t, int serial,
+                         uint64_t budget)
 {
     rs_exec_params_t ep;
     rs_exec_h x;
     rs_diag_t diag;
     rs_exec_stages_t sg;
-    figures_t f = {1e30, 1e30, 1e30, 0, 0};
+    figures_t f = {1e30, 1e30, 1e30, 0, 0, 0, 0};
     rs_exec_params_init(&ep);
     ep.serial = serial;
+    ep.staging_budget = budget;
     check(rs_exec_create(w->plan, t, &ep, &diag, &x), &diag, "exec");
     for (int k = 0; k < NSRC; k++)
         check(rs_exec_bind(x, (size_t)k, w->param[k], w->pbytes[k],
@@ -143,6 +148,8 @@ static figures_t measure(const world_t *w, rs_transport_h t, int serial)
         f.wire_s = sg.wire_s < f.wire_s ? sg.wire_s : f.wire_s;
         f.waves = sg.waves;
         f.threads = sg.threads;
+        f.staging = sg.staging_bytes;
+        f.rounds = sg.staging_rounds;
     }
     rs_exec_destroy(x);
     return f;
@@ -167,9 +174,11 @@ static double memcpy_s(uint64_t bytes)
 
 static void print_run(const char *what, const figures_t *f, double base)
 {
-    printf("  %-28s %8.2f ms  (waves %llu, threads %llu)  memcpy/run %.2fx\n",
-           what, f->run_s * 1e3, (unsigned long long)f->waves,
-           (unsigned long long)f->threads, base / f->run_s);
+    printf("  %-28s %8.2f ms  (waves %llu, threads %llu, staging %.1f MiB "
+           "in %llu round(s))  memcpy/run %.2fx\n", what, f->run_s * 1e3,
+           (unsigned long long)f->waves, (unsigned long long)f->threads,
+           (double)f->staging / (1 << 20), (unsigned long long)f->rounds,
+           base / f->run_s);
 }
 
 int main(int argc, char **argv)
@@ -196,8 +205,8 @@ int main(int argc, char **argv)
            (long long)w.cols, (double)bytes / (1 << 20), base * 1e3);
     rs_transport_h local = connect_world(&w, "local", 0);
     rs_transport_h mt = connect_world(&w, "local-mt", threads);
-    figures_t ls = measure(&w, local, 1), lp = measure(&w, local, 0);
-    figures_t ms = measure(&w, mt, 1), mp = measure(&w, mt, 0);
+    figures_t ls = measure(&w, local, 1, 0), lp = measure(&w, local, 0, 0);
+    figures_t ms = measure(&w, mt, 1, 0), mp = measure(&w, mt, 0, 0);
     print_run("local serial", &ls, base);
     print_run("local pipelined", &lp, base);
     print_run("local-mt serial", &ms, base);
@@ -208,6 +217,21 @@ int main(int argc, char **argv)
     printf("  replay stage of serial runs: local %.2f ms, local-mt/%u "
            "batch %.2f ms: %.2fx\n", ls.replay_s * 1e3, threads,
            ms.replay_s * 1e3, ls.replay_s / ms.replay_s);
+    rs_staging_need_t need;
+    check(rs_exec_staging_need(w.plan, NULL, &diag, &need), &diag, "need");
+    uint64_t budget = need.unbounded / 4 > 2 * need.largest
+                          ? need.unbounded / 4 : 2 * need.largest;
+    figures_t bs = measure(&w, mt, 1, budget), bp = measure(&w, mt, 0, budget);
+    char what[64];
+    snprintf(what, sizeof(what), "local-mt serial, %.1f MiB",
+             (double)budget / (1 << 20));
+    print_run(what, &bs, base);
+    snprintf(what, sizeof(what), "local-mt pipelined, %.1f MiB",
+             (double)budget / (1 << 20));
+    print_run(what, &bp, base);
+    printf("  staging budget vs unbounded wall (unbounded time / bounded "
+           "time): serial %.2fx, pipelined %.2fx\n",
+           ms.run_s / bs.run_s, mp.run_s / bp.run_s);
     rs_transport_destroy(local);
     rs_transport_destroy(mt);
     rs_plan_destroy(w.plan);

@@ -53,6 +53,11 @@ typedef void (*rs_progress_cb)(void *ctx, const rs_progress_t *progress);
 
 #define RS_EXEC_DEFAULT_COVERAGE_FLOOR 0.995
 #define RS_EXEC_DEFAULT_TIMEOUT_S 60.0
+/* The staging budget (rs_exec_params_t.staging_budget) when none is given:
+ * 1 GiB, raised to the largest single staged box when that is bigger. */
+#define RS_EXEC_DEFAULT_STAGING_BUDGET ((uint64_t)1 << 30)
+/* A staging budget that bounds nothing: every staged box at once. */
+#define RS_STAGING_UNBOUNDED UINT64_MAX
 
 typedef struct rs_exec_params {
     size_t size; /* the caller's sizeof, set by rs_exec_params_init */
@@ -95,6 +100,18 @@ typedef struct rs_exec_params {
      * is the transport's own): RS_ERR_CANCELLED naming the stage, before
      * install. */
     const rs_cancel_t *cancel;
+    /* The most bytes of staging (staged reads and full pulls, converts,
+     * receiver-path quantized boxes; each counted in whole pages) held at
+     * once. A plan whose staging exceeds it runs in rounds: the staged
+     * boxes are packed in plan order into rounds of at most this many
+     * bytes, which share one buffer; each round is read, quantized,
+     * replayed, cast and its shards verified before the next is read
+     * (docs/executor.md, "Staging budget"). 0 (default):
+     * RS_EXEC_DEFAULT_STAGING_BUDGET, or the largest single box when that
+     * is bigger. RS_STAGING_UNBOUNDED: one round (every box at once). Any
+     * other value is a hard bound: a single box larger than it is refused
+     * at prepare (RS_ERR_INVALID_ARG naming the copy and both sizes). */
+    uint64_t staging_budget;
 } rs_exec_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -231,6 +248,13 @@ typedef struct rs_exec_stages {
     uint64_t waves;         /* waves of a pipelined run; 0: serial */
     uint64_t threads;       /* threads that ran replays, casts and digests
                              * (1: the calling thread alone) */
+    /* Staging of the prepared plan: the bytes held (the rounds' shared
+     * buffer, plus the buffer shards are re-read into for verification),
+     * what every staged box at once would take, and the rounds (1: the
+     * plan's staging fits its budget). 0, 0, 0 before it was prepared. */
+    uint64_t staging_bytes;
+    uint64_t staging_unbounded;
+    uint64_t staging_rounds;
 } rs_exec_stages_t;
 
 /* Fills *stages_p from the last run (all stages < 0 before the first).
@@ -251,6 +275,35 @@ RS_API rs_status_t rs_exec_write_stages(const rs_exec_stages_t *stages,
 RS_API rs_status_t rs_exec_write_coverage_record(rs_exec_h exec,
                                                  unsigned flags, FILE *out,
                                                  rs_diag_t *diag);
+
+/* What a plan's staging takes under the staging budget, for a run with
+ * `params` (NULL: the defaults; their staging_budget, and whether the run
+ * is pipelined: see rs_exec_params_t), found from the plan alone without
+ * allocating: `bytes` is what the run holds at once (its largest round;
+ * a pipelined run in rounds alternates between two halves of the budget,
+ * so it holds twice its largest round), `unbounded` every staged box at
+ * once, `rounds` how many, `budget` the budget applied (the default
+ * resolved) and `largest` the largest single box. All counted in whole
+ * pages, as the executor lays them out; the buffer shards are re-read
+ * into for verification is not included (it depends on the published
+ * shards). */
+typedef struct rs_staging_need {
+    uint64_t bytes;
+    uint64_t unbounded;
+    uint64_t rounds;
+    uint64_t budget;
+    uint64_t largest;
+} rs_staging_need_t;
+
+/* Errors: RS_ERR_INVALID_ARG (NULL arguments, params of a size this library
+ * does not know; a box larger than an explicit budget, naming the copy and
+ * both sizes), RS_ERR_INPUT (a quantized copy
+ * whose quantization no longer resolves), RS_ERR_NO_MEMORY. Cost: O(plan's
+ * staged reads, quantized copies and converts). */
+RS_API rs_status_t rs_exec_staging_need(rs_plan_h plan,
+                                        const rs_exec_params_t *params,
+                                        rs_diag_t *diag,
+                                        rs_staging_need_t *need_p);
 
 /* Counters of the last run. */
 typedef struct rs_exec_stats {

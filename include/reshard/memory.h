@@ -9,6 +9,7 @@
 #ifndef RESHARD_MEMORY_H
 #define RESHARD_MEMORY_H
 
+#include <stdint.h>
 #include "reshard/status.h"
 
 #ifdef __cplusplus
@@ -23,6 +24,20 @@ typedef enum {
 
 /* "host", "cuda", "rocm"; "invalid" for any other value. Never NULL. */
 RS_API const char *rs_mem_type_str(rs_mem_type_t mem);
+
+/* The host memory there is to allocate now: the smaller of the kernel's
+ * MemAvailable (/proc/meminfo) and what the address-space limit
+ * (RLIMIT_AS) leaves above this process's size. *source_p names where the
+ * figure came from ("MemAvailable", "RLIMIT_AS"; "unknown" with
+ * UINT64_MAX when neither can be read). The environment variable
+ * RESHARD_MEMORY_AVAILABLE=SIZE (rs_parse_bytes) replaces the figure
+ * (source "RESHARD_MEMORY_AVAILABLE"), for tests and for operators who
+ * know better. The executor checks its staging against it before
+ * allocating, and `reshard pull` the parameters and their shadows.
+ * Errors: RS_ERR_INVALID_ARG (NULL), RS_ERR_INPUT (the variable is not a
+ * size). */
+RS_API rs_status_t rs_memory_available(uint64_t *bytes_p,
+                                       const char **source_p);
 
 #ifdef __cplusplus
 }

@@ -402,6 +402,12 @@ typedef struct rs_receiver_params {
     int64_t group_size;
     int64_t group_rank;
     double group_timeout_s;
+    /* The executor's staging budget (rs_exec_params_t.staging_budget): 0
+     * (default) 1 GiB, or the largest single staged box when bigger;
+     * RS_STAGING_UNBOUNDED every box at once; else a hard bound. The
+     * shadows (`shadow`) are not staging: they are a second copy of every
+     * bound parameter, outside the budget. */
+    uint64_t staging_budget;
 } rs_receiver_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -608,31 +614,41 @@ typedef struct rs_dry_run {
     size_t tables, shards;  /* tables read, shards they publish */
     /* seconds: waiting for READY, reading and parsing the tables, the
      * topology fingerprint, planning (or renewing digests of the cached
-     * plan), preparing descriptors (0 when already prepared), the call */
+     * plan), working out the figures below (prepare_s: the executor is not
+     * prepared, which would allocate its staging), the call */
     double discover_s, tables_s, fingerprint_s, plan_s, prepare_s, total_s;
     /* as rs_pull_result_t's: parsed tables reused, tables parsed, bytes
      * read from the directory for the tables */
     uint32_t tables_reused, tables_parsed;
     uint64_t table_bytes_read;
+    /* The memory a pull of this plan holds, none of it allocated by the dry
+     * run: the capture's parameters (the caller's storage), the receiver's
+     * shadows of them (0 with shadow = 0), and the executor's staging under
+     * the staging budget (the largest round), every staged box at once,
+     * and the rounds. */
+    uint64_t param_bytes, shadow_bytes;
+    uint64_t staging_bytes, staging_unbounded, staging_rounds;
 } rs_dry_run_t;
 
 /* A pull of `version` (< 0: the newest READY one) up to the wire: waits for
  * READY (within discover_timeout_s and pull_timeout_s), reads every slot's
  * table, fingerprints the topology, plans (or reuses the cached plan, taking
- * the new digests) and prepares the executor's descriptors. It connects to
- * no publisher, reads no shard byte, takes no lease (the lease guards the
+ * the new digests) and works out what the plan reads and holds. It connects
+ * to no publisher, reads no shard byte, takes no lease (the lease guards the
  * bytes a pull reads; the tables are read by discovery alone, with or
- * without one) and calls no install. The transport is created (for ucx its
+ * without one), calls no install and allocates neither staging nor
+ * parameters: the executor is not prepared (the first pull prepares it),
+ * and parameters need not be bound. The transport is created (for ucx its
  * context and worker) but left unconnected: a later pull reusing this plan
- * connects first. Every parameter the plan writes must be bound, as for a
- * pull (the descriptors point into the storage).
+ * connects first.
  *
  * A plan that is not complete is not an error: result_p->complete says so.
  * Errors: RS_ERR_INVALID_ARG while a version is staged (its executor holds
- * the staged bytes); those of discovery, the tables, planning and preparing
- * (RS_ERR_INVALID_ARG names an unbound parameter). On error the cache is
- * dropped only if planning failed. Cost: O(tables + shards + plan) on a
- * reused plan, plus planning otherwise. */
+ * the staged bytes); those of discovery, the tables and planning; those of
+ * rs_exec_staging_need (RS_ERR_INVALID_ARG names a staged box above an
+ * explicit staging budget). On error the cache is dropped only if planning
+ * failed. Cost: O(tables + shards + plan) on a reused plan, plus planning
+ * otherwise. */
 RS_API rs_status_t rs_receiver_dry_run(rs_receiver_h receiver, int64_t version,
                                        rs_diag_t *diag,
                                        rs_dry_run_t *result_p);

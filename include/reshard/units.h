@@ -36,6 +36,13 @@ RS_API const char *rs_format_rate(char *buf, size_t len, double bytes_per_s);
  * len >= 1). */
 RS_API const char *rs_format_seconds(char *buf, size_t len, double seconds);
 
+/* Parses a size: a whole or decimal number of bytes, optionally followed
+ * (a space allowed) by B, KiB, MiB, GiB or TiB (K, M, G, T and KB, MB,
+ * GB, TB mean the same powers of 1024; case ignored): "1073741824",
+ * "1 GiB", "512MiB", "1.5G". RS_ERR_INPUT for anything else, a negative
+ * number or more than 2^64 - 1 bytes (*bytes_p untouched). */
+RS_API rs_status_t rs_parse_bytes(const char *text, uint64_t *bytes_p);
+
 /* Seconds on CLOCK_MONOTONIC: an arbitrary origin, so only differences
  * mean anything; never goes back when the wall clock is set. */
 RS_API double rs_clock_seconds(void);

@@ -98,6 +98,7 @@ class ReceiverParams(ctypes.Structure):
         ("group_size", ctypes.c_int64),
         ("group_rank", ctypes.c_int64),
         ("group_timeout_s", ctypes.c_double),
+        ("staging_budget", ctypes.c_uint64),
     ]
 
 
@@ -123,6 +124,9 @@ class ExecStages(ctypes.Structure):
         ("failure", ctypes.c_char_p),
         ("run_s", ctypes.c_double),
         ("waves", ctypes.c_uint64), ("threads", ctypes.c_uint64),
+        ("staging_bytes", ctypes.c_uint64),
+        ("staging_unbounded", ctypes.c_uint64),
+        ("staging_rounds", ctypes.c_uint64),
     ]
 
 
@@ -164,6 +168,10 @@ class DryRun(ctypes.Structure):
         ("tables_reused", ctypes.c_uint32),
         ("tables_parsed", ctypes.c_uint32),
         ("table_bytes_read", ctypes.c_uint64),
+        ("param_bytes", ctypes.c_uint64), ("shadow_bytes", ctypes.c_uint64),
+        ("staging_bytes", ctypes.c_uint64),
+        ("staging_unbounded", ctypes.c_uint64),
+        ("staging_rounds", ctypes.c_uint64),
     ]
 
 

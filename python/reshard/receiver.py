@@ -60,7 +60,8 @@ def _stages_dict(s):
         if v >= 0:
             out[name] = v
     for name in ("bytes", "descriptors", "full_pulls", "converts",
-                 "fallback", "shards_verified", "waves", "threads"):
+                 "fallback", "shards_verified", "waves", "threads",
+                 "staging_bytes", "staging_unbounded", "staging_rounds"):
         out[name] = getattr(s, name)
     out["ok"] = bool(s.ok)
     out["failure"] = s.failure.decode() if s.failure else None
@@ -146,6 +147,23 @@ def _load_capture(capture):
     return h
 
 
+UNBOUNDED = (1 << 64) - 1  # RS_STAGING_UNBOUNDED
+
+
+def _staging_budget(budget):
+    """rs_receiver_params_t.staging_budget of the keyword."""
+    if budget is None:
+        return 0
+    if budget == "unbounded":
+        return UNBOUNDED
+    if isinstance(budget, bool) or not isinstance(budget, int) or \
+            not 0 < budget < UNBOUNDED:
+        raise errors.InvalidArgument(
+            "receiver: staging_budget must be None, a positive number of "
+            f"bytes or 'unbounded', got {budget!r}")
+    return budget
+
+
 def _capture_params(cap):
     lib = _lib.lib()
     out = []
@@ -180,7 +198,11 @@ class Receiver(Handle):
     holder), so cut-aligned publishers cut their next version for it,
     with the capture's quantized copies, so publishers created with
     quantize_wanted=True serve them quantized (default True; a failed
-    announcement is a notice, never a failed pull)."""
+    announcement is a notice, never a failed pull); staging_budget: the
+    most bytes of staging (staged reads, converts, quantized boxes) a pull
+    holds at once, as the CLI's --staging-budget: None (default) 1 GiB or
+    the largest single box, a positive int of bytes (a box above it is
+    refused), or "unbounded" (docs/executor.md, "Staging budget")."""
 
     _what = "receiver"
 
@@ -190,8 +212,10 @@ class Receiver(Handle):
                  verify_digests=True, release_after=True, stale_s=5.0,
                  notice=None, announce_cuts=True, announce_as=None,
                  group=None, group_size=None, group_rank=None,
-                 group_timeout_s=60.0, only=None, skip=None):
+                 group_timeout_s=60.0, only=None, skip=None,
+                 staging_budget=None):
         _args.choice("receiver: backend", backend, _args.BACKENDS)
+        self._staging_budget = _staging_budget(staging_budget)
         self._lock = threading.Lock()
         # _state guards _current (the call that cancel() stops) and
         # _closing; never held across a library call but the cancel.
@@ -302,6 +326,7 @@ class Receiver(Handle):
         p.verify_digests = 1 if verify_digests else 0
         p.release_after = 1 if release_after else 0
         p.stale_s = float(stale_s)
+        p.staging_budget = self._staging_budget
         self._keep.append(_group.set_params(p, *group))
         self._notice = notice_cb(notice)
         if self._notice is not None:

@@ -413,7 +413,9 @@ rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
         return st;
     double t0 = rs__now_s();
     rs__exec_taps_arm(x, x->params.verify_digests);
-    st = x->nwaves > 0 ? rs__exec_run_pipelined(x, diag) : run_serial(x, diag);
+    st = x->bounded      ? rs__exec_run_rounds(x, diag)
+         : x->nwaves > 0 ? rs__exec_run_pipelined(x, diag)
+                         : run_serial(x, diag);
     rs__exec_taps_arm(x, 0);
     if (st != RS_OK)
         return st;

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "core/clock.h"
+#include "core/params.h"
 #include "core/vec.h"
 #include "exec/transport_impl.h"
 #include "reshard/plan.h" /* the plan's capture, rs_plan_capture */
@@ -68,6 +69,30 @@ enum {
 
 struct rs__pool;
 
+/* Where every staged box goes under the staging budget (staging.c): boxes
+ * are numbered staged reads, then receiver-path quantized boxes, then
+ * converts, in plan order; each has a round and an offset into the one
+ * staging buffer the rounds share. */
+typedef struct rs__staging_layout {
+    uint64_t *at;
+    uint32_t *round;
+    size_t nitems, nfp, nquant, ncv;
+    rs_staging_need_t need;
+    int overlapped; /* rounds alternate between two halves of the buffer */
+} rs__staging_layout_t;
+
+/* The layout under `budget` (rs_exec_params_t.staging_budget); with
+ * `overlap` (a pipelined run) in two halves when that takes more than one
+ * round. Errors: those of rs_exec_staging_need. Free with
+ * rs__staging_layout_free. */
+rs_status_t rs__staging_layout(rs_plan_h plan, uint64_t budget, int overlap,
+                               rs_diag_t *diag, rs__staging_layout_t *l);
+/* A run with these parameters is pipelined (not serial, phased or with a
+ * progress callback) when its plan allows (waves.c). */
+int rs__exec_pipelined(const rs_exec_params_t *p);
+RS__PARAMS_DECLARE(exec);
+void rs__staging_layout_free(rs__staging_layout_t *l);
+
 typedef struct rs__bind {
     unsigned char *base;
     uint64_t nbytes;
@@ -91,6 +116,10 @@ struct rs_exec {
     unsigned char **cv_staging;  /* per convert, inside `staging` */
     unsigned char *staging;      /* every staging buffer: whole pages */
     size_t staging_len;
+    rs__staging_layout_t layout; /* the boxes' rounds and offsets */
+    int bounded;                 /* more than one round: the run reads,
+                                  * replays and verifies round by round
+                                  * (rounds.c); waves are the rounds */
     struct rs_xquants *quants;   /* receiver-path quantized copies
                                   * (quantize.c), or NULL */
     RS_VEC(rs__exec_copy_t, replays);
@@ -226,6 +255,11 @@ rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
  * itself (RS_ERR_INPUT naming the tensor and block for a non-finite block,
  * failure "quantize"); its time added to the convert stage. */
 size_t rs__exec_quant_reads(rs_plan_h plan);
+/* A record the executor quantizes (receiver path, planned), and the bytes
+ * of its staging in whole pages (source box, FP8 box, scales). */
+int rs__exec_quant_wanted(const rs_quantized_t *r);
+rs_status_t rs__exec_quant_box_bytes(rs_capture_h cap, const rs_quantized_t *r,
+                                     uint64_t *bytes_p, rs_diag_t *diag);
 rs_status_t rs__exec_prepare_quant(rs_exec_h x, rs_diag_t *diag);
 void rs__exec_quant_order(rs_exec_h x);
 size_t rs__exec_quant_count(const rs_exec_h x);
@@ -235,6 +269,23 @@ rs_status_t rs__exec_quantize(rs_exec_h x, rs_diag_t *diag);
 rs_status_t rs__exec_quantize_one(rs_exec_h x, size_t i, rs_diag_t *diag);
 void rs__exec_quant_time(rs_exec_h x);
 void rs__exec_release_quant(rs_exec_h x);
+
+/* A plan whose staging takes more than one round (rounds.c): its waves
+ * are the rounds, the direct reads in the first; the shards whose staged
+ * pieces lie in two rounds are re-read whole for verification (added to
+ * `partial`); the round of a piece group (-1: not verified in a round,
+ * nwaves: after the last); and the run, round after round. */
+rs_status_t rs__exec_prepare_rounds(rs_exec_h x, rs_diag_t *diag);
+rs_status_t rs__exec_rounds_spanning(rs_exec_h x, rs_diag_t *diag);
+long rs__exec_group_round(const rs_exec_h x, size_t i, size_t end);
+rs_status_t rs__exec_run_rounds(rs_exec_h x, rs_diag_t *diag);
+/* Copies [begin, end) of `kind`, as rs__exec_run_copies runs them all. */
+rs_status_t rs__exec_run_copy_range(rs_exec_h x, int kind, size_t begin,
+                                    size_t end, int use_pool, rs_diag_t *diag);
+
+/* Posts wave (or round) w of wave_reads and waits for it, timed into the
+ * wire stage (pipeline.c). */
+rs_status_t rs__exec_wire_wave(rs_exec_h x, size_t w, rs_diag_t *diag);
 
 /* The wire, replay, cast and verify stages overlapped by waves. */
 rs_status_t rs__exec_run_pipelined(rs_exec_h x, rs_diag_t *diag);

@@ -10,8 +10,7 @@
 #include "exec/exec_impl.h"
 #include "core/pool.h"
 
-/* Posts wave w and waits for it, timed into the wire stage. */
-static rs_status_t wire_wave(rs_exec_h x, size_t w, rs_diag_t *diag)
+rs_status_t rs__exec_wire_wave(rs_exec_h x, size_t w, rs_diag_t *diag)
 {
     size_t b = w > 0 ? x->waves[w - 1].reads_end : 0;
     size_t e = x->waves[w].reads_end;
@@ -56,13 +55,13 @@ static rs_status_t run_waves(rs_exec_h x, rs_diag_t *diag)
     if (x->waves == NULL) /* a pipelined run is only chosen with waves */
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "executor: a "
                             "pipelined run without waves");
-    rs_status_t st = wire_wave(x, 0, diag);
+    rs_status_t st = rs__exec_wire_wave(x, 0, diag);
     for (size_t w = 0; st == RS_OK && w < x->nwaves; w++) {
         rs_diag_t wire_diag = {RS_OK, ""};
         rs_status_t wst = RS_OK;
         start_wave(x, w);
         if (w + 1 < x->nwaves)
-            wst = wire_wave(x, w + 1, &wire_diag);
+            wst = rs__exec_wire_wave(x, w + 1, &wire_diag);
         st = rs__exec_job_join(x, diag);
         if (st == RS_OK && wst != RS_OK) {
             if (diag != NULL)

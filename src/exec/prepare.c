@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/mem_avail.h"
 #include "core/pages.h"
 #include "core/diag.h"
 #include "exec/exec_impl.h"
@@ -148,46 +149,35 @@ rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
     return RS_VEC_PUSH(x, replays, xc) ? RS_OK : OOM(diag);
 }
 
-#define STAGING_ALIGN ((uint64_t)4096)
-
-/* Adds a staging buffer of nbytes at a page boundary of the staging
- * block; 0 when the block would pass SIZE_MAX. */
-static int reserve(uint64_t *len, uint64_t nbytes, size_t *at_p)
-{
-    uint64_t room = (uint64_t)SIZE_MAX - STAGING_ALIGN;
-    if (nbytes > room || *len > room - nbytes)
-        return 0;
-    *at_p = (size_t)*len;
-    *len += (nbytes + STAGING_ALIGN - 1) & ~(STAGING_ALIGN - 1);
-    return 1;
-}
-
-/* Every full pull's and convert's staging, as one block of whole pages
- * (huge pages when large), each buffer page-aligned: reads land on page
- * boundaries, and one mapping per plan instead of one per buffer. */
+/* Every staged box's buffer, in one block of whole pages (huge pages when
+ * large) laid out by the staging budget (staging.c): boxes of one round
+ * side by side, each page-aligned, and every round from the block's start,
+ * so the block is as large as the largest round. Reads land on page
+ * boundaries, and one mapping per plan instead of one per buffer. Refused
+ * before allocating when the block does not fit the memory there is. */
 static rs_status_t alloc_staging(rs_exec_h x, rs_diag_t *diag)
 {
-    size_t nfp, ncv, k;
-    const rs_staged_read_t *fp = rs_plan_staged_reads(x->plan, &nfp);
-    const rs_convert_t *cv = rs_plan_converts(x->plan, &ncv);
-    uint64_t len = 0;
-    int ok = 1;
-    x->fp_staging = calloc(nfp + 1, sizeof(unsigned char *));
-    x->cv_staging = calloc(ncv + 1, sizeof(unsigned char *));
-    size_t *at = malloc((nfp + ncv + 1) * sizeof(size_t));
-    for (k = 0; ok && at != NULL && k < nfp + ncv; k++)
-        ok = reserve(&len, k < nfp ? fp[k].staging_bytes
-                                   : cv[k - nfp].staging_bytes, &at[k]);
-    if (x->fp_staging == NULL || x->cv_staging == NULL || at == NULL || !ok ||
-        (x->staging = rs__pages_alloc((size_t)len)) == NULL) {
-        free(at);
+    rs__staging_layout_t *l = &x->layout;
+    rs_status_t st = rs__staging_layout(x->plan, x->params.staging_budget,
+                                        rs__exec_pipelined(&x->params), diag,
+                                        l);
+    if (st != RS_OK)
+        return st;
+    if (l->need.bytes > (uint64_t)SIZE_MAX)
         return OOM(diag);
-    }
-    x->staging_len = (size_t)len;
-    for (k = 0; k < nfp + ncv; k++)
-        *(k < nfp ? &x->fp_staging[k] : &x->cv_staging[k - nfp]) =
-            x->staging + at[k];
-    free(at);
+    if ((st = rs__mem_fits(l->need.bytes, "executor staging", diag)) != RS_OK)
+        return st;
+    x->fp_staging = calloc(l->nfp + 1, sizeof(unsigned char *));
+    x->cv_staging = calloc(l->ncv + 1, sizeof(unsigned char *));
+    if (x->fp_staging == NULL || x->cv_staging == NULL ||
+        (x->staging = rs__pages_alloc((size_t)l->need.bytes)) == NULL)
+        return OOM(diag);
+    x->staging_len = (size_t)l->need.bytes;
+    x->bounded = l->need.rounds > 1;
+    for (size_t k = 0; k < l->nfp; k++)
+        x->fp_staging[k] = x->staging + l->at[k];
+    for (size_t k = 0; k < l->ncv; k++)
+        x->cv_staging[k] = x->staging + l->at[l->nfp + l->nquant + k];
     return RS_OK;
 }
 
@@ -263,6 +253,9 @@ void rs__exec_release(rs_exec_h x)
     rs__pages_free(x->staging, x->staging_len);
     x->staging = NULL;
     x->staging_len = 0;
+    x->bounded = 0;
+    rs__staging_layout_free(&x->layout);
+    memset(&x->layout, 0, sizeof(x->layout));
     rs__exec_release_waves(x);
     rs__exec_release_quant(x);
     free(x->fp_staging);
@@ -346,7 +339,8 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
     if ((st = prepare_converts(x, diag)) != RS_OK)
         goto fail;
     x->phase_end[2] = x->nreads;
-    if ((st = rs__exec_prepare_waves(x, diag)) != RS_OK ||
+    if ((st = x->bounded ? rs__exec_prepare_rounds(x, diag)
+                         : rs__exec_prepare_waves(x, diag)) != RS_OK ||
         (st = rs__exec_mark_overlaps(x, diag)) != RS_OK)
         goto fail;
     rs__exec_quant_order(x);
@@ -363,6 +357,7 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
     x->stage[RS_STAGE_DESCRIPTORS] = rs__now_s() - t0;
     if (x->params.verify_digests &&
         ((st = rs__exec_prepare_pieces(x, diag)) != RS_OK ||
+         (st = rs__exec_rounds_spanning(x, diag)) != RS_OK ||
          (st = rs__exec_schedule_verify(x, diag)) != RS_OK ||
          (st = rs__exec_prepare_taps(x, diag)) != RS_OK))
         goto fail;

@@ -13,7 +13,6 @@
 
 #include "core/clock.h"
 #include "core/diag.h"
-#include "core/pages.h"
 #include "exec/exec_impl.h"
 
 #define OOM(diag) rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory")
@@ -33,13 +32,12 @@ typedef struct rs__exec_quant {
 struct rs_xquants {
     rs__exec_quant_t *v;
     size_t n;
-    unsigned char *staging;
-    size_t staging_len;
+    unsigned char *staging; /* the executor's: not owned */
     double seconds; /* the last run's quantizing */
 };
 
 /* The records the executor quantizes: receiver path, planned. */
-static int wanted(const rs_quantized_t *r)
+int rs__exec_quant_wanted(const rs_quantized_t *r)
 {
     return r->path == RS_QUANT_PATH_RECEIVER && r->weight_copy != SIZE_MAX &&
            r->staging_bytes > 0;
@@ -50,21 +48,23 @@ size_t rs__exec_quant_reads(rs_plan_h plan)
     size_t n, total = 0;
     const rs_quantized_t *r = rs_plan_quantized(plan, &n);
     for (size_t i = 0; i < n; i++)
-        total += wanted(&r[i]) ? r[i].nsegments : 0;
+        total += rs__exec_quant_wanted(&r[i]) ? r[i].nsegments : 0;
     return total;
 }
 
 static size_t round_up(size_t v) { return (v + QALIGN - 1) & ~(QALIGN - 1); }
 
-/* The block geometry of a record and the sizes of its three buffers. */
-static rs_status_t shape_one(rs_exec_h x, const rs_quantized_t *r,
-                             rs__exec_quant_t *xq, size_t *len, rs_diag_t *diag)
+/* The block geometry of a record and its three buffers, at offsets from
+ * the start of its own staging; *len_p: their bytes in whole pages. */
+static rs_status_t shape_one(rs_capture_h cap, const rs_quantized_t *r,
+                             rs__exec_quant_t *xq, uint64_t *len_p,
+                             rs_diag_t *diag)
 {
     rs_diag_t d = {RS_OK, ""};
     uint64_t numel = 1, ngrid = 1;
     memset(xq, 0, sizeof(*xq));
     xq->rec = r;
-    if (!rs_capture_copy_quant(x->cap, r->copy, &xq->q) ||
+    if (!rs_capture_copy_quant(cap, r->copy, &xq->q) ||
         rs_quant_block_shape(&xq->q, r->ndim, r->global_shape, &d,
                              xq->block) != RS_OK)
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu of '%s': its "
@@ -80,13 +80,17 @@ static rs_status_t shape_one(rs_exec_h x, const rs_quantized_t *r,
     }
     xq->fp8_bytes = numel;
     xq->scale_bytes = ngrid * sizeof(float);
-    xq->at_src = *len;
-    *len += round_up((size_t)r->staging_bytes);
-    xq->at_fp8 = *len;
-    *len += round_up((size_t)xq->fp8_bytes);
-    xq->at_scale = *len;
-    *len += round_up((size_t)xq->scale_bytes);
+    xq->at_fp8 = round_up((size_t)r->staging_bytes);
+    xq->at_scale = xq->at_fp8 + round_up((size_t)xq->fp8_bytes);
+    *len_p = xq->at_scale + round_up((size_t)xq->scale_bytes);
     return RS_OK;
+}
+
+rs_status_t rs__exec_quant_box_bytes(rs_capture_h cap, const rs_quantized_t *r,
+                                     uint64_t *bytes_p, rs_diag_t *diag)
+{
+    rs__exec_quant_t xq;
+    return shape_one(cap, r, &xq, bytes_p, diag);
 }
 
 /* A staged read standing for one of the record's outputs, so the
@@ -126,24 +130,29 @@ static rs_status_t program_one(rs_exec_h x, struct rs_xquants *qs,
     return st;
 }
 
-static rs_status_t alloc_all(struct rs_xquants *qs, const rs_quantized_t *r,
+/* Every record's buffers, placed where the staging layout put its box in
+ * the executor's staging (the quantized boxes own no memory). */
+static rs_status_t place_all(struct rs_xquants *qs, const rs_quantized_t *r,
                              size_t n, rs_exec_h x, rs_diag_t *diag)
 {
-    size_t len = 0, k = 0;
+    size_t k = 0;
     qs->v = calloc(n + 1, sizeof(rs__exec_quant_t));
     if (qs->v == NULL)
         return OOM(diag);
     for (size_t i = 0; i < n; i++) {
-        if (!wanted(&r[i]))
+        if (!rs__exec_quant_wanted(&r[i]))
             continue;
-        rs_status_t st = shape_one(x, &r[i], &qs->v[k++], &len, diag);
+        uint64_t len, at = x->layout.at[x->layout.nfp + k];
+        rs__exec_quant_t *xq = &qs->v[k++];
+        rs_status_t st = shape_one(x->cap, &r[i], xq, &len, diag);
         if (st != RS_OK)
             return st;
+        xq->at_src += (size_t)at;
+        xq->at_fp8 += (size_t)at;
+        xq->at_scale += (size_t)at;
     }
     qs->n = k;
-    if (len > 0 && (qs->staging = rs__pages_alloc(len)) == NULL)
-        return OOM(diag);
-    qs->staging_len = len;
+    qs->staging = x->staging;
     return RS_OK;
 }
 
@@ -157,7 +166,7 @@ rs_status_t rs__exec_prepare_quant(rs_exec_h x, rs_diag_t *diag)
     if (qs == NULL)
         return OOM(diag);
     x->quants = qs;
-    rs_status_t st = alloc_all(qs, r, n, x, diag);
+    rs_status_t st = place_all(qs, r, n, x, diag);
     for (size_t i = 0; st == RS_OK && i < qs->n; i++)
         st = program_one(x, qs, &qs->v[i], diag);
     return st;
@@ -186,7 +195,6 @@ void rs__exec_release_quant(rs_exec_h x)
     struct rs_xquants *qs = x->quants;
     if (qs == NULL)
         return;
-    rs__pages_free(qs->staging, qs->staging_len);
     free(qs->v);
     free(qs);
     x->quants = NULL;

@@ -50,6 +50,10 @@ void rs_exec_stages(rs_exec_h x, rs_exec_stages_t *s)
         .run_s = x->run_s,
         .waves = x->run_waves,
         .threads = x->run_threads,
+        .staging_bytes = x->prepared ? (uint64_t)x->staging_len +
+                                           x->verify_buf_len : 0,
+        .staging_unbounded = x->prepared ? x->layout.need.unbounded : 0,
+        .staging_rounds = x->prepared ? x->layout.need.rounds : 0,
     };
 }
 
@@ -100,6 +104,12 @@ rs_status_t rs_exec_write_stages(const rs_exec_stages_t *s, unsigned flags,
         json_object_set_new(root, "run_s", json_real(s->run_s));
     json_object_set_new(root, "waves", json_integer((json_int_t)s->waves));
     json_object_set_new(root, "threads", json_integer((json_int_t)s->threads));
+    json_object_set_new(root, "staging_bytes",
+                        json_integer((json_int_t)s->staging_bytes));
+    json_object_set_new(root, "staging_unbounded_bytes",
+                        json_integer((json_int_t)s->staging_unbounded));
+    json_object_set_new(root, "staging_rounds",
+                        json_integer((json_int_t)s->staging_rounds));
     return dump(root, flags, out, diag);
 }
 

@@ -121,15 +121,15 @@ rs_status_t rs__exec_job_join(rs_exec_h x, rs_diag_t *diag)
     return j->status;
 }
 
-/* Copies of `kind` in loader order: all of them, or the ordered ones. */
-static rs_status_t in_order(rs_exec_h x, int kind, int only_ordered,
-                            rs_diag_t *diag)
+/* Copies [begin, end) of `kind` in loader order: all of them, or the
+ * ordered ones. */
+static rs_status_t in_order(rs_exec_h x, int kind, size_t begin, size_t end,
+                            int only_ordered, rs_diag_t *diag)
 {
     const rs__exec_copy_t *c = kind == RS_STAGE_REPLAY ? x->replays : x->casts;
     const unsigned char *ord = kind == RS_STAGE_REPLAY ? x->replay_ordered
                                                        : x->cast_ordered;
-    size_t n = kind == RS_STAGE_REPLAY ? x->replays_len : x->casts_len;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = begin; i < end; i++) {
         if (only_ordered && !ord[i])
             continue;
         rs_status_t st = rs__exec_copy(&c[i]);
@@ -142,16 +142,21 @@ static rs_status_t in_order(rs_exec_h x, int kind, int only_ordered,
     return RS_OK;
 }
 
-rs_status_t rs__exec_run_ordered(rs_exec_h x, int kind, rs_diag_t *diag)
+static size_t num_copies(const rs_exec_h x, int kind)
 {
-    return in_order(x, kind, 1, diag);
+    return kind == RS_STAGE_REPLAY ? x->replays_len : x->casts_len;
 }
 
-rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag)
+rs_status_t rs__exec_run_ordered(rs_exec_h x, int kind, rs_diag_t *diag)
 {
-    size_t n = kind == RS_STAGE_REPLAY ? x->replays_len : x->casts_len;
-    if (n < 2 || rs__transport_workers(x->t) < 2)
-        return in_order(x, kind, 0, diag);
+    return in_order(x, kind, 0, num_copies(x, kind), 1, diag);
+}
+
+rs_status_t rs__exec_run_copy_range(rs_exec_h x, int kind, size_t begin,
+                                    size_t end, int use_pool, rs_diag_t *diag)
+{
+    if (!use_pool || end - begin < 2 || rs__transport_workers(x->t) < 2)
+        return in_order(x, kind, begin, end, 0, diag);
     rs_status_t st = rs__exec_pool(x, diag);
     if (st != RS_OK) {
         x->failure = "prepare"; /* its threads could not start */
@@ -161,11 +166,17 @@ rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag)
     j->rep_begin = j->rep_end = j->cast_begin = j->cast_end = 0;
     j->ver_begin = j->ver_end = 0;
     j->quant_begin = j->quant_end = 0;
-    *(kind == RS_STAGE_REPLAY ? &j->rep_end : &j->cast_end) = n;
+    *(kind == RS_STAGE_REPLAY ? &j->rep_begin : &j->cast_begin) = begin;
+    *(kind == RS_STAGE_REPLAY ? &j->rep_end : &j->cast_end) = end;
     j->skip_ordered = 1;
     rs__exec_job_start(x);
     if ((st = rs__exec_job_join(x, diag)) != RS_OK)
         return st;
     x->run_threads = rs__pool_workers(x->pool) + 1;
-    return in_order(x, kind, 1, diag);
+    return in_order(x, kind, begin, end, 1, diag);
+}
+
+rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag)
+{
+    return rs__exec_run_copy_range(x, kind, 0, num_copies(x, kind), 1, diag);
 }

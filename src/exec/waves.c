@@ -13,9 +13,9 @@
 #define WAVE_MAX ((uint64_t)256 << 20)
 #define WAVES_AUTO 16
 
-static int pipelined(const rs_exec_h x)
+int rs__exec_pipelined(const rs_exec_params_t *p)
 {
-    return !x->params.serial && !x->params.phased && x->params.progress == NULL;
+    return !p->serial && !p->phased && p->progress == NULL;
 }
 
 static uint64_t wave_target(const rs_exec_h x)
@@ -94,7 +94,7 @@ rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag)
     rs_plan_staged_reads(x->plan, &nfp);
     rs_plan_converts(x->plan, &ncv);
     x->nwaves = 0;
-    if (!pipelined(x))
+    if (!rs__exec_pipelined(&x->params))
         return RS_OK;
     x->wave_reads = malloc((x->nreads + 1) * sizeof(rs_read_t));
     x->waves = malloc((nfp + ncv + rs__exec_quant_count(x) + x->phase_end[0] +
@@ -119,6 +119,8 @@ rs_status_t rs__exec_prepare_waves(rs_exec_h x, rs_diag_t *diag)
  * wave) when a piece is late; -1 for groups not fully read. */
 static long group_wave(const rs_exec_h x, size_t i, size_t end)
 {
+    if (x->bounded) /* rounds: where its staged pieces are (rounds.c) */
+        return rs__exec_group_round(x, i, end);
     size_t ns;
     const rs_shard_ref_t *sh = rs_plan_shards(x->plan, &ns);
     const rs__piece_t *p = x->pieces;

@@ -1,5 +1,5 @@
 /* The receiver's dry run: every per-pull step short of the wire (discover,
- * tables, fingerprint, plan or reuse, prepare), against the real directory,
+ * tables, fingerprint, plan or reuse), against the real directory,
  * so an operator sees what a pull would move, and a benchmark sees what the
  * control path costs, without connecting to a publisher or taking a lease. */
 #include <string.h>
@@ -10,17 +10,37 @@
 #include "refit/receiver_impl.h"
 #include "reshard/plan.h"
 
-/* The figures a pull would see, from the prepared executor and the plan. */
-static void figures(rs_receiver_h r, rs_dry_run_t *res)
+/* The figures a pull would see, from the plan alone: what it reads, and
+ * what it holds (parameters, shadows, staging under the budget). */
+static rs_status_t figures(rs_receiver_h r, rs_dry_run_t *res, rs_diag_t *diag)
 {
     rs_plan_h plan = rs_receiver_plan(r);
-    rs_exec_prepared(rs_receiver_exec(r), &res->bytes, &res->descriptors);
+    rs_plan_stats_t st;
+    rs_staging_need_t need;
+    rs_plan_stats(plan, &st);
+    res->bytes = st.bytes_planned;
+    res->descriptors = st.descriptor_count;
     res->complete = rs_plan_is_complete(plan);
     res->sessions = rs__receiver_sessions_read(plan);
+    for (size_t p = 0; p < rs_capture_num_params(r->cap); p++) {
+        rs_param_info_t info;
+        rs_capture_param(r->cap, p, &info);
+        res->param_bytes += info.nbytes;
+    }
+    res->shadow_bytes = r->params.shadow ? res->param_bytes : 0;
+    rs_exec_params_t ep; /* the pull's executor's */
+    rs__receiver_exec_params(r, &ep);
+    rs_status_t s = rs_exec_staging_need(plan, &ep, diag, &need);
+    if (s != RS_OK)
+        return s;
+    res->staging_bytes = need.bytes;
+    res->staging_unbounded = need.unbounded;
+    res->staging_rounds = need.rounds;
+    return RS_OK;
 }
 
-/* Fingerprint, plan or reuse, prepare: the step after the tables. Owns
- * `sources`. */
+/* Fingerprint, plan or reuse, and the figures: the step after the tables.
+ * Owns `sources`. Nothing is prepared: preparing allocates the staging. */
 static rs_status_t plan_step(rs_receiver_h r, rs_sources_h sources,
                              rs_dry_run_t *res, rs_diag_t *diag)
 {
@@ -37,7 +57,7 @@ static rs_status_t plan_step(rs_receiver_h r, rs_sources_h sources,
     res->plan_s = t2 - t1;
     res->replanned = pr.replanned;
     if (st == RS_OK)
-        st = rs_exec_prepare(rs_receiver_exec(r), diag);
+        st = figures(r, res, diag);
     res->prepare_s = rs__now_s() - t2;
     return st;
 }
@@ -70,7 +90,6 @@ rs_status_t rs_receiver_dry_run(rs_receiver_h r, int64_t version,
     st = plan_step(r, sources, &res, diag);
     if (st != RS_OK)
         return st;
-    figures(r, &res);
     res.total_s = rs__now_s() - t0;
     if (result_p != NULL)
         *result_p = res;

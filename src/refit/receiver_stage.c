@@ -106,6 +106,7 @@ void rs__receiver_exec_params(rs_receiver_h r, rs_exec_params_t *ep)
     ep->progress = p->progress;
     ep->progress_ctx = p->progress_ctx;
     ep->progress_chunk_bytes = p->progress_chunk_bytes;
+    ep->staging_budget = p->staging_budget;
     ep->install = install_staged;
     ep->install_ctx = r;
     ep->cancel = &r->cancel;

@@ -231,7 +231,8 @@ static void rig_close(rig_t *g)
     tfx_world_close(&g->world);
 }
 
-static rs_exec_h make_exec(rig_t *g, int serial, uint64_t wave_bytes)
+static rs_exec_h make_exec_budget(rig_t *g, int serial, uint64_t wave_bytes,
+                                  uint64_t budget)
 {
     rs_exec_params_t ep;
     rs_exec_h x;
@@ -239,6 +240,7 @@ static rs_exec_h make_exec(rig_t *g, int serial, uint64_t wave_bytes)
     rs_exec_params_init(&ep);
     ep.serial = serial;
     ep.wave_bytes = wave_bytes;
+    ep.staging_budget = budget;
     ep.verify_digests = 1;
     ep.install = on_install;
     ep.install_ctx = &g->sh;
@@ -247,8 +249,14 @@ static rs_exec_h make_exec(rig_t *g, int serial, uint64_t wave_bytes)
         assert_int_equal(rs_exec_bind(x, (size_t)p, g->sh.staged[p],
                                       g->sh.nbytes[p], RS_MEM_HOST, &diag),
                          RS_OK);
-    assert_int_equal(rs_exec_prepare(x, &diag), RS_OK);
+    if (rs_exec_prepare(x, &diag) != RS_OK)
+        fail_msg("prepare: %s", diag.msg);
     return x;
+}
+
+static rs_exec_h make_exec(rig_t *g, int serial, uint64_t wave_bytes)
+{
+    return make_exec_budget(g, serial, wave_bytes, 0);
 }
 
 static void assert_staging_aligned(rs_exec_h x)
@@ -395,12 +403,209 @@ static void test_failure_mid_pipeline(void **state)
     each_backend(fail_body);
 }
 
+/* Staging budgets: w's full pull and u's convert take 8 KiB of staging
+ * each (whole pages), v's two staged halves 4 KiB each, in that order. A
+ * budget of 8 KiB runs three rounds (w | v v | u), of 12 KiB two (w v | v
+ * u: the two copies into o in different rounds), of 16 KiB two serially
+ * (w v v | u) and three pipelined (w | v v | u, in two 8 KiB halves), the
+ * default and an unbounded one a single round; every
+ * run, serial or not, installs the bytes the pattern says (the second
+ * copy into o still wins), verifies every shard, and holds no more
+ * staging than its budget. */
+static void budget_body(rig_t *g, const tfx_backend_t *b)
+{
+    /* rounds and bytes held: serial runs, then pipelined ones */
+    static const struct { uint64_t budget, rounds[2], held[2]; } cases[] = {
+        {8192, {3, 3}, {8192, 8192}}, {12288, {2, 2}, {12288, 12288}},
+        {16384, {2, 3}, {16384, 16384}}, {0, {1, 1}, {24576, 24576}},
+        {RS_STAGING_UNBOUNDED, {1, 1}, {24576, 24576}}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        for (int serial = 0; serial < 2; serial++) {
+            rs_diag_t diag;
+            rs_exec_stages_t sg;
+            rs_staging_need_t need;
+            rs_exec_h x = make_exec_budget(g, serial, 1, cases[c].budget);
+            assert_staging_aligned(x);
+            for (int again = 0; again < 2; again++) { /* prepared state reused */
+                for (int p = 0; p < NPARAMS; p++) {
+                    memset(g->sh.staged[p], 0xEE, g->sh.nbytes[p]);
+                    memset(g->sh.real[p], 0x11, g->sh.nbytes[p]);
+                }
+                if (rs_exec_run(x, &diag) != RS_OK)
+                    fail_msg("%s/%u budget %llu: %s", b->name, b->threads,
+                             (unsigned long long)cases[c].budget, diag.msg);
+                for (int p = 0; p < NPARAMS; p++)
+                    assert_memory_equal(g->sh.real[p], g->want[p],
+                                        g->sh.nbytes[p]);
+            }
+            rs_exec_stages(x, &sg);
+            assert_int_equal(sg.staging_rounds, cases[c].rounds[!serial]);
+            assert_int_equal(sg.staging_unbounded, 3 * 8192);
+            assert_int_equal(sg.staging_bytes, cases[c].held[!serial]);
+            /* pipelined with 16 KiB: w | v v | u alternate between two
+             * 8 KiB halves, each round replayed on a pool thread while
+             * the next is read */
+            if (!serial && cases[c].budget == 16384)
+                assert_int_equal(sg.threads, 2);
+            if (cases[c].budget > 0)
+                assert_true(sg.staging_bytes <= cases[c].budget);
+            assert_int_equal(sg.shards_verified, NSESS * NSRC);
+            rs_exec_params_t ep;
+            rs_exec_params_init(&ep);
+            ep.serial = serial;
+            ep.staging_budget = cases[c].budget;
+            assert_int_equal(rs_exec_staging_need(g->plan, &ep, &diag, &need),
+                             RS_OK);
+            assert_int_equal(need.bytes, sg.staging_bytes);
+            assert_int_equal(need.rounds, sg.staging_rounds);
+            rs_exec_destroy(x);
+        }
+    }
+}
+
+static void test_staging_budget(void **state)
+{
+    (void)state;
+    each_backend(budget_body);
+}
+
+/* Prepares an executor of the rig's plan under `budget`: its status, and
+ * whether it holds staging afterwards. */
+static rs_status_t try_prepare(rig_t *g, uint64_t budget, rs_diag_t *diag,
+                               int *holds_staging)
+{
+    rs_exec_params_t ep;
+    rs_exec_h x;
+    rs_exec_params_init(&ep);
+    ep.staging_budget = budget;
+    assert_int_equal(rs_exec_create(g->plan, g->t, &ep, diag, &x), RS_OK);
+    for (int p = 0; p < NPARAMS; p++)
+        assert_int_equal(rs_exec_bind(x, (size_t)p, g->sh.staged[p],
+                                      g->sh.nbytes[p], RS_MEM_HOST, diag),
+                         RS_OK);
+    rs_status_t st = rs_exec_prepare(x, diag);
+    *holds_staging = x->staging != NULL;
+    rs_exec_destroy(x);
+    return st;
+}
+
+/* A box above an explicit budget is refused at prepare, naming the copy
+ * and both sizes; so is staging above the memory there is
+ * (RESHARD_MEMORY_AVAILABLE stands for the machine), and a malformed
+ * figure. Nothing is allocated then. */
+static void test_staging_refused(void **state)
+{
+    (void)state;
+    rig_t g;
+    rs_diag_t diag;
+    int holds;
+    assert_int_equal(rig_open(&g, &tfx_backends[0]), 0);
+    assert_int_equal(try_prepare(&g, 4096, &diag, &holds), RS_ERR_INVALID_ARG);
+    assert_non_null(strstr(diag.msg, "staging budget of 4.00 KiB (4096 bytes)"));
+    assert_non_null(strstr(diag.msg, "copy 0 of 'w' into 'wt'"));
+    assert_non_null(strstr(diag.msg, "(8192 bytes)"));
+    assert_false(holds);
+
+    assert_int_equal(setenv("RESHARD_MEMORY_AVAILABLE", "20 KiB", 1), 0);
+    assert_int_equal(try_prepare(&g, 0, &diag, &holds), RS_ERR_NO_MEMORY);
+    assert_non_null(strstr(diag.msg, "executor staging needs 24.0 KiB "
+                                     "(24576 bytes), and there is 20.0 KiB "
+                                     "(20480 bytes, RESHARD_MEMORY_AVAILABLE)"));
+    assert_false(holds);
+    /* under a budget that fits, the same plan prepares */
+    assert_int_equal(try_prepare(&g, 16384, &diag, &holds), RS_OK);
+    assert_true(holds);
+    assert_int_equal(setenv("RESHARD_MEMORY_AVAILABLE", "lots", 1), 0);
+    assert_int_equal(try_prepare(&g, 0, &diag, &holds), RS_ERR_INPUT);
+    assert_non_null(strstr(diag.msg, "RESHARD_MEMORY_AVAILABLE='lots'"));
+    assert_false(holds);
+    assert_int_equal(unsetenv("RESHARD_MEMORY_AVAILABLE"), 0);
+    rig_close(&g);
+}
+
+/* A shard read by boxes of two rounds: f = w[0 : H + 8] and g = w[H - 8 :
+ * 2H], both cast to f32, are two converts (two pages of staging each), and
+ * each of w's shards is read by both. Under a budget of one convert they
+ * take a round each and no round holds all of a shard's pieces: both
+ * shards are read whole once more for their digests (the buffer counted in
+ * the staging held), and the run is byte-exact. */
+static void test_shard_across_rounds(void **state)
+{
+    (void)state;
+    enum { ROWS = H + 8 };
+    rig_t g;
+    rs_diag_t diag;
+    assert_int_equal(rig_open(&g, &tfx_backends[0]), 0);
+    rs_capture_h cap;
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    int64_t numel = (int64_t)W * ROWS;
+    int64_t shape[2] = {ROWS, W}, stride[2] = {W, 1};
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "g" : "f";
+        assert_int_equal(rs_capture_add_param(cap, name, 1, &numel,
+                                              RS_DTYPE_F32, NULL), RS_OK);
+        rs_op_t narrow = {.kind = RS_OP_NARROW,
+                          .arg = {0, k * (2 * H - ROWS), ROWS}};
+        add_copy(cap, "w", name, &narrow, 1, shape, stride, RS_DTYPE_F32);
+    }
+    rs_plan_h plan;
+    assert_int_equal(rs_plan_build(cap, g.srcs, NULL, &diag, &plan), RS_OK);
+    size_t ncv;
+    rs_plan_converts(plan, &ncv);
+    assert_int_equal(ncv, 2);
+    uint8_t *out[2], *want[2];
+    for (int k = 0; k < 2; k++) {
+        out[k] = malloc((size_t)numel * 4);
+        want[k] = malloc((size_t)numel * 4);
+        for (int64_t r = 0; r < ROWS; r++)
+            for (int64_t c = 0; c < W; c++) {
+                uint32_t f = bf16_to_f32(src_at(0, k * (2 * H - ROWS) + r, c));
+                memcpy(want[k] + (r * W + c) * 4, &f, 4);
+            }
+    }
+    for (int bounded = 0; bounded < 2; bounded++) {
+        rs_exec_params_t ep;
+        rs_exec_h x;
+        rs_exec_stages_t sg;
+        rs_exec_params_init(&ep);
+        ep.verify_digests = 1;
+        ep.staging_budget = bounded ? 8192 : RS_STAGING_UNBOUNDED;
+        assert_int_equal(rs_exec_create(plan, g.t, &ep, &diag, &x), RS_OK);
+        for (int k = 0; k < 2; k++) {
+            memset(out[k], 0xEE, (size_t)numel * 4);
+            assert_int_equal(rs_exec_bind(x, (size_t)k, out[k],
+                                          (uint64_t)numel * 4, RS_MEM_HOST,
+                                          &diag), RS_OK);
+        }
+        if (rs_exec_run(x, &diag) != RS_OK)
+            fail_msg("bounded %d: %s", bounded, diag.msg);
+        for (int k = 0; k < 2; k++)
+            assert_memory_equal(out[k], want[k], (size_t)numel * 4);
+        rs_exec_stages(x, &sg);
+        assert_int_equal(sg.shards_verified, NSESS);
+        assert_int_equal(sg.staging_rounds, bounded ? 2 : 1);
+        assert_int_equal(sg.staging_bytes,
+                         bounded ? 8192 + SHARD_BYTES : 2 * 8192);
+        rs_exec_destroy(x);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(out[k]);
+        free(want[k]);
+    }
+    rs_plan_destroy(plan);
+    rs_capture_destroy(cap);
+    rig_close(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_overlap_marks),
         cmocka_unit_test(test_byte_exact),
         cmocka_unit_test(test_failure_mid_pipeline),
+        cmocka_unit_test(test_staging_budget),
+        cmocka_unit_test(test_staging_refused),
+        cmocka_unit_test(test_shard_across_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

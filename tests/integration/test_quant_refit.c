@@ -300,6 +300,7 @@ typedef struct run {
     int installs;
     int untouched;
     int exact;
+    rs_exec_stages_t sg; /* of the run */
 } run_t;
 
 static rs_status_t on_install(void *ctx, rs_exec_h x)
@@ -327,6 +328,7 @@ static void connect_all(world_t *w, rs_transport_h t, rs_plan_h plan)
 /* Executes the plan into the capture's params (prefilled 0xEE), serial or
  * pipelined in small waves, verifying digests; compares with exp[p]. */
 static const char *backend = "local";
+static uint64_t staging_budget = 0; /* rs_exec_params_t's, for execute */
 
 static run_t execute(world_t *w, rs_plan_h plan, int serial,
                      unsigned char *const *exp, void (*before)(world_t *))
@@ -350,6 +352,7 @@ static run_t execute(world_t *w, rs_plan_h plan, int serial,
     ep.coverage_floor = 1.0;
     ep.serial = serial;
     ep.wave_bytes = 64;
+    ep.staging_budget = staging_budget;
     ep.install = on_install;
     ep.install_ctx = &r.installs;
     assert_int_equal(rs_exec_create(plan, t, &ep, &r.diag, &x), RS_OK);
@@ -365,6 +368,7 @@ static run_t execute(world_t *w, rs_plan_h plan, int serial,
     if (before != NULL)
         before(w);
     r.st = rs_exec_run(x, &r.diag);
+    rs_exec_stages(x, &r.sg);
     r.untouched = r.exact = 1;
     for (size_t p = 0; p < np; p++) {
         rs_param_info_t info;
@@ -907,9 +911,9 @@ static void test_plan_records(void **state)
  * (local-mt, waves of a box or two): each box is quantized in its wave,
  * the derived copies replayed at the end; byte for byte, and a NaN in one
  * box fails the run with nothing of any quantized copy written. */
-static void test_pipelined_boxes(void **state)
+/* rounds[serial]: the rounds expected under `budget` (0: unbounded) */
+static void pipelined_boxes(uint64_t budget, const uint64_t rounds[2])
 {
-    (void)state;
     static const char *const names[4] = {"a", "b", "c", "d"};
     static const char *const wn[4] = {"wa", "wb", "wc", "wd"};
     static const char *const sn[4] = {"sa", "sb", "sc", "sd"};
@@ -942,8 +946,15 @@ static void test_pipelined_boxes(void **state)
             publish_grid(&w, &t[k], rc, 2, cc, 1);
         }
         rs_plan_h plan = plan_of(&w);
+        staging_budget = budget;
         for (int serial = 0; serial < 2; serial++) {
             run_t res = execute(&w, plan, serial, poison ? NULL : exp, NULL);
+            if (budget > 0 && res.sg.staging_bytes > budget)
+                fail_msg("staging %llu above the budget %llu",
+                         (unsigned long long)res.sg.staging_bytes,
+                         (unsigned long long)budget);
+            if (budget > 0)
+                assert_int_equal(res.sg.staging_rounds, rounds[serial]);
             if (!poison) {
                 if (res.st != RS_OK || !res.exact)
                     fail_msg("serial %d: %s %s", serial, rs_status_str(res.st),
@@ -954,8 +965,11 @@ static void test_pipelined_boxes(void **state)
             if (strstr(res.diag.msg, "c") == NULL || strstr(res.diag.msg, "2, 1") == NULL)
                 fail_msg("message: %s", res.diag.msg);
             assert_int_equal(res.installs, 0);
-            assert_true(res.untouched);
+            /* in rounds, the boxes of earlier rounds were replayed */
+            if (budget == 0)
+                assert_true(res.untouched);
         }
+        staging_budget = 0;
         rs_plan_destroy(plan);
         for (int k = 0; k < 4; k++) {
             free(exp[2 * k]);
@@ -966,6 +980,36 @@ static void test_pipelined_boxes(void **state)
         world_free(&w);
     }
     backend = "local";
+}
+
+static void test_pipelined_boxes(void **state)
+{
+    (void)state;
+    static const uint64_t one[2] = {1, 1};
+    pipelined_boxes(0, one);
+}
+
+/* The same boxes under a staging budget of one box (12 KiB: its bf16
+ * source, FP8 box and scales a page each): four rounds (serial or not: one
+ * box does not fit half the budget), each box read,
+ * quantized and replayed before the next is read into the same buffer;
+ * byte for byte as the reference says, and a refused block still fails
+ * the run before install. */
+static void test_boxes_in_rounds(void **state)
+{
+    (void)state;
+    static const uint64_t four[2] = {4, 4};
+    pipelined_boxes(12288, four);
+}
+
+/* Under two boxes' worth (24 KiB) a serial run takes two rounds of two
+ * boxes; a pipelined one four rounds of one box in two 12 KiB halves, each
+ * box quantized and replayed on a pool thread while the next is read. */
+static void test_boxes_in_overlapped_rounds(void **state)
+{
+    (void)state;
+    static const uint64_t rounds[2] = {4, 2};
+    pipelined_boxes(24576, rounds);
 }
 
 static uint64_t rng_state;
@@ -1075,6 +1119,8 @@ int main(void)
         cmocka_unit_test(test_plan_records),
         cmocka_unit_test(test_random_quant),
         cmocka_unit_test(test_pipelined_boxes),
+        cmocka_unit_test(test_boxes_in_rounds),
+        cmocka_unit_test(test_boxes_in_overlapped_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

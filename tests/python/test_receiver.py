@@ -341,3 +341,73 @@ def test_deadline_in_discovery_is_named_once(file_dir):
     msg = e.value.message
     assert msg.count("deadline passed in the discover stage") == 1, msg
     assert "(timeout 0.5 s)" in msg, msg
+
+
+# Two converts (w2's row halves into bf16 a and b), one page of staging
+# each: a budget of one page pulls them in two rounds.
+HALVES = {
+    "schema": "reshard.capture.v1",
+    "params": {"a": {"shape": [4, 8], "dtype": "bf16"},
+               "b": {"shape": [4, 8], "dtype": "bf16"}},
+    "sources": {"w2": {"shape": [8, 8], "dtype": "f32"}},
+    "copies": [
+        {"src": "w2", "ops": [["narrow", 0, 0, 4]], "param": "a",
+         "dest_offset": 0, "dest_shape": [4, 8], "dest_stride": [8, 1],
+         "dest_dtype": "bf16"},
+        {"src": "w2", "ops": [["narrow", 0, 4, 4]], "param": "b",
+         "dest_offset": 0, "dest_shape": [4, 8], "dest_stride": [8, 1],
+         "dest_dtype": "bf16"},
+    ],
+}
+
+
+def _halves_params():
+    return {n: torch.full((4, 8), -3.0, dtype=torch.bfloat16) for n in "ab"}
+
+
+@pytest.mark.parametrize("budget,rounds", [(4096, 2), (None, 1),
+                                           ("unbounded", 1)])
+def test_staging_budget_pulls_in_rounds(file_dir, budget, rounds):
+    with Trainers(file_dir, "cma") as t:
+        t.publish(1)
+        params = _halves_params()
+        with reshard.Receiver(file_dir, "m", json.dumps(HALVES), params,
+                              backend="cma", discover_timeout_s=20,
+                              release_after=False,
+                              staging_budget=budget) as r:
+            res = r.pull(1)
+            assert res.stages["staging_rounds"] == rounds
+            assert res.stages["staging_bytes"] == 8192 // rounds
+            assert res.stages["staging_unbounded"] == 8192
+            assert r.stage_record()["staging_rounds"] == rounds
+            d = r.dry_run(1)
+            assert (d["staging_bytes"], d["staging_rounds"]) == \
+                (8192 // rounds, rounds)
+            assert d["param_bytes"] == d["shadow_bytes"] == 2 * 4 * 8 * 2
+        _, w2 = t.fulls()
+        want = w2.to(torch.bfloat16)
+        assert torch.equal(params["a"], want[:4]) and \
+            torch.equal(params["b"], want[4:])
+
+
+def test_staging_budget_below_a_box_is_refused(file_dir):
+    with Trainers(file_dir, "cma") as t:
+        t.publish(1)
+        params = _halves_params()
+        before = {n: x.clone() for n, x in params.items()}
+        with reshard.Receiver(file_dir, "m", json.dumps(HALVES), params,
+                              backend="cma", discover_timeout_s=20,
+                              staging_budget=1024) as r:
+            with pytest.raises(reshard.InvalidArgument,
+                               match=r"staging budget of 1.00 KiB .* copy 0 "
+                                     r"of 'w2' into 'a'"):
+                r.pull(1)
+        _same(params, before)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "1GiB", True])
+def test_bad_staging_budgets_are_refused(file_dir, bad):
+    with pytest.raises(reshard.InvalidArgument, match="staging_budget"):
+        reshard.Receiver(file_dir, "m", json.dumps(HALVES),
+                         _halves_params(), backend="cma",
+                         staging_budget=bad)

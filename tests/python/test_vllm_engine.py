@@ -306,6 +306,8 @@ def _init(**over):
     (_init(sources=[]), "'sources' must be a non-empty list"),
     (_init(timeout_s=-1), "'timeout_s' must be a number of seconds"),
     (_init(group_size=0), "'group_size' must be an integer >= 1"),
+    (_init(staging_budget=0), "'staging_budget' must be an integer >= 1"),
+    (_init(staging_budget="1GiB"), "'staging_budget' must be an integer"),
     (_init(only=[""]), "'only' must be a glob"),
     (_init(sources={"w": [[2], "bf16"], "b": "f32"}), r"'sources\[1\]'"),
 ])
@@ -313,6 +315,10 @@ def test_init_info_refused_naming_the_field(info, field):
     eng = worker_engine(zoo.ZooModel(CFG, 1, 0))
     good = eng.parse_init_info(_init(sources={"w": [[2, 3], "bf16"]}))
     assert good.sources == {"w": ((2, 3), torch.bfloat16)}
+    assert good.staging_budget is None
+    for budget in (4096, "unbounded"):
+        assert eng.parse_init_info(
+            _init(staging_budget=budget)).staging_budget == budget
     with pytest.raises(reshard.InvalidArgument, match=field) as e:
         eng.parse_init_info(info)
     assert isinstance(e.value, ValueError)

@@ -124,6 +124,21 @@ int rs_cli_parse_positive(const char *s, double *out);
 int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
                      double *out);
 
+/* Takes the value of --staging-budget: a size (rs_parse_bytes) above 0,
+ * or "unbounded" (RS_STAGING_UNBOUNDED); else a usage error naming the
+ * value (RS_CLI_USAGE). */
+int rs_cli_take_budget(const char *verb, const char *arg, uint64_t *out);
+
+/* The help text of --staging-budget, for verbs whose options are aligned
+ * at column 22 (pull). */
+#define RS_CLI_BUDGET_HELP                                                  \
+    "  --staging-budget B  the most staging (staged reads, converts,\n"      \
+    "                      quantized boxes) held at once, e.g. 256MiB; a\n"  \
+    "                      plan staging more runs in rounds that share it.\n" \
+    "                      Default 1GiB (or the largest single box), a box\n" \
+    "                      above an explicit budget is refused;\n"          \
+    "                      'unbounded': every box at once\n"
+
 /* Takes the value of a count flag (--rank, --versions, ...): a
  * non-negative integer up to INT64_MAX / 2 into *out and RS_CLI_OK, else a
  * usage error naming the flag and the value (RS_CLI_USAGE). */

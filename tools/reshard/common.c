@@ -43,6 +43,19 @@ int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
     return rs_cli_usage_error(verb, "%s", msg);
 }
 
+int rs_cli_take_budget(const char *verb, const char *arg, uint64_t *out)
+{
+    if (strcmp(arg, "unbounded") == 0) {
+        *out = RS_STAGING_UNBOUNDED;
+        return RS_CLI_OK;
+    }
+    if (rs_parse_bytes(arg, out) == RS_OK && *out > 0)
+        return RS_CLI_OK;
+    return rs_cli_usage_error(verb, "--staging-budget must be a size above 0 "
+                              "(bytes, or with KiB, MiB, GiB, TiB) or "
+                              "'unbounded', got '%s'", arg);
+}
+
 int rs_cli_take_count(const char *verb, const char *flag, const char *arg,
                       uint64_t *out)
 {

@@ -27,6 +27,7 @@ typedef struct pull_args {
     uint64_t group_size, group_rank;
     int have_group_rank;
     double group_timeout_s;
+    uint64_t staging_budget;    /* 0: the library's default */
 } pull_args_t;
 
 typedef struct pull_state {
@@ -52,7 +53,7 @@ enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
        OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN,
        OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS, OPT_NIC, OPT_DESC, OPT_GROUP,
-       OPT_GROUP_SIZE, OPT_GROUP_RANK, OPT_GROUP_TIMEOUT };
+       OPT_GROUP_SIZE, OPT_GROUP_RANK, OPT_GROUP_TIMEOUT, OPT_BUDGET };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -83,6 +84,7 @@ static const struct option long_opts[] = {
     {"group-size", required_argument, NULL, OPT_GROUP_SIZE},
     {"group-rank", required_argument, NULL, OPT_GROUP_RANK},
     {"group-timeout", required_argument, NULL, OPT_GROUP_TIMEOUT},
+    {"staging-budget", required_argument, NULL, OPT_BUDGET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -95,7 +97,7 @@ static void pull_usage(FILE *out)
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
         "                    [--dry-run] [--no-announce] [--announce-as NAME]\n"
-        "                    [--nic-gbps G] [--descriptor-ns N]\n"
+        "                    [--nic-gbps G] [--descriptor-ns N] [--staging-budget B]\n"
         "                    [--group NAME --group-size N [--group-rank G]\n"
         "                     [--group-timeout S]]\n"
         "\n"
@@ -120,14 +122,17 @@ static void pull_usage(FILE *out)
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
-        "  --dry-run           read the tables, plan (as `reshard plan --salt R`\n"
-        "                      would) and prepare, then print what the pull would\n"
-        "                      move: bytes, descriptors, sessions and the bytes of\n"
-        "                      each (with --json one object, docs/formats.md); it\n"
+        "  --dry-run           read the tables and plan (as `reshard plan --salt R`\n"
+        "                      would), then print what the pull would move (bytes,\n"
+        "                      descriptors, sessions and the bytes of each) and\n"
+        "                      hold (parameters, shadows, staging under the\n"
+        "                      budget); with --json one object, docs/formats.md.\n"
+        "                      It allocates neither parameters nor staging,\n"
         "                      connects to no publisher, takes no lease and moves\n"
         "                      no byte. Exit 0 complete plan, 1 incomplete, 2 on\n"
         "                      bad usage or when the dry run fails. Not with\n"
         "                      --check, --release or --versions\n"
+        RS_CLI_BUDGET_HELP
         "  --nic-gbps G        NIC rate (Gb/s) the planner's cost model assumes for\n"
         "                      every session; default 400\n"
         "  --descriptor-ns N   cost of one read descriptor (ns) in the cost model;\n"
@@ -159,6 +164,11 @@ static void pull_usage(FILE *out)
         "  --group-rank G      this rank's place in the group (default --rank)\n"
         "  --group-timeout S   bound of each wait for the group (default 60)\n"
         "  -h, --help          show this help and exit\n"
+        "\n"
+        "A pull first checks that the parameters and their shadows fit the memory\n"
+        "there is (MemAvailable, RLIMIT_AS; RESHARD_MEMORY_AVAILABLE=SIZE replaces\n"
+        "the figure) and exits 1 naming both before allocating anything; the\n"
+        "executor checks its staging the same way before it allocates it.\n"
         "\n"
         "On a terminal, a pull taking longer than a second shows a progress line\n"
         "(bytes pulled, rate, sessions outstanding), then one line per stage.\n"
@@ -234,6 +244,8 @@ static int take_option(void *args, int c, const char *arg)
         return parse_seconds(arg, 0, 1e6, "--group-timeout must be a positive "
                              "number of seconds, got '%s'",
                              &a->group_timeout_s);
+    case OPT_BUDGET:
+        return rs_cli_take_budget("pull", arg, &a->staging_budget);
     case OPT_NIC:
         return rs_cli_take_cost("pull", "--nic-gbps", arg, &a->nic_gbps);
     case OPT_DESC:
@@ -337,6 +349,39 @@ static int allocate_params(pull_state_t *s, int check)
     return 1;
 }
 
+/* The parameters (and with --check their expected bytes) and the
+ * receiver's shadows against the memory there is, before any of them is
+ * allocated: a pull that cannot fit says so instead of being killed. */
+static int check_fits(const pull_args_t *a, pull_state_t *s)
+{
+    uint64_t params = 0, have;
+    const char *source;
+    char n[RS_UNITS_TEXT_MAX], d[RS_UNITS_TEXT_MAX], h[RS_UNITS_TEXT_MAX];
+    for (size_t p = 0; p < rs_capture_num_params(s->cap); p++) {
+        rs_param_info_t info;
+        rs_capture_param(s->cap, p, &info);
+        params += info.nbytes;
+    }
+    /* the parameters, the shadows, and --check's expected copy */
+    uint64_t need = params * (a->check ? 3 : 2);
+    if (rs_memory_available(&have, &source) != RS_OK) {
+        fprintf(stderr, "reshard pull: RESHARD_MEMORY_AVAILABLE='%s' is not "
+                "a size\n", getenv("RESHARD_MEMORY_AVAILABLE"));
+        return RS_CLI_USAGE;
+    }
+    if (need <= have)
+        return RS_CLI_OK;
+    fprintf(stderr, "reshard pull: rank %llu: the parameters (%s) and their "
+            "shadows%s need %s (%llu bytes), and there is %s (%llu bytes, "
+            "%s): nothing was allocated\n", (unsigned long long)a->rank,
+            rs_format_bytes(n, sizeof(n), params),
+            a->check ? " and --check's expected copy" : "",
+            rs_format_bytes(d, sizeof(d), need), (unsigned long long)need,
+            rs_format_bytes(h, sizeof(h), have), (unsigned long long)have,
+            source);
+    return RS_CLI_INCOMPLETE;
+}
+
 static int setup(const pull_args_t *a, pull_state_t *s)
 {
     rs_diag_t diag;
@@ -357,6 +402,10 @@ static int setup(const pull_args_t *a, pull_state_t *s)
                            &s->cap, &padding);
     if (st != RS_OK)
         return rs_cli_input_error("pull", &diag, st, "capturing");
+    if (a->dry_run) /* a dry run holds no parameter */
+        return RS_CLI_OK;
+    if ((rc = check_fits(a, s)) != RS_CLI_OK)
+        return rc;
     if (!allocate_params(s, a->check)) {
         fprintf(stderr, "reshard pull: out of memory for the parameters\n");
         return RS_CLI_INCOMPLETE;
@@ -412,6 +461,7 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.notice = on_notice;
     rp.notice_ctx = (void *)a;
     rp.verify_digests = a->verify;
+    rp.staging_budget = a->staging_budget;
     char announce[RS_DIR_NAME_MAX + 1];
     default_announce_name(a, announce, sizeof(announce));
     rp.announce_cuts = !a->no_announce;
@@ -420,7 +470,7 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
         rp.progress = rs_cli_ticker_progress;
     rs_diag_clear(&diag);
     st = rs_receiver_create(&rp, s->cap, &diag, &s->recv);
-    for (size_t p = 0; st == RS_OK && p < s->nparams; p++) {
+    for (size_t p = 0; st == RS_OK && !a->dry_run && p < s->nparams; p++) {
         rs_param_info_t info;
         rs_capture_param(s->cap, p, &info);
         st = rs_receiver_bind(s->recv, p, s->param[p], info.nbytes, RS_MEM_HOST, &diag);

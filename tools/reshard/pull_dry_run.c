@@ -1,7 +1,7 @@
 /* `reshard pull --dry-run`: what a pull of one version would move (bytes,
- * descriptors, sessions and the bytes of each), from the receiver's dry run:
- * tables read, plan built or reused, descriptors prepared, nothing
- * connected, no lease, no byte moved. Text, or one JSON object
+ * descriptors, sessions and the bytes of each) and hold (parameters,
+ * shadows, staging), from the receiver's dry run: tables read, plan built or
+ * reused, nothing allocated or connected, no lease, no byte moved. Text, or one JSON object
  * (docs/formats.md, "pull --dry-run"). */
 #include <jansson.h>
 #include <stdio.h>
@@ -51,6 +51,11 @@ static void print_json(uint64_t rank, const rs_dry_run_t *d, rs_plan_h plan)
     json_object_set_new(root, "plan_s", json_real(d->plan_s));
     json_object_set_new(root, "prepare_s", json_real(d->prepare_s));
     json_object_set_new(root, "total_s", json_real(d->total_s));
+    set_u64(root, "param_bytes", d->param_bytes);
+    set_u64(root, "shadow_bytes", d->shadow_bytes);
+    set_u64(root, "staging_bytes", d->staging_bytes);
+    set_u64(root, "staging_unbounded_bytes", d->staging_unbounded);
+    set_u64(root, "staging_rounds", d->staging_rounds);
     json_dumpf(root, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     fputc('\n', stdout);
@@ -74,6 +79,15 @@ static void print_text(uint64_t rank, const rs_dry_run_t *d, rs_plan_h plan)
     printf("  tables: %u parsed, %u reused (only their digests read), %s "
            "read from the directory\n", d->tables_parsed, d->tables_reused,
            rs_format_bytes(size, sizeof(size), d->table_bytes_read));
+    char p[RS_UNITS_TEXT_MAX], sh[RS_UNITS_TEXT_MAX], st[RS_UNITS_TEXT_MAX],
+        un[RS_UNITS_TEXT_MAX];
+    printf("  would hold: parameters %s, shadows %s, staging %s in %llu "
+           "round(s) (%s staged at once)\n",
+           rs_format_bytes(p, sizeof(p), d->param_bytes),
+           rs_format_bytes(sh, sizeof(sh), d->shadow_bytes),
+           rs_format_bytes(st, sizeof(st), d->staging_bytes),
+           (unsigned long long)d->staging_rounds,
+           rs_format_bytes(un, sizeof(un), d->staging_unbounded));
     for (uint32_t k = 0; k < rs_plan_num_sessions(plan); k++) {
         uint64_t n = rs_plan_session_bytes(plan, k);
         if (n > 0)

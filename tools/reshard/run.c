@@ -27,6 +27,7 @@ typedef struct run_args {
     int verify, verify_partial, require_coverage, phased, json;
     double max_gbps;
     double nic_gbps, descriptor_ns; /* 0 = not given */
+    uint64_t staging_budget; /* 0: the library's default */
 } run_args_t;
 
 typedef struct shard_buf {
@@ -54,6 +55,7 @@ enum {
     OPT_CAPTURE = 256, OPT_SOURCES, OPT_DATA, OPT_TRANSPORT, OPT_THREADS,
     OPT_MAX_SEGS, OPT_VERIFY, OPT_VERIFY_PARTIAL, OPT_REQUIRE, OPT_OUT,
     OPT_ONLY, OPT_SALT, OPT_PHASED, OPT_JSON, OPT_MAX_GBPS, OPT_NIC, OPT_DESC,
+    OPT_BUDGET,
 };
 
 static const struct option long_opts[] = {
@@ -74,6 +76,7 @@ static const struct option long_opts[] = {
     {"max-gbps", required_argument, NULL, OPT_MAX_GBPS},
     {"nic-gbps", required_argument, NULL, OPT_NIC},
     {"descriptor-ns", required_argument, NULL, OPT_DESC},
+    {"staging-budget", required_argument, NULL, OPT_BUDGET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -87,6 +90,7 @@ static void run_usage(FILE *out)
         "                   [--verify] [--verify-partial] [--require-full-coverage]\n"
         "                   [--out DIR] [--only GLOB ...] [--salt N] [--phased]\n"
         "                   [--max-gbps G] [--nic-gbps G] [--descriptor-ns N] [--json]\n"
+        "                   [--staging-budget B]\n"
         "\n"
         "Plans the capture against the shard tables and executes the plan on this\n"
         "machine. Each shard's bytes come from DIR/<session>/<addr>.bin (its\n"
@@ -121,6 +125,12 @@ static void run_usage(FILE *out)
         "  --max-gbps G          fail a run whose bytes and wire time imply more\n"
         "                        than G Gb/s (a transfer that did not move its data)\n"
         "  --json                print the stage and coverage records as JSON\n"
+        "  --staging-budget B    the most staging (staged reads, converts,\n"
+        "                        quantized boxes) held at once, e.g. 256MiB; a\n"
+        "                        plan staging more runs in rounds that share it.\n"
+        "                        Default 1GiB (or the largest single box); a box\n"
+        "                        above an explicit budget is refused (exit 2);\n"
+        "                        'unbounded': every box at once\n"
         "  -h, --help            show this help and exit\n"
         "\n"
         "exit status: 0 success; 1 incomplete plan or failed check (nothing is\n"
@@ -181,6 +191,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_REQUIRE: a->require_coverage = 1; return RS_CLI_OK;
     case OPT_PHASED: a->phased = 1; return RS_CLI_OK;
     case OPT_JSON: a->json = 1; return RS_CLI_OK;
+    case OPT_BUDGET: return rs_cli_take_budget("run", arg, &a->staging_budget);
     }
     return RS_CLI_USAGE;
 }
@@ -519,6 +530,7 @@ static int execute(const run_args_t *a, run_state_t *s)
     ep.require_full_coverage = a->require_coverage;
     ep.phased = a->phased;
     ep.max_gbps = a->max_gbps;
+    ep.staging_budget = a->staging_budget;
     if ((st = rs_exec_create(s->plan, s->t, &ep, &diag, &s->exec)) != RS_OK)
         return rs_cli_input_error("run", &diag, st, "executor");
     int rc = bind_params(s);

@@ -17,7 +17,7 @@
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
        OPT_MAX_SEGS, OPT_DEVICE_MEMORY, OPT_PROGRESS, OPT_NO_PROGRESS,
-       OPT_DESC, OPT_CUT_ALIGNED, OPT_NO_PUB_QUANT };
+       OPT_DESC, OPT_CUT_ALIGNED, OPT_NO_PUB_QUANT, OPT_BUDGET };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -33,6 +33,7 @@ static const struct option long_opts[] = {
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
     {"no-publisher-quant", no_argument, NULL, OPT_NO_PUB_QUANT},
+    {"staging-budget", required_argument, NULL, OPT_BUDGET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -45,7 +46,7 @@ static void sim_usage(FILE *out)
         "                        [--device-memory GIB] [--json]\n"
         "                        [--max-segments-per-copy N] [--emit DIR]\n"
         "                        [--progress | --no-progress] [--cut-aligned]\n"
-        "                        [--no-publisher-quant]\n"
+        "                        [--no-publisher-quant] [--staging-budget B]\n"
         "\n"
         "Plans every inference rank against the shard tables every trainer rank\n"
         "would publish (no bytes move), reports what the refit costs per rank\n"
@@ -65,8 +66,14 @@ static void sim_usage(FILE *out)
         "                   model, ns (default 100)\n"
         "  --device-memory GIB\n"
         "                   memory per inference rank, in GiB (default 80): a\n"
-        "                   rank fits when its parameters plus its plan's\n"
-        "                   staging (full pulls, converts) fit in it\n"
+        "                   rank fits when its parameters plus the staging its\n"
+        "                   executor holds under --staging-budget fit in it\n"
+        "  --staging-budget B\n"
+        "                   the executor's staging budget (e.g. 256MiB; default\n"
+        "                   1GiB or the largest single box; 'unbounded'): staging\n"
+        "                   is reported under it and, beside it, every staged\n"
+        "                   box at once; a box above an explicit budget fails\n"
+        "                   the run (exit 1, naming the rank and the copy)\n"
         "  --json           print one reshard.simulate.v1 JSON object instead\n"
         "                   of the summary (docs/formats.md)\n"
         "  --max-segments-per-copy N\n"
@@ -126,6 +133,8 @@ static int take_option(void *args, int c, const char *arg)
             return usage_error("--device-memory must be a positive number of "
                                "GiB (below 2^34), got '%s'", arg);
         break;
+    case OPT_BUDGET:
+        return rs_cli_take_budget("simulate", arg, &a->staging_budget);
     case OPT_DESC:
         return rs_cli_take_cost("simulate", "--descriptor-ns", arg,
                                 &a->descriptor_ns);
@@ -211,6 +220,7 @@ static int load(const sim_args_t *a, sim_t *s)
     if ((st = rs_transport_create(NULL, &diag, &s->transport)) != RS_OK)
         return fail_input(&diag, st, "transport");
     s->device_bytes = (uint64_t)(a->device_gib * (double)((uint64_t)1 << 30));
+    s->staging_budget = a->staging_budget;
     s->recv = calloc((size_t)s->infer.world + 1, sizeof(receiver_t));
     if (s->recv == NULL)
         return usage_error("%s", "out of memory");
@@ -360,8 +370,9 @@ static uint64_t staging_bytes(rs_plan_h plan)
 }
 
 /* One plan's figures for the FP8 comparison. */
-static void path_of(rs_plan_h plan, sim_path_t *out)
+static void path_of(const sim_t *s, rs_plan_h plan, sim_path_t *out)
 {
+    rs_staging_need_t need;
     rs_plan_stats_t st;
     size_t nq;
     const rs_quantized_t *q = rs_plan_quantized(plan, &nq);
@@ -370,6 +381,12 @@ static void path_of(rs_plan_h plan, sim_path_t *out)
     out->bytes = st.bytes_planned;
     out->est_seconds = st.est_seconds;
     out->staging_bytes = staging_bytes(plan);
+    /* a box above an explicit budget is reported by tally() */
+    rs_exec_params_t ep;
+    rs_exec_params_init(&ep);
+    ep.staging_budget = s->staging_budget;
+    out->staging_peak = rs_exec_staging_need(plan, &ep, NULL, &need) == RS_OK
+                            ? need.bytes : out->staging_bytes;
     out->complete = rs_plan_is_complete(plan);
     for (size_t k = 0; k < nq; k++) {
         if (q[k].path == RS_QUANT_PATH_PUBLISHER)
@@ -390,7 +407,7 @@ static int plan_bf16(sim_t *s, rs_capture_h cap, const rs_plan_params_t *pp,
     s->plan_seconds += rs_clock_seconds() - t0;
     if (st != RS_OK)
         return fail_input(diag, st, "planning (receiver-side quantization)");
-    path_of(plan, &r->receiver_only);
+    path_of(s, plan, &r->receiver_only);
     size_t n = rs_plan_num_sessions(plan);
     for (uint32_t k = 0; k < n && k < s->nsess; k++)
         s->served_bf16[k] += rs_plan_session_bytes(plan, k);
@@ -399,6 +416,29 @@ static int plan_bf16(sim_t *s, rs_capture_h cap, const rs_plan_params_t *pp,
                         "FP8 copies is incomplete", (long long)r->rank, 0);
     rs_plan_destroy(plan);
     return RS_CLI_OK;
+}
+
+/* The staging the executor holds under the budget (the largest round,
+ * in whole pages) and its rounds; a box above an explicit budget makes
+ * the rank's pull fail, so the run does. */
+static void staging_under_budget(sim_t *s, rs_plan_h plan, receiver_t *r)
+{
+    rs_staging_need_t need;
+    rs_diag_t diag;
+    rs_diag_clear(&diag);
+    rs_exec_params_t ep; /* a receiver's pipelined run */
+    rs_exec_params_init(&ep);
+    ep.staging_budget = s->staging_budget;
+    if (rs_exec_staging_need(plan, &ep, &diag, &need) != RS_OK) {
+        s->coverage_ok = 0;
+        if (s->first_problem[0] == '\0')
+            snprintf(s->first_problem, sizeof(s->first_problem),
+                     "inference rank %lld: %.400s", (long long)r->rank,
+                     diag.msg);
+        return;
+    }
+    r->staging_peak = need.bytes;
+    r->staging_rounds = need.rounds;
 }
 
 static void tally(sim_t *s, rs_plan_h plan, receiver_t *r)
@@ -412,6 +452,7 @@ static void tally(sim_t *s, rs_plan_h plan, receiver_t *r)
     r->sources = st.nsessions_used;
     r->unbounded = rs_plan_num_unbounded(plan);
     r->staging_bytes = staging_bytes(plan);
+    staging_under_budget(s, plan, r);
     for (uint32_t k = 0; k < s->nsess; k++) {
         uint64_t b = rs_plan_session_bytes(plan, k);
         s->served[k] += b;
@@ -448,7 +489,7 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
         rc = usage_error("%s", "out of memory");
     if (rc == RS_CLI_OK) {
         tally(s, plan, r);
-        path_of(plan, &r->with_pub);
+        path_of(s, plan, &r->with_pub);
         if (!check_coverage(s, plan, r, &diag))
             rc = fail_input(&diag, diag.status, "coverage");
     }

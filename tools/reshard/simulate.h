@@ -22,6 +22,7 @@ typedef struct sim_args {
     double descriptor_ns;   /* --descriptor-ns, the cost model's */
     double device_gib;      /* --device-memory */
     uint64_t max_segments;
+    uint64_t staging_budget; /* --staging-budget; 0: the library's default */
     int json;
     int progress;           /* RS_SIM_PROGRESS_* */
     int cut_aligned;        /* --cut-aligned */
@@ -33,6 +34,8 @@ typedef struct sim_args {
 typedef struct sim_path {
     uint64_t bytes;         /* on the wire */
     uint64_t staging_bytes; /* full pulls, converts, receiver-path boxes */
+    uint64_t staging_peak;  /* what the executor holds of them under the
+                             * staging budget */
     double est_seconds;
     uint64_t publisher, receiver; /* quantized copies per path */
     int complete;
@@ -45,7 +48,11 @@ typedef struct receiver {
     uint64_t needed;        /* the copies' bytes (needed_bytes) */
     uint64_t descriptors, sources, padding, uncovered, unbounded;
     uint64_t param_bytes;   /* the capture's parameters */
-    uint64_t staging_bytes; /* the plan's full pulls and converts */
+    uint64_t staging_bytes; /* every staged box at once (full pulls,
+                             * converts, receiver-path boxes) */
+    uint64_t staging_peak;  /* what the executor holds under the staging
+                             * budget: its largest round, in whole pages */
+    uint64_t staging_rounds;
     double plan_seconds, est_seconds;
     int coverage_ok;
     /* FP8 targets (the vllm layout of an FP8 quantization_config). */
@@ -75,6 +82,7 @@ typedef struct sim {
     uint64_t redundant;    /* destination bytes read more than once */
     uint64_t extra_wire;   /* bytes pulled beyond those installed (full pulls) */
     uint64_t device_bytes; /* --device-memory in bytes */
+    uint64_t staging_budget; /* --staging-budget (0: default) */
     double plan_seconds;
     int coverage_ok;
     char first_problem[512];

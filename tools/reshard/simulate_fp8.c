@@ -11,7 +11,7 @@
 
 uint64_t rs_sim_memory_bf16(const receiver_t *r)
 {
-    return r->param_bytes + r->receiver_only.staging_bytes;
+    return r->param_bytes + r->receiver_only.staging_peak;
 }
 
 static uint64_t max_u64(uint64_t a, uint64_t b)
@@ -149,8 +149,10 @@ void rs_sim_print_fp8_receiver(const sim_t *s, const receiver_t *x)
     const sim_path_t *q = &x->receiver_only;
     printf(",\n   \"receiver_quant\": {\"bytes\": %llu, \"est_seconds\": %.9f, "
            "\"staging_bytes\": %llu, \"memory_bytes\": %llu, "
-           "\"receiver_copies\": %llu}", (unsigned long long)q->bytes,
-           q->est_seconds, (unsigned long long)q->staging_bytes,
+           "\"receiver_copies\": %llu, \"staging_peak_bytes\": %llu}",
+           (unsigned long long)q->bytes, q->est_seconds,
+           (unsigned long long)q->staging_bytes,
            (unsigned long long)rs_sim_memory_bf16(x),
-           (unsigned long long)q->receiver);
+           (unsigned long long)q->receiver,
+           (unsigned long long)q->staging_peak);
 }

@@ -56,7 +56,13 @@ static void print_head(const sim_t *s)
         printf(first ? "%lld" : ", %lld", (long long)r);
         first = 0;
     }
-    printf("],\n");
+    printf("],\n \"staging_budget_bytes\": ");
+    if (s->staging_budget == RS_STAGING_UNBOUNDED)
+        printf("null,\n");
+    else
+        printf("%llu,\n", (unsigned long long)(s->staging_budget > 0
+                                                  ? s->staging_budget
+                                                  : RS_EXEC_DEFAULT_STAGING_BUDGET));
 }
 
 static void print_receiver(const sim_t *s, const receiver_t *x)
@@ -66,7 +72,8 @@ static void print_receiver(const sim_t *s, const receiver_t *x)
            "\"unbounded_sources\": %llu, \"plan_seconds\": %.6f, "
            "\"est_seconds\": %.9f, \"padding_bytes\": %llu, "
            "\"param_bytes\": %llu, \"staging_bytes\": %llu, "
-           "\"memory_bytes\": %llu, \"fits\": %s, \"coverage_ok\": %s",
+           "\"memory_bytes\": %llu, \"fits\": %s, \"coverage_ok\": %s, "
+           "\"staging_peak_bytes\": %llu, \"staging_rounds\": %llu",
            (long long)x->rank, (unsigned long long)x->bytes,
            (unsigned long long)x->needed, (unsigned long long)x->descriptors,
            (unsigned long long)x->sources, (unsigned long long)x->unbounded,
@@ -74,7 +81,8 @@ static void print_receiver(const sim_t *s, const receiver_t *x)
            (unsigned long long)x->param_bytes,
            (unsigned long long)x->staging_bytes,
            (unsigned long long)rs_sim_memory(x), json_bool(rs_sim_fits(s, x)),
-           json_bool(x->coverage_ok));
+           json_bool(x->coverage_ok), (unsigned long long)x->staging_peak,
+           (unsigned long long)x->staging_rounds);
     rs_sim_print_fp8_receiver(s, x);
     printf("}");
 }

@@ -11,7 +11,7 @@
 
 uint64_t rs_sim_memory(const receiver_t *r)
 {
-    return r->param_bytes + r->staging_bytes;
+    return r->param_bytes + r->staging_peak;
 }
 
 int rs_sim_fits(const sim_t *s, const receiver_t *r)
@@ -64,7 +64,11 @@ typedef double (*field_fn)(const sim_t *s, const receiver_t *r);
 static double f_params(const sim_t *s, const receiver_t *r)
 { (void)s; return (double)r->param_bytes; }
 static double f_staging(const sim_t *s, const receiver_t *r)
+{ (void)s; return (double)r->staging_peak; }
+static double f_staging_all(const sim_t *s, const receiver_t *r)
 { (void)s; return (double)r->staging_bytes; }
+static double f_rounds(const sim_t *s, const receiver_t *r)
+{ (void)s; return (double)r->staging_rounds; }
 static double f_memory(const sim_t *s, const receiver_t *r)
 { (void)s; return (double)rs_sim_memory(r); }
 static double f_needed(const sim_t *s, const receiver_t *r)
@@ -91,7 +95,11 @@ static const row_t rows[] = {
     {"parameters held", f_params, AS_BYTES,
      "what its loaders fill (its capture's parameters)"},
     {"staging (peak)", f_staging, AS_BYTES,
-     "staged reads and dtype converts, held during a refit"},
+     "staged boxes held at once under the staging budget"},
+    {"staging unbounded", f_staging_all, AS_BYTES,
+     "every staged read, convert and quantized box at once"},
+    {"staging rounds", f_rounds, AS_COUNT,
+     "rounds the staged boxes take under the budget"},
     {"memory needed", f_memory, AS_BYTES,
      "parameters + staging, against --device-memory"},
     {"bytes needed", f_needed, AS_BYTES,
@@ -307,7 +315,7 @@ static void put_memory(FILE *out, const receiver_t *r)
     fprintf(out, "%s = %s parameters + %s staging",
             rs_format_bytes(m, sizeof(m), rs_sim_memory(r)),
             rs_format_bytes(p, sizeof(p), r->param_bytes),
-            rs_format_bytes(g, sizeof(g), r->staging_bytes));
+            rs_format_bytes(g, sizeof(g), r->staging_peak));
 }
 
 /* Ranks as ranges ("0-3, 7"), at most `max` ranges then "...". */

@@ -44,6 +44,7 @@ class ReshardInitInfo(WeightTransferInitInfo):
     group_timeout_s: float = 60.0
     only: Any = None
     skip: Any = None
+    staging_budget: Any = None
 
     def __post_init__(self):
         self.directory = s.directory(INIT, "directory", self.directory)
@@ -65,6 +66,10 @@ class ReshardInitInfo(WeightTransferInitInfo):
             setattr(self, name, s.seconds(INIT, name, getattr(self, name)))
         self.only = s.patterns(INIT, "only", self.only)
         self.skip = s.patterns(INIT, "skip", self.skip)
+        if self.staging_budget != "unbounded":
+            self.staging_budget = s.integer(INIT, "staging_budget",
+                                            self.staging_budget, 1,
+                                            optional=True)
 
 
 @dataclass
@@ -135,7 +140,8 @@ class ReshardWeightTransferEngine(
                     verify_digests=info.verify_digests,
                     discover_timeout_s=info.discover_timeout_s,
                     timeout_s=info.timeout_s, lease_ttl_s=info.lease_ttl_s,
-                    only=info.only, skip=info.skip)
+                    only=info.only, skip=info.skip,
+                    staging_budget=info.staging_budget)
         if info.group is not None:
             opts.update(
                 group=info.group, group_timeout_s=info.group_timeout_s,
