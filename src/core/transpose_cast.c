@@ -112,8 +112,8 @@ static void run_streamed(const tc_job_t *j, rs__transpose_stream_fn stream,
             for (int64_t c = bc; c < cend; c += TC_CHUNK) {
                 const unsigned char *s =
                     j->s + (size_t)i * j->sld + (size_t)c * j->ses;
-                for (int64_t k = 0; k < TC_CHUNK; k += RS__TCAST_COLS)
-                    for (int64_t r = 0; r < e; r += RS__TCAST_ROWS)
+                for (int64_t r = 0; r < e; r += RS__TCAST_ROWS)
+                    for (int64_t k = 0; k < TC_CHUNK; k += RS__TCAST_COLS)
                         j->block(buf + (size_t)k * 64 + (size_t)r * j->des, 64,
                                  s + (size_t)r * j->sld + (size_t)k * j->ses,
                                  j->sld);
