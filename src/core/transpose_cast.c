@@ -95,13 +95,25 @@ static void run_cached(const tc_job_t *j, int64_t i0, int64_t i1, int64_t c0,
     edge(j, rfull, i1, c0, c1);
 }
 
+/* The streamed walk's row copy where the destination lines cannot be
+ * streamed (rows not on cache lines): plain stores of each 64-byte row. */
+static void copy_rows(unsigned char *d, size_t dld, const unsigned char *buf,
+                      size_t rows)
+{
+    for (size_t r = 0; r < rows; r++, d += dld, buf += 64)
+        memcpy(d, buf, 64);
+}
+
 /* Streamed walk over source rows [i0, i1) x columns [0, cols), i1 - i0 a
  * multiple of e (the destination elements in one cache line) and cols of
  * TC_CHUNK: a band of e source rows is read on along them, TC_RUN
  * elements of each per pass (so the destination rows of one pass stay
  * within the second-level TLB); each chunk of TC_CHUNK columns is cast
  * and transposed into an L1 buffer of TC_CHUNK whole destination lines,
- * which leave it with non-temporal stores. */
+ * which leave it with non-temporal stores (plain ones where the
+ * destination rows are not on cache lines). Inside a chunk the blocks go
+ * 8 rows at a time along it: with power-of-two strides the rows share
+ * cache sets, and more than 8 of them would evict each other's lines. */
 static void run_streamed(const tc_job_t *j, rs__transpose_stream_fn stream,
                          int64_t e, int64_t i0, int64_t i1, int64_t cols)
 {
@@ -159,18 +171,20 @@ int rs__transpose_cast(rs_dtype_t to, void *dst, int64_t dst_ld,
                         des, ses, to_f32 ? ops->bf16_f32 : ops->f32_bf16,
                         to_f32};
     const rs__transpose_ops_t *tr = ops->tr;
-    const int64_t a = stream && tr->stream != NULL ? lead(&j, rows) : -1;
-    if (a < 0) {
+    if (!stream) {
         run_cached(&j, 0, rows, 0, cols);
         return 1;
     }
+    const int64_t lines = tr->stream != NULL ? lead(&j, rows) : -1;
+    const int64_t a = lines < 0 ? 0 : lines;
     const int64_t e = 64 / (int64_t)des;
     const int64_t rend = a + (rows - a) / e * e;
     const int64_t cend = cols / TC_CHUNK * TC_CHUNK;
     run_cached(&j, 0, a, 0, cols);
-    run_streamed(&j, tr->stream, e, a, rend, cend);
+    run_streamed(&j, lines < 0 ? copy_rows : tr->stream, e, a, rend, cend);
     run_cached(&j, a, rend, cend, cols);
     run_cached(&j, rend, rows, 0, cols);
-    tr->fence();
+    if (lines >= 0)
+        tr->fence();
     return 1;
 }
