@@ -21,11 +21,11 @@ TGT_AVX2 static INLINE void inlane8x8_16(__m256i *x)
 {
     __m256i y[8];
     for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < 4; i++) {
+        for (size_t i = 0; i < 4; i++) {
             y[2 * i] = _mm256_unpacklo_epi16(x[i], x[i + 4]);
             y[2 * i + 1] = _mm256_unpackhi_epi16(x[i], x[i + 4]);
         }
-        for (int i = 0; i < 8; i++)
+        for (size_t i = 0; i < 8; i++)
             x[i] = y[i];
     }
 }
