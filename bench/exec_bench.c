@@ -555,6 +555,9 @@ static void section_tcast(void)
            use_pages() ? "executor pages" : "malloc");
     bench_transpose(RS_DTYPE_BF16, RS_DTYPE_F32, 8192);
     bench_transpose(RS_DTYPE_F32, RS_DTYPE_BF16, 8192);
+    /* an odd edge: no power-of-two row strides, ragged blocks */
+    bench_transpose(RS_DTYPE_BF16, RS_DTYPE_F32, 6001);
+    bench_transpose(RS_DTYPE_F32, RS_DTYPE_BF16, 6001);
 }
 
 /* Quantization is timed in the thread's CPU time, best of QUANT_REPEATS

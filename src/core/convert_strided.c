@@ -5,13 +5,16 @@
  * tiles so a transpose touches each cache line once; a true transpose of
  * 1, 2, 4 or 8 byte elements goes through the vector kernels of
  * transpose.c, straight into the destination for equal dtypes (streamed
- * past the caches when it is larger than them), through a tile buffer
- * cast out row by row otherwise. */
+ * past the caches when it is larger than them), through the fused
+ * cast-and-transpose kernels of transpose_cast.c for bf16 <-> f32 where
+ * the level has them, through a tile buffer cast out row by row
+ * otherwise. */
 #include <string.h>
 
 #include "core/checked.h"
 #include "core/convert_impl.h"
 #include "core/transpose.h"
+#include "core/transpose_cast.h"
 #include "core/convert.h"
 
 #define CV_MAX_DIMS 16
@@ -44,6 +47,7 @@ typedef struct cv_geom {
     int64_t shape[CV_MAX_DIMS];
     int64_t ds[CV_MAX_DIMS], ss[CV_MAX_DIMS];
     size_t dsize, ssize;
+    rs_dtype_t to, from;
 } cv_geom_t;
 
 /* Highest element offset reachable on one side must fit, in bytes. */
@@ -197,6 +201,9 @@ static void run_tiled_fast(const rs__convert_kernel_t *k, const cv_geom_t *g,
         rs__transpose(d, g->ds[p], s, g->ss[q], Q, P, g->ssize, g->stream);
         return;
     }
+    if (rs__transpose_cast(g->to, d, g->ds[p], g->from, s, g->ss[q], Q, P,
+                           g->stream))
+        return;
     const int64_t t = cast_tile(g->ssize);
     const int64_t blk = t > CV_BLOCK ? t : CV_BLOCK;
     for (int64_t bq = 0; bq < Q; bq += blk)
@@ -308,7 +315,7 @@ rs_status_t rs__convert_strided(rs_dtype_t to, void *dst,
             return RS_OK;
     }
     cv_geom_t g = {.same = to == from, .dsize = rs_dtype_size(to),
-                   .ssize = rs_dtype_size(from)};
+                   .ssize = rs_dtype_size(from), .to = to, .from = from};
     if (!extent_ok(shape, dst_stride, ndim, g.dsize) ||
         !extent_ok(shape, src_stride, ndim, g.ssize) || dst == NULL ||
         src == NULL)

@@ -1,0 +1,190 @@
+/* Transposes with a bf16 <-> f32 cast: the walk over tiles that stay in
+ * L1, the level's fused blocks inside them, and the scalar casts for the
+ * ragged edges (columns past the last whole block, rows past the last
+ * whole band). */
+#include <stdint.h>
+#include <string.h>
+
+#include "core/convert_scalar.h"
+#include "core/simd.h"
+#include "core/transpose_cast.h"
+#include "core/transpose_cast_impl.h"
+
+/* Tile edge in elements: 64 x 64 source elements, 8 KiB of bf16 and 16
+ * KiB of f32 on the two sides, so a tile's lines stay in L1 while every
+ * one of them is completed; blocks of TC_BLOCK x TC_BLOCK keep the pages
+ * both sides touch within the TLB's reach. */
+#ifndef TC_TILE
+#define TC_TILE 64
+#endif
+#ifndef TC_CHUNK
+#define TC_CHUNK 64
+#endif
+#ifndef TC_RUN
+#define TC_RUN 1024
+#endif
+#ifndef TC_BLOCK
+#define TC_BLOCK 256
+#endif
+
+typedef struct tc_job {
+    unsigned char *d;
+    const unsigned char *s;
+    size_t dld, sld, des, ses; /* row steps in bytes, element sizes */
+    rs__tcast_block_fn block;
+    int to_f32;
+} tc_job_t;
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static void cast_one(const tc_job_t *j, int64_t i, int64_t c)
+{
+    unsigned char *d = j->d + (size_t)c * j->dld + (size_t)i * j->des;
+    const unsigned char *s = j->s + (size_t)i * j->sld + (size_t)c * j->ses;
+    if (j->to_f32) {
+        uint16_t h;
+        memcpy(&h, s, 2);
+        const float f = rs__bf16_to_f32(h);
+        memcpy(d, &f, 4);
+    } else {
+        float f;
+        memcpy(&f, s, 4);
+        const uint16_t h = rs__f32_to_bf16(f);
+        memcpy(d, &h, 2);
+    }
+}
+
+/* Element by element over source rows [i0, i1) x columns [c0, c1). */
+static void edge(const tc_job_t *j, int64_t i0, int64_t i1, int64_t c0,
+                 int64_t c1)
+{
+    for (int64_t c = c0; c < c1; c++)
+        for (int64_t i = i0; i < i1; i++)
+            cast_one(j, i, c);
+}
+
+/* The whole blocks of a tile at source (i0, c0), nr x nc elements, both
+ * multiples of the block's: a band of destination rows at a time, written
+ * on along its rows. */
+static void tile(const tc_job_t *j, int64_t i0, int64_t c0, int64_t nr,
+                 int64_t nc)
+{
+    for (int64_t c = c0; c < c0 + nc; c += RS__TCAST_COLS)
+        for (int64_t i = i0; i < i0 + nr; i += RS__TCAST_ROWS)
+            j->block(j->d + (size_t)c * j->dld + (size_t)i * j->des, j->dld,
+                     j->s + (size_t)i * j->sld + (size_t)c * j->ses, j->sld);
+}
+
+/* Whole blocks and ragged edges over source rows [i0, i1) x columns [c0,
+ * c1), in TC_BLOCK blocks of tiles. */
+static void run_cached(const tc_job_t *j, int64_t i0, int64_t i1, int64_t c0,
+                       int64_t c1)
+{
+    const int64_t rfull = i0 + (i1 - i0) / RS__TCAST_ROWS * RS__TCAST_ROWS;
+    const int64_t cfull = c0 + (c1 - c0) / RS__TCAST_COLS * RS__TCAST_COLS;
+    for (int64_t bc = c0; bc < cfull; bc += TC_BLOCK)
+        for (int64_t bi = i0; bi < rfull; bi += TC_BLOCK) {
+            const int64_t iend = min64(rfull, bi + TC_BLOCK);
+            const int64_t cend = min64(cfull, bc + TC_BLOCK);
+            for (int64_t c = bc; c < cend; c += TC_TILE)
+                for (int64_t i = bi; i < iend; i += TC_TILE)
+                    tile(j, i, c, min64(TC_TILE, iend - i),
+                         min64(TC_TILE, cend - c));
+        }
+    edge(j, i0, rfull, cfull, c1);
+    edge(j, rfull, i1, c0, c1);
+}
+
+/* The streamed walk's row copy where the destination lines cannot be
+ * streamed (rows not on cache lines): plain stores of each 64-byte row. */
+static void copy_rows(unsigned char *d, size_t dld, const unsigned char *buf,
+                      size_t rows)
+{
+    for (size_t r = 0; r < rows; r++, d += dld, buf += 64)
+        memcpy(d, buf, 64);
+}
+
+/* Streamed walk over source rows [i0, i1) x columns [0, cols), i1 - i0 a
+ * multiple of e (the destination elements in one cache line) and cols of
+ * TC_CHUNK: a band of e source rows is read on along them, TC_RUN
+ * elements of each per pass (so the destination rows of one pass stay
+ * within the second-level TLB); each chunk of TC_CHUNK columns is cast
+ * and transposed into an L1 buffer of TC_CHUNK whole destination lines,
+ * which leave it with non-temporal stores (plain ones where the
+ * destination rows are not on cache lines). Inside a chunk the blocks go
+ * 8 rows at a time along it: with power-of-two strides the rows share
+ * cache sets, and more than 8 of them would evict each other's lines. */
+static void run_streamed(const tc_job_t *j, rs__transpose_stream_fn stream,
+                         int64_t e, int64_t i0, int64_t i1, int64_t cols)
+{
+    _Alignas(64) unsigned char buf[TC_CHUNK * 64];
+    for (int64_t bc = 0; bc < cols; bc += TC_RUN) {
+        const int64_t cend = min64(cols, bc + TC_RUN);
+        for (int64_t i = i0; i < i1; i += e)
+            for (int64_t c = bc; c < cend; c += TC_CHUNK) {
+                const unsigned char *s =
+                    j->s + (size_t)i * j->sld + (size_t)c * j->ses;
+                for (int64_t r = 0; r < e; r += RS__TCAST_ROWS)
+                    for (int64_t k = 0; k < TC_CHUNK; k += RS__TCAST_COLS)
+                        j->block(buf + (size_t)k * 64 + (size_t)r * j->des, 64,
+                                 s + (size_t)r * j->sld + (size_t)k * j->ses,
+                                 j->sld);
+                stream(j->d + (size_t)c * j->dld + (size_t)i * j->des, j->dld,
+                       buf, TC_CHUNK);
+            }
+    }
+}
+
+static const rs__tcast_ops_t *ops_for(rs__simd_t level)
+{
+#if RS__TR_X86
+    if (level >= RS__SIMD_AVX2)
+        return &rs__tcast_ops_avx2;
+#else
+    (void)level;
+#endif
+    return NULL;
+}
+
+/* Destination rows before the first whose start is on a cache line (all
+ * of them are, or none: dld is a multiple of 64); -1 when none can be. */
+static int64_t lead(const tc_job_t *j, int64_t rows)
+{
+    const size_t mis = (uintptr_t)j->d % 64;
+    if (j->dld % 64 != 0 || mis % j->des != 0)
+        return -1;
+    const int64_t n = (int64_t)((64 - mis) % 64 / j->des);
+    return n < rows ? n : rows;
+}
+
+int rs__transpose_cast(rs_dtype_t to, void *dst, int64_t dst_ld,
+                       rs_dtype_t from, const void *src, int64_t src_ld,
+                       int64_t rows, int64_t cols, int stream)
+{
+    const rs__tcast_ops_t *ops = ops_for(rs__simd_active());
+    const int to_f32 = to == RS_DTYPE_F32 && from == RS_DTYPE_BF16;
+    if (ops == NULL || (!to_f32 && !(to == RS_DTYPE_BF16 &&
+                                     from == RS_DTYPE_F32)))
+        return 0;
+    const size_t des = to_f32 ? 4 : 2, ses = to_f32 ? 2 : 4;
+    const tc_job_t j = {dst, src, (size_t)dst_ld * des, (size_t)src_ld * ses,
+                        des, ses, to_f32 ? ops->bf16_f32 : ops->f32_bf16,
+                        to_f32};
+    const rs__transpose_ops_t *tr = ops->tr;
+    if (!stream) {
+        run_cached(&j, 0, rows, 0, cols);
+        return 1;
+    }
+    const int64_t lines = tr->stream != NULL ? lead(&j, rows) : -1;
+    const int64_t a = lines < 0 ? 0 : lines;
+    const int64_t e = 64 / (int64_t)des;
+    const int64_t rend = a + (rows - a) / e * e;
+    const int64_t cend = cols / TC_CHUNK * TC_CHUNK;
+    run_cached(&j, 0, a, 0, cols);
+    run_streamed(&j, lines < 0 ? copy_rows : tr->stream, e, a, rend, cend);
+    run_cached(&j, a, rend, cend, cols);
+    run_cached(&j, rend, rows, 0, cols);
+    if (lines >= 0)
+        tr->fence();
+    return 1;
+}

@@ -1,0 +1,124 @@
+/* AVX2 transposes with the bf16 <-> f32 cast fused: each block is loaded,
+ * cast and transposed in registers and stored straight into the
+ * destination, so no buffer sits between the transpose and the cast.
+ * transpose_cast.c walks matrices with them. The AVX-512 level uses them
+ * too: they are the kernels tested on hardware at hand. */
+#include "core/transpose_cast_impl.h"
+
+#if RS__TR_X86
+#include <immintrin.h>
+
+#define TGT_AVX2 __attribute__((target("avx2")))
+#define INLINE inline __attribute__((always_inline))
+
+#define LD_256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define ST_256(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), (v))
+#define ST_128(p, v) _mm_storeu_si128((__m128i *)(void *)(p), (v))
+
+/* The three in-lane rounds of a 16-bit transpose of 8 rows: afterwards
+ * lane L of x[k] holds column k of lane L's 8 x 8 block. */
+TGT_AVX2 static INLINE void inlane8x8_16(__m256i *x)
+{
+    __m256i y[8];
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < 4; i++) {
+            y[2 * i] = _mm256_unpacklo_epi16(x[i], x[i + 4]);
+            y[2 * i + 1] = _mm256_unpackhi_epi16(x[i], x[i + 4]);
+        }
+        for (size_t i = 0; i < 8; i++)
+            x[i] = y[i];
+    }
+}
+
+/* bf16 NaNs made quiet as rs__bf16_to_f32 does: the top mantissa bit set
+ * where the magnitude is above infinity's. */
+TGT_AVX2 static INLINE __m256i quiet16(__m256i v)
+{
+    const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi16(0x7fff));
+    const __m256i nan = _mm256_cmpgt_epi16(mag, _mm256_set1_epi16(0x7f80));
+    return _mm256_or_si256(v, _mm256_and_si256(nan, _mm256_set1_epi16(0x40)));
+}
+
+/* 8 source rows x 16 bf16 columns to 16 destination rows of 8 f32. After
+ * the transpose, lane 0 of x[k] is destination row k and lane 1 row 8 + k;
+ * interleaving with zeros below each bf16 widens it to its f32 bits. */
+TGT_AVX2 static void bf16_f32_block(unsigned char *d, size_t dld,
+                                    const unsigned char *s, size_t sld)
+{
+    __m256i x[8];
+    for (size_t i = 0; i < 8; i++)
+        x[i] = quiet16(LD_256(s + i * sld));
+    inlane8x8_16(x);
+    const __m256i z = _mm256_setzero_si256();
+    for (size_t k = 0; k < 8; k++) {
+        const __m256i lo = _mm256_unpacklo_epi16(z, x[k]);
+        const __m256i hi = _mm256_unpackhi_epi16(z, x[k]);
+        ST_256(d + k * dld, _mm256_permute2x128_si256(lo, hi, 0x20));
+        ST_256(d + (8 + k) * dld, _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
+/* f32 bits to bf16 rounded to nearest even, as a sign-extended 32-bit
+ * value (rs__f32_to_bf16 without its NaN case). */
+TGT_AVX2 static INLINE __m256i round16(__m256i x)
+{
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16),
+                                         _mm256_set1_epi32(1));
+    const __m256i bias = _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff));
+    return _mm256_srai_epi32(_mm256_add_epi32(x, bias), 16);
+}
+
+/* The same with NaNs: the top 16 bits with the quiet bit set. */
+TGT_AVX2 static INLINE __m256i round16_nan(__m256i x)
+{
+    const __m256i mag = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+    const __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
+    const __m256i q = _mm256_or_si256(_mm256_srai_epi32(x, 16),
+                                      _mm256_set1_epi32(0x40));
+    return _mm256_blendv_epi8(round16(x), q, nan);
+}
+
+/* 8 source rows x 16 f32 columns to 16 destination rows of 8 bf16. The
+ * signed pack of columns 0-7 and 8-15 of a row leaves, per 128-bit lane,
+ * columns 0-3, 8-11 (lane 0) and 4-7, 12-15 (lane 1); after the transpose
+ * lane L of x[k] is the destination row of the k-th of those. NAN_AWARE
+ * selects the rounding; the plain one also reports whether the block holds
+ * a NaN (an unordered compare of each row's two halves), in which case
+ * the caller runs the NaN-aware one over the block again. */
+#define F32_BF16_BLOCK(NAME, ROUND)                                           \
+    TGT_AVX2 static INLINE int NAME(unsigned char *d, size_t dld,             \
+                                    const unsigned char *s, size_t sld)       \
+    {                                                                         \
+        __m256 un = _mm256_setzero_ps();                                      \
+        __m256i x[8];                                                         \
+        for (size_t i = 0; i < 8; i++) {                                      \
+            const __m256i a = LD_256(s + i * sld), b = LD_256(s + i * sld + 32); \
+            un = _mm256_or_ps(un, _mm256_cmp_ps(_mm256_castsi256_ps(a),       \
+                                                _mm256_castsi256_ps(b),       \
+                                                _CMP_UNORD_Q));               \
+            x[i] = _mm256_packs_epi32(ROUND(a), ROUND(b));                    \
+        }                                                                     \
+        inlane8x8_16(x);                                                      \
+        for (size_t k = 0; k < 4; k++) {                                      \
+            ST_128(d + k * dld, _mm256_castsi256_si128(x[k]));                \
+            ST_128(d + (k + 8) * dld, _mm256_castsi256_si128(x[k + 4]));      \
+            ST_128(d + (k + 4) * dld, _mm256_extracti128_si256(x[k], 1));     \
+            ST_128(d + (k + 12) * dld, _mm256_extracti128_si256(x[k + 4], 1)); \
+        }                                                                     \
+        return _mm256_movemask_ps(un);                                        \
+    }
+
+F32_BF16_BLOCK(f32_bf16_plain, round16)
+F32_BF16_BLOCK(f32_bf16_nan, round16_nan)
+
+TGT_AVX2 static void f32_bf16_block(unsigned char *d, size_t dld,
+                                    const unsigned char *s, size_t sld)
+{
+    if (f32_bf16_plain(d, dld, s, sld) != 0)
+        (void)f32_bf16_nan(d, dld, s, sld);
+}
+
+const rs__tcast_ops_t rs__tcast_ops_avx2 = {bf16_f32_block, f32_bf16_block,
+                                           &rs__transpose_ops_avx2};
+
+#endif
