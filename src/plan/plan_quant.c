@@ -404,7 +404,7 @@ static rs_status_t assign_roles(rs__quant_expansion_t *qx, rs_diag_t *diag)
     qx->role = calloc(n + 1, 1);
     qx->owner = calloc(n + 1, sizeof(size_t));
     qx->name_known = calloc(names + 1, 1);
-    qx->tensor_of_name = calloc(names + 1, sizeof(*qx->tensor_of_name));
+    qx->tensor_of_name = calloc(names + 1, sizeof(rs__source_tensor_t *));
     if (qx->role == NULL || qx->owner == NULL || qx->name_known == NULL ||
         qx->tensor_of_name == NULL)
         return OOM(diag);
@@ -429,9 +429,14 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
                              rs__quant_expansion_t **qx_p)
 {
     rs__quant_expansion_t *qx = calloc(1, sizeof(*qx));
-    size_t n = rs_capture_num_copies(capture);
+    size_t n = rs_capture_num_copies(capture), nquant = 0;
     rs_status_t st;
-    if (qx == NULL || (qx->q = calloc(n + 1, sizeof(rs__planned_quant_t))) == NULL ||
+    for (size_t i = 0; i < n; i++)
+        nquant += capture->copies[i].quant != NULL;
+    /* one record per quantized copy, each cleared as it is analyzed: a
+     * record per copy, cleared up front, was a megabyte per MoE rank */
+    if (qx == NULL ||
+        (qx->q = malloc((nquant + 1) * sizeof(rs__planned_quant_t))) == NULL ||
         (qx->ops = calloc(RS_MAX_DIMS + 1, sizeof(rs_op_t))) == NULL) {
         rs__quant_free(qx);
         return OOM(diag);
