@@ -32,6 +32,20 @@ void rs__strmap_free(rs__strmap_t *map)
     rs__strmap_init(map);
 }
 
+int rs__strmap_copy(rs__strmap_t *to, const rs__strmap_t *from)
+{
+    rs__strmap_init(to);
+    if (from->cap == 0)
+        return 1;
+    to->slots = malloc(from->cap * sizeof(rs__strmap_slot_t));
+    if (to->slots == NULL)
+        return 0;
+    memcpy(to->slots, from->slots, from->cap * sizeof(rs__strmap_slot_t));
+    to->cap = from->cap;
+    to->len = from->len;
+    return 1;
+}
+
 static uint32_t tag_of(uint64_t hash) { return (uint32_t)(hash >> 32); }
 
 /* The key's slot, or the empty slot where it would go. */

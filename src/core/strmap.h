@@ -23,6 +23,9 @@ typedef struct rs__strmap {
 
 void rs__strmap_init(rs__strmap_t *map);
 void rs__strmap_free(rs__strmap_t *map);
+/* *to as a copy of `from` (borrowing the same keys), replacing whatever
+ * *to held without freeing it; 0 on exhaustion (*to then empty). */
+int rs__strmap_copy(rs__strmap_t *to, const rs__strmap_t *from);
 /* Looks a key up; returns 1 and sets *value_p when present. */
 int rs__strmap_get(const rs__strmap_t *map, const char *key, uint32_t *value_p);
 /* The same with the key's rs__hash_str already known (a caller that looks

@@ -130,12 +130,11 @@ const char *rs__quant_field_name(rs__quant_field_t field);
 rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
                                        const rs_quant_desc_t *q);
 
-/* Appends every copy of `from` to `to`, a capture holding `from`'s params
- * in the same order and no copy yet (the planner's working capture): the
- * copies were checked when added to `from`, so this interns and shares
- * instead of checking and hashing again. RS_ERR_INVALID_ARG when `to` is
- * not such a frame, RS_ERR_NO_MEMORY. */
-rs_status_t rs__capture_append_copies(rs_capture_h to, rs_capture_h from,
-                                      rs_diag_t *diag);
+/* The planner's working capture (capture_frame.c): a new capture with
+ * `from`'s params, sources, unsupported entries, names, copies and
+ * geometries at the same indices and ids, borrowing what they point at
+ * from `from`, which must outlive it. RS_ERR_NO_MEMORY. O(tables). */
+rs_status_t rs__capture_work_copy(rs_capture_h from, rs_capture_h *to_p,
+                                  rs_diag_t *diag);
 
 #endif

@@ -128,8 +128,10 @@ static inline rs_status_t psrc_for(rs__planner_t *b, uint32_t name_id,
 static rs_status_t psrc_new(rs__planner_t *b, uint32_t name_id, uint32_t *id_p)
 {
     const rs__capture_name_t *n = &b->cap->names[name_id];
-    rs__planned_source_t s = {n->name, rs__sources_find_hashed(b->srcs, n->name, n->hash),
-                   NULL, 0, 0, -1, 0};
+    rs__source_tensor_t *t;
+    if (!rs__quant_known_tensor(b, name_id, &t))
+        t = rs__sources_find_hashed(b->srcs, n->name, n->hash);
+    rs__planned_source_t s = {n->name, t, NULL, 0, 0, -1, 0};
     if (!RS_VEC_PUSH(b, psrc, s))
         return OOM(b);
     b->psrc_of_name[name_id] = (uint32_t)b->psrc_len;

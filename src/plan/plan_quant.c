@@ -289,9 +289,10 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
 {
     int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
     rs_diag_t d = {RS_OK, ""};
-    rs__quant_tensors_t qt = {rs__sources_find(srcs, qname),
-                              rs__sources_find(srcs, sname), srcs, c->src,
-                              NULL, 0};
+    pq->served_q = rs__sources_find(srcs, qname);
+    pq->served_s = rs__sources_find(srcs, sname);
+    rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src, NULL,
+                              0};
     pq->src_dtype = RS_DTYPE_INVALID;
     if (!source_shape(cap, &qt, c->src, pq))
         return refuse(pq, c, "'%s' is not published by any shard table, nor "
@@ -328,33 +329,6 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
         memcpy(why, pq->why, sizeof(why));
         refuse(pq, c, "'%s' is not published, and %s", c->src, why);
     }
-}
-
-/* The user's params, declared sources and unsupported entries. */
-static rs_status_t copy_frame(rs_capture_h from, rs_capture_h to,
-                              rs_diag_t *diag)
-{
-    rs_status_t st = RS_OK;
-    for (size_t i = 0; st == RS_OK && i < rs_capture_num_params(from); i++) {
-        rs_param_info_t p;
-        rs_capture_param(from, i, &p);
-        st = rs_capture_add_param(to, p.name, p.ndim, p.shape, p.dtype, diag);
-    }
-    for (size_t i = 0; st == RS_OK && i < rs_capture_num_sources(from); i++) {
-        rs_source_info_t s;
-        rs_capture_source(from, i, &s);
-        st = rs_capture_declare_source(to, s.name, s.ndim, s.shape, s.dtype,
-                                       diag);
-    }
-    for (size_t i = 0; st == RS_OK && i < rs_capture_num_unsupported(from);
-         i++) {
-        const char *src, *reason;
-        rs_capture_unsupported(from, i, &src, &reason);
-        st = rs_capture_add_unsupported(to, src, reason, diag);
-    }
-    if (st == RS_OK)
-        rs__capture_set_unattributed(to, rs_capture_unattributed(from));
-    return st;
 }
 
 /* The two derived copies of an accepted quantized copy. */
@@ -411,13 +385,28 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     return st;
 }
 
+/* The derived copies' sources as the analysis found them published. */
+static void note_tensors(rs__quant_expansion_t *qx,
+                         const rs__planned_quant_t *pq)
+{
+    const rs__capture_copy_t *w = &qx->work->copies[pq->weight_copy];
+    const rs__capture_copy_t *s = &qx->work->copies[pq->scale_copy];
+    qx->name_known[w->src_id] = qx->name_known[s->src_id] = 1;
+    qx->tensor_of_name[w->src_id] = pq->served_q;
+    qx->tensor_of_name[s->src_id] = pq->served_s;
+}
+
 /* Every working copy's role and owner, once the derived copies exist. */
 static rs_status_t assign_roles(rs__quant_expansion_t *qx, rs_diag_t *diag)
 {
     size_t n = rs_capture_num_copies(qx->work);
+    size_t names = qx->work->names_len;
     qx->role = calloc(n + 1, 1);
     qx->owner = calloc(n + 1, sizeof(size_t));
-    if (qx->role == NULL || qx->owner == NULL)
+    qx->name_known = calloc(names + 1, 1);
+    qx->tensor_of_name = calloc(names + 1, sizeof(rs__source_tensor_t *));
+    if (qx->role == NULL || qx->owner == NULL || qx->name_known == NULL ||
+        qx->tensor_of_name == NULL)
         return OOM(diag);
     for (size_t i = 0; i < qx->nq; i++) {
         const rs__planned_quant_t *pq = &qx->q[i];
@@ -430,6 +419,7 @@ static rs_status_t assign_roles(rs__quant_expansion_t *qx, rs_diag_t *diag)
         qx->role[pq->weight_copy] = qx->role[pq->scale_copy] =
             (unsigned char)r;
         qx->owner[pq->weight_copy] = qx->owner[pq->scale_copy] = i;
+        note_tensors(qx, pq);
     }
     return RS_OK;
 }
@@ -439,19 +429,20 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
                              rs__quant_expansion_t **qx_p)
 {
     rs__quant_expansion_t *qx = calloc(1, sizeof(*qx));
-    size_t n = rs_capture_num_copies(capture);
+    size_t n = rs_capture_num_copies(capture), nquant = 0;
     rs_status_t st;
-    if (qx == NULL || (qx->q = calloc(n + 1, sizeof(rs__planned_quant_t))) == NULL ||
+    for (size_t i = 0; i < n; i++)
+        nquant += capture->copies[i].quant != NULL;
+    /* one record per quantized copy, each cleared as it is analyzed: a
+     * record per copy, cleared up front, was a megabyte per MoE rank */
+    if (qx == NULL ||
+        (qx->q = malloc((nquant + 1) * sizeof(rs__planned_quant_t))) == NULL ||
         (qx->ops = calloc(RS_MAX_DIMS + 1, sizeof(rs_op_t))) == NULL) {
         rs__quant_free(qx);
         return OOM(diag);
     }
     qx->nuser = n;
-    st = rs_capture_create(&qx->work);
-    if (st == RS_OK)
-        st = copy_frame(capture, qx->work, diag);
-    if (st == RS_OK)
-        st = rs__capture_append_copies(qx->work, capture, diag);
+    st = rs__capture_work_copy(capture, &qx->work, diag);
     for (size_t ci = 0; st == RS_OK && ci < n; ci++) {
         rs_quant_desc_t q;
         if (rs_capture_copy_quant(capture, ci, &q))
@@ -477,8 +468,20 @@ void rs__quant_free(rs__quant_expansion_t *qx)
     free(qx->ops);
     free(qx->role);
     free(qx->owner);
+    free(qx->name_known);
+    free(qx->tensor_of_name);
     rs_capture_destroy(qx->work);
     free(qx);
+}
+
+int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
+                           struct rs__source_tensor **t_p)
+{
+    const rs__quant_expansion_t *qx = b->quant;
+    if (qx == NULL || !qx->name_known[name_id])
+        return 0;
+    *t_p = qx->tensor_of_name[name_id];
+    return 1;
 }
 
 int rs__quant_role(const rs__planner_t *b, size_t ci)

@@ -40,6 +40,9 @@ typedef struct rs__planned_quant {
     uint64_t needed_bytes;     /* what the view needs (receiver: the box) */
     rs__segment_vec_t segs;          /* the receiver path's staged read */
     uint64_t missing;
+    /* "<src>#<spec>" and its scales as published (NULL: not published),
+     * looked up once by the analysis for the planner's records too */
+    struct rs__source_tensor *served_q, *served_s;
     int live;                  /* planned and not in fallback (assembly) */
 } rs__planned_quant_t;
 
@@ -51,6 +54,10 @@ typedef struct rs__quant_expansion {
     size_t nq;
     unsigned char *role;       /* per working copy: RS_QROLE_* */
     size_t *owner;             /* per working copy: its rs__planned_quant_t */
+    /* per name of the working capture: 1 when tensor_of_name holds its
+     * published tensor (NULL: not published), found by the analysis */
+    unsigned char *name_known;
+    struct rs__source_tensor **tensor_of_name;
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
     rs_quant_desc_t spec_of;   /* the spec `spec` is the text of */
@@ -69,6 +76,12 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
                              const rs_plan_params_t *params, rs_diag_t *diag,
                              rs__quant_expansion_t **qx_p);
 void rs__quant_free(rs__quant_expansion_t *qx);
+
+/* 1 with *t_p set when the expansion already looked name `name_id` of
+ * the working capture up in the sources (a derived copy's source): the
+ * planner's record then needs no second lookup. O(1). */
+int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
+                           struct rs__source_tensor **t_p);
 
 /* The role of working copy ci (RS_QROLE_PLAIN without an expansion). */
 int rs__quant_role(const rs__planner_t *b, size_t ci);
