@@ -44,7 +44,7 @@ WHEEL_DIR      = $(RELEASE_BUILD)/dist
 # and test_transport run as ctest tests per part (tests/CMakeLists.txt), and
 # of test_transport only the parts that start threads (api opens local-mt;
 # local and cma read on the caller's thread, so ASan covers them whole).
-TSAN_PROGRAMS = test_arena test_pool test_transport test_exec test_pipeline \
+TSAN_PROGRAMS = test_arena test_pool test_transport test_exec test_fused_digest test_pipeline \
                 test_refit test_dir test_lease test_stage test_plan_threads \
                 test_unregister test_memory_types test_replicas test_dry_run
 TSAN_TESTS = ^(test_arena|test_pool|test_transport_(api|local-mt-.+)|test_exec|test_fused_digest|test_pipeline|test_refit|test_dir|test_lease_.+|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run)$$
@@ -105,7 +105,7 @@ build-release: deps-debian
 # gcc and clang already.
 RELEASE_GATE_TARGETS = reshard reshard_static reshard_layout reshard_cli \
                        test_convert test_transpose test_quant test_digest \
-                       test_digest_copy \
+                       test_digest_copy test_transpose_cast \
                        $(notdir $(basename $(wildcard bench/*_bench.c)))
 
 build-release-gate: deps-debian
