@@ -33,13 +33,19 @@ static int tappable(rs_exec_h x, const rs_shard_ref_t *sh, size_t i,
            p->nbytes > 0 && !p->late;
 }
 
-/* Keeps keys that overlap no neighbour (sorted by dst); returns the count. */
+/* Keeps the keys (sorted by dst) that overlap no other key; returns the
+ * count. A key can reach past its neighbour, so each is compared with the
+ * furthest end of every key before it, and with the next key's start. */
 static size_t drop_overlaps(tap_key_t *k, size_t n)
 {
     size_t out = 0;
+    uintptr_t reach = 0; /* the furthest end of the keys before j */
     for (size_t j = 0; j < n; j++) {
-        int clash = (j > 0 && k[j - 1].dst + k[j - 1].nbytes > k[j].dst) ||
-                    (j + 1 < n && k[j].dst + k[j].nbytes > k[j + 1].dst);
+        const uintptr_t end = k[j].dst + k[j].nbytes;
+        int clash = (j > 0 && reach > k[j].dst) ||
+                    (j + 1 < n && end > k[j + 1].dst);
+        if (end > reach)
+            reach = end;
         if (!clash)
             k[out++] = k[j];
     }
