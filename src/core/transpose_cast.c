@@ -3,6 +3,7 @@
  * ragged edges (columns past the last whole block, rows past the last
  * whole band). */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/convert_scalar.h"
@@ -17,11 +18,16 @@
 #ifndef TC_TILE
 #define TC_TILE 64
 #endif
+/* The streamed walk: a band of RS__TCAST_RUN / element size source rows
+ * (64 f32 or 128 bf16 destination elements: each destination row gets a
+ * run of 256 bytes, four lines, per visit), read TC_PASS columns per pass,
+ * TC_CHUNK columns at a time into an L1 buffer of TC_CHUNK destination
+ * runs (32 KiB). */
 #ifndef TC_CHUNK
-#define TC_CHUNK 64
+#define TC_CHUNK 128
 #endif
-#ifndef TC_RUN
-#define TC_RUN 1024
+#ifndef TC_PASS
+#define TC_PASS 2048
 #endif
 #ifndef TC_BLOCK
 #define TC_BLOCK 256
@@ -95,42 +101,39 @@ static void run_cached(const tc_job_t *j, int64_t i0, int64_t i1, int64_t c0,
     edge(j, rfull, i1, c0, c1);
 }
 
-/* The streamed walk's row copy where the destination lines cannot be
- * streamed (rows not on cache lines): plain stores of each 64-byte row. */
-static void copy_rows(unsigned char *d, size_t dld, const unsigned char *buf,
-                      size_t rows)
-{
-    for (size_t r = 0; r < rows; r++, d += dld, buf += 64)
-        memcpy(d, buf, 64);
-}
-
 /* Streamed walk over source rows [i0, i1) x columns [0, cols), i1 - i0 a
- * multiple of e (the destination elements in one cache line) and cols of
- * TC_CHUNK: a band of e source rows is read on along them, TC_RUN
- * elements of each per pass (so the destination rows of one pass stay
- * within the second-level TLB); each chunk of TC_CHUNK columns is cast
- * and transposed into an L1 buffer of TC_CHUNK whole destination lines,
- * which leave it with non-temporal stores (plain ones where the
- * destination rows are not on cache lines). Inside a chunk the blocks go
- * 8 rows at a time along it: with power-of-two strides the rows share
- * cache sets, and more than 8 of them would evict each other's lines. */
-static void run_streamed(const tc_job_t *j, rs__transpose_stream_fn stream,
-                         int64_t e, int64_t i0, int64_t i1, int64_t cols)
+ * multiple of the band (RS__TCAST_RUN bytes of destination elements) and
+ * cols of TC_CHUNK: the band's source rows are read on along them,
+ * TC_PASS elements of each per pass; each chunk of TC_CHUNK columns is
+ * cast and transposed into an L1 buffer of TC_CHUNK destination runs,
+ * which leave it with non-temporal stores. Runs of four lines rather than
+ * one let the memory write each destination row in longer pieces, and the
+ * band's 64 or 128 source rows are each read 256 or 512 bytes at a time.
+ * Destination rows off cache lines keep the partial line at the end of
+ * each run in `carry` until the next band completes it. Inside a chunk
+ * the blocks go 8 rows at a time along it: with power-of-two strides the
+ * rows share cache sets, and more than 8 of them would evict each other's
+ * lines. */
+static void run_streamed(const tc_job_t *j, rs__tcast_stream_fn stream,
+                         unsigned char *carry, int64_t band, int64_t i0,
+                         int64_t i1, int64_t cols)
 {
-    _Alignas(64) unsigned char buf[TC_CHUNK * 64];
-    for (int64_t bc = 0; bc < cols; bc += TC_RUN) {
-        const int64_t cend = min64(cols, bc + TC_RUN);
-        for (int64_t i = i0; i < i1; i += e)
+    _Alignas(64) unsigned char buf[TC_CHUNK * RS__TCAST_RUN];
+    const size_t w = RS__TCAST_RUN;
+    for (int64_t bc = 0; bc < cols; bc += TC_PASS) {
+        const int64_t cend = min64(cols, bc + TC_PASS);
+        for (int64_t i = i0; i < i1; i += band)
             for (int64_t c = bc; c < cend; c += TC_CHUNK) {
                 const unsigned char *s =
                     j->s + (size_t)i * j->sld + (size_t)c * j->ses;
-                for (int64_t r = 0; r < e; r += RS__TCAST_ROWS)
+                for (int64_t r = 0; r < band; r += RS__TCAST_ROWS)
                     for (int64_t k = 0; k < TC_CHUNK; k += RS__TCAST_COLS)
-                        j->block(buf + (size_t)k * 64 + (size_t)r * j->des, 64,
+                        j->block(buf + (size_t)k * w + (size_t)r * j->des, w,
                                  s + (size_t)r * j->sld + (size_t)k * j->ses,
                                  j->sld);
                 stream(j->d + (size_t)c * j->dld + (size_t)i * j->des, j->dld,
-                       buf, TC_CHUNK);
+                       buf, TC_CHUNK, carry + (size_t)(c - bc) * 64, i == i0,
+                       i + band == i1);
             }
     }
 }
@@ -147,7 +150,9 @@ static const rs__tcast_ops_t *ops_for(rs__simd_t level)
 }
 
 /* Destination rows before the first whose start is on a cache line (all
- * of them are, or none: dld is a multiple of 64); -1 when none can be. */
+ * of them are, or none: dld is a multiple of 64), so that every run of
+ * the streamed walk is whole lines; -1 when none can be (the runs then
+ * start and end inside lines). */
 static int64_t lead(const tc_job_t *j, int64_t rows)
 {
     const size_t mis = (uintptr_t)j->d % 64;
@@ -170,21 +175,28 @@ int rs__transpose_cast(rs_dtype_t to, void *dst, int64_t dst_ld,
     const tc_job_t j = {dst, src, (size_t)dst_ld * des, (size_t)src_ld * ses,
                         des, ses, to_f32 ? ops->bf16_f32 : ops->f32_bf16,
                         to_f32};
-    const rs__transpose_ops_t *tr = ops->tr;
     if (!stream) {
         run_cached(&j, 0, rows, 0, cols);
         return 1;
     }
-    const int64_t lines = tr->stream != NULL ? lead(&j, rows) : -1;
+    /* the streamed walk needs the level's streaming stores, and, where
+     * runs do not start on lines, the carried partial lines */
+    const int64_t lines = lead(&j, rows);
+    unsigned char *carry =
+        lines < 0 ? malloc((size_t)TC_PASS * 64) : NULL;
+    if (ops->stream == NULL || (lines < 0 && carry == NULL)) {
+        run_cached(&j, 0, rows, 0, cols);
+        return 1;
+    }
     const int64_t a = lines < 0 ? 0 : lines;
-    const int64_t e = 64 / (int64_t)des;
-    const int64_t rend = a + (rows - a) / e * e;
+    const int64_t band = RS__TCAST_RUN / (int64_t)des;
+    const int64_t rend = a + (rows - a) / band * band;
     const int64_t cend = cols / TC_CHUNK * TC_CHUNK;
     run_cached(&j, 0, a, 0, cols);
-    run_streamed(&j, lines < 0 ? copy_rows : tr->stream, e, a, rend, cend);
+    run_streamed(&j, ops->stream, carry, band, a, rend, cend);
     run_cached(&j, a, rend, cend, cols);
     run_cached(&j, rend, rows, 0, cols);
-    if (lines >= 0)
-        tr->fence();
+    ops->tr->fence();
+    free(carry);
     return 1;
 }

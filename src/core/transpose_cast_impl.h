@@ -17,10 +17,27 @@
 typedef void (*rs__tcast_block_fn)(unsigned char *d, size_t dld,
                                    const unsigned char *s, size_t sld);
 
+/* Bytes of each destination row one pass of the streamed walk writes. */
+#define RS__TCAST_RUN 256
+
+/* Copies `rows` runs of RS__TCAST_RUN bytes from a 64-byte aligned buffer
+ * (runs RS__TCAST_RUN apart) to d, rows dld apart, any alignment, each
+ * destination cache line with one non-temporal store. A run whose start
+ * is off a line leaves its last partial line in `carry` (64 bytes per
+ * row) and completes the line `carry` holds from the run before it in the
+ * same row, so a line split between two runs is stored whole, once;
+ * `first` (no run before) and `last` (no run after) store those partial
+ * lines plainly instead. The caller fences. */
+typedef void (*rs__tcast_stream_fn)(unsigned char *d, size_t dld,
+                                    const unsigned char *buf, size_t rows,
+                                    unsigned char *carry, int first,
+                                    int last);
+
 typedef struct rs__tcast_ops {
     rs__tcast_block_fn bf16_f32;
     rs__tcast_block_fn f32_bf16;
-    const rs__transpose_ops_t *tr; /* the level's streaming row copy, fence */
+    rs__tcast_stream_fn stream; /* NULL: the level has no streaming stores */
+    const rs__transpose_ops_t *tr; /* the level's store fence */
 } rs__tcast_ops_t;
 
 #if RS__TR_X86

@@ -7,6 +7,8 @@
 
 #if RS__TR_X86
 #include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
 
 #define TGT_AVX2 __attribute__((target("avx2")))
 #define INLINE inline __attribute__((always_inline))
@@ -41,7 +43,10 @@ TGT_AVX2 static INLINE __m256i quiet16(__m256i v)
 
 /* 8 source rows x 16 bf16 columns to 16 destination rows of 8 f32. After
  * the transpose, lane 0 of x[k] is destination row k and lane 1 row 8 + k;
- * interleaving with zeros below each bf16 widens it to its f32 bits. */
+ * interleaving with zeros below each bf16 widens it to its f32 bits. The
+ * rows leave as 16-byte halves: a 256-bit lane exchange (permute2x128)
+ * costs several times a store on cores that split 256-bit operations in
+ * two, and measured a third slower there. */
 TGT_AVX2 static void bf16_f32_block(unsigned char *d, size_t dld,
                                     const unsigned char *s, size_t sld)
 {
@@ -53,19 +58,24 @@ TGT_AVX2 static void bf16_f32_block(unsigned char *d, size_t dld,
     for (size_t k = 0; k < 8; k++) {
         const __m256i lo = _mm256_unpacklo_epi16(z, x[k]);
         const __m256i hi = _mm256_unpackhi_epi16(z, x[k]);
-        ST_256(d + k * dld, _mm256_permute2x128_si256(lo, hi, 0x20));
-        ST_256(d + (8 + k) * dld, _mm256_permute2x128_si256(lo, hi, 0x31));
+        ST_128(d + k * dld, _mm256_castsi256_si128(lo));
+        ST_128(d + k * dld + 16, _mm256_castsi256_si128(hi));
+        ST_128(d + (8 + k) * dld, _mm256_extracti128_si256(lo, 1));
+        ST_128(d + (8 + k) * dld + 16, _mm256_extracti128_si256(hi, 1));
     }
 }
 
-/* f32 bits to bf16 rounded to nearest even, as a sign-extended 32-bit
- * value (rs__f32_to_bf16 without its NaN case). */
+/* f32 bits rounded to nearest even at bit 16 (rs__f32_to_bf16 without its
+ * NaN case): x + 0x7fff + (bit 16 of x), the bf16 in the top 16 bits. The
+ * bit is tested with a compare instead of shifted down: vector shifts
+ * issue on one pipe only on some cores. */
 TGT_AVX2 static INLINE __m256i round16(__m256i x)
 {
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16),
-                                         _mm256_set1_epi32(1));
-    const __m256i bias = _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff));
-    return _mm256_srai_epi32(_mm256_add_epi32(x, bias), 16);
+    const __m256i even = _mm256_cmpeq_epi32(
+        _mm256_and_si256(x, _mm256_set1_epi32(0x10000)),
+        _mm256_setzero_si256());
+    return _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x8000)),
+                            even);
 }
 
 /* The same with NaNs: the top 16 bits with the quiet bit set. */
@@ -73,18 +83,25 @@ TGT_AVX2 static INLINE __m256i round16_nan(__m256i x)
 {
     const __m256i mag = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
     const __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
-    const __m256i q = _mm256_or_si256(_mm256_srai_epi32(x, 16),
-                                      _mm256_set1_epi32(0x40));
+    const __m256i q = _mm256_or_si256(x, _mm256_set1_epi32(0x400000));
     return _mm256_blendv_epi8(round16(x), q, nan);
 }
 
-/* 8 source rows x 16 f32 columns to 16 destination rows of 8 bf16. The
- * signed pack of columns 0-7 and 8-15 of a row leaves, per 128-bit lane,
- * columns 0-3, 8-11 (lane 0) and 4-7, 12-15 (lane 1); after the transpose
- * lane L of x[k] is the destination row of the k-th of those. NAN_AWARE
- * selects the rounding; the plain one also reports whether the block holds
- * a NaN (an unordered compare of each row's two halves), in which case
- * the caller runs the NaN-aware one over the block again. */
+/* The top 16 bits of a's and b's 32-bit elements, interleaved: word 2j of
+ * lane L is a's element 4L + j, word 2j + 1 b's. */
+TGT_AVX2 static INLINE __m256i tops(__m256i a, __m256i b)
+{
+    return _mm256_blend_epi16(_mm256_srli_epi32(a, 16), b, 0xAA);
+}
+
+/* 8 source rows x 16 f32 columns to 16 destination rows of 8 bf16. Each
+ * row's columns 0-7 (a) and 8-15 (b) are rounded and their top halves
+ * interleaved, so word 2j of lane L is column 4L + j and word 2j + 1
+ * column 8 + 4L + j; after the transpose lane L of x[k] is the
+ * destination row of word k's column. NAN_AWARE selects the rounding; the
+ * plain one also reports whether the block holds a NaN (an unordered
+ * compare of each row's two halves), in which case the caller runs the
+ * NaN-aware one over the block again. */
 #define F32_BF16_BLOCK(NAME, ROUND)                                           \
     TGT_AVX2 static INLINE int NAME(unsigned char *d, size_t dld,             \
                                     const unsigned char *s, size_t sld)       \
@@ -96,14 +113,15 @@ TGT_AVX2 static INLINE __m256i round16_nan(__m256i x)
             un = _mm256_or_ps(un, _mm256_cmp_ps(_mm256_castsi256_ps(a),       \
                                                 _mm256_castsi256_ps(b),       \
                                                 _CMP_UNORD_Q));               \
-            x[i] = _mm256_packs_epi32(ROUND(a), ROUND(b));                    \
+            x[i] = tops(ROUND(a), ROUND(b));                                  \
         }                                                                     \
         inlane8x8_16(x);                                                      \
-        for (size_t k = 0; k < 4; k++) {                                      \
-            ST_128(d + k * dld, _mm256_castsi256_si128(x[k]));                \
-            ST_128(d + (k + 8) * dld, _mm256_castsi256_si128(x[k + 4]));      \
-            ST_128(d + (k + 4) * dld, _mm256_extracti128_si256(x[k], 1));     \
-            ST_128(d + (k + 12) * dld, _mm256_extracti128_si256(x[k + 4], 1)); \
+        for (size_t j = 0; j < 4; j++) {                                      \
+            ST_128(d + j * dld, _mm256_castsi256_si128(x[2 * j]));            \
+            ST_128(d + (4 + j) * dld, _mm256_extracti128_si256(x[2 * j], 1)); \
+            ST_128(d + (8 + j) * dld, _mm256_castsi256_si128(x[2 * j + 1]));  \
+            ST_128(d + (12 + j) * dld,                                        \
+                   _mm256_extracti128_si256(x[2 * j + 1], 1));                \
         }                                                                     \
         return _mm256_movemask_ps(un);                                        \
     }
@@ -118,7 +136,50 @@ TGT_AVX2 static void f32_bf16_block(unsigned char *d, size_t dld,
         (void)f32_bf16_nan(d, dld, s, sld);
 }
 
+#define NT_256(p, v) _mm256_stream_si256((__m256i *)(void *)(p), (v))
+
+/* One line from 64 bytes anywhere. */
+TGT_AVX2 static INLINE void nt_line(unsigned char *d, const unsigned char *s)
+{
+    NT_256(d, LD_256(s));
+    NT_256(d + 32, LD_256(s + 32));
+}
+
+/* A run at m bytes past a line start q: the line at q is carry's first m
+ * bytes and the run's first 64 - m, the lines after it come from the run
+ * shifted by 64 - m, and the last m bytes wait in carry for the next run. */
+TGT_AVX2 static void stream_rows(unsigned char *d, size_t dld,
+                                const unsigned char *buf, size_t rows,
+                                unsigned char *carry, int first, int last)
+{
+    for (size_t r = 0; r < rows; r++, d += dld, buf += RS__TCAST_RUN,
+                carry += 64) {
+        const size_t m = (uintptr_t)d % 64;
+        if (m == 0) {
+            for (size_t o = 0; o < RS__TCAST_RUN; o += 64)
+                nt_line(d + o, buf + o);
+            continue;
+        }
+        unsigned char *q = d - m;
+        if (first) {
+            memcpy(d, buf, 64 - m);
+        } else {
+            _Alignas(64) unsigned char line[64];
+            memcpy(line, carry, m);
+            memcpy(line + m, buf, 64 - m);
+            nt_line(q, line);
+        }
+        for (size_t o = 64; o < RS__TCAST_RUN; o += 64)
+            nt_line(q + o, buf + o - m);
+        if (last)
+            memcpy(q + RS__TCAST_RUN, buf + RS__TCAST_RUN - m, m);
+        else
+            memcpy(carry, buf + RS__TCAST_RUN - m, m);
+    }
+}
+
 const rs__tcast_ops_t rs__tcast_ops_avx2 = {bf16_f32_block, f32_bf16_block,
+                                           stream_rows,
                                            &rs__transpose_ops_avx2};
 
 #endif

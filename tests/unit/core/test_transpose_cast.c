@@ -195,19 +195,27 @@ static void test_kernels(void **state)
     }
 }
 
-/* Large enough for the streamed walk's passes (several runs of a row,
- * several bands), with the destination aligned and not. */
+/* Large enough for the streamed walk's passes (2216 columns: a pass of
+ * 2048 and part of another, chunks of 128 and a ragged rest; 400 rows:
+ * three or more bands of 64 or 128 rows and a ragged rest), with the
+ * destination on a cache line, starting off one (rows before the first
+ * whole run), and with rows off cache lines (each run's partial lines
+ * carried to the next band, or stored plainly at the first and last). */
 static void test_streamed(void **state)
 {
     (void)state;
     rng_state = 8;
     for (int lv = 0; lv < simd_nlevels(); lv++) {
         rs__simd_force((rs__simd_t)lv);
+        const int want_ran = rs__simd_active() >= RS__SIMD_AVX2;
         for (int v = 0; v < 2; v++) {
-            tc_case_t t = {200, 2112, 2112, 224, 0, 0, v, 1};
-            check_case(&t, 0);
+            tc_case_t t = {400, 2216, 2219, 448, 0, 32, v, 1}; /* on a line */
+            assert_int_equal(check_case(&t, 0), want_ran);
             t.doff = 16;
-            check_case(&t, 0);
+            assert_int_equal(check_case(&t, 0), want_ran);
+            t.soff = 6;
+            t.dld = 401;
+            assert_int_equal(check_case(&t, 0), want_ran);
         }
     }
 }
