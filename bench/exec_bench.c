@@ -558,6 +558,11 @@ static void section_tcast(void)
     /* an odd edge: no power-of-two row strides, ragged blocks */
     bench_transpose(RS_DTYPE_BF16, RS_DTYPE_F32, 6001);
     bench_transpose(RS_DTYPE_F32, RS_DTYPE_BF16, 6001);
+    /* what bounds them: the same destination with no cast, and the same
+     * cast with no transpose (f32 -> bf16 reads twice what it writes) */
+    printf(" references:\n");
+    bench_transpose(RS_DTYPE_F32, RS_DTYPE_F32, 8192);
+    bench_cast(RS_DTYPE_F32, RS_DTYPE_BF16, (size_t)8192 * 8192 * 2);
 }
 
 /* Quantization is timed in the thread's CPU time, best of QUANT_REPEATS

@@ -185,6 +185,7 @@ int rs__transpose_cast(rs_dtype_t to, void *dst, int64_t dst_ld,
     unsigned char *carry =
         lines < 0 ? malloc((size_t)TC_PASS * 64) : NULL;
     if (ops->stream == NULL || (lines < 0 && carry == NULL)) {
+        free(carry);
         run_cached(&j, 0, rows, 0, cols);
         return 1;
     }

@@ -145,9 +145,18 @@ TGT_AVX2 static INLINE void nt_line(unsigned char *d, const unsigned char *s)
     NT_256(d + 32, LD_256(s + 32));
 }
 
-/* A run at m bytes past a line start q: the line at q is carry's first m
- * bytes and the run's first 64 - m, the lines after it come from the run
- * shifted by 64 - m, and the last m bytes wait in carry for the next run. */
+/* 64 bytes, one line, through two vector moves. */
+TGT_AVX2 static INLINE void copy64(unsigned char *d, const unsigned char *s)
+{
+    ST_256(d, LD_256(s));
+    ST_256(d + 32, LD_256(s + 32));
+}
+
+/* A run at m bytes past a line start q: the line at q is the previous
+ * run's last m bytes (the last 64 of it wait in carry) and this run's
+ * first 64 - m, the lines after it come from the run shifted by 64 - m.
+ * Only fixed-size moves in the common case (a library memcpy of a
+ * variable length per run cost as much as the cast). */
 TGT_AVX2 static void stream_rows(unsigned char *d, size_t dld,
                                 const unsigned char *buf, size_t rows,
                                 unsigned char *carry, int first, int last)
@@ -164,17 +173,17 @@ TGT_AVX2 static void stream_rows(unsigned char *d, size_t dld,
         if (first) {
             memcpy(d, buf, 64 - m);
         } else {
-            _Alignas(64) unsigned char line[64];
-            memcpy(line, carry, m);
-            memcpy(line + m, buf, 64 - m);
-            nt_line(q, line);
+            _Alignas(64) unsigned char two[128];
+            copy64(two, carry);
+            copy64(two + 64, buf);
+            nt_line(q, two + 64 - m);
         }
         for (size_t o = 64; o < RS__TCAST_RUN; o += 64)
             nt_line(q + o, buf + o - m);
         if (last)
             memcpy(q + RS__TCAST_RUN, buf + RS__TCAST_RUN - m, m);
         else
-            memcpy(carry, buf + RS__TCAST_RUN - m, m);
+            copy64(carry, buf + RS__TCAST_RUN - 64);
     }
 }
 
