@@ -118,7 +118,10 @@ static void run_streamed(const tc_job_t *j, rs__tcast_stream_fn stream,
                          unsigned char *carry, int64_t band, int64_t i0,
                          int64_t i1, int64_t cols)
 {
-    _Alignas(64) unsigned char buf[TC_CHUNK * RS__TCAST_RUN];
+    /* a line of slack in front: the row copy reads up to 63 bytes before
+     * a run */
+    _Alignas(64) unsigned char slack[64 + TC_CHUNK * RS__TCAST_RUN];
+    unsigned char *buf = slack + 64;
     const size_t w = RS__TCAST_RUN;
     for (int64_t bc = 0; bc < cols; bc += TC_PASS) {
         const int64_t cend = min64(cols, bc + TC_PASS);
@@ -183,7 +186,7 @@ int rs__transpose_cast(rs_dtype_t to, void *dst, int64_t dst_ld,
      * runs do not start on lines, the carried partial lines */
     const int64_t lines = lead(&j, rows);
     unsigned char *carry =
-        lines < 0 ? malloc((size_t)TC_PASS * 64) : NULL;
+        lines < 0 ? malloc((size_t)TC_PASS * 64 + 64) : NULL; /* + slack */
     if (ops->stream == NULL || (lines < 0 && carry == NULL)) {
         free(carry);
         run_cached(&j, 0, rows, 0, cols);

@@ -21,11 +21,12 @@ typedef void (*rs__tcast_block_fn)(unsigned char *d, size_t dld,
 #define RS__TCAST_RUN 256
 
 /* Copies `rows` runs of RS__TCAST_RUN bytes from a 64-byte aligned buffer
- * (runs RS__TCAST_RUN apart) to d, rows dld apart, any alignment, each
- * destination cache line with one non-temporal store. A run whose start
- * is off a line leaves its last partial line in `carry` (64 bytes per
- * row) and completes the line `carry` holds from the run before it in the
- * same row, so a line split between two runs is stored whole, once;
+ * (runs RS__TCAST_RUN apart, 64 readable bytes before the first) to d,
+ * rows dld apart, any alignment, each destination cache line with one
+ * non-temporal store. A run whose start is off a line keeps its last 64
+ * bytes in `carry` (64 bytes per row, and 64 readable bytes after the
+ * last) and completes the line those end in from the run before it in
+ * the same row, so a line split between two runs is stored whole, once;
  * `first` (no run before) and `last` (no run after) store those partial
  * lines plainly instead. The caller fences. */
 typedef void (*rs__tcast_stream_fn)(unsigned char *d, size_t dld,

@@ -152,11 +152,22 @@ TGT_AVX2 static INLINE void copy64(unsigned char *d, const unsigned char *s)
     ST_256(d + 32, LD_256(s + 32));
 }
 
+/* 0xff bytes, then zeros: 64 - m bytes on, the first m bytes are set. */
+static const unsigned char first_m[128] = {
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255};
+
 /* A run at m bytes past a line start q: the line at q is the previous
  * run's last m bytes (the last 64 of it wait in carry) and this run's
- * first 64 - m, the lines after it come from the run shifted by 64 - m.
- * Only fixed-size moves in the common case (a library memcpy of a
- * variable length per run cost as much as the cast). */
+ * first 64 - m, blended in registers from loads that reach m bytes before
+ * the run (the buffer has a line of slack in front) and m bytes past
+ * carry's (the carries have one in the back); the lines after it come
+ * from the run shifted by 64 - m. Assembling the line in memory instead
+ * stalls on store forwarding, and a library memcpy of a variable length
+ * per run cost as much as the cast. */
 TGT_AVX2 static void stream_rows(unsigned char *d, size_t dld,
                                 const unsigned char *buf, size_t rows,
                                 unsigned char *carry, int first, int last)
@@ -173,10 +184,11 @@ TGT_AVX2 static void stream_rows(unsigned char *d, size_t dld,
         if (first) {
             memcpy(d, buf, 64 - m);
         } else {
-            _Alignas(64) unsigned char two[128];
-            copy64(two, carry);
-            copy64(two + 64, buf);
-            nt_line(q, two + 64 - m);
+            const unsigned char *k = first_m + 64 - m;
+            for (size_t h = 0; h < 64; h += 32)
+                NT_256(q + h, _mm256_blendv_epi8(LD_256(buf - m + h),
+                                                 LD_256(carry + 64 - m + h),
+                                                 LD_256(k + h)));
         }
         for (size_t o = 64; o < RS__TCAST_RUN; o += 64)
             nt_line(q + o, buf + o - m);
