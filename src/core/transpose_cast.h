@@ -12,8 +12,10 @@
  * rows, j < cols; leading dims in elements of each side's dtype, any
  * alignment; writes nothing else; bit for bit what rs__bf16_to_f32 and
  * rs__f32_to_bf16 give. `stream` asks for non-temporal stores of whole
- * destination lines (taken where dst_ld in bytes is a multiple of 64;
- * followed by a store fence), for destinations larger than the caches.
+ * destination lines (any dst_ld: lines split between two visits of a row
+ * are completed before they are stored; followed by a store fence), for
+ * destinations larger than the caches; it may allocate a 128 KiB scratch
+ * (without it, the stores stay in the cache).
  * Returns 0, touching nothing, when the active
  * instruction-set level has no kernel for the pair (the caller takes its
  * general path), 1 when done. Buffers must not overlap. Cost: O(rows *
