@@ -133,18 +133,22 @@ static rs_receiver_h open_receiver(void)
     return recv;
 }
 
+static uint64_t total_bytes(void)
+{
+    uint64_t total = 0;
+    for (int p = 0; p < NPARAMS; p++)
+        total += (uint64_t)w.size[p];
+    return total;
+}
+
+/* A pull of version v: every byte installed, and counted. */
 static void pull_ok(rs_receiver_h recv, int64_t v)
 {
     rs_diag_t d;
     rs_pull_result_t res;
-    rs_diag_clear(&d);
-    if (rs_receiver_pull(recv, v, &d, &res) != RS_OK)
-        fail_msg("pull of version %lld: %s", (long long)v, d.msg);
+    ASSERT_ST(rs_receiver_pull(recv, v, &d, &res), RS_OK, d);
     expect_live(v);
-    uint64_t total = 0;
-    for (int p = 0; p < NPARAMS; p++)
-        total += (uint64_t)w.size[p];
-    assert_int_equal(res.bytes_installed, total);
+    assert_int_equal(res.bytes_installed, total_bytes());
 }
 
 static void release(int64_t v)
@@ -204,12 +208,7 @@ static int world_setup(void **state)
     rs_diag_t d;
     rs_publisher_params_t pp;
     char name[16];
-    char tmp[PATH_MAX];
-    memcpy(tmp, w.tmp, sizeof(tmp));
     memset(&w, 0, sizeof(w));
-    memcpy(w.tmp, tmp, sizeof(tmp));
-    if (w.tmp[0] != '\0')
-        tmp_remove(w.tmp); /* the last test's: a fresh directory each */
     tmp_dir(w.tmp, sizeof(w.tmp), "install-copy");
     snprintf(w.url, sizeof(w.url), "file:%s", w.tmp);
     if (rs_dir_open(w.url, &d, &w.dir) != RS_OK)
@@ -258,24 +257,17 @@ static int world_teardown(void **state)
         free(w.src[p]);
         free(w.alloc[p]);
     }
-    simd_restore_level(state);
-    return 0;
+    tmp_remove(w.tmp); /* each test has a directory of its own */
+    return simd_restore_level(state);
 }
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tmp_remove(w.tmp);
-    return 0;
-}
-
-#define CASE(fn) cmocka_unit_test_setup_teardown(fn, world_setup, world_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        CASE(test_install_byte_exact),
-        CASE(test_refused_before_any_byte),
+        cmocka_unit_test_setup_teardown(test_install_byte_exact, world_setup,
+                                        world_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_before_any_byte,
+                                        world_setup, world_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, group_teardown);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
