@@ -38,16 +38,17 @@ WHEEL_DIR      = $(RELEASE_BUILD)/dist
 # The tests that start threads: the worker pool, local-mt and the executor
 # over it, the publisher's heartbeat and UCX progress threads, the
 # directory's racing publishers, the receiver's lease renewal during
-# failovers, the executor's stage pool in pipelined runs, the arenas'
-# exposers.
+# failovers, the executor's stage pool in pipelined runs and the
+# receiver's install copy, the arenas' exposers.
 # The TSan tree builds only these programs (and what they link); test_lease
 # and test_transport run as ctest tests per part (tests/CMakeLists.txt), and
 # of test_transport only the parts that start threads (api opens local-mt;
 # local and cma read on the caller's thread, so ASan covers them whole).
 TSAN_PROGRAMS = test_arena test_pool test_transport test_exec test_fused_digest test_pipeline \
                 test_refit test_dir test_lease test_stage test_plan_threads \
-                test_unregister test_memory_types test_replicas test_dry_run
-TSAN_TESTS = ^(test_arena|test_pool|test_transport_(api|local-mt-.+)|test_exec|test_fused_digest|test_pipeline|test_refit|test_dir|test_lease_.+|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run)$$
+                test_unregister test_memory_types test_replicas test_dry_run \
+                test_install_copy
+TSAN_TESTS = ^(test_arena|test_pool|test_transport_(api|local-mt-.+)|test_exec|test_fused_digest|test_pipeline|test_refit|test_dir|test_lease_.+|test_stage|test_plan_threads|test_unregister|test_memory_types|test_replicas|test_dry_run|test_install_copy)$$
 # UCX's memory hooks (libucm) intercept madvise() as glibc frees a finished
 # thread's stack, after TSan has torn down that thread's state, and crash
 # there. We do not use UCX memory events (buffers are registered explicitly),

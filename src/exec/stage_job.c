@@ -10,6 +10,7 @@
 #include "core/diag.h"
 #include "exec/exec_impl.h"
 #include "core/pool.h"
+#include "exec/exec_tasks.h"
 #include "exec/transport_impl.h"
 
 rs_status_t rs__exec_copy(const rs__exec_copy_t *c)
@@ -179,4 +180,19 @@ rs_status_t rs__exec_run_copy_range(rs_exec_h x, int kind, size_t begin,
 rs_status_t rs__exec_run_copies(rs_exec_h x, int kind, rs_diag_t *diag)
 {
     return rs__exec_run_copy_range(x, kind, 0, num_copies(x, kind), 1, diag);
+}
+
+void rs__exec_run_tasks(rs_exec_h x, rs__pool_task_fn fn, void *ctx,
+                        size_t ntasks)
+{
+    /* the pool has a thread per transport worker, one at least: with the
+     * calling thread, two or more; a failed start costs the parallelism,
+     * not the job */
+    if (ntasks > 1 && rs__exec_pool(x, NULL) == RS_OK) {
+        rs__pool_start(x->pool, fn, ctx, ntasks);
+        rs__pool_join(x->pool);
+        return;
+    }
+    for (size_t k = 0; k < ntasks; k++)
+        fn(ctx, k);
 }

@@ -86,6 +86,11 @@ struct rs_receiver {
     int swapped;
 };
 
+/* The install's copy (receiver_install.c): every shadow into its bound
+ * storage, on the executor's threads; returns the bytes copied. Cannot
+ * fail. Only after the lease is confirmed. */
+uint64_t rs__receiver_install_copy(rs_receiver_h r, rs_exec_h exec);
+
 /* Where the executor writes a parameter: its shadow, or the bound storage. */
 static inline void *rs__receiver_bind_target(const rs__receiver_bind_t *b)
 {

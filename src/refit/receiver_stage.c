@@ -16,7 +16,9 @@
 /* The executor's install stage, run by apply (rs_exec_install): once the
  * lease is proven unbroken (every byte was read while the version could
  * not be released, hence not refilled), the staging is copied into the
- * bound parameters, then the caller's own install runs. */
+ * bound parameters (on the executor's threads, receiver_install.c; under a
+ * group, swapped, so the staging keeps the old bytes), then the caller's
+ * own install runs. No bound byte is written before the proof. */
 static rs_status_t install_now(rs_receiver_h r, rs_exec_h exec)
 {
     double patience = r->deadline > 0 ? r->deadline - rs__now_s()
@@ -24,15 +26,17 @@ static rs_status_t install_now(rs_receiver_h r, rs_exec_h exec)
     rs_status_t st = rs__lease_confirm(&r->lease, r->dir, patience, r->diag);
     if (st != RS_OK)
         return st;
-    for (size_t p = 0; p < r->nparams; p++) {
-        const rs__receiver_bind_t *b = &r->binds[p];
-        if (b->shadow != NULL && r->group != NULL) /* keep the old bytes */
+    if (r->group != NULL) { /* keep the old bytes */
+        for (size_t p = 0; p < r->nparams; p++) {
+            const rs__receiver_bind_t *b = &r->binds[p];
+            if (b->shadow == NULL)
+                continue;
             rs__group_swap(b->base, b->shadow, (size_t)b->nbytes);
-        else if (b->shadow != NULL)
-            memcpy(b->base, b->shadow, (size_t)b->nbytes);
-        r->swapped = r->group != NULL;
-        if (b->shadow != NULL)
             r->slot.res.bytes_installed += b->nbytes;
+        }
+        r->swapped = 1;
+    } else {
+        r->slot.res.bytes_installed += rs__receiver_install_copy(r, exec);
     }
     if (r->params.install != NULL)
         return r->params.install(r->params.install_ctx, exec);

@@ -328,6 +328,8 @@ static void run_check(pull_state_t *s, pull_outcome_t *o)
 
 /* ---- setting up and pulling ------------------------------------------ */
 
+#define PARAM_ALIGN ((size_t)64)
+
 static int allocate_params(pull_state_t *s, int check)
 {
     s->nparams = rs_capture_num_params(s->cap);
@@ -338,7 +340,12 @@ static int allocate_params(pull_state_t *s, int check)
     for (size_t p = 0; p < s->nparams; p++) {
         rs_param_info_t info;
         rs_capture_param(s->cap, p, &info);
-        s->param[p] = malloc(info.nbytes ? info.nbytes : 1);
+        /* on cache lines, as an engine's allocator places its tensors
+         * (torch's CPU allocator: 64 bytes): the install streams whole
+         * lines from the page-aligned staging */
+        s->param[p] = aligned_alloc(PARAM_ALIGN, (info.nbytes + PARAM_ALIGN - 1) /
+                                                 PARAM_ALIGN * PARAM_ALIGN +
+                                             (info.nbytes ? 0 : PARAM_ALIGN));
         if (s->param[p] == NULL)
             return 0;
         memset(s->param[p], 0xEE, info.nbytes);
