@@ -352,7 +352,7 @@ TGT_AVX512 static INLINE uint32_t amax16_16(const void *src, size_t n)
 /* Segment and row entry points of the AVX2 encoders (v8), per source and
  * format; both vector levels use them. */
 #define TGT_v8 TGT_AVX2
-#define ENTRIES(LV, SRC, ES)                                                  \
+#define SEGMENT(LV, SRC)                                                      \
     TGT_##LV static void LV##_##SRC##_e4m3(uint8_t *d, const void *s,         \
                                            size_t n, float scale)             \
     {                                                                         \
@@ -364,7 +364,9 @@ TGT_AVX512 static INLINE uint32_t amax16_16(const void *src, size_t n)
     {                                                                         \
         const narrow_k_t k = NARROW_E5M2;                                     \
         enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
-    }                                                                         \
+    }
+#define ENTRIES(LV, SRC, ES)                                                  \
+    SEGMENT(LV, SRC)                                                          \
     TGT_##LV static INLINE void LV##_##SRC##_e4m3_in(                         \
         uint8_t *d, const void *s, size_t n, float scale)                     \
     {                                                                         \
@@ -383,7 +385,7 @@ TGT_AVX512 static INLINE uint32_t amax16_16(const void *src, size_t n)
                       LV##_##SRC##_e5m2_in)
 
 ENTRIES(v8, f32, 4)
-ENTRIES(v8, bf16, 2)
+SEGMENT(v8, bf16) /* bf16 rows: the table encoders' */
 ENTRIES(v8, f16, 2)
 
 TGT_AVX2 static uint32_t amax8_f32_fn(const void *s, size_t n) { return amax8_f32(s, n); }
@@ -395,24 +397,37 @@ RS__QUANT_AMAX_ROW(TGT_AVX2, amax8_16_row, 2, amax8_16)
 RS__QUANT_AMAX_ROW(TGT_AVX512, amax16_f32_row, 4, amax16_f32)
 RS__QUANT_AMAX_ROW(TGT_AVX512, amax16_16_row, 2, amax16_16)
 
+const rs__quant_encode_fn rs__quant_bf16_div_avx2[RS__QFMT_COUNT] = {
+    v8_bf16_e4m3, v8_bf16_e5m2};
+
+/* bf16 sources encode by their tables (quant_bf16_x86.c), f32 and f16 by
+ * the fast path above. */
 const rs__quant_ops_t rs__quant_ops_avx2 = {
     .amax = {amax8_f32_fn, amax8_16_fn, amax8_16_fn},
-    .enc = {{v8_f32_e4m3, v8_f32_e5m2}, {v8_bf16_e4m3, v8_bf16_e5m2},
+    .enc = {{v8_f32_e4m3, v8_f32_e5m2},
+            {rs__quant_bf16_tab_e4m3, rs__quant_bf16_tab_e5m2},
             {v8_f16_e4m3, v8_f16_e5m2}},
     .amax_row = {amax8_f32_row, amax8_16_row, amax8_16_row},
     .enc_row = {{v8_f32_e4m3_row, v8_f32_e5m2_row},
-                {v8_bf16_e4m3_row, v8_bf16_e5m2_row},
+                {rs__quant_bf16_tab_e4m3_row, rs__quant_bf16_tab_e5m2_row},
                 {v8_f16_e4m3_row, v8_f16_e5m2_row}},
+    .prep = {{NULL, NULL},
+             {rs__quant_bf16_prep_e4m3, rs__quant_bf16_prep_e5m2},
+             {NULL, NULL}},
 };
 
 const rs__quant_ops_t rs__quant_ops_avx512 = {
     .amax = {amax16_f32_fn, amax16_16_fn, amax16_16_fn},
-    .enc = {{v8_f32_e4m3, v8_f32_e5m2}, {v8_bf16_e4m3, v8_bf16_e5m2},
+    .enc = {{v8_f32_e4m3, v8_f32_e5m2},
+            {rs__quant_bf16_tab_e4m3, rs__quant_bf16_tab_e5m2},
             {v8_f16_e4m3, v8_f16_e5m2}},
     .amax_row = {amax16_f32_row, amax16_16_row, amax16_16_row},
     .enc_row = {{v8_f32_e4m3_row, v8_f32_e5m2_row},
-                {v8_bf16_e4m3_row, v8_bf16_e5m2_row},
+                {rs__quant_bf16_tab_e4m3_row, rs__quant_bf16_tab_e5m2_row},
                 {v8_f16_e4m3_row, v8_f16_e5m2_row}},
+    .prep = {{NULL, NULL},
+             {rs__quant_bf16_prep_e4m3, rs__quant_bf16_prep_e5m2},
+             {NULL, NULL}},
 };
 
 #endif

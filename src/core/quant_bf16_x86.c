@@ -1,0 +1,210 @@
+/* The AVX2 bf16 encoders: a per-block table instead of a division or a
+ * multiplication per value.
+ *
+ * Why a table is exact. For a normal bf16 x = 2^(ex - 127) (1 + f / 128)
+ * under a block's scale, the rule's code is the FP8 rounding of the
+ * float32 quotient x / scale. Multiplying x by a power of two multiplies
+ * the quotient by it exactly (both stay normal float32), and rounding to
+ * an FP8 format with an unbounded exponent commutes with that, so the
+ * code is (ex << M) plus a term that depends on the mantissa f alone:
+ * c[f] - (xr << M), c[f] being the code of the reference value with
+ * exponent xr and mantissa f. That holds while the code is a normal one:
+ * at or above the smallest normal's code (1 << M) the bounded format
+ * rounds the same (a value rounding up to the smallest normal does so in
+ * both), and past the largest code the rule saturates, which the cap
+ * does. Below it (FP8 subnormals and values rounding to zero) the lane is
+ * uncertain and the segment takes the division (quant_x86.c); so does a
+ * bf16 subnormal source, whose mantissa has no implicit one.
+ *
+ * Why 32 bytes of table. c[f] is nondecreasing in f and climbs by one at
+ * each rounding midpoint; between two midpoints the mantissa moves by
+ * more than 8 (the quotient spans one binade over the 128 mantissas, split
+ * into at most 16 codes' spans over its lower half and 8 over its upper),
+ * so within a group of 8 mantissas (f >> 3 fixed) it climbs at most once:
+ * c[f] = a[f >> 3] + (f & 7 >= b[f >> 3] + 1 ? 1 : 0). Two byte shuffles
+ * look a and b up for 32 lanes at once. The preparation checks that shape
+ * and falls back to the division where it does not hold.
+ *
+ * Per 16 values: two shifts, two shuffles, and ten one-cycle integer
+ * operations, all in 16-bit lanes; codes saturate to bytes in one pack and
+ * are capped with one byte min. The signs are the pack of the sources
+ * themselves with signed saturation (a negative bf16 saturates to -128,
+ * whose top bit is the sign). */
+#include "core/quant_impl.h"
+
+#if RS__QUANT_X86
+#include <immintrin.h>
+#include <string.h>
+
+#define TGT __attribute__((target("avx2,f16c")))
+#define INLINE inline __attribute__((always_inline))
+
+static const int mant_bits[RS__QFMT_COUNT] = {3, 2};
+
+/* The table of one scale (see rs__quant_tab_t). */
+static void prep(int fmt, float scale, rs__quant_tab_t *t)
+{
+    uint32_t sb;
+    memcpy(&sb, &scale, sizeof(sb));
+    const int es = (int)(sb >> 23 & 0xffu), M = mant_bits[fmt], one = 1 << M;
+    memset(t, 0, sizeof(*t));
+    /* the reference exponent puts the quotients in (1, 4), well inside
+     * either format's normal range; a subnormal or non-finite scale, or
+     * one too large for it, takes the division */
+    if (es == 0 || es + 1 > 254)
+        return;
+    const int xr = es + 1;
+    uint16_t xs[128];
+    uint8_t c[128];
+    for (int f = 0; f < 128; f++)
+        xs[f] = (uint16_t)(xr << 7 | f);
+    rs__quant_bf16_div_avx2[fmt](c, xs, 128, scale);
+    for (int h = 0; h < 16; h++) {
+        const int base = c[8 * h];
+        int b = 8;
+        for (int j = 0; j < 8; j++) {
+            const int d = c[8 * h + j] - base;
+            if (d != 0 && b == 8)
+                b = j;
+            if (d != (j >= b))
+                return; /* not the shape above: the division */
+        }
+        t->a[h] = (uint8_t)base;
+        t->b[h] = (int8_t)(b - 1);
+    }
+    /* The 16-bit lanes index the shuffles with their low byte; the high
+     * byte's index is 0, so it holds a[0] less the compare's constant
+     * there (b[0] < 0, from the source's zero high byte). k takes that and
+     * the reference exponent out. */
+    const int hi = t->a[0] + (t->b[0] < 0);
+    t->k = (int16_t)(-(one * xr) - 256 * hi);
+    /* a zero must come out as code 0 (the pack clamps below 0 to it) */
+    if (c[0] - one * xr > 0)
+        return;
+    /* exponents at or above this one give codes of at least 1 << M for
+     * every mantissa; below it, 0 < |x| takes the division */
+    int thr = xr - (c[0] - one) / one;
+    if (thr < 1)
+        thr = 1;
+    t->thr = (uint16_t)(thr << 7);
+    t->ok = 1;
+}
+
+void rs__quant_bf16_prep_e4m3(float scale, rs__quant_tab_t *tab)
+{
+    prep(RS__QFMT_E4M3, scale, tab);
+}
+
+void rs__quant_bf16_prep_e5m2(float scale, rs__quant_tab_t *tab)
+{
+    prep(RS__QFMT_E5M2, scale, tab);
+}
+
+/* 16 bf16 to their codes, unsigned and uncapped, in 16-bit lanes (below
+ * 0 for zeros and values under the table's range); acc keeps the least
+ * |x| bits - 1 (a zero wraps to the largest). */
+TGT static INLINE __m256i codes16(__m256i v, __m256i ta, __m256i tb,
+                                  __m256i k, int M, __m256i *acc)
+{
+    const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(v, 3),
+                                         _mm256_set1_epi16(0x0f));
+    const __m256i a = _mm256_shuffle_epi8(ta, idx);
+    const __m256i b = _mm256_shuffle_epi8(tb, idx);
+    const __m256i step = _mm256_cmpgt_epi8(
+        _mm256_and_si256(v, _mm256_set1_epi16(7)), b);
+    const __m256i t = _mm256_sub_epi8(a, step);
+    const __m256i e = M == 3 ? _mm256_and_si256(_mm256_srli_epi16(v, 4),
+                                                _mm256_set1_epi16(0x7f8))
+                             : _mm256_and_si256(_mm256_srli_epi16(v, 5),
+                                                _mm256_set1_epi16(0x3fc));
+    *acc = _mm256_min_epu16(*acc, _mm256_sub_epi16(
+        _mm256_and_si256(v, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(1)));
+    return _mm256_add_epi16(_mm256_add_epi16(e, t), k);
+}
+
+/* n values under table t, 32 a step; 0 when a lane was uncertain (the
+ * caller then encodes the segment by the division). The tail (< 32) by the
+ * division. */
+TGT static INLINE int enc_tab(uint8_t *d, const unsigned char *s, size_t n,
+                              float scale, const rs__quant_tab_t *t, int fmt)
+{
+    const int M = mant_bits[fmt];
+    const __m256i ta = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)t->a));
+    const __m256i tb = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)t->b));
+    const __m256i k = _mm256_set1_epi16(t->k);
+    const __m256i top = _mm256_set1_epi8((char)rs__quant_format_top[fmt]);
+    const __m256i sign = _mm256_set1_epi8((char)0x80);
+    __m256i acc = _mm256_set1_epi16(-1);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i *p = (const __m256i *)(const void *)(s + 2 * i);
+        const __m256i v0 = _mm256_loadu_si256(p), v1 = _mm256_loadu_si256(p + 1);
+        const __m256i c0 = codes16(v0, ta, tb, k, M, &acc);
+        const __m256i c1 = codes16(v1, ta, tb, k, M, &acc);
+        const __m256i c = _mm256_min_epu8(_mm256_packus_epi16(c0, c1), top);
+        const __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), sign);
+        _mm256_storeu_si256((__m256i *)(void *)(d + i),
+                            _mm256_permute4x64_epi64(_mm256_or_si256(c, sg),
+                                                     0xd8));
+    }
+    if (i < n)
+        rs__quant_bf16_div_avx2[fmt](d + i, s + 2 * i, n - i, scale);
+    /* any lane with 1 <= |x| bits < thr: the least of |x| bits - 1 */
+    const __m128i m = _mm_min_epu16(_mm256_castsi256_si128(acc),
+                                    _mm256_extracti128_si256(acc, 1));
+    const uint32_t least = (uint32_t)_mm_cvtsi128_si32(_mm_minpos_epu16(m)) & 0xffffu;
+    return least + 1u >= t->thr;
+}
+
+TGT static INLINE void enc_seg(uint8_t *d, const unsigned char *s, size_t n,
+                               float scale, const rs__quant_tab_t *t, int fmt)
+{
+    if (!t->ok || !enc_tab(d, s, n, scale, t, fmt))
+        rs__quant_bf16_div_avx2[fmt](d, s, n, scale);
+}
+
+TGT static INLINE void enc_row(uint8_t *d, const unsigned char *s,
+                               size_t width, size_t seg, const float *scale,
+                               const rs__quant_tab_t *tab, int fmt)
+{
+    for (size_t k = 0, c = 0; c < width; k++, c += seg) {
+        const size_t n = width - c < seg ? width - c : seg;
+        enc_seg(d + c, s + 2 * c, n, scale[k], &tab[k], fmt);
+    }
+}
+
+TGT void rs__quant_bf16_tab_e4m3(uint8_t *dst, const void *src, size_t n,
+                                 float scale)
+{
+    rs__quant_tab_t t;
+    prep(RS__QFMT_E4M3, scale, &t);
+    enc_seg(dst, src, n, scale, &t, RS__QFMT_E4M3);
+}
+
+TGT void rs__quant_bf16_tab_e5m2(uint8_t *dst, const void *src, size_t n,
+                                 float scale)
+{
+    rs__quant_tab_t t;
+    prep(RS__QFMT_E5M2, scale, &t);
+    enc_seg(dst, src, n, scale, &t, RS__QFMT_E5M2);
+}
+
+TGT void rs__quant_bf16_tab_e4m3_row(uint8_t *dst, const void *src,
+                                     size_t width, size_t seg,
+                                     const float *scale,
+                                     const rs__quant_tab_t *tab)
+{
+    enc_row(dst, src, width, seg, scale, tab, RS__QFMT_E4M3);
+}
+
+TGT void rs__quant_bf16_tab_e5m2_row(uint8_t *dst, const void *src,
+                                     size_t width, size_t seg,
+                                     const float *scale,
+                                     const rs__quant_tab_t *tab)
+{
+    enc_row(dst, src, width, seg, scale, tab, RS__QFMT_E5M2);
+}
+
+#endif
