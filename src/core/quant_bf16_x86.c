@@ -126,7 +126,8 @@ TGT static INLINE __m256i codes16(__m256i v, __m256i ta, __m256i tb,
  * caller then encodes the segment by the division). The tail (< 32) by the
  * division. */
 TGT static INLINE int enc_tab(uint8_t *d, const unsigned char *s, size_t n,
-                              float scale, const rs__quant_tab_t *t, int fmt)
+                              float scale, const rs__quant_tab_t *t, int fmt,
+                              const unsigned char *ahead)
 {
     const int M = mant_bits[fmt];
     const __m256i ta = _mm256_broadcastsi128_si256(
@@ -140,6 +141,7 @@ TGT static INLINE int enc_tab(uint8_t *d, const unsigned char *s, size_t n,
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         const __m256i *p = (const __m256i *)(const void *)(s + 2 * i);
+        _mm_prefetch((const char *)(ahead + 2 * i), _MM_HINT_T0);
         const __m256i v0 = _mm256_loadu_si256(p), v1 = _mm256_loadu_si256(p + 1);
         const __m256i c0 = codes16(v0, ta, tb, k, M, &acc);
         const __m256i c1 = codes16(v1, ta, tb, k, M, &acc);
@@ -159,19 +161,21 @@ TGT static INLINE int enc_tab(uint8_t *d, const unsigned char *s, size_t n,
 }
 
 TGT static INLINE void enc_seg(uint8_t *d, const unsigned char *s, size_t n,
-                               float scale, const rs__quant_tab_t *t, int fmt)
+                               float scale, const rs__quant_tab_t *t, int fmt,
+                               const unsigned char *ahead)
 {
-    if (!t->ok || !enc_tab(d, s, n, scale, t, fmt))
+    if (!t->ok || !enc_tab(d, s, n, scale, t, fmt, ahead))
         rs__quant_bf16_div_avx2[fmt](d, s, n, scale);
 }
 
 TGT static INLINE void enc_row(uint8_t *d, const unsigned char *s,
                                size_t width, size_t seg, const float *scale,
-                               const rs__quant_tab_t *tab, int fmt)
+                               const rs__quant_tab_t *tab, int fmt,
+                               const unsigned char *ahead)
 {
     for (size_t k = 0, c = 0; c < width; k++, c += seg) {
         const size_t n = width - c < seg ? width - c : seg;
-        enc_seg(d + c, s + 2 * c, n, scale[k], &tab[k], fmt);
+        enc_seg(d + c, s + 2 * c, n, scale[k], &tab[k], fmt, ahead + 2 * c);
     }
 }
 
@@ -180,7 +184,7 @@ TGT void rs__quant_bf16_tab_e4m3(uint8_t *dst, const void *src, size_t n,
 {
     rs__quant_tab_t t;
     prep(RS__QFMT_E4M3, scale, &t);
-    enc_seg(dst, src, n, scale, &t, RS__QFMT_E4M3);
+    enc_seg(dst, src, n, scale, &t, RS__QFMT_E4M3, src);
 }
 
 TGT void rs__quant_bf16_tab_e5m2(uint8_t *dst, const void *src, size_t n,
@@ -188,23 +192,25 @@ TGT void rs__quant_bf16_tab_e5m2(uint8_t *dst, const void *src, size_t n,
 {
     rs__quant_tab_t t;
     prep(RS__QFMT_E5M2, scale, &t);
-    enc_seg(dst, src, n, scale, &t, RS__QFMT_E5M2);
+    enc_seg(dst, src, n, scale, &t, RS__QFMT_E5M2, src);
 }
 
 TGT void rs__quant_bf16_tab_e4m3_row(uint8_t *dst, const void *src,
                                      size_t width, size_t seg,
                                      const float *scale,
-                                     const rs__quant_tab_t *tab)
+                                     const rs__quant_tab_t *tab,
+                                     const void *ahead)
 {
-    enc_row(dst, src, width, seg, scale, tab, RS__QFMT_E4M3);
+    enc_row(dst, src, width, seg, scale, tab, RS__QFMT_E4M3, ahead);
 }
 
 TGT void rs__quant_bf16_tab_e5m2_row(uint8_t *dst, const void *src,
                                      size_t width, size_t seg,
                                      const float *scale,
-                                     const rs__quant_tab_t *tab)
+                                     const rs__quant_tab_t *tab,
+                                     const void *ahead)
 {
-    enc_row(dst, src, width, seg, scale, tab, RS__QFMT_E5M2);
+    enc_row(dst, src, width, seg, scale, tab, RS__QFMT_E5M2, ahead);
 }
 
 #endif

@@ -56,10 +56,12 @@ typedef void (*rs__quant_prep_fn)(float scale, rs__quant_tab_t *tab);
 
 /* The same row encoded, segment k under scale[k] (and tab[k], prepared
  * by the level's prep for the source and format; NULL where it has
- * none). */
+ * none). `ahead` is a row as wide that the caller reads next (the next
+ * chunk's, for its scan): an encoder may prefetch it as it goes, so
+ * that its misses overlap the encoding rather than follow it. */
 typedef void (*rs__quant_encode_row_fn)(uint8_t *dst, const void *src, size_t width,
                                 size_t seg, const float *scale,
-                                const rs__quant_tab_t *tab);
+                                const rs__quant_tab_t *tab, const void *ahead);
 
 typedef struct rs__quant_ops {
     rs__quant_amax_fn amax[RS__QUANT_SOURCE_COUNT];
@@ -87,10 +89,11 @@ typedef struct rs__quant_ops {
 #define RS__QUANT_ENC_ROW(TGT, NAME, ES, ENC_FN)                              \
     TGT static void NAME(uint8_t *dst, const void *src, size_t width,        \
                          size_t seg, const float *scale,                      \
-                         const rs__quant_tab_t *tab)                          \
+                         const rs__quant_tab_t *tab, const void *ahead)       \
     {                                                                         \
         const unsigned char *s = src;                                         \
         (void)tab;                                                            \
+        (void)ahead;                                                          \
         for (size_t k = 0, c = 0; c < width; k++, c += seg) {                 \
             const size_t n = width - c < seg ? width - c : seg;               \
             ENC_FN(dst + c, s + (ES) * c, n, scale[k]);                       \
@@ -116,10 +119,10 @@ void rs__quant_bf16_tab_e5m2(uint8_t *dst, const void *src, size_t n,
                              float scale);
 void rs__quant_bf16_tab_e4m3_row(uint8_t *dst, const void *src, size_t width,
                                  size_t seg, const float *scale,
-                                 const rs__quant_tab_t *tab);
+                                 const rs__quant_tab_t *tab, const void *ahead);
 void rs__quant_bf16_tab_e5m2_row(uint8_t *dst, const void *src, size_t width,
                                  size_t seg, const float *scale,
-                                 const rs__quant_tab_t *tab);
+                                 const rs__quant_tab_t *tab, const void *ahead);
 void rs__quant_bf16_prep_e4m3(float scale, rs__quant_tab_t *tab);
 void rs__quant_bf16_prep_e5m2(float scale, rs__quant_tab_t *tab);
 #else
