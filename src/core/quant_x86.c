@@ -166,7 +166,7 @@ TGT_AVX2 static INLINE __m256i fast8(__m256 x, __m256 rcp, narrow_k_t k,
 #define ENC8_NATURAL(NAME, LD, ES, SRC)                                       \
     TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
                                      size_t n, float scale, narrow_k_t k,     \
-                                     int fmt)                                 \
+                                     int fmt, const unsigned char *ahead)     \
     {                                                                         \
         const __m256 sc = _mm256_set1_ps(scale);                              \
         const float inv = fast_rcp(scale);                                    \
@@ -175,6 +175,9 @@ TGT_AVX2 static INLINE __m256i fast8(__m256 x, __m256 rcp, narrow_k_t k,
         size_t i = 0;                                                         \
         for (; i + 32 <= n; i += 32) {                                        \
             const unsigned char *p = s + (ES) * i;                            \
+            for (size_t l = 0; l < 32 * (ES); l += 64)                        \
+                _mm_prefetch((const char *)(ahead + (ES) * i + l),            \
+                             _MM_HINT_T0);                                    \
             const __m256 x0 = LD(p), x1 = LD(p + (size_t)8 * (ES));           \
             const __m256 x2 = LD(p + (size_t)16 * (ES));                      \
             const __m256 x3 = LD(p + (size_t)24 * (ES));                      \
@@ -247,8 +250,9 @@ static inline float rcp_or_nan(float inv)
 
 TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
                                       size_t n, float scale, narrow_k_t k,
-                                      int fmt)
+                                      int fmt, const void *ahead)
 {
+    (void)ahead; /* its rows are quant_bf16_x86.c's */
     const __m256 sc = _mm256_set1_ps(scale);
     const __m256 rcp = _mm256_set1_ps(rcp_or_nan(fast_rcp(scale)));
     size_t i = 0;
@@ -357,32 +361,33 @@ TGT_AVX512 static INLINE uint32_t amax16_16(const void *src, size_t n)
                                            size_t n, float scale)             \
     {                                                                         \
         const narrow_k_t k = NARROW_E4M3;                                     \
-        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3);                    \
+        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3, s);                 \
     }                                                                         \
     TGT_##LV static void LV##_##SRC##_e5m2(uint8_t *d, const void *s,         \
                                            size_t n, float scale)             \
     {                                                                         \
         const narrow_k_t k = NARROW_E5M2;                                     \
-        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
+        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2, s);                 \
+    }
+/* Rows: each segment prefetches its part of the row read next. */
+#define ROW(LV, SRC, ES, FMT, NAME)                                           \
+    TGT_##LV static void NAME(uint8_t *d, const void *src, size_t width,      \
+                              size_t seg, const float *scale,                 \
+                              const rs__quant_tab_t *tab, const void *ahead)  \
+    {                                                                         \
+        const unsigned char *s = src, *a = ahead;                             \
+        const narrow_k_t k = NARROW_##FMT;                                    \
+        (void)tab;                                                            \
+        for (size_t j = 0, c = 0; c < width; j++, c += seg) {                 \
+            const size_t n = width - c < seg ? width - c : seg;               \
+            enc##LV##_##SRC(d + c, s + (ES) * c, n, scale[j], k,              \
+                            RS__QFMT_##FMT, a + (ES) * c);                    \
+        }                                                                     \
     }
 #define ENTRIES(LV, SRC, ES)                                                  \
     SEGMENT(LV, SRC)                                                          \
-    TGT_##LV static INLINE void LV##_##SRC##_e4m3_in(                         \
-        uint8_t *d, const void *s, size_t n, float scale)                     \
-    {                                                                         \
-        const narrow_k_t k = NARROW_E4M3;                                     \
-        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3);                    \
-    }                                                                         \
-    TGT_##LV static INLINE void LV##_##SRC##_e5m2_in(                         \
-        uint8_t *d, const void *s, size_t n, float scale)                     \
-    {                                                                         \
-        const narrow_k_t k = NARROW_E5M2;                                     \
-        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
-    }                                                                         \
-    RS__QUANT_ENC_ROW(TGT_##LV, LV##_##SRC##_e4m3_row, ES,                    \
-                      LV##_##SRC##_e4m3_in)                                   \
-    RS__QUANT_ENC_ROW(TGT_##LV, LV##_##SRC##_e5m2_row, ES,                    \
-                      LV##_##SRC##_e5m2_in)
+    ROW(LV, SRC, ES, E4M3, LV##_##SRC##_e4m3_row)                             \
+    ROW(LV, SRC, ES, E5M2, LV##_##SRC##_e5m2_row)
 
 ENTRIES(v8, f32, 4)
 SEGMENT(v8, bf16) /* bf16 rows: the table encoders' */
