@@ -100,34 +100,50 @@ void rs__quant_bf16_prep_e5m2(float scale, rs__quant_tab_t *tab)
     prep(RS__QFMT_E5M2, scale, tab);
 }
 
+/* The constants of the encoding loop, made once a row. */
+typedef struct tab_k {
+    __m256i f_hi, f_lo, e_mask, top, sign;
+} tab_k_t;
+
+TGT static INLINE tab_k_t tab_consts(int fmt)
+{
+    tab_k_t c;
+    c.f_hi = _mm256_set1_epi16(0x0f);
+    c.f_lo = _mm256_set1_epi16(7);
+    c.e_mask = _mm256_set1_epi16(mant_bits[fmt] == 3 ? 0x7f8 : 0x3fc);
+    c.top = _mm256_set1_epi8((char)rs__quant_format_top[fmt]);
+    c.sign = _mm256_set1_epi8((char)0x80);
+    return c;
+}
+
 /* 16 bf16 to their codes, unsigned and uncapped, in 16-bit lanes (below
  * 0 for zeros and values under the table's range); acc keeps the least
  * |x| bits - 1 (a zero wraps to the largest). */
 TGT static INLINE __m256i codes16(__m256i v, __m256i ta, __m256i tb,
-                                  __m256i k, int M, __m256i *acc)
+                                  __m256i k, int M, const tab_k_t *kc,
+                                  __m256i *acc)
 {
-    const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(v, 3),
-                                         _mm256_set1_epi16(0x0f));
+    const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(v, 3), kc->f_hi);
     const __m256i a = _mm256_shuffle_epi8(ta, idx);
     const __m256i b = _mm256_shuffle_epi8(tb, idx);
     const __m256i step = _mm256_cmpgt_epi8(
-        _mm256_and_si256(v, _mm256_set1_epi16(7)), b);
+        _mm256_and_si256(v, kc->f_lo), b);
     const __m256i t = _mm256_sub_epi8(a, step);
-    const __m256i e = M == 3 ? _mm256_and_si256(_mm256_srli_epi16(v, 4),
-                                                _mm256_set1_epi16(0x7f8))
-                             : _mm256_and_si256(_mm256_srli_epi16(v, 5),
-                                                _mm256_set1_epi16(0x3fc));
+    const __m256i e = _mm256_and_si256(_mm256_srli_epi16(v, M == 3 ? 4 : 5),
+                                       kc->e_mask);
     *acc = _mm256_min_epu16(*acc, _mm256_sub_epi16(
         _mm256_and_si256(v, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(1)));
     return _mm256_add_epi16(_mm256_add_epi16(e, t), k);
 }
 
-/* n values under table t, 32 a step; 0 when a lane was uncertain (the
- * caller then encodes the segment by the division). The tail (< 32) by the
- * division. */
-TGT static INLINE int enc_tab(uint8_t *d, const unsigned char *s, size_t n,
-                              float scale, const rs__quant_tab_t *t, int fmt,
-                              const unsigned char *ahead)
+/* n values under table t, 32 a step, the tail (< 32) by the division.
+ * Lanes with 1 <= |x| bits < thr were wrong if any: *bad is nonzero then
+ * (the lanes' least |x| bits - 1 below thr - 1), a check the caller makes
+ * once a row. */
+TGT static INLINE void enc_tab(uint8_t *d, const unsigned char *s, size_t n,
+                               float scale, const rs__quant_tab_t *t, int fmt,
+                               const unsigned char *ahead, const tab_k_t *kc,
+                               __m256i *bad)
 {
     const int M = mant_bits[fmt];
     const __m256i ta = _mm256_broadcastsi128_si256(
@@ -135,47 +151,59 @@ TGT static INLINE int enc_tab(uint8_t *d, const unsigned char *s, size_t n,
     const __m256i tb = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)(const void *)t->b));
     const __m256i k = _mm256_set1_epi16(t->k);
-    const __m256i top = _mm256_set1_epi8((char)rs__quant_format_top[fmt]);
-    const __m256i sign = _mm256_set1_epi8((char)0x80);
     __m256i acc = _mm256_set1_epi16(-1);
     size_t i = 0;
+#pragma GCC unroll 4
     for (; i + 32 <= n; i += 32) {
         const __m256i *p = (const __m256i *)(const void *)(s + 2 * i);
         _mm_prefetch((const char *)(ahead + 2 * i), _MM_HINT_T0);
         const __m256i v0 = _mm256_loadu_si256(p), v1 = _mm256_loadu_si256(p + 1);
-        const __m256i c0 = codes16(v0, ta, tb, k, M, &acc);
-        const __m256i c1 = codes16(v1, ta, tb, k, M, &acc);
-        const __m256i c = _mm256_min_epu8(_mm256_packus_epi16(c0, c1), top);
-        const __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), sign);
+        const __m256i c0 = codes16(v0, ta, tb, k, M, kc, &acc);
+        const __m256i c1 = codes16(v1, ta, tb, k, M, kc, &acc);
+        const __m256i c = _mm256_min_epu8(_mm256_packus_epi16(c0, c1), kc->top);
+        const __m256i sg = _mm256_and_si256(_mm256_packs_epi16(v0, v1), kc->sign);
         _mm256_storeu_si256((__m256i *)(void *)(d + i),
                             _mm256_permute4x64_epi64(_mm256_or_si256(c, sg),
                                                      0xd8));
     }
     if (i < n)
         rs__quant_bf16_div_avx2[fmt](d + i, s + 2 * i, n - i, scale);
-    /* any lane with 1 <= |x| bits < thr: the least of |x| bits - 1 */
-    const __m128i m = _mm_min_epu16(_mm256_castsi256_si128(acc),
-                                    _mm256_extracti128_si256(acc, 1));
-    const uint32_t least = (uint32_t)_mm_cvtsi128_si32(_mm_minpos_epu16(m)) & 0xffffu;
-    return least + 1u >= t->thr;
+    *bad = _mm256_or_si256(*bad, _mm256_subs_epu16(
+        _mm256_set1_epi16((short)(t->thr - 1)), acc));
 }
 
-TGT static INLINE void enc_seg(uint8_t *d, const unsigned char *s, size_t n,
-                               float scale, const rs__quant_tab_t *t, int fmt,
-                               const unsigned char *ahead)
-{
-    if (!t->ok || !enc_tab(d, s, n, scale, t, fmt, ahead))
-        rs__quant_bf16_div_avx2[fmt](d, s, n, scale);
-}
-
+/* A row's segments under their tables (the division where a block has
+ * none); then, if some lane was uncertain, each segment again, checked
+ * alone, the uncertain ones by the division. */
 TGT static INLINE void enc_row(uint8_t *d, const unsigned char *s,
                                size_t width, size_t seg, const float *scale,
                                const rs__quant_tab_t *tab, int fmt,
                                const unsigned char *ahead)
 {
+    const tab_k_t kc = tab_consts(fmt);
+    __m256i bad = _mm256_setzero_si256();
     for (size_t k = 0, c = 0; c < width; k++, c += seg) {
         const size_t n = width - c < seg ? width - c : seg;
-        enc_seg(d + c, s + 2 * c, n, scale[k], &tab[k], fmt, ahead + 2 * c);
+        if (tab[k].ok && n == 128) /* the usual block: a loop unrolled */
+            enc_tab(d + c, s + 2 * c, 128, scale[k], &tab[k], fmt,
+                    ahead + 2 * c, &kc, &bad);
+        else if (tab[k].ok)
+            enc_tab(d + c, s + 2 * c, n, scale[k], &tab[k], fmt, ahead + 2 * c,
+                    &kc, &bad);
+        else
+            rs__quant_bf16_div_avx2[fmt](d + c, s + 2 * c, n, scale[k]);
+    }
+    if (_mm256_testz_si256(bad, bad))
+        return;
+    for (size_t k = 0, c = 0; c < width; k++, c += seg) {
+        const size_t n = width - c < seg ? width - c : seg;
+        __m256i one = _mm256_setzero_si256();
+        if (!tab[k].ok)
+            continue;
+        enc_tab(d + c, s + 2 * c, n, scale[k], &tab[k], fmt, s + 2 * c, &kc,
+                &one);
+        if (!_mm256_testz_si256(one, one))
+            rs__quant_bf16_div_avx2[fmt](d + c, s + 2 * c, n, scale[k]);
     }
 }
 
@@ -184,7 +212,7 @@ TGT void rs__quant_bf16_tab_e4m3(uint8_t *dst, const void *src, size_t n,
 {
     rs__quant_tab_t t;
     prep(RS__QFMT_E4M3, scale, &t);
-    enc_seg(dst, src, n, scale, &t, RS__QFMT_E4M3, src);
+    enc_row(dst, src, n, n, &scale, &t, RS__QFMT_E4M3, src);
 }
 
 TGT void rs__quant_bf16_tab_e5m2(uint8_t *dst, const void *src, size_t n,
@@ -192,7 +220,7 @@ TGT void rs__quant_bf16_tab_e5m2(uint8_t *dst, const void *src, size_t n,
 {
     rs__quant_tab_t t;
     prep(RS__QFMT_E5M2, scale, &t);
-    enc_seg(dst, src, n, scale, &t, RS__QFMT_E5M2, src);
+    enc_row(dst, src, n, n, &scale, &t, RS__QFMT_E5M2, src);
 }
 
 TGT void rs__quant_bf16_tab_e4m3_row(uint8_t *dst, const void *src,
