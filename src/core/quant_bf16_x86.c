@@ -59,16 +59,16 @@ static void prep(int fmt, float scale, rs__quant_tab_t *t)
     for (int f = 0; f < 128; f++)
         xs[f] = (uint16_t)(xr << 7 | f);
     rs__quant_bf16_div_avx2[fmt](c, xs, 128, scale);
+    /* c is nondecreasing (the division and the rounding are monotone), so
+     * a group that climbs at most once over its 8 is a run of a then a
+     * run of a + 1, b + 1 long */
     for (int h = 0; h < 16; h++) {
         const int base = c[8 * h];
-        int b = 8;
-        for (int j = 0; j < 8; j++) {
-            const int d = c[8 * h + j] - base;
-            if (d != 0 && b == 8)
-                b = j;
-            if (d != (j >= b))
-                return; /* not the shape above: the division */
-        }
+        if (c[8 * h + 7] - base > 1)
+            return; /* not the shape above: the division */
+        int b = 0;
+        for (int j = 0; j < 8; j++)
+            b += c[8 * h + j] == base;
         t->a[h] = (uint8_t)base;
         t->b[h] = (int8_t)(b - 1);
     }
