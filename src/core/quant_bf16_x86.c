@@ -62,13 +62,14 @@ static void prep(int fmt, float scale, rs__quant_tab_t *t)
     /* c is nondecreasing (the division and the rounding are monotone), so
      * a group that climbs at most once over its 8 is a run of a then a
      * run of a + 1, b + 1 long */
-    for (int h = 0; h < 16; h++) {
-        const int base = c[8 * h];
-        if (c[8 * h + 7] - base > 1)
+    for (size_t h = 0; h < 16; h++) {
+        const uint8_t *g = c + 8 * h;
+        const int base = g[0];
+        if (g[7] - base > 1)
             return; /* not the shape above: the division */
         int b = 0;
-        for (int j = 0; j < 8; j++)
-            b += c[8 * h + j] == base;
+        for (size_t j = 0; j < 8; j++)
+            b += g[j] == base;
         t->a[h] = (uint8_t)base;
         t->b[h] = (int8_t)(b - 1);
     }

@@ -206,7 +206,7 @@ TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
         size_t i = 0;                                                         \
         for (; i + 32 <= n; i += 32) {                                        \
             const unsigned char *p = s + (ES) * i;                            \
-            for (size_t l = 0; l < 32 * (ES); l += 64)                        \
+            for (size_t l = 0; l < (size_t)32 * (ES); l += 64)                \
                 _mm_prefetch((const char *)(ahead + (ES) * i + l),            \
                              _MM_HINT_T0);                                    \
             const __m256 x[4] = {LD(p), LD(p + (size_t)8 * (ES)),             \
