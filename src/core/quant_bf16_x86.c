@@ -91,16 +91,6 @@ static void prep(int fmt, float scale, rs__quant_tab_t *t)
     t->ok = 1;
 }
 
-void rs__quant_bf16_prep_e4m3(float scale, rs__quant_tab_t *tab)
-{
-    prep(RS__QFMT_E4M3, scale, tab);
-}
-
-void rs__quant_bf16_prep_e5m2(float scale, rs__quant_tab_t *tab)
-{
-    prep(RS__QFMT_E5M2, scale, tab);
-}
-
 /* The constants of the encoding loop, made once a row. */
 typedef struct tab_k {
     __m256i f_hi, f_lo, e_mask, top, sign;
@@ -208,38 +198,28 @@ TGT static INLINE void enc_row(uint8_t *d, const unsigned char *s,
     }
 }
 
-TGT void rs__quant_bf16_tab_e4m3(uint8_t *dst, const void *src, size_t n,
-                                 float scale)
-{
-    rs__quant_tab_t t;
-    prep(RS__QFMT_E4M3, scale, &t);
-    enc_row(dst, src, n, n, &scale, &t, RS__QFMT_E4M3, src);
-}
+/* Per format: a segment under a scale (its table made there), a row under
+ * prepared tables, and the preparation. */
+#define ENTRIES(FMT, NAME)                                                    \
+    TGT void rs__quant_bf16_tab_##NAME(uint8_t *dst, const void *src,         \
+                                       size_t n, float scale)                 \
+    {                                                                         \
+        rs__quant_tab_t t;                                                    \
+        prep(RS__QFMT_##FMT, scale, &t);                                      \
+        enc_row(dst, src, n, n, &scale, &t, RS__QFMT_##FMT, src);             \
+    }                                                                         \
+    TGT void rs__quant_bf16_tab_##NAME##_row(                                 \
+        uint8_t *dst, const void *src, size_t width, size_t seg,              \
+        const float *scale, const rs__quant_tab_t *tab, const void *ahead)    \
+    {                                                                         \
+        enc_row(dst, src, width, seg, scale, tab, RS__QFMT_##FMT, ahead);     \
+    }                                                                         \
+    void rs__quant_bf16_prep_##NAME(float scale, rs__quant_tab_t *tab)        \
+    {                                                                         \
+        prep(RS__QFMT_##FMT, scale, tab);                                     \
+    }
 
-TGT void rs__quant_bf16_tab_e5m2(uint8_t *dst, const void *src, size_t n,
-                                 float scale)
-{
-    rs__quant_tab_t t;
-    prep(RS__QFMT_E5M2, scale, &t);
-    enc_row(dst, src, n, n, &scale, &t, RS__QFMT_E5M2, src);
-}
-
-TGT void rs__quant_bf16_tab_e4m3_row(uint8_t *dst, const void *src,
-                                     size_t width, size_t seg,
-                                     const float *scale,
-                                     const rs__quant_tab_t *tab,
-                                     const void *ahead)
-{
-    enc_row(dst, src, width, seg, scale, tab, RS__QFMT_E4M3, ahead);
-}
-
-TGT void rs__quant_bf16_tab_e5m2_row(uint8_t *dst, const void *src,
-                                     size_t width, size_t seg,
-                                     const float *scale,
-                                     const rs__quant_tab_t *tab,
-                                     const void *ahead)
-{
-    enc_row(dst, src, width, seg, scale, tab, RS__QFMT_E5M2, ahead);
-}
+ENTRIES(E4M3, e4m3)
+ENTRIES(E5M2, e5m2)
 
 #endif
