@@ -224,8 +224,10 @@ static void encode_and_scan(const qwalk_t *w, const unsigned char *src,
     int more_b = next != NULL && row_next(w, next, &b, &ob);
     while (more_a || more_b) {
         if (more_a) {
-            /* the row scanned next, when as wide (else nothing new) */
-            const size_t ahead = more_b && next->e[L] == c->e[L] ? ob : oa;
+            /* the row scanned next (as far as this row is wide: past a
+             * narrower one, the band's next chunk; prefetches never
+             * fault), else this one (nothing new) */
+            const size_t ahead = more_b ? ob : oa;
             enc(q_out + oa, src + oa * w->es, (size_t)c->e[L],
                 (size_t)w->block[L], scale, tab, src + ahead * w->es);
             more_a = row_next(w, c, &a, &oa);
