@@ -79,21 +79,21 @@ static void prep(int fmt, float scale, rs__quant_tab_t *t)
      * the reference exponent out. */
     const int hi = t->a[0] + (t->b[0] < 0);
     t->k = (int16_t)(-(one * xr) - 256 * hi);
-    /* a zero must come out as code 0 (the pack clamps below 0 to it) */
-    if (c[0] - one * xr > 0)
+    /* Lanes are checked by their codes d: below -(M << M) the quotient
+     * rounds to zero in the format (under 2^-10 for e4m3, 2^-17 for e5m2,
+     * whose extended codes are -24 and -8), and the pack gives 0; from
+     * there to 1 << M the code may be subnormal or nonzero, and the lane
+     * takes the division. bf16 zeros and subnormals get codes in [d0, d0 +
+     * (1 << M)], d0 = c[0] - (xr << M), which must lie below that range
+     * (so zeros are certain): a scale so small that they do not divides. */
+    if (c[0] - one * xr + one >= -M * one)
         return;
-    /* exponents at or above this one give codes of at least 1 << M for
-     * every mantissa; below it, 0 < |x| takes the division */
-    int thr = xr - (c[0] - one) / one;
-    if (thr < 1)
-        thr = 1;
-    t->thr = (uint16_t)(thr << 7);
     t->ok = 1;
 }
 
 /* The constants of the encoding loop, made once a row. */
 typedef struct tab_k {
-    __m256i f_hi, f_lo, e_mask, top, sign;
+    __m256i f_hi, f_lo, e_mask, top, sign, lift, edge;
 } tab_k_t;
 
 TGT static INLINE tab_k_t tab_consts(int fmt)
@@ -104,12 +104,16 @@ TGT static INLINE tab_k_t tab_consts(int fmt)
     c.e_mask = _mm256_set1_epi16(mant_bits[fmt] == 3 ? 0x7f8 : 0x3fc);
     c.top = _mm256_set1_epi8((char)rs__quant_format_top[fmt]);
     c.sign = _mm256_set1_epi8((char)0x80);
+    const int M = mant_bits[fmt];
+    c.lift = _mm256_set1_epi16((short)(M << M));
+    c.edge = _mm256_set1_epi16((short)((M + 1) << M));
     return c;
 }
 
-/* 16 bf16 to their codes, unsigned and uncapped, in 16-bit lanes (below
+/* 16 bf16 to their codes d, unsigned and uncapped, in 16-bit lanes (below
  * 0 for zeros and values under the table's range); acc keeps the least
- * |x| bits - 1 (a zero wraps to the largest). */
+ * d + (M << M) as unsigned, below (M + 1) << M where a lane is uncertain
+ * (see prep). */
 TGT static INLINE __m256i codes16(__m256i v, __m256i ta, __m256i tb,
                                   __m256i k, int M, const tab_k_t *kc,
                                   __m256i *acc)
@@ -122,15 +126,14 @@ TGT static INLINE __m256i codes16(__m256i v, __m256i ta, __m256i tb,
     const __m256i t = _mm256_sub_epi8(a, step);
     const __m256i e = _mm256_and_si256(_mm256_srli_epi16(v, M == 3 ? 4 : 5),
                                        kc->e_mask);
-    *acc = _mm256_min_epu16(*acc, _mm256_sub_epi16(
-        _mm256_and_si256(v, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(1)));
-    return _mm256_add_epi16(_mm256_add_epi16(e, t), k);
+    const __m256i d = _mm256_add_epi16(_mm256_add_epi16(e, t), k);
+    *acc = _mm256_min_epu16(*acc, _mm256_add_epi16(d, kc->lift));
+    return d;
 }
 
 /* n values under table t, 32 a step, the tail (< 32) by the division.
- * Lanes with 1 <= |x| bits < thr were wrong if any: *bad is nonzero then
- * (the lanes' least |x| bits - 1 below thr - 1), a check the caller makes
- * once a row. */
+ * If a lane was uncertain *bad is nonzero after (its least d + (M << M)
+ * below (M + 1) << M), a check the caller makes once a row. */
 TGT static INLINE void enc_tab(uint8_t *d, const unsigned char *s, size_t n,
                                float scale, const rs__quant_tab_t *t, int fmt,
                                const unsigned char *ahead, const tab_k_t *kc,
@@ -159,8 +162,7 @@ TGT static INLINE void enc_tab(uint8_t *d, const unsigned char *s, size_t n,
     }
     if (i < n)
         rs__quant_bf16_div_avx2[fmt](d + i, s + 2 * i, n - i, scale);
-    *bad = _mm256_or_si256(*bad, _mm256_subs_epu16(
-        _mm256_set1_epi16((short)(t->thr - 1)), acc));
+    *bad = _mm256_or_si256(*bad, _mm256_subs_epu16(kc->edge, acc));
 }
 
 /* A row's segments under their tables (the division where a block has

@@ -39,15 +39,14 @@ typedef void (*rs__quant_amax_row_fn)(const void *src, size_t width, size_t seg,
  * of the block (the bf16 table encoder's, quant_bf16_x86.c): the code of
  * a normal bf16 x = 2^(ex - 127) (1 + f / 128) is
  * (ex << M) + a[f >> 3] + (f & 7 > b[f >> 3]) + k, the last two terms
- * folded as that encoder computes them; lanes with 0 < |x| bits < thr
- * (codes below the smallest normal) take the division. ok is 0 where no
- * table applies (a subnormal scale, an exponent out of range): the
+ * folded as that encoder computes them; lanes whose code falls near or
+ * below the smallest normal's take the division. ok is 0 where no table
+ * applies (a subnormal or tiny scale, an exponent out of range): the
  * division throughout. */
 typedef struct rs__quant_tab {
     uint8_t a[16];
     int8_t b[16];
     int16_t k;
-    uint16_t thr;
     int ok;
 } rs__quant_tab_t;
 
