@@ -209,10 +209,12 @@ static void scan_row(const qwalk_t *w, const unsigned char *src, qchunk_t *c,
                              (size_t)w->block[L], c->bits);
 }
 
-/* Encodes chunk c under `scale` while scanning `next` (NULL: none). */
+/* Encodes chunk c under `scale` (and `tab`, or NULL) while scanning
+ * `next` (NULL: none). */
 static void encode_and_scan(const qwalk_t *w, const unsigned char *src,
                             const qchunk_t *c, const float *scale,
-                            qchunk_t *next, uint8_t *q_out)
+                            const rs__quant_tab_t *tab, qchunk_t *next,
+                            uint8_t *q_out)
 {
     const int L = w->ndim - 1;
     const rs__quant_encode_row_fn enc = w->ops->enc_row[w->src][w->fmt];
@@ -222,8 +224,12 @@ static void encode_and_scan(const qwalk_t *w, const unsigned char *src,
     int more_b = next != NULL && row_next(w, next, &b, &ob);
     while (more_a || more_b) {
         if (more_a) {
+            /* the row scanned next (as far as this row is wide: past a
+             * narrower one, the band's next chunk; prefetches never
+             * fault), else this one (nothing new) */
+            const size_t ahead = more_b ? ob : oa;
             enc(q_out + oa, src + oa * w->es, (size_t)c->e[L],
-                (size_t)w->block[L], scale);
+                (size_t)w->block[L], scale, tab, src + ahead * w->es);
             more_a = row_next(w, c, &a, &oa);
         }
         if (more_b) {
@@ -275,6 +281,8 @@ static rs_status_t walk_blocks(const qwalk_t *w, const unsigned char *src,
                                uint8_t *q_out, float *scale_out)
 {
     qchunk_t ch[2];
+    rs__quant_tab_t tab[CHUNK_MAX_BLOCKS]; /* per block, when the level prepares */
+    const rs__quant_prep_fn prep = w->ops->prep[w->src][w->fmt];
     int cur = 0, more = 1;
     size_t k = 0, off;
     memset(ch, 0, sizeof(ch));
@@ -289,9 +297,12 @@ static rs_status_t walk_blocks(const qwalk_t *w, const unsigned char *src,
                 return refuse_block(w, c, b, what, diag);
             scale_out[k + (size_t)b] =
                 block_scale(w->fmt, rs__quant_amax_value(w->src, c->bits[b]));
+            if (prep != NULL)
+                prep(scale_out[k + (size_t)b], &tab[b]);
         }
         more = chunk_next(w, c, next);
-        encode_and_scan(w, src, c, scale_out + k, more ? next : NULL, q_out);
+        encode_and_scan(w, src, c, scale_out + k, prep != NULL ? tab : NULL,
+                        more ? next : NULL, q_out);
         k += (size_t)c->nb;
         cur ^= 1;
     }

@@ -35,15 +35,39 @@ typedef void (*rs__quant_encode_fn)(uint8_t *dst, const void *src, size_t n,
 typedef void (*rs__quant_amax_row_fn)(const void *src, size_t width, size_t seg,
                                  uint32_t *bits);
 
-/* The same row encoded, segment k under scale[k]. */
+/* What an encoder prepares once per block from its scale, for every row
+ * of the block (the bf16 table encoder's, quant_bf16_x86.c): the code of
+ * a normal bf16 x = 2^(ex - 127) (1 + f / 128) is
+ * (ex << M) + a[f >> 3] + (f & 7 > b[f >> 3]) + k, the last two terms
+ * folded as that encoder computes them; lanes whose code falls near or
+ * below the smallest normal's take the division. ok is 0 where no table
+ * applies (a subnormal or tiny scale, an exponent out of range): the
+ * division throughout. */
+typedef struct rs__quant_tab {
+    uint8_t a[16];
+    int8_t b[16];
+    int16_t k;
+    int ok;
+} rs__quant_tab_t;
+
+/* Fills *tab for a block under `scale`. */
+typedef void (*rs__quant_prep_fn)(float scale, rs__quant_tab_t *tab);
+
+/* The same row encoded, segment k under scale[k] (and tab[k], prepared
+ * by the level's prep for the source and format; NULL where it has
+ * none). `ahead` is a row as wide that the caller reads next (the next
+ * chunk's, for its scan): an encoder may prefetch it as it goes, so
+ * that its misses overlap the encoding rather than follow it. */
 typedef void (*rs__quant_encode_row_fn)(uint8_t *dst, const void *src, size_t width,
-                                size_t seg, const float *scale);
+                                size_t seg, const float *scale,
+                                const rs__quant_tab_t *tab, const void *ahead);
 
 typedef struct rs__quant_ops {
     rs__quant_amax_fn amax[RS__QUANT_SOURCE_COUNT];
     rs__quant_encode_fn enc[RS__QUANT_SOURCE_COUNT][RS__QFMT_COUNT];
     rs__quant_amax_row_fn amax_row[RS__QUANT_SOURCE_COUNT];
     rs__quant_encode_row_fn enc_row[RS__QUANT_SOURCE_COUNT][RS__QFMT_COUNT];
+    rs__quant_prep_fn prep[RS__QUANT_SOURCE_COUNT][RS__QFMT_COUNT]; /* or NULL */
 } rs__quant_ops_t;
 
 /* Row loops over a level's segment kernels: AMAX_FN(src, n) and
@@ -63,9 +87,12 @@ typedef struct rs__quant_ops {
 
 #define RS__QUANT_ENC_ROW(TGT, NAME, ES, ENC_FN)                              \
     TGT static void NAME(uint8_t *dst, const void *src, size_t width,        \
-                         size_t seg, const float *scale)                      \
+                         size_t seg, const float *scale,                      \
+                         const rs__quant_tab_t *tab, const void *ahead)       \
     {                                                                         \
         const unsigned char *s = src;                                         \
+        (void)tab;                                                            \
+        (void)ahead;                                                          \
         for (size_t k = 0, c = 0; c < width; k++, c += seg) {                 \
             const size_t n = width - c < seg ? width - c : seg;               \
             ENC_FN(dst + c, s + (ES) * c, n, scale[k]);                       \
@@ -80,6 +107,23 @@ extern const rs__quant_ops_t rs__quant_ops_portable;
 #define RS__QUANT_X86 1
 extern const rs__quant_ops_t rs__quant_ops_avx2; /* needs F16C too */
 extern const rs__quant_ops_t rs__quant_ops_avx512;
+/* The AVX2 bf16 encoders by the division (quant_x86.c), per format: the
+ * table encoders' fallback and the source of their tables. */
+extern const rs__quant_encode_fn rs__quant_bf16_div_avx2[RS__QFMT_COUNT];
+/* The AVX2 bf16 table encoders (quant_bf16_x86.c): a segment under a
+ * scale, a row under prepared tables, and the preparation, per format. */
+void rs__quant_bf16_tab_e4m3(uint8_t *dst, const void *src, size_t n,
+                             float scale);
+void rs__quant_bf16_tab_e5m2(uint8_t *dst, const void *src, size_t n,
+                             float scale);
+void rs__quant_bf16_tab_e4m3_row(uint8_t *dst, const void *src, size_t width,
+                                 size_t seg, const float *scale,
+                                 const rs__quant_tab_t *tab, const void *ahead);
+void rs__quant_bf16_tab_e5m2_row(uint8_t *dst, const void *src, size_t width,
+                                 size_t seg, const float *scale,
+                                 const rs__quant_tab_t *tab, const void *ahead);
+void rs__quant_bf16_prep_e4m3(float scale, rs__quant_tab_t *tab);
+void rs__quant_bf16_prep_e5m2(float scale, rs__quant_tab_t *tab);
 #else
 #define RS__QUANT_X86 0
 #endif

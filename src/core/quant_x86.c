@@ -13,10 +13,13 @@
  * exactly the FP8 precision; the sum less that power is the rounded value,
  * exact, and scaled by 2^-(127 - bias) its float32 bits shifted right by
  * 23 - M are the code, normal or subnormal alike (float32's subnormals are
- * the same fixed-point encoding as the format's). bf16
- * rows widen by interleaving with zeros, which orders the lanes so that one
- * unsigned pack per 16 lanes puts the codes back in order. Row tails run
- * the scalar encoder. */
+ * the same fixed-point encoding as the format's). f32 and f16 take it
+ * for the steps the fast path (a product by the reciprocal, below) cannot
+ * vouch for. bf16 rows are encoded by per-block tables
+ * (quant_bf16_x86.c); the bf16 encoder here makes their tables and takes
+ * their uncertain segments: it widens by interleaving with zeros, which
+ * orders the lanes so that one unsigned pack per 16 lanes puts the codes
+ * back in order. Row tails run the scalar encoder. */
 #include "core/quant_impl.h"
 
 #if RS__QUANT_X86
@@ -93,29 +96,6 @@ TGT_AVX2 static INLINE __m256i narrow8_abs(__m256i a, narrow_k_t k)
     return _mm256_srli_epi32(_mm256_castps_si256(rebased), k.sh);
 }
 
-/* The fast path: 8 products p = |x| * (1 / scale) (float32 bits, not
- * negative) to 8 codes, and a mask of the lanes it got right for sure.
- * In the normal range a code is p's bits rounded half up to M mantissa
- * bits and rebased, (p + half - ((127 - bias) << 23)) >> (23 - M). p may
- * differ from the correctly rounded quotient q by a few ulps, so a lane is
- * certain only when rounding p - TIE_ULPS and p + TIE_ULPS gives the same
- * code: then no rounding midpoint lies between p and q (codes are
- * monotone in the quotient) and q's round-to-nearest-even is that code.
- * The lower end is taken at least at the smallest normal, so every lane
- * below it (subnormal codes, zeros) is uncertain, except those that round
- * up to the smallest normal anyway. The cap is applied after. */
-TGT_AVX2 static INLINE __m256i fast8_abs(__m256i a, narrow_k_t k,
-                                         __m256i *sure)
-{
-    const __m256i lo = _mm256_max_epi32(a, _mm256_set1_epi32(k.emin));
-    const __m256i dn = _mm256_srai_epi32(
-        _mm256_add_epi32(lo, _mm256_set1_epi32(k.rebase - TIE_ULPS)), k.sh);
-    const __m256i up = _mm256_srai_epi32(
-        _mm256_add_epi32(a, _mm256_set1_epi32(k.rebase + TIE_ULPS)), k.sh);
-    *sure = _mm256_cmpeq_epi32(dn, up);
-    return _mm256_min_epi32(up, _mm256_set1_epi32(k.top));
-}
-
 /* 8 quotients to 8 codes, one per 32-bit lane. */
 TGT_AVX2 static INLINE __m256i narrow8(__m256 q, narrow_k_t k)
 {
@@ -148,17 +128,71 @@ TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)s));
 }
 
-/* 8 sources to 8 codes with the sign, by the fast path, and its mask. */
-TGT_AVX2 static INLINE __m256i fast8(__m256 x, __m256 rcp, narrow_k_t k,
-                                     __m256i *sure)
+/* The fast path. p = |x| * (1 / scale) (float32 bits, not negative); in
+ * the normal range its code is p's bits rounded half up to M mantissa
+ * bits and rebased, u >> (23 - M) with u = p + half - ((127 - bias) << 23)
+ * (+ TIE_ULPS, see below). p may differ from the correctly rounded
+ * quotient q by up to 3 in their bits, so a lane is certain only when no
+ * rounding midpoint's bits lie within TIE_ULPS - 1 of p's: a midpoint has
+ * exactly half the step in the bits below the kept mantissa (also the one
+ * under a power of two, which lies in the binade below), so with TIE_ULPS
+ * added that is one mask and one unsigned compare of u's low bits,
+ * uncertain below 2 * TIE_ULPS. Exact midpoints are uncertain too (the
+ * half-up rounding is not the rule's to even). Codes are monotone in the
+ * quotient, so a certain lane's code is q's. Lanes below the smallest
+ * normal (subnormal codes) are uncertain, except zeros (code 0 on both
+ * paths: u is negative, which the unsigned pack clamps to 0). */
+TGT_AVX2 static INLINE __m256i fast_u(__m256 x, __m256 rcp, narrow_k_t k,
+                                      __m256i *a)
 {
-    const __m256i b = _mm256_castps_si256(x);
-    const __m256i a = _mm256_and_si256(
-        _mm256_castps_si256(_mm256_mul_ps(x, rcp)),
-        _mm256_set1_epi32(0x7fffffff));
-    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(b, 24),
-                                          _mm256_set1_epi32(0x80));
-    return _mm256_or_si256(fast8_abs(a, k, sure), sign);
+    *a = _mm256_and_si256(_mm256_castps_si256(_mm256_mul_ps(x, rcp)),
+                          _mm256_set1_epi32(0x7fffffff));
+    return _mm256_add_epi32(*a, _mm256_set1_epi32(k.rebase + TIE_ULPS));
+}
+
+/* Whether any of four vectors' lanes is uncertain: the least of u's low
+ * bits, and the least of |p| bits - 1 (a zero wraps to the largest). */
+TGT_AVX2 static INLINE int unsure32(const __m256i *u, const __m256i *a,
+                                    narrow_k_t k)
+{
+    const __m256i low = _mm256_set1_epi32((1 << k.sh) - 1);
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i t = _mm256_min_epu32(
+        _mm256_min_epu32(_mm256_and_si256(u[0], low), _mm256_and_si256(u[1], low)),
+        _mm256_min_epu32(_mm256_and_si256(u[2], low), _mm256_and_si256(u[3], low)));
+    const __m256i m = _mm256_min_epu32(
+        _mm256_min_epu32(_mm256_sub_epi32(a[0], one), _mm256_sub_epi32(a[1], one)),
+        _mm256_min_epu32(_mm256_sub_epi32(a[2], one), _mm256_sub_epi32(a[3], one)));
+    const __m256i tie = _mm256_set1_epi32(2 * TIE_ULPS - 1);
+    const __m256i sub = _mm256_set1_epi32(k.emin - 2);
+    const __m256i bad = _mm256_or_si256(
+        _mm256_cmpeq_epi32(_mm256_min_epu32(t, tie), t),
+        _mm256_cmpeq_epi32(_mm256_min_epu32(m, sub), m));
+    return _mm256_movemask_epi8(bad) != 0;
+}
+
+/* 32 codes from the fast path's u and the sources' signs, into 32 bytes:
+ * the unsigned packs clamp the codes (negative u to 0, large ones to 255,
+ * then capped at fmax's code); the signed packs of the sources keep each
+ * one's sign in the top bit of its byte, in the same lane order. */
+TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
+                                         const __m256 *x, narrow_k_t k)
+{
+    const __m256i p01 = _mm256_packus_epi32(_mm256_srai_epi32(u[0], k.sh),
+                                            _mm256_srai_epi32(u[1], k.sh));
+    const __m256i p23 = _mm256_packus_epi32(_mm256_srai_epi32(u[2], k.sh),
+                                            _mm256_srai_epi32(u[3], k.sh));
+    const __m256i c = _mm256_min_epu8(_mm256_packus_epi16(p01, p23),
+                                      _mm256_set1_epi8((char)k.top));
+    const __m256i s01 = _mm256_packs_epi32(_mm256_castps_si256(x[0]),
+                                           _mm256_castps_si256(x[1]));
+    const __m256i s23 = _mm256_packs_epi32(_mm256_castps_si256(x[2]),
+                                           _mm256_castps_si256(x[3]));
+    const __m256i sg = _mm256_and_si256(_mm256_packs_epi16(s01, s23),
+                                        _mm256_set1_epi8((char)0x80));
+    const __m256i fix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256((__m256i *)(void *)d,
+                        _mm256_permutevar8x32_epi32(_mm256_or_si256(c, sg), fix));
 }
 
 /* 32 elements a step, by the fast path unless a lane of them is uncertain,
@@ -166,31 +200,31 @@ TGT_AVX2 static INLINE __m256i fast8(__m256 x, __m256 rcp, narrow_k_t k,
 #define ENC8_NATURAL(NAME, LD, ES, SRC)                                       \
     TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
                                      size_t n, float scale, narrow_k_t k,     \
-                                     int fmt)                                 \
+                                     int fmt, const unsigned char *ahead)     \
     {                                                                         \
         const __m256 sc = _mm256_set1_ps(scale);                              \
         const float inv = fast_rcp(scale);                                    \
         const __m256 rcp = _mm256_set1_ps(inv);                               \
-        const __m256i fast = _mm256_set1_epi32(inv != 0.0f ? -1 : 0);        \
+        const int fast = inv != 0.0f;                                         \
         size_t i = 0;                                                         \
         for (; i + 32 <= n; i += 32) {                                        \
             const unsigned char *p = s + (ES) * i;                            \
-            const __m256 x0 = LD(p), x1 = LD(p + (size_t)8 * (ES));           \
-            const __m256 x2 = LD(p + (size_t)16 * (ES));                      \
-            const __m256 x3 = LD(p + (size_t)24 * (ES));                      \
-            __m256i s0, s1, s2, s3;                                           \
-            __m256i c0 = fast8(x0, rcp, k, &s0), c1 = fast8(x1, rcp, k, &s1); \
-            __m256i c2 = fast8(x2, rcp, k, &s2), c3 = fast8(x3, rcp, k, &s3); \
-            const __m256i all = _mm256_and_si256(                             \
-                _mm256_and_si256(_mm256_and_si256(s0, s1),                    \
-                                 _mm256_and_si256(s2, s3)), fast);            \
-            if (_mm256_movemask_epi8(all) != -1) {                            \
-                c0 = narrow8(_mm256_div_ps(x0, sc), k);                       \
-                c1 = narrow8(_mm256_div_ps(x1, sc), k);                       \
-                c2 = narrow8(_mm256_div_ps(x2, sc), k);                       \
-                c3 = narrow8(_mm256_div_ps(x3, sc), k);                       \
-            }                                                                 \
-            store32(d + i, c0, c1, c2, c3);                                   \
+            for (size_t l = 0; l < (size_t)32 * (ES); l += 64)                \
+                _mm_prefetch((const char *)(ahead + (ES) * i + l),            \
+                             _MM_HINT_T0);                                    \
+            const __m256 x[4] = {LD(p), LD(p + (size_t)8 * (ES)),             \
+                                 LD(p + (size_t)16 * (ES)),                   \
+                                 LD(p + (size_t)24 * (ES))};                  \
+            __m256i a[4], u[4];                                               \
+            for (int j = 0; j < 4; j++)                                       \
+                u[j] = fast_u(x[j], rcp, k, &a[j]);                           \
+            if (fast && !unsure32(u, a, k))                                   \
+                store32_fast(d + i, u, x, k);                                 \
+            else                                                              \
+                store32(d + i, narrow8(_mm256_div_ps(x[0], sc), k),           \
+                        narrow8(_mm256_div_ps(x[1], sc), k),                  \
+                        narrow8(_mm256_div_ps(x[2], sc), k),                  \
+                        narrow8(_mm256_div_ps(x[3], sc), k));                 \
         }                                                                     \
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
@@ -247,8 +281,9 @@ static inline float rcp_or_nan(float inv)
 
 TGT_AVX2 static INLINE void encv8_bf16(uint8_t *d, const unsigned char *s,
                                       size_t n, float scale, narrow_k_t k,
-                                      int fmt)
+                                      int fmt, const void *ahead)
 {
+    (void)ahead; /* its rows are quant_bf16_x86.c's */
     const __m256 sc = _mm256_set1_ps(scale);
     const __m256 rcp = _mm256_set1_ps(rcp_or_nan(fast_rcp(scale)));
     size_t i = 0;
@@ -352,38 +387,41 @@ TGT_AVX512 static INLINE uint32_t amax16_16(const void *src, size_t n)
 /* Segment and row entry points of the AVX2 encoders (v8), per source and
  * format; both vector levels use them. */
 #define TGT_v8 TGT_AVX2
-#define ENTRIES(LV, SRC, ES)                                                  \
+#define SEGMENT(LV, SRC)                                                      \
     TGT_##LV static void LV##_##SRC##_e4m3(uint8_t *d, const void *s,         \
                                            size_t n, float scale)             \
     {                                                                         \
         const narrow_k_t k = NARROW_E4M3;                                     \
-        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3);                    \
+        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3, s);                 \
     }                                                                         \
     TGT_##LV static void LV##_##SRC##_e5m2(uint8_t *d, const void *s,         \
                                            size_t n, float scale)             \
     {                                                                         \
         const narrow_k_t k = NARROW_E5M2;                                     \
-        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
-    }                                                                         \
-    TGT_##LV static INLINE void LV##_##SRC##_e4m3_in(                         \
-        uint8_t *d, const void *s, size_t n, float scale)                     \
+        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2, s);                 \
+    }
+/* Rows: each segment prefetches its part of the row read next. */
+#define ROW(LV, SRC, ES, FMT, NAME)                                           \
+    TGT_##LV static void NAME(uint8_t *d, const void *src, size_t width,      \
+                              size_t seg, const float *scale,                 \
+                              const rs__quant_tab_t *tab, const void *ahead)  \
     {                                                                         \
-        const narrow_k_t k = NARROW_E4M3;                                     \
-        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E4M3);                    \
-    }                                                                         \
-    TGT_##LV static INLINE void LV##_##SRC##_e5m2_in(                         \
-        uint8_t *d, const void *s, size_t n, float scale)                     \
-    {                                                                         \
-        const narrow_k_t k = NARROW_E5M2;                                     \
-        enc##LV##_##SRC(d, s, n, scale, k, RS__QFMT_E5M2);                    \
-    }                                                                         \
-    RS__QUANT_ENC_ROW(TGT_##LV, LV##_##SRC##_e4m3_row, ES,                    \
-                      LV##_##SRC##_e4m3_in)                                   \
-    RS__QUANT_ENC_ROW(TGT_##LV, LV##_##SRC##_e5m2_row, ES,                    \
-                      LV##_##SRC##_e5m2_in)
+        const unsigned char *s = src, *a = ahead;                             \
+        const narrow_k_t k = NARROW_##FMT;                                    \
+        (void)tab;                                                            \
+        for (size_t j = 0, c = 0; c < width; j++, c += seg) {                 \
+            const size_t n = width - c < seg ? width - c : seg;               \
+            enc##LV##_##SRC(d + c, s + (ES) * c, n, scale[j], k,              \
+                            RS__QFMT_##FMT, a + (ES) * c);                    \
+        }                                                                     \
+    }
+#define ENTRIES(LV, SRC, ES)                                                  \
+    SEGMENT(LV, SRC)                                                          \
+    ROW(LV, SRC, ES, E4M3, LV##_##SRC##_e4m3_row)                             \
+    ROW(LV, SRC, ES, E5M2, LV##_##SRC##_e5m2_row)
 
 ENTRIES(v8, f32, 4)
-ENTRIES(v8, bf16, 2)
+SEGMENT(v8, bf16) /* bf16 rows: the table encoders' */
 ENTRIES(v8, f16, 2)
 
 TGT_AVX2 static uint32_t amax8_f32_fn(const void *s, size_t n) { return amax8_f32(s, n); }
@@ -395,24 +433,37 @@ RS__QUANT_AMAX_ROW(TGT_AVX2, amax8_16_row, 2, amax8_16)
 RS__QUANT_AMAX_ROW(TGT_AVX512, amax16_f32_row, 4, amax16_f32)
 RS__QUANT_AMAX_ROW(TGT_AVX512, amax16_16_row, 2, amax16_16)
 
+const rs__quant_encode_fn rs__quant_bf16_div_avx2[RS__QFMT_COUNT] = {
+    v8_bf16_e4m3, v8_bf16_e5m2};
+
+/* bf16 sources encode by their tables (quant_bf16_x86.c), f32 and f16 by
+ * the fast path above. */
 const rs__quant_ops_t rs__quant_ops_avx2 = {
     .amax = {amax8_f32_fn, amax8_16_fn, amax8_16_fn},
-    .enc = {{v8_f32_e4m3, v8_f32_e5m2}, {v8_bf16_e4m3, v8_bf16_e5m2},
+    .enc = {{v8_f32_e4m3, v8_f32_e5m2},
+            {rs__quant_bf16_tab_e4m3, rs__quant_bf16_tab_e5m2},
             {v8_f16_e4m3, v8_f16_e5m2}},
     .amax_row = {amax8_f32_row, amax8_16_row, amax8_16_row},
     .enc_row = {{v8_f32_e4m3_row, v8_f32_e5m2_row},
-                {v8_bf16_e4m3_row, v8_bf16_e5m2_row},
+                {rs__quant_bf16_tab_e4m3_row, rs__quant_bf16_tab_e5m2_row},
                 {v8_f16_e4m3_row, v8_f16_e5m2_row}},
+    .prep = {{NULL, NULL},
+             {rs__quant_bf16_prep_e4m3, rs__quant_bf16_prep_e5m2},
+             {NULL, NULL}},
 };
 
 const rs__quant_ops_t rs__quant_ops_avx512 = {
     .amax = {amax16_f32_fn, amax16_16_fn, amax16_16_fn},
-    .enc = {{v8_f32_e4m3, v8_f32_e5m2}, {v8_bf16_e4m3, v8_bf16_e5m2},
+    .enc = {{v8_f32_e4m3, v8_f32_e5m2},
+            {rs__quant_bf16_tab_e4m3, rs__quant_bf16_tab_e5m2},
             {v8_f16_e4m3, v8_f16_e5m2}},
     .amax_row = {amax16_f32_row, amax16_16_row, amax16_16_row},
     .enc_row = {{v8_f32_e4m3_row, v8_f32_e5m2_row},
-                {v8_bf16_e4m3_row, v8_bf16_e5m2_row},
+                {rs__quant_bf16_tab_e4m3_row, rs__quant_bf16_tab_e5m2_row},
                 {v8_f16_e4m3_row, v8_f16_e5m2_row}},
+    .prep = {{NULL, NULL},
+             {rs__quant_bf16_prep_e4m3, rs__quant_bf16_prep_e5m2},
+             {NULL, NULL}},
 };
 
 #endif

@@ -629,6 +629,75 @@ static void test_encoder_reciprocal(void **state)
     free(want);
 }
 
+/* The f32 fast path's margin around rounding midpoints. Values whose
+ * product with the rounded reciprocal lies on the other side of a
+ * midpoint than their quotient (or on it while the quotient is not, or
+ * the reverse): the product a bit pattern above the midpoint and the
+ * quotient below, and the reverse, both signs, under random scales whose
+ * reciprocals are inexact; each scale's values in runs of at least 32 so
+ * the vector loops take them. The test checks it found both kinds, so a
+ * margin that covers only one side of a midpoint, or only the midpoint
+ * itself, fails here. */
+static size_t margin_cases(rs_dtype_t fmt, float scale, float *x, size_t cap,
+                           int *above, int *below)
+{
+    const double *val = ref_table(fmt);
+    const float r = 1.0f / scale;
+    size_t n = 0;
+    for (unsigned c = 0; c + 1 < 0x80 && !isnan(val[c + 1]); c++) {
+        const float mid = (float)((val[c] + val[c + 1]) / 2); /* exact */
+        const float base = (float)((double)mid * (double)scale);
+        for (int u = -4; u <= 4 && n + 2 <= cap; u++) {
+            uint32_t bits;
+            memcpy(&bits, &base, 4);
+            bits = (uint32_t)((int64_t)bits + u);
+            float v;
+            memcpy(&v, &bits, 4);
+            const float p = v * r, q = v / scale;
+            if ((p > mid) == (q > mid) && (p < mid) == (q < mid))
+                continue; /* the same side: not a margin case */
+            *above += p > mid;
+            *below += p < mid;
+            x[n] = v;
+            x[n + 1] = -v;
+            n += 2;
+        }
+    }
+    return n;
+}
+
+static void test_encoder_margin(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    float *x = malloc(N * sizeof(float));
+    uint8_t *q = malloc(N), *want = malloc(N);
+    rng_state = 2027;
+    for (int f = 0; f < 2; f++) {
+        int above = 0, below = 0;
+        for (int k = 0; k < 64; k++) {
+            const float scale = ldexpf(1.0f + (float)(rnd64() % 8388607 + 1) *
+                                                  0x1p-23f,
+                                       (int)(rnd64() % 24) - 20);
+            size_t n = margin_cases(formats[f], scale, x, N, &above, &below);
+            if (n == 0)
+                continue;
+            for (size_t i = n; i < 32; i++)
+                x[i] = x[i % n];
+            n = n < 32 ? 32 : n;
+            for (size_t i = 0; i < n; i++)
+                want[i] = ref_encode(formats[f], x[i] / scale);
+            for (int lv = 0; lv < simd_nlevels(); lv++)
+                check_encoder(lv, RS__QUANT_SOURCE_F32, f, x, n, scale, want, q);
+        }
+        assert_true(above > 0);
+        assert_true(below > 0);
+    }
+    free(x);
+    free(q);
+    free(want);
+}
+
 /* A block whose amax / scale lands just above fmax (the scale rounded
  * down): the block's largest element saturates to the maximum code. */
 static void test_round_past_max(void **state)
@@ -1136,6 +1205,7 @@ int main(void)
         cmocka_unit_test_teardown(test_encoder_sweep_f32, simd_restore_level),
         cmocka_unit_test_teardown(test_encoder_sweep_16, simd_restore_level),
         cmocka_unit_test_teardown(test_encoder_reciprocal, simd_restore_level),
+        cmocka_unit_test_teardown(test_encoder_margin, simd_restore_level),
         cmocka_unit_test_teardown(test_zero_and_tiny_blocks, simd_restore_level),
         cmocka_unit_test_teardown(test_round_past_max, simd_restore_level),
         cmocka_unit_test_teardown(test_coarse_scale_saturates, simd_restore_level),
