@@ -77,13 +77,8 @@ void rs__sources_prefetch(rs_sources_h s, uint64_t hash, int step)
     }
     if (sl->key == NULL || sl->tag != (uint32_t)(hash >> 32))
         return; /* a probe past the first slot is left to the lookup */
-    const rs__source_tensor_t *t = &s->tensors[sl->value];
-    if (step == 1) {
-        __builtin_prefetch(sl->key);
-        __builtin_prefetch(t);
-    } else if (t->shards_len > 0) {
-        __builtin_prefetch(t->shards);
-    }
+    __builtin_prefetch(sl->key);
+    __builtin_prefetch(&s->tensors[sl->value]);
 }
 
 static rs_status_t intern_session(rs_sources_h s, const char *name,

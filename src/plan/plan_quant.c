@@ -353,7 +353,7 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     pq->served_q = rs__sources_find_hashed(srcs, qname, pq->qhash);
     pq->served_s = rs__sources_find_hashed(srcs, sname, pq->shash);
     rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src, NULL,
-                              0};
+                              0, SIZE_MAX, SIZE_MAX};
     pq->src_dtype = RS_DTYPE_INVALID;
     if (!source_shape(cap, &qt, cap->copies[pq->copy].src_id, pq))
         return refuse(pq, c, "'%s' is not published by any shard table, nor "
@@ -453,7 +453,7 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     return pq->refused != NULL ? RS_OK : add_derived(qx, pq, &q, diag);
 }
 
-/* The names of every quantized copy first, their lookups readied in
+/* The names of every quantized copy first, their lookups readied in two
  * steps over all of them (a MoE rank's thousand quantized copies look up
  * three thousand names in a table of some 200,000, mostly cache misses
  * that then overlap instead of coming one after another), then each copy
@@ -466,14 +466,13 @@ static rs_status_t expand_all(rs__quant_expansion_t *qx, rs_capture_h cap,
     for (size_t ci = 0; st == RS_OK && ci < cap->copies_len; ci++)
         if (cap->copies[ci].quant != NULL)
             st = name_one(qx, cap, srcs, ci, diag);
-    for (int step = 1; st == RS_OK && step <= 2; step++)
-        for (size_t i = 0; i < qx->nq; i++) {
-            const rs__planned_quant_t *pq = &qx->q[i];
-            rs__sources_prefetch(srcs, pq->qhash, step);
-            rs__sources_prefetch(srcs, pq->shash, step);
-            rs__sources_prefetch(
-                srcs, cap->names[cap->copies[pq->copy].src_id].hash, step);
-        }
+    for (size_t i = 0; st == RS_OK && i < qx->nq; i++) {
+        const rs__planned_quant_t *pq = &qx->q[i];
+        rs__sources_prefetch(srcs, pq->qhash, 1);
+        rs__sources_prefetch(srcs, pq->shash, 1);
+        rs__sources_prefetch(
+            srcs, cap->names[cap->copies[pq->copy].src_id].hash, 1);
+    }
     for (size_t i = 0; st == RS_OK && i < qx->nq; i++)
         st = expand_one(qx, cap, srcs, params, &qx->q[i], diag);
     return st;

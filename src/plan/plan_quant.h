@@ -125,6 +125,10 @@ typedef struct rs__quant_tensors {
     const char *src_name;
     const struct rs__source_tensor *src; /* rs__quant_source: on demand */
     int src_found;
+    /* the first shard of q holding the view's whole box and of s holding
+     * its whole block grid, as the publisher check found them (SIZE_MAX:
+     * not looked for); the path estimate then reads them, not the lists */
+    size_t q_holder, s_holder;
 } rs__quant_tensors_t;
 
 /* The copy's published source, looked up on first use (most copies never
@@ -135,8 +139,8 @@ const struct rs__source_tensor *rs__quant_source(rs__quant_tensors_t *t);
  * scales (sname) are published with the right shapes and dtypes and their
  * shards hold every element the copy needs; else 0 with `why` saying what
  * is missing. O(shards + touched blocks), O(shards) when one shard of each
- * holds all the copy needs. */
-int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
+ * holds all the copy needs (then t->q_holder and t->s_holder say which). */
+int rs__quant_publisher_serves(rs__quant_tensors_t *t,
                                const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,

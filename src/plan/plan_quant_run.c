@@ -4,7 +4,6 @@
  * staged box is read), and assembly turns each quantized copy into its
  * rs_quantized_t record and counts the receiver boxes in the stats: on
  * that path the box is what the copy needs. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,30 +89,23 @@ static int quant_live(rs__planner_t *b, const rs__planned_quant_t *pq)
 /* The publisher path's reason, "'<FP8 tensor>' and its scales are served
  * for every block the copy needs", written straight into the plan's
  * arena (formatting it for every copy while analyzing, then copying it
- * here, was a few percent of an FP8 plan); cut as the record's buffer
- * would cut it. NULL on exhaustion. */
+ * here, was a few percent of an FP8 plan); a name too long for the
+ * record's buffer is cut as that buffer cut it. NULL on exhaustion. */
 static char *served_why(rs__arena_t *a, const rs__planned_quant_t *pq)
 {
     static const char tail[] = "' and its scales are served for every "
                                "block the copy needs";
-    size_t nq = strlen(pq->qname), len = 1 + nq + sizeof(tail) - 1;
+    size_t nq = strlen(pq->qname), nt = sizeof(tail) - 1;
+    size_t len = 1 + nq + nt;
     if (len > sizeof(pq->why) - 1)
         len = sizeof(pq->why) - 1;
     char *w = rs__arena_alloc(a, len + 1);
     if (w == NULL)
         return NULL;
-    char full[sizeof(pq->why)];
-    const char *text = w;
-    if (1 + nq + sizeof(tail) - 1 > len) { /* rare: a very long name */
-        snprintf(full, sizeof(full), "'%s%s", pq->qname, tail);
-        text = full;
-    } else {
-        w[0] = '\'';
-        memcpy(w + 1, pq->qname, nq);
-        memcpy(w + 1 + nq, tail, sizeof(tail));
-        return w;
-    }
-    memcpy(w, text, len);
+    size_t kq = nq < len - 1 ? nq : len - 1;
+    w[0] = '\'';
+    memcpy(w + 1, pq->qname, kq);
+    memcpy(w + 1 + kq, tail, len - 1 - kq);
     w[len] = '\0';
     return w;
 }
