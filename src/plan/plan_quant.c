@@ -328,7 +328,9 @@ static int derived_names(rs__quant_expansion_t *qx, const char *src,
     if (q == NULL)
         return 0;
     char *sn = q + qlen;
-    memcpy(q, src, ns); /* a copy of every quantized copy: no printf */
+    /* a copy of every quantized copy: no printf; the spec's copy below
+     * brings the NUL */
+    memcpy(q, src, ns); // NOLINT(bugprone-not-null-terminated-result)
     q[ns] = RS_QUANT_NAME_SEP;
     memcpy(q + ns + 1, spec, np + 1);
     memcpy(sn, q, qlen - 1);
