@@ -40,14 +40,16 @@ void rs_capture_destroy(rs_capture_h capture)
     free(capture);
 }
 
-/* The id of a source name, interned on first use; 0 on exhaustion. */
-static int intern_hashed(rs_capture_h capture, const char *name,
-                         uint64_t hash, uint32_t *id_p)
+/* The id of a source name, interned on first use; 0 on exhaustion.
+ * `owned`: name already lives as long as the capture (its arena), and
+ * becomes the interned name itself when new. */
+static int intern_as(rs_capture_h capture, const char *name, uint64_t hash,
+                     int owned, uint32_t *id_p)
 {
     rs__capture_name_t n = {NULL, -1, hash};
     if (rs__strmap_get_hashed(&capture->name_index, name, n.hash, id_p))
         return 1;
-    n.name = rs__arena_strdup(&capture->arena, name);
+    n.name = owned ? name : rs__arena_strdup(&capture->arena, name);
     if (n.name == NULL || capture->names_len >= UINT32_MAX ||
         !rs__strmap_put(&capture->name_index, n.name,
                        (uint32_t)capture->names_len) ||
@@ -59,7 +61,13 @@ static int intern_hashed(rs_capture_h capture, const char *name,
 
 static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)
 {
-    return intern_hashed(capture, name, rs__hash_str(name), id_p);
+    return intern_as(capture, name, rs__hash_str(name), 0, id_p);
+}
+
+int rs__capture_intern_owned(rs_capture_h capture, const char *name,
+                             uint64_t hash, uint32_t *id_p)
+{
+    return intern_as(capture, name, hash, 1, id_p);
 }
 
 static int64_t *dup_dims(rs__arena_t *a, const int64_t *dims, int n)
@@ -243,21 +251,15 @@ static rs_status_t dup_geometry(rs__arena_t *a, const rs_copy_desc_t *copy,
     return RS_OK;
 }
 
-rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy,
-                                rs_diag_t *diag)
+/* Appends a copy whose descriptor passed check_copy_shape, its source
+ * interned as src_id. */
+static rs_status_t add_checked(rs_capture_h capture, const rs_copy_desc_t *copy,
+                               uint32_t src_id, rs_diag_t *diag)
 {
     rs__capture_copy_t c = {0};
-    rs__arena_t *a;
-
-    if (capture == NULL || copy == NULL || copy->src == NULL ||
-        copy->param == NULL || (copy->nops > 0 && copy->ops == NULL))
-        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    rs_status_t st = check_copy_shape(copy, diag);
-    if (st != RS_OK)
-        return st;
-    a = &capture->arena;
-    if (!intern_name(capture, copy->src, &c.src_id))
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    rs__arena_t *a = &capture->arena;
+    rs_status_t st;
+    c.src_id = src_id;
     c.src = capture->names[c.src_id].name;
     if (!rs__strmap_get(&capture->param_index, copy->param, &c.param_id))
         c.param_id = UINT32_MAX;
@@ -288,6 +290,29 @@ rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     }
     return RS_OK;
+}
+
+rs_status_t rs_capture_add_copy(rs_capture_h capture, const rs_copy_desc_t *copy,
+                                rs_diag_t *diag)
+{
+    uint32_t src_id;
+    if (capture == NULL || copy == NULL || copy->src == NULL ||
+        copy->param == NULL || (copy->nops > 0 && copy->ops == NULL))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
+    rs_status_t st = check_copy_shape(copy, diag);
+    if (st != RS_OK)
+        return st;
+    if (!intern_name(capture, copy->src, &src_id))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    return add_checked(capture, copy, src_id, diag);
+}
+
+rs_status_t rs__capture_add_copy_id(rs_capture_h capture,
+                                    const rs_copy_desc_t *copy,
+                                    uint32_t src_id, rs_diag_t *diag)
+{
+    rs_status_t st = check_copy_shape(copy, diag);
+    return st != RS_OK ? st : add_checked(capture, copy, src_id, diag);
 }
 
 rs_status_t rs_capture_add_unsupported(rs_capture_h capture, const char *src,

@@ -130,11 +130,34 @@ const char *rs__quant_field_name(rs__quant_field_t field);
 rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
                                        const rs_quant_desc_t *q);
 
+/* The id of a source name, interned when new; `hash` is rs__hash_str(name)
+ * and `name` lives in the capture's arena already (it becomes the
+ * interned name, not copied). 0 on exhaustion. */
+int rs__capture_intern_owned(rs_capture_h capture, const char *name,
+                             uint64_t hash, uint32_t *id_p);
+
+/* rs_capture_add_copy for a checked descriptor whose source is interned
+ * name src_id (the copy->src field is not read). */
+rs_status_t rs__capture_add_copy_id(rs_capture_h capture,
+                                    const rs_copy_desc_t *copy,
+                                    uint32_t src_id, rs_diag_t *diag);
+
+/* Appends a copy that is copy `like` of the same capture but for its
+ * source, interned name src_id, and its dest dtype: a quantized copy's
+ * weight copy, with the geometry, param and destination the capture
+ * already checked and numbered for `like`. Unquantized. RS_ERR_NO_MEMORY
+ * (diag set). O(1). */
+rs_status_t rs__capture_add_like(rs_capture_h cap, size_t like,
+                                 uint32_t src_id, rs_dtype_t dtype,
+                                 rs_diag_t *diag);
+
 /* The planner's working capture (capture_frame.c): a new capture with
  * `from`'s params, sources, unsupported entries, names, copies and
  * geometries at the same indices and ids, borrowing what they point at
- * from `from`, which must outlive it. RS_ERR_NO_MEMORY. O(tables). */
-rs_status_t rs__capture_work_copy(rs_capture_h from, rs_capture_h *to_p,
-                                  rs_diag_t *diag);
+ * from `from`, which must outlive it, with room for `extra` more copies
+ * and names (no table grows while they are added). RS_ERR_NO_MEMORY.
+ * O(tables + extra). */
+rs_status_t rs__capture_work_copy(rs_capture_h from, size_t extra,
+                                  rs_capture_h *to_p, rs_diag_t *diag);
 
 #endif

@@ -65,6 +65,22 @@ rs__source_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
                ? &s->tensors[idx] : NULL;
 }
 
+void rs__sources_prefetch(rs_sources_h s, uint64_t hash, int step)
+{
+    const rs__strmap_t *m = &s->tensor_index;
+    if (m->cap == 0)
+        return;
+    const rs__strmap_slot_t *sl = &m->slots[(size_t)hash & (m->cap - 1)];
+    if (step == 0) {
+        __builtin_prefetch(sl);
+        return;
+    }
+    if (sl->key == NULL || sl->tag != (uint32_t)(hash >> 32))
+        return; /* a probe past the first slot is left to the lookup */
+    __builtin_prefetch(sl->key);
+    __builtin_prefetch(&s->tensors[sl->value]);
+}
+
 static rs_status_t intern_session(rs_sources_h s, const char *name,
                                   uint32_t *id_p)
 {

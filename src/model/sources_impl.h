@@ -104,6 +104,13 @@ static inline int rs__shard_is_whole(const rs__source_tensor_t *t,
 /* 1 when the tensor has exactly one shard and it holds all of it (no dim
  * empty); what rs__source_tensor_t.sole_whole caches. O(ndim). */
 int rs__sources_sole_whole(const rs__source_tensor_t *t);
+/* Readies the lookup of a name by its rs__hash_str: `step` 0 asks for
+ * the table slot it hashes to, 1 (that slot read, so best some lookups
+ * after step 0) for the first candidate's key and tensor record. Only
+ * prefetches: a caller about to look up many names in a large table has
+ * their cache misses overlap instead of taking them one after another.
+ * O(1), no effect on any result. */
+void rs__sources_prefetch(rs_sources_h s, uint64_t hash, int step);
 /* rs__sources_find with rs__hash_str(name) already known. */
 rs__source_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
                                          uint64_t hash);

@@ -334,26 +334,24 @@ static size_t *session_starts(const rs__planner_t *b)
     return at;
 }
 
-enum { SHARDS_UNSORTED = 1, SHARDS_DIGESTS = 2 };
-
 /* Places one live source's shards into their sessions' parts of the list,
- * their digests still the table's (own_digests copies them); returns
- * SHARDS_UNSORTED when some session's addresses go down (last[] holds each
- * session's last address so far), SHARDS_DIGESTS when a shard has a
- * digest. No call in the loop: sources are about one per copy. */
-static int place_shards(rs_shard_ref_t *out, const rs__planned_source_t *s, size_t *at,
-                        uint64_t *last)
+ * their digests still the table's (own_digests copies them); marks
+ * unsorted[k] when session k's addresses go down (last[] holds each
+ * session's last address so far); returns 1 when a shard has a digest.
+ * No call in the loop: sources are about one per copy. */
+static int place_shards(rs_shard_ref_t *out, const rs__planned_source_t *s,
+                        size_t *at, uint64_t *last, unsigned char *unsorted)
 {
     const rs__source_shard_t *sh = s->tensor->shards;
     const rs__source_shard_t *end = sh + s->tensor->shards_len;
     uint64_t elsize = s->tensor->elsize;
     const char *name = s->name;
-    int flags = 0;
+    int digests = 0;
     for (; sh < end; sh++) {
         uint32_t k = sh->session;
         rs_shard_ref_t *r = &out[at[k]++];
-        flags |= (sh->addr < last[k] ? SHARDS_UNSORTED : 0) |
-                 (sh->digest != NULL ? SHARDS_DIGESTS : 0);
+        unsorted[k] |= sh->addr < last[k];
+        digests |= sh->digest != NULL;
         last[k] = sh->addr;
         r->session = k;
         r->addr = sh->addr;
@@ -361,7 +359,7 @@ static int place_shards(rs_shard_ref_t *out, const rs__planned_source_t *s, size
         r->tensor = name;
         r->digest = sh->digest;
     }
-    return flags;
+    return digests;
 }
 
 /* The listed digests become the plan's own copies. */
@@ -379,40 +377,40 @@ static rs_status_t own_digests(rs__planner_t *b)
 
 /* Lists the shards of every live source, for digest checks downstream,
  * each placed straight into its session's part of the list in listing
- * order (sessions are few): what rs__shard_refs_sort makes of the listing,
- * but for the addresses, which are sorted only in the rare list where some
- * session's are out of order (a stable sort, so equal keys keep their
- * listing order either way). */
+ * order (sessions are few): what a stable sort by (session, addr) makes
+ * of the listing, but for the addresses, which are sorted only in the
+ * parts where some of a session's go down. */
 static rs_status_t list_shards(rs__planner_t *b)
 {
     rs_plan_h plan = b->plan;
+    size_t ns = plan->nsessions;
     size_t *at = session_starts(b);
-    uint64_t *last = calloc(plan->nsessions + 1, sizeof(uint64_t));
-    size_t total = at != NULL ? at[plan->nsessions] : 0;
-    int flags = 0;
-    rs_status_t st;
-    if (at == NULL || last == NULL ||
+    uint64_t *last = calloc(ns + 1, sizeof(uint64_t));
+    unsigned char *unsorted = calloc(ns + 1, 1);
+    size_t total = at != NULL ? at[ns] : 0;
+    int digests = 0, ok;
+    if (at == NULL || last == NULL || unsorted == NULL ||
         !rs__vec_reserve((void **)&plan->shards, &plan->shards_cap, total,
                          sizeof(rs_shard_ref_t))) {
         free(at);
         free(last);
+        free(unsorted);
         return OOM(b);
     }
     for (size_t i = 0; i < b->psrc_len; i++) {
         if (lists_shards(&b->psrc[i]))
-            flags |= place_shards(plan->shards, &b->psrc[i], at, last);
+            digests |= place_shards(plan->shards, &b->psrc[i], at, last,
+                                    unsorted);
     }
+    plan->shards_len = total;
+    /* at[k] is now the end of session k's part */
+    ok = rs__shard_refs_sort_parts(plan->shards, at, ns, unsorted);
     free(at);
     free(last);
-    plan->shards_len = total;
-    if ((flags & SHARDS_DIGESTS) && (st = own_digests(b)) != RS_OK)
-        return st;
-    if (!(flags & SHARDS_UNSORTED))
-        return RS_OK;
-    if (!rs__shard_refs_sort(&plan->shards, plan->shards_len))
+    free(unsorted);
+    if (!ok)
         return OOM(b);
-    plan->shards_cap = plan->shards_len; /* a sorted copy, sized to fit */
-    return RS_OK;
+    return digests ? own_digests(b) : RS_OK;
 }
 
 /* Assembly in one pass over the copies and one over the sources: the

@@ -61,23 +61,23 @@ const rs__source_tensor_t *rs__quant_source(rs__quant_tensors_t *t)
 }
 
 static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
-                        const char *src, rs__planned_quant_t *pq)
+                        uint32_t src_id, rs__planned_quant_t *pq)
 {
-    long d = rs_capture_find_source(cap, src);
+    long d = cap->names[src_id].decl; /* rs_capture_find_source's answer */
     const rs__source_tensor_t *t;
     if (d >= 0) {
-        rs_source_info_t info;
-        rs_capture_source(cap, (size_t)d, &info);
-        pq->ndim = info.ndim;
-        memcpy(pq->shape, info.shape, (size_t)info.ndim * sizeof(int64_t));
-        pq->src_dtype = info.dtype;
+        const rs__capture_source_t *info = &cap->sources[d];
+        pq->ndim = info->ndim;
+        memcpy(pq->shape, info->shape, (size_t)info->ndim * sizeof(int64_t));
+        pq->src_dtype = info->dtype;
         return 1;
     }
     if ((t = rs__quant_source(qt)) == NULL && (t = qt->q) == NULL)
         return 0;
     pq->ndim = t->ndim;
     memcpy(pq->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
-    pq->src_dtype = strcmp(t->name, src) == 0 ? t->dtype : RS_DTYPE_INVALID;
+    pq->src_dtype = strcmp(t->name, cap->names[src_id].name) == 0
+                        ? t->dtype : RS_DTYPE_INVALID;
     return 1;
 }
 
@@ -142,9 +142,10 @@ static void touched_blocks(rs__planned_quant_t *pq, const int64_t *lo,
     }
 }
 
-/* A destination region checked as the planner checks a copy's. */
-static const char *dest_error(rs_capture_h cap, const char *param, int64_t off,
-                              int ndim, const int64_t *shape,
+/* A destination region checked as the planner checks a copy's; `param`
+ * is the param's index, or -1 to look its name up. */
+static const char *dest_error(rs_capture_h cap, const char *name, long param,
+                              int64_t off, int ndim, const int64_t *shape,
                               const int64_t *stride)
 {
     rs__capture_copy_t cc;
@@ -153,9 +154,18 @@ static const char *dest_error(rs_capture_h cap, const char *param, int64_t off,
     cc.ndim = ndim;
     cc.dest_shape = (int64_t *)shape;   /* only read */
     cc.dest_stride = (int64_t *)stride; /* only read */
-    long p = rs_capture_find_param(cap, param);
+    long p = param >= 0 ? param : rs_capture_find_param(cap, name);
     return p < 0 ? "parameter is not declared"
                  : rs__plan_check_dest(&cc, &cap->params[p]);
+}
+
+/* The copy's param index, or -1 when the capture declares none of its
+ * name: bound when the copy was added, else looked up now. */
+static long param_of(rs_capture_h cap, size_t ci)
+{
+    const rs__capture_copy_t *c = &cap->copies[ci];
+    return c->param_id != UINT32_MAX ? (long)c->param_id
+                                     : rs_capture_find_param(cap, c->param);
 }
 
 /* The scale copy's ops over the whole scale tensor: a narrow per dim the
@@ -185,15 +195,35 @@ static size_t scale_ops(const rs__planned_quant_t *pq, const rs_quant_desc_t *q,
     return n;
 }
 
-/* Its geometry: the view's box, its touched blocks, the scale region. */
-static void check_geometry(rs__planned_quant_t *pq, rs_capture_h cap,
-                           const rs_copy_desc_t *c, const rs_quant_desc_t *q,
-                           rs_op_t *ops, int64_t *vlo, int64_t *vhi)
+/* The memo's entry for a geometry over a source shape, or NULL. */
+static rs__quant_view_memo_t *view_memo(rs__quant_expansion_t *qx,
+                                        uint32_t geom,
+                                        const rs__planned_quant_t *pq)
+{
+    rs__quant_view_memo_t *m = &qx->views[geom % RS_QUANT_VIEW_MEMO];
+    if (m->ndim != pq->ndim || m->geom != geom ||
+        memcmp(m->shape, pq->shape, (size_t)pq->ndim * sizeof(int64_t)) != 0)
+        return NULL;
+    return m;
+}
+
+/* The view's box [vlo, vhi) in the source; 0 with the copy refused when
+ * it is not a box in the source's dim order. A geometry resolved before
+ * over the same shape is the memo's (only boxes that passed are kept). */
+static int view_box(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                    uint32_t geom, const rs_copy_desc_t *c, int64_t *vlo,
+                    int64_t *vhi)
 {
     rs__box_t bx;
     size_t bad = c->nops;
     char why[256] = "";
-    const char *err;
+    const rs__quant_view_memo_t *hit = view_memo(qx, geom, pq);
+    size_t dims = (size_t)pq->ndim * sizeof(int64_t);
+    if (hit != NULL) {
+        memcpy(vlo, hit->vlo, dims);
+        memcpy(vhi, hit->vhi, dims);
+        return 1;
+    }
     if (rs__geom_resolve(pq->ndim, pq->shape, c->ops, c->nops, c->ndim,
                          c->dest_shape, c->dest_stride, &bx, &bad, why,
                          sizeof(why)) != RS_OK) {
@@ -202,14 +232,39 @@ static void check_geometry(rs__planned_quant_t *pq, rs_capture_h cap,
                    why);
         else
             refuse(pq, c, "%s", why);
-        return;
+        return 0;
     }
-    if (bx.numel == 0)
-        return refuse(pq, c, "a quantized copy of an empty view");
-    if (!in_dim_order(&bx, vlo, vhi))
-        return refuse(pq, c, "a quantized copy's view must be a box of '%s' "
-                      "in its dim order (its ops stride or reorder dims)",
-                      c->src);
+    if (bx.numel == 0) {
+        refuse(pq, c, "a quantized copy of an empty view");
+        return 0;
+    }
+    if (!in_dim_order(&bx, vlo, vhi)) {
+        refuse(pq, c, "a quantized copy's view must be a box of '%s' in its "
+               "dim order (its ops stride or reorder dims)", c->src);
+        return 0;
+    }
+    rs__quant_view_memo_t *m = &qx->views[geom % RS_QUANT_VIEW_MEMO];
+    m->geom = geom;
+    m->ndim = pq->ndim;
+    memcpy(m->shape, pq->shape, dims);
+    memcpy(m->vlo, vlo, dims);
+    memcpy(m->vhi, vhi, dims);
+    return 1;
+}
+
+/* Its geometry: the view's box, its touched blocks, the scale region. */
+static void check_geometry(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                           rs_capture_h cap, const rs_copy_desc_t *c,
+                           const rs_quant_desc_t *q, int64_t *vlo,
+                           int64_t *vhi)
+{
+    rs__box_t bx;
+    size_t bad = 0;
+    char why[256] = "";
+    const char *err;
+    rs_op_t *ops = qx->ops;
+    if (!view_box(qx, pq, cap->copies[pq->copy].geom, c, vlo, vhi))
+        return;
     touched_blocks(pq, vlo, vhi);
     char want[160], got[160];
     if (!scale_matches(pq, q))
@@ -218,11 +273,13 @@ static void check_geometry(rs__planned_quant_t *pq, rs_capture_h cap,
                       sizeof(got), q->scale_shape, q->scale_ndim),
                       q->scale_param, rs__format_dims(want, sizeof(want),
                       pq->gn, pq->ndim));
-    if ((err = dest_error(cap, c->param, c->dest_offset, c->ndim,
-                          c->dest_shape, c->dest_stride)) != NULL)
+    if ((err = dest_error(cap, c->param, param_of(cap, pq->copy),
+                          c->dest_offset, c->ndim, c->dest_shape,
+                          c->dest_stride)) != NULL)
         return refuse(pq, c, "%s", err);
-    if ((err = dest_error(cap, q->scale_param, q->scale_offset, q->scale_ndim,
-                          q->scale_shape, q->scale_stride)) != NULL)
+    if ((err = dest_error(cap, q->scale_param, -1, q->scale_offset,
+                          q->scale_ndim, q->scale_shape,
+                          q->scale_stride)) != NULL)
         return refuse(pq, c, "scale region in '%s': %s", q->scale_param, err);
     size_t n = scale_ops(pq, q, ops);
     if (rs__geom_resolve(pq->ndim, pq->grid, ops, n, q->scale_ndim,
@@ -259,42 +316,48 @@ static const char *spec_text(rs__quant_expansion_t *qx,
     return qx->spec;
 }
 
-/* "<src>#<spec>" and "<src>#<spec>#scale", malloc'd; 0 on exhaustion. */
-static int derived_names(const char *src, const char *spec, char **qname,
-                         char **sname)
+/* "<src>#<spec>" and "<src>#<spec>#scale" in the working capture's arena
+ * (they become its interned names); 0 on exhaustion. */
+static int derived_names(rs__quant_expansion_t *qx, const char *src,
+                         const char *spec, rs__planned_quant_t *pq)
 {
     size_t ns = strlen(src), np = strlen(spec);
-    size_t len = ns + np + sizeof(RS_QUANT_SCALE_SUFFIX) + 2;
-    *qname = malloc(len);
-    *sname = malloc(len);
-    if (*qname == NULL || *sname == NULL) {
-        free(*qname);
-        free(*sname);
+    size_t qlen = ns + np + 2; /* with its NUL */
+    char *q = rs__arena_alloc(&qx->work->arena,
+                              qlen + qlen - 1 + sizeof(RS_QUANT_SCALE_SUFFIX));
+    if (q == NULL)
         return 0;
-    }
-    memcpy(*qname, src, ns); /* a copy of every quantized copy: no printf */
-    (*qname)[ns] = RS_QUANT_NAME_SEP;
-    memcpy(*qname + ns + 1, spec, np + 1);
-    memcpy(*sname, *qname, ns + np + 1);
-    memcpy(*sname + ns + np + 1, RS_QUANT_SCALE_SUFFIX,
+    char *sn = q + qlen;
+    /* a copy of every quantized copy: no printf; the spec's copy below
+     * brings the NUL */
+    memcpy(q, src, ns); // NOLINT(bugprone-not-null-terminated-result)
+    q[ns] = RS_QUANT_NAME_SEP;
+    memcpy(q + ns + 1, spec, np + 1);
+    memcpy(sn, q, qlen - 1);
+    memcpy(sn + qlen - 1, RS_QUANT_SCALE_SUFFIX,
            sizeof(RS_QUANT_SCALE_SUFFIX));
+    pq->qname = q;
+    pq->sname = sn;
+    pq->qhash = rs__hash_str(q);
+    pq->shash = rs__hash_str(sn);
     return 1;
 }
 
 /* Checks one quantized copy and chooses its path. */
-static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs,
+static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                    rs_capture_h cap, rs_sources_h srcs,
                     const rs_plan_params_t *params, const rs_copy_desc_t *c,
-                    const rs_quant_desc_t *q, rs_op_t *ops, const char *qname,
-                    const char *sname)
+                    const rs_quant_desc_t *q)
 {
     int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
     rs_diag_t d = {RS_OK, ""};
-    pq->served_q = rs__sources_find(srcs, qname);
-    pq->served_s = rs__sources_find(srcs, sname);
+    const char *qname = pq->qname, *sname = pq->sname;
+    pq->served_q = rs__sources_find_hashed(srcs, qname, pq->qhash);
+    pq->served_s = rs__sources_find_hashed(srcs, sname, pq->shash);
     rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src, NULL,
-                              0};
+                              0, SIZE_MAX, SIZE_MAX};
     pq->src_dtype = RS_DTYPE_INVALID;
-    if (!source_shape(cap, &qt, c->src, pq))
+    if (!source_shape(cap, &qt, cap->copies[pq->copy].src_id, pq))
         return refuse(pq, c, "'%s' is not published by any shard table, nor "
                       "is '%s'", c->src, qname);
     if (pq->src_dtype != RS_DTYPE_INVALID && !quantizable(pq->src_dtype))
@@ -303,7 +366,7 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
                       rs_dtype_name(pq->src_dtype));
     if (rs_quant_block_shape(q, pq->ndim, pq->shape, &d, pq->block) != RS_OK)
         return refuse(pq, c, "%s", d.msg);
-    check_geometry(pq, cap, c, q, ops, vlo, vhi);
+    check_geometry(qx, pq, cap, c, q, vlo, vhi);
     if (pq->refused != NULL)
         return;
     if (rs__quant_publisher_serves(&qt, pq, c->src, qname, sname, vlo, vhi,
@@ -319,8 +382,7 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
             return;
         }
         pq->path = RS_QUANT_PATH_PUBLISHER;
-        snprintf(pq->why, sizeof(pq->why), "'%s' and its scales are served "
-                 "for every block the copy needs", qname);
+        pq->served = 1; /* the reason is written by assembly */
         return;
     }
     pq->path = RS_QUANT_PATH_RECEIVER;
@@ -331,57 +393,90 @@ static void analyze(rs__planned_quant_t *pq, rs_capture_h cap, rs_sources_h srcs
     }
 }
 
-/* The two derived copies of an accepted quantized copy. */
+/* The two derived copies of an accepted quantized copy: the weight copy
+ * is the quantized copy itself but for its source and dtype. Their names
+ * are already in the working capture's arena. */
 static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
-                               const rs_copy_desc_t *c,
-                               const rs_quant_desc_t *q, const char *qname,
-                               const char *sname, rs_diag_t *diag)
+                               const rs_quant_desc_t *q, rs_diag_t *diag)
 {
     rs_op_t *ops = qx->ops;
-    rs_copy_desc_t w = *c, s;
-    w.src = qname;
-    w.dest_dtype = q->format;
-    s = (rs_copy_desc_t){sname, q->scale_param, ops, scale_ops(pq, q, ops),
-                         q->scale_offset, q->scale_ndim, q->scale_shape,
-                         q->scale_stride, RS_DTYPE_F32};
+    rs_copy_desc_t s = {pq->sname, q->scale_param, ops, scale_ops(pq, q, ops),
+                        q->scale_offset, q->scale_ndim, q->scale_shape,
+                        q->scale_stride, RS_DTYPE_F32};
+    uint32_t wid, sid;
     pq->weight_copy = rs_capture_num_copies(qx->work);
     pq->scale_copy = pq->weight_copy + 1;
-    rs_status_t st = rs_capture_add_copy(qx->work, &w, diag);
+    if (!rs__capture_intern_owned(qx->work, pq->qname, pq->qhash, &wid))
+        return OOM(diag);
+    rs_status_t st = rs__capture_add_like(qx->work, pq->copy, wid, q->format,
+                                          diag);
+    if (st == RS_OK &&
+        !rs__capture_intern_owned(qx->work, pq->sname, pq->shash, &sid))
+        st = OOM(diag);
     if (st == RS_OK)
-        st = rs_capture_add_copy(qx->work, &s, diag);
+        st = rs__capture_add_copy_id(qx->work, &s, sid, diag);
     return st;
 }
 
-/* Analyzes quantized copy ci and appends its derived copies. */
-static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
-                              rs_sources_h srcs, const rs_plan_params_t *params,
-                              size_t ci, rs_diag_t *diag)
+/* The first pass over a quantized copy: its record, its derived names
+ * and their hashes, and the lookup of its table slots readied. */
+static rs_status_t name_one(rs__quant_expansion_t *qx, rs_capture_h cap,
+                            rs_sources_h srcs, size_t ci, rs_diag_t *diag)
 {
     rs__planned_quant_t *pq = &qx->q[qx->nq++];
-    rs_copy_desc_t c;
-    rs_quant_desc_t q;
-    char *qname, *sname;
-    rs_capture_copy(cap, ci, &c);
-    rs_capture_copy_quant(cap, ci, &q);
+    const rs__capture_copy_t *c = &cap->copies[ci];
     memset(pq, 0, sizeof(*pq));
     pq->copy = ci;
     pq->weight_copy = pq->scale_copy = SIZE_MAX;
+    if (!derived_names(qx, c->src, spec_text(qx, c->quant), pq))
+        return OOM(diag);
+    rs__sources_prefetch(srcs, pq->qhash, 0);
+    rs__sources_prefetch(srcs, pq->shash, 0);
+    rs__sources_prefetch(srcs, cap->names[c->src_id].hash, 0);
+    return RS_OK;
+}
+
+/* Analyzes quantized copy pq and appends its derived copies. */
+static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
+                              rs_sources_h srcs, const rs_plan_params_t *params,
+                              rs__planned_quant_t *pq, rs_diag_t *diag)
+{
+    rs_copy_desc_t c;
+    rs_quant_desc_t q;
+    size_t ci = pq->copy;
+    rs_capture_copy(cap, ci, &c);
+    rs_capture_copy_quant(cap, ci, &q);
     pq->selected = rs__plan_selected(params, c.param);
     pq->format = q.format;
-    if (!derived_names(c.src, spec_text(qx, &q), &qname, &sname))
-        return OOM(diag);
-    if (rs_capture_find_param(cap, c.param) < 0) {
-        free(qname);
-        free(sname);
+    if (param_of(cap, ci) < 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: param '%s' is not "
                             "declared", ci, c.param);
+    analyze(qx, pq, cap, srcs, params, &c, &q);
+    return pq->refused != NULL ? RS_OK : add_derived(qx, pq, &q, diag);
+}
+
+/* The names of every quantized copy first, their lookups readied in two
+ * steps over all of them (a MoE rank's thousand quantized copies look up
+ * three thousand names in a table of some 200,000, mostly cache misses
+ * that then overlap instead of coming one after another), then each copy
+ * analyzed and expanded in order. */
+static rs_status_t expand_all(rs__quant_expansion_t *qx, rs_capture_h cap,
+                              rs_sources_h srcs, const rs_plan_params_t *params,
+                              rs_diag_t *diag)
+{
+    rs_status_t st = RS_OK;
+    for (size_t ci = 0; st == RS_OK && ci < cap->copies_len; ci++)
+        if (cap->copies[ci].quant != NULL)
+            st = name_one(qx, cap, srcs, ci, diag);
+    for (size_t i = 0; st == RS_OK && i < qx->nq; i++) {
+        const rs__planned_quant_t *pq = &qx->q[i];
+        rs__sources_prefetch(srcs, pq->qhash, 1);
+        rs__sources_prefetch(srcs, pq->shash, 1);
+        rs__sources_prefetch(
+            srcs, cap->names[cap->copies[pq->copy].src_id].hash, 1);
     }
-    analyze(pq, cap, srcs, params, &c, &q, qx->ops, qname, sname);
-    rs_status_t st = pq->refused != NULL
-                         ? RS_OK
-                         : add_derived(qx, pq, &c, &q, qname, sname, diag);
-    free(qname);
-    free(sname);
+    for (size_t i = 0; st == RS_OK && i < qx->nq; i++)
+        st = expand_one(qx, cap, srcs, params, &qx->q[i], diag);
     return st;
 }
 
@@ -442,12 +537,10 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
         return OOM(diag);
     }
     qx->nuser = n;
-    st = rs__capture_work_copy(capture, &qx->work, diag);
-    for (size_t ci = 0; st == RS_OK && ci < n; ci++) {
-        rs_quant_desc_t q;
-        if (rs_capture_copy_quant(capture, ci, &q))
-            st = expand_one(qx, capture, sources, params, ci, diag);
-    }
+    /* room for the two derived copies and names of each quantized copy */
+    st = rs__capture_work_copy(capture, 2 * nquant, &qx->work, diag);
+    if (st == RS_OK)
+        st = expand_all(qx, capture, sources, params, diag);
     if (st == RS_OK)
         st = assign_roles(qx, diag);
     if (st != RS_OK) {

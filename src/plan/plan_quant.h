@@ -27,7 +27,14 @@ typedef struct rs__planned_quant {
     const char *refused;       /* set: the copy is refused (its source goes
                                 * to fallback with this reason) */
     rs_quant_path_t path;
+    /* the reason for the path; on the publisher path, when `served` is
+     * set, assembly writes it (the text names the FP8 tensor) */
     char why[320];
+    int served;
+    /* "<src>#<spec>" and "<src>#<spec>#scale" (in the working capture's
+     * arena) and their rs__hash_str */
+    const char *qname, *sname;
+    uint64_t qhash, shash;
     size_t weight_copy, scale_copy; /* SIZE_MAX while refused */
     rs_dtype_t src_dtype;      /* RS_DTYPE_INVALID when not known */
     rs_dtype_t format;         /* the FP8 format */
@@ -46,6 +53,18 @@ typedef struct rs__planned_quant {
     int live;                  /* planned and not in fallback (assembly) */
 } rs__planned_quant_t;
 
+/* A view already resolved against a source shape: the box [vlo, vhi) a
+ * copy of that geometry reads (quantized copies of a MoE rank's experts
+ * share a handful of geometries and source shapes). */
+typedef struct rs__quant_view_memo {
+    uint32_t geom;
+    int ndim;                  /* 0: empty entry */
+    int64_t shape[RS_MAX_DIMS];
+    int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
+} rs__quant_view_memo_t;
+
+#define RS_QUANT_VIEW_MEMO 16
+
 typedef struct rs__quant_expansion {
     rs_capture_h work;         /* the working capture, owned until the plan
                                 * takes it */
@@ -60,6 +79,7 @@ typedef struct rs__quant_expansion {
     struct rs__source_tensor **tensor_of_name;
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
+    rs__quant_view_memo_t views[RS_QUANT_VIEW_MEMO]; /* by geometry id */
     rs_quant_desc_t spec_of;   /* the spec `spec` is the text of */
     int64_t spec_block[RS_MAX_DIMS];
     char spec[128];            /* "" while none is kept */
@@ -105,6 +125,10 @@ typedef struct rs__quant_tensors {
     const char *src_name;
     const struct rs__source_tensor *src; /* rs__quant_source: on demand */
     int src_found;
+    /* the first shard of q holding the view's whole box and of s holding
+     * its whole block grid, as the publisher check found them (SIZE_MAX:
+     * not looked for); the path estimate then reads them, not the lists */
+    size_t q_holder, s_holder;
 } rs__quant_tensors_t;
 
 /* The copy's published source, looked up on first use (most copies never
@@ -115,8 +139,8 @@ const struct rs__source_tensor *rs__quant_source(rs__quant_tensors_t *t);
  * scales (sname) are published with the right shapes and dtypes and their
  * shards hold every element the copy needs; else 0 with `why` saying what
  * is missing. O(shards + touched blocks), O(shards) when one shard of each
- * holds all the copy needs. */
-int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
+ * holds all the copy needs (then t->q_holder and t->s_holder say which). */
+int rs__quant_publisher_serves(rs__quant_tensors_t *t,
                                const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,

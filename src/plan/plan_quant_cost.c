@@ -8,6 +8,7 @@
  * then built and costed as ever; this only picks what its derived copies
  * read. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "plan/plan_quant.h"
@@ -83,16 +84,21 @@ static double part_seconds(const rs__source_tensor_t *t,
 }
 
 /* The time to read [lo, hi) of tensor t: from one shard when one holds it
- * all, else from every shard it meets, each by its runs or as one span,
- * a replica (a shard with the box of one met before) counted once.
- * INFINITY when t is not published. */
+ * all (the first that does; `holder` when it is known to be that one,
+ * else SIZE_MAX), else from every shard it meets, each by its runs or as
+ * one span, a replica (a shard with the box of one met before) counted
+ * once. INFINITY when t is not published. */
 static double read_seconds(const rs__source_tensor_t *t, int ndim,
                            const int64_t *lo, const int64_t *hi,
-                           double s_per_byte, double s_per_desc)
+                           size_t holder, double s_per_byte,
+                           double s_per_desc)
 {
     double total = 0;
     if (t == NULL || t->ndim != ndim)
         return INFINITY; /* not published, or not as the copy sees it */
+    if (holder != SIZE_MAX)
+        return part_seconds(t, &t->shards[holder], lo, hi, s_per_byte,
+                            s_per_desc);
     for (size_t i = 0; i < t->shards_len; i++)
         if (rs__quant_shard_holds(&t->shards[i], ndim, lo, hi))
             return part_seconds(t, &t->shards[i], lo, hi, s_per_byte,
@@ -129,9 +135,10 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
         bhi[d] = pq->lo[d] + pq->box[d];
         box *= (double)pq->box[d];
     }
-    *pub_p = read_seconds(t->q, pq->ndim, vlo, vhi, s_per_byte, s_per_desc) +
-             read_seconds(t->s, pq->ndim, pq->glo, ghi, s_per_byte,
-                          s_per_desc);
+    *pub_p = read_seconds(t->q, pq->ndim, vlo, vhi, t->q_holder, s_per_byte,
+                          s_per_desc) +
+             read_seconds(t->s, pq->ndim, pq->glo, ghi, t->s_holder,
+                          s_per_byte, s_per_desc);
     /* the receiver path's least time: its box's bytes in one read and
      * the box's own cost; when the publisher path is below it, the
      * source's shards need not be looked at */
@@ -143,5 +150,5 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
         return;
     }
     *recv_p = read_seconds(rs__quant_source(t), pq->ndim, pq->lo, bhi,
-                           s_per_byte, s_per_desc) + quant;
+                           SIZE_MAX, s_per_byte, s_per_desc) + quant;
 }

@@ -195,23 +195,30 @@ int rs__quant_shard_holds(const rs__source_shard_t *sh, int n,
  * shard the whole touched grid. Where it says yes the table would too; a
  * no only sends the copy to the table. Checking every block for every
  * copy made the blocks, not the shards, what planning FP8 cost. */
-static int one_shard_each(const rs__planned_quant_t *pq,
-                          const rs__source_tensor_t *tq,
-                          const rs__source_tensor_t *ts, const int64_t *vlo,
+static int one_shard_each(rs__quant_tensors_t *t,
+                          const rs__planned_quant_t *pq, const int64_t *vlo,
                           const int64_t *vhi)
 {
+    const rs__source_tensor_t *tq = t->q, *ts = t->s;
     int64_t ghi[RS_MAX_DIMS];
-    int fp8 = 0, scale = 0;
+    size_t fp8 = SIZE_MAX, scale = SIZE_MAX;
     for (int d = 0; d < pq->ndim; d++)
         ghi[d] = pq->glo[d] + pq->gn[d];
-    for (size_t i = 0; !fp8 && i < tq->shards_len; i++)
-        fp8 = rs__quant_shard_holds(&tq->shards[i], pq->ndim, vlo, vhi);
-    for (size_t i = 0; fp8 && !scale && i < ts->shards_len; i++)
-        scale = rs__quant_shard_holds(&ts->shards[i], pq->ndim, pq->glo, ghi);
-    return fp8 && scale;
+    for (size_t i = 0; fp8 == SIZE_MAX && i < tq->shards_len; i++)
+        if (rs__quant_shard_holds(&tq->shards[i], pq->ndim, vlo, vhi))
+            fp8 = i;
+    for (size_t i = 0; fp8 != SIZE_MAX && scale == SIZE_MAX &&
+                       i < ts->shards_len; i++)
+        if (rs__quant_shard_holds(&ts->shards[i], pq->ndim, pq->glo, ghi))
+            scale = i;
+    if (fp8 == SIZE_MAX || scale == SIZE_MAX)
+        return 0;
+    t->q_holder = fp8;
+    t->s_holder = scale;
+    return 1;
 }
 
-int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
+int rs__quant_publisher_serves(rs__quant_tensors_t *t,
                                const rs__planned_quant_t *pq,
                                const char *src, const char *qname,
                                const char *sname, const int64_t *view_lo,
@@ -223,7 +230,7 @@ int rs__quant_publisher_serves(const rs__quant_tensors_t *t,
     grange_t r = {{0}, {0}};
     if (!published(pq, tq, ts, qname, sname, why, whylen))
         return 0;
-    if (one_shard_each(pq, tq, ts, view_lo, view_hi))
+    if (one_shard_each(t, pq, view_lo, view_hi))
         return 1;
     for (int d = 0; d < pq->ndim; d++)
         nb *= pq->gn[d]; /* inside the source's checked element count */

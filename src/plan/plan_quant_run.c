@@ -86,6 +86,30 @@ static int quant_live(rs__planner_t *b, const rs__planned_quant_t *pq)
     return b->psrc[id].fallback == NULL && b->psrc[id].tensor != NULL;
 }
 
+/* The publisher path's reason, "'<FP8 tensor>' and its scales are served
+ * for every block the copy needs", written straight into the plan's
+ * arena (formatting it for every copy while analyzing, then copying it
+ * here, was a few percent of an FP8 plan); a name too long for the
+ * record's buffer is cut as that buffer cut it. NULL on exhaustion. */
+static char *served_why(rs__arena_t *a, const rs__planned_quant_t *pq)
+{
+    static const char tail[] = "' and its scales are served for every "
+                               "block the copy needs";
+    size_t nq = strlen(pq->qname), nt = sizeof(tail) - 1;
+    size_t len = 1 + nq + nt;
+    if (len > sizeof(pq->why) - 1)
+        len = sizeof(pq->why) - 1;
+    char *w = rs__arena_alloc(a, len + 1);
+    if (w == NULL)
+        return NULL;
+    size_t kq = nq < len - 1 ? nq : len - 1;
+    w[0] = '\'';
+    memcpy(w + 1, pq->qname, kq);
+    memcpy(w + 1 + kq, tail, len - 1 - kq);
+    w[len] = '\0';
+    return w;
+}
+
 static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
 {
     rs__arena_t *a = &b->plan->arena;
@@ -94,7 +118,9 @@ static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
     memset(&r, 0, sizeof(r));
     r.copy = pq->copy;
     r.path = pq->path;
-    r.why = rs__arena_strdup(a, pq->refused != NULL ? pq->refused : pq->why);
+    r.why = pq->refused != NULL ? rs__arena_strdup(a, pq->refused)
+            : pq->served    ? served_why(a, pq)
+                            : rs__arena_strdup(a, pq->why);
     r.weight_copy = pq->weight_copy;
     r.scale_copy = pq->scale_copy;
     r.src = b->cap->copies[pq->copy].src; /* the plan owns the capture */

@@ -1,7 +1,9 @@
 /* Sorting (session, addr) keys carrying each record's index, then moving
  * the records once: qsort moved the 40-byte records themselves through a
  * comparison callback and was the largest part of assembling a plan of a
- * large MoE model (a replicated tensor lists every replica's shard). */
+ * large MoE model (a replicated tensor lists every replica's shard). The
+ * list arrives grouped by session, so only the parts whose addresses go
+ * down are sorted, each on its own. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,14 +12,11 @@
 
 typedef struct {
     uint64_t addr;
-    uint32_t session;
-    uint32_t index; /* ties broken by position: stable */
+    uint64_t index; /* ties broken by position: stable */
 } sort_key_t;
 
 static int key_before(const sort_key_t *x, const sort_key_t *y)
 {
-    if (x->session != y->session)
-        return x->session < y->session;
     if (x->addr != y->addr)
         return x->addr < y->addr;
     return x->index < y->index;
@@ -69,76 +68,41 @@ static sort_key_t *merge_sort(sort_key_t *a, sort_key_t *b, size_t n)
     }
 }
 
-/* Keys grouped by session (a stable counting sort: sessions are few), so
- * that each session's addresses, listed source by source in the order the
- * trainers published them, are usually sorted already. */
-static int by_session(const rs_shard_ref_t *refs, size_t n, sort_key_t *keys,
-                      size_t **start_p, size_t *nsess_p)
+/* Sorts refs[lo, hi) by address through keys (room for 2 (hi - lo)) and
+ * moved (room for hi - lo records). */
+static void sort_part(rs_shard_ref_t *refs, size_t lo, size_t hi,
+                      sort_key_t *keys, rs_shard_ref_t *moved)
 {
-    size_t nsess = 0;
+    size_t n = hi - lo;
     for (size_t i = 0; i < n; i++)
-        nsess = refs[i].session >= nsess ? (size_t)refs[i].session + 1 : nsess;
-    size_t *start = calloc(nsess + 1, sizeof(size_t));
-    if (start == NULL)
-        return 0;
+        keys[i] = (sort_key_t){refs[lo + i].addr, i};
+    const sort_key_t *sorted = merge_sort(keys, keys + n, n);
     for (size_t i = 0; i < n; i++)
-        start[refs[i].session + 1]++;
-    for (size_t k = 0; k < nsess; k++)
-        start[k + 1] += start[k];
-    size_t *fill = malloc((nsess + 1) * sizeof(size_t));
-    if (fill == NULL) {
-        free(start);
-        return 0;
-    }
-    for (size_t k = 0; k <= nsess; k++)
-        fill[k] = start[k];
-    for (size_t i = 0; i < n; i++)
-        keys[fill[refs[i].session]++] =
-            (sort_key_t){refs[i].addr, refs[i].session, (uint32_t)i};
-    free(fill);
-    *start_p = start;
-    *nsess_p = nsess;
-    return 1;
+        moved[i] = refs[lo + sorted[i].index];
+    memcpy(refs + lo, moved, n * sizeof(rs_shard_ref_t));
 }
 
-/* Sorts each session's keys by address unless they already are. */
-static void sort_sessions(sort_key_t *keys, sort_key_t *tmp,
-                          const size_t *start, size_t nsess)
+int rs__shard_refs_sort_parts(rs_shard_ref_t *refs, const size_t *end,
+                              size_t nparts, const unsigned char *unsorted)
 {
-    for (size_t k = 0; k < nsess; k++) {
-        size_t lo = start[k], n = start[k + 1] - lo, i = 1;
-        while (i < n && !key_before(&keys[lo + i], &keys[lo + i - 1]))
-            i++;
-        if (i >= n)
-            continue;
-        const sort_key_t *sorted = merge_sort(keys + lo, tmp + lo, n);
-        if (sorted != keys + lo)
-            memcpy(keys + lo, sorted, n * sizeof(sort_key_t));
-    }
-}
-
-int rs__shard_refs_sort(rs_shard_ref_t **refs_p, size_t n)
-{
-    rs_shard_ref_t *refs = *refs_p;
-    size_t *start = NULL, nsess = 0;
-    if (n < 2)
+    size_t most = 0, lo = 0;
+    for (size_t k = 0; k < nparts; lo = end[k++])
+        if (unsorted[k] && end[k] - lo > most)
+            most = end[k] - lo;
+    if (most < 2)
         return 1;
-    if (n > UINT32_MAX)
-        return 0;
-    sort_key_t *keys = malloc(2 * n * sizeof(sort_key_t));
-    rs_shard_ref_t *moved = malloc(n * sizeof(rs_shard_ref_t));
-    if (keys == NULL || moved == NULL || !by_session(refs, n, keys, &start,
-                                                     &nsess)) {
+    sort_key_t *keys = malloc(2 * most * sizeof(sort_key_t));
+    rs_shard_ref_t *moved = malloc(most * sizeof(rs_shard_ref_t));
+    if (keys == NULL || moved == NULL) {
         free(keys);
         free(moved);
         return 0;
     }
-    sort_sessions(keys, keys + n, start, nsess);
-    for (size_t i = 0; i < n; i++)
-        moved[i] = refs[keys[i].index];
-    free(start);
+    lo = 0;
+    for (size_t k = 0; k < nparts; lo = end[k++])
+        if (unsorted[k])
+            sort_part(refs, lo, end[k], keys, moved);
     free(keys);
-    free(refs);
-    *refs_p = moved;
+    free(moved);
     return 1;
 }

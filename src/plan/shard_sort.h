@@ -6,11 +6,14 @@
 #include <stddef.h>
 #include "reshard/plan.h"
 
-/* Sorts the malloc'd array *refs_p of n records by (session, addr),
- * stably (equal keys keep their order, as the qsort it replaces did in
- * glibc), replacing *refs_p with a sorted copy and freeing the old one.
- * O(n + sessions) when each session's addresses come in order, O(n log r)
- * on 16-byte keys otherwise (r: the ascending runs of a session's list). 0 on exhaustion (*refs_p unchanged). */
-int rs__shard_refs_sort(rs_shard_ref_t **refs_p, size_t n);
+/* Sorts, in place, each part refs[start .. end[k]) (start: end[k - 1], 0
+ * for the first) whose unsorted[k] is set by address, stably (equal
+ * addresses keep their order). The list is already grouped by session,
+ * one part per session, so this is its (session, addr) order. O(n) for the
+ * parts left alone, O(m log r) for a part of m records in r ascending
+ * runs (sorting 16-byte keys, then moving each record once). 0 on
+ * exhaustion (some parts may then be sorted, none is damaged). */
+int rs__shard_refs_sort_parts(rs_shard_ref_t *refs, const size_t *end,
+                              size_t nparts, const unsigned char *unsorted);
 
 #endif
