@@ -70,8 +70,10 @@ typedef struct rs__delta_enc {
     uint32_t esize, chunk;
     int64_t base, version;
     uint64_t payload;   /* payload bytes written so far */
+    uint64_t limit;     /* most payload bytes; 0 once passed */
     uint16_t *changed;  /* offsets that differ in the current chunk */
     uint32_t nchanged;
+    unsigned eshift;    /* log2 of esize */
 } rs__delta_enc_t;
 
 /* Starts a delta of the n elements of esize bytes at dst (which hold
@@ -84,6 +86,13 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
                                uint32_t esize, uint32_t chunk, int64_t base,
                                int64_t version, void *out, rs_diag_t *diag);
 
+/* Caps the payload at max_payload bytes (at least 1): once the chunks
+ * encoded so far would pass it, the rest is only copied, and
+ * rs__delta_enc_finish gives no delta (length 0). A publisher serves the
+ * full bytes alone when a delta would save too little to be worth a
+ * receiver's extra reads, and then writes nothing but the copy. */
+void rs__delta_enc_limit(rs__delta_enc_t *e, uint64_t max_payload);
+
 /* Copies the next nbytes (a multiple of the element size) of the new
  * version from src to where the copy stands in dst, noting what changed:
  * the shard may come in as many runs as its source has. src must not
@@ -91,7 +100,8 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
 void rs__delta_enc_copy(rs__delta_enc_t *e, const void *src, size_t nbytes);
 
 /* Ends the delta once all n elements are copied: writes the index's end,
- * the digests and the header; *len_p = the delta's bytes. Frees the
+ * the digests and the header; *len_p = the delta's bytes, or 0 when the
+ * payload passed the limit (rs__delta_enc_limit). Frees the
  * scratch (also on error). RS_ERR_INVALID_ARG when fewer or more than n
  * elements were copied. */
 rs_status_t rs__delta_enc_finish(rs__delta_enc_t *e, rs_diag_t *diag,

@@ -1,16 +1,22 @@
 /* The publisher's copy that produces a delta (docs/delta.md): the new
- * version's bytes are written over the old ones in the arena, and the words
- * that differ are noted from the registers that hold both, so the pass
- * reads and writes what a memcpy into that arena would (a store there
- * first reads the line anyway). At the end of each chunk, while its bytes
- * are still in cache, the chunk is encoded the smallest way. */
+ * version's bytes are compared with the old ones in the arena a cache line
+ * at a time, and only a line that differs is stored, its changed elements
+ * noted from the registers that hold both. A line that did not change stays
+ * clean, so the pass reads the two versions and writes only what changed,
+ * where a memcpy reads one and writes every line. At the end of each chunk,
+ * while its bytes are still in cache, the chunk is encoded the smallest
+ * way. */
 #include <stdlib.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/delta_impl.h"
 #include "core/diag.h"
 #include "reshard/digest.h"
 
-#define BLOCK 32 /* bytes compared and copied per step */
+#define BLOCK 64 /* bytes compared per step: a cache line */
+#define WORDS (BLOCK / 8)
 
 rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
                                uint32_t esize, uint32_t chunk, int64_t base,
@@ -26,6 +32,8 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
                             "%lld, new version %lld (want 0 <= base < new)",
                             (long long)base, (long long)version);
     e->changed = malloc(sizeof(*e->changed) * chunk);
+    e->limit = UINT64_MAX;
+    e->eshift = esize == 4 ? 2 : esize == 2 ? 1 : 0;
     if (e->changed == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "delta: out of memory "
                             "for a chunk of %u elements", chunk);
@@ -39,36 +47,69 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
     return RS_OK;
 }
 
+void rs__delta_enc_limit(rs__delta_enc_t *e, uint64_t max_payload)
+{
+    e->limit = max_payload == 0 ? 1 : max_payload;
+}
+
 void rs__delta_enc_abandon(rs__delta_enc_t *e)
 {
     free(e->changed);
     e->changed = NULL;
 }
 
-/* The elements a nonzero xor word covers, from chunk offset at. */
-static uint32_t note_word(uint16_t *list, uint32_t k, uint64_t x,
-                          uint32_t at, uint32_t esize)
+/* One element of 1, 2 or 4 bytes, copied with a fixed-size move. */
+static inline void copy_elem(unsigned char *d, const unsigned char *s,
+                             uint32_t es)
 {
-    const unsigned bits = 8 * esize;
-    const uint64_t mask = esize == 4 ? 0xffffffffull
-                          : esize == 2 ? 0xffffull : 0xffull;
-    while (x != 0) {
-        const unsigned el = (unsigned)__builtin_ctzll(x) / bits;
-        list[k++] = (uint16_t)(at + el);
-        x &= ~(mask << (el * bits));
+    switch (es) {
+    case 1: *d = *s; break;
+    case 2: memcpy(d, s, 2); break;
+    default: memcpy(d, s, 4); break;
     }
-    return k;
 }
 
-/* A native word of xor bits in little-endian order: byte j is then part of
- * element j / esize of the word. */
-static inline uint64_t le_order(uint64_t x)
+/* Bit j set when byte j of the two 64-byte lines differs (SSE2 is every
+ * x86-64's baseline; elsewhere the same from 64-bit words). */
+#if defined(__SSE2__)
+static inline uint64_t line_diff(const unsigned char *a, const unsigned char *b)
 {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return __builtin_bswap64(x);
+    uint64_t same = 0;
+    for (int q = 0; q < 4; q++) {
+        const __m128i x = _mm_loadu_si128((const void *)(a + 16 * q));
+        const __m128i y = _mm_loadu_si128((const void *)(b + 16 * q));
+        same |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, y))
+                << (16 * q);
+    }
+    return ~same;
+}
 #else
-    return x;
+static inline uint64_t line_diff(const unsigned char *a, const unsigned char *b)
+{
+    uint64_t diff = 0;
+    for (int w = 0; w < WORDS; w++) {
+        uint64_t x = rs__le64(a + 8 * w) ^ rs__le64(b + 8 * w);
+        /* each byte's low bit: whether the byte is nonzero; then the eight
+         * low bits gathered into the top byte */
+        x |= x >> 4;
+        x |= x >> 2;
+        x |= x >> 1;
+        x &= 0x0101010101010101ull;
+        diff |= ((x * 0x0102040810204080ull) >> 56) << (8 * w);
+    }
+    return diff;
+}
 #endif
+
+/* From a line's byte mask to one bit per element, at its first byte. */
+static inline uint64_t element_bits(uint64_t d, unsigned eshift)
+{
+    if (eshift == 0)
+        return d;
+    if (eshift == 1)
+        return (d | d >> 1) & 0x5555555555555555ull;
+    d |= d >> 1;
+    return (d | d >> 2) & 0x1111111111111111ull;
 }
 
 /* dst = src over nbytes within one chunk, starting at chunk offset at;
@@ -76,28 +117,26 @@ static inline uint64_t le_order(uint64_t x)
 static void scan_copy(rs__delta_enc_t *e, unsigned char *dst,
                       const unsigned char *src, size_t nbytes, uint32_t at)
 {
-    const uint32_t es = e->esize, per = 8 / es;
+    const uint32_t es = e->esize;
+    const unsigned eshift = e->eshift;
     uint16_t *list = e->changed;
     uint32_t k = e->nchanged;
     size_t i = 0;
     for (; i + BLOCK <= nbytes; i += BLOCK) {
-        uint64_t nw[4], ow[4], x[4];
-        memcpy(nw, src + i, BLOCK);
-        memcpy(ow, dst + i, BLOCK);
-        memcpy(dst + i, nw, BLOCK);
-        for (int w = 0; w < 4; w++)
-            x[w] = nw[w] ^ ow[w];
-        if ((x[0] | x[1] | x[2] | x[3]) == 0)
-            continue; /* the common case: nothing changed here */
-        const uint32_t el = at + (uint32_t)(i / es);
-        for (uint32_t w = 0; w < 4; w++)
-            if (x[w] != 0)
-                k = note_word(list, k, le_order(x[w]), el + w * per, es);
+        const uint64_t diff = line_diff(src + i, dst + i);
+        if (diff == 0)
+            continue; /* the common case: the line stays as it is, clean */
+        memcpy(dst + i, src + i, BLOCK);
+        const uint32_t el = at + (uint32_t)(i >> eshift);
+        for (uint64_t b = element_bits(diff, eshift); b != 0; b &= b - 1)
+            list[k++] =
+                (uint16_t)(el + ((unsigned)__builtin_ctzll(b) >> eshift));
     }
     for (; i < nbytes; i += es) {
-        if (memcmp(dst + i, src + i, es) != 0)
-            list[k++] = (uint16_t)(at + i / es);
-        memcpy(dst + i, src + i, es);
+        if (memcmp(dst + i, src + i, es) != 0) {
+            list[k++] = (uint16_t)(at + (i >> eshift));
+            copy_elem(dst + i, src + i, es);
+        }
     }
     e->nchanged = k;
 }
@@ -140,6 +179,13 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
 {
     const uint32_t es = e->esize, k = e->nchanged;
     const rs__delta_kind_t kind = choose(len, k, es);
+    e->nchanged = 0;
+    if (e->limit == 0)
+        return;
+    if (e->payload + kind_size(kind, len, k, es) > e->limit) {
+        e->limit = 0; /* past it: from here on only the copy */
+        return;
+    }
     unsigned char *p = payload_base(e) + e->payload;
     switch (kind) {
     case RS__DELTA_SAME:
@@ -150,8 +196,8 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
             p[2 * i + 1] = (unsigned char)(e->changed[i] >> 8);
         }
         for (uint32_t i = 0; i < k; i++)
-            memcpy(p + 2 * (size_t)k + (size_t)i * es,
-                   cb + (size_t)e->changed[i] * es, es);
+            copy_elem(p + 2 * (size_t)k + (size_t)i * es,
+                      cb + (size_t)e->changed[i] * es, es);
         break;
     case RS__DELTA_BITMAP: {
         const size_t nb = ((size_t)len + 7) / 8;
@@ -159,7 +205,7 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
         for (uint32_t i = 0; i < k; i++) {
             const uint32_t o = e->changed[i];
             p[o / 8] |= (unsigned char)(1u << (o % 8));
-            memcpy(p + nb + (size_t)i * es, cb + (size_t)o * es, es);
+            copy_elem(p + nb + (size_t)i * es, cb + (size_t)o * es, es);
         }
         break;
     }
@@ -174,7 +220,6 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
     rs__put_le64(ent + 8, rs__delta_chunk_check(c, word, e->payload + size,
                                                 p, (size_t)size));
     e->payload += size;
-    e->nchanged = 0;
 }
 
 void rs__delta_enc_copy(rs__delta_enc_t *e, const void *src, size_t nbytes)
@@ -184,6 +229,11 @@ void rs__delta_enc_copy(rs__delta_enc_t *e, const void *src, size_t nbytes)
     if (e->changed == NULL || e->pos > e->n || nbytes % es != 0 ||
         nbytes / es > e->n - e->pos) {
         e->pos = UINT64_MAX; /* finish refuses; nothing written past dst */
+        return;
+    }
+    if (e->limit == 0) { /* no delta any more: the copy alone */
+        memcpy(e->dst + e->pos * es, s, nbytes);
+        e->pos += nbytes / es;
         return;
     }
     while (nbytes > 0) {
@@ -212,6 +262,10 @@ rs_status_t rs__delta_enc_finish(rs__delta_enc_t *e, rs_diag_t *diag,
                             pos == UINT64_MAX ? "more (or a part of an)"
                                               : "fewer",
                             (unsigned long long)e->n);
+    if (e->limit == 0) {
+        *len_p = 0; /* more changed than the limit: no delta */
+        return RS_OK;
+    }
     const uint64_t nchunks = rs__delta_nchunks(e->n, e->chunk);
     unsigned char *idx = e->out + RS__DELTA_HEADER;
     rs__put_le64(idx + RS__DELTA_ENTRY * nchunks, e->payload);

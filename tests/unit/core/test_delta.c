@@ -488,6 +488,40 @@ static void test_encoder_refusals(void **state)
     (void)arena;
 }
 
+/* Past its payload limit the encoder still copies, and gives no delta. */
+static void test_limit(void **state)
+{
+    (void)state;
+    rng = 6;
+    pair_t p = make_pair(5000, 2, 300, NULL, 0);
+    unsigned char *arena = malloc(p.n * 2);
+    unsigned char *out = malloc(rs__delta_bound(p.n, 2, 256));
+    static const uint64_t limits[] = {1, 1000, 5000 * 2};
+    for (size_t l = 0; l < 3; l++) {
+        memcpy(arena, p.old, p.n * 2);
+        rs__delta_enc_t e;
+        rs_diag_t diag = {0};
+        assert_int_equal(rs__delta_enc_init(&e, arena, p.n, 2, 256, 0, 1, out,
+                                            &diag), RS_OK);
+        rs__delta_enc_limit(&e, limits[l]);
+        for (uint64_t at = 0; at < p.n; at += 700)
+            rs__delta_enc_copy(&e, p.neu + at * 2,
+                               (p.n - at < 700 ? p.n - at : 700) * 2);
+        size_t len = 99;
+        assert_int_equal(rs__delta_enc_finish(&e, &diag, &len), RS_OK);
+        assert_memory_equal(arena, p.neu, p.n * 2);
+        if (l < 2) {
+            assert_int_equal(len, 0);
+        } else {
+            assert_true(len > 0);
+            apply_whole(&p, out, len, 0);
+        }
+    }
+    free(arena);
+    free(out);
+    free_pair(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -498,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_structure_refused),
         cmocka_unit_test(test_sub_range_damage_refused),
         cmocka_unit_test(test_encoder_refusals),
+        cmocka_unit_test(test_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
