@@ -32,8 +32,12 @@ Every candidate is charged the codec's header (80 bytes) and index (16
 bytes per chunk, plus one) per tensor.
 
     ~/.cache/reshard/venv-torch2/bin/python bench/python/delta_measure.py
-        [--steps 24] [--lrs 1e-6,1e-5,1e-4] [--layers 4] [--vocab 8192]
-        [--quick] [--json FILE]
+        [--steps 16] [--lrs 1e-6,1e-5,1e-4] [--layers 2] [--vocab 8192]
+        [--threads 1] [--quick] [--json FILE]
+
+The defaults take about 10 minutes on two shared cores; --quick (2
+layers, 6 steps, vocab 4096, one learning rate per run if --lrs says so)
+about one.
 
 Not a test: it asserts nothing and is run by hand.
 """
@@ -77,8 +81,8 @@ pumped, filtered and sent through pipes before it reaches the sea.
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lrs", default="1e-6,1e-5,1e-4")
-    ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--intermediate", type=int, default=2816)
     ap.add_argument("--heads", type=int, default=16)
@@ -88,6 +92,9 @@ def parse_args(argv):
     ap.add_argument("--fp8-every", type=int, default=1,
                     help="quantize and compare FP8 every this many steps")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (1: the same sums on any "
+                    "machine, and no spinning on a shared one)")
     ap.add_argument("--quick", action="store_true",
                     help="2 layers, 6 steps, vocab 4096: a smoke run")
     ap.add_argument("--json", help="also write every figure to this file")
@@ -325,8 +332,10 @@ def run_lr(lr, a):
                 else served_q
         fp8 = (f" fp8 codes {rec['fp8_codes']:.4%} scales "
                f"{rec['fp8_scales']:.4%}" if "fp8_codes" in rec else "")
+        best = rec["sizes"]["bf16"]
         print(f"lr {lr:g} step {step:3d} loss {rec['loss']:.3f} "
               f"bf16 changed {rec['bf16']['all']:.4%}{fp8} "
+              f"bf16 delta/full {best['best'] / best['full']:.4f} "
               f"({rec['seconds']:.1f} s)", flush=True)
     return steps
 
@@ -360,6 +369,7 @@ def summarize(lr, steps):
 
 def main(argv):
     a = parse_args(argv)
+    torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     torch.use_deterministic_algorithms(True)
     nparams = sum(t.numel() for t in init_params(
@@ -372,13 +382,13 @@ def main(argv):
     results = {}
     for lr in a.lrs:
         results[lr] = run_lr(lr, a)
-    for lr, steps in results.items():
-        summarize(lr, steps)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(a).items()},
-                       "results": {str(k): v for k, v in results.items()}},
-                      f, indent=1)
+        summarize(lr, results[lr])
+        if a.json:  # after each rate, so a long run leaves what it has
+            with open(a.json, "w") as f:
+                json.dump({"args": vars(a),
+                           "results": {str(k): v
+                                       for k, v in results.items()}},
+                          f, indent=1)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ typedef struct chunk_ref {
     uint64_t size;
 } chunk_ref_t;
 
+/* Offset i of a list. */
+static inline uint32_t u16_at(const unsigned char *p, size_t i)
+{
+    return (uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8;
+}
+
 static rs_status_t bad_chunk(rs_diag_t *diag, uint64_t c, const char *what)
 {
     return rs__diag_set(diag, RS_ERR_INPUT, "delta chunk %llu: %s",
@@ -26,7 +32,7 @@ static int list_ok(const chunk_ref_t *r)
 {
     uint32_t prev = 0;
     for (uint32_t i = 0; i < r->k; i++) {
-        const uint32_t o = (uint32_t)r->p[2 * i] | (uint32_t)r->p[2 * i + 1] << 8;
+        const uint32_t o = u16_at(r->p, i);
         if (o >= r->len || (i > 0 && o <= prev))
             return 0;
         prev = o;
@@ -139,9 +145,7 @@ static void patch(unsigned char *dst, uint64_t a, uint64_t b,
     case RS__DELTA_LIST: {
         const unsigned char *v = r->p + 2 * (size_t)r->k;
         for (uint32_t i = 0; i < r->k; i++)
-            put(dst, a, b,
-                start + ((uint32_t)r->p[2 * i] | (uint32_t)r->p[2 * i + 1] << 8),
-                v + (size_t)i * es, es);
+            put(dst, a, b, start + u16_at(r->p, i), v + (size_t)i * es, es);
         return;
     }
     case RS__DELTA_BITMAP: {
@@ -218,17 +222,17 @@ rs_status_t rs__delta_apply_range(void *dst, uint64_t a, uint64_t b,
                             "does not end the payload");
     /* every chunk checked first; only then written */
     for (uint64_t i = 0; i < count; i++) {
-        chunk_ref_t r;
+        chunk_ref_t r = {0};
         st = read_entry(&h, ents, i, first, payload, payload_len, 1, diag,
                         &r);
         if (st != RS_OK)
             return st;
     }
     for (uint64_t i = 0; i < count; i++) {
-        chunk_ref_t r;
-        (void)read_entry(&h, ents, i, first, payload, payload_len, 0, NULL,
-                         &r);
-        patch(dst, a, b, &r, h.esize, h.chunk);
+        chunk_ref_t r = {0};
+        if (read_entry(&h, ents, i, first, payload, payload_len, 0, NULL,
+                       &r) == RS_OK) /* always, once verified */
+            patch(dst, a, b, &r, h.esize, h.chunk);
     }
     return RS_OK;
 }

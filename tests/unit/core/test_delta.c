@@ -124,7 +124,8 @@ static void check_runs(const pair_t *p, uint32_t chunk, int64_t base,
     memcpy(arena, p->old, p->n * p->es);
     rs__delta_enc_t e;
     rs_diag_t diag = {0};
-    assert_int_equal(rs__delta_enc_init(&e, arena, p->n, p->es, chunk, base, base + 1,
+    assert_int_equal(rs__delta_enc_init(&e, arena, p->n, p->es, chunk, base,
+                                        base + 1,
                                         out, &diag),
                      RS_OK);
     for (uint64_t at = 0; at < p->n;) {
