@@ -95,6 +95,21 @@ static inline void copy_elem(unsigned char *d, const unsigned char *s,
     }
 }
 
+/* The elements past the last whole line, one at a time. */
+static uint32_t scan_tail(uint16_t *list, uint32_t k, unsigned char *dst,
+                          const unsigned char *src, size_t i, size_t nbytes,
+                          uint32_t at, unsigned eshift)
+{
+    const size_t es = (size_t)1 << eshift;
+    for (; i < nbytes; i += es) {
+        if (memcmp(dst + i, src + i, es) != 0) {
+            list[k++] = (uint16_t)(at + (i >> eshift));
+            copy_elem(dst + i, src + i, (uint32_t)es);
+        }
+    }
+    return k;
+}
+
 #if defined(__SSE2__) && !defined(RS_DELTA_PORTABLE)
 /* Bit i set when element i of the 64-byte lines a and b differs. */
 static inline uint64_t line_changed(const unsigned char *a,
@@ -152,7 +167,6 @@ static inline uint32_t append(uint16_t *list, uint32_t k, uint64_t m,
 static void scan_copy(rs__delta_enc_t *e, unsigned char *dst,
                       const unsigned char *src, size_t nbytes, uint32_t at)
 {
-    const uint32_t es = e->esize;
     const unsigned eshift = e->eshift;
     uint16_t *list = e->changed;
     uint32_t k = e->nchanged;
@@ -178,13 +192,7 @@ static void scan_copy(rs__delta_enc_t *e, unsigned char *dst,
         memcpy(dst + i, src + i, BLOCK);
         k = append(list, k, m, at + (uint32_t)(i >> eshift), eshift);
     }
-    for (; i < nbytes; i += es) {
-        if (memcmp(dst + i, src + i, es) != 0) {
-            list[k++] = (uint16_t)(at + (i >> eshift));
-            copy_elem(dst + i, src + i, es);
-        }
-    }
-    e->nchanged = k;
+    e->nchanged = scan_tail(list, k, dst, src, i, nbytes, at, eshift);
 }
 #else
 /* Bit j set when byte j of the two 64-byte lines differs, from 64-bit
@@ -221,7 +229,6 @@ static inline uint64_t element_bits(uint64_t d, unsigned eshift)
 static void scan_copy(rs__delta_enc_t *e, unsigned char *dst,
                       const unsigned char *src, size_t nbytes, uint32_t at)
 {
-    const uint32_t es = e->esize;
     const unsigned eshift = e->eshift;
     uint16_t *list = e->changed;
     uint32_t k = e->nchanged;
@@ -236,13 +243,7 @@ static void scan_copy(rs__delta_enc_t *e, unsigned char *dst,
             list[k++] =
                 (uint16_t)(el + ((unsigned)__builtin_ctzll(b) >> eshift));
     }
-    for (; i < nbytes; i += es) {
-        if (memcmp(dst + i, src + i, es) != 0) {
-            list[k++] = (uint16_t)(at + (i >> eshift));
-            copy_elem(dst + i, src + i, es);
-        }
-    }
-    e->nchanged = k;
+    e->nchanged = scan_tail(list, k, dst, src, i, nbytes, at, eshift);
 }
 #endif
 
