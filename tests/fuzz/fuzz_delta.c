@@ -1,5 +1,5 @@
 /* Fuzz target for the delta codec (docs/delta.md). The input chooses an
- * element size, a chunk, a shard of up to a few thousand elements, its old
+ * element size, a chunk, a shard of up to about a thousand elements, its old
  * bytes, which elements change and to what, and then edits to the encoded
  * delta: byte flips, a truncation, a wrong base, optionally re-signed
  * (every check and digest recomputed, so only the structure is wrong).
@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const uint32_t sizes[] = {1, 2, 4};
     const uint32_t es = sizes[fz_below(&in, 3)];
     const uint32_t chunk = 8 * (uint32_t)(1 + fz_below(&in, 64));
-    const uint64_t n = (uint64_t)fz_below(&in, 256) * (1 + fz_below(&in, 16));
+    const uint64_t n = (uint64_t)fz_below(&in, 256) * (1 + fz_below(&in, 4));
     const size_t bytes = (size_t)n * es;
     unsigned char *old = malloc(bytes + 1), *neu = malloc(bytes + 1);
     unsigned char *arena = malloc(bytes + 1);
