@@ -16,6 +16,8 @@ TINY="$SRC/examples/models/tiny-llama.json"
 LIB="$(dirname "$BIN")/libreshard.so"
 REF="$SRC/tests/cli/changed_fraction.py"
 . "$(dirname "$0")/lib.sh"
+# A sanitized build's library needs its runtime preloaded into python.
+SAN_RT=$(ldd "$LIB" 2>/dev/null | awk '/libasan|libtsan|clang_rt/ {print $3; exit}')
 
 # pub NAME DIR V K [publish options...]: trainer ranks 0 and 1 of
 # megatron:tp=2 publishing versions V..V+K-1; output $TMP/NAME-R.out.
@@ -49,7 +51,9 @@ pull() {
 # ref CMD DIR V F NAME: changed_fraction.py CMD over the tables of version V.
 ref() {
     local out
-    out=$(python3 "$REF" "$1" "$LIB" "file:$2" m "$3" 2 "$4" 2>&1)
+    out=$(LD_PRELOAD="$SAN_RT" \
+          ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
+          python3 "$REF" "$1" "$LIB" "file:$2" m "$3" 2 "$4" 2>&1)
     if [ $? -eq 0 ]; then ok "$5: $out"; else bad "$5: $out"; fi
 }
 

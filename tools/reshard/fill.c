@@ -111,12 +111,15 @@ static void fill_run(rs_dtype_t dtype, uint64_t name_h, int64_t version,
     size_t elsize = rs_dtype_size(dtype);
     for (uint64_t done = 0; done < count; done += CHUNK) {
         uint64_t n = count - done < CHUNK ? count - done : CHUNK;
+        uint64_t i0 = start + done;
+        if (fraction_q == 0) {
+            for (uint64_t k = 0; k < n; k++)
+                zs[k] = mix(seed, i0 + k);
+            pack(dtype, zs, n, dst + done * elsize);
+            continue;
+        }
         for (uint64_t k = 0; k < n; k++) {
-            uint64_t i = start + done + k;
-            if (fraction_q == 0) {
-                zs[k] = mix(seed, i);
-                continue;
-            }
+            uint64_t i = i0 + k;
             uint64_t e = epoch((uint64_t)version, fraction_q,
                                mix(phase_seed, i) >> 32);
             /* bit 0 (every dtype's lowest mantissa bit) is the epoch's
