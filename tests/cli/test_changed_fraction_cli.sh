@@ -132,6 +132,10 @@ run pull --directory "file:$TMP/bad" --model m --version 1 --rank 0 \
     --layout vllm:tp=1 --model-config "$TINY" --changed-fraction 0.5
 expect_input_error "pull --changed-fraction without --check" \
     "--changed-fraction" "needs --check"
+for verb in publish pull; do
+    "$BIN" $verb --help >"$TMP/out" 2>&1
+    expect_in "$verb --help" "$TMP/out" "--changed-fraction F" "0 < F <= 1"
+done
 # the reference parser agrees on what is refused and on the fixed point
 for f in 0 1.5 abc 0.0000000001 0.1234567890123456789; do
     [ "$(python3 "$REF" q "$f")" = refused ] && ok "reference refuses '$f'" ||

@@ -92,14 +92,13 @@ int rs_cli_parse_fraction(const char *s, uint64_t *q);
 int rs_cli_take_fraction(const char *verb, const char *arg, uint64_t *q);
 
 /* The help text of --changed-fraction, for verbs whose options are aligned
- * at column 22 (publish, pull). */
-#define RS_CLI_FRACTION_HELP                                                \
+ * at column 22 (publish, pull), ending with the verb's own words `last`. */
+#define RS_CLI_FRACTION_HELP(last)                                          \
     "  --changed-fraction F demo contents where each version changes about\n" \
     "                      a fraction F (0 < F <= 1, decimal, e.g. 0.02) of\n" \
     "                      every tensor's elements, deterministically; the\n" \
     "                      others keep their bytes (docs/formats.md, \"Demo\n" \
-    "                      contents\"). Publisher and `pull --check` must\n"  \
-    "                      give the same F\n"
+    "                      contents\"). " last "\n"
 
 /* Loads a config.json and parses and checks a layout (given as option
  * `opt`) against it; want_vllm says which side the layout must be. Prints the error and returns

@@ -147,7 +147,7 @@ static void pub_usage(FILE *out)
         "                      (`reshard pull` announces the quantized copies of\n"
         "                      its capture), and those a --cuts FILE lists;\n"
         "                      implies --staging arena\n"
-        RS_CLI_FRACTION_HELP
+        RS_CLI_FRACTION_HELP("`pull --check` needs the same F")
         "  -h, --help          show this help and exit\n"
         "\n"
         "A directory outage while serving is reported (one line when it begins,\n"

@@ -124,8 +124,7 @@ static void pull_usage(FILE *out)
         "                      --verify, the default, is still accepted)\n"
         "  --check             compare every parameter byte with the demo contents\n"
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
-        RS_CLI_FRACTION_HELP
-        "                      (needs --check)\n"
+        RS_CLI_FRACTION_HELP("With --check only: the publisher's F")
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
         "  --dry-run           read the tables and plan (as `reshard plan --salt R`\n"
