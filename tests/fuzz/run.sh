@@ -42,11 +42,11 @@ for n in "$RUNS" "$SEED" "$SECONDS_PER_TARGET"; do
 done
 SRC_DIR=$(cd "$(dirname "$0")/../.." && pwd)
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$SRC_DIR/$BUILD_DIR ;; esac
-TARGETS="fuzz_capture fuzz_sources fuzz_cuts fuzz_geom fuzz_plan fuzz_dir fuzz_quant"
+TARGETS="fuzz_capture fuzz_sources fuzz_cuts fuzz_geom fuzz_plan fuzz_dir fuzz_quant fuzz_delta"
 # The order they start in: the longest first (in the gate, fuzz_sources
 # takes about four times fuzz_capture's time), so two at a time end
 # together.
-START_ORDER="fuzz_sources fuzz_plan fuzz_dir fuzz_geom fuzz_capture fuzz_cuts fuzz_quant"
+START_ORDER="fuzz_sources fuzz_plan fuzz_dir fuzz_geom fuzz_capture fuzz_cuts fuzz_quant fuzz_delta"
 if [ "$(printf '%s\n' $TARGETS | sort)" != "$(printf '%s\n' $START_ORDER | sort)" ]; then
     echo "run.sh: START_ORDER must list exactly the TARGETS" >&2
     exit 2

@@ -41,14 +41,16 @@ int rs_cli_pull_dry_run(rs_receiver_h recv, int64_t version, uint64_t rank,
                         int json);
 
 /* `reshard pull --check` (pull_check.c): rebuilds what each parameter of
- * `cap` must hold at `version` independently of the transfer (the demo
+ * `cap` must hold at `version` (changed fraction fraction_q, 0 for the
+ * plain contents: rs_cli_fill_box) independently of the transfer (the demo
  * contents of each source, the capture replayed over them locally) into
  * `expected` (one buffer per parameter, the parameter's size) and compares
  * `param` with it. 1 when every byte matches; else 0, the first wrong
  * parameter and byte (or why the replay failed) in err. */
 int rs_cli_pull_check(rs_model_h model, rs_capture_h cap,
                       unsigned char **param, unsigned char **expected,
-                      int64_t version, char *err, size_t errlen);
+                      int64_t version, uint64_t fraction_q, char *err,
+                      size_t errlen);
 
 /* The pull's terminal ticker (pull_ticker.c): one line on stderr,
  * rewritten every 250 ms from a second in, with the wire's progress once
@@ -71,16 +73,32 @@ int rs_cli_demo(int argc, char **argv);
  * or -1 (common.c). */
 int rs_cli_staging(const char *name);
 
-/* Demo contents (fill.c, docs/formats.md "Demo contents"): the seed of a
- * tensor at a version, whether a dtype can be filled (bf16, f16, f32, f64),
- * and the fill of a row-major box (offset, shape) of a full tensor into dst.
- * RS_ERR_UNSUPPORTED for other dtypes. */
-uint64_t rs_cli_fill_seed(const char *tensor, int64_t version);
+/* Demo contents (fill.c, docs/formats.md "Demo contents"): whether a dtype
+ * can be filled (bf16, f16, f32, f64), and the fill of a row-major box
+ * (offset, shape) of a full tensor into dst at `version`; fraction_q is
+ * the changed fraction F as floor(F * 2^32) (1 .. 2^32), 0 for the plain
+ * contents. RS_ERR_UNSUPPORTED for other dtypes. */
 int rs_cli_fill_supported(rs_dtype_t dtype);
 rs_status_t rs_cli_fill_box(const char *tensor, rs_dtype_t dtype,
-                            int64_t version, int ndim,
+                            int64_t version, uint64_t fraction_q, int ndim,
                             const int64_t *full_shape, const int64_t *offset,
                             const int64_t *shape, void *dst);
+/* The decimal text of a changed fraction F in (0, 1] (digits with at most
+ * 18 after an optional point) as floor(F * 2^32) into *q; 0 when s is no
+ * such number or F is below 2^-32. */
+int rs_cli_parse_fraction(const char *s, uint64_t *q);
+/* Takes --changed-fraction's value into *q (rs_cli_parse_fraction), else
+ * a usage error naming the flag and the value (RS_CLI_USAGE). */
+int rs_cli_take_fraction(const char *verb, const char *arg, uint64_t *q);
+
+/* The help text of --changed-fraction, for verbs whose options are aligned
+ * at column 22 (publish, pull), ending with the verb's own words `last`. */
+#define RS_CLI_FRACTION_HELP(last)                                          \
+    "  --changed-fraction F demo contents where each version changes about\n" \
+    "                      a fraction F (0 < F <= 1, decimal, e.g. 0.02) of\n" \
+    "                      every tensor's elements, deterministically; the\n" \
+    "                      others keep their bytes (docs/formats.md, \"Demo\n" \
+    "                      contents\"). " last "\n"
 
 /* Loads a config.json and parses and checks a layout (given as option
  * `opt`) against it; want_vllm says which side the layout must be. Prints the error and returns

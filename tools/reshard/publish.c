@@ -19,6 +19,7 @@ typedef struct pub_args {
     double timeout_s;
     int have_version, have_rank, have_world, no_digests, cut_aligned;
     int have_staging, quantize_wanted;
+    uint64_t fraction_q; /* --changed-fraction (rs_cli_fill_box); 0 none */
     const char **quantize; /* the --quantize values (argv's strings) */
     size_t num_quantize;
 } pub_args_t;
@@ -46,7 +47,7 @@ typedef struct pub_state {
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_WORLD,
        OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT,
        OPT_NO_DIGESTS, OPT_REPLICA, OPT_STAGING, OPT_CUT_ALIGNED, OPT_CUTS,
-       OPT_QUANTIZE, OPT_QUANTIZE_WANTED };
+       OPT_QUANTIZE, OPT_QUANTIZE_WANTED, OPT_CHANGED_FRACTION };
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -66,6 +67,7 @@ static const struct option long_opts[] = {
     {"cuts", required_argument, NULL, OPT_CUTS},
     {"quantize", required_argument, NULL, OPT_QUANTIZE},
     {"quantize-wanted", no_argument, NULL, OPT_QUANTIZE_WANTED},
+    {"changed-fraction", required_argument, NULL, OPT_CHANGED_FRACTION},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -80,6 +82,7 @@ static void pub_usage(FILE *out)
         "                       [--staging caller|in_place|arena]\n"
         "                       [--cut-aligned] [--cuts FILE]\n"
         "                       [--quantize GLOB=SPEC]... [--quantize-wanted]\n"
+        "                       [--changed-fraction F]\n"
         "\n"
         "Serves trainer rank R's shards of LAYOUT with deterministic contents\n"
         "(docs/formats.md, \"Demo contents\"): publishes version V, waits until\n"
@@ -144,6 +147,7 @@ static void pub_usage(FILE *out)
         "                      (`reshard pull` announces the quantized copies of\n"
         "                      its capture), and those a --cuts FILE lists;\n"
         "                      implies --staging arena\n"
+        RS_CLI_FRACTION_HELP("`pull --check` needs the same F")
         "  -h, --help          show this help and exit\n"
         "\n"
         "A directory outage while serving is reported (one line when it begins,\n"
@@ -215,6 +219,8 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_CUTS: a->cuts_file = arg; return RS_CLI_OK;
     case OPT_QUANTIZE: return add_quantize(a, arg);
     case OPT_QUANTIZE_WANTED: a->quantize_wanted = 1; return RS_CLI_OK;
+    case OPT_CHANGED_FRACTION:
+        return rs_cli_take_fraction("publish", arg, &a->fraction_q);
     case OPT_NO_DIGESTS: a->no_digests = 1; return RS_CLI_OK;
     case OPT_VERSION: return parse_u64("--version", arg, &a->version,
                                        &a->have_version);
@@ -361,12 +367,12 @@ static int build_shards(const pub_args_t *a, pub_state_t *s)
     return RS_CLI_OK;
 }
 
-static void fill_all(pub_state_t *s, int64_t version)
+static void fill_all(pub_state_t *s, int64_t version, uint64_t fraction_q)
 {
     for (size_t i = 0; i < s->n; i++) {
         const pub_shard_t *p = &s->shards[i];
-        rs_cli_fill_box(p->tensor, p->dtype, version, p->ndim, p->full_shape,
-                        p->offset, p->shape, p->ptr);
+        rs_cli_fill_box(p->tensor, p->dtype, version, fraction_q, p->ndim,
+                        p->full_shape, p->offset, p->shape, p->ptr);
     }
 }
 
@@ -427,7 +433,7 @@ static int serve(const pub_args_t *a, pub_state_t *s)
     for (uint64_t k = 0; k < a->versions; k++) {
         int64_t v = (int64_t)(a->version + k);
         char what[64];
-        fill_all(s, v);
+        fill_all(s, v, a->fraction_q);
         rs_diag_clear(&diag);
         snprintf(what, sizeof(what), "version %lld", (long long)v);
         if ((st = rs_publisher_publish(s->pub, v, &diag)) != RS_OK)

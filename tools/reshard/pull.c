@@ -28,6 +28,7 @@ typedef struct pull_args {
     int have_group_rank;
     double group_timeout_s;
     uint64_t staging_budget;    /* 0: the library's default */
+    uint64_t fraction_q;        /* --changed-fraction (rs_cli_fill_box) */
 } pull_args_t;
 
 typedef struct pull_state {
@@ -53,7 +54,8 @@ enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_CONFIG, OPT_BACKEND, OPT_VERIFY, OPT_CHECK, OPT_RELEASE, OPT_JSON,
        OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN,
        OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS, OPT_NIC, OPT_DESC, OPT_GROUP,
-       OPT_GROUP_SIZE, OPT_GROUP_RANK, OPT_GROUP_TIMEOUT, OPT_BUDGET };
+       OPT_GROUP_SIZE, OPT_GROUP_RANK, OPT_GROUP_TIMEOUT, OPT_BUDGET,
+       OPT_CHANGED_FRACTION };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -85,6 +87,7 @@ static const struct option long_opts[] = {
     {"group-rank", required_argument, NULL, OPT_GROUP_RANK},
     {"group-timeout", required_argument, NULL, OPT_GROUP_TIMEOUT},
     {"staging-budget", required_argument, NULL, OPT_BUDGET},
+    {"changed-fraction", required_argument, NULL, OPT_CHANGED_FRACTION},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -95,6 +98,7 @@ static void pull_usage(FILE *out)
         "usage: reshard pull --directory D --model M --version V --rank R\n"
         "                    --layout LAYOUT --model-config CONFIG.json\n"
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
+        "                    [--changed-fraction F]\n"
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
         "                    [--dry-run] [--no-announce] [--announce-as NAME]\n"
         "                    [--nic-gbps G] [--descriptor-ns N] [--staging-budget B]\n"
@@ -120,6 +124,7 @@ static void pull_usage(FILE *out)
         "                      --verify, the default, is still accepted)\n"
         "  --check             compare every parameter byte with the demo contents\n"
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
+        RS_CLI_FRACTION_HELP("With --check only: the publisher's F")
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
         "  --dry-run           read the tables and plan (as `reshard plan --salt R`\n"
@@ -246,6 +251,8 @@ static int take_option(void *args, int c, const char *arg)
                              &a->group_timeout_s);
     case OPT_BUDGET:
         return rs_cli_take_budget("pull", arg, &a->staging_budget);
+    case OPT_CHANGED_FRACTION:
+        return rs_cli_take_fraction("pull", arg, &a->fraction_q);
     case OPT_NIC:
         return rs_cli_take_cost("pull", "--nic-gbps", arg, &a->nic_gbps);
     case OPT_DESC:
@@ -310,6 +317,9 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
         return usage_error("--backend takes ucx or cma, got '%s'", a->backend);
     if (a->versions == 0)
         return usage_error("%s", "--versions must be at least 1");
+    if (a->fraction_q != 0 && !a->check)
+        return usage_error("%s", "--changed-fraction shapes the contents "
+                           "--check expects: it needs --check");
     if (a->dry_run && (a->check || a->release || a->versions != 1))
         return usage_error("%s", "--dry-run moves nothing: not with --check, "
                            "--release or --versions");
@@ -317,12 +327,14 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
 }
 
 /* --check, timed: the outcome's verdict and, on a mismatch, its cause. */
-static void run_check(pull_state_t *s, pull_outcome_t *o)
+static void run_check(const pull_args_t *a, pull_state_t *s,
+                      pull_outcome_t *o)
 {
     double t0 = rs_clock_seconds();
     o->checked = 1;
     o->check_ok = rs_cli_pull_check(s->model, s->cap, s->param, s->expected,
-                                    o->version, o->error, sizeof(o->error));
+                                    o->version, a->fraction_q, o->error,
+                                    sizeof(o->error));
     o->check_s = rs_clock_seconds() - t0;
 }
 
@@ -535,7 +547,7 @@ static void pull_one(const pull_args_t *a, pull_state_t *s, int64_t version,
     o->ok = 1;
     o->version = o->res.version;
     if (a->check)
-        run_check(s, o);
+        run_check(a, s, o);
     if (a->release && o->res.release_status != RS_OK && o->error[0] == '\0')
         snprintf(o->error, sizeof(o->error), "pulled, but --release was "
                  "refused: %s", o->res.release_msg[0]

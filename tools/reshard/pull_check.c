@@ -17,6 +17,8 @@ typedef struct check {
     size_t nparams;
     unsigned char **param;
     unsigned char **expected;
+    int64_t version;
+    uint64_t fraction_q; /* the changed fraction (rs_cli_fill_box), 0 none */
 } check_t;
 
 /* A copy of the capture keyed by its source: copies are replayed source by
@@ -79,13 +81,14 @@ static rs_status_t sub_capture(rs_capture_h cap, const src_copy_t *g, size_t n,
     return RS_OK;
 }
 
-/* The whole source tensor, filled with the demo contents of `version`, as
- * one shard at its own address. */
-static rs_status_t whole_source(rs_model_h model, const char *src,
-                                int64_t version, rs_diag_t *diag,
+/* The whole source tensor, filled with the demo contents the check
+ * expects, as one shard at its own address. */
+static rs_status_t whole_source(const check_t *c, const char *src,
+                                rs_diag_t *diag,
                                 unsigned char **buf_p, uint64_t *nbytes_p,
                                 rs_sources_h *sources_p)
 {
+    rs_model_h model = c->model;
     long t = rs_model_find(model, src);
     rs_tensor_info_t info;
     int64_t zero[RS_MAX_DIMS] = {0};
@@ -102,8 +105,9 @@ static rs_status_t whole_source(rs_model_h model, const char *src,
     unsigned char *buf = malloc(nbytes ? nbytes : 1);
     if (buf == NULL)
         return RS_ERR_NO_MEMORY;
-    rs_status_t st = rs_cli_fill_box(src, info.dtype, version, info.ndim,
-                                     info.shape, zero, info.shape, buf);
+    rs_status_t st = rs_cli_fill_box(src, info.dtype, c->version,
+                                     c->fraction_q, info.ndim, info.shape,
+                                     zero, info.shape, buf);
     rs_shard_desc_t sh = {src, info.dtype, rs_dtype_size(info.dtype),
                           info.ndim, info.shape, "check", 0,
                           (uint64_t)(uintptr_t)buf, zero, info.shape, NULL};
@@ -163,7 +167,7 @@ static rs_status_t replay_local(rs_capture_h sub, rs_sources_h src,
 }
 
 static rs_status_t replay_group(const check_t *s, const src_copy_t *g, size_t n,
-                                int64_t version, rs_diag_t *diag)
+                                rs_diag_t *diag)
 {
     size_t *map = calloc(2 * n, sizeof(size_t));
     unsigned char **targets = calloc(2 * n, sizeof(unsigned char *));
@@ -176,8 +180,7 @@ static rs_status_t replay_group(const check_t *s, const src_copy_t *g, size_t n,
     if (st == RS_OK)
         st = sub_capture(s->cap, g, n, map, &nmap, diag, &sub);
     if (st == RS_OK)
-        st = whole_source(s->model, g[0].src, version, diag, &buf, &nbytes,
-                          &src);
+        st = whole_source(s, g[0].src, diag, &buf, &nbytes, &src);
     for (size_t i = 0; i < nmap; i++)
         targets[i] = s->expected[map[i]];
     if (st == RS_OK)
@@ -191,8 +194,8 @@ static rs_status_t replay_group(const check_t *s, const src_copy_t *g, size_t n,
 }
 
 /* Fills s->expected: 0xEE, then every copy replayed source by source. */
-static rs_status_t expected_contents(const check_t *s, int64_t version,
-                                     rs_diag_t *diag, const char **failed_p)
+static rs_status_t expected_contents(const check_t *s, rs_diag_t *diag,
+                                     const char **failed_p)
 {
     size_t n = rs_capture_num_copies(s->cap);
     src_copy_t *order = calloc(n + 1, sizeof(*order));
@@ -212,7 +215,7 @@ static rs_status_t expected_contents(const check_t *s, int64_t version,
     for (size_t i = 0, j; st == RS_OK && i < n; i = j) {
         for (j = i + 1; j < n && strcmp(order[j].src, order[i].src) == 0; j++)
             ;
-        st = replay_group(s, order + i, j - i, version, diag);
+        st = replay_group(s, order + i, j - i, diag);
         if (st != RS_OK)
             *failed_p = order[i].src; /* borrowed from the capture */
     }
@@ -247,13 +250,15 @@ static int compare(const check_t *s, char *err, size_t errlen)
 
 int rs_cli_pull_check(rs_model_h model, rs_capture_h cap,
                       unsigned char **param, unsigned char **expected,
-                      int64_t version, char *err, size_t errlen)
+                      int64_t version, uint64_t fraction_q, char *err,
+                      size_t errlen)
 {
-    check_t s = {model, cap, rs_capture_num_params(cap), param, expected};
+    check_t s = {model, cap, rs_capture_num_params(cap), param, expected,
+                 version, fraction_q};
     rs_diag_t diag;
     const char *src = "?";
     rs_diag_clear(&diag);
-    rs_status_t st = expected_contents(&s, version, &diag, &src);
+    rs_status_t st = expected_contents(&s, &diag, &src);
     if (st != RS_OK) {
         snprintf(err, errlen, "check could not replay source '%.200s' "
                  "locally: %.700s", src,
