@@ -105,8 +105,7 @@ build-release: deps-debian
 # other test programs run in the sanitizer trees, which compile them with
 # gcc and clang already.
 RELEASE_GATE_TARGETS = reshard reshard_static reshard_layout reshard_cli \
-                       test_convert test_transpose test_quant test_digest \
-                       test_digest_copy test_transpose_cast \
+                       release_gate_kernels \
                        $(notdir $(basename $(wildcard bench/*_bench.c)))
 
 build-release-gate: deps-debian
