@@ -58,7 +58,7 @@ TSAN_ENV = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 
 # Static analysis (docs/hardening.md, "Static analysis"). cppcheck sees the
 # configuration we build (gcc, x86-64 Linux); clang-tidy reads .clang-tidy
-# and the clang build's compile_commands.json.
+# and the ASan tree's (clang) compile_commands.json.
 CPPCHECK_FLAGS = --enable=warning,performance,portability --error-exitcode=1 \
                  --inline-suppr --quiet -j $(JOBS) -D__GNUC__ -D__x86_64__ \
                  -D__linux__ -D_GNU_SOURCE -I include -I src
@@ -103,7 +103,7 @@ build-release: deps-debian
 # layer check reads their objects; the Python suite, the examples and the
 # demo run them), the benches, and the kernel tests it runs there. The
 # other test programs run in the sanitizer trees, which compile them with
-# gcc and clang already.
+# clang (ASan) and gcc (TSan) already.
 RELEASE_GATE_TARGETS = reshard reshard_static reshard_layout reshard_cli \
                        release_gate_kernels \
                        $(notdir $(basename $(wildcard bench/*_bench.c)))
@@ -127,16 +127,21 @@ build-types: deps-debian
 # half the time -O0 takes.
 SAN_FLAGS = -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1"
 
+# clang builds the ASan+UBSan tree: the whole tree (library, CLI, every
+# test and bench) is then also proven warning-free (-Wall -Wextra -Wshadow
+# -Werror) under clang, whose UBSan checks more than gcc's (pointer
+# arithmetic on null, for one), and its compile_commands.json feeds
+# clang-tidy; gcc builds the Release and TSan trees.
 build-asan: deps-debian
-	cmake -S . -B $(ASAN_BUILD) $(SAN_FLAGS) -DRESHARD_SANITIZE=ON >/dev/null
+	CC=clang cmake -S . -B $(ASAN_BUILD) $(SAN_FLAGS) -DRESHARD_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 build-tsan: deps-debian
 	cmake -S . -B $(TSAN_BUILD) $(SAN_FLAGS) -DRESHARD_TSAN=ON >/dev/null
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_PROGRAMS)
 
-# gcc builds the other trees; this one proves the code is also warning-free
-# (-Wall -Wextra -Wshadow -Werror) under clang, and feeds clang-tidy.
+# An unsanitized clang Debug tree, for debugging outside the sanitizers
+# (the gate's clang tree is the ASan one).
 build-clang: deps-debian
 	CC=clang cmake -S . -B $(CLANG_BUILD) -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build $(CLANG_BUILD) -j $(JOBS)
@@ -195,12 +200,12 @@ test-venvs: wheel deps-torch2
 cppcheck: deps-debian
 	cppcheck $(CPPCHECK_FLAGS) src tools
 
-# Clean, and about a minute on two cores (after the clang build), so
+# Clean, and about a minute on two cores (after the ASan build), so
 # `make test` runs it. .clang-tidy makes every finding an error
 # (WarningsAsErrors), so any finding fails the target.
-tidy: build-clang
+tidy: build-asan
 	ls -S src/*/*.c src/*/*/*.c src/*/*/*/*.c tools/*/*.c | \
-	  xargs -P $(JOBS) -n 1 clang-tidy -p $(CLANG_BUILD) --quiet || \
+	  xargs -P $(JOBS) -n 1 clang-tidy -p $(ASAN_BUILD) --quiet || \
 	  { echo "clang-tidy: findings above (fix them, or suppress one with" \
 	         "// NOLINT(check): why)"; exit 1; }
 
@@ -216,9 +221,9 @@ fuzz-gate: deps-debian
 fuzz: deps-debian
 	bash tests/fuzz/run.sh --seconds $(FUZZ_SECONDS) $(FUZZ_BUILD)
 
-# The whole suite: cppcheck, the sanitizer builds (ASan+UBSan on every C
-# and CLI test, TSan on the threaded tests), the clang build and clang-tidy
-# over it, a fixed-seed, fixed-count run of every fuzz target, then the
+# The whole suite: cppcheck, the sanitizer builds (ASan+UBSan, built by
+# clang, on every C and CLI test; TSan on the threaded tests), clang-tidy
+# over the ASan tree's commands, a fixed-seed, fixed-count run of every fuzz target, then the
 # Release build, the layer check over it, the wheel installed into an
 # environment per PyTorch, and the tests only the Release tree can run
 # (label release: the Python suite and examples on torch 1.13 and 2.x,
@@ -227,7 +232,7 @@ fuzz: deps-debian
 # CLI), whose CTest summary closes the output. Each test runs in the trees
 # where it checks something the others do not (docs/testing.md, "The
 # gate's time"); `ctest` in any tree still runs all of its tests.
-test: deps cppcheck test-asan test-tsan build-clang tidy fuzz-gate \
+test: deps cppcheck test-asan test-tsan tidy fuzz-gate \
       build-release-gate layers test-venvs
 	cd $(RELEASE_BUILD) && env -u RESHARD_LIB -u PYTHONPATH \
 	  ctest --output-on-failure -j $(JOBS) -L release

@@ -134,9 +134,11 @@ static void run_streamed(const tc_job_t *j, rs__tcast_stream_fn stream,
                         j->block(buf + (size_t)k * w + (size_t)r * j->des, w,
                                  s + (size_t)r * j->sld + (size_t)k * j->ses,
                                  j->sld);
+                /* no carry (NULL) when destination rows start on lines */
                 stream(j->d + (size_t)c * j->dld + (size_t)i * j->des, j->dld,
-                       buf, TC_CHUNK, carry + (size_t)(c - bc) * 64, i == i0,
-                       i + band == i1);
+                       buf, TC_CHUNK,
+                       carry != NULL ? carry + (size_t)(c - bc) * 64 : NULL,
+                       i == i0, i + band == i1);
             }
     }
 }

@@ -172,14 +172,15 @@ TGT_AVX2 static void stream_rows(unsigned char *d, size_t dld,
                                 const unsigned char *buf, size_t rows,
                                 unsigned char *carry, int first, int last)
 {
-    for (size_t r = 0; r < rows; r++, d += dld, buf += RS__TCAST_RUN,
-                carry += 64) {
+    for (size_t r = 0; r < rows; r++, d += dld, buf += RS__TCAST_RUN) {
         const size_t m = (uintptr_t)d % 64;
         if (m == 0) {
             for (size_t o = 0; o < RS__TCAST_RUN; o += 64)
                 nt_line(d + o, buf + o);
             continue;
         }
+        /* rows off lines have carries (carry is NULL only when none is) */
+        unsigned char *cr = carry + r * 64;
         unsigned char *q = d - m;
         if (first) {
             memcpy(d, buf, 64 - m);
@@ -187,7 +188,7 @@ TGT_AVX2 static void stream_rows(unsigned char *d, size_t dld,
             const unsigned char *k = first_m + 64 - m;
             for (size_t h = 0; h < 64; h += 32)
                 NT_256(q + h, _mm256_blendv_epi8(LD_256(buf - m + h),
-                                                 LD_256(carry + 64 - m + h),
+                                                 LD_256(cr + 64 - m + h),
                                                  LD_256(k + h)));
         }
         for (size_t o = 64; o < RS__TCAST_RUN; o += 64)
@@ -195,7 +196,7 @@ TGT_AVX2 static void stream_rows(unsigned char *d, size_t dld,
         if (last)
             memcpy(q + RS__TCAST_RUN, buf + RS__TCAST_RUN - m, m);
         else
-            copy64(carry, buf + RS__TCAST_RUN - 64);
+            copy64(cr, buf + RS__TCAST_RUN - 64);
     }
 }
 

@@ -21,6 +21,15 @@ EXAMPLE="$SRC/examples/c/refit_pair.c"
 SAN=""
 grep -q '^RESHARD_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" && SAN="-fsanitize=address,undefined"
 grep -q '^RESHARD_TSAN:BOOL=ON' "$BUILD/CMakeCache.txt" && SAN="-fsanitize=thread"
+# The programs are built by the tree's own compiler: one sanitizer runtime
+# per process. clang's is shared (-shared-libasan) where the tree's is.
+CC=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+[ -n "$CC" ] || CC=cc
+if [ -n "$SAN" ] && [ "$SAN" != "-fsanitize=thread" ] &&
+   "$CC" --version 2>/dev/null | grep -q clang; then
+    RT=$("$CC" -print-file-name=libclang_rt.asan-x86_64.so)
+    SAN="$SAN -shared-libasan -Wl,-rpath,$(dirname "$RT")"
+fi
 
 cmake --install "$BUILD" --prefix "$PREFIX" >"$TMP/install.out" 2>"$TMP/err"
 rc=$?; expect_rc "cmake --install $BUILD" 0
@@ -69,7 +78,7 @@ run_pair() {
 }
 
 # shellcheck disable=SC2086 # FLAGS and SAN are lists of words
-cc -std=c11 -Wall -Wextra -Werror $SAN -o "$TMP/pair_shared" "$EXAMPLE" $FLAGS 2>"$TMP/err"
+"$CC" -std=c11 -Wall -Wextra -Werror $SAN -o "$TMP/pair_shared" "$EXAMPLE" $FLAGS 2>"$TMP/err"
 rc=$?; expect_rc "cc refit_pair.c \$(pkg-config --cflags --libs reshard)" 0
 if ldd "$TMP/pair_shared" | grep -q "$LIBDIR/libreshard.so"; then
     bad "resolved libreshard without LD_LIBRARY_PATH"
@@ -81,7 +90,7 @@ run_pair shared "$TMP/pair_shared" LD_LIBRARY_PATH="$LIBDIR"
 # The static library, with its private dependencies from reshard.pc.
 STATIC_LIBS=$(pc --static --libs | sed 's/-lreshard\b//')
 # shellcheck disable=SC2086
-cc -std=c11 -Wall -Wextra -Werror $SAN -o "$TMP/pair_static" "$EXAMPLE" \
+"$CC" -std=c11 -Wall -Wextra -Werror $SAN -o "$TMP/pair_static" "$EXAMPLE" \
     $(pc --cflags) "$LIBDIR/libreshard.a" $STATIC_LIBS 2>"$TMP/err"
 rc=$?; expect_rc "cc refit_pair.c libreshard.a \$(pkg-config --static --libs reshard)" 0
 if ldd "$TMP/pair_static" | grep -q libreshard; then bad "static build links libreshard.so"
@@ -100,6 +109,7 @@ target_link_options(refit_pair PRIVATE $SAN)
 target_link_libraries(refit_pair PRIVATE reshard::reshard)
 CMAKE
 cmake -S "$TMP/consumer" -B "$TMP/consumer/build" -DCMAKE_PREFIX_PATH="$PREFIX" \
+    -DCMAKE_C_COMPILER="$CC" \
     >"$TMP/consumer.out" 2>"$TMP/err" &&
     cmake --build "$TMP/consumer/build" >>"$TMP/consumer.out" 2>>"$TMP/err"
 rc=$?; expect_rc "CMake consumer with find_package(reshard)" 0
