@@ -99,6 +99,7 @@ class ReceiverParams(ctypes.Structure):
         ("group_rank", ctypes.c_int64),
         ("group_timeout_s", ctypes.c_double),
         ("staging_budget", ctypes.c_uint64),
+        ("stall_s", ctypes.c_double),
     ]
 
 
@@ -130,6 +131,17 @@ class ExecStages(ctypes.Structure):
     ]
 
 
+PULL_FAILURES_MAX = 8  # RS_PULL_FAILURES_MAX
+
+
+class PullFailure(ctypes.Structure):
+    _fields_ = [
+        ("publisher", ctypes.c_char * 129),  # RS_DIR_NAME_MAX + 1
+        ("slot", ctypes.c_int64),
+        ("why", ctypes.c_char * 320),  # RS_PULL_FAILURE_WHY_MAX
+    ]
+
+
 class PullResult(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_int64),
@@ -152,6 +164,8 @@ class PullResult(ctypes.Structure):
         ("tables_reused", ctypes.c_uint32),
         ("tables_parsed", ctypes.c_uint32),
         ("table_bytes_read", ctypes.c_uint64),
+        ("nfailures", ctypes.c_uint32),
+        ("failures", PullFailure * PULL_FAILURES_MAX),
     ]
 
 

@@ -151,22 +151,22 @@ static void test_failover(void **state)
                             "the run's deadline passed"};
     for (size_t i = 0; i < 4; i++) {
         fail_with(d, others[i]);
-        assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, d),
+        assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, 0, d, NULL),
                          0);
         assert_string_equal(d->msg, others[i]);
         assert_string_equal(chosen(&c, 0), "p0");
     }
     fail_with(d, "session 0 (p0, slot 0): reset");
-    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_VERIFY, d), 0);
-    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, d), 1);
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_VERIFY, 0, d, NULL), 0);
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, 0, d, NULL), 1);
     assert_string_equal(chosen(&c, 0), "p1");
     fail_with(d, "session 0 (p1, slot 0): timed out");
-    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TIMEOUT, d), 1);
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TIMEOUT, 0, d, NULL), 1);
     assert_string_equal(chosen(&c, 0), "p2");
     assert_int_equal(c.set.failovers, 2);
     assert_string_equal(c.set.record, "p0, slot 0 -> p1; p1, slot 0 -> p2");
     fail_with(d, "session 0 (p2, slot 0): gone; session 1 (q0, slot 1): gone");
-    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, d), 0);
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, 0, d, NULL), 0);
     assert_int_equal(d->status, RS_ERR_TRANSPORT);
     assert_non_null(strstr(d->msg, "slot 0 of version 1: reading from each "
                            "of its 3 publishers failed: p0, slot 0: session "
@@ -183,7 +183,7 @@ static void test_suspect_until_restarted(void **state)
     choice_open(&c, "suspect");
     choice_load(&c, 0, 0);
     fail_with(&c.d, "session 0 (p0, slot 0): reset");
-    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, &c.d), 1);
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, 0, &c.d, NULL), 1);
     rs__replicas_reset(&c.set); /* the next pull */
     assert_int_equal(c.set.failovers, 0);
     choice_load(&c, 0, 0);
@@ -205,7 +205,7 @@ static void test_single_publisher(void **state)
     choice_load(&c, 0, 0);
     fail_with(&c.d, "reading from the publishers: session 1 (q0, slot 1): "
                     "eof");
-    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, &c.d), 0);
+    assert_int_equal(rs__replicas_failover(&c.set, RS_ERR_TRANSPORT, 0, &c.d, NULL), 0);
     assert_string_equal(c.d.msg, "reading from the publishers: session 1 "
                         "(q0, slot 1): eof");
     assert_int_equal(c.set.failovers, 0);
