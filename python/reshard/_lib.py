@@ -259,6 +259,7 @@ MIRRORS = {
     "rs_exec_stats_t": ExecStats,
     "rs_exec_stages_t": ExecStages,
     "rs_pull_result_t": PullResult,
+    "rs_pull_failure_t": PullFailure,
     "rs_dry_run_t": DryRun,
     "rs_param_info_t": ParamInfo,
     "rs_quant_desc_t": QuantDesc,
@@ -279,6 +280,8 @@ CONSTANTS = {
     "RS_DIR_NAME_MAX": DIR_NAME_MAX, "RS_DIR_GROUP_MAX": DIR_GROUP_MAX,
     "RS_DIR_GROUP_NOTE_MAX": DIR_GROUP_NOTE_MAX,
     "RS_VERSION_PENDING": 1, "RS_VERSION_READY": 2, "RS_VERSION_RELEASED": 3,
+    "RS_PULL_FAILURES_MAX": PULL_FAILURES_MAX,
+    "RS_PULL_FAILURE_WHY_MAX": 320,
 }
 
 _vp = ctypes.c_void_p
