@@ -16,6 +16,9 @@
  *   slot 1 from it;
  * - two replicas per rank publishing versions in alternating order: every
  *   pull after the first reuses the plan (the choice follows names);
+ * - the version abandoned mid-pull, then the replica read from killed: the
+ *   pull fails naming the lost lease first (not the read it saw fail) and
+ *   does not fail over to a replica of a version that went;
  * - both replicas of slot 1 are SIGKILLed mid-pull: the pull fails naming
  *   both, install is not called, the bound parameters keep their bytes;
  * - a rank (one publisher per slot) is killed after a pull and started
@@ -112,6 +115,7 @@ typedef struct strike {
     int freeze;            /* stop them (SIGSTOP) instead of killing;
                             * FREEZE_SHORT: with timeout_s 3 s */
     int late_replica;      /* start rank 1's replica 1 first */
+    int abandon;           /* abandon version 1 first */
     int fired;
 } strike_t;
 
@@ -130,6 +134,14 @@ static void on_progress(void *ctx, const rs_progress_t *p)
         p->sessions_outstanding < 2 || p->bytes_done * 2 < p->bytes_total)
         return;
     s->fired = 1;
+    if (s->abandon) {
+        rs_dir_h dir = NULL;
+        rs_diag_t d;
+        if (rs_dir_open(s->w->pw.directory, &d, &dir) != RS_OK ||
+            rs_dir_abandon(dir, MODEL, 1, &d, NULL) != RS_OK)
+            fprintf(stderr, "abandon: %s\n", d.msg);
+        rs_dir_close(dir);
+    }
     if (s->late_replica) /* it joins slot 1 after the pull read it */
         start_publisher(s->w, 1, 1);
     for (int k = 0; k < s->nvictims; k++) {
@@ -149,7 +161,7 @@ static void on_progress(void *ctx, const rs_progress_t *p)
 static void open_rank(world_t *w, rank_t *ir, int nvictims, int freeze)
 {
     rs_receiver_params_t rp;
-    ir->strike = (strike_t){w, nvictims, freeze, 0, 0};
+    ir->strike = (strike_t){w, nvictims, freeze, 0, 0, 0};
     rs_receiver_params_init(&rp);
     rp.directory = w->pw.directory;
     rp.model = MODEL;
@@ -383,6 +395,31 @@ static void test_alternating_order_keeps_plan(void **state)
     pfx_rank_close(&ir->r);
 }
 
+static void test_abandoned_mid_pull(void **state)
+{
+    (void)state;
+    world_t *w = &world;
+    rs_diag_t diag;
+    rs_pull_result_t res;
+    rank_t *ir = begin(w, 2, 1, 0);
+    ir->strike.abandon = 1;
+    rs_status_t st = rs_receiver_pull(ir->r.recv, 1, &diag, &res);
+    fprintf(stderr, "abandoned mid-pull: %s: %s\n", rs_status_str(st),
+            diag.msg);
+    assert_true(ir->strike.fired);
+    assert_int_equal(st, RS_ERR_VERIFY);
+    if (strncmp(diag.msg, "version 1 of 'tiny': lease '", 28) != 0)
+        fail_msg("the lease does not come first: %s", diag.msg);
+    expect_message(&diag, "lost mid-pull: the version was released or "
+                   "abandoned while it was read");
+    expect_message(&diag, "what the reads saw then: reading from the "
+                   "publishers: ");
+    assert_int_equal(rs_receiver_failures(ir->r.recv, NULL, 0), 0);
+    assert_int_equal(ir->r.installs, 0);
+    pfx_expect_untouched(&ir->r);
+    pfx_rank_close(&ir->r);
+}
+
 static void test_both_replicas_killed(void **state)
 {
     (void)state;
@@ -477,6 +514,7 @@ int main(int argc, char **argv)
         T(test_frozen_without_replica),
         T(test_replica_joins_mid_pull),
         T(test_alternating_order_keeps_plan),
+        T(test_abandoned_mid_pull),
         T(test_both_replicas_killed),
         T(test_restarted_rank_rejoins),
         T(test_corrupted_table_refused),
