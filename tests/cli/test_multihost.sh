@@ -513,7 +513,9 @@ redis_stop_serving() {
     reap "$pull_pid" rc
     if expect_exact "$n" "$rc"; then expect_publishers "$n" || fine=0
     else fine=0; fi
-    if in_file "$TMP/$n.pub0.err" "publisher rank 0 replica 0 (trainer-0): directory"; then
+    # (the outage's start: its end is told by the next heartbeat, which
+    # may come after the release ended the publisher)
+    if in_file "$TMP/$n.pub0.err" "publisher rank 0 replica 0 (trainer-0): heartbeat of version 1 failed"; then
         ok "$n: the outage notices name rank, replica and session"
     else
         bad "$n: the outage notices do not name the replica"; show "$TMP/$n.pub0.err"; fine=0
@@ -542,53 +544,46 @@ expect_failed_over() {
     return 1
 }
 
-# 6. Rank 0's second replica starts on trainer host 1 once trainer 0's wire
-# is under way (trainer-0 frozen there, so the fault lands mid-wire), then
-# trainer-0 dies: the pull reads slot 0 from the directory again, finds the
-# newcomer, and completes from it.
-replica_joins() {
-    local n=replica-joins rc fine=1
+# replica_fault NAME EARLY STRIKE TEXT DONE [PULL-ARGS...]: both trainers
+# up, and rank 0's second replica on trainer host 1 before the pull when
+# EARLY is 1; once trainer 0's wire passes MID, trainer-0 is frozen
+# (SIGSTOP: the fault lands mid-wire) and STRIKE runs. The pull must
+# complete byte-exact from the replica, its JSON naming trainer-0 as failed
+# with TEXT; DONE is the outcome's text.
+replica_fault() {
+    local n=$1 early=$2 strike=$3 text=$4 done=$5 rc fine=1
+    shift 5
     shape t0 && shape t1 "$REPLICA_RATE"
     start_publishers "$n" "$URL" || { outcome "$n" FAIL; finish "$n"; return; }
-    pull "$n" "$URL" --verify --timeout 30
+    if [ "$early" = 1 ]; then publish_replica "$n" 0 1 t1 "$URL" || fine=0; fi
+    pull "$n" "$URL" --verify --timeout 30 "$@"
     if wait_for 30 wire_started t0 "$MID"; then
         signal STOP "${pub_pid[0]}"
         expect_mid_wire "$n" "$(wire_bytes t0)" || fine=0
-        publish_replica "$n" 0 1 t1 "$URL" || fine=0
-        kill_publisher
+        $strike "$n" || fine=0
     else
         bad "$n: trainer 0 never sent $MID wire bytes"; fine=0
     fi
     reap "$pull_pid" rc
     expect_exact "$n" "$rc" || fine=0
-    expect_failed_over "$n" "trainer-0, slot 0" || fine=0
+    expect_failed_over "$n" "$text" || fine=0
     finish "$n"
-    [ "$fine" = 1 ] && outcome "$n" "ok: read from the late replica, byte-exact" ||
+    [ "$fine" = 1 ] && outcome "$n" "ok: $done" ||
         outcome "$n" "FAIL: exit $rc: $(tail -1 "$TMP/$n.pull.err" | cut -c1-100)"
 }
 
-# 7. Trainer-0 is frozen (SIGSTOP) mid-wire while its replica serves on
-# trainer host 1: after a second without progress (--stall-after 1) the
-# pull counts it failed and completes from the replica.
-replica_frozen() {
-    local n=replica-frozen rc fine=1
-    shape t0 && shape t1 "$REPLICA_RATE"
-    start_publishers "$n" "$URL" || { outcome "$n" FAIL; finish "$n"; return; }
-    publish_replica "$n" 0 1 t1 "$URL" || fine=0
-    pull "$n" "$URL" --verify --timeout 30 --stall-after 1
-    if wait_for 30 wire_started t0 "$MID"; then
-        signal STOP "${pub_pid[0]}"
-        expect_mid_wire "$n" "$(wire_bytes t0)" || fine=0
-    else
-        bad "$n: trainer 0 never sent $MID wire bytes"; fine=0
-    fi
-    reap "$pull_pid" rc
-    expect_exact "$n" "$rc" || fine=0
-    expect_failed_over "$n" "no progress for 1 s" || fine=0
-    finish "$n"
-    [ "$fine" = 1 ] && outcome "$n" "ok: stalled, failed over, byte-exact" ||
-        outcome "$n" "FAIL: exit $rc: $(tail -1 "$TMP/$n.pull.err" | cut -c1-100)"
+# 6. Rank 0's second replica starts once trainer 0's wire is under way,
+# after the pull read the slot; then trainer-0 dies: the pull reads slot 0
+# from the directory again, finds the newcomer, and completes from it.
+late_replica() {
+    local fine=0
+    publish_replica "$1" 0 1 t1 "$URL" || fine=1
+    kill_publisher
+    return $fine
 }
+# 7. Trainer-0 frozen while its replica served from the start: after a
+# second without progress (--stall-after 1) the pull counts it failed.
+stay_frozen() { return 0; }
 
 main() {
     make_hosts || { bad "setting up the namespaces"; return; }
@@ -606,8 +601,11 @@ main() {
     fi
     want redis-stop-discovery && redis_stop_discovery
     want redis-stop-serving && redis_stop_serving
-    want replica-joins && replica_joins
-    want replica-frozen && replica_frozen
+    want replica-joins && replica_fault replica-joins 0 late_replica \
+        "trainer-0, slot 0" "read from the late replica, byte-exact"
+    want replica-frozen && replica_fault replica-frozen 1 stay_frozen \
+        "no progress for 1 s" "stalled, failed over, byte-exact" \
+        --stall-after 1
 }
 
 # want NAME: NAME is among RESHARD_MULTIHOST_ONLY (default: every scenario).
