@@ -290,9 +290,9 @@ static void test_replica_frozen_mid_pull(void **state)
     rank_t *ir = begin(w, 2, 1, 1);
     /* no diag: the failover does not depend on the caller's */
     rs_status_t st = rs_receiver_pull(ir->r.recv, 1, NULL, &res);
-    fprintf(stderr, "one replica of slot 1 frozen: %s; failovers %u: %s\n",
-            rs_status_str(st), res.failovers,
-            st == RS_OK ? res.failover_msg : "");
+    fprintf(stderr, "one replica of slot 1 frozen: %s in %.2f s; failovers "
+            "%u: %s\n", rs_status_str(st), st == RS_OK ? res.stage_s : 0,
+            res.failovers, st == RS_OK ? res.failover_msg : "");
     assert_true(ir->strike.fired);
     assert_int_equal(st, RS_OK);
     assert_int_equal(ir->r.installs, 1);
