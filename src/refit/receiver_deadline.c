@@ -83,7 +83,8 @@ rs_status_t rs__receiver_start_lease(rs_receiver_h r, int64_t version,
 }
 
 /* After a failed transfer: the directory ended the pull's lease meanwhile
- * (the version was released or abandoned under it), so the publishers may
+ * (the version released or abandoned under it, the lease lapsed or taken
+ * again), so the publishers may
  * have refilled or unregistered their buffers mid-read; reads that failed
  * or digests that mismatched then are consequences, and the lease is what
  * to report. One renewal asks the directory (a directory that does not
@@ -115,11 +116,12 @@ rs_status_t rs__receiver_lease_cause(rs_receiver_h r, int64_t version,
     snprintf(seen, sizeof(seen), "%s", diag != NULL && diag->msg[0]
                                            ? diag->msg : rs_status_str(st));
     return rs__diag_set(diag, RS_ERR_VERIFY, "version %lld of '%s': lease "
-                        "'%s' (epoch %llu) lost mid-pull: the version was "
-                        "released or abandoned while it was read (%s); "
-                        "nothing installed; what the reads saw then: %s",
-                        (long long)version, r->model, r->holder,
-                        (unsigned long long)l->epoch, why, seen);
+                        "'%s' (epoch %llu) lost mid-pull (%s), so the "
+                        "publishers may have refilled or dropped their "
+                        "buffers while they were read; nothing installed; "
+                        "what the reads saw then: %s", (long long)version,
+                        r->model, r->holder, (unsigned long long)l->epoch,
+                        why, seen);
 }
 
 /* Drops the pull's lease, riding out a short directory outage: a lease
