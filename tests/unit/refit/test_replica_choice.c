@@ -1,5 +1,5 @@
 /* The receiver's choice among the publishers of a slot (replicas.c),
- * against a file: directory made here: the salt rotates the choice, live
+ * against a file: directory and a redis one (dir_env.h): the salt rotates the choice, live
  * publishers come before stale ones, a failure naming the chosen publisher
  * ("<agent>, slot <S>", as a whole name) moves its slot to the next one
  * and records it, a message naming no chosen publisher changes nothing,
@@ -22,35 +22,18 @@
 #include <unistd.h>
 
 #include "dir/split.h"
+#include "dir_env.h"
 #include "refit/replicas.h"
-#include "tmp_path.h"
 
-static char tmp[64], url[96];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(tmp, sizeof(tmp), "/tmp/rs-choice-XXXXXX");
-    if (mkdtemp(tmp) == NULL)
-        return -1;
-    snprintf(url, sizeof(url), "file:%s", tmp);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return tmp_remove(tmp);
-}
+static dir_env_t *g;
 
 /* Version 1 of model m: slot 0 served by p0, p1, p2 (joining in that
  * order), slot 1 by q0 alone. */
 static rs_dir_h make_dir(const char *m, rs_version_info_t *v)
 {
-    rs_dir_h dir = NULL;
+    rs_dir_h dir = dir_env_open(g);
     rs_diag_t d;
     const char *pubs[] = {"p0", "p1", "p2"};
-    assert_int_equal(rs_dir_open(url, &d, &dir), RS_OK);
     assert_int_equal(rs_dir_create_version(dir, m, 1, 2, &d), RS_OK);
     for (int i = 0; i < 3; i++)
         assert_int_equal(rs_dir_publish_as(dir, m, 1, 0, pubs[i], 7, pubs[i],
@@ -129,7 +112,10 @@ static void test_live_first(void **state)
     /* salt 0 starts at p0, but only p2 beat within 0.3 s */
     choice_load(&c, 0, 0.3);
     assert_string_equal(chosen(&c, 0), "p2");
-    /* every publisher stale: the rotation's first */
+    /* every publisher stale: the rotation's first (p2's beat is made
+     * older than the 1 ms bound first: the loads above may take less) */
+    struct timespec older = {0, 5000000};
+    nanosleep(&older, NULL);
     choice_load(&c, 1, 0.001);
     assert_string_equal(chosen(&c, 0), "p1");
     choice_close(&c);
@@ -240,7 +226,7 @@ static void test_order_of_joining_ignored(void **state)
     const char *want[] = {"p0", "p1", "p2"}; /* by name, from (salt + 0) */
     memset(&c, 0, sizeof(c));
     c.m = "order";
-    assert_int_equal(rs_dir_open(url, &c.d, &c.dir), RS_OK);
+    c.dir = dir_env_open(g);
     publish_order(c.dir, "order", 1, first, 3);
     publish_order(c.dir, "order", 2, second, 3);
     for (int64_t v = 1; v <= 2; v++) {
@@ -344,7 +330,7 @@ static void test_renew_chosen(void **state)
     choice_t c;
     memset(&c, 0, sizeof(c));
     c.m = "renew";
-    assert_int_equal(rs_dir_open(url, &c.d, &c.dir), RS_OK);
+    c.dir = dir_env_open(g);
     assert_int_equal(rs_dir_create_version(c.dir, "renew", 1, 1, &c.d),
                      RS_OK);
     publish_doc(c.dir, "{\"at\": 1}");
@@ -363,19 +349,16 @@ static void test_renew_chosen(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_salt_rotates, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_live_first, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_failover, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_suspect_until_restarted, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_single_publisher, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_order_of_joining_ignored, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_joined_mid_pull, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_stall, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_renew_chosen, setup, teardown),
+        cmocka_unit_test(test_salt_rotates),
+        cmocka_unit_test(test_live_first),
+        cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_suspect_until_restarted),
+        cmocka_unit_test(test_single_publisher),
+        cmocka_unit_test(test_order_of_joining_ignored),
+        cmocka_unit_test(test_joined_mid_pull),
+        cmocka_unit_test(test_stall),
+        cmocka_unit_test(test_renew_chosen),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dir_env_run_both("replica-choice", tests,
+                            sizeof(tests) / sizeof(tests[0]), &g);
 }
