@@ -166,8 +166,10 @@ rs_status_t rs_transport_wait(rs_transport_h t, double timeout_s,
 
 void rs__transport_set_stall(rs_transport_h t, double stall_s)
 {
-    if (t != NULL)
-        t->stall_s = stall_s > 0 ? stall_s : 0;
+    if (t == NULL)
+        return;
+    t->stall_s = stall_s > 0 ? stall_s : 0;
+    t->stalled = 0; /* a run's verdict is its own */
 }
 
 int rs__transport_stalled(rs_transport_h t)
