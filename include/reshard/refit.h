@@ -408,7 +408,19 @@ typedef struct rs_receiver_params {
      * shadows (`shadow`) are not staging: they are a second copy of every
      * bound parameter, outside the budget. */
     uint64_t staging_budget;
+    /* A publisher whose reads make no progress for stall_s seconds (a
+     * frozen process, a link that drops everything without a reset)
+     * counts as failed, like one whose reads fail, while its slot has
+     * another publisher to read: the pull fails over to it
+     * (docs/directory.md, "Replicas"). Without another publisher the
+     * reads wait as they do without a stall bound: up to timeout_s per
+     * wait, within pull_timeout_s. Default RS_RECEIVER_DEFAULT_STALL_S;
+     * <= 0: no stall bound. Honoured by the ucx backend (cma reads the
+     * publisher's memory whether it runs or not). */
+    double stall_s;
 } rs_receiver_params_t;
+
+#define RS_RECEIVER_DEFAULT_STALL_S 5.0
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
  * macro passes it), so a program built against older headers gets the
@@ -451,6 +463,16 @@ RS_API rs_status_t rs_receiver_bind(rs_receiver_h receiver, size_t param,
 
 typedef struct rs_staged *rs_staged_h;
 
+/* One publisher that failed within a pull (its reads failed, timed out or
+ * stalled, or connecting to it failed) and the error it failed with. */
+#define RS_PULL_FAILURES_MAX 8
+#define RS_PULL_FAILURE_WHY_MAX 320
+typedef struct rs_pull_failure {
+    char publisher[RS_DIR_NAME_MAX + 1];
+    int64_t slot;
+    char why[RS_PULL_FAILURE_WHY_MAX];
+} rs_pull_failure_t;
+
 typedef struct rs_pull_result {
     int64_t version;
     int replanned;          /* 1 when the plan was (re)built for this pull */
@@ -490,7 +512,20 @@ typedef struct rs_pull_result {
      * for them; summed over the transfers of a pull with failovers. */
     uint32_t tables_reused, tables_parsed;
     uint64_t table_bytes_read;
+    /* Every publisher that failed within this pull, the first
+     * RS_PULL_FAILURES_MAX of them in slot order (nfailures counts all);
+     * each failover replaced one of them. */
+    uint32_t nfailures;
+    rs_pull_failure_t failures[RS_PULL_FAILURES_MAX];
 } rs_pull_result_t;
+
+/* The publishers that failed within the receiver's last stage or pull,
+ * whether it succeeded or not (a failed pull writes no result): copies
+ * the first `cap` of the kept ones (at most RS_PULL_FAILURES_MAX) into
+ * out (NULL with cap 0: none) and returns how many failed in all. 0 for a
+ * NULL receiver or before the first stage. */
+RS_API uint32_t rs_receiver_failures(rs_receiver_h receiver,
+                                     rs_pull_failure_t *out, uint32_t cap);
 
 /* Pulls `version` (< 0: the newest READY one): rs_receiver_stage then
  * rs_receiver_apply, within one deadline (pull_timeout_s, also checked

@@ -99,6 +99,7 @@ class ReceiverParams(ctypes.Structure):
         ("group_rank", ctypes.c_int64),
         ("group_timeout_s", ctypes.c_double),
         ("staging_budget", ctypes.c_uint64),
+        ("stall_s", ctypes.c_double),
     ]
 
 
@@ -130,6 +131,17 @@ class ExecStages(ctypes.Structure):
     ]
 
 
+PULL_FAILURES_MAX = 8  # RS_PULL_FAILURES_MAX
+
+
+class PullFailure(ctypes.Structure):
+    _fields_ = [
+        ("publisher", ctypes.c_char * 129),  # RS_DIR_NAME_MAX + 1
+        ("slot", ctypes.c_int64),
+        ("why", ctypes.c_char * 320),  # RS_PULL_FAILURE_WHY_MAX
+    ]
+
+
 class PullResult(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_int64),
@@ -152,6 +164,8 @@ class PullResult(ctypes.Structure):
         ("tables_reused", ctypes.c_uint32),
         ("tables_parsed", ctypes.c_uint32),
         ("table_bytes_read", ctypes.c_uint64),
+        ("nfailures", ctypes.c_uint32),
+        ("failures", PullFailure * PULL_FAILURES_MAX),
     ]
 
 
@@ -245,6 +259,7 @@ MIRRORS = {
     "rs_exec_stats_t": ExecStats,
     "rs_exec_stages_t": ExecStages,
     "rs_pull_result_t": PullResult,
+    "rs_pull_failure_t": PullFailure,
     "rs_dry_run_t": DryRun,
     "rs_param_info_t": ParamInfo,
     "rs_quant_desc_t": QuantDesc,
@@ -265,6 +280,8 @@ CONSTANTS = {
     "RS_DIR_NAME_MAX": DIR_NAME_MAX, "RS_DIR_GROUP_MAX": DIR_GROUP_MAX,
     "RS_DIR_GROUP_NOTE_MAX": DIR_GROUP_NOTE_MAX,
     "RS_VERSION_PENDING": 1, "RS_VERSION_READY": 2, "RS_VERSION_RELEASED": 3,
+    "RS_PULL_FAILURES_MAX": PULL_FAILURES_MAX,
+    "RS_PULL_FAILURE_WHY_MAX": 320,
 }
 
 _vp = ctypes.c_void_p

@@ -50,6 +50,9 @@ class PullResult:
     tables_reused: int = 0
     tables_parsed: int = 0
     table_bytes_read: int = 0
+    # every publisher that failed within the pull: {"publisher", "slot",
+    # "error"} (the first 8; each failover replaced one)
+    failures: list = field(default_factory=list)
 
 
 def _stages_dict(s):
@@ -81,7 +84,11 @@ def _result(r):
         release_status=lib.rs_status_str(r.release_status).decode(),
         release_msg=r.release_msg.decode("utf-8", "replace"),
         stages=_stages_dict(r.stages), tables_reused=r.tables_reused,
-        tables_parsed=r.tables_parsed, table_bytes_read=r.table_bytes_read)
+        tables_parsed=r.tables_parsed, table_bytes_read=r.table_bytes_read,
+        failures=[{"publisher": f.publisher.decode("utf-8", "replace"),
+                   "slot": f.slot, "error": f.why.decode("utf-8", "replace")}
+                  for f in r.failures[:min(r.nfailures,
+                                           _lib.PULL_FAILURES_MAX)]])
 
 
 class Staged:
@@ -202,7 +209,10 @@ class Receiver(Handle):
     most bytes of staging (staged reads, converts, quantized boxes) a pull
     holds at once, as the CLI's --staging-budget: None (default) 1 GiB or
     the largest single box, a positive int of bytes (a box above it is
-    refused), or "unbounded" (docs/executor.md, "Staging budget")."""
+    refused), or "unbounded" (docs/executor.md, "Staging budget");
+    stall_s: a publisher whose reads make no progress for this long counts
+    as failed while its slot has another publisher to read (default 5, as
+    the CLI's --stall-after; 0: off; docs/directory.md, "Replicas")."""
 
     _what = "receiver"
 
@@ -213,9 +223,10 @@ class Receiver(Handle):
                  notice=None, announce_cuts=True, announce_as=None,
                  group=None, group_size=None, group_rank=None,
                  group_timeout_s=60.0, only=None, skip=None,
-                 staging_budget=None):
+                 staging_budget=None, stall_s=5.0):
         _args.choice("receiver: backend", backend, _args.BACKENDS)
         self._staging_budget = _staging_budget(staging_budget)
+        self._stall_s = float(stall_s)
         self._lock = threading.Lock()
         # _state guards _current (the call that cancel() stops) and
         # _closing; never held across a library call but the cancel.
@@ -327,6 +338,7 @@ class Receiver(Handle):
         p.release_after = 1 if release_after else 0
         p.stale_s = float(stale_s)
         p.staging_budget = self._staging_budget
+        p.stall_s = self._stall_s
         self._keep.append(_group.set_params(p, *group))
         self._notice = notice_cb(notice)
         if self._notice is not None:

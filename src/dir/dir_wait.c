@@ -218,6 +218,7 @@ typedef struct waiter {
     const char *what;     /* "version 3 of 'm'", for notices */
     double timeout_s, deadline, delay;
     double down_since;    /* < 0: the directory answers */
+    double look_start;    /* when the latest look began */
     double start;
     int looked;           /* a first look was made (it is never cancelled) */
 } waiter_t;
@@ -243,8 +244,11 @@ static int outage_retry(waiter_t *wt, const rs_diag_t *diag)
     if (!rs_dir_transient(wt->dir))
         return 0;
     int first = wt->down_since < 0;
+    /* the outage counts from the start of the first look that failed: a
+     * server that hangs rather than refuses holds that look for the
+     * client's timeout */
     if (first)
-        wt->down_since = now;
+        wt->down_since = wt->look_start;
     if (now >= wt->deadline)
         return 0;
     if (first) {
@@ -333,7 +337,8 @@ static rs_status_t wait_until(waiter_t *wt, look_fn look, void *ctx,
     for (;;) {
         if (waiter_stop(wt))
             return waiter_cancelled(wt, diag);
-        int last = rs__now_s() >= wt->deadline, done = 0;
+        wt->look_start = rs__now_s();
+        int last = wt->look_start >= wt->deadline, done = 0;
         rs_status_t st = look(ctx, last, diag, &done);
         if (!done && st != RS_OK && outage_retry(wt, diag))
             continue;

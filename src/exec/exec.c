@@ -147,7 +147,8 @@ rs_status_t rs__exec_wait(rs_exec_h x, const char *stage, rs_diag_t *diag)
             t = left;
     }
     rs_status_t st = rs_transport_wait(x->t, t, diag);
-    if (st != RS_ERR_TIMEOUT || !clipped)
+    /* a stall names its sessions: the deadline did not end it */
+    if (st != RS_ERR_TIMEOUT || !clipped || rs__transport_stalled(x->t))
         return st;
     char where[64], detail[RS_DIAG_MSG_MAX + 2];
     snprintf(where, sizeof(where), "in the %s stage", stage);

@@ -157,10 +157,24 @@ rs_status_t rs_transport_wait(rs_transport_h t, double timeout_s,
     if (t == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG,
                             "transport: wait needs a transport");
+    t->stalled = 0;
     rs_status_t st = t->ops->wait(t, timeout_s, diag);
     if (st != RS_OK)
         t->counters.errors++;
     return st;
+}
+
+void rs__transport_set_stall(rs_transport_h t, double stall_s)
+{
+    if (t == NULL)
+        return;
+    t->stall_s = stall_s > 0 ? stall_s : 0;
+    t->stalled = 0; /* a run's verdict is its own */
+}
+
+int rs__transport_stalled(rs_transport_h t)
+{
+    return t != NULL && t->stalled;
 }
 
 void rs_transport_cancel(rs_transport_h t)

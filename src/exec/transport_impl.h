@@ -43,7 +43,19 @@ struct rs_transport {
     void *priv; /* the backend's own state */
     rs__tap_t *taps; /* sorted by dst, disjoint; borrowed; NULL: none */
     size_t ntaps;
+    /* > 0: a wait whose reads make no progress for this long ends as a
+     * timeout naming the sessions still outstanding, and sets `stalled`
+     * (backends whose reads depend on the peer running: ucx) */
+    double stall_s;
+    int stalled; /* the last wait ended by the stall bound */
 };
+
+/* Sets the stall bound of the following waits (<= 0: none). */
+void rs__transport_set_stall(rs_transport_h t, double stall_s);
+
+/* Whether the last wait ended because its reads made no progress for the
+ * stall bound (its RS_ERR_TIMEOUT names the stalled sessions). */
+int rs__transport_stalled(rs_transport_h t);
 
 /* Lends the taps of the reads posted from now on (n == 0: none). */
 void rs__transport_set_taps(rs_transport_h t, rs__tap_t *taps, size_t n);

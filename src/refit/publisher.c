@@ -37,6 +37,14 @@ static void publisher_defaults(rs_publisher_params_t *p)
 
 RS__PARAMS_DEFINE(publisher, publisher_defaults, notice_ctx)
 
+const char *rs__publisher_who(rs_publisher_h p, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "publisher rank %lld replica %lld (%s)",
+             (long long)p->params.rank, (long long)p->params.replica,
+             p->session != NULL ? p->session : "?");
+    return buf;
+}
+
 void rs__publisher_notify(rs_publisher_h p, const char *msg)
 {
     if (p->params.notice != NULL)
@@ -50,11 +58,12 @@ void rs__publisher_notify(rs_publisher_h p, const char *msg)
 static void main_notice(void *ctx, const char *msg)
 {
     rs_publisher_h p = ctx;
-    char line[RS_DIAG_MSG_MAX + 512];
+    char line[RS_DIAG_MSG_MAX + 512], who[RS_PUBLISHER_WHO_MAX];
     if (p->hb_running)
         return;
-    snprintf(line, sizeof(line), "publisher rank %lld: %s",
-             (long long)p->params.rank, msg);
+    snprintf(line, sizeof(line), "%s: %s", rs__publisher_who(p, who,
+                                                             sizeof(who)),
+             msg);
     rs__publisher_notify(p, line);
 }
 
@@ -330,21 +339,23 @@ static rs_status_t expose(rs_publisher_h p, rs_diag_t *diag)
     return RS_OK;
 }
 
-/* The wait before the next heartbeat after one that returned st: the
- * period while the directory answers, doubling up to heartbeat_max_s while
- * it does not; the outage's start and end are reported. */
+/* The wait before the next heartbeat after one that began at `started`
+ * and returned st: the period while the directory answers, doubling up to
+ * heartbeat_max_s while it does not; the outage's start and end are
+ * reported, its length counted from the start of the first heartbeat that
+ * failed (a server that hangs holds that one for the client's timeout). */
 static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
-                             const rs_diag_t *d, double wait,
+                             const rs_diag_t *d, double wait, double started,
                              double *down_since)
 {
-    char line[RS_DIAG_MSG_MAX + 512];
+    char line[RS_DIAG_MSG_MAX + 512], who[RS_PUBLISHER_WHO_MAX];
     double period = p->params.heartbeat_s;
     double cap = fmax(period, p->params.heartbeat_max_s);
+    rs__publisher_who(p, who, sizeof(who));
     if (st == RS_OK) {
         if (*down_since >= 0) {
-            snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
-                     "reachable again after %.1f s; heartbeats of version "
-                     "%lld resumed", (long long)p->params.rank,
+            snprintf(line, sizeof(line), "%s: directory %s reachable again "
+                     "after %.1f s; heartbeats of version %lld resumed", who,
                      rs_dir_name(p->hb_dir), rs__now_s() - *down_since,
                      (long long)v);
             rs__publisher_notify(p, line);
@@ -354,11 +365,11 @@ static double heartbeat_next(rs_publisher_h p, int64_t v, rs_status_t st,
     }
     if (*down_since >= 0)
         return fmin(wait * 2, cap);
-    *down_since = rs__now_s();
-    snprintf(line, sizeof(line), "publisher rank %lld: heartbeat of version "
-             "%lld failed: %s; still serving, retrying every %g s up to %g "
-             "s", (long long)p->params.rank, (long long)v,
-             d->msg[0] ? d->msg : rs_status_str(st), period, cap);
+    *down_since = started;
+    snprintf(line, sizeof(line), "%s: heartbeat of version %lld failed: %s; "
+             "still serving, retrying every %g s up to %g s", who,
+             (long long)v, d->msg[0] ? d->msg : rs_status_str(st), period,
+             cap);
     rs__publisher_notify(p, line);
     return fmin(period * 2, cap);
 }
@@ -396,11 +407,11 @@ static rs_status_t republish_kept(rs_publisher_h p, rs_dir_h dir, int64_t v,
  * the same bytes are still served, so the table is published again. */
 static rs_status_t republish_lost(rs_publisher_h p, int64_t v, rs_diag_t *d)
 {
-    char line[RS_DIAG_MSG_MAX + 512];
-    snprintf(line, sizeof(line), "publisher rank %lld: version %lld lost its "
-             "table in directory %s (%s); publishing it again",
-             (long long)p->params.rank, (long long)v, rs_dir_name(p->hb_dir),
-             d->msg);
+    char line[RS_DIAG_MSG_MAX + 512], who[RS_PUBLISHER_WHO_MAX];
+    snprintf(line, sizeof(line), "%s: version %lld lost its table in "
+             "directory %s (%s); publishing it again",
+             rs__publisher_who(p, who, sizeof(who)), (long long)v,
+             rs_dir_name(p->hb_dir), d->msg);
     return republish_kept(p, p->hb_dir, v, line, d);
 }
 
@@ -418,12 +429,13 @@ static void *heartbeat_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         rs_diag_t d;
         rs_diag_clear(&d);
+        double started = rs__now_s();
         rs_status_t st = rs_dir_heartbeat_as(p->hb_dir, p->model, v,
                                              p->params.rank, p->session, &d);
         if (st == RS_ERR_INCOMPLETE ||
             (st == RS_ERR_INPUT && !rs_dir_transient(p->hb_dir)))
             st = republish_lost(p, v, &d);
-        wait = heartbeat_next(p, v, st, &d, wait, &down_since);
+        wait = heartbeat_next(p, v, st, &d, wait, started, &down_since);
         pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);
@@ -489,28 +501,29 @@ static rs_status_t publish_table(rs_publisher_h p, int64_t version,
                                  const char *table, size_t len,
                                  uint64_t geometry, rs_diag_t *diag)
 {
-    char line[RS_DIAG_MSG_MAX + 512];
+    char line[RS_DIAG_MSG_MAX + 512], who[RS_PUBLISHER_WHO_MAX];
     double deadline = rs__now_s() + p->params.publish_retry_s, delay = 0.05;
     double down_since = -1;
+    rs__publisher_who(p, who, sizeof(who));
     for (;;) {
+        double started = rs__now_s();
         rs_status_t st = create_and_publish(p, p->dir, version, table, len,
                                             geometry, diag);
         double now = rs__now_s();
         if (st == RS_OK && down_since >= 0) {
-            snprintf(line, sizeof(line), "publisher rank %lld: directory %s "
-                     "reachable again after %.1f s; version %lld published",
-                     (long long)p->params.rank, rs_dir_name(p->dir),
-                     now - down_since, (long long)version);
+            snprintf(line, sizeof(line), "%s: directory %s reachable again "
+                     "after %.1f s; version %lld published", who,
+                     rs_dir_name(p->dir), now - down_since,
+                     (long long)version);
             rs__publisher_notify(p, line);
         }
         if (st == RS_OK || !rs_dir_transient(p->dir) || now >= deadline)
             return st;
         if (down_since < 0) {
-            down_since = now;
-            snprintf(line, sizeof(line), "publisher rank %lld: publishing "
-                     "version %lld: directory unreachable: %s; retrying for "
-                     "up to %.1f s", (long long)p->params.rank,
-                     (long long)version, diag != NULL ? diag->msg : "",
+            down_since = started; /* the outage began before this try */
+            snprintf(line, sizeof(line), "%s: publishing version %lld: "
+                     "directory unreachable: %s; retrying for up to %.1f s",
+                     who, (long long)version, diag != NULL ? diag->msg : "",
                      deadline - now);
             rs__publisher_notify(p, line);
         }

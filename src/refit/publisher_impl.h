@@ -189,6 +189,11 @@ void rs__publisher_stop_heartbeat(rs_publisher_h p);
 /* Where this publisher's notices go: the caller's callback or stderr. */
 void rs__publisher_notify(rs_publisher_h p, const char *msg);
 
+/* "publisher rank <R> replica <K> (<session>)", for notices: replicas of
+ * a rank share its number. Returns buf. */
+#define RS_PUBLISHER_WHO_MAX (RS_DIR_NAME_MAX + 80)
+const char *rs__publisher_who(rs_publisher_h p, char *buf, size_t cap);
+
 /* The publisher's exposer, created on first use (publisher_arena.c). */
 rs_status_t rs__publisher_exposer(rs_publisher_h p, rs_diag_t *diag);
 

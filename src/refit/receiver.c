@@ -65,6 +65,7 @@ static void receiver_defaults(rs_receiver_params_t *p)
     p->descriptor_ns = RS_PLAN_DEFAULT_DESCRIPTOR_NS;
     p->group_rank = -1;
     p->group_timeout_s = 60;
+    p->stall_s = RS_RECEIVER_DEFAULT_STALL_S;
 }
 
 RS__PARAMS_DEFINE(receiver, receiver_defaults, notice_ctx)

@@ -82,6 +82,48 @@ rs_status_t rs__receiver_start_lease(rs_receiver_h r, int64_t version,
     return st;
 }
 
+/* After a failed transfer: the directory ended the pull's lease meanwhile
+ * (the version released or abandoned under it, the lease lapsed or taken
+ * again), so the publishers may
+ * have refilled or unregistered their buffers mid-read; reads that failed
+ * or digests that mismatched then are consequences, and the lease is what
+ * to report. One renewal asks the directory (a directory that does not
+ * answer keeps the transfer's failure). */
+rs_status_t rs__receiver_lease_cause(rs_receiver_h r, int64_t version,
+                                     rs_status_t st, rs_diag_t *diag)
+{
+    rs__lease_t *l = &r->lease;
+    char why[RS_DIAG_MSG_MAX], seen[RS_DIAG_MSG_MAX];
+    if ((st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT &&
+         st != RS_ERR_VERIFY) || !l->taken)
+        return st;
+    pthread_mutex_lock(&l->lock);
+    int lost = l->lost;
+    snprintf(why, sizeof(why), "%s", l->why);
+    pthread_mutex_unlock(&l->lock);
+    if (!lost) {
+        rs_diag_t d;
+        rs_diag_clear(&d);
+        rs_status_t ls = rs_dir_lease_renew(r->dir, r->model, version,
+                                            r->holder, l->epoch, l->ttl_s,
+                                            &d);
+        lost = ls == RS_ERR_INCOMPLETE ||
+               (ls == RS_ERR_INPUT && !rs_dir_transient(r->dir));
+        snprintf(why, sizeof(why), "%s", d.msg);
+    }
+    if (!lost)
+        return st;
+    snprintf(seen, sizeof(seen), "%s", diag != NULL && diag->msg[0]
+                                           ? diag->msg : rs_status_str(st));
+    return rs__diag_set(diag, RS_ERR_VERIFY, "version %lld of '%s': lease "
+                        "'%s' (epoch %llu) lost mid-pull (%s), so the "
+                        "publishers may have refilled or dropped their "
+                        "buffers while they were read; nothing installed; "
+                        "what the reads saw then: %s", (long long)version,
+                        r->model, r->holder, (unsigned long long)l->epoch,
+                        why, seen);
+}
+
 /* Drops the pull's lease, riding out a short directory outage: a lease
  * left behind would make this receiver's own release_after refuse, and
  * block every other rank's release until its ttl ran out. Never longer

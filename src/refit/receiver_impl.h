@@ -181,6 +181,13 @@ rs_status_t rs__receiver_enter(rs_receiver_h r, const char *stage,
 rs_status_t rs__receiver_start_lease(rs_receiver_h r, int64_t version,
                                      rs_diag_t *diag);
 
+/* After a failed transfer (RS_ERR_TRANSPORT, RS_ERR_TIMEOUT or
+ * RS_ERR_VERIFY): when the directory says the pull's lease is over (the
+ * version released or abandoned under it), RS_ERR_VERIFY naming the lost
+ * lease first and what the reads saw after; `st` otherwise. */
+rs_status_t rs__receiver_lease_cause(rs_receiver_h r, int64_t version,
+                                     rs_status_t st, rs_diag_t *diag);
+
 /* Stops the renewals, keeps their figures in `res`, drops the lease. */
 void rs__receiver_end_lease(rs_receiver_h r, int64_t version,
                             rs_pull_result_t *res);

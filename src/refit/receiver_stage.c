@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/diag.h"
+#include "exec/transport_impl.h" /* the stall bound */
 #include "refit/receiver_impl.h"
 #include "reshard/plan.h"
 
@@ -117,9 +118,12 @@ void rs__receiver_exec_params(rs_receiver_h r, rs_exec_params_t *ep)
 }
 
 /* The transfer: reads the tables, plans (or reuses the plan), connects and
- * runs the executor into the staging, stopping before install. */
+ * runs the executor into the staging, stopping before install. With
+ * `stall`, reads that make no progress for stall_s end the run, while some
+ * slot has another publisher to fail over to. */
 static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
-                            double t0, rs_pull_result_t *res, rs_diag_t *diag)
+                            double t0, int stall, rs_pull_result_t *res,
+                            rs_diag_t *diag)
 {
     rs_sources_h sources = NULL;
     rs__tables_figures_t fig = {0, 0, 0};
@@ -142,6 +146,9 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
     if (st == RS_OK) {
         rs_exec_set_run_timeout(r->exec, r->deadline > 0
                                              ? rs__receiver_budget(r, 0) : 0);
+        rs__transport_set_stall(r->transport,
+                                stall && rs__replicas_backed(&r->replicas)
+                                    ? r->params.stall_s : 0);
         r->stage = NULL; /* the executor names its stages itself */
         st = rs_exec_run_staged(r->exec, diag);
         if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
@@ -153,8 +160,30 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
     return rs__receiver_deadline_status(r, v->version, st, diag);
 }
 
+/* Keeps one failed publisher in the result (rs__replicas_failures). */
+static void note_failure(void *ctx, const char *publisher, int64_t slot,
+                         const char *why)
+{
+    rs_pull_result_t *res = ctx;
+    if (res->nfailures < RS_PULL_FAILURES_MAX) {
+        rs_pull_failure_t *f = &res->failures[res->nfailures];
+        snprintf(f->publisher, sizeof(f->publisher), "%s", publisher);
+        f->slot = slot;
+        snprintf(f->why, sizeof(f->why), "%s", why);
+    }
+    res->nfailures++;
+}
+
+/* Whether the run's failure was its reads stalling (the stall bound). */
+static int stalled(rs_receiver_h r, rs_status_t st)
+{
+    return st == RS_ERR_TIMEOUT && rs__transport_stalled(r->transport);
+}
+
 /* transfer, again from other publishers of the slots whose chosen
- * publisher failed, while there are any and the deadline allows. */
+ * publisher failed, while there are any and the deadline allows. A lease
+ * the directory ended meanwhile (the version released or abandoned) is
+ * the failure reported: no other publisher serves a version that went. */
 static rs_status_t transfer_replicas(rs_receiver_h r,
                                      const rs_version_info_t *v, double t0,
                                      rs_pull_result_t *res, rs_diag_t *diag)
@@ -164,18 +193,24 @@ static rs_status_t transfer_replicas(rs_receiver_h r,
         rs_diag_clear(&own);
         diag = &own;
     }
+    int keep_waiting = 0; /* a stalled slot had no other publisher */
     rs__replicas_reset(&r->replicas);
-    rs_status_t st = transfer(r, v, t0, res, diag);
-    while ((st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT) &&
+    rs_status_t st = transfer(r, v, t0, 1, res, diag);
+    while (st != RS_OK &&
+           (st = rs__receiver_lease_cause(r, v->version, st, diag)) != RS_OK &&
+           (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT) &&
            !rs__receiver_past_deadline(r) &&
-           rs__replicas_failover(&r->replicas, st, diag)) {
+           rs__replicas_failover(&r->replicas, st, stalled(r, st), diag,
+                                 &keep_waiting)) {
         /* a peer failed: connect the new choice afresh */
         rs__receiver_drop_cache(r);
-        st = transfer(r, v, t0, res, diag);
+        st = transfer(r, v, t0, !keep_waiting, res, diag);
     }
     res->failovers = r->replicas.failovers;
     snprintf(res->failover_msg, sizeof(res->failover_msg), "%s",
              r->replicas.record);
+    res->nfailures = 0;
+    rs__replicas_failures(&r->replicas, note_failure, res);
     rs__replicas_reset(&r->replicas);
     return st;
 }
@@ -322,6 +357,19 @@ void rs_receiver_discard(rs_receiver_h r, rs_staged_h staged)
         return;
     rs__receiver_end_lease(r, staged->version, &staged->res);
     staged->active = 0;
+}
+
+uint32_t rs_receiver_failures(rs_receiver_h r, rs_pull_failure_t *out,
+                              uint32_t cap)
+{
+    if (r == NULL)
+        return 0;
+    const rs_pull_result_t *res = &r->slot.res;
+    uint32_t kept = res->nfailures < RS_PULL_FAILURES_MAX
+                        ? res->nfailures : RS_PULL_FAILURES_MAX;
+    for (uint32_t i = 0; out != NULL && i < kept && i < cap; i++)
+        out[i] = res->failures[i];
+    return res->nfailures;
 }
 
 int64_t rs_staged_version(rs_staged_h staged)

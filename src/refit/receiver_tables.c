@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/diag.h"
 #include "model/sources_log.h"
@@ -185,6 +186,34 @@ static rs_status_t load_split(rs_receiver_h r, rs_sources_h s,
     return st;
 }
 
+/* A restarted publisher writes its new geometry document before its new
+ * entry: a pull that read the old entry finds the old document replaced,
+ * and reads the entry again (its replacement follows within moments). */
+#define RENEW_TRIES 5
+#define RENEW_NAP_NS 20000000L
+
+/* load_split of slot's chosen entry, read again from the directory while
+ * its geometry document is found replaced by another. */
+static rs_status_t load_split_fresh(rs_receiver_h r, rs_sources_h s,
+                                    const rs_version_info_t *v, int64_t slot,
+                                    const char *origin, rs__table_memo_t *m,
+                                    rs__tables_figures_t *fig,
+                                    rs_diag_t *diag)
+{
+    rs_status_t st = RS_ERR_INCOMPLETE;
+    for (int k = 0; st == RS_ERR_INCOMPLETE && k < RENEW_TRIES; k++) {
+        if (k > 0 && !rs__replicas_renew_chosen(&r->replicas, slot)) {
+            struct timespec nap = {0, RENEW_NAP_NS};
+            nanosleep(&nap, NULL);
+            continue;
+        }
+        st = load_split(r, s, v, slot, rs__replicas_chosen(&r->replicas, slot),
+                        rs__replicas_chosen_split(&r->replicas, slot), origin,
+                        m, fig, diag);
+    }
+    return st;
+}
+
 /* Every slot's chosen table read whole and parsed into new sources. */
 static rs_status_t parse_all(rs_receiver_h r, const rs_version_info_t *v,
                              rs_diag_t *diag, rs_sources_h *sources_p,
@@ -206,8 +235,8 @@ static rs_status_t parse_all(rs_receiver_h r, const rs_version_info_t *v,
         snprintf(origin, sizeof(origin), "%s version %lld slot %lld "
                  "publisher %s", r->model, (long long)v->version,
                  (long long)slot, e->publisher);
-        st = sp->split ? load_split(r, s, v, slot, e, sp, origin, &memo[slot],
-                                    fig, diag)
+        st = sp->split ? load_split_fresh(r, s, v, slot, origin, &memo[slot],
+                                          fig, diag)
                        : rs_sources_load_string(s, e->table, e->len, origin,
                                                 diag);
         fig->parsed++;

@@ -1,9 +1,13 @@
 /* Several publishers per slot, seen from the receiver: every publisher of
- * every slot is read from the directory once per pull, one is chosen per
- * slot (rotated by the receiver's salt, so receivers spread over the
- * replicas), and when reading from a chosen publisher fails the receiver
+ * every slot is read from the directory once per pull and ordered by name,
+ * one is chosen per slot (rotated by the receiver's salt, so receivers
+ * spread over the replicas; by name, not by who published first, so the
+ * same publishers give the same choice every version and the plan cache
+ * holds), and when reading from a chosen publisher fails the receiver
  * chooses another publisher of that slot and transfers again, until the
- * slot runs out of publishers; later pulls choose it last while it
+ * slot runs out of publishers; before declaring it exhausted it reads the
+ * slot from the directory again, for a replica that published after the
+ * pull began. Later pulls choose a failed publisher last while it
  * publishes the table it failed with. A failed peer is recognised by the
  * name the receiver gave it ("<agent>, slot <S>"), which every transport
  * and connect error carries. */
@@ -28,8 +32,11 @@ void rs__replicas_reset(rs__replicas_t *set)
     set->nslots = 0;
     set->loaded = 0;
     set->failovers = 0;
+    set->rereads = 0;
     set->bytes = 0;
     set->record[0] = '\0';
+    set->dir = NULL;
+    set->model = NULL;
 }
 
 static int suspect(const rs__replicas_t *set, int64_t slot,
@@ -96,6 +103,36 @@ static int pick(const rs__replicas_t *set, int64_t slot, size_t *chosen_p)
     return 0;
 }
 
+/* One publisher of a slot while it is ordered. */
+typedef struct named {
+    rs_dir_entry_t e;
+    rs__dir_split_t sp;
+} named_t;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const named_t *)a)->e.publisher,
+                  ((const named_t *)b)->e.publisher);
+}
+
+/* Orders the slot's publishers by name: the directory lists them in the
+ * order they joined, which changes from version to version. */
+static rs_status_t order_slot(rs__replica_slot_t *sl, rs_diag_t *diag)
+{
+    named_t *v = malloc((sl->count + 1) * sizeof(*v));
+    if (v == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t i = 0; i < sl->count; i++)
+        v[i] = (named_t){sl->entries[i], sl->splits[i]};
+    qsort(v, sl->count, sizeof(*v), by_name);
+    for (size_t i = 0; i < sl->count; i++) {
+        sl->entries[i] = v[i].e;
+        sl->splits[i] = v[i].sp;
+    }
+    free(v);
+    return RS_OK;
+}
+
 static rs_status_t load_slot(rs__replicas_t *set, rs_dir_h dir,
                              const char *model, int64_t slot, rs_diag_t *diag)
 {
@@ -103,6 +140,8 @@ static rs_status_t load_slot(rs__replicas_t *set, rs_dir_h dir,
     rs_status_t st = rs__dir_read_parts(dir, model, set->version, slot, diag,
                                         &sl->entries, &sl->splits,
                                         &sl->count);
+    if (st == RS_OK)
+        st = order_slot(sl, diag);
     if (st != RS_OK)
         return st;
     for (size_t i = 0; i < sl->count; i++)
@@ -128,6 +167,8 @@ rs_status_t rs__replicas_load(rs__replicas_t *set, rs_dir_h dir,
     set->version = v->version;
     set->salt = salt;
     set->stale_s = stale_s;
+    set->dir = dir;
+    set->model = model;
     rs_status_t st = RS_OK;
     for (int64_t s = 0; st == RS_OK && s < v->slots; s++)
         st = load_slot(set, dir, model, s, diag);
@@ -198,18 +239,131 @@ static rs_status_t exhausted(const rs__replicas_t *set, int64_t slot,
                         sl->count == 1 ? "" : "s", list);
 }
 
-/* Marks slot's chosen publisher failed with `cause`; chooses the next. */
+/* Whether the slot already holds publisher e as it was read now: the
+ * same name with the same entry (a restarted publisher's is another). */
+static int known(const rs__replica_slot_t *sl, const rs_dir_entry_t *e,
+                 const rs__dir_split_t *sp)
+{
+    for (size_t i = 0; i < sl->count; i++) {
+        const rs_dir_entry_t *k = &sl->entries[i];
+        if (strcmp(k->publisher, e->publisher) == 0 && k->len == e->len &&
+            sl->splits[i].split == sp->split && sl->splits[i].doc == sp->doc &&
+            memcmp(k->table, e->table, e->len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Room for one more publisher in the slot's arrays; 0 when out of memory. */
+static int grow(rs__replica_slot_t *sl)
+{
+    size_t n = sl->count + 2;
+    rs_dir_entry_t *e = realloc(sl->entries, n * sizeof(*e));
+    if (e != NULL)
+        sl->entries = e;
+    rs__dir_split_t *sp = e != NULL ? realloc(sl->splits, n * sizeof(*sp))
+                                    : NULL;
+    if (sp != NULL)
+        sl->splits = sp;
+    rs__replica_try_t *t = sp != NULL ? realloc(sl->tries, n * sizeof(*t))
+                                      : NULL;
+    if (t == NULL)
+        return 0;
+    sl->tries = t;
+    memset(&sl->tries[sl->count], 0, sizeof(*t));
+    return 1;
+}
+
+/* Reads the slot from the directory again and adds the publishers the
+ * set does not hold yet (a replica that published after the set was
+ * loaded, or one restarted since); 1 when it added any. A directory that
+ * does not answer adds none: the slot is exhausted as it was known. */
+static int reread_slot(rs__replicas_t *set, int64_t slot)
+{
+    rs__replica_slot_t *sl = &set->slots[slot];
+    rs_dir_entry_t *e = NULL;
+    rs__dir_split_t *sp = NULL;
+    size_t n = 0, added = 0;
+    rs_diag_t d;
+    if (set->dir == NULL)
+        return 0;
+    set->rereads++;
+    if (rs__dir_read_parts(set->dir, set->model, set->version, slot, &d, &e,
+                           &sp, &n) != RS_OK)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (known(sl, &e[i], &sp[i]) || !grow(sl))
+            continue;
+        sl->entries[sl->count] = e[i];
+        sl->splits[sl->count] = sp[i];
+        sl->count++;
+        set->bytes += e[i].len;
+        e[i].table = NULL; /* the slot's now */
+        added++;
+    }
+    rs_dir_entries_free(e, n);
+    free(sp);
+    return added > 0;
+}
+
+int rs__replicas_renew_chosen(rs__replicas_t *set, int64_t slot)
+{
+    rs__replica_slot_t *sl = &set->slots[slot];
+    rs_dir_entry_t *e = NULL, *mine = &sl->entries[sl->chosen];
+    rs__dir_split_t *sp = NULL;
+    size_t n = 0;
+    rs_diag_t d;
+    int renewed = 0;
+    if (set->dir == NULL ||
+        rs__dir_read_parts(set->dir, set->model, set->version, slot, &d, &e,
+                           &sp, &n) != RS_OK)
+        return 0;
+    for (size_t i = 0; i < n && !renewed; i++) {
+        if (strcmp(e[i].publisher, mine->publisher) != 0 ||
+            sp[i].doc == sl->splits[sl->chosen].doc)
+            continue;
+        free(mine->table);
+        *mine = e[i];
+        sl->splits[sl->chosen] = sp[i];
+        set->bytes += e[i].len;
+        e[i].table = NULL;
+        renewed = 1;
+    }
+    rs_dir_entries_free(e, n);
+    free(sp);
+    return renewed;
+}
+
+/* Whether slot has a publisher besides its chosen one that did not fail
+ * in this pull, reading the slot again when it has none. */
+static int has_other(rs__replicas_t *set, int64_t slot)
+{
+    for (int again = 0; again < 2; again++) {
+        const rs__replica_slot_t *sl = &set->slots[slot];
+        for (size_t i = 0; i < sl->count; i++)
+            if (i != sl->chosen && !sl->tries[i].failed)
+                return 1;
+        if (again == 0 && !reread_slot(set, slot))
+            return 0;
+    }
+    return 0;
+}
+
+/* Marks slot's chosen publisher failed with `cause`; chooses the next,
+ * reading the slot again when every publisher it knows failed. */
 static int replace_chosen(rs__replicas_t *set, int64_t slot,
                           const char *cause)
 {
     rs__replica_slot_t *sl = &set->slots[slot];
-    const char *was = sl->entries[sl->chosen].publisher;
+    char was[RS_DIR_NAME_MAX + 1];
+    snprintf(was, sizeof(was), "%s", sl->entries[sl->chosen].publisher);
     rs__replica_try_t *t = &sl->tries[sl->chosen];
     t->failed = 1;
     snprintf(t->why, sizeof(t->why), "%.*s", (int)sizeof(t->why) - 1, cause);
     add_suspect(set, slot, &sl->entries[sl->chosen]);
     size_t next;
-    if (!pick(set, slot, &next))
+    if (!pick(set, slot, &next) &&
+        !(reread_slot(set, slot) && pick(set, slot, &next)))
         return 0;
     append(set->record, sizeof(set->record), "%s%s, slot %lld -> %s", was,
            slot, sl->entries[next].publisher);
@@ -218,8 +372,8 @@ static int replace_chosen(rs__replicas_t *set, int64_t slot,
     return 1;
 }
 
-int rs__replicas_failover(rs__replicas_t *set, rs_status_t st,
-                          rs_diag_t *diag)
+int rs__replicas_failover(rs__replicas_t *set, rs_status_t st, int stalled,
+                          rs_diag_t *diag, int *keep_waiting_p)
 {
     char cause[RS_DIAG_MSG_MAX];
     if (!set->loaded || diag == NULL ||
@@ -233,10 +387,38 @@ int rs__replicas_failover(rs__replicas_t *set, rs_status_t st,
         if (!names_peer(cause, e->publisher, s))
             continue;
         hits++;
+        /* a stall is a failure only where another publisher can serve */
+        if (stalled && !has_other(set, s)) {
+            if (keep_waiting_p != NULL)
+                *keep_waiting_p = 1;
+            continue;
+        }
         if (!replace_chosen(set, s, cause) && out < 0)
             out = s;
     }
     if (out >= 0)
         exhausted(set, out, st, diag);
     return hits > 0 && out < 0;
+}
+
+int rs__replicas_backed(const rs__replicas_t *set)
+{
+    for (int64_t s = 0; set->loaded && s < set->nslots; s++) {
+        const rs__replica_slot_t *sl = &set->slots[s];
+        for (size_t i = 0; i < sl->count; i++)
+            if (i != sl->chosen && !sl->tries[i].failed)
+                return 1;
+    }
+    return 0;
+}
+
+void rs__replicas_failures(const rs__replicas_t *set,
+                           rs__replica_failure_fn fn, void *ctx)
+{
+    for (int64_t s = 0; set->slots != NULL && s < set->nslots; s++) {
+        const rs__replica_slot_t *sl = &set->slots[s];
+        for (size_t i = 0; i < sl->count; i++)
+            if (sl->tries[i].failed)
+                fn(ctx, sl->entries[i].publisher, s, sl->tries[i].why);
+    }
 }

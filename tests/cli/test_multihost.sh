@@ -8,8 +8,13 @@
 # (the pull fails in bounded time naming the publisher, installs nothing,
 # leaves no process); Redis stopped (SIGSTOP) for longer than its client
 # timeout during discovery and during the wire stage (the refit still
-# completes byte-exact, the publishers survive). A table of outcomes ends
-# the output. Needs root and `ip netns`; exits 77 (skipped) without them.
+# completes byte-exact, the publishers survive, their notices naming rank
+# and replica); replicas of rank 0 on the other trainer host: one that
+# joins mid-wire, after the pull read the slot, is read from once
+# trainer-0 dies, and trainer-0 frozen (SIGSTOP) mid-wire is failed over
+# to its replica by the stall bound; both pulls byte-exact, their JSON
+# naming trainer-0 as the failed publisher and why. A table of outcomes
+# ends the output. Needs root and `ip netns`; exits 77 (skipped) without them.
 # docs/testing.md, "Across hosts, in network namespaces", explains the set-up
 # (and how to build it by hand), the rate limit that stretches the wire
 # stage, and the per-host settings that make the faults bite.
@@ -247,6 +252,21 @@ pull() {
 }
 
 published() { in_file "$TMP/$1.pub$2.out" "published version 1"; }
+
+# publish_replica NAME RANK REPLICA HOST URL: replica REPLICA of trainer
+# rank RANK on host HOST, its pid pub_pid[2] (finish reaps it), its output
+# TMP/NAME.pubRANK-REPLICA.*; waits for it to publish (a failed check when
+# it does not within 30 s).
+publish_replica() {
+    local name=$1 r=$2 k=$3 h=$4 url=$5 out="$TMP/$1.pub$2-$3"
+    ip netns exec "$P-$h" env "${UCX_ENV[@]}" "$BIN" publish --directory "$url" --model "$name" --version 1 \
+        --rank "$r" --replica "$k" --world 2 --layout "$TRAIN" \
+        --model-config "$CONFIG" --timeout 40 >"$out.out" 2>"$out.err" &
+    pub_pid[2]=$!
+    wait_for 30 in_file "$out.out" "published version 1" && return 0
+    bad "$name: rank $r replica $k did not publish within 30 s"; show "$out.err"
+    return 1
+}
 
 # start_publishers NAME URL: both trainers up and READY, or a failed check.
 start_publishers() {
@@ -493,10 +513,77 @@ redis_stop_serving() {
     reap "$pull_pid" rc
     if expect_exact "$n" "$rc"; then expect_publishers "$n" || fine=0
     else fine=0; fi
+    # (the outage's start: its end is told by the next heartbeat, which
+    # may come after the release ended the publisher)
+    if in_file "$TMP/$n.pub0.err" "publisher rank 0 replica 0 (trainer-0): heartbeat of version 1 failed"; then
+        ok "$n: the outage notices name rank, replica and session"
+    else
+        bad "$n: the outage notices do not name the replica"; show "$TMP/$n.pub0.err"; fine=0
+    fi
     finish "$n"
     [ "$fine" = 1 ] && outcome "$n" "ok: publishers survived, byte-exact" ||
         outcome "$n" "FAIL: exit $rc: $(tail -1 "$TMP/$n.pull.err" | cut -c1-100)"
 }
+
+# The replica scenarios' trainer host 1 serves rank 1 and, after the
+# failover, rank 0's replica too: its link is faster, so the pull that
+# rereads every byte from it stays short.
+REPLICA_RATE=8mbit
+
+# expect_failed_over NAME TEXT: the pull replaced trainer-0 with its
+# replica, its JSON naming trainer-0 of slot 0 as failed with TEXT.
+expect_failed_over() {
+    local out="$TMP/$1.pull.out"
+    if in_file "$out" '"failovers":1' &&
+       in_file "$out" '"failed_publishers":[{"publisher":"trainer-0","slot":0,"error":"' &&
+       in_file "$out" "$2"; then
+        ok "$1: failed over from trainer-0 ($2), recorded in --json"
+        return 0
+    fi
+    bad "$1: no failover from trainer-0 ($2) in the JSON"; show "$out"
+    return 1
+}
+
+# replica_fault NAME EARLY STRIKE TEXT DONE [PULL-ARGS...]: both trainers
+# up, and rank 0's second replica on trainer host 1 before the pull when
+# EARLY is 1; once trainer 0's wire passes MID, trainer-0 is frozen
+# (SIGSTOP: the fault lands mid-wire) and STRIKE runs. The pull must
+# complete byte-exact from the replica, its JSON naming trainer-0 as failed
+# with TEXT; DONE is the outcome's text.
+replica_fault() {
+    local n=$1 early=$2 strike=$3 text=$4 done=$5 rc fine=1
+    shift 5
+    shape t0 && shape t1 "$REPLICA_RATE"
+    start_publishers "$n" "$URL" || { outcome "$n" FAIL; finish "$n"; return; }
+    if [ "$early" = 1 ]; then publish_replica "$n" 0 1 t1 "$URL" || fine=0; fi
+    pull "$n" "$URL" --verify --timeout 30 "$@"
+    if wait_for 30 wire_started t0 "$MID"; then
+        signal STOP "${pub_pid[0]}"
+        expect_mid_wire "$n" "$(wire_bytes t0)" || fine=0
+        $strike "$n" || fine=0
+    else
+        bad "$n: trainer 0 never sent $MID wire bytes"; fine=0
+    fi
+    reap "$pull_pid" rc
+    expect_exact "$n" "$rc" || fine=0
+    expect_failed_over "$n" "$text" || fine=0
+    finish "$n"
+    [ "$fine" = 1 ] && outcome "$n" "ok: $done" ||
+        outcome "$n" "FAIL: exit $rc: $(tail -1 "$TMP/$n.pull.err" | cut -c1-100)"
+}
+
+# 6. Rank 0's second replica starts once trainer 0's wire is under way,
+# after the pull read the slot; then trainer-0 dies: the pull reads slot 0
+# from the directory again, finds the newcomer, and completes from it.
+late_replica() {
+    local fine=0
+    publish_replica "$1" 0 1 t1 "$URL" || fine=1
+    kill_publisher
+    return $fine
+}
+# 7. Trainer-0 frozen while its replica served from the start: after a
+# second without progress (--stall-after 1) the pull counts it failed.
+stay_frozen() { return 0; }
 
 main() {
     make_hosts || { bad "setting up the namespaces"; return; }
@@ -514,6 +601,11 @@ main() {
     fi
     want redis-stop-discovery && redis_stop_discovery
     want redis-stop-serving && redis_stop_serving
+    want replica-joins && replica_fault replica-joins 0 late_replica \
+        "trainer-0, slot 0" "read from the late replica, byte-exact"
+    want replica-frozen && replica_fault replica-frozen 1 stay_frozen \
+        "no progress for 1 s" "stalled, failed over, byte-exact" \
+        --stall-after 1
 }
 
 # want NAME: NAME is among RESHARD_MULTIHOST_ONLY (default: every scenario).

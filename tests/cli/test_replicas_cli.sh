@@ -6,8 +6,9 @@
 # --check; with both replicas of slot 1 dead the pull fails naming both;
 # rank 1 started again with the same --rank and --replica rejoins its slot
 # of the same version and the next pull passes --check (reading slot 1
-# from it once the dead trainer-1-r1, still fresh, fails); bad usage exits
-# 2.
+# from it once the dead trainer-1-r1, still fresh, fails); --json names
+# each failed publisher and its error, also when the pull fails; bad usage
+# exits 2.
 # usage: bash test_replicas_cli.sh <reshard-binary> <source-dir>
 set -u
 BIN=${1:?usage: test_replicas_cli.sh <reshard-binary> <source-dir>}
@@ -20,8 +21,11 @@ D="file:$TMP/dir"
 declare -A pid
 
 # pub RANK REPLICA [LAYOUT]: a publisher of version 1 in the background.
+# The output of an earlier publisher of the same rank and replica goes
+# first: its "published" line must not stand for the new one's.
 pub() {
     local out="$TMP/pub$1-$2"
+    rm -f "$out.out" "$out.err"
     "$BIN" publish --directory "$D" --model m --version 1 --rank "$1" \
         --replica "$2" --world 2 --layout "${3:-megatron:tp=2}" \
         --model-config "$TINY" --backend cma --timeout 60 \
@@ -70,18 +74,22 @@ gone 1-1
 pull --check --json
 expect_rc "pull with trainer-1-r1 dead" 0
 expect_in "pull with trainer-1-r1 dead" "$TMP/out" '"ok":true' '"check":true' \
-    '"failovers":1'
+    '"failovers":1' '"failures":1' \
+    '"failed_publishers":[{"publisher":"trainer-1-r1","slot":1,"error":"'
 pull --check
 expect_rc "pull with trainer-1-r1 dead" 0
 expect_in "pull with trainer-1-r1 dead" "$TMP/out" \
     "failed over: trainer-1-r1, slot 1 -> trainer-1" "byte-exact"
 
 gone 1-0
-pull
+pull --json
 expect_rc "pull with slot 1's replicas dead" 1
 expect_in "pull with slot 1's replicas dead" "$TMP/err" \
     "reading from each of its 2 publishers failed" \
     "trainer-1, slot 1: " "trainer-1-r1, slot 1: "
+expect_in "pull with slot 1's replicas dead" "$TMP/out" '"ok":false' \
+    '"failures":2' '{"publisher":"trainer-1","slot":1,"error":"' \
+    '{"publisher":"trainer-1-r1","slot":1,"error":"' 
 
 # rank 1 again, same --rank and --replica: a new process at new addresses
 pub 1 0; published 1 0
@@ -96,5 +104,9 @@ expect_in "pull after rank 1 restarted" "$TMP/out" \
 rc=$?
 expect_rc "--replica x" 2
 expect_in "--replica x" "$TMP/err" "--replica must be a non-negative integer"
+
+pull --stall-after x
+expect_rc "--stall-after x" 2
+expect_in "--stall-after x" "$TMP/err" "--stall-after must be a number of seconds >= 0, got 'x'"
 
 cli_done

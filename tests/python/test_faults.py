@@ -283,6 +283,32 @@ def test_replica_killed_mid_stage(file_dir):
                            "after failover")
 
 
+def test_replica_frozen_fails_over_by_stall(file_dir):
+    """Two replicas per rank; the one a receiver with salt 1 reads slot 1
+    from is frozen (SIGSTOP) for the whole pull: its reads make no
+    progress, so after stall_s (1 s; timeout_s is 60 s) the pull reads
+    slot 1 from the other replica, installs it byte-exact and names the
+    frozen one, and why, among the failures."""
+    with H.Trainers(file_dir, "ucx", CFG, world=2, replicas=2) as trainers:
+        trainers.publish(1)
+        model, cap = H.capture(CFG, 1, 2)
+        with H.receiver(file_dir, "ucx", cap, model, salt=1, holder="r",
+                        timeout_s=60, pull_timeout_s=60, stall_s=1.0) as r:
+            victim = trainers.proc(1, replica=0)
+            victim.freeze()
+            try:
+                res = r.pull(1)
+            finally:
+                victim.thaw()
+            assert res.failovers == 1, res
+            assert [f["publisher"] for f in res.failures] == ["trainer-1"]
+            assert res.failures[0]["slot"] == 1
+            assert "no progress for 1 s" in res.failures[0]["error"], \
+                res.failures
+            H.assert_equal(model, truth(CFG, (2, 1), trainers.fulls(1)),
+                           "after the stall's failover")
+
+
 def test_redis_stopped_mid_stage(redis_server):
     """The directory goes away while a stage is in flight (its lease taken,
     a publisher frozen, then thawed). Either the stage had read every

@@ -178,7 +178,8 @@ static int next_command(int fd, unsigned char *c)
     return k == 1;
 }
 
-/* Publishes `first`, acknowledges it, then follows the command pipe. */
+/* Publishes `first`, acknowledges it, then follows the command pipe
+ * (acknowledging each version it publishes). */
 static int serve(const pfx_publish_t *s, rs_publisher_h pub, rs_diag_t *diag)
 {
     unsigned char c = 'p';
@@ -186,10 +187,14 @@ static int serve(const pfx_publish_t *s, rs_publisher_h pub, rs_diag_t *diag)
         return 4;
     if ((s->flags & PFX_ACK_PUBLISHED) && write(s->ack_fd, &c, 1) != 1)
         return 5;
-    while (next_command(s->cmd_fd, &c))
-        if ((s->flags & PFX_NEXT_VERSIONS) &&
-            rs_publisher_publish(pub, (int64_t)c, diag) != RS_OK)
+    while (next_command(s->cmd_fd, &c)) {
+        if (!(s->flags & PFX_NEXT_VERSIONS))
+            continue;
+        if (rs_publisher_publish(pub, (int64_t)c, diag) != RS_OK)
             return 4;
+        if ((s->flags & PFX_ACK_PUBLISHED) && write(s->ack_fd, &c, 1) != 1)
+            return 5;
+    }
     return 0;
 }
 

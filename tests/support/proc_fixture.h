@@ -44,7 +44,9 @@ enum {
     PFX_ACK_PUBLISHED = 1 << 1, /* one byte 'p' on it once `first` is out */
     PFX_UCX_QUIET = 1 << 2,     /* UCX_HANDLE_ERRORS=none: a dead peer is an
                                  * error, not a backtrace or a freeze */
-    PFX_NEXT_VERSIONS = 1 << 3, /* a command byte is a version to publish */
+    PFX_NEXT_VERSIONS = 1 << 3, /* a command byte is a version to publish
+                                 * (with PFX_ACK_PUBLISHED, acknowledged
+                                 * once published) */
     PFX_OWN_PAGES = 1 << 4,     /* every shard in its own pages, so that
                                  * pfx_shards_unreadable can protect them */
     PFX_QUANTIZE_WANTED = 1 << 5, /* arena staging, quantized copies served */

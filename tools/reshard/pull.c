@@ -19,6 +19,7 @@ typedef struct pull_args {
     int64_t version;
     uint64_t rank, versions;
     double timeout_s, stale_s;
+    double stall_s;             /* --stall-after */
     double nic_gbps, descriptor_ns; /* 0 = not given */
     int have_version, have_rank, verify, check, release, json;
     int dry_run, no_announce;
@@ -55,7 +56,7 @@ enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN,
        OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS, OPT_NIC, OPT_DESC, OPT_GROUP,
        OPT_GROUP_SIZE, OPT_GROUP_RANK, OPT_GROUP_TIMEOUT, OPT_BUDGET,
-       OPT_CHANGED_FRACTION };
+       OPT_CHANGED_FRACTION, OPT_STALL };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -78,6 +79,7 @@ static const struct option long_opts[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"versions", required_argument, NULL, OPT_VERSIONS},
     {"stale-after", required_argument, NULL, OPT_STALE},
+    {"stall-after", required_argument, NULL, OPT_STALL},
     {"no-announce", no_argument, NULL, OPT_NO_ANNOUNCE},
     {"announce-as", required_argument, NULL, OPT_ANNOUNCE_AS},
     {"nic-gbps", required_argument, NULL, OPT_NIC},
@@ -100,6 +102,7 @@ static void pull_usage(FILE *out)
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
         "                    [--changed-fraction F]\n"
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
+        "                    [--stall-after S]\n"
         "                    [--dry-run] [--no-announce] [--announce-as NAME]\n"
         "                    [--nic-gbps G] [--descriptor-ns N] [--staging-budget B]\n"
         "                    [--group NAME --group-size N [--group-rank G]\n"
@@ -151,6 +154,11 @@ static void pull_usage(FILE *out)
         "                      is stale (default 5; 0: off): -1 skips it for the\n"
         "                      newest live one, an explicit V waits, then fails\n"
         "                      naming the stale slots\n"
+        "  --stall-after S     a publisher whose reads make no progress for S seconds\n"
+        "                      (frozen, or a link that drops everything) counts as\n"
+        "                      failed while its slot has another publisher: the\n"
+        "                      pull reads that slot from it (default 5; 0: off);\n"
+        "                      without one the reads wait until --timeout\n"
         "  --versions K        pull K versions one after another, V, V+1, ...,\n"
         "                      reusing the plan while the topology is unchanged\n"
         "  --announce-as NAME  before the first pull, the rank's cut points are\n"
@@ -266,6 +274,9 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_STALE:
         return parse_seconds(arg, 1, 1e7, "--stale-after must be a number of "
                              "seconds >= 0, got '%s'", &a->stale_s);
+    case OPT_STALL:
+        return parse_seconds(arg, 1, 1e7, "--stall-after must be a number of "
+                             "seconds >= 0, got '%s'", &a->stall_s);
     case OPT_TIMEOUT:
         return parse_seconds(arg, 0, 1e7, "--timeout must be a positive "
                              "number of seconds, got '%s'", &a->timeout_s);
@@ -304,6 +315,7 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     a->versions = 1;
     a->timeout_s = 60;
     a->stale_s = DEFAULT_STALE_S;
+    a->stall_s = RS_RECEIVER_DEFAULT_STALL_S;
     a->group_timeout_s = 60;
     rc = rs_cli_options("pull", argc, argv, long_opts, pull_usage,
                         take_option, a);
@@ -469,6 +481,7 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.pull_timeout_s = a->timeout_s; /* one deadline for each whole pull */
     rp.release_after = a->release;
     rp.stale_s = a->stale_s;
+    rp.stall_s = a->stall_s;
     rp.group = a->group;
     rp.group_size = (int64_t)a->group_size;
     rp.group_rank = (int64_t)a->group_rank;
@@ -605,6 +618,27 @@ static void put_records(json_line_t *l, pull_state_t *s,
     }
 }
 
+/* The publishers that failed within the pull and why: [{"publisher",
+ * "slot", "error"}, ...] (the first RS_PULL_FAILURES_MAX; "failures"
+ * counts them all). */
+static void put_failures(json_line_t *l, pull_state_t *s)
+{
+    rs_pull_failure_t failed[RS_PULL_FAILURES_MAX];
+    json_t *list = json_array();
+    /* a failed pull writes no result: its failures are the receiver's */
+    uint32_t all = rs_receiver_failures(s->recv, failed, RS_PULL_FAILURES_MAX);
+    uint32_t n = all < RS_PULL_FAILURES_MAX ? all : RS_PULL_FAILURES_MAX;
+    put(l, "failures", json_integer((json_int_t)all));
+    for (uint32_t i = 0; i < n; i++) {
+        const rs_pull_failure_t *f = &failed[i];
+        json_array_append_new(list, json_pack("{s:s,s:I,s:s}", "publisher",
+                                              f->publisher, "slot",
+                                              (json_int_t)f->slot, "error",
+                                              f->why));
+    }
+    put(l, "failed_publishers", list);
+}
+
 static void print_json(const pull_args_t *a, pull_state_t *s,
                        const pull_outcome_t *o)
 {
@@ -614,6 +648,7 @@ static void print_json(const pull_args_t *a, pull_state_t *s,
     put(&l, "ok", json_boolean(o->ok && (!o->checked || o->check_ok)));
     put(&l, "replanned", json_boolean(o->res.replanned));
     put(&l, "failovers", json_integer((json_int_t)o->res.failovers));
+    put_failures(&l, s);
     put(&l, "tables_parsed", json_integer((json_int_t)o->res.tables_parsed));
     put(&l, "tables_reused", json_integer((json_int_t)o->res.tables_reused));
     put(&l, "table_bytes_read",

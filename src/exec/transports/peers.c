@@ -220,6 +220,13 @@ rs_status_t rs__timeout_begin(rs_diag_t *diag, double timeout_s)
                         "outstanding:", timeout_s);
 }
 
+rs_status_t rs__stall_begin(rs_diag_t *diag, double stall_s)
+{
+    return rs__diag_set(diag, RS_ERR_TIMEOUT,
+                        "transport: no progress for %.3g s (the stall "
+                        "bound); sessions stalled:", stall_s);
+}
+
 void rs__timeout_add(rs_diag_t *diag, const rs__peers_t *peers,
                      uint32_t session)
 {

@@ -78,6 +78,8 @@ void rs__peers_free(rs__peers_t *peers);
  * sessions still outstanding:"), then one call per outstanding session. Both
  * accept a NULL diag; begin returns RS_ERR_TIMEOUT. */
 rs_status_t rs__timeout_begin(rs_diag_t *diag, double timeout_s);
+/* The same for a wait ended by the stall bound: "no progress for S s". */
+rs_status_t rs__stall_begin(rs_diag_t *diag, double stall_s);
 void rs__timeout_add(rs_diag_t *diag, const rs__peers_t *peers,
                      uint32_t session);
 

@@ -192,11 +192,13 @@ static void release_requests(ucx_state_t *s)
     }
 }
 
-/* Names each session with a group still outstanding, once. */
-static rs_status_t timed_out(ucx_state_t *s, double timeout_s,
+/* Names each session with a group still outstanding, once; `stalled`:
+ * the wait ended because nothing moved for the stall bound. */
+static rs_status_t timed_out(ucx_state_t *s, double timeout_s, int stalled,
                              rs_diag_t *diag)
 {
-    rs_status_t st = rs__timeout_begin(diag, timeout_s);
+    rs_status_t st = stalled ? rs__stall_begin(diag, timeout_s)
+                             : rs__timeout_begin(diag, timeout_s);
     uint32_t last = UINT32_MAX;
     for (size_t i = 0; i < s->groups_len; i++) {
         const ucx_group_t *g = &s->groups[i];
@@ -210,8 +212,8 @@ static rs_status_t timed_out(ucx_state_t *s, double timeout_s,
 
 /* Credits the groups that completed, drains the rest, forgets the batch. */
 static rs_status_t finish(rs_transport_h t, wait_ctx_t *w, size_t pending,
-                          double timeout_s, int cancelled, unsigned long mark,
-                          rs_diag_t *diag)
+                          double timeout_s, int cancelled, int stalled,
+                          unsigned long mark, rs_diag_t *diag)
 {
     ucx_state_t *s = t->priv;
     for (size_t i = 0; i < s->groups_len; i++) {
@@ -238,7 +240,8 @@ static rs_status_t finish(rs_transport_h t, wait_ctx_t *w, size_t pending,
         st = rs__diag_set(diag, RS_ERR_CANCELLED, "reads cancelled with %zu "
                           "post(s) outstanding", pending);
     } else if (pending > 0) {
-        st = timed_out(s, timeout_s, diag);
+        t->stalled = stalled;
+        st = timed_out(s, stalled ? t->stall_s : timeout_s, stalled, diag);
         rs__ucx_add_cause(diag, mark);
     }
     release_requests(s);
@@ -271,20 +274,29 @@ static rs_status_t wait_quietly(rs_transport_h t, double timeout_s,
     }
     size_t pending = poll_groups(&w);
     unsigned idle = 0;
-    int cancelled = 0;
+    int cancelled = 0, stalled = 0;
+    /* the last moment the worker had an event or a post completed */
+    double moved = rs__now_s();
     while (pending > 0) {
         /* The exposer may share this core: give it the core when there is
          * nothing to do (see the exposer's progress loop). */
-        if (ucp_worker_progress(s->u.worker) == 0 && ++idle % 16 == 0)
+        int events = ucp_worker_progress(s->u.worker) != 0;
+        if (!events && ++idle % 16 == 0)
             sched_yield();
+        size_t before = pending;
         pending = poll_groups(&w);
-        if (pending > 0 && deadline > 0 && rs__now_s() > deadline)
+        double now = rs__now_s();
+        if (events || pending < before)
+            moved = now;
+        if (pending > 0 && deadline > 0 && now > deadline)
             break;
-        cancelled = pending > 0 && rs_cancel_raised(t->params.cancel);
-        if (cancelled)
+        stalled = pending > 0 && t->stall_s > 0 && now - moved > t->stall_s;
+        cancelled = pending > 0 && !stalled &&
+                    rs_cancel_raised(t->params.cancel);
+        if (cancelled || stalled)
             break;
     }
-    return finish(t, &w, pending, timeout_s, cancelled, mark, diag);
+    return finish(t, &w, pending, timeout_s, cancelled, stalled, mark, diag);
 }
 
 /* UCX's own lines about a failing peer stay quiet: the failure comes back
