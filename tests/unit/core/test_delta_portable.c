@@ -1,8 +1,9 @@
 /* The delta encoder's portable scan (64-bit words, what machines without
  * SSE2 run, aarch64 among them) is compiled here beside the library's, under
  * other names, and must give byte for byte the library's deltas and arena
- * bytes: for element sizes 1, 2 and 4, 0 % to 100 % changed, odd sizes
- * and runs of random lengths. The library's own deltas are checked
+ * bytes at every SIMD level this machine has (SSE2, AVX2): for element
+ * sizes 1, 2 and 4, 0 % to 100 % changed, odd sizes and runs of random
+ * lengths fed to both (so that lines start anywhere in a chunk's bitmap). The library's own deltas are checked
  * against an independent reference in test_delta. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,8 @@
 #include <string.h>
 
 #include "core/delta.h" /* the library's names, before the renaming */
+#include "core/simd.h"
+#include "simd_levels.h"
 
 #define RS_DELTA_PORTABLE 1
 #define rs__delta_enc_init portable_enc_init
@@ -23,6 +26,8 @@
 #define rs__delta_encode portable_encode
 #include "core/delta_encode.c"
 #undef rs__delta_enc_init
+#undef rs__delta_enc_limit
+#undef rs__delta_enc_abandon
 #undef rs__delta_enc_copy
 #undef rs__delta_enc_finish
 #undef rs__delta_encode
@@ -51,9 +56,17 @@ static void same_delta(uint64_t n, uint32_t es, uint32_t permille)
     memcpy(a2, old, bytes);
     rs_diag_t diag = {0};
     size_t l1 = 0, l2 = 0;
-    assert_int_equal(rs__delta_encode(a1, neu, n, es, 256, 3, 4, d1, &diag,
-                                      &l1), RS_OK);
     rs__delta_enc_t e;
+    assert_int_equal(rs__delta_enc_init(&e, a1, n, es, 256, 3, 4, d1, &diag),
+                     RS_OK);
+    for (uint64_t at = 0; at < n;) {
+        uint64_t run = 1 + rnd(900);
+        if (run > n - at)
+            run = n - at;
+        rs__delta_enc_copy(&e, neu + at * es, run * es);
+        at += run;
+    }
+    assert_int_equal(rs__delta_enc_finish(&e, &diag, &l1), RS_OK);
     assert_int_equal(portable_enc_init(&e, a2, n, es, 256, 3, 4, d2, &diag),
                      RS_OK);
     for (uint64_t at = 0; at < n;) {
@@ -81,17 +94,20 @@ static void test_portable_matches(void **state)
     (void)state;
     static const uint32_t permille[] = {0, 1, 20, 300, 1000};
     static const uint32_t sizes[] = {1, 2, 4};
-    for (size_t s = 0; s < 3; s++)
-        for (size_t f = 0; f < 5; f++) {
-            same_delta(5000 + 13, sizes[s], permille[f]);
-            same_delta(3, sizes[s], permille[f]);
-        }
+    for (int level = 0; level < simd_nlevels(); level++) {
+        rs__simd_force((rs__simd_t)level);
+        for (size_t s = 0; s < 3; s++)
+            for (size_t f = 0; f < 5; f++) {
+                same_delta(5000 + 13, sizes[s], permille[f]);
+                same_delta(3, sizes[s], permille[f]);
+            }
+    }
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_portable_matches),
+        cmocka_unit_test_teardown(test_portable_matches, simd_restore_level),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
