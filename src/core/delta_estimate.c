@@ -18,8 +18,9 @@ static double chunk_size(uint32_t len, uint32_t esize, uint64_t k)
 {
     if (k == 0)
         return 0;
+    const uint64_t bitmap_bytes = ((uint64_t)len + 7) / 8;
     double list = (double)k * (2 + esize);
-    double bitmap = (double)((len + 7) / 8) + (double)k * esize;
+    double bitmap = (double)bitmap_bytes + (double)k * esize;
     double raw = (double)len * esize;
     double best = list < bitmap ? list : bitmap;
     return best < raw ? best : raw;
@@ -36,15 +37,16 @@ double rs__delta_chunk_expect(uint32_t len, uint32_t esize, double share)
      * summing only there keeps a chunk of 4096 to a few hundred terms */
     const double n = len, mu = n * share;
     const double sd = sqrt(mu * (1 - share));
-    double lo = floor(mu - 12 * sd - 20), hi = ceil(mu + 12 * sd + 20);
-    lo = lo < 0 ? 0 : lo;
-    hi = hi > n ? n : hi;
+    const double lo = floor(mu - 12 * sd - 20), hi = ceil(mu + 12 * sd + 20);
+    const uint64_t first = lo < 1 ? 1 : (uint64_t)lo;
+    const uint64_t last = hi > n ? len : (uint64_t)hi;
     const double lp = log(share), lq = log1p(-share), lnf = lgamma(n + 1);
     double sum = 0;
-    for (double k = lo < 1 ? 1 : lo; k <= hi; k++) {
+    for (uint64_t c = first; c <= last; c++) {
+        const double k = (double)c;
         const double lpmf =
             lnf - lgamma(k + 1) - lgamma(n - k + 1) + k * lp + (n - k) * lq;
-        sum += exp(lpmf) * chunk_size(len, esize, (uint64_t)k);
+        sum += exp(lpmf) * chunk_size(len, esize, c);
     }
     return sum;
 }

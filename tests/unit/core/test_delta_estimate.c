@@ -32,8 +32,9 @@ static double size_rule(uint32_t len, uint32_t es, uint32_t k)
 {
     if (k == 0)
         return 0;
+    const uint32_t bits_bytes = (len + 7) / 8;
     double best = (double)k * (2 + es);
-    double bitmap = (double)((len + 7) / 8) + (double)k * es;
+    double bitmap = (double)bits_bytes + (double)k * es;
     best = bitmap < best ? bitmap : best;
     return (double)len * es < best ? (double)len * es : best;
 }
