@@ -40,6 +40,34 @@ static uint64_t rnd(uint64_t n)
     return (rng >> 33) % n;
 }
 
+/* An encoder's three calls: the library's or the portable copy's. */
+typedef struct enc_fns {
+    rs_status_t (*init)(rs__delta_enc_t *, void *, uint64_t, uint32_t,
+                        uint32_t, int64_t, int64_t, void *, rs_diag_t *);
+    void (*copy)(rs__delta_enc_t *, const void *, size_t);
+    rs_status_t (*finish)(rs__delta_enc_t *, rs_diag_t *, size_t *);
+} enc_fns_t;
+
+/* Encodes new over arena (n elements of es bytes, chunks of 256) in runs
+ * of 1 to max_run elements; *len_p = the delta's length. */
+static void encode_in_runs(const enc_fns_t *f, unsigned char *arena,
+                           const unsigned char *neu, uint64_t n, uint32_t es,
+                           uint64_t max_run, unsigned char *out,
+                           size_t *len_p)
+{
+    rs_diag_t diag = {0};
+    rs__delta_enc_t e;
+    assert_int_equal(f->init(&e, arena, n, es, 256, 3, 4, out, &diag), RS_OK);
+    for (uint64_t at = 0; at < n;) {
+        uint64_t run = 1 + rnd(max_run);
+        if (run > n - at)
+            run = n - at;
+        f->copy(&e, neu + at * es, run * es);
+        at += run;
+    }
+    assert_int_equal(f->finish(&e, &diag, len_p), RS_OK);
+}
+
 static void same_delta(uint64_t n, uint32_t es, uint32_t permille)
 {
     const size_t bytes = n * es, bound = rs__delta_bound(n, es, 256);
@@ -54,29 +82,13 @@ static void same_delta(uint64_t n, uint32_t es, uint32_t permille)
             neu[i * es + rnd(es)] ^= (unsigned char)(1 + rnd(255));
     memcpy(a1, old, bytes);
     memcpy(a2, old, bytes);
-    rs_diag_t diag = {0};
     size_t l1 = 0, l2 = 0;
-    rs__delta_enc_t e;
-    assert_int_equal(rs__delta_enc_init(&e, a1, n, es, 256, 3, 4, d1, &diag),
-                     RS_OK);
-    for (uint64_t at = 0; at < n;) {
-        uint64_t run = 1 + rnd(900);
-        if (run > n - at)
-            run = n - at;
-        rs__delta_enc_copy(&e, neu + at * es, run * es);
-        at += run;
-    }
-    assert_int_equal(rs__delta_enc_finish(&e, &diag, &l1), RS_OK);
-    assert_int_equal(portable_enc_init(&e, a2, n, es, 256, 3, 4, d2, &diag),
-                     RS_OK);
-    for (uint64_t at = 0; at < n;) {
-        uint64_t run = 1 + rnd(700);
-        if (run > n - at)
-            run = n - at;
-        portable_enc_copy(&e, neu + at * es, run * es);
-        at += run;
-    }
-    assert_int_equal(portable_enc_finish(&e, &diag, &l2), RS_OK);
+    const enc_fns_t lib = {rs__delta_enc_init, rs__delta_enc_copy,
+                           rs__delta_enc_finish};
+    const enc_fns_t portable = {portable_enc_init, portable_enc_copy,
+                                portable_enc_finish};
+    encode_in_runs(&lib, a1, neu, n, es, 900, d1, &l1);
+    encode_in_runs(&portable, a2, neu, n, es, 700, d2, &l2);
     assert_int_equal(l1, l2);
     assert_memory_equal(d1, d2, l1);
     assert_memory_equal(a1, neu, bytes);
