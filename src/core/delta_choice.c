@@ -12,12 +12,13 @@ double rs__read_seconds(double bytes, double reads, double nic_gbps,
     return bytes * 8 / (nic_gbps * 1e9) + reads * descriptor_ns * 1e-9;
 }
 
-int rs__delta_pays(uint64_t full_bytes, double delta_bytes, double nic_gbps,
-                   double descriptor_ns)
+int rs__delta_read_pays(uint64_t full_bytes, double delta_bytes,
+                        uint64_t delta_reads, double nic_gbps,
+                        double descriptor_ns)
 {
     const double full = rs__read_seconds((double)full_bytes, 1, nic_gbps,
                                          descriptor_ns);
-    const double delta = rs__read_seconds(delta_bytes, RS__DELTA_RANGE_READS,
+    const double delta = rs__read_seconds(delta_bytes, (double)delta_reads,
                                           nic_gbps, descriptor_ns);
     return delta < full;
 }

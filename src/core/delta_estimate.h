@@ -51,10 +51,12 @@ double rs__delta_est_range(rs__delta_est_t *e, uint64_t n, uint64_t a,
 double rs__read_seconds(double bytes, double reads, double nic_gbps,
                         double descriptor_ns);
 
-/* 1 when a run of full_bytes read in one descriptor is cheaper read as a
- * delta of delta_bytes in RS__DELTA_RANGE_READS reads, by the cost model;
- * a tie reads the full bytes (they need no patching). */
-int rs__delta_pays(uint64_t full_bytes, double delta_bytes, double nic_gbps,
-                   double descriptor_ns);
+/* 1 when a run of full_bytes read in one descriptor is cheaper read as
+ * deltas of delta_bytes in delta_reads reads (RS__DELTA_RANGE_READS per
+ * delta: one, or each of a chain), by the cost model; a tie reads the full
+ * bytes (they need no patching). */
+int rs__delta_read_pays(uint64_t full_bytes, double delta_bytes,
+                        uint64_t delta_reads, double nic_gbps,
+                        double descriptor_ns);
 
 #endif

@@ -49,5 +49,6 @@ uint32_t rs_delta_range_reads(void)
 int rs_delta_pays(uint64_t full_bytes, double delta_bytes, double nic_gbps,
                   double descriptor_ns)
 {
-    return rs__delta_pays(full_bytes, delta_bytes, nic_gbps, descriptor_ns);
+    return rs__delta_read_pays(full_bytes, delta_bytes, RS__DELTA_RANGE_READS,
+                               nic_gbps, descriptor_ns);
 }

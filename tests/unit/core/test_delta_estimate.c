@@ -3,10 +3,11 @@
  * by rs__delta_encode, and the estimate of the whole shard and of
  * sub-ranges (header, index entries, payload of the chunks covering them,
  * as rs__delta_index_span and rs__delta_payload_span give them) must come
- * within a few percent of the real bytes; the binomial expectation of one
- * chunk is checked against a sum over every count of the binomial
- * distribution built element by element; and the choice between delta and full bytes follows the
- * cost model at its edges. */
+ * within a few percent of the real bytes (exactly with nothing or
+ * everything changed); the binomial expectation of one chunk is checked
+ * against a sum over every count of the distribution built element by
+ * element; and the choice between delta and full bytes follows the cost
+ * model at its edges. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,8 +69,9 @@ static void test_chunk_expectation(void **state)
     for (size_t i = 0; i < sizeof(shares) / sizeof(shares[0]); i++)
         for (size_t j = 0; j < 4; j++)
             for (size_t e = 0; e < 3; e++) {
-                double want = expect_by_convolution(lens[j], sizes[e], shares[i]);
-                double got = rs__delta_chunk_expect(lens[j], sizes[e], shares[i]);
+                const double p = shares[i];
+                double want = expect_by_convolution(lens[j], sizes[e], p);
+                double got = rs__delta_chunk_expect(lens[j], sizes[e], p);
                 if (!(fabs(got - want) <= 1e-9 * want + 1e-12))
                     fail_msg("chunk of %u, E=%u, share %g: %.12g, want %.12g",
                              lens[j], sizes[e], shares[i], got, want);
@@ -163,18 +165,24 @@ static void test_choice(void **state)
 {
     (void)state;
     /* at 400 Gb/s and 100 ns a read, two more reads weigh 10,000 bytes */
-    assert_false(rs__delta_pays(9000, 0, 400, 100));
-    assert_true(rs__delta_pays(11000, 0, 400, 100));
-    assert_false(rs__delta_pays(1 << 20, (1 << 20) - 9000, 400, 100));
-    assert_true(rs__delta_pays(1 << 20, (1 << 20) - 11000, 400, 100));
+    assert_false(rs__delta_read_pays(9000, 0, 3, 400, 100));
+    assert_true(rs__delta_read_pays(11000, 0, 3, 400, 100));
+    assert_false(rs__delta_read_pays(1 << 20, (1 << 20) - 9000, 3, 400,
+                                     100));
+    assert_true(rs__delta_read_pays(1 << 20, (1 << 20) - 11000, 3, 400,
+                                    100));
+    /* a chain of two deltas: five more reads, 25,000 bytes */
+    assert_false(rs__delta_read_pays(24000, 0, 6, 400, 100));
+    assert_true(rs__delta_read_pays(26000, 0, 6, 400, 100));
     /* a delta as large as the bytes never pays */
-    assert_false(rs__delta_pays(1 << 30, (double)(1 << 30), 400, 0.001));
+    assert_false(rs__delta_read_pays(1 << 30, (double)(1 << 30), 3, 400,
+                                     0.001));
     /* every element changed: the estimate is above the full bytes */
     rs__delta_est_t est;
     rs__delta_est_init(&est, 1, 2, 0);
     const double d = rs__delta_est_range(&est, 1 << 20, 0, 1 << 20);
     assert_true(d > (double)(2u << 20));
-    assert_false(rs__delta_pays(2u << 20, d, 400, 100));
+    assert_false(rs__delta_read_pays(2u << 20, d, 3, 400, 100));
     assert_true(fabs(rs__read_seconds(50e9 / 8 * 8, 10, 400, 100) -
                      (1 + 1e-6)) < 1e-12);
 }

@@ -3,8 +3,9 @@
  * other names, and must give byte for byte the library's deltas and arena
  * bytes at every SIMD level this machine has (SSE2, AVX2): for element
  * sizes 1, 2 and 4, 0 % to 100 % changed, odd sizes and runs of random
- * lengths fed to both (so that lines start anywhere in a chunk's bitmap). The library's own deltas are checked
- * against an independent reference in test_delta. */
+ * lengths fed to both (so that lines start anywhere in a chunk). The
+ * library's own deltas are checked against an independent reference in
+ * test_delta. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
