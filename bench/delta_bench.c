@@ -5,7 +5,11 @@
  * 30 % and 100 % of the elements changed (seeded, spread at random), each
  * round restores the old bytes, times a memcpy of the new ones over them,
  * restores again and times the encoding copy; the ratio encode / memcpy is
- * the median over the rounds (min and max beside it). It also prints the
+ * the median over the rounds (min and max beside it), in wall time and in
+ * the thread's CPU time (which leaves out the time the thread waited for
+ * a core: on a shared machine the wall ratio moves with the load, the CPU
+ * one much less, since both copies still pay their own memory stalls). It
+ * also prints the
  * delta's size against the full bytes and the receiver's patch (the whole
  * delta applied to the old bytes, checks included) against a memcpy of the
  * full bytes. The new bytes and the patched ones are compared with the
@@ -17,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/delta.h"
 
@@ -40,6 +45,14 @@ static void *alloc_touched(size_t n)
     }
     memset(p, 0x11, n);
     return p;
+}
+
+/* The calling thread's CPU time, in seconds. */
+static double cpu_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -69,20 +82,22 @@ static void fill(shard_t *s, double fraction)
 static void one(shard_t *s, double fraction, int rounds)
 {
     fill(s, fraction);
-    double ratio[64], aratio[64], mc[64];
+    double ratio[64], cratio[64], aratio[64], mc[64];
     size_t len = 0;
     rs_diag_t diag = {0};
     for (int r = 0; r < rounds; r++) {
         memcpy(s->arena, s->old, s->bytes);
-        double t0 = rs_clock_seconds();
+        double c0 = cpu_seconds(), t0 = rs_clock_seconds();
         memcpy(s->arena, s->neu, s->bytes);
-        const double t_mc = rs_clock_seconds() - t0;
+        const double t_mc = rs_clock_seconds() - t0, c_mc = cpu_seconds() - c0;
         memcpy(s->arena, s->old, s->bytes);
+        c0 = cpu_seconds();
         t0 = rs_clock_seconds();
         check(rs__delta_encode(s->arena, s->neu, s->n, s->es, RS__DELTA_CHUNK,
                                1, 2, s->out, &diag, &len),
               &diag, "encode");
         const double t_enc = rs_clock_seconds() - t0;
+        const double c_enc = cpu_seconds() - c0;
         if (memcmp(s->arena, s->neu, s->bytes) != 0) {
             fprintf(stderr, "delta_bench: the encoding copy is wrong\n");
             exit(1);
@@ -98,16 +113,20 @@ static void one(shard_t *s, double fraction, int rounds)
             exit(1);
         }
         ratio[r] = t_enc / t_mc;
+        cratio[r] = c_enc / c_mc;
         aratio[r] = t_apply / t_mc;
         mc[r] = (double)s->bytes / t_mc / 1e9;
     }
     qsort(ratio, (size_t)rounds, sizeof(double), cmp_double);
+    qsort(cratio, (size_t)rounds, sizeof(double), cmp_double);
     qsort(aratio, (size_t)rounds, sizeof(double), cmp_double);
     qsort(mc, (size_t)rounds, sizeof(double), cmp_double);
     printf("  E=%u changed %6.2f%%  delta/full %.4f  memcpy %5.1f GB/s  "
-           "encode/memcpy %.2f (%.2f..%.2f)  apply/memcpy %.2f\n",
+           "encode/memcpy %.2f (%.2f..%.2f), cpu %.2f (%.2f..%.2f)  "
+           "apply/memcpy %.2f\n",
            s->es, fraction * 100, (double)len / (double)s->bytes,
            mc[rounds / 2], ratio[rounds / 2], ratio[0], ratio[rounds - 1],
+           cratio[rounds / 2], cratio[0], cratio[rounds - 1],
            aratio[rounds / 2]);
 }
 

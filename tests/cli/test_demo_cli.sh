@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CLI tests of `reshard demo`, `reshard publish` and `reshard pull`: the demo
-# on a tiny model over ucx and cma exits 0 with its summary and leaves no
-# process and no file behind (also when interrupted); publish + pull by hand
-# through a file: directory pass --check; a version holding another
+# on a tiny model over ucx and cma exits 0 with its summary (also with
+# --changed-fraction, its contents changing a share of elements per version)
+# and leaves no process and no file behind (also when interrupted); publish
+# + pull by hand through a file: directory pass --check; a version holding another
 # version's bytes fails --check although its digests match; an unpublished
 # version times out with exit 1; bad usage exits 2.
 # usage: bash test_demo_cli.sh <reshard-binary> <source-dir>
@@ -52,6 +53,28 @@ for run in "ucx arena" "cma arena" "ucx in_place" "cma caller"; do
     else bad "demo $backend $staging: no memcpy figure"; fi
     expect_clean "demo $backend $staging" "$T"
 done
+
+# Contents changing 2 % of the elements a version: publish and every pull
+# --check get the same F (a pull checking other contents than those
+# published fails), and the share is printed.
+T="$TMP/tmpdir-changed"
+mkdir -p "$T"
+TMPDIR="$T" "$BIN" demo --model-config "$TINY" --train megatron:tp=2 \
+    --infer vllm:tp=2 --backend cma --timeout 60 --changed-fraction 0.02 \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc "demo --changed-fraction 0.02" 0
+expect_in "demo --changed-fraction 0.02" "$TMP/out" \
+    "each version changes about 2 % of every tensor's elements (--changed-fraction 0.02)" \
+    "byte-exact for 2 versions; cma backend, arena staging; changed share 0.02"
+rows=$(grep -cE ' byte-exact$' "$TMP/out")
+if [ "$rows" -eq 4 ]; then ok "demo --changed-fraction 0.02: 4 rank rows byte-exact"
+else bad "demo --changed-fraction 0.02: $rows byte-exact rank rows, want 4"; fi
+expect_clean "demo --changed-fraction 0.02" "$T"
+"$BIN" demo --changed-fraction 1.5 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc "demo --changed-fraction 1.5" 2
+expect_in "demo --changed-fraction 1.5" "$TMP/err" "--changed-fraction must be a decimal number above 0 and at most 1" "got '1.5'"
 
 "$BIN" demo --staging copy >"$TMP/out" 2>"$TMP/err"
 rc=$?

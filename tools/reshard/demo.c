@@ -33,6 +33,7 @@
 typedef struct demo_args {
     const char *config, *train, *infer, *backend, *directory, *staging;
     double timeout_s;
+    const char *changed; /* --changed-fraction, as given; NULL: none */
 } demo_args_t;
 
 typedef struct child {
@@ -68,7 +69,7 @@ static void on_signal(int sig)
 }
 
 enum { OPT_CONFIG = 256, OPT_TRAIN, OPT_INFER, OPT_BACKEND, OPT_DIRECTORY,
-       OPT_TIMEOUT, OPT_STAGING };
+       OPT_TIMEOUT, OPT_STAGING, OPT_CHANGED_FRACTION };
 
 static const struct option long_opts[] = {
     {"model-config", required_argument, NULL, OPT_CONFIG},
@@ -78,6 +79,7 @@ static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"staging", required_argument, NULL, OPT_STAGING},
+    {"changed-fraction", required_argument, NULL, OPT_CHANGED_FRACTION},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -89,6 +91,7 @@ static void demo_usage(FILE *out)
         "                    [--infer LAYOUT] [--backend ucx|cma]\n"
         "                    [--directory file:DIR|redis://...] [--timeout S]\n"
         "                    [--staging arena|in_place|caller]\n"
+        "                    [--changed-fraction F]\n"
         "\n"
         "Runs the whole refit on this machine: one `reshard publish` process per\n"
         "trainer rank and one `reshard pull` process per inference rank move two\n"
@@ -112,6 +115,10 @@ static void demo_usage(FILE *out)
         "  --staging S          the trainers' `reshard publish --staging` (default\n"
         "                       arena: each version copied into memory the exposer\n"
         "                       allocates, which readers copy one-sided)\n"
+        "  --changed-fraction F\n"
+        "                       contents in which each version changes about F\n"
+        "                       (0 < F <= 1, e.g. 0.02) of every tensor's elements;\n"
+        "                       passed to every publish and pull, which checks them\n"
         "  -h, --help           show this help and exit\n"
         "\n"
         "exit status: 0 every byte of both versions verified; 1 a process\n"
@@ -134,6 +141,11 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_BACKEND: a->backend = arg; break;
     case OPT_DIRECTORY: a->directory = arg; break;
     case OPT_STAGING: a->staging = arg; break;
+    case OPT_CHANGED_FRACTION: {
+        uint64_t q; /* checked here so that no child is started for it */
+        a->changed = arg;
+        return rs_cli_take_fraction("demo", arg, &q);
+    }
     case OPT_TIMEOUT:
         a->timeout_s = strtod(arg, &end);
         if (end == arg || *end != '\0' || !(a->timeout_s > 0) ||
@@ -180,7 +192,7 @@ static int parse_args(int argc, char **argv, demo_args_t *a)
     const char *config = find_default_config();
     *a = (demo_args_t){config != NULL ? config : DEFAULT_CONFIG,
                        "megatron:tp=2,pp=2", "vllm:tp=2", "ucx", NULL,
-                       "arena", 300};
+                       "arena", 300, NULL};
     int rc = rs_cli_options("demo", argc, argv, long_opts, demo_usage,
                             take_option, a);
     if (rc != RS_CLI_OK)
@@ -301,6 +313,10 @@ static void common_args(argv_buf_t *b, const demo_args_t *a, const demo_t *d,
     push(b, "--backend");
     push(b, a->backend);
     push_num(b, "--timeout", (long long)a->timeout_s + 1);
+    if (a->changed != NULL) { /* publish and pull --check agree on it */
+        push(b, "--changed-fraction");
+        push(b, a->changed);
+    }
 }
 
 /* fork + exec of this binary; a puller's stdout comes back on a pipe,
@@ -704,8 +720,11 @@ static int summary(const demo_args_t *a, demo_t *d)
     printf("\ncold vs warm: slowest pull %.3f s -> %.3f s, slowest wire %.3f s "
            "-> %.3f s\n", cold, warm, cold_wire, warm_wire);
     printf("every parameter of %lld inference ranks byte-exact for %d versions;"
-           " %s backend, %s staging; total %.1f s\n", (long long)d->infer.world,
-           DEMO_VERSIONS, a->backend, a->staging, rs_clock_seconds() - d->t0);
+           " %s backend, %s staging", (long long)d->infer.world,
+           DEMO_VERSIONS, a->backend, a->staging);
+    if (a->changed != NULL)
+        printf("; changed share %s", a->changed);
+    printf("; total %.1f s\n", rs_clock_seconds() - d->t0);
     if (bad)
         return fail("version 2 was re-planned although no trainer changed");
     return RS_CLI_OK;
@@ -725,6 +744,10 @@ static void header(const demo_args_t *a, const demo_t *d)
            (long long)d->train.world, a->train, a->staging);
     printf("  inference  %lld processes (%s), `reshard pull --check --verify`\n",
            (long long)d->infer.world, a->infer);
+    if (a->changed != NULL)
+        printf("  contents   each version changes about %.4g %% of every "
+               "tensor's elements (--changed-fraction %s)\n",
+               strtod(a->changed, NULL) * 100, a->changed);
     printf("  transport  %s%s%s%s\n", a->backend,
            strcmp(a->backend, "ucx") == 0 ? " (UCX_TLS=" : "",
            strcmp(a->backend, "ucx") == 0 ? (tls ? tls : "") : "",

@@ -17,7 +17,8 @@
 
 enum { OPT_MODEL = 256, OPT_TRAIN, OPT_INFER, OPT_NIC, OPT_JSON, OPT_EMIT,
        OPT_MAX_SEGS, OPT_DEVICE_MEMORY, OPT_PROGRESS, OPT_NO_PROGRESS,
-       OPT_DESC, OPT_CUT_ALIGNED, OPT_NO_PUB_QUANT, OPT_BUDGET };
+       OPT_DESC, OPT_CUT_ALIGNED, OPT_NO_PUB_QUANT, OPT_BUDGET,
+       OPT_CHANGED, OPT_CHANGED_FP8, OPT_DELTA, OPT_NO_DELTA };
 
 static const struct option long_opts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
@@ -34,6 +35,10 @@ static const struct option long_opts[] = {
     {"cut-aligned", no_argument, NULL, OPT_CUT_ALIGNED},
     {"no-publisher-quant", no_argument, NULL, OPT_NO_PUB_QUANT},
     {"staging-budget", required_argument, NULL, OPT_BUDGET},
+    {"changed-fraction", required_argument, NULL, OPT_CHANGED},
+    {"changed-fraction-fp8", required_argument, NULL, OPT_CHANGED_FP8},
+    {"delta", no_argument, NULL, OPT_DELTA},
+    {"no-delta", no_argument, NULL, OPT_NO_DELTA},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -47,6 +52,8 @@ static void sim_usage(FILE *out)
         "                        [--max-segments-per-copy N] [--emit DIR]\n"
         "                        [--progress | --no-progress] [--cut-aligned]\n"
         "                        [--no-publisher-quant] [--staging-budget B]\n"
+        "                        [--changed-fraction F [--changed-fraction-fp8 G]\n"
+        "                         [--delta | --no-delta]]\n"
         "\n"
         "Plans every inference rank against the shard tables every trainer rank\n"
         "would publish (no bytes move), reports what the refit costs per rank\n"
@@ -86,6 +93,16 @@ static void sim_usage(FILE *out)
         "                   receivers quantize every block (by default both\n"
         "                   are planned and compared; the figures above the\n"
         "                   comparison are those with the copies)\n"
+        "  --changed-fraction F\n"
+        "                   the share of bf16 elements a version changes (0 to\n"
+        "                   1, e.g. 0.0213): also report the wire bound of a\n"
+        "                   receiver holding the previous version, each run read\n"
+        "                   as a delta or in full by the cost model\n"
+        "  --changed-fraction-fp8 G\n"
+        "                   the share of FP8 codes and scales a version changes\n"
+        "                   (default: from F by the measured shares, docs/delta.md)\n"
+        "  --delta, --no-delta\n"
+        "                   deltas on (the default with --changed-fraction) or off\n"
         "  --emit DIR       also write DIR/sources/<rank>.json (trainer tables)\n"
         "                   and DIR/captures/<rank>.json (inference captures)\n"
         "  --progress       a line on stderr per planned rank, from the start\n"
@@ -103,6 +120,20 @@ static void sim_usage(FILE *out)
 static int usage_error(const char *fmt, const char *what)
 {
     return rs_cli_usage_error("simulate", fmt, what);
+}
+
+/* A changed share: a decimal number from 0 to 1, all of arg. */
+static int take_share(const char *flag, const char *arg, double *out)
+{
+    char *end;
+    double v = strtod(arg, &end);
+    if (end == arg || *end != '\0' || !(v >= 0 && v <= 1)) {
+        fprintf(stderr, "reshard simulate: %s must be a number from 0 to 1 "
+                "(a share of elements, e.g. 0.0213), got '%s'\n", flag, arg);
+        return RS_CLI_USAGE;
+    }
+    *out = v;
+    return RS_CLI_OK;
 }
 
 static int take_option(void *args, int c, const char *arg)
@@ -138,6 +169,12 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_DESC:
         return rs_cli_take_cost("simulate", "--descriptor-ns", arg,
                                 &a->descriptor_ns);
+    case OPT_CHANGED:
+        return take_share("--changed-fraction", arg, &a->changed);
+    case OPT_CHANGED_FP8:
+        return take_share("--changed-fraction-fp8", arg, &a->changed_fp8);
+    case OPT_DELTA: a->delta = 1; break;
+    case OPT_NO_DELTA: a->delta = 0; break;
     case OPT_PROGRESS: a->progress = RS_SIM_PROGRESS_ON; break;
     case OPT_NO_PROGRESS: a->progress = RS_SIM_PROGRESS_OFF; break;
     default:
@@ -151,12 +188,20 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
     a->nic_gbps = 400;
     a->descriptor_ns = RS_PLAN_DEFAULT_DESCRIPTOR_NS;
     a->device_gib = RS_SIM_DEFAULT_DEVICE_GIB;
+    a->changed = a->changed_fp8 = -1;
+    a->delta = -1;
     int rc = rs_cli_options("simulate", argc, argv, long_opts, sim_usage,
                             take_option, a);
     if (rc != RS_CLI_OK)
         return rc;
     if (a->model == NULL || a->train == NULL || a->infer == NULL)
         return usage_error("%s", "--model, --train and --infer are required");
+    if (a->changed < 0 && (a->delta == 1 || a->changed_fp8 >= 0))
+        return usage_error("%s", "--delta and --changed-fraction-fp8 need "
+                           "--changed-fraction F (the share of bf16 elements "
+                           "a version changes)");
+    if (a->delta < 0)
+        a->delta = a->changed >= 0;
     return RS_CLI_OK;
 }
 
@@ -489,6 +534,7 @@ static int plan_rank(const sim_args_t *a, sim_t *s, int64_t rank)
         rc = usage_error("%s", "out of memory");
     if (rc == RS_CLI_OK) {
         tally(s, plan, r);
+        rs_sim_delta_rank(a, s, plan, r);
         path_of(s, plan, &r->with_pub);
         if (!check_coverage(s, plan, r, &diag))
             rc = fail_input(&diag, diag.status, "coverage");
@@ -560,6 +606,7 @@ static void sim_free(sim_t *s)
     free(s->fan_out);
     free(s->served_bf16);
     free(s->recv);
+    rs_sim_delta_free(s);
     rs_sources_destroy(s->sources_bf16);
     rs_transport_destroy(s->transport);
     rs_sources_destroy(s->sources);
@@ -578,6 +625,8 @@ int rs_cli_simulate(int argc, char **argv)
         return RS_CLI_OK;
     if (rc == RS_CLI_OK)
         rc = load(&a, &s);
+    if (rc == RS_CLI_OK)
+        rc = rs_sim_delta_init(&a, &s);
     if (rc == RS_CLI_OK)
         rc = emit_tables(&a, &s);
     progress_t prog;

@@ -27,6 +27,9 @@ typedef struct sim_args {
     int progress;           /* RS_SIM_PROGRESS_* */
     int cut_aligned;        /* --cut-aligned */
     int no_publisher_quant; /* --no-publisher-quant */
+    double changed;         /* --changed-fraction F; < 0 when not given */
+    double changed_fp8;     /* --changed-fraction-fp8; < 0: from F */
+    int delta;              /* --delta / --no-delta; < 0 when neither */
 } sim_args_t;
 
 /* What one plan of a rank moves, for the FP8 comparison: with
@@ -62,6 +65,12 @@ typedef struct receiver {
     sim_path_t receiver_only; /* bf16 tables only: every block quantized
                                * by the receiver (unset with
                                * --no-publisher-quant: the plan above is) */
+    /* With deltas (--changed-fraction): every run of the plan above read
+     * as a delta or in full, whichever the cost model finds faster. */
+    double delta_wire;      /* bytes on the wire, deltas and full runs */
+    double delta_bytes;     /* of those, the delta reads' */
+    uint64_t runs, delta_runs; /* the plan's runs, those taking a delta */
+    uint64_t delta_descriptors; /* reads with deltas */
 } receiver_t;
 
 typedef struct sim {
@@ -83,6 +92,7 @@ typedef struct sim {
     uint64_t extra_wire;   /* bytes pulled beyond those installed (full pulls) */
     uint64_t device_bytes; /* --device-memory in bytes */
     uint64_t staging_budget; /* --staging-budget (0: default) */
+    struct sim_delta *delta; /* --changed-fraction: the estimators */
     double plan_seconds;
     int coverage_ok;
     char first_problem[512];
@@ -120,6 +130,35 @@ sim_fp8_totals_t rs_sim_fp8_totals(const sim_args_t *a, const sim_t *s);
 void rs_sim_print_fp8(const sim_args_t *a, const sim_t *s);
 void rs_sim_print_fp8_json(const sim_args_t *a, const sim_t *s);
 void rs_sim_print_fp8_receiver(const sim_t *s, const receiver_t *x);
+
+/* ---- deltas (simulate_delta.c) ---------------------------------------- */
+
+/* The changed shares the delta estimate takes: bf16 (and every dtype but
+ * FP8), FP8 codes, FP8 scales (docs/simulator.md#deltas). */
+typedef struct sim_shares {
+    double bf16, codes, scales;
+} sim_shares_t;
+sim_shares_t rs_sim_delta_shares(const sim_args_t *a);
+/* Sets up the estimators (s->delta) when deltas are on; RS_CLI_*. */
+int rs_sim_delta_init(const sim_args_t *a, sim_t *s);
+/* Estimates a rank's plan with deltas into r and s->delta's per-session
+ * bytes; nothing when deltas are off. */
+void rs_sim_delta_rank(const sim_args_t *a, sim_t *s, rs_plan_h plan,
+                       receiver_t *r);
+void rs_sim_delta_free(sim_t *s);
+
+typedef struct sim_delta_totals {
+    double wire_bound;          /* the busiest NIC's bytes with deltas */
+    double max_in, max_served;  /* its bytes: a receiver's, a trainer's */
+    double delta_bytes, wire;   /* all ranks: read as deltas, in all */
+    uint64_t full_bytes;        /* all ranks: the plans' bytes without */
+    uint64_t runs, delta_runs;
+} sim_delta_totals_t;
+/* 0 when deltas are off. */
+int rs_sim_delta_totals(const sim_args_t *a, const sim_t *s,
+                        sim_delta_totals_t *t);
+void rs_sim_print_delta(const sim_args_t *a, const sim_t *s);
+void rs_sim_print_delta_json(const sim_args_t *a, const sim_t *s);
 
 /* The reports, on stdout; the note on stderr names the ranks that do not
  * fit (nothing when all do). */

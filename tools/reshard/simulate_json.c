@@ -2,6 +2,7 @@
  * on stdout (every field documented in docs/formats.md). Strings printed
  * here are the model's own names, validated layout specs and trainer session
  * names ("trainer-<k>"), none of which needs escaping. */
+#include <math.h>
 #include <stdio.h>
 
 #include "simulate.h"
@@ -84,6 +85,13 @@ static void print_receiver(const sim_t *s, const receiver_t *x)
            json_bool(x->coverage_ok), (unsigned long long)x->staging_peak,
            (unsigned long long)x->staging_rounds);
     rs_sim_print_fp8_receiver(s, x);
+    if (s->delta != NULL)
+        printf(", \"delta_wire_bytes\": %llu, \"delta_bytes\": %llu, "
+               "\"runs\": %llu, \"delta_runs\": %llu",
+               (unsigned long long)llround(x->delta_wire),
+               (unsigned long long)llround(x->delta_bytes),
+               (unsigned long long)x->runs,
+               (unsigned long long)x->delta_runs);
     printf("}");
 }
 
@@ -112,5 +120,7 @@ void rs_sim_print_json(const sim_args_t *a, const sim_t *s)
            (unsigned long long)t.padding, (unsigned long long)t.unbounded,
            t.wire_bound, t.est_max, a->nic_gbps, json_bool(s->coverage_ok));
     rs_sim_print_fp8_json(a, s);
+    printf(",\n \"delta\": ");
+    rs_sim_print_delta_json(a, s);
     printf("}\n");
 }

@@ -391,6 +391,7 @@ void rs_sim_print_summary(const sim_args_t *a, const sim_t *s)
     print_table(s);
     print_trainers(s, &t);
     print_counts(a, s, &t);
+    rs_sim_print_delta(a, s);
     print_memory(s);
     rs_sim_print_fp8(a, s);
     if (s->coverage_ok)
