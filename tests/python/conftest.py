@@ -99,3 +99,10 @@ def directory(request, tmp_path):
         yield server.url
     finally:
         server.stop()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "newest_torch: a multi-process test of the library's own behaviour; "
+        "`make test` runs it with the newest torch of its suites only")

@@ -20,6 +20,10 @@ import e2e_harness as H
 import e2e_models as M
 import reshard
 
+# Across processes, the library's own behaviour: once, with the newest
+# torch of the suites (tests/CMakeLists.txt).
+pytestmark = pytest.mark.newest_torch
+
 # The published model: the dense zoo model plus Mamba-style A_log sources,
 # which only the arithmetic loader reads (other captures leave them be).
 PUBLISHED = M.config(**M.DENSE, arith=True)

@@ -19,6 +19,10 @@ import reshard
 from test_receiver import Trainers, _truth
 from under_test import child_env
 
+# Across processes, the library's own behaviour: once, with the newest
+# torch of the suites (tests/CMakeLists.txt).
+pytestmark = pytest.mark.newest_torch
+
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "group_rank.py"
 SIZE = 3

@@ -20,6 +20,10 @@ import e2e_harness as H
 import e2e_models as M
 import reshard
 
+# Across processes, the library's own behaviour: once, with the newest
+# torch of the suites (tests/CMakeLists.txt).
+pytestmark = pytest.mark.newest_torch
+
 SHAPE = (8, 4)
 GUARD_S = 20.0  # hang guard on every join; a cancel ends far sooner
 
