@@ -14,7 +14,7 @@
 #include "reshard/exec.h"
 
 /* Elements of each replay checked after it ran (replay_check.c). */
-#define RS_EXEC_SAMPLES 4
+#define RS_EXEC_SAMPLES 8
 
 /* One strided local copy (full-pull replay or cast). */
 typedef struct rs__exec_copy {
