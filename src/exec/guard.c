@@ -135,99 +135,137 @@ rs_status_t rs__exec_guard_dest(const rs_copy_desc_t *c, size_t ci,
     return RS_OK;
 }
 
-/* ---- writes: declared bytes and double writes ---- */
+/* ---- writes: declared bytes and double writes, parameter by parameter ---- */
 
 enum { W_SEGMENT, W_REPLAY, W_CAST };
 
+/* Bytes [lo, hi) of one parameter. */
 typedef struct span {
-    uintptr_t lo, hi; /* [lo, hi) */
-    int kind;         /* W_*, for writes */
-    size_t id;        /* plan segment, replay or cast */
+    uint64_t lo, hi;
+    int kind;  /* writes: W_* */
+    size_t id; /* copy, plan segment, replay or cast */
 } span_t;
 
-typedef struct spans {
+/* Spans grouped by parameter: group p is v[at[p], at[p + 1]). */
+typedef struct groups {
     span_t *v;
-    size_t n;
-} spans_t;
+    size_t *at;
+} groups_t;
 
-static int cmp_span(const void *a, const void *b)
+/* The end of the ascending run of v[0, n) that starts at i. */
+static size_t run_end(const span_t *v, size_t n, size_t i)
 {
-    const span_t *x = a, *y = b;
-    return (x->lo > y->lo) - (x->lo < y->lo);
+    while (i + 1 < n && v[i + 1].lo >= v[i].lo)
+        i++;
+    return i + 1;
 }
 
-/* Sorts s and merges spans that overlap or touch, in place. */
-static void merge(spans_t *s)
+/* Sorted by start, stably: a natural merge sort (pairs of ascending runs
+ * merged through tmp until one is left), linear on the plan's usual order
+ * of a few ascending runs per parameter, one per shard read. */
+static void sort_spans(span_t *v, size_t n, span_t *tmp)
+{
+    while (n > 0 && run_end(v, n, 0) < n) {
+        for (size_t a = 0; a < n;) {
+            size_t m = run_end(v, n, a), b = m < n ? run_end(v, n, m) : n;
+            size_t i = a, j = m, k = a;
+            while (i < m || j < b)
+                tmp[k++] = j >= b || (i < m && v[i].lo <= v[j].lo) ? v[i++]
+                                                                   : v[j++];
+            a = b;
+        }
+        memcpy(v, tmp, n * sizeof(span_t));
+    }
+}
+
+/* Merges sorted spans that overlap or touch, in place; their count. */
+static size_t merge(span_t *v, size_t n)
 {
     size_t out = 0;
-    qsort(s->v, s->n, sizeof(span_t), cmp_span);
-    for (size_t i = 0; i < s->n; i++) {
-        if (out > 0 && s->v[i].lo <= s->v[out - 1].hi) {
-            if (s->v[i].hi > s->v[out - 1].hi)
-                s->v[out - 1].hi = s->v[i].hi;
+    for (size_t i = 0; i < n; i++) {
+        if (out > 0 && v[i].lo <= v[out - 1].hi) {
+            if (v[i].hi > v[out - 1].hi)
+                v[out - 1].hi = v[i].hi;
             continue;
         }
-        s->v[out++] = s->v[i];
+        v[out++] = v[i];
     }
-    s->n = out;
+    return out;
 }
 
-/* Whether [lo, hi) lies inside one span of merged s. */
-static int inside(const spans_t *s, uintptr_t lo, uintptr_t hi)
+/* Whether [lo, hi) lies inside one of merged v[0, n). */
+static int inside(const span_t *v, size_t n, uint64_t lo, uint64_t hi)
 {
-    size_t a = 0, b = s->n;
+    size_t a = 0, b = n;
     while (a < b) { /* the first span starting after lo */
         size_t m = a + (b - a) / 2;
-        if (s->v[m].lo <= lo)
+        if (v[m].lo <= lo)
             a = m + 1;
         else
             b = m;
     }
-    return a > 0 && hi <= s->v[a - 1].hi;
+    return a > 0 && hi <= v[a - 1].hi;
 }
 
-/* Each copy's destination bytes (absolute), indexed by copy; empty for a
- * copy that writes nothing or whose param is not bound. */
-static void copy_spans(rs_exec_h x, span_t *by_copy, size_t ncopies)
+/* Groups spans[i] (param of[i], or none when of[i] < 0) by parameter,
+ * keeping their order. */
+static void group(const span_t *spans, const long *of, size_t n,
+                  size_t nparams, groups_t *g)
 {
-    for (size_t ci = 0; ci < ncopies; ci++) {
+    memset(g->at, 0, (nparams + 2) * sizeof(size_t));
+    for (size_t i = 0; i < n; i++)
+        if (of[i] >= 0)
+            g->at[of[i] + 2]++;
+    for (size_t p = 2; p < nparams + 2; p++)
+        g->at[p] += g->at[p - 1];
+    for (size_t i = 0; i < n; i++)
+        if (of[i] >= 0)
+            g->v[g->at[of[i] + 1]++] = spans[i];
+}
+
+/* Each copy's destination bytes in its parameter, and the parameter
+ * (-1 when it writes nothing or its param is not bound). */
+static void copy_spans(rs_exec_h x, span_t *by_copy, long *param, size_t n)
+{
+    for (size_t ci = 0; ci < n; ci++) {
         rs_copy_desc_t c;
-        int64_t first, end;
+        int64_t first = 0, end = 0;
         rs_capture_copy(x->cap, ci, &c);
         long p = rs_capture_find_param(x->cap, c.param);
-        uintptr_t es = rs_dtype_size(c.dest_dtype);
+        uint64_t es = rs_dtype_size(c.dest_dtype);
         by_copy[ci] = (span_t){0, 0, 0, ci};
+        param[ci] = -1;
         if (p < 0 || x->binds[p].base == NULL ||
             dest_elements(&c, &first, &end) != 1)
             continue;
-        uintptr_t base = (uintptr_t)x->binds[p].base;
-        by_copy[ci].lo = base + (uintptr_t)first * es;
-        by_copy[ci].hi = base + (uintptr_t)end * es;
+        by_copy[ci].lo = (uint64_t)first * es;
+        by_copy[ci].hi = (uint64_t)end * es;
+        param[ci] = p;
     }
 }
 
-/* The bytes where two declared copies overlap, merged. */
-static void declared_overlaps(const span_t *by_copy, size_t n, spans_t *out,
-                              spans_t *uni)
+/* Per parameter, from its copies' spans (grouped in decl): in `uni` their
+ * union, in `decl` where two of them overlap, both merged; the ends of
+ * each group in uend and dend. */
+static void declared(groups_t *decl, span_t *uni, size_t *uend, size_t *dend,
+                     size_t nparams, span_t *tmp)
 {
-    size_t far = 0;
-    uni->n = 0;
-    for (size_t i = 0; i < n; i++)
-        if (by_copy[i].hi > by_copy[i].lo)
-            uni->v[uni->n++] = by_copy[i];
-    qsort(uni->v, uni->n, sizeof(span_t), cmp_span);
-    out->n = 0;
-    for (size_t i = 1; i < uni->n; i++) {
-        if (uni->v[i].lo < uni->v[far].hi) {
-            uintptr_t hi = uni->v[i].hi < uni->v[far].hi ? uni->v[i].hi
-                                                         : uni->v[far].hi;
-            out->v[out->n++] = (span_t){uni->v[i].lo, hi, 0, 0};
+    for (size_t p = 0; p < nparams; p++) {
+        span_t *v = decl->v + decl->at[p], *s = uni + decl->at[p];
+        size_t n = decl->at[p + 1] - decl->at[p], far = 0, nd = 0;
+        sort_spans(v, n, tmp);
+        memcpy(s, v, n * sizeof(span_t));
+        for (size_t i = 1; i < n; i++) { /* the sweep of check_param */
+            uint64_t hi = s[far].hi, end = s[i].hi;
+            if (s[i].lo < hi)
+                v[nd++] = (span_t){s[i].lo, end < hi ? end : hi, 0, 0};
+            if (s[i].hi > s[far].hi)
+                far = i;
         }
-        if (uni->v[i].hi > uni->v[far].hi)
-            far = i;
+        sort_spans(v, nd, tmp);
+        dend[p] = decl->at[p] + merge(v, nd);
+        uend[p] = decl->at[p] + merge(uni + decl->at[p], n);
     }
-    merge(out);
-    merge(uni);
 }
 
 static void name_write(rs_exec_h x, const span_t *w, char *out, size_t cap)
@@ -251,89 +289,137 @@ static void name_write(rs_exec_h x, const span_t *w, char *out, size_t cap)
              c.param);
 }
 
-/* The writes: exact segments, replays and casts (their copy's bytes). */
-static rs_status_t gather_writes(rs_exec_h x, const span_t *by_copy,
-                                 const spans_t *uni, spans_t *w,
-                                 rs_diag_t *diag)
+/* The writes, in plan order: exact segments, then replays and casts (their
+ * copy's bytes), with the parameter of each in `of`. */
+static size_t gather_writes(rs_exec_h x, const span_t *by_copy,
+                            const long *cparam, span_t *w, long *of)
 {
-    size_t n;
-    char what[RS_DIAG_MSG_MAX / 2];
+    size_t n, k = 0;
     const rs_segment_t *segs = rs_plan_segments(x->plan, &n);
-    w->n = 0;
-    for (size_t i = 0; i < n; i++) {
-        uintptr_t base = (uintptr_t)x->binds[segs[i].param].base;
-        span_t s = {base + segs[i].dst_byte,
-                    base + segs[i].dst_byte + segs[i].nbytes, W_SEGMENT, i};
-        if (segs[i].nbytes == 0 || base == 0)
-            continue;
-        if (!inside(uni, s.lo, s.hi)) {
-            name_write(x, &s, what, sizeof(what));
-            return rs__diag_set(diag, RS_ERR_INPUT, "plan check: %s lies "
-                                "outside every copy's destination there",
-                                what);
-        }
-        w->v[w->n++] = s;
+    for (size_t i = 0; i < n; i++, k++) {
+        w[k] = (span_t){segs[i].dst_byte, segs[i].dst_byte + segs[i].nbytes,
+                        W_SEGMENT, i};
+        of[k] = segs[i].nbytes > 0 && x->binds[segs[i].param].base != NULL
+                    ? (long)segs[i].param : -1;
     }
-    for (size_t i = 0; i < x->replays_len; i++)
-        w->v[w->n++] = (span_t){by_copy[x->replays[i].copy].lo,
-                                by_copy[x->replays[i].copy].hi, W_REPLAY, i};
-    for (size_t i = 0; i < x->casts_len; i++)
-        w->v[w->n++] = (span_t){by_copy[x->casts[i].copy].lo,
-                                by_copy[x->casts[i].copy].hi, W_CAST, i};
-    return RS_OK;
+    for (size_t i = 0; i < x->replays_len; i++, k++) {
+        w[k] = by_copy[x->replays[i].copy];
+        w[k].kind = W_REPLAY;
+        w[k].id = i;
+        of[k] = cparam[x->replays[i].copy];
+    }
+    for (size_t i = 0; i < x->casts_len; i++, k++) {
+        w[k] = by_copy[x->casts[i].copy];
+        w[k].kind = W_CAST;
+        w[k].id = i;
+        of[k] = cparam[x->casts[i].copy];
+    }
+    return k;
 }
 
-/* Every byte two writes share must lie where declared copies overlap. */
-static rs_status_t twice(rs_exec_h x, spans_t *w, const spans_t *decl,
-                         rs_diag_t *diag)
+/* One parameter's writes v[0, n): each exact segment inside its copies'
+ * union u[0, nu); every byte two writes share inside their declared
+ * overlaps d[0, nd). */
+static rs_status_t check_param(rs_exec_h x, span_t *v, size_t n,
+                               const span_t *u, size_t nu, const span_t *d,
+                               size_t nd, span_t *tmp, rs_diag_t *diag)
 {
     char a[RS_DIAG_MSG_MAX / 3], b[RS_DIAG_MSG_MAX / 3];
     size_t far = 0;
-    qsort(w->v, w->n, sizeof(span_t), cmp_span);
-    for (size_t i = 1; i < w->n; i++) {
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].kind != W_SEGMENT || inside(u, nu, v[i].lo, v[i].hi))
+            continue;
+        name_write(x, &v[i], a, sizeof(a));
+        return rs__diag_set(diag, RS_ERR_INPUT, "plan check: %s lies "
+                            "outside every copy's destination there", a);
+    }
+    sort_spans(v, n, tmp);
+    for (size_t i = 1; i < n; i++) {
         /* sorted by start: write i shares bytes with an earlier one exactly
          * when it starts before the furthest end so far, and all it shares
          * lies before that end */
-        if (w->v[i].hi > w->v[i].lo && w->v[i].lo < w->v[far].hi) {
-            uintptr_t hi = w->v[i].hi < w->v[far].hi ? w->v[i].hi
-                                                     : w->v[far].hi;
-            if (!inside(decl, w->v[i].lo, hi)) {
-                name_write(x, &w->v[far], a, sizeof(a));
-                name_write(x, &w->v[i], b, sizeof(b));
+        if (v[i].hi > v[i].lo && v[i].lo < v[far].hi) {
+            uint64_t hi = v[i].hi < v[far].hi ? v[i].hi : v[far].hi;
+            if (!inside(d, nd, v[i].lo, hi)) {
+                name_write(x, &v[far], a, sizeof(a));
+                name_write(x, &v[i], b, sizeof(b));
                 return rs__diag_set(diag, RS_ERR_INPUT, "plan check: %s and "
                                     "%s write the same %llu bytes, which no "
                                     "two copies declare", a, b,
-                                    (unsigned long long)(hi - w->v[i].lo));
+                                    (unsigned long long)(hi - v[i].lo));
             }
         }
-        if (w->v[i].hi > w->v[far].hi)
+        if (v[i].hi > v[far].hi)
             far = i;
     }
     return RS_OK;
 }
 
+typedef struct work {
+    span_t *by_copy, *uni, *w, *tmp;
+    long *cparam, *of;
+    size_t *uend, *dend;
+    groups_t decl, writes;
+} work_t;
+
+static int work_alloc(work_t *k, size_t ncopies, size_t nw, size_t np)
+{
+    memset(k, 0, sizeof(*k));
+    k->by_copy = malloc((ncopies + 1) * sizeof(span_t));
+    k->uni = malloc((ncopies + 1) * sizeof(span_t));
+    k->decl.v = malloc((ncopies + 1) * sizeof(span_t));
+    /* w is the sorts' scratch once grouped: room for the copies too */
+    k->w = malloc((nw + ncopies + 1) * sizeof(span_t));
+    k->writes.v = malloc((nw + 1) * sizeof(span_t));
+    k->cparam = malloc((ncopies + 1) * sizeof(long));
+    k->of = malloc((nw + 1) * sizeof(long));
+    k->uend = malloc((np + 1) * sizeof(size_t));
+    k->dend = malloc((np + 1) * sizeof(size_t));
+    k->decl.at = malloc((np + 2) * sizeof(size_t));
+    k->writes.at = malloc((np + 2) * sizeof(size_t));
+    return k->by_copy && k->uni && k->decl.v && k->w && k->writes.v &&
+           k->cparam && k->of && k->uend && k->dend && k->decl.at &&
+           k->writes.at;
+}
+
+static void work_free(work_t *k)
+{
+    free(k->by_copy);
+    free(k->uni);
+    free(k->decl.v);
+    free(k->w);
+    free(k->writes.v);
+    free(k->cparam);
+    free(k->of);
+    free(k->uend);
+    free(k->dend);
+    free(k->decl.at);
+    free(k->writes.at);
+}
+
 rs_status_t rs__exec_guard_writes(rs_exec_h x, rs_diag_t *diag)
 {
-    size_t nseg, ncopies = rs_capture_num_copies(x->cap);
+    size_t nseg, ncopies = rs_capture_num_copies(x->cap), np = x->nparams;
     rs_plan_segments(x->plan, &nseg);
     size_t nw = nseg + x->replays_len + x->casts_len;
-    span_t *by_copy = malloc((ncopies + 1) * sizeof(span_t));
-    spans_t decl = {malloc((ncopies + 1) * sizeof(span_t)), 0};
-    spans_t uni = {malloc((ncopies + 1) * sizeof(span_t)), 0};
-    spans_t w = {malloc((nw + 1) * sizeof(span_t)), 0};
+    work_t k;
     rs_status_t st = RS_OK;
-    if (by_copy == NULL || decl.v == NULL || uni.v == NULL || w.v == NULL) {
-        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    } else {
-        copy_spans(x, by_copy, ncopies);
-        declared_overlaps(by_copy, ncopies, &decl, &uni);
-        st = gather_writes(x, by_copy, &uni, &w, diag);
-        if (st == RS_OK)
-            st = twice(x, &w, &decl, diag);
+    if (!work_alloc(&k, ncopies, nw, np)) {
+        work_free(&k);
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     }
-    free(by_copy);
-    free(decl.v);
-    free(uni.v);
-    free(w.v);
+    copy_spans(x, k.by_copy, k.cparam, ncopies);
+    group(k.by_copy, k.cparam, ncopies, np, &k.decl);
+    declared(&k.decl, k.uni, k.uend, k.dend, np, k.w);
+    nw = gather_writes(x, k.by_copy, k.cparam, k.w, k.of);
+    group(k.w, k.of, nw, np, &k.writes);
+    for (size_t p = 0; st == RS_OK && p < np; p++) {
+        size_t c0 = k.decl.at[p];
+        st = check_param(x, k.writes.v + k.writes.at[p],
+                         k.writes.at[p + 1] - k.writes.at[p], k.uni + c0,
+                         k.uend[p] - c0, k.decl.v + c0, k.dend[p] - c0, k.w,
+                         diag);
+    }
+    work_free(&k);
     return st;
 }
