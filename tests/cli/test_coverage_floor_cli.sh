@@ -12,8 +12,6 @@ SRC=${2:?usage: test_coverage_floor_cli.sh <reshard-binary> <source-dir>}
 RD="$SRC/tests/cli/run_data.py"
 . "$(dirname "$0")/lib.sh"
 
-run() { "$BIN" run "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?; }
-
 # capture PAD_BYTES OUT: the capture with an unwritten u8 param of PAD_BYTES.
 capture() {
     cat >"$2" <<JSON
@@ -38,7 +36,7 @@ python3 "$RD" make "$TMP/sources.json" "$TMP/data" || { echo "cannot make data";
 capture 20 "$TMP/at.json"
 capture 21 "$TMP/below.json"
 
-run --capture "$TMP/at.json" --sources "$TMP/sources.json" --data "$TMP/data" \
+run run --capture "$TMP/at.json" --sources "$TMP/sources.json" --data "$TMP/data" \
     --require-full-coverage --out "$TMP/out-at" --json
 expect_rc "coverage 0.995, at the floor" 0
 if python3 -c '
@@ -49,7 +47,7 @@ then ok "at the floor: 3980 of 4000 bytes covered"; else bad "at the floor: cove
 if python3 "$RD" expect "$TMP/at.json" "$TMP/sources.json" "$TMP/out-at" >"$TMP/pyout" 2>&1
 then ok "at the floor: byte-exact"; else bad "at the floor: not byte-exact"; fi
 
-run --capture "$TMP/below.json" --sources "$TMP/sources.json" --data "$TMP/data" \
+run run --capture "$TMP/below.json" --sources "$TMP/sources.json" --data "$TMP/data" \
     --require-full-coverage --out "$TMP/out-below"
 expect_rc "coverage 0.99475, one byte below the floor" 1
 expect_in "below the floor" "$TMP/err" "incomplete refit" "covers 0.9948" \
@@ -57,7 +55,7 @@ expect_in "below the floor" "$TMP/err" "incomplete refit" "covers 0.9948" \
 if [ ! -e "$TMP/out-below" ] || [ -z "$(ls -A "$TMP/out-below")" ]
 then ok "below the floor: nothing written"; else bad "below the floor: --out written"; fi
 
-run --capture "$TMP/below.json" --sources "$TMP/sources.json" --data "$TMP/data" \
+run run --capture "$TMP/below.json" --sources "$TMP/sources.json" --data "$TMP/data" \
     --out "$TMP/out-nogate"
 expect_rc "below the floor without --require-full-coverage" 0
 
