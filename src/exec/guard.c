@@ -356,45 +356,44 @@ static rs_status_t check_param(rs_exec_h x, span_t *v, size_t n,
 }
 
 typedef struct work {
-    span_t *by_copy, *uni, *w, *tmp;
+    span_t *by_copy, *uni, *w;
     long *cparam, *of;
     size_t *uend, *dend;
     groups_t decl, writes;
+    void *block; /* everything above, in one allocation */
 } work_t;
 
-static int work_alloc(work_t *k, size_t ncopies, size_t nw, size_t np)
+/* Carves n items of `size` bytes from *at (every item size a multiple of
+ * 8, so each array stays aligned). */
+static void *carve(unsigned char **at, size_t n, size_t size)
 {
-    memset(k, 0, sizeof(*k));
-    k->by_copy = malloc((ncopies + 1) * sizeof(span_t));
-    k->uni = malloc((ncopies + 1) * sizeof(span_t));
-    k->decl.v = malloc((ncopies + 1) * sizeof(span_t));
-    /* w is the sorts' scratch once grouped: room for the copies too */
-    k->w = malloc((nw + ncopies + 1) * sizeof(span_t));
-    k->writes.v = malloc((nw + 1) * sizeof(span_t));
-    k->cparam = malloc((ncopies + 1) * sizeof(long));
-    k->of = malloc((nw + 1) * sizeof(long));
-    k->uend = malloc((np + 1) * sizeof(size_t));
-    k->dend = malloc((np + 1) * sizeof(size_t));
-    k->decl.at = malloc((np + 2) * sizeof(size_t));
-    k->writes.at = malloc((np + 2) * sizeof(size_t));
-    return k->by_copy && k->uni && k->decl.v && k->w && k->writes.v &&
-           k->cparam && k->of && k->uend && k->dend && k->decl.at &&
-           k->writes.at;
+    void *p = *at;
+    *at += (n + 1) * size;
+    return p;
 }
 
-static void work_free(work_t *k)
+static int work_alloc(work_t *k, size_t nc, size_t nw, size_t np)
 {
-    free(k->by_copy);
-    free(k->uni);
-    free(k->decl.v);
-    free(k->w);
-    free(k->writes.v);
-    free(k->cparam);
-    free(k->of);
-    free(k->uend);
-    free(k->dend);
-    free(k->decl.at);
-    free(k->writes.at);
+    /* w is the sorts' scratch once grouped: room for the copies too */
+    size_t spans = 3 * (nc + 1) + (nw + nc + 1) + (nw + 1);
+    size_t bytes = spans * sizeof(span_t) + (nc + nw + 2) * sizeof(long) +
+                   (4 * np + 8) * sizeof(size_t);
+    memset(k, 0, sizeof(*k));
+    unsigned char *at = k->block = calloc(1, bytes);
+    if (at == NULL)
+        return 0;
+    k->by_copy = carve(&at, nc, sizeof(span_t));
+    k->uni = carve(&at, nc, sizeof(span_t));
+    k->decl.v = carve(&at, nc, sizeof(span_t));
+    k->w = carve(&at, nw + nc, sizeof(span_t));
+    k->writes.v = carve(&at, nw, sizeof(span_t));
+    k->cparam = carve(&at, nc, sizeof(long));
+    k->of = carve(&at, nw, sizeof(long));
+    k->uend = carve(&at, np, sizeof(size_t));
+    k->dend = carve(&at, np, sizeof(size_t));
+    k->decl.at = carve(&at, np + 1, sizeof(size_t));
+    k->writes.at = carve(&at, np + 1, sizeof(size_t));
+    return 1;
 }
 
 rs_status_t rs__exec_guard_writes(rs_exec_h x, rs_diag_t *diag)
@@ -404,10 +403,8 @@ rs_status_t rs__exec_guard_writes(rs_exec_h x, rs_diag_t *diag)
     size_t nw = nseg + x->replays_len + x->casts_len;
     work_t k;
     rs_status_t st = RS_OK;
-    if (!work_alloc(&k, ncopies, nw, np)) {
-        work_free(&k);
+    if (!work_alloc(&k, ncopies, nw, np))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    }
     copy_spans(x, k.by_copy, k.cparam, ncopies);
     group(k.by_copy, k.cparam, ncopies, np, &k.decl);
     declared(&k.decl, k.uni, k.uend, k.dend, np, k.w);
@@ -420,6 +417,6 @@ rs_status_t rs__exec_guard_writes(rs_exec_h x, rs_diag_t *diag)
                          k.uend[p] - c0, k.decl.v + c0, k.dend[p] - c0, k.w,
                          diag);
     }
-    work_free(&k);
+    free(k.block);
     return st;
 }
