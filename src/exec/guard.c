@@ -48,7 +48,8 @@ static void name_entry(rs_exec_h x, const rs_staged_read_t *fp, char *out,
 static void dim_range(const rs__box_t *box, int d, int64_t *lo_p,
                       int64_t *hi_p)
 {
-    int64_t lo = box->start[d], hi = box->start[d];
+    int64_t lo = box->start[d];
+    int64_t hi = lo;
     for (int j = 0; j < box->nfactors; j++) {
         const rs__factor_t *f = &box->factors[j];
         if (f->sdim != d)
@@ -101,7 +102,8 @@ rs_status_t rs__exec_guard_replay(rs_exec_h x, const rs_staged_read_t *fp,
 static int dest_elements(const rs_copy_desc_t *c, int64_t *first_p,
                          int64_t *end_p)
 {
-    int64_t lo = c->dest_offset, hi = c->dest_offset, span;
+    int64_t lo = c->dest_offset, span;
+    int64_t hi = lo;
     for (int d = 0; d < c->ndim; d++)
         if (c->dest_shape[d] <= 0)
             return 0;
