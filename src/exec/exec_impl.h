@@ -262,7 +262,8 @@ rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
  * entry. rs__exec_guard_on = 0 turns them off (benchmarks only). Replay of
  * copy ci from staged read fp: every element it reads lies in fp's box, dim
  * by dim (*box: the copy's box, for the samples). Destination of copy ci:
- * first to last byte inside its param. Writes (after every program): exact
+ * first to last byte inside its param. A cast: its row-major source fits
+ * its convert staging. Writes (after every program): exact
  * segments inside the declared copies' bytes, no byte written twice but
  * where two declared copies overlap. */
 extern int rs__exec_guard_on;
@@ -272,6 +273,8 @@ rs_status_t rs__exec_guard_replay(rs_exec_h x, const rs_staged_read_t *fp,
                                   rs_diag_t *diag);
 rs_status_t rs__exec_guard_dest(const rs_copy_desc_t *c, size_t ci,
                                 uint64_t param_bytes, rs_diag_t *diag);
+rs_status_t rs__exec_guard_cast(const rs_exec_h x, const rs_convert_t *cv,
+                                const rs__exec_copy_t *xc, rs_diag_t *diag);
 rs_status_t rs__exec_guard_writes(rs_exec_h x, rs_diag_t *diag);
 
 /* Replays checked on sampled elements (replay_check.c): the samples of a

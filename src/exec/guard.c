@@ -6,7 +6,8 @@
  *    dim (the staging buffer's span is not enough: an element one past the
  *    box in an inner dim lies inside the span, in the next row of the box);
  *  - a copy's destination, from its first to its last byte, lies inside
- *    its parameter;
+ *    its parameter, and a cast reads no more than its convert staging
+ *    holds;
  *  - each exact segment lands inside the bytes that the plan's copies
  *    declare, and no destination byte is written twice except where two
  *    declared copies overlap (the loader's "later copy wins").
@@ -135,6 +136,25 @@ rs_status_t rs__exec_guard_dest(const rs_copy_desc_t *c, size_t ci,
                             (long long)first, (long long)end - 1, c->param,
                             (unsigned long long)param_bytes);
     return RS_OK;
+}
+
+rs_status_t rs__exec_guard_cast(const rs_exec_h x, const rs_convert_t *cv,
+                                const rs__exec_copy_t *xc, rs_diag_t *diag)
+{
+    uint64_t need = rs_dtype_size(cv->src_dtype);
+    for (int d = 0; d < xc->ndim; d++)
+        if (!rs__mul_u64(need, (uint64_t)(xc->shape[d] > 0 ? xc->shape[d] : 0),
+                         &need))
+            need = UINT64_MAX;
+    if (need <= cv->staging_bytes)
+        return RS_OK;
+    rs_copy_desc_t c;
+    rs_capture_copy(x->cap, cv->copy, &c);
+    return rs__diag_set(diag, RS_ERR_INPUT, "plan check: the cast of copy "
+                        "%zu ('%s' into '%s') reads %llu bytes of its convert "
+                        "staging, which holds %llu", cv->copy, c.src, c.param,
+                        (unsigned long long)need,
+                        (unsigned long long)cv->staging_bytes);
 }
 
 /* ---- writes: declared bytes and double writes, parameter by parameter ---- */

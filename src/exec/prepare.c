@@ -227,6 +227,8 @@ static rs_status_t cast_program(rs_exec_h x, const rs_convert_t *cv,
     if (!rs__row_major(xc.shape, xc.ndim, xc.src_stride))
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: destination "
                             "strides overflow int64", cv->copy);
+    if (rs__exec_guard_on && (st = rs__exec_guard_cast(x, cv, &xc, diag)) != RS_OK)
+        return st;
     xc.src = staging;
     xc.from = cv->src_dtype;
     return RS_VEC_PUSH(x, casts, xc) ? RS_OK : OOM(diag);

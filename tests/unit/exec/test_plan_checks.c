@@ -6,7 +6,8 @@
  * a staged box one element too small in one dim (the span of the staging
  * buffer still holds every read, so only a per-dim check sees it), an
  * exact segment outside its copy's bytes, two segments on the same bytes,
- * a destination leaving its parameter. A declared overlap (two copies on
+ * a destination leaving its parameter, a cast reading past its convert
+ * staging. A declared overlap (two copies on
  * the same bytes) still runs, the later copy winning. A replay program
  * gone wrong after prepare is caught by the sampled replay check, and
  * nothing is installed. With the checks off the too-small box installs
@@ -323,6 +324,59 @@ static void test_replay_checked(void **state)
     destroy(&wd);
 }
 
+/* A cast reading more than its convert staging holds (the copy's shape
+ * grown after planning, inside its parameter): refused at prepare. */
+static void test_cast_past_its_staging(void **state)
+{
+    (void)state;
+    static int64_t full[1] = {8}, off[1] = {0}, pshape[1] = {16};
+    static int64_t one[1] = {1};
+    static uint16_t x[8] = {0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0,
+                            0x40e0, 0x4100}; /* bf16 1..8 */
+    static float r[16];
+    rs_shard_desc_t d = {"x", RS_DTYPE_BF16, 2, 1, full, "s0", 0, ADDR, off,
+                         full, NULL};
+    rs_copy_desc_t c = {"x", "r", NULL, 0, 0, 1, full, one, RS_DTYPE_F32};
+    rs_sources_h srcs;
+    rs_capture_h cap;
+    rs_plan_h plan;
+    rs_transport_h t;
+    rs_exec_h x_;
+    rs_diag_t diag;
+    size_t ncv;
+    assert_int_equal(rs_sources_create(&srcs), RS_OK);
+    assert_int_equal(rs_sources_add_shard(srcs, &d, &diag), RS_OK);
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "r", 1, pshape, RS_DTYPE_F32,
+                                          &diag), RS_OK);
+    assert_int_equal(rs_capture_add_copy(cap, &c, &diag), RS_OK);
+    assert_int_equal(rs_plan_build(cap, srcs, NULL, &diag, &plan), RS_OK);
+    rs_plan_converts(plan, &ncv);
+    assert_int_equal(ncv, 1);
+    rs_capture_copy(rs_plan_capture(plan), 0, &c);
+    ((int64_t *)c.dest_shape)[0] = 9;
+    assert_int_equal(rs_transport_create(NULL, &diag, &t), RS_OK);
+    rs_region_t reg = {ADDR, sizeof(x), x};
+    rs_peer_t peer = {"s0", 0, &reg, 1, NULL, 0};
+    assert_int_equal(rs_transport_connect(t, 0, &peer, &diag), RS_OK);
+    assert_int_equal(rs_exec_create(plan, t, NULL, &diag, &x_), RS_OK);
+    memset(r, 0xEE, sizeof(r));
+    assert_int_equal(rs_exec_bind(x_, 0, r, sizeof(r), RS_MEM_HOST, &diag),
+                     RS_OK);
+    rs_diag_clear(&diag);
+    assert_int_equal(rs_exec_run(x_, &diag), RS_ERR_INPUT);
+    assert_has(diag.msg, "plan check: the cast of copy 0 ('x' into 'r') "
+                         "reads 18 bytes of its convert staging, which "
+                         "holds 16");
+    for (size_t i = 0; i < sizeof(r); i++)
+        assert_int_equal(((unsigned char *)r)[i], 0xEE);
+    rs_exec_destroy(x_);
+    rs_transport_destroy(t);
+    rs_plan_destroy(plan);
+    rs_capture_destroy(cap);
+    rs_sources_destroy(srcs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_declared_overlap_runs),
         cmocka_unit_test(test_destination_leaves_param),
         cmocka_unit_test(test_replay_checked),
+        cmocka_unit_test(test_cast_past_its_staging),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
