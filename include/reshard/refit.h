@@ -211,7 +211,11 @@ RS_API rs_status_t rs_publisher_free(rs_publisher_h publisher, void *ptr,
  * staging it only reads it, during rs_publisher_publish).
  * Errors: RS_ERR_UNSUPPORTED for any mem but RS_MEM_HOST (naming the type
  * and the tensor; ptr is not read), RS_ERR_INVALID_ARG for a mem outside
- * rs_mem_type_t, a bad shard, (RS_STAGING_IN_PLACE) a shard not inside
+ * rs_mem_type_t, a bad shard (rank, dtype; a box leaving its full shape in
+ * some dim, negative or overflowing offsets and extents, as receivers'
+ * sources would refuse it: "publisher: tensor 'w': shard of session 's'
+ * leaves the full shape in dim 0 (offset -1, shape 4, full 8)"),
+ * (RS_STAGING_IN_PLACE) a shard not inside
  * one rs_publisher_alloc allocation, or a box that shares an element with
  * a registered box of the same tensor, the same box included (a receiver
  * would get the bytes of one of them): "publisher: tensor 'w': box [0:4,

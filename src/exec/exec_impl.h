@@ -13,6 +13,9 @@
 #include "reshard/view.h"
 #include "reshard/exec.h"
 
+/* Elements of each replay checked after it ran (replay_check.c). */
+#define RS_EXEC_SAMPLES 8
+
 /* One strided local copy (full-pull replay or cast). */
 typedef struct rs__exec_copy {
     int ndim;
@@ -22,6 +25,13 @@ typedef struct rs__exec_copy {
     const unsigned char *src;
     unsigned char *dst;
     rs_dtype_t from, to;
+    size_t copy;               /* the capture copy it writes */
+    /* replays: sampled elements, as byte offsets into the staged box's
+     * staging (`box`) and from dst (replay_check.c) */
+    const unsigned char *box;
+    unsigned nsamples;
+    uint64_t sample_src[RS_EXEC_SAMPLES];
+    int64_t sample_dst[RS_EXEC_SAMPLES];
 } rs__exec_copy_t;
 
 /* A piece of a published shard landing somewhere local: verification
@@ -246,6 +256,35 @@ rs_status_t rs__exec_add_reads(rs_exec_h x, const rs_segment_t *segs,
 rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
                                     unsigned char *staging, size_t ci,
                                     rs_diag_t *diag);
+
+/* The executor's own checks of a plan at prepare (guard.c), independent
+ * of the planner; each refusal is RS_ERR_INPUT naming the copy and plan
+ * entry. rs__exec_guard_on = 0 turns them off (benchmarks only). Replay of
+ * copy ci from staged read fp: every element it reads lies in fp's box, dim
+ * by dim (*box: the copy's box, for the samples). Destination of copy ci:
+ * first to last byte inside its param. A cast: its row-major source fits
+ * its convert staging. Writes (after every program): exact
+ * segments inside the declared copies' bytes, no byte written twice but
+ * where two declared copies overlap. */
+extern int rs__exec_guard_on;
+struct rs__box;
+rs_status_t rs__exec_guard_replay(rs_exec_h x, const rs_staged_read_t *fp,
+                                  size_t ci, struct rs__box *box,
+                                  rs_diag_t *diag);
+rs_status_t rs__exec_guard_dest(const rs_copy_desc_t *c, size_t ci,
+                                uint64_t param_bytes, rs_diag_t *diag);
+rs_status_t rs__exec_guard_cast(const rs_exec_h x, const rs_convert_t *cv,
+                                const rs__exec_copy_t *xc, rs_diag_t *diag);
+rs_status_t rs__exec_guard_writes(rs_exec_h x, rs_diag_t *diag);
+
+/* Replays checked on sampled elements (replay_check.c): the samples of a
+ * replay from its copy's box; one replay run and checked (RS_ERR_VERIFY
+ * naming the copy when a sampled element differs from its staged one). */
+void rs__exec_replay_samples(rs__exec_copy_t *xc, const rs_staged_read_t *fp,
+                             const unsigned char *staging,
+                             const struct rs__box *box);
+rs_status_t rs__exec_replay(rs_exec_h x, const rs__exec_copy_t *xc,
+                            rs_diag_t *diag);
 
 /* Receiver-path quantized copies (quantize.c). Reads a plan's records
  * need; their staging, reads (right after the full pulls') and the two

@@ -10,6 +10,7 @@
 #include "core/pages.h"
 #include "core/diag.h"
 #include "exec/exec_impl.h"
+#include "geom/box.h"
 #include "geom/view.h"
 #include "geom/view_box.h"
 #include "core/convert.h"
@@ -90,6 +91,10 @@ static rs_status_t dest_of(rs_exec_h x, size_t ci, rs__exec_copy_t *xc,
                             "leaves param '%s' (%llu bytes)", ci,
                             (long long)c.dest_offset, c.param,
                             (unsigned long long)info.nbytes);
+    if (rs__exec_guard_on &&
+        (st = rs__exec_guard_dest(&c, ci, info.nbytes, diag)) != RS_OK)
+        return st;
+    xc->copy = ci;
     xc->ndim = c.ndim;
     memcpy(xc->shape, c.dest_shape, (size_t)c.ndim * sizeof(int64_t));
     memcpy(xc->dst_stride, c.dest_stride, (size_t)c.ndim * sizeof(int64_t));
@@ -114,7 +119,7 @@ static rs_status_t staged_view(const rs_staged_read_t *fp, rs__view_t *v)
 
 /* Replays copy ci's op chain over the staging of a staged read: the chain
  * applied to the whole source, rebased on the staged box. Every element
- * it reads must lie in the staging buffer. */
+ * it reads must lie in the staging buffer, and (guard.c) in the box. */
 rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
                                     unsigned char *staging, size_t ci,
                                     rs_diag_t *diag)
@@ -126,9 +131,15 @@ rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
     int64_t first, last;
     size_t es = rs_dtype_size(fp->dtype);
 
+    rs__box_t box;
     memset(&xc, 0, sizeof(xc));
     rs_capture_copy(x->cap, ci, &c);
-    rs_status_t st = staged_view(fp, &v);
+    rs_status_t st = rs__exec_guard_on
+                         ? rs__exec_guard_replay(x, fp, ci, &box, diag)
+                         : RS_OK;
+    if (st != RS_OK)
+        return st;
+    st = staged_view(fp, &v);
     for (size_t i = 0; st == RS_OK && i < c.nops; i++)
         st = rs__view_apply(&v, &c.ops[i], why, sizeof(why));
     if (st != RS_OK || v.ndim != c.ndim)
@@ -146,6 +157,8 @@ rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
     /* an empty view reads nothing, and its offset may lie anywhere */
     xc.src = staging + (reads ? (size_t)v.offset * es : 0);
     xc.from = fp->dtype;
+    if (rs__exec_guard_on)
+        rs__exec_replay_samples(&xc, fp, staging, &box);
     return RS_VEC_PUSH(x, replays, xc) ? RS_OK : OOM(diag);
 }
 
@@ -214,6 +227,8 @@ static rs_status_t cast_program(rs_exec_h x, const rs_convert_t *cv,
     if (!rs__row_major(xc.shape, xc.ndim, xc.src_stride))
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: destination "
                             "strides overflow int64", cv->copy);
+    if (rs__exec_guard_on && (st = rs__exec_guard_cast(x, cv, &xc, diag)) != RS_OK)
+        return st;
     xc.src = staging;
     xc.from = cv->src_dtype;
     return RS_VEC_PUSH(x, casts, xc) ? RS_OK : OOM(diag);
@@ -336,7 +351,8 @@ rs_status_t rs__exec_prepare(rs_exec_h x, rs_diag_t *diag)
         (st = rs__exec_prepare_quant(x, diag)) != RS_OK) /* quantize.c */
         goto fail;
     x->phase_end[1] = x->nreads;
-    if ((st = prepare_converts(x, diag)) != RS_OK)
+    if ((st = prepare_converts(x, diag)) != RS_OK ||
+        (rs__exec_guard_on && (st = rs__exec_guard_writes(x, diag)) != RS_OK))
         goto fail;
     x->phase_end[2] = x->nreads;
     if ((st = x->bounded ? rs__exec_prepare_rounds(x, diag)

@@ -78,8 +78,10 @@ static void run_task(void *ctx, size_t k)
     if (atomic_load(&j->failed) || (kind < 2 && j->skip_ordered && ordered[i]))
         return;
     double t0 = rs__now_s();
-    if (kind < 2) {
-        st = rs__exec_copy(kind == 0 ? &x->replays[i] : &x->casts[i]);
+    if (kind == 0) {
+        st = rs__exec_replay(x, &x->replays[i], &d);
+    } else if (kind == 1) {
+        st = rs__exec_copy(&x->casts[i]);
         if (st != RS_OK)
             rs__diag_set(&d, st, "local copy %zu failed", i);
     } else if ((st = rs__exec_verify_group(x, x->verify_at[i], &d)) == RS_OK) {
@@ -88,7 +90,8 @@ static void run_task(void *ctx, size_t k)
     atomic_fetch_add(&j->busy_ns[kind],
                      (uint_fast64_t)((rs__now_s() - t0) * 1e9));
     if (st != RS_OK)
-        job_failed(j, st, kind < 2 ? "local copy" : "digest", &d);
+        job_failed(j, st, st == RS_ERR_VERIFY && kind == 0 ? "replay check"
+                          : kind < 2 ? "local copy" : "digest", &d);
 }
 
 static size_t job_tasks(const rs__stage_job_t *j)
@@ -133,10 +136,12 @@ static rs_status_t in_order(rs_exec_h x, int kind, size_t begin, size_t end,
     for (size_t i = begin; i < end; i++) {
         if (only_ordered && !ord[i])
             continue;
-        rs_status_t st = rs__exec_copy(&c[i]);
+        rs_status_t st = kind == RS_STAGE_REPLAY ? rs__exec_replay(x, &c[i], diag)
+                                                 : rs__exec_copy(&c[i]);
         if (st != RS_OK) {
-            rs__diag_set(diag, st, "local copy %zu failed", i);
-            x->failure = "local copy";
+            if (kind != RS_STAGE_REPLAY)
+                rs__diag_set(diag, st, "local copy %zu failed", i);
+            x->failure = st == RS_ERR_VERIFY ? "replay check" : "local copy";
             return st;
         }
     }

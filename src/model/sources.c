@@ -141,9 +141,8 @@ static rs_status_t tensor_for(rs_sources_h s, const rs_shard_desc_t *d,
     return RS_OK;
 }
 
-/* Rank, bounds and address-range checks that need no other shard. */
-static rs_status_t check_shard(const rs_shard_desc_t *d, rs_diag_t *diag,
-                               int64_t *numel_p)
+rs_status_t rs__sources_check_shard(const rs_shard_desc_t *d,
+                                    rs_diag_t *diag, int64_t *numel_p)
 {
     int64_t full_numel, numel, nbytes;
     uint64_t end;
@@ -251,7 +250,7 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
         (d->ndim > 0 && (d->full_shape == NULL || d->offset == NULL ||
                          d->shape == NULL)))
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    if ((st = check_shard(d, diag, &sh.numel)) != RS_OK ||
+    if ((st = rs__sources_check_shard(d, diag, &sh.numel)) != RS_OK ||
         (st = tensor_for(s, d, diag, &t)) != RS_OK)
         return st;
     if (intern_session(s, d->session, &sh.session) != RS_OK)

@@ -115,4 +115,11 @@ void rs__sources_prefetch(rs_sources_h s, uint64_t hash, int step);
 rs__source_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
                                          uint64_t hash);
 
+/* Rank, bounds and address-range checks of one shard that need no other
+ * shard (a box inside its full shape, dim by dim): RS_ERR_INPUT naming the
+ * tensor, session, dim and values; *numel_p its elements. Also what a
+ * publisher checks of a box it is asked to register. */
+rs_status_t rs__sources_check_shard(const rs_shard_desc_t *d,
+                                    rs_diag_t *diag, int64_t *numel_p);
+
 #endif

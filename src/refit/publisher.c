@@ -19,6 +19,7 @@
 #include "core/params.h"
 #include "core/vec.h"
 #include "exec/backend.h"
+#include "model/sources_impl.h"
 #include "refit/publisher_impl.h"
 #include "reshard/digest.h"
 #include "reshard/dir.h"
@@ -264,6 +265,28 @@ void rs_publisher_destroy(rs_publisher_h p)
     free(p);
 }
 
+/* The box as a receiver's sources will check it (inside the full shape,
+ * dim by dim, without overflow): a table holding a box they refuse could
+ * not be pulled by anyone. */
+static rs_status_t check_box(rs_publisher_h p, const char *tensor,
+                             rs_dtype_t dtype, int ndim,
+                             const int64_t *full_shape, const int64_t *offset,
+                             const int64_t *shape, void *ptr, rs_diag_t *diag)
+{
+    rs_shard_desc_t d = {tensor, dtype, rs_dtype_size(dtype), ndim,
+                         full_shape, p->session, 0, (uint64_t)(uintptr_t)ptr,
+                         offset, shape, NULL};
+    rs_diag_t why = {RS_OK, ""};
+    int64_t numel;
+    if (ndim > 0 && (full_shape == NULL || offset == NULL || shape == NULL))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: tensor "
+                            "'%s': NULL shape or offset", tensor);
+    if (rs__sources_check_shard(&d, &why, &numel) != RS_OK)
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: %s",
+                            why.msg);
+    return RS_OK;
+}
+
 rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
                                   rs_dtype_t dtype, int ndim,
                                   const int64_t *full_shape,
@@ -283,6 +306,9 @@ rs_status_t rs_publisher_register(rs_publisher_h p, const char *tensor,
     snprintf(who, sizeof(who), "publisher: tensor '%s'", tensor);
     rs_status_t st = rs__mem_check(mem, who, diag);
     if (st != RS_OK)
+        return st;
+    if ((st = check_box(p, tensor, dtype, ndim, full_shape, offset, shape,
+                        ptr, diag)) != RS_OK)
         return st;
     if (!rs__numel(shape, ndim, &numel) ||
         !rs__mul_i64(numel, (int64_t)rs_dtype_size(dtype), &nbytes))
