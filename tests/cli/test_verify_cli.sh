@@ -83,13 +83,13 @@ expect_keys() {
 COVERAGE=".coverage: schema params_total params_installed params_partial params_missing bytes_total bytes_covered bytes_multi_written percent missing_params partial_params uncovered_count uncovered_copies fallback_causes"
 STAGE=".stage: schema stages_s bytes descriptors full_pulls converts fallback shards_verified wire_GB_per_s ok run_s waves threads staging_bytes staging_unbounded_bytes staging_rounds"
 expect_keys "pull --json --check --no-verify" "$TMP/out" \
-    ": version rank ok replanned failovers tables_parsed tables_reused table_bytes_read stage coverage discover_s plan_s wall_s check check_s" \
+    ": version rank ok replanned failovers failures failed_publishers tables_parsed tables_reused table_bytes_read stage coverage discover_s plan_s wall_s check check_s" \
     "$STAGE" ".stage.stages_s: prepare descriptors wire install" \
     "$COVERAGE" ".coverage.fallback_causes:"
 pull "$D" cma --version 1 --rank 0 --json --release
 expect_rc "pull --json --release" 0
 expect_keys "pull --json --release" "$TMP/out" \
-    ": version rank ok replanned failovers tables_parsed tables_reused table_bytes_read stage coverage discover_s plan_s wall_s released" \
+    ": version rank ok replanned failovers failures failed_publishers tables_parsed tables_reused table_bytes_read stage coverage discover_s plan_s wall_s released" \
     "$STAGE" ".stage.stages_s: prepare descriptors wire verify install" \
     "$COVERAGE" ".coverage.fallback_causes:"
 
@@ -108,7 +108,7 @@ expect_rc "pull --json of tables without digests" 1
 expect_in "pull --json of tables without digests" "$TMP/out" \
     '"ok":false,"failure":"digest","waves":0,"threads":1,"staging_bytes":0,"staging_unbounded_bytes":0,"staging_rounds":0}'
 expect_keys "pull --json of tables without digests" "$TMP/out" \
-    ": version rank ok replanned failovers tables_parsed tables_reused table_bytes_read stage coverage discover_s plan_s wall_s error" \
+    ": version rank ok replanned failovers failures failed_publishers tables_parsed tables_reused table_bytes_read stage coverage discover_s plan_s wall_s error" \
     ".stage: schema stages_s bytes descriptors full_pulls converts fallback shards_verified ok failure waves threads staging_bytes staging_unbounded_bytes staging_rounds" \
     ".stage.stages_s: prepare descriptors" \
     "$COVERAGE" ".coverage.fallback_causes:"
