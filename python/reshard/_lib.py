@@ -54,6 +54,7 @@ class PublisherParams(ctypes.Structure):
         ("quantize", ctypes.POINTER(ctypes.c_char_p)),
         ("num_quantize", ctypes.c_size_t),
         ("quantize_wanted", ctypes.c_int),
+        ("delta_keep", ctypes.c_int64),
     ]
 
 
@@ -99,6 +100,7 @@ class ReceiverParams(ctypes.Structure):
         ("group_rank", ctypes.c_int64),
         ("group_timeout_s", ctypes.c_double),
         ("staging_budget", ctypes.c_uint64),
+        ("delta", ctypes.c_int),
     ]
 
 
@@ -152,6 +154,11 @@ class PullResult(ctypes.Structure):
         ("tables_reused", ctypes.c_uint32),
         ("tables_parsed", ctypes.c_uint32),
         ("table_bytes_read", ctypes.c_uint64),
+        ("delta_runs", ctypes.c_uint64), ("delta_bytes", ctypes.c_uint64),
+        ("delta_full_bytes", ctypes.c_uint64),
+        ("whole_runs", ctypes.c_uint64), ("whole_bytes", ctypes.c_uint64),
+        ("delta_refused", ctypes.c_uint64),
+        ("delta_retried", ctypes.c_int),
     ]
 
 

@@ -261,7 +261,7 @@ static rs_status_t box_bytes(rs_publisher_h p, const rs__publish_quant_piece_t *
         p->qscratch = grown;
         p->qscratch_cap = nbytes;
     }
-    rs__publisher_copy_box(s, &box, p->qscratch);
+    rs__publisher_copy_box(s, &box, p->qscratch, NULL);
     *src_p = p->qscratch;
     return RS_OK;
 }
