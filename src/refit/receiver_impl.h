@@ -42,6 +42,9 @@ struct rs_staged {
     rs_pull_result_t res;
 };
 
+struct rs__rx_delta_shard; /* receiver_deltas.c */
+struct rs__delta_ref;      /* exec/delta_read.h */
+
 struct rs_receiver {
     rs_receiver_params_t params;
     char *model, *backend, *holder, *directory;
@@ -84,6 +87,12 @@ struct rs_receiver {
      * staging holds the bytes an uncommitted install replaced */
     rs__group_t *group;
     int swapped;
+    /* deltas (receiver_deltas.c): the shards the parsed tables list
+     * deltas for, and those deltas */
+    struct rs__rx_delta_shard *dshard;
+    size_t dshard_len, dshard_cap;
+    struct rs__delta_ref *dref;
+    size_t dref_len, dref_cap;
 };
 
 /* The install's copy (receiver_install.c): every shadow into its bound
@@ -141,6 +150,23 @@ void rs__receiver_sources_drop(rs_receiver_h r, rs_sources_h sources);
 
 /* Drops the memo of the cached sources (they are going). */
 void rs__receiver_forget_tables(rs_receiver_h r);
+
+/* ---- receiver_deltas.c: the deltas the tables list ---- */
+
+/* Forgets the listed deltas (a new parse of the tables starts). */
+void rs__receiver_deltas_clear(rs_receiver_h r);
+void rs__receiver_deltas_free(rs_receiver_h r);
+/* Notes the deltas a parsed table lists (delta = 1 only); a malformed
+ * delta entry leaves its shard out. Only RS_ERR_NO_MEMORY is an error. */
+rs_status_t rs__receiver_deltas_scan(rs_receiver_h r, const char *table,
+                                     size_t len, rs_diag_t *diag);
+/* Before a run of `version`: the listed deltas to the transport's delta
+ * reads, in the plan's sessions (a no-op without them). */
+rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
+                                    rs_diag_t *diag);
+/* After it: its figures into res; ok (verified) makes the copies it read
+ * hold the version, else none holds any. */
+void rs__receiver_deltas_done(rs_receiver_h r, int ok, rs_pull_result_t *res);
 
 /* ---- receiver_plan.c: the plan cache and connecting ---- */
 

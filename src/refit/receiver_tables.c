@@ -179,6 +179,8 @@ static rs_status_t load_split(rs_receiver_h r, rs_sources_h s,
     if (st == RS_OK)
         st = rs_sources_load_string(s, table, len, origin, diag);
     if (st == RS_OK)
+        st = rs__receiver_deltas_scan(r, table, len, diag);
+    if (st == RS_OK)
         st = classify(s, first, doc, doc_len, e, sp, m, diag);
     free(table);
     free(doc);
@@ -198,6 +200,7 @@ static rs_status_t parse_all(rs_receiver_h r, const rs_version_info_t *v,
     if (st == RS_OK)
         rs__sources_log_start(s);
     r->ntable_slot = 0;
+    rs__receiver_deltas_clear(r);
     for (int64_t slot = 0; st == RS_OK && slot < v->slots; slot++) {
         const rs_dir_entry_t *e = rs__replicas_chosen(&r->replicas, slot);
         const rs__dir_split_t *sp = rs__replicas_chosen_split(&r->replicas,
@@ -210,6 +213,8 @@ static rs_status_t parse_all(rs_receiver_h r, const rs_version_info_t *v,
                                     fig, diag)
                        : rs_sources_load_string(s, e->table, e->len, origin,
                                                 diag);
+        if (st == RS_OK && !sp->split)
+            st = rs__receiver_deltas_scan(r, e->table, e->len, diag);
         fig->parsed++;
         if (st == RS_OK)
             st = note_slot(r, s, slot, diag);
@@ -302,6 +307,8 @@ rs_status_t rs__receiver_read_tables(rs_receiver_h r,
         return st;
     f.bytes = r->replicas.bytes;
     if (reusable(r, v)) {
+        /* a table listing deltas is never reusable: none are listed */
+        rs__receiver_deltas_clear(r);
         st = renew(r, v, diag);
         if (st != RS_OK) { /* the sources hold a mix: parse afresh */
             rs__receiver_drop_cache(r);
