@@ -117,26 +117,45 @@ static held_t *held_get(state_t *s, const rs_read_t *rd)
     return h;
 }
 
-/* The published shard holding the read's bytes, or NULL. */
-static const rs__delta_src_t *find_src(const state_t *s, const rs_read_t *rd)
+/* The published shard holding byte addr of the session (NULL: none), and
+ * where the session's next one starts (UINT64_MAX: none). */
+static const rs__delta_src_t *src_at(const state_t *s, uint32_t session,
+                                     uint64_t addr, uint64_t *next_p)
 {
     size_t lo = 0, hi = s->nsrc;
-    while (lo < hi) { /* the last shard of the session at or before addr */
+    while (lo < hi) { /* the first shard past (session, addr) */
         size_t mid = lo + (hi - lo) / 2;
         const rs__delta_src_t *m = &s->srcs[mid];
-        if (m->session < rd->session ||
-            (m->session == rd->session && m->addr <= rd->src_addr))
+        if (m->session < session || (m->session == session && m->addr <= addr))
             lo = mid + 1;
         else
             hi = mid;
     }
+    *next_p = lo < s->nsrc && s->srcs[lo].session == session
+                  ? s->srcs[lo].addr : UINT64_MAX;
     if (lo == 0)
         return NULL;
     const rs__delta_src_t *c = &s->srcs[lo - 1];
-    if (c->session != rd->session || rd->src_addr - c->addr > c->nbytes ||
-        rd->nbytes > c->nbytes - (rd->src_addr - c->addr))
-        return NULL;
-    return c;
+    return c->session == session && addr - c->addr < c->nbytes ? c : NULL;
+}
+
+/* The next piece of a read from byte `off` on: up to the end of the
+ * shard holding it, or to the next shard's start (a plan reads adjacent
+ * bytes of several shards as one run); its shard when it lists deltas
+ * and the run may use them. Pieces are cut at every published shard's
+ * edges, deltas or not, so that a read's pieces (and their held copies)
+ * stay the same from one version to the next. */
+static rs_read_t next_piece(const state_t *s, const rs_read_t *rd,
+                            uint64_t off, const rs__delta_src_t **src_p)
+{
+    uint64_t addr = rd->src_addr + off, next, len = rd->nbytes - off;
+    const rs__delta_src_t *c = src_at(s, rd->session, addr, &next);
+    if (c != NULL && c->addr + c->nbytes - addr < len)
+        len = c->addr + c->nbytes - addr;
+    else if (c == NULL && next > addr && next - addr < len)
+        len = next - addr;
+    *src_p = c != NULL && c->count > 0 && s->version >= 0 ? c : NULL;
+    return (rs_read_t){rd->session, addr, (unsigned char *)rd->dst + off, len};
 }
 
 /* The chain of listed deltas from `from` to the run's version (into p),
@@ -179,43 +198,6 @@ static rs_status_t post_whole(state_t *s, rs_transport_h t,
     return rs_transport_post(s->inner, reads, n, diag);
 }
 
-static rs_status_t d_post(rs_transport_h t, uint32_t session,
-                          const rs_read_t *reads, size_t n, rs_diag_t *diag)
-{
-    (void)session;
-    state_t *s = st_of(t);
-    rs_read_t *whole = malloc((n > 0 ? n : 1) * sizeof(*whole));
-    size_t nwhole = 0;
-    if (whole == NULL)
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        pend_t p;
-        memset(&p, 0, sizeof(p));
-        p.rd = reads[i];
-        p.h = held_get(s, &reads[i]);
-        p.src = s->version >= 0 && p.h != NULL ? find_src(s, &reads[i]) : NULL;
-        p.delta = p.src != NULL && p.h->held >= 0 && p.h->now == p.h->held &&
-                  plan_chain(s, &p, p.h->held);
-        if (!p.delta)
-            whole[nwhole++] = reads[i];
-        if (!RS_VEC_PUSH(s, pend, p)) {
-            free(whole);
-            return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-        }
-    }
-    rs_status_t st = post_whole(s, t, whole, nwhole, diag);
-    free(whole);
-    return st;
-}
-
-static void pend_scratch_free(pend_t *p)
-{
-    free(p->hdr);
-    free(p->idx);
-    free(p->pay);
-    p->hdr = p->idx = p->pay = NULL;
-}
-
 static rs_status_t add_read(rs_read_t **v, size_t *n, size_t *cap,
                             rs_read_t r)
 {
@@ -229,6 +211,64 @@ static rs_status_t add_read(rs_read_t **v, size_t *n, size_t *cap,
     }
     (*v)[(*n)++] = r;
     return RS_OK;
+}
+
+/* Queues the pieces of one read: those a delta serves, and the others,
+ * posted whole (the read as it is when no piece takes a delta). */
+static rs_status_t sort_read(state_t *s, const rs_read_t *rd,
+                             rs_read_t **whole, size_t *nwhole, size_t *cap)
+{
+    size_t first = s->pend_len;
+    int any = 0;
+    for (uint64_t off = 0; off < rd->nbytes || (off == 0 && rd->nbytes == 0);) {
+        pend_t p;
+        memset(&p, 0, sizeof(p));
+        p.rd = next_piece(s, rd, off, &p.src);
+        p.h = held_get(s, &p.rd);
+        p.delta = p.src != NULL && p.h != NULL && p.h->held >= 0 &&
+                  p.h->now == p.h->held && plan_chain(s, &p, p.h->held);
+        any |= p.delta;
+        if (!RS_VEC_PUSH(s, pend, p))
+            return RS_ERR_NO_MEMORY;
+        if (p.rd.nbytes == 0)
+            break;
+        off += p.rd.nbytes;
+    }
+    if (!any)
+        return add_read(whole, nwhole, cap, *rd);
+    for (size_t i = first; i < s->pend_len; i++)
+        if (!s->pend[i].delta) {
+            rs_status_t st = add_read(whole, nwhole, cap, s->pend[i].rd);
+            if (st != RS_OK)
+                return st;
+        }
+    return RS_OK;
+}
+
+static rs_status_t d_post(rs_transport_h t, uint32_t session,
+                          const rs_read_t *reads, size_t n, rs_diag_t *diag)
+{
+    (void)session;
+    state_t *s = st_of(t);
+    rs_read_t *whole = NULL;
+    size_t nwhole = 0, cap = 0;
+    rs_status_t st = RS_OK;
+    for (size_t i = 0; st == RS_OK && i < n; i++)
+        st = sort_read(s, &reads[i], &whole, &nwhole, &cap);
+    if (st != RS_OK)
+        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    else
+        st = post_whole(s, t, whole, nwhole, diag);
+    free(whole);
+    return st;
+}
+
+static void pend_scratch_free(pend_t *p)
+{
+    free(p->hdr);
+    free(p->idx);
+    free(p->pay);
+    p->hdr = p->idx = p->pay = NULL;
 }
 
 /* The element range [a, b) of the read in its shard, for the step's

@@ -28,8 +28,8 @@ typedef struct rs__delta_ref {
     uint32_t esize, chunk;
 } rs__delta_ref_t;
 
-/* One published shard with deltas: its session (the plan's index), full
- * bytes, and its deltas refs[first, first + count). */
+/* One published shard: its session (the plan's index), full bytes, and
+ * its deltas refs[first, first + count) (count 0: none listed). */
 typedef struct rs__delta_src {
     uint32_t session;
     uint64_t addr, nbytes;
@@ -56,8 +56,9 @@ rs_status_t rs__delta_reads_wrap(rs_transport_h inner, double nic_gbps,
 int rs__delta_reads_is(rs_transport_h t);
 
 /* The next run reads `version` (< 0: no deltas; the held copies are still
- * refreshed) with these shards' deltas (copied; srcs sorted by session
- * and addr). Clears the stats. */
+ * refreshed) with the published shards and their deltas (copied; srcs
+ * sorted by session and addr, every shard the plan may read). Clears the
+ * stats. */
 rs_status_t rs__delta_reads_set(rs_transport_h t, int64_t version,
                                 const rs__delta_src_t *srcs, size_t nsrc,
                                 const rs__delta_ref_t *refs, size_t nref,

@@ -16,6 +16,7 @@
 #include "refit/receiver_impl.h"
 #include "reshard/digest.h"
 #include "reshard/plan.h"
+#include "reshard/sources.h"
 
 /* One shard with deltas, as its table names it. */
 typedef struct rs__rx_delta_shard {
@@ -173,37 +174,75 @@ static int by_session_addr(const void *a, const void *b)
     return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
-                                    rs_diag_t *diag)
+/* Every shard of the sources, in the plan's sessions, sorted; *n_p of
+ * them (shards of sessions the plan does not know are left out). */
+static rs__delta_src_t *all_shards(rs_receiver_h r, size_t *n_p)
 {
-    if (r->transport == NULL || !rs__delta_reads_is(r->transport))
-        return RS_OK;
+    rs__strmap_t names;
+    rs__strmap_init(&names);
+    uint32_t nsess = (uint32_t)rs_plan_num_sessions(r->plan);
+    size_t nsh = rs_sources_num_shards(r->sources), n = 0;
+    int ok = 1;
+    for (uint32_t k = 0; ok && k < nsess; k++)
+        ok = rs__strmap_put(&names, rs_plan_session_name(r->plan, k), k);
+    rs__delta_src_t *srcs = ok ? malloc((nsh + 1) * sizeof(*srcs)) : NULL;
+    for (size_t i = 0; srcs != NULL && i < nsh; i++) {
+        rs_shard_desc_t d;
+        uint32_t k;
+        rs_sources_shard(r->sources, i, &d);
+        uint64_t nbytes = d.elsize;
+        for (int j = 0; j < d.ndim; j++)
+            nbytes *= (uint64_t)d.shape[j];
+        if (nbytes > 0 && rs__strmap_get(&names, d.session, &k))
+            srcs[n++] = (rs__delta_src_t){k, d.addr, nbytes, 0, 0};
+    }
+    rs__strmap_free(&names);
+    if (srcs != NULL)
+        qsort(srcs, n, sizeof(*srcs), by_session_addr);
+    *n_p = n;
+    return srcs;
+}
+
+/* Gives each listed shard its deltas: the source with its session,
+ * address and size (a table naming a shard differently is left out). */
+static void attach_deltas(rs_receiver_h r, rs__delta_src_t *srcs, size_t n)
+{
     rs__strmap_t names;
     rs__strmap_init(&names);
     uint32_t nsess = (uint32_t)rs_plan_num_sessions(r->plan);
     int ok = 1;
     for (uint32_t k = 0; ok && k < nsess; k++)
         ok = rs__strmap_put(&names, rs_plan_session_name(r->plan, k), k);
-    rs__delta_src_t *srcs = malloc((r->dshard_len + 1) * sizeof(*srcs));
-    size_t n = 0;
-    for (size_t i = 0; ok && srcs != NULL && i < r->dshard_len; i++) {
+    for (size_t i = 0; ok && i < r->dshard_len; i++) {
         const rs__rx_delta_shard_t *d = &r->dshard[i];
-        uint32_t k;
-        if (rs__strmap_get(&names, d->session, &k))
-            srcs[n++] = (rs__delta_src_t){k, d->addr, d->nbytes, d->first,
-                                          d->count};
+        rs__delta_src_t key;
+        if (!rs__strmap_get(&names, d->session, &key.session))
+            continue;
+        key.addr = d->addr;
+        rs__delta_src_t *hit = bsearch(&key, srcs, n, sizeof(*srcs),
+                                       by_session_addr);
+        if (hit != NULL && hit->nbytes == d->nbytes) {
+            hit->first = d->first;
+            hit->count = d->count;
+        }
     }
     rs__strmap_free(&names);
-    rs_status_t st = ok && srcs != NULL
-                         ? RS_OK
-                         : rs__diag_set(diag, RS_ERR_NO_MEMORY,
-                                        "out of memory");
-    if (st == RS_OK) {
-        qsort(srcs, n, sizeof(*srcs), by_session_addr);
-        st = rs__delta_reads_set(r->transport,
-                                 r->params.verify_digests ? version : -1,
-                                 srcs, n, r->dref, r->dref_len, diag);
-    }
+}
+
+rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
+                                    rs_diag_t *diag)
+{
+    if (r->transport == NULL || !rs__delta_reads_is(r->transport))
+        return RS_OK;
+    size_t n = 0;
+    rs__delta_src_t *srcs = all_shards(r, &n);
+    if (srcs == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    attach_deltas(r, srcs, n);
+    rs_status_t st = rs__delta_reads_set(r->transport,
+                                         r->params.verify_digests ? version
+                                                                  : -1,
+                                         srcs, n, r->dref, r->dref_len, diag);
     free(srcs);
     return st;
 }
