@@ -23,18 +23,39 @@ typedef struct entry_info {
     rs_dtype_t dtype;
 } entry_info_t;
 
-static size_t next_entries(const rs_publisher_h p)
+/* Served entries: the shards (or cut pieces) first, then two per
+ * quantized piece, its FP8 values and its scales
+ * (rs__publisher_quant_entry). */
+static size_t base_entries(const rs_publisher_h p)
 {
     return p->cut_mode ? p->next_pieces_len : p->shards_len;
 }
 
+static size_t next_entries(const rs_publisher_h p)
+{
+    return base_entries(p) + 2 * p->next_qpieces_len;
+}
+
 static entry_info_t next_entry(const rs_publisher_h p, size_t i)
 {
+    size_t nb = base_entries(p);
+    if (i >= nb) {
+        const rs__publish_quant_piece_t *q = &p->next_qpieces[(i - nb) / 2];
+        return (i - nb) % 2 == 0
+                   ? (entry_info_t){q->nbytes, q->format}
+                   : (entry_info_t){q->scale_nbytes, RS_DTYPE_F32};
+    }
     if (p->cut_mode) {
         const rs__publish_piece_t *q = &p->next_pieces[i];
         return (entry_info_t){q->nbytes, p->shards[q->shard].dtype};
     }
     return (entry_info_t){p->shards[i].nbytes, p->shards[i].dtype};
+}
+
+size_t rs__publisher_quant_entry(rs_publisher_h p, size_t piece, int scale)
+{
+    return (p->cut_mode ? p->pieces_len : p->shards_len) + 2 * piece +
+           (scale ? 1 : 0);
 }
 
 /* The element size a delta of this dtype uses: its own when 1, 2 or 4
@@ -43,6 +64,13 @@ static uint32_t delta_esize(rs_dtype_t dt)
 {
     size_t es = rs_dtype_size(dt);
     return es == 1 || es == 2 || es == 4 ? (uint32_t)es : es == 8 ? 4u : 1u;
+}
+
+/* Elements per chunk: 16384 for one-byte elements (FP8 codes change so
+ * rarely that a smaller index pays, docs/delta.md), else the default. */
+static uint32_t delta_chunk(uint32_t esize)
+{
+    return esize == 1 ? 4 * RS__DELTA_CHUNK : RS__DELTA_CHUNK;
 }
 
 /* The payload cap: about half the shard's bytes. */
@@ -57,7 +85,7 @@ static uint64_t delta_room(uint64_t nbytes, uint32_t esize)
 {
     uint64_t n = nbytes / esize;
     return RS__DELTA_HEADER +
-           RS__DELTA_ENTRY * (rs__delta_nchunks(n, RS__DELTA_CHUNK) + 1) +
+           RS__DELTA_ENTRY * (rs__delta_nchunks(n, delta_chunk(esize)) + 1) +
            delta_limit(nbytes);
 }
 
@@ -65,9 +93,9 @@ uint64_t rs__publisher_layout_key(rs_publisher_h p)
 {
     rs_digest_t d;
     rs_digest_init(&d);
-    uint64_t n = next_entries(p), cut = (uint64_t)p->cut_mode;
-    rs_digest_update(&d, &n, sizeof(n));
-    rs_digest_update(&d, &cut, sizeof(cut));
+    uint64_t n = base_entries(p), nq = p->next_qpieces_len;
+    uint64_t head0[3] = {n, nq, (uint64_t)p->cut_mode};
+    rs_digest_update(&d, head0, sizeof(head0));
     for (size_t i = 0; i < n; i++) {
         size_t k = p->cut_mode ? p->next_pieces[i].shard : i;
         const rs__publish_shard_t *s = &p->shards[k];
@@ -79,6 +107,16 @@ uint64_t rs__publisher_layout_key(rs_publisher_h p)
         rs_digest_update(&d, s->tensor, strlen(s->tensor) + 1);
         rs_digest_update(&d, off, (size_t)s->ndim * sizeof(*off));
         rs_digest_update(&d, shape, (size_t)s->ndim * sizeof(*shape));
+    }
+    for (size_t i = 0; i < nq; i++) {
+        const rs__publish_quant_piece_t *q = &p->next_qpieces[i];
+        int nd = p->shards[q->shard].ndim;
+        uint64_t head[4] = {(uint64_t)q->shard, q->nbytes, q->scale_nbytes,
+                            (uint64_t)q->format};
+        rs_digest_update(&d, head, sizeof(head));
+        rs_digest_update(&d, q->spec, strlen(q->spec) + 1);
+        rs_digest_update(&d, q->lo, (size_t)nd * sizeof(*q->lo));
+        rs_digest_update(&d, q->len, (size_t)nd * sizeof(*q->len));
     }
     return rs_digest_final(&d);
 }
@@ -146,7 +184,8 @@ static rs_status_t slot_layout(rs_publisher_h p, rs__publish_ring_t *r,
     for (size_t i = 0; i < n; i++) {
         entry_info_t e = next_entry(p, i);
         uint32_t es = delta_esize(e.dtype);
-        r->d[i] = (rs__publish_delta_t){-1, off, 0, es, RS__DELTA_CHUNK, 0};
+        r->d[i] = (rs__publish_delta_t){-1, e.nbytes, off, 0, es,
+                                        delta_chunk(es), 0};
         if (e.nbytes > 0 && e.nbytes % es == 0)
             off += rs__publisher_slot(delta_room(e.nbytes, es));
     }
@@ -216,20 +255,24 @@ rs_status_t rs__publisher_delta_begin(rs_publisher_h p, int64_t prev,
     return RS_OK;
 }
 
+int rs__publisher_delta_filling(rs_publisher_h p)
+{
+    return p->filling != NULL;
+}
+
 int rs__publisher_delta_enc(rs_publisher_h p, size_t i, void *dst,
                             struct rs__delta_enc *enc)
 {
     rs__publish_ring_t *r = p->filling;
     if (r == NULL || i >= r->n)
         return 0;
-    entry_info_t e = next_entry(p, i);
     rs__publish_delta_t *d = &r->d[i];
-    if (e.nbytes == 0 || e.nbytes % d->esize != 0 ||
-        rs__delta_enc_init(enc, dst, e.nbytes / d->esize, d->esize, d->chunk,
+    if (d->nbytes == 0 || d->nbytes % d->esize != 0 ||
+        rs__delta_enc_init(enc, dst, d->nbytes / d->esize, d->esize, d->chunk,
                            p->filling_base, p->filling_version,
                            (char *)r->mem + d->off, NULL) != RS_OK)
         return 0;
-    rs__delta_enc_limit(enc, delta_limit(e.nbytes));
+    rs__delta_enc_limit(enc, delta_limit(d->nbytes));
     return 1;
 }
 

@@ -122,6 +122,7 @@ typedef struct rs__publish_record {
  * when the entry has none in that version (capped, or no base). */
 typedef struct rs__publish_delta {
     int64_t base;
+    uint64_t nbytes;       /* the entry's bytes */
     uint64_t off, len;     /* in the slot's memory */
     uint32_t esize, chunk; /* the header's, repeated in the table */
     uint64_t digest;       /* rsd64 of the delta's len bytes */
@@ -311,7 +312,10 @@ rs_status_t rs__publisher_delta_begin(rs_publisher_h p, int64_t prev,
                                       int64_t version, uint64_t layout,
                                       rs_diag_t *diag);
 /* Copies entry i (nbytes at dst, from src) with its delta when a slot is
- * filling, else memcpy. */
+ * filling, else memcpy. rs__publisher_delta_filling: 1 when this staging
+ * writes deltas (a quantized piece is then quantized aside and copied in
+ * through the encoder). */
+int rs__publisher_delta_filling(rs_publisher_h p);
 void rs__publisher_delta_copy(rs_publisher_h p, size_t i, void *dst,
                               const void *src, uint64_t nbytes);
 /* For a strided copy: starts entry i's encoding into *enc and returns 1,
@@ -326,6 +330,11 @@ void rs__publisher_delta_end(rs_publisher_h p, int64_t version, int ok);
 rs_status_t rs__publisher_delta_json(rs_publisher_h p, size_t i,
                                      char **buf_p, size_t *len_p);
 rs_status_t rs__publisher_delta_regions(rs_publisher_h p, rs_diag_t *diag);
+/* The entry index of quantized piece `piece`'s values (scale 0) or scales
+ * (scale 1): after the shards' (or cut pieces') entries, two per piece;
+ * of the served layout once the staging swapped it in, of the next one
+ * while it fills. */
+size_t rs__publisher_quant_entry(rs_publisher_h p, size_t piece, int scale);
 void rs__publisher_free_deltas(rs_publisher_h p);
 
 

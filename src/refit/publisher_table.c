@@ -139,9 +139,9 @@ static int by_qtensor(const void *a, const void *b, void *arg)
 
 /* One quantized piece's entry: its FP8 values (scale 0) or its scales. */
 static rs_status_t put_qpiece(rs_publisher_h p, rs_table_writer_h w,
-                              const rs__publish_quant_piece_t *q, int scale,
-                              rs_diag_t *diag)
+                              size_t k, int scale, rs_diag_t *diag)
 {
+    const rs__publish_quant_piece_t *q = &p->qpieces[k];
     const rs__publish_shard_t *s = &p->shards[q->shard];
     rs__publish_shard_t sub = *s;
     const char *suffix = scale ? RS_QUANT_SCALE_SUFFIX : "";
@@ -159,7 +159,8 @@ static rs_status_t put_qpiece(rs_publisher_h p, rs_table_writer_h w,
     memcpy(sub.shape, scale ? q->glen : q->len, sizeof(sub.shape));
     sub.served = scale ? q->scale_served : q->served;
     sub.nbytes = scale ? q->scale_nbytes : q->nbytes;
-    rs_status_t st = put_shard(p, w, &sub, SIZE_MAX, diag);
+    rs_status_t st = put_shard(p, w, &sub,
+                               rs__publisher_quant_entry(p, k, scale), diag);
     free(name);
     return st;
 }
@@ -190,7 +191,7 @@ static rs_status_t put_qpieces(rs_publisher_h p, rs_table_writer_h w,
         }
         for (int scale = 0; scale < 2; scale++)
             for (size_t k = a; st == RS_OK && k < b; k++)
-                st = put_qpiece(p, w, &p->qpieces[order[k]], scale, diag);
+                st = put_qpiece(p, w, order[k], scale, diag);
     }
     free(order);
     return st;

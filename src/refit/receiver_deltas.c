@@ -215,10 +215,9 @@ static void attach_deltas(rs_receiver_h r, rs__delta_src_t *srcs, size_t n)
         ok = rs__strmap_put(&names, rs_plan_session_name(r->plan, k), k);
     for (size_t i = 0; ok && i < r->dshard_len; i++) {
         const rs__rx_delta_shard_t *d = &r->dshard[i];
-        rs__delta_src_t key;
+        rs__delta_src_t key = {0, d->addr, d->nbytes, 0, 0};
         if (!rs__strmap_get(&names, d->session, &key.session))
             continue;
-        key.addr = d->addr;
         rs__delta_src_t *hit = bsearch(&key, srcs, n, sizeof(*srcs),
                                        by_session_addr);
         if (hit != NULL && hit->nbytes == d->nbytes) {
