@@ -71,7 +71,7 @@ static uint64_t key_hash(uint32_t s, uint64_t a, uint64_t n)
 static int held_grow(state_t *s)
 {
     size_t cap = s->tab_cap ? s->tab_cap * 2 : 64;
-    held_t **tab = calloc(cap, sizeof(*tab));
+    held_t **tab = calloc(cap, sizeof(held_t *));
     if (tab == NULL)
         return 0;
     for (size_t i = 0; i < s->tab_cap; i++) {
@@ -271,6 +271,21 @@ static void pend_scratch_free(pend_t *p)
     p->hdr = p->idx = p->pay = NULL;
 }
 
+/* Posts the n reads gathered (st: how gathering went) and waits for
+ * them; frees the list. */
+static rs_status_t round_trip(state_t *s, rs_status_t st, rs_read_t *v,
+                              size_t n, double timeout, rs_diag_t *diag)
+{
+    if (st != RS_OK)
+        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (st == RS_OK && n > 0)
+        st = rs_transport_post(s->inner, v, n, diag);
+    if (st == RS_OK && n > 0)
+        st = rs_transport_wait(s->inner, timeout, diag);
+    free(v);
+    return st;
+}
+
 /* The element range [a, b) of the read in its shard, for the step's
  * delta. */
 static void step_range(const pend_t *p, uint64_t *a, uint64_t *b)
@@ -319,13 +334,7 @@ static rs_status_t post_heads(state_t *s, int step, double timeout,
                                                      len});
         active++;
     }
-    if (st != RS_OK)
-        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    if (st == RS_OK && n > 0)
-        st = rs_transport_post(s->inner, v, n, diag);
-    if (st == RS_OK && n > 0)
-        st = rs_transport_wait(s->inner, timeout, diag);
-    free(v);
+    st = round_trip(s, st, v, n, timeout, diag);
     *active_p = active;
     return st;
 }
@@ -364,13 +373,7 @@ static rs_status_t post_payloads(state_t *s, double timeout, rs_diag_t *diag)
                                                      r->addr + off, p->pay,
                                                      len});
     }
-    if (st != RS_OK)
-        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
-    if (st == RS_OK && n > 0)
-        st = rs_transport_post(s->inner, v, n, diag);
-    if (st == RS_OK && n > 0)
-        st = rs_transport_wait(s->inner, timeout, diag);
-    free(v);
+    st = round_trip(s, st, v, n, timeout, diag);
     return st;
 }
 

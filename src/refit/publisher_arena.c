@@ -121,25 +121,33 @@ static uint64_t lay_out(rs_publisher_h p, void *base)
     return off;
 }
 
+rs_status_t rs__publisher_replace_region(rs_publisher_h p, void **mem_p,
+                                         uint64_t *cap_p, uint64_t need,
+                                         const char *what, rs_diag_t *diag)
+{
+    void *fresh;
+    rs_status_t st = publisher_alloc(p, need, what, diag, &fresh);
+    if (st != RS_OK)
+        return st;
+    rs_exposer_reset(p->exposer);
+    p->exposed = 0;
+    if (*mem_p != NULL)
+        rs_exposer_free(p->exposer, *mem_p, NULL);
+    rs_exposer_memory_t m;
+    rs_exposer_memory(p->exposer, fresh, &m);
+    *mem_p = fresh;
+    *cap_p = m.nbytes;
+    p->dirty = 1;
+    return RS_OK;
+}
+
 /* Replaces the arena by one of `need` bytes. Nothing may be served from
  * the old one, so the exposer is reset first (the caller re-exposes). */
 static rs_status_t grow_arena(rs_publisher_h p, uint64_t need,
                               rs_diag_t *diag)
 {
-    void *fresh;
-    rs_status_t st = publisher_alloc(p, need, "copy-in arena", diag, &fresh);
-    if (st != RS_OK)
-        return st;
-    rs_exposer_reset(p->exposer);
-    p->exposed = 0;
-    if (p->arena != NULL)
-        rs_exposer_free(p->exposer, p->arena, NULL);
-    rs_exposer_memory_t m;
-    rs_exposer_memory(p->exposer, fresh, &m);
-    p->arena = fresh;
-    p->arena_cap = m.nbytes;
-    p->dirty = 1;
-    return RS_OK;
+    return rs__publisher_replace_region(p, &p->arena, &p->arena_cap, need,
+                                        "copy-in arena", diag);
 }
 
 /* RS_OK when the arena's version may be overwritten: none yet, seen

@@ -147,24 +147,10 @@ static rs__publish_ring_t *pick_slot(rs_publisher_h p)
 static rs_status_t slot_memory(rs_publisher_h p, rs__publish_ring_t *r,
                                uint64_t need, rs_diag_t *diag)
 {
-    void *fresh;
     if (need <= r->cap)
         return RS_OK;
-    rs_status_t st = rs__publisher_exposer(p, diag);
-    if (st == RS_OK)
-        st = rs_exposer_alloc(p->exposer, need, diag, &fresh);
-    if (st != RS_OK)
-        return st;
-    rs_exposer_reset(p->exposer);
-    p->exposed = 0;
-    p->dirty = 1;
-    if (r->mem != NULL)
-        rs_exposer_free(p->exposer, r->mem, NULL);
-    rs_exposer_memory_t m;
-    rs_exposer_memory(p->exposer, fresh, &m);
-    r->mem = fresh;
-    r->cap = m.nbytes;
-    return RS_OK;
+    return rs__publisher_replace_region(p, &r->mem, &r->cap, need,
+                                        "delta memory", diag);
 }
 
 /* Lays slot r out for the next entries: each delta's place and sizes;

@@ -225,6 +225,13 @@ void rs__publisher_stop_heartbeat(rs_publisher_h p);
 /* Where this publisher's notices go: the caller's callback or stderr. */
 void rs__publisher_notify(rs_publisher_h p, const char *msg);
 
+/* Replaces the region *mem_p (NULL: none) by one of `need` bytes from the
+ * exposer (*cap_p its size); the exposer is reset, so everything is
+ * exposed again at the next publish (publisher_arena.c). */
+rs_status_t rs__publisher_replace_region(rs_publisher_h p, void **mem_p,
+                                         uint64_t *cap_p, uint64_t need,
+                                         const char *what, rs_diag_t *diag);
+
 /* The publisher's exposer, created on first use (publisher_arena.c). */
 rs_status_t rs__publisher_exposer(rs_publisher_h p, rs_diag_t *diag);
 

@@ -220,106 +220,113 @@ static unsigned char *delta_of(int64_t v, int h, int64_t made, size_t *len_p)
     return at;
 }
 
+/* A publisher of model `model` keeping `keep` versions of deltas, its
+ * shards' memory, and a delta receiver. */
+typedef struct world {
+    uint16_t *w;
+    rs_publisher_h p;
+    rx_t x;
+} world_t;
+
+static void world_open(world_t *o, const char *model, int64_t keep)
+{
+    MODEL = model;
+    o->w = malloc(N * 2);
+    assert_non_null(o->w);
+    o->p = open_publisher(keep, o->w);
+    rx_open(&o->x, NULL, NULL);
+}
+
+static void world_close(world_t *o)
+{
+    rx_close(&o->x);
+    rs_publisher_destroy(o->p);
+    free(o->w);
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 static void test_versions(void **state)
 {
     (void)state;
-    MODEL = "versions";
-    uint16_t *w = malloc(N * 2);
-    rs_publisher_h p = open_publisher(2, w);
-    rx_t x;
+    world_t o;
     rs_pull_result_t res;
-    rx_open(&x, NULL, NULL);
+    world_open(&o, "versions", 2);
 
-    publish(p, w, 1);
-    pull_exact(&x, 1, &res);
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
     assert_int_equal(res.delta_runs, 0); /* nothing held yet */
     assert_int_equal(res.whole_bytes, N * 2);
 
-    publish(p, w, 2);
-    pull_exact(&x, 2, &res);
+    publish(o.p, o.w, 2);
+    pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_runs, 2); /* one per shard */
     assert_int_equal(res.delta_refused, 0);
     assert_int_equal(res.delta_full_bytes, N * 2);
     assert_true(res.delta_bytes > 0 && res.delta_bytes < N * 2 / 10);
     assert_int_equal(res.replanned, 0);
 
-    publish(p, w, 3); /* not pulled: the receiver falls two behind */
-    publish(p, w, 4);
-    pull_exact(&x, 4, &res);
+    publish(o.p, o.w, 3); /* not pulled: the receiver falls two behind */
+    publish(o.p, o.w, 4);
+    pull_exact(&o.x, 4, &res);
     assert_int_equal(res.delta_runs, 2); /* 2 -> 3 -> 4, the kept deltas */
     assert_int_equal(res.delta_refused, 0);
 
     for (int64_t v = 5; v <= 7; v++)
-        publish(p, w, v);
-    pull_exact(&x, 7, &res); /* holds 4; the publisher keeps 6 and 7 */
+        publish(o.p, o.w, v);
+    pull_exact(&o.x, 7, &res); /* holds 4; the publisher keeps 6 and 7 */
     assert_int_equal(res.delta_runs, 0);
     assert_int_equal(res.whole_bytes, N * 2);
-    publish(p, w, 8);
-    pull_exact(&x, 8, &res);
+    publish(o.p, o.w, 8);
+    pull_exact(&o.x, 8, &res);
     assert_int_equal(res.delta_runs, 2);
-
-    rx_close(&x);
-    rs_publisher_destroy(p);
-    free(w);
+    world_close(&o);
 }
 
 /* delta_keep 0: the table is the one publishers wrote before deltas. */
 static void test_keep_zero(void **state)
 {
     (void)state;
-    MODEL = "keep0";
-    uint16_t *w = malloc(N * 2);
-    rs_publisher_h p = open_publisher(0, w);
-    rx_t x;
+    world_t o;
     rs_pull_result_t res;
-    rx_open(&x, NULL, NULL);
-    publish(p, w, 1);
-    publish(p, w, 2);
+    world_open(&o, "keep0", 0);
+    publish(o.p, o.w, 1);
+    publish(o.p, o.w, 2);
     char *t = table_of(2);
     assert_null(strstr(t, "deltas"));
     free(t);
-    pull_exact(&x, 2, &res);
-    pull_exact(&x, 2, &res);
+    pull_exact(&o.x, 2, &res);
+    pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_runs, 0);
-    rx_close(&x);
-    rs_publisher_destroy(p);
-    free(w);
+    world_close(&o);
 }
 
 /* A byte of a served delta flipped: refused, read whole. */
 static void test_damaged(void **state)
 {
     (void)state;
-    MODEL = "damaged";
-    uint16_t *w = malloc(N * 2);
-    rs_publisher_h p = open_publisher(2, w);
-    rx_t x;
+    world_t o;
     rs_pull_result_t res;
     size_t len;
-    rx_open(&x, NULL, NULL);
-    publish(p, w, 1);
-    pull_exact(&x, 1, &res);
+    world_open(&o, "damaged", 2);
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
 
-    publish(p, w, 2);
+    publish(o.p, o.w, 2);
     unsigned char *dl = delta_of(2, 1, 2, &len);
     dl[len - 1] ^= 0x40; /* the last payload byte */
-    pull_exact(&x, 2, &res);
+    pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_refused, 1);
     assert_int_equal(res.delta_runs, 1); /* the other shard's delta */
     assert_int_equal(res.delta_retried, 0);
 
-    publish(p, w, 3);
+    publish(o.p, o.w, 3);
     dl = delta_of(3, 0, 3, &len);
     dl[40] ^= 1; /* the header's new version: its check fails */
-    pull_exact(&x, 3, &res);
+    pull_exact(&o.x, 3, &res);
     assert_int_equal(res.delta_refused, 1);
     assert_int_equal(res.delta_runs, 1);
-
-    rx_close(&x);
-    rs_publisher_destroy(p);
-    free(w);
+    world_close(&o);
 }
 
 /* Replaces shard h's delta (base -> 2) in version 2's table by one encoded
@@ -351,44 +358,36 @@ static int plant(int h, int64_t base, const uint16_t *to)
 static void test_wrong_and_stale(void **state)
 {
     (void)state;
-    MODEL = "wrong";
-    uint16_t *w = malloc(N * 2), *wrong = malloc(N * 2);
-    rs_publisher_h p = open_publisher(2, w);
-    rx_t x;
+    world_t o;
     rs_pull_result_t res;
-    rx_open(&x, NULL, NULL);
-    publish(p, w, 1);
-    pull_exact(&x, 1, &res);
-    publish(p, w, 2);
-    memcpy(wrong, w, N * 2);
+    uint16_t *wrong = malloc(N * 2);
+    world_open(&o, "wrong", 2);
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    publish(o.p, o.w, 2);
+    memcpy(wrong, o.w, N * 2);
     size_t at = 0; /* an element of shard 0 that changes at 2 */
     while (!changes(at, 2))
         at++;
     wrong[at] = (uint16_t)(wrong[at] + 1); /* same places, another value */
     assert_true(plant(0, 1, wrong));
-    pull_exact(&x, 2, &res);
+    pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_retried, 1);
     assert_int_equal(res.delta_refused, 0);
-
-    rx_close(&x);
-    rs_publisher_destroy(p);
+    world_close(&o);
+    free(wrong);
 
     /* stale: version 2's delta of shard 0 says it patches version 0 */
-    MODEL = "stale";
-    p = open_publisher(2, w);
-    rx_open(&x, NULL, NULL);
-    publish(p, w, 1);
-    pull_exact(&x, 1, &res);
-    publish(p, w, 2);
-    assert_true(plant(0, 0, w));
-    pull_exact(&x, 2, &res);
+    world_open(&o, "stale", 2);
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    publish(o.p, o.w, 2);
+    assert_true(plant(0, 0, o.w));
+    pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_refused, 1);
     assert_int_equal(res.delta_runs, 1);
     assert_int_equal(res.delta_retried, 0);
-    rx_close(&x);
-    rs_publisher_destroy(p);
-    free(wrong);
-    free(w);
+    world_close(&o);
 }
 
 /* ---- a publisher killed while its deltas are read ---------------------- */

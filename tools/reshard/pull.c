@@ -688,7 +688,8 @@ static void print_human(const pull_args_t *a, pull_state_t *s,
     if (a->delta)
         printf(", deltas: %llu of %llu reads, %llu bytes for %llu (%llu "
                "refused)", (unsigned long long)r->delta_runs,
-               (unsigned long long)(r->delta_runs + r->whole_runs),
+               (unsigned long long)r->delta_runs +
+                   (unsigned long long)r->whole_runs,
                (unsigned long long)r->delta_bytes,
                (unsigned long long)r->delta_full_bytes,
                (unsigned long long)r->delta_refused);
