@@ -72,29 +72,60 @@ static int read_ref(const json_t *o, rs__delta_ref_t *d)
     return 1;
 }
 
-static rs_status_t add_shard(rs_receiver_h r, const char *session,
-                             uint64_t addr, uint64_t nbytes,
-                             const json_t *deltas)
+/* Appends the listed deltas to r->dref; 0 (none kept) when one does not
+ * read as the format says: the shard is then read whole. */
+static rs_status_t read_refs(rs_receiver_h r, const json_t *deltas,
+                             size_t *first_p, size_t *count_p)
 {
     size_t first = r->dref_len;
     for (size_t k = 0; k < json_array_size(deltas); k++) {
         rs__delta_ref_t d;
         if (!read_ref(json_array_get(deltas, k), &d)) {
-            r->dref_len = first; /* the shard is read whole */
-            return RS_OK;
+            r->dref_len = first;
+            break;
         }
         if (!RS_VEC_PUSH(r, dref, d))
             return RS_ERR_NO_MEMORY;
     }
-    if (r->dref_len == first)
-        return RS_OK;
-    rs__rx_delta_shard_t s = {strdup(session), addr, nbytes, first,
-                              r->dref_len - first};
-    if (s.session == NULL || !RS_VEC_PUSH(r, dshard, s)) {
+    *first_p = first;
+    *count_p = r->dref_len - first;
+    return RS_OK;
+}
+
+static rs_status_t add_shard(rs_receiver_h r, const char *session,
+                             uint64_t addr, uint64_t nbytes,
+                             const json_t *deltas)
+{
+    rs__rx_delta_shard_t s = {strdup(session), addr, nbytes, 0, 0};
+    rs_status_t st = s.session != NULL
+                         ? read_refs(r, deltas, &s.first, &s.count)
+                         : RS_ERR_NO_MEMORY;
+    if (st != RS_OK || !RS_VEC_PUSH(r, dshard, s)) {
         free(s.session);
         return RS_ERR_NO_MEMORY;
     }
     return RS_OK;
+}
+
+void rs__receiver_deltas_renew_start(rs_receiver_h r)
+{
+    r->dref_len = 0;
+    for (size_t i = 0; i < r->dshard_len; i++)
+        r->dshard[i].count = 0;
+}
+
+rs_status_t rs__receiver_deltas_renew(rs_receiver_h r, size_t k,
+                                      const char *text, size_t len)
+{
+    if (!r->params.delta || k >= r->dshard_len)
+        return RS_OK;
+    json_error_t err;
+    json_t *deltas = json_loadb(text, len, 0, &err);
+    rs_status_t st = RS_OK;
+    if (json_is_array(deltas))
+        st = read_refs(r, deltas, &r->dshard[k].first, &r->dshard[k].count);
+    json_decref(deltas);
+    return st;
 }
 
 /* The shard's bytes: its shape's product times the element size; 0 when
@@ -136,9 +167,12 @@ static rs_status_t scan_blob(rs_receiver_h r, const json_t *blob)
             uint64_t addr, nbytes = shard_bytes(sh, elsize);
             if (session == NULL)
                 session = agent;
-            if (json_array_size(deltas) == 0 || session == NULL ||
-                !get_u64(sh, "addr", &addr) || nbytes == 0)
+            if (!json_is_array(deltas))
                 continue;
+            if (session == NULL || !get_u64(sh, "addr", &addr)) {
+                session = ""; /* kept in order, never matched */
+                addr = 0;
+            }
             st = add_shard(r, session, addr, nbytes, deltas);
         }
     }
@@ -148,7 +182,7 @@ static rs_status_t scan_blob(rs_receiver_h r, const json_t *blob)
 rs_status_t rs__receiver_deltas_scan(rs_receiver_h r, const char *table,
                                      size_t len, rs_diag_t *diag)
 {
-    static const char key[] = "\"deltas\": [{";
+    static const char key[] = "\"deltas\": [";
     if (!r->params.delta || memmem(table, len, key, sizeof(key) - 1) == NULL)
         return RS_OK; /* none listed: nothing to parse again */
     json_error_t err;

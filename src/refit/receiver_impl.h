@@ -31,8 +31,15 @@ typedef struct rs__table_memo {
     uint64_t offsets;   /* rsd64 of the insertions' offsets */
     size_t ninserts;
     size_t step;        /* the publisher_step insertion, or SIZE_MAX */
-    size_t *shard_of;   /* per insertion: its shard in the position log */
+    size_t *shard_of;   /* per insertion: its shard in the position log,
+                         * or RS__MEMO_DELTAS for a shard's deltas */
+    size_t dfirst;      /* delta = 1: the slot's first shard in r->dshard
+                         * (its delta insertions are those shards, in
+                         * order) */
 } rs__table_memo_t;
+
+/* A memo insertion that is a shard's `deltas` array. */
+#define RS__MEMO_DELTAS (SIZE_MAX - 1)
 
 /* The receiver's one staged version: its lease is r->lease, its bytes the
  * staging buffers; `res` gathers the figures from stage to apply. */
@@ -156,10 +163,16 @@ void rs__receiver_forget_tables(rs_receiver_h r);
 /* Forgets the listed deltas (a new parse of the tables starts). */
 void rs__receiver_deltas_clear(rs_receiver_h r);
 void rs__receiver_deltas_free(rs_receiver_h r);
-/* Notes the deltas a parsed table lists (delta = 1 only); a malformed
- * delta entry leaves its shard out. Only RS_ERR_NO_MEMORY is an error. */
+/* Notes the deltas a parsed table lists (delta = 1 only): every shard with
+ * a `deltas` key, in the table's order (a malformed entry gives its shard
+ * none). Only RS_ERR_NO_MEMORY is an error. */
 rs_status_t rs__receiver_deltas_scan(rs_receiver_h r, const char *table,
                                      size_t len, rs_diag_t *diag);
+/* A reused table's new `deltas` insertion (text, len) for r->dshard[k]
+ * (after rs__receiver_deltas_renew_start, which forgets the old ones). */
+void rs__receiver_deltas_renew_start(rs_receiver_h r);
+rs_status_t rs__receiver_deltas_renew(rs_receiver_h r, size_t k,
+                                      const char *text, size_t len);
 /* Before a run of `version`: the listed deltas to the transport's delta
  * reads, in the plan's sessions (a no-op without them). */
 rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,

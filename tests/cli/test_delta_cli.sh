@@ -4,7 +4,8 @@
 # `reshard pull --delta --check --changed-fraction 0.02 --versions 3`
 # checks every byte of each: the first read whole, the next two mostly from
 # deltas, for under a fifth of the full bytes on the wire (tiny-llama,
-# descriptors priced at 1 ns so that its small reads take deltas); the
+# descriptors priced at 1 ns so that its small reads take deltas), the
+# parsed tables reused (only the version's digests and deltas read); the
 # same with publisher-side FP8 copies (tiny-deepseek-fp8 --quantize: the
 # FP8 codes and scales served as deltas too); --delta-keep 0 serves none;
 # bad flag combinations are refused naming the flag.
@@ -46,7 +47,7 @@ pull() {
     rc=$?
 }
 
-# figures NAME: per version "V runs refused wire full checked".
+# figures NAME: per version "V runs refused wire full checked reused".
 figures() {
     python3 - "$TMP/$1.json" <<'EOF'
 import json, sys
@@ -54,15 +55,15 @@ for line in open(sys.argv[1]):
     d = json.loads(line)
     x = d["delta"]
     print(d["version"], x["runs"], x["refused"], x["bytes"] + x["whole_bytes"],
-          d["stage"]["bytes"], int(d.get("check", False)))
+          d["stage"]["bytes"], int(d.get("check", False)), d["tables_reused"])
 EOF
 }
 
 # expect_deltas NAME: version 5 whole, 6 and 7 by deltas under a fifth of
 # the bytes, every version checked.
 expect_deltas() {
-    local name=$1 v runs refused wire full checked
-    while read -r v runs refused wire full checked; do
+    local name=$1 v runs refused wire full checked reused
+    while read -r v runs refused wire full checked reused; do
         [ "$checked" = 1 ] && ok "$name: version $v byte-exact" ||
             bad "$name: version $v not checked"
         [ "$refused" = 0 ] || bad "$name: version $v refused $refused deltas"
@@ -74,6 +75,9 @@ expect_deltas() {
             [ "$runs" -gt 0 ] && [ $((wire * 5)) -lt "$full" ] &&
                 ok "$name: version $v: $runs runs by delta, $wire of $full bytes" ||
                 bad "$name: version $v: $runs delta runs, $wire of $full bytes"
+            # the deltas are values of the split tables: parsed tables reused
+            [ "$reused" = 2 ] && ok "$name: version $v: both tables reused" ||
+                bad "$name: version $v: $reused tables reused, not 2"
         fi
     done < <(figures "$name")
     [ "$(figures "$name" | wc -l)" = 3 ] || bad "$name: not 3 versions pulled"
