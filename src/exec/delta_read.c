@@ -390,13 +390,17 @@ static void apply_step(state_t *s)
             uint64_t a, b;
             step_range(p, &a, &b);
             s->stats.delta_bytes += RS__DELTA_HEADER + p->idx_len + p->pay_len;
-            if (p->pay != NULL &&
-                rs__delta_apply_range(p->h->mem, a, b, p->h->now, p->hdr,
-                                      p->idx, p->first, p->count, p->pay,
-                                      p->pay_len, NULL) == RS_OK)
-                p->h->now = r->version;
-            else
+            /* a copy already patched for another read of the batch (one
+             * source range read into two places) is not patched again */
+            int done = p->h->now == r->version;
+            if (!done && (p->pay == NULL ||
+                          rs__delta_apply_range(p->h->mem, a, b, p->h->now,
+                                                p->hdr, p->idx, p->first,
+                                                p->count, p->pay, p->pay_len,
+                                                NULL) != RS_OK))
                 p->failed = 1;
+            else
+                p->h->now = r->version;
         }
         pend_scratch_free(p);
     }
