@@ -164,6 +164,16 @@ typedef struct rs_publisher_params {
     const char *const *quantize;
     size_t num_quantize;
     int quantize_wanted;
+    /* Deltas (docs/delta.md): in arena staging, each version is copied
+     * into the arena over the previous one and, in the same pass, a delta
+     * of every served shard against that previous version is written
+     * ("reshard.delta.v1") into memory served beside the arena; the table
+     * lists it beside the full bytes (docs/formats.md, "Deltas"). The
+     * deltas of the last delta_keep versions stay served, so a receiver one
+     * or two versions behind can apply them in turn. Default 2; 0: no
+     * deltas. Ignored in other stagings. A shard whose delta would pass
+     * half its bytes gets none that version (receivers read it whole). */
+    int64_t delta_keep;
 } rs_publisher_params_t;
 
 /* Fills *params with the defaults; `size` is the caller's sizeof (the
@@ -422,6 +432,20 @@ typedef struct rs_receiver_params {
      * <= 0: no stall bound. Honoured by the ucx backend (cma reads the
      * publisher's memory whether it runs or not). */
     double stall_s;
+    /* Deltas (docs/delta.md, "Receivers"). 1: the receiver keeps, in
+     * memory of its own, a copy of the bytes of every read of its plan
+     * (as much again as the bytes it reads), which holds a version once a
+     * pull of it passed verification; the next pull reads, for each read
+     * whose copy holds the base of the deltas the tables list (a chain of
+     * them when it is versions behind) and for which the cost model
+     * (nic_gbps, descriptor_ns) prefers it, only the delta's header, index
+     * entries and payload span, patches the copy and verifies the full new
+     * digests as a full pull does; a refused delta, or a run whose
+     * verification fails after patching, reads the full bytes instead. A
+     * new plan or a failover starts without copies (full reads). Needs
+     * verify_digests (without it, no delta is read). Default 0: every read
+     * whole, no copies. */
+    int delta;
 } rs_receiver_params_t;
 
 #define RS_RECEIVER_DEFAULT_STALL_S 5.0
@@ -521,6 +545,14 @@ typedef struct rs_pull_result {
      * each failover replaced one of them. */
     uint32_t nfailures;
     rs_pull_failure_t failures[RS_PULL_FAILURES_MAX];
+    /* Deltas (delta = 1): reads served from deltas, the bytes read for
+     * them (headers, index entries, payloads) and the full bytes they
+     * stand for; reads read whole and their bytes; deltas refused (read
+     * whole instead, counted there too); 1 when a run's verification
+     * failed after patching and the version was read again whole. */
+    uint64_t delta_runs, delta_bytes, delta_full_bytes;
+    uint64_t whole_runs, whole_bytes, delta_refused;
+    int delta_retried;
 } rs_pull_result_t;
 
 /* The publishers that failed within the receiver's last stage or pull,

@@ -54,6 +54,7 @@ class PublisherParams(ctypes.Structure):
         ("quantize", ctypes.POINTER(ctypes.c_char_p)),
         ("num_quantize", ctypes.c_size_t),
         ("quantize_wanted", ctypes.c_int),
+        ("delta_keep", ctypes.c_int64),
     ]
 
 
@@ -100,6 +101,7 @@ class ReceiverParams(ctypes.Structure):
         ("group_timeout_s", ctypes.c_double),
         ("staging_budget", ctypes.c_uint64),
         ("stall_s", ctypes.c_double),
+        ("delta", ctypes.c_int),
     ]
 
 
@@ -166,6 +168,11 @@ class PullResult(ctypes.Structure):
         ("table_bytes_read", ctypes.c_uint64),
         ("nfailures", ctypes.c_uint32),
         ("failures", PullFailure * PULL_FAILURES_MAX),
+        ("delta_runs", ctypes.c_uint64), ("delta_bytes", ctypes.c_uint64),
+        ("delta_full_bytes", ctypes.c_uint64),
+        ("whole_runs", ctypes.c_uint64), ("whole_bytes", ctypes.c_uint64),
+        ("delta_refused", ctypes.c_uint64),
+        ("delta_retried", ctypes.c_int),
     ]
 
 

@@ -10,6 +10,7 @@
 
 #include "core/diag.h"
 #include "core/json_write.h"
+#include "model/table_writer.h"
 #include "reshard/sources.h"
 
 struct rs_table_writer {
@@ -72,6 +73,14 @@ static int open_tensor(rs_table_writer_h w, const rs_shard_desc_t *d)
 rs_status_t rs_table_writer_add(rs_table_writer_h w,
                                 const rs_shard_desc_t *d, rs_diag_t *diag)
 {
+    return rs__table_writer_add_extra(w, d, NULL, 0, diag);
+}
+
+rs_status_t rs__table_writer_add_extra(rs_table_writer_h w,
+                                       const rs_shard_desc_t *d,
+                                       const char *extra, size_t extra_len,
+                                       rs_diag_t *diag)
+{
     if (w == NULL || d == NULL || d->tensor == NULL || d->session == NULL)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "shard table writer: "
                             "NULL writer, shard, tensor or session");
@@ -88,6 +97,8 @@ rs_status_t rs_table_writer_add(rs_table_writer_h w,
     rs__json_put_ints(w->out, d->shape, (size_t)d->ndim);
     if (d->digest != NULL && d->digest[0] != '\0')
         put_opt(w->out, "digest", d->digest);
+    if (extra_len > 0)
+        fwrite(extra, 1, extra_len, w->out);
     fputc('}', w->out);
     if (ferror(w->out))
         return rs__diag_set(diag, RS_ERR_IO, "shard table of '%s': write "

@@ -34,6 +34,7 @@ static void publisher_defaults(rs_publisher_params_t *p)
     p->publish_retry_s = 60.0;
     p->digests = 1;
     p->staging = RS_STAGING_CALLER;
+    p->delta_keep = 2;
 }
 
 RS__PARAMS_DEFINE(publisher, publisher_defaults, notice_ctx)
@@ -182,6 +183,12 @@ rs_status_t rs_publisher_create(const rs_publisher_params_t *params_in,
         st = check_cut_aligned(params, diag);
     if (st == RS_OK)
         st = check_quantize(params, diag);
+    if (st == RS_OK && (params->delta_keep < 0 ||
+                        params->delta_keep > RS_PUB_DELTA_KEEP_MAX))
+        st = rs__diag_set(diag, RS_ERR_INVALID_ARG, "publisher: delta_keep "
+                          "%lld is outside 0 .. %d",
+                          (long long)params->delta_keep,
+                          RS_PUB_DELTA_KEEP_MAX);
     if (st != RS_OK)
         return st;
     rs_publisher_h p = calloc(1, sizeof(*p));
@@ -251,6 +258,7 @@ void rs_publisher_destroy(rs_publisher_h p)
     rs__publisher_forget_records(p);
     free(p->records);
     rs__publisher_free_quant(p);
+    rs__publisher_free_deltas(p);
     rs_cuts_destroy(p->cut_union);
     rs_cuts_destroy(p->file_cuts);
     free(p->cuts_file);

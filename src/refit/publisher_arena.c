@@ -121,25 +121,33 @@ static uint64_t lay_out(rs_publisher_h p, void *base)
     return off;
 }
 
+rs_status_t rs__publisher_replace_region(rs_publisher_h p, void **mem_p,
+                                         uint64_t *cap_p, uint64_t need,
+                                         const char *what, rs_diag_t *diag)
+{
+    void *fresh;
+    rs_status_t st = publisher_alloc(p, need, what, diag, &fresh);
+    if (st != RS_OK)
+        return st;
+    rs_exposer_reset(p->exposer);
+    p->exposed = 0;
+    if (*mem_p != NULL)
+        rs_exposer_free(p->exposer, *mem_p, NULL);
+    rs_exposer_memory_t m;
+    rs_exposer_memory(p->exposer, fresh, &m);
+    *mem_p = fresh;
+    *cap_p = m.nbytes;
+    p->dirty = 1;
+    return RS_OK;
+}
+
 /* Replaces the arena by one of `need` bytes. Nothing may be served from
  * the old one, so the exposer is reset first (the caller re-exposes). */
 static rs_status_t grow_arena(rs_publisher_h p, uint64_t need,
                               rs_diag_t *diag)
 {
-    void *fresh;
-    rs_status_t st = publisher_alloc(p, need, "copy-in arena", diag, &fresh);
-    if (st != RS_OK)
-        return st;
-    rs_exposer_reset(p->exposer);
-    p->exposed = 0;
-    if (p->arena != NULL)
-        rs_exposer_free(p->exposer, p->arena, NULL);
-    rs_exposer_memory_t m;
-    rs_exposer_memory(p->exposer, fresh, &m);
-    p->arena = fresh;
-    p->arena_cap = m.nbytes;
-    p->dirty = 1;
-    return RS_OK;
+    return rs__publisher_replace_region(p, &p->arena, &p->arena_cap, need,
+                                        "copy-in arena", diag);
 }
 
 /* RS_OK when the arena's version may be overwritten: none yet, seen
@@ -165,6 +173,17 @@ static rs_status_t check_released(rs_publisher_h p, int64_t version,
                         (long long)held, d.msg[0] ? d.msg : rs_status_str(st));
 }
 
+/* Copies every shard into its slot (with its delta when one is being
+ * written, publisher_delta.c). */
+static void copy_shards(rs_publisher_h p)
+{
+    lay_out(p, p->arena);
+    for (size_t i = 0; i < p->shards_len; i++)
+        if (p->shards[i].nbytes > 0 && p->shards[i].served != NULL)
+            rs__publisher_delta_copy(p, i, p->shards[i].served,
+                                     p->shards[i].ptr, p->shards[i].nbytes);
+}
+
 static rs_status_t stage_arena(rs_publisher_h p, int64_t version,
                                rs_diag_t *diag)
 {
@@ -173,6 +192,7 @@ static rs_status_t stage_arena(rs_publisher_h p, int64_t version,
     rs_status_t st = check_released(p, version, diag);
     if (st != RS_OK)
         return st;
+    int64_t prev = p->arena_version; /* what the arena holds: a delta's base */
     uint64_t need = 0, qneed = 0;
     if (p->cut_mode)
         st = rs__publisher_cut(p, diag, &need); /* the served layout stays */
@@ -180,26 +200,27 @@ static rs_status_t stage_arena(rs_publisher_h p, int64_t version,
         need = lay_out(p, NULL);
     if (st == RS_OK) /* the quantized pieces follow the shards' bytes */
         st = rs__publisher_quant_plan(p, diag, &qneed);
-    if (st == RS_OK && need + qneed > 0 && need + qneed > p->arena_cap)
+    if (st == RS_OK && need + qneed > 0 && need + qneed > p->arena_cap) {
         st = grow_arena(p, need + qneed, diag);
+        prev = -1; /* a fresh arena holds no version */
+    }
+    if (st == RS_OK)
+        st = rs__publisher_delta_begin(p, prev >= version ? -1 : prev, version,
+                                       rs__publisher_layout_key(p), diag);
     if (st != RS_OK)
         return st;
     if (p->arena_len != need + qneed)
         p->dirty = 1; /* the one region changes size */
     p->arena_len = need + qneed;
     p->arena_version = -1; /* mixed bytes until every copy is done */
-    if (p->cut_mode) {
+    if (p->cut_mode)
         rs__publisher_fill_pieces(p, p->arena);
-    } else {
-        lay_out(p, p->arena);
-        for (size_t i = 0; i < p->shards_len; i++)
-            if (p->shards[i].nbytes > 0 && p->shards[i].served != NULL)
-                memcpy(p->shards[i].served, p->shards[i].ptr,
-                       (size_t)p->shards[i].nbytes);
-    }
+    else
+        copy_shards(p);
     st = rs__publisher_quant_fill(p, p->arena != NULL
                                          ? (char *)p->arena + need : NULL,
                                   version, diag);
+    rs__publisher_delta_end(p, version, st == RS_OK);
     if (st != RS_OK)
         return st; /* arena_version stays -1: nothing of it is served */
     p->arena_version = version;
@@ -218,12 +239,14 @@ rs_status_t rs__publisher_stage(rs_publisher_h p, int64_t version,
 
 rs_status_t rs__publisher_add_regions(rs_publisher_h p, rs_diag_t *diag)
 {
-    if (p->params.staging == RS_STAGING_ARENA)
-        return p->arena_len == 0
+    if (p->params.staging == RS_STAGING_ARENA) {
+        rs_status_t st = p->arena_len == 0
             ? RS_OK
             : rs_exposer_add_region(p->exposer, (uint64_t)(uintptr_t)p->arena,
                                     p->arena, p->arena_len, RS_MEM_HOST,
                                     diag);
+        return st == RS_OK ? rs__publisher_delta_regions(p, diag) : st;
+    }
     rs_status_t st = RS_OK;
     for (size_t i = 0; st == RS_OK && i < p->shards_len; i++) {
         const rs__publish_shard_t *s = &p->shards[i];

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/delta.h"
 #include "core/diag.h"
 #include "refit/publisher_impl.h"
 #include "reshard/cuts.h"
@@ -198,7 +199,8 @@ rs_status_t rs__publisher_cut(rs_publisher_h p, rs_diag_t *diag,
 /* The inner dims the piece spans whole form one run, the outer ones are
  * walked. */
 void rs__publisher_copy_box(const rs__publish_shard_t *s,
-                            const rs__publish_piece_t *piece, char *dst)
+                            const rs__publish_piece_t *piece, char *dst,
+                            struct rs__delta_enc *enc)
 {
     int nd = s->ndim, inner = nd;
     size_t es = rs_dtype_size(s->dtype);
@@ -216,7 +218,10 @@ void rs__publisher_copy_box(const rs__publish_shard_t *s,
         for (int d = 0; d < nd; d++)
             src += (piece->offset[d] - s->offset[d] + (d < inner ? at[d] : 0)) *
                    stride[d];
-        memcpy(dst, (const char *)s->ptr + src, (size_t)run);
+        if (enc != NULL)
+            rs__delta_enc_copy(enc, (const char *)s->ptr + src, (size_t)run);
+        else
+            memcpy(dst, (const char *)s->ptr + src, (size_t)run);
         dst += run;
         int d = inner - 1;
         while (d >= 0 && ++at[d] == piece->shape[d])
@@ -231,9 +236,13 @@ void rs__publisher_fill_pieces(rs_publisher_h p, void *base)
     uint64_t off = 0;
     for (size_t i = 0; i < p->next_pieces_len; i++) {
         rs__publish_piece_t *piece = &p->next_pieces[i];
+        rs__delta_enc_t enc;
         piece->served = (char *)base + off;
+        int delta = rs__publisher_delta_enc(p, i, piece->served, &enc);
         rs__publisher_copy_box(&p->shards[piece->shard], piece,
-                               piece->served);
+                               piece->served, delta ? &enc : NULL);
+        if (delta)
+            rs__publisher_delta_done(p, i, &enc);
         off += rs__publisher_slot(piece->nbytes);
     }
     RS_PUB_VEC_SWAP(p, pieces);

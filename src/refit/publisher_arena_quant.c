@@ -261,12 +261,15 @@ static rs_status_t box_bytes(rs_publisher_h p, const rs__publish_quant_piece_t *
         p->qscratch = grown;
         p->qscratch_cap = nbytes;
     }
-    rs__publisher_copy_box(s, &box, p->qscratch);
+    rs__publisher_copy_box(s, &box, p->qscratch, NULL);
     *src_p = p->qscratch;
     return RS_OK;
 }
 
-static rs_status_t quantize_piece(rs_publisher_h p, const rs__publish_quant_piece_t *q,
+/* Quantizes piece k (q) into its slots (through the delta encoder when
+ * this staging writes deltas). */
+static rs_status_t quantize_piece(rs_publisher_h p, size_t k,
+                                  const rs__publish_quant_piece_t *q,
                                   int64_t version, rs_diag_t *diag)
 {
     const rs__publish_shard_t *s = &p->shards[q->shard];
@@ -282,8 +285,30 @@ static rs_status_t quantize_piece(rs_publisher_h p, const rs__publish_quant_piec
     rs_status_t st = box_bytes(p, q, diag, &src);
     if (st != RS_OK)
         return st;
-    st = rs_quant_box(&desc, s->dtype, src, s->ndim, s->full_shape, q->lo,
-                      q->len, s->tensor, &d, q->served, q->scale_served);
+    /* with deltas, quantized aside: the slots still hold the version
+     * before, which the encoding copy compares against */
+    int aside = rs__publisher_delta_filling(p);
+    unsigned char *vals = aside ? malloc((size_t)q->nbytes + 1) : q->served;
+    unsigned char *scales = aside ? malloc((size_t)q->scale_nbytes + 1)
+                                  : q->scale_served;
+    if (vals == NULL || scales == NULL)
+        st = rs__diag_set(diag, RS_ERR_NO_MEMORY, "publisher: out of memory "
+                          "quantizing '%s'", s->tensor);
+    if (st == RS_OK)
+        st = rs_quant_box(&desc, s->dtype, src, s->ndim, s->full_shape, q->lo,
+                          q->len, s->tensor, &d, vals, (float *)(void *)scales);
+    if (st == RS_OK && aside) {
+        rs__publisher_delta_copy(p, rs__publisher_quant_entry(p, k, 0),
+                                 q->served, vals, q->nbytes);
+        rs__publisher_delta_copy(p, rs__publisher_quant_entry(p, k, 1),
+                                 q->scale_served, scales, q->scale_nbytes);
+    }
+    if (aside) {
+        free(vals);
+        free(scales);
+    }
+    if (st == RS_ERR_NO_MEMORY)
+        return st;
     if (st != RS_OK)
         return rs__diag_set(diag, st, "publisher rank %lld: cannot publish "
                             "version %lld: quantizing '%s' as %s: %s "
@@ -325,7 +350,7 @@ rs_status_t rs__publisher_quant_fill(rs_publisher_h p, void *base,
         off = lay_group(q, a, b, base, off);
     }
     for (size_t i = 0; i < p->next_qpieces_len; i++) {
-        rs_status_t st = quantize_piece(p, &q[i], version, diag);
+        rs_status_t st = quantize_piece(p, i, &q[i], version, diag);
         if (st != RS_OK)
             return st;
     }

@@ -115,6 +115,34 @@ typedef struct rs__publish_record {
     int read;
 } rs__publish_record_t;
 
+/* The most versions whose deltas a publisher keeps (delta_keep). */
+#define RS_PUB_DELTA_KEEP_MAX 16
+
+/* One served entry's delta in a ring slot (publisher_delta.c): base -1
+ * when the entry has none in that version (capped, or no base). */
+typedef struct rs__publish_delta {
+    int64_t base;
+    uint64_t nbytes;       /* the entry's bytes */
+    uint64_t off, len;     /* in the slot's memory */
+    uint32_t esize, chunk; /* the header's, repeated in the table */
+    uint64_t digest;       /* rsd64 of the delta's len bytes */
+} rs__publish_delta_t;
+
+/* One kept version's deltas: memory of its own (served beside the arena),
+ * the version and the served layout they were made for, one delta per
+ * served entry (shard, or piece in cut-aligned staging). */
+typedef struct rs__publish_ring {
+    void *mem;
+    uint64_t cap;
+    int64_t version;       /* -1: holds none */
+    uint64_t layout;
+    rs__publish_delta_t *d;
+    size_t n, d_cap;
+} rs__publish_ring_t;
+
+/* An encoding in progress over the arena copy (publisher_delta.c). */
+struct rs__delta_enc;
+
 struct rs_publisher {
     rs_publisher_params_t params; /* string fields below are owned copies */
     char *model, *backend, *session;
@@ -177,6 +205,14 @@ struct rs_publisher {
     size_t table_len;
     uint64_t table_geometry;      /* its geometry key (publisher_table.c) */
     size_t num_served;            /* its entries (rs_publisher_num_served) */
+    /* Deltas (publisher_delta.c): params.delta_keep ring slots, the layout
+     * key of what the arena holds (valid with arena_version >= 0), the
+     * slot being written by this staging (NULL: plain copies). */
+    rs__publish_ring_t *ring;
+    size_t nring;
+    uint64_t arena_layout;
+    rs__publish_ring_t *filling;
+    int64_t filling_base, filling_version;
     /* raised by rs_publisher_cancel from any thread: stops the waits of
      * the main directory handle (rs_publisher_wait_released) */
     rs_cancel_t cancel;
@@ -193,6 +229,13 @@ void rs__publisher_notify(rs_publisher_h p, const char *msg);
  * a rank share its number. Returns buf. */
 #define RS_PUBLISHER_WHO_MAX (RS_DIR_NAME_MAX + 80)
 const char *rs__publisher_who(rs_publisher_h p, char *buf, size_t cap);
+
+/* Replaces the region *mem_p (NULL: none) by one of `need` bytes from the
+ * exposer (*cap_p its size); the exposer is reset, so everything is
+ * exposed again at the next publish (publisher_arena.c). */
+rs_status_t rs__publisher_replace_region(rs_publisher_h p, void **mem_p,
+                                         uint64_t *cap_p, uint64_t need,
+                                         const char *what, rs_diag_t *diag);
 
 /* The publisher's exposer, created on first use (publisher_arena.c). */
 rs_status_t rs__publisher_exposer(rs_publisher_h p, rs_diag_t *diag);
@@ -261,9 +304,51 @@ void rs__publisher_tell_record(rs_publisher_h p, const char *holder,
 uint64_t rs__publisher_tensor_key(rs_publisher_h p);
 
 /* Copies the sub-box `piece` of shard s into dst, row-major (a strided
- * copy, publisher_arena_cuts.c). */
+ * copy, publisher_arena_cuts.c); with an encoder (not NULL) every run goes
+ * through it (rs__delta_enc_copy), which writes it at dst in turn. */
 void rs__publisher_copy_box(const rs__publish_shard_t *s,
-                            const rs__publish_piece_t *piece, char *dst);
+                            const rs__publish_piece_t *piece, char *dst,
+                            struct rs__delta_enc *enc);
+
+/* ---- deltas (publisher_delta.c) ----
+ * Before an arena staging's copies: the layout key of the entries about
+ * to be served (shards, or p->next_pieces in cut-aligned staging); then
+ * begin, which picks the ring slot this version's deltas go into when the
+ * arena holds `prev` in that same layout (sized for the entries; may
+ * reset the exposer as growing the arena does) and forgets every kept
+ * delta of another layout. Each entry is then copied with
+ * rs__publisher_delta_copy (or, for a strided piece, through the encoder
+ * rs__publisher_delta_enc gives); end marks the slot as `version`'s. */
+uint64_t rs__publisher_layout_key(rs_publisher_h p);
+rs_status_t rs__publisher_delta_begin(rs_publisher_h p, int64_t prev,
+                                      int64_t version, uint64_t layout,
+                                      rs_diag_t *diag);
+/* Copies entry i (nbytes at dst, from src) with its delta when a slot is
+ * filling, else memcpy. rs__publisher_delta_filling: 1 when this staging
+ * writes deltas (a quantized piece is then quantized aside and copied in
+ * through the encoder). */
+int rs__publisher_delta_filling(rs_publisher_h p);
+void rs__publisher_delta_copy(rs_publisher_h p, size_t i, void *dst,
+                              const void *src, uint64_t nbytes);
+/* For a strided copy: starts entry i's encoding into *enc and returns 1,
+ * or 0 (copy plainly); rs__publisher_delta_done ends it. */
+int rs__publisher_delta_enc(rs_publisher_h p, size_t i, void *dst,
+                            struct rs__delta_enc *enc);
+void rs__publisher_delta_done(rs_publisher_h p, size_t i,
+                              struct rs__delta_enc *enc);
+void rs__publisher_delta_end(rs_publisher_h p, int64_t version, int ok);
+/* The "deltas" fragment of entry i's table entry (", \"deltas\": [...]"),
+ * into buf; "" when deltas are off. */
+rs_status_t rs__publisher_delta_json(rs_publisher_h p, size_t i,
+                                     char **buf_p, size_t *len_p);
+rs_status_t rs__publisher_delta_regions(rs_publisher_h p, rs_diag_t *diag);
+/* The entry index of quantized piece `piece`'s values (scale 0) or scales
+ * (scale 1): after the shards' (or cut pieces') entries, two per piece;
+ * of the served layout once the staging swapped it in, of the next one
+ * while it fills. */
+size_t rs__publisher_quant_entry(rs_publisher_h p, size_t piece, int scale);
+void rs__publisher_free_deltas(rs_publisher_h p);
+
 
 /* Publisher-side quantization. Parses the caller's quantize entries into
  * p->qrules (at create): RS_ERR_INVALID_ARG naming the entry (by index and

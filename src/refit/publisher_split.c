@@ -3,8 +3,12 @@
  * shard's digest, the step), and the insertion lines put them back. Only
  * tables this library's writer wrote are split, so the values are found
  * by their keys: inside a JSON string a quote is escaped, so `"digest":
- * "` and `"publisher_step": ` occur only as the keys themselves. Whatever
- * is cut, splicing gives back the very bytes of the table. */
+ * "`, `"publisher_step": ` and `"deltas": ` occur only as the keys
+ * themselves. A shard's deltas (publisher_delta.c: base, address, length,
+ * digest; every version's own) are cut whole, from `[` to `]` (their
+ * objects hold no brackets and no newline), so the digests inside them are
+ * not cut again. Whatever is cut, splicing gives back the very bytes of
+ * the table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,24 +18,47 @@
 
 #define STEP_KEY "\"publisher_step\": "
 #define DIGEST_KEY "\"digest\": \""
+#define DELTAS_KEY "\"deltas\": "
+
+/* The first occurrence of `key` at or after `from`, or NULL. */
+static const char *find_key(const char *t, size_t len, size_t from,
+                            const char *key)
+{
+    return memmem(t + from, len - from, key, strlen(key));
+}
 
 /* The next value to cut at or after `from`: its start and end. */
 static int next_value(const char *t, size_t len, size_t from, size_t *start_p,
                       size_t *end_p)
 {
-    const char *d = memmem(t + from, len - from, DIGEST_KEY,
-                           sizeof(DIGEST_KEY) - 1);
-    const char *s = memmem(t + from, len - from, STEP_KEY,
-                           sizeof(STEP_KEY) - 1);
-    if (d == NULL && s == NULL)
+    const char *d = find_key(t, len, from, DIGEST_KEY);
+    const char *s = find_key(t, len, from, STEP_KEY);
+    const char *x = find_key(t, len, from, DELTAS_KEY);
+    const char *first = d;
+    if (s != NULL && (first == NULL || s < first))
+        first = s;
+    if (x != NULL && (first == NULL || x < first))
+        first = x;
+    if (first == NULL)
         return 0;
-    int step = s != NULL && (d == NULL || s < d);
-    size_t start = (size_t)((step ? s + sizeof(STEP_KEY) : d + sizeof(DIGEST_KEY)) - 1 - t);
-    size_t end = start;
-    while (end < len && (step ? t[end] >= '0' && t[end] <= '9'
-                              : t[end] != '"' && t[end] != '\\' &&
-                                t[end] != '\n'))
-        end++;
+    size_t start, end;
+    if (first == x) { /* the whole array, brackets included */
+        start = (size_t)(x + strlen(DELTAS_KEY) - t);
+        end = start;
+        while (end < len && t[end] != ']' && t[end] != '\n')
+            end++;
+        if (end < len && t[end] == ']')
+            end++;
+    } else {
+        int step = first == s;
+        start = (size_t)((step ? s + sizeof(STEP_KEY)
+                               : d + sizeof(DIGEST_KEY)) - 1 - t);
+        end = start;
+        while (end < len && (step ? t[end] >= '0' && t[end] <= '9'
+                                  : t[end] != '"' && t[end] != '\\' &&
+                                    t[end] != '\n'))
+            end++;
+    }
     *start_p = start;
     *end_p = end;
     return 1;

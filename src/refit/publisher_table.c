@@ -15,6 +15,7 @@
 #include "core/base64.h"
 #include "core/diag.h"
 #include "core/strmap.h"
+#include "model/table_writer.h"
 #include "refit/publisher_impl.h"
 #include "reshard/digest.h"
 
@@ -63,8 +64,11 @@ static rs_status_t shard_order(rs_publisher_h p, order_entry_t **order_p,
     return RS_OK;
 }
 
+/* One entry; `entry` is its index among the served entries (shards, or
+ * pieces in cut-aligned staging) for its deltas, SIZE_MAX for none. */
 static rs_status_t put_shard(rs_publisher_h p, rs_table_writer_h w,
-                             const rs__publish_shard_t *s, rs_diag_t *diag)
+                             const rs__publish_shard_t *s, size_t entry,
+                             rs_diag_t *diag)
 {
     char text[RS_DIGEST_STR_LEN + 1];
     rs_shard_desc_t d = {s->tensor, s->dtype, rs_dtype_size(s->dtype),
@@ -75,7 +79,14 @@ static rs_status_t put_shard(rs_publisher_h p, rs_table_writer_h w,
         rs_digest_format(rs_digest(s->served, (size_t)s->nbytes), text);
         d.digest = text;
     }
-    return rs_table_writer_add(w, &d, diag);
+    char *extra = NULL;
+    size_t extra_len = 0;
+    if (entry != SIZE_MAX &&
+        rs__publisher_delta_json(p, entry, &extra, &extra_len) != RS_OK)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    rs_status_t st = rs__table_writer_add_extra(w, &d, extra, extra_len, diag);
+    free(extra);
+    return st;
 }
 
 /* Cut-aligned staging: the shard's sub-boxes, each its own entry, from
@@ -92,7 +103,7 @@ static rs_status_t put_pieces(rs_publisher_h p, rs_table_writer_h w,
         memcpy(sub.shape, piece->shape, sizeof(sub.shape));
         sub.served = piece->served;
         sub.nbytes = piece->nbytes;
-        st = put_shard(p, w, &sub, diag);
+        st = put_shard(p, w, &sub, i, diag);
     }
     return st;
 }
@@ -128,9 +139,9 @@ static int by_qtensor(const void *a, const void *b, void *arg)
 
 /* One quantized piece's entry: its FP8 values (scale 0) or its scales. */
 static rs_status_t put_qpiece(rs_publisher_h p, rs_table_writer_h w,
-                              const rs__publish_quant_piece_t *q, int scale,
-                              rs_diag_t *diag)
+                              size_t k, int scale, rs_diag_t *diag)
 {
+    const rs__publish_quant_piece_t *q = &p->qpieces[k];
     const rs__publish_shard_t *s = &p->shards[q->shard];
     rs__publish_shard_t sub = *s;
     const char *suffix = scale ? RS_QUANT_SCALE_SUFFIX : "";
@@ -148,7 +159,8 @@ static rs_status_t put_qpiece(rs_publisher_h p, rs_table_writer_h w,
     memcpy(sub.shape, scale ? q->glen : q->len, sizeof(sub.shape));
     sub.served = scale ? q->scale_served : q->served;
     sub.nbytes = scale ? q->scale_nbytes : q->nbytes;
-    rs_status_t st = put_shard(p, w, &sub, diag);
+    rs_status_t st = put_shard(p, w, &sub,
+                               rs__publisher_quant_entry(p, k, scale), diag);
     free(name);
     return st;
 }
@@ -179,7 +191,7 @@ static rs_status_t put_qpieces(rs_publisher_h p, rs_table_writer_h w,
         }
         for (int scale = 0; scale < 2; scale++)
             for (size_t k = a; st == RS_OK && k < b; k++)
-                st = put_qpiece(p, w, &p->qpieces[order[k]], scale, diag);
+                st = put_qpiece(p, w, order[k], scale, diag);
     }
     free(order);
     return st;
@@ -205,7 +217,7 @@ static rs_status_t write_table(rs_publisher_h p, FILE *out,
     for (size_t i = 0; st == RS_OK && i < n; i++) {
         size_t k = order[i].index;
         st = first != NULL ? put_pieces(p, w, k, first[k], diag)
-                           : put_shard(p, w, &p->shards[k], diag);
+                           : put_shard(p, w, &p->shards[k], k, diag);
     }
     free(first);
     free(order);

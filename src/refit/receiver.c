@@ -161,6 +161,7 @@ void rs_receiver_destroy(rs_receiver_h r)
     free(r->holder);
     free(r->announce_as);
     free(r->table_slot);
+    rs__receiver_deltas_free(r);
     rs__replicas_reset(&r->replicas);
     rs__group_destroy(r->group);
     free(r);

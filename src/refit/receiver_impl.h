@@ -31,8 +31,15 @@ typedef struct rs__table_memo {
     uint64_t offsets;   /* rsd64 of the insertions' offsets */
     size_t ninserts;
     size_t step;        /* the publisher_step insertion, or SIZE_MAX */
-    size_t *shard_of;   /* per insertion: its shard in the position log */
+    size_t *shard_of;   /* per insertion: its shard in the position log,
+                         * or RS__MEMO_DELTAS for a shard's deltas */
+    size_t dfirst;      /* delta = 1: the slot's first shard in r->dshard
+                         * (its delta insertions are those shards, in
+                         * order) */
 } rs__table_memo_t;
+
+/* A memo insertion that is a shard's `deltas` array. */
+#define RS__MEMO_DELTAS (SIZE_MAX - 1)
 
 /* The receiver's one staged version: its lease is r->lease, its bytes the
  * staging buffers; `res` gathers the figures from stage to apply. */
@@ -41,6 +48,9 @@ struct rs_staged {
     int64_t version;
     rs_pull_result_t res;
 };
+
+struct rs__rx_delta_shard; /* receiver_deltas.c */
+struct rs__delta_ref;      /* exec/delta_read.h */
 
 struct rs_receiver {
     rs_receiver_params_t params;
@@ -84,6 +94,12 @@ struct rs_receiver {
      * staging holds the bytes an uncommitted install replaced */
     rs__group_t *group;
     int swapped;
+    /* deltas (receiver_deltas.c): the shards the parsed tables list
+     * deltas for, and those deltas */
+    struct rs__rx_delta_shard *dshard;
+    size_t dshard_len, dshard_cap;
+    struct rs__delta_ref *dref;
+    size_t dref_len, dref_cap;
 };
 
 /* The install's copy (receiver_install.c): every shadow into its bound
@@ -141,6 +157,29 @@ void rs__receiver_sources_drop(rs_receiver_h r, rs_sources_h sources);
 
 /* Drops the memo of the cached sources (they are going). */
 void rs__receiver_forget_tables(rs_receiver_h r);
+
+/* ---- receiver_deltas.c: the deltas the tables list ---- */
+
+/* Forgets the listed deltas (a new parse of the tables starts). */
+void rs__receiver_deltas_clear(rs_receiver_h r);
+void rs__receiver_deltas_free(rs_receiver_h r);
+/* Notes the deltas a parsed table lists (delta = 1 only): every shard with
+ * a `deltas` key, in the table's order (a malformed entry gives its shard
+ * none). Only RS_ERR_NO_MEMORY is an error. */
+rs_status_t rs__receiver_deltas_scan(rs_receiver_h r, const char *table,
+                                     size_t len, rs_diag_t *diag);
+/* A reused table's new `deltas` insertion (text, len) for r->dshard[k]
+ * (after rs__receiver_deltas_renew_start, which forgets the old ones). */
+void rs__receiver_deltas_renew_start(rs_receiver_h r);
+rs_status_t rs__receiver_deltas_renew(rs_receiver_h r, size_t k,
+                                      const char *text, size_t len);
+/* Before a run of `version`: the listed deltas to the transport's delta
+ * reads, in the plan's sessions (a no-op without them). */
+rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
+                                    rs_diag_t *diag);
+/* After it: its figures into res; ok (verified) makes the copies it read
+ * hold the version, else none holds any. */
+void rs__receiver_deltas_done(rs_receiver_h r, int ok, rs_pull_result_t *res);
 
 /* ---- receiver_plan.c: the plan cache and connecting ---- */
 

@@ -10,6 +10,7 @@
 #include "core/base64.h"
 #include "core/clock.h"
 #include "core/diag.h"
+#include "exec/delta_read.h"
 #include "refit/receiver_impl.h"
 #include "reshard/plan.h"
 
@@ -127,6 +128,13 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     rs_status_t st = rs_plan_build(r->cap, sources, &pp, diag, &r->plan);
     if (st == RS_OK)
         st = rs_transport_create(&tp, diag, &r->transport);
+    if (st == RS_OK && r->params.delta) { /* docs/delta.md, "Receivers" */
+        rs_transport_h inner = r->transport;
+        r->transport = NULL;
+        st = rs__delta_reads_wrap(inner, r->params.nic_gbps,
+                                  r->params.descriptor_ns, diag,
+                                  &r->transport);
+    }
     r->stage = "connect";
     double t0 = rs__now_s();
     if (st == RS_OK && connect)

@@ -117,6 +117,28 @@ void rs__receiver_exec_params(rs_receiver_h r, rs_exec_params_t *ep)
     ep->cancel = &r->cancel;
 }
 
+/* The executor's run into the staging, with the listed deltas where the
+ * receiver takes them (docs/delta.md, "Receivers"). A run whose
+ * verification fails after it patched with deltas is run again with every
+ * read whole: a wrong patch costs a second run, never an install. */
+static rs_status_t run_reads(rs_receiver_h r, int64_t version,
+                             rs_pull_result_t *res, rs_diag_t *diag)
+{
+    rs_status_t st = rs__receiver_deltas_arm(r, version, diag);
+    uint64_t patched = res->delta_runs;
+    if (st == RS_OK)
+        st = rs_exec_run_staged(r->exec, diag);
+    rs__receiver_deltas_done(r, st == RS_OK, res);
+    if (st != RS_ERR_VERIFY || res->delta_runs == patched)
+        return st;
+    res->delta_retried = 1;
+    st = rs__receiver_deltas_arm(r, -1, diag); /* no copy holds a version */
+    if (st == RS_OK)
+        st = rs_exec_run_staged(r->exec, diag);
+    rs__receiver_deltas_done(r, st == RS_OK, res);
+    return st;
+}
+
 /* The transfer: reads the tables, plans (or reuses the plan), connects and
  * runs the executor into the staging, stopping before install. With
  * `stall`, reads that make no progress for stall_s end the run, while some
@@ -150,7 +172,7 @@ static rs_status_t transfer(rs_receiver_h r, const rs_version_info_t *v,
                                 stall && rs__replicas_backed(&r->replicas)
                                     ? r->params.stall_s : 0);
         r->stage = NULL; /* the executor names its stages itself */
-        st = rs_exec_run_staged(r->exec, diag);
+        st = run_reads(r, v->version, res, diag);
         if (st == RS_ERR_TRANSPORT || st == RS_ERR_TIMEOUT)
             rs__diag_prefix(diag, "reading from the publishers: ");
         else if (st == RS_ERR_CANCELLED)

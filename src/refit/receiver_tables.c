@@ -11,7 +11,10 @@
  * A later version whose every chosen entry names the same document with
  * its insertions at the same offsets differs from the parsed tables only
  * in those values, so the receiver writes the new digests into the parsed
- * sources instead of reading and parsing the tables again. Anything else
+ * sources instead of reading and parsing the tables again; a shard's
+ * `deltas` array is such a value too (one per shard listing the key, in
+ * order), read into the receiver's deltas when it takes them, else
+ * skipped. Anything else
  * (another document, another publisher, offsets that moved, an entry of
  * the earlier layout, a value that could change the document's structure)
  * reads and parses every table whole. */
@@ -28,6 +31,7 @@
 
 #define STEP_KEY "\"publisher_step\": "
 #define DIGEST_KEY "\"digest\": \""
+#define DELTAS_KEY "\"deltas\": "
 
 static void memo_free(rs__table_memo_t *m, int64_t n)
 {
@@ -94,6 +98,19 @@ static int plain_value(const char *t, size_t n, int digits)
     return 1;
 }
 
+/* A `deltas` insertion: one JSON array on one line, holding no nested
+ * brackets (docs/formats.md, "Deltas"), so it cannot change the
+ * document's structure around it. */
+static int deltas_value(const char *t, size_t n)
+{
+    if (n < 2 || t[0] != '[' || t[n - 1] != ']')
+        return 0;
+    for (size_t i = 1; i + 1 < n; i++)
+        if (t[i] == '[' || t[i] == ']' || t[i] == '\n')
+            return 0;
+    return 1;
+}
+
 static int after(const char *doc, uint64_t off, const char *key)
 {
     size_t n = strlen(key);
@@ -111,12 +128,13 @@ static int next_digest(rs_sources_h s, size_t end, size_t *k)
 /* Notes which logged shard (first .. end) each insertion of a split
  * entry is the digest of, or which one is the step; m->reusable stays 0
  * unless every insertion is one of these and every digest has one. */
-static rs_status_t classify(rs_sources_h s, size_t first, const char *doc,
-                            size_t doc_len, const rs_dir_entry_t *e,
-                            const rs__dir_split_t *sp, rs__table_memo_t *m,
-                            rs_diag_t *diag)
+static rs_status_t classify(rs_receiver_h r, rs_sources_h s, size_t first,
+                            size_t dfirst, const char *doc, size_t doc_len,
+                            const rs_dir_entry_t *e, const rs__dir_split_t *sp,
+                            rs__table_memo_t *m, rs_diag_t *diag)
 {
     size_t end = rs__sources_logged(s), at = 0, tlen, k = first, i = 0;
+    size_t ndeltas = 0;
     uint64_t off;
     const char *text;
     rs_digest_t offsets;
@@ -139,6 +157,11 @@ static rs_status_t classify(rs_sources_h s, size_t first, const char *doc,
             cap *= 2;
         }
         rs_digest_update(&offsets, &off, sizeof(off));
+        if (after(doc, off, DELTAS_KEY) && deltas_value(text, tlen)) {
+            m->shard_of[i] = RS__MEMO_DELTAS; /* a shard's deltas */
+            ndeltas++;
+            continue;
+        }
         if (m->step == SIZE_MAX && after(doc, off, STEP_KEY) &&
             plain_value(text, tlen, 1)) {
             m->step = i;
@@ -155,7 +178,11 @@ static rs_status_t classify(rs_sources_h s, size_t first, const char *doc,
     }
     m->ninserts = i;
     m->offsets = rs_digest_final(&offsets);
-    m->reusable = !next_digest(s, end, &k);
+    m->dfirst = dfirst;
+    /* with deltas taken, the j-th deltas insertion is the slot's j-th
+     * scanned shard (receiver_deltas.c) */
+    m->reusable = !next_digest(s, end, &k) &&
+                  (!r->params.delta || ndeltas == r->dshard_len - dfirst);
     return RS_OK;
 }
 
@@ -169,6 +196,7 @@ static rs_status_t load_split(rs_receiver_h r, rs_sources_h s,
 {
     char *doc = NULL, *table = NULL;
     size_t doc_len = 0, len = 0, first = rs__sources_logged(s);
+    size_t dfirst = r->dshard_len;
     rs_status_t st = rs__dir_read_geometry(r->dir, r->model, v->version, slot,
                                            e->publisher, sp->doc, diag, &doc,
                                            &doc_len);
@@ -180,7 +208,9 @@ static rs_status_t load_split(rs_receiver_h r, rs_sources_h s,
     if (st == RS_OK)
         st = rs_sources_load_string(s, table, len, origin, diag);
     if (st == RS_OK)
-        st = classify(s, first, doc, doc_len, e, sp, m, diag);
+        st = rs__receiver_deltas_scan(r, table, len, diag);
+    if (st == RS_OK)
+        st = classify(r, s, first, dfirst, doc, doc_len, e, sp, m, diag);
     free(table);
     free(doc);
     return st;
@@ -227,6 +257,7 @@ static rs_status_t parse_all(rs_receiver_h r, const rs_version_info_t *v,
     if (st == RS_OK)
         rs__sources_log_start(s);
     r->ntable_slot = 0;
+    rs__receiver_deltas_clear(r);
     for (int64_t slot = 0; st == RS_OK && slot < v->slots; slot++) {
         const rs_dir_entry_t *e = rs__replicas_chosen(&r->replicas, slot);
         const rs__dir_split_t *sp = rs__replicas_chosen_split(&r->replicas,
@@ -239,6 +270,8 @@ static rs_status_t parse_all(rs_receiver_h r, const rs_version_info_t *v,
                                           fig, diag)
                        : rs_sources_load_string(s, e->table, e->len, origin,
                                                 diag);
+        if (st == RS_OK && !sp->split)
+            st = rs__receiver_deltas_scan(r, e->table, e->len, diag);
         fig->parsed++;
         if (st == RS_OK)
             st = note_slot(r, s, slot, diag);
@@ -273,7 +306,10 @@ static int same_geometry(const rs__table_memo_t *m, const rs_dir_entry_t *e,
     rs_digest_init(&offsets);
     while ((got = rs__dir_insert_next(e->table, e->len, &at, &off, &text,
                                       &tlen)) > 0) {
-        if (i >= m->ninserts || !plain_value(text, tlen, i == m->step))
+        if (i >= m->ninserts ||
+            !(m->shard_of[i] == RS__MEMO_DELTAS
+                  ? deltas_value(text, tlen)
+                  : plain_value(text, tlen, i == m->step)))
             return 0;
         rs_digest_update(&offsets, &off, sizeof(off));
         i++;
@@ -282,22 +318,29 @@ static int same_geometry(const rs__table_memo_t *m, const rs_dir_entry_t *e,
            rs_digest_final(&offsets) == m->offsets;
 }
 
-/* Places the chosen entries' digests into the cached sources. */
+/* Places the chosen entries' digests into the cached sources, and their
+ * deltas into the receiver's list. */
 static rs_status_t renew(rs_receiver_h r, const rs_version_info_t *v,
                          rs_diag_t *diag)
 {
+    rs__receiver_deltas_renew_start(r);
     for (int64_t slot = 0; slot < v->slots; slot++) {
         const rs_dir_entry_t *e = rs__replicas_chosen(&r->replicas, slot);
         const rs__table_memo_t *m = &r->memo[slot];
-        size_t at = 0, tlen;
+        size_t at = 0, tlen, j = 0;
         uint64_t off;
         const char *text;
         for (size_t i = 0;
              rs__dir_insert_next(e->table, e->len, &at, &off, &text, &tlen) > 0;
              i++) {
-            if (i != m->step &&
-                !rs__sources_set_logged_digest(r->sources, m->shard_of[i],
-                                               text, tlen))
+            int ok = 1;
+            if (m->shard_of[i] == RS__MEMO_DELTAS)
+                ok = rs__receiver_deltas_renew(r, m->dfirst + j++, text,
+                                               tlen) == RS_OK;
+            else if (i != m->step)
+                ok = rs__sources_set_logged_digest(r->sources, m->shard_of[i],
+                                                   text, tlen);
+            if (!ok)
                 return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
         }
     }

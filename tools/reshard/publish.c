@@ -22,6 +22,8 @@ typedef struct pub_args {
     uint64_t fraction_q; /* --changed-fraction (rs_cli_fill_box); 0 none */
     const char **quantize; /* the --quantize values (argv's strings) */
     size_t num_quantize;
+    uint64_t delta_keep; /* --delta-keep (default 2) */
+    int have_delta_keep;
 } pub_args_t;
 
 typedef struct pub_shard {
@@ -47,7 +49,8 @@ typedef struct pub_state {
 enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_WORLD,
        OPT_LAYOUT, OPT_CONFIG, OPT_BACKEND, OPT_VERSIONS, OPT_TIMEOUT,
        OPT_NO_DIGESTS, OPT_REPLICA, OPT_STAGING, OPT_CUT_ALIGNED, OPT_CUTS,
-       OPT_QUANTIZE, OPT_QUANTIZE_WANTED, OPT_CHANGED_FRACTION };
+       OPT_QUANTIZE, OPT_QUANTIZE_WANTED, OPT_CHANGED_FRACTION,
+       OPT_DELTA_KEEP };
 
 static const struct option long_opts[] = {
     {"directory", required_argument, NULL, OPT_DIRECTORY},
@@ -68,6 +71,7 @@ static const struct option long_opts[] = {
     {"quantize", required_argument, NULL, OPT_QUANTIZE},
     {"quantize-wanted", no_argument, NULL, OPT_QUANTIZE_WANTED},
     {"changed-fraction", required_argument, NULL, OPT_CHANGED_FRACTION},
+    {"delta-keep", required_argument, NULL, OPT_DELTA_KEEP},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -82,7 +86,7 @@ static void pub_usage(FILE *out)
         "                       [--staging caller|in_place|arena]\n"
         "                       [--cut-aligned] [--cuts FILE]\n"
         "                       [--quantize GLOB=SPEC]... [--quantize-wanted]\n"
-        "                       [--changed-fraction F]\n"
+        "                       [--changed-fraction F] [--delta-keep K]\n"
         "\n"
         "Serves trainer rank R's shards of LAYOUT with deterministic contents\n"
         "(docs/formats.md, \"Demo contents\"): publishes version V, waits until\n"
@@ -148,6 +152,11 @@ static void pub_usage(FILE *out)
         "                      its capture), and those a --cuts FILE lists;\n"
         "                      implies --staging arena\n"
         RS_CLI_FRACTION_HELP("`pull --check` needs the same F")
+        "  --delta-keep K      in arena staging, serve beside each version a delta\n"
+        "                      of every shard against the version before, and\n"
+        "                      keep those of the last K versions (default 2; 0:\n"
+        "                      none); K above 0 implies --staging arena\n"
+        "                      (docs/delta.md; receivers: pull --delta)\n"
         "  -h, --help          show this help and exit\n"
         "\n"
         "A directory outage while serving is reported (one line when it begins,\n"
@@ -202,7 +211,7 @@ static int add_quantize(pub_args_t *a, const char *arg)
 static int wants_arena(const pub_args_t *a)
 {
     return a->cut_aligned || a->cuts_file != NULL || a->num_quantize > 0 ||
-           a->quantize_wanted;
+           a->quantize_wanted || (a->have_delta_keep && a->delta_keep > 0);
 }
 
 static int take_option(void *args, int c, const char *arg)
@@ -222,6 +231,8 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_CHANGED_FRACTION:
         return rs_cli_take_fraction("publish", arg, &a->fraction_q);
     case OPT_NO_DIGESTS: a->no_digests = 1; return RS_CLI_OK;
+    case OPT_DELTA_KEEP: return parse_u64("--delta-keep", arg, &a->delta_keep,
+                                          &a->have_delta_keep);
     case OPT_VERSION: return parse_u64("--version", arg, &a->version,
                                        &a->have_version);
     case OPT_RANK: return parse_u64("--rank", arg, &a->rank, &a->have_rank);
@@ -248,11 +259,13 @@ static int check_args(const pub_args_t *a)
         return usage_error("--staging takes caller, in_place or arena, got "
                            "'%s'", a->staging);
     if (wants_arena(a) && rs_cli_staging(a->staging) != RS_STAGING_ARENA)
-        return usage_error("--cut-aligned, --cuts, --quantize and "
-                           "--quantize-wanted stage into the arena: not with "
-                           "--staging %s", a->staging);
+        return usage_error("--cut-aligned, --cuts, --quantize, "
+                           "--quantize-wanted and --delta-keep stage into the "
+                           "arena: not with --staging %s", a->staging);
     if (a->versions == 0)
         return usage_error("%s", "--versions must be at least 1");
+    if (a->delta_keep > 16)
+        return usage_error("%s", "--delta-keep must be 0 to 16");
     if (a->world == 0 || a->rank >= a->world)
         return usage_error("%s", "--rank must be below --world");
     return RS_CLI_OK;
@@ -264,6 +277,7 @@ static int parse_args(int argc, char **argv, pub_args_t *a)
     a->backend = "ucx";
     a->staging = "caller";
     a->versions = 1;
+    a->delta_keep = 2;
     a->timeout_s = 300;
     rc = rs_cli_options("publish", argc, argv, long_opts, pub_usage,
                         take_option, a);
@@ -402,6 +416,7 @@ static int open_publisher(const pub_args_t *a, pub_state_t *s)
     pp.publish_retry_s = a->timeout_s; /* ride out an outage that long */
     pp.staging = rs_cli_staging(a->staging);
     pp.cut_aligned = a->cut_aligned;
+    pp.delta_keep = (int64_t)a->delta_keep;
     pp.cuts_file = a->cuts_file;
     pp.quantize = a->quantize;
     pp.num_quantize = a->num_quantize;

@@ -30,6 +30,7 @@ typedef struct pull_args {
     double group_timeout_s;
     uint64_t staging_budget;    /* 0: the library's default */
     uint64_t fraction_q;        /* --changed-fraction (rs_cli_fill_box) */
+    int delta;                  /* --delta */
 } pull_args_t;
 
 typedef struct pull_state {
@@ -56,7 +57,7 @@ enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN,
        OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS, OPT_NIC, OPT_DESC, OPT_GROUP,
        OPT_GROUP_SIZE, OPT_GROUP_RANK, OPT_GROUP_TIMEOUT, OPT_BUDGET,
-       OPT_CHANGED_FRACTION, OPT_STALL };
+       OPT_CHANGED_FRACTION, OPT_STALL, OPT_DELTA };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -90,6 +91,7 @@ static const struct option long_opts[] = {
     {"group-timeout", required_argument, NULL, OPT_GROUP_TIMEOUT},
     {"staging-budget", required_argument, NULL, OPT_BUDGET},
     {"changed-fraction", required_argument, NULL, OPT_CHANGED_FRACTION},
+    {"delta", no_argument, NULL, OPT_DELTA},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -100,7 +102,7 @@ static void pull_usage(FILE *out)
         "usage: reshard pull --directory D --model M --version V --rank R\n"
         "                    --layout LAYOUT --model-config CONFIG.json\n"
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
-        "                    [--changed-fraction F]\n"
+        "                    [--changed-fraction F] [--delta]\n"
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
         "                    [--stall-after S]\n"
         "                    [--dry-run] [--no-announce] [--announce-as NAME]\n"
@@ -128,6 +130,11 @@ static void pull_usage(FILE *out)
         "  --check             compare every parameter byte with the demo contents\n"
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
         RS_CLI_FRACTION_HELP("With --check only: the publisher's F")
+        "  --delta             keep a copy of every byte read (as much memory again)\n"
+        "                      and read, of the next version, only the deltas its\n"
+        "                      publishers list where the cost model prefers them\n"
+        "                      (docs/delta.md); every digest is verified as for a\n"
+        "                      full pull. Needs verification (not --no-verify)\n"
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
         "  --dry-run           read the tables and plan (as `reshard plan --salt R`\n"
@@ -244,6 +251,7 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_CHECK: a->check = 1; return RS_CLI_OK;
     case OPT_RELEASE: a->release = 1; return RS_CLI_OK;
     case OPT_JSON: a->json = 1; return RS_CLI_OK;
+    case OPT_DELTA: a->delta = 1; return RS_CLI_OK;
     case OPT_DRY_RUN: a->dry_run = 1; return RS_CLI_OK;
     case OPT_NO_ANNOUNCE: a->no_announce = 1; return RS_CLI_OK;
     case OPT_ANNOUNCE_AS: a->announce_as = arg; return RS_CLI_OK;
@@ -332,6 +340,10 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     if (a->fraction_q != 0 && !a->check)
         return usage_error("%s", "--changed-fraction shapes the contents "
                            "--check expects: it needs --check");
+    if (a->delta && !a->verify)
+        return usage_error("%s", "--delta needs verification: a patched "
+                           "version installs only once its digests match; "
+                           "not with --no-verify");
     if (a->dry_run && (a->check || a->release || a->versions != 1))
         return usage_error("%s", "--dry-run moves nothing: not with --check, "
                            "--release or --versions");
@@ -493,6 +505,7 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.notice = on_notice;
     rp.notice_ctx = (void *)a;
     rp.verify_digests = a->verify;
+    rp.delta = a->delta;
     rp.staging_budget = a->staging_budget;
     char announce[RS_DIR_NAME_MAX + 1];
     default_announce_name(a, announce, sizeof(announce));
@@ -639,6 +652,19 @@ static void put_failures(json_line_t *l, pull_state_t *s)
     put(l, "failed_publishers", list);
 }
 
+/* What the pull read through deltas, beside what it read whole. */
+static json_t *delta_json(const rs_pull_result_t *r)
+{
+    return json_pack("{sI,sI,sI,sI,sI,sI,sb}",
+                     "runs", (json_int_t)r->delta_runs,
+                     "bytes", (json_int_t)r->delta_bytes,
+                     "full_bytes", (json_int_t)r->delta_full_bytes,
+                     "whole_runs", (json_int_t)r->whole_runs,
+                     "whole_bytes", (json_int_t)r->whole_bytes,
+                     "refused", (json_int_t)r->delta_refused,
+                     "retried", r->delta_retried);
+}
+
 static void print_json(const pull_args_t *a, pull_state_t *s,
                        const pull_outcome_t *o)
 {
@@ -653,6 +679,8 @@ static void print_json(const pull_args_t *a, pull_state_t *s,
     put(&l, "tables_reused", json_integer((json_int_t)o->res.tables_reused));
     put(&l, "table_bytes_read",
         json_integer((json_int_t)o->res.table_bytes_read));
+    if (a->delta)
+        put(&l, "delta", delta_json(&o->res));
     put_records(&l, s, o);
     put(&l, "discover_s", json_real(o->res.discover_s));
     put(&l, "plan_s", json_real(o->res.plan_s));
@@ -692,6 +720,14 @@ static void print_human(const pull_args_t *a, pull_state_t *s,
         printf(", check: %zu parameters byte-exact", s->nparams);
     if (r->failovers > 0)
         printf(", failed over: %s", r->failover_msg);
+    if (a->delta)
+        printf(", deltas: %llu of %llu reads, %llu bytes for %llu (%llu "
+               "refused)", (unsigned long long)r->delta_runs,
+               (unsigned long long)r->delta_runs +
+                   (unsigned long long)r->whole_runs,
+               (unsigned long long)r->delta_bytes,
+               (unsigned long long)r->delta_full_bytes,
+               (unsigned long long)r->delta_refused);
     printf("\n");
     rs_exec_stages_t stages = r->stages;
     stages.plan_s = r->plan_s;

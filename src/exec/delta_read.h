@@ -1,0 +1,95 @@
+/* The receiver's delta reads (docs/delta.md, "Receivers"): a transport
+ * that stands in front of the real one and serves a read of a published
+ * shard range from a delta where that pays, patching a copy of the range
+ * that the library owns and knows holds an earlier version.
+ *
+ * The copy ("held" bytes) is kept per read of the plan, in memory no one
+ * else writes: after every read it is refreshed from the bytes read, and
+ * it counts as holding a version only once the run that read it passed
+ * verification (rs__delta_reads_done). A read whose held copy holds the
+ * version a chain of listed deltas starts from, and for which the cost
+ * model (rs__delta_pays) prefers the delta, reads the delta's header,
+ * the index entries and the payload covering the range, patches the copy
+ * (rs__delta_apply_range checks every byte it uses before it writes) and
+ * copies it to the read's destination; any refused delta is read whole
+ * instead. The run's verification then checks the full new digest, so a
+ * wrong patch never installs. */
+#ifndef RS_EXEC_DELTA_READ_H
+#define RS_EXEC_DELTA_READ_H
+
+#include <stdint.h>
+
+#include "reshard/transport.h"
+
+/* One delta a table lists for a shard. */
+typedef struct rs__delta_ref {
+    int64_t base, version;
+    uint64_t addr, bytes, digest;
+    uint32_t esize, chunk;
+} rs__delta_ref_t;
+
+/* One published shard: its session (the plan's index), full bytes, and
+ * its deltas refs[first, first + count) (count 0: none listed). */
+typedef struct rs__delta_src {
+    uint32_t session;
+    uint64_t addr, nbytes;
+    size_t first, count;
+} rs__delta_src_t;
+
+/* What the reads of a run did. */
+typedef struct rs__delta_stats {
+    uint64_t delta_runs;   /* reads served from deltas */
+    uint64_t delta_bytes;  /* bytes read for them: headers, index, payload */
+    uint64_t delta_full;   /* the bytes those reads stand for */
+    uint64_t whole_runs;   /* reads read whole */
+    uint64_t whole_bytes;
+    uint64_t refused;      /* deltas refused, their reads read whole */
+} rs__delta_stats_t;
+
+/* Wraps `inner` (owned from then on, also on error) into a transport that
+ * takes deltas; nic_gbps and descriptor_ns price the choice. */
+rs_status_t rs__delta_reads_wrap(rs_transport_h inner, double nic_gbps,
+                                 double descriptor_ns, rs_diag_t *diag,
+                                 rs_transport_h *t_p);
+
+/* 1 when t was made by rs__delta_reads_wrap. */
+int rs__delta_reads_is(rs_transport_h t);
+
+/* The next run reads `version` (< 0: no deltas; the held copies are still
+ * refreshed) with the published shards and their deltas (copied; srcs
+ * sorted by session and addr, every shard the plan may read). Clears the
+ * stats. */
+rs_status_t rs__delta_reads_set(rs_transport_h t, int64_t version,
+                                const rs__delta_src_t *srcs, size_t nsrc,
+                                const rs__delta_ref_t *refs, size_t nref,
+                                rs_diag_t *diag);
+
+/* After the run: ok (it passed verification) makes every copy it
+ * refreshed hold its version; else no copy holds any version. */
+void rs__delta_reads_done(rs_transport_h t, int ok);
+
+void rs__delta_reads_stats(rs_transport_h t, rs__delta_stats_t *s);
+
+/* ---- the choice (delta_cost.c) ---- */
+
+/* Seconds to read `bytes` in `descriptors` reads (docs/cost-model.md):
+ * bytes * 8 / (nic_gbps * 1e9) + descriptors * descriptor_ns * 1e-9. */
+double rs__read_cost_s(uint64_t bytes, uint64_t descriptors, double nic_gbps,
+                       double descriptor_ns);
+
+/* The bytes and descriptors a delta read of `nbytes` of a shard of
+ * shard_bytes takes, for one delta of delta_bytes (esize, chunk): the
+ * header, the index entries of the chunks covering the range, and the
+ * payload assumed spread evenly over the shard (3 descriptors). */
+void rs__delta_estimate(uint64_t nbytes, uint64_t shard_bytes,
+                        uint64_t delta_bytes, uint32_t esize, uint32_t chunk,
+                        uint64_t *bytes_p, uint64_t *descriptors_p);
+
+/* 1 when reading a range of `nbytes` through deltas (delta_bytes and
+ * delta_descriptors summed over the chain) costs less than reading it
+ * whole (one descriptor). */
+int rs__delta_pays(uint64_t nbytes, uint64_t delta_bytes,
+                   uint64_t delta_descriptors, double nic_gbps,
+                   double descriptor_ns);
+
+#endif

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# CLI tests of deltas end to end (docs/delta.md): two `reshard publish
+# --staging arena --changed-fraction 0.02` ranks serve three versions and
+# `reshard pull --delta --check --changed-fraction 0.02 --versions 3`
+# checks every byte of each: the first read whole, the next two mostly from
+# deltas, for under a fifth of the full bytes on the wire (tiny-llama,
+# descriptors priced at 1 ns so that its small reads take deltas), the
+# parsed tables reused (only the version's digests and deltas read); the
+# same with publisher-side FP8 copies (tiny-deepseek-fp8 --quantize: the
+# FP8 codes and scales served as deltas too); --delta-keep 0 serves none;
+# bad flag combinations are refused naming the flag.
+# usage: bash test_delta_cli.sh <reshard-binary> <source-dir>
+set -u
+BIN=${1:?usage: test_delta_cli.sh <reshard-binary> <source-dir>}
+SRC=${2:?usage: test_delta_cli.sh <reshard-binary> <source-dir>}
+TINY="$SRC/examples/models/tiny-llama.json"
+FP8="$SRC/examples/models/tiny-deepseek-fp8.json"
+. "$(dirname "$0")/lib.sh"
+
+# pub NAME CONFIG LAYOUT [publish options...]: ranks 0 and 1 publishing
+# versions 5..7 of F = 0.02 into $TMP/NAME.
+pub() {
+    local name=$1 config=$2 layout=$3 r
+    shift 3
+    mkdir -p "$TMP/$name"
+    for r in 0 1; do
+        "$BIN" publish --directory "file:$TMP/$name" --model m --version 5 \
+            --versions 3 --rank "$r" --world 2 --layout "$layout" \
+            --model-config "$config" --backend cma --timeout 60 \
+            --changed-fraction 0.02 "$@" \
+            >"$TMP/$name-$r.out" 2>"$TMP/$name-$r.err" &
+        pids+=("$!")
+        last_pid=$!
+    done
+}
+
+# pull NAME CONFIG [pull options...]: rank 0 of vllm:tp=2 pulls versions
+# 5..7 with deltas, every byte checked; one JSON line per version.
+pull() {
+    local name=$1 config=$2
+    shift 2
+    "$BIN" pull --directory "file:$TMP/$name" --model m --version 5 \
+        --versions 3 --rank 0 --layout vllm:tp=2 --model-config "$config" \
+        --backend cma --timeout 30 --check --changed-fraction 0.02 --release \
+        --delta --descriptor-ns 1 --no-announce --json "$@" \
+        >"$TMP/$name.json" 2>"$TMP/err"
+    rc=$?
+}
+
+# figures NAME: per version "V runs refused wire full checked reused".
+figures() {
+    python3 - "$TMP/$1.json" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    x = d["delta"]
+    print(d["version"], x["runs"], x["refused"], x["bytes"] + x["whole_bytes"],
+          d["stage"]["bytes"], int(d.get("check", False)), d["tables_reused"])
+EOF
+}
+
+# expect_deltas NAME: version 5 whole, 6 and 7 by deltas under a fifth of
+# the bytes, every version checked.
+expect_deltas() {
+    local name=$1 v runs refused wire full checked reused
+    while read -r v runs refused wire full checked reused; do
+        [ "$checked" = 1 ] && ok "$name: version $v byte-exact" ||
+            bad "$name: version $v not checked"
+        [ "$refused" = 0 ] || bad "$name: version $v refused $refused deltas"
+        if [ "$v" = 5 ]; then
+            [ "$runs" = 0 ] && [ "$wire" = "$full" ] &&
+                ok "$name: version 5 read whole ($wire bytes)" ||
+                bad "$name: version 5: $runs delta runs, $wire of $full bytes"
+        else
+            [ "$runs" -gt 0 ] && [ $((wire * 5)) -lt "$full" ] &&
+                ok "$name: version $v: $runs runs by delta, $wire of $full bytes" ||
+                bad "$name: version $v: $runs delta runs, $wire of $full bytes"
+            # the deltas are values of the split tables: parsed tables reused
+            [ "$reused" = 2 ] && ok "$name: version $v: both tables reused" ||
+                bad "$name: version $v: $reused tables reused, not 2"
+        fi
+    done < <(figures "$name")
+    [ "$(figures "$name" | wc -l)" = 3 ] || bad "$name: not 3 versions pulled"
+}
+
+pub bf16 "$TINY" megatron:tp=2 --staging arena
+pull bf16 "$TINY"
+expect_rc "bf16: pull --delta of versions 5..7" 0
+expect_deltas bf16
+
+pub fp8 "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
+    --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
+pull fp8 "$FP8"
+expect_rc "fp8: pull --delta of versions 5..7" 0
+expect_deltas fp8
+pub keep0 "$TINY" megatron:tp=2 --staging arena --delta-keep 0
+pull keep0 "$TINY"
+expect_rc "delta-keep 0: pull --delta of versions 5..7" 0
+[ "$(figures keep0 | awk '{s += $2} END {print s}')" = 0 ] &&
+    ok "delta-keep 0: every version read whole" ||
+    bad "delta-keep 0: deltas read: $(figures keep0)"
+wait
+
+# ---- bad flags ---------------------------------------------------------------
+run pull --directory "file:$TMP/bf16" --model m --version 5 --rank 0 \
+    --layout vllm:tp=2 --model-config "$TINY" --delta --no-verify
+expect_input_error "pull --delta --no-verify" "--delta" "--no-verify"
+run publish --directory "file:$TMP/bad" --model m --version 1 --rank 0 \
+    --world 1 --layout fsdp:1 --model-config "$TINY" --delta-keep 17
+expect_input_error "publish --delta-keep 17" "--delta-keep"
+run publish --directory "file:$TMP/bad" --model m --version 1 --rank 0 \
+    --world 1 --layout fsdp:1 --model-config "$TINY" --delta-keep 1 \
+    --staging caller
+expect_input_error "publish --delta-keep 1 --staging caller" "--delta-keep" \
+    "--staging caller"
+
+cli_done

@@ -1,0 +1,488 @@
+/* Delta refit end to end (docs/delta.md): an arena publisher (cma) serves
+ * tensor "w" [ROWS, COLS] (bf16, 16-bit patterns) as two row halves, version v changing about
+ * 1 element in 50 of each (the contents' own generator below, independent
+ * of the library); a receiver with deltas pulls it whole. Asserted, every
+ * install byte for byte against the generator:
+ * - the first version is read whole; the next from its deltas, for a few
+ *   percent of the bytes; a receiver two versions behind applies the two
+ *   kept deltas in turn; one further behind than the publisher keeps reads
+ *   whole; a publisher with delta_keep 0 lists no deltas at all;
+ * - a delta damaged in the publisher's memory (payload or header) is
+ *   refused and the read taken whole; a delta re-signed over wrong values
+ *   patches, fails verification, and the version is read again whole; a
+ *   delta whose header names another base is refused;
+ * - a publisher killed while the receiver reads its deltas (forked, cma)
+ *   fails the pull with a transport error in bounded time, the bound
+ *   parameter keeping its bytes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "assert_status.h"
+#include "core/delta.h"
+#include "dir_env.h"
+#include "reshard/reshard.h"
+
+#define ROWS 66 /* odd halves of odd rows: padded slots, two reads */
+#define HALF (ROWS / 2)
+#define COLS 1001
+#define N ((size_t)ROWS * COLS)
+#define HALF_N ((size_t)HALF * COLS)
+
+static dir_env_t *env;
+static const char *MODEL = "delta"; /* each test its own model */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- the contents: element i of version v ------------------------------ */
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Whether element i changes at version k (about 1 in 50). */
+static int changes(size_t i, int64_t k)
+{
+    return mix((uint64_t)i * 1000003u + (uint64_t)k) % 50 == 0;
+}
+
+static uint16_t elem(size_t i, int64_t v)
+{
+    uint16_t x = (uint16_t)(i * 7u + 3u);
+    for (int64_t k = 1; k <= v; k++)
+        x = (uint16_t)(x + 13u * (uint16_t)changes(i, k));
+    return x;
+}
+
+static void fill(uint16_t *w, int64_t v)
+{
+    for (size_t i = 0; i < N; i++)
+        w[i] = elem(i, v);
+}
+
+static void assert_version(const uint16_t *got, int64_t v)
+{
+    for (size_t i = 0; i < N; i++)
+        if (got[i] != elem(i, v))
+            fail_msg("element %zu: %u, version %lld has %u", i, got[i],
+                     (long long)v, elem(i, v));
+}
+
+/* ---- publisher and receiver ------------------------------------------- */
+
+static rs_publisher_h open_publisher(int64_t keep, uint16_t *w)
+{
+    rs_publisher_params_t pp;
+    rs_publisher_h p;
+    rs_diag_t d;
+    rs_publisher_params_init(&pp);
+    pp.directory = env->url;
+    pp.model = MODEL;
+    pp.world = 1;
+    pp.backend = "cma";
+    pp.heartbeat_s = 0;
+    pp.staging = RS_STAGING_ARENA;
+    pp.delta_keep = keep;
+    ASSERT_ST(rs_publisher_create(&pp, &d, &p), RS_OK, d);
+    const int64_t full[2] = {ROWS, COLS}, shape[2] = {HALF, COLS};
+    for (int h = 0; h < 2; h++) {
+        const int64_t off[2] = {h * HALF, 0};
+        ASSERT_ST(rs_publisher_register(p, "w", RS_DTYPE_BF16, 2, full, off,
+                                        shape, w + h * HALF_N, RS_MEM_HOST, &d),
+                  RS_OK, d);
+    }
+    return p;
+}
+
+/* Releases the previous version (if any), fills and publishes v. */
+static void publish(rs_publisher_h p, uint16_t *w, int64_t v)
+{
+    rs_diag_t d;
+    if (v > 1)
+        dir_env_release(env, MODEL, v - 1, p);
+    fill(w, v);
+    ASSERT_ST(rs_publisher_publish(p, v, &d), RS_OK, d);
+}
+
+typedef struct rx {
+    rs_capture_h cap;
+    rs_receiver_h r;
+    uint16_t *dest;
+} rx_t;
+
+static void rx_open(rx_t *x, rs_progress_cb progress, void *ctx)
+{
+    rs_receiver_params_t rp;
+    rs_diag_t d;
+    const int64_t shape[2] = {ROWS, COLS}, stride[2] = {COLS, 1};
+    assert_int_equal(rs_capture_create(&x->cap), RS_OK);
+    ASSERT_ST(rs_capture_add_param(x->cap, "w", 2, shape, RS_DTYPE_BF16, &d),
+              RS_OK, d);
+    rs_copy_desc_t c = {"w", "w", NULL, 0, 0, 2, shape, stride, RS_DTYPE_BF16};
+    ASSERT_ST(rs_capture_add_copy(x->cap, &c, &d), RS_OK, d);
+    rs_receiver_params_init(&rp);
+    rp.directory = env->url;
+    rp.model = MODEL;
+    rp.backend = "cma";
+    rp.discover_timeout_s = 10;
+    rp.timeout_s = 10;
+    rp.pull_timeout_s = 20;
+    rp.announce_cuts = 0;
+    rp.delta = 1;
+    rp.descriptor_ns = 1; /* these reads are small: let deltas pay */
+    rp.progress = progress;
+    rp.progress_ctx = ctx;
+    rp.progress_chunk_bytes = progress != NULL ? 1 : 0; /* a read a chunk */
+    ASSERT_ST(rs_receiver_create(&rp, x->cap, &d, &x->r), RS_OK, d);
+    x->dest = calloc(N, sizeof(*x->dest));
+    assert_non_null(x->dest);
+    ASSERT_ST(rs_receiver_bind(x->r, 0, x->dest, N * 2, RS_MEM_HOST, &d),
+              RS_OK, d);
+}
+
+static void rx_close(rx_t *x)
+{
+    rs_receiver_destroy(x->r);
+    rs_capture_destroy(x->cap);
+    free(x->dest);
+}
+
+/* Pulls v, checks every byte; the result in *res. */
+static void pull_exact(rx_t *x, int64_t v, rs_pull_result_t *res)
+{
+    rs_diag_t d;
+    ASSERT_ST(rs_receiver_pull(x->r, v, &d, res), RS_OK, d);
+    assert_int_equal(res->version, v);
+    assert_version(x->dest, v);
+}
+
+/* ---- the publisher's deltas, from its table --------------------------- */
+
+/* The table of version v (malloc'd). */
+static char *table_of(int64_t v)
+{
+    rs_dir_h dir;
+    rs_diag_t d;
+    rs_dir_entry_t *e;
+    size_t n;
+    ASSERT_ST(rs_dir_open(env->url, &d, &dir), RS_OK, d);
+    ASSERT_ST(rs_dir_read_slot(dir, MODEL, v, 0, &d, &e, &n), RS_OK, d);
+    assert_int_equal(n, 1);
+    char *t = strdup(e[0].table);
+    rs_dir_entries_free(e, n);
+    rs_dir_close(dir);
+    return t;
+}
+
+/* Shard h's delta producing version `made` in version v's table: its
+ * address (this process's memory: the publisher is in it) and length. */
+static unsigned char *delta_of(int64_t v, int h, int64_t made, size_t *len_p)
+{
+    char *t = table_of(v);
+    json_error_t err;
+    json_t *root = json_loads(t, 0, &err);
+    free(t);
+    assert_non_null(root);
+    json_t *shards = json_object_get(
+        json_array_get(json_object_get(root, "tensors"), 0), "shards");
+    json_t *deltas = json_object_get(json_array_get(shards, (size_t)h),
+                                     "deltas");
+    unsigned char *at = NULL;
+    for (size_t k = 0; k < json_array_size(deltas); k++) {
+        json_t *o = json_array_get(deltas, k);
+        if (json_integer_value(json_object_get(o, "version")) != made)
+            continue;
+        at = (unsigned char *)(uintptr_t)json_integer_value(
+            json_object_get(o, "addr"));
+        *len_p = (size_t)json_integer_value(json_object_get(o, "bytes"));
+    }
+    json_decref(root);
+    assert_non_null(at);
+    return at;
+}
+
+/* A publisher of model `model` keeping `keep` versions of deltas, its
+ * shards' memory, and a delta receiver. */
+typedef struct world {
+    uint16_t *w;
+    rs_publisher_h p;
+    rx_t x;
+} world_t;
+
+static void world_open(world_t *o, const char *model, int64_t keep)
+{
+    MODEL = model;
+    o->w = malloc(N * 2);
+    assert_non_null(o->w);
+    o->p = open_publisher(keep, o->w);
+    rx_open(&o->x, NULL, NULL);
+}
+
+static void world_close(world_t *o)
+{
+    rx_close(&o->x);
+    rs_publisher_destroy(o->p);
+    free(o->w);
+}
+
+/* ---- tests ------------------------------------------------------------ */
+
+static void test_versions(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_pull_result_t res;
+    world_open(&o, "versions", 2);
+
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    assert_int_equal(res.delta_runs, 0); /* nothing held yet */
+    assert_int_equal(res.whole_bytes, N * 2);
+
+    publish(o.p, o.w, 2);
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_runs, 2); /* one per shard */
+    assert_int_equal(res.delta_refused, 0);
+    assert_int_equal(res.delta_full_bytes, N * 2);
+    assert_true(res.delta_bytes > 0 && res.delta_bytes < N * 2 / 10);
+    assert_int_equal(res.replanned, 0);
+
+    publish(o.p, o.w, 3); /* not pulled: the receiver falls two behind */
+    publish(o.p, o.w, 4);
+    pull_exact(&o.x, 4, &res);
+    assert_int_equal(res.delta_runs, 2); /* 2 -> 3 -> 4, the kept deltas */
+    assert_int_equal(res.delta_refused, 0);
+
+    for (int64_t v = 5; v <= 7; v++)
+        publish(o.p, o.w, v);
+    pull_exact(&o.x, 7, &res); /* holds 4; the publisher keeps 6 and 7 */
+    assert_int_equal(res.delta_runs, 0);
+    assert_int_equal(res.whole_bytes, N * 2);
+    publish(o.p, o.w, 8);
+    pull_exact(&o.x, 8, &res);
+    assert_int_equal(res.delta_runs, 2);
+    world_close(&o);
+}
+
+/* delta_keep 0: the table is the one publishers wrote before deltas. */
+static void test_keep_zero(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_pull_result_t res;
+    world_open(&o, "keep0", 0);
+    publish(o.p, o.w, 1);
+    publish(o.p, o.w, 2);
+    char *t = table_of(2);
+    assert_null(strstr(t, "deltas"));
+    free(t);
+    pull_exact(&o.x, 2, &res);
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_runs, 0);
+    world_close(&o);
+}
+
+/* A byte of a served delta flipped: refused, read whole. */
+static void test_damaged(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_pull_result_t res;
+    size_t len;
+    world_open(&o, "damaged", 2);
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+
+    publish(o.p, o.w, 2);
+    unsigned char *dl = delta_of(2, 1, 2, &len);
+    dl[len - 1] ^= 0x40; /* the last payload byte */
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_refused, 1);
+    assert_int_equal(res.delta_runs, 1); /* the other shard's delta */
+    assert_int_equal(res.delta_retried, 0);
+
+    publish(o.p, o.w, 3);
+    dl = delta_of(3, 0, 3, &len);
+    dl[40] ^= 1; /* the header's new version: its check fails */
+    pull_exact(&o.x, 3, &res);
+    assert_int_equal(res.delta_refused, 1);
+    assert_int_equal(res.delta_runs, 1);
+    world_close(&o);
+}
+
+/* Replaces shard h's delta (base -> 2) in version 2's table by one encoded
+ * from version `base`'s bytes to `to` (every check valid); returns 0 when
+ * it does not fit where the listed one was. */
+static int plant(int h, int64_t base, const uint16_t *to)
+{
+    size_t len, got;
+    rs_diag_t d;
+    unsigned char *dl = delta_of(2, h, 2, &len);
+    uint16_t *old = malloc(HALF_N * 2);
+    unsigned char *out = malloc(rs__delta_bound(HALF_N, 2, RS__DELTA_CHUNK));
+    for (size_t i = 0; i < HALF_N; i++)
+        old[i] = elem((size_t)h * HALF_N + i, 1);
+    ASSERT_ST(rs__delta_encode(old, to + (size_t)h * HALF_N, HALF_N, 2,
+                               RS__DELTA_CHUNK, base, 2, out, &d, &got),
+              RS_OK, d);
+    int fits = got == len;
+    if (fits)
+        memcpy(dl, out, len);
+    free(out);
+    free(old);
+    return fits;
+}
+
+/* A delta with valid checks over wrong values patches, fails the digest,
+ * and the version is read again whole; one naming another base is
+ * refused. */
+static void test_wrong_and_stale(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_pull_result_t res;
+    uint16_t *wrong = malloc(N * 2);
+    world_open(&o, "wrong", 2);
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    publish(o.p, o.w, 2);
+    memcpy(wrong, o.w, N * 2);
+    size_t at = 0; /* an element of shard 0 that changes at 2 */
+    while (!changes(at, 2))
+        at++;
+    wrong[at] = (uint16_t)(wrong[at] + 1); /* same places, another value */
+    assert_true(plant(0, 1, wrong));
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_retried, 1);
+    assert_int_equal(res.delta_refused, 0);
+    world_close(&o);
+    free(wrong);
+
+    /* stale: version 2's delta of shard 0 says it patches version 0 */
+    world_open(&o, "stale", 2);
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    publish(o.p, o.w, 2);
+    assert_true(plant(0, 0, o.w));
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_refused, 1);
+    assert_int_equal(res.delta_runs, 1);
+    assert_int_equal(res.delta_retried, 0);
+    world_close(&o);
+}
+
+/* ---- a publisher killed while its deltas are read ---------------------- */
+
+static pid_t victim;
+
+static void strike(void *ctx, const rs_progress_t *pr)
+{
+    (void)pr;
+    int *struck = ctx;
+    if (*struck || victim <= 0)
+        return;
+    *struck = 1;
+    kill(victim, SIGKILL);
+    waitpid(victim, NULL, 0);
+    victim = 0;
+}
+
+/* The child: publishes 1, waits for its release, publishes 2, waits to
+ * be killed. Tells each publish on `fd`. */
+static void child(int fd)
+{
+    uint16_t *w = malloc(N * 2);
+    rs_publisher_h p = open_publisher(2, w);
+    rs_diag_t d;
+    for (int64_t v = 1; v <= 2; v++) {
+        if (v > 1 && rs_publisher_wait_released(p, v - 1, 20, &d) != RS_OK)
+            _exit(3);
+        fill(w, v);
+        if (rs_publisher_publish(p, v, &d) != RS_OK)
+            _exit(4);
+        char c = (char)v;
+        if (write(fd, &c, 1) != 1)
+            _exit(5);
+    }
+    pause();
+    _exit(0);
+}
+
+static void test_killed(void **state)
+{
+    (void)state;
+    MODEL = "killed";
+    int fds[2];
+    char c;
+    assert_int_equal(pipe(fds), 0);
+    fflush(NULL);
+    victim = fork();
+    assert_true(victim >= 0);
+    if (victim == 0) {
+        close(fds[0]);
+        child(fds[1]);
+    }
+    close(fds[1]);
+    int struck = 0;
+    rx_t x;
+    rs_pull_result_t res;
+    rs_diag_t d;
+    rx_open(&x, strike, &struck);
+    assert_int_equal(read(fds[0], &c, 1), 1);
+    struck = 1; /* no strike during the first pull */
+    ASSERT_ST(rs_receiver_pull(x.r, 1, &d, &res), RS_OK, d);
+    assert_version(x.dest, 1);
+    rs_dir_h dir;
+    ASSERT_ST(rs_dir_open(env->url, &d, &dir), RS_OK, d);
+    ASSERT_ST(rs_dir_release(dir, MODEL, 1, &d), RS_OK, d);
+    rs_dir_close(dir);
+    assert_int_equal(read(fds[0], &c, 1), 1);
+    struck = 0;
+    double t0 = now_s();
+    rs_status_t st = rs_receiver_pull(x.r, 2, &d, &res);
+    if (st != RS_ERR_TRANSPORT && st != RS_ERR_TIMEOUT)
+        fail_msg("pull of version 2: %s (%s), struck %d", rs_status_str(st),
+                 d.msg, struck);
+    assert_true(struck);
+    assert_true(now_s() - t0 < 20);
+    assert_version(x.dest, 1); /* the bound parameter kept its bytes */
+    rx_close(&x);
+    close(fds[0]);
+    if (victim > 0) {
+        kill(victim, SIGKILL);
+        waitpid(victim, NULL, 0);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_versions),
+        cmocka_unit_test(test_keep_zero),
+        cmocka_unit_test(test_damaged),
+        cmocka_unit_test(test_wrong_and_stale),
+        cmocka_unit_test(test_killed),
+    };
+    dir_env_t e = {0};
+    return dir_env_run(&e, "delta", tests, sizeof(tests) / sizeof(tests[0]),
+                       &env);
+}
