@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/delta.h"
+#include "core/delta_estimate.h"
 #include "core/diag.h"
 #include "core/vec.h"
 #include "exec/delta_read.h"
@@ -185,7 +186,8 @@ static int plan_chain(const state_t *s, pend_t *p, int64_t from)
         at = next->version;
     }
     p->nchain = n;
-    return n > 0 && rs__delta_pays(p->rd.nbytes, bytes, descs, s->nic, s->dns);
+    return n > 0 && rs__delta_read_pays(p->rd.nbytes, (double)bytes, descs,
+                                        s->nic, s->dns);
 }
 
 static rs_status_t post_whole(state_t *s, rs_transport_h t,

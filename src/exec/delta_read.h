@@ -8,7 +8,7 @@
  * it counts as holding a version only once the run that read it passed
  * verification (rs__delta_reads_done). A read whose held copy holds the
  * version a chain of listed deltas starts from, and for which the cost
- * model (rs__delta_pays) prefers the delta, reads the delta's header,
+ * model (rs__delta_read_pays) prefers the delta, reads the delta's header,
  * the index entries and the payload covering the range, patches the copy
  * (rs__delta_apply_range checks every byte it uses before it writes) and
  * copies it to the read's destination; any refused delta is read whole
@@ -72,11 +72,6 @@ void rs__delta_reads_stats(rs_transport_h t, rs__delta_stats_t *s);
 
 /* ---- the choice (delta_cost.c) ---- */
 
-/* Seconds to read `bytes` in `descriptors` reads (docs/cost-model.md):
- * bytes * 8 / (nic_gbps * 1e9) + descriptors * descriptor_ns * 1e-9. */
-double rs__read_cost_s(uint64_t bytes, uint64_t descriptors, double nic_gbps,
-                       double descriptor_ns);
-
 /* The bytes and descriptors a delta read of `nbytes` of a shard of
  * shard_bytes takes, for one delta of delta_bytes (esize, chunk): the
  * header, the index entries of the chunks covering the range, and the
@@ -85,11 +80,7 @@ void rs__delta_estimate(uint64_t nbytes, uint64_t shard_bytes,
                         uint64_t delta_bytes, uint32_t esize, uint32_t chunk,
                         uint64_t *bytes_p, uint64_t *descriptors_p);
 
-/* 1 when reading a range of `nbytes` through deltas (delta_bytes and
- * delta_descriptors summed over the chain) costs less than reading it
- * whole (one descriptor). */
-int rs__delta_pays(uint64_t nbytes, uint64_t delta_bytes,
-                   uint64_t delta_descriptors, double nic_gbps,
-                   double descriptor_ns);
+/* Whether the delta pays is the cost model's rule shared with the
+ * simulator: rs__delta_read_pays (core/delta_estimate.h). */
 
 #endif
