@@ -380,6 +380,8 @@ static int spawn_all(const demo_args_t *a, demo_t *d)
         push(&b, "--check");
         push(&b, "--verify");
         push(&b, "--json");
+        if (a->changed != NULL) /* versions after the first by deltas */
+            push(&b, "--delta");
         rc = spawn(d, &b, r, 0);
     }
     return rc;
@@ -590,6 +592,31 @@ static double num(json_t *o, const char *path)
     return 0.0;
 }
 
+/* With deltas (--changed-fraction): per rank, the bytes read through
+ * deltas for the bytes they stand for, and what was read whole. */
+static void delta_summary(const demo_t *d, int k)
+{
+    for (int64_t r = 0; r < d->infer.world; r++) {
+        json_t *o = d->res[k][r];
+        if (json_object_get(o, "delta") == NULL || num(o, "delta.runs") == 0)
+            continue;
+        char got[RS_UNITS_TEXT_MAX], of[RS_UNITS_TEXT_MAX];
+        char whole[RS_UNITS_TEXT_MAX];
+        double full = num(o, "delta.full_bytes");
+        double wire = num(o, "delta.bytes") + num(o, "delta.whole_bytes");
+        double all = full + num(o, "delta.whole_bytes");
+        printf("  rank %lld deltas: %.0f reads, %s for %s; %.0f read whole "
+               "(%s): %.4f of a full pull's bytes\n", (long long)r,
+               num(o, "delta.runs"),
+               rs_format_bytes(got, sizeof(got), (uint64_t)num(o, "delta.bytes")),
+               rs_format_bytes(of, sizeof(of), (uint64_t)full),
+               num(o, "delta.whole_runs"),
+               rs_format_bytes(whole, sizeof(whole),
+                               (uint64_t)num(o, "delta.whole_bytes")),
+               all > 0 ? wire / all : 0);
+    }
+}
+
 static int version_summary(const demo_t *d, int k)
 {
     int replanned = 0;
@@ -619,6 +646,7 @@ static int version_summary(const demo_t *d, int k)
                num(o, "stage.shards_verified"),
                json_is_true(json_object_get(o, "check")) ? "byte-exact" : "-");
     }
+    delta_summary(d, k);
     return k > 0 && replanned > 0;
 }
 
