@@ -33,6 +33,8 @@ typedef struct rs__capture_copy {
     rs_quant_desc_t *quant; /* in the arena; NULL when not quantized */
     uint32_t geom;      /* geometry id: copies with equal ops, dest shape and
                          * dest strides share it (and those arrays) */
+    uint32_t scale_param_id; /* quantized: its scale param's index (declared
+                              * before the copy is added) */
 } rs__capture_copy_t;
 
 /* One numbered geometry: its hash and the first copy that has it. */
@@ -126,9 +128,10 @@ rs_status_t rs__capture_check_quant(rs_capture_h capture,
 const char *rs__quant_field_name(rs__quant_field_t field);
 
 /* The capture's own copy of a checked spec whose scale parameter the
- * capture declares; NULL on exhaustion. */
+ * capture declares, and that parameter's index; NULL on exhaustion. */
 rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
-                                       const rs_quant_desc_t *q);
+                                       const rs_quant_desc_t *q,
+                                       uint32_t *scale_param_p);
 
 /* The id of a source name, interned when new; `hash` is rs__hash_str(name)
  * and `name` lives in the capture's arena already (it becomes the

@@ -307,7 +307,7 @@ static void finish_stats(rs__planner_t *b, uint64_t *descs)
 
 static int lists_shards(const rs__planned_source_t *s)
 {
-    return s->fallback == NULL && s->tensor != NULL;
+    return s->fallback == NULL && s->tensor != NULL && s->read;
 }
 
 /* Per session, where its shards start in the list (at[k] .. at[k + 1]),

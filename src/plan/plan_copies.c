@@ -131,7 +131,7 @@ static rs_status_t psrc_new(rs__planner_t *b, uint32_t name_id, uint32_t *id_p)
     rs__source_tensor_t *t;
     if (!rs__quant_known_tensor(b, name_id, &t))
         t = rs__sources_find_hashed(b->srcs, n->name, n->hash);
-    rs__planned_source_t s = {n->name, t, NULL, 0, 0, -1, 0};
+    rs__planned_source_t s = {n->name, t, NULL, 0, 0, -1, 0, 0};
     if (!RS_VEC_PUSH(b, psrc, s))
         return OOM(b);
     b->psrc_of_name[name_id] = (uint32_t)b->psrc_len;
@@ -423,6 +423,7 @@ static rs_status_t plan_copy(rs__planner_t *b, size_t ci)
     if (s->tensor == NULL)
         return rs__planner_fallback(b, pc->src, "not published by any shard "
                                     "table");
+    s->read = 1;
     int convert = s->tensor->dtype != c->dest_dtype;
     if ((st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok)) != RS_OK || !ok)
         return st;

@@ -19,6 +19,7 @@ typedef struct rs__planned_source {
     long full_pull;             /* its whole-source stage (rs__planner_t
                                  * stages), or -1 when none is possible */
     int listed_unbounded;       /* already in the plan's unbounded list */
+    int read;                   /* some copy or receiver box reads it */
 } rs__planned_source_t;
 
 enum { RS_PLANNED_COPY_SKIP = 0, RS_PLANNED_COPY_EXACT, RS_PLANNED_COPY_CONVERT };
