@@ -150,6 +150,15 @@ rs_status_t rs__capture_add_copy_id(rs_capture_h capture,
  * weight copy, with the geometry, param and destination the capture
  * already checked and numbered for `like`. Unquantized. RS_ERR_NO_MEMORY
  * (diag set). O(1). */
+/* Appends a copy that is copy `like` of the same capture (its geometry,
+ * numbered, and dest dtype) but for its source, interned name src_id, its
+ * parameter, declared as param_id, and its dest offset: a quantized
+ * copy's scale copy with the geometry of an earlier one. The caller has
+ * checked the destination against the parameter. RS_ERR_NO_MEMORY (diag
+ * set). O(1). */
+rs_status_t rs__capture_add_like_at(rs_capture_h cap, size_t like,
+                                    uint32_t src_id, uint32_t param_id,
+                                    int64_t dest_offset, rs_diag_t *diag);
 rs_status_t rs__capture_add_like(rs_capture_h cap, size_t like,
                                  uint32_t src_id, rs_dtype_t dtype,
                                  rs_diag_t *diag);

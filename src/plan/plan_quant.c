@@ -265,6 +265,7 @@ static int scale_seen(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
     if (m == NULL || q->scale_ndim > RS_MAX_DIMS)
         return 0;
     if (keep) {
+        m->scale_copy = SIZE_MAX;
         m->scale_ndim = q->scale_ndim;
         memcpy(m->block, pq->block, dims);
         memcpy(m->scale_shape, q->scale_shape, sdims);
@@ -309,15 +310,18 @@ static void check_geometry(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                           q->scale_stride)) != NULL)
         return refuse(pq, c, "scale region in '%s': %s", q->scale_param, err);
     rs__quant_view_memo_t *m = view_memo(qx, cap->copies[pq->copy].geom, pq);
-    if (scale_seen(m, pq, q, 0))
+    if (scale_seen(m, pq, q, 0)) {
+        qx->scale_like = m;
         return;
+    }
     size_t n = scale_ops(pq, q, ops);
     if (rs__geom_resolve(pq->ndim, pq->grid, ops, n, q->scale_ndim,
                          q->scale_shape, q->scale_stride, &bx, &bad, why,
                          sizeof(why)) != RS_OK)
         return refuse(pq, c, "scale region of '%s': %s", q->scale_param,
                       why);
-    scale_seen(m, pq, q, 1);
+    if (scale_seen(m, pq, q, 1))
+        qx->scale_like = m;
 }
 
 static int quantizable(rs_dtype_t d)
@@ -448,16 +452,35 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     }
 }
 
+/* The scale copy: the geometry of the last one made for the same view
+ * and scale region when there is one (its ops, a narrow of the touched
+ * blocks and a view, are then equal), else its ops built and numbered. */
+static rs_status_t add_scale(rs__quant_expansion_t *qx,
+                             rs__planned_quant_t *pq, const rs_quant_desc_t *q,
+                             uint32_t sid, rs_diag_t *diag)
+{
+    rs__quant_view_memo_t *m = qx->scale_like;
+    const rs__capture_copy_t *c = &qx->work->copies[pq->copy];
+    if (m != NULL && m->scale_copy != SIZE_MAX)
+        return rs__capture_add_like_at(qx->work, m->scale_copy, sid,
+                                       c->scale_param_id, q->scale_offset,
+                                       diag);
+    rs_op_t *ops = qx->ops;
+    rs_copy_desc_t s = {pq->sname, q->scale_param, ops, scale_ops(pq, q, ops),
+                        q->scale_offset, q->scale_ndim, q->scale_shape,
+                        q->scale_stride, RS_DTYPE_F32};
+    rs_status_t st = rs__capture_add_copy_id(qx->work, &s, sid, diag);
+    if (st == RS_OK && m != NULL)
+        m->scale_copy = pq->scale_copy;
+    return st;
+}
+
 /* The two derived copies of an accepted quantized copy: the weight copy
  * is the quantized copy itself but for its source and dtype. Their names
  * are already in the working capture's arena. */
 static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                                const rs_quant_desc_t *q, rs_diag_t *diag)
 {
-    rs_op_t *ops = qx->ops;
-    rs_copy_desc_t s = {pq->sname, q->scale_param, ops, scale_ops(pq, q, ops),
-                        q->scale_offset, q->scale_ndim, q->scale_shape,
-                        q->scale_stride, RS_DTYPE_F32};
     uint32_t wid, sid;
     pq->weight_copy = rs_capture_num_copies(qx->work);
     pq->scale_copy = pq->weight_copy + 1;
@@ -469,7 +492,7 @@ static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *p
         !rs__capture_intern_owned(qx->work, pq->sname, pq->shash, &sid))
         st = OOM(diag);
     if (st == RS_OK)
-        st = rs__capture_add_copy_id(qx->work, &s, sid, diag);
+        st = add_scale(qx, pq, q, sid, diag);
     return st;
 }
 
@@ -501,6 +524,7 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     rs_capture_copy_quant(cap, ci, &q);
     pq->selected = rs__plan_selected(params, c.param);
     pq->format = q.format;
+    qx->scale_like = NULL; /* set by the analysis */
     if (param_of(cap, ci) < 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: param '%s' is not "
                             "declared", ci, c.param);
@@ -538,7 +562,8 @@ static void note_tensors(rs__quant_expansion_t *qx,
 {
     const rs__capture_copy_t *w = &qx->work->copies[pq->weight_copy];
     const rs__capture_copy_t *s = &qx->work->copies[pq->scale_copy];
-    qx->name_known[w->src_id] = qx->name_known[s->src_id] = 1;
+    qx->name_known[w->src_id] = qx->name_known[s->src_id] =
+        RS_QUANT_KNOWN_DERIVED;
     qx->tensor_of_name[w->src_id] = pq->served_q;
     qx->tensor_of_name[s->src_id] = pq->served_s;
 }
@@ -562,8 +587,10 @@ static rs_status_t assign_roles(rs__quant_expansion_t *qx, rs_diag_t *diag)
         /* the source as published: the planner's record needs no
          * lookup of its own */
         uint32_t src = qx->work->copies[pq->copy].src_id;
-        qx->name_known[src] = 1;
-        qx->tensor_of_name[src] = pq->source;
+        if (qx->name_known[src] == 0) { /* a derived name stays derived */
+            qx->name_known[src] = RS_QUANT_KNOWN_SOURCE;
+            qx->tensor_of_name[src] = pq->source;
+        }
         if (pq->refused != NULL)
             continue;
         int r = pq->path == RS_QUANT_PATH_PUBLISHER ? RS_QROLE_DERIVED
@@ -631,7 +658,7 @@ int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
     if (qx == NULL || !qx->name_known[name_id])
         return 0;
     *t_p = qx->tensor_of_name[name_id];
-    return 1;
+    return qx->name_known[name_id];
 }
 
 int rs__quant_role(const rs__planner_t *b, size_t ci)

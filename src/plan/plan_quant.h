@@ -68,6 +68,9 @@ typedef struct rs__quant_view_memo {
     int scale_ndim;
     int64_t block[RS_MAX_DIMS];
     int64_t scale_shape[RS_MAX_DIMS], scale_stride[RS_MAX_DIMS];
+    size_t scale_copy; /* the working capture's last scale copy of that
+                        * region (SIZE_MAX: none yet), whose geometry the
+                        * next one shares */
 } rs__quant_view_memo_t;
 
 #define RS_QUANT_VIEW_MEMO 16
@@ -87,6 +90,8 @@ typedef struct rs__quant_expansion {
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
     rs__quant_view_memo_t views[RS_QUANT_VIEW_MEMO]; /* by geometry id */
+    rs__quant_view_memo_t *scale_like; /* the entry whose scale region the
+                                        * copy being expanded has, or NULL */
     rs_quant_desc_t spec_of;   /* the spec `spec` is the text of */
     int64_t spec_block[RS_MAX_DIMS];
     char spec[128];            /* "" while none is kept */
@@ -104,10 +109,11 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
                              rs__quant_expansion_t **qx_p);
 void rs__quant_free(rs__quant_expansion_t *qx);
 
-/* 1 with *t_p set when the expansion already looked name `name_id` of
- * the working capture up in the sources (a quantized copy's source, a
- * derived copy's): the planner's record then needs no second lookup.
- * O(1). */
+/* Nonzero with *t_p set when the expansion already looked name `name_id`
+ * of the working capture up in the sources: RS_QUANT_KNOWN_SOURCE for a
+ * quantized copy's source, RS_QUANT_KNOWN_DERIVED for a derived copy's.
+ * The planner's record then needs no second lookup. O(1). */
+enum { RS_QUANT_KNOWN_SOURCE = 1, RS_QUANT_KNOWN_DERIVED = 2 };
 int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
                            struct rs__source_tensor **t_p);
 

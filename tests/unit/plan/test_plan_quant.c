@@ -262,10 +262,11 @@ static size_t listed(rs_plan_h plan, const char *sess, const char *a,
     return at;
 }
 
-/* The shards listed for verification are those of the tensors the plan
- * reads: on the publisher path the FP8 values and scales, not the bf16
- * source; on the receiver path the source. The derived tensors are
- * found however the sources order them (next to the source or not). */
+/* The shards listed for verification are those the plan reads: on the
+ * publisher path those of the FP8 values and scales it reads (here one of
+ * the two halves of the FP8 tensor), not the bf16 source's; on the
+ * receiver path the source's (all of them). The derived tensors are found
+ * however the sources order them (next to the source or not). */
 static void test_listed_shards(void **state)
 {
     (void)state;
@@ -273,8 +274,13 @@ static void test_listed_shards(void **state)
         env_t e;
         int64_t grid[2] = {2, 2};
         env_init(&e, order == 0);
-        if (order == 0) {
-            serve_quant(&e, 8);
+        if (order == 0) { /* the FP8 values in row halves, t2 and t3 */
+            shard(e.srcs, "x#" SPEC, RS_DTYPE_F8E4M3, full, 0, 4, "t3",
+                  0x20000);
+            shard(e.srcs, "x#" SPEC, RS_DTYPE_F8E4M3, full, 4, 8, "t2",
+                  0x20000);
+            shard(e.srcs, "x#" SPEC "#scale", RS_DTYPE_F32, grid, 0, 2, "t2",
+                  0x40000);
         } else { /* the scales first, the source last */
             shard(e.srcs, "x#" SPEC "#scale", RS_DTYPE_F32, grid, 0, 2, "t2",
                   0x40000);
