@@ -15,8 +15,9 @@
  * gap between them) against the time to generate the same captures (the
  * baseline), and per rank the bytes the copies need, the bytes on the wire,
  * descriptors, and peak memory.
- * usage: simulate_bench [SOURCE_DIR [NAME]] (default: the current
- * directory, every scenario; NAME runs those whose config starts with it) */
+ * usage: simulate_bench [SOURCE_DIR [NAME [fp8]]] (default: the current
+ * directory, every scenario; NAME runs those whose config starts with it;
+ * fp8 only the FP8 pairs with a bf16 twin) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,8 +308,10 @@ int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : ".";
     const char *only = argc > 2 ? argv[2] : "";
+    int twins_only = argc > 3 && strcmp(argv[3], "fp8") == 0;
     for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
-        if (strncmp(scenarios[i].config, only, strlen(only)) != 0)
+        if (strncmp(scenarios[i].config, only, strlen(only)) != 0 ||
+            (twins_only && !scenarios[i].bf16_twin))
             continue;
         fflush(stdout);
         pid_t child = fork();

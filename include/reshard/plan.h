@@ -253,8 +253,10 @@ typedef struct rs_shard_ref {
     const char *digest; /* NULL when the table gave none */
 } rs_shard_ref_t;
 
-/* Every shard of every source the plan reads (fallback sources excluded),
- * sorted by (session, addr): what digest verification checks against. */
+/* Every shard of every source the plan reads (fallback sources excluded;
+ * of the FP8 values and scales of quantized copies, only the shards the
+ * plan reads), sorted by (session, addr): what digest verification checks
+ * against. */
 RS_API const rs_shard_ref_t *rs_plan_shards(rs_plan_h plan, size_t *count_p);
 
 /* The capture the plan executes. Without quantized copies it is the

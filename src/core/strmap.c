@@ -105,9 +105,14 @@ static int strmap_grow(rs__strmap_t *map)
 
 int rs__strmap_put(rs__strmap_t *map, const char *key, uint32_t value)
 {
+    return rs__strmap_put_hashed(map, key, rs__hash_str(key), value);
+}
+
+int rs__strmap_put_hashed(rs__strmap_t *map, const char *key, uint64_t hash,
+                          uint32_t value)
+{
     if ((map->len + 1) * 2 > map->cap && !strmap_grow(map))
         return 0;
-    uint64_t hash = rs__hash_str(key);
     rs__strmap_slot_t *s = &map->slots[strmap_slot(map, key, hash)];
     if (s->key == NULL) {
         s->key = key;

@@ -34,6 +34,9 @@ int rs__strmap_get_hashed(const rs__strmap_t *map, const char *key,
                           uint64_t hash, uint32_t *value_p);
 /* Inserts or replaces; 0 on exhaustion. */
 int rs__strmap_put(rs__strmap_t *map, const char *key, uint32_t value);
+/* rs__strmap_put with rs__hash_str(key) already known. */
+int rs__strmap_put_hashed(rs__strmap_t *map, const char *key, uint64_t hash,
+                          uint32_t value);
 uint64_t rs__hash_str(const char *s);
 
 #endif

@@ -51,8 +51,8 @@ static int intern_as(rs_capture_h capture, const char *name, uint64_t hash,
         return 1;
     n.name = owned ? name : rs__arena_strdup(&capture->arena, name);
     if (n.name == NULL || capture->names_len >= UINT32_MAX ||
-        !rs__strmap_put(&capture->name_index, n.name,
-                       (uint32_t)capture->names_len) ||
+        !rs__strmap_put_hashed(&capture->name_index, n.name, n.hash,
+                               (uint32_t)capture->names_len) ||
         !RS_VEC_PUSH(capture, names, n))
         return 0;
     *id_p = (uint32_t)capture->names_len - 1;

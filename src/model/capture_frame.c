@@ -95,6 +95,21 @@ rs_status_t rs__capture_work_copy(rs_capture_h from, size_t extra,
     return RS_OK;
 }
 
+rs_status_t rs__capture_add_like_at(rs_capture_h cap, size_t like,
+                                    uint32_t src_id, uint32_t param_id,
+                                    int64_t dest_offset, rs_diag_t *diag)
+{
+    rs__capture_copy_t c = cap->copies[like]; /* a copy: the push may move */
+    c.src_id = src_id;
+    c.src = cap->names[src_id].name;
+    c.param_id = param_id;
+    c.param = cap->params[param_id].name;
+    c.dest_offset = dest_offset;
+    if (!RS_VEC_PUSH(cap, copies, c))
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    return RS_OK;
+}
+
 rs_status_t rs__capture_add_like(rs_capture_h cap, size_t like,
                                  uint32_t src_id, rs_dtype_t dtype,
                                  rs_diag_t *diag)

@@ -33,6 +33,8 @@ typedef struct rs__capture_copy {
     rs_quant_desc_t *quant; /* in the arena; NULL when not quantized */
     uint32_t geom;      /* geometry id: copies with equal ops, dest shape and
                          * dest strides share it (and those arrays) */
+    uint32_t scale_param_id; /* quantized: its scale param's index (declared
+                              * before the copy is added) */
 } rs__capture_copy_t;
 
 /* One numbered geometry: its hash and the first copy that has it. */
@@ -126,9 +128,10 @@ rs_status_t rs__capture_check_quant(rs_capture_h capture,
 const char *rs__quant_field_name(rs__quant_field_t field);
 
 /* The capture's own copy of a checked spec whose scale parameter the
- * capture declares; NULL on exhaustion. */
+ * capture declares, and that parameter's index; NULL on exhaustion. */
 rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
-                                       const rs_quant_desc_t *q);
+                                       const rs_quant_desc_t *q,
+                                       uint32_t *scale_param_p);
 
 /* The id of a source name, interned when new; `hash` is rs__hash_str(name)
  * and `name` lives in the capture's arena already (it becomes the
@@ -147,6 +150,15 @@ rs_status_t rs__capture_add_copy_id(rs_capture_h capture,
  * weight copy, with the geometry, param and destination the capture
  * already checked and numbered for `like`. Unquantized. RS_ERR_NO_MEMORY
  * (diag set). O(1). */
+/* Appends a copy that is copy `like` of the same capture (its geometry,
+ * numbered, and dest dtype) but for its source, interned name src_id, its
+ * parameter, declared as param_id, and its dest offset: a quantized
+ * copy's scale copy with the geometry of an earlier one. The caller has
+ * checked the destination against the parameter. RS_ERR_NO_MEMORY (diag
+ * set). O(1). */
+rs_status_t rs__capture_add_like_at(rs_capture_h cap, size_t like,
+                                    uint32_t src_id, uint32_t param_id,
+                                    int64_t dest_offset, rs_diag_t *diag);
 rs_status_t rs__capture_add_like(rs_capture_h cap, size_t like,
                                  uint32_t src_id, rs_dtype_t dtype,
                                  rs_diag_t *diag);

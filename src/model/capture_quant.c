@@ -199,7 +199,8 @@ static int64_t *dup_dims(rs__arena_t *a, const int64_t *dims, int n)
 /* The capture's own copy of a checked spec; NULL on exhaustion. The scale
  * parameter's name is the declared parameter's. */
 rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
-                                       const rs_quant_desc_t *q)
+                                       const rs_quant_desc_t *q,
+                                       uint32_t *scale_param_p)
 {
     rs_quant_desc_t *out = rs__arena_alloc(&cap->arena, sizeof(*out));
     uint32_t idx = 0;
@@ -209,6 +210,7 @@ rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
     *out = *q;
     (void)rs__strmap_get(&cap->param_index, q->scale_param, &idx);
     out->scale_param = cap->params[idx].name;
+    *scale_param_p = idx;
     out->block = q->block_ndim > 0 ? dup_dims(&cap->arena, q->block,
                                               q->block_ndim)
                                    : NULL;
@@ -227,6 +229,7 @@ rs_status_t rs_capture_add_quant_copy(rs_capture_h capture,
 {
     rs__quant_field_t field;
     rs_quant_desc_t *q;
+    uint32_t scale_param = 0;
 
     if (capture == NULL || copy == NULL || quant == NULL ||
         copy->src == NULL || copy->param == NULL)
@@ -239,11 +242,12 @@ rs_status_t rs_capture_add_quant_copy(rs_capture_h capture,
                         rs__quant_field_name(field));
         return st;
     }
-    if ((q = rs__capture_dup_quant(capture, quant)) == NULL)
+    if ((q = rs__capture_dup_quant(capture, quant, &scale_param)) == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     if ((st = rs_capture_add_copy(capture, copy, diag)) != RS_OK)
         return st;
     capture->copies[capture->copies_len - 1].quant = q;
+    capture->copies[capture->copies_len - 1].scale_param_id = scale_param;
     return RS_OK;
 }
 

@@ -307,7 +307,16 @@ static void finish_stats(rs__planner_t *b, uint64_t *descs)
 
 static int lists_shards(const rs__planned_source_t *s)
 {
-    return s->fallback == NULL && s->tensor != NULL;
+    return s->fallback == NULL && s->tensor != NULL && s->read;
+}
+
+/* Shard k of a listed source is listed: every shard, or for a tensor
+ * derived from a quantized copy's source only those some walk took (a
+ * MoE rank reads one of the eight tensor-parallel shards of each FP8
+ * tensor and its scales, and verification checks only what is read). */
+static int lists_shard(const unsigned char *marks, size_t k)
+{
+    return marks == NULL || marks[k];
 }
 
 /* Per session, where its shards start in the list (at[k] .. at[k + 1]),
@@ -326,8 +335,11 @@ static size_t *session_starts(const rs__planner_t *b)
             continue;
         const rs__source_shard_t *sh = psrc[i].tensor->shards;
         const rs__source_shard_t *end = sh + psrc[i].tensor->shards_len;
-        for (; sh < end; sh++)
-            at[sh->session + 1]++;
+        const unsigned char *marks =
+            psrc[i].marks >= 0 ? b->shard_marks + psrc[i].marks : NULL;
+        for (size_t k = 0; sh < end; sh++, k++)
+            if (lists_shard(marks, k)) /* an unlisted shard is not read */
+                at[sh->session + 1]++;
     }
     for (size_t k = 0; k < ns; k++)
         at[k + 1] += at[k];
@@ -340,14 +352,17 @@ static size_t *session_starts(const rs__planner_t *b)
  * session's last address so far); returns 1 when a shard has a digest.
  * No call in the loop: sources are about one per copy. */
 static int place_shards(rs_shard_ref_t *out, const rs__planned_source_t *s,
-                        size_t *at, uint64_t *last, unsigned char *unsorted)
+                        const unsigned char *marks, size_t *at,
+                        uint64_t *last, unsigned char *unsorted)
 {
     const rs__source_shard_t *sh = s->tensor->shards;
     const rs__source_shard_t *end = sh + s->tensor->shards_len;
     uint64_t elsize = s->tensor->elsize;
     const char *name = s->name;
     int digests = 0;
-    for (; sh < end; sh++) {
+    for (size_t i = 0; sh < end; sh++, i++) {
+        if (!lists_shard(marks, i))
+            continue;
         uint32_t k = sh->session;
         rs_shard_ref_t *r = &out[at[k]++];
         unsorted[k] |= sh->addr < last[k];
@@ -398,9 +413,12 @@ static rs_status_t list_shards(rs__planner_t *b)
         return OOM(b);
     }
     for (size_t i = 0; i < b->psrc_len; i++) {
-        if (lists_shards(&b->psrc[i]))
-            digests |= place_shards(plan->shards, &b->psrc[i], at, last,
-                                    unsorted);
+        const rs__planned_source_t *s = &b->psrc[i];
+        if (lists_shards(s))
+            digests |= place_shards(plan->shards, s,
+                                    s->marks >= 0 ? b->shard_marks + s->marks
+                                                  : NULL,
+                                    at, last, unsorted);
     }
     plan->shards_len = total;
     /* at[k] is now the end of session k's part */

@@ -83,6 +83,7 @@ void rs__planner_free(rs__planner_t *b)
     free(b->picks);
     free(b->drops);
     free(b->drop_aggs);
+    free(b->shard_marks);
     free(b->agg_slot);
     rs__box_memo_destroy(b->memo);
 }
@@ -125,14 +126,31 @@ static inline rs_status_t psrc_for(rs__planner_t *b, uint32_t name_id,
     return psrc_new(b, name_id, id_p);
 }
 
+/* Room for a derived tensor's shard marks, cleared. */
+static int reserve_marks(rs__planner_t *b, const rs__source_tensor_t *t,
+                         long *marks_p)
+{
+    size_t at = b->shard_marks_len, n = t->shards_len;
+    if (!rs__vec_reserve((void **)&b->shard_marks, &b->shard_marks_cap,
+                         at + n + 1, 1))
+        return 0;
+    memset(b->shard_marks + at, 0, n);
+    b->shard_marks_len = at + n;
+    *marks_p = (long)at;
+    return 1;
+}
+
 static rs_status_t psrc_new(rs__planner_t *b, uint32_t name_id, uint32_t *id_p)
 {
     const rs__capture_name_t *n = &b->cap->names[name_id];
     rs__source_tensor_t *t;
-    if (!rs__quant_known_tensor(b, name_id, &t))
+    int known = rs__quant_known_tensor(b, name_id, &t);
+    if (!known)
         t = rs__sources_find_hashed(b->srcs, n->name, n->hash);
-    rs__planned_source_t s = {n->name, t, NULL, 0, 0, -1, 0};
-    if (!RS_VEC_PUSH(b, psrc, s))
+    rs__planned_source_t s = {n->name, t, NULL, 0, 0, -1, 0, 0, -1};
+    if ((known == RS_QUANT_KNOWN_DERIVED && t != NULL &&
+         !reserve_marks(b, t, &s.marks)) ||
+        !RS_VEC_PUSH(b, psrc, s))
         return OOM(b);
     b->psrc_of_name[name_id] = (uint32_t)b->psrc_len;
     *id_p = (uint32_t)b->psrc_len - 1;
@@ -423,6 +441,7 @@ static rs_status_t plan_copy(rs__planner_t *b, size_t ci)
     if (s->tensor == NULL)
         return rs__planner_fallback(b, pc->src, "not published by any shard "
                                     "table");
+    s->read = 1;
     int convert = s->tensor->dtype != c->dest_dtype;
     if ((st = resolve_copy(b, ci, s, c->dest_stride, &box, &ok)) != RS_OK || !ok)
         return st;

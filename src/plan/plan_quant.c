@@ -216,7 +216,8 @@ static int view_box(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
 {
     rs__box_t bx;
     size_t bad = c->nops;
-    char why[256] = "";
+    char why[256]; /* its first byte cleared, not all: per copy */
+    why[0] = '\0';
     const rs__quant_view_memo_t *hit = view_memo(qx, geom, pq);
     size_t dims = (size_t)pq->ndim * sizeof(int64_t);
     if (hit != NULL) {
@@ -246,10 +247,35 @@ static int view_box(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     rs__quant_view_memo_t *m = &qx->views[geom % RS_QUANT_VIEW_MEMO];
     m->geom = geom;
     m->ndim = pq->ndim;
+    m->scale_ndim = -1;
     memcpy(m->shape, pq->shape, dims);
     memcpy(m->vlo, vlo, dims);
     memcpy(m->vhi, vhi, dims);
     return 1;
+}
+
+/* 1 when the memo's view last resolved this scale region with this block
+ * shape (the scale ops, a function of those and the touched blocks, then
+ * resolve as they did); `keep` records it as resolved instead. */
+static int scale_seen(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
+                      const rs_quant_desc_t *q, int keep)
+{
+    size_t dims = (size_t)pq->ndim * sizeof(int64_t);
+    size_t sdims = (size_t)q->scale_ndim * sizeof(int64_t);
+    if (m == NULL || q->scale_ndim > RS_MAX_DIMS)
+        return 0;
+    if (keep) {
+        m->scale_copy = SIZE_MAX;
+        m->scale_ndim = q->scale_ndim;
+        memcpy(m->block, pq->block, dims);
+        memcpy(m->scale_shape, q->scale_shape, sdims);
+        memcpy(m->scale_stride, q->scale_stride, sdims);
+        return 1;
+    }
+    return m->scale_ndim == q->scale_ndim &&
+           memcmp(m->block, pq->block, dims) == 0 &&
+           memcmp(m->scale_shape, q->scale_shape, sdims) == 0 &&
+           memcmp(m->scale_stride, q->scale_stride, sdims) == 0;
 }
 
 /* Its geometry: the view's box, its touched blocks, the scale region. */
@@ -260,7 +286,8 @@ static void check_geometry(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
 {
     rs__box_t bx;
     size_t bad = 0;
-    char why[256] = "";
+    char why[256]; /* its first byte cleared, not all: per copy */
+    why[0] = '\0';
     const char *err;
     rs_op_t *ops = qx->ops;
     if (!view_box(qx, pq, cap->copies[pq->copy].geom, c, vlo, vhi))
@@ -277,15 +304,24 @@ static void check_geometry(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                           c->dest_offset, c->ndim, c->dest_shape,
                           c->dest_stride)) != NULL)
         return refuse(pq, c, "%s", err);
-    if ((err = dest_error(cap, q->scale_param, -1, q->scale_offset,
-                          q->scale_ndim, q->scale_shape,
+    if ((err = dest_error(cap, q->scale_param,
+                          cap->copies[pq->copy].scale_param_id,
+                          q->scale_offset, q->scale_ndim, q->scale_shape,
                           q->scale_stride)) != NULL)
         return refuse(pq, c, "scale region in '%s': %s", q->scale_param, err);
+    rs__quant_view_memo_t *m = view_memo(qx, cap->copies[pq->copy].geom, pq);
+    if (scale_seen(m, pq, q, 0)) {
+        qx->scale_like = m;
+        return;
+    }
     size_t n = scale_ops(pq, q, ops);
     if (rs__geom_resolve(pq->ndim, pq->grid, ops, n, q->scale_ndim,
                          q->scale_shape, q->scale_stride, &bx, &bad, why,
                          sizeof(why)) != RS_OK)
-        refuse(pq, c, "scale region of '%s': %s", q->scale_param, why);
+        return refuse(pq, c, "scale region of '%s': %s", q->scale_param,
+                      why);
+    if (scale_seen(m, pq, q, 1))
+        qx->scale_like = m;
 }
 
 static int quantizable(rs_dtype_t d)
@@ -343,6 +379,26 @@ static int derived_names(rs__quant_expansion_t *qx, const char *src,
     return 1;
 }
 
+/* The published tensor `name`: the one after `prev` in the sources when
+ * that is it, else looked up. Publishers list a shard's FP8 values right
+ * after it and their scales right after those (docs/quantized-refit.md),
+ * so the sources mostly hold "<src>#<spec>" and its "#scale" right after
+ * the tensor they derive from: a name compare in lines the previous
+ * tensor brought in, where a lookup in a table of some 200,000 tensors
+ * is a few cache and TLB misses. */
+static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
+                                          const rs__source_tensor_t *prev,
+                                          const char *name, uint64_t hash)
+{
+    if (prev != NULL) {
+        size_t next = (size_t)(prev - srcs->tensors) + 1;
+        if (next < srcs->tensors_len &&
+            strcmp(srcs->tensors[next].name, name) == 0)
+            return &srcs->tensors[next];
+    }
+    return rs__sources_find_hashed(srcs, name, hash);
+}
+
 /* Checks one quantized copy and chooses its path. */
 static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                     rs_capture_h cap, rs_sources_h srcs,
@@ -350,12 +406,15 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                     const rs_quant_desc_t *q)
 {
     int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
-    rs_diag_t d = {RS_OK, ""};
+    rs_diag_t d;
+    rs_diag_clear(&d); /* an initializer would clear all of its message */
     const char *qname = pq->qname, *sname = pq->sname;
-    pq->served_q = rs__sources_find_hashed(srcs, qname, pq->qhash);
-    pq->served_s = rs__sources_find_hashed(srcs, sname, pq->shash);
-    rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src, NULL,
-                              0, SIZE_MAX, SIZE_MAX};
+    const rs__capture_name_t *src = &cap->names[cap->copies[pq->copy].src_id];
+    pq->source = rs__sources_find_hashed(srcs, src->name, src->hash);
+    pq->served_q = after_or_find(srcs, pq->source, qname, pq->qhash);
+    pq->served_s = after_or_find(srcs, pq->served_q, sname, pq->shash);
+    rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src,
+                              pq->source, 1, SIZE_MAX, SIZE_MAX};
     pq->src_dtype = RS_DTYPE_INVALID;
     if (!source_shape(cap, &qt, cap->copies[pq->copy].src_id, pq))
         return refuse(pq, c, "'%s' is not published by any shard table, nor "
@@ -393,16 +452,35 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     }
 }
 
+/* The scale copy: the geometry of the last one made for the same view
+ * and scale region when there is one (its ops, a narrow of the touched
+ * blocks and a view, are then equal), else its ops built and numbered. */
+static rs_status_t add_scale(rs__quant_expansion_t *qx,
+                             rs__planned_quant_t *pq, const rs_quant_desc_t *q,
+                             uint32_t sid, rs_diag_t *diag)
+{
+    rs__quant_view_memo_t *m = qx->scale_like;
+    const rs__capture_copy_t *c = &qx->work->copies[pq->copy];
+    if (m != NULL && m->scale_copy != SIZE_MAX)
+        return rs__capture_add_like_at(qx->work, m->scale_copy, sid,
+                                       c->scale_param_id, q->scale_offset,
+                                       diag);
+    rs_op_t *ops = qx->ops;
+    rs_copy_desc_t s = {pq->sname, q->scale_param, ops, scale_ops(pq, q, ops),
+                        q->scale_offset, q->scale_ndim, q->scale_shape,
+                        q->scale_stride, RS_DTYPE_F32};
+    rs_status_t st = rs__capture_add_copy_id(qx->work, &s, sid, diag);
+    if (st == RS_OK && m != NULL)
+        m->scale_copy = pq->scale_copy;
+    return st;
+}
+
 /* The two derived copies of an accepted quantized copy: the weight copy
  * is the quantized copy itself but for its source and dtype. Their names
  * are already in the working capture's arena. */
 static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                                const rs_quant_desc_t *q, rs_diag_t *diag)
 {
-    rs_op_t *ops = qx->ops;
-    rs_copy_desc_t s = {pq->sname, q->scale_param, ops, scale_ops(pq, q, ops),
-                        q->scale_offset, q->scale_ndim, q->scale_shape,
-                        q->scale_stride, RS_DTYPE_F32};
     uint32_t wid, sid;
     pq->weight_copy = rs_capture_num_copies(qx->work);
     pq->scale_copy = pq->weight_copy + 1;
@@ -414,7 +492,7 @@ static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *p
         !rs__capture_intern_owned(qx->work, pq->sname, pq->shash, &sid))
         st = OOM(diag);
     if (st == RS_OK)
-        st = rs__capture_add_copy_id(qx->work, &s, sid, diag);
+        st = add_scale(qx, pq, q, sid, diag);
     return st;
 }
 
@@ -430,8 +508,6 @@ static rs_status_t name_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     pq->weight_copy = pq->scale_copy = SIZE_MAX;
     if (!derived_names(qx, c->src, spec_text(qx, c->quant), pq))
         return OOM(diag);
-    rs__sources_prefetch(srcs, pq->qhash, 0);
-    rs__sources_prefetch(srcs, pq->shash, 0);
     rs__sources_prefetch(srcs, cap->names[c->src_id].hash, 0);
     return RS_OK;
 }
@@ -448,6 +524,7 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     rs_capture_copy_quant(cap, ci, &q);
     pq->selected = rs__plan_selected(params, c.param);
     pq->format = q.format;
+    qx->scale_like = NULL; /* set by the analysis */
     if (param_of(cap, ci) < 0)
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: param '%s' is not "
                             "declared", ci, c.param);
@@ -455,10 +532,11 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     return pq->refused != NULL ? RS_OK : add_derived(qx, pq, &q, diag);
 }
 
-/* The names of every quantized copy first, their lookups readied in two
- * steps over all of them (a MoE rank's thousand quantized copies look up
- * three thousand names in a table of some 200,000, mostly cache misses
- * that then overlap instead of coming one after another), then each copy
+/* The names of every quantized copy first, the lookups of their sources
+ * readied in two steps over all of them (a MoE rank's thousand quantized
+ * copies look up their sources in a table of some 200,000, mostly cache
+ * misses that then overlap instead of coming one after another; the
+ * derived tensors are then mostly found next to them), then each copy
  * analyzed and expanded in order. */
 static rs_status_t expand_all(rs__quant_expansion_t *qx, rs_capture_h cap,
                               rs_sources_h srcs, const rs_plan_params_t *params,
@@ -470,8 +548,6 @@ static rs_status_t expand_all(rs__quant_expansion_t *qx, rs_capture_h cap,
             st = name_one(qx, cap, srcs, ci, diag);
     for (size_t i = 0; st == RS_OK && i < qx->nq; i++) {
         const rs__planned_quant_t *pq = &qx->q[i];
-        rs__sources_prefetch(srcs, pq->qhash, 1);
-        rs__sources_prefetch(srcs, pq->shash, 1);
         rs__sources_prefetch(
             srcs, cap->names[cap->copies[pq->copy].src_id].hash, 1);
     }
@@ -486,7 +562,8 @@ static void note_tensors(rs__quant_expansion_t *qx,
 {
     const rs__capture_copy_t *w = &qx->work->copies[pq->weight_copy];
     const rs__capture_copy_t *s = &qx->work->copies[pq->scale_copy];
-    qx->name_known[w->src_id] = qx->name_known[s->src_id] = 1;
+    qx->name_known[w->src_id] = qx->name_known[s->src_id] =
+        RS_QUANT_KNOWN_DERIVED;
     qx->tensor_of_name[w->src_id] = pq->served_q;
     qx->tensor_of_name[s->src_id] = pq->served_s;
 }
@@ -507,6 +584,13 @@ static rs_status_t assign_roles(rs__quant_expansion_t *qx, rs_diag_t *diag)
         const rs__planned_quant_t *pq = &qx->q[i];
         qx->role[pq->copy] = RS_QROLE_QUANT;
         qx->owner[pq->copy] = i;
+        /* the source as published: the planner's record needs no
+         * lookup of its own */
+        uint32_t src = qx->work->copies[pq->copy].src_id;
+        if (qx->name_known[src] == 0) { /* a derived name stays derived */
+            qx->name_known[src] = RS_QUANT_KNOWN_SOURCE;
+            qx->tensor_of_name[src] = pq->source;
+        }
         if (pq->refused != NULL)
             continue;
         int r = pq->path == RS_QUANT_PATH_PUBLISHER ? RS_QROLE_DERIVED
@@ -574,7 +658,7 @@ int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
     if (qx == NULL || !qx->name_known[name_id])
         return 0;
     *t_p = qx->tensor_of_name[name_id];
-    return 1;
+    return qx->name_known[name_id];
 }
 
 int rs__quant_role(const rs__planner_t *b, size_t ci)

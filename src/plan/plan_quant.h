@@ -47,9 +47,10 @@ typedef struct rs__planned_quant {
     uint64_t needed_bytes;     /* what the view needs (receiver: the box) */
     rs__segment_vec_t segs;          /* the receiver path's staged read */
     uint64_t missing;
-    /* "<src>#<spec>" and its scales as published (NULL: not published),
-     * looked up once by the analysis for the planner's records too */
-    struct rs__source_tensor *served_q, *served_s;
+    /* the source, "<src>#<spec>" and its scales as published (NULL: not
+     * published), looked up once by the analysis for the planner's
+     * records too */
+    struct rs__source_tensor *source, *served_q, *served_s;
     int live;                  /* planned and not in fallback (assembly) */
 } rs__planned_quant_t;
 
@@ -61,6 +62,15 @@ typedef struct rs__quant_view_memo {
     int ndim;                  /* 0: empty entry */
     int64_t shape[RS_MAX_DIMS];
     int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
+    /* the last scale region whose ops resolved over this view's touched
+     * blocks: its block shape and its region's rank, sizes and strides
+     * (scale_ndim -1: none yet); the same again resolves the same */
+    int scale_ndim;
+    int64_t block[RS_MAX_DIMS];
+    int64_t scale_shape[RS_MAX_DIMS], scale_stride[RS_MAX_DIMS];
+    size_t scale_copy; /* the working capture's last scale copy of that
+                        * region (SIZE_MAX: none yet), whose geometry the
+                        * next one shares */
 } rs__quant_view_memo_t;
 
 #define RS_QUANT_VIEW_MEMO 16
@@ -80,6 +90,8 @@ typedef struct rs__quant_expansion {
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
     rs__quant_view_memo_t views[RS_QUANT_VIEW_MEMO]; /* by geometry id */
+    rs__quant_view_memo_t *scale_like; /* the entry whose scale region the
+                                        * copy being expanded has, or NULL */
     rs_quant_desc_t spec_of;   /* the spec `spec` is the text of */
     int64_t spec_block[RS_MAX_DIMS];
     char spec[128];            /* "" while none is kept */
@@ -97,9 +109,11 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
                              rs__quant_expansion_t **qx_p);
 void rs__quant_free(rs__quant_expansion_t *qx);
 
-/* 1 with *t_p set when the expansion already looked name `name_id` of
- * the working capture up in the sources (a derived copy's source): the
- * planner's record then needs no second lookup. O(1). */
+/* Nonzero with *t_p set when the expansion already looked name `name_id`
+ * of the working capture up in the sources: RS_QUANT_KNOWN_SOURCE for a
+ * quantized copy's source, RS_QUANT_KNOWN_DERIVED for a derived copy's.
+ * The planner's record then needs no second lookup. O(1). */
+enum { RS_QUANT_KNOWN_SOURCE = 1, RS_QUANT_KNOWN_DERIVED = 2 };
 int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
                            struct rs__source_tensor **t_p);
 

@@ -22,6 +22,7 @@ static rs_status_t walk_box(rs__planner_t *b, rs__planned_quant_t *pq, uint32_t 
         return RS_OK;
     if (s->tensor == NULL)
         return rs__planner_fallback(b, id, "not published by any shard table");
+    s->read = 1;
     if (!rs__stage_plain_box(s->tensor, pq->lo, pq->box, &box))
         return rs__planner_fallback(b, id, "the block-rounded box of a "
                                     "quantized copy does not resolve");

@@ -32,6 +32,7 @@ typedef struct {
     long agg;           /* b->drop_aggs entry of the last run summed, or -1 */
     rs__dest_fact_t *fact; /* the memo's facts of the box, or NULL */
     int whole;          /* every shard of the grid holds the whole source */
+    unsigned char *marks; /* the source's shard marks, or NULL */
 } walk_ctx_t;
 
 static int continues(const rs_segment_t *last, const rs_segment_t *s)
@@ -162,6 +163,8 @@ static const rs__source_shard_t *take_shard(walk_ctx_t *w, size_t cell,
         if (w->record && !RS_VEC_PUSH(w->b, picks, id))
             w->b->oom = 1;
     }
+    if (w->marks != NULL)
+        w->marks[id] = 1;
     const rs__source_shard_t *sh = &w->t->shards[id];
     w->session = sh->session;
     w->addr = sh->addr;
@@ -349,6 +352,7 @@ static void ctx_init(walk_ctx_t *w, rs__planner_t *b, const rs__planned_source_t
     w->agg = -1;
     w->fact = NULL;
     w->whole = 0;
+    w->marks = src->marks >= 0 ? b->shard_marks + src->marks : NULL;
 }
 
 rs_status_t rs__planner_walk(rs__planner_t *b, rs__planned_source_t *src,
@@ -415,8 +419,11 @@ rs_status_t rs__planner_walk_copy(rs__planner_t *b, rs__planned_source_t *src,
                                   uint64_t *missing, rs__walk_tally_t *tally)
 {
     if (walk_sole_run(b, src->tensor, box, param, dst_base, keep, replay, out,
-                      tally))
+                      tally)) {
+        if (src->marks >= 0)
+            b->shard_marks[src->marks] = 1; /* its one shard */
         return RS_OK;
+    }
     if (b->oom)
         return RS_ERR_NO_MEMORY;
     walk_ctx_t w;

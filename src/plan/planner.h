@@ -19,6 +19,11 @@ typedef struct rs__planned_source {
     long full_pull;             /* its whole-source stage (rs__planner_t
                                  * stages), or -1 when none is possible */
     int listed_unbounded;       /* already in the plan's unbounded list */
+    int read;                   /* some copy or receiver box reads it */
+    /* A tensor derived from a quantized copy's source: its shards that
+     * some walk took are marked at b->shard_marks[marks + shard], and
+     * only those are listed (others, -1, list every shard). */
+    long marks;
 } rs__planned_source_t;
 
 enum { RS_PLANNED_COPY_SKIP = 0, RS_PLANNED_COPY_EXACT, RS_PLANNED_COPY_CONVERT };
@@ -88,6 +93,7 @@ typedef struct rs__planner {
     RS_VEC(uint32_t, picks); /* shard choices of dropped copies, in order */
     RS_VEC(rs__dropped_copy_t, drops);
     RS_VEC(rs__session_cost_t, drop_aggs);
+    RS_VEC(unsigned char, shard_marks); /* rs__planned_source_t.marks */
     long *agg_slot; /* per session: its drop_aggs entry in the walk, or -1 */
     size_t ndropped, nrewalked; /* copies dropped, and walked again */
     int keep_all; /* every copy keeps its runs (tests compare the plans) */

@@ -2,8 +2,8 @@
  * derived copies it appends (their sources, ops and destinations), the
  * selection, the order of fallback entries, a plain copy beside a
  * quantized one of the same source, the reasons for the receiver path,
- * the publisher path without the bf16 source, uncovered receiver boxes
- * and the plan JSON's quantized section. */
+ * the publisher path without the bf16 source, uncovered receiver boxes,
+ * the shards a plan lists and the plan JSON's quantized section. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,6 +246,73 @@ static void test_publisher_only(void **state)
     env_free(&e);
 }
 
+/* The plan's shards at session `sess`, and that every listed shard is of
+ * `a` or `b`. */
+static size_t listed(rs_plan_h plan, const char *sess, const char *a,
+                     const char *b)
+{
+    size_t n, at = 0;
+    const rs_shard_ref_t *sh = rs_plan_shards(plan, &n);
+    for (size_t i = 0; i < n; i++) {
+        const char *t = sh[i].tensor;
+        if (strcmp(t, a) != 0 && (b == NULL || strcmp(t, b) != 0))
+            fail_msg("tensor '%s' listed", t);
+        at += strcmp(rs_plan_session_name(plan, sh[i].session), sess) == 0;
+    }
+    return at;
+}
+
+/* The shards listed for verification are those the plan reads: on the
+ * publisher path those of the FP8 values and scales it reads (here one of
+ * the two halves of the FP8 tensor), not the bf16 source's; on the
+ * receiver path the source's (all of them). The derived tensors are found
+ * however the sources order them (next to the source or not). */
+static void test_listed_shards(void **state)
+{
+    (void)state;
+    for (int order = 0; order < 2; order++) {
+        env_t e;
+        int64_t grid[2] = {2, 2};
+        env_init(&e, order == 0);
+        if (order == 0) { /* the FP8 values in row halves, t2 and t3 */
+            shard(e.srcs, "x#" SPEC, RS_DTYPE_F8E4M3, full, 0, 4, "t3",
+                  0x20000);
+            shard(e.srcs, "x#" SPEC, RS_DTYPE_F8E4M3, full, 4, 8, "t2",
+                  0x20000);
+            shard(e.srcs, "x#" SPEC "#scale", RS_DTYPE_F32, grid, 0, 2, "t2",
+                  0x40000);
+        } else { /* the scales first, the source last */
+            shard(e.srcs, "x#" SPEC "#scale", RS_DTYPE_F32, grid, 0, 2, "t2",
+                  0x40000);
+            shard(e.srcs, "x#" SPEC, RS_DTYPE_F8E4M3, full, 0, 8, "t2",
+                  0x20000);
+            shard(e.srcs, "x", RS_DTYPE_BF16, full, 0, 4, "t0", 0x10000);
+            shard(e.srcs, "x", RS_DTYPE_BF16, full, 4, 8, "t1", 0x10000);
+        }
+        rs_plan_h plan = build(&e, NULL, 0);
+        size_t n;
+        const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+        assert_int_equal(q[0].path, RS_QUANT_PATH_PUBLISHER);
+        assert_int_equal(listed(plan, "t2", "x#" SPEC, "x#" SPEC "#scale"), 2);
+        rs_plan_shards(plan, &n);
+        assert_int_equal(n, 2);
+        rs_plan_destroy(plan);
+        env_free(&e);
+    }
+    env_t e;
+    env_init(&e, 1);
+    serve_quant(&e, 4); /* the copy's blocks not served: receiver path */
+    rs_plan_h plan = build(&e, NULL, 0);
+    size_t n;
+    assert_int_equal(rs_plan_quantized(plan, &n)[0].path,
+                     RS_QUANT_PATH_RECEIVER);
+    assert_int_equal(listed(plan, "t1", "x", NULL), 1);
+    rs_plan_shards(plan, &n);
+    assert_int_equal(n, 2);
+    rs_plan_destroy(plan);
+    env_free(&e);
+}
+
 /* The receiver box partly published: an uncovered entry for the copy. */
 static void test_uncovered_box(void **state)
 {
@@ -428,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_plain_beside),
         cmocka_unit_test(test_partly_served),
         cmocka_unit_test(test_publisher_only),
+        cmocka_unit_test(test_listed_shards),
         cmocka_unit_test(test_uncovered_box),
         cmocka_unit_test(test_plan_json),
         cmocka_unit_test(test_path_by_time),
