@@ -161,7 +161,11 @@ class Publisher(Handle):
     blocks wholly inside it; a bad entry raises InvalidArgument naming it.
     quantize_wanted: also serve the quantized copies receivers announce in
     their cuts records (their captures' quantized copies). Either implies
-    staging="arena" too."""
+    staging="arena" too. delta_keep: with staging "arena", each version
+    is also served as a delta of every shard against the version before,
+    and the deltas of the last delta_keep versions are kept (None: the
+    library's default, 2; 0: no deltas; at most 16; the CLI's
+    --delta-keep; docs/delta.md, "Publishers")."""
 
     _what = "publisher"
 
@@ -169,7 +173,7 @@ class Publisher(Handle):
                  replica=0, session=None, digests=True, heartbeat_s=1.0,
                  publish_retry_s=60.0, notice=None, staging=None,
                  cut_aligned=False, cuts_file=None, quantize=(),
-                 quantize_wanted=False, wire_dtype=None):
+                 quantize_wanted=False, wire_dtype=None, delta_keep=None):
         _args.choice("publisher: backend", backend, _args.BACKENDS)
         self.wire_dtype = wire.parse(wire_dtype, "publisher: wire_dtype")
         if staging is not None:
@@ -207,6 +211,13 @@ class Publisher(Handle):
         p.heartbeat_s = float(heartbeat_s)
         p.publish_retry_s = float(publish_retry_s)
         p.staging = _lib.STAGING[staging]
+        if delta_keep is not None:
+            if (isinstance(delta_keep, bool) or not isinstance(delta_keep, int)
+                    or not 0 <= delta_keep <= 16):
+                raise errors.InvalidArgument(
+                    f"publisher: delta_keep must be an int from 0 to 16, "
+                    f"not {delta_keep!r}")
+            p.delta_keep = delta_keep
         self.staging = staging
         self._notice = notice_cb(notice)
         if self._notice is not None:

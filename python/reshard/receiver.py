@@ -53,6 +53,11 @@ class PullResult:
     # every publisher that failed within the pull: {"publisher", "slot",
     # "error"} (the first 8; each failover replaced one)
     failures: list = field(default_factory=list)
+    # deltas (Receiver(delta=True)): reads served by deltas ("runs"), the
+    # bytes read for them and the full bytes they stand for, reads read
+    # whole and their bytes, deltas refused, and whether the version was
+    # read again whole after a patched read failed verification
+    delta: dict = field(default_factory=dict)
 
 
 def _stages_dict(s):
@@ -88,7 +93,11 @@ def _result(r):
         failures=[{"publisher": f.publisher.decode("utf-8", "replace"),
                    "slot": f.slot, "error": f.why.decode("utf-8", "replace")}
                   for f in r.failures[:min(r.nfailures,
-                                           _lib.PULL_FAILURES_MAX)]])
+                                           _lib.PULL_FAILURES_MAX)]],
+        delta={"runs": r.delta_runs, "bytes": r.delta_bytes,
+               "full_bytes": r.delta_full_bytes, "whole_runs": r.whole_runs,
+               "whole_bytes": r.whole_bytes, "refused": r.delta_refused,
+               "retried": bool(r.delta_retried)})
 
 
 class Staged:
@@ -212,7 +221,13 @@ class Receiver(Handle):
     refused), or "unbounded" (docs/executor.md, "Staging budget");
     stall_s: a publisher whose reads make no progress for this long counts
     as failed while its slot has another publisher to read (default 5, as
-    the CLI's --stall-after; 0: off; docs/directory.md, "Replicas")."""
+    the CLI's --stall-after; 0: off; docs/directory.md, "Replicas");
+    delta: keep a copy of the bytes of every read and, once it holds a
+    verified version, read the next one through the deltas arena
+    publishers serve where the cost model prefers them, patch the copy and
+    verify the full new digests (default False: every read whole, no
+    copy; the copy costs as much memory as the bytes read; needs
+    verify_digests; the CLI's --delta; docs/delta.md, "Receivers")."""
 
     _what = "receiver"
 
@@ -223,10 +238,15 @@ class Receiver(Handle):
                  notice=None, announce_cuts=True, announce_as=None,
                  group=None, group_size=None, group_rank=None,
                  group_timeout_s=60.0, only=None, skip=None,
-                 staging_budget=None, stall_s=5.0):
+                 staging_budget=None, stall_s=5.0, delta=False):
         _args.choice("receiver: backend", backend, _args.BACKENDS)
         self._staging_budget = _staging_budget(staging_budget)
         self._stall_s = float(stall_s)
+        if delta and not verify_digests:
+            raise errors.InvalidArgument(
+                "receiver: delta=True needs verify_digests=True (a patched "
+                "read is accepted only by the full new digest)")
+        self._delta = 1 if delta else 0
         self._lock = threading.Lock()
         # _state guards _current (the call that cancel() stops) and
         # _closing; never held across a library call but the cancel.
@@ -339,6 +359,7 @@ class Receiver(Handle):
         p.stale_s = float(stale_s)
         p.staging_budget = self._staging_budget
         p.stall_s = self._stall_s
+        p.delta = self._delta
         self._keep.append(_group.set_params(p, *group))
         self._notice = notice_cb(notice)
         if self._notice is not None:

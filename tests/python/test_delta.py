@@ -1,0 +1,105 @@
+"""Deltas from Python: two arena publisher ranks serve each version with a
+delta against the one before (Publisher(delta_keep=...)), and a
+Receiver(delta=True) that holds the previous version reads only the
+deltas of its reads. Versions change one element in 50 of each tensor;
+every pulled version must equal torch's own tensors of that version, byte
+for byte, and the warm versions must have moved a small share of the
+bytes. delta_keep=0 serves no deltas: the same receiver reads whole."""
+import json
+
+import pytest
+import torch
+
+import reshard
+from trainer_ranks import TrainerRanks
+
+ROWS, COLS = 512, 1024  # bf16 halves of 512 KiB: deltas pay for their reads
+
+CAPTURE = {
+    "schema": "reshard.capture.v1",
+    "params": {"q": {"shape": [ROWS, COLS], "dtype": "bf16"}},
+    "sources": {"w": {"shape": [ROWS, COLS], "dtype": "bf16"}},
+    "copies": [
+        {"src": "w", "ops": [], "param": "q", "dest_offset": 0,
+         "dest_shape": [ROWS, COLS], "dest_stride": [COLS, 1],
+         "dest_dtype": "bf16"},
+    ],
+}
+
+
+def _truth(version):
+    """Version v: a fixed pattern, with every 50th element (offset by v)
+    moved by v: about 2 % of the elements differ between versions."""
+    i = torch.arange(ROWS * COLS, dtype=torch.int64)
+    w = ((i % 251) * 0.125 - 7.0).to(torch.float64)
+    for k in range(1, version + 1):
+        w[(i % 50) == (k % 50)] += k
+    return w.view(ROWS, COLS).to(torch.bfloat16)
+
+
+class Trainers(TrainerRanks):
+    def __init__(self, directory, delta_keep):
+        super().__init__()
+        half = ROWS // 2
+        self.shards = []
+        for r in range(2):
+            p = reshard.Publisher(directory, "m", r, 2, backend="cma",
+                                  staging="arena", delta_keep=delta_keep)
+            a = torch.zeros(half, COLS, dtype=torch.bfloat16)
+            p.register_shard("w", a, (ROWS, COLS), 0, r, 2)
+            self.pubs.append(p)
+            self.shards.append(a)
+
+    def set(self, version):
+        w = _truth(version)
+        half = ROWS // 2
+        for r, a in enumerate(self.shards):
+            a.copy_(w[r * half:(r + 1) * half])
+
+
+def _pull_versions(directory, delta_keep, versions):
+    params = {"q": torch.zeros(ROWS, COLS, dtype=torch.bfloat16)}
+    results = []
+    with Trainers(directory, delta_keep) as t, \
+            reshard.Receiver(directory, "m", json.dumps(CAPTURE), params,
+                             backend="cma", discover_timeout_s=20,
+                             delta=True) as r:
+        for v in versions:
+            t.set(v)
+            t.publish(v)
+            res = r.pull(v)
+            assert res.version == v
+            assert torch.equal(params["q"].view(torch.int16),
+                               _truth(v).view(torch.int16)), v
+            t.wait_released(v)
+            results.append(res)
+    return results
+
+
+def test_warm_versions_read_deltas(file_dir):
+    first, second, third = _pull_versions(file_dir, None, (1, 2, 3))
+    full = ROWS * COLS * 2
+    assert first.delta["runs"] == 0 and first.bytes == full
+    for res in (second, third):
+        d = res.delta
+        assert d["runs"] == 2 and d["full_bytes"] == full, d
+        assert d["refused"] == 0 and not d["retried"], d
+        # 2 % of bf16 elements changed: the deltas are a small share
+        assert d["bytes"] + d["whole_bytes"] < full // 10, d
+
+
+def test_no_deltas_served_reads_whole(file_dir):
+    _, second = _pull_versions(file_dir, 0, (1, 2))
+    assert second.delta["runs"] == 0
+    assert second.delta["whole_bytes"] == ROWS * COLS * 2
+
+
+def test_bad_keywords(file_dir):
+    for bad in (-1, 17, 2.0, True, "2"):
+        with pytest.raises(reshard.InvalidArgument, match="delta_keep"):
+            reshard.Publisher(file_dir, "m", 0, 1, backend="cma",
+                              staging="arena", delta_keep=bad)
+    params = {"q": torch.zeros(ROWS, COLS, dtype=torch.bfloat16)}
+    with pytest.raises(reshard.InvalidArgument, match="verify_digests"):
+        reshard.Receiver(file_dir, "m", json.dumps(CAPTURE), params,
+                         backend="cma", delta=True, verify_digests=False)
