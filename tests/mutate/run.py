@@ -293,12 +293,12 @@ def main():
     os.makedirs(tree, exist_ok=True)
     t_start = time.time()
     sync_tree(tree)
-    if not os.path.isfile(os.path.join(obj, "CMakeCache.txt")):
-        # Warnings are not errors here: a mutant that only warns is still a
-        # program the tests must reject.
-        subprocess.run(["cmake", "-S", tree, "-B", obj,
-                        "-DCMAKE_BUILD_TYPE=Release", "-DRESHARD_WERROR=OFF"],
-                       check=True, stdout=subprocess.DEVNULL)
+    # Configured each run, so new test programs become targets. Warnings
+    # are not errors here: a mutant that only warns is still a program the
+    # tests must reject.
+    subprocess.run(["cmake", "-S", tree, "-B", obj,
+                    "-DCMAKE_BUILD_TYPE=Release", "-DRESHARD_WERROR=OFF"],
+                   check=True, stdout=subprocess.DEVNULL)
     log = open(os.path.join(a.build, "mutate.log"), "w")
 
     # Locate every mutant in the pristine copy, and check the `um` ones
