@@ -216,26 +216,6 @@ fuzz-gate: deps-debian
 fuzz: deps-debian
 	bash tests/fuzz/run.sh --seconds $(FUZZ_SECONDS) $(FUZZ_BUILD)
 
-# The mutation gate (docs/testing.md, "Mutation gate"), a step before a
-# release like `make fuzz`, not part of `make test`: every mutant of
-# tests/mutate/mutants.txt applied in turn to a copy of the tree in
-# $(MUTATE_BUILD) (its own Release tree, rebuilt incrementally), the tests
-# that cover it run, and the score reported in
-# $(MUTATE_BUILD)/mutate-report.md. Fails when a mutant survives that is
-# not recorded as equivalent. universalmutator, which the list's `um`
-# mutants come from, lives in MUTATE_VENV (made once, again only when
-# tests/mutate/requirements.txt changes). MUTATE_ONLY=P01,V10 runs those.
-MUTATE_BUILD ?= build-mutate
-MUTATE_VENV  ?= $(RESHARD_CACHE)/venv-mutate
-MUTATE_ONLY  ?=
-
-mutate: deps-debian
-	bash scripts/python_envs.sh deps $(MUTATE_VENV) $(TORCH1_PYTHON) \
-	  tests/mutate/requirements.txt
-	$(TORCH1_PYTHON) tests/mutate/run.py --build $(MUTATE_BUILD) \
-	  --mutate-venv $(MUTATE_VENV) --jobs $(JOBS) \
-	  $(if $(MUTATE_ONLY),--only $(MUTATE_ONLY))
-
 # The whole suite: cppcheck, the sanitizer builds (ASan+UBSan on every C
 # and CLI test, TSan on the threaded tests), the clang build and clang-tidy
 # over it, a fixed-seed, fixed-count run of every fuzz target, then the
@@ -259,6 +239,26 @@ demo: build
 
 bench: build
 	./$(BUILD)/bench/plan_bench
+
+# The mutation gate (docs/testing.md, "Mutation gate"), a step before a
+# release like `make fuzz`, not part of `make test`: every mutant of
+# tests/mutate/mutants.txt applied in turn to a copy of the tree in
+# $(MUTATE_BUILD) (its own Release tree, rebuilt incrementally), the tests
+# that cover it run, and the score reported in
+# $(MUTATE_BUILD)/mutate-report.md. Fails when a mutant survives that is
+# not recorded as equivalent. universalmutator, which the list's `um`
+# mutants come from, lives in MUTATE_VENV (made once, again only when
+# tests/mutate/requirements.txt changes). MUTATE_ONLY=P01,V10 runs those.
+MUTATE_BUILD ?= build-mutate
+MUTATE_VENV  ?= $(RESHARD_CACHE)/venv-mutate
+MUTATE_ONLY  ?=
+
+mutate: deps-debian
+	bash scripts/python_envs.sh deps $(MUTATE_VENV) $(TORCH1_PYTHON) \
+	  tests/mutate/requirements.txt
+	$(TORCH1_PYTHON) tests/mutate/run.py --build $(MUTATE_BUILD) \
+	  --mutate-venv $(MUTATE_VENV) --jobs $(JOBS) \
+	  $(if $(MUTATE_ONLY),--only $(MUTATE_ONLY))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD) \
