@@ -122,8 +122,11 @@ def func_range(lines, path, func):
 
 
 def locate(m, lines):
-    """The one line of m.func whose stripped text is m.old."""
-    rng = func_range(lines, m.path, m.func)
+    """The one line of m.func whose stripped text is m.old. FUNCTION may
+    name alternatives, a|b, for a function that was renamed."""
+    rng = None
+    for name in m.func.split("|"):
+        rng = rng or func_range(lines, m.path, name)
     if rng is None:
         return f"no function {m.func} in {m.path}"
     hits = [i for i in range(*rng) if lines[i].strip() == m.old]
