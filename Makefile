@@ -66,7 +66,7 @@ CPPCHECK_FLAGS = --enable=warning,performance,portability --error-exitcode=1 \
 .PHONY: all deps deps-debian deps-torch2 build build-asan build-tsan \
         build-clang test test-asan test-tsan analyze cppcheck tidy fuzz \
         fuzz-gate demo bench clean build-release build-release-gate \
-        build-types layers wheel test-venvs
+        build-types layers wheel test-venvs mutate
 
 all: build
 
@@ -244,6 +244,26 @@ demo: build
 
 bench: build
 	./$(BUILD)/bench/plan_bench
+
+# The mutation gate (docs/testing.md, "Mutation gate"), a step before a
+# release like `make fuzz`, not part of `make test`: every mutant of
+# tests/mutate/mutants.txt applied in turn to a copy of the tree in
+# $(MUTATE_BUILD) (its own Release tree, rebuilt incrementally), the tests
+# that cover it run, and the score reported in
+# $(MUTATE_BUILD)/mutate-report.md. Fails when a mutant survives that is
+# not recorded as equivalent. universalmutator, which the list's `um`
+# mutants come from, lives in MUTATE_VENV (made once, again only when
+# tests/mutate/requirements.txt changes). MUTATE_ONLY=P01,V10 runs those.
+MUTATE_BUILD ?= build-mutate
+MUTATE_VENV  ?= $(RESHARD_CACHE)/venv-mutate
+MUTATE_ONLY  ?=
+
+mutate: deps-debian
+	bash scripts/python_envs.sh deps $(MUTATE_VENV) $(TORCH1_PYTHON) \
+	  tests/mutate/requirements.txt
+	$(TORCH1_PYTHON) tests/mutate/run.py --build $(MUTATE_BUILD) \
+	  --mutate-venv $(MUTATE_VENV) --jobs $(JOBS) \
+	  $(if $(MUTATE_ONLY),--only $(MUTATE_ONLY))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD) \
