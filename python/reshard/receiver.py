@@ -227,7 +227,11 @@ class Receiver(Handle):
     publishers serve where the cost model prefers them, patch the copy and
     verify the full new digests (default False: every read whole, no
     copy; the copy costs as much memory as the bytes read; needs
-    verify_digests; the CLI's --delta; docs/delta.md, "Receivers")."""
+    verify_digests; the CLI's --delta; docs/delta.md, "Receivers");
+    require_full_coverage: refuse, before anything is installed, a pull
+    whose plan leaves a parameter's written share below coverage_floor
+    (None: the library's default, 0.995; a number in (0, 1]);
+    docs/executor.md, "The coverage gate")."""
 
     _what = "receiver"
 
@@ -238,7 +242,8 @@ class Receiver(Handle):
                  notice=None, announce_cuts=True, announce_as=None,
                  group=None, group_size=None, group_rank=None,
                  group_timeout_s=60.0, only=None, skip=None,
-                 staging_budget=None, stall_s=5.0, delta=False):
+                 staging_budget=None, stall_s=5.0, delta=False,
+                 require_full_coverage=False, coverage_floor=None):
         _args.choice("receiver: backend", backend, _args.BACKENDS)
         self._staging_budget = _staging_budget(staging_budget)
         self._stall_s = float(stall_s)
@@ -247,6 +252,14 @@ class Receiver(Handle):
                 "receiver: delta=True needs verify_digests=True (a patched "
                 "read is accepted only by the full new digest)")
         self._delta = 1 if delta else 0
+        if coverage_floor is not None and not (
+                isinstance(coverage_floor, (int, float))
+                and not isinstance(coverage_floor, bool)
+                and 0 < coverage_floor <= 1):
+            raise errors.InvalidArgument(
+                f"receiver: coverage_floor must be a number in (0, 1], "
+                f"not {coverage_floor!r}")
+        self._coverage = (1 if require_full_coverage else 0, coverage_floor)
         self._lock = threading.Lock()
         # _state guards _current (the call that cancel() stops) and
         # _closing; never held across a library call but the cancel.
@@ -360,6 +373,9 @@ class Receiver(Handle):
         p.staging_budget = self._staging_budget
         p.stall_s = self._stall_s
         p.delta = self._delta
+        p.require_full_coverage = self._coverage[0]
+        if self._coverage[1] is not None:
+            p.coverage_floor = float(self._coverage[1])
         self._keep.append(_group.set_params(p, *group))
         self._notice = notice_cb(notice)
         if self._notice is not None:
