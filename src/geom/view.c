@@ -453,7 +453,10 @@ static rs_status_t op_unsqueeze(rs__view_t *v, const rs_op_t *op, char *why,
     if (!wrap_dim(op->arg[0], v->ndim + 1, &d))
         return BAD("dim %lld out of range for unsqueeze of rank %d",
                    (long long)op->arg[0], v->ndim);
-    int64_t stride = d < v->ndim ? v->shape[d] * v->stride[d] : 1;
+    int64_t stride = 1;
+    if (d < v->ndim && !rs__mul_i64(v->shape[d], v->stride[d], &stride))
+        return BAD("dim %d's size times its stride overflows in unsqueeze",
+                   d);
     if (insert_dim(v, d, 1, stride) != RS_OK)
         return UNSUP("result rank exceeds %d", RS_MAX_DIMS);
     return RS_OK;

@@ -119,6 +119,27 @@ static void test_replay_saved_inputs(void **state)
     assert_true(fz_replay("fuzz_geom", LLVMFuzzerTestOneInput) >= 1);
 }
 
+/* unsqueeze gave the new dim the stride size * stride of the dim it goes
+ * before, unchecked: beside an empty dim that product can overflow
+ * (found by fuzz_plan). */
+static void test_unsqueeze_stride_overflow(void **state)
+{
+    (void)state;
+    /* an empty view (a dim of 0) whose other dim has a huge stride, as
+     * strided slices of empty tensors leave them */
+    rs__view_t v = {.offset = 0, .ndim = 2, .shape = {4, 0},
+                    .stride = {(int64_t)1 << 62, 1}};
+    char why[128] = "";
+    rs_op_t op = {.kind = RS_OP_UNSQUEEZE, .arg = {0}, .has = 1};
+    assert_int_equal(rs__view_apply(&v, &op, why, sizeof(why)), RS_ERR_INPUT);
+    assert_non_null(strstr(why, "overflow"));
+    op.arg[0] = 1; /* before the empty dim: 0 x 1 */
+    assert_int_equal(rs__view_apply(&v, &op, NULL, 0), RS_OK);
+    assert_int_equal(v.ndim, 3);
+    assert_int_equal(v.shape[1], 1);
+    assert_int_equal(v.stride[1], 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -127,6 +148,7 @@ int main(void)
         cmocka_unit_test(test_flatten_0d_checks_dims),
         cmocka_unit_test(test_reshape_zero_size_overflow),
         cmocka_unit_test(test_unflatten_empty_view_overflow),
+        cmocka_unit_test(test_unsqueeze_stride_overflow),
         cmocka_unit_test(test_replay_saved_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
