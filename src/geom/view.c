@@ -116,16 +116,30 @@ static rs_status_t insert_dim(rs__view_t *v, int d, int64_t size, int64_t stride
 }
 
 /* Restricts dim d to elements start, start+step, ... (count of them). The
- * caller has proved the range lies inside the dim. */
-static void restrict_dim(rs__view_t *v, int d, int64_t start, int64_t count,
-                         int64_t step)
+ * caller has proved the range lies inside the dim. 0 (the view unchanged)
+ * when the new offset or stride overflows: views of empty tensors may
+ * carry strides no element is ever addressed by. */
+static int restrict_dim(rs__view_t *v, int d, int64_t start, int64_t count,
+                        int64_t step)
 {
-    if (count > 0)
-        v->offset += start * v->stride[d];
+    int64_t offset = v->offset, stride = v->stride[d], by;
+    if (count > 0 && (!rs__mul_i64(start, stride, &by) ||
+                      !rs__add_i64(offset, by, &offset)))
+        return 0;
+    /* a single element's stride is irrelevant and may overflow */
+    if (count > 1 && !rs__mul_i64(stride, step, &stride))
+        return 0;
+    v->offset = offset;
     v->shape[d] = count;
-    if (count > 1) /* a single element's stride is irrelevant and may overflow */
-        v->stride[d] *= step;
+    v->stride[d] = stride;
+    return 1;
 }
+
+#define RESTRICT_OR_FAIL(v, d, start, count, step)                            \
+    do {                                                                      \
+        if (!restrict_dim((v), (d), (start), (count), (step)))                \
+            return BAD("dim %d: the view's offset or stride overflows", (d)); \
+    } while (0)
 
 #define DIM_OR_FAIL(arg, var)                                                 \
     do {                                                                      \
@@ -148,7 +162,7 @@ static rs_status_t op_narrow(rs__view_t *v, const rs_op_t *op, char *why,
     if (len < 0 || len > size - start)
         return BAD("length %lld out of range: start %lld, dim %d of size %lld",
                    (long long)len, (long long)start, d, (long long)size);
-    restrict_dim(v, d, start, len, 1);
+    RESTRICT_OR_FAIL(v, d, start, len, 1);
     return RS_OK;
 }
 
@@ -194,7 +208,7 @@ static rs_status_t op_slice(rs__view_t *v, const rs_op_t *op, char *why,
                                   &start, &count, why, whylen);
     if (st != RS_OK)
         return st;
-    restrict_dim(v, d, start, count, step);
+    RESTRICT_OR_FAIL(v, d, start, count, step);
     return RS_OK;
 }
 
@@ -207,7 +221,12 @@ static rs_status_t select_dim(rs__view_t *v, int d, int64_t index, char *why,
                    (long long)index, d, (long long)size);
     if (index < 0)
         index += size;
-    v->offset += index * v->stride[d];
+    int64_t by, offset;
+    if (!rs__mul_i64(index, v->stride[d], &by) ||
+        !rs__add_i64(v->offset, by, &offset))
+        return BAD("dim %d: the view's offset overflows at index %lld", d,
+                   (long long)index);
+    v->offset = offset;
     remove_dim(v, d);
     return RS_OK;
 }
@@ -242,7 +261,7 @@ static rs_status_t op_getitem(rs__view_t *v, const rs_op_t *op, char *why,
                               why, whylen);
             if (st != RS_OK)
                 return st;
-            restrict_dim(v, d, start, count, step);
+            RESTRICT_OR_FAIL(v, d, start, count, step);
         } else if (key->kind != RS_KEY_FULL) {
             return BAD("key %zu has an unknown kind", k);
         }
@@ -497,7 +516,7 @@ static rs_status_t take_piece(rs__view_t *v, int d, const int64_t *sizes,
     int64_t start = 0;
     for (int64_t k = 0; k < i; k++)
         start += sizes[k];
-    restrict_dim(v, d, start, sizes[i], 1);
+    RESTRICT_OR_FAIL(v, d, start, sizes[i], 1);
     return RS_OK;
 }
 
@@ -514,7 +533,7 @@ static rs_status_t take_equal_piece(rs__view_t *v, int d, int64_t piece,
         i += npieces;
     int64_t start = i * piece;
     int64_t len = dim - start < piece ? dim - start : piece;
-    restrict_dim(v, d, start, len, 1);
+    RESTRICT_OR_FAIL(v, d, start, len, 1);
     return RS_OK;
 }
 

@@ -140,6 +140,29 @@ static void test_unsqueeze_stride_overflow(void **state)
     assert_int_equal(v.stride[1], 0);
 }
 
+/* select and slices moved the offset by index * stride unchecked: with the
+ * huge strides of an empty view that overflows (found by fuzz_plan). */
+static void test_offset_overflow(void **state)
+{
+    (void)state;
+    rs__view_t v = {.offset = INT64_MAX - 1, .ndim = 2, .shape = {4, 0},
+                    .stride = {2, 1}};
+    const rs__view_t before = v;
+    char why[128] = "";
+    rs_op_t sel = {.kind = RS_OP_SELECT, .arg = {0, 2}, .has = 3};
+    assert_int_equal(rs__view_apply(&v, &sel, why, sizeof(why)), RS_ERR_INPUT);
+    assert_non_null(strstr(why, "overflow"));
+    rs_op_t slice = {.kind = RS_OP_SLICE, .arg = {0, 1, 4, 1}, .has = 0xf};
+    v = before;
+    assert_int_equal(rs__view_apply(&v, &slice, why, sizeof(why)),
+                     RS_ERR_INPUT);
+    assert_non_null(strstr(why, "overflow"));
+    sel.arg[1] = 0; /* index 0 moves nothing */
+    v = before;
+    assert_int_equal(rs__view_apply(&v, &sel, NULL, 0), RS_OK);
+    assert_int_equal(v.offset, INT64_MAX - 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +172,7 @@ int main(void)
         cmocka_unit_test(test_reshape_zero_size_overflow),
         cmocka_unit_test(test_unflatten_empty_view_overflow),
         cmocka_unit_test(test_unsqueeze_stride_overflow),
+        cmocka_unit_test(test_offset_overflow),
         cmocka_unit_test(test_replay_saved_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
