@@ -64,7 +64,7 @@ CPPCHECK_FLAGS = --enable=warning,performance,portability --error-exitcode=1 \
                  -D__linux__ -D_GNU_SOURCE -I include -I src
 
 .PHONY: all deps deps-debian deps-torch2 build build-asan build-tsan \
-        build-clang test test-asan asan-tidy test-tsan analyze cppcheck tidy fuzz \
+        build-clang test test-asan test-tsan analyze cppcheck tidy fuzz \
         fuzz-gate demo bench clean build-release build-release-gate \
         build-types layers wheel test-venvs mutate
 
@@ -157,13 +157,6 @@ test-asan: build-asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(ASAN_JOBS)
 
-# The ASan tests and clang-tidy side by side, each one's output kept
-# together (-Otarget): the tests spend much of their time waiting on
-# servers, children and lease clocks, which clang-tidy's analysis fills
-# (both read the ASan tree, built once first).
-asan-tidy: build-asan
-	$(MAKE) --no-print-directory -j 2 -Otarget test-asan tidy
-
 test-tsan: build-tsan
 	cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
 
@@ -239,7 +232,7 @@ fuzz: deps-debian
 # CLI), whose CTest summary closes the output. Each test runs in the trees
 # where it checks something the others do not (docs/testing.md, "The
 # gate's time"); `ctest` in any tree still runs all of its tests.
-test: deps cppcheck asan-tidy test-tsan fuzz-gate \
+test: deps cppcheck test-asan test-tsan tidy fuzz-gate \
       build-release-gate layers test-venvs
 	cd $(RELEASE_BUILD) && env -u RESHARD_LIB -u PYTHONPATH \
 	  ctest --output-on-failure -j $(JOBS) -L release
