@@ -212,11 +212,11 @@ class Publisher(Handle):
         p.publish_retry_s = float(publish_retry_s)
         p.staging = _lib.STAGING[staging]
         if delta_keep is not None:
-            if (isinstance(delta_keep, bool) or not isinstance(delta_keep, int)
-                    or not 0 <= delta_keep <= 16):
+            # the range is the library's to check (rs_publisher_create)
+            if isinstance(delta_keep, bool) or not isinstance(delta_keep, int):
                 raise errors.InvalidArgument(
-                    f"publisher: delta_keep must be an int from 0 to 16, "
-                    f"not {delta_keep!r}")
+                    f"publisher: delta_keep must be an int, not "
+                    f"{delta_keep!r}")
             p.delta_keep = delta_keep
         self.staging = staging
         self._notice = notice_cb(notice)

@@ -39,6 +39,12 @@ rs_status_t rs_exec_create(rs_plan_h plan, rs_transport_h transport,
     x->cap = rs_plan_capture(plan);
     x->t = transport;
     rs_status_t st = rs__exec_params_take(params, diag, &x->params);
+    /* a NaN floor would let every incomplete refit through the gate */
+    if (st == RS_OK && !(x->params.coverage_floor > 0 &&
+                         x->params.coverage_floor <= 1))
+        st = rs__diag_set(diag, RS_ERR_INVALID_ARG,
+                          "rs_exec_params_t: coverage_floor %g is not in "
+                          "(0, 1]", x->params.coverage_floor);
     if (st != RS_OK) {
         free(x);
         return st;

@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdio.h>
@@ -137,12 +138,52 @@ static void test_one_byte_below(void **state)
     assert_true(r.exact);
 }
 
+/* A floor outside (0, 1] is refused when the executor is made: a NaN one
+ * would let every incomplete refit through the gate. */
+static void test_bad_floor_refused(void **state)
+{
+    (void)state;
+    int64_t shape[1] = {4};
+    rs_sources_h srcs;
+    rs_capture_h cap;
+    rs_plan_h plan;
+    rs_transport_h t;
+    rs_exec_params_t ep;
+    rs_diag_t diag;
+    assert_int_equal(rs_sources_create(&srcs), RS_OK);
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_capture_add_param(cap, "w", 1, shape, RS_DTYPE_U8,
+                                          &diag), RS_OK);
+    assert_int_equal(rs_plan_build(cap, srcs, NULL, &diag, &plan), RS_OK);
+    assert_int_equal(rs_transport_create(NULL, &diag, &t), RS_OK);
+    const double bad[] = {0.0, -0.5, 1.0000001, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rs_exec_h x = NULL;
+        rs_exec_params_init(&ep);
+        ep.coverage_floor = bad[i];
+        assert_int_equal(rs_exec_create(plan, t, &ep, &diag, &x),
+                         RS_ERR_INVALID_ARG);
+        assert_null(x);
+        assert_non_null(strstr(diag.msg, "coverage_floor"));
+    }
+    rs_exec_h x = NULL;
+    rs_exec_params_init(&ep);
+    ep.coverage_floor = 1.0;
+    assert_int_equal(rs_exec_create(plan, t, &ep, &diag, &x), RS_OK);
+    rs_exec_destroy(x);
+    rs_transport_destroy(t);
+    rs_plan_destroy(plan);
+    rs_capture_destroy(cap);
+    rs_sources_destroy(srcs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_floor),
         cmocka_unit_test(test_at_the_floor),
         cmocka_unit_test(test_one_byte_below),
+        cmocka_unit_test(test_bad_floor_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
