@@ -25,8 +25,23 @@ fraction of the full bytes:
     bitmap   a bit per element of a chunk + new values
     dirty    every chunk with a change, whole (raw)
     best     per chunk the smallest of unchanged, list, bitmap, raw
-             (the codec of src/core/delta_encode.c), with its header and
-             index; best@C for other chunk sizes C
+             (the codec's first four kinds), with its header and index;
+             best@C for other chunk sizes C
+    steps    per changed element a byte: the gap from the previous
+             change (6 bits) and an op (new = old + 1 or - 1 as an
+             integer of the element's bytes, or an exception), skip
+             bytes (64 to 4096 elements each) before a longer gap; an
+             exception is a signed byte step (-127 .. 127), or 0x80 and
+             the full value (the codec's kind 4)
+    stepmap  2 bits per element (same, +1, -1, exception) + the
+             exceptions as in steps (kind 5)
+    best+steps  per chunk the smallest of all six kinds (the codec of
+             src/core/delta_encode.c); best+steps@C likewise;
+             best+steps/fullexc with every exception as its full value
+
+and the integer steps of the changed elements: new - old as an integer
+of the element's bytes (modulo 2^(8E), signed), the share at +-1, +-2,
++-3 .. 127 and any other.
 
 Every candidate is charged the codec's header (80 bytes) and index (16
 bytes per chunk, plus one) per tensor.
@@ -61,6 +76,8 @@ HEADER = 80       # bytes of the delta header (docs/delta.md)
 ENTRY = 16        # bytes of one index entry
 CHUNK = 4096      # elements per chunk of the codec
 OTHER_CHUNKS = (1024, 16384, 65536)
+STEP_CHUNKS = (16384,)  # best+steps at other chunks (FP8 codes: 16384)
+GAP = 64                # a steps byte's gap field covers 0 .. 63
 KINDS = ("attention", "mlp", "embeddings", "norms")
 
 TEXT = """
@@ -235,6 +252,69 @@ def encoding_sizes(changed, esize):
     return out
 
 
+def int_steps(prev_bits, cur_bits, esize):
+    """new - old of each element as an integer of esize bytes, modulo
+    2^(8 esize), taken in -2^(8 esize - 1) .. 2^(8 esize - 1) - 1."""
+    m = 1 << (8 * esize)
+    d = (cur_bits.reshape(-1).to(torch.int64) -
+         prev_bits.reshape(-1).to(torch.int64)) % m
+    return torch.where(d >= m // 2, d - m, d)
+
+
+def step_sizes(changed, d, esize, chunk, small):
+    """Per chunk: the payload bytes of the steps kind and of the step map,
+    and the chunk's changed count and length."""
+    counts, lens = chunk_counts(changed, chunk)
+    nch = len(counts)
+    pos = changed.reshape(-1).nonzero().reshape(-1)
+    dp = d[pos]
+    exc = (dp.abs() != 1).to(torch.int64)
+    if small:  # an exception as a signed byte step, or 0x80 + the value
+        xcost = torch.where((dp >= -127) & (dp <= 127), 1, 1 + esize) * exc
+    else:      # an exception as the full value
+        xcost = exc * esize
+    c = pos // chunk
+    o = pos % chunk
+    prev = torch.cat((torch.tensor([-1]), o[:-1]))
+    newc = torch.cat((torch.tensor([True]), c[1:] != c[:-1]))
+    p = torch.where(newc, torch.zeros_like(o), prev + 1)
+    skips = ((o - p) // GAP + GAP - 1) // GAP  # a skip byte: 64 .. 4096
+    per = torch.bincount(c, weights=(1 + skips + xcost).double(),
+                         minlength=nch).to(torch.int64)
+    xs = torch.bincount(c, weights=xcost.double(),
+                        minlength=nch).to(torch.int64)
+    smap = torch.where(counts > 0, (lens + 3) // 4 + xs, 0)
+    return per, smap, counts, lens
+
+
+def best_with_steps(changed, d, esize, chunk, small=True):
+    steps, smap, cc, ll = step_sizes(changed, d, esize, chunk, small)
+    lst = cc * (2 + esize)
+    bmp = torch.where(cc > 0, (ll + 7) // 8 + cc * esize, 0)
+    best = torch.minimum(torch.minimum(lst, bmp), ll * esize)
+    best = torch.minimum(torch.minimum(best, steps), smap)
+    fixed = HEADER + ENTRY * (len(cc) + 1)
+    return fixed + int(best.sum()), fixed + int(steps.sum()), \
+        fixed + int(smap.sum())
+
+
+def step_sizes_all(changed, prev_bits, cur_bits, esize):
+    """The new kinds' sizes, and the distribution of integer steps."""
+    d = int_steps(prev_bits, cur_bits, esize)
+    out = {}
+    out["best+steps"], out["steps"], out["stepmap"] = best_with_steps(
+        changed, d, esize, CHUNK)
+    for c in STEP_CHUNKS:
+        out[f"best+steps@{c}"] = best_with_steps(changed, d, esize, c)[0]
+    out["best+steps/fullexc"] = best_with_steps(changed, d, esize, CHUNK,
+                                                False)[0]
+    dc = d[changed.reshape(-1)].abs()
+    hist = {"step1": int((dc == 1).sum()), "step2": int((dc == 2).sum()),
+            "step3_127": int(((dc > 2) & (dc <= 127)).sum()),
+            "step_other": int((dc > 127).sum())}
+    return out, hist
+
+
 def add(acc, sizes):
     for k, v in sizes.items():
         acc[k] = acc.get(k, 0) + v
@@ -265,6 +345,9 @@ def measure_step(prev, cur, prev_q, cur_q):
         tot_n += w.numel()
         tot_c += c
         add(rec["sizes"].setdefault("bf16", {}), encoding_sizes(changed, 2))
+        sz, hist = step_sizes_all(changed, bits(prev[name]), bits(w), 2)
+        add(rec["sizes"]["bf16"], sz)
+        add(rec.setdefault("steps", {}).setdefault("bf16", {}), hist)
     rec["bf16"]["all"] = tot_c / tot_n
     for k, (n, c) in per_kind.items():
         rec["bf16"][k] = c / n if n else 0.0
@@ -282,6 +365,12 @@ def measure_step(prev, cur, prev_q, cur_q):
                 encoding_sizes(changed_q, 1))
             add(rec["sizes"].setdefault("fp8_scales", {}),
                 encoding_sizes(changed_s, 4))
+            sz, hist = step_sizes_all(changed_q, pq, q, 1)
+            add(rec["sizes"]["fp8_codes"], sz)
+            add(rec["steps"].setdefault("fp8_codes", {}), hist)
+            sz, hist = step_sizes_all(changed_s, bits(ps), bits(s), 4)
+            add(rec["sizes"]["fp8_scales"], sz)
+            add(rec["steps"].setdefault("fp8_scales", {}), hist)
         rec["fp8_codes"] = qc / qn
         rec["fp8_scales"] = sc / sn
     return rec
@@ -336,6 +425,7 @@ def run_lr(lr, a):
         print(f"lr {lr:g} step {step:3d} loss {rec['loss']:.3f} "
               f"bf16 changed {rec['bf16']['all']:.4%}{fp8} "
               f"bf16 delta/full {best['best'] / best['full']:.4f} "
+              f"with steps {best['best+steps'] / best['full']:.4f} "
               f"({rec['seconds']:.1f} s)", flush=True)
     return steps
 
@@ -357,6 +447,13 @@ def summarize(lr, steps):
     if q:
         print(f"  fp8 codes changed       {mean([s['fp8_codes'] for s in q]):8.4%}")
         print(f"  fp8 scales changed      {mean([s['fp8_scales'] for s in q]):8.4%}")
+    for what in ("bf16", "fp8_codes", "fp8_scales"):
+        rows = [s["steps"][what] for s in half if what in s.get("steps", {})]
+        if rows:
+            tot = sum(sum(r.values()) for r in rows) or 1
+            print(f"  {what:<10} integer steps of the changed: " + " ".join(
+                f"{k} {sum(r[k] for r in rows) / tot:.4%}"
+                for k in ("step1", "step2", "step3_127", "step_other")))
     for what in ("bf16", "fp8_codes", "fp8_scales"):
         rows = [s["sizes"][what] for s in half if what in s["sizes"]]
         if not rows:

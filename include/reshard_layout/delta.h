@@ -25,6 +25,16 @@ RS_API rs_status_t rs_delta_estimator_create(uint32_t esize, double share,
                                              rs_delta_estimator_h *est_p);
 RS_API void rs_delta_estimator_destroy(rs_delta_estimator_h est);
 
+/* The estimate's assumption about the codec's relative kinds (steps, step
+ * map; docs/delta.md): of the changed elements, the share step1 whose bits
+ * moved by one as an integer of their bytes (+1 or -1), and of the others
+ * the share escape whose step does not fit a signed byte. Each 0 to 1; the
+ * defaults, bf16 as measured at lr 1e-6, are in docs/simulator.md#deltas.
+ * RS_ERR_INVALID_ARG names a share outside 0 .. 1. */
+RS_API rs_status_t rs_delta_estimator_set_steps(rs_delta_estimator_h est,
+                                                double step1, double escape,
+                                                rs_diag_t *diag);
+
 /* Expected bytes of a delta read of elements [a, b) (a < b <= n) of a
  * shard of n elements: header, index entries, payload. 0 for an empty or
  * out-of-range run. */

@@ -37,8 +37,15 @@ typedef enum rs__delta_kind {
     RS__DELTA_SAME = 0,   /* no element changed: no payload */
     RS__DELTA_LIST = 1,   /* k u16 offsets, ascending, then k values */
     RS__DELTA_BITMAP = 2, /* ceil(len / 8) bytes of bits, then the values */
-    RS__DELTA_RAW = 3     /* every element's new value */
+    RS__DELTA_RAW = 3,    /* every element's new value */
+    /* Relative kinds: new - old of a changed element as an integer of its
+     * E bytes (modulo 2^(8E)), which an optimizer step on fp32 masters
+     * makes +1 or -1 for most changed bf16 elements and FP8 codes. */
+    RS__DELTA_STEPS = 4,  /* a byte per change: gap + op; exceptions inline */
+    RS__DELTA_STEPMAP = 5 /* 2 bits per element, then the exceptions */
 } rs__delta_kind_t;
+
+#define RS__DELTA_KINDS 6 /* kinds a reader of this library takes */
 
 /* A parsed, checked header. */
 typedef struct rs__delta_hdr {
@@ -72,6 +79,8 @@ typedef struct rs__delta_enc {
     uint64_t payload;   /* payload bytes written so far */
     uint64_t limit;     /* most payload bytes; 0 once passed */
     uint16_t *changed;  /* offsets that differ in the current chunk */
+    unsigned char *old; /* the old bytes of the chunk's changed lines */
+    unsigned char *ops; /* scratch: the chunk's steps encoding */
     uint32_t nchanged;
     unsigned eshift;    /* log2 of esize */
 } rs__delta_enc_t;

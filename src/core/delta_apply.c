@@ -53,6 +53,127 @@ static uint32_t bitmap_count(const unsigned char *p, uint32_t len)
     return k;
 }
 
+/* Where element `at` of the shard goes in dst (elements [a, b)), or NULL
+ * outside that range or when only checking (dst NULL). */
+static inline unsigned char *elem_at(unsigned char *dst, uint64_t a,
+                                     uint64_t b, uint64_t at, uint32_t es)
+{
+    return dst == NULL || at < a || at >= b ? NULL : dst + (at - a) * es;
+}
+
+/* One exception at p[*i]: a signed byte step, or the escape and E new
+ * bytes; applied to el when it is not NULL. 0 when it is malformed (a
+ * step of 0, or bytes past end). */
+static inline int exception_at(const unsigned char *p, uint64_t end,
+                               uint64_t *i, uint32_t es, unsigned char *el)
+{
+    if (*i >= end)
+        return 0;
+    const unsigned s = p[(*i)++];
+    if (s == 0)
+        return 0;
+    if (s != RS__DELTA_ESCAPE) {
+        if (el != NULL)
+            rs__delta_add(el, es, (uint32_t)(int32_t)(int8_t)s);
+        return 1;
+    }
+    if (end - *i < es)
+        return 0;
+    if (el != NULL)
+        memcpy(el, p + *i, es);
+    *i += es;
+    return 1;
+}
+
+/* A steps payload (RS__DELTA_STEPS), walked: checked when dst is NULL,
+ * applied to the elements of [a, b) otherwise (start: the chunk's first
+ * element). Every change lies inside the chunk, the stream ends with a
+ * change, exactly at the payload's end. */
+static inline int steps_walk(const chunk_ref_t *r, uint32_t es,
+                             unsigned char *dst, uint64_t a, uint64_t b,
+                             uint64_t start)
+{
+    const unsigned char *p = r->p;
+    uint64_t i = 0;
+    uint32_t at = 0;
+    int last_skip = 1;
+    while (i < r->size) {
+        const unsigned op = p[i] >> 6, g = p[i] & (RS__DS_GAP - 1);
+        i++;
+        if (op == RS__DS_SKIP) {
+            at += RS__DS_GAP * (g + 1);
+            if (at >= r->len)
+                return 0;
+            last_skip = 1;
+            continue;
+        }
+        at += g;
+        if (at >= r->len)
+            return 0;
+        unsigned char *el = elem_at(dst, a, b, start + at, es);
+        if (op == RS__DS_EXC) {
+            if (!exception_at(p, r->size, &i, es, el))
+                return 0;
+        } else if (el != NULL) {
+            rs__delta_add(el, es, op == RS__DS_PLUS ? 1u : UINT32_MAX);
+        }
+        at++;
+        last_skip = 0;
+    }
+    return !last_skip;
+}
+
+/* Exceptions (code 3) of a step map's bytes. */
+static uint64_t map_exceptions(const unsigned char *p, uint32_t nb)
+{
+    uint64_t x = 0;
+    for (uint32_t i = 0; i < nb; i++)
+        x += (uint64_t)__builtin_popcount(p[i] & (p[i] >> 1) & 0x55u);
+    return x;
+}
+
+/* A step map's exceptions end exactly at the payload's end, and no code is
+ * set past the chunk. */
+static int map_ok(const chunk_ref_t *r, uint32_t es)
+{
+    const uint32_t nb = (r->len + 3) / 4;
+    if (r->size < nb)
+        return 0;
+    if (r->len % 4 != 0 && (r->p[nb - 1] >> (2 * (r->len % 4))) != 0)
+        return 0;
+    uint64_t i = nb;
+    for (uint64_t x = map_exceptions(r->p, nb); x > 0; x--)
+        if (!exception_at(r->p, r->size, &i, es, NULL))
+            return 0;
+    return i == r->size;
+}
+
+/* Applies a checked step map to the elements of [a, b): a word of codes
+ * at a time, skipping the elements that stayed. */
+static inline void map_patch(const chunk_ref_t *r, uint32_t es,
+                             unsigned char *dst, uint64_t a, uint64_t b,
+                             uint64_t start)
+{
+    const uint32_t nb = (r->len + 3) / 4;
+    uint64_t i = nb; /* the next exception */
+    for (uint32_t w = 0; w < (nb + 7) / 8; w++) {
+        uint64_t codes = 0;
+        for (uint32_t j = 8 * w + 8 < nb ? 8 * w + 8 : nb; j > 8 * w; j--)
+            codes = codes << 8 | r->p[j - 1];
+        for (uint64_t set = (codes | codes >> 1) & 0x5555555555555555ull;
+             set != 0; set &= set - 1) {
+            const unsigned bit = (unsigned)__builtin_ctzll(set);
+            const unsigned code = (unsigned)(codes >> bit) & 3u;
+            unsigned char *el =
+                elem_at(dst, a, b, start + 32 * (uint64_t)w + bit / 2, es);
+            if (code == RS__DM_EXC) /* walked even outside [a, b) */
+                (void)exception_at(r->p, r->size, &i, es, el);
+            else if (el != NULL)
+                rs__delta_add(el, es, code == RS__DM_PLUS ? 1u : UINT32_MAX);
+        }
+    }
+}
+
 /* The payload's structure against its kind and size. */
 static rs_status_t check_payload(chunk_ref_t *r, uint32_t es, rs_diag_t *diag)
 {
@@ -85,6 +206,16 @@ static rs_status_t check_payload(chunk_ref_t *r, uint32_t es, rs_diag_t *diag)
                    ? RS_OK
                    : bad_chunk(diag, r->c, "raw, of another size than the "
                                "chunk");
+    case RS__DELTA_STEPS:
+        return steps_walk(r, es, NULL, 0, 0, 0)
+                   ? RS_OK
+                   : bad_chunk(diag, r->c, "a steps payload whose ops leave "
+                               "the chunk, hold a malformed exception or "
+                               "do not end with a change at its end");
+    case RS__DELTA_STEPMAP:
+        return map_ok(r, es) ? RS_OK
+                             : bad_chunk(diag, r->c, "a step map's codes "
+                                         "and exceptions do not agree");
     }
     return bad_chunk(diag, r->c, "unknown kind");
 }
@@ -102,7 +233,7 @@ static rs_status_t read_entry(const rs__delta_hdr_t *h,
     const uint64_t off = word & RS__DE_OFFSET_MASK;
     const uint64_t end = rs__le64(ent + RS__DELTA_ENTRY) & RS__DE_OFFSET_MASK;
     r->c = first + i;
-    if ((word >> RS__DE_KIND_SHIFT) > RS__DELTA_RAW)
+    if ((word >> RS__DE_KIND_SHIFT) >= RS__DELTA_KINDS)
         return bad_chunk(diag, r->c, "its index entry's kind is unknown");
     r->kind = (rs__delta_kind_t)(word >> RS__DE_KIND_SHIFT);
     if (end < off || off < lo0 || end - lo0 > payload_len)
@@ -178,6 +309,12 @@ static inline void patch_es(unsigned char *dst, uint64_t a, uint64_t b,
                (size_t)(hi - lo) * es);
         return;
     }
+    case RS__DELTA_STEPS:
+        (void)steps_walk(r, es, dst, a, b, start); /* checked before */
+        return;
+    case RS__DELTA_STEPMAP:
+        map_patch(r, es, dst, a, b, start);
+        return;
     }
 }
 

@@ -3,9 +3,10 @@
  * at a time, and only a line that differs is stored, its changed elements
  * noted from the registers that hold both. A line that did not change stays
  * clean, so the pass reads the two versions and writes only the lines that
- * changed, where a memcpy reads one and writes every line. At the end of
- * each chunk, while its bytes are still in cache, the chunk is encoded the
- * smallest way. */
+ * changed, where a memcpy reads one and writes every line; the old bytes of
+ * a changed line go to a chunk-sized scratch (in cache), for the relative
+ * kinds. At the end of each chunk, while its bytes are still in cache, the
+ * chunk is encoded the smallest way. */
 #include <stdlib.h>
 #if defined(__SSE2__) && !defined(RS_DELTA_PORTABLE)
 #include <emmintrin.h>
@@ -40,6 +41,24 @@ static void pos_init(void)
 }
 #endif
 
+void rs__delta_enc_abandon(rs__delta_enc_t *e)
+{
+    free(e->changed);
+    free(e->old);
+    free(e->ops);
+    e->changed = NULL;
+    e->old = NULL;
+    e->ops = NULL;
+}
+
+/* The most bytes a chunk's steps encoding takes: per element an op byte
+ * and an escaped exception, and the skips before them (one per 64
+ * elements at most). */
+static size_t steps_room(uint32_t chunk, uint32_t esize)
+{
+    return (size_t)chunk * (2 + esize) + chunk / RS__DS_GAP + 8;
+}
+
 rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
                                uint32_t esize, uint32_t chunk, int64_t base,
                                int64_t version, void *out, rs_diag_t *diag)
@@ -58,11 +77,15 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
 #endif
     /* 8 entries of room: changes are appended 8 positions at a time */
     e->changed = malloc(sizeof(*e->changed) * (chunk + 8));
+    e->old = malloc((size_t)chunk * esize);
+    e->ops = malloc(steps_room(chunk, esize));
     e->limit = UINT64_MAX;
     e->eshift = esize == 4 ? 2 : esize == 2 ? 1 : 0;
-    if (e->changed == NULL)
+    if (e->changed == NULL || e->old == NULL || e->ops == NULL) {
+        rs__delta_enc_abandon(e);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "delta: out of memory "
                             "for a chunk of %u elements", chunk);
+    }
     e->dst = dst;
     e->out = out;
     e->n = n;
@@ -78,12 +101,6 @@ void rs__delta_enc_limit(rs__delta_enc_t *e, uint64_t max_payload)
     e->limit = max_payload == 0 ? 1 : max_payload;
 }
 
-void rs__delta_enc_abandon(rs__delta_enc_t *e)
-{
-    free(e->changed);
-    e->changed = NULL;
-}
-
 /* One element of 1, 2 or 4 bytes, copied with a fixed-size move. */
 static inline void copy_elem(unsigned char *d, const unsigned char *s,
                              uint32_t es)
@@ -95,19 +112,28 @@ static inline void copy_elem(unsigned char *d, const unsigned char *s,
     }
 }
 
-/* The elements past the last whole line, one at a time. */
+/* The elements past the last whole line, one at a time; old (the
+ * scratch at chunk offset at) keeps the old bytes of those that changed. */
 static uint32_t scan_tail(uint16_t *list, uint32_t k, unsigned char *dst,
-                          const unsigned char *src, size_t i, size_t nbytes,
-                          uint32_t at, unsigned eshift)
+                          unsigned char *old, const unsigned char *src,
+                          size_t i, size_t nbytes, uint32_t at,
+                          unsigned eshift)
 {
     const size_t es = (size_t)1 << eshift;
     for (; i < nbytes; i += es) {
         if (memcmp(dst + i, src + i, es) != 0) {
             list[k++] = (uint16_t)(at + (i >> eshift));
+            copy_elem(old + i, dst + i, (uint32_t)es);
             copy_elem(dst + i, src + i, (uint32_t)es);
         }
     }
     return k;
+}
+
+/* The scratch of old bytes at chunk offset at. */
+static inline unsigned char *old_at(const rs__delta_enc_t *e, uint32_t at)
+{
+    return e->old + ((size_t)at << e->eshift);
 }
 
 #if defined(__SSE2__) && !defined(RS_DELTA_PORTABLE)
@@ -171,6 +197,7 @@ static void scan_copy_sse2(rs__delta_enc_t *e, unsigned char *dst,
 {
     const unsigned eshift = e->eshift;
     uint16_t *list = e->changed;
+    unsigned char *old = old_at(e, at);
     uint32_t k = e->nchanged;
     size_t i = 0;
     for (; i + GROUP * BLOCK <= nbytes; i += GROUP * BLOCK) {
@@ -185,6 +212,7 @@ static void scan_copy_sse2(rs__delta_enc_t *e, unsigned char *dst,
         for (size_t l = 0; l < GROUP; l++) {
             if (m[l] == 0)
                 continue;
+            memcpy(old + i + l * BLOCK, dst + i + l * BLOCK, BLOCK);
             memcpy(dst + i + l * BLOCK, src + i + l * BLOCK, BLOCK);
             k = append(list, k, m[l],
                        at + (uint32_t)((i + l * BLOCK) >> eshift), eshift);
@@ -194,10 +222,11 @@ static void scan_copy_sse2(rs__delta_enc_t *e, unsigned char *dst,
         const uint64_t m = line_changed(src + i, dst + i, eshift);
         if (m == 0)
             continue;
+        memcpy(old + i, dst + i, BLOCK);
         memcpy(dst + i, src + i, BLOCK);
         k = append(list, k, m, at + (uint32_t)(i >> eshift), eshift);
     }
-    e->nchanged = scan_tail(list, k, dst, src, i, nbytes, at, eshift);
+    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -268,6 +297,7 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
           size_t nbytes, uint32_t at, unsigned eshift)
 {
     uint16_t *list = e->changed;
+    unsigned char *old = old_at(e, at);
     uint32_t k = e->nchanged;
     size_t i = 0;
     for (; i + GROUP * BLOCK <= nbytes; i += GROUP * BLOCK) {
@@ -293,6 +323,9 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
             if (m == 0)
                 continue;
             unsigned char *d = dst + i + l * BLOCK;
+            unsigned char *o = old + i + l * BLOCK;
+            _mm256_storeu_si256((void *)o, y[2 * l]);
+            _mm256_storeu_si256((void *)(o + 32), y[2 * l + 1]);
             _mm256_storeu_si256((void *)d, x[2 * l]);
             _mm256_storeu_si256((void *)(d + 32), x[2 * l + 1]);
             k = append_few(list, k, line_order(m, eshift),
@@ -302,17 +335,19 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
     for (; i + BLOCK <= nbytes; i += BLOCK) {
         const __m256i x0 = _mm256_loadu_si256((const void *)(src + i));
         const __m256i x1 = _mm256_loadu_si256((const void *)(src + i + 32));
-        const uint64_t m = line_mask_avx2(
-            x0, x1, _mm256_loadu_si256((const void *)(dst + i)),
-            _mm256_loadu_si256((const void *)(dst + i + 32)), eshift);
+        const __m256i y0 = _mm256_loadu_si256((const void *)(dst + i));
+        const __m256i y1 = _mm256_loadu_si256((const void *)(dst + i + 32));
+        const uint64_t m = line_mask_avx2(x0, x1, y0, y1, eshift);
         if (m == 0)
             continue;
+        _mm256_storeu_si256((void *)(old + i), y0);
+        _mm256_storeu_si256((void *)(old + i + 32), y1);
         _mm256_storeu_si256((void *)(dst + i), x0);
         _mm256_storeu_si256((void *)(dst + i + 32), x1);
         k = append_few(list, k, line_order(m, eshift),
                        at + (uint32_t)(i >> eshift), eshift);
     }
-    e->nchanged = scan_tail(list, k, dst, src, i, nbytes, at, eshift);
+    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
 }
 
 TGT_AVX2 static void scan_avx2_1(rs__delta_enc_t *e, unsigned char *dst,
@@ -399,44 +434,131 @@ static void scan_copy(rs__delta_enc_t *e, unsigned char *dst,
 {
     const unsigned eshift = e->eshift;
     uint16_t *list = e->changed;
+    unsigned char *old = old_at(e, at);
     uint32_t k = e->nchanged;
     size_t i = 0;
     for (; i + BLOCK <= nbytes; i += BLOCK) {
         const uint64_t diff = line_diff(src + i, dst + i);
         if (diff == 0)
             continue; /* the common case: the line stays as it is, clean */
+        memcpy(old + i, dst + i, BLOCK);
         memcpy(dst + i, src + i, BLOCK);
         const uint32_t el = at + (uint32_t)(i >> eshift);
         for (uint64_t b = element_bits(diff, eshift); b != 0; b &= b - 1)
             list[k++] =
                 (uint16_t)(el + ((unsigned)__builtin_ctzll(b) >> eshift));
     }
-    e->nchanged = scan_tail(list, k, dst, src, i, nbytes, at, eshift);
+    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
 }
 #endif
 
-/* Payload bytes of chunk of len elements, k of them changed, per kind. */
-static uint64_t kind_size(rs__delta_kind_t kind, uint32_t len, uint32_t k,
-                          uint32_t es)
+/* The step of an element, new - old as an integer of es bytes modulo
+ * 2^(8 es) (mask = 2^(8 es) - 1), and its op: +1, -1 or an exception. */
+static inline uint32_t step_of(const unsigned char *old,
+                               const unsigned char *cb, uint32_t o,
+                               uint32_t es, uint32_t mask)
 {
-    switch (kind) {
-    case RS__DELTA_SAME: return 0;
-    case RS__DELTA_LIST: return (uint64_t)k * (2 + es);
-    case RS__DELTA_BITMAP: return (uint64_t)(len + 7) / 8 + (uint64_t)k * es;
-    case RS__DELTA_RAW: return (uint64_t)len * es;
-    }
-    return 0;
+    return (rs__delta_load(cb + (size_t)o * es, es) -
+            rs__delta_load(old + (size_t)o * es, es)) & mask;
 }
 
-/* The smallest encoding; on a tie the simpler one (earlier in the enum). */
-static rs__delta_kind_t choose(uint32_t len, uint32_t k, uint32_t es)
+static inline unsigned op_of(uint32_t d, uint32_t mask)
 {
-    if (k == 0)
-        return RS__DELTA_SAME;
+    return d == 1 ? RS__DS_PLUS : d == mask ? RS__DS_MINUS : RS__DS_EXC;
+}
+
+/* Writes the exception of step d (never 0) of the element whose new bytes
+ * are nv at q: a signed byte step when it fits, else the escape and the
+ * new bytes; returns the bytes written. */
+static inline size_t put_exception(unsigned char *q, uint32_t d,
+                                   const unsigned char *nv, uint32_t es,
+                                   uint32_t mask)
+{
+    const int64_t sd = d > mask / 2 ? (int64_t)d - (int64_t)mask - 1
+                                    : (int64_t)d;
+    if (sd >= -127 && sd <= 127) {
+        *q = (unsigned char)(sd & 0xff);
+        return 1;
+    }
+    q[0] = RS__DELTA_ESCAPE;
+    memcpy(q + 1, nv, es);
+    return 1 + (size_t)es;
+}
+
+/* The chunk's steps encoding into e->ops (its k changes, new bytes at cb,
+ * old ones in e->old): a byte per change, skips before long gaps, the
+ * exceptions inline. Returns its bytes; *xbytes_p = the exceptions' bytes
+ * (what a step map adds to its codes). */
+static uint64_t steps_encode(const rs__delta_enc_t *e,
+                             const unsigned char *cb, uint32_t k,
+                             uint64_t *xbytes_p)
+{
+    const uint32_t es = e->esize;
+    const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
+    unsigned char *q = e->ops;
+    uint64_t xbytes = 0;
+    uint32_t p = 0; /* the first element the next op can name */
+    for (uint32_t i = 0; i < k; i++) {
+        const uint32_t o = e->changed[i];
+        const uint32_t d = step_of(e->old, cb, o, es, mask);
+        uint32_t gap = o - p;
+        while (gap >= RS__DS_GAP) { /* a skip byte: 64 to 4096 elements */
+            uint32_t t = gap / RS__DS_GAP;
+            t = t > RS__DS_GAP ? RS__DS_GAP : t;
+            *q++ = (unsigned char)(RS__DS_SKIP << 6 | (t - 1));
+            gap -= RS__DS_GAP * t;
+        }
+        const unsigned op = op_of(d, mask);
+        *q++ = (unsigned char)(op << 6 | gap);
+        if (op == RS__DS_EXC) {
+            const size_t x = put_exception(q, d, cb + (size_t)o * es, es, mask);
+            q += x;
+            xbytes += x;
+        }
+        p = o + 1;
+    }
+    *xbytes_p = xbytes;
+    return (uint64_t)(q - e->ops);
+}
+
+/* The chunk's step map at p: 2 bits per element (the op + 1; 0 for an
+ * element that stayed), then the exceptions in order. */
+static void map_encode(const rs__delta_enc_t *e, unsigned char *p,
+                       const unsigned char *cb, uint32_t len, uint32_t k)
+{
+    const uint32_t es = e->esize;
+    const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
+    const size_t nb = ((size_t)len + 3) / 4;
+    unsigned char *x = p + nb;
+    memset(p, 0, nb);
+    for (uint32_t i = 0; i < k; i++) {
+        const uint32_t o = e->changed[i];
+        const uint32_t d = step_of(e->old, cb, o, es, mask);
+        const unsigned op = op_of(d, mask);
+        p[o / 4] |= (unsigned char)((op + 1) << (2 * (o % 4)));
+        if (op == RS__DS_EXC)
+            x += put_exception(x, d, cb + (size_t)o * es, es, mask);
+    }
+}
+
+/* The payload bytes of each kind for a chunk of len elements, k > 0 of
+ * them changed, and the smallest kind (a tie to the lower one); the steps
+ * encoding is left in e->ops. */
+static rs__delta_kind_t choose(const rs__delta_enc_t *e,
+                               const unsigned char *cb, uint32_t len,
+                               uint32_t k, uint64_t size[RS__DELTA_KINDS])
+{
+    const uint32_t es = e->esize;
+    uint64_t xbytes = 0;
+    size[RS__DELTA_SAME] = 0;
+    size[RS__DELTA_LIST] = (uint64_t)k * (2 + es);
+    size[RS__DELTA_BITMAP] = ((uint64_t)len + 7) / 8 + (uint64_t)k * es;
+    size[RS__DELTA_RAW] = (uint64_t)len * es;
+    size[RS__DELTA_STEPS] = steps_encode(e, cb, k, &xbytes);
+    size[RS__DELTA_STEPMAP] = ((uint64_t)len + 3) / 4 + xbytes;
     rs__delta_kind_t best = RS__DELTA_LIST;
-    for (int kind = RS__DELTA_BITMAP; kind <= RS__DELTA_RAW; kind++)
-        if (kind_size((rs__delta_kind_t)kind, len, k, es) <
-            kind_size(best, len, k, es))
+    for (int kind = RS__DELTA_BITMAP; kind < RS__DELTA_KINDS; kind++)
+        if (size[kind] < size[best])
             best = (rs__delta_kind_t)kind;
     return best;
 }
@@ -486,11 +608,14 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
                        const unsigned char *cb, uint32_t len)
 {
     const uint32_t es = e->esize, k = e->nchanged;
-    const rs__delta_kind_t kind = choose(len, k, es);
     e->nchanged = 0;
     if (e->limit == 0)
         return;
-    if (e->payload + kind_size(kind, len, k, es) > e->limit) {
+    uint64_t sizes[RS__DELTA_KINDS];
+    const rs__delta_kind_t kind = k == 0 ? RS__DELTA_SAME
+                                         : choose(e, cb, len, k, sizes);
+    const uint64_t size = k == 0 ? 0 : sizes[kind];
+    if (e->payload + size > e->limit) {
         e->limit = 0; /* past it: from here on only the copy */
         return;
     }
@@ -515,8 +640,13 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
     case RS__DELTA_RAW:
         memcpy(p, cb, (size_t)len * es);
         break;
+    case RS__DELTA_STEPS:
+        memcpy(p, e->ops, (size_t)size);
+        break;
+    case RS__DELTA_STEPMAP:
+        map_encode(e, p, cb, len, k);
+        break;
     }
-    const uint64_t size = kind_size(kind, len, k, es);
     const uint64_t word = e->payload | (uint64_t)kind << RS__DE_KIND_SHIFT;
     unsigned char *ent = e->out + RS__DELTA_HEADER + RS__DELTA_ENTRY * c;
     rs__put_le64(ent, word);

@@ -18,9 +18,20 @@
  * recently). */
 #define RS__DELTA_EST_TAILS 16u
 
+/* What the relative kinds (steps, step map) are estimated from: the share
+ * of changed elements whose step (new - old as an integer of the
+ * element's bytes) is +1 or -1, and the share of the others whose step
+ * does not fit a signed byte (an escaped exception, 1 + E bytes; the rest
+ * take 1). Defaults: bf16 at lr 1e-6 as measured (docs/delta.md, "Steps of
+ * the changed elements"). */
+#define RS__DELTA_EST_STEP1 0.887
+#define RS__DELTA_EST_ESCAPE 0.012
+
 /* The expected delta of shards of one element size at one changed share. */
 typedef struct rs__delta_est {
     double share;       /* probability that an element changed, 0 .. 1 */
+    double step1;       /* of the changed: share at +1 or -1 */
+    double escape;      /* of the others: share escaped */
     uint32_t esize;     /* 1, 2 or 4 */
     uint32_t chunk;     /* elements per chunk */
     double chunk_bytes; /* expected payload of a whole chunk */
@@ -31,13 +42,20 @@ typedef struct rs__delta_est {
 /* Expected payload bytes of one chunk of len elements of esize bytes whose
  * elements each changed with probability share, independently: the
  * binomial expectation of the codec's size rule (the smallest of same,
- * list, bitmap, raw; docs/delta.md, the encoding). */
-double rs__delta_chunk_expect(uint32_t len, uint32_t esize, double share);
+ * list, bitmap, raw, steps and step map; docs/delta.md, the encoding),
+ * with the relative kinds' bytes at k changes taken at their expectation
+ * for the given step1 and escape shares (rs__delta_est_t). */
+double rs__delta_chunk_expect(uint32_t len, uint32_t esize, double share,
+                              double step1, double escape);
 
 /* Sets e up for shards of esize bytes (1, 2 or 4) at the given share
- * (clamped to 0 .. 1) and chunk (0: RS__DELTA_CHUNK). */
+ * (clamped to 0 .. 1) and chunk (0: RS__DELTA_CHUNK), with the default
+ * step shares (RS__DELTA_EST_STEP1, RS__DELTA_EST_ESCAPE). */
 void rs__delta_est_init(rs__delta_est_t *e, double share, uint32_t esize,
                         uint32_t chunk);
+
+/* Sets e's step shares (each clamped to 0 .. 1). */
+void rs__delta_est_steps(rs__delta_est_t *e, double step1, double escape);
 
 /* Expected bytes a receiver reads to patch elements [a, b) (a < b <= n) of
  * a shard of n elements by a delta: the header, the index entries of the

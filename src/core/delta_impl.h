@@ -58,6 +58,42 @@ static inline uint32_t rs__delta_chunk_len(uint64_t n, uint32_t chunk,
     return (uint32_t)(n - start < chunk ? n - start : chunk);
 }
 
+/* The relative kinds (docs/formats.md, "Deltas"). A steps byte is an op
+ * in its top two bits and a gap in its low six; a step map gives each
+ * element a 2-bit code. An exception is a signed byte step (-127 .. 127,
+ * not 0), or RS__DELTA_ESCAPE and the element's E new bytes. */
+#define RS__DS_PLUS 0u  /* op and code: new = old + 1 */
+#define RS__DS_MINUS 1u /* new = old - 1 */
+#define RS__DS_EXC 2u   /* an exception follows */
+#define RS__DS_SKIP 3u  /* steps only: 64 (gap + 1) elements skipped */
+#define RS__DS_GAP 64u  /* gaps 0 .. 63 fit an op byte */
+#define RS__DM_PLUS 1u  /* a step map's codes (0: the element stayed) */
+#define RS__DM_MINUS 2u
+#define RS__DM_EXC 3u
+#define RS__DELTA_ESCAPE 0x80u
+
+/* The E-byte little-endian integer at p. */
+static inline uint32_t rs__delta_load(const unsigned char *p, uint32_t es)
+{
+    switch (es) {
+    case 1: return p[0];
+    case 2: return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    default: return rs__le32(p);
+    }
+}
+
+/* The E-byte integer at p gets + d, modulo 2^(8E): the format's step
+ * arithmetic wraps, so any bytes held give defined bytes. */
+static inline void rs__delta_add(unsigned char *p, uint32_t es, uint32_t d)
+{
+    const uint32_t v = rs__delta_load(p, es) + d;
+    switch (es) {
+    case 1: p[0] = (unsigned char)v; break;
+    case 2: p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); break;
+    default: rs__put_le32(p, v); break;
+    }
+}
+
 /* rsd64 over chunk c's number, its entry's first word, its payload's end
  * and the payload itself: a chunk read alone (a sub-range) is checked
  * against its own place, kind and length, not only its bytes. */

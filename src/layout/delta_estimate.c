@@ -35,6 +35,17 @@ void rs_delta_estimator_destroy(rs_delta_estimator_h est)
     free(est);
 }
 
+rs_status_t rs_delta_estimator_set_steps(rs_delta_estimator_h est,
+                                         double step1, double escape,
+                                         rs_diag_t *diag)
+{
+    if (!(step1 >= 0 && step1 <= 1) || !(escape >= 0 && escape <= 1))
+        return rs__diag_set(diag, RS_ERR_INVALID_ARG, "delta estimate: step "
+                            "shares %g and %g (want 0 to 1)", step1, escape);
+    rs__delta_est_steps(&est->est, step1, escape);
+    return RS_OK;
+}
+
 double rs_delta_estimate_range(rs_delta_estimator_h est, uint64_t n,
                                uint64_t a, uint64_t b)
 {

@@ -12,7 +12,9 @@ contents"), written again from the text of that section, and checks of what
         differ between VERSION and VERSION+1 (counted on the bytes computed
         here, which `digests` ties to the served ones) equal the elements
         whose epoch changes, counted by the epoch formula alone, and their
-        share is within a binomial bound of F. Prints "changed C of N".
+        share is within a binomial bound of F; of those, 7 in 8 (within a
+        binomial bound) moved by one as an integer of their bytes. Prints
+        "changed C of N, S by one step".
     python3 changed_fraction.py q F
         prints floor(F * 2^32), or "refused".
 """
@@ -65,11 +67,18 @@ def epoch(h, q, v, i):
     return ((v * q + phase) >> 32) & M64
 
 
+def segment(h, e, i):
+    """The epoch's segment: a new value every 8 epochs, at an offset given
+    by the low 3 bits of the phase's hash."""
+    return ((e + (splitmix(h ^ 0xBB67AE8584CAA73B, i) & 7)) & M64) // 8
+
+
 def z_of(h, q, v, i):
     if q is None:
         return splitmix(h ^ ((v * 0xD1B54A32D192ED03) & M64), i)
     e = epoch(h, q, v, i)
-    z = splitmix(h ^ ((e * 0xD1B54A32D192ED03) & M64) ^ 0x6A09E667F3BCC909, i)
+    s = segment(h, e, i)
+    z = splitmix(h ^ ((s * 0xD1B54A32D192ED03) & M64) ^ 0x6A09E667F3BCC909, i)
     return (z & ~1 & M64) | (e & 1)
 
 
@@ -164,7 +173,7 @@ def share(tabs, version, q, text):
     for t in tabs:
         for ten in t["tensors"]:
             full[ten["name"]] = (DTYPES[ten["dtype"]], ten["full_shape"])
-    changed = epochs = total = 0
+    changed = epochs = total = one = 0
     for name, (dt, shape) in sorted(full.items()):
         h = fnv1a64(name)
         numel = math.prod(shape)
@@ -173,6 +182,8 @@ def share(tabs, version, q, text):
             b = element(dt, z_of(h, q, version + 1, i))
             changed += a != b
             epochs += epoch(h, q, version, i) != epoch(h, q, version + 1, i)
+            ia, ib = int.from_bytes(a, "little"), int.from_bytes(b, "little")
+            one += abs(ia - ib) == 1
         total += numel
     if changed != epochs:
         sys.exit(f"changed {changed} of {total} elements, but {epochs} "
@@ -183,7 +194,12 @@ def share(tabs, version, q, text):
     if abs(changed - mean) > slack:
         sys.exit(f"changed {changed} of {total} elements, F={text} expects "
                  f"{mean:.0f} +- {slack:.0f}")
-    print(f"changed {changed} of {total}")
+    # of the changes, 7 in 8 are a step of one as an integer of the bytes
+    slack = 6 * math.sqrt(changed * 7 / 64) + 1
+    if abs(one - changed * 7 / 8) > slack:
+        sys.exit(f"{one} of {changed} changes are steps of one, 7 in 8 "
+                 f"expected (+- {slack:.0f})")
+    print(f"changed {changed} of {total}, {one} by one step")
 
 
 def main():

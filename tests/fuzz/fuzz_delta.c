@@ -40,6 +40,20 @@ static void resign(unsigned char *d, size_t len)
     rs__put_le64(d + RS__DH_CHECK, rs_digest(d, RS__DH_CHECK));
 }
 
+/* One element changed as an optimizer step changes one (the codec's
+ * relative kinds): +1 or -1 as an integer of its es bytes (wrapping), a
+ * step of a signed byte, or its top byte changed (an escaped exception). */
+static void change_element(unsigned char *el, uint32_t es, unsigned how,
+                           uint8_t v)
+{
+    switch (how) {
+    case 0: rs__delta_add(el, es, 1); break;
+    case 1: rs__delta_add(el, es, UINT32_MAX); break;
+    case 2: rs__delta_add(el, es, (uint32_t)(int32_t)(int8_t)(v | 1)); break;
+    default: el[es - 1] ^= (unsigned char)(v | 1); break;
+    }
+}
+
 static void sub_range(fz_in_t *in, const unsigned char *d, uint64_t n,
                       uint32_t es, const unsigned char *old,
                       const unsigned char *neu)
@@ -83,12 +97,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned char *old = malloc(bytes + 1), *neu = malloc(bytes + 1);
     unsigned char *arena = malloc(bytes + 1);
     const uint8_t seed = fz_u8(&in), rate = fz_u8(&in);
+    const int steps = (int)fz_below(&in, 2); /* optimizer-like changes */
     for (size_t i = 0; i < bytes; i++) {
         old[i] = (unsigned char)(seed + i * 37);
         neu[i] = old[i];
-        if ((uint8_t)(i * 151 + seed) < rate)
+        if (!steps && (uint8_t)(i * 151 + seed) < rate)
             neu[i] ^= (unsigned char)(1 + fz_below(&in, 255));
     }
+    for (uint64_t i = 0; steps && i < n; i++)
+        if ((uint8_t)(i * 151 + seed) < rate) /* +-1, a byte's step, any */
+            change_element(neu + i * es, es, (unsigned)fz_below(&in, 4),
+                           fz_u8(&in));
     memcpy(arena, old, bytes);
     const size_t bound = rs__delta_bound(n, es, chunk);
     unsigned char *d = malloc(bound);

@@ -1,15 +1,22 @@
 /* The delta codec (docs/delta.md): for seeded random changes at 0 %, 0.1 %,
  * 2 %, 30 % and 100 % of the elements, element sizes 1, 2 and 4, odd
  * element counts and changes on chunk edges, the encoding copy leaves the
- * new bytes in the arena, each chunk takes the kind this test computes as
- * the smallest from its own count of changed elements, and applying the
+ * new bytes in the arena, each chunk takes the kind (and payload size) this
+ * test computes as the smallest from its own count of changed elements and
+ * of their integer steps, for random changes and for optimizer-like ones
+ * (+-1 steps, wrapping ones on chunk edges, small and escaped exceptions,
+ * so that every kind occurs), and applying the
  * delta (whole, or the chunks covering a sub-range) to the old bytes gives
  * the new bytes exactly. Every damaged delta (a flipped byte anywhere in
  * the header, the index or the payload, a truncation, a wrong base
  * version, a wrong shard size, and payloads whose checks were recomputed
  * so that only their structure is wrong: offsets past the chunk or the
- * payload, unsorted lists, stray bitmap bits, unknown kinds) is refused
- * with a message, and the buffer it was applied to is untouched. */
+ * payload, unsorted lists, stray bitmap bits, steps that leave the chunk or
+ * end on a skip, zero or cut exceptions, step-map codes past the chunk or
+ * without their exceptions, unknown kinds) is refused with a message, and
+ * the buffer it was applied to is untouched. Steps and step maps are also
+ * checked byte for byte against payloads written out by hand from the
+ * format. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,43 +63,122 @@ static pair_t make_pair(uint64_t n, uint32_t es, uint32_t permille,
     return p;
 }
 
+/* x + d as a little-endian integer of es bytes, modulo 2^(8 es), byte by
+ * byte with a carry. */
+static void add_le(unsigned char *x, uint32_t es, int d)
+{
+    const uint64_t u = (uint64_t)(int64_t)d; /* two's complement bytes */
+    unsigned carry = 0;
+    for (uint32_t i = 0; i < es; i++) {
+        const unsigned byte = (unsigned)(u >> (8 * i)) & 0xff;
+        const unsigned sum = x[i] + byte + carry;
+        x[i] = (unsigned char)sum;
+        carry = sum >> 8;
+    }
+}
+
+/* As make_pair, with changes as an optimizer step makes them: of the
+ * changed elements 80 % +1 or -1 as an integer of their bytes, 12 % a
+ * step of 2 to 127 either way, 8 % their top byte flipped by 0x80 (a
+ * step no signed byte holds); the edges wrap: all ones + 1, zero - 1. */
+static pair_t make_step_pair(uint64_t n, uint32_t es, uint32_t permille,
+                             const uint64_t *edges, size_t nedges)
+{
+    pair_t p = make_pair(n, es, 0, NULL, 0);
+    for (uint64_t i = 0; i < n; i++) {
+        if (rnd(1000) >= permille)
+            continue;
+        unsigned char *el = p.neu + i * es;
+        const uint64_t r = rnd(100);
+        if (r < 80)
+            add_le(el, es, rnd(2) ? 1 : -1);
+        else if (r < 92)
+            add_le(el, es, (int)(2 + rnd(126)) * (rnd(2) ? 1 : -1));
+        else
+            el[es - 1] ^= 0x80;
+    }
+    for (size_t j = 0; j < nedges; j++) {
+        if (edges[j] >= n)
+            continue;
+        memset(p.old + edges[j] * es, j % 2 ? 0 : 0xff, es);
+        memset(p.neu + edges[j] * es, j % 2 ? 0xff : 0, es);
+    }
+    return p;
+}
+
 static void free_pair(pair_t *p)
 {
     free(p->old);
     free(p->neu);
 }
 
-/* The kind the encoder must pick for a chunk of len elements, k changed:
- * the smallest, the earlier of equals (docs/delta.md). */
-static unsigned expected_kind(uint32_t len, uint32_t k, uint32_t es)
+/* The step of element i, new - old as an integer of es bytes, in
+ * -2^(8 es - 1) .. 2^(8 es - 1) - 1. */
+static int64_t step_of(const pair_t *p, uint64_t i)
 {
-    if (k == 0)
-        return 0;
-    const uint64_t list = (uint64_t)k * (2 + es);
-    const uint64_t bitmap = (len + 7) / 8 + (uint64_t)k * es;
-    const uint64_t raw = (uint64_t)len * es;
-    unsigned kind = 1;
-    uint64_t best = list;
-    if (bitmap < best)
-        kind = 2, best = bitmap;
-    if (raw < best)
-        kind = 3;
-    return kind;
+    uint64_t o = 0, w = 0;
+    for (uint32_t b = p->es; b > 0; b--) {
+        o = o << 8 | p->old[i * p->es + b - 1];
+        w = w << 8 | p->neu[i * p->es + b - 1];
+    }
+    const uint64_t m = (uint64_t)1 << (8 * p->es);
+    const uint64_t d = (w + m - o) % m;
+    return d >= m / 2 ? (int64_t)d - (int64_t)m : (int64_t)d;
 }
 
+/* The payload bytes of every kind for chunk [lo, lo + len) of p, from the
+ * format's rules (docs/formats.md); sizes[0] = 0 means unchanged. */
+static void kind_sizes(const pair_t *p, uint64_t lo, uint32_t len,
+                       uint64_t sizes[6], uint32_t *k_p)
+{
+    const uint32_t es = p->es;
+    uint64_t k = 0, xbytes = 0, skips = 0, prev = 0;
+    for (uint64_t i = 0; i < len; i++) {
+        if (memcmp(p->old + (lo + i) * es, p->neu + (lo + i) * es, es) == 0)
+            continue;
+        const int64_t d = step_of(p, lo + i);
+        if (d != 1 && d != -1)
+            xbytes += d >= -127 && d <= 127 ? 1 : 1 + es;
+        /* a gap of g takes ceil(floor(g / 64) / 64) skip bytes */
+        skips += ((i - prev) / 64 + 63) / 64;
+        prev = i + 1;
+        k++;
+    }
+    sizes[0] = 0;
+    sizes[1] = k * (2 + es);
+    sizes[2] = (len + 7) / 8 + k * es;
+    sizes[3] = (uint64_t)len * es;
+    sizes[4] = k + skips + xbytes;
+    sizes[5] = (len + 3) / 4 + xbytes;
+    *k_p = (uint32_t)k;
+}
+
+/* Each chunk's kind is the smallest (the earlier of equals) and its
+ * payload that kind's size; *seen gets a bit per kind met. */
 static void check_kinds(const pair_t *p, uint32_t chunk,
-                        const unsigned char *delta)
+                        const unsigned char *delta, unsigned *seen)
 {
     const uint64_t nchunks = (p->n + chunk - 1) / chunk;
     for (uint64_t c = 0; c < nchunks; c++) {
         const uint64_t lo = c * chunk;
         const uint32_t len = (uint32_t)(p->n - lo < chunk ? p->n - lo : chunk);
+        uint64_t sizes[6];
         uint32_t k = 0;
-        for (uint64_t i = lo; i < lo + len; i++)
-            k += memcmp(p->old + i * p->es, p->neu + i * p->es, p->es) != 0;
+        kind_sizes(p, lo, len, sizes, &k);
+        unsigned kind = 0;
+        if (k > 0) {
+            kind = 1;
+            for (unsigned t = 2; t < 6; t++)
+                if (sizes[t] < sizes[kind])
+                    kind = t;
+        }
         const unsigned char *ent = delta + 80 + 16 * c;
-        assert_int_equal(ent[6], expected_kind(len, k, p->es));
+        assert_int_equal(ent[6], kind);
         assert_int_equal(ent[7], 0);
+        const uint64_t off = rs__le64(ent) & RS__DE_OFFSET_MASK;
+        const uint64_t end = rs__le64(ent + 16) & RS__DE_OFFSET_MASK;
+        assert_int_equal(end - off, sizes[kind]);
+        *seen |= 1u << kind;
     }
 }
 
@@ -190,16 +276,18 @@ static void apply_sub(const pair_t *p, const unsigned char *delta, uint64_t a,
     free(buf);
 }
 
+static unsigned g_seen; /* the kinds the round trips met */
+
 static void round_trip(uint64_t n, uint32_t es, uint32_t chunk,
-                       uint32_t permille)
+                       uint32_t permille, int steps)
 {
     const uint64_t edges[] = {0, chunk - 1, chunk, 2 * (uint64_t)chunk - 1,
                               n - 1};
-    pair_t p = make_pair(n, es, permille, permille ? edges : NULL,
-                         permille ? 5 : 0);
+    pair_t p = (steps ? make_step_pair : make_pair)(
+        n, es, permille, permille ? edges : NULL, permille ? 5 : 0);
     size_t len = 0;
     unsigned char *delta = encode(&p, chunk, 41, &len);
-    check_kinds(&p, chunk, delta);
+    check_kinds(&p, chunk, delta, &g_seen);
     if (permille == 0)
         assert_int_equal(len, 80 + 16 * ((n + chunk - 1) / chunk + 1));
     check_runs(&p, chunk, 41, delta, len);
@@ -224,15 +312,21 @@ static void test_round_trips(void **state)
     static const uint32_t permille[] = {0, 1, 20, 300, 1000};
     static const uint32_t sizes[] = {1, 2, 4};
     rng = 1;
-    for (size_t s = 0; s < 3; s++)
-        for (size_t f = 0; f < 5; f++) {
-            round_trip(3 * 4096 + 777, sizes[s], 4096, permille[f]);
-            round_trip(1001, sizes[s], 8, permille[f]);
-            round_trip(8 * 64, sizes[s], 64, permille[f]);
-        }
-    /* offsets up to 65535 in chunks of the largest size */
-    round_trip(2 * 65536 + 5, 2, 65536, 300);
-    round_trip(1, 4, 4096, 1000);
+    g_seen = 0;
+    for (int steps = 0; steps < 2; steps++)
+        for (size_t s = 0; s < 3; s++)
+            for (size_t f = 0; f < 5; f++) {
+                round_trip(3 * 4096 + 777, sizes[s], 4096, permille[f],
+                           steps);
+                round_trip(1001, sizes[s], 8, permille[f], steps);
+                round_trip(8 * 64, sizes[s], 64, permille[f], steps);
+            }
+    /* offsets up to 65535 in chunks of the largest size; skips of up to
+     * 4096 elements */
+    round_trip(2 * 65536 + 5, 2, 65536, 300, 0);
+    round_trip(2 * 65536 + 5, 1, 65536, 1, 1);
+    round_trip(1, 4, 4096, 1000, 0);
+    assert_int_equal(g_seen, 0x3f); /* every kind, 0 to 5 */
 }
 
 static void test_empty_shard(void **state)
@@ -332,6 +426,9 @@ static unsigned char *one_chunk(pair_t *p, const uint64_t *at, size_t nat,
                                 size_t *len_p)
 {
     *p = make_pair(40, 2, 0, at, nat);
+    for (size_t i = 0; i < nat; i++) /* steps no signed byte holds, so the
+                                      * steps kind ties and a list is kept */
+        p->neu[at[i] * 2 + 1] ^= 0x80;
     return encode(p, 64, 1, len_p);
 }
 
@@ -356,9 +453,10 @@ static void test_structure_refused(void **state)
     pay[2] = 9;
     resign(d);
     apply_whole(&p, d, len, 1); /* restored: accepted again */
-    /* an unknown kind, and a kind with a payload of another size */
+    /* an unknown kind, and a kind with a payload of another size (steps
+     * may read a list's bytes as valid ops: tested on its own below) */
     for (unsigned kind = 0; kind < 8; kind++) {
-        if (kind == RS__DELTA_LIST)
+        if (kind == RS__DELTA_LIST || kind == RS__DELTA_STEPS)
             continue;
         d[80 + 6] = (unsigned char)kind;
         resign(d);
@@ -387,6 +485,123 @@ static void test_structure_refused(void **state)
     refused_whole(&q, b, qlen, 1, 20);
     free(b);
     free_pair(&q);
+}
+
+/* A delta of n elements of es bytes (one chunk of `chunk`) whose changes
+ * are the steps d[i] at elements at[i] (an escaped one when |d| > 127):
+ * old zero-filled but for a pattern, new = old + d. */
+static unsigned char *steps_delta(pair_t *p, uint64_t n, uint32_t es,
+                                  uint32_t chunk, const uint64_t *at,
+                                  const int *d, size_t nat, size_t *len_p)
+{
+    *p = make_pair(n, es, 0, NULL, 0);
+    for (size_t i = 0; i < nat; i++)
+        add_le(p->neu + at[i] * es, es, d[i]);
+    return encode(p, chunk, 1, len_p);
+}
+
+static void test_steps_by_hand(void **state)
+{
+    (void)state;
+    rng = 7;
+    pair_t p;
+    size_t len;
+    /* E = 2, 40 elements: +1 at 3, -1 at 9, +5 at 10, +300 (escaped) at
+     * 30: a list would take 16 bytes, a bitmap 13, a step map 14; steps
+     * take 8: op byte (op << 6 | gap), exceptions inline */
+    const uint64_t at[] = {3, 9, 10, 30};
+    const int d[] = {1, -1, 5, 300};
+    unsigned char *x = steps_delta(&p, 40, 2, 64, at, d, 4, &len);
+    const unsigned char *pay = x + 80 + 32;
+    assert_int_equal(x[80 + 6], RS__DELTA_STEPS);
+    assert_int_equal(len, 80 + 32 + 8);
+    const unsigned char want[] = {0x03, 0x45, 0x80, 0x05, 0x93, 0x80,
+                                  p.neu[60], p.neu[61]};
+    assert_memory_equal(pay, want, 8);
+    apply_whole(&p, x, len, 1);
+    /* a change past the chunk's 40 elements: refused */
+    unsigned char *bad = malloc(len);
+    memcpy(bad, x, len);
+    bad[80 + 32 + 4] = 0x80 | 63;
+    resign(bad);
+    refused_whole(&p, bad, len, 1, 80);
+    /* an exception of step 0 */
+    memcpy(bad, x, len);
+    bad[80 + 32 + 3] = 0;
+    resign(bad);
+    refused_whole(&p, bad, len, 1, 80);
+    /* an escape cut short: one byte less of payload, header and index
+     * saying so */
+    memcpy(bad, x, len);
+    rs__put_le64(bad + RS__DH_PAYLOAD, 7);
+    rs__put_le64(bad + 80 + 16, 7);
+    resign(bad);
+    refused_whole(&p, bad, len - 1, 1, 80);
+    free(bad);
+    free(x);
+    free_pair(&p);
+
+    /* E = 2, one chunk of 8192: +1 at 0, +1 at 5000:
+     * a skip of 64 x 64, one of 64 x 14, then the gap of 7 */
+    const uint64_t at2[] = {0, 5000};
+    const int d2[] = {1, 1};
+    x = steps_delta(&p, 8192, 2, 8192, at2, d2, 2, &len);
+    assert_int_equal(x[80 + 6], RS__DELTA_STEPS);
+    const unsigned char want2[] = {0x00, 0xff, 0xcd, 0x07};
+    assert_int_equal(len, 80 + 32 + 4);
+    assert_memory_equal(x + 80 + 32, want2, 4);
+    apply_whole(&p, x, len, 1);
+    free(x);
+    free_pair(&p);
+
+    /* a skip at the end (nothing after it): refused */
+    const uint64_t at3[] = {3, 9};
+    const int d3[] = {1, -1};
+    x = steps_delta(&p, 200, 2, 256, at3, d3, 2, &len);
+    assert_int_equal(x[80 + 6], RS__DELTA_STEPS);
+    assert_int_equal(x[80 + 32 + 1], 0x45);
+    x[80 + 32 + 1] = 0xc0;
+    resign(x);
+    refused_whole(&p, x, len, 1, 400);
+    free(x);
+    free_pair(&p);
+
+    /* E = 1, 38 elements, 0 to 35 changed: +1, but -1 at 4 and 7, +9 at 20:
+     * a step map (10 bytes of codes, 1 exception byte) */
+    uint64_t at4[36];
+    int d4[36];
+    for (int i = 0; i < 36; i++) {
+        at4[i] = (uint64_t)i;
+        d4[i] = i == 4 || i == 7 ? -1 : i == 20 ? 9 : 1;
+    }
+    x = steps_delta(&p, 38, 1, 64, at4, d4, 36, &len);
+    assert_int_equal(x[80 + 6], RS__DELTA_STEPMAP);
+    assert_int_equal(len, 80 + 32 + 11);
+    /* codes 1 (+1), 2 (-1), 3 (exception), 0 (same), 2 bits each from the
+     * low bits of byte 0 */
+    const unsigned char want4[] = {0x55, 0x96, 0x55, 0x55, 0x55,
+                                   0x57, 0x55, 0x55, 0x55, 0x00, 0x09};
+    assert_memory_equal(x + 80 + 32, want4, 11);
+    apply_whole(&p, x, len, 1);
+    bad = malloc(len);
+    /* a code past the chunk's 38 elements */
+    memcpy(bad, x, len);
+    bad[80 + 32 + 9] = 0x10;
+    resign(bad);
+    refused_whole(&p, bad, len, 1, 38);
+    /* a code turned exception whose byte is missing */
+    memcpy(bad, x, len);
+    bad[80 + 32 + 0] = 0x57;
+    resign(bad);
+    refused_whole(&p, bad, len, 1, 38);
+    /* an exception of step 0 */
+    memcpy(bad, x, len);
+    bad[80 + 32 + 10] = 0;
+    resign(bad);
+    refused_whole(&p, bad, len, 1, 38);
+    free(bad);
+    free(x);
+    free_pair(&p);
 }
 
 /* Flipping a byte of what a sub-range reader fetches: refused, untouched. */
@@ -531,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_flipped_bytes_refused),
         cmocka_unit_test(test_truncated_wrong_base_wrong_size),
         cmocka_unit_test(test_structure_refused),
+        cmocka_unit_test(test_steps_by_hand),
         cmocka_unit_test(test_sub_range_damage_refused),
         cmocka_unit_test(test_encoder_refusals),
         cmocka_unit_test(test_limit),
