@@ -114,8 +114,8 @@ static inline int steps_walk(const chunk_ref_t *r, uint32_t es,
         if (op == RS__DS_EXC) {
             if (!exception_at(p, r->size, &i, es, el))
                 return 0;
-        } else if (el != NULL) {
-            rs__delta_add(el, es, op == RS__DS_PLUS ? 1u : UINT32_MAX);
+        } else if (el != NULL) { /* +1 or -1, without a branch */
+            rs__delta_add(el, es, 1u - 2u * (op - RS__DS_PLUS));
         }
         at++;
         last_skip = 0;
@@ -168,8 +168,8 @@ static inline void map_patch(const chunk_ref_t *r, uint32_t es,
                 elem_at(dst, a, b, start + 32 * (uint64_t)w + bit / 2, es);
             if (code == RS__DM_EXC) /* walked even outside [a, b) */
                 (void)exception_at(r->p, r->size, &i, es, el);
-            else if (el != NULL)
-                rs__delta_add(el, es, code == RS__DM_PLUS ? 1u : UINT32_MAX);
+            else if (el != NULL) /* +1 or -1, without a branch */
+                rs__delta_add(el, es, 1u - 2u * (code - RS__DM_PLUS));
         }
     }
 }

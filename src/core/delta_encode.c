@@ -462,9 +462,11 @@ static inline uint32_t step_of(const unsigned char *old,
             rs__delta_load(old + (size_t)o * es, es)) & mask;
 }
 
+/* Without a branch: whether a change is +1 or -1 is a coin toss. */
 static inline unsigned op_of(uint32_t d, uint32_t mask)
 {
-    return d == 1 ? RS__DS_PLUS : d == mask ? RS__DS_MINUS : RS__DS_EXC;
+    return RS__DS_EXC - (unsigned)(d == 1) * (RS__DS_EXC - RS__DS_PLUS) -
+           (unsigned)(d == mask) * (RS__DS_EXC - RS__DS_MINUS);
 }
 
 /* Writes the exception of step d (never 0) of the element whose new bytes
@@ -488,12 +490,12 @@ static inline size_t put_exception(unsigned char *q, uint32_t d,
 /* The chunk's steps encoding into e->ops (its k changes, new bytes at cb,
  * old ones in e->old): a byte per change, skips before long gaps, the
  * exceptions inline. Returns its bytes; *xbytes_p = the exceptions' bytes
- * (what a step map adds to its codes). */
-static uint64_t steps_encode(const rs__delta_enc_t *e,
-                             const unsigned char *cb, uint32_t k,
-                             uint64_t *xbytes_p)
+ * (what a step map adds to its codes). es is a constant wherever this is
+ * inlined. */
+static inline uint64_t steps_encode_es(const rs__delta_enc_t *e,
+                                       const unsigned char *cb, uint32_t k,
+                                       uint64_t *xbytes_p, uint32_t es)
 {
-    const uint32_t es = e->esize;
     const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
     unsigned char *q = e->ops;
     uint64_t xbytes = 0;
@@ -521,12 +523,23 @@ static uint64_t steps_encode(const rs__delta_enc_t *e,
     return (uint64_t)(q - e->ops);
 }
 
+static uint64_t steps_encode(const rs__delta_enc_t *e,
+                             const unsigned char *cb, uint32_t k,
+                             uint64_t *xbytes_p)
+{
+    switch (e->esize) {
+    case 1: return steps_encode_es(e, cb, k, xbytes_p, 1);
+    case 2: return steps_encode_es(e, cb, k, xbytes_p, 2);
+    default: return steps_encode_es(e, cb, k, xbytes_p, 4);
+    }
+}
+
 /* The chunk's step map at p: 2 bits per element (the op + 1; 0 for an
  * element that stayed), then the exceptions in order. */
-static void map_encode(const rs__delta_enc_t *e, unsigned char *p,
-                       const unsigned char *cb, uint32_t len, uint32_t k)
+static inline void map_encode_es(const rs__delta_enc_t *e, unsigned char *p,
+                                 const unsigned char *cb, uint32_t len,
+                                 uint32_t k, uint32_t es)
 {
-    const uint32_t es = e->esize;
     const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
     const size_t nb = ((size_t)len + 3) / 4;
     unsigned char *x = p + nb;
@@ -538,6 +551,16 @@ static void map_encode(const rs__delta_enc_t *e, unsigned char *p,
         p[o / 4] |= (unsigned char)((op + 1) << (2 * (o % 4)));
         if (op == RS__DS_EXC)
             x += put_exception(x, d, cb + (size_t)o * es, es, mask);
+    }
+}
+
+static void map_encode(const rs__delta_enc_t *e, unsigned char *p,
+                       const unsigned char *cb, uint32_t len, uint32_t k)
+{
+    switch (e->esize) {
+    case 1: map_encode_es(e, p, cb, len, k, 1); break;
+    case 2: map_encode_es(e, p, cb, len, k, 2); break;
+    default: map_encode_es(e, p, cb, len, k, 4); break;
     }
 }
 

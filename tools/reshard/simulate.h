@@ -137,6 +137,11 @@ void rs_sim_print_fp8_receiver(const sim_t *s, const receiver_t *x);
  * FP8), FP8 codes, FP8 scales (docs/simulator.md#deltas). */
 typedef struct sim_shares {
     double bf16, codes, scales;
+    /* of the changed elements of each (bf16, codes, scales): the share
+     * that moved by one as an integer of its bytes, and of the others the
+     * share whose step needs more than a signed byte (the estimate's
+     * assumption for the codec's relative kinds) */
+    double step1[3], escape[3];
 } sim_shares_t;
 sim_shares_t rs_sim_delta_shares(const sim_args_t *a);
 /* Sets up the estimators (s->delta) when deltas are on; RS_CLI_*. */
