@@ -462,29 +462,14 @@ static inline uint32_t step_of(const unsigned char *old,
             rs__delta_load(old + (size_t)o * es, es)) & mask;
 }
 
-/* Without a branch: whether a change is +1 or -1 is a coin toss. */
+/* Whether a change is +1 or -1 is a coin toss no branch predictor
+ * follows, so only the rarer exception is a branch: t = d + 1 is 2 for
+ * +1 and 0 for -1 (1 cannot occur: d is not 0), and the op of those two
+ * is arithmetic. */
 static inline unsigned op_of(uint32_t d, uint32_t mask)
 {
-    return RS__DS_EXC - (unsigned)(d == 1) * (RS__DS_EXC - RS__DS_PLUS) -
-           (unsigned)(d == mask) * (RS__DS_EXC - RS__DS_MINUS);
-}
-
-/* Writes the exception of step d (never 0) of the element whose new bytes
- * are nv at q: a signed byte step when it fits, else the escape and the
- * new bytes; returns the bytes written. */
-static inline size_t put_exception(unsigned char *q, uint32_t d,
-                                   const unsigned char *nv, uint32_t es,
-                                   uint32_t mask)
-{
-    const int64_t sd = d > mask / 2 ? (int64_t)d - (int64_t)mask - 1
-                                    : (int64_t)d;
-    if (sd >= -127 && sd <= 127) {
-        *q = (unsigned char)(sd & 0xff);
-        return 1;
-    }
-    q[0] = RS__DELTA_ESCAPE;
-    memcpy(q + 1, nv, es);
-    return 1 + (size_t)es;
+    const uint32_t t = (d + 1) & mask;
+    return t > 2 ? RS__DS_EXC : RS__DS_MINUS - (t >> 1);
 }
 
 /* The chunk's steps encoding into e->ops (its k changes, new bytes at cb,
@@ -497,25 +482,42 @@ static inline uint64_t steps_encode_es(const rs__delta_enc_t *e,
                                        uint64_t *xbytes_p, uint32_t es)
 {
     const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
-    unsigned char *q = e->ops;
+    /* locals the stores through q cannot alias */
+    const uint16_t *restrict changed = e->changed;
+    const unsigned char *restrict old = e->old;
+    unsigned char *restrict q = e->ops;
     uint64_t xbytes = 0;
     uint32_t p = 0; /* the first element the next op can name */
     for (uint32_t i = 0; i < k; i++) {
-        const uint32_t o = e->changed[i];
-        const uint32_t d = step_of(e->old, cb, o, es, mask);
+        const uint32_t o = changed[i];
+        const uint32_t d = step_of(old, cb, o, es, mask);
         uint32_t gap = o - p;
-        while (gap >= RS__DS_GAP) { /* a skip byte: 64 to 4096 elements */
-            uint32_t t = gap / RS__DS_GAP;
-            t = t > RS__DS_GAP ? RS__DS_GAP : t;
-            *q++ = (unsigned char)(RS__DS_SKIP << 6 | (t - 1));
-            gap -= RS__DS_GAP * t;
+        /* skip bytes of 64 to 4096 elements until one byte is left to
+         * skip: a gap of 64 .. 4159 takes one, written without a branch
+         * (a quarter of the gaps at 2 % changed, a coin toss again) */
+        while (gap >= RS__DS_GAP * (RS__DS_GAP + 1)) {
+            *q++ = (unsigned char)(RS__DS_SKIP << 6 | (RS__DS_GAP - 1));
+            gap -= RS__DS_GAP * RS__DS_GAP;
         }
+        const uint32_t t = gap / RS__DS_GAP; /* 0 .. 64 */
+        *q = (unsigned char)(RS__DS_SKIP << 6 | ((t - 1) & (RS__DS_GAP - 1)));
+        q += t != 0; /* left as scratch the op overwrites when t is 0 */
+        gap -= RS__DS_GAP * t;
         const unsigned op = op_of(d, mask);
-        *q++ = (unsigned char)(op << 6 | gap);
-        if (op == RS__DS_EXC) {
-            const size_t x = put_exception(q, d, cb + (size_t)o * es, es, mask);
-            q += x;
-            xbytes += x;
+        q[0] = (unsigned char)(op << 6 | gap);
+        /* an exception's signed byte is the step's low byte; it is kept
+         * (q moves past it) only for an exception, without a branch (one
+         * change in ten); a step beyond a signed byte (one in a thousand)
+         * is escaped */
+        q[1] = (unsigned char)d;
+        const unsigned exc = op == RS__DS_EXC;
+        q += 1 + exc;
+        xbytes += exc;
+        if (exc && ((d + 127) & mask) > 254) {
+            q[-1] = RS__DELTA_ESCAPE;
+            memcpy(q, cb + (size_t)o * es, es);
+            q += es;
+            xbytes += es;
         }
         p = o + 1;
     }
@@ -534,34 +536,58 @@ static uint64_t steps_encode(const rs__delta_enc_t *e,
     }
 }
 
-/* The chunk's step map at p: 2 bits per element (the op + 1; 0 for an
- * element that stayed), then the exceptions in order. */
-static inline void map_encode_es(const rs__delta_enc_t *e, unsigned char *p,
-                                 const unsigned char *cb, uint32_t len,
-                                 uint32_t k, uint32_t es)
+/* Stores the codes of elements 32 word .. 32 word + 31 into the map's
+ * first nb bytes at p. */
+static inline void put_codes(unsigned char *p, size_t nb, uint32_t word,
+                             uint64_t codes)
 {
-    const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
-    const size_t nb = ((size_t)len + 3) / 4;
-    unsigned char *x = p + nb;
-    memset(p, 0, nb);
-    for (uint32_t i = 0; i < k; i++) {
-        const uint32_t o = e->changed[i];
-        const uint32_t d = step_of(e->old, cb, o, es, mask);
-        const unsigned op = op_of(d, mask);
-        p[o / 4] |= (unsigned char)((op + 1) << (2 * (o % 4)));
-        if (op == RS__DS_EXC)
-            x += put_exception(x, d, cb + (size_t)o * es, es, mask);
+    const size_t at = 8 * (size_t)word;
+    if (at + 8 <= nb) {
+        rs__put_le64(p + at, codes);
+        return;
     }
+    for (size_t j = at; j < nb; j++, codes >>= 8)
+        p[j] = (unsigned char)codes;
 }
 
+/* The chunk's step map at p, from its steps encoding (e->ops, size
+ * bytes, as steps_encode left it): 2 bits per element (the op + 1; 0 for
+ * an element that stayed), then the exceptions in order, the same bytes
+ * as in the steps. */
 static void map_encode(const rs__delta_enc_t *e, unsigned char *p,
-                       const unsigned char *cb, uint32_t len, uint32_t k)
+                       uint32_t len, uint64_t size)
 {
-    switch (e->esize) {
-    case 1: map_encode_es(e, p, cb, len, k, 1); break;
-    case 2: map_encode_es(e, p, cb, len, k, 2); break;
-    default: map_encode_es(e, p, cb, len, k, 4); break;
+    const unsigned char *restrict ops = e->ops;
+    const size_t nb = ((size_t)len + 3) / 4;
+    unsigned char *restrict x = p + nb;
+    memset(p, 0, nb);
+    /* the codes of 32 elements gather in a register and are stored once:
+     * an OR into memory per element would wait on the store before it */
+    uint64_t acc = 0;
+    uint32_t word = 0, at = 0;
+    for (uint64_t i = 0; i < size;) {
+        const unsigned op = ops[i] >> 6, g = ops[i] & (RS__DS_GAP - 1);
+        i++;
+        if (op == RS__DS_SKIP) {
+            at += RS__DS_GAP * (g + 1);
+            continue;
+        }
+        at += g;
+        if (at / 32 != word) {
+            put_codes(p, nb, word, acc);
+            acc = 0;
+            word = at / 32;
+        }
+        acc |= (uint64_t)(op + 1) << (2 * (at % 32));
+        at++;
+        if (op == RS__DS_EXC) { /* a signed byte, or the escape and E */
+            const size_t n = ops[i] == RS__DELTA_ESCAPE ? 1 + e->esize : 1;
+            memcpy(x, ops + i, n);
+            x += n;
+            i += n;
+        }
     }
+    put_codes(p, nb, word, acc);
 }
 
 /* The payload bytes of each kind for a chunk of len elements, k > 0 of
@@ -667,7 +693,7 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
         memcpy(p, e->ops, (size_t)size);
         break;
     case RS__DELTA_STEPMAP:
-        map_encode(e, p, cb, len, k);
+        map_encode(e, p, len, sizes[RS__DELTA_STEPS]);
         break;
     }
     const uint64_t word = e->payload | (uint64_t)kind << RS__DE_KIND_SHIFT;
