@@ -44,7 +44,8 @@ static double chunk_size(uint32_t len, uint32_t esize, uint64_t k,
     double raw = (double)len * esize;
     const double xbytes = (double)k * (1 - step1) * (1 + escape * esize);
     double steps = (double)k * (1 + skips_per_change(len, k)) + xbytes;
-    double map = (double)(((uint64_t)len + 3) / 4) + xbytes;
+    const uint64_t map_bytes = ((uint64_t)len + 3) / 4; /* whole bytes */
+    double map = (double)map_bytes + xbytes;
     double best = list < bitmap ? list : bitmap;
     best = best < raw ? best : raw;
     best = best < steps ? best : steps;
