@@ -500,6 +500,19 @@ static unsigned char *steps_delta(pair_t *p, uint64_t n, uint32_t es,
     return encode(p, chunk, 1, len_p);
 }
 
+/* x (len bytes) with byte at set to v and re-signed: refused whole, the
+ * shard of dst_len bytes untouched. */
+static void refused_edit(const pair_t *p, const unsigned char *x, size_t len,
+                         size_t at, unsigned char v, size_t dst_len)
+{
+    unsigned char *bad = malloc(len);
+    memcpy(bad, x, len);
+    bad[at] = v;
+    resign(bad);
+    refused_whole(p, bad, len, 1, dst_len);
+    free(bad);
+}
+
 static void test_steps_by_hand(void **state)
 {
     (void)state;
@@ -520,18 +533,12 @@ static void test_steps_by_hand(void **state)
     assert_memory_equal(pay, want, 8);
     apply_whole(&p, x, len, 1);
     /* a change past the chunk's 40 elements: refused */
-    unsigned char *bad = malloc(len);
-    memcpy(bad, x, len);
-    bad[80 + 32 + 4] = 0x80 | 63;
-    resign(bad);
-    refused_whole(&p, bad, len, 1, 80);
+    refused_edit(&p, x, len, 80 + 32 + 4, 0x80 | 63, 80);
     /* an exception of step 0 */
-    memcpy(bad, x, len);
-    bad[80 + 32 + 3] = 0;
-    resign(bad);
-    refused_whole(&p, bad, len, 1, 80);
+    refused_edit(&p, x, len, 80 + 32 + 3, 0, 80);
     /* an escape cut short: one byte less of payload, header and index
      * saying so */
+    unsigned char *bad = malloc(len);
     memcpy(bad, x, len);
     rs__put_le64(bad + RS__DH_PAYLOAD, 7);
     rs__put_le64(bad + 80 + 16, 7);
@@ -560,9 +567,7 @@ static void test_steps_by_hand(void **state)
     x = steps_delta(&p, 200, 2, 256, at3, d3, 2, &len);
     assert_int_equal(x[80 + 6], RS__DELTA_STEPS);
     assert_int_equal(x[80 + 32 + 1], 0x45);
-    x[80 + 32 + 1] = 0xc0;
-    resign(x);
-    refused_whole(&p, x, len, 1, 400);
+    refused_edit(&p, x, len, 80 + 32 + 1, 0xc0, 400);
     free(x);
     free_pair(&p);
 
@@ -583,23 +588,12 @@ static void test_steps_by_hand(void **state)
                                    0x57, 0x55, 0x55, 0x55, 0x00, 0x09};
     assert_memory_equal(x + 80 + 32, want4, 11);
     apply_whole(&p, x, len, 1);
-    bad = malloc(len);
     /* a code past the chunk's 38 elements */
-    memcpy(bad, x, len);
-    bad[80 + 32 + 9] = 0x10;
-    resign(bad);
-    refused_whole(&p, bad, len, 1, 38);
+    refused_edit(&p, x, len, 80 + 32 + 9, 0x10, 38);
     /* a code turned exception whose byte is missing */
-    memcpy(bad, x, len);
-    bad[80 + 32 + 0] = 0x57;
-    resign(bad);
-    refused_whole(&p, bad, len, 1, 38);
+    refused_edit(&p, x, len, 80 + 32 + 0, 0x57, 38);
     /* an exception of step 0 */
-    memcpy(bad, x, len);
-    bad[80 + 32 + 10] = 0;
-    resign(bad);
-    refused_whole(&p, bad, len, 1, 38);
-    free(bad);
+    refused_edit(&p, x, len, 80 + 32 + 10, 0, 38);
     free(x);
     free_pair(&p);
 }
