@@ -128,7 +128,7 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     rs_status_t st = rs_plan_build(r->cap, sources, &pp, diag, &r->plan);
     if (st == RS_OK)
         st = rs_transport_create(&tp, diag, &r->transport);
-    if (st == RS_OK && r->params.delta) { /* docs/delta.md, "Receivers" */
+    if (st == RS_OK && rs__receiver_takes_deltas(r)) { /* docs/delta.md, "Receivers" */
         rs_transport_h inner = r->transport;
         r->transport = NULL;
         st = rs__delta_reads_wrap(inner, r->params.nic_gbps,
