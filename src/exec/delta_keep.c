@@ -13,7 +13,12 @@
  * by the best case (a header and two index entries, no payload): its
  * copy may still pay, but nothing measured says so. A piece whose best
  * case does not pay (below about three descriptors' worth of bytes) or
- * whose shard serves no deltas keeps no copy at all. */
+ * whose shard serves no deltas keeps no copy at all.
+ *
+ * A copy that holds a verified version keeps its place ahead of the
+ * ranking while it still pays: replacing it would cost the version's
+ * saving on it and a full read of its replacement, so the choice settles
+ * instead of moving from version to version as the changed shares do. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +29,7 @@
 /* A piece worth a copy, ranked. */
 typedef struct cand {
     rs__delta_key_t key;
+    int holds;       /* its copy holds a verified version */
     int listed;      /* 1: gain from a listed delta; 0: best case */
     double per_byte; /* gain per byte kept, seconds */
 } cand_t;
@@ -47,11 +53,14 @@ static int by_key(const void *a, const void *b)
     return key_cmp(&((const cand_t *)a)->key, &((const cand_t *)b)->key);
 }
 
-/* Listed gains first, then the larger gain per byte; ties by key, so the
- * choice is the same on every receiver with the same plan and tables. */
+/* Copies holding a version first, then listed gains, then the larger gain
+ * per byte; ties by key, so the choice is the same on every receiver with
+ * the same plan, tables and copies. */
 static int by_rank(const void *a, const void *b)
 {
     const cand_t *x = a, *y = b;
+    if (x->holds != y->holds)
+        return x->holds ? -1 : 1;
     if (x->listed != y->listed)
         return x->listed ? -1 : 1;
     if (x->per_byte != y->per_byte)
@@ -123,7 +132,7 @@ static int add_segments(cands_t *c, const rs_segment_t *segs, size_t n,
                 continue;
             int listed;
             double gain = piece_gain(&p, src, refs, nic, dns, &listed);
-            cand_t x = {{p.session, p.src_addr, p.nbytes}, listed,
+            cand_t x = {{p.session, p.src_addr, p.nbytes}, 0, listed,
                         gain / (double)p.nbytes};
             if (gain > 0 && !cands_push(c, x))
                 return 0;
@@ -168,13 +177,23 @@ static void dedupe(cands_t *c)
     c->n = k;
 }
 
-static int by_key_only(const void *a, const void *b)
+int rs__delta_key_cmp(const void *a, const void *b)
 {
     return key_cmp(a, b);
 }
 
+/* Marks the candidates whose copies hold a version (held: sorted). */
+static void mark_holders(cands_t *c, const rs__delta_keep_t *held)
+{
+    for (size_t i = 0; i < c->n; i++)
+        c->v[i].holds = rs__delta_keep_has(held, c->v[i].key.session,
+                                           c->v[i].key.addr,
+                                           c->v[i].key.nbytes);
+}
+
 rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
                                   size_t nsrc, const rs__delta_ref_t *refs,
+                                  const rs__delta_keep_t *held,
                                   uint64_t budget, double nic_gbps,
                                   double descriptor_ns, rs__delta_keep_t *out)
 {
@@ -186,6 +205,7 @@ rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
         return RS_ERR_NO_MEMORY;
     }
     dedupe(&c);
+    mark_holders(&c, held);
     qsort(c.v, c.n, sizeof(*c.v), by_rank);
     out->keys = malloc((c.n + 1) * sizeof(*out->keys));
     if (out->keys == NULL) {
@@ -205,7 +225,7 @@ rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
         }
     }
     free(c.v);
-    qsort(out->keys, out->n, sizeof(*out->keys), by_key_only);
+    qsort(out->keys, out->n, sizeof(*out->keys), rs__delta_key_cmp);
     return RS_OK;
 }
 
@@ -214,7 +234,7 @@ int rs__delta_keep_has(const rs__delta_keep_t *k, uint32_t session,
 {
     rs__delta_key_t key = {session, addr, nbytes};
     return k->n > 0 && bsearch(&key, k->keys, k->n, sizeof(key),
-                               by_key_only) != NULL;
+                               rs__delta_key_cmp) != NULL;
 }
 
 void rs__delta_keep_free(rs__delta_keep_t *k)

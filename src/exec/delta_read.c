@@ -706,13 +706,34 @@ void rs__delta_reads_stats(rs_transport_h t, rs__delta_stats_t *out)
         }
 }
 
+/* The copies holding a verified version, as sorted keys. */
+static rs_status_t held_keys(const state_t *s, rs__delta_keep_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->keys = malloc((s->tab_n + 1) * sizeof(*out->keys));
+    if (out->keys == NULL)
+        return RS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < s->tab_cap; i++) {
+        const held_t *h = s->tab[i];
+        if (h != NULL && h->mem != NULL && h->held >= 0)
+            out->keys[out->n++] = (rs__delta_key_t){h->session, h->addr,
+                                                    h->nbytes};
+    }
+    qsort(out->keys, out->n, sizeof(*out->keys), rs__delta_key_cmp);
+    return RS_OK;
+}
+
 rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
                                  uint64_t budget, rs_diag_t *diag)
 {
     state_t *s = st_of(t);
-    rs__delta_keep_t k;
-    if (rs__delta_keep_choose(plan, s->srcs, s->nsrc, s->refs, budget, s->nic,
-                              s->dns, &k) != RS_OK)
+    rs__delta_keep_t k, held;
+    rs_status_t st = held_keys(s, &held);
+    if (st == RS_OK)
+        st = rs__delta_keep_choose(plan, s->srcs, s->nsrc, s->refs, &held,
+                                   budget, s->nic, s->dns, &k);
+    rs__delta_keep_free(&held);
+    if (st != RS_OK)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     rs__delta_keep_free(&s->keep);
     s->keep = k;

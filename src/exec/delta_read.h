@@ -107,12 +107,16 @@ typedef struct rs__delta_keep {
 
 /* Chooses, among the pieces of every read of `plan` whose shard serves
  * deltas, those whose copies the cost model says gain most per byte
- * kept, up to `budget` bytes (docs/delta.md, "The delta budget"). */
+ * kept, up to `budget` bytes (docs/delta.md, "The delta budget"); those
+ * in `held` (copies holding a verified version) first. */
 rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
                                   size_t nsrc, const rs__delta_ref_t *refs,
+                                  const rs__delta_keep_t *held,
                                   uint64_t budget, double nic_gbps,
                                   double descriptor_ns, rs__delta_keep_t *out);
 void rs__delta_keep_free(rs__delta_keep_t *k);
+/* Orders keys by (session, addr, nbytes), for qsort and bsearch. */
+int rs__delta_key_cmp(const void *a, const void *b);
 int rs__delta_keep_has(const rs__delta_keep_t *k, uint32_t session,
                        uint64_t addr, uint64_t nbytes);
 
