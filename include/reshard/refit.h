@@ -452,15 +452,16 @@ typedef struct rs_receiver_params {
      * are kept first; the others are read whole every version. Default
      * RS_RECEIVER_DEFAULT_DELTA_BUDGET; 0: no copies (as delta = 0);
      * RS_DELTA_UNBOUNDED: every read worth a copy. A copy that would not
-     * fit the memory available (rs_memory_available) is not made: its
-     * read is whole, the pull goes on, and `notice` says so. */
+     * fit half the memory available (rs_memory_available, looked at once
+     * a pull) is not made: its read is whole, the pull goes on, and
+     * `notice` says so. */
     uint64_t delta_budget;
 } rs_receiver_params_t;
 
-/* 8 GiB: a Qwen2.5-0.5B rank held whole 17 times over, a Kimi-K2 FP8 rank
- * of vllm:tp=8,ep=128,dp=16 held whole (docs/delta.md, "The delta
- * budget"). */
-#define RS_RECEIVER_DEFAULT_DELTA_BUDGET ((uint64_t)8 << 30)
+/* 16 GiB: a Kimi-K2 FP8 rank of vllm:tp=8,ep=128,dp=16 (10.1 GiB read)
+ * held whole, a Qwen2.5-0.5B vllm:tp=2 rank (494 MB) 34 times over
+ * (docs/delta.md, "The delta budget"). */
+#define RS_RECEIVER_DEFAULT_DELTA_BUDGET ((uint64_t)16 << 30)
 #define RS_DELTA_UNBOUNDED UINT64_MAX
 
 #define RS_RECEIVER_DEFAULT_STALL_S 5.0

@@ -250,7 +250,7 @@ class Receiver(Handle):
     the CLI's --delta / --no-delta; docs/delta.md, "Receivers");
     delta_budget: the most bytes the copies hold, the reads that save
     most per byte kept first, the others read whole (None: the library's
-    default, 8 GiB; 0: no copies, as delta=False; a positive int of
+    default, 16 GiB; 0: no copies, as delta=False; a positive int of
     bytes; "unbounded"; the CLI's --delta-budget; docs/delta.md, "The
     delta budget");
     require_full_coverage: refuse, before anything is installed, a pull

@@ -46,6 +46,7 @@ typedef struct pend {
 
 typedef struct state {
     rs_transport_h inner;
+    rs_transport_h outer; /* the wrapper: its stall bound and verdict */
     double nic, dns;
     int64_t version;
     rs__delta_src_t *srcs;
@@ -98,16 +99,21 @@ static int held_grow(state_t *s)
     return 1;
 }
 
-/* Memory for a new copy of n bytes, when it fits what rs_memory_available
- * reported at the run's first new copy less the copies made since (one
- * look a run: new copies are made only while reads are posted); NULL
- * (counted) when it does not fit or malloc fails. */
+/* Memory for a new copy of n bytes, when it fits half of what
+ * rs_memory_available reported at the run's first new copy, less the
+ * copies made since (one look a run: new copies are made only while reads
+ * are posted). Half: the copies are an optimization, so they leave the
+ * engine, and the other ranks of the node looking at the same figure,
+ * the other half. NULL (counted) when it does not fit or malloc fails:
+ * the read is whole, never an out-of-memory kill. */
 static unsigned char *copy_alloc(state_t *s, uint64_t n)
 {
     const char *source;
-    if (!s->avail_known &&
-        rs_memory_available(&s->avail, &source) != RS_OK)
-        s->avail = 0; /* a malformed override: keep nothing new */
+    if (!s->avail_known) {
+        if (rs_memory_available(&s->avail, &source) != RS_OK)
+            s->avail = 0; /* a malformed override: keep nothing new */
+        s->avail /= 2;
+    }
     s->avail_known = 1;
     unsigned char *m = n <= s->avail ? malloc(n > 0 ? (size_t)n : 1) : NULL;
     if (m == NULL) {
@@ -319,6 +325,19 @@ static void pend_scratch_free(pend_t *p)
     p->hdr = p->idx = p->pay = NULL;
 }
 
+/* Waits for the real transport under the stall bound set on the wrapper
+ * (the receiver's failover reads the wrapper's verdict), so a publisher
+ * frozen while its deltas or whole bytes are read is failed over as in a
+ * full pull. */
+static rs_status_t inner_wait(state_t *s, double timeout, rs_diag_t *diag)
+{
+    s->inner->stall_s = s->outer->stall_s;
+    rs_status_t st = rs_transport_wait(s->inner, timeout, diag);
+    if (rs__transport_stalled(s->inner))
+        s->outer->stalled = 1;
+    return st;
+}
+
 /* Posts the n reads gathered (st: how gathering went) and waits for
  * them; frees the list. */
 static rs_status_t round_trip(state_t *s, rs_status_t st, rs_read_t *v,
@@ -329,7 +348,7 @@ static rs_status_t round_trip(state_t *s, rs_status_t st, rs_read_t *v,
     if (st == RS_OK && n > 0)
         st = rs_transport_post(s->inner, v, n, diag);
     if (st == RS_OK && n > 0)
-        st = rs_transport_wait(s->inner, timeout, diag);
+        st = inner_wait(s, timeout, diag);
     free(v);
     return st;
 }
@@ -547,7 +566,7 @@ static rs_status_t d_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag)
     if (st == RS_OK)
         st = post_refused(s, t, diag);
     if (st == RS_OK)
-        st = rs_transport_wait(s->inner, timeout_s, diag);
+        st = inner_wait(s, timeout_s, diag);
     else
         rs_transport_cancel(s->inner);
     if (st == RS_OK)
@@ -633,6 +652,7 @@ rs_status_t rs__delta_reads_wrap(rs_transport_h inner, double nic_gbps,
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     }
     s->inner = inner;
+    s->outer = t;
     s->nic = nic_gbps > 0 ? nic_gbps : 400.0;
     s->dns = descriptor_ns > 0 ? descriptor_ns : 100.0;
     s->version = -1;

@@ -593,7 +593,8 @@ static void test_budget(void **state)
     budget_case("budget-half", HALF_N * 2 + 100, 1);
 }
 
-/* Memory for one copy only: the other is not made, the pull goes on. */
+/* Memory for one copy only (half the figure): the other is not made, the
+ * pull goes on. */
 static void test_no_memory(void **state)
 {
     (void)state;
@@ -601,7 +602,8 @@ static void test_no_memory(void **state)
     rs_pull_result_t res;
     char avail[32];
     world_open(&o, "nomem", 2);
-    snprintf(avail, sizeof(avail), "%zu", HALF_N * 2 + 1000);
+    /* copies take at most half of what is available */
+    snprintf(avail, sizeof(avail), "%zu", 2 * (HALF_N * 2 + 1000));
     setenv("RESHARD_MEMORY_AVAILABLE", avail, 1); /* after bind's shadow */
     notices = 0;
     publish(o.p, o.w, 1);

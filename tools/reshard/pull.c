@@ -144,7 +144,7 @@ static void pull_usage(FILE *out)
         "  --no-delta          read every byte whole and keep no copies\n"
         "  --delta-budget B    the most memory the copies hold, e.g. 2GiB; the\n"
         "                      reads that save most per byte kept get them first,\n"
-        "                      the others are read whole. Default 8GiB; 0: no\n"
+        "                      the others are read whole. Default 16GiB; 0: no\n"
         "                      copies (as --no-delta); 'unbounded': every read\n"
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
