@@ -169,6 +169,8 @@ static int add_plan(cands_t *c, rs_plan_h plan, const rs__delta_src_t *srcs,
  * copy). */
 static void dedupe(cands_t *c)
 {
+    if (c->n == 0)
+        return;
     qsort(c->v, c->n, sizeof(*c->v), by_key);
     size_t k = 0;
     for (size_t i = 0; i < c->n; i++)
@@ -206,7 +208,8 @@ rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
     }
     dedupe(&c);
     mark_holders(&c, held);
-    qsort(c.v, c.n, sizeof(*c.v), by_rank);
+    if (c.n > 0)
+        qsort(c.v, c.n, sizeof(*c.v), by_rank);
     out->keys = malloc((c.n + 1) * sizeof(*out->keys));
     if (out->keys == NULL) {
         free(c.v);
