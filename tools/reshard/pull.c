@@ -696,7 +696,8 @@ static void print_json(const pull_args_t *a, pull_state_t *s,
     put(&l, "tables_reused", json_integer((json_int_t)o->res.tables_reused));
     put(&l, "table_bytes_read",
         json_integer((json_int_t)o->res.table_bytes_read));
-    if (a->delta)
+    /* when its reads went through deltas: a publisher serves them */
+    if (a->delta && o->res.delta_runs + o->res.whole_runs > 0)
         put(&l, "delta", delta_json(&o->res));
     put_records(&l, s);
     put(&l, "discover_s", json_real(o->res.discover_s));
@@ -737,7 +738,7 @@ static void print_human(const pull_args_t *a, pull_state_t *s,
         printf(", check: %zu parameters byte-exact", s->nparams);
     if (r->failovers > 0)
         printf(", failed over: %s", r->failover_msg);
-    if (a->delta)
+    if (a->delta && r->delta_runs + r->whole_runs > 0)
         printf(", deltas: %llu of %llu reads, %llu bytes for %llu (%llu "
                "refused)", (unsigned long long)r->delta_runs,
                (unsigned long long)r->delta_runs +
