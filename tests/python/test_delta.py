@@ -126,9 +126,13 @@ def test_deltas_off(file_dir, off):
 
 
 def test_no_deltas_served_reads_whole(file_dir):
+    # no publisher serves deltas: no copies, no delta reads at all (a plain
+    # pull, every byte whole: the result's bytes, and no `delta` in the
+    # stage record, which _check_record asserts)
     _, second = _pull_versions(file_dir, 0, (1, 2))
-    assert second.delta["runs"] == 0
-    assert second.delta["whole_bytes"] == ROWS * COLS * 2
+    assert second.delta["runs"] == 0 and second.delta["whole_runs"] == 0
+    assert second.delta["held_bytes"] == 0
+    assert second.bytes == ROWS * COLS * 2
 
 
 def test_bad_keywords(file_dir):
