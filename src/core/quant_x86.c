@@ -150,27 +150,6 @@ TGT_AVX2 static INLINE __m256i fast_u(__m256 x, __m256 rcp, narrow_k_t k,
     return _mm256_add_epi32(*a, _mm256_set1_epi32(k.rebase + TIE_ULPS));
 }
 
-/* Whether any of four vectors' lanes is uncertain: the least of u's low
- * bits, and the least of |p| bits - 1 (a zero wraps to the largest). */
-TGT_AVX2 static INLINE int unsure32(const __m256i *u, const __m256i *a,
-                                    narrow_k_t k)
-{
-    const __m256i low = _mm256_set1_epi32((1 << k.sh) - 1);
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i t = _mm256_min_epu32(
-        _mm256_min_epu32(_mm256_and_si256(u[0], low), _mm256_and_si256(u[1], low)),
-        _mm256_min_epu32(_mm256_and_si256(u[2], low), _mm256_and_si256(u[3], low)));
-    const __m256i m = _mm256_min_epu32(
-        _mm256_min_epu32(_mm256_sub_epi32(a[0], one), _mm256_sub_epi32(a[1], one)),
-        _mm256_min_epu32(_mm256_sub_epi32(a[2], one), _mm256_sub_epi32(a[3], one)));
-    const __m256i tie = _mm256_set1_epi32(2 * TIE_ULPS - 1);
-    const __m256i sub = _mm256_set1_epi32(k.emin - 2);
-    const __m256i bad = _mm256_or_si256(
-        _mm256_cmpeq_epi32(_mm256_min_epu32(t, tie), t),
-        _mm256_cmpeq_epi32(_mm256_min_epu32(m, sub), m));
-    return _mm256_movemask_epi8(bad) != 0;
-}
-
 /* 32 codes from the fast path's u and the sources' signs, into 32 bytes:
  * the unsigned packs clamp the codes (negative u to 0, large ones to 255,
  * then capped at fmax's code); the signed packs of the sources keep each
@@ -195,36 +174,65 @@ TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
                         _mm256_permutevar8x32_epi32(_mm256_or_si256(c, sg), fix));
 }
 
-/* 32 elements a step, by the fast path unless a lane of them is uncertain,
- * then by the division. */
+/* Whether a lane of a segment was uncertain, from the least of u's low
+ * bits (tmin) and the least of |p| bits - 1 (mmin: a zero wraps to the
+ * largest) over its lanes; see fast_u. */
+TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i mmin, narrow_k_t k)
+{
+    const __m256i tie = _mm256_set1_epi32(2 * TIE_ULPS - 1);
+    const __m256i sub = _mm256_set1_epi32(k.emin - 2);
+    const __m256i bad = _mm256_or_si256(
+        _mm256_cmpeq_epi32(_mm256_min_epu32(tmin, tie), tmin),
+        _mm256_cmpeq_epi32(_mm256_min_epu32(mmin, sub), mmin));
+    return _mm256_movemask_epi8(bad) != 0;
+}
+
+/* A segment by the fast path, 32 elements a step, the lanes' certainty
+ * gathered over the whole segment and checked once at its end: an
+ * uncertain lane anywhere (rare: a few in a million away from FP8
+ * subnormals) has the segment encoded again by the division, over the
+ * codes already stored. A check per step cost more than the codes. */
 #define ENC8_NATURAL(NAME, LD, ES, SRC)                                       \
     TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
                                      size_t n, float scale, narrow_k_t k,     \
                                      int fmt, const unsigned char *ahead)     \
     {                                                                         \
-        const __m256 sc = _mm256_set1_ps(scale);                              \
         const float inv = fast_rcp(scale);                                    \
-        const __m256 rcp = _mm256_set1_ps(inv);                               \
-        const int fast = inv != 0.0f;                                         \
         size_t i = 0;                                                         \
-        for (; i + 32 <= n; i += 32) {                                        \
-            const unsigned char *p = s + (ES) * i;                            \
-            for (size_t l = 0; l < (size_t)32 * (ES); l += 64)                \
-                _mm_prefetch((const char *)(ahead + (ES) * i + l),            \
-                             _MM_HINT_T0);                                    \
-            const __m256 x[4] = {LD(p), LD(p + (size_t)8 * (ES)),             \
-                                 LD(p + (size_t)16 * (ES)),                   \
-                                 LD(p + (size_t)24 * (ES))};                  \
-            __m256i a[4], u[4];                                               \
-            for (int j = 0; j < 4; j++)                                       \
-                u[j] = fast_u(x[j], rcp, k, &a[j]);                           \
-            if (fast && !unsure32(u, a, k))                                   \
+        if (inv != 0.0f) {                                                    \
+            const __m256 rcp = _mm256_set1_ps(inv);                           \
+            const __m256i low = _mm256_set1_epi32((1 << k.sh) - 1);           \
+            const __m256i one = _mm256_set1_epi32(1);                         \
+            __m256i tmin = _mm256_set1_epi32(-1), mmin = tmin;                \
+            for (; i + 32 <= n; i += 32) {                                    \
+                const unsigned char *p = s + (ES) * i;                        \
+                for (size_t l = 0; l < (size_t)32 * (ES); l += 64)            \
+                    _mm_prefetch((const char *)(ahead + (ES) * i + l),        \
+                                 _MM_HINT_T0);                                \
+                const __m256 x[4] = {LD(p), LD(p + (size_t)8 * (ES)),         \
+                                     LD(p + (size_t)16 * (ES)),               \
+                                     LD(p + (size_t)24 * (ES))};              \
+                __m256i a[4], u[4];                                           \
+                for (int j = 0; j < 4; j++) {                                 \
+                    u[j] = fast_u(x[j], rcp, k, &a[j]);                       \
+                    tmin = _mm256_min_epu32(tmin, _mm256_and_si256(u[j], low)); \
+                    mmin = _mm256_min_epu32(mmin, _mm256_sub_epi32(a[j], one)); \
+                }                                                             \
                 store32_fast(d + i, u, x, k);                                 \
-            else                                                              \
-                store32(d + i, narrow8(_mm256_div_ps(x[0], sc), k),           \
-                        narrow8(_mm256_div_ps(x[1], sc), k),                  \
-                        narrow8(_mm256_div_ps(x[2], sc), k),                  \
-                        narrow8(_mm256_div_ps(x[3], sc), k));                 \
+            }                                                                 \
+            if (unsure_acc(tmin, mmin, k))                                    \
+                i = 0;                                                        \
+        }                                                                     \
+        if (i == 0) {                                                         \
+            const __m256 sc = _mm256_set1_ps(scale);                          \
+            for (; i + 32 <= n; i += 32) {                                    \
+                const unsigned char *p = s + (ES) * i;                        \
+                store32(d + i,                                                \
+                        narrow8(_mm256_div_ps(LD(p), sc), k),                 \
+                        narrow8(_mm256_div_ps(LD(p + (size_t)8 * (ES)), sc), k), \
+                        narrow8(_mm256_div_ps(LD(p + (size_t)16 * (ES)), sc), k), \
+                        narrow8(_mm256_div_ps(LD(p + (size_t)24 * (ES)), sc), k)); \
+            }                                                                 \
         }                                                                     \
         scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
     }
