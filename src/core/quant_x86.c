@@ -35,18 +35,19 @@
  * whose ulp is the FP8 ulp at that value, the shift from f32 bits to FP8
  * bits (23 - M) and the factor 2^-(127 - bias) that aligns the exponents. */
 /* The fast path's constants: half the FP8 step in p's low bits less the
- * exponent rebase, ((1 << (22 - M)) - ((127 - bias) << 23)), and fmax's
- * code (see fast8_abs). */
+ * exponent rebase, ((1 << (22 - M)) - ((127 - bias) << 23)), fmax's
+ * code, and the code a zero's u gives, -((127 - bias) << M) (see
+ * store32_fast). */
 typedef struct narrow_k {
     int cap, emin, step, sh;
     float down;
-    int rebase, top;
+    int rebase, top, zero;
 } narrow_k_t;
 
 #define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3,      \
-                     0x1p-120f, (1 << 19) - (120 << 23), 0x7e}
+                     0x1p-120f, (1 << 19) - (120 << 23), 0x7e, -(120 << 3)}
 #define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2,    \
-                     0x1p-112f, (1 << 20) - (112 << 23), 0x7b}
+                     0x1p-112f, (1 << 20) - (112 << 23), 0x7b, -(112 << 2)}
 
 /* How far, in float32 ulps, x * (1 / scale) may lie from x / scale: each
  * of the two roundings moves it by at most half an ulp of its result, so
@@ -140,27 +141,38 @@ TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
  * uncertain below 2 * TIE_ULPS. Exact midpoints are uncertain too (the
  * half-up rounding is not the rule's to even). Codes are monotone in the
  * quotient, so a certain lane's code is q's. Lanes below the smallest
- * normal (subnormal codes) are uncertain, except zeros (code 0 on both
- * paths: u is negative, which the unsigned pack clamps to 0). */
-TGT_AVX2 static INLINE __m256i fast_u(__m256 x, __m256 rcp, narrow_k_t k,
-                                      __m256i *a)
+ * normal (subnormal codes) are uncertain, except zeros and products too
+ * small to matter; see store32_fast. */
+TGT_AVX2 static INLINE __m256i fast_u(__m256 x, __m256 rcp, narrow_k_t k)
 {
-    *a = _mm256_and_si256(_mm256_castps_si256(_mm256_mul_ps(x, rcp)),
-                          _mm256_set1_epi32(0x7fffffff));
-    return _mm256_add_epi32(*a, _mm256_set1_epi32(k.rebase + TIE_ULPS));
+    const __m256i a = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_mul_ps(x, rcp)), _mm256_set1_epi32(0x7fffffff));
+    return _mm256_add_epi32(a, _mm256_set1_epi32(k.rebase + TIE_ULPS));
 }
 
-/* 32 codes from the fast path's u and the sources' signs, into 32 bytes:
- * the unsigned packs clamp the codes (negative u to 0, large ones to 255,
- * then capped at fmax's code); the signed packs of the sources keep each
- * one's sign in the top bit of its byte, in the same lane order. */
+/* 32 codes from the fast path's u and the sources' signs, into 32 bytes.
+ * u >> (23 - M), taken arithmetically and packed to 16 bits with signed
+ * saturation, is the code for a normal quotient (at least 1 << M), and
+ * exactly k.zero = -((127 - bias) << M) for a zero or for a product below
+ * 2^(sh - 1 - 149) (an f32 subnormal, whose quotient's code is 0 too);
+ * in between the lane is in the FP8 subnormal range and uncertain. The
+ * least of code - k.zero - 1 as unsigned 16 bits is kept in *zmin: below
+ * (1 << M) - k.zero - 1 where a lane is uncertain. The unsigned pack to
+ * bytes makes the negative codes 0 and the cap holds large ones at fmax's
+ * code; the signed packs of the sources keep each one's sign in the top
+ * bit of its byte, in the same lane order. */
 TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
-                                         const __m256 *x, narrow_k_t k)
+                                         const __m256 *x, narrow_k_t k,
+                                         __m256i *zmin)
 {
-    const __m256i p01 = _mm256_packus_epi32(_mm256_srai_epi32(u[0], k.sh),
-                                            _mm256_srai_epi32(u[1], k.sh));
-    const __m256i p23 = _mm256_packus_epi32(_mm256_srai_epi32(u[2], k.sh),
-                                            _mm256_srai_epi32(u[3], k.sh));
+    const __m256i p01 = _mm256_packs_epi32(_mm256_srai_epi32(u[0], k.sh),
+                                           _mm256_srai_epi32(u[1], k.sh));
+    const __m256i p23 = _mm256_packs_epi32(_mm256_srai_epi32(u[2], k.sh),
+                                           _mm256_srai_epi32(u[3], k.sh));
+    const __m256i lift = _mm256_set1_epi16((short)(-k.zero - 1));
+    *zmin = _mm256_min_epu16(*zmin, _mm256_min_epu16(
+                                        _mm256_add_epi16(p01, lift),
+                                        _mm256_add_epi16(p23, lift)));
     const __m256i c = _mm256_min_epu8(_mm256_packus_epi16(p01, p23),
                                       _mm256_set1_epi8((char)k.top));
     const __m256i s01 = _mm256_packs_epi32(_mm256_castps_si256(x[0]),
@@ -175,15 +187,15 @@ TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
 }
 
 /* Whether a lane of a segment was uncertain, from the least of u's low
- * bits (tmin) and the least of |p| bits - 1 (mmin: a zero wraps to the
- * largest) over its lanes; see fast_u. */
-TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i mmin, narrow_k_t k)
+ * bits (tmin: see fast_u) and the least lifted 16-bit code (zmin: see
+ * store32_fast) over its lanes. */
+TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i zmin, narrow_k_t k)
 {
     const __m256i tie = _mm256_set1_epi32(2 * TIE_ULPS - 1);
-    const __m256i sub = _mm256_set1_epi32(k.emin - 2);
+    const __m256i edge = _mm256_set1_epi16((short)((1 << (23 - k.sh)) - k.zero - 2));
     const __m256i bad = _mm256_or_si256(
         _mm256_cmpeq_epi32(_mm256_min_epu32(tmin, tie), tmin),
-        _mm256_cmpeq_epi32(_mm256_min_epu32(mmin, sub), mmin));
+        _mm256_cmpeq_epi16(_mm256_min_epu16(zmin, edge), zmin));
     return _mm256_movemask_epi8(bad) != 0;
 }
 
@@ -202,8 +214,7 @@ TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i mmin, narrow_k_t k)
         if (inv != 0.0f) {                                                    \
             const __m256 rcp = _mm256_set1_ps(inv);                           \
             const __m256i low = _mm256_set1_epi32((1 << k.sh) - 1);           \
-            const __m256i one = _mm256_set1_epi32(1);                         \
-            __m256i tmin = _mm256_set1_epi32(-1), mmin = tmin;                \
+            __m256i tmin = _mm256_set1_epi32(-1), zmin = tmin;                \
             for (; i + 32 <= n; i += 32) {                                    \
                 const unsigned char *p = s + (ES) * i;                        \
                 for (size_t l = 0; l < (size_t)32 * (ES); l += 64)            \
@@ -212,15 +223,14 @@ TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i mmin, narrow_k_t k)
                 const __m256 x[4] = {LD(p), LD(p + (size_t)8 * (ES)),         \
                                      LD(p + (size_t)16 * (ES)),               \
                                      LD(p + (size_t)24 * (ES))};              \
-                __m256i a[4], u[4];                                           \
+                __m256i u[4];                                                 \
                 for (int j = 0; j < 4; j++) {                                 \
-                    u[j] = fast_u(x[j], rcp, k, &a[j]);                       \
+                    u[j] = fast_u(x[j], rcp, k);                              \
                     tmin = _mm256_min_epu32(tmin, _mm256_and_si256(u[j], low)); \
-                    mmin = _mm256_min_epu32(mmin, _mm256_sub_epi32(a[j], one)); \
                 }                                                             \
-                store32_fast(d + i, u, x, k);                                 \
+                store32_fast(d + i, u, x, k, &zmin);                          \
             }                                                                 \
-            if (unsure_acc(tmin, mmin, k))                                    \
+            if (unsure_acc(tmin, zmin, k))                                    \
                 i = 0;                                                        \
         }                                                                     \
         if (i == 0) {                                                         \
