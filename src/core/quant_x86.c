@@ -160,10 +160,13 @@ TGT_AVX2 static INLINE __m256i fast_u(__m256 x, __m256 rcp, narrow_k_t k)
  * (1 << M) - k.zero - 1 where a lane is uncertain. The unsigned pack to
  * bytes makes the negative codes 0 and the cap holds large ones at fmax's
  * code; the signed packs of the sources keep each one's sign in the top
- * bit of its byte, in the same lane order. */
+ * bit of its byte, in the same lane order. The packs leave 4 values of
+ * each vector in turn in each 128-bit lane, so x[j] holding elements 4j to
+ * 4j + 3 and 16 + 4j to 19 + 4j (`in_order`) stores them in order; vectors
+ * of 8 consecutive elements take a permute. */
 TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
                                          const __m256 *x, narrow_k_t k,
-                                         __m256i *zmin)
+                                         __m256i *zmin, int in_order)
 {
     const __m256i p01 = _mm256_packs_epi32(_mm256_srai_epi32(u[0], k.sh),
                                            _mm256_srai_epi32(u[1], k.sh));
@@ -182,8 +185,9 @@ TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
     const __m256i sg = _mm256_and_si256(_mm256_packs_epi16(s01, s23),
                                         _mm256_set1_epi8((char)0x80));
     const __m256i fix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i r = _mm256_or_si256(c, sg);
     _mm256_storeu_si256((__m256i *)(void *)d,
-                        _mm256_permutevar8x32_epi32(_mm256_or_si256(c, sg), fix));
+                        in_order ? r : _mm256_permutevar8x32_epi32(r, fix));
 }
 
 /* Whether a lane of a segment was uncertain, from the least of u's low
@@ -199,43 +203,59 @@ TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i zmin, narrow_k_t k)
     return _mm256_movemask_epi8(bad) != 0;
 }
 
-/* A segment by the fast path, 32 elements a step, the lanes' certainty
- * gathered over the whole segment and checked once at its end: an
- * uncertain lane anywhere (rare: a few in a million away from FP8
- * subnormals) has the segment encoded again by the division, over the
- * codes already stored. A check per step cost more than the codes. */
-#define ENC8_NATURAL(NAME, LD, ES, SRC)                                       \
+/* The fast path over a segment's whole steps of 32, the lanes' certainty
+ * gathered over the segment and checked once at its end; 1 when a lane
+ * was uncertain. `exact` keeps the least of u's low 23 - M bits (an and
+ * and a 32-bit min per 8 lanes); otherwise the least of u's low 16 bits,
+ * kept by a 16-bit min over u itself (one operation per 8 lanes; the
+ * high halves' minima are cleared at the end): a lane whose low 23 - M
+ * bits are below 8 has its low 16 below 8 too, so this finds every
+ * uncertain lane, and some certain ones (odds about 8 in 2^16 a lane).
+ * Checking each step instead cost more than its codes. */
+#define FAST_PASS(NAME, LD4, ES, IN_ORDER)                                    \
+    TGT_AVX2 static INLINE int NAME(uint8_t *d, const unsigned char *s,       \
+                                    size_t n, __m256 rcp, narrow_k_t k,       \
+                                    const unsigned char *ahead, int exact)    \
+    {                                                                         \
+        const __m256i low = _mm256_set1_epi32((1 << k.sh) - 1);               \
+        __m256i tmin = _mm256_set1_epi32(-1), zmin = tmin;                    \
+        for (size_t i = 0; i + 32 <= n; i += 32) {                            \
+            const unsigned char *p = s + (ES) * i;                            \
+            for (size_t l = 0; l < (size_t)32 * (ES); l += 64)                \
+                _mm_prefetch((const char *)(ahead + (ES) * i + l),            \
+                             _MM_HINT_T0);                                    \
+            __m256 x[4];                                                      \
+            LD4(x, p);                                                        \
+            __m256i u[4];                                                     \
+            for (int j = 0; j < 4; j++) {                                     \
+                u[j] = fast_u(x[j], rcp, k);                                  \
+                tmin = exact ? _mm256_min_epu32(tmin, _mm256_and_si256(u[j], low)) \
+                             : _mm256_min_epu16(tmin, u[j]);                  \
+            }                                                                 \
+            store32_fast(d + i, u, x, k, &zmin, IN_ORDER);                    \
+        }                                                                     \
+        if (!exact)                                                           \
+            tmin = _mm256_and_si256(tmin, _mm256_set1_epi32(0xffff));          \
+        return unsure_acc(tmin, zmin, k);                                     \
+    }
+
+/* A segment by the fast path where it is certain: first with the 16-bit
+ * check, then, if that found a lane (one segment of 128 in about 60 for
+ * values spread like trained weights), again with the exact one; an
+ * uncertain lane there (one segment in about 1,000) has the segment
+ * encoded by the division. Each pass stores over the one before. */
+#define ENC8_NATURAL(NAME, FAST, LD, ES, SRC)                                 \
     TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
                                      size_t n, float scale, narrow_k_t k,     \
                                      int fmt, const unsigned char *ahead)     \
     {                                                                         \
         const float inv = fast_rcp(scale);                                    \
-        size_t i = 0;                                                         \
-        if (inv != 0.0f) {                                                    \
-            const __m256 rcp = _mm256_set1_ps(inv);                           \
-            const __m256i low = _mm256_set1_epi32((1 << k.sh) - 1);           \
-            __m256i tmin = _mm256_set1_epi32(-1), zmin = tmin;                \
-            for (; i + 32 <= n; i += 32) {                                    \
-                const unsigned char *p = s + (ES) * i;                        \
-                for (size_t l = 0; l < (size_t)32 * (ES); l += 64)            \
-                    _mm_prefetch((const char *)(ahead + (ES) * i + l),        \
-                                 _MM_HINT_T0);                                \
-                const __m256 x[4] = {LD(p), LD(p + (size_t)8 * (ES)),         \
-                                     LD(p + (size_t)16 * (ES)),               \
-                                     LD(p + (size_t)24 * (ES))};              \
-                __m256i u[4];                                                 \
-                for (int j = 0; j < 4; j++) {                                 \
-                    u[j] = fast_u(x[j], rcp, k);                              \
-                    tmin = _mm256_min_epu32(tmin, _mm256_and_si256(u[j], low)); \
-                }                                                             \
-                store32_fast(d + i, u, x, k, &zmin);                          \
-            }                                                                 \
-            if (unsure_acc(tmin, zmin, k))                                    \
-                i = 0;                                                        \
-        }                                                                     \
-        if (i == 0) {                                                         \
+        const size_t whole = n / 32 * 32;                                     \
+        const __m256 rcp = _mm256_set1_ps(inv);                               \
+        if (inv == 0.0f || (FAST(d, s, n, rcp, k, ahead, 0) &&                \
+                            FAST(d, s, n, rcp, k, s, 1))) {                   \
             const __m256 sc = _mm256_set1_ps(scale);                          \
-            for (; i + 32 <= n; i += 32) {                                    \
+            for (size_t i = 0; i < whole; i += 32) {                          \
                 const unsigned char *p = s + (ES) * i;                        \
                 store32(d + i,                                                \
                         narrow8(_mm256_div_ps(LD(p), sc), k),                 \
@@ -244,11 +264,26 @@ TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i zmin, narrow_k_t k)
                         narrow8(_mm256_div_ps(LD(p + (size_t)24 * (ES)), sc), k)); \
             }                                                                 \
         }                                                                     \
-        scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
+        scalar_tail(d + whole, s + (ES) * whole, n - whole, scale, fmt, SRC); \
     }
 
-ENC8_NATURAL(encv8_f32, ld8_f32, 4, RS__QUANT_SOURCE_F32)
-ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QUANT_SOURCE_F16)
+/* A step's 32 values as four vectors: f32 in the order that lets the
+ * packs store them in order (see store32_fast; on cores that split
+ * 256-bit registers, filling each half from its own 16 bytes costs no
+ * more than one load, and it saves a lane-crossing permute), f16 as 8
+ * consecutive values a vector. */
+#define LD4_F32(x, p)                                                         \
+    for (int j = 0; j < 4; j++)                                               \
+        (x)[j] = _mm256_loadu2_m128((const float *)(const void *)((p) + 64 + 16 * j), \
+                                    (const float *)(const void *)((p) + 16 * j))
+#define LD4_F16(x, p)                                                         \
+    for (int j = 0; j < 4; j++)                                               \
+        (x)[j] = ld8_f16((p) + 16 * j)
+
+FAST_PASS(fast_f32, LD4_F32, 4, 1)
+FAST_PASS(fast_f16, LD4_F16, 2, 0)
+ENC8_NATURAL(encv8_f32, fast_f32, ld8_f32, 4, RS__QUANT_SOURCE_F32)
+ENC8_NATURAL(encv8_f16, fast_f16, ld8_f16, 2, RS__QUANT_SOURCE_F16)
 
 /* 16 bf16 to 16 codes as 16-bit lanes in order: magnitudes divided (the
  * quotient's sign is the source's: the scale is positive), the sign put
