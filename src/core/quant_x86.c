@@ -273,12 +273,13 @@ TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i zmin, narrow_k_t k)
  * more than one load, and it saves a lane-crossing permute), f16 as 8
  * consecutive values a vector. */
 #define LD4_F32(x, p)                                                         \
-    for (int j = 0; j < 4; j++)                                               \
-        (x)[j] = _mm256_loadu2_m128((const float *)(const void *)((p) + 64 + 16 * j), \
-                                    (const float *)(const void *)((p) + 16 * j))
+    for (size_t j = 0; j < 4; j++)                                            \
+        (x)[j] = _mm256_loadu2_m128(                                          \
+            (const float *)(const void *)((p) + 64 + (size_t)16 * j),         \
+            (const float *)(const void *)((p) + (size_t)16 * j))
 #define LD4_F16(x, p)                                                         \
-    for (int j = 0; j < 4; j++)                                               \
-        (x)[j] = ld8_f16((p) + 16 * j)
+    for (size_t j = 0; j < 4; j++)                                            \
+        (x)[j] = ld8_f16((p) + (size_t)16 * j)
 
 FAST_PASS(fast_f32, LD4_F32, 4, 1)
 FAST_PASS(fast_f16, LD4_F16, 2, 0)
