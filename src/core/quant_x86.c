@@ -14,8 +14,8 @@
  * exact, and scaled by 2^-(127 - bias) its float32 bits shifted right by
  * 23 - M are the code, normal or subnormal alike (float32's subnormals are
  * the same fixed-point encoding as the format's). f32 and f16 take it
- * for the steps the fast path (a product by the reciprocal, below) cannot
- * vouch for. bf16 rows are encoded by per-block tables
+ * for the segments the fast path (a product by the reciprocal, below)
+ * cannot vouch for. bf16 rows are encoded by per-block tables
  * (quant_bf16_x86.c); the bf16 encoder here makes their tables and takes
  * their uncertain segments: it widens by interleaving with zeros, which
  * orders the lanes so that one unsigned pack per 16 lanes puts the codes
