@@ -203,10 +203,17 @@ RS_API rs_status_t rs_exec_write_coverage_json(rs_exec_h exec, FILE *out,
                                                rs_diag_t *diag);
 
 /* The stage record of the last run (reshard.stage.v2): rs_exec_stages with
- * plan_s = plan_seconds (< 0 leaves the planning stage out), written by
- * rs_exec_write_stages. */
+ * plan_s = plan_seconds (< 0 leaves the planning stage out), as
+ * rs_exec_write_stages writes it, and, when the executor's transport reads
+ * deltas (a receiver's, docs/delta.md), the `delta` object: what the run
+ * read through deltas and whole (docs/formats.md). */
 RS_API rs_status_t rs_exec_write_stage_json(rs_exec_h exec, double plan_seconds,
                                             FILE *out, rs_diag_t *diag);
+/* rs_exec_write_stage_json with flags (RS_RECORD_COMPACT). */
+RS_API rs_status_t rs_exec_write_stage_record(rs_exec_h exec,
+                                              double plan_seconds,
+                                              unsigned flags, FILE *out,
+                                              rs_diag_t *diag);
 
 /* Takes the digests to verify against from `sources` (the tables of the
  * version about to be pulled with this prepared plan): shards are matched by

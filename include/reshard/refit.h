@@ -432,21 +432,37 @@ typedef struct rs_receiver_params {
      * <= 0: no stall bound. Honoured by the ucx backend (cma reads the
      * publisher's memory whether it runs or not). */
     double stall_s;
-    /* Deltas (docs/delta.md, "Receivers"). 1: the receiver keeps, in
-     * memory of its own, a copy of the bytes of every read of its plan
-     * (as much again as the bytes it reads), which holds a version once a
-     * pull of it passed verification; the next pull reads, for each read
-     * whose copy holds the base of the deltas the tables list (a chain of
-     * them when it is versions behind) and for which the cost model
-     * (nic_gbps, descriptor_ns) prefers it, only the delta's header, index
-     * entries and payload span, patches the copy and verifies the full new
-     * digests as a full pull does; a refused delta, or a run whose
-     * verification fails after patching, reads the full bytes instead. A
-     * new plan or a failover starts without copies (full reads). Needs
-     * verify_digests (without it, no delta is read). Default 0: every read
-     * whole, no copies. */
+    /* Deltas (docs/delta.md, "Receivers"). 1 (the default): the receiver
+     * keeps, in memory of its own, a copy of the bytes of the reads of
+     * its plan whose shards' publishers serve deltas, within delta_budget,
+     * which holds a version once a pull of it passed verification; the
+     * next pull reads, for each read whose copy holds the base of the
+     * deltas the tables list (a chain of them when it is versions behind)
+     * and for which the cost model (nic_gbps, descriptor_ns) prefers it,
+     * only the delta's header, index entries and payload span, patches the
+     * copy and verifies the full new digests as a full pull does; a
+     * refused delta, or a run whose verification fails after patching,
+     * reads the full bytes instead. A new plan or a failover starts
+     * without copies (full reads). Needs verify_digests (without it no
+     * copy is kept and every read is whole). 0: every read whole, no
+     * copies. */
     int delta;
+    /* The most bytes the copies above may hold (docs/delta.md, "The delta
+     * budget"): the reads whose copies save most wire time per byte kept
+     * are kept first; the others are read whole every version. Default
+     * RS_RECEIVER_DEFAULT_DELTA_BUDGET; 0: no copies (as delta = 0);
+     * RS_DELTA_UNBOUNDED: every read worth a copy. A copy that would not
+     * fit half the memory available (rs_memory_available, looked at once
+     * a pull) is not made: its read is whole, the pull goes on, and
+     * `notice` says so. */
+    uint64_t delta_budget;
 } rs_receiver_params_t;
+
+/* 16 GiB: a Kimi-K2 FP8 rank of vllm:tp=8,ep=128,dp=16 (10.1 GiB read)
+ * held whole, a Qwen2.5-0.5B vllm:tp=2 rank (494 MB) 34 times over
+ * (docs/delta.md, "The delta budget"). */
+#define RS_RECEIVER_DEFAULT_DELTA_BUDGET ((uint64_t)16 << 30)
+#define RS_DELTA_UNBOUNDED UINT64_MAX
 
 #define RS_RECEIVER_DEFAULT_STALL_S 5.0
 
@@ -553,6 +569,13 @@ typedef struct rs_pull_result {
     uint64_t delta_runs, delta_bytes, delta_full_bytes;
     uint64_t whole_runs, whole_bytes, delta_refused;
     int delta_retried;
+    /* The copies after the pull (delta_budget): pieces and bytes held for
+     * the next version; pieces (and bytes) worth a copy the budget left
+     * out; copies not made because they did not fit the memory available
+     * (each also told through `notice`). */
+    uint64_t delta_held_runs, delta_held_bytes;
+    uint64_t delta_over_budget_runs, delta_over_budget_bytes;
+    uint64_t delta_no_memory_runs, delta_no_memory_bytes;
 } rs_pull_result_t;
 
 /* The publishers that failed within the receiver's last stage or pull,
@@ -575,9 +598,12 @@ RS_API uint32_t rs_receiver_failures(rs_receiver_h receiver,
  * passed before apply is RS_ERR_TIMEOUT ("deadline passed in the install
  * stage"), a cancel raised by then RS_ERR_CANCELLED (the staged version
  * discarded, nothing installed). */
-RS_API rs_status_t rs_receiver_pull(rs_receiver_h receiver, int64_t version,
-                                    rs_diag_t *diag,
-                                    rs_pull_result_t *result_p);
+RS_API rs_status_t rs_receiver_pull_sized(rs_receiver_h receiver,
+                                          int64_t version, rs_diag_t *diag,
+                                          rs_pull_result_t *result_p,
+                                          size_t result_size);
+#define rs_receiver_pull(r, v, d, res) \
+    rs_receiver_pull_sized((r), (v), (d), (res), sizeof(*(res)))
 
 /* Stages `version` (< 0: the newest READY one) without touching the bound
  * parameters: discovers it, takes a lease on it, reads every table, plans
@@ -637,9 +663,32 @@ RS_API rs_status_t rs_receiver_stage(rs_receiver_h receiver, int64_t version,
  * lapsed, taken again, version released): the bound parameters untouched
  * and install not called, never a mix of two versions. A failing install
  * callback's status (the bound parameters then hold the new version). */
-RS_API rs_status_t rs_receiver_apply(rs_receiver_h receiver,
-                                     rs_staged_h staged, rs_diag_t *diag,
+RS_API rs_status_t rs_receiver_apply_sized(rs_receiver_h receiver,
+                                           rs_staged_h staged,
+                                           rs_diag_t *diag,
+                                           rs_pull_result_t *result_p,
+                                           size_t result_size);
+#define rs_receiver_apply(r, s, d, res) \
+    rs_receiver_apply_sized((r), (s), (d), (res), sizeof(*(res)))
+
+/* Results that grow (docs/architecture.md, "Result structs"): the _sized
+ * calls write only the first result_size bytes of rs_pull_result_t (the
+ * macros above pass the caller's sizeof), so a program built against
+ * older headers never gets more than its struct holds, and refuse a size
+ * below RS_PULL_RESULT_V1_SIZE or above this library's struct with
+ * RS_ERR_INVALID_ARG before anything happens. A NULL result_p writes
+ * nothing (write `(rs_pull_result_t *)NULL` through the macros). The
+ * unsized entry points below are those of programs built before results
+ * were sized: they write RS_PULL_RESULT_V1_SIZE bytes, the struct as it
+ * was then (through delta_retried). */
+#define RS_PULL_RESULT_V1_SIZE                                   \
+    (offsetof(rs_pull_result_t, delta_retried) + sizeof(int))
+RS_API rs_status_t(rs_receiver_pull)(rs_receiver_h receiver, int64_t version,
+                                     rs_diag_t *diag,
                                      rs_pull_result_t *result_p);
+RS_API rs_status_t(rs_receiver_apply)(rs_receiver_h receiver,
+                                      rs_staged_h staged, rs_diag_t *diag,
+                                      rs_pull_result_t *result_p);
 
 /* Drops a staged version: stops its lease renewal and drops the lease (so
  * the version can be released). The bound parameters are untouched.

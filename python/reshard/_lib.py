@@ -5,7 +5,9 @@ The mirrors follow include/reshard/*.h field for field; tests/python/
 test_abi.py compares every size and offset with what a C compiler reports
 (tests/python/abi_probe.c), so a header change that is not mirrored here
 fails the tests instead of corrupting memory. Option structs start with
-`size`, which the library checks against its own sizeof.
+`size`, which the library checks against its own sizeof; results the
+library fills are passed with their sizeof (the _sized calls), so it
+writes no more than the mirror holds.
 
 The library is loaded on first use, so `import reshard` (and capture, which
 needs no library) works without it. It is the first of: RESHARD_LIB (a
@@ -102,6 +104,7 @@ class ReceiverParams(ctypes.Structure):
         ("staging_budget", ctypes.c_uint64),
         ("stall_s", ctypes.c_double),
         ("delta", ctypes.c_int),
+        ("delta_budget", ctypes.c_uint64),
     ]
 
 
@@ -173,6 +176,12 @@ class PullResult(ctypes.Structure):
         ("whole_runs", ctypes.c_uint64), ("whole_bytes", ctypes.c_uint64),
         ("delta_refused", ctypes.c_uint64),
         ("delta_retried", ctypes.c_int),
+        ("delta_held_runs", ctypes.c_uint64),
+        ("delta_held_bytes", ctypes.c_uint64),
+        ("delta_over_budget_runs", ctypes.c_uint64),
+        ("delta_over_budget_bytes", ctypes.c_uint64),
+        ("delta_no_memory_runs", ctypes.c_uint64),
+        ("delta_no_memory_bytes", ctypes.c_uint64),
     ]
 
 
@@ -313,9 +322,9 @@ _PROTOS = {
     "rs_receiver_destroy": (None, [_vp]),
     "rs_receiver_announce_cuts": (_st, [_vp, _diag_p]),
     "rs_receiver_bind": (_st, [_vp, ctypes.c_size_t, _vp, ctypes.c_uint64, ctypes.c_int, _diag_p]),
-    "rs_receiver_pull": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(PullResult)]),
+    "rs_receiver_pull_sized": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(PullResult), ctypes.c_size_t]),
     "rs_receiver_stage": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(_vp)]),
-    "rs_receiver_apply": (_st, [_vp, _vp, _diag_p, ctypes.POINTER(PullResult)]),
+    "rs_receiver_apply_sized": (_st, [_vp, _vp, _diag_p, ctypes.POINTER(PullResult), ctypes.c_size_t]),
     "rs_receiver_discard": (None, [_vp, _vp]),
     "rs_staged_version": (ctypes.c_int64, [_vp]),
     "rs_receiver_exec": (_vp, [_vp]),

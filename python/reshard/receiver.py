@@ -53,10 +53,12 @@ class PullResult:
     # every publisher that failed within the pull: {"publisher", "slot",
     # "error"} (the first 8; each failover replaced one)
     failures: list = field(default_factory=list)
-    # deltas (Receiver(delta=True)): reads served by deltas ("runs"), the
-    # bytes read for them and the full bytes they stand for, reads read
-    # whole and their bytes, deltas refused, and whether the version was
-    # read again whole after a patched read failed verification
+    # deltas (Receiver(delta=...), on by default): reads served by deltas
+    # ("runs"), the bytes read for them and the full bytes they stand for,
+    # reads read whole and their bytes, deltas refused, whether the version
+    # was read again whole after a patched read failed verification, the
+    # bytes of the copies held for the next version, those the budget left
+    # out, and those not kept for want of memory
     delta: dict = field(default_factory=dict)
 
 
@@ -97,7 +99,10 @@ def _result(r):
         delta={"runs": r.delta_runs, "bytes": r.delta_bytes,
                "full_bytes": r.delta_full_bytes, "whole_runs": r.whole_runs,
                "whole_bytes": r.whole_bytes, "refused": r.delta_refused,
-               "retried": bool(r.delta_retried)})
+               "retried": bool(r.delta_retried),
+               "held_bytes": r.delta_held_bytes,
+               "over_budget_bytes": r.delta_over_budget_bytes,
+               "no_memory_bytes": r.delta_no_memory_bytes})
 
 
 class Staged:
@@ -180,6 +185,21 @@ def _staging_budget(budget):
     return budget
 
 
+def _delta_budget(budget):
+    """rs_receiver_params_t.delta_budget of the keyword (None: the
+    library's default)."""
+    if budget is None:
+        return None
+    if budget == "unbounded":
+        return UNBOUNDED
+    if isinstance(budget, bool) or not isinstance(budget, int) or \
+            not 0 <= budget < UNBOUNDED:
+        raise errors.InvalidArgument(
+            "receiver: delta_budget must be None, a number of bytes >= 0 "
+            f"or 'unbounded', got {budget!r}")
+    return budget
+
+
 def _capture_params(cap):
     lib = _lib.lib()
     out = []
@@ -222,12 +242,17 @@ class Receiver(Handle):
     stall_s: a publisher whose reads make no progress for this long counts
     as failed while its slot has another publisher to read (default 5, as
     the CLI's --stall-after; 0: off; docs/directory.md, "Replicas");
-    delta: keep a copy of the bytes of every read and, once it holds a
-    verified version, read the next one through the deltas arena
-    publishers serve where the cost model prefers them, patch the copy and
-    verify the full new digests (default False: every read whole, no
-    copy; the copy costs as much memory as the bytes read; needs
-    verify_digests; the CLI's --delta; docs/delta.md, "Receivers");
+    delta: keep a copy of the bytes read and, once it holds a verified
+    version, read the next one through the deltas arena publishers serve
+    where the cost model prefers them, patch the copy and verify the full
+    new digests (None, the default: on when verify_digests is; True:
+    on, refused without verify_digests; False: every read whole, no copy;
+    the CLI's --delta / --no-delta; docs/delta.md, "Receivers");
+    delta_budget: the most bytes the copies hold, the reads that save
+    most per byte kept first, the others read whole (None: the library's
+    default, 16 GiB; 0: no copies, as delta=False; a positive int of
+    bytes; "unbounded"; the CLI's --delta-budget; docs/delta.md, "The
+    delta budget");
     require_full_coverage: refuse, before anything is installed, a pull
     whose plan leaves a parameter's written share below coverage_floor
     (None: the library's default, 0.995; a number in (0, 1]);
@@ -242,7 +267,8 @@ class Receiver(Handle):
                  notice=None, announce_cuts=True, announce_as=None,
                  group=None, group_size=None, group_rank=None,
                  group_timeout_s=60.0, only=None, skip=None,
-                 staging_budget=None, stall_s=5.0, delta=False,
+                 staging_budget=None, stall_s=5.0, delta=None,
+                 delta_budget=None,
                  require_full_coverage=False, coverage_floor=None):
         _args.choice("receiver: backend", backend, _args.BACKENDS)
         self._staging_budget = _staging_budget(staging_budget)
@@ -251,7 +277,8 @@ class Receiver(Handle):
             raise errors.InvalidArgument(
                 "receiver: delta=True needs verify_digests=True (a patched "
                 "read is accepted only by the full new digest)")
-        self._delta = 1 if delta else 0
+        self._delta = 1 if delta or (delta is None and verify_digests) else 0
+        self._delta_budget = _delta_budget(delta_budget)
         if coverage_floor is not None and not (
                 isinstance(coverage_floor, (int, float))
                 and not isinstance(coverage_floor, bool)
@@ -373,6 +400,8 @@ class Receiver(Handle):
         p.staging_budget = self._staging_budget
         p.stall_s = self._stall_s
         p.delta = self._delta
+        if self._delta_budget is not None:
+            p.delta_budget = self._delta_budget
         p.require_full_coverage = self._coverage[0]
         if self._coverage[1] is not None:
             p.coverage_floor = float(self._coverage[1])
@@ -460,7 +489,7 @@ class Receiver(Handle):
             self._open()
             h = self._take(staged)
             self._staged = None
-            r = self._run(lambda: self._install("rs_receiver_apply", h),
+            r = self._run(lambda: self._install("rs_receiver_apply_sized", h),
                           cancellable=False)
             return self._installed(r)
 
@@ -468,7 +497,7 @@ class Receiver(Handle):
         """rs_receiver_apply of a staged handle or rs_receiver_pull of a
         version, then the mirrors: the library's PullResult."""
         r = _lib.PullResult()
-        _lib.call(fn, self._h, what, DIAG, r)
+        _lib.call(fn, self._h, what, DIAG, r, ctypes.sizeof(r))
         self._install_mirrors()
         return r
 
@@ -497,7 +526,7 @@ class Receiver(Handle):
                 raise errors.InvalidArgument(
                     f"receiver: version {self._staged.version} is staged; "
                     "apply or discard it first")
-            r = self._run(lambda: self._install("rs_receiver_pull",
+            r = self._run(lambda: self._install("rs_receiver_pull_sized",
                                                 int(version)))
             return self._installed(r)
 

@@ -14,8 +14,8 @@
  * exact, and scaled by 2^-(127 - bias) its float32 bits shifted right by
  * 23 - M are the code, normal or subnormal alike (float32's subnormals are
  * the same fixed-point encoding as the format's). f32 and f16 take it
- * for the steps the fast path (a product by the reciprocal, below) cannot
- * vouch for. bf16 rows are encoded by per-block tables
+ * for the segments the fast path (a product by the reciprocal, below)
+ * cannot vouch for. bf16 rows are encoded by per-block tables
  * (quant_bf16_x86.c); the bf16 encoder here makes their tables and takes
  * their uncertain segments: it widens by interleaving with zeros, which
  * orders the lanes so that one unsigned pack per 16 lanes puts the codes
@@ -35,18 +35,19 @@
  * whose ulp is the FP8 ulp at that value, the shift from f32 bits to FP8
  * bits (23 - M) and the factor 2^-(127 - bias) that aligns the exponents. */
 /* The fast path's constants: half the FP8 step in p's low bits less the
- * exponent rebase, ((1 << (22 - M)) - ((127 - bias) << 23)), and fmax's
- * code (see fast8_abs). */
+ * exponent rebase, ((1 << (22 - M)) - ((127 - bias) << 23)), fmax's
+ * code, and the code a zero's u gives, -((127 - bias) << M) (see
+ * store32_fast). */
 typedef struct narrow_k {
     int cap, emin, step, sh;
     float down;
-    int rebase, top;
+    int rebase, top, zero;
 } narrow_k_t;
 
 #define NARROW_E4M3 {0x43e00000, (127 - 6) << 23, (23 - 3) << 23, 23 - 3,      \
-                     0x1p-120f, (1 << 19) - (120 << 23), 0x7e}
+                     0x1p-120f, (1 << 19) - (120 << 23), 0x7e, -(120 << 3)}
 #define NARROW_E5M2 {0x47600000, (127 - 14) << 23, (23 - 2) << 23, 23 - 2,    \
-                     0x1p-112f, (1 << 20) - (112 << 23), 0x7b}
+                     0x1p-112f, (1 << 20) - (112 << 23), 0x7b, -(112 << 2)}
 
 /* How far, in float32 ulps, x * (1 / scale) may lie from x / scale: each
  * of the two roundings moves it by at most half an ulp of its result, so
@@ -140,48 +141,41 @@ TGT_AVX2 static INLINE __m256 ld8_f16(const unsigned char *s)
  * uncertain below 2 * TIE_ULPS. Exact midpoints are uncertain too (the
  * half-up rounding is not the rule's to even). Codes are monotone in the
  * quotient, so a certain lane's code is q's. Lanes below the smallest
- * normal (subnormal codes) are uncertain, except zeros (code 0 on both
- * paths: u is negative, which the unsigned pack clamps to 0). */
-TGT_AVX2 static INLINE __m256i fast_u(__m256 x, __m256 rcp, narrow_k_t k,
-                                      __m256i *a)
+ * normal (subnormal codes) are uncertain, except zeros and products too
+ * small to matter; see store32_fast. */
+TGT_AVX2 static INLINE __m256i fast_u(__m256 x, __m256 rcp, narrow_k_t k)
 {
-    *a = _mm256_and_si256(_mm256_castps_si256(_mm256_mul_ps(x, rcp)),
-                          _mm256_set1_epi32(0x7fffffff));
-    return _mm256_add_epi32(*a, _mm256_set1_epi32(k.rebase + TIE_ULPS));
+    const __m256i a = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_mul_ps(x, rcp)), _mm256_set1_epi32(0x7fffffff));
+    return _mm256_add_epi32(a, _mm256_set1_epi32(k.rebase + TIE_ULPS));
 }
 
-/* Whether any of four vectors' lanes is uncertain: the least of u's low
- * bits, and the least of |p| bits - 1 (a zero wraps to the largest). */
-TGT_AVX2 static INLINE int unsure32(const __m256i *u, const __m256i *a,
-                                    narrow_k_t k)
-{
-    const __m256i low = _mm256_set1_epi32((1 << k.sh) - 1);
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i t = _mm256_min_epu32(
-        _mm256_min_epu32(_mm256_and_si256(u[0], low), _mm256_and_si256(u[1], low)),
-        _mm256_min_epu32(_mm256_and_si256(u[2], low), _mm256_and_si256(u[3], low)));
-    const __m256i m = _mm256_min_epu32(
-        _mm256_min_epu32(_mm256_sub_epi32(a[0], one), _mm256_sub_epi32(a[1], one)),
-        _mm256_min_epu32(_mm256_sub_epi32(a[2], one), _mm256_sub_epi32(a[3], one)));
-    const __m256i tie = _mm256_set1_epi32(2 * TIE_ULPS - 1);
-    const __m256i sub = _mm256_set1_epi32(k.emin - 2);
-    const __m256i bad = _mm256_or_si256(
-        _mm256_cmpeq_epi32(_mm256_min_epu32(t, tie), t),
-        _mm256_cmpeq_epi32(_mm256_min_epu32(m, sub), m));
-    return _mm256_movemask_epi8(bad) != 0;
-}
-
-/* 32 codes from the fast path's u and the sources' signs, into 32 bytes:
- * the unsigned packs clamp the codes (negative u to 0, large ones to 255,
- * then capped at fmax's code); the signed packs of the sources keep each
- * one's sign in the top bit of its byte, in the same lane order. */
+/* 32 codes from the fast path's u and the sources' signs, into 32 bytes.
+ * u >> (23 - M), taken arithmetically and packed to 16 bits with signed
+ * saturation, is the code for a normal quotient (at least 1 << M), and
+ * exactly k.zero = -((127 - bias) << M) for a zero or for a product below
+ * 2^(sh - 1 - 149) (an f32 subnormal, whose quotient's code is 0 too);
+ * in between the lane is in the FP8 subnormal range and uncertain. The
+ * least of code - k.zero - 1 as unsigned 16 bits is kept in *zmin: below
+ * (1 << M) - k.zero - 1 where a lane is uncertain. The unsigned pack to
+ * bytes makes the negative codes 0 and the cap holds large ones at fmax's
+ * code; the signed packs of the sources keep each one's sign in the top
+ * bit of its byte, in the same lane order. The packs leave 4 values of
+ * each vector in turn in each 128-bit lane, so x[j] holding elements 4j to
+ * 4j + 3 and 16 + 4j to 19 + 4j (`in_order`) stores them in order; vectors
+ * of 8 consecutive elements take a permute. */
 TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
-                                         const __m256 *x, narrow_k_t k)
+                                         const __m256 *x, narrow_k_t k,
+                                         __m256i *zmin, int in_order)
 {
-    const __m256i p01 = _mm256_packus_epi32(_mm256_srai_epi32(u[0], k.sh),
-                                            _mm256_srai_epi32(u[1], k.sh));
-    const __m256i p23 = _mm256_packus_epi32(_mm256_srai_epi32(u[2], k.sh),
-                                            _mm256_srai_epi32(u[3], k.sh));
+    const __m256i p01 = _mm256_packs_epi32(_mm256_srai_epi32(u[0], k.sh),
+                                           _mm256_srai_epi32(u[1], k.sh));
+    const __m256i p23 = _mm256_packs_epi32(_mm256_srai_epi32(u[2], k.sh),
+                                           _mm256_srai_epi32(u[3], k.sh));
+    const __m256i lift = _mm256_set1_epi16((short)(-k.zero - 1));
+    *zmin = _mm256_min_epu16(*zmin, _mm256_min_epu16(
+                                        _mm256_add_epi16(p01, lift),
+                                        _mm256_add_epi16(p23, lift)));
     const __m256i c = _mm256_min_epu8(_mm256_packus_epi16(p01, p23),
                                       _mm256_set1_epi8((char)k.top));
     const __m256i s01 = _mm256_packs_epi32(_mm256_castps_si256(x[0]),
@@ -191,46 +185,106 @@ TGT_AVX2 static INLINE void store32_fast(uint8_t *d, const __m256i *u,
     const __m256i sg = _mm256_and_si256(_mm256_packs_epi16(s01, s23),
                                         _mm256_set1_epi8((char)0x80));
     const __m256i fix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i r = _mm256_or_si256(c, sg);
     _mm256_storeu_si256((__m256i *)(void *)d,
-                        _mm256_permutevar8x32_epi32(_mm256_or_si256(c, sg), fix));
+                        in_order ? r : _mm256_permutevar8x32_epi32(r, fix));
 }
 
-/* 32 elements a step, by the fast path unless a lane of them is uncertain,
- * then by the division. */
-#define ENC8_NATURAL(NAME, LD, ES, SRC)                                       \
-    TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
-                                     size_t n, float scale, narrow_k_t k,     \
-                                     int fmt, const unsigned char *ahead)     \
+/* Whether a lane of a segment was uncertain, from the least of u's low
+ * bits (tmin: see fast_u) and the least lifted 16-bit code (zmin: see
+ * store32_fast) over its lanes. */
+TGT_AVX2 static INLINE int unsure_acc(__m256i tmin, __m256i zmin, narrow_k_t k)
+{
+    const __m256i tie = _mm256_set1_epi32(2 * TIE_ULPS - 1);
+    const __m256i edge = _mm256_set1_epi16((short)((1 << (23 - k.sh)) - k.zero - 2));
+    const __m256i bad = _mm256_or_si256(
+        _mm256_cmpeq_epi32(_mm256_min_epu32(tmin, tie), tmin),
+        _mm256_cmpeq_epi16(_mm256_min_epu16(zmin, edge), zmin));
+    return _mm256_movemask_epi8(bad) != 0;
+}
+
+/* The fast path over a segment's whole steps of 32, the lanes' certainty
+ * gathered over the segment and checked once at its end; 1 when a lane
+ * was uncertain. `exact` keeps the least of u's low 23 - M bits (an and
+ * and a 32-bit min per 8 lanes); otherwise the least of u's low 16 bits,
+ * kept by a 16-bit min over u itself (one operation per 8 lanes; the
+ * high halves' minima are cleared at the end): a lane whose low 23 - M
+ * bits are below 8 has its low 16 below 8 too, so this finds every
+ * uncertain lane, and some certain ones (odds about 8 in 2^16 a lane).
+ * Checking each step instead cost more than its codes. */
+#define FAST_PASS(NAME, LD4, ES, IN_ORDER)                                    \
+    TGT_AVX2 static INLINE int NAME(uint8_t *d, const unsigned char *s,       \
+                                    size_t n, __m256 rcp, narrow_k_t k,       \
+                                    const unsigned char *ahead, int exact)    \
     {                                                                         \
-        const __m256 sc = _mm256_set1_ps(scale);                              \
-        const float inv = fast_rcp(scale);                                    \
-        const __m256 rcp = _mm256_set1_ps(inv);                               \
-        const int fast = inv != 0.0f;                                         \
-        size_t i = 0;                                                         \
-        for (; i + 32 <= n; i += 32) {                                        \
+        const __m256i low = _mm256_set1_epi32((1 << k.sh) - 1);               \
+        __m256i tmin = _mm256_set1_epi32(-1), zmin = tmin;                    \
+        for (size_t i = 0; i + 32 <= n; i += 32) {                            \
             const unsigned char *p = s + (ES) * i;                            \
             for (size_t l = 0; l < (size_t)32 * (ES); l += 64)                \
                 _mm_prefetch((const char *)(ahead + (ES) * i + l),            \
                              _MM_HINT_T0);                                    \
-            const __m256 x[4] = {LD(p), LD(p + (size_t)8 * (ES)),             \
-                                 LD(p + (size_t)16 * (ES)),                   \
-                                 LD(p + (size_t)24 * (ES))};                  \
-            __m256i a[4], u[4];                                               \
-            for (int j = 0; j < 4; j++)                                       \
-                u[j] = fast_u(x[j], rcp, k, &a[j]);                           \
-            if (fast && !unsure32(u, a, k))                                   \
-                store32_fast(d + i, u, x, k);                                 \
-            else                                                              \
-                store32(d + i, narrow8(_mm256_div_ps(x[0], sc), k),           \
-                        narrow8(_mm256_div_ps(x[1], sc), k),                  \
-                        narrow8(_mm256_div_ps(x[2], sc), k),                  \
-                        narrow8(_mm256_div_ps(x[3], sc), k));                 \
+            __m256 x[4];                                                      \
+            LD4(x, p);                                                        \
+            __m256i u[4];                                                     \
+            for (int j = 0; j < 4; j++) {                                     \
+                u[j] = fast_u(x[j], rcp, k);                                  \
+                tmin = exact ? _mm256_min_epu32(tmin, _mm256_and_si256(u[j], low)) \
+                             : _mm256_min_epu16(tmin, u[j]);                  \
+            }                                                                 \
+            store32_fast(d + i, u, x, k, &zmin, IN_ORDER);                    \
         }                                                                     \
-        scalar_tail(d + i, s + (ES) * i, n - i, scale, fmt, SRC);             \
+        if (!exact)                                                           \
+            tmin = _mm256_and_si256(tmin, _mm256_set1_epi32(0xffff));          \
+        return unsure_acc(tmin, zmin, k);                                     \
     }
 
-ENC8_NATURAL(encv8_f32, ld8_f32, 4, RS__QUANT_SOURCE_F32)
-ENC8_NATURAL(encv8_f16, ld8_f16, 2, RS__QUANT_SOURCE_F16)
+/* A segment by the fast path where it is certain: first with the 16-bit
+ * check, then, if that found a lane (one segment of 128 in about 60 for
+ * values spread like trained weights), again with the exact one; an
+ * uncertain lane there (one segment in about 1,000) has the segment
+ * encoded by the division. Each pass stores over the one before. */
+#define ENC8_NATURAL(NAME, FAST, LD, ES, SRC)                                 \
+    TGT_AVX2 static INLINE void NAME(uint8_t *d, const unsigned char *s,      \
+                                     size_t n, float scale, narrow_k_t k,     \
+                                     int fmt, const unsigned char *ahead)     \
+    {                                                                         \
+        const float inv = fast_rcp(scale);                                    \
+        const size_t whole = n / 32 * 32;                                     \
+        const __m256 rcp = _mm256_set1_ps(inv);                               \
+        if (inv == 0.0f || (FAST(d, s, n, rcp, k, ahead, 0) &&                \
+                            FAST(d, s, n, rcp, k, s, 1))) {                   \
+            const __m256 sc = _mm256_set1_ps(scale);                          \
+            for (size_t i = 0; i < whole; i += 32) {                          \
+                const unsigned char *p = s + (ES) * i;                        \
+                store32(d + i,                                                \
+                        narrow8(_mm256_div_ps(LD(p), sc), k),                 \
+                        narrow8(_mm256_div_ps(LD(p + (size_t)8 * (ES)), sc), k), \
+                        narrow8(_mm256_div_ps(LD(p + (size_t)16 * (ES)), sc), k), \
+                        narrow8(_mm256_div_ps(LD(p + (size_t)24 * (ES)), sc), k)); \
+            }                                                                 \
+        }                                                                     \
+        scalar_tail(d + whole, s + (ES) * whole, n - whole, scale, fmt, SRC); \
+    }
+
+/* A step's 32 values as four vectors: f32 in the order that lets the
+ * packs store them in order (see store32_fast; on cores that split
+ * 256-bit registers, filling each half from its own 16 bytes costs no
+ * more than one load, and it saves a lane-crossing permute), f16 as 8
+ * consecutive values a vector. */
+#define LD4_F32(x, p)                                                         \
+    for (size_t j = 0; j < 4; j++)                                            \
+        (x)[j] = _mm256_loadu2_m128(                                          \
+            (const float *)(const void *)((p) + 64 + (size_t)16 * j),         \
+            (const float *)(const void *)((p) + (size_t)16 * j))
+#define LD4_F16(x, p)                                                         \
+    for (size_t j = 0; j < 4; j++)                                            \
+        (x)[j] = ld8_f16((p) + (size_t)16 * j)
+
+FAST_PASS(fast_f32, LD4_F32, 4, 1)
+FAST_PASS(fast_f16, LD4_F16, 2, 0)
+ENC8_NATURAL(encv8_f32, fast_f32, ld8_f32, 4, RS__QUANT_SOURCE_F32)
+ENC8_NATURAL(encv8_f16, fast_f16, ld8_f16, 2, RS__QUANT_SOURCE_F16)
 
 /* 16 bf16 to 16 codes as 16-bit lanes in order: magnitudes divided (the
  * quotient's sign is the source's: the scale is positive), the sign put

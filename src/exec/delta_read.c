@@ -15,6 +15,7 @@
 #include "core/delta_estimate.h"
 #include "core/diag.h"
 #include "core/vec.h"
+#include "reshard/memory.h"
 #include "exec/delta_read.h"
 #include "exec/transport_impl.h"
 
@@ -45,6 +46,7 @@ typedef struct pend {
 
 typedef struct state {
     rs_transport_h inner;
+    rs_transport_h outer; /* the wrapper: its stall bound and verdict */
     double nic, dns;
     int64_t version;
     rs__delta_src_t *srcs;
@@ -55,6 +57,13 @@ typedef struct state {
     size_t tab_cap, tab_n;
     RS_VEC(pend_t, pend);
     rs__delta_stats_t stats;
+    /* The copies kept (rs__delta_reads_keep; keeping 0: every one), and
+     * the memory this run may still take for new ones (avail_known 0:
+     * not looked up yet this run). */
+    int keeping;
+    rs__delta_keep_t keep;
+    int avail_known;
+    uint64_t avail;
 } state_t;
 
 static state_t *st_of(rs_transport_h t)
@@ -90,10 +99,40 @@ static int held_grow(state_t *s)
     return 1;
 }
 
-/* The held copy of a read, made (holding nothing) when new; NULL when out
- * of memory (the read is then read whole, without a copy). */
+/* Memory for a new copy of n bytes, when it fits half of what
+ * rs_memory_available reported at the run's first new copy, less the
+ * copies made since (one look a run: new copies are made only while reads
+ * are posted). Half: the copies are an optimization, so they leave the
+ * engine, and the other ranks of the node looking at the same figure,
+ * the other half. NULL (counted) when it does not fit or malloc fails:
+ * the read is whole, never an out-of-memory kill. */
+static unsigned char *copy_alloc(state_t *s, uint64_t n)
+{
+    const char *source;
+    if (!s->avail_known) {
+        if (rs_memory_available(&s->avail, &source) != RS_OK)
+            s->avail = 0; /* a malformed override: keep nothing new */
+        s->avail /= 2;
+    }
+    s->avail_known = 1;
+    unsigned char *m = n <= s->avail ? malloc(n > 0 ? (size_t)n : 1) : NULL;
+    if (m == NULL) {
+        s->stats.no_memory_runs++;
+        s->stats.no_memory_bytes += n;
+        return NULL;
+    }
+    s->avail -= n;
+    return m;
+}
+
+/* The held copy of a read, made (holding nothing) when new; NULL when the
+ * budget keeps no copy of it or its memory is not there (the read is then
+ * read whole, without a copy). */
 static held_t *held_get(state_t *s, const rs_read_t *rd)
 {
+    if (s->keeping &&
+        !rs__delta_keep_has(&s->keep, rd->session, rd->src_addr, rd->nbytes))
+        return NULL;
     if ((s->tab_n + 1) * 2 > s->tab_cap && !held_grow(s))
         return NULL;
     size_t k = key_hash(rd->session, rd->src_addr, rd->nbytes) &
@@ -101,11 +140,14 @@ static held_t *held_get(state_t *s, const rs_read_t *rd)
     for (; s->tab[k] != NULL; k = (k + 1) & (s->tab_cap - 1)) {
         held_t *h = s->tab[k];
         if (h->session == rd->session && h->addr == rd->src_addr &&
-            h->nbytes == rd->nbytes)
-            return h;
+            h->nbytes == rd->nbytes) {
+            if (h->mem == NULL) /* dropped by an earlier budget */
+                h->mem = copy_alloc(s, h->nbytes);
+            return h->mem != NULL ? h : NULL;
+        }
     }
     held_t *h = calloc(1, sizeof(*h));
-    if (h == NULL || (h->mem = malloc(rd->nbytes > 0 ? rd->nbytes : 1)) == NULL) {
+    if (h == NULL || (h->mem = copy_alloc(s, rd->nbytes)) == NULL) {
         free(h);
         return NULL;
     }
@@ -120,43 +162,53 @@ static held_t *held_get(state_t *s, const rs_read_t *rd)
 
 /* The published shard holding byte addr of the session (NULL: none), and
  * where the session's next one starts (UINT64_MAX: none). */
-static const rs__delta_src_t *src_at(const state_t *s, uint32_t session,
-                                     uint64_t addr, uint64_t *next_p)
+static const rs__delta_src_t *src_at(const rs__delta_src_t *srcs, size_t nsrc,
+                                     uint32_t session, uint64_t addr,
+                                     uint64_t *next_p)
 {
-    size_t lo = 0, hi = s->nsrc;
+    size_t lo = 0, hi = nsrc;
     while (lo < hi) { /* the first shard past (session, addr) */
         size_t mid = lo + (hi - lo) / 2;
-        const rs__delta_src_t *m = &s->srcs[mid];
+        const rs__delta_src_t *m = &srcs[mid];
         if (m->session < session || (m->session == session && m->addr <= addr))
             lo = mid + 1;
         else
             hi = mid;
     }
-    *next_p = lo < s->nsrc && s->srcs[lo].session == session
-                  ? s->srcs[lo].addr : UINT64_MAX;
+    *next_p = lo < nsrc && srcs[lo].session == session ? srcs[lo].addr
+                                                        : UINT64_MAX;
     if (lo == 0)
         return NULL;
-    const rs__delta_src_t *c = &s->srcs[lo - 1];
+    const rs__delta_src_t *c = &srcs[lo - 1];
     return c->session == session && addr - c->addr < c->nbytes ? c : NULL;
 }
 
-/* The next piece of a read from byte `off` on: up to the end of the
- * shard holding it, or to the next shard's start (a plan reads adjacent
- * bytes of several shards as one run); its shard when it lists deltas
- * and the run may use them. Pieces are cut at every published shard's
- * edges, deltas or not, so that a read's pieces (and their held copies)
- * stay the same from one version to the next. */
-static rs_read_t next_piece(const state_t *s, const rs_read_t *rd,
-                            uint64_t off, const rs__delta_src_t **src_p)
+rs_read_t rs__delta_piece(const rs__delta_src_t *srcs, size_t nsrc,
+                          const rs_read_t *rd, uint64_t off,
+                          const rs__delta_src_t **src_p)
 {
     uint64_t addr = rd->src_addr + off, next, len = rd->nbytes - off;
-    const rs__delta_src_t *c = src_at(s, rd->session, addr, &next);
+    const rs__delta_src_t *c = src_at(srcs, nsrc, rd->session, addr, &next);
     if (c != NULL && c->addr + c->nbytes - addr < len)
         len = c->addr + c->nbytes - addr;
     else if (c == NULL && next > addr && next - addr < len)
         len = next - addr;
+    *src_p = c;
+    return (rs_read_t){rd->session, addr,
+                       rd->dst != NULL ? (unsigned char *)rd->dst + off : NULL,
+                       len};
+}
+
+/* The next piece of a read from byte `off` on (rs__delta_piece: a plan
+ * reads adjacent bytes of several shards as one run); its shard when it
+ * lists deltas and the run may use them. */
+static rs_read_t next_piece(const state_t *s, const rs_read_t *rd,
+                            uint64_t off, const rs__delta_src_t **src_p)
+{
+    const rs__delta_src_t *c;
+    rs_read_t p = rs__delta_piece(s->srcs, s->nsrc, rd, off, &c);
     *src_p = c != NULL && c->count > 0 && s->version >= 0 ? c : NULL;
-    return (rs_read_t){rd->session, addr, (unsigned char *)rd->dst + off, len};
+    return p;
 }
 
 /* The chain of listed deltas from `from` to the run's version (into p),
@@ -273,6 +325,19 @@ static void pend_scratch_free(pend_t *p)
     p->hdr = p->idx = p->pay = NULL;
 }
 
+/* Waits for the real transport under the stall bound set on the wrapper
+ * (the receiver's failover reads the wrapper's verdict), so a publisher
+ * frozen while its deltas or whole bytes are read is failed over as in a
+ * full pull. */
+static rs_status_t inner_wait(state_t *s, double timeout, rs_diag_t *diag)
+{
+    s->inner->stall_s = s->outer->stall_s;
+    rs_status_t st = rs_transport_wait(s->inner, timeout, diag);
+    if (rs__transport_stalled(s->inner))
+        s->outer->stalled = 1;
+    return st;
+}
+
 /* Posts the n reads gathered (st: how gathering went) and waits for
  * them; frees the list. */
 static rs_status_t round_trip(state_t *s, rs_status_t st, rs_read_t *v,
@@ -283,7 +348,7 @@ static rs_status_t round_trip(state_t *s, rs_status_t st, rs_read_t *v,
     if (st == RS_OK && n > 0)
         st = rs_transport_post(s->inner, v, n, diag);
     if (st == RS_OK && n > 0)
-        st = rs_transport_wait(s->inner, timeout, diag);
+        st = inner_wait(s, timeout, diag);
     free(v);
     return st;
 }
@@ -501,7 +566,7 @@ static rs_status_t d_wait(rs_transport_h t, double timeout_s, rs_diag_t *diag)
     if (st == RS_OK)
         st = post_refused(s, t, diag);
     if (st == RS_OK)
-        st = rs_transport_wait(s->inner, timeout_s, diag);
+        st = inner_wait(s, timeout_s, diag);
     else
         rs_transport_cancel(s->inner);
     if (st == RS_OK)
@@ -548,6 +613,7 @@ static void d_close(rs_transport_h t)
     free(s->pend);
     free(s->srcs);
     free(s->refs);
+    rs__delta_keep_free(&s->keep);
     rs_transport_destroy(s->inner);
     free(s);
     t->priv = NULL;
@@ -586,6 +652,7 @@ rs_status_t rs__delta_reads_wrap(rs_transport_h inner, double nic_gbps,
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     }
     s->inner = inner;
+    s->outer = t;
     s->nic = nic_gbps > 0 ? nic_gbps : 400.0;
     s->dns = descriptor_ns > 0 ? descriptor_ns : 100.0;
     s->version = -1;
@@ -626,6 +693,7 @@ rs_status_t rs__delta_reads_set(rs_transport_h t, int64_t version,
     s->nref = nref;
     s->version = version;
     memset(&s->stats, 0, sizeof(s->stats));
+    s->avail_known = 0;
     for (size_t i = 0; i < s->tab_cap; i++)
         if (s->tab[i] != NULL)
             s->tab[i]->used = 0;
@@ -649,5 +717,59 @@ void rs__delta_reads_done(rs_transport_h t, int ok)
 
 void rs__delta_reads_stats(rs_transport_h t, rs__delta_stats_t *out)
 {
-    *out = st_of(t)->stats;
+    const state_t *s = st_of(t);
+    *out = s->stats;
+    for (size_t i = 0; i < s->tab_cap; i++)
+        if (s->tab[i] != NULL && s->tab[i]->mem != NULL) {
+            out->held_runs++;
+            out->held_bytes += s->tab[i]->nbytes;
+        }
+}
+
+/* The copies holding a verified version, as sorted keys. */
+static rs_status_t held_keys(const state_t *s, rs__delta_keep_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->keys = malloc((s->tab_n + 1) * sizeof(*out->keys));
+    if (out->keys == NULL)
+        return RS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < s->tab_cap; i++) {
+        const held_t *h = s->tab[i];
+        if (h != NULL && h->mem != NULL && h->held >= 0)
+            out->keys[out->n++] = (rs__delta_key_t){h->session, h->addr,
+                                                    h->nbytes};
+    }
+    qsort(out->keys, out->n, sizeof(*out->keys), rs__delta_key_cmp);
+    return RS_OK;
+}
+
+rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
+                                 uint64_t budget, rs_diag_t *diag)
+{
+    state_t *s = st_of(t);
+    rs__delta_keep_t k, held;
+    rs_status_t st = held_keys(s, &held);
+    if (st == RS_OK)
+        st = rs__delta_keep_choose(plan, s->srcs, s->nsrc, s->refs, &held,
+                                   budget, s->nic, s->dns, &k);
+    rs__delta_keep_free(&held);
+    if (st != RS_OK)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    rs__delta_keep_free(&s->keep);
+    s->keep = k;
+    s->keeping = 1;
+    s->stats.over_budget_runs = k.over_runs;
+    s->stats.over_budget_bytes = k.over_bytes;
+    /* copies the budget no longer keeps go now, before any new one is
+     * made, so the copies never pass the budget */
+    for (size_t i = 0; i < s->tab_cap; i++) {
+        held_t *h = s->tab[i];
+        if (h != NULL && h->mem != NULL &&
+            !rs__delta_keep_has(&k, h->session, h->addr, h->nbytes)) {
+            free(h->mem);
+            h->mem = NULL;
+            h->held = h->now = -1;
+        }
+    }
+    return RS_OK;
 }

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "reshard/plan.h"
 #include "reshard/transport.h"
 
 /* One delta a table lists for a shard. */
@@ -29,11 +30,14 @@ typedef struct rs__delta_ref {
 } rs__delta_ref_t;
 
 /* One published shard: its session (the plan's index), full bytes, and
- * its deltas refs[first, first + count) (count 0: none listed). */
+ * its deltas refs[first, first + count) (count 0: none listed); serves 1
+ * when its table entry has a `deltas` key (its publisher writes deltas,
+ * even when this version lists none). */
 typedef struct rs__delta_src {
     uint32_t session;
     uint64_t addr, nbytes;
     size_t first, count;
+    int serves;
 } rs__delta_src_t;
 
 /* What the reads of a run did. */
@@ -44,6 +48,12 @@ typedef struct rs__delta_stats {
     uint64_t whole_runs;   /* reads read whole */
     uint64_t whole_bytes;
     uint64_t refused;      /* deltas refused, their reads read whole */
+    /* The copies (rs__delta_reads_keep): held after the run (pieces,
+     * bytes), left out by the budget, and left out because they did not
+     * fit the memory available (rs_memory_available) or malloc failed. */
+    uint64_t held_runs, held_bytes;
+    uint64_t over_budget_runs, over_budget_bytes;
+    uint64_t no_memory_runs, no_memory_bytes;
 } rs__delta_stats_t;
 
 /* Wraps `inner` (owned from then on, also on error) into a transport that
@@ -69,6 +79,52 @@ rs_status_t rs__delta_reads_set(rs_transport_h t, int64_t version,
 void rs__delta_reads_done(rs_transport_h t, int ok);
 
 void rs__delta_reads_stats(rs_transport_h t, rs__delta_stats_t *s);
+
+/* ---- the copies kept (delta_keep.c) ---- */
+
+/* The piece of `rd` from byte `off` on: up to the end of the published
+ * shard holding it, or to the next shard's start (srcs sorted by session
+ * and addr); *src_p its shard, NULL when no shard holds it. Pieces are
+ * cut at every shard's edges, so a read's pieces stay the same from one
+ * version to the next. */
+rs_read_t rs__delta_piece(const rs__delta_src_t *srcs, size_t nsrc,
+                          const rs_read_t *rd, uint64_t off,
+                          const rs__delta_src_t **src_p);
+
+/* A piece whose copy is kept. */
+typedef struct rs__delta_key {
+    uint32_t session;
+    uint64_t addr, nbytes;
+} rs__delta_key_t;
+
+/* The copies a run keeps: keys sorted by (session, addr, nbytes). */
+typedef struct rs__delta_keep {
+    rs__delta_key_t *keys;
+    size_t n;
+    uint64_t bytes;                        /* their bytes, <= the budget */
+    uint64_t over_runs, over_bytes;        /* worth keeping, left out */
+} rs__delta_keep_t;
+
+/* Chooses, among the pieces of every read of `plan` whose shard serves
+ * deltas, those whose copies the cost model says gain most per byte
+ * kept, up to `budget` bytes (docs/delta.md, "The delta budget"); those
+ * in `held` (copies holding a verified version) first. */
+rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
+                                  size_t nsrc, const rs__delta_ref_t *refs,
+                                  const rs__delta_keep_t *held,
+                                  uint64_t budget, double nic_gbps,
+                                  double descriptor_ns, rs__delta_keep_t *out);
+void rs__delta_keep_free(rs__delta_keep_t *k);
+/* Orders keys by (session, addr, nbytes), for qsort and bsearch. */
+int rs__delta_key_cmp(const void *a, const void *b);
+int rs__delta_keep_has(const rs__delta_keep_t *k, uint32_t session,
+                       uint64_t addr, uint64_t nbytes);
+
+/* After rs__delta_reads_set: the next runs keep copies only of the pieces
+ * rs__delta_keep_choose picks for `plan` within `budget`; copies of the
+ * others are freed now. Without a call every piece keeps its copy. */
+rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
+                                 uint64_t budget, rs_diag_t *diag);
 
 /* ---- the choice (delta_cost.c) ---- */
 

@@ -1,11 +1,12 @@
 /* Digests fused into the wire's copies. A shard that one read brings whole
  * (its only piece, its destination written by nothing else) gets a tap:
- * a backend that copies with the CPU (local, local-mt, cma) feeds the
- * shard's rsd64 digest with the bytes as it writes them, so verifying it
- * is a compare, not a second pass over the bytes. Every other shard, and
- * every shard read by a backend that does not fuse (ucx, whose reads the
- * NIC or UCX's own copies do), is digested from where it landed after the
- * wire, as before. Either way every digest is checked before install. */
+ * a backend that copies with the CPU (local, local-mt, cma, ucx's reads
+ * of regions it maps) feeds the shard's rsd64 digest with the bytes as it
+ * writes them, so verifying it is a compare, not a second pass over the
+ * bytes. Every other shard, and every shard whose bytes someone else
+ * wrote (ucx's gets: the NIC or UCX's own copies), is digested from where
+ * it landed after the wire, as before. Either way every digest is checked
+ * before install. */
 #include <stdlib.h>
 
 #include "core/diag.h"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "exec/delta_read.h"
 #include "exec/exec_impl.h"
 
 #define RS_RECORD_LIST_MAX 8
@@ -74,8 +75,26 @@ static json_t *stage_times(const rs_exec_stages_t *s)
     return stages;
 }
 
-rs_status_t rs_exec_write_stages(const rs_exec_stages_t *s, unsigned flags,
-                                 FILE *out, rs_diag_t *diag)
+/* The record's `delta` object: what the run's reads were, when its
+ * transport reads deltas (docs/delta.md, "Receivers"). */
+static json_t *delta_object(const rs__delta_stats_t *d)
+{
+    uint64_t wire = d->delta_bytes + d->whole_bytes;
+    return json_pack("{sI,sI,sI,sI,sI,sI,sI,sI}",
+                     "runs", (json_int_t)d->delta_runs,
+                     "bytes", (json_int_t)d->delta_bytes,
+                     "full_bytes", (json_int_t)d->delta_full,
+                     "whole_runs", (json_int_t)d->whole_runs,
+                     "whole_bytes", (json_int_t)d->whole_bytes,
+                     "refused", (json_int_t)d->refused,
+                     "held_bytes", (json_int_t)d->held_bytes,
+                     "wire_bytes", (json_int_t)wire);
+}
+
+/* The stage record of s, with `delta` (NULL: none). */
+static rs_status_t write_record(const rs_exec_stages_t *s,
+                                const rs__delta_stats_t *delta,
+                                unsigned flags, FILE *out, rs_diag_t *diag)
 {
     json_t *root = json_object();
     json_object_set_new(root, "schema", json_string("reshard.stage.v2"));
@@ -110,16 +129,35 @@ rs_status_t rs_exec_write_stages(const rs_exec_stages_t *s, unsigned flags,
                         json_integer((json_int_t)s->staging_unbounded));
     json_object_set_new(root, "staging_rounds",
                         json_integer((json_int_t)s->staging_rounds));
+    if (delta != NULL) /* added after the keys above: older readers skip it */
+        json_object_set_new(root, "delta", delta_object(delta));
     return dump(root, flags, out, diag);
+}
+
+rs_status_t rs_exec_write_stages(const rs_exec_stages_t *s, unsigned flags,
+                                 FILE *out, rs_diag_t *diag)
+{
+    return write_record(s, NULL, flags, out, diag);
+}
+
+rs_status_t rs_exec_write_stage_record(rs_exec_h x, double plan_seconds,
+                                       unsigned flags, FILE *out,
+                                       rs_diag_t *diag)
+{
+    rs_exec_stages_t s;
+    rs__delta_stats_t d;
+    int deltas = x->t != NULL && rs__delta_reads_is(x->t);
+    rs_exec_stages(x, &s);
+    s.plan_s = plan_seconds;
+    if (deltas)
+        rs__delta_reads_stats(x->t, &d);
+    return write_record(&s, deltas ? &d : NULL, flags, out, diag);
 }
 
 rs_status_t rs_exec_write_stage_json(rs_exec_h x, double plan_seconds,
                                      FILE *out, rs_diag_t *diag)
 {
-    rs_exec_stages_t s;
-    rs_exec_stages(x, &s);
-    s.plan_s = plan_seconds;
-    return rs_exec_write_stages(&s, 0, out, diag);
+    return rs_exec_write_stage_record(x, plan_seconds, 0, out, diag);
 }
 
 /* A fallback reason without its copy prefix and with numbers folded, so

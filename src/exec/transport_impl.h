@@ -21,7 +21,8 @@ typedef struct rs__transport_ops {
      * it has none of its own). Sizes the executor's own pool. */
     unsigned (*workers)(rs_transport_h t);
     /* 1 when the backend copies with the CPU itself and feeds each tap
-     * (below) as it copies; 0: the executor digests after the wire. */
+     * (below) as it copies, or may (a tap left unfed is digested after the
+     * wire); 0: the executor digests every shard after the wire. */
     int fuses_digests;
 } rs__transport_ops_t;
 

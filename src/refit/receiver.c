@@ -66,6 +66,8 @@ static void receiver_defaults(rs_receiver_params_t *p)
     p->group_rank = -1;
     p->group_timeout_s = 60;
     p->stall_s = RS_RECEIVER_DEFAULT_STALL_S;
+    p->delta = 1;
+    p->delta_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
 }
 
 RS__PARAMS_DEFINE(receiver, receiver_defaults, notice_ctx)

@@ -15,6 +15,7 @@
 #include "exec/delta_read.h"
 #include "refit/receiver_impl.h"
 #include "reshard/digest.h"
+#include "reshard/memory.h"
 #include "reshard/plan.h"
 #include "reshard/sources.h"
 
@@ -117,7 +118,7 @@ void rs__receiver_deltas_renew_start(rs_receiver_h r)
 rs_status_t rs__receiver_deltas_renew(rs_receiver_h r, size_t k,
                                       const char *text, size_t len)
 {
-    if (!r->params.delta || k >= r->dshard_len)
+    if (!rs__receiver_takes_deltas(r) || k >= r->dshard_len)
         return RS_OK;
     json_error_t err;
     json_t *deltas = json_loadb(text, len, 0, &err);
@@ -183,7 +184,8 @@ rs_status_t rs__receiver_deltas_scan(rs_receiver_h r, const char *table,
                                      size_t len, rs_diag_t *diag)
 {
     static const char key[] = "\"deltas\": [";
-    if (!r->params.delta || memmem(table, len, key, sizeof(key) - 1) == NULL)
+    if (!rs__receiver_takes_deltas(r) ||
+        memmem(table, len, key, sizeof(key) - 1) == NULL)
         return RS_OK; /* none listed: nothing to parse again */
     json_error_t err;
     json_t *root = json_loadb(table, len, 0, &err);
@@ -228,7 +230,7 @@ static rs__delta_src_t *all_shards(rs_receiver_h r, size_t *n_p)
         for (int j = 0; j < d.ndim; j++)
             nbytes *= (uint64_t)d.shape[j];
         if (nbytes > 0 && rs__strmap_get(&names, d.session, &k))
-            srcs[n++] = (rs__delta_src_t){k, d.addr, nbytes, 0, 0};
+            srcs[n++] = (rs__delta_src_t){k, d.addr, nbytes, 0, 0, 0};
     }
     rs__strmap_free(&names);
     if (srcs != NULL)
@@ -249,7 +251,7 @@ static void attach_deltas(rs_receiver_h r, rs__delta_src_t *srcs, size_t n)
         ok = rs__strmap_put(&names, rs_plan_session_name(r->plan, k), k);
     for (size_t i = 0; ok && i < r->dshard_len; i++) {
         const rs__rx_delta_shard_t *d = &r->dshard[i];
-        rs__delta_src_t key = {0, d->addr, d->nbytes, 0, 0};
+        rs__delta_src_t key = {0, d->addr, d->nbytes, 0, 0, 0};
         if (!rs__strmap_get(&names, d->session, &key.session))
             continue;
         rs__delta_src_t *hit = bsearch(&key, srcs, n, sizeof(*srcs),
@@ -257,6 +259,7 @@ static void attach_deltas(rs_receiver_h r, rs__delta_src_t *srcs, size_t n)
         if (hit != NULL && hit->nbytes == d->nbytes) {
             hit->first = d->first;
             hit->count = d->count;
+            hit->serves = 1;
         }
     }
     rs__strmap_free(&names);
@@ -277,7 +280,37 @@ rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
                                                                   : -1,
                                          srcs, n, r->dref, r->dref_len, diag);
     free(srcs);
+    if (st == RS_OK)
+        st = rs__delta_reads_keep(r->transport, r->plan,
+                                  r->params.delta_budget, diag);
     return st;
+}
+
+int rs__receiver_takes_deltas(rs_receiver_h r)
+{
+    return r->params.delta && r->params.verify_digests &&
+           r->params.delta_budget > 0;
+}
+
+/* Copies that did not fit the memory available: the pull goes on, their
+ * reads whole, and the caller hears of it. */
+static void tell_no_memory(rs_receiver_h r, const rs__delta_stats_t *s)
+{
+    char line[256];
+    uint64_t have = 0;
+    const char *source = "unknown";
+    if (rs_memory_available(&have, &source) != RS_OK)
+        source = "unreadable";
+    snprintf(line, sizeof(line), "receiver %s: %llu delta copies (%llu "
+             "bytes) not kept: they do not fit the memory available (%llu "
+             "bytes, %s); those reads stay whole", r->holder,
+             (unsigned long long)s->no_memory_runs,
+             (unsigned long long)s->no_memory_bytes,
+             (unsigned long long)have, source);
+    if (r->params.notice != NULL)
+        r->params.notice(r->params.notice_ctx, line);
+    else
+        rs_dir_notice(NULL, "%s", line);
 }
 
 void rs__receiver_deltas_done(rs_receiver_h r, int ok, rs_pull_result_t *res)
@@ -293,4 +326,12 @@ void rs__receiver_deltas_done(rs_receiver_h r, int ok, rs_pull_result_t *res)
     res->whole_runs += s.whole_runs;
     res->whole_bytes += s.whole_bytes;
     res->delta_refused += s.refused;
+    res->delta_held_runs = s.held_runs;
+    res->delta_held_bytes = s.held_bytes;
+    res->delta_over_budget_runs = s.over_budget_runs;
+    res->delta_over_budget_bytes = s.over_budget_bytes;
+    res->delta_no_memory_runs += s.no_memory_runs;
+    res->delta_no_memory_bytes += s.no_memory_bytes;
+    if (s.no_memory_runs > 0)
+        tell_no_memory(r, &s);
 }

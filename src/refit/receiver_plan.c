@@ -128,7 +128,10 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
     rs_status_t st = rs_plan_build(r->cap, sources, &pp, diag, &r->plan);
     if (st == RS_OK)
         st = rs_transport_create(&tp, diag, &r->transport);
-    if (st == RS_OK && r->params.delta) { /* docs/delta.md, "Receivers" */
+    /* docs/delta.md, "Receivers": only when some shard's publisher serves
+     * deltas (a table entry with a `deltas` key), so receivers of other
+     * publishers keep no copies and read as before */
+    if (st == RS_OK && rs__receiver_takes_deltas(r) && r->dshard_len > 0) {
         rs_transport_h inner = r->transport;
         r->transport = NULL;
         st = rs__delta_reads_wrap(inner, r->params.nic_gbps,

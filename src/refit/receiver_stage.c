@@ -308,7 +308,7 @@ static rs_status_t stage_version(rs_receiver_h r, int64_t version,
 /* The staged version's install under the deadline in r->deadline (0: none),
  * then the end of its lease, consuming the slot either way. */
 static rs_status_t apply_slot(rs_receiver_h r, rs_diag_t *diag,
-                              rs_pull_result_t *result_p)
+                              rs_pull_result_t *result_p, size_t size)
 {
     rs_pull_result_t *res = &r->slot.res;
     double t0 = rs__now_s();
@@ -323,9 +323,23 @@ static rs_status_t apply_slot(rs_receiver_h r, rs_diag_t *diag,
     if (st == RS_OK && r->params.release_after)
         rs__receiver_release(r, r->slot.version, res);
     res->apply_s = rs__now_s() - t0;
-    if (st == RS_OK && result_p != NULL)
-        *result_p = *res;
+    if (st == RS_OK && result_p != NULL) /* only what the caller's holds */
+        memcpy(result_p, res, size);
     return st;
+}
+
+/* RS_OK when a caller's result of `size` bytes is one this library writes
+ * (rs_receiver_pull_sized). */
+static rs_status_t check_result_size(size_t size, rs_diag_t *diag)
+{
+    if (size >= RS_PULL_RESULT_V1_SIZE && size <= sizeof(rs_pull_result_t))
+        return RS_OK;
+    return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_pull_result_t: size "
+                        "%zu is not one this library knows (%zu to %zu "
+                        "bytes); pass the struct through rs_receiver_pull or "
+                        "rs_receiver_apply", size,
+                        (size_t)RS_PULL_RESULT_V1_SIZE,
+                        sizeof(rs_pull_result_t));
 }
 
 rs_status_t rs__receiver_refuse_if_staged(rs_receiver_h r, const char *what,
@@ -361,16 +375,26 @@ rs_status_t rs_receiver_stage(rs_receiver_h r, int64_t version,
     return RS_OK;
 }
 
-rs_status_t rs_receiver_apply(rs_receiver_h r, rs_staged_h staged,
-                              rs_diag_t *diag, rs_pull_result_t *result_p)
+rs_status_t rs_receiver_apply_sized(rs_receiver_h r, rs_staged_h staged,
+                                    rs_diag_t *diag,
+                                    rs_pull_result_t *result_p, size_t size)
 {
+    if (result_p != NULL && check_result_size(size, diag) != RS_OK)
+        return RS_ERR_INVALID_ARG; /* the staged version stays staged */
     if (r == NULL || staged == NULL || staged != &r->slot || !staged->active)
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "receiver: nothing to "
                             "apply: the handle is not this receiver's staged "
                             "version (it was applied or discarded already, "
                             "or its stage failed)");
     r->deadline = 0; /* the deadline bounds the stage, not the safe point */
-    return apply_slot(r, diag, result_p);
+    return apply_slot(r, diag, result_p, size);
+}
+
+rs_status_t(rs_receiver_apply)(rs_receiver_h r, rs_staged_h staged,
+                               rs_diag_t *diag, rs_pull_result_t *result_p)
+{
+    return rs_receiver_apply_sized(r, staged, diag, result_p,
+                                   RS_PULL_RESULT_V1_SIZE);
 }
 
 void rs_receiver_discard(rs_receiver_h r, rs_staged_h staged)
@@ -399,10 +423,13 @@ int64_t rs_staged_version(rs_staged_h staged)
     return staged != NULL && staged->active ? staged->version : -1;
 }
 
-rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
-                             rs_pull_result_t *result_p)
+rs_status_t rs_receiver_pull_sized(rs_receiver_h r, int64_t version,
+                                   rs_diag_t *diag,
+                                   rs_pull_result_t *result_p, size_t size)
 {
-    rs_status_t st = rs__receiver_refuse_if_staged(r, "pull", diag);
+    rs_status_t st = result_p != NULL ? check_result_size(size, diag) : RS_OK;
+    if (st == RS_OK)
+        st = rs__receiver_refuse_if_staged(r, "pull", diag);
     if (st == RS_OK)
         st = stage_version(r, version, diag);
     if (st != RS_OK)
@@ -423,5 +450,12 @@ rs_status_t rs_receiver_pull(rs_receiver_h r, int64_t version, rs_diag_t *diag,
         rs_receiver_discard(r, &r->slot);
         return st;
     }
-    return apply_slot(r, diag, result_p);
+    return apply_slot(r, diag, result_p, size);
+}
+
+rs_status_t(rs_receiver_pull)(rs_receiver_h r, int64_t version,
+                              rs_diag_t *diag, rs_pull_result_t *result_p)
+{
+    return rs_receiver_pull_sized(r, version, diag, result_p,
+                                  RS_PULL_RESULT_V1_SIZE);
 }

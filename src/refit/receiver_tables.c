@@ -182,7 +182,7 @@ static rs_status_t classify(rs_receiver_h r, rs_sources_h s, size_t first,
     /* with deltas taken, the j-th deltas insertion is the slot's j-th
      * scanned shard (receiver_deltas.c) */
     m->reusable = !next_digest(s, end, &k) &&
-                  (!r->params.delta || ndeltas == r->dshard_len - dfirst);
+                  (!rs__receiver_takes_deltas(r) || ndeltas == r->dshard_len - dfirst);
     return RS_OK;
 }
 

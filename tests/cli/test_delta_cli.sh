@@ -7,8 +7,13 @@
 # descriptors priced at 1 ns so that its small reads take deltas), the
 # parsed tables reused (only the version's digests and deltas read); the
 # same with publisher-side FP8 copies (tiny-deepseek-fp8 --quantize: the
-# FP8 codes and scales served as deltas too); --delta-keep 0 serves none;
-# bad flag combinations are refused naming the flag.
+# FP8 codes and scales served as deltas too); --delta-keep 0 serves none.
+# Deltas are on by default (the bf16 pull gives no flag); --no-delta reads
+# every version whole; a --delta-budget of half the rank's bytes keeps
+# copies of about half, the reads that gain most per byte: fewer runs by
+# delta, more bytes whole, the copies within the budget. The stage record's
+# `delta` object gives the same figures as the pull's. Bad flag
+# combinations are refused naming the flag.
 # usage: bash test_delta_cli.sh <reshard-binary> <source-dir>
 set -u
 BIN=${1:?usage: test_delta_cli.sh <reshard-binary> <source-dir>}
@@ -42,28 +47,40 @@ pull() {
     "$BIN" pull --directory "file:$TMP/$name" --model m --version 5 \
         --versions 3 --rank 0 --layout vllm:tp=2 --model-config "$config" \
         --backend cma --timeout 30 --check --changed-fraction 0.02 --release \
-        --delta --descriptor-ns 1 --no-announce --json "$@" \
+        --descriptor-ns 1 --no-announce --json "$@" \
         >"$TMP/$name.json" 2>"$TMP/err"
     rc=$?
 }
 
-# figures NAME: per version "V runs refused wire full checked reused".
+# figures NAME: per version "V runs refused wire full checked reused held"
+# (no `delta` object: every byte whole, "V 0 0 full full checked reused
+# 0"); the stage record's `delta` must say what the pull's does.
 figures() {
     python3 - "$TMP/$1.json" <<'EOF'
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
-    x = d["delta"]
+    x, s = d.get("delta"), d["stage"].get("delta")
+    assert (x is None) == (s is None), (x, s)
+    if x is None:
+        x = {"runs": 0, "refused": 0, "bytes": 0,
+             "whole_bytes": d["stage"]["bytes"], "held_bytes": 0}
+    else:
+        for k in ("runs", "bytes", "full_bytes", "whole_runs", "whole_bytes",
+                  "refused", "held_bytes"):
+            assert s[k] == x[k], (k, s, x)
+        assert s["wire_bytes"] == x["bytes"] + x["whole_bytes"], s
     print(d["version"], x["runs"], x["refused"], x["bytes"] + x["whole_bytes"],
-          d["stage"]["bytes"], int(d.get("check", False)), d["tables_reused"])
+          d["stage"]["bytes"], int(d.get("check", False)), d["tables_reused"],
+          x["held_bytes"])
 EOF
 }
 
 # expect_deltas NAME: version 5 whole, 6 and 7 by deltas under a fifth of
 # the bytes, every version checked.
 expect_deltas() {
-    local name=$1 v runs refused wire full checked reused
-    while read -r v runs refused wire full checked reused; do
+    local name=$1 v runs refused wire full checked reused held
+    while read -r v runs refused wire full checked reused held; do
         [ "$checked" = 1 ] && ok "$name: version $v byte-exact" ||
             bad "$name: version $v not checked"
         [ "$refused" = 0 ] || bad "$name: version $v refused $refused deltas"
@@ -85,12 +102,12 @@ expect_deltas() {
 
 pub bf16 "$TINY" megatron:tp=2 --staging arena
 pull bf16 "$TINY"
-expect_rc "bf16: pull --delta of versions 5..7" 0
+expect_rc "bf16: pull (deltas by default) of versions 5..7" 0
 expect_deltas bf16
 
 pub fp8 "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
     --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
-pull fp8 "$FP8"
+pull fp8 "$FP8" --delta
 expect_rc "fp8: pull --delta of versions 5..7" 0
 expect_deltas fp8
 pub keep0 "$TINY" megatron:tp=2 --staging arena --delta-keep 0
@@ -99,12 +116,35 @@ expect_rc "delta-keep 0: pull --delta of versions 5..7" 0
 [ "$(figures keep0 | awk '{s += $2} END {print s}')" = 0 ] &&
     ok "delta-keep 0: every version read whole" ||
     bad "delta-keep 0: deltas read: $(figures keep0)"
+
+pub nodelta "$TINY" megatron:tp=2 --staging arena
+pull nodelta "$TINY" --no-delta
+expect_rc "pull --no-delta of versions 5..7" 0
+[ "$(figures nodelta | awk '$2 == 0 && $4 == $5 && $6 == 1 && $8 == 0' |
+     wc -l)" = 3 ] && ok "--no-delta: every version whole and checked" ||
+    bad "--no-delta: $(figures nodelta)"
+
+# half the rank's bytes (version 5's full bytes) as the budget
+half=$(( $(figures bf16 | awk 'NR == 1 {print $5}') / 2 ))
+pub half "$TINY" megatron:tp=2 --staging arena
+pull half "$TINY" --delta-budget "$half"
+expect_rc "pull --delta-budget $half of versions 5..7" 0
+read -r _ runs_all _ wire_all _ < <(figures bf16 | sed -n 3p)
+read -r v runs _ wire full checked _ held < <(figures half | sed -n 3p)
+[ "$checked" = 1 ] && [ "$held" -le "$half" ] && [ "$held" -gt 0 ] &&
+    [ "$runs" -gt 0 ] && [ "$runs" -lt "$runs_all" ] &&
+    [ "$wire" -gt "$wire_all" ] && [ "$wire" -lt "$full" ] &&
+    ok "--delta-budget $half: $held bytes held, $runs runs by delta (of $runs_all), $wire bytes of $full (unbounded: $wire_all)" ||
+    bad "--delta-budget $half: held $held, runs $runs of $runs_all, wire $wire of $full (unbounded $wire_all), checked $checked"
 wait
 
 # ---- bad flags ---------------------------------------------------------------
 run pull --directory "file:$TMP/bf16" --model m --version 5 --rank 0 \
     --layout vllm:tp=2 --model-config "$TINY" --delta --no-verify
 expect_input_error "pull --delta --no-verify" "--delta" "--no-verify"
+run pull --directory "file:$TMP/bf16" --model m --version 5 --rank 0 \
+    --layout vllm:tp=2 --model-config "$TINY" --delta-budget lots
+expect_input_error "pull --delta-budget lots" "--delta-budget" "lots"
 run publish --directory "file:$TMP/bad" --model m --version 1 --rank 0 \
     --world 1 --layout fsdp:1 --model-config "$TINY" --delta-keep 17
 expect_input_error "publish --delta-keep 17" "--delta-keep"

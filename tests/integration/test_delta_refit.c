@@ -13,7 +13,15 @@
  *   delta whose header names another base is refused;
  * - a publisher killed while the receiver reads its deltas (forked, cma)
  *   fails the pull with a transport error in bounded time, the bound
- *   parameter keeping its bytes. */
+ *   parameter keeping its bytes;
+ * - deltas are on by default; the delta budget decides which shards keep
+ *   copies (0: none, the default: both, one shard's bytes: one, the same
+ *   one every version), the bytes read as deltas and whole following it,
+ *   and the stage record's `delta` object says what the pull read;
+ * - a copy that does not fit the memory available is not made (a notice,
+ *   the pull byte-exact, that shard read whole);
+ * - a result of an older, smaller rs_pull_result_t gets only its bytes
+ *   written. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,6 +49,16 @@
 
 static dir_env_t *env;
 static const char *MODEL = "delta"; /* each test its own model */
+static uint64_t rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+static int notices; /* receivers' notices, the last one's text: */
+static char notice_text[512];
+
+static void on_notice(void *ctx, const char *msg)
+{
+    (void)ctx;
+    notices++;
+    snprintf(notice_text, sizeof(notice_text), "%s", msg);
+}
 
 static double now_s(void)
 {
@@ -147,7 +165,10 @@ static void rx_open(rx_t *x, rs_progress_cb progress, void *ctx)
     rp.timeout_s = 10;
     rp.pull_timeout_s = 20;
     rp.announce_cuts = 0;
-    rp.delta = 1;
+    assert_int_equal(rp.delta, 1); /* deltas are on by default */
+    assert_int_equal(rp.delta_budget, RS_RECEIVER_DEFAULT_DELTA_BUDGET);
+    rp.delta_budget = rx_budget;
+    rp.notice = on_notice;
     rp.descriptor_ns = 1; /* these reads are small: let deltas pay */
     rp.progress = progress;
     rp.progress_ctx = ctx;
@@ -473,6 +494,206 @@ static void test_killed(void **state)
     }
 }
 
+/* ---- the delta budget ------------------------------------------------- */
+
+/* The stage record of the receiver's last run, parsed. */
+static json_t *stage_record(rx_t *x)
+{
+    char *text = NULL;
+    size_t len = 0;
+    rs_diag_t d;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    ASSERT_ST(rs_exec_write_stage_record(rs_receiver_exec(x->r), -1,
+                                         RS_RECORD_COMPACT, f, &d),
+              RS_OK, d);
+    fclose(f);
+    json_error_t err;
+    json_t *rec = json_loads(text, 0, &err);
+    free(text);
+    assert_non_null(rec);
+    return rec;
+}
+
+static uint64_t key_u64(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v))
+        fail_msg("stage record: no integer '%s'", key);
+    return (uint64_t)json_integer_value(v);
+}
+
+/* The record's `delta` object says what the pull read (none without
+ * delta reads); its `bytes` stay the plan's full bytes. */
+static void assert_record(rx_t *x, const rs_pull_result_t *res, int deltas)
+{
+    json_t *rec = stage_record(x);
+    const json_t *dl = json_object_get(rec, "delta");
+    assert_int_equal(key_u64(rec, "bytes"), N * 2);
+    if (!deltas) {
+        assert_null(dl);
+        json_decref(rec);
+        return;
+    }
+    assert_non_null(dl);
+    assert_int_equal(key_u64(dl, "runs"), res->delta_runs);
+    assert_int_equal(key_u64(dl, "bytes"), res->delta_bytes);
+    assert_int_equal(key_u64(dl, "full_bytes"), res->delta_full_bytes);
+    assert_int_equal(key_u64(dl, "whole_runs"), res->whole_runs);
+    assert_int_equal(key_u64(dl, "whole_bytes"), res->whole_bytes);
+    assert_int_equal(key_u64(dl, "held_bytes"), res->delta_held_bytes);
+    assert_int_equal(key_u64(dl, "wire_bytes"),
+                     res->delta_bytes + res->whole_bytes);
+    /* every byte of the plan came whole or through a delta */
+    assert_int_equal(res->delta_full_bytes + res->whole_bytes, N * 2);
+    json_decref(rec);
+}
+
+/* Versions 1 to 3 under one budget: `kept` shards (0, 1 or 2) keep copies
+ * and take deltas from version 2 on, the others are read whole. */
+static void budget_case(const char *model, uint64_t budget, uint64_t kept)
+{
+    world_t o;
+    rs_pull_result_t res;
+    rx_budget = budget;
+    world_open(&o, model, 2);
+    rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    assert_int_equal(res.delta_runs, 0);
+    assert_int_equal(res.delta_held_bytes, kept * HALF_N * 2);
+    assert_int_equal(res.delta_held_runs, kept);
+    assert_int_equal(res.delta_over_budget_runs, budget > 0 ? 2 - kept : 0);
+    assert_record(&o.x, &res, budget > 0);
+    for (int64_t v = 2; v <= 3; v++) {
+        publish(o.p, o.w, v);
+        pull_exact(&o.x, v, &res);
+        assert_int_equal(res.delta_runs, kept);
+        assert_int_equal(res.delta_full_bytes, kept * HALF_N * 2);
+        assert_true(res.delta_bytes <= kept * HALF_N * 2 / 10);
+        assert_true((res.delta_bytes > 0) == (kept > 0));
+        assert_int_equal(res.whole_bytes, budget > 0 ? (2 - kept) * HALF_N * 2
+                                                     : 0);
+        assert_int_equal(res.delta_over_budget_bytes,
+                         budget > 0 ? (2 - kept) * HALF_N * 2 : 0);
+        assert_int_equal(res.delta_held_bytes, kept * HALF_N * 2);
+        assert_int_equal(res.delta_refused, 0);
+        assert_record(&o.x, &res, budget > 0);
+    }
+    world_close(&o);
+}
+
+static void test_budget(void **state)
+{
+    (void)state;
+    budget_case("budget0", 0, 0); /* no copies: every read whole */
+    budget_case("budget-default", RS_RECEIVER_DEFAULT_DELTA_BUDGET, 2);
+    /* one shard's bytes, a little more: the first shard by rank (both
+     * equal: by address), kept every version */
+    budget_case("budget-half", HALF_N * 2 + 100, 1);
+}
+
+/* Memory for one copy only (half the figure): the other is not made, the
+ * pull goes on. */
+static void test_no_memory(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_pull_result_t res;
+    char avail[32];
+    world_open(&o, "nomem", 2);
+    /* copies take at most half of what is available */
+    snprintf(avail, sizeof(avail), "%zu", 2 * (HALF_N * 2 + 1000));
+    setenv("RESHARD_MEMORY_AVAILABLE", avail, 1); /* after bind's shadow */
+    notices = 0;
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    assert_int_equal(res.delta_no_memory_runs, 1);
+    assert_int_equal(res.delta_no_memory_bytes, HALF_N * 2);
+    assert_int_equal(res.delta_held_bytes, HALF_N * 2);
+    assert_int_equal(notices, 1);
+    assert_non_null(strstr(notice_text, "do not fit the memory available"));
+    /* the figure is what is free now (the copy made counts in it) */
+    setenv("RESHARD_MEMORY_AVAILABLE", "1000", 1);
+    publish(o.p, o.w, 2);
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_runs, 1);
+    assert_int_equal(res.whole_runs, 1);
+    assert_int_equal(res.whole_bytes, HALF_N * 2);
+    assert_int_equal(res.delta_no_memory_runs, 1); /* tried again */
+    assert_int_equal(notices, 2);
+    unsetenv("RESHARD_MEMORY_AVAILABLE"); /* room again: the copy is made */
+    publish(o.p, o.w, 3);
+    pull_exact(&o.x, 3, &res);
+    assert_int_equal(res.delta_runs, 1);
+    assert_int_equal(res.delta_no_memory_runs, 0);
+    assert_int_equal(res.delta_held_bytes, N * 2);
+    publish(o.p, o.w, 4);
+    pull_exact(&o.x, 4, &res);
+    assert_int_equal(res.delta_runs, 2);
+    assert_int_equal(notices, 2);
+    world_close(&o);
+}
+
+/* ---- results sized by the caller -------------------------------------- */
+
+typedef union guarded {
+    rs_pull_result_t r;
+    unsigned char b[sizeof(rs_pull_result_t) + 64];
+} guarded_t;
+
+static void assert_guard(const guarded_t *g, size_t from)
+{
+    for (size_t i = from; i < sizeof(g->b); i++)
+        if (g->b[i] != 0xA5)
+            fail_msg("byte %zu past the caller's %zu was written", i, from);
+}
+
+static void test_result_sized(void **state)
+{
+    (void)state;
+    world_t o;
+    guarded_t g;
+    rs_diag_t d;
+    const size_t v1 = RS_PULL_RESULT_V1_SIZE;
+    world_open(&o, "sized", 2);
+    publish(o.p, o.w, 1);
+
+    /* sizes this library does not know: refused before anything */
+    memset(&g, 0xA5, sizeof(g));
+    ASSERT_ST(rs_receiver_pull_sized(o.x.r, 1, &d, &g.r, v1 - 1),
+              RS_ERR_INVALID_ARG, d);
+    ASSERT_MSG_HAS(d, "rs_pull_result_t: size");
+    ASSERT_ST(rs_receiver_pull_sized(o.x.r, 1, &d, &g.r,
+                                     sizeof(rs_pull_result_t) + 8),
+              RS_ERR_INVALID_ARG, d);
+    assert_guard(&g, 0);
+
+    /* a caller built with the first sized layout: its bytes only */
+    ASSERT_ST(rs_receiver_pull_sized(o.x.r, 1, &d, &g.r, v1), RS_OK, d);
+    assert_version(o.x.dest, 1);
+    assert_int_equal(g.r.version, 1);
+    assert_int_equal(g.r.whole_bytes, N * 2);
+    assert_guard(&g, v1);
+
+    /* the unsized entry point of programs built before: the same */
+    publish(o.p, o.w, 2);
+    memset(&g, 0xA5, sizeof(g));
+    ASSERT_ST((rs_receiver_pull)(o.x.r, 2, &d, &g.r), RS_OK, d);
+    assert_version(o.x.dest, 2);
+    assert_int_equal(g.r.version, 2);
+    assert_int_equal(g.r.delta_runs, 2);
+    assert_guard(&g, v1);
+
+    /* this header's size: every field, nothing past it */
+    publish(o.p, o.w, 3);
+    memset(&g, 0xA5, sizeof(g));
+    ASSERT_ST(rs_receiver_pull(o.x.r, 3, &d, &g.r), RS_OK, d);
+    assert_int_equal(g.r.delta_held_bytes, N * 2);
+    assert_guard(&g, sizeof(rs_pull_result_t));
+    world_close(&o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -481,6 +702,9 @@ int main(void)
         cmocka_unit_test(test_damaged),
         cmocka_unit_test(test_wrong_and_stale),
         cmocka_unit_test(test_killed),
+        cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_no_memory),
+        cmocka_unit_test(test_result_sized),
     };
     dir_env_t e = {0};
     return dir_env_run(&e, "delta", tests, sizeof(tests) / sizeof(tests[0]),

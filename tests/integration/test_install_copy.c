@@ -192,7 +192,8 @@ static void test_refused_before_any_byte(void **state)
     ASSERT_ST(rs_dir_abandon(w.dir, "m", 2, &d, &dropped), RS_OK, d);
     assert_int_equal(dropped, 1);
     rs_diag_clear(&d);
-    ASSERT_ST(rs_receiver_apply(recv, h, &d, NULL), RS_ERR_VERIFY, d);
+    ASSERT_ST(rs_receiver_apply(recv, h, &d, (rs_pull_result_t *)NULL),
+              RS_ERR_VERIFY, d);
     ASSERT_MSG_HAS(d, "refusing to install");
     expect_live(1);
     assert_int_equal(w.installs, 1);

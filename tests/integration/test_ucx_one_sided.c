@@ -20,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "exec/transport_impl.h"
+#include "reshard/digest.h"
 #include "reshard/expose.h"
 #include "reshard/transport.h"
 #include "transport_fixture.h"
@@ -148,6 +150,52 @@ static void read_arena(rs_transport_h t)
     free(dst);
 }
 
+/* Taps (fused digests): a read of the mapped allocation feeds the tap its
+ * destination lies in with exactly its bytes, in order, even when a read
+ * without a tap continues it in both source and destination (the two are
+ * not merged into one copy); reads by gets leave every tap unfed, so the
+ * executor digests those after the wire. */
+static void read_tapped(rs_transport_h t, int gets)
+{
+    enum { A = 3u << 20, B = 65536 + 5, C = 4096 };
+    uint8_t *dst = malloc(A + B + C);
+    assert_non_null(dst);
+    rs__tap_t taps[2];
+    memset(taps, 0, sizeof(taps));
+    taps[0].dst = dst;
+    taps[0].nbytes = A;
+    taps[1].dst = dst + A + C;
+    taps[1].nbytes = B;
+    for (int i = 0; i < 2; i++)
+        rs_digest_init(&taps[i].digest);
+    rs__transport_set_taps(t, taps, 2);
+    /* A, then C right after A in source and destination (no tap), then B
+     * in two reads that continue each other */
+    rs_read_t r[4] = {{0, ARENA_ADDR + 9, dst, A},
+                      {0, ARENA_ADDR + 9 + A, dst + A, C},
+                      {0, ARENA_ADDR + 9 + A + C, dst + A + C, 1000},
+                      {0, ARENA_ADDR + 9 + A + C + 1000, dst + A + C + 1000,
+                       B - 1000}};
+    rs_diag_t d;
+    if (rs_transport_post(t, r, 4, &d) != RS_OK ||
+        rs_transport_wait(t, 10, &d) != RS_OK)
+        fail_msg("tapped reads: %s", d.msg);
+    rs__transport_set_taps(t, NULL, 0);
+    for (uint64_t i = 0; i < (uint64_t)A + B + C; i++)
+        if (dst[i] != pattern(9 + i, 1))
+            fail_msg("tapped read byte %llu", (unsigned long long)i);
+    for (int i = 0; i < 2; i++) {
+        if (gets) {
+            assert_int_equal(taps[i].digest.total, 0);
+            continue;
+        }
+        assert_int_equal(taps[i].digest.total, taps[i].nbytes);
+        assert_true(rs_digest_final(&taps[i].digest) ==
+                    rs_digest(taps[i].dst, (size_t)taps[i].nbytes));
+    }
+    free(dst);
+}
+
 static void frozen_publisher(int gets)
 {
     setenv("UCX_TLS", "sm", 1);
@@ -170,6 +218,7 @@ static void frozen_publisher(int gets)
         assert_int_equal(warm[i], pattern(i, 2));
     assert_int_equal(kill(p.pid, SIGSTOP), 0);
     read_arena(t);
+    read_tapped(t, gets);
 
     uint8_t buf[4096];
     memset(buf, 0x5A, sizeof(buf));

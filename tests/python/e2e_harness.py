@@ -37,14 +37,17 @@ class TrainerProc:
     """One trainer rank (or data-parallel replica) in its own process."""
 
     def __init__(self, directory, rank, world, backend, cfg, layout="tp",
-                 replica=0, model=MODEL, script=TRAINER):
+                 replica=0, model=MODEL, script=TRAINER, staging=None):
         """`script` runs the rank (default e2e_trainer.py), given `cfg` as
-        JSON (an e2e_models config, or already a JSON-able dict)."""
+        JSON (an e2e_models config, or already a JSON-able dict);
+        `staging`: the Publisher's (None: its default)."""
         self.rank, self.replica = rank, replica
         if dataclasses.is_dataclass(cfg):
             cfg = e2e_models.to_json(cfg)
         args = dict(directory=directory, model=model, rank=rank, world=world,
                     replica=replica, backend=backend, layout=layout, cfg=cfg)
+        if staging is not None:
+            args["staging"] = staging
         env = child_env()
         self.proc = subprocess.Popen(
             [sys.executable, str(script), json.dumps(args)],
@@ -123,14 +126,15 @@ class Trainers:
     a slot (and hence which one a receiver's salt picks) is fixed."""
 
     def __init__(self, directory, backend, cfg, world=2, replicas=1,
-                 layout="tp", base_seed=1, model=MODEL):
+                 layout="tp", base_seed=1, model=MODEL, staging=None):
         self.cfg, self.base_seed = cfg, base_seed
         self.procs = []
         try:
             for k in range(replicas):
                 for r in range(world):
                     self.procs.append(TrainerProc(directory, r, world, backend,
-                                                  cfg, layout, k, model))
+                                                  cfg, layout, k, model,
+                                                  staging=staging))
             for p in self.procs:
                 p.read()  # "ready": torch imported, tensors registered
         except BaseException:

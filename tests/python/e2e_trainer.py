@@ -138,8 +138,10 @@ def main():
     if a["layout"] not in LAYOUTS:
         raise ValueError(f"unknown trainer layout '{a['layout']}'")
     shards = LAYOUTS[a["layout"]](cfg, a["rank"], a["world"])
+    extra = {"staging": a["staging"]} if "staging" in a else {}
     with reshard.Publisher(a["directory"], a["model"], a["rank"], a["world"],
-                           backend=a["backend"], replica=a["replica"]) as pub:
+                           backend=a["backend"], replica=a["replica"],
+                           **extra) as pub:
         shards.register(pub)
         reply({"ok": "ready", "pid": os.getpid()})
         serve(pub, shards, cfg)

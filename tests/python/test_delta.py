@@ -1,10 +1,12 @@
 """Deltas from Python: two arena publisher ranks serve each version with a
 delta against the one before (Publisher(delta_keep=...)), and a
-Receiver(delta=True) that holds the previous version reads only the
-deltas of its reads. Versions change one element in 50 of each tensor;
+Receiver that holds the previous version (deltas on by default) reads only
+the deltas of its reads. Versions change one element in 50 of each tensor;
 every pulled version must equal torch's own tensors of that version, byte
 for byte, and the warm versions must have moved a small share of the
-bytes. delta_keep=0 serves no deltas: the same receiver reads whole."""
+bytes. delta_keep=0 serves no deltas: the same receiver reads whole.
+delta_budget= holds copies of one half (read by delta, the other whole), 0
+or delta=False none; the stage record's `delta` says what the pull read."""
 import json
 
 import pytest
@@ -57,13 +59,13 @@ class Trainers(TrainerRanks):
             a.copy_(w[r * half:(r + 1) * half])
 
 
-def _pull_versions(directory, delta_keep, versions):
+def _pull_versions(directory, delta_keep, versions, **receiver):
     params = {"q": torch.zeros(ROWS, COLS, dtype=torch.bfloat16)}
     results = []
     with Trainers(directory, delta_keep) as t, \
             reshard.Receiver(directory, "m", json.dumps(CAPTURE), params,
                              backend="cma", discover_timeout_s=20,
-                             delta=True) as r:
+                             **receiver) as r:
         for v in versions:
             t.set(v)
             t.publish(v)
@@ -71,13 +73,28 @@ def _pull_versions(directory, delta_keep, versions):
             assert res.version == v
             assert torch.equal(params["q"].view(torch.int16),
                                _truth(v).view(torch.int16)), v
+            _check_record(r.stage_record(), res)
             t.wait_released(v)
             results.append(res)
     return results
 
 
+def _check_record(rec, res):
+    """The stage record's delta object is what the pull read."""
+    assert rec["bytes"] == ROWS * COLS * 2
+    if not res.delta["runs"] and not res.delta["whole_runs"]:
+        assert "delta" not in rec  # no delta reads at all
+        return
+    d = rec["delta"]
+    for k in ("runs", "bytes", "full_bytes", "whole_runs", "whole_bytes",
+              "refused", "held_bytes"):
+        assert d[k] == res.delta[k], (k, d, res.delta)
+    assert d["wire_bytes"] == d["bytes"] + d["whole_bytes"]
+
+
 def test_warm_versions_read_deltas(file_dir):
-    first, second, third = _pull_versions(file_dir, None, (1, 2, 3))
+    first, second, third = _pull_versions(file_dir, None, (1, 2, 3),
+                                          delta=True)
     full = ROWS * COLS * 2
     assert first.delta["runs"] == 0 and first.bytes == full
     for res in (second, third):
@@ -88,10 +105,34 @@ def test_warm_versions_read_deltas(file_dir):
         assert d["bytes"] + d["whole_bytes"] < full // 10, d
 
 
+def test_budget_keeps_half(file_dir):
+    half = ROWS // 2 * COLS * 2
+    # the default is on; one half's bytes hold one copy: that half by delta
+    first, second = _pull_versions(file_dir, None, (1, 2),
+                                   delta_budget=half)
+    assert first.delta["held_bytes"] == half
+    d = second.delta
+    assert d["runs"] == 1 and d["full_bytes"] == half, d
+    assert d["whole_runs"] == 1 and d["whole_bytes"] == half, d
+    assert d["over_budget_bytes"] == half and d["held_bytes"] == half, d
+
+
+@pytest.mark.parametrize("off", [{"delta_budget": 0}, {"delta": False},
+                                 {"verify_digests": False}])
+def test_deltas_off(file_dir, off):
+    _, second = _pull_versions(file_dir, None, (1, 2), **off)
+    assert second.delta["runs"] == 0 and second.delta["held_bytes"] == 0
+    assert second.bytes == ROWS * COLS * 2
+
+
 def test_no_deltas_served_reads_whole(file_dir):
+    # no publisher serves deltas: no copies, no delta reads at all (a plain
+    # pull, every byte whole: the result's bytes, and no `delta` in the
+    # stage record, which _check_record asserts)
     _, second = _pull_versions(file_dir, 0, (1, 2))
-    assert second.delta["runs"] == 0
-    assert second.delta["whole_bytes"] == ROWS * COLS * 2
+    assert second.delta["runs"] == 0 and second.delta["whole_runs"] == 0
+    assert second.delta["held_bytes"] == 0
+    assert second.bytes == ROWS * COLS * 2
 
 
 def test_bad_keywords(file_dir):
@@ -103,3 +144,7 @@ def test_bad_keywords(file_dir):
     with pytest.raises(reshard.InvalidArgument, match="verify_digests"):
         reshard.Receiver(file_dir, "m", json.dumps(CAPTURE), params,
                          backend="cma", delta=True, verify_digests=False)
+    for bad in (-1, 2.0, True, "8GiB"):
+        with pytest.raises(reshard.InvalidArgument, match="delta_budget"):
+            reshard.Receiver(file_dir, "m", json.dumps(CAPTURE), params,
+                             backend="cma", delta_budget=bad)

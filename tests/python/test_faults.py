@@ -287,13 +287,17 @@ def test_replica_killed_mid_stage(file_dir):
                            "after failover")
 
 
-def test_replica_frozen_fails_over_by_stall(file_dir):
+@pytest.mark.parametrize("staging", [None, "arena"])
+def test_replica_frozen_fails_over_by_stall(file_dir, staging):
     """Two replicas per rank; the one a receiver with salt 1 reads slot 1
     from is frozen (SIGSTOP) for the whole pull: its reads make no
     progress, so after stall_s (1 s; timeout_s is 60 s) the pull reads
     slot 1 from the other replica, installs it byte-exact and names the
-    frozen one, and why, among the failures."""
-    with H.Trainers(file_dir, "ucx", CFG, world=2, replicas=2) as trainers:
+    frozen one, and why, among the failures. Arena publishers serve
+    deltas: the receiver's reads then go through its delta reads (on by
+    default), which must fail over the same way."""
+    with H.Trainers(file_dir, "ucx", CFG, world=2, replicas=2,
+                    staging=staging) as trainers:
         trainers.publish(1)
         model, cap = H.capture(CFG, 1, 2)
         with H.receiver(file_dir, "ucx", cap, model, salt=1, holder="r",
@@ -311,6 +315,10 @@ def test_replica_frozen_fails_over_by_stall(file_dir):
                 res.failures
             H.assert_equal(model, truth(CFG, (2, 1), trainers.fulls(1)),
                            "after the stall's failover")
+            # arena: the reads went through the delta reads (whole: nothing
+            # was held yet); otherwise there were none
+            assert (res.delta["whole_runs"] > 0) == (staging == "arena"), \
+                res.delta
 
 
 def test_redis_stopped_mid_stage(redis_server):

@@ -146,6 +146,10 @@ int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
  * or "unbounded" (RS_STAGING_UNBOUNDED); else a usage error naming the
  * value (RS_CLI_USAGE). */
 int rs_cli_take_budget(const char *verb, const char *arg, uint64_t *out);
+/* The same for any size flag: a size (0 too with zero_ok), or "unbounded"
+ * (`unbounded`). */
+int rs_cli_take_size(const char *verb, const char *flag, const char *arg,
+                     int zero_ok, uint64_t unbounded, uint64_t *out);
 
 /* The help text of --staging-budget, for verbs whose options are aligned
  * at column 22 (pull). */

@@ -43,17 +43,26 @@ int rs_cli_take_cost(const char *verb, const char *flag, const char *arg,
     return rs_cli_usage_error(verb, "%s", msg);
 }
 
-int rs_cli_take_budget(const char *verb, const char *arg, uint64_t *out)
+int rs_cli_take_size(const char *verb, const char *flag, const char *arg,
+                     int zero_ok, uint64_t unbounded, uint64_t *out)
 {
+    char msg[256];
     if (strcmp(arg, "unbounded") == 0) {
-        *out = RS_STAGING_UNBOUNDED;
+        *out = unbounded;
         return RS_CLI_OK;
     }
-    if (rs_parse_bytes(arg, out) == RS_OK && *out > 0)
+    if (rs_parse_bytes(arg, out) == RS_OK && (zero_ok || *out > 0))
         return RS_CLI_OK;
-    return rs_cli_usage_error(verb, "--staging-budget must be a size above 0 "
-                              "(bytes, or with KiB, MiB, GiB, TiB) or "
-                              "'unbounded', got '%s'", arg);
+    snprintf(msg, sizeof(msg), "%.40s must be a size%s (bytes, or with KiB, "
+             "MiB, GiB, TiB) or 'unbounded', got '%.60s'", flag,
+             zero_ok ? "" : " above 0", arg);
+    return rs_cli_usage_error(verb, "%s", msg);
+}
+
+int rs_cli_take_budget(const char *verb, const char *arg, uint64_t *out)
+{
+    return rs_cli_take_size(verb, "--staging-budget", arg, 0,
+                            RS_STAGING_UNBOUNDED, out);
 }
 
 int rs_cli_take_count(const char *verb, const char *flag, const char *arg,

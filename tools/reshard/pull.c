@@ -30,7 +30,8 @@ typedef struct pull_args {
     double group_timeout_s;
     uint64_t staging_budget;    /* 0: the library's default */
     uint64_t fraction_q;        /* --changed-fraction (rs_cli_fill_box) */
-    int delta;                  /* --delta */
+    int delta;                  /* --delta 1, --no-delta 0, neither -1 */
+    uint64_t delta_budget;      /* --delta-budget */
 } pull_args_t;
 
 typedef struct pull_state {
@@ -57,7 +58,8 @@ enum { OPT_DIRECTORY = 256, OPT_MODEL, OPT_VERSION, OPT_RANK, OPT_LAYOUT,
        OPT_TIMEOUT, OPT_VERSIONS, OPT_STALE, OPT_NO_VERIFY, OPT_DRY_RUN,
        OPT_NO_ANNOUNCE, OPT_ANNOUNCE_AS, OPT_NIC, OPT_DESC, OPT_GROUP,
        OPT_GROUP_SIZE, OPT_GROUP_RANK, OPT_GROUP_TIMEOUT, OPT_BUDGET,
-       OPT_CHANGED_FRACTION, OPT_STALL, OPT_DELTA };
+       OPT_CHANGED_FRACTION, OPT_STALL, OPT_DELTA, OPT_NO_DELTA,
+       OPT_DELTA_BUDGET };
 
 /* Publishers heartbeat every second: five silent periods make a version
  * stale. */
@@ -92,6 +94,8 @@ static const struct option long_opts[] = {
     {"staging-budget", required_argument, NULL, OPT_BUDGET},
     {"changed-fraction", required_argument, NULL, OPT_CHANGED_FRACTION},
     {"delta", no_argument, NULL, OPT_DELTA},
+    {"no-delta", no_argument, NULL, OPT_NO_DELTA},
+    {"delta-budget", required_argument, NULL, OPT_DELTA_BUDGET},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -102,7 +106,8 @@ static void pull_usage(FILE *out)
         "usage: reshard pull --directory D --model M --version V --rank R\n"
         "                    --layout LAYOUT --model-config CONFIG.json\n"
         "                    [--backend ucx|cma] [--no-verify] [--check] [--release]\n"
-        "                    [--changed-fraction F] [--delta]\n"
+        "                    [--changed-fraction F]\n"
+        "                    [--delta | --no-delta] [--delta-budget B]\n"
         "                    [--json] [--timeout S] [--versions K] [--stale-after S]\n"
         "                    [--stall-after S]\n"
         "                    [--dry-run] [--no-announce] [--announce-as NAME]\n"
@@ -130,11 +135,17 @@ static void pull_usage(FILE *out)
         "  --check             compare every parameter byte with the demo contents\n"
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
         RS_CLI_FRACTION_HELP("With --check only: the publisher's F")
-        "  --delta             keep a copy of every byte read (as much memory again)\n"
-        "                      and read, of the next version, only the deltas its\n"
-        "                      publishers list where the cost model prefers them\n"
-        "                      (docs/delta.md); every digest is verified as for a\n"
-        "                      full pull. Needs verification (not --no-verify)\n"
+        "  --delta             (the default) keep a copy of the bytes read, within\n"
+        "                      --delta-budget, and read, of the next version, only\n"
+        "                      the deltas its publishers list where the cost model\n"
+        "                      prefers them (docs/delta.md); every digest is\n"
+        "                      verified as for a full pull. Given, it needs\n"
+        "                      verification; --no-verify alone turns deltas off\n"
+        "  --no-delta          read every byte whole and keep no copies\n"
+        "  --delta-budget B    the most memory the copies hold, e.g. 2GiB; the\n"
+        "                      reads that save most per byte kept get them first,\n"
+        "                      the others are read whole. Default 16GiB; 0: no\n"
+        "                      copies (as --no-delta); 'unbounded': every read\n"
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
         "  --dry-run           read the tables and plan (as `reshard plan --salt R`\n"
@@ -252,6 +263,10 @@ static int take_option(void *args, int c, const char *arg)
     case OPT_RELEASE: a->release = 1; return RS_CLI_OK;
     case OPT_JSON: a->json = 1; return RS_CLI_OK;
     case OPT_DELTA: a->delta = 1; return RS_CLI_OK;
+    case OPT_NO_DELTA: a->delta = 0; return RS_CLI_OK;
+    case OPT_DELTA_BUDGET:
+        return rs_cli_take_size("pull", "--delta-budget", arg, 1,
+                                RS_DELTA_UNBOUNDED, &a->delta_budget);
     case OPT_DRY_RUN: a->dry_run = 1; return RS_CLI_OK;
     case OPT_NO_ANNOUNCE: a->no_announce = 1; return RS_CLI_OK;
     case OPT_ANNOUNCE_AS: a->announce_as = arg; return RS_CLI_OK;
@@ -325,6 +340,8 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     a->stale_s = DEFAULT_STALE_S;
     a->stall_s = RS_RECEIVER_DEFAULT_STALL_S;
     a->group_timeout_s = 60;
+    a->delta = -1;
+    a->delta_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
     rc = rs_cli_options("pull", argc, argv, long_opts, pull_usage,
                         take_option, a);
     if (rc != RS_CLI_OK)
@@ -340,10 +357,12 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
     if (a->fraction_q != 0 && !a->check)
         return usage_error("%s", "--changed-fraction shapes the contents "
                            "--check expects: it needs --check");
-    if (a->delta && !a->verify)
+    if (a->delta == 1 && !a->verify)
         return usage_error("%s", "--delta needs verification: a patched "
                            "version installs only once its digests match; "
                            "not with --no-verify");
+    /* on by default, where a patched version can be verified */
+    a->delta = a->delta != 0 && a->verify && a->delta_budget > 0;
     if (a->dry_run && (a->check || a->release || a->versions != 1))
         return usage_error("%s", "--dry-run moves nothing: not with --check, "
                            "--release or --versions");
@@ -506,6 +525,7 @@ static int open_receiver(const pull_args_t *a, pull_state_t *s)
     rp.notice_ctx = (void *)a;
     rp.verify_digests = a->verify;
     rp.delta = a->delta;
+    rp.delta_budget = a->delta_budget;
     rp.staging_budget = a->staging_budget;
     char announce[RS_DIR_NAME_MAX + 1];
     default_announce_name(a, announce, sizeof(announce));
@@ -609,22 +629,15 @@ static void put(json_line_t *l, const char *key, json_t *value)
 
 /* The executor's records of this pull: a successful pull's figures are in
  * its result; a failed one's in the executor it left (if any). */
-static void put_records(json_line_t *l, pull_state_t *s,
-                        const pull_outcome_t *o)
+static void put_records(json_line_t *l, pull_state_t *s)
 {
     rs_exec_h x = rs_receiver_exec(s->recv);
-    rs_exec_stages_t stages;
     rs_coverage_t cov;
     rs_diag_t diag;
     if (x == NULL)
         return;
-    if (o->ok)
-        stages = o->res.stages;
-    else
-        rs_exec_stages(x, &stages);
-    stages.plan_s = -1;
-    put_key(l, "stage");
-    rs_exec_write_stages(&stages, RS_RECORD_COMPACT, l->out, &diag);
+    put_key(l, "stage"); /* the executor's last run: this pull's */
+    rs_exec_write_stage_record(x, -1, RS_RECORD_COMPACT, l->out, &diag);
     if (rs_exec_coverage(x, &diag, &cov) == RS_OK) {
         put_key(l, "coverage");
         rs_exec_write_coverage_record(x, RS_RECORD_COMPACT, l->out, &diag);
@@ -655,14 +668,18 @@ static void put_failures(json_line_t *l, pull_state_t *s)
 /* What the pull read through deltas, beside what it read whole. */
 static json_t *delta_json(const rs_pull_result_t *r)
 {
-    return json_pack("{sI,sI,sI,sI,sI,sI,sb}",
+    return json_pack("{sI,sI,sI,sI,sI,sI,sb,sI,sI,sI}",
                      "runs", (json_int_t)r->delta_runs,
                      "bytes", (json_int_t)r->delta_bytes,
                      "full_bytes", (json_int_t)r->delta_full_bytes,
                      "whole_runs", (json_int_t)r->whole_runs,
                      "whole_bytes", (json_int_t)r->whole_bytes,
                      "refused", (json_int_t)r->delta_refused,
-                     "retried", r->delta_retried);
+                     "retried", r->delta_retried,
+                     "held_bytes", (json_int_t)r->delta_held_bytes,
+                     "over_budget_bytes",
+                     (json_int_t)r->delta_over_budget_bytes,
+                     "no_memory_bytes", (json_int_t)r->delta_no_memory_bytes);
 }
 
 static void print_json(const pull_args_t *a, pull_state_t *s,
@@ -679,9 +696,10 @@ static void print_json(const pull_args_t *a, pull_state_t *s,
     put(&l, "tables_reused", json_integer((json_int_t)o->res.tables_reused));
     put(&l, "table_bytes_read",
         json_integer((json_int_t)o->res.table_bytes_read));
-    if (a->delta)
+    /* when its reads went through deltas: a publisher serves them */
+    if (a->delta && o->res.delta_runs + o->res.whole_runs > 0)
         put(&l, "delta", delta_json(&o->res));
-    put_records(&l, s, o);
+    put_records(&l, s);
     put(&l, "discover_s", json_real(o->res.discover_s));
     put(&l, "plan_s", json_real(o->res.plan_s));
     put(&l, "wall_s", json_real(o->wall_s));
@@ -720,7 +738,7 @@ static void print_human(const pull_args_t *a, pull_state_t *s,
         printf(", check: %zu parameters byte-exact", s->nparams);
     if (r->failovers > 0)
         printf(", failed over: %s", r->failover_msg);
-    if (a->delta)
+    if (a->delta && r->delta_runs + r->whole_runs > 0)
         printf(", deltas: %llu of %llu reads, %llu bytes for %llu (%llu "
                "refused)", (unsigned long long)r->delta_runs,
                (unsigned long long)r->delta_runs +

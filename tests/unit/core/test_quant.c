@@ -698,6 +698,57 @@ static void test_encoder_margin(void **state)
     free(want);
 }
 
+/* One margin value among certain ones: the f32 encoders check a whole
+ * segment's lanes once, at its end, so a single uncertain lane in a
+ * segment's last step (or in the second segment of a row) must still
+ * send that segment to the division. Each margin value is put last in
+ * runs of 128 and 256 whose other lanes are 1.5 times the scale (certain:
+ * a code's value, far from every midpoint), encoded as one segment and as
+ * a row of two 128-wide segments. */
+static void test_encoder_late_margin(void **state)
+{
+    (void)state;
+    enum { N = 4096, W = 256 };
+    float *m = malloc(N * sizeof(float)), *x = malloc(W * sizeof(float));
+    uint8_t *q = malloc(W), *want = malloc(W);
+    rng_state = 2029;
+    int tried = 0;
+    for (int f = 0; f < 2; f++) {
+        for (int k = 0; k < 16; k++) {
+            const float scale = ldexpf(1.0f + (float)(rnd64() % 8388607 + 1) *
+                                                  0x1p-23f,
+                                       (int)(rnd64() % 24) - 20);
+            int above = 0, below = 0;
+            const size_t n = margin_cases(formats[f], scale, m, N, &above,
+                                          &below);
+            const float scales[2] = {scale, scale};
+            for (size_t c = 0; c < n; c += 7) {
+                for (size_t i = 0; i < W; i++)
+                    x[i] = 1.5f * scale;
+                x[W / 2 - 1] = m[c];
+                x[W - 1] = m[c];
+                for (size_t i = 0; i < W; i++)
+                    want[i] = ref_encode(formats[f], x[i] / scale);
+                for (int lv = 0; lv < simd_nlevels(); lv++) {
+                    const rs__quant_ops_t *ops = rs__quant_ops((rs__simd_t)lv);
+                    check_encoder(lv, RS__QUANT_SOURCE_F32, f, x, W / 2, scale,
+                                  want, q);
+                    memset(q, 0, W);
+                    ops->enc_row[RS__QUANT_SOURCE_F32][f](q, x, W, W / 2,
+                                                          scales, NULL, x);
+                    assert_memory_equal(q, want, W);
+                }
+                tried++;
+            }
+        }
+    }
+    assert_true(tried > 0);
+    free(m);
+    free(x);
+    free(q);
+    free(want);
+}
+
 /* A block whose amax / scale lands just above fmax (the scale rounded
  * down): the block's largest element saturates to the maximum code. */
 static void test_round_past_max(void **state)
@@ -1206,6 +1257,7 @@ int main(void)
         cmocka_unit_test_teardown(test_encoder_sweep_16, simd_restore_level),
         cmocka_unit_test_teardown(test_encoder_reciprocal, simd_restore_level),
         cmocka_unit_test_teardown(test_encoder_margin, simd_restore_level),
+        cmocka_unit_test_teardown(test_encoder_late_margin, simd_restore_level),
         cmocka_unit_test_teardown(test_zero_and_tiny_blocks, simd_restore_level),
         cmocka_unit_test_teardown(test_round_past_max, simd_restore_level),
         cmocka_unit_test_teardown(test_coarse_scale_saturates, simd_restore_level),

@@ -455,6 +455,7 @@ static rs_status_t ucx_connect(rs_transport_h t, uint32_t session,
 /* ---- post ---------------------------------------------------------------- */
 
 typedef struct piece_ctx {
+    rs_transport_h t;
     ucx_state_t *s;
     const rs__peer_t *peer;
     const ucx_sess_t *x;
@@ -462,7 +463,8 @@ typedef struct piece_ctx {
 } piece_ctx_t;
 
 /* Queues one piece, merged with the previous one when both its source (in
- * the same region) and its destination continue it. */
+ * the same region) and its destination continue it and both feed the same
+ * tap (or none), so a mapped copy feeds each tap alone and in order. */
 static int push_piece(void *ctx, const rs_region_t *r, uint64_t addr,
                       uint8_t *dst, uint64_t n)
 {
@@ -470,15 +472,17 @@ static int push_piece(void *ctx, const rs_region_t *r, uint64_t addr,
     ucx_state_t *s = p->s;
     uint32_t region = (uint32_t)(r - p->peer->regions);
     uint64_t remote = p->x->regions[region].remote + (addr - r->addr);
+    rs__tap_t *tap = rs__transport_tap(p->t, dst, n);
     if (s->pieces_len > p->first) {
         ucx_piece_t *last = &s->pieces[s->pieces_len - 1];
         if (last->region == region && last->remote + last->n == remote &&
-            (uintptr_t)last->dst + last->n == (uintptr_t)dst) {
+            (uintptr_t)last->dst + last->n == (uintptr_t)dst &&
+            last->tap == tap) {
             last->n += n;
             return 1;
         }
     }
-    ucx_piece_t piece = {dst, remote, n, region, NULL};
+    ucx_piece_t piece = {dst, remote, n, region, NULL, tap};
     return RS_VEC_PUSH(s, pieces, piece);
 }
 
@@ -491,7 +495,7 @@ static rs_status_t ucx_post(rs_transport_h t, uint32_t session,
     const rs__peer_t *peer = rs__peers_get(&s->peers, session, diag);
     if (peer == NULL)
         return RS_ERR_TRANSPORT;
-    piece_ctx_t ctx = {s, peer, s->sess[session], s->pieces_len};
+    piece_ctx_t ctx = {t, s, peer, s->sess[session], s->pieces_len};
     ucx_group_t g = {session, n, 0, ctx.first, 0, 0, UCS_OK,
                      UCS_INPROGRESS};
     rs_status_t st = RS_OK;
@@ -526,6 +530,9 @@ const rs__transport_ops_t rs__transport_ucx = {
     .post = ucx_post,
     .wait = rs__ucx_wait,
     .cancel = ucx_cancel,
+    /* only reads of mapped regions (shared memory) feed their taps: gets
+     * leave theirs unfed, and the executor digests those after the wire */
+    .fuses_digests = 1,
 };
 
 /* The backend's one table: this transport and its exposer. */

@@ -42,6 +42,7 @@ typedef struct ucx_piece {
     uint64_t n;
     uint32_t region;
     void *req;            /* its request until the wait releases it */
+    rs__tap_t *tap;       /* the digest a mapped copy of it feeds, or NULL */
 } ucx_piece_t;
 
 /* One post (a session's reads) and its pieces. A get's completion callback

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/diag.h"
+#include "core/digest_copy.h"
 #include "exec/transports/ucx/ucx_impl.h"
 
 /* Draining waits while the worker still makes progress, giving up after
@@ -100,7 +101,11 @@ static void issue_group(wait_ctx_t *w, ucx_group_t *g, ucp_request_param_t *gp)
         ucx_piece_t *p = &s->pieces[i];
         const ucx_rinfo_t *r = &x->regions[p->region];
         if (r->direct != NULL) { /* mapped: the get's own copy, done here */
-            memcpy(p->dst, r->direct + (p->remote - r->remote), p->n);
+            const uint8_t *src = r->direct + (p->remote - r->remote);
+            if (p->tap != NULL) /* in order: pieces of a tap are queued so */
+                rs__digest_copy(&p->tap->digest, p->dst, src, (size_t)p->n);
+            else
+                memcpy(p->dst, src, p->n);
             p->req = NULL;
             continue;
         }
