@@ -39,7 +39,7 @@ static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh
                       const int64_t *lo, const int64_t *hi, double *bytes,
                       double *runs, double *span)
 {
-    int64_t a[RS_MAX_DIMS] = {0}, n[RS_MAX_DIMS] = {0};
+    int64_t a[RS_MAX_DIMS], n[RS_MAX_DIMS]; /* set for every dim below */
     double elems = 1, nruns = 1, first = 0, last = 0, stride = 1;
     int whole = 1;
     for (int d = 0; d < t->ndim; d++) {
@@ -128,7 +128,8 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
 {
     double s_per_byte = 8.0 / (params->nic_gbps * 1e9);
     double s_per_desc = params->descriptor_ns * 1e-9;
-    int64_t ghi[RS_MAX_DIMS] = {0}, bhi[RS_MAX_DIMS] = {0};
+    /* set for every dim below (not cleared: a string store per copy) */
+    int64_t ghi[RS_MAX_DIMS], bhi[RS_MAX_DIMS];
     double box = 1;
     for (int d = 0; d < pq->ndim; d++) {
         ghi[d] = pq->glo[d] + pq->gn[d];

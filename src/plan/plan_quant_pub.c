@@ -218,20 +218,21 @@ static int one_shard_each(rs__quant_tensors_t *t,
     return 1;
 }
 
-int rs__quant_publisher_serves(rs__quant_tensors_t *t,
-                               const rs__planned_quant_t *pq,
-                               const char *src, const char *qname,
-                               const char *sname, const int64_t *view_lo,
-                               const int64_t *view_hi, char *why,
-                               size_t whylen)
+/* The check block by block, where no one shard of each holds all the
+ * copy needs: a table of the touched blocks, each marked as its needed
+ * part lies inside an FP8 shard and its scale inside a scale shard. Out
+ * of line: its table's range is cleared per call, which the common path
+ * does not need. */
+__attribute__((noinline))
+static int served_by_blocks(const rs__planned_quant_t *pq,
+                            const rs__source_tensor_t *tq,
+                            const rs__source_tensor_t *ts, const char *src,
+                            const char *qname, const char *sname,
+                            const int64_t *view_lo, const int64_t *view_hi,
+                            char *why, size_t whylen)
 {
-    const rs__source_tensor_t *tq = t->q, *ts = t->s;
     int64_t nb = 1;
     grange_t r = {{0}, {0}};
-    if (!published(pq, tq, ts, qname, sname, why, whylen))
-        return 0;
-    if (one_shard_each(t, pq, view_lo, view_hi))
-        return 1;
     for (int d = 0; d < pq->ndim; d++)
         nb *= pq->gn[d]; /* inside the source's checked element count */
     unsigned char *m = calloc((size_t)nb + 1, 1);
@@ -252,4 +253,20 @@ int rs__quant_publisher_serves(rs__quant_tensors_t *t,
         explain(pq, tq, src, sname, view_lo, view_hi, m, nb, why, whylen);
     free(m);
     return all;
+}
+
+int rs__quant_publisher_serves(rs__quant_tensors_t *t,
+                               const rs__planned_quant_t *pq,
+                               const char *src, const char *qname,
+                               const char *sname, const int64_t *view_lo,
+                               const int64_t *view_hi, char *why,
+                               size_t whylen)
+{
+    const rs__source_tensor_t *tq = t->q, *ts = t->s;
+    if (!published(pq, tq, ts, qname, sname, why, whylen))
+        return 0;
+    if (one_shard_each(t, pq, view_lo, view_hi))
+        return 1;
+    return served_by_blocks(pq, tq, ts, src, qname, sname, view_lo, view_hi,
+                            why, whylen);
 }
