@@ -540,7 +540,7 @@ static rs_plan_h plan_repeated(int first, rs_capture_h *cap_p,
         int64_t off, soff;
     } at[5] = {{0, 0}, {0, 0}, {16, 0}, {0, 1}, {0, 0}};
     for (int k = first; k < 5; k++) {
-        char param[16], sparam[16];
+        char param[32], sparam[32];
         snprintf(param, sizeof(param), "w%d", k);
         snprintf(sparam, sizeof(sparam), "w%d_scale", k);
         add_repeated(cap, src[k], param, at[k].off, sparam, at[k].soff,
