@@ -134,7 +134,7 @@ static int squeeze(const int64_t *dims, int n, int64_t *out)
 static int scale_matches(const rs__planned_quant_t *pq, const rs_quant_desc_t *q)
 {
     int64_t a[RS_MAX_DIMS], s[RS_MAX_DIMS];
-    int na = squeeze(pq->gn, pq->ndim, a);
+    int na = squeeze(pq->bl.gn, pq->ndim, a);
     int ns = squeeze(q->scale_shape, q->scale_ndim, s);
     return na == ns && memcmp(a, s, (size_t)na * sizeof(int64_t)) == 0;
 }
@@ -147,12 +147,15 @@ static void touched_blocks(rs__planned_quant_t *pq, const int64_t *lo,
     pq->blocks = 1;
     for (int d = 0; d < pq->ndim; d++) {
         int64_t b = pq->block[d];
-        pq->grid[d] = (pq->shape[d] + b - 1) / b;
-        pq->glo[d] = lo[d] / b;
-        pq->gn[d] = (hi[d] + b - 1) / b - pq->glo[d];
-        pq->lo[d] = pq->glo[d] * b;
-        int64_t end = (pq->glo[d] + pq->gn[d]) * b;
-        pq->box[d] = (end < pq->shape[d] ? end : pq->shape[d]) - pq->lo[d];
+        pq->bl.grid[d] = (pq->shape[d] + b - 1) / b;
+        /* lo[0 .. ndim) is the view's box, which view_box or
+         * geometry_known set (the analyzer does not follow the memo's
+         * copy of it) */
+        pq->bl.glo[d] = lo[d] / b; // NOLINT(clang-analyzer-core.UndefinedBinaryOperatorResult)
+        pq->bl.gn[d] = (hi[d] + b - 1) / b - pq->bl.glo[d];
+        pq->bl.lo[d] = pq->bl.glo[d] * b;
+        int64_t end = (pq->bl.glo[d] + pq->bl.gn[d]) * b;
+        pq->bl.box[d] = (end < pq->shape[d] ? end : pq->shape[d]) - pq->bl.lo[d];
     }
 }
 
@@ -197,14 +200,14 @@ static size_t scale_ops(const rs__planned_quant_t *pq, const rs_quant_desc_t *q,
     size_t n = 0;
     int same = q->scale_ndim == pq->ndim;
     for (int d = 0; d < pq->ndim; d++) {
-        same = same && q->scale_shape[d] == pq->gn[d];
-        if (pq->gn[d] == pq->grid[d])
+        same = same && q->scale_shape[d] == pq->bl.gn[d];
+        if (pq->bl.gn[d] == pq->bl.grid[d])
             continue;
         memset(&ops[n], 0, sizeof(rs_op_t));
         ops[n].kind = RS_OP_NARROW;
         ops[n].arg[0] = d;
-        ops[n].arg[1] = pq->glo[d];
-        ops[n].arg[2] = pq->gn[d];
+        ops[n].arg[1] = pq->bl.glo[d];
+        ops[n].arg[2] = pq->bl.gn[d];
         ops[n++].has = 7;
     }
     if (!same) {
@@ -313,12 +316,24 @@ static int same_spec(const rs__quant_view_memo_t *m, const rs_quant_desc_t *q)
     return 1;
 }
 
+/* The first n dims of each of the touched blocks' arrays (not all of
+ * them: the record's lines past its dims are not touched). */
+static void copy_blocks(rs__quant_blocks_t *to, const rs__quant_blocks_t *from,
+                        int n)
+{
+    size_t dims = (size_t)n * sizeof(int64_t);
+    memcpy(to->lo, from->lo, dims);
+    memcpy(to->box, from->box, dims);
+    memcpy(to->glo, from->glo, dims);
+    memcpy(to->gn, from->gn, dims);
+    memcpy(to->grid, from->grid, dims);
+}
+
 /* Keeps a passed check in the view's memo entry (whose scale region is
  * q's): both regions non-empty, so that their spans decide them. */
 static void remember(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
                      const rs_quant_desc_t *q, int64_t wspan, int64_t sspan)
 {
-    size_t dims = (size_t)pq->ndim * sizeof(int64_t);
     m->known = wspan >= 0 && sspan >= 0 && q->block_ndim <= RS_MAX_DIMS;
     if (!m->known)
         return;
@@ -327,11 +342,7 @@ static void remember(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
     m->block_ndim = q->block_ndim;
     for (int d = 0; d < q->block_ndim; d++)
         m->spec_block[d] = q->block[d];
-    memcpy(m->lo, pq->lo, dims);
-    memcpy(m->box, pq->box, dims);
-    memcpy(m->glo, pq->glo, dims);
-    memcpy(m->gn, pq->gn, dims);
-    memcpy(m->grid, pq->grid, dims);
+    copy_blocks(&m->bl, &pq->bl, pq->ndim);
     m->weight_span = wspan;
     m->scale_span = sspan;
 }
@@ -372,11 +383,7 @@ static int geometry_known(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     memcpy(vhi, m->vhi, dims);
     memcpy(pq->block, m->block, dims);
     pq->blocks = 1;
-    memcpy(pq->lo, m->lo, dims);
-    memcpy(pq->box, m->box, dims);
-    memcpy(pq->glo, m->glo, dims);
-    memcpy(pq->gn, m->gn, dims);
-    memcpy(pq->grid, m->grid, dims);
+    copy_blocks(&pq->bl, &m->bl, pq->ndim);
     qx->scale_like = m;
     return 1;
 }
@@ -403,7 +410,7 @@ static void check_geometry(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                       "grid of touched blocks %s", rs__format_dims(got,
                       sizeof(got), q->scale_shape, q->scale_ndim),
                       q->scale_param, rs__format_dims(want, sizeof(want),
-                      pq->gn, pq->ndim));
+                      pq->bl.gn, pq->ndim));
     if ((err = dest_error(cap, c->param, param_of(cap, pq->copy),
                           c->dest_offset, c->ndim, c->dest_shape,
                           c->dest_stride, &wspan)) != NULL)
@@ -420,7 +427,7 @@ static void check_geometry(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
         return;
     }
     size_t n = scale_ops(pq, q, ops);
-    if (rs__geom_resolve(pq->ndim, pq->grid, ops, n, q->scale_ndim,
+    if (rs__geom_resolve(pq->ndim, pq->bl.grid, ops, n, q->scale_ndim,
                          q->scale_shape, q->scale_stride, &bx, &bad, why,
                          sizeof(why)) != RS_OK)
         return refuse(qx, pq, c, "scale region of '%s': %s", q->scale_param,
@@ -631,7 +638,7 @@ static rs_status_t name_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     const rs__capture_copy_t *c = &cap->copies[ci];
     /* the fields from `shape` on are written before they are read: a
      * whole record is most of a kilobyte, a megabyte a MoE rank */
-    memset(pq, 0, offsetof(rs__planned_quant_t, lo));
+    memset(pq, 0, offsetof(rs__planned_quant_t, bl));
     pq->copy = ci;
     pq->weight_copy = pq->scale_copy = SIZE_MAX;
     if (!derived_names(qx, c->src, spec_text(qx, c->quant), pq))
@@ -868,9 +875,9 @@ void rs__quant_ready_walk(const rs__planner_t *b, size_t ci)
 {
     const rs__quant_expansion_t *qx = b->quant;
     size_t n = qx->work->copies_len;
+    size_t far = ci + (size_t)2 * RS_QUANT_WALK_AHEAD;
     const rs__source_tensor_t *t;
-    if (ci + 2 * RS_QUANT_WALK_AHEAD < n &&
-        (t = derived_tensor(qx, ci + 2 * RS_QUANT_WALK_AHEAD)) != NULL) {
+    if (far < n && (t = derived_tensor(qx, far)) != NULL) {
         __builtin_prefetch(t); /* a record may span two lines */
         __builtin_prefetch((const char *)(t + 1) - 1);
     }

@@ -20,12 +20,21 @@ enum {
                           * from the quantized box, not read */
 };
 
+/* A quantized copy's touched blocks: the block-rounded box [lo, lo +
+ * box) of its source, and the grid of blocks it touches [glo, glo + gn)
+ * of the whole grid. */
+typedef struct rs__quant_blocks {
+    int64_t lo[RS_MAX_DIMS], box[RS_MAX_DIMS];
+    int64_t glo[RS_MAX_DIMS], gn[RS_MAX_DIMS];
+    int64_t grid[RS_MAX_DIMS];
+} rs__quant_blocks_t;
+
 /* The longest reason a quantized copy's record keeps (with its NUL):
  * longer ones are cut there. */
 #define RS_QUANT_WHY_MAX 320
 
 /* One quantized copy while the plan is built. Cleared up to `lo` when it
- * is made (name_one): the fields from `lo` on are written before anything
+ * is made (name_one): the fields from `bl` on are written before anything
  * reads them. Small, since every pass over the quantized copies reads
  * them all (a thousand a MoE rank). */
 typedef struct rs__planned_quant {
@@ -40,8 +49,8 @@ typedef struct rs__planned_quant {
      * text names the FP8 tensor) */
     const char *why;
     int served;
-    int blocks;                /* lo, box and the grids are set (a record
-                                * lists zeros for lo and box until then) */
+    int blocks;                /* `bl` is set (a record lists zeros for its
+                                * box until then) */
     /* "<src>#<spec>" and "<src>#<spec>#scale" (in the working capture's
      * arena) and their rs__hash_str */
     const char *qname, *sname;
@@ -59,12 +68,10 @@ typedef struct rs__planned_quant {
     struct rs__source_tensor *source, *served_q, *served_s;
     int live;                  /* planned and not in fallback (assembly) */
     /* not cleared: */
-    int64_t lo[RS_MAX_DIMS], box[RS_MAX_DIMS]; /* block-rounded box */
+    rs__quant_blocks_t bl;
     int64_t shape[RS_MAX_DIMS];     /* the source's full shape (ndim set
                                      * with it) */
     int64_t block[RS_MAX_DIMS];
-    int64_t glo[RS_MAX_DIMS], gn[RS_MAX_DIMS]; /* touched block grid */
-    int64_t grid[RS_MAX_DIMS];      /* the whole block grid */
 } rs__planned_quant_t;
 
 /* A view already resolved against a source shape: the box [vlo, vhi) a
@@ -94,8 +101,7 @@ typedef struct rs__quant_view_memo {
     rs_dtype_t format;
     int block_ndim;
     int64_t spec_block[RS_MAX_DIMS];
-    int64_t lo[RS_MAX_DIMS], box[RS_MAX_DIMS];
-    int64_t glo[RS_MAX_DIMS], gn[RS_MAX_DIMS], grid[RS_MAX_DIMS];
+    rs__quant_blocks_t bl;
     int64_t weight_span, scale_span;
 } rs__quant_view_memo_t;
 

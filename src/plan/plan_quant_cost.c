@@ -39,7 +39,7 @@ static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh
                       const int64_t *lo, const int64_t *hi, double *bytes,
                       double *runs, double *span)
 {
-    int64_t a[RS_MAX_DIMS], n[RS_MAX_DIMS]; /* set for every dim below */
+    int64_t a[RS_MAX_DIMS] = {0}, n[RS_MAX_DIMS] = {0};
     double elems = 1, nruns = 1, first = 0, last = 0, stride = 1;
     int whole = 1;
     for (int d = 0; d < t->ndim; d++) {
@@ -132,13 +132,13 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
     int64_t ghi[RS_MAX_DIMS], bhi[RS_MAX_DIMS];
     double box = 1;
     for (int d = 0; d < pq->ndim; d++) {
-        ghi[d] = pq->glo[d] + pq->gn[d];
-        bhi[d] = pq->lo[d] + pq->box[d];
-        box *= (double)pq->box[d];
+        ghi[d] = pq->bl.glo[d] + pq->bl.gn[d];
+        bhi[d] = pq->bl.lo[d] + pq->bl.box[d];
+        box *= (double)pq->bl.box[d];
     }
     *pub_p = read_seconds(t->q, pq->ndim, vlo, vhi, t->q_holder, s_per_byte,
                           s_per_desc) +
-             read_seconds(t->s, pq->ndim, pq->glo, ghi, t->s_holder,
+             read_seconds(t->s, pq->ndim, pq->bl.glo, ghi, t->s_holder,
                           s_per_byte, s_per_desc);
     /* the receiver path's least time: its box's bytes in one read and
      * the box's own cost; when the publisher path is below it, the
@@ -150,6 +150,6 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
         *recv_p = pq->src_dtype == RS_DTYPE_INVALID ? INFINITY : floor;
         return;
     }
-    *recv_p = read_seconds(rs__quant_source(t), pq->ndim, pq->lo, bhi,
+    *recv_p = read_seconds(rs__quant_source(t), pq->ndim, pq->bl.lo, bhi,
                            SIZE_MAX, s_per_byte, s_per_desc) + quant;
 }

@@ -23,7 +23,7 @@ static rs_status_t walk_box(rs__planner_t *b, rs__planned_quant_t *pq, uint32_t 
     if (s->tensor == NULL)
         return rs__planner_fallback(b, id, "not published by any shard table");
     s->read = 1;
-    if (!rs__stage_plain_box(s->tensor, pq->lo, pq->box, &box))
+    if (!rs__stage_plain_box(s->tensor, pq->bl.lo, pq->bl.box, &box))
         return rs__planner_fallback(b, id, "the block-rounded box of a "
                                     "quantized copy does not resolve");
     rs_status_t st = rs__planner_walk(b, s, &box, UINT32_MAX, 0, &pq->segs,
@@ -129,12 +129,12 @@ static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
     r.src_dtype = pq->src_dtype;
     r.ndim = pq->ndim;
     r.global_shape = rs__arena_memdup(a, pq->shape, dims);
-    r.box_lo = rs__arena_memdup(a, pq->blocks ? pq->lo : zeros, dims);
-    r.box_shape = rs__arena_memdup(a, pq->blocks ? pq->box : zeros, dims);
+    r.box_lo = rs__arena_memdup(a, pq->blocks ? pq->bl.lo : zeros, dims);
+    r.box_shape = rs__arena_memdup(a, pq->blocks ? pq->bl.box : zeros, dims);
     if (pq->live && pq->path == RS_QUANT_PATH_RECEIVER) {
         uint64_t n = 1;
         for (int d = 0; d < pq->ndim; d++)
-            n *= (uint64_t)pq->box[d]; /* inside the checked source */
+            n *= (uint64_t)pq->bl.box[d]; /* inside the checked source */
         r.staging_bytes = n * rs_dtype_size(pq->src_dtype);
         r.nsegments = pq->segs.v_len;
         r.segments = rs__arena_memdup(a, pq->segs.v,
