@@ -449,9 +449,9 @@ rs_status_t rs__planner_assemble(rs__planner_t *b)
         st = add_stages(b, &p);
     if (st == RS_OK)
         finish_stats(b, p.descs);
+    if (st == RS_OK && b->quant != NULL)
+        st = rs__quant_assemble(b, p.descs); /* plan_quant_run.c */
     free(p.descs);
     free(p.staged);
-    if (st == RS_OK && b->quant != NULL)
-        st = rs__quant_assemble(b); /* plan_quant_run.c */
     return st;
 }

@@ -303,6 +303,17 @@ const char *rs__plan_check_dest(const rs__capture_copy_t *c,
     return check_dest(c, p, NULL);
 }
 
+const char *rs__plan_check_dest_span(const rs__capture_copy_t *c,
+                                     const rs__capture_param_t *p,
+                                     int *known_p, int64_t *span_p)
+{
+    rs__dest_fact_t fact = {0, 0, 0, 0, 0};
+    const char *err = check_dest(c, p, &fact);
+    *known_p = err == NULL && fact.known;
+    *span_p = fact.span;
+    return err;
+}
+
 /* check_dest for a geometry checked before: only the offset can differ,
  * so only the bounds are left (in check_dest's order of complaints). */
 static const char *check_dest_known(const rs__capture_copy_t *c,
@@ -541,6 +552,8 @@ rs_status_t rs__planner_run(rs__planner_t *b)
         /* quantized copies: plan_quant.c; both tests inline for the
          * common plan, without quantized copies or a selection */
         int role = b->quant == NULL ? RS_QROLE_PLAIN : rs__quant_role(b, ci);
+        if (b->quant != NULL)
+            rs__quant_ready_walk(b, ci);
         if (role == RS_QROLE_DERIVED ||
             (role == RS_QROLE_PLAIN &&
              (b->params->nonly == 0 ||

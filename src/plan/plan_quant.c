@@ -8,6 +8,7 @@
  * over the FP8 tensor) and its scale copy (the touched blocks of the scale
  * tensor into the scale region). */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,22 +32,34 @@ int rs__quant_any(rs_capture_h capture)
     return 0;
 }
 
-static void refuse(rs__planned_quant_t *pq, const rs_copy_desc_t *c, const char *fmt,
-                   ...) RS_PRINTF(3, 4);
+static void refuse(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                   const rs_copy_desc_t *c, const char *fmt, ...)
+    RS_PRINTF(4, 5);
+
+/* The reason in qx->why, kept for the copy's record (qx->oom on
+ * exhaustion). */
+static const char *keep_why(rs__quant_expansion_t *qx)
+{
+    const char *w = rs__arena_strdup(&qx->work->arena, qx->why);
+    qx->oom |= w == NULL;
+    return w;
+}
 
 /* The copy's reason for fallback: "copy 3 into 'w': ..." as for other
  * geometry errors, so the fallback list names the copy. */
-static void refuse(rs__planned_quant_t *pq, const rs_copy_desc_t *c, const char *fmt,
-                   ...)
+static void refuse(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                   const rs_copy_desc_t *c, const char *fmt, ...)
 {
     va_list ap;
-    int n = snprintf(pq->why, sizeof(pq->why), "copy %zu into '%s': ",
+    int n = snprintf(qx->why, sizeof(qx->why), "copy %zu into '%s': ",
                      pq->copy, c->param);
     va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof(pq->why))
-        vsnprintf(pq->why + n, sizeof(pq->why) - (size_t)n, fmt, ap);
+    if (n > 0 && (size_t)n < sizeof(qx->why))
+        vsnprintf(qx->why + n, sizeof(qx->why) - (size_t)n, fmt, ap);
     va_end(ap);
-    pq->refused = pq->why;
+    pq->why = pq->refused = keep_why(qx);
+    if (pq->refused == NULL)
+        pq->refused = "out of memory"; /* refused still: the plan fails */
 }
 
 /* The source's full shape and dtype: as declared by the capture, else as
@@ -121,7 +134,7 @@ static int squeeze(const int64_t *dims, int n, int64_t *out)
 static int scale_matches(const rs__planned_quant_t *pq, const rs_quant_desc_t *q)
 {
     int64_t a[RS_MAX_DIMS], s[RS_MAX_DIMS];
-    int na = squeeze(pq->gn, pq->ndim, a);
+    int na = squeeze(pq->bl.gn, pq->ndim, a);
     int ns = squeeze(q->scale_shape, q->scale_ndim, s);
     return na == ns && memcmp(a, s, (size_t)na * sizeof(int64_t)) == 0;
 }
@@ -131,23 +144,30 @@ static int scale_matches(const rs__planned_quant_t *pq, const rs_quant_desc_t *q
 static void touched_blocks(rs__planned_quant_t *pq, const int64_t *lo,
                            const int64_t *hi)
 {
+    pq->blocks = 1;
     for (int d = 0; d < pq->ndim; d++) {
         int64_t b = pq->block[d];
-        pq->grid[d] = (pq->shape[d] + b - 1) / b;
-        pq->glo[d] = lo[d] / b;
-        pq->gn[d] = (hi[d] + b - 1) / b - pq->glo[d];
-        pq->lo[d] = pq->glo[d] * b;
-        int64_t end = (pq->glo[d] + pq->gn[d]) * b;
-        pq->box[d] = (end < pq->shape[d] ? end : pq->shape[d]) - pq->lo[d];
+        pq->bl.grid[d] = (pq->shape[d] + b - 1) / b;
+        /* lo[0 .. ndim) is the view's box, which view_box or
+         * geometry_known set (the analyzer does not follow the memo's
+         * copy of it) */
+        pq->bl.glo[d] = lo[d] / b; // NOLINT(clang-analyzer-core.UndefinedBinaryOperatorResult)
+        pq->bl.gn[d] = (hi[d] + b - 1) / b - pq->bl.glo[d];
+        pq->bl.lo[d] = pq->bl.glo[d] * b;
+        int64_t end = (pq->bl.glo[d] + pq->bl.gn[d]) * b;
+        pq->bl.box[d] = (end < pq->shape[d] ? end : pq->shape[d]) - pq->bl.lo[d];
     }
 }
 
 /* A destination region checked as the planner checks a copy's; `param`
- * is the param's index, or -1 to look its name up. */
+ * is the param's index, or -1 to look its name up. On success *span_p is
+ * what it spans past its offset (rs__plan_check_dest_span), -1 when that
+ * is not known (an empty region). */
 static const char *dest_error(rs_capture_h cap, const char *name, long param,
                               int64_t off, int ndim, const int64_t *shape,
-                              const int64_t *stride)
+                              const int64_t *stride, int64_t *span_p)
 {
+    int known = 0;
     rs__capture_copy_t cc;
     memset(&cc, 0, sizeof(cc));
     cc.dest_offset = off;
@@ -155,8 +175,12 @@ static const char *dest_error(rs_capture_h cap, const char *name, long param,
     cc.dest_shape = (int64_t *)shape;   /* only read */
     cc.dest_stride = (int64_t *)stride; /* only read */
     long p = param >= 0 ? param : rs_capture_find_param(cap, name);
-    return p < 0 ? "parameter is not declared"
-                 : rs__plan_check_dest(&cc, &cap->params[p]);
+    const char *err = p < 0 ? "parameter is not declared"
+                            : rs__plan_check_dest_span(&cc, &cap->params[p],
+                                                       &known, span_p);
+    if (!known)
+        *span_p = -1;
+    return err;
 }
 
 /* The copy's param index, or -1 when the capture declares none of its
@@ -176,14 +200,14 @@ static size_t scale_ops(const rs__planned_quant_t *pq, const rs_quant_desc_t *q,
     size_t n = 0;
     int same = q->scale_ndim == pq->ndim;
     for (int d = 0; d < pq->ndim; d++) {
-        same = same && q->scale_shape[d] == pq->gn[d];
-        if (pq->gn[d] == pq->grid[d])
+        same = same && q->scale_shape[d] == pq->bl.gn[d];
+        if (pq->bl.gn[d] == pq->bl.grid[d])
             continue;
         memset(&ops[n], 0, sizeof(rs_op_t));
         ops[n].kind = RS_OP_NARROW;
         ops[n].arg[0] = d;
-        ops[n].arg[1] = pq->glo[d];
-        ops[n].arg[2] = pq->gn[d];
+        ops[n].arg[1] = pq->bl.glo[d];
+        ops[n].arg[2] = pq->bl.gn[d];
         ops[n++].has = 7;
     }
     if (!same) {
@@ -229,18 +253,18 @@ static int view_box(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                          c->dest_shape, c->dest_stride, &bx, &bad, why,
                          sizeof(why)) != RS_OK) {
         if (bad < c->nops)
-            refuse(pq, c, "op %zu (%s): %s", bad, rs_op_name(c->ops[bad].kind),
+            refuse(qx, pq, c, "op %zu (%s): %s", bad, rs_op_name(c->ops[bad].kind),
                    why);
         else
-            refuse(pq, c, "%s", why);
+            refuse(qx, pq, c, "%s", why);
         return 0;
     }
     if (bx.numel == 0) {
-        refuse(pq, c, "a quantized copy of an empty view");
+        refuse(qx, pq, c, "a quantized copy of an empty view");
         return 0;
     }
     if (!in_dim_order(&bx, vlo, vhi)) {
-        refuse(pq, c, "a quantized copy's view must be a box of '%s' in its "
+        refuse(qx, pq, c, "a quantized copy's view must be a box of '%s' in its "
                "dim order (its ops stride or reorder dims)", c->src);
         return 0;
     }
@@ -248,6 +272,7 @@ static int view_box(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     m->geom = geom;
     m->ndim = pq->ndim;
     m->scale_ndim = -1;
+    m->known = 0;
     memcpy(m->shape, pq->shape, dims);
     memcpy(m->vlo, vlo, dims);
     memcpy(m->vhi, vhi, dims);
@@ -265,6 +290,7 @@ static int scale_seen(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
     if (m == NULL || q->scale_ndim > RS_MAX_DIMS)
         return 0;
     if (keep) {
+        m->known = 0; /* its check was of another scale region */
         m->scale_copy = SIZE_MAX;
         m->scale_ndim = q->scale_ndim;
         memcpy(m->block, pq->block, dims);
@@ -278,6 +304,90 @@ static int scale_seen(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
            memcmp(m->scale_stride, q->scale_stride, sdims) == 0;
 }
 
+/* 1 when the memo entry's check was under spec q. */
+static int same_spec(const rs__quant_view_memo_t *m, const rs_quant_desc_t *q)
+{
+    if (m->scheme != q->scheme || m->format != q->format ||
+        m->block_ndim != q->block_ndim || q->block_ndim > RS_MAX_DIMS)
+        return 0;
+    for (int d = 0; d < q->block_ndim; d++)
+        if (m->spec_block[d] != q->block[d])
+            return 0;
+    return 1;
+}
+
+/* The first n dims of each of the touched blocks' arrays (not all of
+ * them: the record's lines past its dims are not touched). */
+static void copy_blocks(rs__quant_blocks_t *to, const rs__quant_blocks_t *from,
+                        int n)
+{
+    size_t dims = (size_t)n * sizeof(int64_t);
+    memcpy(to->lo, from->lo, dims);
+    memcpy(to->box, from->box, dims);
+    memcpy(to->glo, from->glo, dims);
+    memcpy(to->gn, from->gn, dims);
+    memcpy(to->grid, from->grid, dims);
+}
+
+/* Keeps a passed check in the view's memo entry (whose scale region is
+ * q's): both regions non-empty, so that their spans decide them. */
+static void remember(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
+                     const rs_quant_desc_t *q, int64_t wspan, int64_t sspan)
+{
+    m->known = wspan >= 0 && sspan >= 0 && q->block_ndim <= RS_MAX_DIMS;
+    if (!m->known)
+        return;
+    m->scheme = q->scheme;
+    m->format = q->format;
+    m->block_ndim = q->block_ndim;
+    for (int d = 0; d < q->block_ndim; d++)
+        m->spec_block[d] = q->block[d];
+    copy_blocks(&m->bl, &pq->bl, pq->ndim);
+    m->weight_span = wspan;
+    m->scale_span = sspan;
+}
+
+/* 1 when a region of `span` at `off` ends inside param p (a declared
+ * one: p >= 0). */
+static int ends_inside(rs_capture_h cap, long p, int64_t off, int64_t span)
+{
+    int64_t last;
+    return p >= 0 && (size_t)p < cap->params_len &&
+           rs__add_i64(off, span, &last) && last < cap->params[p].numel;
+}
+
+/* The check of a copy whose view, spec and scale region passed it before
+ * (the memo's entry): its block shape, touched blocks and view box taken
+ * from there, only the ends of its two regions checked. 0, with nothing
+ * set, for any other copy (or one whose region leaves its param: the
+ * full check then says how). */
+static int geometry_known(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                          rs_capture_h cap, const rs_quant_desc_t *q,
+                          int64_t *vlo, int64_t *vhi)
+{
+    const rs__capture_copy_t *cc = &cap->copies[pq->copy];
+    rs__quant_view_memo_t *m = view_memo(qx, cc->geom, pq);
+    size_t sdims = (size_t)q->scale_ndim * sizeof(int64_t);
+    if (m == NULL || !m->known || !same_spec(m, q) ||
+        m->scale_ndim != q->scale_ndim ||
+        memcmp(m->scale_shape, q->scale_shape, sdims) != 0 ||
+        memcmp(m->scale_stride, q->scale_stride, sdims) != 0)
+        return 0;
+    long sp = cc->scale_param_id == UINT32_MAX ? -1 : (long)cc->scale_param_id;
+    if (!ends_inside(cap, param_of(cap, pq->copy), cc->dest_offset,
+                     m->weight_span) ||
+        !ends_inside(cap, sp, q->scale_offset, m->scale_span))
+        return 0;
+    size_t dims = (size_t)pq->ndim * sizeof(int64_t);
+    memcpy(vlo, m->vlo, dims);
+    memcpy(vhi, m->vhi, dims);
+    memcpy(pq->block, m->block, dims);
+    pq->blocks = 1;
+    copy_blocks(&pq->bl, &m->bl, pq->ndim);
+    qx->scale_like = m;
+    return 1;
+}
+
 /* Its geometry: the view's box, its touched blocks, the scale region. */
 static void check_geometry(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                            rs_capture_h cap, const rs_copy_desc_t *c,
@@ -289,39 +399,43 @@ static void check_geometry(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     char why[256]; /* its first byte cleared, not all: per copy */
     why[0] = '\0';
     const char *err;
+    int64_t wspan, sspan;
     rs_op_t *ops = qx->ops;
     if (!view_box(qx, pq, cap->copies[pq->copy].geom, c, vlo, vhi))
         return;
     touched_blocks(pq, vlo, vhi);
     char want[160], got[160];
     if (!scale_matches(pq, q))
-        return refuse(pq, c, "scale region %s of '%s' does not match the "
+        return refuse(qx, pq, c, "scale region %s of '%s' does not match the "
                       "grid of touched blocks %s", rs__format_dims(got,
                       sizeof(got), q->scale_shape, q->scale_ndim),
                       q->scale_param, rs__format_dims(want, sizeof(want),
-                      pq->gn, pq->ndim));
+                      pq->bl.gn, pq->ndim));
     if ((err = dest_error(cap, c->param, param_of(cap, pq->copy),
                           c->dest_offset, c->ndim, c->dest_shape,
-                          c->dest_stride)) != NULL)
-        return refuse(pq, c, "%s", err);
+                          c->dest_stride, &wspan)) != NULL)
+        return refuse(qx, pq, c, "%s", err);
     if ((err = dest_error(cap, q->scale_param,
                           cap->copies[pq->copy].scale_param_id,
                           q->scale_offset, q->scale_ndim, q->scale_shape,
-                          q->scale_stride)) != NULL)
-        return refuse(pq, c, "scale region in '%s': %s", q->scale_param, err);
+                          q->scale_stride, &sspan)) != NULL)
+        return refuse(qx, pq, c, "scale region in '%s': %s", q->scale_param, err);
     rs__quant_view_memo_t *m = view_memo(qx, cap->copies[pq->copy].geom, pq);
     if (scale_seen(m, pq, q, 0)) {
         qx->scale_like = m;
+        remember(m, pq, q, wspan, sspan);
         return;
     }
     size_t n = scale_ops(pq, q, ops);
-    if (rs__geom_resolve(pq->ndim, pq->grid, ops, n, q->scale_ndim,
+    if (rs__geom_resolve(pq->ndim, pq->bl.grid, ops, n, q->scale_ndim,
                          q->scale_shape, q->scale_stride, &bx, &bad, why,
                          sizeof(why)) != RS_OK)
-        return refuse(pq, c, "scale region of '%s': %s", q->scale_param,
+        return refuse(qx, pq, c, "scale region of '%s': %s", q->scale_param,
                       why);
-    if (scale_seen(m, pq, q, 1))
+    if (scale_seen(m, pq, q, 1)) {
         qx->scale_like = m;
+        remember(m, pq, q, wspan, sspan);
+    }
 }
 
 static int quantizable(rs_dtype_t d)
@@ -399,45 +513,62 @@ static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
     return rs__sources_find_hashed(srcs, name, hash);
 }
 
+/* The refusal of a copy whose block shape does not apply to its source,
+ * with the reason rs_quant_block_shape gives (asked again here: its
+ * diagnostic is a kilobyte the common path does not carry). */
+__attribute__((noinline))
+static void refuse_block(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                         const rs_copy_desc_t *c, const rs_quant_desc_t *q)
+{
+    int64_t block[RS_MAX_DIMS];
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    rs_quant_block_shape(q, pq->ndim, pq->shape, &d, block);
+    refuse(qx, pq, c, "%s", d.msg);
+}
+
 /* Checks one quantized copy and chooses its path. */
 static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                     rs_capture_h cap, rs_sources_h srcs,
                     const rs_plan_params_t *params, const rs_copy_desc_t *c,
                     const rs_quant_desc_t *q)
 {
-    int64_t vlo[RS_MAX_DIMS] = {0}, vhi[RS_MAX_DIMS] = {0};
-    rs_diag_t d;
-    rs_diag_clear(&d); /* an initializer would clear all of its message */
+    /* not cleared (set for the view's dims before they are read): per
+     * copy, a cleared pair is a string store slower than the rest */
+    int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
     const char *qname = pq->qname, *sname = pq->sname;
-    const rs__capture_name_t *src = &cap->names[cap->copies[pq->copy].src_id];
-    pq->source = rs__sources_find_hashed(srcs, src->name, src->hash);
+    /* pq->source: found while its batch was readied (ready_step) */
     pq->served_q = after_or_find(srcs, pq->source, qname, pq->qhash);
     pq->served_s = after_or_find(srcs, pq->served_q, sname, pq->shash);
     rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src,
                               pq->source, 1, SIZE_MAX, SIZE_MAX};
     pq->src_dtype = RS_DTYPE_INVALID;
     if (!source_shape(cap, &qt, cap->copies[pq->copy].src_id, pq))
-        return refuse(pq, c, "'%s' is not published by any shard table, nor "
+        return refuse(qx, pq, c, "'%s' is not published by any shard table, nor "
                       "is '%s'", c->src, qname);
     if (pq->src_dtype != RS_DTYPE_INVALID && !quantizable(pq->src_dtype))
-        return refuse(pq, c, "source '%s' is %s; only bf16, f16 and f32 "
+        return refuse(qx, pq, c, "source '%s' is %s; only bf16, f16 and f32 "
                       "sources are quantized", c->src,
                       rs_dtype_name(pq->src_dtype));
-    if (rs_quant_block_shape(q, pq->ndim, pq->shape, &d, pq->block) != RS_OK)
-        return refuse(pq, c, "%s", d.msg);
-    check_geometry(qx, pq, cap, c, q, vlo, vhi);
-    if (pq->refused != NULL)
-        return;
+    if (!geometry_known(qx, pq, cap, q, vlo, vhi)) {
+        if (rs_quant_block_shape(q, pq->ndim, pq->shape, NULL, pq->block) !=
+            RS_OK)
+            return refuse_block(qx, pq, c, q);
+        check_geometry(qx, pq, cap, c, q, vlo, vhi);
+        if (pq->refused != NULL)
+            return;
+    }
     if (rs__quant_publisher_serves(&qt, pq, c->src, qname, sname, vlo, vhi,
-                                   pq->why, sizeof(pq->why))) {
+                                   qx->why, sizeof(qx->why))) {
         double pub, recv;
         rs__quant_path_costs(&qt, params, pq, vlo, vhi, &pub, &recv);
         if (recv < pub) {
             pq->path = RS_QUANT_PATH_RECEIVER;
-            snprintf(pq->why, sizeof(pq->why), "'%s' is served, but reading "
+            snprintf(qx->why, sizeof(qx->why), "'%s' is served, but reading "
                      "and quantizing '%s' is estimated at %.3g us against "
                      "%.3g us for the served copy", qname, c->src, recv * 1e6,
                      pub * 1e6);
+            pq->why = keep_why(qx);
             return;
         }
         pq->path = RS_QUANT_PATH_PUBLISHER;
@@ -446,10 +577,12 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     }
     pq->path = RS_QUANT_PATH_RECEIVER;
     if (pq->src_dtype == RS_DTYPE_INVALID) {
-        char why[sizeof(pq->why)];
-        memcpy(why, pq->why, sizeof(why));
-        refuse(pq, c, "'%s' is not published, and %s", c->src, why);
+        char why[sizeof(qx->why)];
+        memcpy(why, qx->why, sizeof(why));
+        refuse(qx, pq, c, "'%s' is not published, and %s", c->src, why);
+        return;
     }
+    pq->why = keep_why(qx);
 }
 
 /* The scale copy: the geometry of the last one made for the same view
@@ -497,18 +630,19 @@ static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *p
 }
 
 /* The first pass over a quantized copy: its record, its derived names
- * and their hashes, and the lookup of its table slots readied. */
+ * and their hashes. */
 static rs_status_t name_one(rs__quant_expansion_t *qx, rs_capture_h cap,
-                            rs_sources_h srcs, size_t ci, rs_diag_t *diag)
+                            size_t ci, rs_diag_t *diag)
 {
     rs__planned_quant_t *pq = &qx->q[qx->nq++];
     const rs__capture_copy_t *c = &cap->copies[ci];
-    memset(pq, 0, sizeof(*pq));
+    /* the fields from `shape` on are written before they are read: a
+     * whole record is most of a kilobyte, a megabyte a MoE rank */
+    memset(pq, 0, offsetof(rs__planned_quant_t, bl));
     pq->copy = ci;
     pq->weight_copy = pq->scale_copy = SIZE_MAX;
     if (!derived_names(qx, c->src, spec_text(qx, c->quant), pq))
         return OOM(diag);
-    rs__sources_prefetch(srcs, cap->names[c->src_id].hash, 0);
     return RS_OK;
 }
 
@@ -529,15 +663,74 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
         return rs__diag_set(diag, RS_ERR_INPUT, "copy %zu: param '%s' is not "
                             "declared", ci, c.param);
     analyze(qx, pq, cap, srcs, params, &c, &q);
+    if (qx->oom)
+        return OOM(diag);
     return pq->refused != NULL ? RS_OK : add_derived(qx, pq, &q, diag);
 }
 
-/* The names of every quantized copy first, the lookups of their sources
- * readied in two steps over all of them (a MoE rank's thousand quantized
- * copies look up their sources in a table of some 200,000, mostly cache
- * misses that then overlap instead of coming one after another; the
- * derived tensors are then mostly found next to them), then each copy
- * analyzed and expanded in order. */
+/* Copies readied and analyzed together: enough that the misses of one
+ * step over the batch overlap, few enough that what the steps bring in
+ * is still in the core's caches when the analysis reads it. */
+#define RS_QUANT_BATCH 32
+
+/* The published tensor at index i, or NULL past the last. */
+static const rs__source_tensor_t *tensor_at(rs_sources_h srcs, size_t i)
+{
+    return i < srcs->tensors_len ? &srcs->tensors[i] : NULL;
+}
+
+/* One step of readying what a quantized copy's analysis reads, each step
+ * loading only what the step before brought in and prefetching what the
+ * next reads: 0 its source's table slot and its quantization record, 1
+ * the slot's key and tensor record and the record's scale region, 2 the source found (kept for the analysis) and the records
+ * after it, where publishers put "<src>#<spec>" and its scales, 3 their
+ * names, shapes and shard lists, 4 their first shard's box, which the
+ * publisher check and the path estimate read. Prefetches only: the
+ * analysis reads the same data whether they land or not. */
+static void ready_step(rs_sources_h srcs, rs_capture_h cap,
+                       rs__planned_quant_t *pq, int step)
+{
+    const rs__capture_copy_t *c = &cap->copies[pq->copy];
+    const rs__capture_name_t *src = &cap->names[c->src_id];
+    if (step < 2) {
+        rs__sources_prefetch(srcs, src->hash, step);
+        if (step == 0) {
+            __builtin_prefetch(c->quant);
+        } else { /* the scale region the analysis checks */
+            __builtin_prefetch(c->quant->scale_shape);
+            __builtin_prefetch(c->quant->scale_stride);
+        }
+        return;
+    }
+    if (step == 2)
+        pq->source = rs__sources_find_hashed(srcs, src->name, src->hash);
+    if (pq->source == NULL)
+        return;
+    size_t at = (size_t)(pq->source - srcs->tensors);
+    for (size_t k = at + 1; k <= at + 2; k++) {
+        const rs__source_tensor_t *t = tensor_at(srcs, k);
+        if (t == NULL)
+            return;
+        if (step == 2) { /* a record may span two lines */
+            __builtin_prefetch(t);
+            __builtin_prefetch((const char *)(t + 1) - 1);
+        } else if (step == 3) {
+            __builtin_prefetch(t->name);
+            __builtin_prefetch(t->shape);
+            __builtin_prefetch(t->shards);
+        } else if (t->shards_len > 0) {
+            __builtin_prefetch(t->shards[0].offset);
+            __builtin_prefetch(t->shards[0].shape);
+        }
+    }
+}
+
+/* The names of every quantized copy first, then the copies analyzed and
+ * expanded in order a batch at a time, each batch readied in steps over
+ * all of its copies first (ready_step): a MoE rank's thousand quantized
+ * copies each read a source's slot in a table of some 200,000 tensors,
+ * the tensors after it and their first shard, a dozen cache misses a
+ * copy that then overlap instead of coming one after another. */
 static rs_status_t expand_all(rs__quant_expansion_t *qx, rs_capture_h cap,
                               rs_sources_h srcs, const rs_plan_params_t *params,
                               rs_diag_t *diag)
@@ -545,14 +738,15 @@ static rs_status_t expand_all(rs__quant_expansion_t *qx, rs_capture_h cap,
     rs_status_t st = RS_OK;
     for (size_t ci = 0; st == RS_OK && ci < cap->copies_len; ci++)
         if (cap->copies[ci].quant != NULL)
-            st = name_one(qx, cap, srcs, ci, diag);
-    for (size_t i = 0; st == RS_OK && i < qx->nq; i++) {
-        const rs__planned_quant_t *pq = &qx->q[i];
-        rs__sources_prefetch(
-            srcs, cap->names[cap->copies[pq->copy].src_id].hash, 1);
+            st = name_one(qx, cap, ci, diag);
+    for (size_t at = 0; st == RS_OK && at < qx->nq; at += RS_QUANT_BATCH) {
+        size_t end = qx->nq - at < RS_QUANT_BATCH ? qx->nq : at + RS_QUANT_BATCH;
+        for (int step = 0; step <= 4; step++)
+            for (size_t i = at; i < end; i++)
+                ready_step(srcs, cap, &qx->q[i], step);
+        for (size_t i = at; st == RS_OK && i < end; i++)
+            st = expand_one(qx, cap, srcs, params, &qx->q[i], diag);
     }
-    for (size_t i = 0; st == RS_OK && i < qx->nq; i++)
-        st = expand_one(qx, cap, srcs, params, &qx->q[i], diag);
     return st;
 }
 
@@ -659,6 +853,40 @@ int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
         return 0;
     *t_p = qx->tensor_of_name[name_id];
     return qx->name_known[name_id];
+}
+
+/* How far ahead of the walk the derived copies' tensors are readied:
+ * the record two steps ahead, then its shard list and grid one step
+ * ahead (a derived copy's walk is otherwise a few cache misses on data
+ * the expansion left long before). */
+#define RS_QUANT_WALK_AHEAD 4
+
+/* The published tensor of working copy ci when it is a derived copy on
+ * the publisher path the analysis found published, else NULL. */
+static const rs__source_tensor_t *derived_tensor(const rs__quant_expansion_t *qx,
+                                                 size_t ci)
+{
+    if (qx->role[ci] != RS_QROLE_DERIVED)
+        return NULL;
+    return qx->tensor_of_name[qx->work->copies[ci].src_id];
+}
+
+void rs__quant_ready_walk(const rs__planner_t *b, size_t ci)
+{
+    const rs__quant_expansion_t *qx = b->quant;
+    size_t n = qx->work->copies_len;
+    size_t far = ci + (size_t)2 * RS_QUANT_WALK_AHEAD;
+    const rs__source_tensor_t *t;
+    if (far < n && (t = derived_tensor(qx, far)) != NULL) {
+        __builtin_prefetch(t); /* a record may span two lines */
+        __builtin_prefetch((const char *)(t + 1) - 1);
+    }
+    if (ci + RS_QUANT_WALK_AHEAD < n &&
+        (t = derived_tensor(qx, ci + RS_QUANT_WALK_AHEAD)) != NULL) {
+        __builtin_prefetch(t->shards);
+        if (t->grid != NULL)
+            __builtin_prefetch(t->grid);
+    }
 }
 
 int rs__quant_role(const rs__planner_t *b, size_t ci)

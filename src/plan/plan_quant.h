@@ -20,17 +20,37 @@ enum {
                           * from the quantized box, not read */
 };
 
-/* One quantized copy while the plan is built. */
+/* A quantized copy's touched blocks: the block-rounded box [lo, lo +
+ * box) of its source, and the grid of blocks it touches [glo, glo + gn)
+ * of the whole grid. */
+typedef struct rs__quant_blocks {
+    int64_t lo[RS_MAX_DIMS], box[RS_MAX_DIMS];
+    int64_t glo[RS_MAX_DIMS], gn[RS_MAX_DIMS];
+    int64_t grid[RS_MAX_DIMS];
+} rs__quant_blocks_t;
+
+/* The longest reason a quantized copy's record keeps (with its NUL):
+ * longer ones are cut there. */
+#define RS_QUANT_WHY_MAX 320
+
+/* One quantized copy while the plan is built. Cleared up to `lo` when it
+ * is made (name_one): the fields from `bl` on are written before anything
+ * reads them. Small, since every pass over the quantized copies reads
+ * them all (a thousand a MoE rank). */
 typedef struct rs__planned_quant {
     size_t copy;               /* its index in the user's capture */
     int selected;              /* its param passes the selection */
     const char *refused;       /* set: the copy is refused (its source goes
                                 * to fallback with this reason) */
     rs_quant_path_t path;
-    /* the reason for the path; on the publisher path, when `served` is
-     * set, assembly writes it (the text names the FP8 tensor) */
-    char why[320];
+    /* the reason for the path, kept in the working capture's arena for a
+     * refused copy (then also `refused`) and the receiver path; on the
+     * publisher path, `served` is set instead and assembly writes it (the
+     * text names the FP8 tensor) */
+    const char *why;
     int served;
+    int blocks;                /* `bl` is set (a record lists zeros for its
+                                * box until then) */
     /* "<src>#<spec>" and "<src>#<spec>#scale" (in the working capture's
      * arena) and their rs__hash_str */
     const char *qname, *sname;
@@ -39,11 +59,6 @@ typedef struct rs__planned_quant {
     rs_dtype_t src_dtype;      /* RS_DTYPE_INVALID when not known */
     rs_dtype_t format;         /* the FP8 format */
     int ndim;
-    int64_t shape[RS_MAX_DIMS];     /* the source's full shape */
-    int64_t block[RS_MAX_DIMS];
-    int64_t lo[RS_MAX_DIMS], box[RS_MAX_DIMS]; /* block-rounded box */
-    int64_t glo[RS_MAX_DIMS], gn[RS_MAX_DIMS]; /* touched block grid */
-    int64_t grid[RS_MAX_DIMS];      /* the whole block grid */
     uint64_t needed_bytes;     /* what the view needs (receiver: the box) */
     rs__segment_vec_t segs;          /* the receiver path's staged read */
     uint64_t missing;
@@ -52,6 +67,11 @@ typedef struct rs__planned_quant {
      * records too */
     struct rs__source_tensor *source, *served_q, *served_s;
     int live;                  /* planned and not in fallback (assembly) */
+    /* not cleared: */
+    rs__quant_blocks_t bl;
+    int64_t shape[RS_MAX_DIMS];     /* the source's full shape (ndim set
+                                     * with it) */
+    int64_t block[RS_MAX_DIMS];
 } rs__planned_quant_t;
 
 /* A view already resolved against a source shape: the box [vlo, vhi) a
@@ -71,6 +91,18 @@ typedef struct rs__quant_view_memo {
     size_t scale_copy; /* the working capture's last scale copy of that
                         * region (SIZE_MAX: none yet), whose geometry the
                         * next one shares */
+    /* The whole check of a copy of this view with that scale region under
+     * spec `spec` (known: 1), kept once one passed: its block shape and
+     * touched blocks, and what its two destination regions span past
+     * their offsets. A copy with the same view, spec and scale region
+     * then checks only that both regions' ends lie inside their params. */
+    int known;
+    rs_quant_scheme_t scheme;
+    rs_dtype_t format;
+    int block_ndim;
+    int64_t spec_block[RS_MAX_DIMS];
+    rs__quant_blocks_t bl;
+    int64_t weight_span, scale_span;
 } rs__quant_view_memo_t;
 
 #define RS_QUANT_VIEW_MEMO 16
@@ -92,6 +124,8 @@ typedef struct rs__quant_expansion {
     rs__quant_view_memo_t views[RS_QUANT_VIEW_MEMO]; /* by geometry id */
     rs__quant_view_memo_t *scale_like; /* the entry whose scale region the
                                         * copy being expanded has, or NULL */
+    char why[RS_QUANT_WHY_MAX]; /* the copy's reason while it is made */
+    int oom;                   /* keeping a reason ran out of memory */
     rs_quant_desc_t spec_of;   /* the spec `spec` is the text of */
     int64_t spec_block[RS_MAX_DIMS];
     char spec[128];            /* "" while none is kept */
@@ -120,6 +154,11 @@ int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
 /* The role of working copy ci (RS_QROLE_PLAIN without an expansion). */
 int rs__quant_role(const rs__planner_t *b, size_t ci);
 
+/* Prefetches what the walks of the derived copies a few places after
+ * working copy ci will read (their tensor record, shard list and grid):
+ * only a hint, the walks read the same whether it lands or not. O(1). */
+void rs__quant_ready_walk(const rs__planner_t *b, size_t ci);
+
 /* After every copy is walked: the refused copies' sources to fallback,
  * the receiver path's boxes walked. */
 rs_status_t rs__quant_plan(rs__planner_t *b);
@@ -127,8 +166,11 @@ rs_status_t rs__quant_plan(rs__planner_t *b);
 /* At the end of assembly: the plan's records (and the uncovered entries
  * of receiver boxes not fully published), the stats with the receiver
  * boxes' bytes and descriptors, and the copy counts of the user's
- * capture (a quantized copy counts once, its derived copies not). */
-rs_status_t rs__quant_assemble(rs__planner_t *b);
+ * capture (a quantized copy counts once, its derived copies not).
+ * `descs` holds the descriptors per session of every other read of the
+ * plan (its segments, converts and staged reads), as assembly counted
+ * them; the receiver boxes' are added to it. */
+rs_status_t rs__quant_assemble(rs__planner_t *b, uint64_t *descs);
 
 /* The published tensors a quantized copy may read, looked up once per
  * copy: its source, "<src>#<spec>" and "<src>#<spec>#scale" (NULL when not
@@ -188,6 +230,13 @@ rs_status_t rs__capture_put_copy(FILE *out, rs_capture_h capture, size_t index,
 int rs__plan_selected(const rs_plan_params_t *p, const char *param);
 const char *rs__plan_check_dest(const rs__capture_copy_t *c,
                                 const rs__capture_param_t *p);
+/* rs__plan_check_dest, and on success with a non-empty region *known_p
+ * set and *span_p the elements it spans past its offset, minus one: the
+ * same shape and strides at offset o check out exactly when o + span is
+ * inside the param (and does not overflow). */
+const char *rs__plan_check_dest_span(const rs__capture_copy_t *c,
+                                     const rs__capture_param_t *p,
+                                     int *known_p, int64_t *span_p);
 rs_status_t rs__planner_psrc(rs__planner_t *b, uint32_t name_id,
                              uint32_t *id_p);
 

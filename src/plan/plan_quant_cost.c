@@ -128,16 +128,17 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
 {
     double s_per_byte = 8.0 / (params->nic_gbps * 1e9);
     double s_per_desc = params->descriptor_ns * 1e-9;
-    int64_t ghi[RS_MAX_DIMS] = {0}, bhi[RS_MAX_DIMS] = {0};
+    /* set for every dim below (not cleared: a string store per copy) */
+    int64_t ghi[RS_MAX_DIMS], bhi[RS_MAX_DIMS];
     double box = 1;
     for (int d = 0; d < pq->ndim; d++) {
-        ghi[d] = pq->glo[d] + pq->gn[d];
-        bhi[d] = pq->lo[d] + pq->box[d];
-        box *= (double)pq->box[d];
+        ghi[d] = pq->bl.glo[d] + pq->bl.gn[d];
+        bhi[d] = pq->bl.lo[d] + pq->bl.box[d];
+        box *= (double)pq->bl.box[d];
     }
     *pub_p = read_seconds(t->q, pq->ndim, vlo, vhi, t->q_holder, s_per_byte,
                           s_per_desc) +
-             read_seconds(t->s, pq->ndim, pq->glo, ghi, t->s_holder,
+             read_seconds(t->s, pq->ndim, pq->bl.glo, ghi, t->s_holder,
                           s_per_byte, s_per_desc);
     /* the receiver path's least time: its box's bytes in one read and
      * the box's own cost; when the publisher path is below it, the
@@ -149,6 +150,6 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
         *recv_p = pq->src_dtype == RS_DTYPE_INVALID ? INFINITY : floor;
         return;
     }
-    *recv_p = read_seconds(rs__quant_source(t), pq->ndim, pq->lo, bhi,
+    *recv_p = read_seconds(rs__quant_source(t), pq->ndim, pq->bl.lo, bhi,
                            SIZE_MAX, s_per_byte, s_per_desc) + quant;
 }

@@ -23,7 +23,7 @@ typedef struct grange {
 static void need(const rs__planned_quant_t *pq, const int64_t *vlo, const int64_t *vhi,
                  int d, int64_t g, int64_t *lo, int64_t *hi)
 {
-    int64_t b = pq->block[d], s = (pq->glo[d] + g) * b;
+    int64_t b = pq->block[d], s = (pq->bl.glo[d] + g) * b;
     *lo = s > vlo[d] ? s : vlo[d];
     *hi = s + b < vhi[d] ? s + b : vhi[d];
 }
@@ -36,7 +36,7 @@ static int inside(const rs__planned_quant_t *pq, const int64_t *vlo,
     for (int d = 0; d < pq->ndim; d++) {
         r->lo[d] = -1;
         r->hi[d] = -1;
-        for (int64_t g = 0; g < pq->gn[d]; g++) {
+        for (int64_t g = 0; g < pq->bl.gn[d]; g++) {
             int64_t lo, hi;
             need(pq, vlo, vhi, d, g, &lo, &hi);
             if (lo < sh->offset[d] || hi > sh->offset[d] + sh->shape[d])
@@ -55,10 +55,10 @@ static int inside(const rs__planned_quant_t *pq, const int64_t *vlo,
 static int holds(const rs__planned_quant_t *pq, const rs__source_shard_t *sh, grange_t *r)
 {
     for (int d = 0; d < pq->ndim; d++) {
-        int64_t lo = sh->offset[d] - pq->glo[d];
+        int64_t lo = sh->offset[d] - pq->bl.glo[d];
         int64_t hi = lo + sh->shape[d];
         r->lo[d] = lo > 0 ? lo : 0;
-        r->hi[d] = hi < pq->gn[d] ? hi : pq->gn[d];
+        r->hi[d] = hi < pq->bl.gn[d] ? hi : pq->bl.gn[d];
         if (r->lo[d] >= r->hi[d])
             return 0;
     }
@@ -75,7 +75,7 @@ static void mark(const rs__planned_quant_t *pq, const grange_t *r, unsigned char
     for (;;) {
         int64_t at = 0;
         for (int d = 0; d < n; d++)
-            at = at * pq->gn[d] + g[d];
+            at = at * pq->bl.gn[d] + g[d];
         m[at] |= bit;
         int d = n - 1;
         while (d >= 0 && ++g[d] == r->hi[d]) {
@@ -109,9 +109,9 @@ static int published(const rs__planned_quant_t *pq, const rs__source_tensor_t *t
     }
     if (tq->dtype != pq->format || !same_shape(tq, pq->ndim, pq->shape))
         bad = tq;
-    else if (ts->dtype != RS_DTYPE_F32 || !same_shape(ts, pq->ndim, pq->grid)) {
+    else if (ts->dtype != RS_DTYPE_F32 || !same_shape(ts, pq->ndim, pq->bl.grid)) {
         bad = ts;
-        shape = pq->grid;
+        shape = pq->bl.grid;
         dt = RS_DTYPE_F32;
     }
     if (bad == NULL)
@@ -158,9 +158,9 @@ static void explain(const rs__planned_quant_t *pq, const rs__source_tensor_t *tq
             first = i;
     }
     for (int d = pq->ndim - 1; d >= 0; d--) {
-        g[d] = first % pq->gn[d];
-        first /= pq->gn[d];
-        abs_g[d] = pq->glo[d] + g[d];
+        g[d] = first % pq->bl.gn[d];
+        first /= pq->bl.gn[d];
+        abs_g[d] = pq->bl.glo[d] + g[d];
     }
     int64_t pct = served * 100 / nb;
     rs__format_dims(at, sizeof(at), abs_g, pq->ndim);
@@ -168,7 +168,7 @@ static void explain(const rs__planned_quant_t *pq, const rs__source_tensor_t *tq
     at[strlen(at) - 1] = ')';
     int64_t at_i = 0;
     for (int d = 0; d < pq->ndim; d++)
-        at_i = at_i * pq->gn[d] + g[d];
+        at_i = at_i * pq->bl.gn[d] + g[d];
     if (m[at_i] & 1)
         snprintf(why, whylen, "the scale of block %s of %s is not published "
                  "in %s: %lld%% of the blocks needed are served", at, src,
@@ -203,13 +203,13 @@ static int one_shard_each(rs__quant_tensors_t *t,
     int64_t ghi[RS_MAX_DIMS];
     size_t fp8 = SIZE_MAX, scale = SIZE_MAX;
     for (int d = 0; d < pq->ndim; d++)
-        ghi[d] = pq->glo[d] + pq->gn[d];
+        ghi[d] = pq->bl.glo[d] + pq->bl.gn[d];
     for (size_t i = 0; fp8 == SIZE_MAX && i < tq->shards_len; i++)
         if (rs__quant_shard_holds(&tq->shards[i], pq->ndim, vlo, vhi))
             fp8 = i;
     for (size_t i = 0; fp8 != SIZE_MAX && scale == SIZE_MAX &&
                        i < ts->shards_len; i++)
-        if (rs__quant_shard_holds(&ts->shards[i], pq->ndim, pq->glo, ghi))
+        if (rs__quant_shard_holds(&ts->shards[i], pq->ndim, pq->bl.glo, ghi))
             scale = i;
     if (fp8 == SIZE_MAX || scale == SIZE_MAX)
         return 0;
@@ -218,22 +218,23 @@ static int one_shard_each(rs__quant_tensors_t *t,
     return 1;
 }
 
-int rs__quant_publisher_serves(rs__quant_tensors_t *t,
-                               const rs__planned_quant_t *pq,
-                               const char *src, const char *qname,
-                               const char *sname, const int64_t *view_lo,
-                               const int64_t *view_hi, char *why,
-                               size_t whylen)
+/* The check block by block, where no one shard of each holds all the
+ * copy needs: a table of the touched blocks, each marked as its needed
+ * part lies inside an FP8 shard and its scale inside a scale shard. Out
+ * of line: its table's range is cleared per call, which the common path
+ * does not need. */
+__attribute__((noinline))
+static int served_by_blocks(const rs__planned_quant_t *pq,
+                            const rs__source_tensor_t *tq,
+                            const rs__source_tensor_t *ts, const char *src,
+                            const char *qname, const char *sname,
+                            const int64_t *view_lo, const int64_t *view_hi,
+                            char *why, size_t whylen)
 {
-    const rs__source_tensor_t *tq = t->q, *ts = t->s;
     int64_t nb = 1;
     grange_t r = {{0}, {0}};
-    if (!published(pq, tq, ts, qname, sname, why, whylen))
-        return 0;
-    if (one_shard_each(t, pq, view_lo, view_hi))
-        return 1;
     for (int d = 0; d < pq->ndim; d++)
-        nb *= pq->gn[d]; /* inside the source's checked element count */
+        nb *= pq->bl.gn[d]; /* inside the source's checked element count */
     unsigned char *m = calloc((size_t)nb + 1, 1);
     if (m == NULL) { /* the receiver path needs no table */
         snprintf(why, whylen, "out of memory checking %s", qname);
@@ -252,4 +253,20 @@ int rs__quant_publisher_serves(rs__quant_tensors_t *t,
         explain(pq, tq, src, sname, view_lo, view_hi, m, nb, why, whylen);
     free(m);
     return all;
+}
+
+int rs__quant_publisher_serves(rs__quant_tensors_t *t,
+                               const rs__planned_quant_t *pq,
+                               const char *src, const char *qname,
+                               const char *sname, const int64_t *view_lo,
+                               const int64_t *view_hi, char *why,
+                               size_t whylen)
+{
+    const rs__source_tensor_t *tq = t->q, *ts = t->s;
+    if (!published(pq, tq, ts, qname, sname, why, whylen))
+        return 0;
+    if (one_shard_each(t, pq, view_lo, view_hi))
+        return 1;
+    return served_by_blocks(pq, tq, ts, src, qname, sname, view_lo, view_hi,
+                            why, whylen);
 }

@@ -23,7 +23,7 @@ static rs_status_t walk_box(rs__planner_t *b, rs__planned_quant_t *pq, uint32_t 
     if (s->tensor == NULL)
         return rs__planner_fallback(b, id, "not published by any shard table");
     s->read = 1;
-    if (!rs__stage_plain_box(s->tensor, pq->lo, pq->box, &box))
+    if (!rs__stage_plain_box(s->tensor, pq->bl.lo, pq->bl.box, &box))
         return rs__planner_fallback(b, id, "the block-rounded box of a "
                                     "quantized copy does not resolve");
     rs_status_t st = rs__planner_walk(b, s, &box, UINT32_MAX, 0, &pq->segs,
@@ -98,8 +98,8 @@ static char *served_why(rs__arena_t *a, const rs__planned_quant_t *pq)
                                "block the copy needs";
     size_t nq = strlen(pq->qname), nt = sizeof(tail) - 1;
     size_t len = 1 + nq + nt;
-    if (len > sizeof(pq->why) - 1)
-        len = sizeof(pq->why) - 1;
+    if (len > RS_QUANT_WHY_MAX - 1)
+        len = RS_QUANT_WHY_MAX - 1;
     char *w = rs__arena_alloc(a, len + 1);
     if (w == NULL)
         return NULL;
@@ -113,6 +113,7 @@ static char *served_why(rs__arena_t *a, const rs__planned_quant_t *pq)
 
 static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
 {
+    static const int64_t zeros[RS_MAX_DIMS]; /* a box not yet known */
     rs__arena_t *a = &b->plan->arena;
     size_t dims = (size_t)pq->ndim * sizeof(int64_t);
     rs_quantized_t r;
@@ -128,12 +129,12 @@ static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
     r.src_dtype = pq->src_dtype;
     r.ndim = pq->ndim;
     r.global_shape = rs__arena_memdup(a, pq->shape, dims);
-    r.box_lo = rs__arena_memdup(a, pq->lo, dims);
-    r.box_shape = rs__arena_memdup(a, pq->box, dims);
+    r.box_lo = rs__arena_memdup(a, pq->blocks ? pq->bl.lo : zeros, dims);
+    r.box_shape = rs__arena_memdup(a, pq->blocks ? pq->bl.box : zeros, dims);
     if (pq->live && pq->path == RS_QUANT_PATH_RECEIVER) {
         uint64_t n = 1;
         for (int d = 0; d < pq->ndim; d++)
-            n *= (uint64_t)pq->box[d]; /* inside the checked source */
+            n *= (uint64_t)pq->bl.box[d]; /* inside the checked source */
         r.staging_bytes = n * rs_dtype_size(pq->src_dtype);
         r.nsegments = pq->segs.v_len;
         r.segments = rs__arena_memdup(a, pq->segs.v,
@@ -153,14 +154,17 @@ static rs_status_t add_uncovered(rs__planner_t *b, const rs__planned_quant_t *pq
     return RS_VEC_PUSH(b->plan, uncovered, u) ? RS_OK : OOM(b);
 }
 
-/* The receiver box's reads in the stats: it is what the copy needs. */
-static void count_receiver(rs__planner_t *b, const rs_quantized_t *r)
+/* The receiver box's reads in the stats and the descriptors per
+ * session: it is what the copy needs. */
+static void count_receiver(rs__planner_t *b, const rs_quantized_t *r,
+                           uint64_t *descs)
 {
     rs_plan_h plan = b->plan;
     rs_plan_stats_t *st = &plan->stats;
     for (size_t i = 0; i < r->nsegments; i++) {
         plan->session_bytes[r->segments[i].session] += r->segments[i].nbytes;
         st->bytes_planned += r->segments[i].nbytes;
+        descs[r->segments[i].session]++;
     }
     st->descriptor_count += r->nsegments;
     st->exact_descriptor_count += r->nsegments;
@@ -169,31 +173,14 @@ static void count_receiver(rs__planner_t *b, const rs_quantized_t *r)
 }
 
 /* The stats derived from the counts, again (plan_assemble.c's rules),
- * and the model's estimate over every read. */
-static rs_status_t restate(rs__planner_t *b)
+ * and the model's estimate over every read (`descs`: the descriptors
+ * per session of all of them). */
+static void restate(rs__planner_t *b, const uint64_t *descs)
 {
     rs_plan_h plan = b->plan;
     rs_plan_stats_t *st = &plan->stats;
-    uint64_t *descs = calloc(plan->nsessions + 1, sizeof(uint64_t));
-    size_t n;
-    if (descs == NULL)
-        return OOM(b);
-    for (size_t i = 0; i < plan->segments_len; i++)
-        descs[plan->segments[i].session]++;
-    const rs_convert_t *cv = rs_plan_converts(plan, &n);
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < cv[i].nsegments; k++)
-            descs[cv[i].segments[k].session]++;
-    const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < fp[i].nsegments; k++)
-            descs[fp[i].segments[k].session]++;
-    for (size_t i = 0; i < plan->quantized_len; i++)
-        for (size_t k = 0; k < plan->quantized[i].nsegments; k++)
-            descs[plan->quantized[i].segments[k].session]++;
     st->est_seconds = rs__cost_plan_seconds(b->params, plan->session_bytes,
                                             descs, plan->nsessions);
-    free(descs);
     st->needed_bytes = st->exact_bytes;
     st->descriptor_savings = st->exact_descriptor_count > st->descriptor_count
         ? st->exact_descriptor_count - st->descriptor_count : 0;
@@ -202,14 +189,27 @@ static rs_status_t restate(rs__planner_t *b)
     st->nsessions_used = 0;
     for (size_t i = 0; i < plan->nsessions; i++)
         st->nsessions_used += plan->session_bytes[i] > 0;
-    return RS_OK;
 }
 
-rs_status_t rs__quant_assemble(rs__planner_t *b)
+/* How many quantized copies ahead the records' names are prefetched: a
+ * publisher path record copies its FP8 tensor's name, which the
+ * expansion wrote long before. */
+#define RS_QUANT_NAME_AHEAD 8
+
+rs_status_t rs__quant_assemble(rs__planner_t *b, uint64_t *descs)
 {
+    rs__quant_expansion_t *qx = b->quant;
     rs_status_t st = RS_OK;
-    for (rs__planned_quant_t *pq = next_selected(b->quant, NULL);
-         st == RS_OK && pq != NULL; pq = next_selected(b->quant, pq)) {
+    /* a record per quantized copy at most: room made once */
+    if (!rs__vec_reserve((void **)&b->plan->quantized, &b->plan->quantized_cap,
+                         b->plan->quantized_len + qx->nq + 1,
+                         sizeof(rs_quantized_t)))
+        return OOM(b);
+    for (rs__planned_quant_t *pq = next_selected(qx, NULL);
+         st == RS_OK && pq != NULL; pq = next_selected(qx, pq)) {
+        size_t ahead = (size_t)(pq - qx->q) + RS_QUANT_NAME_AHEAD;
+        if (ahead < qx->nq)
+            __builtin_prefetch(qx->q[ahead].qname);
         pq->live = quant_live(b, pq);
         if (pq->path == RS_QUANT_PATH_PUBLISHER && pq->refused == NULL)
             b->plan->stats.copies_planned -=
@@ -220,7 +220,10 @@ rs_status_t rs__quant_assemble(rs__planner_t *b)
             continue;
         if (pq->missing > 0)
             st = add_uncovered(b, pq);
-        count_receiver(b, &b->plan->quantized[b->plan->quantized_len - 1]);
+        count_receiver(b, &b->plan->quantized[b->plan->quantized_len - 1],
+                       descs);
     }
-    return st == RS_OK ? restate(b) : st;
+    if (st == RS_OK)
+        restate(b, descs);
+    return st;
 }

@@ -3,7 +3,8 @@
  * selection, the order of fallback entries, a plain copy beside a
  * quantized one of the same source, the reasons for the receiver path,
  * the publisher path without the bf16 source, uncovered receiver boxes,
- * the shards a plan lists and the plan JSON's quantized section. */
+ * the shards a plan lists, the plan JSON's quantized section, and copies
+ * that repeat a checked geometry. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -486,6 +487,145 @@ static void test_served_reason(void **state)
     }
 }
 
+/* One quantized copy of rows 4..8 of `src` into `param` [4, 16] at
+ * `off`, its scales into `sparam` at `soff` as `sn` dims of `sshape`
+ * (strides `sstride`); params declared by the caller. */
+static void add_repeated(rs_capture_h cap, const char *src, const char *param,
+                         int64_t off, const char *sparam, int64_t soff, int sn,
+                         const int64_t *sshape, const int64_t *sstride)
+{
+    rs_diag_t d;
+    int64_t ws[2] = {4, 16}, st[2] = {16, 1}, blk[2] = {4, 8};
+    rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 4, 4}, .has = 7};
+    rs_copy_desc_t c = {src, param, &op, 1, off, 2, ws, st, RS_DTYPE_F8E4M3};
+    rs_quant_desc_t q = {RS_QUANT_FP8_BLOCK, RS_DTYPE_F8E4M3, 2, blk, sparam,
+                         soff, sn, sshape, sstride};
+    ASSERT_ST(rs_capture_add_quant_copy(cap, &c, &q, &d), RS_OK, d);
+}
+
+/* The five copies of test_repeated_geometry, from `first` on (copy k of
+ * the whole list is copy k - first here), with their sources served. */
+static rs_plan_h plan_repeated(int first, rs_capture_h *cap_p,
+                               rs_sources_h *srcs_p)
+{
+    static const char *const src[5] = {"x0", "x1", "x2", "x3", "x4"};
+    int64_t ws[2] = {4, 16}, ss[1] = {2}, ss3[1] = {4}, ss2[2] = {1, 2},
+            sst[1] = {1}, sst2[2] = {2, 1}, grid[2] = {2, 2};
+    rs_capture_h cap;
+    rs_sources_h srcs;
+    rs_diag_t d;
+    char name[64];
+    assert_int_equal(rs_capture_create(&cap), RS_OK);
+    assert_int_equal(rs_sources_create(&srcs), RS_OK);
+    for (int k = 0; k < 5; k++) {
+        snprintf(name, sizeof(name), "w%d", k);
+        ASSERT_ST(rs_capture_add_param(cap, name, 2, ws, RS_DTYPE_F8E4M3, &d),
+                  RS_OK, d);
+        snprintf(name, sizeof(name), "w%d_scale", k);
+        ASSERT_ST(rs_capture_add_param(cap, name, k == 4 ? 2 : 1,
+                                       k == 4 ? ss2 : k == 3 ? ss3 : ss,
+                                       RS_DTYPE_F32, &d),
+                  RS_OK, d);
+        shard(srcs, src[k], RS_DTYPE_BF16, full, 0, 8, "t0", 0x10000);
+        snprintf(name, sizeof(name), "%s#%s", src[k], SPEC);
+        shard(srcs, name, RS_DTYPE_F8E4M3, full, 0, 8, "t2", 0x20000);
+        snprintf(name, sizeof(name), "%s#%s#scale", src[k], SPEC);
+        shard(srcs, name, RS_DTYPE_F32, grid, 0, 2, "t2", 0x40000);
+    }
+    /* 0 and 1 alike; 2's region leaves "w2"; 3's scales lie further
+     * into a larger "w3_scale"; 4's scales are another region of the same
+     * blocks (a scale region out of its param is refused when the copy is
+     * added) */
+    const struct {
+        int64_t off, soff;
+    } at[5] = {{0, 0}, {0, 0}, {16, 0}, {0, 1}, {0, 0}};
+    for (int k = first; k < 5; k++) {
+        char param[32], sparam[32];
+        snprintf(param, sizeof(param), "w%d", k);
+        snprintf(sparam, sizeof(sparam), "w%d_scale", k);
+        add_repeated(cap, src[k], param, at[k].off, sparam, at[k].soff,
+                     k == 4 ? 2 : 1, k == 4 ? ss2 : ss, k == 4 ? sst2 : sst);
+    }
+    rs_plan_params_t p;
+    rs_plan_h plan;
+    rs_plan_params_init(&p);
+    ASSERT_ST(rs_plan_build(cap, srcs, &p, &d, &plan), RS_OK, d);
+    *cap_p = cap;
+    *srcs_p = srcs;
+    return plan;
+}
+
+/* The reason past "copy N into '...': ", which names the copy's index. */
+static const char *past_copy(const char *why)
+{
+    const char *at = strstr(why, "': ");
+    return at != NULL && strncmp(why, "copy ", 5) == 0 ? at + 3 : why;
+}
+
+/* Copies with one view, spec and scale region are checked in full once;
+ * each one after it in the same plan is decided by where its regions end
+ * (the memo of plan_quant.c). Each copy's record, planned after the
+ * others, equals its record planned first (the full check): a repeated
+ * copy is served alike, one whose region or scales leave their param is
+ * refused for that, and one with another scale region is checked in
+ * full. */
+static void test_repeated_geometry(void **state)
+{
+    (void)state;
+    rs_capture_h cap;
+    rs_sources_h srcs;
+    size_t n;
+    rs_plan_h all = plan_repeated(0, &cap, &srcs);
+    const rs_quantized_t *r = rs_plan_quantized(all, &n);
+    assert_int_equal(n, 5);
+    static const rs_quant_path_t path[5] = {
+        RS_QUANT_PATH_PUBLISHER, RS_QUANT_PATH_PUBLISHER,
+        RS_QUANT_PATH_RECEIVER, RS_QUANT_PATH_PUBLISHER,
+        RS_QUANT_PATH_PUBLISHER};
+    assert_string_equal(past_copy(r[2].why),
+                        "destination region leaves its parameter");
+    for (int k = 0; k < 5; k++) {
+        rs_capture_h solo_cap;
+        rs_sources_h solo_srcs;
+        size_t m;
+        rs_plan_h solo = plan_repeated(k, &solo_cap, &solo_srcs);
+        const rs_quantized_t *f = rs_plan_quantized(solo, &m);
+        assert_int_equal(m, (size_t)(5 - k));
+        assert_int_equal(r[k].path, path[k]);
+        assert_int_equal(r[k].path, f[0].path);
+        assert_string_equal(past_copy(r[k].why), past_copy(f[0].why));
+        assert_int_equal(r[k].ndim, 2);
+        assert_memory_equal(r[k].box_lo, f[0].box_lo, 2 * sizeof(int64_t));
+        assert_memory_equal(r[k].box_shape, f[0].box_shape,
+                            2 * sizeof(int64_t));
+        assert_int_equal(r[k].weight_copy == SIZE_MAX,
+                         f[0].weight_copy == SIZE_MAX);
+        if (r[k].weight_copy != SIZE_MAX) { /* the scale copies alike */
+            rs_copy_desc_t a, b;
+            rs_capture_copy(rs_plan_capture(all), r[k].scale_copy, &a);
+            rs_capture_copy(rs_plan_capture(solo), f[0].scale_copy, &b);
+            assert_int_equal(a.nops, b.nops);
+            assert_int_equal(a.dest_offset, b.dest_offset);
+            assert_int_equal(a.ndim, b.ndim);
+            assert_memory_equal(a.dest_shape, b.dest_shape,
+                                (size_t)a.ndim * sizeof(int64_t));
+        }
+        rs_plan_destroy(solo);
+        rs_capture_destroy(solo_cap);
+        rs_sources_destroy(solo_srcs);
+    }
+    /* served copies read rows 4..8 as blocks: box [4, 0] + [4, 16]; copy
+     * 3's scales land 1 element into their param */
+    assert_int_equal(r[1].box_lo[0], 4);
+    assert_int_equal(r[1].box_shape[1], 16);
+    rs_copy_desc_t s3;
+    rs_capture_copy(rs_plan_capture(all), r[3].scale_copy, &s3);
+    assert_int_equal(s3.dest_offset, 1);
+    rs_plan_destroy(all);
+    rs_capture_destroy(cap);
+    rs_sources_destroy(srcs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -500,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_plan_json),
         cmocka_unit_test(test_path_by_time),
         cmocka_unit_test(test_served_reason),
+        cmocka_unit_test(test_repeated_geometry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
