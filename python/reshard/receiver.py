@@ -251,8 +251,7 @@ class Receiver(Handle):
     refused without verify_digests; False: every read whole; the CLI's
     --delta / --no-delta; docs/delta.md, "Receivers");
     delta_budget: the most bytes kept as copies of the reads that do not
-    land in the shadows (staged, cast, quantized reads; every read with
-    shadow=False), the reads that save most per byte kept first, the
+    land in the shadows (staged, cast, quantized reads), the reads that save most per byte kept first, the
     others read whole (None: the library's default, 0: no copies; a
     positive int of bytes; "unbounded"; the CLI's --delta-budget;
     docs/delta.md, "The delta budget");
