@@ -17,7 +17,8 @@
  * - deltas are on by default, patched in place in the receiver's shadows
  *   with no copy held; a run that fails after patching part of them
  *   (cancelled mid-delta, or failing verification) leaves them holding no
- *   version: the next pull reads them whole, byte-exact;
+ *   version: the next pull reads them whole, byte-exact; so does a
+ *   rebind (a new shadow, holding the bound bytes);
  * - with shadow = 0 the bound parameters are never patched: only copies
  *   within the budget take deltas (0, the default: none, every read
  *   whole; unbounded: both; one shard's bytes: one, the same one every
@@ -597,6 +598,32 @@ static void test_cancelled(void **state)
     world_close(&o);
 }
 
+/* A rebind gives the parameter a new shadow holding the bound bytes (here
+ * zeros, not version 1): nothing patched in place holds a version after
+ * it, so the next pull reads whole instead of patching zeros (which would
+ * fail verification and be read again, delta_retried). */
+static void test_rebind(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_pull_result_t res;
+    rs_diag_t d;
+    world_open(&o, "rebind", 2);
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    memset(o.x.dest, 0, N * 2);
+    ASSERT_ST(rs_receiver_bind(o.x.r, 0, o.x.dest, N * 2, RS_MEM_HOST, &d),
+              RS_OK, d);
+    publish(o.p, o.w, 2);
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_runs, 0);
+    assert_int_equal(res.delta_retried, 0);
+    publish(o.p, o.w, 3);
+    pull_exact(&o.x, 3, &res);
+    assert_int_equal(res.delta_in_place_runs, 2);
+    world_close(&o);
+}
+
 /* ---- the delta budget ------------------------------------------------- */
 
 /* The stage record of the receiver's last run, parsed. */
@@ -876,6 +903,7 @@ int main(void)
         cmocka_unit_test(test_wrong_and_stale),
         cmocka_unit_test(test_killed),
         cmocka_unit_test(test_cancelled),
+        cmocka_unit_test(test_rebind),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_live_refused),
         cmocka_unit_test(test_staged_budget),
