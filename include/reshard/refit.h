@@ -462,8 +462,8 @@ typedef struct rs_receiver_params {
 
 /* 0: copies are opt-in. A copy doubles the memory of the bytes it holds
  * and costs a copy in and out on every pull (docs/delta.md, "The delta
- * budget": 5x the first pull, 2x a warm one on a fast link); the reads
- * that land in the shadows, most of a plan, take deltas without one. */
+ * budget": 3x the first pull, 1.5x to 3x a warm one on a memory-speed
+ * link); the reads that land in the shadows take deltas without one. */
 #define RS_RECEIVER_DEFAULT_DELTA_BUDGET ((uint64_t)0)
 #define RS_DELTA_UNBOUNDED UINT64_MAX
 

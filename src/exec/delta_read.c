@@ -7,7 +7,9 @@
  * entries, then the payload span), patches the held copies, reads every
  * refused one whole, waits for everything, then copies each patched copy
  * to its read's destination and refreshes the copies of the reads read
- * whole. A failed wait fails as the real transport's does. */
+ * whole. A read landing in place is its own held copy: patched where it
+ * lands, nothing copied either way. A failed wait fails as the real
+ * transport's does. */
 #include <stdlib.h>
 #include <string.h>
 
