@@ -299,6 +299,15 @@ static void world_close(world_t *o)
     free(o->w);
 }
 
+/* world_open, then version 1 published and pulled. */
+static void world_at_1(world_t *o, const char *model)
+{
+    rs_pull_result_t res;
+    world_open(o, model, 2);
+    publish(o->p, o->w, 1);
+    pull_exact(&o->x, 1, &res);
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 static void test_versions(void **state)
@@ -369,9 +378,7 @@ static void test_damaged(void **state)
     world_t o;
     rs_pull_result_t res;
     size_t len;
-    world_open(&o, "damaged", 2);
-    publish(o.p, o.w, 1);
-    pull_exact(&o.x, 1, &res);
+    world_at_1(&o, "damaged");
 
     publish(o.p, o.w, 2);
     unsigned char *dl = delta_of(2, 1, 2, &len);
@@ -413,6 +420,22 @@ static int plant(int h, int64_t base, const uint16_t *to)
     return fits;
 }
 
+/* Publishes version 2 with shard 0's delta re-signed over a wrong value
+ * (the same places, every check valid). */
+static void publish_wrong(world_t *o)
+{
+    uint16_t *wrong = malloc(N * 2);
+    assert_non_null(wrong);
+    publish(o->p, o->w, 2);
+    memcpy(wrong, o->w, N * 2);
+    size_t at = 0; /* an element of shard 0 that changes at 2 */
+    while (!changes(at, 2))
+        at++;
+    wrong[at] = (uint16_t)(wrong[at] + 1); /* same places, another value */
+    assert_true(plant(0, 1, wrong));
+    free(wrong);
+}
+
 /* A delta with valid checks over wrong values patches, fails the digest,
  * and the version is read again whole; one naming another base is
  * refused. */
@@ -421,17 +444,8 @@ static void test_wrong_and_stale(void **state)
     (void)state;
     world_t o;
     rs_pull_result_t res;
-    uint16_t *wrong = malloc(N * 2);
-    world_open(&o, "wrong", 2);
-    publish(o.p, o.w, 1);
-    pull_exact(&o.x, 1, &res);
-    publish(o.p, o.w, 2);
-    memcpy(wrong, o.w, N * 2);
-    size_t at = 0; /* an element of shard 0 that changes at 2 */
-    while (!changes(at, 2))
-        at++;
-    wrong[at] = (uint16_t)(wrong[at] + 1); /* same places, another value */
-    assert_true(plant(0, 1, wrong));
+    world_at_1(&o, "wrong");
+    publish_wrong(&o);
     pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_retried, 1);
     assert_int_equal(res.delta_refused, 0);
@@ -445,12 +459,9 @@ static void test_wrong_and_stale(void **state)
     pull_exact(&o.x, 4, &res);
     assert_int_equal(res.delta_runs, 2);
     world_close(&o);
-    free(wrong);
 
     /* stale: version 2's delta of shard 0 says it patches version 0 */
-    world_open(&o, "stale", 2);
-    publish(o.p, o.w, 1);
-    pull_exact(&o.x, 1, &res);
+    world_at_1(&o, "stale");
     publish(o.p, o.w, 2);
     assert_true(plant(0, 0, o.w));
     pull_exact(&o.x, 2, &res);
@@ -608,9 +619,7 @@ static void test_rebind(void **state)
     world_t o;
     rs_pull_result_t res;
     rs_diag_t d;
-    world_open(&o, "rebind", 2);
-    publish(o.p, o.w, 1);
-    pull_exact(&o.x, 1, &res);
+    world_at_1(&o, "rebind");
     memset(o.x.dest, 0, N * 2);
     ASSERT_ST(rs_receiver_bind(o.x.r, 0, o.x.dest, N * 2, RS_MEM_HOST, &d),
               RS_OK, d);
@@ -737,26 +746,16 @@ static void test_live_refused(void **state)
     (void)state;
     world_t o;
     rs_pull_result_t res;
-    uint16_t *wrong = malloc(N * 2);
     rx_shadow = 0;
     rx_budget = RS_DELTA_UNBOUNDED;
-    world_open(&o, "live-wrong", 2);
+    world_at_1(&o, "live-wrong");
     rx_shadow = 1;
     rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
-    publish(o.p, o.w, 1);
-    pull_exact(&o.x, 1, &res);
-    publish(o.p, o.w, 2);
-    memcpy(wrong, o.w, N * 2);
-    size_t at = 0;
-    while (!changes(at, 2))
-        at++;
-    wrong[at] = (uint16_t)(wrong[at] + 1);
-    assert_true(plant(0, 1, wrong));
+    publish_wrong(&o);
     pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_retried, 1);
     assert_int_equal(res.delta_in_place_bytes, 0);
     world_close(&o);
-    free(wrong);
 }
 
 /* Reads cast from staging (an f32 param) do not land in the shadows: they
