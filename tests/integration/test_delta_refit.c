@@ -420,6 +420,22 @@ static int plant(int h, int64_t base, const uint16_t *to)
     return fits;
 }
 
+/* Nothing holds a version: v is read whole; then v + 1 by deltas again,
+ * patched in place. */
+static void whole_then_deltas(world_t *o, int64_t v)
+{
+    rs_pull_result_t res;
+    publish(o->p, o->w, v);
+    pull_exact(&o->x, v, &res);
+    assert_int_equal(res.delta_runs, 0);
+    assert_int_equal(res.delta_retried, 0);
+    assert_int_equal(res.whole_bytes, N * 2);
+    publish(o->p, o->w, v + 1);
+    pull_exact(&o->x, v + 1, &res);
+    assert_int_equal(res.delta_runs, 2);
+    assert_int_equal(res.delta_in_place_bytes, N * 2);
+}
+
 /* Publishes version 2 with shard 0's delta re-signed over a wrong value
  * (the same places, every check valid). */
 static void publish_wrong(world_t *o)
@@ -451,13 +467,7 @@ static void test_wrong_and_stale(void **state)
     assert_int_equal(res.delta_refused, 0);
     /* the shadows were patched wrong, then read whole by the second run:
      * they hold no version, so the next pull reads them whole */
-    publish(o.p, o.w, 3);
-    pull_exact(&o.x, 3, &res);
-    assert_int_equal(res.delta_runs, 0);
-    assert_int_equal(res.whole_bytes, N * 2);
-    publish(o.p, o.w, 4);
-    pull_exact(&o.x, 4, &res);
-    assert_int_equal(res.delta_runs, 2);
+    whole_then_deltas(&o, 3);
     world_close(&o);
 
     /* stale: version 2's delta of shard 0 says it patches version 0 */
@@ -598,14 +608,7 @@ static void test_cancelled(void **state)
     rs_receiver_cancel_clear(o.x.r);
     h.armed = 0;
     /* a shadow patched halfway holds no version: read whole */
-    publish(o.p, o.w, 3);
-    pull_exact(&o.x, 3, &res);
-    assert_int_equal(res.delta_runs, 0);
-    assert_int_equal(res.whole_bytes, N * 2);
-    publish(o.p, o.w, 4);
-    pull_exact(&o.x, 4, &res);
-    assert_int_equal(res.delta_runs, 2);
-    assert_int_equal(res.delta_in_place_bytes, N * 2);
+    whole_then_deltas(&o, 3);
     world_close(&o);
 }
 
@@ -617,19 +620,12 @@ static void test_rebind(void **state)
 {
     (void)state;
     world_t o;
-    rs_pull_result_t res;
     rs_diag_t d;
     world_at_1(&o, "rebind");
     memset(o.x.dest, 0, N * 2);
     ASSERT_ST(rs_receiver_bind(o.x.r, 0, o.x.dest, N * 2, RS_MEM_HOST, &d),
               RS_OK, d);
-    publish(o.p, o.w, 2);
-    pull_exact(&o.x, 2, &res);
-    assert_int_equal(res.delta_runs, 0);
-    assert_int_equal(res.delta_retried, 0);
-    publish(o.p, o.w, 3);
-    pull_exact(&o.x, 3, &res);
-    assert_int_equal(res.delta_in_place_runs, 2);
+    whole_then_deltas(&o, 2);
     world_close(&o);
 }
 
