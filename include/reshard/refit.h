@@ -432,36 +432,39 @@ typedef struct rs_receiver_params {
      * <= 0: no stall bound. Honoured by the ucx backend (cma reads the
      * publisher's memory whether it runs or not). */
     double stall_s;
-    /* Deltas (docs/delta.md, "Receivers"). 1 (the default): the receiver
-     * keeps, in memory of its own, a copy of the bytes of the reads of
-     * its plan whose shards' publishers serve deltas, within delta_budget,
-     * which holds a version once a pull of it passed verification; the
-     * next pull reads, for each read whose copy holds the base of the
-     * deltas the tables list (a chain of them when it is versions behind)
-     * and for which the cost model (nic_gbps, descriptor_ns) prefers it,
-     * only the delta's header, index entries and payload span, patches the
-     * copy and verifies the full new digests as a full pull does; a
-     * refused delta, or a run whose verification fails after patching,
-     * reads the full bytes instead. A new plan or a failover starts
-     * without copies (full reads). Needs verify_digests (without it no
-     * copy is kept and every read is whole). 0: every read whole, no
-     * copies. */
+    /* Deltas (docs/delta.md, "Receivers"). 1 (the default): a read whose
+     * shard's publisher serves deltas and whose destination holds the
+     * base of the deltas the tables list (a chain of them when it is
+     * versions behind), once a pull of that base passed verification,
+     * reads, where the cost model (nic_gbps, descriptor_ns) prefers it,
+     * only the delta's header, index entries and payload span, patches
+     * what it holds and verifies the full new digests as a full pull
+     * does; a refused delta, or a run whose verification fails after
+     * patching, reads the full bytes instead. Reads landing in the
+     * shadows (shadow = 1) are patched in place, with no copy and no
+     * memory of their own; the others (staged, cast and quantized reads,
+     * every read with shadow = 0: the bound parameters are never
+     * patched) keep a copy of their own within delta_budget. A new plan
+     * or a failover starts with nothing held (full reads). Needs
+     * verify_digests (without it every read is whole). 0: every read
+     * whole, no copies. */
     int delta;
     /* The most bytes the copies above may hold (docs/delta.md, "The delta
      * budget"): the reads whose copies save most wire time per byte kept
      * are kept first; the others are read whole every version. Default
-     * RS_RECEIVER_DEFAULT_DELTA_BUDGET; 0: no copies (as delta = 0);
-     * RS_DELTA_UNBOUNDED: every read worth a copy. A copy that would not
-     * fit half the memory available (rs_memory_available, looked at once
-     * a pull) is not made: its read is whole, the pull goes on, and
-     * `notice` says so. */
+     * RS_RECEIVER_DEFAULT_DELTA_BUDGET (0: no copies, deltas in place
+     * only); RS_DELTA_UNBOUNDED: every read worth a copy. A copy that
+     * would not fit half the memory available (rs_memory_available,
+     * looked at once a pull) is not made: its read is whole, the pull
+     * goes on, and `notice` says so. */
     uint64_t delta_budget;
 } rs_receiver_params_t;
 
-/* 16 GiB: a Kimi-K2 FP8 rank of vllm:tp=8,ep=128,dp=16 (10.1 GiB read)
- * held whole, a Qwen2.5-0.5B vllm:tp=2 rank (494 MB) 34 times over
- * (docs/delta.md, "The delta budget"). */
-#define RS_RECEIVER_DEFAULT_DELTA_BUDGET ((uint64_t)16 << 30)
+/* 0: copies are opt-in. A copy doubles the memory of the bytes it holds
+ * and costs a copy in and out on every pull (docs/delta.md, "The delta
+ * budget": 3x the first pull, 1.5x to 3x a warm one on a memory-speed
+ * link); the reads that land in the shadows take deltas without one. */
+#define RS_RECEIVER_DEFAULT_DELTA_BUDGET ((uint64_t)0)
 #define RS_DELTA_UNBOUNDED UINT64_MAX
 
 #define RS_RECEIVER_DEFAULT_STALL_S 5.0
@@ -576,6 +579,9 @@ typedef struct rs_pull_result {
     uint64_t delta_held_runs, delta_held_bytes;
     uint64_t delta_over_budget_runs, delta_over_budget_bytes;
     uint64_t delta_no_memory_runs, delta_no_memory_bytes;
+    /* Of delta_runs and delta_full_bytes: the reads patched in place, in
+     * the shadows (shadow = 1), with no copy and no budget. */
+    uint64_t delta_in_place_runs, delta_in_place_bytes;
 } rs_pull_result_t;
 
 /* The publishers that failed within the receiver's last stage or pull,

@@ -182,6 +182,8 @@ class PullResult(ctypes.Structure):
         ("delta_over_budget_bytes", ctypes.c_uint64),
         ("delta_no_memory_runs", ctypes.c_uint64),
         ("delta_no_memory_bytes", ctypes.c_uint64),
+        ("delta_in_place_runs", ctypes.c_uint64),
+        ("delta_in_place_bytes", ctypes.c_uint64),
     ]
 
 

@@ -58,7 +58,8 @@ class PullResult:
     # reads read whole and their bytes, deltas refused, whether the version
     # was read again whole after a patched read failed verification, the
     # bytes of the copies held for the next version, those the budget left
-    # out, and those not kept for want of memory
+    # out, those not kept for want of memory, and the bytes patched in
+    # place in the shadows ("in_place_bytes")
     delta: dict = field(default_factory=dict)
 
 
@@ -101,6 +102,7 @@ def _result(r):
                "whole_bytes": r.whole_bytes, "refused": r.delta_refused,
                "retried": bool(r.delta_retried),
                "held_bytes": r.delta_held_bytes,
+               "in_place_bytes": r.delta_in_place_bytes,
                "over_budget_bytes": r.delta_over_budget_bytes,
                "no_memory_bytes": r.delta_no_memory_bytes})
 
@@ -242,17 +244,17 @@ class Receiver(Handle):
     stall_s: a publisher whose reads make no progress for this long counts
     as failed while its slot has another publisher to read (default 5, as
     the CLI's --stall-after; 0: off; docs/directory.md, "Replicas");
-    delta: keep a copy of the bytes read and, once it holds a verified
-    version, read the next one through the deltas arena publishers serve
-    where the cost model prefers them, patch the copy and verify the full
-    new digests (None, the default: on when verify_digests is; True:
-    on, refused without verify_digests; False: every read whole, no copy;
-    the CLI's --delta / --no-delta; docs/delta.md, "Receivers");
-    delta_budget: the most bytes the copies hold, the reads that save
-    most per byte kept first, the others read whole (None: the library's
-    default, 16 GiB; 0: no copies, as delta=False; a positive int of
-    bytes; "unbounded"; the CLI's --delta-budget; docs/delta.md, "The
-    delta budget");
+    delta: once the shadows hold a verified version, read the next one
+    through the deltas arena publishers serve where the cost model
+    prefers them, patch the shadows in place and verify the full new
+    digests (None, the default: on when verify_digests is; True: on,
+    refused without verify_digests; False: every read whole; the CLI's
+    --delta / --no-delta; docs/delta.md, "Receivers");
+    delta_budget: the most bytes kept as copies of the reads that do not
+    land in the shadows (staged, cast, quantized reads), the reads that save most per byte kept first, the
+    others read whole (None: the library's default, 0: no copies; a
+    positive int of bytes; "unbounded"; the CLI's --delta-budget;
+    docs/delta.md, "The delta budget");
     require_full_coverage: refuse, before anything is installed, a pull
     whose plan leaves a parameter's written share below coverage_floor
     (None: the library's default, 0.995; a number in (0, 1]);

@@ -7,7 +7,9 @@
  * entries, then the payload span), patches the held copies, reads every
  * refused one whole, waits for everything, then copies each patched copy
  * to its read's destination and refreshes the copies of the reads read
- * whole. A failed wait fails as the real transport's does. */
+ * whole. A read landing in place is its own held copy: patched where it
+ * lands, nothing copied either way. A failed wait fails as the real
+ * transport's does. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,10 +23,15 @@
 
 #define MAX_CHAIN 16
 
-/* The held copy of one read of the plan. */
+/* The held copy of one read of the plan; or, for a read landing in memory
+ * the receiver owns and keeps from one pull to the next (its shadows,
+ * rs__delta_reads_in_place), the read's destination itself: `dst` then
+ * names it (part of the key, NULL for a copy) and mem == dst, owned by
+ * the receiver, never allocated, freed or counted against the budget. */
 typedef struct held {
     uint32_t session;
     uint64_t addr, nbytes;
+    unsigned char *dst;
     unsigned char *mem;
     int64_t held; /* the verified version mem holds; -1: none */
     int64_t now;  /* the version mem holds now; -1: none or mixed */
@@ -64,6 +71,11 @@ typedef struct state {
     rs__delta_keep_t keep;
     int avail_known;
     uint64_t avail;
+    /* The memory patched in place (sorted, disjoint), and the epoch it
+     * was handed with (a new one: its bytes were written by others). */
+    rs__delta_span_t *spans;
+    size_t nspan;
+    uint64_t epoch;
 } state_t;
 
 static state_t *st_of(rs_transport_h t)
@@ -71,9 +83,11 @@ static state_t *st_of(rs_transport_h t)
     return t->priv;
 }
 
-static uint64_t key_hash(uint32_t s, uint64_t a, uint64_t n)
+static uint64_t key_hash(uint32_t s, uint64_t a, uint64_t n,
+                         const unsigned char *dst)
 {
-    uint64_t h = a * 0x9E3779B97F4A7C15ull ^ (n + ((uint64_t)s << 48));
+    uint64_t h = a * 0x9E3779B97F4A7C15ull ^ (n + ((uint64_t)s << 48)) ^
+                 ((uint64_t)(uintptr_t)dst * 0xD6E8FEB86659FD93ull);
     h ^= h >> 29;
     return h * 0xBF58476D1CE4E5B9ull;
 }
@@ -88,7 +102,8 @@ static int held_grow(state_t *s)
         held_t *h = s->tab[i];
         if (h == NULL)
             continue;
-        size_t k = key_hash(h->session, h->addr, h->nbytes) & (cap - 1);
+        size_t k = key_hash(h->session, h->addr, h->nbytes, h->dst) &
+                   (cap - 1);
         while (tab[k] != NULL)
             k = (k + 1) & (cap - 1);
         tab[k] = h;
@@ -125,32 +140,57 @@ static unsigned char *copy_alloc(state_t *s, uint64_t n)
     return m;
 }
 
-/* The held copy of a read, made (holding nothing) when new; NULL when the
- * budget keeps no copy of it or its memory is not there (the read is then
- * read whole, without a copy). */
+/* 1 when the read lands wholly inside memory patched in place. */
+static int lands_in_place(const state_t *s, const rs_read_t *rd)
+{
+    uintptr_t a = (uintptr_t)rd->dst;
+    size_t lo = 0, hi = s->nspan;
+    if (rd->dst == NULL || rd->nbytes == 0)
+        return 0;
+    while (lo < hi) { /* the first span starting past a */
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)s->spans[mid].base <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return 0;
+    const rs__delta_span_t *sp = &s->spans[lo - 1];
+    uintptr_t off = a - (uintptr_t)sp->base;
+    return off < sp->nbytes && rd->nbytes <= sp->nbytes - off;
+}
+
+/* The held copy of a read, made (holding nothing) when new: the read's
+ * destination when it lands in place, else a copy of its own; NULL when
+ * the budget keeps no copy of it or its memory is not there (the read is
+ * then read whole, without a copy). */
 static held_t *held_get(state_t *s, const rs_read_t *rd)
 {
-    if (s->keeping &&
+    unsigned char *dst = lands_in_place(s, rd) ? rd->dst : NULL;
+    if (dst == NULL && s->keeping &&
         !rs__delta_keep_has(&s->keep, rd->session, rd->src_addr, rd->nbytes))
         return NULL;
     if ((s->tab_n + 1) * 2 > s->tab_cap && !held_grow(s))
         return NULL;
-    size_t k = key_hash(rd->session, rd->src_addr, rd->nbytes) &
+    size_t k = key_hash(rd->session, rd->src_addr, rd->nbytes, dst) &
                (s->tab_cap - 1);
     for (; s->tab[k] != NULL; k = (k + 1) & (s->tab_cap - 1)) {
         held_t *h = s->tab[k];
         if (h->session == rd->session && h->addr == rd->src_addr &&
-            h->nbytes == rd->nbytes) {
+            h->nbytes == rd->nbytes && h->dst == dst) {
             if (h->mem == NULL) /* dropped by an earlier budget */
                 h->mem = copy_alloc(s, h->nbytes);
             return h->mem != NULL ? h : NULL;
         }
     }
     held_t *h = calloc(1, sizeof(*h));
-    if (h == NULL || (h->mem = copy_alloc(s, rd->nbytes)) == NULL) {
+    if (h == NULL ||
+        (h->mem = dst != NULL ? dst : copy_alloc(s, rd->nbytes)) == NULL) {
         free(h);
         return NULL;
     }
+    h->dst = dst;
     h->session = rd->session;
     h->addr = rd->src_addr;
     h->nbytes = rd->nbytes;
@@ -514,13 +554,15 @@ static rs_status_t post_refused(state_t *s, rs_transport_h t, rs_diag_t *diag)
 
 /* Every read is in: patched copies to their destinations (feeding the
  * read's digest tap, as the real transport does for what it copies), and
- * the bytes of reads read whole into their copies. */
+ * the bytes of reads read whole into their copies. A read patched in place
+ * is its own copy: its tap is fed, nothing is copied. */
 static void finish_reads(state_t *s, rs_transport_h t)
 {
     for (size_t i = 0; i < s->pend_len; i++) {
         pend_t *p = &s->pend[i];
         if (p->delta && !p->failed) {
-            memcpy(p->rd.dst, p->h->mem, (size_t)p->rd.nbytes);
+            if (p->h->dst == NULL)
+                memcpy(p->rd.dst, p->h->mem, (size_t)p->rd.nbytes);
             rs__tap_t *tap = t->ntaps > 0
                                  ? rs__transport_tap(t, p->rd.dst, p->rd.nbytes)
                                  : NULL;
@@ -528,9 +570,14 @@ static void finish_reads(state_t *s, rs_transport_h t)
                 rs_digest_update(&tap->digest, p->rd.dst, (size_t)p->rd.nbytes);
             s->stats.delta_runs++;
             s->stats.delta_full += p->rd.nbytes;
+            if (p->h->dst != NULL) {
+                s->stats.in_place_runs++;
+                s->stats.in_place_bytes += p->rd.nbytes;
+            }
         } else {
             if (p->h != NULL) {
-                memcpy(p->h->mem, p->rd.dst, (size_t)p->rd.nbytes);
+                if (p->h->dst == NULL)
+                    memcpy(p->h->mem, p->rd.dst, (size_t)p->rd.nbytes);
                 p->h->now = s->version;
             }
             s->stats.whole_runs++;
@@ -605,11 +652,12 @@ static void d_close(rs_transport_h t)
         return;
     drop_pending(s);
     for (size_t i = 0; i < s->tab_cap; i++) {
-        if (s->tab[i] != NULL)
+        if (s->tab[i] != NULL && s->tab[i]->dst == NULL)
             free(s->tab[i]->mem);
         free(s->tab[i]);
     }
     free(s->tab);
+    free(s->spans);
     free(s->pend);
     free(s->srcs);
     free(s->refs);
@@ -720,7 +768,8 @@ void rs__delta_reads_stats(rs_transport_h t, rs__delta_stats_t *out)
     const state_t *s = st_of(t);
     *out = s->stats;
     for (size_t i = 0; i < s->tab_cap; i++)
-        if (s->tab[i] != NULL && s->tab[i]->mem != NULL) {
+        if (s->tab[i] != NULL && s->tab[i]->mem != NULL &&
+            s->tab[i]->dst == NULL) {
             out->held_runs++;
             out->held_bytes += s->tab[i]->nbytes;
         }
@@ -735,7 +784,7 @@ static rs_status_t held_keys(const state_t *s, rs__delta_keep_t *out)
         return RS_ERR_NO_MEMORY;
     for (size_t i = 0; i < s->tab_cap; i++) {
         const held_t *h = s->tab[i];
-        if (h != NULL && h->mem != NULL && h->held >= 0)
+        if (h != NULL && h->mem != NULL && h->dst == NULL && h->held >= 0)
             out->keys[out->n++] = (rs__delta_key_t){h->session, h->addr,
                                                     h->nbytes};
     }
@@ -744,14 +793,16 @@ static rs_status_t held_keys(const state_t *s, rs__delta_keep_t *out)
 }
 
 rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
-                                 uint64_t budget, rs_diag_t *diag)
+                                 uint64_t budget, int segments_in_place,
+                                 rs_diag_t *diag)
 {
     state_t *s = st_of(t);
     rs__delta_keep_t k, held;
     rs_status_t st = held_keys(s, &held);
     if (st == RS_OK)
         st = rs__delta_keep_choose(plan, s->srcs, s->nsrc, s->refs, &held,
-                                   budget, s->nic, s->dns, &k);
+                                   budget, segments_in_place, s->nic, s->dns,
+                                   &k);
     rs__delta_keep_free(&held);
     if (st != RS_OK)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
@@ -764,12 +815,41 @@ rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
      * made, so the copies never pass the budget */
     for (size_t i = 0; i < s->tab_cap; i++) {
         held_t *h = s->tab[i];
-        if (h != NULL && h->mem != NULL &&
+        if (h != NULL && h->mem != NULL && h->dst == NULL &&
             !rs__delta_keep_has(&k, h->session, h->addr, h->nbytes)) {
             free(h->mem);
             h->mem = NULL;
             h->held = h->now = -1;
         }
     }
+    return RS_OK;
+}
+
+static int by_base(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const rs__delta_span_t *)a)->base;
+    uintptr_t y = (uintptr_t)((const rs__delta_span_t *)b)->base;
+    return (x > y) - (x < y);
+}
+
+rs_status_t rs__delta_reads_in_place(rs_transport_h t,
+                                     const rs__delta_span_t *spans, size_t n,
+                                     uint64_t epoch, rs_diag_t *diag)
+{
+    state_t *s = st_of(t);
+    rs__delta_span_t *v = malloc((n + 1) * sizeof(*v));
+    if (v == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (n > 0)
+        memcpy(v, spans, n * sizeof(*v));
+    qsort(v, n, sizeof(*v), by_base);
+    free(s->spans);
+    s->spans = v;
+    s->nspan = n;
+    if (epoch != s->epoch) /* written by others since: holds no version */
+        for (size_t i = 0; i < s->tab_cap; i++)
+            if (s->tab[i] != NULL && s->tab[i]->dst != NULL)
+                s->tab[i]->held = s->tab[i]->now = -1;
+    s->epoch = epoch;
     return RS_OK;
 }

@@ -13,7 +13,14 @@
  * (rs__delta_apply_range checks every byte it uses before it writes) and
  * copies it to the read's destination; any refused delta is read whole
  * instead. The run's verification then checks the full new digest, so a
- * wrong patch never installs. */
+ * wrong patch never installs.
+ *
+ * A read landing in memory the receiver owns, keeps from one pull to the
+ * next and that nothing but its reads writes (its shadows, handed with
+ * rs__delta_reads_in_place) is its own copy: the delta patches the
+ * destination itself, a full read needs nothing more, and no memory is
+ * allocated or counted against the budget. The same rules hold: the
+ * destination holds a version only after its run passed verification. */
 #ifndef RS_EXEC_DELTA_READ_H
 #define RS_EXEC_DELTA_READ_H
 
@@ -54,7 +61,15 @@ typedef struct rs__delta_stats {
     uint64_t held_runs, held_bytes;
     uint64_t over_budget_runs, over_budget_bytes;
     uint64_t no_memory_runs, no_memory_bytes;
+    /* Of delta_runs and delta_full: the reads patched in place. */
+    uint64_t in_place_runs, in_place_bytes;
 } rs__delta_stats_t;
+
+/* Memory patched in place: [base, base + nbytes). */
+typedef struct rs__delta_span {
+    void *base;
+    uint64_t nbytes;
+} rs__delta_span_t;
 
 /* Wraps `inner` (owned from then on, also on error) into a transport that
  * takes deltas; nic_gbps and descriptor_ns price the choice. */
@@ -79,6 +94,14 @@ rs_status_t rs__delta_reads_set(rs_transport_h t, int64_t version,
 void rs__delta_reads_done(rs_transport_h t, int ok);
 
 void rs__delta_reads_stats(rs_transport_h t, rs__delta_stats_t *s);
+
+/* Before a run: reads landing wholly inside one of the n spans (disjoint;
+ * copied) are patched in place. A new `epoch` says the spans' bytes were
+ * written by something else since the last call (a rebind, a rollback):
+ * no read patched in place holds a version then. */
+rs_status_t rs__delta_reads_in_place(rs_transport_h t,
+                                     const rs__delta_span_t *spans, size_t n,
+                                     uint64_t epoch, rs_diag_t *diag);
 
 /* ---- the copies kept (delta_keep.c) ---- */
 
@@ -108,11 +131,13 @@ typedef struct rs__delta_keep {
 /* Chooses, among the pieces of every read of `plan` whose shard serves
  * deltas, those whose copies the cost model says gain most per byte
  * kept, up to `budget` bytes (docs/delta.md, "The delta budget"); those
- * in `held` (copies holding a verified version) first. */
+ * in `held` (copies holding a verified version) first. segments_in_place:
+ * the plan's exact segments land in place (they need no copy). */
 rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
                                   size_t nsrc, const rs__delta_ref_t *refs,
                                   const rs__delta_keep_t *held,
-                                  uint64_t budget, double nic_gbps,
+                                  uint64_t budget, int segments_in_place,
+                                  double nic_gbps,
                                   double descriptor_ns, rs__delta_keep_t *out);
 void rs__delta_keep_free(rs__delta_keep_t *k);
 /* Orders keys by (session, addr, nbytes), for qsort and bsearch. */
@@ -122,9 +147,11 @@ int rs__delta_keep_has(const rs__delta_keep_t *k, uint32_t session,
 
 /* After rs__delta_reads_set: the next runs keep copies only of the pieces
  * rs__delta_keep_choose picks for `plan` within `budget`; copies of the
- * others are freed now. Without a call every piece keeps its copy. */
+ * others are freed now. Without a call every piece keeps its copy. Reads
+ * patched in place are not copies: the budget does not see them. */
 rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
-                                 uint64_t budget, rs_diag_t *diag);
+                                 uint64_t budget, int segments_in_place,
+                                 rs_diag_t *diag);
 
 /* ---- the choice (delta_cost.c) ---- */
 

@@ -80,7 +80,7 @@ static json_t *stage_times(const rs_exec_stages_t *s)
 static json_t *delta_object(const rs__delta_stats_t *d)
 {
     uint64_t wire = d->delta_bytes + d->whole_bytes;
-    return json_pack("{sI,sI,sI,sI,sI,sI,sI,sI}",
+    return json_pack("{sI,sI,sI,sI,sI,sI,sI,sI,sI}",
                      "runs", (json_int_t)d->delta_runs,
                      "bytes", (json_int_t)d->delta_bytes,
                      "full_bytes", (json_int_t)d->delta_full,
@@ -88,6 +88,7 @@ static json_t *delta_object(const rs__delta_stats_t *d)
                      "whole_bytes", (json_int_t)d->whole_bytes,
                      "refused", (json_int_t)d->refused,
                      "held_bytes", (json_int_t)d->held_bytes,
+                     "in_place_bytes", (json_int_t)d->in_place_bytes,
                      "wire_bytes", (json_int_t)wire);
 }
 

@@ -198,6 +198,7 @@ rs_status_t rs_receiver_bind(rs_receiver_h r, size_t param, void *base,
         return st; /* before the shadow copy reads base */
     rs__pages_free(r->binds[param].shadow, (size_t)r->binds[param].nbytes);
     r->binds[param] = (rs__receiver_bind_t){base, nbytes, NULL};
+    r->shadow_epoch++; /* a new shadow, holding the bound bytes */
     if (r->params.shadow && nbytes > 0) {
         /* whole pages (huge ones when large): reads land page-aligned */
         r->binds[param].shadow = rs__pages_alloc((size_t)nbytes);

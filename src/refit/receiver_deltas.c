@@ -265,6 +265,27 @@ static void attach_deltas(rs_receiver_h r, rs__delta_src_t *srcs, size_t n)
     rs__strmap_free(&names);
 }
 
+/* The shadows are patched in place (docs/delta.md, "Receivers"): the
+ * receiver owns them, they keep what the last pull read until the next
+ * one (install only reads them; a rebind or a group rollback, which write
+ * them, raise shadow_epoch), and only the pull's reads write them. Never
+ * the bound parameters (shadow = 0): no span then. */
+static rs_status_t arm_in_place(rs_receiver_h r, rs_diag_t *diag)
+{
+    rs__delta_span_t *v = malloc((r->nparams + 1) * sizeof(*v));
+    size_t n = 0;
+    if (v == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    for (size_t p = 0; r->params.shadow && p < r->nparams; p++)
+        if (r->binds[p].shadow != NULL && r->binds[p].nbytes > 0)
+            v[n++] = (rs__delta_span_t){r->binds[p].shadow,
+                                        r->binds[p].nbytes};
+    rs_status_t st = rs__delta_reads_in_place(r->transport, v, n,
+                                              r->shadow_epoch, diag);
+    free(v);
+    return st;
+}
+
 rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
                                     rs_diag_t *diag)
 {
@@ -281,15 +302,18 @@ rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
                                          srcs, n, r->dref, r->dref_len, diag);
     free(srcs);
     if (st == RS_OK)
+        st = arm_in_place(r, diag);
+    if (st == RS_OK)
         st = rs__delta_reads_keep(r->transport, r->plan,
-                                  r->params.delta_budget, diag);
+                                  r->params.delta_budget, r->params.shadow,
+                                  diag);
     return st;
 }
 
 int rs__receiver_takes_deltas(rs_receiver_h r)
 {
     return r->params.delta && r->params.verify_digests &&
-           r->params.delta_budget > 0;
+           (r->params.shadow || r->params.delta_budget > 0);
 }
 
 /* Copies that did not fit the memory available: the pull goes on, their
@@ -332,6 +356,8 @@ void rs__receiver_deltas_done(rs_receiver_h r, int ok, rs_pull_result_t *res)
     res->delta_over_budget_bytes = s.over_budget_bytes;
     res->delta_no_memory_runs += s.no_memory_runs;
     res->delta_no_memory_bytes += s.no_memory_bytes;
+    res->delta_in_place_runs += s.in_place_runs;
+    res->delta_in_place_bytes += s.in_place_bytes;
     if (s.no_memory_runs > 0)
         tell_no_memory(r, &s);
 }

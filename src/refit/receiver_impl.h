@@ -100,6 +100,10 @@ struct rs_receiver {
     size_t dshard_len, dshard_cap;
     struct rs__delta_ref *dref;
     size_t dref_len, dref_cap;
+    /* Raised whenever something other than the pull's reads writes the
+     * shadows (a bind, a group rollback): the delta reads patched in place
+     * there then hold no version (exec/delta_read.h). */
+    uint64_t shadow_epoch;
 };
 
 /* The install's copy (receiver_install.c): every shadow into its bound

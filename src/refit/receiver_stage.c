@@ -62,6 +62,8 @@ static rs_status_t group_install(void *ctx, rs_diag_t *diag)
  * (to_base: staging -> bound, else bound -> staging), ending the swap. */
 static void copy_swapped(rs_receiver_h r, int to_base)
 {
+    if (r->swapped && to_base) /* the staging holds the old bytes again */
+        r->shadow_epoch++;
     for (size_t p = 0; r->swapped && p < r->nparams; p++) {
         const rs__receiver_bind_t *b = &r->binds[p];
         if (b->shadow != NULL)

@@ -8,12 +8,14 @@
 # parsed tables reused (only the version's digests and deltas read); the
 # same with publisher-side FP8 copies (tiny-deepseek-fp8 --quantize: the
 # FP8 codes and scales served as deltas too); --delta-keep 0 serves none.
-# Deltas are on by default (the bf16 pull gives no flag); --no-delta reads
-# every version whole; a --delta-budget of half the rank's bytes keeps
-# copies of about half, the reads that gain most per byte: fewer runs by
-# delta, more bytes whole, the copies within the budget. The stage record's
-# `delta` object gives the same figures as the pull's. Bad flag
-# combinations are refused naming the flag.
+# Deltas are on by default (the bf16 pull gives no flag), patched in place
+# in the shadows with no copy held; --no-delta reads every version whole.
+# The FP8 rank's reads that land in staging (coalesced boxes) keep copies
+# only within --delta-budget: none by default, all with 'unbounded', and
+# with half of those copies' bytes about half, the reads that gain most per
+# byte: fewer runs by delta, more bytes whole, the copies within the
+# budget. The stage record's `delta` object gives the same figures as the
+# pull's. Bad flag combinations are refused naming the flag.
 # usage: bash test_delta_cli.sh <reshard-binary> <source-dir>
 set -u
 BIN=${1:?usage: test_delta_cli.sh <reshard-binary> <source-dir>}
@@ -52,9 +54,9 @@ pull() {
     rc=$?
 }
 
-# figures NAME: per version "V runs refused wire full checked reused held"
-# (no `delta` object: every byte whole, "V 0 0 full full checked reused
-# 0"); the stage record's `delta` must say what the pull's does.
+# figures NAME: per version "V runs refused wire full checked reused held
+# in_place" (no `delta` object: every byte whole, "V 0 0 full full checked
+# reused 0 0"); the stage record's `delta` must say what the pull's does.
 figures() {
     python3 - "$TMP/$1.json" <<'EOF'
 import json, sys
@@ -64,23 +66,24 @@ for line in open(sys.argv[1]):
     assert (x is None) == (s is None), (x, s)
     if x is None:
         x = {"runs": 0, "refused": 0, "bytes": 0,
-             "whole_bytes": d["stage"]["bytes"], "held_bytes": 0}
+             "whole_bytes": d["stage"]["bytes"], "held_bytes": 0,
+             "in_place_bytes": 0}
     else:
         for k in ("runs", "bytes", "full_bytes", "whole_runs", "whole_bytes",
-                  "refused", "held_bytes"):
+                  "refused", "held_bytes", "in_place_bytes"):
             assert s[k] == x[k], (k, s, x)
         assert s["wire_bytes"] == x["bytes"] + x["whole_bytes"], s
     print(d["version"], x["runs"], x["refused"], x["bytes"] + x["whole_bytes"],
           d["stage"]["bytes"], int(d.get("check", False)), d["tables_reused"],
-          x["held_bytes"])
+          x["held_bytes"], x["in_place_bytes"])
 EOF
 }
 
 # expect_deltas NAME: version 5 whole, 6 and 7 by deltas under a fifth of
 # the bytes, every version checked.
 expect_deltas() {
-    local name=$1 v runs refused wire full checked reused held
-    while read -r v runs refused wire full checked reused held; do
+    local name=$1 v runs refused wire full checked reused held in_place
+    while read -r v runs refused wire full checked reused held in_place; do
         [ "$checked" = 1 ] && ok "$name: version $v byte-exact" ||
             bad "$name: version $v not checked"
         [ "$refused" = 0 ] || bad "$name: version $v refused $refused deltas"
@@ -104,12 +107,30 @@ pub bf16 "$TINY" megatron:tp=2 --staging arena
 pull bf16 "$TINY"
 expect_rc "bf16: pull (deltas by default) of versions 5..7" 0
 expect_deltas bf16
+# by default in place: every version holds no copy, 6 and 7 patch the
+# shadows
+[ "$(figures bf16 | awk '$8 == 0 && ($1 == 5 || $9 > 0)' | wc -l)" = 3 ] &&
+    ok "bf16: deltas patched in place, no copy held" ||
+    bad "bf16: held or not in place: $(figures bf16)"
 
 pub fp8 "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
     --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
-pull fp8 "$FP8" --delta
+pull fp8 "$FP8" --delta --delta-budget unbounded
 expect_rc "fp8: pull --delta of versions 5..7" 0
 expect_deltas fp8
+read -r _ runs_all _ wire_all _ _ _ held_all _ < <(figures fp8 | sed -n 3p)
+[ "$held_all" -gt 0 ] && ok "fp8: $held_all bytes of staged reads held" ||
+    bad "fp8: no copies held: $(figures fp8)"
+# the default budget: staged reads whole, in-place ones by delta
+pub fp8d "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
+    --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
+pull fp8d "$FP8"
+expect_rc "fp8: pull of versions 5..7, default budget" 0
+read -r v runs _ wire full checked _ held in_place < <(figures fp8d | sed -n 3p)
+[ "$checked" = 1 ] && [ "$held" = 0 ] && [ "$runs" -lt "$runs_all" ] &&
+    [ "$wire" -gt "$wire_all" ] && [ "$wire" -lt "$full" ] &&
+    ok "fp8, default budget: no copies, $runs runs by delta in place ($in_place bytes), $wire bytes of $full (unbounded: $wire_all)" ||
+    bad "fp8, default budget: held $held, runs $runs of $runs_all, wire $wire of $full (unbounded $wire_all), checked $checked"
 pub keep0 "$TINY" megatron:tp=2 --staging arena --delta-keep 0
 pull keep0 "$TINY"
 expect_rc "delta-keep 0: pull --delta of versions 5..7" 0
@@ -124,13 +145,13 @@ expect_rc "pull --no-delta of versions 5..7" 0
      wc -l)" = 3 ] && ok "--no-delta: every version whole and checked" ||
     bad "--no-delta: $(figures nodelta)"
 
-# half the rank's bytes (version 5's full bytes) as the budget
-half=$(( $(figures bf16 | awk 'NR == 1 {print $5}') / 2 ))
-pub half "$TINY" megatron:tp=2 --staging arena
-pull half "$TINY" --delta-budget "$half"
+# half the bytes the unbounded copies held as the budget
+half=$(( held_all / 2 ))
+pub half "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
+    --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
+pull half "$FP8" --delta-budget "$half"
 expect_rc "pull --delta-budget $half of versions 5..7" 0
-read -r _ runs_all _ wire_all _ < <(figures bf16 | sed -n 3p)
-read -r v runs _ wire full checked _ held < <(figures half | sed -n 3p)
+read -r v runs _ wire full checked _ held _ < <(figures half | sed -n 3p)
 [ "$checked" = 1 ] && [ "$held" -le "$half" ] && [ "$held" -gt 0 ] &&
     [ "$runs" -gt 0 ] && [ "$runs" -lt "$runs_all" ] &&
     [ "$wire" -gt "$wire_all" ] && [ "$wire" -lt "$full" ] &&

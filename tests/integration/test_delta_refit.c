@@ -14,10 +14,16 @@
  * - a publisher killed while the receiver reads its deltas (forked, cma)
  *   fails the pull with a transport error in bounded time, the bound
  *   parameter keeping its bytes;
- * - deltas are on by default; the delta budget decides which shards keep
- *   copies (0: none, the default: both, one shard's bytes: one, the same
- *   one every version), the bytes read as deltas and whole following it,
- *   and the stage record's `delta` object says what the pull read;
+ * - deltas are on by default, patched in place in the receiver's shadows
+ *   with no copy held; a run that fails after patching part of them
+ *   (cancelled mid-delta, or failing verification) leaves them holding no
+ *   version: the next pull reads them whole, byte-exact; so does a
+ *   rebind (a new shadow, holding the bound bytes);
+ * - with shadow = 0 the bound parameters are never patched: only copies
+ *   within the budget take deltas (0, the default: none, every read
+ *   whole; unbounded: both; one shard's bytes: one, the same one every
+ *   version), and reads that cast into staging too; the stage record's
+ *   `delta` object says what the pull read;
  * - a copy that does not fit the memory available is not made (a notice,
  *   the pull byte-exact, that shard read whole);
  * - a result of an older, smaller rs_pull_result_t gets only its bytes
@@ -50,6 +56,8 @@
 static dir_env_t *env;
 static const char *MODEL = "delta"; /* each test its own model */
 static uint64_t rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+static int rx_shadow = 1; /* receivers' shadow setting */
+static int rx_cast = 0;   /* 1: the param is f32, cast from staging */
 static int notices; /* receivers' notices, the last one's text: */
 static char notice_text[512];
 
@@ -105,6 +113,25 @@ static void assert_version(const uint16_t *got, int64_t v)
                      (long long)v, elem(i, v));
 }
 
+/* bf16 bits widened to f32 as IEEE conversion does: a signaling NaN
+ * comes out quiet. */
+static uint32_t widen(uint16_t h)
+{
+    uint32_t f = (uint32_t)h << 16;
+    if ((f & 0x7F800000u) == 0x7F800000u && (f & 0x007FFFFFu) != 0)
+        f |= 0x00400000u;
+    return f;
+}
+
+/* The f32 param of a casting receiver: each bf16 pattern widened. */
+static void assert_version_f32(const uint32_t *got, int64_t v)
+{
+    for (size_t i = 0; i < N; i++)
+        if (got[i] != widen(elem(i, v)))
+            fail_msg("element %zu: %08x, version %lld has bf16 %04x", i,
+                     got[i], (long long)v, elem(i, v));
+}
+
 /* ---- publisher and receiver ------------------------------------------- */
 
 static rs_publisher_h open_publisher(int64_t keep, uint16_t *w)
@@ -145,6 +172,7 @@ typedef struct rx {
     rs_capture_h cap;
     rs_receiver_h r;
     uint16_t *dest;
+    int cast; /* dest holds f32 */
 } rx_t;
 
 static void rx_open(rx_t *x, rs_progress_cb progress, void *ctx)
@@ -152,10 +180,12 @@ static void rx_open(rx_t *x, rs_progress_cb progress, void *ctx)
     rs_receiver_params_t rp;
     rs_diag_t d;
     const int64_t shape[2] = {ROWS, COLS}, stride[2] = {COLS, 1};
+    const rs_dtype_t dt = rx_cast ? RS_DTYPE_F32 : RS_DTYPE_BF16;
+    const size_t es = rx_cast ? 4 : 2;
+    x->cast = rx_cast;
     assert_int_equal(rs_capture_create(&x->cap), RS_OK);
-    ASSERT_ST(rs_capture_add_param(x->cap, "w", 2, shape, RS_DTYPE_BF16, &d),
-              RS_OK, d);
-    rs_copy_desc_t c = {"w", "w", NULL, 0, 0, 2, shape, stride, RS_DTYPE_BF16};
+    ASSERT_ST(rs_capture_add_param(x->cap, "w", 2, shape, dt, &d), RS_OK, d);
+    rs_copy_desc_t c = {"w", "w", NULL, 0, 0, 2, shape, stride, dt};
     ASSERT_ST(rs_capture_add_copy(x->cap, &c, &d), RS_OK, d);
     rs_receiver_params_init(&rp);
     rp.directory = env->url;
@@ -168,15 +198,16 @@ static void rx_open(rx_t *x, rs_progress_cb progress, void *ctx)
     assert_int_equal(rp.delta, 1); /* deltas are on by default */
     assert_int_equal(rp.delta_budget, RS_RECEIVER_DEFAULT_DELTA_BUDGET);
     rp.delta_budget = rx_budget;
+    rp.shadow = rx_shadow;
     rp.notice = on_notice;
     rp.descriptor_ns = 1; /* these reads are small: let deltas pay */
     rp.progress = progress;
     rp.progress_ctx = ctx;
     rp.progress_chunk_bytes = progress != NULL ? 1 : 0; /* a read a chunk */
     ASSERT_ST(rs_receiver_create(&rp, x->cap, &d, &x->r), RS_OK, d);
-    x->dest = calloc(N, sizeof(*x->dest));
+    x->dest = calloc(N, es);
     assert_non_null(x->dest);
-    ASSERT_ST(rs_receiver_bind(x->r, 0, x->dest, N * 2, RS_MEM_HOST, &d),
+    ASSERT_ST(rs_receiver_bind(x->r, 0, x->dest, N * es, RS_MEM_HOST, &d),
               RS_OK, d);
 }
 
@@ -193,7 +224,10 @@ static void pull_exact(rx_t *x, int64_t v, rs_pull_result_t *res)
     rs_diag_t d;
     ASSERT_ST(rs_receiver_pull(x->r, v, &d, res), RS_OK, d);
     assert_int_equal(res->version, v);
-    assert_version(x->dest, v);
+    if (x->cast)
+        assert_version_f32((const uint32_t *)(void *)x->dest, v);
+    else
+        assert_version(x->dest, v);
 }
 
 /* ---- the publisher's deltas, from its table --------------------------- */
@@ -265,6 +299,15 @@ static void world_close(world_t *o)
     free(o->w);
 }
 
+/* world_open, then version 1 published and pulled. */
+static void world_at_1(world_t *o, const char *model)
+{
+    rs_pull_result_t res;
+    world_open(o, model, 2);
+    publish(o->p, o->w, 1);
+    pull_exact(&o->x, 1, &res);
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 static void test_versions(void **state)
@@ -284,6 +327,12 @@ static void test_versions(void **state)
     assert_int_equal(res.delta_runs, 2); /* one per shard */
     assert_int_equal(res.delta_refused, 0);
     assert_int_equal(res.delta_full_bytes, N * 2);
+    /* patched in place in the shadows: no copy, no budget */
+    assert_int_equal(res.delta_in_place_runs, 2);
+    assert_int_equal(res.delta_in_place_bytes, N * 2);
+    assert_int_equal(res.delta_held_bytes, 0);
+    assert_int_equal(res.delta_held_runs, 0);
+    assert_int_equal(res.delta_over_budget_runs, 0);
     assert_true(res.delta_bytes > 0 && res.delta_bytes < N * 2 / 10);
     assert_int_equal(res.replanned, 0);
 
@@ -329,9 +378,7 @@ static void test_damaged(void **state)
     world_t o;
     rs_pull_result_t res;
     size_t len;
-    world_open(&o, "damaged", 2);
-    publish(o.p, o.w, 1);
-    pull_exact(&o.x, 1, &res);
+    world_at_1(&o, "damaged");
 
     publish(o.p, o.w, 2);
     unsigned char *dl = delta_of(2, 1, 2, &len);
@@ -373,6 +420,38 @@ static int plant(int h, int64_t base, const uint16_t *to)
     return fits;
 }
 
+/* Nothing holds a version: v is read whole; then v + 1 by deltas again,
+ * patched in place. */
+static void whole_then_deltas(world_t *o, int64_t v)
+{
+    rs_pull_result_t res;
+    publish(o->p, o->w, v);
+    pull_exact(&o->x, v, &res);
+    assert_int_equal(res.delta_runs, 0);
+    assert_int_equal(res.delta_retried, 0);
+    assert_int_equal(res.whole_bytes, N * 2);
+    publish(o->p, o->w, v + 1);
+    pull_exact(&o->x, v + 1, &res);
+    assert_int_equal(res.delta_runs, 2);
+    assert_int_equal(res.delta_in_place_bytes, N * 2);
+}
+
+/* Publishes version 2 with shard 0's delta re-signed over a wrong value
+ * (the same places, every check valid). */
+static void publish_wrong(world_t *o)
+{
+    uint16_t *wrong = malloc(N * 2);
+    assert_non_null(wrong);
+    publish(o->p, o->w, 2);
+    memcpy(wrong, o->w, N * 2);
+    size_t at = 0; /* an element of shard 0 that changes at 2 */
+    while (!changes(at, 2))
+        at++;
+    wrong[at] = (uint16_t)(wrong[at] + 1); /* same places, another value */
+    assert_true(plant(0, 1, wrong));
+    free(wrong);
+}
+
 /* A delta with valid checks over wrong values patches, fails the digest,
  * and the version is read again whole; one naming another base is
  * refused. */
@@ -381,27 +460,18 @@ static void test_wrong_and_stale(void **state)
     (void)state;
     world_t o;
     rs_pull_result_t res;
-    uint16_t *wrong = malloc(N * 2);
-    world_open(&o, "wrong", 2);
-    publish(o.p, o.w, 1);
-    pull_exact(&o.x, 1, &res);
-    publish(o.p, o.w, 2);
-    memcpy(wrong, o.w, N * 2);
-    size_t at = 0; /* an element of shard 0 that changes at 2 */
-    while (!changes(at, 2))
-        at++;
-    wrong[at] = (uint16_t)(wrong[at] + 1); /* same places, another value */
-    assert_true(plant(0, 1, wrong));
+    world_at_1(&o, "wrong");
+    publish_wrong(&o);
     pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_retried, 1);
     assert_int_equal(res.delta_refused, 0);
+    /* the shadows were patched wrong, then read whole by the second run:
+     * they hold no version, so the next pull reads them whole */
+    whole_then_deltas(&o, 3);
     world_close(&o);
-    free(wrong);
 
     /* stale: version 2's delta of shard 0 says it patches version 0 */
-    world_open(&o, "stale", 2);
-    publish(o.p, o.w, 1);
-    pull_exact(&o.x, 1, &res);
+    world_at_1(&o, "stale");
     publish(o.p, o.w, 2);
     assert_true(plant(0, 0, o.w));
     pull_exact(&o.x, 2, &res);
@@ -494,6 +564,71 @@ static void test_killed(void **state)
     }
 }
 
+/* ---- a run cancelled after patching part of the shadows --------------- */
+
+typedef struct halt {
+    rs_receiver_h r;
+    int armed, fired;
+} halt_t;
+
+/* Cancels the pull after its first chunk (one read: shard 0's, patched in
+ * place), before shard 1's is read. */
+static void halt_after_first(void *ctx, const rs_progress_t *pr)
+{
+    halt_t *h = ctx;
+    (void)pr;
+    if (h->armed && !h->fired) {
+        h->fired = 1;
+        rs_receiver_cancel(h->r);
+    }
+}
+
+static void test_cancelled(void **state)
+{
+    (void)state;
+    world_t o;
+    halt_t h = {NULL, 0, 0};
+    rs_pull_result_t res;
+    rs_diag_t d;
+    MODEL = "cancelled";
+    o.w = malloc(N * 2);
+    assert_non_null(o.w);
+    o.p = open_publisher(2, o.w);
+    rx_open(&o.x, halt_after_first, &h);
+    h.r = o.x.r;
+    publish(o.p, o.w, 1);
+    pull_exact(&o.x, 1, &res);
+    publish(o.p, o.w, 2);
+    h.armed = 1;
+    rs_status_t st = rs_receiver_pull(o.x.r, 2, &d, &res);
+    if (st == RS_OK)
+        fail_msg("pull of version 2 was not cancelled");
+    assert_true(h.fired);
+    assert_version(o.x.dest, 1); /* the bound parameter kept its bytes */
+    rs_receiver_cancel_clear(o.x.r);
+    h.armed = 0;
+    /* a shadow patched halfway holds no version: read whole */
+    whole_then_deltas(&o, 3);
+    world_close(&o);
+}
+
+/* A rebind gives the parameter a new shadow holding the bound bytes (here
+ * zeros, not version 1): nothing patched in place holds a version after
+ * it, so the next pull reads whole instead of patching zeros (which would
+ * fail verification and be read again, delta_retried). */
+static void test_rebind(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_diag_t d;
+    world_at_1(&o, "rebind");
+    memset(o.x.dest, 0, N * 2);
+    ASSERT_ST(rs_receiver_bind(o.x.r, 0, o.x.dest, N * 2, RS_MEM_HOST, &d),
+              RS_OK, d);
+    whole_then_deltas(&o, 2);
+    world_close(&o);
+}
+
 /* ---- the delta budget ------------------------------------------------- */
 
 /* The stage record of the receiver's last run, parsed. */
@@ -542,6 +677,8 @@ static void assert_record(rx_t *x, const rs_pull_result_t *res, int deltas)
     assert_int_equal(key_u64(dl, "whole_runs"), res->whole_runs);
     assert_int_equal(key_u64(dl, "whole_bytes"), res->whole_bytes);
     assert_int_equal(key_u64(dl, "held_bytes"), res->delta_held_bytes);
+    assert_int_equal(key_u64(dl, "in_place_bytes"),
+                     res->delta_in_place_bytes);
     assert_int_equal(key_u64(dl, "wire_bytes"),
                      res->delta_bytes + res->whole_bytes);
     /* every byte of the plan came whole or through a delta */
@@ -549,15 +686,18 @@ static void assert_record(rx_t *x, const rs_pull_result_t *res, int deltas)
     json_decref(rec);
 }
 
-/* Versions 1 to 3 under one budget: `kept` shards (0, 1 or 2) keep copies
+/* Versions 1 to 3 under one budget, with shadow = 0 (reads land in the
+ * bound parameters, never patched): `kept` shards (0, 1 or 2) keep copies
  * and take deltas from version 2 on, the others are read whole. */
 static void budget_case(const char *model, uint64_t budget, uint64_t kept)
 {
     world_t o;
     rs_pull_result_t res;
     rx_budget = budget;
+    rx_shadow = 0;
     world_open(&o, model, 2);
     rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+    rx_shadow = 1;
     publish(o.p, o.w, 1);
     pull_exact(&o.x, 1, &res);
     assert_int_equal(res.delta_runs, 0);
@@ -578,6 +718,7 @@ static void budget_case(const char *model, uint64_t budget, uint64_t kept)
                          budget > 0 ? (2 - kept) * HALF_N * 2 : 0);
         assert_int_equal(res.delta_held_bytes, kept * HALF_N * 2);
         assert_int_equal(res.delta_refused, 0);
+        assert_int_equal(res.delta_in_place_bytes, 0); /* never live */
         assert_record(&o.x, &res, budget > 0);
     }
     world_close(&o);
@@ -586,11 +727,60 @@ static void budget_case(const char *model, uint64_t budget, uint64_t kept)
 static void test_budget(void **state)
 {
     (void)state;
+    assert_int_equal(RS_RECEIVER_DEFAULT_DELTA_BUDGET, 0); /* opt-in */
     budget_case("budget0", 0, 0); /* no copies: every read whole */
-    budget_case("budget-default", RS_RECEIVER_DEFAULT_DELTA_BUDGET, 2);
+    budget_case("budget-unbounded", RS_DELTA_UNBOUNDED, 2);
     /* one shard's bytes, a little more: the first shard by rank (both
      * equal: by address), kept every version */
     budget_case("budget-half", HALF_N * 2 + 100, 1);
+}
+
+/* shadow = 0: a version whose delta patches wrong values is read again
+ * whole; the bound parameter, never patched in place, ends byte-exact. */
+static void test_live_refused(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_pull_result_t res;
+    rx_shadow = 0;
+    rx_budget = RS_DELTA_UNBOUNDED;
+    world_at_1(&o, "live-wrong");
+    rx_shadow = 1;
+    rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+    publish_wrong(&o);
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_retried, 1);
+    assert_int_equal(res.delta_in_place_bytes, 0);
+    world_close(&o);
+}
+
+/* Reads cast from staging (an f32 param) do not land in the shadows: they
+ * take deltas only through copies within the budget (none by default). */
+static void cast_case(const char *model, uint64_t budget, uint64_t kept)
+{
+    world_t o;
+    rs_pull_result_t res;
+    rx_cast = 1;
+    rx_budget = budget;
+    world_open(&o, model, 2);
+    rx_cast = 0;
+    rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+    for (int64_t v = 1; v <= 3; v++) {
+        publish(o.p, o.w, v);
+        pull_exact(&o.x, v, &res);
+        assert_int_equal(res.delta_runs, v > 1 ? kept : 0);
+        assert_int_equal(res.delta_held_bytes, kept * HALF_N * 2);
+        assert_int_equal(res.delta_in_place_bytes, 0);
+        assert_int_equal(res.delta_full_bytes + res.whole_bytes, N * 2);
+    }
+    world_close(&o);
+}
+
+static void test_staged_budget(void **state)
+{
+    (void)state;
+    cast_case("cast-default", RS_RECEIVER_DEFAULT_DELTA_BUDGET, 0);
+    cast_case("cast-half", HALF_N * 2 + 100, 1);
 }
 
 /* Memory for one copy only (half the figure): the other is not made, the
@@ -601,7 +791,11 @@ static void test_no_memory(void **state)
     world_t o;
     rs_pull_result_t res;
     char avail[32];
+    rx_shadow = 0;
+    rx_budget = RS_DELTA_UNBOUNDED;
     world_open(&o, "nomem", 2);
+    rx_shadow = 1;
+    rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
     /* copies take at most half of what is available */
     snprintf(avail, sizeof(avail), "%zu", 2 * (HALF_N * 2 + 1000));
     setenv("RESHARD_MEMORY_AVAILABLE", avail, 1); /* after bind's shadow */
@@ -689,7 +883,8 @@ static void test_result_sized(void **state)
     publish(o.p, o.w, 3);
     memset(&g, 0xA5, sizeof(g));
     ASSERT_ST(rs_receiver_pull(o.x.r, 3, &d, &g.r), RS_OK, d);
-    assert_int_equal(g.r.delta_held_bytes, N * 2);
+    assert_int_equal(g.r.delta_in_place_bytes, N * 2);
+    assert_int_equal(g.r.delta_held_bytes, 0);
     assert_guard(&g, sizeof(rs_pull_result_t));
     world_close(&o);
 }
@@ -702,7 +897,11 @@ int main(void)
         cmocka_unit_test(test_damaged),
         cmocka_unit_test(test_wrong_and_stale),
         cmocka_unit_test(test_killed),
+        cmocka_unit_test(test_cancelled),
+        cmocka_unit_test(test_rebind),
         cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_live_refused),
+        cmocka_unit_test(test_staged_budget),
         cmocka_unit_test(test_no_memory),
         cmocka_unit_test(test_result_sized),
     };

@@ -4,9 +4,12 @@ Receiver that holds the previous version (deltas on by default) reads only
 the deltas of its reads. Versions change one element in 50 of each tensor;
 every pulled version must equal torch's own tensors of that version, byte
 for byte, and the warm versions must have moved a small share of the
-bytes. delta_keep=0 serves no deltas: the same receiver reads whole.
-delta_budget= holds copies of one half (read by delta, the other whole), 0
-or delta=False none; the stage record's `delta` says what the pull read."""
+bytes, patched in place in the receiver's shadows with no copy held.
+delta_keep=0 serves no deltas: the same receiver reads whole. Reads cast
+into staging (an f32 parameter) keep copies only within delta_budget: one
+half's bytes hold one (read by delta, the other whole), the default (0)
+none; delta=False reads whole; the stage record's `delta` says what the
+pull read."""
 import json
 
 import pytest
@@ -59,11 +62,22 @@ class Trainers(TrainerRanks):
             a.copy_(w[r * half:(r + 1) * half])
 
 
-def _pull_versions(directory, delta_keep, versions, **receiver):
-    params = {"q": torch.zeros(ROWS, COLS, dtype=torch.bfloat16)}
+def _cast_capture():
+    """CAPTURE with an f32 parameter: its reads land in staging and are
+    cast from there (no shadow to patch in place)."""
+    cap = json.loads(json.dumps(CAPTURE))
+    cap["params"]["q"]["dtype"] = "f32"
+    cap["copies"][0]["dest_dtype"] = "f32"
+    return cap
+
+
+def _pull_versions(directory, delta_keep, versions, cast=False, **receiver):
+    dtype = torch.float32 if cast else torch.bfloat16
+    params = {"q": torch.zeros(ROWS, COLS, dtype=dtype)}
+    capture = _cast_capture() if cast else CAPTURE
     results = []
     with Trainers(directory, delta_keep) as t, \
-            reshard.Receiver(directory, "m", json.dumps(CAPTURE), params,
+            reshard.Receiver(directory, "m", json.dumps(capture), params,
                              backend="cma", discover_timeout_s=20,
                              **receiver) as r:
         for v in versions:
@@ -71,8 +85,8 @@ def _pull_versions(directory, delta_keep, versions, **receiver):
             t.publish(v)
             res = r.pull(v)
             assert res.version == v
-            assert torch.equal(params["q"].view(torch.int16),
-                               _truth(v).view(torch.int16)), v
+            want = _truth(v).to(dtype)  # bf16 -> f32 is exact
+            assert torch.equal(params["q"], want), v
             _check_record(r.stage_record(), res)
             t.wait_released(v)
             results.append(res)
@@ -87,7 +101,7 @@ def _check_record(rec, res):
         return
     d = rec["delta"]
     for k in ("runs", "bytes", "full_bytes", "whole_runs", "whole_bytes",
-              "refused", "held_bytes"):
+              "refused", "held_bytes", "in_place_bytes"):
         assert d[k] == res.delta[k], (k, d, res.delta)
     assert d["wire_bytes"] == d["bytes"] + d["whole_bytes"]
 
@@ -103,21 +117,32 @@ def test_warm_versions_read_deltas(file_dir):
         assert d["refused"] == 0 and not d["retried"], d
         # 2 % of bf16 elements changed: the deltas are a small share
         assert d["bytes"] + d["whole_bytes"] < full // 10, d
+        # patched in place in the shadows: no copy held
+        assert d["in_place_bytes"] == full and d["held_bytes"] == 0, d
 
 
 def test_budget_keeps_half(file_dir):
     half = ROWS // 2 * COLS * 2
-    # the default is on; one half's bytes hold one copy: that half by delta
-    first, second = _pull_versions(file_dir, None, (1, 2),
+    # cast reads: one half's bytes hold one copy: that half by delta
+    first, second = _pull_versions(file_dir, None, (1, 2), cast=True,
                                    delta_budget=half)
     assert first.delta["held_bytes"] == half
     d = second.delta
     assert d["runs"] == 1 and d["full_bytes"] == half, d
     assert d["whole_runs"] == 1 and d["whole_bytes"] == half, d
     assert d["over_budget_bytes"] == half and d["held_bytes"] == half, d
+    assert d["in_place_bytes"] == 0, d
 
 
-@pytest.mark.parametrize("off", [{"delta_budget": 0}, {"delta": False},
+def test_default_budget_keeps_no_copy(file_dir):
+    # cast reads under the default budget (0): read whole, nothing held
+    _, second = _pull_versions(file_dir, None, (1, 2), cast=True)
+    d = second.delta
+    assert d["runs"] == 0 and d["held_bytes"] == 0, d
+    assert d["whole_bytes"] == ROWS * COLS * 2, d
+
+
+@pytest.mark.parametrize("off", [{"delta": False},
                                  {"verify_digests": False}])
 def test_deltas_off(file_dir, off):
     _, second = _pull_versions(file_dir, None, (1, 2), **off)

@@ -135,17 +135,20 @@ static void pull_usage(FILE *out)
         "  --check             compare every parameter byte with the demo contents\n"
         "                      (docs/formats.md, \"Demo contents\") computed locally\n"
         RS_CLI_FRACTION_HELP("With --check only: the publisher's F")
-        "  --delta             (the default) keep a copy of the bytes read, within\n"
-        "                      --delta-budget, and read, of the next version, only\n"
-        "                      the deltas its publishers list where the cost model\n"
-        "                      prefers them (docs/delta.md); every digest is\n"
-        "                      verified as for a full pull. Given, it needs\n"
-        "                      verification; --no-verify alone turns deltas off\n"
-        "  --no-delta          read every byte whole and keep no copies\n"
-        "  --delta-budget B    the most memory the copies hold, e.g. 2GiB; the\n"
-        "                      reads that save most per byte kept get them first,\n"
-        "                      the others are read whole. Default 16GiB; 0: no\n"
-        "                      copies (as --no-delta); 'unbounded': every read\n"
+        "  --delta             (the default) read, of the next version, only the\n"
+        "                      deltas its publishers list where the cost model\n"
+        "                      prefers them, patching in place the shadows that\n"
+        "                      hold the version before (docs/delta.md); every\n"
+        "                      digest is verified as for a full pull. Given, it\n"
+        "                      needs verification; --no-verify alone turns deltas\n"
+        "                      off\n"
+        "  --no-delta          read every byte whole\n"
+        "  --delta-budget B    the most memory kept as copies of reads that do not\n"
+        "                      land in the shadows (staged, cast and quantized\n"
+        "                      reads), e.g. 2GiB; the reads that save most per\n"
+        "                      byte kept get them first, the others are read\n"
+        "                      whole. Default 0: no copies; 'unbounded': every\n"
+        "                      read worth a copy\n"
         "  --release           release the version after installing it\n"
         "  --json              print one JSON object per version on one line\n"
         "  --dry-run           read the tables and plan (as `reshard plan --salt R`\n"
@@ -362,7 +365,7 @@ static int parse_args(int argc, char **argv, pull_args_t *a)
                            "version installs only once its digests match; "
                            "not with --no-verify");
     /* on by default, where a patched version can be verified */
-    a->delta = a->delta != 0 && a->verify && a->delta_budget > 0;
+    a->delta = a->delta != 0 && a->verify;
     if (a->dry_run && (a->check || a->release || a->versions != 1))
         return usage_error("%s", "--dry-run moves nothing: not with --check, "
                            "--release or --versions");
@@ -668,7 +671,7 @@ static void put_failures(json_line_t *l, pull_state_t *s)
 /* What the pull read through deltas, beside what it read whole. */
 static json_t *delta_json(const rs_pull_result_t *r)
 {
-    return json_pack("{sI,sI,sI,sI,sI,sI,sb,sI,sI,sI}",
+    return json_pack("{sI,sI,sI,sI,sI,sI,sb,sI,sI,sI,sI}",
                      "runs", (json_int_t)r->delta_runs,
                      "bytes", (json_int_t)r->delta_bytes,
                      "full_bytes", (json_int_t)r->delta_full_bytes,
@@ -677,6 +680,7 @@ static json_t *delta_json(const rs_pull_result_t *r)
                      "refused", (json_int_t)r->delta_refused,
                      "retried", r->delta_retried,
                      "held_bytes", (json_int_t)r->delta_held_bytes,
+                     "in_place_bytes", (json_int_t)r->delta_in_place_bytes,
                      "over_budget_bytes",
                      (json_int_t)r->delta_over_budget_bytes,
                      "no_memory_bytes", (json_int_t)r->delta_no_memory_bytes);
