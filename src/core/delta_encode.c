@@ -590,21 +590,88 @@ static void map_encode(const rs__delta_enc_t *e, unsigned char *p,
     put_codes(p, nb, word, acc);
 }
 
+/* The chunk's step map built straight from its changes (no steps walk)
+ * into e->ops: 2 bits per element, then the exceptions in order, the
+ * bytes map_encode makes from the steps. For a dense chunk, where the
+ * steps cannot be the smallest kind (see choose), this is the one pass
+ * over its changes. Returns its bytes. es is a constant wherever this is
+ * inlined. */
+static inline uint64_t map_direct_es(const rs__delta_enc_t *e,
+                                     const unsigned char *cb, uint32_t len,
+                                     uint32_t k, uint32_t es)
+{
+    const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
+    const uint16_t *restrict changed = e->changed;
+    const unsigned char *restrict old = e->old;
+    unsigned char *restrict p = e->ops;
+    const size_t nb = ((size_t)len + 3) / 4;
+    unsigned char *restrict x = p + nb;
+    memset(p, 0, nb);
+    uint64_t acc = 0;
+    uint32_t word = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        const uint32_t o = changed[i];
+        const uint32_t d = step_of(old, cb, o, es, mask);
+        if (o / 32 != word) { /* every 3rd change or so when dense */
+            put_codes(p, nb, word, acc);
+            acc = 0;
+            word = o / 32;
+        }
+        const unsigned op = op_of(d, mask);
+        acc |= (uint64_t)(op + 1) << (2 * (o % 32));
+        /* the exception's signed byte, kept without a branch (x moves
+         * past it only for an exception); the rare escape is a branch */
+        const unsigned exc = op == RS__DS_EXC;
+        x[0] = (unsigned char)d;
+        x += exc;
+        if (exc && ((d + 127) & mask) > 254) {
+            x[-1] = RS__DELTA_ESCAPE;
+            memcpy(x, cb + (size_t)o * es, es);
+            x += es;
+        }
+    }
+    put_codes(p, nb, word, acc);
+    return (uint64_t)(x - p);
+}
+
+static uint64_t map_direct(const rs__delta_enc_t *e, const unsigned char *cb,
+                           uint32_t len, uint32_t k)
+{
+    switch (e->esize) {
+    case 1: return map_direct_es(e, cb, len, k, 1);
+    case 2: return map_direct_es(e, cb, len, k, 2);
+    default: return map_direct_es(e, cb, len, k, 4);
+    }
+}
+
 /* The payload bytes of each kind for a chunk of len elements, k > 0 of
- * them changed, and the smallest kind (a tie to the lower one); the steps
- * encoding is left in e->ops. */
+ * them changed, and the smallest kind (a tie to the lower one). The steps
+ * take at least a byte per change plus the exceptions' bytes, the step map
+ * ceil(len / 4) plus the same exceptions: with more changes than
+ * ceil(len / 4) the steps are always larger, so a dense chunk skips their
+ * walk and builds its step map directly (*map_ready set: e->ops holds the
+ * map); otherwise e->ops holds the steps encoding. Same kinds, same bytes
+ * either way. */
 static rs__delta_kind_t choose(const rs__delta_enc_t *e,
                                const unsigned char *cb, uint32_t len,
-                               uint32_t k, uint64_t size[RS__DELTA_KINDS])
+                               uint32_t k, uint64_t size[RS__DELTA_KINDS],
+                               int *map_ready)
 {
     const uint32_t es = e->esize;
-    uint64_t xbytes = 0;
+    const uint64_t nb = ((uint64_t)len + 3) / 4;
     size[RS__DELTA_SAME] = 0;
     size[RS__DELTA_LIST] = (uint64_t)k * (2 + es);
     size[RS__DELTA_BITMAP] = ((uint64_t)len + 7) / 8 + (uint64_t)k * es;
     size[RS__DELTA_RAW] = (uint64_t)len * es;
-    size[RS__DELTA_STEPS] = steps_encode(e, cb, k, &xbytes);
-    size[RS__DELTA_STEPMAP] = ((uint64_t)len + 3) / 4 + xbytes;
+    *map_ready = k > nb;
+    if (*map_ready) {
+        size[RS__DELTA_STEPMAP] = map_direct(e, cb, len, k);
+        size[RS__DELTA_STEPS] = UINT64_MAX; /* larger, never taken */
+    } else {
+        uint64_t xbytes = 0;
+        size[RS__DELTA_STEPS] = steps_encode(e, cb, k, &xbytes);
+        size[RS__DELTA_STEPMAP] = nb + xbytes;
+    }
     rs__delta_kind_t best = RS__DELTA_LIST;
     for (int kind = RS__DELTA_BITMAP; kind < RS__DELTA_KINDS; kind++)
         if (size[kind] < size[best])
@@ -661,8 +728,9 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
     if (e->limit == 0)
         return;
     uint64_t sizes[RS__DELTA_KINDS];
-    const rs__delta_kind_t kind = k == 0 ? RS__DELTA_SAME
-                                         : choose(e, cb, len, k, sizes);
+    int map_ready = 0;
+    const rs__delta_kind_t kind =
+        k == 0 ? RS__DELTA_SAME : choose(e, cb, len, k, sizes, &map_ready);
     const uint64_t size = k == 0 ? 0 : sizes[kind];
     if (e->payload + size > e->limit) {
         e->limit = 0; /* past it: from here on only the copy */
@@ -693,7 +761,10 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
         memcpy(p, e->ops, (size_t)size);
         break;
     case RS__DELTA_STEPMAP:
-        map_encode(e, p, len, sizes[RS__DELTA_STEPS]);
+        if (map_ready)
+            memcpy(p, e->ops, (size_t)size);
+        else
+            map_encode(e, p, len, sizes[RS__DELTA_STEPS]);
         break;
     }
     const uint64_t word = e->payload | (uint64_t)kind << RS__DE_KIND_SHIFT;
