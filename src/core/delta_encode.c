@@ -46,9 +46,11 @@ void rs__delta_enc_abandon(rs__delta_enc_t *e)
     free(e->changed);
     free(e->old);
     free(e->ops);
+    free(e->bits);
     e->changed = NULL;
     e->old = NULL;
     e->ops = NULL;
+    e->bits = NULL;
 }
 
 /* The most bytes a chunk's steps encoding takes: per element an op byte
@@ -79,9 +81,11 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
     e->changed = malloc(sizeof(*e->changed) * (chunk + 8));
     e->old = malloc((size_t)chunk * esize);
     e->ops = malloc(steps_room(chunk, esize));
+    e->bits = malloc(sizeof(*e->bits) * (chunk / 64 + 2));
     e->limit = UINT64_MAX;
     e->eshift = esize == 4 ? 2 : esize == 2 ? 1 : 0;
-    if (e->changed == NULL || e->old == NULL || e->ops == NULL) {
+    if (e->changed == NULL || e->old == NULL || e->ops == NULL ||
+        e->bits == NULL) {
         rs__delta_enc_abandon(e);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "delta: out of memory "
                             "for a chunk of %u elements", chunk);
@@ -634,9 +638,178 @@ static inline uint64_t map_direct_es(const rs__delta_enc_t *e,
     return (uint64_t)(x - p);
 }
 
+#ifdef DELTA_AVX2
+
+/* The low 32 bits of v spread to the even bits of the result (bit i to
+ * bit 2i): a step map's low code bits. */
+static inline uint64_t spread(uint64_t v)
+{
+    v &= 0xffffffffull;
+    v = (v | v << 16) & 0x0000ffff0000ffffull;
+    v = (v | v << 8) & 0x00ff00ff00ff00ffull;
+    v = (v | v << 4) & 0x0f0f0f0f0f0f0f0full;
+    v = (v | v << 2) & 0x3333333333333333ull;
+    return (v | v << 1) & 0x5555555555555555ull;
+}
+
+/* Appends the exceptions of the elements el + bit for the set bits of x
+ * (rising), as map_direct_es does. */
+static inline unsigned char *put_exceptions(unsigned char *x, uint64_t xm,
+                                            uint32_t el,
+                                            const unsigned char *old,
+                                            const unsigned char *cb,
+                                            uint32_t es, uint32_t mask)
+{
+    for (; xm != 0; xm &= xm - 1) {
+        const uint32_t o = el + (uint32_t)__builtin_ctzll(xm);
+        const uint32_t d = step_of(old, cb, o, es, mask);
+        x[0] = (unsigned char)d;
+        x++;
+        if (((d + 127) & mask) > 254) {
+            x[-1] = RS__DELTA_ESCAPE;
+            memcpy(x, cb + (size_t)o * es, es);
+            x += es;
+        }
+    }
+    return x;
+}
+
+/* The step map of a dense chunk from its bytes: the changed elements'
+ * bits (from the list: the old bytes of lines that did not change were
+ * never saved), then a line (64 bytes) at a time, the steps new - old of
+ * all its elements in two registers, +1 and -1 found by two compares
+ * (masks formed as the scan forms its own), the codes of the line's
+ * elements interleaved from those masks by shifts (pdep would do it in one
+ * instruction, but is microcoded, hundreds of cycles, on AMD before Zen 3)
+ * and stored at once; only the exceptions are taken one at a time. The
+ * elements past the last whole line go through the loop of
+ * map_direct_es. */
+TGT_AVX2 static inline __attribute__((always_inline)) uint64_t
+map_dense_avx2(const rs__delta_enc_t *e, const unsigned char *cb,
+               uint32_t len, uint32_t k, unsigned eshift)
+{
+    const uint32_t es = 1u << eshift;
+    const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
+    const uint32_t per = 64u >> eshift; /* elements per line */
+    const uint16_t *restrict changed = e->changed;
+    const unsigned char *restrict old = e->old;
+    uint64_t *restrict bits = e->bits;
+    unsigned char *restrict p = e->ops;
+    const size_t nb = ((size_t)len + 3) / 4;
+    unsigned char *restrict x = p + nb;
+    /* the changed elements' bits, a word gathered in a register */
+    const uint32_t nw = (len + 63) / 64;
+    memset(bits, 0, sizeof(*bits) * nw);
+    uint64_t acc = 0;
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        const uint32_t o = changed[i];
+        if (o / 64 != w) {
+            bits[w] = acc;
+            acc = 0;
+            w = o / 64;
+        }
+        acc |= 1ull << (o % 64);
+    }
+    bits[w] = acc;
+    const __m256i one = eshift == 0   ? _mm256_set1_epi8(1)
+                        : eshift == 1 ? _mm256_set1_epi16(1)
+                                      : _mm256_set1_epi32(1);
+    const __m256i minus = _mm256_set1_epi8(-1);
+    const uint32_t lines = len / per;
+    for (uint32_t l = 0; l < lines; l++) {
+        const unsigned char *a = cb + 64 * (size_t)l;
+        const unsigned char *b = old + 64 * (size_t)l;
+        const __m256i x0 = _mm256_loadu_si256((const void *)a);
+        const __m256i x1 = _mm256_loadu_si256((const void *)(a + 32));
+        const __m256i y0 = _mm256_loadu_si256((const void *)b);
+        const __m256i y1 = _mm256_loadu_si256((const void *)(b + 32));
+        __m256i d0, d1;
+        if (eshift == 0) {
+            d0 = _mm256_sub_epi8(x0, y0);
+            d1 = _mm256_sub_epi8(x1, y1);
+        } else if (eshift == 1) {
+            d0 = _mm256_sub_epi16(x0, y0);
+            d1 = _mm256_sub_epi16(x1, y1);
+        } else {
+            d0 = _mm256_sub_epi32(x0, y0);
+            d1 = _mm256_sub_epi32(x1, y1);
+        }
+        /* the elements whose step is not +1 (not -1), as the scan's masks */
+        const uint64_t full = per == 64 ? ~0ull : (1ull << per) - 1;
+        const uint64_t not_plus =
+            line_order(line_mask_avx2(d0, d1, one, one, eshift), eshift);
+        const uint64_t not_minus =
+            line_order(line_mask_avx2(d0, d1, minus, minus, eshift), eshift);
+        const uint32_t el = l * per; /* a multiple of per: one word */
+        const uint64_t chg =
+            per == 64 ? bits[el / 64] : bits[el / 64] >> (el % 64) & full;
+        const uint64_t plus = ~not_plus & chg;
+        const uint64_t minu = ~not_minus & chg;
+        const uint64_t exc = chg & not_plus & not_minus;
+        const uint64_t lo = plus | exc, hi = minu | exc;
+        /* codes of elements el .. el + per - 1: bytes el / 4 on */
+        unsigned char *c = p + el / 4;
+        if (per == 64) {
+            rs__put_le64(c, spread(lo) | spread(hi) << 1);
+            rs__put_le64(c + 8, spread(lo >> 32) | spread(hi >> 32) << 1);
+        } else {
+            const uint64_t codes = spread(lo) | spread(hi) << 1;
+            for (uint32_t j = 0; j < per / 4; j++)
+                c[j] = (unsigned char)(codes >> (8 * j));
+        }
+        x = put_exceptions(x, exc, el, old, cb, es, mask);
+    }
+    /* the elements past the last whole line, one at a time */
+    const uint32_t rest = lines * per;
+    memset(p + rest / 4, 0, nb - rest / 4);
+    for (uint32_t o = rest; o < len; o++) {
+        if ((bits[o / 64] >> (o % 64) & 1) == 0)
+            continue;
+        const uint32_t d = step_of(old, cb, o, es, mask);
+        const unsigned op = op_of(d, mask);
+        p[o / 4] |= (unsigned char)((op + 1) << (2 * (o % 4)));
+        if (op == RS__DS_EXC)
+            x = put_exceptions(x, 1, o, old, cb, es, mask);
+    }
+    return (uint64_t)(x - p);
+}
+
+TGT_AVX2 static uint64_t map_dense_1(const rs__delta_enc_t *e,
+                                     const unsigned char *cb, uint32_t len,
+                                     uint32_t k)
+{
+    return map_dense_avx2(e, cb, len, k, 0);
+}
+
+TGT_AVX2 static uint64_t map_dense_2(const rs__delta_enc_t *e,
+                                     const unsigned char *cb, uint32_t len,
+                                     uint32_t k)
+{
+    return map_dense_avx2(e, cb, len, k, 1);
+}
+
+TGT_AVX2 static uint64_t map_dense_4(const rs__delta_enc_t *e,
+                                     const unsigned char *cb, uint32_t len,
+                                     uint32_t k)
+{
+    return map_dense_avx2(e, cb, len, k, 2);
+}
+
+#endif
+
 static uint64_t map_direct(const rs__delta_enc_t *e, const unsigned char *cb,
                            uint32_t len, uint32_t k)
 {
+#ifdef DELTA_AVX2
+    if (use_avx2()) {
+        switch (e->esize) {
+        case 1: return map_dense_1(e, cb, len, k);
+        case 2: return map_dense_2(e, cb, len, k);
+        default: return map_dense_4(e, cb, len, k);
+        }
+    }
+#endif
     switch (e->esize) {
     case 1: return map_direct_es(e, cb, len, k, 1);
     case 2: return map_direct_es(e, cb, len, k, 2);
