@@ -148,6 +148,36 @@ static int map_ok(const chunk_ref_t *r, uint32_t es)
     return i == r->size;
 }
 
+/* Applies a checked step map to a whole chunk at d: every element gets
+ * its code's +1, -1 or 0 (an exception's code, 3, adds 0 too) in one
+ * loop without a branch, which the compiler vectorizes (a step map is
+ * taken by dense chunks, where skipping the elements that stayed saves
+ * little and each skip is a mispredicted branch); then the exceptions, in
+ * order. */
+static inline void map_patch_whole(const chunk_ref_t *r, uint32_t es,
+                                   unsigned char *d)
+{
+    const unsigned char *codes = r->p;
+    const uint32_t nb = (r->len + 3) / 4;
+    for (uint32_t j = 0; j < r->len; j++) {
+        const unsigned code = (unsigned)(codes[j / 4] >> (2 * (j % 4))) & 3u;
+        rs__delta_add(d + (size_t)j * es, es, (code & 1u) - (code >> 1));
+    }
+    uint64_t i = nb; /* the next exception */
+    for (uint32_t w = 0; w < (nb + 7) / 8; w++) {
+        uint64_t word = 0;
+        for (uint32_t j = 8 * w + 8 < nb ? 8 * w + 8 : nb; j > 8 * w; j--)
+            word = word << 8 | codes[j - 1];
+        for (uint64_t x = word & word >> 1 & 0x5555555555555555ull; x != 0;
+             x &= x - 1) {
+            const uint32_t at =
+                32 * w + (uint32_t)__builtin_ctzll(x) / 2;
+            (void)exception_at(r->p, r->size, &i, es,
+                               d + (size_t)at * es);
+        }
+    }
+}
+
 /* Applies a checked step map to the elements of [a, b): a word of codes
  * at a time, skipping the elements that stayed. */
 static inline void map_patch(const chunk_ref_t *r, uint32_t es,
@@ -313,7 +343,10 @@ static inline void patch_es(unsigned char *dst, uint64_t a, uint64_t b,
         (void)steps_walk(r, es, dst, a, b, start); /* checked before */
         return;
     case RS__DELTA_STEPMAP:
-        map_patch(r, es, dst, a, b, start);
+        if (start >= a && start + r->len <= b) /* the whole chunk */
+            map_patch_whole(r, es, dst + (start - a) * es);
+        else
+            map_patch(r, es, dst, a, b, start);
         return;
     }
 }
