@@ -79,7 +79,9 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
 #endif
     /* 8 entries of room: changes are appended 8 positions at a time */
     e->changed = malloc(sizeof(*e->changed) * (chunk + 8));
-    e->old = malloc((size_t)chunk * esize);
+    /* zeroed: a dense chunk's map loads the old bytes of whole lines,
+     * those of lines never saved too (their codes are masked off) */
+    e->old = calloc(chunk, esize);
     e->ops = malloc(steps_room(chunk, esize));
     e->bits = malloc(sizeof(*e->bits) * (chunk / 64 + 2));
     e->limit = UINT64_MAX;
