@@ -40,14 +40,27 @@ static int list_ok(const chunk_ref_t *r)
     return 1;
 }
 
+/* Set bits of a 64-bit word, without the library call a compiler makes of
+ * __builtin_popcount where the CPU baseline has no popcnt instruction. */
+static inline uint32_t bits_set(uint64_t w)
+{
+    w -= w >> 1 & 0x5555555555555555ull;
+    w = (w & 0x3333333333333333ull) + (w >> 2 & 0x3333333333333333ull);
+    w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (uint32_t)((w * 0x0101010101010101ull) >> 56);
+}
+
 /* Set bits of a bitmap of len bits, or UINT32_MAX when a bit past len is
  * set. */
 static uint32_t bitmap_count(const unsigned char *p, uint32_t len)
 {
     uint32_t k = 0;
     const uint32_t nb = (len + 7) / 8;
-    for (uint32_t i = 0; i < nb; i++)
-        k += (uint32_t)__builtin_popcount(p[i]);
+    uint32_t i = 0;
+    for (; i + 8 <= nb; i += 8)
+        k += bits_set(rs__le64(p + i));
+    for (; i < nb; i++)
+        k += bits_set(p[i]);
     if (len % 8 != 0 && (p[nb - 1] >> (len % 8)) != 0)
         return UINT32_MAX;
     return k;
@@ -127,8 +140,13 @@ static inline int steps_walk(const chunk_ref_t *r, uint32_t es,
 static uint64_t map_exceptions(const unsigned char *p, uint32_t nb)
 {
     uint64_t x = 0;
-    for (uint32_t i = 0; i < nb; i++)
-        x += (uint64_t)__builtin_popcount(p[i] & (p[i] >> 1) & 0x55u);
+    uint32_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+        const uint64_t w = rs__le64(p + i);
+        x += bits_set(w & w >> 1 & 0x5555555555555555ull);
+    }
+    for (; i < nb; i++)
+        x += bits_set((unsigned)p[i] & ((unsigned)p[i] >> 1) & 0x55u);
     return x;
 }
 
