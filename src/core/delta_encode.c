@@ -83,7 +83,7 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
      * those of lines never saved too (their codes are masked off) */
     e->old = calloc(chunk, esize);
     e->ops = malloc(steps_room(chunk, esize));
-    e->bits = malloc(sizeof(*e->bits) * (chunk / 64 + 2));
+    e->bits = calloc(chunk / 64 + 2, sizeof(*e->bits));
     e->limit = UINT64_MAX;
     e->eshift = esize == 4 ? 2 : esize == 2 ? 1 : 0;
     if (e->changed == NULL || e->old == NULL || e->ops == NULL ||
@@ -118,17 +118,29 @@ static inline void copy_elem(unsigned char *d, const unsigned char *s,
     }
 }
 
+/* Marks the changed elements el + i (bits i of m) in the chunk's bitmap
+ * of changes, which a dense chunk's step map reads (a line's mask at
+ * once, where the change list would take a step per change). */
+static inline void mark(uint64_t *bits, uint32_t el, uint64_t m)
+{
+    const unsigned sh = el % 64;
+    bits[el / 64] |= m << sh;
+    if (sh != 0)
+        bits[el / 64 + 1] |= m >> (64 - sh);
+}
+
 /* The elements past the last whole line, one at a time; old (the
  * scratch at chunk offset at) keeps the old bytes of those that changed. */
-static uint32_t scan_tail(uint16_t *list, uint32_t k, unsigned char *dst,
-                          unsigned char *old, const unsigned char *src,
-                          size_t i, size_t nbytes, uint32_t at,
-                          unsigned eshift)
+static uint32_t scan_tail(uint16_t *list, uint64_t *bits, uint32_t k,
+                          unsigned char *dst, unsigned char *old,
+                          const unsigned char *src, size_t i, size_t nbytes,
+                          uint32_t at, unsigned eshift)
 {
     const size_t es = (size_t)1 << eshift;
     for (; i < nbytes; i += es) {
         if (memcmp(dst + i, src + i, es) != 0) {
             list[k++] = (uint16_t)(at + (i >> eshift));
+            mark(bits, at + (uint32_t)(i >> eshift), 1);
             copy_elem(old + i, dst + i, (uint32_t)es);
             copy_elem(dst + i, src + i, (uint32_t)es);
         }
@@ -220,8 +232,9 @@ static void scan_copy_sse2(rs__delta_enc_t *e, unsigned char *dst,
                 continue;
             memcpy(old + i + l * BLOCK, dst + i + l * BLOCK, BLOCK);
             memcpy(dst + i + l * BLOCK, src + i + l * BLOCK, BLOCK);
-            k = append(list, k, m[l],
-                       at + (uint32_t)((i + l * BLOCK) >> eshift), eshift);
+            const uint32_t el = at + (uint32_t)((i + l * BLOCK) >> eshift);
+            k = append(list, k, m[l], el, eshift);
+            mark(e->bits, el, m[l]);
         }
     }
     for (; i + BLOCK <= nbytes; i += BLOCK) {
@@ -231,8 +244,10 @@ static void scan_copy_sse2(rs__delta_enc_t *e, unsigned char *dst,
         memcpy(old + i, dst + i, BLOCK);
         memcpy(dst + i, src + i, BLOCK);
         k = append(list, k, m, at + (uint32_t)(i >> eshift), eshift);
+        mark(e->bits, at + (uint32_t)(i >> eshift), m);
     }
-    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
+    e->nchanged =
+        scan_tail(list, e->bits, k, dst, old, src, i, nbytes, at, eshift);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -334,8 +349,10 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
             _mm256_storeu_si256((void *)(o + 32), y[2 * l + 1]);
             _mm256_storeu_si256((void *)d, x[2 * l]);
             _mm256_storeu_si256((void *)(d + 32), x[2 * l + 1]);
-            k = append_few(list, k, line_order(m, eshift),
-                           at + (uint32_t)((i + l * BLOCK) >> eshift), eshift);
+            const uint64_t mo = line_order(m, eshift);
+            const uint32_t el = at + (uint32_t)((i + l * BLOCK) >> eshift);
+            k = append_few(list, k, mo, el, eshift);
+            mark(e->bits, el, mo);
         }
     }
     for (; i + BLOCK <= nbytes; i += BLOCK) {
@@ -350,10 +367,12 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
         _mm256_storeu_si256((void *)(old + i + 32), y1);
         _mm256_storeu_si256((void *)(dst + i), x0);
         _mm256_storeu_si256((void *)(dst + i + 32), x1);
-        k = append_few(list, k, line_order(m, eshift),
-                       at + (uint32_t)(i >> eshift), eshift);
+        const uint64_t mo = line_order(m, eshift);
+        k = append_few(list, k, mo, at + (uint32_t)(i >> eshift), eshift);
+        mark(e->bits, at + (uint32_t)(i >> eshift), mo);
     }
-    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
+    e->nchanged =
+        scan_tail(list, e->bits, k, dst, old, src, i, nbytes, at, eshift);
 }
 
 TGT_AVX2 static void scan_avx2_1(rs__delta_enc_t *e, unsigned char *dst,
@@ -450,11 +469,14 @@ static void scan_copy(rs__delta_enc_t *e, unsigned char *dst,
         memcpy(old + i, dst + i, BLOCK);
         memcpy(dst + i, src + i, BLOCK);
         const uint32_t el = at + (uint32_t)(i >> eshift);
-        for (uint64_t b = element_bits(diff, eshift); b != 0; b &= b - 1)
-            list[k++] =
-                (uint16_t)(el + ((unsigned)__builtin_ctzll(b) >> eshift));
+        for (uint64_t b = element_bits(diff, eshift); b != 0; b &= b - 1) {
+            const uint32_t o = el + ((unsigned)__builtin_ctzll(b) >> eshift);
+            list[k++] = (uint16_t)o;
+            mark(e->bits, o, 1);
+        }
     }
-    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
+    e->nchanged =
+        scan_tail(list, e->bits, k, dst, old, src, i, nbytes, at, eshift);
 }
 #endif
 
@@ -676,44 +698,27 @@ static inline unsigned char *put_exceptions(unsigned char *x, uint64_t xm,
     return x;
 }
 
-/* The step map of a dense chunk from its bytes: the changed elements'
- * bits (from the list: the old bytes of lines that did not change were
- * never saved), then a line (64 bytes) at a time, the steps new - old of
- * all its elements in two registers, +1 and -1 found by two compares
- * (masks formed as the scan forms its own), the codes of the line's
- * elements interleaved from those masks by shifts (pdep would do it in one
- * instruction, but is microcoded, hundreds of cycles, on AMD before Zen 3)
- * and stored at once; only the exceptions are taken one at a time. The
- * elements past the last whole line go through the loop of
- * map_direct_es. */
+/* The step map of a dense chunk from its bytes, a line (64 bytes) at a
+ * time: the steps new - old of all its elements in two registers, +1 and
+ * -1 found by two compares (masks formed as the scan forms its own),
+ * limited to the changed elements (the scan's bitmap of changes: the old
+ * bytes of a line that did not change were never saved), the line's codes
+ * interleaved from those masks by shifts (pdep would take one instruction,
+ * but is microcoded, hundreds of cycles, on AMD before Zen 3) and stored
+ * at once; only the exceptions are taken one at a time, and the elements
+ * past the last whole line. */
 TGT_AVX2 static inline __attribute__((always_inline)) uint64_t
 map_dense_avx2(const rs__delta_enc_t *e, const unsigned char *cb,
-               uint32_t len, uint32_t k, unsigned eshift)
+               uint32_t len, unsigned eshift)
 {
     const uint32_t es = 1u << eshift;
     const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
     const uint32_t per = 64u >> eshift; /* elements per line */
-    const uint16_t *restrict changed = e->changed;
     const unsigned char *restrict old = e->old;
-    uint64_t *restrict bits = e->bits;
+    const uint64_t *restrict bits = e->bits;
     unsigned char *restrict p = e->ops;
     const size_t nb = ((size_t)len + 3) / 4;
     unsigned char *restrict x = p + nb;
-    /* the changed elements' bits, a word gathered in a register */
-    const uint32_t nw = (len + 63) / 64;
-    memset(bits, 0, sizeof(*bits) * nw);
-    uint64_t acc = 0;
-    uint32_t w = 0;
-    for (uint32_t i = 0; i < k; i++) {
-        const uint32_t o = changed[i];
-        if (o / 64 != w) {
-            bits[w] = acc;
-            acc = 0;
-            w = o / 64;
-        }
-        acc |= 1ull << (o % 64);
-    }
-    bits[w] = acc;
     const __m256i one = eshift == 0   ? _mm256_set1_epi8(1)
                         : eshift == 1 ? _mm256_set1_epi16(1)
                                       : _mm256_set1_epi32(1);
@@ -778,24 +783,21 @@ map_dense_avx2(const rs__delta_enc_t *e, const unsigned char *cb,
 }
 
 TGT_AVX2 static uint64_t map_dense_1(const rs__delta_enc_t *e,
-                                     const unsigned char *cb, uint32_t len,
-                                     uint32_t k)
+                                     const unsigned char *cb, uint32_t len)
 {
-    return map_dense_avx2(e, cb, len, k, 0);
+    return map_dense_avx2(e, cb, len, 0);
 }
 
 TGT_AVX2 static uint64_t map_dense_2(const rs__delta_enc_t *e,
-                                     const unsigned char *cb, uint32_t len,
-                                     uint32_t k)
+                                     const unsigned char *cb, uint32_t len)
 {
-    return map_dense_avx2(e, cb, len, k, 1);
+    return map_dense_avx2(e, cb, len, 1);
 }
 
 TGT_AVX2 static uint64_t map_dense_4(const rs__delta_enc_t *e,
-                                     const unsigned char *cb, uint32_t len,
-                                     uint32_t k)
+                                     const unsigned char *cb, uint32_t len)
 {
-    return map_dense_avx2(e, cb, len, k, 2);
+    return map_dense_avx2(e, cb, len, 2);
 }
 
 #endif
@@ -806,9 +808,9 @@ static uint64_t map_direct(const rs__delta_enc_t *e, const unsigned char *cb,
 #ifdef DELTA_AVX2
     if (use_avx2()) {
         switch (e->esize) {
-        case 1: return map_dense_1(e, cb, len, k);
-        case 2: return map_dense_2(e, cb, len, k);
-        default: return map_dense_4(e, cb, len, k);
+        case 1: return map_dense_1(e, cb, len);
+        case 2: return map_dense_2(e, cb, len);
+        default: return map_dense_4(e, cb, len);
         }
     }
 #endif
@@ -895,11 +897,10 @@ static void gather(unsigned char *vals, const uint16_t *pos, uint32_t k,
 }
 
 /* Writes chunk c's payload (its new bytes are at cb) and index entry. */
-static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
-                       const unsigned char *cb, uint32_t len)
+static void emit_payload(rs__delta_enc_t *e, uint64_t c,
+                         const unsigned char *cb, uint32_t len, uint32_t k)
 {
-    const uint32_t es = e->esize, k = e->nchanged;
-    e->nchanged = 0;
+    const uint32_t es = e->esize;
     if (e->limit == 0)
         return;
     uint64_t sizes[RS__DELTA_KINDS];
@@ -948,6 +949,18 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
     rs__put_le64(ent + 8, rs__delta_chunk_check(c, word, e->payload + size,
                                                 p, (size_t)size));
     e->payload += size;
+}
+
+/* Chunk c is copied: its payload and entry, then its scratch left for
+ * the next chunk (the change list empty, the bitmap of changes zeroed). */
+static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
+                       const unsigned char *cb, uint32_t len)
+{
+    const uint32_t k = e->nchanged;
+    emit_payload(e, c, cb, len, k);
+    e->nchanged = 0;
+    if (k != 0)
+        memset(e->bits, 0, sizeof(*e->bits) * (len / 64 + 2));
 }
 
 void rs__delta_enc_copy(rs__delta_enc_t *e, const void *src, size_t nbytes)
