@@ -81,6 +81,7 @@ typedef struct rs__delta_enc {
     uint16_t *changed;  /* offsets that differ in the current chunk */
     unsigned char *old; /* the old bytes of the chunk's changed lines */
     unsigned char *ops; /* scratch: the chunk's steps encoding */
+    uint64_t *bits;     /* scratch: a dense chunk's changed elements */
     uint32_t nchanged;
     unsigned eshift;    /* log2 of esize */
 } rs__delta_enc_t;

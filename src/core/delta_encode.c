@@ -46,9 +46,11 @@ void rs__delta_enc_abandon(rs__delta_enc_t *e)
     free(e->changed);
     free(e->old);
     free(e->ops);
+    free(e->bits);
     e->changed = NULL;
     e->old = NULL;
     e->ops = NULL;
+    e->bits = NULL;
 }
 
 /* The most bytes a chunk's steps encoding takes: per element an op byte
@@ -77,11 +79,15 @@ rs_status_t rs__delta_enc_init(rs__delta_enc_t *e, void *dst, uint64_t n,
 #endif
     /* 8 entries of room: changes are appended 8 positions at a time */
     e->changed = malloc(sizeof(*e->changed) * (chunk + 8));
-    e->old = malloc((size_t)chunk * esize);
+    /* zeroed: a dense chunk's map loads the old bytes of whole lines,
+     * those of lines never saved too (their codes are masked off) */
+    e->old = calloc(chunk, esize);
     e->ops = malloc(steps_room(chunk, esize));
+    e->bits = calloc(chunk / 64 + 2, sizeof(*e->bits));
     e->limit = UINT64_MAX;
     e->eshift = esize == 4 ? 2 : esize == 2 ? 1 : 0;
-    if (e->changed == NULL || e->old == NULL || e->ops == NULL) {
+    if (e->changed == NULL || e->old == NULL || e->ops == NULL ||
+        e->bits == NULL) {
         rs__delta_enc_abandon(e);
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "delta: out of memory "
                             "for a chunk of %u elements", chunk);
@@ -112,17 +118,29 @@ static inline void copy_elem(unsigned char *d, const unsigned char *s,
     }
 }
 
+/* Marks the changed elements el + i (bits i of m) in the chunk's bitmap
+ * of changes, which a dense chunk's step map reads (a line's mask at
+ * once, where the change list would take a step per change). */
+static inline void mark(uint64_t *bits, uint32_t el, uint64_t m)
+{
+    const unsigned sh = el % 64;
+    bits[el / 64] |= m << sh;
+    if (sh != 0)
+        bits[el / 64 + 1] |= m >> (64 - sh);
+}
+
 /* The elements past the last whole line, one at a time; old (the
  * scratch at chunk offset at) keeps the old bytes of those that changed. */
-static uint32_t scan_tail(uint16_t *list, uint32_t k, unsigned char *dst,
-                          unsigned char *old, const unsigned char *src,
-                          size_t i, size_t nbytes, uint32_t at,
-                          unsigned eshift)
+static uint32_t scan_tail(uint16_t *list, uint64_t *bits, uint32_t k,
+                          unsigned char *dst, unsigned char *old,
+                          const unsigned char *src, size_t i, size_t nbytes,
+                          uint32_t at, unsigned eshift)
 {
     const size_t es = (size_t)1 << eshift;
     for (; i < nbytes; i += es) {
         if (memcmp(dst + i, src + i, es) != 0) {
             list[k++] = (uint16_t)(at + (i >> eshift));
+            mark(bits, at + (uint32_t)(i >> eshift), 1);
             copy_elem(old + i, dst + i, (uint32_t)es);
             copy_elem(dst + i, src + i, (uint32_t)es);
         }
@@ -214,8 +232,9 @@ static void scan_copy_sse2(rs__delta_enc_t *e, unsigned char *dst,
                 continue;
             memcpy(old + i + l * BLOCK, dst + i + l * BLOCK, BLOCK);
             memcpy(dst + i + l * BLOCK, src + i + l * BLOCK, BLOCK);
-            k = append(list, k, m[l],
-                       at + (uint32_t)((i + l * BLOCK) >> eshift), eshift);
+            const uint32_t el = at + (uint32_t)((i + l * BLOCK) >> eshift);
+            k = append(list, k, m[l], el, eshift);
+            mark(e->bits, el, m[l]);
         }
     }
     for (; i + BLOCK <= nbytes; i += BLOCK) {
@@ -225,8 +244,10 @@ static void scan_copy_sse2(rs__delta_enc_t *e, unsigned char *dst,
         memcpy(old + i, dst + i, BLOCK);
         memcpy(dst + i, src + i, BLOCK);
         k = append(list, k, m, at + (uint32_t)(i >> eshift), eshift);
+        mark(e->bits, at + (uint32_t)(i >> eshift), m);
     }
-    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
+    e->nchanged =
+        scan_tail(list, e->bits, k, dst, old, src, i, nbytes, at, eshift);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -328,8 +349,10 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
             _mm256_storeu_si256((void *)(o + 32), y[2 * l + 1]);
             _mm256_storeu_si256((void *)d, x[2 * l]);
             _mm256_storeu_si256((void *)(d + 32), x[2 * l + 1]);
-            k = append_few(list, k, line_order(m, eshift),
-                           at + (uint32_t)((i + l * BLOCK) >> eshift), eshift);
+            const uint64_t mo = line_order(m, eshift);
+            const uint32_t el = at + (uint32_t)((i + l * BLOCK) >> eshift);
+            k = append_few(list, k, mo, el, eshift);
+            mark(e->bits, el, mo);
         }
     }
     for (; i + BLOCK <= nbytes; i += BLOCK) {
@@ -344,10 +367,12 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
         _mm256_storeu_si256((void *)(old + i + 32), y1);
         _mm256_storeu_si256((void *)(dst + i), x0);
         _mm256_storeu_si256((void *)(dst + i + 32), x1);
-        k = append_few(list, k, line_order(m, eshift),
-                       at + (uint32_t)(i >> eshift), eshift);
+        const uint64_t mo = line_order(m, eshift);
+        k = append_few(list, k, mo, at + (uint32_t)(i >> eshift), eshift);
+        mark(e->bits, at + (uint32_t)(i >> eshift), mo);
     }
-    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
+    e->nchanged =
+        scan_tail(list, e->bits, k, dst, old, src, i, nbytes, at, eshift);
 }
 
 TGT_AVX2 static void scan_avx2_1(rs__delta_enc_t *e, unsigned char *dst,
@@ -444,11 +469,14 @@ static void scan_copy(rs__delta_enc_t *e, unsigned char *dst,
         memcpy(old + i, dst + i, BLOCK);
         memcpy(dst + i, src + i, BLOCK);
         const uint32_t el = at + (uint32_t)(i >> eshift);
-        for (uint64_t b = element_bits(diff, eshift); b != 0; b &= b - 1)
-            list[k++] =
-                (uint16_t)(el + ((unsigned)__builtin_ctzll(b) >> eshift));
+        for (uint64_t b = element_bits(diff, eshift); b != 0; b &= b - 1) {
+            const uint32_t o = el + ((unsigned)__builtin_ctzll(b) >> eshift);
+            list[k++] = (uint16_t)o;
+            mark(e->bits, o, 1);
+        }
     }
-    e->nchanged = scan_tail(list, k, dst, old, src, i, nbytes, at, eshift);
+    e->nchanged =
+        scan_tail(list, e->bits, k, dst, old, src, i, nbytes, at, eshift);
 }
 #endif
 
@@ -590,21 +618,237 @@ static void map_encode(const rs__delta_enc_t *e, unsigned char *p,
     put_codes(p, nb, word, acc);
 }
 
+/* The chunk's step map built straight from its changes (no steps walk)
+ * into e->ops: 2 bits per element, then the exceptions in order, the
+ * bytes map_encode makes from the steps. For a dense chunk, where the
+ * steps cannot be the smallest kind (see choose), this is the one pass
+ * over its changes. Returns its bytes. es is a constant wherever this is
+ * inlined. */
+static inline uint64_t map_direct_es(const rs__delta_enc_t *e,
+                                     const unsigned char *cb, uint32_t len,
+                                     uint32_t k, uint32_t es)
+{
+    const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
+    const uint16_t *restrict changed = e->changed;
+    const unsigned char *restrict old = e->old;
+    unsigned char *restrict p = e->ops;
+    const size_t nb = ((size_t)len + 3) / 4;
+    unsigned char *restrict x = p + nb;
+    memset(p, 0, nb);
+    uint64_t acc = 0;
+    uint32_t word = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        const uint32_t o = changed[i];
+        const uint32_t d = step_of(old, cb, o, es, mask);
+        if (o / 32 != word) { /* every 3rd change or so when dense */
+            put_codes(p, nb, word, acc);
+            acc = 0;
+            word = o / 32;
+        }
+        const unsigned op = op_of(d, mask);
+        acc |= (uint64_t)(op + 1) << (2 * (o % 32));
+        /* the exception's signed byte, kept without a branch (x moves
+         * past it only for an exception); the rare escape is a branch */
+        const unsigned exc = op == RS__DS_EXC;
+        x[0] = (unsigned char)d;
+        x += exc;
+        if (exc && ((d + 127) & mask) > 254) {
+            x[-1] = RS__DELTA_ESCAPE;
+            memcpy(x, cb + (size_t)o * es, es);
+            x += es;
+        }
+    }
+    put_codes(p, nb, word, acc);
+    return (uint64_t)(x - p);
+}
+
+#ifdef DELTA_AVX2
+
+/* The low 32 bits of v spread to the even bits of the result (bit i to
+ * bit 2i): a step map's low code bits. */
+static inline uint64_t spread(uint64_t v)
+{
+    v &= 0xffffffffull;
+    v = (v | v << 16) & 0x0000ffff0000ffffull;
+    v = (v | v << 8) & 0x00ff00ff00ff00ffull;
+    v = (v | v << 4) & 0x0f0f0f0f0f0f0f0full;
+    v = (v | v << 2) & 0x3333333333333333ull;
+    return (v | v << 1) & 0x5555555555555555ull;
+}
+
+/* Appends the exceptions of the elements el + bit for the set bits of x
+ * (rising), as map_direct_es does. */
+static inline unsigned char *put_exceptions(unsigned char *x, uint64_t xm,
+                                            uint32_t el,
+                                            const unsigned char *old,
+                                            const unsigned char *cb,
+                                            uint32_t es, uint32_t mask)
+{
+    for (; xm != 0; xm &= xm - 1) {
+        const uint32_t o = el + (uint32_t)__builtin_ctzll(xm);
+        const uint32_t d = step_of(old, cb, o, es, mask);
+        x[0] = (unsigned char)d;
+        x++;
+        if (((d + 127) & mask) > 254) {
+            x[-1] = RS__DELTA_ESCAPE;
+            memcpy(x, cb + (size_t)o * es, es);
+            x += es;
+        }
+    }
+    return x;
+}
+
+/* The step map of a dense chunk from its bytes, a line (64 bytes) at a
+ * time: the steps new - old of all its elements in two registers, +1 and
+ * -1 found by two compares (masks formed as the scan forms its own),
+ * limited to the changed elements (the scan's bitmap of changes: the old
+ * bytes of a line that did not change were never saved), the line's codes
+ * interleaved from those masks by shifts (pdep would take one instruction,
+ * but is microcoded, hundreds of cycles, on AMD before Zen 3) and stored
+ * at once; only the exceptions are taken one at a time, and the elements
+ * past the last whole line. */
+TGT_AVX2 static inline __attribute__((always_inline)) uint64_t
+map_dense_avx2(const rs__delta_enc_t *e, const unsigned char *cb,
+               uint32_t len, unsigned eshift)
+{
+    const uint32_t es = 1u << eshift;
+    const uint32_t mask = es == 4 ? UINT32_MAX : (1u << (8 * es)) - 1;
+    const uint32_t per = 64u >> eshift; /* elements per line */
+    const unsigned char *restrict old = e->old;
+    const uint64_t *restrict bits = e->bits;
+    unsigned char *restrict p = e->ops;
+    const size_t nb = ((size_t)len + 3) / 4;
+    unsigned char *restrict x = p + nb;
+    const __m256i one = eshift == 0   ? _mm256_set1_epi8(1)
+                        : eshift == 1 ? _mm256_set1_epi16(1)
+                                      : _mm256_set1_epi32(1);
+    const __m256i minus = _mm256_set1_epi8(-1);
+    const uint32_t lines = len / per;
+    for (uint32_t l = 0; l < lines; l++) {
+        const unsigned char *a = cb + 64 * (size_t)l;
+        const unsigned char *b = old + 64 * (size_t)l;
+        const __m256i x0 = _mm256_loadu_si256((const void *)a);
+        const __m256i x1 = _mm256_loadu_si256((const void *)(a + 32));
+        const __m256i y0 = _mm256_loadu_si256((const void *)b);
+        const __m256i y1 = _mm256_loadu_si256((const void *)(b + 32));
+        __m256i d0, d1;
+        if (eshift == 0) {
+            d0 = _mm256_sub_epi8(x0, y0);
+            d1 = _mm256_sub_epi8(x1, y1);
+        } else if (eshift == 1) {
+            d0 = _mm256_sub_epi16(x0, y0);
+            d1 = _mm256_sub_epi16(x1, y1);
+        } else {
+            d0 = _mm256_sub_epi32(x0, y0);
+            d1 = _mm256_sub_epi32(x1, y1);
+        }
+        /* the elements whose step is not +1 (not -1), as the scan's masks */
+        const uint64_t full = per == 64 ? ~0ull : (1ull << per) - 1;
+        const uint64_t not_plus =
+            line_order(line_mask_avx2(d0, d1, one, one, eshift), eshift);
+        const uint64_t not_minus =
+            line_order(line_mask_avx2(d0, d1, minus, minus, eshift), eshift);
+        const uint32_t el = l * per; /* a multiple of per: one word */
+        const uint64_t chg =
+            per == 64 ? bits[el / 64] : bits[el / 64] >> (el % 64) & full;
+        const uint64_t plus = ~not_plus & chg;
+        const uint64_t minu = ~not_minus & chg;
+        const uint64_t exc = chg & not_plus & not_minus;
+        const uint64_t lo = plus | exc, hi = minu | exc;
+        /* codes of elements el .. el + per - 1: bytes el / 4 on */
+        unsigned char *c = p + el / 4;
+        if (per == 64) {
+            rs__put_le64(c, spread(lo) | spread(hi) << 1);
+            rs__put_le64(c + 8, spread(lo >> 32) | spread(hi >> 32) << 1);
+        } else {
+            const uint64_t codes = spread(lo) | spread(hi) << 1;
+            for (uint32_t j = 0; j < per / 4; j++)
+                c[j] = (unsigned char)(codes >> (8 * j));
+        }
+        x = put_exceptions(x, exc, el, old, cb, es, mask);
+    }
+    /* the elements past the last whole line, one at a time */
+    const uint32_t rest = lines * per;
+    memset(p + rest / 4, 0, nb - rest / 4);
+    for (uint32_t o = rest; o < len; o++) {
+        if ((bits[o / 64] >> (o % 64) & 1) == 0)
+            continue;
+        const uint32_t d = step_of(old, cb, o, es, mask);
+        const unsigned op = op_of(d, mask);
+        p[o / 4] |= (unsigned char)((op + 1) << (2 * (o % 4)));
+        if (op == RS__DS_EXC)
+            x = put_exceptions(x, 1, o, old, cb, es, mask);
+    }
+    return (uint64_t)(x - p);
+}
+
+TGT_AVX2 static uint64_t map_dense_1(const rs__delta_enc_t *e,
+                                     const unsigned char *cb, uint32_t len)
+{
+    return map_dense_avx2(e, cb, len, 0);
+}
+
+TGT_AVX2 static uint64_t map_dense_2(const rs__delta_enc_t *e,
+                                     const unsigned char *cb, uint32_t len)
+{
+    return map_dense_avx2(e, cb, len, 1);
+}
+
+TGT_AVX2 static uint64_t map_dense_4(const rs__delta_enc_t *e,
+                                     const unsigned char *cb, uint32_t len)
+{
+    return map_dense_avx2(e, cb, len, 2);
+}
+
+#endif
+
+static uint64_t map_direct(const rs__delta_enc_t *e, const unsigned char *cb,
+                           uint32_t len, uint32_t k)
+{
+#ifdef DELTA_AVX2
+    if (use_avx2()) {
+        switch (e->esize) {
+        case 1: return map_dense_1(e, cb, len);
+        case 2: return map_dense_2(e, cb, len);
+        default: return map_dense_4(e, cb, len);
+        }
+    }
+#endif
+    switch (e->esize) {
+    case 1: return map_direct_es(e, cb, len, k, 1);
+    case 2: return map_direct_es(e, cb, len, k, 2);
+    default: return map_direct_es(e, cb, len, k, 4);
+    }
+}
+
 /* The payload bytes of each kind for a chunk of len elements, k > 0 of
- * them changed, and the smallest kind (a tie to the lower one); the steps
- * encoding is left in e->ops. */
+ * them changed, and the smallest kind (a tie to the lower one). The steps
+ * take at least a byte per change plus the exceptions' bytes, the step map
+ * ceil(len / 4) plus the same exceptions: with more changes than
+ * ceil(len / 4) the steps are always larger, so a dense chunk skips their
+ * walk and builds its step map directly (*map_ready set: e->ops holds the
+ * map); otherwise e->ops holds the steps encoding. Same kinds, same bytes
+ * either way. */
 static rs__delta_kind_t choose(const rs__delta_enc_t *e,
                                const unsigned char *cb, uint32_t len,
-                               uint32_t k, uint64_t size[RS__DELTA_KINDS])
+                               uint32_t k, uint64_t size[RS__DELTA_KINDS],
+                               int *map_ready)
 {
     const uint32_t es = e->esize;
-    uint64_t xbytes = 0;
+    const uint64_t nb = ((uint64_t)len + 3) / 4;
     size[RS__DELTA_SAME] = 0;
     size[RS__DELTA_LIST] = (uint64_t)k * (2 + es);
     size[RS__DELTA_BITMAP] = ((uint64_t)len + 7) / 8 + (uint64_t)k * es;
     size[RS__DELTA_RAW] = (uint64_t)len * es;
-    size[RS__DELTA_STEPS] = steps_encode(e, cb, k, &xbytes);
-    size[RS__DELTA_STEPMAP] = ((uint64_t)len + 3) / 4 + xbytes;
+    *map_ready = k > nb;
+    if (*map_ready) {
+        size[RS__DELTA_STEPMAP] = map_direct(e, cb, len, k);
+        size[RS__DELTA_STEPS] = UINT64_MAX; /* larger, never taken */
+    } else {
+        uint64_t xbytes = 0;
+        size[RS__DELTA_STEPS] = steps_encode(e, cb, k, &xbytes);
+        size[RS__DELTA_STEPMAP] = nb + xbytes;
+    }
     rs__delta_kind_t best = RS__DELTA_LIST;
     for (int kind = RS__DELTA_BITMAP; kind < RS__DELTA_KINDS; kind++)
         if (size[kind] < size[best])
@@ -653,16 +897,16 @@ static void gather(unsigned char *vals, const uint16_t *pos, uint32_t k,
 }
 
 /* Writes chunk c's payload (its new bytes are at cb) and index entry. */
-static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
-                       const unsigned char *cb, uint32_t len)
+static void emit_payload(rs__delta_enc_t *e, uint64_t c,
+                         const unsigned char *cb, uint32_t len, uint32_t k)
 {
-    const uint32_t es = e->esize, k = e->nchanged;
-    e->nchanged = 0;
+    const uint32_t es = e->esize;
     if (e->limit == 0)
         return;
     uint64_t sizes[RS__DELTA_KINDS];
-    const rs__delta_kind_t kind = k == 0 ? RS__DELTA_SAME
-                                         : choose(e, cb, len, k, sizes);
+    int map_ready = 0;
+    const rs__delta_kind_t kind =
+        k == 0 ? RS__DELTA_SAME : choose(e, cb, len, k, sizes, &map_ready);
     const uint64_t size = k == 0 ? 0 : sizes[kind];
     if (e->payload + size > e->limit) {
         e->limit = 0; /* past it: from here on only the copy */
@@ -693,7 +937,10 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
         memcpy(p, e->ops, (size_t)size);
         break;
     case RS__DELTA_STEPMAP:
-        map_encode(e, p, len, sizes[RS__DELTA_STEPS]);
+        if (map_ready)
+            memcpy(p, e->ops, (size_t)size);
+        else
+            map_encode(e, p, len, sizes[RS__DELTA_STEPS]);
         break;
     }
     const uint64_t word = e->payload | (uint64_t)kind << RS__DE_KIND_SHIFT;
@@ -702,6 +949,18 @@ static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
     rs__put_le64(ent + 8, rs__delta_chunk_check(c, word, e->payload + size,
                                                 p, (size_t)size));
     e->payload += size;
+}
+
+/* Chunk c is copied: its payload and entry, then its scratch left for
+ * the next chunk (the change list empty, the bitmap of changes zeroed). */
+static void emit_chunk(rs__delta_enc_t *e, uint64_t c,
+                       const unsigned char *cb, uint32_t len)
+{
+    const uint32_t k = e->nchanged;
+    emit_payload(e, c, cb, len, k);
+    e->nchanged = 0;
+    if (k != 0)
+        memset(e->bits, 0, sizeof(*e->bits) * (len / 64 + 2));
 }
 
 void rs__delta_enc_copy(rs__delta_enc_t *e, const void *src, size_t nbytes)

@@ -599,6 +599,61 @@ static void test_steps_by_hand(void **state)
 }
 
 /* Flipping a byte of what a sub-range reader fetches: refused, untouched. */
+/* Where the steps can no longer win: a chunk of len elements with k
+ * changes takes at least k bytes of steps (plus the exceptions), its step
+ * map ceil(len / 4) (plus the same), so up to k = ceil(len / 4) the steps
+ * are measured (a tie goes to them), past it the map is built directly. */
+static void test_dense_boundary(void **state)
+{
+    (void)state;
+    rng = 11;
+    pair_t p;
+    size_t len;
+    uint64_t at[19];
+    int d[19];
+    for (int i = 0; i < 17; i++) {
+        at[i] = (uint64_t)i;
+        d[i] = 1;
+    }
+    /* E = 2, 64 elements, 0 to 15 +1: steps 16 op bytes of gap 0, map
+     * 16 bytes of codes (list 64, bitmap 40): a tie, the steps */
+    unsigned char *x = steps_delta(&p, 64, 2, 64, at, d, 16, &len);
+    assert_int_equal(x[80 + 6], RS__DELTA_STEPS);
+    assert_int_equal(len, 80 + 32 + 16);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(x[80 + 32 + i], 0x00);
+    apply_whole(&p, x, len, 1);
+    free(x);
+    free_pair(&p);
+    /* 0 to 16: steps 17, the map 16: the map (codes 1 for 0..16) */
+    x = steps_delta(&p, 64, 2, 64, at, d, 17, &len);
+    assert_int_equal(x[80 + 6], RS__DELTA_STEPMAP);
+    assert_int_equal(len, 80 + 32 + 16);
+    unsigned char want[16] = {0x55, 0x55, 0x55, 0x55, 0x01};
+    assert_memory_equal(x + 80 + 32, want, 16);
+    apply_whole(&p, x, len, 1);
+    free(x);
+    free_pair(&p);
+    /* and -1 at 40, +300 at 50 (escaped, in the second line): the map's
+     * 16 bytes, then the escape and element 50's new bytes */
+    at[17] = 40;
+    d[17] = -1;
+    at[18] = 50;
+    d[18] = 300;
+    x = steps_delta(&p, 64, 2, 64, at, d, 19, &len);
+    assert_int_equal(x[80 + 6], RS__DELTA_STEPMAP);
+    assert_int_equal(len, 80 + 32 + 19);
+    want[10] = 0x02; /* element 40: -1 */
+    want[12] = 0x30; /* element 50: an exception */
+    assert_memory_equal(x + 80 + 32, want, 16);
+    const unsigned char xs[] = {0x80, p.neu[100], p.neu[101]};
+    assert_memory_equal(x + 80 + 32 + 16, xs, 3);
+    apply_whole(&p, x, len, 1);
+    apply_sub(&p, x, 45, 60, 1);
+    free(x);
+    free_pair(&p);
+}
+
 static void test_sub_range_damage_refused(void **state)
 {
     (void)state;
@@ -741,6 +796,7 @@ int main(void)
         cmocka_unit_test(test_truncated_wrong_base_wrong_size),
         cmocka_unit_test(test_structure_refused),
         cmocka_unit_test(test_steps_by_hand),
+        cmocka_unit_test(test_dense_boundary),
         cmocka_unit_test(test_sub_range_damage_refused),
         cmocka_unit_test(test_encoder_refusals),
         cmocka_unit_test(test_limit),
