@@ -17,6 +17,16 @@
 #include "core/diag.h"
 #include "reshard/digest.h"
 
+#if defined(__GNUC__)
+#define NOINLINE __attribute__((noinline))
+/* p is opaque to the optimizer here: a loop storing through it stays a
+ * loop (not a library call) */
+#define OPAQUE(p) __asm__("" : "+r"(p))
+#else
+#define NOINLINE
+#define OPAQUE(p) ((void)0)
+#endif
+
 #define BLOCK ((size_t)64) /* bytes compared per step: a cache line */
 #define WORDS 8 /* 64-bit words in a line */
 
@@ -307,6 +317,15 @@ TGT_AVX2 static inline uint32_t append_few(uint16_t *list, uint32_t k,
     return k + n;
 }
 
+/* line when m is not 0, else sink, without a branch. */
+static inline unsigned char *sink_or(unsigned char *line, unsigned char *sink,
+                                     uint64_t m)
+{
+    const uintptr_t take = (uintptr_t)0 - (uintptr_t)(m != 0);
+    return (unsigned char *)(((uintptr_t)line & take) |
+                             ((uintptr_t)sink & ~take));
+}
+
 /* The AVX2 scan: as scan_copy_sse2, with each group's four lines held in
  * registers, their differences tested at once (one xor per half line and
  * one test), masks formed only for groups that changed, the changed lines
@@ -320,6 +339,7 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
     uint16_t *list = e->changed;
     unsigned char *old = old_at(e, at);
     uint32_t k = e->nchanged;
+    _Alignas(64) unsigned char sink[BLOCK];
     size_t i = 0;
     for (; i + GROUP * BLOCK <= nbytes; i += GROUP * BLOCK) {
         __m256i x[2 * GROUP], y[2 * GROUP], diff = _mm256_setzero_si256();
@@ -337,13 +357,20 @@ scan_avx2(rs__delta_enc_t *e, unsigned char *dst, const unsigned char *src,
         }
         if (_mm256_testz_si256(diff, diff))
             continue; /* four clean lines */
+        /* Whether a line changed is a coin toss at the rates measured (at
+         * 2 % of 2-byte elements, half the lines), so the lines of a group
+         * that changed are handled without a branch: the old bytes always
+         * go to the scratch (an unchanged line's equal the new ones, and
+         * its codes are masked off wherever the scratch is read), the new
+         * ones to the arena when the line changed and otherwise to a sink
+         * line in cache, chosen by a conditional move, so clean lines stay
+         * clean; a line with no change appends nothing and marks nothing. */
 #pragma GCC unroll 4
         for (size_t l = 0; l < GROUP; l++) {
             const uint64_t m = line_mask_avx2(x[2 * l], x[2 * l + 1],
                                               y[2 * l], y[2 * l + 1], eshift);
-            if (m == 0)
-                continue;
-            unsigned char *d = dst + i + l * BLOCK;
+            unsigned char *line = dst + i + l * BLOCK;
+            unsigned char *d = sink_or(line, sink, m);
             unsigned char *o = old + i + l * BLOCK;
             _mm256_storeu_si256((void *)o, y[2 * l]);
             _mm256_storeu_si256((void *)(o + 32), y[2 * l + 1]);
@@ -490,14 +517,24 @@ static inline uint32_t step_of(const unsigned char *old,
             rs__delta_load(old + (size_t)o * es, es)) & mask;
 }
 
-/* Whether a change is +1 or -1 is a coin toss no branch predictor
- * follows, so only the rarer exception is a branch: t = d + 1 is 2 for
- * +1 and 0 for -1 (1 cannot occur: d is not 0), and the op of those two
- * is arithmetic. */
+/* Whether a change is +1, -1 or an exception (one in ten) is a coin toss
+ * no branch predictor follows, so the op is arithmetic: t = d + 1 is 2 for
+ * +1 and 0 for -1 (1 cannot occur: d is not 0), above 2 for an
+ * exception. */
 static inline unsigned op_of(uint32_t d, uint32_t mask)
 {
+    /* by t, capped at 3: -1, (1 cannot occur), +1, an exception */
+    static const unsigned char ops[4] = {RS__DS_MINUS, RS__DS_EXC,
+                                         RS__DS_PLUS, RS__DS_EXC};
     const uint32_t t = (d + 1) & mask;
-    return t > 2 ? RS__DS_EXC : RS__DS_MINUS - (t >> 1);
+    return ops[t < 3 ? t : 3];
+}
+
+/* Whether a step d needs the escape (beyond a signed byte); only an
+ * exception's can: +1 and -1 give 128 and 126 here. */
+static inline int escaped(uint32_t d, uint32_t mask)
+{
+    return ((d + 127) & mask) > 254;
 }
 
 /* The chunk's steps encoding into e->ops (its k changes, new bytes at cb,
@@ -526,6 +563,9 @@ static inline uint64_t steps_encode_es(const rs__delta_enc_t *e,
         while (gap >= RS__DS_GAP * (RS__DS_GAP + 1)) {
             *q++ = (unsigned char)(RS__DS_SKIP << 6 | (RS__DS_GAP - 1));
             gap -= RS__DS_GAP * RS__DS_GAP;
+            /* kept a loop: as a library memset call it would make the
+             * walk keep its pointers on the stack */
+            OPAQUE(q);
         }
         const uint32_t t = gap / RS__DS_GAP; /* 0 .. 64 */
         *q = (unsigned char)(RS__DS_SKIP << 6 | ((t - 1) & (RS__DS_GAP - 1)));
@@ -541,7 +581,7 @@ static inline uint64_t steps_encode_es(const rs__delta_enc_t *e,
         const unsigned exc = op == RS__DS_EXC;
         q += 1 + exc;
         xbytes += exc;
-        if (exc && ((d + 127) & mask) > 254) {
+        if (escaped(d, mask)) {
             q[-1] = RS__DELTA_ESCAPE;
             memcpy(q, cb + (size_t)o * es, es);
             q += es;
@@ -553,9 +593,10 @@ static inline uint64_t steps_encode_es(const rs__delta_enc_t *e,
     return (uint64_t)(q - e->ops);
 }
 
-static uint64_t steps_encode(const rs__delta_enc_t *e,
-                             const unsigned char *cb, uint32_t k,
-                             uint64_t *xbytes_p)
+/* Not inlined: in its own frame the walk's locals stay in registers. */
+static NOINLINE uint64_t
+steps_encode(const rs__delta_enc_t *e, const unsigned char *cb, uint32_t k,
+             uint64_t *xbytes_p)
 {
     switch (e->esize) {
     case 1: return steps_encode_es(e, cb, k, xbytes_p, 1);
@@ -652,7 +693,7 @@ static inline uint64_t map_direct_es(const rs__delta_enc_t *e,
         const unsigned exc = op == RS__DS_EXC;
         x[0] = (unsigned char)d;
         x += exc;
-        if (exc && ((d + 127) & mask) > 254) {
+        if (escaped(d, mask)) {
             x[-1] = RS__DELTA_ESCAPE;
             memcpy(x, cb + (size_t)o * es, es);
             x += es;
@@ -689,7 +730,7 @@ static inline unsigned char *put_exceptions(unsigned char *x, uint64_t xm,
         const uint32_t d = step_of(old, cb, o, es, mask);
         x[0] = (unsigned char)d;
         x++;
-        if (((d + 127) & mask) > 254) {
+        if (escaped(d, mask)) {
             x[-1] = RS__DELTA_ESCAPE;
             memcpy(x, cb + (size_t)o * es, es);
             x += es;
