@@ -14,8 +14,9 @@
  * rs__f32_to_bf16 give. `stream` asks for non-temporal stores of whole
  * destination lines (any dst_ld: lines split between two visits of a row
  * are completed before they are stored; followed by a store fence), for
- * destinations larger than the caches; it may allocate a 128 KiB scratch
- * (without it, the stores stay in the cache).
+ * destinations larger than the caches; it allocates a 256 KiB buffer, and
+ * a 128 KiB scratch where destination rows start off cache lines
+ * (without them, the stores stay in the cache).
  * Returns 0, touching nothing, when the active
  * instruction-set level has no kernel for the pair (the caller takes its
  * general path), 1 when done. Buffers must not overlap. Cost: O(rows *

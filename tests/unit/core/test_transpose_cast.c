@@ -196,7 +196,8 @@ static void test_kernels(void **state)
 }
 
 /* Large enough for the streamed walk's passes (2216 columns: a pass of
- * 2048 and part of another, chunks of 128 and a ragged rest; 400 rows:
+ * 2048 in two chunks of 1024 and part of another, a narrower chunk of 160
+ * and a ragged rest of 8; 400 rows:
  * three or more bands of 64 or 128 rows and a ragged rest), with the
  * destination on a cache line, starting off one (rows before the first
  * whole run), and with rows off cache lines (each run's partial lines
