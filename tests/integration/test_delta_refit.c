@@ -18,7 +18,8 @@
  *   with no copy held; a run that fails after patching part of them
  *   (cancelled mid-delta, or failing verification) leaves them holding no
  *   version: the next pull reads them whole, byte-exact; so does a
- *   rebind (a new shadow, holding the bound bytes);
+ *   rebind (a new shadow, holding the bound bytes), and a group commit
+ *   that rolls back (the shadow holds the older bytes again);
  * - with shadow = 0 the bound parameters are never patched: only copies
  *   within the budget take deltas (0, the default: none, every read
  *   whole; unbounded: both; one shard's bytes: one, the same one every
@@ -58,6 +59,9 @@ static const char *MODEL = "delta"; /* each test its own model */
 static uint64_t rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
 static int rx_shadow = 1; /* receivers' shadow setting */
 static int rx_cast = 0;   /* 1: the param is f32, cast from staging */
+static const char *rx_group; /* a group commit of one rank, when set */
+static rs_install_cb rx_install; /* receivers' install callback */
+static void *rx_install_ctx;
 static int notices; /* receivers' notices, the last one's text: */
 static char notice_text[512];
 
@@ -204,6 +208,14 @@ static void rx_open(rx_t *x, rs_progress_cb progress, void *ctx)
     rp.progress = progress;
     rp.progress_ctx = ctx;
     rp.progress_chunk_bytes = progress != NULL ? 1 : 0; /* a read a chunk */
+    rp.install = rx_install;
+    rp.install_ctx = rx_install_ctx;
+    if (rx_group != NULL) {
+        rp.group = rx_group;
+        rp.group_size = 1;
+        rp.group_rank = 0;
+        rp.group_timeout_s = 10;
+    }
     ASSERT_ST(rs_receiver_create(&rp, x->cap, &d, &x->r), RS_OK, d);
     x->dest = calloc(N, es);
     assert_non_null(x->dest);
@@ -629,6 +641,43 @@ static void test_rebind(void **state)
     world_close(&o);
 }
 
+/* An install callback that fails while armed. */
+static rs_status_t failing_install(void *ctx, rs_exec_h exec)
+{
+    (void)exec;
+    return *(int *)ctx ? RS_ERR_IO : RS_OK;
+}
+
+/* A group commit that aborts puts the replaced bytes back into the bound
+ * parameter from the shadow, which then holds the version before the one
+ * its patched reads held: nothing patched in place holds a version after
+ * it, so the next pull reads whole (not a patch of the older bytes, which
+ * would fail verification and be read again, delta_retried). */
+static void test_rollback(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_diag_t d;
+    rs_pull_result_t res;
+    int armed = 0;
+    rx_group = "rollback";
+    rx_install = failing_install;
+    rx_install_ctx = &armed;
+    world_at_1(&o, "rollback");
+    rx_group = NULL;
+    rx_install = NULL;
+    rx_install_ctx = NULL;
+    publish(o.p, o.w, 2);
+    armed = 1; /* version 2 is patched in place, installed, then undone */
+    const rs_status_t st = rs_receiver_pull(o.x.r, 2, &d, &res);
+    if (st == RS_OK)
+        fail_msg("the apply of version 2 did not fail");
+    assert_version(o.x.dest, 1); /* rolled back */
+    armed = 0;
+    whole_then_deltas(&o, 3);
+    world_close(&o);
+}
+
 /* ---- the delta budget ------------------------------------------------- */
 
 /* The stage record of the receiver's last run, parsed. */
@@ -899,6 +948,7 @@ int main(void)
         cmocka_unit_test(test_killed),
         cmocka_unit_test(test_cancelled),
         cmocka_unit_test(test_rebind),
+        cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_live_refused),
         cmocka_unit_test(test_staged_budget),
