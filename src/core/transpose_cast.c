@@ -144,9 +144,21 @@ static void run_streamed(const tc_job_t *j, rs__tcast_stream_fn stream,
     }
 }
 
+#if RS__TR_X86
+/* What the BF16 conversion's kernel needs beside AVX-512 F and BW. */
+static int has_bf16(void)
+{
+    return __builtin_cpu_supports("avx512bf16") &&
+           __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq");
+}
+#endif
+
 static const rs__tcast_ops_t *ops_for(rs__simd_t level)
 {
 #if RS__TR_X86
+    if (level >= RS__SIMD_AVX512 && has_bf16())
+        return &rs__tcast_ops_avx512bf16;
     if (level >= RS__SIMD_AVX2)
         return &rs__tcast_ops_avx2;
 #else

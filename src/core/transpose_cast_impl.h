@@ -43,6 +43,9 @@ typedef struct rs__tcast_ops {
 
 #if RS__TR_X86
 extern const rs__tcast_ops_t rs__tcast_ops_avx2;
+/* AVX2's, with f32 -> bf16 rounded by AVX-512 BF16's conversion: for
+ * the AVX-512 level on CPUs that also have BF16, VL and DQ. */
+extern const rs__tcast_ops_t rs__tcast_ops_avx512bf16;
 #endif
 
 #endif

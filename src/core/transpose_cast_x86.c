@@ -204,4 +204,42 @@ const rs__tcast_ops_t rs__tcast_ops_avx2 = {bf16_f32_block, f32_bf16_block,
                                            stream_rows,
                                            &rs__transpose_ops_avx2};
 
+#define TGT_BF16                                                              \
+    __attribute__((target("avx2,avx512f,avx512vl,avx512dq,avx512bf16")))
+
+/* 8 source rows x 16 f32 columns to 16 destination rows of 8 bf16, the
+ * rounding done by the CPU's own conversion (vcvtne2ps2bf16: to nearest
+ * even, NaNs kept quiet with their top bits, as rs__f32_to_bf16), two
+ * halves of a row into one register in column order; then the transpose
+ * bf16_f32_block uses, and the rows stored as 16-byte halves. The
+ * conversion reads subnormal inputs as zero, which rs__f32_to_bf16 does
+ * not: a block that holds one (fpclass, one compare per half row; rare in
+ * weights) is done again by the AVX2 block, which rounds them exactly. */
+TGT_BF16 static void f32_bf16_block_bf16(unsigned char *d, size_t dld,
+                                         const unsigned char *s, size_t sld)
+{
+    __mmask8 sub = 0;
+    __m256i x[8];
+    for (size_t i = 0; i < 8; i++) {
+        const __m256 a = _mm256_loadu_ps((const float *)(const void *)(s + i * sld));
+        const __m256 b =
+            _mm256_loadu_ps((const float *)(const void *)(s + i * sld + 32));
+        sub |= (__mmask8)(_mm256_fpclass_ps_mask(a, 0x20) |
+                          _mm256_fpclass_ps_mask(b, 0x20));
+        x[i] = (__m256i)_mm256_cvtne2ps_pbh(b, a);
+    }
+    if (sub != 0) {
+        f32_bf16_block(d, dld, s, sld);
+        return;
+    }
+    inlane8x8_16(x);
+    for (size_t k = 0; k < 8; k++) {
+        ST_128(d + k * dld, _mm256_castsi256_si128(x[k]));
+        ST_128(d + (8 + k) * dld, _mm256_extracti128_si256(x[k], 1));
+    }
+}
+
+const rs__tcast_ops_t rs__tcast_ops_avx512bf16 = {
+    bf16_f32_block, f32_bf16_block_bf16, stream_rows, &rs__transpose_ops_avx2};
+
 #endif
