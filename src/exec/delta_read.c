@@ -76,6 +76,10 @@ typedef struct state {
     rs__delta_span_t *spans;
     size_t nspan;
     uint64_t epoch;
+    /* The executor's staging when it keeps each staged read in its place
+     * from run to run (rs__delta_reads_staging), and its generation. */
+    rs__delta_span_t staging;
+    uint64_t staging_gen;
 } state_t;
 
 static state_t *st_of(rs_transport_h t)
@@ -140,6 +144,14 @@ static unsigned char *copy_alloc(state_t *s, uint64_t n)
     return m;
 }
 
+/* 1 when [a, a + n) lies wholly inside span sp. */
+static int within(const rs__delta_span_t *sp, uintptr_t a, uint64_t n)
+{
+    const uintptr_t base = (uintptr_t)sp->base;
+    return sp->base != NULL && a >= base && a - base < sp->nbytes &&
+           n <= sp->nbytes - (a - base);
+}
+
 /* 1 when the read lands wholly inside memory patched in place. */
 static int lands_in_place(const state_t *s, const rs_read_t *rd)
 {
@@ -147,6 +159,8 @@ static int lands_in_place(const state_t *s, const rs_read_t *rd)
     size_t lo = 0, hi = s->nspan;
     if (rd->dst == NULL || rd->nbytes == 0)
         return 0;
+    if (within(&s->staging, a, rd->nbytes))
+        return 1;
     while (lo < hi) { /* the first span starting past a */
         size_t mid = lo + (hi - lo) / 2;
         if ((uintptr_t)s->spans[mid].base <= a)
@@ -154,11 +168,7 @@ static int lands_in_place(const state_t *s, const rs_read_t *rd)
         else
             hi = mid;
     }
-    if (lo == 0)
-        return 0;
-    const rs__delta_span_t *sp = &s->spans[lo - 1];
-    uintptr_t off = a - (uintptr_t)sp->base;
-    return off < sp->nbytes && rd->nbytes <= sp->nbytes - off;
+    return lo > 0 && within(&s->spans[lo - 1], a, rd->nbytes);
 }
 
 /* The held copy of a read, made (holding nothing) when new: the read's
@@ -832,6 +842,14 @@ static int by_base(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Nothing patched in place holds a version any more. */
+static void drop_in_place(state_t *s)
+{
+    for (size_t i = 0; i < s->tab_cap; i++)
+        if (s->tab[i] != NULL && s->tab[i]->dst != NULL)
+            s->tab[i]->held = s->tab[i]->now = -1;
+}
+
 rs_status_t rs__delta_reads_in_place(rs_transport_h t,
                                      const rs__delta_span_t *spans, size_t n,
                                      uint64_t epoch, rs_diag_t *diag)
@@ -847,9 +865,17 @@ rs_status_t rs__delta_reads_in_place(rs_transport_h t,
     s->spans = v;
     s->nspan = n;
     if (epoch != s->epoch) /* written by others since: holds no version */
-        for (size_t i = 0; i < s->tab_cap; i++)
-            if (s->tab[i] != NULL && s->tab[i]->dst != NULL)
-                s->tab[i]->held = s->tab[i]->now = -1;
+        drop_in_place(s);
     s->epoch = epoch;
     return RS_OK;
+}
+
+void rs__delta_reads_staging(rs_transport_h t, unsigned char *base,
+                             uint64_t nbytes, uint64_t gen)
+{
+    state_t *s = st_of(t);
+    if (gen != s->staging_gen) /* new staging: it holds nothing yet */
+        drop_in_place(s);
+    s->staging_gen = gen;
+    s->staging = (rs__delta_span_t){nbytes > 0 ? base : NULL, nbytes};
 }

@@ -103,6 +103,16 @@ rs_status_t rs__delta_reads_in_place(rs_transport_h t,
                                      const rs__delta_span_t *spans, size_t n,
                                      uint64_t epoch, rs_diag_t *diag);
 
+/* Before a run, from the executor: its staging (base, nbytes; NULL, 0
+ * when it does not keep each staged read in its place from one run to
+ * the next, as when the staging budget takes more than one round), so
+ * that staged reads landing wholly in it are patched in place as in the
+ * spans above: nothing writes a staged read's bytes but that read, and
+ * replays, casts and quantization only read them. A new `gen` (staging
+ * allocated again) says it holds no version. */
+void rs__delta_reads_staging(rs_transport_h t, unsigned char *base,
+                             uint64_t nbytes, uint64_t gen);
+
 /* ---- the copies kept (delta_keep.c) ---- */
 
 /* The piece of `rd` from byte `off` on: up to the end of the published

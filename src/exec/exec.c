@@ -11,6 +11,7 @@
 #include "core/params.h"
 #include "core/diag.h"
 #include "core/memory.h"
+#include "exec/delta_read.h"
 #include "exec/exec_impl.h"
 #include "core/pool.h"
 #include "core/convert.h"
@@ -391,6 +392,18 @@ static rs_status_t run_serial(rs_exec_h x, rs_diag_t *diag)
     return RS_OK;
 }
 
+/* Delta reads (delta_read.h) patch staged reads in place when the staging
+ * keeps each of them where it was from one run to the next: in one round
+ * (several rounds share the buffer between boxes). */
+static void staging_to_deltas(rs_exec_h x)
+{
+    if (!rs__delta_reads_is(x->t))
+        return;
+    const int kept = !x->bounded && x->staging != NULL;
+    rs__delta_reads_staging(x->t, kept ? x->staging : NULL,
+                            kept ? x->staging_len : 0, x->staging_gen);
+}
+
 rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
 {
     rs_status_t st;
@@ -413,6 +426,7 @@ rs_status_t rs_exec_run_staged(rs_exec_h x, rs_diag_t *diag)
         return st;
     if (!x->prepared && (st = rs__exec_prepare(x, diag)) != RS_OK)
         return fail(x, st, "prepare");
+    staging_to_deltas(x);
     x->stats.bytes = x->plan_bytes;
     x->stats.descriptors = x->nreads;
     if (x->params.verify_digests &&

@@ -126,6 +126,7 @@ struct rs_exec {
     unsigned char **cv_staging;  /* per convert, inside `staging` */
     unsigned char *staging;      /* every staging buffer: whole pages */
     size_t staging_len;
+    uint64_t staging_gen;        /* its allocation's number (prepare.c) */
     rs__staging_layout_t layout; /* the boxes' rounds and offsets */
     int bounded;                 /* more than one round: the run reads,
                                   * replays and verifies round by round

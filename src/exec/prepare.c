@@ -168,6 +168,15 @@ rs_status_t rs__exec_replay_program(rs_exec_h x, const rs_staged_read_t *fp,
  * so the block is as large as the largest round. Reads land on page
  * boundaries, and one mapping per plan instead of one per buffer. Refused
  * before allocating when the block does not fit the memory there is. */
+/* A number per staging allocation, never reused in the process: delta
+ * reads patched in a staging (delta_read.h) tell it from a new one that
+ * happens to get the same address. */
+static uint64_t next_staging_gen(void)
+{
+    static uint64_t gen;
+    return __atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED);
+}
+
 static rs_status_t alloc_staging(rs_exec_h x, rs_diag_t *diag)
 {
     rs__staging_layout_t *l = &x->layout;
@@ -186,6 +195,7 @@ static rs_status_t alloc_staging(rs_exec_h x, rs_diag_t *diag)
         (x->staging = rs__pages_alloc((size_t)l->need.bytes)) == NULL)
         return OOM(diag);
     x->staging_len = (size_t)l->need.bytes;
+    x->staging_gen = next_staging_gen();
     x->bounded = l->need.rounds > 1;
     for (size_t k = 0; k < l->nfp; k++)
         x->fp_staging[k] = x->staging + l->at[k];

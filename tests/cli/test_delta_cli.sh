@@ -10,11 +10,13 @@
 # FP8 codes and scales served as deltas too); --delta-keep 0 serves none.
 # Deltas are on by default (the bf16 pull gives no flag), patched in place
 # in the shadows with no copy held; --no-delta reads every version whole.
-# The FP8 rank's reads that land in staging (coalesced boxes) keep copies
-# only within --delta-budget: none by default, all with 'unbounded', and
-# with half of those copies' bytes about half, the reads that gain most per
-# byte: fewer runs by delta, more bytes whole, the copies within the
-# budget. The stage record's `delta` object gives the same figures as the
+# The FP8 rank's reads that land in staging (coalesced boxes) are patched
+# in place there when the staging is one round (the default budget here),
+# kept from one pull to the next; with staging in rounds (the boxes share
+# the buffer) they keep copies only within --delta-budget: none by
+# default, all with 'unbounded', and with half of those copies' bytes
+# about half, the reads that gain most per byte: fewer runs by delta, more
+# bytes whole, the copies within the budget. The stage record's `delta` object gives the same figures as the
 # pull's. Bad flag combinations are refused naming the flag.
 # usage: bash test_delta_cli.sh <reshard-binary> <source-dir>
 set -u
@@ -115,22 +117,39 @@ expect_deltas bf16
 
 pub fp8 "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
     --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
-pull fp8 "$FP8" --delta --delta-budget unbounded
+# staging in rounds (7 of 64 KiB): boxes share the buffer, so their reads
+# take deltas only through copies
+pull fp8 "$FP8" --delta --delta-budget unbounded --staging-budget 65536
 expect_rc "fp8: pull --delta of versions 5..7" 0
 expect_deltas fp8
 read -r _ runs_all _ wire_all _ _ _ held_all _ < <(figures fp8 | sed -n 3p)
 [ "$held_all" -gt 0 ] && ok "fp8: $held_all bytes of staged reads held" ||
     bad "fp8: no copies held: $(figures fp8)"
-# the default budget: staged reads whole, in-place ones by delta
+# the default budget, staging in rounds: staged reads whole, the reads
+# into the shadows by delta in place
 pub fp8d "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
     --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
-pull fp8d "$FP8"
-expect_rc "fp8: pull of versions 5..7, default budget" 0
+pull fp8d "$FP8" --staging-budget 65536
+expect_rc "fp8: pull of versions 5..7, default budget, staging in rounds" 0
 read -r v runs _ wire full checked _ held in_place < <(figures fp8d | sed -n 3p)
 [ "$checked" = 1 ] && [ "$held" = 0 ] && [ "$runs" -lt "$runs_all" ] &&
     [ "$wire" -gt "$wire_all" ] && [ "$wire" -lt "$full" ] &&
-    ok "fp8, default budget: no copies, $runs runs by delta in place ($in_place bytes), $wire bytes of $full (unbounded: $wire_all)" ||
-    bad "fp8, default budget: held $held, runs $runs of $runs_all, wire $wire of $full (unbounded $wire_all), checked $checked"
+    ok "fp8, default budget, staging in rounds: no copies, $runs runs by delta in place ($in_place bytes), $wire bytes of $full (unbounded: $wire_all)" ||
+    bad "fp8, default budget, staging in rounds: held $held, runs $runs of $runs_all, wire $wire of $full (unbounded $wire_all), checked $checked"
+in_place_rounds=$in_place
+# the default budget and staging (one round, kept from one pull to the
+# next): the staged reads are patched in place too, no copy held, every
+# piece by delta as with unbounded copies
+pub fp8s "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
+    --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
+pull fp8s "$FP8"
+expect_rc "fp8: pull of versions 5..7, defaults" 0
+expect_deltas fp8s
+read -r v runs _ wire full checked _ held in_place < <(figures fp8s | sed -n 3p)
+[ "$checked" = 1 ] && [ "$held" = 0 ] && [ "$runs" = "$runs_all" ] &&
+    [ "$wire" = "$wire_all" ] && [ "$in_place" -gt "$in_place_rounds" ] &&
+    ok "fp8, defaults: staged reads in place, $runs runs by delta, $in_place bytes in place, $wire bytes of $full" ||
+    bad "fp8, defaults: held $held, runs $runs of $runs_all, wire $wire of $full (copies: $wire_all), in place $in_place (in rounds $in_place_rounds), checked $checked"
 pub keep0 "$TINY" megatron:tp=2 --staging arena --delta-keep 0
 pull keep0 "$TINY"
 expect_rc "delta-keep 0: pull --delta of versions 5..7" 0
@@ -149,7 +168,7 @@ expect_rc "pull --no-delta of versions 5..7" 0
 half=$(( held_all / 2 ))
 pub half "$FP8" fsdp:2 --quantize '*proj.weight=fp8_block:16x16:f8e4m3' \
     --quantize '*_mqa.weight=fp8_block:16x16:f8e4m3'
-pull half "$FP8" --delta-budget "$half"
+pull half "$FP8" --delta-budget "$half" --staging-budget 65536
 expect_rc "pull --delta-budget $half of versions 5..7" 0
 read -r v runs _ wire full checked _ held _ < <(figures half | sed -n 3p)
 [ "$checked" = 1 ] && [ "$held" -le "$half" ] && [ "$held" -gt 0 ] &&

@@ -6,10 +6,11 @@ every pulled version must equal torch's own tensors of that version, byte
 for byte, and the warm versions must have moved a small share of the
 bytes, patched in place in the receiver's shadows with no copy held.
 delta_keep=0 serves no deltas: the same receiver reads whole. Reads cast
-into staging (an f32 parameter) keep copies only within delta_budget: one
-half's bytes hold one (read by delta, the other whole), the default (0)
-none; delta=False reads whole; the stage record's `delta` says what the
-pull read."""
+from the executor's staging (an f32 parameter) are patched in place there
+when the staging is one round; with staging in rounds they keep copies
+only within delta_budget: one half's bytes hold one (read by delta, the
+other whole), the default (0) none; delta=False reads whole; the stage
+record's `delta` says what the pull read."""
 import json
 
 import pytest
@@ -62,19 +63,32 @@ class Trainers(TrainerRanks):
             a.copy_(w[r * half:(r + 1) * half])
 
 
-def _cast_capture():
-    """CAPTURE with an f32 parameter: its reads land in staging and are
-    cast from there (no shadow to patch in place)."""
+def _cast_capture(halves=False):
+    """CAPTURE with an f32 parameter: its reads land in the executor's
+    staging and are cast from there. halves: one copy per row half (two
+    staged boxes of 512 KiB, which a staging budget of one box puts in
+    two rounds)."""
     cap = json.loads(json.dumps(CAPTURE))
     cap["params"]["q"]["dtype"] = "f32"
     cap["copies"][0]["dest_dtype"] = "f32"
+    if halves:
+        half = ROWS // 2
+        cap["copies"] = [
+            {"src": "w", "ops": [["narrow", 0, h * half, half]], "param": "q",
+             "dest_offset": h * half * COLS, "dest_shape": [half, COLS],
+             "dest_stride": [COLS, 1], "dest_dtype": "f32"}
+            for h in range(2)]
     return cap
 
 
-def _pull_versions(directory, delta_keep, versions, cast=False, **receiver):
+ONE_BOX = 600 * 1024  # staging budget: one half's box, not both
+
+
+def _pull_versions(directory, delta_keep, versions, cast=False,
+                   halves=False, **receiver):
     dtype = torch.float32 if cast else torch.bfloat16
     params = {"q": torch.zeros(ROWS, COLS, dtype=dtype)}
-    capture = _cast_capture() if cast else CAPTURE
+    capture = _cast_capture(halves) if cast else CAPTURE
     results = []
     with Trainers(directory, delta_keep) as t, \
             reshard.Receiver(directory, "m", json.dumps(capture), params,
@@ -121,10 +135,25 @@ def test_warm_versions_read_deltas(file_dir):
         assert d["in_place_bytes"] == full and d["held_bytes"] == 0, d
 
 
+@pytest.mark.parametrize("budget", [None, ROWS * COLS])
+def test_staged_reads_in_place(file_dir, budget):
+    # cast reads, staging in one round (kept from one pull to the next):
+    # patched in place in the staging, no copy held, whatever the budget
+    full = ROWS * COLS * 2
+    _, second = _pull_versions(file_dir, None, (1, 2), cast=True,
+                               delta_budget=budget)
+    d = second.delta
+    assert d["runs"] == 2 and d["full_bytes"] == full, d
+    assert d["in_place_bytes"] == full and d["held_bytes"] == 0, d
+    assert d["bytes"] + d["whole_bytes"] < full // 10, d
+
+
 def test_budget_keeps_half(file_dir):
     half = ROWS // 2 * COLS * 2
-    # cast reads: one half's bytes hold one copy: that half by delta
+    # cast reads, staging in rounds (two halves' boxes sharing the
+    # buffer): one half's bytes hold one copy: that half by delta
     first, second = _pull_versions(file_dir, None, (1, 2), cast=True,
+                                   halves=True, staging_budget=ONE_BOX,
                                    delta_budget=half)
     assert first.delta["held_bytes"] == half
     d = second.delta
@@ -135,8 +164,10 @@ def test_budget_keeps_half(file_dir):
 
 
 def test_default_budget_keeps_no_copy(file_dir):
-    # cast reads under the default budget (0): read whole, nothing held
-    _, second = _pull_versions(file_dir, None, (1, 2), cast=True)
+    # cast reads, staging in rounds, the default budget (0): read whole,
+    # nothing held
+    _, second = _pull_versions(file_dir, None, (1, 2), cast=True,
+                               halves=True, staging_budget=ONE_BOX)
     d = second.delta
     assert d["runs"] == 0 and d["held_bytes"] == 0, d
     assert d["whole_bytes"] == ROWS * COLS * 2, d
