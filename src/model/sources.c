@@ -47,8 +47,6 @@ void rs_sources_destroy(rs_sources_h s)
     rs__strmap_free(&s->session_index);
     rs__strmap_free(&s->table_index);
     rs__arena_free(&s->arena);
-    if (s->plan_memo_free != NULL)
-        s->plan_memo_free(s->plan_memo);
     pthread_mutex_destroy(&s->grid_lock);
     free(s);
 }
@@ -252,8 +250,6 @@ rs_status_t rs_sources_add_shard(rs_sources_h s, const rs_shard_desc_t *d,
         (d->ndim > 0 && (d->full_shape == NULL || d->offset == NULL ||
                          d->shape == NULL)))
         return rs__diag_set(diag, RS_ERR_INVALID_ARG, "NULL argument");
-    s->gen++; /* what plans kept of the tensors is stale, even if this
-               * add fails half way (a tensor made, its shard not) */
     if ((st = rs__sources_check_shard(d, diag, &sh.numel)) != RS_OK ||
         (st = tensor_for(s, d, diag, &t)) != RS_OK)
         return st;
@@ -433,7 +429,6 @@ void rs__sources_rollback(rs_sources_h s, rs__sources_mark_t *mark)
         t->sole_whole = rs__sources_sole_whole(t);
     }
     s->undo_len = 0;
-    s->gen++;
     s->tensors_len = mark->tensors;
     s->tables_len = mark->tables;
     s->sessions_len = mark->sessions;

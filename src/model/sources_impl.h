@@ -83,14 +83,6 @@ struct rs_sources {
     uint64_t undo_gen, undo_next;
     size_t undo_tensors;
     RS_VEC(rs__source_undo_t, undo);
-    /* Answers the planner keeps across plans of these sources
-     * (plan/quant_memo.c), opaque here: made by a plan under grid_lock,
-     * freed with the sources by plan_memo_free. `gen` counts the changes
-     * of the shards (every add, every rollback): an answer kept at
-     * another count is stale, and the memo drops it. */
-    void *plan_memo;
-    void (*plan_memo_free)(void *memo);
-    uint64_t gen;
 };
 
 /* Loaders use these to make a whole file all-or-nothing. */

@@ -17,7 +17,6 @@
 #include "core/diag.h"
 #include "geom/box.h"
 #include "plan/plan_quant.h"
-#include "plan/quant_memo.h"
 #include "model/sources_impl.h"
 
 #define OOM(diag) rs__diag_set((diag), RS_ERR_NO_MEMORY, "out of memory")
@@ -528,24 +527,41 @@ static void refuse_block(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     refuse(qx, pq, c, "%s", d.msg);
 }
 
-/* "<src>#<spec>" and its scales as published (NULL: not). */
-static void find_served(rs_sources_h srcs, rs__planned_quant_t *pq)
+/* Checks one quantized copy and chooses its path. */
+static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                    rs_capture_h cap, rs_sources_h srcs,
+                    const rs_plan_params_t *params, const rs_copy_desc_t *c,
+                    const rs_quant_desc_t *q)
 {
-    pq->served_q = after_or_find(srcs, pq->source, pq->qname, pq->qhash);
-    pq->served_s = after_or_find(srcs, pq->served_q, pq->sname, pq->shash);
-}
-
-/* The copy's path by the publisher check and the two paths' costs. */
-static void decide(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
-                   const rs_plan_params_t *params, const rs_copy_desc_t *c,
-                   const int64_t *vlo, const int64_t *vhi,
-                   rs__quant_tensors_t *qt)
-{
-    const char *qname = pq->qname;
-    if (rs__quant_publisher_serves(qt, pq, c->src, qname, pq->sname, vlo, vhi,
+    /* not cleared (set for the view's dims before they are read): per
+     * copy, a cleared pair is a string store slower than the rest */
+    int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
+    const char *qname = pq->qname, *sname = pq->sname;
+    /* pq->source: found while its batch was readied (ready_step) */
+    pq->served_q = after_or_find(srcs, pq->source, qname, pq->qhash);
+    pq->served_s = after_or_find(srcs, pq->served_q, sname, pq->shash);
+    rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src,
+                              pq->source, 1, SIZE_MAX, SIZE_MAX};
+    pq->src_dtype = RS_DTYPE_INVALID;
+    if (!source_shape(cap, &qt, cap->copies[pq->copy].src_id, pq))
+        return refuse(qx, pq, c, "'%s' is not published by any shard table, nor "
+                      "is '%s'", c->src, qname);
+    if (pq->src_dtype != RS_DTYPE_INVALID && !quantizable(pq->src_dtype))
+        return refuse(qx, pq, c, "source '%s' is %s; only bf16, f16 and f32 "
+                      "sources are quantized", c->src,
+                      rs_dtype_name(pq->src_dtype));
+    if (!geometry_known(qx, pq, cap, q, vlo, vhi)) {
+        if (rs_quant_block_shape(q, pq->ndim, pq->shape, NULL, pq->block) !=
+            RS_OK)
+            return refuse_block(qx, pq, c, q);
+        check_geometry(qx, pq, cap, c, q, vlo, vhi);
+        if (pq->refused != NULL)
+            return;
+    }
+    if (rs__quant_publisher_serves(&qt, pq, c->src, qname, sname, vlo, vhi,
                                    qx->why, sizeof(qx->why))) {
         double pub, recv;
-        rs__quant_path_costs(qt, params, pq, vlo, vhi, &pub, &recv);
+        rs__quant_path_costs(&qt, params, pq, vlo, vhi, &pub, &recv);
         if (recv < pub) {
             pq->path = RS_QUANT_PATH_RECEIVER;
             snprintf(qx->why, sizeof(qx->why), "'%s' is served, but reading "
@@ -567,111 +583,6 @@ static void decide(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
         return;
     }
     pq->why = keep_why(qx);
-}
-
-/* Whether the copy's answer is kept with the sources for other plans: its
- * source is published and its dtype known (so that the answer is never a
- * refusal, whose reason names the copy), and several shards publish it,
- * split or replicated: the tensors other ranks read the same views of,
- * and whose checks read many shards. A tensor one shard publishes (a MoE
- * rank's own experts) is checked in a few reads, once a plan. */
-static int memo_worthy(const rs__planned_quant_t *pq)
-{
-    return pq->source != NULL && pq->src_dtype != RS_DTYPE_INVALID &&
-           pq->source->shards_len > 1;
-}
-
-static uint32_t index_of(rs_sources_h srcs, const rs__source_tensor_t *t)
-{
-    return t == NULL ? UINT32_MAX : (uint32_t)(t - srcs->tensors);
-}
-
-/* The answer another plan of the same sources kept. */
-static void take(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
-                 rs_sources_h srcs, const rs__quant_answer_t *a)
-{
-    pq->served_q = a->q == UINT32_MAX ? NULL : &srcs->tensors[a->q];
-    pq->served_s = a->s == UINT32_MAX ? NULL : &srcs->tensors[a->s];
-    pq->path = a->path;
-    pq->served = a->served;
-    if (a->why != NULL) {
-        pq->why = rs__arena_strdup(&qx->work->arena, a->why);
-        qx->oom |= pq->why == NULL;
-    }
-}
-
-/* Chooses the path of a copy that passed its checks: the sources' memo's
- * answer when a plan of them kept one for the same key
- * (plan/quant_memo.h), else decided here, and kept when worth it. */
-static void choose_path(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
-                        rs_sources_h srcs, const rs_plan_params_t *params,
-                        const rs_copy_desc_t *c, const rs_quant_desc_t *q,
-                        const int64_t *vlo, const int64_t *vhi,
-                        rs__quant_tensors_t *qt)
-{
-    rs__quant_memo_key_t key;
-    rs__quant_answer_t a;
-    int keep = memo_worthy(pq);
-    if (keep) {
-        rs__quant_memo_key(&key, index_of(srcs, pq->source), q, pq->ndim,
-                           pq->shape, pq->src_dtype, pq->block, vlo, vhi,
-                           params);
-        if (rs__quant_memo_get(srcs, &key, &a)) {
-            take(qx, pq, srcs, &a);
-            return;
-        }
-    }
-    if (pq->source != NULL) { /* else found before the checks */
-        find_served(srcs, pq);
-        qt->q = pq->served_q;
-        qt->s = pq->served_s;
-    }
-    decide(qx, pq, params, c, vlo, vhi, qt);
-    if (!keep || pq->refused != NULL || qx->oom)
-        return;
-    a.path = pq->path;
-    a.served = pq->served;
-    a.why = pq->served ? NULL : pq->why;
-    a.q = index_of(srcs, pq->served_q);
-    a.s = index_of(srcs, pq->served_s);
-    rs__quant_memo_put(srcs, &key, &a);
-}
-
-/* Checks one quantized copy and chooses its path. */
-static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
-                    rs_capture_h cap, rs_sources_h srcs,
-                    const rs_plan_params_t *params, const rs_copy_desc_t *c,
-                    const rs_quant_desc_t *q)
-{
-    /* not cleared (set for the view's dims before they are read): per
-     * copy, a cleared pair is a string store slower than the rest */
-    int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
-    /* pq->source: found while its batch was readied (ready_step). The
-     * FP8 tensor and its scales are looked for once the checks pass (the
-     * memo may know them), or now when the source is not published: its
-     * shape is then the FP8 tensor's. */
-    pq->served_q = pq->served_s = NULL;
-    if (pq->source == NULL)
-        find_served(srcs, pq);
-    rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src,
-                              pq->source, 1, SIZE_MAX, SIZE_MAX};
-    pq->src_dtype = RS_DTYPE_INVALID;
-    if (!source_shape(cap, &qt, cap->copies[pq->copy].src_id, pq))
-        return refuse(qx, pq, c, "'%s' is not published by any shard table, nor "
-                      "is '%s'", c->src, pq->qname);
-    if (pq->src_dtype != RS_DTYPE_INVALID && !quantizable(pq->src_dtype))
-        return refuse(qx, pq, c, "source '%s' is %s; only bf16, f16 and f32 "
-                      "sources are quantized", c->src,
-                      rs_dtype_name(pq->src_dtype));
-    if (!geometry_known(qx, pq, cap, q, vlo, vhi)) {
-        if (rs_quant_block_shape(q, pq->ndim, pq->shape, NULL, pq->block) !=
-            RS_OK)
-            return refuse_block(qx, pq, c, q);
-        check_geometry(qx, pq, cap, c, q, vlo, vhi);
-        if (pq->refused != NULL)
-            return;
-    }
-    choose_path(qx, pq, srcs, params, c, q, vlo, vhi, &qt);
 }
 
 /* The scale copy: the geometry of the last one made for the same view
