@@ -596,18 +596,21 @@ static void halt_after_first(void *ctx, const rs_progress_t *pr)
     }
 }
 
-static void test_cancelled(void **state)
+/* cast: the param is f32, its reads patched in place in the executor's
+ * staging rather than in the shadow. */
+static void cancelled_case(const char *model, int cast)
 {
-    (void)state;
     world_t o;
     halt_t h = {NULL, 0, 0};
     rs_pull_result_t res;
     rs_diag_t d;
-    MODEL = "cancelled";
+    MODEL = model;
     o.w = malloc(N * 2);
     assert_non_null(o.w);
     o.p = open_publisher(2, o.w);
+    rx_cast = cast;
     rx_open(&o.x, halt_after_first, &h);
+    rx_cast = 0;
     h.r = o.x.r;
     publish(o.p, o.w, 1);
     pull_exact(&o.x, 1, &res);
@@ -617,12 +620,23 @@ static void test_cancelled(void **state)
     if (st == RS_OK)
         fail_msg("pull of version 2 was not cancelled");
     assert_true(h.fired);
-    assert_version(o.x.dest, 1); /* the bound parameter kept its bytes */
+    /* the bound parameter kept its bytes */
+    if (cast)
+        assert_version_f32((const uint32_t *)(void *)o.x.dest, 1);
+    else
+        assert_version(o.x.dest, 1);
     rs_receiver_cancel_clear(o.x.r);
     h.armed = 0;
-    /* a shadow patched halfway holds no version: read whole */
+    /* a shadow or staging patched halfway holds no version: read whole */
     whole_then_deltas(&o, 3);
     world_close(&o);
+}
+
+static void test_cancelled(void **state)
+{
+    (void)state;
+    cancelled_case("cancelled", 0);
+    cancelled_case("cancelled-cast", 1);
 }
 
 /* A rebind gives the parameter a new shadow holding the bound bytes (here
