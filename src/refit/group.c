@@ -305,13 +305,19 @@ rs_status_t rs__group_apply(const rs__group_t *g, rs_dir_h dir,
     if (st == RS_OK)
         return settle(&c, io, diag);
     io->undo(io->ctx);
+    /* a caller's install callback may fail without a word in diag (or
+     * with an earlier failure's still there): the status is its return */
+    if (diag->status != st)
+        rs__diag_set(diag, st, "the install callback failed (%s)",
+                     rs_status_str(st));
     char note[RS_DIR_GROUP_NOTE_MAX];
     rs_dir_group_info_t info;
     snprintf(note, sizeof(note), "rank %lld ('%.128s') could not install: "
              "%.200s", (long long)g->rank, g->holder, diag->msg);
     rs_dir_group_mark(dir, model, version, g->name, g->size, g->rank,
                       c.attempt, RS_GROUP_FAILED, note, NULL, &info);
-    return rs__diag_prefix(diag, "group '%s' (rank %lld): the group rolls "
-                           "back version %lld: ", g->name, (long long)g->rank,
-                           (long long)version);
+    (void)rs__diag_prefix(diag, "group '%s' (rank %lld): the group rolls "
+                          "back version %lld: ", g->name, (long long)g->rank,
+                          (long long)version);
+    return st;
 }

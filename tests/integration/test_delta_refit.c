@@ -684,9 +684,16 @@ static void test_rollback(void **state)
     rx_install_ctx = NULL;
     publish(o.p, o.w, 2);
     armed = 1; /* version 2 is patched in place, installed, then undone */
+    rs_diag_clear(&d);
     const rs_status_t st = rs_receiver_pull(o.x.r, 2, &d, &res);
     if (st == RS_OK)
         fail_msg("the apply of version 2 did not fail");
+    /* the callback's own status, though it left diag untouched */
+    assert_int_equal(st, RS_ERR_IO);
+    assert_int_equal(d.status, RS_ERR_IO);
+    if (strstr(d.msg, "rolls back") == NULL ||
+        strstr(d.msg, "install callback failed") == NULL)
+        fail_msg("message: %s", d.msg);
     assert_version(o.x.dest, 1); /* rolled back */
     armed = 0;
     whole_then_deltas(&o, 3);
