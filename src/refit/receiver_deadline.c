@@ -45,9 +45,11 @@ rs_status_t rs__receiver_deadline_status(rs_receiver_h r, int64_t version,
     else
         snprintf(subject, sizeof(subject), "the newest READY version of "
                  "'%s'", r->model);
-    if (r->stage == NULL)
-        return rs__diag_prefix(diag, "pull of %s (timeout %g s): ", subject,
-                               r->params.pull_timeout_s);
+    if (r->stage == NULL) { /* the failure's own status, whatever diag holds */
+        (void)rs__diag_prefix(diag, "pull of %s (timeout %g s): ", subject,
+                              r->params.pull_timeout_s);
+        return st;
+    }
     char cause[RS_DIAG_MSG_MAX];
     snprintf(cause, sizeof(cause), "%s", diag != NULL && diag->msg[0]
                                              ? diag->msg : rs_status_str(st));
