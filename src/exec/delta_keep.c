@@ -144,13 +144,16 @@ static int add_segments(cands_t *c, const rs_segment_t *segs, size_t n,
 /* Every read the executor posts for the plan: exact segments (unless they
  * land in place, needing no copy), staged reads, casts' and quantized
  * boxes' segments. */
-static int add_plan(cands_t *c, rs_plan_h plan, int in_place,
+static int add_plan(cands_t *c, rs_plan_h plan, unsigned in_place,
                     const rs__delta_src_t *srcs, size_t nsrc,
                     const rs__delta_ref_t *refs, double nic, double dns)
 {
     size_t n;
     const rs_segment_t *segs = rs_plan_segments(plan, &n);
-    int ok = in_place || add_segments(c, segs, n, srcs, nsrc, refs, nic, dns);
+    int ok = (in_place & RS__DELTA_IN_PLACE_EXACT) ||
+             add_segments(c, segs, n, srcs, nsrc, refs, nic, dns);
+    if (in_place & RS__DELTA_IN_PLACE_STAGED)
+        return ok;
     const rs_staged_read_t *fp = rs_plan_staged_reads(plan, &n);
     for (size_t i = 0; ok && i < n; i++)
         ok = add_segments(c, fp[i].segments, fp[i].nsegments, srcs, nsrc,
@@ -197,13 +200,13 @@ static void mark_holders(cands_t *c, const rs__delta_keep_t *held)
 rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
                                   size_t nsrc, const rs__delta_ref_t *refs,
                                   const rs__delta_keep_t *held,
-                                  uint64_t budget, int segments_in_place,
+                                  uint64_t budget, unsigned in_place,
                                   double nic_gbps, double descriptor_ns,
                                   rs__delta_keep_t *out)
 {
     cands_t c = {NULL, 0, 0};
     memset(out, 0, sizeof(*out));
-    if (budget > 0 && !add_plan(&c, plan, segments_in_place, srcs, nsrc, refs,
+    if (budget > 0 && !add_plan(&c, plan, in_place, srcs, nsrc, refs,
                                 nic_gbps, descriptor_ns)) {
         free(c.v);
         return RS_ERR_NO_MEMORY;

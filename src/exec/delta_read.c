@@ -803,7 +803,7 @@ static rs_status_t held_keys(const state_t *s, rs__delta_keep_t *out)
 }
 
 rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
-                                 uint64_t budget, int segments_in_place,
+                                 uint64_t budget, unsigned in_place,
                                  rs_diag_t *diag)
 {
     state_t *s = st_of(t);
@@ -811,7 +811,7 @@ rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
     rs_status_t st = held_keys(s, &held);
     if (st == RS_OK)
         st = rs__delta_keep_choose(plan, s->srcs, s->nsrc, s->refs, &held,
-                                   budget, segments_in_place, s->nic, s->dns,
+                                   budget, in_place, s->nic, s->dns,
                                    &k);
     rs__delta_keep_free(&held);
     if (st != RS_OK)

@@ -138,15 +138,22 @@ typedef struct rs__delta_keep {
     uint64_t over_runs, over_bytes;        /* worth keeping, left out */
 } rs__delta_keep_t;
 
+/* Which reads of a plan land in place (they need no copy): its exact
+ * segments (in the shadows), its staged reads (in a staging of one
+ * round): staged full pulls, receiver-path quantization's source boxes
+ * and converts. */
+#define RS__DELTA_IN_PLACE_EXACT 1u
+#define RS__DELTA_IN_PLACE_STAGED 2u
+
 /* Chooses, among the pieces of every read of `plan` whose shard serves
  * deltas, those whose copies the cost model says gain most per byte
  * kept, up to `budget` bytes (docs/delta.md, "The delta budget"); those
- * in `held` (copies holding a verified version) first. segments_in_place:
- * the plan's exact segments land in place (they need no copy). */
+ * in `held` (copies holding a verified version) first. in_place: the
+ * RS__DELTA_IN_PLACE_* reads that land in place, left out. */
 rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
                                   size_t nsrc, const rs__delta_ref_t *refs,
                                   const rs__delta_keep_t *held,
-                                  uint64_t budget, int segments_in_place,
+                                  uint64_t budget, unsigned in_place,
                                   double nic_gbps,
                                   double descriptor_ns, rs__delta_keep_t *out);
 void rs__delta_keep_free(rs__delta_keep_t *k);
@@ -160,7 +167,7 @@ int rs__delta_keep_has(const rs__delta_keep_t *k, uint32_t session,
  * others are freed now. Without a call every piece keeps its copy. Reads
  * patched in place are not copies: the budget does not see them. */
 rs_status_t rs__delta_reads_keep(rs_transport_h t, rs_plan_h plan,
-                                 uint64_t budget, int segments_in_place,
+                                 uint64_t budget, unsigned in_place,
                                  rs_diag_t *diag);
 
 /* ---- the choice (delta_cost.c) ---- */

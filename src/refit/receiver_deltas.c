@@ -286,6 +286,26 @@ static rs_status_t arm_in_place(rs_receiver_h r, rs_diag_t *diag)
     return st;
 }
 
+/* The reads that land in place, which the budget's copies leave out: the
+ * exact segments in the shadows (shadow = 1), the staged reads in the
+ * executor's staging when it takes one round (the executor hands it to
+ * the delta reads then, exec.c). Looked at only when the budget keeps
+ * copies. */
+static unsigned in_place_reads(rs_receiver_h r)
+{
+    unsigned f = r->params.shadow ? RS__DELTA_IN_PLACE_EXACT : 0;
+    rs_exec_params_t ep;
+    rs_staging_need_t need;
+    rs_diag_t d;
+    if (r->params.delta_budget == 0)
+        return f;
+    rs__receiver_exec_params(r, &ep);
+    if (rs_exec_staging_need(r->plan, &ep, &d, &need) == RS_OK &&
+        need.rounds <= 1)
+        f |= RS__DELTA_IN_PLACE_STAGED;
+    return f;
+}
+
 rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
                                     rs_diag_t *diag)
 {
@@ -305,7 +325,7 @@ rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
         st = arm_in_place(r, diag);
     if (st == RS_OK)
         st = rs__delta_reads_keep(r->transport, r->plan,
-                                  r->params.delta_budget, r->params.shadow,
+                                  r->params.delta_budget, in_place_reads(r),
                                   diag);
     return st;
 }

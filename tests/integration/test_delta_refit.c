@@ -829,8 +829,9 @@ static void test_live_refused(void **state)
  * not in the shadows. Staging in one round (the default budget here: the
  * param's one box) keeps each read in its place from one pull to the
  * next, so they are patched in place there, without a copy, whatever the
- * delta budget. (Staging in rounds, boxes sharing the buffer, takes
- * deltas only through copies within the budget: cli_test_delta_cli.) */
+ * delta budget, which counts none of them. (Staging in rounds, boxes
+ * sharing the buffer, takes deltas only through copies within the
+ * budget: cli_test_delta_cli.) */
 static void cast_case(const char *model, uint64_t budget)
 {
     world_t o;
@@ -846,6 +847,8 @@ static void cast_case(const char *model, uint64_t budget)
         assert_int_equal(res.delta_runs, v > 1 ? 2 : 0);
         assert_int_equal(res.delta_held_bytes, 0);
         assert_int_equal(res.delta_in_place_bytes, v > 1 ? N * 2 : 0);
+        /* the budget counts no piece that lands in place */
+        assert_int_equal(res.delta_over_budget_bytes, 0);
         assert_int_equal(res.delta_full_bytes + res.whole_bytes, N * 2);
     }
     world_close(&o);
