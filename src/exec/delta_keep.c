@@ -24,6 +24,7 @@
 
 #include "core/delta.h"
 #include "core/delta_estimate.h"
+#include "core/vec.h"
 #include "exec/delta_read.h"
 
 /* A piece worth a copy, ranked. */
@@ -35,8 +36,7 @@ typedef struct cand {
 } cand_t;
 
 typedef struct cands {
-    cand_t *v;
-    size_t n, cap;
+    RS_VEC(cand_t, v);
 } cands_t;
 
 static int key_cmp(const rs__delta_key_t *x, const rs__delta_key_t *y)
@@ -102,20 +102,6 @@ static double piece_gain(const rs_read_t *p, const rs__delta_src_t *src,
     return whole - rs__read_seconds((double)bytes, (double)descs, nic, dns);
 }
 
-static int cands_push(cands_t *c, cand_t x)
-{
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 64;
-        cand_t *g = realloc(c->v, cap * sizeof(*g));
-        if (g == NULL)
-            return 0;
-        c->v = g;
-        c->cap = cap;
-    }
-    c->v[c->n++] = x;
-    return 1;
-}
-
 /* The pieces of n segments worth a copy. */
 static int add_segments(cands_t *c, const rs_segment_t *segs, size_t n,
                         const rs__delta_src_t *srcs, size_t nsrc,
@@ -134,7 +120,7 @@ static int add_segments(cands_t *c, const rs_segment_t *segs, size_t n,
             double gain = piece_gain(&p, src, refs, nic, dns, &listed);
             cand_t x = {{p.session, p.src_addr, p.nbytes}, 0, listed,
                         gain / (double)p.nbytes};
-            if (gain > 0 && !cands_push(c, x))
+            if (gain > 0 && !RS_VEC_PUSH(c, v, x))
                 return 0;
         }
     }
@@ -173,14 +159,14 @@ static int add_plan(cands_t *c, rs_plan_h plan, unsigned in_place,
  * copy). */
 static void dedupe(cands_t *c)
 {
-    if (c->n == 0)
+    if (c->v_len == 0)
         return;
-    qsort(c->v, c->n, sizeof(*c->v), by_key);
+    qsort(c->v, c->v_len, sizeof(*c->v), by_key);
     size_t k = 0;
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->v_len; i++)
         if (k == 0 || key_cmp(&c->v[k - 1].key, &c->v[i].key) != 0)
             c->v[k++] = c->v[i];
-    c->n = k;
+    c->v_len = k;
 }
 
 int rs__delta_key_cmp(const void *a, const void *b)
@@ -191,7 +177,7 @@ int rs__delta_key_cmp(const void *a, const void *b)
 /* Marks the candidates whose copies hold a version (held: sorted). */
 static void mark_holders(cands_t *c, const rs__delta_keep_t *held)
 {
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->v_len; i++)
         c->v[i].holds = rs__delta_keep_has(held, c->v[i].key.session,
                                            c->v[i].key.addr,
                                            c->v[i].key.nbytes);
@@ -213,16 +199,16 @@ rs_status_t rs__delta_keep_choose(rs_plan_h plan, const rs__delta_src_t *srcs,
     }
     dedupe(&c);
     mark_holders(&c, held);
-    if (c.n > 0)
-        qsort(c.v, c.n, sizeof(*c.v), by_rank);
-    out->keys = malloc((c.n + 1) * sizeof(*out->keys));
+    if (c.v_len > 0)
+        qsort(c.v, c.v_len, sizeof(*c.v), by_rank);
+    out->keys = malloc((c.v_len + 1) * sizeof(*out->keys));
     if (out->keys == NULL) {
         free(c.v);
         return RS_ERR_NO_MEMORY;
     }
     /* greedy by rank; a piece too large for what is left is skipped, so
      * a smaller one after it may still fit */
-    for (size_t i = 0; i < c.n; i++) {
+    for (size_t i = 0; i < c.v_len; i++) {
         uint64_t b = c.v[i].key.nbytes;
         if (b <= budget - out->bytes) {
             out->keys[out->n++] = c.v[i].key;
