@@ -59,7 +59,7 @@ class PullResult:
     # was read again whole after a patched read failed verification, the
     # bytes of the copies held for the next version, those the budget left
     # out, those not kept for want of memory, and the bytes patched in
-    # place in the shadows ("in_place_bytes")
+    # place in the shadows or the staging ("in_place_bytes")
     delta: dict = field(default_factory=dict)
 
 
@@ -173,33 +173,33 @@ def _load_capture(capture):
 UNBOUNDED = (1 << 64) - 1  # RS_STAGING_UNBOUNDED
 
 
-def _staging_budget(budget):
-    """rs_receiver_params_t.staging_budget of the keyword."""
+def _budget(name, budget, default, least, what):
+    """A byte budget keyword: None gives `default`, "unbounded" the
+    library's UNBOUNDED, else an int of at least `least` bytes (`what`
+    says which in the error)."""
     if budget is None:
-        return 0
+        return default
     if budget == "unbounded":
         return UNBOUNDED
     if isinstance(budget, bool) or not isinstance(budget, int) or \
-            not 0 < budget < UNBOUNDED:
+            not least <= budget < UNBOUNDED:
         raise errors.InvalidArgument(
-            "receiver: staging_budget must be None, a positive number of "
-            f"bytes or 'unbounded', got {budget!r}")
+            f"receiver: {name} must be None, {what} or 'unbounded', got "
+            f"{budget!r}")
     return budget
+
+
+def _staging_budget(budget):
+    """rs_receiver_params_t.staging_budget of the keyword."""
+    return _budget("staging_budget", budget, 0, 1,
+                   "a positive number of bytes")
 
 
 def _delta_budget(budget):
     """rs_receiver_params_t.delta_budget of the keyword (None: the
     library's default)."""
-    if budget is None:
-        return None
-    if budget == "unbounded":
-        return UNBOUNDED
-    if isinstance(budget, bool) or not isinstance(budget, int) or \
-            not 0 <= budget < UNBOUNDED:
-        raise errors.InvalidArgument(
-            "receiver: delta_budget must be None, a number of bytes >= 0 "
-            f"or 'unbounded', got {budget!r}")
-    return budget
+    return _budget("delta_budget", budget, None, 0,
+                   "a number of bytes >= 0")
 
 
 def _capture_params(cap):
@@ -250,11 +250,13 @@ class Receiver(Handle):
     digests (None, the default: on when verify_digests is; True: on,
     refused without verify_digests; False: every read whole; the CLI's
     --delta / --no-delta; docs/delta.md, "Receivers");
-    delta_budget: the most bytes kept as copies of the reads that do not
-    land in the shadows (staged, cast, quantized reads), the reads that save most per byte kept first, the
-    others read whole (None: the library's default, 0: no copies; a
-    positive int of bytes; "unbounded"; the CLI's --delta-budget;
-    docs/delta.md, "The delta budget");
+    reads into the executor's staging (staged, cast, quantized reads) are
+    patched in place there too when the staging takes one round;
+    delta_budget: the most bytes kept as copies of the reads that land in
+    neither (staging in rounds; shadow=False), the reads that save most
+    per byte kept first, the others read whole (None: the library's
+    default, 0: no copies; a positive int of bytes; "unbounded"; the CLI's
+    --delta-budget; docs/delta.md, "The delta budget");
     require_full_coverage: refuse, before anything is installed, a pull
     whose plan leaves a parameter's written share below coverage_floor
     (None: the library's default, 0.995; a number in (0, 1]);

@@ -177,8 +177,8 @@ rs_status_t rs__receiver_deltas_scan(rs_receiver_h r, const char *table,
 void rs__receiver_deltas_renew_start(rs_receiver_h r);
 rs_status_t rs__receiver_deltas_renew(rs_receiver_h r, size_t k,
                                       const char *text, size_t len);
-/* 1 when the receiver takes deltas: delta on, digests verified, a budget
- * above 0. */
+/* 1 when the receiver takes deltas: delta on, digests verified, and
+ * somewhere to patch (shadows, or a budget above 0 for copies). */
 int rs__receiver_takes_deltas(rs_receiver_h r);
 /* Before a run of `version`: the listed deltas to the transport's delta
  * reads, in the plan's sessions (a no-op without them). */
