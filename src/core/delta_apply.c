@@ -166,6 +166,17 @@ static int map_ok(const chunk_ref_t *r, uint32_t es)
     return i == r->size;
 }
 
+/* Word w of a step map's nb code bytes (the codes of elements 32 w on),
+ * little-endian, the bytes past nb read as 0. */
+static inline uint64_t codes_word(const unsigned char *codes, uint32_t nb,
+                                  uint32_t w)
+{
+    uint64_t word = 0;
+    for (uint32_t j = 8 * w + 8 < nb ? 8 * w + 8 : nb; j > 8 * w; j--)
+        word = word << 8 | codes[j - 1];
+    return word;
+}
+
 /* Applies a checked step map to a whole chunk at d: every element gets
  * its code's +1, -1 or 0 (an exception's code, 3, adds 0 too) in one
  * loop without a branch, which the compiler vectorizes (a step map is
@@ -183,9 +194,7 @@ static inline void map_patch_whole(const chunk_ref_t *r, uint32_t es,
     }
     uint64_t i = nb; /* the next exception */
     for (uint32_t w = 0; w < (nb + 7) / 8; w++) {
-        uint64_t word = 0;
-        for (uint32_t j = 8 * w + 8 < nb ? 8 * w + 8 : nb; j > 8 * w; j--)
-            word = word << 8 | codes[j - 1];
+        const uint64_t word = codes_word(codes, nb, w);
         for (uint64_t x = word & word >> 1 & 0x5555555555555555ull; x != 0;
              x &= x - 1) {
             const uint32_t at =
@@ -205,9 +214,7 @@ static inline void map_patch(const chunk_ref_t *r, uint32_t es,
     const uint32_t nb = (r->len + 3) / 4;
     uint64_t i = nb; /* the next exception */
     for (uint32_t w = 0; w < (nb + 7) / 8; w++) {
-        uint64_t codes = 0;
-        for (uint32_t j = 8 * w + 8 < nb ? 8 * w + 8 : nb; j > 8 * w; j--)
-            codes = codes << 8 | r->p[j - 1];
+        const uint64_t codes = codes_word(r->p, nb, w);
         for (uint64_t set = (codes | codes >> 1) & 0x5555555555555555ull;
              set != 0; set &= set - 1) {
             const unsigned bit = (unsigned)__builtin_ctzll(set);
