@@ -739,11 +739,13 @@ static int summary(const demo_args_t *a, demo_t *d)
     printf("\n  wait: discovering the READY version and reading every table;"
            " plan: planning\n  and connecting (0 when cached); pull: "
            "everything after discovery (plan,\n  prepare, read, verify, "
-           "install); rate: bytes over wire time; digests:\n  reassembled "
-           "shards re-digested; check: every parameter byte compared with\n"
-           "  contents computed independently of the transfer; x memcpy: rate\n"
-           "  over a one-thread memcpy measured on this machine after the run,\n"
-           "  %s.\n", rs_format_rate(rate, sizeof(rate), d->memcpy_bps));
+           "install); rate: the parameters' bytes over wire\n  time (with "
+           "deltas the wire moves fewer: their line says how many);\n  "
+           "digests: reassembled shards re-digested; check: every parameter "
+           "byte\n  compared with contents computed independently of the "
+           "transfer; x memcpy:\n  rate over a one-thread memcpy measured on "
+           "this machine after the run,\n  %s.\n",
+           rs_format_rate(rate, sizeof(rate), d->memcpy_bps));
     warm_ratios(d);
     printf("\ncold vs warm: slowest pull %.3f s -> %.3f s, slowest wire %.3f s "
            "-> %.3f s\n", cold, warm, cold_wire, warm_wire);
