@@ -290,7 +290,8 @@ static rs_status_t arm_in_place(rs_receiver_h r, rs_diag_t *diag)
  * exact segments in the shadows (shadow = 1), the staged reads in the
  * executor's staging when it takes one round (the executor hands it to
  * the delta reads then, exec.c). Looked at only when the budget keeps
- * copies. */
+ * copies; the staging's rounds are asked once per plan (O(staged
+ * reads)), not per pull. */
 static unsigned in_place_reads(rs_receiver_h r)
 {
     unsigned f = r->params.shadow ? RS__DELTA_IN_PLACE_EXACT : 0;
@@ -299,11 +300,14 @@ static unsigned in_place_reads(rs_receiver_h r)
     rs_diag_t d;
     if (r->params.delta_budget == 0)
         return f;
-    rs__receiver_exec_params(r, &ep);
-    if (rs_exec_staging_need(r->plan, &ep, &d, &need) == RS_OK &&
-        need.rounds <= 1)
-        f |= RS__DELTA_IN_PLACE_STAGED;
-    return f;
+    if (!r->staging_asked) {
+        rs__receiver_exec_params(r, &ep);
+        r->staging_one_round = rs_exec_staging_need(r->plan, &ep, &d,
+                                                    &need) == RS_OK &&
+                               need.rounds <= 1;
+        r->staging_asked = 1;
+    }
+    return r->staging_one_round ? f | RS__DELTA_IN_PLACE_STAGED : f;
 }
 
 rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,

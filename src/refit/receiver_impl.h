@@ -104,6 +104,10 @@ struct rs_receiver {
      * shadows (a bind, a group rollback): the delta reads patched in place
      * there then hold no version (exec/delta_read.h). */
     uint64_t shadow_epoch;
+    /* Whether the cached plan's staging takes one round (its staged
+     * reads then land in place), once asked (receiver_deltas.c); set
+     * with the plan, cleared with it (rs__receiver_drop_cache). */
+    int staging_asked, staging_one_round;
 };
 
 /* The install's copy (receiver_install.c): every shadow into its bound

@@ -27,6 +27,7 @@ void rs__receiver_drop_cache(rs_receiver_h r)
     r->plan = NULL;
     r->sources = NULL;
     r->cached = 0;
+    r->staging_asked = 0;
     r->connected = 0;
 }
 
