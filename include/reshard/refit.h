@@ -441,11 +441,13 @@ typedef struct rs_receiver_params {
      * what it holds and verifies the full new digests as a full pull
      * does; a refused delta, or a run whose verification fails after
      * patching, reads the full bytes instead. Reads landing in the
-     * shadows (shadow = 1) are patched in place, with no copy and no
-     * memory of their own; the others (staged, cast and quantized reads,
-     * every read with shadow = 0: the bound parameters are never
-     * patched) keep a copy of their own within delta_budget. A new plan
-     * or a failover starts with nothing held (full reads). Needs
+     * shadows (shadow = 1), and staged, cast and quantized reads when
+     * the executor's staging takes one round (with shadow = 0 too), are
+     * patched in place, with no copy and no memory of their own; the
+     * others (staged reads when the staging takes rounds, every other
+     * read with shadow = 0: the bound parameters are never patched)
+     * keep a copy of their own within delta_budget. A new plan or a
+     * failover starts with nothing held (full reads). Needs
      * verify_digests (without it every read is whole). 0: every read
      * whole, no copies. */
     int delta;

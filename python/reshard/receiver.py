@@ -253,8 +253,8 @@ class Receiver(Handle):
     reads into the executor's staging (staged, cast, quantized reads) are
     patched in place there too when the staging takes one round;
     delta_budget: the most bytes kept as copies of the reads that land in
-    neither (staging in rounds; shadow=False), the reads that save most
-    per byte kept first, the others read whole (None: the library's
+    neither (staged reads when the staging takes rounds), the reads that
+    save most per byte kept first, the others read whole (None: the library's
     default, 0: no copies; a positive int of bytes; "unbounded"; the CLI's
     --delta-budget; docs/delta.md, "The delta budget");
     require_full_coverage: refuse, before anything is installed, a pull

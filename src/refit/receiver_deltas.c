@@ -286,27 +286,33 @@ static rs_status_t arm_in_place(rs_receiver_h r, rs_diag_t *diag)
     return st;
 }
 
+/* Asks once per plan whether its staging takes one round and holds any
+ * staged read (O(staged reads); kept with the plan). */
+static void ask_staging(rs_receiver_h r)
+{
+    rs_exec_params_t ep;
+    rs_staging_need_t need;
+    rs_diag_t d;
+    if (r->staging_asked)
+        return;
+    rs__receiver_exec_params(r, &ep);
+    int ok = rs_exec_staging_need(r->plan, &ep, &d, &need) == RS_OK;
+    r->staging_one_round = ok && need.rounds <= 1;
+    r->staging_any = ok && need.bytes > 0;
+    r->staging_asked = 1;
+}
+
 /* The reads that land in place, which the budget's copies leave out: the
  * exact segments in the shadows (shadow = 1), the staged reads in the
  * executor's staging when it takes one round (the executor hands it to
  * the delta reads then, exec.c). Looked at only when the budget keeps
- * copies; the staging's rounds are asked once per plan (O(staged
- * reads)), not per pull. */
+ * copies. */
 static unsigned in_place_reads(rs_receiver_h r)
 {
     unsigned f = r->params.shadow ? RS__DELTA_IN_PLACE_EXACT : 0;
-    rs_exec_params_t ep;
-    rs_staging_need_t need;
-    rs_diag_t d;
     if (r->params.delta_budget == 0)
         return f;
-    if (!r->staging_asked) {
-        rs__receiver_exec_params(r, &ep);
-        r->staging_one_round = rs_exec_staging_need(r->plan, &ep, &d,
-                                                    &need) == RS_OK &&
-                               need.rounds <= 1;
-        r->staging_asked = 1;
-    }
+    ask_staging(r);
     return r->staging_one_round ? f | RS__DELTA_IN_PLACE_STAGED : f;
 }
 
@@ -336,8 +342,17 @@ rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,
 
 int rs__receiver_takes_deltas(rs_receiver_h r)
 {
-    return r->params.delta && r->params.verify_digests &&
-           (r->params.shadow || r->params.delta_budget > 0);
+    return r->params.delta && r->params.verify_digests;
+}
+
+int rs__receiver_patches_deltas(rs_receiver_h r)
+{
+    if (!rs__receiver_takes_deltas(r) || r->plan == NULL)
+        return 0;
+    if (r->params.shadow || r->params.delta_budget > 0)
+        return 1;
+    ask_staging(r);
+    return r->staging_one_round && r->staging_any;
 }
 
 /* Copies that did not fit the memory available: the pull goes on, their

@@ -105,9 +105,10 @@ struct rs_receiver {
      * there then hold no version (exec/delta_read.h). */
     uint64_t shadow_epoch;
     /* Whether the cached plan's staging takes one round (its staged
-     * reads then land in place), once asked (receiver_deltas.c); set
-     * with the plan, cleared with it (rs__receiver_drop_cache). */
-    int staging_asked, staging_one_round;
+     * reads then land in place) and holds any staged read, once asked
+     * (receiver_deltas.c); set with the plan, cleared with it
+     * (rs__receiver_drop_cache). */
+    int staging_asked, staging_one_round, staging_any;
 };
 
 /* The install's copy (receiver_install.c): every shadow into its bound
@@ -181,9 +182,15 @@ rs_status_t rs__receiver_deltas_scan(rs_receiver_h r, const char *table,
 void rs__receiver_deltas_renew_start(rs_receiver_h r);
 rs_status_t rs__receiver_deltas_renew(rs_receiver_h r, size_t k,
                                       const char *text, size_t len);
-/* 1 when the receiver takes deltas: delta on, digests verified, and
- * somewhere to patch (shadows, or a budget above 0 for copies). */
+/* 1 when the receiver reads the deltas its tables list: delta on and
+ * digests verified. */
 int rs__receiver_takes_deltas(rs_receiver_h r);
+/* 1 when the cached plan has somewhere to patch a delta: the shadows,
+ * copies within a budget above 0, or staged reads in a staging of one
+ * round (so a receiver with shadow = 0 and no budget still patches its
+ * cast, coalesced and quantized reads in place). Its transport takes
+ * delta reads only then. */
+int rs__receiver_patches_deltas(rs_receiver_h r);
 /* Before a run of `version`: the listed deltas to the transport's delta
  * reads, in the plan's sessions (a no-op without them). */
 rs_status_t rs__receiver_deltas_arm(rs_receiver_h r, int64_t version,

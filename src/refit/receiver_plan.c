@@ -131,8 +131,9 @@ static rs_status_t rebuild(rs_receiver_h r, rs_sources_h sources,
         st = rs_transport_create(&tp, diag, &r->transport);
     /* docs/delta.md, "Receivers": only when some shard's publisher serves
      * deltas (a table entry with a `deltas` key), so receivers of other
-     * publishers keep no copies and read as before */
-    if (st == RS_OK && rs__receiver_takes_deltas(r) && r->dshard_len > 0) {
+     * publishers keep no copies and read as before, and the plan has
+     * somewhere to patch them */
+    if (st == RS_OK && r->dshard_len > 0 && rs__receiver_patches_deltas(r)) {
         rs_transport_h inner = r->transport;
         r->transport = NULL;
         st = rs__delta_reads_wrap(inner, r->params.nic_gbps,

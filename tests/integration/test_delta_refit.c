@@ -24,7 +24,8 @@
  *   within the budget take deltas (0, the default: none, every read
  *   whole; unbounded: both; one shard's bytes: one, the same one every
  *   version); reads that cast from the executor's staging (one round)
- *   are patched in place there; the stage record's
+ *   are patched in place there, also with no budget; a rebind, which
+ *   prepares a new staging, reads them whole once; the stage record's
  *   `delta` object says what the pull read;
  * - a copy that does not fit the memory available is not made (a notice,
  *   the pull byte-exact, that shard read whole);
@@ -46,6 +47,7 @@
 
 #include "assert_status.h"
 #include "core/delta.h"
+#include "delta_contents.h"
 #include "dir_env.h"
 #include "reshard/reshard.h"
 
@@ -80,42 +82,15 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* ---- the contents: element i of version v ------------------------------ */
+/* ---- the contents: element i of version v (delta_contents.h) ---------- */
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
+static uint16_t elem(size_t i, int64_t v) { return delta_elem(i, v); }
 
-/* Whether element i changes at version k (about 1 in 50). */
-static int changes(size_t i, int64_t k)
-{
-    return mix((uint64_t)i * 1000003u + (uint64_t)k) % 50 == 0;
-}
-
-static uint16_t elem(size_t i, int64_t v)
-{
-    uint16_t x = (uint16_t)(i * 7u + 3u);
-    for (int64_t k = 1; k <= v; k++)
-        x = (uint16_t)(x + 13u * (uint16_t)changes(i, k));
-    return x;
-}
-
-static void fill(uint16_t *w, int64_t v)
-{
-    for (size_t i = 0; i < N; i++)
-        w[i] = elem(i, v);
-}
+static void fill(uint16_t *w, int64_t v) { delta_fill(w, N, v); }
 
 static void assert_version(const uint16_t *got, int64_t v)
 {
-    for (size_t i = 0; i < N; i++)
-        if (got[i] != elem(i, v))
-            fail_msg("element %zu: %u, version %lld has %u", i, got[i],
-                     (long long)v, elem(i, v));
+    delta_assert_version(got, N, v);
 }
 
 /* bf16 bits widened to f32 as IEEE conversion does: a signaling NaN
@@ -458,7 +433,7 @@ static void publish_wrong(world_t *o)
     publish(o->p, o->w, 2);
     memcpy(wrong, o->w, N * 2);
     size_t at = 0; /* an element of shard 0 that changes at 2 */
-    while (!changes(at, 2))
+    while (!delta_changes(at, 2))
         at++;
     wrong[at] = (uint16_t)(wrong[at] + 1); /* same places, another value */
     assert_true(plant(0, 1, wrong));
@@ -832,15 +807,17 @@ static void test_live_refused(void **state)
  * delta budget, which counts none of them. (Staging in rounds, boxes
  * sharing the buffer, takes deltas only through copies within the
  * budget: cli_test_delta_cli.) */
-static void cast_case(const char *model, uint64_t budget)
+static void cast_case(const char *model, uint64_t budget, int shadow)
 {
     world_t o;
     rs_pull_result_t res;
     rx_cast = 1;
     rx_budget = budget;
+    rx_shadow = shadow;
     world_open(&o, model, 2);
     rx_cast = 0;
     rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+    rx_shadow = 1;
     for (int64_t v = 1; v <= 3; v++) {
         publish(o.p, o.w, v);
         pull_exact(&o.x, v, &res);
@@ -857,8 +834,51 @@ static void cast_case(const char *model, uint64_t budget)
 static void test_staged_budget(void **state)
 {
     (void)state;
-    cast_case("cast-default", RS_RECEIVER_DEFAULT_DELTA_BUDGET);
-    cast_case("cast-half", HALF_N * 2 + 100);
+    cast_case("cast-default", RS_RECEIVER_DEFAULT_DELTA_BUDGET, 1);
+    cast_case("cast-half", HALF_N * 2 + 100, 1);
+    /* no shadows and no budget: the staging is still patched in place */
+    cast_case("cast-live", 0, 0);
+}
+
+/* A rebind with shadow = 0: it prepares the executor again, whose new
+ * staging holds no version (its generation; the receiver's epoch rises
+ * too), so the next pull reads the staged reads whole instead of
+ * patching whatever the new buffer holds (which would fail verification
+ * and be read again, delta_retried); the one after patches in place.
+ * The generation alone: tests/unit/exec/test_delta_reads.c. */
+static void test_rebind_live(void **state)
+{
+    (void)state;
+    world_t o;
+    rs_pull_result_t res;
+    rs_diag_t d;
+    rx_cast = 1;
+    rx_shadow = 0;
+    rx_budget = 0;
+    world_open(&o, "rebind-live", 2);
+    rx_cast = 0;
+    rx_shadow = 1;
+    rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+    for (int64_t v = 1; v <= 2; v++) {
+        publish(o.p, o.w, v);
+        pull_exact(&o.x, v, &res);
+    }
+    assert_int_equal(res.delta_in_place_bytes, N * 2);
+    memset(o.x.dest, 0, N * 4);
+    ASSERT_ST(rs_receiver_bind(o.x.r, 0, o.x.dest, N * 4, RS_MEM_HOST, &d),
+              RS_OK, d);
+    publish(o.p, o.w, 3);
+    pull_exact(&o.x, 3, &res);
+    assert_int_equal(res.delta_runs, 0);
+    assert_int_equal(res.delta_retried, 0);
+    assert_int_equal(res.delta_in_place_bytes, 0);
+    assert_int_equal(res.whole_bytes, N * 2);
+    publish(o.p, o.w, 4);
+    pull_exact(&o.x, 4, &res);
+    assert_int_equal(res.delta_runs, 2);
+    assert_int_equal(res.delta_retried, 0);
+    assert_int_equal(res.delta_in_place_bytes, N * 2);
+    world_close(&o);
 }
 
 /* Memory for one copy only (half the figure): the other is not made, the
@@ -981,6 +1001,7 @@ int main(void)
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_live_refused),
         cmocka_unit_test(test_staged_budget),
+        cmocka_unit_test(test_rebind_live),
         cmocka_unit_test(test_no_memory),
         cmocka_unit_test(test_result_sized),
     };
