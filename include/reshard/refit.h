@@ -777,9 +777,25 @@ typedef struct rs_dry_run {
  * explicit staging budget). On error the cache is dropped only if planning
  * failed. Cost: O(tables + shards + plan) on a reused plan, plus planning
  * otherwise. */
-RS_API rs_status_t rs_receiver_dry_run(rs_receiver_h receiver, int64_t version,
-                                       rs_diag_t *diag,
-                                       rs_dry_run_t *result_p);
+RS_API rs_status_t rs_receiver_dry_run_sized(rs_receiver_h receiver,
+                                             int64_t version, rs_diag_t *diag,
+                                             rs_dry_run_t *result_p,
+                                             size_t result_size);
+#define rs_receiver_dry_run(r, v, d, res) \
+    rs_receiver_dry_run_sized((r), (v), (d), (res), sizeof(*(res)))
+
+/* A result that grows as rs_pull_result_t does (above, and
+ * docs/architecture.md, "Result structs"): rs_receiver_dry_run_sized
+ * writes only the first result_size bytes of rs_dry_run_t and refuses a
+ * size below RS_DRY_RUN_V1_SIZE (the struct through staging_rounds, its
+ * first layout) or above this library's before anything happens. The
+ * function rs_receiver_dry_run, for programs built before the result was
+ * sized, writes RS_DRY_RUN_V1_SIZE bytes. */
+#define RS_DRY_RUN_V1_SIZE \
+    (offsetof(rs_dry_run_t, staging_rounds) + sizeof(uint64_t))
+RS_API rs_status_t(rs_receiver_dry_run)(rs_receiver_h receiver,
+                                        int64_t version, rs_diag_t *diag,
+                                        rs_dry_run_t *result_p);
 
 /* The cached plan (of the last pull or dry run), or NULL when there is
  * none, for per-session figures (rs_plan_session_bytes). Borrowed until the

@@ -330,7 +330,7 @@ _PROTOS = {
     "rs_receiver_discard": (None, [_vp, _vp]),
     "rs_staged_version": (ctypes.c_int64, [_vp]),
     "rs_receiver_exec": (_vp, [_vp]),
-    "rs_receiver_dry_run": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(DryRun)]),
+    "rs_receiver_dry_run_sized": (_st, [_vp, ctypes.c_int64, _diag_p, ctypes.POINTER(DryRun), ctypes.c_size_t]),
     "rs_capture_load_string": (_st, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, _diag_p,
                                      ctypes.POINTER(_vp)]),
     "rs_capture_destroy": (None, [_vp]),

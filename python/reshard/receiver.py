@@ -543,7 +543,8 @@ class Receiver(Handle):
 
     def _dry_run_now(self, version):
         d = _lib.DryRun()
-        _lib.call("rs_receiver_dry_run", self._h, version, DIAG, d)
+        _lib.call("rs_receiver_dry_run_sized", self._h, version, DIAG, d,
+                  ctypes.sizeof(d))
         return d
 
     # -- cancelling ----------------------------------------------------

@@ -62,13 +62,28 @@ static rs_status_t plan_step(rs_receiver_h r, rs_sources_h sources,
     return st;
 }
 
-rs_status_t rs_receiver_dry_run(rs_receiver_h r, int64_t version,
-                                rs_diag_t *diag, rs_dry_run_t *result_p)
+/* RS_OK when a caller's result of `size` bytes is one this library
+ * writes. */
+static rs_status_t check_result_size(size_t size, rs_diag_t *diag)
+{
+    if (size >= RS_DRY_RUN_V1_SIZE && size <= sizeof(rs_dry_run_t))
+        return RS_OK;
+    return rs__diag_set(diag, RS_ERR_INVALID_ARG, "rs_dry_run_t: size %zu "
+                        "is not one this library knows (%zu to %zu bytes); "
+                        "pass the struct through rs_receiver_dry_run", size,
+                        (size_t)RS_DRY_RUN_V1_SIZE, sizeof(rs_dry_run_t));
+}
+
+rs_status_t rs_receiver_dry_run_sized(rs_receiver_h r, int64_t version,
+                                      rs_diag_t *diag, rs_dry_run_t *result_p,
+                                      size_t size)
 {
     rs_version_info_t v;
     rs_sources_h sources = NULL;
     rs_dry_run_t res;
-    rs_status_t st = rs__receiver_refuse_if_staged(r, "dry-run", diag);
+    rs_status_t st = result_p != NULL ? check_result_size(size, diag) : RS_OK;
+    if (st == RS_OK)
+        st = rs__receiver_refuse_if_staged(r, "dry-run", diag);
     if (st != RS_OK)
         return st;
     memset(&res, 0, sizeof(res));
@@ -91,7 +106,14 @@ rs_status_t rs_receiver_dry_run(rs_receiver_h r, int64_t version,
     if (st != RS_OK)
         return st;
     res.total_s = rs__now_s() - t0;
-    if (result_p != NULL)
-        *result_p = res;
+    if (result_p != NULL) /* only what the caller's holds */
+        memcpy(result_p, &res, size);
     return RS_OK;
+}
+
+rs_status_t(rs_receiver_dry_run)(rs_receiver_h r, int64_t version,
+                                 rs_diag_t *diag, rs_dry_run_t *result_p)
+{
+    return rs_receiver_dry_run_sized(r, version, diag, result_p,
+                                     RS_DRY_RUN_V1_SIZE);
 }

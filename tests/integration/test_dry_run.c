@@ -2,7 +2,9 @@
  * built independently from the same tables, it takes no lease, writes no
  * parameter byte and connects nothing (publishers that do not exist are
  * fine); a second version with only new digests reuses the plan, a moved
- * shard replans; an unbound parameter is an error. With publishers in this
+ * shard replans; an unbound parameter is an error; the result's size
+ * travels with the call (older, smaller structs get their bytes only).
+ * With publishers in this
  * process (cma), a pull after a dry run reuses its plan, connects and
  * installs byte-exact. */
 #include <setjmp.h>
@@ -181,6 +183,67 @@ static void test_dry_run_figures_no_lease(void **state)
     fixture_close(&f);
 }
 
+/* A caller's struct with guard bytes after it. */
+typedef union guarded {
+    rs_dry_run_t d;
+    unsigned char b[sizeof(rs_dry_run_t) + 64];
+} guarded_t;
+
+static void assert_guard(const guarded_t *g, size_t from)
+{
+    for (size_t i = from; i < sizeof(g->b); i++)
+        if (g->b[i] != 0xA5)
+            fail_msg("byte %zu past the caller's %zu was written", i, from);
+}
+
+/* The result's size travels with the call: sizes this library does not
+ * know are refused before anything (no plan built), a caller's struct
+ * gets its own bytes only, and the unsized function writes the first
+ * layout. */
+static void test_dry_run_sized(void **state)
+{
+    (void)state;
+    fixture_t f;
+    char texts[NPUB][1024];
+    guarded_t g;
+    rs_diag_t diag;
+    const size_t v1 = RS_DRY_RUN_V1_SIZE;
+    fixture_open(&f);
+    publish_tables(&f, 1, 8192, texts);
+    rs_receiver_h r = receiver(&f, "cma");
+    assert_int_equal(rs_receiver_bind(r, 0, f.param, PBYTES, RS_MEM_HOST, NULL), RS_OK);
+    memset(&g, 0xA5, sizeof(g));
+    assert_int_equal(rs_receiver_dry_run_sized(r, 1, &diag, &g.d, v1 - 1),
+                     RS_ERR_INVALID_ARG);
+    assert_non_null(strstr(diag.msg, "rs_dry_run_t: size"));
+    assert_int_equal(rs_receiver_dry_run_sized(r, 1, &diag, &g.d,
+                                               sizeof(rs_dry_run_t) + 8),
+                     RS_ERR_INVALID_ARG);
+    assert_guard(&g, 0);
+    assert_null(rs_receiver_plan(r)); /* refused before planning */
+
+    assert_int_equal(rs_receiver_dry_run_sized(r, 1, &diag, &g.d, v1), RS_OK);
+    assert_int_equal(g.d.version, 1);
+    assert_figures(&f, texts, &g.d);
+    assert_guard(&g, v1);
+
+    memset(&g, 0xA5, sizeof(g));
+    assert_int_equal((rs_receiver_dry_run)(r, 1, &diag, &g.d), RS_OK);
+    assert_int_equal(g.d.version, 1);
+    assert_false(g.d.replanned);
+    assert_guard(&g, v1);
+
+    memset(&g, 0xA5, sizeof(g));
+    assert_int_equal(rs_receiver_dry_run(r, 1, &diag, &g.d), RS_OK);
+    assert_figures(&f, texts, &g.d);
+    assert_guard(&g, sizeof(rs_dry_run_t));
+    /* no result at all: the figures are not written anywhere */
+    assert_int_equal(rs_receiver_dry_run(r, 1, &diag, (rs_dry_run_t *)NULL),
+                     RS_OK);
+    rs_receiver_destroy(r);
+    fixture_close(&f);
+}
+
 static void test_dry_run_unbound_and_missing(void **state)
 {
     (void)state;
@@ -310,6 +373,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dry_run_figures_no_lease),
+        cmocka_unit_test(test_dry_run_sized),
         cmocka_unit_test(test_dry_run_unbound_and_missing),
         cmocka_unit_test(test_pull_after_dry_run),
         cmocka_unit_test(test_unattributed_capture_refused),
