@@ -63,13 +63,16 @@ static double row_at(double f, size_t *i_p)
     return 1;
 }
 
+/* a, then b, weighted w against it. */
+static double lerp(double a, double b, double w) { return a + (b - a) * w; }
+
 /* Column col of the measured table at bf16 share f, linear between the
  * measured rows. */
 static double from_bf16(double f, int col)
 {
     size_t i;
     const double w = row_at(f, &i);
-    return measured[i - 1][col] + (measured[i][col] - measured[i - 1][col]) * w;
+    return lerp(measured[i - 1][col], measured[i][col], w);
 }
 
 /* Column col of the measured steps at bf16 share f, likewise. */
@@ -77,8 +80,7 @@ static double steps_at(double f, int col)
 {
     size_t i;
     const double w = row_at(f, &i);
-    return measured_steps[i - 1][col] +
-           (measured_steps[i][col] - measured_steps[i - 1][col]) * w;
+    return lerp(measured_steps[i - 1][col], measured_steps[i][col], w);
 }
 
 sim_shares_t rs_sim_delta_shares(const sim_args_t *a)
