@@ -113,7 +113,8 @@ static int same_dims(const int64_t *a, const int64_t *b, int n)
 static rs_status_t tensor_for(rs_sources_h s, const rs_shard_desc_t *d,
                               rs_diag_t *diag, rs__source_tensor_t **t_p)
 {
-    rs__source_tensor_t *t = rs__sources_find(s, d->tensor);
+    const uint64_t hash = rs__hash_str(d->tensor);
+    rs__source_tensor_t *t = rs__sources_find_hashed(s, d->tensor, hash);
     if (t != NULL) {
         if (t->ndim != d->ndim || !same_dims(t->shape, d->full_shape, d->ndim))
             return rs__diag_set(diag, RS_ERR_INPUT,
@@ -128,13 +129,15 @@ static rs_status_t tensor_for(rs_sources_h s, const rs_shard_desc_t *d,
     }
     rs__source_tensor_t nt = {0};
     nt.name = rs__arena_strdup(&s->arena, d->tensor);
+    nt.hash = hash;
     nt.dtype = d->dtype;
     nt.elsize = d->elsize;
     nt.ndim = d->ndim;
     nt.shape = rs__arena_memdup(&s->arena, d->full_shape,
                                (size_t)(d->ndim ? d->ndim : 1) * sizeof(int64_t));
     if (nt.name == NULL || nt.shape == NULL ||
-        !rs__strmap_put(&s->tensor_index, nt.name, (uint32_t)s->tensors_len) ||
+        !rs__strmap_put_hashed(&s->tensor_index, nt.name, hash,
+                               (uint32_t)s->tensors_len) ||
         !RS_VEC_PUSH(s, tensors, nt))
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
     *t_p = &s->tensors[s->tensors_len - 1];
@@ -404,7 +407,8 @@ static void rebuild_indexes(rs_sources_h s)
     rs__strmap_free(&s->session_index);
     rs__strmap_free(&s->table_index);
     for (size_t i = 0; i < s->tensors_len; i++)
-        rs__strmap_put(&s->tensor_index, s->tensors[i].name, (uint32_t)i);
+        rs__strmap_put_hashed(&s->tensor_index, s->tensors[i].name,
+                              s->tensors[i].hash, (uint32_t)i);
     for (size_t i = 0; i < s->sessions_len; i++)
         rs__strmap_put(&s->session_index, s->sessions[i], (uint32_t)i);
     for (size_t i = s->tables_len; i-- > 0;)

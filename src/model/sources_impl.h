@@ -39,6 +39,7 @@ typedef struct rs__source_tensor {
      * shards so that a plan walks such a tensor without a grid. */
     int sole_whole;
     uint64_t undo_gen;    /* the mark whose undo log holds its shard count */
+    uint64_t hash;        /* rs__hash_str(name), as the index holds it */
 } rs__source_tensor_t;
 
 /* A rollback point: counts at the time of the mark. The shard counts of

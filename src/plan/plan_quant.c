@@ -488,29 +488,32 @@ static int derived_names(rs__quant_expansion_t *qx, const char *src,
            sizeof(RS_QUANT_SCALE_SUFFIX));
     pq->qname = q;
     pq->sname = sn;
-    pq->qhash = rs__hash_str(q);
-    pq->shash = rs__hash_str(sn);
-    return 1;
+    return 1; /* their hashes: found with their tensors (after_or_find) */
 }
 
 /* The published tensor `name`: the one after `prev` in the sources when
- * that is it, else looked up. Publishers list a shard's FP8 values right
- * after it and their scales right after those (docs/quantized-refit.md),
- * so the sources mostly hold "<src>#<spec>" and its "#scale" right after
- * the tensor they derive from: a name compare in lines the previous
- * tensor brought in, where a lookup in a table of some 200,000 tensors
- * is a few cache and TLB misses. */
+ * that is it, else looked up; *hash_p is rs__hash_str(name) either way.
+ * Publishers list a shard's FP8 values right after it and their scales
+ * right after those (docs/quantized-refit.md), so the sources mostly hold
+ * "<src>#<spec>" and its "#scale" right after the tensor they derive
+ * from: a name compare in lines the previous tensor brought in, and the
+ * hash the sources keep with it, where a lookup in a table of some
+ * 200,000 tensors is a few cache and TLB misses and the name's hash a
+ * pass over it. */
 static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
                                           const rs__source_tensor_t *prev,
-                                          const char *name, uint64_t hash)
+                                          const char *name, uint64_t *hash_p)
 {
     if (prev != NULL) {
         size_t next = (size_t)(prev - srcs->tensors) + 1;
         if (next < srcs->tensors_len &&
-            strcmp(srcs->tensors[next].name, name) == 0)
+            strcmp(srcs->tensors[next].name, name) == 0) {
+            *hash_p = srcs->tensors[next].hash;
             return &srcs->tensors[next];
+        }
     }
-    return rs__sources_find_hashed(srcs, name, hash);
+    *hash_p = rs__hash_str(name);
+    return rs__sources_find_hashed(srcs, name, *hash_p);
 }
 
 /* The refusal of a copy whose block shape does not apply to its source,
@@ -538,8 +541,8 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
     const char *qname = pq->qname, *sname = pq->sname;
     /* pq->source: found while its batch was readied (ready_step) */
-    pq->served_q = after_or_find(srcs, pq->source, qname, pq->qhash);
-    pq->served_s = after_or_find(srcs, pq->served_q, sname, pq->shash);
+    pq->served_q = after_or_find(srcs, pq->source, qname, &pq->qhash);
+    pq->served_s = after_or_find(srcs, pq->served_q, sname, &pq->shash);
     rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src,
                               pq->source, 1, SIZE_MAX, SIZE_MAX};
     pq->src_dtype = RS_DTYPE_INVALID;
@@ -629,8 +632,8 @@ static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *p
     return st;
 }
 
-/* The first pass over a quantized copy: its record, its derived names
- * and their hashes. */
+/* The first pass over a quantized copy: its record and its derived
+ * names (their hashes come with their tensors, after_or_find). */
 static rs_status_t name_one(rs__quant_expansion_t *qx, rs_capture_h cap,
                             size_t ci, rs_diag_t *diag)
 {

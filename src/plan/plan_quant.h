@@ -52,7 +52,7 @@ typedef struct rs__planned_quant {
     int blocks;                /* `bl` is set (a record lists zeros for its
                                 * box until then) */
     /* "<src>#<spec>" and "<src>#<spec>#scale" (in the working capture's
-     * arena) and their rs__hash_str */
+     * arena) and their rs__hash_str (set by the analysis) */
     const char *qname, *sname;
     uint64_t qhash, shash;
     size_t weight_copy, scale_copy; /* SIZE_MAX while refused */
