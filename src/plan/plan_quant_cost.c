@@ -39,7 +39,9 @@ static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh
                       const int64_t *lo, const int64_t *hi, double *bytes,
                       double *runs, double *span)
 {
-    int64_t a[RS_MAX_DIMS] = {0}, n[RS_MAX_DIMS] = {0};
+    /* set for dims [0, ndim) before they are read (not cleared: a
+     * string store per call) */
+    int64_t a[RS_MAX_DIMS], n[RS_MAX_DIMS];
     double elems = 1, nruns = 1, first = 0, last = 0, stride = 1;
     int whole = 1;
     for (int d = 0; d < t->ndim; d++) {
@@ -121,6 +123,21 @@ static double read_seconds(const rs__source_tensor_t *t, int ndim,
     return total;
 }
 
+/* An upper bound of the publisher path's time when one shard of the FP8
+ * tensor and one of the scales hold all the copy needs (their holders
+ * known): each part read as one span of at most its shard's bytes.
+ * INFINITY otherwise. */
+static double holders_bound(const rs__quant_tensors_t *t, double s_per_byte,
+                            double s_per_desc)
+{
+    if (t->q == NULL || t->s == NULL || t->q_holder == SIZE_MAX ||
+        t->s_holder == SIZE_MAX)
+        return INFINITY;
+    double bytes = (double)t->q->shards[t->q_holder].numel * (double)t->q->elsize +
+                   (double)t->s->shards[t->s_holder].numel * (double)t->s->elsize;
+    return bytes * s_per_byte + 2 * s_per_desc;
+}
+
 void rs__quant_path_costs(rs__quant_tensors_t *t,
                           const rs_plan_params_t *params,
                           const rs__planned_quant_t *pq, const int64_t *vlo,
@@ -136,16 +153,21 @@ void rs__quant_path_costs(rs__quant_tensors_t *t,
         bhi[d] = pq->bl.lo[d] + pq->bl.box[d];
         box *= (double)pq->bl.box[d];
     }
-    *pub_p = read_seconds(t->q, pq->ndim, vlo, vhi, t->q_holder, s_per_byte,
-                          s_per_desc) +
-             read_seconds(t->s, pq->ndim, pq->bl.glo, ghi, t->s_holder,
-                          s_per_byte, s_per_desc);
     /* the receiver path's least time: its box's bytes in one read and
      * the box's own cost; when the publisher path is below it, the
      * source's shards need not be looked at */
     double esize = pq->src_dtype == RS_DTYPE_F32 ? 4.0 : 2.0;
     double quant = RECEIVER_BOX_SECONDS;
     double floor = box * esize * s_per_byte + s_per_desc + quant;
+    /* read from one shard of each (their holders known), the publisher
+     * path costs at most both shards' bytes in one read each: at or
+     * below the floor, that decides it without the parts' runs */
+    *pub_p = holders_bound(t, s_per_byte, s_per_desc);
+    if (!(*pub_p <= floor))
+        *pub_p = read_seconds(t->q, pq->ndim, vlo, vhi, t->q_holder,
+                              s_per_byte, s_per_desc) +
+                 read_seconds(t->s, pq->ndim, pq->bl.glo, ghi, t->s_holder,
+                              s_per_byte, s_per_desc);
     if (pq->src_dtype == RS_DTYPE_INVALID || *pub_p <= floor) {
         *recv_p = pq->src_dtype == RS_DTYPE_INVALID ? INFINITY : floor;
         return;
