@@ -39,9 +39,7 @@ static int shard_part(const rs__source_tensor_t *t, const rs__source_shard_t *sh
                       const int64_t *lo, const int64_t *hi, double *bytes,
                       double *runs, double *span)
 {
-    /* set for dims [0, ndim) before they are read (not cleared: a
-     * string store per call) */
-    int64_t a[RS_MAX_DIMS], n[RS_MAX_DIMS];
+    int64_t a[RS_MAX_DIMS] = {0}, n[RS_MAX_DIMS] = {0};
     double elems = 1, nruns = 1, first = 0, last = 0, stride = 1;
     int whole = 1;
     for (int d = 0; d < t->ndim; d++) {

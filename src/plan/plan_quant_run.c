@@ -129,15 +129,16 @@ static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
     r.src_dtype = pq->src_dtype;
     r.ndim = pq->ndim;
     /* the three arrays in one allocation */
+    const size_t nd = (size_t)pq->ndim;
     int64_t *arrays = rs__arena_alloc(a, 3 * dims + sizeof(int64_t));
     if (arrays != NULL) {
         memcpy(arrays, pq->shape, dims);
-        memcpy(arrays + pq->ndim, pq->blocks ? pq->bl.lo : zeros, dims);
-        memcpy(arrays + 2 * pq->ndim, pq->blocks ? pq->bl.box : zeros, dims);
+        memcpy(arrays + nd, pq->blocks ? pq->bl.lo : zeros, dims);
+        memcpy(arrays + 2 * nd, pq->blocks ? pq->bl.box : zeros, dims);
     }
     r.global_shape = arrays;
-    r.box_lo = arrays != NULL ? arrays + pq->ndim : NULL;
-    r.box_shape = arrays != NULL ? arrays + 2 * pq->ndim : NULL;
+    r.box_lo = arrays != NULL ? arrays + nd : NULL;
+    r.box_shape = arrays != NULL ? arrays + 2 * nd : NULL;
     if (pq->live && pq->path == RS_QUANT_PATH_RECEIVER) {
         uint64_t n = 1;
         for (int d = 0; d < pq->ndim; d++)
