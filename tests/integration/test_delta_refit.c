@@ -50,6 +50,7 @@
 #include "delta_contents.h"
 #include "dir_env.h"
 #include "reshard/reshard.h"
+#include "result_guard.h"
 
 #define ROWS 66 /* odd halves of odd rows: padded slots, two reads */
 #define HALF (ROWS / 2)
@@ -931,14 +932,12 @@ static void test_no_memory(void **state)
 
 typedef union guarded {
     rs_pull_result_t r;
-    unsigned char b[sizeof(rs_pull_result_t) + 64];
+    unsigned char b[sizeof(rs_pull_result_t) + RESULT_GUARD_SLACK];
 } guarded_t;
 
 static void assert_guard(const guarded_t *g, size_t from)
 {
-    for (size_t i = from; i < sizeof(g->b); i++)
-        if (g->b[i] != 0xA5)
-            fail_msg("byte %zu past the caller's %zu was written", i, from);
+    assert_result_guard(g->b, sizeof(g->b), from);
 }
 
 static void test_result_sized(void **state)
@@ -952,7 +951,7 @@ static void test_result_sized(void **state)
     publish(o.p, o.w, 1);
 
     /* sizes this library does not know: refused before anything */
-    memset(&g, 0xA5, sizeof(g));
+    memset(&g, RESULT_GUARD_BYTE, sizeof(g));
     ASSERT_ST(rs_receiver_pull_sized(o.x.r, 1, &d, &g.r, v1 - 1),
               RS_ERR_INVALID_ARG, d);
     ASSERT_MSG_HAS(d, "rs_pull_result_t: size");
@@ -970,7 +969,7 @@ static void test_result_sized(void **state)
 
     /* the unsized entry point of programs built before: the same */
     publish(o.p, o.w, 2);
-    memset(&g, 0xA5, sizeof(g));
+    memset(&g, RESULT_GUARD_BYTE, sizeof(g));
     ASSERT_ST((rs_receiver_pull)(o.x.r, 2, &d, &g.r), RS_OK, d);
     assert_version(o.x.dest, 2);
     assert_int_equal(g.r.version, 2);
@@ -979,7 +978,7 @@ static void test_result_sized(void **state)
 
     /* this header's size: every field, nothing past it */
     publish(o.p, o.w, 3);
-    memset(&g, 0xA5, sizeof(g));
+    memset(&g, RESULT_GUARD_BYTE, sizeof(g));
     ASSERT_ST(rs_receiver_pull(o.x.r, 3, &d, &g.r), RS_OK, d);
     assert_int_equal(g.r.delta_in_place_bytes, N * 2);
     assert_int_equal(g.r.delta_held_bytes, 0);

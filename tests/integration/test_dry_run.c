@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "reshard/reshard.h"
+#include "result_guard.h"
 #include "tmp_path.h"
 
 #define ROWS 8
@@ -186,14 +187,12 @@ static void test_dry_run_figures_no_lease(void **state)
 /* A caller's struct with guard bytes after it. */
 typedef union guarded {
     rs_dry_run_t d;
-    unsigned char b[sizeof(rs_dry_run_t) + 64];
+    unsigned char b[sizeof(rs_dry_run_t) + RESULT_GUARD_SLACK];
 } guarded_t;
 
 static void assert_guard(const guarded_t *g, size_t from)
 {
-    for (size_t i = from; i < sizeof(g->b); i++)
-        if (g->b[i] != 0xA5)
-            fail_msg("byte %zu past the caller's %zu was written", i, from);
+    assert_result_guard(g->b, sizeof(g->b), from);
 }
 
 /* The result's size travels with the call: sizes this library does not
@@ -212,7 +211,7 @@ static void test_dry_run_sized(void **state)
     publish_tables(&f, 1, 8192, texts);
     rs_receiver_h r = receiver(&f, "cma");
     assert_int_equal(rs_receiver_bind(r, 0, f.param, PBYTES, RS_MEM_HOST, NULL), RS_OK);
-    memset(&g, 0xA5, sizeof(g));
+    memset(&g, RESULT_GUARD_BYTE, sizeof(g));
     assert_int_equal(rs_receiver_dry_run_sized(r, 1, &diag, &g.d, v1 - 1),
                      RS_ERR_INVALID_ARG);
     assert_non_null(strstr(diag.msg, "rs_dry_run_t: size"));
@@ -227,13 +226,13 @@ static void test_dry_run_sized(void **state)
     assert_figures(&f, texts, &g.d);
     assert_guard(&g, v1);
 
-    memset(&g, 0xA5, sizeof(g));
+    memset(&g, RESULT_GUARD_BYTE, sizeof(g));
     assert_int_equal((rs_receiver_dry_run)(r, 1, &diag, &g.d), RS_OK);
     assert_int_equal(g.d.version, 1);
     assert_false(g.d.replanned);
     assert_guard(&g, v1);
 
-    memset(&g, 0xA5, sizeof(g));
+    memset(&g, RESULT_GUARD_BYTE, sizeof(g));
     assert_int_equal(rs_receiver_dry_run(r, 1, &diag, &g.d), RS_OK);
     assert_figures(&f, texts, &g.d);
     assert_guard(&g, sizeof(rs_dry_run_t));
