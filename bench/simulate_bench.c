@@ -251,6 +251,16 @@ typedef struct world {
     double publish_s;
 } world_t;
 
+/* Every trainer table into new sources. */
+static void world_publish(world_t *w, const scenario_t *s)
+{
+    rs_diag_t d;
+    rs_diag_clear(&d);
+    check(rs_sources_create(&w->src), &d, "rs_sources_create");
+    check(rs_layout_publish_all_ex(w->m, &w->train, w->cuts, s->flags, w->src,
+                                   &d), &d, "publish_all");
+}
+
 static void world_open(world_t *w, const char *path, int bf16,
                        const scenario_t *s)
 {
@@ -264,9 +274,7 @@ static void world_open(world_t *w, const char *path, int bf16,
     if (s->cut_aligned)
         check(rs_layout_infer_cuts(w->m, &w->infer, &d, &w->cuts), &d,
               "infer_cuts");
-    check(rs_sources_create(&w->src), &d, "rs_sources_create");
-    check(rs_layout_publish_all_ex(w->m, &w->train, w->cuts, s->flags, w->src,
-                                   &d), &d, "publish_all");
+    world_publish(w, s);
     w->publish_s = rs_clock_seconds() - t0;
     check(rs_transport_create(NULL, &d, &w->t), &d, "rs_transport_create");
 }
@@ -276,12 +284,8 @@ static void world_open(world_t *w, const char *path, int bf16,
  * a round over the same sources would find the ones before it built. */
 static void world_republish(world_t *w, const scenario_t *s)
 {
-    rs_diag_t d;
-    rs_diag_clear(&d);
     rs_sources_destroy(w->src);
-    check(rs_sources_create(&w->src), &d, "rs_sources_create");
-    check(rs_layout_publish_all_ex(w->m, &w->train, w->cuts, s->flags, w->src,
-                                   &d), &d, "publish_all");
+    world_publish(w, s);
 }
 
 static void world_close(world_t *w)
