@@ -783,7 +783,8 @@ static void test_budget(void **state)
 }
 
 /* shadow = 0: a version whose delta patches wrong values is read again
- * whole; the bound parameter, never patched in place, ends byte-exact. */
+ * whole; the bound parameter, never patched in place, ends byte-exact,
+ * also when the patch was of cast reads in the staging. */
 static void test_live_refused(void **state)
 {
     (void)state;
@@ -798,6 +799,21 @@ static void test_live_refused(void **state)
     pull_exact(&o.x, 2, &res);
     assert_int_equal(res.delta_retried, 1);
     assert_int_equal(res.delta_in_place_bytes, 0);
+    world_close(&o);
+
+    /* cast reads patched in the staging with no budget: the wrong patch
+     * fails verification and the version is read again whole */
+    rx_shadow = 0;
+    rx_budget = 0;
+    rx_cast = 1;
+    world_at_1(&o, "live-wrong-cast");
+    rx_shadow = 1;
+    rx_budget = RS_RECEIVER_DEFAULT_DELTA_BUDGET;
+    rx_cast = 0;
+    publish_wrong(&o);
+    pull_exact(&o.x, 2, &res);
+    assert_int_equal(res.delta_retried, 1);
+    assert_int_equal(res.delta_held_bytes, 0);
     world_close(&o);
 }
 
