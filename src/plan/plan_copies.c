@@ -43,6 +43,8 @@ rs_status_t rs__planner_init(rs__planner_t *b, rs_capture_h cap,
     b->cap = cap;
     b->srcs = srcs;
     b->params = params;
+    b->walk_pair = UINT32_MAX;
+    b->last_walked = SIZE_MAX;
     b->diag = diag;
     b->plan = calloc(1, sizeof(*b->plan));
     b->psrc_of_name = calloc(cap->names_len + 1, sizeof(uint32_t));
@@ -481,6 +483,9 @@ static rs_status_t plan_copy(rs__planner_t *b, size_t ci)
         return rs__diag_set(b->diag, st, "out of memory");
     pc->seg_end = b->tmp.v_len;
     pc->kind = convert ? RS_PLANNED_COPY_CONVERT : RS_PLANNED_COPY_EXACT;
+    pc->pair = tally.paired ? b->walk_pair + 1 : 0;
+    b->last_walked = ci;
+    b->last_first = tally.first;
     pc->nexact = tally.nsegs;
     pc->exact_bytes = tally.bytes;
     pc->dropped = tally.dropped;
@@ -514,9 +519,14 @@ static rs_status_t rewalk(rs__planner_t *b, size_t ci)
     if (st != RS_OK || !ok) /* it resolved the first time; else in fallback */
         return st;
     pc->seg_begin = b->tmp.v_len;
+    if (pc->pair != 0) { /* the same shard, taken the same way */
+        b->walk_pair = pc->pair - 1;
+        b->walk_pair_session = s->tensor->shards[pc->pair - 1].session;
+    }
     st = rs__planner_walk_copy(b, s, box, pc->param, c->dest_offset,
                                SIZE_MAX, b->picks + pc->pick_begin, &b->tmp,
                                &missing, &tally);
+    b->walk_pair = UINT32_MAX;
     if (st != RS_OK)
         return rs__diag_set(b->diag, st, "out of memory");
     pc->seg_end = b->tmp.v_len;
@@ -559,7 +569,10 @@ rs_status_t rs__planner_run(rs__planner_t *b)
              (b->params->nonly == 0 ||
               rs__plan_selected(b->params, b->cap->copies[ci].param)))) {
             b->plan->stats.copies_selected += role == RS_QROLE_PLAIN;
+            if (role == RS_QROLE_DERIVED)
+                rs__quant_scale_pair(b, ci);
             st = plan_copy(b, ci);
+            b->walk_pair = UINT32_MAX;
         }
     }
     if (st == RS_OK && b->quant != NULL)

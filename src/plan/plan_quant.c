@@ -892,6 +892,19 @@ void rs__quant_ready_walk(const rs__planner_t *b, size_t ci)
     }
 }
 
+void rs__quant_scale_pair(rs__planner_t *b, size_t ci)
+{
+    const rs__quant_expansion_t *qx = b->quant;
+    const rs__planned_quant_t *pq = &qx->q[qx->owner[ci]];
+    const rs__source_tensor_t *tq = pq->served_q;
+    uint32_t first = b->last_first;
+    if (pq->scale_copy != ci || b->last_walked != pq->weight_copy ||
+        tq == NULL || first >= tq->shards_len)
+        return;
+    b->walk_pair = first;
+    b->walk_pair_session = tq->shards[first].session;
+}
+
 int rs__quant_role(const rs__planner_t *b, size_t ci)
 {
     return b->quant == NULL ? RS_QROLE_PLAIN : b->quant->role[ci];

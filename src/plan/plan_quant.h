@@ -151,6 +151,14 @@ enum { RS_QUANT_KNOWN_SOURCE = 1, RS_QUANT_KNOWN_DERIVED = 2 };
 int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
                            struct rs__source_tensor **t_p);
 
+/* Before derived copy ci is walked: when it is a scale copy whose weight
+ * copy was the last copy walked, b->walk_pair is the index of the first
+ * FP8 shard that walk read and b->walk_pair_session its session. The
+ * scale tensor's shard of that index, listed by the same table when the
+ * session matches, then serves the scales if it holds them all
+ * (rs__planner_walk_copy). Else b->walk_pair is left as it is. O(1). */
+void rs__quant_scale_pair(rs__planner_t *b, size_t ci);
+
 /* The role of working copy ci (RS_QROLE_PLAIN without an expansion). */
 int rs__quant_role(const rs__planner_t *b, size_t ci);
 

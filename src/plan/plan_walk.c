@@ -33,6 +33,9 @@ typedef struct {
     rs__dest_fact_t *fact; /* the memo's facts of the box, or NULL */
     int whole;          /* every shard of the grid holds the whole source */
     unsigned char *marks; /* the source's shard marks, or NULL */
+    uint32_t first;     /* the first shard taken, UINT32_MAX before */
+    int pair;           /* a copy walk: b->walk_pair may be taken */
+    int paired;         /* it was */
 } walk_ctx_t;
 
 static int continues(const rs_segment_t *last, const rs_segment_t *s)
@@ -165,6 +168,8 @@ static const rs__source_shard_t *take_shard(walk_ctx_t *w, size_t cell,
     }
     if (w->marks != NULL)
         w->marks[id] = 1;
+    if (w->first == UINT32_MAX)
+        w->first = id;
     const rs__source_shard_t *sh = &w->t->shards[id];
     w->session = sh->session;
     w->addr = sh->addr;
@@ -295,6 +300,37 @@ static rs_status_t tensor_grid(rs_sources_h s, rs__source_tensor_t *t,
     return st;
 }
 
+/* 1 when shard `sh` holds every element of the box (a non-empty one). */
+static int shard_holds_box(const rs__source_shard_t *sh, const rs__box_t *box)
+{
+    if (sh->numel <= 0 || box->numel == 0)
+        return 0;
+    for (int d = 0; d < box->ndim; d++) {
+        int64_t last = rs__box_coord(box, d, box->count[d] - 1);
+        if (box->start[d] < sh->offset[d] ||
+            last >= sh->offset[d] + sh->shape[d])
+            return 0;
+    }
+    return 1;
+}
+
+/* The box read from the planner's paired shard (b->walk_pair) when that
+ * shard is on the session asked and holds the whole box: a scale copy
+ * reads its few hundred bytes of scales from the table its weight copy
+ * reads, where walking the scale tensor's grid chose among every replica
+ * of its cell for them. 0 (nothing done) otherwise. */
+static int walk_paired(rs__planner_t *b, walk_ctx_t *w)
+{
+    uint32_t id = b->walk_pair;
+    if (id == UINT32_MAX || id >= w->t->shards_len)
+        return 0;
+    const rs__source_shard_t *sh = &w->t->shards[id];
+    if (sh->session != b->walk_pair_session || !shard_holds_box(sh, w->box))
+        return 0;
+    walk_whole(w, 0, id);
+    return 1;
+}
+
 static rs_status_t walk(rs__planner_t *b, rs__planned_source_t *src, walk_ctx_t *w)
 {
     /* Most tensors of a MoE model are published whole by one rank: their
@@ -304,6 +340,10 @@ static rs_status_t walk(rs__planner_t *b, rs__planned_source_t *src, walk_ctx_t 
         w->whole = 1;
         if (w->box->numel != 0)
             walk_whole(w, 0, 0);
+        return b->oom ? RS_ERR_NO_MEMORY : RS_OK;
+    }
+    if (w->pair && walk_paired(b, w)) {
+        w->paired = 1;
         return b->oom ? RS_ERR_NO_MEMORY : RS_OK;
     }
     const rs__grid_t *grid = NULL;
@@ -353,6 +393,9 @@ static void ctx_init(walk_ctx_t *w, rs__planner_t *b, const rs__planned_source_t
     w->fact = NULL;
     w->whole = 0;
     w->marks = src->marks >= 0 ? b->shard_marks + src->marks : NULL;
+    w->first = UINT32_MAX;
+    w->pair = 0;
+    w->paired = 0;
 }
 
 rs_status_t rs__planner_walk(rs__planner_t *b, rs__planned_source_t *src,
@@ -409,6 +452,8 @@ static int walk_sole_run(rs__planner_t *b, const rs__source_tensor_t *t,
     tally->nsegs = 1;
     tally->bytes = nbytes;
     tally->dropped = 0;
+    tally->paired = 0;
+    tally->first = 0;
     return 1;
 }
 
@@ -431,6 +476,7 @@ rs_status_t rs__planner_walk_copy(rs__planner_t *b, rs__planned_source_t *src,
     w.replay = replay;
     w.record = replay == NULL;
     w.fact = b->walk_fact;
+    w.pair = 1;
     rs_status_t st = walk(b, src, &w);
     if (w.counting)
         end_counting(&w);
@@ -441,6 +487,8 @@ rs_status_t rs__planner_walk_copy(rs__planner_t *b, rs__planned_source_t *src,
     tally->nsegs = w.tally.nsegs;
     tally->bytes = w.tally.bytes;
     tally->dropped = w.counting;
+    tally->paired = w.paired;
+    tally->first = w.first;
     if (w.counting) /* what a copy that keeps its runs has none of */
         tally->drop = w.tally.drop;
     return RS_OK;

@@ -32,6 +32,7 @@ typedef struct rs__planned_copy {
     uint32_t src;
     uint32_t param;
     int kind;
+    uint32_t pair; /* walked from b->walk_pair: that shard + 1, else 0 */
     size_t seg_begin, seg_end; /* into rs__planner_t.tmp */
     uint64_t missing;
     long stage;  /* read through rs__planner_t stages[stage]; -1: exact runs */
@@ -104,6 +105,15 @@ typedef struct rs__planner {
      * it came from outside the memo): the copy walk that follows keeps
      * whether that box is one run in a whole-source shard there. */
     struct rs__dest_fact *walk_fact;
+    /* The shard the next copy walk reads its whole box from when that
+     * shard holds it and is on session walk_pair_session (UINT32_MAX:
+     * none): a scale copy reads its scales where its weight copy read
+     * its first FP8 values (rs__quant_scale_pair). */
+    uint32_t walk_pair, walk_pair_session;
+    /* The last copy walked (SIZE_MAX: none yet) and the first shard its
+     * walk read (UINT32_MAX: none). */
+    size_t last_walked;
+    uint32_t last_first;
     int oom;
 } rs__planner_t;
 
@@ -182,6 +192,8 @@ double rs__cost_plan_seconds(const rs_plan_params_t *p, const uint64_t *bytes,
 typedef struct rs__walk_tally {
     uint64_t nsegs, bytes;
     int dropped;
+    int paired;      /* the box was read from b->walk_pair */
+    uint32_t first;  /* the first shard read (UINT32_MAX: none) */
     rs__dropped_copy_t drop;
 } rs__walk_tally_t;
 
@@ -190,7 +202,10 @@ typedef struct rs__walk_tally {
  * and out is left as on entry), records each shard choice in b->picks, or,
  * with `replay`, repeats those choices without adding to the sessions'
  * load. `box` is the one the last resolve returned: b->walk_fact holds its
- * memo facts (or is NULL), which the walk reads and completes. */
+ * memo facts (or is NULL), which the walk reads and completes. With
+ * b->walk_pair set and its shard holding the whole box on the session
+ * asked, the box is read from that shard (tally->paired), with no grid
+ * and no choice among replicas. */
 rs_status_t rs__planner_walk_copy(rs__planner_t *b, rs__planned_source_t *src,
                                   const rs__box_t *box, uint32_t param,
                                   int64_t dst_base, size_t keep,

@@ -609,6 +609,70 @@ static void test_publisher_path(void **state)
     single_free(&s);
 }
 
+/* The session param `param`'s segments read from (all of them one). */
+static int session_of_param(rs_plan_h plan, const char *param)
+{
+    size_t n;
+    const rs_segment_t *sg = rs_plan_segments(plan, &n);
+    long p = rs_capture_find_param(rs_plan_capture(plan), param);
+    int at = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (sg[i].param != (uint32_t)p)
+            continue;
+        assert_true(at < 0 || at == (int)sg[i].session);
+        at = (int)sg[i].session;
+    }
+    assert_true(at >= 0);
+    return at;
+}
+
+/* Every trainer serves the FP8 values whole; the scales are listed in
+ * another table order for t0 and t1, and t2 serves only the first two
+ * rows of blocks. The scales of block rows 2..4 come from the weight's
+ * table when that table (at the weight shard's index) holds them, t3
+ * here, and from a replica's shard of the scale tensor otherwise: the
+ * bytes match the reference for every replica the weight lands on. */
+static void test_publisher_replicas(void **state)
+{
+    (void)state;
+    static const int order[NSESS] = {1, 0, 2, 3};
+    single_t s;
+    qcopy_t c = block_copy(8, 8, 0, 20, 4, 8);
+    single_setup(&s, RS_DTYPE_BF16, 16, 20, &c, 2 * 3);
+    const char *qn = "x#fp8_block:4x8:f8e4m3";
+    const char *sn = "x#fp8_block:4x8:f8e4m3#scale";
+    for (int k = 0; k < NSESS; k++)
+        publish_tile(&s.w, qn, RS_DTYPE_F8E4M3, s.t.shape, s.r.q, k, 0, 16, 0,
+                     20);
+    for (int k = 0; k < NSESS; k++)
+        publish_tile(&s.w, sn, RS_DTYPE_F32, s.r.grid,
+                     (const unsigned char *)s.r.s, order[k], 0,
+                     order[k] == 2 ? 2 : 4, 0, s.r.grid[1]);
+    int seen[NSESS] = {0};
+    for (uint64_t salt = 0; salt < NSESS; salt++) {
+        rs_plan_params_t p;
+        rs_plan_h plan;
+        rs_diag_t d;
+        rs_plan_params_init(&p);
+        p.replica_salt = salt;
+        ASSERT_ST(rs_plan_build(s.w.cap, s.w.srcs, &p, &d, &plan), RS_OK, d);
+        assert_int_equal(only_record(plan, 1, 0)->path,
+                         RS_QUANT_PATH_PUBLISHER);
+        const char *ws = rs_plan_session_name(
+            plan, (uint32_t)session_of_param(plan, "w"));
+        const char *ss = rs_plan_session_name(
+            plan, (uint32_t)session_of_param(plan, "w_scale"));
+        seen[ws[1] - '0'] = 1;
+        assert_string_not_equal(ss, "t2"); /* t2 lacks them */
+        if (strcmp(ws, "t3") == 0)
+            assert_string_equal(ss, "t3");
+        run_exact(&s.w, plan, s.exp);
+        rs_plan_destroy(plan);
+    }
+    assert_int_equal(seen[0] + seen[1] + seen[2] + seen[3], NSESS);
+    single_free(&s);
+}
+
 /* FP8 tiles that cut a block (rows 0..6, 6..16 with 4-row blocks): block
  * row 1 straddles two publisher shards, so the copy takes the receiver
  * path with a reason naming the block and the share served. */
@@ -1110,6 +1174,7 @@ int main(void)
         cmocka_unit_test(test_receiver_tensor_scale),
         cmocka_unit_test(test_receiver_block_128),
         cmocka_unit_test(test_publisher_path),
+        cmocka_unit_test(test_publisher_replicas),
         cmocka_unit_test(test_publisher_straddles),
         cmocka_unit_test(test_publisher_wrong_scales),
         cmocka_unit_test(test_merged_params),
