@@ -205,7 +205,11 @@ static rs_status_t refuse_mismatch(rs__planner_t *b, uint32_t id,
 /* A declared source read by a selected copy must be published with the
  * declared full shape and dtype: the copies' ops were computed against it,
  * and on another tensor they may still resolve, to the wrong elements.
- * Runs first, so that refused sources lead the fallback list. */
+ * Runs first, so that refused sources lead the fallback list. The
+ * quantized copies' sources the expansion found as declared are passed
+ * over: a thousand a MoE rank, most of them never read (the publisher
+ * path reads the FP8 tensors), whose records and shapes this loop would
+ * otherwise read one after another. */
 static rs_status_t refuse_mismatches(rs__planner_t *b)
 {
     rs_capture_h cap = b->cap;
@@ -214,7 +218,8 @@ static rs_status_t refuse_mismatches(rs__planner_t *b)
         long decl = cap->names[c->src_id].decl;
         uint32_t id;
         if (decl < 0 || (b->params->nonly != 0 &&
-                         !rs__plan_selected(b->params, c->param)))
+                         !rs__plan_selected(b->params, c->param)) ||
+            rs__quant_decl_checked(b, ci))
             continue;
         const rs__capture_source_t *d = &cap->sources[decl];
         rs_status_t st = psrc_for(b, c->src_id, &id);

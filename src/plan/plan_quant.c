@@ -80,9 +80,14 @@ static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
     const rs__source_tensor_t *t;
     if (d >= 0) {
         const rs__capture_source_t *info = &cap->sources[d];
+        size_t dims = (size_t)info->ndim * sizeof(int64_t);
         pq->ndim = info->ndim;
-        memcpy(pq->shape, info->shape, (size_t)info->ndim * sizeof(int64_t));
+        memcpy(pq->shape, info->shape, dims);
         pq->src_dtype = info->dtype;
+        t = qt->src; /* found by ready_step, its shape readied */
+        pq->decl_same = t != NULL && t->ndim == info->ndim &&
+                        t->dtype == info->dtype &&
+                        memcmp(t->shape, info->shape, dims) == 0;
         return 1;
     }
     if ((t = rs__quant_source(qt)) == NULL && (t = qt->q) == NULL)
@@ -709,6 +714,8 @@ static void ready_step(rs_sources_h srcs, rs_capture_h cap,
         pq->source = rs__sources_find_hashed(srcs, src->name, src->hash);
     if (pq->source == NULL)
         return;
+    if (step == 3) /* source_shape compares it with the declared one */
+        __builtin_prefetch(pq->source->shape);
     size_t at = (size_t)(pq->source - srcs->tensors);
     for (size_t k = at + 1; k <= at + 2; k++) {
         const rs__source_tensor_t *t = tensor_at(srcs, k);
@@ -903,6 +910,13 @@ void rs__quant_scale_pair(rs__planner_t *b, size_t ci)
         return;
     b->walk_pair = first;
     b->walk_pair_session = tq->shards[first].session;
+}
+
+int rs__quant_decl_checked(const rs__planner_t *b, size_t ci)
+{
+    const rs__quant_expansion_t *qx = b->quant;
+    return qx != NULL && qx->role[ci] == RS_QROLE_QUANT &&
+           qx->q[qx->owner[ci]].decl_same;
 }
 
 int rs__quant_role(const rs__planner_t *b, size_t ci)

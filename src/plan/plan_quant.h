@@ -67,6 +67,10 @@ typedef struct rs__planned_quant {
      * records too */
     struct rs__source_tensor *source, *served_q, *served_s;
     int live;                  /* planned and not in fallback (assembly) */
+    /* its source is declared and published with the declared shape and
+     * dtype: the planner's check of declared sources passes it over
+     * (rs__quant_decl_checked) */
+    int decl_same;
     /* not cleared: */
     rs__quant_blocks_t bl;
     int64_t shape[RS_MAX_DIMS];     /* the source's full shape (ndim set
@@ -158,6 +162,12 @@ int rs__quant_known_tensor(const rs__planner_t *b, uint32_t name_id,
  * session matches, then serves the scales if it holds them all
  * (rs__planner_walk_copy). Else b->walk_pair is left as it is. O(1). */
 void rs__quant_scale_pair(rs__planner_t *b, size_t ci);
+
+/* 1 when working copy ci is a quantized copy whose declared source the
+ * expansion found published with the declared shape and dtype: the
+ * planner's check of declared sources has nothing to refuse there, and
+ * a source the plan may never read needs no record of its own. O(1). */
+int rs__quant_decl_checked(const rs__planner_t *b, size_t ci);
 
 /* The role of working copy ci (RS_QROLE_PLAIN without an expansion). */
 int rs__quant_role(const rs__planner_t *b, size_t ci);

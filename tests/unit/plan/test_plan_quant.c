@@ -155,31 +155,38 @@ static void test_selection(void **state)
     env_free(&e);
 }
 
-/* A declared source published with another shape: the mismatch leads the
- * fallback list, and the quantized copy reads nothing. */
+/* A declared source published with another shape or dtype: the
+ * mismatch leads the fallback list, and the quantized copy reads
+ * nothing. */
 static void test_mismatch_first(void **state)
 {
     (void)state;
-    env_t e;
-    rs_diag_t d;
-    env_init(&e, 1);
-    int64_t other[2] = {8, 32};
-    ASSERT_ST(rs_capture_declare_source(e.cap, "x", 2, other, RS_DTYPE_BF16, &d), RS_OK,
-              d);
-    rs_plan_h plan = build(&e, NULL, 0);
-    assert_int_equal(rs_plan_num_mismatched(plan), 1);
-    const char *src, *reason;
-    rs_plan_fallback(plan, 0, &src, &reason);
-    assert_non_null(strstr(reason, "capture assumes shape [8, 32]"));
-    size_t n;
-    const rs_quantized_t *q = rs_plan_quantized(plan, &n);
-    assert_int_equal(n, 1);
-    assert_int_equal(q[0].nsegments, 0);
-    rs_plan_stats_t st;
-    rs_plan_stats(plan, &st);
-    assert_int_equal(st.bytes_planned, 0);
-    rs_plan_destroy(plan);
-    env_free(&e);
+    static const int64_t other[2][2] = {{8, 32}, {8, 16}};
+    static const rs_dtype_t dt[2] = {RS_DTYPE_BF16, RS_DTYPE_F32};
+    static const char *const want[2] = {"capture assumes shape [8, 32] bf16",
+                                        "capture assumes shape [8, 16] f32"};
+    for (int k = 0; k < 2; k++) {
+        env_t e;
+        rs_diag_t d;
+        env_init(&e, 1);
+        ASSERT_ST(rs_capture_declare_source(e.cap, "x", 2, other[k], dt[k], &d),
+                  RS_OK, d);
+        rs_plan_h plan = build(&e, NULL, 0);
+        assert_int_equal(rs_plan_num_mismatched(plan), 1);
+        const char *src, *reason;
+        rs_plan_fallback(plan, 0, &src, &reason);
+        if (strstr(reason, want[k]) == NULL)
+            fail_msg("reason: %s", reason);
+        size_t n;
+        const rs_quantized_t *q = rs_plan_quantized(plan, &n);
+        assert_int_equal(n, 1);
+        assert_int_equal(q[0].nsegments, 0);
+        rs_plan_stats_t st;
+        rs_plan_stats(plan, &st);
+        assert_int_equal(st.bytes_planned, 0);
+        rs_plan_destroy(plan);
+        env_free(&e);
+    }
 }
 
 /* A plain copy of the same source beside the quantized one (a bf16 view
