@@ -310,13 +310,20 @@ static int lists_shards(const rs__planned_source_t *s)
     return s->fallback == NULL && s->tensor != NULL && s->read;
 }
 
-/* Shard k of a listed source is listed: every shard, or for a tensor
- * derived from a quantized copy's source only those some walk took (a
- * MoE rank reads one of the eight tensor-parallel shards of each FP8
- * tensor and its scales, and verification checks only what is read). */
-static int lists_shard(const unsigned char *marks, size_t k)
+/* The first shard at or after k of a listed source that the plan lists
+ * (n when none): every shard, or for a tensor derived from a quantized
+ * copy's source only those some walk took (a MoE rank reads one of the
+ * eight tensor-parallel shards of each FP8 tensor and its scales, and
+ * verification checks only what is read). Without marks that is k
+ * itself, else the next marked shard, found a vector at a time: the
+ * walks of a replicated tensor mark one or two of its hundred-odd
+ * shards. */
+static size_t next_listed(const unsigned char *marks, size_t k, size_t n)
 {
-    return marks == NULL || marks[k];
+    if (marks == NULL || k >= n)
+        return k;
+    const unsigned char *m = memchr(marks + k, 1, n - k);
+    return m == NULL ? n : (size_t)(m - marks);
 }
 
 /* Per session, where its shards start in the list (at[k] .. at[k + 1]),
@@ -334,12 +341,13 @@ static size_t *session_starts(const rs__planner_t *b)
         if (!lists_shards(&psrc[i]))
             continue;
         const rs__source_shard_t *sh = psrc[i].tensor->shards;
-        const rs__source_shard_t *end = sh + psrc[i].tensor->shards_len;
+        size_t n = psrc[i].tensor->shards_len;
         const unsigned char *marks =
             psrc[i].marks >= 0 ? b->shard_marks + psrc[i].marks : NULL;
-        for (size_t k = 0; sh < end; sh++, k++)
-            if (lists_shard(marks, k)) /* an unlisted shard is not read */
-                at[sh->session + 1]++;
+        /* an unlisted shard is not read */
+        for (size_t k = next_listed(marks, 0, n); k < n;
+             k = next_listed(marks, k + 1, n))
+            at[sh[k].session + 1]++;
     }
     for (size_t k = 0; k < ns; k++)
         at[k + 1] += at[k];
@@ -355,14 +363,14 @@ static int place_shards(rs_shard_ref_t *out, const rs__planned_source_t *s,
                         const unsigned char *marks, size_t *at,
                         uint64_t *last, unsigned char *unsorted)
 {
-    const rs__source_shard_t *sh = s->tensor->shards;
-    const rs__source_shard_t *end = sh + s->tensor->shards_len;
+    const rs__source_shard_t *shards = s->tensor->shards;
+    size_t n = s->tensor->shards_len;
     uint64_t elsize = s->tensor->elsize;
     const char *name = s->name;
     int digests = 0;
-    for (size_t i = 0; sh < end; sh++, i++) {
-        if (!lists_shard(marks, i))
-            continue;
+    for (size_t i = next_listed(marks, 0, n); i < n;
+         i = next_listed(marks, i + 1, n)) {
+        const rs__source_shard_t *sh = &shards[i];
         uint32_t k = sh->session;
         rs_shard_ref_t *r = &out[at[k]++];
         unsorted[k] |= sh->addr < last[k];
