@@ -894,6 +894,7 @@ void rs__quant_ready_walk(const rs__planner_t *b, size_t ci)
     if (ci + RS_QUANT_WALK_AHEAD < n &&
         (t = derived_tensor(qx, ci + RS_QUANT_WALK_AHEAD)) != NULL) {
         __builtin_prefetch(t->shards);
+        __builtin_prefetch(t->shape); /* the box memo's key */
         if (t->grid != NULL)
             __builtin_prefetch(t->grid);
     }
