@@ -10,6 +10,7 @@
 #include "core/diag.h"
 #include "model/grid.h"
 #include "model/sources_impl.h"
+#include "reshard/quant.h"
 
 rs_status_t rs_sources_create(rs_sources_h *sources_p)
 {
@@ -98,6 +99,8 @@ static rs_status_t intern_session(rs_sources_h s, const char *name,
     return RS_OK;
 }
 
+int rs__sources_may_derive(rs_sources_h s) { return s->named_derived; }
+
 int rs__sources_sole_whole(const rs__source_tensor_t *t)
 {
     return t->shards_len == 1 && t->shards[0].numel != 0 &&
@@ -128,6 +131,7 @@ static rs_status_t tensor_for(rs_sources_h s, const rs_shard_desc_t *d,
         return RS_OK;
     }
     rs__source_tensor_t nt = {0};
+    s->named_derived |= strchr(d->tensor, RS_QUANT_NAME_SEP) != NULL;
     nt.name = rs__arena_strdup(&s->arena, d->tensor);
     nt.hash = hash;
     nt.dtype = d->dtype;

@@ -84,6 +84,11 @@ struct rs_sources {
     uint64_t undo_gen, undo_next;
     size_t undo_tensors;
     RS_VEC(rs__source_undo_t, undo);
+    /* Some tensor ever added has a name with RS_QUANT_NAME_SEP (kept
+     * through rollbacks): while 0, no quantized copy's "<src>#<spec>" or
+     * scales can be published, and the planner looks none up
+     * (rs__sources_may_derive). */
+    int named_derived;
 };
 
 /* Loaders use these to make a whole file all-or-nothing. */
@@ -112,6 +117,11 @@ int rs__sources_sole_whole(const rs__source_tensor_t *t);
  * their cache misses overlap instead of taking them one after another.
  * O(1), no effect on any result. */
 void rs__sources_prefetch(rs_sources_h s, uint64_t hash, int step);
+/* 0 when no tensor these sources ever held has RS_QUANT_NAME_SEP in its
+ * name: a name with one is then not published, and its lookup (a hash
+ * and a probe of a table of some 200,000 tensors that misses) can be
+ * skipped. 1 otherwise. O(1). */
+int rs__sources_may_derive(rs_sources_h s);
 /* rs__sources_find with rs__hash_str(name) already known. */
 rs__source_tensor_t *rs__sources_find_hashed(rs_sources_h s, const char *name,
                                          uint64_t hash);

@@ -518,6 +518,10 @@ static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
         }
     }
     *hash_p = rs__hash_str(name);
+    /* tables without FP8 copies (every copy on the receiver path): the
+     * lookup of a name no tensor has was a sixth of such a plan */
+    if (!rs__sources_may_derive(srcs))
+        return NULL;
     return rs__sources_find_hashed(srcs, name, *hash_p);
 }
 

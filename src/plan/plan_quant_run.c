@@ -47,12 +47,37 @@ static rs__planned_quant_t *next_selected(rs__quant_expansion_t *qx, const rs__p
     return i < qx->nq ? &qx->q[i] : NULL;
 }
 
+/* How many records ahead the passes below ready the one they will read. */
+#define RS_QUANT_RECORD_AHEAD 4
+
+/* Prefetches the lines of record i + RS_QUANT_RECORD_AHEAD that the
+ * passes over the records read: its head and the first line of its
+ * shape and of its box. A record is a kilobyte (arrays of RS_MAX_DIMS),
+ * written by the expansion long before; a MoE rank with the experts
+ * quantized on the receiver has ten thousand of them, and each pass took
+ * their misses one after another. Only a hint. */
+static void ready_record(const rs__quant_expansion_t *qx,
+                         const rs__planned_quant_t *pq)
+{
+    size_t i = (size_t)(pq - qx->q) + RS_QUANT_RECORD_AHEAD;
+    if (i >= qx->nq)
+        return;
+    const rs__planned_quant_t *r = &qx->q[i];
+    __builtin_prefetch(r);
+    __builtin_prefetch((const char *)r + 64);
+    __builtin_prefetch((const char *)r + 128);
+    __builtin_prefetch(r->shape);
+    __builtin_prefetch(r->bl.lo);
+    __builtin_prefetch(r->bl.box);
+}
+
 rs_status_t rs__quant_plan(rs__planner_t *b)
 {
     rs_status_t st = RS_OK;
     for (rs__planned_quant_t *pq = next_selected(b->quant, NULL);
          st == RS_OK && pq != NULL; pq = next_selected(b->quant, pq)) {
         uint32_t id;
+        ready_record(b->quant, pq);
         b->plan->stats.copies_selected++;
         st = rs__planner_psrc(b, b->cap->copies[pq->copy].src_id, &id);
         if (st != RS_OK)
@@ -218,6 +243,7 @@ rs_status_t rs__quant_assemble(rs__planner_t *b, uint64_t *descs)
         size_t ahead = (size_t)(pq - qx->q) + RS_QUANT_NAME_AHEAD;
         if (ahead < qx->nq)
             __builtin_prefetch(qx->q[ahead].qname);
+        ready_record(qx, pq);
         pq->live = quant_live(b, pq);
         if (pq->path == RS_QUANT_PATH_PUBLISHER && pq->refused == NULL)
             b->plan->stats.copies_planned -=

@@ -3,7 +3,8 @@
  * shards arrived, also after more arrive and after a failed load rolls
  * back; rs_sources_num_shards follows; rs_sources_find_table finds the first
  * table of an agent. Checked against an independent list kept by the test,
- * with a fixed-seed shuffle of the arrival order. */
+ * with a fixed-seed shuffle of the arrival order. Also whether the sources
+ * may hold a quantized copy's derived tensors (a name with '#'). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/sources_impl.h"
 #include "reshard/reshard.h"
 
 #define NT 40
@@ -217,6 +219,43 @@ static void test_find_table_first_of_duplicates(void **state)
     rs_sources_destroy(s);
 }
 
+/* Sources whose names have no '#' hold no "<src>#<spec>" tensor, and
+ * the planner looks none up; one such name, added directly or merged
+ * from other sources, turns that off for good (a rollback keeps it off:
+ * a lookup that finds nothing is only slower). */
+static void test_derived_names(void **state)
+{
+    (void)state;
+    static const int64_t full[1] = {8};
+    rs_sources_h s, other;
+    rs_diag_t d;
+    assert_int_equal(rs_sources_create(&s), RS_OK);
+    assert_int_equal(rs_sources_create(&other), RS_OK);
+    for (int t = 0; t < 3; t++)
+        add(s, t, 0);
+    assert_int_equal(rs__sources_may_derive(s), 0);
+    int64_t off[1] = {0};
+    rs_shard_desc_t q = {"w.0#fp8_block:128x128:f8e4m3", RS_DTYPE_F8E4M3, 1, 1,
+                         full, "s0", 0, 0x100, off, full, NULL};
+    assert_int_equal(rs_sources_add_shard(other, &q, &d), RS_OK);
+    assert_int_equal(rs__sources_may_derive(other), 1);
+    assert_int_equal(rs__sources_may_derive(s), 0);
+    assert_int_equal(rs_sources_merge(s, other, &d), RS_OK);
+    assert_int_equal(rs__sources_may_derive(s), 1);
+    rs__sources_mark_t mark;
+    rs_sources_h fresh;
+    assert_int_equal(rs_sources_create(&fresh), RS_OK);
+    assert_int_equal(rs__sources_mark(fresh, &mark), RS_OK);
+    assert_int_equal(rs_sources_add_shard(fresh, &q, &d), RS_OK);
+    rs__sources_rollback(fresh, &mark);
+    rs__sources_mark_free(&mark);
+    assert_int_equal(rs_sources_num_tensors(fresh), 0);
+    assert_int_equal(rs__sources_may_derive(fresh), 1);
+    rs_sources_destroy(fresh);
+    rs_sources_destroy(other);
+    rs_sources_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_in_order_arrival),
         cmocka_unit_test(test_rollback_restores_indexes),
         cmocka_unit_test(test_find_table_first_of_duplicates),
+        cmocka_unit_test(test_derived_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
