@@ -340,6 +340,10 @@ static size_t *session_starts(const rs__planner_t *b)
     for (size_t i = 0; i < npsrc; i++) {
         if (!lists_shards(&psrc[i]))
             continue;
+        if (psrc[i].marks >= 0 && psrc[i].nmarked <= 1) {
+            at[psrc[i].mark_session + 1] += psrc[i].nmarked;
+            continue; /* its one shard, or none, known without its tensor */
+        }
         const rs__source_shard_t *sh = psrc[i].tensor->shards;
         size_t n = psrc[i].tensor->shards_len;
         const unsigned char *marks =
@@ -368,8 +372,11 @@ static int place_shards(rs_shard_ref_t *out, const rs__planned_source_t *s,
     uint64_t elsize = s->tensor->elsize;
     const char *name = s->name;
     int digests = 0;
-    for (size_t i = next_listed(marks, 0, n); i < n;
-         i = next_listed(marks, i + 1, n)) {
+    /* marked shards: as many as were marked, a sole one known */
+    size_t left = marks != NULL ? s->nmarked : n;
+    size_t i = left == 1 && marks != NULL ? s->mark_shard
+                                          : next_listed(marks, 0, n);
+    for (; i < n && left > 0; i = next_listed(marks, i + 1, n), left--) {
         const rs__source_shard_t *sh = &shards[i];
         uint32_t k = sh->session;
         rs_shard_ref_t *r = &out[at[k]++];

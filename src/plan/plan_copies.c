@@ -149,7 +149,8 @@ static rs_status_t psrc_new(rs__planner_t *b, uint32_t name_id, uint32_t *id_p)
     int known = rs__quant_known_tensor(b, name_id, &t);
     if (!known)
         t = rs__sources_find_hashed(b->srcs, n->name, n->hash);
-    rs__planned_source_t s = {n->name, t, NULL, 0, 0, -1, 0, 0, -1};
+    rs__planned_source_t s = {.name = n->name, .tensor = t, .full_pull = -1,
+                              .marks = -1};
     if ((known == RS_QUANT_KNOWN_DERIVED && t != NULL &&
          !reserve_marks(b, t, &s.marks)) ||
         !RS_VEC_PUSH(b, psrc, s))

@@ -21,6 +21,17 @@
 
 #define OOM(diag) rs__diag_set((diag), RS_ERR_NO_MEMORY, "out of memory")
 
+/* 1 when the first n entries of a and b are equal: the shapes compared
+ * here are a few dims, where a call to memcmp cost more than the loop
+ * (and read them back in other widths than they were just written). */
+static inline int same_i64(const int64_t *a, const int64_t *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
 /* Asked by every plan: the copies' own field, not the public accessor
  * that copies the descriptor out (30 instructions a copy, where a MoE
  * rank's copy costs about a thousand in all). */
@@ -87,7 +98,7 @@ static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
         t = qt->src; /* found by ready_step, its shape readied */
         pq->decl_same = t != NULL && t->ndim == info->ndim &&
                         t->dtype == info->dtype &&
-                        memcmp(t->shape, info->shape, dims) == 0;
+                        same_i64(t->shape, info->shape, info->ndim);
         return 1;
     }
     if ((t = rs__quant_source(qt)) == NULL && (t = qt->q) == NULL)
@@ -141,7 +152,7 @@ static int scale_matches(const rs__planned_quant_t *pq, const rs_quant_desc_t *q
     int64_t a[RS_MAX_DIMS], s[RS_MAX_DIMS];
     int na = squeeze(pq->bl.gn, pq->ndim, a);
     int ns = squeeze(q->scale_shape, q->scale_ndim, s);
-    return na == ns && memcmp(a, s, (size_t)na * sizeof(int64_t)) == 0;
+    return na == ns && same_i64(a, s, na);
 }
 
 /* The touched blocks: the view's box [lo, hi) rounded out to block
@@ -231,7 +242,7 @@ static rs__quant_view_memo_t *view_memo(rs__quant_expansion_t *qx,
 {
     rs__quant_view_memo_t *m = &qx->views[geom % RS_QUANT_VIEW_MEMO];
     if (m->ndim != pq->ndim || m->geom != geom ||
-        memcmp(m->shape, pq->shape, (size_t)pq->ndim * sizeof(int64_t)) != 0)
+        !same_i64(m->shape, pq->shape, pq->ndim))
         return NULL;
     return m;
 }
@@ -304,9 +315,9 @@ static int scale_seen(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
         return 1;
     }
     return m->scale_ndim == q->scale_ndim &&
-           memcmp(m->block, pq->block, dims) == 0 &&
-           memcmp(m->scale_shape, q->scale_shape, sdims) == 0 &&
-           memcmp(m->scale_stride, q->scale_stride, sdims) == 0;
+           same_i64(m->block, pq->block, pq->ndim) &&
+           same_i64(m->scale_shape, q->scale_shape, q->scale_ndim) &&
+           same_i64(m->scale_stride, q->scale_stride, q->scale_ndim);
 }
 
 /* 1 when the memo entry's check was under spec q. */
@@ -372,11 +383,10 @@ static int geometry_known(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
 {
     const rs__capture_copy_t *cc = &cap->copies[pq->copy];
     rs__quant_view_memo_t *m = view_memo(qx, cc->geom, pq);
-    size_t sdims = (size_t)q->scale_ndim * sizeof(int64_t);
     if (m == NULL || !m->known || !same_spec(m, q) ||
         m->scale_ndim != q->scale_ndim ||
-        memcmp(m->scale_shape, q->scale_shape, sdims) != 0 ||
-        memcmp(m->scale_stride, q->scale_stride, sdims) != 0)
+        !same_i64(m->scale_shape, q->scale_shape, q->scale_ndim) ||
+        !same_i64(m->scale_stride, q->scale_stride, q->scale_ndim))
         return 0;
     long sp = cc->scale_param_id == UINT32_MAX ? -1 : (long)cc->scale_param_id;
     if (!ends_inside(cap, param_of(cap, pq->copy), cc->dest_offset,
@@ -694,13 +704,15 @@ static const rs__source_tensor_t *tensor_at(rs_sources_h srcs, size_t i)
 /* One step of readying what a quantized copy's analysis reads, each step
  * loading only what the step before brought in and prefetching what the
  * next reads: 0 its source's table slot and its quantization record, 1
- * the slot's key and tensor record and the record's scale region, 2 the source found (kept for the analysis) and the records
- * after it, where publishers put "<src>#<spec>" and its scales, 3 their
- * names, shapes and shard lists, 4 their first shard's box, which the
- * publisher check and the path estimate read. Prefetches only: the
- * analysis reads the same data whether they land or not. */
-static void ready_step(rs_sources_h srcs, rs_capture_h cap,
-                       rs__planned_quant_t *pq, int step)
+ * the slot's key and tensor record and the record's scale region, 2 the
+ * source found (kept for the analysis) and the records after it, where
+ * publishers put "<src>#<spec>" and its scales, 3 the source's shape and
+ * those records' names, shapes, shard lists and slots in the working
+ * capture's name index, 4 their first shard's box, which the publisher
+ * check and the path estimate read. Prefetches only: the analysis reads
+ * the same data whether they land or not. */
+static void ready_step(const rs__quant_expansion_t *qx, rs_sources_h srcs,
+                       rs_capture_h cap, rs__planned_quant_t *pq, int step)
 {
     const rs__capture_copy_t *c = &cap->copies[pq->copy];
     const rs__capture_name_t *src = &cap->names[c->src_id];
@@ -720,6 +732,7 @@ static void ready_step(rs_sources_h srcs, rs_capture_h cap,
         return;
     if (step == 3) /* source_shape compares it with the declared one */
         __builtin_prefetch(pq->source->shape);
+    const rs__strmap_t *names = &qx->work->name_index;
     size_t at = (size_t)(pq->source - srcs->tensors);
     for (size_t k = at + 1; k <= at + 2; k++) {
         const rs__source_tensor_t *t = tensor_at(srcs, k);
@@ -732,6 +745,10 @@ static void ready_step(rs_sources_h srcs, rs_capture_h cap,
             __builtin_prefetch(t->name);
             __builtin_prefetch(t->shape);
             __builtin_prefetch(t->shards);
+            /* the slot add_derived interns its name in, when it is the
+             * copy's "<src>#<spec>" or scales (a table of 60,000 slots
+             * for a rank with its experts quantized) */
+            __builtin_prefetch(&names->slots[t->hash & (names->cap - 1)], 1);
         } else if (t->shards_len > 0) {
             __builtin_prefetch(t->shards[0].offset);
             __builtin_prefetch(t->shards[0].shape);
@@ -757,7 +774,7 @@ static rs_status_t expand_all(rs__quant_expansion_t *qx, rs_capture_h cap,
         size_t end = qx->nq - at < RS_QUANT_BATCH ? qx->nq : at + RS_QUANT_BATCH;
         for (int step = 0; step <= 4; step++)
             for (size_t i = at; i < end; i++)
-                ready_step(srcs, cap, &qx->q[i], step);
+                ready_step(qx, srcs, cap, &qx->q[i], step);
         for (size_t i = at; st == RS_OK && i < end; i++)
             st = expand_one(qx, cap, srcs, params, &qx->q[i], diag);
     }

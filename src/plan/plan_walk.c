@@ -33,6 +33,7 @@ typedef struct {
     rs__dest_fact_t *fact; /* the memo's facts of the box, or NULL */
     int whole;          /* every shard of the grid holds the whole source */
     unsigned char *marks; /* the source's shard marks, or NULL */
+    rs__planned_source_t *src; /* whose marks they are */
     uint32_t first;     /* the first shard taken, UINT32_MAX before */
     int pair;           /* a copy walk: b->walk_pair may be taken */
     int paired;         /* it was */
@@ -166,11 +167,11 @@ static const rs__source_shard_t *take_shard(walk_ctx_t *w, size_t cell,
         if (w->record && !RS_VEC_PUSH(w->b, picks, id))
             w->b->oom = 1;
     }
+    const rs__source_shard_t *sh = &w->t->shards[id];
     if (w->marks != NULL)
-        w->marks[id] = 1;
+        rs__planner_mark(w->src, w->marks, id, sh->session);
     if (w->first == UINT32_MAX)
         w->first = id;
-    const rs__source_shard_t *sh = &w->t->shards[id];
     w->session = sh->session;
     w->addr = sh->addr;
     return sh;
@@ -368,7 +369,7 @@ static rs_status_t walk(rs__planner_t *b, rs__planned_source_t *src, walk_ctx_t 
  * start_counting and end_counting set them (the compiler clears a whole
  * context with a string store, which cost more than the rest of a one-run
  * copy's walk set-up). */
-static void ctx_init(walk_ctx_t *w, rs__planner_t *b, const rs__planned_source_t *src,
+static void ctx_init(walk_ctx_t *w, rs__planner_t *b, rs__planned_source_t *src,
                      const rs__box_t *box, uint32_t param, int64_t dst_base,
                      rs__segment_vec_t *out, uint64_t *missing, size_t keep)
 {
@@ -393,6 +394,7 @@ static void ctx_init(walk_ctx_t *w, rs__planner_t *b, const rs__planned_source_t
     w->fact = NULL;
     w->whole = 0;
     w->marks = src->marks >= 0 ? b->shard_marks + src->marks : NULL;
+    w->src = src;
     w->first = UINT32_MAX;
     w->pair = 0;
     w->paired = 0;
@@ -465,8 +467,9 @@ rs_status_t rs__planner_walk_copy(rs__planner_t *b, rs__planned_source_t *src,
 {
     if (walk_sole_run(b, src->tensor, box, param, dst_base, keep, replay, out,
                       tally)) {
-        if (src->marks >= 0)
-            b->shard_marks[src->marks] = 1; /* its one shard */
+        if (src->marks >= 0) /* its one shard */
+            rs__planner_mark(src, b->shard_marks + src->marks, 0,
+                             src->tensor->shards[0].session);
         return RS_OK;
     }
     if (b->oom)

@@ -15,6 +15,7 @@ typedef struct rs__planned_source {
     rs__source_tensor_t *tensor;    /* NULL when nothing publishes it */
     const char *fallback;       /* reason, non-NULL once in fallback */
     int candidate;              /* some copy exceeded the descriptor bound */
+    uint32_t nmarked;           /* shards marked (below), when marks >= 0 */
     uint64_t exact_segments;    /* per-copy segments of its same-dtype copies */
     long full_pull;             /* its whole-source stage (rs__planner_t
                                  * stages), or -1 when none is possible */
@@ -24,6 +25,9 @@ typedef struct rs__planned_source {
      * some walk took are marked at b->shard_marks[marks + shard], and
      * only those are listed (others, -1, list every shard). */
     long marks;
+    /* The first shard marked and its session: with nmarked 1, what
+     * assembly lists of the tensor, without reading its records again. */
+    uint32_t mark_shard, mark_session;
 } rs__planned_source_t;
 
 enum { RS_PLANNED_COPY_SKIP = 0, RS_PLANNED_COPY_EXACT, RS_PLANNED_COPY_CONVERT };
@@ -123,6 +127,23 @@ rs_status_t rs__planner_init(rs__planner_t *b, rs_capture_h cap,
 rs_status_t rs__planner_run(rs__planner_t *b);
 rs_plan_h rs__planner_take(rs__planner_t *b);
 void rs__planner_free(rs__planner_t *b);
+
+/* Marks shard `id` (on `session`) of a derived tensor as read: marks is
+ * src's part of b->shard_marks. Counts the shards marked and keeps the
+ * first, which assembly then lists without reading the tensor's records
+ * again. O(1). */
+static inline void rs__planner_mark(rs__planned_source_t *src,
+                                    unsigned char *marks, uint32_t id,
+                                    uint32_t session)
+{
+    if (marks[id])
+        return;
+    marks[id] = 1;
+    if (src->nmarked++ == 0) {
+        src->mark_shard = id;
+        src->mark_session = session;
+    }
+}
 
 /* Marks a source as fallback (first reason wins). */
 rs_status_t rs__planner_fallback(rs__planner_t *b, uint32_t src,
