@@ -340,15 +340,19 @@ static size_t *session_starts(const rs__planner_t *b)
     for (size_t i = 0; i < npsrc; i++) {
         if (!lists_shards(&psrc[i]))
             continue;
-        if (psrc[i].marks >= 0 && psrc[i].nmarked <= 1) {
-            at[psrc[i].mark_session + 1] += psrc[i].nmarked;
-            continue; /* its one shard, or none, known without its tensor */
-        }
         const rs__source_shard_t *sh = psrc[i].tensor->shards;
         size_t n = psrc[i].tensor->shards_len;
-        const unsigned char *marks =
-            psrc[i].marks >= 0 ? b->shard_marks + psrc[i].marks : NULL;
+        if (psrc[i].marks < 0) { /* every shard */
+            for (size_t k = 0; k < n; k++)
+                at[sh[k].session + 1]++;
+            continue;
+        }
+        if (psrc[i].nmarked <= 1) { /* known without reading the tensor */
+            at[psrc[i].mark_session + 1] += psrc[i].nmarked;
+            continue;
+        }
         /* an unlisted shard is not read */
+        const unsigned char *marks = b->shard_marks + psrc[i].marks;
         for (size_t k = next_listed(marks, 0, n); k < n;
              k = next_listed(marks, k + 1, n))
             at[sh[k].session + 1]++;
@@ -356,6 +360,23 @@ static size_t *session_starts(const rs__planner_t *b)
     for (size_t k = 0; k < ns; k++)
         at[k + 1] += at[k];
     return at;
+}
+
+/* One shard into its session's part of the list (place_shards). */
+static inline int place_one(rs_shard_ref_t *out, const rs__source_shard_t *sh,
+                            uint64_t elsize, const char *name, size_t *at,
+                            uint64_t *last, unsigned char *unsorted)
+{
+    uint32_t k = sh->session;
+    rs_shard_ref_t *r = &out[at[k]++];
+    unsorted[k] |= sh->addr < last[k];
+    last[k] = sh->addr;
+    r->session = k;
+    r->addr = sh->addr;
+    r->nbytes = (uint64_t)sh->numel * elsize;
+    r->tensor = name;
+    r->digest = sh->digest;
+    return sh->digest != NULL;
 }
 
 /* Places one live source's shards into their sessions' parts of the list,
@@ -372,23 +393,19 @@ static int place_shards(rs_shard_ref_t *out, const rs__planned_source_t *s,
     uint64_t elsize = s->tensor->elsize;
     const char *name = s->name;
     int digests = 0;
-    /* marked shards: as many as were marked, a sole one known */
-    size_t left = marks != NULL ? s->nmarked : n;
-    size_t i = left == 1 && marks != NULL ? s->mark_shard
-                                          : next_listed(marks, 0, n);
-    for (; i < n && left > 0; i = next_listed(marks, i + 1, n), left--) {
-        const rs__source_shard_t *sh = &shards[i];
-        uint32_t k = sh->session;
-        rs_shard_ref_t *r = &out[at[k]++];
-        unsorted[k] |= sh->addr < last[k];
-        digests |= sh->digest != NULL;
-        last[k] = sh->addr;
-        r->session = k;
-        r->addr = sh->addr;
-        r->nbytes = (uint64_t)sh->numel * elsize;
-        r->tensor = name;
-        r->digest = sh->digest;
+    if (marks == NULL) { /* every shard */
+        for (size_t i = 0; i < n; i++)
+            digests |= place_one(out, &shards[i], elsize, name, at, last,
+                                 unsorted);
+        return digests;
     }
+    if (s->nmarked == 1) /* the one its walks marked, no search */
+        return place_one(out, &shards[s->mark_shard], elsize, name, at, last,
+                         unsorted);
+    for (size_t i = next_listed(marks, 0, n); i < n;
+         i = next_listed(marks, i + 1, n))
+        digests |= place_one(out, &shards[i], elsize, name, at, last,
+                             unsorted);
     return digests;
 }
 
