@@ -5,8 +5,9 @@
  * and without them), DeepSeek-V3
  * (megatron:tp=1,pp=16,ep=64 -> vllm:tp=16, FP8 with cut-aligned tables
  * carrying cut FP8 copies, and FP8 with whole shards), Qwen3-30B-A3B and
- * Qwen2.5-0.5B. The two FP8 pairs with publisher-side copies are planned
- * again as their bf16 twin (the config without quantization_config) in the
+ * Qwen2.5-0.5B. The two FP8 pairs with publisher-side copies and the
+ * README's Kimi-K2 pair (FP8 on the receivers) are planned again as their
+ * bf16 twin (the config without quantization_config) in the
  * same run, both published up front and planned in seven rounds taking
  * turns, and print the FP8 / bf16 planning CPU time of each round and
  * their median, both plans' descriptors and the ratio per descriptor, and
@@ -50,8 +51,10 @@ typedef struct scenario {
 static const scenario_t scenarios[] = {
     {"llama-3.1-70b.json", "megatron:tp=8,pp=4,dp=2", "vllm:tp=8,dp=4", 0, 0,
      0},
+    /* the README's Kimi-K2 layout: its config is FP8, and tables without
+     * FP8 copies leave every block to the receivers */
     {"kimi-k2.json", "megatron:tp=8,pp=16,ep=16", "vllm:tp=8,ep=8,dp=16", 0, 0,
-     0},
+     1},
     /* The FP8 pairs: FP8 captures against tables with publisher-side FP8
      * copies, against the same tables without them (receivers quantize
      * every block), and the bf16 twin planned in the same run. */

@@ -13,20 +13,60 @@
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
 
+/* The last block-rounded box resolved (rs__stage_plain_box) and what it
+ * was resolved from: a MoE rank's experts repeat a few source shapes and
+ * boxes, and resolving each one again (a view replayed through a narrow
+ * per dim) was a tenth of planning their receiver path. */
+typedef struct plain_box_memo {
+    int ndim; /* 0: empty */
+    int64_t shape[RS_MAX_DIMS], lo[RS_MAX_DIMS], extent[RS_MAX_DIMS];
+    rs__box_t box;
+} plain_box_memo_t;
+
+static int same_dims(const int64_t *a, const int64_t *b, int n)
+{
+    for (int d = 0; d < n; d++)
+        if (a[d] != b[d])
+            return 0;
+    return 1;
+}
+
+/* The plain box [lo, lo + extent) of tensor t, from the memo when it
+ * holds the same; NULL when it does not resolve. */
+static const rs__box_t *plain_box(plain_box_memo_t *m,
+                                  const rs__source_tensor_t *t,
+                                  const int64_t *lo, const int64_t *extent)
+{
+    int n = t->ndim;
+    if (m->ndim == n && n > 0 && same_dims(m->shape, t->shape, n) &&
+        same_dims(m->lo, lo, n) && same_dims(m->extent, extent, n))
+        return &m->box;
+    m->ndim = 0;
+    if (!rs__stage_plain_box(t, lo, extent, &m->box))
+        return NULL;
+    size_t dims = (size_t)n * sizeof(int64_t);
+    m->ndim = n;
+    memcpy(m->shape, t->shape, dims);
+    memcpy(m->lo, lo, dims);
+    memcpy(m->extent, extent, dims);
+    return &m->box;
+}
+
 /* Walks the receiver path's box of its source. */
-static rs_status_t walk_box(rs__planner_t *b, rs__planned_quant_t *pq, uint32_t id)
+static rs_status_t walk_box(rs__planner_t *b, plain_box_memo_t *memo,
+                            rs__planned_quant_t *pq, uint32_t id)
 {
     rs__planned_source_t *s = &b->psrc[id];
-    rs__box_t box;
     if (s->fallback != NULL)
         return RS_OK;
     if (s->tensor == NULL)
         return rs__planner_fallback(b, id, "not published by any shard table");
     s->read = 1;
-    if (!rs__stage_plain_box(s->tensor, pq->bl.lo, pq->bl.box, &box))
+    const rs__box_t *box = plain_box(memo, s->tensor, pq->bl.lo, pq->bl.box);
+    if (box == NULL)
         return rs__planner_fallback(b, id, "the block-rounded box of a "
                                     "quantized copy does not resolve");
-    rs_status_t st = rs__planner_walk(b, s, &box, UINT32_MAX, 0, &pq->segs,
+    rs_status_t st = rs__planner_walk(b, s, box, UINT32_MAX, 0, &pq->segs,
                                       &pq->missing);
     if (st == RS_ERR_UNSUPPORTED)
         return rs__planner_fallback(b, id, "shard layout too fragmented to "
@@ -74,6 +114,9 @@ static void ready_record(const rs__quant_expansion_t *qx,
 rs_status_t rs__quant_plan(rs__planner_t *b)
 {
     rs_status_t st = RS_OK;
+    plain_box_memo_t *memo = calloc(1, sizeof(*memo));
+    if (memo == NULL)
+        return OOM(b);
     for (rs__planned_quant_t *pq = next_selected(b->quant, NULL);
          st == RS_OK && pq != NULL; pq = next_selected(b->quant, pq)) {
         uint32_t id;
@@ -85,8 +128,9 @@ rs_status_t rs__quant_plan(rs__planner_t *b)
         if (pq->refused != NULL)
             st = rs__planner_fallback(b, id, pq->refused);
         else if (pq->path == RS_QUANT_PATH_RECEIVER)
-            st = walk_box(b, pq, id);
+            st = walk_box(b, memo, pq, id);
     }
+    free(memo);
     return st;
 }
 
