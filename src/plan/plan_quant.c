@@ -517,7 +517,8 @@ static int derived_names(rs__quant_expansion_t *qx, const char *src,
  * pass over it. */
 static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
                                           const rs__source_tensor_t *prev,
-                                          const char *name, uint64_t *hash_p)
+                                          const char *name, int hashed,
+                                          uint64_t *hash_p)
 {
     if (prev != NULL) {
         size_t next = (size_t)(prev - srcs->tensors) + 1;
@@ -527,7 +528,8 @@ static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
             return &srcs->tensors[next];
         }
     }
-    *hash_p = rs__hash_str(name);
+    if (!hashed)
+        *hash_p = rs__hash_str(name);
     /* tables without FP8 copies (every copy on the receiver path): the
      * lookup of a name no tensor has was a sixth of such a plan */
     if (!rs__sources_may_derive(srcs))
@@ -560,8 +562,10 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     int64_t vlo[RS_MAX_DIMS], vhi[RS_MAX_DIMS];
     const char *qname = pq->qname, *sname = pq->sname;
     /* pq->source: found while its batch was readied (ready_step) */
-    pq->served_q = after_or_find(srcs, pq->source, qname, &pq->qhash);
-    pq->served_s = after_or_find(srcs, pq->served_q, sname, &pq->shash);
+    pq->served_q = after_or_find(srcs, pq->source, qname, pq->hashed,
+                                 &pq->qhash);
+    pq->served_s = after_or_find(srcs, pq->served_q, sname, pq->hashed,
+                                 &pq->shash);
     rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src,
                               pq->source, 1, SIZE_MAX, SIZE_MAX};
     pq->src_dtype = RS_DTYPE_INVALID;
@@ -701,6 +705,32 @@ static const rs__source_tensor_t *tensor_at(rs_sources_h srcs, size_t i)
     return i < srcs->tensors_len ? &srcs->tensors[i] : NULL;
 }
 
+/* The first step's part for the record itself: its arrays past the head
+ * (never touched since the record array was allocated) readied for the
+ * analysis to write, and, where the tables hold no FP8 copies, the
+ * derived names hashed now (after_or_find would, and finds nothing) so
+ * that their slots in the working capture's name index are readied for
+ * add_derived to intern them. */
+static void ready_own(const rs__quant_expansion_t *qx, rs_sources_h srcs,
+                      rs__planned_quant_t *pq)
+{
+    __builtin_prefetch(pq->shape, 1);
+    __builtin_prefetch(pq->block, 1);
+    __builtin_prefetch(pq->bl.lo, 1);
+    __builtin_prefetch(pq->bl.box, 1);
+    __builtin_prefetch(pq->bl.glo, 1);
+    __builtin_prefetch(pq->bl.gn, 1);
+    __builtin_prefetch(pq->bl.grid, 1);
+    if (rs__sources_may_derive(srcs))
+        return; /* the hashes come with the tensors found */
+    const rs__strmap_t *names = &qx->work->name_index;
+    pq->qhash = rs__hash_str(pq->qname);
+    pq->shash = rs__hash_str(pq->sname);
+    pq->hashed = 1;
+    __builtin_prefetch(&names->slots[pq->qhash & (names->cap - 1)], 1);
+    __builtin_prefetch(&names->slots[pq->shash & (names->cap - 1)], 1);
+}
+
 /* One step of readying what a quantized copy's analysis reads, each step
  * loading only what the step before brought in and prefetching what the
  * next reads: 0 its source's table slot and its quantization record, 1
@@ -720,6 +750,7 @@ static void ready_step(const rs__quant_expansion_t *qx, rs_sources_h srcs,
         rs__sources_prefetch(srcs, src->hash, step);
         if (step == 0) {
             __builtin_prefetch(c->quant);
+            ready_own(qx, srcs, pq);
         } else { /* the scale region the analysis checks */
             __builtin_prefetch(c->quant->scale_shape);
             __builtin_prefetch(c->quant->scale_stride);

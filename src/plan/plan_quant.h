@@ -55,6 +55,7 @@ typedef struct rs__planned_quant {
      * arena) and their rs__hash_str (set by the analysis) */
     const char *qname, *sname;
     uint64_t qhash, shash;
+    int hashed;                /* qhash and shash are set (ready_step) */
     size_t weight_copy, scale_copy; /* SIZE_MAX while refused */
     rs_dtype_t src_dtype;      /* RS_DTYPE_INVALID when not known */
     rs_dtype_t format;         /* the FP8 format */

@@ -13,14 +13,22 @@
 
 #define OOM(b) rs__diag_set((b)->diag, RS_ERR_NO_MEMORY, "out of memory")
 
-/* The last block-rounded box resolved (rs__stage_plain_box) and what it
- * was resolved from: a MoE rank's experts repeat a few source shapes and
- * boxes, and resolving each one again (a view replayed through a narrow
- * per dim) was a tenth of planning their receiver path. */
-typedef struct plain_box_memo {
+/* The last few block-rounded boxes resolved (rs__stage_plain_box) and
+ * what each was resolved from: a MoE rank's experts repeat a few source
+ * shapes and boxes (gate, up and down projections in turn), and
+ * resolving each one again (a view replayed through a narrow per dim)
+ * was a tenth of planning their receiver path. */
+#define RS_PLAIN_BOX_MEMO 4
+
+typedef struct plain_box_entry {
     int ndim; /* 0: empty */
     int64_t shape[RS_MAX_DIMS], lo[RS_MAX_DIMS], extent[RS_MAX_DIMS];
     rs__box_t box;
+} plain_box_entry_t;
+
+typedef struct plain_box_memo {
+    plain_box_entry_t e[RS_PLAIN_BOX_MEMO];
+    unsigned next; /* the entry a miss replaces */
 } plain_box_memo_t;
 
 static int same_dims(const int64_t *a, const int64_t *b, int n)
@@ -33,14 +41,18 @@ static int same_dims(const int64_t *a, const int64_t *b, int n)
 
 /* The plain box [lo, lo + extent) of tensor t, from the memo when it
  * holds the same; NULL when it does not resolve. */
-static const rs__box_t *plain_box(plain_box_memo_t *m,
+static const rs__box_t *plain_box(plain_box_memo_t *memo,
                                   const rs__source_tensor_t *t,
                                   const int64_t *lo, const int64_t *extent)
 {
     int n = t->ndim;
-    if (m->ndim == n && n > 0 && same_dims(m->shape, t->shape, n) &&
-        same_dims(m->lo, lo, n) && same_dims(m->extent, extent, n))
-        return &m->box;
+    for (int k = 0; n > 0 && k < RS_PLAIN_BOX_MEMO; k++) {
+        const plain_box_entry_t *m = &memo->e[k];
+        if (m->ndim == n && same_dims(m->shape, t->shape, n) &&
+            same_dims(m->lo, lo, n) && same_dims(m->extent, extent, n))
+            return &m->box;
+    }
+    plain_box_entry_t *m = &memo->e[memo->next++ % RS_PLAIN_BOX_MEMO];
     m->ndim = 0;
     if (!rs__stage_plain_box(t, lo, extent, &m->box))
         return NULL;
@@ -109,6 +121,8 @@ static void ready_record(const rs__quant_expansion_t *qx,
     __builtin_prefetch(r->shape);
     __builtin_prefetch(r->bl.lo);
     __builtin_prefetch(r->bl.box);
+    if (r->segs.v != NULL) /* a receiver box's runs, copied by assembly */
+        __builtin_prefetch(r->segs.v);
 }
 
 rs_status_t rs__quant_plan(rs__planner_t *b)
