@@ -584,6 +584,14 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
         if (pq->refused != NULL)
             return;
     }
+    if ((qt.q == NULL || qt.s == NULL) && pq->src_dtype != RS_DTYPE_INVALID) {
+        /* the receiver path over tables without this copy's FP8 tensors,
+         * every copy's where no publisher quantizes: formatting and
+         * keeping the same reason per copy was a twentieth of a plan */
+        pq->path = RS_QUANT_PATH_RECEIVER;
+        pq->unserved = qt.q == NULL ? 1 : 2;
+        return;
+    }
     if (rs__quant_publisher_serves(&qt, pq, c->src, qname, sname, vlo, vhi,
                                    qx->why, sizeof(qx->why))) {
         double pub, recv;

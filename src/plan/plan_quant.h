@@ -49,6 +49,9 @@ typedef struct rs__planned_quant {
      * text names the FP8 tensor) */
     const char *why;
     int served;
+    /* on the receiver path because "<src>#<spec>" (1) or its scales (2)
+     * are not published: assembly writes that reason, `why` is unset */
+    int unserved;
     int blocks;                /* `bl` is set (a record lists zeros for its
                                 * box until then) */
     /* "<src>#<spec>" and "<src>#<spec>#scale" (in the working capture's

@@ -194,6 +194,25 @@ static char *served_why(rs__arena_t *a, const rs__planned_quant_t *pq)
     return w;
 }
 
+/* The receiver path's reason when the FP8 tensor (unserved 1) or its
+ * scales (2) are not published, "no publisher serves <name>", as the
+ * publisher check words it, written straight into the plan's arena.
+ * NULL on exhaustion. */
+static char *unserved_why(rs__arena_t *a, const rs__planned_quant_t *pq)
+{
+    static const char head[] = "no publisher serves ";
+    const char *name = pq->unserved == 1 ? pq->qname : pq->sname;
+    size_t nh = sizeof(head) - 1, nn = strlen(name);
+    size_t len = nh + nn < RS_QUANT_WHY_MAX - 1 ? nh + nn : RS_QUANT_WHY_MAX - 1;
+    char *w = rs__arena_alloc(a, len + 1);
+    if (w == NULL)
+        return NULL;
+    memcpy(w, head, nh);
+    memcpy(w + nh, name, len - nh);
+    w[len] = '\0';
+    return w;
+}
+
 static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
 {
     static const int64_t zeros[RS_MAX_DIMS]; /* a box not yet known */
@@ -205,6 +224,7 @@ static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
     r.path = pq->path;
     r.why = pq->refused != NULL ? rs__arena_strdup(a, pq->refused)
             : pq->served    ? served_why(a, pq)
+            : pq->unserved  ? unserved_why(a, pq)
                             : rs__arena_strdup(a, pq->why);
     r.weight_copy = pq->weight_copy;
     r.scale_copy = pq->scale_copy;
