@@ -99,15 +99,19 @@ static rs__planned_quant_t *next_selected(rs__quant_expansion_t *qx, const rs__p
     return i < qx->nq ? &qx->q[i] : NULL;
 }
 
-/* How many records ahead the passes below ready the one they will read. */
-#define RS_QUANT_RECORD_AHEAD 4
+/* How many records ahead the passes below ready the one they will read,
+ * and how many ahead the data a record points to (its lines have landed
+ * by then, so reading the pointers costs no wait). */
+#define RS_QUANT_RECORD_AHEAD 8
+#define RS_QUANT_POINTED_AHEAD 4
 
 /* Prefetches the lines of record i + RS_QUANT_RECORD_AHEAD that the
  * passes over the records read: its head and the first line of its
- * shape and of its box. A record is a kilobyte (arrays of RS_MAX_DIMS),
- * written by the expansion long before; a MoE rank with the experts
- * quantized on the receiver has ten thousand of them, and each pass took
- * their misses one after another. Only a hint. */
+ * shape and of its box, addresses only (no load of the record itself).
+ * A record is a kilobyte (arrays of RS_MAX_DIMS), written by the
+ * expansion long before; a MoE rank with the experts quantized on the
+ * receiver has ten thousand of them, and each pass took their misses one
+ * after another. Only a hint. */
 static void ready_record(const rs__quant_expansion_t *qx,
                          const rs__planned_quant_t *pq)
 {
@@ -121,7 +125,20 @@ static void ready_record(const rs__quant_expansion_t *qx,
     __builtin_prefetch(r->shape);
     __builtin_prefetch(r->bl.lo);
     __builtin_prefetch(r->bl.box);
-    if (r->segs.v != NULL) /* a receiver box's runs, copied by assembly */
+}
+
+/* Prefetches what record i + RS_QUANT_POINTED_AHEAD points to and
+ * assembly copies: its FP8 tensor's name (the reason names it) and a
+ * receiver box's runs. */
+static void ready_pointed(const rs__quant_expansion_t *qx,
+                          const rs__planned_quant_t *pq)
+{
+    size_t i = (size_t)(pq - qx->q) + RS_QUANT_POINTED_AHEAD;
+    if (i >= qx->nq)
+        return;
+    const rs__planned_quant_t *r = &qx->q[i];
+    __builtin_prefetch(r->qname);
+    if (r->segs.v != NULL)
         __builtin_prefetch(r->segs.v);
 }
 
@@ -302,11 +319,6 @@ static void restate(rs__planner_t *b, const uint64_t *descs)
         st->nsessions_used += plan->session_bytes[i] > 0;
 }
 
-/* How many quantized copies ahead the records' names are prefetched: a
- * publisher path record copies its FP8 tensor's name, which the
- * expansion wrote long before. */
-#define RS_QUANT_NAME_AHEAD 8
-
 rs_status_t rs__quant_assemble(rs__planner_t *b, uint64_t *descs)
 {
     rs__quant_expansion_t *qx = b->quant;
@@ -318,10 +330,8 @@ rs_status_t rs__quant_assemble(rs__planner_t *b, uint64_t *descs)
         return OOM(b);
     for (rs__planned_quant_t *pq = next_selected(qx, NULL);
          st == RS_OK && pq != NULL; pq = next_selected(qx, pq)) {
-        size_t ahead = (size_t)(pq - qx->q) + RS_QUANT_NAME_AHEAD;
-        if (ahead < qx->nq)
-            __builtin_prefetch(qx->q[ahead].qname);
         ready_record(qx, pq);
+        ready_pointed(qx, pq);
         pq->live = quant_live(b, pq);
         if (pq->path == RS_QUANT_PATH_PUBLISHER && pq->refused == NULL)
             b->plan->stats.copies_planned -=
