@@ -21,17 +21,6 @@
 
 #define OOM(diag) rs__diag_set((diag), RS_ERR_NO_MEMORY, "out of memory")
 
-/* 1 when the first n entries of a and b are equal: the shapes compared
- * here are a few dims, where a call to memcmp cost more than the loop
- * (and read them back in other widths than they were just written). */
-static inline int same_i64(const int64_t *a, const int64_t *b, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (a[i] != b[i])
-            return 0;
-    return 1;
-}
-
 /* Asked by every plan: the copies' own field, not the public accessor
  * that copies the descriptor out (30 instructions a copy, where a MoE
  * rank's copy costs about a thousand in all). */
@@ -98,7 +87,7 @@ static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
         t = qt->src; /* found by ready_step, its shape readied */
         pq->decl_same = t != NULL && t->ndim == info->ndim &&
                         t->dtype == info->dtype &&
-                        same_i64(t->shape, info->shape, info->ndim);
+                        rs__quant_same_dims(t->shape, info->shape, info->ndim);
         return 1;
     }
     if ((t = rs__quant_source(qt)) == NULL && (t = qt->q) == NULL)
@@ -152,7 +141,7 @@ static int scale_matches(const rs__planned_quant_t *pq, const rs_quant_desc_t *q
     int64_t a[RS_MAX_DIMS], s[RS_MAX_DIMS];
     int na = squeeze(pq->bl.gn, pq->ndim, a);
     int ns = squeeze(q->scale_shape, q->scale_ndim, s);
-    return na == ns && same_i64(a, s, na);
+    return na == ns && rs__quant_same_dims(a, s, na);
 }
 
 /* The touched blocks: the view's box [lo, hi) rounded out to block
@@ -242,7 +231,7 @@ static rs__quant_view_memo_t *view_memo(rs__quant_expansion_t *qx,
 {
     rs__quant_view_memo_t *m = &qx->views[geom % RS_QUANT_VIEW_MEMO];
     if (m->ndim != pq->ndim || m->geom != geom ||
-        !same_i64(m->shape, pq->shape, pq->ndim))
+        !rs__quant_same_dims(m->shape, pq->shape, pq->ndim))
         return NULL;
     return m;
 }
@@ -315,9 +304,9 @@ static int scale_seen(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
         return 1;
     }
     return m->scale_ndim == q->scale_ndim &&
-           same_i64(m->block, pq->block, pq->ndim) &&
-           same_i64(m->scale_shape, q->scale_shape, q->scale_ndim) &&
-           same_i64(m->scale_stride, q->scale_stride, q->scale_ndim);
+           rs__quant_same_dims(m->block, pq->block, pq->ndim) &&
+           rs__quant_same_dims(m->scale_shape, q->scale_shape, q->scale_ndim) &&
+           rs__quant_same_dims(m->scale_stride, q->scale_stride, q->scale_ndim);
 }
 
 /* 1 when the memo entry's check was under spec q. */
@@ -385,8 +374,8 @@ static int geometry_known(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     rs__quant_view_memo_t *m = view_memo(qx, cc->geom, pq);
     if (m == NULL || !m->known || !same_spec(m, q) ||
         m->scale_ndim != q->scale_ndim ||
-        !same_i64(m->scale_shape, q->scale_shape, q->scale_ndim) ||
-        !same_i64(m->scale_stride, q->scale_stride, q->scale_ndim))
+        !rs__quant_same_dims(m->scale_shape, q->scale_shape, q->scale_ndim) ||
+        !rs__quant_same_dims(m->scale_stride, q->scale_stride, q->scale_ndim))
         return 0;
     long sp = cc->scale_param_id == UINT32_MAX ? -1 : (long)cc->scale_param_id;
     if (!ends_inside(cap, param_of(cap, pq->copy), cc->dest_offset,

@@ -139,6 +139,23 @@ typedef struct rs__quant_expansion {
     char spec[128];            /* "" while none is kept */
 } rs__quant_expansion_t;
 
+/* 1 when the first n entries of a and b are equal: the shapes the
+ * quantized planner compares are a few dims, where a call to memcmp cost
+ * more than the loop (and read them back in other widths than they were
+ * just written). */
+static inline int rs__quant_same_dims(const int64_t *a, const int64_t *b,
+                                      int n)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
+/* The start of the receiver path's reason when no table publishes a
+ * copy's FP8 tensor or its scales: "no publisher serves <name>". */
+#define RS_QUANT_UNSERVED "no publisher serves "
+
 /* 1 when some copy of the capture is quantized. O(copies). */
 int rs__quant_any(rs_capture_h capture);
 

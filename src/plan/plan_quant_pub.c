@@ -89,12 +89,7 @@ static void mark(const rs__planned_quant_t *pq, const grange_t *r, unsigned char
 
 static int same_shape(const rs__source_tensor_t *t, int n, const int64_t *shape)
 {
-    if (t->ndim != n)
-        return 0;
-    for (int d = 0; d < n; d++) /* a few dims: no call */
-        if (t->shape[d] != shape[d])
-            return 0;
-    return 1;
+    return t->ndim == n && rs__quant_same_dims(t->shape, shape, n);
 }
 
 /* The tensors exist with the shapes and dtypes the copy needs. */
@@ -107,7 +102,7 @@ static int published(const rs__planned_quant_t *pq, const rs__source_tensor_t *t
     const int64_t *shape = pq->shape;
     rs_dtype_t dt = pq->format;
     if (tq == NULL || ts == NULL) {
-        snprintf(why, whylen, "no publisher serves %s",
+        snprintf(why, whylen, RS_QUANT_UNSERVED "%s",
                  tq == NULL ? qname : sname);
         return 0;
     }

@@ -31,14 +31,6 @@ typedef struct plain_box_memo {
     unsigned next; /* the entry a miss replaces */
 } plain_box_memo_t;
 
-static int same_dims(const int64_t *a, const int64_t *b, int n)
-{
-    for (int d = 0; d < n; d++)
-        if (a[d] != b[d])
-            return 0;
-    return 1;
-}
-
 /* The plain box [lo, lo + extent) of tensor t, from the memo when it
  * holds the same; NULL when it does not resolve. */
 static const rs__box_t *plain_box(plain_box_memo_t *memo,
@@ -48,8 +40,9 @@ static const rs__box_t *plain_box(plain_box_memo_t *memo,
     int n = t->ndim;
     for (int k = 0; n > 0 && k < RS_PLAIN_BOX_MEMO; k++) {
         const plain_box_entry_t *m = &memo->e[k];
-        if (m->ndim == n && same_dims(m->shape, t->shape, n) &&
-            same_dims(m->lo, lo, n) && same_dims(m->extent, extent, n))
+        if (m->ndim == n && rs__quant_same_dims(m->shape, t->shape, n) &&
+            rs__quant_same_dims(m->lo, lo, n) &&
+            rs__quant_same_dims(m->extent, extent, n))
             return &m->box;
     }
     plain_box_entry_t *m = &memo->e[memo->next++ % RS_PLAIN_BOX_MEMO];
@@ -112,13 +105,21 @@ static rs__planned_quant_t *next_selected(rs__quant_expansion_t *qx, const rs__p
  * expansion long before; a MoE rank with the experts quantized on the
  * receiver has ten thousand of them, and each pass took their misses one
  * after another. Only a hint. */
+/* The record k after pq, or NULL past the last. */
+static const rs__planned_quant_t *record_after(const rs__quant_expansion_t *qx,
+                                               const rs__planned_quant_t *pq,
+                                               size_t k)
+{
+    size_t i = (size_t)(pq - qx->q) + k;
+    return i < qx->nq ? &qx->q[i] : NULL;
+}
+
 static void ready_record(const rs__quant_expansion_t *qx,
                          const rs__planned_quant_t *pq)
 {
-    size_t i = (size_t)(pq - qx->q) + RS_QUANT_RECORD_AHEAD;
-    if (i >= qx->nq)
+    const rs__planned_quant_t *r = record_after(qx, pq, RS_QUANT_RECORD_AHEAD);
+    if (r == NULL)
         return;
-    const rs__planned_quant_t *r = &qx->q[i];
     __builtin_prefetch(r);
     __builtin_prefetch((const char *)r + 64);
     __builtin_prefetch((const char *)r + 128);
@@ -133,10 +134,9 @@ static void ready_record(const rs__quant_expansion_t *qx,
 static void ready_pointed(const rs__quant_expansion_t *qx,
                           const rs__planned_quant_t *pq)
 {
-    size_t i = (size_t)(pq - qx->q) + RS_QUANT_POINTED_AHEAD;
-    if (i >= qx->nq)
+    const rs__planned_quant_t *r = record_after(qx, pq, RS_QUANT_POINTED_AHEAD);
+    if (r == NULL)
         return;
-    const rs__planned_quant_t *r = &qx->q[i];
     __builtin_prefetch(r->qname);
     if (r->segs.v != NULL)
         __builtin_prefetch(r->segs.v);
@@ -217,7 +217,7 @@ static char *served_why(rs__arena_t *a, const rs__planned_quant_t *pq)
  * NULL on exhaustion. */
 static char *unserved_why(rs__arena_t *a, const rs__planned_quant_t *pq)
 {
-    static const char head[] = "no publisher serves ";
+    static const char head[] = RS_QUANT_UNSERVED;
     const char *name = pq->unserved == 1 ? pq->qname : pq->sname;
     size_t nh = sizeof(head) - 1, nn = strlen(name);
     size_t len = nh + nn < RS_QUANT_WHY_MAX - 1 ? nh + nn : RS_QUANT_WHY_MAX - 1;
