@@ -892,8 +892,7 @@ void rs__quant_free(rs__quant_expansion_t *qx)
 {
     if (qx == NULL)
         return;
-    for (size_t i = 0; i < qx->nq; i++)
-        free(qx->q[i].segs.v);
+    free(qx->segs.v);
     free(qx->q);
     free(qx->ops);
     free(qx->role);

@@ -64,7 +64,10 @@ typedef struct rs__planned_quant {
     rs_dtype_t format;         /* the FP8 format */
     int ndim;
     uint64_t needed_bytes;     /* what the view needs (receiver: the box) */
-    rs__segment_vec_t segs;          /* the receiver path's staged read */
+    /* the receiver path's staged read: seg_n runs from seg_at of the
+     * expansion's segs (one vector for every box: a vector each was a
+     * million allocations and frees a pass over Kimi-K2's ranks) */
+    size_t seg_at, seg_n;
     uint64_t missing;
     /* the source, "<src>#<spec>" and its scales as published (NULL: not
      * published), looked up once by the analysis for the planner's
@@ -127,6 +130,7 @@ typedef struct rs__quant_expansion {
      * published tensor (NULL: not published), found by the analysis */
     unsigned char *name_known;
     struct rs__source_tensor **tensor_of_name;
+    rs__segment_vec_t segs;    /* the receiver boxes' runs (seg_at) */
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
     rs__quant_view_memo_t views[RS_QUANT_VIEW_MEMO]; /* by geometry id */

@@ -71,8 +71,14 @@ static rs_status_t walk_box(rs__planner_t *b, plain_box_memo_t *memo,
     if (box == NULL)
         return rs__planner_fallback(b, id, "the block-rounded box of a "
                                     "quantized copy does not resolve");
-    rs_status_t st = rs__planner_walk(b, s, box, UINT32_MAX, 0, &pq->segs,
+    rs__segment_vec_t *segs = &b->quant->segs;
+    size_t at = segs->v_len;
+    rs_status_t st = rs__planner_walk(b, s, box, UINT32_MAX, 0, segs,
                                       &pq->missing);
+    if (st != RS_OK)
+        segs->v_len = at; /* none of a box that is not read */
+    pq->seg_at = at;
+    pq->seg_n = segs->v_len - at;
     if (st == RS_ERR_UNSUPPORTED)
         return rs__planner_fallback(b, id, "shard layout too fragmented to "
                                     "index");
@@ -138,8 +144,8 @@ static void ready_pointed(const rs__quant_expansion_t *qx,
     if (r == NULL)
         return;
     __builtin_prefetch(r->qname);
-    if (r->segs.v != NULL)
-        __builtin_prefetch(r->segs.v);
+    if (r->seg_n > 0)
+        __builtin_prefetch(&qx->segs.v[r->seg_at]);
 }
 
 rs_status_t rs__quant_plan(rs__planner_t *b)
@@ -264,9 +270,10 @@ static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
         for (int d = 0; d < pq->ndim; d++)
             n *= (uint64_t)pq->bl.box[d]; /* inside the checked source */
         r.staging_bytes = n * rs_dtype_size(pq->src_dtype);
-        r.nsegments = pq->segs.v_len;
-        r.segments = rs__arena_memdup(a, pq->segs.v,
-                                      r.nsegments * sizeof(rs_segment_t));
+        r.nsegments = pq->seg_n;
+        r.segments = rs__arena_memdup(
+            a, pq->seg_n > 0 ? b->quant->segs.v + pq->seg_at : NULL,
+            r.nsegments * sizeof(rs_segment_t));
     }
     if (r.why == NULL || r.global_shape == NULL || r.box_lo == NULL ||
         r.box_shape == NULL || (r.nsegments > 0 && r.segments == NULL) ||
