@@ -7,6 +7,7 @@
 #include "core/checked.h"
 #include "core/diag.h"
 #include "model/capture_impl.h"
+#include "reshard/quant.h"
 
 rs_status_t rs_capture_create(rs_capture_h *capture_p)
 {
@@ -55,8 +56,25 @@ static int intern_as(rs_capture_h capture, const char *name, uint64_t hash,
                                (uint32_t)capture->names_len) ||
         !RS_VEC_PUSH(capture, names, n))
         return 0;
+    capture->named_derived |= strchr(n.name, RS_QUANT_NAME_SEP) != NULL;
     *id_p = (uint32_t)capture->names_len - 1;
     return 1;
+}
+
+int rs__capture_add_name_unindexed(rs_capture_h capture, const char *name,
+                                   uint32_t *id_p)
+{
+    rs__capture_name_t n = {name, -1, 0};
+    if (capture->names_len >= UINT32_MAX || !RS_VEC_PUSH(capture, names, n))
+        return 0;
+    capture->named_derived |= strchr(name, RS_QUANT_NAME_SEP) != NULL;
+    *id_p = (uint32_t)capture->names_len - 1;
+    return 1;
+}
+
+int rs__capture_named_derived(rs_capture_h capture)
+{
+    return capture->named_derived;
 }
 
 static int intern_name(rs_capture_h capture, const char *name, uint32_t *id_p)

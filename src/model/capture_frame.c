@@ -78,6 +78,7 @@ static int dup_tables(rs_capture_h to, rs_capture_h from, size_t extra)
         to->geom_slots_len = len;
     }
     to->unattributed = from->unattributed;
+    to->named_derived = from->named_derived;
     return ok;
 }
 

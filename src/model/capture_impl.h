@@ -77,6 +77,9 @@ struct rs_capture {
     rs__strmap_t unsupported_index;
     RS_VEC(rs__capture_name_t, names);
     rs__strmap_t name_index;
+    /* some name interned so far holds RS_QUANT_NAME_SEP: it may be a
+     * quantized copy's derived name (rs__capture_named_derived) */
+    int named_derived;
     int64_t unattributed;
     RS_VEC(rs__capture_geom_t, geoms);   /* by geometry id */
     uint32_t *geom_slots;           /* open addressing: id + 1, 0 empty */
@@ -138,6 +141,19 @@ rs_quant_desc_t *rs__capture_dup_quant(rs_capture_h cap,
  * interned name, not copied). 0 on exhaustion. */
 int rs__capture_intern_owned(rs_capture_h capture, const char *name,
                              uint64_t hash, uint32_t *id_p);
+
+/* A new name id for `name` (living as long as the capture), without the
+ * name index: no lookup finds it, the same name added again gets another
+ * id, and its hash is 0. For a name that only the copies added with it
+ * use and nothing looks up (the planner's derived names of a copy
+ * quantized on the receiver, when the capture holds no name like them:
+ * interning each cost a hash of the name and a probe of a table of tens
+ * of thousands of slots). 0 on exhaustion. O(1). */
+int rs__capture_add_name_unindexed(rs_capture_h capture, const char *name,
+                                   uint32_t *id_p);
+
+/* 1 when some name the capture interned holds RS_QUANT_NAME_SEP. O(1). */
+int rs__capture_named_derived(rs_capture_h capture);
 
 /* rs_capture_add_copy for a checked descriptor whose source is interned
  * name src_id (the copy->src field is not read). */

@@ -517,12 +517,13 @@ static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
             return &srcs->tensors[next];
         }
     }
-    if (!hashed)
-        *hash_p = rs__hash_str(name);
     /* tables without FP8 copies (every copy on the receiver path): the
-     * lookup of a name no tensor has was a sixth of such a plan */
+     * lookup of a name no tensor has was a sixth of such a plan, and the
+     * name's hash is needed only to intern it (ready_own) */
     if (!rs__sources_may_derive(srcs))
         return NULL;
+    if (!hashed)
+        *hash_p = rs__hash_str(name);
     return rs__sources_find_hashed(srcs, name, *hash_p);
 }
 
@@ -555,6 +556,7 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                                  &pq->qhash);
     pq->served_s = after_or_find(srcs, pq->served_q, sname, pq->hashed,
                                  &pq->shash);
+    pq->hashed |= rs__sources_may_derive(srcs);
     rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src,
                               pq->source, 1, SIZE_MAX, SIZE_MAX};
     pq->src_dtype = RS_DTYPE_INVALID;
@@ -631,6 +633,27 @@ static rs_status_t add_scale(rs__quant_expansion_t *qx,
     return st;
 }
 
+/* The working capture's ids of the copy's two derived names. On the
+ * receiver path, with no name of the user's like them, they are added
+ * unindexed: the planner never reads those copies' sources, so nothing
+ * looks their names up, and a hash and a probe of the name index per
+ * name was a tenth of such a plan. Else interned (with their hashes). */
+static int derived_ids(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                       uint32_t *wid, uint32_t *sid)
+{
+    rs_capture_h w = qx->work;
+    if (pq->path == RS_QUANT_PATH_RECEIVER && qx->fresh_names)
+        return rs__capture_add_name_unindexed(w, pq->qname, wid) &&
+               rs__capture_add_name_unindexed(w, pq->sname, sid);
+    if (!pq->hashed) {
+        pq->qhash = rs__hash_str(pq->qname);
+        pq->shash = rs__hash_str(pq->sname);
+        pq->hashed = 1;
+    }
+    return rs__capture_intern_owned(w, pq->qname, pq->qhash, wid) &&
+           rs__capture_intern_owned(w, pq->sname, pq->shash, sid);
+}
+
 /* The two derived copies of an accepted quantized copy: the weight copy
  * is the quantized copy itself but for its source and dtype. Their names
  * are already in the working capture's arena. */
@@ -640,13 +663,10 @@ static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *p
     uint32_t wid, sid;
     pq->weight_copy = rs_capture_num_copies(qx->work);
     pq->scale_copy = pq->weight_copy + 1;
-    if (!rs__capture_intern_owned(qx->work, pq->qname, pq->qhash, &wid))
+    if (!derived_ids(qx, pq, &wid, &sid))
         return OOM(diag);
     rs_status_t st = rs__capture_add_like(qx->work, pq->copy, wid, q->format,
                                           diag);
-    if (st == RS_OK &&
-        !rs__capture_intern_owned(qx->work, pq->sname, pq->shash, &sid))
-        st = OOM(diag);
     if (st == RS_OK)
         st = add_scale(qx, pq, q, sid, diag);
     return st;
@@ -704,10 +724,10 @@ static const rs__source_tensor_t *tensor_at(rs_sources_h srcs, size_t i)
 
 /* The first step's part for the record itself: its arrays past the head
  * (never touched since the record array was allocated) readied for the
- * analysis to write, and, where the tables hold no FP8 copies, the
- * derived names hashed now (after_or_find would, and finds nothing) so
- * that their slots in the working capture's name index are readied for
- * add_derived to intern them. */
+ * analysis to write, and, where the tables hold no FP8 copies but the
+ * derived names are interned all the same (the user's capture has names
+ * like them, derived_ids), the names hashed now so that their slots in
+ * the working capture's name index are readied for add_derived. */
 static void ready_own(const rs__quant_expansion_t *qx, rs_sources_h srcs,
                       rs__planned_quant_t *pq)
 {
@@ -720,6 +740,8 @@ static void ready_own(const rs__quant_expansion_t *qx, rs_sources_h srcs,
     __builtin_prefetch(pq->bl.grid, 1);
     if (rs__sources_may_derive(srcs))
         return; /* the hashes come with the tensors found */
+    if (qx->fresh_names)
+        return; /* every copy on the receiver path: no name interned */
     const rs__strmap_t *names = &qx->work->name_index;
     pq->qhash = rs__hash_str(pq->qname);
     pq->shash = rs__hash_str(pq->sname);
@@ -874,6 +896,7 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
         return OOM(diag);
     }
     qx->nuser = n;
+    qx->fresh_names = !rs__capture_named_derived(capture);
     /* room for the two derived copies and names of each quantized copy */
     st = rs__capture_work_copy(capture, 2 * nquant, &qx->work, diag);
     if (st == RS_OK)

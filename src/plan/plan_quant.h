@@ -58,7 +58,9 @@ typedef struct rs__planned_quant {
      * arena) and their rs__hash_str (set by the analysis) */
     const char *qname, *sname;
     uint64_t qhash, shash;
-    int hashed;                /* qhash and shash are set (ready_step) */
+    int hashed;                /* qhash and shash are set (ready_own, or
+                                * the analysis where tables may hold
+                                * derived names) */
     size_t weight_copy, scale_copy; /* SIZE_MAX while refused */
     rs_dtype_t src_dtype;      /* RS_DTYPE_INVALID when not known */
     rs_dtype_t format;         /* the FP8 format */
@@ -131,6 +133,11 @@ typedef struct rs__quant_expansion {
     unsigned char *name_known;
     struct rs__source_tensor **tensor_of_name;
     rs__segment_vec_t segs;    /* the receiver boxes' runs (seg_at) */
+    /* the user's capture holds no name with RS_QUANT_NAME_SEP: the
+     * derived names of a copy on the receiver path are then added to the
+     * working capture unindexed (nothing looks them up, and no name of
+     * the user's can be one of them) */
+    int fresh_names;
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
     rs__quant_view_memo_t views[RS_QUANT_VIEW_MEMO]; /* by geometry id */

@@ -768,6 +768,95 @@ static void test_merged_params(void **state)
     world_free(&w);
 }
 
+/* One source quantized twice with one spec, into two params, both on the
+ * receiver path: the two copies' derived names are the same text. Run
+ * with no other name holding '#' (the planner adds them unindexed, one
+ * id each, and hashes none), with a plain copy of a published tensor
+ * named "y#raw" in the capture (interned, one id for both, their hashes
+ * from the lookups of the tables, which may hold derived names), and
+ * with a declared source "z#unread" that no table publishes (interned,
+ * hashed before the analysis): the same records, the derived copies
+ * named as the spec says, every byte right. */
+static void shared_derived_names(int variant)
+{
+    int hashed_name = variant == 1;
+    world_t w;
+    tensor_t x, y;
+    refq_t r;
+    int64_t blk[2] = {4, 8};
+    world_init(&w);
+    tensor_make(&x, "x", RS_DTYPE_BF16, 8, 16, 3);
+    tensor_make(&y, "y#raw", RS_DTYPE_BF16, 4, 6, 4);
+    ref_quantize(&x, RS_QUANT_FP8_BLOCK, blk, RS_DTYPE_F8E4M3, &r);
+    add_param(&w, "wa", 2, 8, 16, RS_DTYPE_F8E4M3);
+    add_param(&w, "wa_scale", 2, 2, 2, RS_DTYPE_F32);
+    add_param(&w, "wb", 2, 4, 16, RS_DTYPE_F8E4M3);
+    add_param(&w, "wb_scale", 2, 1, 2, RS_DTYPE_F32);
+    if (hashed_name)
+        add_param(&w, "p", 2, 4, 6, RS_DTYPE_BF16);
+    qcopy_t ca = {"x", "wa", "wa_scale", RS_QUANT_FP8_BLOCK, RS_DTYPE_F8E4M3,
+                  {4, 8}, 0, 8, 0, 16, 0, 16, 0, 2, {2, 2}, {2, 1}};
+    qcopy_t cb = {"x", "wb", "wb_scale", RS_QUANT_FP8_BLOCK, RS_DTYPE_F8E4M3,
+                  {4, 8}, 4, 4, 0, 16, 0, 16, 0, 2, {1, 2}, {2, 1}};
+    rs_diag_t d;
+    ASSERT_ST(add_qcopy(&w, &ca, &d), RS_OK, d);
+    if (variant == 2) {
+        int64_t zs[1] = {5};
+        ASSERT_ST(rs_capture_declare_source(w.cap, "z#unread", 1, zs,
+                                            RS_DTYPE_F32, &d),
+                  RS_OK, d);
+    }
+    if (hashed_name) {
+        int64_t shp[2] = {4, 6}, str[2] = {6, 1};
+        rs_copy_desc_t c = {"y#raw", "p", NULL, 0, 0, 2, shp, str,
+                            RS_DTYPE_BF16};
+        ASSERT_ST(rs_capture_add_copy(w.cap, &c, &d), RS_OK, d);
+    }
+    ASSERT_ST(add_qcopy(&w, &cb, &d), RS_OK, d);
+    int64_t rc[3] = {0, 4, 8}, cc[3] = {0, 8, 16};
+    publish_grid(&w, &x, rc, 2, cc, 2);
+    int64_t yr[2] = {0, 4}, yc[2] = {0, 6};
+    if (hashed_name)
+        publish_grid(&w, &y, yr, 1, yc, 1);
+    uint64_t nb[5] = {128, 16, 64, 8, 48};
+    unsigned char *exp[5];
+    for (int i = 0; i < 5; i++) {
+        exp[i] = malloc(nb[i]);
+        memset(exp[i], 0xEE, nb[i]);
+    }
+    expect_copy(&ca, &x, &r, exp[0], (float *)(void *)exp[1]);
+    expect_copy(&cb, &x, &r, exp[2], (float *)(void *)exp[3]);
+    if (hashed_name)
+        memcpy(exp[4], y.raw, 48);
+    rs_plan_h plan = plan_of(&w);
+    rs_capture_h pc = rs_plan_capture(plan);
+    for (size_t i = 0; i < 2; i++) {
+        const rs_quantized_t *q = only_record(plan, 2, i);
+        assert_int_equal(q->path, RS_QUANT_PATH_RECEIVER);
+        rs_copy_desc_t wc, sc;
+        rs_capture_copy(pc, q->weight_copy, &wc);
+        rs_capture_copy(pc, q->scale_copy, &sc);
+        assert_string_equal(wc.src, "x#fp8_block:4x8:f8e4m3");
+        assert_string_equal(sc.src, "x#fp8_block:4x8:f8e4m3#scale");
+    }
+    assert_true(rs_plan_is_complete(plan));
+    run_exact(&w, plan, exp);
+    rs_plan_destroy(plan);
+    for (int i = 0; i < 5; i++)
+        free(exp[i]);
+    refq_free(&r);
+    tensor_free(&x);
+    tensor_free(&y);
+    world_free(&w);
+}
+
+static void test_shared_derived_names(void **state)
+{
+    (void)state;
+    for (int variant = 0; variant < 3; variant++)
+        shared_derived_names(variant);
+}
+
 /* The fallback reason of the plan's only fallback source. */
 static void expect_refused(world_t *w, const char *src, const char *text)
 {
@@ -1178,6 +1267,7 @@ int main(void)
         cmocka_unit_test(test_publisher_straddles),
         cmocka_unit_test(test_publisher_wrong_scales),
         cmocka_unit_test(test_merged_params),
+        cmocka_unit_test(test_shared_derived_names),
         cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_non_finite),
         cmocka_unit_test(test_stale_shards),
