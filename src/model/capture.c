@@ -67,7 +67,6 @@ int rs__capture_add_name_unindexed(rs_capture_h capture, const char *name,
     rs__capture_name_t n = {name, -1, 0};
     if (capture->names_len >= UINT32_MAX || !RS_VEC_PUSH(capture, names, n))
         return 0;
-    capture->named_derived |= strchr(name, RS_QUANT_NAME_SEP) != NULL;
     *id_p = (uint32_t)capture->names_len - 1;
     return 1;
 }

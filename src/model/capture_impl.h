@@ -144,7 +144,7 @@ int rs__capture_intern_owned(rs_capture_h capture, const char *name,
 
 /* A new name id for `name` (living as long as the capture), without the
  * name index: no lookup finds it, the same name added again gets another
- * id, and its hash is 0. For a name that only the copies added with it
+ * id, its hash is 0, and rs__capture_named_derived does not count it. For a name that only the copies added with it
  * use and nothing looks up (the planner's derived names of a copy
  * quantized on the receiver, when the capture holds no name like them:
  * interning each cost a hash of the name and a probe of a table of tens
@@ -152,7 +152,8 @@ int rs__capture_intern_owned(rs_capture_h capture, const char *name,
 int rs__capture_add_name_unindexed(rs_capture_h capture, const char *name,
                                    uint32_t *id_p);
 
-/* 1 when some name the capture interned holds RS_QUANT_NAME_SEP. O(1). */
+/* 1 when some name the capture interned (a copy's source, a declared
+ * source, an unsupported entry) holds RS_QUANT_NAME_SEP. O(1). */
 int rs__capture_named_derived(rs_capture_h capture);
 
 /* rs_capture_add_copy for a checked descriptor whose source is interned

@@ -80,9 +80,8 @@ static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
     const rs__source_tensor_t *t;
     if (d >= 0) {
         const rs__capture_source_t *info = &cap->sources[d];
-        size_t dims = (size_t)info->ndim * sizeof(int64_t);
         pq->ndim = info->ndim;
-        memcpy(pq->shape, info->shape, dims);
+        rs__quant_copy_dims(pq->shape, info->shape, info->ndim);
         pq->src_dtype = info->dtype;
         t = qt->src; /* found by ready_step, its shape readied */
         pq->decl_same = t != NULL && t->ndim == info->ndim &&
@@ -93,7 +92,7 @@ static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
     if ((t = rs__quant_source(qt)) == NULL && (t = qt->q) == NULL)
         return 0;
     pq->ndim = t->ndim;
-    memcpy(pq->shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    rs__quant_copy_dims(pq->shape, t->shape, t->ndim);
     pq->src_dtype = strcmp(t->name, cap->names[src_id].name) == 0
                         ? t->dtype : RS_DTYPE_INVALID;
     return 1;
@@ -250,8 +249,8 @@ static int view_box(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     const rs__quant_view_memo_t *hit = view_memo(qx, geom, pq);
     size_t dims = (size_t)pq->ndim * sizeof(int64_t);
     if (hit != NULL) {
-        memcpy(vlo, hit->vlo, dims);
-        memcpy(vhi, hit->vhi, dims);
+        rs__quant_copy_dims(vlo, hit->vlo, pq->ndim);
+        rs__quant_copy_dims(vhi, hit->vhi, pq->ndim);
         return 1;
     }
     if (rs__geom_resolve(pq->ndim, pq->shape, c->ops, c->nops, c->ndim,
@@ -326,12 +325,11 @@ static int same_spec(const rs__quant_view_memo_t *m, const rs_quant_desc_t *q)
 static void copy_blocks(rs__quant_blocks_t *to, const rs__quant_blocks_t *from,
                         int n)
 {
-    size_t dims = (size_t)n * sizeof(int64_t);
-    memcpy(to->lo, from->lo, dims);
-    memcpy(to->box, from->box, dims);
-    memcpy(to->glo, from->glo, dims);
-    memcpy(to->gn, from->gn, dims);
-    memcpy(to->grid, from->grid, dims);
+    rs__quant_copy_dims(to->lo, from->lo, n);
+    rs__quant_copy_dims(to->box, from->box, n);
+    rs__quant_copy_dims(to->glo, from->glo, n);
+    rs__quant_copy_dims(to->gn, from->gn, n);
+    rs__quant_copy_dims(to->grid, from->grid, n);
 }
 
 /* Keeps a passed check in the view's memo entry (whose scale region is
@@ -382,10 +380,9 @@ static int geometry_known(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                      m->weight_span) ||
         !ends_inside(cap, sp, q->scale_offset, m->scale_span))
         return 0;
-    size_t dims = (size_t)pq->ndim * sizeof(int64_t);
-    memcpy(vlo, m->vlo, dims);
-    memcpy(vhi, m->vhi, dims);
-    memcpy(pq->block, m->block, dims);
+    rs__quant_copy_dims(vlo, m->vlo, pq->ndim);
+    rs__quant_copy_dims(vhi, m->vhi, pq->ndim);
+    rs__quant_copy_dims(pq->block, m->block, pq->ndim);
     pq->blocks = 1;
     copy_blocks(&pq->bl, &m->bl, pq->ndim);
     qx->scale_like = m;
@@ -782,6 +779,8 @@ static void ready_step(const rs__quant_expansion_t *qx, rs_sources_h srcs,
         return;
     if (step == 3) /* source_shape compares it with the declared one */
         __builtin_prefetch(pq->source->shape);
+    if (!rs__sources_may_derive(srcs))
+        return; /* no table holds "<src>#<spec>": nothing after it to read */
     const rs__strmap_t *names = &qx->work->name_index;
     size_t at = (size_t)(pq->source - srcs->tensors);
     for (size_t k = at + 1; k <= at + 2; k++) {

@@ -163,6 +163,18 @@ static inline int rs__quant_same_dims(const int64_t *a, const int64_t *b,
     return 1;
 }
 
+/* Copies the first n entries of src to dst, an element at a time: the
+ * dims the quantized planner copies are a few, read back soon after as
+ * single elements, and a call to memcpy for them cost more than the
+ * copy (its wide stores do not forward to the narrower loads that read
+ * them, and a record's three arrays copied by memcpy were a sixth of a
+ * receiver-only Kimi-K2 FP8 plan). */
+static inline void rs__quant_copy_dims(int64_t *dst, const int64_t *src, int n)
+{
+    for (int i = 0; i < n; i++)
+        dst[i] = src[i];
+}
+
 /* The start of the receiver path's reason when no table publishes a
  * copy's FP8 tensor or its scales: "no publisher serves <name>". */
 #define RS_QUANT_UNSERVED "no publisher serves "

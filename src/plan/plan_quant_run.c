@@ -254,19 +254,15 @@ static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
     r.src = b->cap->copies[pq->copy].src; /* the plan owns the capture */
     r.src_dtype = pq->src_dtype;
     r.ndim = pq->ndim;
-    /* the three arrays in one allocation, stored element by element: a
-     * call to memcpy per array (a few dims each) was a sixth of the README
-     * Kimi-K2 layout's FP8 plan, ten thousand records a rank */
+    /* the three arrays in one allocation (rs__quant_copy_dims) */
     const size_t nd = (size_t)pq->ndim;
     int64_t *arrays = rs__arena_alloc(a, 3 * dims + sizeof(int64_t));
     if (arrays != NULL) {
-        const int64_t *lo = pq->blocks ? pq->bl.lo : zeros;
-        const int64_t *bx = pq->blocks ? pq->bl.box : zeros;
-        for (size_t d = 0; d < nd; d++) {
-            arrays[d] = pq->shape[d];
-            arrays[nd + d] = lo[d];
-            arrays[2 * nd + d] = bx[d];
-        }
+        rs__quant_copy_dims(arrays, pq->shape, pq->ndim);
+        rs__quant_copy_dims(arrays + nd, pq->blocks ? pq->bl.lo : zeros,
+                            pq->ndim);
+        rs__quant_copy_dims(arrays + 2 * nd, pq->blocks ? pq->bl.box : zeros,
+                            pq->ndim);
     }
     r.global_shape = arrays;
     r.box_lo = arrays != NULL ? arrays + nd : NULL;
