@@ -96,18 +96,33 @@ rs_status_t rs__capture_work_copy(rs_capture_h from, size_t extra,
     return RS_OK;
 }
 
+/* A new last copy, copy `like` of the capture as it is; NULL on
+ * exhaustion. The fields that differ are then stored into it: a copy of
+ * `like` on the stack, changed and pushed, reloaded its changed fields in
+ * wider loads than they were stored with, a stall per field (a derived
+ * copy per quantized copy, ten thousand a MoE rank). */
+static rs__capture_copy_t *push_like(rs_capture_h cap, size_t like)
+{
+    if (!rs__vec_reserve((void **)&cap->copies, &cap->copies_cap,
+                         cap->copies_len + 1, sizeof(*cap->copies)))
+        return NULL;
+    rs__capture_copy_t *c = &cap->copies[cap->copies_len++];
+    *c = cap->copies[like]; /* after the reserve: it may move the table */
+    return c;
+}
+
 rs_status_t rs__capture_add_like_at(rs_capture_h cap, size_t like,
                                     uint32_t src_id, uint32_t param_id,
                                     int64_t dest_offset, rs_diag_t *diag)
 {
-    rs__capture_copy_t c = cap->copies[like]; /* a copy: the push may move */
-    c.src_id = src_id;
-    c.src = cap->names[src_id].name;
-    c.param_id = param_id;
-    c.param = cap->params[param_id].name;
-    c.dest_offset = dest_offset;
-    if (!RS_VEC_PUSH(cap, copies, c))
+    rs__capture_copy_t *c = push_like(cap, like);
+    if (c == NULL)
         return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    c->src_id = src_id;
+    c->src = cap->names[src_id].name;
+    c->param_id = param_id;
+    c->param = cap->params[param_id].name;
+    c->dest_offset = dest_offset;
     return RS_OK;
 }
 
@@ -115,17 +130,17 @@ rs_status_t rs__capture_add_like(rs_capture_h cap, size_t like,
                                  uint32_t src_id, rs_dtype_t dtype,
                                  rs_diag_t *diag)
 {
-    rs__capture_copy_t c = cap->copies[like]; /* a copy: the push may move */
-    c.quant = NULL;
-    c.dest_dtype = dtype;
-    c.src_id = src_id;
-    c.src = cap->names[src_id].name;
+    rs__capture_copy_t *c = push_like(cap, like);
+    if (c == NULL)
+        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    c->quant = NULL;
+    c->dest_dtype = dtype;
+    c->src_id = src_id;
+    c->src = cap->names[src_id].name;
     /* as rs_capture_add_copy binds it: a param declared since `like` was
      * added is found now */
-    if (c.param_id == UINT32_MAX &&
-        rs__strmap_get(&cap->param_index, c.param, &c.param_id))
-        c.param = cap->params[c.param_id].name;
-    if (!RS_VEC_PUSH(cap, copies, c))
-        return rs__diag_set(diag, RS_ERR_NO_MEMORY, "out of memory");
+    if (c->param_id == UINT32_MAX &&
+        rs__strmap_get(&cap->param_index, c->param, &c->param_id))
+        c->param = cap->params[c->param_id].name;
     return RS_OK;
 }

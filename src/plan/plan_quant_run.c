@@ -236,24 +236,31 @@ static char *unserved_why(rs__arena_t *a, const rs__planned_quant_t *pq)
     return w;
 }
 
+/* The plan's record of pq, written in place: the room for every record
+ * is made before assembly (a record built on the stack and pushed was
+ * copied in wider loads than its fields had just been stored with, a
+ * stall per field). Counted once complete. */
 static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
 {
     static const int64_t zeros[RS_MAX_DIMS]; /* a box not yet known */
     rs__arena_t *a = &b->plan->arena;
     size_t dims = (size_t)pq->ndim * sizeof(int64_t);
-    rs_quantized_t r;
-    memset(&r, 0, sizeof(r));
-    r.copy = pq->copy;
-    r.path = pq->path;
-    r.why = pq->refused != NULL ? rs__arena_strdup(a, pq->refused)
-            : pq->served    ? served_why(a, pq)
-            : pq->unserved  ? unserved_why(a, pq)
-                            : rs__arena_strdup(a, pq->why);
-    r.weight_copy = pq->weight_copy;
-    r.scale_copy = pq->scale_copy;
-    r.src = b->cap->copies[pq->copy].src; /* the plan owns the capture */
-    r.src_dtype = pq->src_dtype;
-    r.ndim = pq->ndim;
+    rs_plan_h plan = b->plan;
+    if (plan->quantized_len >= plan->quantized_cap)
+        return OOM(b); /* not reached: rs__quant_assemble made the room */
+    rs_quantized_t *r = &plan->quantized[plan->quantized_len];
+    memset(r, 0, sizeof(*r));
+    r->copy = pq->copy;
+    r->path = pq->path;
+    r->why = pq->refused != NULL ? rs__arena_strdup(a, pq->refused)
+             : pq->served    ? served_why(a, pq)
+             : pq->unserved  ? unserved_why(a, pq)
+                             : rs__arena_strdup(a, pq->why);
+    r->weight_copy = pq->weight_copy;
+    r->scale_copy = pq->scale_copy;
+    r->src = b->cap->copies[pq->copy].src; /* the plan owns the capture */
+    r->src_dtype = pq->src_dtype;
+    r->ndim = pq->ndim;
     /* the three arrays in one allocation (rs__quant_copy_dims) */
     const size_t nd = (size_t)pq->ndim;
     int64_t *arrays = rs__arena_alloc(a, 3 * dims + sizeof(int64_t));
@@ -264,23 +271,23 @@ static rs_status_t add_record(rs__planner_t *b, rs__planned_quant_t *pq)
         rs__quant_copy_dims(arrays + 2 * nd, pq->blocks ? pq->bl.box : zeros,
                             pq->ndim);
     }
-    r.global_shape = arrays;
-    r.box_lo = arrays != NULL ? arrays + nd : NULL;
-    r.box_shape = arrays != NULL ? arrays + 2 * nd : NULL;
+    r->global_shape = arrays;
+    r->box_lo = arrays != NULL ? arrays + nd : NULL;
+    r->box_shape = arrays != NULL ? arrays + 2 * nd : NULL;
     if (pq->live && pq->path == RS_QUANT_PATH_RECEIVER) {
         uint64_t n = 1;
         for (int d = 0; d < pq->ndim; d++)
             n *= (uint64_t)pq->bl.box[d]; /* inside the checked source */
-        r.staging_bytes = n * rs_dtype_size(pq->src_dtype);
-        r.nsegments = pq->seg_n;
-        r.segments = rs__arena_memdup(
+        r->staging_bytes = n * rs_dtype_size(pq->src_dtype);
+        r->nsegments = pq->seg_n;
+        r->segments = rs__arena_memdup(
             a, pq->seg_n > 0 ? b->quant->segs.v + pq->seg_at : NULL,
-            r.nsegments * sizeof(rs_segment_t));
+            r->nsegments * sizeof(rs_segment_t));
     }
-    if (r.why == NULL || r.global_shape == NULL || r.box_lo == NULL ||
-        r.box_shape == NULL || (r.nsegments > 0 && r.segments == NULL) ||
-        !RS_VEC_PUSH(b->plan, quantized, r))
+    if (r->why == NULL || r->global_shape == NULL || r->box_lo == NULL ||
+        r->box_shape == NULL || (r->nsegments > 0 && r->segments == NULL))
         return OOM(b);
+    plan->quantized_len++;
     return RS_OK;
 }
 
