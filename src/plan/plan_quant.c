@@ -506,6 +506,12 @@ static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
                                           const char *name, int hashed,
                                           uint64_t *hash_p)
 {
+    /* tables without FP8 copies (every copy on the receiver path): the
+     * lookup of a name no tensor has was a sixth of such a plan, the
+     * compare with the tensor after the source a cold line a copy, and
+     * the name's hash is needed only to intern it (ready_own) */
+    if (!rs__sources_may_derive(srcs))
+        return NULL;
     if (prev != NULL) {
         size_t next = (size_t)(prev - srcs->tensors) + 1;
         if (next < srcs->tensors_len &&
@@ -514,11 +520,6 @@ static rs__source_tensor_t *after_or_find(rs_sources_h srcs,
             return &srcs->tensors[next];
         }
     }
-    /* tables without FP8 copies (every copy on the receiver path): the
-     * lookup of a name no tensor has was a sixth of such a plan, and the
-     * name's hash is needed only to intern it (ready_own) */
-    if (!rs__sources_may_derive(srcs))
-        return NULL;
     if (!hashed)
         *hash_p = rs__hash_str(name);
     return rs__sources_find_hashed(srcs, name, *hash_p);
@@ -607,6 +608,36 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     pq->why = keep_why(qx);
 }
 
+/* Quantized copy pq's role, and its source as published: the planner's
+ * record needs no lookup of its own. A name already noted as derived
+ * stays derived. */
+static void note_quant(rs__quant_expansion_t *qx, const rs__planned_quant_t *pq,
+                       uint32_t src)
+{
+    qx->role[pq->copy] = RS_QROLE_QUANT;
+    qx->owner[pq->copy] = (size_t)(pq - qx->q);
+    if (qx->name_known[src] == 0) {
+        qx->name_known[src] = RS_QUANT_KNOWN_SOURCE;
+        qx->tensor_of_name[src] = pq->source;
+    }
+}
+
+/* An accepted copy's derived copies (weight name wid, scales sid): their
+ * role by its path and their sources as the analysis found them. */
+static void note_derived(rs__quant_expansion_t *qx,
+                         const rs__planned_quant_t *pq, uint32_t wid,
+                         uint32_t sid)
+{
+    unsigned char r = pq->path == RS_QUANT_PATH_PUBLISHER ? RS_QROLE_DERIVED
+                                                          : RS_QROLE_LOCAL;
+    size_t i = (size_t)(pq - qx->q);
+    qx->role[pq->weight_copy] = qx->role[pq->scale_copy] = r;
+    qx->owner[pq->weight_copy] = qx->owner[pq->scale_copy] = i;
+    qx->name_known[wid] = qx->name_known[sid] = RS_QUANT_KNOWN_DERIVED;
+    qx->tensor_of_name[wid] = pq->served_q;
+    qx->tensor_of_name[sid] = pq->served_s;
+}
+
 /* The scale copy: the geometry of the last one made for the same view
  * and scale region when there is one (its ops, a narrow of the touched
  * blocks and a view, are then equal), else its ops built and numbered. */
@@ -662,6 +693,7 @@ static rs_status_t add_derived(rs__quant_expansion_t *qx, rs__planned_quant_t *p
     pq->scale_copy = pq->weight_copy + 1;
     if (!derived_ids(qx, pq, &wid, &sid))
         return OOM(diag);
+    note_derived(qx, pq, wid, sid);
     rs_status_t st = rs__capture_add_like(qx->work, pq->copy, wid, q->format,
                                           diag);
     if (st == RS_OK)
@@ -705,6 +737,7 @@ static rs_status_t expand_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     analyze(qx, pq, cap, srcs, params, &c, &q);
     if (qx->oom)
         return OOM(diag);
+    note_quant(qx, pq, cap->copies[ci].src_id);
     return pq->refused != NULL ? RS_OK : add_derived(qx, pq, &q, diag);
 }
 
@@ -830,50 +863,19 @@ static rs_status_t expand_all(rs__quant_expansion_t *qx, rs_capture_h cap,
     return st;
 }
 
-/* The derived copies' sources as the analysis found them published. */
-static void note_tensors(rs__quant_expansion_t *qx,
-                         const rs__planned_quant_t *pq)
+/* The per-copy and per-name tables, made before the expansion at the
+ * most it can add (two copies and two names per quantized copy), so that
+ * each copy's role and tensors are noted while its record is at hand. */
+static rs_status_t alloc_roles(rs__quant_expansion_t *qx, size_t ncopies,
+                               size_t nnames, rs_diag_t *diag)
 {
-    const rs__capture_copy_t *w = &qx->work->copies[pq->weight_copy];
-    const rs__capture_copy_t *s = &qx->work->copies[pq->scale_copy];
-    qx->name_known[w->src_id] = qx->name_known[s->src_id] =
-        RS_QUANT_KNOWN_DERIVED;
-    qx->tensor_of_name[w->src_id] = pq->served_q;
-    qx->tensor_of_name[s->src_id] = pq->served_s;
-}
-
-/* Every working copy's role and owner, once the derived copies exist. */
-static rs_status_t assign_roles(rs__quant_expansion_t *qx, rs_diag_t *diag)
-{
-    size_t n = rs_capture_num_copies(qx->work);
-    size_t names = qx->work->names_len;
-    qx->role = calloc(n + 1, 1);
-    qx->owner = calloc(n + 1, sizeof(size_t));
-    qx->name_known = calloc(names + 1, 1);
-    qx->tensor_of_name = calloc(names + 1, sizeof(rs__source_tensor_t *));
+    qx->role = calloc(ncopies + 1, 1);
+    qx->owner = calloc(ncopies + 1, sizeof(size_t));
+    qx->name_known = calloc(nnames + 1, 1);
+    qx->tensor_of_name = calloc(nnames + 1, sizeof(rs__source_tensor_t *));
     if (qx->role == NULL || qx->owner == NULL || qx->name_known == NULL ||
         qx->tensor_of_name == NULL)
         return OOM(diag);
-    for (size_t i = 0; i < qx->nq; i++) {
-        const rs__planned_quant_t *pq = &qx->q[i];
-        qx->role[pq->copy] = RS_QROLE_QUANT;
-        qx->owner[pq->copy] = i;
-        /* the source as published: the planner's record needs no
-         * lookup of its own */
-        uint32_t src = qx->work->copies[pq->copy].src_id;
-        if (qx->name_known[src] == 0) { /* a derived name stays derived */
-            qx->name_known[src] = RS_QUANT_KNOWN_SOURCE;
-            qx->tensor_of_name[src] = pq->source;
-        }
-        if (pq->refused != NULL)
-            continue;
-        int r = pq->path == RS_QUANT_PATH_PUBLISHER ? RS_QROLE_DERIVED
-                                                    : RS_QROLE_LOCAL;
-        qx->role[pq->weight_copy] = qx->role[pq->scale_copy] =
-            (unsigned char)r;
-        qx->owner[pq->weight_copy] = qx->owner[pq->scale_copy] = i;
-        note_tensors(qx, pq);
-    }
     return RS_OK;
 }
 
@@ -899,9 +901,10 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
     /* room for the two derived copies and names of each quantized copy */
     st = rs__capture_work_copy(capture, 2 * nquant, &qx->work, diag);
     if (st == RS_OK)
-        st = expand_all(qx, capture, sources, params, diag);
+        st = alloc_roles(qx, n + 2 * nquant, capture->names_len + 2 * nquant,
+                         diag);
     if (st == RS_OK)
-        st = assign_roles(qx, diag);
+        st = expand_all(qx, capture, sources, params, diag);
     if (st != RS_OK) {
         rs__quant_free(qx);
         return st;
