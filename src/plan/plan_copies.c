@@ -206,15 +206,18 @@ static rs_status_t refuse_mismatch(rs__planner_t *b, uint32_t id,
 /* A declared source read by a selected copy must be published with the
  * declared full shape and dtype: the copies' ops were computed against it,
  * and on another tensor they may still resolve, to the wrong elements.
- * Runs first, so that refused sources lead the fallback list. The
- * quantized copies' sources the expansion found as declared are passed
- * over: a thousand a MoE rank, most of them never read (the publisher
- * path reads the FP8 tensors), whose records and shapes this loop would
- * otherwise read one after another. */
+ * Runs first, so that refused sources lead the fallback list. Derived
+ * copies whose names no declaration can have are not looked at
+ * (rs__quant_declared_copies), and the quantized copies' sources the
+ * expansion found as declared are passed over: a thousand a MoE rank,
+ * most of them never read (the publisher path reads the FP8 tensors),
+ * whose records and shapes this loop would otherwise read one after
+ * another. */
 static rs_status_t refuse_mismatches(rs__planner_t *b)
 {
     rs_capture_h cap = b->cap;
-    for (size_t ci = 0; ci < cap->copies_len; ci++) {
+    size_t n = rs__quant_declared_copies(b);
+    for (size_t ci = 0; ci < n; ci++) {
         const rs__capture_copy_t *c = &cap->copies[ci];
         long decl = cap->names[c->src_id].decl;
         uint32_t id;

@@ -468,17 +468,26 @@ static const char *spec_text(rs__quant_expansion_t *qx,
 }
 
 /* "<src>#<spec>" and "<src>#<spec>#scale" in the working capture's arena
- * (they become its interned names); 0 on exhaustion. */
+ * (they become its interned names), the first right after the words of
+ * the receiver path's reason when no table publishes it, so that the
+ * reason is that whole string (pq->qwhy, unless the plan's record would
+ * cut it); 0 on exhaustion. The working capture lives as long as the
+ * plan, its records included. */
 static int derived_names(rs__quant_expansion_t *qx, const char *src,
                          const char *spec, rs__planned_quant_t *pq)
 {
     size_t ns = strlen(src), np = strlen(spec);
     size_t qlen = ns + np + 2; /* with its NUL */
-    char *q = rs__arena_alloc(&qx->work->arena,
-                              qlen + qlen - 1 + sizeof(RS_QUANT_SCALE_SUFFIX));
-    if (q == NULL)
+    size_t nh = sizeof(RS_QUANT_UNSERVED) - 1;
+    char *w = rs__arena_alloc(&qx->work->arena,
+                              nh + qlen + qlen - 1 +
+                                  sizeof(RS_QUANT_SCALE_SUFFIX));
+    if (w == NULL)
         return 0;
+    memcpy(w, RS_QUANT_UNSERVED, nh); // NOLINT(bugprone-not-null-terminated-result)
+    char *q = w + nh;
     char *sn = q + qlen;
+    pq->qwhy = nh + qlen - 1 <= RS_QUANT_WHY_MAX - 1 ? w : NULL;
     /* a copy of every quantized copy: no printf; the spec's copy below
      * brings the NUL */
     memcpy(q, src, ns); // NOLINT(bugprone-not-null-terminated-result)
@@ -991,6 +1000,14 @@ int rs__quant_decl_checked(const rs__planner_t *b, size_t ci)
     const rs__quant_expansion_t *qx = b->quant;
     return qx != NULL && qx->role[ci] == RS_QROLE_QUANT &&
            qx->q[qx->owner[ci]].decl_same;
+}
+
+size_t rs__quant_declared_copies(const rs__planner_t *b)
+{
+    const rs__quant_expansion_t *qx = b->quant;
+    if (qx == NULL || !qx->fresh_names)
+        return b->cap->copies_len;
+    return qx->nuser;
 }
 
 int rs__quant_role(const rs__planner_t *b, size_t ci)

@@ -57,6 +57,9 @@ typedef struct rs__planned_quant {
     /* "<src>#<spec>" and "<src>#<spec>#scale" (in the working capture's
      * arena) and their rs__hash_str (set by the analysis) */
     const char *qname, *sname;
+    /* RS_QUANT_UNSERVED followed by qname, in the same string (qname is
+     * its tail), or NULL where the record would cut that reason */
+    const char *qwhy;
     uint64_t qhash, shash;
     int hashed;                /* qhash and shash are set (ready_own, or
                                 * the analysis where tables may hold
@@ -212,6 +215,12 @@ void rs__quant_scale_pair(rs__planner_t *b, size_t ci);
  * planner's check of declared sources has nothing to refuse there, and
  * a source the plan may never read needs no record of its own. O(1). */
 int rs__quant_decl_checked(const rs__planner_t *b, size_t ci);
+
+/* How many working copies, from the first, may read a declared source:
+ * all of them, but where no name of the user's capture holds
+ * RS_QUANT_NAME_SEP only the user's own copies (the derived copies'
+ * sources are then names no declaration has). O(1). */
+size_t rs__quant_declared_copies(const rs__planner_t *b);
 
 /* The role of working copy ci (RS_QROLE_PLAIN without an expansion). */
 int rs__quant_role(const rs__planner_t *b, size_t ci);

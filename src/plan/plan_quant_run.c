@@ -219,10 +219,13 @@ static char *served_why(rs__arena_t *a, const rs__planned_quant_t *pq)
 
 /* The receiver path's reason when the FP8 tensor (unserved 1) or its
  * scales (2) are not published, "no publisher serves <name>", as the
- * publisher check words it, written straight into the plan's arena.
- * NULL on exhaustion. */
-static char *unserved_why(rs__arena_t *a, const rs__planned_quant_t *pq)
+ * publisher check words it: for the FP8 tensor the string the expansion
+ * wrote with its name (pq->qwhy), else written straight into the plan's
+ * arena. NULL on exhaustion. */
+static const char *unserved_why(rs__arena_t *a, const rs__planned_quant_t *pq)
 {
+    if (pq->unserved == 1 && pq->qwhy != NULL)
+        return pq->qwhy;
     static const char head[] = RS_QUANT_UNSERVED;
     const char *name = pq->unserved == 1 ? pq->qname : pq->sname;
     size_t nh = sizeof(head) - 1, nn = strlen(name);

@@ -494,6 +494,68 @@ static void test_served_reason(void **state)
     }
 }
 
+/* The receiver path's reason when no table publishes the FP8 tensor, or
+ * only its values and not its scales: "no publisher serves <name>", the
+ * name whole while the reason fits the 320 bytes a reason had and cut
+ * at 319 past that, for names whose reason is just under, at and just
+ * over that length. */
+static void test_unserved_reason(void **state)
+{
+    (void)state;
+    const size_t head = strlen("no publisher serves ");
+    /* "<name>#" SPEC is the name and 21 more: a reason of 319 at 278 */
+    const size_t lens[] = {1, 2, 40, 272, 273, 276, 277, 278, 279, 280, 300};
+    char name[400], fp8[500], scale[500], want[600];
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+        for (int scales_only = 0; scales_only < 2; scales_only++) {
+            memset(name, 'n', lens[k]);
+            name[lens[k]] = '\0';
+            rs_capture_h cap;
+            rs_sources_h srcs;
+            rs_diag_t d;
+            int64_t ws[2] = {4, 16}, ss[1] = {2};
+            int64_t st[2] = {16, 1}, blk[2] = {4, 8}, sst[1] = {1};
+            rs_op_t op = {.kind = RS_OP_NARROW, .arg = {0, 4, 4}, .has = 7};
+            assert_int_equal(rs_capture_create(&cap), RS_OK);
+            assert_int_equal(rs_sources_create(&srcs), RS_OK);
+            ASSERT_ST(rs_capture_add_param(cap, "w", 2, ws, RS_DTYPE_F8E4M3,
+                                           &d), RS_OK, d);
+            ASSERT_ST(rs_capture_add_param(cap, "w_scale", 1, ss,
+                                           RS_DTYPE_F32, &d), RS_OK, d);
+            rs_copy_desc_t c = {name, "w", &op, 1, 0, 2, ws, st,
+                                RS_DTYPE_F8E4M3};
+            rs_quant_desc_t q = {RS_QUANT_FP8_BLOCK, RS_DTYPE_F8E4M3, 2, blk,
+                                 "w_scale", 0, 1, ss, sst};
+            ASSERT_ST(rs_capture_add_quant_copy(cap, &c, &q, &d), RS_OK, d);
+            snprintf(fp8, sizeof(fp8), "%s#%s", name, SPEC);
+            snprintf(scale, sizeof(scale), "%s#%s#scale", name, SPEC);
+            shard(srcs, name, RS_DTYPE_BF16, full, 0, 8, "t0", 0x10000);
+            if (scales_only) /* the values served, their scales not */
+                shard(srcs, fp8, RS_DTYPE_F8E4M3, full, 0, 8, "t2", 0x20000);
+            rs_plan_params_t p;
+            rs_plan_h plan;
+            rs_plan_params_init(&p);
+            ASSERT_ST(rs_plan_build(cap, srcs, &p, &d, &plan), RS_OK, d);
+            size_t n;
+            const rs_quantized_t *r = rs_plan_quantized(plan, &n);
+            assert_int_equal(n, 1);
+            assert_int_equal(r[0].path, RS_QUANT_PATH_RECEIVER);
+            snprintf(want, sizeof(want), "no publisher serves %s",
+                     scales_only ? scale : fp8);
+            if (strlen(want) > 319)
+                want[319] = '\0';
+            assert_string_equal(r[0].why, want);
+            assert_true(strlen(r[0].why) <= 319);
+            assert_int_equal(strlen(r[0].why),
+                             head + strlen(scales_only ? scale : fp8) < 319
+                                 ? head + strlen(scales_only ? scale : fp8)
+                                 : 319);
+            rs_plan_destroy(plan);
+            rs_capture_destroy(cap);
+            rs_sources_destroy(srcs);
+        }
+}
+
 /* One quantized copy of rows 4..8 of `src` into `param` [4, 16] at
  * `off`, its scales into `sparam` at `soff` as `sn` dims of `sshape`
  * (strides `sstride`); params declared by the caller. */
@@ -647,6 +709,7 @@ int main(void)
         cmocka_unit_test(test_plan_json),
         cmocka_unit_test(test_path_by_time),
         cmocka_unit_test(test_served_reason),
+        cmocka_unit_test(test_unserved_reason),
         cmocka_unit_test(test_repeated_geometry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
