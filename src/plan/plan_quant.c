@@ -73,14 +73,41 @@ const rs__source_tensor_t *rs__quant_source(rs__quant_tensors_t *t)
     return t->src;
 }
 
-static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
-                        uint32_t src_id, rs__planned_quant_t *pq)
+/* The record's rank and its arrays of that many dims, one run of the
+ * expansion's dims in the order of the records (a pass over the
+ * records reads them in the order they lie); 0 on exhaustion. */
+static int set_rank(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
+                    int ndim)
+{
+    size_t n = (size_t)(ndim > 0 ? ndim : 0);
+    int64_t *a = rs__arena_alloc(&qx->dims, 7 * n * sizeof(int64_t));
+    if (a == NULL) {
+        qx->oom = 1;
+        return 0;
+    }
+    pq->ndim = ndim;
+    pq->shape = a;
+    pq->block = a + n;
+    pq->bl.lo = a + 2 * n;
+    pq->bl.box = a + 3 * n;
+    pq->bl.glo = a + 4 * n;
+    pq->bl.gn = a + 5 * n;
+    pq->bl.grid = a + 6 * n;
+    return 1;
+}
+
+/* The source's shape and dtype as declared, else as published; 0 when
+ * neither knows the source (or on exhaustion: qx->oom). */
+static int source_shape(rs__quant_expansion_t *qx, rs_capture_h cap,
+                        rs__quant_tensors_t *qt, uint32_t src_id,
+                        rs__planned_quant_t *pq)
 {
     long d = cap->names[src_id].decl; /* rs_capture_find_source's answer */
     const rs__source_tensor_t *t;
     if (d >= 0) {
         const rs__capture_source_t *info = &cap->sources[d];
-        pq->ndim = info->ndim;
+        if (!set_rank(qx, pq, info->ndim))
+            return 0;
         rs__quant_copy_dims(pq->shape, info->shape, info->ndim);
         pq->src_dtype = info->dtype;
         t = qt->src; /* found by ready_step, its shape readied */
@@ -91,7 +118,8 @@ static int source_shape(rs_capture_h cap, rs__quant_tensors_t *qt,
     }
     if ((t = rs__quant_source(qt)) == NULL && (t = qt->q) == NULL)
         return 0;
-    pq->ndim = t->ndim;
+    if (!set_rank(qx, pq, t->ndim))
+        return 0;
     rs__quant_copy_dims(pq->shape, t->shape, t->ndim);
     pq->src_dtype = strcmp(t->name, cap->names[src_id].name) == 0
                         ? t->dtype : RS_DTYPE_INVALID;
@@ -320,10 +348,20 @@ static int same_spec(const rs__quant_view_memo_t *m, const rs_quant_desc_t *q)
     return 1;
 }
 
-/* The first n dims of each of the touched blocks' arrays (not all of
- * them: the record's lines past its dims are not touched). */
-static void copy_blocks(rs__quant_blocks_t *to, const rs__quant_blocks_t *from,
-                        int n)
+/* The first n dims of each of the touched blocks' arrays, from a memo
+ * entry to a record and from a record to a memo entry. */
+static void blocks_to_record(rs__quant_blocks_at_t *to,
+                             const rs__quant_blocks_t *from, int n)
+{
+    rs__quant_copy_dims(to->lo, from->lo, n);
+    rs__quant_copy_dims(to->box, from->box, n);
+    rs__quant_copy_dims(to->glo, from->glo, n);
+    rs__quant_copy_dims(to->gn, from->gn, n);
+    rs__quant_copy_dims(to->grid, from->grid, n);
+}
+
+static void blocks_to_memo(rs__quant_blocks_t *to,
+                           const rs__quant_blocks_at_t *from, int n)
 {
     rs__quant_copy_dims(to->lo, from->lo, n);
     rs__quant_copy_dims(to->box, from->box, n);
@@ -345,7 +383,7 @@ static void remember(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
     m->block_ndim = q->block_ndim;
     for (int d = 0; d < q->block_ndim; d++)
         m->spec_block[d] = q->block[d];
-    copy_blocks(&m->bl, &pq->bl, pq->ndim);
+    blocks_to_memo(&m->bl, &pq->bl, pq->ndim);
     m->weight_span = wspan;
     m->scale_span = sspan;
 }
@@ -384,7 +422,7 @@ static int geometry_known(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     rs__quant_copy_dims(vhi, m->vhi, pq->ndim);
     rs__quant_copy_dims(pq->block, m->block, pq->ndim);
     pq->blocks = 1;
-    copy_blocks(&pq->bl, &m->bl, pq->ndim);
+    blocks_to_record(&pq->bl, &m->bl, pq->ndim);
     qx->scale_like = m;
     return 1;
 }
@@ -567,9 +605,12 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     rs__quant_tensors_t qt = {pq->served_q, pq->served_s, srcs, c->src,
                               pq->source, 1, SIZE_MAX, SIZE_MAX};
     pq->src_dtype = RS_DTYPE_INVALID;
-    if (!source_shape(cap, &qt, cap->copies[pq->copy].src_id, pq))
+    if (!source_shape(qx, cap, &qt, cap->copies[pq->copy].src_id, pq)) {
+        if (qx->oom)
+            return;
         return refuse(qx, pq, c, "'%s' is not published by any shard table, nor "
                       "is '%s'", c->src, qname);
+    }
     if (pq->src_dtype != RS_DTYPE_INVALID && !quantizable(pq->src_dtype))
         return refuse(qx, pq, c, "source '%s' is %s; only bf16, f16 and f32 "
                       "sources are quantized", c->src,
@@ -717,9 +758,7 @@ static rs_status_t name_one(rs__quant_expansion_t *qx, rs_capture_h cap,
 {
     rs__planned_quant_t *pq = &qx->q[qx->nq++];
     const rs__capture_copy_t *c = &cap->copies[ci];
-    /* the fields from `shape` on are written before they are read: a
-     * whole record is most of a kilobyte, a megabyte a MoE rank */
-    memset(pq, 0, offsetof(rs__planned_quant_t, bl));
+    memset(pq, 0, sizeof(*pq));
     pq->copy = ci;
     pq->weight_copy = pq->scale_copy = SIZE_MAX;
     if (!derived_names(qx, c->src, spec_text(qx, c->quant), pq))
@@ -761,22 +800,17 @@ static const rs__source_tensor_t *tensor_at(rs_sources_h srcs, size_t i)
     return i < srcs->tensors_len ? &srcs->tensors[i] : NULL;
 }
 
-/* The first step's part for the record itself: its arrays past the head
- * (never touched since the record array was allocated) readied for the
- * analysis to write, and, where the tables hold no FP8 copies but the
+/* The first step's part for the record itself: its lines past the first
+ * (written by the naming pass, long before) readied for the analysis to
+ * write, and, where the tables hold no FP8 copies but the
  * derived names are interned all the same (the user's capture has names
  * like them, derived_ids), the names hashed now so that their slots in
  * the working capture's name index are readied for add_derived. */
 static void ready_own(const rs__quant_expansion_t *qx, rs_sources_h srcs,
                       rs__planned_quant_t *pq)
 {
-    __builtin_prefetch(pq->shape, 1);
-    __builtin_prefetch(pq->block, 1);
-    __builtin_prefetch(pq->bl.lo, 1);
-    __builtin_prefetch(pq->bl.box, 1);
-    __builtin_prefetch(pq->bl.glo, 1);
-    __builtin_prefetch(pq->bl.gn, 1);
-    __builtin_prefetch(pq->bl.grid, 1);
+    for (size_t at = 64; at < sizeof(*pq); at += 64)
+        __builtin_prefetch((const char *)pq + at, 1);
     if (rs__sources_may_derive(srcs))
         return; /* the hashes come with the tensors found */
     if (qx->fresh_names)
@@ -927,6 +961,7 @@ void rs__quant_free(rs__quant_expansion_t *qx)
     if (qx == NULL)
         return;
     free(qx->segs.v);
+    rs__arena_free(&qx->dims);
     free(qx->q);
     free(qx->ops);
     free(qx->role);

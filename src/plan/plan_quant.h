@@ -29,14 +29,22 @@ typedef struct rs__quant_blocks {
     int64_t grid[RS_MAX_DIMS];
 } rs__quant_blocks_t;
 
+/* The same arrays as a quantized copy's record keeps them: ndim entries
+ * each, in one run of the expansion's dims (rs__quant_expansion_t). */
+typedef struct rs__quant_blocks_at {
+    int64_t *lo, *box, *glo, *gn, *grid;
+} rs__quant_blocks_at_t;
+
 /* The longest reason a quantized copy's record keeps (with its NUL):
  * longer ones are cut there. */
 #define RS_QUANT_WHY_MAX 320
 
-/* One quantized copy while the plan is built. Cleared up to `lo` when it
- * is made (name_one): the fields from `bl` on are written before anything
- * reads them. Small, since every pass over the quantized copies reads
- * them all (a thousand a MoE rank). */
+/* One quantized copy while the plan is built, cleared when it is made
+ * (name_one). Small, since every pass over the quantized copies reads
+ * them all (ten thousand a MoE rank): its arrays of dims lie in the
+ * expansion's dims, seven times its rank each (records holding arrays of
+ * RS_MAX_DIMS were a kilobyte, of which a copy of two dims used a
+ * tenth, spread over a dozen lines). */
 typedef struct rs__planned_quant {
     size_t copy;               /* its index in the user's capture */
     int selected;              /* its param passes the selection */
@@ -83,11 +91,10 @@ typedef struct rs__planned_quant {
      * dtype: the planner's check of declared sources passes it over
      * (rs__quant_decl_checked) */
     int decl_same;
-    /* not cleared: */
-    rs__quant_blocks_t bl;
-    int64_t shape[RS_MAX_DIMS];     /* the source's full shape (ndim set
-                                     * with it) */
-    int64_t block[RS_MAX_DIMS];
+    /* the source's full shape, the block shape and the touched blocks,
+     * ndim entries each (set with ndim by the analysis; NULL before) */
+    int64_t *shape, *block;
+    rs__quant_blocks_at_t bl;
 } rs__planned_quant_t;
 
 /* A view already resolved against a source shape: the box [vlo, vhi) a
@@ -136,6 +143,7 @@ typedef struct rs__quant_expansion {
     unsigned char *name_known;
     struct rs__source_tensor **tensor_of_name;
     rs__segment_vec_t segs;    /* the receiver boxes' runs (seg_at) */
+    rs__arena_t dims;          /* the records' arrays of dims */
     /* the user's capture holds no name with RS_QUANT_NAME_SEP: the
      * derived names of a copy on the receiver path are then added to the
      * working capture unindexed (nothing looks them up, and no name of

@@ -104,13 +104,6 @@ static rs__planned_quant_t *next_selected(rs__quant_expansion_t *qx, const rs__p
 #define RS_QUANT_RECORD_AHEAD 8
 #define RS_QUANT_POINTED_AHEAD 4
 
-/* Prefetches the lines of record i + RS_QUANT_RECORD_AHEAD that the
- * passes over the records read: its head and the first line of its
- * shape and of its box, addresses only (no load of the record itself).
- * A record is a kilobyte (arrays of RS_MAX_DIMS), written by the
- * expansion long before; a MoE rank with the experts quantized on the
- * receiver has ten thousand of them, and each pass took their misses one
- * after another. Only a hint. */
 /* The record k after pq, or NULL past the last. */
 static const rs__planned_quant_t *record_after(const rs__quant_expansion_t *qx,
                                                const rs__planned_quant_t *pq,
@@ -120,23 +113,24 @@ static const rs__planned_quant_t *record_after(const rs__quant_expansion_t *qx,
     return i < qx->nq ? &qx->q[i] : NULL;
 }
 
+/* Prefetches the lines of record i + RS_QUANT_RECORD_AHEAD, addresses
+ * only (no load of the record itself). The records were written by the
+ * expansion long before; a MoE rank with the experts quantized on the
+ * receiver has ten thousand of them, and each pass took their misses one
+ * after another. Only a hint. */
 static void ready_record(const rs__quant_expansion_t *qx,
                          const rs__planned_quant_t *pq)
 {
     const rs__planned_quant_t *r = record_after(qx, pq, RS_QUANT_RECORD_AHEAD);
     if (r == NULL)
         return;
-    __builtin_prefetch(r);
-    __builtin_prefetch((const char *)r + 64);
-    __builtin_prefetch((const char *)r + 128);
-    __builtin_prefetch(r->shape);
-    __builtin_prefetch(r->bl.lo);
-    __builtin_prefetch(r->bl.box);
+    for (size_t at = 0; at < sizeof(*r); at += 64)
+        __builtin_prefetch((const char *)r + at);
 }
 
 /* Prefetches what record i + RS_QUANT_POINTED_AHEAD points to and
- * assembly copies: its FP8 tensor's name (the reason names it) and a
- * receiver box's runs. */
+ * the passes read: its FP8 tensor's name (the reason names it), its
+ * arrays of dims and a receiver box's runs. */
 static void ready_pointed(const rs__quant_expansion_t *qx,
                           const rs__planned_quant_t *pq)
 {
@@ -144,6 +138,8 @@ static void ready_pointed(const rs__quant_expansion_t *qx,
     if (r == NULL)
         return;
     __builtin_prefetch(r->qname);
+    if (r->shape != NULL) /* its arrays of dims: a line or two */
+        __builtin_prefetch(r->shape);
     if (r->seg_n > 0)
         __builtin_prefetch(&qx->segs.v[r->seg_at]);
 }
