@@ -664,7 +664,11 @@ static void analyze(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
 static void note_quant(rs__quant_expansion_t *qx, const rs__planned_quant_t *pq,
                        uint32_t src)
 {
-    qx->role[pq->copy] = RS_QROLE_QUANT;
+    /* its declared source checked by the analysis: a mark in the roles,
+     * which the planner's check of declared sources reads for every copy
+     * (the record would be a cold line a quantized copy) */
+    qx->role[pq->copy] = pq->decl_same ? RS_QROLE_QUANT_CHECKED
+                                       : RS_QROLE_QUANT;
     qx->owner[pq->copy] = (size_t)(pq - qx->q);
     if (qx->name_known[src] == 0) {
         qx->name_known[src] = RS_QUANT_KNOWN_SOURCE;
@@ -1033,8 +1037,7 @@ void rs__quant_scale_pair(rs__planner_t *b, size_t ci)
 int rs__quant_decl_checked(const rs__planner_t *b, size_t ci)
 {
     const rs__quant_expansion_t *qx = b->quant;
-    return qx != NULL && qx->role[ci] == RS_QROLE_QUANT &&
-           qx->q[qx->owner[ci]].decl_same;
+    return qx != NULL && qx->role[ci] == RS_QROLE_QUANT_CHECKED;
 }
 
 size_t rs__quant_declared_copies(const rs__planner_t *b)
@@ -1047,5 +1050,8 @@ size_t rs__quant_declared_copies(const rs__planner_t *b)
 
 int rs__quant_role(const rs__planner_t *b, size_t ci)
 {
-    return b->quant == NULL ? RS_QROLE_PLAIN : b->quant->role[ci];
+    if (b->quant == NULL)
+        return RS_QROLE_PLAIN;
+    int r = b->quant->role[ci];
+    return r == RS_QROLE_QUANT_CHECKED ? RS_QROLE_QUANT : r;
 }

@@ -16,8 +16,12 @@ enum {
     RS_QROLE_QUANT,      /* a quantized copy: never planned directly */
     RS_QROLE_DERIVED,    /* a derived copy on the publisher path: planned,
                           * selected when its quantized copy is */
-    RS_QROLE_LOCAL       /* a derived copy on the receiver path: replayed
+    RS_QROLE_LOCAL,      /* a derived copy on the receiver path: replayed
                           * from the quantized box, not read */
+    /* kept in the expansion's roles only (rs__quant_role answers
+     * RS_QROLE_QUANT): a quantized copy whose declared source the
+     * analysis found published as declared (rs__quant_decl_checked) */
+    RS_QROLE_QUANT_CHECKED
 };
 
 /* A quantized copy's touched blocks: the block-rounded box [lo, lo +
@@ -89,7 +93,7 @@ typedef struct rs__planned_quant {
     int live;                  /* planned and not in fallback (assembly) */
     /* its source is declared and published with the declared shape and
      * dtype: the planner's check of declared sources passes it over
-     * (rs__quant_decl_checked) */
+     * (rs__quant_decl_checked, by its role) */
     int decl_same;
     /* the source's full shape, the block shape and the touched blocks,
      * ndim entries each (set with ndim by the analysis; NULL before) */
