@@ -715,18 +715,30 @@ static rs_status_t add_scale(rs__quant_expansion_t *qx,
     return st;
 }
 
-/* The working capture's ids of the copy's two derived names. On the
- * receiver path, with no name of the user's like them, they are added
- * unindexed: the planner never reads those copies' sources, so nothing
- * looks their names up, and a hash and a probe of the name index per
- * name was a tenth of such a plan. Else interned (with their hashes). */
+/* The working capture's ids of the copy's two derived names. With no
+ * name of the user's like them and the expansion's first spec, they are
+ * the ids of the source's derived names, added unindexed on the first
+ * copy of that source: the same names exactly, found without their hash
+ * (a hash and a probe of the name index per name was a tenth of a
+ * receiver-only plan; the planner finds a derived copy's tensor by its
+ * name id, rs__quant_known_tensor). Else interned (with their hashes). */
 static int derived_ids(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
                        uint32_t *wid, uint32_t *sid)
 {
     rs_capture_h w = qx->work;
-    if (pq->path == RS_QUANT_PATH_RECEIVER && qx->fresh_names)
-        return rs__capture_add_name_unindexed(w, pq->qname, wid) &&
-               rs__capture_add_name_unindexed(w, pq->sname, sid);
+    if (qx->fresh_names && pq->first_spec) {
+        uint32_t src = w->copies[pq->copy].src_id; /* a user's name */
+        if (qx->derived_of[src] != 0) {
+            *wid = qx->derived_of[src] - 1;
+            *sid = *wid + 1;
+            return 1;
+        }
+        if (!rs__capture_add_name_unindexed(w, pq->qname, wid) ||
+            !rs__capture_add_name_unindexed(w, pq->sname, sid))
+            return 0;
+        qx->derived_of[src] = *wid + 1; /* the scales' is *wid + 1 */
+        return 1;
+    }
     if (!pq->hashed) {
         pq->qhash = rs__hash_str(pq->qname);
         pq->shash = rs__hash_str(pq->sname);
@@ -765,7 +777,11 @@ static rs_status_t name_one(rs__quant_expansion_t *qx, rs_capture_h cap,
     memset(pq, 0, sizeof(*pq));
     pq->copy = ci;
     pq->weight_copy = pq->scale_copy = SIZE_MAX;
-    if (!derived_names(qx, c->src, spec_text(qx, c->quant), pq))
+    const char *spec = spec_text(qx, c->quant);
+    if (qx->first_spec[0] == '\0')
+        snprintf(qx->first_spec, sizeof(qx->first_spec), "%s", spec);
+    pq->first_spec = strcmp(spec, qx->first_spec) == 0;
+    if (!derived_names(qx, c->src, spec, pq))
         return OOM(diag);
     return RS_OK;
 }
@@ -817,8 +833,8 @@ static void ready_own(const rs__quant_expansion_t *qx, rs_sources_h srcs,
         __builtin_prefetch((const char *)pq + at, 1);
     if (rs__sources_may_derive(srcs))
         return; /* the hashes come with the tensors found */
-    if (qx->fresh_names)
-        return; /* every copy on the receiver path: no name interned */
+    if (qx->fresh_names && pq->first_spec)
+        return; /* its derived names are not interned (derived_ids) */
     const rs__strmap_t *names = &qx->work->name_index;
     pq->qhash = rs__hash_str(pq->qname);
     pq->shash = rs__hash_str(pq->sname);
@@ -945,6 +961,12 @@ rs_status_t rs__quant_expand(rs_capture_h capture, rs_sources_h sources,
     }
     qx->nuser = n;
     qx->fresh_names = !rs__capture_named_derived(capture);
+    if (qx->fresh_names &&
+        (qx->derived_of = calloc(capture->names_len + 1,
+                                 sizeof(uint32_t))) == NULL) {
+        rs__quant_free(qx);
+        return OOM(diag);
+    }
     /* room for the two derived copies and names of each quantized copy */
     st = rs__capture_work_copy(capture, 2 * nquant, &qx->work, diag);
     if (st == RS_OK)
@@ -965,6 +987,7 @@ void rs__quant_free(rs__quant_expansion_t *qx)
     if (qx == NULL)
         return;
     free(qx->segs.v);
+    free(qx->derived_of);
     rs__arena_free(&qx->dims);
     free(qx->q);
     free(qx->ops);

@@ -73,6 +73,7 @@ typedef struct rs__planned_quant {
      * its tail), or NULL where the record would cut that reason */
     const char *qwhy;
     uint64_t qhash, shash;
+    int first_spec;            /* its spec is the expansion's first_spec */
     int hashed;                /* qhash and shash are set (ready_own, or
                                 * the analysis where tables may hold
                                 * derived names) */
@@ -148,11 +149,16 @@ typedef struct rs__quant_expansion {
     struct rs__source_tensor **tensor_of_name;
     rs__segment_vec_t segs;    /* the receiver boxes' runs (seg_at) */
     rs__arena_t dims;          /* the records' arrays of dims */
-    /* the user's capture holds no name with RS_QUANT_NAME_SEP: the
-     * derived names of a copy on the receiver path are then added to the
-     * working capture unindexed (nothing looks them up, and no name of
-     * the user's can be one of them) */
+    /* the user's capture holds no name with RS_QUANT_NAME_SEP: no name
+     * of the user's can be a derived name, and "<src>#<spec>" is the
+     * same name exactly when src and spec are the same. Derived names
+     * of the first spec are then added to the working capture
+     * unindexed, once per source (derived_of) */
     int fresh_names;
+    char first_spec[128];      /* that spec ("" before the first copy) */
+    /* per name of the user's capture: 1 + the id of its derived FP8
+     * name under first_spec (its scales' is the next), 0 while none */
+    uint32_t *derived_of;
     rs_op_t *ops;              /* room for a scale copy's ops (one narrow
                                 * per dim and a view) */
     rs__quant_view_memo_t views[RS_QUANT_VIEW_MEMO]; /* by geometry id */

@@ -775,11 +775,13 @@ static void test_merged_params(void **state)
  * named "y#raw" in the capture (interned, one id for both, their hashes
  * from the lookups of the tables, which may hold derived names), and
  * with a declared source "z#unread" that no table publishes (interned,
- * hashed before the analysis): the same records, the derived copies
- * named as the spec says, every byte right. */
+ * hashed before the analysis), and with the FP8 copies published (both
+ * read on the publisher path, from one planned tensor: every shard of
+ * the plan listed once): the same records, the derived copies named as
+ * the spec says, every byte right. */
 static void shared_derived_names(int variant)
 {
-    int hashed_name = variant == 1;
+    int hashed_name = variant == 1, served = variant == 3;
     world_t w;
     tensor_t x, y;
     refq_t r;
@@ -818,6 +820,9 @@ static void shared_derived_names(int variant)
     int64_t yr[2] = {0, 4}, yc[2] = {0, 6};
     if (hashed_name)
         publish_grid(&w, &y, yr, 1, yc, 1);
+    if (served)
+        publish_quant(&w, &x, &r, "fp8_block:4x8:f8e4m3", RS_DTYPE_F8E4M3, rc,
+                      2);
     uint64_t nb[5] = {128, 16, 64, 8, 48};
     unsigned char *exp[5];
     for (int i = 0; i < 5; i++) {
@@ -832,7 +837,8 @@ static void shared_derived_names(int variant)
     rs_capture_h pc = rs_plan_capture(plan);
     for (size_t i = 0; i < 2; i++) {
         const rs_quantized_t *q = only_record(plan, 2, i);
-        assert_int_equal(q->path, RS_QUANT_PATH_RECEIVER);
+        assert_int_equal(q->path, served ? RS_QUANT_PATH_PUBLISHER
+                                         : RS_QUANT_PATH_RECEIVER);
         rs_copy_desc_t wc, sc;
         rs_capture_copy(pc, q->weight_copy, &wc);
         rs_capture_copy(pc, q->scale_copy, &sc);
@@ -840,6 +846,13 @@ static void shared_derived_names(int variant)
         assert_string_equal(sc.src, "x#fp8_block:4x8:f8e4m3#scale");
     }
     assert_true(rs_plan_is_complete(plan));
+    /* both copies read the one FP8 tensor: each shard listed once */
+    size_t nref;
+    const rs_shard_ref_t *refs = rs_plan_shards(plan, &nref);
+    for (size_t i = 0; i < nref; i++)
+        for (size_t j = i + 1; j < nref; j++)
+            assert_false(refs[i].session == refs[j].session &&
+                         refs[i].addr == refs[j].addr);
     run_exact(&w, plan, exp);
     rs_plan_destroy(plan);
     for (int i = 0; i < 5; i++)
@@ -853,7 +866,7 @@ static void shared_derived_names(int variant)
 static void test_shared_derived_names(void **state)
 {
     (void)state;
-    for (int variant = 0; variant < 3; variant++)
+    for (int variant = 0; variant < 4; variant++)
         shared_derived_names(variant);
 }
 
