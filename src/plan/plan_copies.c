@@ -149,12 +149,21 @@ static rs_status_t psrc_new(rs__planner_t *b, uint32_t name_id, uint32_t *id_p)
     int known = rs__quant_known_tensor(b, name_id, &t);
     if (!known)
         t = rs__sources_find_hashed(b->srcs, n->name, n->hash);
-    rs__planned_source_t s = {.name = n->name, .tensor = t, .full_pull = -1,
-                              .marks = -1};
+    long marks = -1;
     if ((known == RS_QUANT_KNOWN_DERIVED && t != NULL &&
-         !reserve_marks(b, t, &s.marks)) ||
-        !RS_VEC_PUSH(b, psrc, s))
+         !reserve_marks(b, t, &marks)) ||
+        !rs__vec_reserve((void **)&b->psrc, &b->psrc_cap, b->psrc_len + 1,
+                         sizeof(*b->psrc)))
         return OOM(b);
+    /* written in place: a record built on the stack and pushed was copied
+     * in wider loads than its fields had just been stored with, a stall
+     * per field, a record per source a rank reads */
+    rs__planned_source_t *s = &b->psrc[b->psrc_len++];
+    memset(s, 0, sizeof(*s));
+    s->name = n->name;
+    s->tensor = t;
+    s->full_pull = -1;
+    s->marks = marks;
     b->psrc_of_name[name_id] = (uint32_t)b->psrc_len;
     *id_p = (uint32_t)b->psrc_len - 1;
     return RS_OK;
