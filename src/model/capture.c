@@ -64,9 +64,16 @@ static int intern_as(rs_capture_h capture, const char *name, uint64_t hash,
 int rs__capture_add_name_unindexed(rs_capture_h capture, const char *name,
                                    uint32_t *id_p)
 {
-    rs__capture_name_t n = {name, -1, 0};
-    if (capture->names_len >= UINT32_MAX || !RS_VEC_PUSH(capture, names, n))
+    if (capture->names_len >= UINT32_MAX ||
+        !rs__vec_reserve((void **)&capture->names, &capture->names_cap,
+                         capture->names_len + 1, sizeof(*capture->names)))
         return 0;
+    /* written in place (a name built on the stack and pushed was reloaded
+     * in wider loads than it was just stored with) */
+    rs__capture_name_t *n = &capture->names[capture->names_len++];
+    n->name = name;
+    n->decl = -1;
+    n->hash = 0;
     *id_p = (uint32_t)capture->names_len - 1;
     return 1;
 }
