@@ -144,11 +144,11 @@ int rs__capture_intern_owned(rs_capture_h capture, const char *name,
 
 /* A new name id for `name` (living as long as the capture), without the
  * name index: no lookup finds it, the same name added again gets another
- * id, its hash is 0, and rs__capture_named_derived does not count it. For a name that only the copies added with it
- * use and nothing looks up (the planner's derived names of a copy
- * quantized on the receiver, when the capture holds no name like them:
- * interning each cost a hash of the name and a probe of a table of tens
- * of thousands of slots). 0 on exhaustion. O(1). */
+ * id, its hash is 0, and rs__capture_named_derived does not count it.
+ * For names their caller keeps unique and nothing looks up by text (the
+ * planner's derived names, kept once per source when the capture holds
+ * no name like them: interning each cost a hash of the name and a probe
+ * of a table of tens of thousands of slots). 0 on exhaustion. O(1). */
 int rs__capture_add_name_unindexed(rs_capture_h capture, const char *name,
                                    uint32_t *id_p);
 

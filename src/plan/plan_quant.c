@@ -348,20 +348,17 @@ static int same_spec(const rs__quant_view_memo_t *m, const rs_quant_desc_t *q)
     return 1;
 }
 
-/* The first n dims of each of the touched blocks' arrays, from a memo
- * entry to a record and from a record to a memo entry. */
-static void blocks_to_record(rs__quant_blocks_at_t *to,
-                             const rs__quant_blocks_t *from, int n)
+/* A memo entry's touched blocks seen as a record keeps them. */
+static rs__quant_blocks_at_t blocks_at(rs__quant_blocks_t *b)
 {
-    rs__quant_copy_dims(to->lo, from->lo, n);
-    rs__quant_copy_dims(to->box, from->box, n);
-    rs__quant_copy_dims(to->glo, from->glo, n);
-    rs__quant_copy_dims(to->gn, from->gn, n);
-    rs__quant_copy_dims(to->grid, from->grid, n);
+    rs__quant_blocks_at_t a = {b->lo, b->box, b->glo, b->gn, b->grid};
+    return a;
 }
 
-static void blocks_to_memo(rs__quant_blocks_t *to,
-                           const rs__quant_blocks_at_t *from, int n)
+/* The first n dims of each of the touched blocks' arrays (from a memo
+ * entry to a record and back). */
+static void copy_blocks(const rs__quant_blocks_at_t *to,
+                        const rs__quant_blocks_at_t *from, int n)
 {
     rs__quant_copy_dims(to->lo, from->lo, n);
     rs__quant_copy_dims(to->box, from->box, n);
@@ -383,7 +380,8 @@ static void remember(rs__quant_view_memo_t *m, const rs__planned_quant_t *pq,
     m->block_ndim = q->block_ndim;
     for (int d = 0; d < q->block_ndim; d++)
         m->spec_block[d] = q->block[d];
-    blocks_to_memo(&m->bl, &pq->bl, pq->ndim);
+    rs__quant_blocks_at_t to = blocks_at(&m->bl);
+    copy_blocks(&to, &pq->bl, pq->ndim);
     m->weight_span = wspan;
     m->scale_span = sspan;
 }
@@ -422,7 +420,8 @@ static int geometry_known(rs__quant_expansion_t *qx, rs__planned_quant_t *pq,
     rs__quant_copy_dims(vhi, m->vhi, pq->ndim);
     rs__quant_copy_dims(pq->block, m->block, pq->ndim);
     pq->blocks = 1;
-    blocks_to_record(&pq->bl, &m->bl, pq->ndim);
+    rs__quant_blocks_at_t from = blocks_at(&m->bl);
+    copy_blocks(&pq->bl, &from, pq->ndim);
     qx->scale_like = m;
     return 1;
 }
